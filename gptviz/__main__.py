@@ -1,0 +1,84 @@
+"""Command line: `python -m gptviz params PRESET` and `python -m gptviz train ...`."""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from .config import PRESETS, ConfigError, get_preset
+
+
+def _params(args) -> int:
+    from .params import format_table
+    print(format_table(get_preset(args.preset)))
+    return 0
+
+
+def _train(args) -> int:
+    import torch
+
+    from .train import TrainSettings, format_eta, load_corpus, train_models, write_history
+    from .weights import save_checkpoint
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    cfg = get_preset(args.preset).replace(norm=args.norm, dropout=args.dropout)
+    settings = TrainSettings(steps=args.steps, batch_size=args.batch_size, lr=args.lr, warmup=args.warmup,
+                             seed=args.seed, eval_every=args.eval_every)
+    tokens = load_corpus(args.data)
+    print(f"{len(tokens):,} tokens from {args.data}; {cfg.name} {args.norm}-norm on {args.device}", flush=True)
+    started = time.perf_counter()
+
+    def report(name, log):
+        if log.val_loss is not None or log.step % 20 == 0:
+            val = f" val {log.val_loss:.4f}" if log.val_loss is not None else ""
+            print(f"step {log.step:5d}/{settings.steps} loss {log.train_loss:.4f}{val} lr {log.lr:.2e} "
+                  f"|g| {log.grad_norm:.2f} eta {format_eta(log.step, settings.steps, time.perf_counter() - started)}",
+                  flush=True)
+
+    models, results = train_models({"model": cfg}, settings, tokens, device=args.device, on_step=report)
+    out = Path(args.out)
+    result = results["model"]
+    save_checkpoint(models["model"], out, dtype=getattr(torch, args.save_dtype),
+                    extra={"training": {"data": Path(args.data).name, "settings": result.settings,
+                                        "final": result.final}})
+    write_history(result, out)
+    print(f"saved {out} (final: {result.final})")
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gptviz", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("params", help="parameter counts by component")
+    p.add_argument("preset", help=f"one of: {', '.join(PRESETS)}")
+    p.set_defaults(func=_params)
+    t = sub.add_parser("train", help="train a preset on a text corpus")
+    from .train import CORPUS, TrainSettings
+    d = TrainSettings()
+    t.add_argument("--preset", default="small-4l")
+    t.add_argument("--norm", choices=("pre", "post"), default="pre")
+    t.add_argument("--data", default=str(CORPUS))
+    t.add_argument("--steps", type=int, default=d.steps)
+    t.add_argument("--batch-size", type=int, default=d.batch_size)
+    t.add_argument("--lr", type=float, default=d.lr)
+    t.add_argument("--warmup", type=int, default=d.warmup)
+    t.add_argument("--dropout", type=float, default=0.1)
+    t.add_argument("--eval-every", type=int, default=d.eval_every)
+    t.add_argument("--seed", type=int, default=d.seed)
+    t.add_argument("--device", default="cpu")
+    t.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
+    t.add_argument("--save-dtype", choices=("float32", "float16"), default="float16")
+    t.add_argument("--out", required=True)
+    t.set_defaults(func=_train)
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except (ConfigError, ValueError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,138 @@
+"""Sampling (temperature, top-k, top-p), a key/value cache, and stream(): one record per new token.
+
+The KV cache is preallocated to n_ctx, so each step costs one token's forward pass. Past n_ctx the
+sequence keeps its last n_ctx tokens and the cache is rebuilt (learned positions cannot shift), which the
+record reports.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from .hooks import capturing
+from .model import GPT
+from .tokenizer import EOT_ID, get_tokenizer, token_label
+
+
+@dataclass
+class StepRecord:
+    step: int                    # 0 for the first new token
+    token_id: int
+    piece: str                   # the token's display label (readable even for partial UTF-8)
+    position: int                # index of the new token in the whole sequence (prompt + generated)
+    logits: torch.Tensor         # [vocab] raw logits that produced this token
+    probs: torch.Tensor          # [vocab] probabilities after temperature (temperature 0: plain softmax)
+    allowed: torch.Tensor        # [vocab] bool: kept by top-k/top-p (greedy: only the argmax)
+    attention: torch.Tensor | None  # [layers, heads, keys]: the predicting query's row, when asked for
+    context_shifted: bool        # the context was full: this step ran on the last n_ctx tokens only
+    window_start: int            # position of the first token the model saw this step
+
+    def top(self, n: int = 20) -> list[tuple[int, float, bool]]:
+        """The n most probable tokens as (id, probability, allowed), most probable first."""
+        probs, ids = self.probs.topk(min(n, self.probs.numel()))
+        return [(int(i), float(p), bool(self.allowed[i])) for p, i in zip(probs, ids)]
+
+
+def check_sampling(temperature: float, top_k: int | None, top_p: float | None,
+                   max_new_tokens: int | None = None) -> None:
+    """Raise ValueError naming the setting that is out of range."""
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) \
+            or not math.isfinite(temperature) or temperature < 0:
+        raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy), got {temperature!r}")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
+        raise ValueError(f"top_k must be a whole number >= 1 (or None for no limit), got {top_k!r}")
+    if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float))
+                              or not 0 < top_p <= 1):
+        raise ValueError(f"top_p must be in (0, 1] (or None for no limit), got {top_p!r}")
+    if max_new_tokens is not None and (isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int)
+                                       or max_new_tokens < 0):
+        raise ValueError(f"max_new_tokens must be a whole number >= 0, got {max_new_tokens!r}")
+
+
+def sampling_distribution(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
+                          top_p: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(probabilities after temperature, mask of tokens allowed by top-k then top-p) for 1-D logits."""
+    check_sampling(temperature, top_k, top_p)
+    logits = logits.float()
+    if temperature == 0:
+        probs = F.softmax(logits, dim=-1)
+        allowed = torch.zeros_like(probs, dtype=torch.bool)
+        allowed[logits.argmax()] = True
+        return probs, allowed
+    probs = F.softmax(logits / temperature, dim=-1)
+    allowed = torch.ones_like(probs, dtype=torch.bool)
+    if top_k is not None and top_k < probs.numel():
+        allowed = torch.zeros_like(allowed)
+        allowed[probs.topk(top_k).indices] = True
+    if top_p is not None and top_p < 1:
+        kept = torch.where(allowed, probs, torch.zeros_like(probs))
+        sorted_probs, order = torch.sort(kept / kept.sum(), descending=True)
+        # keep the smallest prefix whose mass reaches top_p: a token stays if the mass before it is < top_p
+        before = torch.cumsum(sorted_probs, dim=0) - sorted_probs
+        nucleus = torch.zeros_like(allowed)
+        nucleus[order[before < top_p]] = True
+        allowed &= nucleus
+    return probs, allowed
+
+
+def _sample(probs: torch.Tensor, allowed: torch.Tensor, greedy: bool, generator: torch.Generator) -> int:
+    if greedy:
+        return int(allowed.nonzero()[0])
+    weights = torch.where(allowed, probs, torch.zeros_like(probs))
+    return int(torch.multinomial(weights, 1, generator=generator))
+
+
+@torch.no_grad()
+def stream(model: GPT, ids, max_new_tokens: int = 32, temperature: float = 1.0, top_k: int | None = None,
+           top_p: float | None = None, seed: int | None = None, stop_at_eos: bool = False,
+           attention: bool = False, use_cache: bool = True) -> Iterator[StepRecord]:
+    """Yield one StepRecord per new token. `attention=True` adds each step's attention row for every
+    layer and head. `use_cache=False` recomputes the whole sequence each step (for checking the cache)."""
+    check_sampling(temperature, top_k, top_p, max_new_tokens)
+    seq = [int(i) for i in (ids.flatten().tolist() if isinstance(ids, torch.Tensor) else ids)]
+    if not seq:
+        raise ValueError("the prompt has no tokens; generation needs at least one to condition on")
+    n_ctx = model.config.n_ctx
+    generator = torch.Generator(device=model.device)
+    generator.manual_seed(seed if seed is not None else int(torch.randint(0, 2**62, (1,))))
+    pattern_names = [f"blocks.{i}.attn.hook_pattern" for i in range(model.config.n_layers)]
+    wanted = frozenset(pattern_names) if attention else frozenset()
+    enc = get_tokenizer()
+    cache, window_start = None, 0
+
+    for step in range(max_new_tokens):
+        shifted = len(seq) > n_ctx or (cache is not None and cache.length >= n_ctx)
+        with capturing(wanted) as store:
+            if use_cache and cache is not None and not shifted:
+                logits = model(torch.tensor([seq[-1:]]), kv_cache=cache)
+            else:  # first step, no cache, or a full context: run on the last n_ctx tokens
+                window_start = max(0, len(seq) - n_ctx)
+                cache = model.new_kv_cache() if use_cache else None
+                logits = model(torch.tensor([seq[window_start:]]), kv_cache=cache)
+        logits = logits[0, -1].float().cpu()
+        probs, allowed = sampling_distribution(logits, temperature, top_k, top_p)
+        token = _sample(probs, allowed, temperature == 0, generator)
+        rows = None
+        if attention:  # the predicting (last) query's row in every layer: [layers, heads, keys]
+            rows = torch.stack([store[name][0, :, -1, :] for name in pattern_names])
+        yield StepRecord(step=step, token_id=token, piece=token_label(enc.decode_single_token_bytes(token)),
+                         position=len(seq), logits=logits, probs=probs, allowed=allowed, attention=rows,
+                         context_shifted=shifted, window_start=window_start)
+        seq.append(token)
+        if stop_at_eos and token == EOT_ID:
+            return
+
+
+def generate(model: GPT, ids, max_new_tokens: int = 32, temperature: float = 1.0, top_k: int | None = None,
+             top_p: float | None = None, seed: int | None = None, stop_at_eos: bool = False,
+             use_cache: bool = True) -> list[int]:
+    """The prompt's ids followed by the new ones. temperature 0 is greedy; the same seed gives the same text."""
+    seq = [int(i) for i in (ids.flatten().tolist() if isinstance(ids, torch.Tensor) else ids)]
+    for record in stream(model, seq, max_new_tokens, temperature, top_k, top_p, seed, stop_at_eos,
+                         use_cache=use_cache):
+        seq.append(record.token_id)
+    return seq

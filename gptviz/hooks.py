@@ -1,0 +1,140 @@
+"""Hook points and per-call activation capture.
+
+A HookPoint is an identity module placed inline in the forward pass; its name comes from the module tree
+(`blocks.3.attn.hook_pattern`). Capture state is held in a context variable, not on the model: a Streamlit
+server shares one cached model across every browser session and thread, and each thread (each call) sees
+only its own capture.
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Union
+
+import torch
+from torch import nn
+
+NamesFilter = Union[None, str, Iterable[str], Callable[[str], bool]]
+
+
+class HookPoint(nn.Module):
+    """Identity; records its input when the running capture asks for this name."""
+
+    name: str = ""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        session = _ACTIVE.get()
+        if session is not None and self.name in session.wanted:
+            session.record(self.name, x)
+        return x
+
+
+@dataclass
+class _CaptureSession:
+    wanted: frozenset[str]
+    store: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    def record(self, name: str, x: torch.Tensor) -> None:
+        # float32 on the CPU, detached; a no-copy view when the model already runs float32 on the CPU.
+        self.store[name] = x.detach().to(device="cpu", dtype=torch.float32)
+
+
+_ACTIVE: contextvars.ContextVar[_CaptureSession | None] = contextvars.ContextVar("gptviz_capture",
+                                                                                default=None)
+
+
+def name_hook_points(model: nn.Module) -> list[str]:
+    """Give every HookPoint its module-tree name; returns the names in forward order."""
+    names = []
+    for name, module in model.named_modules():
+        if isinstance(module, HookPoint):
+            module.name = name
+            names.append(name)
+    return names
+
+
+def resolve_names(names: NamesFilter, available: Iterable[str]) -> frozenset[str]:
+    """Normalise a names filter (None = all, a name, a list, or a predicate) once, to a set of names."""
+    available = list(available)
+    if names is None:
+        return frozenset(available)
+    if isinstance(names, str):
+        names = [names]
+    if callable(names):
+        return frozenset(n for n in available if names(n))
+    wanted = list(names)
+    unknown = sorted(set(wanted) - set(available))
+    if unknown:
+        raise KeyError(f"unknown hook point(s): {', '.join(unknown[:5])}; "
+                       f"e.g. {', '.join(available[:3])} ... ({len(available)} in all)")
+    return frozenset(wanted)
+
+
+def current_wants(name: str) -> bool:
+    """Whether the capture running in this call wants `name` (used to pick the explicit attention path)."""
+    session = _ACTIVE.get()
+    return session is not None and name in session.wanted
+
+
+@contextlib.contextmanager
+def capturing(wanted: frozenset[str]) -> Iterator[dict[str, torch.Tensor]]:
+    session = _CaptureSession(wanted)
+    token = _ACTIVE.set(session)
+    try:
+        yield session.store
+    finally:
+        _ACTIVE.reset(token)
+
+
+class ActivationCache(Mapping[str, torch.Tensor]):
+    """Captured activations by hook name, with the views pages need (no copies of the whole cache)."""
+
+    def __init__(self, store: dict[str, torch.Tensor], n_layers: int):
+        self._store = store
+        self.n_layers = n_layers
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        try:
+            return self._store[name]
+        except KeyError:
+            raise KeyError(f"{name!r} was not captured; captured: {len(self._store)} names") from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._store)
+
+    def __len__(self) -> int:
+        return len(self._store)
+
+    def pattern(self, layer: int) -> torch.Tensor:
+        """Attention weights of one layer, [batch, heads, query, key]."""
+        return self[f"blocks.{layer}.attn.hook_pattern"]
+
+    def patterns(self) -> torch.Tensor:
+        """All layers' attention weights stacked, [layers, batch, heads, query, key]."""
+        return torch.stack([self.pattern(i) for i in range(self.n_layers)])
+
+    def resid_stream(self) -> torch.Tensor:
+        """The residual stream entering each block and leaving the last, [layers + 1, batch, T, d_model]."""
+        states = [self[f"blocks.{i}.hook_resid_pre"] for i in range(self.n_layers)]
+        states.append(self[f"blocks.{self.n_layers - 1}.hook_resid_post"])
+        return torch.stack(states)
+
+    def stack(self, suffix: str) -> torch.Tensor:
+        """One per-layer hook across all layers, e.g. stack("hook_mlp_out") -> [layers, ...]."""
+        return torch.stack([self[f"blocks.{i}.{suffix}"] for i in range(self.n_layers)])
+
+    def nbytes(self) -> int:
+        return sum(t.element_size() * t.nelement() for t in self._store.values())
+
+
+def capture(model: nn.Module, ids, names: NamesFilter = None) -> tuple[torch.Tensor, ActivationCache]:
+    """Run `model` on `ids` once and return (logits, cache of the requested hook points).
+
+    `names`: None (every hook point), one name, a list of names, or a predicate on names. Captured
+    tensors are detached float32 on the CPU. Logits equal a plain forward pass."""
+    wanted = resolve_names(names, model.hook_names)
+    with capturing(wanted) as store, torch.no_grad():
+        logits = model(ids)
+    return logits, ActivationCache(store, model.config.n_layers)

@@ -1,0 +1,237 @@
+"""The GPT model: GPT-2's module names, pre- or post-norm blocks from one flag, hook points throughout.
+
+Module names follow GPT-2 (`wte, wpe, blocks.{i}.ln_1, blocks.{i}.attn.c_attn, ...`), so Hugging Face
+weights load by a key rename plus a transpose. Pre- and post-norm use the same parameters, so one set of
+weights can be run both ways.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import GPTConfig
+from .hooks import HookPoint, current_wants, name_hook_points
+
+
+class LayerNorm(nn.LayerNorm):
+    def __init__(self, d_model: int, eps: float):
+        super().__init__(d_model, eps=eps)
+        self.hook_normalized = HookPoint()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.hook_normalized(super().forward(x))
+
+
+class RMSNorm(nn.RMSNorm):
+    def __init__(self, d_model: int, eps: float):
+        super().__init__(d_model, eps=eps)
+        self.hook_normalized = HookPoint()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.hook_normalized(super().forward(x))
+
+
+def make_norm(config: GPTConfig) -> nn.Module:
+    cls = LayerNorm if config.norm_type == "layernorm" else RMSNorm
+    return cls(config.d_model, config.ln_eps)
+
+
+@dataclass
+class LayerKV:
+    """Preallocated key/value storage for one layer: appending is a slice write, not a concatenation."""
+    k: torch.Tensor  # (B, nh, n_ctx, hs)
+    v: torch.Tensor
+
+
+class KVCache:
+    """Keys and values of every layer for the tokens seen so far (generation without recomputation)."""
+
+    def __init__(self, config: GPTConfig, batch: int, device, dtype):
+        shape = (batch, config.n_heads, config.n_ctx, config.d_head)
+        self.layers = [LayerKV(torch.empty(shape, device=device, dtype=dtype),
+                               torch.empty(shape, device=device, dtype=dtype))
+                       for _ in range(config.n_layers)]
+        self.length = 0  # tokens stored
+        self.capacity = config.n_ctx
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.n_heads, self.d_head = config.n_heads, config.d_head
+        self.c_attn = nn.Linear(config.d_model, 3 * config.d_model, bias=config.qkv_bias)
+        self.c_proj = nn.Linear(config.d_model, config.d_model)
+        self.dropout = config.dropout
+        self.attn_dropout = nn.Dropout(config.dropout)
+        self.hook_q, self.hook_k, self.hook_v = HookPoint(), HookPoint(), HookPoint()
+        self.hook_attn_scores, self.hook_pattern, self.hook_z = HookPoint(), HookPoint(), HookPoint()
+
+    def forward(self, x: torch.Tensor, kv: LayerKV | None = None, past: int = 0) -> torch.Tensor:
+        B, T, C = x.shape
+        q, k, v = self.c_attn(x).split(C, dim=2)
+        q = self.hook_q(q.view(B, T, self.n_heads, self.d_head))  # (B, T, nh, hs)
+        k = self.hook_k(k.view(B, T, self.n_heads, self.d_head))
+        v = self.hook_v(v.view(B, T, self.n_heads, self.d_head))
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, nh, T, hs)
+        if kv is not None:  # append to the cache, then attend over everything stored so far
+            kv.k[:, :, past:past + T] = k
+            kv.v[:, :, past:past + T] = v
+            k, v = kv.k[:, :, :past + T], kv.v[:, :, :past + T]
+        explicit = current_wants(self.hook_pattern.name) or current_wants(self.hook_attn_scores.name)
+        if explicit:
+            z = self._explicit_attention(q, k, v)
+        else:  # fused kernel; no weights to show, same result
+            z = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=None if T == 1 or past == 0 else _causal_mask(T, past, x.device),
+                is_causal=past == 0 and T > 1, dropout_p=self.dropout if self.training else 0.0)
+        z = self.hook_z(z.transpose(1, 2))  # (B, T, nh, hs)
+        return self.c_proj(z.reshape(B, T, C))
+
+    def _explicit_attention(self, q, k, v) -> torch.Tensor:
+        T, S = q.shape[2], k.shape[2]
+        scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(self.d_head))  # (B, nh, T, S)
+        scores = scores.masked_fill(~_causal_mask(T, S - T, q.device), float("-inf"))
+        scores = self.hook_attn_scores(scores)
+        pattern = self.hook_pattern(F.softmax(scores, dim=-1))
+        return self.attn_dropout(pattern) @ v  # (B, nh, T, hs)
+
+
+def _causal_mask(T: int, past: int, device) -> torch.Tensor:
+    """True where query i (at absolute position past + i) may attend to key j: j <= past + i."""
+    return torch.ones(T, past + T, dtype=torch.bool, device=device).tril(diagonal=past)
+
+
+class MLP(nn.Module):
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.c_fc = nn.Linear(config.d_model, config.d_ff)
+        self.c_proj = nn.Linear(config.d_ff, config.d_model)
+        self.activation = config.activation
+        self.hook_pre, self.hook_post = HookPoint(), HookPoint()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        pre = self.hook_pre(self.c_fc(x))
+        return self.c_proj(self.hook_post(activate(pre, self.activation)))
+
+
+def activate(x: torch.Tensor, activation: str) -> torch.Tensor:
+    if activation == "gelu":
+        return F.gelu(x)
+    if activation == "gelu_tanh":
+        return F.gelu(x, approximate="tanh")
+    return F.relu(x)
+
+
+class Block(nn.Module):
+    def __init__(self, config: GPTConfig):
+        super().__init__()
+        self.pre_norm = config.norm == "pre"
+        # Registration order is forward order, so hook names list in the order they fire.
+        self.hook_resid_pre = HookPoint()
+        self.ln_1, self.attn = make_norm(config), CausalSelfAttention(config)
+        self.hook_attn_out, self.hook_resid_mid = HookPoint(), HookPoint()
+        self.ln_2, self.mlp = make_norm(config), MLP(config)
+        self.hook_mlp_out, self.hook_resid_post = HookPoint(), HookPoint()
+        self.resid_dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x: torch.Tensor, kv: LayerKV | None = None, past: int = 0) -> torch.Tensor:
+        x = self.hook_resid_pre(x)
+        if self.pre_norm:  # GPT-2: x = x + attn(ln_1(x)); x = x + mlp(ln_2(x))
+            x = self.hook_resid_mid(x + self._attn(self.ln_1(x), kv, past))
+            return self.hook_resid_post(x + self._mlp(self.ln_2(x)))
+        # GPT-1: normalise after each residual addition
+        x = self.hook_resid_mid(self.ln_1(x + self._attn(x, kv, past)))
+        return self.hook_resid_post(self.ln_2(x + self._mlp(x)))
+
+    def _attn(self, x, kv, past):
+        return self.hook_attn_out(self.resid_dropout(self.attn(x, kv, past)))
+
+    def _mlp(self, x):
+        return self.hook_mlp_out(self.resid_dropout(self.mlp(x)))
+
+
+class GPT(nn.Module):
+    """Decoder-only transformer returning logits at every position: [batch, T, vocab]."""
+
+    def __init__(self, config: GPTConfig, init: str = "gpt2"):
+        super().__init__()
+        self.config = config
+        self.wte = nn.Embedding(config.vocab_size, config.d_model)
+        self.wpe = nn.Embedding(config.n_ctx, config.d_model)
+        self.hook_embed, self.hook_pos_embed = HookPoint(), HookPoint()
+        self.drop = nn.Dropout(config.dropout)
+        self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layers))
+        self.ln_f = make_norm(config)  # both wirings keep it, so one set of weights runs either way
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        if config.tie_weights:
+            self.lm_head.weight = self.wte.weight
+        self.hook_logits = HookPoint()
+        self.hook_names = name_hook_points(self)
+        self.reset_parameters(init)
+
+    def reset_parameters(self, init: str = "gpt2") -> None:
+        """GPT-2 init: normal(0, 0.02), residual output projections scaled by 1/sqrt(2 * n_layers).
+        "xavier": Xavier-uniform matrices (the scheme in Xiong et al. 2020), for comparison."""
+        if init not in ("gpt2", "xavier"):
+            raise ValueError(f"init must be 'gpt2' or 'xavier', got {init!r}")
+        residual_std = 0.02 / math.sqrt(2 * self.config.n_layers)
+        for name, module in self.named_modules():
+            if isinstance(module, nn.Linear):
+                if init == "xavier":
+                    nn.init.xavier_uniform_(module.weight)
+                else:
+                    std = residual_std if name.endswith("c_proj") else 0.02
+                    nn.init.normal_(module.weight, mean=0.0, std=std)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+            elif isinstance(module, nn.Embedding):
+                nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            elif isinstance(module, (nn.LayerNorm, nn.RMSNorm)):
+                module.reset_parameters()
+
+    @property
+    def device(self) -> torch.device:
+        return self.wte.weight.device
+
+    def check_ids(self, ids: torch.Tensor, past: int = 0) -> torch.Tensor:
+        if not isinstance(ids, torch.Tensor):
+            ids = torch.as_tensor(ids)
+        if ids.dtype not in (torch.int64, torch.int32):
+            raise TypeError(f"token ids must be integers, got {ids.dtype}")
+        if ids.dim() == 1:
+            ids = ids.unsqueeze(0)
+        if ids.dim() != 2:
+            raise ValueError(f"token ids must be [batch, T] or [T], got shape {tuple(ids.shape)}")
+        T = ids.shape[1]
+        if T == 0:
+            raise ValueError("no tokens: the sequence is empty")
+        if past + T > self.config.n_ctx:
+            raise ValueError(f"sequence of {past + T} tokens is longer than the context of "
+                             f"{self.config.n_ctx} positions; keep the last {self.config.n_ctx} tokens")
+        lo, hi = int(ids.min()), int(ids.max())
+        if lo < 0 or hi >= self.config.vocab_size:
+            bad = lo if lo < 0 else hi
+            raise ValueError(f"token id {bad} is outside the vocabulary [0, {self.config.vocab_size})")
+        return ids
+
+    def forward(self, ids: torch.Tensor, kv_cache: KVCache | None = None) -> torch.Tensor:
+        past = kv_cache.length if kv_cache is not None else 0
+        ids = self.check_ids(ids, past).to(self.device)
+        T = ids.shape[1]
+        pos = torch.arange(past, past + T, device=ids.device)
+        tok_emb = self.hook_embed(self.wte(ids))            # (B, T, C)
+        pos_emb = self.hook_pos_embed(self.wpe(pos))[None]  # (1, T, C)
+        x = self.drop(tok_emb + pos_emb)
+        for i, block in enumerate(self.blocks):
+            x = block(x, kv_cache.layers[i] if kv_cache is not None else None, past)
+        if kv_cache is not None:
+            kv_cache.length = past + T
+        x = self.ln_f(x)  # kept in post-norm too (the GPT-1 count in the spec includes it); see config.py
+        return self.hook_logits(self.lm_head(x))  # (B, T, vocab)
+
+    def new_kv_cache(self, batch: int = 1) -> KVCache:
+        return KVCache(self.config, batch, self.device, self.wte.weight.dtype)

@@ -1,0 +1,209 @@
+"""Training: a standard loop (AdamW, warmup + cosine decay, gradient clipping, train/validation split,
+seeded) used by the CLI that builds the bundled models and by the Train page.
+
+Two Trainers fed the same batches compare pre-norm and post-norm on equal terms.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from .config import GPTConfig
+from .model import GPT
+from .tokenizer import get_tokenizer
+
+CORPUS = Path(__file__).resolve().parent.parent / "data" / "tinyshakespeare.txt"
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    steps: int = 1200
+    batch_size: int = 8
+    block_size: int | None = None   # tokens per sequence; None means the model's n_ctx
+    lr: float = 1.5e-3
+    min_lr_ratio: float = 0.1       # cosine decays to lr * this
+    warmup: int = 100               # linear warmup steps (0 = none)
+    weight_decay: float = 0.1       # on matrices only, not on biases, norms or embeddings' positions
+    grad_clip: float = 1.0          # max global gradient norm (0 = no clipping)
+    val_fraction: float = 0.1
+    eval_every: int = 100
+    eval_batches: int = 8
+    seed: int = 1337
+
+    def __post_init__(self):
+        checks = {"steps": self.steps >= 1, "batch_size": self.batch_size >= 1, "lr": self.lr > 0,
+                  "warmup": self.warmup >= 0, "eval_every": self.eval_every >= 1,
+                  "val_fraction": 0 < self.val_fraction < 1, "grad_clip": self.grad_clip >= 0,
+                  "min_lr_ratio": 0 <= self.min_lr_ratio <= 1, "eval_batches": self.eval_batches >= 1}
+        bad = [name for name, ok in checks.items() if not ok]
+        if bad:
+            raise ValueError(f"invalid training setting(s): {', '.join(f'{n}={getattr(self, n)!r}' for n in bad)}")
+
+
+def lr_at(step: int, s: TrainSettings) -> float:
+    """Linear warmup to s.lr, then cosine decay to s.lr * s.min_lr_ratio at the last step."""
+    if step < s.warmup:
+        return s.lr * (step + 1) / s.warmup
+    progress = (step - s.warmup) / max(1, s.steps - s.warmup)
+    return s.lr * (s.min_lr_ratio + (1 - s.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+
+
+def load_corpus(path: str | Path = CORPUS) -> torch.Tensor:
+    """The corpus as GPT-2 BPE ids (int64)."""
+    text = Path(path).read_text(encoding="utf-8")
+    if not text.strip():
+        raise ValueError(f"{path} is empty")
+    return torch.tensor(get_tokenizer().encode(text), dtype=torch.long)
+
+
+def split(tokens: torch.Tensor, val_fraction: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first (1 - val_fraction) of the corpus trains, the rest validates (no overlap)."""
+    cut = int(len(tokens) * (1 - val_fraction))
+    return tokens[:cut], tokens[cut:]
+
+
+def batches(tokens: torch.Tensor, batch_size: int, block: int, generator: torch.Generator
+            ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Random windows: inputs [B, block] and next-token targets [B, block], forever."""
+    if len(tokens) <= block + 1:
+        raise ValueError(f"the data has {len(tokens)} tokens, too few for windows of {block + 1}")
+    while True:
+        starts = torch.randint(0, len(tokens) - block - 1, (batch_size,), generator=generator)
+        x = torch.stack([tokens[s:s + block] for s in starts])
+        y = torch.stack([tokens[s + 1:s + block + 1] for s in starts])
+        yield x, y
+
+
+def lm_loss(model: GPT, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    logits = model(x)
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.to(logits.device).reshape(-1))
+
+
+@dataclass
+class StepLog:
+    step: int
+    lr: float
+    train_loss: float
+    grad_norm: float
+    val_loss: float | None
+    elapsed_s: float
+
+
+class Trainer:
+    """One model, its optimiser and schedule; `step(x, y)` trains on one batch and returns a StepLog."""
+
+    def __init__(self, model: GPT, settings: TrainSettings):
+        self.model, self.settings = model, settings
+        decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and not n.startswith("wpe")]
+        no_decay = [p for n, p in model.named_parameters() if p.dim() < 2 or n.startswith("wpe")]
+        self.optimizer = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": settings.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+            lr=settings.lr, betas=(0.9, 0.95))
+        self.history: list[StepLog] = []
+        self.started = time.perf_counter()
+
+    def step(self, x: torch.Tensor, y: torch.Tensor, val: torch.Tensor | None = None) -> StepLog:
+        step = len(self.history)
+        lr = lr_at(step, self.settings)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        self.model.train()
+        loss = lm_loss(self.model, x, y)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        clip = self.settings.grad_clip or float("inf")
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip))
+        self.optimizer.step()
+        last = step + 1 == self.settings.steps
+        val_loss = None
+        if val is not None and ((step + 1) % self.settings.eval_every == 0 or last or step == 0):
+            val_loss = self.evaluate(val)
+        log = StepLog(step + 1, lr, float(loss.detach()), grad_norm, val_loss, time.perf_counter() - self.started)
+        self.history.append(log)
+        return log
+
+    @torch.no_grad()
+    def evaluate(self, tokens: torch.Tensor) -> float:
+        """Mean loss over fixed, evenly spaced validation windows (the same ones every time)."""
+        self.model.eval()
+        block = self.settings.block_size or self.model.config.n_ctx
+        n = self.settings.eval_batches * self.settings.batch_size
+        starts = torch.linspace(0, len(tokens) - block - 2, n).long()
+        losses = []
+        for chunk in starts.split(self.settings.batch_size):
+            x = torch.stack([tokens[s:s + block] for s in chunk])
+            y = torch.stack([tokens[s + 1:s + block + 1] for s in chunk])
+            losses.append(float(lm_loss(self.model, x, y)))
+        return sum(losses) / len(losses)
+
+
+@dataclass
+class TrainResult:
+    settings: dict
+    config: dict
+    history: list[dict] = field(default_factory=list)
+    stopped_early: bool = False
+
+    @property
+    def final(self) -> dict:
+        vals = [h for h in self.history if h["val_loss"] is not None]
+        return {"step": self.history[-1]["step"], "train_loss": self.history[-1]["train_loss"],
+                "val_loss": vals[-1]["val_loss"] if vals else None}
+
+
+def train_models(configs: dict[str, GPTConfig], settings: TrainSettings, tokens: torch.Tensor,
+                 device: str = "cpu", on_step: Callable[[str, StepLog], None] | None = None,
+                 should_stop: Callable[[], bool] | None = None, init: str = "gpt2"
+                 ) -> tuple[dict[str, GPT], dict[str, TrainResult]]:
+    """Train one model per config on the same batches (same seed, same init draws per config).
+    `on_step(name, log)` is called after every step; `should_stop()` ends training cleanly."""
+    train_tokens, val_tokens = split(tokens, settings.val_fraction)
+    models, trainers = {}, {}
+    for name, cfg in configs.items():
+        torch.manual_seed(settings.seed)  # same draws, so twins that differ only in wiring share weights
+        models[name] = GPT(cfg, init=init).to(device)
+        trainers[name] = Trainer(models[name], settings)
+    block = settings.block_size or min(cfg.n_ctx for cfg in configs.values())
+    data = batches(train_tokens, settings.batch_size, block, torch.Generator().manual_seed(settings.seed))
+    stopped = False
+    for _ in range(settings.steps):
+        if should_stop is not None and should_stop():
+            stopped = True
+            break
+        x, y = next(data)
+        for name, trainer in trainers.items():
+            log = trainer.step(x.to(device), y, val_tokens)
+            if on_step is not None:
+                on_step(name, log)
+    results = {name: TrainResult(asdict(settings), configs[name].to_dict(),
+                                 [asdict(h) for h in trainers[name].history], stopped)
+               for name in configs}
+    for model in models.values():
+        model.eval()
+    return models, results
+
+
+def write_history(result: TrainResult, folder: Path) -> None:
+    """Loss curves beside the checkpoint: history.csv and history.json."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / "history.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(result.history[0]))
+        writer.writeheader()
+        writer.writerows(result.history)
+    (folder / "history.json").write_text(json.dumps(
+        {"settings": result.settings, "final": result.final, "history": result.history}, indent=1))
+
+
+def format_eta(done: int, total: int, elapsed: float) -> str:
+    if done == 0:
+        return "?"
+    left = elapsed / done * (total - done)
+    return f"{int(left // 60)}m{int(left % 60):02d}s"

@@ -1,0 +1,230 @@
+"""The only gptviz module that imports Streamlit: the shared sidebar, cached loaders, session-state keys.
+
+One model per ModelSpec is loaded with st.cache_resource and shared by every session (it is read-only;
+capture state lives in each call). Forward passes are cached with st.cache_data keyed by (spec, ids,
+names), so a rerun caused by a display widget runs no model.
+"""
+from __future__ import annotations
+
+import threading
+from typing import NamedTuple
+
+import streamlit as st
+import torch
+
+from . import PRESETS, GPT
+from .config import ConfigError
+from .hooks import ActivationCache, capture
+from .params import total_params
+from .tokenizer import get_tokenizer
+from .weights import CheckpointError, bundled_models, load_checkpoint, load_pretrained
+
+DEFAULT_PROMPT = "ROMEO:\nBut soft, what light through yonder window breaks?\nIt is the east, and Juliet is the sun."
+SOURCE_BUNDLED, SOURCE_PRESET, SOURCE_PRETRAINED, SOURCE_TRAINED = (
+    "Trained on Shakespeare (bundled)", "Preset, random weights", "GPT-2 weights (folder or Hub id)",
+    "Trained in this session")
+# Presets above this size are slow to initialise on a laptop CPU; the sidebar says so.
+LARGE_MODEL_PARAMS = 400_000_000
+
+
+class ModelSpec(NamedTuple):
+    """Everything that determines a model's weights and wiring: the cache key for load_model."""
+    source: str        # one of the SOURCE_* labels
+    name: str          # bundled model, preset name, folder/Hub id, or trained-run id
+    norm: str          # "pre" or "post"
+    seed: int = 0      # random init seed (presets only)
+    device: str = "cpu"
+
+    def label(self) -> str:
+        if self.source == SOURCE_PRESET:
+            return f"{self.name} ({self.norm}-norm, random init, seed {self.seed})"
+        return f"{self.name} ({self.norm}-norm)"
+
+
+# Counts real forward passes run by the cached helpers below (tests assert display reruns add none).
+_forward_lock = threading.Lock()
+forward_calls = 0
+
+
+def _count_forward() -> None:
+    global forward_calls
+    with _forward_lock:
+        forward_calls += 1
+
+
+def _trained_store() -> dict[str, GPT]:
+    """Models trained on the Train page, shared across sessions by run id (in memory only)."""
+    return _trained_models()
+
+
+@st.cache_resource
+def _trained_models() -> dict[str, GPT]:
+    return {}
+
+
+def register_trained_model(run_id: str, model: GPT) -> None:
+    _trained_store()[run_id] = model.eval()
+
+
+@st.cache_resource(max_entries=6, show_spinner=False)
+def load_model(spec: ModelSpec) -> GPT:
+    """Build or load the model a spec names (raises ConfigError/CheckpointError with a clear message)."""
+    if spec.source == SOURCE_PRESET:
+        if spec.name not in PRESETS:
+            raise ConfigError(f"unknown preset {spec.name!r}")
+        torch.manual_seed(spec.seed)
+        with torch.device(spec.device):
+            model = GPT(PRESETS[spec.name].replace(norm=spec.norm))
+        return model.eval()
+    if spec.source == SOURCE_BUNDLED:
+        models = bundled_models()
+        if spec.name not in models:
+            raise CheckpointError(f"bundled model {spec.name!r} is missing; available: {', '.join(models) or 'none'}")
+        return load_checkpoint(models[spec.name]).to(spec.device)
+    if spec.source == SOURCE_TRAINED:
+        model = _trained_store().get(spec.name)
+        if model is None:
+            raise CheckpointError("that trained model is gone (the server restarted); train it again on the Train page")
+        if model.config.norm != spec.norm:
+            raise CheckpointError(f"the trained model is {model.config.norm}-norm")
+        return model
+    return load_pretrained(spec.name, norm=spec.norm).to(spec.device)
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def get_capture(spec: ModelSpec, ids: tuple[int, ...], names: tuple[str, ...] | None = None
+                ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """(logits [T, vocab], {hook name: tensor without the batch axis}) for one prompt, cached."""
+    model = load_model(spec)
+    _count_forward()
+    logits, cache = capture(model, torch.tensor([ids]), list(names) if names is not None else None)
+    return logits[0].float().cpu(), {k: v[0] for k, v in cache.items()}
+
+
+def capture_cache(spec: ModelSpec, ids: tuple[int, ...], names: tuple[str, ...] | None = None
+                  ) -> tuple[torch.Tensor, ActivationCache]:
+    """get_capture wrapped in an ActivationCache (tensors keep no batch axis)."""
+    logits, store = get_capture(spec, ids, names)
+    return logits, ActivationCache(store, load_model(spec).config.n_layers)
+
+
+# ---- the shared sidebar -------------------------------------------------------------------------------
+
+def _default_source() -> str:
+    return SOURCE_BUNDLED if bundled_models() else SOURCE_PRESET
+
+
+def _bundled_twin(norm: str) -> str | None:
+    """The bundled model with this norm placement (e.g. shakespeare-pre / shakespeare-post)."""
+    for name in bundled_models():
+        if name.endswith(f"-{norm}"):
+            return name
+    return None
+
+
+def sidebar() -> ModelSpec | None:
+    """Draw the model picker and prompt; store and return the ModelSpec (None when no valid model)."""
+    state = st.session_state
+    state.setdefault("prompt", DEFAULT_PROMPT)
+    with st.sidebar:
+        st.subheader("Model")
+        sources = [SOURCE_BUNDLED] if bundled_models() else []
+        sources += [SOURCE_PRESET, SOURCE_PRETRAINED]
+        if _trained_store():
+            sources.append(SOURCE_TRAINED)
+        if state.get("model_source") not in sources:
+            state["model_source"] = _default_source()
+        source = st.selectbox("Source", sources, key="model_source")
+        norm = st.radio("LayerNorm placement", ["pre", "post"], key="norm", horizontal=True,
+                        format_func={"pre": "pre-norm (GPT-2)", "post": "post-norm (GPT-1)"}.get,
+                        help="Pre-norm normalises before each sub-layer and once at the end; post-norm "
+                             "normalises after each residual addition.")
+        devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+        device = st.selectbox("Device", devices, key="device") if len(devices) > 1 else "cpu"
+        spec = None
+        if source == SOURCE_BUNDLED:
+            name = _bundled_twin(norm)
+            if name is None:
+                st.error(f"No bundled {norm}-norm model.")
+            else:
+                spec = ModelSpec(source, name, norm, 0, device)
+                st.caption(f"`{name}`: the {norm}-norm twin, trained on Tiny Shakespeare.")
+        elif source == SOURCE_PRESET:
+            state.setdefault("preset", "small-4l")
+            preset = st.selectbox("Preset", list(PRESETS), key="preset")
+            seed = st.number_input("Seed", min_value=0, max_value=2**31 - 1, step=1, key="seed")
+            n = total_params(PRESETS[preset])
+            st.caption(f"{n:,} parameters, {n * 4 / 2**20:,.0f} MiB in float32, random weights.")
+            if n > LARGE_MODEL_PARAMS:
+                st.warning("A model this size takes a while to build on a CPU.")
+            spec = ModelSpec(source, preset, norm, int(seed), device)
+        elif source == SOURCE_PRETRAINED:
+            name = st.text_input("Folder or Hub id", key="hf_name", placeholder="/path/to/gpt2 or gpt2",
+                                 help="A folder with config.json and model.safetensors (or pytorch_model.bin), "
+                                      "in Hugging Face GPT-2 or gptviz layout; or a Hub id such as gpt2, "
+                                      "found in the local Hugging Face cache or downloaded when online.")
+            if name.strip():
+                spec = ModelSpec(source, name.strip(), norm, 0, device)
+            else:
+                st.info("Enter a folder path or a Hub id.")
+        else:
+            runs = list(_trained_store())
+            run = st.selectbox("Run", runs, key="trained_run")
+            spec = ModelSpec(source, run, _trained_store()[run].config.norm, 0, device)
+        st.subheader("Prompt")
+        st.text_area("Prompt", key="prompt", height=120, label_visibility="collapsed",
+                     help="Shared by every page.")
+        st.radio("Figure download format", EXPORT_FORMATS, key="export_format", horizontal=True,
+                 format_func=str.upper, help="The camera button in each figure's toolbar saves it in this format.")
+    state["model_spec"] = spec
+    return spec
+
+
+def current_model() -> tuple[ModelSpec, GPT] | None:
+    """The sidebar's model, loaded (with a spinner); a clear message in the page when it cannot load."""
+    spec = st.session_state.get("model_spec")
+    if spec is None:
+        st.info("Choose a model in the sidebar.")
+        return None
+    try:
+        with st.spinner(f"Loading {spec.label()}..."):
+            return spec, load_model(spec)
+    except (ConfigError, CheckpointError, ValueError, OSError, RuntimeError) as err:
+        st.error(f"Could not load {spec.label()}: {err}")
+        return None
+
+
+class PromptTokens(NamedTuple):
+    ids: tuple[int, ...]
+    total: int           # tokens in the whole prompt
+    truncated: bool      # only the last n_ctx tokens are kept
+
+
+def prompt_tokens(n_ctx: int, prompt: str | None = None) -> PromptTokens | None:
+    """The sidebar prompt as ids, keeping the last n_ctx tokens (with a visible note); None and a hint
+    when the prompt is empty."""
+    text = st.session_state.get("prompt", "") if prompt is None else prompt
+    ids = get_tokenizer().encode(text)
+    if not ids:
+        st.info("Type a prompt in the sidebar to see the model at work.")
+        return None
+    kept = tuple(ids[-n_ctx:])
+    if len(ids) > n_ctx:
+        st.warning(f"The prompt has {len(ids):,} tokens; the model's context is {n_ctx}, so only the last "
+                   f"{n_ctx} are used.")
+    return PromptTokens(kept, len(ids), len(ids) > n_ctx)
+
+
+EXPORT_FORMATS = ("png", "svg")
+
+
+def plotly_config() -> dict:
+    """Plotly's own export (the camera button in each figure's toolbar, no internet), in the format
+    chosen in the sidebar."""
+    fmt = st.session_state.get("export_format", "png")
+    return {"displaylogo": False, "toImageButtonOptions": {"format": fmt, "scale": 2 if fmt == "png" else 1}}
+
+
+def show_figure(fig, key: str | None = None, **kwargs):
+    """st.plotly_chart with the shared export settings; use it for every figure."""
+    return st.plotly_chart(fig, config=plotly_config(), key=key, **kwargs)

@@ -1,0 +1,23 @@
+"""Shared pieces of the figure factories: token axes, hover text, layout defaults."""
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+ATTENTION_SCALE = "Blues"       # weights in [0, 1]
+DIVERGING_SCALE = "RdBu_r"      # signed values centred on 0
+MASKED_COLOR = "#d9d9d9"        # the causal mask's upper triangle: visibly not a zero weight
+FONT = dict(family="Inter, Segoe UI, Helvetica, Arial, sans-serif", size=13)
+
+
+def token_axis(labels: list[str], max_ticks: int = 64) -> dict:
+    """Integer axis with token tick labels: repeated tokens stay in distinct columns (a categorical axis
+    would merge them). Past max_ticks only every n-th label is written."""
+    step = max(1, -(-len(labels) // max_ticks))
+    vals = list(range(0, len(labels), step))
+    return dict(tickmode="array", tickvals=vals, ticktext=[labels[i] for i in vals])
+
+
+def apply_layout(fig: go.Figure, title: str | None = None, height: int | None = None, **kwargs) -> go.Figure:
+    fig.update_layout(title=title, height=height, font=FONT, margin=dict(l=10, r=10, t=50 if title else 20, b=10),
+                      template="plotly_white", **kwargs)
+    return fig

@@ -48,6 +48,20 @@ def _train(args) -> int:
     return 0
 
 
+def _check(args) -> int:
+    from .evaluate import check_folder
+    report = check_folder(args.folder, args.data)
+    for key in ("val_loss", "bigram_baseline", "margin"):
+        print(f"{key:<28}{report[key]:.4f}")
+    print(f"{'best previous-token head':<28}{report['best_previous_token_head']}")
+    print(f"{'best induction head':<28}{report['best_induction_head']}")
+    print(f"{'speaker lines / newlines':<28}{report['sample_speaker_lines']} / {report['sample_newlines']}")
+    for bar, ok in report["passes"].items():
+        print(f"{'PASS' if ok else 'FAIL'}  {bar}")
+    print("\n" + report["sample"])
+    return 0 if all(report["passes"].values()) else 1
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gptviz", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -72,6 +86,11 @@ def main(argv=None) -> int:
     t.add_argument("--save-dtype", choices=("float32", "float16"), default="float16")
     t.add_argument("--out", required=True)
     t.set_defaults(func=_train)
+    c = sub.add_parser("check", help="measure a trained checkpoint against the bundled-model bars; "
+                                     "writes check.json and MODEL_CARD.md beside it")
+    c.add_argument("folder", help="checkpoint folder, or a bundled model's name")
+    c.add_argument("--data", default=None, help="corpus (default: the bundled Tiny Shakespeare)")
+    c.set_defaults(func=_check)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

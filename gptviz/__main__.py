@@ -25,7 +25,8 @@ def _train(args) -> int:
         torch.set_num_threads(args.threads)
     cfg = get_preset(args.preset).replace(norm=args.norm, dropout=args.dropout)
     settings = TrainSettings(steps=args.steps, batch_size=args.batch_size, lr=args.lr, warmup=args.warmup,
-                             seed=args.seed, eval_every=args.eval_every)
+                             seed=args.seed, eval_every=args.eval_every,
+                             corpus_vocab_steps=args.corpus_vocab_steps)
     tokens = load_corpus(args.data)
     print(f"{len(tokens):,} tokens from {args.data}; {cfg.name} {args.norm}-norm on {args.device}", flush=True)
     started = time.perf_counter()
@@ -81,6 +82,9 @@ def main(argv=None) -> int:
     t.add_argument("--dropout", type=float, default=0.1)
     t.add_argument("--eval-every", type=int, default=d.eval_every)
     t.add_argument("--seed", type=int, default=d.seed)
+    t.add_argument("--corpus-vocab-steps", type=int, default=d.corpus_vocab_steps,
+                   help="first N steps normalise the softmax over the corpus's ids only (much cheaper); "
+                        "the rest use the full vocabulary")
     t.add_argument("--device", default="cpu")
     t.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
     t.add_argument("--save-dtype", choices=("float32", "float16"), default="float16")

@@ -90,7 +90,9 @@ GPT-2 BPE vocabulary of {cfg['vocab_size']:,}, tied head) trained from scratch o
 {settings.get('steps')} steps of AdamW (lr {settings.get('lr')}, warmup {settings.get('warmup')}, cosine to
 {settings.get('min_lr_ratio')}x, weight decay {settings.get('weight_decay')}, clip {settings.get('grad_clip')}), batch
 {settings.get('batch_size')} x {cfg['n_ctx']} tokens, dropout {cfg['dropout']}, seed {settings.get('seed')}, on the first 90% of the
-corpus; the last 10% validates. Final train loss {final.get('train_loss', float('nan')):.3f}, validation loss (training's
+corpus; the last 10% validates. The first {settings.get('corpus_vocab_steps', 0)} steps normalise the softmax over the ids the
+training split uses (about 11,000; the LM head over all 50,257 ids is most of the cost of a model this small), the rest over the
+full vocabulary; every validation loss here uses the full vocabulary. Final train loss {final.get('train_loss', float('nan')):.3f}, validation loss (training's
 sampled windows) {final.get('val_loss') or float('nan'):.3f}. Curves: `history.csv`, `history.json`.
 
 ## Measured by `python -m gptviz check {name}`
@@ -117,7 +119,8 @@ sampled windows) {final.get('val_loss') or float('nan'):.3f}. Curves: `history.c
 ```
 python -m gptviz train --preset {cfg.get('name', 'small-4l')} --norm {cfg['norm']} --steps {settings.get('steps')} \\
     --batch-size {settings.get('batch_size')} --lr {settings.get('lr')} --warmup {settings.get('warmup')} \\
-    --seed {settings.get('seed')} --dropout {cfg['dropout']} --out gptviz/models/{name}
+    --seed {settings.get('seed')} --dropout {cfg['dropout']} --corpus-vocab-steps {settings.get('corpus_vocab_steps', 0)} \\
+    --out gptviz/models/{name}
 python -m gptviz check gptviz/models/{name}
 ```
 """

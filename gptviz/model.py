@@ -93,8 +93,9 @@ class CausalSelfAttention(nn.Module):
 
     def _explicit_attention(self, q, k, v) -> torch.Tensor:
         T, S = q.shape[2], k.shape[2]
-        scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(self.d_head))  # (B, nh, T, S)
-        scores = scores.masked_fill(~_causal_mask(T, S - T, q.device), float("-inf"))
+        # scale q (T x hs) rather than the scores (T x S), and mask in place: one (B, nh, T, S) tensor fewer
+        scores = (q * (1.0 / math.sqrt(self.d_head))) @ k.transpose(-2, -1)  # (B, nh, T, S)
+        scores.masked_fill_(~_causal_mask(T, S - T, q.device), float("-inf"))
         scores = self.hook_attn_scores(scores)
         pattern = self.hook_pattern(F.softmax(scores, dim=-1))
         return self.attn_dropout(pattern) @ v  # (B, nh, T, hs)
@@ -200,6 +201,8 @@ class GPT(nn.Module):
     def check_ids(self, ids: torch.Tensor, past: int = 0) -> torch.Tensor:
         if not isinstance(ids, torch.Tensor):
             ids = torch.as_tensor(ids)
+        if ids.numel() == 0:  # before the dtype check: torch.as_tensor([]) is float32
+            raise ValueError("no tokens: the sequence is empty")
         if ids.dtype not in (torch.int64, torch.int32):
             raise TypeError(f"token ids must be integers, got {ids.dtype}")
         if ids.dim() == 1:
@@ -218,7 +221,15 @@ class GPT(nn.Module):
             raise ValueError(f"token id {bad} is outside the vocabulary [0, {self.config.vocab_size})")
         return ids
 
-    def forward(self, ids: torch.Tensor, kv_cache: KVCache | None = None) -> torch.Tensor:
+    def forward(self, ids: torch.Tensor, kv_cache: KVCache | None = None, last_only: bool = False) -> torch.Tensor:
+        """Logits [B, T, vocab]; with `last_only`, [B, 1, vocab] for the last position only (generation needs
+        no more, and the LM head is a large share of a long prompt's cost)."""
+        x = self.final_hidden(ids, kv_cache, last_only)
+        return self.hook_logits(self.lm_head(x))  # (B, T, vocab)
+
+    def final_hidden(self, ids: torch.Tensor, kv_cache: KVCache | None = None, last_only: bool = False
+                     ) -> torch.Tensor:
+        """The final norm's output [B, T, d_model]: what the LM head (unembedding) reads."""
         past = kv_cache.length if kv_cache is not None else 0
         ids = self.check_ids(ids, past).to(self.device)
         T = ids.shape[1]
@@ -230,8 +241,9 @@ class GPT(nn.Module):
             x = block(x, kv_cache.layers[i] if kv_cache is not None else None, past)
         if kv_cache is not None:
             kv_cache.length = past + T
-        x = self.ln_f(x)  # kept in post-norm too (the GPT-1 count in the spec includes it); see config.py
-        return self.hook_logits(self.lm_head(x))  # (B, T, vocab)
+        if last_only:
+            x = x[:, -1:]
+        return self.ln_f(x)  # kept in post-norm too (the GPT-1 count in the spec includes it); see config.py
 
     def new_kv_cache(self, batch: int = 1) -> KVCache:
         return KVCache(self.config, batch, self.device, self.wte.weight.dtype)

@@ -37,12 +37,32 @@ class TrainSettings:
     eval_every: int = 100
     eval_batches: int = 8
     seed: int = 1337
+    # The LM head over 50,257 ids is most of a small model's cost, and Tiny Shakespeare uses about 11,000 of
+    # them. The first `corpus_vocab_steps` steps normalise the softmax over the ids the training split uses
+    # (the loss of every target is exact up to that normalisation); the remaining steps use the full
+    # vocabulary, which pushes the never-seen ids down. Validation always uses the full vocabulary.
+    corpus_vocab_steps: int = 0
 
     def __post_init__(self):
+        def whole(x):
+            return isinstance(x, int) and not isinstance(x, bool)
+
+        def number(x):
+            return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+        ints = ("steps", "batch_size", "warmup", "eval_every", "eval_batches", "seed")
+        floats = ("lr", "min_lr_ratio", "weight_decay", "grad_clip", "val_fraction")
+        bad = [n for n in ints if not whole(getattr(self, n))] + [n for n in floats if not number(getattr(self, n))]
+        if self.block_size is not None and not whole(self.block_size):
+            bad.append("block_size")
+        if bad:
+            raise ValueError(f"invalid training setting(s): {', '.join(f'{n}={getattr(self, n)!r}' for n in bad)}")
         checks = {"steps": self.steps >= 1, "batch_size": self.batch_size >= 1, "lr": self.lr > 0,
                   "warmup": self.warmup >= 0, "eval_every": self.eval_every >= 1,
                   "val_fraction": 0 < self.val_fraction < 1, "grad_clip": self.grad_clip >= 0,
-                  "min_lr_ratio": 0 <= self.min_lr_ratio <= 1, "eval_batches": self.eval_batches >= 1}
+                  "min_lr_ratio": 0 <= self.min_lr_ratio <= 1, "eval_batches": self.eval_batches >= 1,
+                  "weight_decay": self.weight_decay >= 0,
+                  "block_size": self.block_size is None or self.block_size >= 1}
         bad = [name for name, ok in checks.items() if not ok]
         if bad:
             raise ValueError(f"invalid training setting(s): {', '.join(f'{n}={getattr(self, n)!r}' for n in bad)}")
@@ -52,7 +72,7 @@ def lr_at(step: int, s: TrainSettings) -> float:
     """Linear warmup to s.lr, then cosine decay to s.lr * s.min_lr_ratio at the last step."""
     if step < s.warmup:
         return s.lr * (step + 1) / s.warmup
-    progress = (step - s.warmup) / max(1, s.steps - s.warmup)
+    progress = (step - s.warmup) / max(1, s.steps - 1 - s.warmup)  # 1.0 at the last step (steps - 1)
     return s.lr * (s.min_lr_ratio + (1 - s.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
 
 
@@ -82,6 +102,15 @@ def batches(tokens: torch.Tensor, batch_size: int, block: int, generator: torch.
         yield x, y
 
 
+def subset_lm_loss(model: GPT, x: torch.Tensor, y: torch.Tensor, vocab: torch.Tensor,
+                   index_of: torch.Tensor) -> torch.Tensor:
+    """Next-token loss with the softmax over `vocab` (sorted ids) only; `index_of[id]` is id's row in vocab."""
+    hidden = model.final_hidden(x)
+    logits = hidden @ model.lm_head.weight[vocab].t()  # (B, T, |vocab|)
+    targets = index_of[y.to(logits.device)]
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
+
+
 def lm_loss(model: GPT, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     logits = model(x)
     return F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.to(logits.device).reshape(-1))
@@ -95,13 +124,20 @@ class StepLog:
     grad_norm: float
     val_loss: float | None
     elapsed_s: float
+    full_vocab: bool = True  # train_loss normalised over all ids (False: over the corpus's ids only)
 
 
 class Trainer:
     """One model, its optimiser and schedule; `step(x, y)` trains on one batch and returns a StepLog."""
 
-    def __init__(self, model: GPT, settings: TrainSettings):
+    def __init__(self, model: GPT, settings: TrainSettings, train_tokens: torch.Tensor | None = None):
         self.model, self.settings = model, settings
+        self.corpus_vocab = None  # (sorted ids the training split uses, row of each id in that list)
+        if settings.corpus_vocab_steps and train_tokens is not None:
+            vocab = torch.unique(train_tokens).to(model.device)
+            index_of = torch.full((model.config.vocab_size,), -1, dtype=torch.long, device=model.device)
+            index_of[vocab] = torch.arange(len(vocab), device=model.device)
+            self.corpus_vocab = (vocab, index_of)
         decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and not n.startswith("wpe")]
         no_decay = [p for n, p in model.named_parameters() if p.dim() < 2 or n.startswith("wpe")]
         self.optimizer = torch.optim.AdamW(
@@ -116,7 +152,11 @@ class Trainer:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.model.train()
-        loss = lm_loss(self.model, x, y)
+        full_vocab = step >= self.settings.corpus_vocab_steps or self.corpus_vocab is None
+        if not full_vocab:
+            loss = subset_lm_loss(self.model, x, y, *self.corpus_vocab)
+        else:
+            loss = lm_loss(self.model, x, y)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         clip = self.settings.grad_clip or float("inf")
@@ -126,7 +166,8 @@ class Trainer:
         val_loss = None
         if val is not None and ((step + 1) % self.settings.eval_every == 0 or last or step == 0):
             val_loss = self.evaluate(val)
-        log = StepLog(step + 1, lr, float(loss.detach()), grad_norm, val_loss, time.perf_counter() - self.started)
+        log = StepLog(step + 1, lr, float(loss.detach()), grad_norm, val_loss, time.perf_counter() - self.started,
+                      full_vocab)
         self.history.append(log)
         return log
 
@@ -170,7 +211,7 @@ def train_models(configs: dict[str, GPTConfig], settings: TrainSettings, tokens:
     for name, cfg in configs.items():
         torch.manual_seed(settings.seed)  # same draws, so twins that differ only in wiring share weights
         models[name] = GPT(cfg, init=init).to(device)
-        trainers[name] = Trainer(models[name], settings)
+        trainers[name] = Trainer(models[name], settings, train_tokens)
     block = settings.block_size or min(cfg.n_ctx for cfg in configs.values())
     data = batches(train_tokens, settings.batch_size, block, torch.Generator().manual_seed(settings.seed))
     stopped = False

@@ -86,18 +86,38 @@ def _sample(probs: torch.Tensor, allowed: torch.Tensor, greedy: bool, generator:
     return int(torch.multinomial(weights, 1, generator=generator))
 
 
-@torch.no_grad()
 def stream(model: GPT, ids, max_new_tokens: int = 32, temperature: float = 1.0, top_k: int | None = None,
            top_p: float | None = None, seed: int | None = None, stop_at_eos: bool = False,
            attention: bool = False, use_cache: bool = True) -> Iterator[StepRecord]:
     """Yield one StepRecord per new token. `attention=True` adds each step's attention row for every
-    layer and head. `use_cache=False` recomputes the whole sequence each step (for checking the cache)."""
+    layer and head. `use_cache=False` recomputes the whole sequence each step (for checking the cache).
+    Settings and the prompt are checked here, when called, not at the first next()."""
     check_sampling(temperature, top_k, top_p, max_new_tokens)
-    seq = [int(i) for i in (ids.flatten().tolist() if isinstance(ids, torch.Tensor) else ids)]
+    seq = _as_list(ids)
     if not seq:
         raise ValueError("the prompt has no tokens; generation needs at least one to condition on")
+    bad = [i for i in seq if not 0 <= i < model.config.vocab_size]
+    if bad:
+        raise ValueError(f"token id {bad[0]} is outside the vocabulary [0, {model.config.vocab_size})")
+    return _stream(model, seq, max_new_tokens, temperature, top_k, top_p, seed, stop_at_eos, attention,
+                   use_cache)
+
+
+def _as_list(ids) -> list[int]:
+    """One prompt as a list of ids, from a list, a [T] tensor or a [1, T] tensor."""
+    if isinstance(ids, torch.Tensor):
+        if ids.dim() > 2 or (ids.dim() == 2 and ids.shape[0] != 1):
+            raise ValueError(f"generation takes one sequence, [T] or [1, T]; got shape {tuple(ids.shape)}")
+        return [int(i) for i in ids.flatten().tolist()]
+    return [int(i) for i in ids]
+
+
+@torch.no_grad()
+def _stream(model: GPT, seq: list[int], max_new_tokens: int, temperature: float, top_k: int | None,
+            top_p: float | None, seed: int | None, stop_at_eos: bool, attention: bool,
+            use_cache: bool) -> Iterator[StepRecord]:
     n_ctx = model.config.n_ctx
-    generator = torch.Generator(device=model.device)
+    generator = torch.Generator()  # sampling runs on the CPU copy of the logits, whatever the model's device
     generator.manual_seed(seed if seed is not None else int(torch.randint(0, 2**62, (1,))))
     pattern_names = [f"blocks.{i}.attn.hook_pattern" for i in range(model.config.n_layers)]
     wanted = frozenset(pattern_names) if attention else frozenset()
@@ -112,14 +132,15 @@ def stream(model: GPT, ids, max_new_tokens: int = 32, temperature: float = 1.0, 
             else:  # first step, no cache, or a full context: run on the last n_ctx tokens
                 window_start = max(0, len(seq) - n_ctx)
                 cache = model.new_kv_cache() if use_cache else None
-                logits = model(torch.tensor([seq[window_start:]]), kv_cache=cache)
+                logits = model(torch.tensor([seq[window_start:]]), kv_cache=cache, last_only=True)
         logits = logits[0, -1].float().cpu()
         probs, allowed = sampling_distribution(logits, temperature, top_k, top_p)
         token = _sample(probs, allowed, temperature == 0, generator)
         rows = None
         if attention:  # the predicting (last) query's row in every layer: [layers, heads, keys]
             rows = torch.stack([store[name][0, :, -1, :] for name in pattern_names])
-        yield StepRecord(step=step, token_id=token, piece=token_label(enc.decode_single_token_bytes(token)),
+        piece = token_label(enc.decode_single_token_bytes(token)) if token < enc.n_vocab else f"<{token}>"
+        yield StepRecord(step=step, token_id=token, piece=piece,
                          position=len(seq), logits=logits, probs=probs, allowed=allowed, attention=rows,
                          context_shifted=shifted, window_start=window_start)
         seq.append(token)
@@ -131,7 +152,7 @@ def generate(model: GPT, ids, max_new_tokens: int = 32, temperature: float = 1.0
              top_p: float | None = None, seed: int | None = None, stop_at_eos: bool = False,
              use_cache: bool = True) -> list[int]:
     """The prompt's ids followed by the new ones. temperature 0 is greedy; the same seed gives the same text."""
-    seq = [int(i) for i in (ids.flatten().tolist() if isinstance(ids, torch.Tensor) else ids)]
+    seq = _as_list(ids)
     for record in stream(model, seq, max_new_tokens, temperature, top_k, top_p, seed, stop_at_eos,
                          use_cache=use_cache):
         seq.append(record.token_id)

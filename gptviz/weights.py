@@ -52,7 +52,9 @@ def _read_tensors(folder: Path) -> dict[str, torch.Tensor]:
         if st.exists():
             return load_file(str(st))
         if binary.exists():  # legacy format: tensors only, never arbitrary objects
-            return torch.load(binary, map_location="cpu", weights_only=True)
+            return _only_tensors(torch.load(binary, map_location="cpu", weights_only=True), binary)
+    except CheckpointError:
+        raise
     except (SafetensorError, OSError, RuntimeError, EOFError, ValueError) as err:
         name = st.name if st.exists() else binary.name
         raise CheckpointError(f"{folder / name} is corrupt or not a weights file: {err}") from None
@@ -62,11 +64,26 @@ def _read_tensors(folder: Path) -> dict[str, torch.Tensor]:
     raise CheckpointError(f"{folder} has no model.safetensors or pytorch_model.bin")
 
 
+def _only_tensors(loaded, path: Path) -> dict[str, torch.Tensor]:
+    """weights_only=True still admits plain containers and numbers; a state dict is names -> tensors."""
+    if not isinstance(loaded, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor)
+                                               for k, v in loaded.items()):
+        raise CheckpointError(f"{path} is not a state dict (a mapping of names to tensors); "
+                              f"got {type(loaded).__name__}")
+    return loaded
+
+
 def config_from_hf(hf: dict) -> GPTConfig:
     """A GPTConfig from a Hugging Face GPT-2 `config.json` dict."""
     if hf.get("model_type") not in (None, "gpt2"):
         raise CheckpointError(f"model_type {hf.get('model_type')!r} is not GPT-2; gptviz loads GPT-2 "
                               f"checkpoints (gpt2, distilgpt2, gpt2-medium/large/xl and fine-tunes)")
+    # GPT-2 variants whose attention we do not reproduce would load but give other logits: refuse them.
+    for key, supported in (("scale_attn_weights", True), ("scale_attn_by_inverse_layer_idx", False),
+                           ("add_cross_attention", False)):
+        if hf.get(key, supported) != supported:
+            raise CheckpointError(f"{key}={hf[key]!r} is not supported (gptviz implements GPT-2's "
+                                  f"attention with {key}={supported})")
     act = hf.get("activation_function", "gelu_new")
     if act not in _HF_ACTIVATIONS:
         raise CheckpointError(f"activation_function {act!r} is not supported")
@@ -125,7 +142,10 @@ def load_checkpoint(folder: str | os.PathLike, norm: str | None = None) -> GPT:
     except ConfigError as err:
         raise CheckpointError(f"{folder / 'config.json'}: {err}") from None
     if norm is not None:
-        config = config.replace(norm=norm)
+        try:
+            config = config.replace(norm=norm)
+        except ConfigError as err:
+            raise CheckpointError(f"norm override: {err}") from None
     tensors = _read_tensors(folder)
     state = tensors if meta.get("format") == FORMAT else state_from_hf(tensors, config)
     return _load_state(GPT(config), state, str(folder))

@@ -1,0 +1,247 @@
+"""GPT: shapes, GPT-2 names, tying, pre/post wiring, init, attention paths, input errors, causality."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import SMALL, build, random_ids
+from gptviz import GPT, GPTConfig, capture
+from gptviz import model as model_module
+
+
+def test_logits_shape_batch_and_unbatched(model):
+    ids = random_ids(7, batch=3)
+    assert model(ids).shape == (3, 7, SMALL.vocab_size)
+    one = model(ids[1])
+    assert one.shape == (1, 7, SMALL.vocab_size)
+    torch.testing.assert_close(one[0], model(ids)[1], atol=1e-5, rtol=0)
+    assert model([1, 2, 3]).shape == (1, 3, SMALL.vocab_size)  # plain lists are accepted
+
+
+def test_gpt2_parameter_names(model):
+    expected = ["wte.weight", "wpe.weight"]
+    for i in range(SMALL.n_layers):
+        b = f"blocks.{i}"
+        expected += [f"{b}.ln_1.weight", f"{b}.ln_1.bias", f"{b}.attn.c_attn.weight", f"{b}.attn.c_attn.bias",
+                     f"{b}.attn.c_proj.weight", f"{b}.attn.c_proj.bias", f"{b}.ln_2.weight", f"{b}.ln_2.bias",
+                     f"{b}.mlp.c_fc.weight", f"{b}.mlp.c_fc.bias", f"{b}.mlp.c_proj.weight", f"{b}.mlp.c_proj.bias"]
+    expected += ["ln_f.weight", "ln_f.bias", "lm_head.weight"]
+    assert [n for n, _ in model.named_parameters(remove_duplicate=False)] == expected
+    assert list(model.state_dict()) == expected
+    modules = dict(model.named_modules())
+    assert isinstance(modules["wte"], torch.nn.Embedding) and isinstance(modules["lm_head"], torch.nn.Linear)
+    assert isinstance(modules["blocks.1.ln_2"], torch.nn.LayerNorm)
+    assert modules["blocks.0.attn.c_attn"].weight.shape == (3 * 32, 32)  # nn.Linear: [out, in]
+
+
+def test_rmsnorm_modules_have_no_bias():
+    m = build(norm_type="rmsnorm")
+    assert isinstance(m.blocks[0].ln_1, torch.nn.RMSNorm)
+    names = [n for n, _ in m.named_parameters()]
+    assert "blocks.0.ln_1.weight" in names and "blocks.0.ln_1.bias" not in names and "ln_f.bias" not in names
+
+
+def test_tied_weights_are_one_tensor():
+    tied = build()
+    assert tied.lm_head.weight is tied.wte.weight
+    with torch.no_grad():
+        tied.wte.weight[5, 0] = 123.0
+    assert tied.lm_head.weight[5, 0] == 123.0
+    untied = build(tie_weights=False)
+    assert untied.lm_head.weight is not untied.wte.weight
+    assert untied.lm_head.weight.data_ptr() != untied.wte.weight.data_ptr()
+
+
+def test_model_keeps_its_config(model):
+    assert model.config is SMALL
+
+
+def test_pre_and_post_norm_share_state_dict_layout_and_weights():
+    pre, post = build(seed=1), build(seed=2, norm="post")
+    pre_state, post_state = pre.state_dict(), post.state_dict()
+    assert list(pre_state) == list(post_state)
+    assert all(pre_state[k].shape == post_state[k].shape for k in pre_state)
+    post.load_state_dict(pre_state)  # strict: same keys, same shapes
+    for k in pre_state:
+        assert torch.equal(post.state_dict()[k], pre_state[k])
+    pre.load_state_dict(build(seed=3, norm="post").state_dict())  # and the other way round
+    ids = random_ids(10)
+    with torch.no_grad():
+        torch.testing.assert_close(pre(ids), build(seed=3)(ids), atol=0, rtol=0)  # post's weights, pre wiring
+        a, b = build(seed=1)(ids), post(ids)  # same weights, other wiring
+    assert (a - b).abs().max() > 1e-3
+
+
+def test_post_norm_wiring_matches_hand_computation():
+    m = build(norm="post", seed=4, n_layers=1)
+    ids = random_ids(6)
+    with torch.no_grad():
+        x = m.wte(ids)[None] + m.wpe(torch.arange(6))[None]
+        blk = m.blocks[0]
+        x = blk.ln_1(x + blk.attn(x))
+        x = blk.ln_2(x + blk.mlp(x))
+        expected = m.lm_head(m.ln_f(x))
+        torch.testing.assert_close(m(ids), expected, atol=1e-5, rtol=0)
+
+
+def test_pre_norm_wiring_matches_hand_computation():
+    m = build(seed=4, n_layers=1, activation="gelu_tanh")
+    ids = random_ids(6)
+    with torch.no_grad():
+        x = m.wte(ids)[None] + m.wpe(torch.arange(6))[None]
+        blk = m.blocks[0]
+        x = x + blk.attn(blk.ln_1(x))
+        h = F.gelu(blk.ln_2(x) @ blk.mlp.c_fc.weight.T + blk.mlp.c_fc.bias, approximate="tanh")
+        x = x + h @ blk.mlp.c_proj.weight.T + blk.mlp.c_proj.bias
+        expected = m.ln_f(x) @ m.wte.weight.T
+        torch.testing.assert_close(m(ids), expected, atol=1e-5, rtol=0)
+
+
+def test_init_std_matches_gpt2():
+    cfg = GPTConfig(vocab_size=1000, n_ctx=64, d_model=256, n_layers=8, n_heads=8)
+    torch.manual_seed(0)
+    m = GPT(cfg)
+    residual = 0.02 / math.sqrt(2 * cfg.n_layers)  # 0.005
+    for name, p in m.named_parameters():
+        if name.endswith(("attn.c_proj.weight", "mlp.c_proj.weight")):
+            assert p.std().item() == pytest.approx(residual, rel=0.03), name
+            assert abs(p.mean().item()) < 3 * residual / math.sqrt(p.numel()) + 1e-6, name
+        elif name.endswith("weight") and p.dim() == 2:  # c_attn, c_fc, wte, wpe
+            assert p.std().item() == pytest.approx(0.02, rel=0.03), name
+        elif name.endswith("bias"):
+            assert torch.count_nonzero(p) == 0, name
+        else:  # norm gains
+            assert torch.equal(p, torch.ones_like(p)), name
+
+
+def test_xavier_init_option_and_unknown_init():
+    torch.manual_seed(0)
+    m = GPT(SMALL, init="xavier")
+    w = m.blocks[0].mlp.c_fc.weight  # [128, 32]: bound sqrt(6 / (32 + 128))
+    bound = math.sqrt(6 / (32 + 128))
+    assert w.abs().max() <= bound and w.abs().max() > 0.9 * bound
+    with pytest.raises(ValueError, match="init"):
+        GPT(SMALL, init="zeros")
+
+
+ALL_PATTERNS = [f"blocks.{i}.attn.hook_pattern" for i in range(SMALL.n_layers)]
+
+
+@pytest.mark.parametrize("norm", ["pre", "post"])
+@pytest.mark.parametrize("norm_type", ["layernorm", "rmsnorm"])
+@pytest.mark.parametrize("activation", ["gelu", "gelu_tanh", "relu"])
+def test_explicit_and_fused_attention_give_same_logits(norm, norm_type, activation, monkeypatch):
+    m = build(seed=5, norm=norm, norm_type=norm_type, activation=activation)
+    ids = random_ids(SMALL.n_ctx, batch=2, seed=1)
+    calls = []
+    sdpa = F.scaled_dot_product_attention
+
+    def counting_sdpa(*args, **kwargs):
+        calls.append(1)
+        return sdpa(*args, **kwargs)
+
+    monkeypatch.setattr(model_module.F, "scaled_dot_product_attention", counting_sdpa)
+    with torch.no_grad():
+        fused = m(ids)
+    assert len(calls) == SMALL.n_layers  # the plain forward used the fused kernel in every layer
+    explicit, cache = capture(m, ids, ALL_PATTERNS)
+    assert len(calls) == SMALL.n_layers  # capturing patterns took the explicit path everywhere
+    assert set(cache) == set(ALL_PATTERNS)
+    torch.testing.assert_close(explicit, fused, atol=1e-5, rtol=0)
+
+
+def test_explicit_path_only_where_weights_are_captured(monkeypatch):
+    m = build()
+    seen = []
+    sdpa = F.scaled_dot_product_attention
+    monkeypatch.setattr(model_module.F, "scaled_dot_product_attention",
+                        lambda q, *a, **k: seen.append(q.shape) or sdpa(q, *a, **k))
+    ids = random_ids(5)
+    logits, cache = capture(m, ids, "blocks.1.attn.hook_attn_scores")  # scores alone also need it
+    assert len(seen) == 1  # layer 0 stayed fused, layer 1 went explicit
+    assert cache["blocks.1.attn.hook_attn_scores"].shape == (1, 4, 5, 5)
+    _, other = capture(m, ids, ["blocks.0.attn.hook_z", "hook_logits"])  # no weights wanted: all fused
+    assert len(seen) == 3
+    torch.testing.assert_close(other["hook_logits"], logits, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("bad, message", [
+    ([5, 101, 3], r"token id 101 is outside the vocabulary \[0, 101\)"),
+    ([5, -1, 3], r"token id -1 is outside the vocabulary"),
+    (list(range(17)), r"sequence of 17 tokens is longer than the context of 16"),
+    ([], r"empty"),
+    (torch.zeros(1, 0, dtype=torch.long), r"empty"),
+    (torch.zeros(2, 2, 2, dtype=torch.long), r"\[batch, T\]"),
+])
+def test_bad_token_ids_raise_clear_value_errors(model, bad, message):
+    with pytest.raises(ValueError, match=message):
+        model(bad if isinstance(bad, torch.Tensor) else torch.tensor(bad, dtype=torch.long))
+    if not isinstance(bad, torch.Tensor):
+        with pytest.raises(ValueError, match=message):
+            model(bad)  # a plain list fails the same way
+
+
+def test_float_ids_are_a_type_error(model):
+    with pytest.raises(TypeError, match="integers"):
+        model(torch.tensor([1.0, 2.0]))
+
+
+def test_full_context_is_allowed(model):
+    assert model(random_ids(SMALL.n_ctx)).shape == (1, SMALL.n_ctx, SMALL.vocab_size)
+
+
+@pytest.mark.parametrize("norm", ["pre", "post"])
+def test_causality_later_tokens_do_not_change_earlier_logits(norm):
+    m = build(seed=6, norm=norm)
+    ids = random_ids(12, seed=2)
+    changed = ids.clone()
+    changed[7] = (ids[7] + 1) % SMALL.vocab_size
+    with torch.no_grad():
+        a, b = m(ids)[0], m(changed)[0]
+    torch.testing.assert_close(a[:7], b[:7], atol=1e-6, rtol=0)
+    assert (a[7:] - b[7:]).abs().amax(dim=-1).min() > 1e-4  # every later position sees the change
+    _, ca = capture(m, ids, ALL_PATTERNS)
+    _, cb = capture(m, changed, ALL_PATTERNS)
+    for name in ALL_PATTERNS:
+        torch.testing.assert_close(ca[name][..., :7, :], cb[name][..., :7, :], atol=1e-6, rtol=0)
+
+
+def test_kv_cache_forward_matches_full_forward(model):
+    ids = random_ids(10, seed=3)
+    with torch.no_grad():
+        full = model(ids)
+        cache = model.new_kv_cache()
+        first = model(ids[:6], kv_cache=cache)
+        assert cache.length == 6
+        rest = model(ids[6:], kv_cache=cache)  # several tokens at once on top of a cache
+        assert cache.length == 10
+        step = model.new_kv_cache()
+        singles = torch.cat([model(ids[i:i + 1], kv_cache=step) for i in range(10)], dim=1)
+    torch.testing.assert_close(torch.cat([first, rest], dim=1), full, atol=1e-5, rtol=0)
+    torch.testing.assert_close(singles, full, atol=1e-5, rtol=0)
+    with pytest.raises(ValueError, match="longer than the context"):
+        model(random_ids(7), kv_cache=cache)  # 10 cached + 7 > 16
+
+
+def test_dropout_only_in_training():
+    m = build(dropout=0.5)
+    ids = random_ids(8)
+    with torch.no_grad():
+        assert torch.equal(m(ids), m(ids))  # eval: deterministic
+        m.train()
+        torch.manual_seed(0)
+        a = m(ids)
+        b = m(ids)
+    assert not torch.allclose(a, b)
+
+
+def test_last_only_logits(model):
+    ids = random_ids(9, batch=2, seed=11)
+    with torch.no_grad():
+        full = model(ids)
+        last = model(ids, last_only=True)
+    assert last.shape == (2, 1, SMALL.vocab_size)
+    torch.testing.assert_close(last, full[:, -1:], atol=1e-6, rtol=0)

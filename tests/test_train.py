@@ -1,0 +1,140 @@
+"""Training loop: loss goes down, the schedule, settings validation, twins start equal, data helpers."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import pytest
+import torch
+
+from conftest import SMALL, build, random_ids
+from gptviz.train import (TrainSettings, Trainer, batches, format_eta, lm_loss, load_corpus, lr_at, split,
+                          train_models, write_history)
+
+
+def test_a_few_steps_lower_the_loss_on_a_fixed_batch():
+    model = build(seed=31)
+    x = random_ids(SMALL.n_ctx, batch=4, seed=1)
+    y = random_ids(SMALL.n_ctx, batch=4, seed=2)
+    settings = TrainSettings(steps=25, warmup=0, lr=1e-2, batch_size=4, grad_clip=1.0)
+    trainer = Trainer(model, settings)
+    with torch.no_grad():
+        before = float(lm_loss(model.eval(), x, y))
+    assert before == pytest.approx(math.log(SMALL.vocab_size), abs=0.3)  # random init: about uniform
+    logs = [trainer.step(x, y) for _ in range(settings.steps)]
+    with torch.no_grad():
+        after = float(lm_loss(model.eval(), x, y))
+    assert after < before - 1.0
+    assert [log.step for log in logs] == list(range(1, 26))
+    assert [log.lr for log in logs] == [lr_at(s, settings) for s in range(25)]
+    assert logs[0].train_loss == pytest.approx(before, abs=1e-4)  # dropout 0: train mode == eval mode
+    assert all(log.grad_norm > 0 and math.isfinite(log.grad_norm) for log in logs)
+    assert all(log.val_loss is None for log in logs)
+
+
+def test_weight_decay_groups():
+    model = build()
+    trainer = Trainer(model, TrainSettings(weight_decay=0.3))
+    decay, no_decay = trainer.optimizer.param_groups
+    assert decay["weight_decay"] == 0.3 and no_decay["weight_decay"] == 0.0
+    names = {id(p): n for n, p in model.named_parameters()}
+    assert {names[id(p)] for p in decay["params"]} == {n for n, p in model.named_parameters()
+                                                      if p.dim() == 2 and n != "wpe.weight"}
+    assert "wpe.weight" in {names[id(p)] for p in no_decay["params"]}
+
+
+def test_lr_schedule_values():
+    s = TrainSettings(steps=11, warmup=0, lr=1.0, min_lr_ratio=0.1)
+    assert lr_at(0, s) == pytest.approx(1.0)
+    assert lr_at(5, s) == pytest.approx(0.55)  # halfway: min + (1 - min) / 2
+    assert lr_at(10, s) == pytest.approx(0.1)  # the last step reaches the floor
+    w = TrainSettings(steps=14, warmup=4, lr=2.0, min_lr_ratio=0.0)
+    assert [lr_at(i, w) for i in range(4)] == pytest.approx([0.5, 1.0, 1.5, 2.0])  # linear warmup
+    assert lr_at(4, w) == pytest.approx(2.0)
+    assert lr_at(13, w) == pytest.approx(0.0, abs=1e-12)
+    after = [lr_at(i, w) for i in range(4, 14)]
+    assert all(a > b for a, b in zip(after, after[1:]))  # decays monotonically
+    assert lr_at(7, w) == pytest.approx(2.0 * 0.5 * (1 + math.cos(math.pi * 3 / 9)))
+    assert lr_at(0, TrainSettings(steps=1, warmup=0, lr=0.5)) == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("changes, name", [
+    (dict(steps=0), "steps"), (dict(batch_size=0), "batch_size"), (dict(lr=0), "lr"), (dict(lr=-1e-3), "lr"),
+    (dict(warmup=-1), "warmup"), (dict(eval_every=0), "eval_every"), (dict(val_fraction=0), "val_fraction"),
+    (dict(val_fraction=1), "val_fraction"), (dict(grad_clip=-1), "grad_clip"), (dict(min_lr_ratio=1.5), "min_lr_ratio"),
+    (dict(eval_batches=0), "eval_batches"), (dict(weight_decay=-0.1), "weight_decay"), (dict(block_size=0), "block_size"),
+    (dict(steps=2.5), "steps"), (dict(batch_size=True), "batch_size"), (dict(lr=float("nan")), "lr"),
+    (dict(lr="1e-3"), "lr"), (dict(block_size=8.0), "block_size"),
+])
+def test_invalid_settings_raise_value_error_naming_them(changes, name):
+    with pytest.raises(ValueError, match=rf"invalid training setting\(s\): .*\b{name}="):
+        TrainSettings(**changes)
+
+
+def test_valid_settings():
+    s = TrainSettings(steps=1, warmup=0, grad_clip=0, block_size=8, min_lr_ratio=1)
+    assert dataclasses.replace(s, steps=5).steps == 5
+
+
+def test_split_and_batches():
+    tokens = torch.arange(1000)
+    train, val = split(tokens, 0.1)
+    assert len(train) == 900 and len(val) == 100 and train[-1] + 1 == val[0]
+    data = batches(train, batch_size=3, block=8, generator=torch.Generator().manual_seed(0))
+    x, y = next(data)
+    assert x.shape == y.shape == (3, 8)
+    assert torch.equal(y, x + 1)  # next-token targets
+    assert int(x.max()) < 900
+    x2, _ = next(batches(train, 3, 8, torch.Generator().manual_seed(0)))
+    assert torch.equal(x, x2)  # seeded
+    with pytest.raises(ValueError, match="too few"):
+        next(batches(torch.arange(9), 2, 8, torch.Generator()))
+
+
+def test_load_corpus(tmp_path):
+    (tmp_path / "c.txt").write_text("Hello, I am", encoding="utf-8")
+    assert load_corpus(tmp_path / "c.txt").tolist() == [15496, 11, 314, 716]
+    (tmp_path / "empty.txt").write_text("  \n")
+    with pytest.raises(ValueError, match="empty"):
+        load_corpus(tmp_path / "empty.txt")
+
+
+def test_norm_twins_start_from_identical_weights():
+    configs = {"pre": SMALL, "post": SMALL.replace(norm="post")}
+    tokens = random_ids(2000, seed=3)
+    models, results = train_models(configs, TrainSettings(steps=5, batch_size=2), tokens, should_stop=lambda: True)
+    pre, post = models["pre"].state_dict(), models["post"].state_dict()
+    assert list(pre) == list(post)
+    for key in pre:
+        assert torch.equal(pre[key], post[key]), key
+    assert models["post"].config.norm == "post"
+    assert all(r.stopped_early and r.history == [] for r in results.values())
+
+
+def test_train_models_runs_twins_on_the_same_batches(tmp_path):
+    configs = {"pre": SMALL, "post": SMALL.replace(norm="post")}
+    tokens = random_ids(3000, seed=4)
+    seen = []
+    settings = TrainSettings(steps=3, batch_size=2, warmup=1, eval_every=2, eval_batches=2, lr=1e-3)
+    models, results = train_models(configs, settings, tokens, on_step=lambda name, log: seen.append((name, log.step)))
+    assert seen == [("pre", 1), ("post", 1), ("pre", 2), ("post", 2), ("pre", 3), ("post", 3)]
+    for name, result in results.items():
+        assert [h["step"] for h in result.history] == [1, 2, 3]
+        vals = [h["val_loss"] for h in result.history]
+        assert vals[0] is not None and vals[1] is not None and vals[2] is not None  # first, every 2nd, last
+        assert result.final["step"] == 3 and result.final["val_loss"] == vals[2]
+        assert not models[name].training and not result.stopped_early
+        assert result.config == configs[name].to_dict()
+    assert results["pre"].history[0]["train_loss"] != results["post"].history[0]["train_loss"]
+    write_history(results["pre"], tmp_path / "out")
+    lines = (tmp_path / "out" / "history.csv").read_text().splitlines()
+    assert lines[0].startswith("step,lr,train_loss") and len(lines) == 4
+    saved = json.loads((tmp_path / "out" / "history.json").read_text())
+    assert saved["final"]["step"] == 3 and len(saved["history"]) == 3
+
+
+def test_format_eta():
+    assert format_eta(0, 10, 5.0) == "?"
+    assert format_eta(5, 10, 50.0) == "0m50s"
+    assert format_eta(1, 100, 10.0) == "16m30s"

@@ -5,8 +5,10 @@ Patterns are [layers, heads, query, key] (no batch axis) unless said otherwise.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
+import torch.nn.functional as F
 
 from .hooks import capture
 from .model import GPT
@@ -93,3 +95,212 @@ def bigram_baseline(train: torch.Tensor, val: torch.Tensor, vocab_size: int,
     best["unigram_nats"] = -torch.log(p_uni[b]).mean().item()
     best["perplexity"] = math.exp(best["nats"])
     return best
+
+
+# ---- residual stream, norms, logit lens, neurons, embeddings (Activations and Embeddings pages) --------
+# Captures here are ActivationCache objects whose tensors have NO batch axis (as ui.capture_cache returns).
+
+def residual_norms(cache) -> torch.Tensor:
+    """[layers + 1, T]: L2 norm of the residual stream entering each block, then leaving the last one."""
+    return torch.linalg.vector_norm(cache.resid_stream(), dim=-1)
+
+
+def branch_norms(cache, suffix: str) -> torch.Tensor:
+    """[layers, T]: L2 norm of what one sub-layer adds, e.g. suffix "hook_attn_out" or "hook_mlp_out"."""
+    return torch.linalg.vector_norm(cache.stack(suffix), dim=-1)
+
+
+def norm_inputs(cache, config) -> dict[str, torch.Tensor]:
+    """{norm name: [T, d_model] input}, in forward order (blocks.i.ln_1, blocks.i.ln_2, ..., ln_f).
+
+    Pre-norm normalises the stream before each sub-layer: ln_1 sees resid_pre, ln_2 sees resid_mid.
+    Post-norm normalises after each residual addition: ln_1 sees resid_pre + attn_out, ln_2 sees
+    resid_mid + mlp_out. Both wirings end with ln_f on the last block's output."""
+    out = {}
+    for i in range(config.n_layers):
+        b = f"blocks.{i}"
+        if config.norm == "pre":
+            out[f"{b}.ln_1"] = cache[f"{b}.hook_resid_pre"]
+            out[f"{b}.ln_2"] = cache[f"{b}.hook_resid_mid"]
+        else:
+            out[f"{b}.ln_1"] = cache[f"{b}.hook_resid_pre"] + cache[f"{b}.hook_attn_out"]
+            out[f"{b}.ln_2"] = cache[f"{b}.hook_resid_mid"] + cache[f"{b}.hook_mlp_out"]
+    out["ln_f"] = cache[f"blocks.{config.n_layers - 1}.hook_resid_post"]
+    return out
+
+
+class NormStats(NamedTuple):
+    names: list[str]            # norm modules in forward order
+    mean: torch.Tensor          # [norms, T] mean over d_model of each position's input
+    var: torch.Tensor           # [norms, T] variance over d_model (biased, as LayerNorm divides by it)
+    mean_square: torch.Tensor   # [norms, T] mean of squares (what RMSNorm divides by)
+
+
+def norm_input_stats(cache, config) -> NormStats:
+    """Mean, variance and mean square over d_model of every norm's input, per position."""
+    inputs = norm_inputs(cache, config)
+    x = torch.stack(list(inputs.values())).double()  # [norms, T, d]
+    return NormStats(list(inputs), x.mean(-1).float(), x.var(-1, unbiased=False).float(),
+                     x.pow(2).mean(-1).float())
+
+
+@torch.no_grad()
+def lens_logits(model: GPT, resid: torch.Tensor) -> torch.Tensor:
+    """Decode a residual-stream state [..., d_model] as the model decodes its last one: ln_f, then
+    lm_head. Float32 on the CPU."""
+    p = model.lm_head.weight
+    return model.lm_head(model.ln_f(resid.to(device=p.device, dtype=p.dtype))).float().cpu()
+
+
+class LogitLens(NamedTuple):
+    top_ids: torch.Tensor       # [layers + 1, T] most likely next token read off each state
+    top_probs: torch.Tensor     # [layers + 1, T] its probability
+    target_ids: torch.Tensor    # [T] the model's final prediction (argmax of its real logits)
+    target_probs: torch.Tensor  # [layers + 1, T] probability of that final prediction at each state
+
+
+@torch.no_grad()
+def logit_lens(model: GPT, cache) -> LogitLens:
+    """The logit lens: every residual state (entering each block, then the output of the last) decoded
+    through the final norm and the unembedding. The last row is the model's real output."""
+    states = cache.resid_stream()  # [layers + 1, T, d]
+    target = lens_logits(model, states[-1]).argmax(-1)  # the model's own prediction at each position
+    top_ids, top_probs, target_probs = [], [], []
+    for state in states:  # one state at a time: [T, vocab] each, never [layers, T, vocab] at once
+        probs = lens_logits(model, state).softmax(-1)
+        p, i = probs.max(-1)
+        top_ids.append(i)
+        top_probs.append(p)
+        target_probs.append(probs.gather(-1, target[:, None])[:, 0])
+    return LogitLens(torch.stack(top_ids), torch.stack(top_probs), target, torch.stack(target_probs))
+
+
+def top_neurons(post: torch.Tensor, position: int, k: int = 10) -> list[tuple[int, int, float]]:
+    """The k most active MLP neurons at one position across all layers, as (layer, neuron, activation).
+    post: [layers, T, d_ff] (the stacked mlp.hook_post)."""
+    acts = post[:, position]  # [layers, d_ff]
+    values, idx = acts.flatten().topk(min(k, acts.numel()))
+    d_ff = acts.shape[1]
+    return [(int(i) // d_ff, int(i) % d_ff, float(v)) for v, i in zip(values, idx)]
+
+
+def activation_histograms(post: torch.Tensor, bins: int = 60) -> tuple[torch.Tensor, torch.Tensor]:
+    """(counts [layers, bins], edges [bins + 1]): one histogram per layer of its MLP outputs, on shared
+    bins spanning every value. post: [layers, ...]."""
+    flat = post.reshape(post.shape[0], -1).float()
+    lo, hi = float(flat.min()), float(flat.max())
+    if hi <= lo:  # every value equal: one visible bin around it
+        lo, hi = lo - 0.5, hi + 0.5
+    edges = torch.linspace(lo, hi, bins + 1)
+    counts = torch.stack([torch.histogram(row, bins=edges).hist for row in flat])
+    return counts, edges
+
+
+def cosine_similarity_matrix(x: torch.Tensor) -> torch.Tensor:
+    """[n, n] cosine similarity between the rows of x [n, d] (0 for a zero row)."""
+    unit = F.normalize(x.double(), dim=-1)
+    return (unit @ unit.T).float()
+
+
+class PCA(NamedTuple):
+    coords: torch.Tensor                     # [n, k] the rows of x projected on the components
+    explained_variance_ratio: torch.Tensor   # [k] share of the total variance, largest first
+    components: torch.Tensor                 # [k, d] unit directions
+    mean: torch.Tensor                       # [d] subtracted before projecting
+
+
+def pca(x: torch.Tensor, k: int = 2) -> PCA:
+    """Principal components of the rows of x [n, d], by SVD of the centred data (in float64)."""
+    x = x.double()
+    mean = x.mean(0)
+    centred = x - mean
+    _, s, vh = torch.linalg.svd(centred, full_matrices=False)
+    k = min(k, vh.shape[0])
+    total = s.pow(2).sum()
+    ratio = s[:k].pow(2) / total if total > 0 else torch.zeros(k, dtype=x.dtype)
+    components = vh[:k]
+    return PCA((centred @ components.T).float(), ratio.float(), components.float(), mean.float())
+
+
+def vocab_sample(vocab_size: int, n: int = 2000, seed: int = 0, low: int = 0) -> torch.Tensor:
+    """n distinct token ids drawn uniformly from [low, vocab_size), sorted (a fixed sample per seed)."""
+    g = torch.Generator().manual_seed(seed)
+    low = min(low, vocab_size - 1)
+    n = min(n, vocab_size - low)
+    return (torch.randperm(vocab_size - low, generator=g)[:n] + low).sort().values
+
+
+def causal_mask(n: int) -> torch.Tensor:
+    """[n, n] bool: True where query i may attend to key j; the very mask the model's attention uses."""
+    from .model import _causal_mask
+    return _causal_mask(n, 0, "cpu")
+
+
+def activation_curves(x: torch.Tensor) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """{activation: (f(x), f'(x))} for the model's own activation functions (gptviz.model.activate),
+    derivatives by autograd."""
+    from .model import activate
+    from .config import ACTIVATIONS
+    out = {}
+    for name in ACTIVATIONS:
+        xs = x.detach().double().clone().requires_grad_(True)
+        y = activate(xs, name)
+        (dy,) = torch.autograd.grad(y.sum(), xs)
+        out[name] = (y.detach(), dy.detach())
+    return out
+
+
+def regions_where(mask: torch.Tensor, x: torch.Tensor) -> list[tuple[float, float]]:
+    """Contiguous runs of True in mask (over sorted x) as (x_start, x_end) intervals."""
+    runs, start = [], None
+    for i, flag in enumerate(mask.tolist()):
+        if flag and start is None:
+            start = i
+        if not flag and start is not None:
+            runs.append((float(x[start]), float(x[i - 1])))
+            start = None
+    if start is not None:
+        runs.append((float(x[start]), float(x[-1])))
+    return runs
+
+
+def attention_entropy(patterns: torch.Tensor) -> torch.Tensor:
+    """Entropy in nats of each attention row, [..., query]: 0 when a query looks at one key only,
+    ln(q + 1) when query q spreads evenly over every key it can see. Masked (zero) weights add nothing."""
+    p = patterns.float()
+    return (-(p * torch.log(p.clamp_min(1e-30))).sum(-1)).clamp_min(0.0)
+
+
+def uniform_attention_entropy(T: int) -> float:
+    """Mean over queries 0..T-1 of ln(q + 1): the entropy of a head that spreads evenly over all it sees."""
+    return math.lgamma(T + 1) / T if T > 0 else 0.0
+
+
+class StepSummary(NamedTuple):
+    """One generation step, compact enough to keep in session state (no full-vocabulary tensors)."""
+    token_id: int
+    piece: str
+    position: int                  # index of the new token in prompt + generated
+    prob: float                    # its probability after temperature
+    rank: int                      # 1 = the most probable token
+    entropy: float                 # of the distribution after temperature, in nats
+    top: list                      # [(id, probability, kept by top-k/top-p)], most probable first
+    n_allowed: int                 # tokens kept by top-k/top-p (1 when greedy)
+    kept_mass: float               # their total probability
+    attention: torch.Tensor | None  # [layers, heads, keys]: the predicting query's row
+    window_start: int              # position of the first key the model saw
+    context_shifted: bool
+
+
+def step_summary(record, top_n: int = 20) -> StepSummary:
+    """Summarise a gptviz.generate.StepRecord: the sampled token's probability, rank and the entropy."""
+    probs, token = record.probs.float(), int(record.token_id)
+    p = float(probs[token])
+    nonzero = probs[probs > 0]
+    return StepSummary(
+        token_id=token, piece=record.piece, position=int(record.position), prob=p,
+        rank=int((probs > p).sum()) + 1, entropy=float(-(nonzero * nonzero.log()).sum()),
+        top=record.top(top_n), n_allowed=int(record.allowed.sum()),
+        kept_mass=float(probs[record.allowed].sum()),
+        attention=None if record.attention is None else record.attention.float().cpu(),
+        window_start=int(record.window_start), context_shifted=bool(record.context_shifted))

@@ -235,7 +235,7 @@ class GPT(nn.Module):
         T = ids.shape[1]
         pos = torch.arange(past, past + T, device=ids.device)
         tok_emb = self.hook_embed(self.wte(ids))            # (B, T, C)
-        pos_emb = self.hook_pos_embed(self.wpe(pos))[None]  # (1, T, C)
+        pos_emb = self.hook_pos_embed(self.wpe(pos)[None])  # (1, T, C): one row for every sequence
         x = self.drop(tok_emb + pos_emb)
         for i, block in enumerate(self.blocks):
             x = block(x, kv_cache.layers[i] if kv_cache is not None else None, past)

@@ -228,3 +228,82 @@ def plotly_config() -> dict:
 def show_figure(fig, key: str | None = None, **kwargs):
     """st.plotly_chart with the shared export settings; use it for every figure."""
     return st.plotly_chart(fig, config=plotly_config(), key=key, **kwargs)
+
+
+def download_csv(frame, file_name: str, key: str, label: str = "Data as CSV") -> None:
+    """A download button for the data behind a view. `frame`: a DataFrame, or a function returning one
+    (then the CSV is built only when the button is clicked). Clicking reruns nothing."""
+    from .export import csv_bytes
+    data = (lambda: csv_bytes(frame())) if callable(frame) else csv_bytes(frame)
+    st.download_button(label, data=data, file_name=file_name, mime="text/csv", key=key, on_click="ignore",
+                       icon=":material/download:")
+
+
+def current_config():
+    """The sidebar model's GPTConfig; a preset's comes from PRESETS without building its weights (pages
+    that only count or draw need no model). None, with a message, when there is no valid model."""
+    spec = st.session_state.get("model_spec")
+    if spec is None:
+        st.info("Choose a model in the sidebar.")
+        return None
+    if spec.source == SOURCE_PRESET and spec.name in PRESETS:
+        return PRESETS[spec.name].replace(norm=spec.norm)
+    got = current_model()
+    return got[1].config if got is not None else None
+
+
+# ---- live generation (Attention and Generation pages) ------------------------------------------------
+
+GENERATION_KEY = "generation"
+
+
+def pattern_names(n_layers: int) -> tuple[str, ...]:
+    """The attention-pattern hook names of every layer (what the attention views capture)."""
+    return tuple(f"blocks.{i}.attn.hook_pattern" for i in range(n_layers))
+
+
+def run_generation(spec: ModelSpec, model: GPT, ids, settings: dict, on_step=None) -> dict:
+    """Stream new tokens with their attention rows into st.session_state[GENERATION_KEY]. Each step is
+    stored before `on_step(run)` draws it, so a Stop click (which interrupts the script run) leaves every
+    finished step in place for the rerun. settings: max_new_tokens, temperature, top_k, top_p, seed
+    (ValueError, before anything is stored, when one is out of range). Returns the run:
+    {spec, prompt, settings, steps: [analysis.StepSummary], running}."""
+    from .analysis import step_summary
+    from .generate import check_sampling, stream
+    check_sampling(settings["temperature"], settings.get("top_k"), settings.get("top_p"),
+                   settings["max_new_tokens"])
+    run = {"spec": spec, "prompt": tuple(int(i) for i in ids), "settings": dict(settings), "steps": [],
+           "running": True}
+    st.session_state[GENERATION_KEY] = run
+    for record in stream(model, list(run["prompt"]), attention=True, **settings):
+        _count_forward()
+        run["steps"].append(step_summary(record))
+        if on_step is not None:
+            on_step(run)
+    run["running"] = False
+    return run
+
+
+def stored_generation(spec: ModelSpec, ids) -> dict | None:
+    """The last generation when it ran on this model and prompt, else None. A run still marked running
+    was interrupted (Stop, or another widget's rerun): it is marked stopped and kept."""
+    run = st.session_state.get(GENERATION_KEY)
+    if not run or run["spec"] != spec or run["prompt"] != tuple(int(i) for i in ids):
+        return None
+    if run["running"]:
+        run["running"], run["stopped"] = False, True
+    return run
+
+
+def count_forward(n: int = 1) -> None:
+    """Count real forward passes run by a page's own cached helper (see forward_calls)."""
+    for _ in range(n):
+        _count_forward()
+
+
+@st.cache_resource
+def training_registry():
+    """The server's background training jobs (a gptviz.training_jobs.JobRegistry), held as a resource so
+    running jobs survive reruns and the module reloads Streamlit does when a source file changes."""
+    from .training_jobs import JobRegistry
+    return JobRegistry()

@@ -1,5 +1,131 @@
-"""embeddings page (placeholder until its issue lands)."""
+"""Embeddings: what the first block receives for the prompt, and how the learned embeddings relate."""
+from functools import partial
+
+import pandas as pd
 import streamlit as st
 
+from gptviz import analysis, ui
+from gptviz.export import matrix_frame
+from gptviz.figures import embeddings as figs
+from gptviz.tokenizer import token_labels
+
+EMBED_HOOKS = ("hook_embed", "hook_pos_embed", "blocks.0.hook_resid_pre")
+PCA_SAMPLE_SIZES = (500, 1000, 2000, 5000)
+MAX_DIMS = 256  # per panel: T x 256 cells x 3 panels stays light in the browser
+
+
+@st.cache_data(max_entries=8, show_spinner=False)
+def position_similarity(spec: ui.ModelSpec):
+    """[n_ctx, n_ctx] cosine similarity of every learned position embedding (model.wpe.weight)."""
+    wpe = ui.load_model(spec).wpe.weight.detach().float().cpu()
+    return analysis.cosine_similarity_matrix(wpe).numpy()
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def embedding_pca(spec: ui.ModelSpec, prompt_ids: tuple[int, ...], n_sample: int):
+    """PCA of the token-embedding rows of a vocabulary sample plus the prompt's distinct tokens."""
+    wte = ui.load_model(spec).wte.weight.detach().float().cpu()
+    sample = [i for i in analysis.vocab_sample(wte.shape[0], n_sample, seed=0).tolist() if i not in prompt_ids]
+    rows = sample + list(prompt_ids)
+    fit = analysis.pca(wte[rows], k=2)
+    return sample, fit.coords.numpy(), fit.explained_variance_ratio.tolist()
+
+
+def panels_frame(tok, pos, total, labels, dims) -> pd.DataFrame:
+    """The three panels' data, one row per (position, dimension)."""
+    T, sl = len(labels), slice(dims.start, dims.stop)
+    return pd.DataFrame({
+        "position": [t for t in range(T) for _ in dims], "token": [labels[t] for t in range(T) for _ in dims],
+        "dimension": [d for _ in range(T) for d in dims], "token_embedding": tok[:, sl].reshape(-1).numpy(),
+        "position_embedding": pos[:, sl].reshape(-1).numpy(), "sum": total[:, sl].reshape(-1).numpy()})
+
+
 st.title("Embeddings")
-st.info("This page is being built.")
+st.caption("Before any attention, each token becomes a row of the token-embedding matrix (`wte`) plus the row "
+           "of the position-embedding matrix (`wpe`) for where it sits. Their sum is the residual stream that "
+           "enters block 0.")
+
+got = ui.current_model()
+if got is None:
+    st.stop()
+spec, model = got
+cfg = model.config
+prompt = ui.prompt_tokens(cfg.n_ctx)
+
+if prompt is not None:
+    ids = prompt.ids
+    labels = token_labels(ids)
+    try:
+        with st.spinner("Running the model on the prompt..."):
+            _, cache = ui.capture_cache(spec, ids, EMBED_HOOKS)
+    except (ValueError, RuntimeError, KeyError) as err:
+        st.error(f"The model could not run on this prompt: {err}")
+        st.stop()
+    if any(name not in cache for name in EMBED_HOOKS):  # a model built by gptviz code reloaded since
+        st.error("The capture came back without the hook points it asked for. This happens when gptviz's code "
+                 "changed while the app was running: clear the cache (⋮ menu, top right) or restart the app.")
+        st.stop()
+    tok, pos, total = (cache[name] for name in EMBED_HOOKS)
+
+    st.subheader("Token + position = what block 0 receives")
+    lo, hi = 0, 1
+    if cfg.d_model > 1:
+        lo, hi = st.slider("Dimensions shown", 0, cfg.d_model, (0, min(cfg.d_model, 64)), key="emb_dims",
+                           help=f"The model has {cfg.d_model} dimensions; a range of them keeps the cells readable "
+                                f"(at most {MAX_DIMS} at a time).")
+        if hi - lo > MAX_DIMS:
+            st.caption(f"Showing dimensions {lo} to {lo + MAX_DIMS - 1}, the first {MAX_DIMS} of the chosen range.")
+            hi = lo + MAX_DIMS
+    dims = range(lo, hi)
+    if not dims:
+        st.info("Choose a range of at least one dimension.")
+    else:
+        ui.show_figure(figs.embedding_panels(tok, pos, total, labels, dims), key="emb_panels")
+    st.caption("Read from the capture: `hook_embed`, `hook_pos_embed` and `blocks.0.hook_resid_pre`. "
+               "One colour scale for all three panels, centred on zero, so their sizes compare directly. "
+               "Rows are the prompt's tokens in order (a repeated token gets the same token-embedding row but a "
+               "different position row).")
+    ui.download_csv(partial(panels_frame, tok, pos, total, labels, dims), "embeddings.csv", key="emb_panels_csv")
+
+col_tok, col_pos = st.columns(2)
+with col_tok:
+    st.subheader("Token embeddings compared")
+    if prompt is None:
+        st.info("Needs a prompt.")
+    else:
+        sim = analysis.cosine_similarity_matrix(tok)
+        ui.show_figure(figs.token_similarity(sim, labels), key="emb_token_sim")
+        st.caption("Cosine similarity between the token-embedding rows of the prompt's tokens (1 on the "
+                   "diagonal; repeated tokens score 1 with each other). Hover names both tokens.")
+        ui.download_csv(matrix_frame(sim, labels, labels, "token_a", "token_b", "cosine"), "token_similarity.csv",
+                        key="emb_token_sim_csv")
+with col_pos:
+    st.subheader("Position embeddings compared")
+    with st.spinner("Comparing position embeddings..."):
+        pos_sim = position_similarity(spec)
+    ui.show_figure(figs.position_similarity(pos_sim), key="emb_pos_sim")
+    st.caption(f"All {cfg.n_ctx} learned positions (`wpe.weight`), each against every other. A trained model "
+               "shows smooth structure: nearby positions point in similar directions. Random weights show only "
+               "the diagonal.")
+    positions = list(range(cfg.n_ctx))
+    ui.download_csv(partial(matrix_frame, pos_sim, positions, positions, "position_a", "position_b", "cosine"),
+                    "position_similarity.csv", key="emb_pos_sim_csv")
+
+st.subheader("The vocabulary in two dimensions")
+n_sample = st.select_slider("Vocabulary sample", PCA_SAMPLE_SIZES, value=2000, key="emb_pca_n",
+                            help="Token ids drawn at random (a fixed sample) from the whole vocabulary.")
+prompt_ids = tuple(dict.fromkeys(prompt.ids)) if prompt is not None else ()
+with st.spinner("Fitting the PCA..."):
+    sample, coords, explained = embedding_pca(spec, prompt_ids, n_sample)
+n_vocab = len(sample)
+sample_labels, prompt_labels = token_labels(sample), token_labels(prompt_ids)
+ui.show_figure(figs.pca_scatter(coords[:n_vocab], sample_labels, coords[n_vocab:], prompt_labels,
+                                (explained[0], explained[1] if len(explained) > 1 else 0.0)), key="emb_pca")
+st.caption("Principal components fitted on the token-embedding rows of the sample together with the prompt's "
+           "distinct tokens; the axis titles give the share of their variance each direction explains. "
+           "In a trained model related tokens cluster; random weights give a round cloud.")
+ui.download_csv(pd.DataFrame({
+    "token_id": sample + list(prompt_ids), "token": sample_labels + prompt_labels,
+    "set": ["vocabulary sample"] * n_vocab + ["prompt"] * len(prompt_ids),
+    "pc1": coords[:, 0], "pc2": coords[:, 1] if coords.shape[1] > 1 else 0.0}), "embedding_pca.csv",
+    key="emb_pca_csv")

@@ -1,5 +1,76 @@
-"""explainers page (placeholder until its issue lands)."""
+"""Explainers: activation functions, the causal mask, and pre-norm vs post-norm blocks."""
+import pandas as pd
 import streamlit as st
+import torch
+
+from gptviz import analysis, ui
+from gptviz.export import matrix_frame
+from gptviz.figures import explainers as figs
+from gptviz.tokenizer import get_tokenizer, token_labels
 
 st.title("Explainers")
-st.info("This page is being built.")
+st.caption("Three pieces every GPT block is made of, drawn from the code that runs the model.")
+
+cfg = ui.current_config()
+own_activation = cfg.activation if cfg is not None else None
+
+st.subheader("Activation functions")
+c1, c2 = st.columns([3, 1])
+lo, hi = c1.slider("x range", -10.0, 10.0, (-4.0, 4.0), step=0.5, key="exp_range")
+tol = c2.select_slider("Mark where they differ by more than", [0.001, 0.01, 0.05, 0.1], value=0.01, key="exp_tol")
+if hi <= lo:
+    st.info("Choose a range with some width.")
+else:
+    x = torch.linspace(lo, hi, 801, dtype=torch.float64)
+    curves = analysis.activation_curves(x)
+    ys = torch.stack([y for y, _ in curves.values()])
+    spread = ys.max(0).values - ys.min(0).values
+    differ = analysis.regions_where(spread > tol, x)
+    ui.show_figure(figs.activation_figure(x, curves, own_activation, differ, tol), key="exp_activations")
+    gap = (curves["gelu"][0] - curves["gelu_tanh"][0]).abs().max().item()
+    own = figs.ACTIVATION_NAMES.get(own_activation, "") if own_activation else ""
+    where = ", ".join(f"{a:.2f} to {b:.2f}" for a, b in differ) or "nowhere on this range"
+    st.caption((f"The sidebar's model uses **{own}** (thick line). " if own else "")
+               + f"Shaded: where the three functions differ by more than {tol:g} (x from {where}). "
+               + "Values are computed with the model's own `activate` function and derivatives by autograd. "
+               "GELU is x·Φ(x): it lets small negative values through and is smooth at 0, where ReLU has a kink "
+               f"(its derivative jumps from 0 to 1). GPT-2's tanh approximation stays within {gap:.1e} of the "
+               "exact GELU on this range (bottom panel).")
+    ui.download_csv(pd.DataFrame({"x": x.numpy(), **{f"{n}": y.numpy() for n, (y, _) in curves.items()},
+                                  **{f"d_{n}": dy.numpy() for n, (_, dy) in curves.items()}}),
+                    "activations.csv", key="exp_activations_csv")
+
+st.subheader("The causal mask")
+prompt_ids = get_tokenizer().encode(st.session_state.get("prompt", ""))
+n = st.slider("Tokens", 1, 32, min(8, max(1, len(prompt_ids))), key="exp_mask_n")
+mask = analysis.causal_mask(n)
+if len(prompt_ids) >= n:
+    labels = token_labels(prompt_ids[:n])
+    source = "the first tokens of the sidebar's prompt"
+else:
+    labels = [f"t{i}" for i in range(n)]
+    source = "positions (the prompt is shorter than that)"
+left, right = st.columns([3, 2])
+with left:
+    ui.show_figure(figs.causal_mask_figure(mask, labels), key="exp_mask")
+with right:
+    st.markdown(f"Each row is a token asking *what came before me?*; it may attend only to itself and earlier "
+                f"tokens (blue). The grey cells are set to −∞ before the softmax, so their weights are exactly 0. "
+                f"With {n} tokens, {int(mask.sum())} of {n * n} pairs are allowed: n(n+1)/2.")
+    st.caption(f"Labels: {source}. The mask is the one the model's attention builds (`_causal_mask`).")
+    ui.download_csv(matrix_frame(mask.int(), labels, labels, "query", "key", "may_attend"), "causal_mask.csv",
+                    key="exp_mask_csv")
+
+st.subheader("Pre-norm vs post-norm")
+st.caption("The same parameters wired two ways. Each grey name is the hook point that records the output of the "
+           "box beside it (what the Activations page reads).")
+col_pre, col_post = st.columns(2)
+for col, norm in ((col_pre, "pre"), (col_post, "post")):
+    with col:
+        ui.show_figure(figs.block_diagram(norm, highlight=cfg is not None and cfg.norm == norm),
+                       key=f"exp_block_{norm}")
+col_pre.caption("GPT-2: `x = x + attn(ln_1(x)); x = x + mlp(ln_2(x))`, then `ln_f` once after the last block. The "
+                "residual path is never normalised, so gradients flow straight through it.")
+col_post.caption("GPT-1 (and the original Transformer): `x = ln_1(x + attn(x)); x = ln_2(x + mlp(x))`. Every "
+                 "residual addition is normalised, which keeps the stream's size fixed but makes deep models "
+                 "harder to train without warm-up.")

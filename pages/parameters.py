@@ -1,5 +1,159 @@
-"""parameters page (placeholder until its issue lands)."""
+"""Parameters: where a GPT's weights live, for the model in use, any preset, or a model you describe."""
+import pandas as pd
 import streamlit as st
 
+from gptviz import PRESETS, ui
+from gptviz.config import NORM_TYPES, ConfigError, GPTConfig
+from gptviz.figures import params as figs
+from gptviz.params import BYTES_PER, by_component, by_layer, memory_bytes, param_table, total_params
+
+GPT_FAMILY = ("gpt1", "gpt2-small", "gpt2-medium", "gpt2-large", "gpt2-xl")
+MIB = 2**20
+
+
+def memory_columns(frame: pd.DataFrame) -> pd.DataFrame:
+    for dtype in BYTES_PER:
+        frame[f"{dtype} MiB"] = [memory_bytes(int(c), dtype) / MIB for c in frame["count"]]
+    return frame
+
+
+def component_frame(table: pd.DataFrame) -> pd.DataFrame:
+    comp = memory_columns(by_component(table))
+    tied = set(table.loc[table["tied"], "component"])
+    comp["note"] = ["tied: the token-embedding matrix, counted once" if c in tied else "" for c in comp["component"]]
+    return comp
+
+
+def tensor_frame(table: pd.DataFrame) -> pd.DataFrame:
+    total = table["count"].sum()
+    out = table.assign(shape=[" × ".join(str(s) for s in shape) for shape in table["shape"]],
+                       share=table["count"] / total)
+    out = memory_columns(out)
+    out["tied"] = ["tied (shares wte.weight)" if t else "" for t in out["tied"]]
+    return out[["name", "component", "layer", "shape", "count", "share", *[f"{d} MiB" for d in BYTES_PER], "tied"]]
+
+
+def seed_facts(cfg: GPTConfig, table: pd.DataFrame) -> list[str]:
+    """Plain statements computed from the config's own table."""
+    facts = []
+    if cfg.n_layers:
+        block = table[table["layer"] == 0]
+        attn = int(block[block["component"].str.startswith("attention")]["count"].sum())
+        mlp = int(block[block["component"].str.startswith("MLP")]["count"].sum())
+        facts.append(f"In each block the MLP holds {mlp:,} parameters and attention {attn:,}: the MLP has "
+                     f"{mlp / attn:.2f}× as many (d_ff = {cfg.d_ff:,} = {cfg.d_ff / cfg.d_model:g} × d_model; "
+                     f"2·d_model·d_ff weights against 4·d_model² for Q, K, V and the output).")
+    tied, untied = total_params(cfg.replace(tie_weights=True)), total_params(cfg.replace(tie_weights=False))
+    saving = untied - tied
+    if cfg.tie_weights:
+        facts.append(f"The LM head is tied to the token embedding, which saves vocab × d_model = "
+                     f"{cfg.vocab_size:,} × {cfg.d_model:,} = {saving:,} parameters ({saving / untied:.1%} of the "
+                     f"untied model's {untied:,}).")
+    else:
+        facts.append(f"The LM head is a separate matrix here; tying it to the token embedding would save "
+                     f"vocab × d_model = {cfg.vocab_size:,} × {cfg.d_model:,} = {saving:,} parameters "
+                     f"({saving / untied:.1%}).")
+    emb = int(table[table["component"].isin(["token embedding", "position embedding"])]["count"].sum())
+    total = int(table["count"].sum())
+    facts.append(f"Embeddings are {emb / total:.1%} of this model; the {cfg.n_layers} blocks are "
+                 f"{int(table['count'][table['layer'].notna()].sum()) / total:.1%}.")
+    return facts
+
+
+def show_breakdown(cfg: GPTConfig, label: str, key: str) -> None:
+    table = param_table(cfg)
+    total = int(table["count"].sum())
+    c1, c2, c3, c4 = st.columns(4)
+    c1.metric("Parameters", f"{total:,}")
+    c2.metric("Per block", f"{int(table[table['layer'] == 0]['count'].sum()):,}" if cfg.n_layers else "–")
+    c3.metric("fp32", f"{memory_bytes(total, 'fp32') / MIB:,.1f} MiB")
+    c4.metric("fp16 / bf16", f"{memory_bytes(total, 'fp16') / MIB:,.1f} MiB")
+    for fact in seed_facts(cfg, table):
+        st.markdown(f"- {fact}")
+    comp = component_frame(table)
+    left, right = st.columns(2)
+    with left:
+        ui.show_figure(figs.component_bar(comp, f"By component: {label}", tied=cfg.tie_weights), key=f"{key}_bar")
+    with right:
+        ui.show_figure(figs.param_treemap(table, f"By block and component: {label}"), key=f"{key}_tree")
+        st.caption("Click a block to zoom in. A tied LM head has no area of its own.")
+    if 1 < cfg.n_layers <= 200:
+        ui.show_figure(figs.layer_stacked_bar(by_layer(table)), key=f"{key}_layers")
+        st.caption("Every block is the same size: depth adds parameters linearly.")
+    st.dataframe(comp, hide_index=True, column_config={
+        "count": st.column_config.NumberColumn(format="localized"),
+        "share": st.column_config.NumberColumn(format="percent"),
+        **{f"{d} MiB": st.column_config.NumberColumn(format="%.2f") for d in BYTES_PER}})
+    ui.download_csv(comp, f"params_by_component_{cfg.name}.csv", key=f"{key}_comp_csv")
+    with st.expander(f"Every parameter tensor ({len(table)})"):
+        tensors = tensor_frame(table)
+        st.dataframe(tensors, hide_index=True, column_config={
+            "count": st.column_config.NumberColumn(format="localized"),
+            "share": st.column_config.NumberColumn(format="percent")})
+        ui.download_csv(tensors, f"params_{cfg.name}.csv", key=f"{key}_tensors_csv")
+
+
 st.title("Parameters")
-st.info("This page is being built.")
+st.caption("Where the weights of a GPT live. Counted from the config by formula (the same counts as the module "
+           "tree built on PyTorch's `meta` device), so even GPT-2 XL costs nothing to count.")
+
+tab_model, tab_presets, tab_calc = st.tabs(["Breakdown", "All presets", "Calculator"])
+
+with tab_model:
+    options = ["the model in use"] + list(PRESETS)
+    which = st.selectbox("Model", options, key="par_model",
+                         help="The sidebar's model, or any preset (presets are counted, never built).")
+    if which == "the model in use":
+        cfg = ui.current_config()
+        spec = st.session_state.get("model_spec")
+        label = spec.name if spec is not None else ""
+    else:
+        cfg, label = PRESETS[which], which
+    if cfg is not None:
+        show_breakdown(cfg, label, key="par_model")
+
+with tab_presets:
+    chosen = st.multiselect("Models", list(PRESETS), default=list(GPT_FAMILY), key="par_presets")
+    if not chosen:
+        st.info("Choose at least one model.")
+    else:
+        counts = {name: figs.group_counts(param_table(PRESETS[name])) for name in chosen}
+        ui.show_figure(figs.presets_stacked(counts), key="par_presets_bar")
+        st.caption("Stacked by group (GPT-1 and GPT-2 tie the head, so its share is 0). As models widen, the "
+                   "blocks (attention + MLP, growing as d_model²) outgrow the embeddings (growing as d_model).")
+        frame = pd.DataFrame.from_dict(counts, orient="index")
+        frame.insert(0, "model", frame.index)
+        frame["total"] = frame[list(figs.GROUP_ORDER)].sum(axis=1)
+        st.dataframe(frame, hide_index=True,
+                     column_config={c: st.column_config.NumberColumn(format="localized")
+                                    for c in [*figs.GROUP_ORDER, "total"]})
+        ui.download_csv(frame, "params_presets.csv", key="par_presets_csv")
+
+with tab_calc:
+    st.caption("Describe a model; its parameters are counted by formula, instantly, with no weights built.")
+    base = PRESETS["gpt2-small"]
+    c1, c2, c3, c4 = st.columns(4)
+    n_layers = c1.number_input("Layers", min_value=1, max_value=1_000, value=base.n_layers, step=1, key="calc_layers")
+    d_model = c2.number_input("d_model", min_value=1, max_value=1_000_000, value=base.d_model, step=64,
+                              key="calc_d_model")
+    n_heads = c3.number_input("Heads", min_value=1, max_value=100_000, value=base.n_heads, step=1, key="calc_heads")
+    ratio = c4.number_input("d_ff ÷ d_model", min_value=0.0, max_value=64.0, value=4.0, step=0.5, key="calc_ratio")
+    c5, c6, c7 = st.columns([1, 1, 2])
+    vocab = c5.number_input("Vocabulary", min_value=1, max_value=10_000_000, value=base.vocab_size, step=1,
+                            key="calc_vocab")
+    n_ctx = c6.number_input("Context", min_value=1, max_value=10_000_000, value=base.n_ctx, step=1, key="calc_ctx")
+    norm_type = c7.radio("Norm type", NORM_TYPES, horizontal=True, key="calc_norm_type",
+                         format_func={"layernorm": "LayerNorm (weight + bias)", "rmsnorm": "RMSNorm (weight)"}.get)
+    c8, c9 = st.columns(2)
+    tie = c8.checkbox("Tie the LM head to the token embedding", value=True, key="calc_tie")
+    qkv_bias = c9.checkbox("Bias on Q, K, V", value=True, key="calc_qkv_bias")
+    d_ff = round(ratio * int(d_model))
+    try:
+        calc = GPTConfig(vocab_size=int(vocab), n_ctx=int(n_ctx), d_model=int(d_model), n_layers=int(n_layers),
+                         n_heads=int(n_heads), d_ff=int(d_ff), norm_type=norm_type, tie_weights=tie,
+                         qkv_bias=qkv_bias, name="your model")
+    except ConfigError as err:
+        st.error(f"That is not a valid model: {err}")
+    else:
+        st.caption(f"d_ff = {d_ff:,}; d_head = {calc.d_head:,}.")
+        show_breakdown(calc, "your model", key="par_calc")

@@ -39,7 +39,7 @@ def test_shapes_of_every_hook(any_model):
     ids = random_ids(T, batch=B)
     logits, cache = capture(any_model, ids)
     assert set(cache) == set(DESIGN_NAMES)
-    expected = {"hook_embed": (B, T, D), "hook_pos_embed": (T, D), "ln_f.hook_normalized": (B, T, D),
+    expected = {"hook_embed": (B, T, D), "hook_pos_embed": (1, T, D), "ln_f.hook_normalized": (B, T, D),
                 "hook_logits": (B, T, V)}
     per_block = {"attn.hook_q": (B, T, H, DH), "attn.hook_k": (B, T, H, DH), "attn.hook_v": (B, T, H, DH),
                  "attn.hook_attn_scores": (B, H, T, T), "attn.hook_pattern": (B, H, T, T),
@@ -130,7 +130,7 @@ def test_every_pre_norm_hook_value_recomputed_by_hand():
     logits, c = capture(m, ids)
     with torch.no_grad():
         torch.testing.assert_close(c["hook_embed"][0], m.wte.weight[ids])
-        torch.testing.assert_close(c["hook_pos_embed"], m.wpe.weight[:T])
+        torch.testing.assert_close(c["hook_pos_embed"][0], m.wpe.weight[:T])
         torch.testing.assert_close(c["blocks.0.hook_resid_pre"], c["hook_embed"] + c["hook_pos_embed"])
         for i, blk in enumerate(m.blocks):
             h = lambda n: c[f"blocks.{i}.{n}"]  # noqa: E731

@@ -1,0 +1,96 @@
+"""Data behind the views, as files: CSV tables and the whole capture of a prompt as a NumPy `.npz`.
+
+No Streamlit here: pages hand these bytes to st.download_button.
+"""
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+
+from .tokenizer import token_labels
+
+
+def to_numpy(x) -> np.ndarray:
+    if isinstance(x, torch.Tensor):
+        return x.detach().cpu().numpy()
+    return np.asarray(x)
+
+
+def capture_arrays(ids: Sequence[int], cache: Mapping[str, torch.Tensor],
+                   logits: torch.Tensor | None = None) -> dict[str, np.ndarray]:
+    """Every captured hook tensor by its hook name, plus `ids` (int64), `tokens` (display labels, as
+    unicode strings, so the file loads without pickle) and `logits` when given."""
+    arrays = {"ids": np.asarray(list(ids), dtype=np.int64),
+              "tokens": np.asarray(token_labels(ids), dtype=np.str_)}
+    if logits is not None:
+        arrays["logits"] = to_numpy(logits)
+    for name, tensor in cache.items():
+        if name in arrays:
+            raise ValueError(f"hook name {name!r} clashes with a reserved key")
+        arrays[name] = to_numpy(tensor)
+    return arrays
+
+
+def npz_bytes(arrays: Mapping[str, np.ndarray]) -> bytes:
+    """numpy.savez_compressed into memory."""
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, **{k: to_numpy(v) for k, v in arrays.items()})
+    return buffer.getvalue()
+
+
+def capture_npz(ids: Sequence[int], cache: Mapping[str, torch.Tensor],
+                logits: torch.Tensor | None = None) -> bytes:
+    """The whole capture for a prompt as `.npz` bytes: `np.load(io.BytesIO(data))["blocks.0.hook_resid_pre"]`."""
+    return npz_bytes(capture_arrays(ids, cache, logits))
+
+
+def load_npz(data: bytes) -> dict[str, np.ndarray]:
+    """Read `.npz` bytes back (no pickle)."""
+    with np.load(io.BytesIO(data), allow_pickle=False) as npz:
+        return {k: npz[k] for k in npz.files}
+
+
+def capture_nbytes(config, T: int, include_attention: bool = True) -> int:
+    """Float32 bytes of a capture of every hook point for T tokens (before compression): pages warn
+    before building a large file."""
+    d, ff, h, L = config.d_model, config.d_ff, config.n_heads, config.n_layers
+    # resid_pre/mid/post, ln_1/ln_2 outputs, q/k/v/z ([T, heads, d_head] = T * d each), attn/mlp out
+    per_block = 11 * T * d + 2 * T * ff  # + mlp hook_pre/hook_post
+    if include_attention:
+        per_block += 2 * h * T * T  # attention scores and pattern
+    total = L * per_block + 3 * T * d + T * config.vocab_size  # embed, pos_embed, ln_f output; logits
+    return 4 * total
+
+
+def csv_bytes(df: pd.DataFrame) -> bytes:
+    return df.to_csv(index=False).encode("utf-8")
+
+
+def matrix_frame(values, row_labels: Sequence, col_labels: Sequence, row_name: str = "row",
+                 col_name: str = "column", value_name: str = "value") -> pd.DataFrame:
+    """A matrix as a long table (one row per cell), e.g. a heatmap's data for CSV: labels may repeat, so
+    the row and column indices are kept next to them."""
+    values = to_numpy(values)
+    n_rows, n_cols = values.shape
+    rows, cols = np.meshgrid(np.arange(n_rows), np.arange(n_cols), indexing="ij")
+    return pd.DataFrame({
+        f"{row_name}_index": rows.ravel(), row_name: np.asarray(list(row_labels), dtype=object)[rows.ravel()],
+        f"{col_name}_index": cols.ravel(), col_name: np.asarray(list(col_labels), dtype=object)[cols.ravel()],
+        value_name: values.ravel(),
+    })
+
+
+ATTENTION_HOOKS = ("attn.hook_attn_scores", "attn.hook_pattern")
+
+
+def prompt_capture_npz(model, ids: Sequence[int], include_attention: bool = True) -> bytes:
+    """Run the model once on `ids`, capturing every hook point (optionally without the [heads, T, T]
+    attention scores and patterns, the largest tensors), and return the `.npz` bytes (no batch axis)."""
+    from .hooks import capture
+    names = None if include_attention else (lambda n: not n.endswith(ATTENTION_HOOKS))
+    _, cache = capture(model, torch.tensor([list(ids)]), names)
+    return capture_npz(ids, {k: v[0] for k, v in cache.items()})

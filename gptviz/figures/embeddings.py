@@ -1,0 +1,91 @@
+"""Embeddings: the three inputs of the first block, similarity between embeddings, and a 2-D PCA."""
+from __future__ import annotations
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from .activations import escaped
+from .common import DIVERGING_SCALE, apply_layout, token_axis
+
+PANEL_TITLES = ("token embedding", "+ position embedding", "= input to block 0")
+
+
+def _np(x) -> np.ndarray:
+    return x.detach().cpu().numpy() if hasattr(x, "detach") else np.asarray(x)
+
+
+def embedding_panels(tok_emb, pos_emb, resid_pre, labels: list[str], dims: range) -> go.Figure:
+    """Three heatmaps [position x dimension] on one shared, zero-centred colour scale: the prompt's token
+    embeddings, their position embeddings and their sum (what block 0 receives), dimensions `dims`."""
+    panels = [_np(a)[:, dims.start:dims.stop] for a in (tok_emb, pos_emb, resid_pre)]
+    labels = escaped(labels)
+    T = panels[0].shape[0]
+    bound = float(max(np.abs(p).max() for p in panels)) or 1.0
+    fig = make_subplots(rows=1, cols=3, shared_yaxes=True, horizontal_spacing=0.03, subplot_titles=PANEL_TITLES)
+    custom = np.broadcast_to(np.asarray(labels, dtype=object)[:, None], panels[0].shape)
+    x = list(dims)
+    for col, z in enumerate(panels, start=1):
+        fig.add_trace(go.Heatmap(
+            z=z, x=x, y=list(range(T)), coloraxis="coloraxis", customdata=custom,
+            hovertemplate="position %{y}: %{customdata}<br>dimension %{x}<br>value %{z:.4f}<extra></extra>"),
+            row=1, col=col)
+        fig.update_xaxes(title_text="dimension", row=1, col=col)
+    fig.update_yaxes(autorange="reversed", **token_axis(labels, max_ticks=40))
+    fig.update_yaxes(title_text="token (position)", row=1, col=1)
+    apply_layout(fig, height=max(320, min(900, 120 + 16 * T)),
+                 coloraxis=dict(colorscale=DIVERGING_SCALE, cmin=-bound, cmax=bound, colorbar=dict(title="value")))
+    fig.update_annotations(font_size=12)
+    return fig
+
+
+def token_similarity(sim, labels: list[str], title: str = "Cosine similarity of the prompt's token embeddings"
+                     ) -> go.Figure:
+    """[T, T] similarity between the prompt's tokens; hover names both tokens."""
+    z, labels = _np(sim), escaped(labels)
+    T = z.shape[0]
+    lab = np.asarray(labels, dtype=object)
+    custom = np.stack(np.broadcast_arrays(lab[:, None], lab[None, :]), axis=-1)  # [row token, column token]
+    fig = go.Figure(go.Heatmap(
+        z=z, x=list(range(T)), y=list(range(T)), zmin=-1, zmax=1, zmid=0, colorscale=DIVERGING_SCALE,
+        customdata=custom, colorbar=dict(title="cosine"),
+        hovertemplate="%{y}: %{customdata[0]}<br>%{x}: %{customdata[1]}<br>cosine %{z:.3f}<extra></extra>"))
+    fig.update_xaxes(title_text="token", tickangle=-60, **token_axis(labels, max_ticks=40))
+    fig.update_yaxes(title_text="token", autorange="reversed", **token_axis(labels, max_ticks=40))
+    return apply_layout(fig, title=title, height=520)
+
+
+def position_similarity(sim) -> go.Figure:
+    """[n_ctx, n_ctx] cosine similarity between the learned position embeddings (model.wpe.weight)."""
+    z = _np(sim).astype(np.float32)
+    n = z.shape[0]
+    fig = go.Figure(go.Heatmap(
+        z=z, x=np.arange(n), y=np.arange(n), zmin=-1, zmax=1, zmid=0, colorscale=DIVERGING_SCALE,
+        colorbar=dict(title="cosine"),
+        hovertemplate="position %{y} vs position %{x}<br>cosine %{z:.3f}<extra></extra>"))
+    fig.update_xaxes(title_text="position")
+    fig.update_yaxes(title_text="position", autorange="reversed")
+    return apply_layout(fig, title=f"Cosine similarity between all {n} position embeddings", height=520)
+
+
+def pca_scatter(vocab_xy, vocab_labels: list[str], prompt_xy, prompt_labels: list[str],
+                explained: tuple[float, float]) -> go.Figure:
+    """Token embeddings projected on their first two principal components: a vocabulary sample (grey) and
+    the prompt's tokens (labelled)."""
+    v, p = _np(vocab_xy), _np(prompt_xy)
+    vocab_labels, prompt_labels = escaped(vocab_labels), escaped(prompt_labels)
+    fig = go.Figure()
+    fig.add_trace(go.Scattergl(
+        x=v[:, 0], y=v[:, 1], mode="markers", name=f"vocabulary sample ({len(v):,})",
+        marker=dict(size=4, color="#b0b0b0", opacity=0.6), customdata=np.asarray(vocab_labels, dtype=object),
+        hovertemplate="%{customdata}<br>PC1 %{x:.3f}, PC2 %{y:.3f}<extra>vocabulary</extra>"))
+    fig.add_trace(go.Scatter(
+        x=p[:, 0], y=p[:, 1], mode="markers+text" if len(p) <= 40 else "markers",
+        name=f"prompt tokens ({len(p)})", text=list(prompt_labels), textposition="top center",
+        marker=dict(size=9, color="#d62728", line=dict(width=1, color="white")),
+        customdata=np.asarray(prompt_labels, dtype=object),
+        hovertemplate="%{customdata}<br>PC1 %{x:.3f}, PC2 %{y:.3f}<extra>prompt</extra>"))
+    fig.update_xaxes(title_text=f"PC1 ({explained[0]:.1%} of variance)")
+    fig.update_yaxes(title_text=f"PC2 ({explained[1]:.1%} of variance)")
+    return apply_layout(fig, title="Token embeddings, first two principal components", height=520,
+                        legend=dict(orientation="h", y=-0.15))

@@ -1,0 +1,114 @@
+"""Parameters: where a model's weights live, by component, by layer, and across the presets."""
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from ..params import COMPONENTS, GROUPS
+from .common import apply_layout
+
+COMPONENT_COLORS = dict(zip(COMPONENTS, ("#4c78a8", "#9ecae9", "#f58518", "#ffbf79", "#54a24b", "#88d27a",
+                                         "#b279a2", "#d6a5c9", "#e45756")))
+GROUP_ORDER = ("embeddings", "attention", "MLP", "norms", "LM head")
+GROUP_COLORS = dict(zip(GROUP_ORDER, ("#4c78a8", "#f58518", "#54a24b", "#b279a2", "#e45756")))
+
+
+def _fmt(n: float) -> str:
+    for unit, size in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(n) >= size:
+            return f"{n / size:.2f}{unit}"
+    return f"{n:.0f}"
+
+
+def component_bar(comp: pd.DataFrame, title: str, tied: bool = False) -> go.Figure:
+    """Bars of parameters per component (params.by_component output: component, count, share)."""
+    top = max(int(comp["count"].max()), 1)
+    # labels on bars too short to hold one would overlap their neighbours: those have hover only
+    text = [(f"{_fmt(c)} ({s:.1%})" if c >= 0.06 * top else "") + (" tied" if tied and name == "LM head" else "")
+            for name, c, s in zip(comp["component"], comp["count"], comp["share"])]
+    fig = go.Figure(go.Bar(
+        x=comp["component"], y=comp["count"], text=text, textposition="outside", cliponaxis=False,
+        textfont=dict(size=11), constraintext="none",
+        marker_color=[COMPONENT_COLORS.get(c, "#999") for c in comp["component"]],
+        customdata=comp["share"], hovertemplate="%{x}<br>%{y:,} parameters<br>%{customdata:.2%} of the total"
+                                                 "<extra></extra>"))
+    fig.update_yaxes(title_text="parameters")
+    return apply_layout(fig, title=title, height=400)
+
+
+def layer_stacked_bar(layers: pd.DataFrame) -> go.Figure:
+    """Stacked bars per block by component (params.by_layer output: index layer, columns components)."""
+    fig = go.Figure()
+    x = [int(i) for i in layers.index]
+    for comp in [c for c in COMPONENTS if c in layers.columns]:
+        fig.add_trace(go.Bar(x=x, y=layers[comp].astype("int64"), name=comp,
+                             marker_color=COMPONENT_COLORS[comp],
+                             hovertemplate=f"block %{{x}}<br>{comp}: %{{y:,}}<extra></extra>"))
+    fig.update_layout(barmode="stack")
+    fig.update_xaxes(title_text="block", dtick=1 if len(x) <= 24 else None)
+    fig.update_yaxes(title_text="parameters")
+    return apply_layout(fig, title="Parameters in each block", height=400, legend=dict(orientation="h", y=-0.25))
+
+
+def param_treemap(table: pd.DataFrame, title: str, max_blocks: int = 96) -> go.Figure:
+    """Treemap: model -> outside blocks / block i -> component; areas are parameter counts (a tied head
+    has no area of its own: it is the token embedding). Past max_blocks, the blocks are one box."""
+    ids, labels, parents, values = ["model"], ["model"], [""], [int(table["count"].sum())]
+    outside = table[table["layer"].isna()]
+    ids += ["outside"]
+    labels += ["embeddings, final norm, head"]
+    parents += ["model"]
+    values += [int(outside["count"].sum())]
+    for comp, count in outside.groupby("component", sort=False)["count"].sum().items():
+        if count > 0:
+            ids.append(f"outside/{comp}")
+            labels.append(comp)
+            parents.append("outside")
+            values.append(int(count))
+    blocks = table[table["layer"].notna()]
+    n_blocks = blocks["layer"].nunique()
+    groups = (blocks.groupby("layer", sort=True) if n_blocks <= max_blocks
+              else [(None, blocks)])  # too many boxes to read: all blocks as one
+    for layer, rows in groups:
+        bid = f"block {int(layer)}" if layer is not None else f"{n_blocks:,} blocks"
+        ids.append(bid)
+        labels.append(bid)
+        parents.append("model")
+        values.append(int(rows["count"].sum()))
+        for comp, count in rows.groupby("component", sort=False)["count"].sum().items():
+            ids.append(f"{bid}/{comp}")
+            labels.append(comp)
+            parents.append(bid)
+            values.append(int(count))
+    colors = [COMPONENT_COLORS.get(label, "#e2e8f0" if parent == "model" else "#ffffff")
+              for label, parent in zip(labels, parents)]
+    colors[0] = "#f7fafc"
+    fig = go.Figure(go.Treemap(
+        ids=ids, labels=labels, parents=parents, values=values, branchvalues="total", maxdepth=3,
+        marker=dict(colors=colors), textfont=dict(color="#1a202c"),
+        texttemplate="%{label}<br>%{value:,}<br>%{percentRoot:.1%}",
+        hovertemplate="%{id}<br>%{value:,} parameters<br>%{percentRoot:.2%} of the model<extra></extra>"))
+    return apply_layout(fig, title=title, height=480)
+
+
+def group_counts(table: pd.DataFrame) -> dict[str, int]:
+    """Counts per coarse group (params.GROUPS) in GROUP_ORDER."""
+    grouped = table.assign(group=table["component"].map(GROUPS)).groupby("group")["count"].sum()
+    return {g: int(grouped.get(g, 0)) for g in GROUP_ORDER}
+
+
+def presets_stacked(counts: dict[str, dict[str, int]]) -> go.Figure:
+    """Stacked bars per model: {model name: {group: count}} in the given order."""
+    names = list(counts)
+    fig = go.Figure()
+    for group in GROUP_ORDER:
+        fig.add_trace(go.Bar(x=names, y=[counts[n][group] for n in names], name=group,
+                             marker_color=GROUP_COLORS[group],
+                             hovertemplate=f"%{{x}}<br>{group}: %{{y:,}}<extra></extra>"))
+    totals = [sum(counts[n].values()) for n in names]
+    fig.add_trace(go.Scatter(x=names, y=totals, mode="text", text=[_fmt(t) for t in totals],
+                             textposition="top center", showlegend=False, hoverinfo="skip"))
+    fig.update_layout(barmode="stack")
+    fig.update_yaxes(title_text="parameters", range=[0, max(totals) * 1.12] if totals else None)
+    return apply_layout(fig, title="Parameters by group, model by model", height=440,
+                        legend=dict(orientation="h", y=-0.2))

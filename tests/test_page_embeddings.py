@@ -1,0 +1,153 @@
+"""The Embeddings page (AppTest, tiny preset): real values from the capture and the model's weights.
+
+As in test_page_attention: the page file runs directly with the two values the sidebar provides
+(model_spec, prompt); AppTest does not keep app.py's sidebar on reruns after a page switch.
+"""
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from streamlit.testing.v1 import AppTest
+
+from gptviz import GPT, GPTConfig, analysis, ui
+from gptviz.tokenizer import encode
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ui.ModelSpec(ui.SOURCE_PRESET, "tiny", "pre")
+N_CTX, D_MODEL = 128, 64
+TITLES = ["Cosine similarity of the prompt's token embeddings", "Cosine similarity between all 128 position",
+          "Token embeddings, first two principal components"]
+
+
+def page(prompt: str, spec: ui.ModelSpec = TINY, **state) -> AppTest:
+    at = AppTest.from_file(str(ROOT / "pages" / "embeddings.py"), default_timeout=120)
+    at.session_state["model_spec"] = spec
+    at.session_state["prompt"] = prompt
+    for key, value in state.items():
+        at.session_state[key] = value
+    return at.run()
+
+
+def figures(at: AppTest) -> list[dict]:
+    return [json.loads(el.proto.spec) for el in at.get("plotly_chart")]
+
+
+def array(value) -> np.ndarray:
+    """A Plotly JSON array (plain list or base64 typed array) as numpy."""
+    if isinstance(value, dict) and "bdata" in value:
+        data = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]))
+        shape = [int(s) for s in str(value.get("shape", len(data))).split(",")]
+        return data.reshape(shape)
+    return np.array(value, dtype=float)
+
+
+def title(fig: dict) -> str:
+    return (fig["layout"].get("title") or {}).get("text") or ""
+
+
+def capture_for(prompt: str) -> dict[str, torch.Tensor]:
+    ids = tuple(encode(prompt)[-N_CTX:])
+    _, cache = ui.get_capture(TINY, ids, ("hook_embed", "hook_pos_embed", "blocks.0.hook_resid_pre"))
+    return cache
+
+
+def test_default_prompt_shows_the_capture():
+    at = page(ui.DEFAULT_PROMPT)
+    assert not at.exception and not at.error
+    figs = figures(at)
+    assert len(figs) == 4
+    for fig, start in zip(figs[1:], TITLES):
+        assert title(fig).startswith(start)
+    panels = figs[0]["data"]
+    assert len(panels) == 3
+    cache = capture_for(ui.DEFAULT_PROMPT)
+    T = len(encode(ui.DEFAULT_PROMPT))
+    tok, total = cache["hook_embed"], cache["blocks.0.hook_resid_pre"]
+    model = ui.load_model(TINY)
+    np.testing.assert_allclose(array(panels[0]["z"]), tok[:, :64].numpy(), rtol=1e-6)
+    np.testing.assert_allclose(array(panels[1]["z"]), model.wpe.weight[:T, :64].detach().numpy(), rtol=1e-6)
+    np.testing.assert_allclose(array(panels[2]["z"]), total[:, :64].numpy(), rtol=1e-6)
+    # token similarity: the cosine of the captured token embeddings
+    sim = array(figs[1]["data"][0]["z"])
+    np.testing.assert_allclose(sim, analysis.cosine_similarity_matrix(tok).numpy(), rtol=1e-5, atol=1e-6)
+    # position similarity: every learned position
+    pos = array(figs[2]["data"][0]["z"])
+    assert pos.shape == (N_CTX, N_CTX)
+    np.testing.assert_allclose(pos, analysis.cosine_similarity_matrix(model.wpe.weight.detach()).numpy(),
+                               rtol=1e-5, atol=1e-6)
+    # PCA: the prompt's distinct tokens, against a sample of the vocabulary
+    vocab, prompt_trace = figs[3]["data"]
+    assert len(array(prompt_trace["x"])) == len(set(encode(ui.DEFAULT_PROMPT)))
+    assert len(array(vocab["x"])) + len(array(prompt_trace["x"])) >= 2000
+    assert len(at.get("download_button")) == 4
+
+
+def test_dimension_range_slider_changes_the_panels_without_a_forward_pass():
+    prompt = "Embeddings page: a prompt only this test uses."
+    at = page(prompt)
+    before = ui.forward_calls
+    at.slider(key="emb_dims").set_value((10, 30)).run()
+    assert not at.exception
+    panels = figures(at)[0]["data"]
+    assert [int(x) for x in array(panels[0]["x"])] == list(range(10, 30))
+    np.testing.assert_allclose(array(panels[0]["z"]), capture_for(prompt)["hook_embed"][:, 10:30].numpy(), rtol=1e-6)
+    at.select_slider(key="emb_pca_n").set_value(500).run()
+    assert not at.exception
+    assert ui.forward_calls == before
+
+
+def test_post_norm_model_runs():
+    at = page("To be, or not to be", spec=TINY._replace(norm="post"))
+    assert not at.exception and not at.error
+    assert len(at.get("plotly_chart")) == 4
+
+
+@pytest.mark.parametrize("prompt", ["", "Hi", "word " * 300, "🦜 你好世界, naïve café 😀"],
+                         ids=["empty", "one-token", "longer-than-context", "emoji-cjk"])
+def test_edge_prompts(prompt):
+    at = page(prompt)
+    assert not at.exception and not at.error
+    ids = encode(prompt)
+    figs = figures(at)
+    if not ids:
+        assert "Type a prompt" in at.info[0].value
+        # the model's own structure still shows: position similarity and the vocabulary PCA
+        assert [title(f)[:30] for f in figs] == [TITLES[1][:30], TITLES[2][:30]]
+        assert len(array(figs[1]["data"][1]["x"])) == 0
+        return
+    kept = ids[-N_CTX:]
+    if len(ids) > N_CTX:
+        assert f"only the last {N_CTX} are used" in at.warning[0].value
+    assert len(figs) == 4
+    assert array(figs[0]["data"][0]["z"]).shape == (len(kept), min(64, D_MODEL))
+    assert array(figs[1]["data"][0]["z"]).shape == (len(kept), len(kept))
+
+
+def test_dimension_range_edges():
+    at = page("Hello there", emb_dims=(5, 5))
+    assert not at.exception
+    assert any("at least one dimension" in i.value for i in at.info)
+    assert len(at.get("plotly_chart")) == 3             # the other views stay
+    # a model wider than the 256 dimensions drawn at a time (registered as a "trained" model: cheap to build)
+    torch.manual_seed(0)
+    wide = GPT(GPTConfig(vocab_size=50257, n_ctx=16, d_model=320, n_layers=1, n_heads=4)).eval()
+    ui.register_trained_model("test-embeddings-wide", wide)
+    spec = ui.ModelSpec(ui.SOURCE_TRAINED, "test-embeddings-wide", "pre")
+    at = page("Hello there", spec=spec, emb_dims=(0, 320))
+    assert not at.exception and not at.error
+    assert any("the first 256 of the chosen range" in c.value for c in at.caption)
+    assert len(array(figures(at)[0]["data"][0]["x"])) == 256
+
+
+def test_an_empty_capture_is_explained_not_a_traceback(monkeypatch):
+    from gptviz.hooks import ActivationCache
+    monkeypatch.setattr(ui, "capture_cache", lambda spec, ids, names=None: (torch.zeros(len(ids), 5),
+                                                                          ActivationCache({}, 2)))
+    at = page("Hello world")
+    assert not at.exception
+    assert "without the hook points it asked for" in at.error[0].value

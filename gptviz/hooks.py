@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import sys
+import types
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Union
@@ -55,8 +57,16 @@ class _CaptureSession:
         self.store[name] = x.detach().to(device="cpu", dtype=torch.float32)
 
 
-_ACTIVE: contextvars.ContextVar[_CaptureSession | None] = contextvars.ContextVar("gptviz_capture",
-                                                                                default=None)
+def _process_wide_capture_var() -> contextvars.ContextVar:
+    """One context variable per process, even when this module is reloaded: Streamlit reloads edited modules
+    while its cached models keep HookPoints from the old code, and both must see the same capture."""
+    holder = sys.modules.setdefault("_gptviz_capture_state", types.ModuleType("_gptviz_capture_state"))
+    if not hasattr(holder, "active"):
+        holder.active = contextvars.ContextVar("gptviz_capture", default=None)
+    return holder.active
+
+
+_ACTIVE: contextvars.ContextVar[_CaptureSession | None] = _process_wide_capture_var()
 
 
 def name_hook_points(model: nn.Module) -> list[str]:

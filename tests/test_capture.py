@@ -272,3 +272,19 @@ def test_torch_module_hooks_on_hook_points_still_fire(model):
     finally:
         glob.remove()
     assert seen.count("HookPoint") == len(DESIGN_NAMES) - 2 * L  # the fused path has no scores / pattern
+
+
+def test_capture_survives_a_fresh_import_of_the_hooks_module(monkeypatch):
+    """Streamlit drops edited modules from sys.modules and imports them afresh, while its cached model keeps
+    HookPoints from the old module: a capture through the new module must still see them."""
+    import importlib
+    import sys
+
+    m = build(seed=31)
+    ids = random_ids(6, seed=2)
+    before = capture(m, ids)[1]["blocks.0.attn.hook_pattern"]
+    monkeypatch.delitem(sys.modules, "gptviz.hooks")  # restored after the test
+    fresh = importlib.import_module("gptviz.hooks")
+    assert fresh is not sys.modules.get("gptviz") and fresh.capture is not capture
+    _, cache = fresh.capture(m, ids, ["blocks.0.attn.hook_pattern"])
+    torch.testing.assert_close(cache["blocks.0.attn.hook_pattern"], before)

@@ -1,5 +1,212 @@
-"""generation page (placeholder until its issue lands)."""
+"""Generation: the model writes one token at a time; every step's distribution, cut-off and attention.
+
+Generated steps live in session state (shared with the Attention page's live view): inspecting them
+afterwards (step slider, layer, head, table) runs no model.
+"""
+from __future__ import annotations
+
+import re
+
+import pandas as pd
 import streamlit as st
+import torch
+
+from gptviz import ui
+from gptviz.figures import attention as fa
+from gptviz.figures import generation as fg
+from gptviz.tokenizer import EOT, decode, token_labels
+
+MEAN = -1
+state = st.session_state
+
+
+def md_text(text: str) -> str:
+    """Token text made literal in Markdown (captions render Markdown): escape ASCII punctuation."""
+    return re.sub(r"([!-/:-@\[-`{-~])", r"\\\1", text)
+
+
+def head_name(head: int) -> str:
+    return "mean of all heads" if head == MEAN else f"head {head}"
+
+
+def keep_valid(key: str, options, default) -> None:
+    if key in state and state[key] not in options:
+        state[key] = default
+
 
 st.title("Generation")
-st.info("This page is being built.")
+st.caption("A GPT writes one token at a time: it turns the text so far into a probability for every token "
+           "in its vocabulary, a sampling rule picks one, the token is appended, and it goes again.")
+
+got = ui.current_model()
+if got is None:
+    st.stop()
+spec, model = got
+cfg = model.config
+prompt = ui.prompt_tokens(cfg.n_ctx)
+if prompt is None:
+    st.stop()
+ids = prompt.ids
+
+with st.expander("How the next token is chosen"):
+    st.markdown(
+        "- **Logits to probabilities.** The last position's output is one score (logit) per token; the "
+        "softmax turns them into probabilities. **Temperature** divides the logits first: below 1 the "
+        "likely tokens get likelier, above 1 the distribution flattens; 0 means always take the top token "
+        "(greedy).\n"
+        "- **Top-k** keeps only the k most probable tokens; **top-p** (nucleus) keeps the smallest set of "
+        "most probable tokens whose probabilities add up to p. The kept probabilities are rescaled to sum "
+        "to 1 and one token is drawn with the **seed**'s random generator.\n"
+        "- **One forward pass per token.** Keys and values of earlier tokens are cached, so each step runs "
+        "the model on the newest token only. When the text outgrows the context window "
+        f"({cfg.n_ctx} tokens) the oldest tokens drop out and the cache is rebuilt from the rest.")
+
+g = st.columns(5)
+n_new = g[0].number_input("New tokens", min_value=1, max_value=200, value=30, step=1, key="gen_n")
+temperature = g[1].slider("Temperature", 0.0, 2.0, 1.0, 0.05, key="gen_temp",
+                          help="0 = greedy: always the most probable token.")
+top_k = g[2].number_input("Top-k (0 = off)", min_value=0, max_value=cfg.vocab_size, value=0, step=1,
+                          key="gen_topk")
+top_p = g[3].slider("Top-p (1 = off)", 0.05, 1.0, 0.9, 0.05, key="gen_topp")
+seed = g[4].number_input("Seed", min_value=0, max_value=2**31 - 1, value=0, step=1, key="gen_seed")
+b1, b2, b3 = st.columns([1, 1, 4], vertical_alignment="center")
+start = b1.button("Generate", type="primary", key="gen_generate", width="stretch")
+b2.button("Stop", key="gen_stop", width="stretch", help="Ends the generation and keeps what was written.")
+stop_at_eos = b3.checkbox(f"Stop at {EOT}", value=False, key="gen_eos",
+                          help="GPT-2's end-of-text token; a trained model writes it where a document ends.")
+
+layers, heads = list(range(cfg.n_layers)), list(range(cfg.n_heads)) + [MEAN]
+keep_valid("gen_layer", layers, 0)
+keep_valid("gen_head", heads, MEAN)
+a1, a2, a3 = st.columns([1, 1, 1.4])
+layer = a1.selectbox("Attention of layer", layers, key="gen_layer", format_func=lambda i: f"layer {i}",
+                     persist_state="session")
+head = a2.selectbox("Head", heads, index=len(heads) - 1, key="gen_head", format_func=head_name,
+                    persist_state="session")
+scale = a3.selectbox("Colour scale", list(fa.SCALES), key="gen_scale", format_func=fa.SCALES.get,
+                     persist_state="session", help="For the attention figures. Hover always shows the weight.")
+
+text_box = st.empty()
+live_left, live_right = st.columns([3, 2], gap="medium")
+heat_box, bars_box = live_left.empty(), live_right.empty()
+
+
+def bars_figure(step, title: str):
+    top_ids = [t[0] for t in step.top]
+    return fg.next_token_bars(top_ids, [t[1] for t in step.top], [t[2] for t in step.top], token_labels(top_ids),
+                              sampled_id=step.token_id, sampled_rank=step.rank, sampled_prob=step.prob,
+                              sampled_label=step.piece, n_allowed=step.n_allowed, kept_mass=step.kept_mass,
+                              title=title)
+
+
+def heat_figure(run: dict, highlight: int | None = None):
+    steps = run["steps"]
+    rows = [(s.attention[layer].mean(0) if head == MEAN else s.attention[layer, head]).numpy() for s in steps]
+    all_labels = token_labels(list(run["prompt"]) + [s.token_id for s in steps])
+    return fg.generation_heatmap(rows, [s.window_start for s in steps], all_labels, len(run["prompt"]),
+                                 highlight=highlight, scale=scale,
+                                 title=f"Layer {layer}, {head_name(head)}: attention of each generating query")
+
+
+def draw(run: dict, live: bool, highlight: int | None = None) -> None:
+    steps = run["steps"]
+    if not steps:
+        return
+    total = run["settings"]["max_new_tokens"]
+    with text_box.container():
+        if live:
+            st.progress(len(steps) / total, text=f"Generating: {len(steps)} of {total} tokens")
+        elif run.get("stopped"):
+            st.info(f"Stopped after {len(steps)} of {total} tokens; the text so far is kept.")
+        elif len(steps) < total:
+            st.info(f"The model wrote {EOT} after {len(steps)} tokens, which ends the text.")
+        st.code(decode(run["prompt"]) + decode([s.token_id for s in steps]), language=None, wrap_lines=True)
+        st.caption(f"The prompt's {len(run['prompt'])} tokens, then {len(steps)} new ones.")
+    with heat_box.container():
+        ui.show_figure(heat_figure(run, highlight), key=None if live else "gen_heatmap")
+        if not live:
+            st.caption("One row per generated token: where the query that predicted it looked (the row label "
+                       "is the token it predicted). Grey: later positions; light grey: tokens that slid out "
+                       "of the context window. The dotted line ends the prompt; the outlined row is the step "
+                       "inspected on the right.")
+    if live:
+        with bars_box.container():
+            ui.show_figure(bars_figure(steps[-1], f"Step {len(steps) - 1}: next-token probabilities"))
+
+
+if start:
+    settings = dict(max_new_tokens=int(n_new), temperature=float(temperature), top_k=int(top_k) or None,
+                    top_p=float(top_p) if top_p < 1 else None, seed=int(seed), stop_at_eos=bool(stop_at_eos))
+    try:
+        ui.run_generation(spec, model, ids, settings, on_step=lambda run: draw(run, live=True))
+    except ValueError as err:
+        st.error(f"Cannot generate with these settings: {err}")
+    except RuntimeError as err:
+        st.error(f"Generation failed: {err}")
+    else:
+        st.rerun()
+    st.stop()
+
+run = ui.stored_generation(spec, ids)
+if run is None or not run["steps"]:
+    text_box.info("Press Generate to let the model continue the prompt in the sidebar.")
+    st.stop()
+
+steps = run["steps"]
+S = len(steps)
+keep_valid("gen_step", list(range(S)), S - 1)
+with live_right:
+    step_i = st.slider("Inspect step", 0, S - 1, value=S - 1, key="gen_step") if S > 1 else 0
+    step = steps[step_i]
+draw(run, live=False, highlight=step_i)          # fills the placeholders above the slider's column
+with live_right:
+    ui.show_figure(bars_figure(step, f"Step {step_i}: the next-token distribution"), key="gen_bars")
+    st.caption(f"'{md_text(step.piece)}' was sampled with p = {step.prob:.3g} (rank {step.rank:,}); the "
+               f"distribution's entropy was {step.entropy:.2f} nats. Top 20 over all {cfg.vocab_size:,} tokens "
+               "after temperature; grey bars were cut by top-k/top-p.")
+
+shifted = [i for i, s in enumerate(steps) if s.context_shifted]
+if shifted:
+    st.info(f"From step {shifted[0]} the text was longer than the context window ({cfg.n_ctx} tokens): at "
+            f"each of those {len(shifted)} steps the model saw only the last {cfg.n_ctx} tokens, so the "
+            "oldest ones stopped influencing it.")
+
+st.subheader(f"Step {step_i} across the heads of layer {layer}")
+all_labels = token_labels(list(run["prompt"]) + [s.token_id for s in steps])
+query_pos = step.position - 1
+att = step.attention[layer]                     # [heads, keys]
+titles = [f"head {h}" for h in range(cfg.n_heads)]
+if cfg.n_heads > 1:
+    att = torch.cat([att, att.mean(0, keepdim=True)])
+    titles.append("mean")
+ui.show_figure(fg.step_attention(att.numpy(), all_labels[step.window_start: step.position],
+                                 window_start=step.window_start, query_label=all_labels[query_pos],
+                                 predicted_label=step.piece, row_titles=titles, scale=scale,
+                                 title=f"Query '{fa.plotly_text(all_labels[query_pos])}' (position {query_pos}) "
+                                       f"predicting '{fa.plotly_text(step.piece)}'"), key="gen_step_attention")
+st.caption("Each row is one head's attention for this step: how the query of the last token mixed the "
+           "tokens it could see before predicting the next one.")
+
+st.subheader("All steps")
+ui.show_figure(fg.step_curves([s.prob for s in steps], [s.entropy for s in steps], [s.piece for s in steps],
+                              title="Sampled-token probability and entropy"), key="gen_curves")
+st.caption("Low entropy: the model was sure; a sampled token with a low probability is a gamble that "
+           "temperature and top-k/top-p allow.")
+table = pd.DataFrame({
+    "step": range(S), "token": [s.piece for s in steps], "id": [s.token_id for s in steps],
+    "probability": [s.prob for s in steps], "rank": [s.rank for s in steps],
+    "entropy (nats)": [s.entropy for s in steps], "kept by top-k/top-p": [s.n_allowed for s in steps],
+    "context shifted": [s.context_shifted for s in steps]})
+
+
+def pick_step() -> None:
+    rows = state["gen_table"].selection.rows
+    if rows and S > 1:
+        state["gen_step"] = int(rows[0])
+
+
+st.dataframe(table, hide_index=True, width="stretch", height=min(420, 35 * S + 40), key="gen_table",
+             on_select=pick_step, selection_mode="single-row",
+             column_config={"probability": st.column_config.NumberColumn(format="%.4g"),
+                            "entropy (nats)": st.column_config.NumberColumn(format="%.3f")})
+st.caption("Select a row to inspect that step above.")

@@ -7,19 +7,9 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .common import ATTENTION_SCALE, apply_layout, token_axis
+from .common import ATTENTION_SCALE, apply_layout, escaped, plotly_text, token_axis
 
 ATTN_COLOR, MLP_COLOR, RESID_COLOR = "#1f77b4", "#ff7f0e", "#2ca02c"
-
-
-def plotly_text(text) -> str:
-    """Token text made safe for Plotly, which reads a few HTML-like tags (<b>, <br>, <a>) in every string it
-    draws (ticks, hover, titles); the entities display as the characters themselves."""
-    return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
-def escaped(labels) -> list[str]:
-    return [plotly_text(label) for label in labels]
 
 
 def _np(x) -> np.ndarray:

@@ -9,6 +9,16 @@ MASKED_COLOR = "#d9d9d9"        # the causal mask's upper triangle: visibly not 
 FONT = dict(family="Inter, Segoe UI, Helvetica, Arial, sans-serif", size=13)
 
 
+def plotly_text(text) -> str:
+    """Token text made literal for Plotly, which reads a few HTML-like tags (<b>, <br>, <a ...>) and entities
+    in every string it draws (ticks, hover, titles); the entities display as the characters themselves."""
+    return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def escaped(labels) -> list[str]:
+    return [plotly_text(label) for label in labels]
+
+
 def token_axis(labels: list[str], max_ticks: int = 64) -> dict:
     """Integer axis with token tick labels: repeated tokens stay in distinct columns (a categorical axis
     would merge them). Past max_ticks only every n-th label is written."""

@@ -5,8 +5,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .activations import escaped
-from .common import DIVERGING_SCALE, apply_layout, token_axis
+from .common import DIVERGING_SCALE, apply_layout, escaped, token_axis
 
 PANEL_TITLES = ("token embedding", "+ position embedding", "= input to block 0")
 

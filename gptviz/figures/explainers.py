@@ -5,8 +5,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .activations import escaped
-from .common import FONT, MASKED_COLOR, apply_layout, token_axis
+from .common import FONT, MASKED_COLOR, apply_layout, escaped, token_axis
 
 ACTIVATION_NAMES = {"gelu": "GELU (exact, erf)", "gelu_tanh": "GELU (tanh approx.)", "relu": "ReLU"}
 ACTIVATION_COLORS = {"gelu": "#1f77b4", "gelu_tanh": "#ff7f0e", "relu": "#2ca02c"}

@@ -1,0 +1,184 @@
+"""Figures for the pre-norm vs post-norm page: per-layer lines for the two wirings, attention side by side
+with their difference, and the depth sweep. Pure Plotly: arrays in, go.Figure out."""
+from __future__ import annotations
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from .training import plain
+from .common import ATTENTION_SCALE, DIVERGING_SCALE, MASKED_COLOR, apply_layout, token_axis
+
+WIRING_COLORS = {"pre": "#1f77b4", "post": "#d62728"}
+WIRING_NAMES = {"pre": "pre-norm (GPT-2)", "post": "post-norm (GPT-1)"}
+RATIO_COLOR = "#6a3d9a"
+
+
+def _layers(n: int) -> list[int]:
+    return list(range(n))
+
+
+def log_ticks(*arrays, max_ticks: int = 8) -> dict:
+    """Readable ticks for a log axis over the values given: 1-2-5 steps, or powers of ten when the values
+    span many decades (Plotly's own minor labels on a short log range read as bare digits)."""
+    values = np.concatenate([np.asarray(a, float).ravel() for a in arrays])
+    values = values[np.isfinite(values) & (values > 0)]
+    if values.size == 0:
+        return {}
+    lo, hi = np.floor(np.log10(values.min())), np.ceil(np.log10(values.max()))
+    for mantissas in ((1, 1.5, 2, 3, 4, 5, 7), (1, 2, 3, 5), (1, 2, 5), (1, 3), (1,)):
+        ticks = [m * 10.0 ** e for e in np.arange(lo, hi + 1) for m in mantissas]
+        ticks = [t for t in ticks if values.min() / 1.5 <= t <= values.max() * 1.5]
+        if len(ticks) <= max_ticks:
+            break
+    if len(ticks) > max_ticks:  # many decades: every k-th power of ten
+        step = int(np.ceil(len(ticks) / max_ticks))
+        ticks = ticks[::step]
+    if len(ticks) < 2:  # a very narrow range: its ends
+        ticks = [float(values.min()), float(values.max())]
+    return dict(tickmode="array", tickvals=ticks, ticktext=[f"{t:.3g}" for t in ticks])
+
+
+def _reference(x, y, name: str) -> go.Scatter:
+    """A dotted reference line as a trace (an annotation on a log axis would be placed in log units)."""
+    return go.Scatter(x=list(x), y=list(y), mode="lines", name=name, line=dict(color="#888", dash="dot", width=1),
+                      hovertemplate=f"{name}<extra></extra>")
+
+
+def gradient_norms(pre: np.ndarray, post: np.ndarray, what: str = "gradient norm", log_y: bool = True,
+                   title: str | None = None) -> go.Figure:
+    """Two stacked panels sharing the layer axis: both wirings' per-layer gradient norms, then post/pre."""
+    pre, post = np.asarray(pre, float), np.asarray(post, float)
+    layers = _layers(len(pre))
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.62, 0.38], vertical_spacing=0.06)
+    for norm, values in (("pre", pre), ("post", post)):
+        fig.add_trace(go.Scatter(
+            x=layers, y=values, mode="lines+markers", name=WIRING_NAMES[norm],
+            line=dict(color=WIRING_COLORS[norm], width=2.5), marker=dict(size=6),
+            hovertemplate=f"layer %{{x}}<br>{WIRING_NAMES[norm]}: %{{y:.4g}}<extra></extra>"), row=1, col=1)
+    ratio = post / pre
+    fig.add_trace(go.Scatter(
+        x=layers, y=ratio, mode="lines+markers", name="post / pre", line=dict(color=RATIO_COLOR, width=2.5),
+        customdata=np.stack([pre, post], axis=-1),
+        hovertemplate="layer %{x}<br>post / pre: %{y:.3g}<br>pre %{customdata[0]:.4g}, "
+                      "post %{customdata[1]:.4g}<extra></extra>"), row=2, col=1)
+    fig.add_trace(_reference(layers, [1.0] * len(layers), "post = pre"), row=2, col=1)
+    fig.update_yaxes(type="log" if log_y else "linear", title_text=what, row=1, col=1,
+                     **(log_ticks(pre, post) if log_y else {}))
+    fig.update_yaxes(type="log", title_text="post / pre", row=2, col=1, **log_ticks(ratio, [1.0]))
+    fig.update_xaxes(title_text="layer (input → output)", dtick=1 if len(layers) <= 24 else 4, row=2, col=1)
+    fig.update_xaxes(dtick=1 if len(layers) <= 24 else 4, row=1, col=1)
+    apply_layout(fig, title, height=520, hovermode="x unified",
+                 legend=dict(orientation="h", yanchor="bottom", y=1.06, x=0))
+    return fig
+
+
+def activation_scales(resid_norm: dict[str, np.ndarray], resid_std: dict[str, np.ndarray],
+                      attn_std: dict[str, np.ndarray], mlp_std: dict[str, np.ndarray],
+                      d_model: int) -> go.Figure:
+    """Left: the residual stream's mean L2 norm per token (embeddings, then after each block), with
+    sqrt(d_model) marked (the norm of a unit-variance vector, where post-norm's LayerNorm puts it).
+    Right: the standard deviation of what each attention and MLP sub-layer adds."""
+    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.1,
+                        subplot_titles=("Residual stream: mean L2 norm per token",
+                                        "Sub-layer outputs: standard deviation"))
+    n = len(next(iter(resid_norm.values())))
+    x = list(range(n))
+    labels = ["embeddings"] + [f"after block {i}" for i in range(n - 1)]
+    for norm in ("pre", "post"):
+        fig.add_trace(go.Scatter(
+            x=x, y=resid_norm[norm], mode="lines+markers", name=WIRING_NAMES[norm], legendgroup=norm,
+            line=dict(color=WIRING_COLORS[norm], width=2.5),
+            customdata=np.stack([labels, np.round(resid_std[norm], 5)], axis=-1),
+            hovertemplate=f"%{{customdata[0]}}<br>{WIRING_NAMES[norm]}: norm %{{y:.4g}}, "
+                          f"std %{{customdata[1]}}<extra></extra>"), row=1, col=1)
+        for kind, values, dash in (("attention", attn_std[norm], "solid"), ("MLP", mlp_std[norm], "dash")):
+            fig.add_trace(go.Scatter(
+                x=list(range(len(values))), y=values, mode="lines+markers", legendgroup=norm,
+                name=f"{norm}-norm {kind} output", line=dict(color=WIRING_COLORS[norm], dash=dash, width=2),
+                marker=dict(symbol="circle" if kind == "attention" else "diamond", size=6),
+                hovertemplate=f"block %{{x}}<br>{norm}-norm {kind} output std: %{{y:.4g}}<extra></extra>"),
+                row=1, col=2)
+    fig.add_trace(_reference(x, [np.sqrt(d_model)] * n, f"√d_model = {np.sqrt(d_model):.3g}"), row=1, col=1)
+    step = 1 if n <= 25 else 4
+    fig.update_xaxes(tickmode="array", tickvals=x[::step], ticktext=(["emb"] + [str(i) for i in range(n - 1)])[::step],
+                     title_text="residual stream after block", row=1, col=1)
+    fig.update_xaxes(title_text="block", dtick=step, row=1, col=2)
+    fig.update_yaxes(type="log", title_text="L2 norm", row=1, col=1,
+                     **log_ticks(*resid_norm.values(), [np.sqrt(d_model)]))
+    fig.update_yaxes(type="log", title_text="std", row=1, col=2, **log_ticks(*attn_std.values(), *mlp_std.values()))
+    apply_layout(fig, height=430, legend=dict(orientation="h", yanchor="top", y=-0.22, x=0))
+    return fig
+
+
+def _masked(pattern: np.ndarray) -> np.ndarray:
+    """The causal mask's upper triangle as NaN, so it shows as the masked colour, not as a zero weight."""
+    z = np.array(pattern, dtype=float)
+    z[np.triu_indices(z.shape[0], k=1)] = np.nan
+    return z
+
+
+def attention_pair(pre: np.ndarray, post: np.ndarray, labels: list[str], title: str | None = None) -> go.Figure:
+    """Three heatmaps over (query, key): pre-norm's attention, post-norm's, and post − pre."""
+    labels = [plain(label) for label in labels]
+    T = len(labels)
+    diff = _masked(post) - _masked(pre)
+    vmax = float(np.nanmax(np.abs(diff))) if T > 1 and np.isfinite(diff).any() else 1.0
+    vmax = vmax or 1e-6
+    fig = make_subplots(rows=1, cols=3, horizontal_spacing=0.12)
+    qs, ks = np.meshgrid(np.arange(T), np.arange(T), indexing="ij")
+    custom = np.stack([np.array(labels, dtype=object)[qs], np.array(labels, dtype=object)[ks],
+                       _masked(pre), _masked(post)], axis=-1)
+    hover = ("query %{y} %{customdata[0]}<br>key %{x} %{customdata[1]}<br>pre %{customdata[2]:.3f}, "
+             "post %{customdata[3]:.3f}<extra></extra>")
+    for col, (z, axis) in enumerate(((_masked(pre), "coloraxis"), (_masked(post), "coloraxis"),
+                                     (diff, "coloraxis2")), start=1):
+        fig.add_trace(go.Heatmap(z=z, x=list(range(T)), y=list(range(T)), coloraxis=axis, customdata=custom,
+                                 hovertemplate=hover, hoverongaps=False), row=1, col=col)
+    axis = token_axis(labels, max_ticks=40)
+    for col, name in enumerate(("pre-norm", "post-norm", "post − pre"), start=1):
+        fig.update_xaxes(**axis, tickangle=-60, row=1, col=col, title_text=f"<b>{name}</b> · key", showgrid=False,
+                         zeroline=False)
+        fig.update_yaxes(**axis, autorange="reversed", row=1, col=col, showgrid=False, zeroline=False,
+                         title_text="query" if col == 1 else None, showticklabels=col == 1)
+    apply_layout(fig, title, height=520, plot_bgcolor=MASKED_COLOR,
+                 coloraxis=dict(colorscale=ATTENTION_SCALE, cmin=0, cmax=1,
+                                colorbar=dict(x=0.64, xanchor="left", len=0.75, thickness=10)),
+                 coloraxis2=dict(colorscale=DIVERGING_SCALE, cmin=-vmax, cmax=vmax,
+                                 colorbar=dict(title=dict(text="post − pre", side="right"), x=1.01, xanchor="left",
+                                               len=0.75, thickness=10)))
+    return fig
+
+
+def attention_distance(tv: np.ndarray) -> go.Figure:
+    """[layers, heads] mean total-variation distance between the wirings' attention rows."""
+    L, H = tv.shape
+    fig = go.Figure(go.Heatmap(
+        z=tv, x=list(range(H)), y=list(range(L)), colorscale="Purples", zmin=0, zmax=max(float(tv.max()), 1e-6),
+        colorbar=dict(title="TV", thickness=12),
+        hovertemplate="layer %{y}, head %{x}<br>mean TV distance %{z:.3f}<extra></extra>"))
+    fig.update_xaxes(title_text="head", dtick=1 if H <= 16 else 4)
+    fig.update_yaxes(title_text="layer", autorange="reversed", dtick=1 if L <= 16 else 4)
+    return apply_layout(fig, "How far apart the two wirings attend", height=max(260, 22 * L + 120))
+
+
+def depth_sweep(sweep: dict[str, np.ndarray], what: str, exponents: dict[str, float] | None = None) -> go.Figure:
+    """Last-layer gradient norm against depth (log-log) for both wirings, with a 1/sqrt(L) guide through
+    pre-norm's first point."""
+    depth = np.asarray(sweep["depth"], float)
+    fig = go.Figure()
+    for norm in ("pre", "post"):
+        label = WIRING_NAMES[norm]
+        if exponents and norm in exponents:
+            label += f": fitted L^{exponents[norm]:+.2f}"
+        fig.add_trace(go.Scatter(x=depth, y=sweep[norm], mode="lines+markers", name=label,
+                                 line=dict(color=WIRING_COLORS[norm], width=2.5),
+                                 hovertemplate=f"%{{x}} layers<br>{WIRING_NAMES[norm]}: %{{y:.4g}}<extra></extra>"))
+    guide = sweep["pre"][0] * np.sqrt(depth[0] / depth)
+    fig.add_trace(go.Scatter(x=depth, y=guide, mode="lines", name="∝ 1/√L (Xiong et al., pre-norm bound)",
+                             line=dict(color="#888", dash="dot"),
+                             hovertemplate="%{x} layers<br>1/√L guide: %{y:.4g}<extra></extra>"))
+    fig.update_xaxes(type="log", title_text="layers (L)", tickvals=depth, ticktext=[str(int(d)) for d in depth])
+    fig.update_yaxes(type="log", title_text="last layer's gradient norm", **log_ticks(sweep["pre"], sweep["post"], guide))
+    return apply_layout(fig, f"Last layer's gradient norm ({what}) as the model gets deeper", height=420,
+                        legend=dict(orientation="h", yanchor="top", y=-0.2, x=0))

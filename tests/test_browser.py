@@ -1,0 +1,188 @@
+"""The app in a real browser: Streamlit server + Debian's chromium driven by Playwright.
+
+Attention page: pick the tiny preset, type a prompt, wait for the heatmap, hover a cell (the hover names
+both tokens); a markup prompt stays text (no dialog, no <img> element, the literal text on the page);
+Generation page: a short generation. No Streamlit exception box anywhere. Screenshots go to artifacts/.
+"""
+from __future__ import annotations
+
+import re
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = Path("/usr/bin/chromium")
+ROOT = Path(__file__).resolve().parents[1]
+ARTIFACTS = ROOT / "artifacts"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync"]
+MARKUP = "<img src=x onerror=alert(1)> <script>alert(2)</script>"
+
+pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium "
+                                                               "(CI installs it; no browser is downloaded)")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server():
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true", "--server.port", str(port),
+         "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    url = f"http://localhost:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as reply:
+                    if reply.status == 200:
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"streamlit did not start: {proc.stdout.read().decode(errors='replace')[-2000:]}")
+            time.sleep(0.3)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+@pytest.fixture(scope="module")
+def browser_page(server):
+    sync_api = pytest.importorskip("playwright.sync_api")
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.set_default_timeout(60_000)          # generous: CI machines can be slow
+        dialogs: list[str] = []                   # alert()/confirm() a prompt might trigger: must stay empty
+        page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+        page.goto(server)
+        page.wait_for_selector('[data-testid="stApp"]', timeout=120_000)
+        yield page, dialogs
+        browser.close()
+
+
+def sidebar_select(page, label: str, option: str) -> None:
+    box = page.locator('[data-testid="stSidebar"] [data-testid="stSelectbox"]').filter(
+        has=page.get_by_text(label, exact=True))
+    box.click()
+    page.get_by_role("option", name=option, exact=True).click()
+
+
+def set_prompt(page, text: str) -> None:
+    area = page.locator('[data-testid="stSidebar"] textarea')
+    area.fill(text)
+    area.press("Control+Enter")
+
+
+def wait_for_idle(page) -> None:
+    """Until the script run ends (the status widget disappears) and no spinner shows."""
+    page.wait_for_timeout(300)
+    page.wait_for_selector('[data-testid="stStatusWidget"]', state="detached", timeout=60_000)
+
+
+def no_exception(page) -> None:
+    assert page.locator('[data-testid="stException"]').count() == 0
+
+
+def test_attention_and_generation_in_a_browser(browser_page):
+    page, dialogs = browser_page
+    page.locator('[data-testid="stSidebar"] [data-testid="stSelectbox"]').first.wait_for()
+    sidebar_select(page, "Source", "Preset, random weights")    # the default unless bundled models exist
+    wait_for_idle(page)
+    sidebar_select(page, "Preset", "tiny")
+    wait_for_idle(page)
+    set_prompt(page, "the cat sat on the mat")
+    wait_for_idle(page)
+    page.get_by_role("radio", name="␣mat", exact=True).wait_for()          # the token chips of the new prompt
+    heatmap = page.locator(".js-plotly-plot").filter(has_text=re.compile("Layer 0, head 0")).first
+    heatmap.wait_for()
+    no_exception(page)
+    page.screenshot(path=str(ARTIFACTS / "attention.png"), full_page=True)
+
+    # hover a cell of the lower triangle: the label names the query and key tokens and the weight
+    heatmap.scroll_into_view_if_needed()
+    box = heatmap.locator(".nsewdrag").first.bounding_box()
+    page.mouse.move(box["x"] + 5, box["y"] + 5)
+    page.mouse.move(box["x"] + box["width"] * 0.1, box["y"] + box["height"] * 0.93, steps=5)
+    hover = page.locator(".hoverlayer .hovertext").filter(has_text="query position 5, key position 0").first
+    hover.wait_for()
+    text = hover.text_content()
+    match = re.search(r"'(.+?)' → '(.+?)': [0-9.e-]+query position (\d+), key position (\d+)", text)
+    assert match, text
+    assert int(match.group(3)) == 5 and int(match.group(4)) == 0      # the bottom-left cell: last query, first key
+    assert match.group(1) == "␣mat" and match.group(2) == "the"
+    heatmap.screenshot(path=str(ARTIFACTS / "attention_hover.png"))
+
+    # the entropy map: clicking a head's cell opens that head in the One head view
+    page.get_by_role("tab", name="Entropy map").click()
+    entropy = page.locator(".js-plotly-plot").filter(has_text="Attention entropy per head").first
+    entropy.wait_for()
+    entropy.scroll_into_view_if_needed()
+    box = entropy.locator(".nsewdrag").first.bounding_box()       # tiny: 2 layers x 4 heads
+    x, y = box["x"] + box["width"] * 2.5 / 4, box["y"] + box["height"] * 1.5 / 2
+    page.mouse.move(x, y, steps=4)
+    page.locator(".hoverlayer .hovertext").filter(has_text="layer 1, head 2").wait_for()
+    page.mouse.click(x, y)
+    page.locator('[role="tab"][aria-selected="true"]').filter(has_text="One head").wait_for()
+    page.locator(".js-plotly-plot").filter(has_text=re.compile("Layer 1, head 2")).first.wait_for()
+    no_exception(page)
+
+    # markup in the prompt stays text: no dialog, no element, the pieces shown literally
+    set_prompt(page, MARKUP)
+    wait_for_idle(page)
+    page.get_by_role("radio", name="img", exact=True).wait_for()
+    page.locator(".js-plotly-plot").filter(has_text=re.compile("Layer 1, head 2")).first.wait_for()
+    assert page.get_by_role("radio", name="<", exact=True).count() >= 1
+    assert page.locator('img[src="x"]').count() == 0 and not dialogs
+    no_exception(page)
+    page.screenshot(path=str(ARTIFACTS / "attention_markup.png"), full_page=True)
+
+    # a short generation on the Generation page; the prompt comes back as literal text
+    page.locator('[data-testid="stSidebarNav"] a').filter(has_text="Generation").click()
+    page.get_by_role("button", name="Generate").wait_for()
+    new_tokens = page.get_by_label("New tokens")
+    new_tokens.fill("3")
+    new_tokens.press("Enter")
+    wait_for_idle(page)
+    page.get_by_role("button", name="Generate").click()
+    page.locator('[data-testid="stDataFrame"]').wait_for(timeout=60_000)
+    wait_for_idle(page)
+    code = page.locator('[data-testid="stCode"]').first.inner_text()
+    assert code.startswith(MARKUP)
+    assert page.locator('img[src="x"]').count() == 0 and not dialogs
+    assert page.locator(".js-plotly-plot").filter(has_text="attention of each generating query").count() == 1
+    no_exception(page)
+    page.screenshot(path=str(ARTIFACTS / "generation.png"), full_page=True)
+
+    # Stop during a long generation: the run ends, the tokens written so far stay
+    new_tokens.fill("200")
+    new_tokens.press("Enter")
+    wait_for_idle(page)
+    page.get_by_role("button", name="Generate").click()
+    page.get_by_text(re.compile(r"Generating: ([3-9]|\d\d) of 200 tokens")).wait_for()
+    page.get_by_test_id("stMainBlockContainer").get_by_role("button", name="Stop", exact=True).click()
+    stopped = page.get_by_text(re.compile(r"Stopped after \d+ of 200 tokens"))
+    stopped.wait_for()
+    wait_for_idle(page)
+    kept = int(re.search(r"Stopped after (\d+)", stopped.inner_text()).group(1))
+    assert 3 <= kept < 200
+    assert page.get_by_text(f"The prompt's 22 tokens, then {kept} new ones.").count() == 1
+    no_exception(page)
+    page.screenshot(path=str(ARTIFACTS / "generation_stopped.png"), full_page=True)

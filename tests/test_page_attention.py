@@ -1,0 +1,317 @@
+"""The Attention page (AppTest, tiny preset) and its figure factories.
+
+AppTest note (Streamlit 1.67): after the first run of app.py, AppTest reruns the page file that run
+finished on as the main script, without app.py's sidebar, so widget-state keys of the sidebar (the
+prompt) are dropped. The page tests therefore run the page file directly with the two values the
+sidebar would provide (model_spec, prompt); test_router_default_page checks the app.py path once.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from streamlit.testing.v1 import AppTest
+
+from gptviz import analysis, ui
+from gptviz.figures import attention as fa
+from gptviz.tokenizer import decode, encode, token_labels
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ui.ModelSpec(ui.SOURCE_PRESET, "tiny", "pre")
+N_LAYERS, N_HEADS, N_CTX = 2, 4, 128           # the tiny preset
+VIEWS = ["One head", "All heads of the layer", "Model view: every layer and head", "Entropy map"]
+MARKUP = "<img src=x onerror=alert(1)> <script>alert(2)</script>"
+
+
+def page(prompt: str, **state) -> AppTest:
+    at = AppTest.from_file(str(ROOT / "pages" / "attention.py"), default_timeout=120)
+    at.session_state["model_spec"] = TINY
+    at.session_state["prompt"] = prompt
+    for key, value in state.items():
+        at.session_state[key] = value
+    return at.run()
+
+
+def figures(at: AppTest) -> list[dict]:
+    return [json.loads(el.proto.spec) for el in at.get("plotly_chart")]
+
+
+def figure(at: AppTest, title_start: str) -> dict:
+    found = [f for f in figures(at) if (f["layout"].get("title") or {}).get("text", "").startswith(title_start)]
+    assert len(found) == 1, [(f["layout"].get("title") or {}).get("text") for f in figures(at)]
+    return found[0]
+
+
+def array(value) -> np.ndarray:
+    """A Plotly JSON array (plain list or base64 typed array) as numpy."""
+    if isinstance(value, dict) and "bdata" in value:
+        data = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]))
+        shape = [int(s) for s in str(value.get("shape", len(data))).split(",")]
+        return data.reshape(shape)
+    return np.array(value, dtype=float)
+
+
+def patterns_for(prompt: str) -> torch.Tensor:
+    ids = tuple(encode(prompt)[-N_CTX:])
+    _, cache = ui.get_capture(TINY, ids, ui.pattern_names(N_LAYERS))
+    return torch.stack([cache[f"blocks.{i}.attn.hook_pattern"] for i in range(N_LAYERS)])
+
+
+# ---- the page ----------------------------------------------------------------------------------------
+
+def test_router_default_page():
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
+    at.session_state["model_source"] = ui.SOURCE_PRESET
+    at.session_state["preset"] = "tiny"
+    at.run()
+    assert not at.exception
+    assert at.title[0].value == "Attention"
+    assert at.session_state["model_spec"] == TINY
+    assert len(at.button_group(key="att_query").options) == len(encode(ui.DEFAULT_PROMPT))
+
+
+def test_default_state_widgets_and_real_weights():
+    at = page(ui.DEFAULT_PROMPT)
+    assert not at.exception and not at.error
+    ids = encode(ui.DEFAULT_PROMPT)
+    assert at.selectbox(key="att_layer").options == [f"layer {i}" for i in range(N_LAYERS)]
+    assert at.selectbox(key="att_head").options == [f"head {h}" for h in range(N_HEADS)] + ["mean of all heads"]
+    assert len(at.selectbox(key="att_scale").options) == len(fa.SCALES)
+    chips = at.button_group(key="att_query")
+    assert chips.options and len(chips.options) == len(ids)
+    assert [t.label for t in at.tabs] == VIEWS
+    assert at.button(key="att_generate").label == "Generate" and at.button(key="att_stop").label == "Stop"
+    # the heatmap shows the model's own weights: layer 0, head 0, future masked
+    heat = figure(at, "Layer 0, head 0")
+    z = array(heat["data"][0]["z"])
+    expected = patterns_for(ui.DEFAULT_PROMPT)[0, 0].numpy()
+    lower = np.tril(np.ones_like(expected, dtype=bool))
+    np.testing.assert_allclose(z[lower], expected[lower], rtol=1e-6)
+    assert np.isnan(z[~lower]).all()
+    # the bar chart is the last token's row
+    bars = figure(at, f"Where token {len(ids) - 1}")
+    np.testing.assert_allclose(array(bars["data"][0]["y"]), expected[-1], rtol=1e-6)
+
+
+def test_display_widgets_run_no_forward_pass():
+    prompt = "A prompt only this test uses: the forward count must move once, then never."
+    before = ui.forward_calls
+    at = page(prompt)
+    assert ui.forward_calls == before + 1          # the capture ran once (fresh prompt)
+    after_first = ui.forward_calls
+    at.selectbox(key="att_layer").select(1).run()
+    at.selectbox(key="att_head").select(-1).run()
+    assert not at.exception
+    heat = figure(at, "Layer 1, mean of all heads")
+    np.testing.assert_allclose(np.nan_to_num(array(heat["data"][0]["z"])),
+                               patterns_for(prompt)[1].mean(0).numpy(), rtol=1e-5, atol=1e-7)
+    at.selectbox(key="att_scale").select("sqrt").run()
+    at.button_group(key="att_query").set_value(2).run()
+    assert figure(at, "Where token 2")["data"][0]["y"]
+    for view in VIEWS[1:]:
+        at.session_state["att_view"] = view
+        at.run()
+        assert not at.exception
+    assert ui.forward_calls == after_first
+
+
+@pytest.mark.parametrize("prompt", ["", "Hi", "word " * 300, "🦜 你好世界, naïve café 😀", MARKUP],
+                         ids=["empty", "one-token", "longer-than-context", "emoji-cjk", "markup"])
+def test_edge_prompts(prompt):
+    at = page(prompt)
+    assert not at.exception and not at.error
+    ids = encode(prompt)
+    if not ids:
+        assert "Type a prompt" in at.info[0].value
+        assert not at.get("plotly_chart")
+        return
+    kept = ids[-N_CTX:]
+    if len(ids) > N_CTX:
+        assert f"only the last {N_CTX} are used" in at.warning[0].value
+    chips = at.button_group(key="att_query").options
+    assert len(chips) == len(kept)
+    # chips are the display labels, Markdown-escaped (backslash before punctuation), never HTML
+    unescaped = [c.replace("\\", "") for c in chips]
+    assert unescaped == [label.replace("\\", "") for label in token_labels(kept)]
+    assert all("\ufffd" not in c for c in chips)
+    heat = figure(at, "Layer 0, head 0")
+    ticktext = heat["layout"]["yaxis"]["ticktext"]
+    assert all("<" not in t and ">" not in t for t in ticktext)   # Plotly would parse tags
+
+
+def test_markup_prompt_is_escaped_in_hover_labels():
+    at = page(MARKUP)
+    heat = figure(at, "Layer 0, head 0")
+    custom = np.array(heat["data"][0]["customdata"], dtype=object)
+    texts = {str(c) for c in custom[..., 0].ravel()}
+    assert "'&lt;'" in texts and not any("<" in t for t in texts)
+
+
+def test_entropy_map_values_and_click_target():
+    prompt = "the cat sat on the mat and the dog sat on the log"
+    at = page(prompt, att_view="Entropy map")
+    assert not at.exception
+    fig = figure(at, "Attention entropy per head")
+    heat, points = fig["data"]
+    ent = analysis.attention_entropy(patterns_for(prompt))
+    np.testing.assert_allclose(array(heat["z"]), ent.mean(-1).numpy(), rtol=1e-5)
+    assert heat["zmax"] == pytest.approx(analysis.uniform_attention_entropy(len(encode(prompt))))
+    custom = array(points["customdata"]).reshape(-1, 4)
+    assert [tuple(map(int, c[:2])) for c in custom] == [(l, h) for l in range(N_LAYERS) for h in range(N_HEADS)]
+    assert fa.selected_head({"selection": {"points": [{"customdata": list(custom[5])}]}}) == (1, 1)
+    assert fa.selected_head({"selection": {"points": [{"x": 3, "y": 1, "customdata": {"0": 1, "1": 3}}]}}) == (1, 3)
+    assert fa.selected_head({"selection": {"points": [{"customdata": {"0": 0, "1": 2}}]}}) == (0, 2)
+    assert fa.selected_head({"selection": {"points": [{"customdata": {}}]}}) is None
+
+
+def test_model_view_and_layer_grid_trace_counts():
+    prompt = "one two three four five"
+    at = page(prompt, att_view=VIEWS[2])
+    mv = figure(at, "Every layer (rows)")
+    assert len(mv["data"]) == 1                                  # one tiled trace, panels T + 1 apart
+    T = len(encode(prompt))
+    tiled = array(mv["data"][0]["z"])
+    assert tiled.shape == (N_LAYERS * (T + 1) - 1, N_HEADS * (T + 1) - 1)
+    expected = patterns_for(prompt)
+    panel = tiled[T + 1: 2 * T + 1, 2 * (T + 1): 2 * (T + 1) + T]   # layer 1, head 2
+    np.testing.assert_allclose(np.nan_to_num(panel), expected[1, 2].numpy(), rtol=1e-6)
+    at.toggle(key="att_mv_mean").set_value(True).run()
+    mean_view = array(figure(at, "Every layer (rows)")["data"][0]["z"])
+    assert mean_view.shape == (N_LAYERS * (T + 1) - 1, T)
+    np.testing.assert_allclose(np.nan_to_num(mean_view[:T]), expected[0].mean(0).numpy(), rtol=1e-5)
+    at.session_state["att_view"] = VIEWS[1]
+    at.run()
+    assert len(figure(at, "Layer 0: every head")["data"]) == N_HEADS
+
+
+def test_short_generation_produces_tokens():
+    prompt = "To be, or not to be"
+    at = page(prompt)
+    before = ui.forward_calls
+    at.number_input(key="att_gen_n").set_value(3)
+    at.slider(key="att_gen_temp").set_value(0.0)
+    at.button(key="att_generate").click()
+    at.run()
+    assert not at.exception and not at.error
+    run = at.session_state[ui.GENERATION_KEY]
+    assert len(run["steps"]) == 3 and not run["running"]
+    assert ui.forward_calls == before + 3           # one forward pass per new token, no capture rerun
+    new_ids = [s.token_id for s in run["steps"]]
+    # greedy: each token is the argmax, i.e. rank 1
+    assert [s.rank for s in run["steps"]] == [1, 1, 1]
+    assert at.code[0].value == decode(encode(prompt)) + decode(new_ids)
+    heat = figure(at, "Layer 0, head 0: attention of each generating query")
+    assert array(heat["data"][0]["z"]).shape == (3, len(encode(prompt)) + 2)
+    # step 0's row is the prompt's last query row from the capture
+    np.testing.assert_allclose(array(heat["data"][0]["z"])[0, : len(encode(prompt))],
+                               patterns_for(prompt)[0, 0, -1].numpy(), rtol=1e-4, atol=1e-6)
+
+
+def test_interrupted_generation_is_kept():
+    """A Stop click interrupts the script; the rerun finds the steps stored so far."""
+    prompt = "Stop me"
+    at = page(prompt)
+    at.number_input(key="att_gen_n").set_value(2)
+    at.button(key="att_generate").click()
+    at.run()
+    run = at.session_state[ui.GENERATION_KEY]
+    run["running"] = True                           # as if the script had been interrupted mid-run
+    run["settings"]["max_new_tokens"] = 5
+    at.run()
+    assert not at.exception
+    assert any("Stopped after 2 of 5 tokens" in i.value for i in at.info)
+    assert at.code[0].value.startswith(prompt)
+
+
+def test_sampling_widgets_bound_the_settings():
+    at = page("bounds")
+    assert at.number_input(key="att_gen_topk").min == 0 and at.number_input(key="att_gen_topk").max == 50257
+    assert at.number_input(key="att_gen_n").min == 1
+    assert at.slider(key="att_gen_temp").min == 0.0 and at.slider(key="att_gen_temp").max == 2.0
+    assert at.slider(key="att_gen_topp").min == 0.05 and at.slider(key="att_gen_topp").max == 1.0
+
+
+def test_run_generation_rejects_bad_settings_before_storing():
+    def script():
+        import streamlit as st
+        from gptviz import ui
+        got = ui.load_model(ui.ModelSpec(ui.SOURCE_PRESET, "tiny", "pre"))
+        try:
+            ui.run_generation(ui.ModelSpec(ui.SOURCE_PRESET, "tiny", "pre"), got, [1, 2, 3],
+                              dict(max_new_tokens=2, temperature=1.0, top_k=None, top_p=1.5, seed=0))
+        except ValueError as err:
+            st.error(str(err))
+        st.text(f"stored: {ui.GENERATION_KEY in st.session_state}")
+
+    at = AppTest.from_function(script, default_timeout=60).run()
+    assert "top_p" in at.error[0].value
+    assert at.text[0].value == "stored: False"
+
+
+# ---- figure factories ---------------------------------------------------------------------------------
+
+def test_attention_heatmap_data():
+    pattern = torch.softmax(torch.randn(4, 4).masked_fill(torch.ones(4, 4).triu(1).bool(), float("-inf")), -1)
+    labels = ["the", "<b>", "the", "&"]
+    fig = fa.attention_heatmap(pattern.numpy(), labels, query=2)
+    weights, mask = fig.data
+    assert len(fig.data) == 2 and mask.name == "masked"
+    z = np.array(weights.z, dtype=float)
+    np.testing.assert_allclose(np.tril(z), np.tril(pattern.numpy()), rtol=1e-6)
+    assert np.isnan(z[np.triu_indices(4, 1)]).all()
+    assert (np.array(mask.z)[np.triu_indices(4, 1)] == 1).all() and np.isnan(np.array(mask.z)[np.tril_indices(4)]).all()
+    # integer axis: the two 'the' stay distinct columns; tag-like text escaped
+    assert list(fig.layout.xaxis.tickvals) == [0, 1, 2, 3]
+    assert list(fig.layout.xaxis.ticktext) == ["the", "&lt;b&gt;", "the", "&amp;"]
+    assert fig.data[0].customdata[2][0][0] == "'the'" and fig.data[0].customdata[2][1][1] == "'&lt;b&gt;'"
+    assert "→" in weights.hovertemplate and weights.hovertemplate.endswith("<extra></extra>")
+    assert fig.layout.shapes[0].y0 == 1.5 and fig.layout.shapes[0].x1 == 2.5     # the query row outline
+
+
+def test_color_axis_scales():
+    z = np.array([[1.0, np.nan], [0.2, 0.3]])
+    assert fa.color_axis("linear", z)["cmax"] == 1.0
+    assert fa.color_axis("max", z)["cmax"] == pytest.approx(0.3)       # the first row (always 1) excluded
+    sqrt = fa.color_axis("sqrt", z)["colorscale"]
+    assert sqrt[0][0] == 0 and sqrt[-1][0] == 1 and len(sqrt) == 21
+    with pytest.raises(ValueError, match="scale"):
+        fa.color_axis("log")
+
+
+def test_attention_grid_and_entropy_map_data():
+    pats = torch.softmax(torch.randn(2, 3, 5, 5), -1).numpy()
+    fig = fa.attention_grid(pats, list("abcde"), panel_names=[[f"L{l}H{h}" for h in range(3)] for l in range(2)],
+                            selected=(1, 2))
+    assert len(fig.data) == 6 and all(t.coloraxis == "coloraxis" for t in fig.data)
+    z = np.array(fig.data[4].z, dtype=float)
+    assert np.isnan(z[0, 1]) and z[1, 0] == pytest.approx(pats[1, 1, 1, 0])
+    assert fig.data[4].name == "L1H1" and list(fig.data[4].x) == ["0 a", "1 b", "2 c", "3 d", "4 e"]
+    assert fig.layout.shapes[0].xref == "x6 domain"
+    mv = fa.model_view(pats, ["a", "<b>", "a", "d", "e"], row_names=["layer 0", "layer 1"],
+                       col_names=["head 0", "head 1", "head 2"], selected=(1, 2))
+    tiled = np.array(mv.data[0].z, dtype=float)
+    assert len(mv.data) == 1 and tiled.shape == (11, 17)
+    assert np.isnan(tiled[5, :]).all() and np.isnan(tiled[:, 5]).all()          # the gap row and column
+    np.testing.assert_allclose(np.tril(np.nan_to_num(tiled[6:11, 12:17])), np.tril(pats[1, 2]), rtol=1e-6)
+    assert np.isnan(tiled[6, 13])                                                 # masked: key after query
+    assert mv.data[0].y[7] == "layer 1 · '&lt;b&gt;' (1)" and mv.data[0].x[14] == "head 2 · 'a' (2)"
+    assert list(mv.layout.xaxis.ticktext) == ["head 0", "head 1", "head 2"]
+    outline = mv.layout.shapes[-1]
+    assert (outline.x0, outline.x1, outline.y0, outline.y1) == (11.5, 16.5, 5.5, 10.5)
+    ent = np.array([[0.1, 0.2], [0.3, 0.4]])
+    em = fa.entropy_map(ent, uniform_entropy=1.0, selected=(1, 0))
+    np.testing.assert_allclose(np.array(em.data[0].z), ent, rtol=1e-6)
+    assert em.data[0].zmax == 1.0
+    assert [tuple(c[:2]) for c in em.data[1].customdata] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert fa.selected_head({"selection": {"points": []}}) is None
+
+
+def test_attention_entropy_values():
+    uniform = torch.tensor([[1.0, 0, 0], [0.5, 0.5, 0], [1 / 3, 1 / 3, 1 / 3]])
+    np.testing.assert_allclose(analysis.attention_entropy(uniform).numpy(), [0, math.log(2), math.log(3)], rtol=1e-6)
+    assert analysis.uniform_attention_entropy(3) == pytest.approx((0 + math.log(2) + math.log(3)) / 3)

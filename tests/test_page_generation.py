@@ -1,0 +1,219 @@
+"""The Generation page (AppTest, tiny preset) and the generation figure factories.
+
+The page runs as its own script with the two values app.py's sidebar would provide (model_spec,
+prompt); see the note in test_page_attention.py on AppTest and st.navigation.
+"""
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from streamlit.testing.v1 import AppTest
+
+from gptviz import generate, ui
+from gptviz.figures import generation as fg
+from gptviz.tokenizer import decode, encode
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ui.ModelSpec(ui.SOURCE_PRESET, "tiny", "pre")
+N_LAYERS, N_HEADS, N_CTX = 2, 4, 128
+
+
+def page(prompt: str, **state) -> AppTest:
+    at = AppTest.from_file(str(ROOT / "pages" / "generation.py"), default_timeout=120)
+    at.session_state["model_spec"] = TINY
+    at.session_state["prompt"] = prompt
+    for key, value in state.items():
+        at.session_state[key] = value
+    return at.run()
+
+
+def generate_in(at: AppTest, n: int, temperature: float = 1.0, top_k: int = 0, top_p: float = 0.9) -> AppTest:
+    at.number_input(key="gen_n").set_value(n)
+    at.slider(key="gen_temp").set_value(temperature)
+    at.number_input(key="gen_topk").set_value(top_k)
+    at.slider(key="gen_topp").set_value(top_p)
+    at.button(key="gen_generate").click()
+    return at.run()
+
+
+def figure(at: AppTest, title_start: str) -> dict:
+    found = [json.loads(el.proto.spec) for el in at.get("plotly_chart")]
+    found = [f for f in found if (f["layout"].get("title") or {}).get("text", "").startswith(title_start)]
+    assert len(found) == 1
+    return found[0]
+
+
+def array(value) -> np.ndarray:
+    if isinstance(value, dict) and "bdata" in value:
+        data = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]))
+        return data.reshape([int(s) for s in str(value.get("shape", len(data))).split(",")])
+    return np.array(value, dtype=float)
+
+
+def test_default_state_shows_controls_and_a_hint():
+    at = page(ui.DEFAULT_PROMPT)
+    assert not at.exception and not at.error
+    assert "Press Generate" in at.info[0].value
+    for key in ("gen_n", "gen_topk", "gen_seed"):
+        assert at.number_input(key=key).value is not None
+    assert at.slider(key="gen_temp").value == 1.0 and at.slider(key="gen_topp").value == 0.9
+    assert at.button(key="gen_generate").label == "Generate" and at.button(key="gen_stop").label == "Stop"
+    assert at.selectbox(key="gen_head").value == -1                  # the mean of heads by default
+    assert len(at.selectbox(key="gen_layer").options) == N_LAYERS
+
+
+def test_greedy_generation_matches_the_library_and_fills_the_table():
+    prompt = "It was the best of times"
+    at = generate_in(page(prompt), 4, temperature=0.0)
+    assert not at.exception and not at.error
+    steps = at.session_state[ui.GENERATION_KEY]["steps"]
+    ids = encode(prompt)
+    expected = generate(ui.load_model(TINY), ids, max_new_tokens=4, temperature=0.0)[len(ids):]
+    assert [s.token_id for s in steps] == expected
+    assert at.code[0].value == decode(ids) + decode(expected)
+    table = at.dataframe[0].value
+    assert list(table["step"]) == [0, 1, 2, 3] and list(table["id"]) == expected
+    assert list(table["rank"]) == [1, 1, 1, 1] and list(table["kept by top-k/top-p"]) == [1, 1, 1, 1]
+    np.testing.assert_allclose(table["probability"], [s.prob for s in steps])
+    assert at.slider(key="gen_step").max == 3
+    # the inspected step's bars: the top 20 probabilities, most probable first, the sampled one orange
+    bars = figure(at, "Step 3: the next-token distribution")
+    x = array(bars["data"][0]["x"])
+    assert len(x) == 20 and np.all(np.diff(x) <= 0)
+    np.testing.assert_allclose(x, [p for _, p, _ in steps[3].top], rtol=1e-6)
+    assert bars["data"][0]["marker"]["color"][0] == fg.SAMPLED_COLOR
+    assert bars["data"][0]["marker"]["color"][1] == fg.CUT_COLOR    # greedy keeps only the argmax
+
+
+def test_inspecting_steps_runs_no_model():
+    at = generate_in(page("Inspect these steps, please"), 3, top_k=5)
+    before = ui.forward_calls
+    at.slider(key="gen_step").set_value(0).run()
+    at.selectbox(key="gen_layer").select(1).run()
+    at.selectbox(key="gen_head").select(2).run()
+    assert not at.exception
+    assert ui.forward_calls == before
+    steps = at.session_state[ui.GENERATION_KEY]["steps"]
+    assert all(s.n_allowed <= 5 for s in steps)
+    step_fig = figure(at, "Query ")
+    z = array(step_fig["data"][0]["z"])
+    np.testing.assert_allclose(z[:N_HEADS], steps[0].attention[1].numpy(), rtol=1e-6)
+    np.testing.assert_allclose(z[N_HEADS], steps[0].attention[1].mean(0).numpy(), rtol=1e-5)
+    heat = figure(at, "Layer 1, head 2")
+    np.testing.assert_allclose(array(heat["data"][0]["z"])[0, : len(encode("Inspect these steps, please"))],
+                               steps[0].attention[1, 2].numpy(), rtol=1e-6)
+
+
+def test_outlined_row_follows_the_inspected_step():
+    at = generate_in(page("Outline the inspected step"), 3)
+    at.slider(key="gen_step").set_value(1).run()
+    heat = figure(at, "Layer 0, mean of all heads")
+    assert heat["layout"]["shapes"][-1]["y0"] == 0.5                  # row 1
+    at = generate_in(at, 5)                                            # a new, longer run: the last step
+    assert at.slider(key="gen_step").value == 4
+    assert figure(at, "Layer 0, mean of all heads")["layout"]["shapes"][-1]["y0"] == 3.5
+    assert figure(at, "Step 4: the next-token distribution")
+
+
+def test_context_shift_is_noted():
+    prompt = " x" * (N_CTX - 1)                                  # 127 tokens: the third new token shifts
+    at = generate_in(page(prompt), 3)
+    assert not at.exception
+    steps = at.session_state[ui.GENERATION_KEY]["steps"]
+    assert [s.context_shifted for s in steps] == [False, False, True]
+    assert any("From step 2 the text was longer than the context window" in i.value for i in at.info)
+    assert steps[2].window_start == 1 and steps[2].attention.shape[-1] == N_CTX
+
+
+@pytest.mark.parametrize("prompt", ["", "<script>alert(1)</script>", "🦜 你好", "word " * 200],
+                         ids=["empty", "markup", "emoji-cjk", "longer-than-context"])
+def test_edge_prompts(prompt):
+    at = page(prompt)
+    assert not at.exception and not at.error
+    if not encode(prompt):
+        assert "Type a prompt" in at.info[0].value
+        return
+    at = generate_in(at, 2)
+    assert not at.exception and not at.error
+    steps = at.session_state[ui.GENERATION_KEY]["steps"]
+    assert len(steps) == 2
+    kept = encode(prompt)[-N_CTX:]
+    assert at.code[0].value == decode(kept) + decode([s.token_id for s in steps])   # literal text
+    if "<" in prompt:                       # step 0's query is the prompt's last token, '>': escaped for Plotly
+        at.slider(key="gen_step").set_value(0).run()
+        assert figure(at, "Query ")["layout"]["title"]["text"].startswith("Query '&gt;' (position")
+
+
+def test_interrupted_generation_is_kept():
+    at = generate_in(page("Keep what was written"), 2)
+    run = at.session_state[ui.GENERATION_KEY]
+    run["running"], run["settings"]["max_new_tokens"] = True, 9      # as if Stop interrupted it
+    at.run()
+    assert not at.exception
+    assert any("Stopped after 2 of 9 tokens" in i.value for i in at.info)
+    assert len(at.dataframe[0].value) == 2
+
+
+def test_generation_for_another_prompt_is_not_shown():
+    at = generate_in(page("first prompt"), 2)
+    at.session_state["prompt"] = "second prompt"
+    at.run()
+    assert not at.exception
+    assert "Press Generate" in at.info[0].value and not at.dataframe
+
+
+# ---- figure factories ---------------------------------------------------------------------------------
+
+def test_next_token_bars_marks_sampled_and_cutoff():
+    fig = fg.next_token_bars([5, 7, 9, 11], [0.5, 0.3, 0.15, 0.05], [True, True, False, False],
+                             ["a", "<b>", "c", "a"], sampled_id=7, sampled_rank=2, sampled_prob=0.3,
+                             sampled_label="<b>", n_allowed=2, kept_mass=0.8)
+    bar = fig.data[0]
+    assert list(bar.x) == [0.5, 0.3, 0.15, 0.05] and list(bar.y) == [1, 2, 3, 4]
+    assert list(bar.marker.color) == [fg.KEPT_COLOR, fg.SAMPLED_COLOR, fg.CUT_COLOR, fg.CUT_COLOR]
+    assert list(fig.layout.yaxis.ticktext) == ["a", "&lt;b&gt;", "c", "a"]      # repeats stay distinct rows
+    assert fig.layout.shapes[0].y0 == 2.5                                       # the cut-off line
+    assert "2 kept (80.0% of the mass)" in fig.layout.annotations[0].text
+    assert bar.customdata[0][3] == pytest.approx(0.5 / 0.8) and bar.customdata[2][3] == 0.0
+    everything = fg.next_token_bars([1, 2], [0.6, 0.4], [True, True], ["x", "y"], sampled_id=99, sampled_rank=40,
+                                    sampled_prob=0.001, sampled_label="z", n_allowed=500, kept_mass=1.0)
+    assert not everything.layout.shapes
+    note = everything.layout.annotations[0].text
+    assert "rank 40" in note and "all 2 shown are kept" in note
+    titled = fg.next_token_bars([1, 2], [0.6, 0.4], [True, True], ["x", "y"], sampled_id=99, sampled_rank=40,
+                                sampled_prob=0.001, sampled_label="z", n_allowed=500, kept_mass=1.0, title="t")
+    assert "rank 40" in titled.layout.title.subtitle.text
+
+
+def test_generation_heatmap_layout_of_rows():
+    # prompt of 3 tokens, 3 steps; step 2 ran on a shifted window starting at position 1
+    rows = [np.array([0.2, 0.3, 0.5]), np.array([0.1, 0.1, 0.2, 0.6]), np.array([0.25, 0.25, 0.25, 0.25])]
+    labels = ["a", "b", "c", "d", "e", "f"]
+    fig = fg.generation_heatmap(rows, [0, 0, 1], labels, 3, highlight=1)
+    weights, masked = fig.data
+    z = np.array(weights.z, dtype=float)
+    assert z.shape == (3, 5)
+    np.testing.assert_allclose(z[0, :3], rows[0])
+    np.testing.assert_allclose(z[1, :4], rows[1])
+    np.testing.assert_allclose(z[2, 1:5], rows[2])
+    assert np.isnan(z[0, 3:]).all() and np.isnan(z[2, 0])
+    m = np.array(masked.z, dtype=float)
+    assert m[2, 0] == 0 and m[0, 4] == 1 and np.isnan(m[1, 0])               # out of window vs future
+    assert list(fig.layout.yaxis.ticktext) == ["d", "e", "f"]                 # the predicted tokens
+    assert weights.customdata[1][0][1] == "'d'" and weights.customdata[1][0][0] == "'e'"
+    assert fig.layout.shapes[-1].y0 == 0.5
+
+
+def test_step_attention_and_curves():
+    w = torch.softmax(torch.randn(3, 4), -1).numpy()
+    fig = fg.step_attention(w, ["p", "q", "r", "s"], window_start=5, query_label="s", predicted_label="t",
+                            row_titles=["head 0", "head 1", "mean"])
+    assert list(fig.data[0].x) == [5, 6, 7, 8] and list(fig.layout.yaxis.ticktext) == ["head 0", "head 1", "mean"]
+    np.testing.assert_allclose(np.array(fig.data[0].z), w)
+    curves = fg.step_curves([0.5, 0.25], [1.0, 2.0], ["a", "b"])
+    assert len(curves.data) == 2 and list(curves.data[1].y) == [1.0, 2.0]

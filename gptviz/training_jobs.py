@@ -1,0 +1,228 @@
+"""Background training runs for the Train page.
+
+A training run must not hold up the script run of the session that started it, nor any other session's
+pages, so each job trains in its own daemon thread (gptviz.train.train_models, the same loop the CLI uses)
+and the page only reads snapshots of its progress. Jobs live in a JobRegistry shared by every session on
+the server (the app holds one in st.cache_resource: gptviz.ui.training_registry), guarded by a lock; a
+session keeps the ids of its own jobs.
+
+torch.set_num_threads is process-wide and is never changed here: every job shares the server's setting.
+"""
+from __future__ import annotations
+
+import functools
+import io
+import itertools
+import tempfile
+import threading
+import time
+import zipfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from .config import GPTConfig
+from .model import GPT
+from .train import StepLog, TrainResult, TrainSettings, format_eta, load_corpus, train_models, write_history
+from .weights import save_checkpoint
+
+QUEUED, LOADING, RUNNING, DONE, STOPPED, FAILED = "queued", "loading", "running", "done", "stopped", "failed"
+FINISHED = (DONE, STOPPED, FAILED)
+
+
+class JobLimitError(RuntimeError):
+    """Too many training runs are going on this server; the message says what to do."""
+
+
+@functools.lru_cache(maxsize=1)
+def corpus_tokens() -> torch.Tensor:
+    """Tiny Shakespeare as GPT-2 ids, tokenised once per process."""
+    return load_corpus()
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    configs: dict[str, GPTConfig]      # run name -> model config; all trained on the same batches
+    settings: TrainSettings
+    init: str = "gpt2"
+    label: str = ""                    # a short description for people
+
+    def __post_init__(self):
+        if not self.configs:
+            raise ValueError("a training job needs at least one model config")
+        if self.init not in ("gpt2", "xavier"):
+            raise ValueError(f"init must be 'gpt2' or 'xavier', got {self.init!r}")
+        block = self.settings.block_size
+        for name, cfg in self.configs.items():
+            if block is not None and block > cfg.n_ctx:
+                raise ValueError(f"block size {block} is longer than {name}'s context of {cfg.n_ctx} positions")
+
+
+@dataclass
+class JobSnapshot:
+    """A consistent copy of a job's state for drawing (the job keeps training meanwhile)."""
+    id: str
+    status: str
+    logs: dict[str, list[dict]]
+    steps_done: int
+    total_steps: int
+    elapsed_s: float
+    eta: str
+    error: str | None
+    stop_requested: bool
+
+    @property
+    def finished(self) -> bool:
+        return self.status in FINISHED
+
+    @property
+    def fraction(self) -> float:
+        return self.steps_done / self.total_steps if self.total_steps else 0.0
+
+
+@dataclass
+class Job:
+    id: str
+    spec: JobSpec
+    created: float = field(default_factory=time.time)
+    status: str = QUEUED
+    error: str | None = None
+    models: dict[str, GPT] = field(default_factory=dict)
+    results: dict[str, TrainResult] = field(default_factory=dict)
+    started_s: float | None = None     # perf_counter when training (not corpus loading) began
+    finished_s: float | None = None
+    _logs: dict[str, list[dict]] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _stop: threading.Event = field(default_factory=threading.Event, repr=False)
+    _thread: threading.Thread | None = field(default=None, repr=False)
+    _zips: dict[str, bytes] = field(default_factory=dict, repr=False)
+
+    # ---- control --------------------------------------------------------------------------------------------
+    def request_stop(self) -> None:
+        """Ask the run to end after the step in progress (the models trained so far are kept)."""
+        self._stop.set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the job has finished (True) or the timeout passed (False)."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+        return self.status in FINISHED
+
+    @property
+    def finished(self) -> bool:
+        return self.status in FINISHED
+
+    # ---- progress -------------------------------------------------------------------------------------------
+    def _on_step(self, name: str, log: StepLog) -> None:
+        with self._lock:
+            self._logs.setdefault(name, []).append(asdict(log))
+
+    def snapshot(self) -> JobSnapshot:
+        with self._lock:
+            logs = {name: list(records) for name, records in self._logs.items()}
+            status, error = self.status, self.error
+            started, finished = self.started_s, self.finished_s
+        total = self.spec.settings.steps
+        done = min((len(logs.get(name, [])) for name in self.spec.configs), default=0)
+        now = finished if finished is not None else time.perf_counter()
+        elapsed = now - started if started is not None else 0.0
+        eta = "0m00s" if status in FINISHED else format_eta(done, total, elapsed)
+        return JobSnapshot(self.id, status, logs, done, total, elapsed, eta, error, self._stop.is_set())
+
+    # ---- the run --------------------------------------------------------------------------------------------
+    def _set(self, **fields) -> None:
+        with self._lock:
+            for key, value in fields.items():
+                setattr(self, key, value)
+
+    def run(self, tokens: torch.Tensor | None = None) -> None:
+        """Train (in the calling thread); the registry calls this from a background thread."""
+        try:
+            self._set(status=LOADING)
+            tokens = corpus_tokens() if tokens is None else tokens
+            if self._stop.is_set():
+                self._set(status=STOPPED, started_s=time.perf_counter(), finished_s=time.perf_counter())
+                return
+            self._set(status=RUNNING, started_s=time.perf_counter())
+            models, results = train_models(self.spec.configs, self.spec.settings, tokens,
+                                           on_step=self._on_step, should_stop=self._stop.is_set,
+                                           init=self.spec.init)
+            stopped = any(r.stopped_early for r in results.values())
+            self._set(models=models, results=results, status=STOPPED if stopped else DONE,
+                      finished_s=time.perf_counter())
+        except Exception as err:  # a background thread has no one to raise to: record it for the page
+            self._set(status=FAILED, error=f"{type(err).__name__}: {err}", finished_s=time.perf_counter())
+
+    # ---- results --------------------------------------------------------------------------------------------
+    def checkpoint_zip(self, name: str) -> bytes:
+        """A zip of the trained model `name`: model.safetensors, config.json, history.json, history.csv.
+        Load it with gptviz.weights.load_checkpoint(folder) after unzipping."""
+        if name not in self.models:
+            raise KeyError(f"no trained model {name!r} in job {self.id} (status {self.status})")
+        if name not in self._zips:
+            with tempfile.TemporaryDirectory() as tmp:
+                folder = Path(tmp) / f"{self.id}-{name}"
+                result = self.results[name]
+                save_checkpoint(self.models[name], folder, extra={"training": {
+                    "settings": result.settings, "init": self.spec.init, "final": result.final,
+                    "stopped_early": result.stopped_early}})
+                if result.history:
+                    write_history(result, folder)
+                buffer = io.BytesIO()
+                with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as zf:
+                    for path in sorted(folder.iterdir()):
+                        zf.write(path, f"{folder.name}/{path.name}")
+                self._zips[name] = buffer.getvalue()
+        return self._zips[name]
+
+
+class JobRegistry:
+    """Every training job on this server, by id. Thread-safe."""
+
+    def __init__(self, max_running: int = 2, max_kept: int = 24):
+        self.max_running, self.max_kept = max_running, max_kept
+        self._jobs: dict[str, Job] = {}
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+
+    def start(self, spec: JobSpec, tokens: torch.Tensor | None = None) -> Job:
+        """Start a job in a background thread and return it at once (JobLimitError when the server is
+        already running max_running jobs)."""
+        with self._lock:
+            running = [j for j in self._jobs.values() if not j.finished]
+            if len(running) >= self.max_running:
+                raise JobLimitError(f"{len(running)} training runs are already going on this server (the "
+                                    f"limit is {self.max_running}, to keep pages responsive); wait for one to "
+                                    f"finish or stop yours")
+            job = Job(f"run{next(self._ids)}", spec)
+            self._jobs[job.id] = job
+            self._prune()
+        job._thread = threading.Thread(target=job.run, args=(tokens,), name=f"gptviz-train-{job.id}", daemon=True)
+        job._thread.start()
+        return job
+
+    def _prune(self) -> None:
+        """Forget the oldest finished jobs beyond max_kept (their models stay wherever else they are held)."""
+        finished = sorted((j for j in self._jobs.values() if j.finished), key=lambda j: j.created)
+        for job in finished[:max(0, len(self._jobs) - self.max_kept)]:
+            del self._jobs[job.id]
+
+    def get(self, job_id: str | None) -> Job | None:
+        with self._lock:
+            return self._jobs.get(job_id) if job_id is not None else None
+
+    def jobs(self) -> list[Job]:
+        with self._lock:
+            return list(self._jobs.values())
+
+    def running(self) -> list[Job]:
+        return [j for j in self.jobs() if not j.finished]
+
+    def stop(self, job_id: str) -> bool:
+        job = self.get(job_id)
+        if job is None:
+            return False
+        job.request_stop()
+        return True
+

@@ -1,0 +1,171 @@
+"""AppTest for the pre-norm vs post-norm page: tiny settings through session_state."""
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from streamlit.testing.v1 import AppTest
+
+import gptviz.ui
+import gptviz.weights
+from gptviz import PRESETS, wiring
+from gptviz.generate import generate
+from gptviz.tokenizer import decode, get_tokenizer
+from gptviz.train import TrainSettings, train_models, write_history
+
+APP = str(Path(__file__).resolve().parent.parent / "app.py")
+PAGE = "pages/norms.py"
+
+
+def open_page(**state) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.session_state["model_source"] = gptviz.ui.SOURCE_PRESET
+    at.session_state["preset"] = "tiny"
+    for key, value in state.items():
+        at.session_state[key] = value
+    at.run()  # AppTest needs one run before switching pages
+    at.switch_page(PAGE)
+    at.run()
+    assert not at.exception, at.exception
+    return at
+
+
+def array(value) -> np.ndarray:
+    """A figure array from its JSON: a list, or Plotly's typed array {"dtype", "bdata" (base64)}."""
+    if isinstance(value, dict) and "bdata" in value:
+        return np.frombuffer(base64.b64decode(value["bdata"]), dtype=value["dtype"])
+    return np.asarray(value)
+
+
+def markdown_text(at: AppTest) -> str:
+    return "\n".join(m.value for m in at.markdown)
+
+
+TINY = dict(norms_preset="tiny", norms_depth=3, norms_width=32, norms_input="random", norms_seed=0, norms_init="gpt2")
+
+
+def expected_stats():
+    cfg = PRESETS["tiny"].replace(n_layers=3, d_model=32)
+    ids = wiring.random_tokens(64, cfg.vocab_size, 0)
+    return wiring.compare_wirings(cfg, ids, 0, "gpt2")
+
+
+def test_same_weights_section_shows_measured_values_and_reruns_run_no_model():
+    at = open_page(**TINY)
+    stats = expected_stats()
+    reading = wiring.describe_gradients(stats["pre"].grad("ffn"), stats["post"].grad("ffn"))
+    text = markdown_text(at)
+    for line in reading.statements:
+        assert line in text
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["LM loss, pre-norm"] == f"{stats['pre'].loss:.3f}"
+    assert metrics["LM loss, post-norm"] == f"{stats['post'].loss:.3f}"
+    charts = at.get("plotly_chart")
+    assert len(charts) >= 4
+    grad_fig = json.loads(charts[0].proto.spec)
+    np.testing.assert_allclose(array(grad_fig["data"][0]["y"]), stats["pre"].grad("ffn"), rtol=1e-6)
+    np.testing.assert_allclose(array(grad_fig["data"][1]["y"]), stats["post"].grad("ffn"), rtol=1e-6)
+
+    # display-only changes reuse the cached measurement: no forward pass
+    calls = gptviz.ui.forward_calls
+    at.selectbox(key="norms_grad_view").set_value("block").run()
+    at.number_input(key="norms_layer").set_value(2).run()
+    assert not at.exception
+    assert gptviz.ui.forward_calls == calls
+    block = wiring.describe_gradients(stats["pre"].grad("block"), stats["post"].grad("block"))
+    assert block.statements[0] in markdown_text(at)
+    attn_fig = json.loads(at.get("plotly_chart")[2].proto.spec)
+    assert attn_fig["layout"]["title"]["text"] == "Layer 2, head 0"
+
+
+def test_prompt_input_and_the_init_control():
+    at = open_page(**dict(TINY, norms_input="prompt", norms_init="xavier"))
+    ids = get_tokenizer().encode(gptviz.ui.DEFAULT_PROMPT)
+    cfg = PRESETS["tiny"].replace(n_layers=3, d_model=32)
+    stats = wiring.compare_wirings(cfg, ids, 0, "xavier")
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["LM loss, pre-norm"] == f"{stats['pre'].loss:.3f}"
+
+
+def test_a_big_model_waits_for_the_button():
+    calls = gptviz.ui.forward_calls
+    at = open_page(norms_preset="gpt2-xl", norms_depth=48, norms_width=1600)
+    assert any("parameters" in w.value and "GiB" in w.value for w in at.warning)
+    assert any(b.label == "Measure this model" for b in at.button)
+    assert not at.metric
+    assert gptviz.ui.forward_calls == calls
+
+
+def test_depth_sweep():
+    at = open_page(**dict(TINY, norms_sweep_depths=[1, 2, 4]))
+    at.button(key="norms_sweep_run").click().run()
+    assert not at.exception, at.exception
+    cfg = PRESETS["tiny"].replace(n_layers=3, d_model=32)
+    sweep = wiring.depth_sweep(cfg, [1, 2, 4], wiring.random_tokens(64, cfg.vocab_size, 0), 0, "gpt2")
+    b = wiring.depth_exponent(sweep["depth"], sweep["pre"])
+    assert f"pre-norm: b = {b:+.2f}" in markdown_text(at)
+
+
+def test_trained_twins_missing_shows_info(monkeypatch, tmp_path):
+    monkeypatch.setattr(gptviz.weights, "MODELS_DIR", tmp_path / "nothing")
+    at = open_page(**TINY)
+    assert any("not here yet" in i.value for i in at.info)
+
+
+@pytest.fixture
+def tiny_twins(tmp_path, monkeypatch):
+    """A tiny pre/post pair trained for a few steps and saved as bundled models would be."""
+    cfg = PRESETS["tiny"].replace(n_layers=1, d_model=32, n_heads=2, n_ctx=64)
+    tokens = torch.tensor(get_tokenizer().encode(gptviz.ui.DEFAULT_PROMPT * 20))
+    settings = TrainSettings(steps=3, batch_size=2, block_size=16, eval_every=2, eval_batches=1)
+    models, results = train_models({"pre": cfg.replace(norm="pre"), "post": cfg.replace(norm="post")},
+                                   settings, tokens)
+    for norm, model in models.items():
+        folder = tmp_path / f"twintest-{norm}"
+        gptviz.weights.save_checkpoint(model, folder)
+        write_history(results[norm], folder)
+    monkeypatch.setattr(gptviz.weights, "MODELS_DIR", tmp_path)
+    return tmp_path, results
+
+
+def test_trained_twins_section(tiny_twins):
+    folder, results = tiny_twins
+    at = open_page(**TINY)
+    frames = at.table
+    assert frames, "the final-loss table is missing"
+    table = frames[0].value
+    assert list(table.columns) == ["twintest-pre", "twintest-post"]
+    assert table.loc["final train loss"].tolist() == [f"{results[n].history[-1]['train_loss']:.3f}"
+                                                      for n in ("pre", "post")]
+    assert table.loc["steps"].tolist() == ["3", "3"]
+    ids = get_tokenizer().encode(gptviz.ui.DEFAULT_PROMPT)
+    codes = [c.value for c in at.code]
+    for norm in ("pre", "post"):
+        model = gptviz.weights.load_checkpoint(folder / f"twintest-{norm}")
+        out = generate(model, ids, 40, 0.8, 40, None, 0)
+        assert decode(out[len(ids):]) in codes
+    titles = [json.loads(c.proto.spec)["layout"].get("title", {}).get("text") for c in at.get("plotly_chart")]
+    assert "Next token after position 26" in titles
+
+
+def test_bundled_twins_loss_phase_is_marked():
+    """With the real bundled twins: the table and the note on the cheaper softmax come from history.json."""
+    models = gptviz.weights.bundled_models()
+    pairs = wiring.trained_twins(list(models))
+    if not pairs:
+        pytest.skip("no bundled twins in gptviz/models")
+    at = open_page(**TINY)
+    history = wiring.load_history(models[pairs[0].pre])["history"]
+    switch = next((h["step"] for h in history if h.get("full_vocab", True)), None)
+    vals = [h["val_loss"] for h in history if h["val_loss"] is not None]
+    table = at.table[0].value
+    assert table.loc["final validation loss", pairs[0].pre] == f"{vals[-1]:.3f}"
+    notes = [c.value for c in at.caption if "cheaper softmax" in c.value]
+    if any(h.get("full_vocab") is False for h in history):
+        assert notes and f"Before step {switch} " in notes[0]
+    else:
+        assert not notes

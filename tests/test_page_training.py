@@ -1,0 +1,97 @@
+"""AppTest for the Train page: a tiny run started from the form, finished in the background, then offered
+to the other pages and as a download; a long run stopped from the page."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from streamlit.testing.v1 import AppTest
+
+import gptviz.ui
+from gptviz.generate import generate
+from gptviz.tokenizer import decode, get_tokenizer
+from gptviz.training_jobs import DONE, STOPPED
+
+REGISTRY = gptviz.ui.training_registry()
+APP = str(Path(__file__).resolve().parent.parent / "app.py")
+TINY = dict(train_layers=1, train_width=32, train_heads=2, train_steps=4, train_batch=1, train_block=16,
+            train_warmup=0, train_wiring="both")
+
+
+def open_page(**state) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.session_state["model_source"] = gptviz.ui.SOURCE_PRESET
+    at.session_state["preset"] = "tiny"
+    for key, value in state.items():
+        at.session_state[key] = value
+    at.run()
+    at.switch_page("pages/training.py")
+    at.run()
+    assert not at.exception, at.exception
+    return at
+
+
+def start(at: AppTest) -> None:
+    next(b for b in at.button if b.label == "Start training").click().run()
+    assert not at.exception, at.exception
+
+
+def test_a_tiny_run_from_the_page():
+    at = open_page(**TINY)
+    assert any("No run yet" in i.value for i in at.info)
+    start(at)
+    job = REGISTRY.get(at.session_state["train_job"])
+    assert job is not None and set(job.spec.configs) == {"pre", "post"}
+    assert job.spec.configs["post"].n_layers == 1 and job.spec.settings.steps == 4
+    assert job.wait(120) and job.status == DONE, job.error
+    at.run()
+    assert not at.exception, at.exception
+    assert any("Finished after 4 of 4 steps" in s.value for s in at.success)
+    # the trained models are offered to the other pages, by run id
+    run_ids = [f"{job.id} {n}-norm (1L d32)" for n in ("pre", "post")]
+    store = gptviz.ui._trained_store()
+    assert all(store[r] is job.models[r.split()[1][:-5]] for r in run_ids)
+    # the samples are the models' own generations from the sidebar prompt
+    ids = get_tokenizer().encode(gptviz.ui.DEFAULT_PROMPT)[-16:]
+    codes = [c.value for c in at.code]
+    for name, model in job.models.items():
+        assert decode(generate(model, ids, 40, temperature=0.8, top_k=40, seed=0)[len(ids):]) in codes
+    assert len(at.get("download_button")) == 2
+    # "Open in the other pages" selects the run in the shared sidebar
+    at.button(key=f"train_open_{job.id}_post").click().run()
+    assert not at.exception, at.exception
+    assert at.session_state["model_source"] == gptviz.ui.SOURCE_TRAINED
+    assert at.session_state["trained_run"] == run_ids[1]
+    # (AppTest runs a switched-to page without the router, so check the shared sidebar in a fresh session)
+    main = AppTest.from_file(APP, default_timeout=120)
+    main.session_state["model_source"] = gptviz.ui.SOURCE_TRAINED
+    main.session_state["trained_run"] = run_ids[1]
+    main.run()
+    assert not main.exception, main.exception
+    assert main.session_state["model_spec"] == gptviz.ui.ModelSpec(gptviz.ui.SOURCE_TRAINED, run_ids[1], "post")
+
+
+def test_scenario_buttons_fill_the_form():
+    at = open_page(**TINY)
+    at.button(key="train_scenario_Deep and narrow, no warmup").click().run()
+    assert not at.exception
+    assert (at.session_state["train_layers"], at.session_state["train_warmup"], at.session_state["train_clip"]) == (
+        12, 0, 0.0)
+    assert at.slider(key="train_layers").value == 12
+
+
+def test_stop_from_the_page():
+    at = open_page(**dict(TINY, train_steps=5000, train_wiring="pre"))
+    start(at)
+    job = REGISTRY.get(at.session_state["train_job"])
+    deadline = time.monotonic() + 60
+    while job.snapshot().steps_done < 2:
+        assert time.monotonic() < deadline, "the run made no progress"
+        time.sleep(0.05)
+    at.run()
+    at.button(key="train_stop").click().run()
+    assert not at.exception, at.exception
+    assert job.wait(60) and job.status == STOPPED
+    at.run()
+    assert any(s.value.startswith("Stopped after") for s in at.success)
+    assert job.snapshot().steps_done < 5000

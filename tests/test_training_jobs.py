@@ -1,0 +1,121 @@
+"""gptviz.training_jobs: training in a background thread, with progress, stop and results."""
+from __future__ import annotations
+
+import io
+import time
+import zipfile
+
+import pytest
+import torch
+
+from gptviz import GPTConfig
+from gptviz.train import TrainSettings
+from gptviz.training_jobs import DONE, FAILED, STOPPED, JobLimitError, JobRegistry, JobSpec
+from gptviz.weights import load_checkpoint
+
+CFG = GPTConfig(vocab_size=64, n_ctx=16, d_model=32, n_layers=1, n_heads=2, name="jobs-test")
+# A corpus with structure to learn: a fixed 50-token phrase repeated.
+PHRASE = torch.randint(0, 64, (50,), generator=torch.Generator().manual_seed(0))
+TOKENS = PHRASE.repeat(200)
+
+
+def spec(steps: int, norms=("pre", "post"), **settings) -> JobSpec:
+    s = dict(steps=steps, batch_size=4, block_size=16, lr=1e-2, warmup=0, eval_every=5, eval_batches=2, seed=0)
+    s.update(settings)
+    return JobSpec({n: CFG.replace(norm=n) for n in norms}, TrainSettings(**s))
+
+
+def wait_for(predicate, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out waiting for the training job")
+        time.sleep(0.02)
+
+
+def test_a_few_steps_lower_the_loss_on_the_same_batches():
+    registry = JobRegistry()
+    job = registry.start(spec(25), tokens=TOKENS)
+    assert job.wait(120) and job.status == DONE, job.error
+    snap = job.snapshot()
+    assert snap.steps_done == snap.total_steps == 25 and snap.fraction == 1.0
+    for name in ("pre", "post"):
+        history = snap.logs[name]
+        assert [h["step"] for h in history] == list(range(1, 26))
+        first, last = history[0]["train_loss"], history[-1]["train_loss"]
+        assert first > 3.5  # about ln 64 = 4.16 at init
+        assert last < 0.7 * first, (name, first, last)
+        vals = [h["val_loss"] for h in history if h["val_loss"] is not None]
+        assert vals[-1] < vals[0]
+        assert job.results[name].final["step"] == 25
+    # Twins start from the same weights, so their first losses differ only through the wiring.
+    assert snap.logs["pre"][0]["train_loss"] == pytest.approx(snap.logs["post"][0]["train_loss"], abs=0.1)
+
+
+def test_the_job_trains_in_the_background_and_can_be_stopped():
+    registry = JobRegistry()
+    job = registry.start(spec(100_000, norms=("pre",)), tokens=TOKENS)
+    # start() has returned while the job is still training: its progress is visible from here.
+    wait_for(lambda: job.snapshot().steps_done >= 3)
+    assert not job.finished
+    assert registry.running() == [job]
+    assert registry.stop(job.id)
+    assert job.wait(60)
+    snap = job.snapshot()
+    assert job.status == STOPPED and snap.finished and snap.stop_requested
+    assert 3 <= snap.steps_done < 100_000
+    assert job.results["pre"].stopped_early
+    assert len(job.results["pre"].history) == snap.steps_done
+    assert not job.models["pre"].training  # handed back in eval mode
+    assert registry.running() == []
+
+
+def test_the_registry_limits_concurrent_runs():
+    registry = JobRegistry(max_running=1)
+    first = registry.start(spec(100_000, norms=("pre",)), tokens=TOKENS)
+    try:
+        with pytest.raises(JobLimitError, match="limit is 1"):
+            registry.start(spec(5), tokens=TOKENS)
+    finally:
+        first.request_stop()
+        first.wait(60)
+    second = registry.start(spec(2, norms=("post",)), tokens=TOKENS)
+    assert second.wait(60) and second.status == DONE
+    assert {j.id for j in registry.jobs()} == {first.id, second.id} and first.id != second.id
+
+
+def test_failures_are_recorded_not_raised():
+    registry = JobRegistry()
+    job = registry.start(spec(3), tokens=TOKENS[:10])  # too short for one window of 17 tokens
+    assert job.wait(60)
+    assert job.status == FAILED and "too few" in job.error
+    with pytest.raises(KeyError):
+        job.checkpoint_zip("pre")
+
+
+def test_spec_validation():
+    with pytest.raises(ValueError, match="block size 32"):
+        spec(3, block_size=32)
+    with pytest.raises(ValueError, match="init"):
+        JobSpec({"pre": CFG}, TrainSettings(steps=1), init="kaiming")
+    with pytest.raises(ValueError, match="at least one"):
+        JobSpec({}, TrainSettings(steps=1))
+
+
+def test_checkpoint_zip_round_trip(tmp_path):
+    registry = JobRegistry()
+    job = registry.start(spec(4, norms=("post",)), tokens=TOKENS)
+    assert job.wait(60) and job.status == DONE
+    data = job.checkpoint_zip("post")
+    with zipfile.ZipFile(io.BytesIO(data)) as zf:
+        names = sorted(zf.namelist())
+        zf.extractall(tmp_path)
+    folder = f"{job.id}-post"
+    assert names == sorted(f"{folder}/{f}" for f in
+                           ("config.json", "history.csv", "history.json", "model.safetensors"))
+    loaded = load_checkpoint(tmp_path / folder)
+    assert loaded.config.norm == "post"
+    ids = PHRASE[:16][None]
+    with torch.no_grad():
+        assert torch.allclose(loaded(ids), job.models["post"](ids), atol=1e-6)
+    assert job.checkpoint_zip("post") is data  # built once

@@ -23,6 +23,7 @@ def _train(args) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)  # dropout masks; the init and the batches have generators of their own
     cfg = get_preset(args.preset).replace(norm=args.norm, dropout=args.dropout)
     settings = TrainSettings(steps=args.steps, batch_size=args.batch_size, lr=args.lr, warmup=args.warmup,
                              seed=args.seed, eval_every=args.eval_every,

@@ -158,7 +158,7 @@ class Block(nn.Module):
 class GPT(nn.Module):
     """Decoder-only transformer returning logits at every position: [batch, T, vocab]."""
 
-    def __init__(self, config: GPTConfig, init: str = "gpt2"):
+    def __init__(self, config: GPTConfig, init: str = "gpt2", seed: int | None = None):
         super().__init__()
         self.config = config
         self.wte = nn.Embedding(config.vocab_size, config.d_model)
@@ -172,25 +172,30 @@ class GPT(nn.Module):
             self.lm_head.weight = self.wte.weight
         self.hook_logits = HookPoint()
         self.hook_names = name_hook_points(self)
-        self.reset_parameters(init)
+        self.reset_parameters(init, seed)
 
-    def reset_parameters(self, init: str = "gpt2") -> None:
+    def reset_parameters(self, init: str = "gpt2", seed: int | None = None) -> None:
         """GPT-2 init: normal(0, 0.02), residual output projections scaled by 1/sqrt(2 * n_layers).
         "xavier": Xavier-uniform matrices (the scheme in Xiong et al. 2020), for comparison."""
         if init not in ("gpt2", "xavier"):
             raise ValueError(f"init must be 'gpt2' or 'xavier', got {init!r}")
+        # A seed draws from a private generator: the weights then depend on the seed alone, even while other
+        # threads (Streamlit sessions, background training) draw from torch's global generator.
+        gen = None
+        if seed is not None and self.device.type != "meta":
+            gen = torch.Generator(device=self.device).manual_seed(seed)
         residual_std = 0.02 / math.sqrt(2 * self.config.n_layers)
         for name, module in self.named_modules():
             if isinstance(module, nn.Linear):
                 if init == "xavier":
-                    nn.init.xavier_uniform_(module.weight)
+                    nn.init.xavier_uniform_(module.weight, generator=gen)
                 else:
                     std = residual_std if name.endswith("c_proj") else 0.02
-                    nn.init.normal_(module.weight, mean=0.0, std=std)
+                    nn.init.normal_(module.weight, mean=0.0, std=std, generator=gen)
                 if module.bias is not None:
                     nn.init.zeros_(module.bias)
             elif isinstance(module, nn.Embedding):
-                nn.init.normal_(module.weight, mean=0.0, std=0.02)
+                nn.init.normal_(module.weight, mean=0.0, std=0.02, generator=gen)
             elif isinstance(module, (nn.LayerNorm, nn.RMSNorm)):
                 module.reset_parameters()
 

@@ -209,8 +209,8 @@ def train_models(configs: dict[str, GPTConfig], settings: TrainSettings, tokens:
     train_tokens, val_tokens = split(tokens, settings.val_fraction)
     models, trainers = {}, {}
     for name, cfg in configs.items():
-        torch.manual_seed(settings.seed)  # same draws, so twins that differ only in wiring share weights
-        models[name] = GPT(cfg, init=init).to(device)
+        # same seed, so twins that differ only in wiring start from the same weights
+        models[name] = GPT(cfg, init=init, seed=settings.seed).to(device)
         trainers[name] = Trainer(models[name], settings, train_tokens)
     block = settings.block_size or min(cfg.n_ctx for cfg in configs.values())
     data = batches(train_tokens, settings.batch_size, block, torch.Generator().manual_seed(settings.seed))

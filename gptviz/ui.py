@@ -72,9 +72,8 @@ def load_model(spec: ModelSpec) -> GPT:
     if spec.source == SOURCE_PRESET:
         if spec.name not in PRESETS:
             raise ConfigError(f"unknown preset {spec.name!r}")
-        torch.manual_seed(spec.seed)
         with torch.device(spec.device):
-            model = GPT(PRESETS[spec.name].replace(norm=spec.norm))
+            model = GPT(PRESETS[spec.name].replace(norm=spec.norm), seed=spec.seed)
         return model.eval()
     if spec.source == SOURCE_BUNDLED:
         models = bundled_models()
@@ -192,6 +191,14 @@ def current_model() -> tuple[ModelSpec, GPT] | None:
     except (ConfigError, CheckpointError, ValueError, OSError, RuntimeError) as err:
         st.error(f"Could not load {spec.label()}: {err}")
         return None
+
+
+def require_model() -> tuple[ModelSpec, GPT]:
+    """current_model() for a page that can show nothing without a model: stops the page (after its message)."""
+    got = current_model()
+    if got is None:
+        st.stop()
+    return got
 
 
 class PromptTokens(NamedTuple):

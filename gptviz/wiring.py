@@ -42,8 +42,7 @@ def twin_models(config: GPTConfig, seed: int = 0, init: str = "gpt2") -> dict[st
 
     The post-norm model is built on the meta device and given the pre-norm model's tensors
     (load_state_dict(assign=True)), so the two share storage: same state_dict, no second copy."""
-    torch.manual_seed(seed)
-    pre = GPT(config.replace(norm="pre"), init=init).eval()
+    pre = GPT(config.replace(norm="pre"), init=init, seed=seed).eval()
     with torch.device("meta"):
         post = GPT(config.replace(norm="post"), init=init)
     post.load_state_dict(pre.state_dict(), assign=True)

@@ -54,10 +54,7 @@ st.caption("Inside the forward pass for the sidebar's prompt: how big the residu
            "neurons do, what each norm receives, what the model would predict if it stopped early, and which "
            "heads follow simple patterns.")
 
-got = ui.current_model()
-if got is None:
-    st.stop()
-spec, model = got
+spec, model = ui.require_model()
 cfg = model.config
 prompt = ui.prompt_tokens(cfg.n_ctx)
 if prompt is None:

@@ -45,10 +45,7 @@ st.caption("Every token builds its next representation from a weighted mix of th
            "The weights are the attention pattern: one row per token, one pattern per head, "
            "several heads per layer.")
 
-got = ui.current_model()
-if got is None:
-    st.stop()
-spec, model = got
+spec, model = ui.require_model()
 cfg = model.config
 prompt = ui.prompt_tokens(cfg.n_ctx)
 if prompt is None:

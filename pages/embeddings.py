@@ -45,10 +45,7 @@ st.caption("Before any attention, each token becomes a row of the token-embeddin
            "of the position-embedding matrix (`wpe`) for where it sits. Their sum is the residual stream that "
            "enters block 0.")
 
-got = ui.current_model()
-if got is None:
-    st.stop()
-spec, model = got
+spec, model = ui.require_model()
 cfg = model.config
 prompt = ui.prompt_tokens(cfg.n_ctx)
 

@@ -38,10 +38,7 @@ st.title("Generation")
 st.caption("A GPT writes one token at a time: it turns the text so far into a probability for every token "
            "in its vocabulary, a sampling rule picks one, the token is appended, and it goes again.")
 
-got = ui.current_model()
-if got is None:
-    st.stop()
-spec, model = got
+spec, model = ui.require_model()
 cfg = model.config
 prompt = ui.prompt_tokens(cfg.n_ctx)
 if prompt is None:

@@ -245,3 +245,18 @@ def test_last_only_logits(model):
         last = model(ids, last_only=True)
     assert last.shape == (2, 1, SMALL.vocab_size)
     torch.testing.assert_close(last, full[:, -1:], atol=1e-6, rtol=0)
+
+
+def test_seeded_init_ignores_other_draws_from_the_global_generator():
+    """Sessions and background training share torch's global generator: a seed alone fixes the weights."""
+    cfg = GPTConfig(vocab_size=97, n_ctx=16, d_model=32, n_layers=2, n_heads=4)
+    first = GPT(cfg, seed=5).state_dict()
+    torch.manual_seed(123)
+    torch.randn(1000)  # another thread's draws
+    second = GPT(cfg, seed=5).state_dict()
+    assert all(torch.equal(first[k], second[k]) for k in first)
+    other = GPT(cfg, seed=6).state_dict()
+    assert not torch.equal(first["wte.weight"], other["wte.weight"])
+    for init in ("gpt2", "xavier"):
+        a, b = GPT(cfg, init=init, seed=1), GPT(cfg, init=init, seed=1)
+        assert torch.equal(a.blocks[0].attn.c_attn.weight, b.blocks[0].attn.c_attn.weight)

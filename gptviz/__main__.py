@@ -25,6 +25,17 @@ def _train(args) -> int:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)  # dropout masks; the init and the batches have generators of their own
     cfg = get_preset(args.preset).replace(norm=args.norm, dropout=args.dropout)
+    start, parent = None, None
+    if args.init_from:  # continue training a checkpoint of the same preset and wiring
+        import json
+
+        from .weights import load_checkpoint
+        start_model = load_checkpoint(args.init_from)
+        if start_model.config != cfg:
+            raise ValueError(f"{args.init_from} holds a different model ({start_model.config.name}, "
+                             f"{start_model.config.norm}-norm) than --preset {cfg.name} --norm {cfg.norm}")
+        start = {"model": start_model.state_dict()}
+        parent = json.loads((Path(args.init_from) / "config.json").read_text()).get("training")
     settings = TrainSettings(steps=args.steps, batch_size=args.batch_size, lr=args.lr, warmup=args.warmup,
                              seed=args.seed, eval_every=args.eval_every,
                              corpus_vocab_steps=args.corpus_vocab_steps)
@@ -39,12 +50,13 @@ def _train(args) -> int:
                   f"|g| {log.grad_norm:.2f} eta {format_eta(log.step, settings.steps, time.perf_counter() - started)}",
                   flush=True)
 
-    models, results = train_models({"model": cfg}, settings, tokens, device=args.device, on_step=report)
+    models, results = train_models({"model": cfg}, settings, tokens, device=args.device, on_step=report,
+                                   start_states=start)
     out = Path(args.out)
     result = results["model"]
     save_checkpoint(models["model"], out, dtype=getattr(torch, args.save_dtype),
                     extra={"training": {"data": Path(args.data).name, "settings": result.settings,
-                                        "final": result.final}})
+                                        "final": result.final, "continued_from": parent}})
     write_history(result, out)
     print(f"saved {out} (final: {result.final})")
     return 0
@@ -89,6 +101,7 @@ def main(argv=None) -> int:
     t.add_argument("--device", default="cpu")
     t.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
     t.add_argument("--save-dtype", choices=("float32", "float16"), default="float16")
+    t.add_argument("--init-from", default=None, help="continue from this checkpoint folder (same preset and norm)")
     t.add_argument("--out", required=True)
     t.set_defaults(func=_train)
     c = sub.add_parser("check", help="measure a trained checkpoint against the bundled-model bars; "

@@ -80,6 +80,8 @@ def model_card(name: str, meta: dict, report: dict) -> str:
     settings, final = training.get("settings", {}), training.get("final", {})
     passes = "\n".join(f"| {k.replace('_', ' ')} | {'yes' if v else 'NO'} |" for k, v in report["passes"].items())
     bp, bi = report["best_previous_token_head"], report["best_induction_head"]
+    parent = training.get("continued_from")
+    stages = [parent, training] if parent else [training]
     return f"""# {name}
 
 A {cfg['n_layers']}-layer GPT ({cfg['norm']}-norm, d_model {cfg['d_model']}, {cfg['n_heads']} heads, context {cfg['n_ctx']},
@@ -117,13 +119,24 @@ sampled windows) {final.get('val_loss') or float('nan'):.3f}. Curves: `history.c
 
 ## Reproduce
 ```
-python -m gptviz train --preset {cfg.get('name', 'small-4l')} --norm {cfg['norm']} --steps {settings.get('steps')} \\
-    --batch-size {settings.get('batch_size')} --lr {settings.get('lr')} --warmup {settings.get('warmup')} \\
-    --seed {settings.get('seed')} --dropout {cfg['dropout']} --corpus-vocab-steps {settings.get('corpus_vocab_steps', 0)} \\
-    --out gptviz/models/{name}
+{_train_commands(cfg, name, stages)}
 python -m gptviz check gptviz/models/{name}
 ```
 """
+
+
+def _train_commands(cfg: dict, name: str, stages: list[dict]) -> str:
+    """The CLI commands that rebuild a checkpoint: one per training stage (a continued run starts from the last)."""
+    lines = []
+    for i, stage in enumerate(stages):
+        s = stage.get("settings", {})
+        out = f"gptviz/models/{name}" if i == len(stages) - 1 else f"/tmp/{name}-stage{i + 1}"
+        start = f" \\\n    --init-from /tmp/{name}-stage{i}" if i else ""
+        lines.append(f"python -m gptviz train --preset {cfg.get('name', 'small-4l')} --norm {cfg['norm']} "
+                     f"--steps {s.get('steps')} --batch-size {s.get('batch_size')} --lr {s.get('lr')} "
+                     f"--warmup {s.get('warmup')} \\\n    --seed {s.get('seed')} --dropout {cfg['dropout']} "
+                     f"--corpus-vocab-steps {s.get('corpus_vocab_steps', 0)}{start} --out {out}")
+    return "\n".join(lines)
 
 
 def check_folder(folder: str | Path, corpus: str | Path | None = None, write: bool = True) -> dict:

@@ -202,15 +202,19 @@ class TrainResult:
 
 def train_models(configs: dict[str, GPTConfig], settings: TrainSettings, tokens: torch.Tensor,
                  device: str = "cpu", on_step: Callable[[str, StepLog], None] | None = None,
-                 should_stop: Callable[[], bool] | None = None, init: str = "gpt2"
+                 should_stop: Callable[[], bool] | None = None, init: str = "gpt2",
+                 start_states: dict[str, dict[str, torch.Tensor]] | None = None
                  ) -> tuple[dict[str, GPT], dict[str, TrainResult]]:
     """Train one model per config on the same batches (same seed, same init draws per config).
-    `on_step(name, log)` is called after every step; `should_stop()` ends training cleanly."""
+    `on_step(name, log)` is called after every step; `should_stop()` ends training cleanly.
+    `start_states[name]`, when given, replaces that model's random init (continued training)."""
     train_tokens, val_tokens = split(tokens, settings.val_fraction)
     models, trainers = {}, {}
     for name, cfg in configs.items():
         # same seed, so twins that differ only in wiring start from the same weights
         models[name] = GPT(cfg, init=init, seed=settings.seed).to(device)
+        if start_states and name in start_states:
+            models[name].load_state_dict({k: v.float() for k, v in start_states[name].items()})
         trainers[name] = Trainer(models[name], settings, train_tokens)
     block = settings.block_size or min(cfg.n_ctx for cfg in configs.values())
     data = batches(train_tokens, settings.batch_size, block, torch.Generator().manual_seed(settings.seed))

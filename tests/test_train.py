@@ -138,3 +138,27 @@ def test_format_eta():
     assert format_eta(0, 10, 5.0) == "?"
     assert format_eta(5, 10, 50.0) == "0m50s"
     assert format_eta(1, 100, 10.0) == "16m30s"
+
+
+def test_train_models_continues_from_given_weights():
+    start = build(seed=9).state_dict()
+    tokens = random_ids(2000, seed=5)
+    models, _ = train_models({"m": SMALL}, TrainSettings(steps=1, batch_size=2), tokens, should_stop=lambda: True,
+                             start_states={"m": start})
+    assert all(torch.equal(models["m"].state_dict()[k], start[k]) for k in start)
+    fresh, _ = train_models({"m": SMALL}, TrainSettings(steps=1, batch_size=2), tokens, should_stop=lambda: True)
+    assert not torch.equal(fresh["m"].state_dict()["wte.weight"], start["wte.weight"])
+
+
+def test_corpus_vocabulary_loss_equals_full_softmax_restricted_to_those_ids():
+    from gptviz.train import subset_lm_loss
+    model = build(seed=10).eval()
+    x, y = random_ids(12, seed=6)[None], random_ids(12, seed=7)[None]
+    vocab = torch.unique(torch.cat([y.flatten(), torch.arange(0, 50)]))
+    index_of = torch.full((model.config.vocab_size,), -1, dtype=torch.long)
+    index_of[vocab] = torch.arange(len(vocab))
+    with torch.no_grad():
+        logits = model(x)[..., vocab]
+        expected = torch.nn.functional.cross_entropy(logits.reshape(-1, len(vocab)), index_of[y].reshape(-1))
+        assert subset_lm_loss(model, x, y, vocab, index_of) == pytest.approx(float(expected), abs=1e-5)
+        assert float(expected) < float(lm_loss(model, x, y))  # fewer ids compete for the mass

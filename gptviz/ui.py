@@ -6,6 +6,7 @@ names), so a rerun caused by a display widget runs no model.
 """
 from __future__ import annotations
 
+import re
 import threading
 from typing import NamedTuple
 
@@ -191,6 +192,24 @@ def current_model() -> tuple[ModelSpec, GPT] | None:
     except (ConfigError, CheckpointError, ValueError, OSError, RuntimeError) as err:
         st.error(f"Could not load {spec.label()}: {err}")
         return None
+
+
+MEAN_HEAD = -1  # head option: the mean of a layer's heads
+
+
+def head_name(head: int) -> str:
+    return "mean of all heads" if head == MEAN_HEAD else f"head {head}"
+
+
+def md_text(text: str) -> str:
+    """Token text made literal in Markdown (pills and captions render it): escape ASCII punctuation."""
+    return re.sub(r"([!-/:-@\[-`{-~])", r"\\\1", text)
+
+
+def keep_valid(key: str, options, default) -> None:
+    """Reset a widget's stored value when it is no longer an option (another model or prompt)."""
+    if key in st.session_state and st.session_state[key] not in options:
+        st.session_state[key] = default
 
 
 def require_model() -> tuple[ModelSpec, GPT]:

@@ -6,7 +6,6 @@ head, colour scale, query token, view) only redraws.
 from __future__ import annotations
 
 import math
-import re
 
 import pandas as pd
 import streamlit as st
@@ -16,7 +15,7 @@ from gptviz.figures import attention as fa
 from gptviz.figures import generation as fg
 from gptviz.tokenizer import decode, token_labels
 
-MEAN = -1                 # head option: the mean of the layer's heads
+MEAN = ui.MEAN_HEAD       # head option: the mean of the layer's heads
 MAX_CHIPS = 256           # longer prompts pick the query with a slider
 GRID_CELLS = 600_000      # most heatmap cells one small-multiples figure draws
 CAPTURE_BYTES = 256 * 2**20  # most memory the cached weights of one prompt may take (layers x heads x T x T)
@@ -25,19 +24,7 @@ VIEWS = ["One head", "All heads of the layer", "Model view: every layer and head
 state = st.session_state
 
 
-def md_text(text: str) -> str:
-    """Token text made literal in a Markdown label (pills render Markdown): escape ASCII punctuation."""
-    return re.sub(r"([!-/:-@\[-`{-~])", r"\\\1", text)
-
-
-def head_name(head: int) -> str:
-    return "mean of all heads" if head == MEAN else f"head {head}"
-
-
-def keep_valid(key: str, options, default) -> None:
-    """Reset a widget's stored value when it is no longer an option (another model or prompt)."""
-    if key in state and state[key] not in options:
-        state[key] = default
+md_text, head_name, keep_valid = ui.md_text, ui.head_name, ui.keep_valid
 
 
 st.title("Attention")

@@ -5,7 +5,6 @@ afterwards (step slider, layer, head, table) runs no model.
 """
 from __future__ import annotations
 
-import re
 
 import pandas as pd
 import streamlit as st
@@ -16,22 +15,11 @@ from gptviz.figures import attention as fa
 from gptviz.figures import generation as fg
 from gptviz.tokenizer import EOT, decode, token_labels
 
-MEAN = -1
+MEAN = ui.MEAN_HEAD
 state = st.session_state
 
 
-def md_text(text: str) -> str:
-    """Token text made literal in Markdown (captions render Markdown): escape ASCII punctuation."""
-    return re.sub(r"([!-/:-@\[-`{-~])", r"\\\1", text)
-
-
-def head_name(head: int) -> str:
-    return "mean of all heads" if head == MEAN else f"head {head}"
-
-
-def keep_valid(key: str, options, default) -> None:
-    if key in state and state[key] not in options:
-        state[key] = default
+md_text, head_name, keep_valid = ui.md_text, ui.head_name, ui.keep_valid
 
 
 st.title("Generation")

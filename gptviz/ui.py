@@ -241,6 +241,14 @@ def prompt_tokens(n_ctx: int, prompt: str | None = None) -> PromptTokens | None:
     return PromptTokens(kept, len(ids), len(ids) > n_ctx)
 
 
+def require_prompt(n_ctx: int) -> PromptTokens:
+    """prompt_tokens() for a page that can show nothing without a prompt: stops the page after the hint."""
+    prompt = prompt_tokens(n_ctx)
+    if prompt is None:
+        st.stop()
+    return prompt
+
+
 EXPORT_FORMATS = ("png", "svg")
 
 

@@ -56,9 +56,7 @@ st.caption("Inside the forward pass for the sidebar's prompt: how big the residu
 
 spec, model = ui.require_model()
 cfg = model.config
-prompt = ui.prompt_tokens(cfg.n_ctx)
-if prompt is None:
-    st.stop()
+prompt = ui.require_prompt(cfg.n_ctx)
 ids = prompt.ids
 T = len(ids)
 labels = token_labels(ids)

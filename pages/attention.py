@@ -34,9 +34,7 @@ st.caption("Every token builds its next representation from a weighted mix of th
 
 spec, model = ui.require_model()
 cfg = model.config
-prompt = ui.prompt_tokens(cfg.n_ctx)
-if prompt is None:
-    st.stop()
+prompt = ui.require_prompt(cfg.n_ctx)
 ids = prompt.ids
 longest = int(math.sqrt(CAPTURE_BYTES / (4 * cfg.n_layers * cfg.n_heads)))
 if len(ids) > longest:

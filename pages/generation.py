@@ -28,9 +28,7 @@ st.caption("A GPT writes one token at a time: it turns the text so far into a pr
 
 spec, model = ui.require_model()
 cfg = model.config
-prompt = ui.prompt_tokens(cfg.n_ctx)
-if prompt is None:
-    st.stop()
+prompt = ui.require_prompt(cfg.n_ctx)
 ids = prompt.ids
 
 with st.expander("How the next token is chosen"):

@@ -2,6 +2,10 @@
 import streamlit as st
 
 from gptviz import ui
+from gptviz.allocator import keep_freed_memory
+
+# Captures build tens of MB of activations per prompt; keep freed memory for the next one (see allocator.py).
+keep_freed_memory()
 
 st.set_page_config(page_title="gptviz: see inside a GPT", page_icon="🔎", layout="wide")
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import math
+import platform
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +18,7 @@ import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
-from gptviz import analysis, ui
+from gptviz import allocator, analysis, ui
 from gptviz.figures import attention as fa
 from gptviz.tokenizer import decode, encode, token_labels
 
@@ -65,6 +66,7 @@ def patterns_for(prompt: str) -> torch.Tensor:
 # ---- the page ----------------------------------------------------------------------------------------
 
 def test_router_default_page():
+    allocator._applied = None  # app.py sets the allocator policy before any page runs
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
     at.session_state["model_source"] = ui.SOURCE_PRESET
     at.session_state["preset"] = "tiny"
@@ -73,6 +75,7 @@ def test_router_default_page():
     assert at.title[0].value == "Attention"
     assert at.session_state["model_spec"] == TINY
     assert len(at.button_group(key="att_query").options) == len(encode(ui.DEFAULT_PROMPT))
+    assert allocator.freed_memory_kept() is (platform.libc_ver()[0] == "glibc")
 
 
 def test_default_state_widgets_and_real_weights():

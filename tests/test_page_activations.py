@@ -5,9 +5,7 @@ As in test_page_attention: the page file runs directly with the sidebar's two va
 """
 from __future__ import annotations
 
-import base64
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,35 +14,14 @@ from streamlit.testing.v1 import AppTest
 
 from gptviz import analysis, ui
 from gptviz.tokenizer import encode
+from pagetest import TINY, run_page, figure, array
 
-ROOT = Path(__file__).resolve().parents[1]
-TINY = ui.ModelSpec(ui.SOURCE_PRESET, "tiny", "pre")
 N_LAYERS, N_HEADS, N_CTX, D_FF = 2, 4, 128, 256
 TABS = ["Residual stream", "MLP neurons", "Norm inputs", "Logit lens", "Head detectors", "Export"]
 
 
 def page(prompt: str, spec: ui.ModelSpec = TINY, **state) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "pages" / "activations.py"), default_timeout=120)
-    at.session_state["model_spec"] = spec
-    at.session_state["prompt"] = prompt
-    for key, value in state.items():
-        at.session_state[key] = value
-    return at.run()
-
-
-def array(value) -> np.ndarray:
-    if isinstance(value, dict) and "bdata" in value:
-        data = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]))
-        shape = [int(s) for s in str(value.get("shape", len(data))).split(",")]
-        return data.reshape(shape)
-    return np.array(value, dtype=float)
-
-
-def figure(at: AppTest, title_start: str) -> dict:
-    figs = [json.loads(el.proto.spec) for el in at.get("plotly_chart")]
-    found = [f for f in figs if ((f["layout"].get("title") or {}).get("text") or "").startswith(title_start)]
-    assert len(found) == 1, [(f["layout"].get("title") or {}).get("text") for f in figs]
-    return found[0]
+    return run_page("activations", prompt, spec, **state)
 
 
 def capture_for(prompt: str, spec: ui.ModelSpec = TINY):

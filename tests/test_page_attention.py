@@ -7,11 +7,8 @@ sidebar would provide (model_spec, prompt); test_router_default_page checks the 
 """
 from __future__ import annotations
 
-import base64
-import json
 import math
 import platform
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,40 +18,15 @@ from streamlit.testing.v1 import AppTest
 from gptviz import allocator, analysis, ui
 from gptviz.figures import attention as fa
 from gptviz.tokenizer import decode, encode, token_labels
+from pagetest import ROOT, TINY, run_page, figures, figure, array
 
-ROOT = Path(__file__).resolve().parents[1]
-TINY = ui.ModelSpec(ui.SOURCE_PRESET, "tiny", "pre")
 N_LAYERS, N_HEADS, N_CTX = 2, 4, 128           # the tiny preset
 VIEWS = ["One head", "All heads of the layer", "Model view: every layer and head", "Entropy map"]
 MARKUP = "<img src=x onerror=alert(1)> <script>alert(2)</script>"
 
 
 def page(prompt: str, **state) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "pages" / "attention.py"), default_timeout=120)
-    at.session_state["model_spec"] = TINY
-    at.session_state["prompt"] = prompt
-    for key, value in state.items():
-        at.session_state[key] = value
-    return at.run()
-
-
-def figures(at: AppTest) -> list[dict]:
-    return [json.loads(el.proto.spec) for el in at.get("plotly_chart")]
-
-
-def figure(at: AppTest, title_start: str) -> dict:
-    found = [f for f in figures(at) if (f["layout"].get("title") or {}).get("text", "").startswith(title_start)]
-    assert len(found) == 1, [(f["layout"].get("title") or {}).get("text") for f in figures(at)]
-    return found[0]
-
-
-def array(value) -> np.ndarray:
-    """A Plotly JSON array (plain list or base64 typed array) as numpy."""
-    if isinstance(value, dict) and "bdata" in value:
-        data = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]))
-        shape = [int(s) for s in str(value.get("shape", len(data))).split(",")]
-        return data.reshape(shape)
-    return np.array(value, dtype=float)
+    return run_page("attention", prompt, **state)
 
 
 def patterns_for(prompt: str) -> torch.Tensor:

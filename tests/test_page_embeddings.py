@@ -5,9 +5,6 @@ As in test_page_attention: the page file runs directly with the two values the s
 """
 from __future__ import annotations
 
-import base64
-import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,38 +13,15 @@ from streamlit.testing.v1 import AppTest
 
 from gptviz import GPT, GPTConfig, analysis, ui
 from gptviz.tokenizer import encode
+from pagetest import title_of, TINY, run_page, figures, array
 
-ROOT = Path(__file__).resolve().parents[1]
-TINY = ui.ModelSpec(ui.SOURCE_PRESET, "tiny", "pre")
 N_CTX, D_MODEL = 128, 64
 TITLES = ["Cosine similarity of the prompt's token embeddings", "Cosine similarity between all 128 position",
           "Token embeddings, first two principal components"]
 
 
 def page(prompt: str, spec: ui.ModelSpec = TINY, **state) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "pages" / "embeddings.py"), default_timeout=120)
-    at.session_state["model_spec"] = spec
-    at.session_state["prompt"] = prompt
-    for key, value in state.items():
-        at.session_state[key] = value
-    return at.run()
-
-
-def figures(at: AppTest) -> list[dict]:
-    return [json.loads(el.proto.spec) for el in at.get("plotly_chart")]
-
-
-def array(value) -> np.ndarray:
-    """A Plotly JSON array (plain list or base64 typed array) as numpy."""
-    if isinstance(value, dict) and "bdata" in value:
-        data = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]))
-        shape = [int(s) for s in str(value.get("shape", len(data))).split(",")]
-        return data.reshape(shape)
-    return np.array(value, dtype=float)
-
-
-def title(fig: dict) -> str:
-    return (fig["layout"].get("title") or {}).get("text") or ""
+    return run_page("embeddings", prompt, spec, **state)
 
 
 def capture_for(prompt: str) -> dict[str, torch.Tensor]:
@@ -62,7 +36,7 @@ def test_default_prompt_shows_the_capture():
     figs = figures(at)
     assert len(figs) == 4
     for fig, start in zip(figs[1:], TITLES):
-        assert title(fig).startswith(start)
+        assert title_of(fig).startswith(start)
     panels = figs[0]["data"]
     assert len(panels) == 3
     cache = capture_for(ui.DEFAULT_PROMPT)
@@ -117,7 +91,7 @@ def test_edge_prompts(prompt):
     if not ids:
         assert "Type a prompt" in at.info[0].value
         # the model's own structure still shows: position similarity and the vocabulary PCA
-        assert [title(f)[:30] for f in figs] == [TITLES[1][:30], TITLES[2][:30]]
+        assert [title_of(f)[:30] for f in figs] == [TITLES[1][:30], TITLES[2][:30]]
         assert len(array(figs[1]["data"][1]["x"])) == 0
         return
     kept = ids[-N_CTX:]

@@ -2,10 +2,7 @@
 model's, and the block diagram of the sidebar's wiring is marked."""
 from __future__ import annotations
 
-import base64
-import json
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,34 +12,11 @@ from streamlit.testing.v1 import AppTest
 
 from gptviz import ui
 from gptviz.tokenizer import encode, token_labels
-
-ROOT = Path(__file__).resolve().parents[1]
-TINY = ui.ModelSpec(ui.SOURCE_PRESET, "tiny", "pre")
+from pagetest import title_of, TINY, run_page, figures, array
 
 
 def page(prompt: str = ui.DEFAULT_PROMPT, spec: ui.ModelSpec | None = TINY, **state) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "pages" / "explainers.py"), default_timeout=120)
-    at.session_state["model_spec"] = spec
-    at.session_state["prompt"] = prompt
-    for key, value in state.items():
-        at.session_state[key] = value
-    return at.run()
-
-
-def figures(at: AppTest) -> list[dict]:
-    return [json.loads(el.proto.spec) for el in at.get("plotly_chart")]
-
-
-def array(value) -> np.ndarray:
-    if isinstance(value, dict) and "bdata" in value:
-        data = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]))
-        shape = [int(s) for s in str(value.get("shape", len(data))).split(",")]
-        return data.reshape(shape)
-    return np.array(value, dtype=float)
-
-
-def title(fig: dict) -> str:
-    return (fig["layout"].get("title") or {}).get("text") or ""
+    return run_page("explainers", prompt, spec, **state)
 
 
 def test_activation_functions_are_torchs_and_the_models_is_marked():
@@ -81,10 +55,10 @@ def test_causal_mask_slider_and_prompt_labels():
     at = page(prompt)
     at.slider(key="exp_mask_n").set_value(5).run()
     assert not at.exception
-    mask = [f for f in figures(at) if title(f).startswith("Causal mask")][0]
+    mask = [f for f in figures(at) if title_of(f).startswith("Causal mask")][0]
     z = array(mask["data"][0]["z"])
     np.testing.assert_array_equal(z, np.tril(np.ones((5, 5))))
-    assert "15 of 25 pairs allowed" in title(mask)
+    assert "15 of 25 pairs allowed" in title_of(mask)
     assert mask["layout"]["yaxis"]["ticktext"] == token_labels(encode(prompt)[:5])
 
 
@@ -94,10 +68,10 @@ def test_edge_prompts(prompt):
     assert not at.exception and not at.error
     n = at.slider(key="exp_mask_n").value
     assert n == min(8, max(1, len(encode(prompt))))
-    mask = [f for f in figures(at) if title(f).startswith("Causal mask")][0]
+    mask = [f for f in figures(at) if title_of(f).startswith("Causal mask")][0]
     assert array(mask["data"][0]["z"]).shape == (n, n)
     at.slider(key="exp_mask_n").set_value(20).run()                 # longer than the prompt: positions
-    mask = [f for f in figures(at) if title(f).startswith("Causal mask")][0]
+    mask = [f for f in figures(at) if title_of(f).startswith("Causal mask")][0]
     assert mask["layout"]["yaxis"]["ticktext"][:2] == ["t0", "t1"]
 
 
@@ -105,7 +79,7 @@ def test_block_diagrams_mark_the_sidebar_wiring():
     for norm in ("pre", "post"):
         at = page(spec=TINY._replace(norm=norm))
         assert not at.exception
-        blocks = [title(f) for f in figures(at) if "block (GPT" in title(f)]
+        blocks = [title_of(f) for f in figures(at) if "block (GPT" in title_of(f)]
         marked = [t for t in blocks if "the sidebar's model" in t]
         assert len(blocks) == 2 and len(marked) == 1
         assert marked[0].startswith("Pre-norm" if norm == "pre" else "Post-norm")

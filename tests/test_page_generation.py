@@ -5,9 +5,6 @@ prompt); see the note in test_page_attention.py on AppTest and st.navigation.
 """
 from __future__ import annotations
 
-import base64
-import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,19 +14,13 @@ from streamlit.testing.v1 import AppTest
 from gptviz import generate, ui
 from gptviz.figures import generation as fg
 from gptviz.tokenizer import decode, encode
+from pagetest import TINY, run_page, figure, array
 
-ROOT = Path(__file__).resolve().parents[1]
-TINY = ui.ModelSpec(ui.SOURCE_PRESET, "tiny", "pre")
 N_LAYERS, N_HEADS, N_CTX = 2, 4, 128
 
 
 def page(prompt: str, **state) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "pages" / "generation.py"), default_timeout=120)
-    at.session_state["model_spec"] = TINY
-    at.session_state["prompt"] = prompt
-    for key, value in state.items():
-        at.session_state[key] = value
-    return at.run()
+    return run_page("generation", prompt, **state)
 
 
 def generate_in(at: AppTest, n: int, temperature: float = 1.0, top_k: int = 0, top_p: float = 0.9) -> AppTest:
@@ -39,20 +30,6 @@ def generate_in(at: AppTest, n: int, temperature: float = 1.0, top_k: int = 0, t
     at.slider(key="gen_topp").set_value(top_p)
     at.button(key="gen_generate").click()
     return at.run()
-
-
-def figure(at: AppTest, title_start: str) -> dict:
-    found = [json.loads(el.proto.spec) for el in at.get("plotly_chart")]
-    found = [f for f in found if (f["layout"].get("title") or {}).get("text", "").startswith(title_start)]
-    assert len(found) == 1
-    return found[0]
-
-
-def array(value) -> np.ndarray:
-    if isinstance(value, dict) and "bdata" in value:
-        data = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]))
-        return data.reshape([int(s) for s in str(value.get("shape", len(data))).split(",")])
-    return np.array(value, dtype=float)
 
 
 def test_default_state_shows_controls_and_a_hint():

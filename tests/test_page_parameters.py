@@ -2,27 +2,18 @@
 written out here; the calculator explains invalid models inline and counts billions without weights."""
 from __future__ import annotations
 
-import base64
 import json
-from pathlib import Path
 
 import numpy as np
 from streamlit.testing.v1 import AppTest
 
 from gptviz import PRESETS, ui
 from gptviz.params import total_params
-
-ROOT = Path(__file__).resolve().parents[1]
-TINY = ui.ModelSpec(ui.SOURCE_PRESET, "tiny", "pre")
+from pagetest import TINY, run_page, array
 
 
 def page(spec: ui.ModelSpec | None = TINY, **state) -> AppTest:
-    at = AppTest.from_file(str(ROOT / "pages" / "parameters.py"), default_timeout=120)
-    at.session_state["model_spec"] = spec
-    at.session_state["prompt"] = "unused here"
-    for key, value in state.items():
-        at.session_state[key] = value
-    return at.run()
+    return run_page("parameters", "unused here", spec, **state)
 
 
 def gpt2_formula(L: int, d: int, V: int, ctx: int, ff: int | None = None, tied: bool = True) -> int:
@@ -35,12 +26,6 @@ def gpt2_formula(L: int, d: int, V: int, ctx: int, ff: int | None = None, tied: 
 
 def metrics(at: AppTest) -> list[tuple[str, str]]:
     return [(m.label, m.value) for m in at.metric]
-
-
-def array(value) -> np.ndarray:
-    if isinstance(value, dict) and "bdata" in value:
-        return np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]))
-    return np.array(value)
 
 
 def test_model_in_use_breakdown_and_seed_facts():

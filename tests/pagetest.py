@@ -1,0 +1,52 @@
+"""Helpers for the page tests: run a page file with the state app.py's sidebar would give it, and read
+its Plotly figures back as data.
+
+AppTest note (Streamlit 1.67): after a page switch AppTest reruns only the page file, without app.py, so the
+page tests run each page file directly with the two values the sidebar provides (model_spec, prompt).
+"""
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import numpy as np
+from streamlit.testing.v1 import AppTest
+
+from gptviz import ui
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ui.ModelSpec(ui.SOURCE_PRESET, "tiny", "pre")
+
+
+def run_page(name: str, prompt: str = ui.DEFAULT_PROMPT, spec: ui.ModelSpec | None = TINY, **state) -> AppTest:
+    """Run pages/<name>.py once with model_spec, prompt and any other session-state values set."""
+    at = AppTest.from_file(str(ROOT / "pages" / f"{name}.py"), default_timeout=120)
+    at.session_state["model_spec"] = spec
+    at.session_state["prompt"] = prompt
+    for key, value in state.items():
+        at.session_state[key] = value
+    return at.run()
+
+
+def figures(at: AppTest) -> list[dict]:
+    return [json.loads(el.proto.spec) for el in at.get("plotly_chart")]
+
+
+def title_of(fig: dict) -> str:
+    return (fig["layout"].get("title") or {}).get("text") or ""
+
+
+def figure(at: AppTest, title_start: str) -> dict:
+    """The one figure whose title starts with `title_start`."""
+    found = [f for f in figures(at) if title_of(f).startswith(title_start)]
+    assert len(found) == 1, [title_of(f) for f in figures(at)]
+    return found[0]
+
+
+def array(value) -> np.ndarray:
+    """A Plotly JSON array (a plain list, or a base64 typed array with dtype and shape) as numpy."""
+    if isinstance(value, dict) and "bdata" in value:
+        data = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]))
+        return data.reshape([int(s) for s in str(value.get("shape", len(data))).split(",")])
+    return np.array(value, dtype=float)

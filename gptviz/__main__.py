@@ -15,16 +15,28 @@ def _params(args) -> int:
     return 0
 
 
+def config_and_settings(args):
+    """The model config and TrainSettings a `train` command line describes."""
+    from .train import TrainSettings
+    cfg = get_preset(args.preset).replace(norm=args.norm, dropout=args.dropout)
+    if args.n_ctx is not None:
+        cfg = cfg.replace(n_ctx=args.n_ctx)
+    settings = TrainSettings(steps=args.steps, batch_size=args.batch_size, lr=args.lr, warmup=args.warmup,
+                             seed=args.seed, eval_every=args.eval_every,
+                             corpus_vocab_steps=args.corpus_vocab_steps)
+    return cfg, settings
+
+
 def _train(args) -> int:
     import torch
 
-    from .train import TrainSettings, format_eta, load_corpus, train_models, write_history
+    from .train import format_eta, load_corpus, train_models, write_history
     from .weights import save_checkpoint
 
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)  # dropout masks; the init and the batches have generators of their own
-    cfg = get_preset(args.preset).replace(norm=args.norm, dropout=args.dropout)
+    cfg, settings = config_and_settings(args)
     start, parent = None, None
     if args.init_from:  # continue training a checkpoint of the same preset and wiring
         import json
@@ -36,9 +48,6 @@ def _train(args) -> int:
                              f"{start_model.config.norm}-norm) than --preset {cfg.name} --norm {cfg.norm}")
         start = {"model": start_model.state_dict()}
         parent = json.loads((Path(args.init_from) / "config.json").read_text()).get("training")
-    settings = TrainSettings(steps=args.steps, batch_size=args.batch_size, lr=args.lr, warmup=args.warmup,
-                             seed=args.seed, eval_every=args.eval_every,
-                             corpus_vocab_steps=args.corpus_vocab_steps)
     tokens = load_corpus(args.data)
     print(f"{len(tokens):,} tokens from {args.data}; {cfg.name} {args.norm}-norm on {args.device}", flush=True)
     started = time.perf_counter()
@@ -76,7 +85,7 @@ def _check(args) -> int:
     return 0 if all(report["passes"].values()) else 1
 
 
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m gptviz", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("params", help="parameter counts by component")
@@ -93,6 +102,7 @@ def main(argv=None) -> int:
     t.add_argument("--lr", type=float, default=d.lr)
     t.add_argument("--warmup", type=int, default=d.warmup)
     t.add_argument("--dropout", type=float, default=0.1)
+    t.add_argument("--n-ctx", type=int, default=None, help="context length (default: the preset's)")
     t.add_argument("--eval-every", type=int, default=d.eval_every)
     t.add_argument("--seed", type=int, default=d.seed)
     t.add_argument("--corpus-vocab-steps", type=int, default=d.corpus_vocab_steps,
@@ -109,7 +119,11 @@ def main(argv=None) -> int:
     c.add_argument("folder", help="checkpoint folder, or a bundled model's name")
     c.add_argument("--data", default=None, help="corpus (default: the bundled Tiny Shakespeare)")
     c.set_defaults(func=_check)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
     try:
         return args.func(args)
     except (ConfigError, ValueError, FileNotFoundError) as err:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import torch
 
+from .config import PRESETS
 from .analysis import bigram_baseline, head_ranking, induction_scores, previous_token_scores
 from .generate import generate
 from .hooks import capture
@@ -128,14 +129,17 @@ python -m gptviz check gptviz/models/{name}
 def _train_commands(cfg: dict, name: str, stages: list[dict]) -> str:
     """The CLI commands that rebuild a checkpoint: one per training stage (a continued run starts from the last)."""
     lines = []
+    preset = PRESETS.get(cfg.get("name", "small-4l"))
+    n_ctx = f" --n-ctx {cfg['n_ctx']}" if preset is not None and preset.n_ctx != cfg["n_ctx"] else ""
     for i, stage in enumerate(stages):
         s = stage.get("settings", {})
         out = f"gptviz/models/{name}" if i == len(stages) - 1 else f"/tmp/{name}-stage{i + 1}"
         start = f" \\\n    --init-from /tmp/{name}-stage{i}" if i else ""
         lines.append(f"python -m gptviz train --preset {cfg.get('name', 'small-4l')} --norm {cfg['norm']} "
                      f"--steps {s.get('steps')} --batch-size {s.get('batch_size')} --lr {s.get('lr')} "
-                     f"--warmup {s.get('warmup')} \\\n    --seed {s.get('seed')} --dropout {cfg['dropout']} "
-                     f"--corpus-vocab-steps {s.get('corpus_vocab_steps', 0)}{start} --out {out}")
+                     f"--warmup {s.get('warmup')}{n_ctx} \\\n    --seed {s.get('seed')} --dropout {cfg['dropout']} "
+                     f"--corpus-vocab-steps {s.get('corpus_vocab_steps', 0)} --eval-every {s.get('eval_every', 100)}"
+                     f"{start} --out {out}")
     return "\n".join(lines)
 
 

@@ -309,3 +309,10 @@ def load_history(folder) -> dict | None:
     if not isinstance(data, dict) or not isinstance(data.get("history"), list) or not data["history"]:
         return None
     return data
+
+
+def differing_settings(settings: dict[str, dict]) -> dict[str, dict[str, object]]:
+    """Training settings that differ between runs: {setting: {run: value}} (empty when they all agree)."""
+    keys = sorted({k for s in settings.values() for k in s})
+    return {k: {run: s.get(k) for run, s in settings.items()} for k in keys
+            if len({json.dumps(s.get(k), sort_keys=True) for s in settings.values()}) > 1}

@@ -347,6 +347,11 @@ def trained_twins_section() -> None:
                                       "batch × block": f"{s.get('batch_size', '?')} × "
                                                        f"{s.get('block_size') or 'full context'}"}
             st.table(table)
+            differ = wiring.differing_settings({n: h.get("settings", {}) for n, h in histories.items()})
+            if differ:
+                st.caption("Trained with different " + ", ".join(
+                    f"{key} ({', '.join(f'{n}-norm {v}' for n, v in by_norm.items())})"
+                    for key, by_norm in differ.items()) + "; see each model's card for why.")
             vals = {n: [r["val_loss"] for r in h["history"] if r.get("val_loss") is not None]
                     for n, h in histories.items()}
             if all(vals.values()):

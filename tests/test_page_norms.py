@@ -169,3 +169,10 @@ def test_bundled_twins_loss_phase_is_marked():
         assert notes and f"Before step {switch} " in notes[0]
     else:
         assert not notes
+    # the one setting the twins do not share (post-norm's longer warmup) is named with both values
+    settings = {norm: wiring.load_history(models[getattr(pairs[0], norm)])["settings"] for norm in ("pre", "post")}
+    differ = wiring.differing_settings(settings)
+    said = [c.value for c in at.caption if c.value.startswith("Trained with different")]
+    assert bool(said) == bool(differ)
+    for key, by_norm in differ.items():
+        assert f"{key} (" in said[0] and all(f"{n}-norm {v}" in said[0] for n, v in by_norm.items())

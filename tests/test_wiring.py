@@ -185,3 +185,14 @@ def test_trained_twins_and_history(tmp_path):
     record = {"step": 1, "lr": 0.1, "train_loss": 3.0, "grad_norm": 1.0, "val_loss": None, "elapsed_s": 0.1}
     (tmp_path / "history.json").write_text(json.dumps({"settings": {}, "final": {}, "history": [record]}))
     assert wiring.load_history(tmp_path)["history"] == [record]
+
+
+def test_differing_settings_names_only_what_differs():
+    same = {"lr": 0.005, "steps": 5000, "nested": {"a": 1}}
+    assert wiring.differing_settings({"pre": same, "post": dict(same)}) == {}
+    diff = wiring.differing_settings({"pre": {**same, "warmup": 100}, "post": {**same, "warmup": 1000},
+                                      "other": {**same, "warmup": 100, "nested": {"a": 2}}})
+    assert diff == {"nested": {"pre": {"a": 1}, "post": {"a": 1}, "other": {"a": 2}},
+                    "warmup": {"pre": 100, "post": 1000, "other": 100}}
+    # a setting only one run has counts as different (None for the others)
+    assert wiring.differing_settings({"a": {"x": 1}, "b": {}}) == {"x": {"a": 1, "b": None}}

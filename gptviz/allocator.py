@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import sys
 
 # mallopt parameters from glibc's <malloc.h>
@@ -31,19 +32,26 @@ def keep_freed_memory(trim_threshold: int = TRIM_THRESHOLD, mmap_threshold: int 
     `mmap_threshold` from the heap. Returns True when the setting took effect; False on other C libraries
     (macOS, Windows, musl), where it does nothing."""
     global _applied
-    if not sys.platform.startswith("linux"):
+    mallopt = _mallopt()
+    if mallopt is None:
         _applied = False
         return False
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):  # not glibc
-        _applied = False
-        return False
-    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     # mallopt returns 1 on success, 0 on error (e.g. a threshold above glibc's maximum)
     _applied = bool(mallopt(_M_MMAP_THRESHOLD, mmap_threshold)) and bool(mallopt(_M_TRIM_THRESHOLD, trim_threshold))
     return _applied
+
+
+@functools.cache
+def _mallopt():
+    """glibc's mallopt, looked up once per process (app.py calls keep_freed_memory on every rerun), or None."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        mallopt = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallopt
+    except (OSError, AttributeError):  # not glibc
+        return None
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    return mallopt
 
 
 def freed_memory_kept() -> bool | None:

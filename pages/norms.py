@@ -351,7 +351,7 @@ def trained_twins_section() -> None:
             if differ:
                 st.caption("Trained with different " + ", ".join(
                     f"{key} ({', '.join(f'{n}-norm {v}' for n, v in by_norm.items())})"
-                    for key, by_norm in differ.items()) + "; see each model's card for why.")
+                    for key, by_norm in differ.items()) + "; gptviz/models/README.md says why.")
             vals = {n: [r["val_loss"] for r in h["history"] if r.get("val_loss") is not None]
                     for n, h in histories.items()}
             if all(vals.values()):

@@ -59,6 +59,21 @@ class KVCache:
         self.capacity = config.n_ctx
 
 
+def in_out_layout(matrix: torch.Tensor) -> torch.Tensor:
+    """The same [out, in] matrix with its memory laid out [in, out] (column-major): the transpose of a
+    contiguous [in, out] copy."""
+    return matrix.t().contiguous().t()
+
+
+@torch.no_grad()
+def _draw(param: torch.Tensor, fill) -> None:
+    """Fill `param` by drawing into a row-major buffer: random fills follow memory order, so drawing in place
+    would make a seed's weights depend on the storage layout."""
+    buffer = torch.empty(param.shape, dtype=param.dtype, device=param.device)
+    fill(buffer)
+    param.copy_(buffer)
+
+
 class CausalSelfAttention(nn.Module):
     def __init__(self, config: GPTConfig):
         super().__init__()
@@ -168,11 +183,24 @@ class GPT(nn.Module):
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layers))
         self.ln_f = make_norm(config)  # both wirings keep it, so one set of weights runs either way
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self._store_matrices_in_out()
         if config.tie_weights:
             self.lm_head.weight = self.wte.weight
         self.hook_logits = HookPoint()
         self.hook_names = name_hook_points(self)
         self.reset_parameters(init, seed)
+
+    def _store_matrices_in_out(self) -> None:
+        """Keep every matrix the forward pass multiplies by (nn.Linear's [out, in] weights, and the token
+        embedding the tied LM head reads) stored [in, out] in memory, GPT-2's Conv1D layout. Shapes, names and
+        values are unchanged; only the strides differ. For one row at a time (every generated token), BLAS
+        streams this layout faster: 6.6 vs 10.2 ms for GPT-2 small's LM head on one core
+        (benchmarks/README.md). Row lookups into the embedding get slower, but they read a few rows, not all."""
+        matrices = [m for m in self.modules() if isinstance(m, nn.Linear)]
+        if self.config.tie_weights:
+            matrices = [m for m in matrices if m is not self.lm_head] + [self.wte]
+        for module in matrices:
+            module.weight = nn.Parameter(in_out_layout(module.weight.detach()))
 
     def reset_parameters(self, init: str = "gpt2", seed: int | None = None) -> None:
         """GPT-2 init: normal(0, 0.02), residual output projections scaled by 1/sqrt(2 * n_layers).
@@ -188,14 +216,14 @@ class GPT(nn.Module):
         for name, module in self.named_modules():
             if isinstance(module, nn.Linear):
                 if init == "xavier":
-                    nn.init.xavier_uniform_(module.weight, generator=gen)
+                    _draw(module.weight, lambda w: nn.init.xavier_uniform_(w, generator=gen))
                 else:
                     std = residual_std if name.endswith("c_proj") else 0.02
-                    nn.init.normal_(module.weight, mean=0.0, std=std, generator=gen)
+                    _draw(module.weight, lambda w: nn.init.normal_(w, mean=0.0, std=std, generator=gen))
                 if module.bias is not None:
                     nn.init.zeros_(module.bias)
             elif isinstance(module, nn.Embedding):
-                nn.init.normal_(module.weight, mean=0.0, std=0.02, generator=gen)
+                _draw(module.weight, lambda w: nn.init.normal_(w, mean=0.0, std=0.02, generator=gen))
             elif isinstance(module, (nn.LayerNorm, nn.RMSNorm)):
                 module.reset_parameters()
 

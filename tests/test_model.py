@@ -260,3 +260,48 @@ def test_seeded_init_ignores_other_draws_from_the_global_generator():
     for init in ("gpt2", "xavier"):
         a, b = GPT(cfg, init=init, seed=1), GPT(cfg, init=init, seed=1)
         assert torch.equal(a.blocks[0].attn.c_attn.weight, b.blocks[0].attn.c_attn.weight)
+
+
+def _row_major_copy(model: GPT) -> GPT:
+    """The same weights with every matrix stored row-major (nn.Linear's default layout)."""
+    twin = GPT(model.config)
+    twin.load_state_dict(model.state_dict())
+    for module in twin.modules():
+        if isinstance(module, (torch.nn.Linear, torch.nn.Embedding)):
+            module.weight = torch.nn.Parameter(module.weight.detach().contiguous())
+    if twin.config.tie_weights:
+        twin.lm_head.weight = twin.wte.weight
+    return twin
+
+
+@pytest.mark.parametrize("tie", [True, False])
+def test_matrices_are_stored_in_out_and_the_layout_changes_no_result(tie):
+    """Linear weights (and the tied embedding) keep their [out, in] shape but are laid out [in, out] in memory
+    (the faster layout for one token at a time); the logits are those of the row-major layout."""
+    model = build(tie_weights=tie)
+    matrices = [m.weight for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    assert len(matrices) == 4 * SMALL.n_layers + 1
+    for w in matrices:
+        assert w.stride() == (1, w.shape[0]) and w.t().is_contiguous()
+    assert (model.lm_head.weight is model.wte.weight) == tie
+    assert model.wpe.weight.is_contiguous()  # positions are only looked up, never multiplied by
+    ids = random_ids(12, batch=2)
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids), _row_major_copy(model)(ids), atol=1e-5, rtol=1e-5)
+
+
+def test_seeded_weights_do_not_depend_on_the_memory_layout():
+    """Random fills follow memory order; init draws row-major, so a seed gives the values it always gave."""
+    model = GPT(SMALL, seed=3)
+    twin = _row_major_copy(GPT(SMALL, seed=99))
+    twin.reset_parameters(seed=3)
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), twin.state_dict().values()))
+
+
+def test_layout_survives_half_precision_and_loading(tmp_path):
+    from gptviz.weights import load_checkpoint, save_checkpoint
+    model = build()
+    save_checkpoint(model, tmp_path / "m", dtype=torch.float16)
+    for loaded in (load_checkpoint(tmp_path / "m"), build().half()):
+        assert loaded.wte.weight.t().is_contiguous() and loaded.lm_head.weight is loaded.wte.weight
+        assert loaded.blocks[1].mlp.c_proj.weight.t().is_contiguous()

@@ -42,6 +42,19 @@ def build_ours(seed: int = 0) -> GPT:
     return GPT(PRESETS["gpt2-small"]).eval()
 
 
+def row_major_copy(model: GPT) -> GPT:
+    """The same weights with every matrix stored row-major (nn.Linear's default) instead of gptviz's [in, out]
+    layout: the generation benchmark runs both to show what the layout is worth."""
+    twin = GPT(model.config).eval()
+    twin.load_state_dict(model.state_dict())
+    for module in twin.modules():
+        if isinstance(module, (torch.nn.Linear, torch.nn.Embedding)):
+            module.weight = torch.nn.Parameter(module.weight.detach().contiguous())
+    if twin.config.tie_weights:
+        twin.lm_head.weight = twin.wte.weight
+    return twin
+
+
 def hf_state_from_ours(model: GPT) -> dict[str, torch.Tensor]:
     """The inverse of gptviz.weights.state_from_hf: our keys -> Hugging Face's, Conv1D matrices transposed."""
     state = {}
@@ -175,12 +188,15 @@ def bench_generate(ours, hf_sdpa, repeats: int, new: int = 64) -> dict:
     prompt = get_tokenizer().encode(PROMPT)[:16]
     ids = torch.tensor([prompt])
     ours_tokens = generate(ours, prompt, new, temperature=0)[len(prompt):]
+    row_major = row_major_copy(ours)
+    assert generate(row_major, prompt, new, temperature=0)[len(prompt):] == ours_tokens
     with torch.no_grad():
         hf_tokens = hf_sdpa.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
                                      max_new_tokens=new)[0, len(prompt):].tolist()
     times = interleaved({
         "ours_generate": lambda: generate(ours, prompt, new, temperature=0),
         "ours_stream_attention": lambda: list(stream(ours, prompt, new, temperature=0, attention=True)),
+        "ours_generate_row_major": lambda: generate(row_major, prompt, new, temperature=0),
         "hf_generate": lambda: hf_sdpa.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
                                                 max_new_tokens=new),
     }, repeats, warmup=1)
@@ -298,6 +314,13 @@ def report(fwd, gen, per_tok, mem, args, elapsed) -> str:
              f"{toks(name, 'cpu'):.1f} vs {toks('hf_generate', 'cpu'):.1f} tok/s",
              f"{toks(name, 'wall'):.1f} vs {toks('hf_generate', 'wall'):.1f} tok/s",
              g.ratio("hf_generate", name), g.ratio("hf_generate", name, "wall"), target, True)
+        if name == "ours_generate":
+            rm = "ours_generate_row_major"
+            rows.append(f"| ↳ same weights stored row-major (nn.Linear's default) instead of [in, out]: our "
+                        f"generate() vs transformers | {toks(rm, 'cpu'):.1f} vs {toks('hf_generate', 'cpu'):.1f} "
+                        f"tok/s | {g.ratio('hf_generate', rm):.3f}x | {toks(rm, 'wall'):.1f} vs "
+                        f"{toks('hf_generate', 'wall'):.1f} tok/s | {g.ratio('hf_generate', rm, 'wall'):.3f}x | "
+                        "(for comparison) | |")
     for mode, label in (("plain", "stream()"), ("attention", "stream(attention=True)")):
         p = per_tok[mode]
         line(f"Time per token, tokens 193-256 vs tokens 1-64 of a 256-token {label}",
@@ -363,7 +386,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=25, help="rounds of each forward-pass comparison")
-    parser.add_argument("--gen-repeats", type=int, default=5, help="repeats of each generation contender")
+    parser.add_argument("--gen-repeats", type=int, default=8, help="repeats of each generation contender")
     parser.add_argument("--token-runs", type=int, default=2, help="256-token streams for the per-token timing")
     parser.add_argument("--out", default=str(Path(__file__).with_name("results.md")))
     parser.add_argument("--capture-child", action="store_true", help=argparse.SUPPRESS)

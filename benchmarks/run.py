@@ -29,6 +29,7 @@ import torch  # noqa: E402
 
 from gptviz import PRESETS, GPT, capture, generate, get_tokenizer, stream  # noqa: E402
 from gptviz.allocator import keep_freed_memory  # noqa: E402
+from gptviz.model import row_major_copy  # noqa: E402
 from gptviz.weights import _CONV1D  # noqa: E402
 
 PROMPT = ("The history of natural language processing generally started in the 1950s, although work can "
@@ -40,19 +41,6 @@ PROMPT = ("The history of natural language processing generally started in the 1
 def build_ours(seed: int = 0) -> GPT:
     torch.manual_seed(seed)
     return GPT(PRESETS["gpt2-small"]).eval()
-
-
-def row_major_copy(model: GPT) -> GPT:
-    """The same weights with every matrix stored row-major (nn.Linear's default) instead of gptviz's [in, out]
-    layout: the generation benchmark runs both to show what the layout is worth."""
-    twin = GPT(model.config).eval()
-    twin.load_state_dict(model.state_dict())
-    for module in twin.modules():
-        if isinstance(module, (torch.nn.Linear, torch.nn.Embedding)):
-            module.weight = torch.nn.Parameter(module.weight.detach().contiguous())
-    if twin.config.tie_weights:
-        twin.lm_head.weight = twin.wte.weight
-    return twin
 
 
 def hf_state_from_ours(model: GPT) -> dict[str, torch.Tensor]:

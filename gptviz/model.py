@@ -65,6 +65,19 @@ def in_out_layout(matrix: torch.Tensor) -> torch.Tensor:
     return matrix.t().contiguous().t()
 
 
+def row_major_copy(model: "GPT") -> "GPT":
+    """The same weights with every matrix stored row-major (nn.Linear's default): what the [in, out] layout is
+    compared against, in the tests and benchmarks."""
+    twin = GPT(model.config).train(model.training)
+    twin.load_state_dict(model.state_dict())
+    for module in twin.modules():
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            module.weight = nn.Parameter(module.weight.detach().contiguous())
+    if twin.config.tie_weights:
+        twin.lm_head.weight = twin.wte.weight
+    return twin
+
+
 @torch.no_grad()
 def _draw(param: torch.Tensor, fill) -> None:
     """Fill `param` by drawing into a row-major buffer: random fills follow memory order, so drawing in place

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from conftest import SMALL, build, random_ids
 from gptviz import GPT, GPTConfig, capture
 from gptviz import model as model_module
+from gptviz.model import row_major_copy
 
 
 def test_logits_shape_batch_and_unbatched(model):
@@ -262,18 +263,6 @@ def test_seeded_init_ignores_other_draws_from_the_global_generator():
         assert torch.equal(a.blocks[0].attn.c_attn.weight, b.blocks[0].attn.c_attn.weight)
 
 
-def _row_major_copy(model: GPT) -> GPT:
-    """The same weights with every matrix stored row-major (nn.Linear's default layout)."""
-    twin = GPT(model.config)
-    twin.load_state_dict(model.state_dict())
-    for module in twin.modules():
-        if isinstance(module, (torch.nn.Linear, torch.nn.Embedding)):
-            module.weight = torch.nn.Parameter(module.weight.detach().contiguous())
-    if twin.config.tie_weights:
-        twin.lm_head.weight = twin.wte.weight
-    return twin
-
-
 @pytest.mark.parametrize("tie", [True, False])
 def test_matrices_are_stored_in_out_and_the_layout_changes_no_result(tie):
     """Linear weights (and the tied embedding) keep their [out, in] shape but are laid out [in, out] in memory
@@ -287,13 +276,13 @@ def test_matrices_are_stored_in_out_and_the_layout_changes_no_result(tie):
     assert model.wpe.weight.is_contiguous()  # positions are only looked up, never multiplied by
     ids = random_ids(12, batch=2)
     with torch.no_grad():
-        torch.testing.assert_close(model(ids), _row_major_copy(model)(ids), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(model(ids), row_major_copy(model)(ids), atol=1e-5, rtol=1e-5)
 
 
 def test_seeded_weights_do_not_depend_on_the_memory_layout():
     """Random fills follow memory order; init draws row-major, so a seed gives the values it always gave."""
     model = GPT(SMALL, seed=3)
-    twin = _row_major_copy(GPT(SMALL, seed=99))
+    twin = row_major_copy(GPT(SMALL, seed=99))
     twin.reset_parameters(seed=3)
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), twin.state_dict().values()))
 

@@ -98,7 +98,8 @@ def wait_for_idle(page) -> None:
 
 
 def no_exception(page) -> None:
-    assert page.locator('[data-testid="stException"]').count() == 0
+    boxes = page.locator('[data-testid="stException"]')
+    assert boxes.count() == 0, boxes.all_inner_texts()  # the message names the exception when one shows
 
 
 def test_attention_and_generation_in_a_browser(browser_page):

@@ -306,12 +306,13 @@ def run_generation(spec: ModelSpec, model: GPT, ids, settings: dict, on_step=Non
     from .generate import check_sampling, stream
     check_sampling(settings["temperature"], settings.get("top_k"), settings.get("top_p"),
                    settings["max_new_tokens"])
-    run = {"spec": spec, "prompt": tuple(int(i) for i in ids), "settings": dict(settings), "steps": [],
+    steps: list = []  # appended through this name: stored_generation may swap run["steps"] for a copy
+    run = {"spec": spec, "prompt": tuple(int(i) for i in ids), "settings": dict(settings), "steps": steps,
            "running": True}
     st.session_state[GENERATION_KEY] = run
     for record in stream(model, list(run["prompt"]), attention=True, **settings):
         _count_forward()
-        run["steps"].append(step_summary(record))
+        steps.append(step_summary(record))
         if on_step is not None:
             on_step(run)
     run["running"] = False
@@ -325,6 +326,10 @@ def stored_generation(spec: ModelSpec, ids) -> dict | None:
     if not run or run["spec"] != spec or run["prompt"] != tuple(int(i) for i in ids):
         return None
     if run["running"]:
+        # With runner.fastReruns (Streamlit's default) the rerun starts in a new thread at once, while the
+        # interrupted one can still append a step before its next st call stops it. The rerun keeps a copy
+        # that thread cannot reach, so the page never reads a list that grows under it.
+        run["steps"] = list(run["steps"])
         run["running"], run["stopped"] = False, True
     return run
 

@@ -136,6 +136,38 @@ def test_interrupted_generation_is_kept():
     assert len(at.dataframe[0].value) == 2
 
 
+def test_a_stopped_run_ignores_the_step_its_old_thread_appends_late():
+    """Stop reruns the page in a new thread (runner.fastReruns) while the interrupted one may still append a
+    step: the rerun must keep what it saw, or its table gets columns of different lengths."""
+    def script():
+        import streamlit as st
+        from gptviz import ui
+
+        class Interrupted(Exception):
+            pass
+
+        spec = ui.ModelSpec(ui.SOURCE_PRESET, "tiny", "pre")
+        model = ui.load_model(spec)
+        seen = []
+
+        def on_step(run):
+            seen.append(run["steps"])
+            if len(run["steps"]) == 2:
+                raise Interrupted  # where Streamlit would raise its StopException
+        try:
+            ui.run_generation(spec, model, [1, 2, 3], dict(max_new_tokens=9, temperature=1.0, top_k=None,
+                                                          top_p=None, seed=0), on_step=on_step)
+        except Interrupted:
+            pass
+        run = ui.stored_generation(spec, [1, 2, 3])
+        seen[-1].append(seen[-1][-1])  # the old thread's late step
+        st.text(f"{run['stopped']} {len(run['steps'])} {len(ui.stored_generation(spec, [1, 2, 3])['steps'])}")
+
+    at = AppTest.from_function(script, default_timeout=60).run()
+    assert not at.exception
+    assert at.text[0].value == "True 2 2"
+
+
 def test_generation_for_another_prompt_is_not_shown():
     at = generate_in(page("first prompt"), 2)
     at.session_state["prompt"] = "second prompt"

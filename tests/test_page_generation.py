@@ -148,11 +148,11 @@ def test_a_stopped_run_ignores_the_step_its_old_thread_appends_late():
 
         spec = ui.ModelSpec(ui.SOURCE_PRESET, "tiny", "pre")
         model = ui.load_model(spec)
-        seen = []
+        held = []  # the step list the interrupted thread still holds
 
         def on_step(run):
-            seen.append(run["steps"])
             if len(run["steps"]) == 2:
+                held.append(run["steps"])
                 raise Interrupted  # where Streamlit would raise its StopException
         try:
             ui.run_generation(spec, model, [1, 2, 3], dict(max_new_tokens=9, temperature=1.0, top_k=None,
@@ -160,7 +160,7 @@ def test_a_stopped_run_ignores_the_step_its_old_thread_appends_late():
         except Interrupted:
             pass
         run = ui.stored_generation(spec, [1, 2, 3])
-        seen[-1].append(seen[-1][-1])  # the old thread's late step
+        held[0].append(held[0][-1])  # the old thread's late step
         st.text(f"{run['stopped']} {len(run['steps'])} {len(ui.stored_generation(spec, [1, 2, 3])['steps'])}")
 
     at = AppTest.from_function(script, default_timeout=60).run()

@@ -9,20 +9,22 @@ keep_freed_memory()
 
 st.set_page_config(page_title="gptviz: see inside a GPT", page_icon="🔎", layout="wide")
 
+# The page scripts live in app_pages/, not pages/: Streamlit runs a pages/ folder as an old-style multipage
+# app until st.navigation has run once, so a bookmarked page opened first would skip this router.
 PAGES = {
     "Look inside": [
-        st.Page("pages/attention.py", title="Attention", icon="👀", default=True),
-        st.Page("pages/generation.py", title="Generation", icon="✍️"),
-        st.Page("pages/embeddings.py", title="Embeddings", icon="🧭"),
-        st.Page("pages/activations.py", title="Activations", icon="⚡"),
+        st.Page("app_pages/attention.py", title="Attention", icon="👀", default=True),
+        st.Page("app_pages/generation.py", title="Generation", icon="✍️"),
+        st.Page("app_pages/embeddings.py", title="Embeddings", icon="🧭"),
+        st.Page("app_pages/activations.py", title="Activations", icon="⚡"),
     ],
     "Architecture": [
-        st.Page("pages/norms.py", title="Pre-norm vs post-norm", icon="⚖️"),
-        st.Page("pages/parameters.py", title="Parameters", icon="🧮"),
-        st.Page("pages/explainers.py", title="Explainers", icon="📖"),
+        st.Page("app_pages/norms.py", title="Pre-norm vs post-norm", icon="⚖️"),
+        st.Page("app_pages/parameters.py", title="Parameters", icon="🧮"),
+        st.Page("app_pages/explainers.py", title="Explainers", icon="📖"),
     ],
     "Train": [
-        st.Page("pages/training.py", title="Train a model", icon="🏋️"),
+        st.Page("app_pages/training.py", title="Train a model", icon="🏋️"),
     ],
 }
 

@@ -62,7 +62,7 @@ def main() -> None:
     args = parser.parse_args()
 
     spec = ui.ModelSpec(ui.SOURCE_PRESET, args.preset, "pre")
-    at = AppTest.from_file(str(ROOT / "pages" / "attention.py"), default_timeout=600)
+    at = AppTest.from_file(str(ROOT / "app_pages" / "attention.py"), default_timeout=600)
     at.session_state["model_spec"] = spec
     at.session_state["prompt"] = prompt_of(args.tokens, -1)
     start = time.perf_counter()

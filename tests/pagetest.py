@@ -20,8 +20,8 @@ TINY = ui.ModelSpec(ui.SOURCE_PRESET, "tiny", "pre")
 
 
 def run_page(name: str, prompt: str = ui.DEFAULT_PROMPT, spec: ui.ModelSpec | None = TINY, **state) -> AppTest:
-    """Run pages/<name>.py once with model_spec, prompt and any other session-state values set."""
-    at = AppTest.from_file(str(ROOT / "pages" / f"{name}.py"), default_timeout=120)
+    """Run app_pages/<name>.py once with model_spec, prompt and any other session-state values set."""
+    at = AppTest.from_file(str(ROOT / "app_pages" / f"{name}.py"), default_timeout=120)
     at.session_state["model_spec"] = spec
     at.session_state["prompt"] = prompt
     for key, value in state.items():

@@ -2,10 +2,12 @@
 
 Attention page: pick the tiny preset, type a prompt, wait for the heatmap, hover a cell (the hover names
 both tokens); a markup prompt stays text (no dialog, no <img> element, the literal text on the page);
-Generation page: a short generation. No Streamlit exception box anywhere. Screenshots go to artifacts/.
+Generation page: a short generation, then Stop during a long one. A link to one page, opened first on a new
+server, shows that page inside the app. No Streamlit exception box anywhere. Screenshots go to artifacts/.
 """
 from __future__ import annotations
 
+import contextlib
 import re
 import socket
 import subprocess
@@ -33,8 +35,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def server():
+@contextlib.contextmanager
+def streamlit_server():
+    """A fresh `streamlit run app.py` on a free port; yields its URL once it answers the health check."""
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true", "--server.port", str(port),
@@ -63,19 +66,37 @@ def server():
 
 
 @pytest.fixture(scope="module")
-def browser_page(server):
+def server():
+    with streamlit_server() as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """One Chromium for the module (Playwright's sync API allows one running instance per thread)."""
     sync_api = pytest.importorskip("playwright.sync_api")
-    ARTIFACTS.mkdir(exist_ok=True)
     with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-        page = browser.new_page(viewport={"width": 1280, "height": 900})
-        page.set_default_timeout(60_000)          # generous: CI machines can be slow
-        dialogs: list[str] = []                   # alert()/confirm() a prompt might trigger: must stay empty
-        page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
-        page.goto(server)
-        page.wait_for_selector('[data-testid="stApp"]', timeout=120_000)
-        yield page, dialogs
-        browser.close()
+        chromium = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        yield chromium
+        chromium.close()
+
+
+def new_page(browser):
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.set_default_timeout(60_000)          # generous: CI machines can be slow
+    return page
+
+
+@pytest.fixture(scope="module")
+def browser_page(browser, server):
+    ARTIFACTS.mkdir(exist_ok=True)
+    page = new_page(browser)
+    dialogs: list[str] = []                   # alert()/confirm() a prompt might trigger: must stay empty
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    page.goto(server)
+    page.wait_for_selector('[data-testid="stApp"]', timeout=120_000)
+    yield page, dialogs
+    page.close()
 
 
 def sidebar_select(page, label: str, option: str) -> None:
@@ -189,3 +210,18 @@ def test_attention_and_generation_in_a_browser(browser_page):
     assert caption.count() == 1
     no_exception(page)
     page.screenshot(path=str(ARTIFACTS / "generation_stopped.png"), full_page=True)
+
+
+def test_a_link_to_a_page_opens_it_inside_the_app_on_a_fresh_server(browser):
+    """The first visit to a new server may be a bookmark of one page. Streamlit treats a folder named `pages/`
+    as an old-style multipage app until app.py has called st.navigation once, and would run the page file
+    alone: no shared sidebar, no model."""
+    with streamlit_server() as url:
+        page = new_page(browser)
+        page.goto(f"{url}/generation")
+        page.get_by_role("button", name="Generate").wait_for(timeout=120_000)   # the page, with a model
+        nav = page.locator('[data-testid="stSidebarNav"]').inner_text()
+        assert "Pre-norm vs post-norm" in nav and "Train a model" in nav        # the app's own navigation
+        assert page.get_by_text("LayerNorm placement").count() == 1             # the shared sidebar
+        no_exception(page)
+        page.close()

@@ -18,7 +18,7 @@ from gptviz.tokenizer import decode, get_tokenizer
 from gptviz.train import TrainSettings, train_models, write_history
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
-PAGE = "pages/norms.py"
+PAGE = "app_pages/norms.py"
 
 
 def open_page(**state) -> AppTest:

@@ -25,7 +25,7 @@ def open_page(**state) -> AppTest:
     for key, value in state.items():
         at.session_state[key] = value
     at.run()
-    at.switch_page("pages/training.py")
+    at.switch_page("app_pages/training.py")
     at.run()
     assert not at.exception, at.exception
     return at

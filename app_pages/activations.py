@@ -36,7 +36,7 @@ def lens(spec: ui.ModelSpec, ids: tuple[int, ...], names: tuple[str, ...]) -> an
 def induction(spec: ui.ModelSpec, length: int) -> torch.Tensor:
     """Induction scores [layers, heads] on a random sequence repeated once (cached capture)."""
     cfg = ui.load_model(spec).config
-    seq = tuple(analysis.induction_sequence(cfg.vocab_size, length).tolist())
+    seq = tuple(analysis.induction_sequence(cfg.vocab_size, length, ids=ui.training_vocab(spec)).tolist())
     _, cache = ui.capture_cache(spec, seq, tuple(f"blocks.{i}.attn.hook_pattern" for i in range(cfg.n_layers)))
     return analysis.induction_scores_from(cache.patterns(), length)
 
@@ -45,8 +45,10 @@ def pct(p: float) -> str:
     return f"{p:.1%}" if p >= 0.01 else f"{p:.4%}"
 
 
-def best_heads_text(scores: torch.Tensor, top: int = 3) -> str:
-    return ", ".join(f"L{layer} H{head} ({score:.2f})" for layer, head, score in analysis.head_ranking(scores, top))
+def best_heads_text(scores: torch.Tensor, chance: float, top: int = 3) -> str:
+    best = ", ".join(f"L{layer} H{head} ({score:.2f})" for layer, head, score in analysis.head_ranking(scores, top))
+    ratio = f", {scores.max().item() / chance:.1f}x chance" if chance > 0 else ""
+    return f"{best}; uniform attention (chance) scores {chance:.3f}{ratio}"
 
 
 st.title("Activations")
@@ -204,14 +206,16 @@ with tab_heads:
         lines = []
         if "previous" in scores:
             lines.append("**Previous-token** (mean weight on the token just before): "
-                         + best_heads_text(scores["previous"]))
+                         + best_heads_text(scores["previous"], analysis.previous_token_chance(T)))
             has_copy = len(set(ids)) < T
             lines.append(f"**Duplicate-token** (weight on earlier copies of the same token): "
-                         + (best_heads_text(scores["duplicate"]) if has_copy
+                         + (best_heads_text(scores["duplicate"], analysis.duplicate_token_chance(ids)) if has_copy
                             else "no token repeats in this prompt, so every score is 0"))
         if "induction" in scores:
-            lines.append(f"**Induction** (on {length} random tokens repeated once, weight from each repeat to the "
-                         f"token after its first copy): {best_heads_text(scores['induction'])}")
+            drawn = "the ids its training text used" if ui.training_vocab(spec) is not None else "ids 1,000-19,999"
+            lines.append(f"**Induction** (on {length} random tokens from {drawn}, repeated once; weight from each "
+                         f"repeat to the token after its first copy): "
+                         f"{best_heads_text(scores['induction'], analysis.induction_chance(length))}")
         st.markdown("  \n".join(lines))
         st.caption("Scores are mean attention weights in [0, 1]. Previous- and duplicate-token scores use the "
                    "sidebar's prompt; induction needs a sequence that repeats, so it uses its own.")

@@ -25,7 +25,8 @@ def position_similarity(spec: ui.ModelSpec):
 def embedding_pca(spec: ui.ModelSpec, prompt_ids: tuple[int, ...], n_sample: int):
     """PCA of the token-embedding rows of a vocabulary sample plus the prompt's distinct tokens."""
     wte = ui.load_model(spec).wte.weight.detach().float().cpu()
-    sample = [i for i in analysis.vocab_sample(wte.shape[0], n_sample, seed=0).tolist() if i not in prompt_ids]
+    drawn = analysis.vocab_sample(wte.shape[0], n_sample, seed=0, ids=ui.training_vocab(spec))
+    sample = [i for i in drawn.tolist() if i not in prompt_ids]
     rows = sample + list(prompt_ids)
     fit = analysis.pca(wte[rows], k=2)
     return sample, fit.coords.numpy(), fit.explained_variance_ratio.tolist()
@@ -109,8 +110,12 @@ with col_pos:
                     "position_similarity.csv", key="emb_pos_sim_csv")
 
 st.subheader("The vocabulary in two dimensions")
+trained_ids = ui.training_vocab(spec)
+pool = (f"the {len(trained_ids):,} ids that occur in its training text (ids it never saw were trained only as "
+        "wrong answers; with them in, the first component just separates seen from unseen)" if trained_ids is not None
+        else f"the whole vocabulary of {cfg.vocab_size:,} ids")
 n_sample = st.select_slider("Vocabulary sample", PCA_SAMPLE_SIZES, value=2000, key="emb_pca_n",
-                            help="Token ids drawn at random (a fixed sample) from the whole vocabulary.")
+                            help=f"Token ids drawn at random (a fixed sample) from {pool}.")
 prompt_ids = tuple(dict.fromkeys(prompt.ids)) if prompt is not None else ()
 with st.spinner("Fitting the PCA..."):
     sample, coords, explained = embedding_pca(spec, prompt_ids, n_sample)
@@ -118,7 +123,8 @@ n_vocab = len(sample)
 sample_labels, prompt_labels = token_labels(sample), token_labels(prompt_ids)
 ui.show_figure(figs.pca_scatter(coords[:n_vocab], sample_labels, coords[n_vocab:], prompt_labels,
                                 (explained[0], explained[1] if len(explained) > 1 else 0.0)), key="emb_pca")
-st.caption("Principal components fitted on the token-embedding rows of the sample together with the prompt's "
+st.caption(f"Principal components fitted on the token-embedding rows of {n_vocab:,} ids drawn at random from "
+           f"{pool}, together with the prompt's "
            "distinct tokens; the axis titles give the share of their variance each direction explains. "
            "In a trained model related tokens cluster; random weights give a round cloud.")
 ui.download_csv(pd.DataFrame({

@@ -18,7 +18,7 @@ from gptviz.figures import training as fig_train
 from gptviz.generate import check_sampling, generate
 from gptviz.params import total_params
 from gptviz.tokenizer import decode, token_labels
-from gptviz.train import load_corpus, split
+from gptviz.evaluate import corpus_of
 
 GPT2_VOCAB = 50257
 AUTO_MEASURE_PARAMS = 60_000_000     # above this, measuring waits for a button press
@@ -51,10 +51,10 @@ def measure_both(config_json: str, ids: tuple[int, ...], seed: int, init: str) -
 
 
 @st.cache_data(max_entries=4, show_spinner=False)
-def reference_losses() -> dict[str, float]:
-    """Uniform guess and the bigram baseline on the validation split, for the loss charts."""
-    train, val = split(load_corpus(), 0.1)
-    bigram = bigram_baseline(train, val, GPT2_VOCAB)
+def reference_losses(model_name: str) -> dict[str, float]:
+    """Uniform guess and the bigram baseline on the held-out text the bundled model validated on."""
+    corpus = corpus_of(json.loads((weights.bundled_models()[model_name] / "config.json").read_text()))
+    bigram = bigram_baseline(corpus.train, corpus.val, GPT2_VOCAB)
     return {"uniform guess, ln 50257": math.log(GPT2_VOCAB), "bigram baseline": bigram["nats"]}
 
 
@@ -300,8 +300,8 @@ def same_weights_section() -> None:
 # ---- section 2: trained twins --------------------------------------------------------------------------------
 
 def trained_twins_section() -> None:
-    st.caption("Two models trained on Tiny Shakespeare with the same data order and the same initial "
-               "weights, one pre-norm and one post-norm.")
+    st.caption("Two bundled models trained with the same data order and the same initial weights, one pre-norm "
+               "and one post-norm; what they were trained on is in the sidebar and in each model card.")
     models = weights.bundled_models()
     pairs = wiring.trained_twins(list(models))
     if not pairs:
@@ -320,7 +320,7 @@ def trained_twins_section() -> None:
         smooth = st.slider("Smoothing of the training loss", 0.0, 0.99, 0.9, 0.01, key="twins_smooth",
                            help="Exponential moving average; 0 shows the raw per-batch loss.")
         try:
-            refs = reference_losses()
+            refs = reference_losses(twins.pre)
         except (OSError, ValueError) as err:
             refs = {}
             st.caption(f"Baselines unavailable: {err}")
@@ -333,6 +333,10 @@ def trained_twins_section() -> None:
                 st.caption(f"Before step {switch} (shaded) the training loss was normalised over only the token "
                            f"ids the training text uses, a cheaper softmax, so it reads lower than a loss over all "
                            f"50,257 ids; validation losses are always over all ids.")
+            if any(h.get("settings", {}).get("copy_fraction") for h in histories.values()):
+                st.caption("The training loss averages over both kinds of window, the plays and the repeated "
+                           "random sequences (whose first copy no model can predict), so it is not comparable with "
+                           "the validation loss, which is on held-out plays only.")
         with c[1]:
             table = {}
             for norm, h in histories.items():
@@ -345,7 +349,8 @@ def trained_twins_section() -> None:
                                       "peak learning rate": f"{s['lr']:g}" if "lr" in s else "–",
                                       "warmup steps": str(s.get("warmup", "–")),
                                       "batch × block": f"{s.get('batch_size', '?')} × "
-                                                       f"{s.get('block_size') or 'full context'}"}
+                                                       f"{s.get('block_size') or 'full context'}",
+                                      "repeated-random windows": f"{s.get('copy_fraction', 0):.1%}"}
             st.table(table)
             differ = wiring.differing_settings({n: h.get("settings", {}) for n, h in histories.items()})
             if differ:

@@ -23,15 +23,17 @@ def config_and_settings(args):
         cfg = cfg.replace(n_ctx=args.n_ctx)
     settings = TrainSettings(steps=args.steps, batch_size=args.batch_size, lr=args.lr, warmup=args.warmup,
                              seed=args.seed, eval_every=args.eval_every,
-                             corpus_vocab_steps=args.corpus_vocab_steps)
+                             corpus_vocab_steps=args.corpus_vocab_steps, copy_fraction=args.copy_fraction)
     return cfg, settings
 
 
 def _train(args) -> int:
     import torch
 
-    from .train import format_eta, load_corpus, train_models, write_history
-    from .weights import save_checkpoint
+    from .corpus import load_training_data
+    from .evaluate import training_measure
+    from .train import format_eta, train_models, write_history
+    from .weights import save_checkpoint, write_training_vocab
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -48,33 +50,38 @@ def _train(args) -> int:
                              f"{start_model.config.norm}-norm) than --preset {cfg.name} --norm {cfg.norm}")
         start = {"model": start_model.state_dict()}
         parent = json.loads((Path(args.init_from) / "config.json").read_text()).get("training")
-    tokens = load_corpus(args.data)
-    print(f"{len(tokens):,} tokens from {args.data}; {cfg.name} {args.norm}-norm on {args.device}", flush=True)
+    corpus = load_training_data(args.data, settings.val_fraction, tuple(args.held_out.split(",")))
+    print(f"{len(corpus.train):,} training and {len(corpus.val):,} held-out tokens from {corpus.source}; "
+          f"{cfg.name} {args.norm}-norm on {args.device}", flush=True)
     started = time.perf_counter()
 
     def report(name, log):
         if log.val_loss is not None or log.step % 20 == 0:
             val = f" val {log.val_loss:.4f}" if log.val_loss is not None else ""
+            if log.induction is not None:
+                val += f" prev {log.prev_token:.3f} ind {log.induction:.3f} rep {log.repeat_loss:.2f}"
             print(f"step {log.step:5d}/{settings.steps} loss {log.train_loss:.4f}{val} lr {log.lr:.2e} "
                   f"|g| {log.grad_norm:.2f} eta {format_eta(log.step, settings.steps, time.perf_counter() - started)}",
                   flush=True)
 
-    models, results = train_models({"model": cfg}, settings, tokens, device=args.device, on_step=report,
-                                   start_states=start)
+    models, results = train_models({"model": cfg}, settings, corpus, device=args.device, on_step=report,
+                                   start_states=start, measure=training_measure)
     out = Path(args.out)
     result = results["model"]
     save_checkpoint(models["model"], out, dtype=getattr(torch, args.save_dtype),
-                    extra={"training": {"data": Path(args.data).name, "settings": result.settings,
+                    extra={"training": {"data": corpus.source, "held_out": list(corpus.val_parts),
+                                        "settings": result.settings,
                                         "final": result.final, "continued_from": parent}})
     write_history(result, out)
+    write_training_vocab(out, corpus.train)
     print(f"saved {out} (final: {result.final})")
     return 0
 
 
 def _check(args) -> int:
     from .evaluate import check_folder
-    report = check_folder(args.folder, args.data)
-    for key in ("val_loss", "bigram_baseline", "margin"):
+    report, target = check_folder(args.folder, args.data, args.out, args.update_card)
+    for key in ("val_loss", "bigram_baseline", "margin", "repeat_loss"):
         print(f"{key:<28}{report[key]:.4f}")
     print(f"{'best previous-token head':<28}{report['best_previous_token_head']}")
     print(f"{'best induction head':<28}{report['best_induction_head']}")
@@ -82,6 +89,7 @@ def _check(args) -> int:
     for bar, ok in report["passes"].items():
         print(f"{'PASS' if ok else 'FAIL'}  {bar}")
     print("\n" + report["sample"])
+    print(f"\nwrote check.json and MODEL_CARD.md to {target}")
     return 0 if all(report["passes"].values()) else 1
 
 
@@ -92,11 +100,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("preset", help=f"one of: {', '.join(PRESETS)}")
     p.set_defaults(func=_params)
     t = sub.add_parser("train", help="train a preset on a text corpus")
-    from .train import CORPUS, TrainSettings
+    from .corpus import HELD_OUT_PLAYS, WORKS
+    from .train import TrainSettings
     d = TrainSettings()
     t.add_argument("--preset", default="small-4l")
     t.add_argument("--norm", choices=("pre", "post"), default="pre")
-    t.add_argument("--data", default=str(CORPUS))
+    t.add_argument("--data", default=str(WORKS),
+                   help="a folder of plays (whole plays held out) or one text file (its last 10%% held out)")
+    t.add_argument("--held-out", default=",".join(HELD_OUT_PLAYS),
+                   help="comma-separated plays to hold out when --data is a folder")
+    t.add_argument("--copy-fraction", type=float, default=d.copy_fraction,
+                   help="share of each batch made of random training ids followed by their exact repeats")
     t.add_argument("--steps", type=int, default=d.steps)
     t.add_argument("--batch-size", type=int, default=d.batch_size)
     t.add_argument("--lr", type=float, default=d.lr)
@@ -115,9 +129,12 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--out", required=True)
     t.set_defaults(func=_train)
     c = sub.add_parser("check", help="measure a trained checkpoint against the bundled-model bars; "
-                                     "writes check.json and MODEL_CARD.md beside it")
+                                     "writes check.json and MODEL_CARD.md (see --out, --update-card)")
     c.add_argument("folder", help="checkpoint folder, or a bundled model's name")
-    c.add_argument("--data", default=None, help="corpus (default: the bundled Tiny Shakespeare)")
+    c.add_argument("--data", default=None, help="text to measure on (default: what the checkpoint was trained on)")
+    c.add_argument("--out", default=None, help="folder for check.json and MODEL_CARD.md (default: a new temporary one)")
+    c.add_argument("--update-card", action="store_true",
+                   help="write check.json and MODEL_CARD.md beside the checkpoint instead")
     c.set_defaults(func=_check)
     return parser
 

@@ -3,22 +3,35 @@ previous-token and induction heads, and a sample that should read like a play sc
 from __future__ import annotations
 
 import json
+import math
 import re
+import tempfile
 from pathlib import Path
 
 import torch
 
 from .config import PRESETS
-from .analysis import bigram_baseline, head_ranking, induction_scores, previous_token_scores
+from .analysis import (bigram_baseline, head_ranking, induction_test, previous_token_chance,
+                       previous_token_scores)
+from .corpus import DATA, HELD_OUT_PLAYS, WORKS, Corpus, load_training_data
 from .generate import generate
 from .hooks import capture
 from .model import GPT
 from .tokenizer import get_tokenizer
-from .train import lm_loss, split
+from .train import lm_loss
 
-SPEAKER_LINE = re.compile(r"^[A-Z][A-Za-z']+(?: [A-Z][A-Za-z']+)*:$", re.M)  # "ROMEO:", "First Citizen:"
-SAMPLE_PROMPT = "ROMEO:\n"
-MARGIN_NATS = 0.2  # "by a clear margin": at least this far below the bigram baseline
+# A speaker's name alone on its line, as the complete works write it: "Ham.", "KING.", "First Clown.", "SIR TOBY."
+SPEAKER_LINE = re.compile(r"^[A-Z][A-Za-z']*(?: [A-Z][A-Za-z']*){0,2}\.$", re.M)
+SAMPLE_PROMPT = "Ham.\n"
+# The bars of the bundled-model issue.
+MARGIN_NATS = 0.5          # held-out loss at least this far below the bigram/unigram baseline
+PREVIOUS_TOKEN_BAR = 0.5   # mean attention to the previous token on held-out text
+INDUCTION_BAR = 0.3        # induction score on a random sequence repeated once
+REPEAT_LOSS_BAR = 3.0      # nats/token on the repeated half
+INDUCTION_SEEDS = 4        # random sequences averaged
+# The app's repeated-sequence example: a model with an induction head continues it with " D".
+COPY_PROMPT = "A B C D E F G H A B C"
+COPY_EXPECTED = " D E F G H"
 
 
 @torch.no_grad()
@@ -48,72 +61,131 @@ def previous_token_on_text(model: GPT, tokens: torch.Tensor, windows: int = 8) -
     return torch.stack(scores).mean(0)
 
 
-def check_model(model: GPT, tokens: torch.Tensor, val_fraction: float = 0.1, seed: int = 0,
-                sample_tokens: int = 200) -> dict:
-    """Every bar of the bundled-model issue, measured on this model."""
-    train, val = split(tokens, val_fraction)
-    baseline = bigram_baseline(train, val, model.config.vocab_size)
-    val_loss = validation_loss(model, val)
-    prev = previous_token_on_text(model, val)
-    induction = induction_scores(model, seed=seed)
+def head_report(scores: torch.Tensor, chance: float) -> dict:
+    layer, head, score = head_ranking(scores, 1)[0]
+    return {"layer": layer, "head": head, "score": score, "chance": chance}
+
+
+def training_measure(model: GPT, train: torch.Tensor, val: torch.Tensor) -> dict[str, float]:
+    """The head bars, cheaply, for the history during training (4 held-out windows, one random sequence)."""
+    test = induction_test(model, ids=torch.unique(train))
+    return {"prev_token": float(previous_token_on_text(model, val, windows=4).max()),
+            "induction": float(test.scores.max()), "repeat_loss": test.repeat_loss}
+
+
+def check_model(model: GPT, corpus: Corpus, seed: int = 0, sample_tokens: int = 200) -> dict:
+    """Every bar of the bundled-model issue, measured on this model: the loss on the corpus's held-out text
+    against a bigram/unigram model fitted on its training text, the heads (each beside its chance level),
+    the copy test and a sample."""
+    baseline = bigram_baseline(corpus.train, corpus.val, model.config.vocab_size)
+    val_loss = validation_loss(model, corpus.val)
+    prev = previous_token_on_text(model, corpus.val)
+    trained_ids = corpus.train_vocab
+    tests = [induction_test(model, seed=s, ids=trained_ids) for s in range(INDUCTION_SEEDS)]
+    induction = torch.stack([t.scores for t in tests]).mean(0)
+    repeat_loss = sum(t.repeat_loss for t in tests) / len(tests)
     enc = get_tokenizer()
     ids = generate(model, enc.encode(SAMPLE_PROMPT), sample_tokens, temperature=0.8, top_k=50, seed=seed)
     sample = enc.decode(ids)
+    copy_ids = enc.encode(COPY_PROMPT)
+    copy = enc.decode(generate(model, copy_ids, len(enc.encode(COPY_EXPECTED)), temperature=0.0)[len(copy_ids):])
     speakers = SPEAKER_LINE.findall(sample)
-    best_prev, best_ind = head_ranking(prev, 1)[0], head_ranking(induction, 1)[0]
+    best_prev = head_report(prev, previous_token_chance(model.config.n_ctx))
+    best_ind = head_report(induction, tests[0].chance)
     return {
+        "data": {"source": corpus.source, "held_out": list(corpus.val_parts), "train_tokens": len(corpus.train),
+                 "held_out_tokens": len(corpus.val), "train_vocab": len(trained_ids)},
         "val_loss": val_loss, "bigram_baseline": baseline["nats"], "bigram_lambda": baseline["lambda"],
         "unigram_baseline": baseline["unigram_nats"], "margin": baseline["nats"] - val_loss,
-        "best_previous_token_head": {"layer": best_prev[0], "head": best_prev[1], "score": best_prev[2]},
-        "best_induction_head": {"layer": best_ind[0], "head": best_ind[1], "score": best_ind[2]},
+        "best_previous_token_head": best_prev, "best_induction_head": best_ind,
+        "induction_length": tests[0].length, "repeat_loss": repeat_loss,
+        "uniform_loss": math.log(model.config.vocab_size),
+        "copy_prompt": COPY_PROMPT, "copy_continuation": copy,
         "sample": sample, "sample_speaker_lines": len(speakers), "sample_newlines": sample.count("\n"),
         "passes": {
-            "val_loss_below_bigram_by_margin": baseline["nats"] - val_loss >= MARGIN_NATS,
-            "previous_token_head_at_least_0.5": best_prev[2] >= 0.5,
+            f"held_out_loss_below_bigram_by_{MARGIN_NATS}": baseline["nats"] - val_loss >= MARGIN_NATS,
+            f"previous_token_head_at_least_{PREVIOUS_TOKEN_BAR}": best_prev["score"] >= PREVIOUS_TOKEN_BAR,
+            f"induction_head_at_least_{INDUCTION_BAR}": best_ind["score"] >= INDUCTION_BAR,
+            f"repeated_half_loss_at_most_{REPEAT_LOSS_BAR:g}": repeat_loss <= REPEAT_LOSS_BAR,
+            "continues_the_repeated_letters_with_D": copy.startswith(" D"),
             "sample_reads_like_a_play": len(speakers) >= 2 and sample.count("\n") >= 4,
         },
     }
 
 
+def _data_sentence(training: dict, report: dict) -> str:
+    data, settings = report["data"], training.get("settings", {})
+    copy = settings.get("copy_fraction", 0.0)
+    if data["held_out"]:
+        text = (f"the complete works of Shakespeare (`data/{data['source']}/`, public domain) less three whole plays "
+                f"held out for validation ({', '.join(data['held_out'])}): {data['train_tokens']:,} training and "
+                f"{data['held_out_tokens']:,} held-out tokens, {data['train_vocab']:,} distinct training ids")
+    else:
+        text = (f"`data/{data['source']}` (its last 10% held out): {data['train_tokens']:,} training and "
+                f"{data['held_out_tokens']:,} held-out tokens")
+    if copy:
+        n = round(copy * settings.get("batch_size", 1))
+        text += (f". **Not text alone:** {n} of every {settings.get('batch_size')} training windows "
+                 f"({copy:.1%}) are a random sequence of training ids (8 to half a window long) followed by its "
+                 "exact repeats, which only copying predicts: the usual way a small model is made to grow "
+                 "induction heads quickly. The rest are windows of the plays")
+    return text
+
+
+def _head_history(history: list[dict], batch: int, block: int) -> str:
+    rows = [h for h in history if h.get("induction") is not None]
+    if not rows:
+        return ""
+    lines = ["| step | tokens seen | held-out loss | previous-token | induction | loss on repeated half |",
+             "|---|---|---|---|---|---|"]
+    lines += [f"| {h['step']} | {h['step'] * batch * block / 1e6:.2f}M | {h['val_loss']:.3f} | {h['prev_token']:.3f} "
+              f"| {h['induction']:.3f} | {h['repeat_loss']:.2f} |" for h in rows]
+    return ("\n\nBest heads during training (4 held-out windows, one repeated sequence; `history.csv`):\n\n"
+            + "\n".join(lines))
+
+
 def model_card(name: str, meta: dict, report: dict) -> str:
-    """Markdown model card: config, training, measured bars, sample, how to reproduce."""
+    """Markdown model card: data, training, the measured bars beside their baselines and chance levels,
+    a sample, the copy test and how to reproduce."""
     cfg, training = meta["config"], meta.get("training", {})
     settings, final = training.get("settings", {}), training.get("final", {})
+    history = meta.get("history", [])
     passes = "\n".join(f"| {k.replace('_', ' ')} | {'yes' if v else 'NO'} |" for k, v in report["passes"].items())
     bp, bi = report["best_previous_token_head"], report["best_induction_head"]
     parent = training.get("continued_from")
     stages = [parent, training] if parent else [training]
+    warmup_note = ("" if cfg["norm"] == "pre" else " Post-norm's warmup is longer than its pre-norm twin's: with the "
+                   "short warmup post-norm stalls at the unigram loss (`gptviz/models/README.md`).")
     return f"""# {name}
 
 A {cfg['n_layers']}-layer GPT ({cfg['norm']}-norm, d_model {cfg['d_model']}, {cfg['n_heads']} heads, context {cfg['n_ctx']},
-GPT-2 BPE vocabulary of {cfg['vocab_size']:,}, tied head) trained from scratch on Tiny Shakespeare
-(`data/tinyshakespeare.txt`, public domain). Weights stored in float16; loaded as float32.
+GPT-2 BPE vocabulary of {cfg['vocab_size']:,}, tied head) trained from scratch on {_data_sentence(training, report)}.
+Weights stored in float16; loaded as float32.
 
 ## Training
 {settings.get('steps')} steps of AdamW (lr {settings.get('lr')}, warmup {settings.get('warmup')}, cosine to
 {settings.get('min_lr_ratio')}x, weight decay {settings.get('weight_decay')}, clip {settings.get('grad_clip')}), batch
-{settings.get('batch_size')} x {cfg['n_ctx']} tokens, dropout {cfg['dropout']}, seed {settings.get('seed')}, on the first 90% of the
-corpus; the last 10% validates. The first {settings.get('corpus_vocab_steps', 0)} steps normalise the softmax over the ids the
-training split uses (about 11,000; the LM head over all 50,257 ids is most of the cost of a model this small), the rest over the
-full vocabulary; every validation loss here uses the full vocabulary. Final train loss {final.get('train_loss', float('nan')):.3f}, validation loss (training's
-sampled windows) {final.get('val_loss') or float('nan'):.3f}. Curves: `history.csv`, `history.json`.
+{settings.get('batch_size')} x {cfg['n_ctx']} tokens, dropout {cfg['dropout']}, seed {settings.get('seed')}.{warmup_note} The first
+{settings.get('corpus_vocab_steps', 0)} steps normalise the softmax over the ids the training text uses (the LM head over all
+{cfg['vocab_size']:,} ids is most of the cost of a model this small), the rest over the full vocabulary; every loss
+below uses the full vocabulary. Final train loss {final.get('train_loss', float('nan')):.3f}.{_head_history(history, settings.get('batch_size', 0), cfg['n_ctx'])}
 
 ## Measured by `python -m gptviz check {name}`
-| measure | value |
-|---|---|
-| validation loss, all non-overlapping windows (nats/token) | {report['val_loss']:.3f} |
-| interpolated bigram/unigram baseline, same split | {report['bigram_baseline']:.3f} (lambda {report['bigram_lambda']}) |
-| unigram baseline | {report['unigram_baseline']:.3f} |
-| margin below the bigram baseline | {report['margin']:.3f} |
-| best previous-token head (layer.head, score on validation text) | {bp['layer']}.{bp['head']}: {bp['score']:.3f} |
-| best induction head (repeated random tokens) | {bi['layer']}.{bi['head']}: {bi['score']:.3f} |
-| speaker lines / line breaks in the sample | {report['sample_speaker_lines']} / {report['sample_newlines']} |
+| measure | value | baseline or chance |
+|---|---|---|
+| held-out loss, every non-overlapping window of the held-out text (nats/token) | {report['val_loss']:.3f} | bigram/unigram model fitted on the training text: {report['bigram_baseline']:.3f} (lambda {report['bigram_lambda']}); unigram {report['unigram_baseline']:.3f} |
+| margin below the bigram baseline | {report['margin']:.3f} | bar: {MARGIN_NATS} |
+| best previous-token head (layer.head; mean weight on the previous token, held-out text) | {bp['layer']}.{bp['head']}: {bp['score']:.3f} | uniform attention: {bp['chance']:.3f} |
+| best induction head ({report['induction_length']} random training ids repeated once, {INDUCTION_SEEDS} draws) | {bi['layer']}.{bi['head']}: {bi['score']:.3f} | uniform attention: {bi['chance']:.3f} |
+| loss on the repeated half (nats/token) | {report['repeat_loss']:.2f} | uniform guessing: {report['uniform_loss']:.2f} |
+| greedy continuation of `{report['copy_prompt']}` | `{report['copy_continuation']}` | a copying model: `{COPY_EXPECTED}` |
+| speaker lines / line breaks in the sample | {report['sample_speaker_lines']} / {report['sample_newlines']} | |
 
 | bar | cleared |
 |---|---|
 {passes}
 
-## Sample (prompt `ROMEO:\\n`, temperature 0.8, top-k 50, seed 0)
+## Sample (prompt `{SAMPLE_PROMPT.strip()}` and a line break, temperature 0.8, top-k 50, seed 0)
 ```
 {report['sample']}
 ```
@@ -121,7 +193,7 @@ sampled windows) {final.get('val_loss') or float('nan'):.3f}. Curves: `history.c
 ## Reproduce
 ```
 {_train_commands(cfg, name, stages)}
-python -m gptviz check gptviz/models/{name}
+python -m gptviz check gptviz/models/{name} --update-card
 ```
 """
 
@@ -135,26 +207,45 @@ def _train_commands(cfg: dict, name: str, stages: list[dict]) -> str:
         s = stage.get("settings", {})
         out = f"gptviz/models/{name}" if i == len(stages) - 1 else f"/tmp/{name}-stage{i + 1}"
         start = f" \\\n    --init-from /tmp/{name}-stage{i}" if i else ""
+        data = stage.get("data")
+        data = f" --data data/{data}" if data and data != WORKS.name else ""
+        copy = f" --copy-fraction {s['copy_fraction']}" if s.get("copy_fraction") else ""
         lines.append(f"python -m gptviz train --preset {cfg.get('name', 'small-4l')} --norm {cfg['norm']} "
                      f"--steps {s.get('steps')} --batch-size {s.get('batch_size')} --lr {s.get('lr')} "
-                     f"--warmup {s.get('warmup')}{n_ctx} \\\n    --seed {s.get('seed')} --dropout {cfg['dropout']} "
+                     f"--warmup {s.get('warmup')}{n_ctx}{data} \\\n    --seed {s.get('seed')} --dropout {cfg['dropout']} "
                      f"--corpus-vocab-steps {s.get('corpus_vocab_steps', 0)} --eval-every {s.get('eval_every', 100)}"
-                     f"{start} --out {out}")
+                     f"{copy}{start} --out {out}")
     return "\n".join(lines)
 
 
-def check_folder(folder: str | Path, corpus: str | Path | None = None, write: bool = True) -> dict:
-    """Measure the checkpoint in `folder` and (re)write its check.json and MODEL_CARD.md."""
-    from .train import CORPUS, load_corpus
+def corpus_of(meta: dict) -> Corpus:
+    """The training and held-out text a checkpoint's config.json names (the bundled data folder)."""
+    training = meta.get("training", {})
+    held_out = tuple(training.get("held_out") or HELD_OUT_PLAYS)
+    return load_training_data(DATA / training.get("data", WORKS.name),
+                              training.get("settings", {}).get("val_fraction", 0.1), held_out)
+
+
+def check_folder(folder: str | Path, data: str | Path | None = None, out: str | Path | None = None,
+                 update_card: bool = False) -> tuple[dict, Path]:
+    """Measure the checkpoint in `folder`; write check.json and MODEL_CARD.md into `out` (default: a new
+    temporary folder), or beside the checkpoint when `update_card`. Returns the report and where it went."""
     from .weights import bundled_models, load_checkpoint
     folder = Path(folder)
     if not folder.is_dir() and str(folder) in bundled_models():
         folder = bundled_models()[str(folder)]
     meta = json.loads((folder / "config.json").read_text())
+    history = folder / "history.json"
+    if history.is_file():
+        meta["history"] = json.loads(history.read_text()).get("history", [])
     model = load_checkpoint(folder)
-    val_fraction = meta.get("training", {}).get("settings", {}).get("val_fraction", 0.1)
-    report = check_model(model, load_corpus(corpus or CORPUS), val_fraction)
-    if write:
-        (folder / "check.json").write_text(json.dumps(report, indent=2))
-        (folder / "MODEL_CARD.md").write_text(model_card(folder.name, meta, report))
-    return report
+    training = meta.get("training", {})
+    corpus = corpus_of(meta) if data is None else load_training_data(
+        data, training.get("settings", {}).get("val_fraction", 0.1),
+        tuple(training.get("held_out") or HELD_OUT_PLAYS))
+    report = check_model(model, corpus)
+    target = folder if update_card else Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="gptviz-check-"))
+    target.mkdir(parents=True, exist_ok=True)
+    (target / "check.json").write_text(json.dumps(report, indent=2))
+    (target / "MODEL_CARD.md").write_text(model_card(folder.name, meta, report))
+    return report, target

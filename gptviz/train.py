@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from .config import GPTConfig
+from .corpus import Corpus
 from .model import GPT
 from .tokenizer import get_tokenizer
 
@@ -42,6 +43,9 @@ class TrainSettings:
     # (the loss of every target is exact up to that normalisation); the remaining steps use the full
     # vocabulary, which pushes the never-seen ids down. Validation always uses the full vocabulary.
     corpus_vocab_steps: int = 0
+    # Share of each batch's windows made of a random sequence of training ids followed by its exact repeats,
+    # which only copying predicts: the usual way small models grow induction heads quickly (0 = text only).
+    copy_fraction: float = 0.0
 
     def __post_init__(self):
         def whole(x):
@@ -51,7 +55,7 @@ class TrainSettings:
             return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
         ints = ("steps", "batch_size", "warmup", "eval_every", "eval_batches", "seed")
-        floats = ("lr", "min_lr_ratio", "weight_decay", "grad_clip", "val_fraction")
+        floats = ("lr", "min_lr_ratio", "weight_decay", "grad_clip", "val_fraction", "copy_fraction")
         bad = [n for n in ints if not whole(getattr(self, n))] + [n for n in floats if not number(getattr(self, n))]
         if self.block_size is not None and not whole(self.block_size):
             bad.append("block_size")
@@ -61,7 +65,7 @@ class TrainSettings:
                   "warmup": self.warmup >= 0, "eval_every": self.eval_every >= 1,
                   "val_fraction": 0 < self.val_fraction < 1, "grad_clip": self.grad_clip >= 0,
                   "min_lr_ratio": 0 <= self.min_lr_ratio <= 1, "eval_batches": self.eval_batches >= 1,
-                  "weight_decay": self.weight_decay >= 0,
+                  "weight_decay": self.weight_decay >= 0, "copy_fraction": 0 <= self.copy_fraction <= 1,
                   "block_size": self.block_size is None or self.block_size >= 1}
         bad = [name for name, ok in checks.items() if not ok]
         if bad:
@@ -90,16 +94,31 @@ def split(tokens: torch.Tensor, val_fraction: float) -> tuple[torch.Tensor, torc
     return tokens[:cut], tokens[cut:]
 
 
-def batches(tokens: torch.Tensor, batch_size: int, block: int, generator: torch.Generator
-            ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-    """Random windows: inputs [B, block] and next-token targets [B, block], forever."""
+def repeated_sequence(ids: torch.Tensor, block: int, generator: torch.Generator) -> torch.Tensor:
+    """block + 1 tokens: a random sequence of `ids` (length uniform in [min(8, block // 2), block // 2])
+    repeated until the window is full, so every token after the first copy is predictable by copying."""
+    shortest = min(8, block // 2)
+    n = int(torch.randint(shortest, block // 2 + 1, (1,), generator=generator))
+    seq = ids[torch.randint(0, len(ids), (n,), generator=generator)]
+    return seq.repeat(math.ceil((block + 1) / n))[:block + 1]
+
+
+def batches(tokens: torch.Tensor, batch_size: int, block: int, generator: torch.Generator,
+            copy_fraction: float = 0.0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Random windows: inputs [B, block] and next-token targets [B, block], forever. The last
+    round(copy_fraction * B) rows of each batch are repeated random sequences of the text's own ids."""
     if len(tokens) <= block + 1:
         raise ValueError(f"the data has {len(tokens)} tokens, too few for windows of {block + 1}")
+    n_copy = round(copy_fraction * batch_size)
+    if n_copy and block < 2:
+        raise ValueError("repeated sequences need windows of at least 2 tokens")
+    ids = torch.unique(tokens) if n_copy else None
     while True:
-        starts = torch.randint(0, len(tokens) - block - 1, (batch_size,), generator=generator)
-        x = torch.stack([tokens[s:s + block] for s in starts])
-        y = torch.stack([tokens[s + 1:s + block + 1] for s in starts])
-        yield x, y
+        starts = torch.randint(0, len(tokens) - block - 1, (batch_size - n_copy,), generator=generator)
+        rows = [tokens[s:s + block + 1] for s in starts]
+        rows += [repeated_sequence(ids, block, generator) for _ in range(n_copy)]
+        xy = torch.stack(rows)
+        yield xy[:, :-1], xy[:, 1:]
 
 
 def subset_lm_loss(model: GPT, x: torch.Tensor, y: torch.Tensor, vocab: torch.Tensor,
@@ -125,6 +144,10 @@ class StepLog:
     val_loss: float | None
     elapsed_s: float
     full_vocab: bool = True  # train_loss normalised over all ids (False: over the corpus's ids only)
+    # Head measurements taken with each validation loss when train_models is given `measure`:
+    prev_token: float | None = None   # best head's previous-token score on held-out text
+    induction: float | None = None    # best head's induction score on a repeated random sequence
+    repeat_loss: float | None = None  # loss on that sequence's repeated half (nats/token)
 
 
 class Trainer:
@@ -200,15 +223,22 @@ class TrainResult:
                 "val_loss": vals[-1]["val_loss"] if vals else None}
 
 
-def train_models(configs: dict[str, GPTConfig], settings: TrainSettings, tokens: torch.Tensor,
+def train_models(configs: dict[str, GPTConfig], settings: TrainSettings, tokens: torch.Tensor | Corpus,
                  device: str = "cpu", on_step: Callable[[str, StepLog], None] | None = None,
                  should_stop: Callable[[], bool] | None = None, init: str = "gpt2",
-                 start_states: dict[str, dict[str, torch.Tensor]] | None = None
+                 start_states: dict[str, dict[str, torch.Tensor]] | None = None,
+                 measure: Callable[[GPT, torch.Tensor, torch.Tensor], dict[str, float]] | None = None
                  ) -> tuple[dict[str, GPT], dict[str, TrainResult]]:
     """Train one model per config on the same batches (same seed, same init draws per config).
     `on_step(name, log)` is called after every step; `should_stop()` ends training cleanly.
-    `start_states[name]`, when given, replaces that model's random init (continued training)."""
-    train_tokens, val_tokens = split(tokens, settings.val_fraction)
+    `start_states[name]`, when given, replaces that model's random init (continued training).
+    `tokens`: a Corpus (its own training and held-out parts) or one tensor split by settings.val_fraction.
+    `measure(model, train_tokens, val_tokens)`, when given, runs at every validation step and fills the
+    StepLog's head fields (prev_token, induction, repeat_loss), so the history shows when the heads grow."""
+    if isinstance(tokens, Corpus):
+        train_tokens, val_tokens = tokens.train, tokens.val
+    else:
+        train_tokens, val_tokens = split(tokens, settings.val_fraction)
     models, trainers = {}, {}
     for name, cfg in configs.items():
         # same seed, so twins that differ only in wiring start from the same weights
@@ -217,7 +247,8 @@ def train_models(configs: dict[str, GPTConfig], settings: TrainSettings, tokens:
             models[name].load_state_dict({k: v.float() for k, v in start_states[name].items()})
         trainers[name] = Trainer(models[name], settings, train_tokens)
     block = settings.block_size or min(cfg.n_ctx for cfg in configs.values())
-    data = batches(train_tokens, settings.batch_size, block, torch.Generator().manual_seed(settings.seed))
+    data = batches(train_tokens, settings.batch_size, block, torch.Generator().manual_seed(settings.seed),
+                   settings.copy_fraction)
     stopped = False
     for _ in range(settings.steps):
         if should_stop is not None and should_stop():
@@ -226,6 +257,9 @@ def train_models(configs: dict[str, GPTConfig], settings: TrainSettings, tokens:
         x, y = next(data)
         for name, trainer in trainers.items():
             log = trainer.step(x.to(device), y, val_tokens)
+            if measure is not None and log.val_loss is not None:
+                for key, value in measure(models[name], train_tokens, val_tokens).items():
+                    setattr(log, key, value)
             if on_step is not None:
                 on_step(name, log)
     results = {name: TrainResult(asdict(settings), configs[name].to_dict(),

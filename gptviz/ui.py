@@ -6,6 +6,7 @@ names), so a rerun caused by a display widget runs no model.
 """
 from __future__ import annotations
 
+import json
 import re
 import threading
 from typing import NamedTuple
@@ -19,8 +20,15 @@ from .hooks import ActivationCache, capture
 from .params import total_params
 from .tokenizer import get_tokenizer
 from .weights import CheckpointError, bundled_models, load_checkpoint, load_pretrained
+from .weights import training_vocab as weights_training_vocab
 
-DEFAULT_PROMPT = "ROMEO:\nBut soft, what light through yonder window breaks?\nIt is the east, and Juliet is the sun."
+# Written as the bundled models' training text writes a play: the speaker's abbreviated name on its own line.
+DEFAULT_PROMPT = "Rom.\nBut soft! what light through yonder window breaks?\nIt is the east, and Juliet is the sun!"
+EXAMPLE_PROMPTS = {
+    "Romeo at the window (a speech)": DEFAULT_PROMPT,
+    "Repeated letters (induction heads)": "A B C D E F G H A B C D E F G H",
+    "A dialogue (speaker names)": "Ham.\nWho's there?\n\nHor.\nFriends to this ground.\n\nHam.\nWho's there?\n\nHor.\n",
+}
 SOURCE_BUNDLED, SOURCE_PRESET, SOURCE_PRETRAINED, SOURCE_TRAINED = (
     "Trained on Shakespeare (bundled)", "Preset, random weights", "GPT-2 weights (folder or Hub id)",
     "Trained in this session")
@@ -101,6 +109,18 @@ def get_capture(spec: ModelSpec, ids: tuple[int, ...], names: tuple[str, ...] | 
     return logits[0].float().cpu(), {k: v[0] for k, v in cache.items()}
 
 
+def training_vocab(spec: ModelSpec) -> torch.Tensor | None:
+    """The ids a bundled model's training text used (None for other sources, where it is not recorded)."""
+    if spec.source != SOURCE_BUNDLED or spec.name not in bundled_models():
+        return None
+    return _read_training_vocab(str(bundled_models()[spec.name]))
+
+
+@st.cache_resource(max_entries=4, show_spinner=False)
+def _read_training_vocab(folder: str) -> torch.Tensor | None:
+    return weights_training_vocab(folder)
+
+
 def capture_cache(spec: ModelSpec, ids: tuple[int, ...], names: tuple[str, ...] | None = None
                   ) -> tuple[torch.Tensor, ActivationCache]:
     """get_capture wrapped in an ActivationCache (tensors keep no batch axis)."""
@@ -120,6 +140,32 @@ def _bundled_twin(norm: str) -> str | None:
         if name.endswith(f"-{norm}"):
             return name
     return None
+
+
+def _use_example() -> None:
+    """Copy the chosen example into the prompt (runs before the text area is drawn)."""
+    choice = st.session_state.get("example_prompt")
+    if choice in EXAMPLE_PROMPTS:
+        st.session_state["prompt"] = EXAMPLE_PROMPTS[choice]
+
+
+def bundled_description(name: str) -> str:
+    """One plain sentence on what a bundled model was trained on, read from its config.json."""
+    try:
+        training = json.loads((bundled_models()[name] / "config.json").read_text()).get("training", {})
+    except (KeyError, OSError, ValueError):
+        return "a bundled model."
+    data = training.get("data", "")
+    if data == "shakespeare-works":
+        text = (f"trained on the complete works of Shakespeare less {len(training.get('held_out', []))} "
+                "held-out plays")
+    else:
+        text = f"trained on {data or 'unrecorded data'}"
+    copy = training.get("settings", {}).get("copy_fraction", 0)
+    if copy:
+        text += (f", with {copy:.1%} of its training windows made of random tokens followed by their exact repeat "
+                 "(to teach it to copy: induction heads)")
+    return text[0].upper() + text[1:] + ". Its model card says how well it does."
 
 
 def sidebar() -> ModelSpec | None:
@@ -148,7 +194,8 @@ def sidebar() -> ModelSpec | None:
                 st.error(f"No bundled {norm}-norm model.")
             else:
                 spec = ModelSpec(source, name, norm, 0, device)
-                st.caption(f"`{name}`: the {norm}-norm twin, trained on Tiny Shakespeare.")
+                st.caption(f"`{name}`: {bundled_description(name)} The LayerNorm radio switches between two "
+                           "separately trained twins.")
         elif source == SOURCE_PRESET:
             state.setdefault("preset", "small-4l")
             preset = st.selectbox("Preset", list(PRESETS), key="preset")
@@ -172,6 +219,8 @@ def sidebar() -> ModelSpec | None:
             run = st.selectbox("Run", runs, key="trained_run")
             spec = ModelSpec(source, run, _trained_store()[run].config.norm, 0, device)
         st.subheader("Prompt")
+        st.selectbox("Examples", list(EXAMPLE_PROMPTS), index=None, key="example_prompt", on_change=_use_example,
+                     placeholder="Load an example prompt", label_visibility="collapsed")
         st.text_area("Prompt", key="prompt", height=120, label_visibility="collapsed",
                      help="Shared by every page.")
         st.radio("Figure download format", EXPORT_FORMATS, key="export_format", horizontal=True,

@@ -151,6 +151,25 @@ def load_checkpoint(folder: str | os.PathLike, norm: str | None = None) -> GPT:
     return _load_state(GPT(config), state, str(folder))
 
 
+TRAINING_VOCAB = "training_vocab.json"  # the ids that occur in a checkpoint's training text, beside it
+
+
+def write_training_vocab(folder: str | os.PathLike, ids: torch.Tensor) -> None:
+    """Record which ids the training text used (views that sample the vocabulary sample these)."""
+    (Path(folder) / TRAINING_VOCAB).write_text(json.dumps(sorted(int(i) for i in torch.unique(ids))))
+
+
+def training_vocab(folder: str | os.PathLike) -> torch.Tensor | None:
+    """Sorted ids the checkpoint in `folder` was trained on, or None where that is not recorded."""
+    path = Path(folder) / TRAINING_VOCAB
+    if not path.is_file():
+        return None
+    ids = json.loads(path.read_text())
+    if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        raise CheckpointError(f"{TRAINING_VOCAB} is not a list of token ids")
+    return torch.tensor(ids, dtype=torch.long)
+
+
 def bundled_models() -> dict[str, Path]:
     """Trained checkpoints shipped with gptviz, by name."""
     if not MODELS_DIR.is_dir():

@@ -5,13 +5,15 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 import torch
 
 from gptviz.__main__ import main
-from gptviz.weights import load_checkpoint
+from gptviz.corpus import load_training_data
+from gptviz.weights import load_checkpoint, training_vocab
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "data" / "tinyshakespeare.txt"
@@ -69,6 +71,7 @@ def test_train_writes_a_loadable_checkpoint(tmp_path):
     meta = json.loads((out_dir / "config.json").read_text())
     assert meta["training"]["data"] == "corpus.txt" and meta["training"]["final"]["step"] == 2
     assert (out_dir / "history.csv").read_text().count("\n") == 3  # header + 2 steps
+    assert torch.equal(training_vocab(out_dir), torch.unique(load_training_data(data, 0.1).train))
     with torch.no_grad():
         assert model(torch.tensor([15496, 11, 314])).shape == (1, 3, 50257)
 
@@ -77,3 +80,29 @@ def test_train_rejects_bad_settings(capsys, tmp_path):
     assert main(["train", "--steps", "0", "--out", str(tmp_path / "never")]) == 2
     assert "steps=0" in capsys.readouterr().err
     assert not (tmp_path / "never").exists()
+
+
+def test_check_writes_its_report_where_told_and_beside_the_model_only_when_asked(tmp_path, capsys):
+    text = CORPUS.read_text(encoding="utf-8")
+    plays = tmp_path / "plays"
+    plays.mkdir()
+    for i, name in enumerate(("alpha", "beta", "gamma")):
+        (plays / f"{name}_gut.txt").write_text(text[i * 6000:(i + 1) * 6000], encoding="utf-8")
+    model_dir = tmp_path / "model"
+    assert main(["train", "--preset", "tiny", "--steps", "2", "--batch-size", "2", "--n-ctx", "32",
+                 "--data", str(plays), "--held-out", "beta", "--copy-fraction", "0.5", "--out", str(model_dir)]) == 0
+    meta = json.loads((model_dir / "config.json").read_text())["training"]
+    assert meta["data"] == "plays" and meta["held_out"] == ["beta"] and meta["settings"]["copy_fraction"] == 0.5
+    before = sorted(p.name for p in model_dir.iterdir())
+    out_dir = tmp_path / "report"
+    assert main(["check", str(model_dir), "--data", str(plays), "--out", str(out_dir)]) == 1  # bars not met
+    assert sorted(p.name for p in model_dir.iterdir()) == before  # nothing written beside the model
+    report = json.loads((out_dir / "check.json").read_text())
+    assert report["data"]["held_out"] == ["beta"] and "Not text alone" in (out_dir / "MODEL_CARD.md").read_text()
+    assert f"wrote check.json and MODEL_CARD.md to {out_dir}" in capsys.readouterr().out
+    main(["check", str(model_dir), "--data", str(plays)])  # no --out: a new temporary folder
+    printed = capsys.readouterr().out.splitlines()[-1].removeprefix("wrote check.json and MODEL_CARD.md to ")
+    assert Path(printed).parent == Path(tempfile.gettempdir()) and (Path(printed) / "check.json").is_file()
+    assert sorted(p.name for p in model_dir.iterdir()) == before
+    main(["check", str(model_dir), "--data", str(plays), "--update-card"])
+    assert {"check.json", "MODEL_CARD.md"} <= {p.name for p in model_dir.iterdir()}

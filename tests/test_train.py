@@ -10,8 +10,9 @@ import torch
 
 from conftest import SMALL, build, random_ids
 from gptviz.evaluate import previous_token_on_text
-from gptviz.train import (TrainSettings, Trainer, batches, format_eta, lm_loss, load_corpus, lr_at, split,
-                          train_models, write_history)
+from gptviz.analysis import induction_test
+from gptviz.train import (TrainSettings, Trainer, batches, format_eta, lm_loss, load_corpus, lr_at,
+                          repeated_sequence, split, train_models, write_history)
 
 
 def test_a_few_steps_lower_the_loss_on_a_fixed_batch():
@@ -181,3 +182,41 @@ def test_training_grows_a_previous_token_head_when_the_task_needs_one(norm):
         x = torch.randint(0, 64, (16, cfg.n_ctx), generator=gen)
         trainer.step(x, torch.cat([x[:, :1], x[:, :-1]], 1))
     assert previous_token_on_text(model, val).max().item() > 0.9
+
+
+def test_repeated_sequence_windows_repeat_a_sequence_of_the_texts_own_ids():
+    text = torch.tensor([5, 9, 11, 40, 9, 5, 77] * 10)
+    gen = torch.Generator().manual_seed(3)
+    for _ in range(20):
+        row = repeated_sequence(torch.unique(text), 16, gen)
+        assert len(row) == 17 and set(row.tolist()) <= {5, 9, 11, 40, 77}
+        # the period n is in [8, 8] for block 16: every token after the first copy equals the one n back
+        assert torch.equal(row[8:], row[:9])
+    x, y = next(batches(text, 8, 16, torch.Generator().manual_seed(0), copy_fraction=0.375))
+    assert x.shape == y.shape == (8, 16) and torch.equal(x[:, 1:], y[:, :-1])
+    # rows 5..7 (3 of 8) are repeats; rows 0..4 are windows of the text (its period is 7, not 8)
+    assert all(torch.equal(x[r, 8:], x[r, :8]) for r in range(5, 8))
+    assert not any(torch.equal(x[r, 8:], x[r, :8]) for r in range(5))
+    with pytest.raises(ValueError, match="copy_fraction"):
+        TrainSettings(copy_fraction=1.5)
+
+
+@pytest.mark.parametrize("norm", ["pre", "post"])
+def test_training_grows_an_induction_head_on_repeated_random_sequences(norm):
+    """The pipeline can grow the two-head circuit that copies: on windows made only of a random sequence and
+    its repeats, a 2-layer model must come to attend from each repeated token to the one after its earlier
+    copy, and predict it. This is the test that a recipe for the bundled models starts from."""
+    cfg = SMALL.replace(vocab_size=64, n_heads=2, norm=norm)
+    model = build(cfg)
+    ids = torch.arange(64)
+    half = cfg.n_ctx // 2
+    before = induction_test(model, half, ids=ids)
+    assert before.scores.max().item() == pytest.approx(before.chance, abs=0.01)  # random init: at chance
+    assert before.repeat_loss == pytest.approx(math.log(64), abs=0.3)
+    trainer = Trainer(model, TrainSettings(steps=300, batch_size=16, lr=3e-3, warmup=10, seed=0))
+    data = batches(ids, 16, cfg.n_ctx, torch.Generator().manual_seed(0), copy_fraction=1.0)
+    for _ in range(300):
+        trainer.step(*next(data))
+    after = induction_test(model, half, ids=ids)
+    assert after.scores.max().item() > 0.6 > 5 * after.chance
+    assert after.repeat_loss < 2.5

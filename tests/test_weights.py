@@ -332,3 +332,14 @@ def test_path_like_names_that_do_not_exist(tmp_path):
     for name in (str(tmp_path / "missing"), "./nope", "weights.safetensors", "a/b/c", " "):
         with pytest.raises(CheckpointError, match="is not a folder holding a checkpoint"):
             load_pretrained(name)
+
+
+def test_training_vocab_round_trip_and_bad_files(tmp_path):
+    from gptviz.weights import CheckpointError, training_vocab, write_training_vocab
+    assert training_vocab(tmp_path) is None  # not recorded
+    write_training_vocab(tmp_path, torch.tensor([9, 3, 3, 50256, 9]))
+    assert training_vocab(tmp_path).tolist() == [3, 9, 50256]
+    for bad in ('{"ids": [1]}', '[1, "2"]', '[true]'):
+        (tmp_path / "training_vocab.json").write_text(bad)
+        with pytest.raises(CheckpointError, match="not a list of token ids"):
+            training_vocab(tmp_path)

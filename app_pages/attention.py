@@ -249,9 +249,10 @@ def draw_generation(run: dict, live: bool) -> None:
             top_ids, [t[1] for t in last.top], [t[2] for t in last.top], token_labels(top_ids),
             sampled_id=last.token_id, sampled_rank=last.rank, sampled_prob=last.prob, sampled_label=last.piece,
             n_allowed=last.n_allowed, kept_mass=last.kept_mass,
-            title=f"Step {len(steps) - 1}: next-token probabilities"), key=None if live else "att_gen_bars")
+            title=f"Step {len(steps) - 1}: next-token probabilities", cut_by=ui.cut_reason(run["settings"])),
+            key=None if live else "att_gen_bars")
         st.caption("Top 20 over the whole vocabulary, after temperature. Orange: the sampled token; grey: "
-                   "cut by top-k/top-p.")
+                   f"cut by {ui.cut_reason(run['settings'])}.")
 
 
 if start:

@@ -74,12 +74,12 @@ live_left, live_right = st.columns([3, 2], gap="medium")
 heat_box, bars_box = live_left.empty(), live_right.empty()
 
 
-def bars_figure(step, title: str):
+def bars_figure(step, title: str, cut_by: str):
     top_ids = [t[0] for t in step.top]
     return fg.next_token_bars(top_ids, [t[1] for t in step.top], [t[2] for t in step.top], token_labels(top_ids),
                               sampled_id=step.token_id, sampled_rank=step.rank, sampled_prob=step.prob,
                               sampled_label=step.piece, n_allowed=step.n_allowed, kept_mass=step.kept_mass,
-                              title=title)
+                              title=title, cut_by=cut_by)
 
 
 def heat_figure(run: dict, highlight: int | None = None):
@@ -114,7 +114,8 @@ def draw(run: dict, live: bool, highlight: int | None = None) -> None:
                        "inspected on the right.")
     if live:
         with bars_box.container():
-            ui.show_figure(bars_figure(steps[-1], f"Step {len(steps) - 1}: next-token probabilities"))
+            ui.show_figure(bars_figure(steps[-1], f"Step {len(steps) - 1}: next-token probabilities",
+                                        ui.cut_reason(run["settings"])))
 
 
 if start:
@@ -143,10 +144,11 @@ with live_right:
     step = steps[step_i]
 draw(run, live=False, highlight=step_i)          # fills the placeholders above the slider's column
 with live_right:
-    ui.show_figure(bars_figure(step, f"Step {step_i}: the next-token distribution"), key="gen_bars")
+    ui.show_figure(bars_figure(step, f"Step {step_i}: the next-token distribution",
+                                ui.cut_reason(run["settings"])), key="gen_bars")
     st.caption(f"'{md_text(step.piece)}' was sampled with p = {step.prob:.3g} (rank {step.rank:,}); the "
                f"distribution's entropy was {step.entropy:.2f} nats. Top 20 over all {cfg.vocab_size:,} tokens "
-               "after temperature; grey bars were cut by top-k/top-p.")
+               f"after temperature; grey bars were cut by {ui.cut_reason(run['settings'])}.")
 
 shifted = [i for i, s in enumerate(steps) if s.context_shifted]
 if shifted:

@@ -243,6 +243,12 @@ def current_model() -> tuple[ModelSpec, GPT] | None:
         return None
 
 
+def cut_reason(settings: dict) -> str:
+    """What removed the grey tokens of a generation's next-token bars: greedy decoding keeps only the
+    most probable token; otherwise top-k/top-p."""
+    return "greedy decoding (temperature 0)" if settings.get("temperature") == 0 else "top-k/top-p"
+
+
 MEAN_HEAD = -1  # head option: the mean of a layer's heads
 
 

@@ -197,6 +197,12 @@ def test_next_token_bars_marks_sampled_and_cutoff():
     titled = fg.next_token_bars([1, 2], [0.6, 0.4], [True, True], ["x", "y"], sampled_id=99, sampled_rank=40,
                                 sampled_prob=0.001, sampled_label="z", n_allowed=500, kept_mass=1.0, title="t")
     assert "rank 40" in titled.layout.title.subtitle.text
+    assert bar.customdata[2][2] == "cut by top-k/top-p"
+    greedy = fg.next_token_bars([5, 7], [0.6, 0.4], [True, False], ["a", "b"], sampled_id=5, sampled_rank=1,
+                                sampled_prob=0.6, sampled_label="a", n_allowed=1, kept_mass=0.6,
+                                cut_by=ui.cut_reason({"temperature": 0.0}))
+    assert greedy.data[0].customdata[1][2] == "cut by greedy decoding (temperature 0)"
+    assert ui.cut_reason({"temperature": 0.7}) == "top-k/top-p"
 
 
 def test_generation_heatmap_layout_of_rows():

@@ -19,10 +19,10 @@ SAMPLED_COLOR = HIGHLIGHT
 
 def next_token_bars(ids, probs, allowed, labels: list[str], *, sampled_id: int, sampled_rank: int,
                     sampled_prob: float, sampled_label: str, n_allowed: int, kept_mass: float,
-                    title: str | None = None, height: int | None = None) -> go.Figure:
+                    title: str | None = None, height: int | None = None, cut_by: str = "top-k/top-p") -> go.Figure:
     """The most probable next tokens (probabilities over the full vocabulary, after temperature), most
-    probable at the top. Kept by top-k/top-p: blue; cut: grey; the sampled token: orange. A dashed line
-    marks the cut-off when it falls among the bars shown."""
+    probable at the top. Kept: blue; cut (by `cut_by`: top-k/top-p, or greedy decoding): grey; the sampled
+    token: orange. A dashed line marks the cut-off when it falls among the bars shown."""
     probs = np.asarray(probs, dtype=np.float64)
     n = len(probs)
     ranks = np.arange(1, n + 1)
@@ -30,7 +30,7 @@ def next_token_bars(ids, probs, allowed, labels: list[str], *, sampled_id: int, 
     colors = [SAMPLED_COLOR if int(i) == sampled_id else (KEPT_COLOR if ok else CUT_COLOR)
               for i, ok in zip(ids, allowed)]
     renorm = [p / kept_mass if ok and kept_mass > 0 else 0.0 for p, ok in zip(probs, allowed)]
-    status = ["sampled" if int(i) == sampled_id else ("kept" if ok else "cut by top-k/top-p")
+    status = ["sampled" if int(i) == sampled_id else ("kept" if ok else f"cut by {cut_by}")
               for i, ok in zip(ids, allowed)]
     custom = np.array([[f"'{t}'", int(i), s, r, k] for t, i, s, r, k in zip(texts, ids, status, renorm, ranks)],
                       dtype=object)

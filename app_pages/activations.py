@@ -58,7 +58,7 @@ st.caption("Inside the forward pass for the sidebar's prompt: how big the residu
 
 spec, model = ui.require_model()
 cfg = model.config
-prompt = ui.require_prompt(cfg.n_ctx)
+prompt = ui.require_prompt(cfg.n_ctx, cfg.vocab_size)
 ids = prompt.ids
 T = len(ids)
 labels = token_labels(ids)

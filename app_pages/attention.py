@@ -34,7 +34,7 @@ st.caption("Every token builds its next representation from a weighted mix of th
 
 spec, model = ui.require_model()
 cfg = model.config
-prompt = ui.require_prompt(cfg.n_ctx)
+prompt = ui.require_prompt(cfg.n_ctx, cfg.vocab_size)
 ids = prompt.ids
 longest = int(math.sqrt(CAPTURE_BYTES / (4 * cfg.n_layers * cfg.n_heads)))
 if len(ids) > longest:

@@ -48,7 +48,7 @@ st.caption("Before any attention, each token becomes a row of the token-embeddin
 
 spec, model = ui.require_model()
 cfg = model.config
-prompt = ui.prompt_tokens(cfg.n_ctx)
+prompt = ui.prompt_tokens(cfg.n_ctx, vocab_size=cfg.vocab_size)
 
 if prompt is not None:
     ids = prompt.ids

@@ -28,7 +28,7 @@ st.caption("A GPT writes one token at a time: it turns the text so far into a pr
 
 spec, model = ui.require_model()
 cfg = model.config
-prompt = ui.require_prompt(cfg.n_ctx)
+prompt = ui.require_prompt(cfg.n_ctx, cfg.vocab_size)
 ids = prompt.ids
 
 with st.expander("How the next token is chosen"):

@@ -127,7 +127,7 @@ def same_weights_section() -> None:
         st.error(f"That shape is not a valid model: {err}")
         return
     if source == "prompt":
-        prompt = ui.prompt_tokens(config.n_ctx)
+        prompt = ui.prompt_tokens(config.n_ctx, vocab_size=config.vocab_size)
         if prompt is None:
             return
         ids = prompt.ids[-MAX_TOKENS:]
@@ -213,11 +213,11 @@ def same_weights_section() -> None:
             "both wirings keep a final LayerNorm (their post-LN has none); one sequence rather than an "
             "expectation over data; and embeddings drawn from normal(0, 0.02) in both init schemes, so the "
             "pre-norm residual stream starts small (see its norm below), and a LayerNorm scales the "
-            "gradient it passes back by 1/σ of its input. Quick measurements on 12-layer decoder-only GPTs "
-            "with random tokens gave pre-norm gradient norms that shrink with depth and post-norm ones "
-            "that stay level, under both inits: the figure is not reproduced as drawn, while the post/pre "
-            "ratio does grow toward the output. The statements beside the chart are computed from the "
-            "numbers on screen, so they say what this run shows, whichever way it goes.")
+            "gradient it passes back by 1/σ of its input. So the paper's figure need not be reproduced as "
+            "drawn: whether each wiring's gradients rise, stay level or shrink with depth depends on the init, "
+            "the width and the depth you choose above. The statements beside the chart are computed from the "
+            "numbers on screen, so they say what this run shows, whichever way it goes; this box states "
+            "nothing about the run.")
 
     st.subheader("Activations through the stack")
     st.caption(f"Pre-norm's residual stream is a running sum that grows block by block (here from "
@@ -377,7 +377,7 @@ def trained_twins_section() -> None:
         st.error(f"Could not load the twins: {err}")
         return
     cfg = loaded["pre"].config
-    prompt = ui.prompt_tokens(cfg.n_ctx)
+    prompt = ui.prompt_tokens(cfg.n_ctx, vocab_size=cfg.vocab_size)
     if prompt is None:
         return
     ids = prompt.ids

@@ -33,6 +33,9 @@ def tensor_frame(table: pd.DataFrame) -> pd.DataFrame:
     return out[["name", "component", "layer", "shape", "count", "share", *[f"{d} MiB" for d in BYTES_PER], "tied"]]
 
 
+RELEASED_GPT1_VOCAB = 40478  # openai-gpt's vocab_size
+
+
 def seed_facts(cfg: GPTConfig, table: pd.DataFrame) -> list[str]:
     """Plain statements computed from the config's own table."""
     facts = []
@@ -55,6 +58,13 @@ def seed_facts(cfg: GPTConfig, table: pd.DataFrame) -> list[str]:
                      f"({saving / untied:.1%}).")
     emb = int(table[table["component"].isin(["token embedding", "position embedding"])]["count"].sum())
     total = int(table["count"].sum())
+    if cfg.name == "gpt1":
+        released = total_params(cfg.replace(vocab_size=RELEASED_GPT1_VOCAB)) - 2 * cfg.d_model
+        facts.append(f"This preset follows the GPT-1 spec this project counts against: {cfg.vocab_size:,} ids and "
+                     f"a final LayerNorm (kept so one set of weights runs pre- or post-norm), {total:,} parameters. "
+                     f"The released GPT-1 has {RELEASED_GPT1_VOCAB:,} ids (40,000 BPE merges plus base characters) "
+                     f"and no final LayerNorm: {released:,} parameters. Prompts here are tokenised with GPT-2's "
+                     f"BPE, not GPT-1's; GPT-2 ids past {cfg.vocab_size:,} run as id {cfg.vocab_size - 1:,}.")
     facts.append(f"Embeddings are {emb / total:.1%} of this model; the {cfg.n_layers} blocks are "
                  f"{int(table['count'][table['layer'].notna()].sum()) / total:.1%}.")
     return facts

@@ -214,7 +214,8 @@ def sample(job_id: str, name: str, ids: tuple[int, ...], _model) -> list[int]:
 
 
 with st.expander("Samples from the trained model(s)", expanded=True):
-    prompt = ui.prompt_tokens(next(iter(job.models.values())).config.n_ctx)
+    sample_cfg = next(iter(job.models.values())).config
+    prompt = ui.prompt_tokens(sample_cfg.n_ctx, vocab_size=sample_cfg.vocab_size)
     if prompt is not None:
         g = st.columns(len(job.models))
         for col, (name, model) in zip(g, job.models.items()):

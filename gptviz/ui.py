@@ -212,6 +212,9 @@ def sidebar() -> ModelSpec | None:
                                       "found in the local Hugging Face cache or downloaded when online.")
             if name.strip():
                 spec = ModelSpec(source, name.strip(), norm, 0, device)
+                if norm == "post":
+                    st.warning("GPT-2's weights were trained pre-norm. Post-norm runs the same weights with the "
+                               "LayerNorms moved, so what it outputs is not what the model learned.")
             else:
                 st.info("Enter a folder path or a Hub id.")
         else:
@@ -236,10 +239,10 @@ def current_model() -> tuple[ModelSpec, GPT] | None:
         st.info("Choose a model in the sidebar.")
         return None
     try:
-        with st.spinner(f"Loading {spec.label()}..."):
+        with st.spinner(md_text(f"Loading {spec.label()}...")):
             return spec, load_model(spec)
     except (ConfigError, CheckpointError, ValueError, OSError, RuntimeError) as err:
-        st.error(f"Could not load {spec.label()}: {err}")
+        st.error(md_text(f"Could not load {spec.label()}: {err}"))  # the name is the visitor's text
         return None
 
 
@@ -281,14 +284,28 @@ class PromptTokens(NamedTuple):
     truncated: bool      # only the last n_ctx tokens are kept
 
 
-def prompt_tokens(n_ctx: int, prompt: str | None = None) -> PromptTokens | None:
+def fit_vocabulary(ids: list[int], vocab_size: int) -> tuple[list[int], int]:
+    """GPT-2's BPE ids made to fit a smaller vocabulary (the GPT-1 preset has 40,000 ids): every id past it
+    becomes the last id. Returns the ids and how many were replaced."""
+    last = vocab_size - 1
+    return [i if i <= last else last for i in ids], sum(i > last for i in ids)
+
+
+def prompt_tokens(n_ctx: int, prompt: str | None = None, vocab_size: int | None = None) -> PromptTokens | None:
     """The sidebar prompt as ids, keeping the last n_ctx tokens (with a visible note); None and a hint
-    when the prompt is empty."""
+    when the prompt is empty. With `vocab_size` smaller than GPT-2's, ids past it are replaced (with a note)
+    so a prompt never fails on such a model."""
     text = st.session_state.get("prompt", "") if prompt is None else prompt
     ids = get_tokenizer().encode(text)
     if not ids:
         st.info("Type a prompt in the sidebar to see the model at work.")
         return None
+    if vocab_size is not None:
+        ids, replaced = fit_vocabulary(ids, vocab_size)
+        if replaced:
+            st.caption(f"{replaced} token(s) of this prompt have GPT-2 ids past this model's {vocab_size:,}-id "
+                       f"vocabulary; they run as its last id, {vocab_size - 1:,} (shown as GPT-2's token for "
+                       "that id). The prompt is tokenised with GPT-2's BPE whatever the model's vocabulary.")
     kept = tuple(ids[-n_ctx:])
     if len(ids) > n_ctx:
         st.warning(f"The prompt has {len(ids):,} tokens; the model's context is {n_ctx}, so only the last "
@@ -296,9 +313,9 @@ def prompt_tokens(n_ctx: int, prompt: str | None = None) -> PromptTokens | None:
     return PromptTokens(kept, len(ids), len(ids) > n_ctx)
 
 
-def require_prompt(n_ctx: int) -> PromptTokens:
+def require_prompt(n_ctx: int, vocab_size: int | None = None) -> PromptTokens:
     """prompt_tokens() for a page that can show nothing without a prompt: stops the page after the hint."""
-    prompt = prompt_tokens(n_ctx)
+    prompt = prompt_tokens(n_ctx, vocab_size=vocab_size)
     if prompt is None:
         st.stop()
     return prompt

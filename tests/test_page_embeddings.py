@@ -125,3 +125,28 @@ def test_an_empty_capture_is_explained_not_a_traceback(monkeypatch):
     at = page("Hello world")
     assert not at.exception
     assert "without the hook points it asked for" in at.error[0].value
+
+
+def test_fit_vocabulary_replaces_only_ids_past_the_model():
+    assert ui.fit_vocabulary([15496, 47299, 39999, 40000], 40000) == ([15496, 39999, 39999, 39999], 2)
+    assert ui.fit_vocabulary([1, 2], 50257) == ([1, 2], 0)
+
+
+def test_a_gpt2_id_past_gpt1s_vocabulary_runs_and_is_explained():
+    """'Daytona' is GPT-2 id 47299, past the GPT-1 preset's 40,000 ids: the page must run, not fail."""
+    assert 47299 in encode(" Daytona")
+    at = run_page("embeddings", prompt="Drive to Daytona", spec=ui.ModelSpec(ui.SOURCE_PRESET, "gpt1", "post"))
+    assert not at.exception and not at.error
+    assert any("past this model's 40,000-id vocabulary" in c.value for c in at.caption)
+
+
+def test_a_hub_id_with_markup_is_shown_as_literal_text(monkeypatch):
+    """The folder / Hub id is the visitor's text: markdown in it (bold, maths, an image the browser would
+    fetch) must reach the page escaped, never rendered."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    name = "![p](http://host/p.png) **x** $x^2$"
+    at = run_page("embeddings", spec=ui.ModelSpec(ui.SOURCE_PRETRAINED, name, "pre"))
+    assert not at.exception and at.error
+    shown = at.error[0].value
+    assert "![p](" not in shown and "**x**" not in shown and "$x^2$" not in shown
+    assert ui.md_text(name) in shown

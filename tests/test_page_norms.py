@@ -91,6 +91,14 @@ def test_prompt_input_and_the_init_control():
     assert metrics["LM loss, pre-norm"] == f"{stats['pre'].loss:.3f}"
 
 
+def test_the_theory_box_states_nothing_the_run_on_screen_may_contradict():
+    """At the page's defaults with Xavier init post-norm's gradients shrink with depth; the fixed prose must
+    not say they stay level (the statements beside the chart are the ones computed from the run)."""
+    at = open_page(**dict(TINY, norms_init="xavier"))
+    theory = " ".join(m.value for m in at.markdown if "Xiong et al. (2020), *On Layer" in m.value)
+    assert theory and "stay level, under both inits" not in theory and "states nothing about the run" in theory
+
+
 def test_a_big_model_waits_for_the_button():
     calls = gptviz.ui.forward_calls
     at = open_page(norms_preset="gpt2-xl", norms_depth=48, norms_width=1600)
@@ -149,7 +157,7 @@ def test_trained_twins_section(tiny_twins):
         out = generate(model, ids, 40, 0.8, 40, None, 0)
         assert decode(out[len(ids):]) in codes
     titles = [json.loads(c.proto.spec)["layout"].get("title", {}).get("text") for c in at.get("plotly_chart")]
-    assert "Next token after position 26" in titles
+    assert f"Next token after position {len(ids) - 1}" in titles
 
 
 def test_bundled_twins_loss_phase_is_marked():

@@ -6,7 +6,7 @@ import torch
 from gptviz import analysis, ui
 from gptviz.export import matrix_frame
 from gptviz.figures import explainers as figs
-from gptviz.tokenizer import get_tokenizer, token_labels
+from gptviz.tokenizer import token_labels
 
 st.title("Explainers")
 st.caption("Three pieces every GPT block is made of, drawn from the code that runs the model.")
@@ -41,7 +41,7 @@ else:
                     "activations.csv", key="exp_activations_csv")
 
 st.subheader("The causal mask")
-prompt_ids = get_tokenizer().encode(st.session_state.get("prompt", ""))
+prompt_ids = list(ui.encode_prompt(st.session_state.get("prompt", "")[:ui.MAX_PROMPT_CHARS]))
 n = st.slider("Tokens", 1, 32, min(8, max(1, len(prompt_ids))), key="exp_mask_n")
 mask = analysis.causal_mask(n)
 if len(prompt_ids) >= n:

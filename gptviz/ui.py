@@ -32,6 +32,8 @@ EXAMPLE_PROMPTS = {
 SOURCE_BUNDLED, SOURCE_PRESET, SOURCE_PRETRAINED, SOURCE_TRAINED = (
     "Trained on Shakespeare (bundled)", "Preset, random weights", "GPT-2 weights (folder or Hub id)",
     "Trained in this session")
+# Far more text than any preset's context (1,024 tokens at most) needs; tokenising more is wasted server time.
+MAX_PROMPT_CHARS = 20_000
 # Presets above this size are slow to initialise on a laptop CPU; the sidebar says so.
 LARGE_MODEL_PARAMS = 400_000_000
 
@@ -224,7 +226,10 @@ def sidebar() -> ModelSpec | None:
         st.subheader("Prompt")
         st.selectbox("Examples", list(EXAMPLE_PROMPTS), index=None, key="example_prompt", on_change=_use_example,
                      placeholder="Load an example prompt", label_visibility="collapsed")
-        st.text_area("Prompt", key="prompt", height=120, label_visibility="collapsed",
+        if len(state.get("prompt") or "") > MAX_PROMPT_CHARS:  # set by a link or a test: cut before drawing
+            state["prompt"] = state["prompt"][:MAX_PROMPT_CHARS]
+            st.warning(f"The prompt was cut to its first {MAX_PROMPT_CHARS:,} characters.")
+        st.text_area("Prompt", key="prompt", height=120, label_visibility="collapsed", max_chars=MAX_PROMPT_CHARS,
                      help="Shared by every page.")
         st.radio("Figure download format", EXPORT_FORMATS, key="export_format", horizontal=True,
                  format_func=str.upper, help="The camera button in each figure's toolbar saves it in this format.")
@@ -284,6 +289,12 @@ class PromptTokens(NamedTuple):
     truncated: bool      # only the last n_ctx tokens are kept
 
 
+@st.cache_data(max_entries=64, show_spinner=False)
+def encode_prompt(text: str) -> tuple[int, ...]:
+    """The prompt's GPT-2 ids, tokenised once per distinct text (every page and rerun reuses them)."""
+    return tuple(get_tokenizer().encode(text))
+
+
 def fit_vocabulary(ids: list[int], vocab_size: int) -> tuple[list[int], int]:
     """GPT-2's BPE ids made to fit a smaller vocabulary (the GPT-1 preset has 40,000 ids): every id past it
     becomes the last id. Returns the ids and how many were replaced."""
@@ -296,7 +307,7 @@ def prompt_tokens(n_ctx: int, prompt: str | None = None, vocab_size: int | None 
     when the prompt is empty. With `vocab_size` smaller than GPT-2's, ids past it are replaced (with a note)
     so a prompt never fails on such a model."""
     text = st.session_state.get("prompt", "") if prompt is None else prompt
-    ids = get_tokenizer().encode(text)
+    ids = list(encode_prompt(text[:MAX_PROMPT_CHARS]))
     if not ids:
         st.info("Type a prompt in the sidebar to see the model at work.")
         return None

@@ -49,3 +49,13 @@ def test_a_prompt_is_tokenised_once_however_often_pages_ask(monkeypatch):
     first = ui.encode_prompt(text)
     assert ui.encode_prompt(text) == first == tuple(real.encode(text))
     assert calls == [text]
+
+
+def test_the_shipped_server_settings_are_the_ones_streamlit_reads():
+    import subprocess
+    import sys
+    code = ("import streamlit.config as c; "
+            "print(c.get_option('browser.gatherUsageStats'), c.get_option('client.showErrorDetails'))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=Path(APP).parent, capture_output=True, text=True,
+                         timeout=60)
+    assert out.stdout.split() == ["False", "type"], out.stderr

@@ -23,7 +23,7 @@ from .weights import CheckpointError, bundled_models, load_checkpoint, load_pret
 from .weights import training_vocab as weights_training_vocab
 
 # Written as the bundled models' training text writes a play: the speaker's abbreviated name on its own line.
-DEFAULT_PROMPT = "Rom.\nBut soft! what light through yonder window breaks?\nIt is the east, and Juliet is the sun!"
+DEFAULT_PROMPT = "Romeo.\nBut soft! what light through yonder window breaks?\nIt is the east, and Juliet is the sun!"
 EXAMPLE_PROMPTS = {
     "Romeo at the window (a speech)": DEFAULT_PROMPT,
     "Repeated letters (induction heads)": "A B C D E F G H A B C D E F G H",

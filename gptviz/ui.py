@@ -26,7 +26,7 @@ from .weights import training_vocab as weights_training_vocab
 DEFAULT_PROMPT = "Romeo.\nBut soft! what light through yonder window breaks?\nIt is the east, and Juliet is the sun!"
 EXAMPLE_PROMPTS = {
     "Romeo at the window (a speech)": DEFAULT_PROMPT,
-    "Repeated letters (induction heads)": "A B C D E F G H A B C D E F G H",
+    "Repeated letters (look for induction heads)": "A B C D E F G H A B C D E F G H",
     "A dialogue (speaker names)": "Ham.\nWho's there?\n\nHor.\nFriends to this ground.\n\nHam.\nWho's there?\n\nHor.\n",
 }
 SOURCE_BUNDLED, SOURCE_PRESET, SOURCE_PRETRAINED, SOURCE_TRAINED = (

@@ -23,7 +23,7 @@ def open_app(**state) -> AppTest:
 def test_an_example_fills_the_prompt():
     at = open_app()
     assert at.text_area(key="prompt").value == ui.DEFAULT_PROMPT
-    at.selectbox(key="example_prompt").select("Repeated letters (induction heads)").run()
+    at.selectbox(key="example_prompt").select("Repeated letters (look for induction heads)").run()
     assert not at.exception
     assert at.text_area(key="prompt").value == "A B C D E F G H A B C D E F G H"
 

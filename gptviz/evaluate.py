@@ -132,16 +132,29 @@ def _data_sentence(training: dict, report: dict) -> str:
     return text
 
 
-def _head_history(history: list[dict], batch: int, block: int) -> str:
+def _head_history(history: list[dict], batch: int, block: int, cheap_steps: int) -> str:
     rows = [h for h in history if h.get("induction") is not None]
     if not rows:
         return ""
+    caveat = (f" The held-out loss there is over the full vocabulary on training's sampled windows; until step "
+              f"{cheap_steps} ids outside the training text were never pushed down, so it reads high until the "
+              "full-vocabulary steps at the end." if cheap_steps else "")
     lines = ["| step | tokens seen | held-out loss | previous-token | induction | loss on repeated half |",
              "|---|---|---|---|---|---|"]
     lines += [f"| {h['step']} | {h['step'] * batch * block / 1e6:.2f}M | {h['val_loss']:.3f} | {h['prev_token']:.3f} "
               f"| {h['induction']:.3f} | {h['repeat_loss']:.2f} |" for h in rows]
-    return ("\n\nBest heads during training (4 held-out windows, one repeated sequence; `history.csv`):\n\n"
+    return (f"\n\nBest heads during training (4 held-out windows, one repeated sequence; `history.csv`).{caveat}\n\n"
             + "\n".join(lines))
+
+
+def _copy_verdict(training: dict, report: dict) -> str:
+    """One sentence, from the numbers, on whether the repeated windows did what they were mixed in for."""
+    if not training.get("settings", {}).get("copy_fraction"):
+        return ""
+    grown = report["best_induction_head"]["score"] >= INDUCTION_BAR
+    return ("\nThe repeated-sequence windows grew an induction head in this run.\n" if grown else
+            "\nThe repeated-sequence windows did not grow an induction head in this run: its best score is at "
+            "the chance level's scale (`gptviz/models/README.md` has the probes).\n")
 
 
 def model_card(name: str, meta: dict, report: dict) -> str:
@@ -168,7 +181,7 @@ Weights stored in float16; loaded as float32.
 {settings.get('batch_size')} x {cfg['n_ctx']} tokens, dropout {cfg['dropout']}, seed {settings.get('seed')}.{warmup_note} The first
 {settings.get('corpus_vocab_steps', 0)} steps normalise the softmax over the ids the training text uses (the LM head over all
 {cfg['vocab_size']:,} ids is most of the cost of a model this small), the rest over the full vocabulary; every loss
-below uses the full vocabulary. Final train loss {final.get('train_loss', float('nan')):.3f}.{_head_history(history, settings.get('batch_size', 0), cfg['n_ctx'])}
+below uses the full vocabulary. Final train loss {final.get('train_loss', float('nan')):.3f}.{_head_history(history, settings.get('batch_size', 0), cfg['n_ctx'], settings.get('corpus_vocab_steps', 0))}
 
 ## Measured by `python -m gptviz check {name}`
 | measure | value | baseline or chance |
@@ -178,13 +191,13 @@ below uses the full vocabulary. Final train loss {final.get('train_loss', float(
 | best previous-token head (layer.head; mean weight on the previous token, held-out text) | {bp['layer']}.{bp['head']}: {bp['score']:.3f} | uniform attention: {bp['chance']:.3f} |
 | best induction head ({report['induction_length']} random training ids repeated once, {INDUCTION_SEEDS} draws) | {bi['layer']}.{bi['head']}: {bi['score']:.3f} | uniform attention: {bi['chance']:.3f} |
 | loss on the repeated half (nats/token) | {report['repeat_loss']:.2f} | uniform guessing: {report['uniform_loss']:.2f} |
-| greedy continuation of `{report['copy_prompt']}` | `{report['copy_continuation']}` | a copying model: `{COPY_EXPECTED}` |
+| greedy continuation of `{report['copy_prompt']}` (as a JSON string) | `{json.dumps(report['copy_continuation'])}` | a copying model: `{json.dumps(COPY_EXPECTED)}` |
 | speaker lines / line breaks in the sample | {report['sample_speaker_lines']} / {report['sample_newlines']} | |
 
 | bar | cleared |
 |---|---|
 {passes}
-
+{_copy_verdict(training, report)}
 ## Sample (prompt `{SAMPLE_PROMPT.strip()}` and a line break, temperature 0.8, top-k 50, seed 0)
 ```
 {report['sample']}

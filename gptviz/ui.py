@@ -166,7 +166,14 @@ def bundled_description(name: str) -> str:
     copy = training.get("settings", {}).get("copy_fraction", 0)
     if copy:
         text += (f", with {copy:.1%} of its training windows made of random tokens followed by their exact repeat "
-                 "(to teach it to copy: induction heads)")
+                 "(meant to teach it to copy)")
+        try:
+            grown = json.loads((bundled_models()[name] / "check.json").read_text())["passes"].get(
+                "induction_head_at_least_0.3")
+        except (OSError, ValueError, KeyError, AttributeError):
+            grown = None
+        if grown is False:
+            text += "; it did not grow an induction head"
     return text[0].upper() + text[1:] + ". Its model card says how well it does."
 
 

@@ -100,3 +100,12 @@ def test_model_card_command_rebuilds_the_recorded_config_and_settings(name):
     recorded = json.loads((folder / "config.json").read_text())["training"]["settings"]
     assert dataclasses.asdict(settings) == recorded
     assert args.out == f"gptviz/models/{name}"
+
+
+@pytest.mark.parametrize("name", TWINS)
+def test_the_sidebar_says_what_the_twin_was_trained_on_and_what_it_did_not_learn(name):
+    from gptviz import ui
+    text = ui.bundled_description(name)
+    assert "complete works of Shakespeare less 3 held-out plays" in text and "37.5%" in text
+    grown = json.loads((bundled_models()[name] / "check.json").read_text())["passes"]["induction_head_at_least_0.3"]
+    assert ("did not grow an induction head" in text) == (not grown)

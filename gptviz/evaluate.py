@@ -117,7 +117,9 @@ def _data_sentence(training: dict, report: dict) -> str:
     data, settings = report["data"], training.get("settings", {})
     copy = settings.get("copy_fraction", 0.0)
     if data["held_out"]:
-        text = (f"the complete works of Shakespeare (`data/{data['source']}/`, public domain) less three whole plays "
+        works = data["source"] == WORKS.name
+        what = "the complete works of Shakespeare" if works else "the texts"
+        text = (f"{what} (`data/{data['source']}/`{', public domain' if works else ''}) less {len(data['held_out'])} whole plays "
                 f"held out for validation ({', '.join(data['held_out'])}): {data['train_tokens']:,} training and "
                 f"{data['held_out_tokens']:,} held-out tokens, {data['train_vocab']:,} distinct training ids")
     else:

@@ -13,6 +13,7 @@ from .tokenizer import get_tokenizer
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 WORKS = DATA / "shakespeare-works"
+CORPUS = DATA / "tinyshakespeare.txt"  # the Train page's text
 # Three whole plays the bundled models never train on: a tragedy, a comedy and a Roman play (about 106K tokens).
 HELD_OUT_PLAYS = ("julius_caesar", "macbeth", "twelfth_night")
 END_OF_TEXT = 50256  # GPT-2's <|endoftext|>, written between plays so no window reads one play into the next
@@ -70,13 +71,23 @@ def load_plays(folder: str | Path = WORKS, held_out: tuple[str, ...] = HELD_OUT_
                   tuple(play_name(p) for p in train), tuple(play_name(p) for p in val))
 
 
+def load_corpus(path: str | Path = CORPUS) -> torch.Tensor:
+    """One text file as GPT-2 BPE ids (int64)."""
+    text = Path(path).read_text(encoding="utf-8")
+    if not text.strip():
+        raise ValueError(f"{path} is empty")
+    return torch.tensor(get_tokenizer().encode(text), dtype=torch.long)
+
+
+def split(tokens: torch.Tensor, val_fraction: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The first (1 - val_fraction) of the tokens trains, the rest validates (no overlap)."""
+    cut = int(len(tokens) * (1 - val_fraction))
+    return tokens[:cut], tokens[cut:]
+
+
 def load_file_split(path: str | Path, val_fraction: float) -> Corpus:
     """One text file: the first (1 - val_fraction) trains, the rest validates."""
-    tokens = encode_texts([Path(path)])[:-1]
-    if len(tokens) == 0 or not Path(path).read_text(encoding="utf-8").strip():
-        raise ValueError(f"{path} is empty")
-    cut = int(len(tokens) * (1 - val_fraction))
-    return Corpus(tokens[:cut], tokens[cut:], Path(path).name)
+    return Corpus(*split(load_corpus(path), val_fraction), Path(path).name)
 
 
 def load_training_data(path: str | Path = WORKS, val_fraction: float = 0.1,

@@ -17,11 +17,9 @@ import torch
 import torch.nn.functional as F
 
 from .config import GPTConfig
-from .corpus import Corpus
+from .corpus import CORPUS, Corpus, load_corpus, split  # noqa: F401 (load_corpus, CORPUS: re-exported)
 from .model import GPT
-from .tokenizer import get_tokenizer
 
-CORPUS = Path(__file__).resolve().parent.parent / "data" / "tinyshakespeare.txt"
 
 
 @dataclass(frozen=True)
@@ -78,20 +76,6 @@ def lr_at(step: int, s: TrainSettings) -> float:
         return s.lr * (step + 1) / s.warmup
     progress = (step - s.warmup) / max(1, s.steps - 1 - s.warmup)  # 1.0 at the last step (steps - 1)
     return s.lr * (s.min_lr_ratio + (1 - s.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
-
-
-def load_corpus(path: str | Path = CORPUS) -> torch.Tensor:
-    """The corpus as GPT-2 BPE ids (int64)."""
-    text = Path(path).read_text(encoding="utf-8")
-    if not text.strip():
-        raise ValueError(f"{path} is empty")
-    return torch.tensor(get_tokenizer().encode(text), dtype=torch.long)
-
-
-def split(tokens: torch.Tensor, val_fraction: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """The first (1 - val_fraction) of the corpus trains, the rest validates (no overlap)."""
-    cut = int(len(tokens) * (1 - val_fraction))
-    return tokens[:cut], tokens[cut:]
 
 
 def repeated_sequence(ids: torch.Tensor, block: int, generator: torch.Generator) -> torch.Tensor:

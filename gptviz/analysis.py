@@ -62,7 +62,8 @@ def induction_sequence(vocab_size: int, length: int = 50, seed: int = 0, low: in
         half = torch.as_tensor(ids)[torch.randint(0, len(ids), (length,), generator=g)]
     else:
         high = min(high, vocab_size)
-        low = min(low, high - 1)
+        if low >= high:  # a vocabulary smaller than the common range: every id (not one id repeated)
+            low = 0
         half = torch.randint(low, high, (length,), generator=g)
     return torch.cat([half, half])
 

@@ -60,6 +60,13 @@ def test_induction_sequence_draws_from_the_given_ids():
     assert ((plain >= 1000) & (plain < 20000)).all()
 
 
+def test_induction_sequence_on_a_small_vocabulary_uses_every_id():
+    """Below the common range [1000, 20000) it draws from the whole vocabulary: it once drew id 100 only,
+    a constant sequence on which every head scored at chance, whatever the model had learned."""
+    seq = analysis.induction_sequence(101, 16, seed=3)
+    assert ((seq >= 0) & (seq < 101)).all() and len(set(seq[:16].tolist())) > 8
+
+
 def test_vocab_sample_from_given_ids():
     pool = torch.arange(100, 400, 3)
     sample = analysis.vocab_sample(50257, 50, seed=1, ids=pool)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from .hooks import capturing
+from .hooks import capturing, edits_by_hook
 from .model import GPT
 from .tokenizer import EOT_ID, get_tokenizer, token_label
 
@@ -88,9 +88,10 @@ def _sample(probs: torch.Tensor, allowed: torch.Tensor, greedy: bool, generator:
 
 def stream(model: GPT, ids, max_new_tokens: int = 32, temperature: float = 1.0, top_k: int | None = None,
            top_p: float | None = None, seed: int | None = None, stop_at_eos: bool = False,
-           attention: bool = False, use_cache: bool = True) -> Iterator[StepRecord]:
+           attention: bool = False, use_cache: bool = True, edits=None) -> Iterator[StepRecord]:
     """Yield one StepRecord per new token. `attention=True` adds each step's attention row for every
     layer and head. `use_cache=False` recomputes the whole sequence each step (for checking the cache).
+    `edits` (gptviz.interventions) apply at every step; with the cache, to the new token only.
     Settings and the prompt are checked here, when called, not at the first next()."""
     check_sampling(temperature, top_k, top_p, max_new_tokens)
     seq = _as_list(ids)
@@ -99,8 +100,9 @@ def stream(model: GPT, ids, max_new_tokens: int = 32, temperature: float = 1.0, 
     bad = [i for i in seq if not 0 <= i < model.config.vocab_size]
     if bad:
         raise ValueError(f"token id {bad[0]} is outside the vocabulary [0, {model.config.vocab_size})")
+    edits = edits_by_hook(edits, model.hook_names)
     return _stream(model, seq, max_new_tokens, temperature, top_k, top_p, seed, stop_at_eos, attention,
-                   use_cache)
+                   use_cache, edits)
 
 
 def _as_list(ids) -> list[int]:
@@ -115,7 +117,7 @@ def _as_list(ids) -> list[int]:
 @torch.no_grad()
 def _stream(model: GPT, seq: list[int], max_new_tokens: int, temperature: float, top_k: int | None,
             top_p: float | None, seed: int | None, stop_at_eos: bool, attention: bool,
-            use_cache: bool) -> Iterator[StepRecord]:
+            use_cache: bool, edits: dict) -> Iterator[StepRecord]:
     n_ctx = model.config.n_ctx
     generator = torch.Generator()  # sampling runs on the CPU copy of the logits, whatever the model's device
     generator.manual_seed(seed if seed is not None else int(torch.randint(0, 2**62, (1,))))
@@ -126,7 +128,7 @@ def _stream(model: GPT, seq: list[int], max_new_tokens: int, temperature: float,
 
     for step in range(max_new_tokens):
         shifted = len(seq) > n_ctx or (cache is not None and cache.length >= n_ctx)
-        with capturing(wanted) as store:
+        with capturing(wanted, edits) as store:
             if use_cache and cache is not None and not shifted:
                 logits = model(torch.tensor([seq[-1:]]), kv_cache=cache)
             else:  # first step, no cache, or a full context: run on the last n_ctx tokens
@@ -150,10 +152,10 @@ def _stream(model: GPT, seq: list[int], max_new_tokens: int, temperature: float,
 
 def generate(model: GPT, ids, max_new_tokens: int = 32, temperature: float = 1.0, top_k: int | None = None,
              top_p: float | None = None, seed: int | None = None, stop_at_eos: bool = False,
-             use_cache: bool = True) -> list[int]:
+             use_cache: bool = True, edits=None) -> list[int]:
     """The prompt's ids followed by the new ones. temperature 0 is greedy; the same seed gives the same text."""
     seq = _as_list(ids)
     for record in stream(model, seq, max_new_tokens, temperature, top_k, top_p, seed, stop_at_eos,
-                         use_cache=use_cache):
+                         use_cache=use_cache, edits=edits):
         seq.append(record.token_id)
     return seq

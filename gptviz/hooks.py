@@ -34,8 +34,11 @@ class HookPoint(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         session = _ACTIVE.get()
-        if session is not None and self.name in session.wanted:
-            session.record(self.name, x)
+        if session is not None:
+            for edit in session.edits.get(self.name, ()):
+                x = edit(x, session.offset)
+            if self.name in session.wanted:
+                session.record(self.name, x)
         return x
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
@@ -47,10 +50,17 @@ class HookPoint(nn.Module):
         return self.forward(x)
 
 
+# An edit function takes a hook's value and the absolute position of its first token along the sequence axis
+# (0 for a whole prompt; the cache length when generation runs one new token) and returns the new value.
+EditFn = Callable[[torch.Tensor, int], torch.Tensor]
+
+
 @dataclass
 class _CaptureSession:
     wanted: frozenset[str]
+    edits: Mapping[str, tuple[EditFn, ...]] = field(default_factory=dict)
     store: dict[str, torch.Tensor] = field(default_factory=dict)
+    offset: int = 0  # absolute position of the running forward pass's first token
 
     def record(self, name: str, x: torch.Tensor) -> None:
         # float32 on the CPU, detached; a no-copy view when the model already runs float32 on the CPU.
@@ -97,14 +107,24 @@ def resolve_names(names: NamesFilter, available: Iterable[str]) -> frozenset[str
 
 
 def current_wants(name: str) -> bool:
-    """Whether the capture running in this call wants `name` (used to pick the explicit attention path)."""
+    """Whether the call running now records or edits `name` (used to pick the explicit attention path)."""
     session = _ACTIVE.get()
-    return session is not None and name in session.wanted
+    return session is not None and (name in session.wanted or name in session.edits)
+
+
+def note_offset(past: int) -> None:
+    """Tell the running call's edits where the forward pass starting now begins (KV-cache generation)."""
+    session = _ACTIVE.get()
+    if session is not None:
+        session.offset = past
 
 
 @contextlib.contextmanager
-def capturing(wanted: frozenset[str]) -> Iterator[dict[str, torch.Tensor]]:
-    session = _CaptureSession(wanted)
+def capturing(wanted: frozenset[str], edits: Mapping[str, tuple[EditFn, ...]] | None = None
+              ) -> Iterator[dict[str, torch.Tensor]]:
+    """Within this block, on this thread only, record the `wanted` hooks and apply `edits` (hook name -> edit
+    functions, applied in order)."""
+    session = _CaptureSession(wanted, edits or {})
     token = _ACTIVE.set(session)
     try:
         yield session.store
@@ -153,12 +173,27 @@ class ActivationCache(Mapping[str, torch.Tensor]):
         return sum(t.element_size() * t.nelement() for t in self._store.values())
 
 
-def capture(model: nn.Module, ids, names: NamesFilter = None) -> tuple[torch.Tensor, ActivationCache]:
+def capture(model: nn.Module, ids, names: NamesFilter = None, edits=None) -> tuple[torch.Tensor, ActivationCache]:
     """Run `model` on `ids` once and return (logits, cache of the requested hook points).
 
     `names`: None (every hook point), one name, a list of names, or a predicate on names. Captured
-    tensors are detached float32 on the CPU. Logits equal a plain forward pass."""
+    tensors are detached float32 on the CPU. Without `edits` the logits equal a plain forward pass; with
+    them (see gptviz.interventions) the run is edited and the cache records the edited values."""
     wanted = resolve_names(names, model.hook_names)
-    with capturing(wanted) as store, torch.no_grad():
+    with capturing(wanted, edits_by_hook(edits, model.hook_names)) as store, torch.no_grad():
         logits = model(ids)
     return logits, ActivationCache(store, model.config.n_layers)
+
+
+def edits_by_hook(edits, available: Iterable[str]) -> dict[str, tuple[EditFn, ...]]:
+    """Group edits (objects with .hook and .fn, e.g. gptviz.interventions.Edit) by hook name, in order;
+    an unknown hook name raises KeyError before anything runs."""
+    if not edits:
+        return {}
+    if hasattr(edits, "hook"):
+        edits = [edits]
+    grouped: dict[str, list[EditFn]] = {}
+    for edit in edits:
+        grouped.setdefault(edit.hook, []).append(edit.fn)
+    resolve_names(list(grouped), available)
+    return {name: tuple(fns) for name, fns in grouped.items()}

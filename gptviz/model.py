@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import GPTConfig
-from .hooks import HookPoint, current_wants, name_hook_points
+from .hooks import HookPoint, current_wants, name_hook_points, note_offset
 
 
 class LayerNorm(nn.LayerNorm):
@@ -278,6 +278,7 @@ class GPT(nn.Module):
         """The final norm's output [B, T, d_model]: what the LM head (unembedding) reads."""
         past = kv_cache.length if kv_cache is not None else 0
         ids = self.check_ids(ids, past).to(self.device)
+        note_offset(past)  # edits that target positions need the absolute position of this call's first token
         T = ids.shape[1]
         pos = torch.arange(past, past + T, device=ids.device)
         tok_emb = self.hook_embed(self.wte(ids))            # (B, T, C)

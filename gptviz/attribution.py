@@ -1,0 +1,221 @@
+"""Why this token: direct logit attribution, activation-patching sweeps and input saliency.
+
+Every function here reads captures or runs edited forward passes (gptviz.interventions); none re-implements
+the model. The metric throughout is a logit difference at one position: logit(target) - logit(other).
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+
+from .hooks import capture, capturing, edits_by_hook
+from .interventions import Edit
+
+
+def logit_difference(logits: torch.Tensor, target: int, other: int, position: int = -1) -> torch.Tensor:
+    """logit(target) - logit(other) at `position`, for each sequence of a [batch, T, vocab] tensor: [batch]."""
+    return (logits[:, position, target] - logits[:, position, other]).float()
+
+
+# ---- direct logit attribution -------------------------------------------------------------------------------
+
+class DirectAttribution(NamedTuple):
+    labels: list[str]        # "embeddings", "L0H3", "L0 attn bias", "L0 MLP", ..., "final norm bias"
+    values: torch.Tensor     # [parts]: each part's direct contribution to the logit difference
+    head_values: torch.Tensor  # [layers, heads]: the heads' parts, as a grid
+    mlp_values: torch.Tensor   # [layers]
+    logit_diff: float        # the model's own logit difference; values.sum() equals it
+    target: int
+    other: int
+
+
+def direct_logit_attribution(model, ids, target: int, other: int, position: int = -1) -> DirectAttribution:
+    """Split the final residual stream at `position` into its additive parts (token and position embeddings,
+    each head's output through its slice of W_O, each attention output bias, each MLP's output), pass each
+    through the final norm with its scale frozen at this run's value (a linear map), and project it on
+    W_U[target] - W_U[other]. The parts sum to the model's logit difference.
+
+    Pre-norm only: in post-norm every block's LayerNorm rescales the whole stream, so the final stream is not a
+    sum of the blocks' outputs and no such split exists."""
+    cfg = model.config
+    if cfg.norm != "pre":
+        raise ValueError("direct logit attribution needs a pre-norm model: in post-norm each block's LayerNorm "
+                         "rescales the whole residual stream, so it is not a sum of the blocks' outputs")
+    L = cfg.n_layers
+    names = ["hook_embed", "hook_pos_embed", f"blocks.{L - 1}.hook_resid_post"]
+    names += [f"blocks.{i}.attn.hook_z" for i in range(L)] + [f"blocks.{i}.hook_mlp_out" for i in range(L)]
+    logits, cache = capture(model, ids, names)
+    T = logits.shape[1]
+    pos = position % T
+    weight = lambda t: t.detach().float().cpu()  # noqa: E731  (parameters as float32 on the CPU)
+
+    parts, labels = [cache["hook_embed"][0, pos] + cache["hook_pos_embed"][0, pos]], ["embeddings"]
+    for i in range(L):
+        attn = model.blocks[i].attn
+        W_O = weight(attn.c_proj.weight).view(cfg.d_model, cfg.n_heads, cfg.d_head)  # [out, head, d_head]
+        z = cache[f"blocks.{i}.attn.hook_z"][0, pos]                                  # [head, d_head]
+        heads = torch.einsum("hd,ohd->ho", z, W_O)                                   # [head, d_model]
+        parts += list(heads)
+        labels += [f"L{i}H{h}" for h in range(cfg.n_heads)]
+        parts.append(weight(attn.c_proj.bias))
+        labels.append(f"L{i} attn bias")
+        parts.append(cache[f"blocks.{i}.hook_mlp_out"][0, pos])
+        labels.append(f"L{i} MLP")
+    stack = torch.stack(parts)                                                       # [parts, d_model]
+    resid = cache[f"blocks.{L - 1}.hook_resid_post"][0, pos]
+
+    direction = weight(model.lm_head.weight[target]) - weight(model.lm_head.weight[other])
+    gamma = weight(model.ln_f.weight) if model.ln_f.weight is not None else torch.ones(cfg.d_model)
+    if cfg.norm_type == "layernorm":  # (x - mean) / std * gamma + beta: centring is linear, std is frozen
+        scale = torch.sqrt(resid.var(unbiased=False) + cfg.ln_eps)
+        normed = (stack - stack.mean(-1, keepdim=True)) / scale * gamma
+    else:                             # x / rms * gamma
+        scale = torch.sqrt(resid.pow(2).mean() + cfg.ln_eps)
+        normed = stack / scale * gamma
+    values = normed @ direction
+    bias = getattr(model.ln_f, "bias", None)
+    if bias is not None:
+        values = torch.cat([values, (weight(bias) @ direction)[None]])
+        labels.append("final norm bias")
+    per_layer = cfg.n_heads + 2
+    block_values = values[1:1 + L * per_layer].view(L, per_layer)
+    return DirectAttribution(labels, values, block_values[:, :cfg.n_heads], block_values[:, -1],
+                             float(logit_difference(logits, target, other, pos)), target, other)
+
+
+# ---- activation patching ------------------------------------------------------------------------------------
+
+def normalised(metric: torch.Tensor, clean: float, corrupted: float) -> torch.Tensor:
+    """0 at the corrupted run's metric, 1 at the clean run's."""
+    if abs(clean - corrupted) < 1e-6:
+        raise ValueError("the clean and corrupted prompts give the same logit difference: nothing to restore")
+    return (metric - corrupted) / (clean - corrupted)
+
+
+class PatchingResult(NamedTuple):
+    scores: torch.Tensor      # normalised metric per cell (0 = corrupted, 1 = clean)
+    clean: float              # logit difference on the clean prompt
+    corrupted: float          # ... on the corrupted prompt
+
+
+def _check_pair(clean_ids, corrupted_ids) -> tuple[torch.Tensor, torch.Tensor]:
+    clean, corrupted = torch.as_tensor(clean_ids).reshape(1, -1), torch.as_tensor(corrupted_ids).reshape(1, -1)
+    if clean.shape != corrupted.shape:
+        raise ValueError(f"patching needs prompts of the same length in tokens: the clean one has "
+                         f"{clean.shape[1]}, the corrupted one {corrupted.shape[1]}")
+    return clean, corrupted
+
+
+def _row_patch(hook: str, source: torch.Tensor, cells: list[tuple[int, slice]], axis_units: bool) -> Edit:
+    """Patch row b of the batch from `source` [1, T, ...] at cells[b] = (position or -1 for all, unit or None)."""
+    def fn(value: torch.Tensor, offset: int) -> torch.Tensor:
+        value = value.clone()
+        src = source.to(value.device, value.dtype)
+        for row, (position, unit) in enumerate(cells):
+            if position is None and unit is None:
+                continue
+            p = slice(None) if position is None else position
+            if axis_units:
+                value[row, p, unit] = src[0, p, unit]
+            else:
+                value[row, p] = src[0, p]
+        return value
+    return Edit(hook, fn, f"{hook} patched per row")
+
+
+@torch.no_grad()
+def residual_patching(model, clean_ids, corrupted_ids, target: int, other: int) -> PatchingResult:
+    """[layers, T]: the corrupted run with the clean residual stream entering block l at position t patched in.
+    One forward pass per layer, batched over positions."""
+    clean, corrupted = _check_pair(clean_ids, corrupted_ids)
+    L, T = model.config.n_layers, clean.shape[1]
+    names = [f"blocks.{i}.hook_resid_pre" for i in range(L)]
+    clean_logits, clean_cache = capture(model, clean, names)
+    corrupted_logits, _ = capture(model, corrupted, ())
+    base = float(logit_difference(clean_logits, target, other)), float(logit_difference(corrupted_logits, target, other))
+    scores = torch.empty(L, T)
+    batch = corrupted.expand(T, T)
+    for layer, name in enumerate(names):
+        edit = _row_patch(name, clean_cache[name], [(t, None) for t in range(T)], axis_units=False)
+        logits, _ = capture(model, batch, (), edits=[edit])
+        scores[layer] = normalised(logit_difference(logits, target, other), *base)
+    return PatchingResult(scores, *base)
+
+
+@torch.no_grad()
+def head_patching(model, clean_ids, corrupted_ids, target: int, other: int) -> PatchingResult:
+    """[layers, heads]: the corrupted run with one head's output (hook_z, every position) from the clean run.
+    One forward pass, batched over every head of every layer."""
+    clean, corrupted = _check_pair(clean_ids, corrupted_ids)
+    L, H = model.config.n_layers, model.config.n_heads
+    names = [f"blocks.{i}.attn.hook_z" for i in range(L)]
+    clean_logits, clean_cache = capture(model, clean, names)
+    corrupted_logits, _ = capture(model, corrupted, ())
+    base = float(logit_difference(clean_logits, target, other)), float(logit_difference(corrupted_logits, target, other))
+    edits = []
+    for layer, name in enumerate(names):  # row layer * H + h patches head h of this layer, others nothing
+        cells = [(None, h) if row // H == layer else (None, None) for row in range(L * H) for h in [row % H]]
+        edits.append(_row_patch(name, clean_cache[name], cells, axis_units=True))
+    logits, _ = capture(model, corrupted.expand(L * H, -1), (), edits=edits)
+    scores = normalised(logit_difference(logits, target, other), *base).view(L, H)
+    return PatchingResult(scores, *base)
+
+
+# ---- saliency -----------------------------------------------------------------------------------------------
+
+def _metric_with_embeddings(model, ids: torch.Tensor, embeddings: torch.Tensor, target: int, other: int | None,
+                            position: int) -> torch.Tensor:
+    """The metric for each row of `embeddings` [batch, T, d_model] used as the token embeddings of `ids`."""
+    edit = Edit("hook_embed", lambda value, offset: embeddings, "token embeddings replaced")
+    with capturing(frozenset(), edits_by_hook([edit], model.hook_names)):
+        logits = model(ids.expand(embeddings.shape[0], -1))
+    if other is None:
+        return logits[:, position, target].float()
+    return logit_difference(logits, target, other, position)
+
+
+def _embeddings(model, ids: torch.Tensor) -> torch.Tensor:
+    return model.wte(ids.to(model.device)).detach().float()
+
+
+class Saliency(NamedTuple):
+    scores: torch.Tensor   # [T]: each prompt token's attribution
+    metric: float          # the metric on the prompt
+    baseline_metric: float | None  # integrated gradients: the metric with every token embedding at zero
+
+
+def gradient_x_input(model, ids, target: int, other: int | None = None, position: int = -1) -> Saliency:
+    """Per token: the gradient of the metric (the target's logit, or its difference with `other`) with respect to
+    the token's embedding, dotted with that embedding."""
+    ids = torch.as_tensor(ids).reshape(1, -1)
+    emb = _embeddings(model, ids).requires_grad_(True)
+    with torch.enable_grad():
+        metric = _metric_with_embeddings(model, ids, emb.to(model.wte.weight.dtype), target, other, position)
+        grad, = torch.autograd.grad(metric.sum(), emb)
+    return Saliency((grad * emb).sum(-1)[0].detach().cpu(), float(metric.detach()), None)
+
+
+def integrated_gradients(model, ids, target: int, other: int | None = None, position: int = -1,
+                         steps: int = 64, batch: int = 16) -> Saliency:
+    """Integrated gradients from an all-zero token embedding (position embeddings kept) to the prompt's, with
+    the midpoint rule over `steps` points, `batch` at a time. Completeness: the scores sum to the metric minus
+    its value at the baseline, up to the integration error."""
+    if steps < 1:
+        raise ValueError(f"steps must be >= 1, got {steps}")
+    ids = torch.as_tensor(ids).reshape(1, -1)
+    emb = _embeddings(model, ids)
+    alphas = (torch.arange(steps, dtype=torch.float32) + 0.5) / steps
+    total = torch.zeros_like(emb[0])
+    with torch.enable_grad():
+        for chunk in alphas.split(batch):
+            scaled = (chunk[:, None, None] * emb).requires_grad_(True)  # [b, T, d]
+            metric = _metric_with_embeddings(model, ids, scaled.to(model.wte.weight.dtype), target, other, position)
+            grad, = torch.autograd.grad(metric.sum(), scaled)
+            total += grad.sum(0).float()
+    with torch.no_grad():
+        ends = _metric_with_embeddings(model, ids, torch.stack([emb[0], torch.zeros_like(emb[0])]).to(
+            model.wte.weight.dtype), target, other, position)
+    scores = (total / steps * emb[0]).sum(-1)
+    return Saliency(scores.detach().cpu(), float(ends[0]), float(ends[1]))

@@ -1,0 +1,121 @@
+"""Direct logit attribution, patching sweeps and saliency: decompositions that sum to what they decompose."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import SMALL, build, random_ids
+from gptviz import capture
+from gptviz.attribution import (direct_logit_attribution, gradient_x_input, head_patching, integrated_gradients,
+                                logit_difference, residual_patching)
+from gptviz.interventions import Edit, patch_from, run_with_edits
+
+
+@pytest.mark.parametrize("norm_type", ["layernorm", "rmsnorm"])
+def test_direct_attribution_parts_sum_to_the_logit_difference(norm_type):
+    model = build(norm_type=norm_type, seed=3)
+    ids = random_ids(11, seed=1)
+    logits, _ = capture(model, ids, ())
+    dla = direct_logit_attribution(model, ids, target=7, other=40)
+    assert dla.logit_diff == pytest.approx(float(logits[0, -1, 7] - logits[0, -1, 40]), abs=1e-6)
+    assert float(dla.values.sum()) == pytest.approx(dla.logit_diff, abs=1e-4)
+    assert len(dla.labels) == len(dla.values)
+    assert dla.head_values.shape == (SMALL.n_layers, SMALL.n_heads)
+    # the grid is the same numbers as the labelled list
+    assert float(dla.values[dla.labels.index("L1H2")]) == float(dla.head_values[1, 2])
+    assert float(dla.values[dla.labels.index("L0 MLP")]) == float(dla.mlp_values[0])
+    assert dla.values.abs().min() < dla.values.abs().max()  # not one number spread evenly
+
+
+def test_direct_attribution_of_a_head_is_what_removing_it_from_the_final_stream_takes_away(model):
+    """With the final norm's scale held fixed, a head's part is exactly the logit difference lost when its
+    output is subtracted from the last residual stream."""
+    ids = random_ids(9, seed=2)
+    dla = direct_logit_attribution(model, ids, 3, 5, position=4)
+    _, cache = capture(model, ids, ["blocks.1.attn.hook_z", f"blocks.{SMALL.n_layers - 1}.hook_resid_post"])
+    attn = model.blocks[1].attn
+    z = cache["blocks.1.attn.hook_z"][0, 4, 2]
+    head_out = z @ attn.c_proj.weight[:, 2 * SMALL.d_head:3 * SMALL.d_head].t()
+    resid = cache[f"blocks.{SMALL.n_layers - 1}.hook_resid_post"][0, 4]
+    scale = torch.sqrt(resid.var(unbiased=False) + SMALL.ln_eps)
+    direction = model.lm_head.weight[3] - model.lm_head.weight[5]
+    with torch.no_grad():
+        expected = ((head_out - head_out.mean()) / scale * model.ln_f.weight) @ direction
+    assert float(dla.head_values[1, 2]) == pytest.approx(float(expected), abs=1e-5)
+
+
+def test_direct_attribution_refuses_post_norm(post_model):
+    with pytest.raises(ValueError, match="pre-norm"):
+        direct_logit_attribution(post_model, random_ids(5), 1, 2)
+
+
+def _pair(seed=0):
+    clean = random_ids(10, seed=seed)
+    corrupted = clean.clone()
+    corrupted[3] = (clean[3] + 17) % SMALL.vocab_size  # one token differs
+    return clean, corrupted
+
+
+def test_residual_patching_restores_exactly_where_the_prompts_differ(model):
+    clean, corrupted = _pair()
+    result = residual_patching(model, clean, corrupted, target=7, other=40)
+    assert result.scores.shape == (SMALL.n_layers, 10)
+    # at layer 0 the streams differ only at position 3: patching it makes the run the clean one, others nothing
+    assert float(result.scores[0, 3]) == pytest.approx(1.0, abs=1e-4)
+    others = torch.cat([result.scores[0, :3], result.scores[0, 4:]])
+    assert others.abs().max() < 1e-4
+    # positions before 3 never see the difference, at any layer
+    assert result.scores[:, :3].abs().max() < 1e-4
+
+
+def test_head_patching_sweep_equals_one_patched_run_per_head(model):
+    clean, corrupted = _pair(seed=1)
+    result = head_patching(model, clean, corrupted, target=7, other=40)
+    _, clean_cache = capture(model, clean, [f"blocks.{i}.attn.hook_z" for i in range(SMALL.n_layers)])
+    corrupted_logits, _ = capture(model, corrupted, ())
+    for layer in range(SMALL.n_layers):
+        for head in range(SMALL.n_heads):
+            name = f"blocks.{layer}.attn.hook_z"
+            source = clean_cache[name]
+
+            def one_head(value, offset, source=source, head=head):
+                value = value.clone()
+                value[:, :, head] = source[:, :, head]
+                return value
+            logits, _ = run_with_edits(model, corrupted, Edit(name, one_head, "one head"))
+            metric = float(logit_difference(logits, 7, 40))
+            expected = (metric - result.corrupted) / (result.clean - result.corrupted)
+            assert float(result.scores[layer, head]) == pytest.approx(expected, abs=1e-4)
+    assert result.corrupted == pytest.approx(float(logit_difference(corrupted_logits, 7, 40)), abs=1e-6)
+
+
+def test_patching_needs_prompts_of_one_length(model):
+    with pytest.raises(ValueError, match="same length"):
+        residual_patching(model, random_ids(6), random_ids(7), 1, 2)
+
+
+def test_integrated_gradients_are_complete():
+    model = build(seed=4)
+    ids = random_ids(8, seed=3)
+    result = integrated_gradients(model, ids, target=11, other=60, steps=64)
+    gap = result.metric - result.baseline_metric
+    assert abs(gap) > 0.01
+    assert float(result.scores.sum()) == pytest.approx(gap, rel=0.01)
+    logits, _ = capture(model, ids, ())
+    assert result.metric == pytest.approx(float(logit_difference(logits, 11, 60)), abs=1e-5)
+
+
+def test_gradient_x_input_is_the_derivative_along_the_embeddings():
+    """sum_t grad_t . e_t is d/da metric(a * embeddings) at a = 1: compare with a central difference."""
+    model = build(seed=5).double()
+    ids = random_ids(7, seed=4)
+    result = gradient_x_input(model, ids, target=9)
+    emb = model.wte(ids[None]).detach()
+
+    def metric(a):
+        edit = Edit("hook_embed", lambda value, offset: a * emb, "scaled")
+        logits, _ = run_with_edits(model, ids, edit)
+        return float(logits[0, -1, 9])
+    h = 1e-4
+    assert float(result.scores.sum()) == pytest.approx((metric(1 + h) - metric(1 - h)) / (2 * h), rel=1e-5)
+    assert result.scores.shape == (7,)

@@ -17,6 +17,7 @@ PAGES = {
         st.Page("app_pages/generation.py", title="Generation", icon="✍️"),
         st.Page("app_pages/embeddings.py", title="Embeddings", icon="🧭"),
         st.Page("app_pages/activations.py", title="Activations", icon="⚡"),
+        st.Page("app_pages/why.py", title="Why this token?", icon="🔬"),
     ],
     "Architecture": [
         st.Page("app_pages/norms.py", title="Pre-norm vs post-norm", icon="⚖️"),

@@ -8,7 +8,6 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import torch
-import torch.nn.functional as F
 
 from .hooks import capture, capturing, edits_by_hook
 from .interventions import Edit

@@ -1,0 +1,92 @@
+"""Figures for "Why this token?": direct attribution bars, layer x head grids, patching heatmaps and saliency on
+the prompt's tokens. Data in, go.Figure out; token text escaped for Plotly."""
+from __future__ import annotations
+
+import numpy as np
+import plotly.graph_objects as go
+
+from .common import DIVERGING_SCALE, apply_layout, escaped, token_axis
+
+POSITIVE, NEGATIVE = "#2f6db5", "#c0392b"  # pushes towards the target / towards the rival
+
+
+def _np(x) -> np.ndarray:
+    return x.detach().cpu().float().numpy() if hasattr(x, "detach") else np.asarray(x, dtype=float)
+
+
+def _symmetric(values) -> float:
+    top = float(np.nanmax(np.abs(values))) if np.size(values) else 0.0
+    return top if top > 0 else 1.0
+
+
+def attribution_bars(labels: list[str], values, *, title: str, height: int = 420) -> go.Figure:
+    """One bar per part, in the model's order; blue pushes the logit difference up, red down."""
+    v = _np(values)
+    fig = go.Figure(go.Bar(
+        x=list(range(len(v))), y=v, marker_color=[POSITIVE if x >= 0 else NEGATIVE for x in v],
+        customdata=escaped(labels), hovertemplate="%{customdata}: %{y:+.3f}<extra></extra>"))
+    fig.update_xaxes(tickangle=-60, tickfont_size=10, **token_axis(escaped(labels), max_ticks=80))
+    fig.update_yaxes(title_text="direct effect on the logit difference", zeroline=True, zerolinecolor="#888")
+    return apply_layout(fig, title=title, height=height, showlegend=False)
+
+
+def layer_head_grid(values, *, title: str, colorbar: str, zmid: float = 0.0, symmetric: bool = True,
+                    text_format: str = ".2f", selected: list[tuple[int, int]] = (), height: int | None = None
+                    ) -> go.Figure:
+    """[layers, heads] values as a grid (layer rows, head columns) with each value written in its cell;
+    `selected` cells are outlined."""
+    v = _np(values)
+    L, H = v.shape
+    span = _symmetric(v - zmid) if symmetric else None
+    fig = go.Figure(go.Heatmap(
+        z=v, x=list(range(H)), y=list(range(L)), colorscale=DIVERGING_SCALE,
+        zmid=zmid if symmetric else None, zmin=zmid - span if symmetric else None,
+        zmax=zmid + span if symmetric else None, texttemplate="%{z:" + text_format + "}",
+        colorbar=dict(title=dict(text=colorbar, side="right"), thickness=12),
+        hovertemplate="layer %{y}, head %{x}: %{z:.4f}<extra></extra>"))
+    for layer, head in selected:
+        fig.add_shape(type="rect", x0=head - 0.5, x1=head + 0.5, y0=layer - 0.5, y1=layer + 0.5,
+                      line=dict(color="#111", width=3))
+    fig.update_xaxes(title_text="head", tickmode="array", tickvals=list(range(H)), showgrid=False)
+    fig.update_yaxes(title_text="layer", tickmode="array", tickvals=list(range(L)), autorange="reversed",
+                     showgrid=False)
+    return apply_layout(fig, title=title, height=height or int(min(600, max(240, 40 * L + 120))))
+
+
+def patching_heatmap(scores, labels: list[str], *, title: str, height: int | None = None) -> go.Figure:
+    """[layers, positions] normalised patching scores: 0 = the corrupted run, 1 = the clean run."""
+    v = _np(scores)
+    L, T = v.shape
+    texts = escaped(labels)
+    custom = np.array([[texts[t] for t in range(T)] for _ in range(L)], dtype=object)
+    fig = go.Figure(go.Heatmap(
+        z=v, x=list(range(T)), y=list(range(L)), customdata=custom, colorscale=DIVERGING_SCALE,
+        zmid=0, zmin=-1, zmax=1, colorbar=dict(title=dict(text="restored", side="right"), thickness=12),
+        hovertemplate="layer %{y}, position %{x} '%{customdata}': %{z:.3f}<extra></extra>"))
+    fig.update_xaxes(title_text="position (token of the corrupted prompt)", tickangle=-60, tickfont_size=11,
+                     showgrid=False, **token_axis(texts))
+    fig.update_yaxes(title_text="residual stream entering layer", tickmode="array", tickvals=list(range(L)),
+                     autorange="reversed", showgrid=False)
+    return apply_layout(fig, title=title, height=height or int(min(600, max(260, 36 * L + 150))))
+
+
+def token_strip(labels: list[str], scores, *, title: str, per_row: int = 16) -> go.Figure:
+    """The prompt's tokens as text in reading order, each cell coloured by its score (signed, centred on 0)."""
+    v = _np(scores)
+    T = len(v)
+    rows = max(1, -(-T // per_row))
+    z = np.full((rows, per_row), np.nan)
+    text = np.full((rows, per_row), "", dtype=object)
+    texts = escaped(labels)
+    for t in range(T):
+        z[t // per_row, t % per_row] = v[t]
+        text[t // per_row, t % per_row] = texts[t]
+    span = _symmetric(v)
+    fig = go.Figure(go.Heatmap(
+        z=z, text=text, texttemplate="%{text}", textfont=dict(size=13), colorscale=DIVERGING_SCALE, zmid=0,
+        zmin=-span, zmax=span, xgap=2, ygap=2, hoverongaps=False,
+        colorbar=dict(title=dict(text="attribution", side="right"), thickness=12),
+        hovertemplate="'%{text}': %{z:+.4f}<extra></extra>"))
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False, autorange="reversed")
+    return apply_layout(fig, title=title, height=60 + 42 * rows, plot_bgcolor="white")

@@ -1,0 +1,116 @@
+"""The "Why this token?" page (AppTest, tiny preset): every figure and number equals the library's value,
+recomputed here."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from gptviz import attribution, ui
+from gptviz.generate import generate
+from gptviz.interventions import ablate_heads, run_with_edits
+from gptviz.tokenizer import decode, encode, token_labels
+from pagetest import TINY, array, figure, figures, run_page, title_of
+
+PROMPT = "Romeo.\nBut soft! what light through yonder window breaks?"
+
+
+def page(**state):
+    return run_page("why", PROMPT, **state)
+
+
+def tiny_model():
+    return ui.load_model(TINY)
+
+
+def top_two(ids):
+    logits, _ = run_with_edits(tiny_model(), torch.tensor([ids]), [])
+    top = logits[0, -1].topk(2).indices
+    return int(top[0]), int(top[1])
+
+
+def test_direct_attribution_view_shows_parts_that_sum_to_the_logit_difference():
+    at = page()
+    assert not at.exception and not at.error
+    ids = encode(PROMPT)
+    target, other = top_two(ids)
+    dla = attribution.direct_logit_attribution(tiny_model(), torch.tensor([ids]), target, other)
+    bars = figure(at, "Direct attribution")
+    np.testing.assert_allclose(array(bars["data"][0]["y"]), dla.values.numpy(), atol=1e-5)
+    grid = figure(at, "Heads' direct attribution")
+    np.testing.assert_allclose(array(grid["data"][0]["z"]), dla.head_values.numpy(), atol=1e-5)
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Logit difference (model)"] == f"{dla.logit_diff:+.3f}"
+    assert metrics["Sum of the parts"] == f"{float(dla.values.sum()):+.3f}" == metrics["Logit difference (model)"]
+
+
+def test_post_norm_says_why_there_is_no_direct_attribution():
+    at = run_page("why", PROMPT, ui.ModelSpec(ui.SOURCE_PRESET, "tiny", "post"))
+    assert not at.exception
+    assert any("not a sum of the heads' and MLPs' outputs" in i.value for i in at.info)
+    assert not at.get("plotly_chart")
+
+
+def test_ablating_heads_shows_the_recomputed_probabilities_and_continuations():
+    heads = [(0, 1), (1, 2)]
+    at = page(why_view="Ablate heads", why_heads=heads, why_n=12)
+    assert not at.exception and not at.error
+    ids = encode(PROMPT)
+    model = tiny_model()
+    edits = [ablate_heads(0, [1]), ablate_heads(1, [2])]
+    logits, _ = run_with_edits(model, torch.tensor([ids]), edits)
+    after = torch.softmax(logits[0, -1], -1)
+    before = torch.softmax(run_with_edits(model, torch.tensor([ids]), [])[0][0, -1], -1)
+    shown = sorted(set(before.topk(5).indices.tolist()) | set(after.topk(5).indices.tolist()),
+                   key=lambda i: -float(before[i]))
+    table = at.dataframe[0].value
+    assert list(table["token"]) == token_labels(shown)
+    np.testing.assert_allclose(table["after"], [float(after[i]) for i in shown], atol=1e-6)
+    np.testing.assert_allclose(table["before"], [float(before[i]) for i in shown], atol=1e-6)
+    plain = generate(model, ids, 12, temperature=0.0)[len(ids):]
+    edited = generate(model, ids, 12, temperature=0.0, edits=edits)[len(ids):]
+    assert [t.value for t in at.text] == [decode(plain), decode(edited)]
+    assert [title_of(f) for f in figures(at)] == ["L1H0 as trained", "L1H0 with the ablation"]
+
+
+def test_patching_example_matches_the_library_sweep():
+    name = "Repeated sequence (induction)"
+    at = page(why_view="Patching", why_example=name)
+    assert not at.exception and not at.error
+    clean, corrupted = (encode(t) for t in ("A B C D E F G H A B C", "A B C Q E F G H A B C"))
+    goal, _ = top_two(clean)
+    rival, _ = top_two(corrupted)
+    if rival == goal:
+        rival = top_two(clean)[1]
+    resid = attribution.residual_patching(tiny_model(), clean, corrupted, goal, rival)
+    heads = attribution.head_patching(tiny_model(), clean, corrupted, goal, rival)
+    np.testing.assert_allclose(array(figure(at, "Residual stream patched")["data"][0]["z"]), resid.scores.numpy(),
+                               atol=1e-4)
+    np.testing.assert_allclose(array(figure(at, "One head's output patched")["data"][0]["z"]),
+                               heads.scores.numpy(), atol=1e-4)
+
+
+def test_patching_prompts_of_different_lengths_get_a_clear_message():
+    at = page(why_view="Patching", why_example="(your own)", **{"why_clean_(your own)": "one two three",
+                                                               "why_corrupt_(your own)": "one two"})
+    assert not at.exception
+    assert any("same number of tokens" in w.value for w in at.warning)
+
+
+def test_saliency_strips_show_integrated_gradients_and_gradient_x_input():
+    at = page(why_view="Saliency")
+    assert not at.exception and not at.error
+    ids = encode(PROMPT)
+    target, other = top_two(ids)
+    ig = attribution.integrated_gradients(tiny_model(), ids, target, other, steps=32)
+    z = array(figure(at, "Integrated gradients")["data"][0]["z"]).ravel()
+    np.testing.assert_allclose(z[~np.isnan(z)], ig.scores.numpy(), atol=1e-5)
+    texts = [t for row in figure(at, "Integrated gradients")["data"][0]["text"] for t in row if t]
+    assert len(texts) == len(ids)
+
+
+def test_token_text_reaches_the_figures_escaped():
+    at = run_page("why", "<b>bold</b> & <img src=x>", why_view="Saliency")
+    assert not at.exception
+    texts = [t for row in figure(at, "Integrated gradients")["data"][0]["text"] for t in row if t]
+    assert "&lt;" in "".join(texts) and "<b>" not in "".join(texts) and "<img" not in "".join(texts)

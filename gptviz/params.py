@@ -91,6 +91,17 @@ def total_params(config: GPTConfig) -> int:
     return int(param_table(config)["count"].sum())
 
 
+def param_count(cfg: GPTConfig) -> int:
+    """total_params by closed form: constant time whatever the config claims (checked against it in tests),
+    so a hostile config.json can be sized before anything is built."""
+    d, ff = cfg.d_model, cfg.d_ff
+    norm = d * (2 if cfg.norm_type == "layernorm" else 1)
+    layer = (2 * norm + 3 * d * d + (3 * d if cfg.qkv_bias else 0) + d * d + d
+             + ff * d + ff + d * ff + d)
+    head = 0 if cfg.tie_weights else cfg.vocab_size * d
+    return cfg.vocab_size * d + cfg.n_ctx * d + cfg.n_layers * layer + norm + head
+
+
 def by_component(table: pd.DataFrame) -> pd.DataFrame:
     """Counts per component in COMPONENTS order, with each one's share of the total."""
     counts = table.groupby("component", sort=False)["count"].sum()

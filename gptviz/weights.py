@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 from safetensors import SafetensorError
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from .config import ConfigError, GPTConfig
@@ -26,6 +27,36 @@ class CheckpointError(ValueError):
     """A checkpoint is missing, of an unknown layout, or corrupt; the message says what to do."""
 
 
+def _env_int(name: str, default: int) -> int:
+    try:
+        return int(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+# A checkpoint's sizes are data from outside: these caps are checked against config.json and the weights file's
+# header before anything is allocated. An operator can change them with the environment variables.
+MAX_LOAD_PARAMS = _env_int("GPTVIZ_MAX_LOAD_PARAMS", 2_000_000_000)  # GPT-2 XL has 1,557,611,200
+MAX_LOAD_CTX = _env_int("GPTVIZ_MAX_LOAD_CTX", 8192)
+MAX_LOAD_LAYERS = 256  # modules are built one per layer, even on the meta device
+MAX_CONFIG_BYTES = 1 << 20
+
+
+def check_load_limits(config: GPTConfig) -> None:
+    """CheckpointError when a config is past the caps; counts by formula, allocating nothing."""
+    from .params import param_count
+    if config.n_layers > MAX_LOAD_LAYERS:
+        raise CheckpointError(f"the config asks for {config.n_layers:,} layers; this server loads at most "
+                              f"{MAX_LOAD_LAYERS}")
+    if config.n_ctx > MAX_LOAD_CTX:
+        raise CheckpointError(f"the config asks for a context of {config.n_ctx:,} positions; this server loads "
+                              f"at most {MAX_LOAD_CTX:,} (GPTVIZ_MAX_LOAD_CTX)")
+    n = param_count(config)
+    if n > MAX_LOAD_PARAMS:
+        raise CheckpointError(f"the config describes {n:,} parameters; this server loads at most "
+                              f"{MAX_LOAD_PARAMS:,} (GPTVIZ_MAX_LOAD_PARAMS)")
+
+
 def save_checkpoint(model: GPT, folder: str | os.PathLike, dtype: torch.dtype | None = None,
                     extra: dict | None = None) -> Path:
     """Write `model.safetensors` and `config.json` (with `format: gptviz`) into `folder`."""
@@ -40,28 +71,82 @@ def save_checkpoint(model: GPT, folder: str | os.PathLike, dtype: torch.dtype | 
 
 
 def _read_json(path: Path) -> dict:
+    """config.json as a dict; CheckpointError for anything else (a FIFO or device is refused unread)."""
+    if not path.is_file():
+        raise CheckpointError(f"{path.name} is not a regular file")
+    if path.stat().st_size > MAX_CONFIG_BYTES:
+        raise CheckpointError(f"{path.name} is larger than {MAX_CONFIG_BYTES // 1024} KB; a config is a few hundred bytes")
     try:
-        return json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise CheckpointError(f"{path} is not a readable JSON config: {err}") from None
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
+        raise CheckpointError(f"{path.name} is not a readable JSON config: {err}") from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path.name} holds a JSON {type(data).__name__}, not an object of settings")
+    return data
 
 
-def _read_tensors(folder: Path) -> dict[str, torch.Tensor]:
+def _header_shapes(path: Path) -> dict[str, tuple[int, ...]]:
+    """Tensor names and shapes from a safetensors file's header, without reading the tensors."""
+    with safe_open(str(path), framework="pt") as f:
+        return {key: tuple(f.get_slice(key).get_shape()) for key in f.keys()}
+
+
+def _check_shapes(shapes: dict[str, tuple[int, ...]], expected: dict[str, tuple[int, ...]]) -> None:
+    missing, unexpected = sorted(set(expected) - set(shapes)), sorted(set(shapes) - set(expected))
+    if missing or unexpected:
+        raise CheckpointError(f"the weights do not match the config: missing {missing[:4]}, "
+                              f"unexpected {unexpected[:4]}")
+    for key, shape in shapes.items():
+        if shape != expected[key]:
+            raise CheckpointError(f"{key} has shape {shape}, the config implies {expected[key]}")
+
+
+def expected_shapes(config: GPTConfig) -> dict[str, tuple[int, ...]]:
+    """Every stored tensor's shape for this config (tied LM head stored once), built on the meta device."""
+    with torch.device("meta"):
+        model = GPT(config)
+    return {k: tuple(v.shape) for k, v in model.state_dict().items()
+            if not (config.tie_weights and k == "lm_head.weight")}
+
+
+def _read_tensors(folder: Path, expected: dict[str, tuple[int, ...]], hf_layout: bool) -> dict[str, torch.Tensor]:
+    """The weights, after their names and shapes (from the safetensors header, or a memory-mapped .bin) match
+    `expected` (in our layout; Hugging Face names and Conv1D shapes are translated first)."""
     st, binary = folder / "model.safetensors", folder / "pytorch_model.bin"
+    translate = (lambda shapes: _hf_shapes(shapes, expected)) if hf_layout else (lambda shapes: shapes)
     try:
         if st.exists():
+            if not st.is_file():
+                raise CheckpointError("model.safetensors is not a regular file")
+            _check_shapes(translate(_header_shapes(st)), expected)
             return load_file(str(st))
         if binary.exists():  # legacy format: tensors only, never arbitrary objects
-            return _only_tensors(torch.load(binary, map_location="cpu", weights_only=True), binary)
+            if not binary.is_file():
+                raise CheckpointError("pytorch_model.bin is not a regular file")
+            loaded = _only_tensors(_load_bin(binary), binary)
+            _check_shapes(translate({k: tuple(v.shape) for k, v in loaded.items()}), expected)
+            return loaded
     except CheckpointError:
         raise
     except (SafetensorError, OSError, RuntimeError, EOFError, ValueError) as err:
         name = st.name if st.exists() else binary.name
-        raise CheckpointError(f"{folder / name} is corrupt or not a weights file: {err}") from None
+        raise CheckpointError(f"{name} is corrupt or not a weights file: {err}") from None
     except Exception as err:  # weights_only's UnpicklingError: something other than plain tensors
-        raise CheckpointError(f"{binary} holds more than tensors and was not loaded (only plain "
+        raise CheckpointError(f"{binary.name} holds more than tensors and was not loaded (only plain "
                               f"tensors are accepted, never pickled code): {err}") from None
-    raise CheckpointError(f"{folder} has no model.safetensors or pytorch_model.bin")
+    raise CheckpointError("the folder has no model.safetensors or pytorch_model.bin")
+
+
+def _load_bin(path: Path):
+    """torch.load with weights_only, memory-mapped where the file's format allows (nothing is read until used)."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except RuntimeError as err:
+        if "mmap" not in str(err):
+            raise
+        if path.stat().st_size > 4 * MAX_LOAD_PARAMS + (1 << 20):
+            raise CheckpointError(f"{path.name} is larger than {MAX_LOAD_PARAMS:,} float32 parameters") from None
+        return torch.load(path, map_location="cpu", weights_only=True)
 
 
 def _only_tensors(loaded, path: Path) -> dict[str, torch.Tensor]:
@@ -75,6 +160,15 @@ def _only_tensors(loaded, path: Path) -> dict[str, torch.Tensor]:
 
 def config_from_hf(hf: dict) -> GPTConfig:
     """A GPTConfig from a Hugging Face GPT-2 `config.json` dict."""
+    if not isinstance(hf, dict):
+        raise CheckpointError(f"config.json holds a JSON {type(hf).__name__}, not an object of settings")
+    try:
+        return _config_from_hf(hf)
+    except (TypeError, ConfigError) as err:  # a field of the wrong JSON type (a list for a name, ...)
+        raise CheckpointError(f"config.json: {err}") from None
+
+
+def _config_from_hf(hf: dict) -> GPTConfig:
     if hf.get("model_type") not in (None, "gpt2"):
         raise CheckpointError(f"model_type {hf.get('model_type')!r} is not GPT-2; gptviz loads GPT-2 "
                               f"checkpoints (gpt2, distilgpt2, gpt2-medium/large/xl and fine-tunes)")
@@ -85,29 +179,52 @@ def config_from_hf(hf: dict) -> GPTConfig:
             raise CheckpointError(f"{key}={hf[key]!r} is not supported (gptviz implements GPT-2's "
                                   f"attention with {key}={supported})")
     act = hf.get("activation_function", "gelu_new")
-    if act not in _HF_ACTIVATIONS:
+    if not isinstance(act, str) or act not in _HF_ACTIVATIONS:
         raise CheckpointError(f"activation_function {act!r} is not supported")
     try:
         return GPTConfig(vocab_size=hf["vocab_size"], n_ctx=hf.get("n_positions", hf.get("n_ctx", 1024)),
                          d_model=hf["n_embd"], n_layers=hf["n_layer"], n_heads=hf["n_head"],
                          d_ff=hf.get("n_inner") or 4 * hf["n_embd"], norm="pre", activation=_HF_ACTIVATIONS[act],
                          tie_weights=hf.get("tie_word_embeddings", True), qkv_bias=True,
-                         ln_eps=hf.get("layer_norm_epsilon", 1e-5), name=hf.get("_name_or_path") or "gpt2")
+                         ln_eps=hf.get("layer_norm_epsilon", 1e-5), name=_name(hf.get("_name_or_path")))
     except KeyError as err:
         raise CheckpointError(f"the GPT-2 config has no {err} field") from None
+
+
+def _name(value) -> str:
+    """A display name from config.json's _name_or_path: text only, short (it is shown on pages)."""
+    return value[:100] if isinstance(value, str) and value.strip() else "gpt2"
+
+
+def _our_key(hf_key: str) -> str | None:
+    """Our name for a Hugging Face GPT-2 tensor name; None for the causal-mask buffers (not weights)."""
+    key = hf_key.removeprefix("transformer.")
+    if key.endswith((".attn.bias", ".attn.masked_bias")):
+        return None
+    return key.replace("h.", "blocks.", 1) if key.startswith("h.") else key
+
+
+def _hf_shapes(shapes: dict[str, tuple[int, ...]], expected: dict) -> dict[str, tuple[int, ...]]:
+    """Hugging Face names and shapes in our layout (Conv1D matrices transposed; a tied LM head dropped)."""
+    ours = {}
+    for key, shape in shapes.items():
+        name = _our_key(key)
+        if name is None or (name == "lm_head.weight" and name not in expected):
+            continue
+        ours[name] = tuple(reversed(shape)) if name.endswith(_CONV1D) else shape
+    return ours
 
 
 def state_from_hf(tensors: dict[str, torch.Tensor], config: GPTConfig) -> dict[str, torch.Tensor]:
     """Rename Hugging Face GPT-2 keys to ours and transpose its Conv1D matrices ([in, out] -> [out, in])."""
     state = {}
     for key, value in tensors.items():
-        key = key.removeprefix("transformer.")
-        if key.endswith((".attn.bias", ".attn.masked_bias")):  # causal-mask buffers, not weights
+        name = _our_key(key)
+        if name is None:
             continue
-        key = key.replace("h.", "blocks.", 1) if key.startswith("h.") else key
-        if key.endswith(_CONV1D):
+        if name.endswith(_CONV1D):
             value = value.t()
-        state[key] = value.contiguous()
+        state[name] = value.contiguous()
     if config.tie_weights:
         state.pop("lm_head.weight", None)
     return state
@@ -130,25 +247,30 @@ def _load_state(model: GPT, state: dict[str, torch.Tensor], source: str) -> GPT:
 
 def load_checkpoint(folder: str | os.PathLike, norm: str | None = None) -> GPT:
     """Load a folder written by save_checkpoint, or a Hugging Face GPT-2 folder. `norm` overrides the
-    LayerNorm placement (same weights, other wiring)."""
+    LayerNorm placement (same weights, other wiring). Validates, then builds: config.json must describe a
+    model within the caps, and the weights file's header must match it, before any weight is allocated."""
     folder = Path(folder)
     if not folder.is_dir():
         raise CheckpointError(f"{folder} is not a folder")
     if not (folder / "config.json").exists():
         raise CheckpointError(f"{folder} has no config.json")
     meta = _read_json(folder / "config.json")
+    ours = meta.get("format") == FORMAT
+    if ours and not isinstance(meta.get("config"), dict):
+        raise CheckpointError("config.json is a gptviz file without a \"config\" object")
     try:
-        config = GPTConfig.from_dict(meta["config"]) if meta.get("format") == FORMAT else config_from_hf(meta)
-    except ConfigError as err:
-        raise CheckpointError(f"{folder / 'config.json'}: {err}") from None
+        config = GPTConfig.from_dict(meta["config"]) if ours else config_from_hf(meta)
+    except (ConfigError, TypeError) as err:
+        raise CheckpointError(f"config.json: {err}") from None
     if norm is not None:
         try:
             config = config.replace(norm=norm)
         except ConfigError as err:
             raise CheckpointError(f"norm override: {err}") from None
-    tensors = _read_tensors(folder)
-    state = tensors if meta.get("format") == FORMAT else state_from_hf(tensors, config)
-    return _load_state(GPT(config), state, str(folder))
+    check_load_limits(config)
+    tensors = _read_tensors(folder, expected_shapes(config), hf_layout=not ours)
+    state = tensors if ours else state_from_hf(tensors, config)
+    return _load_state(GPT(config), state, "the checkpoint")
 
 
 TRAINING_VOCAB = "training_vocab.json"  # the ids that occur in a checkpoint's training text, beside it

@@ -1,0 +1,122 @@
+"""Checkpoints from outside are validated before anything is allocated: malformed config.json files, sizes past
+the caps, and weights whose header disagrees with the config each give a CheckpointError that names the problem
+and no server path. The hostile sizes run in a child process under a memory cap."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from conftest import SMALL, build
+from gptviz import PRESETS
+from gptviz.params import param_count, total_params
+from gptviz.weights import CheckpointError, load_checkpoint, save_checkpoint
+
+ROOT = Path(__file__).resolve().parents[1]
+HF_BASE = {"model_type": "gpt2", "vocab_size": 50, "n_positions": 16, "n_embd": 32, "n_layer": 2, "n_head": 4}
+
+
+def folder_with(tmp_path: Path, config, name: str = "ckpt") -> Path:
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "config.json").write_text(config if isinstance(config, str) else json.dumps(config))
+    save_file({"wte.weight": torch.zeros(2, 2)}, str(folder / "model.safetensors"))
+    return folder
+
+
+@pytest.mark.parametrize("config, message", [
+    ("[1, 2]", "holds a JSON list"),
+    ('"gpt2"', "holds a JSON str"),
+    ("42", "holds a JSON int"),
+    ("null", "holds a JSON NoneType"),
+    ({"format": "gptviz"}, 'without a "config" object'),
+    ({"format": "gptviz", "config": [1]}, 'without a "config" object'),
+    ({"format": "gptviz", "config": {"vocab_size": "many"}}, "vocab_size"),
+    ({**HF_BASE, "activation_function": ["gelu"]}, "activation_function"),
+    ({**HF_BASE, "n_embd": [32]}, "config.json"),
+    ("{" * 100_000, "not a readable JSON config"),
+])
+def test_malformed_config_json_gives_a_checkpoint_error_without_paths(tmp_path, config, message):
+    folder = folder_with(tmp_path, config)
+    with pytest.raises(CheckpointError, match=message) as info:
+        load_checkpoint(folder)
+    assert str(tmp_path) not in str(info.value)
+
+
+def test_a_fifo_config_is_refused_without_hanging(tmp_path):
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    os.mkfifo(folder / "config.json")
+    result = {}
+
+    def load():
+        try:
+            load_checkpoint(folder)
+        except CheckpointError as err:
+            result["error"] = str(err)
+    thread = threading.Thread(target=load, daemon=True)
+    thread.start()
+    thread.join(timeout=10)
+    assert not thread.is_alive(), "reading a FIFO hung"
+    assert result["error"] == "config.json is not a regular file"
+
+
+def test_weights_header_that_disagrees_with_the_config_is_refused_before_loading(tmp_path):
+    model = build()
+    folder = save_checkpoint(model, tmp_path / "ckpt")
+    meta = json.loads((folder / "config.json").read_text())
+    meta["config"]["d_model"] = 64  # the weights are 32 wide
+    (folder / "config.json").write_text(json.dumps(meta))
+    with pytest.raises(CheckpointError, match=r"has shape \(96,\), the config implies \(192,\)"):
+        load_checkpoint(folder)
+
+
+@pytest.mark.parametrize("name", ["tiny", "gpt2-small", "gpt2-xl", "gpt1"])
+def test_closed_form_parameter_count_equals_the_table(name):
+    for cfg in (PRESETS[name], PRESETS[name].replace(tie_weights=False, qkv_bias=False, norm_type="rmsnorm")):
+        assert param_count(cfg) == total_params(cfg)
+
+
+HOSTILE = textwrap.dedent("""
+    import json, resource, sys, tempfile, time
+    from pathlib import Path
+    resource.setrlimit(resource.RLIMIT_AS, (3 * 2**30, 3 * 2**30))  # 3 GiB: torch's own import fits
+    from gptviz.weights import CheckpointError, load_checkpoint
+    from safetensors.torch import save_file
+    import torch
+    base = {"model_type": "gpt2", "vocab_size": 50257, "n_positions": 1024, "n_embd": 768, "n_layer": 12,
+            "n_head": 12}
+    for change in json.loads(sys.argv[1]):
+        folder = Path(tempfile.mkdtemp())
+        (folder / "config.json").write_text(json.dumps({**base, **change}))
+        save_file({"wte.weight": torch.zeros(2, 2)}, str(folder / "model.safetensors"))
+        started = time.perf_counter()
+        try:
+            load_checkpoint(folder)
+            print("LOADED", change)
+        except CheckpointError as err:
+            print(f"REFUSED {time.perf_counter() - started:.2f}s {err}")
+""")
+
+
+def test_configs_past_the_caps_are_refused_before_allocating():
+    changes = [{"n_positions": 10**8}, {"n_layer": 10**5}, {"n_embd": 65536, "n_head": 1},
+               {"n_layer": 10**8, "n_embd": 1, "n_head": 1, "n_inner": 1}]
+    out = subprocess.run([sys.executable, "-c", HOSTILE, json.dumps(changes)], capture_output=True, text=True,
+                         timeout=300, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    lines = out.stdout.splitlines()
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert len(lines) == 4 and all(line.startswith("REFUSED") for line in lines), lines
+    assert "context of 100,000,000 positions" in lines[0]
+    assert "100,000 layers" in lines[1]
+    assert "parameters; this server loads at most 2,000,000,000" in lines[2]
+    assert "100,000,000 layers" in lines[3]
+    assert all(float(line.split()[1][:-1]) < 5 for line in lines)  # refused at once, not after building

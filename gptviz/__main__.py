@@ -23,7 +23,8 @@ def config_and_settings(args):
         cfg = cfg.replace(n_ctx=args.n_ctx)
     settings = TrainSettings(steps=args.steps, batch_size=args.batch_size, lr=args.lr, warmup=args.warmup,
                              seed=args.seed, eval_every=args.eval_every,
-                             corpus_vocab_steps=args.corpus_vocab_steps, copy_fraction=args.copy_fraction)
+                             corpus_vocab_steps=args.corpus_vocab_steps, copy_fraction=args.copy_fraction,
+                             copy_vocab=args.copy_vocab)
     return cfg, settings
 
 
@@ -111,6 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma-separated plays to hold out when --data is a folder")
     t.add_argument("--copy-fraction", type=float, default=d.copy_fraction,
                    help="share of each batch made of random training ids followed by their exact repeats")
+    t.add_argument("--copy-vocab", type=int, default=d.copy_vocab,
+                   help="draw the repeated sequences from this many most frequent training ids (0 = all)")
     t.add_argument("--steps", type=int, default=d.steps)
     t.add_argument("--batch-size", type=int, default=d.batch_size)
     t.add_argument("--lr", type=float, default=d.lr)

@@ -18,7 +18,7 @@ from .generate import generate
 from .hooks import capture
 from .model import GPT
 from .tokenizer import get_tokenizer
-from .train import lm_loss
+from .train import lm_loss, most_frequent_ids
 
 # A speaker's name alone on its line, as the complete works write it: "Ham.", "KING.", "First Clown.", "SIR TOBY."
 SPEAKER_LINE = re.compile(r"^[A-Z][A-Za-z']*(?: [A-Z][A-Za-z']*){0,2}\.$", re.M)
@@ -29,6 +29,9 @@ PREVIOUS_TOKEN_BAR = 0.5   # mean attention to the previous token on held-out te
 INDUCTION_BAR = 0.3        # induction score on a random sequence repeated once
 REPEAT_LOSS_BAR = 3.0      # nats/token on the repeated half
 INDUCTION_SEEDS = 4        # random sequences averaged
+# The induction test's sequences draw from the training text's most frequent ids (each seen 62 times or more in
+# the complete works): an id seen a handful of times has an embedding too little trained to be told apart.
+INDUCTION_TEST_VOCAB = 2000
 # The app's repeated-sequence example: a model with an induction head continues it with " D".
 COPY_PROMPT = "A B C D E F G H A B C"
 COPY_EXPECTED = " D E F G H"
@@ -68,7 +71,7 @@ def head_report(scores: torch.Tensor, chance: float) -> dict:
 
 def training_measure(model: GPT, train: torch.Tensor, val: torch.Tensor) -> dict[str, float]:
     """The head bars, cheaply, for the history during training (4 held-out windows, one random sequence)."""
-    test = induction_test(model, ids=torch.unique(train))
+    test = induction_test(model, ids=most_frequent_ids(train, INDUCTION_TEST_VOCAB))
     return {"prev_token": float(previous_token_on_text(model, val, windows=4).max()),
             "induction": float(test.scores.max()), "repeat_loss": test.repeat_loss}
 
@@ -225,6 +228,7 @@ def _train_commands(cfg: dict, name: str, stages: list[dict]) -> str:
         data = stage.get("data")
         data = f" --data data/{data}" if data and data != WORKS.name else ""
         copy = f" --copy-fraction {s['copy_fraction']}" if s.get("copy_fraction") else ""
+        copy += f" --copy-vocab {s['copy_vocab']}" if copy and s.get("copy_vocab") else ""
         lines.append(f"python -m gptviz train --preset {cfg.get('name', 'small-4l')} --norm {cfg['norm']} "
                      f"--steps {s.get('steps')} --batch-size {s.get('batch_size')} --lr {s.get('lr')} "
                      f"--warmup {s.get('warmup')}{n_ctx}{data} \\\n    --seed {s.get('seed')} --dropout {cfg['dropout']} "

@@ -44,6 +44,9 @@ class TrainSettings:
     # Share of each batch's windows made of a random sequence of training ids followed by its exact repeats,
     # which only copying predicts: the usual way small models grow induction heads quickly (0 = text only).
     copy_fraction: float = 0.0
+    # The repeated sequences draw from the `copy_vocab` most frequent ids of the training text (0 = every id
+    # it uses). Rare ids have embeddings too little trained to tell apart, so copying them is not learnable.
+    copy_vocab: int = 0
 
     def __post_init__(self):
         def whole(x):
@@ -52,7 +55,7 @@ class TrainSettings:
         def number(x):
             return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
-        ints = ("steps", "batch_size", "warmup", "eval_every", "eval_batches", "seed")
+        ints = ("steps", "batch_size", "warmup", "eval_every", "eval_batches", "seed", "copy_vocab")
         floats = ("lr", "min_lr_ratio", "weight_decay", "grad_clip", "val_fraction", "copy_fraction")
         bad = [n for n in ints if not whole(getattr(self, n))] + [n for n in floats if not number(getattr(self, n))]
         if self.block_size is not None and not whole(self.block_size):
@@ -64,6 +67,7 @@ class TrainSettings:
                   "val_fraction": 0 < self.val_fraction < 1, "grad_clip": self.grad_clip >= 0,
                   "min_lr_ratio": 0 <= self.min_lr_ratio <= 1, "eval_batches": self.eval_batches >= 1,
                   "weight_decay": self.weight_decay >= 0, "copy_fraction": 0 <= self.copy_fraction <= 1,
+                  "copy_vocab": self.copy_vocab >= 0,
                   "block_size": self.block_size is None or self.block_size >= 1}
         bad = [name for name, ok in checks.items() if not ok]
         if bad:
@@ -87,16 +91,26 @@ def repeated_sequence(ids: torch.Tensor, block: int, generator: torch.Generator)
     return seq.repeat(math.ceil((block + 1) / n))[:block + 1]
 
 
+def most_frequent_ids(tokens: torch.Tensor, k: int = 0) -> torch.Tensor:
+    """The `k` most frequent ids of `tokens` (ties broken by id), sorted by id; k = 0: every id it uses."""
+    ids, counts = torch.unique(tokens, return_counts=True)
+    if not k or k >= len(ids):
+        return ids
+    order = torch.argsort(counts, descending=True, stable=True)
+    return ids[order[:k]].sort().values
+
+
 def batches(tokens: torch.Tensor, batch_size: int, block: int, generator: torch.Generator,
-            copy_fraction: float = 0.0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+            copy_fraction: float = 0.0, copy_vocab: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Random windows: inputs [B, block] and next-token targets [B, block], forever. The last
-    round(copy_fraction * B) rows of each batch are repeated random sequences of the text's own ids."""
+    round(copy_fraction * B) rows of each batch are repeated random sequences of the text's own ids
+    (its `copy_vocab` most frequent ones, or all)."""
     if len(tokens) <= block + 1:
         raise ValueError(f"the data has {len(tokens)} tokens, too few for windows of {block + 1}")
     n_copy = round(copy_fraction * batch_size)
     if n_copy and block < 2:
         raise ValueError("repeated sequences need windows of at least 2 tokens")
-    ids = torch.unique(tokens) if n_copy else None
+    ids = most_frequent_ids(tokens, copy_vocab) if n_copy else None
     while True:
         starts = torch.randint(0, len(tokens) - block - 1, (batch_size - n_copy,), generator=generator)
         rows = [tokens[s:s + block + 1] for s in starts]
@@ -232,7 +246,7 @@ def train_models(configs: dict[str, GPTConfig], settings: TrainSettings, tokens:
         trainers[name] = Trainer(models[name], settings, train_tokens)
     block = settings.block_size or min(cfg.n_ctx for cfg in configs.values())
     data = batches(train_tokens, settings.batch_size, block, torch.Generator().manual_seed(settings.seed),
-                   settings.copy_fraction)
+                   settings.copy_fraction, settings.copy_vocab)
     stopped = False
     for _ in range(settings.steps):
         if should_stop is not None and should_stop():

@@ -19,7 +19,7 @@ from .config import ConfigError
 from .hooks import ActivationCache, capture
 from .params import total_params
 from .tokenizer import get_tokenizer
-from .weights import CheckpointError, bundled_models, load_checkpoint, load_pretrained
+from .weights import CheckpointError, bundled_models, load_allowed, load_checkpoint
 from .weights import training_vocab as weights_training_vocab
 
 # Written as the bundled models' training text writes a play: the speaker's abbreviated name on its own line.
@@ -98,7 +98,7 @@ def load_model(spec: ModelSpec) -> GPT:
         if model.config.norm != spec.norm:
             raise CheckpointError(f"the trained model is {model.config.norm}-norm")
         return model
-    return load_pretrained(spec.name, norm=spec.norm).to(spec.device)
+    return load_allowed(spec.name, norm=spec.norm).to(spec.device)  # visitors: allowed folders only
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
@@ -216,9 +216,11 @@ def sidebar() -> ModelSpec | None:
             spec = ModelSpec(source, preset, norm, int(seed), device)
         elif source == SOURCE_PRETRAINED:
             name = st.text_input("Folder or Hub id", key="hf_name", placeholder="/path/to/gpt2 or gpt2",
-                                 help="A folder with config.json and model.safetensors (or pytorch_model.bin), "
-                                      "in Hugging Face GPT-2 or gptviz layout; or a Hub id such as gpt2, "
-                                      "found in the local Hugging Face cache or downloaded when online.")
+                                 help="A Hub id such as gpt2, found in the local Hugging Face cache or "
+                                      "downloaded when online; or a folder with config.json and model.safetensors "
+                                      "(or pytorch_model.bin), in Hugging Face GPT-2 or gptviz layout, inside "
+                                      "the server's model folders: the bundled models, the Hugging Face cache, "
+                                      "and the folders listed in the GPTVIZ_MODEL_DIRS environment variable.")
             if name.strip():
                 spec = ModelSpec(source, name.strip(), norm, 0, device)
                 if norm == "post":

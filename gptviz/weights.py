@@ -299,6 +299,60 @@ def bundled_models() -> dict[str, Path]:
     return {p.name: p for p in sorted(MODELS_DIR.iterdir()) if (p / "config.json").exists()}
 
 
+def model_roots() -> list[Path]:
+    """Where a server loads model folders from: the bundled models, the Hugging Face cache, and the folders its
+    operator lists in GPTVIZ_MODEL_DIRS (separated by os.pathsep)."""
+    try:
+        from huggingface_hub import constants
+        hub_cache = Path(constants.HF_HUB_CACHE)
+    except ImportError:
+        hub_cache = Path(os.environ.get("HF_HUB_CACHE", Path.home() / ".cache" / "huggingface" / "hub"))
+    extra = [Path(p) for p in os.environ.get("GPTVIZ_MODEL_DIRS", "").split(os.pathsep) if p.strip()]
+    return [MODELS_DIR, hub_cache, *extra]
+
+
+FOLDER_REFUSED = ("No model folder of that name is available on this server. It loads folders only from its model "
+                  "folders (the bundled models, the Hugging Face cache, and folders its operator lists in "
+                  "GPTVIZ_MODEL_DIRS). Give a bundled model's name, a Hub id such as gpt2, or such a folder.")
+
+
+def _looks_like_path(name: str) -> bool:
+    return name.startswith((".", "/", "~")) or name.count("/") > 1 or bool(Path(name).suffix) or "\\" in name
+
+
+def allowed_folder(name: str, roots: list[Path] | None = None) -> Path | None:
+    """The checkpoint folder `name` names when it lies inside one of `roots` (default model_roots()), after
+    resolving links and `..`; None otherwise, whatever the reason (missing, outside, unreadable, no config.json),
+    so the answer says nothing about the rest of the filesystem. `~` is not expanded."""
+    if "\x00" in name or not name.strip():
+        return None
+    try:
+        path = Path(name)
+        resolved = (path if path.is_absolute() else Path.cwd() / path).resolve()
+        for root in roots if roots is not None else model_roots():
+            root = root.resolve()
+            if resolved.is_relative_to(root):
+                return resolved if resolved.is_dir() and (resolved / "config.json").is_file() else None
+    except (OSError, RuntimeError, ValueError):
+        return None
+    return None
+
+
+def load_allowed(name: str, norm: str | None = None, roots: list[Path] | None = None,
+                 offline: bool | None = None) -> GPT:
+    """load_pretrained for a server's visitors: a bundled model's name, a Hub id, or a folder inside the allowed
+    roots. Every refused folder gets the same message (FOLDER_REFUSED), which echoes no path."""
+    bundled = bundled_models()
+    if name in bundled:
+        return load_checkpoint(bundled[name], norm)
+    if _looks_like_path(name) or not name.strip():
+        folder = allowed_folder(name, roots)
+        if folder is None:
+            raise CheckpointError(FOLDER_REFUSED)
+        return load_checkpoint(folder, norm)
+    return load_checkpoint(_hub_folder(name, offline), norm)
+
+
 def load_pretrained(name_or_path: str, norm: str | None = None, offline: bool | None = None) -> GPT:
     """A GPT from: a bundled model's name; a local folder (ours or Hugging Face GPT-2 layout); or a Hugging
     Face Hub id such as "gpt2" or "distilgpt2", from the local cache or, when online, downloaded."""
@@ -308,8 +362,7 @@ def load_pretrained(name_or_path: str, norm: str | None = None, offline: bool | 
     path = Path(name_or_path).expanduser()
     if path.is_dir():
         return load_checkpoint(path, norm)
-    looks_like_path = name_or_path.startswith((".", "/", "~")) or name_or_path.count("/") > 1 or path.suffix
-    if looks_like_path or not name_or_path.strip():
+    if _looks_like_path(name_or_path) or not name_or_path.strip():
         raise CheckpointError(f"{name_or_path!r} is not a folder holding a checkpoint (config.json plus "
                               f"model.safetensors), a bundled model ({', '.join(bundled) or 'none'}) or a Hub id")
     return load_checkpoint(_hub_folder(name_or_path, offline), norm)

@@ -120,3 +120,39 @@ def test_configs_past_the_caps_are_refused_before_allocating():
     assert "parameters; this server loads at most 2,000,000,000" in lines[2]
     assert "100,000,000 layers" in lines[3]
     assert all(float(line.split()[1][:-1]) < 5 for line in lines)  # refused at once, not after building
+
+
+# ---- finding 6: a visitor's folder field loads only from the server's model folders ------------------------
+
+def test_visitors_load_folders_only_inside_the_allowed_roots(tmp_path, monkeypatch):
+    from gptviz.weights import FOLDER_REFUSED, load_allowed
+    allowed, outside = tmp_path / "models", tmp_path / "elsewhere"
+    save_checkpoint(build(seed=2), allowed / "mine")
+    save_checkpoint(build(seed=2), outside / "theirs")
+    (allowed / "link").symlink_to(outside / "theirs")  # a link out of the root is outside
+    os.chmod(outside, 0o755)
+    roots = [allowed]
+    assert load_allowed(str(allowed / "mine"), roots=roots).config == SMALL
+    monkeypatch.chdir(tmp_path)
+    assert load_allowed("./models/mine", roots=roots).config == SMALL
+    refused = [str(outside / "theirs"), str(allowed / "link"), str(allowed / "mine" / ".." / ".." / "elsewhere"),
+               "/etc", "/nonexistent/x", "~root", "~/models/mine", "./models", str(allowed / "missing"),
+               "/proc/self/cwd", "./models/mine\x00"]
+    for name in refused:
+        with pytest.raises(CheckpointError) as info:
+            load_allowed(name, roots=roots)
+        assert str(info.value) == FOLDER_REFUSED, name  # one message, echoing nothing
+
+
+def test_the_sidebar_loader_uses_the_allowed_roots(tmp_path, monkeypatch):
+    from gptviz import ui
+    from gptviz.weights import FOLDER_REFUSED
+    save_checkpoint(build(seed=4), tmp_path / "ops" / "model")
+    spec = ui.ModelSpec(ui.SOURCE_PRETRAINED, str(tmp_path / "ops" / "model"), "pre", 0)
+    with pytest.raises(CheckpointError, match="No model folder of that name"):
+        ui.load_model(spec)
+    ui.load_model.clear()
+    monkeypatch.setenv("GPTVIZ_MODEL_DIRS", str(tmp_path / "ops"))
+    assert ui.load_model(spec).config == SMALL
+    ui.load_model.clear()
+    assert FOLDER_REFUSED.count("/") == 0

@@ -24,7 +24,7 @@ def config_and_settings(args):
     settings = TrainSettings(steps=args.steps, batch_size=args.batch_size, lr=args.lr, warmup=args.warmup,
                              seed=args.seed, eval_every=args.eval_every,
                              corpus_vocab_steps=args.corpus_vocab_steps, copy_fraction=args.copy_fraction,
-                             copy_vocab=args.copy_vocab)
+                             copy_vocab=args.copy_vocab, block_size=args.block_size)
     return cfg, settings
 
 
@@ -112,6 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma-separated plays to hold out when --data is a folder")
     t.add_argument("--copy-fraction", type=float, default=d.copy_fraction,
                    help="share of each batch made of random training ids followed by their exact repeats")
+    t.add_argument("--block-size", type=int, default=None,
+                   help="training windows this long (default: the context length); a shorter stage first is a "
+                        "curriculum")
     t.add_argument("--copy-vocab", type=int, default=d.copy_vocab,
                    help="draw the repeated sequences from this many most frequent training ids (0 = all)")
     t.add_argument("--steps", type=int, default=d.steps)

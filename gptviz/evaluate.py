@@ -229,6 +229,7 @@ def _train_commands(cfg: dict, name: str, stages: list[dict]) -> str:
         data = f" --data data/{data}" if data and data != WORKS.name else ""
         copy = f" --copy-fraction {s['copy_fraction']}" if s.get("copy_fraction") else ""
         copy += f" --copy-vocab {s['copy_vocab']}" if copy and s.get("copy_vocab") else ""
+        copy += f" --block-size {s['block_size']}" if s.get("block_size") else ""
         lines.append(f"python -m gptviz train --preset {cfg.get('name', 'small-4l')} --norm {cfg['norm']} "
                      f"--steps {s.get('steps')} --batch-size {s.get('batch_size')} --lr {s.get('lr')} "
                      f"--warmup {s.get('warmup')}{n_ctx}{data} \\\n    --seed {s.get('seed')} --dropout {cfg['dropout']} "

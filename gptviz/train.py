@@ -245,6 +245,8 @@ def train_models(configs: dict[str, GPTConfig], settings: TrainSettings, tokens:
             models[name].load_state_dict({k: v.float() for k, v in start_states[name].items()})
         trainers[name] = Trainer(models[name], settings, train_tokens)
     block = settings.block_size or min(cfg.n_ctx for cfg in configs.values())
+    if block > min(cfg.n_ctx for cfg in configs.values()):
+        raise ValueError(f"block_size {block} exceeds the context length {min(c.n_ctx for c in configs.values())}")
     data = batches(train_tokens, settings.batch_size, block, torch.Generator().manual_seed(settings.seed),
                    settings.copy_fraction, settings.copy_vocab)
     stopped = False

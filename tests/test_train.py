@@ -114,6 +114,24 @@ def test_norm_twins_start_from_identical_weights():
     assert all(r.stopped_early and r.history == [] for r in results.values())
 
 
+def test_a_shorter_block_trains_on_shorter_windows_and_a_longer_one_is_refused(monkeypatch):
+    import gptviz.train as train_module
+    tokens = random_ids(2000, seed=3)
+    widths = []
+
+    def recording_batches(*args, **kwargs):
+        for x, y in batches(*args, **kwargs):
+            widths.append(x.shape[1])
+            yield x, y
+
+    monkeypatch.setattr(train_module, "batches", recording_batches)
+    settings = TrainSettings(steps=2, batch_size=2, block_size=8, eval_every=10)
+    train_models({"m": SMALL}, settings, tokens)
+    assert widths == [8, 8] and SMALL.n_ctx > 8
+    with pytest.raises(ValueError, match=f"block_size {SMALL.n_ctx + 1} exceeds the context length {SMALL.n_ctx}"):
+        train_models({"m": SMALL}, TrainSettings(steps=1, batch_size=2, block_size=SMALL.n_ctx + 1), tokens)
+
+
 def test_train_models_runs_twins_on_the_same_batches(tmp_path):
     configs = {"pre": SMALL, "post": SMALL.replace(norm="post")}
     tokens = random_ids(3000, seed=4)
@@ -239,15 +257,28 @@ def test_training_learns_to_copy_a_repeated_sequence_of_one_period(norm):
 
 
 def test_the_model_cards_commands_rebuild_every_stage_with_its_settings():
+    import shlex
+
+    from gptviz.__main__ import build_parser, config_and_settings
     from gptviz.evaluate import _train_commands
     cfg = {"name": "small-4l", "norm": "post", "n_ctx": 128, "dropout": 0.0}
     first = {"settings": {"steps": 4000, "batch_size": 16, "lr": 0.003, "warmup": 100, "seed": 1337,
                           "corpus_vocab_steps": 3900, "copy_fraction": 0.375, "eval_every": 250}}
     second = {"settings": {"steps": 2400, "batch_size": 16, "lr": 0.0015, "warmup": 100, "seed": 1337,
                            "corpus_vocab_steps": 2300, "copy_fraction": 0.5, "copy_vocab": 2000, "eval_every": 200}}
-    one, two = _train_commands(cfg, "shakespeare-post", [first, second]).split("\npython ")
+    third = {"settings": {**second["settings"], "steps": 800, "block_size": 32, "seed": 7}}
+    text = _train_commands(cfg, "shakespeare-post", [first, second, third])
+    one, two, three = text.split("\npython ")
     assert "--steps 4000" in one and "--copy-fraction 0.375" in one and "--copy-vocab" not in one
     assert "--out /tmp/shakespeare-post-stage1" in one and "--init-from" not in one
-    assert "--copy-fraction 0.5 --copy-vocab 2000" in two and "--lr 0.0015" in two
-    assert "--init-from /tmp/shakespeare-post-stage1 --out gptviz/models/shakespeare-post" in two
-    assert "--norm post" in one and "--norm post" in two
+    assert "--copy-fraction 0.5 --copy-vocab 2000" in two and "--lr 0.0015" in two and "--block-size" not in two
+    assert "--init-from /tmp/shakespeare-post-stage1 --out /tmp/shakespeare-post-stage2" in two
+    assert "--block-size 32" in three
+    assert "--init-from /tmp/shakespeare-post-stage2 --out gptviz/models/shakespeare-post" in three
+    # each line, parsed by the CLI, gives back exactly the stage's settings (absent ones at their defaults)
+    commands = text.replace("\\\n", " ").splitlines()
+    for line, stage in zip(commands, (first, second, third), strict=True):
+        args = build_parser().parse_args(shlex.split(line)[3:])
+        model_cfg, settings = config_and_settings(args)
+        assert settings == TrainSettings(**stage["settings"])
+        assert model_cfg.norm == "post" and model_cfg.n_ctx == 128

@@ -1,12 +1,37 @@
-"""Command line: `python -m gptviz params PRESET` and `python -m gptviz train ...`."""
+"""Command line (`gptviz ...` when installed, `python -m gptviz ...` in a checkout): app, params, train, check."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
 
 from .config import PRESETS, ConfigError, get_preset
+
+
+# The settings the checkout's .streamlit/config.toml gives `streamlit run app.py`, for `gptviz app` run from any
+# folder: no usage statistics from visitors' browsers, and exceptions shown by type only (no server paths).
+APP_DEFAULT_FLAGS = {"--browser.gatherUsageStats": "false", "--client.showErrorDetails": "type"}
+
+
+def app_command(flags: list[str]) -> list[str]:
+    """The `streamlit run` command line `gptviz app FLAGS` runs; the caller's flags win over the defaults."""
+    from .router import PAGES_DIR
+    given = {flag.split("=", 1)[0] for flag in flags if flag.startswith("--")}
+    defaults = [f"{k}={v}" for k, v in APP_DEFAULT_FLAGS.items() if k not in given]
+    return [sys.executable, "-m", "streamlit", "run", str(PAGES_DIR / "entry.py"), *defaults, *flags]
+
+
+def _app(args) -> int:
+    command = app_command(args.streamlit_flags)
+    if os.name == "posix":  # become the server, so a signal sent to `gptviz app` reaches Streamlit itself
+        os.execv(command[0], command)
+    import subprocess
+    try:
+        return subprocess.call(command)
+    except KeyboardInterrupt:
+        return 130
 
 
 def _params(args) -> int:
@@ -95,8 +120,11 @@ def _check(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m gptviz", description=__doc__)
+    parser = argparse.ArgumentParser(prog="gptviz", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
+    a = sub.add_parser("app", help="start the web app (Streamlit's own flags pass through, e.g. --server.port 8600)")
+    a.add_argument("streamlit_flags", nargs="*", help="passed to `streamlit run` as they are")
+    a.set_defaults(func=_app)
     p = sub.add_parser("params", help="parameter counts by component")
     p.add_argument("preset", help=f"one of: {', '.join(PRESETS)}")
     p.set_defaults(func=_params)
@@ -146,6 +174,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["app"] and argv[1:2] not in (["-h"], ["--help"]):  # argparse would take Streamlit's flags
+        return _app(argparse.Namespace(streamlit_flags=argv[1:]))
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

@@ -11,7 +11,9 @@ import torch
 
 from .tokenizer import get_tokenizer
 
-DATA = Path(__file__).resolve().parent.parent / "data"
+# The corpora: `data/` beside the package in a checkout; installed, setuptools maps it to `gptviz/corpora`.
+_HERE = Path(__file__).resolve().parent
+DATA = _HERE / "corpora" if (_HERE / "corpora").is_dir() else _HERE.parent / "data"
 WORKS = DATA / "shakespeare-works"
 CORPUS = DATA / "tinyshakespeare.txt"  # the Train page's text
 # Three whole plays the bundled models never train on: a tragedy, a comedy and a Roman play (about 106K tokens).

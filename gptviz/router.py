@@ -1,0 +1,42 @@
+"""The app's router: page config, the shared sidebar (model, norm placement, device, prompt), then the chosen page.
+
+`streamlit run app.py` in a checkout and `gptviz app` in an installed package both run `main()`. Page files are
+given by absolute path, so the router works wherever the entry script lives."""
+from __future__ import annotations
+
+from pathlib import Path
+
+_HERE = Path(__file__).resolve().parent
+# Installed, setuptools maps the checkout's app_pages/ to gptviz/app_pages; in a checkout it sits beside gptviz/.
+PAGES_DIR = _HERE / "app_pages" if (_HERE / "app_pages").is_dir() else _HERE.parent / "app_pages"
+
+# (section, file stem, title, icon); the first page is the default.
+PAGE_LIST = [
+    ("Look inside", "attention", "Attention", "👀"),
+    ("Look inside", "generation", "Generation", "✍️"),
+    ("Look inside", "embeddings", "Embeddings", "🧭"),
+    ("Look inside", "activations", "Activations", "⚡"),
+    ("Look inside", "why", "Why this token?", "🔬"),
+    ("Architecture", "norms", "Pre-norm vs post-norm", "⚖️"),
+    ("Architecture", "parameters", "Parameters", "🧮"),
+    ("Architecture", "explainers", "Explainers", "📖"),
+    ("Train", "training", "Train a model", "🏋️"),
+]
+
+
+def main() -> None:
+    import streamlit as st
+
+    from . import ui
+    from .allocator import keep_freed_memory
+
+    # Captures build tens of MB of activations per prompt; keep freed memory for the next one (see allocator.py).
+    keep_freed_memory()
+    st.set_page_config(page_title="gptviz: see inside a GPT", page_icon="🔎", layout="wide")
+    pages: dict[str, list] = {}
+    for i, (section, stem, title, icon) in enumerate(PAGE_LIST):
+        pages.setdefault(section, []).append(
+            st.Page(PAGES_DIR / f"{stem}.py", title=title, icon=icon, default=i == 0))
+    page = st.navigation(pages)
+    ui.sidebar()
+    page.run()

@@ -11,6 +11,7 @@ import pandas as pd
 import streamlit as st
 
 from gptviz import analysis, ui
+from gptviz.links import ATTENTION_VIEWS
 from gptviz.figures import attention as fa
 from gptviz.figures import generation as fg
 from gptviz.tokenizer import decode, token_labels
@@ -19,7 +20,7 @@ MEAN = ui.MEAN_HEAD       # head option: the mean of the layer's heads
 MAX_CHIPS = 256           # longer prompts pick the query with a slider
 GRID_CELLS = 600_000      # most heatmap cells one small-multiples figure draws
 CAPTURE_BYTES = 256 * 2**20  # most memory the cached weights of one prompt may take (layers x heads x T x T)
-VIEWS = ["One head", "All heads of the layer", "Model view: every layer and head", "Entropy map"]
+VIEWS = list(ATTENTION_VIEWS)
 
 state = st.session_state
 
@@ -197,6 +198,7 @@ st.caption("The model writes one token at a time. Each new token is predicted by
            "so each step adds one row of attention below; the Generation page has the step-by-step detail.")
 
 g = st.columns(5)
+keep_valid("att_gen_topk", range(cfg.vocab_size + 1), 0)  # a link's value past this model's vocabulary
 n_new = g[0].number_input("New tokens", min_value=1, max_value=200, value=20, step=1, key="att_gen_n")
 temperature = g[1].slider("Temperature", 0.0, 2.0, 1.0, 0.05, key="att_gen_temp",
                           help="Divides the logits before the softmax: below 1 sharpens, above 1 flattens; "

@@ -45,6 +45,7 @@ with st.expander("How the next token is chosen"):
         f"({cfg.n_ctx} tokens) the oldest tokens drop out and the cache is rebuilt from the rest.")
 
 g = st.columns(5)
+keep_valid("gen_topk", range(cfg.vocab_size + 1), 0)  # a link's value past this model's vocabulary
 n_new = g[0].number_input("New tokens", min_value=1, max_value=200, value=30, step=1, key="gen_n")
 temperature = g[1].slider("Temperature", 0.0, 2.0, 1.0, 0.05, key="gen_temp",
                           help="0 = greedy: always the most probable token.")

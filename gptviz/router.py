@@ -29,6 +29,7 @@ def main() -> None:
 
     from . import ui
     from .allocator import keep_freed_memory
+    from .links import apply_link, link_params
 
     # Captures build tens of MB of activations per prompt; keep freed memory for the next one (see allocator.py).
     keep_freed_memory()
@@ -38,5 +39,15 @@ def main() -> None:
         pages.setdefault(section, []).append(
             st.Page(PAGES_DIR / f"{stem}.py", title=title, icon=icon, default=i == 0))
     page = st.navigation(pages)
+    state = st.session_state
+    if "_link_read" not in state:  # a session's first run: the link's settings, before any widget is drawn
+        state["_link_read"] = True
+        for notice in apply_link(state, st.query_params.to_dict()):
+            st.toast(notice, icon="🔗")
     ui.sidebar()
-    page.run()
+    try:
+        page.run()
+    finally:  # also after st.stop(): the address bar follows the view, so copying it shares it
+        params = link_params(state)
+        if params != st.query_params.to_dict():
+            st.query_params.from_dict(params)

@@ -17,6 +17,7 @@ import torch
 from . import PRESETS, GPT
 from .config import ConfigError
 from .hooks import ActivationCache, capture
+from .links import SOURCE_BUNDLED, SOURCE_PRESET, SOURCE_PRETRAINED, SOURCE_TRAINED, replaced_link_value
 from .params import total_params
 from .tokenizer import get_tokenizer
 from .weights import CheckpointError, bundled_models, load_allowed, load_checkpoint
@@ -29,9 +30,6 @@ EXAMPLE_PROMPTS = {
     "Repeated letters (look for induction heads)": "A B C D E F G H A B C D E F G H",
     "A dialogue (speaker names)": "Ham.\nWho's there?\n\nHor.\nFriends to this ground.\n\nHam.\nWho's there?\n\nHor.\n",
 }
-SOURCE_BUNDLED, SOURCE_PRESET, SOURCE_PRETRAINED, SOURCE_TRAINED = (
-    "Trained on Shakespeare (bundled)", "Preset, random weights", "GPT-2 weights (folder or Hub id)",
-    "Trained in this session")
 # Far more text than any preset's context (1,024 tokens at most) needs; tokenising more is wasted server time.
 MAX_PROMPT_CHARS = 20_000
 # Presets above this size are slow to initialise on a laptop CPU; the sidebar says so.
@@ -279,9 +277,13 @@ def md_text(text: str) -> str:
 
 
 def keep_valid(key: str, options, default) -> None:
-    """Reset a widget's stored value when it is no longer an option (another model or prompt)."""
+    """Reset a widget's stored value when it is no longer an option (another model or prompt); say so when the
+    value came from a link."""
     if key in st.session_state and st.session_state[key] not in options:
         st.session_state[key] = default
+        notice = replaced_link_value(st.session_state, key)
+        if notice:
+            st.toast(notice, icon="🔗")
 
 
 def require_model() -> tuple[ModelSpec, GPT]:

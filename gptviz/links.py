@@ -1,0 +1,163 @@
+"""The view in the URL: the sidebar's and the open page's settings as query parameters, so a copied link opens the
+same view for someone else. Pure functions over a session-state mapping; the router does the Streamlit part.
+
+A link is untrusted input: every value is parsed and range-checked here; a bad one is dropped with a notice and the
+widget keeps its default. Values a model decides (a layer past the last one) are checked by the page's
+`ui.keep_valid`, which reports link values it had to replace."""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+from .config import PRESETS
+from .figures.attention import SCALES
+
+MAX_LINK_PROMPT = 600  # characters; a longer prompt stays out of the link (long URLs break in mail and chat)
+MAX_LINK_MODEL = 300   # characters of a folder path or Hub id
+LINKED_KEYS = "_linked_keys"  # session-state key: {state key: URL name} of the values a link set
+# The Attention page's view tabs (its st.tabs labels)
+ATTENTION_VIEWS = ("One head", "All heads of the layer", "Model view: every layer and head", "Entropy map")
+# The sidebar's model sources (ui uses these labels); a link names them by code. A session's trained runs exist
+# only in that session, so a link cannot name them.
+SOURCE_BUNDLED, SOURCE_PRESET, SOURCE_PRETRAINED, SOURCE_TRAINED = (
+    "Trained on Shakespeare (bundled)", "Preset, random weights", "GPT-2 weights (folder or Hub id)",
+    "Trained in this session")
+SOURCE_CODES = {"bundled": SOURCE_BUNDLED, "preset": SOURCE_PRESET, "pretrained": SOURCE_PRETRAINED}
+
+
+class BadValue(ValueError):
+    pass
+
+
+def _choice(options) -> Callable[[str], str]:
+    options = tuple(options)
+
+    def parse(raw: str) -> str:
+        if raw not in options:
+            raise BadValue(f"one of {', '.join(options)}")
+        return raw
+    return parse
+
+
+def _int(lo: int, hi: int, none_ok: bool = False) -> Callable[[str], int | None]:
+    def parse(raw: str) -> int | None:
+        if none_ok and raw == "":
+            return None
+        try:
+            value = int(raw)
+        except ValueError:
+            raise BadValue(f"a whole number from {lo} to {hi}") from None
+        if not lo <= value <= hi:
+            raise BadValue(f"a whole number from {lo} to {hi}")
+        return value
+    return parse
+
+
+def _float(lo: float, hi: float) -> Callable[[str], float]:
+    def parse(raw: str) -> float:
+        try:
+            value = float(raw)
+        except ValueError:
+            raise BadValue(f"a number from {lo:g} to {hi:g}") from None
+        if not (math.isfinite(value) and lo <= value <= hi):
+            raise BadValue(f"a number from {lo:g} to {hi:g}")
+        return value
+    return parse
+
+
+def _text(limit: int) -> Callable[[str], str]:
+    def parse(raw: str) -> str:
+        if len(raw) > limit:
+            raise BadValue(f"at most {limit:,} characters")
+        return raw
+    return parse
+
+
+def _bool(raw: str) -> bool:
+    if raw not in ("0", "1"):
+        raise BadValue("0 or 1")
+    return raw == "1"
+
+
+_SEED = _int(0, 2**31 - 1)
+_LAYER, _HEAD = _int(0, 4095), _int(-1, 4095)  # head -1: the mean of the layer's heads
+_TOKENS = _int(1, 200)
+_TOP_K = _int(0, 1_000_000)  # the page replaces a value past the model's vocabulary (ui.keep_valid)
+
+# URL name -> (session-state key, parser). The sidebar's settings get short names; a page's keep their keys.
+LINKED: dict[str, tuple[str, Callable[[str], object]]] = {
+    "source": ("model_source", lambda raw: SOURCE_CODES[_choice(SOURCE_CODES)(raw)]),
+    "norm": ("norm", _choice(("pre", "post"))),
+    "preset": ("preset", _choice(PRESETS)),
+    "seed": ("seed", _SEED),
+    "model": ("hf_name", _text(MAX_LINK_MODEL)),
+    "prompt": ("prompt", _text(MAX_LINK_PROMPT)),
+    **{key: (key, parse) for key, parse in {
+        "att_view": _choice(ATTENTION_VIEWS), "att_layer": _LAYER, "att_head": _HEAD, "att_scale": _choice(SCALES),
+        "att_query": _int(0, 100_000, none_ok=True),
+        "att_gen_n": _TOKENS, "att_gen_temp": _float(0, 2), "att_gen_topk": _TOP_K, "att_gen_topp": _float(0.05, 1),
+        "att_gen_seed": _SEED,
+        "gen_layer": _LAYER, "gen_head": _HEAD, "gen_scale": _choice(SCALES),
+        "gen_n": _TOKENS, "gen_temp": _float(0, 2), "gen_topk": _TOP_K, "gen_topp": _float(0.05, 1),
+        "gen_seed": _SEED, "gen_eos": _bool,
+    }.items()},
+}
+
+
+def apply_link(state, params: dict[str, str]) -> list[str]:
+    """Put a link's valid values into `state` (before any widget is drawn); return a notice for each bad or
+    unknown parameter. Records which keys came from the link, so a page can say when it had to replace one."""
+    notices, linked = [], {}
+    for name, raw in params.items():
+        if name not in LINKED:
+            notices.append(f"The link's parameter `{_shown(name)}` is not one gptviz knows; it was ignored.")
+            continue
+        key, parse = LINKED[name]
+        try:
+            state[key] = parse(raw)
+        except BadValue as why:
+            notices.append(f"The link's `{name}` must be {why}; the default is shown instead.")
+            continue
+        linked[key] = name
+    state[LINKED_KEYS] = linked
+    return notices
+
+
+def link_params(state) -> dict[str, str]:
+    """The URL parameters for the settings in `state` (those of the sidebar and of the page drawn last)."""
+    params = {}
+    for name, (key, _) in LINKED.items():
+        value = state.get(key)
+        if value is None or isinstance(value, (list, dict, tuple)):
+            continue
+        if key == "prompt" and len(value) > MAX_LINK_PROMPT:
+            continue
+        if key == "model_source":
+            value = {label: code for code, label in SOURCE_CODES.items()}.get(value)
+            if value is None:
+                continue
+        params[name] = _format(value)
+    return params
+
+
+def replaced_link_value(state, key: str) -> str | None:
+    """A notice when a page replaces a value the link set (e.g. a layer the model does not have), else None."""
+    linked = state.get(LINKED_KEYS) or {}
+    if key not in linked:
+        return None
+    name = linked.pop(key)  # once: later replacements come from the visitor's own changes
+    return f"The link's `{name}` does not fit this model or prompt; the default is shown instead."
+
+
+def _format(value) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def _shown(name: str) -> str:
+    """A visitor's parameter name, short and without backticks, for a notice."""
+    name = name.replace("`", "'")
+    return name if len(name) <= 40 else name[:40] + "..."

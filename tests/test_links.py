@@ -1,0 +1,108 @@
+"""The view in the URL (gptviz.links and the router): a link sets the sidebar's and the page's settings, the address
+bar follows the view, and a bad or stale parameter falls back to the default with a notice, never an exception."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from streamlit.testing.v1 import AppTest
+
+from gptviz import ui
+from gptviz.links import (LINKED_KEYS, MAX_LINK_PROMPT, SOURCE_CODES, apply_link, link_params,
+                          replaced_link_value)
+
+APP = str(Path(__file__).resolve().parent.parent / "app.py")
+
+
+def open_link(**params) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=120)
+    for name, value in params.items():
+        at.query_params[name] = value
+    return at.run()
+
+
+def toasts(at: AppTest) -> list[str]:
+    return [t.value for t in at.toast]
+
+
+# ---- the pure part -------------------------------------------------------------------------------------
+
+def test_a_link_round_trips_every_kind_of_value():
+    state = {"model_source": ui.SOURCE_PRESET, "preset": "tiny", "seed": 7, "norm": "post", "prompt": "A B\nC",
+             "att_layer": 1, "att_head": -1, "att_gen_temp": 0.35, "gen_eos": True, "att_query": None,
+             "example_prompt": None, "export_format": "png"}
+    params = link_params(state)
+    assert params == {"source": "preset", "preset": "tiny", "seed": "7", "norm": "post", "prompt": "A B\nC",
+                      "att_layer": "1", "att_head": "-1", "att_gen_temp": "0.35", "gen_eos": "1"}
+    back = {}
+    assert apply_link(back, params) == []
+    assert {k: v for k, v in back.items() if k != LINKED_KEYS} == {k: v for k, v in state.items()
+                                                                   if k in back}
+    assert back["att_gen_temp"] == 0.35 and back["gen_eos"] is True and back["att_head"] == -1
+
+
+def test_bad_values_are_dropped_each_with_a_notice():
+    state = {}
+    notices = apply_link(state, {"norm": "sideways", "seed": "-3", "att_gen_temp": "nan", "att_layer": "two",
+                                 "preset": "gpt5", "source": "trained", "prompt": "x" * (MAX_LINK_PROMPT + 1),
+                                 "gen_eos": "yes", "<script>": "1", "att_head": "1"})
+    assert state == {"att_head": 1, LINKED_KEYS: {"att_head": "att_head"}}
+    assert len(notices) == 9
+    assert "The link's `norm` must be one of pre, post; the default is shown instead." in notices
+    assert "The link's `seed` must be a whole number from 0 to 2147483647; the default is shown instead." in notices
+    assert "The link's parameter `<script>` is not one gptviz knows; it was ignored." in notices
+
+
+def test_a_long_prompt_and_a_session_run_stay_out_of_the_link():
+    state = {"prompt": "y" * (MAX_LINK_PROMPT + 1), "model_source": ui.SOURCE_TRAINED, "norm": "pre"}
+    assert link_params(state) == {"norm": "pre"}
+    assert set(SOURCE_CODES.values()) == {ui.SOURCE_BUNDLED, ui.SOURCE_PRESET, ui.SOURCE_PRETRAINED}
+
+
+def test_a_replaced_link_value_is_reported_once():
+    state = {}
+    apply_link(state, {"att_layer": "9"})
+    assert "`att_layer` does not fit this model" in replaced_link_value(state, "att_layer")
+    assert replaced_link_value(state, "att_layer") is None
+    assert replaced_link_value(state, "gen_layer") is None
+
+
+# ---- in the app --------------------------------------------------------------------------------------
+
+def test_a_link_opens_the_same_view():
+    at = open_link(source="preset", preset="tiny", seed="3", norm="post", prompt="To be or not to be",
+                   att_layer="1", att_head="2", att_scale="sqrt", att_gen_temp="0.4")
+    assert not at.exception and toasts(at) == []
+    assert at.session_state["model_spec"] == ui.ModelSpec(ui.SOURCE_PRESET, "tiny", "post", 3, "cpu")
+    assert at.text_area(key="prompt").value == "To be or not to be"
+    assert at.selectbox(key="att_layer").value == 1 and at.selectbox(key="att_head").value == 2
+    assert at.selectbox(key="att_scale").value == "sqrt"
+    assert at.slider(key="att_gen_temp").value == 0.4
+    # the address bar holds the view, so the link a visitor copies now is the one they opened
+    for name, value in {"source": "preset", "preset": "tiny", "seed": "3", "norm": "post",
+                        "prompt": "To be or not to be", "att_layer": "1", "att_head": "2", "att_scale": "sqrt",
+                        "att_gen_temp": "0.4"}.items():
+        assert at.query_params[name] == value, name
+
+
+def test_the_address_bar_follows_a_change():
+    at = open_link(source="preset", preset="tiny")
+    at.selectbox(key="att_layer").set_value(1).run()
+    assert not at.exception
+    assert at.query_params["att_layer"] == "1"
+    assert at.query_params["source"] == "preset" and at.query_params["preset"] == "tiny"
+
+
+def test_a_stale_or_hostile_link_falls_back_with_notices_and_no_exception():
+    # tiny has 2 layers, 4 heads and GPT-2's vocabulary: layer 7, head 9 and top-k 60,000 do not fit it
+    at = open_link(source="preset", preset="tiny", att_layer="7", att_head="9", att_gen_topk="60000",
+                   norm="diagonal", prompt="hello", seed="1e9", **{"<b>x</b>": "1"})
+    assert not at.exception and not at.error
+    assert at.selectbox(key="att_layer").value == 0 and at.selectbox(key="att_head").value == 0
+    assert at.number_input(key="att_gen_topk").value == 0
+    assert at.session_state["norm"] == "pre" and at.text_area(key="prompt").value == "hello"
+    shown = toasts(at)
+    assert any("`norm` must be one of pre, post" in t for t in shown)
+    assert any("`seed` must be a whole number" in t for t in shown)
+    assert any("parameter `<b>x</b>` is not one gptviz knows" in t for t in shown)
+    for name in ("att_layer", "att_head", "att_gen_topk"):
+        assert any(f"`{name}` does not fit this model or prompt" in t for t in shown), name

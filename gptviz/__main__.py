@@ -12,7 +12,8 @@ from .config import PRESETS, ConfigError, get_preset
 
 # The settings the checkout's .streamlit/config.toml gives `streamlit run app.py`, for `gptviz app` run from any
 # folder: no usage statistics from visitors' browsers, and exceptions shown by type only (no server paths).
-APP_DEFAULT_FLAGS = {"--browser.gatherUsageStats": "false", "--client.showErrorDetails": "type"}
+APP_DEFAULT_FLAGS = {"--browser.gatherUsageStats": "false", "--client.showErrorDetails": "type",
+                     "--global.disableWidgetStateDuplicationWarning": "true"}
 
 
 def app_command(flags: list[str]) -> list[str]:
@@ -47,6 +48,7 @@ def config_and_settings(args):
     if args.n_ctx is not None:
         cfg = cfg.replace(n_ctx=args.n_ctx)
     settings = TrainSettings(steps=args.steps, batch_size=args.batch_size, lr=args.lr, warmup=args.warmup,
+                             weight_decay=args.weight_decay,
                              seed=args.seed, eval_every=args.eval_every,
                              corpus_vocab_steps=args.corpus_vocab_steps, copy_fraction=args.copy_fraction,
                              copy_vocab=args.copy_vocab, block_size=args.block_size)
@@ -149,6 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--batch-size", type=int, default=d.batch_size)
     t.add_argument("--lr", type=float, default=d.lr)
     t.add_argument("--warmup", type=int, default=d.warmup)
+    t.add_argument("--weight-decay", type=float, default=d.weight_decay, help="AdamW's, on matrices only")
     t.add_argument("--dropout", type=float, default=0.1)
     t.add_argument("--n-ctx", type=int, default=None, help="context length (default: the preset's)")
     t.add_argument("--eval-every", type=int, default=d.eval_every)

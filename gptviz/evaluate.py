@@ -18,7 +18,7 @@ from .generate import generate
 from .hooks import capture
 from .model import GPT
 from .tokenizer import get_tokenizer
-from .train import lm_loss, most_frequent_ids
+from .train import TrainSettings, lm_loss, most_frequent_ids
 
 # A speaker's name alone on its line, as the complete works write it: "Ham.", "KING.", "First Clown.", "SIR TOBY."
 SPEAKER_LINE = re.compile(r"^[A-Z][A-Za-z']*(?: [A-Z][A-Za-z']*){0,2}\.$", re.M)
@@ -230,6 +230,9 @@ def _train_commands(cfg: dict, name: str, stages: list[dict]) -> str:
         copy = f" --copy-fraction {s['copy_fraction']}" if s.get("copy_fraction") else ""
         copy += f" --copy-vocab {s['copy_vocab']}" if copy and s.get("copy_vocab") else ""
         copy += f" --block-size {s['block_size']}" if s.get("block_size") else ""
+        default_decay = TrainSettings().weight_decay
+        copy += (f" --weight-decay {s['weight_decay']}" if s.get("weight_decay", default_decay) != default_decay
+                 else "")
         lines.append(f"python -m gptviz train --preset {cfg.get('name', 'small-4l')} --norm {cfg['norm']} "
                      f"--steps {s.get('steps')} --batch-size {s.get('batch_size')} --lr {s.get('lr')} "
                      f"--warmup {s.get('warmup')}{n_ctx}{data} \\\n    --seed {s.get('seed')} --dropout {cfg['dropout']} "

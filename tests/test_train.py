@@ -265,13 +265,15 @@ def test_the_model_cards_commands_rebuild_every_stage_with_its_settings():
     first = {"settings": {"steps": 4000, "batch_size": 16, "lr": 0.003, "warmup": 100, "seed": 1337,
                           "corpus_vocab_steps": 3900, "copy_fraction": 0.375, "eval_every": 250}}
     second = {"settings": {"steps": 2400, "batch_size": 16, "lr": 0.0015, "warmup": 100, "seed": 1337,
-                           "corpus_vocab_steps": 2300, "copy_fraction": 0.5, "copy_vocab": 2000, "eval_every": 200}}
+                           "corpus_vocab_steps": 2300, "copy_fraction": 0.5, "copy_vocab": 2000, "eval_every": 200,
+                           "weight_decay": 0.0}}
     third = {"settings": {**second["settings"], "steps": 800, "block_size": 32, "seed": 7}}
     text = _train_commands(cfg, "shakespeare-post", [first, second, third])
     one, two, three = text.split("\npython ")
     assert "--steps 4000" in one and "--copy-fraction 0.375" in one and "--copy-vocab" not in one
     assert "--out /tmp/shakespeare-post-stage1" in one and "--init-from" not in one
     assert "--copy-fraction 0.5 --copy-vocab 2000" in two and "--lr 0.0015" in two and "--block-size" not in two
+    assert "--weight-decay 0.0" in two and "--weight-decay" not in one  # only where it is not the default
     assert "--init-from /tmp/shakespeare-post-stage1 --out /tmp/shakespeare-post-stage2" in two
     assert "--block-size 32" in three
     assert "--init-from /tmp/shakespeare-post-stage2 --out gptviz/models/shakespeare-post" in three

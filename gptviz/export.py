@@ -5,6 +5,7 @@ No Streamlit here: pages hand these bytes to st.download_button.
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -64,6 +65,21 @@ def capture_nbytes(config, T: int, include_attention: bool = True) -> int:
         per_block += 2 * h * T * T  # attention scores and pattern
     total = L * per_block + 3 * T * d + T * config.vocab_size  # embed, pos_embed, ln_f output; logits
     return 4 * total
+
+
+def figure_html(fig) -> bytes:
+    """A Plotly figure as one standalone interactive HTML file: Plotly's JavaScript inlined from the installed
+    package (no CDN, so it opens offline), the data as JSON that Plotly escapes (`<` and `/` as \\u escapes, so
+    token text cannot close the script)."""
+    return fig.to_html(include_plotlyjs=True, full_html=True, config={"displaylogo": False}).encode("utf-8")
+
+
+def figure_file_name(fig, fallback: str = "gptviz-figure") -> str:
+    """A file name from the figure's title: letters, digits and dashes only, at most 60 characters."""
+    title = fig.layout.title.text or ""
+    words = re.findall(r"[A-Za-z0-9]+", re.sub(r"<[^>]*>", " ", title))
+    stem = "-".join(words).lower()[:60].strip("-")
+    return f"{stem or fallback}.html"
 
 
 def csv_bytes(df: pd.DataFrame) -> bytes:

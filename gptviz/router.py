@@ -44,6 +44,7 @@ def main() -> None:
         state["_link_read"] = True
         for notice in apply_link(state, st.query_params.to_dict()):
             st.toast(notice, icon="🔗")
+    state[ui.FIGURE_SEQ] = 0  # figures without a key get download buttons numbered from 0 in every run
     ui.sidebar()
     try:
         page.run()

@@ -353,9 +353,21 @@ def plotly_config() -> dict:
     return {"displaylogo": False, "toImageButtonOptions": {"format": fmt, "scale": 2 if fmt == "png" else 1}}
 
 
+FIGURE_SEQ = "_figure_seq"  # session-state key: figures drawn so far in this run (the router resets it)
+
+
 def show_figure(fig, key: str | None = None, **kwargs):
-    """st.plotly_chart with the shared export settings; use it for every figure."""
-    return st.plotly_chart(fig, config=plotly_config(), key=key, **kwargs)
+    """st.plotly_chart with the shared export settings, and a button that downloads the figure as a standalone
+    interactive HTML file (built only when clicked; clicking reruns nothing). Use it for every figure."""
+    from .export import figure_file_name, figure_html
+    chart = st.plotly_chart(fig, config=plotly_config(), key=key, **kwargs)
+    seq = st.session_state.get(FIGURE_SEQ, 0)
+    st.session_state[FIGURE_SEQ] = seq + 1
+    st.download_button("Interactive HTML", data=lambda: figure_html(fig), file_name=figure_file_name(fig),
+                       mime="text/html", key=f"html_{key}" if key else f"html_seq_{seq}", on_click="ignore",
+                       type="tertiary", icon=":material/download:",
+                       help="This figure as one HTML file that opens offline in any browser, with zoom and hover.")
+    return chart
 
 
 def download_csv(frame, file_name: str, key: str, label: str = "Data as CSV") -> None:

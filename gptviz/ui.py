@@ -6,6 +6,7 @@ names), so a rerun caused by a display widget runs no model.
 """
 from __future__ import annotations
 
+import copy
 import json
 import re
 import threading
@@ -16,6 +17,7 @@ import torch
 
 from . import PRESETS, GPT
 from .config import ConfigError
+from .devices import available_devices, available_dtypes, place
 from .hooks import ActivationCache, capture
 from .links import SOURCE_BUNDLED, SOURCE_PRESET, SOURCE_PRETRAINED, SOURCE_TRAINED, replaced_link_value
 from .params import total_params
@@ -43,11 +45,13 @@ class ModelSpec(NamedTuple):
     norm: str          # "pre" or "post"
     seed: int = 0      # random init seed (presets only)
     device: str = "cpu"
+    dtype: str = "float32"  # the weights' precision (half precision is offered on GPUs: gptviz.devices)
 
     def label(self) -> str:
+        extra = "" if self.dtype == "float32" else f", {self.dtype}"
         if self.source == SOURCE_PRESET:
-            return f"{self.name} ({self.norm}-norm, random init, seed {self.seed})"
-        return f"{self.name} ({self.norm}-norm)"
+            return f"{self.name} ({self.norm}-norm, random init, seed {self.seed}{extra})"
+        return f"{self.name} ({self.norm}-norm{extra})"
 
 
 # Counts real forward passes run by the cached helpers below (tests assert display reruns add none).
@@ -83,20 +87,22 @@ def load_model(spec: ModelSpec) -> GPT:
             raise ConfigError(f"unknown preset {spec.name!r}")
         with torch.device(spec.device):
             model = GPT(PRESETS[spec.name].replace(norm=spec.norm), seed=spec.seed)
-        return model.eval()
+        return place(model, spec.device, spec.dtype).eval()
     if spec.source == SOURCE_BUNDLED:
         models = bundled_models()
         if spec.name not in models:
             raise CheckpointError(f"bundled model {spec.name!r} is missing; available: {', '.join(models) or 'none'}")
-        return load_checkpoint(models[spec.name]).to(spec.device)
+        return place(load_checkpoint(models[spec.name]), spec.device, spec.dtype)
     if spec.source == SOURCE_TRAINED:
         model = _trained_store().get(spec.name)
         if model is None:
             raise CheckpointError("that trained model is gone (the server restarted); train it again on the Train page")
         if model.config.norm != spec.norm:
             raise CheckpointError(f"the trained model is {model.config.norm}-norm")
+        if (spec.device, spec.dtype) != ("cpu", "float32"):  # a copy: the stored model is every session's
+            model = place(copy.deepcopy(model), spec.device, spec.dtype).eval()
         return model
-    return load_allowed(spec.name, norm=spec.norm).to(spec.device)  # visitors: allowed folders only
+    return place(load_allowed(spec.name, norm=spec.norm), spec.device, spec.dtype)  # visitors: allowed folders only
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
@@ -192,15 +198,22 @@ def sidebar() -> ModelSpec | None:
                         format_func={"pre": "pre-norm (GPT-2)", "post": "post-norm (GPT-1)"}.get,
                         help="Pre-norm normalises before each sub-layer and once at the end; post-norm "
                              "normalises after each residual addition.")
-        devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+        devices = available_devices()
+        keep_valid("device", devices, "cpu")
         device = st.selectbox("Device", devices, key="device") if len(devices) > 1 else "cpu"
+        dtypes = available_dtypes(device)
+        keep_valid("dtype", dtypes, "float32")
+        dtype = st.selectbox("Precision", dtypes, key="dtype",
+                             help="Half precision halves the weights' memory and speeds up GPU inference; "
+                                  "captures and probabilities are still shown in float32.") \
+            if len(dtypes) > 1 else "float32"
         spec = None
         if source == SOURCE_BUNDLED:
             name = _bundled_twin(norm)
             if name is None:
                 st.error(f"No bundled {norm}-norm model.")
             else:
-                spec = ModelSpec(source, name, norm, 0, device)
+                spec = ModelSpec(source, name, norm, 0, device, dtype)
                 st.caption(f"`{name}`: {bundled_description(name)} The LayerNorm radio switches between two "
                            "separately trained twins.")
         elif source == SOURCE_PRESET:
@@ -211,7 +224,7 @@ def sidebar() -> ModelSpec | None:
             st.caption(f"{n:,} parameters, {n * 4 / 2**20:,.0f} MiB in float32, random weights.")
             if n > LARGE_MODEL_PARAMS:
                 st.warning("A model this size takes a while to build on a CPU.")
-            spec = ModelSpec(source, preset, norm, int(seed), device)
+            spec = ModelSpec(source, preset, norm, int(seed), device, dtype)
         elif source == SOURCE_PRETRAINED:
             name = st.text_input("Folder or Hub id", key="hf_name", placeholder="/path/to/gpt2 or gpt2",
                                  help="A Hub id such as gpt2, found in the local Hugging Face cache or "
@@ -220,7 +233,7 @@ def sidebar() -> ModelSpec | None:
                                       "the server's model folders: the bundled models, the Hugging Face cache, "
                                       "and the folders listed in the GPTVIZ_MODEL_DIRS environment variable.")
             if name.strip():
-                spec = ModelSpec(source, name.strip(), norm, 0, device)
+                spec = ModelSpec(source, name.strip(), norm, 0, device, dtype)
                 if norm == "post":
                     st.warning("GPT-2's weights were trained pre-norm. Post-norm runs the same weights with the "
                                "LayerNorms moved, so what it outputs is not what the model learned.")
@@ -229,7 +242,7 @@ def sidebar() -> ModelSpec | None:
         else:
             runs = list(_trained_store())
             run = st.selectbox("Run", runs, key="trained_run")
-            spec = ModelSpec(source, run, _trained_store()[run].config.norm, 0, device)
+            spec = ModelSpec(source, run, _trained_store()[run].config.norm, 0, device, dtype)
         st.subheader("Prompt")
         st.selectbox("Examples", list(EXAMPLE_PROMPTS), index=None, key="example_prompt", on_change=_use_example,
                      placeholder="Load an example prompt", label_visibility="collapsed")

@@ -59,3 +59,25 @@ def test_the_shipped_server_settings_are_the_ones_streamlit_reads():
     out = subprocess.run([sys.executable, "-c", code], cwd=Path(APP).parent, capture_output=True, text=True,
                          timeout=60)
     assert out.stdout.split() == ["False", "type"], out.stderr
+
+
+def test_device_and_precision_choices_follow_the_machine(monkeypatch):
+    import torch
+
+    from gptviz import devices
+    at = open_app()
+    assert not at.exception  # this machine: CPU only, so neither choice is drawn
+    assert [s.key for s in at.selectbox if s.key in ("device", "dtype")] == []
+    assert at.session_state["model_spec"].device == "cpu" and at.session_state["model_spec"].dtype == "float32"
+    # a GPU machine: the device choice appears; precision appears once a GPU is chosen
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: True)
+    monkeypatch.setattr(devices, "mps_available", lambda: True)
+    at = open_app()
+    assert at.selectbox(key="device").options == ["cpu", "cuda", "mps"]
+    assert [s.key for s in at.selectbox if s.key == "dtype"] == []
+    at = open_app(device="cuda", dtype="bfloat16")
+    assert at.selectbox(key="dtype").options == ["float32", "float16", "bfloat16"]
+    assert at.session_state["model_spec"][-2:] == ("cuda", "bfloat16")
+    at = open_app(device="mps", dtype="float99")  # a stale value falls back to float32
+    assert at.session_state["model_spec"].dtype == "float32"

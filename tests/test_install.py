@@ -115,3 +115,21 @@ def test_gptviz_app_serves_the_app_with_streamlits_flags_passed_through(installe
         proc.terminate()
         log = proc.communicate(timeout=30)[0]
     assert f"{port}" in log and "site-packages" not in log  # Streamlit announced the port, no traceback paths
+
+
+def test_an_editable_install_runs_the_checkout_from_anywhere(tmp_path):
+    """`pip install -e .`: the command and the library come from the checkout itself (pages and corpora at the
+    top of it), from a folder outside it. Its build backend comes from the package index, as pip does it."""
+    venv, outside = tmp_path / "venv", tmp_path / "elsewhere"
+    outside.mkdir()
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=120)
+    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--no-deps", "-q", "-e", str(ROOT)],
+                   check=True, cwd=outside, timeout=600, env=clean_env(venv))
+    xl = run((venv, outside), str(venv / "bin" / "gptviz"), "params", "gpt2-xl")
+    assert xl.returncode == 0 and "1,557,611,200" in xl.stdout
+    where = run((venv, outside), str(venv / "bin" / "python"), "-c",
+                "import gptviz, gptviz.router, gptviz.corpus; from gptviz import load_pretrained;"
+                "print(gptviz.__file__); print(gptviz.router.PAGES_DIR); print(gptviz.corpus.WORKS.is_dir());"
+                "print(load_pretrained('shakespeare-pre').config.name)")
+    assert where.returncode == 0, where.stderr
+    assert where.stdout.split() == [str(ROOT / "gptviz" / "__init__.py"), str(ROOT / "app_pages"), "True", "small-4l"]

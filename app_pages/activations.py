@@ -32,15 +32,6 @@ def lens(spec: ui.ModelSpec, ids: tuple[int, ...], names: tuple[str, ...]) -> an
     return analysis.logit_lens(ui.load_model(spec), cache)
 
 
-@st.cache_data(max_entries=8, show_spinner=False)
-def induction(spec: ui.ModelSpec, length: int) -> torch.Tensor:
-    """Induction scores [layers, heads] on a random sequence repeated once (cached capture)."""
-    cfg = ui.load_model(spec).config
-    seq = tuple(analysis.induction_sequence(cfg.vocab_size, length, ids=ui.training_vocab(spec)).tolist())
-    _, cache = ui.capture_cache(spec, seq, tuple(f"blocks.{i}.attn.hook_pattern" for i in range(cfg.n_layers)))
-    return analysis.induction_scores_from(cache.patterns(), length)
-
-
 def pct(p: float) -> str:
     return f"{p:.1%}" if p >= 0.01 else f"{p:.4%}"
 
@@ -198,7 +189,7 @@ with tab_heads:
     if length >= 2:
         try:
             with st.spinner("Running the model on a repeated random sequence..."):
-                scores["induction"] = induction(spec, length)
+                scores["induction"] = ui.induction_scores(spec, length)
         except (ValueError, RuntimeError, KeyError) as err:
             st.error(f"The induction test could not run: {err}")
     if scores:

@@ -9,11 +9,15 @@ import math
 
 import pandas as pd
 import streamlit as st
+import torch
 
 from gptviz import analysis, ui
 from gptviz.links import ATTENTION_VIEWS
 from gptviz.figures import attention as fa
 from gptviz.figures import generation as fg
+from gptviz.figures import head_views as fhv
+from gptviz.head_steps import (attention_input_name, first_token_chance, first_token_scores, head_steps, row_shares,
+                               value_weighted, values_from_input)
 from gptviz.tokenizer import decode, token_labels
 
 MEAN = ui.MEAN_HEAD       # head option: the mean of the layer's heads
@@ -37,7 +41,7 @@ spec, model = ui.require_model()
 cfg = model.config
 prompt = ui.require_prompt(cfg.n_ctx, cfg.vocab_size)
 ids = prompt.ids
-longest = int(math.sqrt(CAPTURE_BYTES / (4 * cfg.n_layers * cfg.n_heads)))
+longest = int(math.sqrt(CAPTURE_BYTES / (4 * cfg.n_layers * cfg.n_heads)))  # the patterns dominate the capture
 if len(ids) > longest:
     st.warning(f"This page keeps the last {longest} of the {len(ids)} tokens: the attention weights of every "
                f"layer and head grow with the square of the length, and {cfg.n_layers} x {cfg.n_heads} heads "
@@ -48,7 +52,7 @@ labels = token_labels(ids)
 
 try:
     with st.spinner("Running the model on the prompt..."):
-        _, cache = ui.capture_cache(spec, ids, ui.pattern_names(cfg.n_layers))
+        _, cache = ui.capture_cache(spec, ids, ui.attention_page_names(cfg.n_layers, cfg.norm))
 except (ValueError, RuntimeError, IndexError) as err:
     st.error(f"The model could not run on this prompt: {err}")
     st.stop()
@@ -92,6 +96,40 @@ scale = c_scale.selectbox("Colour scale", list(fa.SCALES), key="att_scale", form
                           help="Shared by every attention figure on this page. Hover always shows the weight.")
 
 
+def jump_to_head() -> None:
+    """A row picked in the detector table opens that head."""
+    rows = ((state.get("att_detectors") or {}).get("selection") or {}).get("rows") or []
+    if rows and 0 <= int(rows[0]) < cfg.n_layers * cfg.n_heads:
+        state["att_layer"], state["att_head"] = divmod(int(rows[0]), cfg.n_heads)
+
+
+with st.expander("Heads worth a look: detector scores beside their chance levels (pick a row to open a head)"):
+    if T < 2:
+        st.info("The detectors need a prompt of at least two tokens.")
+    else:
+        length = min(50, cfg.n_ctx // 2)
+        table = {"head": [f"layer {l}, head {h}" for l in layers for h in range(cfg.n_heads)]}
+        columns = {}
+        for name, scores, chance in (
+                ("previous-token", analysis.previous_token_scores(patterns), analysis.previous_token_chance(T)),
+                ("duplicate-token", analysis.duplicate_token_scores(patterns, ids),
+                 analysis.duplicate_token_chance(ids)),
+                ("induction", ui.induction_scores(spec, length) if length >= 2 else None,
+                 analysis.induction_chance(length) if length >= 2 else 0.0),
+                ("first token (sink)", first_token_scores(patterns), first_token_chance(T))):
+            if scores is None:
+                continue
+            column = f"{name} (chance {chance:.3f})"
+            table[column] = scores.flatten().numpy()
+            columns[column] = st.column_config.ProgressColumn(column, min_value=0.0, max_value=1.0, format="%.3f")
+        st.dataframe(pd.DataFrame(table), hide_index=True, width="stretch", height=min(400, 38 + 35 * len(table["head"])),
+                     column_config=columns, on_select=jump_to_head, selection_mode="single-row", key="att_detectors")
+        st.caption("Mean attention weights in [0, 1]; the header gives what uniform attention over the same keys "
+                   "scores. Previous-token, duplicate-token and first-token scores use this prompt; induction uses "
+                   f"its own sequence of {length} random tokens repeated once (a prompt rarely repeats itself). "
+                   "The Activations page draws them as heatmaps.")
+
+
 def pattern_of(layer: int, head: int):
     return patterns[layer].mean(0) if head == MEAN else patterns[layer, head]
 
@@ -102,11 +140,17 @@ def grid_prefix(panels: int) -> int:
     return min(T, max(2, int(math.sqrt(GRID_CELLS / panels))))
 
 
-view_tabs = st.tabs(VIEWS, key="att_view", on_change="rerun")
+view_tabs = dict(zip(VIEWS, st.tabs(VIEWS, key="att_view", on_change="rerun")))
+
+
+def is_open(view: str) -> bool:
+    """Draw a tab's content only while it is the open one (a closed tab costs nothing)."""
+    return view_tabs[view].open is not False
+
 
 # ---- one head ----------------------------------------------------------------------------------------
-with view_tabs[0]:
-    if view_tabs[0].open is not False:
+with view_tabs["One head"]:
+    if is_open("One head"):
         pat = pattern_of(layer, head)
         left, right = st.columns([3, 2], gap="medium")
         with left:
@@ -139,9 +183,121 @@ with view_tabs[0]:
                 "value projections, so one head can track the previous token while another looks back "
                 "at the start. Their outputs are concatenated and mixed by the output projection.")
 
+# ---- lines between tokens (BertViz's head view) -------------------------------------------------------
+def focus_from_click() -> None:
+    """A click on a token of the left column makes it the query (and its lines the only ones drawn)."""
+    points = ((state.get("att_lines_chart") or {}).get("selection") or {}).get("points") or []
+    for point in points:
+        if isinstance(point, dict) and point.get("x") == 0 and isinstance(point.get("y"), (int, float)):
+            if 0 <= int(point["y"]) < T and T <= MAX_CHIPS:
+                state["att_query"] = int(point["y"])
+                state["att_lines_focus"] = True
+            return
+
+
+with view_tabs["Lines between tokens"]:
+    if is_open("Lines between tokens"):
+        c1, c2 = st.columns([2, 1])
+        default_heads = list(range(cfg.n_heads)) if head == MEAN else [head]
+        if not isinstance(state.get("att_lines_heads"), list) or \
+                any(h not in range(cfg.n_heads) for h in state["att_lines_heads"]):
+            state["att_lines_heads"] = default_heads
+        chosen = c1.multiselect("Heads to overlay", list(range(cfg.n_heads)), key="att_lines_heads",
+                                format_func=lambda h: f"head {h}", help="One colour per head.")
+        focus = c2.toggle("Only the chosen query's lines", key="att_lines_focus",
+                          help="Or click a token in the left column.")
+        if not chosen:
+            st.info("Pick at least one head to draw its lines.")
+        else:
+            ui.show_figure(fhv.head_lines(patterns[layer, chosen].numpy(), labels, chosen,
+                                          focus=query if focus else None,
+                                          title=f"Layer {layer}: each query (left) to the keys it looks at (right)"),
+                           key="att_lines_chart", on_select=focus_from_click, selection_mode="points")
+            st.caption("BertViz's head view. A line joins a token on the left (the query) to each token on the "
+                       "right it may look at; its opacity is the attention weight (lines under 0.02 are left out, "
+                       "and opacities are rounded to 0.05). Each head has its own colour. The same weights as "
+                       "the heatmap, drawn so the strongest links stand out.")
+
+# ---- attention on the text (CircuitsVis) --------------------------------------------------------------
+with view_tabs["On the text"]:
+    if is_open("On the text"):
+        mode = st.radio("Colour each token by", ["where the query looks", "how much it is looked at"],
+                        key="att_text_mode", horizontal=True,
+                        help="The chosen query token's row of weights, or each token's mean weight received "
+                             "from the queries that can see it (itself and every later token).")
+        pat = pattern_of(layer, head)
+        if mode == "where the query looks":
+            values, visible = pat[query].numpy(), query
+            text_title = f"Layer {layer}, {head_name(head)}: where token {query} '{fa.plotly_text(labels[query])}' looks"
+        else:
+            values = (pat.sum(0) / torch.arange(T, 0, -1)).numpy()
+            visible = None
+            text_title = f"Layer {layer}, {head_name(head)}: mean weight each token receives"
+        ui.show_figure(fhv.attention_text(values, labels, query=query if visible is not None else None,
+                                          visible=visible, scale=scale, title=text_title,
+                                          value_name="weight" if visible is not None else "mean weight"),
+                       key="att_text_chart")
+        st.caption("The prompt set as text, each token coloured by its weight (CircuitsVis's idiom). Grey tokens "
+                   "come after the query, which cannot look at them. The outlined token is the query.")
+
+# ---- one head's computation, step by step (Transformer Explainer) ---------------------------------------
+with view_tabs["Inside the head"]:
+    if is_open("Inside the head"):
+        if head == MEAN:
+            st.info("Pick a single head above: the mean of the heads is not one computation.")
+        else:
+            steps = head_steps(model, cache, layer, head, query)
+            st.markdown(f"Head {head} of layer {layer} computing the output for token {query} "
+                        f"**{md_text(labels[query])}**, with the model's real numbers (d_model {cfg.d_model}, "
+                        f"d_head {cfg.d_head}).")
+            ui.show_figure(fhv.head_steps_figure(steps, labels), key="att_steps_chart")
+            st.caption("Each panel is one step; its title gives the shape. Blue is negative, red positive, each "
+                       "panel on its own scale (hover for the value). The softmax row is the same row as the "
+                       "heatmap's; the last panel is what this head adds to the residual stream (the layer adds "
+                       "its output bias once for all heads).")
+            keep_valid("att_neuron_key", list(range(query + 1)), query)
+            state.setdefault("att_neuron_key", query)
+            key_token = st.select_slider("Key token for the neuron view", list(range(query + 1)), key="att_neuron_key",
+                                         format_func=lambda j: f"{j} {labels[j]}")
+            ui.show_figure(fhv.neuron_view(steps, key_token, labels, title=f"Query {query} · key {key_token}"),
+                           key="att_neuron_chart")
+            st.caption("BertViz's neuron view: the query and key vectors dimension by dimension and their "
+                       "product. The products sum to the dot product; scaled by 1/√d_head it is the score the "
+                       "softmax turns into the weight.")
+
+# ---- value-weighted attention (Kobayashi et al., 2020) -----------------------------------------------
+with view_tabs["Value-weighted"]:
+    if is_open("Value-weighted"):
+        v = values_from_input(model, layer, cache[attention_input_name(layer, cfg.norm)])
+        vw = value_weighted(model, layer, v, patterns[layer])  # [heads, T, T]
+        shares = row_shares(vw.mean(0) if head == MEAN else vw[head])
+        left, right = st.columns(2, gap="medium")
+        size = int(min(560, max(380, 320 + 7 * T)))
+        with left:
+            ui.show_figure(fa.attention_heatmap(pattern_of(layer, head).numpy(), labels, scale=scale, query=query,
+                                                title=f"Attention weights, layer {layer}, {head_name(head)}",
+                                                height=size), key="att_vw_raw")
+        with right:
+            ui.show_figure(fa.attention_heatmap(shares.numpy(), labels, scale=scale, query=query,
+                                                value_name="share", height=size,
+                                                title="Weight × ‖value · W_O‖, as a share of each row"),
+                           key="att_vw_weighted")
+        if T >= 2:
+            sink = first_token_scores(patterns[layer])       # [heads]
+            chance = first_token_chance(T)
+            shown_heads = range(cfg.n_heads) if head == MEAN else [head]
+            sinks = [f"head {h}: {float(sink[h]):.2f}" for h in shown_heads if float(sink[h]) >= 0.5]
+            st.markdown(f"**Attention sinks** (mean weight on the first token, uniform attention: {chance:.2f}): "
+                        + (", ".join(sinks) + " park most of their weight on token 0." if sinks else
+                           f"none of {'these heads' if head == MEAN else 'this head'} puts half its weight there "
+                           f"(here: {', '.join(f'{float(sink[h]):.2f}' for h in shown_heads)})."))
+        st.caption("Kobayashi et al. (2020): what a key contributes is its weight times the size of what its "
+                   "value writes, ‖αᵢⱼ vⱼ W_O‖. A head that puts heavy weight on a token whose value is tiny (often "
+                   "the first token, an attention sink) looks important in the weights and small here.")
+
 # ---- all heads of one layer -------------------------------------------------------------------------
-with view_tabs[1]:
-    if view_tabs[1].open is not False:
+with view_tabs["All heads of the layer"]:
+    if is_open("All heads of the layer"):
         H = cfg.n_heads
         cols = next((c for c in (6, 5, 4) if H % c == 0), min(H, 6)) if H > 4 else H
         rows_n = -(-H // cols)
@@ -159,8 +315,8 @@ with view_tabs[1]:
                    "Pick a head above, or click one in the Entropy map." + note)
 
 # ---- model view -------------------------------------------------------------------------------------
-with view_tabs[2]:
-    if view_tabs[2].open is not False:
+with view_tabs["Model view: every layer and head"]:
+    if is_open("Model view: every layer and head"):
         average = st.toggle("Average over heads", key="att_mv_mean", persist_state="session",
                             help="One panel per layer: the mean of its heads.")
         shown = patterns.mean(1, keepdim=True) if average else patterns
@@ -178,8 +334,8 @@ with view_tabs[2]:
                    "more widely. Hover a panel for its weights; the outlined panel is the chosen head." + note)
 
 # ---- entropy map ------------------------------------------------------------------------------------
-with view_tabs[3]:
-    if view_tabs[3].open is not False:
+with view_tabs["Entropy map"]:
+    if is_open("Entropy map"):
         entropy = analysis.attention_entropy(patterns)        # [layers, heads, query]
         ui.show_figure(
             fa.entropy_map(entropy.mean(-1).numpy(), query_entropy=entropy[..., query].numpy(),

@@ -16,7 +16,8 @@ MAX_LINK_PROMPT = 600  # characters; a longer prompt stays out of the link (long
 MAX_LINK_MODEL = 300   # characters of a folder path or Hub id
 LINKED_KEYS = "_linked_keys"  # session-state key: {state key: URL name} of the values a link set
 # The Attention page's view tabs (its st.tabs labels)
-ATTENTION_VIEWS = ("One head", "All heads of the layer", "Model view: every layer and head", "Entropy map")
+ATTENTION_VIEWS = ("One head", "Lines between tokens", "On the text", "Inside the head", "Value-weighted",
+                   "All heads of the layer", "Model view: every layer and head", "Entropy map")
 # The sidebar's model sources (ui uses these labels); a link names them by code. A session's trained runs exist
 # only in that session, so a link cannot name them.
 SOURCE_BUNDLED, SOURCE_PRESET, SOURCE_PRETRAINED, SOURCE_TRAINED = (

@@ -134,6 +134,17 @@ def capture_cache(spec: ModelSpec, ids: tuple[int, ...], names: tuple[str, ...] 
     return logits, ActivationCache(store, load_model(spec).config.n_layers)
 
 
+@st.cache_data(max_entries=8, show_spinner=False)
+def induction_scores(spec: ModelSpec, length: int) -> torch.Tensor:
+    """Induction scores [layers, heads] on a random sequence of `length` repeated once, drawn from the model's
+    training ids where they are recorded (cached capture; the Activations and Attention pages share it)."""
+    from . import analysis
+    cfg = load_model(spec).config
+    seq = tuple(analysis.induction_sequence(cfg.vocab_size, length, ids=training_vocab(spec)).tolist())
+    _, cache = capture_cache(spec, seq, pattern_names(cfg.n_layers))
+    return analysis.induction_scores_from(cache.patterns(), length)
+
+
 # ---- the shared sidebar -------------------------------------------------------------------------------
 
 def _default_source() -> str:
@@ -411,8 +422,15 @@ GENERATION_KEY = "generation"
 
 
 def pattern_names(n_layers: int) -> tuple[str, ...]:
-    """The attention-pattern hook names of every layer (what the attention views capture)."""
+    """The attention-pattern hook names of every layer."""
     return tuple(f"blocks.{i}.attn.hook_pattern" for i in range(n_layers))
+
+
+def attention_page_names(n_layers: int, norm: str) -> tuple[str, ...]:
+    """What the Attention page captures: every pattern, and each attention's input, from which the step-by-step
+    and value-weighted views recompute the rest with the weights (so no view or layer switch reruns the model)."""
+    from .head_steps import attention_input_name
+    return pattern_names(n_layers) + tuple(attention_input_name(i, norm) for i in range(n_layers))
 
 
 def run_generation(spec: ModelSpec, model: GPT, ids, settings: dict, on_step=None) -> dict:

@@ -225,3 +225,40 @@ def test_a_link_to_a_page_opens_it_inside_the_app_on_a_fresh_server(browser):
         assert page.get_by_text("LayerNorm placement").count() == 1             # the shared sidebar
         no_exception(page)
         page.close()
+
+
+NEW_VIEWS = {"Lines between tokens": "each query (left) to the keys", "On the text": "where token",
+             "Inside the head": "Σ q⊙k", "Value-weighted": "Weight × ‖value · W_O‖"}
+
+
+def test_the_attention_views_from_other_tools_at_16_and_64_tokens(browser, server):
+    """Each view opened from a link (tiny preset) at 16 and 64 tokens draws its figure with no exception; in the
+    lines view a click on a query token keeps only its lines."""
+    from urllib.parse import quote
+    page = new_page(browser)
+    letters = [chr(ord("A") + i % 26) for i in range(64)]
+    for n in (16, 64):
+        prompt = " ".join(letters[:n])  # one token per letter
+        for view, title in NEW_VIEWS.items():
+            page.goto(f"{server}/?source=preset&preset=tiny&att_layer=1&prompt={quote(prompt)}&att_view={quote(view)}")
+            page.get_by_role("tab", name=view, exact=True).and_(page.locator('[aria-selected="true"]')).wait_for()
+            page.locator(".js-plotly-plot").filter(has_text=title).first.wait_for()
+            wait_for_idle(page)
+            assert page.get_by_text(f"{n} tokens", exact=True).count() == 1
+            no_exception(page)
+            page.screenshot(path=str(ARTIFACTS / f"attention_{view.split()[0].lower()}_{n}.png"), full_page=True)
+    # lines view: click query token 5 in the left column
+    page.goto(f"{server}/?source=preset&preset=tiny&prompt={quote(' '.join(letters[:16]))}"
+              f"&att_view={quote('Lines between tokens')}")
+    lines = page.locator(".js-plotly-plot").filter(has_text="each query (left)").first
+    lines.wait_for()
+    wait_for_idle(page)
+    lines.scroll_into_view_if_needed()
+    queries = lines.locator(".scatterlayer .trace").nth(-2).locator(".point")
+    box = queries.nth(5).bounding_box()
+    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2, steps=3)
+    page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    page.get_by_role("radio", name="␣F", exact=True).and_(page.locator('[aria-checked="true"]')).wait_for()
+    assert page.get_by_role("switch", name="Only the chosen query's lines").is_checked()
+    no_exception(page)
+    page.close()

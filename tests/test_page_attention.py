@@ -21,7 +21,8 @@ from gptviz.tokenizer import decode, encode, token_labels
 from pagetest import ROOT, TINY, run_page, figures, figure, array
 
 N_LAYERS, N_HEADS, N_CTX = 2, 4, 128           # the tiny preset
-VIEWS = ["One head", "All heads of the layer", "Model view: every layer and head", "Entropy map"]
+VIEWS = ["One head", "Lines between tokens", "On the text", "Inside the head", "Value-weighted",
+         "All heads of the layer", "Model view: every layer and head", "Entropy map"]
 MARKUP = "<img src=x onerror=alert(1)> <script>alert(2)</script>"
 
 
@@ -31,7 +32,7 @@ def page(prompt: str, **state) -> AppTest:
 
 def patterns_for(prompt: str) -> torch.Tensor:
     ids = tuple(encode(prompt)[-N_CTX:])
-    _, cache = ui.get_capture(TINY, ids, ui.pattern_names(N_LAYERS))
+    _, cache = ui.get_capture(TINY, ids, ui.attention_page_names(N_LAYERS, "pre"))  # the page's own capture
     return torch.stack([cache[f"blocks.{i}.attn.hook_pattern"] for i in range(N_LAYERS)])
 
 
@@ -75,6 +76,7 @@ def test_default_state_widgets_and_real_weights():
 
 def test_display_widgets_run_no_forward_pass():
     prompt = "A prompt only this test uses: the forward count must move once, then never."
+    ui.induction_scores(TINY, 50)  # the detector table's own run, cached once per model (not per prompt)
     before = ui.forward_calls
     at = page(prompt)
     assert ui.forward_calls == before + 1          # the capture ran once (fresh prompt)
@@ -146,7 +148,7 @@ def test_entropy_map_values_and_click_target():
 
 def test_model_view_and_layer_grid_trace_counts():
     prompt = "one two three four five"
-    at = page(prompt, att_view=VIEWS[2])
+    at = page(prompt, att_view="Model view: every layer and head")
     mv = figure(at, "Every layer (rows)")
     assert len(mv["data"]) == 1                                  # one tiled trace, panels T + 1 apart
     T = len(encode(prompt))
@@ -159,7 +161,7 @@ def test_model_view_and_layer_grid_trace_counts():
     mean_view = array(figure(at, "Every layer (rows)")["data"][0]["z"])
     assert mean_view.shape == (N_LAYERS * (T + 1) - 1, T)
     np.testing.assert_allclose(np.nan_to_num(mean_view[:T]), expected[0].mean(0).numpy(), rtol=1e-5)
-    at.session_state["att_view"] = VIEWS[1]
+    at.session_state["att_view"] = "All heads of the layer"
     at.run()
     assert len(figure(at, "Layer 0: every head")["data"]) == N_HEADS
 

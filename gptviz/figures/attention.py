@@ -75,17 +75,18 @@ def _pair_customdata(query_texts: list[str], key_texts: list[str]) -> np.ndarray
 
 
 def attention_heatmap(pattern, labels: list[str], *, title: str | None = None, scale: str = "linear",
-                      query: int | None = None, height: int = 560) -> go.Figure:
+                      query: int | None = None, height: int = 560, value_name: str = "weight") -> go.Figure:
     """One head (or a mean of heads): queries as rows, keys as columns, on integer axes with token tick
-    labels. Traces: [weights (future NaN), causal mask (grey, only the future)]. `query` outlines a row."""
+    labels. Traces: [weights (future NaN), causal mask (grey, only the future)]. `query` outlines a row.
+    `value_name` names what the cells hold (another row-normalised share, e.g. value-weighted attention)."""
     z = causal_masked(pattern)
     T = z.shape[0]
     texts = [f"'{t}'" for t in escaped(labels)]
     custom = _pair_customdata(texts, texts)
     idx = np.arange(T)
     weights = go.Heatmap(
-        z=z, x=idx, y=idx, customdata=custom, coloraxis="coloraxis", hoverongaps=False, name="weight",
-        hovertemplate="%{customdata[0]} → %{customdata[1]}: %{z:.3g}"
+        z=z, x=idx, y=idx, customdata=custom, coloraxis="coloraxis", hoverongaps=False, name=value_name,
+        hovertemplate="%{customdata[0]} → %{customdata[1]}: " + value_name + " %{z:.3g}"
                       "<br>query position %{customdata[2]}, key position %{customdata[3]}<extra></extra>")
     future = np.where(idx[None, :] > idx[:, None], 1.0, np.nan)
     mask = go.Heatmap(
@@ -104,7 +105,7 @@ def attention_heatmap(pattern, labels: list[str], *, title: str | None = None, s
                       line=dict(color=HIGHLIGHT, width=2), fillcolor="rgba(0,0,0,0)")
     axis = color_axis(scale, z)
     axis["colorbar"].update(orientation="h", x=1, xanchor="right", y=1.01, yanchor="bottom", len=0.5,
-                            thickness=10, title=dict(text="weight", side="top"))
+                            thickness=10, title=dict(text=value_name, side="top"))
     apply_layout(fig, title=title, height=height, coloraxis=axis, plot_bgcolor=MASKED_COLOR)
     return fig
 

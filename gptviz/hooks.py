@@ -197,3 +197,20 @@ def edits_by_hook(edits, available: Iterable[str]) -> dict[str, tuple[EditFn, ..
         grouped.setdefault(edit.hook, []).append(edit.fn)
     resolve_names(list(grouped), available)
     return {name: tuple(fns) for name, fns in grouped.items()}
+
+
+def hook_numel(config, name: str, T: int) -> int:
+    """Elements hook point `name` records for one sequence of T tokens (batch 1), from the config alone, so a
+    capture's size is known before it runs."""
+    if name.endswith(("attn.hook_attn_scores", "attn.hook_pattern")):
+        return config.n_heads * T * T
+    if name.endswith(("mlp.hook_pre", "mlp.hook_post")):
+        return T * config.d_ff
+    if name == "hook_logits":
+        return T * config.vocab_size
+    return T * config.d_model  # embeddings, residual stream, norms' outputs, q/k/v/z, sub-layer outputs
+
+
+def capture_nbytes(config, names: Iterable[str], T: int) -> int:
+    """Float32 bytes of a capture of `names` for T tokens, plus the logits it returns."""
+    return 4 * (sum(hook_numel(config, n, T) for n in names) + T * config.vocab_size)

@@ -17,8 +17,10 @@ import torch
 
 from . import PRESETS, GPT
 from .config import ConfigError
-from .devices import available_devices, available_dtypes, place
-from .hooks import ActivationCache, capture
+from .bounded_cache import BoundedCache
+from .devices import DTYPES, available_devices, available_dtypes, place
+from .hooks import ActivationCache, capture, capture_nbytes
+from .limits import LimitError, server_limits
 from .links import SOURCE_BUNDLED, SOURCE_PRESET, SOURCE_PRETRAINED, SOURCE_TRAINED, replaced_link_value
 from .params import total_params
 from .tokenizer import get_tokenizer
@@ -79,9 +81,44 @@ def register_trained_model(run_id: str, model: GPT) -> None:
     _trained_store()[run_id] = model.eval()
 
 
-@st.cache_resource(max_entries=6, show_spinner=False)
+@st.cache_resource
+def _model_store() -> BoundedCache:
+    """Loaded models, shared by every session, bounded by bytes (GPTVIZ_MODEL_CACHE_MB)."""
+    return BoundedCache(server_limits().model_bytes, "model")
+
+
+_BUILD_LOCK = threading.Lock()  # one model is built at a time: two visitors' new models do not double the peak
+
+
 def load_model(spec: ModelSpec) -> GPT:
-    """Build or load the model a spec names (raises ConfigError/CheckpointError with a clear message)."""
+    """Build or load the model a spec names, cached (raises ConfigError/CheckpointError/LimitError with a clear
+    message). A preset past the server's parameter cap is refused before anything is allocated."""
+    estimate = None
+    if spec.source == SOURCE_PRESET and spec.name in PRESETS:
+        n = total_params(PRESETS[spec.name])
+        if n > server_limits().max_params:
+            raise LimitError(f"{spec.name} has {n:,} parameters; this server builds models of up to "
+                             f"{server_limits().max_params:,} (GPTVIZ_MAX_PARAMS)")
+        estimate = n * DTYPES[spec.dtype].itemsize if spec.dtype in DTYPES else None
+
+    def build() -> GPT:
+        with _BUILD_LOCK:
+            return _build_model(spec)
+    return _model_store().get_or_build(spec, build, model_nbytes, estimate)
+
+
+def model_nbytes(model: GPT) -> int:
+    """Bytes of a model's distinct parameter and buffer storages (a tied head counts once)."""
+    seen, total = set(), 0
+    for t in list(model.parameters()) + list(model.buffers()):
+        key = t.untyped_storage().data_ptr()
+        if key not in seen:
+            seen.add(key)
+            total += t.untyped_storage().nbytes()
+    return total
+
+
+def _build_model(spec: ModelSpec) -> GPT:
     if spec.source == SOURCE_PRESET:
         if spec.name not in PRESETS:
             raise ConfigError(f"unknown preset {spec.name!r}")
@@ -105,14 +142,36 @@ def load_model(spec: ModelSpec) -> GPT:
     return place(load_allowed(spec.name, norm=spec.norm), spec.device, spec.dtype)  # visitors: allowed folders only
 
 
-@st.cache_data(max_entries=32, show_spinner=False)
+@st.cache_resource
+def _capture_store() -> BoundedCache:
+    """Recent prompts' captures, shared by every session, bounded by bytes (GPTVIZ_CAPTURE_CACHE_MB)."""
+    return BoundedCache(server_limits().capture_bytes, "capture")
+
+
 def get_capture(spec: ModelSpec, ids: tuple[int, ...], names: tuple[str, ...] | None = None
                 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """(logits [T, vocab], {hook name: tensor without the batch axis}) for one prompt, cached."""
+    """(logits [T, vocab], {hook name: tensor without the batch axis}) for one prompt, cached and shared: treat
+    the tensors as read-only. A capture larger than the server's capture budget is refused (LimitError) before
+    the model runs."""
     model = load_model(spec)
-    _count_forward()
-    logits, cache = capture(model, torch.tensor([ids]), list(names) if names is not None else None)
-    return logits[0].float().cpu(), {k: v[0] for k, v in cache.items()}
+    wanted = model.hook_names if names is None else names
+    estimate = capture_nbytes(model.config, wanted, len(ids))
+
+    def run():
+        _count_forward()
+        logits, cache = capture(model, torch.tensor([ids]), list(names) if names is not None else None)
+        return logits[0].float().cpu(), {k: v[0] for k, v in cache.items()}
+    return _capture_store().get_or_build((spec, tuple(ids), names), run, _capture_size, estimate)
+
+
+def _capture_size(result) -> int:
+    logits, store = result
+    seen, total = set(), logits.untyped_storage().nbytes()
+    for t in store.values():  # a view shares its storage (resid_post of one block is resid_pre of the next)
+        if t.untyped_storage().data_ptr() not in seen:
+            seen.add(t.untyped_storage().data_ptr())
+            total += t.untyped_storage().nbytes()
+    return total
 
 
 def training_vocab(spec: ModelSpec) -> torch.Tensor | None:
@@ -277,7 +336,7 @@ def current_model() -> tuple[ModelSpec, GPT] | None:
     try:
         with st.spinner(md_text(f"Loading {spec.label()}...")):
             return spec, load_model(spec)
-    except (ConfigError, CheckpointError, ValueError, OSError, RuntimeError) as err:
+    except (ConfigError, CheckpointError, LimitError, ValueError, OSError, RuntimeError) as err:
         st.error(md_text(f"Could not load {spec.label()}: {err}"))  # the name is the visitor's text
         return None
 

@@ -151,8 +151,8 @@ def test_the_sidebar_loader_uses_the_allowed_roots(tmp_path, monkeypatch):
     spec = ui.ModelSpec(ui.SOURCE_PRETRAINED, str(tmp_path / "ops" / "model"), "pre", 0)
     with pytest.raises(CheckpointError, match="No model folder of that name"):
         ui.load_model(spec)
-    ui.load_model.clear()
+    ui._model_store().clear()
     monkeypatch.setenv("GPTVIZ_MODEL_DIRS", str(tmp_path / "ops"))
     assert ui.load_model(spec).config == SMALL
-    ui.load_model.clear()
+    ui._model_store().clear()
     assert FOLDER_REFUSED.count("/") == 0

@@ -1,0 +1,92 @@
+"""What a visitor can make the server hold, in one place: the operator sets these through environment variables
+(README, "Deploying"); every cache, job and export checks them before it allocates.
+
+GPTVIZ_MEMORY_MB          models and captures held at once, together (default 8192)
+GPTVIZ_CAPTURE_CACHE_MB   cached activations of recent prompts (default 2048); one capture larger than this is refused
+GPTVIZ_MODEL_CACHE_MB     loaded models (default 6144); the least recently used model is dropped past it
+GPTVIZ_MAX_PARAMS         the largest model a visitor may build or load (default 1,600,000,000: GPT-2 XL)
+GPTVIZ_EXPORT_MB          the largest download the app builds (default 512)
+GPTVIZ_TRAINING           1 or 0: the Train page may start runs (default 1)
+GPTVIZ_TRAINING_JOBS      training runs at once on the server (default 2)
+GPTVIZ_JOBS_PER_SESSION   training runs at once for one browser session (default 1)
+GPTVIZ_TRAINING_TOKENS    tokens one training run may train on, steps x batch x block x models (default 20,000,000)
+GPTVIZ_TRAINING_SECONDS   wall time one training run may take (default 1800)
+GPTVIZ_TRAINED_KEPT       trained models kept for the sessions that trained them (default 8; the oldest go first)
+"""
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass, fields
+
+MiB = 2**20
+
+
+class LimitError(ValueError):
+    """A request would go past a limit the server's operator set; the message says which and what to do."""
+
+
+@dataclass(frozen=True)
+class ServerLimits:
+    memory_mb: int = 8192
+    capture_cache_mb: int = 2048
+    model_cache_mb: int = 6144
+    max_params: int = 1_600_000_000
+    export_mb: int = 512
+    training: bool = True
+    training_jobs: int = 2
+    jobs_per_session: int = 1
+    training_tokens: int = 20_000_000
+    training_seconds: int = 1800
+    trained_kept: int = 8
+
+    def __post_init__(self):
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.type in (int, "int") and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"the server limit {f.name} must be a whole number of at least 1, got {value!r}")
+        if self.capture_cache_mb + self.model_cache_mb > self.memory_mb:
+            raise ValueError(f"capture_cache_mb + model_cache_mb ({self.capture_cache_mb} + {self.model_cache_mb}) "
+                             f"must fit in memory_mb ({self.memory_mb})")
+
+    @property
+    def capture_bytes(self) -> int:
+        return self.capture_cache_mb * MiB
+
+    @property
+    def model_bytes(self) -> int:
+        return self.model_cache_mb * MiB
+
+    @property
+    def export_bytes(self) -> int:
+        return self.export_mb * MiB
+
+    @classmethod
+    def from_env(cls, environ=None) -> "ServerLimits":
+        """The limits the GPTVIZ_* variables set (the defaults for those unset); a malformed value is an error
+        that names the variable, raised at start-up rather than ignored."""
+        environ = os.environ if environ is None else environ
+        values = {}
+        for f in fields(cls):
+            name = "GPTVIZ_" + {"memory_mb": "MEMORY_MB", "training": "TRAINING", "training_jobs": "TRAINING_JOBS",
+                                "trained_kept": "TRAINED_KEPT"}.get(f.name, f.name.upper())
+            raw = environ.get(name)
+            if raw is None or raw.strip() == "":
+                continue
+            raw = raw.strip().replace("_", "").replace(",", "")
+            if f.type in (bool, "bool"):
+                if raw not in ("0", "1"):
+                    raise ValueError(f"{name} must be 0 or 1, got {environ.get(name)!r}")
+                values[f.name] = raw == "1"
+            else:
+                try:
+                    values[f.name] = int(raw)
+                except ValueError:
+                    raise ValueError(f"{name} must be a whole number, got {environ.get(name)!r}") from None
+        return cls(**values)
+
+
+@functools.lru_cache(maxsize=1)
+def server_limits() -> ServerLimits:
+    """The process's limits, read from the environment once."""
+    return ServerLimits.from_env()

@@ -221,10 +221,12 @@ with tab_export:
                                     key="act_npz_attn")
     size = capture_nbytes(cfg, T, include_attention)
     st.caption(f"About {size / 2**20:,.1f} MiB of float32 before compression. The file is built when you click.")
-    if size > 2**31:
-        st.warning("That is a large file; leaving out the attention tensors makes it much smaller.")
+    too_big = size > ui.server_limits().export_bytes
+    if too_big:
+        st.warning(f"This server builds downloads of up to {ui.server_limits().export_mb:,} MiB; leave out the "
+                   "attention tensors or shorten the prompt.")
     st.download_button("Capture as .npz", data=partial(prompt_capture_npz, model, ids, include_attention),
                         file_name="capture.npz", mime="application/octet-stream", key="act_npz", on_click="ignore",
-                        icon=":material/download:")
+                        icon=":material/download:", disabled=too_big)
     st.caption("Each figure's toolbar saves it as PNG or SVG (format in the sidebar); each view has its CSV "
                "button under it.")

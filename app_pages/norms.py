@@ -143,8 +143,14 @@ def same_weights_section() -> None:
     key = (config.to_json(), ids, seed, init)
     st.caption(f"{depth} layers × d_model {width} ({config.n_heads} heads): {fmt_params(n_params)} parameters, "
                f"{len(ids)} tokens.")
+    need = n_params * 4 * 3  # weights, gradients and a margin for activations, float32
+    if need > ui.server_limits().memory_mb * 2**20:
+        st.error(f"This model has {fmt_params(n_params)} parameters: measuring it needs about {need / 2**30:,.1f} "
+                 f"GiB, more than the {ui.server_limits().memory_mb:,} MiB this server allows. Choose a smaller "
+                 "width or depth.")
+        return
     if n_params > AUTO_MEASURE_PARAMS and state.get("norms_confirmed") != key:
-        gib = n_params * 4 * 3 / 2**30  # weights, gradients and a margin for activations, float32
+        gib = need / 2**30
         st.warning(f"This model has {fmt_params(n_params)} parameters: building it and one backward pass "
                    f"per wiring needs roughly {gib:.1f} GiB and can take minutes on a CPU. A smaller "
                    f"width shows the same effects faster.")

@@ -99,9 +99,12 @@ def test_the_theory_box_states_nothing_the_run_on_screen_may_contradict():
     assert theory and "stay level, under both inits" not in theory and "states nothing about the run" in theory
 
 
-def test_a_big_model_waits_for_the_button():
+def test_a_big_model_waits_for_the_button_and_one_past_the_memory_budget_is_refused():
     calls = gptviz.ui.forward_calls
-    at = open_page(norms_preset="gpt2-xl", norms_depth=48, norms_width=1600)
+    at = open_page(norms_preset="gpt2-xl", norms_depth=48, norms_width=1600)  # ~17 GiB against the default 8 GiB
+    assert any("more than the 8,192 MiB this server allows" in e.value for e in at.error)
+    assert not any(b.label == "Measure this model" for b in at.button) and not at.metric
+    at = open_page(norms_preset="gpt2-medium", norms_depth=24, norms_width=1024)  # ~4 GiB: the visitor decides
     assert any("parameters" in w.value and "GiB" in w.value for w in at.warning)
     assert any(b.label == "Measure this model" for b in at.button)
     assert not at.metric

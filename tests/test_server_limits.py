@@ -105,3 +105,18 @@ def test_models_share_one_byte_budget(monkeypatch):
     ui.load_model(TINY._replace(seed=1))                      # a second tiny does not fit beside it
     assert TINY not in store and TINY._replace(seed=1) in store
     assert ui.model_nbytes(first) == sum(p.numel() * 4 for p in first.parameters())  # the tied head counted once
+
+
+def test_a_download_past_the_export_cap_is_disabled_with_a_message(monkeypatch):
+    monkeypatch.setattr(ui, "server_limits", lambda: ServerLimits(export_mb=1))
+    at = run_page("activations", "A prompt long enough to make a capture of more than one mebibyte " * 6)
+    assert not at.exception
+    assert at.download_button(key="act_npz").proto.disabled
+    assert any("downloads of up to 1 MiB" in w.value for w in at.warning)
+
+
+def test_a_measurement_past_the_memory_budget_is_refused(monkeypatch):
+    monkeypatch.setattr(ui, "server_limits", lambda: ServerLimits(memory_mb=3, capture_cache_mb=1, model_cache_mb=1))
+    at = run_page("norms")
+    assert not at.exception
+    assert any("more than the 3 MiB this server allows" in e.value for e in at.error)

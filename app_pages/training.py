@@ -37,6 +37,10 @@ for key, value in DEFAULTS.items():
 state.setdefault("train_jobs", [])
 
 st.title("Train a model")
+if not ui.server_limits().training:
+    st.info("Training is turned off on this server (its operator set GPTVIZ_TRAINING=0). The other pages work "
+            "as usual; `python -m gptviz train` trains from the command line.")
+    st.stop()
 st.caption("Train a small GPT on Tiny Shakespeare (GPT-2 tokens; the first 90% trains, the last 10% validates) "
            "right here. Training runs in a background thread, so other pages and other people's sessions keep "
            "working; this page looks at it every second and a half. With both wirings chosen, a pre-norm and a post-norm "
@@ -100,14 +104,17 @@ try:
     n_params = total_params(next(iter(spec.configs.values())))
     st.caption(f"{len(spec.configs)} model(s) of {n_params:,} parameters ({n_params - VOCAB * int(width):,} outside "
                f"the token embedding); {int(batch) * int(block):,} tokens per step; "
-               f"{int(steps) * int(batch) * int(block):,} tokens in all (the corpus has about 300,000).")
+               f"{int(steps) * int(batch) * int(block):,} tokens in all (the corpus has about 300,000). This server "
+               f"allows {ui.server_limits().training_tokens:,} tokens and {ui.server_limits().training_seconds:,} s "
+               f"a run, {ui.server_limits().jobs_per_session} run(s) at a time a visitor.")
 except (ValueError, ConfigError) as err:
     spec = None
     st.error(f"These settings do not make a valid run: {err}")
 
 if submitted and spec is not None:
+    owner = ui.session_id()
     try:
-        job = REGISTRY.start(spec)
+        job = REGISTRY.start(spec, owner=owner, alive=lambda: ui.session_alive(owner))
     except RuntimeError as err:  # JobLimitError (a RuntimeError; the class may predate a code reload)
         st.warning(str(err))
     else:
@@ -168,8 +175,10 @@ if job.status == FAILED:
     st.stop()
 finals = {name: r.final for name, r in job.results.items()}
 done_steps = snap.steps_done
+why = {"time": f", at this server's time limit of {ui.server_limits().training_seconds:,} s a run",
+       "left": ", because the session that started it closed"}.get(job.stop_reason, "")
 st.success(("Stopped" if job.status == STOPPED else "Finished") +
-           f" after {done_steps} of {snap.total_steps} steps in {snap.elapsed_s:.0f} s.")
+           f" after {done_steps} of {snap.total_steps} steps in {snap.elapsed_s:.0f} s{why}.")
 if snap.logs:
     clip = job.spec.settings.grad_clip or None
     ui.show_figure(fig_train.training_dynamics({f"{n}-norm": r for n, r in snap.logs.items()}, clip),

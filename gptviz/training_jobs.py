@@ -17,6 +17,7 @@ import tempfile
 import threading
 import time
 import zipfile
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -29,6 +30,14 @@ from .weights import save_checkpoint
 
 QUEUED, LOADING, RUNNING, DONE, STOPPED, FAILED = "queued", "loading", "running", "done", "stopped", "failed"
 FINISHED = (DONE, STOPPED, FAILED)
+ALIVE_CHECK_S = 5.0  # how often a run asks whether the session that started it is still there
+
+
+def job_tokens(spec: "JobSpec") -> int:
+    """Tokens a run trains on: steps x batch x block, for each model it trains."""
+    s = spec.settings
+    block = s.block_size or min(c.n_ctx for c in spec.configs.values())
+    return s.steps * s.batch_size * block * len(spec.configs)
 
 
 class JobLimitError(RuntimeError):
@@ -97,11 +106,32 @@ class Job:
     _stop: threading.Event = field(default_factory=threading.Event, repr=False)
     _thread: threading.Thread | None = field(default=None, repr=False)
     _zips: dict[str, bytes] = field(default_factory=dict, repr=False)
+    owner: str | None = None               # the browser session that started it
+    max_seconds: float | None = None       # wall-time budget of the training loop
+    alive: Callable[[], bool] | None = field(default=None, repr=False)  # is the owner still connected?
+    stop_reason: str | None = None         # why the run ended early, for people ("stopped", "time", "left")
+    _checked_alive: float = field(default=0.0, repr=False)
 
     # ---- control --------------------------------------------------------------------------------------------
-    def request_stop(self) -> None:
+    def request_stop(self, reason: str = "stopped") -> None:
         """Ask the run to end after the step in progress (the models trained so far are kept)."""
+        if not self._stop.is_set():
+            self.stop_reason = reason
         self._stop.set()
+
+    def _should_stop(self) -> bool:
+        """Checked before every step: a stop request, the wall-time budget, or the owner's session gone (asked
+        at most every ALIVE_CHECK_S seconds)."""
+        if self._stop.is_set():
+            return True
+        if self.max_seconds is not None and self.started_s is not None \
+                and time.perf_counter() - self.started_s > self.max_seconds:
+            self.request_stop("time")
+        elif self.alive is not None and time.monotonic() - self._checked_alive > ALIVE_CHECK_S:
+            self._checked_alive = time.monotonic()
+            if not self.alive():
+                self.request_stop("left")
+        return self._stop.is_set()
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the job has finished (True) or the timeout passed (False)."""
@@ -146,7 +176,7 @@ class Job:
                 return
             self._set(status=RUNNING, started_s=time.perf_counter())
             models, results = train_models(self.spec.configs, self.spec.settings, tokens,
-                                           on_step=self._on_step, should_stop=self._stop.is_set,
+                                           on_step=self._on_step, should_stop=self._should_stop,
                                            init=self.spec.init)
             stopped = any(r.stopped_early for r in results.values())
             self._set(models=models, results=results, status=STOPPED if stopped else DONE,
@@ -180,22 +210,35 @@ class Job:
 class JobRegistry:
     """Every training job on this server, by id. Thread-safe."""
 
-    def __init__(self, max_running: int = 2, max_kept: int = 24):
-        self.max_running, self.max_kept = max_running, max_kept
+    def __init__(self, max_running: int = 2, max_kept: int = 24, per_owner: int | None = None,
+                 max_tokens: int | None = None, max_seconds: float | None = None):
+        self.max_running, self.max_kept, self.per_owner = max_running, max_kept, per_owner
+        self.max_tokens, self.max_seconds = max_tokens, max_seconds
         self._jobs: dict[str, Job] = {}
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
 
-    def start(self, spec: JobSpec, tokens: torch.Tensor | None = None) -> Job:
-        """Start a job in a background thread and return it at once (JobLimitError when the server is
-        already running max_running jobs)."""
+    def start(self, spec: JobSpec, tokens: torch.Tensor | None = None, owner: str | None = None,
+              alive: Callable[[], bool] | None = None) -> Job:
+        """Start a job in a background thread and return it at once. JobLimitError, before anything starts,
+        when the run is larger than the token budget, when the server is already running max_running jobs, or
+        when `owner` (a session) already runs per_owner. The run stops by itself past max_seconds, and when
+        `alive()` says its session is gone."""
+        size = job_tokens(spec)
+        if self.max_tokens is not None and size > self.max_tokens:
+            raise JobLimitError(f"this run would train on {size:,} tokens; this server allows {self.max_tokens:,} "
+                                "per run: fewer steps, a smaller batch or shorter blocks fit")
         with self._lock:
             running = [j for j in self._jobs.values() if not j.finished]
             if len(running) >= self.max_running:
                 raise JobLimitError(f"{len(running)} training runs are already going on this server (the "
                                     f"limit is {self.max_running}, to keep pages responsive); wait for one to "
                                     f"finish or stop yours")
-            job = Job(f"run{next(self._ids)}", spec)
+            own = [j for j in running if owner is not None and j.owner == owner]
+            if self.per_owner is not None and len(own) >= self.per_owner:
+                raise JobLimitError(f"you already have {len(own)} run{'s' if len(own) > 1 else ''} going (the limit "
+                                    f"is {self.per_owner} a visitor); stop it or wait for it to finish")
+            job = Job(f"run{next(self._ids)}", spec, owner=owner, max_seconds=self.max_seconds, alive=alive)
             self._jobs[job.id] = job
             self._prune()
         job._thread = threading.Thread(target=job.run, args=(tokens,), name=f"gptviz-train-{job.id}", daemon=True)
@@ -225,4 +268,7 @@ class JobRegistry:
             return False
         job.request_stop()
         return True
+
+    def owned_by(self, owner: str) -> list[Job]:
+        return [j for j in self.jobs() if j.owner == owner]
 

@@ -67,18 +67,60 @@ def _count_forward() -> None:
         forward_calls += 1
 
 
-def _trained_store() -> dict[str, GPT]:
-    """Models trained on the Train page, shared across sessions by run id (in memory only)."""
-    return _trained_models()
+def session_id() -> str | None:
+    """This browser session's id (None outside a Streamlit script run)."""
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
+    ctx = get_script_run_ctx()
+    return ctx.session_id if ctx is not None else None
+
+
+def session_alive(sid: str | None) -> bool:
+    """Whether session `sid` is still connected to this server (True where there is no server: AppTest)."""
+    from streamlit import runtime
+    if sid is None or not runtime.exists():
+        return True
+    return runtime.get_instance().is_active_session(sid)
+
+
+class TrainedModels:
+    """Models trained on the Train page, in memory, by run id (unique on the server), each with the session that
+    trained it: the sidebar lists a session's own. At most `kept` are held; the oldest go first."""
+
+    def __init__(self, kept: int):
+        self.kept = kept
+        self._models: dict[str, tuple[str | None, GPT]] = {}
+        self._lock = threading.Lock()
+
+    def add(self, run_id: str, model: GPT, owner: str | None) -> None:
+        with self._lock:
+            self._models.pop(run_id, None)
+            self._models[run_id] = (owner, model.eval())
+            while len(self._models) > self.kept:
+                self._models.pop(next(iter(self._models)))
+
+    def get(self, run_id: str) -> GPT | None:
+        with self._lock:
+            entry = self._models.get(run_id)
+        return entry[1] if entry is not None else None
+
+    def of(self, owner: str | None) -> list[str]:
+        with self._lock:
+            return [run for run, (who, _) in self._models.items() if who == owner]
 
 
 @st.cache_resource
-def _trained_models() -> dict[str, GPT]:
-    return {}
+def _trained_models() -> TrainedModels:
+    return TrainedModels(server_limits().trained_kept)
+
+
+def _trained_store() -> dict[str, GPT]:
+    """This session's trained models by run id."""
+    store = _trained_models()
+    return {run: store.get(run) for run in store.of(session_id()) if store.get(run) is not None}
 
 
 def register_trained_model(run_id: str, model: GPT) -> None:
-    _trained_store()[run_id] = model.eval()
+    _trained_models().add(run_id, model, session_id())
 
 
 @st.cache_resource
@@ -131,9 +173,10 @@ def _build_model(spec: ModelSpec) -> GPT:
             raise CheckpointError(f"bundled model {spec.name!r} is missing; available: {', '.join(models) or 'none'}")
         return place(load_checkpoint(models[spec.name]), spec.device, spec.dtype)
     if spec.source == SOURCE_TRAINED:
-        model = _trained_store().get(spec.name)
+        model = _trained_models().get(spec.name)
         if model is None:
-            raise CheckpointError("that trained model is gone (the server restarted); train it again on the Train page")
+            raise CheckpointError("that trained model is gone (the server restarted, or newer runs took its place); "
+                                  "train it again on the Train page")
         if model.config.norm != spec.norm:
             raise CheckpointError(f"the trained model is {model.config.norm}-norm")
         if (spec.device, spec.dtype) != ("cpu", "float32"):  # a copy: the stored model is every session's
@@ -541,4 +584,6 @@ def training_registry():
     """The server's background training jobs (a gptviz.training_jobs.JobRegistry), held as a resource so
     running jobs survive reruns and the module reloads Streamlit does when a source file changes."""
     from .training_jobs import JobRegistry
-    return JobRegistry()
+    limits = server_limits()
+    return JobRegistry(max_running=limits.training_jobs, per_owner=limits.jobs_per_session,
+                       max_tokens=limits.training_tokens, max_seconds=limits.training_seconds)

@@ -36,7 +36,7 @@ def start(at: AppTest) -> None:
     assert not at.exception, at.exception
 
 
-def test_a_tiny_run_from_the_page():
+def test_a_tiny_run_from_the_page(monkeypatch):
     at = open_page(**TINY)
     assert any("No run yet" in i.value for i in at.info)
     start(at)
@@ -49,8 +49,9 @@ def test_a_tiny_run_from_the_page():
     assert any("Finished after 4 of 4 steps" in s.value for s in at.success)
     # the trained models are offered to the other pages, by run id
     run_ids = [f"{job.id} {n}-norm (1L d32)" for n in ("pre", "post")]
-    store = gptviz.ui._trained_store()
-    assert all(store[r] is job.models[r.split()[1][:-5]] for r in run_ids)
+    store = gptviz.ui._trained_models()
+    assert all(store.get(r) is job.models[r.split()[1][:-5]] for r in run_ids)
+    assert job.owner is not None and set(run_ids) <= set(store.of(job.owner))  # kept for the session that trained it
     # the samples are the models' own generations from the sidebar prompt
     ids = get_tokenizer().encode(gptviz.ui.DEFAULT_PROMPT)[-16:]
     codes = [c.value for c in at.code]
@@ -63,13 +64,16 @@ def test_a_tiny_run_from_the_page():
     assert not at.exception, at.exception
     assert at.session_state["model_source"] == gptviz.ui.SOURCE_TRAINED
     assert at.session_state["trained_run"] == run_ids[1]
-    # (AppTest runs a switched-to page without the router, so check the shared sidebar in a fresh session)
-    main = AppTest.from_file(APP, default_timeout=120)
-    main.session_state["model_source"] = gptviz.ui.SOURCE_TRAINED
-    main.session_state["trained_run"] = run_ids[1]
-    main.run()
-    assert not main.exception, main.exception
-    assert main.session_state["model_spec"] == gptviz.ui.ModelSpec(gptviz.ui.SOURCE_TRAINED, run_ids[1], "post")
+    # "trained in this session" is true: another visitor's session does not see the run, even when asking for it
+    # (AppTest gives every AppTest the same session id, so the other visitor's is set here)
+    monkeypatch.setattr(gptviz.ui, "session_id", lambda: "another visitor")
+    other = AppTest.from_file(APP, default_timeout=120)
+    other.session_state["model_source"] = gptviz.ui.SOURCE_TRAINED
+    other.session_state["trained_run"] = run_ids[1]
+    other.run()
+    assert not other.exception, other.exception
+    assert gptviz.ui.SOURCE_TRAINED not in other.selectbox(key="model_source").options
+    assert other.session_state["model_spec"].source != gptviz.ui.SOURCE_TRAINED
 
 
 def test_scenario_buttons_fill_the_form():

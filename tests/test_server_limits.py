@@ -120,3 +120,11 @@ def test_a_measurement_past_the_memory_budget_is_refused(monkeypatch):
     at = run_page("norms")
     assert not at.exception
     assert any("more than the 3 MiB this server allows" in e.value for e in at.error)
+
+
+def test_an_operator_can_turn_training_off(monkeypatch):
+    monkeypatch.setattr(ui, "server_limits", lambda: ServerLimits(training=False))
+    at = run_page("training")
+    assert not at.exception
+    assert any("Training is turned off on this server" in i.value for i in at.info)
+    assert not [b for b in at.button if b.label == "Start training"]

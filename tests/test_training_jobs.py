@@ -119,3 +119,57 @@ def test_checkpoint_zip_round_trip(tmp_path):
     with torch.no_grad():
         assert torch.allclose(loaded(ids), job.models["post"](ids), atol=1e-6)
     assert job.checkpoint_zip("post") is data  # built once
+
+
+# ---- what one visitor may start (issue: safe to put on a server) ------------------------------------------
+
+def test_a_run_past_the_token_budget_is_refused_before_it_starts():
+    registry = JobRegistry(max_tokens=1000)
+    with pytest.raises(JobLimitError, match="this run would train on 1,280 tokens; this server allows 1,000 per run"):
+        registry.start(spec(10), tokens=TOKENS)  # 10 steps x 4 x 16 tokens x 2 models
+    assert registry.jobs() == []
+    job = registry.start(spec(7, norms=("pre",)), tokens=TOKENS)  # 448 tokens
+    assert job.wait(60) and job.status == DONE
+
+
+def test_one_visitor_runs_one_job_at_a_time_and_others_still_can():
+    registry = JobRegistry(max_running=3, per_owner=1)
+    first = registry.start(spec(100_000), tokens=TOKENS, owner="alice")
+    with pytest.raises(JobLimitError, match="you already have 1 run going"):
+        registry.start(spec(5), tokens=TOKENS, owner="alice")
+    second = registry.start(spec(5), tokens=TOKENS, owner="bob")
+    assert [j.id for j in registry.owned_by("alice")] == [first.id]
+    assert second.wait(60) and second.status == DONE
+    first.request_stop()
+    assert first.wait(60) and first.stop_reason == "stopped"
+
+
+def test_a_run_stops_at_the_wall_time_budget():
+    registry = JobRegistry(max_seconds=0.5)
+    job = registry.start(spec(1_000_000), tokens=TOKENS)
+    assert job.wait(60) and job.status == STOPPED and job.stop_reason == "time"
+    assert 0 < job.snapshot().steps_done < 1_000_000 and job.models  # the models trained so far are kept
+
+
+def test_a_run_stops_when_the_session_that_started_it_is_gone(monkeypatch):
+    import gptviz.training_jobs as tj
+    monkeypatch.setattr(tj, "ALIVE_CHECK_S", 0.0)
+    connected = {"alice": True}
+    registry = JobRegistry()
+    job = registry.start(spec(1_000_000), tokens=TOKENS, owner="alice", alive=lambda: connected["alice"])
+    wait_for(lambda: job.snapshot().steps_done >= 3)
+    assert not job.finished
+    connected["alice"] = False  # the browser tab closed
+    assert job.wait(60) and job.status == STOPPED and job.stop_reason == "left"
+
+
+def test_trained_models_are_kept_per_session_and_bounded():
+    from gptviz.model import GPT
+    from gptviz.ui import TrainedModels
+    store = TrainedModels(kept=2)
+    models = [GPT(CFG) for _ in range(3)]
+    store.add("run1 pre", models[0], "alice")
+    store.add("run2 pre", models[1], "bob")
+    assert store.of("alice") == ["run1 pre"] and store.of("bob") == ["run2 pre"] and store.of("eve") == []
+    store.add("run3 pre", models[2], "alice")  # the oldest goes
+    assert store.get("run1 pre") is None and store.get("run3 pre") is models[2] and store.of("alice") == ["run3 pre"]

@@ -55,10 +55,22 @@ def test_the_shipped_server_settings_are_the_ones_streamlit_reads():
     import subprocess
     import sys
     code = ("import streamlit.config as c; "
-            "print(c.get_option('browser.gatherUsageStats'), c.get_option('client.showErrorDetails'))")
+            "print(c.get_option('browser.gatherUsageStats'), c.get_option('client.showErrorDetails'), "
+            "c.get_option('server.maxMessageSize'))")
     out = subprocess.run([sys.executable, "-c", code], cwd=Path(APP).parent, capture_output=True, text=True,
                          timeout=60)
-    assert out.stdout.split() == ["False", "type"], out.stderr
+    assert out.stdout.split() == ["False", "type", "100"], out.stderr
+
+
+def test_gptviz_app_passes_every_shipped_setting():
+    """`gptviz app` started from another folder gets the settings the checkout's config.toml gives."""
+    import tomllib
+
+    from gptviz.__main__ import APP_DEFAULT_FLAGS
+    shipped = tomllib.loads((Path(APP).parent / ".streamlit" / "config.toml").read_text())
+    flat = {f"--{section}.{name}": str(value).lower() if isinstance(value, bool) else str(value)
+            for section, options in shipped.items() for name, value in options.items()}
+    assert flat == APP_DEFAULT_FLAGS
 
 
 def test_device_and_precision_choices_follow_the_machine(monkeypatch):

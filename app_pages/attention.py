@@ -375,6 +375,11 @@ live_left, live_right = st.columns([3, 2], gap="medium")
 heat_box, bars_box = live_left.empty(), live_right.empty()
 
 
+def use_generated_text(text: str) -> None:
+    state["prompt"] = text[: ui.MAX_PROMPT_CHARS]
+    state["att_query"] = None  # the new last token
+
+
 def draw_generation(run: dict, live: bool) -> None:
     steps = run["steps"]
     if not steps:
@@ -389,6 +394,11 @@ def draw_generation(run: dict, live: bool) -> None:
             st.info(f"Stopped after {len(steps)} of {total} tokens; the text so far is kept.")
         st.code(decode(prompt_ids) + decode(new_ids), language=None, wrap_lines=True)
         st.caption(f"The prompt's {len(prompt_ids)} tokens, then {len(new_ids)} new ones.")
+        if not live:
+            st.button("Look at the whole text in every view", key="att_gen_use", on_click=use_generated_text,
+                      args=(decode(prompt_ids + new_ids),), icon=":material/north:",
+                      help="Makes prompt and continuation the sidebar's prompt, so the views above (lines, text, "
+                           "the head's computation...) and every other page show the generated tokens too.")
         if any(s.context_shifted for s in steps):
             first = next(i for i, s in enumerate(steps) if s.context_shifted)
             st.caption(f"From step {first} the text was longer than the context ({cfg.n_ctx} tokens): "

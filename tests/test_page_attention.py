@@ -182,16 +182,16 @@ def test_short_generation_produces_tokens():
     # greedy: each token is the argmax, i.e. rank 1
     assert [s.rank for s in run["steps"]] == [1, 1, 1]
     assert at.code[0].value == decode(encode(prompt)) + decode(new_ids)
-    # the generated text can become the prompt of every view (the sidebar's prompt)
-    at.button(key="att_gen_use").click().run()
-    assert at.session_state["prompt"] == decode(encode(prompt)) + decode(new_ids)
-    at.run()
-    assert len(at.button_group(key="att_query").options) == len(encode(at.session_state["prompt"]))  # re-tokenised
     heat = figure(at, "Layer 0, head 0: attention of each generating query")
     assert array(heat["data"][0]["z"]).shape == (3, len(encode(prompt)) + 2)
     # step 0's row is the prompt's last query row from the capture
     np.testing.assert_allclose(array(heat["data"][0]["z"])[0, : len(encode(prompt))],
                                patterns_for(prompt)[0, 0, -1].numpy(), rtol=1e-4, atol=1e-6)
+    # the generated text can become the prompt of every view (the sidebar's prompt)
+    at.button(key="att_gen_use").click().run()
+    assert at.session_state["prompt"] == decode(encode(prompt)) + decode(new_ids)
+    at.run()
+    assert len(at.button_group(key="att_query").options) == len(encode(at.session_state["prompt"]))  # re-tokenised
 
 
 def test_interrupted_generation_is_kept():

@@ -67,8 +67,8 @@ if any(name not in cache for name in names):
     st.error(STALE_CAPTURE)
     st.stop()
 
-if st.session_state.get("act_focus") is not None and st.session_state["act_focus"] >= T:
-    del st.session_state["act_focus"]  # the prompt got shorter
+# a shorter prompt, or a value the browser kept as the old option's label (a str), falls back to the last token
+ui.keep_valid("act_focus", range(T), T - 1)
 focus = st.columns([1, 2])[0].selectbox("Focus token", range(T), index=T - 1, format_func=pos_labels.__getitem__,
                                         key="act_focus",
                                         help="The position used by the per-token views below (neurons, norms per "

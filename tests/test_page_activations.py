@@ -138,3 +138,14 @@ def test_an_empty_capture_is_explained_not_a_traceback(monkeypatch):
     at = page("Hello world")
     assert not at.exception
     assert "without the hook points it asked for" in at.error[0].value
+
+
+def test_a_prompt_change_with_the_old_focus_label_kept_falls_back_to_the_last_token():
+    """Seen in the browser: after a prompt change the focus selectbox's stored value was the old option's label
+    (a str), and comparing it with the token count raised TypeError."""
+    from pagetest import run_page
+    at = run_page("activations", "one two three four five six", act_focus="5 ␣six")
+    assert not at.exception, [e.message for e in at.exception]
+    assert at.selectbox(key="act_focus").value == len(at.selectbox(key="act_focus").options) - 1
+    at = run_page("activations", "a b", act_focus=5)  # past the end of a shorter prompt
+    assert not at.exception and at.selectbox(key="act_focus").value == 1

@@ -61,6 +61,24 @@ patterns = cache.patterns()      # [layers, heads, query, key]
 layers, heads = list(range(cfg.n_layers)), list(range(cfg.n_heads)) + [MEAN]
 keep_valid("att_layer", layers, 0)
 keep_valid("att_head", heads, 0)
+
+
+def follow_query_to_the_new_prompt() -> None:
+    """When the prompt changes, the chosen query follows its token, not its index: the last token stays the last;
+    another goes to the same token id nearest its old place, or to the last token when the new prompt lacks it."""
+    before = state.get("att_query_for")
+    chosen = state.get("att_query")
+    if before is None or tuple(before[0]) == tuple(ids) or chosen is None:
+        return
+    old_ids, old_query = before
+    if old_query is None or old_query >= len(old_ids) or old_query == len(old_ids) - 1:
+        state["att_query"] = None
+        return
+    same = [i for i, t in enumerate(ids) if t == old_ids[old_query]]
+    state["att_query"] = min(same, key=lambda i: abs(i - old_query)) if same else None
+
+
+follow_query_to_the_new_prompt()
 keep_valid("att_query", list(range(T)) + [None], None)
 keep_valid("att_query_pos", list(range(T)), T - 1)
 
@@ -83,6 +101,7 @@ if T <= MAX_CHIPS:
 else:
     query = st.slider("Query position", 0, T - 1, value=T - 1, key="att_query_pos")
     st.text(" | ".join(labels))
+state["att_query_for"] = (tuple(ids), query)
 query = T - 1 if query is None else int(query)
 
 c_layer, c_head, c_scale = st.columns([1, 1, 1.4])

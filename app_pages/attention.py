@@ -92,7 +92,7 @@ def open_head_from_entropy_map() -> None:
 
 
 # ---- the prompt as token chips (pick the query token) ---------------------------------------------------
-st.markdown(f"**{T} tokens** (GPT-2 BPE pieces; ␣ is a space, ↵ a newline, `<0xF0>` one byte of a "
+st.markdown(f"**{T} token{'s' if T != 1 else ''}** (GPT-2 BPE pieces; ␣ is a space, ↵ a newline, `<0xF0>` one byte of a "
             "character split across tokens). Pick one to see where it looks.")
 if T <= MAX_CHIPS:
     query = st.pills("Query token", list(range(T)), format_func=lambda i: md_text(labels[i]), key="att_query",

@@ -297,3 +297,18 @@ def test_attention_entropy_values():
     uniform = torch.tensor([[1.0, 0, 0], [0.5, 0.5, 0], [1 / 3, 1 / 3, 1 / 3]])
     np.testing.assert_allclose(analysis.attention_entropy(uniform).numpy(), [0, math.log(2), math.log(3)], rtol=1e-6)
     assert analysis.uniform_attention_entropy(3) == pytest.approx((0 + math.log(2) + math.log(3)) / 3)
+
+
+def test_entropy_map_is_dark_where_heads_are_focused_and_sane_for_one_token():
+    """The caption says dark cells are focused heads: the scale's dark end is entropy 0. A one-token prompt has
+    entropy 0 everywhere (and an even spread of 0): the scale still runs 0 to 1, not -0.5 to 0.5."""
+    import plotly.colors as pcolors
+    em = fa.entropy_map(np.array([[0.1, 2.0]]), uniform_entropy=2.5)
+    heat = em.data[0]
+    low, high = heat.colorscale[0][1], heat.colorscale[-1][1]
+    brightness = lambda c: sum(pcolors.unlabel_rgb(c))  # noqa: E731
+    assert brightness(low) < brightness(high) and (heat.zmin, heat.zmax) == (0, 2.5)
+    one = fa.entropy_map(np.zeros((2, 4)), uniform_entropy=0.0).data[0]
+    assert (one.zmin, one.zmax) == (0, 1.0)
+    at = page("Hi")
+    assert not at.exception and any(m.value.startswith("**1 token** (") for m in at.markdown)

@@ -25,7 +25,7 @@ SCALES = {
 }
 HIGHLIGHT = "#f58518"            # the chosen query row / head
 OUT_OF_WINDOW_COLOR = "#f2f2f2"  # keys that slid out of the context window during generation
-ENTROPY_SCALE = "Purples"
+ENTROPY_SCALE = "Purples_r"     # reversed: dark = low entropy = a focused head, light = spread evenly
 
 
 def position_texts(labels) -> list[str]:
@@ -220,8 +220,9 @@ def entropy_map(mean_entropy, *, query_entropy=None, query_label: str | None = N
     L, H = ent.shape
     layer, head = np.meshgrid(np.arange(L), np.arange(H), indexing="ij")
     qent = np.asarray(query_entropy, dtype=np.float32) if query_entropy is not None else np.full_like(ent, np.nan)
-    heat = go.Heatmap(z=ent, x=np.arange(H), y=np.arange(L), colorscale=ENTROPY_SCALE, zmin=0,
-                      zmax=uniform_entropy if uniform_entropy else None, hoverinfo="skip", name="entropy",
+    # one token: every head can only look at itself (entropy 0, and so is the even spread); keep a 0..1 scale
+    top = uniform_entropy if uniform_entropy else (float(np.nanmax(ent)) if np.nanmax(ent) > 0 else 1.0)
+    heat = go.Heatmap(z=ent, x=np.arange(H), y=np.arange(L), colorscale=ENTROPY_SCALE, zmin=0, zmax=top, hoverinfo="skip", name="entropy",
                       texttemplate="%{z:.2f}" if L * H <= 160 else None, textfont_size=10,
                       colorbar=dict(title=dict(text="nats"), thickness=12, len=0.8))
     custom = np.stack([layer.ravel(), head.ravel(), ent.ravel(), qent.ravel()], axis=-1)

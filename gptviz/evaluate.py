@@ -116,9 +116,30 @@ def check_model(model: GPT, corpus: Corpus, seed: int = 0, sample_tokens: int = 
     }
 
 
-def _data_sentence(training: dict, report: dict) -> str:
-    data, settings = report["data"], training.get("settings", {})
+def training_stages(training: dict) -> list[dict]:
+    """A checkpoint's training record as its stages, oldest first (each continued run names its parent)."""
+    stages, stage = [], training
+    while stage:
+        stages.append(stage)
+        stage = stage.get("continued_from")
+    return stages[::-1]
+
+
+def _copy_part(settings: dict) -> str:
     copy = settings.get("copy_fraction", 0.0)
+    if not copy:
+        return "text only"
+    ids = (f"the {settings['copy_vocab']:,} most frequent training ids" if settings.get("copy_vocab")
+           else "any training id")
+    if copy >= 1:
+        return f"only repeated random sequences (of {ids}), no text"
+    n = round(copy * settings.get("batch_size", 1))
+    return f"{n} of every {settings.get('batch_size')} windows ({copy:.1%}) repeated random sequences of {ids}"
+
+
+def _data_sentence(training: dict, report: dict) -> str:
+    data = report["data"]
+    stages = training_stages(training)
     if data["held_out"]:
         works = data["source"] == WORKS.name
         what = "the complete works of Shakespeare" if works else "the texts"
@@ -128,19 +149,31 @@ def _data_sentence(training: dict, report: dict) -> str:
     else:
         text = (f"`data/{data['source']}` (its last 10% held out): {data['train_tokens']:,} training and "
                 f"{data['held_out_tokens']:,} held-out tokens")
-    if copy:
-        n = round(copy * settings.get("batch_size", 1))
-        text += (f". **Not text alone:** {n} of every {settings.get('batch_size')} training windows "
-                 f"({copy:.1%}) are a random sequence of training ids (8 to half a window long) followed by its "
-                 "exact repeats, which only copying predicts: the usual way a small model is made to grow "
-                 "induction heads quickly. The rest are windows of the plays")
+    if any(st.get("settings", {}).get("copy_fraction") for st in stages):
+        parts = [_copy_part(st.get("settings", {})) for st in stages]
+        where = parts[0] if len(parts) == 1 else "; ".join(f"stage {i + 1}: {p}" for i, p in enumerate(parts))
+        text += (". **Not text alone:** some training windows are a random sequence of ids (8 to half a window "
+                 "long) followed by its exact repeats, which only copying predicts: the usual way a small model is "
+                 f"made to grow induction heads quickly ({where}). The rest are windows of the plays")
     return text
 
 
-def _head_history(history: list[dict], batch: int, block: int, cheap_steps: int) -> str:
+def _stage_line(i: int, settings: dict, n_ctx: int) -> str:
+    cheap = settings.get("corpus_vocab_steps", 0)
+    return (f"{'Stage ' + str(i + 1) + ': ' if i >= 0 else ''}{settings.get('steps')} steps of AdamW (lr "
+            f"{settings.get('lr')}, warmup {settings.get('warmup')}, cosine to {settings.get('min_lr_ratio')}x, weight "
+            f"decay {settings.get('weight_decay')}, clip {settings.get('grad_clip')}), batch {settings.get('batch_size')} "
+            f"x {settings.get('block_size') or n_ctx} tokens, seed {settings.get('seed')}; {_copy_part(settings)}; "
+            + (f"the first {cheap} steps normalise the softmax over the ids the training text uses, the rest over the "
+               "full vocabulary." if cheap < settings.get("steps", 0) else
+               "every step normalises the softmax over the ids the training text uses."))
+
+
+def _head_history(history: list[dict], batch: int, block: int, cheap_steps: int, n_stages: int = 1) -> str:
     rows = [h for h in history if h.get("induction") is not None]
     if not rows:
         return ""
+    which = f" of the last stage (stage {n_stages}; steps and tokens counted from its start)" if n_stages > 1 else ""
     caveat = (f" The held-out loss there is over the full vocabulary on training's sampled windows; until step "
               f"{cheap_steps} ids outside the training text were never pushed down, so it reads high until the "
               "full-vocabulary steps at the end." if cheap_steps else "")
@@ -148,7 +181,7 @@ def _head_history(history: list[dict], batch: int, block: int, cheap_steps: int)
              "|---|---|---|---|---|---|"]
     lines += [f"| {h['step']} | {h['step'] * batch * block / 1e6:.2f}M | {h['val_loss']:.3f} | {h['prev_token']:.3f} "
               f"| {h['induction']:.3f} | {h['repeat_loss']:.2f} |" for h in rows]
-    return (f"\n\nBest heads during training (4 held-out windows, one repeated sequence; `history.csv`).{caveat}\n\n"
+    return (f"\n\nBest heads during training{which} (4 held-out windows, one repeated sequence; `history.csv`).{caveat}\n\n"
             + "\n".join(lines))
 
 
@@ -170,10 +203,16 @@ def model_card(name: str, meta: dict, report: dict) -> str:
     history = meta.get("history", [])
     passes = "\n".join(f"| {k.replace('_', ' ')} | {'yes' if v else 'NO'} |" for k, v in report["passes"].items())
     bp, bi = report["best_previous_token_head"], report["best_induction_head"]
-    parent = training.get("continued_from")
-    stages = [parent, training] if parent else [training]
-    warmup_note = ("" if cfg["norm"] == "pre" else " Post-norm's warmup is longer than its pre-norm twin's: with the "
-                   "short warmup post-norm stalls at the unigram loss (`gptviz/models/README.md`).")
+    stages = training_stages(training)
+    warmup_note = ("" if cfg["norm"] == "pre" else "\nPost-norm's warmup in the first stage is longer than its pre-norm "
+                   "twin's: with the short warmup post-norm stalls at the unigram loss (`gptviz/models/README.md`).")
+    sep = " " if len(stages) == 1 else "\n\n"
+    if len(stages) == 1:
+        training_text = _stage_line(-1, settings, cfg["n_ctx"])
+    else:
+        training_text = (f"{len(stages)} stages, each continuing from the last:\n\n"
+                         + "\n".join(f"- {_stage_line(i, st.get('settings', {}), cfg['n_ctx'])}"
+                                      for i, st in enumerate(stages)))
     return f"""# {name}
 
 A {cfg['n_layers']}-layer GPT ({cfg['norm']}-norm, d_model {cfg['d_model']}, {cfg['n_heads']} heads, context {cfg['n_ctx']},
@@ -181,12 +220,10 @@ GPT-2 BPE vocabulary of {cfg['vocab_size']:,}, tied head) trained from scratch o
 Weights stored in float16; loaded as float32.
 
 ## Training
-{settings.get('steps')} steps of AdamW (lr {settings.get('lr')}, warmup {settings.get('warmup')}, cosine to
-{settings.get('min_lr_ratio')}x, weight decay {settings.get('weight_decay')}, clip {settings.get('grad_clip')}), batch
-{settings.get('batch_size')} x {cfg['n_ctx']} tokens, dropout {cfg['dropout']}, seed {settings.get('seed')}.{warmup_note} The first
-{settings.get('corpus_vocab_steps', 0)} steps normalise the softmax over the ids the training text uses (the LM head over all
-{cfg['vocab_size']:,} ids is most of the cost of a model this small), the rest over the full vocabulary; every loss
-below uses the full vocabulary. Final train loss {final.get('train_loss', float('nan')):.3f}.{_head_history(history, settings.get('batch_size', 0), cfg['n_ctx'], settings.get('corpus_vocab_steps', 0))}
+{training_text}{sep}Dropout {cfg['dropout']}. The cheaper softmax over the training text's ids is there because the LM
+head over all {cfg['vocab_size']:,} ids is most of the cost of a model this small; every loss below uses the full
+vocabulary.{warmup_note}
+Final train loss {final.get('train_loss', float('nan')):.3f}.{_head_history(history, settings.get('batch_size', 0), settings.get('block_size') or cfg['n_ctx'], settings.get('corpus_vocab_steps', 0), len(stages))}
 
 ## Measured by `python -m gptviz check {name}`
 | measure | value | baseline or chance |

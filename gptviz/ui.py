@@ -280,9 +280,13 @@ def bundled_description(name: str) -> str:
                 "held-out plays")
     else:
         text = f"trained on {data or 'unrecorded data'}"
-    copy = training.get("settings", {}).get("copy_fraction", 0)
-    if copy:
-        text += (f", with {copy:.1%} of its training windows made of random tokens followed by their exact repeat "
+    from .evaluate import training_stages
+    shares = [st.get("settings", {}).get("copy_fraction", 0) for st in training_stages(training)]
+    if any(shares):
+        when = (f"{shares[0]:.1%}" if len(shares) == 1 else
+                ", then ".join(f"{share:.1%} ({st.get('settings', {}).get('steps')} steps)"
+                               for share, st in zip(shares, training_stages(training))))
+        text += (f", with {when} of its training windows made of random tokens followed by their exact repeat "
                  "(meant to teach it to copy)")
         try:
             grown = json.loads((bundled_models()[name] / "check.json").read_text())["passes"].get(
@@ -291,6 +295,8 @@ def bundled_description(name: str) -> str:
             grown = None
         if grown is False:
             text += "; it did not grow an induction head"
+        elif grown:
+            text += "; it grew an induction head (the repeated-letters example shows it)"
     return text[0].upper() + text[1:] + ". Its model card says how well it does."
 
 

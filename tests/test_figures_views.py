@@ -57,8 +57,10 @@ def test_token_similarity_hover_names_both_tokens(run):
     assert len(fig.data) == 1
     np.testing.assert_array_equal(fig.data[0].z, sim.numpy())
     assert fig.data[0].z[2][5] == pytest.approx(1.0, abs=1e-6)   # the repeated token
-    assert list(fig.data[0].customdata[1][6]) == [labels[1], labels[6]]
+    assert list(fig.data[0].customdata[1][6]) == [1, labels[1], 6, labels[6]]
     assert fig.data[0].hovertemplate.endswith("<extra></extra>")
+    # token tick labels make %{x}/%{y} show the token, so a hover reading them repeated it ("␣because: ␣because")
+    assert "%{x}" not in fig.data[0].hovertemplate and "%{y}" not in fig.data[0].hovertemplate
     assert list(fig.layout.xaxis.tickvals) == list(range(T))    # integer axis: repeats stay apart
 
 
@@ -139,6 +141,7 @@ def test_logit_lens_figures(run):
     np.testing.assert_allclose(z[-1], logits.softmax(-1).max(-1).values.numpy(), rtol=1e-5)   # real output
     assert [list(r) for r in heat.data[0].text] == top_labels             # short prompt: names in the cells
     assert heat.data[0].zmax == pytest.approx(float(z.max()))
+    assert "%{x}" not in heat.data[0].hovertemplate and list(heat.data[0].customdata[2][4])[5] == 4  # the position
     lines = fa.final_prediction_lines(lens.target_probs, 4, "4:x", "y")
     assert len(lines.data) == 2
     np.testing.assert_allclose(lines.data[0].y, lens.target_probs[:, 4].numpy())

@@ -137,14 +137,15 @@ def logit_lens_heatmap(top_probs, top_labels: list[list[str]], position_labels: 
     top = np.asarray(top_labels, dtype=object)
     custom = np.stack([np.broadcast_to(np.asarray(rows, dtype=object)[:, None], (S, T)),
                        np.broadcast_to(np.asarray(position_labels, dtype=object)[None, :], (S, T)),
-                       top, np.broadcast_to(np.asarray(target_labels, dtype=object)[None, :], (S, T)), tp],
+                       top, np.broadcast_to(np.asarray(target_labels, dtype=object)[None, :], (S, T)), tp,
+                       np.broadcast_to(np.arange(T, dtype=object)[None, :], (S, T))],  # the position: %{x} is its tick text
                       axis=-1)
     fig = go.Figure(go.Heatmap(
         z=z, x=list(range(T)), y=list(range(S)), zmin=0, zmax=float(z.max()), colorscale=ATTENTION_SCALE,
         customdata=custom,
         text=top if T <= 24 else None, texttemplate="%{text}" if T <= 24 else None, textfont=dict(size=10),
         colorbar=dict(title="top prob.", tickformat=percent_format(float(z.max()))),
-        hovertemplate="%{customdata[0]}, position %{x}: %{customdata[1]}<br>top next token: %{customdata[2]} "
+        hovertemplate="%{customdata[0]}, position %{customdata[5]}: %{customdata[1]}<br>top next token: %{customdata[2]} "
                       "(%{z:.1%})<br>model's final prediction %{customdata[3]}: %{customdata[4]:.1%}"
                       "<extra></extra>"))
     # The colour scale runs from 0 to the largest probability shown (an untrained model's are all ~1/vocab).

@@ -44,11 +44,15 @@ def token_similarity(sim, labels: list[str], title: str = "Cosine similarity of 
     z, labels = _np(sim), escaped(labels)
     T = z.shape[0]
     lab = np.asarray(labels, dtype=object)
-    custom = np.stack(np.broadcast_arrays(lab[:, None], lab[None, :]), axis=-1)  # [row token, column token]
+    pos = np.arange(T, dtype=object)
+    # [row position, row token, column position, column token]: with token tick labels %{x} and %{y} would show
+    # the tick text, so the positions travel in customdata
+    custom = np.stack(np.broadcast_arrays(pos[:, None], lab[:, None], pos[None, :], lab[None, :]), axis=-1)
     fig = go.Figure(go.Heatmap(
         z=z, x=list(range(T)), y=list(range(T)), zmin=-1, zmax=1, zmid=0, colorscale=DIVERGING_SCALE,
         customdata=custom, colorbar=dict(title="cosine"),
-        hovertemplate="%{y}: %{customdata[0]}<br>%{x}: %{customdata[1]}<br>cosine %{z:.3f}<extra></extra>"))
+        hovertemplate="position %{customdata[0]}: %{customdata[1]}<br>position %{customdata[2]}: %{customdata[3]}"
+                      "<br>cosine %{z:.3f}<extra></extra>"))
     fig.update_xaxes(title_text="token", tickangle=-60, **token_axis(labels, max_ticks=40))
     fig.update_yaxes(title_text="token", autorange="reversed", **token_axis(labels, max_ticks=40))
     return apply_layout(fig, title=title, height=520)

@@ -122,6 +122,7 @@ def draw(run: dict, live: bool, highlight: int | None = None) -> None:
 if start:
     settings = dict(max_new_tokens=int(n_new), temperature=float(temperature), top_k=int(top_k) or None,
                     top_p=float(top_p) if top_p < 1 else None, seed=int(seed), stop_at_eos=bool(stop_at_eos))
+    state.pop("gen_step", None)  # a new run: inspect its last step
     try:
         ui.run_generation(spec, model, ids, settings, on_step=lambda run: draw(run, live=True))
     except ValueError as err:
@@ -140,8 +141,9 @@ if run is None or not run["steps"]:
 steps = run["steps"]
 S = len(steps)
 keep_valid("gen_step", list(range(S)), S - 1)
+state.setdefault("gen_step", S - 1)  # the default lives in session state only: the table's row pick sets it too
 with live_right:
-    step_i = st.slider("Inspect step", 0, S - 1, value=S - 1, key="gen_step") if S > 1 else 0
+    step_i = st.slider("Inspect step", 0, S - 1, key="gen_step") if S > 1 else 0
     step = steps[step_i]
 draw(run, live=False, highlight=step_i)          # fills the placeholders above the slider's column
 with live_right:
@@ -182,7 +184,7 @@ table = pd.DataFrame({
     "step": range(S), "token": [s.piece for s in steps], "id": [s.token_id for s in steps],
     "probability": [s.prob for s in steps], "rank": [s.rank for s in steps],
     "entropy (nats)": [s.entropy for s in steps], "kept by top-k/top-p": [s.n_allowed for s in steps],
-    "context shifted": [s.context_shifted for s in steps]})
+    "context shifted": ["yes" if s.context_shifted else "" for s in steps]})  # text: not checkboxes to tick
 
 
 def pick_step() -> None:

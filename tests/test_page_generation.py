@@ -105,6 +105,20 @@ def test_context_shift_is_noted():
     assert [s.context_shifted for s in steps] == [False, False, True]
     assert any("From step 2 the text was longer than the context window" in i.value for i in at.info)
     assert steps[2].window_start == 1 and steps[2].attention.shape[-1] == N_CTX
+    assert list(at.dataframe[0].value["context shifted"]) == ["", "", "yes"]  # text, not checkboxes to tick
+
+
+def test_picking_a_step_sets_the_slider_without_streamlits_default_value_warning(caplog):
+    """The slider's default lived both in `value=` and in session state (set by the table's row pick), and
+    Streamlit logged 'created with a default value but also had its value set via the Session State API'."""
+    at = generate_in(page("It was the best of times"), 4, temperature=0.0)
+    assert at.slider(key="gen_step").value == 3            # the last step by default
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        at.session_state["gen_step"] = 1                   # what the table's row pick does
+        at.run()
+    assert at.slider(key="gen_step").value == 1 and not at.exception
+    assert not [r for r in caplog.records if "default value" in r.getMessage()], caplog.text
 
 
 @pytest.mark.parametrize("prompt", ["", "<script>alert(1)</script>", "🦜 你好", "word " * 200],

@@ -64,25 +64,34 @@ st.caption("Deep and narrow, no warmup: 12 layers, d_model 64, a high learning r
 
 with st.form("train_form"):
     r1 = st.columns(4)
-    layers = r1[0].slider("Layers", 1, 12, key="train_layers")
-    width = r1[1].selectbox("Width (d_model)", [32, 64, 128, 256], key="train_width")
-    heads = r1[2].selectbox("Heads", [1, 2, 4, 8], key="train_heads")
-    wiring_choice = r1[3].radio("Norm placement", list(WIRINGS), format_func=WIRINGS.get, key="train_wiring")
+    layers = r1[0].slider("Layers", 1, 12, key="train_layers", persist_state="session")
+    width = r1[1].selectbox("Width (d_model)", [32, 64, 128, 256], key="train_width", persist_state="session")
+    heads = r1[2].selectbox("Heads", [1, 2, 4, 8], key="train_heads", persist_state="session")
+    wiring_choice = r1[3].radio("Norm placement", list(WIRINGS), format_func=WIRINGS.get, key="train_wiring",
+                                persist_state="session",
+                                help="This form chooses the wiring of the models it trains; the sidebar's LayerNorm "
+                                     "choice applies to the other pages, not here.")
     r2 = st.columns(4)
-    lr = r2[0].select_slider("Peak learning rate", LRS, key="train_lr", format_func=lambda v: f"{v:g}")
-    warmup = r2[1].number_input("Warmup steps", 0, 5000, step=10, key="train_warmup",
+    lr = r2[0].select_slider("Peak learning rate", LRS, key="train_lr", persist_state="session", format_func=lambda v: f"{v:g}")
+    warmup = r2[1].number_input("Warmup steps", 0, 5000, step=10, key="train_warmup", persist_state="session",
                                 help="Linear warmup from lr/warmup to the peak; then cosine decay to a tenth.")
-    steps = r2[2].number_input("Steps", 1, 5000, step=10, key="train_steps")
-    clip = r2[3].select_slider("Gradient clipping", [0.0, 0.5, 1.0, 2.0, 5.0], key="train_clip",
+    steps = r2[2].number_input("Steps", 1, 5000, step=10, key="train_steps", persist_state="session")
+    clip = r2[3].select_slider("Gradient clipping", [0.0, 0.5, 1.0, 2.0, 5.0], key="train_clip", persist_state="session",
                                format_func=lambda v: "off" if v == 0 else f"{v:g}",
                                help="Largest global gradient norm; off lets a spike through whole.")
     r3 = st.columns(4)
-    batch = r3[0].selectbox("Batch size", [1, 2, 4, 8, 16, 32], key="train_batch")
-    block = r3[1].selectbox("Block (tokens per sequence)", [16, 32, 64, 128], key="train_block")
-    init = r3[2].selectbox("Init", ["gpt2", "xavier"], key="train_init",
+    batch = r3[0].selectbox("Batch size", [1, 2, 4, 8, 16, 32], key="train_batch", persist_state="session")
+    block = r3[1].selectbox("Block (tokens per sequence)", [16, 32, 64, 128], key="train_block", persist_state="session")
+    init = r3[2].selectbox("Init", ["gpt2", "xavier"], key="train_init", persist_state="session",
                            format_func={"gpt2": "GPT-2 (normal 0.02)", "xavier": "Xavier"}.get)
-    seed = r3[3].number_input("Seed", 0, 2**31 - 1, step=1, key="train_seed")
+    seed = r3[3].number_input("Seed", 0, 2**31 - 1, step=1, key="train_seed", persist_state="session")
     submitted = st.form_submit_button("Start training", type="primary")
+
+
+sidebar_norm = state.get("norm", "pre")
+if wiring_choice != "both" and wiring_choice != sidebar_norm:
+    st.caption(f"The sidebar's LayerNorm placement is {sidebar_norm}-norm; this run trains {wiring_choice}-norm, as "
+               "the form says (the sidebar's choice applies to the other pages).")
 
 
 def build_spec() -> JobSpec:

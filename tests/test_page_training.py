@@ -100,3 +100,17 @@ def test_stop_from_the_page():
     at.run()
     assert any(s.value.startswith("Stopped after") for s in at.success)
     assert job.snapshot().steps_done < 5000
+
+
+def test_the_form_keeps_its_values_after_leaving_the_page_and_says_which_wiring_it_trains():
+    at = open_page(**TINY)
+    at.session_state["train_layers"] = 5
+    at.session_state["train_wiring"] = "pre"
+    at.session_state["norm"] = "post"
+    at.run()
+    at.switch_page("app_pages/parameters.py").run()
+    at.switch_page("app_pages/training.py").run()
+    assert not at.exception
+    assert at.slider(key="train_layers").value == 5 and at.radio(key="train_wiring").value == "pre"
+    assert any("The sidebar's LayerNorm placement is post-norm; this run trains pre-norm" in c.value
+               for c in at.caption)

@@ -146,7 +146,7 @@ def test_attention_and_generation_in_a_browser(browser_page):
     hover = page.locator(".hoverlayer .hovertext").filter(has_text="query position 5, key position 0").first
     hover.wait_for()
     text = hover.text_content()
-    match = re.search(r"'(.+?)' → '(.+?)': [0-9.e-]+query position (\d+), key position (\d+)", text)
+    match = re.search(r"'(.+?)' → '(.+?)': weight [0-9.e-]+query position (\d+), key position (\d+)", text)
     assert match, text
     assert int(match.group(3)) == 5 and int(match.group(4)) == 0      # the bottom-left cell: last query, first key
     assert match.group(1) == "␣mat" and match.group(2) == "the"

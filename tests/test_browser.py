@@ -262,3 +262,26 @@ def test_the_attention_views_from_other_tools_at_16_and_64_tokens(browser, serve
     assert page.get_by_role("switch", name="Only the chosen query's lines").is_checked()
     no_exception(page)
     page.close()
+
+
+def test_a_figure_downloads_as_standalone_html(browser, server, tmp_path):
+    """The button under a figure serves one HTML file with Plotly's JavaScript inlined and the figure's data."""
+    page = new_page(browser)
+    page.goto(f"{server}/?source=preset&preset=tiny&prompt=the+cat+sat+on+the+mat")
+    page.locator(".js-plotly-plot").filter(has_text="Layer 0, head 0").first.wait_for()
+    wait_for_idle(page)
+    with page.expect_download() as info:
+        page.get_by_role("button", name="Interactive HTML").first.click()
+    download = info.value
+    assert download.suggested_filename == "layer-0-head-0.html"
+    path = tmp_path / download.suggested_filename
+    download.save_as(path)
+    html = path.read_text(encoding="utf-8")
+    assert not re.search(r'<script[^>]+src=', html) and "Plotly.newPlot" in html and "Layer 0, head 0" in html
+    # the file opens offline in the browser and draws the heatmap
+    offline = new_page(browser)
+    offline.goto(path.as_uri())
+    offline.locator(".js-plotly-plot .heatmaplayer").first.wait_for()
+    offline.close()
+    no_exception(page)
+    page.close()

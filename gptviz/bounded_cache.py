@@ -46,7 +46,8 @@ class BoundedCache(Generic[V]):
     def get_or_build(self, key: Hashable, build: Callable[[], V], size_of: Callable[[V], int],
                      estimate: int | None = None) -> V:
         """The cached value for `key`, or `build()` stored under it. `estimate`, when given, is checked against
-        the budget before building (LimitError when it cannot fit even alone)."""
+        the budget before building (LimitError when it cannot fit even alone), and the least recently used entries
+        are dropped first until it fits beside the rest, so the peak stays within the budget while it is built."""
         if estimate is not None and estimate > self.budget:
             raise LimitError(f"this {self.what} would take about {_mib(estimate)}, more than the "
                              f"{_mib(self.budget)} this server keeps for them")
@@ -60,6 +61,12 @@ class BoundedCache(Generic[V]):
                 if key in self._entries:
                     self._entries.move_to_end(key)
                     return self._entries[key][0]
+            if estimate is not None:  # make room first: the cache and the value being built stay within the budget
+                with self._lock:
+                    total = sum(size for _, size in self._entries.values())
+                    while self._entries and total + estimate > self.budget:
+                        _, (_, dropped) = self._entries.popitem(last=False)
+                        total -= dropped
             try:
                 value = build()
                 size = int(size_of(value))

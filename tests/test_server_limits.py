@@ -128,3 +128,15 @@ def test_an_operator_can_turn_training_off(monkeypatch):
     assert not at.exception
     assert any("Training is turned off on this server" in i.value for i in at.info)
     assert not [b for b in at.button if b.label == "Start training"]
+
+
+def test_room_is_made_before_a_large_entry_is_built():
+    """The peak stays within the budget while a new model is built: the old one is dropped first."""
+    cache, held_while_building = BoundedCache(100, "model"), []
+    cache.get_or_build("gpt2-xl seed 0", lambda: "m0", lambda _: 70, estimate=70)
+
+    def build():
+        held_while_building.append(cache.nbytes)
+        return "m1"
+    cache.get_or_build("gpt2-xl seed 1", build, lambda _: 70, estimate=70)
+    assert held_while_building == [0] and "gpt2-xl seed 0" not in cache and cache.nbytes == 70

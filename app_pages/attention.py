@@ -110,9 +110,12 @@ layer = c_layer.selectbox("Layer", layers, key="att_layer", format_func=lambda i
 head = c_head.selectbox("Head", heads, key="att_head", format_func=head_name, persist_state="session",
                         help="Each head has its own queries and keys, so each learns its own way of looking. "
                              "The mean shows where the layer as a whole looks.")
+state.setdefault("att_scale", fa.DEFAULT_SCALE)
 scale = c_scale.selectbox("Colour scale", list(fa.SCALES), key="att_scale", format_func=fa.SCALES.get,
                           persist_state="session",
-                          help="Shared by every attention figure on this page. Hover always shows the weight.")
+                          help="Shared by every attention figure on this page. The default, the square root, makes "
+                               "small weights visible (a linear scale shows only a head's few largest); hover always "
+                               "shows the weight itself.")
 
 
 def jump_to_head() -> None:

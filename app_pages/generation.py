@@ -67,8 +67,10 @@ layer = a1.selectbox("Attention of layer", layers, key="gen_layer", format_func=
                      persist_state="session")
 head = a2.selectbox("Head", heads, index=len(heads) - 1, key="gen_head", format_func=head_name,
                     persist_state="session")
+state.setdefault("gen_scale", fa.DEFAULT_SCALE)
 scale = a3.selectbox("Colour scale", list(fa.SCALES), key="gen_scale", format_func=fa.SCALES.get,
-                     persist_state="session", help="For the attention figures. Hover always shows the weight.")
+                     persist_state="session", help="For the attention figures; the default, the square root, makes "
+                                                   "small weights visible. Hover always shows the weight itself.")
 
 text_box = st.empty()
 live_left, live_right = st.columns([3, 2], gap="medium")

@@ -312,3 +312,15 @@ def test_entropy_map_is_dark_where_heads_are_focused_and_sane_for_one_token():
     assert (one.zmin, one.zmax) == (0, 1.0)
     at = page("Hi")
     assert not at.exception and any(m.value.startswith("**1 token** (") for m in at.markdown)
+
+
+def test_the_default_colour_scale_shows_small_weights():
+    """A linear 0-1 scale made nearly every trained head look pale; the default is the square root, said in help."""
+    at = page("The cat sat on the mat")
+    assert at.selectbox(key="att_scale").value == fa.DEFAULT_SCALE == "sqrt"
+    assert "square root" in at.selectbox(key="att_scale").help
+    axis = figure(at, "Layer 0, head 0")["layout"]["coloraxis"]
+    stops = [s for s, _ in axis["colorscale"]]
+    assert len(stops) == 21 and axis["colorbar"]["tickvals"][:3] == [0, 0.01, 0.05]
+    gen = run_page("generation", "The cat sat on the mat")
+    assert gen.selectbox(key="gen_scale").value == "sqrt"

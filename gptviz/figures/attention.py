@@ -23,6 +23,9 @@ SCALES = {
     "max": "linear, 0 to the largest weight shown",
     "sqrt": "square root, 0 to 1 (small weights stand out)",
 }
+# The pages' default: most weights of a trained head are small, and on a linear scale nearly every head looks pale
+# except its few largest cells; the square root keeps 0 and 1 where they are and makes the small weights visible.
+DEFAULT_SCALE = "sqrt"
 HIGHLIGHT = "#f58518"            # the chosen query row / head
 OUT_OF_WINDOW_COLOR = "#f2f2f2"  # keys that slid out of the context window during generation
 ENTROPY_SCALE = "Purples_r"     # reversed: dark = low entropy = a focused head, light = spread evenly

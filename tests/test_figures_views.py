@@ -225,6 +225,8 @@ def test_causal_mask_figure():
     np.testing.assert_array_equal(fig.data[0].z, np.tril(np.ones((5, 5))))
     assert "15 of 25" in fig.layout.title.text
     assert list(fig.data[0].customdata[3][1]) == ["d", "b"]
+    # the key axis is on top: its title and tick labels get their own band above the plot, under the figure title
+    assert fig.layout.xaxis.side == "top" and fig.layout.margin.t >= 110 and fig.layout.title.yanchor == "top"
 
 
 @pytest.mark.parametrize("norm", ["pre", "post"])

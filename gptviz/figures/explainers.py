@@ -60,8 +60,10 @@ def causal_mask_figure(mask, labels: list[str]) -> go.Figure:
     fig.update_yaxes(title_text="query (attending)", autorange="reversed", scaleanchor="x", constrain="domain",
                      **token_axis(labels, max_ticks=32))
     allowed = int(m.sum())
-    return apply_layout(fig, title=f"Causal mask for {n} tokens: {allowed} of {n * n} pairs allowed",
-                        height=520)
+    apply_layout(fig, title=f"Causal mask for {n} tokens: {allowed} of {n * n} pairs allowed", height=540)
+    # the key axis sits on top: its tick labels and title need the room the figure title would otherwise overlap
+    fig.update_layout(margin=dict(t=120), title=dict(y=0.98, yanchor="top"))
+    return fig
 
 
 # Block diagrams: nodes along a vertical spine (bottom = input), residual skips drawn on the right.

@@ -93,7 +93,8 @@ def show_breakdown(cfg: GPTConfig, label: str, key: str) -> None:
     st.dataframe(comp, hide_index=True, column_config={
         "count": st.column_config.NumberColumn(format="localized"),
         "share": st.column_config.NumberColumn(format="percent"),
-        **{f"{d} MiB": st.column_config.NumberColumn(format="%.2f") for d in BYTES_PER}})
+        **{f"{d} MiB": st.column_config.NumberColumn(format="%.2f") for d in BYTES_PER},
+        "note": st.column_config.TextColumn("note", width="large")})  # the tied-head note is a sentence
     ui.download_csv(comp, f"params_by_component_{cfg.name}.csv", key=f"{key}_comp_csv")
     with st.expander(f"Every parameter tensor ({len(table)})"):
         tensors = tensor_frame(table)

@@ -169,6 +169,7 @@ def test_component_bar_and_treemap_add_up():
     bar = fp.component_bar(comp, "t", tied=True)
     assert sum(bar.data[0].y) == total_params(cfg) == 124_439_808
     assert any(text.endswith("tied") for text in bar.data[0].text)
+    assert bar.layout.yaxis.range[1] >= 1.15 * max(bar.data[0].y)  # the tallest bar's label fits under the title
     tree = fp.param_treemap(table, "t")
     values = dict(zip(tree.data[0].ids, tree.data[0].values))
     assert values["model"] == total_params(cfg)

@@ -32,7 +32,8 @@ def component_bar(comp: pd.DataFrame, title: str, tied: bool = False) -> go.Figu
         marker_color=[COMPONENT_COLORS.get(c, "#999") for c in comp["component"]],
         customdata=comp["share"], hovertemplate="%{x}<br>%{y:,} parameters<br>%{customdata:.2%} of the total"
                                                  "<extra></extra>"))
-    fig.update_yaxes(title_text="parameters")
+    # room above the tallest bar for its label, which would otherwise run into the title
+    fig.update_yaxes(title_text="parameters", range=[0, top * 1.18])
     return apply_layout(fig, title=title, height=400)
 
 

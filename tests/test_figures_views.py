@@ -282,3 +282,11 @@ def strings(node, key=""):
     elif isinstance(node, (list, tuple, np.ndarray)):
         for v in (node.ravel() if isinstance(node, np.ndarray) and node.dtype == object else node):
             yield from strings(v, key)
+
+
+def test_a_two_line_title_gets_room_above_the_plot():
+    import numpy as np
+    from gptviz.figures import norms as fn
+    sweep = {"depth": np.array([1, 2, 4]), "pre": np.array([1.0, 0.8, 0.6]), "post": np.array([1.0, 0.9, 0.8])}
+    fig = fn.depth_sweep(sweep, "random tokens")
+    assert "<br>" in fig.layout.title.text and fig.layout.margin.t == 70  # one line more than the usual 50

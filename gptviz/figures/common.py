@@ -28,6 +28,8 @@ def token_axis(labels: list[str], max_ticks: int = 64) -> dict:
 
 
 def apply_layout(fig: go.Figure, title: str | None = None, height: int | None = None, **kwargs) -> go.Figure:
-    fig.update_layout(title=title, height=height, font=FONT, margin=dict(l=10, r=10, t=50 if title else 20, b=10),
+    # each extra title line (<br>) needs its own room above the plot, or it sits on the top of the data
+    top = 50 + 20 * title.count("<br>") if title else 20
+    fig.update_layout(title=title, height=height, font=FONT, margin=dict(l=10, r=10, t=top, b=10),
                       template="plotly_white", **kwargs)
     return fig

@@ -180,5 +180,6 @@ def depth_sweep(sweep: dict[str, np.ndarray], what: str, exponents: dict[str, fl
                              hovertemplate="%{x} layers<br>1/√L guide: %{y:.4g}<extra></extra>"))
     fig.update_xaxes(type="log", title_text="layers (L)", tickvals=depth, ticktext=[str(int(d)) for d in depth])
     fig.update_yaxes(type="log", title_text="last layer's gradient norm", **log_ticks(sweep["pre"], sweep["post"], guide))
-    return apply_layout(fig, f"Last layer's gradient norm ({what}) as the model gets deeper", height=420,
+    # two lines: in a half-width column one line of title ran off the figure's edge
+    return apply_layout(fig, f"Last layer's gradient norm ({what})<br>as the model gets deeper", height=440,
                         legend=dict(orientation="h", yanchor="top", y=-0.2, x=0))

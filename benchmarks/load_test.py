@@ -60,10 +60,10 @@ def rss_mib(pid: int) -> float:
 class Server:
     """The app on a loopback port, with its resident memory sampled every half second."""
 
-    def __init__(self):
+    def __init__(self, extra_env: dict[str, str] | None = None):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        env = {**os.environ, **LIMITS}
+        env = {**os.environ, **LIMITS, **(extra_env or {})}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true", "--server.address",
              "127.0.0.1", "--server.port", str(self.port), "--server.fileWatcherType", "none"],

@@ -1,0 +1,167 @@
+"""What a visitor feels, measured in the browser against the engine, in one run (issue: live at the engine's speed).
+
+For each model (the bundled pre-norm twin; gpt2-small with random weights), with a 64-token prompt:
+  - live generation of 100 new tokens on the Attention page, click to the last token shown, as tokens/s, beside
+    `gptviz.stream(attention=True)` on the same model, prompt and settings in this process;
+  - a head switch (the Head picker), click to the new heatmap drawn and the run finished, median of 5;
+  - a prompt change to the first heatmap of the new prompt;
+  - Stop during a 200-token generation: tokens shown when Stop was clicked against tokens kept.
+The app runs on a free loopback port with one torch thread, as the engine does here; Chromium is Debian's
+(/usr/bin/chromium). Run it on a quiet machine: the figures are wall-clock times.
+
+    python benchmarks/bench_browser.py                 # both models (about 5 minutes)
+    python benchmarks/bench_browser.py --models bundled
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+import sys
+import time
+from pathlib import Path
+from urllib.parse import quote
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from load_test import ARGS, CHROMIUM, ROOT, Server  # noqa: E402  (the same server and browser setup)
+
+sys.path.insert(0, str(ROOT))
+MODELS = {"bundled": ("", "shakespeare-pre (bundled)"), "gpt2-small": ("source=preset&preset=gpt2-small&",
+                                                                       "gpt2-small (random weights)")}
+PROMPT_WORDS = ("Romeo. But soft, what light through yonder window breaks? It is the east, and Juliet is the sun. "
+                "Arise, fair sun, and kill the envious moon, who is already sick and pale with grief that thou her "
+                "maid art far more fair than she. Be not her maid, since she is envious; her vestal livery is but "
+                "sick and green, and none but fools do wear it.")
+TARGETS = {"speed": 0.5, "switch_bundled": 0.150, "switch_gpt2-small": 0.300}
+
+
+def prompt_of(n: int) -> str:
+    """The first n tokens of the passage, as text."""
+    from gptviz.tokenizer import decode, encode
+    ids = encode(PROMPT_WORDS)
+    while len(ids) < n:
+        ids = ids + ids
+    return decode(ids[:n])
+
+
+def engine_tokens_per_s(name: str, prompt: str, n: int) -> float:
+    from gptviz import PRESETS, GPT, load_pretrained, stream
+    from gptviz.tokenizer import encode
+    model = load_pretrained("shakespeare-pre") if name == "bundled" else GPT(PRESETS["gpt2-small"], seed=0).eval()
+    ids = encode(prompt)
+    for _ in stream(model, ids, 3, temperature=1.0, top_p=0.9, seed=0, attention=True):
+        pass  # warm-up
+    started = time.perf_counter()
+    count = sum(1 for _ in stream(model, ids, n, temperature=1.0, top_p=0.9, seed=0, attention=True))
+    return count / (time.perf_counter() - started)
+
+
+def idle(page, timeout_ms: int = 300_000) -> None:
+    page.wait_for_timeout(200)
+    page.wait_for_selector('[data-testid="stStatusWidget"]', state="detached", timeout=timeout_ms)
+
+
+def measure(page, url: str, name: str, n_new: int) -> dict:
+    params, _ = MODELS[name]
+    prompt = prompt_of(64)
+    page.goto(f"{url}/?{params}prompt={quote(prompt)}&att_head=0&att_gen_n={n_new}")
+    heat = page.locator(".js-plotly-plot").filter(has_text=re.compile("Layer 0, head 0")).first
+    heat.wait_for(timeout=300_000)
+    idle(page)
+    out = {}
+    # live generation: click to the last token shown
+    started = time.perf_counter()
+    page.get_by_role("button", name="Generate").click()
+    page.get_by_text(f"then {n_new} new ones").first.wait_for(timeout=600_000)
+    out["page_tps"] = n_new / (time.perf_counter() - started)
+    idle(page)
+    # head switches
+    times = []
+    for head in (1, 2, 3, 0, 1):
+        box = page.locator('[data-testid="stSelectbox"]').filter(has=page.get_by_text("Head", exact=True)).first
+        idle(page)
+        started = time.perf_counter()
+        option = page.get_by_role("option").filter(has_text=re.compile(f"^head {head}$"))
+        for _ in range(5):  # a rerun finishing as the list opens closes it again
+            box.get_by_role("combobox").click()
+            try:
+                option.first.wait_for(timeout=3000)
+                break
+            except Exception:
+                page.keyboard.press("Escape")
+        option.first.click()
+        page.locator(".js-plotly-plot").filter(has_text=re.compile(f"Layer 0, head {head}$|Layer 0, head {head}\\b")
+                                               ).first.wait_for(timeout=120_000)
+        idle(page)
+        times.append(time.perf_counter() - started)
+    out["switch_s"] = statistics.median(times)
+    # a prompt change to the first heatmap of the new prompt
+    area = page.locator('[data-testid="stSidebar"] textarea')
+    new_prompt = prompt_of(63)
+    started = time.perf_counter()
+    area.fill(new_prompt)
+    area.press("Control+Enter")
+    page.get_by_text("63 tokens", exact=True).wait_for(timeout=300_000)
+    page.locator(".js-plotly-plot").filter(has_text=re.compile("Layer 0, head")).first.wait_for()
+    idle(page)
+    out["prompt_s"] = time.perf_counter() - started
+    # Stop latency: tokens shown at the click against tokens kept
+    tokens = page.get_by_label("New tokens")
+    tokens.fill("200")
+    tokens.press("Enter")
+    idle(page)
+    page.get_by_role("button", name="Generate").click()
+    progress = page.get_by_text(re.compile(r"Generating: (\d+) of 200 tokens"))
+    progress.wait_for(timeout=300_000)
+    while int(re.search(r"(\d+) of", progress.first.inner_text()).group(1)) < 10:
+        page.wait_for_timeout(100)
+    shown = int(re.search(r"(\d+) of", progress.first.inner_text()).group(1))
+    page.get_by_test_id("stMainBlockContainer").get_by_role("button", name="Stop", exact=True).click()
+    stopped = page.get_by_text(re.compile(r"Stopped after \d+ of 200 tokens"))
+    stopped.wait_for(timeout=300_000)
+    out["stop_extra"] = int(re.search(r"after (\d+)", stopped.inner_text()).group(1)) - shown
+    idle(page)
+    out["exceptions"] = page.locator('[data-testid="stException"]').count()
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    parser.add_argument("--new-tokens", type=int, default=100)
+    args = parser.parse_args()
+    from playwright.sync_api import sync_playwright
+    # one torch thread on both sides: the engine figure is stream() on one thread (as benchmarks/run.py measures it),
+    # and the server gets the same, so the ratio compares the page with the engine and nothing else
+    import torch
+    torch.set_num_threads(1)
+    server = Server({"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
+    rows = []
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+            for name in args.models:
+                page = browser.new_page(viewport={"width": 1280, "height": 1000})
+                got = measure(page, server.url, name, args.new_tokens)
+                page.close()
+                got["engine_tps"] = engine_tokens_per_s(name, prompt_of(64), args.new_tokens)
+                rows.append((name, got))
+            browser.close()
+    finally:
+        server.close()
+    print("\n| model | live generation in the page | stream(attention=True), same run | ratio (target >= 0.5) "
+          "| head switch, median of 5 (target) | prompt change to first heatmap | Stop: extra tokens after the "
+          "click | exception boxes |\n|---|---|---|---|---|---|---|---|")
+    ok = True
+    for name, r in rows:
+        ratio = r["page_tps"] / r["engine_tps"]
+        target = TARGETS[f"switch_{name}"]
+        ok &= ratio >= TARGETS["speed"] and r["switch_s"] <= target and not r["exceptions"]
+        print(f"| {MODELS[name][1]} | {r['page_tps']:.1f} tok/s | {r['engine_tps']:.1f} tok/s | {ratio:.2f}x | "
+              f"{r['switch_s'] * 1000:,.0f} ms (<= {target * 1000:.0f} ms) | {r['prompt_s']:.2f} s | "
+              f"{r['stop_extra']} | {r['exceptions']} |")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -6,8 +6,8 @@ For each model (the bundled pre-norm twin; gpt2-small with random weights), with
   - a head switch (the Head picker), click to the new heatmap drawn and the run finished, median of 5;
   - a prompt change to the first heatmap of the new prompt;
   - Stop during a 200-token generation: tokens shown when Stop was clicked against tokens kept.
-The app runs on a free loopback port with one torch thread, as the engine does here; Chromium is Debian's
-(/usr/bin/chromium). Run it on a quiet machine: the figures are wall-clock times.
+The app runs on a free loopback port; Chromium is Debian's (/usr/bin/chromium). Run it on a quiet machine: the
+figures are wall-clock times.
 
     python benchmarks/bench_browser.py                 # both models (about 5 minutes)
     python benchmarks/bench_browser.py --models bundled
@@ -131,11 +131,7 @@ def main() -> int:
     parser.add_argument("--new-tokens", type=int, default=100)
     args = parser.parse_args()
     from playwright.sync_api import sync_playwright
-    # one torch thread on both sides: the engine figure is stream() on one thread (as benchmarks/run.py measures it),
-    # and the server gets the same, so the ratio compares the page with the engine and nothing else
-    import torch
-    torch.set_num_threads(1)
-    server = Server({"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
+    server = Server()  # torch's default threads, as the engine figure below has in this process
     rows = []
     try:
         with sync_playwright() as p:

@@ -4,6 +4,7 @@ No Streamlit here: pages hand these bytes to st.download_button.
 """
 from __future__ import annotations
 
+import functools
 import io
 import re
 from collections.abc import Mapping, Sequence
@@ -56,15 +57,19 @@ def load_npz(data: bytes) -> dict[str, np.ndarray]:
 
 
 def capture_nbytes(config, T: int, include_attention: bool = True) -> int:
-    """Float32 bytes of a capture of every hook point for T tokens (before compression): pages warn
-    before building a large file."""
-    d, ff, h, L = config.d_model, config.d_ff, config.n_heads, config.n_layers
-    # resid_pre/mid/post, ln_1/ln_2 outputs, q/k/v/z ([T, heads, d_head] = T * d each), attn/mlp out
-    per_block = 11 * T * d + 2 * T * ff  # + mlp hook_pre/hook_post
-    if include_attention:
-        per_block += 2 * h * T * T  # attention scores and pattern
-    total = L * per_block + 3 * T * d + T * config.vocab_size  # embed, pos_embed, ln_f output; logits
-    return 4 * total
+    """Float32 bytes of a capture of every hook point for T tokens (before compression), by the same per-hook
+    rule the app's capture cache checks its budget with (`hooks.hook_numel`)."""
+    from .hooks import hook_numel
+    names = [n for n in _hook_names(config) if include_attention or not n.endswith(ATTENTION_HOOKS)]
+    return 4 * sum(hook_numel(config, n, T) for n in names)
+
+
+@functools.lru_cache(maxsize=16)
+def _hook_names(config) -> tuple[str, ...]:
+    """A config's hook names, read off its module tree on the meta device (no weights; once per config)."""
+    from .model import GPT
+    with torch.device("meta"):
+        return tuple(GPT(config).hook_names)
 
 
 def figure_html(fig) -> bytes:

@@ -116,7 +116,7 @@ def _trained_models() -> TrainedModels:
 def _trained_store() -> dict[str, GPT]:
     """This session's trained models by run id."""
     store = _trained_models()
-    return {run: store.get(run) for run in store.of(session_id()) if store.get(run) is not None}
+    return {run: model for run in store.of(session_id()) if (model := store.get(run)) is not None}
 
 
 def register_trained_model(run_id: str, model: GPT) -> None:
@@ -281,11 +281,12 @@ def bundled_description(name: str) -> str:
     else:
         text = f"trained on {data or 'unrecorded data'}"
     from .evaluate import training_stages
-    shares = [st.get("settings", {}).get("copy_fraction", 0) for st in training_stages(training)]
+    stages = training_stages(training)
+    shares = [st.get("settings", {}).get("copy_fraction", 0) for st in stages]
     if any(shares):
         when = (f"{shares[0]:.1%}" if len(shares) == 1 else
                 ", then ".join(f"{share:.1%} ({st.get('settings', {}).get('steps')} steps)"
-                               for share, st in zip(shares, training_stages(training))))
+                               for share, st in zip(shares, stages)))
         text += (f", with {when} of its training windows made of random tokens followed by their exact repeat "
                  "(meant to teach it to copy)")
         try:

@@ -48,7 +48,7 @@ def config_and_settings(args):
     if args.n_ctx is not None:
         cfg = cfg.replace(n_ctx=args.n_ctx)
     settings = TrainSettings(steps=args.steps, batch_size=args.batch_size, lr=args.lr, warmup=args.warmup,
-                             weight_decay=args.weight_decay,
+                             weight_decay=args.weight_decay, min_lr_ratio=args.min_lr_ratio,
                              seed=args.seed, eval_every=args.eval_every,
                              corpus_vocab_steps=args.corpus_vocab_steps, copy_fraction=args.copy_fraction,
                              copy_vocab=args.copy_vocab, block_size=args.block_size)
@@ -73,7 +73,7 @@ def _train(args) -> int:
 
         from .weights import load_checkpoint
         start_model = load_checkpoint(args.init_from)
-        if start_model.config != cfg:
+        if start_model.config.replace(dropout=cfg.dropout) != cfg:  # dropout may change between stages
             raise ValueError(f"{args.init_from} holds a different model ({start_model.config.name}, "
                              f"{start_model.config.norm}-norm) than --preset {cfg.name} --norm {cfg.norm}")
         start = {"model": start_model.state_dict()}
@@ -98,6 +98,7 @@ def _train(args) -> int:
     result = results["model"]
     save_checkpoint(models["model"], out, dtype=getattr(torch, args.save_dtype),
                     extra={"training": {"data": corpus.source, "held_out": list(corpus.val_parts),
+                                        "dropout": cfg.dropout,
                                         "settings": result.settings,
                                         "final": result.final, "continued_from": parent}})
     write_history(result, out)
@@ -151,6 +152,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--batch-size", type=int, default=d.batch_size)
     t.add_argument("--lr", type=float, default=d.lr)
     t.add_argument("--warmup", type=int, default=d.warmup)
+    t.add_argument("--min-lr-ratio", type=float, default=d.min_lr_ratio,
+                   help="the cosine decays to lr times this at the last step (1 = constant after warmup)")
     t.add_argument("--weight-decay", type=float, default=d.weight_decay, help="AdamW's, on matrices only")
     t.add_argument("--dropout", type=float, default=0.1)
     t.add_argument("--n-ctx", type=int, default=None, help="context length (default: the preset's)")

@@ -267,12 +267,15 @@ def _train_commands(cfg: dict, name: str, stages: list[dict]) -> str:
         copy = f" --copy-fraction {s['copy_fraction']}" if s.get("copy_fraction") else ""
         copy += f" --copy-vocab {s['copy_vocab']}" if copy and s.get("copy_vocab") else ""
         copy += f" --block-size {s['block_size']}" if s.get("block_size") else ""
-        default_decay = TrainSettings().weight_decay
+        default = TrainSettings()
+        copy += (f" --min-lr-ratio {s['min_lr_ratio']}" if s.get("min_lr_ratio", default.min_lr_ratio)
+                 != default.min_lr_ratio else "")
+        default_decay = default.weight_decay
         copy += (f" --weight-decay {s['weight_decay']}" if s.get("weight_decay", default_decay) != default_decay
                  else "")
         lines.append(f"python -m gptviz train --preset {cfg.get('name', 'small-4l')} --norm {cfg['norm']} "
                      f"--steps {s.get('steps')} --batch-size {s.get('batch_size')} --lr {s.get('lr')} "
-                     f"--warmup {s.get('warmup')}{n_ctx}{data} \\\n    --seed {s.get('seed')} --dropout {cfg['dropout']} "
+                     f"--warmup {s.get('warmup')}{n_ctx}{data} \\\n    --seed {s.get('seed')} --dropout {stage.get('dropout', cfg['dropout'])} "
                      f"--corpus-vocab-steps {s.get('corpus_vocab_steps', 0)} --eval-every {s.get('eval_every', 100)}"
                      f"{copy}{start} --out {out}")
     return "\n".join(lines)

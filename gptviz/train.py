@@ -119,13 +119,35 @@ def batches(tokens: torch.Tensor, batch_size: int, block: int, generator: torch.
         yield xy[:, :-1], xy[:, 1:]
 
 
-def subset_lm_loss(model: GPT, x: torch.Tensor, y: torch.Tensor, vocab: torch.Tensor,
-                   index_of: torch.Tensor) -> torch.Tensor:
-    """Next-token loss with the softmax over `vocab` (sorted ids) only; `index_of[id]` is id's row in vocab."""
-    hidden = model.final_hidden(x)
-    logits = hidden @ model.lm_head.weight[vocab].t()  # (B, T, |vocab|)
+def vocab_index(vocab: torch.Tensor, vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(vocab, index_of) for subset_lm_loss: `index_of[id]` is id's row in the sorted ids `vocab`, -1 elsewhere."""
+    index_of = torch.full((vocab_size,), -1, dtype=torch.long, device=vocab.device)
+    index_of[vocab] = torch.arange(len(vocab), device=vocab.device)
+    return vocab, index_of
+
+
+def _subset_ce(hidden: torch.Tensor, weight: torch.Tensor, y: torch.Tensor, vocab: torch.Tensor,
+               index_of: torch.Tensor) -> torch.Tensor:
+    logits = hidden @ weight[vocab].t()  # (B, T, |vocab|)
     targets = index_of[y.to(logits.device)]
     return F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
+
+
+def subset_lm_loss(model: GPT, x: torch.Tensor, y: torch.Tensor, vocab: torch.Tensor,
+                   index_of: torch.Tensor, n_copy: int = 0,
+                   copy_vocab: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+    """Next-token loss with the softmax over `vocab` (sorted ids) only; `index_of[id]` is id's row in vocab.
+    With `copy_vocab` (vocab, index_of) given, the last `n_copy` rows (the repeated sequences, whose tokens all
+    come from it) normalise over those ids instead: the same per-token mean, at a fraction of the head's cost."""
+    hidden = model.final_hidden(x)
+    weight = model.lm_head.weight
+    if not n_copy or copy_vocab is None:
+        return _subset_ce(hidden, weight, y, vocab, index_of)
+    n_text = len(x) - n_copy
+    parts = [(_subset_ce(hidden[n_text:], weight, y[n_text:], *copy_vocab), n_copy)]
+    if n_text:
+        parts.append((_subset_ce(hidden[:n_text], weight, y[:n_text], vocab, index_of), n_text))
+    return sum(loss * n for loss, n in parts) / len(x)
 
 
 def lm_loss(model: GPT, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -154,11 +176,14 @@ class Trainer:
     def __init__(self, model: GPT, settings: TrainSettings, train_tokens: torch.Tensor | None = None):
         self.model, self.settings = model, settings
         self.corpus_vocab = None  # (sorted ids the training split uses, row of each id in that list)
+        self.copy_vocab = None    # the same for the ids the repeated sequences draw from
+        self.n_copy = round(settings.copy_fraction * settings.batch_size)
         if settings.corpus_vocab_steps and train_tokens is not None:
-            vocab = torch.unique(train_tokens).to(model.device)
-            index_of = torch.full((model.config.vocab_size,), -1, dtype=torch.long, device=model.device)
-            index_of[vocab] = torch.arange(len(vocab), device=model.device)
-            self.corpus_vocab = (vocab, index_of)
+            size = model.config.vocab_size
+            self.corpus_vocab = vocab_index(torch.unique(train_tokens).to(model.device), size)
+            if self.n_copy:
+                self.copy_vocab = vocab_index(most_frequent_ids(train_tokens, settings.copy_vocab).to(model.device),
+                                              size)
         decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and not n.startswith("wpe")]
         no_decay = [p for n, p in model.named_parameters() if p.dim() < 2 or n.startswith("wpe")]
         self.optimizer = torch.optim.AdamW(
@@ -175,7 +200,8 @@ class Trainer:
         self.model.train()
         full_vocab = step >= self.settings.corpus_vocab_steps or self.corpus_vocab is None
         if not full_vocab:
-            loss = subset_lm_loss(self.model, x, y, *self.corpus_vocab)
+            loss = subset_lm_loss(self.model, x, y, *self.corpus_vocab, n_copy=self.n_copy if len(x) ==
+                                  self.settings.batch_size else 0, copy_vocab=self.copy_vocab)
         else:
             loss = lm_loss(self.model, x, y)
         self.optimizer.zero_grad(set_to_none=True)

@@ -106,3 +106,22 @@ def test_check_writes_its_report_where_told_and_beside_the_model_only_when_asked
     assert sorted(p.name for p in model_dir.iterdir()) == before
     main(["check", str(model_dir), "--data", str(plays), "--update-card"])
     assert {"check.json", "MODEL_CARD.md"} <= {p.name for p in model_dir.iterdir()}
+
+
+def test_a_continued_stage_may_change_dropout_but_not_the_model(tmp_path, capsys):
+    text = CORPUS.read_text(encoding="utf-8")
+    plays = tmp_path / "plays"
+    plays.mkdir()
+    for i, name in enumerate(("alpha", "beta")):
+        (plays / f"{name}_gut.txt").write_text(text[i * 6000:(i + 1) * 6000], encoding="utf-8")
+    common = ["train", "--preset", "tiny", "--steps", "2", "--batch-size", "2", "--n-ctx", "32", "--data", str(plays),
+              "--held-out", "beta"]
+    first, second = tmp_path / "one", tmp_path / "two"
+    assert main([*common, "--dropout", "0", "--min-lr-ratio", "1", "--out", str(first)]) == 0
+    assert main([*common, "--dropout", "0.1", "--init-from", str(first), "--out", str(second)]) == 0
+    meta = json.loads((second / "config.json").read_text())
+    assert meta["config"]["dropout"] == 0.1 and meta["training"]["dropout"] == 0.1
+    parent = meta["training"]["continued_from"]
+    assert parent["dropout"] == 0.0 and parent["settings"]["min_lr_ratio"] == 1.0
+    assert main([*common, "--norm", "post", "--init-from", str(first), "--out", str(tmp_path / "no")]) == 2
+    assert "different model" in capsys.readouterr().err

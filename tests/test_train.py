@@ -256,6 +256,41 @@ def test_training_learns_to_copy_a_repeated_sequence_of_one_period(norm):
     assert after.repeat_loss < 2.5
 
 
+def test_copy_rows_normalise_over_the_copy_ids_and_text_rows_over_the_corpus_ids():
+    from gptviz.train import subset_lm_loss, vocab_index
+    model = build(seed=11).eval()
+    corpus_ids = torch.arange(0, model.config.vocab_size)
+    copy_ids = torch.arange(0, model.config.vocab_size, 7)
+    text = random_ids(3 * 12, seed=8).view(3, 12)
+    copy = copy_ids[torch.randint(0, len(copy_ids), (2, 12), generator=torch.Generator().manual_seed(2))]
+    x, y = torch.cat([text, copy])[:, :-1], torch.cat([text, copy])[:, 1:]
+    with torch.no_grad():
+        logits = model(x)
+        def ce(rows, ids):  # the full softmax restricted by hand
+            index = {int(i): k for k, i in enumerate(ids)}
+            targets = torch.tensor([[index[int(t)] for t in row] for row in y[rows]])
+            return torch.nn.functional.cross_entropy(logits[rows][..., ids].reshape(-1, len(ids)),
+                                                     targets.reshape(-1), reduction="sum")
+        expected = (ce(slice(0, 3), corpus_ids) + ce(slice(3, 5), copy_ids)) / y.numel()
+        got = subset_lm_loss(model, x, y, *vocab_index(corpus_ids, model.config.vocab_size), n_copy=2,
+                             copy_vocab=vocab_index(copy_ids, model.config.vocab_size))
+        assert float(got) == pytest.approx(float(expected), abs=1e-5)
+        only_copy = subset_lm_loss(model, x[3:], y[3:], *vocab_index(corpus_ids, model.config.vocab_size), n_copy=2,
+                                   copy_vocab=vocab_index(copy_ids, model.config.vocab_size))
+        assert float(only_copy) == pytest.approx(float(ce(slice(3, 5), copy_ids)) / y[3:].numel(), abs=1e-5)
+
+
+def test_a_trainer_on_copy_windows_uses_the_copy_ids_softmax_only_while_the_corpus_one_is_on():
+    tokens = random_ids(3000, seed=3)
+    s = TrainSettings(steps=4, batch_size=4, copy_fraction=0.5, copy_vocab=40, corpus_vocab_steps=2, warmup=0)
+    trainer = Trainer(build(seed=12), s, tokens)
+    assert trainer.n_copy == 2 and len(trainer.copy_vocab[0]) == 40
+    assert torch.equal(trainer.copy_vocab[0], most_frequent_ids(tokens, 40))
+    data = batches(tokens, 4, 16, torch.Generator().manual_seed(0), 0.5, 40)
+    logs = [trainer.step(*next(data)) for _ in range(4)]
+    assert [log.full_vocab for log in logs] == [False, False, True, True]
+
+
 def test_the_model_cards_commands_rebuild_every_stage_with_its_settings():
     import shlex
 
@@ -267,7 +302,8 @@ def test_the_model_cards_commands_rebuild_every_stage_with_its_settings():
     second = {"settings": {"steps": 2400, "batch_size": 16, "lr": 0.0015, "warmup": 100, "seed": 1337,
                            "corpus_vocab_steps": 2300, "copy_fraction": 0.5, "copy_vocab": 2000, "eval_every": 200,
                            "weight_decay": 0.0}}
-    third = {"settings": {**second["settings"], "steps": 800, "block_size": 32, "seed": 7}}
+    third = {"settings": {**second["settings"], "steps": 800, "block_size": 32, "seed": 7, "min_lr_ratio": 1.0},
+             "dropout": 0.1}
     text = _train_commands(cfg, "shakespeare-post", [first, second, third])
     one, two, three = text.split("\npython ")
     assert "--steps 4000" in one and "--copy-fraction 0.375" in one and "--copy-vocab" not in one
@@ -275,7 +311,8 @@ def test_the_model_cards_commands_rebuild_every_stage_with_its_settings():
     assert "--copy-fraction 0.5 --copy-vocab 2000" in two and "--lr 0.0015" in two and "--block-size" not in two
     assert "--weight-decay 0.0" in two and "--weight-decay" not in one  # only where it is not the default
     assert "--init-from /tmp/shakespeare-post-stage1 --out /tmp/shakespeare-post-stage2" in two
-    assert "--block-size 32" in three
+    assert "--block-size 32" in three and "--min-lr-ratio 1.0" in three and "--min-lr-ratio" not in two
+    assert "--dropout 0.1" in three and "--dropout 0.0" in two  # each stage's own dropout, else the model's
     assert "--init-from /tmp/shakespeare-post-stage2 --out gptviz/models/shakespeare-post" in three
     # each line, parsed by the CLI, gives back exactly the stage's settings (absent ones at their defaults)
     commands = text.replace("\\\n", " ").splitlines()

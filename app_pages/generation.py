@@ -1,6 +1,7 @@
 """Generation: the model writes one token at a time; every step's distribution, cut-off and attention.
 
-Generated steps live in session state (shared with the Attention page's live view): inspecting them
+The model writes in a background thread (gptviz.live_generation) while a fragment redraws what it has so far a
+few times a second, so drawing never slows the model and a widget change does not stop it. Inspecting the steps
 afterwards (step slider, layer, head, table) runs no model.
 """
 from __future__ import annotations
@@ -16,6 +17,7 @@ from gptviz.figures import generation as fg
 from gptviz.tokenizer import EOT, decode, token_labels
 
 MEAN = ui.MEAN_HEAD
+PAGE = "generation"
 state = st.session_state
 
 
@@ -55,7 +57,8 @@ top_p = g[3].slider("Top-p (1 = off)", 0.05, 1.0, 0.9, 0.05, key="gen_topp")
 seed = g[4].number_input("Seed", min_value=0, max_value=2**31 - 1, value=0, step=1, key="gen_seed")
 b1, b2, b3 = st.columns([1, 1, 4], vertical_alignment="center")
 start = b1.button("Generate", type="primary", key="gen_generate", width="stretch")
-b2.button("Stop", key="gen_stop", width="stretch", help="Ends the generation and keeps what was written.")
+b2.button("Stop", key="gen_stop", width="stretch", help="Ends the generation and keeps what was written.",
+          on_click=ui.stop_generation)
 stop_at_eos = b3.checkbox(f"Stop at {EOT}", value=False, key="gen_eos",
                           help="GPT-2's end-of-text token; a trained model writes it where a document ends.")
 
@@ -72,9 +75,9 @@ scale = a3.selectbox("Colour scale", list(fa.SCALES), key="gen_scale", format_fu
                      persist_state="session", help="For the attention figures; the default, the square root, makes "
                                                    "small weights visible. Hover always shows the weight itself.")
 
-text_box = st.empty()
+page_text_box = st.empty()
 live_left, live_right = st.columns([3, 2], gap="medium")
-heat_box, bars_box = live_left.empty(), live_right.empty()
+page_heat_box, page_bars_box = live_left.empty(), live_right.empty()
 
 
 def bars_figure(step, title: str, cut_by: str):
@@ -85,20 +88,25 @@ def bars_figure(step, title: str, cut_by: str):
                               title=title, cut_by=cut_by)
 
 
-def heat_figure(run: dict, highlight: int | None = None):
+def heat_figure(run: dict, highlight: int | None = None, live: bool = False):
     steps = run["steps"]
     rows = [(s.attention[layer].mean(0) if head == MEAN else s.attention[layer, head]).numpy() for s in steps]
     all_labels = token_labels(list(run["prompt"]) + [s.token_id for s in steps])
     return fg.generation_heatmap(rows, [s.window_start for s in steps], all_labels, len(run["prompt"]),
-                                 highlight=highlight, scale=scale,
+                                 highlight=highlight, scale=scale, hover_tokens=not live,
                                  title=f"Layer {layer}, {head_name(head)}: attention of each generating query")
 
 
-def draw(run: dict, live: bool, highlight: int | None = None) -> None:
+def draw(run: dict, live: bool, highlight: int | None = None, boxes=None) -> None:
+    """The text, the attention heatmap and (live) the last step's bars, into `boxes` (text, heatmap, bars;
+    default: the page's placeholders)."""
+    text_box, heat_box, bars_box = boxes or (page_text_box, page_heat_box, page_bars_box)
     steps = run["steps"]
-    if not steps:
-        return
     total = run["settings"]["max_new_tokens"]
+    if not steps:
+        if live:
+            text_box.progress(0.0, text=f"Generating: 0 of {total} tokens")
+        return
     with text_box.container():
         if live:
             st.progress(len(steps) / total, text=f"Generating: {len(steps)} of {total} tokens")
@@ -109,7 +117,7 @@ def draw(run: dict, live: bool, highlight: int | None = None) -> None:
         st.code(decode(run["prompt"]) + decode([s.token_id for s in steps]), language=None, wrap_lines=True)
         st.caption(f"The prompt's {len(run['prompt'])} tokens, then {len(steps)} new ones.")
     with heat_box.container():
-        ui.show_figure(heat_figure(run, highlight), key=None if live else "gen_heatmap")
+        ui.show_figure(heat_figure(run, highlight, live), key="gen_live_heatmap" if live else "gen_heatmap")
         if not live:
             st.caption("One row per generated token: where the query that predicted it looked (the row label "
                        "is the token it predicted). Grey: later positions; light grey: tokens that slid out "
@@ -118,7 +126,7 @@ def draw(run: dict, live: bool, highlight: int | None = None) -> None:
     if live:
         with bars_box.container():
             ui.show_figure(bars_figure(steps[-1], f"Step {len(steps) - 1}: next-token probabilities",
-                                        ui.cut_reason(run["settings"])))
+                                        ui.cut_reason(run["settings"])), key="gen_live_bars")
 
 
 if start:
@@ -126,18 +134,36 @@ if start:
                     top_p=float(top_p) if top_p < 1 else None, seed=int(seed), stop_at_eos=bool(stop_at_eos))
     state.pop("gen_step", None)  # a new run: inspect its last step
     try:
-        ui.run_generation(spec, model, ids, settings, on_step=lambda run: draw(run, live=True))
+        ui.start_generation(spec, model, ids, settings, PAGE)
     except ValueError as err:
         st.error(f"Cannot generate with these settings: {err}")
+        st.stop()
     except RuntimeError as err:
-        st.error(f"Generation failed: {err}")
-    else:
+        st.error(f"Generation could not start: {err}")
+        st.stop()
+
+job = ui.stored_generation(spec, ids, PAGE)
+
+
+def live_generation() -> None:
+    """Redrawn every LIVE_REDRAW_S while the model writes; once it is done, the whole page draws the result."""
+    run = ui.generation_view(job)
+    if not run["running"]:
         st.rerun()
+    text = st.container()
+    left, right = st.columns([3, 2], gap="medium")
+    draw(run, live=True, boxes=(text, left, right))
+
+
+if job is not None and job.running:
+    st.fragment(live_generation, run_every=ui.LIVE_REDRAW_S)()
     st.stop()
 
-run = ui.stored_generation(spec, ids)
+run = ui.generation_view(job) if job is not None else None
+if run is not None and run["error"]:
+    st.error(f"Generation failed: {run['error']}")
 if run is None or not run["steps"]:
-    text_box.info("Press Generate to let the model continue the prompt in the sidebar.")
+    page_text_box.info("Press Generate to let the model continue the prompt in the sidebar.")
     st.stop()
 
 steps = run["steps"]

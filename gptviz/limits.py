@@ -6,6 +6,7 @@ GPTVIZ_CAPTURE_CACHE_MB   cached activations of recent prompts (default 2048); o
 GPTVIZ_MODEL_CACHE_MB     loaded models (default 6144); the least recently used model is dropped past it
 GPTVIZ_MAX_PARAMS         the largest model a visitor may build or load (default 1,600,000,000: GPT-2 XL)
 GPTVIZ_EXPORT_MB          the largest download the app builds (default 512)
+GPTVIZ_GENERATIONS        live generations running at once on the server (default 4; one per browser session)
 GPTVIZ_TRAINING           1 or 0: the Train page may start runs (default 1)
 GPTVIZ_TRAINING_JOBS      training runs at once on the server (default 2)
 GPTVIZ_JOBS_PER_SESSION   training runs at once for one browser session (default 1)
@@ -33,6 +34,7 @@ class ServerLimits:
     model_cache_mb: int = 6144
     max_params: int = 1_600_000_000
     export_mb: int = 512
+    generations: int = 4
     training: bool = True
     training_jobs: int = 2
     jobs_per_session: int = 1

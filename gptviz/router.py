@@ -39,6 +39,8 @@ def main() -> None:
         pages.setdefault(section, []).append(
             st.Page(PAGES_DIR / f"{stem}.py", title=title, icon=icon, default=i == 0))
     page = st.navigation(pages)
+    stem_of = {title: stem for _, stem, title, _ in PAGE_LIST}
+    ui.stop_generation(unless_page=stem_of.get(page.title))  # leaving a page stops the generation it runs
     state = st.session_state
     if "_link_read" not in state:  # a session's first run: the link's settings, before any widget is drawn
         state["_link_read"] = True

@@ -542,42 +542,56 @@ def attention_page_names(n_layers: int, norm: str) -> tuple[str, ...]:
     return pattern_names(n_layers) + tuple(attention_input_name(i, norm) for i in range(n_layers))
 
 
-def run_generation(spec: ModelSpec, model: GPT, ids, settings: dict, on_step=None) -> dict:
-    """Stream new tokens with their attention rows into st.session_state[GENERATION_KEY]. Each step is
-    stored before `on_step(run)` draws it, so a Stop click (which interrupts the script run) leaves every
-    finished step in place for the rerun. settings: max_new_tokens, temperature, top_k, top_p, seed
-    (ValueError, before anything is stored, when one is out of range). Returns the run:
-    {spec, prompt, settings, steps: [analysis.StepSummary], running}."""
-    from .analysis import step_summary
-    from .generate import check_sampling, stream
-    check_sampling(settings["temperature"], settings.get("top_k"), settings.get("top_p"),
-                   settings["max_new_tokens"])
-    steps: list = []  # appended through this name: stored_generation may swap run["steps"] for a copy
-    run = {"spec": spec, "prompt": tuple(int(i) for i in ids), "settings": dict(settings), "steps": steps,
-           "running": True}
-    st.session_state[GENERATION_KEY] = run
-    for record in stream(model, list(run["prompt"]), attention=True, **settings):
-        _count_forward()
-        steps.append(step_summary(record))
-        if on_step is not None:
-            on_step(run)
-    run["running"] = False
-    return run
+@st.cache_resource
+def generation_slots():
+    """The server's cap on live generations running at once (GPTVIZ_GENERATIONS), shared by every session."""
+    from .live_generation import GenerationSlots
+    return GenerationSlots(server_limits().generations)
 
 
-def stored_generation(spec: ModelSpec, ids) -> dict | None:
-    """The last generation when it ran on this model and prompt, else None. A run still marked running
-    was interrupted (Stop, or another widget's rerun): it is marked stopped and kept."""
-    run = st.session_state.get(GENERATION_KEY)
-    if not run or run["spec"] != spec or run["prompt"] != tuple(int(i) for i in ids):
+def start_generation(spec: ModelSpec, model: GPT, ids, settings: dict, page: str):
+    """Start a live generation for this session (stopping the one it had), stored in
+    st.session_state[GENERATION_KEY] with the model and the page it belongs to. It runs beside the script, at
+    the library's speed; the page draws `generation_view(...)` of it. settings: max_new_tokens, temperature,
+    top_k, top_p, seed, and stream's other options. ValueError (bad settings or prompt) or RuntimeError (every
+    server slot busy) before anything is stored."""
+    from .live_generation import LiveGeneration
+    old = st.session_state.get(GENERATION_KEY)
+    if old:
+        old["job"].stop()
+        old["job"].wait(5)  # a token at most: frees its server slot for this one
+    sid = session_id()
+    job = LiveGeneration(model, ids, settings, owner=sid or "", slots=generation_slots(),
+                         alive=lambda: session_alive(sid), on_token=_count_forward)
+    st.session_state[GENERATION_KEY] = {"spec": spec, "page": page, "job": job}
+    return job
+
+
+def stop_generation(unless_page: str | None = None) -> None:
+    """Stop this session's live generation (it keeps its tokens), unless it belongs to `unless_page`."""
+    entry = st.session_state.get(GENERATION_KEY)
+    if entry and entry["page"] != unless_page:
+        entry["job"].stop()
+
+
+def stored_generation(spec: ModelSpec, ids, page: str):
+    """This session's generation (running or over) when it ran on this model, prompt and page, else None."""
+    entry = st.session_state.get(GENERATION_KEY)
+    if not entry or entry["spec"] != spec or entry["page"] != page or \
+            entry["job"].prompt != tuple(int(i) for i in ids):
         return None
-    if run["running"]:
-        # With runner.fastReruns (Streamlit's default) the rerun starts in a new thread at once, while the
-        # interrupted one can still append a step before its next st call stops it. The rerun keeps a copy
-        # that thread cannot reach, so the page never reads a list that grows under it.
-        run["steps"] = list(run["steps"])
-        run["running"], run["stopped"] = False, True
-    return run
+    return entry["job"]
+
+
+def generation_view(job) -> dict:
+    """What a page draws of a generation, read once so every part of one draw agrees:
+    {prompt, settings, steps, running, stopped, error}."""
+    running = job.running  # read before the steps: a run seen finished has every step in the snapshot
+    return {"prompt": job.prompt, "settings": job.settings, "steps": job.snapshot(), "running": running,
+            "stopped": job.stopped, "error": job.error}
+
+
+LIVE_REDRAW_S = 0.25  # how often a page redraws a running generation
 
 
 def count_forward(n: int = 1) -> None:

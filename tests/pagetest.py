@@ -50,3 +50,36 @@ def array(value) -> np.ndarray:
         data = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype(value["dtype"]))
         return data.reshape([int(s) for s in str(value.get("shape", len(data))).split(",")])
     return np.array(value, dtype=float)
+
+
+def generation_of(at: AppTest):
+    """The session's LiveGeneration (the page started it in a background thread)."""
+    return at.session_state[ui.GENERATION_KEY]["job"]
+
+
+def finish_generation(at: AppTest) -> AppTest:
+    """Wait for the page's background generation to end, then rerun the page as the live view's timer would."""
+    assert generation_of(at).wait(60), "the generation did not finish in 60 s"
+    return at.run()
+
+
+class TokenGate:
+    """Stands in for ui._count_forward (which a page's generation calls after each token) and holds the
+    generation thread after token `at` until `release()`; forwards counted by the page's own thread pass."""
+
+    def __init__(self, at: int):
+        import threading
+        self.at, self.count = at, 0
+        self.reached, self._release = threading.Event(), threading.Event()
+
+    def __call__(self) -> None:
+        import threading
+        if threading.current_thread().name != "gptviz-generation":
+            return
+        self.count += 1
+        if self.count == self.at:
+            self.reached.set()
+            self._release.wait(30)
+
+    def release(self) -> None:
+        self._release.set()

@@ -156,6 +156,7 @@ def test_attention_and_generation_in_a_browser(browser_page):
     page.get_by_role("tab", name="Entropy map").click()
     entropy = page.locator(".js-plotly-plot").filter(has_text="Attention entropy per head").first
     entropy.wait_for()
+    wait_for_idle(page)  # the view's fragment may still be drawing: hover the figure it leaves
     entropy.scroll_into_view_if_needed()
     box = entropy.locator(".nsewdrag").first.bounding_box()       # tiny: 2 layers x 4 heads
     x, y = box["x"] + box["width"] * 2.5 / 4, box["y"] + box["height"] * 1.5 / 2

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import platform
-
 import numpy as np
 import pytest
 import torch
@@ -18,7 +17,7 @@ from streamlit.testing.v1 import AppTest
 from gptviz import allocator, analysis, ui
 from gptviz.figures import attention as fa
 from gptviz.tokenizer import decode, encode, token_labels
-from pagetest import ROOT, TINY, run_page, figures, figure, array
+from pagetest import ROOT, TINY, array, figure, figures, finish_generation, generation_of, run_page, TokenGate
 
 N_LAYERS, N_HEADS, N_CTX = 2, 4, 128           # the tiny preset
 VIEWS = ["One head", "Lines between tokens", "On the text", "Inside the head", "Value-weighted",
@@ -173,14 +172,14 @@ def test_short_generation_produces_tokens():
     at.number_input(key="att_gen_n").set_value(3)
     at.slider(key="att_gen_temp").set_value(0.0)
     at.button(key="att_generate").click()
-    at.run()
+    at = finish_generation(at.run())
     assert not at.exception and not at.error
-    run = at.session_state[ui.GENERATION_KEY]
-    assert len(run["steps"]) == 3 and not run["running"]
+    job = generation_of(at)
+    assert len(job.steps) == 3 and not job.running
     assert ui.forward_calls == before + 3           # one forward pass per new token, no capture rerun
-    new_ids = [s.token_id for s in run["steps"]]
+    new_ids = [s.token_id for s in job.steps]
     # greedy: each token is the argmax, i.e. rank 1
-    assert [s.rank for s in run["steps"]] == [1, 1, 1]
+    assert [s.rank for s in job.steps] == [1, 1, 1]
     assert at.code[0].value == decode(encode(prompt)) + decode(new_ids)
     heat = figure(at, "Layer 0, head 0: attention of each generating query")
     assert array(heat["data"][0]["z"]).shape == (3, len(encode(prompt)) + 2)
@@ -194,19 +193,41 @@ def test_short_generation_produces_tokens():
     assert len(at.button_group(key="att_query").options) == len(encode(at.session_state["prompt"]))  # re-tokenised
 
 
-def test_interrupted_generation_is_kept():
-    """A Stop click interrupts the script; the rerun finds the steps stored so far."""
-    prompt = "Stop me"
-    at = page(prompt)
-    at.number_input(key="att_gen_n").set_value(2)
+def test_a_head_switch_during_a_generation_neither_stops_it_nor_reruns_the_model(monkeypatch):
+    """The generation runs beside the page: picking another head redraws, the model keeps writing, and the
+    finished run is drawn for the head picked."""
+    gate = TokenGate(at=2)
+    monkeypatch.setattr(ui, "_count_forward", gate)
+    at = page("Keep writing while I look")
+    at.number_input(key="att_gen_n").set_value(6)
     at.button(key="att_generate").click()
     at.run()
-    run = at.session_state[ui.GENERATION_KEY]
-    run["running"] = True                           # as if the script had been interrupted mid-run
-    run["settings"]["max_new_tokens"] = 5
-    at.run()
+    assert gate.reached.wait(30)
+    at.selectbox(key="att_head").set_value(1).run()
+    assert not at.exception and generation_of(at).running
+    gate.release()
+    at = finish_generation(at)
+    job = generation_of(at)
+    assert not job.stopped and len(job.steps) == 6
+    assert figure(at, "Layer 0, head 1: attention of each generating query")
     assert not at.exception
-    assert any("Stopped after 2 of 5 tokens" in i.value for i in at.info)
+
+
+def test_stop_keeps_the_tokens_written_so_far(monkeypatch):
+    gate = TokenGate(at=2)
+    monkeypatch.setattr(ui, "_count_forward", gate)
+    prompt = "Stop me"
+    at = page(prompt)
+    at.number_input(key="att_gen_n").set_value(5)
+    at.button(key="att_generate").click()
+    at.run()
+    assert gate.reached.wait(30)
+    at.button(key="att_stop").click().run()
+    gate.release()
+    at = finish_generation(at)
+    assert not at.exception
+    assert generation_of(at).stopped, [i.value for i in at.info]
+    assert any("Stopped after 2 of 5 tokens" in i.value for i in at.info), [i.value for i in at.info]
     assert at.code[0].value.startswith(prompt)
 
 
@@ -218,14 +239,14 @@ def test_sampling_widgets_bound_the_settings():
     assert at.slider(key="att_gen_topp").min == 0.05 and at.slider(key="att_gen_topp").max == 1.0
 
 
-def test_run_generation_rejects_bad_settings_before_storing():
+def test_start_generation_rejects_bad_settings_before_storing():
     def script():
         import streamlit as st
         from gptviz import ui
         got = ui.load_model(ui.ModelSpec(ui.SOURCE_PRESET, "tiny", "pre"))
         try:
-            ui.run_generation(ui.ModelSpec(ui.SOURCE_PRESET, "tiny", "pre"), got, [1, 2, 3],
-                              dict(max_new_tokens=2, temperature=1.0, top_k=None, top_p=1.5, seed=0))
+            ui.start_generation(ui.ModelSpec(ui.SOURCE_PRESET, "tiny", "pre"), got, [1, 2, 3],
+                                dict(max_new_tokens=2, temperature=1.0, top_k=None, top_p=1.5, seed=0), "attention")
         except ValueError as err:
             st.error(str(err))
         st.text(f"stored: {ui.GENERATION_KEY in st.session_state}")

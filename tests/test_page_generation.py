@@ -14,7 +14,7 @@ from streamlit.testing.v1 import AppTest
 from gptviz import generate, ui
 from gptviz.figures import generation as fg
 from gptviz.tokenizer import decode, encode
-from pagetest import TINY, run_page, figure, array
+from pagetest import TINY, array, figure, finish_generation, generation_of, run_page, TokenGate
 
 N_LAYERS, N_HEADS, N_CTX = 2, 4, 128
 
@@ -29,7 +29,7 @@ def generate_in(at: AppTest, n: int, temperature: float = 1.0, top_k: int = 0, t
     at.number_input(key="gen_topk").set_value(top_k)
     at.slider(key="gen_topp").set_value(top_p)
     at.button(key="gen_generate").click()
-    return at.run()
+    return finish_generation(at.run())
 
 
 def test_default_state_shows_controls_and_a_hint():
@@ -48,7 +48,7 @@ def test_greedy_generation_matches_the_library_and_fills_the_table():
     prompt = "It was the best of times"
     at = generate_in(page(prompt), 4, temperature=0.0)
     assert not at.exception and not at.error
-    steps = at.session_state[ui.GENERATION_KEY]["steps"]
+    steps = generation_of(at).steps
     ids = encode(prompt)
     expected = generate(ui.load_model(TINY), ids, max_new_tokens=4, temperature=0.0)[len(ids):]
     assert [s.token_id for s in steps] == expected
@@ -75,7 +75,7 @@ def test_inspecting_steps_runs_no_model():
     at.selectbox(key="gen_head").select(2).run()
     assert not at.exception
     assert ui.forward_calls == before
-    steps = at.session_state[ui.GENERATION_KEY]["steps"]
+    steps = generation_of(at).steps
     assert all(s.n_allowed <= 5 for s in steps)
     step_fig = figure(at, "Query ")
     z = array(step_fig["data"][0]["z"])
@@ -101,7 +101,7 @@ def test_context_shift_is_noted():
     prompt = " x" * (N_CTX - 1)                                  # 127 tokens: the third new token shifts
     at = generate_in(page(prompt), 3)
     assert not at.exception
-    steps = at.session_state[ui.GENERATION_KEY]["steps"]
+    steps = generation_of(at).steps
     assert [s.context_shifted for s in steps] == [False, False, True]
     assert any("From step 2 the text was longer than the context window" in i.value for i in at.info)
     assert steps[2].window_start == 1 and steps[2].attention.shape[-1] == N_CTX
@@ -131,7 +131,7 @@ def test_edge_prompts(prompt):
         return
     at = generate_in(at, 2)
     assert not at.exception and not at.error
-    steps = at.session_state[ui.GENERATION_KEY]["steps"]
+    steps = generation_of(at).steps
     assert len(steps) == 2
     kept = encode(prompt)[-N_CTX:]
     assert at.code[0].value == decode(kept) + decode([s.token_id for s in steps])   # literal text
@@ -140,46 +140,25 @@ def test_edge_prompts(prompt):
         assert figure(at, "Query ")["layout"]["title"]["text"].startswith("Query '&gt;' (position")
 
 
-def test_interrupted_generation_is_kept():
-    at = generate_in(page("Keep what was written"), 2)
-    run = at.session_state[ui.GENERATION_KEY]
-    run["running"], run["settings"]["max_new_tokens"] = True, 9      # as if Stop interrupted it
+def test_stop_ends_a_running_generation_before_its_next_token(monkeypatch):
+    """The model writes in a background thread; Stop (a click, so a rerun) ends it before another token is
+    shown, and the page then shows the tokens written so far."""
+    gate = TokenGate(at=2)
+    monkeypatch.setattr(ui, "_count_forward", gate)
+    at = page("Keep what was written")
+    at.number_input(key="gen_n").set_value(9)
+    at.button(key="gen_generate").click()
     at.run()
+    assert gate.reached.wait(30) and generation_of(at).running
+    assert not at.exception
+    at.button(key="gen_stop").click().run()
+    gate.release()
+    at = finish_generation(at)
+    job = generation_of(at)
+    assert job.stopped and len(job.steps) == 2
     assert not at.exception
     assert any("Stopped after 2 of 9 tokens" in i.value for i in at.info)
     assert len(at.dataframe[0].value) == 2
-
-
-def test_a_stopped_run_ignores_the_step_its_old_thread_appends_late():
-    """Stop reruns the page in a new thread (runner.fastReruns) while the interrupted one may still append a
-    step: the rerun must keep what it saw, or its table gets columns of different lengths."""
-    def script():
-        import streamlit as st
-        from gptviz import ui
-
-        class Interrupted(Exception):
-            pass
-
-        spec = ui.ModelSpec(ui.SOURCE_PRESET, "tiny", "pre")
-        model = ui.load_model(spec)
-        held = []  # the step list the interrupted thread still holds
-
-        def on_step(run):
-            if len(run["steps"]) == 2:
-                held.append(run["steps"])
-                raise Interrupted  # where Streamlit would raise its StopException
-        try:
-            ui.run_generation(spec, model, [1, 2, 3], dict(max_new_tokens=9, temperature=1.0, top_k=None,
-                                                          top_p=None, seed=0), on_step=on_step)
-        except Interrupted:
-            pass
-        run = ui.stored_generation(spec, [1, 2, 3])
-        held[0].append(held[0][-1])  # the old thread's late step
-        st.text(f"{run['stopped']} {len(run['steps'])} {len(ui.stored_generation(spec, [1, 2, 3])['steps'])}")
-
-    at = AppTest.from_function(script, default_timeout=60).run()
-    assert not at.exception
-    assert at.text[0].value == "True 2 2"
 
 
 def test_generation_for_another_prompt_is_not_shown():

@@ -92,11 +92,10 @@ def attention_heatmap(pattern, labels: list[str], *, title: str | None = None, s
         hovertemplate="%{customdata[0]} → %{customdata[1]}: " + value_name + " %{z:.3g}"
                       "<br>query position %{customdata[2]}, key position %{customdata[3]}<extra></extra>")
     future = np.where(idx[None, :] > idx[:, None], 1.0, np.nan)
-    mask = go.Heatmap(
-        z=future, x=idx, y=idx, customdata=custom, zmin=0, zmax=1, showscale=False, hoverongaps=False,
+    mask = go.Heatmap(  # no per-cell hover data: it would double the figure's size for one sentence
+        z=future, x=idx, y=idx, zmin=0, zmax=1, showscale=False, hoverongaps=False,
         colorscale=[[0, MASKED_COLOR], [1, MASKED_COLOR]], name="masked",
-        hovertemplate="%{customdata[0]} → %{customdata[1]}: masked"
-                      "<br>a token cannot look at later tokens<extra></extra>")
+        hovertemplate="masked: a token cannot look at later tokens<extra></extra>")
     fig = go.Figure([weights, mask])
     axis_labels = escaped(labels)
     fig.update_xaxes(title_text="key (looked at)", tickangle=-60, tickfont_size=11, showgrid=False,

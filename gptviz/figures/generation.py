@@ -68,12 +68,14 @@ def next_token_bars(ids, probs, allowed, labels: list[str], *, sampled_id: int, 
 
 
 def generation_heatmap(rows, window_starts, labels: list[str], n_prompt: int, *, scale: str = "linear",
-                       highlight: int | None = None, title: str | None = None, height: int | None = None
-                       ) -> go.Figure:
+                       highlight: int | None = None, title: str | None = None, height: int | None = None,
+                       hover_tokens: bool = True) -> go.Figure:
     """The attention row of each generating query, one row per new token (it grows while generating).
     rows[s] holds step s's weights over the keys window_starts[s] .. n_prompt - 1 + s (its own query
     position); labels cover every position (prompt then generated); `highlight` outlines one step's row.
-    Traces: [weights, masked: future (grey) and keys that slid out of the context window (light grey)]."""
+    Traces: [weights, masked: future (grey) and keys that slid out of the context window (light grey)].
+    `hover_tokens=False` leaves the tokens out of the hover (it shows the weight only): for a live view
+    redrawn several times a second, where the per-cell texts would be most of the figure's cost."""
     S = len(rows)
     N = n_prompt + S - 1                # key positions that any generating query could see
     z = np.full((S, N), np.nan, dtype=np.float32)
@@ -86,23 +88,25 @@ def generation_heatmap(rows, window_starts, labels: list[str], n_prompt: int, *,
         blank[s, q + 1:] = 1.0
         blank[s, :w0] = 0.0
     texts = escaped(labels)
-    custom = np.empty((S, N, 5), dtype=object)
-    custom[..., 0] = np.array([f"'{texts[n_prompt + s]}'" for s in range(S)], dtype=object)[:, None]
-    custom[..., 1] = np.array([f"'{texts[n_prompt - 1 + s]}'" for s in range(S)], dtype=object)[:, None]
-    custom[..., 2] = np.array([f"'{t}'" for t in texts[:N]], dtype=object)[None, :]
-    custom[..., 3] = np.arange(S)[:, None]
-    custom[..., 4] = np.arange(N)[None, :]
     steps, keys = np.arange(S), np.arange(N)
-    weights = go.Heatmap(
-        z=z, x=keys, y=steps, customdata=custom, coloraxis="coloraxis", hoverongaps=False, name="weight",
-        hovertemplate="%{customdata[1]} → %{customdata[2]}: %{z:.3g}<br>step %{customdata[3]}: this query "
-                      "predicted %{customdata[0]}; key position %{customdata[4]}<extra></extra>")
-    masked = go.Heatmap(
-        z=blank, x=keys, y=steps, customdata=custom, zmin=0, zmax=1, showscale=False, hoverongaps=False,
-        colorscale=[[0, OUT_OF_WINDOW_COLOR], [0.5, OUT_OF_WINDOW_COLOR], [0.5, MASKED_COLOR], [1, MASKED_COLOR]],
-        name="masked",
-        hovertemplate="%{customdata[1]} → %{customdata[2]}: not visible"
-                      "<br>(later token, or out of the context window)<extra></extra>")
+    colors = [[0, OUT_OF_WINDOW_COLOR], [0.5, OUT_OF_WINDOW_COLOR], [0.5, MASKED_COLOR], [1, MASKED_COLOR]]
+    masked = go.Heatmap(z=blank, x=keys, y=steps, zmin=0, zmax=1, showscale=False, hoverongaps=False,
+                        colorscale=colors, name="masked",
+                        hovertemplate="not visible: a later token, or out of the context window<extra></extra>")
+    if hover_tokens:
+        custom = np.empty((S, N, 5), dtype=object)
+        custom[..., 0] = np.array([f"'{texts[n_prompt + s]}'" for s in range(S)], dtype=object)[:, None]
+        custom[..., 1] = np.array([f"'{texts[n_prompt - 1 + s]}'" for s in range(S)], dtype=object)[:, None]
+        custom[..., 2] = np.array([f"'{t}'" for t in texts[:N]], dtype=object)[None, :]
+        custom[..., 3] = steps[:, None]
+        custom[..., 4] = keys[None, :]
+        weights = go.Heatmap(
+            z=z, x=keys, y=steps, customdata=custom, coloraxis="coloraxis", hoverongaps=False, name="weight",
+            hovertemplate="%{customdata[1]} → %{customdata[2]}: %{z:.3g}<br>step %{customdata[3]}: this query "
+                          "predicted %{customdata[0]}; key position %{customdata[4]}<extra></extra>")
+    else:
+        weights = go.Heatmap(z=z, x=keys, y=steps, coloraxis="coloraxis", hoverongaps=False, name="weight",
+                             hovertemplate="weight %{z:.3g}<extra></extra>")
     fig = go.Figure([weights, masked])
     fig.update_xaxes(title_text="key position (prompt, then generated)", tickangle=-60, tickfont_size=10,
                      showgrid=False, zeroline=False, **token_axis(texts[:N], max_ticks=48))

@@ -1,0 +1,91 @@
+"""Generation that runs beside the page instead of inside its script run.
+
+The page starts a LiveGeneration and redraws what it has produced so far at a steady rate (a fragment with
+run_every), so the model runs at the library's speed whatever drawing costs, and a widget change (layer, head,
+tab, colour scale) redraws without stopping it. Stop takes effect before the next token is shown.
+
+Bounded: a session holds at most one (starting another stops the first), the server runs at most
+`GenerationSlots.limit` at once, and each one stops by itself when `alive()` turns false (its browser session
+closed) or its owner asks it to.
+"""
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from .analysis import StepSummary, step_summary
+from .generate import stream
+from .model import GPT
+
+
+class GenerationSlots:
+    """How many generations the server runs at once; `take()` is False when every slot is in use."""
+
+    def __init__(self, limit: int):
+        if limit < 1:
+            raise ValueError(f"need at least one generation slot, got {limit}")
+        self.limit = limit
+        self._free = threading.BoundedSemaphore(limit)
+
+    def take(self) -> bool:
+        return self._free.acquire(blocking=False)
+
+    def give(self) -> None:
+        self._free.release()
+
+
+class LiveGeneration:
+    """One generation in a background thread: `steps` grows as tokens arrive (a list only this thread appends
+    to; readers take `snapshot()`), `stop()` ends it before the next token, `running` is False once it is over
+    (finished, stopped, failed: `error`, or abandoned: `alive()` false).
+
+    settings: max_new_tokens, temperature, top_k, top_p, seed and stream's other options; they and the prompt
+    are checked here, before the thread starts (ValueError)."""
+
+    def __init__(self, model: GPT, prompt_ids, settings: dict, *, owner: str = "", slots: GenerationSlots | None = None,
+                 alive: Callable[[], bool] = lambda: True, on_token: Callable[[], None] | None = None):
+        records = stream(model, list(prompt_ids), attention=True, **settings)  # checks prompt and settings now
+        self.prompt = tuple(int(i) for i in prompt_ids)
+        self.settings = dict(settings)
+        self.owner = owner
+        self.steps: list[StepSummary] = []
+        self.error: str | None = None
+        self.stopped = False          # ended by stop() or by its session going away, not by reaching the end
+        self._stop = threading.Event()
+        self._done = threading.Event()
+        self._slots, self._alive, self._on_token = slots, alive, on_token
+        if slots is not None and not slots.take():
+            raise RuntimeError(f"the server is already running {slots.limit} generations; try again in a moment")
+        self._thread = threading.Thread(target=self._run, args=(records,), name="gptviz-generation", daemon=True)
+        self._thread.start()
+
+    def _run(self, records) -> None:
+        try:
+            for record in records:
+                if self._stop.is_set() or not self._alive():
+                    self.stopped = True
+                    break
+                self.steps.append(step_summary(record))
+                if self._on_token is not None:
+                    self._on_token()
+        except Exception as err:  # shown on the page; the thread must not die silently
+            self.error = f"{type(err).__name__}: {err}"
+        finally:
+            if self._slots is not None:
+                self._slots.give()
+            self._done.set()
+
+    @property
+    def running(self) -> bool:
+        return not self._done.is_set()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until it is over (True) or `timeout` seconds pass (False)."""
+        return self._done.wait(timeout)
+
+    def snapshot(self) -> list[StepSummary]:
+        """The steps so far, as a list of their own (the thread may append while the page draws)."""
+        return self.steps[:]

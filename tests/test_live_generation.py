@@ -1,0 +1,140 @@
+"""Generation in a background thread (gptviz.live_generation): the same tokens as the library, Stop before the
+next token, a closed session stops it, the server's slots bound how many run, bad input fails before a thread."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from conftest import build
+from gptviz import generate
+from gptviz.live_generation import GenerationSlots, LiveGeneration
+
+PROMPT = [5, 17, 3, 42]
+GREEDY = dict(max_new_tokens=6, temperature=0.0, top_k=None, top_p=None, seed=0)
+
+
+class Gate:
+    """on_token for a LiveGeneration: holds its thread after token `at` until released."""
+
+    def __init__(self, at: int):
+        self.at, self.count = at, 0
+        self.reached, self.release = threading.Event(), threading.Event()
+
+    def __call__(self):
+        self.count += 1
+        if self.count == self.at:
+            self.reached.set()
+            assert self.release.wait(30)
+
+
+def test_it_writes_what_generate_writes_with_each_steps_attention():
+    model = build(seed=3)
+    job = LiveGeneration(model, PROMPT, GREEDY)
+    assert job.wait(30) and not job.running and not job.stopped and job.error is None
+    assert [s.token_id for s in job.steps] == generate(model, PROMPT, 6, temperature=0.0)[len(PROMPT):]
+    first = job.steps[0]
+    assert first.attention.shape == (model.config.n_layers, model.config.n_heads, len(PROMPT))
+    assert job.prompt == tuple(PROMPT) and job.settings == GREEDY
+
+
+def test_stop_takes_effect_before_the_next_token():
+    gate = Gate(at=3)
+    job = LiveGeneration(build(seed=3), PROMPT, {**GREEDY, "max_new_tokens": 12}, on_token=gate)
+    assert gate.reached.wait(30) and job.running
+    job.stop()
+    gate.release.set()
+    assert job.wait(30)
+    assert job.stopped and len(job.steps) == 3
+
+
+def test_a_closed_session_stops_it():
+    alive = threading.Event()
+    alive.set()
+    gate = Gate(at=2)
+    job = LiveGeneration(build(seed=3), PROMPT, {**GREEDY, "max_new_tokens": 12}, on_token=gate,
+                         alive=alive.is_set)
+    assert gate.reached.wait(30)
+    alive.clear()  # the browser went away
+    gate.release.set()
+    assert job.wait(30) and job.stopped and len(job.steps) == 2
+
+
+def test_the_snapshot_is_a_copy_the_thread_cannot_grow():
+    gate = Gate(at=2)
+    job = LiveGeneration(build(seed=3), PROMPT, {**GREEDY, "max_new_tokens": 5}, on_token=gate)
+    assert gate.reached.wait(30)
+    seen = job.snapshot()
+    gate.release.set()
+    assert job.wait(30)
+    assert len(seen) == 2 and len(job.steps) == 5 and seen == job.steps[:2]
+
+
+def test_the_servers_slots_bound_how_many_run_at_once():
+    slots = GenerationSlots(1)
+    gate = Gate(at=1)
+    first = LiveGeneration(build(seed=3), PROMPT, {**GREEDY, "max_new_tokens": 4}, slots=slots, on_token=gate)
+    assert gate.reached.wait(30)
+    with pytest.raises(RuntimeError, match="already running 1 generation"):
+        LiveGeneration(build(seed=3), PROMPT, GREEDY, slots=slots)
+    gate.release.set()
+    assert first.wait(30)
+    second = LiveGeneration(build(seed=3), PROMPT, GREEDY, slots=slots)  # the slot is free again
+    assert second.wait(30) and len(second.steps) == 6
+    with pytest.raises(ValueError, match="at least one"):
+        GenerationSlots(0)
+
+
+@pytest.mark.parametrize("prompt, settings, match", [
+    ([], GREEDY, "no tokens"),
+    ([5, 10**6], GREEDY, "outside the vocabulary"),
+    (PROMPT, {**GREEDY, "top_p": 1.5}, "top_p"),
+    (PROMPT, {**GREEDY, "max_new_tokens": -1}, "max_new_tokens"),
+])
+def test_bad_input_fails_before_a_thread_or_a_slot(prompt, settings, match):
+    slots = GenerationSlots(1)
+    before = set(threading.enumerate())
+    with pytest.raises(ValueError, match=match):
+        LiveGeneration(build(seed=3), prompt, settings, slots=slots)
+    assert not [t for t in threading.enumerate() if t not in before and t.name == "gptviz-generation"]
+    assert slots.take()  # the slot was never taken
+
+
+def test_an_error_inside_the_thread_is_kept_for_the_page():
+    model = build(seed=3)
+
+    def broken(*_):
+        raise RuntimeError("out of memory")
+    job = LiveGeneration(model, PROMPT, GREEDY, on_token=broken)
+    assert job.wait(30) and job.error == "RuntimeError: out of memory" and len(job.steps) == 1
+
+
+def test_a_session_has_one_generation_and_leaving_its_page_stops_it():
+    def script():
+        import threading
+
+        import streamlit as st
+
+        from gptviz import ui
+        spec = ui.ModelSpec(ui.SOURCE_PRESET, "tiny", "pre")
+        model = ui.load_model(spec)
+        hold = threading.Event()
+        settings = dict(max_new_tokens=50, temperature=1.0, top_k=None, top_p=None, seed=0)
+        first = ui.start_generation(spec, model, [1, 2, 3], settings, "attention")
+        ui.stop_generation(unless_page="attention")     # still on its page: it goes on
+        alive_on_its_page = first.running or len(first.steps) == 50
+        second = ui.start_generation(spec, model, [1, 2, 3], settings, "attention")  # stops the first
+        first_done = first.wait(10)
+        ui.stop_generation(unless_page="generation")    # another page: it stops
+        second.wait(10)
+        hold.set()
+        shown = ui.stored_generation(spec, [1, 2, 3], "attention") is second
+        other_page = ui.stored_generation(spec, [1, 2, 3], "generation")
+        other_prompt = ui.stored_generation(spec, [1, 2], "attention")
+        st.text(f"{alive_on_its_page} {first_done} {second.stopped or len(second.steps) == 50} {shown} "
+                f"{other_page is None} {other_prompt is None}")
+
+    at = AppTest.from_function(script, default_timeout=60).run()
+    assert not at.exception
+    assert at.text[0].value == "True True True True True True"

@@ -94,16 +94,59 @@ def open_head_from_entropy_map() -> None:
         state["att_view"] = VIEWS[0]
 
 
+def generation_controls() -> None:
+    """The generation's settings and buttons. They sit outside the views' fragment: Generate reruns the whole
+    page once, which starts the model and the live view's timer in the same run."""
+    st.divider()
+    st.subheader("Watch it generate")
+    st.caption("The model writes one token at a time. Each new token is predicted by the last token's query, "
+               "so each step adds one row of attention below; the Generation page has the step-by-step detail. "
+               "Changing the layer, head, colour scale or view while it writes does not stop it.")
+    g = st.columns(5)
+    keep_valid("att_gen_topk", range(cfg.vocab_size + 1), 0)  # a link's value past this model's vocabulary
+    n_new = g[0].number_input("New tokens", min_value=1, max_value=200, value=20, step=1, key="att_gen_n")
+    temperature = g[1].slider("Temperature", 0.0, 2.0, 1.0, 0.05, key="att_gen_temp",
+                              help="Divides the logits before the softmax: below 1 sharpens, above 1 flattens; "
+                                   "0 always takes the most probable token.")
+    top_k = g[2].number_input("Top-k (0 = off)", min_value=0, max_value=cfg.vocab_size, value=0, step=1,
+                              key="att_gen_topk", help="Sample only from the k most probable tokens.")
+    top_p = g[3].slider("Top-p (1 = off)", 0.05, 1.0, 0.9, 0.05, key="att_gen_topp",
+                        help="Sample only from the most probable tokens whose probabilities add up to p.")
+    seed = g[4].number_input("Seed", min_value=0, max_value=2**31 - 1, value=0, step=1, key="att_gen_seed",
+                             help="The same seed and settings give the same text.")
+    b1, b2, _ = st.columns([1, 1, 4])
+    start = b1.button("Generate", type="primary", key="att_generate", width="stretch")
+    b2.button("Stop", key="att_stop", width="stretch", on_click=ui.stop_generation,
+              help="Ends the generation and keeps the tokens written so far.")
+    if start:
+        settings = dict(max_new_tokens=int(n_new), temperature=float(temperature),
+                        top_k=int(top_k) or None, top_p=float(top_p) if top_p < 1 else None, seed=int(seed))
+        try:
+            ui.start_generation(spec, model, ids, settings, PAGE)
+        except ValueError as err:
+            st.error(f"Cannot generate with these settings: {err}")
+        except RuntimeError as err:
+            st.error(f"Generation could not start: {err}")
+
+
+# The page in display order. Generate is handled first, so the model starts writing before the rest is drawn. The
+# views' fragment draws a finished generation into generation_box (so it follows the head picker); a running one
+# is live_generation's.
+chips_box, detector_box, views_box, controls_box, generation_box = (st.container() for _ in range(5))
+with controls_box:
+    generation_controls()
+
 # ---- the prompt as token chips (pick the query token) ---------------------------------------------------
-st.markdown(f"**{T} token{'s' if T != 1 else ''}** (GPT-2 BPE pieces; ␣ is a space, ↵ a newline, `<0xF0>` one byte of a "
-            "character split across tokens). Pick one to see where it looks.")
-if T <= MAX_CHIPS:
-    query = st.pills("Query token", list(range(T)), format_func=lambda i: md_text(labels[i]), key="att_query",
-                     label_visibility="collapsed", persist_state="page",
-                     help="The token whose attention the bar chart and the outlined heatmap row show.")
-else:
-    query = st.slider("Query position", 0, T - 1, value=T - 1, key="att_query_pos")
-    st.text(" | ".join(labels))
+with chips_box:
+    st.markdown(f"**{T} token{'s' if T != 1 else ''}** (GPT-2 BPE pieces; ␣ is a space, ↵ a newline, `<0xF0>` one byte of a "
+                "character split across tokens). Pick one to see where it looks.")
+    if T <= MAX_CHIPS:
+        query = st.pills("Query token", list(range(T)), format_func=lambda i: md_text(labels[i]), key="att_query",
+                         label_visibility="collapsed", persist_state="page",
+                         help="The token whose attention the bar chart and the outlined heatmap row show.")
+    else:
+        query = st.slider("Query position", 0, T - 1, value=T - 1, key="att_query_pos")
+        st.text(" | ".join(labels))
 state["att_query_for"] = (tuple(ids), query)
 query = T - 1 if query is None else int(query)
 
@@ -116,7 +159,8 @@ def jump_to_head() -> None:
         state["att_layer"], state["att_head"] = divmod(int(rows[0]), cfg.n_heads)
 
 
-with st.expander("Heads worth a look: detector scores beside their chance levels (pick a row to open a head)"):
+with detector_box, st.expander("Heads worth a look: detector scores beside their chance levels (pick a row to open "
+                               "a head)"):
     if T < 2:
         st.info("The detectors need a prompt of at least two tokens.")
     else:
@@ -378,7 +422,10 @@ def views() -> None:
                        "one key, ln(n) when it spreads evenly over n keys. Dark cells are focused heads; the "
                        "colour scale ends at the value for even spreading. Click a cell to open that head.")
 
-    generation_panel(layer, head, scale)
+    job = ui.stored_generation(spec, ids, PAGE)
+    if job is not None and not job.running:  # a running one is live_generation's
+        with generation_box:
+            draw_generation(ui.generation_view(job), False, layer, head, scale)
 
 
 # ---- live generation --------------------------------------------------------------------------------
@@ -416,7 +463,7 @@ def draw_generation(run: dict, live: bool, layer: int, head, scale: str) -> None
     left, right = st.columns([3, 2], gap="medium")
     with left:
         ui.show_figure(fg.generation_heatmap(rows, [s.window_start for s in steps], all_labels, len(prompt_ids),
-                                             scale=scale, hover_tokens=not live,
+                                             scale=scale, hover_tokens=False,
                                              title=f"Layer {layer}, {head_name(head)}: "
                                                    f"attention of each generating query"),
                        key="att_gen_live_heatmap" if live else "att_gen_heatmap")
@@ -433,61 +480,24 @@ def draw_generation(run: dict, live: bool, layer: int, head, scale: str) -> None
                    f"cut by {ui.cut_reason(run['settings'])}.")
 
 
-def generation_panel(layer: int, head, scale: str) -> None:
-    """The generation controls, and the finished (or stopped) generation; a running one is drawn by
-    live_generation below, which redraws on a timer."""
-    st.divider()
-    st.subheader("Watch it generate")
-    st.caption("The model writes one token at a time. Each new token is predicted by the last token's query, "
-               "so each step adds one row of attention below; the Generation page has the step-by-step detail. "
-               "Changing the layer, head, colour scale or view while it writes does not stop it.")
-    g = st.columns(5)
-    keep_valid("att_gen_topk", range(cfg.vocab_size + 1), 0)  # a link's value past this model's vocabulary
-    n_new = g[0].number_input("New tokens", min_value=1, max_value=200, value=20, step=1, key="att_gen_n")
-    temperature = g[1].slider("Temperature", 0.0, 2.0, 1.0, 0.05, key="att_gen_temp",
-                              help="Divides the logits before the softmax: below 1 sharpens, above 1 flattens; "
-                                   "0 always takes the most probable token.")
-    top_k = g[2].number_input("Top-k (0 = off)", min_value=0, max_value=cfg.vocab_size, value=0, step=1,
-                              key="att_gen_topk", help="Sample only from the k most probable tokens.")
-    top_p = g[3].slider("Top-p (1 = off)", 0.05, 1.0, 0.9, 0.05, key="att_gen_topp",
-                        help="Sample only from the most probable tokens whose probabilities add up to p.")
-    seed = g[4].number_input("Seed", min_value=0, max_value=2**31 - 1, value=0, step=1, key="att_gen_seed",
-                             help="The same seed and settings give the same text.")
-    b1, b2, _ = st.columns([1, 1, 4])
-    start = b1.button("Generate", type="primary", key="att_generate", width="stretch")
-    b2.button("Stop", key="att_stop", width="stretch", on_click=ui.stop_generation,
-              help="Ends the generation and keeps the tokens written so far.")
-    if start:
-        settings = dict(max_new_tokens=int(n_new), temperature=float(temperature),
-                        top_k=int(top_k) or None, top_p=float(top_p) if top_p < 1 else None, seed=int(seed))
-        try:
-            ui.start_generation(spec, model, ids, settings, PAGE)
-        except ValueError as err:
-            st.error(f"Cannot generate with these settings: {err}")
-            return
-        except RuntimeError as err:
-            st.error(f"Generation could not start: {err}")
-            return
-        st.rerun()  # the whole page, so the live view below starts its timer
+def live_generation() -> None:
+    """Redrawn every LIVE_REDRAW_S while the model writes, with the pickers' current values. The tick that finds
+    it over draws the last state, then reruns the page once, which stops the timer."""
     job = ui.stored_generation(spec, ids, PAGE)
     if job is None:
-        st.caption("Press Generate to watch the model continue the prompt.")
-    elif not job.running:
-        draw_generation(ui.generation_view(job), False, layer, head, scale)
-
-
-def live_generation() -> None:
-    """Redrawn every LIVE_REDRAW_S while the model writes, with the pickers' current values; once it is done,
-    the whole page reruns and generation_panel draws the result."""
-    job = ui.stored_generation(spec, ids, PAGE)
-    run = ui.generation_view(job) if job is not None else None
-    if run is None or not run["running"]:
         st.rerun()
-    draw_generation(run, True, state.get("att_layer", 0), state.get("att_head", 0),
+    run = ui.generation_view(job)
+    draw_generation(run, run["running"], state.get("att_layer", 0), state.get("att_head", 0),
                     state.get("att_scale", fa.DEFAULT_SCALE))
+    if not run["running"]:
+        st.rerun()
 
 
-views()
-running = ui.stored_generation(spec, ids, PAGE)
-if running is not None and running.running:
-    st.fragment(live_generation, run_every=ui.LIVE_REDRAW_S)()
+job = ui.stored_generation(spec, ids, PAGE)
+with generation_box:
+    if job is None:
+        st.caption("Press Generate to watch the model continue the prompt.")
+    elif job.running:
+        st.fragment(live_generation, run_every=ui.LIVE_REDRAW_S)()
+with views_box:
+    views()

@@ -13,6 +13,7 @@ import torch
 from gptviz import PRESETS, GPTConfig, ui, weights, wiring
 from gptviz.analysis import bigram_baseline
 from gptviz.config import ConfigError
+from gptviz.evaluate import recipe_differences
 from gptviz.figures import norms as fig_norms
 from gptviz.figures import training as fig_train
 from gptviz.generate import check_sampling, generate
@@ -306,8 +307,6 @@ def same_weights_section() -> None:
 # ---- section 2: trained twins --------------------------------------------------------------------------------
 
 def trained_twins_section() -> None:
-    st.caption("Two bundled models trained with the same data order and the same initial weights, one pre-norm "
-               "and one post-norm; what they were trained on is in the sidebar and in each model card.")
     models = weights.bundled_models()
     pairs = wiring.trained_twins(list(models))
     if not pairs:
@@ -319,6 +318,17 @@ def trained_twins_section() -> None:
         stem = st.selectbox("Twins", [p.stem for p in pairs], key="twins_stem")
         twins = next(p for p in pairs if p.stem == stem)
     names = {"pre": twins.pre, "post": twins.post}
+    records = {norm: json.loads((models[name] / "config.json").read_text()).get("training", {})
+               for norm, name in names.items()}
+    differences = recipe_differences(records["pre"], records["post"])
+    if not differences:
+        st.caption("Two bundled models trained with the same data order and the same initial weights, one pre-norm "
+                   "and one post-norm; what they were trained on is in the sidebar and in each model card.")
+    else:  # the sentence above would not be true: say how they differ before any curve is compared
+        st.warning("These two bundled models, one pre-norm and one post-norm, were not trained alike, so their "
+                   "curves and scores compare more than the LayerNorm placement: "
+                   + "; ".join(differences[:6]) + ("; ..." if len(differences) > 6 else "")
+                   + ". Each model card has its full recipe.")
 
     histories = {norm: wiring.load_history(models[name]) for norm, name in names.items()}
     st.subheader("Loss curves")

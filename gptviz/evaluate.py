@@ -87,6 +87,10 @@ def check_model(model: GPT, corpus: Corpus, seed: int = 0, sample_tokens: int = 
     tests = [induction_test(model, seed=s, ids=trained_ids) for s in range(INDUCTION_SEEDS)]
     induction = torch.stack([t.scores for t in tests]).mean(0)
     repeat_loss = sum(t.repeat_loss for t in tests) / len(tests)
+    # The same test on the most frequent training ids only (the ids the training's repeated windows draw from):
+    # beside the bar's figure, it tells a head that copies any token from one that copies the tokens it practised on.
+    frequent = [induction_test(model, seed=s, ids=most_frequent_ids(corpus.train, INDUCTION_TEST_VOCAB))
+                for s in range(INDUCTION_SEEDS)]
     enc = get_tokenizer()
     ids = generate(model, enc.encode(SAMPLE_PROMPT), sample_tokens, temperature=0.8, top_k=50, seed=seed)
     sample = enc.decode(ids)
@@ -102,6 +106,10 @@ def check_model(model: GPT, corpus: Corpus, seed: int = 0, sample_tokens: int = 
         "unigram_baseline": baseline["unigram_nats"], "margin": baseline["nats"] - val_loss,
         "best_previous_token_head": best_prev, "best_induction_head": best_ind,
         "induction_length": tests[0].length, "repeat_loss": repeat_loss,
+        "frequent_ids_induction": {
+            "ids": INDUCTION_TEST_VOCAB,
+            "best_induction_head": head_report(torch.stack([t.scores for t in frequent]).mean(0), frequent[0].chance),
+            "repeat_loss": sum(t.repeat_loss for t in frequent) / len(frequent)},
         "uniform_loss": math.log(model.config.vocab_size),
         "copy_prompt": COPY_PROMPT, "copy_continuation": copy,
         "sample": sample, "sample_speaker_lines": len(speakers), "sample_newlines": sample.count("\n"),
@@ -123,6 +131,23 @@ def training_stages(training: dict) -> list[dict]:
         stages.append(stage)
         stage = stage.get("continued_from")
     return stages[::-1]
+
+
+def recipe_differences(pre: dict, post: dict) -> list[str]:
+    """How two checkpoints' training records differ, past post-norm's warmup (which twins may differ in):
+    the number of stages, the data, and each stage's settings, as short phrases; [] when trained alike."""
+    a, b = training_stages(pre), training_stages(post)
+    if len(a) != len(b):
+        return [f"the pre-norm model trained in {len(a)} stage{'s' * (len(a) != 1)}, the post-norm one in {len(b)}"]
+    found = []
+    for i, (x, y) in enumerate(zip(a, b), 1):
+        if x.get("data") != y.get("data"):
+            found.append(f"stage {i}: data {x.get('data')} against {y.get('data')}")
+        sx, sy = x.get("settings", {}), y.get("settings", {})
+        for key in sorted(set(sx) | set(sy)):
+            if key != "warmup" and sx.get(key) != sy.get(key):
+                found.append(f"stage {i}: {key.replace('_', ' ')} {sx.get(key)} against {sy.get(key)}")
+    return found
 
 
 def _copy_part(settings: dict) -> str:
@@ -185,13 +210,35 @@ def _head_history(history: list[dict], batch: int, block: int, cheap_steps: int,
             + "\n".join(lines))
 
 
+def _frequent_rows(report: dict) -> str:
+    """The card's rows for the induction test on the most frequent training ids, when the report has them."""
+    freq = report.get("frequent_ids_induction")
+    if not freq:
+        return ""
+    b = freq["best_induction_head"]
+    return (f"\n| best induction head, the same test on the {freq['ids']:,} most frequent training ids only | "
+            f"{b['layer']}.{b['head']}: {b['score']:.3f} | uniform attention: {b['chance']:.3f} |"
+            f"\n| loss on the repeated half, those ids | {freq['repeat_loss']:.2f} | uniform guessing: "
+            f"{report['uniform_loss']:.2f} |")
+
+
 def _copy_verdict(training: dict, report: dict) -> str:
     """One sentence, from the numbers, on whether the repeated windows did what they were mixed in for."""
-    if not training.get("settings", {}).get("copy_fraction"):
+    if not any(st.get("settings", {}).get("copy_fraction") for st in training_stages(training)):
         return ""
     grown = report["best_induction_head"]["score"] >= INDUCTION_BAR
-    return ("\nThe repeated-sequence windows grew an induction head in this run.\n" if grown else
-            "\nThe repeated-sequence windows did not grow an induction head in this run: its best score is at "
+    freq = report.get("frequent_ids_induction")
+    grown_frequent = freq is not None and freq["best_induction_head"]["score"] >= INDUCTION_BAR
+    if grown:
+        return "\nThe repeated-sequence windows grew an induction head in this run.\n"
+    if grown_frequent:
+        return (f"\nThe repeated-sequence windows grew an induction head, but one that copies only the tokens it "
+                f"practised on: on the {freq['ids']:,} most frequent training ids it scores "
+                f"{freq['best_induction_head']['score']:.3f} (loss {freq['repeat_loss']:.2f} on the repeated half), "
+                f"on random ids from all {report['data']['train_vocab']:,} training ids "
+                f"{report['best_induction_head']['score']:.3f} (loss {report['repeat_loss']:.2f}), short of the bar. "
+                "Rarer ids have embeddings too little trained for its matching to tell them apart.\n")
+    return ("\nThe repeated-sequence windows did not grow an induction head in this run: its best score is at "
             "the chance level's scale (`gptviz/models/README.md` has the probes).\n")
 
 
@@ -231,8 +278,8 @@ Final train loss {final.get('train_loss', float('nan')):.3f}.{_head_history(hist
 | held-out loss, every non-overlapping window of the held-out text (nats/token) | {report['val_loss']:.3f} | bigram/unigram model fitted on the training text: {report['bigram_baseline']:.3f} (lambda {report['bigram_lambda']}); unigram {report['unigram_baseline']:.3f} |
 | margin below the bigram baseline | {report['margin']:.3f} | bar: {MARGIN_NATS} |
 | best previous-token head (layer.head; mean weight on the previous token, held-out text) | {bp['layer']}.{bp['head']}: {bp['score']:.3f} | uniform attention: {bp['chance']:.3f} |
-| best induction head ({report['induction_length']} random training ids repeated once, {INDUCTION_SEEDS} draws) | {bi['layer']}.{bi['head']}: {bi['score']:.3f} | uniform attention: {bi['chance']:.3f} |
-| loss on the repeated half (nats/token) | {report['repeat_loss']:.2f} | uniform guessing: {report['uniform_loss']:.2f} |
+| best induction head ({report['induction_length']} random training ids repeated once, {INDUCTION_SEEDS} draws; the bar) | {bi['layer']}.{bi['head']}: {bi['score']:.3f} | uniform attention: {bi['chance']:.3f} |
+| loss on the repeated half (nats/token) | {report['repeat_loss']:.2f} | uniform guessing: {report['uniform_loss']:.2f} |{_frequent_rows(report)}
 | greedy continuation of `{report['copy_prompt']}` (as a JSON string) | `{json.dumps(report['copy_continuation'])}` | a copying model: `{json.dumps(COPY_EXPECTED)}` |
 | speaker lines / line breaks in the sample | {report['sample_speaker_lines']} / {report['sample_newlines']} | |
 

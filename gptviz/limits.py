@@ -7,6 +7,7 @@ GPTVIZ_MODEL_CACHE_MB     loaded models (default 6144); the least recently used 
 GPTVIZ_MAX_PARAMS         the largest model a visitor may build or load (default 1,600,000,000: GPT-2 XL)
 GPTVIZ_EXPORT_MB          the largest download the app builds (default 512)
 GPTVIZ_GENERATIONS        live generations running at once on the server (default 4; one per browser session)
+GPTVIZ_GENERATION_THREADS torch CPU threads each live generation uses (default 1: the cores are shared)
 GPTVIZ_TRAINING           1 or 0: the Train page may start runs (default 1)
 GPTVIZ_TRAINING_JOBS      training runs at once on the server (default 2)
 GPTVIZ_JOBS_PER_SESSION   training runs at once for one browser session (default 1)
@@ -35,6 +36,7 @@ class ServerLimits:
     max_params: int = 1_600_000_000
     export_mb: int = 512
     generations: int = 4
+    generation_threads: int = 1
     training: bool = True
     training_jobs: int = 2
     jobs_per_session: int = 1

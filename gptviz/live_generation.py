@@ -6,12 +6,14 @@ tab, colour scale) redraws without stopping it. Stop takes effect before the nex
 
 Bounded: a session holds at most one (starting another stops the first), the server runs at most
 `GenerationSlots.limit` at once, and each one stops by itself when `alive()` turns false (its browser session
-closed) or its owner asks it to.
+closed) or its owner asks it to. `threads` sets torch's CPU threads for the generation's own thread only.
 """
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+
+import torch
 
 from .analysis import StepSummary, step_summary
 from .generate import stream
@@ -43,7 +45,8 @@ class LiveGeneration:
     are checked here, before the thread starts (ValueError)."""
 
     def __init__(self, model: GPT, prompt_ids, settings: dict, *, owner: str = "", slots: GenerationSlots | None = None,
-                 alive: Callable[[], bool] = lambda: True, on_token: Callable[[], None] | None = None):
+                 alive: Callable[[], bool] = lambda: True, on_token: Callable[[], None] | None = None,
+                 threads: int | None = None):
         records = stream(model, list(prompt_ids), attention=True, **settings)  # checks prompt and settings now
         self.prompt = tuple(int(i) for i in prompt_ids)
         self.settings = dict(settings)
@@ -53,13 +56,19 @@ class LiveGeneration:
         self.stopped = False          # ended by stop() or by its session going away, not by reaching the end
         self._stop = threading.Event()
         self._done = threading.Event()
-        self._slots, self._alive, self._on_token = slots, alive, on_token
+        self._slots, self._alive, self._on_token, self._threads = slots, alive, on_token, threads
         if slots is not None and not slots.take():
             raise RuntimeError(f"the server is already running {slots.limit} generations; try again in a moment")
         self._thread = threading.Thread(target=self._run, args=(records,), name="gptviz-generation", daemon=True)
         self._thread.start()
 
     def _run(self, records) -> None:
+        if self._threads:
+            # torch's intra-op thread count is per calling thread (OpenMP): this sets it for this generation only.
+            # On a server whose cores are shared with the script, the browser and other sessions, more than one
+            # thread per small-model generation makes OpenMP's threads wait on each other (a 64-token stream on
+            # the bundled model ran at 10 tokens/s with two threads beside a busy process, 149 with one).
+            torch.set_num_threads(self._threads)
         try:
             for record in records:
                 if self._stop.is_set() or not self._alive():

@@ -290,14 +290,20 @@ def bundled_description(name: str) -> str:
         text += (f", with {when} of its training windows made of random tokens followed by their exact repeat "
                  "(meant to teach it to copy)")
         try:
-            grown = json.loads((bundled_models()[name] / "check.json").read_text())["passes"].get(
-                "induction_head_at_least_0.3")
+            report = json.loads((bundled_models()[name] / "check.json").read_text())
+            grown = report["passes"].get("induction_head_at_least_0.3")
+            copies_letters = report["passes"].get("continues_the_repeated_letters_with_D")
+            frequent = report.get("frequent_ids_induction", {}).get("best_induction_head", {}).get("score", 0.0)
         except (OSError, ValueError, KeyError, AttributeError):
-            grown = None
-        if grown is False:
+            grown, copies_letters, frequent = None, None, 0.0
+        example = " (the repeated-letters example shows it)" if copies_letters else ""
+        if grown:
+            text += f"; it grew an induction head{example}"
+        elif grown is False and frequent >= 0.3:
+            text += (f"; it grew an induction head for the frequent tokens it practised on{example}, not yet "
+                     "for rare ones")
+        elif grown is False:
             text += "; it did not grow an induction head"
-        elif grown:
-            text += "; it grew an induction head (the repeated-letters example shows it)"
     return text[0].upper() + text[1:] + ". Its model card says how well it does."
 
 
@@ -562,7 +568,8 @@ def start_generation(spec: ModelSpec, model: GPT, ids, settings: dict, page: str
         old["job"].wait(5)  # a token at most: frees its server slot for this one
     sid = session_id()
     job = LiveGeneration(model, ids, settings, owner=sid or "", slots=generation_slots(),
-                         alive=lambda: session_alive(sid), on_token=_count_forward)
+                         alive=lambda: session_alive(sid), on_token=_count_forward,
+                         threads=server_limits().generation_threads)
     st.session_state[GENERATION_KEY] = {"spec": spec, "page": page, "job": job}
     return job
 
@@ -591,7 +598,7 @@ def generation_view(job) -> dict:
             "stopped": job.stopped, "error": job.error}
 
 
-LIVE_REDRAW_S = 0.25  # how often a page redraws a running generation
+LIVE_REDRAW_S = 0.5  # how often a page redraws a running generation
 
 
 def count_forward(n: int = 1) -> None:

@@ -140,3 +140,14 @@ def test_room_is_made_before_a_large_entry_is_built():
         return "m1"
     cache.get_or_build("gpt2-xl seed 1", build, lambda _: 70, estimate=70)
     assert held_while_building == [0] and "gpt2-xl seed 0" not in cache and cache.nbytes == 70
+
+
+def test_generation_limits_come_from_the_environment_and_are_documented():
+    from pathlib import Path
+    got = ServerLimits.from_env({"GPTVIZ_GENERATIONS": "2", "GPTVIZ_GENERATION_THREADS": "3"})
+    assert (got.generations, got.generation_threads) == (2, 3)
+    assert (ServerLimits().generations, ServerLimits().generation_threads) == (4, 1)
+    with pytest.raises(ValueError, match="generations"):
+        ServerLimits(generations=0)
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert "`GPTVIZ_GENERATIONS` | 4 |" in readme and "`GPTVIZ_GENERATION_THREADS` | 1 |" in readme

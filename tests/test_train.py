@@ -321,3 +321,14 @@ def test_the_model_cards_commands_rebuild_every_stage_with_its_settings():
         model_cfg, settings = config_and_settings(args)
         assert settings == TrainSettings(**stage["settings"])
         assert model_cfg.norm == "post" and model_cfg.n_ctx == 128
+
+
+def test_recipe_differences_name_every_setting_but_warmup_that_twins_do_not_share():
+    from gptviz.evaluate import recipe_differences
+    base = {"data": "shakespeare-works", "settings": {"steps": 100, "lr": 0.003, "warmup": 100, "batch_size": 16}}
+    assert recipe_differences(base, {**base, "settings": {**base["settings"], "warmup": 1000}}) == []
+    other = {**base, "settings": {**base["settings"], "lr": 0.001}}
+    assert recipe_differences(base, other) == ["stage 1: lr 0.003 against 0.001"]
+    two = {**base, "continued_from": {**base}}
+    assert recipe_differences(two, base) == ["the pre-norm model trained in 2 stages, the post-norm one in 1"]
+    assert recipe_differences(two, {**two, "data": "tiny"}) == ["stage 2: data shakespeare-works against tiny"]

@@ -210,6 +210,12 @@ def _head_history(history: list[dict], batch: int, block: int, cheap_steps: int,
             + "\n".join(lines))
 
 
+def _dropouts(stages: list[dict], final: float) -> str:
+    """The dropout each stage trained with ("0.1", or "0.0, then 0.1" when a stage changed it)."""
+    values = [stage.get("dropout", final) for stage in stages] or [final]
+    return str(values[0]) if len(set(values)) == 1 else ", then ".join(str(v) for v in values)
+
+
 def _frequent_rows(report: dict) -> str:
     """The card's rows for the induction test on the most frequent training ids, when the report has them."""
     freq = report.get("frequent_ids_induction")
@@ -267,7 +273,7 @@ GPT-2 BPE vocabulary of {cfg['vocab_size']:,}, tied head) trained from scratch o
 Weights stored in float16; loaded as float32.
 
 ## Training
-{training_text}{sep}Dropout {cfg['dropout']}. The cheaper softmax over the training text's ids is there because the LM
+{training_text}{sep}Dropout {_dropouts(stages, cfg['dropout'])}. The cheaper softmax over the training text's ids is there because the LM
 head over all {cfg['vocab_size']:,} ids is most of the cost of a model this small; every loss below uses the full
 vocabulary.{warmup_note}
 Final train loss {final.get('train_loss', float('nan')):.3f}.{_head_history(history, settings.get('batch_size', 0), settings.get('block_size') or cfg['n_ctx'], settings.get('corpus_vocab_steps', 0), len(stages))}

@@ -8,7 +8,7 @@ import torch
 
 from gptviz import load_pretrained
 from gptviz.corpus import HELD_OUT_PLAYS
-from gptviz.evaluate import check_model, corpus_of
+from gptviz.evaluate import check_model, corpus_of, recipe_differences, training_stages
 from gptviz.weights import bundled_models, training_vocab
 
 TWINS = ("shakespeare-pre", "shakespeare-post")
@@ -29,12 +29,15 @@ def test_both_twins_are_bundled_and_load_offline(monkeypatch):
     pre, post = (load_pretrained(name) for name in TWINS)
     assert pre.config.norm == "pre" and post.config.norm == "post"
     # Same preset, data, seed and steps: only the wiring differs.
-    assert pre.config.replace(norm="post") == post.config
+    # the same architecture (dropout is a training setting, recorded with each stage)
+    assert pre.config.replace(norm="post", dropout=post.config.dropout) == post.config
     meta = [json.loads((bundled_models()[n] / "config.json").read_text())["training"] for n in TWINS]
-    # One setting differs, on purpose: post-norm's warmup. With pre-norm's 100 steps it stalled at the
-    # unigram loss (gptviz/models/README.md); everything else, batches and steps included, is shared.
-    differ = {k for k in meta[0]["settings"] if meta[0]["settings"][k] != meta[1]["settings"][k]}
-    assert differ == {"warmup"} and meta[0]["settings"]["warmup"] < meta[1]["settings"]["warmup"]
+    # Not twins in training yet (issue 18 stays open): the pre-norm model is the copy-first recipe (a copy-only
+    # stage, then text with repeated-sequence windows); the post-norm one is still the earlier single-stage run,
+    # because post-norm grew no induction head in 1,600 copy-only steps (gptviz/models/README.md). The Norms page
+    # shows these differences above its curves (recipe_differences); when the post twin is retrained alike, this
+    # must become [] (post-norm's warmup aside).
+    assert recipe_differences(*meta) == ["the pre-norm model trained in 2 stages, the post-norm one in 1"]
     logits = pre(torch.tensor([[15496, 11, 314, 716]]))
     assert logits.shape == (1, 4, 50257) and torch.isfinite(logits).all()
 
@@ -61,9 +64,9 @@ def test_model_card_figures_are_reproduced(name, corpus):
 # Which bars of the bundled-model issue each twin clears today. The issue stays open while any is False; a
 # retrained twin that clears more must update this table (the test fails either way it changes).
 CLEARED = {
-    "shakespeare-pre": {"held_out_loss_below_bigram_by_0.5": False, "previous_token_head_at_least_0.5": False,
+    "shakespeare-pre": {"held_out_loss_below_bigram_by_0.5": True, "previous_token_head_at_least_0.5": True,
                         "induction_head_at_least_0.3": False, "repeated_half_loss_at_most_3": False,
-                        "continues_the_repeated_letters_with_D": False, "sample_reads_like_a_play": True},
+                        "continues_the_repeated_letters_with_D": True, "sample_reads_like_a_play": True},
     "shakespeare-post": {"held_out_loss_below_bigram_by_0.5": True, "previous_token_head_at_least_0.5": False,
                          "induction_head_at_least_0.3": False, "repeated_half_loss_at_most_3": False,
                          "continues_the_repeated_letters_with_D": False, "sample_reads_like_a_play": True},
@@ -81,7 +84,15 @@ def test_which_bars_the_twins_clear(name):
     assert r["val_loss"] <= r["bigram_baseline"] - 0.4
     prev, ind = r["best_previous_token_head"], r["best_induction_head"]
     assert prev["score"] > 8 * prev["chance"]
-    assert ind["score"] < 2 * ind["chance"]  # no induction head: at the chance level's scale
+    if name == "shakespeare-pre":
+        # the copy-first twin: an induction head on the frequent ids its repeated windows used, far weaker on
+        # random ids from the whole training vocabulary (the bar's test), which is why that bar stays open
+        frequent = r["frequent_ids_induction"]
+        assert frequent["ids"] == 2000 and frequent["best_induction_head"]["score"] > 0.9 > 0.3
+        assert frequent["repeat_loss"] < 0.1 and r["repeat_loss"] > 3.0
+        assert 8 * ind["chance"] < ind["score"] < 0.3
+    else:
+        assert ind["score"] < 2 * ind["chance"]  # no induction head: at the chance level's scale
     assert r["sample_speaker_lines"] >= 2 and r["sample_newlines"] >= 4
 
 
@@ -94,20 +105,29 @@ def test_model_card_command_rebuilds_the_recorded_config_and_settings(name):
     folder = bundled_models()[name]
     card = (folder / "MODEL_CARD.md").read_text().replace("\\\n", " ")
     commands = [line for line in card.splitlines() if line.startswith("python -m gptviz train ")]
-    assert len(commands) == 1  # one training stage
-    args = build_parser().parse_args(shlex.split(commands[0])[3:])
-    cfg, settings = config_and_settings(args)
-    assert cfg == load_pretrained(name).config
-    recorded = json.loads((folder / "config.json").read_text())["training"]["settings"]
-    # a setting added after the checkpoint was trained is absent from its record: its default is what ran then
-    assert dataclasses.asdict(settings) == dataclasses.asdict(TrainSettings(**recorded))
-    assert args.out == f"gptviz/models/{name}"
+    stages = training_stages(json.loads((folder / "config.json").read_text())["training"])
+    assert len(commands) == len(stages)  # one command per training stage, oldest first
+    for i, (command, stage) in enumerate(zip(commands, stages)):
+        args = build_parser().parse_args(shlex.split(command)[3:])
+        cfg, settings = config_and_settings(args)
+        assert cfg.replace(dropout=0.0) == load_pretrained(name).config.replace(dropout=0.0)
+        assert cfg.dropout == stage.get("dropout", load_pretrained(name).config.dropout)
+        # a setting added after the checkpoint was trained is absent from its record: its default is what ran then
+        assert dataclasses.asdict(settings) == dataclasses.asdict(TrainSettings(**stage["settings"]))
+        last = i == len(stages) - 1
+        assert args.out == (f"gptviz/models/{name}" if last else f"/tmp/{name}-stage{i + 1}")
+        assert args.init_from == (f"/tmp/{name}-stage{i}" if i else None)
 
 
 @pytest.mark.parametrize("name", TWINS)
 def test_the_sidebar_says_what_the_twin_was_trained_on_and_what_it_did_not_learn(name):
     from gptviz import ui
     text = ui.bundled_description(name)
-    assert "complete works of Shakespeare less 3 held-out plays" in text and "37.5%" in text
-    grown = json.loads((bundled_models()[name] / "check.json").read_text())["passes"]["induction_head_at_least_0.3"]
-    assert ("did not grow an induction head" in text) == (not grown)
+    assert "complete works of Shakespeare less 3 held-out plays" in text
+    stages = training_stages(json.loads((bundled_models()[name] / "config.json").read_text())["training"])
+    assert all(f"{stage['settings']['copy_fraction']:.1%}" in text for stage in stages)
+    report = json.loads((bundled_models()[name] / "check.json").read_text())
+    grown = report["passes"]["induction_head_at_least_0.3"]
+    frequent = report.get("frequent_ids_induction", {}).get("best_induction_head", {}).get("score", 0.0)
+    assert ("did not grow an induction head" in text) == (not grown and frequent < 0.3)
+    assert ("for the frequent tokens it practised on" in text) == (not grown and frequent >= 0.3)

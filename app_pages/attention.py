@@ -13,6 +13,8 @@ import streamlit as st
 import torch
 
 from gptviz import analysis, ui
+from gptviz import attention_map as amap
+from gptviz.attention_map import attention_map
 from gptviz.links import ATTENTION_VIEWS
 from gptviz.figures import attention as fa
 from gptviz.figures import generation as fg
@@ -198,6 +200,13 @@ def grid_prefix(panels: int) -> int:
     return min(T, max(2, int(math.sqrt(GRID_CELLS / panels))))
 
 
+def pick_from_map(layer: int, head_index: int) -> None:
+    """A layer or head picked in the heatmap component: the page's pickers (and so every view) follow."""
+    if layer in layers and 0 <= head_index <= cfg.n_heads:
+        state["att_layer"] = layer
+        state["att_head"] = MEAN if head_index == cfg.n_heads else head_index
+
+
 def focus_from_click() -> None:
     """A click on a token of the left column makes it the query (and its lines the only ones drawn)."""
     points = ((state.get("att_lines_chart") or {}).get("selection") or {}).get("points") or []
@@ -240,12 +249,19 @@ def views() -> None:
             pat = pattern_of(layer, head)
             left, right = st.columns([3, 2], gap="medium")
             with left:
-                ui.show_figure(fa.attention_heatmap(pat.numpy(), labels, scale=scale, query=query,
-                                                    title=f"Layer {layer}, {head_name(head)}",
-                                                    height=int(min(660, max(440, 380 + 8 * T)))), key="att_heatmap")
-                st.caption("Rows are queries (the token looking), columns are keys (the tokens it looks at); "
-                           "each row sums to 1. Grey cells are the causal mask, not zero weights: a token "
-                           "cannot look at tokens after it. The outlined row is the chosen query token.")
+                height = int(min(660, max(440, 380 + 8 * T)))
+                attention_map(amap.payload(patterns.numpy(), labels, layer=layer, head=head, query=query, scale=scale,
+                                           mean_head=MEAN, head_names=[head_name(h) for h in heads],
+                                           height=height), key="att_map", on_pick=pick_from_map)
+                ui.figure_download(lambda: fa.attention_heatmap(pat.numpy(), labels, scale=scale, query=query,
+                                                                title=f"Layer {layer}, {head_name(head)}",
+                                                                height=height),
+                                   file_name=f"layer-{layer}-{head_name(head).replace(' ', '-')}.html", key="att_heatmap")
+                st.caption("Pick a layer or a head above the map: it redraws at once, and the views beside and "
+                           "below follow. Rows are queries (the token looking), columns are keys (the tokens it "
+                           "looks at); each row sums to 1. Grey cells are the causal mask, not zero weights: a token "
+                           "cannot look at tokens after it. The outlined row is the chosen query token; hover a "
+                           "cell for its weight.")
             with right:
                 row = pat[query, : query + 1]
                 ui.show_figure(fa.query_bars(row.numpy(), labels, query,

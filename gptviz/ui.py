@@ -509,6 +509,14 @@ def show_figure(fig, key: str | None = None, **kwargs):
     return chart
 
 
+def figure_download(build, file_name: str, key: str, label: str = "Interactive HTML") -> None:
+    """show_figure's download button for a view not drawn with Plotly: `build()` makes the figure only when clicked."""
+    from .export import figure_html
+    st.download_button(label, data=lambda: figure_html(build()), file_name=file_name, mime="text/html",
+                       key=f"html_{key}", on_click="ignore", type="tertiary", icon=":material/download:",
+                       help="This figure as one HTML file that opens offline in any browser, with zoom and hover.")
+
+
 def download_csv(frame, file_name: str, key: str, label: str = "Data as CSV") -> None:
     """A download button for the data behind a view. `frame`: a DataFrame, or a function returning one
     (then the CSV is built only when the button is clicked). Clicking reruns nothing."""

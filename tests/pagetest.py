@@ -44,6 +44,15 @@ def figure(at: AppTest, title_start: str) -> dict:
     return found[0]
 
 
+def attention_map(at: AppTest) -> tuple[dict, np.ndarray]:
+    """The Attention page's heatmap component: its data and the weights it carries, [layers sent, heads + 1, T, T]."""
+    from gptviz.attention_map import NAME, decode_weights
+    found = [el for el in at.get("bidi_component") if el.proto.component_name == NAME]
+    assert len(found) == 1, len(found)
+    data = json.loads(found[0].proto.json)
+    return data, decode_weights(data)
+
+
 def array(value) -> np.ndarray:
     """A Plotly JSON array (a plain list, or a base64 typed array with dtype and shape) as numpy."""
     if isinstance(value, dict) and "bdata" in value:

@@ -124,6 +124,7 @@ def no_exception(page) -> None:
 
 
 def test_attention_and_generation_in_a_browser(browser_page):
+    from playwright.sync_api import expect
     page, dialogs = browser_page
     page.locator('[data-testid="stSidebar"] [data-testid="stSelectbox"]').first.wait_for()
     sidebar_select(page, "Source", "Preset, random weights")    # the default unless bundled models exist
@@ -133,24 +134,35 @@ def test_attention_and_generation_in_a_browser(browser_page):
     set_prompt(page, "the cat sat on the mat")
     wait_for_idle(page)
     page.get_by_role("radio", name="␣mat", exact=True).wait_for()          # the token chips of the new prompt
-    heatmap = page.locator(".js-plotly-plot").filter(has_text=re.compile("Layer 0, head 0")).first
-    heatmap.wait_for()
+    page.locator(".gv-title").filter(has_text=re.compile("^Layer 0, head 0$")).wait_for()
+    heatmap = page.locator("canvas.gv-heat").first
     no_exception(page)
     page.screenshot(path=str(ARTIFACTS / "attention.png"), full_page=True)
 
-    # hover a cell of the lower triangle: the label names the query and key tokens and the weight
+    # hover a cell of the lower triangle: the tip names the query and key tokens and the weight
     heatmap.scroll_into_view_if_needed()
-    box = heatmap.locator(".nsewdrag").first.bounding_box()
-    page.mouse.move(box["x"] + 5, box["y"] + 5)
-    page.mouse.move(box["x"] + box["width"] * 0.1, box["y"] + box["height"] * 0.93, steps=5)
-    hover = page.locator(".hoverlayer .hovertext").filter(has_text="query position 5, key position 0").first
-    hover.wait_for()
-    text = hover.text_content()
-    match = re.search(r"'(.+?)' → '(.+?)': weight [0-9.e-]+query position (\d+), key position (\d+)", text)
-    assert match, text
-    assert int(match.group(3)) == 5 and int(match.group(4)) == 0      # the bottom-left cell: last query, first key
+    box = heatmap.bounding_box()
+    left, top, cell = (float(heatmap.get_attribute(f"data-{k}")) for k in ("left", "top", "cell"))
+    page.mouse.move(box["x"] + left + 0.5 * cell, box["y"] + top + 5.5 * cell, steps=3)   # query 5, key 0
+    tip = page.locator(".gv-tip").filter(has_text="query position 5, key position 0").first
+    tip.wait_for()
+    match = re.search(r"'(.+?)' → '(.+?)': weight [0-9.e-]+\s*query position (\d+), key position (\d+)",
+                      tip.text_content())
+    assert match, tip.text_content()
     assert match.group(1) == "␣mat" and match.group(2) == "the"
-    heatmap.screenshot(path=str(ARTIFACTS / "attention_hover.png"))
+    page.mouse.move(box["x"] + left + 4.5 * cell, box["y"] + top + 1.5 * cell, steps=2)    # query 1, key 4: future
+    page.locator(".gv-tip").filter(has_text="masked: a token cannot look at later tokens").wait_for()
+    page.locator(".gv-map").first.screenshot(path=str(ARTIFACTS / "attention_hover.png"))
+
+    # a head picked in the map redraws it at once; the page's Head picker and the bar chart follow
+    page.locator(".gv-head").filter(has_text="head 3").click()
+    page.locator(".gv-title").filter(has_text=re.compile("^Layer 0, head 3$")).wait_for()
+    expect(page.get_by_role("combobox", name="Head", exact=True)).to_have_value("head 3")
+    page.locator(".gv-layer").filter(has_text="layer 1").click()
+    page.locator(".gv-title").filter(has_text=re.compile("^Layer 1, head 3$")).wait_for()
+    expect(page.get_by_role("combobox", name="Layer", exact=True)).to_have_value("layer 1")
+    wait_for_idle(page)
+    no_exception(page)
 
     # the entropy map: clicking a head's cell opens that head in the One head view
     page.get_by_role("tab", name="Entropy map").click()
@@ -164,14 +176,14 @@ def test_attention_and_generation_in_a_browser(browser_page):
     page.locator(".hoverlayer .hovertext").filter(has_text="layer 1, head 2").wait_for()
     page.mouse.click(x, y)
     page.locator('[role="tab"][aria-selected="true"]').filter(has_text="One head").wait_for()
-    page.locator(".js-plotly-plot").filter(has_text=re.compile("Layer 1, head 2")).first.wait_for()
+    page.locator(".gv-title").filter(has_text=re.compile("^Layer 1, head 2$")).wait_for()
     no_exception(page)
 
     # markup in the prompt stays text: no dialog, no element, the pieces shown literally
     set_prompt(page, MARKUP)
     wait_for_idle(page)
     page.get_by_role("radio", name="img", exact=True).wait_for()
-    page.locator(".js-plotly-plot").filter(has_text=re.compile("Layer 1, head 2")).first.wait_for()
+    page.locator(".gv-title").filter(has_text=re.compile("^Layer 1, head 2$")).wait_for()
     assert page.get_by_role("radio", name="<", exact=True).count() >= 1
     assert page.locator('img[src="x"]').count() == 0 and not dialogs
     no_exception(page)
@@ -269,7 +281,7 @@ def test_a_figure_downloads_as_standalone_html(browser, server, tmp_path):
     """The button under a figure serves one HTML file with Plotly's JavaScript inlined and the figure's data."""
     page = new_page(browser)
     page.goto(f"{server}/?source=preset&preset=tiny&prompt=the+cat+sat+on+the+mat")
-    page.locator(".js-plotly-plot").filter(has_text="Layer 0, head 0").first.wait_for()
+    page.locator(".gv-title").filter(has_text="Layer 0, head 0").wait_for()
     wait_for_idle(page)
     with page.expect_download() as info:
         page.get_by_role("button", name="Interactive HTML").first.click()

@@ -15,9 +15,10 @@ import torch
 from streamlit.testing.v1 import AppTest
 
 from gptviz import allocator, analysis, ui
+from gptviz import attention_map as amap
 from gptviz.figures import attention as fa
 from gptviz.tokenizer import decode, encode, token_labels
-from pagetest import ROOT, TINY, array, figure, figures, finish_generation, generation_of, run_page, TokenGate
+from pagetest import ROOT, TINY, array, attention_map, figure, figures, finish_generation, generation_of, run_page, TokenGate
 
 N_LAYERS, N_HEADS, N_CTX = 2, 4, 128           # the tiny preset
 VIEWS = ["One head", "Lines between tokens", "On the text", "Inside the head", "Value-weighted",
@@ -61,16 +62,17 @@ def test_default_state_widgets_and_real_weights():
     assert chips.options and len(chips.options) == len(ids)
     assert [t.label for t in at.tabs] == VIEWS
     assert at.button(key="att_generate").label == "Generate" and at.button(key="att_stop").label == "Stop"
-    # the heatmap shows the model's own weights: layer 0, head 0, future masked
-    heat = figure(at, "Layer 0, head 0")
-    z = array(heat["data"][0]["z"])
-    expected = patterns_for(ui.DEFAULT_PROMPT)[0, 0].numpy()
-    lower = np.tril(np.ones_like(expected, dtype=bool))
-    np.testing.assert_allclose(z[lower], expected[lower], rtol=1e-6)
-    assert np.isnan(z[~lower]).all()
+    # the heatmap carries the model's own weights, every head of every layer (tiny: all fit), each mean last
+    data, weights = attention_map(at)
+    expected = patterns_for(ui.DEFAULT_PROMPT).numpy()
+    assert (data["layer"], data["head"], data["layers"]) == (0, 0, list(range(N_LAYERS)))
+    assert data["labels"] == token_labels(ids) and data["query"] == len(ids) - 1
+    np.testing.assert_allclose(weights[:, :N_HEADS], expected, atol=0.5 / amap.LEVELS + 1e-7)
+    np.testing.assert_allclose(weights[:, N_HEADS], expected.mean(1), atol=0.5 / amap.LEVELS + 1e-7)
+    assert data["head_names"] == [f"head {h}" for h in range(N_HEADS)] + ["mean of all heads"]
     # the bar chart is the last token's row
     bars = figure(at, f"Where token {len(ids) - 1}")
-    np.testing.assert_allclose(array(bars["data"][0]["y"]), expected[-1], rtol=1e-6)
+    np.testing.assert_allclose(array(bars["data"][0]["y"]), expected[0, 0, -1], rtol=1e-6)
 
 
 def test_display_widgets_run_no_forward_pass():
@@ -83,9 +85,9 @@ def test_display_widgets_run_no_forward_pass():
     at.selectbox(key="att_layer").select(1).run()
     at.selectbox(key="att_head").select(-1).run()
     assert not at.exception
-    heat = figure(at, "Layer 1, mean of all heads")
-    np.testing.assert_allclose(np.nan_to_num(array(heat["data"][0]["z"])),
-                               patterns_for(prompt)[1].mean(0).numpy(), rtol=1e-5, atol=1e-7)
+    data, weights = attention_map(at)
+    assert (data["layer"], data["head"]) == (1, N_HEADS)   # the mean of layer 1
+    np.testing.assert_allclose(weights[1, N_HEADS], patterns_for(prompt)[1].mean(0).numpy(), atol=1e-5)
     at.selectbox(key="att_scale").select("sqrt").run()
     at.button_group(key="att_query").set_value(2).run()
     assert figure(at, "Where token 2")["data"][0]["y"]
@@ -115,15 +117,20 @@ def test_edge_prompts(prompt):
     unescaped = [c.replace("\\", "") for c in chips]
     assert unescaped == [label.replace("\\", "") for label in token_labels(kept)]
     assert all("\ufffd" not in c for c in chips)
-    heat = figure(at, "Layer 0, head 0")
-    ticktext = heat["layout"]["yaxis"]["ticktext"]
-    assert all("<" not in t and ">" not in t for t in ticktext)   # Plotly would parse tags
+    data, _ = attention_map(at)
+    assert data["labels"] == token_labels(kept)   # plain text: the browser draws it, it never parses it
 
 
-def test_markup_prompt_is_escaped_in_hover_labels():
+def test_markup_prompt_reaches_the_heatmap_as_text_only():
+    """The heatmap component gets token text as data and sets it only as textContent or canvas text; the
+    Plotly version (its download) escapes it for Plotly's label markup."""
     at = page(MARKUP)
-    heat = figure(at, "Layer 0, head 0")
-    custom = np.array(heat["data"][0]["customdata"], dtype=object)
+    data, _ = attention_map(at)
+    assert "<" in data["labels"] and "img" in "".join(data["labels"])
+    js = (ROOT / "gptviz" / "assets" / "attention_map.js").read_text()
+    assert "innerHTML" not in js and "insertAdjacentHTML" not in js and "outerHTML" not in js
+    heat = fa.attention_heatmap(np.eye(len(data["labels"])), data["labels"])
+    custom = np.array(heat.data[0].customdata, dtype=object)
     texts = {str(c) for c in custom[..., 0].ravel()}
     assert "'&lt;'" in texts and not any("<" in t for t in texts)
 
@@ -340,8 +347,9 @@ def test_the_default_colour_scale_shows_small_weights():
     at = page("The cat sat on the mat")
     assert at.selectbox(key="att_scale").value == fa.DEFAULT_SCALE == "sqrt"
     assert "square root" in at.selectbox(key="att_scale").help
-    axis = figure(at, "Layer 0, head 0")["layout"]["coloraxis"]
-    stops = [s for s, _ in axis["colorscale"]]
-    assert len(stops) == 21 and axis["colorbar"]["tickvals"][:3] == [0, 0.01, 0.05]
+    data, _ = attention_map(at)
+    assert data["scale"] == "sqrt" and data["colors"][0][1] == [247, 251, 255]   # Blues, white at 0
+    axis = fa.color_axis("sqrt")
+    assert len(axis["colorscale"]) == 21 and axis["colorbar"]["tickvals"][:3] == [0, 0.05, 0.25]
     gen = run_page("generation", "The cat sat on the mat")
     assert gen.selectbox(key="gen_scale").value == "sqrt"

@@ -1,0 +1,270 @@
+// The Attention page's heatmap (gptviz/attention_map.py): every head of the layers sent, drawn on a canvas.
+// A layer or head pick redraws here at once, then goes back to Python (setStateValue) so the other views follow.
+// Token text is only ever set as textContent or drawn on the canvas: it is never parsed as HTML.
+
+const FONT = "11px Inter, 'Segoe UI', Helvetica, Arial, sans-serif";
+const LUT_SIZE = 1024;
+
+function decode(b64) {
+  const bytes = Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
+  return new Uint16Array(bytes.buffer, 0, bytes.length >> 1);
+}
+
+function colourTable(stops) {
+  // stops: [[position, [r, g, b]], ...] -> LUT_SIZE x [r, g, b] by linear interpolation
+  const lut = new Uint8ClampedArray(LUT_SIZE * 3);
+  for (let i = 0; i < LUT_SIZE; i++) {
+    const t = i / (LUT_SIZE - 1);
+    let k = 1;
+    while (k < stops.length - 1 && stops[k][0] < t) k++;
+    const [s0, c0] = stops[k - 1], [s1, c1] = stops[k];
+    const f = s1 > s0 ? Math.min(1, Math.max(0, (t - s0) / (s1 - s0))) : 0;
+    for (let ch = 0; ch < 3; ch++) lut[i * 3 + ch] = c0[ch] + f * (c1[ch] - c0[ch]);
+  }
+  return lut;
+}
+
+function hexRgb(hex) {
+  const v = parseInt(hex.slice(1), 16);
+  return [(v >> 16) & 255, (v >> 8) & 255, v & 255];
+}
+
+function element(tag, cls, parent) {
+  const el = document.createElement(tag);
+  if (cls) el.className = cls;
+  if (parent) parent.appendChild(el);
+  return el;
+}
+
+function build(root) {
+  const ui = {};
+  ui.title = element("div", "gv-title", root);
+  const pickers = element("div", "gv-pickers", root);
+  ui.layers = element("div", "gv-layers", pickers);
+  ui.heads = element("div", "gv-heads", pickers);
+  ui.note = element("div", "gv-note", root);
+  const plot = element("div", "gv-plot", root);
+  ui.canvas = element("canvas", "gv-heat", plot);
+  ui.tip = element("div", "gv-tip", plot);
+  ui.bar = element("canvas", "gv-bar", root);
+  ui.plot = plot;
+  return ui;
+}
+
+// One pattern (layer position p in the data, head h) as a T x T image, masked future in grey.
+function patternImage(s, p, h) {
+  const { T, levels } = s.data;
+  const off = (p * (s.data.n_heads + 1) + h) * T * T;
+  let top = 1;
+  if (s.data.scale === "max") {  // the largest weight outside row 0 (always 1: the first token sees itself)
+    top = 0;
+    for (let i = 1; i < T; i++) for (let j = 0; j <= i; j++) top = Math.max(top, s.weights[off + i * T + j]);
+    top = top > 0 ? top / levels : 1;
+  }
+  const img = new ImageData(T, T);
+  const px = img.data, lut = s.lut, masked = s.maskedRgb, sqrt = s.data.scale === "sqrt";
+  for (let i = 0; i < T; i++) {
+    for (let j = 0; j < T; j++) {
+      const o = (i * T + j) * 4;
+      if (j > i) {
+        px[o] = masked[0]; px[o + 1] = masked[1]; px[o + 2] = masked[2];
+      } else {
+        let v = s.weights[off + i * T + j] / levels / top;
+        v = Math.min(1, sqrt ? Math.sqrt(v) : v);
+        const c = Math.round(v * (LUT_SIZE - 1)) * 3;
+        px[o] = lut[c]; px[o + 1] = lut[c + 1]; px[o + 2] = lut[c + 2];
+      }
+      px[o + 3] = 255;
+    }
+  }
+  return { img, top };
+}
+
+function imageCanvas(img) {
+  const c = document.createElement("canvas");
+  c.width = img.width; c.height = img.height;
+  c.getContext("2d").putImageData(img, 0, 0);
+  return c;
+}
+
+function sized(canvas, w, h) {
+  const dpr = window.devicePixelRatio || 1;
+  canvas.width = Math.max(1, Math.round(w * dpr));
+  canvas.height = Math.max(1, Math.round(h * dpr));
+  canvas.style.width = `${w}px`;
+  canvas.style.height = `${h}px`;
+  const ctx = canvas.getContext("2d");
+  ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+  ctx.imageSmoothingEnabled = false;
+  return ctx;
+}
+
+function headName(s, h) {
+  return s.data.head_names[h];
+}
+
+function drawPickers(s) {
+  const { ui, data } = s;
+  const p = data.layers.indexOf(s.layer);
+  ui.layers.replaceChildren();
+  for (let l = 0; l < data.n_layers; l++) {
+    const b = element("button", l === s.layer ? "gv-layer gv-on" : "gv-layer", ui.layers);
+    b.textContent = `layer ${l}`;
+    b.onclick = () => pick(s, l, s.head);
+  }
+  ui.heads.replaceChildren();
+  for (let h = 0; h <= data.n_heads; h++) {
+    const cell = element("button", h === s.head ? "gv-head gv-on" : "gv-head", ui.heads);
+    cell.title = headName(s, h);
+    const thumb = element("canvas", "gv-thumb", cell);
+    const ctx = sized(thumb, 44, 44);
+    if (p >= 0) ctx.drawImage(imageCanvas(patternImage(s, p, h).img), 0, 0, 44, 44);
+    element("span", "", cell).textContent = h === data.n_heads ? "mean" : `head ${h}`;
+    cell.onclick = () => pick(s, s.layer, h);
+  }
+}
+
+function labelStride(cell, px) {
+  return Math.max(1, Math.ceil(px / Math.max(cell, 1e-6)));
+}
+
+function drawHeatmap(s) {
+  const { ui, data } = s;
+  const p = data.layers.indexOf(s.layer);
+  ui.title.textContent = `${data.title_prefix} ${s.layer}, ${headName(s, s.head)}`;
+  ui.note.textContent = p < 0 ? `Loading layer ${s.layer}...` : "";
+  const T = data.T;
+  const width = Math.max(240, ui.plot.clientWidth || s.root.clientWidth || 600);
+  const ctx0 = ui.canvas.getContext("2d");
+  ctx0.font = FONT;
+  let longest = 0;
+  for (const t of data.labels) longest = Math.max(longest, ctx0.measureText(t).width);
+  const left = Math.min(130, longest + 40), bottom = Math.min(110, longest * 0.87 + 44), top = 6, right = 10;
+  const side = Math.max(40, Math.min(width - left - right, data.height - top - bottom));
+  const cell = side / T;
+  const ctx = sized(ui.canvas, left + side + right, top + side + bottom);
+  s.geom = { left, top, side, cell };
+  Object.assign(ui.canvas.dataset, { left, top, cell });  // where the cells are, for a test's pointer
+  ctx.clearRect(0, 0, left + side + right, top + side + bottom);
+  if (p < 0) return;
+  const { img, top: maxTop } = patternImage(s, p, s.head);
+  s.top = maxTop;
+  ctx.drawImage(imageCanvas(img), left, top, side, side);
+  const q = data.query;
+  ctx.strokeStyle = data.highlight;
+  ctx.lineWidth = 2;
+  ctx.strokeRect(left, top + q * cell, (q + 1) * cell, cell);
+  // labels, thinned so they never overlap (one every `stride` tokens)
+  const colour = getComputedStyle(s.root).color || "#31333f";
+  ctx.fillStyle = colour;
+  ctx.font = FONT;
+  const stride = labelStride(cell, 13);
+  ctx.textAlign = "right"; ctx.textBaseline = "middle";
+  for (let i = 0; i < T; i += stride) {
+    ctx.fillStyle = i === q ? data.highlight : colour;
+    ctx.fillText(data.labels[i], left - 4, top + (i + 0.5) * cell, left - 24);
+  }
+  for (let j = 0; j < T; j += stride) {
+    ctx.save();
+    ctx.translate(left + (j + 0.5) * cell, top + side + 4);
+    ctx.rotate(-Math.PI / 3);
+    ctx.fillStyle = colour;
+    ctx.fillText(data.labels[j], 0, 0, bottom - 24);
+    ctx.restore();
+  }
+  ctx.fillStyle = colour;
+  ctx.textAlign = "center"; ctx.textBaseline = "bottom";
+  ctx.fillText("key (looked at)", left + side / 2, top + side + bottom - 2);
+  ctx.save();
+  ctx.translate(10, top + side / 2);
+  ctx.rotate(-Math.PI / 2);
+  ctx.textBaseline = "middle";
+  ctx.fillText("query (looking)", 0, 0);
+  ctx.restore();
+  drawBar(s);
+}
+
+function drawBar(s) {
+  const { ui, data } = s;
+  const w = 220, h = 34;
+  const ctx = sized(ui.bar, w, h);
+  const x0 = 10, x1 = w - 14, y0 = 2, bh = 10;
+  for (let x = x0; x < x1; x++) {
+    const v = (x - x0) / (x1 - x0 - 1);  // colour position in [0, 1]
+    const c = Math.round(v * (LUT_SIZE - 1)) * 3;
+    ctx.fillStyle = `rgb(${s.lut[c]},${s.lut[c + 1]},${s.lut[c + 2]})`;
+    ctx.fillRect(x, y0, 1, bh);
+  }
+  const colour = getComputedStyle(s.root).color || "#31333f";
+  ctx.fillStyle = colour; ctx.strokeStyle = colour;
+  ctx.font = FONT; ctx.textAlign = "center"; ctx.textBaseline = "top";
+  const sqrt = data.scale === "sqrt", top = data.scale === "max" ? s.top : 1;
+  const ticks = sqrt ? [0, 0.05, 0.25, 0.5, 1] : [0, 0.25, 0.5, 0.75, 1];
+  for (const t of ticks) {
+    const value = t * (sqrt ? 1 : top);
+    const pos = sqrt ? Math.sqrt(t) : t;
+    const x = x0 + pos * (x1 - x0 - 1);
+    ctx.fillRect(x, y0 + bh, 1, 3);
+    ctx.fillText(Number(value.toPrecision(2)).toString(), x, y0 + bh + 4);
+  }
+}
+
+function showTip(s, ev) {
+  const { ui, data, geom } = s;
+  const p = data.layers.indexOf(s.layer);
+  if (!geom || p < 0) return;
+  const r = ui.canvas.getBoundingClientRect();
+  const x = ev.clientX - r.left - geom.left, y = ev.clientY - r.top - geom.top;
+  const i = Math.floor(y / geom.cell), j = Math.floor(x / geom.cell);
+  if (x < 0 || y < 0 || i >= data.T || j >= data.T) { ui.tip.style.display = "none"; return; }
+  const T = data.T, off = (p * (data.n_heads + 1) + s.head) * T * T;
+  ui.tip.textContent = j > i
+    ? "masked: a token cannot look at later tokens"
+    : `'${data.labels[i]}' → '${data.labels[j]}': weight ${(s.weights[off + i * T + j] / data.levels).toPrecision(3)}\n` +
+      `query position ${i}, key position ${j}`;
+  ui.tip.style.display = "block";
+  ui.tip.style.left = `${Math.min(ev.clientX - r.left + 12, r.width - 260)}px`;
+  ui.tip.style.top = `${ev.clientY - r.top + 12}px`;
+}
+
+function draw(s) {
+  drawPickers(s);
+  drawHeatmap(s);
+}
+
+function pick(s, layer, head) {
+  if (layer === s.layer && head === s.head) return;
+  s.layer = layer; s.head = head;
+  draw(s);
+  s.setStateValue("pick", { layer, head });
+}
+
+export default function (component) {
+  const { data, parentElement, setStateValue } = component;
+  const root = parentElement.querySelector(".gv-map");
+  const s = root.__gv || (root.__gv = { root, ui: build(root) });
+  s.setStateValue = setStateValue;
+  if (s.data === undefined || s.data.weights !== data.weights) s.weights = decode(data.weights);
+  const fromPython = `${data.layer}/${data.head}`;
+  if (s.fromPython !== fromPython) {  // Python picked (its own pickers, or a table row): follow it
+    s.fromPython = fromPython;
+    s.layer = data.layer; s.head = data.head;
+  }
+  s.data = data;
+  s.lut = colourTable(data.colors);
+  s.maskedRgb = hexRgb(data.masked);
+  draw(s);
+  if (!s.observer) {
+    s.width = root.clientWidth;
+    s.observer = new ResizeObserver(() => {
+      if (root.clientWidth !== s.width) { s.width = root.clientWidth; drawHeatmap(s); }
+    });
+    s.observer.observe(root);
+  }
+  if (!s.listening) {
+    s.listening = true;
+    s.ui.canvas.addEventListener("mousemove", (ev) => showTip(s, ev));
+    s.ui.canvas.addEventListener("mouseleave", () => { s.ui.tip.style.display = "none"; });
+  }
+  return () => { if (s.observer) { s.observer.disconnect(); s.observer = null; } };
+}

@@ -474,15 +474,18 @@ def draw_generation(run: dict, live: bool, layer: int, head, scale: str) -> None
         first = next(i for i, s in enumerate(steps) if s.context_shifted)
         st.caption(f"From step {first} the text was longer than the context ({cfg.n_ctx} tokens): "
                    "the model saw only the most recent tokens.")
-    rows = [(s.attention[layer].mean(0) if head == MEAN else s.attention[layer, head]).numpy() for s in steps]
     all_labels = token_labels(prompt_ids + new_ids)
     left, right = st.columns([3, 2], gap="medium")
     with left:
-        ui.show_figure(fg.generation_heatmap(rows, [s.window_start for s in steps], all_labels, len(prompt_ids),
-                                             scale=scale, hover_tokens=False,
-                                             title=f"Layer {layer}, {head_name(head)}: "
-                                                   f"attention of each generating query"),
-                       key="att_gen_live_heatmap" if live else "att_gen_heatmap")
+        attention_map(amap.generation_payload(steps, all_labels, len(prompt_ids), layer=layer, head=head,
+                                              scale=scale, mean_head=MEAN, head_names=[head_name(h) for h in heads]),
+                      key="att_gen_map_live" if live else "att_gen_map", on_pick=pick_from_map)
+        if not live:
+            rows = [(s.attention[layer].mean(0) if head == MEAN else s.attention[layer, head]).numpy() for s in steps]
+            ui.figure_download(lambda: fg.generation_heatmap(
+                rows, [s.window_start for s in steps], all_labels, len(prompt_ids), scale=scale,
+                title=f"Layer {layer}, {head_name(head)}: attention of each generating query"),
+                file_name=f"generation-layer-{layer}-{head_name(head).replace(' ', '-')}.html", key="att_gen_heatmap")
     last = steps[-1]
     top_ids = [t[0] for t in last.top]
     with right:

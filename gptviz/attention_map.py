@@ -16,7 +16,7 @@ from importlib import resources
 import numpy as np
 import plotly.colors as pcolors
 
-from .figures.attention import HIGHLIGHT, SCALES
+from .figures.attention import HIGHLIGHT, OUT_OF_WINDOW_COLOR, SCALES
 from .figures.common import ATTENTION_SCALE, MASKED_COLOR
 
 LEVELS = 65535          # weights travel as uint16: w * LEVELS, rounded (a step of 1.5e-5)
@@ -30,9 +30,10 @@ def quantize(weights: np.ndarray) -> np.ndarray:
     return np.rint(np.clip(w, 0.0, 1.0) * LEVELS).astype("<u2")
 
 
-def layers_to_send(n_layers: int, n_heads: int, T: int, layer: int) -> list[int]:
-    """Every layer when it fits SEND_ALL_CELLS (then a layer switch is a redraw too), else only `layer`."""
-    if n_layers * (n_heads + 1) * T * T <= SEND_ALL_CELLS:
+def layers_to_send(n_layers: int, n_heads: int, cells: int, layer: int) -> list[int]:
+    """Every layer when layers x (heads + mean) x `cells` (one pattern's cells) fits SEND_ALL_CELLS (then a layer
+    switch is a redraw too), else only `layer`."""
+    if n_layers * (n_heads + 1) * cells <= SEND_ALL_CELLS:
         return list(range(n_layers))
     return [layer]
 
@@ -44,10 +45,42 @@ def colour_stops() -> list[list]:
     return [[float(s), [int(round(v)) for v in c]] for (s, _), c in zip(scale, rgb)]
 
 
+def _check(n_layers: int, n_heads: int, layer: int, head, mean_head, scale: str, head_names) -> tuple[int, list]:
+    if scale not in SCALES:
+        raise ValueError(f"scale must be one of {', '.join(SCALES)}, got {scale!r}")
+    if not 0 <= layer < n_layers:
+        raise ValueError(f"layer {layer} is not in 0..{n_layers - 1}")
+    head_index = n_heads if head == mean_head else int(head)
+    if not 0 <= head_index <= n_heads:
+        raise ValueError(f"head {head} is not in 0..{n_heads - 1} or the mean")
+    names = head_names or [f"head {h}" for h in range(n_heads)] + ["mean of all heads"]
+    if len(names) != n_heads + 1:
+        raise ValueError(f"{len(names)} head names for {n_heads} heads and their mean")
+    return head_index, [str(n) for n in names]
+
+
+def _encode(weights: np.ndarray, sent: list[int], n_layers: int, head_index: int, names: list, *, layer: int,
+            scale: str, row_labels, col_labels, row_start, row_end, row_positions, row_names, query: int,
+            title_prefix: str, title_suffix: str, x_title: str, y_title: str, divider: int, height: int) -> dict:
+    """weights [sent layers, heads + 1, Q, K] and what the browser needs to draw and label them."""
+    _, H1, Q, K = weights.shape
+    return {
+        "Q": Q, "K": K, "n_layers": n_layers, "n_heads": H1 - 1, "layers": sent,
+        "weights": base64.b64encode(quantize(weights).tobytes()).decode("ascii"), "levels": LEVELS,
+        "row_labels": [str(t) for t in row_labels], "col_labels": [str(t) for t in col_labels],
+        "row_start": [int(v) for v in row_start], "row_end": [int(v) for v in row_end],
+        "row_positions": [int(v) for v in row_positions], "row_names": list(row_names),
+        "layer": int(layer), "head": head_index, "query": int(query), "scale": scale, "head_names": names,
+        "colors": colour_stops(), "masked": MASKED_COLOR, "out_of_window": OUT_OF_WINDOW_COLOR,
+        "highlight": HIGHLIGHT, "title_prefix": title_prefix, "title_suffix": title_suffix, "x_title": x_title,
+        "y_title": y_title, "divider": int(divider), "height": int(height),
+    }
+
+
 def payload(patterns, labels: list[str], *, layer: int, head: int, query: int, scale: str,
             mean_head: int | str = "mean", head_names: list[str] | None = None, title_prefix: str = "Layer",
             height: int = 560) -> dict:
-    """What the browser draws: patterns [layers, heads, T, T] as uint16 levels (base64) for the layers sent, each
+    """A prompt's patterns [layers, heads, T, T] for the browser: uint16 levels (base64) for the layers sent, each
     with its heads and their mean last; `head` may be `mean_head` (the mean). Plain data only: labels are drawn as
     text by the browser."""
     p = np.asarray(patterns, dtype=np.float32)
@@ -56,32 +89,53 @@ def payload(patterns, labels: list[str], *, layer: int, head: int, query: int, s
     L, H, T, _ = p.shape
     if len(labels) != T:
         raise ValueError(f"{len(labels)} labels for {T} tokens")
-    if scale not in SCALES:
-        raise ValueError(f"scale must be one of {', '.join(SCALES)}, got {scale!r}")
-    if not 0 <= layer < L:
-        raise ValueError(f"layer {layer} is not in 0..{L - 1}")
-    head_index = H if head == mean_head else int(head)
-    if not 0 <= head_index <= H:
-        raise ValueError(f"head {head} is not in 0..{H - 1} or the mean")
-    names = head_names or [f"head {h}" for h in range(H)] + ["mean of all heads"]
-    if len(names) != H + 1:
-        raise ValueError(f"{len(names)} head names for {H} heads and their mean")
-    sent = layers_to_send(L, H, T, layer)
+    head_index, names = _check(L, H, layer, head, mean_head, scale, head_names)
+    sent = layers_to_send(L, H, T * T, layer)
     with_mean = np.concatenate([p[sent], p[sent].mean(axis=1, keepdims=True)], axis=1)  # [sent, H + 1, T, T]
-    return {
-        "T": T, "labels": [str(s) for s in labels], "n_layers": L, "n_heads": H, "layers": sent,
-        "weights": base64.b64encode(quantize(with_mean).tobytes()).decode("ascii"), "levels": LEVELS,
-        "layer": int(layer), "head": head_index, "query": int(query) if 0 <= query < T else T - 1,
-        "scale": scale, "colors": colour_stops(), "masked": MASKED_COLOR, "highlight": HIGHLIGHT,
-        "head_names": [str(n) for n in names], "title_prefix": title_prefix, "height": int(height),
-    }
+    return _encode(with_mean, sent, L, head_index, names, layer=layer, scale=scale, row_labels=labels,
+                   col_labels=labels, row_start=[0] * T, row_end=range(1, T + 1), row_positions=range(T),
+                   row_names=[""] * T, query=query if 0 <= query < T else T - 1, title_prefix=title_prefix,
+                   title_suffix="", x_title="key (looked at)", y_title="query (looking)", divider=0, height=height)
+
+
+def generation_payload(steps, labels: list[str], n_prompt: int, *, layer: int, head, scale: str,
+                       mean_head: int | str = "mean", head_names: list[str] | None = None, height: int = 480) -> dict:
+    """A generation's attention for the browser: one row per step (the query that predicted that step's token),
+    over every key position any step could see (prompt, then generated). Step s's query sits at position
+    n_prompt - 1 + s and saw keys from its window start on; `labels` cover prompt and generated tokens. Sends
+    every layer when it fits SEND_ALL_CELLS, else the picked one."""
+    S = len(steps)
+    if S == 0:
+        raise ValueError("a generation payload needs at least one step")
+    L, H = steps[0].attention.shape[:2]
+    head_index, names = _check(L, H, layer, head, mean_head, scale, head_names)
+    K = n_prompt + S - 1
+    if len(labels) < K + 1:
+        raise ValueError(f"{len(labels)} labels for {K + 1} positions")
+    sent = layers_to_send(L, H, S * K, layer)
+    w = np.zeros((len(sent), H + 1, S, K), dtype=np.float32)
+    starts, ends = [], []
+    for i, step in enumerate(steps):
+        q, w0 = n_prompt - 1 + i, int(step.window_start)
+        att = np.asarray(step.attention[sent], dtype=np.float32)      # [sent, H, window]
+        width = q + 1 - w0
+        w[:, :H, i, w0:q + 1] = att[..., :width]
+        w[:, H, i, w0:q + 1] = att[..., :width].mean(axis=1)
+        starts.append(w0)
+        ends.append(q + 1)
+    return _encode(w, sent, L, head_index, names, layer=layer, scale=scale,
+                   row_labels=[labels[n_prompt + i] for i in range(S)], col_labels=labels[:K],
+                   row_start=starts, row_end=ends, row_positions=[n_prompt - 1 + i for i in range(S)],
+                   row_names=[f"step {i} (predicted '{labels[n_prompt + i]}'): " for i in range(S)], query=-1,
+                   title_prefix="Layer", title_suffix=": attention of each generating query",
+                   x_title="key position (prompt, then generated)", y_title="generated token", divider=n_prompt,
+                   height=height)
 
 
 def decode_weights(data: dict) -> np.ndarray:
-    """The inverse of payload's encoding: [layers sent, heads + 1, T, T] float weights (tests, and the export)."""
+    """The inverse of the encoding: [layers sent, heads + 1, Q, K] float weights (for tests)."""
     raw = np.frombuffer(base64.b64decode(data["weights"]), dtype="<u2").astype(np.float32) / data["levels"]
-    T = data["T"]
-    return raw.reshape(len(data["layers"]), data["n_heads"] + 1, T, T)
+    return raw.reshape(len(data["layers"]), data["n_heads"] + 1, data["Q"], data["K"])
 
 
 def _asset(name: str) -> str:

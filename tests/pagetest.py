@@ -44,10 +44,12 @@ def figure(at: AppTest, title_start: str) -> dict:
     return found[0]
 
 
-def attention_map(at: AppTest) -> tuple[dict, np.ndarray]:
-    """The Attention page's heatmap component: its data and the weights it carries, [layers sent, heads + 1, T, T]."""
+def attention_map(at: AppTest, key: str = "att_map") -> tuple[dict, np.ndarray]:
+    """A heatmap component of the Attention page (by its key): its data and the weights it carries,
+    [layers sent, heads + 1, rows, keys]."""
     from gptviz.attention_map import NAME, decode_weights
-    found = [el for el in at.get("bidi_component") if el.proto.component_name == NAME]
+    found = [el for el in at.get("bidi_component")
+             if el.proto.component_name == NAME and el.proto.id.endswith(f"-{key}")]
     assert len(found) == 1, len(found)
     data = json.loads(found[0].proto.json)
     return data, decode_weights(data)

@@ -23,7 +23,8 @@ def test_weights_round_trip_within_one_level_with_the_mean_last():
     np.testing.assert_allclose(w[:, :3], p, atol=0.5 / amap.LEVELS + 1e-7)
     np.testing.assert_allclose(w[:, 3], p.mean(1), atol=0.5 / amap.LEVELS + 1e-7)
     assert np.all(w[..., np.triu_indices(5, 1)[0], np.triu_indices(5, 1)[1]] == 0)   # the future carries nothing
-    assert (data["layer"], data["head"], data["query"], data["T"]) == (1, 2, 3, 5)
+    assert (data["layer"], data["head"], data["query"], data["Q"], data["K"]) == (1, 2, 3, 5, 5)
+    assert data["row_start"] == [0] * 5 and data["row_end"] == [1, 2, 3, 4, 5]
 
 
 def test_the_mean_head_is_the_last_index_and_names_follow():
@@ -34,8 +35,8 @@ def test_the_mean_head_is_the_last_index_and_names_follow():
 def test_large_captures_send_only_the_picked_layer():
     L, H = 12, 12
     T_all = int((amap.SEND_ALL_CELLS / (L * (H + 1))) ** 0.5)          # the longest prompt that sends every layer
-    assert amap.layers_to_send(L, H, T_all, 5) == list(range(L))
-    assert amap.layers_to_send(L, H, T_all + 1, 5) == [5]
+    assert amap.layers_to_send(L, H, T_all ** 2, 5) == list(range(L))
+    assert amap.layers_to_send(L, H, (T_all + 1) ** 2, 5) == [5]
     data = amap.payload(patterns(L=3, H=2, T=4), list("abcd"), layer=2, head=0, query=9, scale="max")
     assert data["query"] == 3   # out of range: the last token, as the page does
 
@@ -74,3 +75,29 @@ def test_shapes_are_checked():
 def test_the_assets_ship_with_the_package():
     js, css = amap._asset("attention_map.js"), amap._asset("attention_map.css")
     assert "export default function" in js and ".gv-map" in css
+
+
+def test_a_generation_places_each_step_row_at_its_window():
+    """Real steps from stream(attention=True) on a model with an 8-token context, so the window slides: each row
+    of the payload is that step's attention row at key positions window_start .. its own query position."""
+    from gptviz import GPT, GPTConfig, stream
+    from gptviz.tokenizer import token_labels
+    model = GPT(GPTConfig(vocab_size=64, n_ctx=8, n_layers=2, n_heads=2, d_model=16), seed=0).eval()
+    prompt = [1, 2, 3, 4, 5, 6]
+    steps = list(stream(model, prompt, 5, temperature=0.0, attention=True))
+    labels = token_labels(prompt + [s.token_id for s in steps])
+    data = amap.generation_payload(steps, labels, len(prompt), layer=1, head="mean", scale="linear")
+    w = amap.decode_weights(data)
+    assert (data["Q"], data["K"], data["head"]) == (5, 10, 2) and data["layers"] == [0, 1]
+    assert [s.window_start for s in steps] == [0, 0, 0, 1, 2]   # the context slid from step 3 on
+    for i, step in enumerate(steps):
+        q, w0 = len(prompt) - 1 + i, step.window_start
+        assert (data["row_start"][i], data["row_end"][i], data["row_positions"][i]) == (w0, q + 1, q)
+        att = step.attention.numpy()
+        np.testing.assert_allclose(w[:, :2, i, w0:q + 1], att, atol=0.5 / amap.LEVELS + 1e-7)
+        np.testing.assert_allclose(w[:, 2, i, w0:q + 1], att.mean(1), atol=0.5 / amap.LEVELS + 1e-7)
+        assert not w[:, :, i, :w0].any() and not w[:, :, i, q + 1:].any()
+    assert data["row_labels"] == labels[len(prompt):] and data["col_labels"] == labels[:10]
+    assert data["divider"] == len(prompt)
+    with pytest.raises(ValueError, match="at least one step"):
+        amap.generation_payload([], labels, 6, layer=0, head=0, scale="linear")

@@ -66,7 +66,7 @@ def test_default_state_widgets_and_real_weights():
     data, weights = attention_map(at)
     expected = patterns_for(ui.DEFAULT_PROMPT).numpy()
     assert (data["layer"], data["head"], data["layers"]) == (0, 0, list(range(N_LAYERS)))
-    assert data["labels"] == token_labels(ids) and data["query"] == len(ids) - 1
+    assert data["col_labels"] == token_labels(ids) and data["query"] == len(ids) - 1
     np.testing.assert_allclose(weights[:, :N_HEADS], expected, atol=0.5 / amap.LEVELS + 1e-7)
     np.testing.assert_allclose(weights[:, N_HEADS], expected.mean(1), atol=0.5 / amap.LEVELS + 1e-7)
     assert data["head_names"] == [f"head {h}" for h in range(N_HEADS)] + ["mean of all heads"]
@@ -118,7 +118,7 @@ def test_edge_prompts(prompt):
     assert unescaped == [label.replace("\\", "") for label in token_labels(kept)]
     assert all("\ufffd" not in c for c in chips)
     data, _ = attention_map(at)
-    assert data["labels"] == token_labels(kept)   # plain text: the browser draws it, it never parses it
+    assert data["col_labels"] == token_labels(kept)   # plain text: the browser draws it, it never parses it
 
 
 def test_markup_prompt_reaches_the_heatmap_as_text_only():
@@ -126,10 +126,10 @@ def test_markup_prompt_reaches_the_heatmap_as_text_only():
     Plotly version (its download) escapes it for Plotly's label markup."""
     at = page(MARKUP)
     data, _ = attention_map(at)
-    assert "<" in data["labels"] and "img" in "".join(data["labels"])
+    assert "<" in data["col_labels"] and "img" in "".join(data["col_labels"])
     js = (ROOT / "gptviz" / "assets" / "attention_map.js").read_text()
     assert "innerHTML" not in js and "insertAdjacentHTML" not in js and "outerHTML" not in js
-    heat = fa.attention_heatmap(np.eye(len(data["labels"])), data["labels"])
+    heat = fa.attention_heatmap(np.eye(len(data["col_labels"])), data["col_labels"])
     custom = np.array(heat.data[0].customdata, dtype=object)
     texts = {str(c) for c in custom[..., 0].ravel()}
     assert "'&lt;'" in texts and not any("<" in t for t in texts)
@@ -188,11 +188,11 @@ def test_short_generation_produces_tokens():
     # greedy: each token is the argmax, i.e. rank 1
     assert [s.rank for s in job.steps] == [1, 1, 1]
     assert at.code[0].value == decode(encode(prompt)) + decode(new_ids)
-    heat = figure(at, "Layer 0, head 0: attention of each generating query")
-    assert array(heat["data"][0]["z"]).shape == (3, len(encode(prompt)) + 2)
+    data, weights = attention_map(at, "att_gen_map")
+    assert (data["layer"], data["head"]) == (0, 0) and weights.shape[2:] == (3, len(encode(prompt)) + 2)
     # step 0's row is the prompt's last query row from the capture
-    np.testing.assert_allclose(array(heat["data"][0]["z"])[0, : len(encode(prompt))],
-                               patterns_for(prompt)[0, 0, -1].numpy(), rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(weights[0, 0, 0, : len(encode(prompt))], patterns_for(prompt)[0, 0, -1].numpy(),
+                               atol=0.5 / amap.LEVELS + 1e-6)
     # the generated text can become the prompt of every view (the sidebar's prompt)
     at.button(key="att_gen_use").click().run()
     assert at.session_state["prompt"] == decode(encode(prompt)) + decode(new_ids)
@@ -216,7 +216,8 @@ def test_a_head_switch_during_a_generation_neither_stops_it_nor_reruns_the_model
     at = finish_generation(at)
     job = generation_of(at)
     assert not job.stopped and len(job.steps) == 6
-    assert figure(at, "Layer 0, head 1: attention of each generating query")
+    data, weights = attention_map(at, "att_gen_map")
+    assert (data["layer"], data["head"]) == (0, 1) and weights.shape[2] == 6
     assert not at.exception
 
 

@@ -51,25 +51,30 @@ function build(root) {
   return ui;
 }
 
-// One pattern (layer position p in the data, head h) as a T x T image, masked future in grey.
+// One pattern (layer position p in the data, head h) as a Q x K image: keys past a row's end are the causal mask
+// (grey), keys before its start slid out of the context window (lighter grey).
 function patternImage(s, p, h) {
-  const { T, levels } = s.data;
-  const off = (p * (s.data.n_heads + 1) + h) * T * T;
+  const { Q, K, levels, row_start: start, row_end: end } = s.data;
+  const off = (p * (s.data.n_heads + 1) + h) * Q * K;
   let top = 1;
-  if (s.data.scale === "max") {  // the largest weight outside row 0 (always 1: the first token sees itself)
+  if (s.data.scale === "max") {  // the largest weight outside a one-key row (always 1: the first token sees itself)
     top = 0;
-    for (let i = 1; i < T; i++) for (let j = 0; j <= i; j++) top = Math.max(top, s.weights[off + i * T + j]);
+    for (let i = 0; i < Q; i++) {
+      if (end[i] - start[i] < 2) continue;
+      for (let j = start[i]; j < end[i]; j++) top = Math.max(top, s.weights[off + i * K + j]);
+    }
     top = top > 0 ? top / levels : 1;
   }
-  const img = new ImageData(T, T);
-  const px = img.data, lut = s.lut, masked = s.maskedRgb, sqrt = s.data.scale === "sqrt";
-  for (let i = 0; i < T; i++) {
-    for (let j = 0; j < T; j++) {
-      const o = (i * T + j) * 4;
-      if (j > i) {
-        px[o] = masked[0]; px[o + 1] = masked[1]; px[o + 2] = masked[2];
+  const img = new ImageData(K, Q);
+  const px = img.data, lut = s.lut, masked = s.maskedRgb, gone = s.outRgb, sqrt = s.data.scale === "sqrt";
+  for (let i = 0; i < Q; i++) {
+    for (let j = 0; j < K; j++) {
+      const o = (i * K + j) * 4;
+      if (j >= end[i] || j < start[i]) {
+        const c = j >= end[i] ? masked : gone;
+        px[o] = c[0]; px[o + 1] = c[1]; px[o + 2] = c[2];
       } else {
-        let v = s.weights[off + i * T + j] / levels / top;
+        let v = s.weights[off + i * K + j] / levels / top;
         v = Math.min(1, sqrt ? Math.sqrt(v) : v);
         const c = Math.round(v * (LUT_SIZE - 1)) * 3;
         px[o] = lut[c]; px[o + 1] = lut[c + 1]; px[o + 2] = lut[c + 2];
@@ -131,55 +136,60 @@ function labelStride(cell, px) {
 function drawHeatmap(s) {
   const { ui, data } = s;
   const p = data.layers.indexOf(s.layer);
-  ui.title.textContent = `${data.title_prefix} ${s.layer}, ${headName(s, s.head)}`;
+  ui.title.textContent = `${data.title_prefix} ${s.layer}, ${headName(s, s.head)}${data.title_suffix}`;
   ui.note.textContent = p < 0 ? `Loading layer ${s.layer}...` : "";
-  const T = data.T;
+  const { Q, K } = data;
   const width = Math.max(240, ui.plot.clientWidth || s.root.clientWidth || 600);
   const ctx0 = ui.canvas.getContext("2d");
   ctx0.font = FONT;
-  let longest = 0;
-  for (const t of data.labels) longest = Math.max(longest, ctx0.measureText(t).width);
-  const left = Math.min(130, longest + 40), bottom = Math.min(110, longest * 0.87 + 44), top = 6, right = 10;
-  const side = Math.max(40, Math.min(width - left - right, data.height - top - bottom));
-  const cell = side / T;
-  const ctx = sized(ui.canvas, left + side + right, top + side + bottom);
-  s.geom = { left, top, side, cell };
+  const longest = (labels) => labels.reduce((m, t) => Math.max(m, ctx0.measureText(t).width), 0);
+  const left = Math.min(130, longest(data.row_labels) + 40), bottom = Math.min(110, longest(data.col_labels) * 0.87 + 44);
+  const top = 6, right = 10;
+  const cell = Math.max(0.5, Math.min((width - left - right) / K, (data.height - top - bottom) / Q));
+  const w = cell * K, h = cell * Q;
+  const ctx = sized(ui.canvas, left + w + right, top + h + bottom);
+  s.geom = { left, top, cell };
   Object.assign(ui.canvas.dataset, { left, top, cell });  // where the cells are, for a test's pointer
-  ctx.clearRect(0, 0, left + side + right, top + side + bottom);
+  ctx.clearRect(0, 0, left + w + right, top + h + bottom);
   if (p < 0) return;
   const { img, top: maxTop } = patternImage(s, p, s.head);
   s.top = maxTop;
-  ctx.drawImage(imageCanvas(img), left, top, side, side);
+  ctx.drawImage(imageCanvas(img), left, top, w, h);
   const q = data.query;
   ctx.strokeStyle = data.highlight;
   ctx.lineWidth = 2;
-  ctx.strokeRect(left, top + q * cell, (q + 1) * cell, cell);
+  if (q >= 0 && q < Q) ctx.strokeRect(left + data.row_start[q] * cell, top + q * cell,
+                                      (data.row_end[q] - data.row_start[q]) * cell, cell);
+  if (data.divider > 0 && data.divider < K) {  // where the prompt ends and the generated tokens begin
+    ctx.setLineDash([4, 3]); ctx.lineWidth = 1.5;
+    ctx.beginPath(); ctx.moveTo(left + data.divider * cell, top); ctx.lineTo(left + data.divider * cell, top + h);
+    ctx.stroke(); ctx.setLineDash([]);
+  }
   // labels, thinned so they never overlap (one every `stride` tokens)
   const colour = getComputedStyle(s.root).color || "#31333f";
-  ctx.fillStyle = colour;
   ctx.font = FONT;
   const stride = labelStride(cell, 13);
   ctx.textAlign = "right"; ctx.textBaseline = "middle";
-  for (let i = 0; i < T; i += stride) {
+  for (let i = 0; i < Q; i += stride) {
     ctx.fillStyle = i === q ? data.highlight : colour;
-    ctx.fillText(data.labels[i], left - 4, top + (i + 0.5) * cell, left - 24);
+    ctx.fillText(data.row_labels[i], left - 4, top + (i + 0.5) * cell, left - 24);
   }
-  for (let j = 0; j < T; j += stride) {
+  for (let j = 0; j < K; j += stride) {
     ctx.save();
-    ctx.translate(left + (j + 0.5) * cell, top + side + 4);
+    ctx.translate(left + (j + 0.5) * cell, top + h + 4);
     ctx.rotate(-Math.PI / 3);
     ctx.fillStyle = colour;
-    ctx.fillText(data.labels[j], 0, 0, bottom - 24);
+    ctx.fillText(data.col_labels[j], 0, 0, bottom - 24);
     ctx.restore();
   }
   ctx.fillStyle = colour;
   ctx.textAlign = "center"; ctx.textBaseline = "bottom";
-  ctx.fillText("key (looked at)", left + side / 2, top + side + bottom - 2);
+  ctx.fillText(data.x_title, left + w / 2, top + h + bottom - 2);
   ctx.save();
-  ctx.translate(10, top + side / 2);
+  ctx.translate(10, top + h / 2);
   ctx.rotate(-Math.PI / 2);
   ctx.textBaseline = "middle";
-  ctx.fillText("query (looking)", 0, 0);
+  ctx.fillText(data.y_title, 0, 0);
   ctx.restore();
   drawBar(s);
 }
@@ -216,12 +226,14 @@ function showTip(s, ev) {
   const r = ui.canvas.getBoundingClientRect();
   const x = ev.clientX - r.left - geom.left, y = ev.clientY - r.top - geom.top;
   const i = Math.floor(y / geom.cell), j = Math.floor(x / geom.cell);
-  if (x < 0 || y < 0 || i >= data.T || j >= data.T) { ui.tip.style.display = "none"; return; }
-  const T = data.T, off = (p * (data.n_heads + 1) + s.head) * T * T;
-  ui.tip.textContent = j > i
-    ? "masked: a token cannot look at later tokens"
-    : `'${data.labels[i]}' → '${data.labels[j]}': weight ${(s.weights[off + i * T + j] / data.levels).toPrecision(3)}\n` +
-      `query position ${i}, key position ${j}`;
+  if (x < 0 || y < 0 || i >= data.Q || j >= data.K) { ui.tip.style.display = "none"; return; }
+  const off = (p * (data.n_heads + 1) + s.head) * data.Q * data.K;
+  const at = data.row_positions[i];
+  if (j >= data.row_end[i]) ui.tip.textContent = "masked: a token cannot look at later tokens";
+  else if (j < data.row_start[i]) ui.tip.textContent = "out of the context window: the model no longer saw this token";
+  else ui.tip.textContent = `'${data.col_labels[at]}' → '${data.col_labels[j]}': weight ` +
+    `${(s.weights[off + i * data.K + j] / data.levels).toPrecision(3)}\n` +
+    `${data.row_names[i]}query position ${at}, key position ${j}`;
   ui.tip.style.display = "block";
   ui.tip.style.left = `${Math.min(ev.clientX - r.left + 12, r.width - 260)}px`;
   ui.tip.style.top = `${ev.clientY - r.top + 12}px`;
@@ -253,6 +265,7 @@ export default function (component) {
   s.data = data;
   s.lut = colourTable(data.colors);
   s.maskedRgb = hexRgb(data.masked);
+  s.outRgb = hexRgb(data.out_of_window);
   draw(s);
   if (!s.observer) {
     s.width = root.clientWidth;

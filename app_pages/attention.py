@@ -29,6 +29,7 @@ GRID_CELLS = 600_000      # most heatmap cells one small-multiples figure draws
 CAPTURE_BYTES = 256 * 2**20  # most memory the cached weights of one prompt may take (layers x heads x T x T)
 VIEWS = list(ATTENTION_VIEWS)
 PAGE = "attention"
+GENERATION_ERROR = "_att_generation_error"  # why Generate could not start, shown once under the buttons
 QUERY_MOVED = "_att_query_moved"  # set by a click in a view that picks the query: the whole page redraws
 
 state = st.session_state
@@ -117,18 +118,26 @@ def generation_controls() -> None:
     seed = g[4].number_input("Seed", min_value=0, max_value=2**31 - 1, value=0, step=1, key="att_gen_seed",
                              help="The same seed and settings give the same text.")
     b1, b2, _ = st.columns([1, 1, 4])
-    start = b1.button("Generate", type="primary", key="att_generate", width="stretch")
+    b1.button("Generate", type="primary", key="att_generate", width="stretch", on_click=start_generating)
     b2.button("Stop", key="att_stop", width="stretch", on_click=ui.stop_generation,
               help="Ends the generation and keeps the tokens written so far.")
-    if start:
-        settings = dict(max_new_tokens=int(n_new), temperature=float(temperature),
-                        top_k=int(top_k) or None, top_p=float(top_p) if top_p < 1 else None, seed=int(seed))
-        try:
-            ui.start_generation(spec, model, ids, settings, PAGE)
-        except ValueError as err:
-            st.error(f"Cannot generate with these settings: {err}")
-        except RuntimeError as err:
-            st.error(f"Generation could not start: {err}")
+    if state.get(GENERATION_ERROR):
+        st.error(state.pop(GENERATION_ERROR))
+
+
+def start_generating() -> None:
+    """Generate's callback: it runs before the page's script, so the model starts writing before anything is
+    drawn (the script that follows shares the interpreter with it, so the sooner the better)."""
+    top_p = float(state.get("att_gen_topp", 0.9))
+    settings = dict(max_new_tokens=int(state.get("att_gen_n", 20)), temperature=float(state.get("att_gen_temp", 1.0)),
+                    top_k=int(state.get("att_gen_topk", 0)) or None, top_p=top_p if top_p < 1 else None,
+                    seed=int(state.get("att_gen_seed", 0)))
+    try:
+        ui.start_generation(spec, model, ids, settings, PAGE)
+    except ValueError as err:
+        state[GENERATION_ERROR] = f"Cannot generate with these settings: {err}"
+    except RuntimeError as err:
+        state[GENERATION_ERROR] = f"Generation could not start: {err}"
 
 
 # The page in display order. Generate is handled first, so the model starts writing before the rest is drawn. The
@@ -464,7 +473,7 @@ def draw_generation(run: dict, live: bool, layer: int, head, scale: str) -> None
     prompt_ids = list(run["prompt"])
     new_ids = [s.token_id for s in steps]
     st.code(decode(prompt_ids) + decode(new_ids), language=None, wrap_lines=True)
-    st.caption(f"The prompt's {len(prompt_ids)} tokens, then {len(new_ids)} new ones.")
+    st.caption(f"The prompt's {len(prompt_ids)} tokens, then {len(new_ids)} new ones{ui.writing_speed(run, live)}.")
     if not live:
         st.button("Look at the whole text in every view", key="att_gen_use", on_click=use_generated_text,
                   args=(decode(prompt_ids + new_ids),), icon=":material/north:",
@@ -477,8 +486,10 @@ def draw_generation(run: dict, live: bool, layer: int, head, scale: str) -> None
     all_labels = token_labels(prompt_ids + new_ids)
     left, right = st.columns([3, 2], gap="medium")
     with left:
+        # live: the picked layer only (a few hundred KB less per redraw); finished: every layer that fits
         attention_map(amap.generation_payload(steps, all_labels, len(prompt_ids), layer=layer, head=head,
-                                              scale=scale, mean_head=MEAN, head_names=[head_name(h) for h in heads]),
+                                              scale=scale, mean_head=MEAN, head_names=[head_name(h) for h in heads],
+                                              every_layer=not live),
                       key="att_gen_map_live" if live else "att_gen_map", on_pick=pick_from_map)
         if not live:
             rows = [(s.attention[layer].mean(0) if head == MEAN else s.attention[layer, head]).numpy() for s in steps]
@@ -489,6 +500,11 @@ def draw_generation(run: dict, live: bool, layer: int, head, scale: str) -> None
     last = steps[-1]
     top_ids = [t[0] for t in last.top]
     with right:
+        if live:  # plain text while it writes: a bar chart redrawn several times a second slowed the model 2x
+            top = "\n".join(f"{label:>14}  {p:.3f}" for label, (_, p, _) in zip(token_labels(top_ids[:8]), last.top))
+            st.text(f"Step {len(steps) - 1}: sampled {last.piece} (p {last.prob:.3f}, rank {last.rank})\n"
+                    f"most probable next tokens:\n{top}")
+            return
         ui.show_figure(fg.next_token_bars(
             top_ids, [t[1] for t in last.top], [t[2] for t in last.top], token_labels(top_ids),
             sampled_id=last.token_id, sampled_rank=last.rank, sampled_prob=last.prob, sampled_label=last.piece,
@@ -505,6 +521,7 @@ def live_generation() -> None:
     job = ui.stored_generation(spec, ids, PAGE)
     if job is None:
         st.rerun()
+    ui.wait_if_nearly_done(job)
     run = ui.generation_view(job)
     draw_generation(run, run["running"], state.get("att_layer", 0), state.get("att_head", 0),
                     state.get("att_scale", fa.DEFAULT_SCALE))

@@ -147,6 +147,7 @@ job = ui.stored_generation(spec, ids, PAGE)
 
 def live_generation() -> None:
     """Redrawn every LIVE_REDRAW_S while the model writes; once it is done, the whole page draws the result."""
+    ui.wait_if_nearly_done(job)
     run = ui.generation_view(job)
     if not run["running"]:
         st.rerun()

@@ -99,11 +99,12 @@ def payload(patterns, labels: list[str], *, layer: int, head: int, query: int, s
 
 
 def generation_payload(steps, labels: list[str], n_prompt: int, *, layer: int, head, scale: str,
-                       mean_head: int | str = "mean", head_names: list[str] | None = None, height: int = 480) -> dict:
+                       mean_head: int | str = "mean", head_names: list[str] | None = None, height: int = 480,
+                       every_layer: bool = True) -> dict:
     """A generation's attention for the browser: one row per step (the query that predicted that step's token),
     over every key position any step could see (prompt, then generated). Step s's query sits at position
     n_prompt - 1 + s and saw keys from its window start on; `labels` cover prompt and generated tokens. Sends
-    every layer when it fits SEND_ALL_CELLS, else the picked one."""
+    every layer when it fits SEND_ALL_CELLS (and `every_layer`), else the picked one."""
     S = len(steps)
     if S == 0:
         raise ValueError("a generation payload needs at least one step")
@@ -112,7 +113,7 @@ def generation_payload(steps, labels: list[str], n_prompt: int, *, layer: int, h
     K = n_prompt + S - 1
     if len(labels) < K + 1:
         raise ValueError(f"{len(labels)} labels for {K + 1} positions")
-    sent = layers_to_send(L, H, S * K, layer)
+    sent = layers_to_send(L, H, S * K, layer) if every_layer else [layer]
     w = np.zeros((len(sent), H + 1, S, K), dtype=np.float32)
     starts, ends = [], []
     for i, step in enumerate(steps):

@@ -10,7 +10,9 @@ closed) or its owner asks it to. `threads` sets torch's CPU threads for the gene
 """
 from __future__ import annotations
 
+import sys
 import threading
+import time
 from collections.abc import Callable
 
 import torch
@@ -18,6 +20,12 @@ import torch
 from .analysis import StepSummary, step_summary
 from .generate import stream
 from .model import GPT
+
+
+# The generation thread releases the GIL inside every torch op and must take it back after each; while a page's
+# script runs, Python's default 5 ms switch interval makes it wait up to that long each time (a forward pass has
+# about a hundred ops). A shorter interval lets it back in sooner; the script loses little.
+GIL_SWITCH_S = 0.0005
 
 
 class GenerationSlots:
@@ -56,13 +64,17 @@ class LiveGeneration:
         self.stopped = False          # ended by stop() or by its session going away, not by reaching the end
         self._stop = threading.Event()
         self._done = threading.Event()
+        self.started_at = self.finished_at = None  # time.perf_counter() at the thread's start and end
         self._slots, self._alive, self._on_token, self._threads = slots, alive, on_token, threads
         if slots is not None and not slots.take():
             raise RuntimeError(f"the server is already running {slots.limit} generations; try again in a moment")
+        if sys.getswitchinterval() > GIL_SWITCH_S:
+            sys.setswitchinterval(GIL_SWITCH_S)  # process-wide, once
         self._thread = threading.Thread(target=self._run, args=(records,), name="gptviz-generation", daemon=True)
         self._thread.start()
 
     def _run(self, records) -> None:
+        self.started_at = time.perf_counter()
         if self._threads:
             # torch's intra-op thread count is per calling thread (OpenMP): this sets it for this generation only.
             # On a server whose cores are shared with the script, the browser and other sessions, more than one
@@ -80,9 +92,17 @@ class LiveGeneration:
         except Exception as err:  # shown on the page; the thread must not die silently
             self.error = f"{type(err).__name__}: {err}"
         finally:
+            self.finished_at = time.perf_counter()
             if self._slots is not None:
                 self._slots.give()
             self._done.set()
+
+    @property
+    def seconds(self) -> float | None:
+        """How long the model took for the steps so far (to its end once it is over), None before it starts."""
+        if self.started_at is None:
+            return None
+        return (self.finished_at or time.perf_counter()) - self.started_at
 
     @property
     def running(self) -> bool:

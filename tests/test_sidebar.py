@@ -56,10 +56,10 @@ def test_the_shipped_server_settings_are_the_ones_streamlit_reads():
     import sys
     code = ("import streamlit.config as c; "
             "print(c.get_option('browser.gatherUsageStats'), c.get_option('client.showErrorDetails'), "
-            "c.get_option('server.maxMessageSize'))")
+            "c.get_option('server.maxMessageSize'), c.get_option('runner.postScriptGC'))")
     out = subprocess.run([sys.executable, "-c", code], cwd=Path(APP).parent, capture_output=True, text=True,
                          timeout=60)
-    assert out.stdout.split() == ["False", "type", "100"], out.stderr
+    assert out.stdout.split() == ["False", "type", "100", "False"], out.stderr
 
 
 def test_gptviz_app_passes_every_shipped_setting():

@@ -154,6 +154,21 @@ def test_attention_and_generation_in_a_browser(browser_page):
     page.locator(".gv-tip").filter(has_text="masked: a token cannot look at later tokens").wait_for()
     page.locator(".gv-map").first.screenshot(path=str(ARTIFACTS / "attention_hover.png"))
 
+    # drag over queries 2-4 and keys 0-2 to zoom; hover then reads the zoomed cells; double-click shows all
+    heatmap.scroll_into_view_if_needed()
+    box = heatmap.bounding_box()   # the screenshot may have scrolled the page
+    page.mouse.move(box["x"] + left + 0.5 * cell, box["y"] + top + 2.5 * cell)
+    page.mouse.down()
+    page.mouse.move(box["x"] + left + 2.5 * cell, box["y"] + top + 4.5 * cell, steps=4)
+    page.mouse.up()
+    page.locator(".gv-hint").filter(has_text="Zoomed: queries 2-4, keys 0-2 of 6 x 6").wait_for()
+    zoomed = float(heatmap.get_attribute("data-cell"))
+    assert zoomed > 1.5 * cell                                   # three rows now fill the height six did
+    page.mouse.move(box["x"] + left + 0.5 * zoomed, box["y"] + top + 0.5 * zoomed, steps=2)   # query 2, key 0
+    page.locator(".gv-tip").filter(has_text="query position 2, key position 0").wait_for()
+    heatmap.dblclick()
+    page.locator(".gv-hint").filter(has_text="Drag over the map to zoom").wait_for()
+
     # a head picked in the map redraws it at once; the page's Head picker and the bar chart follow
     page.locator(".gv-head").filter(has_text="head 3").click()
     page.locator(".gv-title").filter(has_text=re.compile("^Layer 0, head 3$")).wait_for()

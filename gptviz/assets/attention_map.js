@@ -46,6 +46,8 @@ function build(root) {
   const plot = element("div", "gv-plot", root);
   ui.canvas = element("canvas", "gv-heat", plot);
   ui.tip = element("div", "gv-tip", plot);
+  ui.zoombox = element("div", "gv-zoombox", plot);
+  ui.hint = element("div", "gv-hint", root);
   ui.bar = element("canvas", "gv-bar", root);
   ui.plot = plot;
   return ui;
@@ -139,14 +141,25 @@ function drawHeatmap(s) {
   ui.title.textContent = `${data.title_prefix} ${s.layer}, ${headName(s, s.head)}${data.title_suffix}`;
   ui.note.textContent = p < 0 ? `Loading layer ${s.layer}...` : "";
   const { Q, K } = data;
+  // the visible window: every cell, or the rows and keys a drag zoomed into (double-click resets)
+  if (!s.view || !s.zoomed) s.view = { r0: 0, r1: Q, c0: 0, c1: K };
+  const v = s.view;
+  v.r1 = Math.min(v.r1, Q); v.c1 = Math.min(v.c1, K);
+  if (v.r0 >= v.r1 || v.c0 >= v.c1) { s.zoomed = false; s.view = { r0: 0, r1: Q, c0: 0, c1: K }; }
+  const { r0, r1, c0, c1 } = s.view;
+  const nr = r1 - r0, nc = c1 - c0;
+  ui.hint.textContent = s.zoomed
+    ? `Zoomed: queries ${r0}-${r1 - 1}, keys ${c0}-${c1 - 1} of ${Q} x ${K}. Double-click to see all.`
+    : "Drag over the map to zoom; hover a cell for its weight.";
   const width = Math.max(240, ui.plot.clientWidth || s.root.clientWidth || 600);
   const ctx0 = ui.canvas.getContext("2d");
   ctx0.font = FONT;
   const longest = (labels) => labels.reduce((m, t) => Math.max(m, ctx0.measureText(t).width), 0);
-  const left = Math.min(130, longest(data.row_labels) + 40), bottom = Math.min(110, longest(data.col_labels) * 0.87 + 44);
+  const left = Math.min(130, longest(data.row_labels.slice(r0, r1)) + 40);
+  const bottom = Math.min(110, longest(data.col_labels.slice(c0, c1)) * 0.87 + 44);
   const top = 6, right = 10;
-  const cell = Math.max(0.5, Math.min((width - left - right) / K, (data.height - top - bottom) / Q));
-  const w = cell * K, h = cell * Q;
+  const cell = Math.max(0.5, Math.min((width - left - right) / nc, (data.height - top - bottom) / nr));
+  const w = cell * nc, h = cell * nr;
   const ctx = sized(ui.canvas, left + w + right, top + h + bottom);
   s.geom = { left, top, cell };
   Object.assign(ui.canvas.dataset, { left, top, cell });  // where the cells are, for a test's pointer
@@ -154,29 +167,31 @@ function drawHeatmap(s) {
   if (p < 0) return;
   const { img, top: maxTop } = patternImage(s, p, s.head);
   s.top = maxTop;
-  ctx.drawImage(imageCanvas(img), left, top, w, h);
+  ctx.drawImage(imageCanvas(img), c0, r0, nc, nr, left, top, w, h);
   const q = data.query;
   ctx.strokeStyle = data.highlight;
   ctx.lineWidth = 2;
-  if (q >= 0 && q < Q) ctx.strokeRect(left + data.row_start[q] * cell, top + q * cell,
-                                      (data.row_end[q] - data.row_start[q]) * cell, cell);
-  if (data.divider > 0 && data.divider < K) {  // where the prompt ends and the generated tokens begin
+  if (q >= r0 && q < r1) {
+    const a = Math.max(data.row_start[q], c0), b = Math.min(data.row_end[q], c1);
+    if (b > a) ctx.strokeRect(left + (a - c0) * cell, top + (q - r0) * cell, (b - a) * cell, cell);
+  }
+  if (data.divider > c0 && data.divider < c1) {  // where the prompt ends and the generated tokens begin
+    const x = left + (data.divider - c0) * cell;
     ctx.setLineDash([4, 3]); ctx.lineWidth = 1.5;
-    ctx.beginPath(); ctx.moveTo(left + data.divider * cell, top); ctx.lineTo(left + data.divider * cell, top + h);
-    ctx.stroke(); ctx.setLineDash([]);
+    ctx.beginPath(); ctx.moveTo(x, top); ctx.lineTo(x, top + h); ctx.stroke(); ctx.setLineDash([]);
   }
   // labels, thinned so they never overlap (one every `stride` tokens)
   const colour = getComputedStyle(s.root).color || "#31333f";
   ctx.font = FONT;
   const stride = labelStride(cell, 13);
   ctx.textAlign = "right"; ctx.textBaseline = "middle";
-  for (let i = 0; i < Q; i += stride) {
+  for (let i = r0; i < r1; i += stride) {
     ctx.fillStyle = i === q ? data.highlight : colour;
-    ctx.fillText(data.row_labels[i], left - 4, top + (i + 0.5) * cell, left - 24);
+    ctx.fillText(data.row_labels[i], left - 4, top + (i - r0 + 0.5) * cell, left - 24);
   }
-  for (let j = 0; j < K; j += stride) {
+  for (let j = c0; j < c1; j += stride) {
     ctx.save();
-    ctx.translate(left + (j + 0.5) * cell, top + h + 4);
+    ctx.translate(left + (j - c0 + 0.5) * cell, top + h + 4);
     ctx.rotate(-Math.PI / 3);
     ctx.fillStyle = colour;
     ctx.fillText(data.col_labels[j], 0, 0, bottom - 24);
@@ -225,8 +240,8 @@ function showTip(s, ev) {
   if (!geom || p < 0) return;
   const r = ui.canvas.getBoundingClientRect();
   const x = ev.clientX - r.left - geom.left, y = ev.clientY - r.top - geom.top;
-  const i = Math.floor(y / geom.cell), j = Math.floor(x / geom.cell);
-  if (x < 0 || y < 0 || i >= data.Q || j >= data.K) { ui.tip.style.display = "none"; return; }
+  const i = s.view.r0 + Math.floor(y / geom.cell), j = s.view.c0 + Math.floor(x / geom.cell);
+  if (x < 0 || y < 0 || i >= s.view.r1 || j >= s.view.c1) { ui.tip.style.display = "none"; return; }
   const off = (p * (data.n_heads + 1) + s.head) * data.Q * data.K;
   const at = data.row_positions[i];
   if (j >= data.row_end[i]) ui.tip.textContent = "masked: a token cannot look at later tokens";
@@ -237,6 +252,46 @@ function showTip(s, ev) {
   ui.tip.style.display = "block";
   ui.tip.style.left = `${Math.min(ev.clientX - r.left + 12, r.width - 260)}px`;
   ui.tip.style.top = `${ev.clientY - r.top + 12}px`;
+}
+
+function cellAt(s, ev) {
+  const r = s.ui.canvas.getBoundingClientRect(), g = s.geom;
+  return { x: ev.clientX - r.left, y: ev.clientY - r.top,
+           i: s.view.r0 + Math.floor((ev.clientY - r.top - g.top) / g.cell),
+           j: s.view.c0 + Math.floor((ev.clientX - r.left - g.left) / g.cell) };
+}
+
+function startZoom(s, ev) {
+  if (!s.geom || ev.button !== 0) return;
+  s.drag = cellAt(s, ev);
+  ev.preventDefault();
+  // follow the drag outside the canvas too, only while it lasts
+  const move = (e) => moveZoom(s, e);
+  const up = (e) => { window.removeEventListener("mousemove", move); window.removeEventListener("mouseup", up); endZoom(s, e); };
+  window.addEventListener("mousemove", move);
+  window.addEventListener("mouseup", up);
+}
+
+function moveZoom(s, ev) {
+  if (!s.drag) return;
+  const now = cellAt(s, ev), box = s.ui.zoombox;
+  box.style.display = "block";
+  box.style.left = `${Math.min(s.drag.x, now.x)}px`; box.style.top = `${Math.min(s.drag.y, now.y)}px`;
+  box.style.width = `${Math.abs(now.x - s.drag.x)}px`; box.style.height = `${Math.abs(now.y - s.drag.y)}px`;
+}
+
+function endZoom(s, ev) {
+  if (!s.drag) return;
+  const a = s.drag, b = cellAt(s, ev), v = s.view;
+  s.drag = null;
+  s.ui.zoombox.style.display = "none";
+  if (Math.abs(a.x - b.x) < 6 && Math.abs(a.y - b.y) < 6) return;  // a click, not a drag
+  const clamp = (x, lo, hi) => Math.max(lo, Math.min(hi, x));
+  const r0 = clamp(Math.min(a.i, b.i), v.r0, v.r1 - 1), r1 = clamp(Math.max(a.i, b.i), v.r0, v.r1 - 1) + 1;
+  const c0 = clamp(Math.min(a.j, b.j), v.c0, v.c1 - 1), c1 = clamp(Math.max(a.j, b.j), v.c0, v.c1 - 1) + 1;
+  s.view = { r0, r1, c0, c1 };
+  s.zoomed = true;
+  drawHeatmap(s);
 }
 
 function draw(s) {
@@ -278,6 +333,8 @@ export default function (component) {
     s.listening = true;
     s.ui.canvas.addEventListener("mousemove", (ev) => showTip(s, ev));
     s.ui.canvas.addEventListener("mouseleave", () => { s.ui.tip.style.display = "none"; });
+    s.ui.canvas.addEventListener("mousedown", (ev) => startZoom(s, ev));
+    s.ui.canvas.addEventListener("dblclick", () => { s.zoomed = false; drawHeatmap(s); });
   }
   return () => { if (s.observer) { s.observer.disconnect(); s.observer = null; } };
 }

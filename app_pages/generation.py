@@ -11,7 +11,9 @@ import pandas as pd
 import streamlit as st
 import torch
 
+from gptviz import attention_map as amap
 from gptviz import ui
+from gptviz.attention_map import attention_map
 from gptviz.figures import attention as fa
 from gptviz.figures import generation as fg
 from gptviz.tokenizer import EOT, decode, token_labels
@@ -115,18 +117,34 @@ def draw(run: dict, live: bool, highlight: int | None = None, boxes=None) -> Non
         elif len(steps) < total:
             st.info(f"The model wrote {EOT} after {len(steps)} tokens, which ends the text.")
         st.code(decode(run["prompt"]) + decode([s.token_id for s in steps]), language=None, wrap_lines=True)
-        st.caption(f"The prompt's {len(run['prompt'])} tokens, then {len(steps)} new ones.")
+        st.caption(f"The prompt's {len(run['prompt'])} tokens, then {len(steps)} new ones{ui.writing_speed(run, live)}.")
     with heat_box.container():
-        ui.show_figure(heat_figure(run, highlight, live), key="gen_live_heatmap" if live else "gen_heatmap")
+        if live:  # the canvas component while it writes: a Plotly heatmap per redraw slowed the model
+            labels = token_labels(list(run["prompt"]) + [s.token_id for s in steps])
+            attention_map(amap.generation_payload(steps, labels, len(run["prompt"]), layer=layer, head=head,
+                                                  scale=scale, mean_head=MEAN,
+                                                  head_names=[head_name(h) for h in heads], every_layer=False),
+                          key="gen_live_map", on_pick=pick_from_map)
+        else:
+            ui.show_figure(heat_figure(run, highlight, live), key="gen_heatmap")
         if not live:
             st.caption("One row per generated token: where the query that predicted it looked (the row label "
                        "is the token it predicted). Grey: later positions; light grey: tokens that slid out "
                        "of the context window. The dotted line ends the prompt; the outlined row is the step "
                        "inspected on the right.")
-    if live:
-        with bars_box.container():
-            ui.show_figure(bars_figure(steps[-1], f"Step {len(steps) - 1}: next-token probabilities",
-                                        ui.cut_reason(run["settings"])), key="gen_live_bars")
+    if live:  # plain text while it writes; the bar chart comes with the finished run's step inspector
+        last = steps[-1]
+        top_ids = [t[0] for t in last.top[:8]]
+        top = "\n".join(f"{label:>14}  {t[1]:.3f}" for label, t in zip(token_labels(top_ids), last.top))
+        bars_box.text(f"Step {len(steps) - 1}: sampled {last.piece} (p {last.prob:.3f}, rank {last.rank})\n"
+                      f"most probable next tokens:\n{top}")
+
+
+def pick_from_map(layer_picked: int, head_index: int) -> None:
+    """A layer or head picked in the live map: the page's pickers follow."""
+    if layer_picked in layers and 0 <= head_index <= cfg.n_heads:
+        state["gen_layer"] = layer_picked
+        state["gen_head"] = MEAN if head_index == cfg.n_heads else head_index
 
 
 if start:

@@ -68,10 +68,10 @@ def idle(page, timeout_ms: int = 300_000) -> None:
 
 # Click an element of the heatmap component and wait for the frame after its redraw, timed by the page's own clock
 # (Playwright's round trips would add tens of milliseconds that a visitor does not see).
-SWITCH_JS = """async (el, title) => {
-  const heading = el.getRootNode().querySelector(".gv-title");
+SWITCH_JS = """async (root, [selector, index, title]) => {
+  const heading = root.querySelector(".gv-title");
   const t0 = performance.now();
-  el.click();
+  root.querySelectorAll(selector)[index].click();  // looked up now: a redraw rebuilds the pickers
   while (heading.textContent !== title) await new Promise((r) => setTimeout(r, 1));
   await new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)));
   return (performance.now() - t0) / 1000;
@@ -80,7 +80,7 @@ SWITCH_JS = """async (el, title) => {
 
 def map_switch(page, selector: str, index: int, title: str) -> float:
     idle(page)
-    return page.locator(selector).nth(index).evaluate(SWITCH_JS, title)
+    return page.locator(".gv-map").first.evaluate(SWITCH_JS, [selector, index, title])
 
 
 def measure(page, url: str, name: str, n_new: int) -> dict:

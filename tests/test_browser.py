@@ -233,7 +233,8 @@ def test_attention_and_generation_in_a_browser(browser_page):
     wait_for_idle(page)
     kept = int(re.search(r"Stopped after (\d+)", stopped.inner_text()).group(1))
     assert 3 <= kept < 200
-    caption = page.get_by_text(f"The prompt's 22 tokens, then {kept} new ones.")
+    caption = page.get_by_text(re.compile(f"^The prompt's 22 tokens, then {kept} new ones, written in [0-9.]+ s "
+                                          r"\(\d+ tokens/s\)\.$"))
     caption.wait_for(timeout=30_000)  # the stopped run's final draw can trail the info box on a loaded machine
     assert caption.count() == 1
     no_exception(page)

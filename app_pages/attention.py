@@ -97,6 +97,14 @@ def open_head_from_entropy_map() -> None:
         state["att_view"] = VIEWS[0]
 
 
+def open_head_from_model_view() -> None:
+    """Model-view click on a panel's marker: open that head in the One head view."""
+    picked = fa.selected_head(state.get("att_model_view") or {})
+    if picked is not None and picked[0] in layers and picked[1] in range(cfg.n_heads):
+        state["att_layer"], state["att_head"] = picked
+        state["att_view"] = VIEWS[0]
+
+
 def generation_controls() -> None:
     """The generation's settings and buttons. They sit outside the views' fragment: Generate reruns the whole
     page once, which starts the model and the live view's timer in the same run."""
@@ -427,11 +435,13 @@ def views() -> None:
                                          row_names=[f"layer {l}" for l in layers], col_names=col_names,
                                          col_ticks=None if average or cfg.n_heads <= 8 else
                                          [f"H{h}" for h in range(cfg.n_heads)],
-                                         scale=scale, selected=selected, title="Every layer (rows) and head (columns)"),
-                           key="att_model_view")
+                                         scale=scale, selected=selected, title="Every layer (rows) and head (columns)",
+                                         clickable=not average),
+                           key="att_model_view", on_select=open_head_from_model_view, selection_mode="points")
             note = f" Showing the first {K} of {T} tokens (earlier rows do not depend on later tokens)." if K < T else ""
             st.caption("Early layers often look at the previous token or the first token; later layers mix "
-                       "more widely. Hover a panel for its weights; the outlined panel is the chosen head." + note)
+                       "more widely. Hover a panel for its weights; the outlined panel is the chosen head; click "
+                       "the orange square in a panel's corner to open that head." + note)
 
     # ---- entropy map ------------------------------------------------------------------------------------
     with view_tabs["Entropy map"]:

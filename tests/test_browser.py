@@ -290,6 +290,21 @@ def test_the_attention_views_from_other_tools_at_16_and_64_tokens(browser, serve
     page.get_by_role("radio", name="␣F", exact=True).and_(page.locator('[aria-checked="true"]')).wait_for()
     assert page.get_by_role("switch", name="Only the chosen query's lines").is_checked()
     no_exception(page)
+    # model view: the marker in a panel's corner opens that head in the One head view
+    page.goto(f"{server}/?source=preset&preset=tiny&prompt={quote(' '.join(letters[:16]))}"
+              f"&att_view={quote('Model view: every layer and head')}")
+    view = page.locator(".js-plotly-plot").filter(has_text="Every layer (rows)").first
+    view.wait_for()
+    wait_for_idle(page)
+    view.scroll_into_view_if_needed()
+    marker = view.locator(".scatterlayer .trace").last.locator(".point").nth(1 * 4 + 2)   # layer 1, head 2
+    box = marker.bounding_box()
+    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2, steps=3)
+    page.locator(".hoverlayer .hovertext").filter(has_text="layer 1, head 2: click to open").wait_for()
+    page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    page.locator('[role="tab"][aria-selected="true"]').filter(has_text="One head").wait_for()
+    page.locator(".gv-title").filter(has_text=re.compile("^Layer 1, head 2$")).wait_for()
+    no_exception(page)
     page.close()
 
 

@@ -156,7 +156,8 @@ def test_model_view_and_layer_grid_trace_counts():
     prompt = "one two three four five"
     at = page(prompt, att_view="Model view: every layer and head")
     mv = figure(at, "Every layer (rows)")
-    assert len(mv["data"]) == 1                                  # one tiled trace, panels T + 1 apart
+    # one tiled trace, panels T + 1 apart, and the click markers (one per panel)
+    assert len(mv["data"]) == 2 and array(mv["data"][1]["customdata"]).shape == (N_LAYERS * N_HEADS, 2)
     T = len(encode(prompt))
     tiled = array(mv["data"][0]["z"])
     assert tiled.shape == (N_LAYERS * (T + 1) - 1, N_HEADS * (T + 1) - 1)
@@ -354,3 +355,18 @@ def test_the_default_colour_scale_shows_small_weights():
     assert len(axis["colorscale"]) == 21 and axis["colorbar"]["tickvals"][:3] == [0, 0.05, 0.25]
     gen = run_page("generation", "The cat sat on the mat")
     assert gen.selectbox(key="gen_scale").value == "sqrt"
+
+
+def test_model_view_panels_carry_their_head_for_a_click():
+    """Each panel's first cell (always 1: the first token sees only itself) holds a marker whose customdata is its
+    (layer, head), which the page's click handler reads with selected_head."""
+    p = np.random.default_rng(0).random((2, 3, 4, 4))
+    fig = fa.model_view(p, list("abcd"), row_names=["layer 0", "layer 1"], col_names=["head 0", "head 1", "head 2"],
+                        clickable=True)
+    marker = fig.data[1]
+    assert marker.customdata.tolist() == [[0, 0], [0, 1], [0, 2], [1, 0], [1, 1], [1, 2]]
+    assert marker.x[5] == fig.data[0].x[2 * 5] and marker.y[5] == fig.data[0].y[5]   # panel (1, 2)'s cell (0, 0)
+    assert fa.selected_head({"selection": {"points": [{"x": marker.x[5], "y": marker.y[5],
+                                                       "customdata": list(marker.customdata[5])}]}}) == (1, 2)
+    assert len(fa.model_view(p, list("abcd"), row_names=["layer 0", "layer 1"],
+                             col_names=["head 0", "head 1", "head 2"]).data) == 1   # not clickable: no markers

@@ -156,13 +156,14 @@ def attention_grid(patterns, labels: list[str], *, panel_names: list[list[str]],
 
 def model_view(patterns, labels: list[str], *, row_names: list[str], col_names: list[str],
                col_ticks: list[str] | None = None, scale: str = "linear", selected: tuple[int, int] | None = None,
-               title: str | None = None, width_px: int = 900) -> go.Figure:
+               title: str | None = None, width_px: int = 900, clickable: bool = False) -> go.Figure:
     """Every layer (rows) and head (columns) at once: patterns [rows, cols, T, T] tiled into ONE heatmap
     trace (panels separated by one white row/column; the future NaN on the grey plot background), so a
     12 x 12 model view stays one trace instead of 144 subplots (several times faster to build and draw).
     Categorical axes whose labels name the panel and the token ('layer 2 · '␣cat' (5)'), so the hover
     reads 'layer 2 · query → head 3 · key: weight'. `col_ticks`: shorter column labels for the top axis.
-    `selected` outlines one panel."""
+    `selected` outlines one panel. `clickable` adds a marker on each panel's first cell (the first token looking at
+    itself: always 1, so it hides nothing) carrying [row, column] as customdata, for a click that opens the head."""
     z = causal_masked(patterns)
     R, C, T = z.shape[0], z.shape[1], z.shape[-1]
     g = T + 1                                             # panel stride: T cells and one gap
@@ -191,8 +192,18 @@ def model_view(patterns, labels: list[str], *, row_names: list[str], col_names: 
         fig.add_shape(type="rect", x0=c * g - 0.5, x1=c * g + T - 0.5, y0=r * g - 0.5, y1=r * g + T - 0.5,
                       line=dict(color=HIGHLIGHT, width=3), layer="above")
     panel = max(30, min(220, (width_px - 120) / C))
+    extra = {}
+    if clickable:
+        rows, cols = np.meshgrid(np.arange(R), np.arange(C), indexing="ij")
+        fig.add_trace(go.Scatter(
+            x=[xs[c * g] for c in cols.ravel()], y=[ys[r * g] for r in rows.ravel()], mode="markers", name="open",
+            customdata=np.stack([rows.ravel(), cols.ravel()], axis=-1),
+            marker=dict(symbol="square-open", size=max(8, min(14, panel / T)), color=HIGHLIGHT, line_width=2),
+            hovertemplate="layer %{customdata[0]}, head %{customdata[1]}: click to open this head<extra></extra>",
+            selected=dict(marker=dict(opacity=1)), unselected=dict(marker=dict(opacity=1))))
+        extra = dict(clickmode="event+select", showlegend=False)
     return apply_layout(fig, title=title, height=int(R * panel + 80 + (30 if title else 0)),
-                        coloraxis=color_axis(scale, z), plot_bgcolor=MASKED_COLOR)
+                        coloraxis=color_axis(scale, z), plot_bgcolor=MASKED_COLOR, **extra)
 
 
 def query_bars(weights, labels: list[str], query: int, *, title: str | None = None, height: int = 330

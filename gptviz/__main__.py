@@ -52,7 +52,8 @@ def config_and_settings(args):
                              weight_decay=args.weight_decay, min_lr_ratio=args.min_lr_ratio,
                              seed=args.seed, eval_every=args.eval_every,
                              corpus_vocab_steps=args.corpus_vocab_steps, copy_fraction=args.copy_fraction,
-                             copy_vocab=args.copy_vocab, block_size=args.block_size)
+                             copy_vocab=args.copy_vocab, block_size=args.block_size,
+                             copy_batch_softmax=args.copy_batch_softmax)
     return cfg, settings
 
 
@@ -149,6 +150,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "curriculum")
     t.add_argument("--copy-vocab", type=int, default=d.copy_vocab,
                    help="draw the repeated sequences from this many most frequent training ids (0 = all)")
+    t.add_argument("--copy-batch-softmax", action="store_true",
+                   help="repeated rows normalise their softmax over the ids the batch's repeated rows contain "
+                        "(while --corpus-vocab-steps run), not over every copy id")
     t.add_argument("--steps", type=int, default=d.steps)
     t.add_argument("--batch-size", type=int, default=d.batch_size)
     t.add_argument("--lr", type=float, default=d.lr)

@@ -47,6 +47,11 @@ class TrainSettings:
     # The repeated sequences draw from the `copy_vocab` most frequent ids of the training text (0 = every id
     # it uses). Rare ids have embeddings too little trained to tell apart, so copying them is not learnable.
     copy_vocab: int = 0
+    # While the softmax is over the corpus's ids, the repeated rows normally normalise over the copy ids. With
+    # this, they normalise over the ids the batch's repeated rows themselves contain (a few hundred): the loss
+    # then asks only "which of the tokens in view comes next", which copying answers, and leaves the rest of
+    # the vocabulary's logits to the text (copying every rare id against the whole vocabulary raised them).
+    copy_batch_softmax: bool = False
 
     def __post_init__(self):
         def whole(x):
@@ -60,6 +65,8 @@ class TrainSettings:
         bad = [n for n in ints if not whole(getattr(self, n))] + [n for n in floats if not number(getattr(self, n))]
         if self.block_size is not None and not whole(self.block_size):
             bad.append("block_size")
+        if not isinstance(self.copy_batch_softmax, bool):
+            bad.append("copy_batch_softmax")
         if bad:
             raise ValueError(f"invalid training setting(s): {', '.join(f'{n}={getattr(self, n)!r}' for n in bad)}")
         checks = {"steps": self.steps >= 1, "batch_size": self.batch_size >= 1, "lr": self.lr > 0,
@@ -200,8 +207,12 @@ class Trainer:
         self.model.train()
         full_vocab = step >= self.settings.corpus_vocab_steps or self.corpus_vocab is None
         if not full_vocab:
-            loss = subset_lm_loss(self.model, x, y, *self.corpus_vocab, n_copy=self.n_copy if len(x) ==
-                                  self.settings.batch_size else 0, copy_vocab=self.copy_vocab)
+            n_copy = self.n_copy if len(x) == self.settings.batch_size else 0
+            copy_vocab = self.copy_vocab
+            if n_copy and self.settings.copy_batch_softmax:
+                seen = torch.unique(torch.cat([x[-n_copy:].flatten(), y[-n_copy:].flatten()]))
+                copy_vocab = vocab_index(seen.to(self.model.device), self.model.config.vocab_size)
+            loss = subset_lm_loss(self.model, x, y, *self.corpus_vocab, n_copy=n_copy, copy_vocab=copy_vocab)
         else:
             loss = lm_loss(self.model, x, y)
         self.optimizer.zero_grad(set_to_none=True)

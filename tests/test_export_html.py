@@ -35,4 +35,6 @@ def test_each_figure_of_a_page_has_its_html_download():
     at = run_page("attention")
     assert not at.exception
     buttons = [b for b in at.get("download_button") if b.proto.label == "Interactive HTML"]
-    assert len(figures(at)) >= 2 and len(buttons) == len(figures(at))
+    maps = [el for el in at.get("bidi_component") if el.proto.component_name == "gptviz_attention_map"]
+    # every Plotly figure, and the canvas heatmap (its download is the Plotly version of the same map)
+    assert len(figures(at)) >= 1 and len(maps) == 1 and len(buttons) == len(figures(at)) + len(maps)

@@ -291,6 +291,34 @@ def test_a_trainer_on_copy_windows_uses_the_copy_ids_softmax_only_while_the_corp
     assert [log.full_vocab for log in logs] == [False, False, True, True]
 
 
+def test_copy_batch_softmax_normalises_the_repeated_rows_over_their_own_ids():
+    """With copy_batch_softmax the step's loss is the text rows over the corpus ids and the repeated rows over the
+    ids those rows contain, recomputed here by hand from the full logits."""
+    tokens = random_ids(3000, seed=4)
+    s = TrainSettings(steps=1, batch_size=4, copy_fraction=0.5, corpus_vocab_steps=1, warmup=0, lr=1e-9,
+                      copy_batch_softmax=True)
+    model = build(seed=13)
+    trainer = Trainer(model, s, tokens)
+    x, y = next(batches(tokens, 4, 16, torch.Generator().manual_seed(0), 0.5, 0))
+    corpus_ids = torch.unique(tokens)
+    window_ids = torch.unique(torch.cat([x[2:].flatten(), y[2:].flatten()]))
+    assert len(window_ids) < len(corpus_ids)
+    model.eval()
+    with torch.no_grad():
+        logits = model(x)
+
+        def ce(rows, ids):
+            index = {int(i): k for k, i in enumerate(ids)}
+            targets = torch.tensor([[index[int(t)] for t in row] for row in y[rows]])
+            return torch.nn.functional.cross_entropy(logits[rows][..., ids].reshape(-1, len(ids)),
+                                                     targets.reshape(-1), reduction="sum")
+        expected = (ce(slice(0, 2), corpus_ids) + ce(slice(2, 4), window_ids)) / y.numel()
+    log = trainer.step(x, y)   # dropout 0 (build): train mode computes the same logits
+    assert log.train_loss == pytest.approx(float(expected), abs=1e-5)
+    with pytest.raises(ValueError, match="copy_batch_softmax"):
+        TrainSettings(copy_batch_softmax=1)
+
+
 def test_the_model_cards_commands_rebuild_every_stage_with_its_settings():
     import shlex
 
@@ -302,8 +330,8 @@ def test_the_model_cards_commands_rebuild_every_stage_with_its_settings():
     second = {"settings": {"steps": 2400, "batch_size": 16, "lr": 0.0015, "warmup": 100, "seed": 1337,
                            "corpus_vocab_steps": 2300, "copy_fraction": 0.5, "copy_vocab": 2000, "eval_every": 200,
                            "weight_decay": 0.0}}
-    third = {"settings": {**second["settings"], "steps": 800, "block_size": 32, "seed": 7, "min_lr_ratio": 1.0},
-             "dropout": 0.1}
+    third = {"settings": {**second["settings"], "steps": 800, "block_size": 32, "seed": 7, "min_lr_ratio": 1.0,
+                          "copy_batch_softmax": True}, "dropout": 0.1}
     text = _train_commands(cfg, "shakespeare-post", [first, second, third])
     one, two, three = text.split("\npython ")
     assert "--steps 4000" in one and "--copy-fraction 0.375" in one and "--copy-vocab" not in one
@@ -312,6 +340,7 @@ def test_the_model_cards_commands_rebuild_every_stage_with_its_settings():
     assert "--weight-decay 0.0" in two and "--weight-decay" not in one  # only where it is not the default
     assert "--init-from /tmp/shakespeare-post-stage1 --out /tmp/shakespeare-post-stage2" in two
     assert "--block-size 32" in three and "--min-lr-ratio 1.0" in three and "--min-lr-ratio" not in two
+    assert "--copy-batch-softmax" in three and "--copy-batch-softmax" not in two
     assert "--dropout 0.1" in three and "--dropout 0.0" in two  # each stage's own dropout, else the model's
     assert "--init-from /tmp/shakespeare-post-stage2 --out gptviz/models/shakespeare-post" in three
     # each line, parsed by the CLI, gives back exactly the stage's settings (absent ones at their defaults)

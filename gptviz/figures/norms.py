@@ -125,7 +125,7 @@ def attention_pair(pre: np.ndarray, post: np.ndarray, labels: list[str], title: 
     diff = _masked(post) - _masked(pre)
     vmax = float(np.nanmax(np.abs(diff))) if T > 1 and np.isfinite(diff).any() else 1.0
     vmax = vmax or 1e-6
-    fig = make_subplots(rows=1, cols=3, horizontal_spacing=0.12)
+    fig = make_subplots(rows=1, cols=3, horizontal_spacing=0.14)  # the weight colour bar sits in the second gap
     qs, ks = np.meshgrid(np.arange(T), np.arange(T), indexing="ij")
     custom = np.stack([np.array(labels, dtype=object)[qs], np.array(labels, dtype=object)[ks],
                        _masked(pre), _masked(post)], axis=-1)
@@ -143,9 +143,10 @@ def attention_pair(pre: np.ndarray, post: np.ndarray, labels: list[str], title: 
                          title_text="query" if col == 1 else None, showticklabels=col == 1)
     apply_layout(fig, title, height=520, plot_bgcolor=MASKED_COLOR,
                  coloraxis=dict(colorscale=ATTENTION_SCALE, cmin=0, cmax=1,
-                                colorbar=dict(x=0.64, xanchor="left", len=0.75, thickness=10)),
+                                colorbar=dict(title=dict(text="weight", side="top"), x=0.64, xanchor="left",
+                                              len=0.75, thickness=10)),
                  coloraxis2=dict(colorscale=DIVERGING_SCALE, cmin=-vmax, cmax=vmax,
-                                 colorbar=dict(title=dict(text="post − pre", side="right"), x=1.01, xanchor="left",
+                                 colorbar=dict(title=dict(text="post − pre", side="top"), x=1.01, xanchor="left",
                                                len=0.75, thickness=10)))
     return fig
 

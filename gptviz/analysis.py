@@ -358,11 +358,11 @@ def step_summary(record, top_n: int = 20) -> StepSummary:
     """Summarise a gptviz.generate.StepRecord: the sampled token's probability, rank and the entropy."""
     probs, token = record.probs.float(), int(record.token_id)
     p = float(probs[token])
-    nonzero = probs[probs > 0]
+    # one fused op each where possible: this runs once per new token, beside the model (entr(0) = 0)
     return StepSummary(
         token_id=token, piece=record.piece, position=int(record.position), prob=p,
-        rank=int((probs > p).sum()) + 1, entropy=float(-(nonzero * nonzero.log()).sum()),
+        rank=int((probs > p).sum()) + 1, entropy=float(torch.special.entr(probs).sum()),
         top=record.top(top_n), n_allowed=int(record.allowed.sum()),
-        kept_mass=float(probs[record.allowed].sum()),
+        kept_mass=float(torch.where(record.allowed, probs, 0.0).sum()),
         attention=None if record.attention is None else record.attention.float().cpu(),
         window_start=int(record.window_start), context_shifted=bool(record.context_shifted))

@@ -34,7 +34,8 @@ class StepRecord:
     def top(self, n: int = 20) -> list[tuple[int, float, bool]]:
         """The n most probable tokens as (id, probability, allowed), most probable first."""
         probs, ids = self.probs.topk(min(n, self.probs.numel()))
-        return [(int(i), float(p), bool(self.allowed[i])) for p, i in zip(probs, ids)]
+        # whole-tensor conversions: one per column, not three tensor ops per token (this runs once per new token)
+        return list(zip(ids.tolist(), probs.tolist(), self.allowed[ids].tolist()))
 
 
 def check_sampling(temperature: float, top_k: int | None, top_p: float | None,

@@ -53,7 +53,7 @@ def config_and_settings(args):
                              seed=args.seed, eval_every=args.eval_every,
                              corpus_vocab_steps=args.corpus_vocab_steps, copy_fraction=args.copy_fraction,
                              copy_vocab=args.copy_vocab, block_size=args.block_size,
-                             copy_batch_softmax=args.copy_batch_softmax)
+                             copy_batch_softmax=args.copy_batch_softmax, copy_any_share=args.copy_any_share)
     return cfg, settings
 
 
@@ -150,6 +150,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "curriculum")
     t.add_argument("--copy-vocab", type=int, default=d.copy_vocab,
                    help="draw the repeated sequences from this many most frequent training ids (0 = all)")
+    t.add_argument("--copy-any-share", type=float, default=d.copy_any_share,
+                   help="share of the repeated sequences drawn from every training id instead of the --copy-vocab "
+                        "most frequent")
     t.add_argument("--copy-batch-softmax", action="store_true",
                    help="repeated rows normalise their softmax over the ids the batch's repeated rows contain "
                         "(while --corpus-vocab-steps run), not over every copy id")

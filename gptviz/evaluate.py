@@ -321,6 +321,7 @@ def _train_commands(cfg: dict, name: str, stages: list[dict]) -> str:
         copy = f" --copy-fraction {s['copy_fraction']}" if s.get("copy_fraction") else ""
         copy += f" --copy-vocab {s['copy_vocab']}" if copy and s.get("copy_vocab") else ""
         copy += " --copy-batch-softmax" if copy and s.get("copy_batch_softmax") else ""
+        copy += f" --copy-any-share {s['copy_any_share']}" if copy and s.get("copy_any_share") else ""
         copy += f" --block-size {s['block_size']}" if s.get("block_size") else ""
         default = TrainSettings()
         copy += (f" --min-lr-ratio {s['min_lr_ratio']}" if s.get("min_lr_ratio", default.min_lr_ratio)

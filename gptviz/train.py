@@ -52,6 +52,9 @@ class TrainSettings:
     # then asks only "which of the tokens in view comes next", which copying answers, and leaves the rest of
     # the vocabulary's logits to the text (copying every rare id against the whole vocabulary raised them).
     copy_batch_softmax: bool = False
+    # Share of the repeated sequences drawn from every training id instead of the `copy_vocab` most frequent: a
+    # model copying only random rare ids learnt to copy when the context looks random and trust the text otherwise.
+    copy_any_share: float = 0.0
 
     def __post_init__(self):
         def whole(x):
@@ -61,7 +64,7 @@ class TrainSettings:
             return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
         ints = ("steps", "batch_size", "warmup", "eval_every", "eval_batches", "seed", "copy_vocab")
-        floats = ("lr", "min_lr_ratio", "weight_decay", "grad_clip", "val_fraction", "copy_fraction")
+        floats = ("lr", "min_lr_ratio", "weight_decay", "grad_clip", "val_fraction", "copy_fraction", "copy_any_share")
         bad = [n for n in ints if not whole(getattr(self, n))] + [n for n in floats if not number(getattr(self, n))]
         if self.block_size is not None and not whole(self.block_size):
             bad.append("block_size")
@@ -74,6 +77,7 @@ class TrainSettings:
                   "val_fraction": 0 < self.val_fraction < 1, "grad_clip": self.grad_clip >= 0,
                   "min_lr_ratio": 0 <= self.min_lr_ratio <= 1, "eval_batches": self.eval_batches >= 1,
                   "weight_decay": self.weight_decay >= 0, "copy_fraction": 0 <= self.copy_fraction <= 1,
+                  "copy_any_share": 0 <= self.copy_any_share <= 1,
                   "copy_vocab": self.copy_vocab >= 0,
                   "block_size": self.block_size is None or self.block_size >= 1}
         bad = [name for name, ok in checks.items() if not ok]
@@ -108,20 +112,24 @@ def most_frequent_ids(tokens: torch.Tensor, k: int = 0) -> torch.Tensor:
 
 
 def batches(tokens: torch.Tensor, batch_size: int, block: int, generator: torch.Generator,
-            copy_fraction: float = 0.0, copy_vocab: int = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+            copy_fraction: float = 0.0, copy_vocab: int = 0,
+            copy_any_share: float = 0.0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Random windows: inputs [B, block] and next-token targets [B, block], forever. The last
     round(copy_fraction * B) rows of each batch are repeated random sequences of the text's own ids
-    (its `copy_vocab` most frequent ones, or all)."""
+    (its `copy_vocab` most frequent ones, or all); each one, with probability `copy_any_share`, of every id."""
     if len(tokens) <= block + 1:
         raise ValueError(f"the data has {len(tokens)} tokens, too few for windows of {block + 1}")
     n_copy = round(copy_fraction * batch_size)
     if n_copy and block < 2:
         raise ValueError("repeated sequences need windows of at least 2 tokens")
     ids = most_frequent_ids(tokens, copy_vocab) if n_copy else None
+    every = torch.unique(tokens) if n_copy and copy_any_share else None
     while True:
         starts = torch.randint(0, len(tokens) - block - 1, (batch_size - n_copy,), generator=generator)
         rows = [tokens[s:s + block + 1] for s in starts]
-        rows += [repeated_sequence(ids, block, generator) for _ in range(n_copy)]
+        for _ in range(n_copy):
+            any_id = every is not None and float(torch.rand(1, generator=generator)) < copy_any_share
+            rows.append(repeated_sequence(every if any_id else ids, block, generator))
         xy = torch.stack(rows)
         yield xy[:, :-1], xy[:, 1:]
 
@@ -188,7 +196,9 @@ class Trainer:
         if settings.corpus_vocab_steps and train_tokens is not None:
             size = model.config.vocab_size
             self.corpus_vocab = vocab_index(torch.unique(train_tokens).to(model.device), size)
-            if self.n_copy:
+            if self.n_copy and settings.copy_any_share:   # some repeated rows hold any training id
+                self.copy_vocab = self.corpus_vocab
+            elif self.n_copy:
                 self.copy_vocab = vocab_index(most_frequent_ids(train_tokens, settings.copy_vocab).to(model.device),
                                               size)
         decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and not n.startswith("wpe")]
@@ -285,7 +295,7 @@ def train_models(configs: dict[str, GPTConfig], settings: TrainSettings, tokens:
     if block > min(cfg.n_ctx for cfg in configs.values()):
         raise ValueError(f"block_size {block} exceeds the context length {min(c.n_ctx for c in configs.values())}")
     data = batches(train_tokens, settings.batch_size, block, torch.Generator().manual_seed(settings.seed),
-                   settings.copy_fraction, settings.copy_vocab)
+                   settings.copy_fraction, settings.copy_vocab, settings.copy_any_share)
     stopped = False
     for _ in range(settings.steps):
         if should_stop is not None and should_stop():

@@ -291,6 +291,25 @@ def test_a_trainer_on_copy_windows_uses_the_copy_ids_softmax_only_while_the_corp
     assert [log.full_vocab for log in logs] == [False, False, True, True]
 
 
+def test_copy_any_share_draws_that_share_of_repeated_rows_from_every_id():
+    """With copy_vocab 20 and copy_any_share 0.5, about half the repeated rows hold ids outside the 20 most
+    frequent; with 0, none do; and a trainer on such batches normalises their softmax over every training id."""
+    tokens = random_ids(5000, seed=5)
+    frequent = set(most_frequent_ids(tokens, 20).tolist())
+    def outside(share):
+        x, _ = next(batches(tokens, 200, 24, torch.Generator().manual_seed(1), 1.0, 20, share))
+        return sum(not set(row.tolist()) <= frequent for row in x) / len(x)
+    assert outside(0.0) == 0.0 and 0.4 < outside(0.5) < 0.6 and outside(1.0) == 1.0
+    s = TrainSettings(steps=2, batch_size=4, copy_fraction=0.5, copy_vocab=20, copy_any_share=0.5,
+                      corpus_vocab_steps=2, warmup=0)
+    trainer = Trainer(build(seed=14), s, tokens)
+    assert torch.equal(trainer.copy_vocab[0], torch.unique(tokens))
+    data = batches(tokens, 4, 16, torch.Generator().manual_seed(0), 0.5, 20, 0.5)
+    assert all(math.isfinite(trainer.step(*next(data)).train_loss) for _ in range(2))
+    with pytest.raises(ValueError, match="copy_any_share"):
+        TrainSettings(copy_any_share=1.5)
+
+
 def test_copy_batch_softmax_normalises_the_repeated_rows_over_their_own_ids():
     """With copy_batch_softmax the step's loss is the text rows over the corpus ids and the repeated rows over the
     ids those rows contain, recomputed here by hand from the full logits."""
@@ -331,7 +350,7 @@ def test_the_model_cards_commands_rebuild_every_stage_with_its_settings():
                            "corpus_vocab_steps": 2300, "copy_fraction": 0.5, "copy_vocab": 2000, "eval_every": 200,
                            "weight_decay": 0.0}}
     third = {"settings": {**second["settings"], "steps": 800, "block_size": 32, "seed": 7, "min_lr_ratio": 1.0,
-                          "copy_batch_softmax": True}, "dropout": 0.1}
+                          "copy_batch_softmax": True, "copy_any_share": 0.5}, "dropout": 0.1}
     text = _train_commands(cfg, "shakespeare-post", [first, second, third])
     one, two, three = text.split("\npython ")
     assert "--steps 4000" in one and "--copy-fraction 0.375" in one and "--copy-vocab" not in one
@@ -341,6 +360,7 @@ def test_the_model_cards_commands_rebuild_every_stage_with_its_settings():
     assert "--init-from /tmp/shakespeare-post-stage1 --out /tmp/shakespeare-post-stage2" in two
     assert "--block-size 32" in three and "--min-lr-ratio 1.0" in three and "--min-lr-ratio" not in two
     assert "--copy-batch-softmax" in three and "--copy-batch-softmax" not in two
+    assert "--copy-any-share 0.5" in three and "--copy-any-share" not in two
     assert "--dropout 0.1" in three and "--dropout 0.0" in two  # each stage's own dropout, else the model's
     assert "--init-from /tmp/shakespeare-post-stage2 --out gptviz/models/shakespeare-post" in three
     # each line, parsed by the CLI, gives back exactly the stage's settings (absent ones at their defaults)

@@ -157,6 +157,9 @@ def _copy_part(settings: dict) -> str:
         return "text only"
     ids = (f"the {settings['copy_vocab']:,} most frequent training ids" if settings.get("copy_vocab")
            else "any training id")
+    share = settings.get("copy_any_share", 0.0)
+    if share and settings.get("copy_vocab"):
+        ids = f"{ids} ({share:.0%} of them of any training id instead)"
     if copy >= 1:
         return f"only repeated random sequences (of {ids}), no text"
     n = round(copy * settings.get("batch_size", 1))

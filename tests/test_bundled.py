@@ -37,7 +37,7 @@ def test_both_twins_are_bundled_and_load_offline(monkeypatch):
     # because post-norm grew no induction head in 1,600 copy-only steps (gptviz/models/README.md). The Norms page
     # shows these differences above its curves (recipe_differences); when the post twin is retrained alike, this
     # must become [] (post-norm's warmup aside).
-    assert recipe_differences(*meta) == ["the pre-norm model trained in 2 stages, the post-norm one in 1"]
+    assert recipe_differences(*meta) == ["the pre-norm model trained in 3 stages, the post-norm one in 1"]
     logits = pre(torch.tensor([[15496, 11, 314, 716]]))
     assert logits.shape == (1, 4, 50257) and torch.isfinite(logits).all()
 
@@ -65,7 +65,7 @@ def test_model_card_figures_are_reproduced(name, corpus):
 # retrained twin that clears more must update this table (the test fails either way it changes).
 CLEARED = {
     "shakespeare-pre": {"held_out_loss_below_bigram_by_0.5": True, "previous_token_head_at_least_0.5": True,
-                        "induction_head_at_least_0.3": False, "repeated_half_loss_at_most_3": False,
+                        "induction_head_at_least_0.3": True, "repeated_half_loss_at_most_3": False,
                         "continues_the_repeated_letters_with_D": True, "sample_reads_like_a_play": True},
     "shakespeare-post": {"held_out_loss_below_bigram_by_0.5": True, "previous_token_head_at_least_0.5": False,
                          "induction_head_at_least_0.3": False, "repeated_half_loss_at_most_3": False,
@@ -85,12 +85,13 @@ def test_which_bars_the_twins_clear(name):
     prev, ind = r["best_previous_token_head"], r["best_induction_head"]
     assert prev["score"] > 8 * prev["chance"]
     if name == "shakespeare-pre":
-        # the copy-first twin: an induction head on the frequent ids its repeated windows used, far weaker on
-        # random ids from the whole training vocabulary (the bar's test), which is why that bar stays open
+        # the copy-first twin: an induction head on the frequent ids its repeated windows used, and (since its
+        # third stage drew half of them from every training id) on random ids from the whole training vocabulary
+        # too, where its loss on the repeated half still misses the bar of 3 nats
         frequent = r["frequent_ids_induction"]
-        assert frequent["ids"] == 2000 and frequent["best_induction_head"]["score"] > 0.9 > 0.3
+        assert frequent["ids"] == 2000 and frequent["best_induction_head"]["score"] > 0.9
         assert frequent["repeat_loss"] < 0.1 and r["repeat_loss"] > 3.0
-        assert 8 * ind["chance"] < ind["score"] < 0.3
+        assert ind["score"] >= 0.3 > 8 * ind["chance"]
     else:
         assert ind["score"] < 2 * ind["chance"]  # no induction head: at the chance level's scale
     assert r["sample_speaker_lines"] >= 2 and r["sample_newlines"] >= 4

@@ -217,11 +217,7 @@ def grid_prefix(panels: int) -> int:
     return min(T, max(2, int(math.sqrt(GRID_CELLS / panels))))
 
 
-def pick_from_map(layer: int, head_index: int) -> None:
-    """A layer or head picked in the heatmap component: the page's pickers (and so every view) follow."""
-    if layer in layers and 0 <= head_index <= cfg.n_heads:
-        state["att_layer"] = layer
-        state["att_head"] = MEAN if head_index == cfg.n_heads else head_index
+pick_from_map = ui.map_pick("att_layer", "att_head", cfg.n_layers, cfg.n_heads)  # the map's picks move the pickers
 
 
 def focus_from_click() -> None:
@@ -510,10 +506,8 @@ def draw_generation(run: dict, live: bool, layer: int, head, scale: str) -> None
     last = steps[-1]
     top_ids = [t[0] for t in last.top]
     with right:
-        if live:  # plain text while it writes: a bar chart redrawn several times a second slowed the model 2x
-            top = "\n".join(f"{label:>14}  {p:.3f}" for label, (_, p, _) in zip(token_labels(top_ids[:8]), last.top))
-            st.text(f"Step {len(steps) - 1}: sampled {last.piece} (p {last.prob:.3f}, rank {last.rank})\n"
-                    f"most probable next tokens:\n{top}")
+        if live:
+            st.text(ui.next_token_text(steps))
             return
         ui.show_figure(fg.next_token_bars(
             top_ids, [t[1] for t in last.top], [t[2] for t in last.top], token_labels(top_ids),

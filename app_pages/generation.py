@@ -132,19 +132,11 @@ def draw(run: dict, live: bool, highlight: int | None = None, boxes=None) -> Non
                        "is the token it predicted). Grey: later positions; light grey: tokens that slid out "
                        "of the context window. The dotted line ends the prompt; the outlined row is the step "
                        "inspected on the right.")
-    if live:  # plain text while it writes; the bar chart comes with the finished run's step inspector
-        last = steps[-1]
-        top_ids = [t[0] for t in last.top[:8]]
-        top = "\n".join(f"{label:>14}  {t[1]:.3f}" for label, t in zip(token_labels(top_ids), last.top))
-        bars_box.text(f"Step {len(steps) - 1}: sampled {last.piece} (p {last.prob:.3f}, rank {last.rank})\n"
-                      f"most probable next tokens:\n{top}")
+    if live:  # the bar chart comes with the finished run's step inspector
+        bars_box.text(ui.next_token_text(steps))
 
 
-def pick_from_map(layer_picked: int, head_index: int) -> None:
-    """A layer or head picked in the live map: the page's pickers follow."""
-    if layer_picked in layers and 0 <= head_index <= cfg.n_heads:
-        state["gen_layer"] = layer_picked
-        state["gen_head"] = MEAN if head_index == cfg.n_heads else head_index
+pick_from_map = ui.map_pick("gen_layer", "gen_head", cfg.n_layers, cfg.n_heads)  # the live map moves the pickers
 
 
 if start:

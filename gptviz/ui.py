@@ -23,7 +23,7 @@ from .hooks import ActivationCache, capture, capture_nbytes
 from .limits import LimitError, server_limits
 from .links import SOURCE_BUNDLED, SOURCE_PRESET, SOURCE_PRETRAINED, SOURCE_TRAINED, replaced_link_value
 from .params import total_params
-from .tokenizer import get_tokenizer
+from .tokenizer import get_tokenizer, token_labels
 from .weights import CheckpointError, bundled_models, load_allowed, load_checkpoint
 from .weights import training_vocab as weights_training_vocab
 
@@ -607,6 +607,26 @@ def generation_view(job) -> dict:
 
 
 LIVE_REDRAW_S = 0.5  # how often a page redraws a running generation (0.25 s: twice the script runs, the model 4x slower)
+
+
+def next_token_text(steps) -> str:
+    """A live view's next-token list as plain text (st.text: never Markdown): the last step's sampled token and the
+    8 most probable. Text, not a bar chart, while the model writes: each redraw is a script run beside it."""
+    last = steps[-1]
+    top_ids = [t[0] for t in last.top[:8]]
+    top = "\n".join(f"{label:>14}  {t[1]:.3f}" for label, t in zip(token_labels(top_ids), last.top))
+    return (f"Step {len(steps) - 1}: sampled {last.piece} (p {last.prob:.3f}, rank {last.rank})\n"
+            f"most probable next tokens:\n{top}")
+
+
+def map_pick(layer_key: str, head_key: str, n_layers: int, n_heads: int):
+    """The heatmap component's on_pick for a page whose pickers live in `layer_key` and `head_key`: they follow
+    the layer and head picked in the map (head index n_heads is the mean)."""
+    def follow(layer: int, head_index: int) -> None:
+        if 0 <= layer < n_layers and 0 <= head_index <= n_heads:
+            st.session_state[layer_key] = layer
+            st.session_state[head_key] = MEAN_HEAD if head_index == n_heads else head_index
+    return follow
 
 
 def wait_if_nearly_done(job) -> None:

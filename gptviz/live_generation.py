@@ -2,7 +2,8 @@
 
 The page starts a LiveGeneration and redraws what it has produced so far at a steady rate (a fragment with
 run_every), so the model runs at the library's speed whatever drawing costs, and a widget change (layer, head,
-tab, colour scale) redraws without stopping it. Stop takes effect before the next token is shown.
+tab, colour scale) redraws without stopping it. Stop ends it before the next token and can keep only the
+steps the page had shown (`stop(keep=...)`), so the text stops where the reader saw it stop.
 
 Bounded: a session holds at most one (starting another stops the first), the server runs at most
 `GenerationSlots.limit` at once, and each one stops by itself when `alive()` turns false (its browser session
@@ -62,6 +63,8 @@ class LiveGeneration:
         self.steps: list[StepSummary] = []
         self.error: str | None = None
         self.stopped = False          # ended by stop() or by its session going away, not by reaching the end
+        self.shown = 0                # steps the page has drawn so far (set by its live view)
+        self._keep: int | None = None
         self._stop = threading.Event()
         self._done = threading.Event()
         self.started_at = self.finished_at = None  # time.perf_counter() at the thread's start and end
@@ -92,6 +95,8 @@ class LiveGeneration:
         except Exception as err:  # shown on the page; the thread must not die silently
             self.error = f"{type(err).__name__}: {err}"
         finally:
+            if self.stopped and self._keep is not None:
+                del self.steps[self._keep:]  # before _done: a reader that sees it over sees the kept steps
             self.finished_at = time.perf_counter()
             if self._slots is not None:
                 self._slots.give()
@@ -108,7 +113,13 @@ class LiveGeneration:
     def running(self) -> bool:
         return not self._done.is_set()
 
-    def stop(self) -> None:
+    def stop(self, keep: int | None = None) -> None:
+        """End it before the next token. `keep`: keep only the first `keep` steps (what the page showed when
+        Stop was pressed: the model runs ahead of the redraws, and the text must not jump on after the click)."""
+        if keep is not None:
+            if not isinstance(keep, int) or keep < 0:
+                raise ValueError(f"keep must be a whole number of steps >= 0, got {keep!r}")
+            self._keep = keep
         self._stop.set()
 
     def wait(self, timeout: float | None = None) -> bool:

@@ -583,10 +583,11 @@ def start_generation(spec: ModelSpec, model: GPT, ids, settings: dict, page: str
 
 
 def stop_generation(unless_page: str | None = None) -> None:
-    """Stop this session's live generation (it keeps its tokens), unless it belongs to `unless_page`."""
+    """Stop this session's live generation, unless it belongs to `unless_page`. It keeps the tokens the page had
+    shown: the model writes ahead of the redraws, and the text must stop where the reader saw it stop."""
     entry = st.session_state.get(GENERATION_KEY)
     if entry and entry["page"] != unless_page:
-        entry["job"].stop()
+        entry["job"].stop(keep=entry["job"].shown)
 
 
 def stored_generation(spec: ModelSpec, ids, page: str):
@@ -602,7 +603,10 @@ def generation_view(job) -> dict:
     """What a page draws of a generation, read once so every part of one draw agrees:
     {prompt, settings, steps, running, stopped, error}."""
     running = job.running  # read before the steps: a run seen finished has every step in the snapshot
-    return {"prompt": job.prompt, "settings": job.settings, "steps": job.snapshot(), "running": running,
+    steps = job.snapshot()
+    if running:
+        job.shown = len(steps)  # what Stop keeps (a running job is drawn only by its live view)
+    return {"prompt": job.prompt, "settings": job.settings, "steps": steps, "running": running,
             "stopped": job.stopped, "error": job.error, "seconds": job.seconds}
 
 

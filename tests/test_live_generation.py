@@ -49,6 +49,26 @@ def test_stop_takes_effect_before_the_next_token():
     assert job.stopped and len(job.steps) == 3
 
 
+def test_stop_can_keep_only_what_the_page_had_shown():
+    gate = Gate(at=5)
+    job = LiveGeneration(build(seed=3), PROMPT, {**GREEDY, "max_new_tokens": 12}, on_token=gate)
+    assert gate.reached.wait(30) and len(job.steps) == 5
+    job.stop(keep=2)  # the page had drawn 2 steps when Stop was pressed; the model had written 5
+    gate.release.set()
+    assert job.wait(30) and job.stopped
+    full = generate(build(seed=3), PROMPT, 12, temperature=0.0)[len(PROMPT):]
+    assert [s.token_id for s in job.steps] == full[:2]
+    with pytest.raises(ValueError, match="keep"):
+        job.stop(keep=-1)
+
+
+def test_keep_does_not_cut_a_generation_that_had_already_finished():
+    job = LiveGeneration(build(seed=3), PROMPT, GREEDY)
+    assert job.wait(30)
+    job.stop(keep=1)
+    assert not job.stopped and len(job.steps) == 6
+
+
 def test_a_closed_session_stops_it():
     alive = threading.Event()
     alive.set()
@@ -138,3 +158,16 @@ def test_a_session_has_one_generation_and_leaving_its_page_stops_it():
     at = AppTest.from_function(script, default_timeout=60).run()
     assert not at.exception
     assert at.text[0].value == "True True True True True True"
+
+
+def test_the_live_view_records_what_it_drew_for_stop_to_keep():
+    from gptviz import ui
+    gate = Gate(at=4)
+    job = LiveGeneration(build(seed=3), PROMPT, {**GREEDY, "max_new_tokens": 12}, on_token=gate)
+    assert gate.reached.wait(30)
+    view = ui.generation_view(job)  # a redraw while it runs
+    assert view["running"] and job.shown == len(view["steps"]) == 4
+    job.stop(keep=job.shown)        # what ui.stop_generation does
+    gate.release.set()
+    assert job.wait(30) and len(job.steps) == 4
+    assert len(ui.generation_view(job)["steps"]) == 4 and job.shown == 4  # a finished view records nothing new

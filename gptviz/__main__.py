@@ -95,12 +95,13 @@ def _train(args) -> int:
                   flush=True)
 
     models, results = train_models({"model": cfg}, settings, corpus, device=args.device, on_step=report,
-                                   start_states=start, measure=training_measure)
+                                   start_states=start, measure=training_measure, init=args.init)
     out = Path(args.out)
     result = results["model"]
     save_checkpoint(models["model"], out, dtype=getattr(torch, args.save_dtype),
                     extra={"training": {"data": corpus.source, "held_out": list(corpus.val_parts),
                                         "dropout": cfg.dropout,
+                                        **({"init": args.init} if not args.init_from else {}),
                                         "settings": result.settings,
                                         "final": result.final, "continued_from": parent}})
     write_history(result, out)
@@ -173,6 +174,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--device", default="cpu")
     t.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
     t.add_argument("--save-dtype", choices=("float32", "float16"), default="float16")
+    t.add_argument("--init", choices=("gpt2", "xavier"), default="gpt2",
+                   help="the random init (ignored with --init-from): GPT-2's normal(0, 0.02), or Xavier-uniform "
+                        "matrices, whose larger sublayer outputs are not drowned by post-norm's unit-scale residual")
     t.add_argument("--init-from", default=None, help="continue from this checkpoint folder (same preset and norm)")
     t.add_argument("--out", required=True)
     t.set_defaults(func=_train)

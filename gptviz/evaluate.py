@@ -319,6 +319,8 @@ def _train_commands(cfg: dict, name: str, stages: list[dict]) -> str:
         s = stage.get("settings", {})
         out = f"gptviz/models/{name}" if i == len(stages) - 1 else f"/tmp/{name}-stage{i + 1}"
         start = f" \\\n    --init-from /tmp/{name}-stage{i}" if i else ""
+        if not i and stage.get("init", "gpt2") != "gpt2":
+            start = f" --init {stage['init']}"
         data = stage.get("data")
         data = f" --data data/{data}" if data and data != WORKS.name else ""
         copy = f" --copy-fraction {s['copy_fraction']}" if s.get("copy_fraction") else ""

@@ -125,3 +125,30 @@ def test_a_continued_stage_may_change_dropout_but_not_the_model(tmp_path, capsys
     assert parent["dropout"] == 0.0 and parent["settings"]["min_lr_ratio"] == 1.0
     assert main([*common, "--norm", "post", "--init-from", str(first), "--out", str(tmp_path / "no")]) == 2
     assert "different model" in capsys.readouterr().err
+    assert json.loads((first / "config.json").read_text())["training"]["init"] == "gpt2"
+    assert "init" not in meta["training"]  # a continued stage starts from its parent, not from an init
+
+
+def test_train_starts_from_the_init_it_is_given_and_records_it(tmp_path):
+    import torch
+
+    from gptviz.config import get_preset
+    from gptviz.model import GPT
+    from gptviz.weights import load_checkpoint
+    text = CORPUS.read_text(encoding="utf-8")
+    plays = tmp_path / "plays"
+    plays.mkdir()
+    for i, name in enumerate(("alpha", "beta")):
+        (plays / f"{name}_gut.txt").write_text(text[i * 6000:(i + 1) * 6000], encoding="utf-8")
+    out = tmp_path / "xavier"
+    # --lr tiny and one step: the trained weights stay within 1e-3 of the init they started from
+    assert main(["train", "--preset", "tiny", "--steps", "1", "--batch-size", "2", "--n-ctx", "32", "--data", str(plays),
+                 "--held-out", "beta", "--init", "xavier", "--lr", "1e-7", "--warmup", "0", "--save-dtype", "float32",
+                 "--norm", "post", "--out", str(out)]) == 0
+    assert json.loads((out / "config.json").read_text())["training"]["init"] == "xavier"
+    trained = load_checkpoint(out).state_dict()
+    cfg = get_preset("tiny").replace(n_ctx=32, norm="post")
+    for init in ("xavier", "gpt2"):
+        start = GPT(cfg, init=init, seed=1337).state_dict()
+        close = all(torch.allclose(trained[k], start[k], atol=1e-3) for k in start if k in trained)
+        assert close == (init == "xavier"), init

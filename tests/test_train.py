@@ -345,7 +345,7 @@ def test_the_model_cards_commands_rebuild_every_stage_with_its_settings():
     from gptviz.evaluate import _train_commands
     cfg = {"name": "small-4l", "norm": "post", "n_ctx": 128, "dropout": 0.0}
     first = {"settings": {"steps": 4000, "batch_size": 16, "lr": 0.003, "warmup": 100, "seed": 1337,
-                          "corpus_vocab_steps": 3900, "copy_fraction": 0.375, "eval_every": 250}}
+                          "corpus_vocab_steps": 3900, "copy_fraction": 0.375, "eval_every": 250}, "init": "xavier"}
     second = {"settings": {"steps": 2400, "batch_size": 16, "lr": 0.0015, "warmup": 100, "seed": 1337,
                            "corpus_vocab_steps": 2300, "copy_fraction": 0.5, "copy_vocab": 2000, "eval_every": 200,
                            "weight_decay": 0.0}}
@@ -355,6 +355,7 @@ def test_the_model_cards_commands_rebuild_every_stage_with_its_settings():
     one, two, three = text.split("\npython ")
     assert "--steps 4000" in one and "--copy-fraction 0.375" in one and "--copy-vocab" not in one
     assert "--out /tmp/shakespeare-post-stage1" in one and "--init-from" not in one
+    assert "--init xavier" in one and "--init " not in two + three  # the first stage's init; later ones continue
     assert "--copy-fraction 0.5 --copy-vocab 2000" in two and "--lr 0.0015" in two and "--block-size" not in two
     assert "--weight-decay 0.0" in two and "--weight-decay" not in one  # only where it is not the default
     assert "--init-from /tmp/shakespeare-post-stage1 --out /tmp/shakespeare-post-stage2" in two
@@ -369,6 +370,7 @@ def test_the_model_cards_commands_rebuild_every_stage_with_its_settings():
         args = build_parser().parse_args(shlex.split(line)[3:])
         model_cfg, settings = config_and_settings(args)
         assert settings == TrainSettings(**stage["settings"])
+        assert args.init == stage.get("init", "gpt2")
         assert model_cfg.norm == "post" and model_cfg.n_ctx == 128
 
 

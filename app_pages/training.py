@@ -137,8 +137,18 @@ if not mine:
     st.stop()
 if state.get("train_job") not in mine:
     state["train_job"] = mine[0]
+
+
+def pick_run() -> None:
+    state["train_job"] = state["train_run_pick"]
+
+
+# The chosen run lives in "train_job", not in the picker's own key: Streamlit drops a widget's key while the page
+# is away, and the picker recreated on return came back showing an older run than the one just started.
 if len(mine) > 1:
-    st.selectbox("Run", mine, key="train_job", format_func=lambda j: f"{j}: {REGISTRY.get(j).spec.label}")
+    state["train_run_pick"] = state["train_job"]
+    st.selectbox("Run", mine, key="train_run_pick", on_change=pick_run,
+                 format_func=lambda j: f"{j}: {REGISTRY.get(j).spec.label}")
 job = REGISTRY.get(state["train_job"])
 st.subheader(f"{job.id}: {job.spec.label}")
 smoothing = st.slider("Smoothing of the training loss", 0.0, 0.99, 0.6, 0.01, key="train_smooth",
@@ -181,6 +191,10 @@ if not job.finished:
 snap = job.snapshot()
 if job.status == FAILED:
     st.error(f"The run failed: {job.error}")
+    st.stop()
+if not job.models or not snap.steps_done:  # stopped while loading or before its first step: nothing trained
+    st.info(f"{'Stopped' if job.status == STOPPED else 'Finished'} before its first step: there is no trained "
+            "model to use.")
     st.stop()
 finals = {name: r.final for name, r in job.results.items()}
 done_steps = snap.steps_done

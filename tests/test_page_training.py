@@ -114,3 +114,30 @@ def test_the_form_keeps_its_values_after_leaving_the_page_and_says_which_wiring_
     assert at.slider(key="train_layers").value == 5 and at.radio(key="train_wiring").value == "pre"
     assert any("The sidebar's LayerNorm placement is post-norm; this run trains pre-norm" in c.value
                for c in at.caption)
+
+
+def test_coming_back_shows_the_running_run_not_an_older_stopped_one():
+    at = open_page(**dict(TINY, train_steps=5000, train_wiring="pre"))
+    start(at)
+    first = REGISTRY.get(at.session_state["train_job"])
+    first.request_stop()
+    assert first.wait(60) and first.status == STOPPED
+    at.run()
+    start(at)  # a second run, still running
+    second = REGISTRY.get(at.session_state["train_job"])
+    assert second.id != first.id and not second.finished
+    at.switch_page("app_pages/parameters.py").run()
+    at.switch_page("app_pages/training.py").run()
+    assert not at.exception, at.exception
+    assert at.subheader[0].value.startswith(f"{second.id}:")
+    assert at.selectbox(key="train_run_pick").value == second.id
+    at.selectbox(key="train_run_pick").set_value(first.id).run()  # the older run, on request
+    assert not at.exception, at.exception
+    assert at.subheader[0].value.startswith(f"{first.id}:")
+    if first.snapshot().steps_done == 0:  # stopped at once, as here usually: the page says so instead of failing
+        assert any("before its first step" in i.value for i in at.info)
+    else:
+        assert any(s.value.startswith("Stopped after") for s in at.success)
+    assert at.number_input(key="train_steps").value == 5000  # the form kept its values too
+    second.request_stop()
+    assert second.wait(60)

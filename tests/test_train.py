@@ -9,7 +9,9 @@ import pytest
 import torch
 
 from conftest import SMALL, build, random_ids
+from gptviz.config import get_preset
 from gptviz.evaluate import previous_token_on_text
+from gptviz.weights import bundled_models
 from gptviz.analysis import induction_test
 from gptviz.train import (TrainSettings, Trainer, batches, format_eta, lm_loss, load_corpus, lr_at,
                           most_frequent_ids, repeated_sequence, split, train_models, write_history)
@@ -383,3 +385,20 @@ def test_recipe_differences_name_every_setting_but_warmup_that_twins_do_not_shar
     two = {**base, "continued_from": {**base}}
     assert recipe_differences(two, base) == ["the pre-norm model trained in 2 stages, the post-norm one in 1"]
     assert recipe_differences(two, {**two, "data": "tiny"}) == ["stage 2: data shakespeare-works against tiny"]
+    # the first stage's init: a record from before --init existed ran GPT-2's
+    assert recipe_differences(base, {**base, "init": "gpt2"}) == []
+    assert recipe_differences(base, {**base, "init": "xavier"}) == ["stage 1: init gpt2 against xavier"]
+
+
+def test_the_model_card_says_when_the_first_stage_started_from_xavier():
+    from gptviz.evaluate import model_card
+    report = json.loads((bundled_models()["shakespeare-pre"] / "check.json").read_text())
+    stage = {"data": "shakespeare-works", "held_out": report["data"]["held_out"], "dropout": 0.0,
+             "settings": {"steps": 10, "lr": 0.001, "warmup": 1, "batch_size": 4, "seed": 1, "min_lr_ratio": 1.0,
+                          "weight_decay": 0.0, "grad_clip": 1.0}}
+    cfg = {**get_preset("small-4l").to_dict(), "norm": "post"}
+    xavier = model_card("x", {"config": cfg, "training": {**stage, "init": "xavier"}}, report)
+    plain = model_card("x", {"config": cfg, "training": stage}, report)
+    assert "starts from Xavier-uniform matrices (`--init xavier`)" in xavier and "--init xavier" not in plain
+    assert "--init xavier --out gptviz/models/x" in xavier.replace("\\\n    ", "")
+    assert "warmup in the first stage is longer" in plain and "warmup in the first stage" not in xavier

@@ -20,7 +20,10 @@ from .figures.attention import HIGHLIGHT, OUT_OF_WINDOW_COLOR, SCALES
 from .figures.common import ATTENTION_SCALE, MASKED_COLOR
 
 LEVELS = 65535          # weights travel as uint16: w * LEVELS, rounded (a step of 1.5e-5)
-SEND_ALL_CELLS = 1_000_000  # send every layer when layers x (heads + mean) x T x T stays under this, else one layer
+SEND_ALL_CELLS = 1_000_000  # send every layer when layers x (heads + mean) x T x T stays under this, else one layer;
+# when even one layer is over it (a long prompt on a wide model: 13 x 1024 x 1024 cells is 36 MB of base64 at every
+# rerun), the picked head alone in full and every head of the layer as a max-pooled thumbnail
+THUMB_SIZE = 64         # a pooled thumbnail's longer side, in blocks
 NAME = "gptviz_attention_map"
 
 
@@ -36,6 +39,19 @@ def layers_to_send(n_layers: int, n_heads: int, cells: int, layer: int) -> list[
     if n_layers * (n_heads + 1) * cells <= SEND_ALL_CELLS:
         return list(range(n_layers))
     return [layer]
+
+
+def max_pooled(weights: np.ndarray, size: int = THUMB_SIZE) -> tuple[np.ndarray, int]:
+    """[..., Q, K] max-pooled over b x b blocks, b the smallest block that brings the longer side to `size` or less:
+    ([..., ceil(Q / b), ceil(K / b)], b). The maximum, not the mean, so one strong weight still shows."""
+    w = np.nan_to_num(np.asarray(weights, dtype=np.float32), nan=0.0)
+    Q, K = w.shape[-2:]
+    b = max(1, -(-max(Q, K) // size))
+    tq, tk = -(-Q // b), -(-K // b)
+    padded = np.zeros(w.shape[:-2] + (tq * b, tk * b), dtype=np.float32)
+    padded[..., :Q, :K] = w
+    blocks = padded.reshape(w.shape[:-2] + (tq, b, tk, b))
+    return blocks.max(axis=(-3, -1)), b
 
 
 def colour_stops() -> list[list]:
@@ -62,10 +78,17 @@ def _check(n_layers: int, n_heads: int, layer: int, head, mean_head, scale: str,
 def _encode(weights: np.ndarray, sent: list[int], n_layers: int, head_index: int, names: list, *, layer: int,
             scale: str, row_labels, col_labels, row_start, row_end, row_positions, row_names, query: int,
             title_prefix: str, title_suffix: str, x_title: str, y_title: str, divider: int, height: int) -> dict:
-    """weights [sent layers, heads + 1, Q, K] and what the browser needs to draw and label them."""
+    """weights [sent layers, heads + 1, Q, K] and what the browser needs to draw and label them. When that is more
+    than SEND_ALL_CELLS, only the picked head goes in full ("heads"), with pooled thumbnails of all ("thumbs")."""
     _, H1, Q, K = weights.shape
+    heads, thumbs = list(range(H1)), None
+    if weights.size > SEND_ALL_CELLS:
+        pooled, block = max_pooled(weights)
+        thumbs = {"weights": base64.b64encode(quantize(pooled).tobytes()).decode("ascii"), "block": block,
+                  "Q": pooled.shape[-2], "K": pooled.shape[-1]}
+        heads, weights = [head_index], weights[:, [head_index]]
     return {
-        "Q": Q, "K": K, "n_layers": n_layers, "n_heads": H1 - 1, "layers": sent,
+        "Q": Q, "K": K, "n_layers": n_layers, "n_heads": H1 - 1, "layers": sent, "heads": heads, "thumbs": thumbs,
         "weights": base64.b64encode(quantize(weights).tobytes()).decode("ascii"), "levels": LEVELS,
         "row_labels": [str(t) for t in row_labels], "col_labels": [str(t) for t in col_labels],
         "row_start": [int(v) for v in row_start], "row_end": [int(v) for v in row_end],
@@ -134,9 +157,19 @@ def generation_payload(steps, labels: list[str], n_prompt: int, *, layer: int, h
 
 
 def decode_weights(data: dict) -> np.ndarray:
-    """The inverse of the encoding: [layers sent, heads + 1, Q, K] float weights (for tests)."""
+    """The inverse of the encoding: [layers sent, heads sent, Q, K] float weights (for tests); heads sent are
+    data["heads"], every head and the mean unless the layer was too large (then the picked one)."""
     raw = np.frombuffer(base64.b64decode(data["weights"]), dtype="<u2").astype(np.float32) / data["levels"]
-    return raw.reshape(len(data["layers"]), data["n_heads"] + 1, data["Q"], data["K"])
+    return raw.reshape(len(data["layers"]), len(data["heads"]), data["Q"], data["K"])
+
+
+def decode_thumbs(data: dict) -> np.ndarray | None:
+    """The pooled thumbnails, [layers sent, heads + 1, Q / block, K / block], or None when every head went in full."""
+    t = data.get("thumbs")
+    if not t:
+        return None
+    raw = np.frombuffer(base64.b64decode(t["weights"]), dtype="<u2").astype(np.float32) / data["levels"]
+    return raw.reshape(len(data["layers"]), data["n_heads"] + 1, t["Q"], t["K"])
 
 
 def _asset(name: str) -> str:

@@ -41,6 +41,40 @@ def test_large_captures_send_only_the_picked_layer():
     assert data["query"] == 3   # out of range: the last token, as the page does
 
 
+def test_a_layer_too_large_to_send_whole_sends_the_picked_head_in_full_and_pooled_thumbnails():
+    L, H = 2, 3
+    T = int((amap.SEND_ALL_CELLS / (H + 1)) ** 0.5) + 1      # one layer's heads and mean just over the limit
+    p = patterns(L=L, H=H, T=T, seed=1)
+    labels = [f"t{i}" for i in range(T)]
+    data = amap.payload(p, labels, layer=1, head=2, query=0, scale="linear")
+    assert data["layers"] == [1] and data["heads"] == [2]
+    full = amap.decode_weights(data)
+    assert full.shape == (1, 1, T, T)
+    np.testing.assert_allclose(full[0, 0], p[1, 2], atol=0.5 / amap.LEVELS + 1e-7)
+    thumbs = amap.decode_thumbs(data)
+    b = data["thumbs"]["block"]
+    assert b == -(-T // amap.THUMB_SIZE) and thumbs.shape == (1, H + 1, -(-T // b), -(-T // b))
+    # each thumbnail cell is the largest weight of its block, for every head and the mean
+    with_mean = np.concatenate([p[1], p[1].mean(0, keepdims=True)])
+    for h, (i, j) in [(0, (0, 0)), (3, (5, 2)), (2, (thumbs.shape[2] - 1, thumbs.shape[3] - 1))]:
+        block = with_mean[h, i * b:(i + 1) * b, j * b:(j + 1) * b]
+        assert thumbs[0, h, i, j] == pytest.approx(block.max(), abs=0.5 / amap.LEVELS + 1e-7)
+    assert len(data["weights"]) < 3 * T * T  # one head's base64, not the layer's (H + 1) x as much
+    mean = amap.payload(p, labels, layer=0, head="mean", query=0, scale="linear")
+    np.testing.assert_allclose(amap.decode_weights(mean)[0, 0], p[0].mean(0), atol=0.5 / amap.LEVELS + 1e-7)
+    small = amap.payload(patterns(), list("abcde"), layer=0, head=0, query=0, scale="linear")
+    assert small["heads"] == [0, 1, 2, 3] and small["thumbs"] is None and amap.decode_thumbs(small) is None
+
+
+def test_max_pooling_keeps_one_strong_weight_and_pads_the_edges():
+    w = np.zeros((5, 7), dtype=np.float32)
+    w[4, 6] = 0.9
+    w[1, 1] = 0.3
+    pooled, b = amap.max_pooled(w, size=3)
+    assert b == 3 and pooled.shape == (2, 3)
+    np.testing.assert_allclose(pooled, [[0.3, 0, 0], [0, 0, 0.9]], rtol=1e-6)
+
+
 def test_nan_and_out_of_range_weights_are_clamped_not_wrapped():
     q = amap.quantize(np.array([np.nan, -0.1, 0.0, 0.5, 1.0, 1.5]))
     assert q.dtype == np.dtype("<u2") and q.tolist() == [0, 0, 0, 32768, 65535, 65535]

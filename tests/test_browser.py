@@ -308,6 +308,43 @@ def test_the_attention_views_from_other_tools_at_16_and_64_tokens(browser, serve
     page.close()
 
 
+def test_a_long_prompt_sends_the_picked_head_in_full_and_pooled_thumbnails(browser, server):
+    """gpt2-small (random weights) at 300 tokens: a layer's 13 patterns are 1.17M cells, over what is sent whole, so
+    the map gets the picked head in full and max-pooled thumbnails; picking another head loads it from the server."""
+    from urllib.parse import quote
+
+    from gptviz.attention_map import SEND_ALL_CELLS
+    assert 13 * 300 * 300 > SEND_ALL_CELLS
+    page = new_page(browser)
+    prompt = " ".join(chr(ord("A") + i % 26) for i in range(300))  # one token per letter
+    page.goto(f"{server}/?source=preset&preset=gpt2-small&att_head=1&prompt={quote(prompt)}")
+    page.locator(".gv-title").filter(has_text=re.compile("^Layer 0, head 1$")).wait_for(timeout=120_000)
+    wait_for_idle(page)
+    assert page.get_by_text("300 tokens", exact=True).count() == 1
+    note = page.locator(".gv-note").first
+    assert "the thumbnails are pooled (the largest weight of each 5 x 5 block)" in note.text_content()
+    assert page.locator(".gv-map").first.locator(".gv-head").count() == 13
+    heatmap = page.locator("canvas.gv-heat").first
+    heatmap.scroll_into_view_if_needed()
+    box = heatmap.bounding_box()
+    left, top, cell = (float(heatmap.get_attribute(f"data-{k}")) for k in ("left", "top", "cell"))
+    page.mouse.move(box["x"] + left + 0.5 * cell, box["y"] + top + 0.5 * cell, steps=3)   # query 0, key 0: all of it
+    page.locator(".gv-tip").filter(has_text=re.compile(r"weight 1\.00\s*query position 0, key position 0")).wait_for()
+    page.locator(".gv-map").first.screenshot(path=str(ARTIFACTS / "attention_long_prompt.png"))
+    page.locator(".gv-map").first.locator(".gv-head").filter(has_text="head 7").click()
+    page.locator(".gv-title").filter(has_text=re.compile("^Layer 0, head 7$")).wait_for()
+    note.filter(has_text="the thumbnails are pooled").wait_for(timeout=60_000)  # head 7 arrived in full
+    wait_for_idle(page)
+    heatmap.scroll_into_view_if_needed()
+    box = heatmap.bounding_box()
+    page.mouse.move(box["x"] + left + 40 * cell, box["y"] + top + 60 * cell, steps=3)  # a cell of head 7's own
+    page.locator(".gv-tip").filter(has_text=re.compile(r"query position \d+, key position \d+")).wait_for()
+    page.mouse.move(box["x"] + left + 0.5 * cell, box["y"] + top + 0.5 * cell, steps=3)
+    page.locator(".gv-tip").filter(has_text=re.compile(r"weight 1\.00\s*query position 0, key position 0")).wait_for()
+    no_exception(page)
+    page.close()
+
+
 def test_a_figure_downloads_as_standalone_html(browser, server, tmp_path):
     """The button under a figure serves one HTML file with Plotly's JavaScript inlined and the figure's data."""
     page = new_page(browser)

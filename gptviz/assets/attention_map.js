@@ -53,17 +53,21 @@ function build(root) {
   return ui;
 }
 
-// One pattern (layer position p in the data, head h) as a Q x K image: keys past a row's end are the causal mask
-// (grey), keys before its start slid out of the context window (lighter grey).
-function patternImage(s, p, h) {
-  const { Q, K, levels, row_start: start, row_end: end } = s.data;
-  const off = (p * (s.data.n_heads + 1) + h) * Q * K;
+// Where head h's full pattern sits in the weights sent (-1: not sent; a long prompt sends the picked head alone).
+function slot(s, h) {
+  return s.data.heads.indexOf(h);
+}
+
+// A Q x K pattern of `arr` from `off` as an image: keys at or past a row's end are the causal mask (grey), keys
+// before its start slid out of the context window (lighter grey).
+function paint(s, arr, off, Q, K, start, end) {
+  const levels = s.data.levels;
   let top = 1;
   if (s.data.scale === "max") {  // the largest weight outside a one-key row (always 1: the first token sees itself)
     top = 0;
     for (let i = 0; i < Q; i++) {
       if (end[i] - start[i] < 2) continue;
-      for (let j = start[i]; j < end[i]; j++) top = Math.max(top, s.weights[off + i * K + j]);
+      for (let j = start[i]; j < end[i]; j++) top = Math.max(top, arr[off + i * K + j]);
     }
     top = top > 0 ? top / levels : 1;
   }
@@ -76,7 +80,7 @@ function patternImage(s, p, h) {
         const c = j >= end[i] ? masked : gone;
         px[o] = c[0]; px[o + 1] = c[1]; px[o + 2] = c[2];
       } else {
-        let v = s.weights[off + i * K + j] / levels / top;
+        let v = arr[off + i * K + j] / levels / top;
         v = Math.min(1, sqrt ? Math.sqrt(v) : v);
         const c = Math.round(v * (LUT_SIZE - 1)) * 3;
         px[o] = lut[c]; px[o + 1] = lut[c + 1]; px[o + 2] = lut[c + 2];
@@ -85,6 +89,31 @@ function patternImage(s, p, h) {
     }
   }
   return { img, top };
+}
+
+// Layer position p, head h in full (null when that head was not sent).
+function patternImage(s, p, h) {
+  const { Q, K, row_start: start, row_end: end } = s.data;
+  const k = slot(s, h);
+  if (k < 0) return null;
+  return paint(s, s.weights, (p * s.data.heads.length + k) * Q * K, Q, K, start, end);
+}
+
+// A head's thumbnail: its full pattern, or the max-pooled one a long prompt sends (a block is masked or out of
+// the window when all of its cells are).
+function thumbImage(s, p, h) {
+  const t = s.data.thumbs;
+  if (!t) return patternImage(s, p, h);
+  if (!s.thumbRows) {
+    const { row_start: start, row_end: end, Q } = s.data, b = t.block;
+    s.thumbRows = { start: [], end: [] };
+    for (let bi = 0; bi < t.Q; bi++) {
+      let lo = Infinity, hi = 0;
+      for (let i = bi * b; i < Math.min(Q, (bi + 1) * b); i++) { lo = Math.min(lo, start[i]); hi = Math.max(hi, end[i]); }
+      s.thumbRows.start.push(Math.floor(lo / b)); s.thumbRows.end.push(Math.ceil(hi / b));
+    }
+  }
+  return paint(s, s.thumbWeights, (p * (s.data.n_heads + 1) + h) * t.Q * t.K, t.Q, t.K, s.thumbRows.start, s.thumbRows.end);
 }
 
 function imageCanvas(img) {
@@ -125,7 +154,8 @@ function drawPickers(s) {
     cell.title = headName(s, h);
     const thumb = element("canvas", "gv-thumb", cell);
     const ctx = sized(thumb, 44, 44);
-    if (p >= 0) ctx.drawImage(imageCanvas(patternImage(s, p, h).img), 0, 0, 44, 44);
+    const pic = p >= 0 ? thumbImage(s, p, h) : null;
+    if (pic) ctx.drawImage(imageCanvas(pic.img), 0, 0, 44, 44);
     element("span", "", cell).textContent = h === data.n_heads ? "mean" : `head ${h}`;
     cell.onclick = () => pick(s, s.layer, h);
   }
@@ -139,7 +169,11 @@ function drawHeatmap(s) {
   const { ui, data } = s;
   const p = data.layers.indexOf(s.layer);
   ui.title.textContent = `${data.title_prefix} ${s.layer}, ${headName(s, s.head)}${data.title_suffix}`;
-  ui.note.textContent = p < 0 ? `Loading layer ${s.layer}...` : "";
+  const full = p >= 0 && slot(s, s.head) >= 0;
+  ui.note.textContent = p < 0 ? `Loading layer ${s.layer}...`
+    : !full ? `Loading ${headName(s, s.head)} in full...`
+    : data.thumbs ? `A long prompt: the thumbnails are pooled (the largest weight of each ${data.thumbs.block} x ` +
+                    `${data.thumbs.block} block); the picked head is drawn in full.` : "";
   const { Q, K } = data;
   // the visible window: every cell, or the rows and keys a drag zoomed into (double-click resets)
   if (!s.view || !s.zoomed) s.view = { r0: 0, r1: Q, c0: 0, c1: K };
@@ -164,7 +198,7 @@ function drawHeatmap(s) {
   s.geom = { left, top, cell };
   Object.assign(ui.canvas.dataset, { left, top, cell });  // where the cells are, for a test's pointer
   ctx.clearRect(0, 0, left + w + right, top + h + bottom);
-  if (p < 0) return;
+  if (!full) return;
   const { img, top: maxTop } = patternImage(s, p, s.head);
   s.top = maxTop;
   ctx.drawImage(imageCanvas(img), c0, r0, nc, nr, left, top, w, h);
@@ -236,13 +270,13 @@ function drawBar(s) {
 
 function showTip(s, ev) {
   const { ui, data, geom } = s;
-  const p = data.layers.indexOf(s.layer);
-  if (!geom || p < 0) return;
+  const p = data.layers.indexOf(s.layer), k = slot(s, s.head);
+  if (!geom || p < 0 || k < 0) return;
   const r = ui.canvas.getBoundingClientRect();
   const x = ev.clientX - r.left - geom.left, y = ev.clientY - r.top - geom.top;
   const i = s.view.r0 + Math.floor(y / geom.cell), j = s.view.c0 + Math.floor(x / geom.cell);
   if (x < 0 || y < 0 || i >= s.view.r1 || j >= s.view.c1) { ui.tip.style.display = "none"; return; }
-  const off = (p * (data.n_heads + 1) + s.head) * data.Q * data.K;
+  const off = (p * data.heads.length + k) * data.Q * data.K;
   const at = data.row_positions[i];
   if (j >= data.row_end[i]) ui.tip.textContent = "masked: a token cannot look at later tokens";
   else if (j < data.row_start[i]) ui.tip.textContent = "out of the context window: the model no longer saw this token";
@@ -312,6 +346,11 @@ export default function (component) {
   const s = root.__gv || (root.__gv = { root, ui: build(root) });
   s.setStateValue = setStateValue;
   if (s.data === undefined || s.data.weights !== data.weights) s.weights = decode(data.weights);
+  const thumbs = data.thumbs ? data.thumbs.weights : null;
+  if (s.data === undefined || (s.data.thumbs ? s.data.thumbs.weights : null) !== thumbs) {
+    s.thumbWeights = thumbs ? decode(thumbs) : null;
+  }
+  s.thumbRows = null;  // the pooled rows' extents, recomputed from these rows on first use
   const fromPython = `${data.layer}/${data.head}`;
   if (s.fromPython !== fromPython) {  // Python picked (its own pickers, or a table row): follow it
     s.fromPython = fromPython;

@@ -64,6 +64,14 @@ def test_token_similarity_hover_names_both_tokens(run):
     assert list(fig.layout.xaxis.tickvals) == list(range(T))    # integer axis: repeats stay apart
 
 
+def test_token_similarity_thins_its_angled_labels_across_but_not_down():
+    labels = [f"t{i}" for i in range(64)]
+    fig = fe.token_similarity(np.eye(64), labels)
+    assert list(fig.layout.xaxis.tickvals) == list(range(0, 64, 4))   # 16 across half the page
+    assert list(fig.layout.yaxis.tickvals) == list(range(0, 64, 2))   # 32 down its height
+    assert np.asarray(fig.data[0].z).shape == (64, 64)
+
+
 def test_position_similarity_covers_every_position(run):
     model = run[0]
     sim = analysis.cosine_similarity_matrix(model.wpe.weight.detach())

@@ -217,7 +217,8 @@ def query_bars(weights, labels: list[str], query: int, *, title: str | None = No
         x=np.arange(query + 1), y=w, customdata=custom, marker_color="#3a78b5", name="weight",
         hovertemplate="%{customdata[0]} → %{customdata[1]}: %{y:.3g}<br>key position %{customdata[2]}"
                       "<extra></extra>"))
-    fig.update_xaxes(title_text="key", tickangle=-60, tickfont_size=11, **token_axis(texts, max_ticks=32))
+    # a third of the page wide: 16 angled labels at most, or they run into each other (64 tokens: every 4th)
+    fig.update_xaxes(title_text="key", tickangle=-60, tickfont_size=11, **token_axis(texts, max_ticks=16))
     fig.update_yaxes(title_text="weight", rangemode="tozero")
     return apply_layout(fig, title=title, height=height, bargap=0.15)
 

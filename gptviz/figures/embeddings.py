@@ -53,7 +53,8 @@ def token_similarity(sim, labels: list[str], title: str = "Cosine similarity of 
         customdata=custom, colorbar=dict(title="cosine"),
         hovertemplate="position %{customdata[0]}: %{customdata[1]}<br>position %{customdata[2]}: %{customdata[3]}"
                       "<br>cosine %{z:.3f}<extra></extra>"))
-    fig.update_xaxes(title_text="token", tickangle=-60, **token_axis(labels, max_ticks=40))
+    # half the page wide: 20 angled labels fit across it, while 40 stacked ones fit down its 520 px
+    fig.update_xaxes(title_text="token", tickangle=-60, **token_axis(labels, max_ticks=20))
     fig.update_yaxes(title_text="token", autorange="reversed", **token_axis(labels, max_ticks=40))
     return apply_layout(fig, title=title, height=520)
 

@@ -231,6 +231,8 @@ def test_stop_keeps_the_tokens_written_so_far(monkeypatch):
     at.button(key="att_generate").click()
     at.run()
     assert gate.reached.wait(30)
+    at.run()  # a redraw while the model waits after its second token: Stop keeps what the page has shown
+    assert generation_of(at).shown == 2
     at.button(key="att_stop").click().run()
     gate.release()
     at = finish_generation(at)

@@ -134,6 +134,11 @@ def training_stages(training: dict) -> list[dict]:
     return stages[::-1]
 
 
+def stage_init(stage: dict) -> str:
+    """A training stage's random init (`train --init`); a record from before that option ran GPT-2's."""
+    return stage.get("init", "gpt2")
+
+
 def recipe_differences(pre: dict, post: dict) -> list[str]:
     """How two checkpoints' training records differ, past post-norm's warmup (which twins may differ in):
     the number of stages, the data, and each stage's settings, as short phrases; [] when trained alike."""
@@ -142,8 +147,8 @@ def recipe_differences(pre: dict, post: dict) -> list[str]:
         return [f"the pre-norm model trained in {len(a)} stage{'s' * (len(a) != 1)}, the post-norm one in {len(b)}"]
     found = []
     for i, (x, y) in enumerate(zip(a, b), 1):
-        if x.get("init", "gpt2") != y.get("init", "gpt2"):  # a record from before --init ran GPT-2's
-            found.append(f"stage {i}: init {x.get('init', 'gpt2')} against {y.get('init', 'gpt2')}")
+        if stage_init(x) != stage_init(y):
+            found.append(f"stage {i}: init {stage_init(x)} against {stage_init(y)}")
         if x.get("data") != y.get("data"):
             found.append(f"stage {i}: data {x.get('data')} against {y.get('data')}")
         sx, sy = x.get("settings", {}), y.get("settings", {})
@@ -263,12 +268,12 @@ def model_card(name: str, meta: dict, report: dict) -> str:
     passes = "\n".join(f"| {k.replace('_', ' ')} | {'yes' if v else 'NO'} |" for k, v in report["passes"].items())
     bp, bi = report["best_previous_token_head"], report["best_induction_head"]
     stages = training_stages(training)
-    init = stages[0].get("init", "gpt2") if stages else "gpt2"
-    warmup_note = ("\nPost-norm's warmup in the first stage is longer than its pre-norm twin's: with the short warmup "
+    init = stage_init(stages[0]) if stages else "gpt2"
+    recipe_notes = ("\nPost-norm's warmup in the first stage is longer than its pre-norm twin's: with the short warmup "
                    "post-norm stalls at the unigram loss (`gptviz/models/README.md`)."
                    if cfg["norm"] == "post" and init == "gpt2" else "")
     if init == "xavier":
-        warmup_note += ("\nThe first stage starts from Xavier-uniform matrices (`--init xavier`), not GPT-2's normal(0, "
+        recipe_notes += ("\nThe first stage starts from Xavier-uniform matrices (`--init xavier`), not GPT-2's normal(0, "
                         "0.02): post-norm adds each sublayer's output to a residual its norms hold at unit scale, and at "
                         "GPT-2's init those outputs are a few percent of it; from that init the copy-only stage grew no "
                         "induction head in 1,500 steps, from Xavier's it grew one within 500 (`gptviz/models/README.md`).")
@@ -288,7 +293,7 @@ Weights stored in float16; loaded as float32.
 ## Training
 {training_text}{sep}Dropout {_dropouts(stages, cfg['dropout'])}. The cheaper softmax over the training text's ids is there because the LM
 head over all {cfg['vocab_size']:,} ids is most of the cost of a model this small; every loss below uses the full
-vocabulary.{warmup_note}
+vocabulary.{recipe_notes}
 Final train loss {final.get('train_loss', float('nan')):.3f}.{_head_history(history, settings.get('batch_size', 0), settings.get('block_size') or cfg['n_ctx'], settings.get('corpus_vocab_steps', 0), len(stages))}
 
 ## Measured by `python -m gptviz check {name}`
@@ -328,7 +333,7 @@ def _train_commands(cfg: dict, name: str, stages: list[dict]) -> str:
         s = stage.get("settings", {})
         out = f"gptviz/models/{name}" if i == len(stages) - 1 else f"/tmp/{name}-stage{i + 1}"
         start = f" \\\n    --init-from /tmp/{name}-stage{i}" if i else ""
-        if not i and stage.get("init", "gpt2") != "gpt2":
+        if not i and stage_init(stage) != "gpt2":
             start = f" --init {stage['init']}"
         data = stage.get("data")
         data = f" --data data/{data}" if data and data != WORKS.name else ""

@@ -601,7 +601,8 @@ def stored_generation(spec: ModelSpec, ids, page: str):
 
 def generation_view(job) -> dict:
     """What a page draws of a generation, read once so every part of one draw agrees:
-    {prompt, settings, steps, running, stopped, error}."""
+    {prompt, settings, steps, running, stopped, error, seconds}. While it runs, it also records on the job how many
+    steps this draw shows (`job.shown`): what Stop keeps."""
     running = job.running  # read before the steps: a run seen finished has every step in the snapshot
     steps = job.snapshot()
     if running:

@@ -366,3 +366,32 @@ def test_a_figure_downloads_as_standalone_html(browser, server, tmp_path):
     offline.close()
     no_exception(page)
     page.close()
+
+
+def test_the_heatmap_decodes_the_weights_python_sent_on_both_of_its_paths(browser):
+    """The component's base64 -> uint16 decoder (attention_map.js `decode`) gives back exactly what
+    gptviz.attention_map.quantize packed, with the browser's Uint8Array.fromBase64 and with the loop kept for
+    browsers without it."""
+    import base64
+
+    import numpy as np
+
+    from gptviz.attention_map import quantize
+    source = (ROOT / "gptviz" / "assets" / "attention_map.js").read_text(encoding="utf-8")
+    decode = re.search(r"^function decode\(b64\) \{.*?^\}", source, re.S | re.M).group(0)
+    weights = np.random.default_rng(0).random((3, 5, 7)).astype(np.float32)
+    weights[0, 0, 0], weights[1, 2, 3] = 1.0, 0.0
+    levels = quantize(weights).ravel()
+    b64 = base64.b64encode(levels.tobytes()).decode("ascii")
+    page = new_page(browser)
+    try:
+        both = page.evaluate(f"""(b64) => {{ {decode}
+            const native = Array.from(decode(b64));
+            const saved = Uint8Array.fromBase64;
+            Uint8Array.fromBase64 = undefined;  // the loop, as a browser without it runs
+            try {{ return [native, Array.from(decode(b64))]; }} finally {{ Uint8Array.fromBase64 = saved; }}
+        }}""", b64)
+    finally:
+        page.close()
+    for decoded in both:
+        assert decoded == levels.tolist()

@@ -5,9 +5,18 @@
 const FONT = "11px Inter, 'Segoe UI', Helvetica, Arial, sans-serif";
 const LUT_SIZE = 1024;
 
+// base64 to uint16 levels. Uint8Array.fromBase64 where the browser has it (Chromium 140+); else a plain loop, which
+// is several times faster than Uint8Array.from(string, fn) (that one was 40 ms of each live redraw here).
 function decode(b64) {
-  const bytes = Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
-  return new Uint16Array(bytes.buffer, 0, bytes.length >> 1);
+  let bytes;
+  if (typeof Uint8Array.fromBase64 === "function") {
+    bytes = Uint8Array.fromBase64(b64);
+  } else {
+    const text = atob(b64);
+    bytes = new Uint8Array(text.length);
+    for (let i = 0; i < text.length; i++) bytes[i] = text.charCodeAt(i);
+  }
+  return new Uint16Array(bytes.buffer, bytes.byteOffset, bytes.length >> 1);
 }
 
 function colourTable(stops) {

@@ -478,7 +478,7 @@ def draw_generation(run: dict, live: bool, layer: int, head, scale: str) -> None
         return
     prompt_ids = list(run["prompt"])
     new_ids = [s.token_id for s in steps]
-    st.code(decode(prompt_ids) + decode(new_ids), language=None, wrap_lines=True)
+    ui.generated_text(decode(prompt_ids) + decode(new_ids), live)
     st.caption(f"The prompt's {len(prompt_ids)} tokens, then {len(new_ids)} new ones{ui.writing_speed(run, live)}.")
     if not live:
         st.button("Look at the whole text in every view", key="att_gen_use", on_click=use_generated_text,

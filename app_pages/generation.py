@@ -116,7 +116,7 @@ def draw(run: dict, live: bool, highlight: int | None = None, boxes=None) -> Non
             st.info(f"Stopped after {len(steps)} of {total} tokens; the text so far is kept.")
         elif len(steps) < total:
             st.info(f"The model wrote {EOT} after {len(steps)} tokens, which ends the text.")
-        st.code(decode(run["prompt"]) + decode([s.token_id for s in steps]), language=None, wrap_lines=True)
+        ui.generated_text(decode(run["prompt"]) + decode([s.token_id for s in steps]), live)
         st.caption(f"The prompt's {len(run['prompt'])} tokens, then {len(steps)} new ones{ui.writing_speed(run, live)}.")
     with heat_box.container():
         if live:  # the canvas component while it writes: a Plotly heatmap per redraw slowed the model

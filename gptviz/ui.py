@@ -614,6 +614,17 @@ def generation_view(job) -> dict:
 LIVE_REDRAW_S = 0.5  # how often a page redraws a running generation (0.25 s: twice the script runs, the model 4x slower)
 
 
+def generated_text(text: str, live: bool) -> None:
+    """A generation's prompt and continuation, never Markdown. Live: st.text in a bordered box, because st.code's
+    syntax highlighter was a fifth of the browser's work at each redraw (a Chromium profile, benchmarks/README.md),
+    on the two cores the model shares; finished: st.code, with its copy button."""
+    if live:
+        with st.container(border=True):
+            st.text(text)
+    else:
+        st.code(text, language=None, wrap_lines=True)
+
+
 def next_token_text(steps) -> str:
     """A live view's next-token list as plain text (st.text: never Markdown): the last step's sampled token and the
     8 most probable. Text, not a bar chart, while the model writes: each redraw is a script run beside it."""

@@ -233,6 +233,8 @@ def test_stop_keeps_the_tokens_written_so_far(monkeypatch):
     assert gate.reached.wait(30)
     at.run()  # a redraw while the model waits after its second token: Stop keeps what the page has shown
     assert generation_of(at).shown == 2
+    shown = decode(encode(prompt)) + decode([s.token_id for s in generation_of(at).steps[:2]])
+    assert shown in [t.value for t in at.text] and not at.code  # live: plain text (st.code's highlighter is slow)
     at.button(key="att_stop").click().run()
     gate.release()
     at = finish_generation(at)

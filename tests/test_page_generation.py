@@ -152,6 +152,8 @@ def test_stop_ends_a_running_generation_before_its_next_token(monkeypatch):
     assert gate.reached.wait(30) and generation_of(at).running
     at.run()  # a redraw while the model waits after its second token
     assert not at.exception and generation_of(at).shown == 2
+    shown = decode(encode("Keep what was written")) + decode([s.token_id for s in generation_of(at).steps[:2]])
+    assert shown in [t.value for t in at.text] and not at.code  # live: plain text (st.code's highlighter is slow)
     at.button(key="gen_stop").click().run()
     gate.release()
     at = finish_generation(at)

@@ -125,9 +125,18 @@ function thumbImage(s, p, h) {
   return paint(s, s.thumbWeights, (p * (s.data.n_heads + 1) + h) * t.Q * t.K, t.Q, t.K, s.thumbRows.start, s.thumbRows.end);
 }
 
+// An image on a scratch canvas, to drawImage from. One kept per size (reset when sizes pile up): a new canvas per
+// image and per redraw was a tenth of a live redraw's renderer time in Chromium (canvas resources made and freed).
+const scratch = new Map();
 function imageCanvas(img) {
-  const c = document.createElement("canvas");
-  c.width = img.width; c.height = img.height;
+  const size = `${img.width}x${img.height}`;
+  let c = scratch.get(size);
+  if (!c) {
+    if (scratch.size >= 4) scratch.clear();
+    c = document.createElement("canvas");
+    c.width = img.width; c.height = img.height;
+    scratch.set(size, c);
+  }
   c.getContext("2d").putImageData(img, 0, 0);
   return c;
 }
@@ -157,16 +166,27 @@ function drawPickers(s) {
     b.textContent = `layer ${l}`;
     b.onclick = () => pick(s, l, s.head);
   }
-  ui.heads.replaceChildren();
+  // the head cells and their thumbnail canvases are kept from draw to draw (made again only when the count
+  // changes): a live view redraws twice a second
+  if (ui.heads.children.length !== data.n_heads + 1) {
+    ui.heads.replaceChildren();
+    for (let h = 0; h <= data.n_heads; h++) {
+      const cell = element("button", "gv-head", ui.heads);
+      sized(element("canvas", "gv-thumb", cell), 44, 44);
+      element("span", "", cell);
+      cell.onclick = () => pick(s, s.layer, h);
+    }
+  }
   for (let h = 0; h <= data.n_heads; h++) {
-    const cell = element("button", h === s.head ? "gv-head gv-on" : "gv-head", ui.heads);
+    const cell = ui.heads.children[h];
+    cell.className = h === s.head ? "gv-head gv-on" : "gv-head";
     cell.title = headName(s, h);
-    const thumb = element("canvas", "gv-thumb", cell);
-    const ctx = sized(thumb, 44, 44);
+    cell.lastChild.textContent = h === data.n_heads ? "mean" : `head ${h}`;
+    const thumb = cell.firstChild;
+    const ctx = thumb.getContext("2d");
+    ctx.clearRect(0, 0, 44, 44);
     const pic = p >= 0 ? thumbImage(s, p, h) : null;
     if (pic) ctx.drawImage(imageCanvas(pic.img), 0, 0, 44, 44);
-    element("span", "", cell).textContent = h === data.n_heads ? "mean" : `head ${h}`;
-    cell.onclick = () => pick(s, s.layer, h);
   }
 }
 

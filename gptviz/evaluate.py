@@ -2,6 +2,7 @@
 previous-token and induction heads, and a sample that should read like a play script. Writes the model card."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -151,7 +152,9 @@ def recipe_differences(pre: dict, post: dict) -> list[str]:
             found.append(f"stage {i}: init {stage_init(x)} against {stage_init(y)}")
         if x.get("data") != y.get("data"):
             found.append(f"stage {i}: data {x.get('data')} against {y.get('data')}")
-        sx, sy = x.get("settings", {}), y.get("settings", {})
+        # a setting added after a stage was trained is absent from its record: its default is what ran then
+        defaults = dataclasses.asdict(TrainSettings())
+        sx, sy = {**defaults, **x.get("settings", {})}, {**defaults, **y.get("settings", {})}
         for key in sorted(set(sx) | set(sy)):
             if key != "warmup" and sx.get(key) != sy.get(key):
                 found.append(f"stage {i}: {key.replace('_', ' ')} {sx.get(key)} against {sy.get(key)}")

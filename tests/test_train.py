@@ -388,6 +388,12 @@ def test_recipe_differences_name_every_setting_but_warmup_that_twins_do_not_shar
     # the first stage's init: a record from before --init existed ran GPT-2's
     assert recipe_differences(base, {**base, "init": "gpt2"}) == []
     assert recipe_differences(base, {**base, "init": "xavier"}) == ["stage 1: init gpt2 against xavier"]
+    # a setting added after a stage was trained is absent from its record: its default ran then, so it is no
+    # difference; a value other than the default is
+    newer = {**base, "settings": {**base["settings"], "copy_any_share": 0.0, "copy_batch_softmax": False}}
+    assert recipe_differences(base, newer) == []
+    newer["settings"]["copy_any_share"] = 0.5
+    assert recipe_differences(base, newer) == ["stage 1: copy any share 0.0 against 0.5"]
 
 
 def test_the_model_card_says_when_the_first_stage_started_from_xavier():

@@ -147,13 +147,13 @@ def recipe_differences(pre: dict, post: dict) -> list[str]:
     if len(a) != len(b):
         return [f"the pre-norm model trained in {len(a)} stage{'s' * (len(a) != 1)}, the post-norm one in {len(b)}"]
     found = []
+    # a setting added after a stage was trained is absent from its record: its default is what ran then
+    defaults = dataclasses.asdict(TrainSettings())
     for i, (x, y) in enumerate(zip(a, b), 1):
         if stage_init(x) != stage_init(y):
             found.append(f"stage {i}: init {stage_init(x)} against {stage_init(y)}")
         if x.get("data") != y.get("data"):
             found.append(f"stage {i}: data {x.get('data')} against {y.get('data')}")
-        # a setting added after a stage was trained is absent from its record: its default is what ran then
-        defaults = dataclasses.asdict(TrainSettings())
         sx, sy = {**defaults, **x.get("settings", {})}, {**defaults, **y.get("settings", {})}
         for key in sorted(set(sx) | set(sy)):
             if key != "warmup" and sx.get(key) != sy.get(key):

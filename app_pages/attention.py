@@ -507,7 +507,7 @@ def draw_generation(run: dict, live: bool, layer: int, head, scale: str) -> None
     top_ids = [t[0] for t in last.top]
     with right:
         if live:
-            st.text(ui.next_token_text(steps))
+            ui.monospace_text(ui.next_token_text(steps), "next")
             return
         ui.show_figure(fg.next_token_bars(
             top_ids, [t[1] for t in last.top], [t[2] for t in last.top], token_labels(top_ids),

@@ -133,7 +133,8 @@ def draw(run: dict, live: bool, highlight: int | None = None, boxes=None) -> Non
                        "of the context window. The dotted line ends the prompt; the outlined row is the step "
                        "inspected on the right.")
     if live:  # the bar chart comes with the finished run's step inspector
-        bars_box.text(ui.next_token_text(steps))
+        with bars_box.container():
+            ui.monospace_text(ui.next_token_text(steps), "next")
 
 
 pick_from_map = ui.map_pick("gen_layer", "gen_head", cfg.n_layers, cfg.n_heads)  # the live map moves the pickers

@@ -614,13 +614,27 @@ def generation_view(job) -> dict:
 LIVE_REDRAW_S = 0.5  # how often a page redraws a running generation (0.25 s: twice the script runs, the model 4x slower)
 
 
+# Live text in st.code's font: the generated text does not reflow when the finished st.code replaces it, and the
+# next-token list's padded columns line up. A fixed rule for keyed boxes (no user or model text is ever part of it).
+MONO_KEY = "gv_mono"
+_MONO_CSS = (f'<style>[class*="st-key-{MONO_KEY}"] [data-testid="stText"], [class*="st-key-{MONO_KEY}"] '
+             '[data-testid="stText"] * {font-family: "Source Code Pro", monospace; font-size: 0.875rem; '
+             'line-height: 1.6;}</style>')
+
+
+def monospace_text(text: str, name: str, border: bool = False) -> None:
+    """Plain text (st.text: never Markdown) in a monospace font, in a box keyed `gv_mono_<name>` (unique per run)."""
+    st.html(_MONO_CSS)  # style only: Streamlit puts it in the page's event container, taking no space
+    with st.container(border=border, key=f"{MONO_KEY}_{name}"):
+        st.text(text)
+
+
 def generated_text(text: str, live: bool) -> None:
     """A generation's prompt and continuation, never Markdown. Live: st.text in a bordered box, because st.code's
     syntax highlighter was a fifth of the browser's work at each redraw (a Chromium profile, benchmarks/README.md),
     on the two cores the model shares; finished: st.code, with its copy button."""
     if live:
-        with st.container(border=True):
-            st.text(text)
+        monospace_text(text, "generated", border=True)
     else:
         st.code(text, language=None, wrap_lines=True)
 

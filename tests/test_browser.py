@@ -123,6 +123,9 @@ def no_exception(page) -> None:
     assert boxes.count() == 0, boxes.all_inner_texts()  # the message names the exception when one shows
 
 
+FONT_JS = "(el) => { const s = getComputedStyle(el); return `${s.fontFamily} ${s.fontSize} ${s.lineHeight}`; }"
+
+
 def test_attention_and_generation_in_a_browser(browser_page):
     from playwright.sync_api import expect
     page, dialogs = browser_page
@@ -227,10 +230,15 @@ def test_attention_and_generation_in_a_browser(browser_page):
     wait_for_idle(page)
     page.get_by_role("button", name="Generate").click()
     page.get_by_text(re.compile(r"Generating: ([3-9]|\d\d) of 200 tokens")).wait_for()
+    # the live text and next-token list are drawn in the finished text's font: no reflow when st.code replaces it
+    live_fonts = [page.locator(f".st-key-gv_mono_{name} [data-testid='stText'] span").first.evaluate(FONT_JS)
+                  for name in ("generated", "next")]
     page.get_by_test_id("stMainBlockContainer").get_by_role("button", name="Stop", exact=True).click()
     stopped = page.get_by_text(re.compile(r"Stopped after \d+ of 200 tokens"))
     stopped.wait_for()
     wait_for_idle(page)
+    finished_font = page.locator('[data-testid="stCode"] code').first.evaluate(FONT_JS)
+    assert "monospace" in finished_font and live_fonts == [finished_font, finished_font], (live_fonts, finished_font)
     kept = int(re.search(r"Stopped after (\d+)", stopped.inner_text()).group(1))
     assert 3 <= kept < 200
     caption = page.get_by_text(re.compile(f"^The prompt's 22 tokens, then {kept} new ones, written in [0-9.]+ s "

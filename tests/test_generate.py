@@ -9,7 +9,7 @@ import torch
 
 from conftest import SMALL, build, random_ids
 from gptviz import capture, generate, stream
-from gptviz.generate import _sample, check_sampling, sampling_distribution
+from gptviz.generate import _sample, check_sampling, nucleus_mask, sampling_distribution
 from gptviz.tokenizer import EOT_ID, get_tokenizer, token_label
 
 N_CTX = SMALL.n_ctx
@@ -79,6 +79,37 @@ def test_top_k_then_top_p_renormalises_over_the_top_k():
 def test_top_p_after_temperature():
     _, allowed = sampling_distribution(LOGITS, 0.25, top_p=0.9)  # cold: the top token holds ~0.98
     assert torch.equal(allowed, mask(0))
+
+
+def sorted_nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """The nucleus by a full descending sort of the vocabulary (what nucleus_mask replaces)."""
+    sorted_probs, order = torch.sort(probs, descending=True)
+    before = torch.cumsum(sorted_probs, dim=0) - sorted_probs
+    out = torch.zeros_like(probs, dtype=torch.bool)
+    out[order[before < top_p]] = True
+    return out
+
+
+@pytest.mark.parametrize("scale", [0.01, 0.5, 2.0, 4.0, 8.0, 30.0])   # near-uniform to near one-hot
+@pytest.mark.parametrize("top_p", [0.05, 0.5, 0.9, 0.99, 0.999999])
+def test_nucleus_by_a_growing_prefix_equals_the_full_sort(scale, top_p):
+    g = torch.Generator().manual_seed(int(scale * 100))
+    for _ in range(5):
+        logits = torch.randn(50257, generator=g) * scale  # GPT-2's vocabulary size: every prefix size is taken
+        probs = torch.softmax(logits, 0)
+        got = nucleus_mask(probs, top_p)
+        assert torch.equal(got, sorted_nucleus(probs, top_p))
+        kept = probs[got].double()
+        assert kept.sum() >= top_p - 1e-5 and got.sum() >= 1   # float32 running sums: within 1e-5
+        # the smallest such set: without its least probable member it falls short of top_p
+        assert kept.sum() - kept.min() < top_p + 1e-5
+
+
+def test_nucleus_with_zeros_left_by_top_k():
+    probs = torch.zeros(50257)
+    probs[[7, 70, 700]] = torch.tensor([0.5, 0.3, 0.2])
+    assert torch.equal(nucleus_mask(probs, 0.9), mask(7, 70, 700, n=50257))
+    assert torch.equal(nucleus_mask(probs, 0.5), mask(7, n=50257))
 
 
 def test_sampling_draws_only_allowed_tokens_in_proportion():

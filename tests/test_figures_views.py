@@ -298,3 +298,20 @@ def test_a_two_line_title_gets_room_above_the_plot():
     sweep = {"depth": np.array([1, 2, 4]), "pre": np.array([1.0, 0.8, 0.6]), "post": np.array([1.0, 0.9, 0.8])}
     fig = fn.depth_sweep(sweep, "random tokens")
     assert "<br>" in fig.layout.title.text and fig.layout.margin.t == 70  # one line more than the usual 50
+
+
+def test_attribution_bars_colour_a_sign_as_the_layer_head_grid_beside_them_does():
+    """A head pushing towards the target is red in the bars and red in the grid (RdBu_r puts red at the top)."""
+    import plotly.colors as pc
+    from gptviz.figures import why as fw
+    bars = fw.attribution_bars(["L0H0", "L0H1"], [1.5, -1.5], title="t")
+    grid = fw.layer_head_grid(np.array([[1.5, -1.5]]), title="t", colorbar="logit diff")
+    scale = pc.get_colorscale(grid.data[0].colorscale) if isinstance(grid.data[0].colorscale, str) else \
+        grid.data[0].colorscale
+
+    def rgb(colour):
+        return pc.unlabel_rgb(pc.convert_colors_to_same_type(colour, "rgb")[0][0])
+    top, bottom = rgb(scale[-1][1]), rgb(scale[0][1])        # the grid's colours for +1.5 and -1.5
+    up, down = (rgb(c) for c in bars.data[0].marker.color)
+    assert top[0] > top[2] and up[0] > up[2]                  # positive: red in both
+    assert bottom[2] > bottom[0] and down[2] > down[0]        # negative: blue in both

@@ -3,11 +3,14 @@ the prompt's tokens. Data in, go.Figure out; token text escaped for Plotly."""
 from __future__ import annotations
 
 import numpy as np
+import plotly.colors
 import plotly.graph_objects as go
 
 from .common import DIVERGING_SCALE, apply_layout, escaped, token_axis
 
-POSITIVE, NEGATIVE = "#2f6db5", "#c0392b"  # pushes towards the target / towards the rival
+# pushes towards the target / towards the rival: the strong red and blue of the grids' diverging scale (RdBu_r: red
+# up), so a head has one colour in the bars and in the layer x head grid beside them
+POSITIVE, NEGATIVE = plotly.colors.diverging.RdBu[1], plotly.colors.diverging.RdBu[-2]
 
 
 def _np(x) -> np.ndarray:
@@ -20,7 +23,7 @@ def _symmetric(values) -> float:
 
 
 def attribution_bars(labels: list[str], values, *, title: str, height: int = 420) -> go.Figure:
-    """One bar per part, in the model's order; blue pushes the logit difference up, red down."""
+    """One bar per part, in the model's order; red pushes the logit difference up, blue down (as in the grids)."""
     v = _np(values)
     fig = go.Figure(go.Bar(
         x=list(range(len(v))), y=v, marker_color=[POSITIVE if x >= 0 else NEGATIVE for x in v],

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import platform
 import numpy as np
+import plotly.colors as pcolors
 import pytest
 import torch
 from streamlit.testing.v1 import AppTest
@@ -356,7 +357,13 @@ def test_the_default_colour_scale_shows_small_weights():
     data, _ = attention_map(at)
     assert data["scale"] == "sqrt" and data["colors"][0][1] == [247, 251, 255]   # Blues, white at 0
     axis = fa.color_axis("sqrt")
-    assert len(axis["colorscale"]) == 21 and axis["colorbar"]["tickvals"][:3] == [0, 0.05, 0.25]
+    assert len(axis["colorscale"]) == 21
+    # a weight of 0.05 gets the colour a linear scale gives sqrt(0.05) = 0.22; the bar's ticks are evenly spaced in
+    # the weight (its scale is linear), so none sits on another in a short bar
+    linear = fa.color_axis("linear")
+    assert axis["colorscale"][1][0] == 0.05 and axis["colorscale"][1][1] == pcolors.sample_colorscale(
+        linear["colorscale"], [0.05 ** 0.5])[0]
+    assert axis["colorbar"]["tickvals"] == [0, 0.25, 0.5, 0.75, 1]
     gen = run_page("generation", "The cat sat on the mat")
     assert gen.selectbox(key="gen_scale").value == "sqrt"
 

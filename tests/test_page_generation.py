@@ -220,6 +220,26 @@ def test_generation_heatmap_layout_of_rows():
     assert fig.layout.shapes[-1].y0 == 0.5
 
 
+def test_generation_heatmap_thins_its_key_labels_so_they_do_not_collide():
+    """64 prompt tokens and 30 new ones: 93 key positions, at most 24 angled labels across ~300 px of plot."""
+    rows = [np.full(64 + s, 1 / (64 + s)) for s in range(30)]
+    fig = fg.generation_heatmap(rows, [0] * 30, [f"t{i}" for i in range(94)], 64)
+    assert list(fig.layout.xaxis.tickvals) == list(range(0, 93, 4))
+    assert list(fig.layout.xaxis.ticktext) == [f"t{i}" for i in range(0, 93, 4)]
+    assert list(fig.layout.yaxis.tickvals) == list(range(30))                  # every generated token down
+
+
+def test_next_token_bars_leave_room_for_every_subtitle_line():
+    """Three subtitle lines (all kept, the mass, a sampled token past the bars) sat on the first bar."""
+    kw = dict(sampled_prob=0.002, sampled_label="x", n_allowed=30, kept_mass=0.9, title="Step 29")
+    three = fg.next_token_bars(list(range(20)), np.linspace(0.2, 0.01, 20), [True] * 20, list("abcdefghijklmnopqrst"),
+                               sampled_id=99, sampled_rank=30, **kw)
+    two = fg.next_token_bars(list(range(20)), np.linspace(0.2, 0.01, 20), [True] * 20, list("abcdefghijklmnopqrst"),
+                             sampled_id=3, sampled_rank=4, **kw)
+    assert three.layout.title.subtitle.text.count("<br>") == 2
+    assert three.layout.margin.t - two.layout.margin.t == 16 and two.layout.margin.t == 64 + 32
+
+
 def test_step_attention_and_curves():
     w = torch.softmax(torch.randn(3, 4), -1).numpy()
     fig = fg.step_attention(w, ["p", "q", "r", "s"], window_start=5, query_label="s", predicted_label="t",

@@ -61,7 +61,9 @@ def color_axis(scale: str = "linear", values=None) -> dict:
         stops = np.linspace(0, 1, 21)
         colors = pcolors.sample_colorscale(ATTENTION_SCALE, [math.sqrt(s) for s in stops])
         axis["colorscale"] = [[float(s), c] for s, c in zip(stops, colors)]
-        axis["colorbar"]["tickvals"] = [0, 0.05, 0.25, 0.5, 1]  # sparser at the low end, where sqrt packs them
+        # Plotly's colour bar runs linearly in the weight (the square root shows as colour packed at its low end),
+        # so a tick at 0.05 sat on the 0 in short bars (seen on the Generation page's one-step figure)
+        axis["colorbar"]["tickvals"] = [0, 0.25, 0.5, 0.75, 1]
     return axis
 
 

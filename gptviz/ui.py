@@ -485,11 +485,17 @@ def require_prompt(n_ctx: int, vocab_size: int | None = None) -> PromptTokens:
 EXPORT_FORMATS = ("png", "svg")
 
 
+# Buttons that repeat a gesture (drag zooms, double-click resets) or suit no figure here (box and lasso select):
+# without them the hover toolbar is four icons wide and no longer covers a narrow chart's title
+MODEBAR_REMOVED = ("zoomIn2d", "zoomOut2d", "autoScale2d", "select2d", "lasso2d")
+
+
 def plotly_config() -> dict:
     """Plotly's own export (the camera button in each figure's toolbar, no internet), in the format
     chosen in the sidebar."""
     fmt = st.session_state.get("export_format", "png")
-    return {"displaylogo": False, "toImageButtonOptions": {"format": fmt, "scale": 2 if fmt == "png" else 1}}
+    return {"displaylogo": False, "toImageButtonOptions": {"format": fmt, "scale": 2 if fmt == "png" else 1},
+            "modeBarButtonsToRemove": list(MODEBAR_REMOVED)}
 
 
 FIGURE_SEQ = "_figure_seq"  # session-state key: figures drawn so far in this run (the router resets it)

@@ -353,6 +353,39 @@ def test_a_long_prompt_sends_the_picked_head_in_full_and_pooled_thumbnails(brows
     page.close()
 
 
+def overlap(a: dict, b: dict) -> bool:
+    return a["x"] < b["x"] + b["width"] and b["x"] < a["x"] + a["width"] and \
+        a["y"] < b["y"] + b["height"] and b["y"] < a["y"] + a["height"]
+
+
+def test_the_hover_toolbar_leaves_a_narrow_charts_title_readable(browser, server):
+    """Half-width charts with long titles (the Embeddings page's two similarity maps): on hover, neither Plotly's
+    toolbar nor Streamlit's fullscreen button may cover any part of the title."""
+    page = new_page(browser)
+    page.goto(f"{server}/embeddings?source=preset&preset=tiny&prompt=the+cat+sat+on+the+mat")
+    page.get_by_text("Cosine similarity of the prompt's token embeddings").first.wait_for()
+    wait_for_idle(page)
+    checked = 0
+    for title in ("Cosine similarity of the prompt's token embeddings", "Cosine similarity between all"):
+        chart = page.locator('[data-testid="stPlotlyChart"]').filter(has_text=title).first
+        chart.scroll_into_view_if_needed()
+        box = chart.bounding_box()
+        assert box["width"] < 700, box                        # a half-width column: the case that collided
+        page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2, steps=2)
+        toolbar = chart.locator(".modebar-container .modebar")
+        toolbar.wait_for()
+        page.wait_for_timeout(400)                           # the toolbar fades in
+        title_box = chart.locator(".gtitle").first.bounding_box()
+        assert not overlap(title_box, toolbar.bounding_box()), (title, title_box, toolbar.bounding_box())
+        for button in page.locator('[data-testid="stElementToolbar"]').all():
+            if button.is_visible():
+                assert not overlap(title_box, button.bounding_box()), (title, title_box, button.bounding_box())
+        checked += 1
+    assert checked == 2
+    no_exception(page)
+    page.close()
+
+
 def test_a_figure_downloads_as_standalone_html(browser, server, tmp_path):
     """The button under a figure serves one HTML file with Plotly's JavaScript inlined and the figure's data."""
     page = new_page(browser)

@@ -297,7 +297,11 @@ def test_a_two_line_title_gets_room_above_the_plot():
     from gptviz.figures import norms as fn
     sweep = {"depth": np.array([1, 2, 4]), "pre": np.array([1.0, 0.8, 0.6]), "post": np.array([1.0, 0.9, 0.8])}
     fig = fn.depth_sweep(sweep, "random tokens")
-    assert "<br>" in fig.layout.title.text and fig.layout.margin.t == 70  # one line more than the usual 50
+    from gptviz.figures.common import TOOLBAR_ROOM, title_room
+    assert "<br>" in fig.layout.title.text and fig.layout.margin.t == title_room(2) == title_room(1) + 20
+    # the title starts below the strip where the hover toolbar appears, and the margin holds both
+    assert (fig.layout.title.yref, fig.layout.title.y, fig.layout.title.yanchor) == ("container", 1, "top")
+    assert fig.layout.title.pad.t == TOOLBAR_ROOM and fig.layout.margin.t >= TOOLBAR_ROOM + 2 * 20
 
 
 def test_attribution_bars_colour_a_sign_as_the_layer_head_grid_beside_them_does():

@@ -13,6 +13,7 @@ from streamlit.testing.v1 import AppTest
 
 from gptviz import generate, ui
 from gptviz.figures import generation as fg
+from gptviz.figures.common import title_room
 from gptviz.tokenizer import decode, encode
 from pagetest import TINY, array, figure, finish_generation, generation_of, run_page, TokenGate
 
@@ -237,7 +238,7 @@ def test_next_token_bars_leave_room_for_every_subtitle_line():
     two = fg.next_token_bars(list(range(20)), np.linspace(0.2, 0.01, 20), [True] * 20, list("abcdefghijklmnopqrst"),
                              sampled_id=3, sampled_rank=4, **kw)
     assert three.layout.title.subtitle.text.count("<br>") == 2
-    assert three.layout.margin.t - two.layout.margin.t == 16 and two.layout.margin.t == 64 + 32
+    assert three.layout.margin.t - two.layout.margin.t == 16 and two.layout.margin.t == title_room() + 32
 
 
 def test_step_attention_and_curves():

@@ -32,9 +32,20 @@ def token_axis(labels: list[str], max_ticks: int = 64) -> dict:
     return dict(tickmode="array", tickvals=vals, ticktext=[labels[i] for i in vals])
 
 
+# The top strip of a figure where Plotly's toolbar and Streamlit's fullscreen button appear on hover. A title starts
+# below it: in a narrow column the toolbar covered the title's end (seen on every half- and third-width chart).
+TOOLBAR_ROOM = 34  # the toolbar is 26 px tall from 2 px down; a title box starts about 4 px above its pad
+
+
+def title_room(lines: int = 1) -> int:
+    """The top margin a title of `lines` lines needs: the toolbar strip, the lines, a gap above the plot."""
+    return TOOLBAR_ROOM + 20 * lines + 12
+
+
 def apply_layout(fig: go.Figure, title: str | None = None, height: int | None = None, **kwargs) -> go.Figure:
     # each extra title line (<br>) needs its own room above the plot, or it sits on the top of the data
-    top = 50 + 20 * title.count("<br>") if title else 20
-    fig.update_layout(title=title, height=height, font=FONT, margin=dict(l=10, r=10, t=top, b=10),
+    top = title_room(1 + title.count("<br>")) if title else 20
+    title_layout = dict(text=title, yref="container", y=1, yanchor="top", pad=dict(t=TOOLBAR_ROOM)) if title else None
+    fig.update_layout(title=title_layout, height=height, font=FONT, margin=dict(l=10, r=10, t=top, b=10),
                       template=LIGHT_TEMPLATE, **kwargs)
     return fig

@@ -5,7 +5,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .common import FONT, MASKED_COLOR, apply_layout, escaped, token_axis
+from .common import FONT, MASKED_COLOR, apply_layout, escaped, title_room, token_axis
 
 ACTIVATION_NAMES = {"gelu": "GELU (exact, erf)", "gelu_tanh": "GELU (tanh approx.)", "relu": "ReLU"}
 ACTIVATION_COLORS = {"gelu": "#1f77b4", "gelu_tanh": "#ff7f0e", "relu": "#2ca02c"}
@@ -62,7 +62,7 @@ def causal_mask_figure(mask, labels: list[str]) -> go.Figure:
     allowed = int(m.sum())
     apply_layout(fig, title=f"Causal mask for {n} tokens: {allowed} of {n * n} pairs allowed", height=540)
     # the key axis sits on top: its tick labels and title need the room the figure title would otherwise overlap
-    fig.update_layout(margin=dict(t=120), title=dict(y=0.98, yanchor="top"))
+    fig.update_layout(margin=dict(t=title_room() + 70))
     return fig
 
 

@@ -10,7 +10,7 @@ from plotly.subplots import make_subplots
 
 from .attention import HIGHLIGHT, OUT_OF_WINDOW_COLOR, color_axis
 from .common import escaped, plotly_text
-from .common import MASKED_COLOR, apply_layout, token_axis
+from .common import MASKED_COLOR, apply_layout, title_room, token_axis
 
 KEPT_COLOR = "#3a78b5"
 CUT_COLOR = "#c9c9c9"
@@ -59,7 +59,7 @@ def next_token_bars(ids, probs, allowed, labels: list[str], *, sampled_id: int, 
     apply_layout(fig, title=title, height=(height or 22 * n + 110) + 16 * lines, bargap=0.2)
     if notes and title:
         fig.update_layout(title_subtitle=dict(text="<br>".join(notes), font=dict(size=11, color="#444")),
-                          margin=dict(t=64 + 16 * lines))
+                          margin=dict(t=title_room() + 16 * lines))
     elif notes:
         fig.add_annotation(x=0, xref="paper", y=1, yref="paper", yanchor="bottom", xanchor="left", showarrow=False,
                            align="left", font=dict(size=11, color="#444"), text="<br>".join(notes))
@@ -174,5 +174,5 @@ def step_curves(probs, entropies, labels: list[str], *, title: str | None = None
     fig.update_xaxes(title_text="step", tickmode="auto")
     apply_layout(fig, title=title, height=height,
                  legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1))
-    fig.update_layout(margin=dict(t=80 if title else 40))
+    fig.update_layout(margin=dict(t=title_room() + 26 if title else 40))  # the legend sits above the plot
     return fig

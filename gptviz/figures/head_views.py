@@ -222,5 +222,5 @@ def neuron_view(steps, key: int, labels: list[str], *, title: str | None = None)
     sub = (f"Σ q⊙k = {total:.4f}; × 1/√{dh} = {total / math.sqrt(dh):.4f}, the score "
            f"(weight after softmax: {float(steps.weights[key]):.4f})")
     apply_layout(fig, title=f"{title}<br><sup>{sub}</sup>" if title else sub, height=270)
-    fig.update_layout(margin=dict(t=70, b=40))
+    fig.update_layout(margin=dict(b=40))
     return fig

@@ -68,8 +68,9 @@ def gradient_norms(pre: np.ndarray, post: np.ndarray, what: str = "gradient norm
     fig.update_yaxes(type="log", title_text="post / pre", row=2, col=1, **log_ticks(ratio, [1.0]))
     fig.update_xaxes(title_text="layer (input → output)", dtick=1 if len(layers) <= 24 else 4, row=2, col=1)
     fig.update_xaxes(dtick=1 if len(layers) <= 24 else 4, row=1, col=1)
-    apply_layout(fig, title, height=520, hovermode="x unified",
-                 legend=dict(orientation="h", yanchor="bottom", y=1.06, x=0))
+    # the legend below the layer axis: above the plot, the hover toolbar covered its last entry
+    apply_layout(fig, title, height=540, hovermode="x unified",
+                 legend=dict(orientation="h", yanchor="top", y=-0.16, x=0))
     return fig
 
 

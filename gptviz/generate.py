@@ -64,7 +64,9 @@ def sampling_distribution(logits: torch.Tensor, temperature: float = 1.0, top_k:
         allowed = torch.zeros_like(probs, dtype=torch.bool)
         allowed[logits.argmax()] = True
         return probs, allowed
-    probs = F.softmax(logits / temperature, dim=-1)
+    # shifted first, so a tiny temperature sends the others to -inf (the argmax's limit) instead of inf - inf = NaN;
+    # one below float32's smallest normal number would round to 0 in the division (0 / 0 = NaN at the argmax)
+    probs = F.softmax((logits - logits.max()) / max(temperature, torch.finfo(logits.dtype).tiny), dim=-1)
     allowed = torch.ones_like(probs, dtype=torch.bool)
     if top_k is not None and top_k < probs.numel():
         allowed = torch.zeros_like(allowed)

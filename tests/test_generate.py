@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from conftest import SMALL, build, random_ids
 from gptviz import capture, generate, stream
@@ -74,6 +75,17 @@ def test_top_k_then_top_p_renormalises_over_the_top_k():
     assert torch.equal(both, mask(0, 1))
     _, both = sampling_distribution(LOGITS, 1.0, top_k=2, top_p=0.99)
     assert torch.equal(both, mask(0, 1))
+
+
+@pytest.mark.parametrize("temperature", [1e-10, 1e-40, 1e-300, 5e-324])
+def test_a_tiny_temperature_is_the_argmax_not_nan(temperature):
+    """logits / 1e-40 overflows to +-inf and softmax of inf - inf is NaN (top-p then raised on it); the limit of
+    softmax(logits / t) as t -> 0 is the argmax, which is what a tiny temperature must give."""
+    for top_p in (None, 0.9):
+        probs, allowed = sampling_distribution(LOGITS, temperature, top_p=top_p)
+        assert not torch.isnan(probs).any()
+        assert torch.equal(probs, F.one_hot(LOGITS.argmax(), LOGITS.numel()).float())
+        assert torch.equal(allowed, mask(int(LOGITS.argmax()))) if top_p else bool(allowed.all())
 
 
 def test_top_p_after_temperature():

@@ -249,3 +249,12 @@ def test_step_attention_and_curves():
     np.testing.assert_allclose(np.array(fig.data[0].z), w)
     curves = fg.step_curves([0.5, 0.25], [1.0, 2.0], ["a", "b"])
     assert len(curves.data) == 2 and list(curves.data[1].y) == [1.0, 2.0]
+
+
+def test_a_tiny_temperature_from_a_link_generates_the_greedy_text():
+    """A link may set any temperature in [0, 2]; 1e-300 made every probability NaN ("Generation failed: ValueError").
+    Its limit is greedy decoding, and so is its text."""
+    tiny = generate_in(page("It was the best of times"), 6, temperature=1e-300)
+    greedy = generate_in(page("It was the best of times"), 6, temperature=0.0)
+    assert not tiny.exception and not tiny.error
+    assert tiny.code[0].value == greedy.code[0].value

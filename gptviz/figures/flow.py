@@ -1,0 +1,80 @@
+"""The information-flow graph (gptviz.flow) as a Plotly figure: tokens along x, the residual stream rising through
+each layer's attention and MLP along y, one line per kept edge, thicker for a larger share."""
+from __future__ import annotations
+
+import numpy as np
+import plotly.graph_objects as go
+
+from .common import apply_layout, escaped, title_room, token_axis
+
+COLORS = {"attention": "#2f6db5", "residual": "#9a9a9a", "mlp": "#e07b22"}
+NAMES = {"attention": "attention (key's stream → query)", "residual": "residual (the skip)",
+         "mlp": "MLP (its output into the stream)"}
+WIDTH_BINS = (0.1, 0.25, 0.5, 0.75)  # importances are drawn in five line widths (one trace each: fast to draw)
+WIDTHS = (1.0, 2.0, 3.5, 5.5, 8.0)
+MLP_DX = 0.3                          # the MLP's node sits beside its position's stream
+
+
+def _level(layer: int, sublayer: str, after: bool) -> float:
+    """y of the stream: 2l before layer l, 2l + 1 after its attention, 2l + 2 after its MLP."""
+    return 2 * layer + (1 if sublayer == "attn" else 2) if after else 2 * layer + (0 if sublayer == "attn" else 1)
+
+
+def _segments(edge) -> list[tuple[float, float, float, float]]:
+    """Line segments (x0, y0, x1, y1) drawing one edge."""
+    y0, y1 = _level(edge.layer, edge.sublayer, False), _level(edge.layer, edge.sublayer, True)
+    if edge.kind == "mlp":
+        x, ym = edge.target + MLP_DX, (y0 + y1) / 2
+        return [(edge.source, y0, x, ym), (x, ym, edge.target, y1)]
+    if edge.kind == "attention" and edge.source == edge.target:  # a query reading itself: beside the skip
+        return [(edge.source - 0.12, y0, edge.target - 0.12, y1)]
+    return [(edge.source, y0, edge.target, y1)]
+
+
+def flow_figure(graph, labels: list[str], *, title: str | None = None, height: int | None = None) -> go.Figure:
+    """Kept edges as lines (colour: kind; width: importance), each with a hover point at its middle naming both
+    tokens, the layer and the share; nodes where the graph reaches the stream."""
+    texts = escaped(labels)
+    fig = go.Figure()
+    bins = np.digitize([e.importance for e in graph.edges], WIDTH_BINS)
+    for kind in ("residual", "mlp", "attention"):
+        for b, width in enumerate(WIDTHS):
+            xs, ys = [], []
+            for edge, eb in zip(graph.edges, bins):
+                if edge.kind == kind and eb == b:
+                    for x0, y0, x1, y1 in _segments(edge):
+                        xs += [x0, x1, None]
+                        ys += [y0, y1, None]
+            if xs:
+                fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line=dict(color=COLORS[kind], width=width),
+                                         hoverinfo="skip", legendgroup=kind, showlegend=False))
+        mids = [(e, _segments(e)[0]) for e in graph.edges if e.kind == kind]
+        if kind == "mlp":
+            mids = [(e, (s[2], s[3], s[2], s[3])) for e, s in mids]   # the MLP's own node
+        fig.add_trace(go.Scatter(
+            x=[(s[0] + s[2]) / 2 for _, s in mids], y=[(s[1] + s[3]) / 2 for _, s in mids], mode="markers",
+            marker=dict(color=COLORS[kind], size=[9 if kind == "mlp" else 6 for _ in mids],
+                        symbol="square" if kind == "mlp" else "circle", opacity=1 if kind == "mlp" else 0.35),
+            name=NAMES[kind], legendgroup=kind,
+            customdata=[[e.layer, "attention" if e.sublayer == "attn" else "MLP", f"'{texts[e.source]}'", e.source,
+                         f"'{texts[e.target]}'", e.target, e.importance] for e, _ in mids],
+            hovertemplate=f"layer %{{customdata[0]}} %{{customdata[1]}}, {kind}<br>from %{{customdata[2]}} "
+                          "(position %{customdata[3]}) to %{customdata[4]} (position %{customdata[5]})"
+                          "<br>%{customdata[6]:.1%} of the sum<extra></extra>"))
+    nodes = sorted({(e.source, _level(e.layer, e.sublayer, False)) for e in graph.edges}
+                   | {(e.target, _level(e.layer, e.sublayer, True)) for e in graph.edges})
+    fig.add_trace(go.Scatter(x=[n[0] for n in nodes], y=[n[1] for n in nodes], mode="markers", showlegend=False,
+                             marker=dict(color="#333", size=5), customdata=[f"'{texts[n[0]]}'" for n in nodes],
+                             hovertemplate="%{customdata} (position %{x})<extra></extra>"))
+    L = graph.n_layers
+    levels = [0] + [v for l in range(L) for v in (2 * l + 1, 2 * l + 2)]
+    names = ["embeddings"] + [n for l in range(L) for n in (f"L{l} attention", f"L{l} MLP")]
+    fig.update_xaxes(title_text="position (prompt token)", tickangle=-60, range=[-0.7, graph.n_tokens - 0.3],
+                     showgrid=False, zeroline=False, **token_axis(texts, max_ticks=48))
+    fig.update_yaxes(title_text="residual stream after", tickmode="array", tickvals=levels, ticktext=names,
+                     range=[-0.5, 2 * L + 0.5], showgrid=True, gridcolor="#eee", zeroline=False)
+    apply_layout(fig, title=title, height=height or int(min(900, max(380, 34 * 2 * L + 220))),
+                 plot_bgcolor="white", hovermode="closest",
+                 legend=dict(orientation="h", yanchor="bottom", y=1.0, x=0))
+    fig.update_layout(margin=dict(t=title_room() + 26 if title else 46))  # the legend sits above the plot
+    return fig

@@ -5,8 +5,10 @@ import pandas as pd
 import streamlit as st
 import torch
 
-from gptviz import attribution, ui
+from gptviz import attribution, flow, ui
 from gptviz.figures import attention as fa
+from gptviz.figures import flow as figs_flow
+from gptviz.figures.common import plotly_text
 from gptviz.figures import why as figs
 from gptviz.generate import generate
 from gptviz.interventions import ablate_heads, run_with_edits
@@ -81,6 +83,12 @@ def patching(spec: ui.ModelSpec, clean: tuple[int, ...], corrupted: tuple[int, .
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
+def flow_graph(spec: ui.ModelSpec, ids: tuple[int, ...], threshold: float):
+    ui.count_forward()
+    return flow.information_flow(ui.load_model(spec), torch.tensor([ids]), threshold)
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
 def saliency(spec: ui.ModelSpec, ids: tuple[int, ...], target: int, other: int):
     model = ui.load_model(spec)
     ui.count_forward(IG_STEPS + 3)
@@ -121,8 +129,9 @@ other = c2.selectbox("Rival", others, key="why_other", format_func=lambda i: f"{
 st.caption(f"Next token after the prompt's last token, {ui.md_text(labels[-1])}. Metric: logit("
            f"{ui.md_text(names[target])}) - logit({ui.md_text(names[other])}).")
 
-tab_dla, tab_ablate, tab_patch, tab_saliency = st.tabs(
-    ["Direct attribution", "Ablate heads", "Patching", "Saliency"], key="why_view", on_change="rerun")
+tab_dla, tab_ablate, tab_patch, tab_saliency, tab_flow = st.tabs(
+    ["Direct attribution", "Ablate heads", "Patching", "Saliency", "Information flow"], key="why_view",
+    on_change="rerun")
 
 with tab_dla:
     if tab_dla.open is not False:  # only the open tab computes
@@ -263,3 +272,34 @@ with tab_saliency:
         ui.show_figure(figs.token_strip(labels, ig.scores, title="Integrated gradients on the prompt's tokens"),
                        key="why_ig")
         ui.show_figure(figs.token_strip(labels, gxi.scores, title="Gradient x input"), key="why_gxi")
+
+with tab_flow:
+    if tab_flow.open is not False:  # only the open tab computes
+        st.caption("Which earlier tokens and sub-layers the last token's output is built from (Ferrando & Voita, "
+                   "2024; the graph of the LLM Transparency Tool). Each residual update is a sum: the stream so far "
+                   "(the skip), what attention brings from every earlier token, and the MLP's output. Each part's "
+                   "share of its sum is how much closer it is to the sum than nothing is (L1 distance), normalised. "
+                   "Parts whose share reaches the threshold are drawn, from the output down. It does not depend on "
+                   "the target and rival above.")
+        if cfg.norm != "pre":
+            st.info("The information-flow graph needs the pre-norm wiring, like direct attribution: in post-norm each "
+                    "block's LayerNorm rescales the stream after the addition, so it is not a sum of its parts.")
+        else:
+            threshold = st.slider("Threshold: smallest share drawn", 0.01, 0.5, 0.04, 0.01, key="why_flow_threshold",
+                                  help="Lower shows more of the graph; the routes with the largest shares stay.")
+            graph = flow_graph(spec, ids, float(threshold))
+            kinds = {k: [e for e in graph.edges if e.kind == k] for k in ("attention", "mlp", "residual")}
+            sources = sorted({e.source for e in kinds["attention"] if e.source != graph.position})
+            st.caption(f"{len(graph.edges)} edges at share >= {threshold:.2f}: {len(kinds['attention'])} through "
+                       f"attention, {len(kinds['mlp'])} MLP outputs, {len(kinds['residual'])} skips. Earlier tokens "
+                       f"the output reads: {len(sources)} of {graph.n_tokens - 1}.")
+            ui.show_figure(figs_flow.flow_figure(graph, labels, title="Information flow into the prediction after "
+                                                 f"'{plotly_text(labels[graph.position])}'"), key="why_flow_fig")
+            rows = sorted(kinds["attention"], key=lambda e: -e.importance)
+            table = pd.DataFrame({"layer": [e.layer for e in rows], "from token": [labels[e.source] for e in rows],
+                                  "from position": [e.source for e in rows], "to token": [labels[e.target] for e in rows],
+                                  "to position": [e.target for e in rows], "share": [e.importance for e in rows]})
+            st.dataframe(table, hide_index=True, column_config={"share": st.column_config.ProgressColumn(
+                format="percent", min_value=0.0, max_value=1.0)})
+            ui.download_csv(pd.DataFrame([e._asdict() for e in graph.edges]), "information_flow.csv",
+                            key="why_flow_csv")

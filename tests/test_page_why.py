@@ -114,3 +114,31 @@ def test_token_text_reaches_the_figures_escaped():
     assert not at.exception
     texts = [t for row in figure(at, "Integrated gradients")["data"][0]["text"] for t in row if t]
     assert "&lt;" in "".join(texts) and "<b>" not in "".join(texts) and "<img" not in "".join(texts)
+
+
+def test_information_flow_view_draws_the_librarys_graph():
+    """The edges drawn, the counts said and the table are gptviz.flow's graph at the slider's threshold."""
+    from gptviz.flow import information_flow
+    bundled = ui.ModelSpec(ui.SOURCE_BUNDLED, "shakespeare-pre", "pre")   # random weights route nearly all by skips
+    at = run_page("why", PROMPT, bundled, why_view="Information flow", why_flow_threshold=0.05)
+    assert not at.exception and not at.error
+    ids = encode(PROMPT)
+    graph = information_flow(ui.load_model(bundled), torch.tensor([ids]), 0.05)
+    fig = figure(at, "Information flow")
+    drawn = [tuple(row[:6]) for trace in fig["data"] if trace.get("mode") == "markers" and trace.get("customdata")
+             and trace.get("legendgroup") == "attention" for row in trace["customdata"]]
+    labels = token_labels(ids)
+    expected = [(e.layer, "attention", f"'{labels[e.source]}'", e.source, f"'{labels[e.target]}'", e.target)
+                for e in graph.edges if e.kind == "attention"]
+    assert sorted(drawn) == sorted(expected) and drawn
+    counts = next(c.value for c in at.caption if "edges at share" in c.value)
+    assert counts.startswith(f"{len(graph.edges)} edges at share >= 0.05")
+    table = at.dataframe[0].value
+    assert len(table) == len(expected) and list(table["share"]) == sorted(
+        (e.importance for e in graph.edges if e.kind == "attention"), reverse=True)
+
+
+def test_information_flow_on_post_norm_says_why_not():
+    at = run_page("why", PROMPT, ui.ModelSpec(ui.SOURCE_PRESET, "tiny", "post"), why_view="Information flow")
+    assert not at.exception
+    assert any("information-flow graph needs the pre-norm wiring" in i.value for i in at.info)

@@ -84,8 +84,10 @@ def patching(spec: ui.ModelSpec, clean: tuple[int, ...], corrupted: tuple[int, .
 
 @st.cache_data(max_entries=16, show_spinner=False)
 def flow_graph(spec: ui.ModelSpec, ids: tuple[int, ...], threshold: float):
-    ui.count_forward()
-    return flow.information_flow(ui.load_model(spec), torch.tensor([ids]), threshold)
+    """Through the server's bounded capture cache (a capture over its budget is refused before the model runs)."""
+    model = ui.load_model(spec)
+    _, cache = ui.get_capture(spec, ids, flow.hook_names(model.config.n_layers))
+    return flow.flow_from_capture(model, cache, threshold)
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
@@ -287,7 +289,12 @@ with tab_flow:
         else:
             threshold = st.slider("Threshold: smallest share drawn", 0.01, 0.5, 0.04, 0.01, key="why_flow_threshold",
                                   help="Lower shows more of the graph; the routes with the largest shares stay.")
-            graph = flow_graph(spec, ids, float(threshold))
+            try:
+                with st.spinner("Splitting every residual sum into its parts..."):
+                    graph = flow_graph(spec, ids, float(threshold))
+            except ValueError as err:  # LimitError: the capture would pass the server's budget
+                st.warning(str(err))
+                st.stop()
             kinds = {k: [e for e in graph.edges if e.kind == k] for k in ("attention", "mlp", "residual")}
             sources = sorted({e.source for e in kinds["attention"] if e.source != graph.position})
             st.caption(f"{len(graph.edges)} edges at share >= {threshold:.2f}: {len(kinds['attention'])} through "

@@ -60,11 +60,17 @@ def attention_contributions(pattern: torch.Tensor, writes: torch.Tensor, queries
     return torch.einsum("hqk,hko->qko", pattern[:, queries].float(), writes)
 
 
+def hook_names(n_layers: int) -> tuple[str, ...]:
+    """The hook points the graph reads (a capture of these, for one prompt, is all it needs)."""
+    return tuple(f"blocks.{l}.{n}" for l in range(n_layers) for n in (
+        "hook_resid_pre", "hook_resid_mid", "hook_mlp_out", "attn.hook_pattern", "attn.hook_v"))
+
+
 def _attention_importance(model, cache, layer: int, queries: list[int]) -> dict[int, tuple[torch.Tensor, float]]:
     """{query i: ([keys] importance of each key's contribution, importance of the skip)} for one layer."""
-    pattern = cache[f"blocks.{layer}.attn.hook_pattern"][0]
-    writes = head_writes(model, layer, cache[f"blocks.{layer}.attn.hook_v"][0])
-    pre, mid = cache[f"blocks.{layer}.hook_resid_pre"][0].float(), cache[f"blocks.{layer}.hook_resid_mid"][0].float()
+    pattern = cache[f"blocks.{layer}.attn.hook_pattern"]
+    writes = head_writes(model, layer, cache[f"blocks.{layer}.attn.hook_v"])
+    pre, mid = cache[f"blocks.{layer}.hook_resid_pre"].float(), cache[f"blocks.{layer}.hook_resid_mid"].float()
     bias = model.blocks[layer].attn.c_proj.bias
     out = {}
     for start in range(0, len(queries), QUERY_CHUNK):
@@ -81,24 +87,32 @@ def _attention_importance(model, cache, layer: int, queries: list[int]) -> dict[
 
 def information_flow(model, ids, threshold: float = 0.04, position: int = -1) -> FlowGraph:
     """The graph of the parts whose importance reaches `threshold`, grown backwards from `position`'s output."""
-    cfg = model.config
-    if cfg.norm != "pre":
+    _check(model, threshold)
+    _, cache = capture(model, ids, list(hook_names(model.config.n_layers)))
+    return flow_from_capture(model, {name: t[0] for name, t in cache.items()}, threshold, position)
+
+
+def _check(model, threshold: float) -> None:
+    if model.config.norm != "pre":
         raise ValueError("the information-flow graph needs a pre-norm model: in post-norm each block's LayerNorm "
                          "rescales the residual stream after the addition, so it is not a sum of its parts")
     if not 0 < threshold < 1:
         raise ValueError(f"threshold must be in (0, 1), got {threshold!r}")
-    L = cfg.n_layers
-    names = [f"blocks.{l}.{n}" for l in range(L) for n in ("hook_resid_pre", "hook_resid_mid", "hook_mlp_out",
-                                                            "attn.hook_pattern", "attn.hook_v")]
-    logits, cache = capture(model, ids, names)
-    T = logits.shape[1]
+
+
+def flow_from_capture(model, cache, threshold: float = 0.04, position: int = -1) -> FlowGraph:
+    """information_flow from a capture of `hook_names` for one prompt, its tensors without the batch axis (the
+    app's bounded capture cache holds them so)."""
+    _check(model, threshold)
+    L = model.config.n_layers
+    T = cache["blocks.0.hook_resid_pre"].shape[0]
     position %= T
     edges: list[Edge] = []
     needed = {position}  # positions whose stream after layer l (resid_post) the graph reaches
     for layer in reversed(range(L)):
         rows = sorted(needed)
-        mid = cache[f"blocks.{layer}.hook_resid_mid"][0].float()[rows]
-        mlp = cache[f"blocks.{layer}.hook_mlp_out"][0].float()[rows]
+        mid = cache[f"blocks.{layer}.hook_resid_mid"].float()[rows]
+        mlp = cache[f"blocks.{layer}.hook_mlp_out"].float()[rows]
         shares = proximity(torch.stack([mid, mlp], dim=1), mid + mlp)                 # [rows, (skip, mlp)]
         reached_mid = set()
         for r, i in enumerate(rows):

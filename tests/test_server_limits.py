@@ -151,3 +151,14 @@ def test_generation_limits_come_from_the_environment_and_are_documented():
         ServerLimits(generations=0)
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     assert "`GPTVIZ_GENERATIONS` | 4 |" in readme and "`GPTVIZ_GENERATION_THREADS` | 1 |" in readme
+
+
+def test_the_information_flow_graph_goes_through_the_capture_budget(monkeypatch):
+    """Its capture (every layer's attention pattern) is refused before the model runs when it would pass the
+    server's capture budget: a warning, no exception, no graph."""
+    monkeypatch.setattr(ui, "_capture_store", lambda: BoundedCache(16 * 1024, "capture"))
+    at = run_page("why", "A prompt of a few tokens, enough to pass a sixteen kilobyte budget for its capture",
+                  why_view="Information flow")
+    assert not at.exception
+    assert any("this capture would take about" in w.value for w in at.warning)
+    assert not [c for c in at.get("plotly_chart")]

@@ -300,12 +300,16 @@ with tab_flow:
             st.caption(f"{len(graph.edges)} edges at share >= {threshold:.2f}: {len(kinds['attention'])} through "
                        f"attention, {len(kinds['mlp'])} MLP outputs, {len(kinds['residual'])} skips. Earlier tokens "
                        f"the output reads: {len(sources)} of {graph.n_tokens - 1}.")
-            ui.show_figure(figs_flow.flow_figure(graph, labels, title="Information flow into the prediction after "
+            ui.show_figure(figs_flow.flow_figure(graph, labels, n_heads=cfg.n_heads,
+                                                 title="Information flow into the prediction after "
                                                  f"'{plotly_text(labels[graph.position])}'"), key="why_flow_fig")
             rows = sorted(kinds["attention"], key=lambda e: -e.importance)
             table = pd.DataFrame({"layer": [e.layer for e in rows], "from token": [labels[e.source] for e in rows],
-                                  "from position": [e.source for e in rows], "to token": [labels[e.target] for e in rows],
-                                  "to position": [e.target for e in rows], "share": [e.importance for e in rows]})
+                                  "from position": [e.source for e in rows],
+                                  "to token": [labels[e.target] for e in rows],
+                                  "to position": [e.target for e in rows], "share": [e.importance for e in rows],
+                                  "largest head write": [f"L{e.layer}H{e.head}: {e.head_share:.0%} (even: "
+                                                         f"{1 / cfg.n_heads:.0%})" for e in rows]})
             st.dataframe(table, hide_index=True, column_config={"share": st.column_config.ProgressColumn(
                 format="percent", min_value=0.0, max_value=1.0)})
             ui.download_csv(pd.DataFrame([e._asdict() for e in graph.edges]), "information_flow.csv",

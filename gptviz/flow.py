@@ -31,6 +31,8 @@ class Edge(NamedTuple):
     source: int        # position the edge comes from
     target: int        # position it feeds
     importance: float  # share of the target's sum, in [0, 1]
+    head: int = -1     # attention edges: the head whose write along this edge is largest (L1)
+    head_share: float = 0.0  # that head's part of the heads' writes along the edge (L1 norms), in (0, 1]
 
 
 class FlowGraph(NamedTuple):
@@ -66,10 +68,10 @@ def hook_names(n_layers: int) -> tuple[str, ...]:
         "hook_resid_pre", "hook_resid_mid", "hook_mlp_out", "attn.hook_pattern", "attn.hook_v"))
 
 
-def _attention_importance(model, cache, layer: int, queries: list[int]) -> dict[int, tuple[torch.Tensor, float]]:
+def _attention_importance(model, cache, layer: int, queries: list[int], writes: torch.Tensor
+                          ) -> dict[int, tuple[torch.Tensor, float]]:
     """{query i: ([keys] importance of each key's contribution, importance of the skip)} for one layer."""
     pattern = cache[f"blocks.{layer}.attn.hook_pattern"]
-    writes = head_writes(model, layer, cache[f"blocks.{layer}.attn.hook_v"])
     pre, mid = cache[f"blocks.{layer}.hook_resid_pre"].float(), cache[f"blocks.{layer}.hook_resid_mid"].float()
     bias = model.blocks[layer].attn.c_proj.bias
     out = {}
@@ -121,12 +123,17 @@ def flow_from_capture(model, cache, threshold: float = 0.04, position: int = -1)
                     edges.append(Edge(layer, kind, "mlp", i, i, share))
                     reached_mid.add(i)
         reached_pre = set()
-        for i, (keys, skip) in _attention_importance(model, cache, layer, sorted(reached_mid)).items():
+        pattern = cache[f"blocks.{layer}.attn.hook_pattern"].float()
+        writes = head_writes(model, layer, cache[f"blocks.{layer}.attn.hook_v"])
+        for i, (keys, skip) in _attention_importance(model, cache, layer, sorted(reached_mid), writes).items():
             if skip >= threshold:
                 edges.append(Edge(layer, "residual", "attn", i, i, skip))
                 reached_pre.add(i)
             for j in torch.nonzero(keys >= threshold).flatten().tolist():
-                edges.append(Edge(layer, "attention", "attn", j, i, float(keys[j])))
+                per_head = (pattern[:, i, j, None] * writes[:, j]).abs().sum(-1)           # [heads] L1 of each write
+                head = int(per_head.argmax())
+                edges.append(Edge(layer, "attention", "attn", j, i, float(keys[j]), head,
+                                  float(per_head[head] / per_head.sum())))
                 reached_pre.add(j)
         needed = reached_pre
     return FlowGraph(edges, L, T, position, threshold)

@@ -101,7 +101,33 @@ def test_the_bundled_model_routes_the_repeat_through_its_induction_circuit():
     assert attention[(1, 3, 10)] > 0.5                     # the last ' C' reads ' D', after the earlier ' C'
     assert attention[(0, 2, 3)] > 0.3                      # ' D' reads the ' C' before it
     assert max(attention, key=attention.get) == (1, 3, 10)
-    fig = flow_figure(graph, token_labels(ids), title="flow")
+    fig = flow_figure(graph, token_labels(ids), n_heads=model.config.n_heads, title="flow")
     hover = [row for trace in fig.data if trace.customdata is not None and trace.mode == "markers"
              and trace.legendgroup == "attention" for row in trace.customdata]
     assert [1, "attention", "'␣D'", 3, "'␣C'", 10] in [list(r[:6]) for r in hover]
+
+
+def test_an_attention_edges_largest_head_is_recomputed_from_the_weight_slices(mixing):
+    """Each head's write along an edge, pattern[h, i, j] * v[j, h] @ W_O[:, h's slice], recomputed here: the heads'
+    writes sum to the edge's contribution, and the edge names the largest and its share of the L1 norms."""
+    ids = random_ids(10, seed=3)
+    graph = information_flow(mixing, ids, 0.05)
+    names = [f"blocks.{l}.attn.{n}" for l in range(SMALL.n_layers) for n in ("hook_pattern", "hook_v")]
+    _, cache = capture(mixing, ids, names)
+    dh = SMALL.d_head
+    checked = 0
+    for e in (e for e in graph.edges if e.kind == "attention"):
+        w = mixing.blocks[e.layer].attn.c_proj.weight.detach()
+        v = cache[f"blocks.{e.layer}.attn.hook_v"][0, e.source]                     # [heads, d_head]
+        p = cache[f"blocks.{e.layer}.attn.hook_pattern"][0, :, e.target, e.source]   # [heads]
+        per_head = torch.stack([p[h] * (v[h] @ w[:, h * dh:(h + 1) * dh].t()) for h in range(SMALL.n_heads)])
+        norms = per_head.abs().sum(-1)
+        assert e.head == int(norms.argmax()) and e.head_share == pytest.approx(float(norms.max() / norms.sum()),
+                                                                               rel=1e-4)
+        pattern = cache[f"blocks.{e.layer}.attn.hook_pattern"][0]
+        edge = attention_contributions(pattern, head_writes(mixing, e.layer, cache[f"blocks.{e.layer}.attn.hook_v"][0]),
+                                       [e.target])[0, e.source]
+        torch.testing.assert_close(per_head.sum(0), edge, atol=1e-5, rtol=1e-5)
+        checked += 1
+    assert checked > 5
+    assert all(e.head == -1 for e in graph.edges if e.kind != "attention")

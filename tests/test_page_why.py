@@ -136,6 +136,8 @@ def test_information_flow_view_draws_the_librarys_graph():
     table = at.dataframe[0].value
     assert len(table) == len(expected) and list(table["share"]) == sorted(
         (e.importance for e in graph.edges if e.kind == "attention"), reverse=True)
+    top = max((e for e in graph.edges if e.kind == "attention"), key=lambda e: e.importance)
+    assert table["largest head write"][0] == f"L{top.layer}H{top.head}: {top.head_share:.0%} (even: 25%)"
 
 
 def test_information_flow_on_post_norm_says_why_not():

@@ -10,6 +10,7 @@ from .common import apply_layout, escaped, title_room, token_axis
 COLORS = {"attention": "#2f6db5", "residual": "#9a9a9a", "mlp": "#e07b22"}
 NAMES = {"attention": "attention (key's stream → query)", "residual": "residual (the skip)",
          "mlp": "MLP (its output into the stream)"}
+HOVER = {"attention": "a query reads a key's stream", "residual": "the skip", "mlp": "the MLP's output"}
 WIDTH_BINS = (0.1, 0.25, 0.5, 0.75)  # importances are drawn in five line widths (one trace each: fast to draw)
 WIDTHS = (1.0, 2.0, 3.5, 5.5, 8.0)
 MLP_DX = 0.3                          # the MLP's node sits beside its position's stream
@@ -31,9 +32,11 @@ def _segments(edge) -> list[tuple[float, float, float, float]]:
     return [(edge.source, y0, edge.target, y1)]
 
 
-def flow_figure(graph, labels: list[str], *, title: str | None = None, height: int | None = None) -> go.Figure:
+def flow_figure(graph, labels: list[str], *, n_heads: int, title: str | None = None, height: int | None = None
+                ) -> go.Figure:
     """Kept edges as lines (colour: kind; width: importance), each with a hover point at its middle naming both
-    tokens, the layer and the share; nodes where the graph reaches the stream."""
+    tokens, the layer, the share and (attention) the head that writes most along it beside an even split's
+    share, 1 / n_heads; nodes where the graph reaches the stream."""
     texts = escaped(labels)
     fig = go.Figure()
     bins = np.digitize([e.importance for e in graph.edges], WIDTH_BINS)
@@ -57,10 +60,13 @@ def flow_figure(graph, labels: list[str], *, title: str | None = None, height: i
                         symbol="square" if kind == "mlp" else "circle", opacity=1 if kind == "mlp" else 0.35),
             name=NAMES[kind], legendgroup=kind,
             customdata=[[e.layer, "attention" if e.sublayer == "attn" else "MLP", f"'{texts[e.source]}'", e.source,
-                         f"'{texts[e.target]}'", e.target, e.importance] for e, _ in mids],
-            hovertemplate=f"layer %{{customdata[0]}} %{{customdata[1]}}, {kind}<br>from %{{customdata[2]}} "
+                         f"'{texts[e.target]}'", e.target, e.importance,
+                         f"<br>largest head write: head {e.head}, {e.head_share:.0%} of the heads' "
+                         f"({1 / n_heads:.0%} if even)" if e.head >= 0 else ""]
+                        for e, _ in mids],
+            hovertemplate=f"layer %{{customdata[0]}} %{{customdata[1]}}: {HOVER[kind]}<br>from %{{customdata[2]}} "
                           "(position %{customdata[3]}) to %{customdata[4]} (position %{customdata[5]})"
-                          "<br>%{customdata[6]:.1%} of the sum<extra></extra>"))
+                          "<br>%{customdata[6]:.1%} of the sum%{customdata[7]}<extra></extra>"))
     nodes = sorted({(e.source, _level(e.layer, e.sublayer, False)) for e in graph.edges}
                    | {(e.target, _level(e.layer, e.sublayer, True)) for e in graph.edges})
     fig.add_trace(go.Scatter(x=[n[0] for n in nodes], y=[n[1] for n in nodes], mode="markers", showlegend=False,

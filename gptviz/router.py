@@ -36,8 +36,14 @@ def main() -> None:
     st.set_page_config(page_title="gptviz: see inside a GPT", page_icon="🔎", layout="wide")
     pages: dict[str, list] = {}
     for i, (section, stem, title, icon) in enumerate(PAGE_LIST):
-        pages.setdefault(section, []).append(
-            st.Page(PAGES_DIR / f"{stem}.py", title=title, icon=icon, default=i == 0))
+        # the default page is served at "/" but reserves a path it does not serve: give it one nobody types
+        pages.setdefault(section, []).append(st.Page(PAGES_DIR / f"{stem}.py", title=title, icon=icon, default=i == 0,
+                                                     url_path="home" if i == 0 else None))
+    home = pages[PAGE_LIST[0][0]][0]
+    # its own name, typed or bookmarked ("/attention"), showed Streamlit's "Page not found" dialog: a hidden page
+    # there sends the visitor home with the link's settings
+    pages[PAGE_LIST[0][0]].append(st.Page(lambda: st.switch_page(home, query_params=st.query_params.to_dict()),
+                                          title=PAGE_LIST[0][2], url_path=PAGE_LIST[0][1], visibility="hidden"))
     page = st.navigation(pages)
     stem_of = {title: stem for _, stem, title, _ in PAGE_LIST}
     ui.stop_generation(unless_page=stem_of.get(page.title))  # leaving a page stops the generation it runs

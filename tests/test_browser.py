@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -262,6 +263,19 @@ def test_a_link_to_a_page_opens_it_inside_the_app_on_a_fresh_server(browser):
         assert page.get_by_text("LayerNorm placement").count() == 1             # the shared sidebar
         no_exception(page)
         page.close()
+
+
+def test_the_first_pages_own_name_opens_it_with_the_links_settings(browser, server):
+    """The Attention page is the default, served at "/"; "/attention" (typed, bookmarked) showed Streamlit's "Page
+    not found" dialog. It now sends the visitor to "/" with the link's settings."""
+    page = new_page(browser)
+    page.goto(f"{server}/attention?source=preset&preset=tiny&prompt=the+cat+sat&att_layer=1")
+    page.locator(".gv-title").filter(has_text=re.compile("^Layer 1, head 0$")).wait_for()    # the link's layer
+    page.get_by_role("radio", name="␣sat", exact=True).wait_for()                             # the link's prompt
+    assert page.get_by_text("Page not found").count() == 0
+    assert urllib.parse.urlsplit(page.url).path == "/"
+    no_exception(page)
+    page.close()
 
 
 NEW_VIEWS = {"Lines between tokens": "each query (left) to the keys", "On the text": "where token",

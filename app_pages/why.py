@@ -8,7 +8,6 @@ import torch
 from gptviz import attribution, flow, ui
 from gptviz.figures import attention as fa
 from gptviz.figures import flow as figs_flow
-from gptviz.figures.common import plotly_text
 from gptviz.figures import why as figs
 from gptviz.generate import generate
 from gptviz.interventions import ablate_heads, run_with_edits
@@ -296,13 +295,13 @@ with tab_flow:
                 st.warning(str(err))
                 st.stop()
             kinds = {k: [e for e in graph.edges if e.kind == k] for k in ("attention", "mlp", "residual")}
-            sources = sorted({e.source for e in kinds["attention"] if e.source != graph.position})
+            sources = {e.source for e in kinds["attention"] if e.source != graph.position}
             st.caption(f"{len(graph.edges)} edges at share >= {threshold:.2f}: {len(kinds['attention'])} through "
                        f"attention, {len(kinds['mlp'])} MLP outputs, {len(kinds['residual'])} skips. Earlier tokens "
                        f"the output reads: {len(sources)} of {graph.n_tokens - 1}.")
             ui.show_figure(figs_flow.flow_figure(graph, labels, n_heads=cfg.n_heads,
                                                  title="Information flow into the prediction after "
-                                                 f"'{plotly_text(labels[graph.position])}'"), key="why_flow_fig")
+                                                 f"'{fa.plotly_text(labels[graph.position])}'"), key="why_flow_fig")
             rows = sorted(kinds["attention"], key=lambda e: -e.importance)
             table = pd.DataFrame({"layer": [e.layer for e in rows], "from token": [labels[e.source] for e in rows],
                                   "from position": [e.source for e in rows],

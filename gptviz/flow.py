@@ -68,10 +68,9 @@ def hook_names(n_layers: int) -> tuple[str, ...]:
         "hook_resid_pre", "hook_resid_mid", "hook_mlp_out", "attn.hook_pattern", "attn.hook_v"))
 
 
-def _attention_importance(model, cache, layer: int, queries: list[int], writes: torch.Tensor
-                          ) -> dict[int, tuple[torch.Tensor, float]]:
+def _attention_importance(model, cache, layer: int, queries: list[int], pattern: torch.Tensor,
+                          writes: torch.Tensor) -> dict[int, tuple[torch.Tensor, float]]:
     """{query i: ([keys] importance of each key's contribution, importance of the skip)} for one layer."""
-    pattern = cache[f"blocks.{layer}.attn.hook_pattern"]
     pre, mid = cache[f"blocks.{layer}.hook_resid_pre"].float(), cache[f"blocks.{layer}.hook_resid_mid"].float()
     bias = model.blocks[layer].attn.c_proj.bias
     out = {}
@@ -125,7 +124,7 @@ def flow_from_capture(model, cache, threshold: float = 0.04, position: int = -1)
         reached_pre = set()
         pattern = cache[f"blocks.{layer}.attn.hook_pattern"].float()
         writes = head_writes(model, layer, cache[f"blocks.{layer}.attn.hook_v"])
-        for i, (keys, skip) in _attention_importance(model, cache, layer, sorted(reached_mid), writes).items():
+        for i, (keys, skip) in _attention_importance(model, cache, layer, sorted(reached_mid), pattern, writes).items():
             if skip >= threshold:
                 edges.append(Edge(layer, "residual", "attn", i, i, skip))
                 reached_pre.add(i)

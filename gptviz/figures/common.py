@@ -42,6 +42,11 @@ def title_room(lines: int = 1) -> int:
     return TOOLBAR_ROOM + 20 * lines + 12
 
 
+def legend_on_top_room(title: str | None) -> int:
+    """The top margin for a one-line title with a horizontal legend between it and the plot."""
+    return title_room() + 26 if title else 40
+
+
 def apply_layout(fig: go.Figure, title: str | None = None, height: int | None = None, **kwargs) -> go.Figure:
     # each extra title line (<br>) needs its own room above the plot, or it sits on the top of the data
     top = title_room(1 + title.count("<br>")) if title else 20

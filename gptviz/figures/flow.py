@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
-from .common import apply_layout, escaped, title_room, token_axis
+from .common import apply_layout, escaped, legend_on_top_room, token_axis
 
 COLORS = {"attention": "#2f6db5", "residual": "#9a9a9a", "mlp": "#e07b22"}
 NAMES = {"attention": "attention (key's stream → query)", "residual": "residual (the skip)",
@@ -82,5 +82,5 @@ def flow_figure(graph, labels: list[str], *, n_heads: int, title: str | None = N
     apply_layout(fig, title=title, height=height or int(min(900, max(380, 34 * 2 * L + 220))),
                  plot_bgcolor="white", hovermode="closest",
                  legend=dict(orientation="h", yanchor="bottom", y=1.0, x=0))
-    fig.update_layout(margin=dict(t=title_room() + 26 if title else 46))  # the legend sits above the plot
+    fig.update_layout(margin=dict(t=legend_on_top_room(title)))
     return fig

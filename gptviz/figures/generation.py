@@ -10,7 +10,7 @@ from plotly.subplots import make_subplots
 
 from .attention import HIGHLIGHT, OUT_OF_WINDOW_COLOR, color_axis
 from .common import escaped, plotly_text
-from .common import MASKED_COLOR, apply_layout, title_room, token_axis
+from .common import MASKED_COLOR, apply_layout, legend_on_top_room, title_room, token_axis
 
 KEPT_COLOR = "#3a78b5"
 CUT_COLOR = "#c9c9c9"
@@ -174,5 +174,5 @@ def step_curves(probs, entropies, labels: list[str], *, title: str | None = None
     fig.update_xaxes(title_text="step", tickmode="auto")
     apply_layout(fig, title=title, height=height,
                  legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1))
-    fig.update_layout(margin=dict(t=title_room() + 26 if title else 40))  # the legend sits above the plot
+    fig.update_layout(margin=dict(t=legend_on_top_room(title)))
     return fig

@@ -5,10 +5,12 @@ import pandas as pd
 import streamlit as st
 import torch
 
-from gptviz import analysis, ui
+from gptviz import analysis
 from gptviz.export import capture_nbytes, matrix_frame, prompt_capture_npz
 from gptviz.figures import activations as figs
 from gptviz.tokenizer import position_labels, token_labels
+from gptviz.app import display, models, sidebar
+from gptviz import limits
 
 SUFFIXES = ("hook_resid_pre", "hook_attn_out", "hook_resid_mid", "mlp.hook_post", "hook_mlp_out",
             "hook_resid_post", "attn.hook_pattern")
@@ -26,10 +28,10 @@ def hook_names(n_layers: int, patterns: bool = True) -> tuple[str, ...]:
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
-def lens(spec: ui.ModelSpec, ids: tuple[int, ...], names: tuple[str, ...]) -> analysis.LogitLens:
+def lens(spec: models.ModelSpec, ids: tuple[int, ...], names: tuple[str, ...]) -> analysis.LogitLens:
     """The logit lens for a prompt (reuses the page's cached capture)."""
-    _, cache = ui.capture_cache(spec, ids, names)
-    return analysis.logit_lens(ui.load_model(spec), cache)
+    _, cache = models.capture_cache(spec, ids, names)
+    return analysis.logit_lens(models.load_model(spec), cache)
 
 
 def pct(p: float) -> str:
@@ -47,9 +49,9 @@ st.caption("Inside the forward pass for the sidebar's prompt: how big the residu
            "neurons do, what each norm receives, what the model would predict if it stopped early, and which "
            "heads follow simple patterns.")
 
-spec, model = ui.require_model()
+spec, model = sidebar.require_model()
 cfg = model.config
-prompt = ui.require_prompt(cfg.n_ctx, cfg.vocab_size)
+prompt = sidebar.require_prompt(cfg.n_ctx, cfg.vocab_size)
 ids = prompt.ids
 T = len(ids)
 labels = token_labels(ids)
@@ -59,7 +61,7 @@ with_patterns = pattern_bytes <= PATTERN_BUDGET
 names = hook_names(cfg.n_layers, with_patterns)
 try:
     with st.spinner("Running the model on the prompt..."):
-        logits, cache = ui.capture_cache(spec, ids, names)
+        logits, cache = models.capture_cache(spec, ids, names)
 except (ValueError, RuntimeError, KeyError) as err:
     st.error(f"The model could not run on this prompt: {err}")
     st.stop()
@@ -68,7 +70,7 @@ if any(name not in cache for name in names):
     st.stop()
 
 # a shorter prompt, or a value the browser kept as the old option's label (a str), falls back to the last token
-ui.keep_valid("act_focus", range(T), T - 1)
+sidebar.keep_valid("act_focus", range(T), T - 1)
 focus = st.columns([1, 2])[0].selectbox("Focus token", range(T), index=T - 1, format_func=pos_labels.__getitem__,
                                         key="act_focus",
                                         help="The position used by the per-token views below (neurons, norms per "
@@ -81,7 +83,7 @@ with tab_resid:
     resid = analysis.residual_norms(cache)                    # [layers + 1, T]
     attn = analysis.branch_norms(cache, "hook_attn_out")       # [layers, T]
     mlp = analysis.branch_norms(cache, "hook_mlp_out")
-    ui.show_figure(figs.residual_norm_heatmap(resid, labels), key="act_resid_heat")
+    display.show_figure(figs.residual_norm_heatmap(resid, labels), key="act_resid_heat")
     st.caption("L2 norm of the residual stream entering each block (rows, top to bottom) and leaving the last "
                "one, for every token (columns). In a pre-norm model it grows layer by layer; post-norm "
                "renormalises it after every sub-layer.")
@@ -92,10 +94,10 @@ with tab_resid:
     else:
         where = f"at {pos_labels[focus]}"
         r, a, m = resid[:, focus], attn[:, focus], mlp[:, focus]
-    ui.show_figure(figs.residual_norm_lines(r, a, m, where), key="act_resid_lines")
+    display.show_figure(figs.residual_norm_lines(r, a, m, where), key="act_resid_lines")
     st.caption("Green: the stream entering each block. Blue and orange: the size of what attention "
                "(`hook_attn_out`) and the MLP (`hook_mlp_out`) add inside that block.")
-    ui.download_csv(pd.DataFrame({
+    display.download_csv(pd.DataFrame({
         "state": [s for s in figs.state_labels(cfg.n_layers) for _ in range(T)],
         "position": list(range(T)) * (cfg.n_layers + 1), "token": labels * (cfg.n_layers + 1),
         "resid_norm": resid.reshape(-1).numpy(),
@@ -108,7 +110,7 @@ with tab_mlp:
     counts, edges = analysis.activation_histograms(post)
     left, right = st.columns([3, 2])
     with left:
-        ui.show_figure(figs.mlp_histograms(counts, edges), key="act_mlp_hist")
+        display.show_figure(figs.mlp_histograms(counts, edges), key="act_mlp_hist")
         st.caption(f"Every value of `mlp.hook_post` ({T} tokens × {cfg.d_ff} neurons per layer), binned on shared "
                    f"edges. The activation is `{cfg.activation}`: "
                    + ("values below 0 are cut to exactly 0." if cfg.activation == "relu"
@@ -116,19 +118,19 @@ with tab_mlp:
         bins = pd.DataFrame(counts.numpy().T, columns=[f"layer {i}" for i in range(cfg.n_layers)])
         bins.insert(0, "bin_high", edges[1:].numpy())
         bins.insert(0, "bin_low", edges[:-1].numpy())
-        ui.download_csv(bins, "mlp_histograms.csv", key="act_mlp_hist_csv")
+        display.download_csv(bins, "mlp_histograms.csv", key="act_mlp_hist_csv")
     with right:
         k = st.slider("Neurons", 5, 30, 10, key="act_topk")
         rows = analysis.top_neurons(post, focus, k)
-        ui.show_figure(figs.top_neurons_bar(rows, pos_labels[focus]), key="act_top_neurons")
+        display.show_figure(figs.top_neurons_bar(rows, pos_labels[focus]), key="act_top_neurons")
         st.caption("The largest activations at the focus token, over every layer's neurons.")
-        ui.download_csv(pd.DataFrame(rows, columns=["layer", "neuron", "activation"]), "top_neurons.csv",
+        display.download_csv(pd.DataFrame(rows, columns=["layer", "neuron", "activation"]), "top_neurons.csv",
                         key="act_top_neurons_csv")
 
 with tab_norm:
     stats = analysis.norm_input_stats(cache, cfg)
     rms = cfg.norm_type == "rmsnorm"
-    ui.show_figure(figs.norm_stats_figure(stats.names, stats.mean, stats.var, stats.mean_square, rms=rms),
+    display.show_figure(figs.norm_stats_figure(stats.names, stats.mean, stats.var, stats.mean_square, rms=rms),
                    key="act_norm_stats")
     if cfg.norm == "pre":
         st.caption("Pre-norm: `ln_1` normalises the stream entering the block (`hook_resid_pre`), `ln_2` the stream "
@@ -141,7 +143,7 @@ with tab_norm:
     if rms:
         st.caption("RMSNorm divides by the root of the mean square (it subtracts no mean), so the lower panel "
                    "shows the mean square.")
-    ui.download_csv(pd.DataFrame({
+    display.download_csv(pd.DataFrame({
         "norm": [n for n in stats.names for _ in range(T)], "position": list(range(T)) * len(stats.names),
         "token": labels * len(stats.names), "mean": stats.mean.reshape(-1).numpy(),
         "variance": stats.var.reshape(-1).numpy(), "mean_square": stats.mean_square.reshape(-1).numpy()}),
@@ -156,16 +158,16 @@ with tab_lens:
     else:
         top_labels = [token_labels(row) for row in lensed.top_ids.tolist()]
         target_labels = token_labels(lensed.target_ids.tolist())
-        ui.show_figure(figs.logit_lens_heatmap(lensed.top_probs, top_labels, pos_labels, target_labels,
+        display.show_figure(figs.logit_lens_heatmap(lensed.top_probs, top_labels, pos_labels, target_labels,
                                                lensed.target_probs), key="act_lens_heat")
         st.caption("Each residual state decoded as if it were the last: `lm_head(ln_f(x))`. The bottom row is "
                    "the model's real output. Each column predicts the token after its input token. Colours run "
                    f"from 0 to {pct(lensed.top_probs.max().item())}, the largest probability here "
                    f"(uniform guessing would give {pct(1 / cfg.vocab_size)})."
                    + (" Token names are written in the cells for short prompts; hover for the rest." if T > 24 else ""))
-        ui.show_figure(figs.final_prediction_lines(lensed.target_probs, focus, pos_labels[focus],
+        display.show_figure(figs.final_prediction_lines(lensed.target_probs, focus, pos_labels[focus],
                                                    target_labels[focus]), key="act_lens_lines")
-        ui.download_csv(pd.DataFrame({
+        display.download_csv(pd.DataFrame({
             "state": [s for s in figs.state_labels(cfg.n_layers) for _ in range(T)],
             "position": list(range(T)) * (cfg.n_layers + 1), "token": labels * (cfg.n_layers + 1),
             "top_token_id": lensed.top_ids.reshape(-1).numpy(), "top_token": sum(top_labels, []),
@@ -189,11 +191,11 @@ with tab_heads:
     if length >= 2:
         try:
             with st.spinner("Running the model on a repeated random sequence..."):
-                scores["induction"] = ui.induction_scores(spec, length)
+                scores["induction"] = models.induction_scores(spec, length)
         except (ValueError, RuntimeError, KeyError) as err:
             st.error(f"The induction test could not run: {err}")
     if scores:
-        ui.show_figure(figs.head_detector_heatmaps(scores), key="act_heads")
+        display.show_figure(figs.head_detector_heatmaps(scores), key="act_heads")
         lines = []
         if "previous" in scores:
             lines.append("**Previous-token** (mean weight on the token just before): "
@@ -203,7 +205,7 @@ with tab_heads:
                          + (best_heads_text(scores["duplicate"], analysis.duplicate_token_chance(ids)) if has_copy
                             else "no token repeats in this prompt, so every score is 0"))
         if "induction" in scores:
-            drawn = "the ids its training text used" if ui.training_vocab(spec) is not None else "ids 1,000-19,999"
+            drawn = "the ids its training text used" if models.training_vocab(spec) is not None else "ids 1,000-19,999"
             lines.append(f"**Induction** (on {length} random tokens from {drawn}, repeated once; weight from each "
                          f"repeat to the token after its first copy): "
                          f"{best_heads_text(scores['induction'], analysis.induction_chance(length))}")
@@ -212,7 +214,7 @@ with tab_heads:
                    "sidebar's prompt; induction needs a sequence that repeats, so it uses its own.")
         frames = [matrix_frame(s, range(cfg.n_layers), range(cfg.n_heads), "layer", "head", "score")
                   .assign(detector=name) for name, s in scores.items()]
-        ui.download_csv(pd.concat(frames, ignore_index=True), "head_detectors.csv", key="act_heads_csv")
+        display.download_csv(pd.concat(frames, ignore_index=True), "head_detectors.csv", key="act_heads_csv")
 
 with tab_export:
     st.markdown("**The whole capture for this prompt** as a NumPy `.npz`: every hook point's tensor by its hook "
@@ -221,9 +223,9 @@ with tab_export:
                                     key="act_npz_attn")
     size = capture_nbytes(cfg, T, include_attention)
     st.caption(f"About {size / 2**20:,.1f} MiB of float32 before compression. The file is built when you click.")
-    too_big = size > ui.server_limits().export_bytes
+    too_big = size > limits.server_limits().export_bytes
     if too_big:
-        st.warning(f"This server builds downloads of up to {ui.server_limits().export_mb:,} MiB; leave out the "
+        st.warning(f"This server builds downloads of up to {limits.server_limits().export_mb:,} MiB; leave out the "
                    "attention tensors or shorten the prompt.")
     st.download_button("Capture as .npz", data=partial(prompt_capture_npz, model, ids, include_attention),
                         file_name="capture.npz", mime="application/octet-stream", key="act_npz", on_click="ignore",

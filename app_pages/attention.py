@@ -1,543 +1,512 @@
 """Attention: where each token looks, in every layer and head, and live while the model writes.
 
 The prompt runs through the model once (cached by model and prompt). The pickers (layer, head, colour scale)
-and the views live in one fragment, so a pick reruns only that part of the page. A generation runs in a
-background thread and a second fragment redraws it on a timer, so neither slows the other.
+and the views live in one fragment, so a pick reruns only that part of the page; each view is one function, drawn
+only while its tab is open. A generation runs in a background thread and a second fragment redraws it on a timer.
 """
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import pandas as pd
 import streamlit as st
 import torch
 
-from gptviz import analysis, ui
-from gptviz import attention_map as amap
-from gptviz.attention_map import attention_map
-from gptviz.links import ATTENTION_VIEWS
+from gptviz import analysis
+from gptviz.app import keys as K
+from gptviz.app import live
+from gptviz.app.component import attention_map as amap
+from gptviz.app.display import MEAN_HEAD, figure_download, head_name, md_text, show_figure
+from gptviz.app.models import ModelSpec, attention_page_names, capture_cache, induction_scores
+from gptviz.app.sidebar import MAX_PROMPT_CHARS, keep_valid, require_model, require_prompt
 from gptviz.figures import attention as fa
 from gptviz.figures import generation as fg
 from gptviz.figures import head_views as fhv
 from gptviz.head_steps import (attention_input_name, first_token_chance, first_token_scores, head_steps, row_shares,
                                value_weighted, values_from_input)
+from gptviz.hooks import ActivationCache
+from gptviz.model import GPT
 from gptviz.tokenizer import decode, token_labels
 
-MEAN = ui.MEAN_HEAD       # head option: the mean of the layer's heads
 MAX_CHIPS = 256           # longer prompts pick the query with a slider
 GRID_CELLS = 600_000      # most heatmap cells one small-multiples figure draws
 CAPTURE_BYTES = 256 * 2**20  # most memory the cached weights of one prompt may take (layers x heads x T x T)
-VIEWS = list(ATTENTION_VIEWS)
-PAGE = "attention"
-GENERATION_ERROR = "_att_generation_error"  # why Generate could not start, shown once under the buttons
-QUERY_MOVED = "_att_query_moved"  # set by a click in a view that picks the query: the whole page redraws
-
+VIEWS = list(K.ATTENTION_VIEWS)
 state = st.session_state
 
 
-md_text, head_name, keep_valid = ui.md_text, ui.head_name, ui.keep_valid
+@dataclass
+class Seen:
+    """The prompt as this page sees it: the model's capture and what every view reads from it."""
+    spec: ModelSpec
+    model: GPT
+    ids: tuple[int, ...]
+    labels: list[str]
+    cache: ActivationCache
+    patterns: torch.Tensor    # [layers, heads, query, key]
+
+    @property
+    def cfg(self):
+        return self.model.config
+
+    @property
+    def T(self) -> int:
+        return len(self.ids)
+
+    @property
+    def heads(self) -> list[int]:
+        return list(range(self.cfg.n_heads)) + [MEAN_HEAD]
+
+    def pattern(self, layer: int, head: int) -> torch.Tensor:
+        return self.patterns[layer].mean(0) if head == MEAN_HEAD else self.patterns[layer, head]
+
+    def grid_prefix(self, panels: int) -> int:
+        """Tokens the small multiples draw: all, or the first K so panels * K * K stays under GRID_CELLS.
+        A prefix is exact: under the causal mask, later tokens do not change earlier rows."""
+        return min(self.T, max(2, int(math.sqrt(GRID_CELLS / panels))))
 
 
-st.title("Attention")
-st.caption("Every token builds its next representation from a weighted mix of the tokens before it. "
-           "The weights are the attention pattern: one row per token, one pattern per head, "
-           "several heads per layer.")
-
-spec, model = ui.require_model()
-cfg = model.config
-prompt = ui.require_prompt(cfg.n_ctx, cfg.vocab_size)
-ids = prompt.ids
-longest = int(math.sqrt(CAPTURE_BYTES / (4 * cfg.n_layers * cfg.n_heads)))  # the patterns dominate the capture
-if len(ids) > longest:
-    st.warning(f"This page keeps the last {longest} of the {len(ids)} tokens: the attention weights of every "
-               f"layer and head grow with the square of the length, and {cfg.n_layers} x {cfg.n_heads} heads "
-               f"over more tokens would take over {CAPTURE_BYTES // 2**20} MiB.")
-    ids = ids[-longest:]
-T = len(ids)
-labels = token_labels(ids)
-
-try:
-    with st.spinner("Running the model on the prompt..."):
-        _, cache = ui.capture_cache(spec, ids, ui.attention_page_names(cfg.n_layers, cfg.norm))
-except (ValueError, RuntimeError, IndexError) as err:
-    st.error(f"The model could not run on this prompt: {err}")
-    st.stop()
-patterns = cache.patterns()      # [layers, heads, query, key]
-
-layers, heads = list(range(cfg.n_layers)), list(range(cfg.n_heads)) + [MEAN]
-keep_valid("att_layer", layers, 0)
-keep_valid("att_head", heads, 0)
+@dataclass
+class Pick:
+    """What the pickers chose."""
+    layer: int
+    head: int
+    scale: str
+    query: int
 
 
-def follow_query_to_the_new_prompt() -> None:
+def read_prompt() -> Seen:
+    spec, model = require_model()
+    cfg = model.config
+    ids = require_prompt(cfg.n_ctx, cfg.vocab_size).ids
+    longest = int(math.sqrt(CAPTURE_BYTES / (4 * cfg.n_layers * cfg.n_heads)))  # the patterns dominate the capture
+    if len(ids) > longest:
+        st.warning(f"This page keeps the last {longest} of the {len(ids)} tokens: the attention weights of every "
+                   f"layer and head grow with the square of the length, and {cfg.n_layers} x {cfg.n_heads} heads "
+                   f"over more tokens would take over {CAPTURE_BYTES // 2**20} MiB.")
+        ids = ids[-longest:]
+    try:
+        with st.spinner("Running the model on the prompt..."):
+            _, cache = capture_cache(spec, ids, attention_page_names(cfg.n_layers, cfg.norm))
+    except (ValueError, RuntimeError, IndexError) as err:
+        st.error(f"The model could not run on this prompt: {err}")
+        st.stop()
+    return Seen(spec, model, tuple(ids), token_labels(ids), cache, cache.patterns())
+
+
+def follow_query_to_the_new_prompt(ids: tuple[int, ...]) -> None:
     """When the prompt changes, the chosen query follows its token, not its index: the last token stays the last;
     another goes to the same token id nearest its old place, or to the last token when the new prompt lacks it."""
-    before = state.get("att_query_for")
-    chosen = state.get("att_query")
+    before, chosen = state.get(K.ATT_QUERY_FOR), state.get(K.ATT_QUERY)
     if before is None or tuple(before[0]) == tuple(ids) or chosen is None:
         return
     old_ids, old_query = before
     if old_query is None or old_query >= len(old_ids) or old_query == len(old_ids) - 1:
-        state["att_query"] = None
+        state[K.ATT_QUERY] = None
         return
     same = [i for i, t in enumerate(ids) if t == old_ids[old_query]]
-    state["att_query"] = min(same, key=lambda i: abs(i - old_query)) if same else None
+    state[K.ATT_QUERY] = min(same, key=lambda i: abs(i - old_query)) if same else None
 
 
-follow_query_to_the_new_prompt()
-keep_valid("att_query", list(range(T)) + [None], None)
-keep_valid("att_query_pos", list(range(T)), T - 1)
+def open_head(picked_key: str, seen: Seen, means_too: bool) -> None:
+    """A click in the entropy map or the model view (its chart's selection in `picked_key`) opens that head in the
+    One head view."""
+    picked = fa.selected_head(state.get(picked_key) or {})
+    heads = seen.heads if means_too else range(seen.cfg.n_heads)
+    if picked is not None and picked[0] in range(seen.cfg.n_layers) and picked[1] in heads:
+        state[K.ATT_LAYER], state[K.ATT_HEAD] = picked
+        state[K.ATT_VIEW] = VIEWS[0]
 
 
-def open_head_from_entropy_map() -> None:
-    """Entropy-map click: open that head in the One head view."""
-    picked = fa.selected_head(state.get("att_entropy_chart") or {})
-    if picked is not None and picked[0] in layers and picked[1] in heads:
-        state["att_layer"], state["att_head"] = picked
-        state["att_view"] = VIEWS[0]
-
-
-def open_head_from_model_view() -> None:
-    """Model-view click on a panel's marker: open that head in the One head view."""
-    picked = fa.selected_head(state.get("att_model_view") or {})
-    if picked is not None and picked[0] in layers and picked[1] in range(cfg.n_heads):
-        state["att_layer"], state["att_head"] = picked
-        state["att_view"] = VIEWS[0]
-
-
-def generation_controls() -> None:
-    """The generation's settings and buttons. They sit outside the views' fragment: Generate reruns the whole
-    page once, which starts the model and the live view's timer in the same run."""
-    st.divider()
-    st.subheader("Watch it generate")
-    st.caption("The model writes one token at a time. Each new token is predicted by the last token's query, "
-               "so each step adds one row of attention below; the Generation page has the step-by-step detail. "
-               "Changing the layer, head, colour scale or view while it writes does not stop it.")
-    g = st.columns(5)
-    keep_valid("att_gen_topk", range(cfg.vocab_size + 1), 0)  # a link's value past this model's vocabulary
-    n_new = g[0].number_input("New tokens", min_value=1, max_value=200, value=20, step=1, key="att_gen_n")
-    temperature = g[1].slider("Temperature", 0.0, 2.0, 1.0, 0.05, key="att_gen_temp",
-                              help="Divides the logits before the softmax: below 1 sharpens, above 1 flattens; "
-                                   "0 always takes the most probable token.")
-    top_k = g[2].number_input("Top-k (0 = off)", min_value=0, max_value=cfg.vocab_size, value=0, step=1,
-                              key="att_gen_topk", help="Sample only from the k most probable tokens.")
-    top_p = g[3].slider("Top-p (1 = off)", 0.05, 1.0, 0.9, 0.05, key="att_gen_topp",
-                        help="Sample only from the most probable tokens whose probabilities add up to p.")
-    seed = g[4].number_input("Seed", min_value=0, max_value=2**31 - 1, value=0, step=1, key="att_gen_seed",
-                             help="The same seed and settings give the same text.")
-    b1, b2, _ = st.columns([1, 1, 4])
-    b1.button("Generate", type="primary", key="att_generate", width="stretch", on_click=start_generating)
-    b2.button("Stop", key="att_stop", width="stretch", on_click=ui.stop_generation,
-              help="Ends the generation and keeps the tokens written so far.")
-    if state.get(GENERATION_ERROR):
-        st.error(state.pop(GENERATION_ERROR))
-
-
-def start_generating() -> None:
-    """Generate's callback: it runs before the page's script, so the model starts writing before anything is
-    drawn (the script that follows shares the interpreter with it, so the sooner the better)."""
-    top_p = float(state.get("att_gen_topp", 0.9))
-    settings = dict(max_new_tokens=int(state.get("att_gen_n", 20)), temperature=float(state.get("att_gen_temp", 1.0)),
-                    top_k=int(state.get("att_gen_topk", 0)) or None, top_p=top_p if top_p < 1 else None,
-                    seed=int(state.get("att_gen_seed", 0)))
-    try:
-        ui.start_generation(spec, model, ids, settings, PAGE)
-    except ValueError as err:
-        state[GENERATION_ERROR] = f"Cannot generate with these settings: {err}"
-    except RuntimeError as err:
-        state[GENERATION_ERROR] = f"Generation could not start: {err}"
-
-
-# The page in display order. Generate is handled first, so the model starts writing before the rest is drawn. The
-# views' fragment draws a finished generation into generation_box (so it follows the head picker); a running one
-# is live_generation's.
-chips_box, detector_box, views_box, controls_box, generation_box = (st.container() for _ in range(5))
-with controls_box:
-    generation_controls()
-
-# ---- the prompt as token chips (pick the query token) ---------------------------------------------------
-with chips_box:
-    st.markdown(f"**{T} token{'s' if T != 1 else ''}** (GPT-2 BPE pieces; ␣ is a space, ↵ a newline, `<0xF0>` one byte of a "
-                "character split across tokens). Pick one to see where it looks.")
+def token_chips(seen: Seen) -> int:
+    """The prompt as token chips; the picked one is the query the views outline. Returns the query."""
+    T = seen.T
+    st.markdown(f"**{T} token{'s' if T != 1 else ''}** (GPT-2 BPE pieces; ␣ is a space, ↵ a newline, `<0xF0>` one "
+                "byte of a character split across tokens). Pick one to see where it looks.")
     if T <= MAX_CHIPS:
-        query = st.pills("Query token", list(range(T)), format_func=lambda i: md_text(labels[i]), key="att_query",
-                         label_visibility="collapsed", persist_state="page",
+        query = st.pills("Query token", list(range(T)), format_func=lambda i: md_text(seen.labels[i]),
+                         key=K.ATT_QUERY, label_visibility="collapsed", persist_state="page",
                          help="The token whose attention the bar chart and the outlined heatmap row show.")
     else:
-        query = st.slider("Query position", 0, T - 1, value=T - 1, key="att_query_pos")
-        st.text(" | ".join(labels))
-state["att_query_for"] = (tuple(ids), query)
-query = T - 1 if query is None else int(query)
+        query = st.slider("Query position", 0, T - 1, value=T - 1, key=K.ATT_QUERY_POS)
+        st.text(" | ".join(seen.labels))
+    state[K.ATT_QUERY_FOR] = (seen.ids, query)
+    return T - 1 if query is None else int(query)
 
 
-
-def jump_to_head() -> None:
+def jump_to_head(n_layers: int, n_heads: int) -> None:
     """A row picked in the detector table opens that head."""
-    rows = ((state.get("att_detectors") or {}).get("selection") or {}).get("rows") or []
-    if rows and 0 <= int(rows[0]) < cfg.n_layers * cfg.n_heads:
-        state["att_layer"], state["att_head"] = divmod(int(rows[0]), cfg.n_heads)
+    rows = ((state.get(K.ATT_DETECTORS) or {}).get("selection") or {}).get("rows") or []
+    if rows and 0 <= int(rows[0]) < n_layers * n_heads:
+        state[K.ATT_LAYER], state[K.ATT_HEAD] = divmod(int(rows[0]), n_heads)
 
 
-with detector_box, st.expander("Heads worth a look: detector scores beside their chance levels (pick a row to open "
-                               "a head)"):
+def detector_table(seen: Seen) -> None:
+    """Every head's detector scores beside their chance levels; picking a row opens the head."""
+    cfg, T, patterns = seen.cfg, seen.T, seen.patterns
     if T < 2:
         st.info("The detectors need a prompt of at least two tokens.")
-    else:
-        length = min(50, cfg.n_ctx // 2)
-        table = {"head": [f"layer {l}, head {h}" for l in layers for h in range(cfg.n_heads)]}
-        columns = {}
-        for name, scores, chance in (
-                ("previous-token", analysis.previous_token_scores(patterns), analysis.previous_token_chance(T)),
-                ("duplicate-token", analysis.duplicate_token_scores(patterns, ids),
-                 analysis.duplicate_token_chance(ids)),
-                ("induction", ui.induction_scores(spec, length) if length >= 2 else None,
-                 analysis.induction_chance(length) if length >= 2 else 0.0),
-                ("first token (sink)", first_token_scores(patterns), first_token_chance(T))):
-            if scores is None:
-                continue
-            column = f"{name} (chance {chance:.3f})"
-            table[column] = scores.flatten().numpy()
-            columns[column] = st.column_config.ProgressColumn(column, min_value=0.0, max_value=1.0, format="%.3f")
-        st.dataframe(pd.DataFrame(table), hide_index=True, width="stretch", height=min(400, 38 + 35 * len(table["head"])),
-                     column_config=columns, on_select=jump_to_head, selection_mode="single-row", key="att_detectors")
-        st.caption("Mean attention weights in [0, 1]; the header gives what uniform attention over the same keys "
-                   "scores. Previous-token, duplicate-token and first-token scores use this prompt; induction uses "
-                   f"its own sequence of {length} random tokens repeated once (a prompt rarely repeats itself). "
-                   "The Activations page draws them as heatmaps.")
+        return
+    length = min(50, cfg.n_ctx // 2)
+    table = {"head": [f"layer {l}, head {h}" for l in range(cfg.n_layers) for h in range(cfg.n_heads)]}
+    columns = {}
+    for name, scores, chance in (
+            ("previous-token", analysis.previous_token_scores(patterns), analysis.previous_token_chance(T)),
+            ("duplicate-token", analysis.duplicate_token_scores(patterns, seen.ids),
+             analysis.duplicate_token_chance(seen.ids)),
+            ("induction", induction_scores(seen.spec, length) if length >= 2 else None,
+             analysis.induction_chance(length) if length >= 2 else 0.0),
+            ("first token (sink)", first_token_scores(patterns), first_token_chance(T))):
+        if scores is None:
+            continue
+        column = f"{name} (chance {chance:.3f})"
+        table[column] = scores.flatten().numpy()
+        columns[column] = st.column_config.ProgressColumn(column, min_value=0.0, max_value=1.0, format="%.3f")
+    st.dataframe(pd.DataFrame(table), hide_index=True, width="stretch",
+                 height=min(400, 38 + 35 * len(table["head"])), column_config=columns, selection_mode="single-row", key=K.ATT_DETECTORS,
+                 on_select=lambda: jump_to_head(cfg.n_layers, cfg.n_heads))
+    st.caption("Mean attention weights in [0, 1]; the header gives what uniform attention over the same keys "
+               "scores. Previous-token, duplicate-token and first-token scores use this prompt; induction uses "
+               f"its own sequence of {length} random tokens repeated once (a prompt rarely repeats itself). "
+               "The Activations page draws them as heatmaps.")
 
 
+def pickers(seen: Seen, query: int) -> Pick:
+    c_layer, c_head, c_scale = st.columns([1, 1, 1.4])
+    layer = c_layer.selectbox("Layer", list(range(seen.cfg.n_layers)), key=K.ATT_LAYER,
+                              format_func=lambda i: f"layer {i}", persist_state="session")
+    head = c_head.selectbox("Head", seen.heads, key=K.ATT_HEAD, format_func=head_name, persist_state="session",
+                            help="Each head has its own queries and keys, so each learns its own way of looking. "
+                                 "The mean shows where the layer as a whole looks.")
+    state.setdefault(K.ATT_SCALE, fa.DEFAULT_SCALE)
+    scale = c_scale.selectbox("Colour scale", list(fa.SCALES), key=K.ATT_SCALE, format_func=fa.SCALES.get,
+                              persist_state="session",
+                              help="Shared by every attention figure on this page. The default, the square root, "
+                                   "makes small weights visible (a linear scale shows only a head's few largest); "
+                                   "hover always shows the weight itself.")
+    return Pick(layer, head, scale, query)
 
-def pattern_of(layer: int, head: int):
-    return patterns[layer].mean(0) if head == MEAN else patterns[layer, head]
+
+def views(seen: Seen, query: int, generation_box) -> None:
+    """The pickers and every view: a pick reruns only this fragment, never the model (the capture is kept)."""
+    if state.pop(K.QUERY_MOVED, False):
+        st.rerun()  # a view picked another query token: the chips above must show it
+    pick = pickers(seen, query)
+    for view, tab in zip(VIEWS, st.tabs(VIEWS, key=K.ATT_VIEW, on_change="rerun")):
+        if tab.open is not False:  # a closed tab costs nothing
+            with tab:
+                VIEW_DRAWERS[view](seen, pick)
+    job = live.stored_generation(seen.spec, seen.ids, live.ATTENTION.page)
+    if job is not None and not job.running:  # a running one is the live fragment's
+        with generation_box:
+            finished_generation(live.generation_view(job), seen, pick)
 
 
-def grid_prefix(panels: int) -> int:
-    """Tokens the small multiples draw: all, or the first K so panels * K * K stays under GRID_CELLS.
-    A prefix is exact: under the causal mask, later tokens do not change earlier rows."""
-    return min(T, max(2, int(math.sqrt(GRID_CELLS / panels))))
+def picked_from_map(seen: Seen):
+    return live.map_pick(K.ATT_LAYER, K.ATT_HEAD, seen.cfg.n_layers, seen.cfg.n_heads)
 
 
-pick_from_map = ui.map_pick("att_layer", "att_head", cfg.n_layers, cfg.n_heads)  # the map's picks move the pickers
+def one_head(seen: Seen, p: Pick) -> None:
+    labels, T = seen.labels, seen.T
+    pat = seen.pattern(p.layer, p.head)
+    left, right = st.columns([3, 2], gap="medium")
+    with left:
+        height = int(min(660, max(440, 380 + 8 * T)))
+        amap.attention_map(amap.payload(seen.patterns.numpy(), labels, layer=p.layer, head=p.head, query=p.query,
+                                        scale=p.scale, mean_head=MEAN_HEAD,
+                                        head_names=[head_name(h) for h in seen.heads], height=height),
+                           key=K.ATT_MAP, on_pick=picked_from_map(seen))
+        figure_download(lambda: fa.attention_heatmap(pat.numpy(), labels, scale=p.scale, query=p.query,
+                                                     title=f"Layer {p.layer}, {head_name(p.head)}", height=height),
+                        file_name=f"layer-{p.layer}-{head_name(p.head).replace(' ', '-')}.html", key=K.ATT_HEATMAP)
+        st.caption("Pick a layer or a head above the map: it redraws at once, and the views beside and below "
+                   "follow. Rows are queries (the token looking), columns are keys (the tokens it looks at); each row "
+                   "sums to 1. Grey cells are the causal mask, not zero weights: a token cannot look at tokens after "
+                   "it. The outlined row is the chosen query token; hover a cell for its weight.")
+    with right:
+        row = pat[p.query, : p.query + 1]
+        show_figure(fa.query_bars(row.numpy(), labels, p.query,
+                                  title=f"Where token {p.query} '{fa.plotly_text(labels[p.query])}' looks"),
+                    key=K.ATT_QUERY_BARS)
+        order = row.argsort(descending=True)[:5].tolist()
+        st.dataframe(pd.DataFrame({"key token": [labels[k] for k in order], "position": order,
+                                   "weight": [float(row[k]) for k in order]}),
+                     hide_index=True, width="stretch",
+                     column_config={"weight": st.column_config.ProgressColumn(
+                         "weight", min_value=0.0, max_value=1.0, format="%.3f")})
+    with st.expander("How to read attention", expanded=False):
+        st.markdown(READING_ATTENTION)
 
 
-def focus_from_click() -> None:
+READING_ATTENTION = (
+    "- **Scores and softmax.** Each token makes a *query* vector; every earlier token offers a *key*. Their dot "
+    "products, scaled by 1/√d_head, are the scores; softmax turns one query's scores into weights that are positive "
+    "and add up to 1.\n"
+    "- **Causal mask.** Before the softmax the scores of later tokens are set to −∞, so their weight is exactly 0: "
+    "while generating, the model must not see the future. That is the grey triangle; the first token can only look "
+    "at itself.\n"
+    "- **Heads.** A layer runs several heads side by side, each with its own query, key and value projections, so "
+    "one head can track the previous token while another looks back at the start. Their outputs are concatenated "
+    "and mixed by the output projection.")
+
+
+def focus_from_click(T: int) -> None:
     """A click on a token of the left column makes it the query (and its lines the only ones drawn)."""
-    points = ((state.get("att_lines_chart") or {}).get("selection") or {}).get("points") or []
+    points = ((state.get(K.ATT_LINES_CHART) or {}).get("selection") or {}).get("points") or []
     for point in points:
         if isinstance(point, dict) and point.get("x") == 0 and isinstance(point.get("y"), (int, float)):
             if 0 <= int(point["y"]) < T and T <= MAX_CHIPS:
-                state["att_query"] = int(point["y"])
-                state["att_lines_focus"] = True
-                state[QUERY_MOVED] = True  # the query chips sit outside the views' fragment
+                state[K.ATT_QUERY] = int(point["y"])
+                state[K.ATT_LINES_FOCUS] = True
+                state[K.QUERY_MOVED] = True  # the query chips sit outside the views' fragment
             return
 
 
-@st.fragment
-def views() -> None:
-    """The pickers and every view: a pick reruns only this, never the model (the capture above is kept)."""
-    if state.pop(QUERY_MOVED, False):
-        st.rerun()  # a view picked another query token: the chips above must show it
-    c_layer, c_head, c_scale = st.columns([1, 1, 1.4])
-    layer = c_layer.selectbox("Layer", layers, key="att_layer", format_func=lambda i: f"layer {i}",
-                              persist_state="session")
-    head = c_head.selectbox("Head", heads, key="att_head", format_func=head_name, persist_state="session",
-                            help="Each head has its own queries and keys, so each learns its own way of looking. "
-                                 "The mean shows where the layer as a whole looks.")
-    state.setdefault("att_scale", fa.DEFAULT_SCALE)
-    scale = c_scale.selectbox("Colour scale", list(fa.SCALES), key="att_scale", format_func=fa.SCALES.get,
-                              persist_state="session",
-                              help="Shared by every attention figure on this page. The default, the square root, makes "
-                                   "small weights visible (a linear scale shows only a head's few largest); hover always "
-                                   "shows the weight itself.")
+def lines_between_tokens(seen: Seen, p: Pick) -> None:
+    n_heads = seen.cfg.n_heads
+    c1, c2 = st.columns([2, 1])
+    if not isinstance(state.get(K.ATT_LINES_HEADS), list) or \
+            any(h not in range(n_heads) for h in state[K.ATT_LINES_HEADS]):
+        state[K.ATT_LINES_HEADS] = list(range(n_heads)) if p.head == MEAN_HEAD else [p.head]
+    chosen = c1.multiselect("Heads to overlay", list(range(n_heads)), key=K.ATT_LINES_HEADS,
+                            format_func=lambda h: f"head {h}", help="One colour per head.")
+    focus = c2.toggle("Only the chosen query's lines", key=K.ATT_LINES_FOCUS, help="Or click a token in the left column.")
+    if not chosen:
+        st.info("Pick at least one head to draw its lines.")
+        return
+    show_figure(fhv.head_lines(seen.patterns[p.layer, chosen].numpy(), seen.labels, chosen,
+                               focus=p.query if focus else None,
+                               title=f"Layer {p.layer}: each query (left) to the keys it looks at (right)"),
+                key=K.ATT_LINES_CHART, on_select=lambda: focus_from_click(seen.T), selection_mode="points")
+    st.caption("BertViz's head view. A line joins a token on the left (the query) to each token on the right it may "
+               "look at; its opacity is the attention weight (lines under 0.02 are left out, and opacities are "
+               "rounded to 0.05). Each head has its own colour. The same weights as the heatmap, drawn so the "
+               "strongest links stand out.")
 
-    view_tabs = dict(zip(VIEWS, st.tabs(VIEWS, key="att_view", on_change="rerun")))
 
-    def is_open(view: str) -> bool:
-        """Draw a tab's content only while it is the open one (a closed tab costs nothing)."""
-        return view_tabs[view].open is not False
+def on_the_text(seen: Seen, p: Pick) -> None:
+    mode = st.radio("Colour each token by", ["where the query looks", "how much it is looked at"],
+                    key=K.ATT_TEXT_MODE, horizontal=True,
+                    help="The chosen query token's row of weights, or each token's mean weight received from the "
+                         "queries that can see it (itself and every later token).")
+    pat, labels = seen.pattern(p.layer, p.head), seen.labels
+    where = f"Layer {p.layer}, {head_name(p.head)}"
+    if mode == "where the query looks":
+        values, visible = pat[p.query].numpy(), p.query
+        title = f"{where}: where token {p.query} '{fa.plotly_text(labels[p.query])}' looks"
+    else:
+        values, visible = (pat.sum(0) / torch.arange(seen.T, 0, -1)).numpy(), None
+        title = f"{where}: mean weight each token receives"
+    show_figure(fhv.attention_text(values, labels, query=p.query if visible is not None else None, visible=visible,
+                                   scale=p.scale, title=title,
+                                   value_name="weight" if visible is not None else "mean weight"),
+                key=K.ATT_TEXT_CHART)
+    st.caption("The prompt set as text, each token coloured by its weight (CircuitsVis's idiom). Grey tokens come "
+               "after the query, which cannot look at them. The outlined token is the query.")
 
-    # ---- one head ----------------------------------------------------------------------------------------
-    with view_tabs["One head"]:
-        if is_open("One head"):
-            pat = pattern_of(layer, head)
-            left, right = st.columns([3, 2], gap="medium")
-            with left:
-                height = int(min(660, max(440, 380 + 8 * T)))
-                attention_map(amap.payload(patterns.numpy(), labels, layer=layer, head=head, query=query, scale=scale,
-                                           mean_head=MEAN, head_names=[head_name(h) for h in heads],
-                                           height=height), key="att_map", on_pick=pick_from_map)
-                ui.figure_download(lambda: fa.attention_heatmap(pat.numpy(), labels, scale=scale, query=query,
-                                                                title=f"Layer {layer}, {head_name(head)}",
-                                                                height=height),
-                                   file_name=f"layer-{layer}-{head_name(head).replace(' ', '-')}.html", key="att_heatmap")
-                st.caption("Pick a layer or a head above the map: it redraws at once, and the views beside and "
-                           "below follow. Rows are queries (the token looking), columns are keys (the tokens it "
-                           "looks at); each row sums to 1. Grey cells are the causal mask, not zero weights: a token "
-                           "cannot look at tokens after it. The outlined row is the chosen query token; hover a "
-                           "cell for its weight.")
-            with right:
-                row = pat[query, : query + 1]
-                ui.show_figure(fa.query_bars(row.numpy(), labels, query,
-                                             title=f"Where token {query} '{fa.plotly_text(labels[query])}' looks"),
-                               key="att_query_bars")
-                order = row.argsort(descending=True)[:5].tolist()
-                st.dataframe(pd.DataFrame({"key token": [labels[k] for k in order], "position": order,
-                                           "weight": [float(row[k]) for k in order]}),
-                             hide_index=True, width="stretch",
-                             column_config={"weight": st.column_config.ProgressColumn(
-                                 "weight", min_value=0.0, max_value=1.0, format="%.3f")})
-            with st.expander("How to read attention", expanded=False):
-                st.markdown(
-                    "- **Scores and softmax.** Each token makes a *query* vector; every earlier token offers a "
-                    "*key*. Their dot products, scaled by 1/√d_head, are the scores; softmax turns one "
-                    "query's scores into weights that are positive and add up to 1.\n"
-                    "- **Causal mask.** Before the softmax the scores of later tokens are set to −∞, so their "
-                    "weight is exactly 0: while generating, the model must not see the future. That is the "
-                    "grey triangle; the first token can only look at itself.\n"
-                    "- **Heads.** A layer runs several heads side by side, each with its own query, key and "
-                    "value projections, so one head can track the previous token while another looks back "
-                    "at the start. Their outputs are concatenated and mixed by the output projection.")
 
-    # ---- lines between tokens (BertViz's head view) -------------------------------------------------------
-    with view_tabs["Lines between tokens"]:
-        if is_open("Lines between tokens"):
-            c1, c2 = st.columns([2, 1])
-            default_heads = list(range(cfg.n_heads)) if head == MEAN else [head]
-            if not isinstance(state.get("att_lines_heads"), list) or \
-                    any(h not in range(cfg.n_heads) for h in state["att_lines_heads"]):
-                state["att_lines_heads"] = default_heads
-            chosen = c1.multiselect("Heads to overlay", list(range(cfg.n_heads)), key="att_lines_heads",
-                                    format_func=lambda h: f"head {h}", help="One colour per head.")
-            focus = c2.toggle("Only the chosen query's lines", key="att_lines_focus",
-                              help="Or click a token in the left column.")
-            if not chosen:
-                st.info("Pick at least one head to draw its lines.")
-            else:
-                ui.show_figure(fhv.head_lines(patterns[layer, chosen].numpy(), labels, chosen,
-                                              focus=query if focus else None,
-                                              title=f"Layer {layer}: each query (left) to the keys it looks at (right)"),
-                               key="att_lines_chart", on_select=focus_from_click, selection_mode="points")
-                st.caption("BertViz's head view. A line joins a token on the left (the query) to each token on the "
-                           "right it may look at; its opacity is the attention weight (lines under 0.02 are left out, "
-                           "and opacities are rounded to 0.05). Each head has its own colour. The same weights as "
-                           "the heatmap, drawn so the strongest links stand out.")
+def inside_the_head(seen: Seen, p: Pick) -> None:
+    """One head's computation step by step (Transformer Explainer), and BertViz's neuron view."""
+    if p.head == MEAN_HEAD:
+        st.info("Pick a single head above: the mean of the heads is not one computation.")
+        return
+    cfg, labels = seen.cfg, seen.labels
+    steps = head_steps(seen.model, seen.cache, p.layer, p.head, p.query)
+    st.markdown(f"Head {p.head} of layer {p.layer} computing the output for token {p.query} "
+                f"**{md_text(labels[p.query])}**, with the model's real numbers (d_model {cfg.d_model}, "
+                f"d_head {cfg.d_head}).")
+    show_figure(fhv.head_steps_figure(steps, labels), key=K.ATT_STEPS_CHART)
+    st.caption("Each panel is one step; its title gives the shape. Blue is negative, red positive, each panel on its "
+               "own scale (hover for the value). The softmax row is the same row as the heatmap's; the last panel "
+               "is what this head adds to the residual stream (the layer adds its output bias once for all heads).")
+    keep_valid(K.ATT_NEURON_KEY, list(range(p.query + 1)), p.query)
+    state.setdefault(K.ATT_NEURON_KEY, p.query)
+    key_token = st.select_slider("Key token for the neuron view", list(range(p.query + 1)), key=K.ATT_NEURON_KEY,
+                                 format_func=lambda j: f"{j} {labels[j]}")
+    show_figure(fhv.neuron_view(steps, key_token, labels, title=f"Query {p.query} · key {key_token}"),
+                key=K.ATT_NEURON_CHART)
+    st.caption("BertViz's neuron view: the query and key vectors dimension by dimension and their product. The "
+               "products sum to the dot product; scaled by 1/√d_head it is the score the softmax turns into the "
+               "weight.")
 
-    # ---- attention on the text (CircuitsVis) --------------------------------------------------------------
-    with view_tabs["On the text"]:
-        if is_open("On the text"):
-            mode = st.radio("Colour each token by", ["where the query looks", "how much it is looked at"],
-                            key="att_text_mode", horizontal=True,
-                            help="The chosen query token's row of weights, or each token's mean weight received "
-                                 "from the queries that can see it (itself and every later token).")
-            pat = pattern_of(layer, head)
-            if mode == "where the query looks":
-                values, visible = pat[query].numpy(), query
-                text_title = f"Layer {layer}, {head_name(head)}: where token {query} '{fa.plotly_text(labels[query])}' looks"
-            else:
-                values = (pat.sum(0) / torch.arange(T, 0, -1)).numpy()
-                visible = None
-                text_title = f"Layer {layer}, {head_name(head)}: mean weight each token receives"
-            ui.show_figure(fhv.attention_text(values, labels, query=query if visible is not None else None,
-                                              visible=visible, scale=scale, title=text_title,
-                                              value_name="weight" if visible is not None else "mean weight"),
-                           key="att_text_chart")
-            st.caption("The prompt set as text, each token coloured by its weight (CircuitsVis's idiom). Grey tokens "
-                       "come after the query, which cannot look at them. The outlined token is the query.")
 
-    # ---- one head's computation, step by step (Transformer Explainer) ---------------------------------------
-    with view_tabs["Inside the head"]:
-        if is_open("Inside the head"):
-            if head == MEAN:
-                st.info("Pick a single head above: the mean of the heads is not one computation.")
-            else:
-                steps = head_steps(model, cache, layer, head, query)
-                st.markdown(f"Head {head} of layer {layer} computing the output for token {query} "
-                            f"**{md_text(labels[query])}**, with the model's real numbers (d_model {cfg.d_model}, "
-                            f"d_head {cfg.d_head}).")
-                ui.show_figure(fhv.head_steps_figure(steps, labels), key="att_steps_chart")
-                st.caption("Each panel is one step; its title gives the shape. Blue is negative, red positive, each "
-                           "panel on its own scale (hover for the value). The softmax row is the same row as the "
-                           "heatmap's; the last panel is what this head adds to the residual stream (the layer adds "
-                           "its output bias once for all heads).")
-                keep_valid("att_neuron_key", list(range(query + 1)), query)
-                state.setdefault("att_neuron_key", query)
-                key_token = st.select_slider("Key token for the neuron view", list(range(query + 1)), key="att_neuron_key",
-                                             format_func=lambda j: f"{j} {labels[j]}")
-                ui.show_figure(fhv.neuron_view(steps, key_token, labels, title=f"Query {query} · key {key_token}"),
-                               key="att_neuron_chart")
-                st.caption("BertViz's neuron view: the query and key vectors dimension by dimension and their "
-                           "product. The products sum to the dot product; scaled by 1/√d_head it is the score the "
-                           "softmax turns into the weight.")
+def value_weighted_view(seen: Seen, p: Pick) -> None:
+    """Kobayashi et al. (2020): the weights beside weight x the size of what each value writes."""
+    cfg, labels, T = seen.cfg, seen.labels, seen.T
+    v = values_from_input(seen.model, p.layer, seen.cache[attention_input_name(p.layer, cfg.norm)])
+    vw = value_weighted(seen.model, p.layer, v, seen.patterns[p.layer])  # [heads, T, T]
+    shares = row_shares(vw.mean(0) if p.head == MEAN_HEAD else vw[p.head])
+    left, right = st.columns(2, gap="medium")
+    size = int(min(560, max(380, 320 + 7 * T)))
+    with left:
+        show_figure(fa.attention_heatmap(seen.pattern(p.layer, p.head).numpy(), labels, scale=p.scale, query=p.query,
+                                         title=f"Attention weights, layer {p.layer}, {head_name(p.head)}",
+                                         height=size), key=K.ATT_VW_RAW)
+    with right:
+        show_figure(fa.attention_heatmap(shares.numpy(), labels, scale=p.scale, query=p.query, value_name="share",
+                                         height=size, title="Weight × ‖value · W_O‖, as a share of each row"),
+                    key=K.ATT_VW_WEIGHTED)
+    if T >= 2:
+        sink, chance = first_token_scores(seen.patterns[p.layer]), first_token_chance(T)  # sink: [heads]
+        shown = range(cfg.n_heads) if p.head == MEAN_HEAD else [p.head]
+        sinks = [f"head {h}: {float(sink[h]):.2f}" for h in shown if float(sink[h]) >= 0.5]
+        st.markdown(f"**Attention sinks** (mean weight on the first token, uniform attention: {chance:.2f}): "
+                    + (", ".join(sinks) + " park most of their weight on token 0." if sinks else
+                       f"none of {'these heads' if p.head == MEAN_HEAD else 'this head'} puts half its weight there "
+                       f"(here: {', '.join(f'{float(sink[h]):.2f}' for h in shown)})."))
+    st.caption("Kobayashi et al. (2020): what a key contributes is its weight times the size of what its value "
+               "writes, ‖αᵢⱼ vⱼ W_O‖. A head that puts heavy weight on a token whose value is tiny (often the first "
+               "token, an attention sink) looks important in the weights and small here.")
 
-    # ---- value-weighted attention (Kobayashi et al., 2020) -----------------------------------------------
-    with view_tabs["Value-weighted"]:
-        if is_open("Value-weighted"):
-            v = values_from_input(model, layer, cache[attention_input_name(layer, cfg.norm)])
-            vw = value_weighted(model, layer, v, patterns[layer])  # [heads, T, T]
-            shares = row_shares(vw.mean(0) if head == MEAN else vw[head])
-            left, right = st.columns(2, gap="medium")
-            size = int(min(560, max(380, 320 + 7 * T)))
-            with left:
-                ui.show_figure(fa.attention_heatmap(pattern_of(layer, head).numpy(), labels, scale=scale, query=query,
-                                                    title=f"Attention weights, layer {layer}, {head_name(head)}",
-                                                    height=size), key="att_vw_raw")
-            with right:
-                ui.show_figure(fa.attention_heatmap(shares.numpy(), labels, scale=scale, query=query,
-                                                    value_name="share", height=size,
-                                                    title="Weight × ‖value · W_O‖, as a share of each row"),
-                               key="att_vw_weighted")
-            if T >= 2:
-                sink = first_token_scores(patterns[layer])       # [heads]
-                chance = first_token_chance(T)
-                shown_heads = range(cfg.n_heads) if head == MEAN else [head]
-                sinks = [f"head {h}: {float(sink[h]):.2f}" for h in shown_heads if float(sink[h]) >= 0.5]
-                st.markdown(f"**Attention sinks** (mean weight on the first token, uniform attention: {chance:.2f}): "
-                            + (", ".join(sinks) + " park most of their weight on token 0." if sinks else
-                               f"none of {'these heads' if head == MEAN else 'this head'} puts half its weight there "
-                               f"(here: {', '.join(f'{float(sink[h]):.2f}' for h in shown_heads)})."))
-            st.caption("Kobayashi et al. (2020): what a key contributes is its weight times the size of what its "
-                       "value writes, ‖αᵢⱼ vⱼ W_O‖. A head that puts heavy weight on a token whose value is tiny (often "
-                       "the first token, an attention sink) looks important in the weights and small here.")
 
-    # ---- all heads of one layer -------------------------------------------------------------------------
-    with view_tabs["All heads of the layer"]:
-        if is_open("All heads of the layer"):
-            H = cfg.n_heads
-            cols = next((c for c in (6, 5, 4) if H % c == 0), min(H, 6)) if H > 4 else H
-            rows_n = -(-H // cols)
-            K = grid_prefix(H)
-            stack = patterns[layer, :, :K, :K]
-            grid = stack.new_full((rows_n * cols, K, K), float("nan"))
-            grid[:H] = stack
-            names = [[f"head {r * cols + c}" if r * cols + c < H else "" for c in range(cols)] for r in range(rows_n)]
-            ui.show_figure(fa.attention_grid(grid.reshape(rows_n, cols, K, K).numpy(), labels[:K], panel_names=names,
-                                             scale=scale, title=f"Layer {layer}: every head",
-                                             selected=divmod(head, cols) if head != MEAN else None),
-                           key="att_layer_grid")
-            note = f" Showing the first {K} of {T} tokens (earlier rows do not depend on later tokens)." if K < T else ""
-            st.caption("Same layout as the single heatmap, one panel per head, one colour scale for all. "
-                       "Pick a head above, or click one in the Entropy map." + note)
+def all_heads_of_the_layer(seen: Seen, p: Pick) -> None:
+    H, T = seen.cfg.n_heads, seen.T
+    cols = next((c for c in (6, 5, 4) if H % c == 0), min(H, 6)) if H > 4 else H
+    rows_n = -(-H // cols)
+    K_ = seen.grid_prefix(H)
+    grid = seen.patterns.new_full((rows_n * cols, K_, K_), float("nan"))
+    grid[:H] = seen.patterns[p.layer, :, :K_, :K_]
+    names = [[f"head {r * cols + c}" if r * cols + c < H else "" for c in range(cols)] for r in range(rows_n)]
+    show_figure(fa.attention_grid(grid.reshape(rows_n, cols, K_, K_).numpy(), seen.labels[:K_], panel_names=names,
+                                  scale=p.scale, title=f"Layer {p.layer}: every head",
+                                  selected=divmod(p.head, cols) if p.head != MEAN_HEAD else None),
+                key=K.ATT_LAYER_GRID)
+    note = f" Showing the first {K_} of {T} tokens (earlier rows do not depend on later tokens)." if K_ < T else ""
+    st.caption("Same layout as the single heatmap, one panel per head, one colour scale for all. Pick a head above, "
+               "or click one in the Entropy map." + note)
 
-    # ---- model view -------------------------------------------------------------------------------------
-    with view_tabs["Model view: every layer and head"]:
-        if is_open("Model view: every layer and head"):
-            average = st.toggle("Average over heads", key="att_mv_mean", persist_state="session",
-                                help="One panel per layer: the mean of its heads.")
-            shown = patterns.mean(1, keepdim=True) if average else patterns
-            K = grid_prefix(shown.shape[0] * shown.shape[1])
-            col_names = ["mean of heads"] if average else [f"head {h}" for h in range(cfg.n_heads)]
-            selected = None if average or head == MEAN else (layer, head)
-            ui.show_figure(fa.model_view(shown[:, :, :K, :K].numpy(), labels[:K],
-                                         row_names=[f"layer {l}" for l in layers], col_names=col_names,
-                                         col_ticks=None if average or cfg.n_heads <= 8 else
-                                         [f"H{h}" for h in range(cfg.n_heads)],
-                                         scale=scale, selected=selected, title="Every layer (rows) and head (columns)",
-                                         clickable=not average),
-                           key="att_model_view", on_select=open_head_from_model_view, selection_mode="points")
-            note = f" Showing the first {K} of {T} tokens (earlier rows do not depend on later tokens)." if K < T else ""
-            st.caption("Early layers often look at the previous token or the first token; later layers mix "
-                       "more widely. Hover a panel for its weights; the outlined panel is the chosen head; click "
-                       "the orange square in a panel's corner to open that head." + note)
 
-    # ---- entropy map ------------------------------------------------------------------------------------
-    with view_tabs["Entropy map"]:
-        if is_open("Entropy map"):
-            entropy = analysis.attention_entropy(patterns)        # [layers, heads, query]
-            ui.show_figure(
-                fa.entropy_map(entropy.mean(-1).numpy(), query_entropy=entropy[..., query].numpy(),
-                               query_label=labels[query], uniform_entropy=analysis.uniform_attention_entropy(T),
-                               selected=(layer, head) if head != MEAN else None,
+def model_view(seen: Seen, p: Pick) -> None:
+    cfg, T = seen.cfg, seen.T
+    average = st.toggle("Average over heads", key=K.ATT_MV_MEAN, persist_state="session",
+                        help="One panel per layer: the mean of its heads.")
+    shown = seen.patterns.mean(1, keepdim=True) if average else seen.patterns
+    K_ = seen.grid_prefix(shown.shape[0] * shown.shape[1])
+    col_names = ["mean of heads"] if average else [f"head {h}" for h in range(cfg.n_heads)]
+    show_figure(fa.model_view(shown[:, :, :K_, :K_].numpy(), seen.labels[:K_],
+                              row_names=[f"layer {l}" for l in range(cfg.n_layers)], col_names=col_names,
+                              col_ticks=None if average or cfg.n_heads <= 8 else [f"H{h}" for h in range(cfg.n_heads)],
+                              scale=p.scale, selected=None if average or p.head == MEAN_HEAD else (p.layer, p.head),
+                              title="Every layer (rows) and head (columns)", clickable=not average),
+                key=K.ATT_MODEL_VIEW, on_select=lambda: open_head(K.ATT_MODEL_VIEW, seen, means_too=False),
+                selection_mode="points")
+    note = f" Showing the first {K_} of {T} tokens (earlier rows do not depend on later tokens)." if K_ < T else ""
+    st.caption("Early layers often look at the previous token or the first token; later layers mix more widely. "
+               "Hover a panel for its weights; the outlined panel is the chosen head; click the orange square in a "
+               "panel's corner to open that head." + note)
+
+
+def entropy_map(seen: Seen, p: Pick) -> None:
+    entropy = analysis.attention_entropy(seen.patterns)        # [layers, heads, query]
+    show_figure(fa.entropy_map(entropy.mean(-1).numpy(), query_entropy=entropy[..., p.query].numpy(),
+                               query_label=seen.labels[p.query],
+                               uniform_entropy=analysis.uniform_attention_entropy(seen.T),
+                               selected=(p.layer, p.head) if p.head != MEAN_HEAD else None,
                                title="Attention entropy per head (mean over query tokens)"),
-                key="att_entropy_chart", on_select=open_head_from_entropy_map, selection_mode="points")
-            st.caption("Entropy measures how spread out a row is, in nats: 0 when a query puts all its weight on "
-                       "one key, ln(n) when it spreads evenly over n keys. Dark cells are focused heads; the "
-                       "colour scale ends at the value for even spreading. Click a cell to open that head.")
-
-    job = ui.stored_generation(spec, ids, PAGE)
-    if job is not None and not job.running:  # a running one is live_generation's
-        with generation_box:
-            draw_generation(ui.generation_view(job), False, layer, head, scale)
+                key=K.ATT_ENTROPY_CHART, on_select=lambda: open_head(K.ATT_ENTROPY_CHART, seen, means_too=True),
+                selection_mode="points")
+    st.caption("Entropy measures how spread out a row is, in nats: 0 when a query puts all its weight on one key, "
+               "ln(n) when it spreads evenly over n keys. Dark cells are focused heads; the colour scale ends at the "
+               "value for even spreading. Click a cell to open that head.")
 
 
-# ---- live generation --------------------------------------------------------------------------------
+VIEW_DRAWERS = dict(zip(VIEWS, (one_head, lines_between_tokens, on_the_text, inside_the_head, value_weighted_view,
+                                all_heads_of_the_layer, model_view, entropy_map)))
+
+
+# ---- generation -----------------------------------------------------------------------------------------------
+
 def use_generated_text(text: str) -> None:
-    state["prompt"] = text[: ui.MAX_PROMPT_CHARS]
-    state["att_query"] = None  # the new last token
+    state[K.PROMPT] = text[:MAX_PROMPT_CHARS]
+    state[K.ATT_QUERY] = None  # the new last token
 
 
-def draw_generation(run: dict, live: bool, layer: int, head, scale: str) -> None:
+def finished_generation(run: dict, seen: Seen, p: Pick) -> None:
+    """A finished run: its text, the map of every layer that fits, and the last step's next-token bars."""
+    live.status_and_text(run, live=False)
     steps = run["steps"]
-    total = run["settings"]["max_new_tokens"]
-    if live:
-        st.progress(len(steps) / total, text=f"Generating: {len(steps)} of {total} tokens")
-    elif run.get("stopped"):
-        st.info(f"Stopped after {len(steps)} of {total} tokens; the text so far is kept.")
-    if run.get("error"):
-        st.error(f"Generation failed: {run['error']}")
     if not steps:
         return
-    prompt_ids = list(run["prompt"])
-    new_ids = [s.token_id for s in steps]
-    ui.generated_text(decode(prompt_ids) + decode(new_ids), live)
-    st.caption(f"The prompt's {len(prompt_ids)} tokens, then {len(new_ids)} new ones{ui.writing_speed(run, live)}.")
-    if not live:
-        st.button("Look at the whole text in every view", key="att_gen_use", on_click=use_generated_text,
-                  args=(decode(prompt_ids + new_ids),), icon=":material/north:",
-                  help="Makes prompt and continuation the sidebar's prompt, so the views above (lines, text, "
-                       "the head's computation...) and every other page show the generated tokens too.")
+    prompt_ids, new_ids = list(run["prompt"]), [s.token_id for s in steps]
+    st.button("Look at the whole text in every view", key=K.ATT_GEN_USE, on_click=use_generated_text,
+              args=(decode(prompt_ids + new_ids),), icon=":material/north:",
+              help="Makes prompt and continuation the sidebar's prompt, so the views above (lines, text, the head's "
+                   "computation...) and every other page show the generated tokens too.")
     if any(s.context_shifted for s in steps):
         first = next(i for i, s in enumerate(steps) if s.context_shifted)
-        st.caption(f"From step {first} the text was longer than the context ({cfg.n_ctx} tokens): "
+        st.caption(f"From step {first} the text was longer than the context ({seen.cfg.n_ctx} tokens): "
                    "the model saw only the most recent tokens.")
-    all_labels = token_labels(prompt_ids + new_ids)
     left, right = st.columns([3, 2], gap="medium")
     with left:
-        # live: the picked layer only (a few hundred KB less per redraw); finished: every layer that fits
-        attention_map(amap.generation_payload(steps, all_labels, len(prompt_ids), layer=layer, head=head,
-                                              scale=scale, mean_head=MEAN, head_names=[head_name(h) for h in heads],
-                                              every_layer=not live),
-                      key="att_gen_map_live" if live else "att_gen_map", on_pick=pick_from_map)
-        if not live:
-            rows = [(s.attention[layer].mean(0) if head == MEAN else s.attention[layer, head]).numpy() for s in steps]
-            ui.figure_download(lambda: fg.generation_heatmap(
-                rows, [s.window_start for s in steps], all_labels, len(prompt_ids), scale=scale,
-                title=f"Layer {layer}, {head_name(head)}: attention of each generating query"),
-                file_name=f"generation-layer-{layer}-{head_name(head).replace(' ', '-')}.html", key="att_gen_heatmap")
-    last = steps[-1]
-    top_ids = [t[0] for t in last.top]
+        live.generation_map(run, layer=p.layer, head=p.head, scale=p.scale, key=K.ATT_GEN_MAP, every_layer=True,
+                            on_pick=picked_from_map(seen))
+        rows = [seen_row(s, p) for s in steps]
+        figure_download(lambda: fg.generation_heatmap(
+            rows, [s.window_start for s in steps], token_labels(prompt_ids + new_ids), len(prompt_ids),
+            scale=p.scale, title=f"Layer {p.layer}, {head_name(p.head)}: attention of each generating query"),
+            file_name=f"generation-layer-{p.layer}-{head_name(p.head).replace(' ', '-')}.html", key=K.ATT_GEN_HEATMAP)
     with right:
-        if live:
-            ui.monospace_text(ui.next_token_text(steps), "next")
-            return
-        ui.show_figure(fg.next_token_bars(
+        last = steps[-1]
+        top_ids = [t[0] for t in last.top]
+        show_figure(fg.next_token_bars(
             top_ids, [t[1] for t in last.top], [t[2] for t in last.top], token_labels(top_ids),
             sampled_id=last.token_id, sampled_rank=last.rank, sampled_prob=last.prob, sampled_label=last.piece,
             n_allowed=last.n_allowed, kept_mass=last.kept_mass,
-            title=f"Step {len(steps) - 1}: next-token probabilities", cut_by=ui.cut_reason(run["settings"])),
-            key="att_gen_live_bars" if live else "att_gen_bars")
+            title=f"Step {len(steps) - 1}: next-token probabilities", cut_by=live.cut_reason(run["settings"])),
+            key=K.ATT_GEN_BARS)
         st.caption("Top 20 over the whole vocabulary, after temperature. Orange: the sampled token; grey: "
-                   f"cut by {ui.cut_reason(run['settings'])}.")
+                   f"cut by {live.cut_reason(run['settings'])}.")
 
 
-def live_generation() -> None:
-    """Redrawn every LIVE_REDRAW_S while the model writes, with the pickers' current values. The tick that finds
-    it over draws the last state, then reruns the page once, which stops the timer."""
-    job = ui.stored_generation(spec, ids, PAGE)
-    if job is None:
-        st.rerun()
-    ui.wait_if_nearly_done(job)
-    run = ui.generation_view(job)
-    draw_generation(run, run["running"], state.get("att_layer", 0), state.get("att_head", 0),
-                    state.get("att_scale", fa.DEFAULT_SCALE))
-    if not run["running"]:
-        st.rerun()
+def seen_row(step, p: Pick):
+    """One generation step's attention row for the picked layer and head."""
+    return (step.attention[p.layer].mean(0) if p.head == MEAN_HEAD else step.attention[p.layer, p.head]).numpy()
 
 
-job = ui.stored_generation(spec, ids, PAGE)
-with generation_box:
-    if job is None:
-        st.caption("Press Generate to watch the model continue the prompt.")
-    elif job.running:
-        st.fragment(live_generation, run_every=ui.LIVE_REDRAW_S)()
-with views_box:
-    views()
+def draw_running(run: dict, seen: Seen) -> None:
+    """The live fragment's redraw, with the pickers' current values."""
+    live.draw_live(run, layer=state.get(K.ATT_LAYER, 0), head=state.get(K.ATT_HEAD, 0),
+                   scale=state.get(K.ATT_SCALE, fa.DEFAULT_SCALE), map_key=K.ATT_GEN_MAP_LIVE,
+                   on_pick=picked_from_map(seen))
+
+
+def generation_section(seen: Seen) -> None:
+    st.divider()
+    st.subheader("Watch it generate")
+    st.caption("The model writes one token at a time. Each new token is predicted by the last token's query, so "
+               "each step adds one row of attention below; the Generation page has the step-by-step detail. "
+               "Changing the layer, head, colour scale or view while it writes does not stop it.")
+    live.controls(live.ATTENTION, seen.spec, seen.model, seen.ids)
+
+
+def main() -> None:
+    st.title("Attention")
+    st.caption("Every token builds its next representation from a weighted mix of the tokens before it. The weights "
+               "are the attention pattern: one row per token, one pattern per head, several heads per layer.")
+    seen = read_prompt()
+    keep_valid(K.ATT_LAYER, list(range(seen.cfg.n_layers)), 0)
+    keep_valid(K.ATT_HEAD, seen.heads, 0)
+    follow_query_to_the_new_prompt(seen.ids)
+    keep_valid(K.ATT_QUERY, list(range(seen.T)) + [None], None)
+    keep_valid(K.ATT_QUERY_POS, list(range(seen.T)), seen.T - 1)
+    # display order; Generate's callback has already started the model before any of this is drawn
+    chips_box, detector_box, views_box, controls_box, generation_box = (st.container() for _ in range(5))
+    with controls_box:
+        generation_section(seen)
+    with chips_box:
+        query = token_chips(seen)
+    with detector_box, st.expander("Heads worth a look: detector scores beside their chance levels (pick a row to "
+                                   "open a head)"):
+        detector_table(seen)
+    job = live.stored_generation(seen.spec, seen.ids, live.ATTENTION.page)
+    with generation_box:
+        if job is None:
+            st.caption("Press Generate to watch the model continue the prompt.")
+        elif job.running:
+            live.live_fragment(seen.spec, seen.ids, live.ATTENTION.page, lambda run: draw_running(run, seen))
+    with views_box:
+        st.fragment(views)(seen, query, generation_box)
+
+
+main()

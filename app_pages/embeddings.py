@@ -4,10 +4,11 @@ from functools import partial
 import pandas as pd
 import streamlit as st
 
-from gptviz import analysis, ui
+from gptviz import analysis
 from gptviz.export import matrix_frame
 from gptviz.figures import embeddings as figs
 from gptviz.tokenizer import token_labels
+from gptviz.app import display, models, sidebar
 
 EMBED_HOOKS = ("hook_embed", "hook_pos_embed", "blocks.0.hook_resid_pre")
 PCA_SAMPLE_SIZES = (500, 1000, 2000, 5000)
@@ -15,17 +16,17 @@ MAX_DIMS = 256  # per panel: T x 256 cells x 3 panels stays light in the browser
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
-def position_similarity(spec: ui.ModelSpec):
+def position_similarity(spec: models.ModelSpec):
     """[n_ctx, n_ctx] cosine similarity of every learned position embedding (model.wpe.weight)."""
-    wpe = ui.load_model(spec).wpe.weight.detach().float().cpu()
+    wpe = models.load_model(spec).wpe.weight.detach().float().cpu()
     return analysis.cosine_similarity_matrix(wpe).numpy()
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
-def embedding_pca(spec: ui.ModelSpec, prompt_ids: tuple[int, ...], n_sample: int):
+def embedding_pca(spec: models.ModelSpec, prompt_ids: tuple[int, ...], n_sample: int):
     """PCA of the token-embedding rows of a vocabulary sample plus the prompt's distinct tokens."""
-    wte = ui.load_model(spec).wte.weight.detach().float().cpu()
-    drawn = analysis.vocab_sample(wte.shape[0], n_sample, seed=0, ids=ui.training_vocab(spec))
+    wte = models.load_model(spec).wte.weight.detach().float().cpu()
+    drawn = analysis.vocab_sample(wte.shape[0], n_sample, seed=0, ids=models.training_vocab(spec))
     sample = [i for i in drawn.tolist() if i not in prompt_ids]
     rows = sample + list(prompt_ids)
     fit = analysis.pca(wte[rows], k=2)
@@ -46,16 +47,16 @@ st.caption("Before any attention, each token becomes a row of the token-embeddin
            "of the position-embedding matrix (`wpe`) for where it sits. Their sum is the residual stream that "
            "enters block 0.")
 
-spec, model = ui.require_model()
+spec, model = sidebar.require_model()
 cfg = model.config
-prompt = ui.prompt_tokens(cfg.n_ctx, vocab_size=cfg.vocab_size)
+prompt = sidebar.prompt_tokens(cfg.n_ctx, vocab_size=cfg.vocab_size)
 
 if prompt is not None:
     ids = prompt.ids
     labels = token_labels(ids)
     try:
         with st.spinner("Running the model on the prompt..."):
-            _, cache = ui.capture_cache(spec, ids, EMBED_HOOKS)
+            _, cache = models.capture_cache(spec, ids, EMBED_HOOKS)
     except (ValueError, RuntimeError, KeyError) as err:
         st.error(f"The model could not run on this prompt: {err}")
         st.stop()
@@ -78,12 +79,12 @@ if prompt is not None:
     if not dims:
         st.info("Choose a range of at least one dimension.")
     else:
-        ui.show_figure(figs.embedding_panels(tok, pos, total, labels, dims), key="emb_panels")
+        display.show_figure(figs.embedding_panels(tok, pos, total, labels, dims), key="emb_panels")
     st.caption("Read from the capture: `hook_embed`, `hook_pos_embed` and `blocks.0.hook_resid_pre`. "
                "One colour scale for all three panels, centred on zero, so their sizes compare directly. "
                "Rows are the prompt's tokens in order (a repeated token gets the same token-embedding row but a "
                "different position row).")
-    ui.download_csv(partial(panels_frame, tok, pos, total, labels, dims), "embeddings.csv", key="emb_panels_csv")
+    display.download_csv(partial(panels_frame, tok, pos, total, labels, dims), "embeddings.csv", key="emb_panels_csv")
 
 col_tok, col_pos = st.columns(2)
 with col_tok:
@@ -92,25 +93,25 @@ with col_tok:
         st.info("Needs a prompt.")
     else:
         sim = analysis.cosine_similarity_matrix(tok)
-        ui.show_figure(figs.token_similarity(sim, labels), key="emb_token_sim")
+        display.show_figure(figs.token_similarity(sim, labels), key="emb_token_sim")
         st.caption("Cosine similarity between the token-embedding rows of the prompt's tokens (1 on the "
                    "diagonal; repeated tokens score 1 with each other). Hover names both tokens.")
-        ui.download_csv(matrix_frame(sim, labels, labels, "token_a", "token_b", "cosine"), "token_similarity.csv",
+        display.download_csv(matrix_frame(sim, labels, labels, "token_a", "token_b", "cosine"), "token_similarity.csv",
                         key="emb_token_sim_csv")
 with col_pos:
     st.subheader("Position embeddings compared")
     with st.spinner("Comparing position embeddings..."):
         pos_sim = position_similarity(spec)
-    ui.show_figure(figs.position_similarity(pos_sim), key="emb_pos_sim")
+    display.show_figure(figs.position_similarity(pos_sim), key="emb_pos_sim")
     st.caption(f"All {cfg.n_ctx} learned positions (`wpe.weight`), each against every other. A trained model "
                "shows smooth structure: nearby positions point in similar directions. Random weights show only "
                "the diagonal.")
     positions = list(range(cfg.n_ctx))
-    ui.download_csv(partial(matrix_frame, pos_sim, positions, positions, "position_a", "position_b", "cosine"),
+    display.download_csv(partial(matrix_frame, pos_sim, positions, positions, "position_a", "position_b", "cosine"),
                     "position_similarity.csv", key="emb_pos_sim_csv")
 
 st.subheader("The vocabulary in two dimensions")
-trained_ids = ui.training_vocab(spec)
+trained_ids = models.training_vocab(spec)
 pool = (f"the {len(trained_ids):,} ids that occur in its training text (ids it never saw were trained only as "
         "wrong answers; with them in, the first component just separates seen from unseen)" if trained_ids is not None
         else f"the whole vocabulary of {cfg.vocab_size:,} ids")
@@ -121,13 +122,13 @@ with st.spinner("Fitting the PCA..."):
     sample, coords, explained = embedding_pca(spec, prompt_ids, n_sample)
 n_vocab = len(sample)
 sample_labels, prompt_labels = token_labels(sample), token_labels(prompt_ids)
-ui.show_figure(figs.pca_scatter(coords[:n_vocab], sample_labels, coords[n_vocab:], prompt_labels,
+display.show_figure(figs.pca_scatter(coords[:n_vocab], sample_labels, coords[n_vocab:], prompt_labels,
                                 (explained[0], explained[1] if len(explained) > 1 else 0.0)), key="emb_pca")
 st.caption(f"Principal components fitted on the token-embedding rows of {n_vocab:,} ids drawn at random from "
            f"{pool}, together with the prompt's "
            "distinct tokens; the axis titles give the share of their variance each direction explains. "
            "In a trained model related tokens cluster; random weights give a round cloud.")
-ui.download_csv(pd.DataFrame({
+display.download_csv(pd.DataFrame({
     "token_id": sample + list(prompt_ids), "token": sample_labels + prompt_labels,
     "set": ["vocabulary sample"] * n_vocab + ["prompt"] * len(prompt_ids),
     "pc1": coords[:, 0], "pc2": coords[:, 1] if coords.shape[1] > 1 else 0.0}), "embedding_pca.csv",

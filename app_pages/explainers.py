@@ -3,15 +3,16 @@ import pandas as pd
 import streamlit as st
 import torch
 
-from gptviz import analysis, ui
+from gptviz import analysis
 from gptviz.export import matrix_frame
 from gptviz.figures import explainers as figs
 from gptviz.tokenizer import token_labels
+from gptviz.app import display, sidebar
 
 st.title("Explainers")
 st.caption("Three pieces every GPT block is made of, drawn from the code that runs the model.")
 
-cfg = ui.current_config()
+cfg = sidebar.current_config()
 own_activation = cfg.activation if cfg is not None else None
 
 st.subheader("Activation functions")
@@ -26,7 +27,7 @@ else:
     ys = torch.stack([y for y, _ in curves.values()])
     spread = ys.max(0).values - ys.min(0).values
     differ = analysis.regions_where(spread > tol, x)
-    ui.show_figure(figs.activation_figure(x, curves, own_activation, differ, tol), key="exp_activations")
+    display.show_figure(figs.activation_figure(x, curves, own_activation, differ, tol), key="exp_activations")
     gap = (curves["gelu"][0] - curves["gelu_tanh"][0]).abs().max().item()
     own = figs.ACTIVATION_NAMES.get(own_activation, "") if own_activation else ""
     where = ", ".join(f"{a:.2f} to {b:.2f}" for a, b in differ) or "nowhere on this range"
@@ -36,12 +37,12 @@ else:
                "GELU is x·Φ(x): it lets small negative values through and is smooth at 0, where ReLU has a kink "
                f"(its derivative jumps from 0 to 1). GPT-2's tanh approximation stays within {gap:.1e} of the "
                "exact GELU on this range (bottom panel).")
-    ui.download_csv(pd.DataFrame({"x": x.numpy(), **{f"{n}": y.numpy() for n, (y, _) in curves.items()},
+    display.download_csv(pd.DataFrame({"x": x.numpy(), **{f"{n}": y.numpy() for n, (y, _) in curves.items()},
                                   **{f"d_{n}": dy.numpy() for n, (_, dy) in curves.items()}}),
                     "activations.csv", key="exp_activations_csv")
 
 st.subheader("The causal mask")
-prompt_ids = list(ui.encode_prompt(st.session_state.get("prompt", "")[:ui.MAX_PROMPT_CHARS]))
+prompt_ids = list(sidebar.encode_prompt(st.session_state.get("prompt", "")[:sidebar.MAX_PROMPT_CHARS]))
 n = st.slider("Tokens", 1, 32, min(8, max(1, len(prompt_ids))), key="exp_mask_n")
 mask = analysis.causal_mask(n)
 if len(prompt_ids) >= n:
@@ -52,13 +53,13 @@ else:
     source = "positions (the prompt is shorter than that)"
 left, right = st.columns([3, 2])
 with left:
-    ui.show_figure(figs.causal_mask_figure(mask, labels), key="exp_mask")
+    display.show_figure(figs.causal_mask_figure(mask, labels), key="exp_mask")
 with right:
     st.markdown(f"Each row is a token asking *what came before me?*; it may attend only to itself and earlier "
                 f"tokens (blue). The grey cells are set to −∞ before the softmax, so their weights are exactly 0. "
                 f"With {n} tokens, {int(mask.sum())} of {n * n} pairs are allowed: n(n+1)/2.")
     st.caption(f"Labels: {source}. The mask is the one the model's attention builds (`_causal_mask`).")
-    ui.download_csv(matrix_frame(mask.int(), labels, labels, "query", "key", "may_attend"), "causal_mask.csv",
+    display.download_csv(matrix_frame(mask.int(), labels, labels, "query", "key", "may_attend"), "causal_mask.csv",
                     key="exp_mask_csv")
 
 st.subheader("Pre-norm vs post-norm")
@@ -67,7 +68,7 @@ st.caption("The same parameters wired two ways. Each grey name is the hook point
 col_pre, col_post = st.columns(2)
 for col, norm in ((col_pre, "pre"), (col_post, "post")):
     with col:
-        ui.show_figure(figs.block_diagram(norm, highlight=cfg is not None and cfg.norm == norm),
+        display.show_figure(figs.block_diagram(norm, highlight=cfg is not None and cfg.norm == norm),
                        key=f"exp_block_{norm}")
 col_pre.caption("GPT-2: `x = x + attn(ln_1(x)); x = x + mlp(ln_2(x))`, then `ln_f` once after the last block. The "
                 "residual path is never normalised, so gradients flow straight through it.")

@@ -10,7 +10,7 @@ import numpy as np
 import streamlit as st
 import torch
 
-from gptviz import PRESETS, GPTConfig, ui, weights, wiring
+from gptviz import PRESETS, GPTConfig, weights, wiring
 from gptviz.analysis import bigram_baseline
 from gptviz.config import ConfigError
 from gptviz.evaluate import recipe_differences
@@ -20,6 +20,8 @@ from gptviz.generate import check_sampling, generate
 from gptviz.params import total_params
 from gptviz.tokenizer import decode, token_labels
 from gptviz.evaluate import corpus_of
+from gptviz.app import display, models, sidebar, keys as K
+from gptviz import limits
 
 GPT2_VOCAB = 50257
 AUTO_MEASURE_PARAMS = 60_000_000     # above this, measuring waits for a button press
@@ -44,7 +46,6 @@ st.caption("Where the LayerNorm sits decides how signals and gradients move thro
 def measure_both(config_json: str, ids: tuple[int, ...], seed: int, init: str) -> dict[str, wiring.WiringStats]:
     """Both wirings of one set of weights (built once and shared), measured on `ids`."""
     config = GPTConfig.from_dict(json.loads(config_json))
-    ui.count_forward(2)
     stats = wiring.compare_wirings(config, ids, seed, init)
     for s in stats.values():  # half precision is plenty for drawing; it halves what the cache holds
         s.patterns = s.patterns.astype(np.float16)
@@ -60,10 +61,9 @@ def reference_losses(model_name: str) -> dict[str, float]:
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
-def generate_cached(spec: ui.ModelSpec, ids: tuple[int, ...], new_tokens: int, temperature: float,
+def generate_cached(spec: models.ModelSpec, ids: tuple[int, ...], new_tokens: int, temperature: float,
                     top_k: int | None, seed: int) -> list[int]:
-    ui.count_forward()
-    return generate(ui.load_model(spec), list(ids), new_tokens, temperature, top_k, None, seed)
+    return generate(models.load_model(spec), list(ids), new_tokens, temperature, top_k, None, seed)
 
 
 def width_choices(config: GPTConfig) -> list[int]:
@@ -128,7 +128,7 @@ def same_weights_section() -> None:
         st.error(f"That shape is not a valid model: {err}")
         return
     if source == "prompt":
-        prompt = ui.prompt_tokens(config.n_ctx, vocab_size=config.vocab_size)
+        prompt = sidebar.prompt_tokens(config.n_ctx, vocab_size=config.vocab_size)
         if prompt is None:
             return
         ids = prompt.ids[-MAX_TOKENS:]
@@ -145,9 +145,9 @@ def same_weights_section() -> None:
     st.caption(f"{depth} layers × d_model {width} ({config.n_heads} heads): {fmt_params(n_params)} parameters, "
                f"{len(ids)} tokens.")
     need = n_params * 4 * 3  # weights, gradients and a margin for activations, float32
-    if need > ui.server_limits().memory_mb * 2**20:
+    if need > limits.server_limits().memory_mb * 2**20:
         st.error(f"This model has {fmt_params(n_params)} parameters: measuring it needs about {need / 2**30:,.1f} "
-                 f"GiB, more than the {ui.server_limits().memory_mb:,} MiB this server allows. Choose a smaller "
+                 f"GiB, more than the {limits.server_limits().memory_mb:,} MiB this server allows. Choose a smaller "
                  "width or depth.")
         return
     if n_params > AUTO_MEASURE_PARAMS and state.get("norms_confirmed") != key:
@@ -195,7 +195,7 @@ def same_weights_section() -> None:
         log_y = st.toggle("Log scale", value=True, key="norms_log")
     pre_g, post_g = pre.grad(view), post.grad(view)
     with g[0]:
-        ui.show_figure(fig_norms.gradient_norms(pre_g, post_g, "gradient L2 norm", log_y), key="norms_grad_fig")
+        display.show_figure(fig_norms.gradient_norms(pre_g, post_g, "gradient L2 norm", log_y), key="norms_grad_fig")
     with g[1]:
         if depth >= 2 and np.all(pre_g > 0) and np.all(post_g > 0):
             reading = wiring.describe_gradients(pre_g, post_g)
@@ -233,7 +233,7 @@ def same_weights_section() -> None:
                f"spread of what each sub-layer adds. Block 0's attention reads the raw embeddings in post-norm "
                f"(std {post.resid_std[0]:.3g}) but normalised ones in pre-norm: its output's std is "
                f"{post.attn_out_std[0]:.3g} in post-norm against {pre.attn_out_std[0]:.3g} in pre-norm.")
-    ui.show_figure(fig_norms.activation_scales(
+    display.show_figure(fig_norms.activation_scales(
         {n: s.resid_norm for n, s in stats.items()}, {n: s.resid_std for n, s in stats.items()},
         {n: s.attn_out_std for n, s in stats.items()}, {n: s.mlp_out_std for n, s in stats.items()},
         config.d_model), key="norms_act_fig")
@@ -252,11 +252,11 @@ def same_weights_section() -> None:
                  f"a uniform row's, 100% = uniform), over all heads: pre-norm "
                  f"{wiring.relative_entropy(pre.patterns.astype(np.float32)).mean():.1%}, post-norm "
                  f"{wiring.relative_entropy(post.patterns.astype(np.float32)).mean():.1%}.")
-    ui.show_figure(fig_norms.attention_pair(pre.patterns[layer, head].astype(np.float32),
+    display.show_figure(fig_norms.attention_pair(pre.patterns[layer, head].astype(np.float32),
                                             post.patterns[layer, head].astype(np.float32), labels,
                                             f"Layer {layer}, head {head}"), key="norms_attn_fig")
     with st.expander("Distance between the wirings' attention, every layer and head", expanded=depth <= 12):
-        ui.show_figure(fig_norms.attention_distance(tv), key="norms_tv_fig")
+        display.show_figure(fig_norms.attention_distance(tv), key="norms_tv_fig")
 
     st.subheader("Depth sweep: the 1/√L claim")
     st.caption(f"The same shape at several depths (width {width}, {init} init, seed {seed}, same input): the "
@@ -290,7 +290,7 @@ def same_weights_section() -> None:
         exps = {n: wiring.depth_exponent(sweep["depth"], sweep[n]) for n in ("pre", "post")}
         c = st.columns([1.5, 1])
         with c[0]:
-            ui.show_figure(fig_norms.depth_sweep(sweep, f"{GRADIENT_VIEWS[sweep_view].split(' (')[0].lower()} "
+            display.show_figure(fig_norms.depth_sweep(sweep, f"{GRADIENT_VIEWS[sweep_view].split(' (')[0].lower()} "
                                                         "gradient norm", exps), key="norms_sweep_fig")
         with c[1]:
             st.markdown("**Fitted exponents** (gradient ≈ a·L^b, least squares on log-log)")
@@ -307,8 +307,8 @@ def same_weights_section() -> None:
 # ---- section 2: trained twins --------------------------------------------------------------------------------
 
 def trained_twins_section() -> None:
-    models = weights.bundled_models()
-    pairs = wiring.trained_twins(list(models))
+    bundled = weights.bundled_models()
+    pairs = wiring.trained_twins(list(bundled))
     if not pairs:
         st.info("The bundled pre-norm and post-norm models are not here yet (they are being trained and will "
                 "appear in gptviz/models/). Meanwhile, train a pair yourself on the Train page.")
@@ -318,7 +318,7 @@ def trained_twins_section() -> None:
         stem = st.selectbox("Twins", [p.stem for p in pairs], key="twins_stem")
         twins = next(p for p in pairs if p.stem == stem)
     names = {"pre": twins.pre, "post": twins.post}
-    records = {norm: json.loads((models[name] / "config.json").read_text()).get("training", {})
+    records = {norm: json.loads((bundled[name] / "config.json").read_text()).get("training", {})
                for norm, name in names.items()}
     differences = recipe_differences(records["pre"], records["post"])
     if not differences:
@@ -330,7 +330,7 @@ def trained_twins_section() -> None:
                    + "; ".join(differences[:6]) + ("; ..." if len(differences) > 6 else "")
                    + ". Each model card has its full recipe.")
 
-    histories = {norm: wiring.load_history(models[name]) for norm, name in names.items()}
+    histories = {norm: wiring.load_history(bundled[name]) for norm, name in names.items()}
     st.subheader("Loss curves")
     if all(h is not None for h in histories.values()):
         smooth = st.slider("Smoothing of the training loss", 0.0, 0.99, 0.9, 0.01, key="twins_smooth",
@@ -343,7 +343,7 @@ def trained_twins_section() -> None:
         runs = {f"{norm}-norm": h["history"] for norm, h in histories.items()}
         c = st.columns([1.6, 1])
         with c[0]:
-            ui.show_figure(fig_train.loss_curves(runs, smooth, refs), key="twins_loss_fig")
+            display.show_figure(fig_train.loss_curves(runs, smooth, refs), key="twins_loss_fig")
             switch = fig_train.full_vocab_switch(runs)
             if switch is not None:
                 st.caption(f"Before step {switch} (shaded) the training loss was normalised over only the token "
@@ -381,19 +381,19 @@ def trained_twins_section() -> None:
                            f"{abs(vals['pre'][-1] - vals['post'][-1]):.3f} nats/token.")
         with st.expander("Gradient norm and learning rate during training"):
             clip = histories["pre"].get("settings", {}).get("grad_clip")
-            ui.show_figure(fig_train.training_dynamics(runs, clip), key="twins_dyn_fig")
+            display.show_figure(fig_train.training_dynamics(runs, clip), key="twins_dyn_fig")
     else:
         st.info("No readable history.json beside these checkpoints, so no loss curves.")
 
-    specs = {norm: ui.ModelSpec(ui.SOURCE_BUNDLED, name, norm) for norm, name in names.items()}
+    specs = {norm: models.ModelSpec(K.SOURCE_BUNDLED, name, norm) for norm, name in names.items()}
     try:
         with st.spinner("Loading the twins…"):
-            loaded = {norm: ui.load_model(spec) for norm, spec in specs.items()}
+            loaded = {norm: models.load_model(spec) for norm, spec in specs.items()}
     except (weights.CheckpointError, ConfigError, ValueError, OSError, RuntimeError) as err:
         st.error(f"Could not load the twins: {err}")
         return
     cfg = loaded["pre"].config
-    prompt = ui.prompt_tokens(cfg.n_ctx, vocab_size=cfg.vocab_size)
+    prompt = sidebar.prompt_tokens(cfg.n_ctx, vocab_size=cfg.vocab_size)
     if prompt is None:
         return
     ids = prompt.ids
@@ -407,7 +407,7 @@ def trained_twins_section() -> None:
     head = int(a[1].number_input("Head", 0, cfg.n_heads - 1, step=1, key="twins_head"))
     names_wanted = tuple(f"blocks.{i}.attn.hook_pattern" for i in range(cfg.n_layers))
     try:
-        caps = {norm: ui.capture_cache(spec, ids, names_wanted) for norm, spec in specs.items()}
+        caps = {norm: models.capture_cache(spec, ids, names_wanted) for norm, spec in specs.items()}
     except (ValueError, RuntimeError) as err:
         st.error(f"Could not run the twins on this prompt: {err}")
         return
@@ -417,7 +417,7 @@ def trained_twins_section() -> None:
     a[2].caption(f"Trained separately, the twins' heads need not line up (head {head} of one has no reason to "
                  f"do head {head}'s job in the other). Layer {layer}, head {head}: mean TV distance "
                  f"{tv[layer, head]:.3f}; across all heads {tv.mean():.3f}.")
-    ui.show_figure(fig_norms.attention_pair(pats["pre"], pats["post"], labels, f"Layer {layer}, head {head}"),
+    display.show_figure(fig_norms.attention_pair(pats["pre"], pats["post"], labels, f"Layer {layer}, head {head}"),
                    key="twins_attn_fig")
 
     st.subheader("Next-token distributions")
@@ -433,7 +433,7 @@ def trained_twins_section() -> None:
         dists[f"{norm}-norm"] = [(label, float(p)) for label, p in
                                  zip(token_labels(top.indices.tolist()), top.values)]
         entropy[norm] = float(-(probs * probs.clamp_min(1e-30).log()).sum())
-    ui.show_figure(fig_train.next_token_bars(dists, f"position {pos}"), key="twins_next_fig")
+    display.show_figure(fig_train.next_token_bars(dists, f"position {pos}"), key="twins_next_fig")
     truth = f" The prompt's actual next token is {labels[pos + 1]!r}." if pos + 1 < len(ids) else ""
     st.caption(f"Entropy of the full distribution: pre-norm {entropy['pre']:.2f} nats, post-norm "
                f"{entropy['post']:.2f} nats.{truth}")

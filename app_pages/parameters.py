@@ -2,10 +2,11 @@
 import pandas as pd
 import streamlit as st
 
-from gptviz import PRESETS, ui
+from gptviz import PRESETS
 from gptviz.config import NORM_TYPES, ConfigError, GPTConfig
 from gptviz.figures import params as figs
 from gptviz.params import BYTES_PER, by_component, by_layer, memory_bytes, param_table, total_params
+from gptviz.app import display, sidebar
 
 GPT_FAMILY = ("gpt1", "gpt2-small", "gpt2-medium", "gpt2-large", "gpt2-xl")
 MIB = 2**20
@@ -83,25 +84,25 @@ def show_breakdown(cfg: GPTConfig, label: str, key: str) -> None:
     comp = component_frame(table)
     left, right = st.columns(2)
     with left:
-        ui.show_figure(figs.component_bar(comp, f"By component: {label}", tied=cfg.tie_weights), key=f"{key}_bar")
+        display.show_figure(figs.component_bar(comp, f"By component: {label}", tied=cfg.tie_weights), key=f"{key}_bar")
     with right:
-        ui.show_figure(figs.param_treemap(table, f"By block and component: {label}"), key=f"{key}_tree")
+        display.show_figure(figs.param_treemap(table, f"By block and component: {label}"), key=f"{key}_tree")
         st.caption("Click a block to zoom in. A tied LM head has no area of its own.")
     if 1 < cfg.n_layers <= 200:
-        ui.show_figure(figs.layer_stacked_bar(by_layer(table)), key=f"{key}_layers")
+        display.show_figure(figs.layer_stacked_bar(by_layer(table)), key=f"{key}_layers")
         st.caption("Every block is the same size: depth adds parameters linearly.")
     st.dataframe(comp, hide_index=True, column_config={
         "count": st.column_config.NumberColumn(format="localized"),
         "share": st.column_config.NumberColumn(format="percent"),
         **{f"{d} MiB": st.column_config.NumberColumn(format="%.2f") for d in BYTES_PER},
         "note": st.column_config.TextColumn("note", width="large")})  # the tied-head note is a sentence
-    ui.download_csv(comp, f"params_by_component_{cfg.name}.csv", key=f"{key}_comp_csv")
+    display.download_csv(comp, f"params_by_component_{cfg.name}.csv", key=f"{key}_comp_csv")
     with st.expander(f"Every parameter tensor ({len(table)})"):
         tensors = tensor_frame(table)
         st.dataframe(tensors, hide_index=True, column_config={
             "count": st.column_config.NumberColumn(format="localized"),
             "share": st.column_config.NumberColumn(format="percent")})
-        ui.download_csv(tensors, f"params_{cfg.name}.csv", key=f"{key}_tensors_csv")
+        display.download_csv(tensors, f"params_{cfg.name}.csv", key=f"{key}_tensors_csv")
 
 
 st.title("Parameters")
@@ -115,7 +116,7 @@ with tab_model:
     which = st.selectbox("Model", options, key="par_model",
                          help="The sidebar's model, or any preset (presets are counted, never built).")
     if which == "the model in use":
-        cfg = ui.current_config()
+        cfg = sidebar.current_config()
         spec = st.session_state.get("model_spec")
         label = spec.name if spec is not None else ""
     else:
@@ -129,7 +130,7 @@ with tab_presets:
         st.info("Choose at least one model.")
     else:
         counts = {name: figs.group_counts(param_table(PRESETS[name])) for name in chosen}
-        ui.show_figure(figs.presets_stacked(counts), key="par_presets_bar")
+        display.show_figure(figs.presets_stacked(counts), key="par_presets_bar")
         st.caption("Stacked by group (GPT-1 and GPT-2 tie the head, so its share is 0). As models widen, the "
                    "blocks (attention + MLP, growing as d_model²) outgrow the embeddings (growing as d_model).")
         frame = pd.DataFrame.from_dict(counts, orient="index")
@@ -138,7 +139,7 @@ with tab_presets:
         st.dataframe(frame, hide_index=True,
                      column_config={c: st.column_config.NumberColumn(format="localized")
                                     for c in [*figs.GROUP_ORDER, "total"]})
-        ui.download_csv(frame, "params_presets.csv", key="par_presets_csv")
+        display.download_csv(frame, "params_presets.csv", key="par_presets_csv")
 
 with tab_calc:
     st.caption("Describe a model; its parameters are counted by formula, instantly, with no weights built.")

@@ -6,7 +6,7 @@ import math
 
 import streamlit as st
 
-from gptviz import PRESETS, ui
+from gptviz import PRESETS
 from gptviz.config import ConfigError
 from gptviz.figures import training as fig_train
 from gptviz.generate import generate
@@ -14,6 +14,8 @@ from gptviz.params import total_params
 from gptviz.tokenizer import decode
 from gptviz.train import TrainSettings
 from gptviz.training_jobs import FAILED, STOPPED, JobSpec
+from gptviz.app import display, jobs, sidebar, keys as K
+from gptviz import limits
 
 VOCAB = PRESETS["tiny"].vocab_size
 WIRINGS = {"both": "pre and post, same batches", "pre": "pre-norm only", "post": "post-norm only"}
@@ -30,14 +32,14 @@ SCENARIOS = {
                               train_steps=150, train_clip=0.0),
 }
 
-REGISTRY = ui.training_registry()  # shared by every session, kept across reruns and code reloads
+REGISTRY = jobs.training_registry()  # shared by every session, kept across reruns and code reloads
 state = st.session_state
 for key, value in DEFAULTS.items():
     state.setdefault(key, value)
 state.setdefault("train_jobs", [])
 
 st.title("Train a model")
-if not ui.server_limits().training:
+if not limits.server_limits().training:
     st.info("Training is turned off on this server (its operator set GPTVIZ_TRAINING=0). The other pages work "
             "as usual; `python -m gptviz train` trains from the command line.")
     st.stop()
@@ -114,16 +116,16 @@ try:
     st.caption(f"{len(spec.configs)} model(s) of {n_params:,} parameters ({n_params - VOCAB * int(width):,} outside "
                f"the token embedding); {int(batch) * int(block):,} tokens per step; "
                f"{int(steps) * int(batch) * int(block):,} tokens in all (the corpus has about 300,000). This server "
-               f"allows {ui.server_limits().training_tokens:,} tokens and {ui.server_limits().training_seconds:,} s "
-               f"a run, {ui.server_limits().jobs_per_session} run(s) at a time a visitor.")
+               f"allows {limits.server_limits().training_tokens:,} tokens and {limits.server_limits().training_seconds:,} s "
+               f"a run, {limits.server_limits().jobs_per_session} run(s) at a time a visitor.")
 except (ValueError, ConfigError) as err:
     spec = None
     st.error(f"These settings do not make a valid run: {err}")
 
 if submitted and spec is not None:
-    owner = ui.session_id()
+    owner = jobs.session_id()
     try:
-        job = REGISTRY.start(spec, owner=owner, alive=lambda: ui.session_alive(owner))
+        job = REGISTRY.start(spec, owner=owner, alive=lambda: jobs.session_alive(owner))
     except RuntimeError as err:  # JobLimitError (a RuntimeError; the class may predate a code reload)
         st.warning(str(err))
     else:
@@ -177,7 +179,7 @@ def live_view() -> None:
             vals = [r["val_loss"] for r in records if r["val_loss"] is not None]
             col.metric(f"{name}-norm train loss", f"{records[-1]['train_loss']:.3f}",
                        help=f"Last validation loss: {vals[-1]:.3f}" if vals else None)
-        ui.show_figure(fig_train.loss_curves({f"{n}-norm": r for n, r in snap.logs.items()}, smoothing,
+        display.show_figure(fig_train.loss_curves({f"{n}-norm": r for n, r in snap.logs.items()}, smoothing,
                                              {"uniform guess, ln 50257": math.log(VOCAB)}),
                        key="train_loss_fig")
 
@@ -198,13 +200,13 @@ if not job.models or not snap.steps_done:  # stopped while loading or before its
     st.stop()
 finals = {name: r.final for name, r in job.results.items()}
 done_steps = snap.steps_done
-why = {"time": f", at this server's time limit of {ui.server_limits().training_seconds:,} s a run",
+why = {"time": f", at this server's time limit of {limits.server_limits().training_seconds:,} s a run",
        "left": ", because the session that started it closed"}.get(job.stop_reason, "")
 st.success(("Stopped" if job.status == STOPPED else "Finished") +
            f" after {done_steps} of {snap.total_steps} steps in {snap.elapsed_s:.0f} s{why}.")
 if snap.logs:
     clip = job.spec.settings.grad_clip or None
-    ui.show_figure(fig_train.training_dynamics({f"{n}-norm": r for n, r in snap.logs.items()}, clip),
+    display.show_figure(fig_train.training_dynamics({f"{n}-norm": r for n, r in snap.logs.items()}, clip),
                    key="train_dyn_fig")
 if len(finals) == 2 and all(f["val_loss"] is not None for f in finals.values()):
     gap = finals["post"]["val_loss"] - finals["pre"]["val_loss"]
@@ -215,14 +217,14 @@ if len(finals) == 2 and all(f["val_loss"] is not None for f in finals.values()):
 st.subheader("Use the trained model")
 for name, model in job.models.items():
     run_id = f"{job.id} {name}-norm ({model.config.n_layers}L d{model.config.d_model})"
-    ui.register_trained_model(run_id, model)
+    jobs.register_trained_model(run_id, model)
     c = st.columns([2, 1.2, 1.2])
     final = finals[name]
     val = f", validation loss {final['val_loss']:.3f}" if final["val_loss"] is not None else ""
     c[0].markdown(f"**{name}-norm**: step {final['step']}, train loss {final['train_loss']:.3f}{val}")
 
     def open_in_sidebar(run_id: str = run_id) -> None:
-        state["model_source"] = ui.SOURCE_TRAINED
+        state["model_source"] = K.SOURCE_TRAINED
         state["trained_run"] = run_id
 
     c[1].button("Open in the other pages", key=f"train_open_{job.id}_{name}", on_click=open_in_sidebar,
@@ -241,13 +243,12 @@ st.caption("Trained models stay in this server's memory until it restarts; downl
 @st.cache_data(max_entries=16, show_spinner="Sampling…")
 def sample(job_id: str, name: str, ids: tuple[int, ...], _model) -> list[int]:
     """40 new tokens from a trained model (cached per run, model and prompt)."""
-    ui.count_forward()
     return generate(_model, list(ids), 40, temperature=0.8, top_k=40, seed=0)
 
 
 with st.expander("Samples from the trained model(s)", expanded=True):
     sample_cfg = next(iter(job.models.values())).config
-    prompt = ui.prompt_tokens(sample_cfg.n_ctx, vocab_size=sample_cfg.vocab_size)
+    prompt = sidebar.prompt_tokens(sample_cfg.n_ctx, vocab_size=sample_cfg.vocab_size)
     if prompt is not None:
         g = st.columns(len(job.models))
         for col, (name, model) in zip(g, job.models.items()):

@@ -5,13 +5,15 @@ import pandas as pd
 import streamlit as st
 import torch
 
-from gptviz import attribution, flow, ui
+from gptviz import attribution, flow
 from gptviz.figures import attention as fa
 from gptviz.figures import flow as figs_flow
 from gptviz.figures import why as figs
 from gptviz.generate import generate
 from gptviz.interventions import ablate_heads, run_with_edits
 from gptviz.tokenizer import decode, encode, token_labels
+from gptviz.app import display, models, sidebar
+from gptviz import tokenizer
 
 state = st.session_state
 TOP = 10            # tokens offered as target / rival
@@ -29,70 +31,64 @@ def pieces(ids) -> list[str]:
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
-def next_token(spec: ui.ModelSpec, ids: tuple[int, ...], edit_heads: tuple[tuple[int, int], ...] = (),
+def next_token(spec: models.ModelSpec, ids: tuple[int, ...], edit_heads: tuple[tuple[int, int], ...] = (),
                mode: str = "zero") -> torch.Tensor:
     """Next-token probabilities after `ids`, with the listed (layer, head) pairs ablated."""
-    model = ui.load_model(spec)
-    ui.count_forward()
+    model = models.load_model(spec)
     logits, _ = run_with_edits(model, torch.tensor([ids]), head_edits(spec, ids, edit_heads, mode))
     return torch.softmax(logits[0, -1].float(), -1)
 
 
-def head_edits(spec: ui.ModelSpec, ids: tuple[int, ...], heads: tuple[tuple[int, int], ...], mode: str) -> list:
+def head_edits(spec: models.ModelSpec, ids: tuple[int, ...], heads: tuple[tuple[int, int], ...], mode: str) -> list:
     """One ablation edit per layer; mean ablation's reference is this prompt's own positions."""
     by_layer: dict[int, list[int]] = {}
     for layer, head in heads:
         by_layer.setdefault(layer, []).append(head)
     reference = None
     if mode == "mean" and heads:
-        _, reference = ui.capture_cache(spec, ids, tuple(f"blocks.{l}.attn.hook_z" for l in sorted(by_layer)))
+        _, reference = models.capture_cache(spec, ids, tuple(f"blocks.{l}.attn.hook_z" for l in sorted(by_layer)))
     return [ablate_heads(layer, hs, mode, reference=reference) for layer, hs in sorted(by_layer.items())]
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
-def direct_attribution(spec: ui.ModelSpec, ids: tuple[int, ...], target: int, other: int):
-    ui.count_forward()
-    return attribution.direct_logit_attribution(ui.load_model(spec), torch.tensor([ids]), target, other)
+def direct_attribution(spec: models.ModelSpec, ids: tuple[int, ...], target: int, other: int):
+    return attribution.direct_logit_attribution(models.load_model(spec), torch.tensor([ids]), target, other)
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
-def continuation(spec: ui.ModelSpec, ids: tuple[int, ...], heads: tuple[tuple[int, int], ...], mode: str,
+def continuation(spec: models.ModelSpec, ids: tuple[int, ...], heads: tuple[tuple[int, int], ...], mode: str,
                  n: int, temperature: float, seed: int) -> list[int]:
-    model = ui.load_model(spec)
-    ui.count_forward(n)
+    model = models.load_model(spec)
     return generate(model, list(ids), n, temperature=temperature, seed=seed,
                     edits=head_edits(spec, ids, heads, mode))[len(ids):]
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
-def edited_pattern(spec: ui.ModelSpec, ids: tuple[int, ...], heads: tuple[tuple[int, int], ...], mode: str,
+def edited_pattern(spec: models.ModelSpec, ids: tuple[int, ...], heads: tuple[tuple[int, int], ...], mode: str,
                    layer: int) -> torch.Tensor:
-    ui.count_forward()
     name = f"blocks.{layer}.attn.hook_pattern"
-    _, cache = run_with_edits(ui.load_model(spec), torch.tensor([ids]), head_edits(spec, ids, heads, mode), [name])
+    _, cache = run_with_edits(models.load_model(spec), torch.tensor([ids]), head_edits(spec, ids, heads, mode), [name])
     return cache[name][0]
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
-def patching(spec: ui.ModelSpec, clean: tuple[int, ...], corrupted: tuple[int, ...], target: int, other: int):
-    model = ui.load_model(spec)
-    ui.count_forward(model.config.n_layers + 3)
+def patching(spec: models.ModelSpec, clean: tuple[int, ...], corrupted: tuple[int, ...], target: int, other: int):
+    model = models.load_model(spec)
     return (attribution.residual_patching(model, clean, corrupted, target, other),
             attribution.head_patching(model, clean, corrupted, target, other))
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
-def flow_graph(spec: ui.ModelSpec, ids: tuple[int, ...], threshold: float):
+def flow_graph(spec: models.ModelSpec, ids: tuple[int, ...], threshold: float):
     """Through the server's bounded capture cache (a capture over its budget is refused before the model runs)."""
-    model = ui.load_model(spec)
-    _, cache = ui.get_capture(spec, ids, flow.hook_names(model.config.n_layers))
+    model = models.load_model(spec)
+    _, cache = models.get_capture(spec, ids, flow.hook_names(model.config.n_layers))
     return flow.flow_from_capture(model, cache, threshold)
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
-def saliency(spec: ui.ModelSpec, ids: tuple[int, ...], target: int, other: int):
-    model = ui.load_model(spec)
-    ui.count_forward(IG_STEPS + 3)
+def saliency(spec: models.ModelSpec, ids: tuple[int, ...], target: int, other: int):
+    model = models.load_model(spec)
     return (attribution.integrated_gradients(model, ids, target, other, steps=IG_STEPS),
             attribution.gradient_x_input(model, ids, target, other))
 
@@ -106,9 +102,9 @@ st.caption("Ask the model why it predicts what it does: which heads and MLPs pus
            "when heads are removed, which parts of a clean run restore a corrupted one, and which prompt "
            "tokens the prediction depends on.")
 
-spec, model = ui.require_model()
+spec, model = sidebar.require_model()
 cfg = model.config
-prompt = ui.require_prompt(cfg.n_ctx, cfg.vocab_size)
+prompt = sidebar.require_prompt(cfg.n_ctx, cfg.vocab_size)
 ids = prompt.ids
 labels = pieces(ids)
 layers, heads = range(cfg.n_layers), range(cfg.n_heads)
@@ -117,8 +113,8 @@ probs = next_token(spec, ids)
 top_probs, top_ids = probs.topk(min(TOP, probs.numel()))
 choices = [int(i) for i in top_ids]
 names = dict(zip(choices, pieces(choices)))
-ui.keep_valid("why_target", choices, choices[0])
-ui.keep_valid("why_other", choices, choices[1])
+sidebar.keep_valid("why_target", choices, choices[0])
+sidebar.keep_valid("why_other", choices, choices[1])
 c1, c2 = st.columns(2)
 target = c1.selectbox("Predicted token (target)", choices, key="why_target",
                       format_func=lambda i: f"{names[i]}  ({float(probs[i]):.1%})")
@@ -127,8 +123,8 @@ if state.get("why_other") not in others:
     state["why_other"] = others[0]
 other = c2.selectbox("Rival", others, key="why_other", format_func=lambda i: f"{names[i]}  ({float(probs[i]):.1%})",
                      help="The metric is logit(target) - logit(rival): what makes the model prefer one to the other.")
-st.caption(f"Next token after the prompt's last token, {ui.md_text(labels[-1])}. Metric: logit("
-           f"{ui.md_text(names[target])}) - logit({ui.md_text(names[other])}).")
+st.caption(f"Next token after the prompt's last token, {display.md_text(labels[-1])}. Metric: logit("
+           f"{display.md_text(names[target])}) - logit({display.md_text(names[other])}).")
 
 tab_dla, tab_ablate, tab_patch, tab_saliency, tab_flow = st.tabs(
     ["Direct attribution", "Ablate heads", "Patching", "Saliency", "Information flow"], key="why_view",
@@ -151,17 +147,17 @@ with tab_dla:
             m2.metric("Sum of the parts", f"{total:+.3f}", help="Equal to the model's own logit difference "
                       "up to float rounding: the parts are an exact decomposition.")
             m3.metric("Largest part", dla.labels[int(dla.values.abs().argmax())])
-            ui.show_figure(figs.attribution_bars(dla.labels, dla.values,
+            display.show_figure(figs.attribution_bars(dla.labels, dla.values,
                                                  title="Direct attribution: every part of the final residual stream"),
                            key="why_dla_bars")
-            grid = ui.show_figure(figs.layer_head_grid(dla.head_values, title="Heads' direct attribution (click a head "
+            grid = display.show_figure(figs.layer_head_grid(dla.head_values, title="Heads' direct attribution (click a head "
                                                        "to open its attention)", colorbar="logit diff"),
                                   key="why_dla_grid", on_select="rerun", selection_mode="points")
             picked = fa.selected_head(grid or {})
             if picked is not None and picked[0] in layers and picked[1] in heads:
                 state["att_layer"], state["att_head"], state["att_view"] = picked[0], picked[1], "One head"
                 st.switch_page("app_pages/attention.py")
-            ui.download_csv(pd.DataFrame({"part": dla.labels, "direct_attribution": dla.values.numpy()}),
+            display.download_csv(pd.DataFrame({"part": dla.labels, "direct_attribution": dla.values.numpy()}),
                             "direct_attribution.csv", key="why_dla_csv")
 
 with tab_ablate:
@@ -200,8 +196,8 @@ with tab_ablate:
             st.success("The continuation is the same with these heads removed.")
         else:
             st.warning(f"The texts diverge at new token {split + 1}: "
-                       f"{ui.md_text(pieces(plain[split:split + 1] or [0])[0])} without the ablation, "
-                       f"{ui.md_text(pieces(edited[split:split + 1] or [0])[0])} with it.")
+                       f"{display.md_text(pieces(plain[split:split + 1] or [0])[0])} without the ablation, "
+                       f"{display.md_text(pieces(edited[split:split + 1] or [0])[0])} with it.")
         if heads_key:
             v1, v2 = st.columns(2)
             show_layer = v1.selectbox("Attention of layer", layers, key="why_att_layer",
@@ -211,10 +207,10 @@ with tab_ablate:
             after_map = edited_pattern(spec, ids, heads_key, mode, show_layer)[show_head]
             m1, m2 = st.columns(2)
             with m1:
-                ui.show_figure(fa.attention_heatmap(before_map.numpy(), labels, title=f"L{show_layer}H{show_head} as trained",
+                display.show_figure(fa.attention_heatmap(before_map.numpy(), labels, title=f"L{show_layer}H{show_head} as trained",
                                                     height=420), key="why_att_before")
             with m2:
-                ui.show_figure(fa.attention_heatmap(after_map.numpy(), labels, title=f"L{show_layer}H{show_head} with the "
+                display.show_figure(fa.attention_heatmap(after_map.numpy(), labels, title=f"L{show_layer}H{show_head} with the "
                                                     "ablation", height=420), key="why_att_after")
 
 with tab_patch:
@@ -229,8 +225,8 @@ with tab_patch:
                                   max_chars=2000)
         corrupted_text = p2.text_area("Corrupted prompt", corrupted_default, key=f"why_corrupt_{example}", height=120,
                                       max_chars=2000)
-        clean_ids = tuple(ui.fit_vocabulary(encode(clean_text), cfg.vocab_size)[0][-cfg.n_ctx:])
-        corrupt_ids = tuple(ui.fit_vocabulary(encode(corrupted_text), cfg.vocab_size)[0][-cfg.n_ctx:])
+        clean_ids = tuple(tokenizer.fit_vocabulary(encode(clean_text), cfg.vocab_size)[0][-cfg.n_ctx:])
+        corrupt_ids = tuple(tokenizer.fit_vocabulary(encode(corrupted_text), cfg.vocab_size)[0][-cfg.n_ctx:])
         if not clean_ids or not corrupt_ids:
             st.info("Type both prompts.")
         elif len(clean_ids) != len(corrupt_ids):
@@ -244,7 +240,7 @@ with tab_patch:
             rival = int(p_corrupt.argmax())
             if rival == goal:
                 rival = int(p_clean.topk(2).indices[1])
-            st.caption(f"Metric: logit({ui.md_text(pieces([goal])[0])}) - logit({ui.md_text(pieces([rival])[0])}), "
+            st.caption(f"Metric: logit({display.md_text(pieces([goal])[0])}) - logit({display.md_text(pieces([rival])[0])}), "
                        "the clean prompt's top prediction against the corrupted one's.")
             try:
                 with st.spinner("Patching every layer and position, and every head..."):
@@ -253,10 +249,10 @@ with tab_patch:
                 st.warning(str(err))
             else:
                 st.caption(f"Logit difference: clean {resid.clean:+.3f}, corrupted {resid.corrupted:+.3f}.")
-                ui.show_figure(figs.patching_heatmap(resid.scores, pieces(corrupt_ids),
+                display.show_figure(figs.patching_heatmap(resid.scores, pieces(corrupt_ids),
                                                      title="Residual stream patched at one layer and position"),
                                key="why_patch_resid")
-                ui.show_figure(figs.layer_head_grid(by_head.scores, title="One head's output patched (all positions)",
+                display.show_figure(figs.layer_head_grid(by_head.scores, title="One head's output patched (all positions)",
                                                     colorbar="restored", symmetric=True),
                                key="why_patch_heads")
 
@@ -270,9 +266,9 @@ with tab_saliency:
         gap = ig.metric - ig.baseline_metric
         st.caption(f"Sum of the scores {float(ig.scores.sum()):+.3f}; metric at the prompt {ig.metric:+.3f}, at the "
                    f"zero baseline {ig.baseline_metric:+.3f} (difference {gap:+.3f}).")
-        ui.show_figure(figs.token_strip(labels, ig.scores, title="Integrated gradients on the prompt's tokens"),
+        display.show_figure(figs.token_strip(labels, ig.scores, title="Integrated gradients on the prompt's tokens"),
                        key="why_ig")
-        ui.show_figure(figs.token_strip(labels, gxi.scores, title="Gradient x input"), key="why_gxi")
+        display.show_figure(figs.token_strip(labels, gxi.scores, title="Gradient x input"), key="why_gxi")
 
 with tab_flow:
     if tab_flow.open is not False:  # only the open tab computes
@@ -299,7 +295,7 @@ with tab_flow:
             st.caption(f"{len(graph.edges)} edges at share >= {threshold:.2f}: {len(kinds['attention'])} through "
                        f"attention, {len(kinds['mlp'])} MLP outputs, {len(kinds['residual'])} skips. Earlier tokens "
                        f"the output reads: {len(sources)} of {graph.n_tokens - 1}.")
-            ui.show_figure(figs_flow.flow_figure(graph, labels, n_heads=cfg.n_heads,
+            display.show_figure(figs_flow.flow_figure(graph, labels, n_heads=cfg.n_heads,
                                                  title="Information flow into the prediction after "
                                                  f"'{fa.plotly_text(labels[graph.position])}'"), key="why_flow_fig")
             rows = sorted(kinds["attention"], key=lambda e: -e.importance)
@@ -311,5 +307,5 @@ with tab_flow:
                                                          f"{1 / cfg.n_heads:.0%})" for e in rows]})
             st.dataframe(table, hide_index=True, column_config={"share": st.column_config.ProgressColumn(
                 format="percent", min_value=0.0, max_value=1.0)})
-            ui.download_csv(pd.DataFrame([e._asdict() for e in graph.edges]), "information_flow.csv",
+            display.download_csv(pd.DataFrame([e._asdict() for e in graph.edges]), "information_flow.csv",
                             key="why_flow_csv")

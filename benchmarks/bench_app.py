@@ -6,7 +6,7 @@ On a preset (default gpt2-small, random weights) with an N-token prompt (default
   - switch head: a rerun after choosing another head (no forward pass: the capture is cached);
   - switch head in the model view: the same with every layer x head panel drawn.
 The model is built once before timing (st.cache_resource). The forward-pass counter
-(gptviz.ui.forward_calls) is reported next to each timing to show which reruns ran the model.
+(forward_calls()) is reported next to each timing to show which reruns ran the model.
 
     python benchmarks/bench_app.py                      # gpt2-small, 64 tokens, 5 repeats
     python benchmarks/bench_app.py --preset tiny --repeats 3
@@ -27,8 +27,9 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-from gptviz import PRESETS, ui  # noqa: E402
+from gptviz import PRESETS  # noqa: E402
 from gptviz.tokenizer import decode, encode  # noqa: E402
+from gptviz.app import models, keys as K
 
 BASE = ("ROMEO: But soft, what light through yonder window breaks? It is the east, and Juliet is the sun. "
         "Arise, fair sun, and kill the envious moon, who is already sick and pale with grief, that thou her "
@@ -45,13 +46,13 @@ def prompt_of(n_tokens: int, variant: int) -> str:
 
 
 def timed_run(at: AppTest) -> tuple[float, int]:
-    before = ui.forward_calls
+    before = forward_calls()
     start = time.perf_counter()
     at.run()
     elapsed = time.perf_counter() - start
     if at.exception:
         raise RuntimeError(at.exception[0].value)
-    return elapsed, ui.forward_calls - before
+    return elapsed, forward_calls() - before
 
 
 def main() -> None:
@@ -61,7 +62,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
 
-    spec = ui.ModelSpec(ui.SOURCE_PRESET, args.preset, "pre")
+    spec = models.ModelSpec(K.SOURCE_PRESET, args.preset, "pre")
     at = AppTest.from_file(str(ROOT / "app_pages" / "attention.py"), default_timeout=600)
     at.session_state["model_spec"] = spec
     at.session_state["prompt"] = prompt_of(args.tokens, -1)

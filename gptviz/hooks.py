@@ -27,6 +27,45 @@ _GLOBAL_HOOKS = tuple(getattr(_torch_module, name) for name in (
     if hasattr(_torch_module, name))
 
 
+# act_name's short names -> the hook's path inside block i (TransformerLens's get_act_name, for this model's names)
+_BLOCK_HOOKS = {
+    "resid_pre": "hook_resid_pre", "resid_mid": "hook_resid_mid", "resid_post": "hook_resid_post",
+    "attn_out": "hook_attn_out", "mlp_out": "hook_mlp_out",
+    "q": "attn.hook_q", "k": "attn.hook_k", "v": "attn.hook_v", "z": "attn.hook_z",
+    "attn_scores": "attn.hook_attn_scores", "pattern": "attn.hook_pattern",
+    "pre": "mlp.hook_pre", "post": "mlp.hook_post",
+    "ln1": "ln_1.hook_normalized", "ln2": "ln_2.hook_normalized",
+}
+_MODEL_HOOKS = {"embed": "hook_embed", "pos_embed": "hook_pos_embed", "ln_final": "ln_f.hook_normalized",
+                "logits": "hook_logits"}
+
+
+def act_name(kind: str, layer: int | None = None) -> str:
+    """A hook point's full name from a short one: act_name("pattern", 3) is "blocks.3.attn.hook_pattern",
+    act_name("embed") is "hook_embed". ValueError for an unknown kind or a missing or negative layer."""
+    if kind in _MODEL_HOOKS:
+        if layer is not None:
+            raise ValueError(f"{kind!r} is not a per-layer hook point")
+        return _MODEL_HOOKS[kind]
+    if kind not in _BLOCK_HOOKS:
+        raise ValueError(f"unknown hook kind {kind!r}; one of {', '.join([*_BLOCK_HOOKS, *_MODEL_HOOKS])}")
+    if layer is None or layer < 0:
+        raise ValueError(f"{kind!r} needs a layer of 0 or more, got {layer!r}")
+    return f"blocks.{layer}.{_BLOCK_HOOKS[kind]}"
+
+
+def storage_nbytes(tensors: Iterable[torch.Tensor]) -> int:
+    """Bytes of the distinct storages behind `tensors`: a view or a tied weight shares its storage and counts once
+    (resid_post of one block is resid_pre of the next)."""
+    seen, total = set(), 0
+    for t in tensors:
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in seen:
+            seen.add(storage.data_ptr())
+            total += storage.nbytes()
+    return total
+
+
 class HookPoint(nn.Module):
     """Identity; records its input when the running capture asks for this name."""
 
@@ -153,7 +192,7 @@ class ActivationCache(Mapping[str, torch.Tensor]):
 
     def pattern(self, layer: int) -> torch.Tensor:
         """Attention weights of one layer, [batch, heads, query, key]."""
-        return self[f"blocks.{layer}.attn.hook_pattern"]
+        return self[act_name("pattern", layer)]
 
     def patterns(self) -> torch.Tensor:
         """All layers' attention weights stacked, [layers, batch, heads, query, key]."""
@@ -161,8 +200,8 @@ class ActivationCache(Mapping[str, torch.Tensor]):
 
     def resid_stream(self) -> torch.Tensor:
         """The residual stream entering each block and leaving the last, [layers + 1, batch, T, d_model]."""
-        states = [self[f"blocks.{i}.hook_resid_pre"] for i in range(self.n_layers)]
-        states.append(self[f"blocks.{self.n_layers - 1}.hook_resid_post"])
+        states = [self[act_name("resid_pre", i)] for i in range(self.n_layers)]
+        states.append(self[act_name("resid_post", self.n_layers - 1)])
         return torch.stack(states)
 
     def stack(self, suffix: str) -> torch.Tensor:

@@ -7,6 +7,7 @@ weights can be run both ways.
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass
 
 import torch
@@ -15,6 +16,16 @@ from torch import nn
 
 from .config import GPTConfig
 from .hooks import HookPoint, current_wants, name_hook_points, note_offset
+
+
+_passes_lock = threading.Lock()
+_passes = 0
+
+
+def forward_count() -> int:
+    """Forward passes through any GPT's blocks in this process so far (each prefill or generated token is one): the
+    app's tests read it to check that a display rerun runs no model."""
+    return _passes
 
 
 class LayerNorm(nn.LayerNorm):
@@ -276,6 +287,9 @@ class GPT(nn.Module):
     def final_hidden(self, ids: torch.Tensor, kv_cache: KVCache | None = None, last_only: bool = False
                      ) -> torch.Tensor:
         """The final norm's output [B, T, d_model]: what the LM head (unembedding) reads."""
+        global _passes
+        with _passes_lock:
+            _passes += 1
         past = kv_cache.length if kv_cache is not None else 0
         ids = self.check_ids(ids, past).to(self.device)
         note_offset(past)  # edits that target positions need the absolute position of this call's first token

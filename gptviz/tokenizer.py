@@ -86,3 +86,10 @@ def encode(text: str) -> list[int]:
 
 def decode(ids) -> str:
     return get_tokenizer().decode([int(i) for i in ids])
+
+
+def fit_vocabulary(ids: list[int], vocab_size: int) -> tuple[list[int], int]:
+    """GPT-2's BPE ids made to fit a smaller vocabulary (the GPT-1 preset has 40,000 ids): every id past it
+    becomes the last id. Returns the ids and how many were replaced."""
+    last = vocab_size - 1
+    return [i if i <= last else last for i in ids], sum(i > last for i in ids)

@@ -3,7 +3,7 @@
 A training run must not hold up the script run of the session that started it, nor any other session's
 pages, so each job trains in its own daemon thread (gptviz.train.train_models, the same loop the CLI uses)
 and the page only reads snapshots of its progress. Jobs live in a JobRegistry shared by every session on
-the server (the app holds one in st.cache_resource: gptviz.ui.training_registry), guarded by a lock; a
+the server (the app holds one per process: gptviz.app.jobs.training_registry), guarded by a lock; a
 session keeps the ids of its own jobs.
 
 torch.set_num_threads is process-wide and is never changed here: every job shares the server's setting.

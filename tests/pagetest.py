@@ -13,13 +13,13 @@ from pathlib import Path
 import numpy as np
 from streamlit.testing.v1 import AppTest
 
-from gptviz import ui
+from gptviz.app import models, sidebar, keys as K
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = ui.ModelSpec(ui.SOURCE_PRESET, "tiny", "pre")
+TINY = models.ModelSpec(K.SOURCE_PRESET, "tiny", "pre")
 
 
-def run_page(name: str, prompt: str = ui.DEFAULT_PROMPT, spec: ui.ModelSpec | None = TINY, **state) -> AppTest:
+def run_page(name: str, prompt: str = sidebar.DEFAULT_PROMPT, spec: models.ModelSpec | None = TINY, **state) -> AppTest:
     """Run app_pages/<name>.py once with model_spec, prompt and any other session-state values set."""
     at = AppTest.from_file(str(ROOT / "app_pages" / f"{name}.py"), default_timeout=120)
     at.session_state["model_spec"] = spec
@@ -47,7 +47,7 @@ def figure(at: AppTest, title_start: str) -> dict:
 def attention_map(at: AppTest, key: str = "att_map") -> tuple[dict, np.ndarray]:
     """A heatmap component of the Attention page (by its key): its data and the weights it carries,
     [layers sent, heads + 1, rows, keys]."""
-    from gptviz.attention_map import NAME, decode_weights
+    from gptviz.app.component.attention_map import NAME, decode_weights
     found = [el for el in at.get("bidi_component")
              if el.proto.component_name == NAME and el.proto.id.endswith(f"-{key}")]
     assert len(found) == 1, len(found)
@@ -65,7 +65,7 @@ def array(value) -> np.ndarray:
 
 def generation_of(at: AppTest):
     """The session's LiveGeneration (the page started it in a background thread)."""
-    return at.session_state[ui.GENERATION_KEY]["job"]
+    return at.session_state[K.GENERATION]["job"]
 
 
 def finish_generation(at: AppTest) -> AppTest:
@@ -74,9 +74,15 @@ def finish_generation(at: AppTest) -> AppTest:
     return at.run()
 
 
+def forward_calls() -> int:
+    """Forward passes the model has run in this process (a display rerun must add none)."""
+    from gptviz.model import forward_count
+    return forward_count()
+
+
 class TokenGate:
-    """Stands in for ui._count_forward (which a page's generation calls after each token) and holds the
-    generation thread after token `at` until `release()`; forwards counted by the page's own thread pass."""
+    """Stands in for gptviz.app.live.after_token (which a page's generation calls after each token) and holds the
+    generation thread after token `at` until `release()`; calls from other threads pass."""
 
     def __init__(self, at: int):
         import threading

@@ -16,13 +16,14 @@ from gptviz import analysis, capture
 from gptviz.export import (capture_arrays, capture_nbytes, capture_npz, csv_bytes, load_npz, matrix_frame,
                            prompt_capture_npz)
 from gptviz.hooks import ActivationCache
+from gptviz.app import models
 
 L, D, FF, V = SMALL.n_layers, SMALL.d_model, SMALL.d_ff, SMALL.vocab_size
 T = 9
 
 
 def unbatched(model, ids):
-    """(logits [T, V], cache without the batch axis), as the pages get them from ui.capture_cache."""
+    """(logits [T, V], cache without the batch axis), as the pages get them from models.capture_cache."""
     logits, cache = capture(model, ids[None])
     store = {k: v[0] for k, v in cache.items()}
     return logits[0], ActivationCache(store, model.config.n_layers)

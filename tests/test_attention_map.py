@@ -5,7 +5,7 @@ import numpy as np
 import plotly.colors as pcolors
 import pytest
 
-from gptviz import attention_map as amap
+from gptviz.app.component import attention_map as amap
 
 
 def patterns(L=2, H=3, T=5, seed=0) -> np.ndarray:

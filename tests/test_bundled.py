@@ -10,6 +10,7 @@ from gptviz import load_pretrained
 from gptviz.corpus import HELD_OUT_PLAYS
 from gptviz.evaluate import check_model, corpus_of, recipe_differences, training_stages
 from gptviz.weights import bundled_models, training_vocab
+from gptviz.app import sidebar
 
 TWINS = ("shakespeare-pre", "shakespeare-post")
 
@@ -119,8 +120,8 @@ def test_model_card_command_rebuilds_the_recorded_config_and_settings(name):
 
 @pytest.mark.parametrize("name", TWINS)
 def test_the_sidebar_says_what_the_twin_was_trained_on_and_what_it_did_not_learn(name):
-    from gptviz import ui
-    text = ui.bundled_description(name)
+    from gptviz.app import keys as K, live, models, sidebar
+    text = sidebar.bundled_description(name)
     assert "complete works of Shakespeare less 3 held-out plays" in text
     stages = training_stages(json.loads((bundled_models()[name] / "config.json").read_text())["training"])
     assert all(f"{stage['settings']['copy_fraction']:.1%}" in text for stage in stages)

@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from gptviz import capture, generate, get_tokenizer, load_pretrained, stream
-from gptviz import devices, ui
+from gptviz import devices
 from gptviz.devices import available_devices, available_dtypes, place
+from gptviz.app import models, keys as K
 
 PROMPT = "Ham.\nWho's there?\n\nHor.\nFriends to this ground, and liegemen to the Dane.\n"
 
@@ -63,10 +64,10 @@ def test_bad_device_or_precision_is_a_clear_error(reference):
 
 
 def test_the_app_loads_the_precision_the_spec_names():
-    spec = ui.ModelSpec(ui.SOURCE_PRESET, "tiny", "pre", 0, "cpu", "bfloat16")
-    assert ui.load_model(spec).wte.weight.dtype == torch.bfloat16
-    logits, store = ui.get_capture(spec, (464, 3290, 286), ("blocks.0.attn.hook_pattern",))
+    spec = models.ModelSpec(K.SOURCE_PRESET, "tiny", "pre", 0, "cpu", "bfloat16")
+    assert models.load_model(spec).wte.weight.dtype == torch.bfloat16
+    logits, store = models.get_capture(spec, (464, 3290, 286), ("blocks.0.attn.hook_pattern",))
     assert logits.dtype == torch.float32 and store["blocks.0.attn.hook_pattern"].dtype == torch.float32
     assert "bfloat16" in spec.label()
-    assert ui.load_model(spec._replace(dtype="float32")).wte.weight.dtype == torch.float32
-    assert ui.ModelSpec(ui.SOURCE_PRESET, "tiny", "pre").dtype == "float32"
+    assert models.load_model(spec._replace(dtype="float32")).wte.weight.dtype == torch.float32
+    assert models.ModelSpec(K.SOURCE_PRESET, "tiny", "pre").dtype == "float32"

@@ -21,8 +21,8 @@ pytestmark = pytest.mark.subprocess
 FIRST_PAGE = """
 import sys
 from streamlit.testing.v1 import AppTest
-import gptviz, gptviz.router
-entry = gptviz.router.PAGES_DIR / "entry.py"
+import gptviz, gptviz.app.router
+entry = gptviz.app.router.PAGES_DIR / "entry.py"
 assert "site-packages" in str(entry), entry
 at = AppTest.from_file(str(entry), default_timeout=180).run()
 assert not at.exception, [e.message for e in at.exception]
@@ -128,8 +128,8 @@ def test_an_editable_install_runs_the_checkout_from_anywhere(tmp_path):
     xl = run((venv, outside), str(venv / "bin" / "gptviz"), "params", "gpt2-xl")
     assert xl.returncode == 0 and "1,557,611,200" in xl.stdout
     where = run((venv, outside), str(venv / "bin" / "python"), "-c",
-                "import gptviz, gptviz.router, gptviz.corpus; from gptviz import load_pretrained;"
-                "print(gptviz.__file__); print(gptviz.router.PAGES_DIR); print(gptviz.corpus.WORKS.is_dir());"
+                "import gptviz, gptviz.app.router, gptviz.corpus; from gptviz import load_pretrained;"
+                "print(gptviz.__file__); print(gptviz.app.router.PAGES_DIR); print(gptviz.corpus.WORKS.is_dir());"
                 "print(load_pretrained('shakespeare-pre').config.name)")
     assert where.returncode == 0, where.stderr
     assert where.stdout.split() == [str(ROOT / "gptviz" / "__init__.py"), str(ROOT / "app_pages"), "True", "small-4l"]

@@ -6,8 +6,9 @@ from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
-from gptviz import ui
-from gptviz.links import (LINKED_KEYS, MAX_LINK_PROMPT, SOURCE_CODES, apply_link, link_params,
+from gptviz.app import models, keys as K
+from gptviz.app.keys import LINKED_KEYS
+from gptviz.app.links import (MAX_LINK_PROMPT, SOURCE_CODES, apply_link, link_params,
                           replaced_link_value)
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
@@ -27,7 +28,7 @@ def toasts(at: AppTest) -> list[str]:
 # ---- the pure part -------------------------------------------------------------------------------------
 
 def test_a_link_round_trips_every_kind_of_value():
-    state = {"model_source": ui.SOURCE_PRESET, "preset": "tiny", "seed": 7, "norm": "post", "prompt": "A B\nC",
+    state = {"model_source": K.SOURCE_PRESET, "preset": "tiny", "seed": 7, "norm": "post", "prompt": "A B\nC",
              "att_layer": 1, "att_head": -1, "att_gen_temp": 0.35, "gen_eos": True, "att_query": None,
              "example_prompt": None, "export_format": "png"}
     params = link_params(state)
@@ -53,9 +54,9 @@ def test_bad_values_are_dropped_each_with_a_notice():
 
 
 def test_a_long_prompt_and_a_session_run_stay_out_of_the_link():
-    state = {"prompt": "y" * (MAX_LINK_PROMPT + 1), "model_source": ui.SOURCE_TRAINED, "norm": "pre"}
+    state = {"prompt": "y" * (MAX_LINK_PROMPT + 1), "model_source": K.SOURCE_TRAINED, "norm": "pre"}
     assert link_params(state) == {"norm": "pre"}
-    assert set(SOURCE_CODES.values()) == {ui.SOURCE_BUNDLED, ui.SOURCE_PRESET, ui.SOURCE_PRETRAINED}
+    assert set(SOURCE_CODES.values()) == {K.SOURCE_BUNDLED, K.SOURCE_PRESET, K.SOURCE_PRETRAINED}
 
 
 def test_a_replaced_link_value_is_reported_once():
@@ -72,7 +73,7 @@ def test_a_link_opens_the_same_view():
     at = open_link(source="preset", preset="tiny", seed="3", norm="post", prompt="To be or not to be",
                    att_layer="1", att_head="2", att_scale="sqrt", att_gen_temp="0.4")
     assert not at.exception and toasts(at) == []
-    assert at.session_state["model_spec"] == ui.ModelSpec(ui.SOURCE_PRESET, "tiny", "post", 3, "cpu")
+    assert at.session_state["model_spec"] == models.ModelSpec(K.SOURCE_PRESET, "tiny", "post", 3, "cpu")
     assert at.text_area(key="prompt").value == "To be or not to be"
     assert at.selectbox(key="att_layer").value == 1 and at.selectbox(key="att_head").value == 2
     assert at.selectbox(key="att_scale").value == "sqrt"

@@ -10,6 +10,7 @@ from streamlit.testing.v1 import AppTest
 from conftest import build
 from gptviz import generate
 from gptviz.live_generation import GenerationSlots, LiveGeneration
+from gptviz.app import live, models, keys as K
 
 PROMPT = [5, 17, 3, 42]
 GREEDY = dict(max_new_tokens=6, temperature=0.0, top_k=None, top_p=None, seed=0)
@@ -136,22 +137,22 @@ def test_a_session_has_one_generation_and_leaving_its_page_stops_it():
 
         import streamlit as st
 
-        from gptviz import ui
-        spec = ui.ModelSpec(ui.SOURCE_PRESET, "tiny", "pre")
-        model = ui.load_model(spec)
+        from gptviz.app import keys as K, live, models, sidebar
+        spec = models.ModelSpec(K.SOURCE_PRESET, "tiny", "pre")
+        model = models.load_model(spec)
         hold = threading.Event()
         settings = dict(max_new_tokens=50, temperature=1.0, top_k=None, top_p=None, seed=0)
-        first = ui.start_generation(spec, model, [1, 2, 3], settings, "attention")
-        ui.stop_generation(unless_page="attention")     # still on its page: it goes on
+        first = live.start_generation(spec, model, [1, 2, 3], settings, "attention")
+        live.stop_generation(unless_page="attention")     # still on its page: it goes on
         alive_on_its_page = first.running or len(first.steps) == 50
-        second = ui.start_generation(spec, model, [1, 2, 3], settings, "attention")  # stops the first
+        second = live.start_generation(spec, model, [1, 2, 3], settings, "attention")  # stops the first
         first_done = first.wait(10)
-        ui.stop_generation(unless_page="generation")    # another page: it stops
+        live.stop_generation(unless_page="generation")    # another page: it stops
         second.wait(10)
         hold.set()
-        shown = ui.stored_generation(spec, [1, 2, 3], "attention") is second
-        other_page = ui.stored_generation(spec, [1, 2, 3], "generation")
-        other_prompt = ui.stored_generation(spec, [1, 2], "attention")
+        shown = live.stored_generation(spec, [1, 2, 3], "attention") is second
+        other_page = live.stored_generation(spec, [1, 2, 3], "generation")
+        other_prompt = live.stored_generation(spec, [1, 2], "attention")
         st.text(f"{alive_on_its_page} {first_done} {second.stopped or len(second.steps) == 50} {shown} "
                 f"{other_page is None} {other_prompt is None}")
 
@@ -161,13 +162,13 @@ def test_a_session_has_one_generation_and_leaving_its_page_stops_it():
 
 
 def test_the_live_view_records_what_it_drew_for_stop_to_keep():
-    from gptviz import ui
+    from gptviz.app import keys as K, live, models, sidebar
     gate = Gate(at=4)
     job = LiveGeneration(build(seed=3), PROMPT, {**GREEDY, "max_new_tokens": 12}, on_token=gate)
     assert gate.reached.wait(30)
-    view = ui.generation_view(job)  # a redraw while it runs
+    view = live.generation_view(job)  # a redraw while it runs
     assert view["running"] and job.shown == len(view["steps"]) == 4
-    job.stop(keep=job.shown)        # what ui.stop_generation does
+    job.stop(keep=job.shown)        # what live.stop_generation does
     gate.release.set()
     assert job.wait(30) and len(job.steps) == 4
-    assert len(ui.generation_view(job)["steps"]) == 4 and job.shown == 4  # a finished view records nothing new
+    assert len(live.generation_view(job)["steps"]) == 4 and job.shown == 4  # a finished view records nothing new

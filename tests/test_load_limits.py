@@ -19,6 +19,7 @@ from conftest import SMALL, build
 from gptviz import PRESETS
 from gptviz.params import param_count, total_params
 from gptviz.weights import CheckpointError, load_checkpoint, save_checkpoint
+from gptviz.app import models, keys as K
 
 ROOT = Path(__file__).resolve().parents[1]
 HF_BASE = {"model_type": "gpt2", "vocab_size": 50, "n_positions": 16, "n_embd": 32, "n_layer": 2, "n_head": 4}
@@ -145,14 +146,14 @@ def test_visitors_load_folders_only_inside_the_allowed_roots(tmp_path, monkeypat
 
 
 def test_the_sidebar_loader_uses_the_allowed_roots(tmp_path, monkeypatch):
-    from gptviz import ui
+    from gptviz.app import keys as K, live, models, sidebar
     from gptviz.weights import FOLDER_REFUSED
     save_checkpoint(build(seed=4), tmp_path / "ops" / "model")
-    spec = ui.ModelSpec(ui.SOURCE_PRETRAINED, str(tmp_path / "ops" / "model"), "pre", 0)
+    spec = models.ModelSpec(K.SOURCE_PRETRAINED, str(tmp_path / "ops" / "model"), "pre", 0)
     with pytest.raises(CheckpointError, match="No model folder of that name"):
-        ui.load_model(spec)
-    ui._model_store().clear()
+        models.load_model(spec)
+    models.model_store().clear()
     monkeypatch.setenv("GPTVIZ_MODEL_DIRS", str(tmp_path / "ops"))
-    assert ui.load_model(spec).config == SMALL
-    ui._model_store().clear()
+    assert models.load_model(spec).config == SMALL
+    models.model_store().clear()
     assert FOLDER_REFUSED.count("/") == 0

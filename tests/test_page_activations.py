@@ -12,33 +12,34 @@ import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
-from gptviz import analysis, ui
+from gptviz import analysis
 from gptviz.tokenizer import encode
-from pagetest import TINY, run_page, figure, array
+from gptviz.app import models, sidebar
+from pagetest import TINY, run_page, figure, array, forward_calls
 
 N_LAYERS, N_HEADS, N_CTX, D_FF = 2, 4, 128, 256
 TABS = ["Residual stream", "MLP neurons", "Norm inputs", "Logit lens", "Head detectors", "Export"]
 
 
-def page(prompt: str, spec: ui.ModelSpec = TINY, **state) -> AppTest:
+def page(prompt: str, spec: models.ModelSpec = TINY, **state) -> AppTest:
     return run_page("activations", prompt, spec, **state)
 
 
-def capture_for(prompt: str, spec: ui.ModelSpec = TINY):
+def capture_for(prompt: str, spec: models.ModelSpec = TINY):
     """The page's own capture (same hook names, same order: a cache hit)."""
     names = tuple(f"blocks.{i}.{s}" for i in range(N_LAYERS) for s in
                   ("hook_resid_pre", "hook_attn_out", "hook_resid_mid", "mlp.hook_post", "hook_mlp_out",
                    "hook_resid_post", "attn.hook_pattern"))
     ids = tuple(encode(prompt)[-N_CTX:])
-    return ids, ui.capture_cache(spec, ids, names)
+    return ids, models.capture_cache(spec, ids, names)
 
 
 def test_default_prompt_every_view_shows_real_values():
-    at = page(ui.DEFAULT_PROMPT)
+    at = page(sidebar.DEFAULT_PROMPT)
     assert not at.exception and not at.error
     assert [t.label for t in at.tabs] == TABS
     assert len(at.get("plotly_chart")) == 8
-    ids, (logits, cache) = capture_for(ui.DEFAULT_PROMPT)
+    ids, (logits, cache) = capture_for(sidebar.DEFAULT_PROMPT)
     T = len(ids)
     # residual stream: the norms of the captured tensors
     heat = figure(at, "Residual-stream norm")
@@ -65,7 +66,7 @@ def test_default_prompt_every_view_shows_real_values():
     det = [f for f in figs if len(f["data"]) == 3 and f["data"][0].get("name") == "previous"][0]
     np.testing.assert_allclose(array(det["data"][0]["z"]),
                                analysis.previous_token_scores(cache.patterns()).numpy(), rtol=1e-5)
-    model = ui.load_model(TINY)
+    model = models.load_model(TINY)
     np.testing.assert_allclose(array(det["data"][2]["z"]), analysis.induction_scores(model, 50).numpy(),
                                rtol=1e-5, atol=1e-7)
     assert any("Previous-token" in m.value for m in at.markdown)
@@ -76,13 +77,13 @@ def test_display_widgets_run_no_forward_pass():
     prompt = "Activations page: a prompt only this test uses, with a repeat: a prompt."
     at = page(prompt)
     assert not at.exception
-    before = ui.forward_calls
+    before = forward_calls()
     at.selectbox(key="act_focus").select(3).run()
     at.toggle(key="act_resid_avg").set_value(True).run()
     at.slider(key="act_topk").set_value(20).run()
     at.checkbox(key="act_npz_attn").set_value(False).run()
     assert not at.exception
-    assert ui.forward_calls == before
+    assert forward_calls() == before
     ids, (_, cache) = capture_for(prompt)
     lines = figure(at, "Norms per layer (mean over all positions)")
     np.testing.assert_allclose(array(lines["data"][0]["y"]),
@@ -133,7 +134,7 @@ def test_an_empty_capture_is_explained_not_a_traceback(monkeypatch):
     """After gptviz's code is reloaded in a running server, a cached model built by the old code records
     nothing; the page must say so."""
     from gptviz.hooks import ActivationCache
-    monkeypatch.setattr(ui, "capture_cache", lambda spec, ids, names=None: (torch.zeros(len(ids), 5),
+    monkeypatch.setattr(models, "capture_cache", lambda spec, ids, names=None: (torch.zeros(len(ids), 5),
                                                                           ActivationCache({}, N_LAYERS)))
     at = page("Hello world")
     assert not at.exception

@@ -15,11 +15,12 @@ import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
-from gptviz import allocator, analysis, ui
-from gptviz import attention_map as amap
+from gptviz import allocator, analysis
+from gptviz.app.component import attention_map as amap
 from gptviz.figures import attention as fa
 from gptviz.tokenizer import decode, encode, token_labels
-from pagetest import ROOT, TINY, array, attention_map, figure, figures, finish_generation, generation_of, run_page, TokenGate
+from gptviz.app import live, models, sidebar, keys as K
+from pagetest import ROOT, TINY, array, attention_map, figure, figures, finish_generation, generation_of, run_page, TokenGate, forward_calls
 
 N_LAYERS, N_HEADS, N_CTX = 2, 4, 128           # the tiny preset
 VIEWS = ["One head", "Lines between tokens", "On the text", "Inside the head", "Value-weighted",
@@ -33,7 +34,7 @@ def page(prompt: str, **state) -> AppTest:
 
 def patterns_for(prompt: str) -> torch.Tensor:
     ids = tuple(encode(prompt)[-N_CTX:])
-    _, cache = ui.get_capture(TINY, ids, ui.attention_page_names(N_LAYERS, "pre"))  # the page's own capture
+    _, cache = models.get_capture(TINY, ids, models.attention_page_names(N_LAYERS, "pre"))  # the page's own capture
     return torch.stack([cache[f"blocks.{i}.attn.hook_pattern"] for i in range(N_LAYERS)])
 
 
@@ -42,20 +43,20 @@ def patterns_for(prompt: str) -> torch.Tensor:
 def test_router_default_page():
     allocator._applied = None  # app.py sets the allocator policy before any page runs
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
-    at.session_state["model_source"] = ui.SOURCE_PRESET
+    at.session_state["model_source"] = K.SOURCE_PRESET
     at.session_state["preset"] = "tiny"
     at.run()
     assert not at.exception
     assert at.title[0].value == "Attention"
     assert at.session_state["model_spec"] == TINY
-    assert len(at.button_group(key="att_query").options) == len(encode(ui.DEFAULT_PROMPT))
+    assert len(at.button_group(key="att_query").options) == len(encode(sidebar.DEFAULT_PROMPT))
     assert allocator.freed_memory_kept() is (platform.libc_ver()[0] == "glibc")
 
 
 def test_default_state_widgets_and_real_weights():
-    at = page(ui.DEFAULT_PROMPT)
+    at = page(sidebar.DEFAULT_PROMPT)
     assert not at.exception and not at.error
-    ids = encode(ui.DEFAULT_PROMPT)
+    ids = encode(sidebar.DEFAULT_PROMPT)
     assert at.selectbox(key="att_layer").options == [f"layer {i}" for i in range(N_LAYERS)]
     assert at.selectbox(key="att_head").options == [f"head {h}" for h in range(N_HEADS)] + ["mean of all heads"]
     assert len(at.selectbox(key="att_scale").options) == len(fa.SCALES)
@@ -65,7 +66,7 @@ def test_default_state_widgets_and_real_weights():
     assert at.button(key="att_generate").label == "Generate" and at.button(key="att_stop").label == "Stop"
     # the heatmap carries the model's own weights, every head of every layer (tiny: all fit), each mean last
     data, weights = attention_map(at)
-    expected = patterns_for(ui.DEFAULT_PROMPT).numpy()
+    expected = patterns_for(sidebar.DEFAULT_PROMPT).numpy()
     assert (data["layer"], data["head"], data["layers"]) == (0, 0, list(range(N_LAYERS)))
     assert data["col_labels"] == token_labels(ids) and data["query"] == len(ids) - 1
     np.testing.assert_allclose(weights[:, :N_HEADS], expected, atol=0.5 / amap.LEVELS + 1e-7)
@@ -78,11 +79,11 @@ def test_default_state_widgets_and_real_weights():
 
 def test_display_widgets_run_no_forward_pass():
     prompt = "A prompt only this test uses: the forward count must move once, then never."
-    ui.induction_scores(TINY, 50)  # the detector table's own run, cached once per model (not per prompt)
-    before = ui.forward_calls
+    models.induction_scores(TINY, 50)  # the detector table's own run, cached once per model (not per prompt)
+    before = forward_calls()
     at = page(prompt)
-    assert ui.forward_calls == before + 1          # the capture ran once (fresh prompt)
-    after_first = ui.forward_calls
+    assert forward_calls() == before + 1          # the capture ran once (fresh prompt)
+    after_first = forward_calls()
     at.selectbox(key="att_layer").select(1).run()
     at.selectbox(key="att_head").select(-1).run()
     assert not at.exception
@@ -96,7 +97,7 @@ def test_display_widgets_run_no_forward_pass():
         at.session_state["att_view"] = view
         at.run()
         assert not at.exception
-    assert ui.forward_calls == after_first
+    assert forward_calls() == after_first
 
 
 @pytest.mark.parametrize("prompt", ["", "Hi", "word " * 300, "🦜 你好世界, naïve café 😀", MARKUP],
@@ -128,7 +129,7 @@ def test_markup_prompt_reaches_the_heatmap_as_text_only():
     at = page(MARKUP)
     data, _ = attention_map(at)
     assert "<" in data["col_labels"] and "img" in "".join(data["col_labels"])
-    js = (ROOT / "gptviz" / "assets" / "attention_map.js").read_text()
+    js = (ROOT / "gptviz" / "app" / "component" / "attention_map.js").read_text()
     assert "innerHTML" not in js and "insertAdjacentHTML" not in js and "outerHTML" not in js
     heat = fa.attention_heatmap(np.eye(len(data["col_labels"])), data["col_labels"])
     custom = np.array(heat.data[0].customdata, dtype=object)
@@ -177,7 +178,7 @@ def test_model_view_and_layer_grid_trace_counts():
 def test_short_generation_produces_tokens():
     prompt = "To be, or not to be"
     at = page(prompt)
-    before = ui.forward_calls
+    before = forward_calls()
     at.number_input(key="att_gen_n").set_value(3)
     at.slider(key="att_gen_temp").set_value(0.0)
     at.button(key="att_generate").click()
@@ -185,7 +186,7 @@ def test_short_generation_produces_tokens():
     assert not at.exception and not at.error
     job = generation_of(at)
     assert len(job.steps) == 3 and not job.running
-    assert ui.forward_calls == before + 3           # one forward pass per new token, no capture rerun
+    assert forward_calls() == before + 3           # one forward pass per new token, no capture rerun
     new_ids = [s.token_id for s in job.steps]
     # greedy: each token is the argmax, i.e. rank 1
     assert [s.rank for s in job.steps] == [1, 1, 1]
@@ -206,7 +207,7 @@ def test_a_head_switch_during_a_generation_neither_stops_it_nor_reruns_the_model
     """The generation runs beside the page: picking another head redraws, the model keeps writing, and the
     finished run is drawn for the head picked."""
     gate = TokenGate(at=2)
-    monkeypatch.setattr(ui, "_count_forward", gate)
+    monkeypatch.setattr(live, "after_token", gate)
     at = page("Keep writing while I look")
     at.number_input(key="att_gen_n").set_value(6)
     at.button(key="att_generate").click()
@@ -225,7 +226,7 @@ def test_a_head_switch_during_a_generation_neither_stops_it_nor_reruns_the_model
 
 def test_stop_keeps_the_tokens_written_so_far(monkeypatch):
     gate = TokenGate(at=2)
-    monkeypatch.setattr(ui, "_count_forward", gate)
+    monkeypatch.setattr(live, "after_token", gate)
     prompt = "Stop me"
     at = page(prompt)
     at.number_input(key="att_gen_n").set_value(5)
@@ -256,14 +257,14 @@ def test_sampling_widgets_bound_the_settings():
 def test_start_generation_rejects_bad_settings_before_storing():
     def script():
         import streamlit as st
-        from gptviz import ui
-        got = ui.load_model(ui.ModelSpec(ui.SOURCE_PRESET, "tiny", "pre"))
+        from gptviz.app import keys as K, live, models, sidebar
+        got = models.load_model(models.ModelSpec(K.SOURCE_PRESET, "tiny", "pre"))
         try:
-            ui.start_generation(ui.ModelSpec(ui.SOURCE_PRESET, "tiny", "pre"), got, [1, 2, 3],
+            live.start_generation(models.ModelSpec(K.SOURCE_PRESET, "tiny", "pre"), got, [1, 2, 3],
                                 dict(max_new_tokens=2, temperature=1.0, top_k=None, top_p=1.5, seed=0), "attention")
         except ValueError as err:
             st.error(str(err))
-        st.text(f"stored: {ui.GENERATION_KEY in st.session_state}")
+        st.text(f"stored: {K.GENERATION in st.session_state}")
 
     at = AppTest.from_function(script, default_timeout=60).run()
     assert "top_p" in at.error[0].value

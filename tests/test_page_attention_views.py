@@ -8,11 +8,12 @@ import numpy as np
 import pytest
 import torch
 
-from gptviz import analysis, ui
+from gptviz import analysis
 from gptviz.figures import head_views as hv
 from gptviz.head_steps import (first_token_chance, first_token_scores, head_hook_names, head_steps, row_shares,
                                value_weighted)
 from gptviz.tokenizer import encode
+from gptviz.app import display, models
 from pagetest import TINY, array, figure, figures, run_page
 
 PROMPT = "The cat sat on the mat. The cat sat on the"
@@ -26,11 +27,11 @@ def view(name: str, prompt: str = PROMPT, **state):
 
 def layer_cache(layer: int, prompt: str = PROMPT):
     ids = tuple(encode(prompt))
-    return ui.capture_cache(TINY, ids, head_hook_names(layer, "pre"))[1], len(ids)
+    return models.capture_cache(TINY, ids, head_hook_names(layer, "pre"))[1], len(ids)
 
 
 def test_lines_view_draws_the_chosen_heads_with_their_weights():
-    at = view("Lines between tokens", att_layer=1, att_head=ui.MEAN_HEAD)
+    at = view("Lines between tokens", att_layer=1, att_head=display.MEAN_HEAD)
     fig = figure(at, "Layer 1: each query")
     cache, T = layer_cache(1)
     pattern = cache["blocks.1.attn.hook_pattern"].numpy()
@@ -76,7 +77,7 @@ def test_inside_the_head_shows_the_real_computation_and_the_neuron_view():
     assert np.allclose(k, cache["blocks.1.attn.hook_k"][3, 1].numpy(), atol=1e-6)
     assert f"{product.sum():.4f}" in neuron["layout"]["title"]["text"]
     assert f"{product.sum() / math.sqrt(16):.4f}" in neuron["layout"]["title"]["text"]
-    at = view("Inside the head", att_head=ui.MEAN_HEAD)
+    at = view("Inside the head", att_head=display.MEAN_HEAD)
     assert any("Pick a single head" in i.value for i in at.info)
 
 
@@ -84,7 +85,7 @@ def test_value_weighted_view_by_hand_and_the_sink_line():
     at = view("Value-weighted", att_layer=0, att_head=2)
     shares = figure(at, "Weight × ‖value · W_O‖")["data"][0]
     cache, T = layer_cache(0)
-    model = ui.load_model(TINY)
+    model = models.load_model(TINY)
     vw = value_weighted(model, 0, cache["blocks.0.attn.hook_v"], cache["blocks.0.attn.hook_pattern"])
     expected = row_shares(vw[2]).numpy()
     got = array(shares["z"])
@@ -100,7 +101,7 @@ def test_the_detector_table_beside_the_head_picker_holds_the_scores_and_their_ch
     frame = next(d.value for d in at.dataframe if "head" in d.value.columns and len(d.value) == 8)
     ids = encode(PROMPT)
     T = len(ids)
-    _, cache = ui.capture_cache(TINY, tuple(ids), ui.pattern_names(2))
+    _, cache = models.capture_cache(TINY, tuple(ids), models.pattern_names(2))
     patterns = cache.patterns()
     prev = f"previous-token (chance {analysis.previous_token_chance(T):.3f})"
     dup = f"duplicate-token (chance {analysis.duplicate_token_chance(ids):.3f})"
@@ -110,7 +111,7 @@ def test_the_detector_table_beside_the_head_picker_holds_the_scores_and_their_ch
     assert frame["head"].tolist()[5] == "layer 1, head 1"
     assert np.allclose(frame[prev], analysis.previous_token_scores(patterns).flatten().numpy())
     assert np.allclose(frame[dup], analysis.duplicate_token_scores(patterns, ids).flatten().numpy())
-    assert np.allclose(frame[ind], ui.induction_scores(TINY, 50).flatten().numpy())
+    assert np.allclose(frame[ind], models.induction_scores(TINY, 50).flatten().numpy())
     assert np.allclose(frame[sink], first_token_scores(patterns).flatten().numpy())
 
 

@@ -11,27 +11,29 @@ import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
-from gptviz import GPT, GPTConfig, analysis, ui
+from gptviz import GPT, GPTConfig, analysis
 from gptviz.tokenizer import encode
-from pagetest import title_of, TINY, run_page, figures, array
+from gptviz.app import display, jobs, models, sidebar, keys as K
+from gptviz import tokenizer
+from pagetest import title_of, TINY, run_page, figures, array, forward_calls
 
 N_CTX, D_MODEL = 128, 64
 TITLES = ["Cosine similarity of the prompt's token embeddings", "Cosine similarity between all 128 position",
           "Token embeddings, first two principal components"]
 
 
-def page(prompt: str, spec: ui.ModelSpec = TINY, **state) -> AppTest:
+def page(prompt: str, spec: models.ModelSpec = TINY, **state) -> AppTest:
     return run_page("embeddings", prompt, spec, **state)
 
 
 def capture_for(prompt: str) -> dict[str, torch.Tensor]:
     ids = tuple(encode(prompt)[-N_CTX:])
-    _, cache = ui.get_capture(TINY, ids, ("hook_embed", "hook_pos_embed", "blocks.0.hook_resid_pre"))
+    _, cache = models.get_capture(TINY, ids, ("hook_embed", "hook_pos_embed", "blocks.0.hook_resid_pre"))
     return cache
 
 
 def test_default_prompt_shows_the_capture():
-    at = page(ui.DEFAULT_PROMPT)
+    at = page(sidebar.DEFAULT_PROMPT)
     assert not at.exception and not at.error
     figs = figures(at)
     assert len(figs) == 4
@@ -39,10 +41,10 @@ def test_default_prompt_shows_the_capture():
         assert title_of(fig).startswith(start)
     panels = figs[0]["data"]
     assert len(panels) == 3
-    cache = capture_for(ui.DEFAULT_PROMPT)
-    T = len(encode(ui.DEFAULT_PROMPT))
+    cache = capture_for(sidebar.DEFAULT_PROMPT)
+    T = len(encode(sidebar.DEFAULT_PROMPT))
     tok, total = cache["hook_embed"], cache["blocks.0.hook_resid_pre"]
-    model = ui.load_model(TINY)
+    model = models.load_model(TINY)
     np.testing.assert_allclose(array(panels[0]["z"]), tok[:, :64].numpy(), rtol=1e-6)
     np.testing.assert_allclose(array(panels[1]["z"]), model.wpe.weight[:T, :64].detach().numpy(), rtol=1e-6)
     np.testing.assert_allclose(array(panels[2]["z"]), total[:, :64].numpy(), rtol=1e-6)
@@ -56,7 +58,7 @@ def test_default_prompt_shows_the_capture():
                                rtol=1e-5, atol=1e-6)
     # PCA: the prompt's distinct tokens, against a sample of the vocabulary
     vocab, prompt_trace = figs[3]["data"]
-    assert len(array(prompt_trace["x"])) == len(set(encode(ui.DEFAULT_PROMPT)))
+    assert len(array(prompt_trace["x"])) == len(set(encode(sidebar.DEFAULT_PROMPT)))
     assert len(array(vocab["x"])) + len(array(prompt_trace["x"])) >= 2000
     data_buttons = [b for b in at.get("download_button") if b.proto.label != "Interactive HTML"]
     assert len(data_buttons) == 4  # beside each figure's own HTML download
@@ -65,7 +67,7 @@ def test_default_prompt_shows_the_capture():
 def test_dimension_range_slider_changes_the_panels_without_a_forward_pass():
     prompt = "Embeddings page: a prompt only this test uses."
     at = page(prompt)
-    before = ui.forward_calls
+    before = forward_calls()
     at.slider(key="emb_dims").set_value((10, 30)).run()
     assert not at.exception
     panels = figures(at)[0]["data"]
@@ -73,7 +75,7 @@ def test_dimension_range_slider_changes_the_panels_without_a_forward_pass():
     np.testing.assert_allclose(array(panels[0]["z"]), capture_for(prompt)["hook_embed"][:, 10:30].numpy(), rtol=1e-6)
     at.select_slider(key="emb_pca_n").set_value(500).run()
     assert not at.exception
-    assert ui.forward_calls == before
+    assert forward_calls() == before
 
 
 def test_post_norm_model_runs():
@@ -111,8 +113,8 @@ def test_dimension_range_edges():
     # a model wider than the 256 dimensions drawn at a time (registered as a "trained" model: cheap to build)
     torch.manual_seed(0)
     wide = GPT(GPTConfig(vocab_size=50257, n_ctx=16, d_model=320, n_layers=1, n_heads=4)).eval()
-    ui.register_trained_model("test-embeddings-wide", wide)
-    spec = ui.ModelSpec(ui.SOURCE_TRAINED, "test-embeddings-wide", "pre")
+    jobs.register_trained_model("test-embeddings-wide", wide)
+    spec = models.ModelSpec(K.SOURCE_TRAINED, "test-embeddings-wide", "pre")
     at = page("Hello there", spec=spec, emb_dims=(0, 320))
     assert not at.exception and not at.error
     assert any("the first 256 of the chosen range" in c.value for c in at.caption)
@@ -121,7 +123,7 @@ def test_dimension_range_edges():
 
 def test_an_empty_capture_is_explained_not_a_traceback(monkeypatch):
     from gptviz.hooks import ActivationCache
-    monkeypatch.setattr(ui, "capture_cache", lambda spec, ids, names=None: (torch.zeros(len(ids), 5),
+    monkeypatch.setattr(models, "capture_cache", lambda spec, ids, names=None: (torch.zeros(len(ids), 5),
                                                                           ActivationCache({}, 2)))
     at = page("Hello world")
     assert not at.exception
@@ -129,14 +131,14 @@ def test_an_empty_capture_is_explained_not_a_traceback(monkeypatch):
 
 
 def test_fit_vocabulary_replaces_only_ids_past_the_model():
-    assert ui.fit_vocabulary([15496, 47299, 39999, 40000], 40000) == ([15496, 39999, 39999, 39999], 2)
-    assert ui.fit_vocabulary([1, 2], 50257) == ([1, 2], 0)
+    assert tokenizer.fit_vocabulary([15496, 47299, 39999, 40000], 40000) == ([15496, 39999, 39999, 39999], 2)
+    assert tokenizer.fit_vocabulary([1, 2], 50257) == ([1, 2], 0)
 
 
 def test_a_gpt2_id_past_gpt1s_vocabulary_runs_and_is_explained():
     """'Daytona' is GPT-2 id 47299, past the GPT-1 preset's 40,000 ids: the page must run, not fail."""
     assert 47299 in encode(" Daytona")
-    at = run_page("embeddings", prompt="Drive to Daytona", spec=ui.ModelSpec(ui.SOURCE_PRESET, "gpt1", "post"))
+    at = run_page("embeddings", prompt="Drive to Daytona", spec=models.ModelSpec(K.SOURCE_PRESET, "gpt1", "post"))
     assert not at.exception and not at.error
     assert any("past this model's 40,000-id vocabulary" in c.value for c in at.caption)
 
@@ -146,8 +148,8 @@ def test_a_hub_id_with_markup_is_shown_as_literal_text(monkeypatch):
     fetch) must reach the page escaped, never rendered."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     name = "![p](http://host/p.png) **x** $x^2$"
-    at = run_page("embeddings", spec=ui.ModelSpec(ui.SOURCE_PRETRAINED, name, "pre"))
+    at = run_page("embeddings", spec=models.ModelSpec(K.SOURCE_PRETRAINED, name, "pre"))
     assert not at.exception and at.error
     shown = at.error[0].value
     assert "![p](" not in shown and "**x**" not in shown and "$x^2$" not in shown
-    assert ui.md_text(name) in shown
+    assert display.md_text(name) in shown

@@ -10,12 +10,12 @@ import torch
 import torch.nn.functional as F
 from streamlit.testing.v1 import AppTest
 
-from gptviz import ui
+from gptviz.app import models, sidebar, keys as K
 from gptviz.tokenizer import encode, token_labels
 from pagetest import title_of, TINY, run_page, figures, array
 
 
-def page(prompt: str = ui.DEFAULT_PROMPT, spec: ui.ModelSpec | None = TINY, **state) -> AppTest:
+def page(prompt: str = sidebar.DEFAULT_PROMPT, spec: models.ModelSpec | None = TINY, **state) -> AppTest:
     return run_page("explainers", prompt, spec, **state)
 
 
@@ -44,7 +44,7 @@ def test_activation_functions_are_torchs_and_the_models_is_marked():
 
 
 def test_gpt2_preset_highlights_tanh_gelu():
-    at = page(spec=ui.ModelSpec(ui.SOURCE_PRESET, "gpt2-small", "pre"))
+    at = page(spec=models.ModelSpec(K.SOURCE_PRESET, "gpt2-small", "pre"))
     assert not at.exception
     names = [c["name"] for c in figures(at)[0]["data"] if c.get("showlegend") is not False]
     assert "GELU (tanh approx.) — this model" in names

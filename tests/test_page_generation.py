@@ -11,11 +11,12 @@ import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
-from gptviz import generate, ui
+from gptviz import generate
 from gptviz.figures import generation as fg
 from gptviz.figures.common import title_room
 from gptviz.tokenizer import decode, encode
-from pagetest import TINY, array, figure, finish_generation, generation_of, run_page, TokenGate
+from gptviz.app import live, models, sidebar
+from pagetest import TINY, array, figure, finish_generation, generation_of, run_page, TokenGate, forward_calls
 
 N_LAYERS, N_HEADS, N_CTX = 2, 4, 128
 
@@ -34,7 +35,7 @@ def generate_in(at: AppTest, n: int, temperature: float = 1.0, top_k: int = 0, t
 
 
 def test_default_state_shows_controls_and_a_hint():
-    at = page(ui.DEFAULT_PROMPT)
+    at = page(sidebar.DEFAULT_PROMPT)
     assert not at.exception and not at.error
     assert "Press Generate" in at.info[0].value
     for key in ("gen_n", "gen_topk", "gen_seed"):
@@ -51,7 +52,7 @@ def test_greedy_generation_matches_the_library_and_fills_the_table():
     assert not at.exception and not at.error
     steps = generation_of(at).steps
     ids = encode(prompt)
-    expected = generate(ui.load_model(TINY), ids, max_new_tokens=4, temperature=0.0)[len(ids):]
+    expected = generate(models.load_model(TINY), ids, max_new_tokens=4, temperature=0.0)[len(ids):]
     assert [s.token_id for s in steps] == expected
     assert at.code[0].value == decode(ids) + decode(expected)
     table = at.dataframe[0].value
@@ -70,12 +71,12 @@ def test_greedy_generation_matches_the_library_and_fills_the_table():
 
 def test_inspecting_steps_runs_no_model():
     at = generate_in(page("Inspect these steps, please"), 3, top_k=5)
-    before = ui.forward_calls
+    before = forward_calls()
     at.slider(key="gen_step").set_value(0).run()
     at.selectbox(key="gen_layer").select(1).run()
     at.selectbox(key="gen_head").select(2).run()
     assert not at.exception
-    assert ui.forward_calls == before
+    assert forward_calls() == before
     steps = generation_of(at).steps
     assert all(s.n_allowed <= 5 for s in steps)
     step_fig = figure(at, "Query ")
@@ -145,7 +146,7 @@ def test_stop_ends_a_running_generation_before_its_next_token(monkeypatch):
     """The model writes in a background thread; Stop (a click, so a rerun) ends it before another token is
     shown, and the page then shows the tokens it had shown: here the two of the last redraw."""
     gate = TokenGate(at=2)
-    monkeypatch.setattr(ui, "_count_forward", gate)
+    monkeypatch.setattr(live, "after_token", gate)
     at = page("Keep what was written")
     at.number_input(key="gen_n").set_value(9)
     at.button(key="gen_generate").click()
@@ -197,9 +198,9 @@ def test_next_token_bars_marks_sampled_and_cutoff():
     assert bar.customdata[2][2] == "cut by top-k/top-p"
     greedy = fg.next_token_bars([5, 7], [0.6, 0.4], [True, False], ["a", "b"], sampled_id=5, sampled_rank=1,
                                 sampled_prob=0.6, sampled_label="a", n_allowed=1, kept_mass=0.6,
-                                cut_by=ui.cut_reason({"temperature": 0.0}))
+                                cut_by=live.cut_reason({"temperature": 0.0}))
     assert greedy.data[0].customdata[1][2] == "cut by greedy decoding (temperature 0)"
-    assert ui.cut_reason({"temperature": 0.7}) == "top-k/top-p"
+    assert live.cut_reason({"temperature": 0.7}) == "top-k/top-p"
 
 
 def test_generation_heatmap_layout_of_rows():

@@ -10,12 +10,13 @@ import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
-import gptviz.ui
 import gptviz.weights
 from gptviz import PRESETS, wiring
 from gptviz.generate import generate
 from gptviz.tokenizer import decode, get_tokenizer
 from gptviz.train import TrainSettings, train_models, write_history
+from gptviz.app import sidebar, keys as K
+from pagetest import forward_calls
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 PAGE = "app_pages/norms.py"
@@ -23,7 +24,7 @@ PAGE = "app_pages/norms.py"
 
 def open_page(**state) -> AppTest:
     at = AppTest.from_file(APP, default_timeout=120)
-    at.session_state["model_source"] = gptviz.ui.SOURCE_PRESET
+    at.session_state["model_source"] = K.SOURCE_PRESET
     at.session_state["preset"] = "tiny"
     for key, value in state.items():
         at.session_state[key] = value
@@ -71,11 +72,11 @@ def test_same_weights_section_shows_measured_values_and_reruns_run_no_model():
     np.testing.assert_allclose(array(grad_fig["data"][1]["y"]), stats["post"].grad("ffn"), rtol=1e-6)
 
     # display-only changes reuse the cached measurement: no forward pass
-    calls = gptviz.ui.forward_calls
+    calls = forward_calls()
     at.selectbox(key="norms_grad_view").set_value("block").run()
     at.number_input(key="norms_layer").set_value(2).run()
     assert not at.exception
-    assert gptviz.ui.forward_calls == calls
+    assert forward_calls() == calls
     block = wiring.describe_gradients(stats["pre"].grad("block"), stats["post"].grad("block"))
     assert block.statements[0] in markdown_text(at)
     attn_fig = json.loads(at.get("plotly_chart")[2].proto.spec)
@@ -84,7 +85,7 @@ def test_same_weights_section_shows_measured_values_and_reruns_run_no_model():
 
 def test_prompt_input_and_the_init_control():
     at = open_page(**dict(TINY, norms_input="prompt", norms_init="xavier"))
-    ids = get_tokenizer().encode(gptviz.ui.DEFAULT_PROMPT)
+    ids = get_tokenizer().encode(sidebar.DEFAULT_PROMPT)
     cfg = PRESETS["tiny"].replace(n_layers=3, d_model=32)
     stats = wiring.compare_wirings(cfg, ids, 0, "xavier")
     metrics = {m.label: m.value for m in at.metric}
@@ -100,7 +101,7 @@ def test_the_theory_box_states_nothing_the_run_on_screen_may_contradict():
 
 
 def test_a_big_model_waits_for_the_button_and_one_past_the_memory_budget_is_refused():
-    calls = gptviz.ui.forward_calls
+    calls = forward_calls()
     at = open_page(norms_preset="gpt2-xl", norms_depth=48, norms_width=1600)  # ~17 GiB against the default 8 GiB
     assert any("more than the 8,192 MiB this server allows" in e.value for e in at.error)
     assert not any(b.label == "Measure this model" for b in at.button) and not at.metric
@@ -108,7 +109,7 @@ def test_a_big_model_waits_for_the_button_and_one_past_the_memory_budget_is_refu
     assert any("parameters" in w.value and "GiB" in w.value for w in at.warning)
     assert any(b.label == "Measure this model" for b in at.button)
     assert not at.metric
-    assert gptviz.ui.forward_calls == calls
+    assert forward_calls() == calls
 
 
 def test_depth_sweep():
@@ -131,7 +132,7 @@ def test_trained_twins_missing_shows_info(monkeypatch, tmp_path):
 def tiny_twins(tmp_path, monkeypatch):
     """A tiny pre/post pair trained for a few steps and saved as bundled models would be."""
     cfg = PRESETS["tiny"].replace(n_layers=1, d_model=32, n_heads=2, n_ctx=64)
-    tokens = torch.tensor(get_tokenizer().encode(gptviz.ui.DEFAULT_PROMPT * 20))
+    tokens = torch.tensor(get_tokenizer().encode(sidebar.DEFAULT_PROMPT * 20))
     settings = TrainSettings(steps=3, batch_size=2, block_size=16, eval_every=2, eval_batches=1)
     models, results = train_models({"pre": cfg.replace(norm="pre"), "post": cfg.replace(norm="post")},
                                    settings, tokens)
@@ -153,7 +154,7 @@ def test_trained_twins_section(tiny_twins):
     assert table.loc["final train loss"].tolist() == [f"{results[n].history[-1]['train_loss']:.3f}"
                                                       for n in ("pre", "post")]
     assert table.loc["steps"].tolist() == ["3", "3"]
-    ids = get_tokenizer().encode(gptviz.ui.DEFAULT_PROMPT)
+    ids = get_tokenizer().encode(sidebar.DEFAULT_PROMPT)
     codes = [c.value for c in at.code]
     for norm in ("pre", "post"):
         model = gptviz.weights.load_checkpoint(folder / f"twintest-{norm}")

@@ -7,12 +7,13 @@ import json
 import numpy as np
 from streamlit.testing.v1 import AppTest
 
-from gptviz import PRESETS, ui
+from gptviz import PRESETS
 from gptviz.params import total_params
+from gptviz.app import models
 from pagetest import TINY, run_page, array
 
 
-def page(spec: ui.ModelSpec | None = TINY, **state) -> AppTest:
+def page(spec: models.ModelSpec | None = TINY, **state) -> AppTest:
     return run_page("parameters", "unused here", spec, **state)
 
 

@@ -7,12 +7,12 @@ from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
-import gptviz.ui
 from gptviz.generate import generate
 from gptviz.tokenizer import decode, get_tokenizer
 from gptviz.training_jobs import DONE, STOPPED
+from gptviz.app import jobs, sidebar, keys as K
 
-REGISTRY = gptviz.ui.training_registry()
+REGISTRY = jobs.training_registry()
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 TINY = dict(train_layers=1, train_width=32, train_heads=2, train_steps=4, train_batch=1, train_block=16,
             train_warmup=0, train_wiring="both")
@@ -20,7 +20,7 @@ TINY = dict(train_layers=1, train_width=32, train_heads=2, train_steps=4, train_
 
 def open_page(**state) -> AppTest:
     at = AppTest.from_file(APP, default_timeout=120)
-    at.session_state["model_source"] = gptviz.ui.SOURCE_PRESET
+    at.session_state["model_source"] = K.SOURCE_PRESET
     at.session_state["preset"] = "tiny"
     for key, value in state.items():
         at.session_state[key] = value
@@ -49,11 +49,11 @@ def test_a_tiny_run_from_the_page(monkeypatch):
     assert any("Finished after 4 of 4 steps" in s.value for s in at.success)
     # the trained models are offered to the other pages, by run id
     run_ids = [f"{job.id} {n}-norm (1L d32)" for n in ("pre", "post")]
-    store = gptviz.ui._trained_models()
+    store = jobs.trained_models()
     assert all(store.get(r) is job.models[r.split()[1][:-5]] for r in run_ids)
     assert job.owner is not None and set(run_ids) <= set(store.of(job.owner))  # kept for the session that trained it
     # the samples are the models' own generations from the sidebar prompt
-    ids = get_tokenizer().encode(gptviz.ui.DEFAULT_PROMPT)[-16:]
+    ids = get_tokenizer().encode(sidebar.DEFAULT_PROMPT)[-16:]
     codes = [c.value for c in at.code]
     for name, model in job.models.items():
         assert decode(generate(model, ids, 40, temperature=0.8, top_k=40, seed=0)[len(ids):]) in codes
@@ -62,18 +62,18 @@ def test_a_tiny_run_from_the_page(monkeypatch):
     # "Open in the other pages" selects the run in the shared sidebar
     at.button(key=f"train_open_{job.id}_post").click().run()
     assert not at.exception, at.exception
-    assert at.session_state["model_source"] == gptviz.ui.SOURCE_TRAINED
+    assert at.session_state["model_source"] == K.SOURCE_TRAINED
     assert at.session_state["trained_run"] == run_ids[1]
     # "trained in this session" is true: another visitor's session does not see the run, even when asking for it
     # (AppTest gives every AppTest the same session id, so the other visitor's is set here)
-    monkeypatch.setattr(gptviz.ui, "session_id", lambda: "another visitor")
+    monkeypatch.setattr(jobs, "session_id", lambda: "another visitor")
     other = AppTest.from_file(APP, default_timeout=120)
-    other.session_state["model_source"] = gptviz.ui.SOURCE_TRAINED
+    other.session_state["model_source"] = K.SOURCE_TRAINED
     other.session_state["trained_run"] = run_ids[1]
     other.run()
     assert not other.exception, other.exception
-    assert gptviz.ui.SOURCE_TRAINED not in other.selectbox(key="model_source").options
-    assert other.session_state["model_spec"].source != gptviz.ui.SOURCE_TRAINED
+    assert K.SOURCE_TRAINED not in other.selectbox(key="model_source").options
+    assert other.session_state["model_spec"].source != K.SOURCE_TRAINED
 
 
 def test_scenario_buttons_fill_the_form():

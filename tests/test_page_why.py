@@ -6,10 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from gptviz import attribution, ui
+from gptviz import attribution
 from gptviz.generate import generate
 from gptviz.interventions import ablate_heads, run_with_edits
 from gptviz.tokenizer import decode, encode, token_labels
+from gptviz.app import models, keys as K
 from pagetest import TINY, array, figure, figures, run_page, title_of
 
 PROMPT = "Romeo.\nBut soft! what light through yonder window breaks?"
@@ -20,7 +21,7 @@ def page(**state):
 
 
 def tiny_model():
-    return ui.load_model(TINY)
+    return models.load_model(TINY)
 
 
 def top_two(ids):
@@ -45,7 +46,7 @@ def test_direct_attribution_view_shows_parts_that_sum_to_the_logit_difference():
 
 
 def test_post_norm_says_why_there_is_no_direct_attribution():
-    at = run_page("why", PROMPT, ui.ModelSpec(ui.SOURCE_PRESET, "tiny", "post"))
+    at = run_page("why", PROMPT, models.ModelSpec(K.SOURCE_PRESET, "tiny", "post"))
     assert not at.exception
     assert any("not a sum of the heads' and MLPs' outputs" in i.value for i in at.info)
     assert not at.get("plotly_chart")
@@ -119,11 +120,11 @@ def test_token_text_reaches_the_figures_escaped():
 def test_information_flow_view_draws_the_librarys_graph():
     """The edges drawn, the counts said and the table are gptviz.flow's graph at the slider's threshold."""
     from gptviz.flow import information_flow
-    bundled = ui.ModelSpec(ui.SOURCE_BUNDLED, "shakespeare-pre", "pre")   # random weights route nearly all by skips
+    bundled = models.ModelSpec(K.SOURCE_BUNDLED, "shakespeare-pre", "pre")   # random weights route nearly all by skips
     at = run_page("why", PROMPT, bundled, why_view="Information flow", why_flow_threshold=0.05)
     assert not at.exception and not at.error
     ids = encode(PROMPT)
-    graph = information_flow(ui.load_model(bundled), torch.tensor([ids]), 0.05)
+    graph = information_flow(models.load_model(bundled), torch.tensor([ids]), 0.05)
     fig = figure(at, "Information flow")
     drawn = [tuple(row[:6]) for trace in fig["data"] if trace.get("mode") == "markers" and trace.get("customdata")
              and trace.get("legendgroup") == "attention" for row in trace["customdata"]]
@@ -141,6 +142,6 @@ def test_information_flow_view_draws_the_librarys_graph():
 
 
 def test_information_flow_on_post_norm_says_why_not():
-    at = run_page("why", PROMPT, ui.ModelSpec(ui.SOURCE_PRESET, "tiny", "post"), why_view="Information flow")
+    at = run_page("why", PROMPT, models.ModelSpec(K.SOURCE_PRESET, "tiny", "post"), why_view="Information flow")
     assert not at.exception
     assert any("information-flow graph needs the pre-norm wiring" in i.value for i in at.info)

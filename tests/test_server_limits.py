@@ -9,10 +9,12 @@ import pytest
 import torch
 
 from conftest import SMALL, build, random_ids
-from gptviz import capture, ui
+from gptviz import capture
 from gptviz.bounded_cache import BoundedCache
 from gptviz.hooks import capture_nbytes
+from gptviz import limits
 from gptviz.limits import LimitError, ServerLimits
+from gptviz.app import models, keys as K
 from pagetest import TINY, run_page
 
 
@@ -76,39 +78,39 @@ def test_a_captures_size_is_known_exactly_before_it_runs():
 
 
 def test_the_app_refuses_a_capture_past_its_budget_with_a_message(monkeypatch):
-    monkeypatch.setattr(ui, "_capture_store", lambda: BoundedCache(64 * 1024, "capture"))
+    monkeypatch.setattr(models, "capture_store", lambda: BoundedCache(64 * 1024, "capture"))
     ids = tuple(range(100, 140))
     with pytest.raises(LimitError, match="more than the 65,536 bytes this server keeps"):
-        ui.get_capture(TINY, ids)  # every hook of 40 tokens: ~8 MB
+        models.get_capture(TINY, ids)  # every hook of 40 tokens: ~8 MB
     at = run_page("attention", "The quick brown fox jumps over the lazy dog " * 4)
     assert not at.exception
     assert any("this server keeps" in e.value for e in at.error)
 
 
 def test_a_model_past_the_parameter_cap_is_refused_before_it_is_built(monkeypatch):
-    monkeypatch.setattr(ui, "server_limits", lambda: ServerLimits(max_params=10_000_000))
-    spec = ui.ModelSpec(ui.SOURCE_PRESET, "gpt2-small", "pre")
-    monkeypatch.setattr(ui, "_build_model", lambda spec: pytest.fail("built anyway"))
+    monkeypatch.setattr(limits, "server_limits", lambda: ServerLimits(max_params=10_000_000))
+    spec = models.ModelSpec(K.SOURCE_PRESET, "gpt2-small", "pre")
+    monkeypatch.setattr(models, "_build_model", lambda spec: pytest.fail("built anyway"))
     with pytest.raises(LimitError, match="gpt2-small has 124,439,808 parameters; this server builds models of "
                                          "up to 10,000,000"):
-        ui.load_model(spec)
+        models.load_model(spec)
     at = run_page("attention", spec=spec)
     shown = [e.value.replace("\\", "") for e in at.error]  # the message is markdown-escaped for display
     assert not at.exception and any("builds models of up to 10,000,000 (GPTVIZ_MAX_PARAMS)" in m for m in shown)
 
 
 def test_models_share_one_byte_budget(monkeypatch):
-    store = BoundedCache(int(1.5 * ui.model_nbytes(ui.load_model(TINY))), "model")
-    monkeypatch.setattr(ui, "_model_store", lambda: store)
-    first = ui.load_model(TINY)
-    assert ui.load_model(TINY) is first                       # cached and shared
-    ui.load_model(TINY._replace(seed=1))                      # a second tiny does not fit beside it
+    store = BoundedCache(int(1.5 * models.model_nbytes(models.load_model(TINY))), "model")
+    monkeypatch.setattr(models, "model_store", lambda: store)
+    first = models.load_model(TINY)
+    assert models.load_model(TINY) is first                       # cached and shared
+    models.load_model(TINY._replace(seed=1))                      # a second tiny does not fit beside it
     assert TINY not in store and TINY._replace(seed=1) in store
-    assert ui.model_nbytes(first) == sum(p.numel() * 4 for p in first.parameters())  # the tied head counted once
+    assert models.model_nbytes(first) == sum(p.numel() * 4 for p in first.parameters())  # the tied head counted once
 
 
 def test_a_download_past_the_export_cap_is_disabled_with_a_message(monkeypatch):
-    monkeypatch.setattr(ui, "server_limits", lambda: ServerLimits(export_mb=1))
+    monkeypatch.setattr(limits, "server_limits", lambda: ServerLimits(export_mb=1))
     at = run_page("activations", "A prompt long enough to make a capture of more than one mebibyte " * 6)
     assert not at.exception
     assert at.download_button(key="act_npz").proto.disabled
@@ -116,14 +118,14 @@ def test_a_download_past_the_export_cap_is_disabled_with_a_message(monkeypatch):
 
 
 def test_a_measurement_past_the_memory_budget_is_refused(monkeypatch):
-    monkeypatch.setattr(ui, "server_limits", lambda: ServerLimits(memory_mb=3, capture_cache_mb=1, model_cache_mb=1))
+    monkeypatch.setattr(limits, "server_limits", lambda: ServerLimits(memory_mb=3, capture_cache_mb=1, model_cache_mb=1))
     at = run_page("norms")
     assert not at.exception
     assert any("more than the 3 MiB this server allows" in e.value for e in at.error)
 
 
 def test_an_operator_can_turn_training_off(monkeypatch):
-    monkeypatch.setattr(ui, "server_limits", lambda: ServerLimits(training=False))
+    monkeypatch.setattr(limits, "server_limits", lambda: ServerLimits(training=False))
     at = run_page("training")
     assert not at.exception
     assert any("Training is turned off on this server" in i.value for i in at.info)
@@ -156,7 +158,7 @@ def test_generation_limits_come_from_the_environment_and_are_documented():
 def test_the_information_flow_graph_goes_through_the_capture_budget(monkeypatch):
     """Its capture (every layer's attention pattern) is refused before the model runs when it would pass the
     server's capture budget: a warning, no exception, no graph."""
-    monkeypatch.setattr(ui, "_capture_store", lambda: BoundedCache(16 * 1024, "capture"))
+    monkeypatch.setattr(models, "capture_store", lambda: BoundedCache(16 * 1024, "capture"))
     at = run_page("why", "A prompt of a few tokens, enough to pass a sixteen kilobyte budget for its capture",
                   why_view="Information flow")
     assert not at.exception

@@ -1,4 +1,4 @@
-"""The shared sidebar (app.py + gptviz.ui.sidebar): example prompts, the prompt's size cap, one tokenisation
+"""The shared sidebar (app.py + sidebar.sidebar): example prompts, the prompt's size cap, one tokenisation
 per distinct prompt."""
 from __future__ import annotations
 
@@ -6,14 +6,15 @@ from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
-from gptviz import tokenizer, ui
+from gptviz import tokenizer
+from gptviz.app import sidebar, keys as K
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
 
 
 def open_app(**state) -> AppTest:
     at = AppTest.from_file(APP, default_timeout=120)
-    at.session_state["model_source"] = ui.SOURCE_PRESET
+    at.session_state["model_source"] = K.SOURCE_PRESET
     at.session_state["preset"] = "tiny"
     for key, value in state.items():
         at.session_state[key] = value
@@ -22,7 +23,7 @@ def open_app(**state) -> AppTest:
 
 def test_an_example_fills_the_prompt():
     at = open_app()
-    assert at.text_area(key="prompt").value == ui.DEFAULT_PROMPT
+    assert at.text_area(key="prompt").value == sidebar.DEFAULT_PROMPT
     at.selectbox(key="example_prompt").select("Repeated letters (look for induction heads)").run()
     assert not at.exception
     assert at.text_area(key="prompt").value == "A B C D E F G H A B C D E F G H"
@@ -31,8 +32,8 @@ def test_an_example_fills_the_prompt():
 def test_a_huge_prompt_is_cut_with_a_notice_and_nothing_fails():
     at = open_app(prompt="To be, or not to be. " * 2000)  # 42,000 characters
     assert not at.exception
-    assert len(at.session_state["prompt"]) == ui.MAX_PROMPT_CHARS
-    assert any(f"first {ui.MAX_PROMPT_CHARS:,} characters" in w.value for w in at.warning)
+    assert len(at.session_state["prompt"]) == sidebar.MAX_PROMPT_CHARS
+    assert any(f"first {sidebar.MAX_PROMPT_CHARS:,} characters" in w.value for w in at.warning)
 
 
 def test_a_prompt_is_tokenised_once_however_often_pages_ask(monkeypatch):
@@ -44,10 +45,10 @@ def test_a_prompt_is_tokenised_once_however_often_pages_ask(monkeypatch):
             calls.append(text)
             return real.encode(text)
 
-    monkeypatch.setattr(ui, "get_tokenizer", lambda: Counting())
+    monkeypatch.setattr(sidebar, "get_tokenizer", lambda: Counting())
     text = "Ham.\nA prompt only this test tokenises, 0xC0FFEE."
-    first = ui.encode_prompt(text)
-    assert ui.encode_prompt(text) == first == tuple(real.encode(text))
+    first = sidebar.encode_prompt(text)
+    assert sidebar.encode_prompt(text) == first == tuple(real.encode(text))
     assert calls == [text]
 
 

@@ -165,7 +165,7 @@ def test_a_run_stops_when_the_session_that_started_it_is_gone(monkeypatch):
 
 def test_trained_models_are_kept_per_session_and_bounded():
     from gptviz.model import GPT
-    from gptviz.ui import TrainedModels
+    from gptviz.app.jobs import TrainedModels
     store = TrainedModels(kept=2)
     models = [GPT(CFG) for _ in range(3)]
     store.add("run1 pre", models[0], "alice")

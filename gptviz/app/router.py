@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-_HERE = Path(__file__).resolve().parent
+_PACKAGE = Path(__file__).resolve().parents[1]  # gptviz/
 # Installed, setuptools maps the checkout's app_pages/ to gptviz/app_pages; in a checkout it sits beside gptviz/.
-PAGES_DIR = _HERE / "app_pages" if (_HERE / "app_pages").is_dir() else _HERE.parent / "app_pages"
+PAGES_DIR = _PACKAGE / "app_pages" if (_PACKAGE / "app_pages").is_dir() else _PACKAGE.parent / "app_pages"
 
 # (section, file stem, title, icon); the first page is the default.
 PAGE_LIST = [
@@ -27,9 +27,11 @@ PAGE_LIST = [
 def main() -> None:
     import streamlit as st
 
-    from . import ui
-    from .allocator import keep_freed_memory
+    from ..allocator import keep_freed_memory
+    from . import keys as K
     from .links import apply_link, link_params
+    from .live import stop_generation
+    from .sidebar import sidebar
 
     # Captures build tens of MB of activations per prompt; keep freed memory for the next one (see allocator.py).
     keep_freed_memory()
@@ -46,14 +48,14 @@ def main() -> None:
                                           title=PAGE_LIST[0][2], url_path=PAGE_LIST[0][1], visibility="hidden"))
     page = st.navigation(pages)
     stem_of = {title: stem for _, stem, title, _ in PAGE_LIST}
-    ui.stop_generation(unless_page=stem_of.get(page.title))  # leaving a page stops the generation it runs
+    stop_generation(unless_page=stem_of.get(page.title))  # leaving a page stops the generation it runs
     state = st.session_state
-    if "_link_read" not in state:  # a session's first run: the link's settings, before any widget is drawn
-        state["_link_read"] = True
+    if K.LINK_READ not in state:  # a session's first run: the link's settings, before any widget is drawn
+        state[K.LINK_READ] = True
         for notice in apply_link(state, st.query_params.to_dict()):
             st.toast(notice, icon="🔗")
-    state[ui.FIGURE_SEQ] = 0  # figures without a key get download buttons numbered from 0 in every run
-    ui.sidebar()
+    state[K.FIGURE_SEQ] = 0  # figures without a key get download buttons numbered from 0 in every run
+    sidebar()
     try:
         page.run()
     finally:  # also after st.stop(): the address bar follows the view, so copying it shares it

@@ -15,9 +15,10 @@ from importlib import resources
 
 import numpy as np
 import plotly.colors as pcolors
+import streamlit as st
 
-from .figures.attention import HIGHLIGHT, OUT_OF_WINDOW_COLOR, SCALES
-from .figures.common import ATTENTION_SCALE, MASKED_COLOR
+from ...figures.attention import HIGHLIGHT, OUT_OF_WINDOW_COLOR, SCALES
+from ...figures.common import ATTENTION_SCALE, MASKED_COLOR
 
 LEVELS = 65535          # weights travel as uint16: w * LEVELS, rounded (a step of 1.5e-5)
 SEND_ALL_CELLS = 1_000_000  # send every layer when layers x (heads + mean) x T x T stays under this, else one layer;
@@ -173,7 +174,7 @@ def decode_thumbs(data: dict) -> np.ndarray | None:
 
 
 def _asset(name: str) -> str:
-    return resources.files("gptviz.assets").joinpath(name).read_text(encoding="utf-8")
+    return resources.files(__package__).joinpath(name).read_text(encoding="utf-8")  # the .js and .css beside this
 
 
 _component = None
@@ -182,7 +183,6 @@ _component = None
 def attention_map(data: dict, *, key: str, on_pick):
     """Mount the component. `on_pick(layer, head_index)` runs (as a Streamlit callback, before the rerun) when the
     visitor picks another layer or head in it; head_index == n_heads is the mean."""
-    import streamlit as st
     global _component
     if _component is None:  # register once per process: a second registration replaces the first with a warning
         _component = st.components.v2.component(NAME, html='<div class="gv-map"></div>',

@@ -3,27 +3,20 @@ same view for someone else. Pure functions over a session-state mapping; the rou
 
 A link is untrusted input: every value is parsed and range-checked here; a bad one is dropped with a notice and the
 widget keeps its default. Values a model decides (a layer past the last one) are checked by the page's
-`ui.keep_valid`, which reports link values it had to replace."""
+`sidebar.keep_valid`, which reports link values it had to replace."""
 from __future__ import annotations
 
 import math
 from typing import Callable
 
-from .config import PRESETS
-from .figures.attention import SCALES
+from ..config import PRESETS
+from ..figures.attention import SCALES
+from . import keys as K
 
 MAX_LINK_PROMPT = 600  # characters; a longer prompt stays out of the link (long URLs break in mail and chat)
 MAX_LINK_MODEL = 300   # characters of a folder path or Hub id
-LINKED_KEYS = "_linked_keys"  # session-state key: {state key: URL name} of the values a link set
-# The Attention page's view tabs (its st.tabs labels)
-ATTENTION_VIEWS = ("One head", "Lines between tokens", "On the text", "Inside the head", "Value-weighted",
-                   "All heads of the layer", "Model view: every layer and head", "Entropy map")
-# The sidebar's model sources (ui uses these labels); a link names them by code. A session's trained runs exist
-# only in that session, so a link cannot name them.
-SOURCE_BUNDLED, SOURCE_PRESET, SOURCE_PRETRAINED, SOURCE_TRAINED = (
-    "Trained on Shakespeare (bundled)", "Preset, random weights", "GPT-2 weights (folder or Hub id)",
-    "Trained in this session")
-SOURCE_CODES = {"bundled": SOURCE_BUNDLED, "preset": SOURCE_PRESET, "pretrained": SOURCE_PRETRAINED}
+# The sidebar's model sources by their code in a link (a session's trained runs exist only there: no code)
+SOURCE_CODES = {"bundled": K.SOURCE_BUNDLED, "preset": K.SOURCE_PRESET, "pretrained": K.SOURCE_PRETRAINED}
 
 
 class BadValue(ValueError):
@@ -83,24 +76,24 @@ def _bool(raw: str) -> bool:
 _SEED = _int(0, 2**31 - 1)
 _LAYER, _HEAD = _int(0, 4095), _int(-1, 4095)  # head -1: the mean of the layer's heads
 _TOKENS = _int(1, 200)
-_TOP_K = _int(0, 1_000_000)  # the page replaces a value past the model's vocabulary (ui.keep_valid)
+_TOP_K = _int(0, 1_000_000)  # the page replaces a value past the model's vocabulary (sidebar.keep_valid)
 
-# URL name -> (session-state key, parser). The sidebar's settings get short names; a page's keep their keys.
+# URL name -> (session-state key, parser). The sidebar's settings get short names; a page's are their keys.
 LINKED: dict[str, tuple[str, Callable[[str], object]]] = {
-    "source": ("model_source", lambda raw: SOURCE_CODES[_choice(SOURCE_CODES)(raw)]),
-    "norm": ("norm", _choice(("pre", "post"))),
-    "preset": ("preset", _choice(PRESETS)),
-    "seed": ("seed", _SEED),
-    "model": ("hf_name", _text(MAX_LINK_MODEL)),
-    "prompt": ("prompt", _text(MAX_LINK_PROMPT)),
+    "source": (K.MODEL_SOURCE, lambda raw: SOURCE_CODES[_choice(SOURCE_CODES)(raw)]),
+    "norm": (K.NORM, _choice(("pre", "post"))),
+    "preset": (K.PRESET, _choice(PRESETS)),
+    "seed": (K.SEED, _SEED),
+    "model": (K.HF_NAME, _text(MAX_LINK_MODEL)),
+    "prompt": (K.PROMPT, _text(MAX_LINK_PROMPT)),
     **{key: (key, parse) for key, parse in {
-        "att_view": _choice(ATTENTION_VIEWS), "att_layer": _LAYER, "att_head": _HEAD, "att_scale": _choice(SCALES),
-        "att_query": _int(0, 100_000, none_ok=True),
-        "att_gen_n": _TOKENS, "att_gen_temp": _float(0, 2), "att_gen_topk": _TOP_K, "att_gen_topp": _float(0.05, 1),
-        "att_gen_seed": _SEED,
-        "gen_layer": _LAYER, "gen_head": _HEAD, "gen_scale": _choice(SCALES),
-        "gen_n": _TOKENS, "gen_temp": _float(0, 2), "gen_topk": _TOP_K, "gen_topp": _float(0.05, 1),
-        "gen_seed": _SEED, "gen_eos": _bool,
+        K.ATT_VIEW: _choice(K.ATTENTION_VIEWS), K.ATT_LAYER: _LAYER, K.ATT_HEAD: _HEAD, K.ATT_SCALE: _choice(SCALES),
+        K.ATT_QUERY: _int(0, 100_000, none_ok=True),
+        K.ATT_GEN_N: _TOKENS, K.ATT_GEN_TEMP: _float(0, 2), K.ATT_GEN_TOPK: _TOP_K, K.ATT_GEN_TOPP: _float(0.05, 1),
+        K.ATT_GEN_SEED: _SEED,
+        K.GEN_LAYER: _LAYER, K.GEN_HEAD: _HEAD, K.GEN_SCALE: _choice(SCALES),
+        K.GEN_N: _TOKENS, K.GEN_TEMP: _float(0, 2), K.GEN_TOPK: _TOP_K, K.GEN_TOPP: _float(0.05, 1),
+        K.GEN_SEED: _SEED, K.GEN_EOS: _bool,
     }.items()},
 }
 
@@ -120,7 +113,7 @@ def apply_link(state, params: dict[str, str]) -> list[str]:
             notices.append(f"The link's `{name}` must be {why}; the default is shown instead.")
             continue
         linked[key] = name
-    state[LINKED_KEYS] = linked
+    state[K.LINKED_KEYS] = linked
     return notices
 
 
@@ -131,9 +124,9 @@ def link_params(state) -> dict[str, str]:
         value = state.get(key)
         if value is None or isinstance(value, (list, dict, tuple)):
             continue
-        if key == "prompt" and len(value) > MAX_LINK_PROMPT:
+        if key == K.PROMPT and len(value) > MAX_LINK_PROMPT:
             continue
-        if key == "model_source":
+        if key == K.MODEL_SOURCE:
             value = {label: code for code, label in SOURCE_CODES.items()}.get(value)
             if value is None:
                 continue
@@ -143,7 +136,7 @@ def link_params(state) -> dict[str, str]:
 
 def replaced_link_value(state, key: str) -> str | None:
     """A notice when a page replaces a value the link set (e.g. a layer the model does not have), else None."""
-    linked = state.get(LINKED_KEYS) or {}
+    linked = state.get(K.LINKED_KEYS) or {}
     if key not in linked:
         return None
     name = linked.pop(key)  # once: later replacements come from the visitor's own changes

@@ -1,0 +1,80 @@
+"""Showing things: figures with their downloads, tables as CSV, and text that must stay text.
+
+Token text is a visitor's or the model's: it reaches the page through st.text, st.code, a Plotly label escaped by
+figures.common.plotly_text, or Markdown escaped by md_text, never as HTML.
+"""
+from __future__ import annotations
+
+import re
+
+import streamlit as st
+
+from ..export import csv_bytes, figure_file_name, figure_html
+from . import keys as K
+
+EXPORT_FORMATS = ("png", "svg")
+# Buttons that repeat a gesture (drag zooms, double-click resets) or suit no figure here (box and lasso select):
+# without them the hover toolbar is four icons wide and no longer covers a narrow chart's title
+MODEBAR_REMOVED = ("zoomIn2d", "zoomOut2d", "autoScale2d", "select2d", "lasso2d")
+HTML_HELP = "This figure as one HTML file that opens offline in any browser, with zoom and hover."
+
+MEAN_HEAD = -1  # a head picker's option for the mean of a layer's heads
+
+
+def head_name(head: int) -> str:
+    return "mean of all heads" if head == MEAN_HEAD else f"head {head}"
+
+
+def md_text(text: str) -> str:
+    """Token text made literal in Markdown (pills and captions render it): escape ASCII punctuation."""
+    return re.sub(r"([!-/:-@\[-`{-~])", r"\\\1", text)
+
+
+def plotly_config() -> dict:
+    """Plotly's own export (the camera button in each figure's toolbar, no internet), in the format
+    chosen in the sidebar."""
+    fmt = st.session_state.get(K.EXPORT_FORMAT, "png")
+    return {"displaylogo": False, "toImageButtonOptions": {"format": fmt, "scale": 2 if fmt == "png" else 1},
+            "modeBarButtonsToRemove": list(MODEBAR_REMOVED)}
+
+
+def show_figure(fig, key: str | None = None, **kwargs):
+    """st.plotly_chart with the shared export settings, and a button that downloads the figure as a standalone
+    interactive HTML file (built only when clicked; clicking reruns nothing). Use it for every figure."""
+    chart = st.plotly_chart(fig, config=plotly_config(), key=key, **kwargs)
+    seq = st.session_state.get(K.FIGURE_SEQ, 0)
+    st.session_state[K.FIGURE_SEQ] = seq + 1
+    st.download_button("Interactive HTML", data=lambda: figure_html(fig), file_name=figure_file_name(fig),
+                       mime="text/html", key=K.per_item("html", key) if key else K.per_item("html_seq", seq),
+                       on_click="ignore", type="tertiary", icon=":material/download:", help=HTML_HELP)
+    return chart
+
+
+def figure_download(build, file_name: str, key: str, label: str = "Interactive HTML") -> None:
+    """show_figure's download button for a view not drawn with Plotly: `build()` makes the figure only when clicked."""
+    st.download_button(label, data=lambda: figure_html(build()), file_name=file_name, mime="text/html",
+                       key=K.per_item("html", key), on_click="ignore", type="tertiary", icon=":material/download:",
+                       help=HTML_HELP)
+
+
+def download_csv(frame, file_name: str, key: str, label: str = "Data as CSV") -> None:
+    """A download button for the data behind a view. `frame`: a DataFrame, or a function returning one
+    (then the CSV is built only when the button is clicked). Clicking reruns nothing."""
+    data = (lambda: csv_bytes(frame())) if callable(frame) else csv_bytes(frame)
+    st.download_button(label, data=data, file_name=file_name, mime="text/csv", key=key, on_click="ignore",
+                       icon=":material/download:")
+
+
+# Live text in st.code's font: the generated text does not reflow when the finished st.code replaces it, and the
+# next-token list's padded columns line up. A fixed rule for keyed boxes (no user or model text is ever part of it).
+MONO_KEY = "gv_mono"
+_MONO_CSS = (f'<style>[class*="st-key-{MONO_KEY}"] [data-testid="stText"], [class*="st-key-{MONO_KEY}"] '
+             '[data-testid="stText"] * {font-family: "Source Code Pro", monospace; font-size: 0.875rem; '
+             'line-height: 1.6;}</style>')
+
+
+def monospace_text(text: str, name: str, border: bool = False) -> None:
+    """Plain text (st.text: never Markdown) in a monospace font, in a box keyed `gv_mono_<name>` (unique per run)."""
+    st.html(_MONO_CSS)  # style only: Streamlit puts it in the page's event container, taking no space
+    with st.container(border=border, key=K.per_item(MONO_KEY, name)):
+        st.text(text)

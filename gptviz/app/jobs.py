@@ -1,0 +1,98 @@
+"""What a visitor must not be able to reset: the server's generation slots, its training jobs and the models they
+trained, each one object per process.
+
+Not in st.cache_resource: any client can clear every Streamlit cache (the menu's "Clear cache", or the message
+behind it), which handed out fresh slots past the server's caps, orphaned running jobs and restarted run ids, so
+another visitor's trained models appeared in a victim's sidebar. Plain module objects survive that; they are built
+on first use (the limits are read then) and live until the process ends.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Callable, TypeVar
+
+from .. import limits
+from ..live_generation import GenerationSlots
+from ..model import GPT
+from ..training_jobs import JobRegistry
+
+T = TypeVar("T")
+_lock = threading.Lock()
+_made: dict[str, object] = {}
+
+
+def process_wide(name: str, make: Callable[[], T]) -> T:
+    """The one object `name` of this process, made by `make()` on first use (thread-safe)."""
+    with _lock:
+        if name not in _made:
+            _made[name] = make()
+        return _made[name]  # type: ignore[return-value]
+
+
+def session_id() -> str | None:
+    """This browser session's id (None outside a Streamlit script run)."""
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
+    ctx = get_script_run_ctx()
+    return ctx.session_id if ctx is not None else None
+
+
+def session_alive(sid: str | None) -> bool:
+    """Whether session `sid` is still connected to this server (True where there is no server: AppTest)."""
+    from streamlit import runtime
+    if sid is None or not runtime.exists():
+        return True
+    return runtime.get_instance().is_active_session(sid)
+
+
+class TrainedModels:
+    """Models trained on the Train page, in memory, by run id (unique on the server), each with the session that
+    trained it: the sidebar lists a session's own. At most `kept` are held; the oldest go first."""
+
+    def __init__(self, kept: int):
+        self.kept = kept
+        self._models: dict[str, tuple[str | None, GPT]] = {}
+        self._lock = threading.Lock()
+
+    def add(self, run_id: str, model: GPT, owner: str | None) -> None:
+        with self._lock:
+            self._models.pop(run_id, None)
+            self._models[run_id] = (owner, model.eval())
+            while len(self._models) > self.kept:
+                self._models.pop(next(iter(self._models)))
+
+    def get(self, run_id: str) -> GPT | None:
+        with self._lock:
+            entry = self._models.get(run_id)
+        return entry[1] if entry is not None else None
+
+    def of(self, owner: str | None) -> list[str]:
+        with self._lock:
+            return [run for run, (who, _) in self._models.items() if who == owner]
+
+
+def trained_models() -> TrainedModels:
+    return process_wide("trained_models", lambda: TrainedModels(limits.server_limits().trained_kept))
+
+
+def my_trained_models() -> dict[str, GPT]:
+    """This session's trained models by run id."""
+    store = trained_models()
+    return {run: model for run in store.of(session_id()) if (model := store.get(run)) is not None}
+
+
+def register_trained_model(run_id: str, model: GPT) -> None:
+    trained_models().add(run_id, model, session_id())
+
+
+def generation_slots() -> GenerationSlots:
+    """The server's cap on live generations running at once (GPTVIZ_GENERATIONS), shared by every session."""
+    return process_wide("generation_slots", lambda: GenerationSlots(limits.server_limits().generations))
+
+
+def training_registry() -> JobRegistry:
+    """The server's background training jobs; running jobs survive reruns, cache clears and code reloads."""
+    def make() -> JobRegistry:
+        lim = limits.server_limits()
+        return JobRegistry(max_running=lim.training_jobs, per_owner=lim.jobs_per_session,
+                           max_tokens=lim.training_tokens, max_seconds=lim.training_seconds)
+    return process_wide("training_registry", make)

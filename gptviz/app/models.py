@@ -1,0 +1,165 @@
+"""The model and capture services every page shares: one loaded model per ModelSpec, recent prompts' activations,
+each bounded by bytes (gptviz.limits) and held process-wide (gptviz.app.jobs), so no client can clear them.
+
+Models are read-only once built (capture state lives in each call), so one copy serves every session and thread.
+Captures are treated as read-only by their readers too. A display widget's rerun finds the same capture here and
+runs no model.
+"""
+from __future__ import annotations
+
+import copy
+import threading
+from typing import NamedTuple
+
+import streamlit as st
+import torch
+
+from .. import GPT, PRESETS, analysis
+from ..bounded_cache import BoundedCache
+from ..config import ConfigError
+from ..devices import DTYPES, place
+from ..hooks import ActivationCache, act_name, capture, capture_nbytes, storage_nbytes
+from .. import limits
+from ..limits import LimitError
+from ..params import total_params
+from ..weights import CheckpointError, bundled_models, load_allowed, load_checkpoint
+from ..weights import training_vocab as read_training_vocab
+from . import keys
+from .jobs import process_wide, trained_models
+
+
+class ModelSpec(NamedTuple):
+    """Everything that determines a model's weights and wiring: the cache key for load_model."""
+    source: str        # one of keys.SOURCE_* labels
+    name: str          # bundled model, preset name, folder/Hub id, or trained-run id
+    norm: str          # "pre" or "post"
+    seed: int = 0      # random init seed (presets only)
+    device: str = "cpu"
+    dtype: str = "float32"  # the weights' precision (half precision is offered on GPUs: gptviz.devices)
+
+    def label(self) -> str:
+        extra = "" if self.dtype == "float32" else f", {self.dtype}"
+        if self.source == keys.SOURCE_PRESET:
+            return f"{self.name} ({self.norm}-norm, random init, seed {self.seed}{extra})"
+        return f"{self.name} ({self.norm}-norm{extra})"
+
+
+def model_store() -> BoundedCache:
+    """Loaded models, shared by every session, bounded by bytes (GPTVIZ_MODEL_CACHE_MB)."""
+    return process_wide("model_store", lambda: BoundedCache(limits.server_limits().model_bytes, "model"))
+
+
+def capture_store() -> BoundedCache:
+    """Recent prompts' captures, shared by every session, bounded by bytes (GPTVIZ_CAPTURE_CACHE_MB)."""
+    return process_wide("capture_store", lambda: BoundedCache(limits.server_limits().capture_bytes, "capture"))
+
+
+_BUILD_LOCK = threading.Lock()  # one model is built at a time: two visitors' new models do not double the peak
+
+
+def load_model(spec: ModelSpec) -> GPT:
+    """Build or load the model a spec names, cached (raises ConfigError/CheckpointError/LimitError with a clear
+    message). A preset past the server's parameter cap is refused before anything is allocated."""
+    estimate = None
+    if spec.source == keys.SOURCE_PRESET and spec.name in PRESETS:
+        n = total_params(PRESETS[spec.name])
+        if n > limits.server_limits().max_params:
+            raise LimitError(f"{spec.name} has {n:,} parameters; this server builds models of up to "
+                             f"{limits.server_limits().max_params:,} (GPTVIZ_MAX_PARAMS)")
+        estimate = n * DTYPES[spec.dtype].itemsize if spec.dtype in DTYPES else None
+
+    def build() -> GPT:
+        with _BUILD_LOCK:
+            return _build_model(spec)
+    return model_store().get_or_build(spec, build, model_nbytes, estimate)
+
+
+def model_nbytes(model: GPT) -> int:
+    """Bytes of a model's distinct parameter and buffer storages (a tied head counts once)."""
+    return storage_nbytes(list(model.parameters()) + list(model.buffers()))
+
+
+def _build_model(spec: ModelSpec) -> GPT:
+    if spec.source == keys.SOURCE_PRESET:
+        if spec.name not in PRESETS:
+            raise ConfigError(f"unknown preset {spec.name!r}")
+        with torch.device(spec.device):
+            model = GPT(PRESETS[spec.name].replace(norm=spec.norm), seed=spec.seed)
+        return place(model, spec.device, spec.dtype).eval()
+    if spec.source == keys.SOURCE_BUNDLED:
+        models = bundled_models()
+        if spec.name not in models:
+            raise CheckpointError(f"bundled model {spec.name!r} is missing; available: {', '.join(models) or 'none'}")
+        return place(load_checkpoint(models[spec.name]), spec.device, spec.dtype)
+    if spec.source == keys.SOURCE_TRAINED:
+        model = trained_models().get(spec.name)
+        if model is None:
+            raise CheckpointError("that trained model is gone (the server restarted, or newer runs took its place); "
+                                  "train it again on the Train page")
+        if model.config.norm != spec.norm:
+            raise CheckpointError(f"the trained model is {model.config.norm}-norm")
+        if (spec.device, spec.dtype) != ("cpu", "float32"):  # a copy: the stored model is every session's
+            model = place(copy.deepcopy(model), spec.device, spec.dtype).eval()
+        return model
+    return place(load_allowed(spec.name, norm=spec.norm), spec.device, spec.dtype)  # visitors: allowed folders only
+
+
+def get_capture(spec: ModelSpec, ids: tuple[int, ...], names: tuple[str, ...] | None = None
+                ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """(logits [T, vocab], {hook name: tensor without the batch axis}) for one prompt, cached and shared: treat
+    the tensors as read-only. A capture larger than the server's capture budget is refused (LimitError) before
+    the model runs."""
+    model = load_model(spec)
+    wanted = model.hook_names if names is None else names
+    estimate = capture_nbytes(model.config, wanted, len(ids))
+
+    def run():
+        logits, cache = capture(model, torch.tensor([ids]), list(names) if names is not None else None)
+        return logits[0].float().cpu(), {k: v[0] for k, v in cache.items()}
+    return capture_store().get_or_build((spec, tuple(ids), names), run, _capture_size, estimate)
+
+
+def _capture_size(result) -> int:
+    logits, store = result
+    return storage_nbytes([logits, *store.values()])
+
+
+def capture_cache(spec: ModelSpec, ids: tuple[int, ...], names: tuple[str, ...] | None = None
+                  ) -> tuple[torch.Tensor, ActivationCache]:
+    """get_capture wrapped in an ActivationCache (tensors keep no batch axis)."""
+    logits, store = get_capture(spec, ids, names)
+    return logits, ActivationCache(store, load_model(spec).config.n_layers)
+
+
+def training_vocab(spec: ModelSpec) -> torch.Tensor | None:
+    """The ids a bundled model's training text used (None for other sources, where it is not recorded)."""
+    if spec.source != keys.SOURCE_BUNDLED or spec.name not in bundled_models():
+        return None
+    return _read_training_vocab(str(bundled_models()[spec.name]))
+
+
+@st.cache_resource(max_entries=4, show_spinner=False)
+def _read_training_vocab(folder: str) -> torch.Tensor | None:
+    return read_training_vocab(folder)
+
+
+def pattern_names(n_layers: int) -> tuple[str, ...]:
+    """The attention-pattern hook names of every layer."""
+    return tuple(act_name("pattern", i) for i in range(n_layers))
+
+
+@st.cache_data(max_entries=8, show_spinner=False)
+def induction_scores(spec: ModelSpec, length: int) -> torch.Tensor:
+    """Induction scores [layers, heads] on a random sequence of `length` repeated once, drawn from the model's
+    training ids where they are recorded (cached capture; the Activations and Attention pages share it)."""
+    cfg = load_model(spec).config
+    seq = tuple(analysis.induction_sequence(cfg.vocab_size, length, ids=training_vocab(spec)).tolist())
+    _, cache = capture_cache(spec, seq, pattern_names(cfg.n_layers))
+    return analysis.induction_scores_from(cache.patterns(), length)
+
+
+def attention_page_names(n_layers: int, norm: str) -> tuple[str, ...]:
+    """What the Attention page captures: every pattern, and each attention's input, from which the step-by-step
+    and value-weighted views recompute the rest with the weights (so no view or layer switch reruns the model)."""
+    from ..head_steps import attention_input_name
+    return pattern_names(n_layers) + tuple(attention_input_name(i, norm) for i in range(n_layers))

@@ -1,0 +1,256 @@
+"""The shared sidebar (model source, wiring, device, prompt) and what pages ask of it: require_model and
+require_prompt stop a page with a clear message when there is nothing to show."""
+from __future__ import annotations
+
+import json
+from typing import NamedTuple
+
+import streamlit as st
+
+from .. import GPT, PRESETS
+from ..config import ConfigError
+from ..devices import available_devices, available_dtypes
+from ..limits import LimitError
+from ..params import total_params
+from ..tokenizer import fit_vocabulary, get_tokenizer
+from ..weights import CheckpointError, bundled_models
+from . import keys as K
+from .display import EXPORT_FORMATS, md_text
+from .jobs import my_trained_models
+from .links import replaced_link_value
+from .models import ModelSpec, load_model
+
+# Written as the bundled models' training text writes a play: the speaker's abbreviated name on its own line.
+DEFAULT_PROMPT = "Romeo.\nBut soft! what light through yonder window breaks?\nIt is the east, and Juliet is the sun!"
+EXAMPLE_PROMPTS = {
+    "Romeo at the window (a speech)": DEFAULT_PROMPT,
+    "Repeated letters (look for induction heads)": "A B C D E F G H A B C D E F G H",
+    "A dialogue (speaker names)": "Ham.\nWho's there?\n\nHor.\nFriends to this ground.\n\nHam.\nWho's there?\n\nHor.\n",
+}
+# Far more text than any preset's context (1,024 tokens at most) needs; tokenising more is wasted server time.
+MAX_PROMPT_CHARS = 20_000
+# Presets above this size are slow to initialise on a laptop CPU; the sidebar says so.
+LARGE_MODEL_PARAMS = 400_000_000
+
+
+def _default_source() -> str:
+    return K.SOURCE_BUNDLED if bundled_models() else K.SOURCE_PRESET
+
+
+def _bundled_twin(norm: str) -> str | None:
+    """The bundled model with this norm placement (e.g. shakespeare-pre / shakespeare-post)."""
+    for name in bundled_models():
+        if name.endswith(f"-{norm}"):
+            return name
+    return None
+
+
+def _use_example() -> None:
+    """Copy the chosen example into the prompt (runs before the text area is drawn)."""
+    choice = st.session_state.get(K.EXAMPLE_PROMPT)
+    if choice in EXAMPLE_PROMPTS:
+        st.session_state[K.PROMPT] = EXAMPLE_PROMPTS[choice]
+
+
+def bundled_description(name: str) -> str:
+    """One plain sentence on what a bundled model was trained on, read from its config.json."""
+    try:
+        training = json.loads((bundled_models()[name] / "config.json").read_text()).get("training", {})
+    except (KeyError, OSError, ValueError):
+        return "a bundled model."
+    data = training.get("data", "")
+    if data == "shakespeare-works":
+        text = (f"trained on the complete works of Shakespeare less {len(training.get('held_out', []))} "
+                "held-out plays")
+    else:
+        text = f"trained on {data or 'unrecorded data'}"
+    from ..evaluate import training_stages
+    stages = training_stages(training)
+    shares = [stage.get("settings", {}).get("copy_fraction", 0) for stage in stages]
+    if any(shares):
+        when = (f"{shares[0]:.1%}" if len(shares) == 1 else
+                ", then ".join(f"{share:.1%} ({stage.get('settings', {}).get('steps')} steps)"
+                               for share, stage in zip(shares, stages)))
+        text += (f", with {when} of its training windows made of random tokens followed by their exact repeat "
+                 "(meant to teach it to copy)")
+        try:
+            report = json.loads((bundled_models()[name] / "check.json").read_text())
+            grown = report["passes"].get("induction_head_at_least_0.3")
+            copies_letters = report["passes"].get("continues_the_repeated_letters_with_D")
+            frequent = report.get("frequent_ids_induction", {}).get("best_induction_head", {}).get("score", 0.0)
+        except (OSError, ValueError, KeyError, AttributeError):
+            grown, copies_letters, frequent = None, None, 0.0
+        example = " (the repeated-letters example shows it)" if copies_letters else ""
+        if grown:
+            text += f"; it grew an induction head{example}"
+        elif grown is False and frequent >= 0.3:
+            text += (f"; it grew an induction head for the frequent tokens it practised on{example}, not yet "
+                     "for rare ones")
+        elif grown is False:
+            text += "; it did not grow an induction head"
+    return text[0].upper() + text[1:] + ". Its model card says how well it does."
+
+
+def sidebar() -> ModelSpec | None:
+    """Draw the model picker and prompt; store and return the ModelSpec (None when no valid model)."""
+    state = st.session_state
+    state.setdefault(K.PROMPT, DEFAULT_PROMPT)
+    with st.sidebar:
+        st.subheader("Model")
+        sources = [K.SOURCE_BUNDLED] if bundled_models() else []
+        sources += [K.SOURCE_PRESET, K.SOURCE_PRETRAINED]
+        if my_trained_models():
+            sources.append(K.SOURCE_TRAINED)
+        if state.get(K.MODEL_SOURCE) not in sources:
+            state[K.MODEL_SOURCE] = _default_source()
+        source = st.selectbox("Source", sources, key=K.MODEL_SOURCE)
+        norm = st.radio("LayerNorm placement", ["pre", "post"], key=K.NORM, horizontal=True,
+                        format_func={"pre": "pre-norm (GPT-2)", "post": "post-norm (GPT-1)"}.get,
+                        help="Pre-norm normalises before each sub-layer and once at the end; post-norm "
+                             "normalises after each residual addition.")
+        devices = available_devices()
+        keep_valid(K.DEVICE, devices, "cpu")
+        device = st.selectbox("Device", devices, key=K.DEVICE) if len(devices) > 1 else "cpu"
+        dtypes = available_dtypes(device)
+        keep_valid(K.DTYPE, dtypes, "float32")
+        dtype = st.selectbox("Precision", dtypes, key=K.DTYPE,
+                             help="Half precision halves the weights' memory and speeds up GPU inference; "
+                                  "captures and probabilities are still shown in float32.") \
+            if len(dtypes) > 1 else "float32"
+        spec = None
+        if source == K.SOURCE_BUNDLED:
+            name = _bundled_twin(norm)
+            if name is None:
+                st.error(f"No bundled {norm}-norm model.")
+            else:
+                spec = ModelSpec(source, name, norm, 0, device, dtype)
+                st.caption(f"`{name}`: {bundled_description(name)} The LayerNorm radio switches between two "
+                           "separately trained twins.")
+        elif source == K.SOURCE_PRESET:
+            state.setdefault(K.PRESET, "small-4l")
+            preset = st.selectbox("Preset", list(PRESETS), key=K.PRESET)
+            seed = st.number_input("Seed", min_value=0, max_value=2**31 - 1, step=1, key=K.SEED)
+            n = total_params(PRESETS[preset])
+            st.caption(f"{n:,} parameters, {n * 4 / 2**20:,.0f} MiB in float32, random weights.")
+            if n > LARGE_MODEL_PARAMS:
+                st.warning("A model this size takes a while to build on a CPU.")
+            spec = ModelSpec(source, preset, norm, int(seed), device, dtype)
+        elif source == K.SOURCE_PRETRAINED:
+            name = st.text_input("Folder or Hub id", key=K.HF_NAME, placeholder="/path/to/gpt2 or gpt2",
+                                 help="A Hub id such as gpt2, found in the local Hugging Face cache or "
+                                      "downloaded when online; or a folder with config.json and model.safetensors "
+                                      "(or pytorch_model.bin), in Hugging Face GPT-2 or gptviz layout, inside "
+                                      "the server's model folders: the bundled models, the Hugging Face cache, "
+                                      "and the folders listed in the GPTVIZ_MODEL_DIRS environment variable.")
+            if name.strip():
+                spec = ModelSpec(source, name.strip(), norm, 0, device, dtype)
+                if norm == "post":
+                    st.warning("GPT-2's weights were trained pre-norm. Post-norm runs the same weights with the "
+                               "LayerNorms moved, so what it outputs is not what the model learned.")
+            else:
+                st.info("Enter a folder path or a Hub id.")
+        else:
+            runs = list(my_trained_models())
+            run = st.selectbox("Run", runs, key=K.TRAINED_RUN)
+            spec = ModelSpec(source, run, my_trained_models()[run].config.norm, 0, device, dtype)
+        st.subheader("Prompt")
+        st.selectbox("Examples", list(EXAMPLE_PROMPTS), index=None, key=K.EXAMPLE_PROMPT, on_change=_use_example,
+                     placeholder="Load an example prompt", label_visibility="collapsed")
+        if len(state.get(K.PROMPT) or "") > MAX_PROMPT_CHARS:  # set by a link or a test: cut before drawing
+            state[K.PROMPT] = state[K.PROMPT][:MAX_PROMPT_CHARS]
+            st.warning(f"The prompt was cut to its first {MAX_PROMPT_CHARS:,} characters.")
+        st.text_area("Prompt", key=K.PROMPT, height=120, label_visibility="collapsed", max_chars=MAX_PROMPT_CHARS,
+                     help="Shared by every page.")
+        st.radio("Figure download format", EXPORT_FORMATS, key=K.EXPORT_FORMAT, horizontal=True,
+                 format_func=str.upper, help="The camera button in each figure's toolbar saves it in this format.")
+    state[K.MODEL_SPEC] = spec
+    return spec
+
+
+def current_model() -> tuple[ModelSpec, GPT] | None:
+    """The sidebar's model, loaded (with a spinner); a clear message in the page when it cannot load."""
+    spec = st.session_state.get(K.MODEL_SPEC)
+    if spec is None:
+        st.info("Choose a model in the sidebar.")
+        return None
+    try:
+        with st.spinner(md_text(f"Loading {spec.label()}...")):
+            return spec, load_model(spec)
+    except (ConfigError, CheckpointError, LimitError, ValueError, OSError, RuntimeError) as err:
+        st.error(md_text(f"Could not load {spec.label()}: {err}"))  # the name is the visitor's text
+        return None
+
+
+def keep_valid(key: str, options, default) -> None:
+    """Reset a widget's stored value when it is no longer an option (another model or prompt); say so when the
+    value came from a link."""
+    if key in st.session_state and st.session_state[key] not in options:
+        st.session_state[key] = default
+        notice = replaced_link_value(st.session_state, key)
+        if notice:
+            st.toast(notice, icon="🔗")
+
+
+def require_model() -> tuple[ModelSpec, GPT]:
+    """current_model() for a page that can show nothing without a model: stops the page (after its message)."""
+    got = current_model()
+    if got is None:
+        st.stop()
+    return got
+
+
+class PromptTokens(NamedTuple):
+    ids: tuple[int, ...]
+    total: int           # tokens in the whole prompt
+    truncated: bool      # only the last n_ctx tokens are kept
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def encode_prompt(text: str) -> tuple[int, ...]:
+    """The prompt's GPT-2 ids, tokenised once per distinct text (every page and rerun reuses them)."""
+    return tuple(get_tokenizer().encode(text))
+
+
+def prompt_tokens(n_ctx: int, prompt: str | None = None, vocab_size: int | None = None) -> PromptTokens | None:
+    """The sidebar prompt as ids, keeping the last n_ctx tokens (with a visible note); None and a hint
+    when the prompt is empty. With `vocab_size` smaller than GPT-2's, ids past it are replaced (with a note)
+    so a prompt never fails on such a model."""
+    text = st.session_state.get(K.PROMPT, "") if prompt is None else prompt
+    ids = list(encode_prompt(text[:MAX_PROMPT_CHARS]))
+    if not ids:
+        st.info("Type a prompt in the sidebar to see the model at work.")
+        return None
+    if vocab_size is not None:
+        ids, replaced = fit_vocabulary(ids, vocab_size)
+        if replaced:
+            st.caption(f"{replaced} token(s) of this prompt have GPT-2 ids past this model's {vocab_size:,}-id "
+                       f"vocabulary; they run as its last id, {vocab_size - 1:,} (shown as GPT-2's token for "
+                       "that id). The prompt is tokenised with GPT-2's BPE whatever the model's vocabulary.")
+    kept = tuple(ids[-n_ctx:])
+    if len(ids) > n_ctx:
+        st.warning(f"The prompt has {len(ids):,} tokens; the model's context is {n_ctx}, so only the last "
+                   f"{n_ctx} are used.")
+    return PromptTokens(kept, len(ids), len(ids) > n_ctx)
+
+
+def require_prompt(n_ctx: int, vocab_size: int | None = None) -> PromptTokens:
+    """prompt_tokens() for a page that can show nothing without a prompt: stops the page after the hint."""
+    prompt = prompt_tokens(n_ctx, vocab_size=vocab_size)
+    if prompt is None:
+        st.stop()
+    return prompt
+
+
+def current_config():
+    """The sidebar model's GPTConfig; a preset's comes from PRESETS without building its weights (pages
+    that only count or draw need no model). None, with a message, when there is no valid model."""
+    spec = st.session_state.get(K.MODEL_SPEC)
+    if spec is None:
+        st.info("Choose a model in the sidebar.")
+        return None
+    if spec.source == K.SOURCE_PRESET and spec.name in PRESETS:
+        return PRESETS[spec.name].replace(norm=spec.norm)
+    got = current_model()
+    return got[1].config if got is not None else None
+
+

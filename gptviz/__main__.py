@@ -19,7 +19,7 @@ APP_DEFAULT_FLAGS = {"--browser.gatherUsageStats": "false", "--client.showErrorD
 
 def app_command(flags: list[str]) -> list[str]:
     """The `streamlit run` command line `gptviz app FLAGS` runs; the caller's flags win over the defaults."""
-    from .router import PAGES_DIR
+    from .app.router import PAGES_DIR
     given = {flag.split("=", 1)[0] for flag in flags if flag.startswith("--")}
     defaults = [f"{k}={v}" for k, v in APP_DEFAULT_FLAGS.items() if k not in given]
     return [sys.executable, "-m", "streamlit", "run", str(PAGES_DIR / "entry.py"), *defaults, *flags]

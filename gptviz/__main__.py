@@ -13,6 +13,7 @@ from .config import PRESETS, ConfigError, get_preset
 # The settings the checkout's .streamlit/config.toml gives `streamlit run app.py`, for `gptviz app` run from any
 # folder: no usage statistics from visitors' browsers, and exceptions shown by type only (no server paths).
 APP_DEFAULT_FLAGS = {"--browser.gatherUsageStats": "false", "--client.showErrorDetails": "type",
+                     "--client.toolbarMode": "viewer",
                      "--global.disableWidgetStateDuplicationWarning": "true", "--server.maxMessageSize": "100",
                      "--runner.postScriptGC": "false"}
 

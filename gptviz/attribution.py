@@ -9,7 +9,7 @@ from typing import NamedTuple
 
 import torch
 
-from .hooks import capture, capturing, edits_by_hook
+from .hooks import act_name, capture, capturing, edits_by_hook
 from .interventions import Edit
 
 
@@ -124,41 +124,85 @@ def _row_patch(hook: str, source: torch.Tensor, cells: list[tuple[int, slice]], 
     return Edit(hook, fn, f"{hook} patched per row")
 
 
+# Activations one batch of a patching sweep may hold at once. A sweep runs T (or layers x heads) edited copies of
+# the corrupted prompt; all at once, with every position's logits, a 128-token pair took 7 GB.
+SWEEP_BATCH_BYTES = 192 * 2**20
+
+
+def sweep_row_bytes(config, T: int) -> int:
+    """Float32 bytes one edited copy of a T-token prompt holds at its peak inside a block (the residual stream and
+    its norms, q/k/v/z, one layer's attention weights, the MLP's hidden units) plus its last position's logits."""
+    return 4 * (T * (10 * config.d_model + 2 * config.d_ff + 2 * config.n_heads * T) + config.vocab_size)
+
+
+def sweep_rows_per_batch(config, T: int, budget: int | None = None) -> int:
+    """Edited copies one batch runs: as many as fit `budget` (SWEEP_BATCH_BYTES), at least one."""
+    return max(1, (SWEEP_BATCH_BYTES if budget is None else budget) // sweep_row_bytes(config, T))
+
+
+def _patched_metric(model, corrupted: torch.Tensor, n_rows: int, edits_for, target: int, other: int) -> torch.Tensor:
+    """The metric of `n_rows` edited copies of `corrupted`, row r edited by edits_for(rows)[...]: run in batches
+    within SWEEP_BATCH_BYTES, reading only the last position's logits."""
+    T = corrupted.shape[1]
+    per_batch = sweep_rows_per_batch(model.config, T)
+    out = torch.empty(n_rows)
+    for start in range(0, n_rows, per_batch):
+        rows = range(start, min(n_rows, start + per_batch))
+        with capturing(frozenset(), edits_by_hook(edits_for(rows), model.hook_names)):
+            logits = model(corrupted.expand(len(rows), -1), last_only=True)   # [rows, 1, vocab]
+        out[rows.start:rows.stop] = logit_difference(logits, target, other).cpu()
+    return out
+
+
 @torch.no_grad()
 def residual_patching(model, clean_ids, corrupted_ids, target: int, other: int) -> PatchingResult:
     """[layers, T]: the corrupted run with the clean residual stream entering block l at position t patched in.
-    One forward pass per layer, batched over positions."""
+
+    Computed from what the metric needs, never a copy of the model per cell at once: a patched run starts at block
+    l, and only from its first patched position on (the positions before it are the corrupted run's, whose keys
+    and values it reuses); it reads only the last position's logits; runs are batched within SWEEP_BATCH_BYTES.
+    Where the two streams are equal at (l, t) (every position before the first difference) the patched run is the
+    corrupted run, so that cell is 0 without running."""
     clean, corrupted = _check_pair(clean_ids, corrupted_ids)
     L, T = model.config.n_layers, clean.shape[1]
-    names = [f"blocks.{i}.hook_resid_pre" for i in range(L)]
+    names = [act_name("resid_pre", i) for i in range(L)]
     clean_logits, clean_cache = capture(model, clean, names)
-    corrupted_logits, _ = capture(model, corrupted, ())
+    corrupted_logits, corrupted_cache = capture(model, corrupted, names + [act_name(n, i) for i in range(L)
+                                                                             for n in ("k", "v")])
     base = float(logit_difference(clean_logits, target, other)), float(logit_difference(corrupted_logits, target, other))
-    scores = torch.empty(L, T)
-    batch = corrupted.expand(T, T)
+    kv = [(corrupted_cache[act_name("k", i)].transpose(1, 2), corrupted_cache[act_name("v", i)].transpose(1, 2))
+          for i in range(L)]                                                    # [1, heads, T, d_head] each
+    per_batch = sweep_rows_per_batch(model.config, T)
+    scores = torch.full((L, T), base[1])
     for layer, name in enumerate(names):
-        edit = _row_patch(name, clean_cache[name], [(t, None) for t in range(T)], axis_units=False)
-        logits, _ = capture(model, batch, (), edits=[edit])
-        scores[layer] = normalised(logit_difference(logits, target, other), *base)
-    return PatchingResult(scores, *base)
+        src, dst = clean_cache[name][0], corrupted_cache[name][0]             # [T, d_model]
+        differ = [t for t in range(T) if not torch.equal(src[t], dst[t])]
+        for start in range(0, len(differ), per_batch):
+            rows = differ[start:start + per_batch]
+            first = rows[0]                                                    # positions before it: unchanged
+            resid = dst[first:].expand(len(rows), T - first, -1).clone()
+            resid[range(len(rows)), [t - first for t in rows]] = src[rows]
+            logits = model.forward_from(layer, resid, last_only=True,
+                                        past_kv=[(k[:, :, :first], v[:, :, :first]) for k, v in kv[layer:]])
+            scores[layer, rows] = logit_difference(logits, target, other).cpu()
+    return PatchingResult(normalised(scores, *base), *base)
 
 
 @torch.no_grad()
 def head_patching(model, clean_ids, corrupted_ids, target: int, other: int) -> PatchingResult:
-    """[layers, heads]: the corrupted run with one head's output (hook_z, every position) from the clean run.
-    One forward pass, batched over every head of every layer."""
+    """[layers, heads]: the corrupted run with one head's output (hook_z, every position) from the clean run,
+    every head of every layer as one row of a batch run within SWEEP_BATCH_BYTES."""
     clean, corrupted = _check_pair(clean_ids, corrupted_ids)
     L, H = model.config.n_layers, model.config.n_heads
-    names = [f"blocks.{i}.attn.hook_z" for i in range(L)]
+    names = [act_name("z", i) for i in range(L)]
     clean_logits, clean_cache = capture(model, clean, names)
     corrupted_logits, _ = capture(model, corrupted, ())
     base = float(logit_difference(clean_logits, target, other)), float(logit_difference(corrupted_logits, target, other))
-    edits = []
-    for layer, name in enumerate(names):  # row layer * H + h patches head h of this layer, others nothing
-        cells = [(None, h) if row // H == layer else (None, None) for row in range(L * H) for h in [row % H]]
-        edits.append(_row_patch(name, clean_cache[name], cells, axis_units=True))
-    logits, _ = capture(model, corrupted.expand(L * H, -1), (), edits=edits)
-    scores = normalised(logit_difference(logits, target, other), *base).view(L, H)
+
+    def edits_for(rows):  # row layer * H + h patches head h of this layer, the others nothing
+        return [_row_patch(name, clean_cache[name], [(None, r % H) if r // H == layer else (None, None) for r in rows],
+                           axis_units=True) for layer, name in enumerate(names)]
+    scores = normalised(_patched_metric(model, corrupted, L * H, edits_for, target, other), *base).view(L, H)
     return PatchingResult(scores, *base)
 
 

@@ -306,5 +306,34 @@ class GPT(nn.Module):
             x = x[:, -1:]
         return self.ln_f(x)  # kept in post-norm too (the GPT-1 count in the spec includes it); see config.py
 
+    def forward_from(self, layer: int, resid: torch.Tensor, last_only: bool = False,
+                     past_kv: list[tuple[torch.Tensor, torch.Tensor]] | None = None) -> torch.Tensor:
+        """Logits from the residual stream entering block `layer`, [B, T, d_model]: the rest of a forward pass,
+        for interventions that change that stream (patching sweeps skip the blocks before it). With `past_kv`,
+        `resid` holds only the positions after `past` earlier ones whose keys and values each block from `layer`
+        on takes from past_kv[i] = (k, v), each [1 or B, heads, past, d_head] (they attend as a KV cache would)."""
+        global _passes
+        if not 0 <= layer < self.config.n_layers:
+            raise ValueError(f"layer {layer} is not in 0..{self.config.n_layers - 1}")
+        blocks = self.blocks[layer:]
+        if past_kv is not None and len(past_kv) != len(blocks):
+            raise ValueError(f"past_kv needs one (k, v) for each of the {len(blocks)} blocks from layer {layer}")
+        with _passes_lock:
+            _passes += 1
+        x = resid.to(device=self.device, dtype=self.wte.weight.dtype)
+        B, T, _ = x.shape
+        for i, block in enumerate(blocks):
+            kv, past = None, 0
+            if past_kv is not None:
+                k, v = past_kv[i]
+                past = k.shape[2]
+                kv = LayerKV(torch.empty(B, k.shape[1], past + T, k.shape[3], dtype=x.dtype, device=x.device),
+                             torch.empty(B, k.shape[1], past + T, k.shape[3], dtype=x.dtype, device=x.device))
+                kv.k[:, :, :past], kv.v[:, :, :past] = k, v
+            x = block(x, kv, past)
+        if last_only:
+            x = x[:, -1:]
+        return self.hook_logits(self.lm_head(self.ln_f(x)))
+
     def new_kv_cache(self, batch: int = 1) -> KVCache:
         return KVCache(self.config, batch, self.device, self.wte.weight.dtype)

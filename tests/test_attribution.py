@@ -119,3 +119,31 @@ def test_gradient_x_input_is_the_derivative_along_the_embeddings():
     h = 1e-4
     assert float(result.scores.sum()) == pytest.approx((metric(1 + h) - metric(1 - h)) / (2 * h), rel=1e-5)
     assert result.scores.shape == (7,)
+
+
+def test_patching_sweeps_run_in_batches_within_their_budget_and_give_the_same_scores(model, monkeypatch):
+    """A 128-token pair took 7 GB when every patched copy ran at once with every position's logits: the sweeps
+    now run batches of at most sweep_rows_per_batch rows and read only the last position's logits; the residual
+    sweep starts each patched run at its layer and skips the positions where the two streams are equal."""
+    from gptviz import attribution
+    clean, corrupted = random_ids(12, seed=4), random_ids(12, seed=4).clone()
+    corrupted[5] = (corrupted[5] + 1) % SMALL.vocab_size
+    whole = residual_patching(model, clean, corrupted, 7, 40), head_patching(model, clean, corrupted, 7, 40)
+    full_runs, resumed = [], []
+    model.register_forward_hook(lambda module, args, out: full_runs.append(tuple(out.shape)))
+    forward_from = model.forward_from
+    monkeypatch.setattr(model, "forward_from", lambda layer, resid, last_only=False, past_kv=None: resumed.append(
+        (layer, tuple(resid.shape), last_only)) or forward_from(layer, resid, last_only, past_kv))
+    monkeypatch.setattr(attribution, "SWEEP_BATCH_BYTES", 3 * attribution.sweep_row_bytes(SMALL, 12))
+    assert attribution.sweep_rows_per_batch(SMALL, 12) == 3
+    batched = residual_patching(model, clean, corrupted, 7, 40), head_patching(model, clean, corrupted, 7, 40)
+    for a, b in zip(whole, batched):
+        torch.testing.assert_close(a.scores, b.scores, rtol=0, atol=1e-5)
+    # residual sweep: layer 0 differs at position 5 only (one run); layer 1 at 5..11 (7 rows: batches of 3, 3, 1),
+    # each run from its first patched position on (12 - 5, 12 - 8, 12 - 11 positions)
+    assert [(layer, shape[:2]) for layer, shape, _ in resumed] == [(0, (1, 7)), (1, (3, 7)), (1, (3, 4)), (1, (1, 1))]
+    assert all(last for *_, last in resumed)
+    assert float(batched[0].scores[0, 4]) == 0.0 and float(batched[0].scores[1, 4]) == 0.0  # equal streams: no change
+    # head sweep: 8 heads in batches of 3, 3, 2, last position only; plus the four unedited captures (T = 12)
+    edited = [shape for shape in full_runs if shape[1] == 1]
+    assert edited == [(3, 1, 101), (3, 1, 101), (2, 1, 101)] and len(full_runs) == 4 + 3

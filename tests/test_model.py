@@ -294,3 +294,23 @@ def test_layout_survives_half_precision_and_loading(tmp_path):
     for loaded in (load_checkpoint(tmp_path / "m"), build().half()):
         assert loaded.wte.weight.t().is_contiguous() and loaded.lm_head.weight is loaded.wte.weight
         assert loaded.blocks[1].mlp.c_proj.weight.t().is_contiguous()
+
+
+@pytest.mark.parametrize("norm", ["pre", "post"])
+def test_forward_from_a_captured_stream_gives_the_models_logits(norm):
+    model = build(norm=norm, seed=2)
+    ids = random_ids(9, batch=2, seed=3)
+    logits, cache = capture(model, ids, [f"blocks.{i}.hook_resid_pre" for i in range(SMALL.n_layers)])
+    for layer in range(SMALL.n_layers):
+        resumed = model.forward_from(layer, cache[f"blocks.{layer}.hook_resid_pre"])
+        torch.testing.assert_close(resumed, logits, rtol=0, atol=1e-5)
+        torch.testing.assert_close(model.forward_from(layer, cache[f"blocks.{layer}.hook_resid_pre"], last_only=True),
+                                   logits[:, -1:], rtol=0, atol=1e-5)
+    with pytest.raises(ValueError, match="layer 2 is not in 0..1"):
+        model.forward_from(SMALL.n_layers, cache["blocks.0.hook_resid_pre"])
+    # from position 4 on, the earlier positions' keys and values taken from the same run: the same logits there
+    _, kv = capture(model, ids, [f"blocks.{i}.attn.hook_{n}" for i in range(SMALL.n_layers) for n in "kv"])
+    past = [(kv[f"blocks.{i}.attn.hook_k"].transpose(1, 2)[:, :, :4], kv[f"blocks.{i}.attn.hook_v"].transpose(1, 2)[:, :, :4])
+            for i in range(1, SMALL.n_layers)]
+    torch.testing.assert_close(model.forward_from(1, cache["blocks.1.hook_resid_pre"][:, 4:], past_kv=past),
+                               logits[:, 4:], rtol=0, atol=1e-5)

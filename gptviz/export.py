@@ -87,8 +87,24 @@ def figure_file_name(fig, fallback: str = "gptviz-figure") -> str:
     return f"{stem or fallback}.html"
 
 
+# A spreadsheet reads a cell starting with one of these as a formula (OWASP's CSV injection list)
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def spreadsheet_safe(value):
+    """Text that a spreadsheet would read as a formula, prefixed with ' (shown as typed); numbers and other
+    text unchanged. Token text is anyone's: " =HYPERLINK(...)" is a token sequence like any other."""
+    if isinstance(value, str) and value.startswith(FORMULA_STARTS):
+        return "'" + value
+    return value
+
+
 def csv_bytes(df: pd.DataFrame) -> bytes:
-    return df.to_csv(index=False).encode("utf-8")
+    """The frame as UTF-8 CSV, every text cell and header spreadsheet-safe (numbers keep their sign)."""
+    safe = df.rename(columns=lambda c: spreadsheet_safe(str(c)))
+    for column in safe.columns[[dtype == object or pd.api.types.is_string_dtype(dtype) for dtype in safe.dtypes]]:
+        safe[column] = safe[column].map(spreadsheet_safe)
+    return safe.to_csv(index=False).encode("utf-8")
 
 
 def matrix_frame(values, row_labels: Sequence, col_labels: Sequence, row_name: str = "row",

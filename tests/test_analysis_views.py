@@ -293,3 +293,13 @@ def test_matrix_frame_and_csv_round_trip():
     assert frame.loc[(frame.query_index == 1) & (frame.key == "z"), "weight"].item() == 5.0
     back = pd.read_csv(io.BytesIO(csv_bytes(frame)))
     pd.testing.assert_frame_equal(back, frame, check_dtype=False)
+
+
+def test_csv_text_cells_that_a_spreadsheet_would_run_as_formulas_are_neutralised():
+    frame = pd.DataFrame({"token": ["=1+1", "+SUM(A1)", "-cmd", "@x", "\tx", "plain", " =lead-space"],
+                          "weight": [-0.5, 0.25, -1.0, 2.0, 0.0, 1.0, -3.0], "=head": range(7)})
+    back = pd.read_csv(io.BytesIO(csv_bytes(frame)), keep_default_na=False)
+    assert list(back["token"]) == ["'=1+1", "'+SUM(A1)", "'-cmd", "'@x", "'\tx", "plain", " =lead-space"]
+    assert list(back["weight"]) == [-0.5, 0.25, -1.0, 2.0, 0.0, 1.0, -3.0]   # numbers keep their sign
+    assert list(back.columns) == ["token", "weight", "'=head"]
+    assert list(frame["token"])[0] == "=1+1"                                  # the caller's frame is untouched

@@ -153,7 +153,7 @@ def _only_tensors(loaded, path: Path) -> dict[str, torch.Tensor]:
     """weights_only=True still admits plain containers and numbers; a state dict is names -> tensors."""
     if not isinstance(loaded, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor)
                                                for k, v in loaded.items()):
-        raise CheckpointError(f"{path} is not a state dict (a mapping of names to tensors); "
+        raise CheckpointError(f"{path.name} is not a state dict (a mapping of names to tensors); "
                               f"got {type(loaded).__name__}")
     return loaded
 
@@ -251,9 +251,9 @@ def load_checkpoint(folder: str | os.PathLike, norm: str | None = None) -> GPT:
     model within the caps, and the weights file's header must match it, before any weight is allocated."""
     folder = Path(folder)
     if not folder.is_dir():
-        raise CheckpointError(f"{folder} is not a folder")
+        raise CheckpointError(f"the checkpoint's folder is not a folder ({folder.name!r})")
     if not (folder / "config.json").exists():
-        raise CheckpointError(f"{folder} has no config.json")
+        raise CheckpointError(f"the checkpoint's folder ({folder.name!r}) has no config.json")
     meta = _read_json(folder / "config.json")
     ours = meta.get("format") == FORMAT
     if ours and not isinstance(meta.get("config"), dict):

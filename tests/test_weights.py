@@ -343,3 +343,22 @@ def test_training_vocab_round_trip_and_bad_files(tmp_path):
         (tmp_path / "training_vocab.json").write_text(bad)
         with pytest.raises(CheckpointError, match="not a list of token ids"):
             training_vocab(tmp_path)
+
+
+def test_no_message_names_a_server_path(tmp_path):
+    """A visitor's bad folder or Hub repo is refused with messages that name the file, never where it lies on the
+    server (a cached Hub repo without config.json showed the whole cache path; a pytorch_model.bin holding a list
+    showed its path)."""
+    def message(folder) -> str:
+        with pytest.raises(CheckpointError) as info:
+            load_checkpoint(folder)
+        return str(info.value)
+
+    no_config = _saved(tmp_path / "a")
+    (no_config / "config.json").unlink()
+    holds_a_list = _saved(tmp_path / "b")
+    (holds_a_list / "model.safetensors").unlink()
+    torch.save([torch.zeros(2)], holds_a_list / "pytorch_model.bin")
+    messages = [message(tmp_path / "nowhere"), message(no_config), message(holds_a_list)]
+    assert all(str(tmp_path) not in m and "/" not in m for m in messages), messages
+    assert "no config.json" in messages[1] and "not a state dict" in messages[2]

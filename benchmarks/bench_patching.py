@@ -29,6 +29,7 @@ def one_run(model_name: str, method: str) -> dict:
     from gptviz.hooks import capture
     from gptviz.interventions import Edit
     from gptviz.tokenizer import encode
+    from gptviz.hooks import act_name
 
     torch.set_num_threads(int(os.environ.get("BENCH_THREADS", "2")))
     model = load_pretrained(model_name) if model_name != "gpt2-small" else GPT(PRESETS["gpt2-small"], seed=0).eval()
@@ -42,7 +43,7 @@ def one_run(model_name: str, method: str) -> dict:
         result = attribution.residual_patching(model, clean, corrupted, a, b).scores
     else:  # the previous algorithm: T copies at once, every position's logits
         clean_t, corrupted_t = torch.tensor([clean]), torch.tensor([corrupted])
-        names = [f"blocks.{i}.hook_resid_pre" for i in range(model.config.n_layers)]
+        names = [act_name("resid_pre", i) for i in range(model.config.n_layers)]
         with torch.no_grad():
             clean_logits, cache = capture(model, clean_t, names)
             corrupted_logits, _ = capture(model, corrupted_t, ())

@@ -31,6 +31,7 @@ from gptviz import PRESETS, GPT, capture, generate, get_tokenizer, stream  # noq
 from gptviz.allocator import keep_freed_memory  # noqa: E402
 from gptviz.model import row_major_copy  # noqa: E402
 from gptviz.weights import _CONV1D  # noqa: E402
+from gptviz.hooks import act_name
 
 PROMPT = ("The history of natural language processing generally started in the 1950s, although work can "
           "be found from earlier periods.")
@@ -133,7 +134,7 @@ def bench_forward(ours, hf_sdpa, hf_eager, repeats: int) -> dict:
         out = hf_eager(ids, output_attentions=True, output_hidden_states=True)
         logit_diff = float((logits - out.logits).abs().max())
         pattern_diff = max(float((cache.pattern(i) - out.attentions[i]).abs().max()) for i in range(12))
-        hidden_diff = max(float((cache[f"blocks.{i}.hook_resid_pre"] - out.hidden_states[i]).abs().max())
+        hidden_diff = max(float((cache[act_name("resid_pre", i)] - out.hidden_states[i]).abs().max())
                           for i in range(12))
     # Two groups, each interleaved on its own: capture against our plain forward, then ours against
     # transformers' (mixing all four lets the transformers models' allocations disturb the first pair).

@@ -43,8 +43,8 @@ def direct_logit_attribution(model, ids, target: int, other: int, position: int 
         raise ValueError("direct logit attribution needs a pre-norm model: in post-norm each block's LayerNorm "
                          "rescales the whole residual stream, so it is not a sum of the blocks' outputs")
     L = cfg.n_layers
-    names = ["hook_embed", "hook_pos_embed", f"blocks.{L - 1}.hook_resid_post"]
-    names += [f"blocks.{i}.attn.hook_z" for i in range(L)] + [f"blocks.{i}.hook_mlp_out" for i in range(L)]
+    names = ["hook_embed", "hook_pos_embed", act_name("resid_post", L - 1)]
+    names += [act_name("z", i) for i in range(L)] + [act_name("mlp_out", i) for i in range(L)]
     logits, cache = capture(model, ids, names)
     T = logits.shape[1]
     pos = position % T
@@ -54,16 +54,16 @@ def direct_logit_attribution(model, ids, target: int, other: int, position: int 
     for i in range(L):
         attn = model.blocks[i].attn
         W_O = weight(attn.c_proj.weight).view(cfg.d_model, cfg.n_heads, cfg.d_head)  # [out, head, d_head]
-        z = cache[f"blocks.{i}.attn.hook_z"][0, pos]                                  # [head, d_head]
+        z = cache[act_name("z", i)][0, pos]                                  # [head, d_head]
         heads = torch.einsum("hd,ohd->ho", z, W_O)                                   # [head, d_model]
         parts += list(heads)
         labels += [f"L{i}H{h}" for h in range(cfg.n_heads)]
         parts.append(weight(attn.c_proj.bias))
         labels.append(f"L{i} attn bias")
-        parts.append(cache[f"blocks.{i}.hook_mlp_out"][0, pos])
+        parts.append(cache[act_name("mlp_out", i)][0, pos])
         labels.append(f"L{i} MLP")
     stack = torch.stack(parts)                                                       # [parts, d_model]
-    resid = cache[f"blocks.{L - 1}.hook_resid_post"][0, pos]
+    resid = cache[act_name("resid_post", L - 1)][0, pos]
 
     direction = weight(model.lm_head.weight[target]) - weight(model.lm_head.weight[other])
     gamma = weight(model.ln_f.weight) if model.ln_f.weight is not None else torch.ones(cfg.d_model)

@@ -16,7 +16,7 @@ from .analysis import (bigram_baseline, head_ranking, induction_test, previous_t
                        previous_token_scores)
 from .corpus import DATA, HELD_OUT_PLAYS, WORKS, Corpus, load_training_data
 from .generate import generate
-from .hooks import capture
+from .hooks import act_name, capture
 from .model import GPT
 from .tokenizer import get_tokenizer
 from .train import TrainSettings, lm_loss, most_frequent_ids
@@ -57,7 +57,7 @@ def previous_token_on_text(model: GPT, tokens: torch.Tensor, windows: int = 8) -
     """[layers, heads] previous-token scores averaged over evenly spaced windows of real text."""
     block = model.config.n_ctx
     starts = torch.linspace(0, len(tokens) - block - 1, windows).long()
-    names = [f"blocks.{i}.attn.hook_pattern" for i in range(model.config.n_layers)]
+    names = [act_name("pattern", i) for i in range(model.config.n_layers)]
     scores = []
     for s in starts:
         _, cache = capture(model, tokens[s:s + block][None], names)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from .hooks import capturing, edits_by_hook
+from .hooks import act_name, capturing, edits_by_hook
 from .model import GPT
 from .tokenizer import EOT_ID, get_tokenizer, token_label
 
@@ -147,7 +147,7 @@ def _stream(model: GPT, seq: list[int], max_new_tokens: int, temperature: float,
     n_ctx = model.config.n_ctx
     generator = torch.Generator()  # sampling runs on the CPU copy of the logits, whatever the model's device
     generator.manual_seed(seed if seed is not None else int(torch.randint(0, 2**62, (1,))))
-    pattern_names = [f"blocks.{i}.attn.hook_pattern" for i in range(model.config.n_layers)]
+    pattern_names = [act_name("pattern", i) for i in range(model.config.n_layers)]
     wanted = frozenset(pattern_names) if attention else frozenset()
     enc = get_tokenizer()
     cache, window_start = None, 0

@@ -13,19 +13,20 @@ import math
 from dataclasses import dataclass
 
 import torch
+from .hooks import act_name
 
 
 def attention_input_name(layer: int, norm: str) -> str:
     """The hook holding what layer `layer`'s attention reads: ln_1's output (pre-norm), or the residual stream
     itself (post-norm, where the LayerNorm comes after the addition)."""
-    return f"blocks.{layer}.ln_1.hook_normalized" if norm == "pre" else f"blocks.{layer}.hook_resid_pre"
+    return act_name("ln1", layer) if norm == "pre" else act_name("resid_pre", layer)
 
 
 def head_hook_names(layer: int, norm: str) -> tuple[str, ...]:
     """The hooks head_steps and the value-weighted views read for one layer."""
     a = f"blocks.{layer}.attn"
     return (attention_input_name(layer, norm), f"{a}.hook_q", f"{a}.hook_k", f"{a}.hook_v", f"{a}.hook_pattern",
-            f"{a}.hook_z", f"blocks.{layer}.hook_attn_out")
+            f"{a}.hook_z", act_name("attn_out", layer))
 
 
 def _weights(model, layer: int, head: int) -> dict[str, torch.Tensor | None]:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .hooks import ActivationCache, EditFn, capture
+from .hooks import act_name, ActivationCache, EditFn, capture
 
 MODES = ("zero", "mean")
 
@@ -98,7 +98,7 @@ def ablate_heads(layer: int, heads, mode: str = "zero", positions=None, referenc
     all)."""
     _check_mode(mode, reference)
     heads, positions = _units(heads, "heads"), _check_positions(positions)
-    hook = f"blocks.{layer}.attn.hook_z"
+    hook = act_name("z", layer)
     where = "" if positions is None else f" at {len(positions)} position(s)"
     label = f"L{layer} head(s) {', '.join(map(str, heads))} {mode}-ablated{where}"
     return Edit(hook, _replace_units(hook, heads, mode, positions, reference), label)
@@ -108,7 +108,7 @@ def ablate_neurons(layer: int, neurons, mode: str = "zero", positions=None, refe
     """Remove MLP neurons: `mlp.hook_post` of the chosen neurons set to zero or to their mean over `reference`."""
     _check_mode(mode, reference)
     neurons, positions = _units(neurons, "neurons"), _check_positions(positions)
-    hook = f"blocks.{layer}.mlp.hook_post"
+    hook = act_name("post", layer)
     label = f"L{layer} {len(neurons)} MLP neuron(s) {mode}-ablated"
     return Edit(hook, _replace_units(hook, neurons, mode, positions, reference), label)
 
@@ -172,4 +172,4 @@ def add_to_resid(layer: int, vector: torch.Tensor, scale: float = 1.0, positions
         value = value.clone()
         value[:, rows] += add
         return value
-    return Edit(f"blocks.{layer}.hook_resid_pre", fn, f"{scale:g} x vector added before block {layer}")
+    return Edit(act_name("resid_pre", layer), fn, f"{scale:g} x vector added before block {layer}")

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from .config import GPTConfig
-from .hooks import capturing
+from .hooks import act_name, capturing
 from .model import GPT
 
 INITS = {"gpt2": "GPT-2: normal(0, 0.02), residual projections / sqrt(2L)",
@@ -101,7 +101,7 @@ def measure_wiring(model: GPT, ids: Sequence[int] | torch.Tensor) -> WiringStats
     L = model.config.n_layers
     names = [f"blocks.{i}.{h}" for i in range(L) for h in
              ("hook_resid_pre", "hook_attn_out", "hook_mlp_out", "attn.hook_pattern")]
-    names.append(f"blocks.{L - 1}.hook_resid_post")
+    names.append(act_name("resid_post", L - 1))
     block_params = [[(n, p) for n, p in block.named_parameters()] for block in model.blocks]
     flat = [p for params in block_params for _, p in params]
     embeds = [model.wte.weight, model.wpe.weight]
@@ -111,7 +111,7 @@ def measure_wiring(model: GPT, ids: Sequence[int] | torch.Tensor) -> WiringStats
         grads = torch.autograd.grad(loss, flat + embeds)
     block_grads, embed_grads = grads[:len(flat)], grads[len(flat):]
 
-    resid = [store[f"blocks.{i}.hook_resid_pre"][0] for i in range(L)] + [store[f"blocks.{L - 1}.hook_resid_post"][0]]
+    resid = [store[act_name("resid_pre", i)][0] for i in range(L)] + [store[act_name("resid_post", L - 1)][0]]
     grad_norm = np.zeros(L)
     by_group = {g: np.zeros(L) for g in GROUPS}
     by_param: dict[str, np.ndarray] = {}
@@ -132,11 +132,11 @@ def measure_wiring(model: GPT, ids: Sequence[int] | torch.Tensor) -> WiringStats
         norm=model.config.norm, n_layers=L, loss=float(loss.detach()),
         resid_norm=np.array([float(r.norm(dim=-1).mean()) for r in resid]),
         resid_std=np.array([float(r.std()) for r in resid]),
-        attn_out_std=np.array([float(store[f"blocks.{i}.hook_attn_out"].std()) for i in range(L)]),
-        mlp_out_std=np.array([float(store[f"blocks.{i}.hook_mlp_out"].std()) for i in range(L)]),
+        attn_out_std=np.array([float(store[act_name("attn_out", i)].std()) for i in range(L)]),
+        mlp_out_std=np.array([float(store[act_name("mlp_out", i)].std()) for i in range(L)]),
         grad_norm=grad_norm, grad_by_group=by_group, grad_by_param=by_param,
         embed_grad_norm=float(torch.sqrt(sum(g.double().pow(2).sum() for g in embed_grads))),
-        patterns=torch.stack([store[f"blocks.{i}.attn.hook_pattern"][0] for i in range(L)]).numpy(),
+        patterns=torch.stack([store[act_name("pattern", i)][0] for i in range(L)]).numpy(),
         n_tokens=int(ids.shape[1]), n_params=sum(p.numel() for p in model.parameters()),
         weights_checksum=weights_checksum(model), seconds=time.perf_counter() - started)
 

@@ -288,3 +288,16 @@ def test_capture_survives_a_fresh_import_of_the_hooks_module(monkeypatch):
     assert fresh is not sys.modules.get("gptviz") and fresh.capture is not capture
     _, cache = fresh.capture(m, ids, ["blocks.0.attn.hook_pattern"])
     torch.testing.assert_close(cache["blocks.0.attn.hook_pattern"], before)
+
+
+def test_act_name_gives_the_models_own_hook_names(model):
+    from gptviz.hooks import act_name
+    kinds = ["resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out", "q", "k", "v", "z", "attn_scores",
+             "pattern", "pre", "post", "ln1", "ln2"]
+    per_layer = {act_name(kind, layer) for kind in kinds for layer in range(SMALL.n_layers)}
+    whole = {act_name(kind) for kind in ("embed", "pos_embed", "ln_final", "logits")}
+    assert per_layer | whole == set(model.hook_names)  # every hook point, each named once
+    assert act_name("pattern", 3) == "blocks.3.attn.hook_pattern"
+    for bad in (("pattern",), ("pattern", -1), ("embed", 0), ("attention", 0)):
+        with pytest.raises(ValueError):
+            act_name(*bad)

@@ -4,10 +4,13 @@ Streamlit's own caches bound the number of entries: 32 captures of gpt2-small at
 entry is weighed when it is stored, the oldest entries go until the new one fits, and an entry larger than the whole
 budget is refused before it is built (the caller passes an estimate). Values are shared, not copied: callers treat
 them as read-only. One key is built by one thread at a time; others wait for that result instead of building it
-again (the second visitor of a new large model does not build a second copy)."""
+again (the second visitor of a new large model does not build a second copy). A build in progress holds its
+estimate against the budget until it is stored, so ten visitors' captures built at once cannot pass it together:
+a build that does not fit beside the others waits for them (up to `wait_s`), then is refused."""
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
@@ -18,13 +21,21 @@ V = TypeVar("V")
 
 
 class BoundedCache(Generic[V]):
-    def __init__(self, budget_bytes: int, what: str = "entry"):
+    def __init__(self, budget_bytes: int, what: str = "entry", wait_s: float = 30.0):
         if budget_bytes < 1:
             raise ValueError("a cache needs a budget of at least one byte")
-        self.budget, self.what = budget_bytes, what
+        self.budget, self.what, self.wait_s = budget_bytes, what, wait_s
         self._entries: OrderedDict[Hashable, tuple[V, int]] = OrderedDict()
         self._lock = threading.Lock()
+        self._room = threading.Condition(self._lock)  # notified when a build in progress ends
         self._building: dict[Hashable, threading.Lock] = {}
+        self._reserved = 0  # estimates of the builds in progress
+
+    @property
+    def reserved(self) -> int:
+        """Bytes held for builds in progress."""
+        with self._lock:
+            return self._reserved
 
     @property
     def nbytes(self) -> int:
@@ -61,12 +72,8 @@ class BoundedCache(Generic[V]):
                 if key in self._entries:
                     self._entries.move_to_end(key)
                     return self._entries[key][0]
-            if estimate is not None:  # make room first: the cache and the value being built stay within the budget
-                with self._lock:
-                    total = sum(size for _, size in self._entries.values())
-                    while self._entries and total + estimate > self.budget:
-                        _, (_, dropped) = self._entries.popitem(last=False)
-                        total -= dropped
+            if estimate is not None:
+                self._reserve(estimate)
             try:
                 value = build()
                 size = int(size_of(value))
@@ -75,14 +82,42 @@ class BoundedCache(Generic[V]):
                                      "this server keeps for them")
                 with self._lock:  # stored before the gate is dropped, so no later caller builds it again
                     self._entries[key] = (value, size)
-                    total = sum(s for _, s in self._entries.values())
-                    while total > self.budget:
-                        _, (_, dropped) = self._entries.popitem(last=False)
-                        total -= dropped
+                    self._drop_oldest(self.budget - self._reserved + (estimate or 0))
             finally:
                 with self._lock:
                     self._building.pop(key, None)
+                    if estimate is not None:
+                        self._reserved -= estimate
+                        self._room.notify_all()
             return value
+
+    def _reserve(self, estimate: int) -> None:
+        """Hold `estimate` bytes for a build: drop the least recently used entries until it fits beside the rest
+        and the other builds in progress; when those builds alone leave no room, wait for one to end (LimitError
+        after wait_s), so the peak stays within the budget while things are built."""
+        with self._lock:
+            deadline = None
+            while True:
+                self._drop_oldest(self.budget - self._reserved - estimate)
+                if self._total() + self._reserved + estimate <= self.budget:
+                    self._reserved += estimate
+                    return
+                deadline = deadline or (time.monotonic() + self.wait_s)
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise LimitError(f"the server is building other {self.what}s that fill the "
+                                     f"{_mib(self.budget)} it keeps for them; try again in a moment")
+                self._room.wait(left)
+
+    def _total(self) -> int:
+        return sum(size for _, size in self._entries.values())
+
+    def _drop_oldest(self, room: int) -> None:
+        """Drop the least recently used entries until the stored ones take at most `room` bytes (lock held)."""
+        total = self._total()
+        while self._entries and total > room:
+            _, (_, dropped) = self._entries.popitem(last=False)
+            total -= dropped
 
 
 def _mib(n: int) -> str:

@@ -164,3 +164,46 @@ def test_the_information_flow_graph_goes_through_the_capture_budget(monkeypatch)
     assert not at.exception
     assert any("this capture would take about" in w.value for w in at.warning)
     assert not [c for c in at.get("plotly_chart")]
+
+
+def test_builds_in_progress_hold_their_estimate_so_concurrent_builds_stay_within_the_budget():
+    """Ten visitors' 20,000-character prompts on gpt2-xl reached 11.3 GB: captures being built were outside the
+    capture budget. Now a build waits while the builds in progress leave no room for it."""
+    cache, events = BoundedCache(100, "capture", wait_s=10), []
+    first_building, let_first_finish = threading.Event(), threading.Event()
+
+    def slow_first():
+        events.append(("first starts", cache.reserved))
+        first_building.set()
+        let_first_finish.wait(10)
+        return "first"
+
+    def second():
+        events.append(("second starts", cache.reserved))
+        return "second"
+
+    a = threading.Thread(target=lambda: cache.get_or_build("a", slow_first, lambda v: 60, estimate=60))
+    a.start()
+    assert first_building.wait(10)
+    b = threading.Thread(target=lambda: cache.get_or_build("b", second, lambda v: 60, estimate=60))
+    b.start()
+    time.sleep(0.3)
+    assert events == [("first starts", 60)]          # the second waits: 60 + 60 would pass the 100-byte budget
+    let_first_finish.set()
+    a.join(10), b.join(10)
+    assert events == [("first starts", 60), ("second starts", 60)]  # then it runs, with the first stored and dropped
+    assert "b" in cache and "a" not in cache and cache.nbytes == 60 and cache.reserved == 0
+
+
+def test_a_build_that_cannot_get_room_in_time_is_refused():
+    cache, release = BoundedCache(100, "capture", wait_s=0.2), threading.Event()
+    holder = threading.Thread(target=lambda: cache.get_or_build("a", lambda: release.wait(10), lambda v: 80,
+                                                                estimate=80))
+    holder.start()
+    while cache.reserved == 0:
+        time.sleep(0.01)
+    with pytest.raises(LimitError, match="building other captures that fill the 100 bytes"):
+        cache.get_or_build("b", lambda: pytest.fail("built anyway"), lambda v: 30, estimate=30)
+    release.set()
+    holder.join(10)
+    assert cache.reserved == 0 and "a" in cache

@@ -1,19 +1,24 @@
 """Why this token? Direct logit attribution, head ablation, activation patching and saliency on the sidebar's
 model and prompt. Every number comes from gptviz.attribution / gptviz.interventions; nothing is drawn that
 was not measured on this model."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
 import pandas as pd
 import streamlit as st
 import torch
 
 from gptviz import attribution, flow
+from gptviz.app import display, models, sidebar
+from gptviz.app import keys as K
+from gptviz.config import GPTConfig
 from gptviz.figures import attention as fa
 from gptviz.figures import flow as figs_flow
 from gptviz.figures import why as figs
 from gptviz.generate import generate
 from gptviz.interventions import ablate_heads, run_with_edits
-from gptviz.tokenizer import decode, encode, token_labels
-from gptviz.app import display, models, sidebar
-from gptviz import tokenizer
+from gptviz.tokenizer import decode, encode, fit_vocabulary, token_labels
 
 state = st.session_state
 TOP = 10            # tokens offered as target / rival
@@ -24,7 +29,10 @@ PATCH_EXAMPLES = {  # clean prompt, corrupted prompt (same length in tokens): th
     "Speaker after a question": ("Ham.\nWho is there?\nHor.\nFriend to this ground.\nHam.\nWho is there?\n",
                                  "Ham.\nWho is there?\nHor.\nFriend to this ground.\nMar.\nWho is there?\n"),
 }
+OWN_PAIR = "(your own)"
 
+
+# ---- measurements (cached; no drawing) -----------------------------------------------------------------------
 
 def pieces(ids) -> list[str]:
     return token_labels(list(ids))
@@ -97,215 +105,340 @@ def first_difference(a: list[int], b: list[int]) -> int | None:
     return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None if len(a) == len(b) else min(len(a), len(b)))
 
 
-st.title("Why this token?")
-st.caption("Ask the model why it predicts what it does: which heads and MLPs push the prediction, what happens "
-           "when heads are removed, which parts of a clean run restore a corrupted one, and which prompt "
-           "tokens the prediction depends on.")
+def piece_at(ids: list[int], i: int) -> str:
+    """Token i of `ids` as text (token 0's text past the end: one continuation may be shorter)."""
+    return pieces(ids[i:i + 1] or [0])[0]
 
-spec, model = sidebar.require_model()
-cfg = model.config
-prompt = sidebar.require_prompt(cfg.n_ctx, cfg.vocab_size)
-ids = prompt.ids
-labels = pieces(ids)
-layers, heads = range(cfg.n_layers), range(cfg.n_heads)
 
-probs = next_token(spec, ids)
-top_probs, top_ids = probs.topk(min(TOP, probs.numel()))
-choices = [int(i) for i in top_ids]
-names = dict(zip(choices, pieces(choices)))
-sidebar.keep_valid("why_target", choices, choices[0])
-sidebar.keep_valid("why_other", choices, choices[1])
-c1, c2 = st.columns(2)
-target = c1.selectbox("Predicted token (target)", choices, key="why_target",
-                      format_func=lambda i: f"{names[i]}  ({float(probs[i]):.1%})")
-others = [c for c in choices if c != target]
-if state.get("why_other") not in others:
-    state["why_other"] = others[0]
-other = c2.selectbox("Rival", others, key="why_other", format_func=lambda i: f"{names[i]}  ({float(probs[i]):.1%})",
-                     help="The metric is logit(target) - logit(rival): what makes the model prefer one to the other.")
-st.caption(f"Next token after the prompt's last token, {display.md_text(labels[-1])}. Metric: logit("
-           f"{display.md_text(names[target])}) - logit({display.md_text(names[other])}).")
+def prompt_ids(text: str, cfg: GPTConfig) -> tuple[int, ...]:
+    """A typed prompt as the model's ids: past its vocabulary replaced, its context's last tokens kept."""
+    return tuple(fit_vocabulary(encode(text), cfg.vocab_size)[0][-cfg.n_ctx:])
 
-tab_dla, tab_ablate, tab_patch, tab_saliency, tab_flow = st.tabs(
-    ["Direct attribution", "Ablate heads", "Patching", "Saliency", "Information flow"], key="why_view",
-    on_change="rerun")
 
-with tab_dla:
-    if tab_dla.open is not False:  # only the open tab computes
-        st.caption("What each head and MLP writes into the final residual stream, read straight through the "
-                   "unembedding (the final norm's scale frozen at this run). It measures direct effects only: a head "
-                   "whose output other layers read and transform gets no credit here for what they do with it.")
-        if cfg.norm != "pre":
-            st.info("Direct attribution needs the pre-norm wiring. In post-norm every block's LayerNorm rescales the "
-                    "whole residual stream after each addition, so the final stream is not a sum of the heads' and "
-                    "MLPs' outputs and no exact split exists. Ablation, patching and saliency below work for both.")
-        else:
-            dla = direct_attribution(spec, ids, target, other)
-            total = float(dla.values.sum())
-            m1, m2, m3 = st.columns(3)
-            m1.metric("Logit difference (model)", f"{dla.logit_diff:+.3f}")
-            m2.metric("Sum of the parts", f"{total:+.3f}", help="Equal to the model's own logit difference "
-                      "up to float rounding: the parts are an exact decomposition.")
-            m3.metric("Largest part", dla.labels[int(dla.values.abs().argmax())])
-            display.show_figure(figs.attribution_bars(dla.labels, dla.values,
-                                                 title="Direct attribution: every part of the final residual stream"),
-                           key="why_dla_bars")
-            grid = display.show_figure(figs.layer_head_grid(dla.head_values, title="Heads' direct attribution (click a head "
-                                                       "to open its attention)", colorbar="logit diff"),
-                                  key="why_dla_grid", on_select="rerun", selection_mode="points")
-            picked = fa.selected_head(grid or {})
-            if picked is not None and picked[0] in layers and picked[1] in heads:
-                state["att_layer"], state["att_head"], state["att_view"] = picked[0], picked[1], "One head"
-                st.switch_page("app_pages/attention.py")
-            display.download_csv(pd.DataFrame({"part": dla.labels, "direct_attribution": dla.values.numpy()}),
-                            "direct_attribution.csv", key="why_dla_csv")
+# ---- the question: model, prompt, target and rival -----------------------------------------------------------
 
-with tab_ablate:
-    if tab_ablate.open is not False:  # only the open tab computes
-        st.caption("Remove heads and run again: the next-token probabilities and the continuation with and without "
-                   "them, from the same seed. Zero ablation sets a head's output (z) to 0; mean ablation to its mean "
-                   "over this prompt's positions. It shows what the model does without the head, which is not only "
-                   "what the head did: other parts may compensate.")
-        options = [(l, h) for l in layers for h in heads]
-        chosen = st.multiselect("Heads to remove", options, key="why_heads", format_func=lambda lh: f"L{lh[0]}H{lh[1]}",
-                                placeholder="Choose heads, e.g. the largest bars of the direct attribution")
-        a1, a2, a3, a4 = st.columns(4)
-        mode = a1.radio("Ablation", ["zero", "mean"], key="why_mode", horizontal=True)
-        n_new = a2.number_input("New tokens", 1, MAX_NEW, 20, key="why_n")
-        temperature = a3.slider("Temperature", 0.0, 2.0, 0.0, 0.05, key="why_temp", help="0 is greedy.")
-        seed = a4.number_input("Seed", 0, 2**31 - 1, 0, key="why_seed")
-        heads_key = tuple(sorted(chosen))
-        after = next_token(spec, ids, heads_key, mode) if heads_key else probs
-        shown = sorted(set(choices[:5]) | set(after.topk(5).indices.tolist()), key=lambda i: -float(probs[i]))
-        table = pd.DataFrame({"token": pieces(shown), "before": [float(probs[i]) for i in shown],
-                              "after": [float(after[i]) for i in shown]})
-        table["change"] = table["after"] - table["before"]
-        st.dataframe(table, hide_index=True, column_config={
-            c: st.column_config.NumberColumn(format="percent") for c in ("before", "after", "change")})
-        plain = continuation(spec, ids, (), mode, int(n_new), float(temperature), int(seed))
-        edited = continuation(spec, ids, heads_key, mode, int(n_new), float(temperature), int(seed)) if heads_key else plain
-        split = first_difference(plain, edited)
-        t1, t2 = st.columns(2)
-        t1.markdown("**Without ablation**")
-        t1.text(decode(plain))
-        t2.markdown(f"**With {len(heads_key)} head(s) removed**")
-        t2.text(decode(edited))
-        if not heads_key:
-            st.caption("Choose heads to compare.")
-        elif split is None:
-            st.success("The continuation is the same with these heads removed.")
-        else:
-            st.warning(f"The texts diverge at new token {split + 1}: "
-                       f"{display.md_text(pieces(plain[split:split + 1] or [0])[0])} without the ablation, "
-                       f"{display.md_text(pieces(edited[split:split + 1] or [0])[0])} with it.")
-        if heads_key:
-            v1, v2 = st.columns(2)
-            show_layer = v1.selectbox("Attention of layer", layers, key="why_att_layer",
-                                      index=min(max(l for l, _ in heads_key) + 1, cfg.n_layers - 1))
-            show_head = v2.selectbox("head", heads, key="why_att_head")
-            before_map = edited_pattern(spec, ids, (), mode, show_layer)[show_head]
-            after_map = edited_pattern(spec, ids, heads_key, mode, show_layer)[show_head]
-            m1, m2 = st.columns(2)
-            with m1:
-                display.show_figure(fa.attention_heatmap(before_map.numpy(), labels, title=f"L{show_layer}H{show_head} as trained",
-                                                    height=420), key="why_att_before")
-            with m2:
-                display.show_figure(fa.attention_heatmap(after_map.numpy(), labels, title=f"L{show_layer}H{show_head} with the "
-                                                    "ablation", height=420), key="why_att_after")
+@dataclass
+class Ask:
+    """What every tab asks about: the sidebar's model and prompt, and the metric logit(target) - logit(other)."""
+    spec: models.ModelSpec
+    cfg: GPTConfig
+    ids: tuple[int, ...]
+    labels: list[str]
+    probs: torch.Tensor   # next-token probabilities after the prompt
+    choices: list[int]    # the TOP most probable tokens
+    target: int
+    other: int
 
-with tab_patch:
-    if tab_patch.open is not False:  # only the open tab computes
-        st.caption("Activation patching: run a corrupted prompt, copy in one piece of the clean prompt's run, and see "
-                   "how much of the clean prediction comes back (1 = all of it, 0 = none). It locates where the "
-                   "information that separates the two prompts flows; it says nothing about inputs both share.")
-        example = st.selectbox("Example pair", ["(your own)"] + list(PATCH_EXAMPLES), key="why_example")
-        clean_default, corrupted_default = PATCH_EXAMPLES.get(example, (state.get("prompt", ""), state.get("prompt", "")))
-        p1, p2 = st.columns(2)
-        clean_text = p1.text_area("Clean prompt", clean_default, key=f"why_clean_{example}", height=120,
-                                  max_chars=2000)
-        corrupted_text = p2.text_area("Corrupted prompt", corrupted_default, key=f"why_corrupt_{example}", height=120,
-                                      max_chars=2000)
-        clean_ids = tuple(tokenizer.fit_vocabulary(encode(clean_text), cfg.vocab_size)[0][-cfg.n_ctx:])
-        corrupt_ids = tuple(tokenizer.fit_vocabulary(encode(corrupted_text), cfg.vocab_size)[0][-cfg.n_ctx:])
-        if not clean_ids or not corrupt_ids:
-            st.info("Type both prompts.")
-        elif len(clean_ids) != len(corrupt_ids):
-            st.warning(f"Patching compares the prompts position by position, so they must have the same number of "
-                       f"tokens: the clean one has {len(clean_ids)}, the corrupted one {len(corrupt_ids)}.")
-        elif clean_ids == corrupt_ids:
-            st.info("The prompts are the same: change a word of the corrupted one.")
-        else:
-            p_clean, p_corrupt = next_token(spec, clean_ids), next_token(spec, corrupt_ids)
-            goal = int(p_clean.argmax())
-            rival = int(p_corrupt.argmax())
-            if rival == goal:
-                rival = int(p_clean.topk(2).indices[1])
-            st.caption(f"Metric: logit({display.md_text(pieces([goal])[0])}) - logit({display.md_text(pieces([rival])[0])}), "
-                       "the clean prompt's top prediction against the corrupted one's.")
-            try:
-                with st.spinner("Patching every layer and position, and every head..."):
-                    resid, by_head = patching(spec, clean_ids, corrupt_ids, goal, rival)
-            except ValueError as err:
-                st.warning(str(err))
-            else:
-                st.caption(f"Logit difference: clean {resid.clean:+.3f}, corrupted {resid.corrupted:+.3f}.")
-                display.show_figure(figs.patching_heatmap(resid.scores, pieces(corrupt_ids),
-                                                     title="Residual stream patched at one layer and position"),
-                               key="why_patch_resid")
-                display.show_figure(figs.layer_head_grid(by_head.scores, title="One head's output patched (all positions)",
-                                                    colorbar="restored", symmetric=True),
-                               key="why_patch_heads")
 
-with tab_saliency:
-    if tab_saliency.open is not False:  # only the open tab computes
-        st.caption(f"Integrated gradients: how much each prompt token's embedding contributes to the metric, "
-                   f"integrated along a straight path from an all-zero token embedding ({IG_STEPS} points; position "
-                   "embeddings kept). The scores sum to the metric's change along that path. Gradient x input, a "
-                   "one-point version, is shown below it. Both are local, linearised measures, not ablations.")
-        ig, gxi = saliency(spec, ids, target, other)
-        gap = ig.metric - ig.baseline_metric
-        st.caption(f"Sum of the scores {float(ig.scores.sum()):+.3f}; metric at the prompt {ig.metric:+.3f}, at the "
-                   f"zero baseline {ig.baseline_metric:+.3f} (difference {gap:+.3f}).")
-        display.show_figure(figs.token_strip(labels, ig.scores, title="Integrated gradients on the prompt's tokens"),
-                       key="why_ig")
-        display.show_figure(figs.token_strip(labels, gxi.scores, title="Gradient x input"), key="why_gxi")
+def pick_tokens(probs: torch.Tensor, last_label: str) -> tuple[list[int], int, int]:
+    """The target and rival pickers (both among the top tokens, never the same), and the metric they make."""
+    choices = [int(i) for i in probs.topk(min(TOP, probs.numel())).indices]
+    names = dict(zip(choices, pieces(choices)))
 
-with tab_flow:
-    if tab_flow.open is not False:  # only the open tab computes
-        st.caption("Which earlier tokens and sub-layers the last token's output is built from (Ferrando & Voita, "
-                   "2024; the graph of the LLM Transparency Tool). Each residual update is a sum: the stream so far "
-                   "(the skip), what attention brings from every earlier token, and the MLP's output. Each part's "
-                   "share of its sum is how much closer it is to the sum than nothing is (L1 distance), normalised. "
-                   "Parts whose share reaches the threshold are drawn, from the output down. It does not depend on "
-                   "the target and rival above.")
-        if cfg.norm != "pre":
-            st.info("The information-flow graph needs the pre-norm wiring, like direct attribution: in post-norm each "
-                    "block's LayerNorm rescales the stream after the addition, so it is not a sum of its parts.")
-        else:
-            threshold = st.slider("Threshold: smallest share drawn", 0.01, 0.5, 0.04, 0.01, key="why_flow_threshold",
-                                  help="Lower shows more of the graph; the routes with the largest shares stay.")
-            try:
-                with st.spinner("Splitting every residual sum into its parts..."):
-                    graph = flow_graph(spec, ids, float(threshold))
-            except ValueError as err:  # LimitError: the capture would pass the server's budget
-                st.warning(str(err))
-                st.stop()
-            kinds = {k: [e for e in graph.edges if e.kind == k] for k in ("attention", "mlp", "residual")}
-            sources = {e.source for e in kinds["attention"] if e.source != graph.position}
-            st.caption(f"{len(graph.edges)} edges at share >= {threshold:.2f}: {len(kinds['attention'])} through "
-                       f"attention, {len(kinds['mlp'])} MLP outputs, {len(kinds['residual'])} skips. Earlier tokens "
-                       f"the output reads: {len(sources)} of {graph.n_tokens - 1}.")
-            display.show_figure(figs_flow.flow_figure(graph, labels, n_heads=cfg.n_heads,
-                                                 title="Information flow into the prediction after "
-                                                 f"'{fa.plotly_text(labels[graph.position])}'"), key="why_flow_fig")
-            rows = sorted(kinds["attention"], key=lambda e: -e.importance)
-            table = pd.DataFrame({"layer": [e.layer for e in rows], "from token": [labels[e.source] for e in rows],
-                                  "from position": [e.source for e in rows],
-                                  "to token": [labels[e.target] for e in rows],
-                                  "to position": [e.target for e in rows], "share": [e.importance for e in rows],
-                                  "largest head write": [f"L{e.layer}H{e.head}: {e.head_share:.0%} (even: "
-                                                         f"{1 / cfg.n_heads:.0%})" for e in rows]})
-            st.dataframe(table, hide_index=True, column_config={"share": st.column_config.ProgressColumn(
-                format="percent", min_value=0.0, max_value=1.0)})
-            display.download_csv(pd.DataFrame([e._asdict() for e in graph.edges]), "information_flow.csv",
-                            key="why_flow_csv")
+    def option(i: int) -> str:
+        return f"{names[i]}  ({float(probs[i]):.1%})"
+
+    sidebar.keep_valid(K.WHY_TARGET, choices, choices[0])
+    sidebar.keep_valid(K.WHY_OTHER, choices, choices[1])
+    c1, c2 = st.columns(2)
+    target = c1.selectbox("Predicted token (target)", choices, key=K.WHY_TARGET, format_func=option)
+    others = [c for c in choices if c != target]
+    if state.get(K.WHY_OTHER) not in others:
+        state[K.WHY_OTHER] = others[0]
+    other = c2.selectbox("Rival", others, key=K.WHY_OTHER, format_func=option,
+                         help="The metric is logit(target) - logit(rival): what makes the model prefer one to the "
+                              "other.")
+    st.caption(f"Next token after the prompt's last token, {display.md_text(last_label)}. Metric: logit("
+               f"{display.md_text(names[target])}) - logit({display.md_text(names[other])}).")
+    return choices, target, other
+
+
+def read_question() -> Ask:
+    spec, model = sidebar.require_model()
+    cfg = model.config
+    ids = sidebar.require_prompt(cfg.n_ctx, cfg.vocab_size).ids
+    labels = pieces(ids)
+    probs = next_token(spec, ids)
+    choices, target, other = pick_tokens(probs, labels[-1])
+    return Ask(spec, cfg, ids, labels, probs, choices, target, other)
+
+
+# ---- Direct attribution ------------------------------------------------------------------------------------------
+
+DLA_NOTE = ("What each head and MLP writes into the final residual stream, read straight through the "
+            "unembedding (the final norm's scale frozen at this run). It measures direct effects only: a head "
+            "whose output other layers read and transform gets no credit here for what they do with it.")
+DLA_POST_NORM = ("Direct attribution needs the pre-norm wiring. In post-norm every block's LayerNorm rescales the "
+                 "whole residual stream after each addition, so the final stream is not a sum of the heads' and "
+                 "MLPs' outputs and no exact split exists. Ablation, patching and saliency below work for both.")
+
+
+def open_clicked_head(grid, cfg: GPTConfig) -> None:
+    """A head clicked in the grid opens on the Attention page."""
+    picked = fa.selected_head(grid or {})
+    if picked is not None and picked[0] in range(cfg.n_layers) and picked[1] in range(cfg.n_heads):
+        state[K.ATT_LAYER], state[K.ATT_HEAD], state[K.ATT_VIEW] = picked[0], picked[1], K.ATTENTION_VIEWS[0]
+        st.switch_page("app_pages/attention.py")
+
+
+def post_norm_says_why_not(cfg: GPTConfig, why_not: str) -> bool:
+    """For the views that split a residual sum into its parts: on a post-norm model say why they cannot."""
+    if cfg.norm != "pre":
+        st.info(why_not)
+    return cfg.norm != "pre"
+
+
+def direct_attribution_tab(ask: Ask) -> None:
+    if post_norm_says_why_not(ask.cfg, DLA_POST_NORM):
+        return
+    dla = direct_attribution(ask.spec, ask.ids, ask.target, ask.other)
+    total = float(dla.values.sum())
+    m1, m2, m3 = st.columns(3)
+    m1.metric("Logit difference (model)", f"{dla.logit_diff:+.3f}")
+    m2.metric("Sum of the parts", f"{total:+.3f}", help="Equal to the model's own logit difference "
+              "up to float rounding: the parts are an exact decomposition.")
+    m3.metric("Largest part", dla.labels[int(dla.values.abs().argmax())])
+    display.show_figure(figs.attribution_bars(dla.labels, dla.values,
+                                              title="Direct attribution: every part of the final residual stream"),
+                        key=K.WHY_DLA_BARS)
+    grid = display.show_figure(figs.layer_head_grid(dla.head_values, title="Heads' direct attribution (click a head "
+                                                    "to open its attention)", colorbar="logit diff"),
+                               key=K.WHY_DLA_GRID, on_select="rerun", selection_mode="points")
+    open_clicked_head(grid, ask.cfg)
+    display.download_csv(pd.DataFrame({"part": dla.labels, "direct_attribution": dla.values.numpy()}),
+                         "direct_attribution.csv", key=K.WHY_DLA_CSV)
+
+
+# ---- Ablate heads ------------------------------------------------------------------------------------------------
+
+ABLATE_NOTE = ("Remove heads and run again: the next-token probabilities and the continuation with and without "
+               "them, from the same seed. Zero ablation sets a head's output (z) to 0; mean ablation to its mean "
+               "over this prompt's positions. It shows what the model does without the head, which is not only "
+               "what the head did: other parts may compensate.")
+
+
+@dataclass
+class Ablation:
+    heads: tuple[tuple[int, int], ...]   # sorted (layer, head) pairs removed
+    mode: str
+    n_new: int
+    temperature: float
+    seed: int
+
+
+def ablation_controls(cfg: GPTConfig) -> Ablation:
+    options = [(l, h) for l in range(cfg.n_layers) for h in range(cfg.n_heads)]
+    chosen = st.multiselect("Heads to remove", options, key=K.WHY_HEADS, format_func=lambda lh: f"L{lh[0]}H{lh[1]}",
+                            placeholder="Choose heads, e.g. the largest bars of the direct attribution")
+    a1, a2, a3, a4 = st.columns(4)
+    mode = a1.radio("Ablation", ["zero", "mean"], key=K.WHY_MODE, horizontal=True)
+    n_new = a2.number_input("New tokens", 1, MAX_NEW, 20, key=K.WHY_N)
+    temperature = a3.slider("Temperature", 0.0, 2.0, 0.0, 0.05, key=K.WHY_TEMP, help="0 is greedy.")
+    seed = a4.number_input("Seed", 0, 2**31 - 1, 0, key=K.WHY_SEED)
+    return Ablation(tuple(sorted(chosen)), mode, int(n_new), float(temperature), int(seed))
+
+
+def probability_table(ask: Ask, ab: Ablation) -> None:
+    after = next_token(ask.spec, ask.ids, ab.heads, ab.mode) if ab.heads else ask.probs
+    probs = ask.probs
+    shown = sorted(set(ask.choices[:5]) | set(after.topk(5).indices.tolist()), key=lambda i: -float(probs[i]))
+    table = pd.DataFrame({"token": pieces(shown), "before": [float(probs[i]) for i in shown],
+                          "after": [float(after[i]) for i in shown]})
+    table["change"] = table["after"] - table["before"]
+    st.dataframe(table, hide_index=True, column_config={
+        c: st.column_config.NumberColumn(format="percent") for c in ("before", "after", "change")})
+
+
+def continuations(ask: Ask, ab: Ablation) -> None:
+    settings = (ab.mode, ab.n_new, ab.temperature, ab.seed)
+    plain = continuation(ask.spec, ask.ids, (), *settings)
+    edited = continuation(ask.spec, ask.ids, ab.heads, *settings) if ab.heads else plain
+    split = first_difference(plain, edited)
+    t1, t2 = st.columns(2)
+    t1.markdown("**Without ablation**")
+    t1.text(decode(plain))
+    t2.markdown(f"**With {len(ab.heads)} head(s) removed**")
+    t2.text(decode(edited))
+    if not ab.heads:
+        st.caption("Choose heads to compare.")
+    elif split is None:
+        st.success("The continuation is the same with these heads removed.")
+    else:
+        st.warning(f"The texts diverge at new token {split + 1}: {display.md_text(piece_at(plain, split))} without "
+                   f"the ablation, {display.md_text(piece_at(edited, split))} with it.")
+
+
+def attention_with_and_without(ask: Ask, ab: Ablation) -> None:
+    """One head's attention as trained and with the ablation (by default a layer after the last one edited)."""
+    cfg = ask.cfg
+    v1, v2 = st.columns(2)
+    show_layer = v1.selectbox("Attention of layer", range(cfg.n_layers), key=K.WHY_ATT_LAYER,
+                              index=min(max(l for l, _ in ab.heads) + 1, cfg.n_layers - 1))
+    show_head = v2.selectbox("head", range(cfg.n_heads), key=K.WHY_ATT_HEAD)
+    name = f"L{show_layer}H{show_head}"
+    m1, m2 = st.columns(2)
+    for column, heads, title, key in ((m1, (), f"{name} as trained", K.WHY_ATT_BEFORE),
+                                      (m2, ab.heads, f"{name} with the ablation", K.WHY_ATT_AFTER)):
+        weights = edited_pattern(ask.spec, ask.ids, heads, ab.mode, show_layer)[show_head]
+        with column:
+            display.show_figure(fa.attention_heatmap(weights.numpy(), ask.labels, title=title, height=420), key=key)
+
+
+def ablate_tab(ask: Ask) -> None:
+    ab = ablation_controls(ask.cfg)
+    probability_table(ask, ab)
+    continuations(ask, ab)
+    if ab.heads:
+        attention_with_and_without(ask, ab)
+
+
+# ---- Patching ----------------------------------------------------------------------------------------------------
+
+PATCH_NOTE = ("Activation patching: run a corrupted prompt, copy in one piece of the clean prompt's run, and see "
+              "how much of the clean prediction comes back (1 = all of it, 0 = none). It locates where the "
+              "information that separates the two prompts flows; it says nothing about inputs both share.")
+
+
+def patch_prompts(cfg: GPTConfig) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """The clean and corrupted prompts as ids; None (with the reason) when they cannot be compared."""
+    example = st.selectbox("Example pair", [OWN_PAIR] + list(PATCH_EXAMPLES), key=K.WHY_EXAMPLE)
+    own = state.get(K.PROMPT, "")
+    clean_default, corrupted_default = PATCH_EXAMPLES.get(example, (own, own))
+    p1, p2 = st.columns(2)
+    clean_text = p1.text_area("Clean prompt", clean_default, key=K.per_item(K.WHY_CLEAN, example), height=120,
+                              max_chars=2000)
+    corrupted_text = p2.text_area("Corrupted prompt", corrupted_default, key=K.per_item(K.WHY_CORRUPT, example),
+                                  height=120, max_chars=2000)
+    clean_ids, corrupt_ids = prompt_ids(clean_text, cfg), prompt_ids(corrupted_text, cfg)
+    if not clean_ids or not corrupt_ids:
+        st.info("Type both prompts.")
+    elif len(clean_ids) != len(corrupt_ids):
+        st.warning(f"Patching compares the prompts position by position, so they must have the same number of "
+                   f"tokens: the clean one has {len(clean_ids)}, the corrupted one {len(corrupt_ids)}.")
+    elif clean_ids == corrupt_ids:
+        st.info("The prompts are the same: change a word of the corrupted one.")
+    else:
+        return clean_ids, corrupt_ids
+    return None
+
+
+def patching_tab(ask: Ask) -> None:
+    pair = patch_prompts(ask.cfg)
+    if pair is None:
+        return
+    clean_ids, corrupt_ids = pair
+    p_clean, p_corrupt = next_token(ask.spec, clean_ids), next_token(ask.spec, corrupt_ids)
+    goal = int(p_clean.argmax())
+    rival = int(p_corrupt.argmax())
+    if rival == goal:
+        rival = int(p_clean.topk(2).indices[1])
+    st.caption(f"Metric: logit({display.md_text(pieces([goal])[0])}) - logit({display.md_text(pieces([rival])[0])}), "
+               "the clean prompt's top prediction against the corrupted one's.")
+    try:
+        with st.spinner("Patching every layer and position, and every head..."):
+            resid, by_head = patching(ask.spec, clean_ids, corrupt_ids, goal, rival)
+    except ValueError as err:
+        st.warning(str(err))
+        return
+    st.caption(f"Logit difference: clean {resid.clean:+.3f}, corrupted {resid.corrupted:+.3f}.")
+    display.show_figure(figs.patching_heatmap(resid.scores, pieces(corrupt_ids),
+                                              title="Residual stream patched at one layer and position"),
+                        key=K.WHY_PATCH_RESID)
+    display.show_figure(figs.layer_head_grid(by_head.scores, title="One head's output patched (all positions)",
+                                             colorbar="restored", symmetric=True),
+                        key=K.WHY_PATCH_HEADS)
+
+
+# ---- Saliency ----------------------------------------------------------------------------------------------------
+
+SALIENCY_NOTE = (f"Integrated gradients: how much each prompt token's embedding contributes to the metric, "
+                 f"integrated along a straight path from an all-zero token embedding ({IG_STEPS} points; position "
+                 "embeddings kept). The scores sum to the metric's change along that path. Gradient x input, a "
+                 "one-point version, is shown below it. Both are local, linearised measures, not ablations.")
+
+
+def saliency_tab(ask: Ask) -> None:
+    ig, gxi = saliency(ask.spec, ask.ids, ask.target, ask.other)
+    gap = ig.metric - ig.baseline_metric
+    st.caption(f"Sum of the scores {float(ig.scores.sum()):+.3f}; metric at the prompt {ig.metric:+.3f}, at the "
+               f"zero baseline {ig.baseline_metric:+.3f} (difference {gap:+.3f}).")
+    display.show_figure(figs.token_strip(ask.labels, ig.scores, title="Integrated gradients on the prompt's tokens"),
+                        key=K.WHY_IG)
+    display.show_figure(figs.token_strip(ask.labels, gxi.scores, title="Gradient x input"), key=K.WHY_GXI)
+
+
+# ---- Information flow --------------------------------------------------------------------------------------------
+
+FLOW_NOTE = ("Which earlier tokens and sub-layers the last token's output is built from (Ferrando & Voita, "
+             "2024; the graph of the LLM Transparency Tool). Each residual update is a sum: the stream so far "
+             "(the skip), what attention brings from every earlier token, and the MLP's output. Each part's "
+             "share of its sum is how much closer it is to the sum than nothing is (L1 distance), normalised. "
+             "Parts whose share reaches the threshold are drawn, from the output down. It does not depend on "
+             "the target and rival above.")
+FLOW_POST_NORM = ("The information-flow graph needs the pre-norm wiring, like direct attribution: in post-norm each "
+                  "block's LayerNorm rescales the stream after the addition, so it is not a sum of its parts.")
+
+
+def attention_edges_table(edges: list, labels: list[str], n_heads: int) -> pd.DataFrame:
+    """The attention edges, largest share first, with the head that wrote most of each."""
+    rows = sorted(edges, key=lambda e: -e.importance)
+    return pd.DataFrame({"layer": [e.layer for e in rows], "from token": [labels[e.source] for e in rows],
+                         "from position": [e.source for e in rows],
+                         "to token": [labels[e.target] for e in rows],
+                         "to position": [e.target for e in rows], "share": [e.importance for e in rows],
+                         "largest head write": [f"L{e.layer}H{e.head}: {e.head_share:.0%} (even: "
+                                                f"{1 / n_heads:.0%})" for e in rows]})
+
+
+def flow_tab(ask: Ask) -> None:
+    if post_norm_says_why_not(ask.cfg, FLOW_POST_NORM):
+        return
+    threshold = st.slider("Threshold: smallest share drawn", 0.01, 0.5, 0.04, 0.01, key=K.WHY_FLOW_THRESHOLD,
+                          help="Lower shows more of the graph; the routes with the largest shares stay.")
+    try:
+        with st.spinner("Splitting every residual sum into its parts..."):
+            graph = flow_graph(ask.spec, ask.ids, float(threshold))
+    except ValueError as err:  # LimitError: the capture would pass the server's budget
+        st.warning(str(err))
+        return
+    labels = ask.labels
+    kinds = {k: [e for e in graph.edges if e.kind == k] for k in ("attention", "mlp", "residual")}
+    sources = {e.source for e in kinds["attention"] if e.source != graph.position}
+    st.caption(f"{len(graph.edges)} edges at share >= {threshold:.2f}: {len(kinds['attention'])} through "
+               f"attention, {len(kinds['mlp'])} MLP outputs, {len(kinds['residual'])} skips. Earlier tokens "
+               f"the output reads: {len(sources)} of {graph.n_tokens - 1}.")
+    display.show_figure(figs_flow.flow_figure(graph, labels, n_heads=ask.cfg.n_heads,
+                                              title="Information flow into the prediction after "
+                                              f"'{fa.plotly_text(labels[graph.position])}'"), key=K.WHY_FLOW_FIG)
+    st.dataframe(attention_edges_table(kinds["attention"], labels, ask.cfg.n_heads), hide_index=True,
+                 column_config={"share": st.column_config.ProgressColumn(format="percent", min_value=0.0,
+                                                                         max_value=1.0)})
+    display.download_csv(pd.DataFrame([e._asdict() for e in graph.edges]), "information_flow.csv",
+                         key=K.WHY_FLOW_CSV)
+
+
+# ---- the page ----------------------------------------------------------------------------------------------------
+
+TABS = {  # tab label: (its note, what draws it)
+    "Direct attribution": (DLA_NOTE, direct_attribution_tab),
+    "Ablate heads": (ABLATE_NOTE, ablate_tab),
+    "Patching": (PATCH_NOTE, patching_tab),
+    "Saliency": (SALIENCY_NOTE, saliency_tab),
+    "Information flow": (FLOW_NOTE, flow_tab),
+}
+
+
+def main() -> None:
+    st.title("Why this token?")
+    st.caption("Ask the model why it predicts what it does: which heads and MLPs push the prediction, what happens "
+               "when heads are removed, which parts of a clean run restore a corrupted one, and which prompt "
+               "tokens the prediction depends on.")
+    ask = read_question()
+    for (note, draw), tab in zip(TABS.values(), st.tabs(list(TABS), key=K.WHY_VIEW, on_change="rerun")):
+        if tab.open is not False:  # only the open tab computes
+            with tab:
+                st.caption(note)
+                draw(ask)
+
+
+main()

@@ -1,33 +1,41 @@
-"""Explainers: activation functions, the causal mask, and pre-norm vs post-norm blocks."""
+"""Explainers: activation functions, the causal mask, and pre-norm vs post-norm blocks.
+
+Nothing here runs the model: the sidebar's config only marks which activation and wiring the model uses. Each
+section is one function below.
+"""
+from __future__ import annotations
+
 import pandas as pd
 import streamlit as st
 import torch
 
 from gptviz import analysis
+from gptviz.app import display, sidebar
+from gptviz.app import keys as K
+from gptviz.config import GPTConfig
 from gptviz.export import matrix_frame
 from gptviz.figures import explainers as figs
 from gptviz.tokenizer import token_labels
-from gptviz.app import display, sidebar
 
-st.title("Explainers")
-st.caption("Three pieces every GPT block is made of, drawn from the code that runs the model.")
+state = st.session_state
 
-cfg = sidebar.current_config()
-own_activation = cfg.activation if cfg is not None else None
 
-st.subheader("Activation functions")
-c1, c2 = st.columns([3, 1])
-lo, hi = c1.slider("x range", -10.0, 10.0, (-4.0, 4.0), step=0.5, key="exp_range")
-tol = c2.select_slider("Mark where they differ by more than", [0.001, 0.01, 0.05, 0.1], value=0.01, key="exp_tol")
-if hi <= lo:
-    st.info("Choose a range with some width.")
-else:
+def activation_section(cfg: GPTConfig | None) -> None:
+    own_activation = cfg.activation if cfg is not None else None
+    st.subheader("Activation functions")
+    c1, c2 = st.columns([3, 1])
+    lo, hi = c1.slider("x range", -10.0, 10.0, (-4.0, 4.0), step=0.5, key=K.EXP_RANGE)
+    tol = c2.select_slider("Mark where they differ by more than", [0.001, 0.01, 0.05, 0.1], value=0.01,
+                           key=K.EXP_TOL)
+    if hi <= lo:
+        st.info("Choose a range with some width.")
+        return
     x = torch.linspace(lo, hi, 801, dtype=torch.float64)
     curves = analysis.activation_curves(x)
     ys = torch.stack([y for y, _ in curves.values()])
     spread = ys.max(0).values - ys.min(0).values
     differ = analysis.regions_where(spread > tol, x)
-    display.show_figure(figs.activation_figure(x, curves, own_activation, differ, tol), key="exp_activations")
+    display.show_figure(figs.activation_figure(x, curves, own_activation, differ, tol), key=K.EXP_ACTIVATIONS)
     gap = (curves["gelu"][0] - curves["gelu_tanh"][0]).abs().max().item()
     own = figs.ACTIVATION_NAMES.get(own_activation, "") if own_activation else ""
     where = ", ".join(f"{a:.2f} to {b:.2f}" for a, b in differ) or "nowhere on this range"
@@ -38,40 +46,60 @@ else:
                f"(its derivative jumps from 0 to 1). GPT-2's tanh approximation stays within {gap:.1e} of the "
                "exact GELU on this range (bottom panel).")
     display.download_csv(pd.DataFrame({"x": x.numpy(), **{f"{n}": y.numpy() for n, (y, _) in curves.items()},
-                                  **{f"d_{n}": dy.numpy() for n, (_, dy) in curves.items()}}),
-                    "activations.csv", key="exp_activations_csv")
+                                       **{f"d_{n}": dy.numpy() for n, (_, dy) in curves.items()}}),
+                         "activations.csv", key=K.EXP_ACTIVATIONS_CSV)
 
-st.subheader("The causal mask")
-prompt_ids = list(sidebar.encode_prompt(st.session_state.get("prompt", "")[:sidebar.MAX_PROMPT_CHARS]))
-n = st.slider("Tokens", 1, 32, min(8, max(1, len(prompt_ids))), key="exp_mask_n")
-mask = analysis.causal_mask(n)
-if len(prompt_ids) >= n:
-    labels = token_labels(prompt_ids[:n])
-    source = "the first tokens of the sidebar's prompt"
-else:
-    labels = [f"t{i}" for i in range(n)]
-    source = "positions (the prompt is shorter than that)"
-left, right = st.columns([3, 2])
-with left:
-    display.show_figure(figs.causal_mask_figure(mask, labels), key="exp_mask")
-with right:
-    st.markdown(f"Each row is a token asking *what came before me?*; it may attend only to itself and earlier "
-                f"tokens (blue). The grey cells are set to −∞ before the softmax, so their weights are exactly 0. "
-                f"With {n} tokens, {int(mask.sum())} of {n * n} pairs are allowed: n(n+1)/2.")
-    st.caption(f"Labels: {source}. The mask is the one the model's attention builds (`_causal_mask`).")
-    display.download_csv(matrix_frame(mask.int(), labels, labels, "query", "key", "may_attend"), "causal_mask.csv",
-                    key="exp_mask_csv")
 
-st.subheader("Pre-norm vs post-norm")
-st.caption("The same parameters wired two ways. Each grey name is the hook point that records the output of the "
-           "box beside it (what the Activations page reads).")
-col_pre, col_post = st.columns(2)
-for col, norm in ((col_pre, "pre"), (col_post, "post")):
-    with col:
-        display.show_figure(figs.block_diagram(norm, highlight=cfg is not None and cfg.norm == norm),
-                       key=f"exp_block_{norm}")
-col_pre.caption("GPT-2: `x = x + attn(ln_1(x)); x = x + mlp(ln_2(x))`, then `ln_f` once after the last block. The "
-                "residual path is never normalised, so gradients flow straight through it.")
-col_post.caption("GPT-1 (and the original Transformer): `x = ln_1(x + attn(x)); x = ln_2(x + mlp(x))`. Every "
-                 "residual addition is normalised, which keeps the stream's size fixed but makes deep models "
-                 "harder to train without warm-up.")
+def causal_mask_section() -> None:
+    st.subheader("The causal mask")
+    prompt_ids = list(sidebar.encode_prompt(state.get(K.PROMPT, "")[:sidebar.MAX_PROMPT_CHARS]))
+    n = st.slider("Tokens", 1, 32, min(8, max(1, len(prompt_ids))), key=K.EXP_MASK_N)
+    mask = analysis.causal_mask(n)
+    if len(prompt_ids) >= n:
+        labels = token_labels(prompt_ids[:n])
+        source = "the first tokens of the sidebar's prompt"
+    else:
+        labels = [f"t{i}" for i in range(n)]
+        source = "positions (the prompt is shorter than that)"
+    left, right = st.columns([3, 2])
+    with left:
+        display.show_figure(figs.causal_mask_figure(mask, labels), key=K.EXP_MASK)
+    with right:
+        st.markdown(f"Each row is a token asking *what came before me?*; it may attend only to itself and earlier "
+                    f"tokens (blue). The grey cells are set to −∞ before the softmax, so their weights are exactly "
+                    f"0. With {n} tokens, {int(mask.sum())} of {n * n} pairs are allowed: n(n+1)/2.")
+        st.caption(f"Labels: {source}. The mask is the one the model's attention builds (`_causal_mask`).")
+        display.download_csv(matrix_frame(mask.int(), labels, labels, "query", "key", "may_attend"),
+                             "causal_mask.csv", key=K.EXP_MASK_CSV)
+
+
+# What each wiring computes, under its block diagram
+WIRINGS = {
+    "pre": "GPT-2: `x = x + attn(ln_1(x)); x = x + mlp(ln_2(x))`, then `ln_f` once after the last block. The "
+           "residual path is never normalised, so gradients flow straight through it.",
+    "post": "GPT-1 (and the original Transformer): `x = ln_1(x + attn(x)); x = ln_2(x + mlp(x))`. Every "
+            "residual addition is normalised, which keeps the stream's size fixed but makes deep models "
+            "harder to train without warm-up."}
+
+
+def wiring_section(cfg: GPTConfig | None) -> None:
+    st.subheader("Pre-norm vs post-norm")
+    st.caption("The same parameters wired two ways. Each grey name is the hook point that records the output of the "
+               "box beside it (what the Activations page reads).")
+    for col, (norm, text) in zip(st.columns(2), WIRINGS.items()):
+        with col:
+            display.show_figure(figs.block_diagram(norm, highlight=cfg is not None and cfg.norm == norm),
+                                key=K.per_item(K.EXP_BLOCK, norm))
+            st.caption(text)
+
+
+def main() -> None:
+    st.title("Explainers")
+    st.caption("Three pieces every GPT block is made of, drawn from the code that runs the model.")
+    cfg = sidebar.current_config()
+    activation_section(cfg)
+    causal_mask_section()
+    wiring_section(cfg)
+
+
+main()

@@ -1,4 +1,9 @@
-"""Parameters: where a GPT's weights live, for the model in use, any preset, or a model you describe."""
+"""Parameters: where a GPT's weights live, for the model in use, any preset, or a model you describe.
+
+Everything is counted from a config by formula (no weights are built); each tab is one function below.
+"""
+from __future__ import annotations
+
 import pandas as pd
 import streamlit as st
 
@@ -7,9 +12,13 @@ from gptviz.config import NORM_TYPES, ConfigError, GPTConfig
 from gptviz.figures import params as figs
 from gptviz.params import BYTES_PER, by_component, by_layer, memory_bytes, param_table, total_params
 from gptviz.app import display, sidebar
+from gptviz.app import keys as K
 
 GPT_FAMILY = ("gpt1", "gpt2-small", "gpt2-medium", "gpt2-large", "gpt2-xl")
 MIB = 2**20
+MODEL_IN_USE = "the model in use"
+TABS = ("Breakdown", "All presets", "Calculator")
+state = st.session_state
 
 
 def memory_columns(frame: pd.DataFrame) -> pd.DataFrame:
@@ -72,6 +81,7 @@ def seed_facts(cfg: GPTConfig, table: pd.DataFrame) -> list[str]:
 
 
 def show_breakdown(cfg: GPTConfig, label: str, key: str) -> None:
+    """Totals, facts, figures and tables of one config; its widgets' keys start with `key`."""
     table = param_table(cfg)
     total = int(table["count"].sum())
     c1, c2, c3, c4 = st.columns(4)
@@ -84,88 +94,107 @@ def show_breakdown(cfg: GPTConfig, label: str, key: str) -> None:
     comp = component_frame(table)
     left, right = st.columns(2)
     with left:
-        display.show_figure(figs.component_bar(comp, f"By component: {label}", tied=cfg.tie_weights), key=f"{key}_bar")
+        display.show_figure(figs.component_bar(comp, f"By component: {label}", tied=cfg.tie_weights),
+                            key=K.per_item(key, "bar"))
     with right:
-        display.show_figure(figs.param_treemap(table, f"By block and component: {label}"), key=f"{key}_tree")
+        display.show_figure(figs.param_treemap(table, f"By block and component: {label}"),
+                            key=K.per_item(key, "tree"))
         st.caption("Click a block to zoom in. A tied LM head has no area of its own.")
     if 1 < cfg.n_layers <= 200:
-        display.show_figure(figs.layer_stacked_bar(by_layer(table)), key=f"{key}_layers")
+        display.show_figure(figs.layer_stacked_bar(by_layer(table)), key=K.per_item(key, "layers"))
         st.caption("Every block is the same size: depth adds parameters linearly.")
     st.dataframe(comp, hide_index=True, column_config={
         "count": st.column_config.NumberColumn(format="localized"),
         "share": st.column_config.NumberColumn(format="percent"),
         **{f"{d} MiB": st.column_config.NumberColumn(format="%.2f") for d in BYTES_PER},
         "note": st.column_config.TextColumn("note", width="large")})  # the tied-head note is a sentence
-    display.download_csv(comp, f"params_by_component_{cfg.name}.csv", key=f"{key}_comp_csv")
+    display.download_csv(comp, f"params_by_component_{cfg.name}.csv", key=K.per_item(key, "comp_csv"))
     with st.expander(f"Every parameter tensor ({len(table)})"):
         tensors = tensor_frame(table)
         st.dataframe(tensors, hide_index=True, column_config={
             "count": st.column_config.NumberColumn(format="localized"),
             "share": st.column_config.NumberColumn(format="percent")})
-        display.download_csv(tensors, f"params_{cfg.name}.csv", key=f"{key}_tensors_csv")
+        display.download_csv(tensors, f"params_{cfg.name}.csv", key=K.per_item(key, "tensors_csv"))
 
 
-st.title("Parameters")
-st.caption("Where the weights of a GPT live. Counted from the config by formula (the same counts as the module "
-           "tree built on PyTorch's `meta` device), so even GPT-2 XL costs nothing to count.")
-
-tab_model, tab_presets, tab_calc = st.tabs(["Breakdown", "All presets", "Calculator"])
-
-with tab_model:
-    options = ["the model in use"] + list(PRESETS)
-    which = st.selectbox("Model", options, key="par_model",
+def model_tab() -> None:
+    options = [MODEL_IN_USE] + list(PRESETS)
+    which = st.selectbox("Model", options, key=K.PAR_MODEL,
                          help="The sidebar's model, or any preset (presets are counted, never built).")
-    if which == "the model in use":
+    if which == MODEL_IN_USE:
         cfg = sidebar.current_config()
-        spec = st.session_state.get("model_spec")
+        spec = state.get(K.MODEL_SPEC)
         label = spec.name if spec is not None else ""
     else:
         cfg, label = PRESETS[which], which
     if cfg is not None:
-        show_breakdown(cfg, label, key="par_model")
+        show_breakdown(cfg, label, key=K.PAR_MODEL)
 
-with tab_presets:
-    chosen = st.multiselect("Models", list(PRESETS), default=list(GPT_FAMILY), key="par_presets")
+
+def presets_tab() -> None:
+    chosen = st.multiselect("Models", list(PRESETS), default=list(GPT_FAMILY), key=K.PAR_PRESETS)
     if not chosen:
         st.info("Choose at least one model.")
-    else:
-        counts = {name: figs.group_counts(param_table(PRESETS[name])) for name in chosen}
-        display.show_figure(figs.presets_stacked(counts), key="par_presets_bar")
-        st.caption("Stacked by group (GPT-1 and GPT-2 tie the head, so its share is 0). As models widen, the "
-                   "blocks (attention + MLP, growing as d_model²) outgrow the embeddings (growing as d_model).")
-        frame = pd.DataFrame.from_dict(counts, orient="index")
-        frame.insert(0, "model", frame.index)
-        frame["total"] = frame[list(figs.GROUP_ORDER)].sum(axis=1)
-        st.dataframe(frame, hide_index=True,
-                     column_config={c: st.column_config.NumberColumn(format="localized")
-                                    for c in [*figs.GROUP_ORDER, "total"]})
-        display.download_csv(frame, "params_presets.csv", key="par_presets_csv")
+        return
+    counts = {name: figs.group_counts(param_table(PRESETS[name])) for name in chosen}
+    display.show_figure(figs.presets_stacked(counts), key=K.PAR_PRESETS_BAR)
+    st.caption("Stacked by group (GPT-1 and GPT-2 tie the head, so its share is 0). As models widen, the "
+               "blocks (attention + MLP, growing as d_model²) outgrow the embeddings (growing as d_model).")
+    frame = pd.DataFrame.from_dict(counts, orient="index")
+    frame.insert(0, "model", frame.index)
+    frame["total"] = frame[list(figs.GROUP_ORDER)].sum(axis=1)
+    st.dataframe(frame, hide_index=True,
+                 column_config={c: st.column_config.NumberColumn(format="localized")
+                                for c in [*figs.GROUP_ORDER, "total"]})
+    display.download_csv(frame, "params_presets.csv", key=K.PAR_PRESETS_CSV)
 
-with tab_calc:
-    st.caption("Describe a model; its parameters are counted by formula, instantly, with no weights built.")
+
+def described_model() -> GPTConfig:
+    """The calculator's inputs as a config (ConfigError when they describe no valid model)."""
     base = PRESETS["gpt2-small"]
     c1, c2, c3, c4 = st.columns(4)
-    n_layers = c1.number_input("Layers", min_value=1, max_value=1_000, value=base.n_layers, step=1, key="calc_layers")
+    n_layers = c1.number_input("Layers", min_value=1, max_value=1_000, value=base.n_layers, step=1,
+                               key=K.CALC_LAYERS)
     d_model = c2.number_input("d_model", min_value=1, max_value=1_000_000, value=base.d_model, step=64,
-                              key="calc_d_model")
-    n_heads = c3.number_input("Heads", min_value=1, max_value=100_000, value=base.n_heads, step=1, key="calc_heads")
-    ratio = c4.number_input("d_ff ÷ d_model", min_value=0.0, max_value=64.0, value=4.0, step=0.5, key="calc_ratio")
+                              key=K.CALC_D_MODEL)
+    n_heads = c3.number_input("Heads", min_value=1, max_value=100_000, value=base.n_heads, step=1, key=K.CALC_HEADS)
+    ratio = c4.number_input("d_ff ÷ d_model", min_value=0.0, max_value=64.0, value=4.0, step=0.5, key=K.CALC_RATIO)
     c5, c6, c7 = st.columns([1, 1, 2])
     vocab = c5.number_input("Vocabulary", min_value=1, max_value=10_000_000, value=base.vocab_size, step=1,
-                            key="calc_vocab")
-    n_ctx = c6.number_input("Context", min_value=1, max_value=10_000_000, value=base.n_ctx, step=1, key="calc_ctx")
-    norm_type = c7.radio("Norm type", NORM_TYPES, horizontal=True, key="calc_norm_type",
+                            key=K.CALC_VOCAB)
+    n_ctx = c6.number_input("Context", min_value=1, max_value=10_000_000, value=base.n_ctx, step=1, key=K.CALC_CTX)
+    norm_type = c7.radio("Norm type", NORM_TYPES, horizontal=True, key=K.CALC_NORM_TYPE,
                          format_func={"layernorm": "LayerNorm (weight + bias)", "rmsnorm": "RMSNorm (weight)"}.get)
     c8, c9 = st.columns(2)
-    tie = c8.checkbox("Tie the LM head to the token embedding", value=True, key="calc_tie")
-    qkv_bias = c9.checkbox("Bias on Q, K, V", value=True, key="calc_qkv_bias")
+    tie = c8.checkbox("Tie the LM head to the token embedding", value=True, key=K.CALC_TIE)
+    qkv_bias = c9.checkbox("Bias on Q, K, V", value=True, key=K.CALC_QKV_BIAS)
     d_ff = round(ratio * int(d_model))
+    return GPTConfig(vocab_size=int(vocab), n_ctx=int(n_ctx), d_model=int(d_model), n_layers=int(n_layers),
+                     n_heads=int(n_heads), d_ff=int(d_ff), norm_type=norm_type, tie_weights=tie,
+                     qkv_bias=qkv_bias, name="your model")
+
+
+def calculator_tab() -> None:
+    st.caption("Describe a model; its parameters are counted by formula, instantly, with no weights built.")
     try:
-        calc = GPTConfig(vocab_size=int(vocab), n_ctx=int(n_ctx), d_model=int(d_model), n_layers=int(n_layers),
-                         n_heads=int(n_heads), d_ff=int(d_ff), norm_type=norm_type, tie_weights=tie,
-                         qkv_bias=qkv_bias, name="your model")
+        calc = described_model()
     except ConfigError as err:
         st.error(f"That is not a valid model: {err}")
-    else:
-        st.caption(f"d_ff = {d_ff:,}; d_head = {calc.d_head:,}.")
-        show_breakdown(calc, "your model", key="par_calc")
+        return
+    st.caption(f"d_ff = {calc.d_ff:,}; d_head = {calc.d_head:,}.")
+    show_breakdown(calc, "your model", key=K.PAR_CALC)
+
+
+TAB_DRAWERS = dict(zip(TABS, (model_tab, presets_tab, calculator_tab)))
+
+
+def main() -> None:
+    st.title("Parameters")
+    st.caption("Where the weights of a GPT live. Counted from the config by formula (the same counts as the module "
+               "tree built on PyTorch's `meta` device), so even GPT-2 XL costs nothing to count.")
+    for name, tab in zip(TABS, st.tabs(list(TABS))):
+        with tab:
+            TAB_DRAWERS[name]()
+
+
+main()

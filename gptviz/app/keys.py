@@ -113,6 +113,7 @@ EMB_TOKEN_SIM_CSV = "emb_token_sim_csv"
 # ---- Explainers page -------------------------------------------------------------------------------------
 EXP_ACTIVATIONS = "exp_activations"
 EXP_ACTIVATIONS_CSV = "exp_activations_csv"
+EXP_BLOCK = "exp_block"                # per norm wiring: per_item(EXP_BLOCK, "pre")
 EXP_MASK = "exp_mask"
 EXP_MASK_CSV = "exp_mask_csv"
 EXP_MASK_N = "exp_mask_n"

@@ -5,23 +5,23 @@ from __future__ import annotations
 import json
 import math
 import time
+from dataclasses import dataclass
 
 import numpy as np
 import streamlit as st
 import torch
 
-from gptviz import PRESETS, GPTConfig, weights, wiring
+from gptviz import PRESETS, GPTConfig, limits, weights, wiring
 from gptviz.analysis import bigram_baseline
+from gptviz.app import display, models, sidebar
+from gptviz.app import keys as K
 from gptviz.config import ConfigError
-from gptviz.evaluate import recipe_differences
+from gptviz.evaluate import corpus_of, recipe_differences
 from gptviz.figures import norms as fig_norms
 from gptviz.figures import training as fig_train
 from gptviz.generate import check_sampling, generate
 from gptviz.params import total_params
 from gptviz.tokenizer import decode, token_labels
-from gptviz.evaluate import corpus_of
-from gptviz.app import display, models, sidebar, keys as K
-from gptviz import limits
 
 GPT2_VOCAB = 50257
 AUTO_MEASURE_PARAMS = 60_000_000     # above this, measuring waits for a button press
@@ -30,14 +30,17 @@ MAX_TOKENS = 128                     # of the prompt, measured (attention maps g
 GRADIENT_VIEWS = {"ffn": "FFN weight matrices (what Xiong et al. plot)", "block": "Whole block (every parameter)",
                   "attention": "Attention parameters", "MLP": "MLP parameters", "norms": "LayerNorm gains and biases"}
 SWEEP_DEPTHS = (1, 2, 4, 8, 16, 24, 32, 48)
+INITS = {"gpt2": "GPT-2 (normal 0.02)", "xavier": "Xavier (Xiong et al.)"}
+VERDICTS = {True: ":green[:material/check_circle: agrees]", False: ":red[:material/cancel: not seen here]"}
+TABS = ("Same weights, two wirings", "Trained twins")
 
 state = st.session_state
-st.title("Pre-norm vs post-norm")
-st.caption("Where the LayerNorm sits decides how signals and gradients move through the stack. Pre-norm "
-           "(GPT-2) normalises the input of each sub-layer and leaves the residual stream alone: "
-           "x + f(LN(x)). Post-norm (GPT-1, the original Transformer) normalises after each residual "
-           "addition: LN(x + f(x)). Here the two wirings run on the same weights, so every difference you see "
-           "comes from the wiring alone.")
+
+INTRO = ("Where the LayerNorm sits decides how signals and gradients move through the stack. Pre-norm "
+         "(GPT-2) normalises the input of each sub-layer and leaves the residual stream alone: "
+         "x + f(LN(x)). Post-norm (GPT-1, the original Transformer) normalises after each residual "
+         "addition: LN(x + f(x)). Here the two wirings run on the same weights, so every difference you see "
+         "comes from the wiring alone.")
 
 
 # ---- cached computations -------------------------------------------------------------------------------------
@@ -66,6 +69,8 @@ def generate_cached(spec: models.ModelSpec, ids: tuple[int, ...], new_tokens: in
     return generate(models.load_model(spec), list(ids), new_tokens, temperature, top_k, None, seed)
 
 
+# ---- small helpers -------------------------------------------------------------------------------------------
+
 def width_choices(config: GPTConfig) -> list[int]:
     """Widths that keep the preset's head count (halving down from its d_model)."""
     out = []
@@ -86,38 +91,68 @@ def fmt_params(n: int) -> str:
     return f"{n / 1e9:.2f} B" if n >= 1e9 else f"{n / 1e6:.1f} M" if n >= 1e6 else f"{n:,}"
 
 
+def layer_and_head(cols, layer_key: str, head_key: str, n_layers: int, n_heads: int) -> tuple[int, int]:
+    """The layer and head pickers of an attention comparison, kept within this model's range."""
+    clamp(layer_key, n_layers - 1)
+    clamp(head_key, n_heads - 1)
+    layer = int(cols[0].number_input("Layer", 0, n_layers - 1, step=1, key=layer_key))
+    head = int(cols[1].number_input("Head", 0, n_heads - 1, step=1, key=head_key))
+    return layer, head
+
+
+def val_losses(history: dict) -> list[float]:
+    """The validation losses of a training history, in step order."""
+    return [r["val_loss"] for r in history["history"] if r.get("val_loss") is not None]
+
+
 # ---- section 1: same weights, two wirings ---------------------------------------------------------------------
 
-def same_weights_section() -> None:
-    st.caption("One set of random weights, drawn once, run both ways (the same state_dict; only "
-               "`config.norm` differs). Each wiring gets one forward and one backward pass of the "
-               "language-model loss on the input. Nothing is trained.")
-    state.setdefault("norms_preset", "gpt2-small")
-    state.setdefault("norms_depth", 12)
-    state.setdefault("norms_init", "gpt2")
-    state.setdefault("norms_seed", 0)
-    state.setdefault("norms_input", "prompt")
+@dataclass
+class Setup:
+    """The model the first section measures, as its controls chose it."""
+    preset: str
+    depth: int
+    width: int
+    init: str
+    seed: int
+    source: str
+    config: GPTConfig
+
+
+def shape_controls() -> Setup | None:
+    """Architecture, depth, width, init, seed and input, in one row; None (after an error) for an invalid shape."""
+    state.setdefault(K.NORMS_PRESET, "gpt2-small")
+    state.setdefault(K.NORMS_DEPTH, 12)
+    state.setdefault(K.NORMS_INIT, "gpt2")
+    state.setdefault(K.NORMS_SEED, 0)
+    state.setdefault(K.NORMS_INPUT, "prompt")
     cols = st.columns([1.3, 1.6, 1.0, 1.5, 0.8, 1.3])
-    preset = cols[0].selectbox("Architecture", list(PRESETS), key="norms_preset",
+    preset = cols[0].selectbox("Architecture", list(PRESETS), key=K.NORMS_PRESET,
                                help="A preset's shape (heads, MLP width, activation); depth and width are "
                                     "set beside it. The weights are random either way.")
     base = PRESETS[preset]
-    depth = cols[1].slider("Layers", 1, 48, key="norms_depth")
+    depth = cols[1].slider("Layers", 1, 48, key=K.NORMS_DEPTH)
     widths = width_choices(base)
-    if state.get("norms_width") not in widths:
-        state["norms_width"] = max([w for w in widths if w <= 256] or [min(widths)])
-    width = cols[2].selectbox("Width (d_model)", widths, key="norms_width",
+    if state.get(K.NORMS_WIDTH) not in widths:
+        state[K.NORMS_WIDTH] = max([w for w in widths if w <= 256] or [min(widths)])
+    width = cols[2].selectbox("Width (d_model)", widths, key=K.NORMS_WIDTH,
                               help=f"Keeps the preset's {base.n_heads} heads. Narrower is faster.")
-    init = cols[3].selectbox("Init", list(wiring.INITS), key="norms_init",
-                             format_func={"gpt2": "GPT-2 (normal 0.02)", "xavier": "Xavier (Xiong et al.)"}.get,
+    init = cols[3].selectbox("Init", list(wiring.INITS), key=K.NORMS_INIT, format_func=INITS.get,
                              help="GPT-2: normal(0, 0.02) with residual projections scaled by 1/√(2L). "
                                   "Xavier: Xavier-uniform matrices, as in the paper. Embeddings are "
                                   "normal(0, 0.02) in both.")
-    seed = int(cols[4].number_input("Seed", 0, 2**31 - 1, step=1, key="norms_seed"))
-    source = cols[5].radio("Input", ["prompt", "random"], key="norms_input", horizontal=True,
+    seed = int(cols[4].number_input("Seed", 0, 2**31 - 1, step=1, key=K.NORMS_SEED))
+    source = cols[5].radio("Input", ["prompt", "random"], key=K.NORMS_INPUT, horizontal=True,
                            format_func={"prompt": "prompt", "random": f"{RANDOM_TOKENS} random tokens"}.get,
                            help="The sidebar prompt, or tokens drawn uniformly from the vocabulary (no "
                                 "structure at all; seeded by the seed beside).")
+    config = build_config(preset, depth, width)
+    return None if config is None else Setup(preset, depth, width, init, seed, source, config)
+
+
+def build_config(preset: str, depth: int, width: int) -> GPTConfig | None:
+    """The chosen shape as a config with GPT-2's vocabulary at least; None (after an error) when invalid."""
+    base = PRESETS[preset]
     try:
         config = base.replace(n_layers=depth, d_model=width, name=f"{preset}-{depth}L-d{width}")
         if config.vocab_size < GPT2_VOCAB:
@@ -126,56 +161,74 @@ def same_weights_section() -> None:
                        f"{GPT2_VOCAB:,} so the GPT-2 tokenizer's ids fit.")
     except ConfigError as err:
         st.error(f"That shape is not a valid model: {err}")
-        return
-    if source == "prompt":
+        return None
+    return config
+
+
+def input_ids(setup: Setup) -> tuple[int, ...] | None:
+    """The tokens measured: the prompt's last MAX_TOKENS, or seeded random ones; None when too few."""
+    config = setup.config
+    if setup.source == "prompt":
         prompt = sidebar.prompt_tokens(config.n_ctx, vocab_size=config.vocab_size)
         if prompt is None:
-            return
+            return None
         ids = prompt.ids[-MAX_TOKENS:]
         if len(prompt.ids) > MAX_TOKENS:
             st.caption(f"Measured on the prompt's last {MAX_TOKENS} tokens (of {len(prompt.ids)}).")
     else:
-        ids = tuple(int(i) for i in wiring.random_tokens(min(RANDOM_TOKENS, config.n_ctx), config.vocab_size, seed))
+        ids = tuple(int(i) for i in wiring.random_tokens(min(RANDOM_TOKENS, config.n_ctx), config.vocab_size,
+                                                         setup.seed))
     if len(ids) < 2:
         st.info("The language-model loss needs at least two tokens: lengthen the prompt in the sidebar.")
-        return
+        return None
+    return ids
 
+
+def may_measure(setup: Setup, ids: tuple[int, ...], key: tuple) -> bool:
+    """Whether this model fits the server's memory and, when large, whether the visitor asked for it."""
+    config = setup.config
     n_params = total_params(config)
-    key = (config.to_json(), ids, seed, init)
-    st.caption(f"{depth} layers × d_model {width} ({config.n_heads} heads): {fmt_params(n_params)} parameters, "
-               f"{len(ids)} tokens.")
+    st.caption(f"{setup.depth} layers × d_model {setup.width} ({config.n_heads} heads): {fmt_params(n_params)} "
+               f"parameters, {len(ids)} tokens.")
     need = n_params * 4 * 3  # weights, gradients and a margin for activations, float32
     if need > limits.server_limits().memory_mb * 2**20:
         st.error(f"This model has {fmt_params(n_params)} parameters: measuring it needs about {need / 2**30:,.1f} "
                  f"GiB, more than the {limits.server_limits().memory_mb:,} MiB this server allows. Choose a smaller "
                  "width or depth.")
-        return
-    if n_params > AUTO_MEASURE_PARAMS and state.get("norms_confirmed") != key:
+        return False
+    if n_params > AUTO_MEASURE_PARAMS and state.get(K.NORMS_CONFIRMED) != key:
         gib = need / 2**30
         st.warning(f"This model has {fmt_params(n_params)} parameters: building it and one backward pass "
                    f"per wiring needs roughly {gib:.1f} GiB and can take minutes on a CPU. A smaller "
                    f"width shows the same effects faster.")
-        if not st.button("Measure this model", type="primary", key="norms_measure"):
-            return
-        state["norms_confirmed"] = key
+        if not st.button("Measure this model", type="primary", key=K.NORMS_MEASURE):
+            return False
+        state[K.NORMS_CONFIRMED] = key
+    return True
 
+
+def measure(setup: Setup, ids: tuple[int, ...], key: tuple) -> dict[str, wiring.WiringStats] | None:
+    """Both wirings measured (or read from the cache) inside a status box; None after an error."""
+    config = setup.config
     started = time.perf_counter()
     with st.status(f"Measuring {config.name} both ways…", expanded=False) as status:
-        st.write(f"Drawing one set of weights ({init} init, seed {seed}); then, for each wiring, one "
+        st.write(f"Drawing one set of weights ({setup.init} init, seed {setup.seed}); then, for each wiring, one "
                  f"forward and one backward pass on {len(ids)} tokens.")
         try:
             stats = measure_both(*key)
         except (ValueError, RuntimeError, MemoryError, ConfigError) as err:
             status.update(label="The measurement failed", state="error")
             st.error(f"Could not measure this model: {err}")
-            return
+            return None
         took = time.perf_counter() - started
         status.update(label=f"Measured both wirings of {config.name} "
                             f"({'from the cache' if took < 0.05 else f'{took:.1f} s'})", state="complete")
-    pre, post = stats["pre"], stats["post"]
-    if not math.isclose(pre.weights_checksum, post.weights_checksum, rel_tol=1e-9):
+    if not math.isclose(stats["pre"].weights_checksum, stats["post"].weights_checksum, rel_tol=1e-9):
         st.error("The two wirings did not get the same weights; this is a bug, please report it.")
+    return stats
 
+
+def headline_metrics(config: GPTConfig, pre: wiring.WiringStats, post: wiring.WiringStats) -> None:
     m = st.columns(4)
     m[0].metric("Parameters", fmt_params(pre.n_params))
     m[1].metric("LM loss, pre-norm", f"{pre.loss:.3f}", help=f"Uniform guess: ln {config.vocab_size} = "
@@ -185,47 +238,62 @@ def same_weights_section() -> None:
     m[3].metric("Embedding grad, post/pre", f"{post.embed_grad_norm / pre.embed_grad_norm:.3g}×",
                 help="L2 norm of the gradient of the token and position embeddings, post-norm over pre-norm.")
 
+
+def gradient_reading(depth: int, pre_g: np.ndarray, post_g: np.ndarray) -> None:
+    """What the per-layer gradients on screen show, and how that compares with the paper's claims."""
+    if depth >= 2 and np.all(pre_g > 0) and np.all(post_g > 0):
+        reading = wiring.describe_gradients(pre_g, post_g)
+        st.markdown("**What this measurement shows**")
+        st.markdown("\n".join(f"- {line}" for line in reading.statements))
+        st.markdown("**Against Xiong et al. (2020)**")
+        st.markdown("\n".join(f"- {VERDICTS[ok]}: {claim}" for claim, ok in reading.paper))
+    elif depth >= 2:
+        st.info("Some layers have a zero gradient here, so no ratio can be read.")
+
+
+def gradient_section(depth: int, pre: wiring.WiringStats, post: wiring.WiringStats) -> str:
+    """The gradient norm per layer, its reading and the theory. Returns the chosen gradient view."""
     st.subheader("Gradient norm per layer")
     if depth < 2:
         st.info("With one layer there is no trend across layers to read; add layers.")
     g = st.columns([1.5, 1])
     with g[1]:
         view = st.selectbox("Gradient of", list(GRADIENT_VIEWS), format_func=GRADIENT_VIEWS.get,
-                            key="norms_grad_view")
-        log_y = st.toggle("Log scale", value=True, key="norms_log")
+                            key=K.NORMS_GRAD_VIEW)
+        log_y = st.toggle("Log scale", value=True, key=K.NORMS_LOG)
     pre_g, post_g = pre.grad(view), post.grad(view)
     with g[0]:
-        display.show_figure(fig_norms.gradient_norms(pre_g, post_g, "gradient L2 norm", log_y), key="norms_grad_fig")
+        display.show_figure(fig_norms.gradient_norms(pre_g, post_g, "gradient L2 norm", log_y),
+                            key=K.NORMS_GRAD_FIG)
     with g[1]:
-        if depth >= 2 and np.all(pre_g > 0) and np.all(post_g > 0):
-            reading = wiring.describe_gradients(pre_g, post_g)
-            st.markdown("**What this measurement shows**")
-            st.markdown("\n".join(f"- {line}" for line in reading.statements))
-            st.markdown("**Against Xiong et al. (2020)**")
-            verdicts = {True: ":green[:material/check_circle: agrees]", False: ":red[:material/cancel: not seen here]"}
-            st.markdown("\n".join(f"- {verdicts[ok]}: {claim}" for claim, ok in reading.paper))
-        elif depth >= 2:
-            st.info("Some layers have a zero gradient here, so no ratio can be read.")
+        gradient_reading(depth, pre_g, post_g)
     with st.expander("The theory, and how this measurement differs from the paper's"):
-        st.markdown(
-            "Xiong et al. (2020), *On Layer Normalization in the Transformer Architecture*, prove with "
-            "mean-field arguments that **at initialisation** the gradient of the last layer's FFN weights is "
-            "of order d·√(ln d) in a post-LN Transformer but d·√(ln d / L) in a pre-LN one: post-norm's "
-            "gradients near the output are large compared with pre-norm's, whose scale shrinks like "
-            "1/√L with depth. Large gradients at a full learning rate make the first steps unstable, which "
-            "is why post-norm needs learning-rate **warmup** and pre-norm can do without. Their Figure 3 "
-            "(a translation Transformer, Xavier init) draws post-LN gradient norms rising toward the "
-            "output and pre-LN ones level across layers.\n\n"
-            "This page measures instead of assuming. Differences from their setting: a decoder-only GPT; "
-            "both wirings keep a final LayerNorm (their post-LN has none); one sequence rather than an "
-            "expectation over data; and embeddings drawn from normal(0, 0.02) in both init schemes, so the "
-            "pre-norm residual stream starts small (see its norm below), and a LayerNorm scales the "
-            "gradient it passes back by 1/σ of its input. So the paper's figure need not be reproduced as "
-            "drawn: whether each wiring's gradients rise, stay level or shrink with depth depends on the init, "
-            "the width and the depth you choose above. The statements beside the chart are computed from the "
-            "numbers on screen, so they say what this run shows, whichever way it goes; this box states "
-            "nothing about the run.")
+        st.markdown(THEORY)
+    return view
 
+
+THEORY = (
+    "Xiong et al. (2020), *On Layer Normalization in the Transformer Architecture*, prove with "
+    "mean-field arguments that **at initialisation** the gradient of the last layer's FFN weights is "
+    "of order d·√(ln d) in a post-LN Transformer but d·√(ln d / L) in a pre-LN one: post-norm's "
+    "gradients near the output are large compared with pre-norm's, whose scale shrinks like "
+    "1/√L with depth. Large gradients at a full learning rate make the first steps unstable, which "
+    "is why post-norm needs learning-rate **warmup** and pre-norm can do without. Their Figure 3 "
+    "(a translation Transformer, Xavier init) draws post-LN gradient norms rising toward the "
+    "output and pre-LN ones level across layers.\n\n"
+    "This page measures instead of assuming. Differences from their setting: a decoder-only GPT; "
+    "both wirings keep a final LayerNorm (their post-LN has none); one sequence rather than an "
+    "expectation over data; and embeddings drawn from normal(0, 0.02) in both init schemes, so the "
+    "pre-norm residual stream starts small (see its norm below), and a LayerNorm scales the "
+    "gradient it passes back by 1/σ of its input. So the paper's figure need not be reproduced as "
+    "drawn: whether each wiring's gradients rise, stay level or shrink with depth depends on the init, "
+    "the width and the depth you choose above. The statements beside the chart are computed from the "
+    "numbers on screen, so they say what this run shows, whichever way it goes; this box states "
+    "nothing about the run.")
+
+
+def activations_section(config: GPTConfig, stats: dict[str, wiring.WiringStats]) -> None:
+    pre, post = stats["pre"], stats["post"]
     st.subheader("Activations through the stack")
     st.caption(f"Pre-norm's residual stream is a running sum that grows block by block (here from "
                f"{pre.resid_norm[0]:.3g} to {pre.resid_norm[-1]:.3g}); post-norm's LayerNorm resets it after every "
@@ -236,88 +304,131 @@ def same_weights_section() -> None:
     display.show_figure(fig_norms.activation_scales(
         {n: s.resid_norm for n, s in stats.items()}, {n: s.resid_std for n, s in stats.items()},
         {n: s.attn_out_std for n, s in stats.items()}, {n: s.mlp_out_std for n, s in stats.items()},
-        config.d_model), key="norms_act_fig")
+        config.d_model), key=K.NORMS_ACT_FIG)
 
+
+def attention_section(config: GPTConfig, ids: tuple[int, ...], pre: wiring.WiringStats,
+                      post: wiring.WiringStats) -> None:
     st.subheader("Attention of the two wirings")
     labels = token_labels(ids)
+    depth = config.n_layers
     a = st.columns([1, 1, 3])
-    clamp("norms_layer", depth - 1)
-    clamp("norms_head", config.n_heads - 1)
-    layer = int(a[0].number_input("Layer", 0, depth - 1, step=1, key="norms_layer"))
-    head = int(a[1].number_input("Head", 0, config.n_heads - 1, step=1, key="norms_head"))
-    tv = wiring.attention_tv_distance(pre.patterns.astype(np.float32), post.patterns.astype(np.float32))
+    layer, head = layer_and_head(a, K.NORMS_LAYER, K.NORMS_HEAD, depth, config.n_heads)
+    pre_pats, post_pats = pre.patterns.astype(np.float32), post.patterns.astype(np.float32)
+    tv = wiring.attention_tv_distance(pre_pats, post_pats)
     a[2].caption(f"Layer {layer}, head {head}: the two wirings' attention rows differ by a mean total-variation "
                  f"distance of {tv[layer, head]:.3f} (0 = identical, 1 = disjoint). Across all heads: mean "
                  f"{tv.mean():.3f}, largest {tv.max():.3f}. How spread out the rows are (entropy as a share of "
                  f"a uniform row's, 100% = uniform), over all heads: pre-norm "
-                 f"{wiring.relative_entropy(pre.patterns.astype(np.float32)).mean():.1%}, post-norm "
-                 f"{wiring.relative_entropy(post.patterns.astype(np.float32)).mean():.1%}.")
-    display.show_figure(fig_norms.attention_pair(pre.patterns[layer, head].astype(np.float32),
-                                            post.patterns[layer, head].astype(np.float32), labels,
-                                            f"Layer {layer}, head {head}"), key="norms_attn_fig")
+                 f"{wiring.relative_entropy(pre_pats).mean():.1%}, post-norm "
+                 f"{wiring.relative_entropy(post_pats).mean():.1%}.")
+    display.show_figure(fig_norms.attention_pair(pre_pats[layer, head], post_pats[layer, head], labels,
+                                                 f"Layer {layer}, head {head}"), key=K.NORMS_ATTN_FIG)
     with st.expander("Distance between the wirings' attention, every layer and head", expanded=depth <= 12):
-        display.show_figure(fig_norms.attention_distance(tv), key="norms_tv_fig")
+        display.show_figure(fig_norms.attention_distance(tv), key=K.NORMS_TV_FIG)
 
+
+def run_sweep(setup: Setup, ids: tuple[int, ...], depths: list[int], view: str) -> dict[str, np.ndarray] | None:
+    """The last layer's gradient of each wiring at each depth (every depth measured through the cache)."""
+    bar = st.progress(0.0, text="Depth sweep")
+    sweep = {"depth": np.array(sorted(depths)), "pre": [], "post": []}
+    try:
+        for j, d in enumerate(sorted(depths)):
+            bar.progress(j / len(depths), text=f"{d} layers ({j + 1} of {len(depths)})")
+            s = measure_both(setup.config.replace(n_layers=d).to_json(), ids, setup.seed, setup.init)
+            sweep["pre"].append(s["pre"].grad(view)[-1])
+            sweep["post"].append(s["post"].grad(view)[-1])
+    except (ValueError, RuntimeError, MemoryError) as err:
+        st.error(f"The sweep failed: {err}")
+        return None
+    bar.empty()
+    return {k: np.asarray(v, float) for k, v in sweep.items()}
+
+
+def sweep_exponents(init: str, exps: dict[str, float]) -> None:
+    st.markdown("**Fitted exponents** (gradient ≈ a·L^b, least squares on log-log)")
+    st.markdown(f"- pre-norm: b = {exps['pre']:+.2f} (the paper's bound: −0.50)\n"
+                f"- post-norm: b = {exps['post']:+.2f} (the paper's bound: 0, no dependence on L)")
+    near = abs(exps["pre"] + 0.5) < 0.15
+    st.markdown(f"Pre-norm here {'follows' if near else 'does not follow'} the 1/√L scaling "
+                f"(|b + 0.5| = {abs(exps['pre'] + 0.5):.2f}).")
+    if init == "gpt2" and not near:
+        st.caption("GPT-2's init divides the residual projections by √(2L), which keeps the pre-norm "
+                   "stream's size nearly the same at every depth; switch Init to Xavier to compare.")
+
+
+def depth_sweep_section(setup: Setup, ids: tuple[int, ...], view: str) -> None:
+    config = setup.config
     st.subheader("Depth sweep: the 1/√L claim")
-    st.caption(f"The same shape at several depths (width {width}, {init} init, seed {seed}, same input): the "
-               f"last layer's gradient for each wiring. Xiong et al.'s bound for pre-norm falls like 1/√L; "
-               f"for post-norm it does not depend on L.")
-    depths = st.multiselect("Depths", SWEEP_DEPTHS, default=[d for d in SWEEP_DEPTHS if d <= max(depth, 16)],
-                            key="norms_sweep_depths")
-    sweep_key = (config.to_json(), ids, seed, init, tuple(sorted(depths)))
+    st.caption(f"The same shape at several depths (width {setup.width}, {setup.init} init, seed {setup.seed}, same "
+               f"input): the last layer's gradient for each wiring. Xiong et al.'s bound for pre-norm falls like "
+               f"1/√L; for post-norm it does not depend on L.")
+    depths = st.multiselect("Depths", SWEEP_DEPTHS, default=[d for d in SWEEP_DEPTHS if d <= max(setup.depth, 16)],
+                            key=K.NORMS_SWEEP_DEPTHS)
+    sweep_key = (config.to_json(), ids, setup.seed, setup.init, tuple(sorted(depths)))
     if depths:
         deepest = total_params(config.replace(n_layers=max(depths)))
         if deepest > AUTO_MEASURE_PARAMS:
             st.caption(f"The deepest model here has {fmt_params(deepest)} parameters; the sweep will take a while "
                        f"(a smaller width shows the same scaling).")
-    if st.button("Run the depth sweep", key="norms_sweep_run", disabled=len(depths) < 2):
-        state["norms_sweep_key"] = sweep_key
-    if len(depths) >= 2 and state.get("norms_sweep_key") == sweep_key:
-        sweep_view = view if view != "norms" else "ffn"
-        bar = st.progress(0.0, text="Depth sweep")
-        sweep = {"depth": np.array(sorted(depths)), "pre": [], "post": []}
-        try:
-            for j, d in enumerate(sorted(depths)):
-                bar.progress(j / len(depths), text=f"{d} layers ({j + 1} of {len(depths)})")
-                s = measure_both(config.replace(n_layers=d).to_json(), ids, seed, init)
-                sweep["pre"].append(s["pre"].grad(sweep_view)[-1])
-                sweep["post"].append(s["post"].grad(sweep_view)[-1])
-        except (ValueError, RuntimeError, MemoryError) as err:
-            st.error(f"The sweep failed: {err}")
-            return
-        bar.empty()
-        sweep = {k: np.asarray(v, float) for k, v in sweep.items()}
-        exps = {n: wiring.depth_exponent(sweep["depth"], sweep[n]) for n in ("pre", "post")}
-        c = st.columns([1.5, 1])
-        with c[0]:
-            display.show_figure(fig_norms.depth_sweep(sweep, f"{GRADIENT_VIEWS[sweep_view].split(' (')[0].lower()} "
-                                                        "gradient norm", exps), key="norms_sweep_fig")
-        with c[1]:
-            st.markdown("**Fitted exponents** (gradient ≈ a·L^b, least squares on log-log)")
-            st.markdown(f"- pre-norm: b = {exps['pre']:+.2f} (the paper's bound: −0.50)\n"
-                        f"- post-norm: b = {exps['post']:+.2f} (the paper's bound: 0, no dependence on L)")
-            near = abs(exps["pre"] + 0.5) < 0.15
-            st.markdown(f"Pre-norm here {'follows' if near else 'does not follow'} the 1/√L scaling "
-                        f"(|b + 0.5| = {abs(exps['pre'] + 0.5):.2f}).")
-            if init == "gpt2" and not near:
-                st.caption("GPT-2's init divides the residual projections by √(2L), which keeps the pre-norm "
-                           "stream's size nearly the same at every depth; switch Init to Xavier to compare.")
+    if st.button("Run the depth sweep", key=K.NORMS_SWEEP_RUN, disabled=len(depths) < 2):
+        state[K.NORMS_SWEEP_KEY] = sweep_key
+    if len(depths) < 2 or state.get(K.NORMS_SWEEP_KEY) != sweep_key:
+        return
+    sweep_view = view if view != "norms" else "ffn"
+    sweep = run_sweep(setup, ids, depths, sweep_view)
+    if sweep is None:
+        return
+    exps = {n: wiring.depth_exponent(sweep["depth"], sweep[n]) for n in ("pre", "post")}
+    c = st.columns([1.5, 1])
+    with c[0]:
+        display.show_figure(fig_norms.depth_sweep(sweep, f"{GRADIENT_VIEWS[sweep_view].split(' (')[0].lower()} "
+                                                         "gradient norm", exps), key=K.NORMS_SWEEP_FIG)
+    with c[1]:
+        sweep_exponents(setup.init, exps)
+
+
+def same_weights_section() -> None:
+    st.caption("One set of random weights, drawn once, run both ways (the same state_dict; only "
+               "`config.norm` differs). Each wiring gets one forward and one backward pass of the "
+               "language-model loss on the input. Nothing is trained.")
+    setup = shape_controls()
+    if setup is None:
+        return
+    ids = input_ids(setup)
+    if ids is None:
+        return
+    key = (setup.config.to_json(), ids, setup.seed, setup.init)
+    if not may_measure(setup, ids, key):
+        return
+    stats = measure(setup, ids, key)
+    if stats is None:
+        return
+    pre, post = stats["pre"], stats["post"]
+    headline_metrics(setup.config, pre, post)
+    view = gradient_section(setup.depth, pre, post)
+    activations_section(setup.config, stats)
+    attention_section(setup.config, ids, pre, post)
+    depth_sweep_section(setup, ids, view)
 
 
 # ---- section 2: trained twins --------------------------------------------------------------------------------
 
-def trained_twins_section() -> None:
-    bundled = weights.bundled_models()
+def pick_twins(bundled: dict) -> wiring.TrainedTwins | None:
+    """The bundled pre/post pair to compare (a picker when there are several); None (after a note) when none."""
     pairs = wiring.trained_twins(list(bundled))
     if not pairs:
         st.info("The bundled pre-norm and post-norm models are not here yet (they are being trained and will "
                 "appear in gptviz/models/). Meanwhile, train a pair yourself on the Train page.")
-        return
-    twins = pairs[0]
-    if len(pairs) > 1:
-        stem = st.selectbox("Twins", [p.stem for p in pairs], key="twins_stem")
-        twins = next(p for p in pairs if p.stem == stem)
-    names = {"pre": twins.pre, "post": twins.post}
+        return None
+    if len(pairs) == 1:
+        return pairs[0]
+    stem = st.selectbox("Twins", [p.stem for p in pairs], key=K.TWINS_STEM)
+    return next(p for p in pairs if p.stem == stem)
+
+
+def recipe_note(bundled: dict, names: dict[str, str]) -> None:
+    """Whether the twins were trained alike; if not, how they differ, before any curve is compared."""
     records = {norm: json.loads((bundled[name] / "config.json").read_text()).get("training", {})
                for norm, name in names.items()}
     differences = recipe_differences(records["pre"], records["post"])
@@ -330,138 +441,198 @@ def trained_twins_section() -> None:
                    + "; ".join(differences[:6]) + ("; ..." if len(differences) > 6 else "")
                    + ". Each model card has its full recipe.")
 
-    histories = {norm: wiring.load_history(bundled[name]) for norm, name in names.items()}
-    st.subheader("Loss curves")
-    if all(h is not None for h in histories.values()):
-        smooth = st.slider("Smoothing of the training loss", 0.0, 0.99, 0.9, 0.01, key="twins_smooth",
-                           help="Exponential moving average; 0 shows the raw per-batch loss.")
-        try:
-            refs = reference_losses(twins.pre)
-        except (OSError, ValueError) as err:
-            refs = {}
-            st.caption(f"Baselines unavailable: {err}")
-        runs = {f"{norm}-norm": h["history"] for norm, h in histories.items()}
-        c = st.columns([1.6, 1])
-        with c[0]:
-            display.show_figure(fig_train.loss_curves(runs, smooth, refs), key="twins_loss_fig")
-            switch = fig_train.full_vocab_switch(runs)
-            if switch is not None:
-                st.caption(f"Before step {switch} (shaded) the training loss was normalised over only the token "
-                           f"ids the training text uses, a cheaper softmax, so it reads lower than a loss over all "
-                           f"50,257 ids; validation losses are always over all ids.")
-            if any(h.get("settings", {}).get("copy_fraction") for h in histories.values()):
-                st.caption("The training loss averages over both kinds of window, the plays and the repeated "
-                           "random sequences (whose first copy no model can predict), so it is not comparable with "
-                           "the validation loss, which is on held-out plays only.")
-        with c[1]:
-            table = {}
-            for norm, h in histories.items():
-                s = h.get("settings", {})
-                vals = [r["val_loss"] for r in h["history"] if r.get("val_loss") is not None]
-                table[names[norm]] = {"steps": str(h["history"][-1]["step"]),
-                                      "final train loss": f"{h['history'][-1]['train_loss']:.3f}",
-                                      "final validation loss": f"{vals[-1]:.3f}" if vals else "–",
-                                      "best validation loss": f"{min(vals):.3f}" if vals else "–",
-                                      "peak learning rate": f"{s['lr']:g}" if "lr" in s else "–",
-                                      "warmup steps": str(s.get("warmup", "–")),
-                                      "batch × block": f"{s.get('batch_size', '?')} × "
-                                                       f"{s.get('block_size') or 'full context'}",
-                                      "repeated-random windows": f"{s.get('copy_fraction', 0):.1%}"}
-            st.table(table)
-            differ = wiring.differing_settings({n: h.get("settings", {}) for n, h in histories.items()})
-            if differ:
-                st.caption("Trained with different " + ", ".join(
-                    f"{key} ({', '.join(f'{n}-norm {v}' for n, v in by_norm.items())})"
-                    for key, by_norm in differ.items()) + "; gptviz/models/README.md says why.")
-            vals = {n: [r["val_loss"] for r in h["history"] if r.get("val_loss") is not None]
-                    for n, h in histories.items()}
-            if all(vals.values()):
-                better = min(vals, key=lambda n: vals[n][-1])
-                st.caption(f"Final validation loss: {better}-norm is lower by "
-                           f"{abs(vals['pre'][-1] - vals['post'][-1]):.3f} nats/token.")
-        with st.expander("Gradient norm and learning rate during training"):
-            clip = histories["pre"].get("settings", {}).get("grad_clip")
-            display.show_figure(fig_train.training_dynamics(runs, clip), key="twins_dyn_fig")
-    else:
-        st.info("No readable history.json beside these checkpoints, so no loss curves.")
 
+def training_table(names: dict[str, str], histories: dict[str, dict]) -> dict[str, dict[str, str]]:
+    """Each twin's run in one column: steps, final and best losses, the settings that shape the curves."""
+    table = {}
+    for norm, h in histories.items():
+        s = h.get("settings", {})
+        vals = val_losses(h)
+        table[names[norm]] = {"steps": str(h["history"][-1]["step"]),
+                              "final train loss": f"{h['history'][-1]['train_loss']:.3f}",
+                              "final validation loss": f"{vals[-1]:.3f}" if vals else "–",
+                              "best validation loss": f"{min(vals):.3f}" if vals else "–",
+                              "peak learning rate": f"{s['lr']:g}" if "lr" in s else "–",
+                              "warmup steps": str(s.get("warmup", "–")),
+                              "batch × block": f"{s.get('batch_size', '?')} × "
+                                               f"{s.get('block_size') or 'full context'}",
+                              "repeated-random windows": f"{s.get('copy_fraction', 0):.1%}"}
+    return table
+
+
+def loss_curve_notes(runs: dict, histories: dict[str, dict]) -> None:
+    """What the loss figure's training curve averages over, when that is not what validation measures."""
+    switch = fig_train.full_vocab_switch(runs)
+    if switch is not None:
+        st.caption(f"Before step {switch} (shaded) the training loss was normalised over only the token "
+                   f"ids the training text uses, a cheaper softmax, so it reads lower than a loss over all "
+                   f"50,257 ids; validation losses are always over all ids.")
+    if any(h.get("settings", {}).get("copy_fraction") for h in histories.values()):
+        st.caption("The training loss averages over both kinds of window, the plays and the repeated "
+                   "random sequences (whose first copy no model can predict), so it is not comparable with "
+                   "the validation loss, which is on held-out plays only.")
+
+
+def training_summary(names: dict[str, str], histories: dict[str, dict]) -> None:
+    """The table of the two runs, the settings they differ in and which ended lower."""
+    st.table(training_table(names, histories))
+    differ = wiring.differing_settings({n: h.get("settings", {}) for n, h in histories.items()})
+    if differ:
+        st.caption("Trained with different " + ", ".join(
+            f"{key} ({', '.join(f'{n}-norm {v}' for n, v in by_norm.items())})"
+            for key, by_norm in differ.items()) + "; gptviz/models/README.md says why.")
+    vals = {n: val_losses(h) for n, h in histories.items()}
+    if all(vals.values()):
+        better = min(vals, key=lambda n: vals[n][-1])
+        st.caption(f"Final validation loss: {better}-norm is lower by "
+                   f"{abs(vals['pre'][-1] - vals['post'][-1]):.3f} nats/token.")
+
+
+def loss_curves_section(twins: wiring.TrainedTwins, names: dict[str, str], histories: dict[str, dict]) -> None:
+    st.subheader("Loss curves")
+    if not all(h is not None for h in histories.values()):
+        st.info("No readable history.json beside these checkpoints, so no loss curves.")
+        return
+    smooth = st.slider("Smoothing of the training loss", 0.0, 0.99, 0.9, 0.01, key=K.TWINS_SMOOTH,
+                       help="Exponential moving average; 0 shows the raw per-batch loss.")
+    try:
+        refs = reference_losses(twins.pre)
+    except (OSError, ValueError) as err:
+        refs = {}
+        st.caption(f"Baselines unavailable: {err}")
+    runs = {f"{norm}-norm": h["history"] for norm, h in histories.items()}
+    c = st.columns([1.6, 1])
+    with c[0]:
+        display.show_figure(fig_train.loss_curves(runs, smooth, refs), key=K.TWINS_LOSS_FIG)
+        loss_curve_notes(runs, histories)
+    with c[1]:
+        training_summary(names, histories)
+    with st.expander("Gradient norm and learning rate during training"):
+        clip = histories["pre"].get("settings", {}).get("grad_clip")
+        display.show_figure(fig_train.training_dynamics(runs, clip), key=K.TWINS_DYN_FIG)
+
+
+@dataclass
+class LoadedTwins:
+    """The two trained models as the prompt sections read them."""
+    names: dict[str, str]                   # {"pre": model name, "post": model name}
+    specs: dict[str, models.ModelSpec]
+    cfg: GPTConfig
+    ids: tuple[int, ...]
+    labels: list[str]
+
+
+def load_twins(names: dict[str, str]) -> LoadedTwins | None:
+    """Both twins loaded and the sidebar prompt fitted to them; None (after a message) when either fails."""
     specs = {norm: models.ModelSpec(K.SOURCE_BUNDLED, name, norm) for norm, name in names.items()}
     try:
         with st.spinner("Loading the twins…"):
             loaded = {norm: models.load_model(spec) for norm, spec in specs.items()}
     except (weights.CheckpointError, ConfigError, ValueError, OSError, RuntimeError) as err:
         st.error(f"Could not load the twins: {err}")
-        return
+        return None
     cfg = loaded["pre"].config
     prompt = sidebar.prompt_tokens(cfg.n_ctx, vocab_size=cfg.vocab_size)
     if prompt is None:
-        return
-    ids = prompt.ids
-    labels = token_labels(ids)
+        return None
+    return LoadedTwins(names, specs, cfg, prompt.ids, token_labels(prompt.ids))
 
+
+def twins_attention(tw: LoadedTwins) -> dict | None:
+    """One head of each twin side by side. Returns each twin's (logits, cache) on the prompt; None after an error."""
+    cfg = tw.cfg
     st.subheader("Attention on the prompt")
     a = st.columns([1, 1, 3])
-    clamp("twins_layer", cfg.n_layers - 1)
-    clamp("twins_head", cfg.n_heads - 1)
-    layer = int(a[0].number_input("Layer", 0, cfg.n_layers - 1, step=1, key="twins_layer"))
-    head = int(a[1].number_input("Head", 0, cfg.n_heads - 1, step=1, key="twins_head"))
+    layer, head = layer_and_head(a, K.TWINS_LAYER, K.TWINS_HEAD, cfg.n_layers, cfg.n_heads)
     names_wanted = tuple(f"blocks.{i}.attn.hook_pattern" for i in range(cfg.n_layers))
     try:
-        caps = {norm: models.capture_cache(spec, ids, names_wanted) for norm, spec in specs.items()}
+        caps = {norm: models.capture_cache(spec, tw.ids, names_wanted) for norm, spec in tw.specs.items()}
     except (ValueError, RuntimeError) as err:
         st.error(f"Could not run the twins on this prompt: {err}")
-        return
-    pats = {norm: caps[norm][1].pattern(layer)[head].numpy() for norm in specs}
-    all_pats = {norm: caps[norm][1].patterns().numpy() for norm in specs}
+        return None
+    pats = {norm: caps[norm][1].pattern(layer)[head].numpy() for norm in tw.specs}
+    all_pats = {norm: caps[norm][1].patterns().numpy() for norm in tw.specs}
     tv = wiring.attention_tv_distance(all_pats["pre"], all_pats["post"])
     a[2].caption(f"Trained separately, the twins' heads need not line up (head {head} of one has no reason to "
                  f"do head {head}'s job in the other). Layer {layer}, head {head}: mean TV distance "
                  f"{tv[layer, head]:.3f}; across all heads {tv.mean():.3f}.")
-    display.show_figure(fig_norms.attention_pair(pats["pre"], pats["post"], labels, f"Layer {layer}, head {head}"),
-                   key="twins_attn_fig")
+    display.show_figure(fig_norms.attention_pair(pats["pre"], pats["post"], tw.labels, f"Layer {layer}, head {head}"),
+                        key=K.TWINS_ATTN_FIG)
+    return caps
 
+
+def next_token_section(tw: LoadedTwins, caps: dict) -> None:
+    ids, labels = tw.ids, tw.labels
     st.subheader("Next-token distributions")
-    if state.get("twins_pos_ids") != ids:  # a new prompt: start at its last token
-        state["twins_pos_ids"] = ids
-        state["twins_pos"] = len(ids) - 1
+    if state.get(K.TWINS_POS_IDS) != ids:  # a new prompt: start at its last token
+        state[K.TWINS_POS_IDS] = ids
+        state[K.TWINS_POS] = len(ids) - 1
     pos = st.select_slider("After the token at position", options=list(range(len(ids))),
-                           format_func=lambda i: f"{i}: {labels[i]}", key="twins_pos")
+                           format_func=lambda i: f"{i}: {labels[i]}", key=K.TWINS_POS)
     dists, entropy = {}, {}
-    for norm in specs:
+    for norm in tw.specs:
         probs = torch.softmax(caps[norm][0][pos].float(), -1)
         top = probs.topk(10)
         dists[f"{norm}-norm"] = [(label, float(p)) for label, p in
                                  zip(token_labels(top.indices.tolist()), top.values)]
         entropy[norm] = float(-(probs * probs.clamp_min(1e-30).log()).sum())
-    display.show_figure(fig_train.next_token_bars(dists, f"position {pos}"), key="twins_next_fig")
+    display.show_figure(fig_train.next_token_bars(dists, f"position {pos}"), key=K.TWINS_NEXT_FIG)
     truth = f" The prompt's actual next token is {labels[pos + 1]!r}." if pos + 1 < len(ids) else ""
     st.caption(f"Entropy of the full distribution: pre-norm {entropy['pre']:.2f} nats, post-norm "
                f"{entropy['post']:.2f} nats.{truth}")
 
+
+def twins_generation(tw: LoadedTwins) -> None:
+    ids = tw.ids
     st.subheader("Generation with the same seed")
     g = st.columns(4)
-    new_tokens = g[0].slider("New tokens", 5, 120, 40, key="twins_gen_tokens")
-    temperature = g[1].slider("Temperature", 0.0, 2.0, 0.8, 0.05, key="twins_gen_temp",
+    new_tokens = g[0].slider("New tokens", 5, 120, 40, key=K.TWINS_GEN_TOKENS)
+    temperature = g[1].slider("Temperature", 0.0, 2.0, 0.8, 0.05, key=K.TWINS_GEN_TEMP,
                               help="0 is greedy: always the most probable token.")
-    top_k = g[2].number_input("Top-k (0 = off)", 0, GPT2_VOCAB, 40, key="twins_gen_topk")
-    seed = int(g[3].number_input("Seed", 0, 2**31 - 1, 0, key="twins_gen_seed"))
+    top_k = g[2].number_input("Top-k (0 = off)", 0, GPT2_VOCAB, 40, key=K.TWINS_GEN_TOPK)
+    seed = int(g[3].number_input("Seed", 0, 2**31 - 1, 0, key=K.TWINS_GEN_SEED))
     try:
         check_sampling(temperature, int(top_k) or None, None, new_tokens)
         outs = {norm: generate_cached(spec, ids, new_tokens, float(temperature), int(top_k) or None, seed)
-                for norm, spec in specs.items()}
+                for norm, spec in tw.specs.items()}
     except (ValueError, RuntimeError) as err:
         st.error(f"Could not generate: {err}")
         return
     c = st.columns(2)
-    for col, norm in zip(c, specs):
-        col.markdown(f"**{names[norm]}**")
+    for col, norm in zip(c, tw.specs):
+        col.markdown(f"**{tw.names[norm]}**")
         col.code(decode(outs[norm][len(ids):]), language=None, wrap_lines=True)
     st.caption("Same seed, same sampling settings: the random numbers drawn are the same, so the texts differ "
                "only through the two models' probabilities. The prompt is not repeated above.")
 
 
-tab1, tab2 = st.tabs(["Same weights, two wirings", "Trained twins"])
-with tab1:
-    same_weights_section()
-with tab2:
-    trained_twins_section()
+def trained_twins_section() -> None:
+    bundled = weights.bundled_models()
+    twins = pick_twins(bundled)
+    if twins is None:
+        return
+    names = {"pre": twins.pre, "post": twins.post}
+    recipe_note(bundled, names)
+    histories = {norm: wiring.load_history(bundled[name]) for norm, name in names.items()}
+    loss_curves_section(twins, names, histories)
+    tw = load_twins(names)
+    if tw is None:
+        return
+    caps = twins_attention(tw)
+    if caps is None:
+        return
+    next_token_section(tw, caps)
+    twins_generation(tw)
+
+
+def main() -> None:
+    st.title("Pre-norm vs post-norm")
+    st.caption(INTRO)
+    tab1, tab2 = st.tabs(list(TABS))
+    with tab1:
+        same_weights_section()
+    with tab2:
+        trained_twins_section()
+
+
+main()

@@ -28,8 +28,6 @@ SUFFIXES = ("hook_resid_pre", "hook_attn_out", "hook_resid_mid", "mlp.hook_post"
 # rather than holding (and caching) hundreds of MB of weights.
 PATTERN_BUDGET = 256 * 2**20
 # A capture without the hooks asked for: the server kept a model built by gptviz code it has since reloaded.
-STALE_CAPTURE = ("The capture came back without the hook points it asked for. This happens when gptviz's code "
-                 "changed while the app was running: clear the cache (⋮ menu, top right) or restart the app.")
 TABS = ("Residual stream", "MLP neurons", "Norm inputs", "Logit lens", "Head detectors", "Export")
 
 
@@ -95,15 +93,7 @@ def read_prompt() -> Seen:
     ids = sidebar.require_prompt(cfg.n_ctx, cfg.vocab_size).ids
     pattern_bytes = 4 * cfg.n_layers * cfg.n_heads * len(ids) * len(ids)
     names = hook_names(cfg.n_layers, pattern_bytes <= PATTERN_BUDGET)
-    try:
-        with st.spinner("Running the model on the prompt..."):
-            _, cache = models.capture_cache(spec, ids, names)
-    except (ValueError, RuntimeError, KeyError) as err:
-        st.error(f"The model could not run on this prompt: {err}")
-        st.stop()
-    if any(name not in cache for name in names):
-        st.error(STALE_CAPTURE)
-        st.stop()
+    cache = models.require_capture(spec, ids, names)
     return Seen(spec, model, ids, token_labels(ids), position_labels(ids), names, pattern_bytes, cache)
 
 

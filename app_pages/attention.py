@@ -18,7 +18,7 @@ from gptviz.app import keys as K
 from gptviz.app import live
 from gptviz.app.component import attention_map as amap
 from gptviz.app.display import MEAN_HEAD, figure_download, head_name, md_text, show_figure
-from gptviz.app.models import ModelSpec, attention_page_names, capture_cache, induction_scores
+from gptviz.app.models import ModelSpec, attention_page_names, induction_scores, require_capture
 from gptviz.app.sidebar import MAX_PROMPT_CHARS, keep_valid, require_model, require_prompt
 from gptviz.figures import attention as fa
 from gptviz.figures import generation as fg
@@ -86,12 +86,7 @@ def read_prompt() -> Seen:
                    f"layer and head grow with the square of the length, and {cfg.n_layers} x {cfg.n_heads} heads "
                    f"over more tokens would take over {CAPTURE_BYTES // 2**20} MiB.")
         ids = ids[-longest:]
-    try:
-        with st.spinner("Running the model on the prompt..."):
-            _, cache = capture_cache(spec, ids, attention_page_names(cfg.n_layers, cfg.norm))
-    except (ValueError, RuntimeError, IndexError) as err:
-        st.error(f"The model could not run on this prompt: {err}")
-        st.stop()
+    cache = require_capture(spec, ids, attention_page_names(cfg.n_layers, cfg.norm))
     return Seen(spec, model, tuple(ids), token_labels(ids), cache, cache.patterns())
 
 

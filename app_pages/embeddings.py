@@ -24,8 +24,6 @@ EMBED_HOOKS = ("hook_embed", "hook_pos_embed", "blocks.0.hook_resid_pre")
 PCA_SAMPLE_SIZES = (500, 1000, 2000, 5000)
 MAX_DIMS = 256  # per panel: T x 256 cells x 3 panels stays light in the browser
 # A capture without the hooks asked for: the server kept a model built by gptviz code it has since reloaded.
-STALE_CAPTURE = ("The capture came back without the hook points it asked for. This happens when gptviz's code "
-                 "changed while the app was running: clear the cache (⋮ menu, top right) or restart the app.")
 
 
 @dataclass
@@ -71,15 +69,7 @@ def read_prompt(spec: models.ModelSpec, cfg: GPTConfig) -> Embedded | None:
     if prompt is None:
         return None
     ids = prompt.ids
-    try:
-        with st.spinner("Running the model on the prompt..."):
-            _, cache = models.capture_cache(spec, ids, EMBED_HOOKS)
-    except (ValueError, RuntimeError, KeyError) as err:
-        st.error(f"The model could not run on this prompt: {err}")
-        st.stop()
-    if any(name not in cache for name in EMBED_HOOKS):
-        st.error(STALE_CAPTURE)
-        st.stop()
+    cache = models.require_capture(spec, ids, EMBED_HOOKS)
     return Embedded(ids, token_labels(ids), *(cache[name] for name in EMBED_HOOKS))
 
 

@@ -163,3 +163,22 @@ def attention_page_names(n_layers: int, norm: str) -> tuple[str, ...]:
     and value-weighted views recompute the rest with the weights (so no view or layer switch reruns the model)."""
     from ..head_steps import attention_input_name
     return pattern_names(n_layers) + tuple(attention_input_name(i, norm) for i in range(n_layers))
+
+
+STALE_CAPTURE = ("The capture came back without the hook points it asked for. This happens when gptviz's code "
+                 "changed while the app was running: restart the app.")
+
+
+def require_capture(spec: ModelSpec, ids: tuple[int, ...], names: tuple[str, ...]) -> ActivationCache:
+    """A page's capture of the prompt (with a spinner), or a clear message and the page stops: the model could not
+    run on it (too long for the budget, bad ids), or a model built by older code recorded other hook points."""
+    try:
+        with st.spinner("Running the model on the prompt..."):
+            _, cache = capture_cache(spec, ids, names)
+    except (ValueError, RuntimeError, IndexError, KeyError) as err:
+        st.error(f"The model could not run on this prompt: {err}")
+        st.stop()
+    if any(name not in cache for name in names):
+        st.error(STALE_CAPTURE)
+        st.stop()
+    return cache

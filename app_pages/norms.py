@@ -544,7 +544,7 @@ def twins_attention(tw: LoadedTwins) -> dict | None:
     st.subheader("Attention on the prompt")
     a = st.columns([1, 1, 3])
     layer, head = layer_and_head(a, K.TWINS_LAYER, K.TWINS_HEAD, cfg.n_layers, cfg.n_heads)
-    names_wanted = tuple(f"blocks.{i}.attn.hook_pattern" for i in range(cfg.n_layers))
+    names_wanted = models.pattern_names(cfg.n_layers)
     try:
         caps = {norm: models.capture_cache(spec, tw.ids, names_wanted) for norm, spec in tw.specs.items()}
     except (ValueError, RuntimeError) as err:

@@ -17,6 +17,7 @@ from gptviz.figures import attention as fa
 from gptviz.figures import flow as figs_flow
 from gptviz.figures import why as figs
 from gptviz.generate import generate
+from gptviz.hooks import act_name
 from gptviz.interventions import ablate_heads, run_with_edits
 from gptviz.tokenizer import decode, encode, fit_vocabulary, token_labels
 
@@ -54,7 +55,7 @@ def head_edits(spec: models.ModelSpec, ids: tuple[int, ...], heads: tuple[tuple[
         by_layer.setdefault(layer, []).append(head)
     reference = None
     if mode == "mean" and heads:
-        _, reference = models.capture_cache(spec, ids, tuple(f"blocks.{l}.attn.hook_z" for l in sorted(by_layer)))
+        _, reference = models.capture_cache(spec, ids, tuple(act_name("z", l) for l in sorted(by_layer)))
     return [ablate_heads(layer, hs, mode, reference=reference) for layer, hs in sorted(by_layer.items())]
 
 
@@ -74,7 +75,7 @@ def continuation(spec: models.ModelSpec, ids: tuple[int, ...], heads: tuple[tupl
 @st.cache_data(max_entries=16, show_spinner=False)
 def edited_pattern(spec: models.ModelSpec, ids: tuple[int, ...], heads: tuple[tuple[int, int], ...], mode: str,
                    layer: int) -> torch.Tensor:
-    name = f"blocks.{layer}.attn.hook_pattern"
+    name = act_name("pattern", layer)
     _, cache = run_with_edits(models.load_model(spec), torch.tensor([ids]), head_edits(spec, ids, heads, mode), [name])
     return cache[name][0]
 

@@ -219,8 +219,16 @@ class LogitLens(NamedTuple):
 @torch.no_grad()
 def logit_lens(model: GPT, cache) -> LogitLens:
     """The logit lens: every residual state (entering each block, then the output of the last) decoded
-    through the final norm and the unembedding. The last row is the model's real output."""
-    states = cache.resid_stream()  # [layers + 1, T, d]
+    through the final norm and the unembedding. The last row is the model's real output.
+
+    Takes one prompt's cache, with its batch axis of 1 (`capture(model, [ids])`) or without one (the pages'
+    caches); a batch of several prompts raises ValueError."""
+    states = cache.resid_stream()  # [layers + 1, T, d], or [layers + 1, batch, T, d] with the batch axis
+    if states.dim() == 4:
+        if states.shape[1] != 1:
+            raise ValueError(f"logit_lens reads one prompt: got a batch of {states.shape[1]}; capture one prompt "
+                             "(capture(model, [ids])) or pass the cache of one row")
+        states = states[:, 0]
     target = lens_logits(model, states[-1]).argmax(-1)  # the model's own prediction at each position
     top_ids, top_probs, target_probs = [], [], []
     for state in states:  # one state at a time: [T, vocab] each, never [layers, T, vocab] at once

@@ -46,6 +46,9 @@ def direct_logit_attribution(model, ids, target: int, other: int, position: int 
     names = ["hook_embed", "hook_pos_embed", act_name("resid_post", L - 1)]
     names += [act_name("z", i) for i in range(L)] + [act_name("mlp_out", i) for i in range(L)]
     logits, cache = capture(model, ids, names)
+    if logits.shape[0] != 1:  # the split is of one prompt's stream at one position
+        raise ValueError(f"direct logit attribution reads one prompt: got a batch of {logits.shape[0]}; pass one "
+                         "sequence of ids (or a batch of one)")
     T = logits.shape[1]
     pos = position % T
     weight = lambda t: t.detach().float().cpu()  # noqa: E731  (parameters as float32 on the CPU)

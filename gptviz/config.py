@@ -108,7 +108,7 @@ PRESETS: dict[str, GPTConfig] = {
     # GPT-1 (Radford et al. 2018), post-norm, 40,000-token vocabulary. Our model keeps a final norm in both
     # wirings so that one set of weights runs either way; the reference count (116,169,216) includes it.
     "gpt1": _preset("gpt1", vocab_size=40000, n_ctx=512, d_model=768, n_layers=12, n_heads=12,
-                    norm="post", activation="gelu"),
+                    norm="post", activation="gelu_tanh"),  # GPT-1 used the tanh approximation of GELU
     "gpt2-small": _preset("gpt2-small", d_model=768, n_layers=12, n_heads=12, **_GPT2),
     "gpt2-medium": _preset("gpt2-medium", d_model=1024, n_layers=24, n_heads=16, **_GPT2),
     "gpt2-large": _preset("gpt2-large", d_model=1280, n_layers=36, n_heads=20, **_GPT2),

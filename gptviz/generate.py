@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -185,3 +186,33 @@ def generate(model: GPT, ids, max_new_tokens: int = 32, temperature: float = 1.0
                          use_cache=use_cache, edits=edits):
         seq.append(record.token_id)
     return seq
+
+
+class StepSummary(NamedTuple):
+    """One generation step, compact enough to keep in session state (no full-vocabulary tensors)."""
+    token_id: int
+    piece: str
+    position: int                  # index of the new token in prompt + generated
+    prob: float                    # its probability after temperature
+    rank: int                      # 1 = the most probable token
+    entropy: float                 # of the distribution after temperature, in nats
+    top: list                      # [(id, probability, kept by top-k/top-p)], most probable first
+    n_allowed: int                 # tokens kept by top-k/top-p (1 when greedy)
+    kept_mass: float               # their total probability
+    attention: torch.Tensor | None  # [layers, heads, keys]: the predicting query's row
+    window_start: int              # position of the first key the model saw
+    context_shifted: bool
+
+
+def step_summary(record, top_n: int = 20) -> StepSummary:
+    """Summarise a gptviz.generate.StepRecord: the sampled token's probability, rank and the entropy."""
+    probs, token = record.probs.float(), int(record.token_id)
+    p = float(probs[token])
+    # one fused op each where possible: this runs once per new token, beside the model (entr(0) = 0)
+    return StepSummary(
+        token_id=token, piece=record.piece, position=int(record.position), prob=p,
+        rank=int((probs > p).sum()) + 1, entropy=float(torch.special.entr(probs).sum()),
+        top=record.top(top_n), n_allowed=int(record.allowed.sum()),
+        kept_mass=float(torch.where(record.allowed, probs, 0.0).sum()),
+        attention=None if record.attention is None else record.attention.float().cpu(),
+        window_start=int(record.window_start), context_shifted=bool(record.context_shifted))

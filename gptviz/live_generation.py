@@ -18,8 +18,7 @@ from collections.abc import Callable
 
 import torch
 
-from .analysis import StepSummary, step_summary
-from .generate import stream
+from .generate import StepSummary, step_summary, stream
 from .model import GPT
 
 

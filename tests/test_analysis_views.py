@@ -127,6 +127,38 @@ def test_logit_lens_first_layer_decodes_the_embeddings():
     assert not torch.is_grad_enabled() or lens.top_probs.grad_fn is None
 
 
+
+def _lens_by_hand(model, cache_batched, ids):
+    """target_probs recomputed state by state: ln_f then lm_head on each residual state [T, d], softmax, and the
+    probability of the model's own final prediction at each position."""
+    states = [cache_batched[f"blocks.{i}.hook_resid_pre"][0] for i in range(L)]
+    states.append(cache_batched[f"blocks.{L - 1}.hook_resid_post"][0])
+    with torch.no_grad():
+        final = model(ids[None])[0].argmax(-1)
+        rows = [model.lm_head(model.ln_f(s)).softmax(-1)[torch.arange(T), final] for s in states]
+    return final, torch.stack(rows)
+
+
+def test_logit_lens_reads_each_positions_own_distribution_on_a_capture_with_its_batch_axis():
+    """`logits, cache = capture(model, [ids])` (the README's call) keeps a batch axis of 1: each position's target
+    probability must come from that position's distribution, as from the unbatched cache the pages pass."""
+    model = build(seed=11)
+    ids = random_ids(T, seed=12)
+    _, cache = capture(model, ids[None])
+    final, by_hand = _lens_by_hand(model, cache, ids)
+    for c in (cache, unbatched(model, ids)[1]):
+        lens = analysis.logit_lens(model, c)
+        torch.testing.assert_close(lens.target_probs.reshape(L + 1, T), by_hand, rtol=1e-5, atol=1e-7)
+        torch.testing.assert_close(lens.target_ids.reshape(T), final)
+        assert lens.target_probs.shape == lens.top_ids.shape == (L + 1, T) and lens.target_ids.shape == (T,)
+
+
+def test_logit_lens_refuses_a_batch_of_two_clearly():
+    model = build(seed=11)
+    _, cache = capture(model, random_ids(T, batch=2, seed=12))
+    with pytest.raises(ValueError, match="one prompt.*batch of 2"):
+        analysis.logit_lens(model, cache)
+
 # ---- MLP neurons ------------------------------------------------------------------------------------------
 
 def test_top_neurons_are_the_largest_activations(model):

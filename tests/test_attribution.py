@@ -27,6 +27,17 @@ def test_direct_attribution_parts_sum_to_the_logit_difference(norm_type):
     assert dla.values.abs().min() < dla.values.abs().max()  # not one number spread evenly
 
 
+def test_direct_attribution_of_a_batch_of_two_raises_naming_the_batch():
+    """One prompt at a time (the split is of one position's stream); a batch of one is the same prompt."""
+    model = build(seed=3)
+    ids = random_ids(11, batch=2, seed=1)
+    with pytest.raises(ValueError, match="one prompt.*batch of 2"):
+        direct_logit_attribution(model, ids, target=7, other=40)
+    one, batched = direct_logit_attribution(model, ids[0], 7, 40), direct_logit_attribution(model, ids[:1], 7, 40)
+    torch.testing.assert_close(one.values, batched.values)
+    assert one.logit_diff == batched.logit_diff
+
+
 def test_direct_attribution_of_a_head_is_what_removing_it_from_the_final_stream_takes_away(model):
     """With the final norm's scale held fixed, a head's part is exactly the logit difference lost when its
     output is subtracted from the last residual stream."""

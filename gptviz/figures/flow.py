@@ -8,9 +8,11 @@ import plotly.graph_objects as go
 from .common import apply_layout, escaped, legend_on_top_room, token_axis
 
 COLORS = {"attention": "#2f6db5", "residual": "#9a9a9a", "mlp": "#e07b22"}
-NAMES = {"attention": "attention (key's stream → query)", "residual": "residual (the skip)",
+NAMES = {"attention": "attention (key's stream → query)", "residual": "residual (the skip, with self-attention)",
          "mlp": "MLP (its output into the stream)"}
-HOVER = {"attention": "a query reads a key's stream", "residual": "the skip", "mlp": "the MLP's output"}
+# The skip into an attention sum carries the token's attention to itself too: the tool's graph has one edge there.
+HOVER = {"attention": "a query reads a key's stream", "residual": "the skip (into attention: with the token's "
+         "attention to itself)", "mlp": "the MLP's output"}
 WIDTH_BINS = (0.1, 0.25, 0.5, 0.75)  # importances are drawn in five line widths (one trace each: fast to draw)
 WIDTHS = (1.0, 2.0, 3.5, 5.5, 8.0)
 MLP_DX = 0.3                          # the MLP's node sits beside its position's stream
@@ -27,8 +29,6 @@ def _segments(edge) -> list[tuple[float, float, float, float]]:
     if edge.kind == "mlp":
         x, ym = edge.target + MLP_DX, (y0 + y1) / 2
         return [(edge.source, y0, x, ym), (x, ym, edge.target, y1)]
-    if edge.kind == "attention" and edge.source == edge.target:  # a query reading itself: beside the skip
-        return [(edge.source - 0.12, y0, edge.target - 0.12, y1)]
     return [(edge.source, y0, edge.target, y1)]
 
 

@@ -371,30 +371,32 @@ def saliency_tab(ask: Ask) -> None:
 # ---- Information flow --------------------------------------------------------------------------------------------
 
 FLOW_NOTE = ("Which earlier tokens and sub-layers the last token's output is built from (Ferrando & Voita, "
-             "2024; the graph of the LLM Transparency Tool). Each residual update is a sum: the stream so far "
-             "(the skip), what attention brings from every earlier token, and the MLP's output. Each part's "
-             "share of its sum is how much closer it is to the sum than nothing is (L1 distance), normalised. "
-             "Parts whose share reaches the threshold are drawn, from the output down. It does not depend on "
-             "the target and rival above.")
+             "2024): the LLM Transparency Tool's graph, with its \"Renormalize after threshold\" off. Each residual "
+             "update is a sum: the stream so far (the skip), what each head brings from each earlier token, and "
+             "the MLP's output. Each part's share of its sum is how much closer it is to the sum than nothing is "
+             "(L1 distance, floored at 1e-5), normalised; an edge adds its heads' shares, and a token's attention "
+             "to itself is drawn with the skip as one edge. The output bias (with the heads' value biases folded "
+             "in) is part of the sum but no part of its own. Parts whose share exceeds the threshold are drawn, "
+             "from the output down. It does not depend on the target and rival above.")
 FLOW_POST_NORM = ("The information-flow graph needs the pre-norm wiring, like direct attribution: in post-norm each "
                   "block's LayerNorm rescales the stream after the addition, so it is not a sum of its parts.")
 
 
 def attention_edges_table(edges: list, labels: list[str], n_heads: int) -> pd.DataFrame:
-    """The attention edges, largest share first, with the head that wrote most of each."""
+    """The attention edges, largest share first, with the head whose share of each is largest."""
     rows = sorted(edges, key=lambda e: -e.importance)
     return pd.DataFrame({"layer": [e.layer for e in rows], "from token": [labels[e.source] for e in rows],
                          "from position": [e.source for e in rows],
                          "to token": [labels[e.target] for e in rows],
                          "to position": [e.target for e in rows], "share": [e.importance for e in rows],
-                         "largest head write": [f"L{e.layer}H{e.head}: {e.head_share:.0%} (even: "
+                         "largest head share": [f"L{e.layer}H{e.head}: {e.head_share:.0%} (even: "
                                                 f"{1 / n_heads:.0%})" for e in rows]})
 
 
 def flow_tab(ask: Ask) -> None:
     if post_norm_says_why_not(ask.cfg, FLOW_POST_NORM):
         return
-    threshold = st.slider("Threshold: smallest share drawn", 0.01, 0.5, 0.04, 0.01, key=K.WHY_FLOW_THRESHOLD,
+    threshold = st.slider("Threshold: shares above it are drawn", 0.01, 0.5, 0.04, 0.01, key=K.WHY_FLOW_THRESHOLD,
                           help="Lower shows more of the graph; the routes with the largest shares stay.")
     try:
         with st.spinner("Splitting every residual sum into its parts..."):
@@ -405,8 +407,9 @@ def flow_tab(ask: Ask) -> None:
     labels = ask.labels
     kinds = {k: [e for e in graph.edges if e.kind == k] for k in ("attention", "mlp", "residual")}
     sources = {e.source for e in kinds["attention"] if e.source != graph.position}
-    st.caption(f"{len(graph.edges)} edges at share >= {threshold:.2f}: {len(kinds['attention'])} through "
-               f"attention, {len(kinds['mlp'])} MLP outputs, {len(kinds['residual'])} skips. Earlier tokens "
+    st.caption(f"{len(graph.edges)} edges at share > {threshold:.2f}: {len(kinds['attention'])} through "
+               f"attention, {len(kinds['mlp'])} MLP outputs, {len(kinds['residual'])} skips (with self-attention "
+               "where a token reads itself). Earlier tokens "
                f"the output reads: {len(sources)} of {graph.n_tokens - 1}.")
     display.show_figure(figs_flow.flow_figure(graph, labels, n_heads=ask.cfg.n_heads,
                                               title="Information flow into the prediction after "

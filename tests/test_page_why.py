@@ -133,12 +133,12 @@ def test_information_flow_view_draws_the_librarys_graph():
                 for e in graph.edges if e.kind == "attention"]
     assert sorted(drawn) == sorted(expected) and drawn
     counts = next(c.value for c in at.caption if "edges at share" in c.value)
-    assert counts.startswith(f"{len(graph.edges)} edges at share >= 0.05")
+    assert counts.startswith(f"{len(graph.edges)} edges at share > 0.05")
     table = at.dataframe[0].value
     assert len(table) == len(expected) and list(table["share"]) == sorted(
         (e.importance for e in graph.edges if e.kind == "attention"), reverse=True)
     top = max((e for e in graph.edges if e.kind == "attention"), key=lambda e: e.importance)
-    assert table["largest head write"][0] == f"L{top.layer}H{top.head}: {top.head_share:.0%} (even: 25%)"
+    assert table["largest head share"][0] == f"L{top.layer}H{top.head}: {top.head_share:.0%} (even: 25%)"
 
 
 def test_information_flow_on_post_norm_says_why_not():

@@ -16,7 +16,7 @@ from gptviz import analysis
 from gptviz import limits
 from gptviz.app import display, models, sidebar
 from gptviz.app import keys as K
-from gptviz.export import capture_nbytes, matrix_frame, prompt_capture_npz
+from gptviz.export import export_nbytes, matrix_frame, prompt_capture_npz
 from gptviz.figures import activations as figs
 from gptviz.hooks import ActivationCache
 from gptviz.model import GPT
@@ -276,7 +276,7 @@ def export_tab(seen: Seen) -> None:
                 "name (no batch axis), plus `ids` and `tokens`. Load it with `numpy.load`.")
     include_attention = st.checkbox("Include attention scores and patterns ([heads, T, T] per layer)", value=True,
                                     key=K.ACT_NPZ_ATTN)
-    size = capture_nbytes(seen.cfg, seen.T, include_attention)
+    size = export_nbytes(seen.cfg, seen.T, include_attention)
     st.caption(f"About {size / 2**20:,.1f} MiB of float32 before compression. The file is built when you click.")
     too_big = size > limits.server_limits().export_bytes
     if too_big:

@@ -20,6 +20,7 @@ from .hooks import act_name, capture
 from .model import GPT
 from .tokenizer import get_tokenizer
 from .train import TrainSettings, lm_loss, most_frequent_ids
+from .wiring import differing_settings
 
 # A speaker's name alone on its line, as the complete works write it: "Ham.", "KING.", "First Clown.", "SIR TOBY."
 SPEAKER_LINE = re.compile(r"^[A-Z][A-Za-z']*(?: [A-Z][A-Za-z']*){0,2}\.$", re.M)
@@ -142,7 +143,8 @@ def stage_init(stage: dict) -> str:
 
 def recipe_differences(pre: dict, post: dict) -> list[str]:
     """How two checkpoints' training records differ, past post-norm's warmup (which twins may differ in):
-    the number of stages, the data, and each stage's settings, as short phrases; [] when trained alike."""
+    the number of stages, the data, and each stage's settings (compared by wiring.differing_settings, a setting
+    missing from a record standing at its default), as short phrases; [] when trained alike."""
     a, b = training_stages(pre), training_stages(post)
     if len(a) != len(b):
         return [f"the pre-norm model trained in {len(a)} stage{'s' * (len(a) != 1)}, the post-norm one in {len(b)}"]
@@ -154,10 +156,10 @@ def recipe_differences(pre: dict, post: dict) -> list[str]:
             found.append(f"stage {i}: init {stage_init(x)} against {stage_init(y)}")
         if x.get("data") != y.get("data"):
             found.append(f"stage {i}: data {x.get('data')} against {y.get('data')}")
-        sx, sy = {**defaults, **x.get("settings", {})}, {**defaults, **y.get("settings", {})}
-        for key in sorted(set(sx) | set(sy)):
-            if key != "warmup" and sx.get(key) != sy.get(key):
-                found.append(f"stage {i}: {key.replace('_', ' ')} {sx.get(key)} against {sy.get(key)}")
+        differ = differing_settings({"pre": {**defaults, **x.get("settings", {})},
+                                     "post": {**defaults, **y.get("settings", {})}})
+        found += [f"stage {i}: {key.replace('_', ' ')} {v['pre']} against {v['post']}"
+                  for key, v in differ.items() if key != "warmup"]
     return found
 
 

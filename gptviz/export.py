@@ -56,12 +56,13 @@ def load_npz(data: bytes) -> dict[str, np.ndarray]:
         return {k: npz[k] for k in npz.files}
 
 
-def capture_nbytes(config, T: int, include_attention: bool = True) -> int:
-    """Float32 bytes of a capture of every hook point for T tokens (before compression), by the same per-hook
-    rule the app's capture cache checks its budget with (`hooks.hook_numel`)."""
-    from .hooks import hook_numel
+def export_nbytes(config, T: int, include_attention: bool = True) -> int:
+    """Float32 bytes of `prompt_capture_npz`'s arrays for T tokens (before compression): every hook point, less the
+    attention scores and patterns unless `include_attention`, no logits. Counted by `hooks.capture_nbytes`, the
+    rule the app's capture cache checks its budget with."""
+    from .hooks import capture_nbytes
     names = [n for n in _hook_names(config) if include_attention or not n.endswith(ATTENTION_HOOKS)]
-    return 4 * sum(hook_numel(config, n, T) for n in names)
+    return capture_nbytes(config, names, T, logits=False)
 
 
 @functools.lru_cache(maxsize=16)

@@ -250,6 +250,7 @@ def hook_numel(config, name: str, T: int) -> int:
     return T * config.d_model  # embeddings, residual stream, norms' outputs, q/k/v/z, sub-layer outputs
 
 
-def capture_nbytes(config, names: Iterable[str], T: int) -> int:
-    """Float32 bytes of a capture of `names` for T tokens, plus the logits it returns."""
-    return 4 * (sum(hook_numel(config, n, T) for n in names) + T * config.vocab_size)
+def capture_nbytes(config, names: Iterable[str], T: int, *, logits: bool = True) -> int:
+    """Float32 bytes of a capture of `names` for T tokens, plus the logits it returns (unless `logits=False`:
+    what is kept of it without them, e.g. an exported file)."""
+    return 4 * (sum(hook_numel(config, n, T) for n in names) + (T * config.vocab_size if logits else 0))

@@ -14,6 +14,11 @@ GPTVIZ_JOBS_PER_SESSION   training runs at once for one browser session (default
 GPTVIZ_TRAINING_TOKENS    tokens one training run may train on, steps x batch x block x models (default 20,000,000)
 GPTVIZ_TRAINING_SECONDS   wall time one training run may take (default 1800)
 GPTVIZ_TRAINED_KEPT       trained models kept for the sessions that trained them (default 8; the oldest go first)
+GPTVIZ_MAX_LOAD_PARAMS    the most parameters a checkpoint's config.json may describe before anything is allocated
+                          (default 2,000,000,000; weights.check_load_limits)
+GPTVIZ_MAX_LOAD_CTX       the longest context a checkpoint's config.json may ask for (default 8192)
+GPTVIZ_MODEL_DIRS         folders, separated by os.pathsep, that the "folder or Hub id" field may load from besides
+                          the bundled models and the Hugging Face cache (default none); each must be an absolute path
 """
 from __future__ import annotations
 
@@ -43,12 +48,21 @@ class ServerLimits:
     training_tokens: int = 20_000_000
     training_seconds: int = 1800
     trained_kept: int = 8
+    max_load_params: int = 2_000_000_000   # GPT-2 XL has 1,557,611,200
+    max_load_ctx: int = 8192
+    model_dirs: tuple[str, ...] = ()
 
     def __post_init__(self):
         for f in fields(self):
             value = getattr(self, f.name)
             if f.type in (int, "int") and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ValueError(f"the server limit {f.name} must be a whole number of at least 1, got {value!r}")
+        if not isinstance(self.model_dirs, tuple) or not all(isinstance(d, str) for d in self.model_dirs):
+            raise ValueError(f"the server limit model_dirs must be a tuple of folder paths, got {self.model_dirs!r}")
+        for folder in self.model_dirs:
+            # relative to what? The server's working directory is no promise, and `~` is not expanded
+            if "\x00" in folder or not os.path.isabs(folder):
+                raise ValueError(f"model_dirs must hold absolute folder paths, got {folder!r}")
         if self.capture_cache_mb + self.model_cache_mb > self.memory_mb:
             raise ValueError(f"capture_cache_mb + model_cache_mb ({self.capture_cache_mb} + {self.model_cache_mb}) "
                              f"must fit in memory_mb ({self.memory_mb})")
@@ -77,6 +91,14 @@ class ServerLimits:
             raw = environ.get(name)
             if raw is None or raw.strip() == "":
                 continue
+            if f.name == "model_dirs":  # a path list: os.pathsep-separated, blank entries skipped
+                folders = tuple(p.strip() for p in raw.split(os.pathsep) if p.strip())
+                bad = [p for p in folders if "\x00" in p or not os.path.isabs(p)]
+                if bad:
+                    raise ValueError(f"{name} must list absolute folder paths separated by {os.pathsep!r}, got "
+                                     f"{bad[0]!r}")
+                values[f.name] = folders
+                continue
             raw = raw.strip().replace("_", "").replace(",", "")
             if f.type in (bool, "bool"):
                 if raw not in ("0", "1"):
@@ -87,6 +109,9 @@ class ServerLimits:
                     values[f.name] = int(raw)
                 except ValueError:
                     raise ValueError(f"{name} must be a whole number, got {environ.get(name)!r}") from None
+                if values[f.name] < 1:
+                    raise ValueError(f"{name}: the server limit {f.name} must be a whole number of at least 1, got "
+                                     f"{environ.get(name)!r}")
         return cls(**values)
 
 

@@ -18,14 +18,23 @@ from .config import GPTConfig
 from .hooks import HookPoint, current_wants, name_hook_points, note_offset
 
 
-_passes_lock = threading.Lock()
-_passes = 0
+# Forward passes run by every GPT in this process (each call of final_hidden, so forward, capture, generation's
+# steps and training's loss all count; a batch counts once). Tests and the app's "did this rerun run the model"
+# checks read it with forward_count() around an action; taking the lock costs well under a microsecond a pass.
+_forward_lock = threading.Lock()
+_forward_passes = 0
 
 
 def forward_count() -> int:
-    """Forward passes through any GPT's blocks in this process so far (each prefill or generated token is one): the
-    app's tests read it to check that a display rerun runs no model."""
-    return _passes
+    """Forward passes every GPT in this process has run so far (process-wide; read it before and after)."""
+    with _forward_lock:
+        return _forward_passes
+
+
+def _count_forward() -> None:
+    global _forward_passes
+    with _forward_lock:
+        _forward_passes += 1
 
 
 class LayerNorm(nn.LayerNorm):
@@ -287,11 +296,9 @@ class GPT(nn.Module):
     def final_hidden(self, ids: torch.Tensor, kv_cache: KVCache | None = None, last_only: bool = False
                      ) -> torch.Tensor:
         """The final norm's output [B, T, d_model]: what the LM head (unembedding) reads."""
-        global _passes
-        with _passes_lock:
-            _passes += 1
         past = kv_cache.length if kv_cache is not None else 0
         ids = self.check_ids(ids, past).to(self.device)
+        _count_forward()  # after the checks: a refused input runs nothing
         note_offset(past)  # edits that target positions need the absolute position of this call's first token
         T = ids.shape[1]
         pos = torch.arange(past, past + T, device=ids.device)
@@ -312,14 +319,12 @@ class GPT(nn.Module):
         for interventions that change that stream (patching sweeps skip the blocks before it). With `past_kv`,
         `resid` holds only the positions after `past` earlier ones whose keys and values each block from `layer`
         on takes from past_kv[i] = (k, v), each [1 or B, heads, past, d_head] (they attend as a KV cache would)."""
-        global _passes
         if not 0 <= layer < self.config.n_layers:
             raise ValueError(f"layer {layer} is not in 0..{self.config.n_layers - 1}")
         blocks = self.blocks[layer:]
         if past_kv is not None and len(past_kv) != len(blocks):
             raise ValueError(f"past_kv needs one (k, v) for each of the {len(blocks)} blocks from layer {layer}")
-        with _passes_lock:
-            _passes += 1
+        _count_forward()
         x = resid.to(device=self.device, dtype=self.wte.weight.dtype)
         B, T, _ = x.shape
         for i, block in enumerate(blocks):

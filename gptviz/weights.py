@@ -14,6 +14,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from .config import ConfigError, GPTConfig
+from .limits import server_limits
 from .model import GPT
 
 FORMAT = "gptviz"
@@ -27,17 +28,9 @@ class CheckpointError(ValueError):
     """A checkpoint is missing, of an unknown layout, or corrupt; the message says what to do."""
 
 
-def _env_int(name: str, default: int) -> int:
-    try:
-        return int(os.environ.get(name, default))
-    except ValueError:
-        return default
-
-
 # A checkpoint's sizes are data from outside: these caps are checked against config.json and the weights file's
-# header before anything is allocated. An operator can change them with the environment variables.
-MAX_LOAD_PARAMS = _env_int("GPTVIZ_MAX_LOAD_PARAMS", 2_000_000_000)  # GPT-2 XL has 1,557,611,200
-MAX_LOAD_CTX = _env_int("GPTVIZ_MAX_LOAD_CTX", 8192)
+# header before anything is allocated. An operator can change the parameter and context caps with
+# GPTVIZ_MAX_LOAD_PARAMS and GPTVIZ_MAX_LOAD_CTX (read in limits.py, with every other server limit).
 MAX_LOAD_LAYERS = 256  # modules are built one per layer, even on the meta device
 MAX_CONFIG_BYTES = 1 << 20
 
@@ -45,16 +38,17 @@ MAX_CONFIG_BYTES = 1 << 20
 def check_load_limits(config: GPTConfig) -> None:
     """CheckpointError when a config is past the caps; counts by formula, allocating nothing."""
     from .params import param_count
+    limits = server_limits()
     if config.n_layers > MAX_LOAD_LAYERS:
         raise CheckpointError(f"the config asks for {config.n_layers:,} layers; this server loads at most "
                               f"{MAX_LOAD_LAYERS}")
-    if config.n_ctx > MAX_LOAD_CTX:
+    if config.n_ctx > limits.max_load_ctx:
         raise CheckpointError(f"the config asks for a context of {config.n_ctx:,} positions; this server loads "
-                              f"at most {MAX_LOAD_CTX:,} (GPTVIZ_MAX_LOAD_CTX)")
+                              f"at most {limits.max_load_ctx:,} (GPTVIZ_MAX_LOAD_CTX)")
     n = param_count(config)
-    if n > MAX_LOAD_PARAMS:
+    if n > limits.max_load_params:
         raise CheckpointError(f"the config describes {n:,} parameters; this server loads at most "
-                              f"{MAX_LOAD_PARAMS:,} (GPTVIZ_MAX_LOAD_PARAMS)")
+                              f"{limits.max_load_params:,} (GPTVIZ_MAX_LOAD_PARAMS)")
 
 
 def save_checkpoint(model: GPT, folder: str | os.PathLike, dtype: torch.dtype | None = None,
@@ -144,8 +138,9 @@ def _load_bin(path: Path):
     except RuntimeError as err:
         if "mmap" not in str(err):
             raise
-        if path.stat().st_size > 4 * MAX_LOAD_PARAMS + (1 << 20):
-            raise CheckpointError(f"{path.name} is larger than {MAX_LOAD_PARAMS:,} float32 parameters") from None
+        most = server_limits().max_load_params
+        if path.stat().st_size > 4 * most + (1 << 20):
+            raise CheckpointError(f"{path.name} is larger than {most:,} float32 parameters") from None
         return torch.load(path, map_location="cpu", weights_only=True)
 
 
@@ -301,13 +296,13 @@ def bundled_models() -> dict[str, Path]:
 
 def model_roots() -> list[Path]:
     """Where a server loads model folders from: the bundled models, the Hugging Face cache, and the folders its
-    operator lists in GPTVIZ_MODEL_DIRS (separated by os.pathsep)."""
+    operator lists in GPTVIZ_MODEL_DIRS (separated by os.pathsep; limits.py reads it)."""
     try:
         from huggingface_hub import constants
         hub_cache = Path(constants.HF_HUB_CACHE)
     except ImportError:
         hub_cache = Path(os.environ.get("HF_HUB_CACHE", Path.home() / ".cache" / "huggingface" / "hub"))
-    extra = [Path(p) for p in os.environ.get("GPTVIZ_MODEL_DIRS", "").split(os.pathsep) if p.strip()]
+    extra = [Path(p) for p in server_limits().model_dirs]
     return [MODELS_DIR, hub_cache, *extra]
 
 

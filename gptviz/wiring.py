@@ -312,7 +312,14 @@ def load_history(folder) -> dict | None:
 
 
 def differing_settings(settings: dict[str, dict]) -> dict[str, dict[str, object]]:
-    """Training settings that differ between runs: {setting: {run: value}} (empty when they all agree)."""
+    """Training settings that differ between runs: {setting: {run: value}} (empty when they all agree); a setting
+    only some runs have is None for the others. Values compare as JSON data (the records are JSON): a tuple like
+    a list, 1 like 1.0, nested dicts by content. evaluate.recipe_differences compares checkpoints' stages with it."""
     keys = sorted({k for s in settings.values() for k in s})
-    return {k: {run: s.get(k) for run, s in settings.items()} for k in keys
-            if len({json.dumps(s.get(k), sort_keys=True) for s in settings.values()}) > 1}
+    values = {k: {run: s.get(k) for run, s in settings.items()} for k in keys}
+    return {k: by_run for k, by_run in values.items() if _differ(list(by_run.values()))}
+
+
+def _differ(values: list) -> bool:
+    data = [json.loads(json.dumps(v, sort_keys=True)) for v in values]
+    return any(d != data[0] for d in data[1:])

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from conftest import SMALL, build, random_ids
 from gptviz import analysis, capture
-from gptviz.export import (capture_arrays, capture_nbytes, capture_npz, csv_bytes, load_npz, matrix_frame,
+from gptviz.export import (capture_arrays, capture_npz, csv_bytes, export_nbytes, load_npz, matrix_frame,
                            prompt_capture_npz)
 from gptviz.hooks import ActivationCache
 from gptviz.app import models
@@ -307,7 +307,7 @@ def test_prompt_capture_npz_holds_every_hook(model, include_attention):
     for name in expected:
         np.testing.assert_allclose(loaded[name], cache[name].numpy(), rtol=1e-6, atol=1e-7)
     nbytes = sum(loaded[n].nbytes for n in expected)
-    assert capture_nbytes(model.config, T, include_attention) == nbytes
+    assert export_nbytes(model.config, T, include_attention) == nbytes
 
 
 def test_capture_arrays_with_logits_and_reserved_names():

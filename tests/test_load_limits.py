@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -16,10 +17,10 @@ import torch
 from safetensors.torch import save_file
 
 from conftest import SMALL, build
-from gptviz import PRESETS
+from gptviz import PRESETS, weights
 from gptviz.params import param_count, total_params
-from gptviz.weights import CheckpointError, load_checkpoint, save_checkpoint
-from gptviz.app import models, keys as K
+from gptviz.limits import ServerLimits
+from gptviz.weights import CheckpointError, check_load_limits, load_checkpoint, save_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 HF_BASE = {"model_type": "gpt2", "vocab_size": 50, "n_positions": 16, "n_embd": 32, "n_layer": 2, "n_head": 4}
@@ -146,14 +147,53 @@ def test_visitors_load_folders_only_inside_the_allowed_roots(tmp_path, monkeypat
 
 
 def test_the_sidebar_loader_uses_the_allowed_roots(tmp_path, monkeypatch):
-    from gptviz.app import keys as K, live, models, sidebar
+    from gptviz.app import keys as K, models
     from gptviz.weights import FOLDER_REFUSED
     save_checkpoint(build(seed=4), tmp_path / "ops" / "model")
     spec = models.ModelSpec(K.SOURCE_PRETRAINED, str(tmp_path / "ops" / "model"), "pre", 0)
     with pytest.raises(CheckpointError, match="No model folder of that name"):
         models.load_model(spec)
     models.model_store().clear()
-    monkeypatch.setenv("GPTVIZ_MODEL_DIRS", str(tmp_path / "ops"))
+    # GPTVIZ_MODEL_DIRS is read once, by limits.server_limits(); weights reads its model_dirs from there
+    limits = ServerLimits.from_env({"GPTVIZ_MODEL_DIRS": str(tmp_path / "ops")})
+    monkeypatch.setattr(weights, "server_limits", lambda: limits)
     assert models.load_model(spec).config == SMALL
     models.model_store().clear()
     assert FOLDER_REFUSED.count("/") == 0
+
+
+# ---- the load caps and model folders are server limits: read in limits.py, refused when malformed ------------
+
+def test_load_caps_and_model_dirs_come_from_server_limits(tmp_path, monkeypatch):
+    assert ServerLimits.from_env({}).model_dirs == ()
+    sep = os.pathsep
+    got = ServerLimits.from_env({"GPTVIZ_MAX_LOAD_PARAMS": "1_000", "GPTVIZ_MAX_LOAD_CTX": "64",
+                                 "GPTVIZ_MODEL_DIRS": f"{tmp_path / 'a'}{sep} {sep}{tmp_path / 'b'}{sep}"})
+    assert (got.max_load_params, got.max_load_ctx) == (1000, 64)
+    assert got.model_dirs == (str(tmp_path / "a"), str(tmp_path / "b"))   # blank entries skipped
+    monkeypatch.setattr(weights, "server_limits", lambda: got)
+    assert weights.model_roots()[2:] == [tmp_path / "a", tmp_path / "b"]
+    with pytest.raises(CheckpointError, match=r"at most 64 \(GPTVIZ_MAX_LOAD_CTX\)"):
+        check_load_limits(SMALL.replace(n_ctx=65))
+    with pytest.raises(CheckpointError, match=r"at most 1,000 \(GPTVIZ_MAX_LOAD_PARAMS\)"):
+        check_load_limits(SMALL)
+
+
+@pytest.mark.parametrize("env, message", [
+    ({"GPTVIZ_MAX_LOAD_PARAMS": "two billion"}, "GPTVIZ_MAX_LOAD_PARAMS must be a whole number, got 'two billion'"),
+    ({"GPTVIZ_MAX_LOAD_CTX": "0"}, "GPTVIZ_MAX_LOAD_CTX: the server limit max_load_ctx must be a whole number of at least 1"),
+    ({"GPTVIZ_MAX_LOAD_CTX": "-5"}, "GPTVIZ_MAX_LOAD_CTX: the server limit"),
+    ({"GPTVIZ_MODEL_DIRS": "models"}, "GPTVIZ_MODEL_DIRS must list absolute folder paths"),
+    ({"GPTVIZ_MODEL_DIRS": "~/models"}, "GPTVIZ_MODEL_DIRS must list absolute folder paths"),
+])
+def test_malformed_load_limits_name_their_variable(env, message):
+    # weights.py read these itself and fell back to its defaults on a bad value; now start-up refuses it
+    with pytest.raises(ValueError, match=re.escape(message)):
+        ServerLimits.from_env(env)
+
+
+def test_model_dirs_given_directly_must_be_absolute_paths():
+    with pytest.raises(ValueError, match="absolute folder paths"):
+        ServerLimits(model_dirs=("relative",))
+    with pytest.raises(ValueError, match="tuple of folder paths"):
+        ServerLimits(model_dirs="/one/string")

@@ -314,3 +314,41 @@ def test_forward_from_a_captured_stream_gives_the_models_logits(norm):
             for i in range(1, SMALL.n_layers)]
     torch.testing.assert_close(model.forward_from(1, cache["blocks.1.hook_resid_pre"][:, 4:], past_kv=past),
                                logits[:, 4:], rtol=0, atol=1e-5)
+
+
+def test_forward_count_counts_the_models_real_forward_passes(model):
+    from gptviz import generate, stream
+    from gptviz.model import forward_count
+    ids = random_ids(6)
+    before = forward_count()
+    capture(model, ids[None])
+    assert forward_count() == before + 1                    # one capture: one pass
+    model(torch.stack([ids, ids]))
+    assert forward_count() == before + 2                    # a batch is one pass
+    before = forward_count()
+    generate(model, ids, max_new_tokens=4, temperature=0.0)
+    assert forward_count() == before + 4                    # prompt + 3 cached one-token steps
+    before = forward_count()
+    generate(model, ids, max_new_tokens=3, temperature=0.0, use_cache=False)
+    assert forward_count() == before + 3
+    before = forward_count()
+    steps = stream(model, ids, max_new_tokens=5, temperature=0.0, attention=True)
+    next(steps), next(steps)
+    assert forward_count() == before + 2                    # lazily: one pass per step taken
+    before = forward_count()
+    with pytest.raises(ValueError):
+        model(torch.tensor([[SMALL.vocab_size]]))
+    assert forward_count() == before                        # refused before running
+
+
+def test_forward_count_is_exact_across_threads(model):
+    import threading
+    from gptviz.model import forward_count
+    ids = random_ids(3)[None]
+    before = forward_count()
+    threads = [threading.Thread(target=lambda: [model(ids) for _ in range(20)]) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert forward_count() == before + 80

@@ -75,6 +75,8 @@ def test_a_captures_size_is_known_exactly_before_it_runs():
     assert capture_nbytes(SMALL, model.hook_names, 9) == measured
     names = ["blocks.0.attn.hook_pattern", "blocks.1.mlp.hook_post"]
     assert capture_nbytes(SMALL, names, 9) == 4 * (4 * 9 * 9 + 9 * 128 + 9 * 101)
+    # without the logits: what a capture keeps once they are dropped (the .npz export)
+    assert capture_nbytes(SMALL, names, 9, logits=False) == 4 * (4 * 9 * 9 + 9 * 128)
 
 
 def test_the_app_refuses_a_capture_past_its_budget_with_a_message(monkeypatch):

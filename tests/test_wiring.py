@@ -196,3 +196,14 @@ def test_differing_settings_names_only_what_differs():
                     "warmup": {"pre": 100, "post": 1000, "other": 100}}
     # a setting only one run has counts as different (None for the others)
     assert wiring.differing_settings({"a": {"x": 1}, "b": {}}) == {"x": {"a": 1, "b": None}}
+    # values compare as the JSON data the records are: a tuple like a list, 1 like 1.0
+    assert wiring.differing_settings({"a": {"x": (1, 2), "y": 1}, "b": {"x": [1, 2], "y": 1.0}}) == {}
+
+
+def test_recipe_differences_reads_settings_through_differing_settings():
+    from gptviz.evaluate import recipe_differences
+    pre = {"data": "tiny", "settings": {"lr": 0.003, "grad_clip": 1, "warmup": 100, "nested": {"a": 1}}}
+    post = {"data": "tiny", "settings": {"lr": 0.003, "grad_clip": 1.0, "warmup": 900, "nested": {"a": 2}}}
+    assert list(wiring.differing_settings({"pre": pre["settings"], "post": post["settings"]})) == ["nested", "warmup"]
+    # the same comparison, less warmup (which twins may differ in), as the Norms page's phrases
+    assert recipe_differences(pre, post) == ["stage 1: nested {'a': 1} against {'a': 2}"]

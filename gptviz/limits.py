@@ -8,6 +8,9 @@ GPTVIZ_MAX_PARAMS         the largest model a visitor may build or load (default
 GPTVIZ_EXPORT_MB          the largest download the app builds (default 512)
 GPTVIZ_GENERATIONS        live generations running at once on the server (default 4; one per browser session)
 GPTVIZ_GENERATION_THREADS torch CPU threads each live generation uses (default 1: the cores are shared)
+GPTVIZ_GENERATIONS_PER_ADDRESS  generations one client address may run or wait for at once (default 2; behind a
+                          proxy that hides visitors' addresses, raise it to GPTVIZ_GENERATIONS)
+GPTVIZ_GENERATION_QUEUE   generations that may wait in line for a slot when all are busy (default 8)
 GPTVIZ_TRAINING           1 or 0: the Train page may start runs (default 1)
 GPTVIZ_TRAINING_JOBS      training runs at once on the server (default 2)
 GPTVIZ_JOBS_PER_SESSION   training runs at once for one browser session (default 1)
@@ -42,6 +45,8 @@ class ServerLimits:
     export_mb: int = 512
     generations: int = 4
     generation_threads: int = 1
+    generations_per_address: int = 2
+    generation_queue: int = 8
     training: bool = True
     training_jobs: int = 2
     jobs_per_session: int = 1

@@ -29,19 +29,87 @@ GIL_SWITCH_S = 0.0005
 
 
 class GenerationSlots:
-    """How many generations the server runs at once; `take()` is False when every slot is in use."""
+    """How many generations the server runs at once (`limit`), how many one client address may run or wait for
+    (`per_address`: a visitor with many tabs cannot hold every slot), and a first-come queue of at most `queue`
+    waiting for a slot (a short wait instead of a refusal). `enter()` gives a Ticket or refuses (RuntimeError)."""
 
-    def __init__(self, limit: int):
+    def __init__(self, limit: int, per_address: int | None = None, queue: int = 0):
         if limit < 1:
             raise ValueError(f"need at least one generation slot, got {limit}")
-        self.limit = limit
-        self._free = threading.BoundedSemaphore(limit)
+        self.limit, self.per_address, self.queue = limit, per_address, queue
+        self._cond = threading.Condition()
+        self._running = 0
+        self._waiting: list[Ticket] = []
+        self._by_address: dict[str, int] = {}
 
-    def take(self) -> bool:
-        return self._free.acquire(blocking=False)
+    def enter(self, address: str = "") -> "Ticket":
+        with self._cond:
+            held = self._by_address.get(address, 0)
+            if self.per_address is not None and held >= self.per_address:
+                raise RuntimeError(f"your address already has {held} generation{'s' if held > 1 else ''} running or "
+                                   f"waiting (the limit is {self.per_address}); stop one first")
+            if self._running >= self.limit and len(self._waiting) >= self.queue:
+                raise RuntimeError(f"the server is already running {self.limit} generation"
+                                   f"{'s' if self.limit > 1 else ''}" + (f" with {self.queue} waiting" if self.queue
+                                                                         else "") + "; try again in a moment")
+            ticket = Ticket(self, address)
+            self._by_address[address] = held + 1
+            self._waiting.append(ticket)
+            self._grant()
+            return ticket
 
-    def give(self) -> None:
-        self._free.release()
+    def _grant(self) -> None:
+        while self._running < self.limit and self._waiting:
+            self._waiting.pop(0).granted = True
+            self._running += 1
+        self._cond.notify_all()
+
+    def _leave(self, ticket: "Ticket") -> None:
+        with self._cond:
+            if ticket.left:
+                return
+            ticket.left = True
+            if ticket.granted:
+                self._running -= 1
+            else:
+                self._waiting.remove(ticket)
+            self._by_address[ticket.address] -= 1
+            if not self._by_address[ticket.address]:
+                del self._by_address[ticket.address]
+            self._grant()
+
+    @property
+    def running(self) -> int:
+        with self._cond:
+            return self._running
+
+    @property
+    def waiting(self) -> int:
+        with self._cond:
+            return len(self._waiting)
+
+
+class Ticket:
+    """One generation's place: granted a slot, or waiting in line."""
+
+    def __init__(self, slots: GenerationSlots, address: str):
+        self.slots, self.address = slots, address
+        self.granted = self.left = False
+
+    def ahead(self) -> int:
+        """How many wait before this one (0 when it is next or already running)."""
+        with self.slots._cond:
+            return self.slots._waiting.index(self) if not self.granted and not self.left else 0
+
+    def wait(self, timeout: float) -> bool:
+        """Wait up to `timeout` seconds for the slot; True once it is granted."""
+        with self.slots._cond:
+            self.slots._cond.wait_for(lambda: self.granted or self.left, timeout)
+            return self.granted
+
+    def leave(self) -> None:
+        """Give the slot back, or step out of the line."""
+        self.slots._leave(self)
 
 
 class LiveGeneration:
@@ -54,7 +122,7 @@ class LiveGeneration:
 
     def __init__(self, model: GPT, prompt_ids, settings: dict, *, owner: str = "", slots: GenerationSlots | None = None,
                  alive: Callable[[], bool] = lambda: True, on_token: Callable[[], None] | None = None,
-                 threads: int | None = None):
+                 threads: int | None = None, address: str = ""):
         records = stream(model, list(prompt_ids), attention=True, **settings)  # checks prompt and settings now
         self.prompt = tuple(int(i) for i in prompt_ids)
         self.settings = dict(settings)
@@ -68,14 +136,17 @@ class LiveGeneration:
         self._done = threading.Event()
         self.started_at = self.finished_at = None  # time.perf_counter() at the thread's start and end
         self._slots, self._alive, self._on_token, self._threads = slots, alive, on_token, threads
-        if slots is not None and not slots.take():
-            raise RuntimeError(f"the server is already running {slots.limit} generations; try again in a moment")
+        self._ticket = slots.enter(address) if slots is not None else None  # RuntimeError when refused
         if sys.getswitchinterval() > GIL_SWITCH_S:
             sys.setswitchinterval(GIL_SWITCH_S)  # process-wide, once
         self._thread = threading.Thread(target=self._run, args=(records,), name="gptviz-generation", daemon=True)
         self._thread.start()
 
     def _run(self, records) -> None:
+        if not self._wait_for_slot():
+            self._ticket.leave()
+            self._done.set()
+            return
         self.started_at = time.perf_counter()
         if self._threads:
             # torch's intra-op thread count is per calling thread (OpenMP): this sets it for this generation only.
@@ -97,9 +168,24 @@ class LiveGeneration:
             if self.stopped and self._keep is not None:
                 del self.steps[self._keep:]  # before _done: a reader that sees it over sees the kept steps
             self.finished_at = time.perf_counter()
-            if self._slots is not None:
-                self._slots.give()
+            if self._ticket is not None:
+                self._ticket.leave()
             self._done.set()
+
+    def _wait_for_slot(self) -> bool:
+        """Wait in line for a server slot; False when stopped or abandoned first."""
+        while self._ticket is not None and not self._ticket.wait(0.1):
+            if self._stop.is_set() or not self._alive():
+                self.stopped = True
+                return False
+        return True
+
+    @property
+    def ahead(self) -> int | None:
+        """Generations waiting before this one for a server slot; None once it has one (or needs none)."""
+        if self._ticket is None or self._ticket.granted or self._ticket.left:
+            return None
+        return self._ticket.ahead()
 
     @property
     def seconds(self) -> float | None:

@@ -27,14 +27,16 @@ def test_the_servers_own_state_survives_a_cache_clear():
     slots, registry, trained = jobs.generation_slots(), jobs.training_registry(), jobs.trained_models()
     model = models.load_model(TINY)
     store, captures = models.model_store(), models.capture_store()
-    taken = [slots.take() for _ in range(slots.limit)]
+    taken = [slots.enter(f"visitor {i}") for i in range(slots.limit)]
     try:
-        assert all(taken) and not slots.take()          # every slot in use
+        assert all(t.granted for t in taken) and slots.running == slots.limit   # every slot in use
         clear_every_streamlit_cache()
-        assert jobs.generation_slots() is slots and not slots.take()   # still full: no fresh slots to hand out
+        late = jobs.generation_slots().enter("late visitor")
+        assert jobs.generation_slots() is slots and not late.granted  # still full: no fresh slots to hand out
+        late.leave()
     finally:
-        for _ in taken:
-            slots.give()
+        for ticket in taken:
+            ticket.leave()
     assert jobs.training_registry() is registry and jobs.trained_models() is trained
     assert models.model_store() is store and models.capture_store() is captures
     assert models.load_model(TINY) is model             # not rebuilt beside the copy in use

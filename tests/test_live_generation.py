@@ -119,7 +119,7 @@ def test_bad_input_fails_before_a_thread_or_a_slot(prompt, settings, match):
     with pytest.raises(ValueError, match=match):
         LiveGeneration(build(seed=3), prompt, settings, slots=slots)
     assert not [t for t in threading.enumerate() if t not in before and t.name == "gptviz-generation"]
-    assert slots.take()  # the slot was never taken
+    assert slots.running == 0 and slots.waiting == 0  # the slot was never taken
 
 
 def test_an_error_inside_the_thread_is_kept_for_the_page():
@@ -172,3 +172,43 @@ def test_the_live_view_records_what_it_drew_for_stop_to_keep():
     gate.release.set()
     assert job.wait(30) and len(job.steps) == 4
     assert len(live.generation_view(job)["steps"]) == 4 and job.shown == 4  # a finished view records nothing new
+
+
+def test_one_address_cannot_hold_every_slot_and_the_rest_wait_in_line():
+    """One visitor with four tabs re-pressing Generate held every slot, and a victim was refused 18 times in 90 s.
+    Now an address runs or waits for at most `per_address`, and when every slot is busy a request waits in a
+    first-come line (up to `queue`) instead of being refused."""
+    slots = GenerationSlots(2, per_address=2, queue=2)
+    mine = [slots.enter("10.0.0.1"), slots.enter("10.0.0.1")]
+    assert all(t.granted for t in mine)
+    with pytest.raises(RuntimeError, match="your address already has 2 generations running or waiting"):
+        slots.enter("10.0.0.1")
+    victim, third = slots.enter("10.0.0.2"), slots.enter("10.0.0.3")
+    assert not victim.granted and (victim.ahead(), third.ahead()) == (0, 1)
+    with pytest.raises(RuntimeError, match="already running 2 generations with 2 waiting"):
+        slots.enter("10.0.0.4")                      # the line is full
+    mine[0].leave()
+    assert victim.wait(1) and third.ahead() == 0 and not third.granted   # first come, first served
+    third.leave()                                     # stepping out of the line frees its place
+    assert slots.waiting == 0 and slots.running == 2
+    for ticket in (mine[1], victim):
+        ticket.leave()
+    assert slots.running == 0
+
+
+def test_a_waiting_generation_starts_when_a_slot_frees_and_stop_leaves_the_line():
+    slots = GenerationSlots(1, queue=2)
+    gate = Gate(at=1)
+    first = LiveGeneration(build(seed=3), PROMPT, {**GREEDY, "max_new_tokens": 4}, slots=slots, on_token=gate,
+                           address="a")
+    assert gate.reached.wait(30)
+    waiting = LiveGeneration(build(seed=3), PROMPT, GREEDY, slots=slots, address="b")
+    leaving = LiveGeneration(build(seed=3), PROMPT, GREEDY, slots=slots, address="c")
+    assert (waiting.ahead, leaving.ahead) == (0, 1) and waiting.running and not waiting.steps
+    leaving.stop()
+    assert leaving.wait(5) and leaving.stopped and not leaving.steps and waiting.ahead == 0
+    gate.release.set()
+    assert first.wait(30) and waiting.wait(30)
+    assert len(waiting.steps) == GREEDY["max_new_tokens"] and waiting.ahead is None
+    assert [s.token_id for s in waiting.steps] == generate(build(seed=3), PROMPT, 6, temperature=0.0)[len(PROMPT):]
+    assert slots.running == 0 and slots.waiting == 0

@@ -259,3 +259,23 @@ def test_a_tiny_temperature_from_a_link_generates_the_greedy_text():
     greedy = generate_in(page("It was the best of times"), 6, temperature=0.0)
     assert not tiny.exception and not tiny.error
     assert tiny.code[0].value == greedy.code[0].value
+
+
+def test_when_every_slot_is_busy_generate_waits_in_line_and_says_so():
+    from gptviz.app import jobs
+    slots = jobs.generation_slots()
+    busy = [slots.enter(f"another visitor {i}") for i in range(slots.limit)]
+    try:
+        at = page("Wait your turn")
+        at.number_input(key="gen_n").set_value(2)
+        at.button(key="gen_generate").click().run()
+        assert not at.exception and not at.error
+        job = generation_of(at)
+        assert job.running and job.ahead == 0 and not job.steps
+        at.run()  # the live view's redraw
+        assert any("Waiting for a free generation slot: 0 generations ahead of yours" in i.value for i in at.info)
+    finally:
+        for ticket in busy:
+            ticket.leave()
+    at = finish_generation(at)
+    assert len(generation_of(at).steps) == 2 and not at.exception

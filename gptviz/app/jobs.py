@@ -11,6 +11,8 @@ from __future__ import annotations
 import threading
 from typing import Callable, TypeVar
 
+import streamlit as st
+
 from .. import limits
 from ..live_generation import GenerationSlots
 from ..model import GPT
@@ -34,6 +36,14 @@ def session_id() -> str | None:
     from streamlit.runtime.scriptrunner import get_script_run_ctx
     ctx = get_script_run_ctx()
     return ctx.session_id if ctx is not None else None
+
+
+def client_address() -> str:
+    """The visitor's address as the server sees it ("" outside a browser session, e.g. AppTest)."""
+    try:
+        return st.context.ip_address or ""
+    except Exception:  # no script run context
+        return ""
 
 
 def session_alive(sid: str | None) -> bool:
@@ -85,8 +95,12 @@ def register_trained_model(run_id: str, model: GPT) -> None:
 
 
 def generation_slots() -> GenerationSlots:
-    """The server's cap on live generations running at once (GPTVIZ_GENERATIONS), shared by every session."""
-    return process_wide("generation_slots", lambda: GenerationSlots(limits.server_limits().generations))
+    """The server's live-generation slots (GPTVIZ_GENERATIONS), its queue and its per-address cap, shared by every
+    session."""
+    def make() -> GenerationSlots:
+        lim = limits.server_limits()
+        return GenerationSlots(lim.generations, lim.generations_per_address, lim.generation_queue)
+    return process_wide("generation_slots", make)
 
 
 def training_registry() -> JobRegistry:

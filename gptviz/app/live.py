@@ -19,7 +19,7 @@ from ..tokenizer import EOT, EOT_ID, decode, token_labels
 from . import keys as K
 from .component.attention_map import attention_map, generation_payload
 from .display import MEAN_HEAD, head_name, monospace_text
-from .jobs import generation_slots, session_alive, session_id
+from .jobs import client_address, generation_slots, session_alive, session_id
 from .models import ModelSpec
 
 LIVE_REDRAW_S = 0.5  # how often a page redraws a running generation (0.25 s: twice the script runs, the model 4x slower)
@@ -116,7 +116,7 @@ def start_generation(spec: ModelSpec, model: GPT, ids, settings: dict, page: str
     sid = session_id()
     job = LiveGeneration(model, ids, settings, owner=sid or "", slots=generation_slots(),
                          alive=lambda: session_alive(sid), on_token=lambda: after_token(),
-                         threads=limits.server_limits().generation_threads)
+                         threads=limits.server_limits().generation_threads, address=client_address())
     st.session_state[K.GENERATION] = {"spec": spec, "page": page, "job": job}
     return job
 
@@ -147,7 +147,7 @@ def generation_view(job: LiveGeneration) -> dict:
     if running:
         job.shown = len(steps)  # what Stop keeps (a running job is drawn only by its live view)
     return {"prompt": job.prompt, "settings": job.settings, "steps": steps, "running": running,
-            "stopped": job.stopped, "error": job.error, "seconds": job.seconds}
+            "stopped": job.stopped, "error": job.error, "seconds": job.seconds, "ahead": job.ahead}
 
 
 def wait_if_nearly_done(job: LiveGeneration) -> None:
@@ -215,7 +215,11 @@ def next_token_text(steps) -> str:
 def status_and_text(run: dict, live: bool) -> None:
     """The run's progress or how it ended, then its text and a line of counts."""
     steps, total = run["steps"], run["settings"]["max_new_tokens"]
-    if live:
+    if live and run.get("ahead") is not None:
+        ahead = run["ahead"]
+        st.info(f"Waiting for a free generation slot: {ahead} generation{'s' if ahead != 1 else ''} ahead of yours. "
+                "It starts by itself; Stop leaves the line.", icon=":material/hourglass_top:")
+    elif live:
         st.progress(len(steps) / total, text=f"Generating: {len(steps)} of {total} tokens")
     elif run.get("stopped"):
         st.info(f"Stopped after {len(steps)} of {total} tokens; the text so far is kept.")

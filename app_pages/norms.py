@@ -184,17 +184,30 @@ def input_ids(setup: Setup) -> tuple[int, ...] | None:
     return ids
 
 
+def measuring_bytes(config: GPTConfig) -> int:
+    """What measuring one wiring of `config` holds: weights, gradients and a margin for activations, float32."""
+    return total_params(config) * 4 * 3
+
+
+def fits_the_server(config: GPTConfig, what: str) -> bool:
+    """Whether measuring `config` fits the server's memory; a clear refusal when it does not."""
+    need, allowed = measuring_bytes(config), limits.server_limits().memory_mb
+    if need <= allowed * 2**20:
+        return True
+    st.error(f"{what} has {fmt_params(total_params(config))} parameters: measuring it needs about "
+             f"{need / 2**30:,.1f} GiB, more than the {allowed:,} MiB this server allows. Choose a smaller width or "
+             "depth.")
+    return False
+
+
 def may_measure(setup: Setup, ids: tuple[int, ...], key: tuple) -> bool:
     """Whether this model fits the server's memory and, when large, whether the visitor asked for it."""
     config = setup.config
     n_params = total_params(config)
     st.caption(f"{setup.depth} layers × d_model {setup.width} ({config.n_heads} heads): {fmt_params(n_params)} "
                f"parameters, {len(ids)} tokens.")
-    need = n_params * 4 * 3  # weights, gradients and a margin for activations, float32
-    if need > limits.server_limits().memory_mb * 2**20:
-        st.error(f"This model has {fmt_params(n_params)} parameters: measuring it needs about {need / 2**30:,.1f} "
-                 f"GiB, more than the {limits.server_limits().memory_mb:,} MiB this server allows. Choose a smaller "
-                 "width or depth.")
+    need = measuring_bytes(config)
+    if not fits_the_server(config, "This model"):
         return False
     if n_params > AUTO_MEASURE_PARAMS and state.get(K.NORMS_CONFIRMED) != key:
         gib = need / 2**30
@@ -366,6 +379,9 @@ def depth_sweep_section(setup: Setup, ids: tuple[int, ...], view: str) -> None:
     depths = st.multiselect("Depths", SWEEP_DEPTHS, default=[d for d in SWEEP_DEPTHS if d <= max(setup.depth, 16)],
                             key=K.NORMS_SWEEP_DEPTHS)
     sweep_key = (config.to_json(), ids, setup.seed, setup.init, tuple(sorted(depths)))
+    if depths and not fits_the_server(config.replace(n_layers=max(depths)), f"The sweep's deepest model ({max(depths)} "
+                                                                            "layers)"):
+        return  # the sweep builds each depth in turn: the deepest is what it must fit
     if depths:
         deepest = total_params(config.replace(n_layers=max(depths)))
         if deepest > AUTO_MEASURE_PARAMS:

@@ -209,3 +209,16 @@ def test_a_build_that_cannot_get_room_in_time_is_refused():
     release.set()
     holder.join(10)
     assert cache.reserved == 0 and "a" in cache
+
+
+def test_the_depth_sweep_is_checked_at_its_deepest_model(monkeypatch):
+    """The sweep checked the chosen depth, not its deepest: at a 1 GB limit, depth 1 with depths [1, 48] built a
+    380M-parameter model with gradients. Now the deepest depth must fit before the sweep can start."""
+    monkeypatch.setattr(limits, "server_limits",
+                        lambda: ServerLimits(memory_mb=300, capture_cache_mb=100, model_cache_mb=100))
+    at = run_page("norms", norms_depth=1, norms_width=192, norms_sweep_depths=[1, 48])  # 10.3M at depth 1, 31M at 48
+    assert not at.exception
+    assert any(e.value.startswith("The sweep's deepest model (48 layers) has") and
+               "more than the 300 MiB this server allows" in e.value for e in at.error), [e.value for e in at.error]
+    assert not [b for b in at.button if b.label == "Run the depth sweep"]
+    assert not any(e.value.startswith("This model") for e in at.error)       # the chosen depth itself fits

@@ -30,6 +30,7 @@ class BoundedCache(Generic[V]):
         self._room = threading.Condition(self._lock)  # notified when a build in progress ends
         self._building: dict[Hashable, threading.Lock] = {}
         self._reserved = 0  # estimates of the builds in progress
+        self._held: dict[Hashable, int] = {}  # entries in use (a running generation's model): never dropped
 
     @property
     def reserved(self) -> int:
@@ -109,15 +110,37 @@ class BoundedCache(Generic[V]):
                                      f"{_mib(self.budget)} it keeps for them; try again in a moment")
                 self._room.wait(left)
 
+    def hold(self, key: Hashable) -> Callable[[], None]:
+        """Keep `key`'s entry while it is in use (a generation still running on a model): it is not dropped to
+        make room, so what it holds stays counted, and builds that do not fit beside it wait or are refused.
+        Returns the release function (call it once, when done); a key not stored holds nothing."""
+        with self._lock:
+            if key not in self._entries:
+                return lambda: None
+            self._held[key] = self._held.get(key, 0) + 1
+        released = threading.Event()
+
+        def release() -> None:
+            if released.is_set():
+                return
+            released.set()
+            with self._lock:
+                self._held[key] -= 1
+                if not self._held[key]:
+                    del self._held[key]
+                self._room.notify_all()
+        return release
+
     def _total(self) -> int:
         return sum(size for _, size in self._entries.values())
 
     def _drop_oldest(self, room: int) -> None:
         """Drop the least recently used entries until the stored ones take at most `room` bytes (lock held)."""
         total = self._total()
-        while self._entries and total > room:
-            _, (_, dropped) = self._entries.popitem(last=False)
-            total -= dropped
+        for key in [k for k in self._entries if k not in self._held]:  # oldest first
+            if total <= room:
+                break
+            total -= self._entries.pop(key)[1]
 
 
 def _mib(n: int) -> str:

@@ -122,7 +122,7 @@ class LiveGeneration:
 
     def __init__(self, model: GPT, prompt_ids, settings: dict, *, owner: str = "", slots: GenerationSlots | None = None,
                  alive: Callable[[], bool] = lambda: True, on_token: Callable[[], None] | None = None,
-                 threads: int | None = None, address: str = ""):
+                 threads: int | None = None, address: str = "", on_end: Callable[[], None] | None = None):
         records = stream(model, list(prompt_ids), attention=True, **settings)  # checks prompt and settings now
         self.prompt = tuple(int(i) for i in prompt_ids)
         self.settings = dict(settings)
@@ -136,6 +136,7 @@ class LiveGeneration:
         self._done = threading.Event()
         self.started_at = self.finished_at = None  # time.perf_counter() at the thread's start and end
         self._slots, self._alive, self._on_token, self._threads = slots, alive, on_token, threads
+        self._on_end = on_end  # called once when it is over, however it ends (the app releases the model it held)
         self._ticket = slots.enter(address) if slots is not None else None  # RuntimeError when refused
         if sys.getswitchinterval() > GIL_SWITCH_S:
             sys.setswitchinterval(GIL_SWITCH_S)  # process-wide, once
@@ -145,7 +146,7 @@ class LiveGeneration:
     def _run(self, records) -> None:
         if not self._wait_for_slot():
             self._ticket.leave()
-            self._done.set()
+            self._end()
             return
         self.started_at = time.perf_counter()
         if self._threads:
@@ -170,7 +171,12 @@ class LiveGeneration:
             self.finished_at = time.perf_counter()
             if self._ticket is not None:
                 self._ticket.leave()
-            self._done.set()
+            self._end()
+
+    def _end(self) -> None:
+        if self._on_end is not None:
+            self._on_end()
+        self._done.set()
 
     def _wait_for_slot(self) -> bool:
         """Wait in line for a server slot; False when stopped or abandoned first."""

@@ -222,3 +222,36 @@ def test_the_depth_sweep_is_checked_at_its_deepest_model(monkeypatch):
                "more than the 300 MiB this server allows" in e.value for e in at.error), [e.value for e in at.error]
     assert not [b for b in at.button if b.label == "Run the depth sweep"]
     assert not any(e.value.startswith("This model") for e in at.error)       # the chosen depth itself fits
+
+
+def test_a_model_in_use_is_not_dropped_and_what_needs_its_room_waits():
+    """A running generation kept an evicted gpt2-xl alive outside the budget (two visitors: 12.5 GB at an 8 GB
+    limit). Now the model it runs on is held in the store until it ends."""
+    cache = BoundedCache(100, "model", wait_s=0.2)
+    cache.get_or_build("xl seed 0", lambda: "m0", lambda _: 70, estimate=70)
+    release = cache.hold("xl seed 0")
+    with pytest.raises(LimitError, match="fill the 100 bytes"):
+        cache.get_or_build("xl seed 1", lambda: pytest.fail("built beside a model in use"), lambda _: 70, estimate=70)
+    assert "xl seed 0" in cache
+    release()
+    release()                                           # once only: a second call changes nothing
+    cache.get_or_build("xl seed 1", lambda: "m1", lambda _: 70, estimate=70)
+    assert "xl seed 0" not in cache and "xl seed 1" in cache
+
+
+def test_a_running_generation_holds_its_model_in_the_store(monkeypatch):
+    from gptviz.app import live
+    from pagetest import TokenGate
+    store = BoundedCache(10**9, "model")
+    monkeypatch.setattr(models, "model_store", lambda: store)
+    monkeypatch.setattr(live, "model_store", lambda: store)
+    gate = TokenGate(at=1)
+    monkeypatch.setattr(live, "after_token", gate)
+    at = run_page("generation", "Hold the model")
+    at.number_input(key="gen_n").set_value(3)
+    at.button(key="gen_generate").click().run()
+    assert gate.reached.wait(30)
+    assert store._held == {TINY: 1}                     # held while it runs
+    gate.release()
+    job = at.session_state[K.GENERATION]["job"]
+    assert job.wait(30) and store._held == {}            # released when it ends

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import torch
@@ -240,10 +241,9 @@ def _load_state(model: GPT, state: dict[str, torch.Tensor], source: str) -> GPT:
     return model.eval()
 
 
-def load_checkpoint(folder: str | os.PathLike, norm: str | None = None) -> GPT:
-    """Load a folder written by save_checkpoint, or a Hugging Face GPT-2 folder. `norm` overrides the
-    LayerNorm placement (same weights, other wiring). Validates, then builds: config.json must describe a
-    model within the caps, and the weights file's header must match it, before any weight is allocated."""
+def read_config(folder: str | os.PathLike, norm: str | None = None) -> tuple[GPTConfig, bool]:
+    """A checkpoint folder's config, validated and within the load caps, before any weight is read: (config,
+    whether it is gptviz's own format rather than Hugging Face's). `norm` overrides the LayerNorm placement."""
     folder = Path(folder)
     if not folder.is_dir():
         raise CheckpointError(f"the checkpoint's folder is not a folder ({folder.name!r})")
@@ -263,7 +263,15 @@ def load_checkpoint(folder: str | os.PathLike, norm: str | None = None) -> GPT:
         except ConfigError as err:
             raise CheckpointError(f"norm override: {err}") from None
     check_load_limits(config)
-    tensors = _read_tensors(folder, expected_shapes(config), hf_layout=not ours)
+    return config, ours
+
+
+def load_checkpoint(folder: str | os.PathLike, norm: str | None = None) -> GPT:
+    """Load a folder written by save_checkpoint, or a Hugging Face GPT-2 folder. `norm` overrides the
+    LayerNorm placement (same weights, other wiring). Validates, then builds: config.json must describe a
+    model within the caps, and the weights file's header must match it, before any weight is allocated."""
+    config, ours = read_config(folder, norm)
+    tensors = _read_tensors(Path(folder), expected_shapes(config), hf_layout=not ours)
     state = tensors if ours else state_from_hf(tensors, config)
     return _load_state(GPT(config), state, "the checkpoint")
 
@@ -337,15 +345,21 @@ def load_allowed(name: str, norm: str | None = None, roots: list[Path] | None = 
                  offline: bool | None = None) -> GPT:
     """load_pretrained for a server's visitors: a bundled model's name, a Hub id, or a folder inside the allowed
     roots. Every refused folder gets the same message (FOLDER_REFUSED), which echoes no path."""
+    return load_checkpoint(allowed_source(name, roots, offline), norm)
+
+
+def allowed_source(name: str, roots: list[Path] | None = None, offline: bool | None = None) -> Path:
+    """The folder a visitor's model name stands for: a bundled model, a folder inside the allowed roots, or a Hub
+    repo (from the cache, else downloaded within the server's size budget after its config passed the checks)."""
     bundled = bundled_models()
     if name in bundled:
-        return load_checkpoint(bundled[name], norm)
+        return bundled[name]
     if _looks_like_path(name) or not name.strip():
         folder = allowed_folder(name, roots)
         if folder is None:
             raise CheckpointError(FOLDER_REFUSED)
-        return load_checkpoint(folder, norm)
-    return load_checkpoint(_hub_folder(name, offline), norm)
+        return folder
+    return _hub_folder(name, offline, checked=True)
 
 
 def load_pretrained(name_or_path: str, norm: str | None = None, offline: bool | None = None) -> GPT:
@@ -363,27 +377,90 @@ def load_pretrained(name_or_path: str, norm: str | None = None, offline: bool | 
     return load_checkpoint(_hub_folder(name_or_path, offline), norm)
 
 
-def _hub_folder(repo_id: str, offline: bool | None) -> Path:
-    """The local snapshot folder of a Hub repo: the cache first, then a download unless offline."""
+HUB_CONFIG, HUB_WEIGHTS = "config.json", ("model.safetensors", "pytorch_model.bin")
+VISITOR_DOWNLOADS = Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface")) / "gptviz-visitors"
+
+
+def _hub_folder(repo_id: str, offline: bool | None, checked: bool = False) -> Path:
+    """The local snapshot folder of a Hub repo: the cache first, then a download unless offline. `checked` (a
+    visitor's request): the download is sized from the repo's metadata and its config validated before the weights
+    come, into a folder of its own that is removed if anything fails (fetch_checked)."""
     try:
         from huggingface_hub import snapshot_download
     except ImportError:
         raise CheckpointError(f"{repo_id!r} is not a bundled model or a local folder, and huggingface_hub is "
                               f"not installed to fetch it: `pip install huggingface_hub`, or pass a folder "
                               f"holding config.json and model.safetensors") from None
-    patterns = ["config.json", "model.safetensors", "pytorch_model.bin"]
+    patterns = [HUB_CONFIG, *HUB_WEIGHTS]
     if offline is None:
         offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False")
     try:
         return Path(snapshot_download(repo_id, allow_patterns=patterns, local_files_only=True))
     except Exception:  # not cached
+        if checked and (VISITOR_DOWNLOADS / _folder_name(repo_id) / HUB_CONFIG).is_file():
+            return VISITOR_DOWNLOADS / _folder_name(repo_id)
         if offline:
             raise CheckpointError(_offline_message(repo_id)) from None
+    if checked:
+        return fetch_checked(repo_id, VISITOR_DOWNLOADS / _folder_name(repo_id))
     try:
         return Path(snapshot_download(repo_id, allow_patterns=patterns))
     except Exception as err:
         raise CheckpointError(f"could not download {repo_id!r} from the Hugging Face Hub ({type(err).__name__}). "
                               + _offline_message(repo_id)) from None
+
+
+def forget_download(folder: Path | None) -> None:
+    """Remove a visitor's Hub download that failed to load (other folders are never touched)."""
+    if folder is not None and VISITOR_DOWNLOADS in Path(folder).parents:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _folder_name(repo_id: str) -> str:
+    return "models--" + repo_id.replace("/", "--")
+
+
+def hub_download_budget() -> int:
+    """The most bytes a visitor's Hub download may bring: the largest checkpoint the server loads in float32, and
+    a megabyte for its config."""
+    return server_limits().max_load_params * 4 + (1 << 20)
+
+
+def fetch_checked(repo_id: str, folder: Path, budget: int | None = None) -> Path:
+    """Download a Hub repo's config and weights into `folder`, checking before each step: the repo's metadata
+    states its files' sizes and they fit `budget`; the config passes read_config; only then the weights. Anything
+    failing removes `folder` (no half download is left on disk). CheckpointError names the repo, never a path."""
+    from huggingface_hub import HfApi, hf_hub_download
+    budget = hub_download_budget() if budget is None else budget
+    try:
+        info = HfApi().model_info(repo_id, files_metadata=True)
+    except Exception as err:
+        raise CheckpointError(f"could not read {repo_id!r} on the Hugging Face Hub ({type(err).__name__}). "
+                              + _offline_message(repo_id)) from None
+    sizes = {f.rfilename: f.size for f in info.siblings or [] if f.rfilename in (HUB_CONFIG, *HUB_WEIGHTS)}
+    weights = next((name for name in HUB_WEIGHTS if name in sizes), None)
+    if HUB_CONFIG not in sizes or weights is None:
+        raise CheckpointError(f"{repo_id!r} has no config.json with model.safetensors or pytorch_model.bin")
+    if sizes[HUB_CONFIG] is None or sizes[weights] is None:
+        raise CheckpointError(f"{repo_id!r} does not state its files' sizes, so this server does not download it")
+    total = sizes[HUB_CONFIG] + sizes[weights]
+    if total > budget:
+        raise CheckpointError(f"{repo_id!r} would download {total / 2**20:,.0f} MiB; this server downloads at most "
+                              f"{budget / 2**20:,.0f} MiB (GPTVIZ_MAX_LOAD_PARAMS in float32)")
+    try:
+        for name in (HUB_CONFIG, weights):
+            hf_hub_download(repo_id, name, local_dir=folder)
+            if (folder / name).stat().st_size > sizes[name]:
+                raise CheckpointError(f"{repo_id!r} sent more than its metadata stated for {name}")
+            if name == HUB_CONFIG:
+                read_config(folder)  # the caps, before a byte of weights
+    except BaseException as err:
+        shutil.rmtree(folder, ignore_errors=True)
+        if isinstance(err, CheckpointError) or not isinstance(err, Exception):
+            raise
+        raise CheckpointError(f"could not download {repo_id!r} from the Hugging Face Hub ({type(err).__name__}). "
+                              + _offline_message(repo_id)) from None
+    return folder
 
 
 def _offline_message(repo_id: str) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import threading
+from pathlib import Path
 from typing import NamedTuple
 
 import streamlit as st
@@ -22,7 +23,7 @@ from ..hooks import ActivationCache, act_name, capture, capture_nbytes, storage_
 from .. import limits
 from ..limits import LimitError
 from ..params import total_params
-from ..weights import CheckpointError, bundled_models, load_allowed, load_checkpoint
+from ..weights import CheckpointError, allowed_source, bundled_models, forget_download, load_checkpoint
 from ..weights import training_vocab as read_training_vocab
 from . import keys
 from .jobs import process_wide, trained_models
@@ -69,8 +70,11 @@ def load_model(spec: ModelSpec) -> GPT:
         estimate = n * DTYPES[spec.dtype].itemsize if spec.dtype in DTYPES else None
 
     def build() -> GPT:
+        # a Hub repo is fetched (checked, within its size budget) before the lock: a download never holds up
+        # another visitor's model
+        folder = allowed_source(spec.name) if spec.source == keys.SOURCE_PRETRAINED else None
         with _BUILD_LOCK:
-            return _build_model(spec)
+            return _build_model(spec, folder)
     return model_store().get_or_build(spec, build, model_nbytes, estimate)
 
 
@@ -79,7 +83,7 @@ def model_nbytes(model: GPT) -> int:
     return storage_nbytes(list(model.parameters()) + list(model.buffers()))
 
 
-def _build_model(spec: ModelSpec) -> GPT:
+def _build_model(spec: ModelSpec, folder: Path | None = None) -> GPT:
     if spec.source == keys.SOURCE_PRESET:
         if spec.name not in PRESETS:
             raise ConfigError(f"unknown preset {spec.name!r}")
@@ -101,7 +105,11 @@ def _build_model(spec: ModelSpec) -> GPT:
         if (spec.device, spec.dtype) != ("cpu", "float32"):  # a copy: the stored model is every session's
             model = place(copy.deepcopy(model), spec.device, spec.dtype).eval()
         return model
-    return place(load_allowed(spec.name, norm=spec.norm), spec.device, spec.dtype)  # visitors: allowed folders only
+    try:  # visitors: allowed folders and checked Hub downloads only
+        return place(load_checkpoint(folder or allowed_source(spec.name), norm=spec.norm), spec.device, spec.dtype)
+    except CheckpointError:
+        forget_download(folder)  # a fetched repo that does not load is not kept on disk
+        raise
 
 
 def get_capture(spec: ModelSpec, ids: tuple[int, ...], names: tuple[str, ...] | None = None

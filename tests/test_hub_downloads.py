@@ -1,0 +1,116 @@
+"""A visitor's Hub id (sidebar "GPT-2 weights (folder or Hub id)") is fetched only after checks, outside the build
+lock, and nothing is left on disk when it fails. A stand-in Hub (huggingface_hub's metadata and download calls
+replaced) serves the files: a 2 GB repo was written in full and kept, and held up another visitor's model 38 s."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from conftest import SMALL, build
+from gptviz import weights
+from gptviz.app import keys as K
+from gptviz.app import models
+from gptviz.weights import CheckpointError, save_checkpoint
+
+
+class StandInHub:
+    """Repos by id: {file name: bytes}; `stated` overrides the sizes the metadata states."""
+
+    def __init__(self, tmp_path: Path):
+        self.repos: dict[str, dict[str, bytes]] = {}
+        self.stated: dict[tuple[str, str], int | None] = {}
+        self.downloads: list[tuple[str, str]] = []
+        self.lock_held_during_download: list[bool] = []
+        self.tmp = tmp_path
+
+    def add(self, repo_id: str, model=None, config: dict | None = None, weights_bytes: bytes | None = None):
+        folder = save_checkpoint(model or build(seed=5), self.tmp / "src" / repo_id.replace("/", "_"))
+        files = {name: (folder / name).read_bytes() for name in ("config.json", "model.safetensors")}
+        if config is not None:
+            files["config.json"] = json.dumps(config).encode()
+        if weights_bytes is not None:
+            files["model.safetensors"] = weights_bytes
+        self.repos[repo_id] = files
+
+    def model_info(self, repo_id, files_metadata=False):
+        files = self.repos[repo_id]
+        return SimpleNamespace(siblings=[SimpleNamespace(rfilename=name, size=self.stated.get((repo_id, name), len(data)))
+                                         for name, data in files.items()])
+
+    def hf_hub_download(self, repo_id, filename, local_dir):
+        self.downloads.append((repo_id, filename))
+        self.lock_held_during_download.append(models._BUILD_LOCK.locked())
+        Path(local_dir).mkdir(parents=True, exist_ok=True)
+        (Path(local_dir) / filename).write_bytes(self.repos[repo_id][filename])
+        return str(Path(local_dir) / filename)
+
+
+@pytest.fixture
+def hub(tmp_path, monkeypatch):
+    import huggingface_hub
+    stand_in = StandInHub(tmp_path)
+    monkeypatch.setattr(huggingface_hub.HfApi, "model_info", lambda self, repo_id, files_metadata=False:
+                        stand_in.model_info(repo_id, files_metadata))
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", stand_in.hf_hub_download)
+    monkeypatch.setattr(weights, "VISITOR_DOWNLOADS", tmp_path / "downloads")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-hf-cache"))  # nothing cached: every id is fetched
+    return stand_in
+
+
+def spec(repo_id: str) -> models.ModelSpec:
+    return models.ModelSpec(K.SOURCE_PRETRAINED, repo_id, "pre")
+
+
+def test_a_checked_download_loads_outside_the_build_lock_and_is_kept(hub):
+    hub.add("someone/tiny")
+    model = models.load_model(spec("someone/tiny"))
+    assert model.config.d_model == SMALL.d_model
+    assert hub.downloads == [("someone/tiny", "config.json"), ("someone/tiny", "model.safetensors")]
+    assert hub.lock_held_during_download == [False, False]     # another visitor's model is never held up
+    models.model_store().clear()
+    models.load_model(spec("someone/tiny"))                     # from the kept folder: no second download
+    assert len(hub.downloads) == 2
+
+
+def test_a_repo_past_the_download_budget_is_refused_before_any_download(hub, monkeypatch):
+    hub.add("someone/huge")
+    hub.stated[("someone/huge", "model.safetensors")] = 2 * 2**30
+    monkeypatch.setattr(weights, "hub_download_budget", lambda: 500 * 2**20)
+    with pytest.raises(CheckpointError, match=r"would download 2,048 MiB; this server downloads at most 500 MiB"):
+        models.load_model(spec("someone/huge"))
+    assert hub.downloads == [] and not (weights.VISITOR_DOWNLOADS / "models--someone--huge").exists()
+
+
+def test_unstated_sizes_or_a_config_past_the_caps_stop_before_the_weights(hub):
+    hub.add("someone/unsized")
+    hub.stated[("someone/unsized", "model.safetensors")] = None
+    with pytest.raises(CheckpointError, match="does not state its files' sizes"):
+        models.load_model(spec("someone/unsized"))
+    hub.add("someone/deep", config={"model_type": "gpt2", "vocab_size": 50, "n_positions": 16, "n_embd": 32,
+                                    "n_layer": 100_000, "n_head": 4})
+    with pytest.raises(CheckpointError, match="layers"):
+        models.load_model(spec("someone/deep"))
+    assert hub.downloads == [("someone/deep", "config.json")]           # the weights never came
+    assert not (weights.VISITOR_DOWNLOADS / "models--someone--deep").exists()
+
+
+def test_a_download_that_does_not_load_is_removed(hub):
+    hub.add("someone/broken", weights_bytes=b"not a safetensors file" * 10)
+    with pytest.raises(CheckpointError) as info:
+        models.load_model(spec("someone/broken"))
+    assert "/" not in str(info.value).replace("someone/broken", "")     # no server path in the message
+    assert not (weights.VISITOR_DOWNLOADS / "models--someone--broken").exists()
+
+
+def test_more_bytes_than_stated_are_refused_and_removed(hub):
+    hub.add("someone/liar")
+    hub.stated[("someone/liar", "model.safetensors")] = 10
+    with pytest.raises(CheckpointError, match="sent more than its metadata stated"):
+        models.load_model(spec("someone/liar"))
+    assert not (weights.VISITOR_DOWNLOADS / "models--someone--liar").exists()
+    shutil.rmtree(hub.tmp / "src")

@@ -184,6 +184,7 @@ def test_next_token_bars_marks_sampled_and_cutoff():
     assert list(bar.x) == [0.5, 0.3, 0.15, 0.05] and list(bar.y) == [1, 2, 3, 4]
     assert list(bar.marker.color) == [fg.KEPT_COLOR, fg.SAMPLED_COLOR, fg.CUT_COLOR, fg.CUT_COLOR]
     assert list(fig.layout.yaxis.ticktext) == ["a", "&lt;b&gt;", "c", "a"]      # repeats stay distinct rows
+    assert list(fig.layout.yaxis.tickvals) == list(bar.y)     # each bar labelled with its own token (was one off)
     assert fig.layout.shapes[0].y0 == 2.5                                       # the cut-off line
     assert "2 kept (80.0% of the mass)" in fig.layout.annotations[0].text
     assert bar.customdata[0][3] == pytest.approx(0.5 / 0.8) and bar.customdata[2][3] == 0.0

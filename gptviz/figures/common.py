@@ -24,12 +24,12 @@ def escaped(labels) -> list[str]:
     return [plotly_text(label) for label in labels]
 
 
-def token_axis(labels: list[str], max_ticks: int = 64) -> dict:
-    """Integer axis with token tick labels: repeated tokens stay in distinct columns (a categorical axis
-    would merge them). Past max_ticks only every n-th label is written."""
+def token_axis(labels: list[str], max_ticks: int = 64, start: int = 0) -> dict:
+    """Integer axis with token tick labels, labels[i] at position start + i: repeated tokens stay in distinct
+    columns (a categorical axis would merge them). Past max_ticks only every n-th label is written."""
     step = max(1, -(-len(labels) // max_ticks))
-    vals = list(range(0, len(labels), step))
-    return dict(tickmode="array", tickvals=vals, ticktext=[labels[i] for i in vals])
+    shown = range(0, len(labels), step)
+    return dict(tickmode="array", tickvals=[start + i for i in shown], ticktext=[labels[i] for i in shown])
 
 
 # The top strip of a figure where Plotly's toolbar and Streamlit's fullscreen button appear on hover. A title starts

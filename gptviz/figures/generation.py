@@ -38,7 +38,7 @@ def next_token_bars(ids, probs, allowed, labels: list[str], *, sampled_id: int, 
         x=probs, y=ranks, orientation="h", marker_color=colors, customdata=custom, name="probability",
         hovertemplate="rank %{customdata[4]}: %{customdata[0]} (id %{customdata[1]})<br>p = %{x:.4g}"
                       "<br>%{customdata[2]}; %{customdata[3]:.4g} among the kept tokens<extra></extra>"))
-    fig.update_yaxes(autorange="reversed", tickfont_size=11, **token_axis(texts, max_ticks=n))
+    fig.update_yaxes(autorange="reversed", tickfont_size=11, **token_axis(texts, max_ticks=n, start=1))  # bars at ranks 1..n
     fig.update_xaxes(title_text="probability", rangemode="tozero",
                      tickformat=".0%" if n and probs.max() >= 0.01 else "~e")
     if n_allowed < n:

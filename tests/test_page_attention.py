@@ -19,12 +19,12 @@ from gptviz import allocator, analysis, ui
 from gptviz import attention_map as amap
 from gptviz.figures import attention as fa
 from gptviz.tokenizer import decode, encode, token_labels
-from pagetest import ROOT, TINY, array, attention_map, figure, figures, finish_generation, generation_of, run_page, TokenGate
+from pagetest import (MARKUP, ROOT, TINY, array, attention_map, edge_prompts, figure, figures, finish_generation,
+                      generation_of, kept_of_edge_prompt, open_app, run_page, TokenGate)
 
 N_LAYERS, N_HEADS, N_CTX = 2, 4, 128           # the tiny preset
 VIEWS = ["One head", "Lines between tokens", "On the text", "Inside the head", "Value-weighted",
          "All heads of the layer", "Model view: every layer and head", "Entropy map"]
-MARKUP = "<img src=x onerror=alert(1)> <script>alert(2)</script>"
 
 
 def page(prompt: str, **state) -> AppTest:
@@ -41,10 +41,7 @@ def patterns_for(prompt: str) -> torch.Tensor:
 
 def test_router_default_page():
     allocator._applied = None  # app.py sets the allocator policy before any page runs
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
-    at.session_state["model_source"] = ui.SOURCE_PRESET
-    at.session_state["preset"] = "tiny"
-    at.run()
+    at = open_app()
     assert not at.exception
     assert at.title[0].value == "Attention"
     assert at.session_state["model_spec"] == TINY
@@ -99,19 +96,13 @@ def test_display_widgets_run_no_forward_pass():
     assert ui.forward_calls == after_first
 
 
-@pytest.mark.parametrize("prompt", ["", "Hi", "word " * 300, "🦜 你好世界, naïve café 😀", MARKUP],
-                         ids=["empty", "one-token", "longer-than-context", "emoji-cjk", "markup"])
+@edge_prompts("empty", "one-token", "longer-than-context", "emoji-cjk", "markup")
 def test_edge_prompts(prompt):
     at = page(prompt)
-    assert not at.exception and not at.error
-    ids = encode(prompt)
-    if not ids:
-        assert "Type a prompt" in at.info[0].value
+    kept = kept_of_edge_prompt(at, prompt, N_CTX)
+    if not kept:
         assert not at.get("plotly_chart")
         return
-    kept = ids[-N_CTX:]
-    if len(ids) > N_CTX:
-        assert f"only the last {N_CTX} are used" in at.warning[0].value
     chips = at.button_group(key="att_query").options
     assert len(chips) == len(kept)
     # chips are the display labels, Markdown-escaped (backslash before punctuation), never HTML

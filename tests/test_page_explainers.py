@@ -5,14 +5,13 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import pytest
 import torch
 import torch.nn.functional as F
 from streamlit.testing.v1 import AppTest
 
 from gptviz import ui
 from gptviz.tokenizer import encode, token_labels
-from pagetest import title_of, TINY, run_page, figures, array
+from pagetest import TINY, array, edge_prompts, figures, run_page, title_of
 
 
 def page(prompt: str = ui.DEFAULT_PROMPT, spec: ui.ModelSpec | None = TINY, **state) -> AppTest:
@@ -62,7 +61,7 @@ def test_causal_mask_slider_and_prompt_labels():
     assert mask["layout"]["yaxis"]["ticktext"] == token_labels(encode(prompt)[:5])
 
 
-@pytest.mark.parametrize("prompt", ["", "Hi", "🦜 你好世界 😀"], ids=["empty", "one-token", "emoji"])
+@edge_prompts("empty", "one-token", "emoji-cjk")
 def test_edge_prompts(prompt):
     at = page(prompt)
     assert not at.exception and not at.error

@@ -15,7 +15,7 @@ from gptviz import generate, ui
 from gptviz.figures import generation as fg
 from gptviz.figures.common import title_room
 from gptviz.tokenizer import decode, encode
-from pagetest import TINY, array, figure, finish_generation, generation_of, run_page, TokenGate
+from pagetest import TINY, TokenGate, array, edge_prompts, figure, finish_generation, generation_of, run_page
 
 N_LAYERS, N_HEADS, N_CTX = 2, 4, 128
 
@@ -122,8 +122,7 @@ def test_picking_a_step_sets_the_slider_without_streamlits_default_value_warning
     assert not [r for r in caplog.records if "default value" in r.getMessage()], caplog.text
 
 
-@pytest.mark.parametrize("prompt", ["", "<script>alert(1)</script>", "🦜 你好", "word " * 200],
-                         ids=["empty", "markup", "emoji-cjk", "longer-than-context"])
+@edge_prompts("empty", "markup", "emoji-cjk", "longer-than-context")
 def test_edge_prompts(prompt):
     at = page(prompt)
     assert not at.exception and not at.error

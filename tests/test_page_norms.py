@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import base64
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,21 +16,13 @@ from gptviz.generate import generate
 from gptviz.tokenizer import decode, get_tokenizer
 from gptviz.train import TrainSettings, train_models, write_history
 
-APP = str(Path(__file__).resolve().parent.parent / "app.py")
+import pagetest
+
 PAGE = "app_pages/norms.py"
 
 
 def open_page(**state) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=120)
-    at.session_state["model_source"] = gptviz.ui.SOURCE_PRESET
-    at.session_state["preset"] = "tiny"
-    for key, value in state.items():
-        at.session_state[key] = value
-    at.run()  # AppTest needs one run before switching pages
-    at.switch_page(PAGE)
-    at.run()
-    assert not at.exception, at.exception
-    return at
+    return pagetest.open_page(PAGE, **state)
 
 
 def array(value) -> np.ndarray:

@@ -3,7 +3,6 @@ to the other pages and as a download; a long run stopped from the page."""
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
@@ -12,23 +11,16 @@ from gptviz.generate import generate
 from gptviz.tokenizer import decode, get_tokenizer
 from gptviz.training_jobs import DONE, STOPPED
 
+import pagetest
+from pagetest import APP
+
 REGISTRY = gptviz.ui.training_registry()
-APP = str(Path(__file__).resolve().parent.parent / "app.py")
 TINY = dict(train_layers=1, train_width=32, train_heads=2, train_steps=4, train_batch=1, train_block=16,
             train_warmup=0, train_wiring="both")
 
 
 def open_page(**state) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=120)
-    at.session_state["model_source"] = gptviz.ui.SOURCE_PRESET
-    at.session_state["preset"] = "tiny"
-    for key, value in state.items():
-        at.session_state[key] = value
-    at.run()
-    at.switch_page("app_pages/training.py")
-    at.run()
-    assert not at.exception, at.exception
-    return at
+    return pagetest.open_page("app_pages/training.py", **state)
 
 
 def start(at: AppTest) -> None:

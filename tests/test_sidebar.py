@@ -4,20 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from streamlit.testing.v1 import AppTest
 
 from gptviz import tokenizer, ui
+from pagetest import APP, open_app
 
-APP = str(Path(__file__).resolve().parent.parent / "app.py")
-
-
-def open_app(**state) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=120)
-    at.session_state["model_source"] = ui.SOURCE_PRESET
-    at.session_state["preset"] = "tiny"
-    for key, value in state.items():
-        at.session_state[key] = value
-    return at.run()
 
 
 def test_an_example_fills_the_prompt():

@@ -41,6 +41,7 @@ def test_both_twins_are_bundled_and_load_offline(monkeypatch):
     assert logits.shape == (1, 4, 50257) and torch.isfinite(logits).all()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", TWINS)
 def test_model_card_figures_are_reproduced(name, corpus):
     folder = bundled_models()[name]
@@ -94,6 +95,7 @@ def test_which_bars_the_twins_clear(name):
     assert r["sample_speaker_lines"] >= 2 and r["sample_newlines"] >= 4
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", TWINS)
 def test_model_card_command_rebuilds_the_recorded_config_and_settings(name):
     """The README-style command in the card, parsed by the CLI, describes exactly this checkpoint."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
@@ -32,6 +33,7 @@ def capture_for(prompt: str, spec: ui.ModelSpec = TINY):
     return ids, ui.capture_cache(spec, ids, names)
 
 
+@pytest.mark.slow
 def test_default_prompt_every_view_shows_real_values():
     at = page(ui.DEFAULT_PROMPT)
     assert not at.exception and not at.error
@@ -71,6 +73,7 @@ def test_default_prompt_every_view_shows_real_values():
     assert at.download_button(key="act_npz").label == "Capture as .npz"
 
 
+@pytest.mark.slow
 def test_display_widgets_run_no_forward_pass():
     prompt = "Activations page: a prompt only this test uses, with a repeat: a prompt."
     at = page(prompt)
@@ -133,6 +136,7 @@ def test_an_empty_capture_is_explained_not_a_traceback(monkeypatch):
     assert "without the hook points it asked for" in at.error[0].value
 
 
+@pytest.mark.slow
 def test_a_prompt_change_with_the_old_focus_label_kept_falls_back_to_the_last_token():
     """Seen in the browser: after a prompt change the focus selectbox's stored value was the old option's label
     (a str), and comparing it with the token count raised TypeError."""

@@ -73,6 +73,7 @@ def test_default_state_widgets_and_real_weights():
     np.testing.assert_allclose(array(bars["data"][0]["y"]), expected[0, 0, -1], rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_display_widgets_run_no_forward_pass():
     prompt = "A prompt only this test uses: the forward count must move once, then never."
     ui.induction_scores(TINY, 50)  # the detector table's own run, cached once per model (not per prompt)
@@ -165,6 +166,7 @@ def test_model_view_and_layer_grid_trace_counts():
     assert len(figure(at, "Layer 0: every head")["data"]) == N_HEADS
 
 
+@pytest.mark.slow
 def test_short_generation_produces_tokens():
     prompt = "To be, or not to be"
     at = page(prompt)
@@ -193,6 +195,7 @@ def test_short_generation_produces_tokens():
     assert len(at.button_group(key="att_query").options) == len(encode(at.session_state["prompt"]))  # re-tokenised
 
 
+@pytest.mark.slow
 def test_a_head_switch_during_a_generation_neither_stops_it_nor_reruns_the_model(monkeypatch):
     """The generation runs beside the page: picking another head redraws, the model keeps writing, and the
     finished run is drawn for the head picked."""
@@ -214,6 +217,7 @@ def test_a_head_switch_during_a_generation_neither_stops_it_nor_reruns_the_model
     assert not at.exception
 
 
+@pytest.mark.slow
 def test_stop_keeps_the_tokens_written_so_far(monkeypatch):
     gate = TokenGate(at=2)
     monkeypatch.setattr(ui, "_count_forward", gate)

@@ -5,8 +5,8 @@ As in test_page_attention: the page file runs directly with the two values the s
 """
 from __future__ import annotations
 
-
 import numpy as np
+import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
@@ -96,6 +96,7 @@ def test_edge_prompts(prompt):
     assert array(figs[1]["data"][0]["z"]).shape == (len(kept), len(kept))
 
 
+@pytest.mark.slow
 def test_dimension_range_edges():
     at = page("Hello there", emb_dims=(5, 5))
     assert not at.exception
@@ -126,6 +127,7 @@ def test_fit_vocabulary_replaces_only_ids_past_the_model():
     assert ui.fit_vocabulary([1, 2], 50257) == ([1, 2], 0)
 
 
+@pytest.mark.slow
 def test_a_gpt2_id_past_gpt1s_vocabulary_runs_and_is_explained():
     """'Daytona' is GPT-2 id 47299, past the GPT-1 preset's 40,000 ids: the page must run, not fail."""
     assert 47299 in encode(" Daytona")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 import torch
 import torch.nn.functional as F
 from streamlit.testing.v1 import AppTest
@@ -42,6 +43,7 @@ def test_activation_functions_are_torchs_and_the_models_is_marked():
     assert any("Shaded: where the three functions differ by more than 0.01" in c.value for c in at.caption)
 
 
+@pytest.mark.slow
 def test_gpt2_preset_highlights_tanh_gelu():
     at = page(spec=ui.ModelSpec(ui.SOURCE_PRESET, "gpt2-small", "pre"))
     assert not at.exception
@@ -49,6 +51,7 @@ def test_gpt2_preset_highlights_tanh_gelu():
     assert "GELU (tanh approx.) — this model" in names
 
 
+@pytest.mark.slow
 def test_causal_mask_slider_and_prompt_labels():
     prompt = "To be, or not to be: that is the question."
     at = page(prompt)
@@ -61,6 +64,7 @@ def test_causal_mask_slider_and_prompt_labels():
     assert mask["layout"]["yaxis"]["ticktext"] == token_labels(encode(prompt)[:5])
 
 
+@pytest.mark.slow
 @edge_prompts("empty", "one-token", "emoji-cjk")
 def test_edge_prompts(prompt):
     at = page(prompt)
@@ -74,6 +78,7 @@ def test_edge_prompts(prompt):
     assert mask["layout"]["yaxis"]["ticktext"][:2] == ["t0", "t1"]
 
 
+@pytest.mark.slow
 def test_block_diagrams_mark_the_sidebar_wiring():
     for norm in ("pre", "post"):
         at = page(spec=TINY._replace(norm=norm))

@@ -68,6 +68,7 @@ def test_greedy_generation_matches_the_library_and_fills_the_table():
     assert bars["data"][0]["marker"]["color"][1] == fg.CUT_COLOR    # greedy keeps only the argmax
 
 
+@pytest.mark.slow
 def test_inspecting_steps_runs_no_model():
     at = generate_in(page("Inspect these steps, please"), 3, top_k=5)
     before = ui.forward_calls
@@ -87,6 +88,7 @@ def test_inspecting_steps_runs_no_model():
                                steps[0].attention[1, 2].numpy(), rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_outlined_row_follows_the_inspected_step():
     at = generate_in(page("Outline the inspected step"), 3)
     at.slider(key="gen_step").set_value(1).run()
@@ -122,6 +124,7 @@ def test_picking_a_step_sets_the_slider_without_streamlits_default_value_warning
     assert not [r for r in caplog.records if "default value" in r.getMessage()], caplog.text
 
 
+@pytest.mark.slow
 @edge_prompts("empty", "markup", "emoji-cjk", "longer-than-context")
 def test_edge_prompts(prompt):
     at = page(prompt)
@@ -140,6 +143,7 @@ def test_edge_prompts(prompt):
         assert figure(at, "Query ")["layout"]["title"]["text"].startswith("Query '&gt;' (position")
 
 
+@pytest.mark.slow
 def test_stop_ends_a_running_generation_before_its_next_token(monkeypatch):
     """The model writes in a background thread; Stop (a click, so a rerun) ends it before another token is
     shown, and the page then shows the tokens it had shown: here the two of the last redraw."""
@@ -250,6 +254,7 @@ def test_step_attention_and_curves():
     assert len(curves.data) == 2 and list(curves.data[1].y) == [1.0, 2.0]
 
 
+@pytest.mark.slow
 def test_a_tiny_temperature_from_a_link_generates_the_greedy_text():
     """A link may set any temperature in [0, 2]; 1e-300 made every probability NaN ("Generation failed: ValueError").
     Its limit is greedy decoding, and so is its text."""

@@ -45,6 +45,7 @@ def expected_stats():
     return wiring.compare_wirings(cfg, ids, 0, "gpt2")
 
 
+@pytest.mark.slow
 def test_same_weights_section_shows_measured_values_and_reruns_run_no_model():
     at = open_page(**TINY)
     stats = expected_stats()
@@ -73,6 +74,7 @@ def test_same_weights_section_shows_measured_values_and_reruns_run_no_model():
     assert attn_fig["layout"]["title"]["text"] == "Layer 2, head 0"
 
 
+@pytest.mark.slow
 def test_prompt_input_and_the_init_control():
     at = open_page(**dict(TINY, norms_input="prompt", norms_init="xavier"))
     ids = get_tokenizer().encode(gptviz.ui.DEFAULT_PROMPT)
@@ -82,6 +84,7 @@ def test_prompt_input_and_the_init_control():
     assert metrics["LM loss, pre-norm"] == f"{stats['pre'].loss:.3f}"
 
 
+@pytest.mark.slow
 def test_the_theory_box_states_nothing_the_run_on_screen_may_contradict():
     """At the page's defaults with Xavier init post-norm's gradients shrink with depth; the fixed prose must
     not say they stay level (the statements beside the chart are the ones computed from the run)."""
@@ -90,6 +93,7 @@ def test_the_theory_box_states_nothing_the_run_on_screen_may_contradict():
     assert theory and "stay level, under both inits" not in theory and "states nothing about the run" in theory
 
 
+@pytest.mark.slow
 def test_a_big_model_waits_for_the_button_and_one_past_the_memory_budget_is_refused():
     calls = gptviz.ui.forward_calls
     at = open_page(norms_preset="gpt2-xl", norms_depth=48, norms_width=1600)  # ~17 GiB against the default 8 GiB
@@ -102,6 +106,7 @@ def test_a_big_model_waits_for_the_button_and_one_past_the_memory_budget_is_refu
     assert gptviz.ui.forward_calls == calls
 
 
+@pytest.mark.slow
 def test_depth_sweep():
     at = open_page(**dict(TINY, norms_sweep_depths=[1, 2, 4]))
     at.button(key="norms_sweep_run").click().run()
@@ -134,6 +139,7 @@ def tiny_twins(tmp_path, monkeypatch):
     return tmp_path, results
 
 
+@pytest.mark.slow
 def test_trained_twins_section(tiny_twins):
     folder, results = tiny_twins
     at = open_page(**TINY)
@@ -154,6 +160,7 @@ def test_trained_twins_section(tiny_twins):
     assert f"Next token after position {len(ids) - 1}" in titles
 
 
+@pytest.mark.slow
 def test_bundled_twins_loss_phase_is_marked():
     """With the real bundled twins: the table and the note on the cheaper softmax come from history.json."""
     models = gptviz.weights.bundled_models()

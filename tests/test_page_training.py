@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 from streamlit.testing.v1 import AppTest
 
 import gptviz.ui
@@ -28,6 +29,7 @@ def start(at: AppTest) -> None:
     assert not at.exception, at.exception
 
 
+@pytest.mark.slow
 def test_a_tiny_run_from_the_page(monkeypatch):
     at = open_page(**TINY)
     assert any("No run yet" in i.value for i in at.info)
@@ -77,6 +79,7 @@ def test_scenario_buttons_fill_the_form():
     assert at.slider(key="train_layers").value == 12
 
 
+@pytest.mark.slow
 def test_stop_from_the_page():
     at = open_page(**dict(TINY, train_steps=5000, train_wiring="pre"))
     start(at)
@@ -108,6 +111,7 @@ def test_the_form_keeps_its_values_after_leaving_the_page_and_says_which_wiring_
                for c in at.caption)
 
 
+@pytest.mark.slow
 def test_coming_back_shows_the_running_run_not_an_older_stopped_one():
     at = open_page(**dict(TINY, train_steps=5000, train_wiring="pre"))
     start(at)

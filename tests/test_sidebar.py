@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 
 from gptviz import tokenizer, ui
 from pagetest import APP, open_app
@@ -63,6 +64,7 @@ def test_gptviz_app_passes_every_shipped_setting():
     assert flat == APP_DEFAULT_FLAGS
 
 
+@pytest.mark.slow
 def test_device_and_precision_choices_follow_the_machine(monkeypatch):
     import torch
 

@@ -11,12 +11,56 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 from streamlit.testing.v1 import AppTest
 
 from gptviz.app import models, sidebar, keys as K
 
 ROOT = Path(__file__).resolve().parents[1]
+APP = str(ROOT / "app.py")
 TINY = models.ModelSpec(K.SOURCE_PRESET, "tiny", "pre")
+
+MARKUP = "<img src=x onerror=alert(1)> <script>alert(2)</script>"
+# Prompts every page must take without an exception, by test id.
+EDGE_PROMPTS = {"empty": "", "one-token": "Hi", "longer-than-context": "word " * 300,
+                "emoji-cjk": "🦜 你好世界, naïve café 😀", "markup": MARKUP}
+
+
+def edge_prompts(*names: str):
+    """@edge_prompts("empty", ...): parametrize a test's `prompt` over those of EDGE_PROMPTS, with their ids."""
+    return pytest.mark.parametrize("prompt", [EDGE_PROMPTS[name] for name in names], ids=list(names))
+
+
+def kept_of_edge_prompt(at: AppTest, prompt: str, n_ctx: int) -> list[int]:
+    """What every page shows for an edge prompt: no exception or error; an empty prompt asks for one; a prompt
+    longer than the context says that only its last n_ctx tokens are used. Returns those ids ([] when empty)."""
+    from gptviz.tokenizer import encode
+    assert not at.exception and not at.error
+    ids = encode(prompt)
+    if not ids:
+        assert "Type a prompt" in at.info[0].value
+    if len(ids) > n_ctx:
+        assert f"only the last {n_ctx} are used" in at.warning[0].value
+    return ids[-n_ctx:]
+
+
+def open_app(**state) -> AppTest:
+    """Run app.py (the sidebar and the default page) once, on the tiny preset, with any session-state values."""
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.session_state["model_source"] = K.SOURCE_PRESET
+    at.session_state["preset"] = "tiny"
+    for key, value in state.items():
+        at.session_state[key] = value
+    return at.run()
+
+
+def open_page(page: str, **state) -> AppTest:
+    """app.py, then a switch to `page` (AppTest needs one run before switching pages); no exception on the way."""
+    at = open_app(**state)
+    at.switch_page(page)
+    at.run()
+    assert not at.exception, at.exception
+    return at
 
 
 def run_page(name: str, prompt: str = sidebar.DEFAULT_PROMPT, spec: models.ModelSpec | None = TINY, **state) -> AppTest:

@@ -16,7 +16,6 @@ from gptviz import analysis, capture
 from gptviz.export import (capture_arrays, capture_npz, csv_bytes, export_nbytes, load_npz, matrix_frame,
                            prompt_capture_npz)
 from gptviz.hooks import ActivationCache
-from gptviz.app import models
 
 L, D, FF, V = SMALL.n_layers, SMALL.d_model, SMALL.d_ff, SMALL.vocab_size
 T = 9

@@ -3,73 +3,55 @@
 Attention page: pick the tiny preset, type a prompt, wait for the heatmap, hover a cell (the hover names
 both tokens); a markup prompt stays text (no dialog, no <img> element, the literal text on the page);
 Generation page: a short generation, then Stop during a long one. A link to one page, opened first on a new
-server, shows that page inside the app. No Streamlit exception box anywhere. Screenshots go to artifacts/.
+server, shows that page inside the app. No Streamlit exception box anywhere. Screenshots go to a temporary
+folder (pytest's basetemp), or to the folder GPTVIZ_TEST_SCREENSHOTS names; never into the checkout.
 """
 from __future__ import annotations
 
 import contextlib
+import os
 import re
-import socket
-import subprocess
 import sys
-import time
 import urllib.parse
-import urllib.request
 from pathlib import Path
 
 import pytest
 
+from pagetest import MARKUP
+from servers import streamlit_server
+
 CHROMIUM = Path("/usr/bin/chromium")
 ROOT = Path(__file__).resolve().parents[1]
-ARTIFACTS = ROOT / "artifacts"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
         "--disable-component-update", "--disable-sync"]
-MARKUP = "<img src=x onerror=alert(1)> <script>alert(2)</script>"
 
-pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium "
-                                                               "(CI installs it; no browser is downloaded)")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium "
+                                                               "(CI installs it; no browser is downloaded)")]
 
 
 @contextlib.contextmanager
-def streamlit_server():
-    """A fresh `streamlit run app.py` on a free port; yields its URL once it answers the health check."""
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true", "--server.port", str(port),
-         "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    url = f"http://localhost:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as reply:
-                    if reply.status == 200:
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"streamlit did not start: {proc.stdout.read().decode(errors='replace')[-2000:]}")
-            time.sleep(0.3)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+def app_server():
+    """A fresh `streamlit run app.py` from the checkout on a free port; yields its URL once it is healthy."""
+    with streamlit_server([sys.executable, "-m", "streamlit", "run", "app.py"], cwd=ROOT,
+                          flags=["--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"]) as s:
+        yield s.url
 
 
 @pytest.fixture(scope="module")
 def server():
-    with streamlit_server() as url:
+    with app_server() as url:
         yield url
+
+
+@pytest.fixture(scope="module")
+def artifacts(tmp_path_factory) -> Path:
+    """Where the screenshots go: GPTVIZ_TEST_SCREENSHOTS if set (to keep them), else a temporary folder."""
+    kept = os.environ.get("GPTVIZ_TEST_SCREENSHOTS")
+    if kept:
+        Path(kept).mkdir(parents=True, exist_ok=True)
+        return Path(kept)
+    return tmp_path_factory.mktemp("screenshots")
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +72,6 @@ def new_page(browser):
 
 @pytest.fixture(scope="module")
 def browser_page(browser, server):
-    ARTIFACTS.mkdir(exist_ok=True)
     page = new_page(browser)
     dialogs: list[str] = []                   # alert()/confirm() a prompt might trigger: must stay empty
     page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
@@ -127,7 +108,7 @@ def no_exception(page) -> None:
 FONT_JS = "(el) => { const s = getComputedStyle(el); return `${s.fontFamily} ${s.fontSize} ${s.lineHeight}`; }"
 
 
-def test_attention_and_generation_in_a_browser(browser_page):
+def test_attention_and_generation_in_a_browser(browser_page, artifacts):
     from playwright.sync_api import expect
     page, dialogs = browser_page
     page.locator('[data-testid="stSidebar"] [data-testid="stSelectbox"]').first.wait_for()
@@ -141,7 +122,7 @@ def test_attention_and_generation_in_a_browser(browser_page):
     page.locator(".gv-title").filter(has_text=re.compile("^Layer 0, head 0$")).wait_for()
     heatmap = page.locator("canvas.gv-heat").first
     no_exception(page)
-    page.screenshot(path=str(ARTIFACTS / "attention.png"), full_page=True)
+    page.screenshot(path=str(artifacts / "attention.png"), full_page=True)
 
     # hover a cell of the lower triangle: the tip names the query and key tokens and the weight
     heatmap.scroll_into_view_if_needed()
@@ -156,7 +137,7 @@ def test_attention_and_generation_in_a_browser(browser_page):
     assert match.group(1) == "␣mat" and match.group(2) == "the"
     page.mouse.move(box["x"] + left + 4.5 * cell, box["y"] + top + 1.5 * cell, steps=2)    # query 1, key 4: future
     page.locator(".gv-tip").filter(has_text="masked: a token cannot look at later tokens").wait_for()
-    page.locator(".gv-map").first.screenshot(path=str(ARTIFACTS / "attention_hover.png"))
+    page.locator(".gv-map").first.screenshot(path=str(artifacts / "attention_hover.png"))
 
     # drag over queries 2-4 and keys 0-2 to zoom; hover then reads the zoomed cells; double-click shows all
     heatmap.scroll_into_view_if_needed()
@@ -206,7 +187,7 @@ def test_attention_and_generation_in_a_browser(browser_page):
     assert page.get_by_role("radio", name="<", exact=True).count() >= 1
     assert page.locator('img[src="x"]').count() == 0 and not dialogs
     no_exception(page)
-    page.screenshot(path=str(ARTIFACTS / "attention_markup.png"), full_page=True)
+    page.screenshot(path=str(artifacts / "attention_markup.png"), full_page=True)
 
     # a short generation on the Generation page; the prompt comes back as literal text
     page.locator('[data-testid="stSidebarNav"] a').filter(has_text="Generation").click()
@@ -223,7 +204,7 @@ def test_attention_and_generation_in_a_browser(browser_page):
     assert page.locator('img[src="x"]').count() == 0 and not dialogs
     assert page.locator(".js-plotly-plot").filter(has_text="attention of each generating query").count() == 1
     no_exception(page)
-    page.screenshot(path=str(ARTIFACTS / "generation.png"), full_page=True)
+    page.screenshot(path=str(artifacts / "generation.png"), full_page=True)
 
     # Stop during a long generation: the run ends, the tokens written so far stay
     new_tokens.fill("200")
@@ -247,14 +228,14 @@ def test_attention_and_generation_in_a_browser(browser_page):
     caption.wait_for(timeout=30_000)  # the stopped run's final draw can trail the info box on a loaded machine
     assert caption.count() == 1
     no_exception(page)
-    page.screenshot(path=str(ARTIFACTS / "generation_stopped.png"), full_page=True)
+    page.screenshot(path=str(artifacts / "generation_stopped.png"), full_page=True)
 
 
 def test_a_link_to_a_page_opens_it_inside_the_app_on_a_fresh_server(browser):
     """The first visit to a new server may be a bookmark of one page. Streamlit treats a folder named `pages/`
     as an old-style multipage app until app.py has called st.navigation once, and would run the page file
     alone: no shared sidebar, no model."""
-    with streamlit_server() as url:
+    with app_server() as url:
         page = new_page(browser)
         page.goto(f"{url}/generation")
         page.get_by_role("button", name="Generate").wait_for(timeout=120_000)   # the page, with a model
@@ -282,7 +263,7 @@ NEW_VIEWS = {"Lines between tokens": "each query (left) to the keys", "On the te
              "Inside the head": "Σ q⊙k", "Value-weighted": "Weight × ‖value · W_O‖"}
 
 
-def test_the_attention_views_from_other_tools_at_16_and_64_tokens(browser, server):
+def test_the_attention_views_from_other_tools_at_16_and_64_tokens(browser, server, artifacts):
     """Each view opened from a link (tiny preset) at 16 and 64 tokens draws its figure with no exception; in the
     lines view a click on a query token keeps only its lines."""
     from urllib.parse import quote
@@ -297,7 +278,7 @@ def test_the_attention_views_from_other_tools_at_16_and_64_tokens(browser, serve
             wait_for_idle(page)
             assert page.get_by_text(f"{n} tokens", exact=True).count() == 1
             no_exception(page)
-            page.screenshot(path=str(ARTIFACTS / f"attention_{view.split()[0].lower()}_{n}.png"), full_page=True)
+            page.screenshot(path=str(artifacts / f"attention_{view.split()[0].lower()}_{n}.png"), full_page=True)
     # lines view: click query token 5 in the left column
     page.goto(f"{server}/?source=preset&preset=tiny&prompt={quote(' '.join(letters[:16]))}"
               f"&att_view={quote('Lines between tokens')}")
@@ -330,7 +311,7 @@ def test_the_attention_views_from_other_tools_at_16_and_64_tokens(browser, serve
     page.close()
 
 
-def test_a_long_prompt_sends_the_picked_head_in_full_and_pooled_thumbnails(browser, server):
+def test_a_long_prompt_sends_the_picked_head_in_full_and_pooled_thumbnails(browser, server, artifacts):
     """gpt2-small (random weights) at 300 tokens: a layer's 13 patterns are 1.17M cells, over what is sent whole, so
     the map gets the picked head in full and max-pooled thumbnails; picking another head loads it from the server."""
     from urllib.parse import quote
@@ -352,7 +333,7 @@ def test_a_long_prompt_sends_the_picked_head_in_full_and_pooled_thumbnails(brows
     left, top, cell = (float(heatmap.get_attribute(f"data-{k}")) for k in ("left", "top", "cell"))
     page.mouse.move(box["x"] + left + 0.5 * cell, box["y"] + top + 0.5 * cell, steps=3)   # query 0, key 0: all of it
     page.locator(".gv-tip").filter(has_text=re.compile(r"weight 1\.00\s*query position 0, key position 0")).wait_for()
-    page.locator(".gv-map").first.screenshot(path=str(ARTIFACTS / "attention_long_prompt.png"))
+    page.locator(".gv-map").first.screenshot(path=str(artifacts / "attention_long_prompt.png"))
     page.locator(".gv-map").first.locator(".gv-head").filter(has_text="head 7").click()
     page.locator(".gv-title").filter(has_text=re.compile("^Layer 0, head 7$")).wait_for()
     note.filter(has_text="the thumbnails are pooled").wait_for(timeout=60_000)  # head 7 arrived in full

@@ -10,7 +10,6 @@ from gptviz import load_pretrained
 from gptviz.corpus import HELD_OUT_PLAYS
 from gptviz.evaluate import check_model, corpus_of, recipe_differences, training_stages
 from gptviz.weights import bundled_models, training_vocab
-from gptviz.app import sidebar
 
 TWINS = ("shakespeare-pre", "shakespeare-post")
 
@@ -42,6 +41,7 @@ def test_both_twins_are_bundled_and_load_offline(monkeypatch):
     assert logits.shape == (1, 4, 50257) and torch.isfinite(logits).all()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", TWINS)
 def test_model_card_figures_are_reproduced(name, corpus):
     folder = bundled_models()[name]
@@ -95,6 +95,7 @@ def test_which_bars_the_twins_clear(name):
     assert r["sample_speaker_lines"] >= 2 and r["sample_newlines"] >= 4
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", TWINS)
 def test_model_card_command_rebuilds_the_recorded_config_and_settings(name):
     """The README-style command in the card, parsed by the CLI, describes exactly this checkpoint."""
@@ -120,7 +121,7 @@ def test_model_card_command_rebuilds_the_recorded_config_and_settings(name):
 
 @pytest.mark.parametrize("name", TWINS)
 def test_the_sidebar_says_what_the_twin_was_trained_on_and_what_it_did_not_learn(name):
-    from gptviz.app import keys as K, live, models, sidebar
+    from gptviz.app import sidebar
     text = sidebar.bundled_description(name)
     assert "complete works of Shakespeare less 3 held-out plays" in text
     stages = training_stages(json.loads((bundled_models()[name] / "config.json").read_text())["training"])

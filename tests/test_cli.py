@@ -24,6 +24,7 @@ def run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
                           timeout=timeout, env=env, cwd=ROOT)
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_params_gpt2_xl_prints_the_total():
     out = run_cli("params", "gpt2-xl")
@@ -37,6 +38,7 @@ def test_params_gpt2_xl_prints_the_total():
     assert "80,411,200" in token  # 50,257 x 1,600
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_unknown_preset_exits_2_with_a_message():
     out = run_cli("params", "gpt5")
@@ -57,6 +59,7 @@ def test_params_in_process(capsys):
     assert "163,009,536" in text and "untied head" in text
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_train_writes_a_loadable_checkpoint(tmp_path):
     data = tmp_path / "corpus.txt"
@@ -82,6 +85,7 @@ def test_train_rejects_bad_settings(capsys, tmp_path):
     assert not (tmp_path / "never").exists()
 
 
+@pytest.mark.slow
 def test_check_writes_its_report_where_told_and_beside_the_model_only_when_asked(tmp_path, capsys):
     text = CORPUS.read_text(encoding="utf-8")
     plays = tmp_path / "plays"
@@ -108,6 +112,7 @@ def test_check_writes_its_report_where_told_and_beside_the_model_only_when_asked
     assert {"check.json", "MODEL_CARD.md"} <= {p.name for p in model_dir.iterdir()}
 
 
+@pytest.mark.slow
 def test_a_continued_stage_may_change_dropout_but_not_the_model(tmp_path, capsys):
     text = CORPUS.read_text(encoding="utf-8")
     plays = tmp_path / "plays"

@@ -35,6 +35,7 @@ def test_the_choices_follow_what_torch_reports(monkeypatch):
     assert available_dtypes("cuda") == ["float32", "float16", "bfloat16"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype, logit_tolerance", [("bfloat16", 0.3), ("float16", 0.05)])
 def test_half_precision_matches_float32_on_the_cpu(reference, dtype, logit_tolerance):
     model, ids, ref = reference

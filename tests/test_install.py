@@ -1,22 +1,34 @@
 """The package installs like any Python tool: a wheel built from the checkout, installed into a fresh virtual
 environment, works from a folder outside the checkout (console command, bundled data, the app's first page).
 
-The virtual environment sees this interpreter's site-packages (torch and the rest are already installed), so the
-install needs no network; `--no-build-isolation` builds with the setuptools already here."""
+The new virtual environment sees the site-packages this interpreter imports from (torch and the rest are
+installed there), so the install needs no network: a .pth file in it adds those folders after its own. That holds
+whether the tests run under a virtual environment's interpreter (whose packages `--system-site-packages` would not
+show: it exposes the base interpreter's) or the system's. The checkout itself is never written to: the build
+reads a copy of the files it packages, in a temporary folder (setuptools writes build/ and *.egg-info beside them).
+"""
 from __future__ import annotations
 
+import importlib.util
 import os
-import socket
+import shutil
+import site
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
 import pytest
 
+from servers import streamlit_server
+
 ROOT = Path(__file__).resolve().parents[1]
-pytestmark = pytest.mark.subprocess
+pytestmark = [pytest.mark.subprocess, pytest.mark.slow]
+
+# What the build reads: pyproject.toml's packages and package-dir folders, and the readme it names.
+SOURCE_FILES = ("pyproject.toml", "README.md", "gptviz", "app_pages", "data")
+SOURCE_EXTRAS = ("setup.py", "setup.cfg", "MANIFEST.in", "LICENSE", "LICENSE.txt", "LICENSE.md")
+NOT_SOURCE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build", "dist")
 
 FIRST_PAGE = """
 import sys
@@ -39,17 +51,59 @@ def clean_env(venv: Path) -> dict[str, str]:
     return env
 
 
+def site_dirs() -> list[str]:
+    """The site-packages folders this interpreter imports from, in sys.path order: a virtual environment's own
+    (and its base's, if it was made with --system-site-packages), or the system's; the user's if it is on sys.path.
+    Not the checkout, which `python -m pytest` puts on sys.path too."""
+    known = {os.path.realpath(p) for p in site.getsitepackages()}
+    if site.ENABLE_USER_SITE:
+        known.add(os.path.realpath(site.getusersitepackages()))
+    dirs = [p for p in sys.path if p and os.path.realpath(p) in known and os.path.isdir(p)]
+    assert dirs, f"no site-packages folder on sys.path: {sys.path}"
+    return list(dict.fromkeys(dirs))
+
+
+def new_venv(venv: Path) -> Path:
+    """A fresh virtual environment (with its own pip) whose interpreter also imports what this one does."""
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    python = venv / "bin" / "python"
+    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                             check=True, capture_output=True, text=True, timeout=60).stdout.strip()
+    # site.addsitedir, not bare paths: the .pth files in those folders (editable installs, setuptools' own) count
+    lines = "".join(f"import site; site.addsitedir({d!r})\n" for d in site_dirs())
+    (Path(purelib) / "_gptviz_tests_parent_site.pth").write_text(lines, encoding="utf-8")
+    return python
+
+
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory):
+def source(tmp_path_factory) -> Path:
+    """A copy of what the build reads, so that building and `pip install -e` write nothing into the checkout."""
+    src = tmp_path_factory.mktemp("source") / "gptviz-src"
+    src.mkdir()
+    for name in SOURCE_FILES + SOURCE_EXTRAS:
+        path = ROOT / name
+        if path.is_dir():
+            shutil.copytree(path, src / name, ignore=NOT_SOURCE)
+        elif path.is_file():
+            shutil.copy2(path, src / name)
+        else:
+            assert name in SOURCE_EXTRAS, f"{name} is missing from the checkout"
+    return src
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory, source):
     """(venv folder, a working folder outside the checkout) with the package installed from a fresh wheel."""
     base = tmp_path_factory.mktemp("install")
     wheels, venv, outside = base / "wheels", base / "venv", base / "elsewhere"
     outside.mkdir()
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                    "-w", str(wheels), str(ROOT)], check=True, cwd=base, timeout=300)
+    # setuptools already here builds it offline; without it, pip fetches the build backend from the package index
+    offline = ["--no-build-isolation"] if importlib.util.find_spec("setuptools") else []
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", *offline, "-q",
+                    "-w", str(wheels), str(source)], check=True, cwd=base, timeout=300)
     wheel, = wheels.glob("gptviz-*.whl")
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=120)
-    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--no-deps", "-q", str(wheel)],
+    python = new_venv(venv)
+    subprocess.run([str(python), "-m", "pip", "install", "--no-deps", "-q", str(wheel)],
                    check=True, cwd=outside, timeout=300, env=clean_env(venv))
     return venv, outside
 
@@ -93,43 +147,29 @@ def test_the_apps_first_page_runs_from_the_installed_package(installed):
 
 def test_gptviz_app_serves_the_app_with_streamlits_flags_passed_through(installed):
     venv, outside = installed
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen([str(venv / "bin" / "gptviz"), "app", "--server.headless", "true",
-                             "--server.port", str(port), "--server.address", "127.0.0.1"],
-                            cwd=outside, env=clean_env(venv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
-    try:
-        deadline, health = time.monotonic() + 90, None
-        while time.monotonic() < deadline and health is None:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2) as r:
-                    health = r.read().decode()
-            except OSError:
-                time.sleep(0.5)
-        assert health == "ok"
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as r:
+    # the helper passes --server.headless, --server.port and --server.address: `gptviz app` hands them to Streamlit
+    with streamlit_server([str(venv / "bin" / "gptviz"), "app"], cwd=outside, env=clean_env(venv)) as server:
+        with urllib.request.urlopen(f"{server.url}/", timeout=5) as r:
             assert "<title>Streamlit</title>" in r.read().decode()
-    finally:
-        proc.terminate()
-        log = proc.communicate(timeout=30)[0]
-    assert f"{port}" in log and "site-packages" not in log  # Streamlit announced the port, no traceback paths
+    log = server.log()
+    assert f"{server.port}" in log and "site-packages" not in log  # Streamlit announced the port, no traceback paths
 
 
-def test_an_editable_install_runs_the_checkout_from_anywhere(tmp_path):
-    """`pip install -e .`: the command and the library come from the checkout itself (pages and corpora at the
-    top of it), from a folder outside it. Its build backend comes from the package index, as pip does it."""
+def test_an_editable_install_runs_the_checkout_from_anywhere(tmp_path, source):
+    """`pip install -e .`: the command and the library come from the source tree itself (pages and corpora at the
+    top of it), from a folder outside it. Its build backend comes from the package index, as pip does it. The
+    source tree is a copy of the checkout's (an editable build writes *.egg-info into it)."""
     venv, outside = tmp_path / "venv", tmp_path / "elsewhere"
     outside.mkdir()
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=120)
-    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--no-deps", "-q", "-e", str(ROOT)],
+    python = new_venv(venv)
+    subprocess.run([str(python), "-m", "pip", "install", "--no-deps", "-q", "-e", str(source)],
                    check=True, cwd=outside, timeout=600, env=clean_env(venv))
     xl = run((venv, outside), str(venv / "bin" / "gptviz"), "params", "gpt2-xl")
     assert xl.returncode == 0 and "1,557,611,200" in xl.stdout
-    where = run((venv, outside), str(venv / "bin" / "python"), "-c",
+    where = run((venv, outside), str(python), "-c",
                 "import gptviz, gptviz.app.router, gptviz.corpus; from gptviz import load_pretrained;"
                 "print(gptviz.__file__); print(gptviz.app.router.PAGES_DIR); print(gptviz.corpus.WORKS.is_dir());"
                 "print(load_pretrained('shakespeare-pre').config.name)")
     assert where.returncode == 0, where.stderr
-    assert where.stdout.split() == [str(ROOT / "gptviz" / "__init__.py"), str(ROOT / "app_pages"), "True", "small-4l"]
+    assert where.stdout.split() == [str(source / "gptviz" / "__init__.py"), str(source / "app_pages"), "True",
+                                    "small-4l"]

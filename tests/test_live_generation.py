@@ -10,7 +10,6 @@ from streamlit.testing.v1 import AppTest
 from conftest import build
 from gptviz import generate
 from gptviz.live_generation import GenerationSlots, LiveGeneration
-from gptviz.app import live, models, keys as K
 
 PROMPT = [5, 17, 3, 42]
 GREEDY = dict(max_new_tokens=6, temperature=0.0, top_k=None, top_p=None, seed=0)
@@ -137,7 +136,7 @@ def test_a_session_has_one_generation_and_leaving_its_page_stops_it():
 
         import streamlit as st
 
-        from gptviz.app import keys as K, live, models, sidebar
+        from gptviz.app import keys as K, live, models
         spec = models.ModelSpec(K.SOURCE_PRESET, "tiny", "pre")
         model = models.load_model(spec)
         hold = threading.Event()
@@ -162,7 +161,7 @@ def test_a_session_has_one_generation_and_leaving_its_page_stops_it():
 
 
 def test_the_live_view_records_what_it_drew_for_stop_to_keep():
-    from gptviz.app import keys as K, live, models, sidebar
+    from gptviz.app import live
     gate = Gate(at=4)
     job = LiveGeneration(build(seed=3), PROMPT, {**GREEDY, "max_new_tokens": 12}, on_token=gate)
     assert gate.reached.wait(30)

@@ -109,6 +109,7 @@ HOSTILE = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_configs_past_the_caps_are_refused_before_allocating():
     changes = [{"n_positions": 10**8}, {"n_layer": 10**5}, {"n_embd": 65536, "n_head": 1},
                {"n_layer": 10**8, "n_embd": 1, "n_head": 1, "n_inner": 1}]

@@ -19,13 +19,13 @@ from gptviz import allocator, analysis
 from gptviz.app.component import attention_map as amap
 from gptviz.figures import attention as fa
 from gptviz.tokenizer import decode, encode, token_labels
-from gptviz.app import live, models, sidebar, keys as K
-from pagetest import ROOT, TINY, array, attention_map, figure, figures, finish_generation, generation_of, run_page, TokenGate, forward_calls
+from gptviz.app import live, models, sidebar
+from pagetest import (MARKUP, ROOT, TINY, array, attention_map, edge_prompts, figure, figures, finish_generation,
+                      forward_calls, generation_of, kept_of_edge_prompt, open_app, run_page, TokenGate)
 
 N_LAYERS, N_HEADS, N_CTX = 2, 4, 128           # the tiny preset
 VIEWS = ["One head", "Lines between tokens", "On the text", "Inside the head", "Value-weighted",
          "All heads of the layer", "Model view: every layer and head", "Entropy map"]
-MARKUP = "<img src=x onerror=alert(1)> <script>alert(2)</script>"
 
 
 def page(prompt: str, **state) -> AppTest:
@@ -42,10 +42,7 @@ def patterns_for(prompt: str) -> torch.Tensor:
 
 def test_router_default_page():
     allocator._applied = None  # app.py sets the allocator policy before any page runs
-    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=120)
-    at.session_state["model_source"] = K.SOURCE_PRESET
-    at.session_state["preset"] = "tiny"
-    at.run()
+    at = open_app()
     assert not at.exception
     assert at.title[0].value == "Attention"
     assert at.session_state["model_spec"] == TINY
@@ -77,6 +74,7 @@ def test_default_state_widgets_and_real_weights():
     np.testing.assert_allclose(array(bars["data"][0]["y"]), expected[0, 0, -1], rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_display_widgets_run_no_forward_pass():
     prompt = "A prompt only this test uses: the forward count must move once, then never."
     models.induction_scores(TINY, 50)  # the detector table's own run, cached once per model (not per prompt)
@@ -100,19 +98,13 @@ def test_display_widgets_run_no_forward_pass():
     assert forward_calls() == after_first
 
 
-@pytest.mark.parametrize("prompt", ["", "Hi", "word " * 300, "🦜 你好世界, naïve café 😀", MARKUP],
-                         ids=["empty", "one-token", "longer-than-context", "emoji-cjk", "markup"])
+@edge_prompts("empty", "one-token", "longer-than-context", "emoji-cjk", "markup")
 def test_edge_prompts(prompt):
     at = page(prompt)
-    assert not at.exception and not at.error
-    ids = encode(prompt)
-    if not ids:
-        assert "Type a prompt" in at.info[0].value
+    kept = kept_of_edge_prompt(at, prompt, N_CTX)
+    if not kept:
         assert not at.get("plotly_chart")
         return
-    kept = ids[-N_CTX:]
-    if len(ids) > N_CTX:
-        assert f"only the last {N_CTX} are used" in at.warning[0].value
     chips = at.button_group(key="att_query").options
     assert len(chips) == len(kept)
     # chips are the display labels, Markdown-escaped (backslash before punctuation), never HTML
@@ -175,6 +167,7 @@ def test_model_view_and_layer_grid_trace_counts():
     assert len(figure(at, "Layer 0: every head")["data"]) == N_HEADS
 
 
+@pytest.mark.slow
 def test_short_generation_produces_tokens():
     prompt = "To be, or not to be"
     at = page(prompt)
@@ -203,6 +196,7 @@ def test_short_generation_produces_tokens():
     assert len(at.button_group(key="att_query").options) == len(encode(at.session_state["prompt"]))  # re-tokenised
 
 
+@pytest.mark.slow
 def test_a_head_switch_during_a_generation_neither_stops_it_nor_reruns_the_model(monkeypatch):
     """The generation runs beside the page: picking another head redraws, the model keeps writing, and the
     finished run is drawn for the head picked."""
@@ -224,6 +218,7 @@ def test_a_head_switch_during_a_generation_neither_stops_it_nor_reruns_the_model
     assert not at.exception
 
 
+@pytest.mark.slow
 def test_stop_keeps_the_tokens_written_so_far(monkeypatch):
     gate = TokenGate(at=2)
     monkeypatch.setattr(live, "after_token", gate)
@@ -257,7 +252,7 @@ def test_sampling_widgets_bound_the_settings():
 def test_start_generation_rejects_bad_settings_before_storing():
     def script():
         import streamlit as st
-        from gptviz.app import keys as K, live, models, sidebar
+        from gptviz.app import keys as K, live, models
         got = models.load_model(models.ModelSpec(K.SOURCE_PRESET, "tiny", "pre"))
         try:
             live.start_generation(models.ModelSpec(K.SOURCE_PRESET, "tiny", "pre"), got, [1, 2, 3],

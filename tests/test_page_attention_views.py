@@ -115,6 +115,7 @@ def test_the_detector_table_beside_the_head_picker_holds_the_scores_and_their_ch
     assert np.allclose(frame[sink], first_token_scores(patterns).flatten().numpy())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["Lines between tokens", "On the text", "Inside the head", "Value-weighted"])
 def test_each_new_view_handles_a_one_token_prompt_and_markup(name):
     at = view(name, prompt="<b>x</b>")
@@ -126,6 +127,7 @@ def test_each_new_view_handles_a_one_token_prompt_and_markup(name):
                 assert "<script>" not in str(text)
 
 
+@pytest.mark.slow
 def test_the_chosen_query_follows_its_token_when_the_prompt_changes():
     at = run_page("attention", "the cat sat on the mat")
     at.button_group(key="att_query").set_value(1).run()           # "␣cat"

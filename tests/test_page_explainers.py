@@ -12,7 +12,7 @@ from streamlit.testing.v1 import AppTest
 
 from gptviz.app import models, sidebar, keys as K
 from gptviz.tokenizer import encode, token_labels
-from pagetest import title_of, TINY, run_page, figures, array
+from pagetest import TINY, array, edge_prompts, figures, run_page, title_of
 
 
 def page(prompt: str = sidebar.DEFAULT_PROMPT, spec: models.ModelSpec | None = TINY, **state) -> AppTest:
@@ -43,6 +43,7 @@ def test_activation_functions_are_torchs_and_the_models_is_marked():
     assert any("Shaded: where the three functions differ by more than 0.01" in c.value for c in at.caption)
 
 
+@pytest.mark.slow
 def test_gpt2_preset_highlights_tanh_gelu():
     at = page(spec=models.ModelSpec(K.SOURCE_PRESET, "gpt2-small", "pre"))
     assert not at.exception
@@ -50,6 +51,7 @@ def test_gpt2_preset_highlights_tanh_gelu():
     assert "GELU (tanh approx.) — this model" in names
 
 
+@pytest.mark.slow
 def test_causal_mask_slider_and_prompt_labels():
     prompt = "To be, or not to be: that is the question."
     at = page(prompt)
@@ -62,7 +64,8 @@ def test_causal_mask_slider_and_prompt_labels():
     assert mask["layout"]["yaxis"]["ticktext"] == token_labels(encode(prompt)[:5])
 
 
-@pytest.mark.parametrize("prompt", ["", "Hi", "🦜 你好世界 😀"], ids=["empty", "one-token", "emoji"])
+@pytest.mark.slow
+@edge_prompts("empty", "one-token", "emoji-cjk")
 def test_edge_prompts(prompt):
     at = page(prompt)
     assert not at.exception and not at.error
@@ -75,6 +78,7 @@ def test_edge_prompts(prompt):
     assert mask["layout"]["yaxis"]["ticktext"][:2] == ["t0", "t1"]
 
 
+@pytest.mark.slow
 def test_block_diagrams_mark_the_sidebar_wiring():
     for norm in ("pre", "post"):
         at = page(spec=TINY._replace(norm=norm))

@@ -16,7 +16,7 @@ from gptviz.figures import generation as fg
 from gptviz.figures.common import title_room
 from gptviz.tokenizer import decode, encode
 from gptviz.app import live, models, sidebar
-from pagetest import TINY, array, figure, finish_generation, generation_of, run_page, TokenGate, forward_calls
+from pagetest import TINY, TokenGate, array, edge_prompts, figure, finish_generation, forward_calls, generation_of, run_page
 
 N_LAYERS, N_HEADS, N_CTX = 2, 4, 128
 
@@ -69,6 +69,7 @@ def test_greedy_generation_matches_the_library_and_fills_the_table():
     assert bars["data"][0]["marker"]["color"][1] == fg.CUT_COLOR    # greedy keeps only the argmax
 
 
+@pytest.mark.slow
 def test_inspecting_steps_runs_no_model():
     at = generate_in(page("Inspect these steps, please"), 3, top_k=5)
     before = forward_calls()
@@ -88,6 +89,7 @@ def test_inspecting_steps_runs_no_model():
                                steps[0].attention[1, 2].numpy(), rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_outlined_row_follows_the_inspected_step():
     at = generate_in(page("Outline the inspected step"), 3)
     at.slider(key="gen_step").set_value(1).run()
@@ -123,8 +125,8 @@ def test_picking_a_step_sets_the_slider_without_streamlits_default_value_warning
     assert not [r for r in caplog.records if "default value" in r.getMessage()], caplog.text
 
 
-@pytest.mark.parametrize("prompt", ["", "<script>alert(1)</script>", "🦜 你好", "word " * 200],
-                         ids=["empty", "markup", "emoji-cjk", "longer-than-context"])
+@pytest.mark.slow
+@edge_prompts("empty", "markup", "emoji-cjk", "longer-than-context")
 def test_edge_prompts(prompt):
     at = page(prompt)
     assert not at.exception and not at.error
@@ -142,6 +144,7 @@ def test_edge_prompts(prompt):
         assert figure(at, "Query ")["layout"]["title"]["text"].startswith("Query '&gt;' (position")
 
 
+@pytest.mark.slow
 def test_stop_ends_a_running_generation_before_its_next_token(monkeypatch):
     """The model writes in a background thread; Stop (a click, so a rerun) ends it before another token is
     shown, and the page then shows the tokens it had shown: here the two of the last redraw."""
@@ -253,6 +256,7 @@ def test_step_attention_and_curves():
     assert len(curves.data) == 2 and list(curves.data[1].y) == [1.0, 2.0]
 
 
+@pytest.mark.slow
 def test_a_tiny_temperature_from_a_link_generates_the_greedy_text():
     """A link may set any temperature in [0, 2]; 1e-300 made every probability NaN ("Generation failed: ValueError").
     Its limit is greedy decoding, and so is its text."""

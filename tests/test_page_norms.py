@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import base64
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,24 +14,16 @@ from gptviz import PRESETS, wiring
 from gptviz.generate import generate
 from gptviz.tokenizer import decode, get_tokenizer
 from gptviz.train import TrainSettings, train_models, write_history
-from gptviz.app import sidebar, keys as K
+from gptviz.app import sidebar
 from pagetest import forward_calls
 
-APP = str(Path(__file__).resolve().parent.parent / "app.py")
+import pagetest
+
 PAGE = "app_pages/norms.py"
 
 
 def open_page(**state) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=120)
-    at.session_state["model_source"] = K.SOURCE_PRESET
-    at.session_state["preset"] = "tiny"
-    for key, value in state.items():
-        at.session_state[key] = value
-    at.run()  # AppTest needs one run before switching pages
-    at.switch_page(PAGE)
-    at.run()
-    assert not at.exception, at.exception
-    return at
+    return pagetest.open_page(PAGE, **state)
 
 
 def array(value) -> np.ndarray:
@@ -55,6 +46,7 @@ def expected_stats():
     return wiring.compare_wirings(cfg, ids, 0, "gpt2")
 
 
+@pytest.mark.slow
 def test_same_weights_section_shows_measured_values_and_reruns_run_no_model():
     at = open_page(**TINY)
     stats = expected_stats()
@@ -83,6 +75,7 @@ def test_same_weights_section_shows_measured_values_and_reruns_run_no_model():
     assert attn_fig["layout"]["title"]["text"] == "Layer 2, head 0"
 
 
+@pytest.mark.slow
 def test_prompt_input_and_the_init_control():
     at = open_page(**dict(TINY, norms_input="prompt", norms_init="xavier"))
     ids = get_tokenizer().encode(sidebar.DEFAULT_PROMPT)
@@ -92,6 +85,7 @@ def test_prompt_input_and_the_init_control():
     assert metrics["LM loss, pre-norm"] == f"{stats['pre'].loss:.3f}"
 
 
+@pytest.mark.slow
 def test_the_theory_box_states_nothing_the_run_on_screen_may_contradict():
     """At the page's defaults with Xavier init post-norm's gradients shrink with depth; the fixed prose must
     not say they stay level (the statements beside the chart are the ones computed from the run)."""
@@ -100,6 +94,7 @@ def test_the_theory_box_states_nothing_the_run_on_screen_may_contradict():
     assert theory and "stay level, under both inits" not in theory and "states nothing about the run" in theory
 
 
+@pytest.mark.slow
 def test_a_big_model_waits_for_the_button_and_one_past_the_memory_budget_is_refused():
     calls = forward_calls()
     at = open_page(norms_preset="gpt2-xl", norms_depth=48, norms_width=1600)  # ~17 GiB against the default 8 GiB
@@ -112,6 +107,7 @@ def test_a_big_model_waits_for_the_button_and_one_past_the_memory_budget_is_refu
     assert forward_calls() == calls
 
 
+@pytest.mark.slow
 def test_depth_sweep():
     at = open_page(**dict(TINY, norms_sweep_depths=[1, 2, 4]))
     at.button(key="norms_sweep_run").click().run()
@@ -144,6 +140,7 @@ def tiny_twins(tmp_path, monkeypatch):
     return tmp_path, results
 
 
+@pytest.mark.slow
 def test_trained_twins_section(tiny_twins):
     folder, results = tiny_twins
     at = open_page(**TINY)
@@ -164,6 +161,7 @@ def test_trained_twins_section(tiny_twins):
     assert f"Next token after position {len(ids) - 1}" in titles
 
 
+@pytest.mark.slow
 def test_bundled_twins_loss_phase_is_marked():
     """With the real bundled twins: the table and the note on the cheaper softmax come from history.json."""
     models = gptviz.weights.bundled_models()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 from streamlit.testing.v1 import AppTest
 
 from gptviz import PRESETS
@@ -53,6 +54,7 @@ def test_model_in_use_breakdown_and_seed_facts():
     assert len(at.get("plotly_chart")) >= 5
 
 
+@pytest.mark.slow
 def test_any_preset_is_counted_without_building_it():
     at = page(par_model="gpt2-xl")
     assert not at.exception
@@ -88,6 +90,7 @@ def test_calculator_counts_billions_instantly():
     assert ("Parameters", f"{expected:,}") in metrics(at)[4:]
 
 
+@pytest.mark.slow
 def test_calculator_explains_invalid_models_inline():
     at = page(calc_d_model=768, calc_heads=7)
     assert not at.exception

@@ -3,8 +3,8 @@ to the other pages and as a download; a long run stopped from the page."""
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
+import pytest
 from streamlit.testing.v1 import AppTest
 
 from gptviz.generate import generate
@@ -12,23 +12,16 @@ from gptviz.tokenizer import decode, get_tokenizer
 from gptviz.training_jobs import DONE, STOPPED
 from gptviz.app import jobs, sidebar, keys as K
 
+import pagetest
+from pagetest import APP
+
 REGISTRY = jobs.training_registry()
-APP = str(Path(__file__).resolve().parent.parent / "app.py")
 TINY = dict(train_layers=1, train_width=32, train_heads=2, train_steps=4, train_batch=1, train_block=16,
             train_warmup=0, train_wiring="both")
 
 
 def open_page(**state) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=120)
-    at.session_state["model_source"] = K.SOURCE_PRESET
-    at.session_state["preset"] = "tiny"
-    for key, value in state.items():
-        at.session_state[key] = value
-    at.run()
-    at.switch_page("app_pages/training.py")
-    at.run()
-    assert not at.exception, at.exception
-    return at
+    return pagetest.open_page("app_pages/training.py", **state)
 
 
 def start(at: AppTest) -> None:
@@ -36,6 +29,7 @@ def start(at: AppTest) -> None:
     assert not at.exception, at.exception
 
 
+@pytest.mark.slow
 def test_a_tiny_run_from_the_page(monkeypatch):
     at = open_page(**TINY)
     assert any("No run yet" in i.value for i in at.info)
@@ -85,6 +79,7 @@ def test_scenario_buttons_fill_the_form():
     assert at.slider(key="train_layers").value == 12
 
 
+@pytest.mark.slow
 def test_stop_from_the_page():
     at = open_page(**dict(TINY, train_steps=5000, train_wiring="pre"))
     start(at)
@@ -116,6 +111,7 @@ def test_the_form_keeps_its_values_after_leaving_the_page_and_says_which_wiring_
                for c in at.caption)
 
 
+@pytest.mark.slow
 def test_coming_back_shows_the_running_run_not_an_older_stopped_one():
     at = open_page(**dict(TINY, train_steps=5000, train_wiring="pre"))
     start(at)

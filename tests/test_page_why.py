@@ -98,6 +98,7 @@ def test_patching_prompts_of_different_lengths_get_a_clear_message():
     assert any("same number of tokens" in w.value for w in at.warning)
 
 
+@pytest.mark.slow
 def test_saliency_strips_show_integrated_gradients_and_gradient_x_input():
     at = page(why_view="Saliency")
     assert not at.exception and not at.error

@@ -105,6 +105,7 @@ def test_meta_table_allocates_nothing_real():
     assert sum(p.numel() for p in model.parameters()) == 1_557_611_200  # shapes are all there
 
 
+@pytest.mark.slow
 @pytest.mark.subprocess
 def test_gpt2_xl_meta_count_peak_memory_is_small():
     """Counting GPT-2 XL (6.2 GB in fp32) through the meta device raises the peak RSS by < 300 MB.

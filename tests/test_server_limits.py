@@ -119,6 +119,7 @@ def test_a_download_past_the_export_cap_is_disabled_with_a_message(monkeypatch):
     assert any("downloads of up to 1 MiB" in w.value for w in at.warning)
 
 
+@pytest.mark.slow
 def test_a_measurement_past_the_memory_budget_is_refused(monkeypatch):
     monkeypatch.setattr(limits, "server_limits", lambda: ServerLimits(memory_mb=3, capture_cache_mb=1, model_cache_mb=1))
     at = run_page("norms")

@@ -4,21 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from streamlit.testing.v1 import AppTest
+import pytest
 
 from gptviz import tokenizer
-from gptviz.app import sidebar, keys as K
+from gptviz.app import sidebar
+from pagetest import APP, open_app
 
-APP = str(Path(__file__).resolve().parent.parent / "app.py")
-
-
-def open_app(**state) -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=120)
-    at.session_state["model_source"] = K.SOURCE_PRESET
-    at.session_state["preset"] = "tiny"
-    for key, value in state.items():
-        at.session_state[key] = value
-    return at.run()
 
 
 def test_an_example_fills_the_prompt():
@@ -74,6 +65,7 @@ def test_gptviz_app_passes_every_shipped_setting():
     assert flat == APP_DEFAULT_FLAGS
 
 
+@pytest.mark.slow
 def test_device_and_precision_choices_follow_the_machine(monkeypatch):
     import torch
 

@@ -235,6 +235,7 @@ def test_copy_windows_draw_from_the_most_frequent_ids_when_asked():
         TrainSettings(copy_vocab=-1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("norm", ["pre", "post"])
 def test_training_learns_to_copy_a_repeated_sequence_of_one_period(norm):
     """The repeated windows, the trainer and the copy measurements work end to end: at n_ctx 16 every window

@@ -233,6 +233,7 @@ def _assert_parity(ours, hf):
         torch.testing.assert_close(ours(batch), hf(batch).logits, atol=1e-4, rtol=0)
 
 
+@pytest.mark.slow
 @pytest.mark.hf
 @pytest.mark.parametrize("tie", [True, False])
 def test_hf_safetensors_folder_matches_transformers(tmp_path, tie):

@@ -99,6 +99,7 @@ def test_measure_rejects_one_token_and_bad_ids(twins):
         wiring.measure_wiring(twins["pre"], [5, 999])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("init", ["gpt2", "xavier"])
 def test_xiong_direction_post_over_pre_ratio_rises_toward_the_output(init):
     """The relation that holds on decoder-only GPTs at init: post/pre gradient norm (the FFN matrices

@@ -1,0 +1,84 @@
+"""Helpers for the tests that start a real Streamlit server (the browser tests, the installed `gptviz app`): a free
+port, the server's start, and a wait for its health check that fails at once when the process exits.
+
+The server's output goes to a temporary file, not a pipe: a server that runs through a whole test module never
+blocks on a full pipe, and its log is there to read when it fails or after it stops."""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator, Sequence
+from typing import IO
+
+HOST = "127.0.0.1"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+@dataclasses.dataclass
+class Server:
+    url: str
+    port: int
+    proc: subprocess.Popen
+    log_file: IO[bytes]
+    final_log: str | None = None
+
+    def log(self) -> str:
+        """What the server printed so far (all of it once it has stopped)."""
+        if self.final_log is not None:
+            return self.final_log
+        self.log_file.seek(0)
+        return self.log_file.read().decode(errors="replace")
+
+
+def wait_until_healthy(server: Server, timeout: float = 90.0) -> None:
+    """Until the server answers its health check with "ok"; raises, with the server's log, if the process exits
+    first or `timeout` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(f"{server.url}/_stcore/health", timeout=2) as reply:
+                if reply.status == 200 and reply.read().decode().strip() == "ok":
+                    return
+        except OSError:
+            pass
+        if server.proc.poll() is not None:
+            raise RuntimeError(f"the server exited with code {server.proc.returncode} before it answered:\n"
+                               f"{server.log()[-3000:]}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the server did not answer its health check in {timeout:.0f} s:\n{server.log()[-3000:]}")
+        time.sleep(0.3)
+
+
+@contextlib.contextmanager
+def streamlit_server(command: Sequence[str], *, cwd: str | os.PathLike, env: dict[str, str] | None = None,
+                     flags: Sequence[str] = (), timeout: float = 90.0) -> Iterator[Server]:
+    """Runs `command` (`python -m streamlit run app.py`, `gptviz app`, ...) with Streamlit's headless, port and
+    address flags and `flags`; yields the Server once it is healthy, and stops it on exit."""
+    port = free_port()
+    args = [*command, "--server.headless", "true", "--server.port", str(port), "--server.address", HOST, *flags]
+    with tempfile.TemporaryFile() as log_file:
+        proc = subprocess.Popen(args, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log_file,
+                                stderr=subprocess.STDOUT)
+        server = Server(f"http://{HOST}:{port}", port, proc, log_file)
+        try:
+            wait_until_healthy(server, timeout)
+            yield server
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=15)
+            server.final_log = server.log()  # still readable once the temporary file is gone

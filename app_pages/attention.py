@@ -17,6 +17,7 @@ from gptviz import analysis
 from gptviz.app import keys as K
 from gptviz.app import live
 from gptviz.app.component import attention_map as amap
+from gptviz.app.links import sync_address
 from gptviz.app.display import MEAN_HEAD, figure_download, head_name, md_text, show_figure
 from gptviz.app.models import ModelSpec, attention_page_names, induction_scores, require_capture
 from gptviz.app.sidebar import MAX_PROMPT_CHARS, keep_valid, require_model, require_prompt
@@ -196,6 +197,7 @@ def views(seen: Seen, query: int, generation_box) -> None:
     if job is not None and not job.running:  # a running one is the live fragment's
         with generation_box:
             finished_generation(live.generation_view(job), seen, pick)
+    sync_address()  # a pick here reruns only this fragment, not the router that writes the address
 
 
 def picked_from_map(seen: Seen):

@@ -107,3 +107,14 @@ def test_a_stale_or_hostile_link_falls_back_with_notices_and_no_exception():
     assert any("parameter `<b>x</b>` is not one gptviz knows" in t for t in shown)
     for name in ("att_layer", "att_head", "att_gen_topk"):
         assert any(f"`{name}` does not fit this model or prompt" in t for t in shown), name
+
+
+def test_a_pick_inside_the_views_fragment_reaches_the_address():
+    """The layer, head, scale and view pickers live in a fragment: a pick reran only the fragment, so the address
+    kept the old view until the next full run and a copied link opened the wrong one. The fragment writes it now."""
+    from pagetest import run_page
+    at = run_page("attention", "A B C D A B C D")
+    at.selectbox(key="att_layer").set_value(1).run()
+    at.selectbox(key="att_scale").set_value("linear").run()
+    assert not at.exception
+    assert at.query_params["att_layer"] == "1" and at.query_params["att_scale"] == "linear"

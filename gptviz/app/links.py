@@ -155,3 +155,13 @@ def _shown(name: str) -> str:
     """A visitor's parameter name, short and without backticks, for a notice."""
     name = name.replace("`", "'")
     return name if len(name) <= 40 else name[:40] + "..."
+
+
+def sync_address() -> None:
+    """Put the view's settings in the address bar now. The router does it after every full run; a fragment that
+    holds pickers calls it at its end, since a pick there reruns only the fragment (the address stayed at the old
+    layer, head, scale or tab until the next full run, so a copied link opened the wrong view)."""
+    import streamlit as st
+    params = link_params(st.session_state)
+    if params != st.query_params.to_dict():
+        st.query_params.from_dict(params)

@@ -29,7 +29,7 @@ def main() -> None:
 
     from ..allocator import keep_freed_memory
     from . import keys as K
-    from .links import apply_link, link_params
+    from .links import apply_link, sync_address
     from .live import stop_generation
     from .sidebar import sidebar
 
@@ -59,6 +59,4 @@ def main() -> None:
     try:
         page.run()
     finally:  # also after st.stop(): the address bar follows the view, so copying it shares it
-        params = link_params(state)
-        if params != st.query_params.to_dict():
-            st.query_params.from_dict(params)
+        sync_address()

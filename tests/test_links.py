@@ -8,7 +8,7 @@ from streamlit.testing.v1 import AppTest
 
 from gptviz.app import models, keys as K
 from gptviz.app.keys import LINKED_KEYS
-from gptviz.app.links import (MAX_LINK_PROMPT, SOURCE_CODES, apply_link, link_params,
+from gptviz.app.links import (MAX_LINK_PROMPT, SOURCE_CODES, apply_link, link_params, prompt_left_out,
                           replaced_link_value)
 
 APP = str(Path(__file__).resolve().parent.parent / "app.py")
@@ -53,10 +53,34 @@ def test_bad_values_are_dropped_each_with_a_notice():
     assert "The link's parameter `<script>` is not one gptviz knows; it was ignored." in notices
 
 
-def test_a_long_prompt_and_a_session_run_stay_out_of_the_link():
-    state = {"prompt": "y" * (MAX_LINK_PROMPT + 1), "model_source": K.SOURCE_TRAINED, "norm": "pre"}
-    assert link_params(state) == {"norm": "pre"}
+def test_a_prompt_too_long_even_compressed_and_a_session_run_stay_out_of_the_link():
+    import random
+    rng = random.Random(0)
+    noise = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz0123456789 ") for _ in range(3000))
+    state = {"prompt": noise, "model_source": K.SOURCE_TRAINED, "norm": "pre"}
+    assert link_params(state) == {"norm": "pre"} and prompt_left_out(state)   # the sidebar says so
     assert set(SOURCE_CODES.values()) == {K.SOURCE_BUNDLED, K.SOURCE_PRESET, K.SOURCE_PRETRAINED}
+
+
+def test_a_longer_prompt_travels_compressed_and_comes_back_whole():
+    """A 980-character prompt was dropped from the link silently; now it travels packed in `pz`."""
+    prompt = ("ROMEO.\nBut soft! what light through yonder window breaks? It is the east, and Juliet is the sun! "
+              * 10)[:980] + " ✓ <b>"
+    params = link_params({"prompt": prompt, "norm": "pre"})
+    assert "prompt" not in params and len(params["pz"]) < len(prompt) and not prompt_left_out({"prompt": prompt})
+    state = {}
+    assert apply_link(state, params) == [] and state["prompt"] == prompt
+
+
+def test_a_packed_prompt_that_is_not_one_or_would_inflate_past_the_limit_is_refused():
+    import base64
+    import zlib
+    bomb = base64.urlsafe_b64encode(zlib.compress(b"a" * 1_500_000, 9)).decode().rstrip("=")
+    assert len(bomb) < 2000                                      # small in the address, 1.5 MB inflated
+    for raw in (bomb, "not-base64!", base64.urlsafe_b64encode(b"plain bytes").decode()):
+        state = {}
+        notices = apply_link(state, {"pz": raw})
+        assert "prompt" not in state and len(notices) == 1 and notices[0].startswith("The link's `pz` must be")
 
 
 def test_a_replaced_link_value_is_reported_once():

@@ -86,3 +86,12 @@ def test_device_and_precision_choices_follow_the_machine(monkeypatch):
     assert at.session_state["model_spec"][-2:] == ("cuda", "bfloat16")
     at = open_app(device="mps", dtype="float99")  # a stale value falls back to float32
     assert at.session_state["model_spec"].dtype == "float32"
+
+
+def test_the_sidebar_says_when_the_prompt_is_too_long_for_a_link():
+    import random
+    rng = random.Random(1)
+    noise = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz ") for _ in range(4000))
+    long_note = "Too long for a link: the address shares the view without this prompt."
+    assert long_note in [c.value for c in open_app(prompt=noise).sidebar.caption]
+    assert long_note not in [c.value for c in open_app(prompt="A short prompt").sidebar.caption]

@@ -6,14 +6,18 @@ widget keeps its default. Values a model decides (a layer past the last one) are
 `sidebar.keep_valid`, which reports link values it had to replace."""
 from __future__ import annotations
 
+import base64
 import math
+import zlib
 from typing import Callable
 
 from ..config import PRESETS
 from ..figures.attention import SCALES
 from . import keys as K
 
-MAX_LINK_PROMPT = 600  # characters; a longer prompt stays out of the link (long URLs break in mail and chat)
+MAX_LINK_PROMPT = 600  # characters; a longer prompt travels compressed ("pz"), if that fits MAX_PACKED_PROMPT
+MAX_PACKED_PROMPT = 2000  # characters of the compressed prompt (long URLs break in mail and chat); past it, left out
+MAX_UNPACKED_PROMPT = 20_000  # characters a compressed prompt may unpack to (the sidebar's own limit)
 MAX_LINK_MODEL = 300   # characters of a folder path or Hub id
 # The sidebar's model sources by their code in a link (a session's trained runs exist only there: no code)
 SOURCE_CODES = {"bundled": K.SOURCE_BUNDLED, "preset": K.SOURCE_PRESET, "pretrained": K.SOURCE_PRETRAINED}
@@ -67,6 +71,30 @@ def _text(limit: int) -> Callable[[str], str]:
     return parse
 
 
+def pack_prompt(text: str) -> str:
+    """A prompt for a link: zlib-compressed UTF-8 in URL-safe base64, without padding."""
+    return base64.urlsafe_b64encode(zlib.compress(text.encode("utf-8"), 9)).rstrip(b"=").decode("ascii")
+
+
+def _packed(raw: str) -> str:
+    """pack_prompt's inverse for a link's "pz", bounded: a link cannot make the server inflate more than
+    MAX_UNPACKED_PROMPT characters' worth of bytes (a zip bomb stops there)."""
+    if len(raw) > MAX_PACKED_PROMPT:
+        raise BadValue(f"at most {MAX_PACKED_PROMPT:,} characters")
+    try:
+        data = base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4))
+        inflate = zlib.decompressobj()
+        out = inflate.decompress(data, 4 * MAX_UNPACKED_PROMPT + 1)
+        if inflate.unconsumed_tail or len(out) > 4 * MAX_UNPACKED_PROMPT or not inflate.eof:
+            raise ValueError("too long or cut")
+        text = out.decode("utf-8")
+    except (ValueError, zlib.error) as err:
+        raise BadValue("a prompt packed by gptviz (this one does not unpack)") from err
+    if len(text) > MAX_UNPACKED_PROMPT:
+        raise BadValue(f"a prompt of at most {MAX_UNPACKED_PROMPT:,} characters")
+    return text
+
+
 def _bool(raw: str) -> bool:
     if raw not in ("0", "1"):
         raise BadValue("0 or 1")
@@ -86,6 +114,7 @@ LINKED: dict[str, tuple[str, Callable[[str], object]]] = {
     "seed": (K.SEED, _SEED),
     "model": (K.HF_NAME, _text(MAX_LINK_MODEL)),
     "prompt": (K.PROMPT, _text(MAX_LINK_PROMPT)),
+    "pz": (K.PROMPT, _packed),
     **{key: (key, parse) for key, parse in {
         K.ATT_VIEW: _choice(K.ATTENTION_VIEWS), K.ATT_LAYER: _LAYER, K.ATT_HEAD: _HEAD, K.ATT_SCALE: _choice(SCALES),
         K.ATT_QUERY: _int(0, 100_000, none_ok=True),
@@ -122,9 +151,12 @@ def link_params(state) -> dict[str, str]:
     params = {}
     for name, (key, _) in LINKED.items():
         value = state.get(key)
-        if value is None or isinstance(value, (list, dict, tuple)):
+        if value is None or isinstance(value, (list, dict, tuple)) or name == "pz":
             continue
         if key == K.PROMPT and len(value) > MAX_LINK_PROMPT:
+            packed = pack_prompt(value)
+            if len(packed) <= MAX_PACKED_PROMPT:
+                params["pz"] = packed
             continue
         if key == K.MODEL_SOURCE:
             value = {label: code for code, label in SOURCE_CODES.items()}.get(value)
@@ -132,6 +164,12 @@ def link_params(state) -> dict[str, str]:
                 continue
         params[name] = _format(value)
     return params
+
+
+def prompt_left_out(state) -> bool:
+    """Whether the prompt is too long for a link even compressed (the sidebar says so under the prompt)."""
+    prompt = state.get(K.PROMPT) or ""
+    return len(prompt) > MAX_LINK_PROMPT and len(pack_prompt(prompt)) > MAX_PACKED_PROMPT
 
 
 def replaced_link_value(state, key: str) -> str | None:

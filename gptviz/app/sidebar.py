@@ -17,7 +17,7 @@ from ..weights import CheckpointError, bundled_models
 from . import keys as K
 from .display import EXPORT_FORMATS, md_text
 from .jobs import my_trained_models
-from .links import replaced_link_value
+from .links import prompt_left_out, replaced_link_value
 from .models import ModelSpec, load_model
 
 # Written as the bundled models' training text writes a play: the speaker's abbreviated name on its own line.
@@ -161,6 +161,8 @@ def sidebar() -> ModelSpec | None:
             st.warning(f"The prompt was cut to its first {MAX_PROMPT_CHARS:,} characters.")
         st.text_area("Prompt", key=K.PROMPT, height=120, label_visibility="collapsed", max_chars=MAX_PROMPT_CHARS,
                      help="Shared by every page.")
+        if prompt_left_out(state):
+            st.caption("Too long for a link: the address shares the view without this prompt.")
         st.radio("Figure download format", EXPORT_FORMATS, key=K.EXPORT_FORMAT, horizontal=True,
                  format_func=str.upper, help="The camera button in each figure's toolbar saves it in this format.")
     state[K.MODEL_SPEC] = spec

@@ -184,6 +184,8 @@ def test_component_bar_and_treemap_add_up():
     assert values["block 0"] == int(table[table["layer"] == 0]["count"].sum())
     assert "outside/LM head" not in values          # tied: no area of its own
     assert sum(values[f"block {i}"] for i in range(12)) + values["outside"] == values["model"]
+    blocks = [i for i in tree.data[0].ids if i.startswith("block ") and "/" not in i]
+    assert blocks == [f"block {i}" for i in range(12)] and tree.data[0].sort is False  # drawn in order, not by size
     many = fp.param_treemap(param_table(cfg.replace(n_layers=120)), "t", max_blocks=96)
     assert "120 blocks" in many.data[0].ids
 

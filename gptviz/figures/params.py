@@ -86,6 +86,7 @@ def param_treemap(table: pd.DataFrame, title: str, max_blocks: int = 96) -> go.F
     colors[0] = "#f7fafc"
     fig = go.Figure(go.Treemap(
         ids=ids, labels=labels, parents=parents, values=values, branchvalues="total", maxdepth=3,
+        sort=False,  # blocks in their order (Plotly sorts by size, and equal blocks came out 0, 1, 2, 6-11, 12, 18...)
         marker=dict(colors=colors), textfont=dict(color="#1a202c"),
         texttemplate="%{label}<br>%{value:,}<br>%{percentRoot:.1%}",
         hovertemplate="%{id}<br>%{value:,} parameters<br>%{percentRoot:.2%} of the model<extra></extra>"))

@@ -31,7 +31,7 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-from .hooks import capture
+from .hooks import act_name, capture
 
 EPS = 1e-5               # the tool's floor on every proximity (contributions.py, get_contributions)
 PART_BUDGET = 1 << 22    # floats of [queries, keys, heads, d_model] parts built at once (16 MiB), at least one row
@@ -178,9 +178,9 @@ def flow_from_capture(model, cache, threshold: float = 0.04, position: int = -1)
     needed = {position}  # positions whose stream after layer l (resid_post) the graph reaches
     for layer in reversed(range(L)):
         rows = sorted(needed)
-        pre = cache[f"blocks.{layer}.hook_resid_pre"].float()
-        mid = cache[f"blocks.{layer}.hook_resid_mid"].float()
-        shares = mlp_shares(mid[rows], cache[f"blocks.{layer}.hook_mlp_out"].float()[rows])   # [rows, (mlp, skip)]
+        pre = cache[act_name("resid_pre", layer)].float()
+        mid = cache[act_name("resid_mid", layer)].float()
+        shares = mlp_shares(mid[rows], cache[act_name("mlp_out", layer)].float()[rows])   # [rows, (mlp, skip)]
         reached_mid = set()
         for r, i in enumerate(rows):
             for kind, share in (("residual", float(shares[r, 1])), ("mlp", float(shares[r, 0]))):
@@ -190,8 +190,8 @@ def flow_from_capture(model, cache, threshold: float = 0.04, position: int = -1)
         reached_pre = set()
         queries = sorted(reached_mid)
         if queries:
-            pattern = cache[f"blocks.{layer}.attn.hook_pattern"].float()
-            writes = head_writes(model, layer, cache[f"blocks.{layer}.attn.hook_v"])
+            pattern = cache[act_name("pattern", layer)].float()
+            writes = head_writes(model, layer, cache[act_name("v", layer)])
             per_head, skips = attention_shares(pattern, writes, pre, mid, queries)      # [q, keys, heads], [q]
             for r, i in enumerate(queries):
                 per_key = per_head[r].sum(-1)                                            # [keys]

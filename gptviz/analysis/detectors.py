@@ -10,7 +10,7 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-from ..hooks import capture
+from ..hooks import act_name, capture
 from ..model import GPT
 
 
@@ -110,7 +110,7 @@ def induction_test(model: GPT, length: int | None = None, seed: int = 0,
     if 2 * length > model.config.n_ctx:
         raise ValueError(f"a repeated sequence of {2 * length} tokens does not fit n_ctx={model.config.n_ctx}")
     seq = induction_sequence(model.config.vocab_size, length, seed, ids=ids)
-    names = [f"blocks.{i}.attn.hook_pattern" for i in range(model.config.n_layers)]
+    names = [act_name("pattern", i) for i in range(model.config.n_layers)]
     logits, cache = capture(model, seq[None], names)
     log_probs = F.log_softmax(logits[0, length:-1].float(), -1)
     loss = -log_probs.gather(-1, seq[length + 1:, None]).mean()

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import torch
+from ..hooks import act_name
 
 
 def residual_norms(cache) -> torch.Tensor:
@@ -33,7 +34,7 @@ def norm_inputs(cache, config) -> dict[str, torch.Tensor]:
         else:
             out[f"{b}.ln_1"] = cache[f"{b}.hook_resid_pre"] + cache[f"{b}.hook_attn_out"]
             out[f"{b}.ln_2"] = cache[f"{b}.hook_resid_mid"] + cache[f"{b}.hook_mlp_out"]
-    out["ln_f"] = cache[f"blocks.{config.n_layers - 1}.hook_resid_post"]
+    out["ln_f"] = cache[act_name("resid_post", config.n_layers - 1)]
     return out
 
 

@@ -8,10 +8,11 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 import streamlit as st
 import torch
 
-from gptviz import PRESETS, GPTConfig, limits, weights, wiring
+from gptviz import PRESETS, GPTConfig, analysis, limits, weights, wiring
 from gptviz.analysis import bigram_baseline
 from gptviz.app import display, models, sidebar
 from gptviz.app import keys as K
@@ -554,26 +555,66 @@ def load_twins(names: dict[str, str]) -> LoadedTwins | None:
     return LoadedTwins(names, specs, cfg, prompt.ids, token_labels(prompt.ids))
 
 
+PROBE_LENGTH = 50  # the matching probe: this many random training ids (fewer in a short context), then again
+
+
+def probe_length(cfg: GPTConfig) -> int:
+    return min(PROBE_LENGTH, cfg.n_ctx // 2)
+
+
+def head_matches(tw: LoadedTwins) -> tuple[list, dict]:
+    """The twins' heads paired by their patterns on one probe both read (analysis.match_heads), and each head's
+    previous-token and induction scores there ({"pre"/"post": (prev [L, H], induction [L, H])})."""
+    length = probe_length(tw.cfg)
+    seq = tuple(analysis.induction_sequence(tw.cfg.vocab_size, length,
+                                            ids=models.training_vocab(tw.specs["pre"])).tolist())
+    pats = {norm: models.capture_cache(spec, seq, models.pattern_names(tw.cfg.n_layers))[1].patterns()
+            for norm, spec in tw.specs.items()}
+    scores = {norm: (analysis.previous_token_scores(p), analysis.induction_scores_from(p, length))
+              for norm, p in pats.items()}
+    return analysis.match_heads(pats["pre"], pats["post"]), scores
+
+
+def matches_table(matches: list, scores: dict, length: int) -> None:
+    """Every pre-norm head beside its post-norm match, with the scores that say what each does."""
+    prev_chance, ind_chance = analysis.previous_token_chance(2 * length), analysis.induction_chance(length)
+    rows = [{"pre-norm head": f"L{m.a[0]}H{m.a[1]}", "post-norm match": f"L{m.b[0]}H{m.b[1]}",
+             "pattern similarity": m.similarity,
+             f"previous-token, pre / post (chance {prev_chance:.2f})":
+                 f"{float(scores['pre'][0][m.a]):.2f} / {float(scores['post'][0][m.b]):.2f}",
+             f"induction, pre / post (chance {ind_chance:.2f})":
+                 f"{float(scores['pre'][1][m.a]):.2f} / {float(scores['post'][1][m.b]):.2f}"} for m in matches]
+    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", column_config={
+        "pattern similarity": st.column_config.ProgressColumn(min_value=0.0, max_value=1.0, format="%.2f")})
+    st.caption(f"Each head's attention on {length} random tokens repeated once, compared by cosine similarity "
+               "(1: the same pattern), and paired one to one, most similar first. The scores say what each pair "
+               "does; the pairs, not the indices, are what to compare between the twins.")
+
+
 def twins_attention(tw: LoadedTwins) -> dict | None:
-    """One head of each twin side by side. Returns each twin's (logits, cache) on the prompt; None after an error."""
+    """A head of the pre-norm twin beside its post-norm match. Returns each twin's (logits, cache) on the prompt;
+    None after an error."""
     cfg = tw.cfg
-    st.subheader("Attention on the prompt")
+    st.subheader("Attention on the prompt, heads matched by role")
     a = st.columns([1, 1, 3])
     layer, head = layer_and_head(a, K.TWINS_LAYER, K.TWINS_HEAD, cfg.n_layers, cfg.n_heads)
     names_wanted = models.pattern_names(cfg.n_layers)
     try:
         caps = {norm: models.capture_cache(spec, tw.ids, names_wanted) for norm, spec in tw.specs.items()}
+        matches, scores = head_matches(tw)
     except (ValueError, RuntimeError) as err:
         st.error(f"Could not run the twins on this prompt: {err}")
         return None
-    pats = {norm: caps[norm][1].pattern(layer)[head].numpy() for norm in tw.specs}
-    all_pats = {norm: caps[norm][1].patterns().numpy() for norm in tw.specs}
-    tv = wiring.attention_tv_distance(all_pats["pre"], all_pats["post"])
-    a[2].caption(f"Trained separately, the twins' heads need not line up (head {head} of one has no reason to "
-                 f"do head {head}'s job in the other). Layer {layer}, head {head}: mean TV distance "
-                 f"{tv[layer, head]:.3f}; across all heads {tv.mean():.3f}.")
-    display.show_figure(fig_norms.attention_pair(pats["pre"], pats["post"], tw.labels, f"Layer {layer}, head {head}"),
+    match = next(m for m in matches if m.a == (layer, head))
+    pats = {"pre": caps["pre"][1].pattern(layer)[head].numpy(), "post": caps["post"][1].pattern(match.b[0])[match.b[1]].numpy()}
+    a[2].caption(f"Trained separately, the twins grew their heads in different places, so the pre-norm twin's layer "
+                 f"{layer}, head {head} is shown beside the post-norm head that attends most like it: layer "
+                 f"{match.b[0]}, head {match.b[1]} (pattern similarity {match.similarity:.2f}).")
+    display.show_figure(fig_norms.attention_pair(pats["pre"], pats["post"], tw.labels,
+                                                 f"Pre-norm L{layer}H{head} beside post-norm L{match.b[0]}H{match.b[1]}"),
                         key=K.TWINS_ATTN_FIG)
+    with st.expander("Every head and its match"):
+        matches_table(matches, scores, probe_length(cfg))
     return caps
 
 

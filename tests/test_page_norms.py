@@ -186,3 +186,20 @@ def test_bundled_twins_loss_phase_is_marked():
     assert bool(said) == bool(differ)
     for key, by_norm in differ.items():
         assert f"{key} (" in said[0] and all(f"{n}-norm {v}" in said[0] for n, v in by_norm.items())
+
+
+@pytest.mark.slow
+def test_the_twins_heads_are_shown_beside_their_match_not_their_index():
+    """The pre-norm twin's previous-token head L0H0 is drawn beside the post-norm head that does the same job (its
+    previous-token heads sit in layer 1), and the table pairs every head with its scores."""
+    if len(wiring.trained_twins(list(gptviz.weights.bundled_models()))) == 0:
+        pytest.skip("no bundled twins in gptviz/models")
+    at = open_page(**TINY)
+    titles = [json.loads(c.proto.spec)["layout"].get("title", {}).get("text") or "" for c in at.get("plotly_chart")]
+    pair = next(t for t in titles if t.startswith("Pre-norm L0H0 beside post-norm"))
+    assert pair.startswith("Pre-norm L0H0 beside post-norm L1H")
+    table = next(d.value for d in at.dataframe if "post-norm match" in d.value.columns)
+    assert len(table) == 16 and table["post-norm match"].nunique() == 16
+    prev = next(c for c in table.columns if c.startswith("previous-token"))
+    first = table[table["pre-norm head"] == "L0H0"].iloc[0]
+    assert all(float(x) > 0.5 for x in first[prev].split(" / "))          # both sides previous-token heads

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from gptviz import tokenizer
-from gptviz.app import sidebar
+from gptviz.app import keys as K, sidebar
 from pagetest import APP, open_app
 
 
@@ -95,3 +95,9 @@ def test_the_sidebar_says_when_the_prompt_is_too_long_for_a_link():
     long_note = "Too long for a link: the address shares the view without this prompt."
     assert long_note in [c.value for c in open_app(prompt=noise).sidebar.caption]
     assert long_note not in [c.value for c in open_app(prompt="A short prompt").sidebar.caption]
+
+
+def test_the_wiring_radio_says_it_switches_between_two_models_and_where_to_compare_them():
+    at = open_app(model_source=K.SOURCE_BUNDLED)
+    text = " ".join(c.value for c in at.sidebar.caption)
+    assert "switches between two separately trained models" in text and "heads matched by role" in text

@@ -125,7 +125,8 @@ def sidebar() -> ModelSpec | None:
             else:
                 spec = ModelSpec(source, name, norm, 0, device, dtype)
                 st.caption(f"`{name}`: {bundled_description(name)} The LayerNorm radio switches between two "
-                           "separately trained twins.")
+                           "separately trained models, whose heads sit in different places: Pre-norm vs post-norm "
+                           "compares them with heads matched by role.")
         elif source == K.SOURCE_PRESET:
             state.setdefault(K.PRESET, "small-4l")
             preset = st.selectbox("Preset", list(PRESETS), key=K.PRESET)

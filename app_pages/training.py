@@ -155,7 +155,8 @@ def checked_spec(form: Form) -> JobSpec | None:
 def start_run(registry: JobRegistry, spec: JobSpec) -> None:
     owner = jobs.session_id()
     try:
-        job = registry.start(spec, owner=owner, alive=lambda: jobs.session_alive(owner))
+        job = registry.start(spec, owner=owner, alive=lambda: jobs.session_alive(owner),
+                             address=jobs.client_address())
     except RuntimeError as err:  # JobLimitError (a RuntimeError; the class may predate a code reload)
         st.warning(str(err))
     else:

@@ -14,6 +14,8 @@ GPTVIZ_GENERATION_QUEUE   generations that may wait in line for a slot when all 
 GPTVIZ_TRAINING           1 or 0: the Train page may start runs (default 1)
 GPTVIZ_TRAINING_JOBS      training runs at once on the server (default 2)
 GPTVIZ_JOBS_PER_SESSION   training runs at once for one browser session (default 1)
+GPTVIZ_JOBS_PER_ADDRESS   training runs at once from one client address, whatever its tabs (default 1; behind a proxy
+                          that hides visitors' addresses, raise it to GPTVIZ_TRAINING_JOBS)
 GPTVIZ_TRAINING_TOKENS    tokens one training run may train on, steps x batch x block x models (default 20,000,000)
 GPTVIZ_TRAINING_SECONDS   wall time one training run may take (default 1800)
 GPTVIZ_TRAINED_KEPT       trained models kept for the sessions that trained them (default 8; the oldest go first)
@@ -50,6 +52,7 @@ class ServerLimits:
     training: bool = True
     training_jobs: int = 2
     jobs_per_session: int = 1
+    jobs_per_address: int = 1
     training_tokens: int = 20_000_000
     training_seconds: int = 1800
     trained_kept: int = 8

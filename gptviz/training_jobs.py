@@ -107,6 +107,7 @@ class Job:
     _thread: threading.Thread | None = field(default=None, repr=False)
     _zips: dict[str, bytes] = field(default_factory=dict, repr=False)
     owner: str | None = None               # the browser session that started it
+    address: str = ""                      # the client address of that session (per-address fairness)
     max_seconds: float | None = None       # wall-time budget of the training loop
     alive: Callable[[], bool] | None = field(default=None, repr=False)  # is the owner still connected?
     stop_reason: str | None = None         # why the run ended early, for people ("stopped", "time", "left")
@@ -211,15 +212,16 @@ class JobRegistry:
     """Every training job on this server, by id. Thread-safe."""
 
     def __init__(self, max_running: int = 2, max_kept: int = 24, per_owner: int | None = None,
-                 max_tokens: int | None = None, max_seconds: float | None = None):
+                 max_tokens: int | None = None, max_seconds: float | None = None, per_address: int | None = None):
         self.max_running, self.max_kept, self.per_owner = max_running, max_kept, per_owner
+        self.per_address = per_address  # runs at once from one client address: many tabs cannot hold every slot
         self.max_tokens, self.max_seconds = max_tokens, max_seconds
         self._jobs: dict[str, Job] = {}
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
 
     def start(self, spec: JobSpec, tokens: torch.Tensor | None = None, owner: str | None = None,
-              alive: Callable[[], bool] | None = None) -> Job:
+              alive: Callable[[], bool] | None = None, address: str = "") -> Job:
         """Start a job in a background thread and return it at once. JobLimitError, before anything starts,
         when the run is larger than the token budget, when the server is already running max_running jobs, or
         when `owner` (a session) already runs per_owner. The run stops by itself past max_seconds, and when
@@ -238,7 +240,13 @@ class JobRegistry:
             if self.per_owner is not None and len(own) >= self.per_owner:
                 raise JobLimitError(f"you already have {len(own)} run{'s' if len(own) > 1 else ''} going (the limit "
                                     f"is {self.per_owner} a visitor); stop it or wait for it to finish")
-            job = Job(f"run{next(self._ids)}", spec, owner=owner, max_seconds=self.max_seconds, alive=alive)
+            same_address = [j for j in running if j.address == address]
+            if self.per_address is not None and len(same_address) >= self.per_address:
+                raise JobLimitError(f"your address already has {len(same_address)} run"
+                                    f"{'s' if len(same_address) > 1 else ''} going (the limit is {self.per_address}, "
+                                    "so one visitor's tabs cannot take every slot); stop one or wait for it to finish")
+            job = Job(f"run{next(self._ids)}", spec, owner=owner, max_seconds=self.max_seconds, alive=alive,
+                      address=address)
             self._jobs[job.id] = job
             self._prune()
         job._thread = threading.Thread(target=job.run, args=(tokens,), name=f"gptviz-train-{job.id}", daemon=True)

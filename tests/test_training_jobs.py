@@ -144,6 +144,21 @@ def test_one_visitor_runs_one_job_at_a_time_and_others_still_can():
     assert first.wait(60) and first.stop_reason == "stopped"
 
 
+def test_one_address_cannot_hold_every_training_slot_from_several_tabs():
+    """Two sessions of one visitor held both training slots for up to 1,800 s each; now a client address runs at
+    most per_address jobs at once, whatever its sessions."""
+    registry = JobRegistry(max_running=3, per_owner=1, per_address=1)
+    first = registry.start(spec(100_000), tokens=TOKENS, owner="tab 1", address="10.0.0.7")
+    with pytest.raises(JobLimitError, match="your address already has 1 run going"):
+        registry.start(spec(5), tokens=TOKENS, owner="tab 2", address="10.0.0.7")
+    other = registry.start(spec(5), tokens=TOKENS, owner="someone else", address="10.0.0.8")
+    assert other.wait(60) and other.status == DONE
+    first.request_stop()
+    assert first.wait(60)
+    again = registry.start(spec(5), tokens=TOKENS, owner="tab 2", address="10.0.0.7")  # its run ended: free again
+    assert again.wait(60) and again.status == DONE
+
+
 def test_a_run_stops_at_the_wall_time_budget():
     registry = JobRegistry(max_seconds=0.5)
     job = registry.start(spec(1_000_000), tokens=TOKENS)

@@ -108,5 +108,6 @@ def training_registry() -> JobRegistry:
     def make() -> JobRegistry:
         lim = limits.server_limits()
         return JobRegistry(max_running=lim.training_jobs, per_owner=lim.jobs_per_session,
-                           max_tokens=lim.training_tokens, max_seconds=lim.training_seconds)
+                           max_tokens=lim.training_tokens, max_seconds=lim.training_seconds,
+                           per_address=lim.jobs_per_address)
     return process_wide("training_registry", make)

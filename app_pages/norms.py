@@ -588,7 +588,8 @@ def matches_table(matches: list, scores: dict, length: int) -> None:
         "pattern similarity": st.column_config.ProgressColumn(min_value=0.0, max_value=1.0, format="%.2f")})
     st.caption(f"Each head's attention on {length} random tokens repeated once, compared by cosine similarity "
                "(1: the same pattern), and paired one to one, most similar first. The scores say what each pair "
-               "does; the pairs, not the indices, are what to compare between the twins.")
+               "does; the pairs, not the indices, are what to compare between the twins. A pair with a low "
+               "similarity is a head left over when one twin grew more heads of a kind than the other.")
 
 
 def twins_attention(tw: LoadedTwins) -> dict | None:

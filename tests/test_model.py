@@ -352,3 +352,18 @@ def test_forward_count_is_exact_across_threads(model):
     for t in threads:
         t.join()
     assert forward_count() == before + 80
+
+
+def test_a_model_is_made_on_meta_then_allocated_once_with_its_layout_and_tie():
+    """The modules are made on the meta device and each tensor allocated once on the device asked for (the
+    build's peak: benchmarks/bench_build.py); the [in, out] layout and the tied head survive that."""
+    model = build()
+    assert model.lm_head.weight is model.wte.weight
+    assert model.wte.weight.untyped_storage().data_ptr() == model.lm_head.weight.untyped_storage().data_ptr()
+    fc = model.blocks[0].mlp.c_fc.weight
+    assert fc.device.type == "cpu" and fc.t().is_contiguous()           # stored [in, out]
+    assert all(p.device.type == "cpu" and torch.isfinite(p).all() for p in model.parameters())
+    assert float(model.blocks[0].ln_1.weight.min()) == 1.0 and float(model.blocks[0].attn.c_attn.bias.abs().max()) == 0
+    with torch.device("meta"):
+        shell = GPT(SMALL)                                              # asked for on meta: stays there
+    assert all(p.device.type == "meta" for p in shell.parameters())

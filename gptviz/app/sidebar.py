@@ -96,78 +96,101 @@ def sidebar() -> ModelSpec | None:
     state = st.session_state
     state.setdefault(K.PROMPT, DEFAULT_PROMPT)
     with st.sidebar:
-        st.subheader("Model")
-        sources = [K.SOURCE_BUNDLED] if bundled_models() else []
-        sources += [K.SOURCE_PRESET, K.SOURCE_PRETRAINED]
-        if my_trained_models():
-            sources.append(K.SOURCE_TRAINED)
-        if state.get(K.MODEL_SOURCE) not in sources:
-            state[K.MODEL_SOURCE] = _default_source()
-        source = st.selectbox("Source", sources, key=K.MODEL_SOURCE)
-        norm = st.radio("LayerNorm placement", ["pre", "post"], key=K.NORM, horizontal=True,
-                        format_func={"pre": "pre-norm (GPT-2)", "post": "post-norm (GPT-1)"}.get,
-                        help="Pre-norm normalises before each sub-layer and once at the end; post-norm "
-                             "normalises after each residual addition.")
-        devices = available_devices()
-        keep_valid(K.DEVICE, devices, "cpu")
-        device = st.selectbox("Device", devices, key=K.DEVICE) if len(devices) > 1 else "cpu"
-        dtypes = available_dtypes(device)
-        keep_valid(K.DTYPE, dtypes, "float32")
-        dtype = st.selectbox("Precision", dtypes, key=K.DTYPE,
-                             help="Half precision halves the weights' memory and speeds up GPU inference; "
-                                  "captures and probabilities are still shown in float32.") \
-            if len(dtypes) > 1 else "float32"
-        spec = None
-        if source == K.SOURCE_BUNDLED:
-            name = _bundled_twin(norm)
-            if name is None:
-                st.error(f"No bundled {norm}-norm model.")
-            else:
-                spec = ModelSpec(source, name, norm, 0, device, dtype)
-                st.caption(f"`{name}`: {bundled_description(name)} The LayerNorm radio switches between two "
-                           "separately trained models, whose heads sit in different places: Pre-norm vs post-norm "
-                           "compares them with heads matched by role.")
-        elif source == K.SOURCE_PRESET:
-            state.setdefault(K.PRESET, "small-4l")
-            preset = st.selectbox("Preset", list(PRESETS), key=K.PRESET)
-            seed = st.number_input("Seed", min_value=0, max_value=2**31 - 1, step=1, key=K.SEED)
-            n = total_params(PRESETS[preset])
-            st.caption(f"{n:,} parameters, {n * 4 / 2**20:,.0f} MiB in float32, random weights.")
-            if n > LARGE_MODEL_PARAMS:
-                st.warning("A model this size takes a while to build on a CPU.")
-            spec = ModelSpec(source, preset, norm, int(seed), device, dtype)
-        elif source == K.SOURCE_PRETRAINED:
-            name = st.text_input("Folder or Hub id", key=K.HF_NAME, placeholder="/path/to/gpt2 or gpt2",
-                                 help="A Hub id such as gpt2, found in the local Hugging Face cache or "
-                                      "downloaded when online; or a folder with config.json and model.safetensors "
-                                      "(or pytorch_model.bin), in Hugging Face GPT-2 or gptviz layout, inside "
-                                      "the server's model folders: the bundled models, the Hugging Face cache, "
-                                      "and the folders listed in the GPTVIZ_MODEL_DIRS environment variable.")
-            if name.strip():
-                spec = ModelSpec(source, name.strip(), norm, 0, device, dtype)
-                if norm == "post":
-                    st.warning("GPT-2's weights were trained pre-norm. Post-norm runs the same weights with the "
-                               "LayerNorms moved, so what it outputs is not what the model learned.")
-            else:
-                st.info("Enter a folder path or a Hub id.")
-        else:
-            runs = list(my_trained_models())
-            run = st.selectbox("Run", runs, key=K.TRAINED_RUN)
-            spec = ModelSpec(source, run, my_trained_models()[run].config.norm, 0, device, dtype)
-        st.subheader("Prompt")
-        st.selectbox("Examples", list(EXAMPLE_PROMPTS), index=None, key=K.EXAMPLE_PROMPT, on_change=_use_example,
-                     placeholder="Load an example prompt", label_visibility="collapsed")
-        if len(state.get(K.PROMPT) or "") > MAX_PROMPT_CHARS:  # set by a link or a test: cut before drawing
-            state[K.PROMPT] = state[K.PROMPT][:MAX_PROMPT_CHARS]
-            st.warning(f"The prompt was cut to its first {MAX_PROMPT_CHARS:,} characters.")
-        st.text_area("Prompt", key=K.PROMPT, height=120, label_visibility="collapsed", max_chars=MAX_PROMPT_CHARS,
-                     help="Shared by every page.")
-        if prompt_left_out(state):
-            st.caption("Too long for a link: the address shares the view without this prompt.")
+        spec = model_picker()
+        prompt_box()
         st.radio("Figure download format", EXPORT_FORMATS, key=K.EXPORT_FORMAT, horizontal=True,
                  format_func=str.upper, help="The camera button in each figure's toolbar saves it in this format.")
     state[K.MODEL_SPEC] = spec
     return spec
+
+
+def model_picker() -> ModelSpec | None:
+    """Source, wiring, device and precision, then what the source needs; the spec they name (None when none)."""
+    state = st.session_state
+    st.subheader("Model")
+    sources = [K.SOURCE_BUNDLED] if bundled_models() else []
+    sources += [K.SOURCE_PRESET, K.SOURCE_PRETRAINED]
+    if my_trained_models():
+        sources.append(K.SOURCE_TRAINED)
+    if state.get(K.MODEL_SOURCE) not in sources:
+        state[K.MODEL_SOURCE] = _default_source()
+    source = st.selectbox("Source", sources, key=K.MODEL_SOURCE)
+    norm = st.radio("LayerNorm placement", ["pre", "post"], key=K.NORM, horizontal=True,
+                    format_func={"pre": "pre-norm (GPT-2)", "post": "post-norm (GPT-1)"}.get,
+                    help="Pre-norm normalises before each sub-layer and once at the end; post-norm "
+                         "normalises after each residual addition.")
+    devices = available_devices()
+    keep_valid(K.DEVICE, devices, "cpu")
+    device = st.selectbox("Device", devices, key=K.DEVICE) if len(devices) > 1 else "cpu"
+    dtypes = available_dtypes(device)
+    keep_valid(K.DTYPE, dtypes, "float32")
+    dtype = st.selectbox("Precision", dtypes, key=K.DTYPE,
+                         help="Half precision halves the weights' memory and speeds up GPU inference; "
+                              "captures and probabilities are still shown in float32.") if len(dtypes) > 1 else "float32"
+    return SOURCE_PICKERS[source](norm, device, dtype)
+
+
+def bundled_picker(norm: str, device: str, dtype: str) -> ModelSpec | None:
+    name = _bundled_twin(norm)
+    if name is None:
+        st.error(f"No bundled {norm}-norm model.")
+        return None
+    st.caption(f"`{name}`: {bundled_description(name)} The LayerNorm radio switches between two separately trained "
+               "models, whose heads sit in different places: Pre-norm vs post-norm compares them with heads matched "
+               "by role.")
+    return ModelSpec(K.SOURCE_BUNDLED, name, norm, 0, device, dtype)
+
+
+def preset_picker(norm: str, device: str, dtype: str) -> ModelSpec:
+    st.session_state.setdefault(K.PRESET, "small-4l")
+    preset = st.selectbox("Preset", list(PRESETS), key=K.PRESET)
+    seed = st.number_input("Seed", min_value=0, max_value=2**31 - 1, step=1, key=K.SEED)
+    n = total_params(PRESETS[preset])
+    st.caption(f"{n:,} parameters, {n * 4 / 2**20:,.0f} MiB in float32, random weights.")
+    if n > LARGE_MODEL_PARAMS:
+        st.warning("A model this size takes a while to build on a CPU.")
+    return ModelSpec(K.SOURCE_PRESET, preset, norm, int(seed), device, dtype)
+
+
+def pretrained_picker(norm: str, device: str, dtype: str) -> ModelSpec | None:
+    name = st.text_input("Folder or Hub id", key=K.HF_NAME, placeholder="/path/to/gpt2 or gpt2",
+                         help="A Hub id such as gpt2, found in the local Hugging Face cache or downloaded when "
+                              "online; or a folder with config.json and model.safetensors (or pytorch_model.bin), in "
+                              "Hugging Face GPT-2 or gptviz layout, inside the server's model folders: the bundled "
+                              "models, the Hugging Face cache, and the folders listed in the GPTVIZ_MODEL_DIRS "
+                              "environment variable.")
+    if not name.strip():
+        st.info("Enter a folder path or a Hub id.")
+        return None
+    if norm == "post":
+        st.warning("GPT-2's weights were trained pre-norm. Post-norm runs the same weights with the LayerNorms "
+                   "moved, so what it outputs is not what the model learned.")
+    return ModelSpec(K.SOURCE_PRETRAINED, name.strip(), norm, 0, device, dtype)
+
+
+def trained_picker(norm: str, device: str, dtype: str) -> ModelSpec:
+    runs = my_trained_models()
+    run = st.selectbox("Run", list(runs), key=K.TRAINED_RUN)
+    return ModelSpec(K.SOURCE_TRAINED, run, runs[run].config.norm, 0, device, dtype)  # a run has its own wiring
+
+
+SOURCE_PICKERS = {K.SOURCE_BUNDLED: bundled_picker, K.SOURCE_PRESET: preset_picker,
+                  K.SOURCE_PRETRAINED: pretrained_picker, K.SOURCE_TRAINED: trained_picker}
+
+
+def prompt_box() -> None:
+    """The examples menu and the prompt every page reads."""
+    state = st.session_state
+    st.subheader("Prompt")
+    st.selectbox("Examples", list(EXAMPLE_PROMPTS), index=None, key=K.EXAMPLE_PROMPT, on_change=_use_example,
+                 placeholder="Load an example prompt", label_visibility="collapsed")
+    if len(state.get(K.PROMPT) or "") > MAX_PROMPT_CHARS:  # set by a link or a test: cut before drawing
+        state[K.PROMPT] = state[K.PROMPT][:MAX_PROMPT_CHARS]
+        st.warning(f"The prompt was cut to its first {MAX_PROMPT_CHARS:,} characters.")
+    st.text_area("Prompt", key=K.PROMPT, height=120, label_visibility="collapsed", max_chars=MAX_PROMPT_CHARS,
+                 help="Shared by every page.")
+    if prompt_left_out(state):
+        st.caption("Too long for a link: the address shares the view without this prompt.")
 
 
 def current_model() -> tuple[ModelSpec, GPT] | None:

@@ -772,12 +772,10 @@ def summary(index: NeuronIndex, unit: UnitLike) -> str:
     q = quantiles(index, u)
     words = ", ".join(repr(enc.decode([t])) for t, _ in top_tokens(index, u, 5)) or "none frequent enough"
     peak = float(a["top_values"][i, 0])
+    spread = f"median {q.get(0.5, float('nan')):.3g}, 99% {q.get(0.99, float('nan')):.3g}, peak {peak:.3g}"
     if u.kind == "neuron":
-        head = f"active on {100 * float(a['active_share'][i]):.1f}% of tokens"
-    else:
-        head = "writes a vector of norm"
-    return (f"{u}: {head}; median {q.get(0.5, float('nan')):.3g}, 99% {q.get(0.99, float('nan')):.3g}, "
-            f"peak {peak:.3g}; top tokens: {words}")
+        return f"{u}: active on {100 * float(a['active_share'][i]):.1f}% of tokens; {spread}; top tokens: {words}"
+    return f"{u}: output norm {spread}; top tokens: {words}"
 
 
 # ---------------------------------------------------------------------------------------------------- weights

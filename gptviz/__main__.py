@@ -225,7 +225,8 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--corpus", default=None, help="a folder of plays, one document each (default: the complete works)")
     x.add_argument("--out", default=None, help="output folder (default: ./<model>-index); the shipped index of a "
                                               "bundled model is gptviz/models/<name>/index")
-    x.add_argument("--batch", type=int, default=32, help="windows per forward pass")
+    x.add_argument("--batch", type=int, default=None,
+                   help="windows per forward pass (default: about 9M unit values a batch; 32 for the bundled models)")
     x.add_argument("--stride", type=int, default=None,
                    help="tokens between window starts (default: n_ctx - n_ctx // 4)")
     x.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")

@@ -62,6 +62,7 @@ TOP_TOKENS = 10         # tokens listed per unit
 MIN_COUNT = 20          # a token needs this many occurrences to be ranked by its mean
 TOKEN_UNITS = 10        # neurons (and up to this many heads) listed per token
 SAMPLE_WINDOWS = 256    # windows of the first pass that fixes the histogram range
+BATCH_VALUES = 9_000_000  # default batch: about this many unit values (36 MB of float32) per forward pass
 
 NEURON_SCORE = ("activation after the MLP's nonlinearity (blocks.{layer}.mlp.hook_post), at each position; "
                 "active means > 0")
@@ -329,10 +330,11 @@ def _run_windows(model, docs, offsets, windows: np.ndarray, hooks):
 # ---------------------------------------------------------------------------------------------------- the scan
 
 def build_index(model, docs, *, model_name: str = "", source: str = "", stride: int | None = None,
-                batch: int = 32, top_k: int = TOP_K, bins: int = BINS, min_count: int = MIN_COUNT,
+                batch: int | None = None, top_k: int = TOP_K, bins: int = BINS, min_count: int = MIN_COUNT,
                 progress: Callable[[int, int], None] | None = None) -> NeuronIndex:
     """Scan `docs` (Documents, or token-id sequences) with `model` once and return the index. `batch`: windows per
-    forward pass; `progress(tokens_done, tokens_total)` is called after each batch."""
+    forward pass (default: as many as keep a batch's unit values near BATCH_VALUES floats, 32 windows for
+    shakespeare-pre, 1 for gpt2-small); `progress(tokens_done, tokens_total)` is called after each batch."""
     started = time.perf_counter()
     model.eval()
     cfg = model.config
@@ -354,6 +356,8 @@ def build_index(model, docs, *, model_name: str = "", source: str = "", stride: 
     L, F, H = cfg.n_layers, cfg.d_ff, cfg.n_heads
     U = L * (F + H)
     K = min(top_k, total)
+    if batch is None:
+        batch = max(1, BATCH_VALUES // (n_ctx * U))
 
     # First pass: the histogram range from windows spread over the corpus.
     sample = windows[np.unique(np.linspace(0, len(windows) - 1, min(len(windows), SAMPLE_WINDOWS)).astype(int))]

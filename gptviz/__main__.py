@@ -1,4 +1,5 @@
-"""Command line (`gptviz ...` when installed, `python -m gptviz ...` in a checkout): app, params, train, check."""
+"""Command line (`gptviz ...` when installed, `python -m gptviz ...` in a checkout): app, params, train, check,
+index."""
 from __future__ import annotations
 
 import argparse
@@ -126,6 +127,35 @@ def _check(args) -> int:
     return 0 if all(report["passes"].values()) else 1
 
 
+def _index(args) -> int:
+    import json
+    import resource
+
+    import torch
+
+    from .index import build_index, corpus_documents, save_index, text_progress
+    from .weights import bundled_models, load_pretrained
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    model = load_pretrained(args.model).eval()
+    name = args.model if args.model in bundled_models() else Path(args.model).name
+    docs = corpus_documents(args.corpus)
+    source = Path(args.corpus).name if args.corpus else "shakespeare-works"
+    print(f"indexing {name} over {len(docs)} documents, {sum(len(d.ids) for d in docs):,} tokens of {source}",
+          file=sys.stderr, flush=True)
+    index = build_index(model, docs, model_name=name, source=source, stride=args.stride, batch=args.batch,
+                        progress=text_progress(f"index {name}"))
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    index.meta["scan"]["peak_rss_mb"] = round(peak_mb)
+    out = save_index(index, args.out or f"{name}-index")
+    scan = index.meta["scan"]
+    size = sum(p.stat().st_size for p in out.iterdir())
+    print(json.dumps({"out": str(out), "seconds": scan["seconds"], "tokens_per_s": scan["tokens_per_s"],
+                      "peak_rss_mb": scan["peak_rss_mb"], "bytes_on_disk": size}))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gptviz", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -189,6 +219,18 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--update-card", action="store_true",
                    help="write check.json and MODEL_CARD.md beside the checkpoint instead")
     c.set_defaults(func=_check)
+    x = sub.add_parser("index", help="scan a corpus for every neuron's and head's top activations (gptviz.index); "
+                                     "writes index.json and index.npz")
+    x.add_argument("model", help="a bundled model's name, a checkpoint folder or a Hub id")
+    x.add_argument("--corpus", default=None, help="a folder of plays, one document each (default: the complete works)")
+    x.add_argument("--out", default=None, help="output folder (default: ./<model>-index); the shipped index of a "
+                                              "bundled model is gptviz/models/<name>/index")
+    x.add_argument("--batch", type=int, default=None,
+                   help="windows per forward pass (default: about 9M unit values a batch; 32 for the bundled models)")
+    x.add_argument("--stride", type=int, default=None,
+                   help="tokens between window starts (default: n_ctx - n_ctx // 4)")
+    x.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
+    x.set_defaults(func=_index)
     return parser
 
 

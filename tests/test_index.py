@@ -1,0 +1,291 @@
+"""gptviz.index: the corpus scan against brute force, fresh captures of listed examples, direct effects by hand,
+the on-disk format, and the shipped index of shakespeare-pre."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import build
+from gptviz import index as ix
+from gptviz.hooks import act_name, capture
+
+DOC_LENGTHS = (41, 7, 16, 30)  # n_ctx is 16: several windows, one short document, one exactly n_ctx
+
+
+@pytest.fixture(scope="module")
+def small():
+    model = build()
+    g = torch.Generator().manual_seed(3)
+    vocab = 12  # few distinct ids, so tokens repeat and the per-token means have occurrences to average
+    docs = [ix.Document(f"d{i}", torch.randint(0, vocab, (n,), generator=g).numpy(), held_out=(i == 1))
+            for i, n in enumerate(DOC_LENGTHS)]
+    index = ix.build_index(model, docs, model_name="test-small", batch=3, top_k=5, bins=16, min_count=3)
+    return model, docs, index
+
+
+def brute_force(model, docs, stride):
+    """Every token's every unit score, each token in its scoring window, one window per capture: [tokens, U]."""
+    n_ctx = model.config.n_ctx
+    rows = []
+    for d in docs:
+        for t in range(len(d.ids)):
+            start = ix.scoring_window(t, n_ctx, stride)
+            rows.append(ix.unit_values(model, d.ids[start:t + 1])[-1])
+    return torch.stack(rows)
+
+
+def by_hand_head_norm(model, layer, head, z):
+    hs = model.config.d_head
+    w = model.blocks[layer].attn.c_proj.weight.detach()[:, head * hs:(head + 1) * hs]  # (C, hs): W_O^h
+    return (z @ w.t()).norm(dim=-1)
+
+
+def test_windows_score_every_token_once():
+    for n in (1, 5, 16, 17, 40, 100):
+        w = ix._windows([n], 16, 12)
+        scored = np.concatenate([np.arange(s + f, s + length) for _, s, length, f in w])
+        assert np.array_equal(scored, np.arange(n))
+        for t in range(n):  # scoring_window agrees with the windows the scan ran
+            row = next(r for r in w if r[1] + r[3] <= t < r[1] + r[2])
+            assert ix.scoring_window(t, 16, 12) == row[1]
+            assert t - row[1] >= min(t, 16 - 12)  # left context: n_ctx - stride, or the whole document
+
+
+def test_top_k_equals_brute_force_sort(small):
+    model, docs, index = small
+    values = brute_force(model, docs, index.meta["windows"]["stride"])
+    assert values.shape == (sum(DOC_LENGTHS), index.n_units)
+    offsets = np.concatenate([[0], np.cumsum(DOC_LENGTHS)])
+    K = index.meta["top_k"]
+    for u in range(index.n_units):
+        order = torch.sort(values[:, u], descending=True, stable=True)
+        torch.testing.assert_close(torch.from_numpy(index.arrays["top_values"][u]), order.values[:K],
+                                   rtol=1e-5, atol=1e-6)
+        got = offsets[index.arrays["top_doc"][u]] + index.arrays["top_pos"][u]
+        # where neighbours differ clearly, the locations are the same too
+        vals = order.values[:K + 1].numpy()
+        clear = np.array([(i == 0 or vals[i - 1] - vals[i] > 1e-4) and vals[i] - vals[i + 1] > 1e-4
+                          for i in range(K)])
+        assert np.array_equal(got[clear], order.indices[:K].numpy()[clear])
+
+
+def test_histogram_quantiles_active_mean_and_tokens(small):
+    model, docs, index = small
+    values = brute_force(model, docs, index.meta["windows"]["stride"]).numpy()
+    total = sum(DOC_LENGTHS)
+    a = index.arrays
+    assert (a["hist_counts"].sum(1) == total).all()
+    assert index.tokens == total
+    for u in range(index.n_units):
+        edges, counts = ix.histogram(index, u)
+        assert edges[0] <= values[:, u].min() + 1e-6 and edges[-1] >= values[:, u].max() - 1e-6
+        assert np.all(np.diff(edges) > 0)
+        expected, _ = np.histogram(np.clip(values[:, u], edges[0], edges[-1]), bins=edges)
+        assert np.abs(expected - counts).sum() <= 2  # a value on a bin edge may round to either side
+    n_neurons = index.n_neurons
+    np.testing.assert_allclose(a["active_share"][:n_neurons], (values[:, :n_neurons] > 0).mean(0), atol=1.5 / total)
+    assert np.isnan(a["active_share"][n_neurons:]).all()
+    np.testing.assert_allclose(a["mean"], values.mean(0), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(a["std"], values.std(0), rtol=1e-3, atol=1e-5)
+    # quantiles from the histogram: within one bin's width of the exact ones
+    for u in range(0, index.n_units, 7):
+        edges, _ = ix.histogram(index, u)
+        width = np.diff(edges).max()
+        for q, v in ix.quantiles(index, u).items():
+            low, high = np.quantile(values[:, u], q, method="lower"), np.quantile(values[:, u], q, method="higher")
+            assert low - width - 1e-6 <= v <= high + width + 1e-6
+    # top tokens: highest means among tokens occurring at least min_count times
+    ids = np.concatenate([d.ids for d in docs])
+    counts = np.bincount(ids)
+    frequent = np.flatnonzero(counts >= index.meta["top_tokens"]["min_count"])
+    assert np.array_equal(a["token_ids"], frequent)
+    means = np.stack([values[ids == t].mean(0) for t in frequent])  # (V', U)
+    for u in range(0, index.n_units, 5):
+        best = ix.top_tokens(index, u)
+        assert [t for t, _ in best][:3] == list(frequent[np.argsort(-means[:, u], kind="stable")][:3])
+        np.testing.assert_allclose([m for _, m in best], np.sort(means[:, u])[::-1][:len(best)], rtol=1e-4,
+                                   atol=1e-5)
+    z = (means - values.mean(0)) / values.std(0)
+    token = int(frequent[0])
+    listed = ix.units_for_token(index, token, k=3)
+    assert [ix.Unit(*x.unit) for x in listed] == [index.unit(int(i)) for i in np.argsort(-z[0, :n_neurons])[:3]]
+    np.testing.assert_allclose([x.mean for x in listed], means[0, np.argsort(-z[0, :n_neurons])[:3]], rtol=1e-3,
+                               atol=1e-4)
+    assert all(x.unit.kind == "head" for x in ix.units_for_token(index, token, kind="head"))
+    assert ix.units_for_token(index, 99) == []  # never occurs
+
+
+def test_every_listed_activation_equals_a_fresh_capture(small):
+    model, docs, index = small
+    n_ctx, stride = model.config.n_ctx, index.meta["windows"]["stride"]
+    for unit in index.units():
+        for ex in ix.top_examples(index, unit):
+            ctx = ix.example_context(index, docs, ex.doc, ex.pos, model=model, unit=unit, before=6, after=3)
+            assert ctx.ids[ctx.peak] == docs[ex.doc].ids[ex.pos] and ctx.positions[ctx.peak] == ex.pos
+            assert ctx.values[ctx.peak] == pytest.approx(ex.value, rel=1e-5, abs=1e-6)
+            # independently: capture the peak's scoring window and read the hook (heads: the norm by hand)
+            start = ix.scoring_window(ex.pos, n_ctx, stride)
+            window = torch.from_numpy(docs[ex.doc].ids[start:ex.pos + 1])
+            _, cache = capture(model, window, [unit.hook])
+            if unit.kind == "neuron":
+                fresh = cache[unit.hook][0, -1, unit.index]
+            else:
+                fresh = by_hand_head_norm(model, unit.layer, unit.index, cache[unit.hook][0, -1, unit.index])
+            assert float(fresh) == pytest.approx(ex.value, rel=1e-5, abs=1e-6)
+    # the whole context, token by token, equals brute force (each token in its own scoring window)
+    values = brute_force(model, docs, stride)
+    offsets = np.concatenate([[0], np.cumsum(DOC_LENGTHS)])
+    ctx = ix.example_context(index, docs, 0, 30, model=model, unit="L1N3", before=30, after=10)
+    assert list(ctx.positions) == list(range(0, 41))
+    np.testing.assert_allclose(ctx.values, values[offsets[0] + ctx.positions, index.flat("L1N3")], rtol=1e-5,
+                               atol=1e-6)
+    head = ix.example_context(index, docs, 0, 30, model=model, unit="L0H2", before=5, after=2)
+    assert head.attention is not None and np.nansum(head.attention) <= 1 + 1e-5
+    assert (head.attention[head.peak + 1:] == 0).all()
+
+
+def test_direct_effect_equals_the_product_by_hand():
+    model = build()
+    w_out = model.blocks[1].mlp.c_proj.weight.detach()[:, 7]  # W_out[7], (C,)
+    W_U = model.lm_head.weight.detach().t()                    # (C, vocab)
+    plain = ix.direct_effect(model, 1, 7, k=4, fold_ln=False)
+    torch.testing.assert_close(plain.effect, w_out @ W_U)
+    folded = ix.direct_effect(model, 1, 7, k=4)
+    torch.testing.assert_close(folded.effect, ((w_out - w_out.mean()) * model.ln_f.weight.detach()) @ W_U)
+    order = torch.argsort(folded.effect, descending=True)
+    assert [t for t, _ in folded.promoted] == order[:4].tolist()
+    assert [t for t, _ in folded.suppressed] == order.flip(0)[:4].tolist()
+    # post-norm: the neuron's own ln_2, every later block's norms, then ln_f
+    post = build(norm="post")
+    with torch.no_grad():
+        for p in post.parameters():
+            if p.dim() == 1:
+                p.add_(torch.randn_like(p) * 0.1)  # gains away from 1, so folding them matters
+    v = post.blocks[0].mlp.c_proj.weight.detach()[:, 2]
+    for norm in (post.blocks[0].ln_2, post.blocks[1].ln_1, post.blocks[1].ln_2, post.ln_f):
+        v = (v - v.mean()) * norm.weight.detach()
+    torch.testing.assert_close(ix.direct_effect(post, 0, 2).effect, v @ post.lm_head.weight.detach().t())
+    # a head's OV circuit for one source token
+    c, layer, head, tok = model.config, 1, 2, 5
+    hs = c.d_head
+    x = model.blocks[layer].ln_1(model.wte.weight[tok]).detach()
+    qkv_w, qkv_b = model.blocks[layer].attn.c_attn.weight.detach(), model.blocks[layer].attn.c_attn.bias.detach()
+    rows = slice(2 * c.d_model + head * hs, 2 * c.d_model + (head + 1) * hs)
+    v = x @ qkv_w[rows].t() + qkv_b[rows]
+    out = v @ model.blocks[layer].attn.c_proj.weight.detach()[:, head * hs:(head + 1) * hs].t()
+    torch.testing.assert_close(ix.head_direct_effect(model, layer, head, tok, fold_ln=False).effect, out @ W_U)
+
+
+def test_units_at_and_summary(small):
+    model, docs, index = small
+    ids = docs[0].ids[:10]
+    values = ix.unit_values(model, ids)[4]
+    top = ix.units_at(model, ids, 4, k=5)
+    assert [index.flat(s.unit) for s in top] == torch.argsort(values, descending=True)[:5].tolist()
+    rel = ix.units_at(model, ids, 4, index=index, k=5, kind="neuron")
+    assert all(s.unit.kind == "neuron" for s in rel) and len(rel) == 5
+    shares = values[:index.n_neurons] / torch.from_numpy(index.arrays["top_values"][:index.n_neurons, 0])
+    assert rel[0].share_of_peak == pytest.approx(float(shares.max()), rel=1e-5)
+    heads = ix.units_at(model, ids, -1, k=3, kind="head")
+    assert all(s.unit.kind == "head" for s in heads)
+    line = ix.summary(index, "L0N1")
+    assert line.startswith("L0N1: active on ") and "top tokens" in line and "\n" not in line
+    assert ix.summary(index, ("head", 1, 0)).startswith("L1H0")
+    assert index.unit("l1h3") == ix.Unit("head", 1, 3) and str(index.unit(index.n_neurons)) == "L0H0"
+    for bad in ("L9N0", "L0N999", "N3", -1):
+        with pytest.raises(ValueError):
+            index.unit(bad)
+
+
+def test_save_load_round_trip_and_bad_files(small, tmp_path):
+    model, docs, index = small
+    folder = ix.save_index(index, tmp_path / "idx")
+    loaded = ix.load_index(folder)
+    assert loaded.meta == json.loads(json.dumps(index.meta))
+    for name, arr in index.arrays.items():
+        np.testing.assert_array_equal(loaded.arrays[name], arr)
+    assert ix.index_matches(loaded, model) and not ix.index_matches(loaded, build(seed=1))
+    ix.check_documents(loaded, docs)
+    with pytest.raises(ValueError):
+        ix.check_documents(loaded, docs[:2])
+    assert loaded.meta["documents" if False else "corpus"]["documents"][1]["held_out"] is True
+
+    def broken(change):
+        bad = tmp_path / f"bad{len(list(tmp_path.iterdir()))}"
+        ix.save_index(index, bad)
+        change(bad)
+        return bad
+
+    def set_array(name, value):
+        def change(folder):
+            arrays = dict(index.arrays, **{name: value})
+            np.savez(folder / ix.INDEX_NPZ, **arrays)
+        return change
+
+    def set_meta(key, value):
+        def change(folder):
+            meta = json.loads((folder / ix.INDEX_JSON).read_text())
+            meta[key] = value
+            (folder / ix.INDEX_JSON).write_text(json.dumps(meta))
+        return change
+
+    cases = {
+        "garbage npz": lambda f: (f / ix.INDEX_NPZ).write_bytes(b"not a zip file at all"),
+        "truncated npz": lambda f: (f / ix.INDEX_NPZ).write_bytes((f / ix.INDEX_NPZ).read_bytes()[:200]),
+        "garbage json": lambda f: (f / ix.INDEX_JSON).write_text("{oops"),
+        "missing npz": lambda f: (f / ix.INDEX_NPZ).unlink(),
+        "wrong version": set_meta("version", ix.VERSION + 1),
+        "wrong format": set_meta("format", "something-else"),
+        "mismatched top_k": set_meta("top_k", 7),
+        "wrong shape": set_array("top_values", index.arrays["top_values"][:, :3]),
+        "wrong dtype": set_array("hist_counts", index.arrays["hist_counts"].astype(np.float32)),
+        "counts off": set_array("hist_counts", index.arrays["hist_counts"] + 1),
+        "outside a document": set_array("top_pos", index.arrays["top_pos"] + 100),
+        "pickled object": set_array("mean", np.array([object()] * index.n_units, dtype=object)),
+        "missing array": lambda f: np.savez(f / ix.INDEX_NPZ, **{k: v for k, v in index.arrays.items()
+                                                                if k != "quantiles"}),
+    }
+    for label, change in cases.items():
+        with pytest.raises(ValueError):
+            ix.load_index(broken(change))
+        assert issubclass(ix.IndexFormatError, ValueError), label
+    with pytest.raises(ValueError):
+        ix.load_index(tmp_path / "nothing here")
+
+
+def test_cli_builds_an_index(tmp_path, capsys):
+    from gptviz.__main__ import main
+    from gptviz.weights import save_checkpoint
+    model = build(vocab_size=50257, d_model=16, d_ff=32)
+    save_checkpoint(model, tmp_path / "ckpt")
+    corpus = tmp_path / "plays"
+    corpus.mkdir()
+    (corpus / "one.txt").write_text("To be, or not to be: that is the question.\n" * 3)
+    (corpus / "two.txt").write_text("Friends, Romans, countrymen, lend me your ears.\n")
+    assert main(["index", str(tmp_path / "ckpt"), "--corpus", str(corpus), "--out", str(tmp_path / "out"),
+                 "--batch", "2"]) == 0
+    err = capsys.readouterr().err
+    assert "tokens (100%)" in err
+    index = ix.load_index(tmp_path / "out")
+    assert [d["name"] for d in index.documents] == ["one", "two"] and index.meta["scan"]["peak_rss_mb"] > 0
+    assert ix.index_matches(index, model)
+
+
+def test_shipped_index_of_shakespeare_pre_recaptures():
+    from gptviz import load_pretrained
+    index = ix.bundled_index("shakespeare-pre")
+    assert index is not None, "gptviz/models/shakespeare-pre/index is missing"
+    model = load_pretrained("shakespeare-pre")
+    assert ix.index_matches(index, model)
+    assert index.meta["corpus"]["tokens"] > 1_400_000 and index.meta["windows"]["n_ctx"] == model.config.n_ctx
+    held = [d["name"] for d in index.documents if d["held_out"]]
+    assert sorted(held) == ["julius_caesar", "macbeth", "twelfth_night"]
+    docs = ix.index_documents(index)
+    for unit in ("L2N100", "L3H1"):
+        ex = ix.top_examples(index, unit, 1)[0]
+        ctx = ix.example_context(index, docs, ex.doc, ex.pos, model=model, unit=unit)
+        assert ctx.values[ctx.peak] == pytest.approx(ex.value, rel=1e-4, abs=1e-5)
+    assert ix.summary(index, "L0N0").startswith("L0N0: active on")

@@ -86,8 +86,13 @@ def _train(args) -> int:
     print(f"{len(corpus.train):,} training and {len(corpus.val):,} held-out tokens from {corpus.source}; "
           f"{cfg.name} {args.norm}-norm on {args.device}", flush=True)
     started = time.perf_counter()
+    out = Path(args.out)
+    recorders = snapshot_recorders(args, cfg, corpus, settings)
 
     def report(name, log):
+        if recorders and log.step % 100 == 0:  # partial snapshots on disk while the run goes
+            from .snapshots import save_snapshots
+            save_snapshots(recorders["model"].snaps, out)
         if log.val_loss is not None or log.step % 20 == 0:
             val = f" val {log.val_loss:.4f}" if log.val_loss is not None else ""
             if log.induction is not None:
@@ -97,8 +102,8 @@ def _train(args) -> int:
                   flush=True)
 
     models, results = train_models({"model": cfg}, settings, corpus, device=args.device, on_step=report,
-                                   start_states=start, measure=training_measure, init=args.init)
-    out = Path(args.out)
+                                   start_states=start, measure=training_measure, init=args.init,
+                                   recorders=recorders)
     result = results["model"]
     save_checkpoint(models["model"], out, dtype=getattr(torch, args.save_dtype),
                     extra={"training": {"data": corpus.source, "held_out": list(corpus.val_parts),
@@ -108,8 +113,26 @@ def _train(args) -> int:
                                         "final": result.final, "continued_from": parent}})
     write_history(result, out)
     write_training_vocab(out, corpus.train)
+    if recorders:
+        from .snapshots import save_snapshots
+        snaps = recorders["model"].snaps
+        snaps.extra = {"command": "python -m gptviz " + " ".join(sys.argv[1:]), "settings": result.settings}
+        save_snapshots(snaps, out)
+        print(f"{len(snaps)} snapshots; recording took {snaps.share_recording():.1%} of the training time")
     print(f"saved {out} (final: {result.final})")
     return 0
+
+
+def snapshot_recorders(args, cfg, corpus, settings) -> dict | None:
+    """{"model": SnapshotRecorder} when --snapshot-every is set: probes of the copy ids the run uses, if any."""
+    if not args.snapshot_every:
+        return None
+    from .snapshots import SnapshotRecorder, default_probes, empty_snapshots
+    from .train import most_frequent_ids
+    copy_ids = most_frequent_ids(corpus.train, settings.copy_vocab) if settings.copy_fraction else None
+    probes = default_probes(corpus.train, corpus.val, copy_ids)
+    snaps = empty_snapshots(cfg, probes, args.snapshot_every, args.snapshot_min_gap, args.snapshot_loss_delta)
+    return {"model": SnapshotRecorder(snaps, corpus.val, settings.block_size or cfg.n_ctx)}
 
 
 def _check(args) -> int:
@@ -209,6 +232,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the random init (ignored with --init-from): GPT-2's normal(0, 0.02), or Xavier-uniform "
                         "matrices, whose larger sublayer outputs are not drowned by post-norm's unit-scale residual")
     t.add_argument("--init-from", default=None, help="continue from this checkpoint folder (same preset and norm)")
+    t.add_argument("--snapshot-every", type=int, default=0,
+                   help="record every head's detector scores and maps on fixed probes every K steps, denser where "
+                        "the loss moves fast (gptviz.snapshots; written to OUT/snapshots; 0 = none)")
+    t.add_argument("--snapshot-loss-delta", type=float, default=0.15,
+                   help="also snapshot when the smoothed loss has moved this many nats since the last snapshot")
+    t.add_argument("--snapshot-min-gap", type=int, default=5, help="steps between such extra snapshots, at least")
     t.add_argument("--out", required=True)
     t.set_defaults(func=_train)
     c = sub.add_parser("check", help="measure a trained checkpoint against the bundled-model bars; "

@@ -272,14 +272,15 @@ def train_models(configs: dict[str, GPTConfig], settings: TrainSettings, tokens:
                  device: str = "cpu", on_step: Callable[[str, StepLog], None] | None = None,
                  should_stop: Callable[[], bool] | None = None, init: str = "gpt2",
                  start_states: dict[str, dict[str, torch.Tensor]] | None = None,
-                 measure: Callable[[GPT, torch.Tensor, torch.Tensor], dict[str, float]] | None = None
-                 ) -> tuple[dict[str, GPT], dict[str, TrainResult]]:
+                 measure: Callable[[GPT, torch.Tensor, torch.Tensor], dict[str, float]] | None = None,
+                 recorders: dict | None = None) -> tuple[dict[str, GPT], dict[str, TrainResult]]:
     """Train one model per config on the same batches (same seed, same init draws per config).
     `on_step(name, log)` is called after every step; `should_stop()` ends training cleanly.
     `start_states[name]`, when given, replaces that model's random init (continued training).
     `tokens`: a Corpus (its own training and held-out parts) or one tensor split by settings.val_fraction.
     `measure(model, train_tokens, val_tokens)`, when given, runs at every validation step and fills the
-    StepLog's head fields (prev_token, induction, repeat_loss), so the history shows when the heads grow."""
+    StepLog's head fields (prev_token, induction, repeat_loss), so the history shows when the heads grow.
+    `recorders[name]` (gptviz.snapshots.SnapshotRecorder), when given, snapshots that model's heads as it trains."""
     if isinstance(tokens, Corpus):
         train_tokens, val_tokens = tokens.train, tokens.val
     else:
@@ -303,7 +304,11 @@ def train_models(configs: dict[str, GPTConfig], settings: TrainSettings, tokens:
             break
         x, y = next(data)
         for name, trainer in trainers.items():
+            started = time.perf_counter()
             log = trainer.step(x.to(device), y, val_tokens)
+            recorder = (recorders or {}).get(name)
+            if recorder is not None and recorder.observe(log.step, log.train_loss, time.perf_counter() - started):
+                recorder.record(models[name], log.step, log.train_loss)
             if measure is not None and log.val_loss is not None:
                 for key, value in measure(models[name], train_tokens, val_tokens).items():
                     setattr(log, key, value)

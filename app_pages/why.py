@@ -9,7 +9,7 @@ import pandas as pd
 import streamlit as st
 import torch
 
-from gptviz import attribution, flow
+from gptviz import attribution, flow, memory
 from gptviz.app import display, models, sidebar
 from gptviz.app import keys as K
 from gptviz.config import GPTConfig
@@ -83,8 +83,9 @@ def edited_pattern(spec: models.ModelSpec, ids: tuple[int, ...], heads: tuple[tu
 @st.cache_data(max_entries=8, show_spinner=False)
 def patching(spec: models.ModelSpec, clean: tuple[int, ...], corrupted: tuple[int, ...], target: int, other: int):
     model = models.load_model(spec)
-    return (attribution.residual_patching(model, clean, corrupted, target, other),
-            attribution.head_patching(model, clean, corrupted, target, other))
+    with memory.reserve(attribution.patching_nbytes(model.config, len(clean)), "a patching sweep"):
+        return (attribution.residual_patching(model, clean, corrupted, target, other),
+                attribution.head_patching(model, clean, corrupted, target, other))
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
@@ -98,8 +99,9 @@ def flow_graph(spec: models.ModelSpec, ids: tuple[int, ...], threshold: float):
 @st.cache_data(max_entries=16, show_spinner=False)
 def saliency(spec: models.ModelSpec, ids: tuple[int, ...], target: int, other: int):
     model = models.load_model(spec)
-    return (attribution.integrated_gradients(model, ids, target, other, steps=IG_STEPS),
-            attribution.gradient_x_input(model, ids, target, other))
+    with memory.reserve(attribution.saliency_nbytes(model.config, len(ids)), "integrated gradients"):
+        return (attribution.integrated_gradients(model, ids, target, other, steps=IG_STEPS),
+                attribution.gradient_x_input(model, ids, target, other))
 
 
 def first_difference(a: list[int], b: list[int]) -> int | None:
@@ -359,7 +361,11 @@ SALIENCY_NOTE = (f"Integrated gradients: how much each prompt token's embedding 
 
 
 def saliency_tab(ask: Ask) -> None:
-    ig, gxi = saliency(ask.spec, ask.ids, ask.target, ask.other)
+    try:
+        ig, gxi = saliency(ask.spec, ask.ids, ask.target, ask.other)
+    except ValueError as err:  # LimitError: the server's memory has no room for it now
+        st.warning(str(err))
+        return
     gap = ig.metric - ig.baseline_metric
     st.caption(f"Sum of the scores {float(ig.scores.sum()):+.3f}; metric at the prompt {ig.metric:+.3f}, at the "
                f"zero baseline {ig.baseline_metric:+.3f} (difference {gap:+.3f}).")

@@ -20,7 +20,7 @@ from . import keys as K
 from .component.attention_map import attention_map, generation_payload
 from .display import MEAN_HEAD, head_name, monospace_text
 from .jobs import client_address, generation_slots, session_alive, session_id
-from .models import ModelSpec, model_store
+from .models import ModelSpec, hold_for_generation
 
 LIVE_REDRAW_S = 0.5  # how often a page redraws a running generation (0.25 s: twice the script runs, the model 4x slower)
 
@@ -114,7 +114,7 @@ def start_generation(spec: ModelSpec, model: GPT, ids, settings: dict, page: str
         old["job"].stop()
         old["job"].wait(5)  # a token at most: frees its server slot for this one
     sid = session_id()
-    release = model_store().hold(spec)  # while it runs, its model stays counted in the model budget
+    release = hold_for_generation(spec, model, ids, settings)  # its model and working memory, counted
     try:
         job = LiveGeneration(model, ids, settings, owner=sid or "", slots=generation_slots(),
                              alive=lambda: session_alive(sid), on_token=lambda: after_token(),

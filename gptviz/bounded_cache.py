@@ -113,7 +113,7 @@ class BoundedCache(Generic[V]):
                 with self._lock:  # stored before the gate is dropped, so no later caller builds it again
                     self._entries[key] = (value, size)
                     self._report(size)
-                    self._drop_oldest(self.budget - self._reserved + (estimate or 0))
+                    self._drop_oldest(self.budget - max(0, self._in_flight() - (estimate or 0)))
             finally:
                 if reservation is not None:  # after storing: the value is counted as stored before this goes
                     reservation.release()
@@ -127,12 +127,14 @@ class BoundedCache(Generic[V]):
     def _reserve(self, estimate: int) -> None:
         """Hold `estimate` bytes for a build: drop the least recently used entries until it fits beside the rest
         and the other builds in progress; when those builds alone leave no room, wait for one to end (LimitError
-        after wait_s), so the peak stays within the budget while things are built."""
+        after wait_s), so the peak stays within the budget while things are built. With an accountant, the other
+        builds are its to bound (they are reserved there, beside everything else): here only the stored entries
+        make room for this one."""
         with self._lock:
             deadline = None
             while True:
-                self._drop_oldest(self.budget - self._reserved - estimate)
-                if self._total() + self._reserved + estimate <= self.budget:
+                self._drop_oldest(self.budget - self._in_flight() - estimate)
+                if self._total() + self._in_flight() + estimate <= self.budget:
                     self._reserved += estimate
                     return
                 deadline = deadline or (time.monotonic() + self.wait_s)
@@ -162,6 +164,10 @@ class BoundedCache(Generic[V]):
                     del self._held[key]
                 self._room.notify_all()
         return release
+
+    def _in_flight(self) -> int:
+        """Bytes of builds in progress that count against this cache's budget (lock held)."""
+        return 0 if self.accountant is not None else self._reserved
 
     def _total(self) -> int:
         return sum(size for _, size in self._entries.values())

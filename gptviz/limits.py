@@ -1,7 +1,9 @@
 """What a visitor can make the server hold, in one place: the operator sets these through environment variables
 (README, "Deploying"); every cache, job and export checks them before it allocates.
 
-GPTVIZ_MEMORY_MB          models and captures held at once, together (default 8192)
+GPTVIZ_MEMORY_MB          everything held for visitors at once: stored models, captures and trained models, and
+                          work in flight (builds, captures, generations, training, sweeps), reserved before it
+                          allocates (gptviz.memory; default 8192)
 GPTVIZ_CAPTURE_CACHE_MB   cached activations of recent prompts (default 2048); one capture larger than this is refused
 GPTVIZ_MODEL_CACHE_MB     loaded models (default 6144); the least recently used model is dropped past it
 GPTVIZ_MAX_PARAMS         the largest model a visitor may build or load (default 1,600,000,000: GPT-2 XL)

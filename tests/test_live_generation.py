@@ -3,6 +3,7 @@ next token, a closed session stops it, the server's slots bound how many run, ba
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -210,4 +211,49 @@ def test_a_waiting_generation_starts_when_a_slot_frees_and_stop_leaves_the_line(
     assert first.wait(30) and waiting.wait(30)
     assert len(waiting.steps) == GREEDY["max_new_tokens"] and waiting.ahead is None
     assert [s.token_id for s in waiting.steps] == generate(build(seed=3), PROMPT, 6, temperature=0.0)[len(PROMPT):]
+    assert slots.running == 0 and slots.waiting == 0
+
+
+def test_no_more_than_the_limit_run_at_once_under_concurrent_enter_leave_and_cache_clears():
+    """Issue 31: a page once showed 5 generations running against a limit of 4. Hammer the server's slots from
+    many threads (entering, running, leaving the line early) while Streamlit's caches are cleared: no more than
+    `limit` tickets are ever granted and not yet given back, and the slots are still the same object."""
+    import random
+    import streamlit as st
+    from gptviz.app.jobs import generation_slots
+    slots = generation_slots()
+    limit = slots.limit
+    inside, most, lock, errors = [0], [0], threading.Lock(), []
+
+    def visitor(seed: int) -> None:
+        rng = random.Random(seed)
+        for _ in range(40):
+            try:
+                ticket = slots.enter(f"10.0.0.{seed}")
+            except RuntimeError:
+                continue
+            if rng.random() < 0.2 or not ticket.wait(5):   # some step out of the line before their turn
+                ticket.leave()
+                continue
+            with lock:
+                inside[0] += 1
+                most[0] = max(most[0], inside[0])
+            time.sleep(rng.random() * 0.002)
+            with lock:
+                inside[0] -= 1
+            ticket.leave()
+
+    threads = [threading.Thread(target=visitor, args=(i,)) for i in range(12)]
+    for t in threads:
+        t.start()
+    for _ in range(5):
+        st.cache_resource.clear()
+        st.cache_data.clear()
+        if generation_slots() is not slots:
+            errors.append("the slots were replaced by a cache clear")
+        time.sleep(0.01)
+    for t in threads:
+        t.join(60)
+    assert not errors
+    assert 1 <= most[0] <= limit
     assert slots.running == 0 and slots.waiting == 0

@@ -340,3 +340,15 @@ def test_with_an_accountant_builds_in_flight_are_bounded_by_it_not_by_the_cache(
     for t in threads:
         t.join(10)
     assert len(cache) == 1 and acc.stored_bytes == 250 and acc.reserved == 0
+
+
+def test_attention_entropy_of_every_layer_is_taken_in_slices_with_the_same_values(monkeypatch):
+    from gptviz.analysis import entropy
+    p = torch.softmax(torch.randn(3, 2, 40, 40), -1)
+    whole = (-(p * torch.log(p.clamp_min(1e-30))).sum(-1)).clamp_min(0.0)
+    sizes = []
+    real = torch.special.entr
+    monkeypatch.setattr(entropy, "ENTROPY_CHUNK", 2 * 40 * 40)
+    monkeypatch.setattr(torch.special, "entr", lambda x: sizes.append(x.numel()) or real(x))
+    assert torch.allclose(entropy.attention_entropy(p), whole, atol=1e-5)
+    assert max(sizes) <= 2 * 40 * 40                 # never the whole [layers, heads, T, T] at once

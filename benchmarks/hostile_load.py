@@ -351,6 +351,10 @@ async def cache_clearing(browser, server: Server) -> list[Row]:
 
 # ---- 4. concurrent large captures ------------------------------------------------------------------------------
 
+LONG_COUNT_OR_ERROR = """() => [...document.querySelectorAll('strong')].some(e => /^\\d{3,} tokens?$/.test(e.innerText.trim()))
+    || document.querySelector('[data-testid="stAlertContentError"]') !== null"""
+
+
 async def token_count(page) -> str:
     """The Attention page's "682 tokens" line, or "no count" where the page shows none (a refusal: see messages)."""
     try:
@@ -384,7 +388,9 @@ async def large_captures(browser, server: Server, visitors: int) -> list[Row]:
             area = page.locator(SIDEBAR_PROMPT)
             await area.fill(prompt)
             await area.press("Control+Enter")
-            await page.wait_for_timeout(500)
+            # the new prompt's count (hundreds of tokens) or an error: the status widget alone can be gone before
+            # a loaded server starts the rerun
+            await page.wait_for_function(LONG_COUNT_OR_ERROR, timeout=300_000)
             await idle(page, 180_000)
             return time.monotonic() - t0
 

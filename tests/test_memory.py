@@ -317,31 +317,6 @@ def test_the_patching_sweep_and_the_norms_measurement_reserve_before_running(mon
     assert acc.in_use == 0
 
 
-def test_with_an_accountant_builds_in_flight_are_bounded_by_it_not_by_the_cache():
-    """Three large captures at once: the capture store keeps one (its budget), the accountant lets all three run
-    when they fit the server's budget together, and refuses a fourth that does not."""
-    acc = MemoryAccountant(1000, wait_s=0)
-    cache = BoundedCache(300, "capture", accountant=acc)
-    inside, go = threading.Barrier(4, timeout=10), threading.Event()
-
-    def build():
-        inside.wait()                                   # all three are building at once
-        go.wait(10)
-        return "c"
-    threads = [threading.Thread(target=cache.get_or_build, args=(k, build, lambda _: 250, 250, 300))
-               for k in "abc"]
-    for t in threads:
-        t.start()
-    inside.wait()
-    assert acc.reserved == 900
-    with pytest.raises(LimitError):
-        acc.acquire(200, "a fourth")
-    go.set()
-    for t in threads:
-        t.join(10)
-    assert len(cache) == 1 and acc.stored_bytes == 250 and acc.reserved == 0
-
-
 def test_attention_entropy_of_every_layer_is_taken_in_slices_with_the_same_values(monkeypatch):
     from gptviz.analysis import entropy
     p = torch.softmax(torch.randn(3, 2, 40, 40), -1)

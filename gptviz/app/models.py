@@ -56,7 +56,12 @@ def capture_store() -> BoundedCache:
     """Recent prompts' captures, shared by every session, bounded by bytes (GPTVIZ_CAPTURE_CACHE_MB) and counted in
     the server's memory budget."""
     return process_wide("capture_store", lambda: BoundedCache(limits.server_limits().capture_bytes, "capture",
-                                                              accountant=memory.accountant()))
+                                                              wait_s=CAPTURE_WAIT_S, accountant=memory.accountant()))
+
+
+# How long a capture waits for others in flight to end before it is refused: large captures run one after another
+# within the capture budget, and on a loaded CPU one of 682 tokens on gpt2-small took over 30 s
+CAPTURE_WAIT_S = 120.0
 
 
 _BUILD_LOCK = threading.Lock()  # one model is built at a time: two visitors' new models do not double the peak

@@ -330,6 +330,24 @@ def _run_windows(model, docs, offsets, windows: np.ndarray, hooks):
 
 # ---------------------------------------------------------------------------------------------------- the scan
 
+def scan_nbytes(config, docs, *, batch: int | None = None, top_k: int = TOP_K, bins: int = BINS,
+                min_count: int = MIN_COUNT) -> int:
+    """About the most memory build_index takes beyond the model for `docs` (an estimate to check before a scan:
+    the running sums per unit and frequent token, the histograms, one batch's activations and unit values)."""
+    docs = _as_documents(docs)
+    L, F, H, n_ctx = config.n_layers, config.d_ff, config.n_heads, config.n_ctx
+    U = L * (F + H)
+    if batch is None:
+        batch = max(1, BATCH_VALUES // (n_ctx * U))
+    counts = np.bincount(np.concatenate([d.ids for d in docs]), minlength=1) if docs else np.zeros(1)
+    frequent = int((counts >= min_count).sum())
+    per_unit = U * ((frequent + 1) * 4 * 3 + bins * 8 * 2 + top_k * 12 * 3 + 64)  # sums, means and z; counts
+    tokens = batch * n_ctx
+    activations = tokens * 4 * L * (F + config.d_model * 8 + H * n_ctx)  # captured post and z, the forward's
+    return int(per_unit + tokens * U * 4 * 4 + activations)
+
+
+
 def build_index(model, docs, *, model_name: str = "", source: str = "", stride: int | None = None,
                 batch: int | None = None, top_k: int = TOP_K, bins: int = BINS, min_count: int = MIN_COUNT,
                 progress: Callable[[int, int], None] | None = None) -> NeuronIndex:

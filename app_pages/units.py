@@ -259,7 +259,9 @@ def word_search(loaded: ui.Loaded) -> None:
         st.info("Type a word to see the neurons that fire most on it across the corpus.")
         return
     counts = dict(zip(loaded.index.arrays["token_ids"].tolist(), loaded.index.arrays["token_counts"].tolist()))
-    tried = [w for w in dict.fromkeys([word, " " + word.strip(), word.strip()]) if len(encode(w)) == 1]
+    # a word typed bare means the word in running text (' king'); punctuation means itself ('!')
+    forms = [" " + word.strip(), word] if word[:1].isalpha() else [word, " " + word.strip()]
+    tried = [w for w in dict.fromkeys(forms + [word.strip()]) if len(encode(w)) == 1]
     frequent = [w for w in tried if encode(w)[0] in counts]
     if not frequent:
         why = ("is not one token of GPT-2's vocabulary (it splits into " +

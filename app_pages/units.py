@@ -234,6 +234,15 @@ def units_table(loaded: ui.Loaded, units: list[ix.Unit], columns: dict[str, list
         "unit": st.column_config.LinkColumn("unit", display_text=r"unit=(L\d+[NH]\d+)", width="small")})
 
 
+@st.cache_data(max_entries=32, show_spinner=False)
+def units_here(spec: ModelSpec, ids: tuple[int, ...], pos: int) -> list[ix.UnitScore]:
+    """The 8 neurons and 4 heads most active at `pos` of the prompt, relative to their corpus peaks (cached)."""
+    from gptviz.app.models import load_model
+    loaded, model = ui.find_index(spec), load_model(spec)
+    return (ix.units_at(model, ids, pos, index=loaded.index, k=8, kind="neuron")
+            + ix.units_at(model, ids, pos, index=loaded.index, k=4, kind="head"))
+
+
 def prompt_search(spec: ModelSpec, model: GPT, loaded: ui.Loaded) -> None:
     prompt = sidebar.prompt_tokens(model.config.n_ctx, vocab_size=model.config.vocab_size)
     if prompt is None:
@@ -243,8 +252,7 @@ def prompt_search(spec: ModelSpec, model: GPT, loaded: ui.Loaded) -> None:
     labels = position_labels(ids)
     pos = st.selectbox("Token of the prompt", range(len(ids)), index=len(ids) - 1, key=K.UNIT_FOCUS,
                        format_func=labels.__getitem__)
-    found = ix.units_at(model, ids, pos, index=loaded.index, k=8, kind="neuron") + \
-        ix.units_at(model, ids, pos, index=loaded.index, k=4, kind="head")
+    found = units_here(spec, ids, pos)
     st.markdown("**Most active here**, by value / the unit's peak over the corpus (1.0 = as high as it ever "
                 "went; a unit's typical value is its median, beside it).")
     units_table(loaded, [s.unit for s in found], {

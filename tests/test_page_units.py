@@ -30,14 +30,12 @@ def shipped():
 
 def peaks_on_screen(at: AppTest) -> list[float]:
     """The examples figure's value on each row's outlined (peak) token, top row first."""
-    fig = figures(at)[0]
-    out = []
-    for trace in fig["data"]:
-        outline = trace["marker"]["line"]["color"]
-        at_peak = [i for i, c in enumerate(outline) if c == HIGHLIGHT]
-        assert len(at_peak) == 1
-        out.append(float(trace["customdata"][at_peak[0]][1]))
-    return out
+    trace = figures(at)[0]["data"][0]
+    outline, rows = trace["marker"]["line"]["color"], array(trace["y"])
+    peaks = [i for i, c in enumerate(outline) if c == HIGHLIGHT]
+    assert [int(rows[i]) for i in peaks] == list(range(int(rows.max()) + 1))  # one per row, in order
+    assert all(trace["customdata"][i][3] for i in peaks)
+    return [float(trace["customdata"][i][1]) for i in peaks]
 
 
 def test_opens_on_a_default_unit_with_its_figures(shipped):
@@ -63,7 +61,7 @@ def test_a_head_from_state_shows_where_its_peak_looks(shipped):
     assert at.markdown[0].value.startswith("**L1H2\\: output norm")
     np.testing.assert_allclose(peaks_on_screen(at), shipped.arrays["top_values"][shipped.flat("L1H2")], rtol=1e-5)
     at.radio(key=K.UNIT_COLOUR).set_value("where the peak token looks").run()
-    weights = [float(v) for tr in figures(at)[0]["data"] for v in np.asarray(tr["customdata"])[:, 1]]
+    weights = [float(row[1]) for row in figures(at)[0]["data"][0]["customdata"]]
     assert 0 <= min(weights) and max(weights) <= 1 + 1e-6
 
 

@@ -70,7 +70,8 @@ def examples_text(rows: list[ExampleRow], *, value_name: str, cmax: float, title
                 colorbar=dict(title=dict(text=plotly_text(value_name), side="top"), orientation="h", x=1,
                               xanchor="right", y=1.0, yanchor="bottom", len=0.35, thickness=10))
     return apply_layout(fig, title=title, height=int(70 + 26 * n + (40 if title else 0)), coloraxis=axis,
-                        bargap=0, uniformtext=dict(minsize=8, mode="show"))
+                        # a narrow screen hides the text that no longer fits its cell (the colours and hover stay)
+                        bargap=0, uniformtext=dict(minsize=8, mode="hide"))
 
 
 def unit_histogram(edges: np.ndarray, counts: np.ndarray, quantiles: dict[float, float], *, value_name: str,
@@ -104,6 +105,6 @@ def direct_effect_bars(promoted: list[tuple[str, float]], suppressed: list[tuple
                              orientation="h", marker_color=color, customdata=labels,
                              hovertemplate="'%{customdata}': %{x:+.3f}<extra></extra>"), row=1, col=col)
         fig.update_yaxes(autorange="reversed", tickfont=MONO, row=1, col=col)
-        fig.update_xaxes(title_text="logit change per unit of output", row=1, col=col)
+        fig.update_xaxes(title_text="logit change", row=1, col=col)
     n = max(len(promoted), len(suppressed), 1)
     return apply_layout(fig, title=title, height=max(260, 90 + 24 * n), showlegend=False)

@@ -17,7 +17,7 @@ from gptviz import analysis
 from gptviz.app import keys as K
 from gptviz.app import live
 from gptviz.app.component import attention_map as amap
-from gptviz.app.links import sync_address
+from gptviz.app.links import sync_address, unit_url
 from gptviz.app.display import MEAN_HEAD, figure_download, head_name, md_text, show_figure
 from gptviz.app.models import ModelSpec, attention_page_names, induction_scores, require_capture
 from gptviz.app.sidebar import MAX_PROMPT_CHARS, keep_valid, require_model, require_prompt
@@ -145,8 +145,9 @@ def detector_table(seen: Seen) -> None:
         st.info("The detectors need a prompt of at least two tokens.")
         return
     length = min(50, cfg.n_ctx // 2)
-    table = {"head": [f"layer {l}, head {h}" for l in range(cfg.n_layers) for h in range(cfg.n_heads)]}
-    columns = {}
+    table = {"head": [f"layer {l}, head {h}" for l in range(cfg.n_layers) for h in range(cfg.n_heads)],
+             "what it does": [unit_url(state, f"L{l}H{h}") for l in range(cfg.n_layers) for h in range(cfg.n_heads)]}
+    columns = {"what it does": st.column_config.LinkColumn("what it does", display_text=r"unit=(L\d+H\d+)")}
     for name, scores, chance in (
             ("previous-token", analysis.previous_token_scores(patterns), analysis.previous_token_chance(T)),
             ("duplicate-token", analysis.duplicate_token_scores(patterns, seen.ids),

@@ -217,6 +217,22 @@ TRAIN_WARMUP = "train_warmup"
 TRAIN_WIDTH = "train_width"
 TRAIN_WIRING = "train_wiring"
 
+# ---- What does this unit do? page -----------------------------------------------------------------------------
+UNIT = "unit"                    # the unit shown, "L2N26" or "L1H2" (in links as ?unit=)
+UNIT_BUILD = "unit_build"
+UNIT_BUILD_TOKENS = "unit_build_tokens"
+UNIT_COLOUR = "unit_colour"
+UNIT_EFFECT = "unit_effect"
+UNIT_EXAMPLES = "unit_examples"
+UNIT_FOCUS = "unit_focus"
+UNIT_HIST = "unit_hist"
+UNIT_HIST_LOG = "unit_hist_log"
+UNIT_INDEX = "unit_index"
+UNIT_KIND = "unit_kind"
+UNIT_LAYER = "unit_layer"
+UNIT_SOURCE = "unit_source"
+UNIT_WORD = "unit_word"
+
 # ---- Why this token? page --------------------------------------------------------------------------------
 WHY_ATT_AFTER = "why_att_after"
 WHY_ATT_BEFORE = "why_att_before"

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import base64
 import math
+import re
+import urllib.parse
 import zlib
 from typing import Callable
 
@@ -101,6 +103,16 @@ def _bool(raw: str) -> bool:
     return raw == "1"
 
 
+_UNIT_ID = re.compile(r"L(\d{1,4})([NH])(\d{1,7})")
+
+
+def _unit(raw: str) -> str:
+    """A neuron or head id, "L2N26" or "L1H2" (the page checks it against the model)."""
+    if not _UNIT_ID.fullmatch(raw.strip().upper()):
+        raise BadValue("a neuron or head id such as L2N26 or L1H2")
+    return raw.strip().upper()
+
+
 _SEED = _int(0, 2**31 - 1)
 _LAYER, _HEAD = _int(0, 4095), _int(-1, 4095)  # head -1: the mean of the layer's heads
 _TOKENS = _int(1, 200)
@@ -122,7 +134,7 @@ LINKED: dict[str, tuple[str, Callable[[str], object]]] = {
         K.ATT_GEN_SEED: _SEED,
         K.GEN_LAYER: _LAYER, K.GEN_HEAD: _HEAD, K.GEN_SCALE: _choice(SCALES),
         K.GEN_N: _TOKENS, K.GEN_TEMP: _float(0, 2), K.GEN_TOPK: _TOP_K, K.GEN_TOPP: _float(0.05, 1),
-        K.GEN_SEED: _SEED, K.GEN_EOS: _bool,
+        K.GEN_SEED: _SEED, K.GEN_EOS: _bool, K.UNIT: _unit,
     }.items()},
 }
 
@@ -164,6 +176,23 @@ def link_params(state) -> dict[str, str]:
                 continue
         params[name] = _format(value)
     return params
+
+
+UNIT_PAGE = "units"  # the unit page's URL path (router.PAGE_LIST)
+SIDEBAR_PARAMS = ("source", "norm", "preset", "seed", "model", "prompt", "pz")
+
+
+def unit_url(state, unit) -> str:
+    """A relative link to the unit page for `unit` (a neuron or head id, or anything whose str() is one) with the
+    sidebar's model and prompt, so it opens the same model in a new tab. Every page links unit ids through this."""
+    params = {name: value for name, value in link_params(state).items() if name in SIDEBAR_PARAMS}
+    params["unit"] = _unit(str(unit))
+    return f"{UNIT_PAGE}?{urllib.parse.urlencode(params)}"
+
+
+def unit_link_md(state, unit) -> str:
+    """`unit` as a Markdown link to its page (the id holds only letters and digits: nothing to escape)."""
+    return f"[{_unit(str(unit))}]({unit_url(state, unit)})"
 
 
 def prompt_left_out(state) -> bool:

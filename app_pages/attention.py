@@ -420,13 +420,17 @@ def use_generated_text(text: str) -> None:
 
 
 def finished_generation(run: dict, seen: Seen, p: Pick) -> None:
-    """A finished run: its text, the map of every layer that fits, and the last step's next-token bars."""
-    live.status_and_text(run, live=False)
+    """A finished run, replayed at any step: the map of every layer that fits beside the text so far and that step's
+    next-token bars."""
+    live.status_line(run, live=False)
     steps = run["steps"]
     if not steps:
         return
     prompt_ids, new_ids = list(run["prompt"]), [s.token_id for s in steps]
-    st.button("Look at the whole text in every view", key=K.ATT_GEN_USE, on_click=use_generated_text,
+    b1, b2 = st.columns([3, 2], vertical_alignment="bottom")
+    with b1:
+        step = live.replay_step(run, K.ATT_GEN_STEP)
+    b2.button("Look at the whole text in every view", key=K.ATT_GEN_USE, on_click=use_generated_text,
               args=(decode(prompt_ids + new_ids),), icon=":material/north:",
               help="Makes prompt and continuation the sidebar's prompt, so the views above (lines, text, the head's "
                    "computation...) and every other page show the generated tokens too.")
@@ -434,23 +438,25 @@ def finished_generation(run: dict, seen: Seen, p: Pick) -> None:
         first = next(i for i, s in enumerate(steps) if s.context_shifted)
         st.caption(f"From step {first} the text was longer than the context ({seen.cfg.n_ctx} tokens): "
                    "the model saw only the most recent tokens.")
+    shown = live.up_to(run, step)
     left, right = st.columns([3, 2], gap="medium")
     with left:
-        live.generation_map(run, layer=p.layer, head=p.head, scale=p.scale, key=K.ATT_GEN_MAP, every_layer=True,
+        live.generation_map(shown, layer=p.layer, head=p.head, scale=p.scale, key=K.ATT_GEN_MAP, every_layer=True,
                             on_pick=picked_from_map(seen))
-        rows = [seen_row(s, p) for s in steps]
         figure_download(lambda: fg.generation_heatmap(
-            rows, [s.window_start for s in steps], token_labels(prompt_ids + new_ids), len(prompt_ids),
-            scale=p.scale, title=f"Layer {p.layer}, {head_name(p.head)}: attention of each generating query"),
+            [seen_row(s, p) for s in shown["steps"]], [s.window_start for s in shown["steps"]],
+            token_labels(prompt_ids + new_ids[:step + 1]), len(prompt_ids), scale=p.scale,
+            title=f"Layer {p.layer}, {head_name(p.head)}: attention of each generating query"),
             file_name=f"generation-layer-{p.layer}-{head_name(p.head).replace(' ', '-')}.html", key=K.ATT_GEN_HEATMAP)
     with right:
-        last = steps[-1]
-        top_ids = [t[0] for t in last.top]
+        live.text_so_far(run, live=False, upto=step)
+        chosen = steps[step]
+        top_ids = [t[0] for t in chosen.top]
         show_figure(fg.next_token_bars(
-            top_ids, [t[1] for t in last.top], [t[2] for t in last.top], token_labels(top_ids),
-            sampled_id=last.token_id, sampled_rank=last.rank, sampled_prob=last.prob, sampled_label=last.piece,
-            n_allowed=last.n_allowed, kept_mass=last.kept_mass,
-            title=f"Step {len(steps) - 1}: next-token probabilities", cut_by=live.cut_reason(run["settings"])),
+            top_ids, [t[1] for t in chosen.top], [t[2] for t in chosen.top], token_labels(top_ids),
+            sampled_id=chosen.token_id, sampled_rank=chosen.rank, sampled_prob=chosen.prob, sampled_label=chosen.piece,
+            n_allowed=chosen.n_allowed, kept_mass=chosen.kept_mass,
+            title=f"Step {step}: next-token probabilities", cut_by=live.cut_reason(run["settings"])),
             key=K.ATT_GEN_BARS)
         st.caption("Top 20 over the whole vocabulary, after temperature. Orange: the sampled token; grey: "
                    f"cut by {live.cut_reason(run['settings'])}.")

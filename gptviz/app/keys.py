@@ -12,6 +12,10 @@ SOURCE_PRESET = "Preset, random weights"
 SOURCE_PRETRAINED = "GPT-2 weights (folder or Hub id)"
 SOURCE_TRAINED = "Trained in this session"  # a session's trained runs exist only there: no link names them
 # The Attention page's view tabs (its st.tabs labels, and the values of its att_view key)
+# The live generation's paces (tokens per second; None: the model's own speed; 0: one token per click)
+PACES = {"as fast as it writes": None, "20 tokens/s": 20.0, "5 tokens/s": 5.0, "2 tokens/s": 2.0, "1 token/s": 1.0,
+         "one token per click": 0.0}
+DEFAULT_PACE = "5 tokens/s"
 ATTENTION_VIEWS = ("One head", "Lines between tokens", "On the text", "Inside the head", "Value-weighted",
                    "All heads of the layer", "Model view: every layer and head", "Entropy map")
 
@@ -67,6 +71,9 @@ ATT_GEN_BARS = "att_gen_bars"
 ATT_GEN_MAP = "att_gen_map"
 ATT_GEN_MAP_LIVE = "att_gen_map_live"
 ATT_GEN_N = "att_gen_n"
+ATT_GEN_NEXT = "att_gen_next"
+ATT_GEN_PACE = "att_gen_pace"
+ATT_GEN_STEP = "att_gen_step"
 ATT_GEN_SEED = "att_gen_seed"
 ATT_GEN_TEMP = "att_gen_temp"
 ATT_GEN_TOPK = "att_gen_topk"
@@ -130,6 +137,8 @@ GEN_HEATMAP = "gen_heatmap"
 GEN_LAYER = "gen_layer"
 GEN_LIVE_MAP = "gen_live_map"
 GEN_N = "gen_n"
+GEN_NEXT = "gen_next"
+GEN_PACE = "gen_pace"
 GEN_SCALE = "gen_scale"
 GEN_SEED = "gen_seed"
 GEN_STEP = "gen_step"

@@ -25,6 +25,7 @@ LINKED_KEYS = "_linked_keys"          # {state key: URL name} of the values a li
 FIGURE_SEQ = "_figure_seq"            # figures drawn so far in this run (numbers their unkeyed download buttons)
 GENERATION = "generation"             # this session's live generation: {"spec", "page", "job"}
 GENERATION_ERROR = "_generation_error"  # why Generate could not start, shown once under its button
+ATT_OPEN_BEST = "_att_open_best"      # an example was loaded: open its most telling head
 QUERY_MOVED = "_att_query_moved"      # a view picked another query token: the Attention page redraws whole
 
 
@@ -66,6 +67,7 @@ ACT_TOPK = "act_topk"
 # ---- Attention page --------------------------------------------------------------------------------------
 ATT_DETECTORS = "att_detectors"
 ATT_ENTROPY_CHART = "att_entropy_chart"
+ATT_EXAMPLE = "att_example"          # per example: K.per_item(ATT_EXAMPLE, i)
 ATT_GEN_HEATMAP = "att_gen_heatmap"
 ATT_GEN_BARS = "att_gen_bars"
 ATT_GEN_MAP = "att_gen_map"

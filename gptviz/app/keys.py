@@ -12,6 +12,12 @@ SOURCE_PRESET = "Preset, random weights"
 SOURCE_PRETRAINED = "GPT-2 weights (folder or Hub id)"
 SOURCE_TRAINED = "Trained in this session"  # a session's trained runs exist only there: no link names them
 # The Attention page's view tabs (its st.tabs labels, and the values of its att_view key)
+# The Why page's tabs and its patching pairs (the example names; OWN_PAIR is drawn from the sidebar's prompt)
+WHY_VIEWS = ("Direct attribution", "Ablate heads", "Patching", "Saliency", "Information flow")
+OWN_PAIR = "(your own)"
+PATCH_PAIRS = (OWN_PAIR, "Repeated sequence (induction)", "Speaker after a question")
+# The Parameters page's first choice: the sidebar's model rather than a preset
+PAR_MODEL_IN_USE = "the model in use"
 # The live generation's paces (tokens per second; None: the model's own speed; 0: one token per click)
 PACES = {"as fast as it writes": None, "20 tokens/s": 20.0, "5 tokens/s": 5.0, "2 tokens/s": 2.0, "1 token/s": 1.0,
          "one token per click": 0.0}
@@ -220,6 +226,7 @@ TRAIN_LR = "train_lr"
 TRAIN_OPEN = "train_open"          # per run and wiring
 TRAIN_RUN_PICK = "train_run_pick"
 TRAIN_SCENARIO = "train_scenario"  # per scenario name
+TRAIN_SCENARIO_PICKED = "_train_scenario_picked"  # the scenario the form was last set to
 TRAIN_SEED = "train_seed"
 TRAIN_SMOOTH = "train_smooth"
 TRAIN_STEPS = "train_steps"
@@ -243,7 +250,9 @@ WHY_FLOW_CSV = "why_flow_csv"
 WHY_FLOW_FIG = "why_flow_fig"
 WHY_FLOW_THRESHOLD = "why_flow_threshold"
 WHY_GXI = "why_gxi"
-WHY_HEADS = "why_heads"
+WHY_ABLATED = "why_heads"       # the heads ablated (the grid's clicks and the multiselect share it)
+WHY_HEADS = "why_heads_pick"   # the multiselect of heads, kept in step with WHY_ABLATED
+WHY_GRID_CLICKS = "_why_grid_clicks"  # clicks on the heads' grid so far (a fresh grid key after each)
 WHY_IG = "why_ig"
 WHY_MODE = "why_mode"
 WHY_N = "why_n"

@@ -188,8 +188,6 @@ def prompt_box() -> None:
     """The examples menu and the prompt every page reads."""
     state = st.session_state
     st.subheader("Prompt")
-    st.selectbox("Examples", list(EXAMPLE_PROMPTS), index=None, key=K.EXAMPLE_PROMPT, on_change=_use_example,
-                 placeholder="Load an example prompt", label_visibility="collapsed")
     if len(state.get(K.PROMPT) or "") > MAX_PROMPT_CHARS:  # set by a link or a test: cut before drawing
         state[K.PROMPT] = state[K.PROMPT][:MAX_PROMPT_CHARS]
         st.warning(f"The prompt was cut to its first {MAX_PROMPT_CHARS:,} characters.")
@@ -197,6 +195,8 @@ def prompt_box() -> None:
                  help="Shared by every page.")
     if prompt_left_out(state):
         st.caption("Too long for a link: the address shares the view without this prompt.")
+    st.selectbox("Examples", list(EXAMPLE_PROMPTS), index=None, key=K.EXAMPLE_PROMPT, on_change=_use_example,
+                 placeholder="Load an example prompt", label_visibility="collapsed")
 
 
 def current_model() -> tuple[ModelSpec, GPT] | None:

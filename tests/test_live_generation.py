@@ -257,3 +257,47 @@ def test_no_more_than_the_limit_run_at_once_under_concurrent_enter_leave_and_cac
     assert not errors
     assert 1 <= most[0] <= limit
     assert slots.running == 0 and slots.waiting == 0
+
+
+def test_a_paced_generation_releases_tokens_at_its_pace_and_reports_the_models_own_time():
+    import time
+    started = time.perf_counter()
+    job = LiveGeneration(build(seed=3), PROMPT, {**GREEDY, "max_new_tokens": 5}, pace=10)
+    assert job.wait(30) and not job.stopped
+    took = time.perf_counter() - started
+    assert took >= 0.4  # 4 gaps of 0.1 s between 5 tokens
+    assert job.seconds < took - 0.3  # the waits are not the model's time
+    assert [s.token_id for s in job.steps] == generate(build(seed=3), PROMPT, 5, temperature=0.0)[len(PROMPT):]
+
+
+def test_paced_by_clicks_it_writes_one_token_per_advance_and_can_be_let_go():
+    import time
+    job = LiveGeneration(build(seed=3), PROMPT, {**GREEDY, "max_new_tokens": 6}, pace=0)
+    deadline = time.monotonic() + 30
+    while not job.waiting_for_click and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.3)
+    assert len(job.steps) == 1 and job.running  # the first token comes with Generate, then it waits
+    job.advance()
+    while len(job.steps) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.3)
+    assert len(job.steps) == 2 and job.waiting_for_click
+    job.set_pace(None)  # back to the model's own speed
+    assert job.wait(30) and len(job.steps) == 6 and not job.stopped
+
+
+def test_stop_ends_a_generation_waiting_for_a_click():
+    job = LiveGeneration(build(seed=3), PROMPT, {**GREEDY, "max_new_tokens": 6}, pace=0)
+    import time
+    deadline = time.monotonic() + 30
+    while not job.waiting_for_click and time.monotonic() < deadline:
+        time.sleep(0.01)
+    job.stop()
+    assert job.wait(5) and job.stopped and len(job.steps) == 1
+
+
+@pytest.mark.parametrize("pace", [-1, float("nan"), 1e6, "fast", True])
+def test_a_bad_pace_fails_before_a_thread(pace):
+    with pytest.raises(ValueError, match="pace"):
+        LiveGeneration(build(seed=3), PROMPT, GREEDY, pace=pace)

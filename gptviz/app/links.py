@@ -97,6 +97,26 @@ def _packed(raw: str) -> str:
     return text
 
 
+def _heads(raw: str) -> list[tuple[int, int]]:
+    """Heads as "layer.head" pairs joined by commas ("1.0,2.3"); the page drops those its model lacks."""
+    if raw == "":
+        return []
+    pairs = raw.split(",")
+    if len(pairs) > 4096:
+        raise BadValue("at most 4,096 heads")
+    try:
+        heads = [tuple(int(part) for part in pair.split(".")) for pair in pairs]
+    except ValueError:
+        raise BadValue("heads written layer.head, joined by commas (1.0,2.3)") from None
+    if any(len(h) != 2 or not (0 <= h[0] <= 4095 and 0 <= h[1] <= 4095) for h in heads):
+        raise BadValue("heads written layer.head, joined by commas (1.0,2.3)")
+    return sorted(set(heads))
+
+
+def _format_heads(heads) -> str:
+    return ",".join(f"{layer}.{head}" for layer, head in heads)
+
+
 def _bool(raw: str) -> bool:
     if raw not in ("0", "1"):
         raise BadValue("0 or 1")
@@ -134,9 +154,16 @@ LINKED: dict[str, tuple[str, Callable[[str], object]]] = {
         K.ATT_GEN_SEED: _SEED,
         K.GEN_LAYER: _LAYER, K.GEN_HEAD: _HEAD, K.GEN_SCALE: _choice(SCALES),
         K.GEN_N: _TOKENS, K.GEN_TEMP: _float(0, 2), K.GEN_TOPK: _TOP_K, K.GEN_TOPP: _float(0.05, 1),
-        K.GEN_SEED: _SEED, K.GEN_EOS: _bool, K.UNIT: _unit,
+        K.GEN_SEED: _SEED, K.GEN_EOS: _bool, K.UNIT: _unit, K.ATT_GEN_PACE: _choice(K.PACES), K.GEN_PACE: _choice(K.PACES),
+        K.WHY_VIEW: _choice(K.WHY_VIEWS), K.WHY_TARGET: _int(0, 1_000_000), K.WHY_OTHER: _int(0, 1_000_000),
+        K.WHY_ABLATED: _heads, K.WHY_EXAMPLE: _choice(K.PATCH_PAIRS),
+        K.PAR_MODEL: _choice((K.PAR_MODEL_IN_USE, *PRESETS)),
     }.items()},
 }
+
+
+# list values a link carries, and how they are written
+LIST_FORMATS: dict[str, Callable[[list], str]] = {K.WHY_ABLATED: _format_heads}
 
 
 def apply_link(state, params: dict[str, str]) -> list[str]:
@@ -163,6 +190,10 @@ def link_params(state) -> dict[str, str]:
     params = {}
     for name, (key, _) in LINKED.items():
         value = state.get(key)
+        if key in LIST_FORMATS and isinstance(value, (list, tuple)):
+            if value:
+                params[name] = LIST_FORMATS[key](value)
+            continue
         if value is None or isinstance(value, (list, dict, tuple)) or name == "pz":
             continue
         if key == K.PROMPT and len(value) > MAX_LINK_PROMPT:

@@ -16,6 +16,7 @@ from gptviz import analysis
 from gptviz import limits
 from gptviz.app import display, models, sidebar
 from gptviz.app import keys as K
+from gptviz.app.links import unit_link_md
 from gptviz.export import export_nbytes, matrix_frame, prompt_capture_npz
 from gptviz.figures import activations as figs
 from gptviz.hooks import ActivationCache
@@ -74,7 +75,8 @@ def pct(p: float) -> str:
 
 
 def best_heads_text(scores: torch.Tensor, chance: float, top: int = 3) -> str:
-    best = ", ".join(f"L{layer} H{head} ({score:.2f})" for layer, head, score in analysis.head_ranking(scores, top))
+    best = ", ".join(f"{unit_link_md(st.session_state, f'L{layer}H{head}')} ({score:.2f})"
+                     for layer, head, score in analysis.head_ranking(scores, top))
     ratio = f", {scores.max().item() / chance:.1f}x chance" if chance > 0 else ""
     return f"{best}; uniform attention (chance) scores {chance:.3f}{ratio}"
 
@@ -155,6 +157,8 @@ def mlp_tab(seen: Seen) -> None:
         rows = analysis.top_neurons(post, seen.focus, k)
         display.show_figure(figs.top_neurons_bar(rows, seen.pos_labels[seen.focus]), key=K.ACT_TOP_NEURONS)
         st.caption("The largest activations at the focus token, over every layer's neurons.")
+        st.markdown("What each does: " + " · ".join(unit_link_md(st.session_state, f"L{layer}N{neuron}")
+                                                    for layer, neuron, _ in rows))
         display.download_csv(pd.DataFrame(rows, columns=["layer", "neuron", "activation"]), "top_neurons.csv",
                              key=K.ACT_TOP_NEURONS_CSV)
 

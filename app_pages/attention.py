@@ -17,10 +17,10 @@ from gptviz import analysis
 from gptviz.app import keys as K
 from gptviz.app import live
 from gptviz.app.component import attention_map as amap
-from gptviz.app.links import sync_address
+from gptviz.app.links import sync_address, unit_url
 from gptviz.app.display import MEAN_HEAD, figure_download, head_name, md_text, show_figure
 from gptviz.app.models import ModelSpec, attention_page_names, induction_scores, require_capture
-from gptviz.app.sidebar import MAX_PROMPT_CHARS, keep_valid, require_model, require_prompt
+from gptviz.app.sidebar import EXAMPLE_PROMPTS, MAX_PROMPT_CHARS, keep_valid, require_model, require_prompt
 from gptviz.figures import attention as fa
 from gptviz.figures import generation as fg
 from gptviz.figures import head_views as fhv
@@ -131,41 +131,120 @@ def token_chips(seen: Seen) -> int:
     return T - 1 if query is None else int(query)
 
 
-def jump_to_head(n_layers: int, n_heads: int) -> None:
+@dataclass
+class Detector:
+    """One head detector on this page's prompt: its name, every head's score and uniform attention's score."""
+    name: str
+    scores: torch.Tensor   # [layers, heads]
+    chance: float
+
+    @property
+    def column(self) -> str:
+        return f"{self.name} (chance {self.chance:.3f})"
+
+    def best(self) -> tuple[int, int, float]:
+        return analysis.head_ranking(self.scores, 1)[0]
+
+
+# The detectors the page may open on, most telling first: a head is worth opening on when its score is at least
+# WORTH_A_LOOK and WORTH_OVER_CHANCE times uniform attention's. Previous-token heads come last: every prompt has them.
+OPENING_ORDER = ("induction, on this prompt", "duplicate-token", "previous-token")
+WORTH_A_LOOK, WORTH_OVER_CHANCE = 0.3, 3.0
+
+
+def detectors(seen: Seen) -> list[Detector]:
+    cfg, T, patterns, ids = seen.cfg, seen.T, seen.patterns, seen.ids
+    found = [Detector("induction, on this prompt", analysis.prompt_induction_scores(patterns, ids),
+                      analysis.prompt_induction_chance(ids)),
+             Detector("previous-token", analysis.previous_token_scores(patterns), analysis.previous_token_chance(T)),
+             Detector("duplicate-token", analysis.duplicate_token_scores(patterns, ids),
+                      analysis.duplicate_token_chance(ids)),
+             Detector("first token (sink)", first_token_scores(patterns), first_token_chance(T))]
+    length = min(50, cfg.n_ctx // 2)
+    if length >= 2:
+        found.append(Detector(f"induction, {length} random tokens repeated", induction_scores(seen.spec, length),
+                              analysis.induction_chance(length)))
+    return found
+
+
+def head_worth_a_look(found: list[Detector]) -> tuple[int, int, Detector] | None:
+    """The first detector in OPENING_ORDER whose best head clears the bar, and that head; None when none does."""
+    by_name = {d.name: d for d in found}
+    for name in OPENING_ORDER:
+        layer, head, score = by_name[name].best()
+        if score >= WORTH_A_LOOK and score >= WORTH_OVER_CHANCE * by_name[name].chance:
+            return layer, head, by_name[name]
+    return None
+
+
+def open_on_the_best_head(seen: Seen, found: list[Detector]) -> None:
+    """A first visit (no layer or head chosen, none in the link) or a loaded example opens on the head worth a look."""
+    if not (state.pop(K.ATT_OPEN_BEST, False) or (K.ATT_LAYER not in state and K.ATT_HEAD not in state)):
+        return
+    best = head_worth_a_look(found)
+    if best is not None:
+        state[K.ATT_LAYER], state[K.ATT_HEAD] = best[0], best[1]
+
+
+def jump_to_head(order: list[tuple[int, int]]) -> None:
     """A row picked in the detector table opens that head."""
     rows = ((state.get(K.ATT_DETECTORS) or {}).get("selection") or {}).get("rows") or []
-    if rows and 0 <= int(rows[0]) < n_layers * n_heads:
-        state[K.ATT_LAYER], state[K.ATT_HEAD] = divmod(int(rows[0]), n_heads)
+    if rows and 0 <= int(rows[0]) < len(order):
+        state[K.ATT_LAYER], state[K.ATT_HEAD] = order[int(rows[0])]
 
 
-def detector_table(seen: Seen) -> None:
-    """Every head's detector scores beside their chance levels; picking a row opens the head."""
-    cfg, T, patterns = seen.cfg, seen.T, seen.patterns
-    if T < 2:
+def detector_table(seen: Seen, found: list[Detector]) -> None:
+    """Every head's detector scores beside their chance levels, the most telling detector's best heads first;
+    picking a row opens the head."""
+    if seen.T < 2:
         st.info("The detectors need a prompt of at least two tokens.")
         return
-    length = min(50, cfg.n_ctx // 2)
-    table = {"head": [f"layer {l}, head {h}" for l in range(cfg.n_layers) for h in range(cfg.n_heads)]}
-    columns = {}
-    for name, scores, chance in (
-            ("previous-token", analysis.previous_token_scores(patterns), analysis.previous_token_chance(T)),
-            ("duplicate-token", analysis.duplicate_token_scores(patterns, seen.ids),
-             analysis.duplicate_token_chance(seen.ids)),
-            ("induction", induction_scores(seen.spec, length) if length >= 2 else None,
-             analysis.induction_chance(length) if length >= 2 else 0.0),
-            ("first token (sink)", first_token_scores(patterns), first_token_chance(T))):
-        if scores is None:
-            continue
-        column = f"{name} (chance {chance:.3f})"
-        table[column] = scores.flatten().numpy()
-        columns[column] = st.column_config.ProgressColumn(column, min_value=0.0, max_value=1.0, format="%.3f")
-    st.dataframe(pd.DataFrame(table), hide_index=True, width="stretch",
-                 height=min(400, 38 + 35 * len(table["head"])), column_config=columns, selection_mode="single-row", key=K.ATT_DETECTORS,
-                 on_select=lambda: jump_to_head(cfg.n_layers, cfg.n_heads))
-    st.caption("Mean attention weights in [0, 1]; the header gives what uniform attention over the same keys "
-               "scores. Previous-token, duplicate-token and first-token scores use this prompt; induction uses "
-               f"its own sequence of {length} random tokens repeated once (a prompt rarely repeats itself). "
-               "The Activations page draws them as heatmaps.")
+    best = head_worth_a_look(found)
+    sort_by = best[2] if best is not None else found[1]
+    n_heads = seen.cfg.n_heads
+    order = sorted(((l, h) for l in range(seen.cfg.n_layers) for h in range(n_heads)),
+                   key=lambda lh: -float(sort_by.scores[lh]))
+    table = {"head": [f"layer {l}, head {h}" for l, h in order],
+             "what it does": [unit_url(state, f"L{l}H{h}") for l, h in order]}
+    columns = {"what it does": st.column_config.LinkColumn("what it does", display_text=r"unit=(L\d+H\d+)")}
+    for d in sorted(found, key=lambda d: d is not sort_by):
+        table[d.column] = [float(d.scores[lh]) for lh in order]
+        columns[d.column] = st.column_config.ProgressColumn(d.column, min_value=0.0, max_value=1.0, format="%.3f")
+    st.caption(f"Sorted by {sort_by.name}; pick a row to open that head.",
+               help="Mean attention weights in [0, 1]; each header gives what uniform attention over the same keys "
+                    "scores (chance). Induction on this prompt: weight on the tokens that followed earlier copies of "
+                    "the query's token. The random-sequence induction score uses its own sequence repeated once (a "
+                    "prompt rarely repeats itself). The Activations page draws them as heatmaps.")
+    st.dataframe(pd.DataFrame(table), hide_index=True, width="stretch", height=38 + 35 * min(5, len(order)),
+                 column_config=columns, selection_mode="single-row", key=K.ATT_DETECTORS,
+                 on_select=lambda: jump_to_head(order))
+
+
+def opening_line(found: list[Detector]) -> None:
+    """One line on what the map shows first: the head worth a look and its score beside chance, measured."""
+    best = head_worth_a_look(found)
+    if best is None:
+        st.caption("No head of this model clears the bar on this prompt (a score of at least "
+                   f"{WORTH_A_LOOK} and {WORTH_OVER_CHANCE:g}x chance); try an example.")
+        return
+    layer, head, d = best
+    st.markdown(f"**Worth a look: layer {layer}, head {head}**, this prompt's strongest {d.name.split(',')[0]} head: "
+                f"{float(d.scores[layer, head]):.2f} of its weight where that detector looks, against "
+                f"{d.chance:.2f} for uniform attention.")
+
+
+def use_example(text: str) -> None:
+    state[K.PROMPT] = text
+    state[K.ATT_QUERY] = None
+    state[K.ATT_OPEN_BEST] = True
+
+
+def example_buttons() -> None:
+    """The examples one click away, on the page itself (they also sit in the sidebar's menu)."""
+    names = list(EXAMPLE_PROMPTS)
+    for i, (col, name) in enumerate(zip(st.columns(len(names)), names)):
+        col.button(name, key=K.per_item(K.ATT_EXAMPLE, i), on_click=use_example, args=(EXAMPLE_PROMPTS[name],),
+                   width="stretch", type="primary" if state.get(K.PROMPT) == EXAMPLE_PROMPTS[name] else "secondary")
 
 
 def pickers(seen: Seen, query: int) -> Pick:
@@ -420,13 +499,17 @@ def use_generated_text(text: str) -> None:
 
 
 def finished_generation(run: dict, seen: Seen, p: Pick) -> None:
-    """A finished run: its text, the map of every layer that fits, and the last step's next-token bars."""
-    live.status_and_text(run, live=False)
+    """A finished run, replayed at any step: the map of every layer that fits beside the text so far and that step's
+    next-token bars."""
+    live.status_line(run, live=False)
     steps = run["steps"]
     if not steps:
         return
     prompt_ids, new_ids = list(run["prompt"]), [s.token_id for s in steps]
-    st.button("Look at the whole text in every view", key=K.ATT_GEN_USE, on_click=use_generated_text,
+    b1, b2 = st.columns([3, 2], vertical_alignment="bottom")
+    with b1:
+        step = live.replay_step(run, K.ATT_GEN_STEP)
+    b2.button("Look at the whole text in every view", key=K.ATT_GEN_USE, on_click=use_generated_text,
               args=(decode(prompt_ids + new_ids),), icon=":material/north:",
               help="Makes prompt and continuation the sidebar's prompt, so the views above (lines, text, the head's "
                    "computation...) and every other page show the generated tokens too.")
@@ -434,23 +517,25 @@ def finished_generation(run: dict, seen: Seen, p: Pick) -> None:
         first = next(i for i, s in enumerate(steps) if s.context_shifted)
         st.caption(f"From step {first} the text was longer than the context ({seen.cfg.n_ctx} tokens): "
                    "the model saw only the most recent tokens.")
+    shown = live.up_to(run, step)
     left, right = st.columns([3, 2], gap="medium")
     with left:
-        live.generation_map(run, layer=p.layer, head=p.head, scale=p.scale, key=K.ATT_GEN_MAP, every_layer=True,
+        live.generation_map(shown, layer=p.layer, head=p.head, scale=p.scale, key=K.ATT_GEN_MAP, every_layer=True,
                             on_pick=picked_from_map(seen))
-        rows = [seen_row(s, p) for s in steps]
         figure_download(lambda: fg.generation_heatmap(
-            rows, [s.window_start for s in steps], token_labels(prompt_ids + new_ids), len(prompt_ids),
-            scale=p.scale, title=f"Layer {p.layer}, {head_name(p.head)}: attention of each generating query"),
+            [seen_row(s, p) for s in shown["steps"]], [s.window_start for s in shown["steps"]],
+            token_labels(prompt_ids + new_ids[:step + 1]), len(prompt_ids), scale=p.scale,
+            title=f"Layer {p.layer}, {head_name(p.head)}: attention of each generating query"),
             file_name=f"generation-layer-{p.layer}-{head_name(p.head).replace(' ', '-')}.html", key=K.ATT_GEN_HEATMAP)
     with right:
-        last = steps[-1]
-        top_ids = [t[0] for t in last.top]
+        live.text_so_far(run, live=False, upto=step)
+        chosen = steps[step]
+        top_ids = [t[0] for t in chosen.top]
         show_figure(fg.next_token_bars(
-            top_ids, [t[1] for t in last.top], [t[2] for t in last.top], token_labels(top_ids),
-            sampled_id=last.token_id, sampled_rank=last.rank, sampled_prob=last.prob, sampled_label=last.piece,
-            n_allowed=last.n_allowed, kept_mass=last.kept_mass,
-            title=f"Step {len(steps) - 1}: next-token probabilities", cut_by=live.cut_reason(run["settings"])),
+            top_ids, [t[1] for t in chosen.top], [t[2] for t in chosen.top], token_labels(top_ids),
+            sampled_id=chosen.token_id, sampled_rank=chosen.rank, sampled_prob=chosen.prob, sampled_label=chosen.piece,
+            n_allowed=chosen.n_allowed, kept_mass=chosen.kept_mass,
+            title=f"Step {step}: next-token probabilities", cut_by=live.cut_reason(run["settings"])),
             key=K.ATT_GEN_BARS)
         st.caption("Top 20 over the whole vocabulary, after temperature. Orange: the sampled token; grey: "
                    f"cut by {live.cut_reason(run['settings'])}.")
@@ -471,31 +556,39 @@ def draw_running(run: dict, seen: Seen) -> None:
 def generation_section(seen: Seen) -> None:
     st.divider()
     st.subheader("Watch it generate")
-    st.caption("The model writes one token at a time. Each new token is predicted by the last token's query, so "
-               "each step adds one row of attention below; the Generation page has the step-by-step detail. "
-               "Changing the layer, head, colour scale or view while it writes does not stop it.")
+    st.caption("Each new token adds one row to the map: where the query that predicted it looked.",
+               help="The model writes one token at a time; each new token is predicted by the last token's query. "
+                    "The pace sets how fast the rows appear; after a run, the replay slider goes back to any step. "
+                    "Changing the layer, head, colour scale or view while it writes does not stop it. The Generation "
+                    "page has the step-by-step detail.")
     live.controls(live.ATTENTION, seen.spec, seen.model, seen.ids)
 
 
 def main() -> None:
     st.title("Attention")
-    st.caption("Every token builds its next representation from a weighted mix of the tokens before it. The weights "
-               "are the attention pattern: one row per token, one pattern per head, several heads per layer.")
+    st.caption("Each token builds its next representation from a weighted mix of the tokens before it: one map of "
+               "weights per head.")
+    example_buttons()
     seen = read_prompt()
+    found = detectors(seen) if seen.T >= 2 else []
+    if found:
+        open_on_the_best_head(seen, found)
     keep_valid(K.ATT_LAYER, list(range(seen.cfg.n_layers)), 0)
     keep_valid(K.ATT_HEAD, seen.heads, 0)
     follow_query_to_the_new_prompt(seen.ids)
     keep_valid(K.ATT_QUERY, list(range(seen.T)) + [None], None)
     keep_valid(K.ATT_QUERY_POS, list(range(seen.T)), seen.T - 1)
     # display order; Generate's callback has already started the model before any of this is drawn
-    chips_box, detector_box, views_box, controls_box, generation_box = (st.container() for _ in range(5))
+    detector_box, views_box, chips_box, controls_box, generation_box = (st.container() for _ in range(5))
     with controls_box:
         generation_section(seen)
     with chips_box:
         query = token_chips(seen)
-    with detector_box, st.expander("Heads worth a look: detector scores beside their chance levels (pick a row to "
-                                   "open a head)"):
-        detector_table(seen)
+    if found:
+        with detector_box:
+            opening_line(found)
+            with st.expander("Heads worth a look: every detector's score beside its chance level", expanded=True):
+                detector_table(seen, found)
     job = live.stored_generation(seen.spec, seen.ids, live.ATTENTION.page)
     with generation_box:
         if job is None:

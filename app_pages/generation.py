@@ -19,6 +19,7 @@ from gptviz.app.sidebar import keep_valid, require_model, require_prompt
 from gptviz.figures import attention as fa
 from gptviz.figures import generation as fg
 from gptviz.config import GPTConfig
+from gptviz.generate import StepSummary, step_summary, stream
 from gptviz.tokenizer import token_labels
 
 state = st.session_state
@@ -85,25 +86,26 @@ def draw_running(run: dict, cfg: GPTConfig) -> None:
 
 
 def inspected_step(run: dict, cfg: GPTConfig, p: Pick) -> int:
-    """The finished run: its text, the heatmap with the inspected step outlined, and that step's distribution."""
-    steps, S = run["steps"], len(run["steps"])
-    keep_valid(K.GEN_STEP, list(range(S)), S - 1)
-    state.setdefault(K.GEN_STEP, S - 1)  # the default lives in session state only: the table's row pick sets it too
-    live.status_and_text(run, live=False)
+    """The finished run, replayed at any step: the heatmap's rows so far beside the text so far and that step's
+    distribution."""
+    steps = run["steps"]
+    live.status_line(run, live=False)
+    step_i = live.replay_step(run, K.GEN_STEP)  # the table's row pick sets it too
+    step = steps[step_i]
     left, right = st.columns([3, 2], gap="medium")
     with right:
-        step_i = st.slider("Inspect step", 0, S - 1, key=K.GEN_STEP) if S > 1 else 0
-        step = steps[step_i]
+        live.text_so_far(run, live=False, upto=step_i)
         show_figure(bars_figure(step, f"Step {step_i}: the next-token distribution", live.cut_reason(run["settings"])),
                     key=K.GEN_BARS)
         st.caption(f"'{md_text(step.piece)}' was sampled with p = {step.prob:.3g} (rank {step.rank:,}); the "
                    f"distribution's entropy was {step.entropy:.2f} nats. Top 20 over all {cfg.vocab_size:,} tokens "
                    f"after temperature; grey bars were cut by {live.cut_reason(run['settings'])}.")
     with left:
-        show_figure(heat_figure(run, p, step_i), key=K.GEN_HEATMAP)
-        st.caption("One row per generated token: where the query that predicted it looked (the row label is the "
-                   "token it predicted). Grey: later positions; light grey: tokens that slid out of the context "
-                   "window. The dotted line ends the prompt; the outlined row is the step inspected on the right.")
+        show_figure(heat_figure(live.up_to(run, step_i), p, step_i), key=K.GEN_HEATMAP)
+        with st.expander("How to read this map"):
+            st.markdown("One row per generated token: where the query that predicted it looked (the row label is the "
+                        "token it predicted). Grey: later positions; light grey: tokens that slid out of the context "
+                        "window. The dotted line ends the prompt; the outlined row is the step replayed.")
     shifted = [i for i, s in enumerate(steps) if s.context_shifted]
     if shifted:
         st.info(f"From step {shifted[0]} the text was longer than the context window ({cfg.n_ctx} tokens): at each "
@@ -157,6 +159,27 @@ def all_steps(run: dict) -> None:
     st.caption("Select a row to inspect that step above.")
 
 
+@st.cache_data(max_entries=16, show_spinner=False)
+def first_step(_model, spec, ids: tuple[int, ...], settings: tuple) -> StepSummary:
+    """The step the model would take first after the prompt, with the page's settings (one forward pass)."""
+    return step_summary(next(stream(_model, list(ids), **{**dict(settings), "max_new_tokens": 1}, attention=True)))
+
+
+def before_generating(spec, model, ids: tuple[int, ...], cfg: GPTConfig, p: Pick) -> None:
+    """What the page opens on: the first step the model would take after the sidebar's prompt."""
+    settings = live.settings_from(live.GENERATION)
+    step = first_step(model, spec, tuple(ids), tuple(sorted(settings.items())))
+    st.caption("Before generating: the distribution the first new token would be drawn from, and where the last "
+               "prompt token looks to predict it. Press Generate to watch the model write.")
+    run = {"prompt": tuple(ids), "steps": [step], "settings": settings}
+    left, right = st.columns([3, 2], gap="medium")
+    with right:
+        show_figure(bars_figure(step, "After the prompt: the next-token distribution", live.cut_reason(settings)),
+                    key=K.GEN_BARS)
+    with left:
+        step_across_heads(run, 0, cfg, p)
+
+
 def main() -> None:
     st.title("Generation")
     st.caption("A GPT writes one token at a time: it turns the text so far into a probability for every token in "
@@ -174,9 +197,9 @@ def main() -> None:
         return
     run = live.generation_view(job) if job is not None else None
     if run is None or not run["steps"]:
-        if run is not None and run["error"]:
-            st.error(f"Generation failed: {run['error']}")
-        st.info("Press Generate to let the model continue the prompt in the sidebar.")
+        if run is not None:
+            live.status_line(run, live=False)
+        before_generating(spec, model, ids, cfg, pick)
         return
     step_i = inspected_step(run, cfg, pick)
     step_across_heads(run, step_i, cfg, pick)

@@ -12,7 +12,7 @@ import pandas as pd
 import streamlit as st
 import torch
 
-from gptviz import PRESETS, GPTConfig, analysis, limits, weights, wiring
+from gptviz import PRESETS, GPTConfig, analysis, limits, memory, weights, wiring
 from gptviz.analysis import bigram_baseline
 from gptviz.app import display, models, sidebar
 from gptviz.app import keys as K
@@ -50,7 +50,8 @@ INTRO = ("Where the LayerNorm sits decides how signals and gradients move throug
 def measure_both(config_json: str, ids: tuple[int, ...], seed: int, init: str) -> dict[str, wiring.WiringStats]:
     """Both wirings of one set of weights (built once and shared), measured on `ids`."""
     config = GPTConfig.from_dict(json.loads(config_json))
-    stats = wiring.compare_wirings(config, ids, seed, init)
+    with memory.reserve(memory.measuring_nbytes(config, len(ids)), f"measuring {config.name} both ways"):
+        stats = wiring.compare_wirings(config, ids, seed, init)
     for s in stats.values():  # half precision is plenty for drawing; it halves what the cache holds
         s.patterns = s.patterns.astype(np.float16)
     return stats

@@ -16,7 +16,7 @@ from gptviz.app import keys as K
 
 GPT_FAMILY = ("gpt1", "gpt2-small", "gpt2-medium", "gpt2-large", "gpt2-xl")
 MIB = 2**20
-MODEL_IN_USE = "the model in use"
+MODEL_IN_USE = K.PAR_MODEL_IN_USE
 TABS = ("Breakdown", "All presets", "Calculator")
 state = st.session_state
 

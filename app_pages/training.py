@@ -44,16 +44,20 @@ TRAINING_OFF = ("Training is turned off on this server (its operator set GPTVIZ_
 
 # ---- the form ----------------------------------------------------------------------------------------------------
 
-SCENARIO_NOTE = ("Deep and narrow, no warmup: 12 layers, d_model 64, a high learning rate from the first step and no "
-                 "gradient clipping, the setting where Xiong et al. expect post-norm to suffer; then the same with "
-                 "50 warmup steps. What to expect: runs this short mostly learn which words are common, so "
-                 "differences are modest. In our 150-step runs post-norm ended about 0.15 to 0.2 nats/token above "
-                 "pre-norm on validation, with or without warmup; watch the gradient-norm chart as well as the loss.")
+SCENARIO_NOTES = dict(zip(SCENARIOS, (
+    "Quick start: 2 layers, d_model 64, 60 steps with 10 of warmup, pre- and post-norm on the same batches.",
+    "Deep and narrow, no warmup: 12 layers, d_model 64, a high learning rate from the first step and no gradient "
+    "clipping, the setting where Xiong et al. expect post-norm to suffer.",
+    "Deep and narrow with 50 warmup steps: the same setting, the learning rate ramped up first.")))
+EXPECT_NOTE = ("What to expect: runs this short mostly learn which words are common, so differences are modest. In our "
+               "150-step deep-and-narrow runs post-norm ended about 0.15 to 0.2 nats/token above pre-norm on "
+               "validation, with or without warmup; watch the gradient-norm chart as well as the loss.")
 
 
 def apply_scenario(name: str) -> None:
     for key, value in SCENARIOS[name].items():
         state[key] = value
+    state[K.TRAIN_SCENARIO_PICKED] = name
 
 
 def scenario_buttons() -> None:
@@ -61,7 +65,8 @@ def scenario_buttons() -> None:
     for col, name in zip(st.columns(len(SCENARIOS)), SCENARIOS):
         col.button(name, key=K.per_item(K.TRAIN_SCENARIO, name), on_click=apply_scenario, args=(name,),
                    width="stretch")
-    st.caption(SCENARIO_NOTE)
+    picked = state.get(K.TRAIN_SCENARIO_PICKED, next(iter(SCENARIOS)))
+    st.caption(SCENARIO_NOTES[picked], help=EXPECT_NOTE)  # the scenario the form holds, not another
 
 
 @dataclass
@@ -309,14 +314,22 @@ def main() -> None:
     if not limits.server_limits().training:
         st.info(TRAINING_OFF)
         return
-    st.caption(INTRO)
+    st.caption("Train a small GPT on Tiny Shakespeare here, pre- and post-norm side by side.", help=INTRO)
     registry = jobs.training_registry()  # shared by every session, kept across reruns and code reloads
-    scenario_buttons()
-    form, submitted = settings_form()
-    wiring_note(form)
-    spec = checked_spec(form)
-    if submitted and spec is not None:
-        start_run(registry, spec)
+    results_box, form_box = st.container(), st.container()  # a run's results first, above the fold
+    with form_box, st.expander("New run", expanded=not state[K.TRAIN_JOBS]):
+        scenario_buttons()
+        form, submitted = settings_form()
+        wiring_note(form)
+        spec = checked_spec(form)
+        if submitted and spec is not None:
+            start_run(registry, spec)
+    with results_box:
+        run_results(registry)
+
+
+def run_results(registry: JobRegistry) -> None:
+    """The chosen run: its live curves while it trains, then its results."""
     job = chosen_run(registry)
     if job is None:
         return

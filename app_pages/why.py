@@ -9,7 +9,7 @@ import pandas as pd
 import streamlit as st
 import torch
 
-from gptviz import attribution, flow
+from gptviz import attribution, flow, memory
 from gptviz.app import display, models, sidebar
 from gptviz.app import keys as K
 from gptviz.config import GPTConfig
@@ -25,12 +25,11 @@ state = st.session_state
 TOP = 10            # tokens offered as target / rival
 MAX_NEW = 40        # continuation length cap
 IG_STEPS = 32       # integrated-gradients points (completeness shown beside the result)
-PATCH_EXAMPLES = {  # clean prompt, corrupted prompt (same length in tokens): the corrupted one breaks one cue
-    "Repeated sequence (induction)": ("A B C D E F G H A B C", "A B C Q E F G H A B C"),
-    "Speaker after a question": ("Ham.\nWho is there?\nHor.\nFriend to this ground.\nHam.\nWho is there?\n",
-                                 "Ham.\nWho is there?\nHor.\nFriend to this ground.\nMar.\nWho is there?\n"),
-}
-OWN_PAIR = "(your own)"
+PATCH_EXAMPLES = dict(zip(K.PATCH_PAIRS[1:], (  # clean, corrupted (same length in tokens): one cue broken
+    ("A B C D E F G H A B C", "A B C Q E F G H A B C"),
+    ("Ham.\nWho is there?\nHor.\nFriend to this ground.\nHam.\nWho is there?\n",
+     "Ham.\nWho is there?\nHor.\nFriend to this ground.\nMar.\nWho is there?\n"))))
+OWN_PAIR = K.OWN_PAIR
 
 
 # ---- measurements (cached; no drawing) -----------------------------------------------------------------------
@@ -83,8 +82,9 @@ def edited_pattern(spec: models.ModelSpec, ids: tuple[int, ...], heads: tuple[tu
 @st.cache_data(max_entries=8, show_spinner=False)
 def patching(spec: models.ModelSpec, clean: tuple[int, ...], corrupted: tuple[int, ...], target: int, other: int):
     model = models.load_model(spec)
-    return (attribution.residual_patching(model, clean, corrupted, target, other),
-            attribution.head_patching(model, clean, corrupted, target, other))
+    with memory.reserve(attribution.patching_nbytes(model.config, len(clean)), "a patching sweep"):
+        return (attribution.residual_patching(model, clean, corrupted, target, other),
+                attribution.head_patching(model, clean, corrupted, target, other))
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
@@ -98,8 +98,9 @@ def flow_graph(spec: models.ModelSpec, ids: tuple[int, ...], threshold: float):
 @st.cache_data(max_entries=16, show_spinner=False)
 def saliency(spec: models.ModelSpec, ids: tuple[int, ...], target: int, other: int):
     model = models.load_model(spec)
-    return (attribution.integrated_gradients(model, ids, target, other, steps=IG_STEPS),
-            attribution.gradient_x_input(model, ids, target, other))
+    with memory.reserve(attribution.saliency_nbytes(model.config, len(ids)), "integrated gradients"):
+        return (attribution.integrated_gradients(model, ids, target, other, steps=IG_STEPS),
+                attribution.gradient_x_input(model, ids, target, other))
 
 
 def first_difference(a: list[int], b: list[int]) -> int | None:
@@ -174,12 +175,40 @@ DLA_POST_NORM = ("Direct attribution needs the pre-norm wiring. In post-norm eve
                  "MLPs' outputs and no exact split exists. Ablation, patching and saliency below work for both.")
 
 
-def open_clicked_head(grid, cfg: GPTConfig) -> None:
-    """A head clicked in the grid opens on the Attention page."""
-    picked = fa.selected_head(grid or {})
-    if picked is not None and picked[0] in range(cfg.n_layers) and picked[1] in range(cfg.n_heads):
-        state[K.ATT_LAYER], state[K.ATT_HEAD], state[K.ATT_VIEW] = picked[0], picked[1], K.ATTENTION_VIEWS[0]
-        st.switch_page("app_pages/attention.py")
+def ablated() -> tuple[tuple[int, int], ...]:
+    return tuple(sorted(tuple(h) for h in state.get(K.WHY_ABLATED) or []))
+
+
+def toggle_clicked_head(grid_key: str, cfg: GPTConfig) -> None:
+    """A head clicked in the grid is ablated, or brought back when it already was; the grid gets a fresh key so the
+    next click on the same head counts again."""
+    picked = fa.selected_head(state.get(grid_key) or {})
+    state[K.WHY_GRID_CLICKS] = state.get(K.WHY_GRID_CLICKS, 0) + 1
+    if picked is None or picked[0] not in range(cfg.n_layers) or picked[1] not in range(cfg.n_heads):
+        return
+    heads = set(ablated())
+    heads ^= {tuple(picked)}
+    state[K.WHY_ABLATED] = sorted(heads)
+
+
+def clickable_grid(fig, cfg: GPTConfig):
+    """Invisible markers over the grid's cells: Plotly heatmaps do not report clicks, markers do."""
+    import plotly.graph_objects as go
+    layers, heads = zip(*[(l, h) for l in range(cfg.n_layers) for h in range(cfg.n_heads)])
+    fig.add_trace(go.Scatter(x=heads, y=layers, mode="markers", marker=dict(size=18, symbol="square", opacity=0),
+                             selected=dict(marker=dict(opacity=0)), unselected=dict(marker=dict(opacity=0)),
+                             hovertemplate="layer %{y}, head %{x}: click to ablate or bring back<extra></extra>",
+                             showlegend=False))
+    fig.update_layout(clickmode="event+select")
+    return fig
+
+
+def heads_grid(ask: Ask, values, title: str, colorbar: str) -> None:
+    """The heads as a grid to click: a click ablates a head (outlined), a second brings it back."""
+    key = K.per_item(K.WHY_DLA_GRID, state.get(K.WHY_GRID_CLICKS, 0))
+    fig = figs.layer_head_grid(values, title=title, colorbar=colorbar, selected=list(ablated()))
+    display.show_figure(clickable_grid(fig, ask.cfg), key=key, on_select=lambda: toggle_clicked_head(key, ask.cfg),
+                        selection_mode="points")
 
 
 def post_norm_says_why_not(cfg: GPTConfig, why_not: str) -> bool:
@@ -202,10 +231,8 @@ def direct_attribution_tab(ask: Ask) -> None:
     display.show_figure(figs.attribution_bars(dla.labels, dla.values,
                                               title="Direct attribution: every part of the final residual stream"),
                         key=K.WHY_DLA_BARS)
-    grid = display.show_figure(figs.layer_head_grid(dla.head_values, title="Heads' direct attribution (click a head "
-                                                    "to open its attention)", colorbar="logit diff"),
-                               key=K.WHY_DLA_GRID, on_select="rerun", selection_mode="points")
-    open_clicked_head(grid, ask.cfg)
+    heads_grid(ask, dla.head_values, "Heads' direct attribution (click a head to ablate it)", "logit diff")
+    ablation_effect(ask)
     display.download_csv(pd.DataFrame({"part": dla.labels, "direct_attribution": dla.values.numpy()}),
                          "direct_attribution.csv", key=K.WHY_DLA_CSV)
 
@@ -227,10 +254,26 @@ class Ablation:
     seed: int
 
 
+def ablation_effect(ask: Ask) -> None:
+    """Under a grid: what the clicked heads' ablation does to the probabilities and the continuation."""
+    heads = tuple(h for h in ablated() if h[0] < ask.cfg.n_layers and h[1] < ask.cfg.n_heads)
+    if not heads:
+        st.caption("Click a head above to ablate it (zero its output) and see what changes; click it again to bring "
+                   "it back.")
+        return
+    ab = Ablation(heads, state.get(K.WHY_MODE, "zero"), int(state.get(K.WHY_N, 20)),
+                  float(state.get(K.WHY_TEMP, 0.0)), int(state.get(K.WHY_SEED, 0)))
+    st.markdown(f"**Ablated ({ab.mode}):** " + ", ".join(f"L{l}H{h}" for l, h in heads))
+    probability_table(ask, ab)
+    continuations(ask, ab)
+
+
 def ablation_controls(cfg: GPTConfig) -> Ablation:
     options = [(l, h) for l in range(cfg.n_layers) for h in range(cfg.n_heads)]
+    state[K.WHY_HEADS] = [h for h in ablated() if h in options]  # the grid's clicks and a link set WHY_ABLATED
     chosen = st.multiselect("Heads to remove", options, key=K.WHY_HEADS, format_func=lambda lh: f"L{lh[0]}H{lh[1]}",
-                            placeholder="Choose heads, e.g. the largest bars of the direct attribution")
+                            placeholder="Choose heads, or click them in the grid above",
+                            on_change=lambda: state.__setitem__(K.WHY_ABLATED, sorted(state[K.WHY_HEADS])))
     a1, a2, a3, a4 = st.columns(4)
     mode = a1.radio("Ablation", ["zero", "mean"], key=K.WHY_MODE, horizontal=True)
     n_new = a2.number_input("New tokens", 1, MAX_NEW, 20, key=K.WHY_N)
@@ -286,6 +329,10 @@ def attention_with_and_without(ask: Ask, ab: Ablation) -> None:
 
 
 def ablate_tab(ask: Ask) -> None:
+    values = (direct_attribution(ask.spec, ask.ids, ask.target, ask.other).head_values if ask.cfg.norm == "pre"
+              else torch.zeros(ask.cfg.n_layers, ask.cfg.n_heads))
+    heads_grid(ask, values, "Click a head to ablate it, again to bring it back" +
+               (" (colour: its direct attribution)" if ask.cfg.norm == "pre" else ""), "logit diff")
     ab = ablation_controls(ask.cfg)
     probability_table(ask, ab)
     continuations(ask, ab)
@@ -300,11 +347,32 @@ PATCH_NOTE = ("Activation patching: run a corrupted prompt, copy in one piece of
               "information that separates the two prompts flows; it says nothing about inputs both share.")
 
 
+def corrupted_from(text: str, cfg: GPTConfig) -> tuple[str, str] | None:
+    """The sidebar's prompt with one token swapped, as the default corrupted prompt: the token after the last
+    token's latest earlier copy (what an induction head would copy), else the first; None when no single-token
+    swap keeps the length in tokens. Returns (corrupted text, what was swapped)."""
+    ids = list(prompt_ids(text, cfg))
+    if len(ids) < 2:
+        return None
+    copies = [j for j in range(len(ids) - 2) if ids[j] == ids[-1]]
+    at = copies[-1] + 1 if copies else 0
+    for swap in encode(" the") + encode(" and") + encode(" not"):
+        if swap != ids[at] and swap < cfg.vocab_size:
+            changed = ids[:at] + [swap] + ids[at + 1:]
+            corrupted = decode(changed)
+            if list(prompt_ids(corrupted, cfg)) == changed:
+                return corrupted, f"token {at}, {piece_at(ids, at)!r} -> {piece_at(changed, at)!r}"
+    return None
+
+
 def patch_prompts(cfg: GPTConfig) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
     """The clean and corrupted prompts as ids; None (with the reason) when they cannot be compared."""
-    example = st.selectbox("Example pair", [OWN_PAIR] + list(PATCH_EXAMPLES), key=K.WHY_EXAMPLE)
+    example = st.selectbox("Example pair", list(K.PATCH_PAIRS), key=K.WHY_EXAMPLE)
     own = state.get(K.PROMPT, "")
-    clean_default, corrupted_default = PATCH_EXAMPLES.get(example, (own, own))
+    swapped = corrupted_from(own, cfg) if example == OWN_PAIR else None
+    clean_default, corrupted_default = PATCH_EXAMPLES.get(example, (own, swapped[0] if swapped else own))
+    if swapped and state.get(K.per_item(K.WHY_CORRUPT, example), swapped[0]) == swapped[0]:
+        st.caption(f"The sidebar's prompt, and the same with one token swapped ({display.md_text(swapped[1])}).")
     p1, p2 = st.columns(2)
     clean_text = p1.text_area("Clean prompt", clean_default, key=K.per_item(K.WHY_CLEAN, example), height=120,
                               max_chars=2000)
@@ -359,7 +427,11 @@ SALIENCY_NOTE = (f"Integrated gradients: how much each prompt token's embedding 
 
 
 def saliency_tab(ask: Ask) -> None:
-    ig, gxi = saliency(ask.spec, ask.ids, ask.target, ask.other)
+    try:
+        ig, gxi = saliency(ask.spec, ask.ids, ask.target, ask.other)
+    except ValueError as err:  # LimitError: the server's memory has no room for it now
+        st.warning(str(err))
+        return
     gap = ig.metric - ig.baseline_metric
     st.caption(f"Sum of the scores {float(ig.scores.sum()):+.3f}; metric at the prompt {ig.metric:+.3f}, at the "
                f"zero baseline {ig.baseline_metric:+.3f} (difference {gap:+.3f}).")
@@ -423,25 +495,28 @@ def flow_tab(ask: Ask) -> None:
 
 # ---- the page ----------------------------------------------------------------------------------------------------
 
-TABS = {  # tab label: (its note, what draws it)
-    "Direct attribution": (DLA_NOTE, direct_attribution_tab),
-    "Ablate heads": (ABLATE_NOTE, ablate_tab),
-    "Patching": (PATCH_NOTE, patching_tab),
-    "Saliency": (SALIENCY_NOTE, saliency_tab),
-    "Information flow": (FLOW_NOTE, flow_tab),
-}
+TABS = dict(zip(K.WHY_VIEWS, (  # tab label: (its note, what draws it)
+    (DLA_NOTE, direct_attribution_tab), (ABLATE_NOTE, ablate_tab), (PATCH_NOTE, patching_tab),
+    (SALIENCY_NOTE, saliency_tab), (FLOW_NOTE, flow_tab))))
+
+TAB_LINES = ("What each head and MLP writes toward the target, read straight through the unembedding.",
+             "Remove heads and run again: the probabilities and the continuation with and without them.",
+             "Copy one piece of a clean run into a corrupted one: how much of the clean prediction comes back.",
+             "How much each prompt token's embedding contributes to the metric.",
+             "Which earlier tokens and sub-layers the last token's output is built from.")
 
 
 def main() -> None:
     st.title("Why this token?")
-    st.caption("Ask the model why it predicts what it does: which heads and MLPs push the prediction, what happens "
-               "when heads are removed, which parts of a clean run restore a corrupted one, and which prompt "
-               "tokens the prediction depends on.")
+    st.caption("Ask the model why it predicts its next token: which parts push it, and what changes without them.",
+               help="Which heads and MLPs push the prediction, what happens when heads are removed, which parts of a "
+                    "clean run restore a corrupted one, and which prompt tokens the prediction depends on.")
     ask = read_question()
-    for (note, draw), tab in zip(TABS.values(), st.tabs(list(TABS), key=K.WHY_VIEW, on_change="rerun")):
+    for (note, draw), line, tab in zip(TABS.values(), TAB_LINES, st.tabs(list(TABS), key=K.WHY_VIEW,
+                                                                         on_change="rerun")):
         if tab.open is not False:  # only the open tab computes
             with tab:
-                st.caption(note)
+                st.caption(line, help=note)
                 draw(ask)
 
 

@@ -35,6 +35,7 @@ PROMPT_WORDS = ("Romeo. But soft, what light through yonder window breaks? It is
                 "Arise, fair sun, and kill the envious moon, who is already sick and pale with grief that thou her "
                 "maid art far more fair than she. Be not her maid, since she is envious; her vestal livery is but "
                 "sick and green, and none but fools do wear it.")
+FREE_PACE = "as fast as it writes"  # gptviz.app.keys.PACES: the live view at the model's own speed
 TARGETS = {"speed": 0.5, "switch_bundled": 0.150, "switch_gpt2-small": 0.300}
 
 
@@ -149,7 +150,8 @@ def measure(page, url: str, name: str, n_new: int) -> dict:
     from playwright.sync_api import expect
     params, _ = MODELS[name]
     prompt = prompt_of(64)
-    page.goto(f"{url}/?{params}prompt={quote(prompt)}&att_head=0&att_gen_n={n_new}")
+    # the model's own speed: the pages pace a generation for watching (5 tokens/s) unless told otherwise
+    page.goto(f"{url}/?{params}prompt={quote(prompt)}&att_head=0&att_gen_n={n_new}&att_gen_pace={quote(FREE_PACE)}")
     page.locator(".gv-title").filter(has_text=re.compile("^Layer 0, head 0$")).wait_for(timeout=300_000)
     idle(page)
     out = {}

@@ -28,7 +28,6 @@ import asyncio
 import os
 import re
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -41,7 +40,9 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
-from load_test import ARGS, CHROMIUM, free_port, idle, rss_mib  # noqa: E402
+from load_test import ARGS, CHROMIUM, idle, rss_mib  # noqa: E402
+sys.path.insert(0, str(ROOT / "tests"))
+from servers import streamlit_server  # noqa: E402
 
 LIMITS = {"GPTVIZ_MEMORY_MB": "2048", "GPTVIZ_CAPTURE_CACHE_MB": "512", "GPTVIZ_MODEL_CACHE_MB": "1024",
           "GPTVIZ_GENERATIONS": "4", "GPTVIZ_GENERATION_QUEUE": "8", "GPTVIZ_GENERATIONS_PER_ADDRESS": "16",
@@ -51,33 +52,18 @@ WORDS = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lim
 
 
 class Server:
-    """The app on a loopback port; its resident memory sampled every 0.2 s; its output kept in a log file."""
+    """The app on a loopback port, started and stopped by tests/servers.py's streamlit_server (the browser tests'
+    own); its resident memory sampled every 0.2 s; its output copied to a log file that outlives it."""
 
     def __init__(self):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = Path(tempfile.mkstemp(prefix="gptviz-hostile-", suffix=".log")[1])
-        self._log = open(self.log_path, "wb")
-        env = {**os.environ, **LIMITS}
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true", "--server.address",
-             "127.0.0.1", "--server.port", str(self.port), "--server.fileWatcherType", "none"],
-            cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT)
+        self._running = streamlit_server([sys.executable, "-m", "streamlit", "run", "app.py"], cwd=ROOT,
+                                         env={**os.environ, **LIMITS}, flags=["--server.fileWatcherType", "none"])
+        self._server = self._running.__enter__()  # raises, with the server's log, when it does not start
+        self.port, self.url, self.proc = self._server.port, self._server.url, self._server.proc
         self.samples: list[tuple[float, float]] = []  # (monotonic time, MiB)
         self._stop = threading.Event()
         threading.Thread(target=self._sample, daemon=True).start()
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                with urllib.request.urlopen(f"{self.url}/_stcore/health", timeout=2) as reply:
-                    if reply.status == 200:
-                        break
-            except OSError:
-                pass
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.close()
-                raise RuntimeError(f"the server did not start (log: {self.log_path})")
-            time.sleep(0.3)
 
     def _sample(self):
         while not self._stop.is_set() and len(self.samples) < 50_000:  # 0.2 s x 50,000: bounded
@@ -100,14 +86,8 @@ class Server:
 
     def close(self):
         self._stop.set()
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, 15)  # by PID: only the process this script started
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.kill(self.proc.pid, 9)
-                self.proc.wait(timeout=10)
-        self._log.close()
+        self._running.__exit__(None, None, None)  # stops the process it started, by its PID
+        self.log_path.write_text(self._server.log())
 
     def tracebacks(self) -> list[str]:
         text = self.log_path.read_text(errors="replace")
@@ -371,6 +351,18 @@ async def cache_clearing(browser, server: Server) -> list[Row]:
 
 # ---- 4. concurrent large captures ------------------------------------------------------------------------------
 
+LONG_COUNT_OR_ERROR = """() => [...document.querySelectorAll('strong')].some(e => /^\\d{3,} tokens?$/.test(e.innerText.trim()))
+    || document.querySelector('[data-testid="stAlertContentError"]') !== null"""
+
+
+async def token_count(page) -> str:
+    """The Attention page's "682 tokens" line, or "no count" where the page shows none (a refusal: see messages)."""
+    try:
+        return await page.get_by_text(re.compile(r"^\d+ tokens?$")).first.inner_text(timeout=5_000)
+    except Exception:
+        return "no count"
+
+
 async def large_captures(browser, server: Server, visitors: int) -> list[Row]:
     from gptviz.tokenizer import encode
     url = f"{server.url}/?" + urllib.parse.urlencode({"source": "preset", "preset": "gpt2-small",
@@ -396,7 +388,9 @@ async def large_captures(browser, server: Server, visitors: int) -> list[Row]:
             area = page.locator(SIDEBAR_PROMPT)
             await area.fill(prompt)
             await area.press("Control+Enter")
-            await page.wait_for_timeout(500)
+            # the new prompt's count (hundreds of tokens) or an error: the status widget alone can be gone before
+            # a loaded server starts the rerun
+            await page.wait_for_function(LONG_COUNT_OR_ERROR, timeout=300_000)
             await idle(page, 180_000)
             return time.monotonic() - t0
 
@@ -410,7 +404,7 @@ async def large_captures(browser, server: Server, visitors: int) -> list[Row]:
             for kind in ("stAlertContentError", "stAlertContentWarning"):
                 for text in await p.locator(f'[data-testid="{kind}"]').all_inner_texts():
                     notes.append(text.strip().splitlines()[0][:120])
-        counts = [await p.get_by_text(re.compile(r"^\d+ tokens?$")).first.inner_text() for _, p in pages]
+        counts = [await token_count(p) for _, p in pages]
     finally:
         for ctx, _ in pages:
             await ctx.close()

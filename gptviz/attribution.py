@@ -143,6 +143,24 @@ def sweep_rows_per_batch(config, T: int, budget: int | None = None) -> int:
     return max(1, (SWEEP_BATCH_BYTES if budget is None else budget) // sweep_row_bytes(config, T))
 
 
+def patching_nbytes(config, T: int) -> int:
+    """What residual_patching and head_patching hold at their peak on a T-token pair: the clean and corrupted runs'
+    logits and captures (residual stream, keys, values, heads' outputs), one forward pass's working memory, and one
+    batch of edited copies (within SWEEP_BATCH_BYTES, at least one copy)."""
+    from .memory import FLOAT32, forward_nbytes
+    rows = min(sweep_rows_per_batch(config, T), max(T, config.n_layers * config.n_heads))
+    captured = FLOAT32 * 4 * config.n_layers * T * config.d_model  # resid_pre, k, v (or z) of every layer
+    return 2 * FLOAT32 * T * config.vocab_size + captured + forward_nbytes(config, T, patterns=False) \
+        + rows * sweep_row_bytes(config, T)
+
+
+def saliency_nbytes(config, T: int, batch: int = 16) -> int:
+    """What integrated_gradients holds at its peak: one batch of `batch` scaled copies of the prompt with what
+    autograd keeps of their forward pass."""
+    from .memory import activation_nbytes
+    return activation_nbytes(config, batch, T)
+
+
 def _patched_metric(model, corrupted: torch.Tensor, n_rows: int, edits_for, target: int, other: int) -> torch.Tensor:
     """The metric of `n_rows` edited copies of `corrupted`, row r edited by edits_for(rows)[...]: run in batches
     within SWEEP_BATCH_BYTES, reading only the last position's logits."""

@@ -62,6 +62,7 @@ TOP_TOKENS = 10         # tokens listed per unit
 MIN_COUNT = 20          # a token needs this many occurrences to be ranked by its mean
 TOKEN_UNITS = 10        # neurons (and up to this many heads) listed per token
 SAMPLE_WINDOWS = 256    # windows of the first pass that fixes the histogram range
+DEAD_PEAK = 1e-3        # units_at skips a unit whose corpus peak is at most this (a dead neuron)
 BATCH_VALUES = 9_000_000  # default batch: about this many unit values (36 MB of float32) per forward pass
 
 NEURON_SCORE = ("activation after the MLP's nonlinearity (blocks.{layer}.mlp.hook_post), at each position; "
@@ -328,6 +329,24 @@ def _run_windows(model, docs, offsets, windows: np.ndarray, hooks):
 
 
 # ---------------------------------------------------------------------------------------------------- the scan
+
+def scan_nbytes(config, docs, *, batch: int | None = None, top_k: int = TOP_K, bins: int = BINS,
+                min_count: int = MIN_COUNT) -> int:
+    """About the most memory build_index takes beyond the model for `docs` (an estimate to check before a scan:
+    the running sums per unit and frequent token, the histograms, one batch's activations and unit values)."""
+    docs = _as_documents(docs)
+    L, F, H, n_ctx = config.n_layers, config.d_ff, config.n_heads, config.n_ctx
+    U = L * (F + H)
+    if batch is None:
+        batch = max(1, BATCH_VALUES // (n_ctx * U))
+    counts = np.bincount(np.concatenate([d.ids for d in docs]), minlength=1) if docs else np.zeros(1)
+    frequent = int((counts >= min_count).sum())
+    per_unit = U * ((frequent + 1) * 4 * 3 + bins * 8 * 2 + top_k * 12 * 3 + 64)  # sums, means and z; counts
+    tokens = batch * n_ctx
+    activations = tokens * 4 * L * (F + config.d_model * 8 + H * n_ctx)  # captured post and z, the forward's
+    return int(per_unit + tokens * U * 4 * 4 + activations)
+
+
 
 def build_index(model, docs, *, model_name: str = "", source: str = "", stride: int | None = None,
                 batch: int | None = None, top_k: int = TOP_K, bins: int = BINS, min_count: int = MIN_COUNT,
@@ -680,6 +699,59 @@ def example_context(index: NeuronIndex, corpus_docs, doc: int, pos: int, *, mode
     return Context(u, doc, pos, positions, ids[lo:hi].copy(), values, int(pos - lo), attention)
 
 
+def example_contexts(index: NeuronIndex, corpus_docs, examples: Sequence[Example], *, model, before: int = 24,
+                     after: int = 8) -> list[Context]:
+    """example_context for several examples of one unit in one batched forward pass (without the LM head): the
+    same tokens, scoring windows and values (up to float rounding of batched matmuls), and for a head where the
+    query at each peak attends. What a page showing a unit's top examples calls."""
+    if not examples:
+        return []
+    u = examples[0].unit
+    if any(e.unit != u for e in examples):
+        raise ValueError("example_contexts takes examples of one unit")
+    _check_model(index, model)
+    docs = _as_documents(corpus_docs)
+    n_ctx, stride = index.meta["windows"]["n_ctx"], index.meta["windows"]["stride"]
+    segments, plans = [], []  # segments: (doc, start, end) windows to run; plans: per example, its positions' rows
+    for e in examples:
+        if not 0 <= e.doc < len(docs) or len(docs[e.doc].ids) != index.documents[e.doc]["tokens"]:
+            raise ValueError(f"document {e.doc} is not the index's document {e.doc}")
+        ids = docs[e.doc].ids
+        lo, hi = max(0, e.pos - before), min(len(ids), e.pos + after + 1)
+        positions = np.arange(lo, hi)
+        starts = np.asarray([scoring_window(int(t), n_ctx, stride) for t in positions])
+        rows = np.empty(len(positions), dtype=np.int64)
+        for start in np.unique(starts):
+            mine = starts == start
+            rows[mine] = len(segments)
+            segments.append((e.doc, int(start), int(positions[mine].max()) + 1))
+        plans.append((positions, starts, rows))
+    T = max(end - start for _, start, end in segments)
+    batch = torch.zeros(len(segments), T, dtype=torch.long)  # right-padded: causal attention keeps it out
+    for b, (d, start, end) in enumerate(segments):
+        batch[b, :end - start] = torch.from_numpy(docs[d].ids[start:end])
+    hooks = {u.hook} | ({act_name("pattern", u.layer)} if u.kind == "head" else set())
+    with capturing(frozenset(hooks)) as store, torch.inference_mode():
+        model.final_hidden(batch)
+    if u.kind == "neuron":
+        scores = store[u.hook][..., u.index]                                                     # (B, T)
+    else:
+        scores = head_write_norms(store[u.hook], model.blocks[u.layer].attn.c_proj.weight)[..., u.index]
+    out = []
+    for e, (positions, starts, rows) in zip(examples, plans):
+        values = scores[torch.from_numpy(rows), torch.from_numpy(positions - starts)].float().numpy()
+        attention = None
+        if u.kind == "head":
+            peak_start = scoring_window(e.pos, n_ctx, stride)
+            row = store[act_name("pattern", u.layer)][int(rows[positions == e.pos][0]), u.index, e.pos - peak_start]
+            attention = np.where(positions > e.pos, 0.0, np.nan).astype(np.float32)
+            inside = (positions >= peak_start) & (positions <= e.pos)
+            attention[inside] = row[positions[inside] - peak_start].float().numpy()
+        out.append(Context(u, e.doc, e.pos, positions, docs[e.doc].ids[positions[0]:positions[-1] + 1].copy(),
+                           values.astype(np.float32), int(e.pos - positions[0]), attention))
+    return out
+
+
 def _check_model(index: NeuronIndex, model) -> None:
     c = model.config
     mine = index.meta["config"]
@@ -706,8 +778,10 @@ def units_at(model, ids, position: int, *, index: NeuronIndex | None = None, k: 
     c = model.config
     if index is not None:
         _check_model(index, model)
-        peak = torch.from_numpy(index.arrays["top_values"][:, 0]).clamp(min=1e-12)
-        rank = values / peak
+        peak = torch.from_numpy(index.arrays["top_values"][:, 0])
+        # a unit that never rose clearly above 0 in the corpus (a dead neuron peaks near 0) has no scale to share:
+        # dividing by its ~0 peak ranked it first everywhere
+        rank = torch.where(peak > DEAD_PEAK, values / peak.clamp(min=DEAD_PEAK), torch.tensor(-math.inf))
     else:
         peak, rank = None, values.clone()
     n_neurons = c.n_layers * c.d_ff

@@ -1,7 +1,9 @@
 """What a visitor can make the server hold, in one place: the operator sets these through environment variables
 (README, "Deploying"); every cache, job and export checks them before it allocates.
 
-GPTVIZ_MEMORY_MB          models and captures held at once, together (default 8192)
+GPTVIZ_MEMORY_MB          everything held for visitors at once: stored models, captures and trained models, and
+                          work in flight (builds, captures, generations, training, sweeps), reserved before it
+                          allocates (gptviz.memory; default 8192)
 GPTVIZ_CAPTURE_CACHE_MB   cached activations of recent prompts (default 2048); one capture larger than this is refused
 GPTVIZ_MODEL_CACHE_MB     loaded models (default 6144); the least recently used model is dropped past it
 GPTVIZ_MAX_PARAMS         the largest model a visitor may build or load (default 1,600,000,000: GPT-2 XL)
@@ -24,6 +26,10 @@ GPTVIZ_MAX_LOAD_PARAMS    the most parameters a checkpoint's config.json may des
 GPTVIZ_MAX_LOAD_CTX       the longest context a checkpoint's config.json may ask for (default 8192)
 GPTVIZ_MODEL_DIRS         folders, separated by os.pathsep, that the "folder or Hub id" field may load from besides
                           the bundled models and the Hugging Face cache (default none); each must be an absolute path
+GPTVIZ_INDEX_TOKENS       corpus tokens one neuron index built on request in the app may scan (default 200,000)
+GPTVIZ_INDEX_MB           memory one such scan may use, estimated before it starts (default 1024)
+GPTVIZ_INDEX_BUILDS       index scans running at once on the server (default 1; one per visitor address at most)
+GPTVIZ_INDEX_CACHE_MB     neuron indexes held in memory, shipped or built (default 128)
 """
 from __future__ import annotations
 
@@ -59,6 +65,10 @@ class ServerLimits:
     max_load_params: int = 2_000_000_000   # GPT-2 XL has 1,557,611,200
     max_load_ctx: int = 8192
     model_dirs: tuple[str, ...] = ()
+    index_tokens: int = 200_000
+    index_mb: int = 1024
+    index_builds: int = 1
+    index_cache_mb: int = 128
 
     def __post_init__(self):
         for f in fields(self):
@@ -82,6 +92,14 @@ class ServerLimits:
     @property
     def model_bytes(self) -> int:
         return self.model_cache_mb * MiB
+
+    @property
+    def index_bytes(self) -> int:
+        return self.index_mb * MiB
+
+    @property
+    def index_cache_bytes(self) -> int:
+        return self.index_cache_mb * MiB
 
     @property
     def export_bytes(self) -> int:

@@ -11,6 +11,7 @@ closed) or its owner asks it to. `threads` sets torch's CPU threads for the gene
 """
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
@@ -26,6 +27,24 @@ from .model import GPT
 # script runs, Python's default 5 ms switch interval makes it wait up to that long each time (a forward pass has
 # about a hundred ops). A shorter interval lets it back in sooner; the script loses little.
 GIL_SWITCH_S = 0.0005
+# A generation paced one token per click stops by itself when no click comes for this long: it holds a server slot.
+STEP_WAIT_S = 600.0
+
+# Background work (generations, training runs) yields the CPU to the threads that serve pages: on a server with
+# fewer cores than busy threads, a visitor's page switch waited behind four other visitors' generations (median
+# 3.3 s, 0.9 s alone; benchmarks/README.md, "Hostile load"). Linux sets a thread's nice value per thread.
+BACKGROUND_NICE = 10
+
+
+def run_in_background() -> None:
+    """Lower the calling thread's CPU priority to BACKGROUND_NICE (Linux; elsewhere, or when refused, nothing)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, max(BACKGROUND_NICE, os.getpriority(os.PRIO_PROCESS, tid)))
+    except (OSError, AttributeError):
+        pass
 
 
 class GenerationSlots:
@@ -118,11 +137,17 @@ class LiveGeneration:
     (finished, stopped, failed: `error`, or abandoned: `alive()` false).
 
     settings: max_new_tokens, temperature, top_k, top_p, seed and stream's other options; they and the prompt
-    are checked here, before the thread starts (ValueError)."""
+    are checked here, before the thread starts (ValueError).
+
+    pace: tokens per second the steps are released at (None: as fast as the model writes; 0: one token per
+    `advance()`, the first at once), so a reader can watch the map grow; `set_pace` changes it while it runs.
+    The model's time (`seconds`) leaves out the time spent waiting for the pace."""
 
     def __init__(self, model: GPT, prompt_ids, settings: dict, *, owner: str = "", slots: GenerationSlots | None = None,
                  alive: Callable[[], bool] = lambda: True, on_token: Callable[[], None] | None = None,
-                 threads: int | None = None, address: str = "", on_end: Callable[[], None] | None = None):
+                 threads: int | None = None, address: str = "", on_end: Callable[[], None] | None = None,
+                 pace: float | None = None):
+        check_pace(pace)
         records = stream(model, list(prompt_ids), attention=True, **settings)  # checks prompt and settings now
         self.prompt = tuple(int(i) for i in prompt_ids)
         self.settings = dict(settings)
@@ -132,6 +157,11 @@ class LiveGeneration:
         self.stopped = False          # ended by stop() or by its session going away, not by reaching the end
         self.shown = 0                # steps the page has drawn so far (set by its live view)
         self._keep: int | None = None
+        self.pace = pace
+        self._allowed = 1             # steps released so far when paced by clicks (the first comes at once)
+        self._last_step_at = 0.0
+        self._waited = 0.0            # seconds spent waiting for the pace, left out of `seconds`
+        self._turn = threading.Condition()  # wakes a paced wait on set_pace, advance or stop
         self._stop = threading.Event()
         self._done = threading.Event()
         self.started_at = self.finished_at = None  # time.perf_counter() at the thread's start and end
@@ -155,9 +185,10 @@ class LiveGeneration:
             # thread per small-model generation makes OpenMP's threads wait on each other (a 64-token stream on
             # the bundled model ran at 10 tokens/s with two threads beside a busy process, 149 with one).
             torch.set_num_threads(self._threads)
+        run_in_background()
         try:
             for record in records:
-                if self._stop.is_set() or not self._alive():
+                if self._stop.is_set() or not self._alive() or not self._wait_for_turn():
                     self.stopped = True
                     break
                 self.steps.append(step_summary(record))
@@ -177,6 +208,49 @@ class LiveGeneration:
         if self._on_end is not None:
             self._on_end()
         self._done.set()
+
+    def _wait_for_turn(self) -> bool:
+        """Hold the next step until the pace releases it; False when stopped, abandoned, or left waiting for a
+        click for STEP_WAIT_S."""
+        started = last = time.perf_counter()
+        with self._turn:
+            while True:
+                if self._stop.is_set() or not self._alive():
+                    return False
+                now = time.perf_counter()
+                if self.pace is None or not self.steps:
+                    break
+                if self.pace == 0:
+                    if len(self.steps) < self._allowed:
+                        break
+                    if now - started > STEP_WAIT_S:
+                        return False
+                    wait = 0.1
+                else:
+                    due = self._last_step_at + 1 / self.pace
+                    if now >= due:
+                        break
+                    wait = min(0.1, due - now)
+                self._turn.wait(wait)  # short: a closed session (alive() false) is noticed within 0.1 s
+                last = time.perf_counter()
+        self._waited += last - started
+        self._last_step_at = time.perf_counter()
+        return True
+
+    def set_pace(self, pace: float | None) -> None:
+        """Change the pace while it runs (None: the model's own speed; 0: one token per advance())."""
+        check_pace(pace)
+        with self._turn:
+            if pace == 0 and self.pace != 0:
+                self._allowed = len(self.steps)  # from now on, each click releases one more
+            self.pace = pace
+            self._turn.notify_all()
+
+    def advance(self, n: int = 1) -> None:
+        """Release `n` more steps of a generation paced by clicks."""
+        with self._turn:
+            self._allowed = max(self._allowed, len(self.steps)) + n
+            self._turn.notify_all()
 
     def _wait_for_slot(self) -> bool:
         """Wait in line for a server slot; False when stopped or abandoned first."""
@@ -198,7 +272,7 @@ class LiveGeneration:
         """How long the model took for the steps so far (to its end once it is over), None before it starts."""
         if self.started_at is None:
             return None
-        return (self.finished_at or time.perf_counter()) - self.started_at
+        return (self.finished_at or time.perf_counter()) - self.started_at - self._waited
 
     @property
     def running(self) -> bool:
@@ -212,11 +286,24 @@ class LiveGeneration:
                 raise ValueError(f"keep must be a whole number of steps >= 0, got {keep!r}")
             self._keep = keep
         self._stop.set()
+        with self._turn:
+            self._turn.notify_all()
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until it is over (True) or `timeout` seconds pass (False)."""
         return self._done.wait(timeout)
 
+    @property
+    def waiting_for_click(self) -> bool:
+        """Paced by clicks and holding its next step for one."""
+        return self.running and self.pace == 0 and len(self.steps) >= self._allowed
+
     def snapshot(self) -> list[StepSummary]:
         """The steps so far, as a list of their own (the thread may append while the page draws)."""
         return self.steps[:]
+
+
+def check_pace(pace: float | None) -> None:
+    """A pace is None (free), 0 (by clicks) or a positive number of tokens per second up to 1,000."""
+    if pace is not None and (isinstance(pace, bool) or not isinstance(pace, (int, float)) or not 0 <= pace <= 1000):
+        raise ValueError(f"pace must be None, 0 or tokens per second up to 1000, got {pace!r}")

@@ -24,6 +24,8 @@ from pathlib import Path
 import torch
 
 from .config import GPTConfig
+from .limits import LimitError
+from .memory import MemoryAccountant, Reservation, training_nbytes
 from .model import GPT
 from .train import StepLog, TrainResult, TrainSettings, format_eta, load_corpus, train_models, write_history
 from .weights import save_checkpoint
@@ -31,6 +33,14 @@ from .weights import save_checkpoint
 QUEUED, LOADING, RUNNING, DONE, STOPPED, FAILED = "queued", "loading", "running", "done", "stopped", "failed"
 FINISHED = (DONE, STOPPED, FAILED)
 ALIVE_CHECK_S = 5.0  # how often a run asks whether the session that started it is still there
+
+
+def job_nbytes(spec: "JobSpec") -> int:
+    """What a run holds at its peak: each model's weights, gradients, optimiser state and one batch's activations
+    (gptviz.memory.training_nbytes), every model at once (they train side by side)."""
+    s = spec.settings
+    block = s.block_size or min(c.n_ctx for c in spec.configs.values())
+    return sum(training_nbytes(cfg, s.batch_size, block) for cfg in spec.configs.values())
 
 
 def job_tokens(spec: "JobSpec") -> int:
@@ -112,6 +122,7 @@ class Job:
     alive: Callable[[], bool] | None = field(default=None, repr=False)  # is the owner still connected?
     stop_reason: str | None = None         # why the run ended early, for people ("stopped", "time", "left")
     _checked_alive: float = field(default=0.0, repr=False)
+    reservation: Reservation | None = field(default=None, repr=False)  # its memory, released when it ends
 
     # ---- control --------------------------------------------------------------------------------------------
     def request_stop(self, reason: str = "stopped") -> None:
@@ -169,6 +180,9 @@ class Job:
 
     def run(self, tokens: torch.Tensor | None = None) -> None:
         """Train (in the calling thread); the registry calls this from a background thread."""
+        if threading.current_thread() is not threading.main_thread():
+            from .live_generation import run_in_background
+            run_in_background()  # the pages' threads first
         try:
             self._set(status=LOADING)
             tokens = corpus_tokens() if tokens is None else tokens
@@ -184,6 +198,9 @@ class Job:
                       finished_s=time.perf_counter())
         except Exception as err:  # a background thread has no one to raise to: record it for the page
             self._set(status=FAILED, error=f"{type(err).__name__}: {err}", finished_s=time.perf_counter())
+        finally:
+            if self.reservation is not None:  # the trained models stay; whoever keeps them counts them
+                self.reservation.release()
 
     # ---- results --------------------------------------------------------------------------------------------
     def checkpoint_zip(self, name: str) -> bytes:
@@ -212,8 +229,10 @@ class JobRegistry:
     """Every training job on this server, by id. Thread-safe."""
 
     def __init__(self, max_running: int = 2, max_kept: int = 24, per_owner: int | None = None,
-                 max_tokens: int | None = None, max_seconds: float | None = None, per_address: int | None = None):
+                 max_tokens: int | None = None, max_seconds: float | None = None, per_address: int | None = None,
+                 accountant: MemoryAccountant | None = None):
         self.max_running, self.max_kept, self.per_owner = max_running, max_kept, per_owner
+        self.accountant = accountant  # a run reserves its memory there before it starts (gptviz.memory)
         self.per_address = per_address  # runs at once from one client address: many tabs cannot hold every slot
         self.max_tokens, self.max_seconds = max_tokens, max_seconds
         self._jobs: dict[str, Job] = {}
@@ -224,8 +243,8 @@ class JobRegistry:
               alive: Callable[[], bool] | None = None, address: str = "") -> Job:
         """Start a job in a background thread and return it at once. JobLimitError, before anything starts,
         when the run is larger than the token budget, when the server is already running max_running jobs, or
-        when `owner` (a session) already runs per_owner. The run stops by itself past max_seconds, and when
-        `alive()` says its session is gone."""
+        when `owner` (a session) already runs per_owner, or when the server's memory (`accountant`) has no room
+        for it. The run stops by itself past max_seconds, and when `alive()` says its session is gone."""
         size = job_tokens(spec)
         if self.max_tokens is not None and size > self.max_tokens:
             raise JobLimitError(f"this run would train on {size:,} tokens; this server allows {self.max_tokens:,} "
@@ -245,13 +264,30 @@ class JobRegistry:
                 raise JobLimitError(f"your address already has {len(same_address)} run"
                                     f"{'s' if len(same_address) > 1 else ''} going (the limit is {self.per_address}, "
                                     "so one visitor's tabs cannot take every slot); stop one or wait for it to finish")
+            reservation = self._reserve(spec)  # under the lock: no run starts unaccounted beside this one
             job = Job(f"run{next(self._ids)}", spec, owner=owner, max_seconds=self.max_seconds, alive=alive,
-                      address=address)
+                      address=address, reservation=reservation)
             self._jobs[job.id] = job
             self._prune()
         job._thread = threading.Thread(target=job.run, args=(tokens,), name=f"gptviz-train-{job.id}", daemon=True)
-        job._thread.start()
+        try:
+            job._thread.start()
+        except BaseException:
+            if reservation is not None:
+                reservation.release()
+            raise
         return job
+
+    def _reserve(self, spec: JobSpec) -> Reservation | None:
+        """The run's memory, reserved now or refused (JobLimitError): no waiting, the page is waiting for it."""
+        if self.accountant is None:
+            return None
+        models = len(spec.configs)
+        try:
+            return self.accountant.acquire(job_nbytes(spec), f"a training run of {models} model"
+                                           f"{'s' if models > 1 else ''}", wait_s=0)
+        except LimitError as err:
+            raise JobLimitError(f"{err}; a smaller batch, shorter blocks or a smaller model need less") from None
 
     def _prune(self) -> None:
         """Forget the oldest finished jobs beyond max_kept (their models stay wherever else they are held)."""

@@ -276,6 +276,20 @@ def load_checkpoint(folder: str | os.PathLike, norm: str | None = None) -> GPT:
     return _load_state(GPT(config), state, "the checkpoint")
 
 
+def weights_nbytes(folder: str | os.PathLike) -> int:
+    """What loading a checkpoint folder holds at its peak, before it is read: its weights file (read whole) beside
+    the float32 model built from its config. 0 when the folder does not describe a loadable model (loading it
+    then fails with its own message)."""
+    try:
+        config, _ = read_config(folder)
+    except (CheckpointError, OSError):
+        return 0
+    files = [Path(folder) / name for name in HUB_WEIGHTS]
+    on_disk = next((f.stat().st_size for f in files if f.is_file()), 0)
+    from .params import total_params
+    return on_disk + 4 * total_params(config)
+
+
 TRAINING_VOCAB = "training_vocab.json"  # the ids that occur in a checkpoint's training text, beside it
 
 

@@ -68,6 +68,8 @@ def run_page(name: str, prompt: str = sidebar.DEFAULT_PROMPT, spec: models.Model
     at = AppTest.from_file(str(ROOT / "app_pages" / f"{name}.py"), default_timeout=120)
     at.session_state["model_spec"] = spec
     at.session_state["prompt"] = prompt
+    # generations at the model's own speed unless a test sets a pace (the pages' default paces them for watching)
+    state = {"att_gen_pace": "as fast as it writes", "gen_pace": "as fast as it writes", **state}
     for key, value in state.items():
         at.session_state[key] = value
     return at.run()

@@ -89,3 +89,26 @@ def test_induction_test_loss_is_the_repeated_halfs_own_next_token_loss():
     assert test.chance == pytest.approx(analysis.induction_chance(10)) and test.length == 10
     with pytest.raises(ValueError, match="does not fit"):
         analysis.induction_test(model, 11)
+
+
+def test_induction_on_the_prompt_itself_finds_the_token_after_each_earlier_copy():
+    ids = [4, 8, 6, 4, 8, 6, 1]  # queries 3, 4, 5 have earlier copies; their induction keys are 1, 2, 3
+    T = len(ids)
+    perfect = torch.zeros(1, 1, T, T)
+    for q in range(T):
+        perfect[0, 0, q, q] = 1.0
+    for q, key in ((3, 1), (4, 2), (5, 3)):
+        perfect[0, 0, q] = 0.0
+        perfect[0, 0, q, key] = 1.0
+    assert analysis.prompt_induction_scores(perfect, ids).item() == pytest.approx(1.0)
+    # a previous-token head scores only where the previous token is the one after the copy: never here
+    previous = torch.zeros(1, 1, T, T)
+    previous[0, 0, 0, 0] = 1.0
+    for q in range(1, T):
+        previous[0, 0, q, q - 1] = 1.0
+    assert analysis.prompt_induction_scores(previous, ids).item() == pytest.approx(0.0)
+    uniform = uniform_pattern(T)
+    assert analysis.prompt_induction_scores(uniform, ids).item() == pytest.approx(analysis.prompt_induction_chance(ids))
+    assert analysis.prompt_induction_chance(ids) == pytest.approx((1 / 4 + 1 / 5 + 1 / 6) / 3)
+    assert analysis.prompt_induction_chance([1, 2, 3]) == 0.0
+    assert analysis.prompt_induction_scores(uniform_pattern(3), [1, 2, 3]).item() == 0.0

@@ -147,6 +147,37 @@ def test_every_listed_activation_equals_a_fresh_capture(small):
     assert (head.attention[head.peak + 1:] == 0).all()
 
 
+def test_batched_contexts_equal_one_at_a_time(small):
+    model, docs, index = small
+    for unit in ("L1N3", "L0H2", "L1H1"):
+        examples = ix.top_examples(index, unit)
+        batched = ix.example_contexts(index, docs, examples, model=model, before=20, after=4)
+        assert len(batched) == len(examples)
+        for ex, got in zip(examples, batched):
+            one = ix.example_context(index, docs, ex.doc, ex.pos, model=model, unit=unit, before=20, after=4)
+            assert np.array_equal(got.positions, one.positions) and np.array_equal(got.ids, one.ids)
+            assert got.peak == one.peak
+            np.testing.assert_allclose(got.values, one.values, rtol=1e-5, atol=1e-6)
+            assert got.values[got.peak] == pytest.approx(ex.value, rel=1e-5, abs=1e-6)
+            if one.attention is not None:
+                np.testing.assert_allclose(got.attention, one.attention, rtol=1e-5, atol=1e-6)
+    assert ix.example_contexts(index, docs, [], model=model) == []
+    with pytest.raises(ValueError, match="one unit"):
+        ix.example_contexts(index, docs, ix.top_examples(index, "L0N0", 1) + ix.top_examples(index, "L0N1", 1),
+                            model=model)
+
+
+def test_units_at_skips_units_dead_in_the_corpus(small):
+    model, docs, index = small
+    dead = ix.NeuronIndex(index.meta, dict(index.arrays))
+    dead.arrays["top_values"] = index.arrays["top_values"].copy()
+    dead.arrays["top_values"][index.flat("L0N5")] = 0.0  # a neuron that never fired: peak 0
+    ids = docs[0].ids[:10]
+    listed = [s.unit for s in ix.units_at(model, ids, 4, index=dead, k=index.n_units)]
+    assert ix.Unit("neuron", 0, 5) not in listed  # it used to rank first (value / 1e-12)
+    assert len(listed) == index.n_units - 1
+
+
 def test_direct_effect_equals_the_product_by_hand():
     model = build()
     w_out = model.blocks[1].mlp.c_proj.weight.detach()[:, 7]  # W_out[7], (C,)

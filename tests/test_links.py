@@ -142,3 +142,19 @@ def test_a_pick_inside_the_views_fragment_reaches_the_address():
     at.selectbox(key="att_scale").set_value("linear").run()
     assert not at.exception
     assert at.query_params["att_layer"] == "1" and at.query_params["att_scale"] == "linear"
+
+
+def test_the_why_and_parameters_pages_settings_travel_in_the_link():
+    """The Why page's tab, target, rival, ablated heads and patching pair, the Parameters page's model and the
+    generation pace never entered the address."""
+    from gptviz.app import keys as K
+    from gptviz.app.links import apply_link, link_params
+    state = {K.WHY_VIEW: "Patching", K.WHY_TARGET: 262, K.WHY_OTHER: 290, K.WHY_ABLATED: [(1, 0), (2, 3)],
+             K.WHY_EXAMPLE: "Repeated sequence (induction)", K.PAR_MODEL: "gpt2-xl", K.ATT_GEN_PACE: "1 token/s"}
+    params = link_params(state)
+    assert params["why_heads"] == "1.0,2.3" and params["why_view"] == "Patching" and params["par_model"] == "gpt2-xl"
+    fresh = {}
+    assert apply_link(fresh, params) == []
+    assert {k: fresh[k] for k in state} == state
+    notices = apply_link({}, {"why_heads": "1.0,x", "par_model": "gpt-5"})
+    assert len(notices) == 2 and all("default is shown" in n for n in notices)

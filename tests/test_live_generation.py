@@ -3,6 +3,7 @@ next token, a closed session stops it, the server's slots bound how many run, ba
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 from streamlit.testing.v1 import AppTest
@@ -211,3 +212,92 @@ def test_a_waiting_generation_starts_when_a_slot_frees_and_stop_leaves_the_line(
     assert len(waiting.steps) == GREEDY["max_new_tokens"] and waiting.ahead is None
     assert [s.token_id for s in waiting.steps] == generate(build(seed=3), PROMPT, 6, temperature=0.0)[len(PROMPT):]
     assert slots.running == 0 and slots.waiting == 0
+
+
+def test_no_more_than_the_limit_run_at_once_under_concurrent_enter_leave_and_cache_clears():
+    """Issue 31: a page once showed 5 generations running against a limit of 4. Hammer the server's slots from
+    many threads (entering, running, leaving the line early) while Streamlit's caches are cleared: no more than
+    `limit` tickets are ever granted and not yet given back, and the slots are still the same object."""
+    import random
+    import streamlit as st
+    from gptviz.app.jobs import generation_slots
+    slots = generation_slots()
+    limit = slots.limit
+    inside, most, lock, errors = [0], [0], threading.Lock(), []
+
+    def visitor(seed: int) -> None:
+        rng = random.Random(seed)
+        for _ in range(40):
+            try:
+                ticket = slots.enter(f"10.0.0.{seed}")
+            except RuntimeError:
+                continue
+            if rng.random() < 0.2 or not ticket.wait(5):   # some step out of the line before their turn
+                ticket.leave()
+                continue
+            with lock:
+                inside[0] += 1
+                most[0] = max(most[0], inside[0])
+            time.sleep(rng.random() * 0.002)
+            with lock:
+                inside[0] -= 1
+            ticket.leave()
+
+    threads = [threading.Thread(target=visitor, args=(i,)) for i in range(12)]
+    for t in threads:
+        t.start()
+    for _ in range(5):
+        st.cache_resource.clear()
+        st.cache_data.clear()
+        if generation_slots() is not slots:
+            errors.append("the slots were replaced by a cache clear")
+        time.sleep(0.01)
+    for t in threads:
+        t.join(60)
+    assert not errors
+    assert 1 <= most[0] <= limit
+    assert slots.running == 0 and slots.waiting == 0
+
+
+def test_a_paced_generation_releases_tokens_at_its_pace_and_reports_the_models_own_time():
+    import time
+    started = time.perf_counter()
+    job = LiveGeneration(build(seed=3), PROMPT, {**GREEDY, "max_new_tokens": 5}, pace=10)
+    assert job.wait(30) and not job.stopped
+    took = time.perf_counter() - started
+    assert took >= 0.4  # 4 gaps of 0.1 s between 5 tokens
+    assert job.seconds < took - 0.3  # the waits are not the model's time
+    assert [s.token_id for s in job.steps] == generate(build(seed=3), PROMPT, 5, temperature=0.0)[len(PROMPT):]
+
+
+def test_paced_by_clicks_it_writes_one_token_per_advance_and_can_be_let_go():
+    import time
+    job = LiveGeneration(build(seed=3), PROMPT, {**GREEDY, "max_new_tokens": 6}, pace=0)
+    deadline = time.monotonic() + 30
+    while not job.waiting_for_click and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.3)
+    assert len(job.steps) == 1 and job.running  # the first token comes with Generate, then it waits
+    job.advance()
+    while len(job.steps) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.3)
+    assert len(job.steps) == 2 and job.waiting_for_click
+    job.set_pace(None)  # back to the model's own speed
+    assert job.wait(30) and len(job.steps) == 6 and not job.stopped
+
+
+def test_stop_ends_a_generation_waiting_for_a_click():
+    job = LiveGeneration(build(seed=3), PROMPT, {**GREEDY, "max_new_tokens": 6}, pace=0)
+    import time
+    deadline = time.monotonic() + 30
+    while not job.waiting_for_click and time.monotonic() < deadline:
+        time.sleep(0.01)
+    job.stop()
+    assert job.wait(5) and job.stopped and len(job.steps) == 1
+
+
+@pytest.mark.parametrize("pace", [-1, float("nan"), 1e6, "fast", True])
+def test_a_bad_pace_fails_before_a_thread(pace):
+    with pytest.raises(ValueError, match="pace"):
+        LiveGeneration(build(seed=3), PROMPT, GREEDY, pace=pace)

@@ -19,7 +19,7 @@ from gptviz import allocator, analysis
 from gptviz.app.component import attention_map as amap
 from gptviz.figures import attention as fa
 from gptviz.tokenizer import decode, encode, token_labels
-from gptviz.app import live, models, sidebar
+from gptviz.app import keys as K, live, models, sidebar
 from pagetest import (MARKUP, ROOT, TINY, array, attention_map, edge_prompts, figure, figures, finish_generation,
                       forward_calls, generation_of, kept_of_edge_prompt, open_app, run_page, TokenGate)
 
@@ -389,3 +389,38 @@ def test_where_a_query_looks_thins_its_key_labels_so_they_do_not_collide():
     np.testing.assert_allclose(fig.data[0].y, weights)  # every bar is still there, only the labels thin out
     short = fig_attention.query_bars(weights[:16], labels[:16], 15)
     assert list(short.layout.xaxis.tickvals) == list(range(16))
+
+
+# ---- the first screen ---------------------------------------------------------------------------------
+
+BUNDLED = models.ModelSpec(K.SOURCE_BUNDLED, "shakespeare-pre", "pre")
+
+
+def test_the_page_opens_on_the_prompts_most_telling_head_with_its_score_beside_chance():
+    """It opened on layer 0, head 0 whatever the prompt (a previous-token diagonal): it opens on the head the
+    detectors find, with the measured score and chance level in one line above the map."""
+    at = run_page("attention", sidebar.DEFAULT_PROMPT, spec=BUNDLED)
+    assert not at.exception
+    ids = encode(sidebar.DEFAULT_PROMPT)
+    _, cache = models.capture_cache(BUNDLED, tuple(ids), models.pattern_names(4))
+    scores = analysis.prompt_induction_scores(cache.patterns(), ids)
+    layer, head = divmod(int(scores.argmax()), scores.shape[1])
+    assert (at.selectbox(key="att_layer").value, at.selectbox(key="att_head").value) == (layer, head) != (0, 0)
+    line = next(m.value for m in at.markdown if "Worth a look" in m.value)
+    assert f"layer {layer}, head {head}" in line and "induction" in line
+    assert f"{float(scores[layer, head]):.2f}" in line and f"{analysis.prompt_induction_chance(ids):.2f}" in line
+    assert at.expander[0].proto.expanded                                     # Heads worth a look: open
+
+
+def test_the_induction_example_is_one_click_away_and_opens_its_induction_head():
+    at = run_page("attention", "Romeo.\nBut soft!", spec=BUNDLED, att_layer=3, att_head=2)
+    name = next(n for n in sidebar.EXAMPLE_PROMPTS if "letters" in n)
+    button = next(b for b in at.button if b.label == name)
+    button.click().run()
+    assert at.session_state["prompt"] == sidebar.EXAMPLE_PROMPTS[name]
+    line = next(m.value for m in at.markdown if "Worth a look" in m.value)
+    assert "induction" in line
+    assert (at.selectbox(key="att_layer").value, at.selectbox(key="att_head").value) != (3, 2)
+    # a visitor's own pick afterwards stays: only loading an example moves the head
+    at.selectbox(key="att_head").select(3).run()
+    assert at.selectbox(key="att_head").value == 3

@@ -96,23 +96,30 @@ def test_value_weighted_view_by_hand_and_the_sink_line():
     assert f"uniform attention: {first_token_chance(T):.2f}" in text and f"{sink:.2f}" in text
 
 
-def test_the_detector_table_beside_the_head_picker_holds_the_scores_and_their_chance():
+def test_the_detector_table_holds_the_scores_and_their_chance_sorted_by_score():
     at = view("One head")
     frame = next(d.value for d in at.dataframe if "head" in d.value.columns and len(d.value) == 8)
     ids = encode(PROMPT)
     T = len(ids)
     _, cache = models.capture_cache(TINY, tuple(ids), models.pattern_names(2))
     patterns = cache.patterns()
-    prev = f"previous-token (chance {analysis.previous_token_chance(T):.3f})"
-    dup = f"duplicate-token (chance {analysis.duplicate_token_chance(ids):.3f})"
-    ind = f"induction (chance {analysis.induction_chance(50):.3f})"
-    sink = f"first token (sink) (chance {first_token_chance(T):.3f})"
-    assert list(frame.columns) == ["head", prev, dup, ind, sink]
-    assert frame["head"].tolist()[5] == "layer 1, head 1"
-    assert np.allclose(frame[prev], analysis.previous_token_scores(patterns).flatten().numpy())
-    assert np.allclose(frame[dup], analysis.duplicate_token_scores(patterns, ids).flatten().numpy())
-    assert np.allclose(frame[ind], models.induction_scores(TINY, 50).flatten().numpy())
-    assert np.allclose(frame[sink], first_token_scores(patterns).flatten().numpy())
+    expected = {
+        f"previous-token (chance {analysis.previous_token_chance(T):.3f})": analysis.previous_token_scores(patterns),
+        f"duplicate-token (chance {analysis.duplicate_token_chance(ids):.3f})":
+            analysis.duplicate_token_scores(patterns, ids),
+        f"induction, on this prompt (chance {analysis.prompt_induction_chance(ids):.3f})":
+            analysis.prompt_induction_scores(patterns, ids),
+        f"induction, 50 random tokens repeated (chance {analysis.induction_chance(50):.3f})":
+            models.induction_scores(TINY, 50),
+        f"first token (sink) (chance {first_token_chance(T):.3f})": first_token_scores(patterns)}
+    assert set(frame.columns) == {"head", *expected}
+    heads = [tuple(int(w.strip(",")) for w in name.split()[1::2]) for name in frame["head"]]
+    assert sorted(heads) == [(l, h) for l in range(2) for h in range(4)]
+    for column, scores in expected.items():
+        assert np.allclose(frame[column], [float(scores[lh]) for lh in heads])
+    sort_column = frame.columns[1]  # the detector the table is sorted by, first after the head
+    assert list(frame[sort_column]) == sorted(frame[sort_column], reverse=True)  # by score, not by layer
+    assert any(f"Sorted by {sort_column.split(' (chance')[0]}" in c.value for c in at.caption)
 
 
 @pytest.mark.slow

@@ -34,10 +34,17 @@ def generate_in(at: AppTest, n: int, temperature: float = 1.0, top_k: int = 0, t
     return finish_generation(at.run())
 
 
-def test_default_state_shows_controls_and_a_hint():
+def test_default_state_shows_controls_and_the_first_step_the_model_would_take():
+    """It opened on an empty info box ("Press Generate..."): it opens on the sidebar prompt's next-token
+    distribution, the one the first new token would be drawn from, measured on the model."""
     at = page(sidebar.DEFAULT_PROMPT)
-    assert not at.exception and not at.error
-    assert "Press Generate" in at.info[0].value
+    assert not at.exception and not at.error and not at.info
+    bars = figure(at, "After the prompt: the next-token distribution")
+    ids = encode(sidebar.DEFAULT_PROMPT)
+    with torch.no_grad():
+        probs = torch.softmax(models.load_model(TINY)(torch.tensor([ids]))[0, -1], -1)
+    np.testing.assert_allclose(array(bars["data"][0]["x"]), probs.topk(20).values.numpy(), rtol=1e-4)
+    assert figure(at, "Query ")  # the last prompt token's attention in every head of the layer
     for key in ("gen_n", "gen_topk", "gen_seed"):
         assert at.number_input(key=key).value is not None
     assert at.slider(key="gen_temp").value == 1.0 and at.slider(key="gen_topp").value == 0.9
@@ -174,7 +181,7 @@ def test_generation_for_another_prompt_is_not_shown():
     at.session_state["prompt"] = "second prompt"
     at.run()
     assert not at.exception
-    assert "Press Generate" in at.info[0].value and not at.dataframe
+    assert figure(at, "After the prompt") and not at.dataframe
 
 
 # ---- figure factories ---------------------------------------------------------------------------------
@@ -284,3 +291,33 @@ def test_when_every_slot_is_busy_generate_waits_in_line_and_says_so():
             ticket.leave()
     at = finish_generation(at)
     assert len(generation_of(at).steps) == 2 and not at.exception
+
+
+def test_the_replay_slider_shows_the_text_the_map_and_the_bars_as_they_stood_at_a_step():
+    prompt = "Replay this run"
+    at = generate_in(page(prompt), 4, temperature=0.0)
+    steps = generation_of(at).steps
+    before = forward_calls()
+    at.slider(key="gen_step").set_value(1).run()
+    assert not at.exception and forward_calls() == before
+    ids = encode(prompt)
+    assert at.code[0].value == decode(ids) + decode([s.token_id for s in steps[:2]])  # the text through step 1
+    heat = figure(at, "Layer 0, mean of all heads")
+    assert array(heat["data"][0]["z"]).shape[0] == 2                                   # the map's rows so far
+    assert figure(at, "Step 1: the next-token distribution")
+    assert any("Replaying step 1 of 3" in c.value for c in at.caption)
+
+
+def test_the_pace_starts_at_a_watchable_speed_and_next_token_writes_one_token_per_click():
+    from gptviz.app import keys as K
+    at = run_page("generation", "Pace this run", gen_pace=K.DEFAULT_PACE)  # what a visitor's session starts with
+    assert at.select_slider(key="gen_pace").value == "5 tokens/s"
+    at.number_input(key="gen_n").set_value(5)
+    at.button(key="gen_generate").click().run()
+    job = generation_of(at)
+    assert job.pace == 5.0
+    at.button(key="gen_next").click().run()              # from now on one token per click
+    assert job.pace == 0 and at.select_slider(key="gen_pace").value == "one token per click"
+    job.set_pace(None)
+    assert job.wait(30) and len(job.steps) == 5
+

@@ -79,6 +79,16 @@ def test_scenario_buttons_fill_the_form():
     assert at.slider(key="train_layers").value == 12
 
 
+def test_the_caption_under_the_scenarios_describes_the_one_the_form_holds():
+    """Under "Quick start" the caption described the deep-and-narrow scenario."""
+    at = open_page(**TINY)
+    captions = " ".join(c.value for c in at.caption)
+    assert "Quick start: 2 layers" in captions and "Deep and narrow" not in captions
+    at.button(key="train_scenario_Deep and narrow, no warmup").click().run()
+    captions = " ".join(c.value for c in at.caption)
+    assert "Deep and narrow, no warmup: 12 layers" in captions and "Quick start" not in captions
+
+
 @pytest.mark.slow
 def test_stop_from_the_page():
     at = open_page(**dict(TINY, train_steps=5000, train_wiring="pre"))

@@ -71,7 +71,8 @@ def test_ablating_heads_shows_the_recomputed_probabilities_and_continuations():
     plain = generate(model, ids, 12, temperature=0.0)[len(ids):]
     edited = generate(model, ids, 12, temperature=0.0, edits=edits)[len(ids):]
     assert [t.value for t in at.text] == [decode(plain), decode(edited)]
-    assert [title_of(f) for f in figures(at)] == ["L1H0 as trained", "L1H0 with the ablation"]
+    assert [title_of(f) for f in figures(at)] == ["Click a head to ablate it, again to bring it back (colour: its "
+                                                  "direct attribution)", "L1H0 as trained", "L1H0 with the ablation"]
 
 
 def test_patching_example_matches_the_library_sweep():
@@ -146,3 +147,37 @@ def test_information_flow_on_post_norm_says_why_not():
     at = run_page("why", PROMPT, models.ModelSpec(K.SOURCE_PRESET, "tiny", "post"), why_view="Information flow")
     assert not at.exception
     assert any("information-flow graph needs the pre-norm wiring" in i.value for i in at.info)
+
+
+def test_heads_ablated_from_the_grid_show_their_effect_under_it_and_stay_in_the_multiselect():
+    """Clicking a head in the attribution grid opened the Attention page: it ablates the head (outlined) and the
+    probabilities and continuation with and without it appear under the grid; the multiselect shows the same."""
+    at = page(why_heads=[(1, 2)], why_n=8)
+    assert not at.exception
+    ids = encode(PROMPT)
+    model = tiny_model()
+    edits = [ablate_heads(1, [2])]
+    after = torch.softmax(run_with_edits(model, torch.tensor([ids]), edits)[0][0, -1], -1)
+    np.testing.assert_allclose(at.dataframe[0].value["after"][:1], [float(after[int(
+        torch.softmax(run_with_edits(model, torch.tensor([ids]), [])[0][0, -1], -1).argmax())])], atol=1e-6)
+    assert [t.value for t in at.text][1] == decode(generate(model, ids, 8, temperature=0.0, edits=edits)[len(ids):])
+    grid = figure(at, "Heads' direct attribution")
+    (outline,) = grid["layout"]["shapes"]
+    assert (outline["x0"], outline["y0"]) == (1.5, 0.5)                    # head 2 of layer 1
+    assert grid["data"][1]["mode"] == "markers"                           # the cells take clicks
+    at.tabs[0]  # noqa: B018 (the tabs exist)
+    at.session_state["why_view"] = "Ablate heads"
+    at.run()
+    assert at.multiselect(key=K.WHY_HEADS).value == [(1, 2)]
+    at.multiselect(key=K.WHY_HEADS).set_value([]).run()
+    assert at.session_state[K.WHY_ABLATED] == []
+
+
+def test_patching_opens_on_the_sidebars_prompt_with_one_token_swapped():
+    """It opened on "The prompts are the same" until a pair was picked."""
+    at = page(why_view="Patching")
+    assert not at.exception and not at.error and not at.info
+    assert any("one token swapped" in c.value for c in at.caption)
+    clean, corrupted = at.text_area(key="why_clean_(your own)").value, at.text_area(key="why_corrupt_(your own)").value
+    assert clean == PROMPT and corrupted != clean and len(encode(corrupted)) == len(encode(clean))
+    assert figure(at, "Residual stream patched") and figure(at, "One head's output patched")

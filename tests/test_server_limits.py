@@ -245,7 +245,6 @@ def test_a_running_generation_holds_its_model_in_the_store(monkeypatch):
     from pagetest import TokenGate
     store = BoundedCache(10**9, "model")
     monkeypatch.setattr(models, "model_store", lambda: store)
-    monkeypatch.setattr(live, "model_store", lambda: store)
     gate = TokenGate(at=1)
     monkeypatch.setattr(live, "after_token", gate)
     at = run_page("generation", "Hold the model")

@@ -9,7 +9,8 @@ from .baseline import bigram_baseline
 from .curves import activation_curves, causal_mask, regions_where
 from .detectors import (InductionTest, duplicate_token_chance, duplicate_token_scores, head_ranking, induction_chance,
                         induction_queries, induction_scores, induction_scores_from, induction_sequence, induction_test,
-                        previous_token_chance, previous_token_scores, uniform_attention_chance)
+                        previous_token_chance, previous_token_scores, prompt_induction_chance,
+                        prompt_induction_scores, uniform_attention_chance)
 from .entropy import attention_entropy, uniform_attention_entropy
 from .geometry import PCA, cosine_similarity_matrix, pca, vocab_sample
 from .lens import LogitLens, lens_logits, logit_lens
@@ -22,7 +23,8 @@ __all__ = [
     "attention_entropy", "bigram_baseline", "branch_norms", "causal_mask", "cosine_similarity_matrix",
     "duplicate_token_chance", "duplicate_token_scores", "head_ranking", "induction_chance", "induction_queries",
     "induction_scores", "induction_scores_from", "induction_sequence", "induction_test", "lens_logits", "logit_lens", "match_heads",
-    "norm_input_stats", "norm_inputs", "pattern_similarity", "pca", "previous_token_chance", "previous_token_scores", "regions_where",
+    "norm_input_stats", "norm_inputs", "pattern_similarity", "pca", "previous_token_chance", "previous_token_scores", "prompt_induction_chance",
+    "prompt_induction_scores", "regions_where",
     "residual_norms", "step_summary", "top_neurons", "uniform_attention_chance", "uniform_attention_entropy",
     "vocab_sample",
 ]

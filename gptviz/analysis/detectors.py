@@ -32,6 +32,35 @@ def duplicate_token_scores(patterns: torch.Tensor, ids) -> torch.Tensor:
     return mass[..., has_copy].mean(-1)
 
 
+def _after_earlier_copies(ids) -> torch.Tensor:
+    """[T, T] bool: key k follows an earlier copy of query q's token (ids[k - 1] == ids[q], k - 1 < q, k <= q)."""
+    ids = torch.as_tensor(list(ids))
+    T = len(ids)
+    follows = torch.zeros(T, T, dtype=torch.bool)
+    if T > 1:
+        follows[:, 1:] = (ids[:, None] == ids[None, :-1]) & torch.ones(T, T - 1, dtype=torch.bool).tril(-1)
+    return follows
+
+
+def prompt_induction_scores(patterns: torch.Tensor, ids) -> torch.Tensor:
+    """[layers, heads]: induction on the prompt itself: the mean attention mass a token puts on the tokens that
+    followed earlier copies of it, over the positions that have an earlier copy (0 where none has). A prompt that
+    repeats a passage shows it; induction_scores measures it on a sequence made for it."""
+    follows = _after_earlier_copies(ids)
+    has_copy = follows.any(-1)
+    if not has_copy.any():
+        return torch.zeros(patterns.shape[:2])
+    return (patterns * follows).sum(-1)[..., has_copy].mean(-1)
+
+
+def prompt_induction_chance(ids) -> float:
+    """Chance level of prompt_induction_scores: uniform attention puts (keys after earlier copies) / (q + 1)
+    there, averaged over the queries that have an earlier copy (0 where none has)."""
+    follows = _after_earlier_copies(ids)
+    queries = [q for q in range(len(follows)) if follows[q].any()]
+    return sum(int(follows[q].sum()) / (q + 1) for q in queries) / len(queries) if queries else 0.0
+
+
 def uniform_attention_chance(queries) -> float:
     """What a head detector scores for a head that spreads every listed query evenly over its allowed keys
     (query q may attend to keys 0..q, so it puts 1/(q + 1) on any one of them): the chance level."""

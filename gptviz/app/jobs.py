@@ -13,7 +13,7 @@ from typing import Callable, TypeVar
 
 import streamlit as st
 
-from .. import limits
+from .. import limits, memory
 from ..live_generation import GenerationSlots
 from ..model import GPT
 from ..training_jobs import JobRegistry
@@ -56,19 +56,31 @@ def session_alive(sid: str | None) -> bool:
 
 class TrainedModels:
     """Models trained on the Train page, in memory, by run id (unique on the server), each with the session that
-    trained it: the sidebar lists a session's own. At most `kept` are held; the oldest go first."""
+    trained it: the sidebar lists a session's own. At most `kept` are held; the oldest go first. What they hold
+    counts in the server's memory budget (`accountant`), never dropped to make room for other work."""
 
-    def __init__(self, kept: int):
-        self.kept = kept
+    def __init__(self, kept: int, accountant: memory.MemoryAccountant | None = None):
+        self.kept, self.accountant = kept, accountant
         self._models: dict[str, tuple[str | None, GPT]] = {}
         self._lock = threading.Lock()
 
     def add(self, run_id: str, model: GPT, owner: str | None) -> None:
         with self._lock:
-            self._models.pop(run_id, None)
+            self._forget(run_id)
             self._models[run_id] = (owner, model.eval())
+            self._count(model, +1)
             while len(self._models) > self.kept:
-                self._models.pop(next(iter(self._models)))
+                self._forget(next(iter(self._models)))
+
+    def _forget(self, run_id: str) -> None:
+        entry = self._models.pop(run_id, None)
+        if entry is not None:
+            self._count(entry[1], -1)
+
+    def _count(self, model: GPT, sign: int) -> None:
+        if self.accountant is not None:
+            from .models import model_nbytes
+            self.accountant.stored(sign * model_nbytes(model))
 
     def get(self, run_id: str) -> GPT | None:
         with self._lock:
@@ -81,7 +93,8 @@ class TrainedModels:
 
 
 def trained_models() -> TrainedModels:
-    return process_wide("trained_models", lambda: TrainedModels(limits.server_limits().trained_kept))
+    return process_wide("trained_models", lambda: TrainedModels(limits.server_limits().trained_kept,
+                                                                memory.accountant()))
 
 
 def my_trained_models() -> dict[str, GPT]:
@@ -109,5 +122,5 @@ def training_registry() -> JobRegistry:
         lim = limits.server_limits()
         return JobRegistry(max_running=lim.training_jobs, per_owner=lim.jobs_per_session,
                            max_tokens=lim.training_tokens, max_seconds=lim.training_seconds,
-                           per_address=lim.jobs_per_address)
+                           per_address=lim.jobs_per_address, accountant=memory.accountant())
     return process_wide("training_registry", make)

@@ -12,6 +12,16 @@ SOURCE_PRESET = "Preset, random weights"
 SOURCE_PRETRAINED = "GPT-2 weights (folder or Hub id)"
 SOURCE_TRAINED = "Trained in this session"  # a session's trained runs exist only there: no link names them
 # The Attention page's view tabs (its st.tabs labels, and the values of its att_view key)
+# The Why page's tabs and its patching pairs (the example names; OWN_PAIR is drawn from the sidebar's prompt)
+WHY_VIEWS = ("Direct attribution", "Ablate heads", "Patching", "Saliency", "Information flow")
+OWN_PAIR = "(your own)"
+PATCH_PAIRS = (OWN_PAIR, "Repeated sequence (induction)", "Speaker after a question")
+# The Parameters page's first choice: the sidebar's model rather than a preset
+PAR_MODEL_IN_USE = "the model in use"
+# The live generation's paces (tokens per second; None: the model's own speed; 0: one token per click)
+PACES = {"as fast as it writes": None, "20 tokens/s": 20.0, "5 tokens/s": 5.0, "2 tokens/s": 2.0, "1 token/s": 1.0,
+         "one token per click": 0.0}
+DEFAULT_PACE = "5 tokens/s"
 ATTENTION_VIEWS = ("One head", "Lines between tokens", "On the text", "Inside the head", "Value-weighted",
                    "All heads of the layer", "Model view: every layer and head", "Entropy map")
 
@@ -21,6 +31,7 @@ LINKED_KEYS = "_linked_keys"          # {state key: URL name} of the values a li
 FIGURE_SEQ = "_figure_seq"            # figures drawn so far in this run (numbers their unkeyed download buttons)
 GENERATION = "generation"             # this session's live generation: {"spec", "page", "job"}
 GENERATION_ERROR = "_generation_error"  # why Generate could not start, shown once under its button
+ATT_OPEN_BEST = "_att_open_best"      # an example was loaded: open its most telling head
 QUERY_MOVED = "_att_query_moved"      # a view picked another query token: the Attention page redraws whole
 
 
@@ -62,11 +73,15 @@ ACT_TOPK = "act_topk"
 # ---- Attention page --------------------------------------------------------------------------------------
 ATT_DETECTORS = "att_detectors"
 ATT_ENTROPY_CHART = "att_entropy_chart"
+ATT_EXAMPLE = "att_example"          # per example: K.per_item(ATT_EXAMPLE, i)
 ATT_GEN_HEATMAP = "att_gen_heatmap"
 ATT_GEN_BARS = "att_gen_bars"
 ATT_GEN_MAP = "att_gen_map"
 ATT_GEN_MAP_LIVE = "att_gen_map_live"
 ATT_GEN_N = "att_gen_n"
+ATT_GEN_NEXT = "att_gen_next"
+ATT_GEN_PACE = "att_gen_pace"
+ATT_GEN_STEP = "att_gen_step"
 ATT_GEN_SEED = "att_gen_seed"
 ATT_GEN_TEMP = "att_gen_temp"
 ATT_GEN_TOPK = "att_gen_topk"
@@ -130,6 +145,8 @@ GEN_HEATMAP = "gen_heatmap"
 GEN_LAYER = "gen_layer"
 GEN_LIVE_MAP = "gen_live_map"
 GEN_N = "gen_n"
+GEN_NEXT = "gen_next"
+GEN_PACE = "gen_pace"
 GEN_SCALE = "gen_scale"
 GEN_SEED = "gen_seed"
 GEN_STEP = "gen_step"
@@ -209,6 +226,7 @@ TRAIN_LR = "train_lr"
 TRAIN_OPEN = "train_open"          # per run and wiring
 TRAIN_RUN_PICK = "train_run_pick"
 TRAIN_SCENARIO = "train_scenario"  # per scenario name
+TRAIN_SCENARIO_PICKED = "_train_scenario_picked"  # the scenario the form was last set to
 TRAIN_SEED = "train_seed"
 TRAIN_SMOOTH = "train_smooth"
 TRAIN_STEPS = "train_steps"
@@ -216,6 +234,22 @@ TRAIN_STOP = "train_stop"
 TRAIN_WARMUP = "train_warmup"
 TRAIN_WIDTH = "train_width"
 TRAIN_WIRING = "train_wiring"
+
+# ---- What does this unit do? page -----------------------------------------------------------------------------
+UNIT = "unit"                    # the unit shown, "L2N26" or "L1H2" (in links as ?unit=)
+UNIT_BUILD = "unit_build"
+UNIT_BUILD_TOKENS = "unit_build_tokens"
+UNIT_COLOUR = "unit_colour"
+UNIT_EFFECT = "unit_effect"
+UNIT_EXAMPLES = "unit_examples"
+UNIT_FOCUS = "unit_focus"
+UNIT_HIST = "unit_hist"
+UNIT_HIST_LOG = "unit_hist_log"
+UNIT_INDEX = "unit_index"
+UNIT_KIND = "unit_kind"
+UNIT_LAYER = "unit_layer"
+UNIT_SOURCE = "unit_source"
+UNIT_WORD = "unit_word"
 
 # ---- Why this token? page --------------------------------------------------------------------------------
 WHY_ATT_AFTER = "why_att_after"
@@ -232,7 +266,9 @@ WHY_FLOW_CSV = "why_flow_csv"
 WHY_FLOW_FIG = "why_flow_fig"
 WHY_FLOW_THRESHOLD = "why_flow_threshold"
 WHY_GXI = "why_gxi"
-WHY_HEADS = "why_heads"
+WHY_ABLATED = "why_heads"       # the heads ablated (the grid's clicks and the multiselect share it)
+WHY_HEADS = "why_heads_pick"   # the multiselect of heads, kept in step with WHY_ABLATED
+WHY_GRID_CLICKS = "_why_grid_clicks"  # clicks on the heads' grid so far (a fresh grid key after each)
 WHY_IG = "why_ig"
 WHY_MODE = "why_mode"
 WHY_N = "why_n"

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import base64
 import math
+import re
+import urllib.parse
 import zlib
 from typing import Callable
 
@@ -95,10 +97,40 @@ def _packed(raw: str) -> str:
     return text
 
 
+def _heads(raw: str) -> list[tuple[int, int]]:
+    """Heads as "layer.head" pairs joined by commas ("1.0,2.3"); the page drops those its model lacks."""
+    if raw == "":
+        return []
+    pairs = raw.split(",")
+    if len(pairs) > 4096:
+        raise BadValue("at most 4,096 heads")
+    try:
+        heads = [tuple(int(part) for part in pair.split(".")) for pair in pairs]
+    except ValueError:
+        raise BadValue("heads written layer.head, joined by commas (1.0,2.3)") from None
+    if any(len(h) != 2 or not (0 <= h[0] <= 4095 and 0 <= h[1] <= 4095) for h in heads):
+        raise BadValue("heads written layer.head, joined by commas (1.0,2.3)")
+    return sorted(set(heads))
+
+
+def _format_heads(heads) -> str:
+    return ",".join(f"{layer}.{head}" for layer, head in heads)
+
+
 def _bool(raw: str) -> bool:
     if raw not in ("0", "1"):
         raise BadValue("0 or 1")
     return raw == "1"
+
+
+_UNIT_ID = re.compile(r"L(\d{1,4})([NH])(\d{1,7})")
+
+
+def _unit(raw: str) -> str:
+    """A neuron or head id, "L2N26" or "L1H2" (the page checks it against the model)."""
+    if not _UNIT_ID.fullmatch(raw.strip().upper()):
+        raise BadValue("a neuron or head id such as L2N26 or L1H2")
+    return raw.strip().upper()
 
 
 _SEED = _int(0, 2**31 - 1)
@@ -122,9 +154,16 @@ LINKED: dict[str, tuple[str, Callable[[str], object]]] = {
         K.ATT_GEN_SEED: _SEED,
         K.GEN_LAYER: _LAYER, K.GEN_HEAD: _HEAD, K.GEN_SCALE: _choice(SCALES),
         K.GEN_N: _TOKENS, K.GEN_TEMP: _float(0, 2), K.GEN_TOPK: _TOP_K, K.GEN_TOPP: _float(0.05, 1),
-        K.GEN_SEED: _SEED, K.GEN_EOS: _bool,
+        K.GEN_SEED: _SEED, K.GEN_EOS: _bool, K.UNIT: _unit, K.ATT_GEN_PACE: _choice(K.PACES), K.GEN_PACE: _choice(K.PACES),
+        K.WHY_VIEW: _choice(K.WHY_VIEWS), K.WHY_TARGET: _int(0, 1_000_000), K.WHY_OTHER: _int(0, 1_000_000),
+        K.WHY_ABLATED: _heads, K.WHY_EXAMPLE: _choice(K.PATCH_PAIRS),
+        K.PAR_MODEL: _choice((K.PAR_MODEL_IN_USE, *PRESETS)),
     }.items()},
 }
+
+
+# list values a link carries, and how they are written
+LIST_FORMATS: dict[str, Callable[[list], str]] = {K.WHY_ABLATED: _format_heads}
 
 
 def apply_link(state, params: dict[str, str]) -> list[str]:
@@ -151,6 +190,10 @@ def link_params(state) -> dict[str, str]:
     params = {}
     for name, (key, _) in LINKED.items():
         value = state.get(key)
+        if key in LIST_FORMATS and isinstance(value, (list, tuple)):
+            if value:
+                params[name] = LIST_FORMATS[key](value)
+            continue
         if value is None or isinstance(value, (list, dict, tuple)) or name == "pz":
             continue
         if key == K.PROMPT and len(value) > MAX_LINK_PROMPT:
@@ -164,6 +207,23 @@ def link_params(state) -> dict[str, str]:
                 continue
         params[name] = _format(value)
     return params
+
+
+UNIT_PAGE = "units"  # the unit page's URL path (router.PAGE_LIST)
+SIDEBAR_PARAMS = ("source", "norm", "preset", "seed", "model", "prompt", "pz")
+
+
+def unit_url(state, unit) -> str:
+    """A relative link to the unit page for `unit` (a neuron or head id, or anything whose str() is one) with the
+    sidebar's model and prompt, so it opens the same model in a new tab. Every page links unit ids through this."""
+    params = {name: value for name, value in link_params(state).items() if name in SIDEBAR_PARAMS}
+    params["unit"] = _unit(str(unit))
+    return f"{UNIT_PAGE}?{urllib.parse.urlencode(params)}"
+
+
+def unit_link_md(state, unit) -> str:
+    """`unit` as a Markdown link to its page (the id holds only letters and digits: nothing to escape)."""
+    return f"[{_unit(str(unit))}]({unit_url(state, unit)})"
 
 
 def prompt_left_out(state) -> bool:

@@ -20,7 +20,7 @@ from . import keys as K
 from .component.attention_map import attention_map, generation_payload
 from .display import MEAN_HEAD, head_name, monospace_text
 from .jobs import client_address, generation_slots, session_alive, session_id
-from .models import ModelSpec, model_store
+from .models import ModelSpec, hold_for_generation
 
 LIVE_REDRAW_S = 0.5  # how often a page redraws a running generation (0.25 s: twice the script runs, the model 4x slower)
 
@@ -40,15 +40,18 @@ class Controls:
     seed: str
     generate: str
     stop: str
+    pace: str
+    next: str
     eos: str | None = None    # a "stop at <|endoftext|>" checkbox, where the page offers one
     default_tokens: int = 20
     on_start: Callable[[], None] | None = None  # the page's own reset when a new run starts
 
 
 ATTENTION = Controls("attention", K.ATT_GEN_N, K.ATT_GEN_TEMP, K.ATT_GEN_TOPK, K.ATT_GEN_TOPP, K.ATT_GEN_SEED,
-                     K.ATT_GENERATE, K.ATT_STOP)
+                     K.ATT_GENERATE, K.ATT_STOP, K.ATT_GEN_PACE, K.ATT_GEN_NEXT,
+                     on_start=lambda: st.session_state.pop(K.ATT_GEN_STEP, None))  # a new run: replay its last step
 GENERATION = Controls("generation", K.GEN_N, K.GEN_TEMP, K.GEN_TOPK, K.GEN_TOPP, K.GEN_SEED, K.GEN_GENERATE,
-                      K.GEN_STOP, eos=K.GEN_EOS, default_tokens=30,
+                      K.GEN_STOP, K.GEN_PACE, K.GEN_NEXT, eos=K.GEN_EOS, default_tokens=30,
                       on_start=lambda: st.session_state.pop(K.GEN_STEP, None))  # a new run: inspect its last step
 
 
@@ -68,13 +71,19 @@ def controls(c: Controls, spec: ModelSpec, model: GPT, ids) -> None:
                 help="Sample only from the most probable tokens whose probabilities add up to p.")
     g[4].number_input("Seed", min_value=0, max_value=2**31 - 1, value=0, step=1, key=c.seed,
                       help="The same seed and settings give the same text.")
-    b1, b2, b3 = st.columns([1, 1, 4], vertical_alignment="center")
+    b1, b2, b3, b4 = st.columns([1, 1, 1, 3], vertical_alignment="bottom")
     b1.button("Generate", type="primary", key=c.generate, width="stretch", on_click=_start,
               args=(c, spec, model, tuple(ids)))
     b2.button("Stop", key=c.stop, width="stretch", on_click=stop_generation,
               help="Ends the generation and keeps the tokens written so far.")
+    b3.button("Next token", key=c.next, width="stretch", on_click=next_token, args=(c,),
+              help="Writes one more token of the running generation (and sets the pace to one token per click).")
+    st.session_state.setdefault(c.pace, K.DEFAULT_PACE)
+    b4.select_slider("Pace", list(K.PACES), key=c.pace, on_change=apply_pace, args=(c,),
+                     help="How fast the new tokens appear, so the map can be watched growing row by row; the "
+                          "model still writes at its own speed (the caption after a run gives it).")
     if c.eos:
-        b3.checkbox(f"Stop at {EOT}", value=False, key=c.eos,
+        st.checkbox(f"Stop at {EOT}", value=False, key=c.eos,
                     help="GPT-2's end-of-text token; a trained model writes it where a document ends.")
     if st.session_state.get(K.GENERATION_ERROR):
         st.error(st.session_state.pop(K.GENERATION_ERROR))
@@ -92,20 +101,48 @@ def settings_from(c: Controls) -> dict:
     return settings
 
 
+def pace_from(c: Controls) -> float | None:
+    """The pace the page's widget holds (tokens per second; None: free; 0: by clicks)."""
+    return K.PACES.get(st.session_state.get(c.pace, K.DEFAULT_PACE), K.PACES[K.DEFAULT_PACE])
+
+
+def _running_job(c: Controls) -> LiveGeneration | None:
+    entry = st.session_state.get(K.GENERATION)
+    return entry["job"] if entry and entry["page"] == c.page and entry["job"].running else None
+
+
+def apply_pace(c: Controls) -> None:
+    """The pace widget's callback: a running generation follows it at once."""
+    job = _running_job(c)
+    if job is not None:
+        job.set_pace(pace_from(c))
+
+
+def next_token(c: Controls) -> None:
+    """Next token's callback: one more step of the running generation, from now on one per click."""
+    st.session_state[c.pace] = "one token per click"
+    job = _running_job(c)
+    if job is not None:
+        if job.pace != 0:
+            job.set_pace(0)
+        job.advance()
+
+
 def _start(c: Controls, spec: ModelSpec, model: GPT, ids) -> None:
     """Generate's callback: it runs before the page's script, so the model starts writing before anything is
     drawn (the script that follows shares the interpreter with it, so the sooner the better)."""
     if c.on_start:
         c.on_start()
     try:
-        start_generation(spec, model, ids, settings_from(c), c.page)
+        start_generation(spec, model, ids, settings_from(c), c.page, pace=pace_from(c))
     except ValueError as err:
         st.session_state[K.GENERATION_ERROR] = f"Cannot generate with these settings: {err}"
     except RuntimeError as err:
         st.session_state[K.GENERATION_ERROR] = f"Generation could not start: {err}"
 
 
-def start_generation(spec: ModelSpec, model: GPT, ids, settings: dict, page: str) -> LiveGeneration:
+def start_generation(spec: ModelSpec, model: GPT, ids, settings: dict, page: str,
+                     pace: float | None = None) -> LiveGeneration:
     """Start a live generation for this session (stopping the one it had), stored with the model and the page it
     belongs to. ValueError (bad settings or prompt) or RuntimeError (every server slot busy) before anything is
     stored."""
@@ -114,12 +151,12 @@ def start_generation(spec: ModelSpec, model: GPT, ids, settings: dict, page: str
         old["job"].stop()
         old["job"].wait(5)  # a token at most: frees its server slot for this one
     sid = session_id()
-    release = model_store().hold(spec)  # while it runs, its model stays counted in the model budget
+    release = hold_for_generation(spec, model, ids, settings)  # its model and working memory, counted
     try:
         job = LiveGeneration(model, ids, settings, owner=sid or "", slots=generation_slots(),
                              alive=lambda: session_alive(sid), on_token=lambda: after_token(),
                              threads=limits.server_limits().generation_threads, address=client_address(),
-                             on_end=release)
+                             on_end=release, pace=pace)
     except BaseException:
         release()
         raise
@@ -153,14 +190,15 @@ def generation_view(job: LiveGeneration) -> dict:
     if running:
         job.shown = len(steps)  # what Stop keeps (a running job is drawn only by its live view)
     return {"prompt": job.prompt, "settings": job.settings, "steps": steps, "running": running,
-            "stopped": job.stopped, "error": job.error, "seconds": job.seconds, "ahead": job.ahead}
+            "stopped": job.stopped, "error": job.error, "seconds": job.seconds, "ahead": job.ahead,
+            "waiting_for_click": job.waiting_for_click}
 
 
 def wait_if_nearly_done(job: LiveGeneration) -> None:
     """Before a live redraw: when the model should finish before the next one, wait for it (the script thread
     sleeps, holding nothing), so the finished text shows at once instead of up to LIVE_REDRAW_S later."""
     done, seconds = len(job.steps), job.seconds
-    if not job.running or not done or not seconds:
+    if not job.running or not done or not seconds or job.pace is not None:  # paced: the pace decides
         return
     remaining = (job.settings["max_new_tokens"] - done) * seconds / done
     if remaining < LIVE_REDRAW_S:
@@ -218,25 +256,60 @@ def next_token_text(steps) -> str:
             f"most probable next tokens:\n{top}")
 
 
-def status_and_text(run: dict, live: bool) -> None:
-    """The run's progress or how it ended, then its text and a line of counts."""
+def status_line(run: dict, live: bool) -> None:
+    """The run's progress, or how it ended."""
     steps, total = run["steps"], run["settings"]["max_new_tokens"]
     if live and run.get("ahead") is not None:
         ahead = run["ahead"]
         st.info(f"Waiting for a free generation slot: {ahead} generation{'s' if ahead != 1 else ''} ahead of yours. "
                 "It starts by itself; Stop leaves the line.", icon=":material/hourglass_top:")
     elif live:
-        st.progress(len(steps) / total, text=f"Generating: {len(steps)} of {total} tokens")
+        waiting = " (press Next token for the next one)" if run.get("waiting_for_click") else ""
+        st.progress(len(steps) / total, text=f"Generating: {len(steps)} of {total} tokens{waiting}")
     elif run.get("stopped"):
         st.info(f"Stopped after {len(steps)} of {total} tokens; the text so far is kept.")
     elif steps and len(steps) < total and steps[-1].token_id == EOT_ID:
         st.info(f"The model wrote {EOT} after {len(steps)} tokens, which ends the text.")
     if run.get("error"):
         st.error(f"Generation failed: {run['error']}")
-    if not steps:
-        return
-    generated_text(decode(run["prompt"]) + decode([s.token_id for s in steps]), live)
-    st.caption(f"The prompt's {len(run['prompt'])} tokens, then {len(steps)} new ones{writing_speed(run, live)}.")
+
+
+def text_so_far(run: dict, live: bool, upto: int | None = None) -> None:
+    """The prompt and the new tokens through step `upto` (all when None), then a line of counts."""
+    steps = run["steps"]
+    shown = steps if upto is None else steps[:upto + 1]
+    generated_text(decode(run["prompt"]) + decode([s.token_id for s in shown]), live)
+    if len(shown) < len(steps):
+        st.caption(f"Replaying step {upto} of {len(steps) - 1}: the prompt's {len(run['prompt'])} tokens, then "
+                   f"{len(shown)} of the {len(steps)} new ones.")
+    else:
+        st.caption(f"The prompt's {len(run['prompt'])} tokens, then {len(steps)} new ones"
+                   f"{writing_speed(run, live)}.")
+
+
+def status_and_text(run: dict, live: bool, upto: int | None = None) -> None:
+    """The run's progress or how it ended, then its text (through step `upto`) and a line of counts."""
+    status_line(run, live)
+    if run["steps"]:
+        text_so_far(run, live, upto)
+
+
+def replay_step(run: dict, key: str) -> int:
+    """A finished run's step slider: the step its map, text and next-token bars show (the last by default)."""
+    from .sidebar import keep_valid
+    S = len(run["steps"])
+    keep_valid(key, list(range(S)), S - 1)
+    st.session_state.setdefault(key, S - 1)
+    if S < 2:
+        return S - 1
+    return st.slider("Replay: step", 0, S - 1, key=key,
+                     help="Shows the run as it was after this step: the text so far, the map's rows so far and the "
+                          "distribution the step's token was drawn from. Runs no model.")
+
+
+def up_to(run: dict, step: int) -> dict:
+    """The run as it stood after `step`."""
+    return {**run, "steps": run["steps"][:step + 1]}
 
 
 def map_pick(layer_key: str, head_key: str, n_layers: int, n_heads: int):
@@ -261,13 +334,14 @@ def generation_map(run: dict, *, layer: int, head: int, scale: str, key: str, on
 
 
 def draw_live(run: dict, *, layer: int, head: int, scale: str, map_key: str, on_pick) -> None:
-    """A running generation as both pages show it: progress and text, then the growing map beside the next-token
-    list (text, not a chart: each redraw is a script run beside the model)."""
-    status_and_text(run, live=True)
+    """A running generation as both pages show it: progress, then the growing map beside the text and the
+    next-token list (text, not a chart: each redraw is a script run beside the model), so both fit one screen."""
+    status_line(run, live=True)
     if not run["steps"]:
         return
     left, right = st.columns([3, 2], gap="medium")
     with left:  # the picked layer only: a few hundred KB less per redraw
         generation_map(run, layer=layer, head=head, scale=scale, key=map_key, on_pick=on_pick, every_layer=False)
     with right:
+        text_so_far(run, live=True)
         monospace_text(next_token_text(run["steps"]), "next")

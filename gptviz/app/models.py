@@ -15,15 +15,15 @@ from typing import NamedTuple
 import streamlit as st
 import torch
 
-from .. import GPT, PRESETS, analysis
+from .. import GPT, PRESETS, analysis, memory
 from ..bounded_cache import BoundedCache
 from ..config import ConfigError
 from ..devices import DTYPES, place
-from ..hooks import ActivationCache, act_name, capture, capture_nbytes, storage_nbytes
+from ..hooks import ActivationCache, act_name, capture, capture_nbytes, stack_patterns, storage_nbytes
 from .. import limits
 from ..limits import LimitError
 from ..params import total_params
-from ..weights import CheckpointError, allowed_source, bundled_models, forget_download, load_checkpoint
+from ..weights import CheckpointError, allowed_source, bundled_models, forget_download, load_checkpoint, weights_nbytes
 from ..weights import training_vocab as read_training_vocab
 from . import keys
 from .jobs import process_wide, trained_models
@@ -46,13 +46,22 @@ class ModelSpec(NamedTuple):
 
 
 def model_store() -> BoundedCache:
-    """Loaded models, shared by every session, bounded by bytes (GPTVIZ_MODEL_CACHE_MB)."""
-    return process_wide("model_store", lambda: BoundedCache(limits.server_limits().model_bytes, "model"))
+    """Loaded models, shared by every session, bounded by bytes (GPTVIZ_MODEL_CACHE_MB) and counted in the server's
+    memory budget (gptviz.memory)."""
+    return process_wide("model_store", lambda: BoundedCache(limits.server_limits().model_bytes, "model",
+                                                            accountant=memory.accountant()))
 
 
 def capture_store() -> BoundedCache:
-    """Recent prompts' captures, shared by every session, bounded by bytes (GPTVIZ_CAPTURE_CACHE_MB)."""
-    return process_wide("capture_store", lambda: BoundedCache(limits.server_limits().capture_bytes, "capture"))
+    """Recent prompts' captures, shared by every session, bounded by bytes (GPTVIZ_CAPTURE_CACHE_MB) and counted in
+    the server's memory budget."""
+    return process_wide("capture_store", lambda: BoundedCache(limits.server_limits().capture_bytes, "capture",
+                                                              wait_s=CAPTURE_WAIT_S, accountant=memory.accountant()))
+
+
+# How long a capture waits for others in flight to end before it is refused: large captures run one after another
+# within the capture budget, and on a loaded CPU one of 682 tokens on gpt2-small took over 30 s
+CAPTURE_WAIT_S = 120.0
 
 
 _BUILD_LOCK = threading.Lock()  # one model is built at a time: two visitors' new models do not double the peak
@@ -73,9 +82,27 @@ def load_model(spec: ModelSpec) -> GPT:
         # a Hub repo is fetched (checked, within its size budget) before the lock: a download never holds up
         # another visitor's model
         folder = allowed_source(spec.name) if spec.source == keys.SOURCE_PRETRAINED else None
-        with _BUILD_LOCK:
-            return _build_model(spec, folder)
-    return model_store().get_or_build(spec, build, model_nbytes, estimate)
+        with memory.reserve(_loading_nbytes(spec, folder) if estimate is None else 0, f"loading {spec.name}"):
+            with _BUILD_LOCK:
+                return _build_model(spec, folder)
+    work = memory.model_build_nbytes(estimate // 4, 4) if estimate else None  # the same ratio in any precision
+    return model_store().get_or_build(spec, build, _stored_nbytes(spec), estimate, work, f"building {spec.name}")
+
+
+def _loading_nbytes(spec: ModelSpec, folder: Path | None) -> int:
+    """What loading a checkpoint holds at its peak, from its weight files' sizes (a trained model is in memory
+    already: nothing)."""
+    if spec.source == keys.SOURCE_BUNDLED and spec.name in bundled_models():
+        folder = bundled_models()[spec.name]
+    return weights_nbytes(folder) if folder is not None else 0
+
+
+def _stored_nbytes(spec: ModelSpec):
+    """What a model adds to the model store: its storages, or nothing for a trained model served as it is (the
+    trained-model store holds and counts it)."""
+    if spec.source == keys.SOURCE_TRAINED and (spec.device, spec.dtype) == ("cpu", "float32"):
+        return lambda model: 0
+    return model_nbytes
 
 
 def model_nbytes(model: GPT) -> int:
@@ -120,11 +147,34 @@ def get_capture(spec: ModelSpec, ids: tuple[int, ...], names: tuple[str, ...] | 
     model = load_model(spec)
     wanted = model.hook_names if names is None else names
     estimate = capture_nbytes(model.config, wanted, len(ids))
+    work = memory.capture_work_nbytes(model.config, wanted, len(ids))
 
     def run():
         logits, cache = capture(model, torch.tensor([ids]), list(names) if names is not None else None)
-        return logits[0].float().cpu(), {k: v[0] for k, v in cache.items()}
-    return capture_store().get_or_build((spec, tuple(ids), names), run, _capture_size, estimate)
+        store = {k: v[0] for k, v in cache.items()}
+        del cache
+        stack_patterns(store, model.config.n_layers)  # one block, so a page's patterns() makes no copy
+        return logits[0].float().cpu(), store
+    return capture_store().get_or_build((spec, tuple(ids), names), run, _capture_size, estimate, work,
+                                        f"a capture of {len(ids)} tokens on {spec.name}")
+
+
+def hold_for_generation(spec: ModelSpec, model: GPT, ids, settings: dict):
+    """Before a live generation starts: keep its model in the store while it runs and reserve its working memory
+    (KV cache, the prompt's patterns, the steps it keeps) in the server's budget. Returns the release function
+    (call it once, when the generation is over); RuntimeError, with the reason, when the memory is busy."""
+    release_model = model_store().hold(spec)
+    nbytes = memory.generation_nbytes(model.config, len(ids), int(settings.get("max_new_tokens", 1)))
+    try:
+        reservation = memory.accountant().acquire(nbytes, f"a generation on {spec.name}", wait_s=5)
+    except LimitError as err:
+        release_model()
+        raise RuntimeError(str(err)) from None
+
+    def release() -> None:
+        reservation.release()
+        release_model()
+    return release
 
 
 def _capture_size(result) -> int:

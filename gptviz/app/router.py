@@ -17,6 +17,7 @@ PAGE_LIST = [
     ("Look inside", "embeddings", "Embeddings", "🧭"),
     ("Look inside", "activations", "Activations", "⚡"),
     ("Look inside", "why", "Why this token?", "🔬"),
+    ("Look inside", "units", "What does this unit do?", "🧩"),
     ("Architecture", "norms", "Pre-norm vs post-norm", "⚖️"),
     ("Architecture", "parameters", "Parameters", "🧮"),
     ("Architecture", "explainers", "Explainers", "📖"),

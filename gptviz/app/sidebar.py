@@ -21,9 +21,13 @@ from .links import prompt_left_out, replaced_link_value
 from .models import ModelSpec, load_model
 
 # Written as the bundled models' training text writes a play: the speaker's abbreviated name on its own line.
-DEFAULT_PROMPT = "Romeo.\nBut soft! what light through yonder window breaks?\nIt is the east, and Juliet is the sun!"
+ROMEO = "Romeo.\nBut soft! what light through yonder window breaks?\nIt is the east, and Juliet is the sun!"
+# The default repeats Romeo's lines after Juliet's, so the first screen has a repeat for induction heads to copy from
+# (shakespeare-pre's layer 1, head 0 puts 0.44 of its weight there, chance 0.05; the Attention page opens on it)
+DEFAULT_PROMPT = f"{ROMEO}\n\nJuliet.\nAy me!\n\n{ROMEO[:ROMEO.index('It is')]}It is the east,"
 EXAMPLE_PROMPTS = {
-    "Romeo at the window (a speech)": DEFAULT_PROMPT,
+    "Romeo, then his lines again (induction)": DEFAULT_PROMPT,
+    "Romeo at the window (a speech)": ROMEO,
     "Repeated letters (look for induction heads)": "A B C D E F G H A B C D E F G H",
     "A dialogue (speaker names)": "Ham.\nWho's there?\n\nHor.\nFriends to this ground.\n\nHam.\nWho's there?\n\nHor.\n",
 }
@@ -96,8 +100,8 @@ def sidebar() -> ModelSpec | None:
     state = st.session_state
     state.setdefault(K.PROMPT, DEFAULT_PROMPT)
     with st.sidebar:
+        prompt_box()  # first: the one thing every page reads, and the first thing a visitor types into
         spec = model_picker()
-        prompt_box()
         st.radio("Figure download format", EXPORT_FORMATS, key=K.EXPORT_FORMAT, horizontal=True,
                  format_func=str.upper, help="The camera button in each figure's toolbar saves it in this format.")
     state[K.MODEL_SPEC] = spec
@@ -135,9 +139,11 @@ def bundled_picker(norm: str, device: str, dtype: str) -> ModelSpec | None:
     if name is None:
         st.error(f"No bundled {norm}-norm model.")
         return None
-    st.caption(f"`{name}`: {bundled_description(name)} The LayerNorm radio switches between two separately trained "
-               "models, whose heads sit in different places: Pre-norm vs post-norm compares them with heads matched "
-               "by role.")
+    st.caption(f"`{name}`, trained on Shakespeare.")
+    with st.expander("Model card"):
+        st.caption(f"{bundled_description(name)} The LayerNorm radio switches between two separately trained "
+                   "models, whose heads sit in different places: Pre-norm vs post-norm compares them with heads "
+                   "matched by role.")
     return ModelSpec(K.SOURCE_BUNDLED, name, norm, 0, device, dtype)
 
 
@@ -182,8 +188,6 @@ def prompt_box() -> None:
     """The examples menu and the prompt every page reads."""
     state = st.session_state
     st.subheader("Prompt")
-    st.selectbox("Examples", list(EXAMPLE_PROMPTS), index=None, key=K.EXAMPLE_PROMPT, on_change=_use_example,
-                 placeholder="Load an example prompt", label_visibility="collapsed")
     if len(state.get(K.PROMPT) or "") > MAX_PROMPT_CHARS:  # set by a link or a test: cut before drawing
         state[K.PROMPT] = state[K.PROMPT][:MAX_PROMPT_CHARS]
         st.warning(f"The prompt was cut to its first {MAX_PROMPT_CHARS:,} characters.")
@@ -191,6 +195,8 @@ def prompt_box() -> None:
                  help="Shared by every page.")
     if prompt_left_out(state):
         st.caption("Too long for a link: the address shares the view without this prompt.")
+    st.selectbox("Examples", list(EXAMPLE_PROMPTS), index=None, key=K.EXAMPLE_PROMPT, on_change=_use_example,
+                 placeholder="Load an example prompt", label_visibility="collapsed")
 
 
 def current_model() -> tuple[ModelSpec, GPT] | None:

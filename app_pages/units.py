@@ -1,0 +1,310 @@
+"""What does this unit do? One MLP neuron or attention head over a corpus: where it fires most (its top examples,
+coloured token by token), the distribution of its values, the tokens its output promotes and suppresses; and the
+other way round, the units most active on a token of the prompt or on a word across the corpus.
+
+Everything corpus-wide comes from the model's neuron index (gptviz.index): shipped with the bundled models, built
+here on request for others (gptviz.app.unit_index). The unit is in the URL (?unit=L2N26, ?unit=L1H2).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from gptviz import index as ix
+from gptviz import limits
+from gptviz.app import display, sidebar
+from gptviz.app import keys as K
+from gptviz.app import unit_index as ui
+from gptviz.app.links import unit_url
+from gptviz.app.models import ModelSpec
+from gptviz.figures import units as fu
+from gptviz.limits import LimitError
+from gptviz.model import GPT
+from gptviz.tokenizer import decode, encode, position_labels, token_labels
+
+KINDS = ("neuron", "head")
+DEFAULT_BUILD_TOKENS = 50_000
+state = st.session_state
+
+
+# ---------------------------------------------------------------------------------------------------- the index
+
+def require_index(spec: ModelSpec, model: GPT) -> ui.Loaded:
+    """The model's index, or the offer to build one (the page stops until there is one)."""
+    try:
+        with st.spinner("Loading the neuron index..."):
+            loaded = ui.find_index(spec)
+    except (ix.IndexFormatError, ValueError, OSError) as err:
+        st.error(f"The neuron index for this model could not be read: {err}")
+        st.stop()
+    if loaded is None:
+        build_section(spec, model)
+        st.stop()
+    return loaded
+
+
+def build_section(spec: ModelSpec, model: GPT) -> None:
+    lim = limits.server_limits()
+    st.info("This model has no neuron index yet. Building one runs the model over the start of every play of the "
+            "complete works and keeps, for every neuron and head, where it fires most.")
+    top = min(lim.index_tokens, 1_500_000)
+    state.setdefault(K.UNIT_BUILD_TOKENS, min(DEFAULT_BUILD_TOKENS, top))
+    tokens = st.number_input("Tokens to scan", min_value=1_000 if top >= 1_000 else 1, max_value=top, step=10_000,
+                             key=K.UNIT_BUILD_TOKENS, help=f"At most {top:,} on this server (GPTVIZ_INDEX_TOKENS).")
+    if not st.button("Build the index", key=K.UNIT_BUILD, type="primary"):
+        return
+    bar = st.progress(0.0, text="Starting...")
+
+    def progress(done: int, total: int) -> None:
+        bar.progress(min(1.0, done / max(1, total)), text=f"{done:,} of {total:,} tokens scanned")
+    try:
+        ui.build(spec, int(tokens), progress)
+    except LimitError as err:
+        st.error(str(err))
+        return
+    except (ValueError, RuntimeError) as err:
+        st.error(f"The index could not be built: {err}")
+        return
+    st.rerun()
+
+
+# ---------------------------------------------------------------------------------------------------- picking
+
+def default_unit(index: ix.NeuronIndex) -> str:
+    """L2N26 where it exists (the bundled models' punctuation neuron the issue starts from), else the first
+    neuron of the middle layer."""
+    try:
+        return str(index.unit("L2N26"))
+    except ValueError:
+        return str(ix.Unit("neuron", index.n_layers // 2, 0))
+
+
+def current_unit(index: ix.NeuronIndex) -> ix.Unit:
+    """The unit in state (a link's, or picked), checked against the model; a bad one is replaced, with a notice."""
+    raw = state.get(K.UNIT) or default_unit(index)
+    try:
+        unit = index.unit(raw)
+    except ValueError as err:
+        st.warning(f"{display.md_text(str(err))}. Showing {default_unit(index)} instead.")
+        unit = index.unit(default_unit(index))
+    state[K.UNIT] = str(unit)
+    return unit
+
+
+def _picked(d_ff: int, n_heads: int) -> None:
+    """The pickers changed: the unit they name (the index clamped to the kind's size) becomes the page's unit."""
+    kind, layer, index = state[K.UNIT_KIND], int(state[K.UNIT_LAYER]), int(state[K.UNIT_INDEX])
+    size = d_ff if kind == "neuron" else n_heads
+    state[K.UNIT] = str(ix.Unit(kind, layer, min(max(index, 0), size - 1)))
+
+
+def unit_picker(index: ix.NeuronIndex) -> ix.Unit:
+    unit = current_unit(index)
+    state[K.UNIT_KIND], state[K.UNIT_LAYER], state[K.UNIT_INDEX] = unit.kind, unit.layer, unit.index
+    sizes = (index.d_ff, index.n_heads)
+    left, mid, right = st.columns([2, 1, 1])
+    left.radio("Unit", KINDS, key=K.UNIT_KIND, horizontal=True, on_change=_picked, args=sizes,
+               format_func={"neuron": "MLP neuron", "head": "attention head"}.get)
+    mid.selectbox("Layer", range(index.n_layers), key=K.UNIT_LAYER, on_change=_picked, args=sizes)
+    size = index.d_ff if unit.kind == "neuron" else index.n_heads
+    right.number_input("Neuron" if unit.kind == "neuron" else "Head", min_value=0, max_value=size - 1, step=1,
+                       key=K.UNIT_INDEX, on_change=_picked, args=sizes)
+    return unit
+
+
+# ---------------------------------------------------------------------------------------------------- one unit
+
+def example_rows(loaded: ui.Loaded, contexts: list[ix.Context], examples: list[ix.Example],
+                 by_attention: bool) -> list[fu.ExampleRow]:
+    rows = []
+    for e, c in zip(examples, contexts):
+        held = loaded.index.documents[e.doc]["held_out"]
+        values = c.attention if by_attention and c.attention is not None else c.values
+        name = f"#{e.rank + 1}  {e.value:.3f}  {e.doc_name}{'  (held out)' if held else ''}"
+        hover = (f"{e.doc_name}{' (a held-out play)' if held else ''}, token {e.pos:,}; "
+                 f"{'score' if e.unit.kind == 'head' else 'activation'} at the peak {e.value:.4f}")
+        rows.append(fu.ExampleRow(token_labels(c.ids), values, c.peak, name, hover))
+    return rows
+
+
+def examples_section(spec: ModelSpec, loaded: ui.Loaded, unit: ix.Unit) -> list[ix.Context]:
+    examples = ix.top_examples(loaded.index, unit)
+    with st.spinner("Reading the top examples..."):
+        contexts = ui.contexts(spec, loaded, unit)
+    by_attention = False
+    if unit.kind == "head":
+        by_attention = st.radio("Colour tokens by", ["output norm", "where the peak token looks"], key=K.UNIT_COLOUR,
+                                horizontal=True, help="Output norm: ||z W_O|| of the head at each token. Where the "
+                                "peak token looks: its attention weights (grey before its window).") != "output norm"
+    value_name = "attention" if by_attention else ("activation" if unit.kind == "neuron" else "output norm")
+    cmax = 1.0 if by_attention else max(e.value for e in examples) if examples else 1.0
+    held = sum(loaded.index.documents[e.doc]["held_out"] for e in examples)
+    st.markdown(f"**Top {len(examples)} examples** over {loaded.index.tokens:,} tokens, peak token outlined "
+                f"({held} from plays the model never trained on, marked *held out*).")
+    display.show_figure(fu.examples_text(example_rows(loaded, contexts, examples, by_attention),
+                                         value_name=value_name, cmax=cmax), key=K.UNIT_EXAMPLES)
+    display.download_csv(pd.DataFrame({
+        "rank": [e.rank + 1 for e in examples], "value": [e.value for e in examples],
+        "document": [e.doc_name for e in examples],
+        "held_out": [loaded.index.documents[e.doc]["held_out"] for e in examples],
+        "position": [e.pos for e in examples], "text": [decode(c.ids) for c in contexts]}),
+        f"{unit}_top_examples.csv", key=K.per_item(K.UNIT_EXAMPLES, "csv"))
+    return contexts
+
+
+def histogram_section(loaded: ui.Loaded, unit: ix.Unit) -> None:
+    index = loaded.index
+    edges, counts = ix.histogram(index, unit)
+    q = ix.quantiles(index, unit)
+    i = index.flat(unit)
+    if unit.kind == "neuron":
+        line = f"active (> 0) on {index.arrays['active_share'][i]:.1%} of the {index.tokens:,} tokens"
+    else:
+        line = f"its output norm at each of the {index.tokens:,} tokens"
+    log = st.toggle("Log scale", value=True, key=K.UNIT_HIST_LOG)
+    st.markdown(f"**Distribution**: {line}; dashed lines at the 1%, 50% and 99% quantiles "
+                f"(mean {index.arrays['mean'][i]:.3g}, sd {index.arrays['std'][i]:.3g}).")
+    display.show_figure(fu.unit_histogram(edges, counts, q, value_name="activation" if unit.kind == "neuron"
+                                          else "output norm", log=log), key=K.UNIT_HIST)
+
+
+def source_token(contexts: list[ix.Context]) -> int:
+    """The token a head's top example attends to most (its OV circuit's default input)."""
+    c = contexts[0] if contexts else None
+    if c is None or c.attention is None or not np.isfinite(c.attention).any():
+        return 0
+    return int(c.ids[int(np.nanargmax(c.attention))])
+
+
+def effect_section(model: GPT, unit: ix.Unit, contexts: list[ix.Context]) -> None:
+    if unit.kind == "neuron":
+        effect = ix.direct_effect(model, unit.layer, unit.index)
+        what = "Its output weights through the final norm and the unembedding"
+    else:
+        default = token_labels([source_token(contexts)])[0].replace("␣", " ")
+        key = K.per_item(K.UNIT_SOURCE, unit)  # each head its own default
+        state.setdefault(key, default)
+        typed = st.text_input("Source token (what the head attends to)", key=key,
+                              help="Defaults to the token its top example attends to most.")
+        ids = encode(typed)
+        if len(ids) != 1 or ids[0] >= model.config.vocab_size:
+            st.warning(f"{display.md_text(repr(typed))} is {len(ids)} tokens, not one; type a single token "
+                       "(GPT-2 pieces, with its leading space where it has one).")
+            return
+        effect = ix.head_direct_effect(model, unit.layer, unit.index, ids[0])
+        what = f"What attending to {display.md_text(repr(typed))} writes, through the final norm and the unembedding"
+    spread = float(effect.effect.std())
+    st.markdown(f"**Direct effect on the logits.** {what}: the tokens it raises and lowers most, per unit of "
+                f"output (spread over the whole vocabulary: sd {spread:.3f}).")
+    labels = lambda items: [(token_labels([t])[0], v) for t, v in items]  # noqa: E731
+    display.show_figure(fu.direct_effect_bars(labels(effect.promoted), labels(effect.suppressed)),
+                        key=K.UNIT_EFFECT)
+
+
+def unit_tab(spec: ModelSpec, model: GPT, loaded: ui.Loaded) -> None:
+    unit = unit_picker(loaded.index)
+    st.markdown(f"**{display.md_text(ix.summary(loaded.index, unit))}**")
+    contexts = examples_section(spec, loaded, unit)
+    left, right = st.columns(2)
+    with left:
+        histogram_section(loaded, unit)
+    with right:
+        effect_section(model, unit, contexts)
+
+
+# ---------------------------------------------------------------------------------------------------- search
+
+def top_example_text(loaded: ui.Loaded, unit: ix.Unit, before: int = 10, after: int = 3) -> str:
+    """The unit's top example as plain text, its peak token in ⟦ ⟧ (read from the corpus; no model run)."""
+    found = ix.top_examples(loaded.index, unit, 1)
+    if not found:
+        return ""
+    e = found[0]
+    ids = loaded.docs[e.doc].ids
+    text = (decode(ids[max(0, e.pos - before):e.pos]) + "⟦" + decode(ids[e.pos:e.pos + 1]) + "⟧"
+            + decode(ids[e.pos + 1:e.pos + 1 + after]))
+    return text.replace("\n", " ↵ ")
+
+
+def units_table(loaded: ui.Loaded, units: list[ix.Unit], columns: dict[str, list]) -> None:
+    frame = pd.DataFrame({"unit": [unit_url(state, u) for u in units], **columns,
+                          "its top example in the corpus": [top_example_text(loaded, u) for u in units]})
+    st.dataframe(frame, hide_index=True, width="stretch", column_config={
+        "unit": st.column_config.LinkColumn("unit", display_text=r"unit=(L\d+[NH]\d+)", width="small")})
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def units_here(spec: ModelSpec, ids: tuple[int, ...], pos: int) -> list[ix.UnitScore]:
+    """The 8 neurons and 4 heads most active at `pos` of the prompt, relative to their corpus peaks (cached)."""
+    from gptviz.app.models import load_model
+    loaded, model = ui.find_index(spec), load_model(spec)
+    return (ix.units_at(model, ids, pos, index=loaded.index, k=8, kind="neuron")
+            + ix.units_at(model, ids, pos, index=loaded.index, k=4, kind="head"))
+
+
+def prompt_search(spec: ModelSpec, model: GPT, loaded: ui.Loaded) -> None:
+    prompt = sidebar.prompt_tokens(model.config.n_ctx, vocab_size=model.config.vocab_size)
+    if prompt is None:
+        return
+    ids = prompt.ids
+    sidebar.keep_valid(K.UNIT_FOCUS, range(len(ids)), len(ids) - 1)
+    labels = position_labels(ids)
+    pos = st.selectbox("Token of the prompt", range(len(ids)), index=len(ids) - 1, key=K.UNIT_FOCUS,
+                       format_func=labels.__getitem__)
+    found = units_here(spec, ids, pos)
+    st.markdown("**Most active here**, by value / the unit's peak over the corpus (1.0 = as high as it ever "
+                "went; a unit's typical value is its median, beside it).")
+    units_table(loaded, [s.unit for s in found], {
+        "value here": [s.value for s in found], "share of its corpus peak": [s.share_of_peak for s in found],
+        "its median": [ix.quantiles(loaded.index, s.unit).get(0.5) for s in found]})
+
+
+def word_search(loaded: ui.Loaded) -> None:
+    word = st.text_input("A word", key=K.UNIT_WORD, placeholder="e.g. king",
+                         help="One GPT-2 token; a leading space is tried too (' king' is one token, 'king' another).")
+    if not word.strip():
+        st.info("Type a word to see the neurons that fire most on it across the corpus.")
+        return
+    counts = dict(zip(loaded.index.arrays["token_ids"].tolist(), loaded.index.arrays["token_counts"].tolist()))
+    # a word typed bare means the word in running text (' king'); punctuation means itself ('!')
+    forms = [" " + word.strip(), word] if word[:1].isalpha() else [word, " " + word.strip()]
+    tried = [w for w in dict.fromkeys(forms + [word.strip()]) if len(encode(w)) == 1]
+    frequent = [w for w in tried if encode(w)[0] in counts]
+    if not frequent:
+        why = ("is not one token of GPT-2's vocabulary (it splits into " +
+               " + ".join(repr(decode([t])) for t in encode(word)) + ")") if not tried else \
+            f"occurs fewer than {loaded.index.meta['top_tokens']['min_count']} times in the corpus"
+        st.warning(display.md_text(f"{word!r} {why}; try another word or one of its pieces."))
+        return
+    token = encode(frequent[0])[0]
+    found = ix.units_for_token(loaded.index, token, k=10)
+    st.markdown(display.md_text(f"Token {decode([token])!r} (id {token}, {counts[token]:,} times in the corpus): "
+                                "the neurons whose mean on it is furthest above their own mean, in standard "
+                                "deviations (z; 0 = typical)."))
+    units_table(loaded, [f.unit for f in found], {"z": [f.z for f in found], "mean on it": [f.mean for f in found],
+                                                   "its mean": [float(loaded.index.arrays["mean"][
+                                                       loaded.index.flat(f.unit)]) for f in found]})
+
+
+def search_tab(spec: ModelSpec, model: GPT, loaded: ui.Loaded) -> None:
+    st.subheader("On a token of the prompt")
+    prompt_search(spec, model, loaded)
+    st.subheader("On a word, across the corpus")
+    word_search(loaded)
+
+
+def main() -> None:
+    st.title("What does this unit do?")
+    st.caption("A neuron or an attention head over the whole corpus: where it fires most, how often, and what its "
+               "output does to the next-token logits.")
+    spec, model = sidebar.require_model()
+    loaded = require_index(spec, model)
+    one, search = st.tabs(["One unit", "Search by token"])
+    with one:
+        unit_tab(spec, model, loaded)
+    with search:
+        search_tab(spec, model, loaded)
+
+
+main()

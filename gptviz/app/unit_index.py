@@ -1,0 +1,191 @@
+"""Neuron indexes for the unit page: the shipped index of a bundled model, or one built on request and kept on
+disk per model, each loaded once per process (bounded by GPTVIZ_INDEX_CACHE_MB) with its corpus documents.
+
+A build is bounded by the server's limits (gptviz.limits): the tokens it scans (GPTVIZ_INDEX_TOKENS), its memory,
+estimated before it starts (GPTVIZ_INDEX_MB), scans at once on the server (GPTVIZ_INDEX_BUILDS), and one at a time
+per visitor (session and address). Built indexes live in the user's cache folder (GPTVIZ_INDEX_DIR, else
+$XDG_CACHE_HOME/gptviz/indexes), never in the checkout; messages never name the folder.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import Callable, NamedTuple
+
+import numpy as np
+
+from .. import index as ix
+from .. import limits
+from ..bounded_cache import BoundedCache
+from ..limits import LimitError
+from . import keys as K
+from .jobs import client_address, process_wide, session_id
+from .models import ModelSpec, load_model
+
+EXAMPLES_BEFORE, EXAMPLES_AFTER = 20, 6  # tokens of context either side of a top example's peak
+
+
+class Loaded(NamedTuple):
+    """An index, the documents it was built from, and the key it is cached under."""
+    key: tuple
+    index: ix.NeuronIndex
+    docs: list[ix.Document]
+
+
+def index_dir() -> Path:
+    """Where built indexes are kept (one folder per model fingerprint)."""
+    root = os.environ.get("GPTVIZ_INDEX_DIR") or ""
+    if root:
+        return Path(root)
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache) / "gptviz" / "indexes"
+
+
+def corpus() -> list[ix.Document]:
+    """The complete works as documents (GPT-2 ids), read once per process."""
+    return process_wide("index_corpus", ix.corpus_documents)
+
+
+def index_store() -> BoundedCache:
+    return process_wide("index_store", lambda: BoundedCache(limits.server_limits().index_cache_bytes, "neuron index"))
+
+
+def context_store() -> BoundedCache:
+    """Top examples' contexts per model and unit (a few KB each)."""
+    return process_wide("index_contexts", lambda: BoundedCache(16 * 2**20, "unit's examples"))
+
+
+def _fingerprints() -> dict:
+    return process_wide("index_fingerprints", dict)
+
+
+def fingerprint(spec: ModelSpec) -> str:
+    """The model's weights fingerprint, hashed once per spec in this process (a handful of specs are kept)."""
+    known = _fingerprints()
+    if spec not in known:
+        value = ix.model_fingerprint(load_model(spec))
+        if len(known) >= 32:
+            known.pop(next(iter(known)), None)
+        known[spec] = value
+    return known[spec]
+
+
+def _docs_for(index: ix.NeuronIndex) -> list[ix.Document]:
+    """The corpus cut to the lengths the index lists (a build on request scans the start of each play)."""
+    docs = corpus()
+    by_name = {d.name: d for d in docs}
+    out = []
+    for listed in index.documents:
+        d = by_name.get(listed["name"])
+        if d is None:
+            raise ix.IndexFormatError(f"the index lists a document ({listed['name']!r}) the corpus lacks")
+        out.append(ix.Document(d.name, d.ids[:listed["tokens"]], listed["held_out"]))
+    ix.check_documents(index, out)
+    return out
+
+
+def _size(loaded: Loaded) -> int:
+    return sum(a.nbytes for a in loaded.index.arrays.values())
+
+
+def _load(key: tuple, folder: Path) -> Loaded:
+    index = ix.load_index(folder)
+    return Loaded(key, index, _docs_for(index))
+
+
+def find_index(spec: ModelSpec) -> Loaded | None:
+    """The index for the sidebar's model: a bundled model's shipped one (when it was built with these weights),
+    else one built earlier on this server; None when there is none."""
+    if spec.source == K.SOURCE_BUNDLED and (ix.index_folder(spec.name) / ix.INDEX_JSON).exists():
+        loaded = index_store().get_or_build(("bundled", spec.name), lambda: _load(("bundled", spec.name),
+                                                                                   ix.index_folder(spec.name)), _size)
+        if loaded.index.meta["model"]["fingerprint"] == fingerprint(spec):  # half precision: other weights
+            return loaded
+    folder = index_dir() / fingerprint(spec)
+    if not (folder / ix.INDEX_JSON).exists():
+        return None
+    key = ("built", fingerprint(spec))
+    return index_store().get_or_build(key, lambda: _load(key, folder), _size)
+
+
+def contexts(spec: ModelSpec, loaded: Loaded, unit: ix.Unit) -> list[ix.Context]:
+    """The unit's top examples with the tokens around each peak and the unit's value on each (one batched pass,
+    cached per model and unit)."""
+    def run() -> list[ix.Context]:
+        examples = ix.top_examples(loaded.index, unit)
+        return ix.example_contexts(loaded.index, loaded.docs, examples, model=load_model(spec),
+                                   before=EXAMPLES_BEFORE, after=EXAMPLES_AFTER)
+    return context_store().get_or_build((loaded.key, unit), run, _contexts_size)
+
+
+def _contexts_size(found: list[ix.Context]) -> int:
+    return sum(c.ids.nbytes + c.values.nbytes + c.positions.nbytes + 64 for c in found) + 64
+
+
+# ---------------------------------------------------------------------------------------------------- builds
+
+class BuildGuard:
+    """Index scans running on the server: at most `most` at once, one per session and one per address."""
+
+    def __init__(self, most: int):
+        self.most = most
+        self._running: list[tuple[str | None, str]] = []
+        self._lock = threading.Lock()
+
+    def start(self, session: str | None, address: str) -> None:
+        with self._lock:
+            if any(s == session for s, _ in self._running) or (address and any(a == address
+                                                                               for _, a in self._running)):
+                raise LimitError("An index is already being built for you; wait for it to finish.")
+            if len(self._running) >= self.most:
+                raise LimitError(f"This server builds {self.most} index{'es' if self.most != 1 else ''} at a time "
+                                 "and is busy; try again in a few minutes.")
+            self._running.append((session, address))
+
+    def end(self, session: str | None, address: str) -> None:
+        with self._lock:
+            if (session, address) in self._running:
+                self._running.remove((session, address))
+
+
+def build_guard() -> BuildGuard:
+    return process_wide("index_builds", lambda: BuildGuard(limits.server_limits().index_builds))
+
+
+def corpus_cut(tokens: int) -> list[ix.Document]:
+    """The same share of every play's start, `tokens` in all at most (at least one token of each)."""
+    docs = corpus()
+    per = max(1, tokens // len(docs))
+    return [ix.Document(d.name, d.ids[:per], d.held_out) for d in docs]
+
+
+def check_build(spec: ModelSpec, tokens: int) -> list[ix.Document]:
+    """The documents a build of `tokens` tokens would scan; LimitError when it goes past the server's limits."""
+    lim = limits.server_limits()
+    if not 1 <= tokens <= lim.index_tokens:
+        raise LimitError(f"This server scans at most {lim.index_tokens:,} tokens for an index "
+                         "(GPTVIZ_INDEX_TOKENS).")
+    docs = corpus_cut(tokens)
+    need = ix.scan_nbytes(load_model(spec).config, docs)
+    if need > lim.index_bytes:
+        raise LimitError(f"Scanning this model would take about {need / 2**20:,.0f} MiB, more than the "
+                         f"{lim.index_mb:,} MiB this server allows for an index (GPTVIZ_INDEX_MB); fewer tokens "
+                         "do not help much: the memory grows with the model's neurons.")
+    return docs
+
+
+def build(spec: ModelSpec, tokens: int, progress: Callable[[int, int], None]) -> Loaded:
+    """Scan the start of every play with the model (one build per visitor, bounded), save it to disk and load it."""
+    docs = check_build(spec, tokens)
+    who = (session_id(), client_address())
+    guard = build_guard()
+    guard.start(*who)
+    try:
+        model = load_model(spec)
+        index = ix.build_index(model, docs, model_name=spec.label(), source=spec.source, progress=progress)
+        folder = index_dir() / fingerprint(spec)
+        ix.save_index(index, folder)
+    finally:
+        guard.end(*who)
+    return find_index(spec)

@@ -1,0 +1,110 @@
+"""Figures of one neuron or head over a corpus (gptviz.index): its top examples as text, its histogram, the tokens
+its direct effect promotes and suppresses."""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from .attention import HIGHLIGHT
+from .common import apply_layout, escaped, plotly_text
+from .head_views import MONO
+
+EXAMPLE_SCALE = "Oranges"
+LEFT_CHARS, RIGHT_CHARS = 64, 26  # character cells shown before the peak token's start and after it
+
+
+class ExampleRow(NamedTuple):
+    """One top example: its tokens' labels, the value colouring each, which token is the peak, a row label."""
+    labels: list[str]
+    values: np.ndarray
+    peak: int
+    name: str
+    hover: str  # what the row's hover adds (document, position, score), already plain text
+
+
+def _row_layout(labels: list[str], peak: int) -> tuple[np.ndarray, np.ndarray]:
+    """(start, width) in character cells with the peak token starting at 0: the left context runs right-aligned up
+    to it, as in a concordance, so every row's peak lines up."""
+    widths = np.array([max(1, len(label)) + 1 for label in labels])
+    starts = np.zeros(len(labels))
+    starts[peak + 1:] = np.cumsum(widths[peak:-1])
+    starts[:peak] = -np.cumsum(widths[:peak][::-1])[::-1]
+    return starts, widths
+
+
+def examples_text(rows: list[ExampleRow], *, value_name: str, cmax: float, title: str | None = None) -> go.Figure:
+    """Every row one example, its tokens coloured by value (0 to `cmax`; below 0 is white), the peak outlined and
+    aligned in one column. Tokens beyond LEFT_CHARS / RIGHT_CHARS of the peak are left out.
+    Traces: [every token of every row] (customdata [token, value, row hover, is the peak]); one trace, not one per
+    row: building twenty validated traces took most of the page's figure time."""
+    cmax = cmax if cmax > 0 else 1.0
+    ys, xs, bases, texts, values, peaks, hovers = [], [], [], [], [], [], []
+    for r, row in enumerate(rows):
+        starts, widths = _row_layout(row.labels, row.peak)
+        idx = np.flatnonzero((starts >= -LEFT_CHARS) & (starts + widths <= RIGHT_CHARS))
+        ys += [r] * len(idx)
+        xs += list(widths[idx] - 0.15)
+        bases += list(starts[idx])
+        texts += escaped([row.labels[i] for i in idx])
+        values += list(np.nan_to_num(np.asarray(row.values, dtype=np.float32)[idx], nan=0.0).astype(float))
+        peaks += [bool(i == row.peak) for i in idx]
+        hovers += [plotly_text(row.hover)] * len(idx)
+    dark = np.asarray(values) / cmax > 0.6
+    fig = go.Figure(go.Bar(
+        y=ys, x=xs, base=bases, orientation="h", width=0.8, text=texts, textposition="inside",
+        insidetextanchor="middle", textangle=0,
+        insidetextfont=dict(MONO, color=["white" if d else "#222" for d in dark]),
+        marker=dict(color=values, coloraxis="coloraxis",
+                    line=dict(color=[HIGHLIGHT if p else "rgba(0,0,0,0)" for p in peaks], width=2.5)),
+        customdata=list(zip(texts, values, hovers, peaks)), name=plotly_text(value_name), showlegend=False,
+        hovertemplate=f"'%{{customdata[0]}}' {value_name} %{{customdata[1]:.3f}}<br>%{{customdata[2]}}"
+                      "<extra></extra>"))
+    n = max(1, len(rows))
+    fig.update_xaxes(visible=False, range=[-LEFT_CHARS - 0.5, RIGHT_CHARS + 0.5], fixedrange=True)
+    fig.update_yaxes(range=[n - 0.5, -0.5], fixedrange=True, tickmode="array", tickvals=list(range(len(rows))),
+                     ticktext=[plotly_text(row.name) for row in rows], tickfont=dict(size=11))
+    axis = dict(colorscale=EXAMPLE_SCALE, cmin=0.0, cmax=float(cmax),
+                colorbar=dict(title=dict(text=plotly_text(value_name), side="top"), orientation="h", x=1,
+                              xanchor="right", y=1.0, yanchor="bottom", len=0.35, thickness=10))
+    return apply_layout(fig, title=title, height=int(70 + 26 * n + (40 if title else 0)), coloraxis=axis,
+                        # a narrow screen hides the text that no longer fits its cell (the colours and hover stay)
+                        bargap=0, uniformtext=dict(minsize=8, mode="hide"))
+
+
+def unit_histogram(edges: np.ndarray, counts: np.ndarray, quantiles: dict[float, float], *, value_name: str,
+                   title: str | None = None, log: bool = True) -> go.Figure:
+    """The unit's values over every token scanned, with its quantiles as dashed lines. Traces: [bars]."""
+    edges, counts = np.asarray(edges, dtype=float), np.asarray(counts)
+    centers, widths = (edges[:-1] + edges[1:]) / 2, np.diff(edges)
+    share = counts / max(1, counts.sum())
+    fig = go.Figure(go.Bar(x=centers, y=counts, width=widths, marker_color="#e6550d", name="tokens",
+                           customdata=np.stack([edges[:-1], edges[1:], share], axis=1),
+                           hovertemplate="%{customdata[0]:.3g} to %{customdata[1]:.3g}: %{y:,} tokens "
+                                         "(%{customdata[2]:.2%})<extra></extra>"))
+    fig.update_layout(
+        shapes=[dict(type="line", xref="x", yref="paper", x0=v, x1=v, y0=0, y1=1,
+                     line=dict(color="#555", dash="dash", width=1)) for v in quantiles.values()],
+        annotations=[dict(x=v, y=1, xref="x", yref="paper", yanchor="bottom", showarrow=False, font=dict(size=10),
+                          text="median" if q == 0.5 else f"{q:.0%}") for q, v in quantiles.items()])
+    fig.update_yaxes(type="log" if log else "linear", title_text="tokens" + (" (log)" if log else ""))
+    fig.update_xaxes(title_text=plotly_text(value_name))
+    return apply_layout(fig, title=title, height=320, showlegend=False, bargap=0)
+
+
+def direct_effect_bars(promoted: list[tuple[str, float]], suppressed: list[tuple[str, float]], *,
+                       title: str | None = None) -> go.Figure:
+    """Two columns of bars: the tokens the unit's output raises most (left) and lowers most (right), each with its
+    logit change. Traces: [promoted, suppressed]."""
+    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.18, subplot_titles=("promotes", "suppresses"))
+    for col, (items, color) in enumerate(((promoted, "#2b8cbe"), (suppressed, "#d7301f")), start=1):
+        labels = escaped([t for t, _ in items])
+        fig.add_trace(go.Bar(x=[v for _, v in items], y=[f"{i + 1}. {label}" for i, label in enumerate(labels)],
+                             orientation="h", marker_color=color, customdata=labels,
+                             hovertemplate="'%{customdata}': %{x:+.3f}<extra></extra>"), row=1, col=col)
+        fig.update_yaxes(autorange="reversed", tickfont=MONO, row=1, col=col)
+        fig.update_xaxes(title_text="logit change", row=1, col=col)
+    n = max(len(promoted), len(suppressed), 1)
+    return apply_layout(fig, title=title, height=max(260, 90 + 24 * n), showlegend=False)

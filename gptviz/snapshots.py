@@ -69,16 +69,18 @@ def first_token_scores(patterns: torch.Tensor) -> torch.Tensor:
 
 
 def default_probes(train_ids: torch.Tensor, held_out: torch.Tensor, copy_ids: torch.Tensor | None = None,
-                   length: int = 24, seed: int = 0) -> list[Probe]:
+                   length: int = 24, seed: int = 0, max_tokens: int = 48) -> list[Probe]:
     """A repeated random sequence (of `copy_ids`, e.g. the ids the run copies, else every training id), the
-    repeated letters A..H, and 48 tokens from the middle of the held-out text."""
+    repeated letters A..H, and 48 tokens from the middle of the held-out text; none longer than `max_tokens`
+    (a model's context)."""
+    length = min(length, max_tokens // 2)
     from .tokenizer import get_tokenizer
     enc = get_tokenizer()
     pool = copy_ids if copy_ids is not None else torch.unique(train_ids)
     rep = induction_sequence(0, length, seed, ids=pool).tolist()
-    letters = enc.encode(LETTERS)
+    letters = enc.encode(LETTERS)[:max_tokens]
     mid = len(held_out) // 2
-    passage = held_out[mid:mid + 48].tolist()
+    passage = held_out[mid:mid + min(48, max_tokens)].tolist()
 
     def named(name, ids, kind="text", half=0):
         return Probe(name, tuple(ids), kind, half, tuple(enc.decode([i]) for i in ids))

@@ -66,6 +66,7 @@ class JobSpec:
     settings: TrainSettings
     init: str = "gpt2"
     label: str = ""                    # a short description for people
+    snapshot_every: int = 0            # record heads every K steps while training (gptviz.snapshots; 0 = none)
 
     def __post_init__(self):
         if not self.configs:
@@ -123,6 +124,7 @@ class Job:
     stop_reason: str | None = None         # why the run ended early, for people ("stopped", "time", "left")
     _checked_alive: float = field(default=0.0, repr=False)
     reservation: Reservation | None = field(default=None, repr=False)  # its memory, released when it ends
+    snapshots: dict = field(default_factory=dict)  # run name -> gptviz.snapshots.Snapshots, read while it trains
 
     # ---- control --------------------------------------------------------------------------------------------
     def request_stop(self, reason: str = "stopped") -> None:
@@ -189,10 +191,11 @@ class Job:
             if self._stop.is_set():
                 self._set(status=STOPPED, started_s=time.perf_counter(), finished_s=time.perf_counter())
                 return
+            recorders = self._recorders(tokens)
             self._set(status=RUNNING, started_s=time.perf_counter())
             models, results = train_models(self.spec.configs, self.spec.settings, tokens,
                                            on_step=self._on_step, should_stop=self._should_stop,
-                                           init=self.spec.init)
+                                           init=self.spec.init, recorders=recorders)
             stopped = any(r.stopped_early for r in results.values())
             self._set(models=models, results=results, status=STOPPED if stopped else DONE,
                       finished_s=time.perf_counter())
@@ -201,6 +204,22 @@ class Job:
         finally:
             if self.reservation is not None:  # the trained models stay; whoever keeps them counts them
                 self.reservation.release()
+
+    def _recorders(self, tokens: torch.Tensor) -> dict | None:
+        """Snapshot recorders for each run when the spec asks for them, on probes of the ids the run copies."""
+        if not self.spec.snapshot_every:
+            return None
+        from .snapshots import SnapshotRecorder, default_probes, empty_snapshots
+        from .train import most_frequent_ids, split
+        s = self.spec.settings
+        train, val = split(tokens, s.val_fraction)
+        copy_ids = most_frequent_ids(train, s.copy_vocab) if s.copy_fraction else None
+        block = s.block_size or min(c.n_ctx for c in self.spec.configs.values())
+        probes = default_probes(train, val, copy_ids, max_tokens=block)
+        recorders = {name: SnapshotRecorder(empty_snapshots(cfg, probes, self.spec.snapshot_every), val, block)
+                     for name, cfg in self.spec.configs.items()}
+        self._set(snapshots={name: r.snaps for name, r in recorders.items()})
+        return recorders
 
     # ---- results --------------------------------------------------------------------------------------------
     def checkpoint_zip(self, name: str) -> bytes:
@@ -316,3 +335,26 @@ class JobRegistry:
     def owned_by(self, owner: str) -> list[Job]:
         return [j for j in self.jobs() if j.owner == owner]
 
+
+
+# ---- the "grow an induction head" scenario ---------------------------------------------------------------------
+# Copy-only training (every window a random sequence of frequent ids followed by its repeats), the bundled models'
+# first-stage recipe shrunk to two layers and short windows so a 2-core CPU sees the head form in minutes
+# (benchmarks/bench_grow_induction.py measures how long it takes).
+GROWTH = dict(layers=2, d_model=128, heads=4, block=64, batch=32, lr=2e-3, warmup=50, steps=800, copy_vocab=2000,
+              snapshot_every=10)
+
+
+def induction_growth_spec(wirings=("pre",), seed: int = 0, init: str = "gpt2", **overrides) -> JobSpec:
+    """The scenario as a job: each wiring one model, the same batches; `overrides` replace GROWTH's values."""
+    g = {**GROWTH, **overrides}
+    from .config import PRESETS
+    base = PRESETS["tiny"].replace(n_layers=g["layers"], d_model=g["d_model"], n_heads=g["heads"], n_ctx=g["block"],
+                                   dropout=0.0, name=f"grow-{g['layers']}L-d{g['d_model']}")
+    configs = {norm: base.replace(norm=norm, name=f"{base.name}-{norm}") for norm in wirings}
+    settings = TrainSettings(steps=g["steps"], batch_size=g["batch"], block_size=g["block"], lr=g["lr"],
+                             warmup=g["warmup"], min_lr_ratio=1.0, weight_decay=0.0, eval_every=10**6,
+                             seed=seed, corpus_vocab_steps=g["steps"], copy_fraction=1.0, copy_vocab=g["copy_vocab"])
+    label = (f"grow an induction head: {g['layers']}L d{g['d_model']} {g['heads']}h, {', '.join(wirings)}-norm, "
+             f"copy-only windows of {g['block']}, lr {g['lr']:g}, seed {seed}")
+    return JobSpec(configs, settings, init, label, snapshot_every=g["snapshot_every"])

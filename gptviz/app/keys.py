@@ -280,6 +280,27 @@ WHY_TARGET = "why_target"
 WHY_TEMP = "why_temp"
 WHY_VIEW = "why_view"
 
+# ---- the Heads forming page (training timeline) ----------------------------------------------------------------
+TIMELINE_DETECTORS = ("induction", "previous-token", "duplicate-token", "first-token")
+TL_DETECTOR = "tl_detector"
+TL_PROBE = "tl_probe"
+TL_STEP = "tl_step"
+TL_PLAY = "tl_play"
+TL_PLAYED = "_tl_played"       # the step a finished play reached, put on the slider at the next run
+TL_HEADS = "tl_heads"          # per wiring (per_item)
+TL_FRAME = "tl_frame"          # per wiring and step while playing (per_item)
+TL_DETECTOR_CURVES = "tl_detector_curves"
+TL_LOSS_CURVES = "tl_loss_curves"
+TL_GROW_JOB = "_tl_grow_job"    # this session's "grow an induction head" run id
+TL_GROW_WIRING = "tl_grow_wiring"
+TL_GROW_SEED = "tl_grow_seed"
+TL_GROW_START = "tl_grow_start"
+TL_GROW_STOP = "tl_grow_stop"
+TL_GROW_CURVES = "tl_grow_curves"
+TL_GROW_LOSS = "tl_grow_loss"
+TL_GROW_HEADS = "tl_grow_heads"  # per wiring (per_item)
+GROW_WIRINGS = ("pre", "post", "both")
+
 # ---- keys made per item ---------------------------------------------------------------------------------------
 def per_item(prefix: str, *parts) -> str:
     """A widget key for one of several alike widgets (a run's download button, a norm's block diagram)."""

@@ -158,6 +158,7 @@ LINKED: dict[str, tuple[str, Callable[[str], object]]] = {
         K.WHY_VIEW: _choice(K.WHY_VIEWS), K.WHY_TARGET: _int(0, 1_000_000), K.WHY_OTHER: _int(0, 1_000_000),
         K.WHY_ABLATED: _heads, K.WHY_EXAMPLE: _choice(K.PATCH_PAIRS),
         K.PAR_MODEL: _choice((K.PAR_MODEL_IN_USE, *PRESETS)),
+        K.TL_DETECTOR: _choice(K.TIMELINE_DETECTORS), K.TL_PROBE: _int(0, 15), K.TL_STEP: _int(0, 10_000_000),
     }.items()},
 }
 

@@ -22,6 +22,7 @@ PAGE_LIST = [
     ("Architecture", "parameters", "Parameters", "🧮"),
     ("Architecture", "explainers", "Explainers", "📖"),
     ("Train", "training", "Train a model", "🏋️"),
+    ("Train", "timeline", "Heads forming", "🌱"),
 ]
 
 

@@ -1,0 +1,221 @@
+"""Heads forming: the bundled twins' first training stage replayed from the snapshots taken while it ran
+(gptviz.snapshots): every head's map on a probe at any step, the detector scores and losses over the steps with
+that step marked, pre-norm and post-norm side by side on the same steps.
+
+The snapshots come from a rerun of the committed recipe's first stage (the model card says how close it came to
+the logged run); the page runs no model.
+"""
+from __future__ import annotations
+
+import time
+from functools import lru_cache
+
+import numpy as np
+import streamlit as st
+
+from gptviz.app import jobs
+from gptviz.app import keys as K
+from gptviz.app.display import show_figure
+from gptviz.figures import timeline as ft
+from gptviz.snapshots import Snapshots, load_snapshots
+from gptviz.training_jobs import GROWTH, Job, induction_growth_spec
+from gptviz.weights import bundled_models
+
+TWINS = {"pre-norm": "shakespeare-pre", "post-norm": "shakespeare-post"}
+THRESHOLD = 0.5       # a head "has formed" once its score reaches this (the bundled models' bar is 0.3 for induction)
+PLAY_FPS = 3
+state = st.session_state
+
+
+@lru_cache(maxsize=len(TWINS))
+def bundled_snapshots(name: str) -> Snapshots | None:
+    """A bundled model's formation snapshots (a few MB, read once per process), or None where it has none."""
+    folder = bundled_models().get(name)
+    try:
+        return load_snapshots(folder) if folder is not None else None
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def runs() -> dict[str, Snapshots]:
+    found = {wiring: bundled_snapshots(name) for wiring, name in TWINS.items()}
+    found = {wiring: snaps for wiring, snaps in found.items() if snaps is not None and len(snaps)}
+    if not found:
+        st.error("The bundled models' training snapshots are missing from this installation.")
+        st.stop()
+    return found
+
+
+def all_steps(found: dict[str, Snapshots]) -> list[int]:
+    return sorted({s for snaps in found.values() for s in snaps.steps})
+
+
+def controls(found: dict[str, Snapshots]) -> tuple[str, int, int]:
+    """The detector, the probe and the step to show (kept valid against what the snapshots hold)."""
+    first = next(iter(found.values()))
+    steps = all_steps(found)
+    if state.get(K.TL_DETECTOR) not in K.TIMELINE_DETECTORS:
+        state[K.TL_DETECTOR] = K.TIMELINE_DETECTORS[0]
+    if not isinstance(state.get(K.TL_PROBE), int) or not 0 <= state[K.TL_PROBE] < len(first.probes):
+        state[K.TL_PROBE] = 0
+    wanted = state.pop(K.TL_PLAYED, state.get(K.TL_STEP))
+    state[K.TL_STEP] = steps[ft.last_at_or_before(steps, wanted)] if isinstance(wanted, int) else steps[-1]
+    left, middle, right = st.columns([1, 1, 3])
+    detector = left.selectbox("Detector", K.TIMELINE_DETECTORS, key=K.TL_DETECTOR)
+    probe = middle.selectbox("Probe prompt", range(len(first.probes)), key=K.TL_PROBE,
+                             format_func=lambda p: first.probes[p].name)
+    step = right.select_slider("Training step", steps, key=K.TL_STEP,
+                               help="Each wiring shows its last snapshot at or before this step.")
+    return detector, probe, step
+
+
+def best_head_line(snaps: Snapshots, detector: str, step: int) -> tuple[str, tuple[int, int]]:
+    """'step 400: best induction head L1H2 0.44 (chance 0.029)' and that head, for one run at one step."""
+    i = ft.index_at(snaps, step)
+    d = snaps.detector_index(detector)
+    scores = snaps.score_array()[i, d]
+    layer, head = np.unravel_index(int(scores.argmax()), scores.shape)
+    chance = snaps.detectors[d].chance
+    return (f"step {snaps.steps[i]}: best {detector} head L{layer}H{head} {scores[layer, head]:.2f} "
+            f"(chance {chance:.3f}); loss {snaps.train_loss[i]:.2f}"), (int(layer), int(head))
+
+
+def heads_row(found: dict[str, Snapshots], detector: str, probe: int, step: int, key: str = K.TL_HEADS) -> None:
+    """Each run's heads at the step, side by side."""
+    slots = st.columns(len(found))
+    for slot, (wiring, snaps) in zip(slots, found.items()):
+        line, best = best_head_line(snaps, detector, step)
+        with slot.container():
+            st.markdown(f"**{wiring}**, {line}")
+            show_figure(ft.heads_at(snaps, step, probe, selected=best, width_px=620), key=K.per_item(key, wiring))
+
+
+def play(found: dict[str, Snapshots], detector: str, probe: int, start: int) -> None:
+    """Step through the snapshots from `start` to the end, redrawing the heads; the slider lands on the last."""
+    steps = [s for s in all_steps(found) if s >= start] or all_steps(found)
+    slots = [st.empty() for _ in found]
+    for s in steps:
+        for slot, (wiring, snaps) in zip(slots, found.items()):
+            line, best = best_head_line(snaps, detector, s)
+            with slot.container():
+                st.markdown(f"**{wiring}**, {line}")
+                st.plotly_chart(ft.heads_at(snaps, s, probe, selected=best, width_px=620), key=K.per_item(K.TL_FRAME, wiring, s))
+        time.sleep(1 / PLAY_FPS)
+    state[K.TL_PLAYED] = steps[-1]
+
+
+def curves(found: dict[str, Snapshots], detector: str, step: int) -> None:
+    left, right = st.columns(2)
+    with left:
+        show_figure(ft.detector_curves(found, detector, step, THRESHOLD), key=K.TL_DETECTOR_CURVES)
+    with right:
+        show_figure(ft.loss_curves(found, step), key=K.TL_LOSS_CURVES)
+
+
+def about(found: dict[str, Snapshots]) -> None:
+    with st.expander("Where these snapshots come from"):
+        for wiring, snaps in found.items():
+            command = snaps.extra.get("command", "")
+            st.markdown(f"**{wiring}**: {len(snaps)} snapshots over steps 1 to {snaps.steps[-1]}; recording took "
+                        f"{snaps.share_recording():.1%} of the training time.")
+            if command:
+                st.code(command, language="bash")
+        st.caption("Snapshots every 25 steps and, in between, every 5 steps while the smoothed loss moves by 0.15 "
+                   "nats or more. Scores are mean attention weights; chance is what uniform attention scores on the "
+                   "same probe. The stage trains on repeated random sequences only (see the model cards).")
+
+
+# ---- grow one yourself ----------------------------------------------------------------------------------------
+
+def start_growth() -> None:
+    wiring = state[K.TL_GROW_WIRING]
+    spec = induction_growth_spec(("pre", "post") if wiring == "both" else (wiring,), seed=int(state[K.TL_GROW_SEED]))
+    owner = jobs.session_id()
+    try:
+        job = jobs.training_registry().start(spec, owner=owner, alive=lambda: jobs.session_alive(owner),
+                                             address=jobs.client_address())
+    except RuntimeError as err:  # JobLimitError: the server's or this visitor's run limits, or its memory
+        st.warning(str(err))
+    else:
+        state[K.TL_GROW_JOB] = job.id
+
+
+def growth_controls(job: Job | None) -> None:
+    running = job is not None and not job.finished
+    left, middle, right = st.columns([2, 1, 1])
+    left.segmented_control("Wiring", K.GROW_WIRINGS, key=K.TL_GROW_WIRING, default="pre",
+                           format_func=lambda w: {"both": "both, same batches"}.get(w, f"{w}-norm"))
+    middle.number_input("Seed", 0, 10_000, 0, key=K.TL_GROW_SEED)
+    if running:
+        right.button("Stop", key=K.TL_GROW_STOP, on_click=job.request_stop, icon=":material/stop:", width="stretch")
+    elif right.button("Grow", key=K.TL_GROW_START, type="primary", icon=":material/play_arrow:", width="stretch"):
+        start_growth()
+
+
+def growth_view(job: Job) -> None:
+    """Progress, the induction curves and each model's heads at its newest snapshot; redrawn while it trains."""
+    snap = job.snapshot()
+    found = {f"{name}-norm": s for name, s in job.snapshots.items() if len(s)}
+    text = f"{snap.status.capitalize()}: step {snap.steps_done} of {snap.total_steps}, {snap.elapsed_s:.0f} s"
+    st.progress(min(1.0, snap.fraction), text=text)
+    if job.error:
+        st.error(f"The run failed: {job.error}")
+    if not found:
+        return
+    step = max(s.steps[-1] for s in found.values())
+    best = {w: s.crossing("induction", THRESHOLD) for w, s in found.items()}
+    reached = "; ".join(f"{w}: " + (f"L{b[1]}H{b[2]} reached {THRESHOLD:g} at step {b[0]}" if b else
+                                    f"not yet {THRESHOLD:g}") for w, b in best.items())
+    st.caption(reached)
+    heads_row(found, "induction", 0, step, key=K.TL_GROW_HEADS)
+    left, right = st.columns(2)
+    with left:
+        show_figure(ft.detector_curves(found, "induction", step, THRESHOLD), key=K.TL_GROW_CURVES)
+    with right:
+        show_figure(ft.loss_curves(found, step), key=K.TL_GROW_LOSS)
+
+
+def grow_tab() -> None:
+    st.caption(f"Train a {GROWTH['layers']}-layer model on repeated random sequences right here and watch its "
+               "induction head form.", help="Every window is a random sequence of the 2,000 most frequent ids of "
+               "Tiny Shakespeare followed by its exact repeats: only copying predicts the second half. "
+               f"d_model {GROWTH['d_model']}, {GROWTH['heads']} heads, windows of {GROWTH['block']}, batch "
+               f"{GROWTH['batch']}, lr {GROWTH['lr']:g} after {GROWTH['warmup']} warmup steps, at most "
+               f"{GROWTH['steps']} steps; a snapshot every {GROWTH['snapshot_every']} steps.")
+    job = jobs.training_registry().get(state.get(K.TL_GROW_JOB))
+    growth_controls(job)
+    if job is None:
+        return
+
+    running_at_start = not job.finished
+
+    @st.fragment(run_every=2.0 if running_at_start else None)
+    def live() -> None:
+        if running_at_start and job.finished:
+            st.rerun()  # redraw the whole tab once: Grow comes back in place of Stop
+        growth_view(job)
+    live()
+
+
+def history_tab() -> None:
+    found = runs()
+    st.caption("The twins' first training stage, replayed: pick a step, or play, and watch the stripe appear.")
+    detector, probe, step = controls(found)
+    if st.button("▶ Play from this step", key=K.TL_PLAY):
+        play(found, detector, probe, step)
+        st.rerun()
+    heads_row(found, detector, probe, step)
+    curves(found, detector, step)
+    about(found)
+
+
+def main() -> None:
+    st.title("Heads forming")
+    history, grow = st.tabs(["The bundled twins' history", "Grow one yourself"])
+    with history:
+        history_tab()
+    with grow:
+        grow_tab()
+
+
+main()

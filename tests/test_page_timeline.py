@@ -1,0 +1,81 @@
+"""The Heads forming page: the bundled twins' shipped formation snapshots (heads forming in a jump they record),
+the page drawing what they hold at the chosen step, a step from a link, and a live run of the "grow an induction
+head" scenario read while it trains."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gptviz.app import keys as K
+from gptviz.figures import timeline as ft
+from gptviz.snapshots import load_snapshots
+from gptviz.training_jobs import JobRegistry, induction_growth_spec
+from gptviz.weights import bundled_models
+from pagetest import array, figures, run_page
+
+TWINS = ("shakespeare-pre", "shakespeare-post")
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    return {name: load_snapshots(bundled_models()[name]) for name in TWINS}
+
+
+@pytest.mark.parametrize("name", TWINS)
+def test_the_shipped_snapshots_record_the_heads_forming_in_a_jump(shipped, name):
+    """Issue 34's bar: the best induction score below 0.1 before the jump and above 0.8 after it, and the loss
+    drop inside the same window (the step numbers are in the model card)."""
+    snaps = shipped[name]
+    best = snaps.score_array()[:, snaps.detector_index("induction")].max(axis=(1, 2))
+    steps, loss = np.array(snaps.steps), np.array(snaps.train_loss)
+    before = steps[best < 0.1].max()           # the last snapshot before the head formed
+    after = steps[best > 0.8].min()            # the first one after
+    assert before < after and best[steps < before].max() < 0.1 and best[steps >= after].min() > 0.6
+    window = (steps >= before) & (steps <= after)
+    assert loss[steps == before][0] - loss[steps == after][0] > 1.5   # nats: the copy loss falls with the head
+    assert loss[steps <= before].max() - loss[steps <= before].min() < 0.8  # flat before the window
+    assert window.sum() >= 5    # dense snapshots where the model changes fast
+    assert snaps.share_recording() < 0.10
+
+
+def test_the_page_draws_what_the_snapshots_hold_at_the_step(shipped):
+    pre = shipped["shakespeare-pre"]
+    step = pre.steps[len(pre) // 2]
+    at = run_page("timeline", **{K.TL_STEP: step})
+    assert not at.exception
+    i = ft.index_at(pre, step)
+    scores = pre.score_array()[i, pre.detector_index("induction")]
+    layer, head = np.unravel_index(int(scores.argmax()), scores.shape)
+    line = f"step {pre.steps[i]}: best induction head L{layer}H{head} {scores[layer, head]:.2f}"
+    assert any(line in m.value for m in at.markdown), [m.value for m in at.markdown][:3]
+    grid = figures(at)[0]
+    z = array(grid["data"][0]["z"])
+    T = len(pre.probes[0].ids)
+    expected = pre.pattern(i, 0)[0, 0]       # layer 0, head 0: the grid's top-left panel
+    np.testing.assert_allclose(z[:T, :T][np.tril_indices(T)], expected[np.tril_indices(T)], atol=1e-6)
+    curves = [f for f in figures(at) if "score of every head" in (f["layout"].get("title") or {}).get("text", "")]
+    assert len(curves) == 1
+    marked = [s for s in curves[0]["layout"]["shapes"] if s.get("x0") == step and s.get("x1") == step]
+    assert marked, "the viewed step is marked on the curves"
+
+
+def test_a_step_between_snapshots_shows_the_last_one_before_it(shipped):
+    pre = shipped["shakespeare-pre"]
+    at = run_page("timeline", **{K.TL_STEP: pre.steps[3] + 1})
+    assert at.session_state[K.TL_STEP] <= pre.steps[3] + 1
+    assert any(f"step {pre.steps[3]}:" in m.value for m in at.markdown)
+
+
+def test_the_growth_run_is_read_while_it_trains():
+    """A few steps of the scenario at a tiny size: the job's snapshots fill in while it runs, in the file format's
+    structure, and the tab draws them."""
+    spec = induction_growth_spec(("pre", "post"), seed=0, steps=12, d_model=32, block=16, batch=4,
+                                 snapshot_every=4)
+    registry = JobRegistry(max_running=1)
+    job = registry.start(spec)
+    assert job.wait(120) and job.status == "done", job.error
+    assert set(job.snapshots) == {"pre", "post"}
+    for snaps in job.snapshots.values():
+        assert snaps.steps == [1, 4, 8, 12]
+        assert snaps.score_array().shape == (4, 4, 2, 4)
+        assert all(len(p.ids) <= 16 for p in snaps.probes)

@@ -264,7 +264,18 @@ def _copy_verdict(training: dict, report: dict) -> str:
             "the chance level's scale (`gptviz/models/README.md` has the probes).\n")
 
 
-def model_card(name: str, meta: dict, report: dict) -> str:
+def formation_card_section(folder: Path) -> str:
+    """The card's account of the training snapshots beside a checkpoint (gptviz.snapshots), or "" without any."""
+    from .snapshots import FOLDER, formation_section, load_snapshots
+    if not (Path(folder) / FOLDER / "snapshots.json").is_file():
+        return ""
+    snaps = load_snapshots(folder)
+    return ("## How the heads formed (stage 1 replayed, `snapshots/`)\n"
+            "A rerun of stage 1's command with `--snapshot-every 25` recorded every head on fixed probes; the app's "
+            "Heads forming page plays it.\n\n" + formation_section(snaps, snaps.extra.get("reproduction")) + "\n\n")
+
+
+def model_card(name: str, meta: dict, report: dict, formation: str = "") -> str:
     """Markdown model card: data, training, the measured bars beside their baselines and chance levels,
     a sample, the copy test and how to reproduce."""
     cfg, training = meta["config"], meta.get("training", {})
@@ -316,7 +327,7 @@ Final train loss {final.get('train_loss', float('nan')):.3f}.{_head_history(hist
 |---|---|
 {passes}
 {_copy_verdict(training, report)}
-## Sample (prompt `{SAMPLE_PROMPT.strip()}` and a line break, temperature 0.8, top-k 50, seed 0)
+{formation}## Sample (prompt `{SAMPLE_PROMPT.strip()}` and a line break, temperature 0.8, top-k 50, seed 0)
 ```
 {report['sample']}
 ```
@@ -390,5 +401,5 @@ def check_folder(folder: str | Path, data: str | Path | None = None, out: str | 
     target = folder if update_card else Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="gptviz-check-"))
     target.mkdir(parents=True, exist_ok=True)
     (target / "check.json").write_text(json.dumps(report, indent=2))
-    (target / "MODEL_CARD.md").write_text(model_card(folder.name, meta, report))
+    (target / "MODEL_CARD.md").write_text(model_card(folder.name, meta, report, formation_card_section(folder)))
     return report, target

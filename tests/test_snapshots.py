@@ -175,3 +175,29 @@ def test_default_probes_fit_and_repeat():
     rep = probes[0]
     assert rep.ids[:24] == rep.ids[24:] and all(50 <= i < 80 for i in rep.ids)
     assert all(len(p.ids) <= 64 for p in probes) and len(probes[2].ids) == 48
+
+
+def test_reproduction_finds_where_a_rerun_leaves_the_committed_log():
+    from gptviz.snapshots import logged_losses, reproduction
+    committed = logged_losses("step    20/1000 loss 7.6127 lr 2e-4\nstep    40/1000 loss 7.5499 val 1\n"
+                              "step    60/1000 loss 7.5065 lr\n")
+    assert committed == {20: 7.6127, 40: 7.5499, 60: 7.5065}
+    same = reproduction(dict(committed), committed)
+    assert same == {"steps": 3, "exact_until": 60, "max_diff": 0.0}
+    drifted = reproduction({20: 7.6127, 40: 7.5501, 60: 7.4065}, committed)
+    assert drifted["exact_until"] == 20 and drifted["max_diff"] == pytest.approx(0.1)
+
+
+def test_the_formation_section_states_what_the_snapshots_hold():
+    from gptviz.snapshots import formation_section
+    snaps, _, _ = run(steps=2)
+    i = snaps.detector_index("induction")
+    base = snaps.scores[0]
+    snaps.steps = [1, 10, 20, 30]
+    snaps.train_loss = [7.0, 6.9, 4.0, 3.0]
+    snaps.scores = [base * 0 + v for v in (0.05, 0.08, 0.6, 0.9)]
+    snaps.scores[2][i, 1, 0] = 0.65
+    text = formation_section(snaps, {"steps": 3, "exact_until": 20, "max_diff": 0.01})
+    assert "| last snapshot with the best induction score below 0.1 | 10 | 0.080 |" in text
+    assert "| first snapshot above 0.8 | 30 | 0.900 |" in text
+    assert "induction: L1H0 at step 20" in text and "through step 20" in text and "0.0100 nats" in text

@@ -87,7 +87,7 @@ def heads_row(found: dict[str, Snapshots], detector: str, probe: int, step: int,
         line, best = best_head_line(snaps, detector, step)
         with slot.container():
             st.markdown(f"**{wiring}**, {line}")
-            show_figure(ft.heads_at(snaps, step, probe, selected=best, width_px=620), key=K.per_item(key, wiring))
+            show_figure(ft.heads_at(snaps, step, probe, selected=best, width_px=480), key=K.per_item(key, wiring))
 
 
 def play(found: dict[str, Snapshots], detector: str, probe: int, start: int) -> None:
@@ -99,7 +99,7 @@ def play(found: dict[str, Snapshots], detector: str, probe: int, start: int) -> 
             line, best = best_head_line(snaps, detector, s)
             with slot.container():
                 st.markdown(f"**{wiring}**, {line}")
-                st.plotly_chart(ft.heads_at(snaps, s, probe, selected=best, width_px=620), key=K.per_item(K.TL_FRAME, wiring, s))
+                st.plotly_chart(ft.heads_at(snaps, s, probe, selected=best, width_px=480), key=K.per_item(K.TL_FRAME, wiring, s))
         time.sleep(1 / PLAY_FPS)
     state[K.TL_PLAYED] = steps[-1]
 

@@ -79,3 +79,21 @@ def test_the_growth_run_is_read_while_it_trains():
         assert snaps.steps == [1, 4, 8, 12]
         assert snaps.score_array().shape == (4, 4, 2, 4)
         assert all(len(p.ids) <= 16 for p in snaps.probes)
+
+
+def test_the_grow_tab_starts_a_run_and_draws_its_snapshots(monkeypatch):
+    from gptviz import training_jobs
+    from gptviz.app import jobs
+    for key, value in dict(steps=8, d_model=32, block=16, batch=4, snapshot_every=4).items():
+        monkeypatch.setitem(training_jobs.GROWTH, key, value)
+    at = run_page("timeline")
+    at.button(key=K.TL_GROW_START).click().run()
+    assert not at.exception, at.exception
+    job = jobs.training_registry().get(at.session_state[K.TL_GROW_JOB])
+    assert job is not None and job.wait(120) and job.status == "done", job.error
+    at.run()
+    snaps = job.snapshots["pre"]
+    assert snaps.steps == [1, 4, 8]
+    best = snaps.score_array()[-1, snaps.detector_index("induction")].max()
+    assert any(f"best induction head" in m.value and f"{best:.2f}" in m.value for m in at.markdown)
+    assert any("not yet 0.5" in c.value or "reached 0.5" in c.value for c in at.caption)

@@ -69,7 +69,7 @@ def test_a_step_between_snapshots_shows_the_last_one_before_it(shipped):
 def test_the_growth_run_is_read_while_it_trains():
     """A few steps of the scenario at a tiny size: the job's snapshots fill in while it runs, in the file format's
     structure, and the tab draws them."""
-    spec = induction_growth_spec(("pre", "post"), seed=0, steps=12, d_model=32, block=16, batch=4,
+    spec = induction_growth_spec(("pre", "post"), seed=0, steps=12, layers=2, d_model=32, block=16, batch=4,
                                  snapshot_every=4)
     registry = JobRegistry(max_running=1)
     job = registry.start(spec)
@@ -84,7 +84,7 @@ def test_the_growth_run_is_read_while_it_trains():
 def test_the_grow_tab_starts_a_run_and_draws_its_snapshots(monkeypatch):
     from gptviz import training_jobs
     from gptviz.app import jobs
-    for key, value in dict(steps=8, d_model=32, block=16, batch=4, snapshot_every=4).items():
+    for key, value in dict(steps=8, layers=2, d_model=32, block=16, batch=4, snapshot_every=4).items():
         monkeypatch.setitem(training_jobs.GROWTH, key, value)
     at = run_page("timeline")
     at.button(key=K.TL_GROW_START).click().run()

@@ -191,7 +191,7 @@ def _band(x, mean, sd, color: str, name: str, showlegend: bool, group: str) -> l
     """A line with a shaded mean ± sd band."""
     mean, sd = np.asarray(mean, float), np.asarray(sd, float)
     lo, hi = np.clip(mean - sd, 1e-12, None), mean + sd
-    return [go.Scatter(x=list(x) + list(x)[::-1], y=list(hi) + list(lo[::-1]), fill="toself", fillcolor=color,
+    return [go.Scatter(x=list(x) + list(x)[::-1], y=list(hi) + list(lo[::-1]), fill="toself", fillcolor=color, mode="lines",
                        opacity=0.18, line=dict(width=0), hoverinfo="skip", showlegend=False, legendgroup=group),
             go.Scatter(x=list(x), y=mean, mode="lines+markers", name=name, line=dict(color=color, width=2.5),
                        marker=dict(size=5), showlegend=showlegend, legendgroup=group, customdata=sd,
@@ -232,7 +232,7 @@ def stage_history(runs: dict[str, list[dict]], boundaries: list[tuple[int, str]]
     boundaries, and a marker where each run's heads formed ({run: {"previous-token": step, ...}})."""
     fig = go.Figure()
     colors = {n: WIRING_COLORS["pre" if "pre" in n else "post"] for n in runs}
-    for name, records in runs.items():
+    for j, (name, records) in enumerate(runs.items()):
         train = [(r["step"], r["train_loss"]) for r in records]
         val = [(r["step"], r[key]) for r in records if r.get(key) is not None]
         fig.add_trace(go.Scatter(x=[s for s, _ in train], y=[v for _, v in train], mode="lines", name=f"{name}: train",
@@ -242,7 +242,7 @@ def stage_history(runs: dict[str, list[dict]], boundaries: list[tuple[int, str]]
         for i, (what, step) in enumerate(formed.get(name, {}).items()):
             if step is None:
                 continue
-            fig.add_trace(go.Scatter(x=[step], y=[0.5 + 0.9 * i], mode="markers+text", text=[f"{what} ({name})"],
+            fig.add_trace(go.Scatter(x=[step], y=[0.5 + 0.7 * (len(runs) * i + j)], mode="markers+text", text=[f"{what} ({name})"],
                                      textposition="middle right", marker=dict(symbol="triangle-up", size=12,
                                                                               color=colors[name]),
                                      showlegend=False, hovertemplate=f"{what}, {name}: step %{{x}}<extra></extra>"))

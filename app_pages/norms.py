@@ -12,7 +12,7 @@ import pandas as pd
 import streamlit as st
 import torch
 
-from gptviz import PRESETS, GPTConfig, analysis, limits, memory, weights, wiring
+from gptviz import PRESETS, GPTConfig, analysis, limits, memory, training_log, weights, wiring, xiong
 from gptviz.analysis import bigram_baseline
 from gptviz.app import display, models, sidebar
 from gptviz.app import keys as K
@@ -33,7 +33,7 @@ GRADIENT_VIEWS = {"ffn": "FFN weight matrices (what Xiong et al. plot)", "block"
 SWEEP_DEPTHS = (1, 2, 4, 8, 16, 24, 32, 48)
 INITS = {"gpt2": "GPT-2 (normal 0.02)", "xavier": "Xavier (Xiong et al.)"}
 VERDICTS = {True: ":green[:material/check_circle: agrees]", False: ":red[:material/cancel: not seen here]"}
-TABS = ("Same weights, two wirings", "Trained twins")
+TABS = ("Same weights, two wirings", "The paper's setting", "Trained twins")
 
 state = st.session_state
 
@@ -674,6 +674,7 @@ def trained_twins_section() -> None:
     recipe_note(bundled, names)
     histories = {norm: wiring.load_history(bundled[name]) for norm, name in names.items()}
     loss_curves_section(twins, names, histories)
+    whole_history_section(bundled, names)
     tw = load_twins(names)
     if tw is None:
         return
@@ -684,12 +685,153 @@ def trained_twins_section() -> None:
     twins_generation(tw)
 
 
+# ---- section 3: the paper's setting, and the twins' whole history ----------------------------------------------
+
+PAPER_BASE = "small-4l"    # the vocabulary, activation and MLP ratio of the bundled twins; shape from xiong.PAPER
+HEAD_THRESHOLDS = {"previous-token": ("prev_token", 0.3), "induction": ("induction", 0.5)}
+PAPER_NOTE = (
+    "Xiong et al. (2020) measured a translation Transformer (d_model 512, 6 layers, Xavier init) and plotted each "
+    "layer's FFN gradient norm averaged over data. Here: a decoder-only GPT, 6 layers, d_model {width} (their 512 "
+    "makes each pass several seconds on a 2-core CPU), {heads} heads, {samples} of Tiny Shakespeare. Both wirings keep "
+    "a final LayerNorm (their post-LN has none). The band is ± one standard deviation over the samples. Each verdict "
+    "is computed from the means with the rule shown; nothing here is written in advance.")
+
+
+@st.cache_data(max_entries=6, show_spinner=False)
+def paper_gradients(init: str, input_scale: str) -> xiong.FFNGradients:
+    from gptviz.training_jobs import corpus_tokens
+    return xiong.measure_ffn_gradients(xiong.ProbeSetting(init=init, input_scale=input_scale), PRESETS[PAPER_BASE],
+                                       corpus_tokens())
+
+
+@st.cache_data(max_entries=4, show_spinner=False)
+def paper_scaling(init: str, input_scale: str, matrix: str) -> xiong.DepthScaling:
+    from gptviz.training_jobs import corpus_tokens
+    return xiong.depth_scaling(xiong.ProbeSetting(init=init, input_scale=input_scale), PRESETS[PAPER_BASE],
+                               corpus_tokens(), xiong.PAPER_DEPTHS, matrix)
+
+
+@st.cache_data(max_entries=2, show_spinner=False)
+def twins_gradients(pre: str, post: str) -> xiong.FFNGradients:
+    from gptviz.training_jobs import corpus_tokens
+    loaded = {n: models.load_model(models.ModelSpec(K.SOURCE_BUNDLED, name, n)) for n, name in
+              (("pre", pre), ("post", post))}
+    return xiong.trained_ffn_gradients(loaded, corpus_tokens(), xiong.PAPER)
+
+
+def paper_measurements(input_scale: str, matrix: str) -> dict | None:
+    """{setting title: FFNGradients} and the Xavier depth scaling, measured (or cached) in a status box."""
+    out = {}
+    with st.status("Measuring the FFN gradients at initialisation…", expanded=False) as status:
+        try:
+            out["Xavier init (the paper)"] = paper_gradients("xavier", input_scale)
+            st.write("Xavier done; the depth scaling next.")
+            scaling = paper_scaling("xavier", input_scale, matrix)
+            out["GPT-2 init"] = paper_gradients("gpt2", input_scale)
+            pairs = wiring.trained_twins(list(weights.bundled_models()))
+            if pairs:
+                out[f"trained twins ({pairs[0].stem})"] = twins_gradients(pairs[0].pre, pairs[0].post)
+        except (ValueError, RuntimeError, MemoryError, OSError) as err:
+            status.update(label="The measurement failed", state="error")
+            st.error(f"Could not measure: {err}")
+            return None
+        status.update(label=f"Measured: {', '.join(out)}", state="complete")
+    return {"grads": out, "scaling": scaling}
+
+
+def claim_lines(results: dict, matrix: str) -> list[str]:
+    """The checklist: each claim reproduced at the paper's setting, or not, with what else was tried."""
+    grads = results["grads"]
+    title = next(iter(grads))
+    verdicts = {name: {c.key: c for c in xiong.check_claims(g, matrix, results["scaling"] if name == title else None)}
+                for name, g in grads.items()}
+    lines = []
+    for claim in verdicts[title].values():
+        if claim.reproduced:
+            lines.append(f"- :green[:material/check_circle: reproduced]: {claim.text}. Measured: {claim.measured}.")
+            continue
+        tried = "; ".join(f"{name}: {v[claim.key].measured}" for name, v in verdicts.items()
+                          if name != title and claim.key in v)
+        lines.append(f"- :red[:material/cancel: not reproduced]: {claim.text}. Measured: {claim.measured}."
+                     + (f" Also tried: {tried}." if tried else ""))
+    rules = {c.threshold for v in verdicts.values() for c in v.values()}
+    return lines + [f"\nRules: {'; '.join(sorted(rules))}."]
+
+
+def paper_section() -> None:
+    st.caption("Xiong et al.'s claims, checked at their own setting: Xavier init, at initialisation, averaged over "
+               "seeds and batches of real text; then GPT-2's init and the trained twins beside it.")
+    c = st.columns([1, 2, 2])
+    matrix = c[0].radio("Matrix", list(xiong.MATRICES), key=K.NORMS_PAPER_MATRIX, horizontal=True,
+                        help="W1: the FFN's first matrix (d → 4d, mlp.c_fc); W2: its second (4d → d, mlp.c_proj), "
+                             "the one Theorem 1 bounds.", index=1)
+    scale = c[1].selectbox("Input", list(xiong.INPUT_SCALES), format_func=xiong.INPUT_SCALES.get,
+                           key=K.NORMS_PAPER_SCALE)
+    deepest = xiong.PAPER.config(PRESETS[PAPER_BASE], max(xiong.PAPER_DEPTHS))
+    if not fits_the_server(deepest, f"The depth scaling's deepest model ({max(xiong.PAPER_DEPTHS)} layers)"):
+        return
+    if c[2].button("Measure (about a minute on a 2-core CPU)", key=K.NORMS_PAPER_RUN, type="primary"):
+        state[K.NORMS_PAPER_ON] = True
+    if not state.get(K.NORMS_PAPER_ON):
+        return
+    results = paper_measurements(scale, matrix)
+    if results is None:
+        return
+    grads = results["grads"]
+    st.markdown(f"**FFN {matrix} gradient norm per layer at initialisation, mean ± sd**")
+    display.show_figure(fig_norms.ffn_profiles(
+        {name: {n: (g.mean(n, matrix), g.sd(n, matrix)) for n in ("pre", "post")} for name, g in grads.items()},
+        f"‖∂loss/∂{matrix}‖"), key=K.NORMS_PAPER_FIG)
+    st.markdown("**Against Xiong et al. (2020)**")
+    st.markdown("\n".join(claim_lines(results, matrix)))
+    sc = results["scaling"]
+    st.markdown(f"**The last layer's {matrix} gradient against depth (Xavier init)**")
+    display.show_figure(fig_norms.depth_bands(sc.depths, sc.mean, sc.sd, {n: sc.exponent(n) for n in ("pre", "post")},
+                                              f"last layer ‖∂loss/∂{matrix}‖"), key=K.NORMS_PAPER_DEPTH_FIG)
+    with st.expander("The setting, and how it differs from the paper's"):
+        first = next(iter(grads.values()))
+        st.markdown(PAPER_NOTE.format(width=xiong.PAPER.width, heads=xiong.PAPER.n_heads, samples=first.samples))
+
+
+def formed_at(stages: list) -> dict[str, int | None]:
+    return {what: training_log.first_crossing(stages, key, threshold)
+            for what, (key, threshold) in HEAD_THRESHOLDS.items()}
+
+
+def whole_history_section(bundled: dict, names: dict[str, str]) -> None:
+    """Both twins' logged losses over every training stage, the stage boundaries, and where their heads formed."""
+    logs = {norm: training_log.read_train_log(bundled[name]) for norm, name in names.items()}
+    if not all(logs.values()):
+        return
+    st.subheader("The whole training history")
+    formed = {f"{norm}-norm": formed_at(stages) for norm, stages in logs.items()}
+    boundaries = [(s.start, f"stage {s.number}") for s in logs["pre"]]
+    st.caption("Every stage of both runs from their train.log (the curves above are the last stage only); the "
+               "triangles mark the first logged step where the best head's score reached its threshold.")
+    display.show_figure(fig_norms.stage_history(
+        {f"{n}-norm": [r for s in stages for r in s.records] for n, stages in logs.items()}, boundaries, formed),
+        key=K.TWINS_HISTORY_FIG)
+    rows = {f"{n} (threshold {t})": {run: (f"step {step:,}" if step is not None else "not reached")
+                                      for run, step in ((r, formed[r][n]) for r in formed)}
+            for n, (_, t) in HEAD_THRESHOLDS.items()}
+    st.table(rows)
+    with st.expander("What the stages were and how the scores are logged"):
+        for norm, stages in logs.items():
+            st.markdown(f"**{names[norm]}**: " + "; ".join(f"stage {s.number} (steps {s.start + 1:,}–{s.end:,}): "
+                                                           f"{s.title}" for s in stages))
+        st.caption("prev: the best head's previous-token score on held-out text (chance about 0.03 at these "
+                   "lengths); ind: the best head's induction score on one repeated random sequence (chance 0.014). "
+                   "Logged at evaluation steps only, so a head formed somewhere between the marked step and the "
+                   "evaluation before it.")
+
 def main() -> None:
     st.title("Pre-norm vs post-norm")
     st.caption(INTRO)
-    tab1, tab2 = st.tabs(list(TABS))
+    tab1, tab_paper, tab2 = st.tabs(list(TABS))
     with tab1:
         same_weights_section()
+    with tab_paper:
+        paper_section()
     with tab2:
         trained_twins_section()
 

@@ -7,16 +7,17 @@ from dataclasses import dataclass
 
 import streamlit as st
 
-from gptviz import PRESETS, limits
+from gptviz import PRESETS, limits, warmup
 from gptviz.app import display, jobs, sidebar
 from gptviz.app import keys as K
 from gptviz.config import ConfigError
+from gptviz.figures import norms as fig_norms
 from gptviz.figures import training as fig_train
 from gptviz.generate import generate
 from gptviz.params import total_params
 from gptviz.tokenizer import decode
 from gptviz.train import TrainSettings
-from gptviz.training_jobs import FAILED, STOPPED, Job, JobRegistry, JobSnapshot, JobSpec
+from gptviz.training_jobs import FAILED, STOPPED, Job, JobRegistry, JobSnapshot, JobSpec, start_warmup
 
 state = st.session_state
 VOCAB = PRESETS["tiny"].vocab_size
@@ -304,6 +305,68 @@ def finished_run(job: Job) -> None:
     samples(job)
 
 
+# ---- the warmup scenario ------------------------------------------------------------------------------------------
+
+WARMUP_COLORS = {"post-norm, no warmup": "#d62728", "post-norm, warmup": "#ff9896", "pre-norm, no warmup": "#1f77b4"}
+
+
+def start_warmup_run(registry: JobRegistry, scenario: warmup.Scenario) -> None:
+    owner = jobs.session_id()
+    try:
+        job = start_warmup(registry, scenario, owner=owner, alive=lambda: jobs.session_alive(owner),
+                           address=jobs.client_address())
+    except RuntimeError as err:  # JobLimitError: the same per-visitor and per-server limits as any run
+        st.warning(str(err))
+    else:
+        state[K.TRAIN_WARMUP_JOB] = job.id
+
+
+def warmup_view(job: Job, live_at_start: bool) -> None:
+    """Progress, Stop, the loss bands and the per-layer FFN gradients, and the measured outcome; redrawn while live."""
+    snap = job.snapshot()
+    if live_at_start and snap.finished:
+        st.rerun()
+    if snap.status == FAILED:
+        st.error(f"The scenario failed: {snap.error}")
+        return
+    c = st.columns([4, 1])
+    c[0].progress(min(1.0, snap.fraction), text=f"{snap.status.capitalize()}: step {snap.steps_done} of "
+                                                f"{snap.total_steps} ({len(snap.logs)} runs) · {snap.elapsed_s:.0f} s · "
+                                                f"ETA {snap.eta}")
+    if not snap.finished:
+        c[1].button("Stop", key=K.TRAIN_WARMUP_STOP, on_click=job.request_stop, width="stretch")
+    logs = {name: records[:snap.steps_done] for name, records in snap.logs.items()}
+    if snap.steps_done < 2 or len(logs) < len(job.scenario.run_names()):
+        return
+    out = warmup.outcome(logs)
+    if out is not None:
+        verdict = (f"Post-norm {'needed' if out.post_needs_warmup else 'did not clearly need'} warmup here; pre-norm "
+                   f"{'did fine' if out.pre_fine_without else 'did worse'} without it.")
+        st.markdown(f"**{out.sentence}** {verdict}", help=f"Rule: {out.rule}.")
+    display.show_figure(fig_norms.warmup_losses({arm: warmup.mean_band(logs, arm) for arm in warmup.ARMS},
+                                                WARMUP_COLORS), key=K.TRAIN_WARMUP_LOSS_FIG)
+    st.caption("Each layer's FFN gradient norm (W1 and W2 together) per step, mean over seeds:")
+    display.show_figure(fig_norms.warmup_grads({arm: warmup.ffn_grad_grid(logs, arm) for arm in warmup.ARMS}),
+                        key=K.TRAIN_WARMUP_GRAD_FIG)
+
+
+def warmup_scenario(registry: JobRegistry) -> None:
+    """Does post-norm need warmup and pre-norm not? Nine small runs in the background, the outcome computed."""
+    scenario = warmup.Scenario()
+    with st.expander("Warmup: does post-norm need it, and pre-norm not?", expanded=bool(state.get(K.TRAIN_WARMUP_JOB))):
+        st.caption(f"{scenario.layers} layers, d_model {scenario.width}, {scenario.init} init, peak lr {scenario.lr:g}, "
+                   f"no clipping, {scenario.steps} steps of {scenario.batch_size}×{scenario.block} tokens: post-norm "
+                   f"without warmup, post-norm with {scenario.warmup} warmup steps and pre-norm without, each from the "
+                   f"same weights on the same batches, for {scenario.seeds} seeds (a few minutes on a 2-core CPU).")
+        st.button("Run the warmup scenario", key=K.TRAIN_WARMUP_RUN, on_click=start_warmup_run,
+                  args=(registry, scenario))
+        job = registry.get(state.get(K.TRAIN_WARMUP_JOB))
+        if job is None:
+            return
+        live = not job.finished
+        st.fragment(warmup_view, run_every=1.5 if live else None)(job, live)
+
+
 # ---- the page ----------------------------------------------------------------------------------------------------
 
 def main() -> None:
@@ -324,6 +387,7 @@ def main() -> None:
         spec = checked_spec(form)
         if submitted and spec is not None:
             start_run(registry, spec)
+    warmup_scenario(registry)  # its own expander, below the form
     with results_box:
         run_results(registry)
 

@@ -259,11 +259,12 @@ class JobRegistry:
         self._ids = itertools.count(1)
 
     def start(self, spec: JobSpec, tokens: torch.Tensor | None = None, owner: str | None = None,
-              alive: Callable[[], bool] | None = None, address: str = "") -> Job:
+              alive: Callable[[], bool] | None = None, address: str = "", job_type: type[Job] | None = None) -> Job:
         """Start a job in a background thread and return it at once. JobLimitError, before anything starts,
         when the run is larger than the token budget, when the server is already running max_running jobs, or
         when `owner` (a session) already runs per_owner, or when the server's memory (`accountant`) has no room
-        for it. The run stops by itself past max_seconds, and when `alive()` says its session is gone."""
+        for it. The run stops by itself past max_seconds, and when `alive()` says its session is gone.
+        `job_type`: a Job subclass with its own run (WarmupJob)."""
         size = job_tokens(spec)
         if self.max_tokens is not None and size > self.max_tokens:
             raise JobLimitError(f"this run would train on {size:,} tokens; this server allows {self.max_tokens:,} "
@@ -284,7 +285,7 @@ class JobRegistry:
                                     f"{'s' if len(same_address) > 1 else ''} going (the limit is {self.per_address}, "
                                     "so one visitor's tabs cannot take every slot); stop one or wait for it to finish")
             reservation = self._reserve(spec)  # under the lock: no run starts unaccounted beside this one
-            job = Job(f"run{next(self._ids)}", spec, owner=owner, max_seconds=self.max_seconds, alive=alive,
+            job = (job_type or Job)(f"run{next(self._ids)}", spec, owner=owner, max_seconds=self.max_seconds, alive=alive,
                       address=address, reservation=reservation)
             self._jobs[job.id] = job
             self._prune()
@@ -359,3 +360,49 @@ def induction_growth_spec(wirings=("pre",), seed: int = 0, init: str = "gpt2", *
     label = (f"grow an induction head: {g['layers']}L d{g['d_model']} {g['heads']}h, {', '.join(wirings)}-norm, "
              f"copy-only windows of {g['block']}, lr {g['lr']:g}, seed {seed}")
     return JobSpec(configs, settings, init, label, snapshot_every=g["snapshot_every"])
+
+
+@dataclass
+class WarmupJob(Job):
+    """The warmup scenario (gptviz.warmup) as a background run: its spec's configs are one per arm and seed (so
+    the token budget and the progress count every run), and `scenario` says what to train. No model is kept."""
+    scenario: "object" = None
+
+    def run(self, tokens: torch.Tensor | None = None) -> None:
+        from .warmup import run_scenario
+        try:
+            self._set(status=LOADING)
+            tokens = corpus_tokens() if tokens is None else tokens
+            self._set(status=RUNNING, started_s=time.perf_counter())
+            run_scenario(self.scenario, tokens, on_step=self._on_record, should_stop=self._should_stop)
+            self._set(status=STOPPED if self._stop.is_set() else DONE, finished_s=time.perf_counter())
+        except Exception as err:  # a background thread has no one to raise to: record it for the page
+            self._set(status=FAILED, error=f"{type(err).__name__}: {err}", finished_s=time.perf_counter())
+        finally:
+            if self.reservation is not None:  # the memory reserved at start (gptviz.memory), as Job.run does
+                self.reservation.release()
+
+    def _on_record(self, name: str, record: dict) -> None:
+        with self._lock:
+            self._logs.setdefault(name, []).append(record)
+
+
+def warmup_spec(scenario) -> JobSpec:
+    """The JobSpec a WarmupJob runs under: one config per arm and seed, the steps, batch and block it trains."""
+    from .warmup import ARMS, split_name
+    configs = {name: scenario.config(ARMS[split_name(name)[0]][0]) for name in scenario.run_names()}
+    settings = TrainSettings(steps=scenario.steps, batch_size=scenario.batch_size, block_size=scenario.block,
+                             lr=scenario.lr, warmup=scenario.warmup, grad_clip=0.0)
+    return JobSpec(configs, settings, scenario.init, scenario.label)
+
+
+def start_warmup(registry: JobRegistry, scenario, tokens: torch.Tensor | None = None, **kwargs) -> Job:
+    """Start the warmup scenario under the registry's limits (JobLimitError as for any run)."""
+    job = registry.start(warmup_spec(scenario), tokens, job_type=_bound_warmup(scenario), **kwargs)
+    return job
+
+
+def _bound_warmup(scenario) -> type[Job]:
+    def make(*args, **kwargs) -> Job:
+        return WarmupJob(*args, scenario=scenario, **kwargs)
+    return make

@@ -306,3 +306,17 @@ def per_item(prefix: str, *parts) -> str:
     """A widget key for one of several alike widgets (a run's download button, a norm's block diagram)."""
     return "_".join([prefix, *map(str, parts)])
 
+# the Norms page's reproduction of Xiong et al. and the twins' whole history
+NORMS_PAPER_RUN = "norms_paper_run"
+NORMS_PAPER_ON = "norms_paper_on"
+NORMS_PAPER_MATRIX = "norms_paper_matrix"
+NORMS_PAPER_SCALE = "norms_paper_scale"
+NORMS_PAPER_FIG = "norms_paper_fig"
+NORMS_PAPER_DEPTH_FIG = "norms_paper_depth_fig"
+TWINS_HISTORY_FIG = "twins_history_fig"
+# the Train page's warmup scenario
+TRAIN_WARMUP_RUN = "train_warmup_run"
+TRAIN_WARMUP_JOB = "train_warmup_job"
+TRAIN_WARMUP_LOSS_FIG = "train_warmup_loss_fig"
+TRAIN_WARMUP_GRAD_FIG = "train_warmup_grad_fig"
+TRAIN_WARMUP_STOP = "train_warmup_stop"

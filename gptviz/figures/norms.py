@@ -185,3 +185,99 @@ def depth_sweep(sweep: dict[str, np.ndarray], what: str, exponents: dict[str, fl
     # two lines: in a half-width column one line of title ran off the figure's edge
     return apply_layout(fig, f"Last layer's gradient norm ({what})<br>as the model gets deeper", height=440,
                         legend=dict(orientation="h", yanchor="top", y=-0.2, x=0))
+
+
+def _band(x, mean, sd, color: str, name: str, showlegend: bool, group: str) -> list[go.Scatter]:
+    """A line with a shaded mean ± sd band."""
+    mean, sd = np.asarray(mean, float), np.asarray(sd, float)
+    lo, hi = np.clip(mean - sd, 1e-12, None), mean + sd
+    return [go.Scatter(x=list(x) + list(x)[::-1], y=list(hi) + list(lo[::-1]), fill="toself", fillcolor=color, mode="lines",
+                       opacity=0.18, line=dict(width=0), hoverinfo="skip", showlegend=False, legendgroup=group),
+            go.Scatter(x=list(x), y=mean, mode="lines+markers", name=name, line=dict(color=color, width=2.5),
+                       marker=dict(size=5), showlegend=showlegend, legendgroup=group, customdata=sd,
+                       hovertemplate=f"{name}<br>%{{x}}: %{{y:.4g}} ± %{{customdata:.2g}}<extra></extra>")]
+
+
+def ffn_profiles(panels: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]], what: str = "FFN gradient norm"
+                 ) -> go.Figure:
+    """One panel per setting: each wiring's per-layer mean with a ± sd band ({title: {"pre"/"post": (mean, sd)}})."""
+    fig = make_subplots(rows=1, cols=len(panels), subplot_titles=list(panels), horizontal_spacing=0.07)
+    for col, (title, by_norm) in enumerate(panels.items(), start=1):
+        for norm, (mean, sd) in by_norm.items():
+            for trace in _band(_layers(len(mean)), mean, sd, WIRING_COLORS[norm], WIRING_NAMES[norm], col == 1, norm):
+                fig.add_trace(trace, row=1, col=col)
+        fig.update_xaxes(title_text="layer", dtick=1, row=1, col=col)
+        fig.update_yaxes(type="log", row=1, col=col)
+    fig.update_yaxes(title_text=what, row=1, col=1)
+    return apply_layout(fig, None, height=380, legend=dict(orientation="h", yanchor="top", y=-0.22, x=0))
+
+
+def depth_bands(depths, mean: dict[str, np.ndarray], sd: dict[str, np.ndarray], exponents: dict[str, float],
+                what: str) -> go.Figure:
+    fig = go.Figure()
+    for norm in ("pre", "post"):
+        for trace in _band(depths, mean[norm], sd[norm], WIRING_COLORS[norm],
+                           f"{WIRING_NAMES[norm]}: ∝ L^{exponents[norm]:+.2f}", True, norm):
+            fig.add_trace(trace)
+    ref = mean["pre"][0] * (np.asarray(depths, float) / depths[0]) ** -0.5
+    fig.add_trace(_reference(depths, ref, "L^(−1/2) from the first pre-norm point"))
+    fig.update_xaxes(type="log", title_text="layers L", tickvals=list(depths))
+    fig.update_yaxes(type="log", title_text=what)
+    return apply_layout(fig, None, height=340, legend=dict(orientation="h", yanchor="top", y=-0.25, x=0))
+
+
+def stage_history(runs: dict[str, list[dict]], boundaries: list[tuple[int, str]], formed: dict[str, dict[str, int]],
+                  key: str = "val_loss") -> go.Figure:
+    """Every stage's logged losses on one cumulative step axis ({run: records}), dotted lines at the stage
+    boundaries, and a marker where each run's heads formed ({run: {"previous-token": step, ...}})."""
+    fig = go.Figure()
+    colors = {n: WIRING_COLORS["pre" if "pre" in n else "post"] for n in runs}
+    for j, (name, records) in enumerate(runs.items()):
+        train = [(r["step"], r["train_loss"]) for r in records]
+        val = [(r["step"], r[key]) for r in records if r.get(key) is not None]
+        fig.add_trace(go.Scatter(x=[s for s, _ in train], y=[v for _, v in train], mode="lines", name=f"{name}: train",
+                                 line=dict(color=colors[name], width=1), opacity=0.45, legendgroup=name))
+        fig.add_trace(go.Scatter(x=[s for s, _ in val], y=[v for _, v in val], mode="lines+markers",
+                                 name=f"{name}: held-out", line=dict(color=colors[name], width=2.5), legendgroup=name))
+        for i, (what, step) in enumerate(formed.get(name, {}).items()):
+            if step is None:
+                continue
+            fig.add_trace(go.Scatter(x=[step], y=[0.5 + 0.7 * (len(runs) * i + j)], mode="markers+text", text=[f"{what} ({name})"],
+                                     textposition="middle right", marker=dict(symbol="triangle-up", size=12,
+                                                                              color=colors[name]),
+                                     showlegend=False, hovertemplate=f"{what}, {name}: step %{{x}}<extra></extra>"))
+    for step, label in boundaries:
+        fig.add_vline(x=step, line=dict(color="#888", dash="dot", width=1))
+        fig.add_annotation(x=step, y=1, yref="paper", text=label, showarrow=False, xanchor="left", yanchor="top",
+                           font=dict(size=11, color="#555"))
+    fig.update_xaxes(title_text="step (all stages)")
+    fig.update_yaxes(title_text="loss (nats/token)", rangemode="tozero")
+    return apply_layout(fig, None, height=420, legend=dict(orientation="h", yanchor="top", y=-0.18, x=0))
+
+
+def warmup_losses(bands: dict[str, tuple[np.ndarray, np.ndarray]], colors: dict[str, str]) -> go.Figure:
+    fig = go.Figure()
+    for arm, (mean, sd) in bands.items():
+        for trace in _band(np.arange(1, len(mean) + 1), mean, sd, colors[arm], arm, True, arm):
+            fig.add_trace(trace)
+    fig.update_xaxes(title_text="step")
+    fig.update_yaxes(title_text="training loss, mean ± sd over seeds")
+    return apply_layout(fig, None, height=360, legend=dict(orientation="h", yanchor="top", y=-0.22, x=0))
+
+
+def warmup_grads(grids: dict[str, np.ndarray]) -> go.Figure:
+    """Per arm, a heatmap of each layer's FFN gradient norm per step (log10; mean over seeds)."""
+    fig = make_subplots(rows=1, cols=len(grids), subplot_titles=list(grids), shared_yaxes=True,
+                        horizontal_spacing=0.04)
+    logs = {arm: np.log10(np.clip(g, 1e-12, None)) for arm, g in grids.items()}
+    lo = min(float(v.min()) for v in logs.values())
+    hi = max(float(v.max()) for v in logs.values())
+    for col, (arm, values) in enumerate(logs.items(), start=1):
+        fig.add_trace(go.Heatmap(z=values, x=np.arange(1, values.shape[1] + 1), y=_layers(values.shape[0]),
+                                 zmin=lo, zmax=hi, colorscale="Viridis", showscale=col == len(logs),
+                                 colorbar=dict(title="log10 |g|"),
+                                 hovertemplate=f"{arm}<br>step %{{x}}, layer %{{y}}: 10^%{{z:.2f}}<extra></extra>"),
+                      row=1, col=col)
+        fig.update_xaxes(title_text="step", row=1, col=col)
+    fig.update_yaxes(title_text="layer", row=1, col=1)
+    return apply_layout(fig, None, height=320)

@@ -1,0 +1,183 @@
+"""Warmup, the practical claim of Xiong et al. (2020): post-norm needs a learning-rate warmup, pre-norm does not.
+
+One scenario: a deep and narrow model trained from the same initial weights on the same batches three ways
+(post-norm without warmup, post-norm with warmup, pre-norm without warmup), for several initial-weight seeds, with
+the loss and each layer's FFN gradient norm recorded at every step. `outcome` reads the result: each arm's loss
+over the last steps as mean ± sd over the seeds, and whether the claim shows, by the thresholds it states.
+
+Runs are stepped in lockstep (every arm and seed takes step t before any takes t + 1), so a run stopped early still
+compares the arms at the same step. The training softmax is over the ids the training text uses (the Train page's
+cheaper loss, TrainSettings.corpus_vocab_steps), the same for every arm.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .config import PRESETS, GPTConfig
+from .model import GPT
+from .train import Trainer, TrainSettings, batches, split
+
+ARMS = {"post-norm, no warmup": ("post", False), "post-norm, warmup": ("post", True),
+        "pre-norm, no warmup": ("pre", False)}
+LAST = 10   # the outcome averages each run's loss over its last LAST steps (one batch's loss is noisy)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    layers: int = 12
+    width: int = 64
+    heads: int = 4
+    lr: float = 1e-2
+    warmup: int = 30
+    steps: int = 60
+    batch_size: int = 8
+    block: int = 32
+    seeds: int = 3
+    init: str = "xavier"
+
+    def __post_init__(self):
+        for name in ("layers", "width", "heads", "steps", "batch_size", "block", "seeds"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a whole number of at least 1, got {value!r}")
+        if not 0 < self.warmup < self.steps:
+            raise ValueError(f"warmup must be between 1 and steps - 1 ({self.steps - 1}), got {self.warmup}")
+        if not self.lr > 0:
+            raise ValueError(f"lr must be positive, got {self.lr!r}")
+
+    def config(self, norm: str) -> GPTConfig:
+        return PRESETS["tiny"].replace(n_layers=self.layers, d_model=self.width, n_heads=self.heads,
+                                       n_ctx=self.block, norm=norm, dropout=0.0,
+                                       name=f"warmup-{self.layers}L-d{self.width}-{norm}")
+
+    def settings(self, warmup: bool, seed: int) -> TrainSettings:
+        """No clipping (a spike goes through whole) and no weight decay: only the schedule differs between arms."""
+        return TrainSettings(steps=self.steps, batch_size=self.batch_size, block_size=self.block, lr=self.lr,
+                             warmup=self.warmup if warmup else 0, grad_clip=0.0, weight_decay=0.0,
+                             corpus_vocab_steps=self.steps, seed=seed, eval_every=self.steps)
+
+    def run_names(self) -> list[str]:
+        return [run_name(arm, seed) for seed in range(self.seeds) for arm in ARMS]
+
+    @property
+    def label(self) -> str:
+        return (f"warmup scenario: {self.layers}L d{self.width}, lr {self.lr:g}, warmup {self.warmup} of "
+                f"{self.steps} steps, {self.seeds} seeds, {self.init} init")
+
+
+def run_name(arm: str, seed: int) -> str:
+    return f"{arm} · seed {seed}"
+
+
+def split_name(name: str) -> tuple[str, int]:
+    arm, seed = name.rsplit(" · seed ", 1)
+    return arm, int(seed)
+
+
+def ffn_grad_per_layer(model: GPT) -> list[float]:
+    """The norm of each layer's FFN gradient (W^1 and W^2 together) as the last backward pass left it."""
+    out = []
+    for block in model.blocks:
+        sq = sum(float(p.grad.double().pow(2).sum()) for p in (block.mlp.c_fc.weight, block.mlp.c_proj.weight)
+                 if p.grad is not None)
+        out.append(sq ** 0.5)
+    return out
+
+
+def run_scenario(s: Scenario, tokens: torch.Tensor, on_step: Callable[[str, dict], None] | None = None,
+                 should_stop: Callable[[], bool] | None = None) -> dict[str, list[dict]]:
+    """Every arm for every seed, in lockstep on the same batches: {run name: [step records]}. A record holds step,
+    lr, train_loss, grad_norm (whole model) and ffn_grad (per layer)."""
+    train_tokens, _ = split(tokens, 0.1)
+    trainers = {}
+    for seed in range(s.seeds):
+        for arm, (norm, warm) in ARMS.items():
+            model = GPT(s.config(norm), init=s.init, seed=seed)   # the same weights for every arm of a seed
+            trainers[run_name(arm, seed)] = Trainer(model, s.settings(warm, seed), train_tokens)
+    data = batches(train_tokens, s.batch_size, s.block, torch.Generator().manual_seed(0))
+    logs: dict[str, list[dict]] = {name: [] for name in trainers}
+    for _ in range(s.steps):
+        if should_stop is not None and should_stop():
+            break
+        x, y = next(data)
+        for name, trainer in trainers.items():
+            log = trainer.step(x, y)
+            record = {"step": log.step, "lr": log.lr, "train_loss": log.train_loss, "grad_norm": log.grad_norm,
+                      "val_loss": None, "ffn_grad": ffn_grad_per_layer(trainer.model)}
+            logs[name].append(record)
+            if on_step is not None:
+                on_step(name, record)
+    return logs
+
+
+@dataclass
+class ArmOutcome:
+    arm: str
+    mean: float          # loss over the last LAST steps, averaged, then mean over seeds
+    sd: float            # sd over seeds
+    seeds: int
+
+
+@dataclass
+class Outcome:
+    step: int                        # the last step every run reached
+    arms: dict[str, ArmOutcome]
+    post_needs_warmup: bool          # post-norm without warmup above with warmup by more than both sds together
+    pre_fine_without: bool           # pre-norm without warmup no worse than post-norm with warmup, within that margin
+    sentence: str
+    rule: str
+
+
+def loss_matrix(logs: dict[str, list[dict]], arm: str, upto: int) -> np.ndarray:
+    """[seeds, upto] training losses of one arm."""
+    rows = [[r["train_loss"] for r in records[:upto]] for name, records in sorted(logs.items())
+            if split_name(name)[0] == arm]
+    return np.array(rows, float)
+
+
+def outcome(logs: dict[str, list[dict]]) -> Outcome | None:
+    """What the runs show, from their losses; None before every run has LAST steps."""
+    step = min((len(r) for r in logs.values()), default=0)
+    if step < LAST:
+        return None
+    arms = {}
+    for arm in ARMS:
+        tail = loss_matrix(logs, arm, step)[:, step - LAST:step].mean(1)
+        arms[arm] = ArmOutcome(arm, float(tail.mean()), float(tail.std(ddof=1)) if len(tail) > 1 else 0.0, len(tail))
+    cold, warm, pre = arms["post-norm, no warmup"], arms["post-norm, warmup"], arms["pre-norm, no warmup"]
+    needs = cold.mean - warm.mean > cold.sd + warm.sd
+    fine = pre.mean - warm.mean <= pre.sd + warm.sd
+    sentence = (f"Loss over steps {step - LAST + 1}–{step}, mean ± sd over {cold.seeds} seeds: post-norm without "
+                f"warmup {cold.mean:.3f} ± {cold.sd:.3f}; with warmup {warm.mean:.3f} ± {warm.sd:.3f}; pre-norm "
+                f"without warmup {pre.mean:.3f} ± {pre.sd:.3f}.")
+    rule = ("post-norm needs warmup when its no-warmup loss exceeds its warmup loss by more than the two sds "
+            "together; pre-norm does fine without when its loss is no more than post-norm-with-warmup's plus the "
+            "two sds together")
+    return Outcome(step, arms, needs, fine, sentence, rule)
+
+
+def mean_band(logs: dict[str, list[dict]], arm: str, key: str = "train_loss") -> tuple[np.ndarray, np.ndarray]:
+    """Per step: an arm's mean and sd over seeds of `key` (train_loss), up to the last step every seed reached."""
+    upto = min(len(r) for n, r in logs.items() if split_name(n)[0] == arm)
+    values = loss_matrix(logs, arm, upto) if key == "train_loss" else np.array(
+        [[r[key] for r in records[:upto]] for n, records in sorted(logs.items()) if split_name(n)[0] == arm])
+    sd = values.std(0, ddof=1) if values.shape[0] > 1 else np.zeros(upto)
+    return values.mean(0), sd
+
+
+def ffn_grad_grid(logs: dict[str, list[dict]], arm: str) -> np.ndarray:
+    """[layers, steps]: each layer's FFN gradient norm per step, mean over the arm's seeds."""
+    upto = min(len(r) for n, r in logs.items() if split_name(n)[0] == arm)
+    grids = [np.array([r["ffn_grad"] for r in records[:upto]]).T for n, records in sorted(logs.items())
+             if split_name(n)[0] == arm]
+    return np.mean(grids, 0)
+
+
+def timed_run(s: Scenario, tokens: torch.Tensor) -> tuple[dict[str, list[dict]], float]:
+    started = time.perf_counter()
+    return run_scenario(s, tokens), time.perf_counter() - started

@@ -1,0 +1,60 @@
+import numpy as np
+import pytest
+import torch
+
+from gptviz import warmup
+from gptviz.training_jobs import DONE, JobLimitError, JobRegistry, start_warmup
+
+SMALL = warmup.Scenario(layers=2, width=32, heads=2, lr=1e-2, warmup=4, steps=12, batch_size=2, block=8, seeds=2)
+TOKENS = torch.randint(0, 500, (4000,), generator=torch.Generator().manual_seed(0))
+
+
+@pytest.fixture(scope="module")
+def logs():
+    return warmup.run_scenario(SMALL, TOKENS)
+
+
+def test_runs_in_lockstep_from_the_same_weights(logs):
+    assert sorted(logs) == sorted(SMALL.run_names()) and len(logs) == 3 * SMALL.seeds
+    assert all(len(r) == SMALL.steps for r in logs.values())
+    for seed in range(SMALL.seeds):
+        cold = logs[warmup.run_name("post-norm, no warmup", seed)]
+        warm = logs[warmup.run_name("post-norm, warmup", seed)]
+        assert cold[0]["train_loss"] == warm[0]["train_loss"]          # same weights, same first batch
+        assert cold[0]["lr"] == SMALL.lr and warm[0]["lr"] == pytest.approx(SMALL.lr / SMALL.warmup)
+        assert cold[1]["train_loss"] != warm[1]["train_loss"]           # the schedule is what differs
+        assert len(cold[0]["ffn_grad"]) == SMALL.layers and all(g > 0 for g in cold[0]["ffn_grad"])
+
+
+def test_outcome_is_computed_from_the_losses(logs):
+    out = warmup.outcome(logs)
+    assert out.step == SMALL.steps
+    for arm in warmup.ARMS:
+        tails = [np.mean([r["train_loss"] for r in logs[warmup.run_name(arm, s)][-warmup.LAST:]])
+                 for s in range(SMALL.seeds)]
+        assert out.arms[arm].mean == pytest.approx(np.mean(tails))
+        assert out.arms[arm].sd == pytest.approx(np.std(tails, ddof=1))
+        assert f"{out.arms[arm].mean:.3f} ± {out.arms[arm].sd:.3f}" in out.sentence
+    cold, warm = out.arms["post-norm, no warmup"], out.arms["post-norm, warmup"]
+    assert out.post_needs_warmup == (cold.mean - warm.mean > cold.sd + warm.sd)
+    assert warmup.outcome({k: v[:3] for k, v in logs.items()}) is None
+    assert warmup.ffn_grad_grid(logs, "pre-norm, no warmup").shape == (SMALL.layers, SMALL.steps)
+
+
+def test_the_scenario_runs_as_a_bounded_job():
+    registry = JobRegistry(max_running=2, per_owner=1, max_tokens=10**6)
+    job = start_warmup(registry, SMALL, TOKENS, owner="a")
+    with pytest.raises(JobLimitError):
+        start_warmup(registry, SMALL, TOKENS, owner="a")
+    assert job.wait(120) and job.status == DONE, job.error
+    snap = job.snapshot()
+    assert snap.steps_done == SMALL.steps and set(snap.logs) == set(SMALL.run_names())
+    with pytest.raises(JobLimitError, match="tokens"):
+        start_warmup(JobRegistry(max_tokens=100), SMALL, TOKENS)
+
+
+def test_bad_scenarios():
+    with pytest.raises(ValueError, match="warmup"):
+        warmup.Scenario(warmup=0)
+    with pytest.raises(ValueError, match="layers"):
+        warmup.Scenario(layers=0)

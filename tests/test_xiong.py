@@ -1,0 +1,69 @@
+"""Xiong et al. at their setting: the per-layer FFN gradients, and every claim the Norms page marks as reproduced
+checked against the raw numbers (so the page cannot mark a claim it did not measure)."""
+import numpy as np
+import pytest
+import torch
+
+from gptviz import PRESETS, xiong
+from gptviz.training_jobs import corpus_tokens
+from gptviz.wiring import twin_models
+
+BASE = PRESETS["small-4l"]
+
+
+@pytest.fixture(scope="module")
+def paper():
+    torch.set_num_threads(2)
+    tokens = corpus_tokens()
+    grads = xiong.measure_ffn_gradients(xiong.PAPER, BASE, tokens)
+    scaling = xiong.depth_scaling(xiong.PAPER, BASE, tokens, xiong.PAPER_DEPTHS)
+    return tokens, grads, scaling
+
+
+def test_shapes_and_spread(paper):
+    _, grads, scaling = paper
+    s = xiong.PAPER
+    assert grads.norms["pre"].shape == (s.seeds * s.n_batches, s.depth, 2)
+    assert np.all(grads.sd("pre") > 0) and np.all(grads.mean("post", "W1") > 0)
+    assert list(scaling.depths) == sorted(xiong.PAPER_DEPTHS)
+    assert np.all(scaling.mean["pre"] > 0) and np.all(scaling.sd["post"] > 0)
+
+
+def test_one_gradient_against_backward(paper):
+    """ffn_grad_norms equals the norm of .grad after loss.backward() on a fresh model."""
+    tokens = paper[0]
+    x, y = xiong.text_batches(tokens, xiong.PAPER)[0]
+    model = twin_models(xiong.PAPER.config(BASE, 2), 0, "xavier")["post"]
+    got = xiong.ffn_grad_norms(model, x, y)
+    loss = torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten())
+    loss.backward()
+    want = [[float(b.mlp.c_fc.weight.grad.norm()), float(b.mlp.c_proj.weight.grad.norm())] for b in model.blocks]
+    np.testing.assert_allclose(got, want, rtol=1e-4)
+
+
+@pytest.mark.parametrize("matrix", list(xiong.MATRICES))
+def test_claims_marked_reproduced_hold_in_the_numbers(paper, matrix):
+    _, grads, scaling = paper
+    for claim in xiong.check_claims(grads, matrix, scaling):
+        pre, post = grads.mean("pre", matrix), grads.mean("post", matrix)
+        if claim.key == "post grows":
+            assert claim.reproduced == (post[-1] / post[0] > 1.25 and np.polyfit(np.arange(len(post)), np.log(post), 1)[0] * (len(post) - 1) > np.log(1.25))
+            if claim.reproduced:
+                assert post[-1] > post[0]
+        elif claim.key == "pre level":
+            if claim.reproduced:
+                assert 0.8 <= pre[-1] / pre[0] <= 1.25
+        else:
+            b = np.polyfit(np.log(scaling.depths), np.log(scaling.mean["pre"]), 1)[0]
+            assert claim.reproduced == (abs(b + 0.5) <= 0.15)
+            if claim.reproduced:
+                assert scaling.mean["pre"][-1] < scaling.mean["pre"][0]
+
+
+def test_unit_input_scale_changes_the_input_only():
+    model = twin_models(xiong.PAPER.config(BASE, 2), 0, "xavier")["pre"]
+    x = torch.randint(0, 1000, (1, 8))
+    y = torch.randint(0, 1000, (1, 8))
+    assert not np.allclose(xiong.ffn_grad_norms(model, x, y, "unit"), xiong.ffn_grad_norms(model, x, y, "model"))
+    with pytest.raises(ValueError, match="input_scale"):
+        xiong.ProbeSetting(input_scale="big")

@@ -215,8 +215,11 @@ class GPT(nn.Module):
         # (GPT-2 XL: 8.5 GB for 6.2 GB of weights).
         target = torch.get_default_device()
         with torch.device("meta"):
-            self.wte = nn.Embedding(config.vocab_size, config.d_model)
-            self.wpe = nn.Embedding(config.n_ctx, config.d_model)
+            # given their (meta) tensors, the embeddings skip their own normal_ init: that call on the meta
+            # device runs a Python reference kernel whose first use imports torch._dynamo (1-2 s of a cold start)
+            self.wte = nn.Embedding(config.vocab_size, config.d_model,
+                                    _weight=torch.empty(config.vocab_size, config.d_model))
+            self.wpe = nn.Embedding(config.n_ctx, config.d_model, _weight=torch.empty(config.n_ctx, config.d_model))
             self.hook_embed, self.hook_pos_embed = HookPoint(), HookPoint()
             self.drop = nn.Dropout(config.dropout)
             self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layers))
@@ -247,9 +250,13 @@ class GPT(nn.Module):
 
     def reset_parameters(self, init: str = "gpt2", seed: int | None = None) -> None:
         """GPT-2 init: normal(0, 0.02), residual output projections scaled by 1/sqrt(2 * n_layers).
-        "xavier": Xavier-uniform matrices (the scheme in Xiong et al. 2020), for comparison."""
-        if init not in ("gpt2", "xavier"):
-            raise ValueError(f"init must be 'gpt2' or 'xavier', got {init!r}")
+        "xavier": Xavier-uniform matrices (the scheme in Xiong et al. 2020), for comparison. "empty": none drawn."""
+        if init not in ("gpt2", "xavier", "empty"):
+            raise ValueError(f"init must be 'gpt2', 'xavier' or 'empty', got {init!r}")
+        # "empty": the memory as allocated, for weights loaded next (weights.load_checkpoint checks every tensor is
+        # there); drawing 1.5 billion numbers only to overwrite them cost seconds for GPT-2 XL.
+        if init == "empty" or self.device.type == "meta":  # no values to draw (and meta's normal_ would import torch._dynamo)
+            return
         # A seed draws from a private generator: the weights then depend on the seed alone, even while other
         # threads (Streamlit sessions, background training) draw from torch's global generator.
         gen = None

@@ -72,7 +72,7 @@ def test_same_weights_section_shows_measured_values_and_reruns_run_no_model():
     block = wiring.describe_gradients(stats["pre"].grad("block"), stats["post"].grad("block"))
     assert block.statements[0] in markdown_text(at)
     attn_fig = json.loads(at.get("plotly_chart")[2].proto.spec)
-    assert attn_fig["layout"]["title"]["text"] == "Layer 2, head 0"
+    assert attn_fig["layout"]["title"]["text"] == "Layer 2, head 0: pre-norm"  # the first of three figures
 
 
 @pytest.mark.slow

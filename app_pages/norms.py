@@ -618,8 +618,8 @@ def twins_attention(tw: LoadedTwins) -> dict | None:
     a[2].caption(f"Trained separately, the twins grew their heads in different places, so the pre-norm twin's layer "
                  f"{layer}, head {head} is shown beside the post-norm head that attends most like it: layer "
                  f"{match.b[0]}, head {match.b[1]} (pattern similarity {match.similarity:.2f}).")
-    show_attention_panels(pats["pre"], pats["post"], tw.labels, f"L{layer}H{head} / L{match.b[0]}H{match.b[1]}",
-                          K.TWINS_ATTN_FIG)
+    show_attention_panels(pats["pre"], pats["post"], tw.labels,
+                          f"Pre-norm L{layer}H{head} beside post-norm L{match.b[0]}H{match.b[1]}", K.TWINS_ATTN_FIG)
     with st.expander("Every head and its match"):
         matches_table(matches, scores, probe_length(cfg))
     return caps

@@ -231,10 +231,21 @@ class GPT(nn.Module):
             self.hook_logits = HookPoint()
         self.hook_names = name_hook_points(self)
         if target.type != "meta":
-            self.to_empty(device=target)  # strides kept: the [in, out] layout survives
-            if config.tie_weights:        # to_empty gives each module its own tensor: tie them again
+            self._allocate(target)        # strides kept: the [in, out] layout survives
+            if config.tie_weights:        # each module got its own tensor: tie them again
                 self.lm_head.weight = self.wte.weight
         self.reset_parameters(init, seed)
+
+    def _allocate(self, device: torch.device) -> None:
+        """nn.Module.to_empty's work, each meta tensor replaced by an uninitialised one of the same shape and strides
+        on `device`, through torch.empty_strided: to_empty's empty_like on a meta tensor runs Python reference
+        kernels whose first use imports sympy and torch's symbolic shapes (1.5 s of a cold start)."""
+        for module in self.modules():
+            for name, p in module.named_parameters(recurse=False):
+                fresh = torch.empty_strided(p.shape, p.stride(), dtype=p.dtype, device=device)
+                setattr(module, name, nn.Parameter(fresh, requires_grad=p.requires_grad))
+            for name, b in module.named_buffers(recurse=False):
+                module._buffers[name] = torch.empty_strided(b.shape, b.stride(), dtype=b.dtype, device=device)
 
     def _store_matrices_in_out(self) -> None:
         """Keep every matrix the forward pass multiplies by (nn.Linear's [out, in] weights, and the token

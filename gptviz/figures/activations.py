@@ -168,7 +168,7 @@ def logit_lens_heatmap(top_probs, top_labels: list[list[str]], position_labels: 
         colorscale=ATTENTION_SCALE,
         customdata=custom,
         text=lens_cell_text(top_labels, T), texttemplate="%{text}",  # textfont's size "auto": fits every cell
-        colorbar=dict(title="top prob.", tickformat=percent_format(float(z.max()))),
+        colorbar=dict(title="top prob.", tickformat=percent_format(float(z.max())), nticks=4),  # 5 rows: 4 ticks fit
         hovertemplate="%{customdata[0]}, position %{customdata[5]}: %{customdata[1]}<br>top next token: %{customdata[2]} "
                       "(%{z:.1%})<br>model's final prediction %{customdata[3]}: %{customdata[4]:.1%}"
                       "<extra></extra>"))

@@ -7,7 +7,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from .training import plain
-from .common import ATTENTION_SCALE, DIVERGING_SCALE, MASKED_COLOR, apply_layout, title_room, token_axis
+from .common import (ATTENTION_SCALE, DIVERGING_SCALE, MASKED_COLOR, apply_layout, title_room, token_axis,
+                     token_categories, token_category_axis)
 
 WIRING_COLORS = {"pre": "#1f77b4", "post": "#d62728"}
 WIRING_NAMES = {"pre": "pre-norm (GPT-2)", "post": "post-norm (GPT-1)"}
@@ -164,15 +165,17 @@ def attention_panels(pre: np.ndarray, post: np.ndarray, labels: list[str], title
     vmax = (float(np.nanmax(np.abs(diff))) if T > 1 and np.isfinite(diff).any() else 1.0) or 1e-6
     qs, ks = np.meshgrid(np.arange(T), np.arange(T), indexing="ij")
     custom = np.stack([np.array(labels, dtype=object)[qs], np.array(labels, dtype=object)[ks],
-                       _masked(pre), _masked(post)], axis=-1)
-    hover = ("query %{y} %{customdata[0]}<br>key %{x} %{customdata[1]}<br>pre %{customdata[2]:.3f}, "
-             "post %{customdata[3]:.3f}<extra></extra>")
-    axis = token_axis(labels, max_ticks=24)
+                       _masked(pre), _masked(post), qs, ks], axis=-1)
+    hover = ("query %{customdata[4]} %{customdata[0]}<br>key %{customdata[5]} %{customdata[1]}<br>pre "
+             "%{customdata[2]:.3f}, post %{customdata[3]:.3f}<extra></extra>")
+    # category axes thin their own labels to the width drawn (a phone's 100 px of heatmap)
+    names = token_categories(labels)
+    axis = token_category_axis(names)
     figures = []
     for name, z, scale, lo, hi, bar in (("pre-norm", _masked(pre), ATTENTION_SCALE, 0, 1, "weight"),
                                         ("post-norm", _masked(post), ATTENTION_SCALE, 0, 1, "weight"),
                                         ("post − pre", diff, DIVERGING_SCALE, -vmax, vmax, "post − pre")):
-        fig = go.Figure(go.Heatmap(z=z, x=list(range(T)), y=list(range(T)), colorscale=scale, zmin=lo, zmax=hi,
+        fig = go.Figure(go.Heatmap(z=z, x=names, y=names, colorscale=scale, zmin=lo, zmax=hi,
                                    customdata=custom, hovertemplate=hover, hoverongaps=False,
                                    colorbar=dict(title=dict(text=bar, side="top"), thickness=10, len=0.8)))
         fig.update_xaxes(**axis, tickangle=-60, title_text="key", showgrid=False, zeroline=False)

@@ -5,10 +5,12 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .common import DIVERGING_SCALE, apply_layout, escaped, title_room, token_axis, visible_length
+from .common import (DIVERGING_SCALE, apply_layout, escaped, title_room, token_axis, token_categories,
+                     token_category_axis, visible_length)
 
-# two short lines each: on a phone a panel is about 90 px wide, and one-line titles ran into each other
-PANEL_TITLES = ("token<br>embedding", "+ position<br>embedding", "= block 0<br>input")
+# short: on a phone a panel is about 50 px wide, and "token embedding", "+ position embedding" ran into each other
+# (the section's heading says it in full: "Token + position = what block 0 receives")
+PANEL_TITLES = ("token", "+ position", "= sum")
 
 
 def _np(x) -> np.ndarray:
@@ -37,7 +39,7 @@ def embedding_panels(tok_emb, pos_emb, resid_pre, labels: list[str], dims: range
     apply_layout(fig, height=max(320, min(900, 140 + 16 * T)),
                  coloraxis=dict(colorscale=DIVERGING_SCALE, cmin=-bound, cmax=bound, colorbar=dict(title="value")))
     fig.update_annotations(font_size=11)
-    fig.update_layout(margin=dict(t=title_room(2)))  # the panels' two-line titles, below the toolbar strip
+    fig.update_layout(margin=dict(t=title_room(1)))  # the panels' titles, below the toolbar strip
     return fig
 
 
@@ -56,10 +58,11 @@ def token_similarity(sim, labels: list[str], title: str = "Cosine similarity of 
         customdata=custom, colorbar=dict(title="cosine"),
         hovertemplate="position %{customdata[0]}: %{customdata[1]}<br>position %{customdata[2]}: %{customdata[3]}"
                       "<br>cosine %{z:.3f}<extra></extra>"))
-    # half the page wide: 20 angled labels fit across it; down, the plot keeps about 360 of its 520 px (title and
-    # angled labels take the rest), where 32 labels of 13 px touched (seen at 64 tokens) and 24 leave gaps
-    fig.update_xaxes(title_text="token", tickangle=-60, **token_axis(labels, max_ticks=20))
-    fig.update_yaxes(title_text="token", autorange="reversed", **token_axis(labels, max_ticks=24))
+    # category axes thin their own labels to the size drawn: an array of 20 labels piled up on a phone's 200 px
+    names = token_categories(labels)
+    fig.data[0].update(x=names, y=names)
+    fig.update_xaxes(title_text="token", tickangle=-60, **token_category_axis(names))
+    fig.update_yaxes(title_text="token", autorange="reversed", **token_category_axis(names))
     return apply_layout(fig, title=title, height=520)
 
 
@@ -78,7 +81,7 @@ def position_similarity(sim) -> go.Figure:
 
 # Label placement for the PCA's prompt tokens, in pixels of a plot this size (a desktop column; a phone's is smaller
 # and hides more): Plotly's own "top center" text piled close tokens into one ("Butsoft").
-PCA_PLOT_PX = (640, 400)
+PCA_PLOT_PX = (640, 300)  # 520 px tall less a two-line title, the axis titles and the legend
 LABEL_FONT = 12
 LABEL_OFFSETS = ((0, 11), (0, -11), (1, 0), (-1, 0), (1, 11), (-1, 11), (1, -11), (-1, -11))  # (side, dy px)
 

@@ -203,7 +203,7 @@ def lens_tab(seen: Seen) -> None:
                "the model's real output. Each column predicts the token after its input token. Colours run "
                f"from 0 to {pct(lensed.top_probs.max().item())}, the largest probability here "
                f"(uniform guessing would give {pct(1 / cfg.vocab_size)})."
-               + (" Token names are written in the cells for short prompts; hover for the rest." if T > 24 else ""))
+               + (" Token names are written in the cells where they fit; hover for the rest." if T > 24 else ""))
     display.show_figure(figs.final_prediction_lines(lensed.target_probs, focus, pos_labels[focus],
                                                     target_labels[focus]), key=K.ACT_LENS_LINES)
     display.download_csv(pd.DataFrame({

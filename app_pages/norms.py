@@ -337,10 +337,17 @@ def attention_section(config: GPTConfig, ids: tuple[int, ...], pre: wiring.Wirin
                  f"a uniform row's, 100% = uniform), over all heads: pre-norm "
                  f"{wiring.relative_entropy(pre_pats).mean():.1%}, post-norm "
                  f"{wiring.relative_entropy(post_pats).mean():.1%}.")
-    display.show_figure(fig_norms.attention_pair(pre_pats[layer, head], post_pats[layer, head], labels,
-                                                 f"Layer {layer}, head {head}"), key=K.NORMS_ATTN_FIG)
+    show_attention_panels(pre_pats[layer, head], post_pats[layer, head], labels, f"Layer {layer}, head {head}",
+                          K.NORMS_ATTN_FIG)
     with st.expander("Distance between the wirings' attention, every layer and head", expanded=depth <= 12):
         display.show_figure(fig_norms.attention_distance(tv), key=K.NORMS_TV_FIG)
+
+
+def show_attention_panels(pre: np.ndarray, post: np.ndarray, labels: list[str], title: str, key: str) -> None:
+    """The two wirings' attention and their difference in three columns (a phone stacks them)."""
+    for i, (column, fig) in enumerate(zip(st.columns(3), fig_norms.attention_panels(pre, post, labels, title))):
+        with column:
+            display.show_figure(fig, key=K.per_item(key, i))
 
 
 def run_sweep(setup: Setup, ids: tuple[int, ...], depths: list[int], view: str) -> dict[str, np.ndarray] | None:
@@ -612,9 +619,8 @@ def twins_attention(tw: LoadedTwins) -> dict | None:
     a[2].caption(f"Trained separately, the twins grew their heads in different places, so the pre-norm twin's layer "
                  f"{layer}, head {head} is shown beside the post-norm head that attends most like it: layer "
                  f"{match.b[0]}, head {match.b[1]} (pattern similarity {match.similarity:.2f}).")
-    display.show_figure(fig_norms.attention_pair(pats["pre"], pats["post"], tw.labels,
-                                                 f"Pre-norm L{layer}H{head} beside post-norm L{match.b[0]}H{match.b[1]}"),
-                        key=K.TWINS_ATTN_FIG)
+    show_attention_panels(pats["pre"], pats["post"], tw.labels,
+                          f"Pre-norm L{layer}H{head} beside post-norm L{match.b[0]}H{match.b[1]}", K.TWINS_ATTN_FIG)
     with st.expander("Every head and its match"):
         matches_table(matches, scores, probe_length(cfg))
     return caps

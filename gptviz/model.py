@@ -215,8 +215,11 @@ class GPT(nn.Module):
         # (GPT-2 XL: 8.5 GB for 6.2 GB of weights).
         target = torch.get_default_device()
         with torch.device("meta"):
-            self.wte = nn.Embedding(config.vocab_size, config.d_model)
-            self.wpe = nn.Embedding(config.n_ctx, config.d_model)
+            # given their (meta) tensors, the embeddings skip their own normal_ init: that call on the meta
+            # device runs a Python reference kernel whose first use imports torch._dynamo (1-2 s of a cold start)
+            self.wte = nn.Embedding(config.vocab_size, config.d_model,
+                                    _weight=torch.empty(config.vocab_size, config.d_model))
+            self.wpe = nn.Embedding(config.n_ctx, config.d_model, _weight=torch.empty(config.n_ctx, config.d_model))
             self.hook_embed, self.hook_pos_embed = HookPoint(), HookPoint()
             self.drop = nn.Dropout(config.dropout)
             self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layers))
@@ -228,10 +231,21 @@ class GPT(nn.Module):
             self.hook_logits = HookPoint()
         self.hook_names = name_hook_points(self)
         if target.type != "meta":
-            self.to_empty(device=target)  # strides kept: the [in, out] layout survives
-            if config.tie_weights:        # to_empty gives each module its own tensor: tie them again
+            self._allocate(target)        # strides kept: the [in, out] layout survives
+            if config.tie_weights:        # each module got its own tensor: tie them again
                 self.lm_head.weight = self.wte.weight
         self.reset_parameters(init, seed)
+
+    def _allocate(self, device: torch.device) -> None:
+        """nn.Module.to_empty's work, each meta tensor replaced by an uninitialised one of the same shape and strides
+        on `device`, through torch.empty_strided: to_empty's empty_like on a meta tensor runs Python reference
+        kernels whose first use imports sympy and torch's symbolic shapes (1.5 s of a cold start)."""
+        for module in self.modules():
+            for name, p in module.named_parameters(recurse=False):
+                fresh = torch.empty_strided(p.shape, p.stride(), dtype=p.dtype, device=device)
+                setattr(module, name, nn.Parameter(fresh, requires_grad=p.requires_grad))
+            for name, b in module.named_buffers(recurse=False):
+                module._buffers[name] = torch.empty_strided(b.shape, b.stride(), dtype=b.dtype, device=device)
 
     def _store_matrices_in_out(self) -> None:
         """Keep every matrix the forward pass multiplies by (nn.Linear's [out, in] weights, and the token
@@ -247,9 +261,13 @@ class GPT(nn.Module):
 
     def reset_parameters(self, init: str = "gpt2", seed: int | None = None) -> None:
         """GPT-2 init: normal(0, 0.02), residual output projections scaled by 1/sqrt(2 * n_layers).
-        "xavier": Xavier-uniform matrices (the scheme in Xiong et al. 2020), for comparison."""
-        if init not in ("gpt2", "xavier"):
-            raise ValueError(f"init must be 'gpt2' or 'xavier', got {init!r}")
+        "xavier": Xavier-uniform matrices (the scheme in Xiong et al. 2020), for comparison. "empty": none drawn."""
+        if init not in ("gpt2", "xavier", "empty"):
+            raise ValueError(f"init must be 'gpt2', 'xavier' or 'empty', got {init!r}")
+        # "empty": the memory as allocated, for weights loaded next (weights.load_checkpoint checks every tensor is
+        # there); drawing 1.5 billion numbers only to overwrite them cost seconds for GPT-2 XL.
+        if init == "empty" or self.device.type == "meta":  # no values to draw (and meta's normal_ would import torch._dynamo)
+            return
         # A seed draws from a private generator: the weights then depend on the seed alone, even while other
         # threads (Streamlit sessions, background training) draw from torch's global generator.
         gen = None

@@ -3,11 +3,14 @@ built on the `meta` device (shapes only, no memory), so GPT-2 XL and larger cost
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
-import pandas as pd
 import torch
 
 from .config import GPTConfig
+
+if TYPE_CHECKING:  # pandas is imported where a table is made: `import gptviz` alone skips it (0.3-0.8 s)
+    import pandas as pd
 
 COMPONENTS = ("token embedding", "position embedding", "attention Q/K/V", "attention output", "MLP up",
               "MLP down", "norms", "final norm", "LM head")
@@ -60,6 +63,7 @@ def _table(rows: list[tuple[str, tuple[int, ...]]], tied: bool) -> pd.DataFrame:
         is_tied = tied and name == "lm_head.weight"
         records.append({"name": name, "component": component, "layer": layer, "shape": tuple(shape),
                         "count": 0 if is_tied else _prod(shape), "tied": is_tied})
+    import pandas as pd
     df = pd.DataFrame.from_records(records)
     df["layer"] = df["layer"].astype("Int64")
     return df

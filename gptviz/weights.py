@@ -97,11 +97,10 @@ def _check_shapes(shapes: dict[str, tuple[int, ...]], expected: dict[str, tuple[
 
 
 def expected_shapes(config: GPTConfig) -> dict[str, tuple[int, ...]]:
-    """Every stored tensor's shape for this config (tied LM head stored once), built on the meta device."""
-    with torch.device("meta"):
-        model = GPT(config)
-    return {k: tuple(v.shape) for k, v in model.state_dict().items()
-            if not (config.tie_weights and k == "lm_head.weight")}
+    """Every stored tensor's shape for this config (tied LM head stored once), by formula (params.py; the same as
+    a module tree on the meta device, tests/test_weights.py): building one took most of a cold start's model load."""
+    from .params import _tensor_shapes
+    return {k: shape for k, shape in _tensor_shapes(config) if not (config.tie_weights and k == "lm_head.weight")}
 
 
 def _read_tensors(folder: Path, expected: dict[str, tuple[int, ...]], hf_layout: bool) -> dict[str, torch.Tensor]:
@@ -237,7 +236,7 @@ def _load_state(model: GPT, state: dict[str, torch.Tensor], source: str) -> GPT:
         if tuple(value.shape) != tuple(own[key].shape):
             raise CheckpointError(f"{source}: {key} has shape {tuple(value.shape)}, "
                                   f"the config implies {tuple(own[key].shape)}")
-    model.load_state_dict({k: v.float() for k, v in state.items()}, strict=False)
+    model.load_state_dict(state, strict=False)  # copies convert float16 to the model's float32 in one pass
     return model.eval()
 
 
@@ -273,7 +272,7 @@ def load_checkpoint(folder: str | os.PathLike, norm: str | None = None) -> GPT:
     config, ours = read_config(folder, norm)
     tensors = _read_tensors(Path(folder), expected_shapes(config), hf_layout=not ours)
     state = tensors if ours else state_from_hf(tensors, config)
-    return _load_state(GPT(config), state, "the checkpoint")
+    return _load_state(GPT(config, init="empty"), state, "the checkpoint")  # every weight is loaded next
 
 
 def weights_nbytes(folder: str | os.PathLike) -> int:

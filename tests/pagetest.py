@@ -80,7 +80,8 @@ def figures(at: AppTest) -> list[dict]:
 
 
 def title_of(fig: dict) -> str:
-    return (fig["layout"].get("title") or {}).get("text") or ""
+    """The title as read: figures break a long one between words with <br> (figures.common.wrap_title)."""
+    return ((fig["layout"].get("title") or {}).get("text") or "").replace("<br>", " ")
 
 
 def figure(at: AppTest, title_start: str) -> dict:

@@ -363,3 +363,41 @@ def test_no_message_names_a_server_path(tmp_path):
     messages = [message(tmp_path / "nowhere"), message(no_config), message(holds_a_list)]
     assert all(str(tmp_path) not in m and "/" not in m for m in messages), messages
     assert "no config.json" in messages[1] and "not a state dict" in messages[2]
+
+
+# ---- the cold start's model load (issue 32) ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["tiny", "gpt2-small", "gpt2-small-untied-noqkvbias", "gpt1"])
+@pytest.mark.parametrize("norm_type", ["layernorm", "rmsnorm"])
+def test_expected_shapes_by_formula_match_a_module_tree(name, norm_type):
+    from gptviz import GPT, PRESETS
+    from gptviz.weights import expected_shapes
+    cfg = PRESETS[name].replace(norm_type=norm_type)
+    with torch.device("meta"):
+        tree = GPT(cfg)
+    built = {k: tuple(v.shape) for k, v in tree.state_dict().items()
+             if not (cfg.tie_weights and k == "lm_head.weight")}
+    assert expected_shapes(cfg) == built
+
+
+def test_loading_the_bundled_model_imports_no_compiler_and_draws_nothing():
+    """A fresh process loads the bundled model without torch._dynamo (a meta-device normal_ imported it: 1-2 s of
+    the first visitor's wait) and without drawing random weights it then overwrites; the weights are the file's."""
+    import subprocess
+    import sys
+    code = ("import sys, torch\n"
+            "from unittest import mock\n"
+            "from gptviz import load_pretrained\n"
+            "from gptviz.weights import bundled_models\n"
+            "from safetensors.torch import load_file\n"
+            "with mock.patch.object(torch.Tensor, 'normal_', side_effect=AssertionError('drew weights')):\n"
+            "    m = load_pretrained('shakespeare-pre')\n"
+            "print('dynamo', any(k.startswith('torch._dynamo') for k in sys.modules))\n"
+            "f = load_file(str(bundled_models()['shakespeare-pre'] / 'model.safetensors'))\n"
+            "s = m.state_dict()\n"
+            "print('same', all(torch.equal(s[k], v.float()) for k, v in f.items()))\n"
+            "print('dtype', {str(v.dtype) for v in s.values()})\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
+                         cwd=Path(__file__).resolve().parents[1])
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "dynamo False" in out.stdout and "same True" in out.stdout and "dtype {'torch.float32'}" in out.stdout

@@ -78,3 +78,14 @@ def monospace_text(text: str, name: str, border: bool = False) -> None:
     st.html(_MONO_CSS)  # style only: Streamlit puts it in the page's event container, taking no space
     with st.container(border=border, key=K.per_item(MONO_KEY, name)):
         st.text(text)
+
+
+# On a phone Streamlit's tab row scrolls sideways behind an arrow, so a page's later tabs ("Logit lens", "Saliency")
+# sit off-screen where few find them: under 640 px (where Streamlit also stacks columns) the row wraps instead.
+_RESPONSIVE_CSS = ('<style>@media (max-width: 640px) {[data-testid="stTabs"] [role="tablist"] {flex-wrap: wrap; '
+                   'row-gap: 0.25rem; overflow-x: visible;}}</style>')
+
+
+def responsive_style() -> None:
+    """The app's few layout rules for narrow screens (style only: no user or model text is ever part of it)."""
+    st.html(_RESPONSIVE_CSS)

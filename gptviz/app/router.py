@@ -31,6 +31,7 @@ def main() -> None:
 
     from ..allocator import keep_freed_memory
     from . import keys as K
+    from .display import responsive_style
     from .links import apply_link, sync_address
     from .live import stop_generation
     from .sidebar import sidebar
@@ -38,6 +39,7 @@ def main() -> None:
     # Captures build tens of MB of activations per prompt; keep freed memory for the next one (see allocator.py).
     keep_freed_memory()
     st.set_page_config(page_title="gptviz: see inside a GPT", page_icon="🔎", layout="wide")
+    responsive_style()
     pages: dict[str, list] = {}
     for i, (section, stem, title, icon) in enumerate(PAGE_LIST):
         # the default page is served at "/" but reserves a path it does not serve: give it one nobody types

@@ -7,7 +7,8 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .common import ATTENTION_SCALE, apply_layout, escaped, plotly_text, token_axis
+from .common import (ATTENTION_SCALE, apply_layout, escaped, plotly_text, token_categories,
+                     token_category_axis)
 
 ATTN_COLOR, MLP_COLOR, RESID_COLOR = "#1f77b4", "#ff7f0e", "#2ca02c"
 
@@ -34,11 +35,15 @@ def residual_norm_heatmap(norms, labels: list[str]) -> go.Figure:
     rows = state_labels(z.shape[0] - 1)
     custom = np.stack(np.broadcast_arrays(np.asarray(rows, dtype=object)[:, None],
                                           np.asarray(labels, dtype=object)[None, :]), axis=-1)
+    positions = np.broadcast_to(np.arange(z.shape[1], dtype=object)[None, :], z.shape)
+    custom = np.concatenate([custom, positions[..., None]], axis=-1)
+    columns = token_categories(labels)
     fig = go.Figure(go.Heatmap(
-        z=z, x=list(range(z.shape[1])), y=list(range(z.shape[0])), colorscale="Viridis",
+        z=z, x=columns, y=list(range(z.shape[0])), colorscale="Viridis",
         customdata=custom, colorbar=dict(title="‖x‖"),
-        hovertemplate="%{customdata[0]}<br>position %{x}: %{customdata[1]}<br>norm %{z:.3f}<extra></extra>"))
-    fig.update_xaxes(title_text="token", tickangle=-60, **token_axis(labels, max_ticks=48))
+        hovertemplate="%{customdata[0]}<br>position %{customdata[2]}: %{customdata[1]}<br>norm %{z:.3f}"
+                      "<extra></extra>"))
+    fig.update_xaxes(title_text="token", tickangle=-60, **token_category_axis(columns))
     fig.update_yaxes(tickmode="array", tickvals=list(range(len(rows))), ticktext=rows, autorange="reversed")
     return apply_layout(fig, title="Residual-stream norm per layer and position",
                         height=max(300, min(700, 140 + 28 * len(rows))))
@@ -125,6 +130,24 @@ def norm_stats_figure(names: list[str], mean, var, mean_square=None, rms: bool =
     return apply_layout(fig, title="What enters each norm (average over positions; bars: min to max)", height=520)
 
 
+# The logit lens's cells on a desktop: about 780 px of plot across the prompt. Plotly sizes "auto" cell text so the
+# longest one fits its cell (0.65 em a character); a token is written when at LENS_MIN_FONT px it fits.
+LENS_PLOT_PX = 780
+LENS_MIN_FONT = 9
+
+
+def lens_chars(T: int) -> int:
+    """How many characters a cell of a T-position logit lens holds at LENS_MIN_FONT px on a desktop."""
+    return int(LENS_PLOT_PX / max(T, 1) / (0.65 * LENS_MIN_FONT))
+
+
+def lens_cell_text(top_labels: list[list[str]], T: int) -> list[list[str]]:
+    """Each cell's top token (escaped) where it fits (lens_chars), else empty: hover names every cell's token.
+    Plotly sizes the text by its longest string as written, entities and all ("&amp;" is 5), so that length counts."""
+    fits = lens_chars(T)
+    return [[label if len(label) <= fits else "" for label in row] for row in top_labels]
+
+
 def logit_lens_heatmap(top_probs, top_labels: list[list[str]], position_labels: list[str],
                        target_labels: list[str], target_probs) -> go.Figure:
     """[layers + 1, T]: each cell is the most likely next token read off that residual state through ln_f
@@ -141,15 +164,17 @@ def logit_lens_heatmap(top_probs, top_labels: list[list[str]], position_labels: 
                        np.broadcast_to(np.arange(T, dtype=object)[None, :], (S, T))],  # the position: %{x} is its tick text
                       axis=-1)
     fig = go.Figure(go.Heatmap(
-        z=z, x=list(range(T)), y=list(range(S)), zmin=0, zmax=float(z.max()), colorscale=ATTENTION_SCALE,
+        z=z, x=token_categories(position_labels), y=list(range(S)), zmin=0, zmax=float(z.max()),
+        colorscale=ATTENTION_SCALE,
         customdata=custom,
-        text=top if T <= 24 else None, texttemplate="%{text}" if T <= 24 else None, textfont=dict(size=10),
-        colorbar=dict(title="top prob.", tickformat=percent_format(float(z.max()))),
+        text=lens_cell_text(top_labels, T), texttemplate="%{text}",  # textfont's size "auto": fits every cell
+        colorbar=dict(title="top prob.", tickformat=percent_format(float(z.max())), nticks=4),  # 5 rows: 4 ticks fit
         hovertemplate="%{customdata[0]}, position %{customdata[5]}: %{customdata[1]}<br>top next token: %{customdata[2]} "
                       "(%{z:.1%})<br>model's final prediction %{customdata[3]}: %{customdata[4]:.1%}"
                       "<extra></extra>"))
     # The colour scale runs from 0 to the largest probability shown (an untrained model's are all ~1/vocab).
-    fig.update_xaxes(title_text="position (input token)", tickangle=-60, **token_axis(position_labels, 48))
+    fig.update_xaxes(title_text="position (input token)", tickangle=-60,
+                     **token_category_axis(token_categories(position_labels)))
     fig.update_yaxes(tickmode="array", tickvals=list(range(S)), ticktext=rows, autorange="reversed")
     return apply_layout(fig, title="Logit lens: the top next token at every layer and position",
                         height=max(300, min(700, 140 + 32 * S)))

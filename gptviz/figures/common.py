@@ -1,6 +1,8 @@
 """Shared pieces of the figure factories: token axes, hover text, layout defaults."""
 from __future__ import annotations
 
+import re
+
 import plotly.graph_objects as go
 import plotly.io as pio
 
@@ -32,6 +34,25 @@ def token_axis(labels: list[str], max_ticks: int = 64, start: int = 0) -> dict:
     return dict(tickmode="array", tickvals=[start + i for i in shown], ticktext=[labels[i] for i in shown])
 
 
+def token_categories(labels: list[str]) -> list[str]:
+    """The labels as distinct category names that draw the same: a repeat gets zero-width spaces appended, so it
+    keeps its own column on a category axis (which would otherwise merge it with the first)."""
+    seen: dict[str, int] = {}
+    out = []
+    for label in labels:
+        n = seen.get(label, 0)
+        seen[label] = n + 1
+        out.append(label + "\u200b" * n)
+    return out
+
+
+def token_category_axis(categories: list[str]) -> dict:
+    """A category axis over token_categories(...), in their order, that thins its own labels to the width drawn:
+    Plotly keeps about one category label per 15 px, so a phone's 170 px of heatmap shows every third token where an
+    array of 28 tick labels piled into one grey smear. For figures whose clicks are not read (x is the category)."""
+    return dict(type="category", categoryorder="array", categoryarray=categories, tickmode="auto", nticks=0)
+
+
 # The top strip of a figure where Plotly's toolbar and Streamlit's fullscreen button appear on hover. A title starts
 # below it: in a narrow column the toolbar covered the title's end (seen on every half- and third-width chart).
 TOOLBAR_ROOM = 34  # the toolbar is 26 px tall from 2 px down; a title box starts about 4 px above its pad
@@ -47,7 +68,36 @@ def legend_on_top_room(title: str | None) -> int:
     return title_room() + 26 if title else 40
 
 
+# Plotly never wraps a title: past the figure's width it is cut ("...final residual s" on a 390 px phone, where a
+# figure is about 358 px wide and a title line showed 46 of its characters from about 14 px in). Longer titles are
+# broken between words into lines of at most TITLE_CHARS; a desktop shows them on two lines too.
+TITLE_CHARS = 44
+
+
+def visible_length(text: str) -> int:
+    """Characters Plotly draws for `text`: entities count as one, tags (<br>, <b>) as none."""
+    return len(re.sub(r"&[#a-zA-Z0-9]+;", "x", re.sub(r"<[^>]*>", "", text)))
+
+
+def wrap_title(title: str, width: int = TITLE_CHARS) -> str:
+    """Each <br>-separated line of `title` broken between words into lines of at most `width` visible characters
+    (a single longer word keeps its own line)."""
+    lines = []
+    for line in title.split("<br>"):
+        current = ""
+        for word in line.split(" "):
+            candidate = f"{current} {word}" if current else word
+            if current and visible_length(candidate) > width:
+                lines.append(current)
+                current = word
+            else:
+                current = candidate
+        lines.append(current)
+    return "<br>".join(lines)
+
+
 def apply_layout(fig: go.Figure, title: str | None = None, height: int | None = None, **kwargs) -> go.Figure:
+    title = wrap_title(title) if title else title
     # each extra title line (<br>) needs its own room above the plot, or it sits on the top of the data
     top = title_room(1 + title.count("<br>")) if title else 20
     title_layout = dict(text=title, yref="container", y=1, yanchor="top", pad=dict(t=TOOLBAR_ROOM)) if title else None

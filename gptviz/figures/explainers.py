@@ -124,8 +124,7 @@ def block_diagram(norm: str, highlight: bool = False) -> go.Figure:
     fig.update_xaxes(visible=False, range=[-2.6, 2.3])
     fig.update_yaxes(visible=False, range=[-0.6, ys[-1] + 0.6])
     fig.update_layout(showlegend=False, plot_bgcolor="white")
-    apply_layout(fig, title=title, height=560)
+    # the whole title through apply_layout, which wraps it and makes room for its lines
+    apply_layout(fig, title=title + (" — the sidebar's model" if highlight else ""), height=560)
     fig.update_layout(font=FONT, xaxis_fixedrange=True, yaxis_fixedrange=True)
-    if highlight:
-        fig.update_layout(title=dict(text=title + " — the sidebar's model"))
     return fig

@@ -7,7 +7,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from .training import plain
-from .common import ATTENTION_SCALE, DIVERGING_SCALE, MASKED_COLOR, apply_layout, token_axis
+from .common import (ATTENTION_SCALE, DIVERGING_SCALE, MASKED_COLOR, apply_layout, title_room, token_axis,
+                     token_categories, token_category_axis)
 
 WIRING_COLORS = {"pre": "#1f77b4", "post": "#d62728"}
 WIRING_NAMES = {"pre": "pre-norm (GPT-2)", "post": "post-norm (GPT-1)"}
@@ -77,11 +78,12 @@ def gradient_norms(pre: np.ndarray, post: np.ndarray, what: str = "gradient norm
 def activation_scales(resid_norm: dict[str, np.ndarray], resid_std: dict[str, np.ndarray],
                       attn_std: dict[str, np.ndarray], mlp_std: dict[str, np.ndarray],
                       d_model: int) -> go.Figure:
-    """Left: the residual stream's mean L2 norm per token (embeddings, then after each block), with
+    """Top: the residual stream's mean L2 norm per token (embeddings, then after each block), with
     sqrt(d_model) marked (the norm of a unit-variance vector, where post-norm's LayerNorm puts it).
-    Right: the standard deviation of what each attention and MLP sub-layer adds."""
-    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.1,
-                        subplot_titles=("Residual stream: mean L2 norm per token",
+    Below: the standard deviation of what each attention and MLP sub-layer adds."""
+    # stacked, not side by side: on a phone two panels of about 150 px ran their titles and block numbers together
+    fig = make_subplots(rows=2, cols=1, vertical_spacing=0.2,
+                        subplot_titles=("Residual stream: mean L2 norm",
                                         "Sub-layer outputs: standard deviation"))
     n = len(next(iter(resid_norm.values())))
     x = list(range(n))
@@ -99,16 +101,17 @@ def activation_scales(resid_norm: dict[str, np.ndarray], resid_std: dict[str, np
                 name=f"{norm}-norm {kind} output", line=dict(color=WIRING_COLORS[norm], dash=dash, width=2),
                 marker=dict(symbol="circle" if kind == "attention" else "diamond", size=6),
                 hovertemplate=f"block %{{x}}<br>{norm}-norm {kind} output std: %{{y:.4g}}<extra></extra>"),
-                row=1, col=2)
+                row=2, col=1)
     fig.add_trace(_reference(x, [np.sqrt(d_model)] * n, f"√d_model = {np.sqrt(d_model):.3g}"), row=1, col=1)
     step = 1 if n <= 25 else 4
     fig.update_xaxes(tickmode="array", tickvals=x[::step], ticktext=(["emb"] + [str(i) for i in range(n - 1)])[::step],
                      title_text="residual stream after block", row=1, col=1)
-    fig.update_xaxes(title_text="block", dtick=step, row=1, col=2)
+    fig.update_xaxes(title_text="block", dtick=step, row=2, col=1)
     fig.update_yaxes(type="log", title_text="L2 norm", row=1, col=1,
                      **log_ticks(*resid_norm.values(), [np.sqrt(d_model)]))
-    fig.update_yaxes(type="log", title_text="std", row=1, col=2, **log_ticks(*attn_std.values(), *mlp_std.values()))
-    apply_layout(fig, height=430, legend=dict(orientation="h", yanchor="top", y=-0.22, x=0))
+    fig.update_yaxes(type="log", title_text="std", row=2, col=1, **log_ticks(*attn_std.values(), *mlp_std.values()))
+    apply_layout(fig, height=680, legend=dict(orientation="h", yanchor="top", y=-0.12, x=0))
+    fig.update_layout(margin=dict(t=title_room()))  # the first panel's title below the toolbar strip
     return fig
 
 
@@ -150,6 +153,35 @@ def attention_pair(pre: np.ndarray, post: np.ndarray, labels: list[str], title: 
                                  colorbar=dict(title=dict(text="post − pre", side="top"), x=1.01, xanchor="left",
                                                len=0.75, thickness=10)))
     return fig
+
+
+def attention_panels(pre: np.ndarray, post: np.ndarray, labels: list[str], title: str) -> list[go.Figure]:
+    """attention_pair's three heatmaps as three figures, each with its own colour bar (the two wirings' on the same
+    0..1 scale), for columns that a phone stacks: three panels in one figure were 80 px each there, their tick
+    labels and colour bars over each other."""
+    labels = [plain(label) for label in labels]
+    T = len(labels)
+    diff = _masked(post) - _masked(pre)
+    vmax = (float(np.nanmax(np.abs(diff))) if T > 1 and np.isfinite(diff).any() else 1.0) or 1e-6
+    qs, ks = np.meshgrid(np.arange(T), np.arange(T), indexing="ij")
+    custom = np.stack([np.array(labels, dtype=object)[qs], np.array(labels, dtype=object)[ks],
+                       _masked(pre), _masked(post), qs, ks], axis=-1)
+    hover = ("query %{customdata[4]} %{customdata[0]}<br>key %{customdata[5]} %{customdata[1]}<br>pre "
+             "%{customdata[2]:.3f}, post %{customdata[3]:.3f}<extra></extra>")
+    # category axes thin their own labels to the width drawn (a phone's 100 px of heatmap)
+    names = token_categories(labels)
+    axis = token_category_axis(names)
+    figures = []
+    for name, z, scale, lo, hi, bar in (("pre-norm", _masked(pre), ATTENTION_SCALE, 0, 1, "weight"),
+                                        ("post-norm", _masked(post), ATTENTION_SCALE, 0, 1, "weight"),
+                                        ("post − pre", diff, DIVERGING_SCALE, -vmax, vmax, "post − pre")):
+        fig = go.Figure(go.Heatmap(z=z, x=names, y=names, colorscale=scale, zmin=lo, zmax=hi,
+                                   customdata=custom, hovertemplate=hover, hoverongaps=False,
+                                   colorbar=dict(title=dict(text=bar, side="top"), thickness=10, len=0.8)))
+        fig.update_xaxes(**axis, tickangle=-60, title_text="key", showgrid=False, zeroline=False)
+        fig.update_yaxes(**axis, autorange="reversed", title_text="query", showgrid=False, zeroline=False)
+        figures.append(apply_layout(fig, f"{title}: {name}", height=440, plot_bgcolor=MASKED_COLOR))
+    return figures
 
 
 def attention_distance(tv: np.ndarray) -> go.Figure:

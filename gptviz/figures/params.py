@@ -20,21 +20,31 @@ def _fmt(n: float) -> str:
     return f"{n:.0f}"
 
 
+# A label is written inside its bar when the bar is at least this share of the longest (its end, in white), else just
+# past the bar's end: either way a label needs about 100 px, and at 230 px of plot (a phone) half the axis holds it.
+INSIDE_SHARE = 0.5
+
+
 def component_bar(comp: pd.DataFrame, title: str, tied: bool = False) -> go.Figure:
-    """Bars of parameters per component (params.by_component output: component, count, share)."""
+    """Horizontal bars of parameters per component (params.by_component output: component, count, share), the
+    first component on top. One row per label: upright bars side by side put GPT-2 XL's "491.83M" over its
+    neighbour's "491.6M" and cut "122.96M (7.9" at a narrow column's edge."""
     top = max(int(comp["count"].max()), 1)
-    # labels on bars too short to hold one would overlap their neighbours: those have hover only
-    text = [(f"{_fmt(c)} ({s:.1%})" if c >= 0.06 * top else "") + (" tied" if tied and name == "LM head" else "")
-            for name, c, s in zip(comp["component"], comp["count"], comp["share"])]
+    counts = [int(c) for c in comp["count"]]
+    text = [f"{_fmt(c)} ({s:.1%})" + (", tied" if tied and name == "LM head" else "")
+            for name, c, s in zip(comp["component"], counts, comp["share"])]
+    inside = [c >= INSIDE_SHARE * top for c in counts]
     fig = go.Figure(go.Bar(
-        x=comp["component"], y=comp["count"], text=text, textposition="outside", cliponaxis=False,
-        textfont=dict(size=11), constraintext="none",
+        y=list(comp["component"]), x=counts, orientation="h", text=text,
+        textposition=["inside" if i else "outside" for i in inside], insidetextanchor="end",
+        textfont=dict(size=11), constraintext="none", cliponaxis=False,
+        insidetextfont=dict(color="white"), outsidetextfont=dict(color="#1a202c"),
         marker_color=[COMPONENT_COLORS.get(c, "#999") for c in comp["component"]],
-        customdata=comp["share"], hovertemplate="%{x}<br>%{y:,} parameters<br>%{customdata:.2%} of the total"
+        customdata=comp["share"], hovertemplate="%{y}<br>%{x:,} parameters<br>%{customdata:.2%} of the total"
                                                  "<extra></extra>"))
-    # room above the tallest bar for its label, which would otherwise run into the title
-    fig.update_yaxes(title_text="parameters", range=[0, top * 1.18])
-    return apply_layout(fig, title=title, height=400)
+    fig.update_xaxes(title_text="parameters", range=[0, top])
+    fig.update_yaxes(autorange="reversed", automargin=True)
+    return apply_layout(fig, title=title, height=max(260, 90 + 30 * len(counts)))
 
 
 def layer_stacked_bar(layers: pd.DataFrame) -> go.Figure:

@@ -6,7 +6,7 @@ import numpy as np
 import plotly.colors
 import plotly.graph_objects as go
 
-from .common import DIVERGING_SCALE, apply_layout, escaped, token_axis
+from .common import DIVERGING_SCALE, apply_layout, escaped, title_room, token_axis, wrap_title
 
 # pushes towards the target / towards the rival: the strong red and blue of the grids' diverging scale (RdBu_r: red
 # up), so a head has one colour in the bars and in the layer x head grid beside them
@@ -73,8 +73,18 @@ def patching_heatmap(scores, labels: list[str], *, title: str, height: int | Non
     return apply_layout(fig, title=title, height=height or int(min(600, max(260, 36 * L + 150))))
 
 
-def token_strip(labels: list[str], scores, *, title: str, per_row: int = 16) -> go.Figure:
-    """The prompt's tokens as text in reading order, each cell coloured by its score (signed, centred on 0)."""
+# A strip's cells are as wide as the figure allows, so a phone (about 300 px of plot) decides how many fit a row:
+# 6 leave each about 50 px there (8 px text for an 8-character token) and 170 px on a desktop.
+STRIP_PER_ROW = 6
+STRIP_ROW_PX = 42
+STRIP_COLORBAR_ROOM = 70  # below the strip: a horizontal colour bar, its ticks and its title
+
+
+def token_strip(labels: list[str], scores, *, title: str, per_row: int = STRIP_PER_ROW) -> go.Figure:
+    """The prompt's tokens as text in reading order, each cell coloured by its score (signed, centred on 0).
+    The colour bar lies below the strip at a fixed size: beside a two-row strip it was squeezed to a few pixels,
+    its ticks over each other and its title cut. The text's size is Plotly's "auto": the largest that fits every
+    cell at the width drawn, so no token runs into the next."""
     v = _np(scores)
     T = len(v)
     rows = max(1, -(-T // per_row))
@@ -86,10 +96,15 @@ def token_strip(labels: list[str], scores, *, title: str, per_row: int = 16) -> 
         text[t // per_row, t % per_row] = texts[t]
     span = _symmetric(v)
     fig = go.Figure(go.Heatmap(
-        z=z, text=text, texttemplate="%{text}", textfont=dict(size=13), colorscale=DIVERGING_SCALE, zmid=0,
+        z=z, text=text, texttemplate="%{text}", colorscale=DIVERGING_SCALE, zmid=0,
         zmin=-span, zmax=span, xgap=2, ygap=2, hoverongaps=False,
-        colorbar=dict(title=dict(text="attribution", side="right"), thickness=12),
+        colorbar=dict(orientation="h", thickness=12, len=200, lenmode="pixels", x=0,
+                      xanchor="left", y=0, yref="container", yanchor="bottom", ypad=4,
+                      title=dict(text="attribution", side="right"), tickformat=".2~g", nticks=5),
         hovertemplate="'%{text}': %{z:+.4f}<extra></extra>"))
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False, autorange="reversed")
-    return apply_layout(fig, title=title, height=60 + 42 * rows, plot_bgcolor="white")
+    top = title_room(1 + wrap_title(title).count("<br>"))
+    apply_layout(fig, title=title, height=top + STRIP_ROW_PX * rows + STRIP_COLORBAR_ROOM, plot_bgcolor="white")
+    fig.update_layout(margin=dict(b=STRIP_COLORBAR_ROOM))
+    return fig

@@ -1,0 +1,136 @@
+"""What a visitor sees on a 390x844 phone (issue 32): no chart title running off its figure, no token labels over
+each other on Activations, every tab of a page on screen, Embeddings' and Norms' panel titles apart. Real server,
+Debian's chromium; boxes are read from the drawn SVG."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from test_browser import ARGS, CHROMIUM, app_server
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium")]
+
+PHONE = {"width": 390, "height": 844}
+
+# Boxes of the SVG text matching `selector` inside each drawn Plotly figure, with the figure's own box.
+BOXES_JS = """(selector) => [...document.querySelectorAll('.js-plotly-plot')].map((plot) => ({
+  plot: plot.getBoundingClientRect().toJSON(),
+  boxes: [...plot.querySelectorAll(selector)].filter((el) => el.textContent.trim())
+           .map((el) => ({text: el.textContent, ...el.getBoundingClientRect().toJSON()}))}))"""
+
+
+# Tick labels of one axis with their anchor (the tick's x) and angle: labels drawn at an angle are parallel, so two
+# are apart when their anchors' distance across the slant holds a line of text (their boxes overlap regardless).
+TICKS_JS = """(selector) => [...document.querySelectorAll('.js-plotly-plot')].map((plot) =>
+  [...plot.querySelectorAll(selector)].filter((el) => el.textContent.trim()).map((el) => {
+    const box = el.getBoundingClientRect();
+    const turn = /rotate\\((-?[0-9.]+)/.exec(el.getAttribute('transform') || '');
+    // an angled label ends at its tick (text-anchor end): its anchor is the box's right edge
+    return {text: el.textContent, x: turn ? box.right : box.left + box.width / 2, right: box.right, left: box.left,
+            top: box.top,
+            angle: turn ? Number(turn[1]) : 0, size: parseFloat(getComputedStyle(el).fontSize)};
+  }))"""
+
+
+def crowded_ticks(ticks):
+    """Neighbouring x tick labels closer than their text: across the slant for angled labels, else side by side."""
+    ticks = sorted(ticks, key=lambda t: t["x"])
+    out = []
+    for a, b in zip(ticks, ticks[1:]):
+        if a["angle"]:
+            apart = (b["x"] - a["x"]) * abs(math.sin(math.radians(a["angle"]))) >= 0.9 * a["size"]
+        else:
+            apart = a["right"] <= b["left"] + 1
+        if not apart:
+            out.append((a["text"], b["text"]))
+    return out
+
+
+def overlapping(boxes, slack: float = 1.0):
+    return [(a["text"], b["text"]) for i, a in enumerate(boxes) for b in boxes[i + 1:]
+            if a["left"] + slack < b["right"] and b["left"] + slack < a["right"]
+            and a["top"] + slack < b["bottom"] and b["top"] + slack < a["bottom"]]
+
+
+@pytest.fixture(scope="module")
+def phone():
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with app_server() as url, sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        yield browser, url
+        browser.close()
+
+
+def open_page(phone, path: str):
+    browser, url = phone
+    page = browser.new_page(viewport=PHONE)
+    page.set_default_timeout(300_000)  # generous: a loaded 2-core machine took minutes
+    page.goto(f"{url}/{path}")
+    page.wait_for_selector('[data-testid="stApp"]')
+    page.wait_for_timeout(500)
+    page.wait_for_selector('[data-testid="stStatusWidget"]', state="detached", timeout=300_000)
+    page.locator(".js-plotly-plot").first.wait_for()
+    page.wait_for_timeout(1000)
+    return page
+
+
+def test_activations_on_a_phone(phone):
+    page = open_page(phone, "activations")
+    first = page.evaluate(TICKS_JS, ".xtick text")[0]
+    assert len(first) >= 4, first                      # tokens are named, some of them
+    assert not crowded_ticks(first), crowded_ticks(first)
+    tabs = page.get_by_role("tab")
+    assert tabs.count() >= 5
+    for i in range(tabs.count()):                      # every tab on screen, none scrolled away
+        box = tabs.nth(i).bounding_box()
+        assert box["x"] >= 0 and box["x"] + box["width"] <= PHONE["width"], (tabs.nth(i).inner_text(), box)
+    assert page.locator('[data-testid="stException"]').count() == 0
+    page.close()
+
+
+@pytest.mark.parametrize("path", ["why", "embeddings", "activations"])
+def test_chart_titles_stay_inside_their_figure(phone, path):
+    page = open_page(phone, path)
+    for plot in page.evaluate(BOXES_JS, ".gtitle"):
+        for box in plot["boxes"]:
+            assert box["right"] <= plot["plot"]["right"] + 1, (box["text"], box["right"], plot["plot"]["right"])
+    page.close()
+
+
+@pytest.mark.parametrize("path", ["embeddings", "norms"])
+def test_panel_titles_and_ticks_apart(phone, path):
+    page = open_page(phone, path)
+    # the figures of several panels (subplot titles are annotations; the PCA's token labels are placed for a
+    # desktop's width and checked there, below)
+    for plot in page.evaluate(BOXES_JS, ".annotation-text, .g-xtitle text, .g-x2title text, .g-x3title text, "
+                                        ".legendtext"):
+        if not any(box["text"].startswith("vocabulary") for box in plot["boxes"]):
+            assert not overlapping(plot["boxes"]), overlapping(plot["boxes"])
+    for ticks in page.evaluate(TICKS_JS, ".xtick text"):
+        rows = {}                                      # one row of labels: side-by-side panels together, stacked apart
+        for t in ticks:
+            rows.setdefault(round(t["top"] / 20), []).append(t)
+        for row in rows.values():
+            assert not crowded_ticks(row), crowded_ticks(row)
+    assert page.locator('[data-testid="stException"]').count() == 0
+    page.close()
+
+
+def test_pca_token_labels_apart_on_a_desktop(phone):
+    browser, url = phone
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.set_default_timeout(300_000)
+    page.goto(f"{url}/embeddings")
+    page.wait_for_selector('[data-testid="stApp"]')
+    page.wait_for_timeout(500)
+    page.wait_for_selector('[data-testid="stStatusWidget"]', state="detached", timeout=300_000)
+    page.get_by_text("prompt tokens (", exact=False).first.wait_for()
+    page.wait_for_timeout(1000)
+    plots = page.evaluate(BOXES_JS, ".annotation-text, .textpoint text, .legendtext")
+    pca = next(p["boxes"] for p in plots if any(b["text"].startswith("vocabulary") for b in p["boxes"]))
+    pca = [b for b in pca if not b["text"].startswith(("vocabulary", "prompt tokens"))]  # the token labels
+    assert len(pca) >= 8                               # the prompt's tokens named (the cluster's crowded ones on hover)
+    assert not overlapping(pca), overlapping(pca)      # before: "Butsoft" and a pile of others
+    page.close()

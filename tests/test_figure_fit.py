@@ -1,0 +1,230 @@
+"""What a figure leaves room for (issue 32, "Seen in the screenshots"): colour bars with a readable length, labels
+that do not run into each other, token text in the logit lens's cells, titles that fit a phone. Sizes are computed
+from the figure's layout with this file's own estimate of text widths (not the figures' constants), at a desktop
+column and at a phone's width."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from gptviz import PRESETS
+from gptviz.figures import activations as fa
+from gptviz.figures import embeddings as fe
+from gptviz.figures import norms as fn
+from gptviz.figures import params as fp
+from gptviz.figures import why as fw
+from gptviz.params import by_component, param_table
+
+PHONE_FIGURE = 358   # px: a figure's width on a 390 px phone
+CHAR = 0.6           # an average character's width, as a share of the font size
+BOLD_TITLE_CHAR = 6.6  # px: a title character as the app draws it (measured on a desktop screenshot)
+LABELS = ["R", "ome", "o", ".", "↵", "But", "␣soft", "!", "␣what", "␣light", "␣through", "␣y", "onder", "␣window",
+          "␣breaks", "?", "↵", "It", "␣is", "␣the", "␣east", ",", "␣and", "␣Juliet", "␣is", "␣the", "␣sun", "!"]
+
+
+def text_px(text: str, size: float) -> float:
+    return CHAR * size * len(re.sub(r"&[#a-zA-Z0-9]+;", "x", re.sub(r"<[^>]*>", "", text)))
+
+
+def overlaps(a, b) -> bool:
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
+def plot_area(fig, width: float) -> tuple[float, float]:
+    m = fig.layout.margin
+    return width - (m.l or 0) - (m.r or 0), fig.layout.height - (m.t or 0) - (m.b or 0)
+
+
+# ---- Saliency ------------------------------------------------------------------------------------------------
+
+def colorbar_length_px(fig, width: float) -> float:
+    bar = fig.data[0].colorbar
+    horizontal = bar.orientation == "h"
+    w, h = plot_area(fig, width)
+    length = 1 if bar.len is None else bar.len
+    return length if bar.lenmode == "pixels" else length * (w if horizontal else h)
+
+
+@pytest.mark.parametrize("width", [PHONE_FIGURE, 1050])
+def test_saliency_colour_bar_is_long_enough_to_read(width):
+    fig = fw.token_strip(LABELS, np.linspace(-1, 1, len(LABELS)), title="Integrated gradients on the prompt's tokens")
+    # two rows of tokens left the colour bar 68 px long, its five ticks over each other and its title cut
+    assert colorbar_length_px(fig, width) >= 150
+    bar = fig.data[0].colorbar
+    assert bar.orientation == "h" and (bar.thickness or 30) >= 10
+    assert colorbar_length_px(fig, width) + text_px("attribution", 13) + 10 <= plot_area(fig, width)[0]
+    assert fig.layout.margin.b >= bar.thickness + 40          # its ticks and title below it, inside the figure
+
+
+def test_saliency_cells_text_fits_its_cell():
+    fig = fw.token_strip(LABELS, np.zeros(len(LABELS)), title="t")
+    trace = fig.data[0]
+    assert trace.textfont.size is None                      # Plotly's "auto": the largest size that fits each cell
+    cells = np.asarray(trace.text)
+    assert [c for c in cells.ravel() if c] == LABELS         # every token, in reading order
+    cell_px = plot_area(fig, PHONE_FIGURE)[0] / cells.shape[1]
+    assert cell_px / (0.65 * max(len(c) for c in LABELS)) >= 7   # 7 px text or more on a phone
+
+
+# ---- Parameters ----------------------------------------------------------------------------------------------
+
+def bar_label_boxes(fig, width: float):
+    """Boxes (left, bottom, right, top) in plot pixels of a bar trace's labels, in either orientation."""
+    trace = fig.data[0]
+    w, h = plot_area(fig, width)
+    size = trace.textfont.size or 12
+    n = len(trace.text)
+    positions = trace.textposition if isinstance(trace.textposition, tuple) else (trace.textposition,) * n
+    boxes = []
+    if trace.orientation == "h":
+        top = fig.layout.xaxis.range[1]
+        for i, (value, text, where) in enumerate(zip(trace.x, trace.text, positions)):
+            end, tw = value / top * w, text_px(text, size)
+            row = h - (i + 0.5) * h / n
+            left = end - tw - 3 if where == "inside" else end + 3
+            boxes.append((left, row - 0.6 * size, left + tw, row + 0.6 * size, where, end))
+    else:
+        top = fig.layout.yaxis.range[1]
+        for i, (value, text) in enumerate(zip(trace.y, trace.text)):
+            centre, tw = (i + 0.5) * w / n, text_px(text, size)
+            bottom = value / top * h + 3
+            boxes.append((centre - tw / 2, bottom, centre + tw / 2, bottom + 1.2 * size, "outside", None))
+    return boxes, w, h
+
+
+@pytest.mark.parametrize("width", [230, 560])  # the plot beside the component names on a phone; a desktop column
+def test_parameter_bar_labels_do_not_collide(width):
+    comp = by_component(param_table(PRESETS["gpt2-xl"]))
+    fig = fp.component_bar(comp, "By component: gpt2-xl", tied=True)
+    boxes, w, h = bar_label_boxes(fig, width + 10 + 10)
+    written = [b for b in boxes if b[2] > b[0]]
+    for i, a in enumerate(written):
+        assert a[0] >= 0 and a[2] <= w + 1, f"label {i} leaves the plot"
+        assert a[3] <= h, f"label {i} runs into the title"
+        if a[4] == "inside":
+            assert a[0] >= 0 and a[2] <= a[5], f"label {i} does not fit inside its bar"
+        for b in written[i + 1:]:
+            assert not overlaps(a, b), f"labels {a} and {b} overlap"
+    assert "491.83M" in fig.data[0].text[4] and "491.60M" in fig.data[0].text[5]  # both MLP matrices are named
+
+
+# ---- Embeddings ----------------------------------------------------------------------------------------------
+
+def pca_label_boxes(fig, plot_px):
+    """Pixel boxes of the prompt tokens' labels (annotations, or the trace's own text placed "top center")."""
+    xs = np.concatenate([np.asarray(t.x, float) for t in fig.data])
+    ys = np.concatenate([np.asarray(t.y, float) for t in fig.data])
+    sx = plot_px[0] / (xs.max() - xs.min())
+    sy = plot_px[1] / (ys.max() - ys.min())
+    boxes = []
+    if fig.data[1].text:
+        for x, y, text in zip(fig.data[1].x, fig.data[1].y, fig.data[1].text):
+            cx, cy, tw = (x - xs.min()) * sx, (y - ys.min()) * sy + 11, text_px(text, 12)
+            boxes.append((cx - tw / 2, cy - 7, cx + tw / 2, cy + 7))
+    for a in fig.layout.annotations:
+        tw = text_px(a.text, a.font.size or 12)
+        cx, cy = (a.x - xs.min()) * sx + (a.xshift or 0), (a.y - ys.min()) * sy + (a.yshift or 0)
+        left = {"center": cx - tw / 2, "left": cx, "right": cx - tw}[a.xanchor]
+        boxes.append((left, cy - 7, left + tw, cy + 7))
+    return boxes
+
+
+def test_pca_prompt_labels_do_not_pile_up():
+    rng = np.random.default_rng(0)
+    vocab = rng.normal(size=(2000, 2)) * [1, 0.2]
+    distinct = list(dict.fromkeys(LABELS))
+    prompt = rng.normal(size=(len(distinct), 2)) * [0.3, 0.1] + [-1.5, -0.2]   # a tight cluster, as trained
+    fig = fe.pca_scatter(vocab, ["v"] * len(vocab), prompt, distinct, (0.8, 0.016))
+    boxes = pca_label_boxes(fig, (640, 400))
+    assert len(boxes) >= len(distinct) // 2                  # most tokens still named on the plot
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1:]:
+            assert not overlaps(a, b), f"labels at {a} and {b} overlap"
+    assert list(fig.data[1].customdata) == distinct           # hover names every token, labelled or not
+
+
+def test_embedding_panels_fit_a_phone():
+    T = len(LABELS)
+    rng = np.random.default_rng(1)
+    fig = fe.embedding_panels(*(rng.normal(size=(T, 64)) for _ in range(3)), LABELS, range(0, 64))
+    panel_px = (PHONE_FIGURE - 60 - 75 - 20) / 3             # after the token labels, colour bar, margins
+    for a in fig.layout.annotations:
+        assert max(text_px(line, a.font.size or 12) for line in a.text.split("<br>")) <= panel_px
+    titles = [ax.title.text for name, ax in fig.layout.to_plotly_json().items() if name.startswith("xaxis")
+              for ax in [fig.layout[name]] if ax.title.text]
+    assert titles == ["dimension"]                            # once, not three times side by side
+    assert all(fig.layout[f"xaxis{i}"].nticks == 3 for i in ("", "2", "3"))
+
+
+# ---- Activations ---------------------------------------------------------------------------------------------
+
+def lens(T: int):
+    rng = np.random.default_rng(2)
+    words = ["␣the", "␣and", "↵", "␣of", "␣window", "&amp;", "!"]
+    top = [[words[rng.integers(len(words))] for _ in range(T)] for _ in range(5)]
+    labels = (LABELS * 3)[:T]
+    return top, fa.logit_lens_heatmap(rng.random((5, T)), top, labels, labels, rng.random((5, T)))
+
+
+@pytest.mark.parametrize("T", [28, 48])
+def test_logit_lens_writes_the_top_token_where_it_fits(T):
+    top, fig = lens(T)
+    trace = fig.data[0]
+    assert trace.texttemplate == "%{text}" and trace.textfont.size is None   # "auto": fits the cell drawn
+    cells = [list(row) for row in trace.text]
+    room = fa.LENS_PLOT_PX / T / (0.65 * fa.LENS_MIN_FONT)
+    for row, tops in zip(cells, top):
+        for cell, token in zip(row, tops):
+            assert cell == (token if len(token) <= room else "")
+    assert sum(c != "" for row in cells for c in row) > 0.5 * 5 * T if T == 28 else True
+
+
+def test_activation_token_axes_thin_their_own_labels():
+    _, heat = lens(len(LABELS))
+    norms = fa.residual_norm_heatmap(np.ones((5, len(LABELS))), LABELS)
+    for fig in (heat, norms):
+        axis = fig.layout.xaxis
+        # an array of 28 tick labels is drawn whatever the width: 4 px apart on a phone. A category axis keeps
+        # about one label per 15 px of the width drawn.
+        assert axis.type == "category" and axis.tickmode == "auto"
+        assert [c.replace("\u200b", "") for c in axis.categoryarray] == LABELS   # drawn as the tokens
+        assert len(set(axis.categoryarray)) == len(LABELS)                     # repeats keep their own column
+        assert list(fig.data[0].x) == list(axis.categoryarray)
+
+
+# ---- Pre-norm vs post-norm -----------------------------------------------------------------------------------
+
+def test_norms_attention_is_three_figures_and_scales_stack():
+    rng = np.random.default_rng(3)
+    T = 12
+    pat = np.tril(rng.random((T, T)))
+    pat /= pat.sum(1, keepdims=True)
+    figs = fn.attention_panels(pat, pat * 0.5, LABELS[:T], "Layer 0, head 0")
+    assert [len(f.data) for f in figs] == [1, 1, 1]
+    assert [f.data[0].zmax for f in figs[:2]] == [1, 1]                         # the wirings on one scale
+    np.testing.assert_allclose(np.nan_to_num(figs[2].data[0].z), np.tril(pat * 0.5 - pat))
+    n = 5
+    scales = fn.activation_scales({"pre": np.arange(1, n + 1.0), "post": np.ones(n)}, {"pre": np.ones(n), "post": np.ones(n)},
+                                  {"pre": np.ones(n - 1), "post": np.ones(n - 1)},
+                                  {"pre": np.ones(n - 1), "post": np.ones(n - 1)}, 64)
+    assert list(scales.layout.xaxis.domain) == list(scales.layout.xaxis2.domain) == [0, 1]  # full width each
+
+
+# ---- Titles on a phone ---------------------------------------------------------------------------------------
+
+TITLES = ["Direct attribution: every part of the final residual stream",
+          "Token embeddings, first two principal components",
+          "Cosine similarity of the prompt's token embeddings",
+          "Logit lens: the top next token at every layer and position"]
+
+
+@pytest.mark.parametrize("title", TITLES)
+def test_titles_fit_a_phone(title):
+    fig = fw.attribution_bars(["a", "b"], [1.0, -1.0], title=title)
+    lines = fig.layout.title.text.split("<br>")
+    room = PHONE_FIGURE - 55   # seen: 46 characters of a title showed on a phone, from about 14 px in
+    assert all(len(line) * BOLD_TITLE_CHAR <= room for line in lines), lines
+    assert " ".join(lines) == title                           # broken between words, nothing lost
+    assert fig.layout.margin.t >= 34 + 20 * len(lines)        # each line has its room below the toolbar

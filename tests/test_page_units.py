@@ -181,3 +181,18 @@ def test_attention_detector_table_links_each_head():
     for head, url in zip(table["head"], table["what it does"]):
         layer, h = re.fullmatch(r"layer (\d+), head (\d+)", head).groups()
         assert url.startswith("units?") and url.endswith(f"unit=L{layer}H{h}")
+
+
+def test_ablated_heads_on_the_why_page_link_to_their_unit_pages():
+    at = run_page("why", spec=PRE, **{K.WHY_VIEW: "Ablate heads", K.WHY_ABLATED: [(1, 2), (0, 0)]})
+    assert not at.exception, at.exception
+    linked = [LINK.findall(c.value) for c in at.caption if "What each does over the corpus" in c.value]
+    assert len(linked) == 1 and [unit for unit, _ in linked[0]] == ["L0H0", "L1H2"]
+    assert all(url.startswith("units?") for _, url in linked[0])
+
+
+def test_a_link_to_the_other_twin_names_its_wiring():
+    state = {K.MODEL_SPEC: PRE, K.MODEL_SOURCE: K.SOURCE_BUNDLED, K.NORM: "pre", K.PROMPT: "Hi"}
+    url = links.unit_url(state, "L2H1", norm="post")
+    query = urllib.parse.parse_qs(url.split("?", 1)[1])
+    assert query["unit"] == ["L2H1"] and query["norm"] == ["post"] and query["source"] == ["bundled"]

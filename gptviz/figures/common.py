@@ -72,6 +72,7 @@ def legend_on_top_room(title: str | None) -> int:
 # figure is about 358 px wide and a title line showed 46 of its characters from about 14 px in). Longer titles are
 # broken between words into lines of at most TITLE_CHARS; a desktop shows them on two lines too.
 TITLE_CHARS = 44
+EXTRA_LINE_SHIFT = 18  # px Plotly lifts a title for each line past its first
 
 
 def visible_length(text: str) -> int:
@@ -99,8 +100,12 @@ def wrap_title(title: str, width: int = TITLE_CHARS) -> str:
 def apply_layout(fig: go.Figure, title: str | None = None, height: int | None = None, **kwargs) -> go.Figure:
     title = wrap_title(title) if title else title
     # each extra title line (<br>) needs its own room above the plot, or it sits on the top of the data
-    top = title_room(1 + title.count("<br>")) if title else 20
-    title_layout = dict(text=title, yref="container", y=1, yanchor="top", pad=dict(t=TOOLBAR_ROOM)) if title else None
+    extra = title.count("<br>") if title else 0
+    top = title_room(1 + extra) + EXTRA_LINE_SHIFT * extra if title else 20
+    # Plotly lifts a title of several lines by about a line for each line past the first even when anchored at its
+    # top (seen: a two-line title 18 px from the chart's top, under the toolbar): the pad makes up for it
+    title_layout = dict(text=title, yref="container", y=1, yanchor="top",
+                        pad=dict(t=TOOLBAR_ROOM + EXTRA_LINE_SHIFT * extra)) if title else None
     fig.update_layout(title=title_layout, height=height, font=FONT, margin=dict(l=10, r=10, t=top, b=10),
                       template=LIGHT_TEMPLATE, **kwargs)
     return fig

@@ -24,7 +24,8 @@ BOXES_JS = """(selector) => [...document.querySelectorAll('.js-plotly-plot')].ma
 # Tick labels of one axis with their anchor (the tick's x) and angle: labels drawn at an angle are parallel, so two
 # are apart when their anchors' distance across the slant holds a line of text (their boxes overlap regardless).
 TICKS_JS = """(selector) => [...document.querySelectorAll('.js-plotly-plot')].map((plot) =>
-  [...plot.querySelectorAll(selector)].filter((el) => el.textContent.trim()).map((el) => {
+  [...plot.querySelectorAll(selector)].filter((el) => el.textContent.trim() && el.getBoundingClientRect().width)
+  .map((el) => {  // drawn ones: a figure in a tab not shown has no size
     const box = el.getBoundingClientRect();
     const turn = /rotate\\((-?[0-9.]+)/.exec(el.getAttribute('transform') || '');
     // an angled label ends at its tick (text-anchor end): its anchor is the box's right edge

@@ -71,7 +71,7 @@ def test_the_attention_pages_tab_scale_and_layer_reach_the_address_and_a_fresh_b
 def test_the_why_and_parameters_pages_settings_reach_the_address_and_a_click_ablates_a_head(browser, server):
     page = fresh(browser)
     page.goto(f"{server}/why?{TINY}")
-    grid = page.locator('[data-testid="stPlotlyChart"]').filter(has_text="click a head to ablate it").first
+    grid = page.locator('[data-testid="stPlotlyChart"]').filter(has_text=re.compile("click a head to", re.I)).first
     grid.wait_for()
     wait_for_idle(page)
     assert page.get_by_text("Ablated (zero)").count() == 0
@@ -86,7 +86,7 @@ def test_the_why_and_parameters_pages_settings_reach_the_address_and_a_click_abl
     other.goto(page.url)
     other.get_by_text("Ablated (zero): L1H1").wait_for()
     other.context.close()
-    grid = page.locator('[data-testid="stPlotlyChart"]').filter(has_text="click a head to ablate it").first
+    grid = page.locator('[data-testid="stPlotlyChart"]').filter(has_text=re.compile("click a head to", re.I)).first
     grid.scroll_into_view_if_needed()
     box = grid.locator(".nsewdrag").first.bounding_box()
     page.mouse.click(box["x"] + box["width"] * 3 / 8, box["y"] + box["height"] * 3 / 4)   # again: back
@@ -94,7 +94,7 @@ def test_the_why_and_parameters_pages_settings_reach_the_address_and_a_click_abl
     wait_for_idle(page)
     assert "why_heads" not in params(page)
     page.get_by_role("tab", name="Patching").click()
-    page.get_by_text("Residual stream patched at one layer and position").first.wait_for()
+    page.get_by_text("Residual stream patched at one layer and").first.wait_for()  # a title wrapped at 44 characters
     wait_for_idle(page)
     pick(page, "Example pair", "Repeated sequence (induction)")
     page.wait_for_url(re.compile("why_example=Repeated"), timeout=30_000)
@@ -143,7 +143,7 @@ def test_the_first_screen_holds_the_prompt_box_and_a_head_worth_a_look(browser, 
 def test_a_generation_paced_one_token_per_click(browser, server):
     page = fresh(browser)
     page.goto(f"{server}/generation?{TINY}&gen_pace=one+token+per+click&gen_n=5")
-    page.get_by_text("After the prompt: the next-token distribution").first.wait_for()
+    page.get_by_text("After the prompt: the next-token").first.wait_for()  # a title wrapped at 44 characters
     wait_for_idle(page)
     page.get_by_role("button", name="Generate").click()
     page.get_by_text(re.compile(r"Generating: 1 of 5 tokens \(press Next token")).wait_for()

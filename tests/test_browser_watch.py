@@ -9,25 +9,11 @@ import urllib.parse
 
 import pytest
 
-from test_browser import (ARGS, CHROMIUM, app_server, no_exception, wait_for_idle)  # noqa: F401
+# the module-scoped fixtures too (a server and one Chromium per module), as the browser tests define them
+from test_browser import CHROMIUM, browser, no_exception, server, wait_for_idle  # noqa: F401
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not CHROMIUM.exists(), reason="needs /usr/bin/chromium")]
 TINY = "source=preset&preset=tiny&prompt=the+cat+sat+on+the+mat"
-
-
-@pytest.fixture(scope="module")
-def server():
-    with app_server() as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
-def browser():
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-        yield chromium
-        chromium.close()
 
 
 def fresh(browser, width=1400, height=1000):

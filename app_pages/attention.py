@@ -17,7 +17,8 @@ from gptviz import analysis
 from gptviz.app import keys as K
 from gptviz.app import live
 from gptviz.app.component import attention_map as amap
-from gptviz.app.links import sync_address, unit_url
+from gptviz.app.links import sync_address
+from gptviz.app.unit_nav import unit_pills
 from gptviz.app.display import MEAN_HEAD, figure_download, head_name, md_text, show_figure
 from gptviz.app.models import ModelSpec, attention_page_names, induction_scores, require_capture
 from gptviz.app.sidebar import EXAMPLE_PROMPTS, MAX_PROMPT_CHARS, keep_valid, require_model, require_prompt
@@ -204,9 +205,8 @@ def detector_table(seen: Seen, found: list[Detector]) -> None:
     n_heads = seen.cfg.n_heads
     order = sorted(((l, h) for l in range(seen.cfg.n_layers) for h in range(n_heads)),
                    key=lambda lh: -float(sort_by.scores[lh]))
-    table = {"head": [f"layer {l}, head {h}" for l, h in order],
-             "what it does": [unit_url(state, f"L{l}H{h}") for l, h in order]}
-    columns = {"what it does": st.column_config.LinkColumn("what it does", display_text=r"unit=(L\d+H\d+)")}
+    table = {"head": [f"layer {l}, head {h}" for l, h in order]}
+    columns = {}
     for d in sorted(found, key=lambda d: d is not sort_by):
         table[d.column] = [float(d.scores[lh]) for lh in order]
         columns[d.column] = st.column_config.ProgressColumn(d.column, min_value=0.0, max_value=1.0, format="%.3f")
@@ -218,6 +218,8 @@ def detector_table(seen: Seen, found: list[Detector]) -> None:
     st.dataframe(pd.DataFrame(table), hide_index=True, width="stretch", height=38 + 35 * min(5, len(order)),
                  column_config=columns, selection_mode="single-row", key=K.ATT_DETECTORS,
                  on_select=lambda: jump_to_head(order))
+    unit_pills("What the top heads do over the corpus", [f"L{l}H{h}" for l, h in order[:6]],
+               K.per_item(K.UNIT_PILLS, "att_detectors"))
 
 
 def opening_line(found: list[Detector]) -> None:

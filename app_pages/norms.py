@@ -15,7 +15,7 @@ import torch
 from gptviz import PRESETS, GPTConfig, analysis, limits, memory, training_log, weights, wiring, xiong
 from gptviz.analysis import bigram_baseline
 from gptviz.app import display, models, sidebar
-from gptviz.app.links import unit_url
+from gptviz.app.unit_nav import unit_pills
 from gptviz.app import keys as K
 from gptviz.config import ConfigError
 from gptviz.evaluate import corpus_of, recipe_differences
@@ -587,22 +587,25 @@ def head_matches(tw: LoadedTwins) -> tuple[list, dict]:
 def matches_table(matches: list, scores: dict, length: int) -> None:
     """Every pre-norm head beside its post-norm match, with the scores that say what each does."""
     prev_chance, ind_chance = analysis.previous_token_chance(2 * length), analysis.induction_chance(length)
-    rows = [{"pre-norm head": unit_url(state, f"L{m.a[0]}H{m.a[1]}", norm="pre"),
-             "post-norm match": unit_url(state, f"L{m.b[0]}H{m.b[1]}", norm="post"),
+    rows = [{"pre-norm head": f"L{m.a[0]}H{m.a[1]}", "post-norm match": f"L{m.b[0]}H{m.b[1]}",
              "pattern similarity": m.similarity,
              f"previous-token, pre / post (chance {prev_chance:.2f})":
                  f"{float(scores['pre'][0][m.a]):.2f} / {float(scores['post'][0][m.b]):.2f}",
              f"induction, pre / post (chance {ind_chance:.2f})":
                  f"{float(scores['pre'][1][m.a]):.2f} / {float(scores['post'][1][m.b]):.2f}"} for m in matches]
-    unit_link = r"unit=(L\d+H\d+)"  # the head id shown; a click opens what it does over the corpus
     st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch", column_config={
-        "pre-norm head": st.column_config.LinkColumn(display_text=unit_link),
-        "post-norm match": st.column_config.LinkColumn(display_text=unit_link),
         "pattern similarity": st.column_config.ProgressColumn(min_value=0.0, max_value=1.0, format="%.2f")})
     st.caption(f"Each head's attention on {length} random tokens repeated once, compared by cosine similarity "
                "(1: the same pattern), and paired one to one, most similar first. The scores say what each pair "
                "does; the pairs, not the indices, are what to compare between the twins. A pair with a low "
                "similarity is a head left over when one twin grew more heads of a kind than the other.")
+    left, right = st.columns(2)
+    with left:
+        unit_pills("What a pre-norm head does over the corpus", [f"L{m.a[0]}H{m.a[1]}" for m in matches],
+                   K.per_item(K.UNIT_PILLS, "norms_pre"), norm="pre")
+    with right:
+        unit_pills("What a post-norm head does over the corpus", [f"L{m.b[0]}H{m.b[1]}" for m in matches],
+                   K.per_item(K.UNIT_PILLS, "norms_post"), norm="post")
 
 
 def twins_attention(tw: LoadedTwins) -> dict | None:

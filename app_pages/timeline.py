@@ -16,6 +16,7 @@ import streamlit as st
 from gptviz.app import jobs
 from gptviz.app import keys as K
 from gptviz.app.display import show_figure
+from gptviz.app.unit_nav import unit_pills
 from gptviz.figures import timeline as ft
 from gptviz.snapshots import Snapshots, load_snapshots
 from gptviz.training_jobs import GROWTH, Job, induction_growth_spec
@@ -80,14 +81,27 @@ def best_head_line(snaps: Snapshots, detector: str, step: int) -> tuple[str, tup
             f"(chance {chance:.3f}); loss {snaps.train_loss[i]:.2f}"), (int(layer), int(head))
 
 
-def heads_row(found: dict[str, Snapshots], detector: str, probe: int, step: int, key: str = K.TL_HEADS) -> None:
-    """Each run's heads at the step, side by side."""
+def named_heads(snaps: Snapshots, best: tuple[int, int]) -> list[str]:
+    """The heads the page names for a run: the best at the step, then the first of each detector to cross."""
+    hits = [snaps.crossing(name, THRESHOLD) for name in K.TIMELINE_DETECTORS]
+    return list(dict.fromkeys([f"L{best[0]}H{best[1]}"] + [f"L{h[1]}H{h[2]}" for h in hits if h]))
+
+
+def heads_row(found: dict[str, Snapshots], detector: str, probe: int, step: int, key: str = K.TL_HEADS,
+              bundled: bool = False) -> None:
+    """Each run's heads at the step, side by side; a bundled twin's named heads open the unit page (the finished
+    model's head at that place, over the corpus)."""
     slots = st.columns(len(found))
     for slot, (wiring, snaps) in zip(slots, found.items()):
         line, best = best_head_line(snaps, detector, step)
         with slot.container():
             st.markdown(f"**{wiring}**, {line}")
             show_figure(ft.heads_at(snaps, step, probe, selected=best, width_px=480), key=K.per_item(key, wiring))
+            if bundled:
+                unit_pills("What they do in the finished model", named_heads(snaps, best),
+                           K.per_item(K.UNIT_PILLS, "tl", wiring), norm=wiring.split("-")[0],
+                           help="The finished bundled model's head at that place, over the whole corpus: its top "
+                                "examples and direct effect (the unit page).")
 
 
 def play(found: dict[str, Snapshots], detector: str, probe: int, start: int) -> None:
@@ -204,7 +218,7 @@ def history_tab() -> None:
     if st.button("▶ Play from this step", key=K.TL_PLAY):
         play(found, detector, probe, step)
         st.rerun()
-    heads_row(found, detector, probe, step)
+    heads_row(found, detector, probe, step, bundled=True)
     curves(found, detector, step)
     about(found)
 

@@ -16,7 +16,7 @@ from gptviz import limits
 from gptviz.app import display, sidebar
 from gptviz.app import keys as K
 from gptviz.app import unit_index as ui
-from gptviz.app.links import unit_url
+from gptviz.app.unit_nav import open_on_row_pick
 from gptviz.app.models import ModelSpec
 from gptviz.figures import units as fu
 from gptviz.limits import LimitError
@@ -227,11 +227,14 @@ def top_example_text(loaded: ui.Loaded, unit: ix.Unit, before: int = 10, after: 
     return text.replace("\n", " ↵ ")
 
 
-def units_table(loaded: ui.Loaded, units: list[ix.Unit], columns: dict[str, list]) -> None:
-    frame = pd.DataFrame({"unit": [unit_url(state, u) for u in units], **columns,
+def units_table(loaded: ui.Loaded, units: list[ix.Unit], columns: dict[str, list], key: str) -> None:
+    """The units with their top example; picking a row opens that unit in the first tab."""
+    frame = pd.DataFrame({"unit": [str(u) for u in units], **columns,
                           "its top example in the corpus": [top_example_text(loaded, u) for u in units]})
-    st.dataframe(frame, hide_index=True, width="stretch", column_config={
-        "unit": st.column_config.LinkColumn("unit", display_text=r"unit=(L\d+[NH]\d+)", width="small")})
+    st.caption("Pick a row to open that unit.")
+    st.dataframe(frame, hide_index=True, width="stretch", key=key, selection_mode="single-row",
+                 on_select=open_on_row_pick(key, units), column_config={"unit": st.column_config.TextColumn(
+                     "unit", width="small", pinned=True)})
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
@@ -257,7 +260,7 @@ def prompt_search(spec: ModelSpec, model: GPT, loaded: ui.Loaded) -> None:
                 "went; a unit's typical value is its median, beside it).")
     units_table(loaded, [s.unit for s in found], {
         "value here": [s.value for s in found], "share of its corpus peak": [s.share_of_peak for s in found],
-        "its median": [ix.quantiles(loaded.index, s.unit).get(0.5) for s in found]})
+        "its median": [ix.quantiles(loaded.index, s.unit).get(0.5) for s in found]}, key=K.UNIT_HERE_TABLE)
 
 
 def word_search(loaded: ui.Loaded) -> None:
@@ -284,7 +287,8 @@ def word_search(loaded: ui.Loaded) -> None:
                                 "deviations (z; 0 = typical)."))
     units_table(loaded, [f.unit for f in found], {"z": [f.z for f in found], "mean on it": [f.mean for f in found],
                                                    "its mean": [float(loaded.index.arrays["mean"][
-                                                       loaded.index.flat(f.unit)]) for f in found]})
+                                                       loaded.index.flat(f.unit)]) for f in found]},
+                key=K.UNIT_WORD_TABLE)
 
 
 def search_tab(spec: ModelSpec, model: GPT, loaded: ui.Loaded) -> None:
@@ -300,7 +304,7 @@ def main() -> None:
                "output does to the next-token logits.")
     spec, model = sidebar.require_model()
     loaded = require_index(spec, model)
-    one, search = st.tabs(["One unit", "Search by token"])
+    one, search = st.tabs(K.UNIT_TABS, key=K.UNIT_TAB, on_change="rerun")  # stateful: a picked row opens tab one
     with one:
         unit_tab(spec, model, loaded)
     with search:

@@ -12,7 +12,7 @@ import torch
 from gptviz import attribution, flow, memory
 from gptviz.app import display, models, sidebar
 from gptviz.app import keys as K
-from gptviz.app.links import unit_link_md
+from gptviz.app.unit_nav import unit_pills
 from gptviz.config import GPTConfig
 from gptviz.figures import attention as fa
 from gptviz.figures import flow as figs_flow
@@ -336,7 +336,8 @@ def ablate_tab(ask: Ask) -> None:
                (" (colour: its direct attribution)" if ask.cfg.norm == "pre" else ""), "logit diff")
     ab = ablation_controls(ask.cfg)
     if ab.heads:
-        st.caption("What each does over the corpus: " + " · ".join(unit_link_md(state, f"L{l}H{h}") for l, h in ab.heads))
+        unit_pills("What each ablated head does over the corpus", [f"L{l}H{h}" for l, h in ab.heads],
+                   K.per_item(K.UNIT_PILLS, "why_ablated"))
     probability_table(ask, ab)
     continuations(ask, ab)
     if ab.heads:

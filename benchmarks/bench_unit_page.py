@@ -9,6 +9,11 @@ warm ones.
 
     python benchmarks/bench_unit_page.py                       # 3 neurons and 2 heads of shakespeare-pre
     python benchmarks/bench_unit_page.py --shots /tmp/unit-shots   # also 1400x1000 and 390x844 screenshots
+    python benchmarks/bench_unit_page.py --in-session-only         # only the clicks in one tab (the app's own links)
+
+The app's own unit ids (pills and table rows) open the page in the same tab and session (gptviz.app.unit_nav);
+the first measurement is that: a click on a neuron's pill on the Activations page to its page drawn. The new-tab
+opens after it are what a copied link costs.
 """
 from __future__ import annotations
 
@@ -41,16 +46,62 @@ def open_unit(browser, url: str, unit: str, size: tuple[int, int]):
     return page, time.perf_counter() - started
 
 
+def click_pill(page, unit: str) -> float:
+    """On the Activations page's MLP tab, click `unit`'s pill; seconds until the unit page shows it, drawn."""
+    page.get_by_role("tab", name="MLP neurons").click()
+    pill = page.locator('[data-testid="stButtonGroup"] button').filter(has_text=re.compile(f"^{unit}$")).first
+    pill.wait_for()
+    started = time.perf_counter()
+    pill.click()
+    page.locator('[data-testid="stMarkdown"]').filter(has_text=re.compile(f"^{unit}:")).wait_for()
+    page.wait_for_function("document.querySelectorAll('.js-plotly-plot .main-svg').length >= 3")
+    page.wait_for_selector('[data-testid="stStatusWidget"]', state="detached")
+    return time.perf_counter() - started
+
+
+def in_session(browser, url: str, repeats: int) -> list[float]:
+    """Clicks in one tab, as a visitor browses: Activations -> a neuron's pill -> its page, and back (the page's
+    own navigation), for each neuron listed at the prompt's last token; the first click of each unit computes its
+    examples, the later ones are warm."""
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.set_default_timeout(180_000)
+    page.goto(f"{url}/activations")
+    page.get_by_role("tab", name="MLP neurons").click()
+    pills = page.locator('[data-testid="stButtonGroup"] button').filter(has_text=re.compile(r"^L\d+N\d+$"))
+    pills.first.wait_for()
+    units = pills.all_inner_texts()[:3]
+    warm = []
+    for unit in units:
+        times = []
+        for _ in range(1 + repeats):
+            page.get_by_role("link", name="Activations").click()
+            page.get_by_role("tab", name="MLP neurons").wait_for()
+            page.wait_for_selector('[data-testid="stStatusWidget"]', state="detached")
+            times.append(click_pill(page, unit))
+        warm += times[1:]
+        print(f"{unit} (in this tab, from the Activations page's pill): first click {times[0]:.2f} s; "
+              f"warm clicks {', '.join(f'{t:.2f}' for t in times[1:])} s")
+    page.close()
+    return warm
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shots", type=Path, help="folder for the screenshots (none by default)")
     parser.add_argument("--repeats", type=int, default=3, help="warm opens per unit")
+    parser.add_argument("--in-session-only", action="store_true", help="only the clicks in one tab")
     args = parser.parse_args()
     from playwright.sync_api import sync_playwright
     flags = ["--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"]
     with streamlit_server([sys.executable, "-m", "streamlit", "run", "app.py"], cwd=ROOT, flags=flags) as server, \
             sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        clicks = in_session(browser, server.url, args.repeats)
+        print(f"click in the same tab, median of {len(clicks)} warm clicks: {statistics.median(clicks):.2f} s "
+              "(target < 1 s)")
+        if args.in_session_only:
+            browser.close()
+            return
         warm = []
         for unit in UNITS:
             page, first = open_unit(browser, server.url, unit, (1400, 1000))

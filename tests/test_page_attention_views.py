@@ -112,14 +112,12 @@ def test_the_detector_table_holds_the_scores_and_their_chance_sorted_by_score():
         f"induction, 50 random tokens repeated (chance {analysis.induction_chance(50):.3f})":
             models.induction_scores(TINY, 50),
         f"first token (sink) (chance {first_token_chance(T):.3f})": first_token_scores(patterns)}
-    assert set(frame.columns) == {"head", "what it does", *expected}
+    assert set(frame.columns) == {"head", *expected}
     heads = [tuple(int(w.strip(",")) for w in name.split()[1::2]) for name in frame["head"]]
-    # each row links to its own head's unit page
-    assert [url.split("unit=")[1].split("&")[0] for url in frame["what it does"]] == [f"L{l}H{h}" for l, h in heads]
     assert sorted(heads) == [(l, h) for l in range(2) for h in range(4)]
     for column, scores in expected.items():
         assert np.allclose(frame[column], [float(scores[lh]) for lh in heads])
-    sort_column = frame.columns[2]  # the detector the table is sorted by, first after the head and its link
+    sort_column = frame.columns[1]  # the detector the table is sorted by, first after the head
     assert list(frame[sort_column]) == sorted(frame[sort_column], reverse=True)  # by score, not by layer
     assert any(f"Sorted by {sort_column.split(' (chance')[0]}" in c.value for c in at.caption)
 

@@ -11,6 +11,7 @@ from streamlit.testing.v1 import AppTest
 
 import gptviz.weights
 from gptviz import PRESETS, wiring
+from gptviz.app import keys as K
 from gptviz.generate import generate
 from gptviz.tokenizer import decode, get_tokenizer
 from gptviz.train import TrainSettings, train_models, write_history
@@ -202,7 +203,17 @@ def test_the_twins_heads_are_shown_beside_their_match_not_their_index():
     table = next(d.value for d in at.dataframe if "post-norm match" in d.value.columns)
     assert len(table) == 16 and table["post-norm match"].nunique() == 16
     prev = next(c for c in table.columns if c.startswith("previous-token"))
-    # each id links to its own twin's unit page
-    assert table["pre-norm head"].str.contains("norm=pre").all() and table["post-norm match"].str.contains("norm=post").all()
-    first = table[table["pre-norm head"].str.contains(r"unit=L0H0(?:&|$)")].iloc[0]
+    # each id opens its own twin's unit page, in this session
+    groups = {norm: next(g for g in at.button_group if g.key == K.per_item(K.UNIT_PILLS, f"norms_{norm}"))
+              for norm in ("pre", "post")}
+    assert groups["pre"].options == list(table["pre-norm head"])
+    assert groups["post"].options == list(table["post-norm match"])
+    first = table[table["pre-norm head"] == "L0H0"].iloc[0]
     assert all(float(x) > 0.5 for x in first[prev].split(" / "))          # both sides previous-token heads
+    post_head = first["post-norm match"]
+    at = groups["post"].set_value(post_head).run()  # the unit page opens on the post-norm twin's head
+    assert not at.exception, at.exception
+    assert [t.value for t in at.title] == ["What does this unit do?"]
+    assert at.session_state[K.UNIT] == post_head and at.session_state[K.NORM] == "post"
+    assert at.session_state[K.MODEL_SPEC].name == "shakespeare-post"
+    assert at.markdown[0].value.startswith(f"**{post_head}")

@@ -59,6 +59,24 @@ def test_the_page_draws_what_the_snapshots_hold_at_the_step(shipped):
     assert marked, "the viewed step is marked on the curves"
 
 
+def test_the_named_heads_open_the_finished_models_unit_page(shipped):
+    """Each twin's best head at the step and the first heads to cross are pills that open the unit page on that
+    twin (the finished bundled model)."""
+    post = shipped["shakespeare-post"]
+    step = post.steps[-1]
+    at = run_page("timeline", **{K.TL_STEP: step})
+    i = ft.index_at(post, step)
+    scores = post.score_array()[i, post.detector_index("induction")]
+    best = "L{}H{}".format(*np.unravel_index(int(scores.argmax()), scores.shape))
+    hits = [post.crossing(name, 0.5) for name in K.TIMELINE_DETECTORS]
+    want = list(dict.fromkeys([best] + [f"L{h[1]}H{h[2]}" for h in hits if h]))
+    group = next(g for g in at.button_group if g.key == K.per_item(K.UNIT_PILLS, "tl", "post-norm"))
+    assert group.options == want
+    at = group.set_value(want[-1]).run()
+    assert at.session_state[K.UNIT] == want[-1] and at.session_state[K.NORM] == "post"
+    assert at.session_state[K.MODEL_SOURCE] == K.SOURCE_BUNDLED and at.session_state[K.UNIT_NAV_PENDING]
+
+
 def test_a_step_between_snapshots_shows_the_last_one_before_it(shipped):
     pre = shipped["shakespeare-pre"]
     at = run_page("timeline", **{K.TL_STEP: pre.steps[3] + 1})

@@ -100,7 +100,7 @@ def test_search_by_prompt_token_equals_units_at(shipped):
     ids = encode(at.session_state[K.PROMPT])
     want = ix.units_at(model, ids, len(ids) - 1, index=shipped, k=8, kind="neuron") + \
         ix.units_at(model, ids, len(ids) - 1, index=shipped, k=4, kind="head")
-    assert [re.search(r"unit=(\w+)", u).group(1) for u in table["unit"]] == [str(s.unit) for s in want]
+    assert list(table["unit"]) == [str(s.unit) for s in want]
     np.testing.assert_allclose(table["value here"], [s.value for s in want], rtol=1e-5)
     assert all("⟦" in t for t in table["its top example in the corpus"])
 
@@ -120,7 +120,7 @@ def test_word_search_lists_the_index_units(shipped):
     at.text_input(key=K.UNIT_WORD).set_value("king").run()  # tried as ' king' too
     table = at.dataframe[1].value
     want = ix.units_for_token(shipped, encode(" king")[0], k=10)
-    assert [re.search(r"unit=(\w+)", u).group(1) for u in table["unit"]] == [str(f.unit) for f in want]
+    assert list(table["unit"]) == [str(f.unit) for f in want]
     np.testing.assert_allclose(table["z"], [f.z for f in want], rtol=1e-5)
 
 
@@ -161,34 +161,67 @@ def test_one_build_per_visitor_and_the_server_cap():
     guard.start("s4", "8.8.8.8")
 
 
-def test_activations_links_point_at_the_listed_neurons():
+def pills(at, name: str):
+    """The unit pills of one list (its per_item name) as the ids they offer."""
+    return next(g for g in at.button_group if g.key == K.per_item(K.UNIT_PILLS, name))
+
+
+def picked(at, name: str, unit: str):
+    """Pick `unit` among a list's pills: the unit page opens at the next run (the router's part)."""
+    at = pills(at, name).set_value(unit).run()
+    assert not at.exception, at.exception
+    assert at.session_state[K.UNIT] == unit and at.session_state[K.UNIT_NAV_PENDING]
+    assert at.session_state[K.UNIT_TAB] == K.UNIT_TABS[0]
+    assert pills(at, name).value is None  # the pill does not stay picked for the next visit
+    return at
+
+
+def test_activations_pills_are_the_listed_neurons_and_open_them():
     from pagetest import figure
     at = run_page("activations", spec=PRE)
     bars = figure(at, "Most active neurons")["data"][0]["y"]
-    line = next(m.value for m in at.markdown if m.value.startswith("What each does"))
-    found = LINK.findall(line)
-    assert [name for name, _ in found] == [b.replace(" ", "") for b in bars]
-    for name, url in found:
-        query = urllib.parse.parse_qs(urllib.parse.urlsplit(url).query)
-        assert query["unit"] == [name] and query["prompt"] == [at.session_state[K.PROMPT]]
-    heads = [m.value for m in at.markdown if m.value.startswith("**Previous-token**")]
-    assert heads and all(name[2] == "H" or "H" in name for name, _ in LINK.findall(heads[0]))
+    assert pills(at, "act_neurons").options == [b.replace(" ", "") for b in bars]
+    picked(at, "act_neurons", bars[1].replace(" ", ""))
 
 
-def test_attention_detector_table_links_each_head():
+def test_activations_head_pills_are_each_detectors_best_heads():
+    at = run_page("activations", spec=PRE)  # every tab runs
+    lines = [m.value for m in at.markdown if m.value.startswith("**Previous-token**")]
+    named = list(dict.fromkeys(re.findall(r"L\d+H\d+", lines[0])))
+    assert named and pills(at, "act_heads").options == named
+    picked(at, "act_heads", named[0])
+
+
+def test_attention_pills_are_the_detector_tables_first_heads():
     at = run_page("attention", spec=PRE)
     table = at.dataframe[0].value
-    for head, url in zip(table["head"], table["what it does"]):
-        layer, h = re.fullmatch(r"layer (\d+), head (\d+)", head).groups()
-        assert url.startswith("units?") and url.endswith(f"unit=L{layer}H{h}")
+    heads = ["L{}H{}".format(*re.fullmatch(r"layer (\d+), head (\d+)", h).groups()) for h in table["head"][:6]]
+    assert pills(at, "att_detectors").options == heads
+    picked(at, "att_detectors", heads[0])
 
 
-def test_ablated_heads_on_the_why_page_link_to_their_unit_pages():
+def test_ablated_heads_on_the_why_page_open_their_unit_pages():
     at = run_page("why", spec=PRE, **{K.WHY_VIEW: "Ablate heads", K.WHY_ABLATED: [(1, 2), (0, 0)]})
     assert not at.exception, at.exception
-    linked = [LINK.findall(c.value) for c in at.caption if "What each does over the corpus" in c.value]
-    assert len(linked) == 1 and [unit for unit, _ in linked[0]] == ["L0H0", "L1H2"]
-    assert all(url.startswith("units?") for _, url in linked[0])
+    assert pills(at, "why_ablated").options == ["L0H0", "L1H2"]
+    picked(at, "why_ablated", "L1H2")
+
+
+def test_a_picked_row_names_its_unit():
+    from gptviz.app.unit_nav import unit_of_selection
+    units = ["L0N1", "L1H2", "L3N7"]
+    assert unit_of_selection({"rows": [1]}, units) == "L1H2"
+    assert unit_of_selection({"rows": []}, units) is None  # a row unpicked
+    assert unit_of_selection({"rows": [5]}, units) is None  # a stale pick past a shorter table
+
+
+def test_search_tables_are_picked_by_row(shipped):
+    from streamlit.proto.Dataframe_pb2 import Dataframe
+    at = run_page("units", spec=PRE)
+    at.text_input(key=K.UNIT_WORD).set_value("king").run()
+    tables = [d for d in at.dataframe if "its top example in the corpus" in d.value.columns]
+    assert len(tables) == 2
+    assert all(list(d.proto.selection_mode) == [Dataframe.SelectionMode.SINGLE_ROW] for d in tables)
 
 
 def test_a_link_to_the_other_twin_names_its_wiring():
@@ -196,3 +229,18 @@ def test_a_link_to_the_other_twin_names_its_wiring():
     url = links.unit_url(state, "L2H1", norm="post")
     query = urllib.parse.parse_qs(url.split("?", 1)[1])
     assert query["unit"] == ["L2H1"] and query["norm"] == ["post"] and query["source"] == ["bundled"]
+
+
+def test_a_picked_neuron_opens_its_page_in_this_session():
+    """Through app.py, as a visitor clicks: the router follows the pick to the unit page with the same model."""
+    from pagetest import open_app
+    at = open_app(**{K.MODEL_SOURCE: K.SOURCE_BUNDLED})
+    at.switch_page("app_pages/activations.py")
+    at = at.run()
+    group = pills(at, "act_neurons")
+    unit = group.options[3]
+    at = group.set_value(unit).run()
+    assert not at.exception, at.exception
+    assert [t.value for t in at.title] == ["What does this unit do?"]
+    assert at.session_state[K.UNIT] == unit and not at.session_state[K.UNIT_NAV_PENDING]
+    assert at.markdown[0].value.startswith(f"**{unit}")

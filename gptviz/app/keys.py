@@ -33,6 +33,7 @@ GENERATION = "generation"             # this session's live generation: {"spec",
 GENERATION_ERROR = "_generation_error"  # why Generate could not start, shown once under its button
 ATT_OPEN_BEST = "_att_open_best"      # an example was loaded: open its most telling head
 QUERY_MOVED = "_att_query_moved"      # a view picked another query token: the Attention page redraws whole
+UNIT_NAV_PENDING = "_unit_nav_pending"  # a unit id was picked: the router opens the unit page (unit_nav)
 
 
 # ---- The sidebar (every page reads these) ----------------------------------------------------------------
@@ -237,6 +238,9 @@ TRAIN_WIRING = "train_wiring"
 
 # ---- What does this unit do? page -----------------------------------------------------------------------------
 UNIT = "unit"                    # the unit shown, "L2N26" or "L1H2" (in links as ?unit=)
+UNIT_TAB = "unit_tab"
+UNIT_TABS = ("One unit", "Search by token")
+UNIT_PILLS = "unit_pills"        # per page and list (per_item): unit ids that open the unit page
 UNIT_BUILD = "unit_build"
 UNIT_BUILD_TOKENS = "unit_build_tokens"
 UNIT_COLOUR = "unit_colour"
@@ -250,6 +254,8 @@ UNIT_KIND = "unit_kind"
 UNIT_LAYER = "unit_layer"
 UNIT_SOURCE = "unit_source"
 UNIT_WORD = "unit_word"
+UNIT_HERE_TABLE = "unit_here_table"
+UNIT_WORD_TABLE = "unit_word_table"
 
 # ---- Why this token? page --------------------------------------------------------------------------------
 WHY_ATT_AFTER = "why_att_after"

@@ -214,20 +214,21 @@ UNIT_PAGE = "units"  # the unit page's URL path (router.PAGE_LIST)
 SIDEBAR_PARAMS = ("source", "norm", "preset", "seed", "model", "prompt", "pz")
 
 
-def unit_url(state, unit, norm: str | None = None) -> str:
-    """A relative link to the unit page for `unit` (a neuron or head id, or anything whose str() is one) with the
-    sidebar's model and prompt, so it opens the same model in a new tab. Every page links unit ids through this.
-    `norm`: the bundled twin of that wiring instead (a page comparing both twins links each head to its own)."""
+def unit_params(state, unit, norm: str | None = None) -> dict[str, str]:
+    """The unit page's URL parameters for `unit` (a neuron or head id, or anything whose str() is one), with the
+    sidebar's model and prompt. `norm`: the bundled twin of that wiring instead (a page comparing both twins links
+    each head to its own)."""
     params = {name: value for name, value in link_params(state).items() if name in SIDEBAR_PARAMS}
     if norm is not None:
         params.update({"source": "bundled", "norm": _choice(("pre", "post"))(norm)})
     params["unit"] = _unit(str(unit))
-    return f"{UNIT_PAGE}?{urllib.parse.urlencode(params)}"
+    return params
 
 
-def unit_link_md(state, unit) -> str:
-    """`unit` as a Markdown link to its page (the id holds only letters and digits: nothing to escape)."""
-    return f"[{_unit(str(unit))}]({unit_url(state, unit)})"
+def unit_url(state, unit, norm: str | None = None) -> str:
+    """A relative link to the unit page (unit_params), for a link copied or opened in a new tab. Inside the app,
+    unit ids open in the same session (gptviz.app.unit_nav), which skips a new session's start."""
+    return f"{UNIT_PAGE}?{urllib.parse.urlencode(unit_params(state, unit, norm))}"
 
 
 def prompt_left_out(state) -> bool:

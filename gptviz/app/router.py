@@ -35,6 +35,7 @@ def main() -> None:
     from .links import apply_link, sync_address
     from .live import stop_generation
     from .sidebar import sidebar
+    from .unit_nav import follow_pending
 
     # Captures build tens of MB of activations per prompt; keep freed memory for the next one (see allocator.py).
     keep_freed_memory()
@@ -51,6 +52,7 @@ def main() -> None:
     pages[PAGE_LIST[0][0]].append(st.Page(lambda: st.switch_page(home, query_params=st.query_params.to_dict()),
                                           title=PAGE_LIST[0][2], url_path=PAGE_LIST[0][1], visibility="hidden"))
     page = st.navigation(pages)
+    follow_pending()  # a unit id picked on the last run: open the unit page in this session
     stem_of = {title: stem for _, stem, title, _ in PAGE_LIST}
     stop_generation(unless_page=stem_of.get(page.title))  # leaving a page stops the generation it runs
     state = st.session_state

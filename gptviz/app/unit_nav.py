@@ -1,0 +1,62 @@
+"""Unit ids that open the unit page in the same session.
+
+A Markdown or LinkColumn link opens a new browser tab: a new session, which runs the whole app from the start
+(about 5 s on a 2-core CPU before the page's own 0.5 s). Here a unit id is a pill or a table row: picking it
+records where to go, and the router switches page at the start of the next run, in this session, with the model and
+caches already loaded. The address bar then shows the unit page's link (gptviz.app.links.unit_url), to copy."""
+from __future__ import annotations
+
+import streamlit as st
+
+from . import keys as K
+from .router import PAGES_DIR
+
+state = st.session_state
+
+
+def go_to_unit(unit: str, norm: str | None = None) -> None:
+    """Open `unit` on the unit page at the next run (call from a widget's callback). `norm`: the bundled twin of
+    that wiring (a page comparing both twins opens each head in its own model)."""
+    state[K.UNIT] = str(unit)
+    state[K.UNIT_TAB] = K.UNIT_TABS[0]
+    if norm is not None:
+        state[K.MODEL_SOURCE], state[K.NORM] = K.SOURCE_BUNDLED, norm
+    state[K.UNIT_NAV_PENDING] = True
+
+
+def follow_pending() -> None:
+    """The router's part: switch to the unit page if a pick asked for it (st.switch_page ends this run)."""
+    if state.pop(K.UNIT_NAV_PENDING, False):
+        st.switch_page(PAGES_DIR / "units.py")
+
+
+def _pill_picked(key: str, norm: str | None) -> None:
+    unit = state.get(key)
+    state[key] = None  # the pill does not stay selected for the next visit
+    if unit:
+        go_to_unit(unit, norm)
+
+
+def unit_pills(label: str, units, key: str, norm: str | None = None, help: str | None = None) -> None:
+    """Unit ids as pills; picking one opens what it does over the corpus."""
+    st.pills(label, [str(u) for u in units], key=key, on_change=_pill_picked, args=(key, norm),
+             help=help or "Pick one to open what it does over the corpus (its top examples and direct effect).")
+
+
+def unit_of_selection(selection, units: list[str]) -> str | None:
+    """The unit of a dataframe's picked row (its selection: {"rows": [...]}), or None."""
+    rows = selection["rows"]
+    return units[rows[0]] if rows and rows[0] < len(units) else None
+
+
+def _row_picked(key: str, units: list[str], norm: str | None) -> None:
+    unit = unit_of_selection(state[key]["selection"], units)
+    if unit is not None:
+        go_to_unit(unit, norm)
+
+
+def open_on_row_pick(key: str, units, norm: str | None = None):
+    """A dataframe's on_select callback: picking row i opens units[i] (the table drawn with selection_mode
+    "single-row" and this key)."""
+    units = [str(u) for u in units]
+    return lambda: _row_picked(key, units, norm)

@@ -16,6 +16,8 @@ from gptviz import limits
 from gptviz.app import display, sidebar
 from gptviz.app import keys as K
 from gptviz.app import unit_index as ui
+from gptviz.app.component.token_rows import payload as token_rows_payload
+from gptviz.app.component.token_rows import token_rows
 from gptviz.app.unit_nav import open_on_row_pick
 from gptviz.app.models import ModelSpec
 from gptviz.figures import units as fu
@@ -142,8 +144,10 @@ def examples_section(spec: ModelSpec, loaded: ui.Loaded, unit: ix.Unit) -> list[
     held = sum(loaded.index.documents[e.doc]["held_out"] for e in examples)
     st.markdown(f"**Top {len(examples)} examples** over {loaded.index.tokens:,} tokens, peak token outlined "
                 f"({held} from plays the model never trained on, marked *held out*).")
-    display.show_figure(fu.examples_text(example_rows(loaded, contexts, examples, by_attention),
-                                         value_name=value_name, cmax=cmax), key=K.UNIT_EXAMPLES)
+    rows = example_rows(loaded, contexts, examples, by_attention)
+    token_rows(token_rows_payload(rows, value_name=value_name, cmax=cmax), key=K.UNIT_EXAMPLES)
+    display.figure_download(lambda: fu.examples_text(rows, value_name=value_name, cmax=cmax),
+                            f"{unit}_top_examples.html", key=K.UNIT_EXAMPLES)
     display.download_csv(pd.DataFrame({
         "rank": [e.rank + 1 for e in examples], "value": [e.value for e in examples],
         "document": [e.doc_name for e in examples],

@@ -102,6 +102,15 @@ def attention_map(at: AppTest, key: str = "att_map") -> tuple[dict, np.ndarray]:
     return data, decode_weights(data)
 
 
+def token_rows(at: AppTest, key: str) -> dict:
+    """A token-rows component (the unit page's examples) by its key: the data it was sent."""
+    from gptviz.app.component.token_rows import NAME
+    found = [el for el in at.get("bidi_component")
+             if el.proto.component_name == NAME and el.proto.id.endswith(f"-{key}")]
+    assert len(found) == 1, len(found)
+    return json.loads(found[0].proto.json)
+
+
 def array(value) -> np.ndarray:
     """A Plotly JSON array (a plain list, or a base64 typed array with dtype and shape) as numpy."""
     if isinstance(value, dict) and "bdata" in value:

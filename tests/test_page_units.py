@@ -15,9 +15,8 @@ from gptviz import limits
 from gptviz.app import keys as K
 from gptviz.app import links, models
 from gptviz.app import unit_index as ui
-from gptviz.figures.attention import HIGHLIGHT
 from gptviz.tokenizer import encode
-from pagetest import APP, TINY, array, figures, run_page
+from pagetest import APP, TINY, array, figures, run_page, token_rows
 
 PRE = models.ModelSpec(K.SOURCE_BUNDLED, "shakespeare-pre", "pre")
 LINK = re.compile(r"\[(L\d+[NH]\d+)\]\((units\?[^)]*)\)")
@@ -28,14 +27,13 @@ def shipped():
     return ix.bundled_index("shakespeare-pre")
 
 
+def examples_on_screen(at: AppTest) -> dict:
+    return token_rows(at, K.UNIT_EXAMPLES)
+
+
 def peaks_on_screen(at: AppTest) -> list[float]:
-    """The examples figure's value on each row's outlined (peak) token, top row first."""
-    trace = figures(at)[0]["data"][0]
-    outline, rows = trace["marker"]["line"]["color"], array(trace["y"])
-    peaks = [i for i, c in enumerate(outline) if c == HIGHLIGHT]
-    assert [int(rows[i]) for i in peaks] == list(range(int(rows.max()) + 1))  # one per row, in order
-    assert all(trace["customdata"][i][3] for i in peaks)
-    return [float(trace["customdata"][i][1]) for i in peaks]
+    """The examples' value on each row's outlined (peak) token, top row first."""
+    return [row["values"][row["peak"]] for row in examples_on_screen(at)["rows"]]
 
 
 def test_opens_on_a_default_unit_with_its_figures(shipped):
@@ -44,14 +42,14 @@ def test_opens_on_a_default_unit_with_its_figures(shipped):
     assert at.session_state[K.UNIT] == "L2N26"
     assert at.markdown[0].value.startswith("**L2N26\\: active on 13\\.4\\% of tokens")
     titles = [f["layout"] for f in figures(at)]
-    assert len(titles) == 3  # examples, histogram, direct effect
+    assert len(titles) == 2  # histogram, direct effect (the examples are text: the token-rows component)
     # every listed activation on screen equals the index
     np.testing.assert_allclose(peaks_on_screen(at), shipped.arrays["top_values"][shipped.flat("L2N26")], rtol=1e-5)
-    names = figures(at)[0]["layout"]["yaxis"]["ticktext"]
+    names = [row["name"] for row in examples_on_screen(at)["rows"]]
     for name, e in zip(names, ix.top_examples(shipped, "L2N26")):
         assert name.startswith(f"#{e.rank + 1}  {e.value:.3f}  {e.doc_name}")
         assert name.endswith("(held out)") == shipped.documents[e.doc]["held_out"]
-    hist = figures(at)[1]["data"][0]
+    hist = figures(at)[0]["data"][0]
     assert array(hist["y"]).sum() == shipped.tokens  # the counts add up to the tokens scanned
 
 
@@ -61,7 +59,7 @@ def test_a_head_from_state_shows_where_its_peak_looks(shipped):
     assert at.markdown[0].value.startswith("**L1H2\\: output norm")
     np.testing.assert_allclose(peaks_on_screen(at), shipped.arrays["top_values"][shipped.flat("L1H2")], rtol=1e-5)
     at.radio(key=K.UNIT_COLOUR).set_value("where the peak token looks").run()
-    weights = [float(row[1]) for row in figures(at)[0]["data"][0]["customdata"]]
+    weights = [v for row in examples_on_screen(at)["rows"] for v in row["values"] if v is not None]
     assert 0 <= min(weights) and max(weights) <= 1 + 1e-6
 
 
@@ -242,5 +240,5 @@ def test_a_picked_neuron_opens_its_page_in_this_session():
     at = group.set_value(unit).run()
     assert not at.exception, at.exception
     assert [t.value for t in at.title] == ["What does this unit do?"]
-    assert at.session_state[K.UNIT] == unit and not at.session_state[K.UNIT_NAV_PENDING]
+    assert at.session_state[K.UNIT] == unit and K.UNIT_NAV_PENDING not in at.session_state  # followed once
     assert at.markdown[0].value.startswith(f"**{unit}")

@@ -340,11 +340,15 @@ class JobRegistry:
 
 # ---- the "grow an induction head" scenario ---------------------------------------------------------------------
 # Copy-only training (every window a random sequence of frequent ids followed by its repeats): the bundled models'
-# first-stage recipe (4 layers, d_model 128, windows of 128, batch 64, lr 1e-3 after 100 warmup steps), which grew an
-# induction head around step 400-450 in every run so far. Smaller settings tried (2 layers, windows of 64, batch 32 or
-# 64, lr 2e-3 or 3e-3, 300 or 2,000 copy ids) had not reached 0.5 in 800-1,460 steps (benchmarks/README.md).
-GROWTH = dict(layers=4, d_model=128, heads=4, block=128, batch=64, lr=1e-3, warmup=100, steps=800, copy_vocab=2000,
+# first-stage recipe (d_model 128, windows of 128, batch 64, lr 1e-3 after 100 warmup steps) with 2 layers instead
+# of 4, the fewest an induction head needs (one head to find the previous token, one to look after it): half the
+# cost of a step, and the head formed by step 290 (4 layers: 445; 3 layers: 340). Windows of 64 or batches of 32
+# at a higher lr had not reached 0.5 in 600-1,460 steps (benchmarks/README.md).
+GROWTH = dict(layers=2, d_model=128, heads=4, block=128, batch=64, lr=1e-3, warmup=100, steps=800, copy_vocab=2000,
               snapshot_every=10)
+# One batch of held-out text for the trainer's own validation loss at the first and last step (the default 8 took
+# ~20 s of a 3-minute scenario at the full vocabulary); the snapshots measure what the scenario is about.
+GROWTH_EVAL_BATCHES = 1
 
 
 def induction_growth_spec(wirings=("pre",), seed: int = 0, init: str = "gpt2", **overrides) -> JobSpec:
@@ -356,7 +360,8 @@ def induction_growth_spec(wirings=("pre",), seed: int = 0, init: str = "gpt2", *
     configs = {norm: base.replace(norm=norm, name=f"{base.name}-{norm}") for norm in wirings}
     settings = TrainSettings(steps=g["steps"], batch_size=g["batch"], block_size=g["block"], lr=g["lr"],
                              warmup=g["warmup"], min_lr_ratio=1.0, weight_decay=0.0, eval_every=10**6,
-                             seed=seed, corpus_vocab_steps=g["steps"], copy_fraction=1.0, copy_vocab=g["copy_vocab"])
+                             seed=seed, corpus_vocab_steps=g["steps"], copy_fraction=1.0, copy_vocab=g["copy_vocab"],
+                             eval_batches=GROWTH_EVAL_BATCHES)
     label = (f"grow an induction head: {g['layers']}L d{g['d_model']} {g['heads']}h, {', '.join(wirings)}-norm, "
              f"copy-only windows of {g['block']}, lr {g['lr']:g}, seed {seed}")
     return JobSpec(configs, settings, init, label, snapshot_every=g["snapshot_every"])

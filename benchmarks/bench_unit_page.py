@@ -29,6 +29,14 @@ sys.path.insert(0, str(ROOT / "tests"))
 from servers import streamlit_server  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
+# both Plotly figures drawn (each has its own main-svg layers); the examples' rows are a component's, in a shadow
+# root that only Playwright's locators see
+PLOTS_DRAWN = "[...document.querySelectorAll('.js-plotly-plot')].filter(p => p.querySelector('.main-svg')).length >= 2"
+
+
+def all_drawn(page) -> None:
+    page.locator(".gv-rows .gv-row").first.wait_for()
+    page.wait_for_function(PLOTS_DRAWN)
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking"]
 # L2N26 fires on punctuation; L1N100 on titles (' Duke', ' King'); L0N475 on ' love'; L0H0 is the model card's
 # previous-token head (0.984), L1H2 its induction head (0.903)
@@ -41,7 +49,7 @@ def open_unit(browser, url: str, unit: str, size: tuple[int, int]):
     started = time.perf_counter()
     page.goto(f"{url}/units?unit={unit}")
     page.locator('[data-testid="stMarkdown"]').filter(has_text=re.compile(f"^{unit}:")).wait_for()
-    page.wait_for_function("document.querySelectorAll('.js-plotly-plot .main-svg').length >= 3")
+    all_drawn(page)
     page.wait_for_selector('[data-testid="stStatusWidget"]', state="detached")
     return page, time.perf_counter() - started
 
@@ -54,7 +62,7 @@ def click_pill(page, unit: str) -> float:
     started = time.perf_counter()
     pill.click()
     page.locator('[data-testid="stMarkdown"]').filter(has_text=re.compile(f"^{unit}:")).wait_for()
-    page.wait_for_function("document.querySelectorAll('.js-plotly-plot .main-svg').length >= 3")
+    all_drawn(page)
     page.wait_for_selector('[data-testid="stStatusWidget"]', state="detached")
     return time.perf_counter() - started
 

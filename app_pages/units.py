@@ -308,11 +308,15 @@ def main() -> None:
                "output does to the next-token logits.")
     spec, model = sidebar.require_model()
     loaded = require_index(spec, model)
-    one, search = st.tabs(K.UNIT_TABS, key=K.UNIT_TAB, on_change="rerun")  # stateful: a picked row opens tab one
-    with one:
-        unit_tab(spec, model, loaded)
-    with search:
-        search_tab(spec, model, loaded)
+    # stateful tabs: a picked row opens tab one, and only the open tab is built (the search's table and its model
+    # run cost a unit's page about as much again)
+    one, search = st.tabs(K.UNIT_TABS, key=K.UNIT_TAB, on_change="rerun")
+    if one.open:
+        with one:
+            unit_tab(spec, model, loaded)
+    else:
+        with search:
+            search_tab(spec, model, loaded)
 
 
 main()

@@ -19,6 +19,7 @@ from gptviz.tokenizer import encode
 from pagetest import APP, TINY, array, figures, run_page, token_rows
 
 PRE = models.ModelSpec(K.SOURCE_BUNDLED, "shakespeare-pre", "pre")
+SEARCH_TAB = {K.UNIT_TAB: K.UNIT_TABS[1]}  # only the open tab is built
 LINK = re.compile(r"\[(L\d+[NH]\d+)\]\((units\?[^)]*)\)")
 
 
@@ -39,6 +40,7 @@ def peaks_on_screen(at: AppTest) -> list[float]:
 def test_opens_on_a_default_unit_with_its_figures(shipped):
     at = run_page("units", spec=PRE)
     assert not at.exception and not at.error
+    assert not at.dataframe  # the search tab, closed, is not built
     assert at.session_state[K.UNIT] == "L2N26"
     assert at.markdown[0].value.startswith("**L2N26\\: active on 13\\.4\\% of tokens")
     titles = [f["layout"] for f in figures(at)]
@@ -92,7 +94,7 @@ def test_picking_a_head_keeps_the_index_in_range():
 
 
 def test_search_by_prompt_token_equals_units_at(shipped):
-    at = run_page("units", spec=PRE)
+    at = run_page("units", spec=PRE, **SEARCH_TAB)
     table = at.dataframe[0].value
     model = models.load_model(PRE)
     ids = encode(at.session_state[K.PROMPT])
@@ -106,7 +108,7 @@ def test_search_by_prompt_token_equals_units_at(shipped):
 @pytest.mark.parametrize("word, message", [("", "Type a word"), ("Rosencrantzian", "is not one token"),
                                            (" Aaron", "occurs fewer than 20 times")])
 def test_word_search_bad_input(word, message):
-    at = run_page("units", spec=PRE)
+    at = run_page("units", spec=PRE, **SEARCH_TAB)
     at.text_input(key=K.UNIT_WORD).set_value(word).run()
     assert not at.exception
     shown = [m.value for m in at.info] + [m.value for m in at.warning]
@@ -114,9 +116,9 @@ def test_word_search_bad_input(word, message):
 
 
 def test_word_search_lists_the_index_units(shipped):
-    at = run_page("units", spec=PRE)
+    at = run_page("units", spec=PRE, **SEARCH_TAB)
     at.text_input(key=K.UNIT_WORD).set_value("king").run()  # tried as ' king' too
-    table = at.dataframe[1].value
+    table = at.dataframe[1].value  # after the prompt search's
     want = ix.units_for_token(shipped, encode(" king")[0], k=10)
     assert list(table["unit"]) == [str(f.unit) for f in want]
     np.testing.assert_allclose(table["z"], [f.z for f in want], rtol=1e-5)
@@ -215,7 +217,7 @@ def test_a_picked_row_names_its_unit():
 
 def test_search_tables_are_picked_by_row(shipped):
     from streamlit.proto.Dataframe_pb2 import Dataframe
-    at = run_page("units", spec=PRE)
+    at = run_page("units", spec=PRE, **SEARCH_TAB)
     at.text_input(key=K.UNIT_WORD).set_value("king").run()
     tables = [d for d in at.dataframe if "its top example in the corpus" in d.value.columns]
     assert len(tables) == 2

@@ -1,0 +1,147 @@
+"""The app's small model runs (next-token probabilities, continuations, the logit lens, the .npz export, the unit
+page's values and examples) each reserve an estimate in the memory accountant before they allocate (gptviz.memory),
+and each estimate covers what the call allocates.
+
+Measured with torch's own allocation records (torch.profiler's memory timeline): every CPU tensor the call creates
+and frees, in order; tensors that existed before the call (the weights) are not counted. tracemalloc sees none of
+torch's memory. Pages: with the server's budget below a call's estimate, the page says so and runs nothing."""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import tempfile
+import warnings
+
+import pytest
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from gptviz import analysis, attribution, memory
+from gptviz import index as ix
+from gptviz.app import keys as K
+from gptviz.app import models
+from gptviz.app import unit_index as ui
+from gptviz.export import prompt_capture_npz, prompt_capture_npz_nbytes
+from gptviz.generate import generate, stream
+from gptviz.hooks import ActivationCache, act_name, capture
+from gptviz.interventions import ablate_heads, run_with_edits
+from gptviz.memory import MemoryAccountant
+from pagetest import TINY, forward_calls, run_page
+
+PRE = models.ModelSpec(K.SOURCE_BUNDLED, "shakespeare-pre", "pre")
+MiB = 2**20
+PREEXISTING = 1  # torch.profiler._memory_profiler.Action.PREEXISTING.value: a tensor made before the call
+
+
+def torch_peak(fn):
+    """(fn's result, the most bytes of CPU tensors it held at once): torch's allocation records, in order."""
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True) as prof:
+        result = fn()
+    with tempfile.TemporaryDirectory() as folder, warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # the timeline's export is deprecated for CUDA's snapshots
+        path = os.path.join(folder, "timeline.raw.json.gz")
+        prof.export_memory_timeline(path, device="cpu")
+        with gzip.open(path, "rt") as f:
+            events = json.load(f)  # (time, action, bytes, category): creations +, frees -
+    held = peak = 0
+    for _, action, nbytes, _ in events:
+        if action != PREEXISTING:
+            held += nbytes
+            peak = max(peak, held)
+    return result, peak
+
+
+def test_the_peak_measure_counts_what_is_held_at_once():
+    def work():
+        a = torch.zeros(1000, 1000)          # 4 MB
+        b = a + 1
+        c = b * 2                            # a, b, c: 12 MB at once
+        del a, b
+        return (c + 1).sum()
+    weights = torch.zeros(2000, 2000)        # made before: not the call's
+    assert torch_peak(lambda: work() + weights.sum())[1] == pytest.approx(12_000_000, abs=4096)
+
+
+@pytest.fixture(scope="module")
+def pre():
+    model = models.load_model(PRE)
+    ids = torch.randint(0, 5000, (1, model.config.n_ctx), generator=torch.Generator().manual_seed(0))
+    return model, ids
+
+
+def covers(estimate: int, peak: int, within: float = 2.0) -> None:
+    """The estimate covers the peak and is not wildly above it (within 2x and 1 MiB by default)."""
+    assert peak <= estimate <= within * peak + MiB, (estimate / MiB, peak / MiB)
+
+
+@pytest.mark.parametrize("heads", [(), ((1, 0), (3, 2))], ids=["plain", "ablated"])
+def test_next_token_probabilities_estimate_covers_the_forward_pass(pre, heads):
+    model, ids = pre
+    edits = [ablate_heads(layer, [head]) for layer, head in heads]
+    _, peak = torch_peak(lambda: torch.softmax(run_with_edits(model, ids, edits)[0][0, -1].float(), -1))
+    covers(memory.capture_work_nbytes(model.config, (), ids.shape[1]), peak)
+
+
+def test_an_edited_patterns_estimate_covers_its_run(pre):
+    model, ids = pre
+    name = act_name("pattern", 2)
+    _, peak = torch_peak(lambda: run_with_edits(model, ids, [ablate_heads(1, [0])], [name])[1][name][0])
+    covers(memory.capture_work_nbytes(model.config, [name], ids.shape[1]), peak)
+
+
+def test_direct_attributions_estimate_covers_its_run(pre):
+    model, ids = pre
+    _, peak = torch_peak(lambda: attribution.direct_logit_attribution(model, ids, 5, 6))
+    covers(attribution.direct_attribution_nbytes(model.config, ids.shape[1]), peak)
+
+
+@pytest.mark.parametrize("prompt, new", [(40, 20), (120, 40)], ids=["within-context", "past-the-context"])
+def test_a_continuations_estimate_covers_its_kv_caches(pre, prompt, new):
+    model, ids = pre
+    prompt_ids = ids[0, :prompt].tolist()
+    out, peak = torch_peak(lambda: generate(model, prompt_ids, new, temperature=0.0, edits=[ablate_heads(1, [0])]))
+    assert len(out) == prompt + new
+    covers(memory.sampling_nbytes(model.config, prompt, new), peak)
+
+
+def test_the_first_steps_estimate_covers_its_recorded_attention(pre):
+    model, ids = pre
+    _, peak = torch_peak(lambda: next(stream(model, ids[0].tolist(), 1, attention=True)))
+    assert peak <= memory.generation_nbytes(model.config, ids.shape[1], 1)  # the live estimate adds kept steps
+
+
+def test_the_logit_lens_estimate_covers_its_logits(pre):
+    model, ids = pre
+    _, cache = capture(model, ids)
+    cache = ActivationCache({k: v[0] for k, v in cache.items()}, model.config.n_layers)
+    lens, peak = torch_peak(lambda: analysis.logit_lens(model, cache))
+    assert lens.top_probs.shape == (model.config.n_layers + 1, ids.shape[1])
+    covers(memory.lens_nbytes(model.config, ids.shape[1]), peak)
+
+
+@pytest.mark.parametrize("attention", [True, False])
+def test_the_npz_exports_estimate_covers_its_capture_and_the_file(pre, attention):
+    model, ids = pre
+    data, peak = torch_peak(lambda: prompt_capture_npz(model, ids[0].tolist(), attention))
+    covers(prompt_capture_npz_nbytes(model.config, ids.shape[1], attention), peak + 2 * len(data))
+
+
+def test_units_at_estimate_covers_every_units_value(pre):
+    model, ids = pre
+    shipped = ix.bundled_index("shakespeare-pre")
+    found, peak = torch_peak(lambda: ix.units_at(model, ids[0], 100, index=shipped, k=8, kind="neuron"))
+    assert len(found) == 8
+    covers(ix.units_at_nbytes(model.config, ids.shape[1]), peak)
+
+
+@pytest.mark.parametrize("unit", ["L1N7", "L2H1"])
+def test_the_top_examples_estimate_covers_their_batched_pass(pre, unit):
+    model, _ = pre
+    shipped = ix.bundled_index("shakespeare-pre")
+    docs = ui._docs_for(shipped)
+    examples = ix.top_examples(shipped, unit)
+    found, peak = torch_peak(lambda: ix.example_contexts(shipped, docs, examples, model=model, before=20, after=6))
+    assert len(found) == len(examples)
+    # the forward pass's share is gptviz.memory's batch-wide estimate: about 2.2x what a head's batch holds here
+    covers(ix.example_contexts_nbytes(shipped, docs, examples, model.config, before=20, after=6), peak, within=2.5)

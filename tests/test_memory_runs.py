@@ -145,3 +145,145 @@ def test_the_top_examples_estimate_covers_their_batched_pass(pre, unit):
     assert len(found) == len(examples)
     # the forward pass's share is gptviz.memory's batch-wide estimate: about 2.2x what a head's batch holds here
     covers(ix.example_contexts_nbytes(shipped, docs, examples, model.config, before=20, after=6), peak, within=2.5)
+
+
+# ---- pages: a run the server's memory has no room for is refused with a message, and runs nothing -----------------
+
+PROMPT = "Romeo.\nBut soft! what light through yonder window breaks?"
+
+
+@pytest.fixture
+def budget(monkeypatch):
+    """`budget(n)`: the accountant the pages' own reservations use (gptviz.memory.reserve), on n bytes. The model and
+    capture stores are made first and keep the process's accountant, so a page's model and capture still come and
+    only the run under test meets the small budget. Cached results are cleared: a cached run allocates nothing."""
+    import streamlit as st
+    models.model_store(), models.capture_store(), models.load_model(PRE)
+    st.cache_data.clear()
+
+    def use(n: int) -> MemoryAccountant:
+        acc = MemoryAccountant(n, wait_s=0)
+        monkeypatch.setattr(memory, "accountant", lambda: acc)
+        return acc
+    return use
+
+
+def refusals(at) -> list[str]:
+    """The page's messages that name the server's memory budget."""
+    return [m.value for m in list(at.warning) + list(at.error) if "GPTVIZ_MEMORY_MB" in m.value]
+
+
+def test_why_page_refuses_the_next_token_probabilities_it_has_no_memory_for(budget):
+    from gptviz.tokenizer import encode
+    acc = budget(MiB)
+    before = forward_calls()
+    at = run_page("why", PROMPT)
+    assert not at.exception
+    assert refusals(at) and refusals(at)[0].startswith(
+        f"next-token probabilities for {len(encode(PROMPT))} tokens on tiny needs about")
+    assert forward_calls() == before and acc.in_use == 0
+    assert not at.get("plotly_chart")
+
+
+def test_why_page_refuses_a_continuation_it_has_no_memory_for(budget):
+    heads = [(0, 1), (1, 2)]
+    budget(10**10)
+    at = run_page("why", PROMPT, why_view="Ablate heads", why_heads=heads, why_n=12)
+    assert not at.exception and not refusals(at)
+    acc = budget(MiB)                     # the probabilities are cached; 13 new tokens are not
+    before = forward_calls()
+    at.session_state[K.WHY_N] = 13
+    at.run()
+    assert not at.exception
+    assert [r for r in refusals(at) if r.startswith("a continuation of 13 tokens on tiny needs about")]
+    assert forward_calls() == before and acc.in_use == 0
+
+
+def test_generation_page_refuses_the_first_step_it_has_no_memory_for(budget):
+    from gptviz.app import sidebar
+    from gptviz.tokenizer import encode
+    acc = budget(MiB)
+    before = forward_calls()
+    at = run_page("generation", sidebar.DEFAULT_PROMPT)
+    assert not at.exception
+    assert refusals(at) and refusals(at)[0].startswith(
+        f"the next-token distribution after {len(encode(sidebar.DEFAULT_PROMPT))} tokens needs about")
+    assert forward_calls() == before and acc.in_use == 0
+
+
+def test_activations_page_refuses_the_lens_and_the_export_it_has_no_memory_for(budget, monkeypatch):
+    from gptviz.tokenizer import encode
+    lensed = []
+    monkeypatch.setattr(analysis, "logit_lens", lambda *a: lensed.append(a))
+    budget(MiB)
+    at = run_page("activations", PROMPT)
+    assert not at.exception
+    T = len(encode(PROMPT))
+    shown = refusals(at)
+    assert any(m.startswith(f"The logit lens failed: the logit lens on {T} tokens needs about") for m in shown)
+    assert any(m.startswith("Building this file needs about") for m in shown)
+    assert [b for b in at.get("download_button") if b.proto.label == "Capture as .npz"][0].proto.disabled
+    assert lensed == []
+
+
+def test_the_npz_built_on_click_reserves_first(budget, monkeypatch):
+    from gptviz import export
+    acc = budget(MiB)
+    page = _page_functions("activations", monkeypatch)
+    monkeypatch.setitem(page, "prompt_capture_npz", lambda *a: pytest.fail("the model ran"))
+    with pytest.raises(memory.LimitError, match="a .npz of 16 tokens needs about"):
+        page["npz_within_budget"](models.load_model(TINY), tuple(range(16)), True)
+    assert acc.in_use == 0 and export.prompt_capture_npz is prompt_capture_npz
+
+
+def test_unit_page_refuses_the_examples_and_the_prompts_units_it_has_no_memory_for(budget, monkeypatch):
+    from gptviz.bounded_cache import BoundedCache
+    from gptviz.tokenizer import encode
+    ran = []
+    monkeypatch.setattr(ix, "example_contexts", lambda *a, **k: ran.append("examples"))
+    monkeypatch.setattr(ix, "units_at", lambda *a, **k: ran.append("units_at"))
+    fresh = BoundedCache(16 * MiB, "unit's examples")
+    monkeypatch.setattr(ui, "context_store", lambda: fresh)
+    acc = budget(MiB // 4)
+    before = forward_calls()
+    at = run_page("units", PROMPT, spec=PRE, unit="L1N7")
+    assert not at.exception
+    shown = refusals(at)
+    assert any(m.startswith("the top examples of L1N7 needs about") for m in shown), shown
+    assert any(m.startswith(f"every unit's value on {len(encode(PROMPT))} tokens needs about") for m in shown)
+    assert ran == [] and forward_calls() == before and acc.in_use == 0
+
+
+def _page_functions(name: str, monkeypatch) -> dict:
+    from test_memory import _page_functions as read
+    return read(name, monkeypatch)
+
+
+def test_the_why_pages_other_runs_and_the_twins_generation_reserve_before_running(budget, monkeypatch):
+    from gptviz import interventions
+    acc = budget(1)
+    why, norms = _page_functions("why", monkeypatch), _page_functions("norms", monkeypatch)
+    for name in ("run_with_edits", "generate"):
+        monkeypatch.setitem(why, name, lambda *a, **k: pytest.fail("the model ran"))
+    monkeypatch.setitem(norms, "generate", lambda *a, **k: pytest.fail("the model ran"))
+    monkeypatch.setattr(attribution, "direct_logit_attribution", lambda *a, **k: pytest.fail("the model ran"))
+    ids = (1, 2, 3)
+    with pytest.raises(memory.LimitError, match="direct attribution of 3 tokens on tiny"):
+        why["direct_attribution"].__wrapped__(TINY, ids, 5, 6)
+    with pytest.raises(memory.LimitError, match="layer 1's attention on 3 tokens of tiny"):
+        why["edited_pattern"].__wrapped__(TINY, ids, ((0, 1),), "zero", 1)
+    with pytest.raises(memory.LimitError, match="a continuation of 5 tokens on tiny"):
+        why["continuation"].__wrapped__(TINY, ids, (), "zero", 5, 0.0, 0)
+    with pytest.raises(memory.LimitError, match="next-token probabilities for 3 tokens"):
+        why["next_token"].__wrapped__(TINY, ids, ((0, 1),), "zero")
+    with pytest.raises(memory.LimitError, match="a continuation of 7 tokens on shakespeare-pre"):
+        norms["generate_cached"].__wrapped__(PRE, ids, 7, 0.8, 40, 0)
+    assert acc.in_use == 0 and interventions.run_with_edits is run_with_edits
+
+
+def test_an_index_build_reserves_its_scan_before_running(budget, monkeypatch):
+    monkeypatch.setattr(ix, "build_index", lambda *a, **k: pytest.fail("the scan ran"))
+    acc = budget(MiB)
+    with pytest.raises(memory.LimitError, match="an index scan of shakespeare-pre needs about"):
+        ui.build(PRE, 2_000, lambda done, total: None)
+    assert acc.in_use == 0 and ui.build_guard()._running == []

@@ -147,6 +147,31 @@ def test_the_top_examples_estimate_covers_their_batched_pass(pre, unit):
     covers(ix.example_contexts_nbytes(shipped, docs, examples, model.config, before=20, after=6), peak, within=2.5)
 
 
+
+def test_the_patching_sweeps_estimate_covers_the_audits_128_token_pair(pre):
+    """Issue 31, finding 1: a 128-token pair (" a" x 128 and the same with " b" at token 64) took 6.9 GB on the
+    bundled model; the sweeps now hold what attribution.patching_nbytes says, checked before they run."""
+    from gptviz.tokenizer import encode
+    model, _ = pre
+    clean = encode(" a" * 128)
+    corrupted = clean[:64] + encode(" b") + clean[65:]
+    assert len(clean) == len(corrupted) == 128
+    _, peak = torch_peak(lambda: (attribution.residual_patching(model, clean, corrupted, 5, 6),
+                                  attribution.head_patching(model, clean, corrupted, 5, 6)))
+    estimate = attribution.patching_nbytes(model.config, 128)
+    assert peak <= estimate < 300 * MiB, (peak / MiB, estimate / MiB)
+
+
+def test_a_models_build_estimate_covers_its_build():
+    """Issue 31, finding 3: one gpt2-xl build from a link peaked at 8.5 GB for 6.2 GB of weights; a model is now
+    made on the meta device and allocated once, and the accountant reserves memory.model_build_nbytes first."""
+    from gptviz import GPT, PRESETS
+    from gptviz.params import total_params
+    config = PRESETS["gpt2-small"].replace(n_layers=2)
+    _, peak = torch_peak(lambda: GPT(config, seed=0))
+    assert total_params(config) * 4 * 1.5 < peak       # embedding-heavy: the drawing buffer is 0.7x its weights
+    covers(memory.model_build_nbytes(config), peak, within=1.05)
+
 # ---- pages: a run the server's memory has no room for is refused with a message, and runs nothing -----------------
 
 PROMPT = "Romeo.\nBut soft! what light through yonder window breaks?"

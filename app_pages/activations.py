@@ -12,12 +12,12 @@ import pandas as pd
 import streamlit as st
 import torch
 
-from gptviz import analysis
+from gptviz import analysis, memory
 from gptviz import limits
 from gptviz.app import display, models, sidebar
 from gptviz.app import keys as K
 from gptviz.app.unit_nav import unit_pills
-from gptviz.export import export_nbytes, matrix_frame, prompt_capture_npz
+from gptviz.export import export_nbytes, matrix_frame, prompt_capture_npz, prompt_capture_npz_nbytes
 from gptviz.figures import activations as figs
 from gptviz.hooks import ActivationCache
 from gptviz.model import GPT
@@ -67,7 +67,9 @@ def hook_names(n_layers: int, patterns: bool = True) -> tuple[str, ...]:
 def lens(spec: models.ModelSpec, ids: tuple[int, ...], names: tuple[str, ...]) -> analysis.LogitLens:
     """The logit lens for a prompt (reuses the page's cached capture)."""
     _, cache = models.capture_cache(spec, ids, names)
-    return analysis.logit_lens(models.load_model(spec), cache)
+    model = models.load_model(spec)
+    with memory.reserve(memory.lens_nbytes(model.config, len(ids)), f"the logit lens on {len(ids)} tokens"):
+        return analysis.logit_lens(model, cache)
 
 
 def pct(p: float) -> str:
@@ -287,11 +289,25 @@ def export_tab(seen: Seen) -> None:
     if too_big:
         st.warning(f"This server builds downloads of up to {limits.server_limits().export_mb:,} MiB; leave out the "
                    "attention tensors or shorten the prompt.")
-    st.download_button("Capture as .npz", data=partial(prompt_capture_npz, seen.model, seen.ids, include_attention),
+    elif (need := prompt_capture_npz_nbytes(seen.cfg, seen.T, include_attention)) > memory.accountant().budget:
+        too_big = True
+        st.warning(f"Building this file needs about {memory.mib(need)} while it runs, more than this server's whole "
+                   f"memory budget of {memory.mib(memory.accountant().budget)} (GPTVIZ_MEMORY_MB); leave out the "
+                   "attention tensors or shorten the prompt.")
+    st.download_button("Capture as .npz", data=partial(npz_within_budget, seen.model, seen.ids, include_attention),
                        file_name="capture.npz", mime="application/octet-stream", key=K.ACT_NPZ, on_click="ignore",
                        icon=":material/download:", disabled=too_big)
     st.caption("Each figure's toolbar saves it as PNG or SVG (format in the sidebar); each view has its CSV "
                "button under it.")
+
+
+def npz_within_budget(model: GPT, ids: tuple[int, ...], include_attention: bool) -> bytes:
+    """The .npz, built when the button is clicked, within a reservation of the server's memory (a refusal reaches the
+    browser as Streamlit's "Failed to generate file for download": a download cannot show a message). It keeps
+    the model and ids only, not the page's capture."""
+    with memory.reserve(prompt_capture_npz_nbytes(model.config, len(ids), include_attention),
+                        f"a .npz of {len(ids)} tokens"):
+        return prompt_capture_npz(model, ids, include_attention)
 
 
 TAB_DRAWERS = dict(zip(TABS, (residual_tab, mlp_tab, norm_tab, lens_tab, heads_tab, export_tab)))

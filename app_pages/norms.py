@@ -69,7 +69,10 @@ def reference_losses(model_name: str) -> dict[str, float]:
 @st.cache_data(max_entries=16, show_spinner=False)
 def generate_cached(spec: models.ModelSpec, ids: tuple[int, ...], new_tokens: int, temperature: float,
                     top_k: int | None, seed: int) -> list[int]:
-    return generate(models.load_model(spec), list(ids), new_tokens, temperature, top_k, None, seed)
+    model = models.load_model(spec)
+    with memory.reserve(memory.sampling_nbytes(model.config, len(ids), new_tokens),
+                        f"a continuation of {new_tokens} tokens on {spec.name}"):
+        return generate(model, list(ids), new_tokens, temperature, top_k, None, seed)
 
 
 # ---- small helpers -------------------------------------------------------------------------------------------

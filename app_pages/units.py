@@ -12,7 +12,7 @@ import pandas as pd
 import streamlit as st
 
 from gptviz import index as ix
-from gptviz import limits
+from gptviz import limits, memory
 from gptviz.app import display, sidebar
 from gptviz.app import keys as K
 from gptviz.app import unit_index as ui
@@ -132,8 +132,12 @@ def example_rows(loaded: ui.Loaded, contexts: list[ix.Context], examples: list[i
 
 def examples_section(spec: ModelSpec, loaded: ui.Loaded, unit: ix.Unit) -> list[ix.Context]:
     examples = ix.top_examples(loaded.index, unit)
-    with st.spinner("Reading the top examples..."):
-        contexts = ui.contexts(spec, loaded, unit)
+    try:
+        with st.spinner("Reading the top examples..."):
+            contexts = ui.contexts(spec, loaded, unit)
+    except LimitError as err:  # the server's memory has no room for their forward pass now
+        st.warning(str(err))
+        return []
     by_attention = False
     if unit.kind == "head":
         by_attention = st.radio("Colour tokens by", ["output norm", "where the peak token looks"], key=K.UNIT_COLOUR,
@@ -246,8 +250,9 @@ def units_here(spec: ModelSpec, ids: tuple[int, ...], pos: int) -> list[ix.UnitS
     """The 8 neurons and 4 heads most active at `pos` of the prompt, relative to their corpus peaks (cached)."""
     from gptviz.app.models import load_model
     loaded, model = ui.find_index(spec), load_model(spec)
-    return (ix.units_at(model, ids, pos, index=loaded.index, k=8, kind="neuron")
-            + ix.units_at(model, ids, pos, index=loaded.index, k=4, kind="head"))
+    with memory.reserve(ix.units_at_nbytes(model.config, len(ids)), f"every unit's value on {len(ids)} tokens"):
+        return (ix.units_at(model, ids, pos, index=loaded.index, k=8, kind="neuron")
+                + ix.units_at(model, ids, pos, index=loaded.index, k=4, kind="head"))
 
 
 def prompt_search(spec: ModelSpec, model: GPT, loaded: ui.Loaded) -> None:
@@ -259,7 +264,11 @@ def prompt_search(spec: ModelSpec, model: GPT, loaded: ui.Loaded) -> None:
     labels = position_labels(ids)
     pos = st.selectbox("Token of the prompt", range(len(ids)), index=len(ids) - 1, key=K.UNIT_FOCUS,
                        format_func=labels.__getitem__)
-    found = units_here(spec, ids, pos)
+    try:
+        found = units_here(spec, ids, pos)
+    except LimitError as err:  # the server's memory has no room for the prompt's forward pass now
+        st.warning(str(err))
+        return
     st.markdown("**Most active here**, by value / the unit's peak over the corpus (1.0 = as high as it ever "
                 "went; a unit's typical value is its median, beside it).")
     units_table(loaded, [s.unit for s in found], {

@@ -20,6 +20,7 @@ from gptviz.figures import why as figs
 from gptviz.generate import generate
 from gptviz.hooks import act_name
 from gptviz.interventions import ablate_heads, run_with_edits
+from gptviz.limits import LimitError
 from gptviz.tokenizer import decode, encode, fit_vocabulary, token_labels
 
 state = st.session_state
@@ -44,8 +45,11 @@ def next_token(spec: models.ModelSpec, ids: tuple[int, ...], edit_heads: tuple[t
                mode: str = "zero") -> torch.Tensor:
     """Next-token probabilities after `ids`, with the listed (layer, head) pairs ablated."""
     model = models.load_model(spec)
-    logits, _ = run_with_edits(model, torch.tensor([ids]), head_edits(spec, ids, edit_heads, mode))
-    return torch.softmax(logits[0, -1].float(), -1)
+    edits = head_edits(spec, ids, edit_heads, mode)
+    with memory.reserve(memory.capture_work_nbytes(model.config, (), len(ids)),
+                        f"next-token probabilities for {len(ids)} tokens on {spec.name}"):
+        logits, _ = run_with_edits(model, torch.tensor([ids]), edits)
+        return torch.softmax(logits[0, -1].float(), -1)
 
 
 def head_edits(spec: models.ModelSpec, ids: tuple[int, ...], heads: tuple[tuple[int, int], ...], mode: str) -> list:
@@ -61,23 +65,31 @@ def head_edits(spec: models.ModelSpec, ids: tuple[int, ...], heads: tuple[tuple[
 
 @st.cache_data(max_entries=16, show_spinner=False)
 def direct_attribution(spec: models.ModelSpec, ids: tuple[int, ...], target: int, other: int):
-    return attribution.direct_logit_attribution(models.load_model(spec), torch.tensor([ids]), target, other)
+    model = models.load_model(spec)
+    with memory.reserve(attribution.direct_attribution_nbytes(model.config, len(ids)),
+                        f"direct attribution of {len(ids)} tokens on {spec.name}"):
+        return attribution.direct_logit_attribution(model, torch.tensor([ids]), target, other)
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
 def continuation(spec: models.ModelSpec, ids: tuple[int, ...], heads: tuple[tuple[int, int], ...], mode: str,
                  n: int, temperature: float, seed: int) -> list[int]:
     model = models.load_model(spec)
-    return generate(model, list(ids), n, temperature=temperature, seed=seed,
-                    edits=head_edits(spec, ids, heads, mode))[len(ids):]
+    edits = head_edits(spec, ids, heads, mode)
+    with memory.reserve(memory.sampling_nbytes(model.config, len(ids), n),
+                        f"a continuation of {n} tokens on {spec.name}"):
+        return generate(model, list(ids), n, temperature=temperature, seed=seed, edits=edits)[len(ids):]
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
 def edited_pattern(spec: models.ModelSpec, ids: tuple[int, ...], heads: tuple[tuple[int, int], ...], mode: str,
                    layer: int) -> torch.Tensor:
-    name = act_name("pattern", layer)
-    _, cache = run_with_edits(models.load_model(spec), torch.tensor([ids]), head_edits(spec, ids, heads, mode), [name])
-    return cache[name][0]
+    name, model = act_name("pattern", layer), models.load_model(spec)
+    edits = head_edits(spec, ids, heads, mode)
+    with memory.reserve(memory.capture_work_nbytes(model.config, [name], len(ids)),
+                        f"layer {layer}'s attention on {len(ids)} tokens of {spec.name}"):
+        _, cache = run_with_edits(model, torch.tensor([ids]), edits, [name])
+        return cache[name][0]
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
@@ -515,13 +527,20 @@ def main() -> None:
     st.caption("Ask the model why it predicts its next token: which parts push it, and what changes without them.",
                help="Which heads and MLPs push the prediction, what happens when heads are removed, which parts of a "
                     "clean run restore a corrupted one, and which prompt tokens the prediction depends on.")
-    ask = read_question()
+    try:
+        ask = read_question()
+    except LimitError as err:  # the server's memory has no room for the next-token probabilities now
+        st.warning(str(err))
+        return
     for (note, draw), line, tab in zip(TABS.values(), TAB_LINES, st.tabs(list(TABS), key=K.WHY_VIEW,
                                                                          on_change="rerun")):
         if tab.open is not False:  # only the open tab computes
             with tab:
                 st.caption(line, help=note)
-                draw(ask)
+                try:
+                    draw(ask)
+                except LimitError as err:  # a measurement the server's memory has no room for now
+                    st.warning(str(err))
 
 
 main()

@@ -30,6 +30,18 @@ class DirectAttribution(NamedTuple):
     other: int
 
 
+def direct_attribution_names(n_layers: int) -> list[str]:
+    """What direct_logit_attribution captures: the embeddings, every head's z, every MLP's output, the final stream."""
+    names = ["hook_embed", "hook_pos_embed", act_name("resid_post", n_layers - 1)]
+    return names + [act_name("z", i) for i in range(n_layers)] + [act_name("mlp_out", i) for i in range(n_layers)]
+
+
+def direct_attribution_nbytes(config, T: int) -> int:
+    """What direct_logit_attribution holds at its peak on T tokens: its capture and the forward pass beside it."""
+    from .memory import capture_work_nbytes
+    return capture_work_nbytes(config, direct_attribution_names(config.n_layers), T)
+
+
 def direct_logit_attribution(model, ids, target: int, other: int, position: int = -1) -> DirectAttribution:
     """Split the final residual stream at `position` into its additive parts (token and position embeddings,
     each head's output through its slice of W_O, each attention output bias, each MLP's output), pass each
@@ -43,9 +55,7 @@ def direct_logit_attribution(model, ids, target: int, other: int, position: int 
         raise ValueError("direct logit attribution needs a pre-norm model: in post-norm each block's LayerNorm "
                          "rescales the whole residual stream, so it is not a sum of the blocks' outputs")
     L = cfg.n_layers
-    names = ["hook_embed", "hook_pos_embed", act_name("resid_post", L - 1)]
-    names += [act_name("z", i) for i in range(L)] + [act_name("mlp_out", i) for i in range(L)]
-    logits, cache = capture(model, ids, names)
+    logits, cache = capture(model, ids, direct_attribution_names(L))
     if logits.shape[0] != 1:  # the split is of one prompt's stream at one position
         raise ValueError(f"direct logit attribution reads one prompt: got a batch of {logits.shape[0]}; pass one "
                          "sequence of ids (or a batch of one)")

@@ -65,6 +65,15 @@ def export_nbytes(config, T: int, include_attention: bool = True) -> int:
     return capture_nbytes(config, names, T, logits=False)
 
 
+def prompt_capture_npz_nbytes(config, T: int, include_attention: bool = True) -> int:
+    """What prompt_capture_npz holds at its peak: its capture with the forward pass beside it (gptviz.memory), and
+    the file twice (the zip's buffer and the bytes copied out of it; compressed, each is at most about the arrays'
+    size)."""
+    from .memory import capture_work_nbytes
+    names = [n for n in _hook_names(config) if include_attention or not n.endswith(ATTENTION_HOOKS)]
+    return capture_work_nbytes(config, names, T) + 2 * export_nbytes(config, T, include_attention)
+
+
 @functools.lru_cache(maxsize=16)
 def _hook_names(config) -> tuple[str, ...]:
     """A config's hook names, read off its module tree on the meta device (no weights; once per config)."""

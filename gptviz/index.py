@@ -699,20 +699,13 @@ def example_context(index: NeuronIndex, corpus_docs, doc: int, pos: int, *, mode
     return Context(u, doc, pos, positions, ids[lo:hi].copy(), values, int(pos - lo), attention)
 
 
-def example_contexts(index: NeuronIndex, corpus_docs, examples: Sequence[Example], *, model, before: int = 24,
-                     after: int = 8) -> list[Context]:
-    """example_context for several examples of one unit in one batched forward pass (without the LM head): the
-    same tokens, scoring windows and values (up to float rounding of batched matmuls), and for a head where the
-    query at each peak attends. What a page showing a unit's top examples calls."""
-    if not examples:
-        return []
-    u = examples[0].unit
-    if any(e.unit != u for e in examples):
+def _context_plan(index: NeuronIndex, docs: list[Document], examples: Sequence[Example], before: int, after: int):
+    """example_contexts' batch, before anything runs: segments, the (doc, start, end) windows to run, and per
+    example its positions, their scoring windows' starts and their rows in the batch."""
+    if any(e.unit != examples[0].unit for e in examples):
         raise ValueError("example_contexts takes examples of one unit")
-    _check_model(index, model)
-    docs = _as_documents(corpus_docs)
     n_ctx, stride = index.meta["windows"]["n_ctx"], index.meta["windows"]["stride"]
-    segments, plans = [], []  # segments: (doc, start, end) windows to run; plans: per example, its positions' rows
+    segments, plans = [], []
     for e in examples:
         if not 0 <= e.doc < len(docs) or len(docs[e.doc].ids) != index.documents[e.doc]["tokens"]:
             raise ValueError(f"document {e.doc} is not the index's document {e.doc}")
@@ -726,6 +719,47 @@ def example_contexts(index: NeuronIndex, corpus_docs, examples: Sequence[Example
             rows[mine] = len(segments)
             segments.append((e.doc, int(start), int(positions[mine].max()) + 1))
         plans.append((positions, starts, rows))
+    return segments, plans
+
+
+def example_contexts_nbytes(index: NeuronIndex, corpus_docs, examples: Sequence[Example], config, *,
+                            before: int = 24, after: int = 8) -> int:
+    """What example_contexts holds at its peak, from its batch's size (B windows of up to T tokens): the captured
+    unit hook (and the head's pattern), the forward pass's working memory, and a head's per-head writes."""
+    from .memory import FLOAT32, forward_nbytes
+    from .hooks import capture_nbytes
+    if not examples:
+        return 0
+    segments, _ = _context_plan(index, _as_documents(corpus_docs), examples, before, after)
+    B, T, u = len(segments), max(end - start for _, start, end in segments), examples[0].unit
+    hooks = [u.hook] + ([act_name("pattern", u.layer)] if u.kind == "head" else [])
+    writes = T * config.n_heads * config.d_model if u.kind == "head" else 0
+    forward = forward_nbytes(config, T, B, patterns=u.kind == "head", all_logits=False) \
+        - FLOAT32 * B * config.vocab_size
+    return B * capture_nbytes(config, hooks, T, logits=False) + FLOAT32 * B * writes + forward  # no LM head runs
+
+
+def units_at_nbytes(config, T: int) -> int:
+    """What units_at holds at its peak on T tokens: the capture of every unit's hook with the forward pass beside
+    it, each head's writes [T, heads, d_model] for one layer, and every unit's value and rank."""
+    from .memory import FLOAT32, capture_work_nbytes
+    n_units = config.n_layers * (config.d_ff + config.n_heads)
+    return capture_work_nbytes(config, _unit_hooks(config), T) \
+        + FLOAT32 * T * (config.n_heads * config.d_model + 2 * n_units)
+
+
+def example_contexts(index: NeuronIndex, corpus_docs, examples: Sequence[Example], *, model, before: int = 24,
+                     after: int = 8) -> list[Context]:
+    """example_context for several examples of one unit in one batched forward pass (without the LM head): the
+    same tokens, scoring windows and values (up to float rounding of batched matmuls), and for a head where the
+    query at each peak attends. What a page showing a unit's top examples calls."""
+    if not examples:
+        return []
+    u = examples[0].unit
+    _check_model(index, model)
+    docs = _as_documents(corpus_docs)
+    n_ctx, stride = index.meta["windows"]["n_ctx"], index.meta["windows"]["stride"]
+    segments, plans = _context_plan(index, docs, examples, before, after)
     T = max(end - start for _, start, end in segments)
     batch = torch.zeros(len(segments), T, dtype=torch.long)  # right-padded: causal attention keeps it out
     for b, (d, start, end) in enumerate(segments):

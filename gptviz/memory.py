@@ -242,7 +242,29 @@ def measuring_nbytes(config, T: int) -> int:
     return FLOAT32 * 2 * total_params(config) + activation_nbytes(config, 1, T, patterns=True)
 
 
-def model_build_nbytes(n_params: int, itemsize: int = FLOAT32) -> int:
-    """A model being built: its weights, allocated once (GPT is made on the meta device), plus a tenth for the
-    largest tensor drawn beside them (bench_build.py: gpt2-xl's build peaks at 1.07x its weights)."""
-    return n_params * itemsize * 11 // 10
+def model_build_nbytes(config, itemsize: int = FLOAT32) -> int:
+    """A model being built: its weights, allocated once (GPT is made on the meta device), and the row-major buffer
+    its largest tensor is drawn into before being copied in (gptviz.model._draw; one tensor at a time). gpt2-xl
+    peaks at 1.05x its weights (bench_build.py measured 1.07x), an embedding-heavy model far above (a 2-layer
+    gpt2-small: 1.72x; a flat tenth more, the earlier rule, missed it by 127 MiB)."""
+    from .params import total_params
+    d = config.d_model
+    largest = max(config.vocab_size * d, config.n_ctx * d, 3 * d * d, config.d_ff * d)
+    return itemsize * (total_params(config) + largest)
+
+
+def sampling_nbytes(config, prompt_tokens: int, new_tokens: int) -> int:
+    """generate() without attention recorded (a continuation): its KV cache (two once the context is full: the new
+    one is made before the old one is dropped), a forward pass over the window for the last position's logits, and
+    one step's logits, probabilities and mask (generate keeps no step)."""
+    window = max(1, min(prompt_tokens + max(new_tokens - 1, 0), config.n_ctx))
+    caches = 2 if prompt_tokens + new_tokens > config.n_ctx else 1
+    return (caches * kv_cache_nbytes(config) + forward_nbytes(config, window, patterns=False, all_logits=False)
+            + FLOAT32 * 3 * config.vocab_size)
+
+
+def lens_nbytes(config, T: int) -> int:
+    """The logit lens on a capture of T tokens (gptviz.analysis.logit_lens): the stacked residual states (layers
+    + 1) and one normed copy, and per state its [T, vocab] logits and probabilities beside the previous state's
+    probabilities (the loop decodes one state at a time)."""
+    return FLOAT32 * ((config.n_layers + 2) * T * config.d_model + 3 * T * config.vocab_size)

@@ -85,7 +85,8 @@ def load_model(spec: ModelSpec) -> GPT:
         with memory.reserve(_loading_nbytes(spec, folder) if estimate is None else 0, f"loading {spec.name}"):
             with _BUILD_LOCK:
                 return _build_model(spec, folder)
-    work = memory.model_build_nbytes(estimate // 4, 4) if estimate else None  # the same ratio in any precision
+    # built in float32, then converted to the precision asked for, one tensor at a time
+    work = memory.model_build_nbytes(PRESETS[spec.name]) if estimate else None
     return model_store().get_or_build(spec, build, _stored_nbytes(spec), estimate, work, f"building {spec.name}")
 
 

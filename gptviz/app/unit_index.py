@@ -16,7 +16,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 from .. import index as ix
-from .. import limits
+from .. import limits, memory
 from ..bounded_cache import BoundedCache
 from ..limits import LimitError
 from . import keys as K
@@ -113,9 +113,12 @@ def contexts(spec: ModelSpec, loaded: Loaded, unit: ix.Unit) -> list[ix.Context]
     """The unit's top examples with the tokens around each peak and the unit's value on each (one batched pass,
     cached per model and unit)."""
     def run() -> list[ix.Context]:
-        examples = ix.top_examples(loaded.index, unit)
-        return ix.example_contexts(loaded.index, loaded.docs, examples, model=load_model(spec),
-                                   before=EXAMPLES_BEFORE, after=EXAMPLES_AFTER)
+        examples, model = ix.top_examples(loaded.index, unit), load_model(spec)
+        need = ix.example_contexts_nbytes(loaded.index, loaded.docs, examples, model.config, before=EXAMPLES_BEFORE,
+                                          after=EXAMPLES_AFTER)
+        with memory.reserve(need, f"the top examples of {unit}"):
+            return ix.example_contexts(loaded.index, loaded.docs, examples, model=model, before=EXAMPLES_BEFORE,
+                                       after=EXAMPLES_AFTER)
     return context_store().get_or_build((loaded.key, unit), run, _contexts_size)
 
 
@@ -183,7 +186,8 @@ def build(spec: ModelSpec, tokens: int, progress: Callable[[int, int], None]) ->
     guard.start(*who)
     try:
         model = load_model(spec)
-        index = ix.build_index(model, docs, model_name=spec.label(), source=spec.source, progress=progress)
+        with memory.reserve(ix.scan_nbytes(model.config, docs), f"an index scan of {spec.name}"):
+            index = ix.build_index(model, docs, model_name=spec.label(), source=spec.source, progress=progress)
         folder = index_dir() / fingerprint(spec)
         ix.save_index(index, folder)
     finally:

@@ -275,7 +275,10 @@ def test_unit_page_refuses_the_examples_and_the_prompts_units_it_has_no_memory_f
     assert not at.exception
     shown = refusals(at)
     assert any(m.startswith("the top examples of L1N7 needs about") for m in shown), shown
-    assert any(m.startswith(f"every unit's value on {len(encode(PROMPT))} tokens needs about") for m in shown)
+    at = run_page("units", PROMPT, spec=PRE, unit="L1N7", **{K.UNIT_TAB: K.UNIT_TABS[1]})  # the search tab
+    assert not at.exception
+    shown = refusals(at)
+    assert any(m.startswith(f"every unit's value on {len(encode(PROMPT))} tokens needs about") for m in shown), shown
     assert ran == [] and forward_calls() == before and acc.in_use == 0
 
 

@@ -46,6 +46,8 @@ MODEL_SPEC = "model_spec"
 NORM = "norm"
 PRESET = "preset"
 PROMPT = "prompt"
+PAGE_PROMPT = "page_prompt"           # the prompt's second box, atop a page on a narrow screen (copied both ways)
+NARROW_ONLY = "gv_narrow_only"        # a container shown only where the sidebar starts closed (display.py's CSS)
 SEED = "seed"
 TRAINED_RUN = "trained_run"
 

@@ -199,6 +199,20 @@ def prompt_box() -> None:
                  placeholder="Load an example prompt", label_visibility="collapsed")
 
 
+def _copy_page_prompt() -> None:
+    st.session_state[K.PROMPT] = st.session_state[K.PAGE_PROMPT]
+
+
+def page_prompt_box() -> None:
+    """The prompt again, atop a page, for a phone, whose sidebar starts closed; CSS hides it where the sidebar shows.
+    A widget has one key, so this box has its own, set from the sidebar's prompt before it is drawn and copied back
+    when typed into: the two never disagree."""
+    st.session_state[K.PAGE_PROMPT] = st.session_state.get(K.PROMPT, "")
+    with st.container(key=K.NARROW_ONLY):
+        st.text_area("Prompt", key=K.PAGE_PROMPT, height=100, max_chars=MAX_PROMPT_CHARS,
+                     on_change=_copy_page_prompt, help="The sidebar's prompt, shared by every page. Ctrl+Enter runs it.")
+
+
 def current_model() -> tuple[ModelSpec, GPT] | None:
     """The sidebar's model, loaded (with a spinner); a clear message in the page when it cannot load."""
     spec = st.session_state.get(K.MODEL_SPEC)

@@ -41,6 +41,7 @@ DTYPE = "dtype"
 EXAMPLE_PROMPT = "example_prompt"
 EXPORT_FORMAT = "export_format"
 HF_NAME = "hf_name"
+HUB_GPT2 = "hub_gpt2"                 # the one-click button for GPT-2 small from the Hub
 MODEL_SOURCE = "model_source"
 MODEL_SPEC = "model_spec"
 NORM = "norm"

@@ -21,7 +21,8 @@ from gptviz.app.links import sync_address
 from gptviz.app.unit_nav import unit_pills
 from gptviz.app.display import MEAN_HEAD, figure_download, head_name, md_text, show_figure
 from gptviz.app.models import ModelSpec, attention_page_names, induction_scores, require_capture
-from gptviz.app.sidebar import EXAMPLE_PROMPTS, MAX_PROMPT_CHARS, keep_valid, require_model, require_prompt
+from gptviz.app.sidebar import (EXAMPLE_PROMPTS, MAX_PROMPT_CHARS, keep_valid, page_prompt_box, require_model,
+                                require_prompt)
 from gptviz.figures import attention as fa
 from gptviz.figures import generation as fg
 from gptviz.figures import head_views as fhv
@@ -570,6 +571,7 @@ def main() -> None:
     st.title("Attention")
     st.caption("Each token builds its next representation from a weighted mix of the tokens before it: one map of "
                "weights per head.")
+    page_prompt_box()  # a phone's first screen: its sidebar, with the prompt, starts closed
     example_buttons()
     seen = read_prompt()
     found = detectors(seen) if seen.T >= 2 else []

@@ -423,6 +423,18 @@ def _hub_folder(repo_id: str, offline: bool | None, checked: bool = False) -> Pa
                               + _offline_message(repo_id)) from None
 
 
+def hub_copy_on_disk(repo_id: str) -> bool:
+    """Whether a Hub repo's weights are on this machine already (the Hugging Face cache, or a visitor's kept
+    download), so that loading it downloads nothing. Reads the disk only, never the network."""
+    if (VISITOR_DOWNLOADS / _folder_name(repo_id) / HUB_CONFIG).is_file():
+        return True
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return False
+    return any(isinstance(try_to_load_from_cache(repo_id, name), str) for name in HUB_WEIGHTS)
+
+
 def forget_download(folder: Path | None) -> None:
     """Remove a visitor's Hub download that failed to load (other folders are never touched)."""
     if folder is not None and VISITOR_DOWNLOADS in Path(folder).parents:

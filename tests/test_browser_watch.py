@@ -108,6 +108,15 @@ def test_the_why_and_parameters_pages_settings_reach_the_address_and_a_click_abl
     other.context.close(), page.context.close()
 
 
+# The boxes a visitor can type into that lie on the first screen, in page order: drawn, not hidden, inside the
+# viewport (a closed sidebar's boxes are drawn too, but off the left edge).
+ON_SCREEN_JS = """() => [...document.querySelectorAll('textarea, input')].filter((el) => {
+  const box = el.getBoundingClientRect(), style = getComputedStyle(el);
+  return box.width > 0 && box.height > 0 && style.visibility !== 'hidden' && box.left >= 0
+         && box.right <= innerWidth && box.top >= 0 && box.bottom <= innerHeight;
+}).map((el) => ({tag: el.tagName, where: el.closest('[data-testid="stSidebar"]') ? 'sidebar' : 'main'}))"""
+
+
 @pytest.mark.parametrize("width,height", [(1400, 1000), (390, 844)])
 def test_the_first_screen_holds_the_prompt_box_and_a_head_worth_a_look(browser, server, width, height):
     page = fresh(browser, width, height)
@@ -116,13 +125,41 @@ def test_the_first_screen_holds_the_prompt_box_and_a_head_worth_a_look(browser, 
     line.wait_for()
     assert line.bounding_box()["y"] < height                                    # above the fold
     page.get_by_role("button", name=re.compile("Repeated letters")).wait_for()  # the induction example, one click
-    if width < 600:
-        page.get_by_test_id("stExpandSidebarButton").click()
-    area = page.locator('[data-testid="stSidebar"] textarea')
-    area.wait_for()
-    first = page.locator('[data-testid="stSidebar"] input, [data-testid="stSidebar"] textarea').first
-    assert first.evaluate("(el) => el.tagName") == "TEXTAREA"                # the first thing to type into
-    assert area.bounding_box()["y"] + 40 < height
+    wait_for_idle(page)
+    typable = page.evaluate(ON_SCREEN_JS)                                      # without opening the sidebar
+    assert typable and typable[0]["tag"] == "TEXTAREA"                         # the first thing to type into
+    # one prompt box on screen: the sidebar's on a desktop, the page's on a phone (its sidebar starts closed)
+    assert [t["where"] for t in typable if t["tag"] == "TEXTAREA"] == ["sidebar" if width > 768 else "main"]
+    page.context.close()
+
+
+def test_a_phone_types_its_prompt_on_the_first_screen_and_the_map_follows(browser, server):
+    page = fresh(browser, 390, 844)
+    page.goto(f"{server}/?source=preset&preset=tiny")
+    heatmap = page.locator("canvas.gv-heat").first
+    heatmap.wait_for()
+    wait_for_idle(page)
+    before = float(heatmap.get_attribute("data-cell"))
+    assert page.evaluate(ON_SCREEN_JS)[0] == {"tag": "TEXTAREA", "where": "main"}  # typed without scrolling
+    area = page.locator('[data-testid="stMain"] textarea')
+    area.fill("the cat sat on the mat")
+    area.press("Control+Enter")
+    page.get_by_role("radio", name="␣mat", exact=True).wait_for()             # the new prompt's token chips
+    wait_for_idle(page)
+    assert float(heatmap.get_attribute("data-cell")) > before                  # 6 tokens: larger cells than 40
+    heatmap.scroll_into_view_if_needed()
+    box = heatmap.bounding_box()
+    left, top, cell = (float(heatmap.get_attribute(f"data-{k}")) for k in ("left", "top", "cell"))
+    page.mouse.move(box["x"] + left + 0.5 * cell, box["y"] + top + 5.5 * cell, steps=3)   # query 5, key 0
+    tip = page.locator(".gv-tip").filter(has_text="query position 5, key position 0").first
+    tip.wait_for()
+    assert tip.text_content().startswith("'␣mat' → 'the'"), tip.text_content()
+    # the sidebar's box holds the same prompt: one prompt, two places to type it
+    page.get_by_test_id("stExpandSidebarButton").click()
+    sidebar = page.locator('[data-testid="stSidebar"] textarea')
+    sidebar.wait_for()
+    assert sidebar.input_value() == "the cat sat on the mat"
+    no_exception(page)
     page.context.close()
 
 

@@ -190,6 +190,34 @@ def test_component_bar_and_treemap_add_up():
     assert "120 blocks" in many.data[0].ids
 
 
+@pytest.mark.parametrize("preset,columns", [("gpt2-xl", ["blocks 0-7", "blocks 8-15", "blocks 16-23",
+                                                           "blocks 24-31", "blocks 32-39", "blocks 40-47"]),
+                                             ("gpt2-small", ["blocks 0-3", "blocks 4-7", "blocks 8-11"])])
+def test_the_treemap_lays_the_blocks_in_columns_in_their_order(preset, columns):
+    """Squarified tiling scattered GPT-2 XL's equal blocks (0-5 down, 6-11 across, 12 down, 18 across...): the
+    blocks now sit in columns of consecutive blocks, the columns side by side (slice-dice), each headed by its
+    range, and the areas still add up."""
+    tree = fp.param_treemap(param_table(PRESETS[preset]), "t").data[0]
+    parent = dict(zip(tree.ids, tree.parents))
+    value = dict(zip(tree.ids, tree.values))
+    assert [i for i in tree.ids if parent[i] == "model"] == ["outside", *columns]
+    per_column = PRESETS[preset].n_layers // len(columns)
+    for c, column in enumerate(columns):
+        inside = [i for i in tree.ids if parent[i] == column]
+        assert inside == [f"block {b}" for b in range(c * per_column, (c + 1) * per_column)]
+        assert value[column] == sum(value[b] for b in inside)
+    assert value["outside"] + sum(value[c] for c in columns) == value["model"]
+    assert tree.tiling.packing == "slice-dice" and tree.sort is False and tree.maxdepth == 4
+
+
+def test_blocks_per_column_fills_every_column_where_it_can():
+    assert [fp.blocks_per_column(n) for n in (1, 2, 4, 12, 24, 36, 48, 96)] == [1, 2, 2, 4, 6, 6, 8, 12]
+    assert fp.blocks_per_column(7) == 3 and fp.blocks_per_column(13) == 4      # primes: a shorter last column
+    seven = fp.param_treemap(param_table(PRESETS["tiny"].replace(n_layers=7)), "t").data[0]
+    parent = dict(zip(seven.ids, seven.parents))
+    assert [i for i in seven.ids if parent[i] == "model"] == ["outside", "blocks 0-2", "blocks 3-5", "block 6"]
+
+
 def test_untied_head_appears_in_the_treemap():
     cfg = PRESETS["gpt2-small-untied-noqkvbias"]
     values = dict(zip(*[fp.param_treemap(param_table(cfg), "t").data[0][k] for k in ("ids", "values")]))

@@ -114,3 +114,46 @@ def test_more_bytes_than_stated_are_refused_and_removed(hub):
         models.load_model(spec("someone/liar"))
     assert not (weights.VISITOR_DOWNLOADS / "models--someone--liar").exists()
     shutil.rmtree(hub.tmp / "src")
+
+
+# ---- GPT-2 small in one click (issue 32) -----------------------------------------------------------------------
+
+def hub_button(at):
+    return next(b for b in at.button if b.label.startswith("GPT-2 small from the Hub"))
+
+
+@pytest.fixture
+def empty_hf_cache(tmp_path, monkeypatch):
+    """No Hub copy anywhere on this machine (the cache and the visitors' downloads both empty)."""
+    from huggingface_hub import constants
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "empty-hf-cache"))
+    monkeypatch.setattr(weights, "VISITOR_DOWNLOADS", tmp_path / "downloads")
+
+
+def test_gpt2_small_is_one_click_that_states_its_download_and_says_plainly_when_the_hub_is_out_of_reach(
+        empty_hf_cache, monkeypatch):
+    from pagetest import open_app
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")                 # this machine cannot reach the Hub
+    at = open_app()
+    button = hub_button(at)
+    assert button.label == "GPT-2 small from the Hub (a 548 MB download)"
+    button.click().run()
+    assert not at.exception
+    assert (at.session_state[K.MODEL_SOURCE], at.session_state[K.HF_NAME]) == (K.SOURCE_PRETRAINED, "gpt2")
+    error = " ".join(e.value for e in at.error)
+    assert "Could not load gpt2" in error and "the Hub cannot be reached" in error
+    assert "Bundled models that work offline" in error           # and what does work
+    assert not [b for b in at.button if b.label.startswith("GPT-2 small from the Hub")]  # chosen: no second offer
+
+
+def test_gpt2_small_from_the_stand_in_hub_loads_in_one_click_and_is_then_on_the_server(hub, empty_hf_cache):
+    from pagetest import open_app
+    hub.add("gpt2")
+    at = open_app()
+    hub_button(at).click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert hub.downloads == [("gpt2", "config.json"), ("gpt2", "model.safetensors")]
+    assert at.session_state[K.MODEL_SPEC].name == "gpt2"
+    at.session_state[K.MODEL_SOURCE] = K.SOURCE_PRESET            # back to a preset: the offer now downloads nothing
+    at.run()
+    assert hub_button(at).label == "GPT-2 small from the Hub (on this server already)"

@@ -424,3 +424,16 @@ def test_the_induction_example_is_one_click_away_and_opens_its_induction_head():
     # a visitor's own pick afterwards stays: only loading an example moves the head
     at.selectbox(key="att_head").select(3).run()
     assert at.selectbox(key="att_head").value == 3
+
+
+def test_the_pages_prompt_box_is_the_sidebars_prompt_both_ways():
+    """A phone's first screen has the prompt on the page (its sidebar starts closed): one prompt in two boxes."""
+    at = page("the cat sat on the mat")
+    assert at.text_area(key=K.PAGE_PROMPT).value == "the cat sat on the mat"
+    at.text_area(key=K.PAGE_PROMPT).input("A B C D A B C D").run()
+    assert not at.exception
+    assert at.session_state[K.PROMPT] == "A B C D A B C D"                 # what every page reads
+    assert any(m.value.startswith("**8 tokens**") for m in at.markdown)     # and this page ran on it
+    at.session_state[K.PROMPT] = "Hi there"                                  # typed in the sidebar
+    at.run()
+    assert at.text_area(key=K.PAGE_PROMPT).value == "Hi there"

@@ -82,8 +82,12 @@ def monospace_text(text: str, name: str, border: bool = False) -> None:
 
 # On a phone Streamlit's tab row scrolls sideways behind an arrow, so a page's later tabs ("Logit lens", "Saliency")
 # sit off-screen where few find them: under 640 px (where Streamlit also stacks columns) the row wraps instead.
+# A box keyed NARROW_ONLY shows only up to 768 px, Streamlit's width for starting with the sidebar closed, so what it
+# repeats from the sidebar is on screen exactly where the sidebar is not.
+NARROW_PX = 768
 _RESPONSIVE_CSS = ('<style>@media (max-width: 640px) {[data-testid="stTabs"] [role="tablist"] {flex-wrap: wrap; '
-                   'row-gap: 0.25rem; overflow-x: visible;}}</style>')
+                   'row-gap: 0.25rem; overflow-x: visible;}} '
+                   f'@media (min-width: {NARROW_PX + 1}px) {{.st-key-{K.NARROW_ONLY} {{display: none;}}}}</style>')
 
 
 def responsive_style() -> None:

@@ -42,11 +42,14 @@ DTYPE = "dtype"
 EXAMPLE_PROMPT = "example_prompt"
 EXPORT_FORMAT = "export_format"
 HF_NAME = "hf_name"
+HUB_GPT2 = "hub_gpt2"                 # the one-click button for GPT-2 small from the Hub
 MODEL_SOURCE = "model_source"
 MODEL_SPEC = "model_spec"
 NORM = "norm"
 PRESET = "preset"
 PROMPT = "prompt"
+PAGE_PROMPT = "page_prompt"           # the prompt's second box, atop a page on a narrow screen (copied both ways)
+NARROW_ONLY = "gv_narrow_only"        # a container shown only where the sidebar starts closed (display.py's CSS)
 SEED = "seed"
 TRAINED_RUN = "trained_run"
 

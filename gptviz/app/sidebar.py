@@ -13,7 +13,7 @@ from ..devices import available_devices, available_dtypes
 from ..limits import LimitError
 from ..params import total_params
 from ..tokenizer import fit_vocabulary, get_tokenizer
-from ..weights import CheckpointError, bundled_models
+from ..weights import CheckpointError, bundled_models, hub_copy_on_disk
 from . import keys as K
 from .display import EXPORT_FORMATS, md_text
 from .jobs import my_trained_models
@@ -33,6 +33,10 @@ EXAMPLE_PROMPTS = {
 }
 # Far more text than any preset's context (1,024 tokens at most) needs; tokenising more is wasted server time.
 MAX_PROMPT_CHARS = 20_000
+# GPT-2 small, one click away: modern English where the bundled models write Shakespeare. Its Hub checkpoint,
+# model.safetensors, is 548,105,171 bytes: 124,439,808 float32 weights, the 1024 x 1024 float32 causal mask each of
+# its 12 layers stores (50,331,648 bytes), and the file's header. The download checks the Hub's stated size again.
+HUB_GPT2, HUB_GPT2_BYTES = "gpt2", 548_105_171
 # Presets above this size are slow to initialise on a laptop CPU; the sidebar says so.
 LARGE_MODEL_PARAMS = 400_000_000
 
@@ -119,6 +123,8 @@ def model_picker() -> ModelSpec | None:
     if state.get(K.MODEL_SOURCE) not in sources:
         state[K.MODEL_SOURCE] = _default_source()
     source = st.selectbox("Source", sources, key=K.MODEL_SOURCE)
+    if (source, state.get(K.HF_NAME)) != (K.SOURCE_PRETRAINED, HUB_GPT2):
+        hub_gpt2_button()
     norm = st.radio("LayerNorm placement", ["pre", "post"], key=K.NORM, horizontal=True,
                     format_func={"pre": "pre-norm (GPT-2)", "post": "post-norm (GPT-1)"}.get,
                     help="Pre-norm normalises before each sub-layer and once at the end; post-norm "
@@ -132,6 +138,20 @@ def model_picker() -> ModelSpec | None:
                          help="Half precision halves the weights' memory and speeds up GPU inference; "
                               "captures and probabilities are still shown in float32.") if len(dtypes) > 1 else "float32"
     return SOURCE_PICKERS[source](norm, device, dtype)
+
+
+def _use_hub_gpt2() -> None:
+    st.session_state[K.MODEL_SOURCE] = K.SOURCE_PRETRAINED
+    st.session_state[K.HF_NAME] = HUB_GPT2
+
+
+def hub_gpt2_button() -> None:
+    """GPT-2 small from the Hugging Face Hub in one click, saying what that downloads (nothing once it is here)."""
+    size = "on this server already" if hub_copy_on_disk(HUB_GPT2) else f"a {HUB_GPT2_BYTES / 1e6:,.0f} MB download"
+    st.button(f"GPT-2 small from the Hub ({size})", key=K.HUB_GPT2, on_click=_use_hub_gpt2, width="stretch",
+              help="OpenAI's GPT-2 small (124M parameters, trained on web pages) writes modern English, where the "
+                   "bundled models write Shakespeare. Downloaded once from the Hugging Face Hub, then kept on the "
+                   "server; where the Hub cannot be reached, the page says so.")
 
 
 def bundled_picker(norm: str, device: str, dtype: str) -> ModelSpec | None:
@@ -197,6 +217,20 @@ def prompt_box() -> None:
         st.caption("Too long for a link: the address shares the view without this prompt.")
     st.selectbox("Examples", list(EXAMPLE_PROMPTS), index=None, key=K.EXAMPLE_PROMPT, on_change=_use_example,
                  placeholder="Load an example prompt", label_visibility="collapsed")
+
+
+def _copy_page_prompt() -> None:
+    st.session_state[K.PROMPT] = st.session_state[K.PAGE_PROMPT]
+
+
+def page_prompt_box() -> None:
+    """The prompt again, atop a page, for a phone, whose sidebar starts closed; CSS hides it where the sidebar shows.
+    A widget has one key, so this box has its own, set from the sidebar's prompt before it is drawn and copied back
+    when typed into: the two never disagree."""
+    st.session_state[K.PAGE_PROMPT] = st.session_state.get(K.PROMPT, "")
+    with st.container(key=K.NARROW_ONLY):
+        st.text_area("Prompt", key=K.PAGE_PROMPT, height=100, max_chars=MAX_PROMPT_CHARS,
+                     on_change=_copy_page_prompt, help="The sidebar's prompt, shared by every page. Ctrl+Enter runs it.")
 
 
 def current_model() -> tuple[ModelSpec, GPT] | None:

@@ -1,6 +1,8 @@
 """Parameters: where a model's weights live, by component, by layer, and across the presets."""
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 import plotly.graph_objects as go
 
@@ -61,42 +63,53 @@ def layer_stacked_bar(layers: pd.DataFrame) -> go.Figure:
     return apply_layout(fig, title="Parameters in each block", height=400, legend=dict(orientation="h", y=-0.25))
 
 
+def blocks_per_column(n: int) -> int:
+    """Blocks in each column of the treemap's grid: the smallest divisor of n from sqrt(n) to 1.5 sqrt(n) (every
+    column full; the taller choice, as a column is narrower than the figure is high), else ceil(sqrt(n)) (a prime
+    n: the last column is shorter)."""
+    root = math.sqrt(n)
+    return next((k for k in range(math.ceil(root), math.floor(1.5 * root) + 1) if n % k == 0), math.ceil(root))
+
+
 def param_treemap(table: pd.DataFrame, title: str, max_blocks: int = 96) -> go.Figure:
-    """Treemap: model -> outside blocks / block i -> component; areas are parameter counts (a tied head
-    has no area of its own: it is the token embedding). Past max_blocks, the blocks are one box."""
-    ids, labels, parents, values = ["model"], ["model"], [""], [int(table["count"].sum())]
+    """Treemap: model -> outside blocks / columns of blocks -> block i -> component; areas are parameter counts (a
+    tied head has no area of its own: it is the token embedding). The blocks sit in a grid read down each column,
+    the columns left to right, each headed by its range (Plotly's squarified tiling scattered equal blocks: 0-5
+    down a column, 6-11 across, 12 down, 18 across...). Past max_blocks, the blocks are one box."""
+    nodes = {"ids": [], "labels": [], "parents": [], "values": []}
+
+    def add(node_id: str, label: str, parent: str, value) -> None:
+        for field, item in zip(nodes, (node_id, label, parent, int(value))):
+            nodes[field].append(item)
+
+    add("model", "model", "", table["count"].sum())
     outside = table[table["layer"].isna()]
-    ids += ["outside"]
-    labels += ["embeddings, final norm, head"]
-    parents += ["model"]
-    values += [int(outside["count"].sum())]
+    add("outside", "embeddings, final norm, head", "model", outside["count"].sum())
     for comp, count in outside.groupby("component", sort=False)["count"].sum().items():
         if count > 0:
-            ids.append(f"outside/{comp}")
-            labels.append(comp)
-            parents.append("outside")
-            values.append(int(count))
+            add(f"outside/{comp}", comp, "outside", count)
     blocks = table[table["layer"].notna()]
     n_blocks = blocks["layer"].nunique()
-    groups = (blocks.groupby("layer", sort=True) if n_blocks <= max_blocks
+    groups = (list(blocks.groupby("layer", sort=True)) if n_blocks <= max_blocks
               else [(None, blocks)])  # too many boxes to read: all blocks as one
-    for layer, rows in groups:
-        bid = f"block {int(layer)}" if layer is not None else f"{n_blocks:,} blocks"
-        ids.append(bid)
-        labels.append(bid)
-        parents.append("model")
-        values.append(int(rows["count"].sum()))
-        for comp, count in rows.groupby("component", sort=False)["count"].sum().items():
-            ids.append(f"{bid}/{comp}")
-            labels.append(comp)
-            parents.append(bid)
-            values.append(int(count))
+    per_column = blocks_per_column(len(groups)) if groups else 1
+    for start in range(0, len(groups), per_column):
+        column = groups[start:start + per_column]
+        parent = "model"
+        if len(groups) > per_column and len(column) > 1:  # several columns: each a box, headed by its range
+            parent = f"blocks {int(column[0][0])}-{int(column[-1][0])}"
+            add(parent, parent, "model", sum(rows["count"].sum() for _, rows in column))
+        for layer, rows in column:
+            bid = f"block {int(layer)}" if layer is not None else f"{n_blocks:,} blocks"
+            add(bid, bid, parent, rows["count"].sum())
+            for comp, count in rows.groupby("component", sort=False)["count"].sum().items():
+                add(f"{bid}/{comp}", comp, bid, count)
     colors = [COMPONENT_COLORS.get(label, "#e2e8f0" if parent == "model" else "#ffffff")
-              for label, parent in zip(labels, parents)]
+              for label, parent in zip(nodes["labels"], nodes["parents"])]
     colors[0] = "#f7fafc"
     fig = go.Figure(go.Treemap(
-        ids=ids, labels=labels, parents=parents, values=values, branchvalues="total", maxdepth=3,
-        sort=False,  # blocks in their order (Plotly sorts by size, and equal blocks came out 0, 1, 2, 6-11, 12, 18...)
+        **nodes, branchvalues="total", maxdepth=4,
+        sort=False, tiling=dict(packing="slice-dice"),  # columns side by side, blocks down a column
         marker=dict(colors=colors), textfont=dict(color="#1a202c"),
         texttemplate="%{label}<br>%{value:,}<br>%{percentRoot:.1%}",
         hovertemplate="%{id}<br>%{value:,} parameters<br>%{percentRoot:.2%} of the model<extra></extra>"))

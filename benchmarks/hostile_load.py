@@ -194,13 +194,47 @@ async def patching_128(browser, server: Server) -> list[Row]:
 
 # ---- 2. one visitor holding every slot -------------------------------------------------------------------------
 
-async def slot_hog(browser, server: Server, seconds: float) -> list[Row]:
+def chromium_pids() -> set[int]:
+    """The pids of every Chromium process on the machine."""
+    found = set()
+    for entry in os.listdir("/proc"):
+        try:
+            if entry.isdigit() and b"chromium" in open(f"/proc/{entry}/cmdline", "rb").read().split(b"\0")[0]:
+                found.add(int(entry))
+        except OSError:
+            pass
+    return found
+
+
+def renice(pids: set[int], nice: int) -> None:
+    """Every thread of these processes to `nice` (a process's nice value is its threads', one by one, on Linux)."""
+    for pid in pids:
+        try:
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                os.setpriority(os.PRIO_PROCESS, int(tid), nice)
+        except OSError:
+            pass
+
+
+async def slot_hog(browser, server: Server, seconds: float, playwright=None, attackers_nice: int | None = None
+                   ) -> list[Row]:
+    """`attackers_nice`: the attackers' pages in a browser of their own whose every thread runs at this nice value,
+    standing for an attacker whose browser draws on its own machine (here it shares the server's 2 cores)."""
     victim_ctx, victim = await open_page(browser, f"{server.url}/generation?gen_n=20")
     alone = []
     for _ in range(2):  # the victim's page switch with nobody else on the server, for comparison
         alone.append(await switch(victim, "Attention"))
         alone.append(await switch(victim, "Generation"))
-    attackers = [await open_page(browser, f"{server.url}/generation?gen_n=200") for _ in range(4)]
+    theirs, before = browser, chromium_pids()
+    if attackers_nice is not None:
+        theirs = await playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+    attackers = [await open_page(theirs, f"{server.url}/generation?gen_n=200") for _ in range(4)]
+    attacker_pids = chromium_pids() - before
+
+    def lower_attackers():
+        if attackers_nice is not None:
+            renice(chromium_pids() - before, attackers_nice)  # renderers may start later: again at each press
+    lower_attackers()
     presses, press_errors = 0, 0
     stop = asyncio.Event()
 
@@ -213,6 +247,7 @@ async def slot_hog(browser, server: Server, seconds: float) -> list[Row]:
                 presses += 1
             except Exception:
                 press_errors += 1
+            lower_attackers()
             await asyncio.sleep(2.5)
 
     hogs = [asyncio.create_task(hog(p)) for _, p in attackers]
@@ -245,8 +280,12 @@ async def slot_hog(browser, server: Server, seconds: float) -> list[Row]:
         for ctx, _ in attackers:
             await ctx.close()
         await victim_ctx.close()
+        if theirs is not browser:
+            await theirs.close()
     median = statistics.median(switches) if switches else float("nan")
-    did = (f"4 contexts on /generation?gen_n=200 pressing Generate every 2.5 s for up to {seconds:.0f} s "
+    where = ("in one browser with the victim" if attackers_nice is None else
+             f"in a browser of their own at nice {attackers_nice} ({len(attacker_pids)} processes)")
+    did = (f"4 contexts {where} on /generation?gen_n=200 pressing Generate every 2.5 s for up to {seconds:.0f} s "
            f"({presses} presses, {press_errors} failed clicks; attackers' state when the victim pressed: "
            f"{', '.join(states_before)}); victim /generation?gen_n=20")
     start = f"{start_wait:.1f} s ({'queued first' if saw_waiting else 'no queue seen'})" if start_wait is not None \
@@ -432,7 +471,7 @@ SCENARIOS = {1: ("1 patching 128-token pair", 240), 2: ("2 one visitor holds eve
              3: ("3 cache clearing", 360), 4: ("4 concurrent large captures", 420)}
 
 
-async def drive(server: Server, only: list[int], hog_seconds: float) -> list[Row]:
+async def drive(server: Server, only: list[int], hog_seconds: float, attackers_nice: int | None = None) -> list[Row]:
     from playwright.async_api import async_playwright
     rows: list[Row] = []
     spans.clear()
@@ -441,7 +480,7 @@ async def drive(server: Server, only: list[int], hog_seconds: float) -> list[Row
         try:
             for number in only:
                 name, limit = SCENARIOS[number]
-                run = {1: lambda: patching_128(browser, server), 2: lambda: slot_hog(browser, server, hog_seconds),
+                run = {1: lambda: patching_128(browser, server), 2: lambda: slot_hog(browser, server, hog_seconds, p, attackers_nice),
                        3: lambda: cache_clearing(browser, server), 4: lambda: large_captures(browser, server, 3)}
                 started = time.monotonic()
                 print(f"[{time.strftime('%H:%M:%S')}] scenario {name} (timeout {limit} s), server RSS "
@@ -464,6 +503,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", type=int, nargs="*", default=[1, 2, 3, 4], choices=sorted(SCENARIOS))
     parser.add_argument("--hog-seconds", type=float, default=60, help="scenario 2's attackers stop after this")
+    parser.add_argument("--attackers-nice", type=int, default=None,
+                        help="scenario 2: the attackers' pages in a browser of their own at this nice value (19: an "
+                             "attacker whose browser draws elsewhere; by default they share the victim's browser)")
     args = parser.parse_args()
     if not Path(CHROMIUM).exists():
         print(f"needs Debian's chromium at {CHROMIUM}", file=sys.stderr)
@@ -473,7 +515,7 @@ def main() -> int:
     try:
         print(f"server pid {server.proc.pid} on port {server.port}, RSS {server.rss():,.0f} MiB, log {server.log_path}",
               flush=True)
-        rows = asyncio.run(drive(server, args.only, args.hog_seconds))
+        rows = asyncio.run(drive(server, args.only, args.hog_seconds, args.attackers_nice))
         peak_t, peak_all = max(server.samples, key=lambda s: s[1], default=(0.0, 0.0))
         per = "; ".join(f"{name.split()[0]}: {server.peak_since(a, b):,.0f} MiB" for name, a, b in spans)
         when = next((f"during scenario {name.split()[0]}" for name, a, b in spans if a <= peak_t <= b),

@@ -58,3 +58,23 @@ def test_bad_scenarios():
         warmup.Scenario(warmup=0)
     with pytest.raises(ValueError, match="layers"):
         warmup.Scenario(layers=0)
+
+
+def test_the_job_steps_on_one_torch_thread_and_puts_the_default_back(monkeypatch):
+    """Two OpenMP threads on a shared 2-core CPU made each step several times slower: the job's thread uses one.
+    torch.set_num_threads also sets the default later threads take, so the job restores it when it ends."""
+    import threading
+    seen = []
+    monkeypatch.setattr(warmup, "run_scenario", lambda *a, **k: seen.append(torch.get_num_threads()))
+    torch.set_num_threads(2)
+    try:
+        job = start_warmup(JobRegistry(max_tokens=10**6), SMALL, TOKENS, owner="a")
+        assert job.wait(30) and job.status == DONE, job.error
+        job._thread.join(5)
+        later = []
+        thread = threading.Thread(target=lambda: later.append(torch.get_num_threads()))
+        thread.start()
+        thread.join()
+        assert seen == [1] and later == [2]
+    finally:
+        torch.set_num_threads(1)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -702,46 +702,46 @@ PAPER_BASE = "small-4l"    # the vocabulary, activation and MLP ratio of the bun
 HEAD_THRESHOLDS = {"previous-token": ("prev_token", 0.3), "induction": ("induction", 0.5)}
 PAPER_NOTE = (
     "Xiong et al. (2020) measured a translation Transformer (d_model 512, 6 layers, Xavier init) and plotted each "
-    "layer's FFN gradient norm averaged over data. Here: a decoder-only GPT, 6 layers, d_model {width} (their 512 "
+    "layer's FFN gradient norm averaged over data. Here: a decoder-only GPT, {depth} layers, d_model {width} (their 512 "
     "makes each pass several seconds on a 2-core CPU), {heads} heads, {samples} of Tiny Shakespeare. Both wirings keep "
     "a final LayerNorm (their post-LN has none). The band is ± one standard deviation over the samples. Each verdict "
     "is computed from the means with the rule shown; nothing here is written in advance.")
 
 
 @st.cache_data(max_entries=6, show_spinner=False)
-def paper_gradients(init: str, input_scale: str) -> xiong.FFNGradients:
+def paper_gradients(setting: xiong.ProbeSetting) -> xiong.FFNGradients:
     from gptviz.training_jobs import corpus_tokens
-    return xiong.measure_ffn_gradients(xiong.ProbeSetting(init=init, input_scale=input_scale), PRESETS[PAPER_BASE],
-                                       corpus_tokens())
+    return xiong.measure_ffn_gradients(setting, PRESETS[PAPER_BASE], corpus_tokens())
 
 
 @st.cache_data(max_entries=4, show_spinner=False)
-def paper_scaling(init: str, input_scale: str, matrix: str) -> xiong.DepthScaling:
+def paper_scaling(setting: xiong.ProbeSetting, depths: tuple[int, ...], matrix: str) -> xiong.DepthScaling:
     from gptviz.training_jobs import corpus_tokens
-    return xiong.depth_scaling(xiong.ProbeSetting(init=init, input_scale=input_scale), PRESETS[PAPER_BASE],
-                               corpus_tokens(), xiong.PAPER_DEPTHS, matrix)
+    return xiong.depth_scaling(setting, PRESETS[PAPER_BASE], corpus_tokens(), depths, matrix)
 
 
 @st.cache_data(max_entries=2, show_spinner=False)
-def twins_gradients(pre: str, post: str) -> xiong.FFNGradients:
+def twins_gradients(pre: str, post: str, setting: xiong.ProbeSetting) -> xiong.FFNGradients:
     from gptviz.training_jobs import corpus_tokens
     loaded = {n: models.load_model(models.ModelSpec(K.SOURCE_BUNDLED, name, n)) for n, name in
               (("pre", pre), ("post", post))}
-    return xiong.trained_ffn_gradients(loaded, corpus_tokens(), xiong.PAPER)
+    return xiong.trained_ffn_gradients(loaded, corpus_tokens(), setting)
 
 
 def paper_measurements(input_scale: str, matrix: str) -> dict | None:
-    """{setting title: FFNGradients} and the Xavier depth scaling, measured (or cached) in a status box."""
+    """{setting title: FFNGradients} and the Xavier depth scaling at xiong.PAPER's shape, measured (or cached) in a
+    status box."""
     out = {}
+    xavier, gpt2 = (replace(xiong.PAPER, init=init, input_scale=input_scale) for init in ("xavier", "gpt2"))
     with st.status("Measuring the FFN gradients at initialisation…", expanded=False) as status:
         try:
-            out["Xavier init (the paper)"] = paper_gradients("xavier", input_scale)
+            out["Xavier init (the paper)"] = paper_gradients(xavier)
             st.write("Xavier done; the depth scaling next.")
-            scaling = paper_scaling("xavier", input_scale, matrix)
-            out["GPT-2 init"] = paper_gradients("gpt2", input_scale)
+            scaling = paper_scaling(xavier, tuple(xiong.PAPER_DEPTHS), matrix)
+            out["GPT-2 init"] = paper_gradients(gpt2)
             pairs = wiring.trained_twins(list(weights.bundled_models()))
             if pairs:
-                out[f"trained twins ({pairs[0].stem})"] = twins_gradients(pairs[0].pre, pairs[0].post)
+                out[f"trained twins ({pairs[0].stem})"] = twins_gradients(pairs[0].pre, pairs[0].post, xiong.PAPER)
         except (ValueError, RuntimeError, MemoryError, OSError) as err:
             status.update(label="The measurement failed", state="error")
             st.error(f"Could not measure: {err}")
@@ -801,7 +801,7 @@ def paper_section() -> None:
                                               f"last layer ‖∂loss/∂{matrix}‖"), key=K.NORMS_PAPER_DEPTH_FIG)
     with st.expander("The setting, and how it differs from the paper's"):
         first = next(iter(grads.values()))
-        st.markdown(PAPER_NOTE.format(width=xiong.PAPER.width, heads=xiong.PAPER.n_heads, samples=first.samples))
+        st.markdown(PAPER_NOTE.format(depth=xiong.PAPER.depth, width=xiong.PAPER.width, heads=xiong.PAPER.n_heads, samples=first.samples))
 
 
 def formed_at(stages: list) -> dict[str, int | None]:

@@ -39,6 +39,7 @@ def main() -> None:
     print(f"{seconds:.0f} s on {args.threads} thread(s), {seconds / max(1, steps * len(logs)):.2f} s per model step; "
           f"load average {' '.join(f'{v:.1f}' for v in os.getloadavg())} at the end")
     print(out.sentence)
+    print(out.verdict)
     print(f"post-norm needs warmup: {out.post_needs_warmup}; pre-norm fine without: {out.pre_fine_without} "
           f"({out.rule})")
     for arm in warmup.ARMS:
@@ -48,6 +49,7 @@ def main() -> None:
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"scenario": dataclasses.asdict(scenario), "seconds": seconds, "sentence": out.sentence,
+                       "verdict": out.verdict,
                        "post_needs_warmup": out.post_needs_warmup, "pre_fine_without": out.pre_fine_without,
                        "logs": logs}, f)
 

@@ -311,8 +311,8 @@ THEORY = (
 def activations_section(config: GPTConfig, stats: dict[str, wiring.WiringStats]) -> None:
     pre, post = stats["pre"], stats["post"]
     st.subheader("Activations through the stack")
-    st.caption(f"Pre-norm's residual stream is a running sum that grows block by block (here from "
-               f"{pre.resid_norm[0]:.3g} to {pre.resid_norm[-1]:.3g}); post-norm's LayerNorm resets it after every "
+    st.caption(f"Pre-norm's residual stream is a running sum; here its norm {wiring.trend(pre.resid_norm).word} "
+               f"(from {pre.resid_norm[0]:.3g} to {pre.resid_norm[-1]:.3g}); post-norm's LayerNorm resets it after every "
                f"addition to norm √d_model = {math.sqrt(config.d_model):.3g} (unit variance per entry). Right: the "
                f"spread of what each sub-layer adds. Block 0's attention reads the raw embeddings in post-norm "
                f"(std {post.resid_std[0]:.3g}) but normalised ones in pre-norm: its output's std is "
@@ -376,8 +376,8 @@ def sweep_exponents(init: str, exps: dict[str, float]) -> None:
     st.markdown(f"Pre-norm here {'follows' if near else 'does not follow'} the 1/√L scaling "
                 f"(|b + 0.5| = {abs(exps['pre'] + 0.5):.2f}).")
     if init == "gpt2" and not near:
-        st.caption("GPT-2's init divides the residual projections by √(2L), which keeps the pre-norm "
-                   "stream's size nearly the same at every depth; switch Init to Xavier to compare.")
+        st.caption("GPT-2's init divides the residual projections by √(2L), a depth-dependent scale the "
+                   "paper's Xavier init does not have; switch Init to Xavier to compare.")
 
 
 def depth_sweep_section(setup: Setup, ids: tuple[int, ...], view: str) -> None:
@@ -621,9 +621,10 @@ def twins_attention(tw: LoadedTwins) -> dict | None:
         return None
     match = next(m for m in matches if m.a == (layer, head))
     pats = {"pre": caps["pre"][1].pattern(layer)[head].numpy(), "post": caps["post"][1].pattern(match.b[0])[match.b[1]].numpy()}
-    a[2].caption(f"Trained separately, the twins grew their heads in different places, so the pre-norm twin's layer "
-                 f"{layer}, head {head} is shown beside the post-norm head that attends most like it: layer "
-                 f"{match.b[0]}, head {match.b[1]} (pattern similarity {match.similarity:.2f}).")
+    where = "the same place" if match.b == (layer, head) else "another place"
+    a[2].caption(f"Trained separately, the twins grow their heads where training takes them, so the pre-norm twin's "
+                 f"layer {layer}, head {head} is shown beside the post-norm head that attends most like it: layer "
+                 f"{match.b[0]}, head {match.b[1]}, {where} (pattern similarity {match.similarity:.2f}).")
     show_attention_panels(pats["pre"], pats["post"], tw.labels,
                           f"Pre-norm L{layer}H{head} beside post-norm L{match.b[0]}H{match.b[1]}", K.TWINS_ATTN_FIG)
     with st.expander("Every head and its match"):
@@ -733,6 +734,7 @@ def paper_measurements(input_scale: str, matrix: str) -> dict | None:
     status box."""
     out = {}
     xavier, gpt2 = (replace(xiong.PAPER, init=init, input_scale=input_scale) for init in ("xavier", "gpt2"))
+    started = time.perf_counter()
     with st.status("Measuring the FFN gradients at initialisation…", expanded=False) as status:
         try:
             out["Xavier init (the paper)"] = paper_gradients(xavier)
@@ -746,7 +748,9 @@ def paper_measurements(input_scale: str, matrix: str) -> dict | None:
             status.update(label="The measurement failed", state="error")
             st.error(f"Could not measure: {err}")
             return None
-        status.update(label=f"Measured: {', '.join(out)}", state="complete")
+        took = time.perf_counter() - started
+        status.update(label=f"Measured: {', '.join(out)} ({'from the cache' if took < 0.05 else f'{took:.0f} s'})",
+                      state="complete")
     return {"grads": out, "scaling": scaling}
 
 
@@ -781,7 +785,9 @@ def paper_section() -> None:
     deepest = xiong.PAPER.config(PRESETS[PAPER_BASE], max(xiong.PAPER_DEPTHS))
     if not fits_the_server(deepest, f"The depth scaling's deepest model ({max(xiong.PAPER_DEPTHS)} layers)"):
         return
-    if c[2].button("Measure (about a minute on a 2-core CPU)", key=K.NORMS_PAPER_RUN, type="primary"):
+    if c[2].button("Measure", key=K.NORMS_PAPER_RUN, type="primary",
+                   help="Three settings and a depth scaling, each over several seeds and batches; the time it took "
+                        "is shown when it is done."):
         state[K.NORMS_PAPER_ON] = True
     if not state.get(K.NORMS_PAPER_ON):
         return

@@ -259,3 +259,12 @@ def test_the_papers_setting_tab_shows_what_the_library_measures(monkeypatch):
     assert any(f"∝ L^{scaling.exponent('post'):+.2f}" in n for n in fitted)
     note = next(m.value for m in at.markdown if m.value.startswith("Xiong et al. (2020) measured"))
     assert f"{TINY_PAPER.depth} layers, d_model {TINY_PAPER.width}" in note
+
+
+@pytest.mark.slow
+def test_the_activation_caption_reads_the_residual_trend_off_the_numbers():
+    """It said the pre-norm stream 'grows block by block' whatever the numbers; now the word is trend()'s."""
+    at = open_page(**TINY)
+    resid = expected_stats()["pre"].resid_norm
+    caption = next(c.value for c in at.caption if c.value.startswith("Pre-norm's residual stream is a running sum"))
+    assert f"here its norm {wiring.trend(resid).word} (from {resid[0]:.3g} to {resid[-1]:.3g})" in caption

@@ -167,9 +167,10 @@ def outcome(logs: dict[str, list[dict]]) -> Outcome | None:
 
 
 def _compared(diff: float, margin: float) -> str:
-    """A loss difference in words, against the margin the rule compares it with."""
-    return (f"{abs(diff):.3f} {'higher' if diff > 0 else 'lower'}, {'beyond' if diff > margin else 'within'} the "
-            f"sds' sum of {margin:.3f}")
+    """A loss difference in words, against the margin the rule compares a higher loss with."""
+    if diff <= 0:
+        return f"{-diff:.3f} lower; the sds' sum {margin:.3f}"
+    return f"{diff:.3f} higher, {'beyond' if diff > margin else 'within'} the sds' sum of {margin:.3f}"
 
 
 def verdict_of(cold: ArmOutcome, warm: ArmOutcome, pre: ArmOutcome, needs: bool, fine: bool) -> str:

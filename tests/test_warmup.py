@@ -92,7 +92,7 @@ def test_the_verdict_follows_the_numbers():
     assert shows.post_needs_warmup and shows.pre_fine_without
     assert shows.verdict.startswith("Post-norm needed warmup here (without it: 1.000 higher, beyond the sds' sum "
                                     "of 0.283)")
-    assert "pre-norm without warmup did as well as post-norm with it (0.050 lower, within" in shows.verdict
+    assert "pre-norm without warmup did as well as post-norm with it (0.050 lower; the sds' sum 0.212)" in shows.verdict
     assert shows.verdict.endswith("claim shows in these runs.")
     assert "post-norm without warmup 7.100 ± 0.141; with warmup 6.100 ± 0.141; pre-norm without warmup 6.050" \
         in shows.sentence

@@ -749,7 +749,7 @@ def paper_measurements(input_scale: str, matrix: str) -> dict | None:
             st.error(f"Could not measure: {err}")
             return None
         took = time.perf_counter() - started
-        status.update(label=f"Measured: {', '.join(out)} ({'from the cache' if took < 0.05 else f'{took:.0f} s'})",
+        status.update(label=f"Measured: {', '.join(out)} ({'from the cache' if took < 1 else f'{took:.0f} s'})",
                       state="complete")
     return {"grads": out, "scaling": scaling}
 
@@ -771,6 +771,15 @@ def claim_lines(results: dict, matrix: str) -> list[str]:
                      + (f" Also tried: {tried}." if tried else ""))
     rules = {c.threshold for v in verdicts.values() for c in v.values()}
     return lines + [f"\nRules: {'; '.join(sorted(rules))}."]
+
+
+def ffn_profile_columns(grads: dict[str, xiong.FFNGradients], matrix: str) -> None:
+    """One figure per setting, side by side (a phone stacks them; three panels in one figure would not fit)."""
+    for i, (column, (name, g)) in enumerate(zip(st.columns(len(grads)), grads.items())):
+        with column:
+            display.show_figure(fig_norms.ffn_profiles({name: {n: (g.mean(n, matrix), g.sd(n, matrix))
+                                                               for n in ("pre", "post")}}, f"‖∂loss/∂{matrix}‖"),
+                                key=K.per_item(K.NORMS_PAPER_FIG, i))
 
 
 def paper_section() -> None:
@@ -796,9 +805,7 @@ def paper_section() -> None:
         return
     grads = results["grads"]
     st.markdown(f"**FFN {matrix} gradient norm per layer at initialisation, mean ± sd**")
-    display.show_figure(fig_norms.ffn_profiles(
-        {name: {n: (g.mean(n, matrix), g.sd(n, matrix)) for n in ("pre", "post")} for name, g in grads.items()},
-        f"‖∂loss/∂{matrix}‖"), key=K.NORMS_PAPER_FIG)
+    ffn_profile_columns(grads, matrix)
     st.markdown("**Against Xiong et al. (2020)**")
     st.markdown("\n".join(claim_lines(results, matrix)))
     sc = results["scaling"]

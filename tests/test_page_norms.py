@@ -213,10 +213,9 @@ TINY_PAPER = xiong.ProbeSetting(width=32, depth=3, n_heads=2, seeds=2, n_batches
 TINY_PAPER_DEPTHS = (2, 4)
 
 
-def mean_traces(fig: dict, axis: str = "x") -> dict[str, np.ndarray]:
-    """A band figure's mean lines (not the ± sd fills) on one subplot's x axis, by wiring name."""
-    return {t["name"]: array(t["y"]).astype(float) for t in fig["data"]
-            if t.get("mode") == "lines+markers" and t.get("xaxis", "x") == axis}
+def mean_traces(fig: dict) -> dict[str, np.ndarray]:
+    """A band figure's mean lines (not the ± sd fills), by wiring name."""
+    return {t["name"]: array(t["y"]).astype(float) for t in fig["data"] if t.get("mode") == "lines+markers"}
 
 
 @pytest.mark.slow
@@ -234,10 +233,11 @@ def test_the_papers_setting_tab_shows_what_the_library_measures(monkeypatch):
              for init in ("xavier", "gpt2")}
     scaling = xiong.depth_scaling(TINY_PAPER, base, tokens, TINY_PAPER_DEPTHS, "W2")
     figs = pagetest.figures(at)
-    profile = next(f for f in figs if any(a.get("text") == "Xavier init (the paper)"
-                                          for a in f["layout"].get("annotations", [])))
-    for axis, init in (("x", "xavier"), ("x2", "gpt2")):
-        shown = mean_traces(profile, axis)
+
+    def profile(title: str) -> dict:
+        return next(f for f in figs if any(a.get("text") == title for a in f["layout"].get("annotations", [])))
+    for title, init in (("Xavier init (the paper)", "xavier"), ("GPT-2 init", "gpt2")):
+        shown = mean_traces(profile(title))
         assert set(shown) == set(WIRING_NAMES.values())
         for norm, name in WIRING_NAMES.items():
             np.testing.assert_allclose(shown[name], grads[init].mean(norm, "W2"), rtol=1e-5)
@@ -246,7 +246,7 @@ def test_the_papers_setting_tab_shows_what_the_library_measures(monkeypatch):
         folders = gptviz.weights.bundled_models()
         twins = {norm: gptviz.weights.load_checkpoint(folders[getattr(pairs[0], norm)]) for norm in ("pre", "post")}
         trained = xiong.trained_ffn_gradients(twins, tokens, TINY_PAPER)
-        shown = mean_traces(profile, "x3")
+        shown = mean_traces(profile(f"trained twins ({pairs[0].stem})"))
         for norm, name in WIRING_NAMES.items():
             np.testing.assert_allclose(shown[name], trained.mean(norm, "W2"), rtol=1e-5)
     text = markdown_text(at)

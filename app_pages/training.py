@@ -340,7 +340,8 @@ def warmup_view(job: Job, live_at_start: bool) -> None:
         return
     out = warmup.outcome(logs)
     if out is not None:  # both lines read off the runs' losses (gptviz.warmup.outcome), never written in advance
-        st.markdown(f"**{out.sentence}** {out.verdict}", help=f"Rule: {out.rule}.")
+        verdict = warmup.verdict_so_far(out, snap.finished, job.scenario.warmup)
+        st.markdown(f"**{out.sentence}** {verdict}", help=f"Rule: {out.rule}.")
     display.show_figure(fig_norms.warmup_losses({arm: warmup.mean_band(logs, arm) for arm in warmup.ARMS},
                                                 WARMUP_COLORS), key=K.TRAIN_WARMUP_LOSS_FIG)
     st.caption("Each layer's FFN gradient norm (W1 and W2 together) per step, mean over seeds:")

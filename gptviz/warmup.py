@@ -183,6 +183,16 @@ def verdict_of(cold: ArmOutcome, warm: ArmOutcome, pre: ArmOutcome, needs: bool,
     return f"{post_part}; {pre_part}. Xiong et al.'s warmup claim {claim} in these runs."
 
 
+def verdict_so_far(out: Outcome, finished: bool, warmup_steps: int) -> str:
+    """The verdict once it can be read: not while the runs go on (the warmup arm is still behind on purpose), nor
+    for runs stopped before the warmup ended."""
+    if not finished:
+        return "The verdict comes when the runs end."
+    if out.step <= warmup_steps:
+        return f"Stopped at step {out.step}, within the {warmup_steps} warmup steps: no verdict."
+    return out.verdict
+
+
 def mean_band(logs: dict[str, list[dict]], arm: str, key: str = "train_loss") -> tuple[np.ndarray, np.ndarray]:
     """Per step: an arm's mean and sd over seeds of `key` (train_loss), up to the last step every seed reached."""
     upto = min(len(r) for n, r in logs.items() if split_name(n)[0] == arm)

@@ -104,3 +104,10 @@ def test_the_verdict_follows_the_numbers():
     # within the spread: a higher no-warmup loss is not read as needing warmup
     close = warmup.outcome(synthetic_logs(cold=[6.0, 6.6], warm=[6.0, 6.4], pre=[6.1, 6.3]))
     assert not close.post_needs_warmup and "0.100 higher, within the sds' sum of 0.707" in close.verdict
+
+
+def test_no_verdict_while_running_or_before_the_warmup_ended():
+    out = warmup.outcome(synthetic_logs(cold=[7.0, 7.2], warm=[6.0, 6.2], pre=[6.0, 6.1]))  # step LAST = 10
+    assert warmup.verdict_so_far(out, finished=False, warmup_steps=5) == "The verdict comes when the runs end."
+    assert warmup.verdict_so_far(out, finished=True, warmup_steps=10).startswith("Stopped at step 10, within the 10")
+    assert warmup.verdict_so_far(out, finished=True, warmup_steps=9) == out.verdict

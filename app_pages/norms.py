@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -314,8 +314,8 @@ THEORY = (
 def activations_section(config: GPTConfig, stats: dict[str, wiring.WiringStats]) -> None:
     pre, post = stats["pre"], stats["post"]
     st.subheader("Activations through the stack")
-    st.caption(f"Pre-norm's residual stream is a running sum that grows block by block (here from "
-               f"{pre.resid_norm[0]:.3g} to {pre.resid_norm[-1]:.3g}); post-norm's LayerNorm resets it after every "
+    st.caption(f"Pre-norm's residual stream is a running sum; here its norm {wiring.trend(pre.resid_norm).word} "
+               f"(from {pre.resid_norm[0]:.3g} to {pre.resid_norm[-1]:.3g}); post-norm's LayerNorm resets it after every "
                f"addition to norm √d_model = {math.sqrt(config.d_model):.3g} (unit variance per entry). Right: the "
                f"spread of what each sub-layer adds. Block 0's attention reads the raw embeddings in post-norm "
                f"(std {post.resid_std[0]:.3g}) but normalised ones in pre-norm: its output's std is "
@@ -379,8 +379,8 @@ def sweep_exponents(init: str, exps: dict[str, float]) -> None:
     st.markdown(f"Pre-norm here {'follows' if near else 'does not follow'} the 1/√L scaling "
                 f"(|b + 0.5| = {abs(exps['pre'] + 0.5):.2f}).")
     if init == "gpt2" and not near:
-        st.caption("GPT-2's init divides the residual projections by √(2L), which keeps the pre-norm "
-                   "stream's size nearly the same at every depth; switch Init to Xavier to compare.")
+        st.caption("GPT-2's init divides the residual projections by √(2L), a depth-dependent scale the "
+                   "paper's Xavier init does not have; switch Init to Xavier to compare.")
 
 
 def depth_sweep_section(setup: Setup, ids: tuple[int, ...], view: str) -> None:
@@ -627,9 +627,10 @@ def twins_attention(tw: LoadedTwins) -> dict | None:
         return None
     match = next(m for m in matches if m.a == (layer, head))
     pats = {"pre": caps["pre"][1].pattern(layer)[head].numpy(), "post": caps["post"][1].pattern(match.b[0])[match.b[1]].numpy()}
-    a[2].caption(f"Trained separately, the twins grew their heads in different places, so the pre-norm twin's layer "
-                 f"{layer}, head {head} is shown beside the post-norm head that attends most like it: layer "
-                 f"{match.b[0]}, head {match.b[1]} (pattern similarity {match.similarity:.2f}).")
+    where = "the same place" if match.b == (layer, head) else "another place"
+    a[2].caption(f"Trained separately, the twins grow their heads where training takes them, so the pre-norm twin's "
+                 f"layer {layer}, head {head} is shown beside the post-norm head that attends most like it: layer "
+                 f"{match.b[0]}, head {match.b[1]}, {where} (pattern similarity {match.similarity:.2f}).")
     show_attention_panels(pats["pre"], pats["post"], tw.labels,
                           f"Pre-norm L{layer}H{head} beside post-norm L{match.b[0]}H{match.b[1]}", K.TWINS_ATTN_FIG)
     with st.expander("Every head and its match"):
@@ -708,51 +709,54 @@ PAPER_BASE = "small-4l"    # the vocabulary, activation and MLP ratio of the bun
 HEAD_THRESHOLDS = {"previous-token": ("prev_token", 0.3), "induction": ("induction", 0.5)}
 PAPER_NOTE = (
     "Xiong et al. (2020) measured a translation Transformer (d_model 512, 6 layers, Xavier init) and plotted each "
-    "layer's FFN gradient norm averaged over data. Here: a decoder-only GPT, 6 layers, d_model {width} (their 512 "
+    "layer's FFN gradient norm averaged over data. Here: a decoder-only GPT, {depth} layers, d_model {width} (their 512 "
     "makes each pass several seconds on a 2-core CPU), {heads} heads, {samples} of Tiny Shakespeare. Both wirings keep "
     "a final LayerNorm (their post-LN has none). The band is ± one standard deviation over the samples. Each verdict "
     "is computed from the means with the rule shown; nothing here is written in advance.")
 
 
 @st.cache_data(max_entries=6, show_spinner=False)
-def paper_gradients(init: str, input_scale: str) -> xiong.FFNGradients:
+def paper_gradients(setting: xiong.ProbeSetting) -> xiong.FFNGradients:
     from gptviz.training_jobs import corpus_tokens
-    return xiong.measure_ffn_gradients(xiong.ProbeSetting(init=init, input_scale=input_scale), PRESETS[PAPER_BASE],
-                                       corpus_tokens())
+    return xiong.measure_ffn_gradients(setting, PRESETS[PAPER_BASE], corpus_tokens())
 
 
 @st.cache_data(max_entries=4, show_spinner=False)
-def paper_scaling(init: str, input_scale: str, matrix: str) -> xiong.DepthScaling:
+def paper_scaling(setting: xiong.ProbeSetting, depths: tuple[int, ...], matrix: str) -> xiong.DepthScaling:
     from gptviz.training_jobs import corpus_tokens
-    return xiong.depth_scaling(xiong.ProbeSetting(init=init, input_scale=input_scale), PRESETS[PAPER_BASE],
-                               corpus_tokens(), xiong.PAPER_DEPTHS, matrix)
+    return xiong.depth_scaling(setting, PRESETS[PAPER_BASE], corpus_tokens(), depths, matrix)
 
 
 @st.cache_data(max_entries=2, show_spinner=False)
-def twins_gradients(pre: str, post: str) -> xiong.FFNGradients:
+def twins_gradients(pre: str, post: str, setting: xiong.ProbeSetting) -> xiong.FFNGradients:
     from gptviz.training_jobs import corpus_tokens
     loaded = {n: models.load_model(models.ModelSpec(K.SOURCE_BUNDLED, name, n)) for n, name in
               (("pre", pre), ("post", post))}
-    return xiong.trained_ffn_gradients(loaded, corpus_tokens(), xiong.PAPER)
+    return xiong.trained_ffn_gradients(loaded, corpus_tokens(), setting)
 
 
 def paper_measurements(input_scale: str, matrix: str) -> dict | None:
-    """{setting title: FFNGradients} and the Xavier depth scaling, measured (or cached) in a status box."""
+    """{setting title: FFNGradients} and the Xavier depth scaling at xiong.PAPER's shape, measured (or cached) in a
+    status box."""
     out = {}
+    xavier, gpt2 = (replace(xiong.PAPER, init=init, input_scale=input_scale) for init in ("xavier", "gpt2"))
+    started = time.perf_counter()
     with st.status("Measuring the FFN gradients at initialisation…", expanded=False) as status:
         try:
-            out["Xavier init (the paper)"] = paper_gradients("xavier", input_scale)
+            out["Xavier init (the paper)"] = paper_gradients(xavier)
             st.write("Xavier done; the depth scaling next.")
-            scaling = paper_scaling("xavier", input_scale, matrix)
-            out["GPT-2 init"] = paper_gradients("gpt2", input_scale)
+            scaling = paper_scaling(xavier, tuple(xiong.PAPER_DEPTHS), matrix)
+            out["GPT-2 init"] = paper_gradients(gpt2)
             pairs = wiring.trained_twins(list(weights.bundled_models()))
             if pairs:
-                out[f"trained twins ({pairs[0].stem})"] = twins_gradients(pairs[0].pre, pairs[0].post)
+                out[f"trained twins ({pairs[0].stem})"] = twins_gradients(pairs[0].pre, pairs[0].post, xiong.PAPER)
         except (ValueError, RuntimeError, MemoryError, OSError) as err:
             status.update(label="The measurement failed", state="error")
             st.error(f"Could not measure: {err}")
             return None
-        status.update(label=f"Measured: {', '.join(out)}", state="complete")
+        took = time.perf_counter() - started
+        status.update(label=f"Measured: {', '.join(out)} ({'from the cache' if took < 1 else f'{took:.0f} s'})",
+                      state="complete")
     return {"grads": out, "scaling": scaling}
 
 
@@ -775,6 +779,15 @@ def claim_lines(results: dict, matrix: str) -> list[str]:
     return lines + [f"\nRules: {'; '.join(sorted(rules))}."]
 
 
+def ffn_profile_columns(grads: dict[str, xiong.FFNGradients], matrix: str) -> None:
+    """One figure per setting, side by side (a phone stacks them; three panels in one figure would not fit)."""
+    for i, (column, (name, g)) in enumerate(zip(st.columns(len(grads)), grads.items())):
+        with column:
+            display.show_figure(fig_norms.ffn_profiles({name: {n: (g.mean(n, matrix), g.sd(n, matrix))
+                                                               for n in ("pre", "post")}}, f"‖∂loss/∂{matrix}‖"),
+                                key=K.per_item(K.NORMS_PAPER_FIG, i))
+
+
 def paper_section() -> None:
     st.caption("Xiong et al.'s claims, checked at their own setting: Xavier init, at initialisation, averaged over "
                "seeds and batches of real text; then GPT-2's init and the trained twins beside it.")
@@ -787,7 +800,9 @@ def paper_section() -> None:
     deepest = xiong.PAPER.config(PRESETS[PAPER_BASE], max(xiong.PAPER_DEPTHS))
     if not fits_the_server(deepest, f"The depth scaling's deepest model ({max(xiong.PAPER_DEPTHS)} layers)"):
         return
-    if c[2].button("Measure (about a minute on a 2-core CPU)", key=K.NORMS_PAPER_RUN, type="primary"):
+    if c[2].button("Measure", key=K.NORMS_PAPER_RUN, type="primary",
+                   help="Three settings and a depth scaling, each over several seeds and batches; the time it took "
+                        "is shown when it is done."):
         state[K.NORMS_PAPER_ON] = True
     if not state.get(K.NORMS_PAPER_ON):
         return
@@ -796,9 +811,7 @@ def paper_section() -> None:
         return
     grads = results["grads"]
     st.markdown(f"**FFN {matrix} gradient norm per layer at initialisation, mean ± sd**")
-    display.show_figure(fig_norms.ffn_profiles(
-        {name: {n: (g.mean(n, matrix), g.sd(n, matrix)) for n in ("pre", "post")} for name, g in grads.items()},
-        f"‖∂loss/∂{matrix}‖"), key=K.NORMS_PAPER_FIG)
+    ffn_profile_columns(grads, matrix)
     st.markdown("**Against Xiong et al. (2020)**")
     st.markdown("\n".join(claim_lines(results, matrix)))
     sc = results["scaling"]
@@ -807,7 +820,7 @@ def paper_section() -> None:
                                               f"last layer ‖∂loss/∂{matrix}‖"), key=K.NORMS_PAPER_DEPTH_FIG)
     with st.expander("The setting, and how it differs from the paper's"):
         first = next(iter(grads.values()))
-        st.markdown(PAPER_NOTE.format(width=xiong.PAPER.width, heads=xiong.PAPER.n_heads, samples=first.samples))
+        st.markdown(PAPER_NOTE.format(depth=xiong.PAPER.depth, width=xiong.PAPER.width, heads=xiong.PAPER.n_heads, samples=first.samples))
 
 
 def formed_at(stages: list) -> dict[str, int | None]:

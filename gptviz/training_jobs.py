@@ -6,7 +6,11 @@ and the page only reads snapshots of its progress. Jobs live in a JobRegistry sh
 the server (the app holds one per process: gptviz.app.jobs.training_registry), guarded by a lock; a
 session keeps the ids of its own jobs.
 
-torch.set_num_threads is process-wide and is never changed here: every job shares the server's setting.
+A training Job keeps the server's torch thread count. The warmup scenario runs on one thread while it runs: its
+nine small models step one after another, and two OpenMP threads on a shared 2-core CPU wait on each other (a step
+of its 12-layer model took 0.15 s on one thread and 0.37-4 s on two, at a load average of 2). torch.set_num_threads
+sets the calling thread's count and also the default that threads started later take, so the job puts the
+previous value back when it ends.
 """
 from __future__ import annotations
 
@@ -375,6 +379,12 @@ class WarmupJob(Job):
 
     def run(self, tokens: torch.Tensor | None = None) -> None:
         from .warmup import run_scenario
+        background = threading.current_thread() is not threading.main_thread()
+        previous = torch.get_num_threads()
+        if background:
+            from .live_generation import run_in_background
+            run_in_background()        # the pages' threads first, as Job.run
+            torch.set_num_threads(1)   # see the module's note
         try:
             self._set(status=LOADING)
             tokens = corpus_tokens() if tokens is None else tokens
@@ -386,6 +396,8 @@ class WarmupJob(Job):
         finally:
             if self.reservation is not None:  # the memory reserved at start (gptviz.memory), as Job.run does
                 self.reservation.release()
+            if background:
+                torch.set_num_threads(previous)  # the default later threads take, as it was
 
     def _on_record(self, name: str, record: dict) -> None:
         with self._lock:

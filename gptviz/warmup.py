@@ -70,6 +70,10 @@ class Scenario:
                 f"{self.steps} steps, {self.seeds} seeds, {self.init} init")
 
 
+# The scenario the Train page offers (a test may swap in a smaller one).
+PAGE_SCENARIO = Scenario()
+
+
 def run_name(arm: str, seed: int) -> str:
     return f"{arm} · seed {seed}"
 
@@ -129,7 +133,8 @@ class Outcome:
     arms: dict[str, ArmOutcome]
     post_needs_warmup: bool          # post-norm without warmup above with warmup by more than both sds together
     pre_fine_without: bool           # pre-norm without warmup no worse than post-norm with warmup, within that margin
-    sentence: str
+    sentence: str                    # the three arms' numbers
+    verdict: str                     # what they show by `rule`, with the differences and margins it compared
     rule: str
 
 
@@ -157,8 +162,35 @@ def outcome(logs: dict[str, list[dict]]) -> Outcome | None:
                 f"without warmup {pre.mean:.3f} ± {pre.sd:.3f}.")
     rule = ("post-norm needs warmup when its no-warmup loss exceeds its warmup loss by more than the two sds "
             "together; pre-norm does fine without when its loss is no more than post-norm-with-warmup's plus the "
-            "two sds together")
-    return Outcome(step, arms, needs, fine, sentence, rule)
+            "two sds together; the claim shows when both hold")
+    return Outcome(step, arms, needs, fine, sentence, verdict_of(cold, warm, pre, needs, fine), rule)
+
+
+def _compared(diff: float, margin: float) -> str:
+    """A loss difference in words, against the margin the rule compares a higher loss with."""
+    if diff <= 0:
+        return f"{-diff:.3f} lower; the sds' sum {margin:.3f}"
+    return f"{diff:.3f} higher, {'beyond' if diff > margin else 'within'} the sds' sum of {margin:.3f}"
+
+
+def verdict_of(cold: ArmOutcome, warm: ArmOutcome, pre: ArmOutcome, needs: bool, fine: bool) -> str:
+    """The outcome in words, every clause read off the numbers it names."""
+    post_part = (f"Post-norm {'needed' if needs else 'did not clearly need'} warmup here (without it: "
+                 f"{_compared(cold.mean - warm.mean, cold.sd + warm.sd)})")
+    pre_part = (f"pre-norm without warmup {'did as well as' if fine else 'did worse than'} post-norm with it "
+                f"({_compared(pre.mean - warm.mean, pre.sd + warm.sd)})")
+    claim = "shows" if needs and fine else "does not show"
+    return f"{post_part}; {pre_part}. Xiong et al.'s warmup claim {claim} in these runs."
+
+
+def verdict_so_far(out: Outcome, finished: bool, warmup_steps: int) -> str:
+    """The verdict once it can be read: not while the runs go on (the warmup arm is still behind on purpose), nor
+    for runs stopped before the warmup ended."""
+    if not finished:
+        return "The verdict comes when the runs end."
+    if out.step <= warmup_steps:
+        return f"Stopped at step {out.step}, within the {warmup_steps} warmup steps: no verdict."
+    return out.verdict
 
 
 def mean_band(logs: dict[str, list[dict]], arm: str, key: str = "train_loss") -> tuple[np.ndarray, np.ndarray]:

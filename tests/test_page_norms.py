@@ -10,8 +10,9 @@ import torch
 from streamlit.testing.v1 import AppTest
 
 import gptviz.weights
-from gptviz import PRESETS, wiring
+from gptviz import PRESETS, wiring, xiong
 from gptviz.app import keys as K
+from gptviz.figures.norms import WIRING_NAMES
 from gptviz.generate import generate
 from gptviz.tokenizer import decode, get_tokenizer
 from gptviz.train import TrainSettings, train_models, write_history
@@ -217,3 +218,64 @@ def test_the_twins_heads_are_shown_beside_their_match_not_their_index():
     assert at.session_state[K.UNIT] == post_head and at.session_state[K.NORM] == "post"
     assert at.session_state[K.MODEL_SPEC].name == "shakespeare-post"
     assert at.markdown[0].value.startswith(f"**{post_head}")
+
+
+TINY_PAPER = xiong.ProbeSetting(width=32, depth=3, n_heads=2, seeds=2, n_batches=1, batch_size=2, block=8)
+TINY_PAPER_DEPTHS = (2, 4)
+
+
+def mean_traces(fig: dict) -> dict[str, np.ndarray]:
+    """A band figure's mean lines (not the ± sd fills), by wiring name."""
+    return {t["name"]: array(t["y"]).astype(float) for t in fig["data"] if t.get("mode") == "lines+markers"}
+
+
+@pytest.mark.slow
+def test_the_papers_setting_tab_shows_what_the_library_measures(monkeypatch):
+    """At a tiny probe setting: the per-layer bands, the checklist and the depth fit are xiong's own numbers."""
+    from dataclasses import replace
+    from gptviz.training_jobs import corpus_tokens
+    monkeypatch.setattr(xiong, "PAPER", TINY_PAPER)
+    monkeypatch.setattr(xiong, "PAPER_DEPTHS", TINY_PAPER_DEPTHS)
+    at = open_page(**TINY)
+    at.button(key="norms_paper_run").click().run()
+    assert not at.exception, at.exception
+    tokens, base = corpus_tokens(), PRESETS["small-4l"]
+    grads = {init: xiong.measure_ffn_gradients(replace(TINY_PAPER, init=init), base, tokens)
+             for init in ("xavier", "gpt2")}
+    scaling = xiong.depth_scaling(TINY_PAPER, base, tokens, TINY_PAPER_DEPTHS, "W2")
+    figs = pagetest.figures(at)
+
+    def profile(title: str) -> dict:
+        return next(f for f in figs if any(a.get("text") == title for a in f["layout"].get("annotations", [])))
+    for title, init in (("Xavier init (the paper)", "xavier"), ("GPT-2 init", "gpt2")):
+        shown = mean_traces(profile(title))
+        assert set(shown) == set(WIRING_NAMES.values())
+        for norm, name in WIRING_NAMES.items():
+            np.testing.assert_allclose(shown[name], grads[init].mean(norm, "W2"), rtol=1e-5)
+    pairs = wiring.trained_twins(list(gptviz.weights.bundled_models()))
+    if pairs:  # the bundled twins, measured on the same batches, in the third panel
+        folders = gptviz.weights.bundled_models()
+        twins = {norm: gptviz.weights.load_checkpoint(folders[getattr(pairs[0], norm)]) for norm in ("pre", "post")}
+        trained = xiong.trained_ffn_gradients(twins, tokens, TINY_PAPER)
+        shown = mean_traces(profile(f"trained twins ({pairs[0].stem})"))
+        for norm, name in WIRING_NAMES.items():
+            np.testing.assert_allclose(shown[name], trained.mean(norm, "W2"), rtol=1e-5)
+    text = markdown_text(at)
+    for claim in xiong.check_claims(grads["xavier"], "W2", scaling):
+        mark = ":green[:material/check_circle: reproduced]" if claim.reproduced else ":red[:material/cancel: not reproduced]"
+        assert f"{mark}: {claim.text}. Measured: {claim.measured}." in text
+    depth_fig = next(f for f in figs if f["layout"].get("xaxis", {}).get("title", {}).get("text") == "layers L")
+    fitted = [t["name"] for t in depth_fig["data"] if t.get("mode") == "lines+markers"]
+    assert any(f"∝ L^{scaling.exponent('pre'):+.2f}" in n for n in fitted)
+    assert any(f"∝ L^{scaling.exponent('post'):+.2f}" in n for n in fitted)
+    note = next(m.value for m in at.markdown if m.value.startswith("Xiong et al. (2020) measured"))
+    assert f"{TINY_PAPER.depth} layers, d_model {TINY_PAPER.width}" in note
+
+
+@pytest.mark.slow
+def test_the_activation_caption_reads_the_residual_trend_off_the_numbers():
+    """It said the pre-norm stream 'grows block by block' whatever the numbers; now the word is trend()'s."""
+    at = open_page(**TINY)
+    resid = expected_stats()["pre"].resid_norm
+    caption = next(c.value for c in at.caption if c.value.startswith("Pre-norm's residual stream is a running sum"))
+    assert f"here its norm {wiring.trend(resid).word} (from {resid[0]:.3g} to {resid[-1]:.3g})" in caption

@@ -147,3 +147,35 @@ def test_coming_back_shows_the_running_run_not_an_older_stopped_one():
     assert at.number_input(key="train_steps").value == 5000  # the form kept its values too
     second.request_stop()
     assert second.wait(60)
+
+
+WARMUP_SMALL = dict(layers=2, width=32, heads=2, lr=1e-2, warmup=4, steps=12, batch_size=2, block=8, seeds=2)
+
+
+@pytest.mark.slow
+def test_the_warmup_scenario_shows_what_the_library_computes(monkeypatch):
+    """The page's outcome line and loss bands are gptviz.warmup's own, on the same (here tiny) scenario."""
+    import numpy as np
+    from gptviz import warmup
+    from gptviz.training_jobs import corpus_tokens
+    small = warmup.Scenario(**WARMUP_SMALL)
+    monkeypatch.setattr(warmup, "PAGE_SCENARIO", small)
+    at = open_page(**TINY)
+    assert any(f"for {small.seeds} seeds ({len(small.run_names())} runs" in c.value for c in at.caption)
+    at.button(key="train_warmup_run").click().run()
+    assert not at.exception, at.exception
+    job = REGISTRY.get(at.session_state["train_warmup_job"])
+    assert job is not None and job.scenario == small
+    assert job.wait(120) and job.status == DONE, job.error
+    at.run()
+    assert not at.exception, at.exception
+    expected = warmup.run_scenario(small, corpus_tokens())
+    out = warmup.outcome(expected)
+    shown = [m.value for m in at.markdown if m.value.startswith("**Loss over steps")]
+    assert shown == [f"**{out.sentence}** {out.verdict}"]
+    losses = next(f for f in pagetest.figures(at) if f["layout"]["yaxis"].get("title", {}).get("text", "").startswith(
+        "training loss, mean ± sd"))
+    means = {t["name"]: pagetest.array(t["y"]) for t in losses["data"] if t.get("mode") == "lines+markers"}
+    assert set(means) == set(warmup.ARMS)
+    for arm in warmup.ARMS:
+        np.testing.assert_allclose(means[arm], warmup.mean_band(expected, arm)[0], rtol=1e-6)

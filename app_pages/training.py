@@ -344,9 +344,16 @@ def warmup_view(job: Job, live_at_start: bool) -> None:
         st.markdown(f"**{out.sentence}** {verdict}", help=f"Rule: {out.rule}.")
     display.show_figure(fig_norms.warmup_losses({arm: warmup.mean_band(logs, arm) for arm in warmup.ARMS},
                                                 WARMUP_COLORS), key=K.TRAIN_WARMUP_LOSS_FIG)
-    st.caption("Each layer's FFN gradient norm (W1 and W2 together) per step, mean over seeds:")
-    display.show_figure(fig_norms.warmup_grads({arm: warmup.ffn_grad_grid(logs, arm) for arm in warmup.ARMS}),
-                        key=K.TRAIN_WARMUP_GRAD_FIG)
+    st.caption("Each layer's FFN gradient norm (W1 and W2 together) per step, mean over seeds, one colour scale:")
+    warmup_grad_columns({arm: warmup.ffn_grad_grid(logs, arm) for arm in warmup.ARMS})
+
+
+def warmup_grad_columns(grids: dict) -> None:
+    """One heatmap per arm side by side, on one colour scale (a phone stacks them; three in one figure overlapped)."""
+    zrange = fig_norms.log_range(grids)
+    for i, (column, (arm, grid)) in enumerate(zip(st.columns(len(grids)), grids.items())):
+        with column:
+            display.show_figure(fig_norms.warmup_grads({arm: grid}, zrange), key=K.per_item(K.TRAIN_WARMUP_GRAD_FIG, i))
 
 
 def warmup_scenario(registry: JobRegistry) -> None:

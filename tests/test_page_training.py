@@ -179,3 +179,12 @@ def test_the_warmup_scenario_shows_what_the_library_computes(monkeypatch):
     assert set(means) == set(warmup.ARMS)
     for arm in warmup.ARMS:
         np.testing.assert_allclose(means[arm], warmup.mean_band(expected, arm)[0], rtol=1e-6)
+    # one heatmap per arm, every one on the same colour scale
+    heatmaps = {t["name"] if "name" in t else f["layout"]["annotations"][0]["text"]: t
+                for f in pagetest.figures(at) for t in f["data"] if t["type"] == "heatmap"}
+    assert set(heatmaps) == set(warmup.ARMS)
+    grids = {arm: warmup.ffn_grad_grid(expected, arm) for arm in warmup.ARMS}
+    lo, hi = (min(np.log10(g).min() for g in grids.values()), max(np.log10(g).max() for g in grids.values()))
+    for arm, trace in heatmaps.items():
+        np.testing.assert_allclose(pagetest.array(trace["z"]), np.log10(grids[arm]), rtol=1e-5)
+        assert trace["zmin"] == pytest.approx(lo) and trace["zmax"] == pytest.approx(hi)

@@ -297,13 +297,23 @@ def warmup_losses(bands: dict[str, tuple[np.ndarray, np.ndarray]], colors: dict[
     return apply_layout(fig, None, height=360, legend=dict(orientation="h", yanchor="top", y=-0.22, x=0))
 
 
-def warmup_grads(grids: dict[str, np.ndarray]) -> go.Figure:
-    """Per arm, a heatmap of each layer's FFN gradient norm per step (log10; mean over seeds)."""
+def _log10(grid: np.ndarray) -> np.ndarray:
+    return np.log10(np.clip(grid, 1e-12, None))
+
+
+def log_range(grids: dict[str, np.ndarray]) -> tuple[float, float]:
+    """The log10 range over every grid: one colour scale when the arms are drawn as separate figures."""
+    logs = [_log10(g) for g in grids.values()]
+    return min(float(v.min()) for v in logs), max(float(v.max()) for v in logs)
+
+
+def warmup_grads(grids: dict[str, np.ndarray], zrange: tuple[float, float] | None = None) -> go.Figure:
+    """Per arm, a heatmap of each layer's FFN gradient norm per step (log10; mean over seeds), on one colour scale
+    (`zrange`, log10; by default the grids' own)."""
     fig = make_subplots(rows=1, cols=len(grids), subplot_titles=list(grids), shared_yaxes=True,
                         horizontal_spacing=0.04)
-    logs = {arm: np.log10(np.clip(g, 1e-12, None)) for arm, g in grids.items()}
-    lo = min(float(v.min()) for v in logs.values())
-    hi = max(float(v.max()) for v in logs.values())
+    logs = {arm: _log10(g) for arm, g in grids.items()}
+    lo, hi = zrange or log_range(grids)
     for col, (arm, values) in enumerate(logs.items(), start=1):
         fig.add_trace(go.Heatmap(z=values, x=np.arange(1, values.shape[1] + 1), y=_layers(values.shape[0]),
                                  zmin=lo, zmax=hi, colorscale="Viridis", showscale=col == len(logs),

@@ -152,6 +152,7 @@ def start_growth() -> None:
         st.warning(str(err))
     else:
         state[K.TL_GROW_JOB] = job.id
+        st.rerun()  # draw the run now: this run read the tab's job (none) before the button was pressed
 
 
 def growth_controls(job: Job | None) -> None:

@@ -107,6 +107,10 @@ def test_the_grow_tab_starts_a_run_and_draws_its_snapshots(monkeypatch):
     at = run_page("timeline")
     at.button(key=K.TL_GROW_START).click().run()
     assert not at.exception, at.exception
+    # the click's own run shows the run: its progress (a Stop button while it trains); before, nothing showed
+    # until the visitor touched the page again
+    assert any(p.proto.text.startswith(("Running", "Loading", "Done", "Waiting")) for p in at.get("progress")) \
+        or [b for b in at.button if b.key == K.TL_GROW_STOP], [b.key for b in at.button]
     job = jobs.training_registry().get(at.session_state[K.TL_GROW_JOB])
     assert job is not None and job.wait(120) and job.status == "done", job.error
     at.run()

@@ -27,16 +27,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 from servers import streamlit_server  # noqa: E402
+from test_browser_units import all_drawn  # noqa: E402  (the examples' rows and both figures drawn)
 
 CHROMIUM = "/usr/bin/chromium"
-# both Plotly figures drawn (each has its own main-svg layers); the examples' rows are a component's, in a shadow
-# root that only Playwright's locators see
-PLOTS_DRAWN = "[...document.querySelectorAll('.js-plotly-plot')].filter(p => p.querySelector('.main-svg')).length >= 2"
-
-
-def all_drawn(page) -> None:
-    page.locator(".gv-rows .gv-row").first.wait_for()
-    page.wait_for_function(PLOTS_DRAWN)
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking"]
 # L2N26 fires on punctuation; L1N100 on titles (' Duke', ' King'); L0N475 on ' love'; L0H0 is the model card's
 # previous-token head (0.984), L1H2 its induction head (0.903)

@@ -104,6 +104,17 @@ def wait_for_idle(page) -> None:
     page.wait_for_selector('[data-testid="stStatusWidget"]', state="detached", timeout=60_000)
 
 
+def hover_cell(page, heatmap, query: int, key: int):
+    """Hover the heatmap's cell (query, key); returns its tooltip, once it names that cell."""
+    heatmap.scroll_into_view_if_needed()
+    box = heatmap.bounding_box()
+    left, top, cell = (float(heatmap.get_attribute(f"data-{k}")) for k in ("left", "top", "cell"))
+    page.mouse.move(box["x"] + left + (key + 0.5) * cell, box["y"] + top + (query + 0.5) * cell, steps=3)
+    tip = page.locator(".gv-tip").filter(has_text=f"query position {query}, key position {key}").first
+    tip.wait_for()
+    return tip
+
+
 def no_exception(page) -> None:
     boxes = page.locator('[data-testid="stException"]')
     assert boxes.count() == 0, boxes.all_inner_texts()  # the message names the exception when one shows
@@ -132,12 +143,9 @@ def test_attention_and_generation_in_a_browser(browser_page, artifacts):
     page.screenshot(path=str(artifacts / "attention.png"), full_page=True)
 
     # hover a cell of the lower triangle: the tip names the query and key tokens and the weight
-    heatmap.scroll_into_view_if_needed()
+    tip = hover_cell(page, heatmap, 5, 0)
     box = heatmap.bounding_box()
     left, top, cell = (float(heatmap.get_attribute(f"data-{k}")) for k in ("left", "top", "cell"))
-    page.mouse.move(box["x"] + left + 0.5 * cell, box["y"] + top + 5.5 * cell, steps=3)   # query 5, key 0
-    tip = page.locator(".gv-tip").filter(has_text="query position 5, key position 0").first
-    tip.wait_for()
     match = re.search(r"'(.+?)' → '(.+?)': weight [0-9.e-]+\s*query position (\d+), key position (\d+)",
                       tip.text_content())
     assert match, tip.text_content()

@@ -10,7 +10,7 @@ import urllib.parse
 import pytest
 
 # the module-scoped fixtures too (a server and one Chromium per module), as the browser tests define them
-from test_browser import CHROMIUM, browser, no_exception, server, wait_for_idle  # noqa: F401
+from test_browser import CHROMIUM, browser, hover_cell, no_exception, server, wait_for_idle  # noqa: F401
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not CHROMIUM.exists(), reason="needs /usr/bin/chromium")]
 TINY = "source=preset&preset=tiny&prompt=the+cat+sat+on+the+mat"
@@ -147,12 +147,7 @@ def test_a_phone_types_its_prompt_on_the_first_screen_and_the_map_follows(browse
     page.get_by_role("radio", name="␣mat", exact=True).wait_for()             # the new prompt's token chips
     wait_for_idle(page)
     assert float(heatmap.get_attribute("data-cell")) > before                  # 6 tokens: larger cells than 40
-    heatmap.scroll_into_view_if_needed()
-    box = heatmap.bounding_box()
-    left, top, cell = (float(heatmap.get_attribute(f"data-{k}")) for k in ("left", "top", "cell"))
-    page.mouse.move(box["x"] + left + 0.5 * cell, box["y"] + top + 5.5 * cell, steps=3)   # query 5, key 0
-    tip = page.locator(".gv-tip").filter(has_text="query position 5, key position 0").first
-    tip.wait_for()
+    tip = hover_cell(page, heatmap, 5, 0)
     assert tip.text_content().startswith("'␣mat' → 'the'"), tip.text_content()
     # the sidebar's box holds the same prompt: one prompt, two places to type it
     page.get_by_test_id("stExpandSidebarButton").click()

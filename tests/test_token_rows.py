@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gptviz.app.component.token_rows import payload, window
-from gptviz.figures.units import LEFT_CHARS, RIGHT_CHARS, ExampleRow, _row_layout
+from gptviz.app.component.token_rows import payload
+from gptviz.figures.units import LEFT_CHARS, RIGHT_CHARS, ExampleRow, _row_layout, examples_text, window
 
 rng = np.random.default_rng(0)
 WORDS = ["␣the", "␣king", ",", "␣my", "␣lord", "!", "↵", "␣Romeo", "␣a", "ing", "␣thee", "'s"]
@@ -21,9 +21,11 @@ def random_row(n: int, peak: int) -> ExampleRow:
 def test_the_window_is_the_tokens_the_figure_shows(n, peak):
     row = random_row(n, peak)
     starts, widths = _row_layout(row.labels, row.peak)
-    shown = np.flatnonzero((starts >= -LEFT_CHARS) & (starts + widths <= RIGHT_CHARS))  # as examples_text keeps them
+    shown = np.flatnonzero((starts >= -LEFT_CHARS) & (starts + widths <= RIGHT_CHARS))  # every token that fits
     start, end = window(row.labels, row.peak)
     assert list(range(start, end)) == list(shown)
+    drawn = examples_text([row], value_name="v", cmax=1.0)["data"][0]  # the figure draws the same tokens
+    assert len(drawn["x"]) == end - start
 
 
 def test_payload_carries_the_values_and_the_peak():

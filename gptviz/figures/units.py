@@ -35,6 +35,19 @@ def _row_layout(labels: list[str], peak: int) -> tuple[np.ndarray, np.ndarray]:
     return starts, widths
 
 
+def window(labels: list[str], peak: int, left: int = LEFT_CHARS, right: int = RIGHT_CHARS) -> tuple[int, int]:
+    """The tokens [start, end) shown around the peak: whole tokens within `left` characters before the peak's
+    start and `right` after it (a character each for the space between tokens)."""
+    widths = [max(1, len(label)) + 1 for label in labels]
+    start, used = peak, 0
+    while start > 0 and used + widths[start - 1] <= left:
+        start, used = start - 1, used + widths[start - 1]
+    end, used = peak + 1, widths[peak]
+    while end < len(labels) and used + widths[end] <= right:
+        end, used = end + 1, used + widths[end]
+    return start, end
+
+
 def examples_text(rows: list[ExampleRow], *, value_name: str, cmax: float, title: str | None = None) -> go.Figure:
     """Every row one example, its tokens coloured by value (0 to `cmax`; below 0 is white), the peak outlined and
     aligned in one column. Tokens beyond LEFT_CHARS / RIGHT_CHARS of the peak are left out.
@@ -44,7 +57,7 @@ def examples_text(rows: list[ExampleRow], *, value_name: str, cmax: float, title
     ys, xs, bases, texts, values, peaks, hovers = [], [], [], [], [], [], []
     for r, row in enumerate(rows):
         starts, widths = _row_layout(row.labels, row.peak)
-        idx = np.flatnonzero((starts >= -LEFT_CHARS) & (starts + widths <= RIGHT_CHARS))
+        idx = np.arange(*window(row.labels, row.peak))
         ys += [r] * len(idx)
         xs += list(widths[idx] - 0.15)
         bases += list(starts[idx])

@@ -55,11 +55,11 @@ def max_pooled(weights: np.ndarray, size: int = THUMB_SIZE) -> tuple[np.ndarray,
     return blocks.max(axis=(-3, -1)), b
 
 
-def colour_stops() -> list[list]:
-    """The attention colour scale as [position, 'rgb(r,g,b)'] stops, the one the Plotly figures use."""
-    scale = pcolors.get_colorscale(ATTENTION_SCALE)
-    rgb = (pcolors.unlabel_rgb(c) if c.startswith("rgb") else pcolors.hex_to_rgb(c) for _, c in scale)
-    return [[float(s), [int(round(v)) for v in c]] for (s, _), c in zip(scale, rgb)]
+def colour_stops(scale: str = ATTENTION_SCALE) -> list[list]:
+    """A Plotly colour scale (the attention one by default, as the figures use it) as [position, [r, g, b]] stops."""
+    stops = pcolors.get_colorscale(scale)
+    rgb = (pcolors.unlabel_rgb(c) if c.startswith("rgb") else pcolors.hex_to_rgb(c) for _, c in stops)
+    return [[float(s), [int(round(v)) for v in c]] for (s, _), c in zip(stops, rgb)]
 
 
 def _check(n_layers: int, n_heads: int, layer: int, head, mean_head, scale: str, head_names) -> tuple[int, list]:

@@ -12,33 +12,13 @@ from __future__ import annotations
 from importlib import resources
 
 import numpy as np
-import plotly.colors as pcolors
 import streamlit as st
 
 from ...figures.attention import HIGHLIGHT
-from ...figures.units import EXAMPLE_SCALE, LEFT_CHARS, RIGHT_CHARS, ExampleRow
+from ...figures.units import EXAMPLE_SCALE, ExampleRow, window
+from .attention_map import colour_stops
 
 NAME = "gptviz_token_rows"
-
-
-def colour_stops(scale: str = EXAMPLE_SCALE) -> list[list]:
-    """A Plotly colour scale as [position, [r, g, b]] stops."""
-    stops = pcolors.get_colorscale(scale)
-    rgb = (pcolors.unlabel_rgb(c) if c.startswith("rgb") else pcolors.hex_to_rgb(c) for _, c in stops)
-    return [[float(s), [int(round(v)) for v in c]] for (s, _), c in zip(stops, rgb)]
-
-
-def window(labels: list[str], peak: int, left: int = LEFT_CHARS, right: int = RIGHT_CHARS) -> tuple[int, int]:
-    """The tokens [start, end) shown around the peak: whole tokens within `left` characters before the peak's
-    start and `right` after it (a character each for the space between tokens), as the Plotly figure shows them."""
-    widths = [max(1, len(label)) + 1 for label in labels]
-    start, used = peak, 0
-    while start > 0 and used + widths[start - 1] <= left:
-        start, used = start - 1, used + widths[start - 1]
-    end, used = peak + 1, widths[peak]
-    while end < len(labels) and used + widths[end] <= right:
-        end, used = end + 1, used + widths[end]
-    return start, end
 
 
 def payload(rows: list[ExampleRow], *, value_name: str, cmax: float) -> dict:
@@ -54,7 +34,7 @@ def payload(rows: list[ExampleRow], *, value_name: str, cmax: float) -> dict:
                     "values": [None if not np.isfinite(v) else round(float(v), 5) for v in values],
                     "peak": row.peak - start})
     return {"rows": out, "value_name": str(value_name), "cmax": float(cmax) if cmax > 0 else 1.0,
-            "colors": colour_stops(), "highlight": HIGHLIGHT}
+            "colors": colour_stops(EXAMPLE_SCALE), "highlight": HIGHLIGHT}
 
 
 def _asset(name: str) -> str:

@@ -218,7 +218,7 @@ def lens_tab(seen: Seen) -> None:
 
 def induction_length(seen: Seen) -> int:
     """The length of the random sequence the induction test repeats."""
-    return min(50, seen.cfg.n_ctx // 2)
+    return models.induction_length(seen.cfg.n_ctx)
 
 
 def detector_scores(seen: Seen) -> dict[str, torch.Tensor]:

@@ -17,10 +17,11 @@ from gptviz import analysis
 from gptviz.app import keys as K
 from gptviz.app import live
 from gptviz.app.component import attention_map as amap
+from gptviz.app.component import query_bars as qbars
 from gptviz.app.links import sync_address
 from gptviz.app.unit_nav import unit_pills
 from gptviz.app.display import MEAN_HEAD, figure_download, head_name, md_text, show_figure
-from gptviz.app.models import ModelSpec, attention_page_names, induction_scores, require_capture
+from gptviz.app.models import ModelSpec, attention_page_names, induction_length, induction_scores, require_capture
 from gptviz.app.sidebar import (EXAMPLE_PROMPTS, MAX_PROMPT_CHARS, keep_valid, page_prompt_box, require_model,
                                 require_prompt)
 from gptviz.figures import attention as fa
@@ -162,7 +163,7 @@ def detectors(seen: Seen) -> list[Detector]:
              Detector("duplicate-token", analysis.duplicate_token_scores(patterns, ids),
                       analysis.duplicate_token_chance(ids)),
              Detector("first token (sink)", first_token_scores(patterns), first_token_chance(T))]
-    length = min(50, cfg.n_ctx // 2)
+    length = induction_length(cfg.n_ctx)
     if length >= 2:
         found.append(Detector(f"induction, {length} random tokens repeated", induction_scores(seen.spec, length),
                               analysis.induction_chance(length)))
@@ -305,9 +306,11 @@ def one_head(seen: Seen, p: Pick) -> None:
                    "it. The outlined row is the chosen query token; hover a cell for its weight.")
     with right:
         row = pat[p.query, : p.query + 1]
-        show_figure(fa.query_bars(row.numpy(), labels, p.query,
-                                  title=f"Where token {p.query} '{fa.plotly_text(labels[p.query])}' looks"),
-                    key=K.ATT_QUERY_BARS)
+        title = f"Where token {p.query} '{labels[p.query]}' looks"
+        qbars.query_bars(qbars.payload(row.numpy(), labels, p.query, title=title), key=K.ATT_QUERY_BARS)
+        figure_download(lambda: fa.query_bars(row.numpy(), labels, p.query, title=fa.plotly_text(title)),
+                        file_name=f"query-{p.query}-layer-{p.layer}-{head_name(p.head).replace(' ', '-')}.html",
+                        key=K.ATT_QUERY_BARS_HTML)
         order = row.argsort(descending=True)[:5].tolist()
         st.dataframe(pd.DataFrame({"key token": [labels[k] for k in order], "position": order,
                                    "weight": [float(row[k]) for k in order]}),

@@ -95,18 +95,26 @@ def attention_map(at: AppTest, key: str = "att_map") -> tuple[dict, np.ndarray]:
     """A heatmap component of the Attention page (by its key): its data and the weights it carries,
     [layers sent, heads + 1, rows, keys]."""
     from gptviz.app.component.attention_map import NAME, decode_weights
-    found = [el for el in at.get("bidi_component")
-             if el.proto.component_name == NAME and el.proto.id.endswith(f"-{key}")]
-    assert len(found) == 1, len(found)
-    data = json.loads(found[0].proto.json)
+    data = component_data(at, NAME, key)
     return data, decode_weights(data)
 
 
 def token_rows(at: AppTest, key: str) -> dict:
     """A token-rows component (the unit page's examples) by its key: the data it was sent."""
     from gptviz.app.component.token_rows import NAME
+    return component_data(at, NAME, key)
+
+
+def query_bars(at: AppTest, key: str = "att_query_bars") -> dict:
+    """A query-bars component (where one token looks) by its key: the data it was sent."""
+    from gptviz.app.component.query_bars import NAME
+    return component_data(at, NAME, key)
+
+
+def component_data(at: AppTest, name: str, key: str) -> dict:
+    """The data one of gptviz's components (`name`, by its key) was sent in the last run."""
     found = [el for el in at.get("bidi_component")
-             if el.proto.component_name == NAME and el.proto.id.endswith(f"-{key}")]
+             if el.proto.component_name == name and el.proto.id.endswith(f"-{key}")]
     assert len(found) == 1, len(found)
     return json.loads(found[0].proto.json)
 

@@ -115,6 +115,17 @@ def hover_cell(page, heatmap, query: int, key: int):
     return tip
 
 
+def hover_bar(page, bars, key: int) -> str:
+    """Hover the query bars' bar for `key`; returns its tooltip's text, once it names that key."""
+    bars.scroll_into_view_if_needed()
+    box = bars.bounding_box()
+    left, top, slot = (float(bars.get_attribute(f"data-{k}")) for k in ("left", "top", "slot"))
+    page.mouse.move(box["x"] + left + (key + 0.5) * slot, box["y"] + top + 20, steps=3)
+    tip = page.locator(".gv-qtip").filter(has_text=f"key position {key}").first
+    tip.wait_for()
+    return tip.text_content()
+
+
 def no_exception(page) -> None:
     boxes = page.locator('[data-testid="stException"]')
     assert boxes.count() == 0, boxes.all_inner_texts()  # the message names the exception when one shows
@@ -178,6 +189,11 @@ def test_attention_and_generation_in_a_browser(browser_page, artifacts):
     expect(page.get_by_role("combobox", name="Layer", exact=True)).to_have_value("layer 1")
     wait_for_idle(page)
     no_exception(page)
+    # the bars beside the map are the picked head's row for the last token: a bar's weight is its cell's
+    page.locator(".gv-qtitle").filter(has_text="Where token 5 '␣mat' looks").wait_for()
+    cell_weight = re.search(r"weight ([0-9.e-]+)", hover_cell(page, heatmap, 5, 1).text_content()).group(1)
+    bar_tip = hover_bar(page, page.locator("canvas.gv-qcanvas").first, 1)
+    assert bar_tip.startswith(f"'␣mat' → '␣cat': weight {cell_weight}"), (bar_tip, cell_weight)
 
     # the entropy map: clicking a head's cell opens that head in the One head view
     page.get_by_role("tab", name="Entropy map").click()

@@ -21,7 +21,7 @@ from gptviz.figures import attention as fa
 from gptviz.tokenizer import decode, encode, token_labels
 from gptviz.app import keys as K, live, models, sidebar
 from pagetest import (MARKUP, ROOT, TINY, array, attention_map, edge_prompts, figure, figures, finish_generation,
-                      forward_calls, generation_of, kept_of_edge_prompt, open_app, run_page, TokenGate)
+                      forward_calls, generation_of, kept_of_edge_prompt, open_app, query_bars, run_page, TokenGate)
 
 N_LAYERS, N_HEADS, N_CTX = 2, 4, 128           # the tiny preset
 VIEWS = ["One head", "Lines between tokens", "On the text", "Inside the head", "Value-weighted",
@@ -69,9 +69,11 @@ def test_default_state_widgets_and_real_weights():
     np.testing.assert_allclose(weights[:, :N_HEADS], expected, atol=0.5 / amap.LEVELS + 1e-7)
     np.testing.assert_allclose(weights[:, N_HEADS], expected.mean(1), atol=0.5 / amap.LEVELS + 1e-7)
     assert data["head_names"] == [f"head {h}" for h in range(N_HEADS)] + ["mean of all heads"]
-    # the bar chart is the last token's row
-    bars = figure(at, f"Where token {len(ids) - 1}")
-    np.testing.assert_allclose(array(bars["data"][0]["y"]), expected[0, 0, -1], rtol=1e-6)
+    # the bars are the last token's row, over every key it can see, with the tokens' own text
+    bars = query_bars(at)
+    assert bars["query"] == len(ids) - 1 and bars["labels"] == token_labels(ids)
+    assert bars["title"] == f"Where token {len(ids) - 1} '{token_labels(ids)[-1]}' looks"
+    np.testing.assert_allclose(bars["weights"], expected[0, 0, -1], atol=1e-6)
 
 
 @pytest.mark.slow
@@ -90,7 +92,9 @@ def test_display_widgets_run_no_forward_pass():
     np.testing.assert_allclose(weights[1, N_HEADS], patterns_for(prompt)[1].mean(0).numpy(), atol=1e-5)
     at.selectbox(key="att_scale").select("sqrt").run()
     at.button_group(key="att_query").set_value(2).run()
-    assert figure(at, "Where token 2")["data"][0]["y"]
+    bars = query_bars(at)
+    assert bars["query"] == 2 and len(bars["weights"]) == 3
+    np.testing.assert_allclose(bars["weights"], patterns_for(prompt)[1].mean(0)[2, :3].numpy(), atol=1e-5)
     for view in VIEWS[1:]:
         at.session_state["att_view"] = view
         at.run()

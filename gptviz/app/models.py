@@ -207,6 +207,14 @@ def pattern_names(n_layers: int) -> tuple[str, ...]:
     return tuple(act_name("pattern", i) for i in range(n_layers))
 
 
+INDUCTION_LENGTH = 50  # the induction test's random sequence: this many ids (fewer in a short context), then again
+
+
+def induction_length(n_ctx: int) -> int:
+    """The length of the random sequence the induction test repeats (it must fit twice in the context)."""
+    return min(INDUCTION_LENGTH, n_ctx // 2)
+
+
 @st.cache_data(max_entries=8, show_spinner=False)
 def induction_scores(spec: ModelSpec, length: int) -> torch.Tensor:
     """Induction scores [layers, heads] on a random sequence of `length` repeated once, drawn from the model's

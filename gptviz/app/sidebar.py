@@ -53,6 +53,15 @@ def _bundled_twin(norm: str) -> str | None:
     return None
 
 
+def default_model_spec() -> ModelSpec | None:
+    """The model a first visit shows, as the sidebar's defaults name it (the bundled pre-norm twin on the CPU in
+    float32); None where no model is bundled (the default source is then a preset)."""
+    name = _bundled_twin("pre")
+    if _default_source() != K.SOURCE_BUNDLED or name is None:
+        return None
+    return ModelSpec(K.SOURCE_BUNDLED, name, "pre", 0, "cpu", "float32")
+
+
 def _use_example() -> None:
     """Copy the chosen example into the prompt (runs before the text area is drawn)."""
     choice = st.session_state.get(K.EXAMPLE_PROMPT)

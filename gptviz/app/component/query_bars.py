@@ -1,0 +1,50 @@
+"""Where one query token looks: its attention weights over the keys it can see, as bars drawn by the browser.
+
+Why not a Plotly figure: this chart sits beside the heatmap on the app's first screen, and Plotly's 4.7 MB script is
+then evaluated before the heatmap is drawn: 1.5 s of a cold start's wait (benchmarks/README.md, "The first wait").
+Here the bars are a canvas; the interactive-HTML download still builds the Plotly figure, on click.
+
+`payload` is pure (tested); `query_bars` mounts it (Streamlit's components v2, no iframe). Token text reaches the
+page only as canvas text or textContent, never as HTML.
+"""
+from __future__ import annotations
+
+from importlib import resources
+
+import numpy as np
+import streamlit as st
+
+from ...figures.attention import HIGHLIGHT
+
+NAME = "gptviz_query_bars"
+BAR_COLOUR = "#3a78b5"  # figures.attention.query_bars' colour, so the download looks the same
+
+
+def payload(weights, labels: list[str], query: int, *, title: str, height: int = 330) -> dict:
+    """The query's weights over keys 0..query (they sum to 1 for a softmax row) and their labels, as plain data."""
+    if not 0 <= query < len(labels):
+        raise ValueError(f"query {query} is not in 0..{len(labels) - 1}")
+    w = np.asarray(weights, dtype=np.float64)[: query + 1]
+    if len(w) != query + 1:
+        raise ValueError(f"{len(w)} weights for keys 0..{query}")
+    if not np.all(np.isfinite(w)):
+        raise ValueError("the weights must be finite")
+    return {"title": str(title), "weights": [round(float(v), 6) for v in w],
+            "labels": [str(t) for t in labels[: query + 1]], "query": int(query), "colour": BAR_COLOUR,
+            "highlight": HIGHLIGHT, "height": int(height)}
+
+
+def _asset(name: str) -> str:
+    return resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
+
+
+_component = None
+
+
+def query_bars(data: dict, *, key: str):
+    """Mount the component with `payload`'s data."""
+    global _component
+    if _component is None:  # register once per process
+        _component = st.components.v2.component(NAME, html='<div class="gv-qbars"></div>',
+                                                css=_asset("query_bars.css"), js=_asset("query_bars.js"))
+    return _component(data=data, key=key)

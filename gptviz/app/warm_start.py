@@ -1,0 +1,84 @@
+"""A warm start: before a server answers its first visitor, it imports what the pages import, loads the default model
+and runs the home page's captures of the default prompt, so that visitor waits for the page, not for `import torch`.
+
+`streamlit run app.py` finds the `st.App` in app.py and serves it; the App's lifespan runs `lifespan` once per server
+process, before the server accepts connections (its health check answers only once the server is warm). A failure
+here is logged and the server starts cold: warming is an optimisation, never a reason not to serve."""
+from __future__ import annotations
+
+import ast
+import asyncio
+import importlib
+import time
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from streamlit.logger import get_logger
+
+_LOG = get_logger(__name__)  # Streamlit's logger prints to the server's console
+
+
+def imported_modules(script: Path) -> list[str]:
+    """The modules a script imports at its top level, in order (a page script cannot be imported itself: importing
+    it would run its page)."""
+    names: list[str] = []
+    for node in ast.parse(script.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and node.module != "__future__":
+            names.append(node.module)
+            # `from gptviz.app import keys` names submodules as well as attributes
+            names += [f"{node.module}.{alias.name}" for alias in node.names]
+    return names
+
+
+def import_pages() -> int:
+    """Import every page's top-level imports; returns how many modules were imported (names that are attributes, not
+    submodules, are skipped)."""
+    from .router import PAGE_LIST, PAGES_DIR
+    done = 0
+    for _, stem, _, _ in PAGE_LIST:
+        for name in imported_modules(PAGES_DIR / f"{stem}.py"):
+            try:
+                importlib.import_module(name)
+                done += 1
+            except ImportError:  # `from x import attribute`: not a module, and x itself is imported above
+                pass
+    return done
+
+
+def warm_home_page() -> None:
+    """Load the default model and run the captures the home page (Attention) makes on the default prompt."""
+    from ..tokenizer import get_tokenizer
+    from . import models
+    from .sidebar import DEFAULT_PROMPT, default_model_spec
+    spec = default_model_spec()
+    if spec is None:  # no bundled model: the default source is a preset, built when a visitor asks for one
+        return
+    cfg = models.load_model(spec).config
+    ids = tuple(get_tokenizer().encode(DEFAULT_PROMPT)[-cfg.n_ctx:])
+    models.capture_cache(spec, ids, models.attention_page_names(cfg.n_layers, cfg.norm))
+    length = models.induction_length(cfg.n_ctx)
+    if length >= 2:
+        models.induction_scores(spec, length)
+
+
+def warm_up() -> dict[str, float]:
+    """Import the pages' modules, then warm the home page; seconds per stage."""
+    timings, started = {}, time.perf_counter()
+    import_pages()
+    timings["imports"] = time.perf_counter() - started
+    warm_home_page()
+    timings["home page"] = time.perf_counter() - started - timings["imports"]
+    return timings
+
+
+@asynccontextmanager
+async def lifespan(_app):
+    """st.App's lifespan hook: warm up (off the event loop), then serve."""
+    try:
+        timings = await asyncio.to_thread(warm_up)
+        _LOG.info("warm start: %s", ", ".join(f"{k} {v:.2f} s" for k, v in timings.items()))
+    except Exception:  # noqa: BLE001  (serve cold rather than not at all)
+        _LOG.exception("warm start failed; the first visitor will wait for the imports and the model")
+    yield

@@ -11,7 +11,8 @@ For each model (the bundled pre-norm twin; gpt2-small with random weights), with
   - Stop during a 200-token generation: tokens shown when Stop was clicked against tokens kept.
 With --cold-start: a fresh server for each of N rounds (the browser already open), from the request for the app's
 address to the first heatmap drawn (the default page's, on the bundled model), beside the server's own start (the
-command to its health check answering) and the time to the first script run's end.
+command to its health check answering, which now includes the warm start: gptviz/app/warm_start.py) and the time
+to the first script run's end.
 The app runs on a free loopback port; Chromium is Debian's (/usr/bin/chromium). Run it on a quiet machine: the
 figures are wall-clock times.
 

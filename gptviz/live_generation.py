@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from contextlib import contextmanager, nullcontext
 
 import torch
 
@@ -34,6 +35,28 @@ STEP_WAIT_S = 600.0
 # fewer cores than busy threads, a visitor's page switch waited behind four other visitors' generations (median
 # 3.3 s, 0.9 s alone; benchmarks/README.md, "Hostile load"). Linux sets a thread's nice value per thread.
 BACKGROUND_NICE = 10
+
+# torch's CPU thread count as the process started (recorded at import, before any thread changes it).
+# torch.set_num_threads sets the calling thread's count and also the count every thread started later takes: a
+# background thread that sets its own must put this back for them (the threads already running keep theirs).
+SERVER_TORCH_THREADS = torch.get_num_threads()
+
+
+@contextmanager
+def torch_threads(n: int):
+    """Run the block on `n` torch threads, then give threads started later the server's count again."""
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(SERVER_TORCH_THREADS)
+
+
+def use_server_threads() -> None:
+    """The calling thread (a page's script run) on the server's torch thread count, whatever a background thread
+    set while this thread was being started."""
+    if torch.get_num_threads() != SERVER_TORCH_THREADS:
+        torch.set_num_threads(SERVER_TORCH_THREADS)
 
 
 def run_in_background() -> None:
@@ -179,13 +202,23 @@ class LiveGeneration:
             self._end()
             return
         self.started_at = time.perf_counter()
-        if self._threads:
-            # torch's intra-op thread count is per calling thread (OpenMP): this sets it for this generation only.
-            # On a server whose cores are shared with the script, the browser and other sessions, more than one
-            # thread per small-model generation makes OpenMP's threads wait on each other (a 64-token stream on
-            # the bundled model ran at 10 tokens/s with two threads beside a busy process, 149 with one).
-            torch.set_num_threads(self._threads)
+        # On a server whose cores are shared with the script, the browser and other sessions, more than one torch
+        # thread per small-model generation makes OpenMP's threads wait on each other (a 64-token stream on the
+        # bundled model ran at 10 tokens/s with two threads beside a busy process, 149 with one).
+        threads = torch_threads(self._threads) if self._threads else nullcontext()
         run_in_background()
+        try:
+            with threads:  # the server's count is back for later threads before anyone sees the run end
+                self._generate(records)
+        finally:
+            if self.stopped and self._keep is not None:
+                del self.steps[self._keep:]  # before _done: a reader that sees it over sees the kept steps
+            self.finished_at = time.perf_counter()
+            if self._ticket is not None:
+                self._ticket.leave()
+            self._end()
+
+    def _generate(self, records) -> None:
         try:
             for record in records:
                 if self._stop.is_set() or not self._alive() or not self._wait_for_turn():
@@ -196,13 +229,6 @@ class LiveGeneration:
                     self._on_token()
         except Exception as err:  # shown on the page; the thread must not die silently
             self.error = f"{type(err).__name__}: {err}"
-        finally:
-            if self.stopped and self._keep is not None:
-                del self.steps[self._keep:]  # before _done: a reader that sees it over sees the kept steps
-            self.finished_at = time.perf_counter()
-            if self._ticket is not None:
-                self._ticket.leave()
-            self._end()
 
     def _end(self) -> None:
         if self._on_end is not None:

@@ -10,7 +10,7 @@ A training Job keeps the server's torch thread count. The warmup scenario runs o
 nine small models step one after another, and two OpenMP threads on a shared 2-core CPU wait on each other (a step
 of its 12-layer model took 0.15 s on one thread and 0.37-4 s on two, at a load average of 2). torch.set_num_threads
 sets the calling thread's count and also the default that threads started later take, so the job puts the
-previous value back when it ends.
+server's count back when it ends (gptviz.live_generation.torch_threads).
 """
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ import threading
 import time
 import zipfile
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -378,13 +379,15 @@ class WarmupJob(Job):
     scenario: "object" = None
 
     def run(self, tokens: torch.Tensor | None = None) -> None:
+        from .live_generation import run_in_background, torch_threads
         from .warmup import run_scenario
         background = threading.current_thread() is not threading.main_thread()
-        previous = torch.get_num_threads()
         if background:
-            from .live_generation import run_in_background
             run_in_background()        # the pages' threads first, as Job.run
-            torch.set_num_threads(1)   # see the module's note
+        with torch_threads(1) if background else nullcontext():  # see the module's note
+            self._run_scenario(tokens, run_scenario)
+
+    def _run_scenario(self, tokens, run_scenario) -> None:
         try:
             self._set(status=LOADING)
             tokens = corpus_tokens() if tokens is None else tokens
@@ -396,8 +399,6 @@ class WarmupJob(Job):
         finally:
             if self.reservation is not None:  # the memory reserved at start (gptviz.memory), as Job.run does
                 self.reservation.release()
-            if background:
-                torch.set_num_threads(previous)  # the default later threads take, as it was
 
     def _on_record(self, name: str, record: dict) -> None:
         with self._lock:

@@ -301,3 +301,42 @@ def test_stop_ends_a_generation_waiting_for_a_click():
 def test_a_bad_pace_fails_before_a_thread(pace):
     with pytest.raises(ValueError, match="pace"):
         LiveGeneration(build(seed=3), PROMPT, GREEDY, pace=pace)
+
+
+def _torch_threads_of_a_new_thread() -> int:
+    import torch
+    seen = []
+    t = threading.Thread(target=lambda: seen.append(torch.get_num_threads()))
+    t.start()
+    t.join()
+    return seen[0]
+
+
+def test_a_generation_on_one_thread_leaves_later_threads_the_servers_count(monkeypatch):
+    """torch.set_num_threads also sets the count of every thread started later: a one-thread generation must not
+    leave the pages' script threads (each run starts one) on a single thread once it is over."""
+    import torch
+    from gptviz import live_generation
+    from gptviz.live_generation import use_server_threads
+    SERVER_TORCH_THREADS = 2  # a 2-core server's default (the tests' own is one thread: conftest.py)
+    monkeypatch.setattr(live_generation, "SERVER_TORCH_THREADS", SERVER_TORCH_THREADS)
+    torch.set_num_threads(SERVER_TORCH_THREADS)
+    gate = Gate(at=2)
+    job = LiveGeneration(build(seed=3), PROMPT, GREEDY, on_token=gate, threads=1)
+    assert gate.reached.wait(30)
+    during = _torch_threads_of_a_new_thread()
+    gate.release.set()
+    assert job.wait(30) and job.error is None
+    assert during == 1                      # what a page's script thread started mid-generation would take...
+    assert _torch_threads_of_a_new_thread() == SERVER_TORCH_THREADS  # ...and, after it, the server's count again
+    seen = []
+
+    def script_run():                       # ...which the router restores for a run started mid-generation
+        torch.set_num_threads(1)
+        use_server_threads()
+        seen.append(torch.get_num_threads())
+    t = threading.Thread(target=script_run)
+    t.start()
+    t.join()
+    torch.set_num_threads(1)
+    assert seen == [SERVER_TORCH_THREADS]

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import torch
 
-from gptviz import warmup
+from gptviz import live_generation, warmup
 from gptviz.training_jobs import DONE, JobLimitError, JobRegistry, start_warmup
 
 SMALL = warmup.Scenario(layers=2, width=32, heads=2, lr=1e-2, warmup=4, steps=12, batch_size=2, block=8, seeds=2)
@@ -62,10 +62,11 @@ def test_bad_scenarios():
 
 def test_the_job_steps_on_one_torch_thread_and_puts_the_default_back(monkeypatch):
     """Two OpenMP threads on a shared 2-core CPU made each step several times slower: the job's thread uses one.
-    torch.set_num_threads also sets the default later threads take, so the job restores it when it ends."""
+    torch.set_num_threads also sets the default later threads take, so the job restores the server's when it ends."""
     import threading
     seen = []
     monkeypatch.setattr(warmup, "run_scenario", lambda *a, **k: seen.append(torch.get_num_threads()))
+    monkeypatch.setattr(live_generation, "SERVER_TORCH_THREADS", 2)  # the tests' own default is one thread
     torch.set_num_threads(2)
     try:
         job = start_warmup(JobRegistry(max_tokens=10**6), SMALL, TOKENS, owner="a")

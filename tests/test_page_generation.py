@@ -7,13 +7,14 @@ from __future__ import annotations
 
 
 import numpy as np
+import plotly.graph_objects as go
 import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
 from gptviz import generate
 from gptviz.figures import generation as fg
-from gptviz.figures.common import title_room
+from gptviz.figures.common import apply_layout, title_room
 from gptviz.tokenizer import decode, encode
 from gptviz.app import live, models, sidebar
 from pagetest import TINY, TokenGate, array, edge_prompts, figure, finish_generation, forward_calls, generation_of, run_page
@@ -206,6 +207,14 @@ def test_next_token_bars_marks_sampled_and_cutoff():
     titled = fg.next_token_bars([1, 2], [0.6, 0.4], [True, True], ["x", "y"], sampled_id=99, sampled_rank=40,
                                 sampled_prob=0.001, sampled_label="z", n_allowed=500, kept_mass=1.0, title="t")
     assert "rank 40" in titled.layout.title.subtitle.text
+    # a title long enough to wrap keeps its second line clear of the notes under it (they sat on the first bar)
+    long_title = "After the prompt: the next-token distribution"
+    wrapped = fg.next_token_bars([1, 2], [0.6, 0.4], [True, True], ["x", "y"], sampled_id=99, sampled_rank=40,
+                                 sampled_prob=0.001, sampled_label="z", n_allowed=500, kept_mass=1.0,
+                                 title=long_title)
+    lines = wrapped.layout.title.subtitle.text.count("<br>") + 1
+    title_only = apply_layout(go.Figure(), title=long_title).layout.margin.t
+    assert "<br>" in wrapped.layout.title.text and wrapped.layout.margin.t == title_only + 16 * lines
     assert bar.customdata[2][2] == "cut by top-k/top-p"
     greedy = fg.next_token_bars([5, 7], [0.6, 0.4], [True, False], ["a", "b"], sampled_id=5, sampled_rank=1,
                                 sampled_prob=0.6, sampled_label="a", n_allowed=1, kept_mass=0.6,

@@ -42,7 +42,8 @@ def activation_figure(x, curves: dict[str, tuple], highlight: str | None,
         for row in (1, 2):
             fig.add_vrect(x0=x0, x1=x1, fillcolor="#ffd92f", opacity=0.18, line_width=0, row=row, col=1)
     fig.update_xaxes(title_text="x", row=3, col=1)
-    return apply_layout(fig, height=700, legend=dict(orientation="h", y=1.08))
+    # the legend under the x axis: above the plot it wrapped to two lines on a phone and covered the "f(x)" title
+    return apply_layout(fig, height=740, legend=dict(orientation="h", yanchor="top", y=-0.08, x=0))
 
 
 def causal_mask_figure(mask, labels: list[str]) -> go.Figure:

@@ -10,7 +10,7 @@ from plotly.subplots import make_subplots
 
 from .attention import HIGHLIGHT, OUT_OF_WINDOW_COLOR, color_axis
 from .common import escaped, plotly_text
-from .common import MASKED_COLOR, apply_layout, legend_on_top_room, title_room, token_axis
+from .common import MASKED_COLOR, apply_layout, legend_on_top_room, token_axis
 
 KEPT_COLOR = "#3a78b5"
 CUT_COLOR = "#c9c9c9"
@@ -58,8 +58,9 @@ def next_token_bars(ids, probs, allowed, labels: list[str], *, sampled_id: int, 
     lines = sum(note.count("<br>") + 1 for note in notes)
     apply_layout(fig, title=title, height=(height or 22 * n + 110) + 16 * lines, bargap=0.2)
     if notes and title:
+        # below the title as apply_layout placed it (a long title wraps to two lines: the notes go under both)
         fig.update_layout(title_subtitle=dict(text="<br>".join(notes), font=dict(size=11, color="#444")),
-                          margin=dict(t=title_room() + 16 * lines))
+                          margin=dict(t=fig.layout.margin.t + 16 * lines))
     elif notes:
         fig.add_annotation(x=0, xref="paper", y=1, yref="paper", yanchor="bottom", xanchor="left", showarrow=False,
                            align="left", font=dict(size=11, color="#444"), text="<br>".join(notes))

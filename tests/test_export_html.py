@@ -35,6 +35,8 @@ def test_each_figure_of_a_page_has_its_html_download():
     at = run_page("attention")
     assert not at.exception
     buttons = [b for b in at.get("download_button") if b.proto.label == "Interactive HTML"]
-    maps = [el for el in at.get("bidi_component") if el.proto.component_name == "gptviz_attention_map"]
-    # every Plotly figure, and the canvas heatmap (its download is the Plotly version of the same map)
-    assert len(figures(at)) >= 1 and len(maps) == 1 and len(buttons) == len(figures(at)) + len(maps)
+    drawn = [el.proto.component_name for el in at.get("bidi_component")]
+    # every Plotly figure, and each canvas view (the heatmap, the query's bars: each downloads as the Plotly version
+    # of the same data)
+    assert sorted(drawn) == ["gptviz_attention_map", "gptviz_query_bars"]
+    assert len(buttons) == len(figures(at)) + len(drawn)

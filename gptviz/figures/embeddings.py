@@ -127,7 +127,7 @@ def place_labels(xy: np.ndarray, labels: list[str], extent: tuple[float, float, 
     xy = np.asarray(xy, dtype=float).reshape(-1, 2)
     n = min(len(xy), MAX_LABELLED)
     size = np.array([label_size(text) for text in labels[:n]]).reshape(-1, 2)
-    placed: list[tuple[int, int, float, int]] = []
+    placed: list[tuple[int, int, int]] = []   # (point, offset, min_width)
     for min_width in LABEL_MIN_WIDTHS:
         sx, sy = _tier_scales(extent, min_width)
         px, py = (xy[:, :1] - extent[0]) * sx, (xy[:, 1:] - extent[2]) * sy      # [points, 2 sizes]
@@ -140,8 +140,8 @@ def place_labels(xy: np.ndarray, labels: list[str], extent: tuple[float, float, 
         near = ~_apart(outline[:, None], markers[None])                            # [n, points]
         near[np.arange(n), np.arange(n)] = False                                  # its own marker is allowed
         taken = np.empty((n, 4, 2))                                               # the labels placed so far
-        for j, (i, s, d, _) in enumerate(placed):                                 # earlier tiers', at these sizes
-            taken[j] = cand[i, _offset_index(s, d)]
+        for j, (i, k, _) in enumerate(placed):                                    # earlier tiers', at these sizes
+            taken[j] = cand[i, k]
         labelled = {i for i, *_ in placed}
         for i in (i for i in range(n) if i not in labelled):
             others = np.concatenate([markers[near[i]], taken[:len(placed)]])
@@ -149,12 +149,8 @@ def place_labels(xy: np.ndarray, labels: list[str], extent: tuple[float, float, 
             if free.any():
                 k = int(np.argmax(free))
                 taken[len(placed)] = cand[i, k]
-                placed.append((i, int(LABEL_OFFSETS[k, 0]), float(LABEL_OFFSETS[k, 1]), min_width))
-    return placed
-
-
-def _offset_index(side: int, dy: float) -> int:
-    return next(k for k, (s, d) in enumerate(LABEL_OFFSETS) if (s, d) == (side, dy))
+                placed.append((i, k, min_width))
+    return [(i, int(LABEL_OFFSETS[k, 0]), float(LABEL_OFFSETS[k, 1]), min_width) for i, k, min_width in placed]
 
 
 def _label_box(x, y, size, side, dy) -> tuple:

@@ -5,8 +5,8 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .common import (ANNOTATION_MIN_WIDTH, DIVERGING_SCALE, apply_layout, escaped, title_room, token_axis, token_categories,
-                     token_category_axis, visible_length)
+from .common import (ANNOTATION_MIN_WIDTH, DIVERGING_SCALE, apply_layout, escaped, title_room, token_axis,
+                     token_categories, token_category_axis, visible_length)
 
 # short: on a phone a panel is about 50 px wide, and "token embedding", "+ position embedding" ran into each other
 # (the section's heading says it in full: "Token + position = what block 0 receives")

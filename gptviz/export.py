@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from .figures.common import ANNOTATION_MIN_WIDTH
 from .tokenizer import token_labels
 
 
@@ -85,8 +86,32 @@ def _hook_names(config) -> tuple[str, ...]:
 def figure_html(fig) -> bytes:
     """A Plotly figure as one standalone interactive HTML file: Plotly's JavaScript inlined from the installed
     package (no CDN, so it opens offline), the data as JSON that Plotly escapes (`<` and `/` as \\u escapes, so
-    token text cannot close the script)."""
-    return fig.to_html(include_plotlyjs=True, full_html=True, config={"displaylogo": False}).encode("utf-8")
+    token text cannot close the script); annotations placed for a wide figure hide in a narrow window as in the app."""
+    html = fig.to_html(include_plotlyjs=True, full_html=True, config={"displaylogo": False})
+    return html.replace("</head>", annotation_width_css(fig, ".plotly-graph-div") + "</head>", 1).encode("utf-8")
+
+
+def annotation_min_widths(fig) -> list[int]:
+    """The width below which each of a figure's annotations hides (figures.common.ANNOTATION_MIN_WIDTH; 0: never)."""
+    meta = getattr(getattr(fig, "layout", None), "meta", None)
+    return [int(w) for w in meta.get(ANNOTATION_MIN_WIDTH, [])] if isinstance(meta, dict) else []
+
+
+def annotation_width_css(fig, scope: str) -> str:
+    """A <style> that hides each of a figure's annotations where the element `scope` selects (around the figure) is
+    drawn narrower than its annotation_min_widths, by a CSS container query; "" when none hides. Numbers and the
+    caller's selector only: no figure text is ever part of it."""
+    by_width: dict[int, list[int]] = {}
+    for i, width in enumerate(annotation_min_widths(fig)):
+        if width > 0:
+            by_width.setdefault(width, []).append(i)
+    if not by_width:
+        return ""
+    rules = [f"{scope} {{container-type: inline-size;}}"]
+    for width, indices in sorted(by_width.items()):
+        hidden = ", ".join(f'{scope} g.annotation[data-index="{i}"]' for i in indices)
+        rules.append(f"@container (max-width: {width - 0.02:.2f}px) {{{hidden} {{display: none;}}}}")
+    return "<style>" + "\n".join(rules) + "</style>"
 
 
 def figure_file_name(fig, fallback: str = "gptviz-figure") -> str:

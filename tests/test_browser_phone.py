@@ -120,9 +120,18 @@ def test_panel_titles_and_ticks_apart(phone, path):
     page.close()
 
 
-def test_pca_token_labels_apart_on_a_desktop(phone):
+def drawn_pca_labels(page) -> list[dict]:
+    """The PCA's prompt-token labels as drawn: the boxes of its annotations that show (a label placed for a wider
+    figure is display:none, its box empty), without the legend's entries."""
+    plots = page.evaluate(BOXES_JS, ".annotation-text, .textpoint text, .legendtext")
+    pca = next(p["boxes"] for p in plots if any(b["text"].startswith("vocabulary") for b in p["boxes"]))
+    return [b for b in pca if b["width"] > 0 and not b["text"].startswith(("vocabulary", "prompt tokens"))]
+
+
+@pytest.mark.parametrize("width,height,named", [(1400, 1000, 8), (390, 844, 4)])
+def test_pca_token_labels_apart(phone, width, height, named):
     browser, url = phone
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page = browser.new_page(viewport={"width": width, "height": height})
     page.set_default_timeout(300_000)
     page.goto(f"{url}/embeddings")
     page.wait_for_selector('[data-testid="stApp"]')
@@ -130,11 +139,10 @@ def test_pca_token_labels_apart_on_a_desktop(phone):
     page.wait_for_selector('[data-testid="stStatusWidget"]', state="detached", timeout=300_000)
     page.get_by_text("prompt tokens (", exact=False).first.wait_for()
     page.wait_for_timeout(1000)
-    plots = page.evaluate(BOXES_JS, ".annotation-text, .textpoint text, .legendtext")
-    pca = next(p["boxes"] for p in plots if any(b["text"].startswith("vocabulary") for b in p["boxes"]))
-    pca = [b for b in pca if not b["text"].startswith(("vocabulary", "prompt tokens"))]  # the token labels
-    assert len(pca) >= 8                               # the prompt's tokens named (the cluster's crowded ones on hover)
-    assert not overlapping(pca), overlapping(pca)      # before: "Butsoft" and a pile of others
+    labels = drawn_pca_labels(page)
+    assert len(labels) >= named, labels                # the prompt's tokens named (the crowded ones on hover)
+    # before: "Butsoft" and a pile of others on a desktop; on a phone the labels placed for a desktop piled up
+    assert not overlapping(labels), overlapping(labels)
     page.close()
 
 

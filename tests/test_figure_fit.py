@@ -112,18 +112,22 @@ def test_parameter_bar_labels_do_not_collide(width):
 
 # ---- Embeddings ----------------------------------------------------------------------------------------------
 
-def pca_label_boxes(fig, plot_px):
-    """Pixel boxes of the prompt tokens' labels (annotations, or the trace's own text placed "top center")."""
+def pca_label_boxes(fig, figure_width: float, plot_height: float = 310):
+    """Pixel boxes of the prompt tokens' labels that show in a figure this wide (annotations, each hidden below the
+    width its layout.meta gives; or the trace's own text placed "top center"), in a plot 90 px narrower."""
     xs = np.concatenate([np.asarray(t.x, float) for t in fig.data])
     ys = np.concatenate([np.asarray(t.y, float) for t in fig.data])
-    sx = plot_px[0] / (xs.max() - xs.min())
-    sy = plot_px[1] / (ys.max() - ys.min())
+    sx = (figure_width - 90) / (xs.max() - xs.min())
+    sy = plot_height / (ys.max() - ys.min())
     boxes = []
     if fig.data[1].text:
         for x, y, text in zip(fig.data[1].x, fig.data[1].y, fig.data[1].text):
             cx, cy, tw = (x - xs.min()) * sx, (y - ys.min()) * sy + 11, text_px(text, 12)
             boxes.append((cx - tw / 2, cy - 7, cx + tw / 2, cy + 7))
-    for a in fig.layout.annotations:
+    min_widths = (fig.layout.meta or {}).get("annotation_min_width", [0] * len(fig.layout.annotations))
+    for a, min_width in zip(fig.layout.annotations, min_widths, strict=True):
+        if min_width > figure_width:
+            continue
         tw = text_px(a.text, a.font.size or 12)
         cx, cy = (a.x - xs.min()) * sx + (a.xshift or 0), (a.y - ys.min()) * sy + (a.yshift or 0)
         left = {"center": cx - tw / 2, "left": cx, "right": cx - tw}[a.xanchor]
@@ -131,18 +135,43 @@ def pca_label_boxes(fig, plot_px):
     return boxes
 
 
-def test_pca_prompt_labels_do_not_pile_up():
+def clustered_pca():
+    """The PCA of a prompt's tokens in a tight cluster at one side of the vocabulary, as a trained model's are."""
     rng = np.random.default_rng(0)
     vocab = rng.normal(size=(2000, 2)) * [1, 0.2]
     distinct = list(dict.fromkeys(LABELS))
-    prompt = rng.normal(size=(len(distinct), 2)) * [0.3, 0.1] + [-1.5, -0.2]   # a tight cluster, as trained
-    fig = fe.pca_scatter(vocab, ["v"] * len(vocab), prompt, distinct, (0.8, 0.016))
-    boxes = pca_label_boxes(fig, (640, 400))
-    assert len(boxes) >= len(distinct) // 2                  # most tokens still named on the plot
+    prompt = rng.normal(size=(len(distinct), 2)) * [0.3, 0.1] + [-1.5, -0.2]
+    return fe.pca_scatter(vocab, ["v"] * len(vocab), prompt, distinct, (0.8, 0.016)), distinct
+
+
+@pytest.mark.parametrize("figure_width,named", [(PHONE_FIGURE, 6), (700, 8), (940, 10)])
+def test_pca_prompt_labels_do_not_pile_up(figure_width, named):
+    """At a phone's width, a laptop's and a desktop's: labels placed for a wide figure piled up on a phone."""
+    fig, distinct = clustered_pca()
+    boxes = pca_label_boxes(fig, figure_width)
+    assert len(boxes) >= named                                # tokens still named on the plot
     for i, a in enumerate(boxes):
         for b in boxes[i + 1:]:
             assert not overlaps(a, b), f"labels at {a} and {b} overlap"
     assert list(fig.data[1].customdata) == distinct           # hover names every token, labelled or not
+
+
+def test_pca_labels_hide_below_their_width_by_css():
+    """The app's and the HTML file's CSS hides each label below the figure width the figure gives it."""
+    from gptviz.export import annotation_width_css, figure_html
+    fig, _ = clustered_pca()
+    widths = fig.layout.meta["annotation_min_width"]
+    assert len(widths) == len(fig.layout.annotations) and widths[0] == 0 and max(widths) > 0
+    css = annotation_width_css(fig, ".st-key-x")
+    assert ".st-key-x {container-type: inline-size;}" in css
+    for i, width in enumerate(widths):
+        hidden = f'.st-key-x g.annotation[data-index="{i}"]'
+        assert (hidden in css) == (width > 0)
+        if width:
+            rule = next(line for line in css.split("\n") if hidden in line)
+            assert rule.startswith(f"@container (max-width: {width - 0.02:.2f}px)")
+    assert annotation_width_css(fe.position_similarity(np.eye(3)), ".st-key-x") == ""   # nothing to hide
+    assert b'.plotly-graph-div g.annotation[data-index="' in figure_html(fig)
 
 
 def test_embedding_panels_fit_a_phone():

@@ -124,10 +124,12 @@ def hub_button(at):
 
 @pytest.fixture
 def empty_hf_cache(tmp_path, monkeypatch):
-    """No Hub copy anywhere on this machine (the cache and the visitors' downloads both empty)."""
+    """No Hub copy anywhere on this machine (the cache and the visitors' downloads both empty) and none loaded (an
+    earlier test's stand-in gpt2 stays in the server's model store)."""
     from huggingface_hub import constants
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "empty-hf-cache"))
     monkeypatch.setattr(weights, "VISITOR_DOWNLOADS", tmp_path / "downloads")
+    models.model_store().clear()
 
 
 def test_gpt2_small_is_one_click_that_states_its_download_and_says_plainly_when_the_hub_is_out_of_reach(
@@ -157,3 +159,48 @@ def test_gpt2_small_from_the_stand_in_hub_loads_in_one_click_and_is_then_on_the_
     at.session_state[K.MODEL_SOURCE] = K.SOURCE_PRESET            # back to a preset: the offer now downloads nothing
     at.run()
     assert hub_button(at).label == "GPT-2 small from the Hub (on this server already)"
+
+
+def test_a_failed_hub_click_offers_the_way_back_to_the_model_and_view_before(empty_hf_cache, monkeypatch):
+    """Offline, the Hub click left the visitor on a page with no model; "Back to ..." under the message returns to
+    the model they had, on the view they had (layer, head, scale: widgets the failed runs did not draw), with the
+    prompt as it is now."""
+    from pagetest import attention_map, open_app
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    prompt = "the cat sat on the mat and the cat sat"
+    at = open_app(prompt=prompt)
+    at.selectbox(key=K.ATT_LAYER).set_value(1).run()
+    at.selectbox(key=K.ATT_HEAD).set_value(2).run()
+    at.selectbox(key=K.ATT_SCALE).set_value("linear").run()
+    before = at.session_state[K.MODEL_SPEC]
+    hub_button(at).click().run()
+    assert "the Hub cannot be reached" in " ".join(e.value for e in at.error)
+    assert not [s for s in at.selectbox if s.key == K.ATT_LAYER]          # the page stopped: no model
+    back = at.button(key=K.MODEL_BACK)
+    assert back.label.replace("\\", "") == "Back to tiny (pre-norm, random init, seed 0)"   # Markdown-escaped
+    assert "\\(" in back.label                                            # (a model name is a visitor's text)
+    at.run()                                                               # another run on the failed model
+    at.button(key=K.MODEL_BACK).click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert at.session_state[K.MODEL_SPEC] == before and at.session_state[K.MODEL_SOURCE] == K.SOURCE_PRESET
+    assert at.session_state[K.PROMPT] == prompt
+    assert K.HF_NAME not in at.session_state                               # unset before: no Hub id left in the link
+    assert (at.session_state[K.ATT_LAYER], at.session_state[K.ATT_HEAD], at.session_state[K.ATT_SCALE]) == (
+        1, 2, "linear")
+    data, _ = attention_map(at)                                            # the heatmap, drawn again, on that head
+    assert (data["layer"], data["head"]) == (1, 2)
+    assert not [b for b in at.button if b.key == K.MODEL_BACK]             # back: no second offer
+    assert hub_button(at)                                                   # and the Hub one click away again
+
+
+def test_the_way_back_without_an_earlier_model_is_the_bundled_one(empty_hf_cache, monkeypatch):
+    """A link that opens on the Hub model offline (no click, so no model before it): back to the bundled model."""
+    from pagetest import open_app
+    from gptviz.weights import bundled_models
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    at = open_app(model_source=K.SOURCE_PRETRAINED, hf_name="gpt2")
+    assert "the Hub cannot be reached" in " ".join(e.value for e in at.error)
+    at.button(key=K.MODEL_BACK).click().run()
+    assert not at.exception and not at.error
+    assert at.session_state[K.MODEL_SPEC].source == K.SOURCE_BUNDLED
+    assert at.session_state[K.MODEL_SPEC].name in bundled_models()

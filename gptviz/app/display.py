@@ -9,7 +9,7 @@ import re
 
 import streamlit as st
 
-from ..export import csv_bytes, figure_file_name, figure_html
+from ..export import annotation_min_widths, annotation_width_css, csv_bytes, figure_file_name, figure_html
 from . import keys as K
 
 EXPORT_FORMATS = ("png", "svg")
@@ -18,6 +18,7 @@ EXPORT_FORMATS = ("png", "svg")
 MODEBAR_REMOVED = ("zoomIn2d", "zoomOut2d", "autoScale2d", "select2d", "lasso2d")
 HTML_HELP = "This figure as one HTML file that opens offline in any browser, with zoom and hover."
 
+SAVED_WIDE_FIGURE_PX = 1000  # px: the camera's image of a figure whose annotations hide when narrow
 MEAN_HEAD = -1  # a head picker's option for the mean of a layer's heads
 
 
@@ -30,18 +31,26 @@ def md_text(text: str) -> str:
     return re.sub(r"([!-/:-@\[-`{-~])", r"\\\1", text)
 
 
-def plotly_config() -> dict:
+def plotly_config(fig=None) -> dict:
     """Plotly's own export (the camera button in each figure's toolbar, no internet), in the format
-    chosen in the sidebar."""
+    chosen in the sidebar. A figure whose annotations hide when narrow (a phone) is saved at a width showing them all:
+    the saved image draws every annotation, without the page's CSS."""
     fmt = st.session_state.get(K.EXPORT_FORMAT, "png")
-    return {"displaylogo": False, "toImageButtonOptions": {"format": fmt, "scale": 2 if fmt == "png" else 1},
-            "modeBarButtonsToRemove": list(MODEBAR_REMOVED)}
+    image = {"format": fmt, "scale": 2 if fmt == "png" else 1}
+    widths = annotation_min_widths(fig) if fig is not None else []
+    if any(widths):
+        image.update(width=max(max(widths), SAVED_WIDE_FIGURE_PX), height=fig.layout.height)
+    return {"displaylogo": False, "toImageButtonOptions": image, "modeBarButtonsToRemove": list(MODEBAR_REMOVED)}
 
 
 def show_figure(fig, key: str | None = None, **kwargs):
     """st.plotly_chart with the shared export settings, and a button that downloads the figure as a standalone
     interactive HTML file (built only when clicked; clicking reruns nothing). Use it for every figure."""
-    chart = st.plotly_chart(fig, config=plotly_config(), key=key, **kwargs)
+    if key:  # labels placed for a wide figure hide in a narrow one (style only: numbers and the key, no figure text)
+        css = annotation_width_css(fig, f".st-key-{key}")
+        if css:
+            st.html(css)
+    chart = st.plotly_chart(fig, config=plotly_config(fig), key=key, **kwargs)
     seq = st.session_state.get(K.FIGURE_SEQ, 0)
     st.session_state[K.FIGURE_SEQ] = seq + 1
     st.download_button("Interactive HTML", data=lambda: figure_html(fig), file_name=figure_file_name(fig),

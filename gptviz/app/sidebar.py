@@ -37,6 +37,10 @@ MAX_PROMPT_CHARS = 20_000
 # model.safetensors, is 548,105,171 bytes: 124,439,808 float32 weights, the 1024 x 1024 float32 causal mask each of
 # its 12 layers stores (50,331,648 bytes), and the file's header. The download checks the Hub's stated size again.
 HUB_GPT2, HUB_GPT2_BYTES = "gpt2", 548_105_171
+# The sidebar's model settings: what "Back to ..." restores after a model that fails to load (issue 32). The page's
+# own settings need no copy: a page without a model ends its run with st.stop(), and Streamlit forgets the values of
+# widgets a run did not draw only after a run that was not stopped; the prompt is drawn in every run.
+MODEL_KEYS = (K.MODEL_SOURCE, K.HF_NAME, K.NORM, K.PRESET, K.SEED, K.TRAINED_RUN, K.DEVICE, K.DTYPE)
 # Presets above this size are slow to initialise on a laptop CPU; the sidebar says so.
 LARGE_MODEL_PARAMS = 400_000_000
 
@@ -149,9 +153,58 @@ def model_picker() -> ModelSpec | None:
     return SOURCE_PICKERS[source](norm, device, dtype)
 
 
+class ReturnPoint(NamedTuple):
+    """A model to go back to: its spec (None: none had loaded) and the sidebar settings that name it (MODEL_KEYS;
+    one not among them was unset)."""
+    spec: ModelSpec | None
+    values: dict
+
+
+def remember_return_point() -> None:
+    """Keep the sidebar's model settings before switching away from them, for a way back if the new model fails."""
+    state = st.session_state
+    values = {key: state[key] for key in MODEL_KEYS if key in state}
+    state[K.MODEL_RETURN] = ReturnPoint(state.get(K.MODEL_SPEC), values)
+
+
 def _use_hub_gpt2() -> None:
+    remember_return_point()
     st.session_state[K.MODEL_SOURCE] = K.SOURCE_PRETRAINED
     st.session_state[K.HF_NAME] = HUB_GPT2
+
+
+def return_point(failed: ModelSpec) -> ReturnPoint:
+    """Where "Back to ..." goes after `failed` did not load: the model before the Hub click, or else the default
+    source (the bundled model of the wiring in use, where there is one)."""
+    back = st.session_state.get(K.MODEL_RETURN)
+    if back is not None and back.spec is not None and back.spec != failed:
+        return back
+    state = st.session_state
+    source = _default_source()
+    name = _bundled_twin(failed.norm) if source == K.SOURCE_BUNDLED else None
+    spec = ModelSpec(source, name, failed.norm, 0, failed.device, failed.dtype) if name else None
+    kept = {key: state[key] for key in MODEL_KEYS if key in state and key != K.HF_NAME}
+    return ReturnPoint(spec, {**kept, K.MODEL_SOURCE: source})
+
+
+def _go_back(back: ReturnPoint) -> None:
+    state = st.session_state
+    state.pop(K.MODEL_RETURN, None)
+    for key in MODEL_KEYS:
+        if key in back.values:
+            state[key] = back.values[key]
+        else:
+            state.pop(key, None)  # unset before: a Hub id left behind would travel in the link
+
+
+def way_back(failed: ModelSpec) -> None:
+    """A button under a failed load's message that returns to the model before it (the page keeps its view)."""
+    back = return_point(failed)
+    if back.spec == failed or (back.spec is None and back.values[K.MODEL_SOURCE] == failed.source):
+        return  # the default is what failed: nowhere else to go
+    name = back.spec.label() if back.spec is not None else "the default model"
+    st.button(md_text(f"Back to {name}"), key=K.MODEL_BACK, on_click=_go_back, args=(back,), type="primary",
+              icon=":material/undo:", help="The model you had before, with the page and the prompt as you left them.")
 
 
 def hub_gpt2_button() -> None:
@@ -250,9 +303,12 @@ def current_model() -> tuple[ModelSpec, GPT] | None:
         return None
     try:
         with st.spinner(md_text(f"Loading {spec.label()}...")):
-            return spec, load_model(spec)
+            model = load_model(spec)
+        st.session_state.pop(K.MODEL_RETURN, None)  # loaded: no way back needed, and none left to go stale
+        return spec, model
     except (ConfigError, CheckpointError, LimitError, ValueError, OSError, RuntimeError) as err:
         st.error(md_text(f"Could not load {spec.label()}: {err}"))  # the name is the visitor's text
+        way_back(spec)
         return None
 
 

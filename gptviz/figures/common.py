@@ -34,6 +34,12 @@ def token_axis(labels: list[str], max_ticks: int = 64, start: int = 0) -> dict:
     return dict(tickmode="array", tickvals=[start + i for i in shown], ticktext=[labels[i] for i in shown])
 
 
+# A figure's layout.meta entry: for each of its annotations in order, the figure width in px below which it is hidden
+# (labels placed for a wide figure that would pile up in a narrow one; display.show_figure and export.figure_html
+# turn it into CSS)
+ANNOTATION_MIN_WIDTH = "annotation_min_width"
+
+
 def token_categories(labels: list[str]) -> list[str]:
     """The labels as distinct category names that draw the same: a repeat gets zero-width spaces appended, so it
     keeps its own column on a category axis (which would otherwise merge it with the first)."""

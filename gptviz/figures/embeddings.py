@@ -5,8 +5,8 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .common import (DIVERGING_SCALE, apply_layout, escaped, title_room, token_axis, token_categories,
-                     token_category_axis, visible_length)
+from .common import (ANNOTATION_MIN_WIDTH, DIVERGING_SCALE, apply_layout, escaped, title_room, token_axis,
+                     token_categories, token_category_axis, visible_length)
 
 # short: on a phone a panel is about 50 px wide, and "token embedding", "+ position embedding" ran into each other
 # (the section's heading says it in full: "Token + position = what block 0 receives")
@@ -79,45 +79,87 @@ def position_similarity(sim) -> go.Figure:
     return apply_layout(fig, title=f"Cosine similarity between all {n} position embeddings", height=520)
 
 
-# Label placement for the PCA's prompt tokens, in pixels of a plot this size (a desktop column; a phone's is smaller
-# and hides more): Plotly's own "top center" text piled close tokens into one ("Butsoft").
-PCA_PLOT_PX = (640, 300)  # 520 px tall less a two-line title, the axis titles and the legend
+# Label placement for the PCA's prompt tokens: Plotly's own "top center" text piled close tokens into one
+# ("Butsoft"), and labels placed for a desktop's 850 px of plot piled up again on a phone's 270 px. Labels come in
+# tiers by the figure's drawn width: a tier's labels show from its width up (display.show_figure hides them below it
+# with a CSS container query), each placed where it meets no label of its own or an earlier tier and no point's
+# marker at any width from there up.
+LABEL_MIN_WIDTHS = (0, 420, 600, 800, 1000)  # px of figure width from which each tier's labels show
+FIGURE_WIDTH_PX = (300, 1800)   # the narrowest figure placed for (a 320 px phone's) and the widest
+PLOT_MARGIN_PX = (80, 100)      # the figure's width less its plot's (the y axis's ticks and title, the margins)
+PLOT_HEIGHT_PX = (290, 340)     # 520 px less the title, the x axis's title and the legend: a phone's, a desktop's
+MAX_LABELLED = 200              # prompt tokens tried for a label: no plot here has room for a label on more
 LABEL_FONT = 12
-LABEL_OFFSETS = ((0, 11), (0, -11), (1, 0), (-1, 0), (1, 11), (-1, 11), (1, -11), (-1, -11))  # (side, dy px)
+LABEL_GAP = 1                   # px kept clear around each label
+LABEL_OFFSETS = np.array(((0, 11), (0, -11), (1, 0), (-1, 0), (1, 11), (-1, 11), (1, -11), (-1, -11)),
+                         dtype=float)  # (side, dy px): centred above/below, or starting/ending 6 px right/left of it
 
 
-def label_box(x_px: float, y_px: float, text: str, side: int, dy: float) -> tuple[float, float, float, float]:
-    """(left, bottom, right, top) in pixels of a label beside a point: centred above/below it (side 0) or starting
-    6 px right of it (side 1) or ending 6 px left of it (side -1); y grows upwards."""
-    w, h = 0.62 * LABEL_FONT * max(visible_length(text), 1), 1.25 * LABEL_FONT
-    cx = x_px + side * (6 + w / 2)
-    cy = y_px + dy
-    return cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2
+def label_size(text: str) -> tuple[float, float]:
+    """A label's width and height in pixels, generously (Plotly draws an average character narrower)."""
+    return 0.62 * LABEL_FONT * max(visible_length(text), 1), 1.25 * LABEL_FONT
 
 
-def _overlap(a, b) -> bool:
-    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
-
-
-def place_labels(xy: np.ndarray, labels: list[str], extent: tuple[float, float, float, float],
-                 plot_px: tuple[int, int] = PCA_PLOT_PX) -> list[tuple[int, int, float]]:
-    """For each point that gets a label, (index, side, dy): the first offset whose box meets no label already
-    placed and no other labelled point's marker. Points keep their order; those with no free place go unlabelled
-    (hover still names them)."""
+def _tier_scales(extent: tuple[float, float, float, float], min_width: int) -> tuple[np.ndarray, np.ndarray]:
+    """Pixels per data unit along x and y at the two ends of the sizes a tier is drawn at (its narrowest figure and
+    the widest); placement is checked at both ends, which covers every size between (positions are linear in it)."""
     x0, x1, y0, y1 = extent
-    sx, sy = plot_px[0] / max(x1 - x0, 1e-12), plot_px[1] / max(y1 - y0, 1e-12)
-    px = [((x - x0) * sx, (y - y0) * sy) for x, y in xy]
-    markers = [(x - 5, y - 5, x + 5, y + 5) for x, y in px]
-    placed, boxes = [], []
-    for i, ((x, y), text) in enumerate(zip(px, labels)):
-        for side, dy in LABEL_OFFSETS:
-            box = label_box(x, y, text, side, dy)
-            if not any(_overlap(box, b) for b in boxes) and not any(
-                    _overlap(box, m) for j, m in enumerate(markers) if j != i):
-                placed.append((i, side, dy))
-                boxes.append(box)
-                break
-    return placed
+    narrowest = max(min_width, FIGURE_WIDTH_PX[0]) - PLOT_MARGIN_PX[1]
+    widest = FIGURE_WIDTH_PX[1] - PLOT_MARGIN_PX[0]
+    sx = np.array([narrowest, widest], dtype=float) / max(x1 - x0, 1e-12)
+    sy = np.array(PLOT_HEIGHT_PX, dtype=float) / max(y1 - y0, 1e-12)
+    return sx, sy
+
+
+def _apart(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Whether boxes a and b ([..., (left, bottom, right, top), (narrowest, widest)], broadcasting) are apart at every
+    size between the two ends: on the same side of each other, across or up, at both ends."""
+    both = lambda cond: cond.all(axis=-1)  # noqa: E731
+    return (both(b[..., 0, :] >= a[..., 2, :]) | both(b[..., 2, :] <= a[..., 0, :])
+            | both(b[..., 1, :] >= a[..., 3, :]) | both(b[..., 3, :] <= a[..., 1, :]))
+
+
+def place_labels(xy: np.ndarray, labels: list[str], extent: tuple[float, float, float, float]
+                 ) -> list[tuple[int, int, float, int]]:
+    """For each point that gets a label, (index, side, dy, min_width): the narrowest tier from which it shows and the
+    first offset whose box meets no label already placed and no other point's marker at any size that tier is drawn
+    at. Points keep their order, narrow tiers first; those with no free place go unlabelled (hover names them)."""
+    xy = np.asarray(xy, dtype=float).reshape(-1, 2)
+    n = min(len(xy), MAX_LABELLED)
+    size = np.array([label_size(text) for text in labels[:n]]).reshape(-1, 2)
+    placed: list[tuple[int, int, int]] = []   # (point, offset, min_width)
+    for min_width in LABEL_MIN_WIDTHS:
+        sx, sy = _tier_scales(extent, min_width)
+        px, py = (xy[:, :1] - extent[0]) * sx, (xy[:, 1:] - extent[2]) * sy      # [points, 2 sizes]
+        markers = np.stack((px - 5, py - 5, px + 5, py + 5), axis=1)             # [points, 4, 2]
+        cand = np.stack(_label_box(px[:n, None], py[:n, None], size[:, None, :],
+                                   LABEL_OFFSETS[None, :, 0, None], LABEL_OFFSETS[None, :, 1, None]), axis=2)
+        # [n, offsets, 4, 2]; a first cut: the markers each candidate might meet, those not apart from the box
+        # around all its offsets
+        outline = np.concatenate([cand[:, :, :2].min(axis=1), cand[:, :, 2:].max(axis=1)], axis=1)  # [n, 4, 2]
+        near = ~_apart(outline[:, None], markers[None])                            # [n, points]
+        near[np.arange(n), np.arange(n)] = False                                  # its own marker is allowed
+        taken = np.empty((n, 4, 2))                                               # the labels placed so far
+        for j, (i, k, _) in enumerate(placed):                                    # earlier tiers', at these sizes
+            taken[j] = cand[i, k]
+        labelled = {i for i, *_ in placed}
+        for i in (i for i in range(n) if i not in labelled):
+            others = np.concatenate([markers[near[i]], taken[:len(placed)]])
+            free = _apart(cand[i][:, None], others[None]).all(axis=1)             # [offsets]
+            if free.any():
+                k = int(np.argmax(free))
+                taken[len(placed)] = cand[i, k]
+                placed.append((i, k, min_width))
+    return [(i, int(LABEL_OFFSETS[k, 0]), float(LABEL_OFFSETS[k, 1]), min_width) for i, k, min_width in placed]
+
+
+def _label_box(x, y, size, side, dy) -> tuple:
+    """(left, bottom, right, top) of a label of size (w, h) beside a point at (x, y), y growing upwards: centred
+    above/below it (side 0), or starting 6 px right of it (side 1), or ending 6 px left of it (side -1); LABEL_GAP
+    around it. Broadcasts (size's last axis is w, h)."""
+    w, h = size[..., 0:1], size[..., 1:2]
+    cx, cy = x + side * (6 + w / 2), y + dy
+    return (cx - w / 2 - LABEL_GAP, cy - h / 2 - LABEL_GAP, cx + w / 2 + LABEL_GAP, cy + h / 2 + LABEL_GAP)
 
 
 def pca_scatter(vocab_xy, vocab_labels: list[str], prompt_xy, prompt_labels: list[str],
@@ -139,10 +181,14 @@ def pca_scatter(vocab_xy, vocab_labels: list[str], prompt_xy, prompt_labels: lis
     both = np.concatenate([v.reshape(-1, 2), p.reshape(-1, 2)]) if len(p) else v.reshape(-1, 2)
     if len(p) and len(both):
         extent = (float(both[:, 0].min()), float(both[:, 0].max()), float(both[:, 1].min()), float(both[:, 1].max()))
-        for i, side, dy in place_labels(p, prompt_labels, extent):
-            fig.add_annotation(x=float(p[i, 0]), y=float(p[i, 1]), text=prompt_labels[i], showarrow=False,
-                               xanchor={0: "center", 1: "left", -1: "right"}[side], xshift=6 * side, yshift=dy,
-                               font=dict(size=LABEL_FONT, color="#7a1c1c"))
+        placed = place_labels(p, prompt_labels, extent)
+        # in one go: fig.add_annotation took about 20 ms each
+        fig.update_layout(annotations=[dict(
+            x=float(p[i, 0]), y=float(p[i, 1]), text=prompt_labels[i], showarrow=False,
+            xanchor={0: "center", 1: "left", -1: "right"}[side], xshift=6 * side, yshift=dy,
+            font=dict(size=LABEL_FONT, color="#7a1c1c")) for i, side, dy, _ in placed],
+            # display.show_figure hides each annotation where the figure is drawn narrower than this
+            meta={ANNOTATION_MIN_WIDTH: [min_width for *_, min_width in placed]})
     fig.update_xaxes(title_text=f"PC1 ({explained[0]:.1%} of variance)")
     fig.update_yaxes(title_text=f"PC2 ({explained[1]:.1%} of variance)")
     return apply_layout(fig, title="Token embeddings, first two principal components", height=520,

@@ -491,5 +491,5 @@ def fetch_checked(repo_id: str, folder: Path, budget: int | None = None) -> Path
 def _offline_message(repo_id: str) -> str:
     names = ", ".join(bundled_models()) or "none"
     return (f"{repo_id!r} is not in the local Hugging Face cache and the Hub cannot be reached. On a machine "
-            f"with internet run `hf download {repo_id}` (or save_pretrained to a folder) and copy "
+            f"with internet run 'hf download {repo_id}' (or save_pretrained to a folder) and copy "
             f"the folder here, then pass its path. Bundled models that work offline: {names}.")

@@ -44,4 +44,5 @@ def logit_lens(model: GPT, cache) -> LogitLens:
         top_ids.append(i)
         top_probs.append(p)
         target_probs.append(probs.gather(-1, target[:, None])[:, 0])
+        del probs  # else it lives on beside the next state's logits and probabilities: three [T, vocab] at once
     return LogitLens(torch.stack(top_ids), torch.stack(top_probs), target, torch.stack(target_probs))

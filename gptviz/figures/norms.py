@@ -287,11 +287,16 @@ def stage_history(runs: dict[str, list[dict]], boundaries: list[tuple[int, str]]
     return apply_layout(fig, None, height=420, legend=dict(orientation="h", yanchor="top", y=-0.18, x=0))
 
 
-def warmup_losses(bands: dict[str, tuple[np.ndarray, np.ndarray]], colors: dict[str, str]) -> go.Figure:
+def warmup_losses(bands: dict[str, tuple[np.ndarray, np.ndarray]], colors: dict[str, str],
+                  baseline: float | None = None) -> go.Figure:
+    """Each arm's mean loss per step with a ± sd band; `baseline` (the frequency-only loss) as a dotted line."""
     fig = go.Figure()
     for arm, (mean, sd) in bands.items():
         for trace in _band(np.arange(1, len(mean) + 1), mean, sd, colors[arm], arm, True, arm):
             fig.add_trace(trace)
+    if baseline is not None:
+        fig.add_hline(y=baseline, line_dash="dot", line_color="grey", annotation_position="top right",
+                      annotation_text=f"frequency-only loss {baseline:.2f}")
     fig.update_xaxes(title_text="step")
     fig.update_yaxes(title_text="training loss, mean ± sd over seeds")
     return apply_layout(fig, None, height=360, legend=dict(orientation="h", yanchor="top", y=-0.22, x=0))

@@ -41,8 +41,14 @@ state = st.session_state
 INTRO = ("Where the LayerNorm sits decides how signals and gradients move through the stack. Pre-norm "
          "(GPT-2) normalises the input of each sub-layer and leaves the residual stream alone: "
          "x + f(LN(x)). Post-norm (GPT-1, the original Transformer) normalises after each residual "
-         "addition: LN(x + f(x)). Here the two wirings run on the same weights, so every difference you see "
-         "comes from the wiring alone.")
+         "addition: LN(x + f(x)).\n\n"
+         "**Same weights, two wirings** runs one set of random weights both ways, so every difference there comes "
+         "from the wiring alone. **The paper's setting** checks Xiong et al.'s (2020) claims at their own "
+         "initialisation. **Trained twins** compares the two bundled models the sidebar's LayerNorm toggle switches "
+         "between: trained separately, they grew their heads in different places, so heads are paired by what they "
+         "do (attention-pattern similarity, with each head's previous-token and induction scores), not by index.")
+TOP_LINE = ("With the bundled models, the sidebar's LayerNorm toggle switches between two separately trained models; "
+            "**Trained twins** shows them side by side, heads matched by role.")
 
 
 # ---- cached computations -------------------------------------------------------------------------------------
@@ -856,7 +862,7 @@ def whole_history_section(bundled: dict, names: dict[str, str]) -> None:
 
 def main() -> None:
     st.title("Pre-norm vs post-norm")
-    st.caption(INTRO)
+    st.caption(TOP_LINE, help=INTRO)
     tab1, tab_paper, tab2 = st.tabs(list(TABS))
     with tab1:
         same_weights_section()

@@ -78,6 +78,14 @@ def test_same_weights_section_shows_measured_values_and_reruns_run_no_model():
 
 
 @pytest.mark.slow
+def test_the_top_line_says_the_toggle_switches_between_two_trained_models():
+    """Issue 33: a visitor who toggles the wiring must not read the twins' heads as one model's heads."""
+    at = open_page(**TINY)
+    top = at.caption[0]
+    assert "two separately trained models" in top.value and "heads matched by role" in top.value
+    assert "not by index" in top.help   # the longer story waits in the tooltip
+
+
 def test_prompt_input_and_the_init_control():
     at = open_page(**dict(TINY, norms_input="prompt", norms_init="xavier"))
     ids = get_tokenizer().encode(sidebar.DEFAULT_PROMPT)

@@ -142,12 +142,13 @@ def test_no_verdict_while_running_or_before_the_warmup_ended():
 
 
 def test_the_frequency_baseline_is_the_training_splits_unigram_entropy():
-    tokens = torch.tensor([1, 1, 2, 3] * 25 + [9] * 12)   # split(…, 0.1) keeps the first 100: 1 half, 2 and 3 a quarter
+    tokens = torch.tensor([1, 1, 2, 3] * 25 + [9] * 12)   # split(…, 0.1) keeps the first 100: 1 half, 2 and 3
+    # a quarter each
     assert warmup.frequency_baseline(tokens) == pytest.approx(-(0.5 * np.log(0.5) + 2 * 0.25 * np.log(0.25)))
     out = warmup.outcome(synthetic_logs(cold=[7.0, 7.2], warm=[6.0, 6.2], pre=[5.0, 5.1]))
     assert warmup.baseline_line(out, 6.5) == ("A model that knows only how often each token comes scores 6.500 nats on "
-                                              "this text; below it: post-norm, warmup, pre-norm, no warmup; at or "
-                                              "above it: post-norm, no warmup.")
+                                              "this text; below it: post-norm with warmup and pre-norm without "
+                                              "warmup; at or above it: post-norm without warmup.")
     assert "no arm ended below it" in warmup.baseline_line(out, 4.0)
 
 

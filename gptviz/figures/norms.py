@@ -296,9 +296,10 @@ def warmup_losses(bands: dict[str, tuple[np.ndarray, np.ndarray]], colors: dict[
     for arm, (mean, sd) in bands.items():
         for trace in _band(np.arange(1, len(mean) + 1), mean, sd, colors[arm], arm, True, arm):
             fig.add_trace(trace)
-    if baseline is not None:
-        fig.add_hline(y=baseline, line_dash="dot", line_color="grey", annotation_position="top right",
-                      annotation_text=f"frequency-only loss {baseline:.2f}")
+    if baseline is not None:  # a legend entry, not an annotation: a label on the line sat on the curves
+        steps = max((len(mean) for mean, _ in bands.values()), default=1)
+        fig.add_trace(go.Scatter(x=[1, steps], y=[baseline, baseline], mode="lines", hoverinfo="skip",
+                                 line=dict(dash="dot", color="grey"), name=f"frequency-only loss {baseline:.2f}"))
     fig.update_xaxes(title_text="step")
     fig.update_yaxes(title_text="training loss, mean ± sd over seeds")
     return apply_layout(fig, None, height=360, legend=dict(orientation="h", yanchor="top", y=-0.22, x=0))

@@ -41,8 +41,14 @@ state = st.session_state
 INTRO = ("Where the LayerNorm sits decides how signals and gradients move through the stack. Pre-norm "
          "(GPT-2) normalises the input of each sub-layer and leaves the residual stream alone: "
          "x + f(LN(x)). Post-norm (GPT-1, the original Transformer) normalises after each residual "
-         "addition: LN(x + f(x)). Here the two wirings run on the same weights, so every difference you see "
-         "comes from the wiring alone.")
+         "addition: LN(x + f(x)).\n\n"
+         "**Same weights, two wirings** runs one set of random weights both ways, so every difference there comes "
+         "from the wiring alone. **The paper's setting** checks Xiong et al.'s (2020) claims at their own "
+         "initialisation. **Trained twins** compares the two bundled models the sidebar's LayerNorm toggle switches "
+         "between: trained separately, they grew their heads in different places, so heads are paired by what they "
+         "do (attention-pattern similarity, with each head's previous-token and induction scores), not by index.")
+TOP_LINE = ("With the bundled models, the sidebar's LayerNorm toggle switches between two separately trained models; "
+            "**Trained twins** shows them side by side, heads matched by role.")
 
 
 # ---- cached computations -------------------------------------------------------------------------------------
@@ -347,9 +353,11 @@ def attention_section(config: GPTConfig, ids: tuple[int, ...], pre: wiring.Wirin
         display.show_figure(fig_norms.attention_distance(tv), key=K.NORMS_TV_FIG)
 
 
-def show_attention_panels(pre: np.ndarray, post: np.ndarray, labels: list[str], title: str, key: str) -> None:
+def show_attention_panels(pre: np.ndarray, post: np.ndarray, labels: list[str], title: str, key: str,
+                          panel_names: tuple[str, str, str] = ("pre-norm", "post-norm", "post − pre")) -> None:
     """The two wirings' attention and their difference in three columns (a phone stacks them)."""
-    for i, (column, fig) in enumerate(zip(st.columns(3), fig_norms.attention_panels(pre, post, labels, title))):
+    figures = fig_norms.attention_panels(pre, post, labels, title, panel_names)
+    for i, (column, fig) in enumerate(zip(st.columns(3), figures)):
         with column:
             display.show_figure(fig, key=K.per_item(key, i))
 
@@ -489,17 +497,19 @@ def training_table(names: dict[str, str], histories: dict[str, dict]) -> dict[st
     return table
 
 
-def loss_curve_notes(runs: dict, histories: dict[str, dict]) -> None:
+def loss_curve_notes(runs: dict, histories: dict[str, dict]) -> list[str]:
     """What the loss figure's training curve averages over, when that is not what validation measures."""
+    notes = []
     switch = fig_train.full_vocab_switch(runs)
     if switch is not None:
-        st.caption(f"Before step {switch} (shaded) the training loss was normalised over only the token "
-                   f"ids the training text uses, a cheaper softmax, so it reads lower than a loss over all "
-                   f"50,257 ids; validation losses are always over all ids.")
+        notes.append(f"Before step {switch} (shaded) the training loss was normalised over only the token "
+                     f"ids the training text uses, a cheaper softmax, so it reads lower than a loss over all "
+                     f"50,257 ids; validation losses are always over all ids.")
     if any(h.get("settings", {}).get("copy_fraction") for h in histories.values()):
-        st.caption("The training loss averages over both kinds of window, the plays and the repeated "
-                   "random sequences (whose first copy no model can predict), so it is not comparable with "
-                   "the validation loss, which is on held-out plays only.")
+        notes.append("The training loss averages over both kinds of window, the plays and the repeated "
+                     "random sequences (whose first copy no model can predict), so it is not comparable with "
+                     "the validation loss, which is on held-out plays only.")
+    return notes
 
 
 def training_summary(names: dict[str, str], histories: dict[str, dict]) -> None:
@@ -533,7 +543,11 @@ def loss_curves_section(twins: wiring.TrainedTwins, names: dict[str, str], histo
     c = st.columns([1.6, 1])
     with c[0]:
         display.show_figure(fig_train.loss_curves(runs, smooth, refs), key=K.TWINS_LOSS_FIG)
-        loss_curve_notes(runs, histories)
+        notes = loss_curve_notes(runs, histories)
+        if notes:
+            with st.expander("Reading the training curve"):
+                for note in notes:
+                    st.caption(note)
     with c[1]:
         training_summary(names, histories)
     with st.expander("Gradient norm and learning rate during training"):
@@ -631,8 +645,8 @@ def twins_attention(tw: LoadedTwins) -> dict | None:
     a[2].caption(f"Trained separately, the twins grow their heads where training takes them, so the pre-norm twin's "
                  f"layer {layer}, head {head} is shown beside the post-norm head that attends most like it: layer "
                  f"{match.b[0]}, head {match.b[1]}, {where} (pattern similarity {match.similarity:.2f}).")
-    show_attention_panels(pats["pre"], pats["post"], tw.labels,
-                          f"Pre-norm L{layer}H{head} beside post-norm L{match.b[0]}H{match.b[1]}", K.TWINS_ATTN_FIG)
+    show_attention_panels(pats["pre"], pats["post"], tw.labels, "", K.TWINS_ATTN_FIG,
+                          (f"pre-norm L{layer}H{head}", f"post-norm match L{match.b[0]}H{match.b[1]}", "post − pre"))
     with st.expander("Every head and its match"):
         matches_table(matches, scores, probe_length(cfg))
     return caps
@@ -690,17 +704,15 @@ def trained_twins_section() -> None:
         return
     names = {"pre": twins.pre, "post": twins.post}
     recipe_note(bundled, names)
+    tw = load_twins(names)   # what toggling the wiring changes comes first: the heads matched by role, the outputs
+    caps = twins_attention(tw) if tw is not None else None
+    if caps is not None:
+        next_token_section(tw, caps)
     histories = {norm: wiring.load_history(bundled[name]) for norm, name in names.items()}
     loss_curves_section(twins, names, histories)
     whole_history_section(bundled, names)
-    tw = load_twins(names)
-    if tw is None:
-        return
-    caps = twins_attention(tw)
-    if caps is None:
-        return
-    next_token_section(tw, caps)
-    twins_generation(tw)
+    if caps is not None:
+        twins_generation(tw)
 
 
 # ---- section 3: the paper's setting, and the twins' whole history ----------------------------------------------
@@ -856,7 +868,7 @@ def whole_history_section(bundled: dict, names: dict[str, str]) -> None:
 
 def main() -> None:
     st.title("Pre-norm vs post-norm")
-    st.caption(INTRO)
+    st.caption(TOP_LINE, help=INTRO)
     tab1, tab_paper, tab2 = st.tabs(list(TABS))
     with tab1:
         same_weights_section()

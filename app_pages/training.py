@@ -17,7 +17,8 @@ from gptviz.generate import generate
 from gptviz.params import total_params
 from gptviz.tokenizer import decode
 from gptviz.train import TrainSettings
-from gptviz.training_jobs import FAILED, STOPPED, Job, JobRegistry, JobSnapshot, JobSpec, start_warmup
+from gptviz.training_jobs import (FAILED, STOPPED, Job, JobRegistry, JobSnapshot, JobSpec, corpus_tokens,
+                                  start_warmup)
 
 state = st.session_state
 VOCAB = PRESETS["tiny"].vocab_size
@@ -308,6 +309,16 @@ def finished_run(job: Job) -> None:
 # ---- the warmup scenario ------------------------------------------------------------------------------------------
 
 WARMUP_COLORS = {"post-norm, no warmup": "#d62728", "post-norm, warmup": "#ff9896", "pre-norm, no warmup": "#1f77b4"}
+WARMUP_TRIED = ("Settings tried, each reported in benchmarks/README.md (section Warmup) whatever it showed, all fixed "
+                "before the runs: peak lr 1e-3, 3e-3 and 1e-2 at this shape and length; before them, 60-step runs at "
+                "lr 0.01 and 0.1. This page runs the setting the protocol picked by its rule, written before the runs: "
+                "the first of the three whose verdict said the claim shows.")
+
+
+@st.cache_data(max_entries=1, show_spinner=False)
+def warmup_baseline() -> float:
+    """The training text's frequency-only loss, the reference beside the warmup outcome."""
+    return warmup.frequency_baseline(corpus_tokens())
 
 
 def start_warmup_run(registry: JobRegistry, scenario: warmup.Scenario) -> None:
@@ -341,9 +352,10 @@ def warmup_view(job: Job, live_at_start: bool) -> None:
     out = warmup.outcome(logs)
     if out is not None:  # both lines read off the runs' losses (gptviz.warmup.outcome), never written in advance
         verdict = warmup.verdict_so_far(out, snap.finished, job.scenario.warmup)
-        st.markdown(f"**{out.sentence}** {verdict}", help=f"Rule: {out.rule}.")
+        st.markdown(f"**{out.sentence}** {warmup.baseline_line(out, warmup_baseline())} {verdict}",
+                    help=f"Rule: {out.rule}.")
     display.show_figure(fig_norms.warmup_losses({arm: warmup.mean_band(logs, arm) for arm in warmup.ARMS},
-                                                WARMUP_COLORS), key=K.TRAIN_WARMUP_LOSS_FIG)
+                                                WARMUP_COLORS, warmup_baseline()), key=K.TRAIN_WARMUP_LOSS_FIG)
     st.caption("Each layer's FFN gradient norm (W1 and W2 together) per step, mean over seeds, one colour scale:")
     warmup_grad_columns({arm: warmup.ffn_grad_grid(logs, arm) for arm in warmup.ARMS})
 
@@ -360,11 +372,12 @@ def warmup_scenario(registry: JobRegistry) -> None:
     """Does post-norm need warmup and pre-norm not? Nine small runs in the background, the outcome computed."""
     scenario = warmup.PAGE_SCENARIO
     with st.expander("Warmup: does post-norm need it, and pre-norm not?", expanded=bool(state.get(K.TRAIN_WARMUP_JOB))):
-        st.caption(f"{scenario.layers} layers, d_model {scenario.width}, {scenario.init} init, peak lr {scenario.lr:g}, "
-                   f"no clipping, {scenario.steps} steps of {scenario.batch_size}×{scenario.block} tokens: post-norm "
-                   f"without warmup, post-norm with {scenario.warmup} warmup steps and pre-norm without, each from the "
-                   f"same weights on the same batches, for {scenario.seeds} seeds ({len(scenario.run_names())} runs in "
-                   "lockstep; the progress bar gives the time left).")
+        st.caption(f"Post-norm with and without warmup, and pre-norm without, from the same weights on the same "
+                   f"batches: {len(scenario.run_names())} runs in the background (the progress bar gives the time "
+                   "left).", help=f"{scenario.layers} layers, d_model {scenario.width}, {scenario.init} init, peak lr "
+                   f"{scenario.lr:g}, AdamW betas (0.9, {scenario.beta2:g}), no clipping or weight decay, "
+                   f"{scenario.steps} steps of {scenario.batch_size}×{scenario.block} tokens; the warmup arm ramps "
+                   f"up over {scenario.warmup} steps; {scenario.seeds} seeds, run in lockstep.\n\n{WARMUP_TRIED}")
         st.button("Run the warmup scenario", key=K.TRAIN_WARMUP_RUN, on_click=start_warmup_run,
                   args=(registry, scenario))
         job = registry.get(state.get(K.TRAIN_WARMUP_JOB))

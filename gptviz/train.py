@@ -31,6 +31,7 @@ class TrainSettings:
     min_lr_ratio: float = 0.1       # cosine decays to lr * this
     warmup: int = 100               # linear warmup steps (0 = none)
     weight_decay: float = 0.1       # on matrices only, not on biases, norms or embeddings' positions
+    beta2: float = 0.95             # AdamW's second-moment decay (Xiong et al. 2020 used 0.98); beta1 is 0.9
     grad_clip: float = 1.0          # max global gradient norm (0 = no clipping)
     val_fraction: float = 0.1
     eval_every: int = 100
@@ -64,7 +65,8 @@ class TrainSettings:
             return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
         ints = ("steps", "batch_size", "warmup", "eval_every", "eval_batches", "seed", "copy_vocab")
-        floats = ("lr", "min_lr_ratio", "weight_decay", "grad_clip", "val_fraction", "copy_fraction", "copy_any_share")
+        floats = ("lr", "min_lr_ratio", "weight_decay", "beta2", "grad_clip", "val_fraction", "copy_fraction",
+                  "copy_any_share")
         bad = [n for n in ints if not whole(getattr(self, n))] + [n for n in floats if not number(getattr(self, n))]
         if self.block_size is not None and not whole(self.block_size):
             bad.append("block_size")
@@ -76,7 +78,8 @@ class TrainSettings:
                   "warmup": self.warmup >= 0, "eval_every": self.eval_every >= 1,
                   "val_fraction": 0 < self.val_fraction < 1, "grad_clip": self.grad_clip >= 0,
                   "min_lr_ratio": 0 <= self.min_lr_ratio <= 1, "eval_batches": self.eval_batches >= 1,
-                  "weight_decay": self.weight_decay >= 0, "copy_fraction": 0 <= self.copy_fraction <= 1,
+                  "weight_decay": self.weight_decay >= 0, "beta2": 0 <= self.beta2 < 1,
+                  "copy_fraction": 0 <= self.copy_fraction <= 1,
                   "copy_any_share": 0 <= self.copy_any_share <= 1,
                   "copy_vocab": self.copy_vocab >= 0,
                   "block_size": self.block_size is None or self.block_size >= 1}
@@ -205,7 +208,7 @@ class Trainer:
         no_decay = [p for n, p in model.named_parameters() if p.dim() < 2 or n.startswith("wpe")]
         self.optimizer = torch.optim.AdamW(
             [{"params": decay, "weight_decay": settings.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-            lr=settings.lr, betas=(0.9, 0.95))
+            lr=settings.lr, betas=(0.9, settings.beta2))
         self.history: list[StepLog] = []
         self.started = time.perf_counter()
 

@@ -410,7 +410,7 @@ def warmup_spec(scenario) -> JobSpec:
     from .warmup import ARMS, split_name
     configs = {name: scenario.config(ARMS[split_name(name)[0]][0]) for name in scenario.run_names()}
     settings = TrainSettings(steps=scenario.steps, batch_size=scenario.batch_size, block_size=scenario.block,
-                             lr=scenario.lr, warmup=scenario.warmup, grad_clip=0.0)
+                             lr=scenario.lr, warmup=scenario.warmup, grad_clip=0.0, beta2=scenario.beta2)
     return JobSpec(configs, settings, scenario.init, scenario.label)
 
 

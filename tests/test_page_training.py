@@ -161,7 +161,9 @@ def test_the_warmup_scenario_shows_what_the_library_computes(monkeypatch):
     small = warmup.Scenario(**WARMUP_SMALL)
     monkeypatch.setattr(warmup, "PAGE_SCENARIO", small)
     at = open_page(**TINY)
-    assert any(f"for {small.seeds} seeds ({len(small.run_names())} runs" in c.value for c in at.caption)
+    caption = next(c for c in at.caption if c.value.startswith("Post-norm with and without warmup"))
+    assert f"{len(small.run_names())} runs in the background" in caption.value
+    assert f"peak lr {small.lr:g}, AdamW betas (0.9, {small.beta2:g})" in caption.help
     at.button(key="train_warmup_run").click().run()
     assert not at.exception, at.exception
     job = REGISTRY.get(at.session_state["train_warmup_job"])
@@ -172,10 +174,13 @@ def test_the_warmup_scenario_shows_what_the_library_computes(monkeypatch):
     expected = warmup.run_scenario(small, corpus_tokens())
     out = warmup.outcome(expected)
     shown = [m.value for m in at.markdown if m.value.startswith("**Loss over steps")]
-    assert shown == [f"**{out.sentence}** {out.verdict}"]
+    baseline = warmup.frequency_baseline(corpus_tokens())
+    assert shown == [f"**{out.sentence}** {warmup.baseline_line(out, baseline)} {out.verdict}"]
     losses = next(f for f in pagetest.figures(at) if f["layout"]["yaxis"].get("title", {}).get("text", "").startswith(
         "training loss, mean ± sd"))
     means = {t["name"]: pagetest.array(t["y"]) for t in losses["data"] if t.get("mode") == "lines+markers"}
+    reference = [t for t in losses["data"] if t.get("name", "").startswith("frequency-only loss")]
+    assert [pagetest.array(t["y"]).tolist() for t in reference] == [pytest.approx([baseline, baseline])]
     assert set(means) == set(warmup.ARMS)
     for arm in warmup.ARMS:
         np.testing.assert_allclose(means[arm], warmup.mean_band(expected, arm)[0], rtol=1e-6)

@@ -155,10 +155,12 @@ def attention_pair(pre: np.ndarray, post: np.ndarray, labels: list[str], title: 
     return fig
 
 
-def attention_panels(pre: np.ndarray, post: np.ndarray, labels: list[str], title: str) -> list[go.Figure]:
+def attention_panels(pre: np.ndarray, post: np.ndarray, labels: list[str], title: str,
+                     panel_names: tuple[str, str, str] = ("pre-norm", "post-norm", "post − pre")) -> list[go.Figure]:
     """attention_pair's three heatmaps as three figures, each with its own colour bar (the two wirings' on the same
     0..1 scale), for columns that a phone stacks: three panels in one figure were 80 px each there, their tick
-    labels and colour bars over each other."""
+    labels and colour bars over each other. Each is titled "{title}: {panel name}", or the panel name alone when
+    `title` is empty (the twins name each panel's own head)."""
     labels = [plain(label) for label in labels]
     T = len(labels)
     diff = _masked(post) - _masked(pre)
@@ -172,15 +174,15 @@ def attention_panels(pre: np.ndarray, post: np.ndarray, labels: list[str], title
     names = token_categories(labels)
     axis = token_category_axis(names)
     figures = []
-    for name, z, scale, lo, hi, bar in (("pre-norm", _masked(pre), ATTENTION_SCALE, 0, 1, "weight"),
-                                        ("post-norm", _masked(post), ATTENTION_SCALE, 0, 1, "weight"),
-                                        ("post − pre", diff, DIVERGING_SCALE, -vmax, vmax, "post − pre")):
+    for name, z, scale, lo, hi, bar in ((panel_names[0], _masked(pre), ATTENTION_SCALE, 0, 1, "weight"),
+                                        (panel_names[1], _masked(post), ATTENTION_SCALE, 0, 1, "weight"),
+                                        (panel_names[2], diff, DIVERGING_SCALE, -vmax, vmax, "post − pre")):
         fig = go.Figure(go.Heatmap(z=z, x=names, y=names, colorscale=scale, zmin=lo, zmax=hi,
                                    customdata=custom, hovertemplate=hover, hoverongaps=False,
                                    colorbar=dict(title=dict(text=bar, side="top"), thickness=10, len=0.8)))
         fig.update_xaxes(**axis, tickangle=-60, title_text="key", showgrid=False, zeroline=False)
         fig.update_yaxes(**axis, autorange="reversed", title_text="query", showgrid=False, zeroline=False)
-        figures.append(apply_layout(fig, f"{title}: {name}", height=440, plot_bgcolor=MASKED_COLOR))
+        figures.append(apply_layout(fig, f"{title}: {name}" if title else name, height=440, plot_bgcolor=MASKED_COLOR))
     return figures
 
 
@@ -287,11 +289,17 @@ def stage_history(runs: dict[str, list[dict]], boundaries: list[tuple[int, str]]
     return apply_layout(fig, None, height=420, legend=dict(orientation="h", yanchor="top", y=-0.18, x=0))
 
 
-def warmup_losses(bands: dict[str, tuple[np.ndarray, np.ndarray]], colors: dict[str, str]) -> go.Figure:
+def warmup_losses(bands: dict[str, tuple[np.ndarray, np.ndarray]], colors: dict[str, str],
+                  baseline: float | None = None) -> go.Figure:
+    """Each arm's mean loss per step with a ± sd band; `baseline` (the frequency-only loss) as a dotted line."""
     fig = go.Figure()
     for arm, (mean, sd) in bands.items():
         for trace in _band(np.arange(1, len(mean) + 1), mean, sd, colors[arm], arm, True, arm):
             fig.add_trace(trace)
+    if baseline is not None:  # a legend entry, not an annotation: a label on the line sat on the curves
+        steps = max((len(mean) for mean, _ in bands.values()), default=1)
+        fig.add_trace(go.Scatter(x=[1, steps], y=[baseline, baseline], mode="lines", hoverinfo="skip",
+                                 line=dict(dash="dot", color="grey"), name=f"frequency-only loss {baseline:.2f}"))
     fig.update_xaxes(title_text="step")
     fig.update_yaxes(title_text="training loss, mean ± sd over seeds")
     return apply_layout(fig, None, height=360, legend=dict(orientation="h", yanchor="top", y=-0.22, x=0))

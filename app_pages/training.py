@@ -349,7 +349,7 @@ def warmup_view(job: Job, live_at_start: bool) -> None:
     logs = {name: records[:snap.steps_done] for name, records in snap.logs.items()}
     if snap.steps_done < 2 or len(logs) < len(job.scenario.run_names()):
         return
-    out = warmup.outcome(logs)
+    out = warmup.outcome(logs, warmup_baseline())
     if out is not None:  # both lines read off the runs' losses (gptviz.warmup.outcome), never written in advance
         verdict = warmup.verdict_so_far(out, snap.finished, job.scenario.warmup)
         st.markdown(f"**{out.sentence}** {warmup.baseline_line(out, warmup_baseline())} {verdict}",

@@ -51,14 +51,14 @@ def main() -> None:
     started, cpu_started = time.perf_counter(), time.process_time()
     logs = warmup.run_scenario(scenario, tokens, on_step=progress(scenario), cut_vocab=not args.full_vocab)
     seconds, cpu = time.perf_counter() - started, time.process_time() - cpu_started
-    out = warmup.outcome(logs)
+    baseline = warmup.frequency_baseline(tokens)
+    out = warmup.outcome(logs, baseline)
     print(scenario.label)
     steps = min(len(r) for r in logs.values())
     model_steps = max(1, steps * len(logs))
     print(f"{seconds:.0f} s wall, {cpu:.0f} s CPU on {args.threads} thread(s): {seconds / model_steps:.3f} s wall and "
           f"{cpu / model_steps:.3f} s CPU per model step; load average "
           f"{' '.join(f'{v:.1f}' for v in os.getloadavg())} at the end")
-    baseline = warmup.frequency_baseline(tokens)
     print(out.sentence)
     print(warmup.baseline_line(out, baseline))
     print(out.verdict)

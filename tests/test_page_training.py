@@ -172,9 +172,9 @@ def test_the_warmup_scenario_shows_what_the_library_computes(monkeypatch):
     at.run()
     assert not at.exception, at.exception
     expected = warmup.run_scenario(small, corpus_tokens())
-    out = warmup.outcome(expected)
-    shown = [m.value for m in at.markdown if m.value.startswith("**Loss over steps")]
     baseline = warmup.frequency_baseline(corpus_tokens())
+    out = warmup.outcome(expected, baseline)
+    shown = [m.value for m in at.markdown if m.value.startswith("**Loss over steps")]
     assert shown == [f"**{out.sentence}** {warmup.baseline_line(out, baseline)} {out.verdict}"]
     losses = next(f for f in pagetest.figures(at) if f["layout"]["yaxis"].get("title", {}).get("text", "").startswith(
         "training loss, mean ± sd"))

@@ -29,7 +29,8 @@ def test_runs_in_lockstep_from_the_same_weights(logs):
 
 
 def test_outcome_is_computed_from_the_losses(logs):
-    out = warmup.outcome(logs)
+    baseline = 7.0
+    out = warmup.outcome(logs, baseline)
     assert out.step == SMALL.steps
     for arm in warmup.ARMS:
         tails = [np.mean([r["train_loss"] for r in logs[warmup.run_name(arm, s)][-warmup.LAST:]])
@@ -38,8 +39,9 @@ def test_outcome_is_computed_from_the_losses(logs):
         assert out.arms[arm].sd == pytest.approx(np.std(tails, ddof=1))
         assert f"{out.arms[arm].mean:.3f} ± {out.arms[arm].sd:.3f}" in out.sentence
     cold, warm = out.arms["post-norm, no warmup"], out.arms["post-norm, warmup"]
-    assert out.post_needs_warmup == (cold.mean - warm.mean > cold.sd + warm.sd)
-    assert warmup.outcome({k: v[:3] for k, v in logs.items()}) is None
+    assert out.post_needs_warmup == (warm.mean < baseline and
+                                     cold.mean - warm.mean > max(cold.sd + warm.sd, warmup.MIN_EFFECT))
+    assert warmup.outcome({k: v[:3] for k, v in logs.items()}, baseline) is None
     assert warmup.ffn_grad_grid(logs, "pre-norm, no warmup").shape == (SMALL.layers, SMALL.steps)
 
 
@@ -117,7 +119,7 @@ def synthetic_logs(cold: list[float], warm: list[float], pre: list[float]) -> di
 
 
 def test_the_verdict_follows_the_numbers():
-    shows = warmup.outcome(synthetic_logs(cold=[7.0, 7.2], warm=[6.0, 6.2], pre=[6.0, 6.1]))
+    shows = warmup.outcome(synthetic_logs(cold=[7.0, 7.2], warm=[6.0, 6.2], pre=[6.0, 6.1]), baseline=6.5)
     assert shows.post_needs_warmup and shows.pre_fine_without
     assert shows.verdict.startswith("Post-norm needed warmup here (without it: 1.000 higher, beyond the sds' sum "
                                     "of 0.283)")
@@ -125,18 +127,28 @@ def test_the_verdict_follows_the_numbers():
     assert shows.verdict.endswith("claim shows in these runs.")
     assert "post-norm without warmup 7.100 ± 0.141; with warmup 6.100 ± 0.141; pre-norm without warmup 6.050" \
         in shows.sentence
-    opposite = warmup.outcome(synthetic_logs(cold=[6.0, 6.2], warm=[6.5, 6.7], pre=[7.5, 7.6]))
+    opposite = warmup.outcome(synthetic_logs(cold=[6.0, 6.2], warm=[6.5, 6.7], pre=[7.5, 7.6]), baseline=7.0)
     assert not opposite.post_needs_warmup and not opposite.pre_fine_without
     assert opposite.verdict.startswith("Post-norm did not clearly need warmup here (without it: 0.500 lower")
     assert "pre-norm without warmup did worse than post-norm with it (0.950 higher, beyond" in opposite.verdict
     assert opposite.verdict.endswith("claim does not show in these runs.")
     # within the spread: a higher no-warmup loss is not read as needing warmup
-    close = warmup.outcome(synthetic_logs(cold=[6.0, 6.6], warm=[6.0, 6.4], pre=[6.1, 6.3]))
+    close = warmup.outcome(synthetic_logs(cold=[6.0, 6.6], warm=[6.0, 6.4], pre=[6.1, 6.3]), baseline=6.5)
     assert not close.post_needs_warmup and "0.100 higher, within the sds' sum of 0.707" in close.verdict
+    # both post-norm arms on the frequency-only plateau: a gap beyond their tiny sds is not read as needing warmup
+    # (the first protocol's lr 3e-3 runs: 6.402 ± 0.000 without, 6.397 ± 0.001 with, the plateau at 6.315)
+    plateau = warmup.outcome(synthetic_logs(cold=[6.402, 6.402], warm=[6.3965, 6.3975], pre=[5.93, 5.97]),
+                             baseline=6.315)
+    assert not plateau.post_needs_warmup and plateau.verdict.endswith("claim does not show in these runs.")
+    assert plateau.verdict.startswith("Post-norm did not clearly need warmup here: with warmup it did not leave the "
+                                      "frequency-only loss either (6.397 against 6.315; without warmup 6.402)")
+    # below the plateau but a gap under the minimum effect, however small the sds
+    small = warmup.outcome(synthetic_logs(cold=[6.03, 6.03], warm=[6.0, 6.0], pre=[6.0, 6.0]), baseline=6.3)
+    assert not small.post_needs_warmup and "0.030 higher, within the 0.05-nat minimum effect" in small.verdict
 
 
 def test_no_verdict_while_running_or_before_the_warmup_ended():
-    out = warmup.outcome(synthetic_logs(cold=[7.0, 7.2], warm=[6.0, 6.2], pre=[6.0, 6.1]))  # step LAST = 10
+    out = warmup.outcome(synthetic_logs(cold=[7.0, 7.2], warm=[6.0, 6.2], pre=[6.0, 6.1]), 6.5)  # step LAST = 10
     assert warmup.verdict_so_far(out, finished=False, warmup_steps=5) == "The verdict comes when the runs end."
     assert warmup.verdict_so_far(out, finished=True, warmup_steps=10).startswith("Stopped at step 10, within the 10")
     assert warmup.verdict_so_far(out, finished=True, warmup_steps=9) == out.verdict
@@ -146,7 +158,7 @@ def test_the_frequency_baseline_is_the_training_splits_unigram_entropy():
     tokens = torch.tensor([1, 1, 2, 3] * 25 + [9] * 12)   # split(…, 0.1) keeps the first 100: 1 half, 2 and 3
     # a quarter each
     assert warmup.frequency_baseline(tokens) == pytest.approx(-(0.5 * np.log(0.5) + 2 * 0.25 * np.log(0.25)))
-    out = warmup.outcome(synthetic_logs(cold=[7.0, 7.2], warm=[6.0, 6.2], pre=[5.0, 5.1]))
+    out = warmup.outcome(synthetic_logs(cold=[7.0, 7.2], warm=[6.0, 6.2], pre=[5.0, 5.1]), 6.5)
     assert warmup.baseline_line(out, 6.5) == ("A model that knows only how often each token comes scores 6.500 nats on "
                                               "this text; below it: post-norm with warmup and pre-norm without "
                                               "warmup; at or above it: post-norm without warmup.")

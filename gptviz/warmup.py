@@ -229,8 +229,9 @@ def _compared(diff: float, margin: float, named: str | None = None) -> str:
 def verdict_of(cold: ArmOutcome, warm: ArmOutcome, pre: ArmOutcome, needs: bool, fine: bool, baseline: float) -> str:
     """The outcome in words, every clause read off the numbers it names."""
     if warm.mean >= baseline:
+        without = "either" if cold.mean >= baseline else "while without warmup it did"
         post_part = (f"Post-norm did not clearly need warmup here: with warmup it did not leave the frequency-only "
-                     f"loss either ({warm.mean:.3f} against {baseline:.3f}; without warmup {cold.mean:.3f})")
+                     f"loss {without} ({warm.mean:.3f} against {baseline:.3f}; without warmup {cold.mean:.3f})")
     else:
         sds, margin = cold.sd + warm.sd, max(cold.sd + warm.sd, MIN_EFFECT)
         named = f"the sds' sum of {sds:.3f}" if sds >= MIN_EFFECT else f"the {MIN_EFFECT}-nat minimum effect"

@@ -77,7 +77,6 @@ def test_same_weights_section_shows_measured_values_and_reruns_run_no_model():
     assert attn_fig["layout"]["title"]["text"] == "Layer 2, head 0: pre-norm"  # the first of three figures
 
 
-@pytest.mark.slow
 def test_the_top_line_says_the_toggle_switches_between_two_trained_models():
     """Issue 33: a visitor who toggles the wiring must not read the twins' heads as one model's heads."""
     at = open_page(**TINY)
@@ -86,6 +85,7 @@ def test_the_top_line_says_the_toggle_switches_between_two_trained_models():
     assert "not by index" in top.help   # the longer story waits in the tooltip
 
 
+@pytest.mark.slow
 def test_prompt_input_and_the_init_control():
     at = open_page(**dict(TINY, norms_input="prompt", norms_init="xavier"))
     ids = get_tokenizer().encode(sidebar.DEFAULT_PROMPT)

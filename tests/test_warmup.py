@@ -142,6 +142,11 @@ def test_the_verdict_follows_the_numbers():
     assert not plateau.post_needs_warmup and plateau.verdict.endswith("claim does not show in these runs.")
     assert plateau.verdict.startswith("Post-norm did not clearly need warmup here: with warmup it did not leave the "
                                       "frequency-only loss either (6.397 against 6.315; without warmup 6.402)")
+    # with warmup on the plateau, without it below: the verdict says so, not "either"
+    mixed = warmup.outcome(synthetic_logs(cold=[6.30, 6.30], warm=[6.40, 6.40], pre=[6.0, 6.0]), baseline=6.35)
+    assert not mixed.post_needs_warmup
+    assert ("did not leave the frequency-only loss while without warmup it did (6.400 against 6.350; without warmup "
+            "6.300)") in mixed.verdict
     # below the plateau but a gap under the minimum effect, however small the sds
     small = warmup.outcome(synthetic_logs(cold=[6.03, 6.03], warm=[6.0, 6.0], pre=[6.0, 6.0]), baseline=6.3)
     assert not small.post_needs_warmup and "0.030 higher, within the 0.05-nat minimum effect" in small.verdict

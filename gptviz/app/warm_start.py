@@ -32,19 +32,15 @@ def imported_modules(script: Path) -> list[str]:
     return names
 
 
-def import_pages() -> int:
-    """Import every page's top-level imports; returns how many modules were imported (names that are attributes, not
-    submodules, are skipped)."""
+def import_pages() -> None:
+    """Import every page's top-level imports (names that are attributes, not submodules, are skipped)."""
     from .router import PAGE_LIST, PAGES_DIR
-    done = 0
     for _, stem, _, _ in PAGE_LIST:
         for name in imported_modules(PAGES_DIR / f"{stem}.py"):
             try:
                 importlib.import_module(name)
-                done += 1
             except ImportError:  # `from x import attribute`: not a module, and x itself is imported above
                 pass
-    return done
 
 
 def warm_home_page() -> None:

@@ -10,7 +10,8 @@ function element(tag, cls, parent) {
   return el;
 }
 
-// A "nice" axis top at or above the largest weight (1, 2 or 5 times a power of ten, in quarters).
+// A "nice" axis top at or above the largest weight: the first of 1, 1.25, 1.5, 2, 2.5, 3, 4, 5, 6, 8 or 10 times a
+// power of ten that reaches it.
 function axisTop(max) {
   if (!(max > 0)) return 1;
   const p = Math.pow(10, Math.floor(Math.log10(max)));

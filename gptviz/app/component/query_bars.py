@@ -1,7 +1,7 @@
 """Where one query token looks: its attention weights over the keys it can see, as bars drawn by the browser.
 
 Why not a Plotly figure: this chart sits beside the heatmap on the app's first screen, and Plotly's 4.7 MB script is
-then evaluated before the heatmap is drawn: 1.5 s of a cold start's wait (benchmarks/README.md, "The first wait").
+then evaluated before the heatmap is drawn: 1.4-3.2 s of a cold start's wait (benchmarks/README.md, "The first wait").
 Here the bars are a canvas; the interactive-HTML download still builds the Plotly figure, on click.
 
 `payload` is pure (tested); `query_bars` mounts it (Streamlit's components v2, no iframe). Token text reaches the

@@ -591,11 +591,6 @@ def main() -> None:
         generation_section(seen)
     with chips_box:
         query = token_chips(seen)
-    if found:
-        with detector_box:
-            opening_line(found)
-            with st.expander("Heads worth a look: every detector's score beside its chance level", expanded=True):
-                detector_table(seen, found)
     job = live.stored_generation(seen.spec, seen.ids, live.ATTENTION.page)
     with generation_box:
         if job is None:
@@ -604,6 +599,11 @@ def main() -> None:
             live.live_fragment(seen.spec, seen.ids, live.ATTENTION.page, lambda run: draw_running(run, seen))
     with views_box:
         st.fragment(views)(seen, query, generation_box)
+    if found:  # sent after the map, though drawn above it: the table's script no longer holds up the map's first draw
+        with detector_box:
+            opening_line(found)
+            with st.expander("Heads worth a look: every detector's score beside its chance level", expanded=True):
+                detector_table(seen, found)
 
 
 main()

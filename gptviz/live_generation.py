@@ -38,7 +38,10 @@ BACKGROUND_NICE = 10
 
 # torch's CPU thread count as the process started (recorded at import, before any thread changes it).
 # torch.set_num_threads sets the calling thread's count and also the count every thread started later takes: a
-# background thread that sets its own must put this back for them (the threads already running keep theirs).
+# background thread that sets its own must put this back for them (the threads already running keep theirs). A page's
+# script thread started while a one-thread generation runs takes one thread too, and that is kept on purpose: beside
+# busy threads on a shared CPU, two OpenMP threads wait on each other (page switches under a four-generation load
+# took a median of 2.5-3.7 s with the server's two threads restored in every page run, 1.0-1.8 s without).
 SERVER_TORCH_THREADS = torch.get_num_threads()
 
 
@@ -49,13 +52,6 @@ def torch_threads(n: int):
     try:
         yield
     finally:
-        torch.set_num_threads(SERVER_TORCH_THREADS)
-
-
-def use_server_threads() -> None:
-    """The calling thread (a page's script run) on the server's torch thread count, whatever a background thread
-    set while this thread was being started."""
-    if torch.get_num_threads() != SERVER_TORCH_THREADS:
         torch.set_num_threads(SERVER_TORCH_THREADS)
 
 

@@ -188,9 +188,8 @@ class Job:
     def run(self, tokens: torch.Tensor | None = None) -> None:
         """Train (in the calling thread); the registry calls this from a background thread."""
         if threading.current_thread() is not threading.main_thread():
-            from .live_generation import run_in_background, use_server_threads
+            from .live_generation import run_in_background
             run_in_background()  # the pages' threads first
-            use_server_threads()  # a thread started during a one-thread generation took its count
         try:
             self._set(status=LOADING)
             tokens = corpus_tokens() if tokens is None else tokens

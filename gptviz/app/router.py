@@ -30,7 +30,6 @@ def main() -> None:
     import streamlit as st
 
     from ..allocator import keep_freed_memory
-    from ..live_generation import use_server_threads
     from . import keys as K
     from .display import responsive_style
     from .links import apply_link, sync_address
@@ -40,7 +39,6 @@ def main() -> None:
 
     # Captures build tens of MB of activations per prompt; keep freed memory for the next one (see allocator.py).
     keep_freed_memory()
-    use_server_threads()  # a script thread started while a generation ran took that generation's torch threads
     st.set_page_config(page_title="gptviz: see inside a GPT", page_icon="🔎", layout="wide")
     responsive_style()
     pages: dict[str, list] = {}

@@ -163,7 +163,7 @@ def start_run(registry: JobRegistry, spec: JobSpec) -> None:
     owner = jobs.session_id()
     try:
         job = registry.start(spec, owner=owner, alive=lambda: jobs.session_alive(owner),
-                             address=jobs.client_address())
+                             address=jobs.client_address(), on_models=jobs.register_job_models)
     except RuntimeError as err:  # JobLimitError (a RuntimeError; the class may predate a code reload)
         st.warning(str(err))
     else:
@@ -251,8 +251,7 @@ def use_trained_models(job: Job, finals: dict[str, dict]) -> None:
     """Each trained model offered to the other pages (by run id) and as a checkpoint download."""
     st.subheader("Use the trained model")
     for name, model in job.models.items():
-        run_id = f"{job.id} {name}-norm ({model.config.n_layers}L d{model.config.d_model})"
-        jobs.register_trained_model(run_id, model)
+        run_id = jobs.trained_run_id(job, name, model)  # listed in the sidebar when the job ended (on_models)
         c = st.columns([2, 1.2, 1.2])
         final = finals[name]
         val = f", validation loss {final['val_loss']:.3f}" if final["val_loss"] is not None else ""

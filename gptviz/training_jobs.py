@@ -130,6 +130,9 @@ class Job:
     _checked_alive: float = field(default=0.0, repr=False)
     reservation: Reservation | None = field(default=None, repr=False)  # its memory, released when it ends
     snapshots: dict = field(default_factory=dict)  # run name -> gptviz.snapshots.Snapshots, read while it trains
+    # called with the job once its models exist (in its own thread, before anyone can see it finished): the app
+    # offers them to the owner's other pages from here, not from a page run that a click may cut short
+    on_models: Callable[["Job"], None] | None = field(default=None, repr=False)
 
     # ---- control --------------------------------------------------------------------------------------------
     def request_stop(self, reason: str = "stopped") -> None:
@@ -202,8 +205,10 @@ class Job:
                                            on_step=self._on_step, should_stop=self._should_stop,
                                            init=self.spec.init, recorders=recorders)
             stopped = any(r.stopped_early for r in results.values())
-            self._set(models=models, results=results, status=STOPPED if stopped else DONE,
-                      finished_s=time.perf_counter())
+            self._set(models=models, results=results)
+            if self.on_models is not None and models:
+                self.on_models(self)
+            self._set(status=STOPPED if stopped else DONE, finished_s=time.perf_counter())
         except Exception as err:  # a background thread has no one to raise to: record it for the page
             self._set(status=FAILED, error=f"{type(err).__name__}: {err}", finished_s=time.perf_counter())
         finally:
@@ -264,12 +269,13 @@ class JobRegistry:
         self._ids = itertools.count(1)
 
     def start(self, spec: JobSpec, tokens: torch.Tensor | None = None, owner: str | None = None,
-              alive: Callable[[], bool] | None = None, address: str = "", job_type: type[Job] | None = None) -> Job:
+              alive: Callable[[], bool] | None = None, address: str = "", job_type: type[Job] | None = None,
+              on_models: Callable[[Job], None] | None = None) -> Job:
         """Start a job in a background thread and return it at once. JobLimitError, before anything starts,
         when the run is larger than the token budget, when the server is already running max_running jobs, or
         when `owner` (a session) already runs per_owner, or when the server's memory (`accountant`) has no room
         for it. The run stops by itself past max_seconds, and when `alive()` says its session is gone.
-        `job_type`: a Job subclass with its own run (WarmupJob)."""
+        `job_type`: a Job subclass with its own run (WarmupJob). `on_models`: see Job.on_models."""
         size = job_tokens(spec)
         if self.max_tokens is not None and size > self.max_tokens:
             raise JobLimitError(f"this run would train on {size:,} tokens; this server allows {self.max_tokens:,} "
@@ -291,7 +297,7 @@ class JobRegistry:
                                     "so one visitor's tabs cannot take every slot); stop one or wait for it to finish")
             reservation = self._reserve(spec)  # under the lock: no run starts unaccounted beside this one
             job = (job_type or Job)(f"run{next(self._ids)}", spec, owner=owner, max_seconds=self.max_seconds, alive=alive,
-                      address=address, reservation=reservation)
+                      address=address, reservation=reservation, on_models=on_models)
             self._jobs[job.id] = job
             self._prune()
         job._thread = threading.Thread(target=job.run, args=(tokens,), name=f"gptviz-train-{job.id}", daemon=True)

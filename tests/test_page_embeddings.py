@@ -107,7 +107,7 @@ def test_dimension_range_edges():
     # a model wider than the 256 dimensions drawn at a time (registered as a "trained" model: cheap to build)
     torch.manual_seed(0)
     wide = GPT(GPTConfig(vocab_size=50257, n_ctx=16, d_model=320, n_layers=1, n_heads=4)).eval()
-    jobs.register_trained_model("test-embeddings-wide", wide)
+    jobs.trained_models().add("test-embeddings-wide", wide, owner=None)
     spec = models.ModelSpec(K.SOURCE_TRAINED, "test-embeddings-wide", "pre")
     at = page("Hello there", spec=spec, emb_dims=(0, 320))
     assert not at.exception and not at.error

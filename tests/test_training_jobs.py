@@ -188,3 +188,24 @@ def test_trained_models_are_kept_per_session_and_bounded():
     assert store.of("alice") == ["run1 pre"] and store.of("bob") == ["run2 pre"] and store.of("eve") == []
     store.add("run3 pre", models[2], "alice")  # the oldest goes
     assert store.get("run1 pre") is None and store.get("run3 pre") is models[2] and store.of("alice") == ["run3 pre"]
+
+
+def test_a_finished_jobs_models_are_offered_to_its_owner_before_anyone_sees_it_finished(monkeypatch):
+    """The owner's sidebar lists the models from the moment the job ends, whichever page the owner is on: the Train
+    page's own run, which a click elsewhere can cut short, used to be what registered them."""
+    from gptviz.app import jobs
+    from gptviz.app.jobs import TrainedModels
+    store = TrainedModels(kept=4)
+    monkeypatch.setattr(jobs, "trained_models", lambda: store)
+    seen_when_registered = []
+
+    def on_models(job):
+        seen_when_registered.append(job.finished)
+        jobs.register_job_models(job)
+    job = JobRegistry().start(spec(3), tokens=TOKENS, owner="alice", on_models=on_models)
+    assert job.wait(60) and job.status == DONE
+    assert seen_when_registered == [False]          # registered before the job reads as finished
+    expected = sorted(jobs.trained_run_id(job, name, model) for name, model in job.models.items())
+    assert sorted(store.of("alice")) == expected and len(expected) == 2
+    assert all(store.get(run) is job.models[run.split()[1].split("-")[0]] for run in expected)
+    assert store.of("bob") == []

@@ -103,8 +103,15 @@ def my_trained_models() -> dict[str, GPT]:
     return {run: model for run in store.of(session_id()) if (model := store.get(run)) is not None}
 
 
-def register_trained_model(run_id: str, model: GPT) -> None:
-    trained_models().add(run_id, model, session_id())
+def trained_run_id(job, name: str, model: GPT) -> str:
+    """The id a job's trained model is listed under in the sidebar (unique on the server: run ids are)."""
+    return f"{job.id} {name}-norm ({model.config.n_layers}L d{model.config.d_model})"
+
+
+def register_job_models(job) -> None:
+    """Offer a finished job's models to the session that trained it (Job.on_models: runs in the job's thread)."""
+    for name, model in job.models.items():
+        trained_models().add(trained_run_id(job, name, model), model, job.owner)
 
 
 def generation_slots() -> GenerationSlots:

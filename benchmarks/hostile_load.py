@@ -321,7 +321,9 @@ def clear_cache(port: int, times: int) -> str:
 
 
 async def source_options(page) -> list[str]:
-    box = page.locator('[data-testid="stSidebar"] [data-testid="stSelectbox"]').first
+    """The sidebar's Source options (by its label: the prompt's example picker comes first in the sidebar)."""
+    box = page.locator('[data-testid="stSidebar"] [data-testid="stSelectbox"]').filter(
+        has=page.get_by_text("Source", exact=True)).first
     await box.click(timeout=20_000)
     options = await page.get_by_role("option").all_inner_texts()
     await page.keyboard.press("Escape")

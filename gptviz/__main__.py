@@ -16,7 +16,7 @@ from .config import PRESETS, ConfigError, get_preset
 APP_DEFAULT_FLAGS = {"--browser.gatherUsageStats": "false", "--client.showErrorDetails": "type",
                      "--client.toolbarMode": "viewer",
                      "--global.disableWidgetStateDuplicationWarning": "true", "--server.maxMessageSize": "100",
-                     "--runner.postScriptGC": "false"}
+                     "--runner.postScriptGC": "false", "--runner.magicEnabled": "false"}
 
 
 def app_command(flags: list[str]) -> list[str]:

@@ -76,3 +76,16 @@ def test_a_failed_warm_up_still_serves(monkeypatch):
         async with warm_start.lifespan(None):
             return "served"
     assert asyncio.run(serve()) == "served"
+
+
+def test_the_warm_up_imports_what_the_sidebars_hub_button_first_imports():
+    """In a fresh process (this one has imported it already): the sidebar asks hub_copy_on_disk every run, and its
+    first call imports huggingface_hub's download module (0.125 s of a first visit's script time, py-spy)."""
+    import subprocess
+    import sys
+    code = ("import sys; from gptviz.app import warm_start; assert 'huggingface_hub.file_download' not in sys.modules;"
+            " warm_start.warm_home_page(); print('huggingface_hub.file_download' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=Path(APP).parent, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().endswith("True")

@@ -1,1 +1,18 @@
-"""The in-browser attention heatmap (Streamlit components v2): attention_map.py, with its .js and .css."""
+"""The app's browser components (Streamlit components v2, no iframe): each is a .py (a pure payload and its mount),
+a .js and a .css of the same stem in this folder."""
+from __future__ import annotations
+
+from functools import cache
+from importlib import resources
+
+
+@cache
+def registered(name: str, root_class: str, stem: str):
+    """Component `name`, registered once per process (a second registration replaces the first with a warning): its
+    HTML a <div class=root_class>, its CSS and JS read from <stem>.css and <stem>.js beside this file."""
+    import streamlit as st
+
+    def asset(ext: str) -> str:
+        return resources.files(__package__).joinpath(f"{stem}.{ext}").read_text(encoding="utf-8")
+    return st.components.v2.component(name, html=f'<div class="{root_class}"></div>', css=asset("css"),
+                                      js=asset("js"))

@@ -11,7 +11,6 @@ reaches the page as textContent or canvas text, never as HTML.
 from __future__ import annotations
 
 import base64
-from importlib import resources
 
 import numpy as np
 import plotly.colors as pcolors
@@ -19,6 +18,7 @@ import streamlit as st
 
 from ...figures.attention import HIGHLIGHT, OUT_OF_WINDOW_COLOR, SCALES
 from ...figures.common import ATTENTION_SCALE, MASKED_COLOR
+from . import registered
 
 LEVELS = 65535          # weights travel as uint16: w * LEVELS, rounded (a step of 1.5e-5)
 SEND_ALL_CELLS = 1_000_000  # send every layer when layers x (heads + mean) x T x T stays under this, else one layer;
@@ -173,24 +173,13 @@ def decode_thumbs(data: dict) -> np.ndarray | None:
     return raw.reshape(len(data["layers"]), data["n_heads"] + 1, t["Q"], t["K"])
 
 
-def _asset(name: str) -> str:
-    return resources.files(__package__).joinpath(name).read_text(encoding="utf-8")  # the .js and .css beside this
-
-
-_component = None
-
-
 def attention_map(data: dict, *, key: str, on_pick):
     """Mount the component. `on_pick(layer, head_index)` runs (as a Streamlit callback, before the rerun) when the
     visitor picks another layer or head in it; head_index == n_heads is the mean."""
-    global _component
-    if _component is None:  # register once per process: a second registration replaces the first with a warning
-        _component = st.components.v2.component(NAME, html='<div class="gv-map"></div>',
-                                                css=_asset("attention_map.css"), js=_asset("attention_map.js"))
-
     def picked():
         value = (st.session_state.get(key) or {}).get("pick")
         if isinstance(value, dict) and isinstance(value.get("layer"), int) and isinstance(value.get("head"), int):
             on_pick(value["layer"], value["head"])
 
-    return _component(data=data, key=key, default={"pick": None}, on_pick_change=picked)
+    return registered(NAME, "gv-map", "attention_map")(data=data, key=key, default={"pick": None},
+                                                       on_pick_change=picked)

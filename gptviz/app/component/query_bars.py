@@ -9,12 +9,10 @@ page only as canvas text or textContent, never as HTML.
 """
 from __future__ import annotations
 
-from importlib import resources
-
 import numpy as np
-import streamlit as st
 
 from ...figures.attention import HIGHLIGHT
+from . import registered
 
 NAME = "gptviz_query_bars"
 BAR_COLOUR = "#3a78b5"  # figures.attention.query_bars' colour, so the download looks the same
@@ -34,17 +32,6 @@ def payload(weights, labels: list[str], query: int, *, title: str, height: int =
             "highlight": HIGHLIGHT, "height": int(height)}
 
 
-def _asset(name: str) -> str:
-    return resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
-
-
-_component = None
-
-
 def query_bars(data: dict, *, key: str):
     """Mount the component with `payload`'s data."""
-    global _component
-    if _component is None:  # register once per process
-        _component = st.components.v2.component(NAME, html='<div class="gv-qbars"></div>',
-                                                css=_asset("query_bars.css"), js=_asset("query_bars.js"))
-    return _component(data=data, key=key)
+    return registered(NAME, "gv-qbars", "query_bars")(data=data, key=key)

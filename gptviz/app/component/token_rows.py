@@ -9,13 +9,11 @@ the attention map beside it. The interactive-HTML download still builds the Plot
 """
 from __future__ import annotations
 
-from importlib import resources
-
 import numpy as np
-import streamlit as st
 
 from ...figures.attention import HIGHLIGHT
 from ...figures.units import EXAMPLE_SCALE, ExampleRow, window
+from . import registered
 from .attention_map import colour_stops
 
 NAME = "gptviz_token_rows"
@@ -37,17 +35,6 @@ def payload(rows: list[ExampleRow], *, value_name: str, cmax: float) -> dict:
             "colors": colour_stops(EXAMPLE_SCALE), "highlight": HIGHLIGHT}
 
 
-def _asset(name: str) -> str:
-    return resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
-
-
-_component = None
-
-
 def token_rows(data: dict, *, key: str):
     """Mount the component with `payload`'s data."""
-    global _component
-    if _component is None:  # register once per process
-        _component = st.components.v2.component(NAME, html='<div class="gv-rows"></div>',
-                                                css=_asset("token_rows.css"), js=_asset("token_rows.js"))
-    return _component(data=data, key=key)
+    return registered(NAME, "gv-rows", "token_rows")(data=data, key=key)

@@ -107,7 +107,8 @@ def test_shapes_are_checked():
 
 
 def test_the_assets_ship_with_the_package():
-    js, css = amap._asset("attention_map.js"), amap._asset("attention_map.css")
+    from gptviz.app.component import asset
+    js, css = asset("attention_map", "js"), asset("attention_map", "css")
     assert "export default function" in js and ".gv-map" in css
 
 

@@ -6,13 +6,15 @@ from functools import cache
 from importlib import resources
 
 
+def asset(stem: str, ext: str) -> str:
+    """A component's .js or .css, read from this folder (they ship with the package)."""
+    return resources.files(__package__).joinpath(f"{stem}.{ext}").read_text(encoding="utf-8")
+
+
 @cache
 def registered(name: str, root_class: str, stem: str):
     """Component `name`, registered once per process (a second registration replaces the first with a warning): its
     HTML a <div class=root_class>, its CSS and JS read from <stem>.css and <stem>.js beside this file."""
     import streamlit as st
-
-    def asset(ext: str) -> str:
-        return resources.files(__package__).joinpath(f"{stem}.{ext}").read_text(encoding="utf-8")
-    return st.components.v2.component(name, html=f'<div class="{root_class}"></div>', css=asset("css"),
-                                      js=asset("js"))
+    return st.components.v2.component(name, html=f'<div class="{root_class}"></div>', css=asset(stem, "css"),
+                                      js=asset(stem, "js"))

@@ -21,9 +21,10 @@ k * stride (`scoring_window`).
 Histograms have BINS bins per unit: uniform over the range (widened to include 0) that a first pass over a spread
 sample of the windows saw, shifted so that 0 is a bin edge; a value outside falls into the outer bin, whose outer
 edge is then moved to the scan's exact minimum or maximum, so every value lies within the edges and the counts add
-up to the tokens scanned. Quantiles are read from that histogram (linear within a bin: off by at most one bin's
-width); a neuron's share of active positions (> 0) is the share of its values in the bins above the 0 edge (exact
-up to float rounding of values within ~1e-7 of 0). Mean and standard deviation are exact running sums.
+up to the tokens scanned. Bins are left-open, (a, b], and a value's side of the 0 edge is decided by its sign alone,
+so 0 and -0.0 (GELU far below 0) fall below it and the bins above it hold exactly the values > 0. A neuron's share of
+active positions (> 0) is counted directly. Quantiles are read from the histogram (linear within a bin, then clipped
+to the unit's exact extremes: off by at most one bin's width). Mean and standard deviation are running sums.
 
 Top tokens: for each unit, the TOP_TOKENS token ids with the highest mean activation over their occurrences, among
 tokens that occur at least `min_count` times in the corpus. For each such token, the units with the highest
@@ -53,7 +54,7 @@ import torch
 from .hooks import act_name, capture, capturing
 
 FORMAT = "gptviz-index"
-VERSION = 1
+VERSION = 2  # 2: active share counted directly, sign-exact bins, exact extremes (version 1 misbinned -0.0)
 INDEX_JSON, INDEX_NPZ = "index.json", "index.npz"
 TOP_K = 20              # top activations kept per unit
 BINS = 128              # histogram bins per unit
@@ -395,7 +396,7 @@ def build_index(model, docs, *, model_name: str = "", source: str = "", stride: 
     hi = lo + bins * width
     zero_bin = zero_bin.long()
     lo, inv_width = lo.float()[:, None], (1 / width).float()[:, None]
-    neg_lo_scaled = -lo * inv_width
+    zero_col = zero_bin.float()[:, None]
 
     # Tokens ranked by their mean need a slot each; rarer ones share a discarded slot.
     token_counts = np.bincount(all_ids, minlength=cfg.vocab_size)
@@ -409,7 +410,9 @@ def build_index(model, docs, *, model_name: str = "", source: str = "", stride: 
     counts = torch.zeros(U * bins, dtype=torch.long)
     bin_base = (torch.arange(U, dtype=torch.int32) * bins)[:, None]
     vmin = torch.full((U,), math.inf)
+    vmax = torch.full((U,), -math.inf)
     vsq = torch.zeros(U, dtype=torch.float64)
+    active = torch.zeros(U, dtype=torch.long)  # values > 0, counted directly
     token_sums = torch.zeros(U, len(frequent) + 1)  # the last slot gathers the rare tokens
     done = 0
     for i in range(0, len(windows), batch):
@@ -420,11 +423,11 @@ def build_index(model, docs, *, model_name: str = "", source: str = "", stride: 
         merged_loc = torch.cat([best_loc, loc[top.indices]], dim=1)
         keep = merged_v.topk(K, dim=1)
         best_v, best_loc = keep.values, merged_loc.gather(1, keep.indices)
-        # (v - lo) / width, clamped into the outer bins; truncation is floor once it is >= 0
-        b = torch.addcmul(neg_lo_scaled, values, inv_width).clamp_(0, bins - 0.5).to(torch.int32).add_(bin_base)
-        counts += torch.bincount(b.reshape(-1), minlength=U * bins)
-        del b
-        vmin = torch.minimum(vmin, values.amin(1))
+        counts += torch.bincount(_bin_of(values, inv_width, zero_col, bins).add_(bin_base).reshape(-1),
+                                 minlength=U * bins)
+        active += (values > 0).sum(1)
+        low, high = torch.aminmax(values, dim=1)
+        vmin, vmax = torch.minimum(vmin, low), torch.maximum(vmax, high)
         vsq += torch.linalg.vecdot(values, values, dim=1).double()
         token_sums.index_add_(1, slot_of[tok], values)
         done += n
@@ -435,7 +438,6 @@ def build_index(model, docs, *, model_name: str = "", source: str = "", stride: 
     counts = counts.reshape(U, bins)
     mean = token_sums.double().sum(1) / total
     std = (vsq / total - mean * mean).clamp(min=0).sqrt()
-    active = counts.masked_fill(torch.arange(bins)[None] < zero_bin[:, None], 0).sum(1)
     lo, hi = lo[:, 0], hi.float()
     edges_lo, edges_hi = torch.minimum(lo, vmin), torch.maximum(hi, best_v[:, 0])
     hist_range = torch.stack([lo, hi], 1)
@@ -445,6 +447,7 @@ def build_index(model, docs, *, model_name: str = "", source: str = "", stride: 
         "hist_counts": counts.numpy().astype(np.int32),
         "hist_range": hist_range.numpy().astype(np.float32),
         "min_max": torch.stack([edges_lo, edges_hi], 1).numpy().astype(np.float32),
+        "value_range": torch.stack([vmin, vmax], 1).numpy().astype(np.float32),
         "mean": mean.numpy().astype(np.float32), "std": std.numpy().astype(np.float32),
         "active_share": np.where(np.arange(U) < L * F, active.numpy() / total, np.nan).astype(np.float32),
     }
@@ -452,8 +455,9 @@ def build_index(model, docs, *, model_name: str = "", source: str = "", stride: 
     doc = np.searchsorted(offsets, loc, side="right") - 1
     arrays["top_doc"] = np.where(loc >= 0, doc, -1).astype(np.int32)
     arrays["top_pos"] = np.where(loc >= 0, loc - offsets[np.clip(doc, 0, None)], -1).astype(np.int32)
-    arrays["quantiles"] = _quantiles(_edges(arrays["hist_range"], arrays["min_max"], bins),
-                                     arrays["hist_counts"], QUANTILES).astype(np.float32)
+    arrays["quantiles"] = np.clip(_quantiles(_edges(arrays["hist_range"], arrays["min_max"], bins),
+                                             arrays["hist_counts"], QUANTILES),
+                                  arrays["value_range"][:, :1], arrays["value_range"][:, 1:]).astype(np.float32)
 
     # Tokens: per unit the highest means; per token the highest z-scored means.
     freq_counts = torch.from_numpy(token_counts[frequent]).to(torch.float32)
@@ -492,8 +496,10 @@ def build_index(model, docs, *, model_name: str = "", source: str = "", stride: 
                   "order": "flat index: neurons layer by layer (layer * d_ff + neuron), then heads "
                            "(n_layers * d_ff + layer * n_heads + head)"},
         "top_k": K, "bins": bins, "quantile_levels": list(QUANTILES),
-        "histogram": "bins uniform over hist_range (a first pass over a sample of windows); the outer edges moved "
-                     "to min_max, the scan's exact extremes; quantiles read from the histogram",
+        "histogram": "bins uniform over hist_range (a first pass over a sample of windows), 0 an edge, each bin "
+                     "left-open (a, b] so 0 and -0.0 fall below the 0 edge; the outer edges moved to min_max to "
+                     "cover the scan's exact extremes (value_range); quantiles read from the histogram (linear "
+                     "within a bin) and clipped to value_range; active_share counted directly (values > 0)",
         "top_tokens": {"k": kt, "min_count": min_count, "rank": TOKEN_RANK, "frequent_tokens": len(frequent)},
         "scan": {"seconds": round(seconds, 2), "tokens_per_s": round(total / seconds), "batch": batch,
                  "threads": torch.get_num_threads(), "torch": torch.__version__},
@@ -501,9 +507,22 @@ def build_index(model, docs, *, model_name: str = "", source: str = "", stride: 
     return NeuronIndex(meta, arrays)
 
 
+def _bin_of(values: torch.Tensor, inv_width: torch.Tensor, zero_bin: torch.Tensor, bins: int) -> torch.Tensor:
+    """Each value's histogram bin, int32 [units, n] (`inv_width`, `zero_bin`: float [units, 1]). Bins are left-open, (edge_k, edge_k+1], so 0 and -0.0 fall in
+    the bin just below the 0 edge and every value > 0 in a bin above it, decided by the value's sign alone: the
+    position (v / width) is rounded in float32, and when it was taken from the lower edge (v - lo) / width, values
+    within rounding of 0 (GELU's -0.0 and tiny negatives) landed above the 0 edge and counted as active."""
+    steps = torch.mul(values, inv_width).ceil_()                     # bins above (> 0) or below (<= 0) the 0 edge
+    steps = torch.where(values > 0, steps.clamp(min=1), steps)       # a positive value never rounds down to 0
+    # bin = zero_bin - 1 + steps, clamped into the outer bins
+    return steps.clamp_(1 - zero_bin, bins - zero_bin).add_(zero_bin - 1).to(torch.int32)
+
+
 def _edges(hist_range: np.ndarray, min_max: np.ndarray, bins: int) -> np.ndarray:
     lo, hi = hist_range[:, :1].astype(np.float64), hist_range[:, 1:].astype(np.float64)
-    edges = lo + (hi - lo) * (np.arange(bins + 1)[None] / bins)
+    width = (hi - lo) / bins
+    zero_bin = np.rint(-lo / width)  # 0 is an edge: multiples of the width from it, so that edge is exactly 0
+    edges = (np.arange(bins + 1)[None] - zero_bin) * width
     edges[:, 0], edges[:, -1] = min_max[:, 0], min_max[:, 1]
     return edges
 
@@ -533,6 +552,7 @@ def _expected_shapes(meta: dict) -> dict[str, tuple[tuple, str]]:
     Q, T, V = len(meta["quantile_levels"]), int(meta["top_tokens"]["k"]), int(meta["top_tokens"]["frequent_tokens"])
     return {"top_values": ((U, K), "f"), "top_doc": ((U, K), "i"), "top_pos": ((U, K), "i"),
             "hist_counts": ((U, B), "i"), "hist_range": ((U, 2), "f"), "min_max": ((U, 2), "f"),
+            "value_range": ((U, 2), "f"),
             "mean": ((U,), "f"), "std": ((U,), "f"), "active_share": ((U,), "f"), "quantiles": ((U, Q), "f"),
             "top_token_ids": ((U, T), "i"), "top_token_mean": ((U, T), "f"),
             "token_ids": ((V,), "i"), "token_counts": ((V,), "i"),
@@ -883,8 +903,9 @@ def summary(index: NeuronIndex, unit: UnitLike) -> str:
     enc = get_tokenizer()
     q = quantiles(index, u)
     words = ", ".join(repr(enc.decode([t])) for t, _ in top_tokens(index, u, 5)) or "none frequent enough"
-    peak = float(a["top_values"][i, 0])
-    spread = f"median {q.get(0.5, float('nan')):.3g}, 99% {q.get(0.99, float('nan')):.3g}, peak {peak:.3g}"
+    peak = float(a["top_values"][i, 0]) + 0.0  # + 0.0: -0.0 (GELU far below 0) reads "0", not "-0"
+    median, top = q.get(0.5, float("nan")) + 0.0, q.get(0.99, float("nan")) + 0.0
+    spread = f"median {median:.3g}, 99% {top:.3g}, peak {peak:.3g}"
     if u.kind == "neuron":
         return f"{u}: active on {100 * float(a['active_share'][i]):.1f}% of tokens; {spread}; top tokens: {words}"
     return f"{u}: output norm {spread}; top tokens: {words}"
@@ -975,7 +996,18 @@ def text_progress(label: str, stream=None, every: float = 1.0) -> Callable[[int,
             last[0] = now
             rate = done / now if now > 0 else 0
             end = "\n" if done >= total else ""
-            stream.write(f"\r{label}: {done:,}/{total:,} tokens ({100 * done / total:.0f}%) "
-                         f"{now:.0f} s, {rate:,.0f} tok/s{end}")
+            left = f", {_duration((total - done) / rate)} left" if 0 < rate and done < total else ""
+            stream.write(f"\r{label}: {_bar(done / total)} {done:,}/{total:,} tokens ({100 * done / total:.0f}%) "
+                         f"{_duration(now)}, {rate:,.0f} tok/s{left}{end}")
             stream.flush()
     return report
+
+
+def _bar(fraction: float, width: int = 24) -> str:
+    filled = int(round(width * min(max(fraction, 0.0), 1.0)))
+    return "[" + "#" * filled + "." * (width - filled) + "]"
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds} s"

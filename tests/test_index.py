@@ -147,6 +147,67 @@ def test_every_listed_activation_equals_a_fresh_capture(small):
     assert (head.attention[head.peak + 1:] == 0).all()
 
 
+def model_with_silent_neurons():
+    """A model whose neurons include the cases that broke the active share: all -0.0 (GELU far below 0 returns
+    -0.0), all tiny negatives (GELU(-5) ~ -1e-6), rarely active, and ordinary ones."""
+    model = build(seed=1)
+    with torch.no_grad():
+        for layer, block in enumerate(model.blocks):
+            bias = block.mlp.c_fc.bias
+            bias[0:8] = -60.0                  # x * Phi(x) underflows: exactly -0.0 at every token
+            bias[8:16] = -5.0                  # tiny negatives (about -1e-6)
+            bias[16:24] = -0.12 - 0.02 * layer  # active now and then
+    return model
+
+
+@pytest.fixture(scope="module")
+def silent():
+    model = model_with_silent_neurons()
+    g = torch.Generator().manual_seed(5)
+    docs = [ix.Document(f"d{i}", torch.randint(0, 20, (n,), generator=g).numpy()) for i, n in enumerate((60, 33, 9))]
+    return model, docs, ix.build_index(model, docs, batch=2, top_k=4, bins=32, min_count=3)
+
+
+def test_active_share_and_quantiles_equal_a_direct_count(silent):
+    model, docs, index = silent
+    values = brute_force(model, docs, index.meta["windows"]["stride"]).numpy()
+    total, n_neurons, a = len(values), index.n_neurons, index.arrays
+    F = model.config.d_ff
+    for layer in range(model.config.n_layers):
+        assert (values[:, layer * F:layer * F + 8] == 0).all() and np.signbit(values[:, layer * F:layer * F + 8]).all()
+        assert (values[:, layer * F + 8:layer * F + 16] < 0).all()
+    exact = (values[:, :n_neurons] > 0).sum(0)
+    assert 0 < exact[16:24].min() and exact[16:24].max() < total  # the rarely active ones are neither 0 nor all
+    # the share is a direct count: equal, not close
+    assert np.array_equal(a["active_share"][:n_neurons], (exact / total).astype(np.float32))
+    # and the histogram agrees with it: every value > 0 lies in a bin above the 0 edge, every other value below
+    for u in range(n_neurons):
+        edges, counts = ix.histogram(index, u)
+        zero = int(np.argmin(np.abs(edges[1:-1]))) + 1
+        assert edges[zero] == 0.0 and counts[zero:].sum() == exact[u], index.unit(u)
+    for u in range(index.n_units):  # quantiles: within one bin of the exact ones, for every unit
+        edges, _ = ix.histogram(index, u)
+        for q, v in ix.quantiles(index, u).items():
+            low, high = np.quantile(values[:, u], q, method="lower"), np.quantile(values[:, u], q, method="higher")
+            b_low = min(max(np.searchsorted(edges, low) - 1, 0), len(edges) - 2)
+            b_high = min(max(np.searchsorted(edges, high) - 1, 0), len(edges) - 2)
+            assert edges[max(b_low - 1, 0)] - 1e-7 <= v <= edges[min(b_high + 2, len(edges) - 1)] + 1e-7, (u, q)
+    for layer in range(model.config.n_layers):  # the silent neurons' quantiles sit at 0, not a bin above it
+        for u in range(layer * F, layer * F + 16):
+            q = ix.quantiles(index, u)
+            assert max(q.values()) <= 0.0, (index.unit(u), q)
+    line = ix.summary(index, "L0N0")
+    assert line.startswith("L0N0: active on 0.0% of tokens") and "peak 0" in line
+
+
+def test_a_rebuild_gives_the_same_arrays(silent):
+    model, docs, index = silent
+    again = ix.build_index(model, docs, batch=2, top_k=4, bins=32, min_count=3)
+    assert sorted(again.arrays) == sorted(index.arrays)
+    for name, array in index.arrays.items():
+        assert np.array_equal(array, again.arrays[name], equal_nan=True), name
+
+
 def test_batched_contexts_equal_one_at_a_time(small):
     model, docs, index = small
     for unit in ("L1N3", "L0H2", "L1H1"):

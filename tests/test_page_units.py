@@ -42,7 +42,8 @@ def test_opens_on_a_default_unit_with_its_figures(shipped):
     assert not at.exception and not at.error
     assert not at.dataframe  # the search tab, closed, is not built
     assert at.session_state[K.UNIT] == "L2N26"
-    assert at.markdown[0].value.startswith("**L2N26\\: active on 13\\.4\\% of tokens")
+    share = f"{shipped.arrays['active_share'][shipped.flat('L2N26')]:.1%}".replace(".", "\\.").replace("%", "\\%")
+    assert at.markdown[0].value.startswith(f"**L2N26\\: active on {share} of tokens")  # the index's own count
     titles = [f["layout"] for f in figures(at)]
     assert len(titles) == 2  # histogram, direct effect (the examples are text: the token-rows component)
     # every listed activation on screen equals the index

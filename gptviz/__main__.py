@@ -151,32 +151,13 @@ def _check(args) -> int:
 
 
 def _index(args) -> int:
-    import json
-    import resource
+    from .index.cli import run
+    return run(args)
 
-    import torch
 
-    from .index import build_index, corpus_documents, save_index, text_progress
-    from .weights import bundled_models, load_pretrained
-
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    model = load_pretrained(args.model).eval()
-    name = args.model if args.model in bundled_models() else Path(args.model).name
-    docs = corpus_documents(args.corpus)
-    source = Path(args.corpus).name if args.corpus else "shakespeare-works"
-    print(f"indexing {name} over {len(docs)} documents, {sum(len(d.ids) for d in docs):,} tokens of {source}",
-          file=sys.stderr, flush=True)
-    index = build_index(model, docs, model_name=name, source=source, stride=args.stride, batch=args.batch,
-                        progress=text_progress(f"index {name}"))
-    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
-    index.meta["scan"]["peak_rss_mb"] = round(peak_mb)
-    out = save_index(index, args.out or f"{name}-index")
-    scan = index.meta["scan"]
-    size = sum(p.stat().st_size for p in out.iterdir())
-    print(json.dumps({"out": str(out), "seconds": scan["seconds"], "tokens_per_s": scan["tokens_per_s"],
-                      "peak_rss_mb": scan["peak_rss_mb"], "bytes_on_disk": size}))
-    return 0
+def _index_merge(args) -> int:
+    from .index.cli import run_merge
+    return run_merge(args)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -248,18 +229,15 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--update-card", action="store_true",
                    help="write check.json and MODEL_CARD.md beside the checkpoint instead")
     c.set_defaults(func=_check)
+    from .index.cli import add_arguments, add_merge_arguments
     x = sub.add_parser("index", help="scan a corpus for every neuron's and head's top activations (gptviz.index); "
-                                     "writes index.json and index.npz")
-    x.add_argument("model", help="a bundled model's name, a checkpoint folder or a Hub id")
-    x.add_argument("--corpus", default=None, help="a folder of plays, one document each (default: the complete works)")
-    x.add_argument("--out", default=None, help="output folder (default: ./<model>-index); the shipped index of a "
-                                              "bundled model is gptviz/models/<name>/index")
-    x.add_argument("--batch", type=int, default=None,
-                   help="windows per forward pass (default: about 9M unit values a batch; 32 for the bundled models)")
-    x.add_argument("--stride", type=int, default=None,
-                   help="tokens between window starts (default: n_ctx - n_ctx // 4)")
-    x.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
+                                     "writes index.json and index.npz. `index merge OUT PART...` combines shards")
+    add_arguments(x)
     x.set_defaults(func=_index)
+    m = sub.add_parser("index-merge", help="combine the partial indexes of `index --shard I/N` (also spelled "
+                                           "`index merge OUT PART...`)")
+    add_merge_arguments(m)
+    m.set_defaults(func=_index_merge)
     return parser
 
 
@@ -267,6 +245,8 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["app"] and argv[1:2] not in (["-h"], ["--help"]):  # argparse would take Streamlit's flags
         return _app(argparse.Namespace(streamlit_flags=argv[1:]))
+    if argv[:2] == ["index", "merge"]:  # `index merge OUT PART...`: a model named "merge" is not supported
+        argv = ["index-merge", *argv[2:]]
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

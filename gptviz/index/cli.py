@@ -1,0 +1,140 @@
+"""`python -m gptviz index ...`: build an index on one machine, one shard of it, on a Ray cluster or a GPU, and
+`python -m gptviz index merge OUT PART...` to combine shards.
+
+Threads: one torch thread per process by default. A scan's work is many small matrix products; on a 2-core machine
+that had other work, two threads took 814 s where one took 123 s for the same 106 s of CPU (OpenMP threads wait on
+each other), and on an idle one two threads gained little (benchmarks/README.md, "Index scan"). To use more cores,
+run shards (`--shard`, or `--ray` with a worker per core), each on one thread.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import sys
+import tempfile
+from pathlib import Path
+
+RAY_HELP = ("scan on Ray: alone for a local Ray instance started here, or the address of a running cluster "
+            "(ray://HOST:10001 or HOST:6379); shards become Ray tasks, each streaming its own windows")
+
+
+def add_arguments(x: argparse.ArgumentParser) -> None:
+    x.add_argument("model", help="a bundled model's name, a checkpoint folder or a Hub id")
+    x.add_argument("--corpus", default=None,
+                   help="your corpus: a text file, a folder of text files (one document each), or a Parquet or "
+                        "JSON-lines file with a text column (default: the bundled complete works of Shakespeare)")
+    x.add_argument("--text-column", default="text", help="the text column of a Parquet or JSON-lines corpus")
+    x.add_argument("--max-tokens", type=int, default=None, help="stop reading the corpus after this many tokens")
+    x.add_argument("--out", default=None, help="output folder (default: ./<model>-index, or ./<model>-shard-I-of-N "
+                                              "with --shard); the shipped index of a bundled model is "
+                                              "gptviz/models/<name>/index")
+    x.add_argument("--shard", default=None, metavar="I/N",
+                   help="scan shard I of N (0 <= I < N) and write a partial index; combine the N partial indexes "
+                        "with `index merge`")
+    x.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS", help=RAY_HELP)
+    x.add_argument("--workers", type=int, default=2, help="Ray tasks at once, each one CPU (default 2)")
+    x.add_argument("--device", default="cpu", help="cpu, cuda or mps: where the model runs; the statistics are "
+                                                   "kept in float32 either way")
+    x.add_argument("--dtype", default="float32", choices=("float32", "float16", "bfloat16"),
+                   help="the model's precision on the device (half precision on a GPU)")
+    x.add_argument("--batch", type=int, default=None,
+                   help="windows per forward pass (default: about 9M unit values a batch: 34 windows for the "
+                        "bundled models, 1 for gpt2-small)")
+    x.add_argument("--stride", type=int, default=None,
+                   help="tokens between window starts (default: n_ctx - n_ctx // 4)")
+    x.add_argument("--threads", type=int, default=1,
+                   help="torch CPU threads per process (default 1; more cores: shards or --ray, see above)")
+
+
+def add_merge_arguments(m: argparse.ArgumentParser) -> None:
+    m.add_argument("out", help="folder for the merged index")
+    m.add_argument("parts", nargs="+", help="the partial index folders written by --shard")
+
+
+def _documents(args, store_dir: Path):
+    from .corpus import corpus_documents, tokenize_corpus
+    if args.corpus is None:
+        return corpus_documents(), "shakespeare-works", None
+    path = Path(args.corpus).expanduser().resolve()
+
+    def report(tokens: int, name: str) -> None:
+        print(f"\rtokenizing {path.name}: {tokens:,} tokens", end="", file=sys.stderr, flush=True)
+
+    docs = tokenize_corpus(path, store_dir / "corpus.ids", text_column=args.text_column,
+                           limit_tokens=args.max_tokens, progress=report)
+    print(file=sys.stderr)
+    return docs, path.name, {"path": str(path), "text_column": args.text_column}
+
+
+def _shard(text: str) -> tuple[int, int]:
+    try:
+        i, n = (int(v) for v in text.split("/"))
+    except ValueError:
+        raise ValueError(f"--shard takes I/N, e.g. 0/4; got {text!r}") from None
+    if not (n >= 1 and 0 <= i < n):
+        raise ValueError(f"--shard I/N needs 0 <= I < N, got {text!r}")
+    return i, n
+
+
+def run(args) -> int:
+    import torch
+
+    from ..devices import place
+    from ..weights import bundled_models, load_pretrained
+    from .progress import text_progress
+    from .scan import finish_scan, plan_scan, scan_batches
+    from .store import save_index
+
+    torch.set_num_threads(max(1, args.threads))
+    shard = _shard(args.shard) if args.shard else None
+    if shard and args.ray:
+        raise ValueError("--shard and --ray do not go together: --ray runs every shard")
+    model = place(load_pretrained(args.model).eval(), args.device, args.dtype)
+    name = args.model if args.model in bundled_models() else Path(args.model).name
+    with tempfile.TemporaryDirectory(prefix="gptviz-index-") as tmp:
+        docs, source, corpus = _documents(args, Path(tmp))
+        tokens = sum(len(d.ids) for d in docs)
+        print(f"indexing {name} over {len(docs):,} documents, {tokens:,} tokens of {source}", file=sys.stderr,
+              flush=True)
+        plan = plan_scan(model, docs, model_name=name, source=source, corpus=corpus, stride=args.stride,
+                         batch=args.batch)
+        if args.ray:
+            from .distributed import scan_on_ray
+            index = scan_on_ray(args.model, docs, plan, address=args.ray, workers=args.workers,
+                                device=args.device, dtype=args.dtype, threads=args.threads,
+                                progress=text_progress(f"index {name} on Ray"))
+        else:
+            batches = plan.batches(*shard) if shard else range(plan.n_batches)
+            label = f"index {name}" + (f" shard {shard[0]}/{shard[1]}" if shard else "")
+            part = scan_batches(model, docs, plan, batches, progress=text_progress(label))
+            if shard:
+                from .partial import save_partial
+                out = save_partial(plan, part, args.out or f"{name}-shard-{shard[0]}-of-{shard[1]}")
+                print(json.dumps({"out": str(out), "batches": part.batches, "tokens": part.tokens,
+                                  "seconds": round(part.seconds, 2)}))
+                return 0
+            index = finish_scan(plan, part)
+        index.meta["scan"].update(device=args.device, dtype=args.dtype, workers=args.workers if args.ray else 1)
+        index.meta["scan"]["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+        out = save_index(index, args.out or f"{name}-index")
+    scan = index.meta["scan"]
+    print(json.dumps({"out": str(out), "seconds": scan["seconds"], "tokens_per_s": scan["tokens_per_s"],
+                      "peak_rss_mb": scan["peak_rss_mb"], "bytes_on_disk": sum(p.stat().st_size
+                                                                               for p in out.iterdir())}))
+    return 0
+
+
+def run_merge(args) -> int:
+    from .partial import load_partial
+    from .scan import finish_scan, merge_scans
+    from .store import save_index
+
+    loaded = [load_partial(p) for p in args.parts]
+    plan = loaded[0][0]
+    index = finish_scan(plan, merge_scans([part for _, part in loaded]))
+    index.meta["scan"]["shards"] = len(loaded)
+    out = save_index(index, args.out)
+    print(json.dumps({"out": str(out), "shards": len(loaded), "tokens": index.tokens,
+                      "scan_seconds_summed": index.meta["scan"]["seconds"]}))
+    return 0

@@ -1,0 +1,41 @@
+"""Per-unit histograms: sign-exact bins around 0, edges, quantiles."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+
+def _bin_of(values: torch.Tensor, inv_width: torch.Tensor, zero_bin: torch.Tensor, bins: int) -> torch.Tensor:
+    """Each value's histogram bin, int32 [units, n] (`inv_width`, `zero_bin`: float [units, 1]). Bins are left-open, (edge_k, edge_k+1], so 0 and -0.0 fall in
+    the bin just below the 0 edge and every value > 0 in a bin above it, decided by the value's sign alone: the
+    position (v / width) is rounded in float32, and when it was taken from the lower edge (v - lo) / width, values
+    within rounding of 0 (GELU's -0.0 and tiny negatives) landed above the 0 edge and counted as active."""
+    steps = torch.mul(values, inv_width).ceil_()                     # bins above (> 0) or below (<= 0) the 0 edge
+    steps = torch.where(values > 0, steps.clamp(min=1), steps)       # a positive value never rounds down to 0
+    # bin = zero_bin - 1 + steps, clamped into the outer bins
+    return steps.clamp_(1 - zero_bin, bins - zero_bin).add_(zero_bin - 1).to(torch.int32)
+
+
+def _edges(hist_range: np.ndarray, min_max: np.ndarray, bins: int) -> np.ndarray:
+    lo, hi = hist_range[:, :1].astype(np.float64), hist_range[:, 1:].astype(np.float64)
+    width = (hi - lo) / bins
+    zero_bin = np.rint(-lo / width)  # 0 is an edge: multiples of the width from it, so that edge is exactly 0
+    edges = (np.arange(bins + 1)[None] - zero_bin) * width
+    edges[:, 0], edges[:, -1] = min_max[:, 0], min_max[:, 1]
+    return edges
+
+
+def _quantiles(edges: np.ndarray, counts: np.ndarray, levels) -> np.ndarray:
+    """Quantiles from histograms, linear within a bin: [units, len(levels)]."""
+    cum = np.cumsum(counts, axis=1, dtype=np.float64)
+    total = cum[:, -1:]
+    out = np.empty((len(counts), len(levels)))
+    rows = np.arange(len(counts))
+    for j, q in enumerate(levels):
+        target = q * total[:, 0]
+        b = np.minimum((cum < target[:, None]).sum(1), counts.shape[1] - 1)
+        before = np.where(b > 0, cum[rows, np.maximum(b - 1, 0)], 0.0)
+        inside = np.maximum(counts[rows, b], 1)
+        frac = np.clip((target - before) / inside, 0, 1)
+        out[:, j] = edges[rows, b] + frac * (edges[rows, b + 1] - edges[rows, b])
+    return out

@@ -1,0 +1,93 @@
+"""Units (MLP neurons and attention heads), their ids, and their scores from a capture."""
+from __future__ import annotations
+
+from typing import NamedTuple, Union
+
+import numpy as np
+import torch
+
+from ..hooks import act_name, capture
+
+UnitLike = Union["Unit", str, int, tuple]
+
+
+class Unit(NamedTuple):
+    """A neuron (`kind` "neuron", index in 0..d_ff-1) or a head (`kind` "head", index in 0..n_heads-1)."""
+    kind: str
+    layer: int
+    index: int
+
+    def __str__(self) -> str:
+        return f"L{self.layer}{'N' if self.kind == 'neuron' else 'H'}{self.index}"
+
+    @property
+    def hook(self) -> str:
+        return act_name("post" if self.kind == "neuron" else "z", self.layer)
+
+
+def _flat(unit: Unit, d_ff: int, n_heads: int, n_layers: int) -> int:
+    if unit.kind == "neuron":
+        return unit.layer * d_ff + unit.index
+    return n_layers * d_ff + unit.layer * n_heads + unit.index
+
+
+def _unit_at(i: int, n_layers: int, d_ff: int, n_heads: int) -> Unit:
+    n_neurons = n_layers * d_ff
+    if i < n_neurons:
+        return Unit("neuron", i // d_ff, i % d_ff)
+    return Unit("head", (i - n_neurons) // n_heads, (i - n_neurons) % n_heads)
+
+
+def _as_unit(unit: UnitLike, n_layers: int, d_ff: int, n_heads: int) -> Unit:
+    """A Unit from a Unit, "L2N123" / "L1H3", a (kind, layer, index) tuple or a flat index; ValueError when out of
+    range."""
+    if isinstance(unit, (int, np.integer)) and not isinstance(unit, bool):
+        if not 0 <= unit < n_layers * (d_ff + n_heads):
+            raise ValueError(f"unit {unit} is not in 0..{n_layers * (d_ff + n_heads) - 1}")
+        return _unit_at(int(unit), n_layers, d_ff, n_heads)
+    if isinstance(unit, str):
+        text = unit.strip().upper()
+        try:
+            layer_text, kind, index_text = (text[1:].partition("N") if "N" in text
+                                            else text[1:].partition("H"))
+            if not text.startswith("L") or not kind:
+                raise ValueError
+            unit = Unit("neuron" if kind == "N" else "head", int(layer_text), int(index_text))
+        except ValueError:
+            raise ValueError(f"unit {unit!r}: write it as L<layer>N<neuron> or L<layer>H<head>, e.g. L2N123") from None
+    kind, layer, index = unit
+    if kind not in ("neuron", "head"):
+        raise ValueError(f"unit kind must be 'neuron' or 'head', got {kind!r}")
+    size = d_ff if kind == "neuron" else n_heads
+    if not (0 <= int(layer) < n_layers and 0 <= int(index) < size):
+        raise ValueError(f"{kind} {index} of layer {layer} does not exist ({n_layers} layers x {size})")
+    return Unit(kind, int(layer), int(index))
+
+
+def head_write_norms(z: torch.Tensor, c_proj_weight: torch.Tensor) -> torch.Tensor:
+    """HEAD_SCORE: [..., heads, d_head] z and c_proj's [out, in] weight -> [..., heads] norms of each head's write."""
+    n_heads, d_head = z.shape[-2], z.shape[-1]
+    w = c_proj_weight.detach().to(torch.float32).t().reshape(n_heads, d_head, -1)  # (nh, hs, C): W_O^h
+    return torch.einsum("...nj,njc->...nc", z.to(torch.float32), w).norm(dim=-1)
+
+
+def _unit_hooks(config) -> list[str]:
+    return ([act_name("post", l) for l in range(config.n_layers)]
+            + [act_name("z", l) for l in range(config.n_layers)])
+
+
+def _values_from_store(model, store, rows: int) -> torch.Tensor:
+    """Every unit's score from a capture's store: [rows, n_units] (rows = batch x T, flattened)."""
+    L = model.config.n_layers
+    parts = [store[act_name("post", l)].reshape(rows, -1) for l in range(L)]
+    parts += [head_write_norms(store[act_name("z", l)], model.blocks[l].attn.c_proj.weight).reshape(rows, -1)
+              for l in range(L)]
+    return torch.cat(parts, dim=1)
+
+
+def unit_values(model, ids) -> torch.Tensor:
+    """Every unit's score at every position of one sequence (a fresh capture): [T, n_units], units numbered as in
+    an index (neurons layer by layer, then heads)."""
+    ids = torch.as_tensor(ids, dtype=torch.long).reshape(1, -1)
+    _, cache = capture(model, ids, _unit_hooks(model.config))
+    return _values_from_store(model, cache, ids.shape[1])

@@ -1,82 +1,158 @@
-"""The corpus scan of gptviz.index: seconds, tokens/s and peak resident memory, each run in a fresh process so its
-peak RSS (ru_maxrss, which includes torch's own ~220 MB and the model) is its own.
+"""The corpus scan of gptviz.index, side by side with the model's forward pass alone over the same windows, on Ray,
+and its memory on a corpus and on one ten times as large. Each measurement runs in a fresh process so its peak RSS
+(ru_maxrss, which includes torch's own ~220 MB and the model) is its own.
 
-    python benchmarks/bench_index.py                  # shakespeare-pre over the complete works; gpt2-small, 100K tokens
-    python benchmarks/bench_index.py --only bundled   # or --only gpt2-small
+    python benchmarks/bench_index.py                         # every part below
+    python benchmarks/bench_index.py --only overhead         # scan vs forward: shakespeare-pre and gpt2-small
+    python benchmarks/bench_index.py --only ray              # the bundled model on Ray, 1 and 2 workers
+    python benchmarks/bench_index.py --only memory           # peak RSS for a JSON-lines corpus at 1x and 10x
+    python benchmarks/bench_index.py --tokens 200000 --gpt2-tokens 20000
 
-gpt2-small has random weights (its scan costs the same as with trained ones) and scans the first 100K tokens of the
-complete works, cut into the same plays.
+overhead: the full scan (statistics included) against `model.final_hidden` on the very batches the scan runs (the
+fused attention path, nothing captured), interleaved in one process, the median of `--repeats`; the statistics'
+overhead is scan / forward - 1 (target: at most 25%). gpt2-small has random weights (its scan costs the same as with
+trained ones). One torch thread (the index CLI's default) unless BENCH_THREADS says otherwise.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-GPT2_TOKENS = 100_000
 
 
-def one_run(which: str) -> dict:
-    """Runs inside the child process: load, scan, report."""
-    import resource
-    import time
-
-    import torch
-    from gptviz import GPT, PRESETS, load_pretrained
+def _docs(tokens: int):
     from gptviz import index as ix
+    kept, left = [], tokens
+    for d in ix.corpus_documents():
+        if left <= 0:
+            break
+        kept.append(ix.Document(d.name, d.ids[:left], d.held_out))
+        left -= len(kept[-1].ids)
+    return kept
 
-    torch.set_num_threads(int(os.environ.get("BENCH_THREADS", "2")))
-    docs = ix.corpus_documents()
-    if which == "bundled":
-        model, name = load_pretrained("shakespeare-pre"), "shakespeare-pre, complete works"
-    else:
-        model, name = GPT(PRESETS["gpt2-small"], seed=0).eval(), f"gpt2-small (random weights), {GPT2_TOKENS:,} tokens"
-        kept, left = [], GPT2_TOKENS
-        for d in docs:
-            if left <= 0:
-                break
-            kept.append(ix.Document(d.name, d.ids[:left], d.held_out))
-            left -= len(kept[-1].ids)
-        docs = kept
+
+def _model(which: str):
+    from gptviz import GPT, PRESETS, load_pretrained
+    return load_pretrained("shakespeare-pre").eval() if which == "bundled" else GPT(PRESETS["gpt2-small"]).eval()
+
+
+def overhead(which: str, tokens: int, repeats: int) -> dict:
+    import torch
+    from gptviz import index as ix
+    torch.manual_seed(0)
+    model, docs = _model(which), _docs(tokens)
+    plan = ix.plan_scan(model, docs)
+
+    def forward_only() -> float:
+        started = time.perf_counter()
+        with torch.inference_mode():
+            for b in range(plan.n_batches):
+                w = plan.batch_windows(b)
+                ids = torch.zeros(len(w), int(w[:, 2].max()), dtype=torch.long)
+                for i, (d, start, length, _) in enumerate(w):
+                    ids[i, :length] = torch.from_numpy(docs[d].ids[start:start + length])
+                model.final_hidden(ids)
+        return time.perf_counter() - started
+
+    def scan() -> float:
+        started = time.perf_counter()
+        ix.finish_scan(plan, ix.scan_batches(model, docs, plan))
+        return time.perf_counter() - started
+
+    forward_only()  # warm-up
+    times = {"scan": [], "forward": []}
+    for r in range(repeats):  # interleaved, alternating the order, so background load hits both alike
+        for name in (("scan", "forward") if r % 2 == 0 else ("forward", "scan")):
+            times[name].append(scan() if name == "scan" else forward_only())
+    scan_s, fwd_s = statistics.median(times["scan"]), statistics.median(times["forward"])
+    return {"part": "overhead", "model": which, "tokens": plan.tokens, "batch": plan.settings["batch"],
+            "scan_tok_s": round(plan.tokens / scan_s), "forward_tok_s": round(plan.tokens / fwd_s),
+            "overhead_pct": round(100 * (scan_s / fwd_s - 1), 1), "scan_s": [round(t, 2) for t in times["scan"]],
+            "forward_s": [round(t, 2) for t in times["forward"]]}
+
+
+def on_ray(workers: int, tokens: int) -> dict:
+    import torch
+    from gptviz import index as ix
+    from gptviz.index.distributed import scan_on_ray
+    model, docs = _model("bundled"), _docs(tokens)
+    plan = ix.plan_scan(model, docs)
+    started = time.perf_counter()
+    single = ix.finish_scan(plan, ix.scan_batches(model, docs, plan))
+    single_s = time.perf_counter() - started
+    started = time.perf_counter()
+    index = scan_on_ray("shakespeare-pre", docs, plan, workers=workers)
+    ray_s = time.perf_counter() - started
+    same = all(__import__("numpy").array_equal(single.arrays[k], index.arrays[k], equal_nan=True)
+               for k in ("top_values", "top_pos", "hist_counts", "quantiles"))
+    return {"part": "ray", "workers": workers, "tokens": plan.tokens, "single_process_s": round(single_s, 1),
+            "ray_s": round(ray_s, 1), "ray_start_included": True, "speedup": round(single_s / ray_s, 2),
+            "equal_to_single_pass": same, "threads": torch.get_num_threads()}
+
+
+def peak_memory(copies: int) -> dict:
+    import json as _json
+    import resource
+    import tempfile
+    from pathlib import Path
+
+    from gptviz import index as ix
+    folder = Path(tempfile.mkdtemp())
+    lines = [_json.dumps({"text": p.read_text(encoding="utf-8")}) for p in __import__("gptviz.corpus", fromlist=["x"])
+             .play_files()[:6]]
+    (folder / "c.jsonl").write_text(("\n".join(lines) + "\n") * copies)
+    model = _model("bundled")
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    start = time.perf_counter()
-    index = ix.build_index(model, docs, model_name=name)
-    seconds = time.perf_counter() - start
-    cfg = model.config
-    return {"run": name, "tokens": index.tokens, "units": index.n_units,
-            "layers_x_d_ff": f"{cfg.n_layers} x {cfg.d_ff}", "heads": cfg.n_layers * cfg.n_heads,
-            "n_ctx": cfg.n_ctx, "stride": index.meta["windows"]["stride"], "batch": index.meta["scan"]["batch"],
-            "seconds": round(seconds, 1), "tokens_per_s": round(index.tokens / seconds),
+    started = time.perf_counter()
+    docs = ix.tokenize_corpus(folder / "c.jsonl", folder / "ids")
+    index = ix.build_index(model, docs)
+    return {"part": "memory", "copies": copies, "tokens": index.tokens, "seconds": round(time.perf_counter() - started),
             "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
-            "rss_before_scan_mb": round(before), "threads": torch.get_num_threads(), "torch": torch.__version__}
+            "rss_before_mb": round(before)}
+
+
+def child(spec: str, args) -> dict:
+    import torch
+    torch.set_num_threads(int(os.environ.get("BENCH_THREADS", "1")))
+    part, value = spec.split(":")
+    if part == "overhead":
+        return overhead(value, args.tokens if value == "bundled" else args.gpt2_tokens, args.repeats)
+    if part == "ray":
+        return on_ray(int(value), args.tokens)
+    return peak_memory(int(value))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--only", choices=("bundled", "gpt2-small"))
+    parser.add_argument("--only", choices=("overhead", "ray", "memory"))
+    parser.add_argument("--tokens", type=int, default=300_000, help="bundled model's tokens (overhead, ray)")
+    parser.add_argument("--gpt2-tokens", type=int, default=10_000)
+    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(one_run(args.child)))
+        print(json.dumps(child(args.child, args)))
         return
+    plan = {"overhead": ["overhead:bundled", "overhead:gpt2-small"], "ray": ["ray:1", "ray:2"],
+            "memory": ["memory:1", "memory:10"]}
     rows = []
-    for which in [args.only] if args.only else ["bundled", "gpt2-small"]:
-        out = subprocess.run([sys.executable, __file__, "--child", which], capture_output=True, text=True,
-                             cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), check=True)
-        rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
-        print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+    for part in [args.only] if args.only else list(plan):
+        for spec in plan[part]:
+            out = subprocess.run([sys.executable, __file__, "--child", spec, "--tokens", str(args.tokens),
+                                  "--gpt2-tokens", str(args.gpt2_tokens), "--repeats", str(args.repeats)],
+                                 capture_output=True, text=True, cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT))
+            if out.returncode:
+                raise SystemExit(f"{spec} failed:\n{out.stderr[-3000:]}")
+            rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+            print(json.dumps(rows[-1]), flush=True)
     load = os.getloadavg()
-    print(f"torch {rows[0]['torch']}, {rows[0]['threads']} thread(s) on {os.cpu_count()} CPU(s); "
-          f"load average at the end {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}\n")
-    print("| scan | tokens | units (neurons + heads) | n_ctx / stride / batch | seconds | tokens/s | peak RSS (fresh process) |")
-    print("|---|---|---|---|---|---|---|")
-    for r in rows:
-        print(f"| {r['run']} | {r['tokens']:,} | {r['units']:,} ({r['layers_x_d_ff']} + {r['heads']}) | "
-              f"{r['n_ctx']} / {r['stride']} / {r['batch']} | {r['seconds']} | {r['tokens_per_s']:,} | "
-              f"{r['peak_rss_mb']:,} MB (before the scan {r['rss_before_scan_mb']:,}) |")
+    print(f"\n{os.cpu_count()} CPU(s); load average at the end {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}")
 
 
 if __name__ == "__main__":

@@ -197,7 +197,15 @@ def test_active_share_and_quantiles_equal_a_direct_count(silent):
             q = ix.quantiles(index, u)
             assert max(q.values()) <= 0.0, (index.unit(u), q)
     line = ix.summary(index, "L0N0")
-    assert line.startswith("L0N0: active on 0.0% of tokens") and "peak 0" in line
+    assert line.startswith(f"L0N0: never active (> 0) on the {total:,} tokens") and "peak 0;" in line
+    for u in range(n_neurons):  # the words follow the count: a rare or a busy neuron is never rounded to 0% or 100%
+        phrase = ix.active_phrase(index, u)
+        if exact[u] == 0:
+            assert phrase.startswith("never active")
+        elif exact[u] < total / 1000 or exact[u] > total * 0.999:
+            assert phrase.startswith(f"active on {exact[u]:,} of {total:,} tokens"), phrase
+        else:
+            assert phrase == f"active on {exact[u] / total:.1%} of tokens"
 
 
 def test_a_rebuild_gives_the_same_arrays(silent):

@@ -22,8 +22,8 @@ Histograms have BINS bins per unit: uniform over the range (widened to include 0
 sample of the windows saw, shifted so that 0 is a bin edge; a value outside falls into the outer bin, whose outer
 edge is then moved to the scan's exact minimum or maximum, so every value lies within the edges and the counts add
 up to the tokens scanned. Bins are left-open, (a, b], and a value's side of the 0 edge is decided by its sign alone,
-so 0 and -0.0 (GELU far below 0) fall below it and the bins above it hold exactly the values > 0. A neuron's share of
-active positions (> 0) is counted directly. Quantiles are read from the histogram (linear within a bin, then clipped
+so 0 and -0.0 (GELU far below 0) fall below it and the bins above it hold exactly the values > 0: a neuron's share of
+active positions (> 0) is their count, the count of values > 0. Quantiles are read from the histogram (linear within a bin, then clipped
 to the unit's exact extremes: off by at most one bin's width). Mean and standard deviation are running sums.
 
 Top tokens: for each unit, the TOP_TOKENS token ids with the highest mean activation over their occurrences, among
@@ -51,7 +51,7 @@ from .effects import DirectEffect, direct_effect, head_direct_effect
 from .histograms import _bin_of, _edges, _quantiles
 from .partial import load_partial, save_partial
 from .progress import text_progress
-from .read import (Context, Example, TokenUnit, UnitScore, _check_model, check_documents, example_context,
+from .read import (Context, Example, TokenUnit, UnitScore, _check_model, active_phrase, check_documents, example_context,
                    example_contexts, example_contexts_nbytes, histogram, index_documents, quantiles, summary,
                    top_examples, top_tokens, units_at, units_at_nbytes, units_for_token)
 from .scan import (PartialScan, ScanPlan, _run_windows, build_index, default_batch, finish_scan, merge_scans,

@@ -294,6 +294,18 @@ def top_tokens(index: NeuronIndex, unit: UnitLike, k: int = TOP_TOKENS) -> list[
     return [(int(t), float(m)) for t, m in zip(a["top_token_ids"][i][:k], a["top_token_mean"][i][:k])]
 
 
+def active_phrase(index: NeuronIndex, unit: UnitLike) -> str:
+    """How often a neuron is active (> 0), in words that never round a rare neuron to 0 or a busy one to all:
+    "active on 13.3% of tokens", "active on 3 of 1,465,708 tokens (0.0002%)", "never active (> 0) on the ..."."""
+    share = float(index.arrays["active_share"][index.flat(unit)])
+    count = round(share * index.tokens)
+    if count == 0:
+        return f"never active (> 0) on the {index.tokens:,} tokens"
+    if 0.001 <= share <= 0.999:
+        return f"active on {share:.1%} of tokens"
+    return f"active on {count:,} of {index.tokens:,} tokens ({100 * share:.2g}%)"
+
+
 def summary(index: NeuronIndex, unit: UnitLike) -> str:
     """One line about a unit, computed from the index, e.g. "L2N17: active on 4.1% of tokens; median -0.04,
     99% 0.61, peak 2.3; top tokens: ' the', ' my', ..."."""
@@ -308,5 +320,5 @@ def summary(index: NeuronIndex, unit: UnitLike) -> str:
     median, top = q.get(0.5, float("nan")) + 0.0, q.get(0.99, float("nan")) + 0.0
     spread = f"median {median:.3g}, 99% {top:.3g}, peak {peak:.3g}"
     if u.kind == "neuron":
-        return f"{u}: active on {100 * float(a['active_share'][i]):.1f}% of tokens; {spread}; top tokens: {words}"
+        return f"{u}: {active_phrase(index, u)}; {spread}; top tokens: {words}"
     return f"{u}: output norm {spread}; top tokens: {words}"

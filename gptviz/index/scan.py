@@ -170,7 +170,8 @@ def plan_scan(model, docs, *, model_name: str = "", source: str = "", corpus: di
         "histogram": "bins uniform over hist_range (a first pass over a sample of windows), 0 an edge, each bin "
                      "left-open (a, b] so 0 and -0.0 fall below the 0 edge; the outer edges moved to min_max to "
                      "cover the scan's exact extremes (value_range); quantiles read from the histogram (linear "
-                     "within a bin) and clipped to value_range; active_share counted directly (values > 0)",
+                     "within a bin) and clipped to value_range; active_share: the count of values > 0 (the bins above the 0 "
+                     "edge, which hold exactly those)",
         "top_tokens": {"k": min(TOP_TOKENS, len(frequent)), "min_count": min_count, "rank": TOKEN_RANK,
                        "frequent_tokens": len(frequent)},
     }
@@ -188,23 +189,19 @@ class PartialScan:
     tokens: int
     best_v: torch.Tensor            # [U, K] float32, in the total order (value desc, location asc)
     best_loc: torch.Tensor          # [U, K] int64 global positions (-1: none yet)
-    counts: torch.Tensor            # [U, bins] int64
-    active: torch.Tensor            # [U] int64: values > 0
+    counts: torch.Tensor            # [U, bins] int64; bins from zero_bin on hold exactly the values > 0
     vmin: torch.Tensor              # [U] float32
-    vmax: torch.Tensor
-    vsum: torch.Tensor              # [U] float64
     vsq: torch.Tensor               # [U] float64
     token_sums: torch.Tensor        # [U, frequent + 1] float32; the last slot gathers the rare tokens
     seconds: float = 0.0
 
-    ARRAYS = ("best_v", "best_loc", "counts", "active", "vmin", "vmax", "vsum", "vsq", "token_sums")
+    ARRAYS = ("best_v", "best_loc", "counts", "vmin", "vsq", "token_sums")
 
 
 def _empty_partial(plan: ScanPlan, U: int) -> PartialScan:
     K, bins = plan.settings["top_k"], plan.settings["bins"]
     return PartialScan(plan.key, [], 0, torch.full((U, K), -math.inf), torch.full((U, K), -1, dtype=torch.long),
-                       torch.zeros(U, bins, dtype=torch.long), torch.zeros(U, dtype=torch.long),
-                       torch.full((U,), math.inf), torch.full((U,), -math.inf), torch.zeros(U, dtype=torch.float64),
+                       torch.zeros(U, bins, dtype=torch.long), torch.full((U,), math.inf),
                        torch.zeros(U, dtype=torch.float64), torch.zeros(U, len(plan.frequent) + 1))
 
 
@@ -244,10 +241,7 @@ def scan_batches(model, docs, plan: ScanPlan, batches: Sequence[int] | range | N
                                                 torch.cat([part.best_loc, loc[top.indices]], 1), K)
         counts += torch.bincount(_bin_of(values, inv_width, zero_col, bins).add_(bin_base).reshape(-1),
                                  minlength=U * bins)
-        part.active += (values > 0).sum(1)
-        low, high = torch.aminmax(values, dim=1)
-        part.vmin, part.vmax = torch.minimum(part.vmin, low), torch.maximum(part.vmax, high)
-        part.vsum += values.sum(1, dtype=torch.float64)
+        part.vmin = torch.minimum(part.vmin, values.amin(1))  # the maximum is the top value
         part.vsq += torch.linalg.vecdot(values, values, dim=1).double()
         part.token_sums.index_add_(1, slot_of[tok], values)
         part.tokens += len(loc)
@@ -287,9 +281,8 @@ def merge_scans(parts: Sequence[PartialScan]) -> PartialScan:
                                   K)
     return PartialScan(
         first.key, _runs([b for p in parts for start, stop in p.batches for b in range(start, stop)]),
-        sum(p.tokens for p in parts), best_v, best_loc, sum(p.counts for p in parts), sum(p.active for p in parts),
-        torch.stack([p.vmin for p in parts]).amin(0), torch.stack([p.vmax for p in parts]).amax(0),
-        sum(p.vsum for p in parts), sum(p.vsq for p in parts), sum(p.token_sums for p in parts),
+        sum(p.tokens for p in parts), best_v, best_loc, sum(p.counts for p in parts),
+        torch.stack([p.vmin for p in parts]).amin(0), sum(p.vsq for p in parts), sum(p.token_sums for p in parts),
         sum(p.seconds for p in parts))
 
 
@@ -304,18 +297,21 @@ def finish_scan(plan: ScanPlan, part: PartialScan) -> NeuronIndex:
     c = meta["config"]
     L, F, H = c["n_layers"], c["d_ff"], c["n_heads"]
     U, total, bins = L * (F + H), plan.tokens, plan.settings["bins"]
-    mean = part.vsum / total
+    mean = part.token_sums.double().sum(1) / total
     std = (part.vsq / total - mean * mean).clamp(min=0).sqrt()
+    vmin, vmax = part.vmin, part.best_v[:, 0]
+    # active (> 0): the bins from the 0 edge on, which hold exactly the values > 0 (_bin_of decides by the sign)
+    zero_bin = torch.from_numpy(plan.zero_bin)
+    active = part.counts.masked_fill(torch.arange(bins)[None] < zero_bin[:, None], 0).sum(1)
     lo, hi = torch.from_numpy(plan.hist_range[:, 0]), torch.from_numpy(plan.hist_range[:, 1])
     arrays = {
         "top_values": part.best_v.numpy().astype(np.float32),
         "hist_counts": part.counts.numpy().astype(np.int32),
         "hist_range": plan.hist_range.astype(np.float32),
-        "min_max": torch.stack([torch.minimum(lo, part.vmin), torch.maximum(hi, part.vmax)], 1).numpy()
-                   .astype(np.float32),
-        "value_range": torch.stack([part.vmin, part.vmax], 1).numpy().astype(np.float32),
+        "min_max": torch.stack([torch.minimum(lo, vmin), torch.maximum(hi, vmax)], 1).numpy().astype(np.float32),
+        "value_range": torch.stack([vmin, vmax], 1).numpy().astype(np.float32),
         "mean": mean.numpy().astype(np.float32), "std": std.numpy().astype(np.float32),
-        "active_share": np.where(np.arange(U) < L * F, part.active.numpy() / total, np.nan).astype(np.float32),
+        "active_share": np.where(np.arange(U) < L * F, active.numpy() / total, np.nan).astype(np.float32),
     }
     loc = part.best_loc.numpy()
     doc = np.searchsorted(plan.offsets, loc, side="right") - 1

@@ -1,0 +1,128 @@
+"""One entry point for the benchmarks: list them, run one, several or all, and keep one current results table.
+
+    python -m benchmarks                     # list the benchmarks
+    python -m benchmarks index patching      # run these (each script's own flags: python -m benchmarks index -- --only ray)
+    python -m benchmarks --quick             # a few minutes' subset, each with its quick flags
+    python -m benchmarks --all               # everything (an hour or more on 2 cores; browser ones need chromium)
+
+Each benchmark runs as its own process from the checkout (PYTHONPATH is the checkout, so the scripts import the
+package you are editing), its output shown as it goes and its last lines kept in benchmarks/current.md, one row per
+benchmark, replaced by its latest run with the date, the command, the time and the exit status. The dated history of
+figures and what they mean stays in benchmarks/README.md.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+TABLE = Path(os.environ.get("GPTVIZ_BENCH_TABLE") or HERE / "current.md")  # the variable: for tests
+
+
+@dataclass(frozen=True)
+class Bench:
+    script: str
+    what: str
+    quick: tuple[str, ...] | None = None  # flags for --quick; None: not in the quick subset
+
+
+BENCHMARKS = {
+    "engine": Bench("run.py", "gptviz against transformers on GPT-2 small: capture, generate, load",
+                    ("--repeats", "3")),
+    "sampling": Bench("bench_sampling.py", "top-p sampling against a full sort of the vocabulary", ()),
+    "interventions": Bench("bench_interventions.py", "patching sweeps and edited passes against plain passes"),
+    "patching": Bench("bench_patching.py", "the residual patching sweep's time and peak memory", ()),
+    "build": Bench("bench_build.py", "peak memory of building each preset with random weights"),
+    "index": Bench("bench_index.py", "the neuron index scan against the forward pass alone, on Ray, its memory",
+                   ("--only", "overhead", "--tokens", "30000", "--gpt2-tokens", "600", "--repeats", "1")),
+    "index-stats": Bench("check_index_stats.py", "a shipped index's statistics against a direct count",
+                         ("shakespeare-pre", "--units", "40")),
+    "app": Bench("bench_app.py", "the Attention page's rerun times (AppTest)"),
+    "browser": Bench("bench_browser.py", "what a visitor feels, in Chromium, against the engine"),
+    "unit-page": Bench("bench_unit_page.py", "the unit page's load time in Chromium"),
+    "load": Bench("load_test.py", "several visitors at once, in real browsers"),
+    "hostile": Bench("hostile_load.py", "a hostile visitor's audit replayed against a real server"),
+    "warmup": Bench("bench_warmup.py", "does post-norm need warmup: the Train page's scenario"),
+    "grow": Bench("bench_grow_induction.py", "the Heads forming page's grow-an-induction-head run"),
+    "gpu": Bench("gpu_check.py", "the prepared CUDA check (exits 0 with a note without a GPU)", ()),
+}
+
+
+def run(name: str, extra: list[str], quick: bool) -> dict:
+    bench = BENCHMARKS[name]
+    flags = list(bench.quick or ()) if quick else []
+    command = [sys.executable, str(HERE / bench.script), *flags, *extra]
+    shown = " ".join(["python", f"benchmarks/{bench.script}", *flags, *extra])
+    print(f"\n=== {name}: {shown}", flush=True)
+    started = time.perf_counter()
+    tail: list[str] = []
+    with subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT))) as proc:
+        for line in proc.stdout:
+            print(line, end="", flush=True)
+            if line.strip():
+                tail = (tail + [line.rstrip()])[-4:]
+    return {"name": name, "command": shown, "seconds": round(time.perf_counter() - started),
+            "status": "ok" if proc.returncode == 0 else f"exit {proc.returncode}", "tail": tail,
+            "date": datetime.date.today().isoformat()}
+
+
+def write_table(results: list[dict]) -> None:
+    rows = _read_rows()
+    for r in results:
+        tail = " / ".join(line.replace("|", "\\|") for line in r["tail"])[:600]
+        rows[r["name"]] = f"| {r['name']} | {r['date']} | `{r['command']}` | {r['seconds']} | {r['status']} | {tail} |"
+    lines = ["# Benchmarks: the latest run of each (`python -m benchmarks`)", "",
+             "| benchmark | date | command | seconds | status | last lines of its output |",
+             "|---|---|---|---|---|---|"]
+    lines += [rows[name] for name in BENCHMARKS if name in rows]
+    TABLE.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def _read_rows() -> dict[str, str]:
+    if not TABLE.exists():
+        return {}
+    rows = {}
+    for line in TABLE.read_text(encoding="utf-8").splitlines():
+        cells = [c.strip() for c in line.split("|")]
+        if len(cells) > 2 and cells[1] in BENCHMARKS:
+            rows[cells[1]] = line
+    return rows
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []
+    argv = argv[:argv.index("--")] if "--" in argv else argv
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("names", nargs="*", help="benchmarks to run (see the list)")
+    parser.add_argument("--quick", action="store_true", help="the quick subset, or the named ones with quick flags")
+    parser.add_argument("--all", action="store_true", help="every benchmark")
+    args = parser.parse_args(argv)
+    unknown = [n for n in args.names if n not in BENCHMARKS]
+    if unknown:
+        parser.error(f"unknown benchmark {', '.join(unknown)}; choose from {', '.join(BENCHMARKS)}")
+    names = list(BENCHMARKS) if args.all else args.names or (
+        [n for n, b in BENCHMARKS.items() if b.quick is not None] if args.quick else [])
+    if not names:
+        width = max(map(len, BENCHMARKS))
+        for name, bench in BENCHMARKS.items():
+            print(f"{name:<{width}}  {bench.what}{'  [quick]' if bench.quick is not None else ''}")
+        print("\npython -m benchmarks NAME... | --quick | --all   (results: benchmarks/current.md)")
+        return 0
+    results = [run(name, extra, args.quick) for name in names]
+    write_table(results)
+    print(f"\n{sum(r['status'] == 'ok' for r in results)}/{len(results)} ran; table: {TABLE}")
+    return 0 if all(r["status"] == "ok" for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

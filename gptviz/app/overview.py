@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import streamlit as st
+from streamlit.errors import StreamlitPageNotFoundError
 
 from ..analysis.overview import ForwardOverview, forward_overview, overview_hook_names
 from ..model import GPT
@@ -128,7 +129,21 @@ def follow_click() -> None:
         st.switch_page(PAGES_DIR / f"{page}.py")
 
 
+def page_link(where, stem: str, label: str, icon: str) -> None:
+    """st.page_link in this session (the model and prompt stay as they are); nothing where the app's navigation is
+    not running (a test that runs one page file alone), which has no other page to link to."""
+    try:
+        where.page_link(PAGES_DIR / f"{stem}.py", label=label, icon=icon)
+    except StreamlitPageNotFoundError:
+        pass
+
+
 def stage_links() -> None:
-    """The stages as links too (keyboard, screen readers), in one row: the model and prompt stay as they are."""
+    """The stages as links too (keyboard, screen readers), in one row."""
     for column, (title, stem) in zip(st.columns(len(STAGE_LINKS)), STAGE_LINKS):
-        column.page_link(PAGES_DIR / f"{stem}.py", label=title, icon=":material/arrow_forward:")
+        page_link(column, stem, title, ":material/arrow_forward:")
+
+
+def overview_link() -> None:
+    """The one line another page (Attention, the landing page) spends on this one."""
+    page_link(st, "overview", "The whole model at a glance", "🗺️")

@@ -31,10 +31,11 @@ def main() -> None:
     for layout in ov.layouts(model.config.n_layers):
         diagram(seen, layout)
     first = seen.overview
-    st.caption(f"{model.config.norm}-norm: each block runs its boxes in that order. Numbers are ‖·‖, the length of "
-               f"the vector there; attention's strongest head and weight beside chance (1/{first.position + 1}); "
-               f"the logit lens's top token on each block's output; probabilities beside uniform "
-               f"({first.uniform_prob:.1e}). Click a box to open its page.")
+    st.caption(f"{model.config.norm}-norm: each block runs its boxes in this order. Numbers are ‖·‖, the length of "
+               "the vector there (a + box: the stream after that addition). Attention: the head with the strongest "
+               f"weight from this token, where it looks, that weight, and chance (ch.) = 1/{first.position + 1}. "
+               "Lens: the top next token read off that state, its probability, = or ≠ the model's final choice. "
+               f"Output: next-token probabilities; uniform is {first.uniform_prob:.1e}. Click a box to open its page.")
     ov.stage_links()
 
 

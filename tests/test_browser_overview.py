@@ -96,3 +96,18 @@ def test_a_box_and_a_link_open_their_pages(browser):
                            "'Embeddings')")
     assert page.url.split("?")[0].endswith("/embeddings")
     page.close()
+
+
+def test_the_layernorm_radio_redraws_the_other_wiring(browser):
+    page = open_overview(browser, SIZES["desktop"][0])
+    [before] = page.evaluate(DIAGRAM_JS)
+    block_0 = lambda d: [c[2][0] for c in d["centres"] if c[2][1] == 0 and c[2][0] != "lens"]  # noqa: E731
+    assert block_0(before) == ["ln", "attn", "add", "ln", "mlp", "add"]
+    page.locator('[data-testid="stSidebar"]').get_by_text("post-norm (GPT-1)").click()
+    page.wait_for_function(f"() => ({DIAGRAM_JS})().some(d => d.centres.filter(c => c[2][1] === 0)[0][2][0] === "
+                           "'attn')")
+    page.wait_for_selector('[data-testid="stStatusWidget"]', state="detached", timeout=300_000)
+    [after] = page.evaluate(DIAGRAM_JS)
+    assert block_0(after) == ["attn", "add", "ln", "mlp", "add", "ln"]
+    assert page.get_by_text("post-norm: each block runs its boxes in this order").is_visible()
+    page.close()

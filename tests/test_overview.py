@@ -8,7 +8,7 @@ import torch
 
 from gptviz import GPT, PRESETS, analysis, capture
 from gptviz.analysis.overview import forward_overview, overview_hook_names
-from gptviz.figures.overview import overview_cells, overview_figure
+from gptviz.figures.overview import overview_cells, overview_figure, short
 from gptviz.hooks import ActivationCache, act_name
 from gptviz.tokenizer import encode, position_labels, token_labels
 
@@ -100,7 +100,8 @@ def drawn(wiring: str, layout: str, ids=IDS, position: int | None = None):
     logits, cache = capture(model, torch.tensor([ids]))
     cache = ActivationCache({k: v[0] for k, v in cache.items()}, model.config.n_layers)
     ov = forward_overview(model, cache, logits[0], len(ids) - 1 if position is None else position, ids=ids)
-    wanted = sorted({ov.token_id, ov.embed_lens_id, *ov.top_ids, *(b.lens_id for b in ov.blocks)})
+    wanted = sorted({ov.token_id, ov.embed_lens_id, *ov.top_ids, *(b.lens_id for b in ov.blocks)}
+                    | ({ov.next_id} if ov.next_id is not None else set()))
     names = dict(zip(wanted, token_labels(wanted)))
     fig = overview_figure(ov, names, position_labels(ids), token_labels(ids), layout)
     return ov, fig.to_plotly_json()
@@ -133,8 +134,11 @@ def test_token_text_is_escaped_and_the_real_next_token_is_shown():
     everything = " ".join(trace["text"] + trace["hovertext"])
     assert "<script" not in everything and "</b" not in everything.replace("</b>", "")  # only the figure's own bold
     assert "&lt;" in everything
-    if ov.next_id not in ov.top_ids:  # the prompt's own next token, with its probability and rank, closes the output
-        assert f"#{ov.next_rank}" in trace["text"][-1]
+    # the prompt's own next token (a random model does not rank it in its top 5), by name, with its probability and
+    # rank, closes the output
+    assert ov.next_id not in ov.top_ids
+    assert trace["customdata"][-1][0] == "next" and trace["customdata"][-1][3] == ov.next_id
+    assert f"#{ov.next_rank}" in trace["text"][-1] and short(token_labels([ov.next_id])[0], 6) in trace["text"][-1]
 
 
 def test_cells_group_input_blocks_and_output():

@@ -20,7 +20,7 @@ state = st.session_state
 # the page each kind of box opens (gptviz.figures.overview.Cell.kind)
 STAGE_PAGES = {"token": "embeddings", "embed": "embeddings", "add": "activations", "ln": "norms",
                "attn": "attention", "mlp": "activations", "lens": "activations", "ln_f": "activations",
-               "prob": "why"}
+               "prob": "why", "next": "why"}
 # Stages the page also links as words, in the order the forward pass meets them (title, page stem)
 STAGE_LINKS = (("Embeddings", "embeddings"), ("Attention", "attention"), ("Activations", "activations"),
                ("Why this token?", "why"), ("Generation", "generation"))
@@ -73,6 +73,8 @@ def overview_at(spec: ModelSpec, model: GPT, ids: tuple[int, ...], position: int
         st.stop()
     wanted = {ov.token_id, ov.embed_lens_id, *ov.top_ids, *(b.lens_id for b in ov.blocks)}
     wanted.discard(-1)
+    if ov.next_id is not None:
+        wanted.add(ov.next_id)
     ordered = sorted(wanted)
     return Seen(spec, model, ids, token_labels(ids), position_labels(ids), ov,
                 dict(zip(ordered, token_labels(ordered))))

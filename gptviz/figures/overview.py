@@ -15,16 +15,16 @@ import plotly.graph_objects as go
 from .common import FONT, LIGHT_TEMPLATE, plotly_text
 
 FILL = {"token": "#fff3c4", "embed": "#fde9b5", "add": "#eceff3", "ln": "#e6dcf5", "attn": "#d6e6fb",
-        "mlp": "#fde0c5", "lens": "#dcf2dc", "ln_f": "#e6dcf5", "prob": "#f4f6f9"}
+        "mlp": "#fde0c5", "lens": "#dcf2dc", "ln_f": "#e6dcf5", "prob": "#f4f6f9", "next": "#f4f6f9"}
 BAR = "#8fb8e8"          # a probability's bar inside its box
-SIZE = {"ln": 0.55, "add": 0.8, "attn": 1.25, "lens": 1.1, "prob": 0.8}  # cross-axis length (1 unless listed)
+SIZE = {"ln": 0.55, "add": 0.8, "attn": 1.25, "lens": 1.1, "prob": 0.8, "next": 1.3}  # cross-axis length (1 unless listed)
 GAP = 0.1                # between boxes of one group
 LABEL_CHARS = 8          # token text shown in a box (the hover has it whole)
 ROOMY_BLOCKS = 6         # side by side, past this many blocks the boxes get the compact text
 
 
 class Cell(NamedTuple):
-    kind: str      # token, embed, add, ln, attn, mlp, lens, ln_f, prob
+    kind: str      # token, embed, add, ln, attn, mlp, lens, ln_f, prob (a top candidate), next (the prompt's own)
     lines: tuple[str, ...]  # the box's text, already escaped for Plotly; the first line bold
     hover: str     # the full reading, escaped
     layer: int = -1
@@ -111,7 +111,7 @@ def _output_cells(ov, name, top: int, compact: bool) -> list[Cell]:
         t = ov.next_id
         lines = ("next", short(name(t), chars), f"{pct(ov.next_prob)} #{ov.next_rank}") if compact else \
             (f"next {short(name(t), 6)}", f"{pct(ov.next_prob)} #{ov.next_rank}")
-        cells.append(Cell("prob", lines,
+        cells.append(Cell("next", lines,
                           f"The prompt's real next token, {plotly_text(name(t))}: p = {pct(ov.next_prob)}, the "
                           f"model's choice #{ov.next_rank} (uniform guessing: {pct(ov.uniform_prob)})", token=t,
                           share=ov.next_prob))
@@ -165,7 +165,7 @@ def overview_figure(ov, names: dict[int, str], position_labels: list[str], label
     for cell, x0, x1, y0, y1, _ in boxes:
         fig.add_shape(type="rect", x0=x0, x1=x1, y0=y0, y1=y1, fillcolor=FILL[cell.kind], layer="below",
                       line=dict(color="#9aa4b2" if cell.kind != "add" else "#c3c9d2", width=1))
-        if cell.kind == "prob" and cell.share > 0:  # the probability as a bar along the box
+        if cell.kind in ("prob", "next") and cell.share > 0:  # the probability as a bar along the box
             fig.add_shape(type="rect", x0=x0, x1=x0 + (x1 - x0) * min(cell.share, 1.0), y0=y0, y1=y1,
                           fillcolor=BAR, opacity=0.6, layer="below", line=dict(width=0))
     size = 10 if compact else 12

@@ -574,6 +574,7 @@ def main() -> None:
     st.title("Attention")
     st.caption("Each token builds its next representation from a weighted mix of the tokens before it: one map of "
                "weights per head.")
+    from gptviz.app.overview import overview_link; overview_link()  # the whole forward pass at a glance
     page_prompt_box()  # a phone's first screen: its sidebar, with the prompt, starts closed
     example_buttons()
     seen = read_prompt()

@@ -332,3 +332,10 @@ TRAIN_WARMUP_JOB = "train_warmup_job"
 TRAIN_WARMUP_LOSS_FIG = "train_warmup_loss_fig"
 TRAIN_WARMUP_GRAD_FIG = "train_warmup_grad_fig"
 TRAIN_WARMUP_STOP = "train_warmup_stop"
+# the whole model at a glance (Overview page)
+OV_POSITION = "ov_position"           # the position the diagram follows
+OV_CHART = "ov_chart"                 # its figure, per layout and per click (per_item): a click's selection starts fresh
+OV_CHART_SEQ = "_ov_chart_seq"        # clicks so far (numbers the figure's key)
+OV_GO = "_ov_go"                      # a box was clicked: the page it opens, at the next run
+OV_WIDE = "gv_ov_wide"                # the diagram's containers: left to right on a wide screen, top to bottom on a
+OV_TALL = "gv_ov_tall"                # narrow one (display-only CSS picks one)

@@ -13,6 +13,7 @@ PAGES_DIR = _PACKAGE / "app_pages" if (_PACKAGE / "app_pages").is_dir() else _PA
 # (section, file stem, title, icon); the first page is the default.
 PAGE_LIST = [
     ("Look inside", "attention", "Attention", "👀"),
+    ("Look inside", "overview", "The whole model", "🗺️"),
     ("Look inside", "generation", "Generation", "✍️"),
     ("Look inside", "embeddings", "Embeddings", "🧭"),
     ("Look inside", "activations", "Activations", "⚡"),

@@ -174,10 +174,10 @@ def test_component_bar_and_treemap_add_up():
     cfg = PRESETS["gpt2-small"]
     table = param_table(cfg)
     comp = by_component(table)
-    bar = fp.component_bar(comp, "t", tied=True)
+    bar = fp.component_shares(comp, "t", tied=True)
     assert sum(bar.data[0].x) == total_params(cfg) == 124_439_808   # horizontal bars: one row per label
-    assert any(text.endswith("tied") for text in bar.data[0].text)
-    assert bar.layout.xaxis.range[1] == max(bar.data[0].x)    # the longest bar's label sits inside its end
+    assert any("LM head: 0 (tied" in hover for hover, _ in bar.data[0].customdata)
+    assert bar.layout.xaxis.range[1] == max(bar.data[0].x)    # the longest bar spans the width
     tree = fp.param_treemap(table, "t")
     values = dict(zip(tree.data[0].ids, tree.data[0].values))
     assert values["model"] == total_params(cfg)

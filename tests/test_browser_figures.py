@@ -99,3 +99,32 @@ def test_promoted_and_suppressed_tokens_are_named_off_the_bars(chromium, tmp_pat
         assert label["left"] >= 0 and label["right"] <= width, label
         assert not overlapping([label] + bars), overlapping([label] + bars)     # before: "1. ␣acutely" over a bar
     assert not overlapping(labels + titles), overlapping(labels + titles)
+
+
+# The token heatmaps a phone shows (Why this token?'s patching grid and attention heatmap, the Explainers' causal
+# mask): an array of 28 tick labels was drawn whatever the width, 7 px apart on a phone.
+def token_heatmaps():
+    from gptviz.figures import attention as fa
+    from gptviz.figures import explainers as fx
+    from gptviz.figures import why as fw
+    from test_figure_fit import LABELS
+    T = len(LABELS)
+    pattern = np.tril(np.random.default_rng(0).random((T, T)))
+    pattern /= pattern.sum(1, keepdims=True)
+    return {"attention": fa.attention_heatmap(pattern, LABELS),
+            "patching": fw.patching_heatmap(np.random.default_rng(1).random((4, T)), LABELS, title="t"),
+            "causal mask": fx.causal_mask_figure(np.tril(np.ones((T, T))), LABELS)}
+
+
+@pytest.mark.parametrize("width,named", [(358, 8), (900, 14)])
+@pytest.mark.parametrize("name", ["attention", "patching", "causal mask"])
+def test_token_axes_apart_on_a_phone(chromium, tmp_path, width, named, name):
+    from test_browser_phone import TICKS_JS, crowded_ticks
+    page = drawn(chromium, token_heatmaps()[name], width, tmp_path)
+    xs = page.evaluate(TICKS_JS, ".xtick text")[0]
+    ys = page.evaluate(BOXES_JS, ".ytick text")
+    page.close()
+    assert len(xs) >= named, [t["text"] for t in xs]          # tokens still named, more where there is room
+    assert not crowded_ticks(xs), crowded_ticks(xs)
+    if name != "patching":                                    # its rows are layers
+        assert len(ys) >= named and not overlapping(ys), overlapping(ys)

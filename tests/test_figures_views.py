@@ -263,7 +263,8 @@ def test_causal_mask_figure():
     fig = fx.causal_mask_figure(mask, list("abcde"))
     np.testing.assert_array_equal(fig.data[0].z, np.tril(np.ones((5, 5))))
     assert "15 of 25" in fig.layout.title.text
-    assert list(fig.data[0].customdata[3][1]) == ["d", "b"]
+    assert list(fig.data[0].customdata[3][1]) == ["d", "b", 3, 1]       # query and key text, then positions
+    assert fig.layout.xaxis.type == "category" and fig.layout.xaxis.tickmode == "auto"   # labels thin to the width
     # the key axis is on top: its title and tick labels get their own band above the plot, under the figure title
     assert fig.layout.xaxis.side == "top" and fig.layout.margin.t >= 110 and fig.layout.title.yanchor == "top"
 

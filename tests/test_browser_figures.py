@@ -10,6 +10,7 @@ from gptviz.export import figure_html
 from gptviz.figures import generation as fg
 from gptviz.figures import training as ft
 from gptviz.figures import units as fu
+from gptviz.tokenizer import token_label
 from test_browser import ARGS, CHROMIUM
 from test_browser_phone import overlapping
 
@@ -88,12 +89,22 @@ def test_promoted_and_suppressed_tokens_are_named_off_the_bars(chromium, tmp_pat
                                                             " for", " I"])]
     suppressed = [(t, -1.4 + 0.01 * i) for i, t in enumerate([" acutely", " mare", "q", " integ", " Mill", "ima",
                                                               " Court", " fixing", " baseless", " named"])]
-    page = drawn(chromium, fu.direct_effect_bars(promoted, suppressed), width, tmp_path)
+    label = lambda items: [(token_label(t.encode()), v) for t, v in items]   # as the page passes them: "␣and"
+    page = drawn(chromium, fu.direct_effect_bars(label(promoted), label(suppressed)), width, tmp_path)
     labels = page.evaluate(BOXES_JS, ".ytick text, .y2tick text")
     bars = [dict(b, text="bar") for b in page.evaluate(BOXES_JS.replace(
         ".filter((el) => el.textContent.trim())", ""), ".point path")]
-    titles = page.evaluate(BOXES_JS, ".annotation-text")
+    titles = page.evaluate(BOXES_JS, ".annotation-text, .g-xtitle text, .g-x2title text")
+    from test_browser_phone import TICKS_JS, crowded_ticks
+    ticks = [page.evaluate(TICKS_JS, f".{axis}tick text")[0] for axis in ("x", "x2")]
     page.close()
+    for axis in ticks:
+        assert len(axis) >= 2 and not crowded_ticks(axis), axis
+        assert not any(t["angle"] for t in axis), axis                       # upright, not slanted to fit
+    promotes, suppresses = sorted((t for t in titles if t["text"] in ("promotes", "suppresses")),
+                                  key=lambda t: t["left"])
+    assert suppresses["left"] - promotes["right"] >= 20, (promotes, suppresses)   # two titles, not one phrase
+    assert [t["text"] for t in titles].count("logit change") == 1              # not twice, run together
     assert len(labels) == 20 and len(bars) == 20
     for label in labels:
         assert label["left"] >= 0 and label["right"] <= width, label

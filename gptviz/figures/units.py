@@ -161,6 +161,15 @@ def direct_effect_bars(promoted: list[tuple[str, float]], suppressed: list[tuple
         # the suppressed bars run left from 0: their tokens are named on the right, past the bars' base, not on the
         # left where they were drawn over the promoted bars
         fig.update_yaxes(autorange="reversed", tickfont=MONO, side="left" if col == 1 else "right", row=1, col=col)
-        fig.update_xaxes(title_text="logit change", row=1, col=col)
+        fig.update_xaxes(nticks=3, row=1, col=col)   # upright ticks in a phone's 60 px
+    # each panel's title toward its outer edge: centred, a phone's "promotes suppresses" read as one phrase
+    for panel_title, (x, anchor) in zip(fig.layout.annotations, ((fig.layout.xaxis.domain[0], "left"),
+                                                                 (fig.layout.xaxis2.domain[1], "right"))):
+        panel_title.update(x=x, xanchor=anchor, font_size=13)
+    # one axis title for both panels: two "logit change" side by side ran together on a phone
+    fig.add_annotation(text="logit change", x=0.5, xref="paper", y=0, yref="paper", yanchor="top", yshift=-24,
+                       showarrow=False, font=dict(size=13))
     n = max(len(promoted), len(suppressed), 1)
-    return apply_layout(fig, title=title, height=max(260, 90 + 24 * n), showlegend=False)
+    apply_layout(fig, title=title, height=max(260, 90 + 24 * n), showlegend=False)
+    fig.update_layout(margin=dict(b=48))
+    return fig

@@ -84,6 +84,11 @@ def show_breakdown(cfg: GPTConfig, label: str, key: str) -> None:
     """Totals, facts, figures and tables of one config; its widgets' keys start with `key`."""
     table = param_table(cfg)
     total = int(table["count"].sum())
+    comp = component_frame(table)
+    # the chart first: on a phone the four metrics alone are a screen's height
+    display.show_figure(figs.component_shares(comp, f"{label}: {total:,} parameters" if label else
+                                              f"{total:,} parameters", tied=cfg.tie_weights),
+                        key=K.per_item(key, "bar"))
     c1, c2, c3, c4 = st.columns(4)
     c1.metric("Parameters", f"{total:,}")
     c2.metric("Per block", f"{int(table[table['layer'] == 0]['count'].sum()):,}" if cfg.n_layers else "–")
@@ -91,15 +96,6 @@ def show_breakdown(cfg: GPTConfig, label: str, key: str) -> None:
     c4.metric("fp16 / bf16", f"{memory_bytes(total, 'fp16') / MIB:,.1f} MiB")
     for fact in seed_facts(cfg, table):
         st.markdown(f"- {fact}")
-    comp = component_frame(table)
-    left, right = st.columns(2)
-    with left:
-        display.show_figure(figs.component_bar(comp, f"By component: {label}", tied=cfg.tie_weights),
-                            key=K.per_item(key, "bar"))
-    with right:
-        display.show_figure(figs.param_treemap(table, f"By block and component: {label}"),
-                            key=K.per_item(key, "tree"))
-        st.caption("Click a block to zoom in. A tied LM head has no area of its own.")
     if 1 < cfg.n_layers <= 200:
         display.show_figure(figs.layer_stacked_bar(by_layer(table)), key=K.per_item(key, "layers"))
         st.caption("Every block is the same size: depth adds parameters linearly.")
@@ -110,6 +106,7 @@ def show_breakdown(cfg: GPTConfig, label: str, key: str) -> None:
         "note": st.column_config.TextColumn("note", width="large")})  # the tied-head note is a sentence
     display.download_csv(comp, f"params_by_component_{cfg.name}.csv", key=K.per_item(key, "comp_csv"))
     with st.expander(f"Every parameter tensor ({len(table)})"):
+        st.caption("The same tensors and counts as the module tree built on PyTorch's `meta` device.")
         tensors = tensor_frame(table)
         st.dataframe(tensors, hide_index=True, column_config={
             "count": st.column_config.NumberColumn(format="localized"),
@@ -190,8 +187,7 @@ TAB_DRAWERS = dict(zip(TABS, (model_tab, presets_tab, calculator_tab)))
 
 def main() -> None:
     st.title("Parameters")
-    st.caption("Where the weights of a GPT live. Counted from the config by formula (the same counts as the module "
-               "tree built on PyTorch's `meta` device), so even GPT-2 XL costs nothing to count.")
+    st.caption("Where a GPT's weights live, counted from its config by formula (no weights are built).")
     for name, tab in zip(TABS, st.tabs(list(TABS))):
         with tab:
             TAB_DRAWERS[name]()

@@ -70,44 +70,41 @@ def test_saliency_cells_text_fits_its_cell():
 
 # ---- Parameters ----------------------------------------------------------------------------------------------
 
-def bar_label_boxes(fig, width: float):
-    """Boxes (left, bottom, right, top) in plot pixels of a bar trace's labels, in either orientation."""
-    trace = fig.data[0]
+def share_label_boxes(fig, width: float):
+    """Boxes (left, bottom, right, top) in plot pixels, y up, of component_shares' labels (annotations written from
+    x = 0 just above their bar) and of its bars, in a figure `width` px wide."""
     w, h = plot_area(fig, width)
-    size = trace.textfont.size or 12
-    n = len(trace.text)
-    positions = trace.textposition if isinstance(trace.textposition, tuple) else (trace.textposition,) * n
-    boxes = []
-    if trace.orientation == "h":
-        top = fig.layout.xaxis.range[1]
-        for i, (value, text, where) in enumerate(zip(trace.x, trace.text, positions)):
-            end, tw = value / top * w, text_px(text, size)
-            row = h - (i + 0.5) * h / n
-            left = end - tw - 3 if where == "inside" else end + 3
-            boxes.append((left, row - 0.6 * size, left + tw, row + 0.6 * size, where, end))
-    else:
-        top = fig.layout.yaxis.range[1]
-        for i, (value, text) in enumerate(zip(trace.y, trace.text)):
-            centre, tw = (i + 0.5) * w / n, text_px(text, size)
-            bottom = value / top * h + 3
-            boxes.append((centre - tw / 2, bottom, centre + tw / 2, bottom + 1.2 * size, "outside", None))
-    return boxes, w, h
+    x_top = fig.layout.xaxis.range[1]
+    y_far, y_near = fig.layout.yaxis.range                    # reversed: the first row on top
+
+    def y_px(y):
+        return (y - y_far) / (y_near - y_far) * h
+
+    labels = []
+    for a in fig.layout.annotations:
+        size = a.font.size or 12
+        bottom = y_px(a.y) + (a.yshift or 0)
+        labels.append((0, bottom, text_px(a.text, size), bottom + 1.2 * size, a.text))
+    bars = [(0, y_px(i + 0.25), x / x_top * w, y_px(i - 0.25)) for i, x in zip(fig.data[0].y, fig.data[0].x)]
+    return labels, bars, w, h
 
 
-@pytest.mark.parametrize("width", [230, 560])  # the plot beside the component names on a phone; a desktop column
+@pytest.mark.parametrize("width", [PHONE_FIGURE, 560, 1050])  # a phone; a desktop column; the full desktop width
 def test_parameter_bar_labels_do_not_collide(width):
     comp = by_component(param_table(PRESETS["gpt2-xl"]))
-    fig = fp.component_bar(comp, "By component: gpt2-xl", tied=True)
-    boxes, w, h = bar_label_boxes(fig, width + 10 + 10)
-    written = [b for b in boxes if b[2] > b[0]]
-    for i, a in enumerate(written):
-        assert a[0] >= 0 and a[2] <= w + 1, f"label {i} leaves the plot"
-        assert a[3] <= h, f"label {i} runs into the title"
-        if a[4] == "inside":
-            assert a[0] >= 0 and a[2] <= a[5], f"label {i} does not fit inside its bar"
-        for b in written[i + 1:]:
+    fig = fp.component_shares(comp, "gpt2-xl: 1,557,611,200 parameters", tied=True)
+    labels, bars, w, h = share_label_boxes(fig, width)
+    assert len(labels) == len(bars) == 6
+    for i, a in enumerate(labels):
+        assert a[0] >= 0 and a[2] <= w, f"label {a[4]} leaves the plot"
+        assert a[3] <= h, f"label {a[4]} runs into the title"
+        for b in labels[i + 1:]:
             assert not overlaps(a, b), f"labels {a} and {b} overlap"
-    assert "491.83M" in fig.data[0].text[4] and "491.60M" in fig.data[0].text[5]  # both MLP matrices are named
+        for bar in bars:
+            assert not overlaps(a, bar), f"label {a[4]} is drawn over a bar {bar}"
+    assert all(bar[3] - bar[1] >= 12 for bar in bars)                          # bars thick enough to see
+    texts = [a[4] for a in labels]
+    assert "491,827,200" in texts[0] and "491,596,800" in texts[1]            # both MLP matrices, exact
 
 
 # ---- Embeddings ----------------------------------------------------------------------------------------------

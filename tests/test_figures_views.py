@@ -174,10 +174,10 @@ def test_component_bar_and_treemap_add_up():
     cfg = PRESETS["gpt2-small"]
     table = param_table(cfg)
     comp = by_component(table)
-    bar = fp.component_bar(comp, "t", tied=True)
+    bar = fp.component_shares(comp, "t", tied=True)
     assert sum(bar.data[0].x) == total_params(cfg) == 124_439_808   # horizontal bars: one row per label
-    assert any(text.endswith("tied") for text in bar.data[0].text)
-    assert bar.layout.xaxis.range[1] == max(bar.data[0].x)    # the longest bar's label sits inside its end
+    assert any("LM head: 0 (tied" in hover for hover, _ in bar.data[0].customdata)
+    assert bar.layout.xaxis.range[1] == max(bar.data[0].x)    # the longest bar spans the width
     tree = fp.param_treemap(table, "t")
     values = dict(zip(tree.data[0].ids, tree.data[0].values))
     assert values["model"] == total_params(cfg)
@@ -263,7 +263,8 @@ def test_causal_mask_figure():
     fig = fx.causal_mask_figure(mask, list("abcde"))
     np.testing.assert_array_equal(fig.data[0].z, np.tril(np.ones((5, 5))))
     assert "15 of 25" in fig.layout.title.text
-    assert list(fig.data[0].customdata[3][1]) == ["d", "b"]
+    assert list(fig.data[0].customdata[3][1]) == ["d", "b", 3, 1]       # query and key text, then positions
+    assert fig.layout.xaxis.type == "category" and fig.layout.xaxis.tickmode == "auto"   # labels thin to the width
     # the key axis is on top: its title and tick labels get their own band above the plot, under the figure title
     assert fig.layout.xaxis.side == "top" and fig.layout.margin.t >= 110 and fig.layout.title.yanchor == "top"
 

@@ -282,9 +282,12 @@ def test_attention_heatmap_data():
     np.testing.assert_allclose(np.tril(z), np.tril(pattern.numpy()), rtol=1e-6)
     assert np.isnan(z[np.triu_indices(4, 1)]).all()
     assert (np.array(mask.z)[np.triu_indices(4, 1)] == 1).all() and np.isnan(np.array(mask.z)[np.tril_indices(4)]).all()
-    # integer axis: the two 'the' stay distinct columns; tag-like text escaped
-    assert list(fig.layout.xaxis.tickvals) == [0, 1, 2, 3]
-    assert list(fig.layout.xaxis.ticktext) == ["the", "&lt;b&gt;", "the", "&amp;"]
+    # category axes that thin their labels to the width drawn; the two 'the' stay distinct columns (a zero-width
+    # space apart, drawn the same); tag-like text escaped
+    for axis in (fig.layout.xaxis, fig.layout.yaxis):
+        assert axis.type == "category" and axis.tickmode == "auto"
+        assert list(axis.categoryarray) == ["the", "&lt;b&gt;", "the\u200b", "&amp;"]
+    assert list(weights.x) == list(fig.layout.xaxis.categoryarray) == list(mask.y)
     assert fig.data[0].customdata[2][0][0] == "'the'" and fig.data[0].customdata[2][1][1] == "'&lt;b&gt;'"
     assert "→" in weights.hovertemplate and weights.hovertemplate.endswith("<extra></extra>")
     assert fig.layout.shapes[0].y0 == 1.5 and fig.layout.shapes[0].x1 == 2.5     # the query row outline

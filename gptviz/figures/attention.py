@@ -16,6 +16,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from .common import ATTENTION_SCALE, MASKED_COLOR, apply_layout, escaped, plotly_text, token_axis
+from .common import token_categories, token_category_axis
 
 # Colour scales for attention weights (every figure of one view shares one).
 SCALES = {
@@ -89,21 +90,23 @@ def attention_heatmap(pattern, labels: list[str], *, title: str | None = None, s
     texts = [f"'{t}'" for t in escaped(labels)]
     custom = _pair_customdata(texts, texts)
     idx = np.arange(T)
+    # category axes that thin their own labels to the width drawn: 28 tokens' array of tick labels ran into each
+    # other on a phone. Positions in the hover come from customdata; shapes address a category by its index.
+    cats = token_categories(escaped(labels))
     weights = go.Heatmap(
-        z=z, x=idx, y=idx, customdata=custom, coloraxis="coloraxis", hoverongaps=False, name=value_name,
+        z=z, x=cats, y=cats, customdata=custom, coloraxis="coloraxis", hoverongaps=False, name=value_name,
         hovertemplate="%{customdata[0]} → %{customdata[1]}: " + value_name + " %{z:.3g}"
                       "<br>query position %{customdata[2]}, key position %{customdata[3]}<extra></extra>")
     future = np.where(idx[None, :] > idx[:, None], 1.0, np.nan)
     mask = go.Heatmap(  # no per-cell hover data: it would double the figure's size for one sentence
-        z=future, x=idx, y=idx, zmin=0, zmax=1, showscale=False, hoverongaps=False,
+        z=future, x=cats, y=cats, zmin=0, zmax=1, showscale=False, hoverongaps=False,
         colorscale=[[0, MASKED_COLOR], [1, MASKED_COLOR]], name="masked",
         hovertemplate="masked: a token cannot look at later tokens<extra></extra>")
     fig = go.Figure([weights, mask])
-    axis_labels = escaped(labels)
     fig.update_xaxes(title_text="key (looked at)", tickangle=-60, tickfont_size=11, showgrid=False,
-                     zeroline=False, **token_axis(axis_labels))
+                     zeroline=False, **token_category_axis(cats))
     fig.update_yaxes(title_text="query (looking)", autorange="reversed", tickfont_size=11, showgrid=False,
-                     zeroline=False, **token_axis(axis_labels))
+                     zeroline=False, **token_category_axis(cats))
     if query is not None and 0 <= query < T:
         fig.add_shape(type="rect", x0=-0.5, x1=query + 0.5, y0=query - 0.5, y1=query + 0.5,
                       line=dict(color=HIGHLIGHT, width=2), fillcolor="rgba(0,0,0,0)")

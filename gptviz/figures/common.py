@@ -1,6 +1,7 @@
 """Shared pieces of the figure factories: token axes, hover text, layout defaults."""
 from __future__ import annotations
 
+import math
 import re
 
 import plotly.graph_objects as go
@@ -115,3 +116,11 @@ def apply_layout(fig: go.Figure, title: str | None = None, height: int | None = 
     fig.update_layout(title=title_layout, height=height, font=FONT, margin=dict(l=10, r=10, t=top, b=10),
                       template=LIGHT_TEMPLATE, **kwargs)
     return fig
+
+
+def distinct_percent_format(top: float) -> str:
+    """A d3 percent format for the ticks of a 0..top probability axis that writes each tick differently: enough
+    decimals for a step of top/20 (Plotly's automatic ticks are never closer, whatever the width), trailing zeros
+    trimmed ("~"). ".0%" wrote a 0..2% axis's 0.5% steps as "0% 1% 1% 1% 2%"."""
+    step_percent = max(float(top), 1e-12) * 100 / 20
+    return f".{max(0, math.ceil(-math.log10(step_percent)))}~%"

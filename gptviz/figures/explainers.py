@@ -5,7 +5,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .common import FONT, MASKED_COLOR, apply_layout, escaped, title_room, token_axis
+from .common import FONT, MASKED_COLOR, apply_layout, escaped, title_room, token_categories, token_category_axis
 
 ACTIVATION_NAMES = {"gelu": "GELU (exact, erf)", "gelu_tanh": "GELU (tanh approx.)", "relu": "ReLU"}
 ACTIVATION_COLORS = {"gelu": "#1f77b4", "gelu_tanh": "#ff7f0e", "relu": "#2ca02c"}
@@ -51,15 +51,18 @@ def causal_mask_figure(mask, labels: list[str]) -> go.Figure:
     m, labels = _np(mask).astype(float), escaped(labels)
     n = m.shape[0]
     lab = np.asarray(labels, dtype=object)
-    custom = np.stack(np.broadcast_arrays(lab[:, None], lab[None, :]), axis=-1)
+    pos = np.arange(n, dtype=object)
+    custom = np.stack(np.broadcast_arrays(lab[:, None], lab[None, :], pos[:, None], pos[None, :]), axis=-1)
+    cats = token_categories(labels)   # category axes thin their labels to the width drawn (28 ran together on a phone)
     fig = go.Figure(go.Heatmap(
-        z=m, x=list(range(n)), y=list(range(n)), zmin=0, zmax=1, showscale=False, xgap=1 if n <= 48 else 0,
+        z=m, x=cats, y=cats, zmin=0, zmax=1, showscale=False, xgap=1 if n <= 48 else 0,
         ygap=1 if n <= 48 else 0, colorscale=[[0, MASKED_COLOR], [1, "#2b6cb0"]], customdata=custom,
         text=np.where(m > 0, "may attend", "masked: score set to −∞ before softmax"),
-        hovertemplate="query %{y}: %{customdata[0]}<br>key %{x}: %{customdata[1]}<br>%{text}<extra></extra>"))
-    fig.update_xaxes(title_text="key (attended to)", side="top", constrain="domain", **token_axis(labels, max_ticks=32))
+        hovertemplate="query %{customdata[2]}: %{customdata[0]}<br>key %{customdata[3]}: %{customdata[1]}<br>%{text}"
+                      "<extra></extra>"))
+    fig.update_xaxes(title_text="key (attended to)", side="top", constrain="domain", **token_category_axis(cats))
     fig.update_yaxes(title_text="query (attending)", autorange="reversed", scaleanchor="x", constrain="domain",
-                     **token_axis(labels, max_ticks=32))
+                     **token_category_axis(cats))
     allowed = int(m.sum())
     apply_layout(fig, title=f"Causal mask for {n} tokens: {allowed} of {n * n} pairs allowed", height=540)
     # the key axis sits on top: its tick labels and title need the room the figure title would otherwise overlap

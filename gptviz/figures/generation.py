@@ -9,7 +9,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from .attention import HIGHLIGHT, OUT_OF_WINDOW_COLOR, color_axis
-from .common import escaped, plotly_text
+from .common import distinct_percent_format, escaped, plotly_text
 from .common import MASKED_COLOR, apply_layout, legend_on_top_room, token_axis
 
 KEPT_COLOR = "#3a78b5"
@@ -40,7 +40,7 @@ def next_token_bars(ids, probs, allowed, labels: list[str], *, sampled_id: int, 
                       "<br>%{customdata[2]}; %{customdata[3]:.4g} among the kept tokens<extra></extra>"))
     fig.update_yaxes(autorange="reversed", tickfont_size=11, **token_axis(texts, max_ticks=n, start=1))  # bars at ranks 1..n
     fig.update_xaxes(title_text="probability", rangemode="tozero",
-                     tickformat=".0%" if n and probs.max() >= 0.01 else "~e")
+                     tickformat=distinct_percent_format(probs.max() if n else 1.0))
     if n_allowed < n:
         fig.add_hline(y=n_allowed + 0.5, line=dict(color="#444", dash="dash", width=1.5))
         fig.add_annotation(x=1, xref="paper", y=n_allowed + 0.5, yanchor="middle", xanchor="right",

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -22,31 +23,68 @@ def _fmt(n: float) -> str:
     return f"{n:.0f}"
 
 
-# A label is written inside its bar when the bar is at least this share of the longest (its end, in white), else just
-# past the bar's end: either way a label needs about 100 px, and at 230 px of plot (a phone) half the axis holds it.
-INSIDE_SHARE = 0.5
+# Components below this share of the total are one row, "other (n small)", its members on hover: at a phone's width
+# a 0.1% bar is under a pixel, and GPT-2's norms (0.02%) or a tied head (0) said nothing as rows of their own.
+OTHER_SHARE = 0.01
+ROW_PX = 38          # one row: its label (12 px text) above a 19 px bar
+LABEL_SIZE = 12
 
 
-def component_bar(comp: pd.DataFrame, title: str, tied: bool = False) -> go.Figure:
-    """Horizontal bars of parameters per component (params.by_component output: component, count, share), the
-    first component on top. One row per label: upright bars side by side put GPT-2 XL's "491.83M" over its
-    neighbour's "491.6M" and cut "122.96M (7.9" at a narrow column's edge."""
-    top = max(int(comp["count"].max()), 1)
-    counts = [int(c) for c in comp["count"]]
-    text = [f"{_fmt(c)} ({s:.1%})" + (", tied" if tied and name == "LM head" else "")
-            for name, c, s in zip(comp["component"], counts, comp["share"])]
-    inside = [c >= INSIDE_SHARE * top for c in counts]
+class ComponentRow(NamedTuple):
+    name: str            # a component, or "other (n small)"
+    count: int
+    share: float
+    members: list[tuple[str, int]]   # the components in the row with their counts (one, unless grouped)
+
+
+def component_rows(comp: pd.DataFrame, min_share: float = OTHER_SHARE) -> list[ComponentRow]:
+    """params.by_component's rows, largest first (ties in COMPONENTS order), those under `min_share` of the total
+    grouped into one last row (unless only one is: it keeps its name). Counts are the table's, exact."""
+    total = int(comp["count"].sum())
+    rows = [ComponentRow(name, int(c), int(c) / total if total else 0.0, [(name, int(c))])
+            for name, c in zip(comp["component"], comp["count"])]
+    big = sorted([r for r in rows if r.share >= min_share], key=lambda r: -r.count)   # sorted() is stable
+    small = [r for r in rows if r.share < min_share]
+    if len(small) == 1:
+        return sorted(big + small, key=lambda r: -r.count)
+    if small:
+        count = sum(r.count for r in small)
+        big.append(ComponentRow(f"other ({len(small)} small)", count, count / total if total else 0.0,
+                                [m for r in small for m in r.members]))
+    return big
+
+
+def _share_text(share: float) -> str:
+    return "<0.1%" if 0 < share < 0.0005 else f"{share:.1%}"
+
+
+def component_shares(comp: pd.DataFrame, title: str, tied: bool = False) -> go.Figure:
+    """Where the parameters are: one bar per component (component_rows), longest first, each with its name, exact
+    count and share written above it across the figure's full width, so every label is readable on a 358 px phone
+    figure (a treemap's slivers and labels beside bars were not). Hover names a grouped row's members and counts."""
+    rows = component_rows(comp)
+    n = max(len(rows), 1)
+    top = max((r.count for r in rows), default=0) or 1
+
+    def member_line(name: str, count: int) -> str:
+        note = " (tied: it is the token embedding)" if tied and name == "LM head" else ""
+        return f"{name}: {count:,}{note}"
+
+    hover = ["<br>".join(member_line(*m) for m in r.members) for r in rows]
     fig = go.Figure(go.Bar(
-        y=list(comp["component"]), x=counts, orientation="h", text=text,
-        textposition=["inside" if i else "outside" for i in inside], insidetextanchor="end",
-        textfont=dict(size=11), constraintext="none", cliponaxis=False,
-        insidetextfont=dict(color="white"), outsidetextfont=dict(color="#1a202c"),
-        marker_color=[COMPONENT_COLORS.get(c, "#999") for c in comp["component"]],
-        customdata=comp["share"], hovertemplate="%{y}<br>%{x:,} parameters<br>%{customdata:.2%} of the total"
-                                                 "<extra></extra>"))
-    fig.update_xaxes(title_text="parameters", range=[0, top])
-    fig.update_yaxes(autorange="reversed", automargin=True)
-    return apply_layout(fig, title=title, height=max(260, 90 + 30 * len(counts)))
+        y=list(range(len(rows))), x=[r.count for r in rows], orientation="h", width=0.5,
+        marker_color=[COMPONENT_COLORS.get(r.name, "#a0aec0") for r in rows],
+        customdata=[[h, r.share] for h, r in zip(hover, rows)],
+        hovertemplate="%{customdata[0]}<br>%{customdata[1]:.2%} of the total<extra></extra>"))
+    for i, r in enumerate(rows):   # the label just above its bar (whose top edge is at i - 0.25)
+        fig.add_annotation(x=0, xref="x", xanchor="left", y=i - 0.25, yref="y", yanchor="bottom", yshift=1,
+                           showarrow=False, align="left", font=dict(size=LABEL_SIZE, color="#1a202c"),
+                           text=f"<b>{r.name}</b>  {r.count:,} · {_share_text(r.share)}")
+    fig.update_xaxes(visible=False, range=[0, top], fixedrange=True)
+    fig.update_yaxes(visible=False, range=[n - 0.5, -0.7], fixedrange=True)   # first row on top, room for its label
+    apply_layout(fig, title=title, showlegend=False, hovermode="y")
+    fig.update_layout(height=fig.layout.margin.t + round(ROW_PX * (n + 0.2)) + 10, margin=dict(l=6, r=6, b=10))
+    return fig
 
 
 def layer_stacked_bar(layers: pd.DataFrame) -> go.Figure:

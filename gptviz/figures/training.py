@@ -12,7 +12,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .common import apply_layout
+from .common import apply_layout, distinct_percent_format
 
 PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"]
 NORM_COLORS = {"pre": "#1f77b4", "post": "#d62728"}
@@ -139,7 +139,8 @@ def next_token_bars(distributions: dict[str, list[tuple[str, float]]], context: 
                              hovertemplate=f"{name}<br>next token %{{customdata}}<br>p = %{{x:.4f}}<extra></extra>"),
                       row=1, col=col)
         fig.update_yaxes(autorange="reversed", type="category", row=1, col=col)
-        fig.update_xaxes(range=[0, max(probs + [1e-9]) * 1.3], tickformat=".0%", row=1, col=col,
+        fig.update_xaxes(range=[0, max(probs + [1e-9]) * 1.3], row=1, col=col,
+                         tickformat=distinct_percent_format(max(probs + [1e-9]) * 1.3),
                          title_text="probability")
     rows = max((len(v) for v in distributions.values()), default=1)
     return apply_layout(fig, f"Next token after {plain(context)}" if context else None, height=max(260, 26 * rows + 110))

@@ -87,9 +87,42 @@ def examples_text(rows: list[ExampleRow], *, value_name: str, cmax: float, title
                         bargap=0, uniformtext=dict(minsize=8, mode="hide"))
 
 
+# Quantile labels are placed for the narrowest plot they are drawn in (a phone's figure, 358 px, less its y axis): a
+# label that would touch another there goes on the row above. "1%" and "median" a few pixels apart were drawn over
+# each other ("1%dian").
+NARROWEST_PLOT_PX = 250
+QUANTILE_FONT = 10
+QUANTILE_ROW_PX = QUANTILE_FONT + 5
+
+
+def quantile_label_places(xs: list[float], texts: list[str], x0: float, x1: float,
+                          plot_px: float = NARROWEST_PLOT_PX) -> list[tuple[str, int]]:
+    """(xanchor, row) for each label of a vertical line at xs on an x0..x1 axis `plot_px` wide: the lowest row where
+    the label fits beside its line, to the line's right ("left") or else its left ("right"), without touching a
+    label already placed or leaving the plot."""
+    scale = plot_px / (x1 - x0) if x1 > x0 else 0.0
+    placed: list[tuple[int, float, float]] = []
+    out: list[tuple[str, int] | None] = [None] * len(xs)
+    for i in sorted(range(len(xs)), key=lambda i: xs[i]):
+        at = (xs[i] - x0) * scale
+        width = 0.62 * QUANTILE_FONT * len(texts[i]) + 4     # a generous estimate: the gap is part of it
+        for row in range(len(xs)):
+            for anchor, left in (("left", at), ("right", at - width)):
+                fits = left >= 0 and left + width <= plot_px
+                if fits and all(r != row or left + width <= a or b <= left for r, a, b in placed):
+                    placed.append((row, left, left + width))
+                    out[i] = (anchor, row)
+                    break
+            if out[i]:
+                break
+        out[i] = out[i] or ("left", len(xs))                 # no room at all: a row of its own
+    return out
+
+
 def unit_histogram(edges: np.ndarray, counts: np.ndarray, quantiles: dict[float, float], *, value_name: str,
                    title: str | None = None, log: bool = True) -> go.Figure:
-    """The unit's values over every token scanned, with its quantiles as dashed lines. Traces: [bars]."""
+    """The unit's values over every token scanned, with its quantiles as dashed lines labelled above the plot, on
+    as many rows as keep the labels apart (quantile_label_places). Traces: [bars]."""
     edges, counts = np.asarray(edges, dtype=float), np.asarray(counts)
     centers, widths = (edges[:-1] + edges[1:]) / 2, np.diff(edges)
     share = counts / max(1, counts.sum())
@@ -97,27 +130,46 @@ def unit_histogram(edges: np.ndarray, counts: np.ndarray, quantiles: dict[float,
                            customdata=np.stack([edges[:-1], edges[1:], share], axis=1),
                            hovertemplate="%{customdata[0]:.3g} to %{customdata[1]:.3g}: %{y:,} tokens "
                                          "(%{customdata[2]:.2%})<extra></extra>"))
+    texts = ["median" if q == 0.5 else f"{q:.0%}" for q in quantiles]
+    values = [float(v) for v in quantiles.values()]
+    x0, x1 = (float(edges[0]), float(edges[-1])) if len(edges) > 1 else (0.0, 1.0)
+    places = quantile_label_places(values, texts, x0, x1)
     fig.update_layout(
         shapes=[dict(type="line", xref="x", yref="paper", x0=v, x1=v, y0=0, y1=1,
-                     line=dict(color="#555", dash="dash", width=1)) for v in quantiles.values()],
-        annotations=[dict(x=v, y=1, xref="x", yref="paper", yanchor="bottom", showarrow=False, font=dict(size=10),
-                          text="median" if q == 0.5 else f"{q:.0%}") for q, v in quantiles.items()])
+                     line=dict(color="#555", dash="dash", width=1)) for v in values],
+        annotations=[dict(x=v, y=1, xref="x", yref="paper", yanchor="bottom", xanchor=anchor, showarrow=False,
+                          yshift=2 + QUANTILE_ROW_PX * row, font=dict(size=QUANTILE_FONT), text=text)
+                     for v, text, (anchor, row) in zip(values, texts, places)])
     fig.update_yaxes(type="log" if log else "linear", title_text="tokens" + (" (log)" if log else ""))
-    fig.update_xaxes(title_text=plotly_text(value_name))
-    return apply_layout(fig, title=title, height=320, showlegend=False, bargap=0)
+    fig.update_xaxes(title_text=plotly_text(value_name), range=[x0, x1])
+    rows = 1 + max((row for _, row in places), default=0)
+    apply_layout(fig, title=title, height=320 + QUANTILE_ROW_PX * (rows - 1), showlegend=False, bargap=0)
+    fig.update_layout(margin=dict(t=fig.layout.margin.t + QUANTILE_ROW_PX * rows))   # the labels' rows
+    return fig
 
 
 def direct_effect_bars(promoted: list[tuple[str, float]], suppressed: list[tuple[str, float]], *,
                        title: str | None = None) -> go.Figure:
     """Two columns of bars: the tokens the unit's output raises most (left) and lowers most (right), each with its
     logit change. Traces: [promoted, suppressed]."""
-    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.18, subplot_titles=("promotes", "suppresses"))
+    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.08, subplot_titles=("promotes", "suppresses"))
     for col, (items, color) in enumerate(((promoted, "#2b8cbe"), (suppressed, "#d7301f")), start=1):
         labels = escaped([t for t, _ in items])
         fig.add_trace(go.Bar(x=[v for _, v in items], y=[f"{i + 1}. {label}" for i, label in enumerate(labels)],
                              orientation="h", marker_color=color, customdata=labels,
                              hovertemplate="'%{customdata}': %{x:+.3f}<extra></extra>"), row=1, col=col)
-        fig.update_yaxes(autorange="reversed", tickfont=MONO, row=1, col=col)
-        fig.update_xaxes(title_text="logit change", row=1, col=col)
+        # the suppressed bars run left from 0: their tokens are named on the right, past the bars' base, not on the
+        # left where they were drawn over the promoted bars
+        fig.update_yaxes(autorange="reversed", tickfont=MONO, side="left" if col == 1 else "right", row=1, col=col)
+        fig.update_xaxes(nticks=3, row=1, col=col)   # upright ticks in a phone's 60 px
+    # each panel's title toward its outer edge: centred, a phone's "promotes suppresses" read as one phrase
+    for panel_title, (x, anchor) in zip(fig.layout.annotations, ((fig.layout.xaxis.domain[0], "left"),
+                                                                 (fig.layout.xaxis2.domain[1], "right"))):
+        panel_title.update(x=x, xanchor=anchor, font_size=13)
+    # one axis title for both panels: two "logit change" side by side ran together on a phone
+    fig.add_annotation(text="logit change", x=0.5, xref="paper", y=0, yref="paper", yanchor="top", yshift=-24,
+                       showarrow=False, font=dict(size=13))
     n = max(len(promoted), len(suppressed), 1)
-    return apply_layout(fig, title=title, height=max(260, 90 + 24 * n), showlegend=False)
+    apply_layout(fig, title=title, height=max(260, 90 + 24 * n), showlegend=False)
+    fig.update_layout(margin=dict(b=48))
+    return fig

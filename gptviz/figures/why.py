@@ -7,6 +7,7 @@ import plotly.colors
 import plotly.graph_objects as go
 
 from .common import DIVERGING_SCALE, apply_layout, escaped, title_room, token_axis, wrap_title
+from .common import token_categories, token_category_axis
 
 # pushes towards the target / towards the rival: the strong red and blue of the grids' diverging scale (RdBu_r: red
 # up), so a head has one colour in the bars and in the layer x head grid beside them
@@ -61,13 +62,16 @@ def patching_heatmap(scores, labels: list[str], *, title: str, height: int | Non
     v = _np(scores)
     L, T = v.shape
     texts = escaped(labels)
-    custom = np.array([[texts[t] for t in range(T)] for _ in range(L)], dtype=object)
+    custom = np.empty((L, T, 2), dtype=object)
+    custom[..., 0] = np.array(texts, dtype=object)[None, :]
+    custom[..., 1] = np.arange(T)[None, :]
+    cats = token_categories(texts)   # a category axis thins its labels to the width drawn (28 ran together on a phone)
     fig = go.Figure(go.Heatmap(
-        z=v, x=list(range(T)), y=list(range(L)), customdata=custom, colorscale=DIVERGING_SCALE,
+        z=v, x=cats, y=list(range(L)), customdata=custom, colorscale=DIVERGING_SCALE,
         zmid=0, zmin=-1, zmax=1, colorbar=dict(title=dict(text="restored", side="right"), thickness=12),
-        hovertemplate="layer %{y}, position %{x} '%{customdata}': %{z:.3f}<extra></extra>"))
+        hovertemplate="layer %{y}, position %{customdata[1]} '%{customdata[0]}': %{z:.3f}<extra></extra>"))
     fig.update_xaxes(title_text="position (token of the corrupted prompt)", tickangle=-60, tickfont_size=11,
-                     showgrid=False, **token_axis(texts))
+                     showgrid=False, **token_category_axis(cats))
     fig.update_yaxes(title_text="residual stream entering layer", tickmode="array", tickvals=list(range(L)),
                      autorange="reversed", showgrid=False)
     return apply_layout(fig, title=title, height=height or int(min(600, max(260, 36 * L + 150))))

@@ -14,7 +14,6 @@ import base64
 
 import numpy as np
 import plotly.colors as pcolors
-import streamlit as st
 
 from ...figures.attention import HIGHLIGHT, OUT_OF_WINDOW_COLOR, SCALES
 from ...figures.common import ATTENTION_SCALE, MASKED_COLOR
@@ -176,6 +175,8 @@ def decode_thumbs(data: dict) -> np.ndarray | None:
 def attention_map(data: dict, *, key: str, on_pick):
     """Mount the component. `on_pick(layer, head_index)` runs (as a Streamlit callback, before the rerun) when the
     visitor picks another layer or head in it; head_index == n_heads is the mean."""
+    import streamlit as st  # here, not at the top: gptviz.notebook builds the same payload without Streamlit
+
     def picked():
         value = (st.session_state.get(key) or {}).get("pick")
         if isinstance(value, dict) and isinstance(value.get("layer"), int) and isinstance(value.get("head"), int):

@@ -1,0 +1,55 @@
+"""gptviz's views in Jupyter (`pip install gptviz[notebook]`): the app's own browser components as widgets, fed
+from what you already have: a gptviz capture, a TransformerLens ActivationCache, Hugging Face's
+output_attentions tuple, or plain tensors with their tokens.
+
+    from gptviz import load_pretrained, capture, get_tokenizer
+    from gptviz.notebook import attention
+    ids = get_tokenizer().encode("To be, or not to be")
+    logits, cache = capture(load_pretrained("shakespeare-pre"), ids)
+    attention(cache, ids)                                   # the app's heatmap: pickers, thumbnails, zoom, hover
+    attention(tl_cache, model.to_str_tokens(text))          # TransformerLens
+    attention(hf_out.attentions, tokenizer.convert_ids_to_tokens(ids))  # Hugging Face
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .inputs import attention_data
+
+
+def attention(source, tokens=None, *, layer: int = 0, head: int | str = 0, query: int = -1, batch: int = 0,
+              scale: str = "linear", height: int = 560):
+    """The Attention page's heatmap as a widget. `source`: a gptviz or TransformerLens cache, Hugging Face's
+    attentions tuple, or weights [layers, heads, T, T]; `tokens`: strings or GPT-2 ids (None: positions).
+    `head` may be "mean"; `query` is outlined (-1: the last token); `scale`: "linear", "sqrt" or "max"."""
+    from .widgets import AttentionWidget
+    patterns, labels = attention_data(source, tokens, batch)
+    T = patterns.shape[-1]
+    return AttentionWidget(patterns, labels, layer=layer, head=head, query=query % T if -T <= query < T else T - 1,
+                           scale=scale, height=height)
+
+
+def attention_on_text(source, tokens=None, *, layer: int = 0, query: int = -1, batch: int = 0):
+    """Where one query token looks, on the text itself: a row per head of `layer` (and their mean), each token
+    coloured by the weight the query gives it; the query is the outlined token."""
+    from ..app.component.token_rows import payload
+    from ..figures.units import ExampleRow
+    from .widgets import TokenRowsWidget
+    patterns, labels = attention_data(source, tokens, batch)
+    L, H, T, _ = patterns.shape
+    if not 0 <= layer < L:
+        raise ValueError(f"layer {layer} is not in 0..{L - 1}")
+    if not -T <= query < T:
+        raise ValueError(f"query {query} is not in 0..{T - 1}")
+    q = query % T
+    rows_w = np.concatenate([patterns[layer, :, q], patterns[layer, :, q].mean(axis=0, keepdims=True)])
+    rows = []
+    for h, weights in enumerate(rows_w):
+        values = np.where(np.arange(T) <= q, weights, np.nan)  # later tokens are masked: no colour
+        name = "mean" if h == H else f"head {h}"
+        rows.append(ExampleRow(labels=labels, values=values, peak=q, name=f"L{layer} {name}",
+                               hover=f"layer {layer}, {name}, query position {q}"))
+    return TokenRowsWidget(data=payload(rows, value_name="attention weight", cmax=1.0))
+
+
+__all__ = ["attention", "attention_on_text", "attention_data"]

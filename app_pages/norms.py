@@ -6,6 +6,8 @@ import json
 import math
 import time
 from dataclasses import dataclass, replace
+from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -23,6 +25,7 @@ from gptviz.figures import norms as fig_norms
 from gptviz.figures import training as fig_train
 from gptviz.generate import check_sampling, generate
 from gptviz.params import total_params
+from gptviz.snapshots import FORMED_THRESHOLD, formed_step, load_snapshots
 from gptviz.tokenizer import decode, token_labels
 
 GPT2_VOCAB = 50257
@@ -718,7 +721,7 @@ def trained_twins_section() -> None:
 # ---- section 3: the paper's setting, and the twins' whole history ----------------------------------------------
 
 PAPER_BASE = "small-4l"    # the vocabulary, activation and MLP ratio of the bundled twins; shape from xiong.PAPER
-HEAD_THRESHOLDS = {"previous-token": ("prev_token", 0.3), "induction": ("induction", 0.5)}
+FORMED_DETECTORS = ("previous-token", "induction")   # the heads whose forming the history marks
 PAPER_NOTE = (
     "Xiong et al. (2020) measured a translation Transformer (d_model 512, 6 layers, Xavier init) and plotted each "
     "layer's FFN gradient norm averaged over data. Here: a decoder-only GPT, {depth} layers, d_model {width} (their 512 "
@@ -835,9 +838,15 @@ def paper_section() -> None:
         st.markdown(PAPER_NOTE.format(depth=xiong.PAPER.depth, width=xiong.PAPER.width, heads=xiong.PAPER.n_heads, samples=first.samples))
 
 
-def formed_at(stages: list) -> dict[str, int | None]:
-    return {what: training_log.first_crossing(stages, key, threshold)
-            for what, (key, threshold) in HEAD_THRESHOLDS.items()}
+@lru_cache(maxsize=4)
+def formed_at(folder: Path) -> dict[str, int | None]:
+    """The step each kind of head formed in a bundled model (snapshots.formed_step over its stage-1 snapshots, the
+    rule Heads forming uses); all None when it has no snapshots."""
+    try:
+        snaps = load_snapshots(folder)
+    except (OSError, ValueError, KeyError):
+        return dict.fromkeys(FORMED_DETECTORS)
+    return {what: (found[0] if (found := formed_step(snaps, what)) else None) for what in FORMED_DETECTORS}
 
 
 def whole_history_section(bundled: dict, names: dict[str, str]) -> None:
@@ -846,25 +855,26 @@ def whole_history_section(bundled: dict, names: dict[str, str]) -> None:
     if not all(logs.values()):
         return
     st.subheader("The whole training history")
-    formed = {f"{norm}-norm": formed_at(stages) for norm, stages in logs.items()}
+    formed = {f"{norm}-norm": formed_at(bundled[names[norm]]) for norm in logs}
     boundaries = [(s.start, f"stage {s.number}") for s in logs["pre"]]
-    st.caption("Every stage of both runs from their train.log (the curves above are the last stage only); the "
-               "triangles mark the first logged step where the best head's score reached its threshold.")
+    st.caption(f"Every stage of both runs from their train.log (the curves above are the last stage only). The "
+               f"triangles mark the step each twin's head formed: the first snapshot from which its score stays at or "
+               f"above {FORMED_THRESHOLD:g}, the rule Heads forming uses. Steps count from stage 1's start.")
     display.show_figure(fig_norms.stage_history(
         {f"{n}-norm": [r for s in stages for r in s.records] for n, stages in logs.items()}, boundaries, formed),
         key=K.TWINS_HISTORY_FIG)
-    rows = {f"{n} (threshold {t})": {run: (f"step {step:,}" if step is not None else "not reached")
-                                      for run, step in ((r, formed[r][n]) for r in formed)}
-            for n, (_, t) in HEAD_THRESHOLDS.items()}
+    rows = {f"{n} head formed": {run: (f"step {step:,}" if step is not None else "not in stage 1's snapshots")
+                                 for run, step in ((r, formed[r][n]) for r in formed)}
+            for n in FORMED_DETECTORS}
     st.table(rows)
     with st.expander("What the stages were and how the scores are logged"):
         for norm, stages in logs.items():
             st.markdown(f"**{names[norm]}**: " + "; ".join(f"stage {s.number} (steps {s.start + 1:,}–{s.end:,}): "
                                                            f"{s.title}" for s in stages))
-        st.caption("prev: the best head's previous-token score on held-out text (chance about 0.03 at these "
-                   "lengths); ind: the best head's induction score on one repeated random sequence (chance 0.014). "
-                   "Logged at evaluation steps only, so a head formed somewhere between the marked step and the "
-                   "evaluation before it.")
+        st.caption("A head's forming is read from the snapshots of stage 1 (Heads forming replays them): the best "
+                   "head's score on the snapshot probes, every 25 steps or closer, so a head formed between the marked "
+                   "snapshot and the one before it. train.log's prev and ind columns are other probes, logged only at "
+                   "evaluation steps, and are not used for it.")
 
 def main() -> None:
     st.title("Pre-norm vs post-norm")

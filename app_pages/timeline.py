@@ -18,13 +18,16 @@ from gptviz.app import keys as K
 from gptviz.app.display import show_figure
 from gptviz.app.unit_nav import unit_pills
 from gptviz.figures import timeline as ft
-from gptviz.snapshots import Snapshots, load_snapshots
+from gptviz.snapshots import FORMED_THRESHOLD, Snapshots, formed_step, load_snapshots
 from gptviz.training_jobs import GROWTH, Job, induction_growth_spec
 from gptviz.weights import bundled_models
 
 TWINS = {"pre-norm": "shakespeare-pre", "post-norm": "shakespeare-post"}
-THRESHOLD = 0.5       # a head "has formed" once its score reaches this (the bundled models' bar is 0.3 for induction)
+THRESHOLD = FORMED_THRESHOLD   # a head "has formed" once its score reaches this and stays (snapshots.formed_step)
 PLAY_FPS = 3
+FORMED_HELP = (f"Steps count from the start of training (stage 1's first step, from random weights). A head "
+               f"counts as formed at the first snapshot from which its score stays at or above {THRESHOLD:g}; the "
+               "Pre-norm vs post-norm page uses the same rule.")
 state = st.session_state
 
 
@@ -82,8 +85,8 @@ def best_head_line(snaps: Snapshots, detector: str, step: int) -> tuple[str, tup
 
 
 def named_heads(snaps: Snapshots, best: tuple[int, int]) -> list[str]:
-    """The heads the page names for a run: the best at the step, then the first of each detector to cross."""
-    hits = [snaps.crossing(name, THRESHOLD) for name in K.TIMELINE_DETECTORS]
+    """The heads the page names for a run: the best at the step, then the one of each detector that formed."""
+    hits = [formed_step(snaps, name, THRESHOLD) for name in K.TIMELINE_DETECTORS]
     return list(dict.fromkeys([f"L{best[0]}H{best[1]}"] + [f"L{h[1]}H{h[2]}" for h in hits if h]))
 
 
@@ -178,9 +181,9 @@ def growth_view(job: Job) -> None:
     if not found:
         return
     step = max(s.steps[-1] for s in found.values())
-    best = {w: s.crossing("induction", THRESHOLD) for w, s in found.items()}
-    reached = "; ".join(f"{w}: " + (f"L{b[1]}H{b[2]} reached {THRESHOLD:g} at step {b[0]}" if b else
-                                    f"not yet {THRESHOLD:g}") for w, b in best.items())
+    best = {w: formed_step(s, "induction", THRESHOLD) for w, s in found.items()}
+    reached = "; ".join(f"{w}: " + (f"L{b[1]}H{b[2]} formed at step {b[0]}" if b else
+                                    f"none formed yet") for w, b in best.items())
     st.caption(reached)
     heads_row(found, "induction", 0, step, key=K.TL_GROW_HEADS)
     left, right = st.columns(2)
@@ -214,7 +217,9 @@ def grow_tab() -> None:
 
 def history_tab() -> None:
     found = runs()
-    st.caption("The twins' first training stage, replayed: pick a step, or play, and watch the stripe appear.")
+    st.caption("The twins' first training stage, replayed (steps count from its start, at random weights): pick a "
+               "step, or play, and watch the stripe appear.",
+               help=FORMED_HELP)
     detector, probe, step = controls(found)
     if st.button("▶ Play from this step", key=K.TL_PLAY):
         play(found, detector, probe, step)

@@ -8,7 +8,7 @@ import pytest
 
 from gptviz.app import keys as K
 from gptviz.figures import timeline as ft
-from gptviz.snapshots import load_snapshots
+from gptviz.snapshots import formed_step, load_snapshots
 from gptviz.training_jobs import JobRegistry, induction_growth_spec
 from gptviz.weights import bundled_models
 from pagetest import array, figures, run_page
@@ -60,7 +60,7 @@ def test_the_page_draws_what_the_snapshots_hold_at_the_step(shipped):
 
 
 def test_the_named_heads_open_the_finished_models_unit_page(shipped):
-    """Each twin's best head at the step and the first heads to cross are pills that open the unit page on that
+    """Each twin's best head at the step and the heads that formed (snapshots.formed_step) are pills that open the unit page on that
     twin (the finished bundled model)."""
     post = shipped["shakespeare-post"]
     step = post.steps[-1]
@@ -68,7 +68,7 @@ def test_the_named_heads_open_the_finished_models_unit_page(shipped):
     i = ft.index_at(post, step)
     scores = post.score_array()[i, post.detector_index("induction")]
     best = "L{}H{}".format(*np.unravel_index(int(scores.argmax()), scores.shape))
-    hits = [post.crossing(name, 0.5) for name in K.TIMELINE_DETECTORS]
+    hits = [formed_step(post, name) for name in K.TIMELINE_DETECTORS]
     want = list(dict.fromkeys([best] + [f"L{h[1]}H{h[2]}" for h in hits if h]))
     group = next(g for g in at.button_group if g.key == K.per_item(K.UNIT_PILLS, "tl", "post-norm"))
     assert group.options == want

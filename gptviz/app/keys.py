@@ -332,3 +332,8 @@ TRAIN_WARMUP_JOB = "train_warmup_job"
 TRAIN_WARMUP_LOSS_FIG = "train_warmup_loss_fig"
 TRAIN_WARMUP_GRAD_FIG = "train_warmup_grad_fig"
 TRAIN_WARMUP_STOP = "train_warmup_stop"
+# the Norms page's first tab: the trained twins side by side
+TWINS_PAIR = "twins_pair"
+TWINS_SIDE_MAPS = "twins_side_maps"
+TWINS_SIDE_NEXT = "twins_side_next"
+TWINS_SIDE_WIRING = "twins_side_wiring"

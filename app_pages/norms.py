@@ -20,7 +20,8 @@ from gptviz.app import display, models, sidebar
 from gptviz.app.unit_nav import unit_pills
 from gptviz.app import keys as K
 from gptviz.config import ConfigError
-from gptviz.evaluate import corpus_of, recipe_differences, stage_init, training_stages
+from gptviz.evaluate import corpus_of, recipe_differences
+from gptviz.evaluate import twins_caveat as caveat_of_records
 from gptviz.figures import explainers as explainer_figs
 from gptviz.figures import norms as fig_norms
 from gptviz.figures import training as fig_train
@@ -722,21 +723,13 @@ def trained_twins_section(bundled: dict, twins: wiring.TrainedTwins, tw: LoadedT
 # ---- the first tab: the trained twins side by side ----------------------------------------------------------------
 
 SIDE_TOP_K = 5
-INIT_NAMES = {"gpt2": "GPT-2's normal(0, 0.02)", "xavier": "Xavier's"}
 
 
 def twins_caveat(bundled: dict, names: dict[str, str]) -> str | None:
-    """One line on how the twins' recipes differ, read from their config.json training records; None if alike."""
+    """evaluate.twins_caveat on the two bundled models' training records (their config.json)."""
     records = {norm: json.loads((bundled[name] / "config.json").read_text()).get("training", {})
                for norm, name in names.items()}
-    stages = {norm: training_stages(r) for norm, r in records.items()}
-    inits = [f"stage {i} started pre-norm from {INIT_NAMES.get(stage_init(a), stage_init(a))} random weights and "
-             f"post-norm from {INIT_NAMES.get(stage_init(b), stage_init(b))}"
-             for i, (a, b) in enumerate(zip(stages["pre"], stages["post"]), 1) if stage_init(a) != stage_init(b)]
-    others = [d for d in recipe_differences(records["pre"], records["post"]) if ": init " not in d]
-    if not inits and not others:
-        return None
-    return ("Not trained alike: " + "; ".join(inits + others) + ", so not every difference is the wiring's.")
+    return caveat_of_records(records["pre"], records["post"])
 
 
 def top_tokens(logits: torch.Tensor) -> tuple[torch.Tensor, list[tuple[str, float]]]:

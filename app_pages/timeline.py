@@ -74,13 +74,16 @@ def controls(found: dict[str, Snapshots]) -> tuple[str, int, int]:
 
 
 def best_head_line(snaps: Snapshots, detector: str, step: int) -> tuple[str, tuple[int, int]]:
-    """'step 400: best induction head L1H2 0.44 (chance 0.029)' and that head, for one run at one step."""
+    """'step 400: best induction head L1H2 0.44 (chance 0.029)' and that head, for one run at one step. The step is
+    the slider's; a run without a snapshot there says which one it shows (it said that one's step alone, 600 under
+    a slider at 650)."""
     i = ft.index_at(snaps, step)
+    shown = f"step {step}" if snaps.steps[i] == step else f"step {step} (its snapshot of step {snaps.steps[i]})"
     d = snaps.detector_index(detector)
     scores = snaps.score_array()[i, d]
     layer, head = np.unravel_index(int(scores.argmax()), scores.shape)
     chance = snaps.detectors[d].chance
-    return (f"step {snaps.steps[i]}: best {detector} head L{layer}H{head} {scores[layer, head]:.2f} "
+    return (f"{shown}: best {detector} head L{layer}H{head} {scores[layer, head]:.2f} "
             f"(chance {chance:.3f}); loss {snaps.train_loss[i]:.2f}"), (int(layer), int(head))
 
 

@@ -81,7 +81,9 @@ def test_a_step_between_snapshots_shows_the_last_one_before_it(shipped):
     pre = shipped["shakespeare-pre"]
     at = run_page("timeline", **{K.TL_STEP: pre.steps[3] + 1})
     assert at.session_state[K.TL_STEP] <= pre.steps[3] + 1
-    assert any(f"step {pre.steps[3]}:" in m.value for m in at.markdown)
+    step = at.session_state[K.TL_STEP]   # the header names the slider's step, and the snapshot when it differs
+    header = f"step {step}:" if step == pre.steps[3] else f"step {step} (its snapshot of step {pre.steps[3]}):"
+    assert any(header in m.value for m in at.markdown)
 
 
 def test_the_growth_run_is_read_while_it_trains():
@@ -118,4 +120,17 @@ def test_the_grow_tab_starts_a_run_and_draws_its_snapshots(monkeypatch):
     assert snaps.steps == [1, 4, 8]
     best = snaps.score_array()[-1, snaps.detector_index("induction")].max()
     assert any(f"best induction head" in m.value and f"{best:.2f}" in m.value for m in at.markdown)
-    assert any("not yet 0.5" in c.value or "reached 0.5" in c.value for c in at.caption)
+    assert any("none formed yet" in c.value or "formed at step" in c.value for c in at.caption)
+
+
+def test_the_header_agrees_with_the_slider_where_a_run_has_no_snapshot(shipped):
+    """At the last step (post-norm's 650), pre-norm's last snapshot is older: its header says the slider's step and
+    names the snapshot shown, instead of the snapshot's step alone."""
+    pre, post = shipped["shakespeare-pre"], shipped["shakespeare-post"]
+    last = max(pre.steps[-1], post.steps[-1])
+    at = run_page("timeline", **{K.TL_STEP: last})
+    headers = [m.value for m in at.markdown if m.value.startswith(("**pre-norm**", "**post-norm**"))]
+    for name, snaps in (("pre-norm", pre), ("post-norm", post)):
+        want = (f"**{name}**, step {last}:" if snaps.steps[-1] == last else
+                f"**{name}**, step {last} (its snapshot of step {snaps.steps[-1]}):")
+        assert any(h.startswith(want) for h in headers), headers

@@ -812,8 +812,9 @@ def side_by_side_section(bundled: dict, twins: wiring.TrainedTwins) -> LoadedTwi
     figures = fig_norms.attention_panels(
         pats["pre"], pats["post"], tw.labels, "",
         (f"pre-norm L{match.a[0]}H{match.a[1]}<br>the picked head",  # two short lines: a phone's half width
-         f"post-norm L{match.b[0]}H{match.b[1]}<br>its match, similarity {match.similarity:.2f}", ""), height=320)[:2]
+         f"post-norm L{match.b[0]}H{match.b[1]}<br>similarity {match.similarity:.2f}", ""), height=320)[:2]
     figures[0].update_traces(showscale=False)   # one colour bar for the pair: both maps share the 0..1 scale
+    figures[1].update_traces(colorbar_title_text="")   # its title ran past a phone's half width; hover names it
     maps, wirings = st.columns([2.1, 1])
     with maps, st.container(horizontal=True, wrap=False, key="twins_side_pair"):  # a pair on a phone too
         for i, fig in enumerate(figures):

@@ -327,7 +327,7 @@ def test_the_first_tab_shows_the_twins_side_by_side_as_recomputed_here():
     figs = pagetest.figures(at)
     titles = [(f["layout"].get("title") or {}).get("text", "") for f in figs]
     assert f"pre-norm L{best.a[0]}H{best.a[1]}<br>the picked head" in titles
-    assert f"post-norm L{best.b[0]}H{best.b[1]}<br>its match, similarity {best.similarity:.2f}" in titles
+    assert f"post-norm L{best.b[0]}H{best.b[1]}<br>similarity {best.similarity:.2f}" in titles
 
     ids = torch.tensor([get_tokenizer().encode(sidebar.DEFAULT_PROMPT)])
     bars = next(f for f in figs if (f["layout"].get("title") or {}).get("text", "").startswith("Next token after"))

@@ -28,6 +28,7 @@ PLAY_FPS = 3
 FORMED_HELP = (f"Steps count from the start of training (stage 1's first step, from random weights). A head "
                f"counts as formed at the first snapshot from which its score stays at or above {THRESHOLD:g}; the "
                "Pre-norm vs post-norm page uses the same rule.")
+STEP_HELP = "Each wiring shows its last snapshot at or before this step."
 state = st.session_state
 
 
@@ -54,8 +55,9 @@ def all_steps(found: dict[str, Snapshots]) -> list[int]:
     return sorted({s for snaps in found.values() for s in snaps.steps})
 
 
-def controls(found: dict[str, Snapshots]) -> tuple[str, int, int]:
-    """The detector, the probe and the step to show (kept valid against what the snapshots hold)."""
+def controls(found: dict[str, Snapshots]) -> tuple[str, int, int, st.delta_generator.DeltaGenerator]:
+    """The detector, the probe and the step to show (kept valid against what the snapshots hold), and the slot the
+    step slider sits in (Play moves a slider there)."""
     first = next(iter(found.values()))
     steps = all_steps(found)
     if state.get(K.TL_DETECTOR) not in K.TIMELINE_DETECTORS:
@@ -68,9 +70,9 @@ def controls(found: dict[str, Snapshots]) -> tuple[str, int, int]:
     detector = left.selectbox("Detector", K.TIMELINE_DETECTORS, key=K.TL_DETECTOR)
     probe = middle.selectbox("Probe prompt", range(len(first.probes)), key=K.TL_PROBE,
                              format_func=lambda p: first.probes[p].name)
-    step = right.select_slider("Training step", steps, key=K.TL_STEP,
-                               help="Each wiring shows its last snapshot at or before this step.")
-    return detector, probe, step
+    slot = right.empty()
+    step = slot.select_slider("Training step", steps, key=K.TL_STEP, help=STEP_HELP)
+    return detector, probe, step, slot
 
 
 def best_head_line(snaps: Snapshots, detector: str, step: int) -> tuple[str, tuple[int, int]]:
@@ -110,11 +112,15 @@ def heads_row(found: dict[str, Snapshots], detector: str, probe: int, step: int,
                                 "examples and direct effect (the unit page).")
 
 
-def play(found: dict[str, Snapshots], detector: str, probe: int, start: int) -> None:
-    """Step through the snapshots from `start` to the end, redrawing the heads; the slider lands on the last."""
-    steps = [s for s in all_steps(found) if s >= start] or all_steps(found)
+def play(found: dict[str, Snapshots], detector: str, probe: int, start: int, slider) -> None:
+    """Step through the snapshots from `start` to the end, redrawing the heads, a still slider in the step slider's
+    place showing each step as it plays (the slider itself lands on the last at the next run)."""
+    every = all_steps(found)
+    steps = [s for s in every if s >= start] or every
     slots = [st.empty() for _ in found]
     for s in steps:
+        slider.select_slider("Training step", every, value=s, disabled=True, key=K.per_item(K.TL_FRAME, "slider", s),
+                             help=STEP_HELP)
         for slot, (wiring, snaps) in zip(slots, found.items()):
             line, best = best_head_line(snaps, detector, s)
             with slot.container():
@@ -223,9 +229,9 @@ def history_tab() -> None:
     st.caption("The twins' first training stage, replayed (steps count from its start, at random weights): pick a "
                "step, or play, and watch the stripe appear.",
                help=FORMED_HELP)
-    detector, probe, step = controls(found)
+    detector, probe, step, slider = controls(found)
     if st.button("▶ Play from this step", key=K.TL_PLAY):
-        play(found, detector, probe, step)
+        play(found, detector, probe, step, slider)
         st.rerun()
     heads_row(found, detector, probe, step, bundled=True)
     curves(found, detector, step)

@@ -816,11 +816,11 @@ def side_by_side_section(bundled: dict, twins: wiring.TrainedTwins) -> LoadedTwi
     figures[0].update_traces(showscale=False)   # one colour bar for the pair: both maps share the 0..1 scale
     figures[1].update_traces(colorbar_title_text="")   # its title ran past a phone's half width; hover names it
     maps, wirings = st.columns([2.1, 1])
-    with maps, st.container(horizontal=True, wrap=False, key="twins_side_pair"):  # a pair on a phone too
+    with maps, st.container(horizontal=True, wrap=False, key=K.TWINS_SIDE_PAIR):  # a pair on a phone too
         for i, fig in enumerate(figures):
             with st.container():
                 display.show_figure(fig, key=K.per_item(K.TWINS_SIDE_MAPS, i))
-    with wirings, st.container(horizontal=True, wrap=False, key="twins_side_wirings"):
+    with wirings, st.container(horizontal=True, wrap=False, key=K.TWINS_SIDE_WIRINGS):
         for norm in ("pre", "post"):
             with st.container():
                 display.show_figure(explainer_figs.block_diagram(norm, compact=True),

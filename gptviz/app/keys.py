@@ -337,3 +337,5 @@ TWINS_PAIR = "twins_pair"
 TWINS_SIDE_MAPS = "twins_side_maps"
 TWINS_SIDE_NEXT = "twins_side_next"
 TWINS_SIDE_WIRING = "twins_side_wiring"
+TWINS_SIDE_PAIR = "twins_side_pair"          # the maps' row: a pair on a phone too
+TWINS_SIDE_WIRINGS = "twins_side_wirings"

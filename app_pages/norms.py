@@ -6,6 +6,8 @@ import json
 import math
 import time
 from dataclasses import dataclass, replace
+from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -19,10 +21,13 @@ from gptviz.app.unit_nav import unit_pills
 from gptviz.app import keys as K
 from gptviz.config import ConfigError
 from gptviz.evaluate import corpus_of, recipe_differences
+from gptviz.evaluate import twins_caveat as caveat_of_records
+from gptviz.figures import explainers as explainer_figs
 from gptviz.figures import norms as fig_norms
 from gptviz.figures import training as fig_train
 from gptviz.generate import check_sampling, generate
 from gptviz.params import total_params
+from gptviz.snapshots import FORMED_THRESHOLD, formed_step, load_snapshots
 from gptviz.tokenizer import decode, token_labels
 
 GPT2_VOCAB = 50257
@@ -34,7 +39,7 @@ GRADIENT_VIEWS = {"ffn": "FFN weight matrices (what Xiong et al. plot)", "block"
 SWEEP_DEPTHS = (1, 2, 4, 8, 16, 24, 32, 48)
 INITS = {"gpt2": "GPT-2 (normal 0.02)", "xavier": "Xavier (Xiong et al.)"}
 VERDICTS = {True: ":green[:material/check_circle: agrees]", False: ":red[:material/cancel: not seen here]"}
-TABS = ("Same weights, two wirings", "The paper's setting", "Trained twins")
+TABS = ("Trained twins side by side", "Same weights, two wirings", "The paper's setting", "The twins in depth")
 
 state = st.session_state
 
@@ -42,13 +47,14 @@ INTRO = ("Where the LayerNorm sits decides how signals and gradients move throug
          "(GPT-2) normalises the input of each sub-layer and leaves the residual stream alone: "
          "x + f(LN(x)). Post-norm (GPT-1, the original Transformer) normalises after each residual "
          "addition: LN(x + f(x)).\n\n"
-         "**Same weights, two wirings** runs one set of random weights both ways, so every difference there comes "
-         "from the wiring alone. **The paper's setting** checks Xiong et al.'s (2020) claims at their own "
-         "initialisation. **Trained twins** compares the two bundled models the sidebar's LayerNorm toggle switches "
-         "between: trained separately, they grew their heads in different places, so heads are paired by what they "
-         "do (attention-pattern similarity, with each head's previous-token and induction scores), not by index.")
-TOP_LINE = ("With the bundled models, the sidebar's LayerNorm toggle switches between two separately trained models; "
-            "**Trained twins** shows them side by side, heads matched by role.")
+         "**Trained twins side by side** runs the sidebar's prompt through the two bundled models the sidebar's "
+         "LayerNorm toggle switches between: trained separately, they grew their heads in different places, so heads "
+         "are paired by what they do (attention-pattern similarity), not by index. **Same weights, two wirings** runs "
+         "one set of random weights both ways, so every difference there comes from the wiring alone. **The paper's "
+         "setting** checks Xiong et al.'s (2020) claims at their own initialisation. **The twins in depth**: every "
+         "head's match with its scores, the training history, generation.")
+TOP_LINE = ("The sidebar's LayerNorm toggle switches between two separately trained models: here both read your "
+            "prompt, heads matched by role.")
 
 
 # ---- cached computations -------------------------------------------------------------------------------------
@@ -588,9 +594,10 @@ def probe_length(cfg: GPTConfig) -> int:
     return min(PROBE_LENGTH, cfg.n_ctx // 2)
 
 
-def head_matches(tw: LoadedTwins) -> tuple[list, dict]:
-    """The twins' heads paired by their patterns on one probe both read (analysis.match_heads), and each head's
-    previous-token and induction scores there ({"pre"/"post": (prev [L, H], induction [L, H])})."""
+def head_matches(tw: LoadedTwins) -> tuple[list, dict, float]:
+    """The twins' heads paired by their patterns on one probe both read (analysis.match_heads), each head's
+    previous-token and induction scores there ({"pre"/"post": (prev [L, H], induction [L, H])}), and the median
+    similarity of every pre-norm head with every post-norm head (what a pair picked blindly scores)."""
     length = probe_length(tw.cfg)
     seq = tuple(analysis.induction_sequence(tw.cfg.vocab_size, length,
                                             ids=models.training_vocab(tw.specs["pre"])).tolist())
@@ -598,7 +605,8 @@ def head_matches(tw: LoadedTwins) -> tuple[list, dict]:
             for norm, spec in tw.specs.items()}
     scores = {norm: (analysis.previous_token_scores(p), analysis.induction_scores_from(p, length))
               for norm, p in pats.items()}
-    return analysis.match_heads(pats["pre"], pats["post"]), scores
+    typical = float(analysis.pattern_similarity(pats["pre"], pats["post"]).median())
+    return analysis.match_heads(pats["pre"], pats["post"]), scores, typical
 
 
 def matches_table(matches: list, scores: dict, length: int) -> None:
@@ -635,7 +643,7 @@ def twins_attention(tw: LoadedTwins) -> dict | None:
     names_wanted = models.pattern_names(cfg.n_layers)
     try:
         caps = {norm: models.capture_cache(spec, tw.ids, names_wanted) for norm, spec in tw.specs.items()}
-        matches, scores = head_matches(tw)
+        matches, scores, _ = head_matches(tw)
     except (ValueError, RuntimeError) as err:
         st.error(f"Could not run the twins on this prompt: {err}")
         return None
@@ -697,14 +705,11 @@ def twins_generation(tw: LoadedTwins) -> None:
                "only through the two models' probabilities. The prompt is not repeated above.")
 
 
-def trained_twins_section() -> None:
-    bundled = weights.bundled_models()
-    twins = pick_twins(bundled)
-    if twins is None:
-        return
+def trained_twins_section(bundled: dict, twins: wiring.TrainedTwins, tw: LoadedTwins | None) -> None:
+    """The twins in depth: every head and its match, the next token at any position, the training history and
+    generation (the first tab already loaded them: `tw`, None when that failed)."""
     names = {"pre": twins.pre, "post": twins.post}
     recipe_note(bundled, names)
-    tw = load_twins(names)   # what toggling the wiring changes comes first: the heads matched by role, the outputs
     caps = twins_attention(tw) if tw is not None else None
     if caps is not None:
         next_token_section(tw, caps)
@@ -715,10 +720,118 @@ def trained_twins_section() -> None:
         twins_generation(tw)
 
 
+# ---- the first tab: the trained twins side by side ----------------------------------------------------------------
+
+SIDE_TOP_K = 5
+
+
+def twins_caveat(bundled: dict, names: dict[str, str]) -> str | None:
+    """evaluate.twins_caveat on the two bundled models' training records (their config.json)."""
+    records = {norm: json.loads((bundled[name] / "config.json").read_text()).get("training", {})
+               for norm, name in names.items()}
+    return caveat_of_records(records["pre"], records["post"])
+
+
+def top_tokens(logits: torch.Tensor) -> tuple[torch.Tensor, list[tuple[str, float]]]:
+    """The next-token probabilities after the last position (softmax of its logits) and the SIDE_TOP_K likeliest."""
+    probs = torch.softmax(logits[-1].float(), -1)
+    top = probs.topk(SIDE_TOP_K)
+    return probs, list(zip(token_labels(top.indices.tolist()), top.values.tolist()))
+
+
+def quoted(label: str) -> str:
+    return f"“{display.md_text(label)}”"
+
+
+def comparison_sentence(match, typical: float, top: dict[str, list[tuple[str, float]]]) -> str:
+    """The one sentence of the first screen, every word of it read off the numbers beside it."""
+    (pre_tok, pre_p), (post_tok, post_p) = top["pre"][0], top["post"][0]
+    guess = (f"Both twins guess {quoted(pre_tok)} next" if pre_tok == post_tok else
+             f"The twins guess differently next (pre-norm {quoted(pre_tok)}, post-norm {quoted(post_tok)})")
+    surer = "pre" if pre_p >= post_p else "post"
+    alike = "far more alike than" if match.similarity >= 2 * typical else "more alike than" \
+        if match.similarity > typical else "no more alike than"
+    return (f"{guess}; the {surer}-norm twin is surer ({max(pre_p, post_p):.0%} against {min(pre_p, post_p):.0%}), "
+            f"and the matched heads below attend {alike} a blind pair (similarity {match.similarity:.2f} against "
+            f"{typical:.2f}).")
+
+
+def pick_pair_index(matches: list) -> int:
+    """The matched pair shown, as an index into `matches` (kept in state); at first the most similar pair. Read
+    before the picker is drawn, as the sentence above it names the pair."""
+    if not isinstance(state.get(K.TWINS_PAIR), int) or not 0 <= state[K.TWINS_PAIR] < len(matches):
+        state[K.TWINS_PAIR] = max(range(len(matches)), key=lambda i: matches[i].similarity)
+    return state[K.TWINS_PAIR]
+
+
+def pick_pair(matches: list) -> int:
+    """The picker of the matched pair (its value: pick_pair_index)."""
+    return st.selectbox(
+        "Matched heads", range(len(matches)), key=K.TWINS_PAIR,
+        format_func=lambda i: (f"pre L{matches[i].a[0]}H{matches[i].a[1]} ↔ post L{matches[i].b[0]}H{matches[i].b[1]}"
+                               f" (similarity {matches[i].similarity:.2f})"),
+        help="Trained separately, the twins grew their heads in different places, so each pre-norm head is paired "
+             "with the post-norm head whose attention looks most like it on random tokens repeated once (cosine "
+             "similarity: 1 = the same pattern).")
+
+
+def side_by_side_section(bundled: dict, twins: wiring.TrainedTwins) -> LoadedTwins | None:
+    """The first screen: the sidebar's prompt through both twins, a matched pair of heads side by side, each twin's
+    next-token probabilities and the two wirings. Returns the loaded twins for the later tab."""
+    names = {"pre": twins.pre, "post": twins.post}
+    tw = load_twins(names)
+    if tw is None:
+        return None
+    try:
+        caps = {norm: models.capture_cache(spec, tw.ids, models.pattern_names(tw.cfg.n_layers))
+                for norm, spec in tw.specs.items()}
+        matches, _, typical = head_matches(tw)
+    except (ValueError, RuntimeError) as err:
+        st.error(f"Could not run the twins on this prompt: {err}")
+        return None
+    probs, top = {}, {}
+    for norm in tw.specs:
+        probs[norm], top[norm] = top_tokens(caps[norm][0])
+    text, bars = st.columns([1.2, 1])
+    with text:
+        st.markdown(comparison_sentence(match := matches[pick_pair_index(matches)], typical, top))
+        caveat = twins_caveat(bundled, names)
+        if caveat:
+            st.caption(f":material/warning: {caveat}", help="Retraining them alike is planned; each model card "
+                                                            "(gptviz/models/) has its full recipe.")
+        pick_pair(matches)
+    with bars:
+        dists = {f"{norm}-norm": top[norm] for norm in tw.specs}
+        bars_fig = fig_train.next_token_bars(dists, f"“{tw.labels[-1]}”")
+        bars_fig.update_traces(textposition="auto")  # the longest bar's label inside it, not over the next panel
+        display.show_figure(bars_fig, key=K.TWINS_SIDE_NEXT)
+        st.caption(f"Top {SIDE_TOP_K} of {tw.cfg.vocab_size:,} tokens; a uniform guess gives each "
+                   f"{1 / tw.cfg.vocab_size:.3%}.")
+    pats = {"pre": caps["pre"][1].pattern(match.a[0])[match.a[1]].numpy(),
+            "post": caps["post"][1].pattern(match.b[0])[match.b[1]].numpy()}
+    figures = fig_norms.attention_panels(
+        pats["pre"], pats["post"], tw.labels, "",
+        (f"pre-norm L{match.a[0]}H{match.a[1]}<br>the picked head",  # two short lines: a phone's half width
+         f"post-norm L{match.b[0]}H{match.b[1]}<br>similarity {match.similarity:.2f}", ""), height=320)[:2]
+    figures[0].update_traces(showscale=False)   # one colour bar for the pair: both maps share the 0..1 scale
+    figures[1].update_traces(colorbar_title_text="")   # its title ran past a phone's half width; hover names it
+    maps, wirings = st.columns([2.1, 1])
+    with maps, st.container(horizontal=True, wrap=False, key=K.TWINS_SIDE_PAIR):  # a pair on a phone too
+        for i, fig in enumerate(figures):
+            with st.container():
+                display.show_figure(fig, key=K.per_item(K.TWINS_SIDE_MAPS, i))
+    with wirings, st.container(horizontal=True, wrap=False, key=K.TWINS_SIDE_WIRINGS):
+        for norm in ("pre", "post"):
+            with st.container():
+                display.show_figure(explainer_figs.block_diagram(norm, compact=True),
+                                    key=K.per_item(K.TWINS_SIDE_WIRING, norm))
+    return tw
+
+
 # ---- section 3: the paper's setting, and the twins' whole history ----------------------------------------------
 
 PAPER_BASE = "small-4l"    # the vocabulary, activation and MLP ratio of the bundled twins; shape from xiong.PAPER
-HEAD_THRESHOLDS = {"previous-token": ("prev_token", 0.3), "induction": ("induction", 0.5)}
+FORMED_DETECTORS = ("previous-token", "induction")   # the heads whose forming the history marks
 PAPER_NOTE = (
     "Xiong et al. (2020) measured a translation Transformer (d_model 512, 6 layers, Xavier init) and plotted each "
     "layer's FFN gradient norm averaged over data. Here: a decoder-only GPT, {depth} layers, d_model {width} (their 512 "
@@ -835,9 +948,15 @@ def paper_section() -> None:
         st.markdown(PAPER_NOTE.format(depth=xiong.PAPER.depth, width=xiong.PAPER.width, heads=xiong.PAPER.n_heads, samples=first.samples))
 
 
-def formed_at(stages: list) -> dict[str, int | None]:
-    return {what: training_log.first_crossing(stages, key, threshold)
-            for what, (key, threshold) in HEAD_THRESHOLDS.items()}
+@lru_cache(maxsize=4)
+def formed_at(folder: Path) -> dict[str, int | None]:
+    """The step each kind of head formed in a bundled model (snapshots.formed_step over its stage-1 snapshots, the
+    rule Heads forming uses); all None when it has no snapshots."""
+    try:
+        snaps = load_snapshots(folder)
+    except (OSError, ValueError, KeyError):
+        return dict.fromkeys(FORMED_DETECTORS)
+    return {what: (found[0] if (found := formed_step(snaps, what)) else None) for what in FORMED_DETECTORS}
 
 
 def whole_history_section(bundled: dict, names: dict[str, str]) -> None:
@@ -846,36 +965,44 @@ def whole_history_section(bundled: dict, names: dict[str, str]) -> None:
     if not all(logs.values()):
         return
     st.subheader("The whole training history")
-    formed = {f"{norm}-norm": formed_at(stages) for norm, stages in logs.items()}
+    formed = {f"{norm}-norm": formed_at(bundled[names[norm]]) for norm in logs}
     boundaries = [(s.start, f"stage {s.number}") for s in logs["pre"]]
-    st.caption("Every stage of both runs from their train.log (the curves above are the last stage only); the "
-               "triangles mark the first logged step where the best head's score reached its threshold.")
+    st.caption(f"Every stage of both runs from their train.log (the curves above are the last stage only). The "
+               f"triangles mark the step each twin's head formed: the first snapshot from which its score stays at or "
+               f"above {FORMED_THRESHOLD:g}, the rule Heads forming uses. Steps count from stage 1's start.")
     display.show_figure(fig_norms.stage_history(
         {f"{n}-norm": [r for s in stages for r in s.records] for n, stages in logs.items()}, boundaries, formed),
         key=K.TWINS_HISTORY_FIG)
-    rows = {f"{n} (threshold {t})": {run: (f"step {step:,}" if step is not None else "not reached")
-                                      for run, step in ((r, formed[r][n]) for r in formed)}
-            for n, (_, t) in HEAD_THRESHOLDS.items()}
+    rows = {f"{n} head formed": {run: (f"step {step:,}" if step is not None else "not in stage 1's snapshots")
+                                 for run, step in ((r, formed[r][n]) for r in formed)}
+            for n in FORMED_DETECTORS}
     st.table(rows)
     with st.expander("What the stages were and how the scores are logged"):
         for norm, stages in logs.items():
             st.markdown(f"**{names[norm]}**: " + "; ".join(f"stage {s.number} (steps {s.start + 1:,}–{s.end:,}): "
                                                            f"{s.title}" for s in stages))
-        st.caption("prev: the best head's previous-token score on held-out text (chance about 0.03 at these "
-                   "lengths); ind: the best head's induction score on one repeated random sequence (chance 0.014). "
-                   "Logged at evaluation steps only, so a head formed somewhere between the marked step and the "
-                   "evaluation before it.")
+        st.caption("A head's forming is read from the snapshots of stage 1 (Heads forming replays them): the best "
+                   "head's score on the snapshot probes, every 25 steps or closer, so a head formed between the marked "
+                   "snapshot and the one before it. train.log's prev and ind columns are other probes, logged only at "
+                   "evaluation steps, and are not used for it.")
 
 def main() -> None:
     st.title("Pre-norm vs post-norm")
     st.caption(TOP_LINE, help=INTRO)
-    tab1, tab_paper, tab2 = st.tabs(list(TABS))
-    with tab1:
+    tab_side, tab_same, tab_paper, tab_depth = st.tabs(list(TABS))
+    bundled = weights.bundled_models()
+    with tab_side:   # what toggling the wiring changes comes first: the twins on the prompt, heads matched by role
+        twins = pick_twins(bundled)
+        tw = side_by_side_section(bundled, twins) if twins is not None else None
+    with tab_same:
         same_weights_section()
     with tab_paper:
         paper_section()
-    with tab2:
-        trained_twins_section()
+    with tab_depth:
+        if twins is not None:
+            trained_twins_section(bundled, twins, tw)
+        else:
+            st.info("The bundled twins are not here yet; see the first tab.")
 
 
 main()

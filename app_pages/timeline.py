@@ -18,13 +18,17 @@ from gptviz.app import keys as K
 from gptviz.app.display import show_figure
 from gptviz.app.unit_nav import unit_pills
 from gptviz.figures import timeline as ft
-from gptviz.snapshots import Snapshots, load_snapshots
+from gptviz.snapshots import FORMED_THRESHOLD, Snapshots, formed_step, load_snapshots
 from gptviz.training_jobs import GROWTH, Job, induction_growth_spec
 from gptviz.weights import bundled_models
 
 TWINS = {"pre-norm": "shakespeare-pre", "post-norm": "shakespeare-post"}
-THRESHOLD = 0.5       # a head "has formed" once its score reaches this (the bundled models' bar is 0.3 for induction)
+THRESHOLD = FORMED_THRESHOLD   # a head "has formed" once its score reaches this and stays (snapshots.formed_step)
 PLAY_FPS = 3
+FORMED_HELP = (f"Steps count from the start of training (stage 1's first step, from random weights). A head "
+               f"counts as formed at the first snapshot from which its score stays at or above {THRESHOLD:g}; the "
+               "Pre-norm vs post-norm page uses the same rule.")
+STEP_HELP = "Each wiring shows its last snapshot at or before this step."
 state = st.session_state
 
 
@@ -51,8 +55,9 @@ def all_steps(found: dict[str, Snapshots]) -> list[int]:
     return sorted({s for snaps in found.values() for s in snaps.steps})
 
 
-def controls(found: dict[str, Snapshots]) -> tuple[str, int, int]:
-    """The detector, the probe and the step to show (kept valid against what the snapshots hold)."""
+def controls(found: dict[str, Snapshots]) -> tuple[str, int, int, st.delta_generator.DeltaGenerator]:
+    """The detector, the probe and the step to show (kept valid against what the snapshots hold), and the slot the
+    step slider sits in (Play moves a slider there)."""
     first = next(iter(found.values()))
     steps = all_steps(found)
     if state.get(K.TL_DETECTOR) not in K.TIMELINE_DETECTORS:
@@ -65,25 +70,28 @@ def controls(found: dict[str, Snapshots]) -> tuple[str, int, int]:
     detector = left.selectbox("Detector", K.TIMELINE_DETECTORS, key=K.TL_DETECTOR)
     probe = middle.selectbox("Probe prompt", range(len(first.probes)), key=K.TL_PROBE,
                              format_func=lambda p: first.probes[p].name)
-    step = right.select_slider("Training step", steps, key=K.TL_STEP,
-                               help="Each wiring shows its last snapshot at or before this step.")
-    return detector, probe, step
+    slot = right.empty()
+    step = slot.select_slider("Training step", steps, key=K.TL_STEP, help=STEP_HELP)
+    return detector, probe, step, slot
 
 
 def best_head_line(snaps: Snapshots, detector: str, step: int) -> tuple[str, tuple[int, int]]:
-    """'step 400: best induction head L1H2 0.44 (chance 0.029)' and that head, for one run at one step."""
+    """'step 400: best induction head L1H2 0.44 (chance 0.029)' and that head, for one run at one step. The step is
+    the slider's; a run without a snapshot there says which one it shows (it said that one's step alone, 600 under
+    a slider at 650)."""
     i = ft.index_at(snaps, step)
+    shown = f"step {step}" if snaps.steps[i] == step else f"step {step} (its snapshot of step {snaps.steps[i]})"
     d = snaps.detector_index(detector)
     scores = snaps.score_array()[i, d]
     layer, head = np.unravel_index(int(scores.argmax()), scores.shape)
     chance = snaps.detectors[d].chance
-    return (f"step {snaps.steps[i]}: best {detector} head L{layer}H{head} {scores[layer, head]:.2f} "
+    return (f"{shown}: best {detector} head L{layer}H{head} {scores[layer, head]:.2f} "
             f"(chance {chance:.3f}); loss {snaps.train_loss[i]:.2f}"), (int(layer), int(head))
 
 
 def named_heads(snaps: Snapshots, best: tuple[int, int]) -> list[str]:
-    """The heads the page names for a run: the best at the step, then the first of each detector to cross."""
-    hits = [snaps.crossing(name, THRESHOLD) for name in K.TIMELINE_DETECTORS]
+    """The heads the page names for a run: the best at the step, then the one of each detector that formed."""
+    hits = [formed_step(snaps, name, THRESHOLD) for name in K.TIMELINE_DETECTORS]
     return list(dict.fromkeys([f"L{best[0]}H{best[1]}"] + [f"L{h[1]}H{h[2]}" for h in hits if h]))
 
 
@@ -104,11 +112,15 @@ def heads_row(found: dict[str, Snapshots], detector: str, probe: int, step: int,
                                 "examples and direct effect (the unit page).")
 
 
-def play(found: dict[str, Snapshots], detector: str, probe: int, start: int) -> None:
-    """Step through the snapshots from `start` to the end, redrawing the heads; the slider lands on the last."""
-    steps = [s for s in all_steps(found) if s >= start] or all_steps(found)
+def play(found: dict[str, Snapshots], detector: str, probe: int, start: int, slider) -> None:
+    """Step through the snapshots from `start` to the end, redrawing the heads, a still slider in the step slider's
+    place showing each step as it plays (the slider itself lands on the last at the next run)."""
+    every = all_steps(found)
+    steps = [s for s in every if s >= start] or every
     slots = [st.empty() for _ in found]
     for s in steps:
+        slider.select_slider("Training step", every, value=s, disabled=True, key=K.per_item(K.TL_FRAME, "slider", s),
+                             help=STEP_HELP)
         for slot, (wiring, snaps) in zip(slots, found.items()):
             line, best = best_head_line(snaps, detector, s)
             with slot.container():
@@ -178,9 +190,9 @@ def growth_view(job: Job) -> None:
     if not found:
         return
     step = max(s.steps[-1] for s in found.values())
-    best = {w: s.crossing("induction", THRESHOLD) for w, s in found.items()}
-    reached = "; ".join(f"{w}: " + (f"L{b[1]}H{b[2]} reached {THRESHOLD:g} at step {b[0]}" if b else
-                                    f"not yet {THRESHOLD:g}") for w, b in best.items())
+    best = {w: formed_step(s, "induction", THRESHOLD) for w, s in found.items()}
+    reached = "; ".join(f"{w}: " + (f"L{b[1]}H{b[2]} formed at step {b[0]}" if b else
+                                    f"none formed yet") for w, b in best.items())
     st.caption(reached)
     heads_row(found, "induction", 0, step, key=K.TL_GROW_HEADS)
     left, right = st.columns(2)
@@ -214,10 +226,12 @@ def grow_tab() -> None:
 
 def history_tab() -> None:
     found = runs()
-    st.caption("The twins' first training stage, replayed: pick a step, or play, and watch the stripe appear.")
-    detector, probe, step = controls(found)
+    st.caption("The twins' first training stage, replayed (steps count from its start, at random weights): pick a "
+               "step, or play, and watch the stripe appear.",
+               help=FORMED_HELP)
+    detector, probe, step, slider = controls(found)
     if st.button("▶ Play from this step", key=K.TL_PLAY):
-        play(found, detector, probe, step)
+        play(found, detector, probe, step, slider)
         st.rerun()
     heads_row(found, detector, probe, step, bundled=True)
     curves(found, detector, step)

@@ -163,6 +163,22 @@ def recipe_differences(pre: dict, post: dict) -> list[str]:
     return found
 
 
+INIT_NAMES = {"gpt2": "GPT-2's normal(0, 0.02)", "xavier": "Xavier's"}
+
+
+def twins_caveat(pre: dict, post: dict) -> str | None:
+    """One sentence saying that two twins' training records (pre-norm's, post-norm's) differ and how: each stage
+    whose random init differs, named, then recipe_differences' other phrases; None when they were trained alike."""
+    a, b = training_stages(pre), training_stages(post)
+    inits = [f"stage {i} started pre-norm from {INIT_NAMES.get(stage_init(x), stage_init(x))} random weights and "
+             f"post-norm from {INIT_NAMES.get(stage_init(y), stage_init(y))}"
+             for i, (x, y) in enumerate(zip(a, b), 1) if stage_init(x) != stage_init(y)]
+    others = [d for d in recipe_differences(pre, post) if ": init " not in d]
+    if not inits and not others:
+        return None
+    return "Not trained alike: " + "; ".join(inits + others) + ", so not every difference is the wiring's."
+
+
 def _copy_part(settings: dict) -> str:
     copy = settings.get("copy_fraction", 0.0)
     if not copy:

@@ -211,6 +211,29 @@ class Snapshots:
         return None
 
 
+# A head "has formed" once its detector score reaches this and stays there (the one definition every page uses).
+FORMED_THRESHOLD = 0.5
+
+
+def formed_step(snaps: Snapshots, detector: str, threshold: float = FORMED_THRESHOLD) -> tuple[int, int, int] | None:
+    """(step, layer, head): the step a head of this kind formed, or None if none did within the snapshots.
+
+    The step is the first snapshot from which the best head's `detector` score stays at or above `threshold` at every
+    later snapshot (a brief crossing that falls back does not count), and the head is the best one at that snapshot.
+    Steps are the run's own: the bundled twins' snapshots cover their first training stage, so step 1 is the first
+    step from random weights, and a head forms somewhere between the snapshot before this step and this step."""
+    if not len(snaps):
+        return None
+    scores = snaps.score_array()[:, snaps.detector_index(detector)]
+    best = scores.reshape(len(scores), -1).max(axis=1)
+    below = np.flatnonzero(best < threshold)
+    first = 0 if below.size == 0 else int(below[-1]) + 1
+    if first >= len(best):
+        return None
+    layer, head = np.unravel_index(int(scores[first].argmax()), scores[first].shape)
+    return int(snaps.steps[first]), int(layer), int(head)
+
+
 def empty_snapshots(cfg, probes: list[Probe], every: int = 25, min_gap: int = 5,
                     loss_delta: float = 0.15, model_name: str = "") -> Snapshots:
     """No snapshots yet, for a model of config `cfg` (a GPTConfig)."""

@@ -12,7 +12,6 @@ given models (the bundled twins) on the same batches. Nothing writes `.grad`: gr
 """
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -29,10 +28,14 @@ from .wiring import LEVEL_BAND, trend, twin_models
 
 # The FFN matrices, named as in the paper: W^1 expands d -> 4d (c_fc), W^2 projects back (c_proj).
 MATRICES = {"W1": "mlp.c_fc.weight", "W2": "mlp.c_proj.weight"}
-# "model": embeddings as drawn (normal 0.02, so the stream starts small); "unit": token and position embeddings
-# scaled so their sum has unit variance per entry, as the paper's analysis assumes of the first layer's input.
-INPUT_SCALES = {"model": "embeddings as drawn (std 0.02)", "unit": "embeddings scaled to unit variance (the paper's input)"}
-EMBED_STD = 0.02
+# "model": embeddings as drawn (small: the position table is normal(0, 0.02); the token table, tied to the output
+# layer, is Xavier-uniform's std 0.006 under Xavier init), so the stream starts small; "unit": the first block's
+# input (token + position embedding) divided by its own spread, so it has unit variance per entry, as the paper's
+# analysis assumes of the first layer's input. Scaling the two tables by one fixed factor gave a spread of 0.74
+# under Xavier init, whose token table is not std 0.02.
+INPUT_SCALES = {"model": "embeddings as drawn (spread 0.02-0.03)",
+                "unit": "first block's input scaled to unit variance (the paper's input)"}
+UNIT_INPUT_HOOK = "blocks.0.hook_resid_pre"
 # |b + 1/2| within this of the fitted depth exponent b counts as the paper's L^(-1/2) scaling.
 EXPONENT_TOLERANCE = 0.15
 
@@ -86,11 +89,11 @@ def text_batches(tokens: torch.Tensor, setting: ProbeSetting) -> list[tuple[torc
 def _scale_edits(input_scale: str) -> dict:
     if input_scale == "model":
         return {}
-    factor = 1.0 / (EMBED_STD * math.sqrt(2))  # token + position embeddings, each std 0.02: their sum to std 1
 
     def scale(x: torch.Tensor, offset: int) -> torch.Tensor:
-        return x * factor
-    return {"hook_embed": (scale,), "hook_pos_embed": (scale,)}
+        # a constant for the gradient (detached), as a fixed rescale of the input would be
+        return x / x.detach().std()
+    return {UNIT_INPUT_HOOK: (scale,)}
 
 
 def ffn_grad_norms(model: GPT, x: torch.Tensor, y: torch.Tensor, input_scale: str = "model") -> np.ndarray:

@@ -61,7 +61,9 @@ def test_same_weights_section_shows_measured_values_and_reruns_run_no_model():
     assert metrics["LM loss, post-norm"] == f"{stats['post'].loss:.3f}"
     charts = at.get("plotly_chart")
     assert len(charts) >= 4
-    grad_fig = json.loads(charts[0].proto.spec)
+    # the first tab (the trained twins) draws its figures first: the gradient figure is found by its axis
+    grad_fig = next(f for f in pagetest.figures(at)
+                    if (f["layout"].get("yaxis", {}).get("title") or {}).get("text") == "gradient L2 norm")
     np.testing.assert_allclose(array(grad_fig["data"][0]["y"]), stats["pre"].grad("ffn"), rtol=1e-6)
     np.testing.assert_allclose(array(grad_fig["data"][1]["y"]), stats["post"].grad("ffn"), rtol=1e-6)
 
@@ -73,8 +75,8 @@ def test_same_weights_section_shows_measured_values_and_reruns_run_no_model():
     assert forward_calls() == calls
     block = wiring.describe_gradients(stats["pre"].grad("block"), stats["post"].grad("block"))
     assert block.statements[0] in markdown_text(at)
-    attn_fig = json.loads(at.get("plotly_chart")[2].proto.spec)
-    assert attn_fig["layout"]["title"]["text"] == "Layer 2, head 0: pre-norm"  # the first of three figures
+    titles = [pagetest.title_of(f) for f in pagetest.figures(at)]
+    assert titles.index("Layer 2, head 0: pre-norm") + 1 == titles.index("Layer 2, head 0: post-norm")  # first of three
 
 
 def test_the_top_line_says_the_toggle_switches_between_two_trained_models():
@@ -287,3 +289,97 @@ def test_the_activation_caption_reads_the_residual_trend_off_the_numbers():
     resid = expected_stats()["pre"].resid_norm
     caption = next(c.value for c in at.caption if c.value.startswith("Pre-norm's residual stream is a running sum"))
     assert f"here its norm {wiring.trend(resid).word} (from {resid[0]:.3g} to {resid[-1]:.3g})" in caption
+
+
+def bundled_twin_models():
+    """The bundled twins loaded from their folders ({"pre": GPT, "post": GPT}), or a skip where there are none."""
+    folders = gptviz.weights.bundled_models()
+    pairs = wiring.trained_twins(list(folders))
+    if not pairs:
+        pytest.skip("no bundled twins in gptviz/models")
+    names = {norm: getattr(pairs[0], norm) for norm in ("pre", "post")}
+    return names, {norm: gptviz.weights.load_checkpoint(folders[name]).eval() for norm, name in names.items()}
+
+
+@pytest.mark.slow
+def test_the_first_tab_shows_the_twins_side_by_side_as_recomputed_here():
+    """Issue 41: the page opens on the trained twins. The matched pairs are match_heads' own on the probe, the pair
+    shown first is the most similar, and each twin's bars are the softmax of its logits after the prompt."""
+    from gptviz import analysis, capture
+    from gptviz.app.models import pattern_names
+    from gptviz.weights import training_vocab as read_training_vocab
+    names, twins = bundled_twin_models()
+    at = open_page(**TINY)
+    assert not at.exception, at.exception
+    assert at.tabs[0].label == "Trained twins side by side"
+    cfg = twins["pre"].config
+    length = min(50, cfg.n_ctx // 2)
+    vocab = read_training_vocab(str(gptviz.weights.bundled_models()[names["pre"]]))
+    probe = analysis.induction_sequence(cfg.vocab_size, length, ids=vocab)[None]
+    pats = {norm: torch.stack([capture(m, probe, list(pattern_names(cfg.n_layers)))[1][name][0]
+                               for name in pattern_names(cfg.n_layers)]) for norm, m in twins.items()}
+    matches = analysis.match_heads(pats["pre"], pats["post"])
+    picker = at.selectbox(key=K.TWINS_PAIR)
+    assert picker.options == [
+        f"pre L{m.a[0]}H{m.a[1]} ↔ post L{m.b[0]}H{m.b[1]} (similarity {m.similarity:.2f})" for m in matches]
+    best = max(matches, key=lambda m: m.similarity)
+    assert picker.value == matches.index(best)
+    figs = pagetest.figures(at)
+    titles = [(f["layout"].get("title") or {}).get("text", "") for f in figs]
+    assert f"pre-norm L{best.a[0]}H{best.a[1]}<br>the picked head" in titles
+    assert f"post-norm L{best.b[0]}H{best.b[1]}<br>similarity {best.similarity:.2f}" in titles
+
+    ids = torch.tensor([get_tokenizer().encode(sidebar.DEFAULT_PROMPT)])
+    bars = next(f for f in figs if (f["layout"].get("title") or {}).get("text", "").startswith("Next token after"))
+    top = {}
+    for trace, norm in zip(bars["data"], ("pre", "post")):
+        with torch.no_grad():
+            probs = torch.softmax(twins[norm](ids)[0, -1].float(), -1)
+        want = probs.topk(5)
+        np.testing.assert_allclose(array(trace["x"]).astype(float), want.values.numpy(), rtol=1e-4)
+        assert trace["name"] == f"{norm}-norm"
+        top[norm] = float(want.values[0])
+    sentence = at.markdown[0].value   # the one sentence, every number in it the figures'
+    surer = "pre" if top["pre"] >= top["post"] else "post"
+    assert f"the {surer}-norm twin is surer ({max(top.values()):.0%} against {min(top.values()):.0%})" in sentence
+    assert f"(similarity {best.similarity:.2f} against" in sentence
+    typical = float(analysis.pattern_similarity(pats["pre"], pats["post"]).median())
+    assert f"against {typical:.2f})." in sentence
+    # both wirings drawn, and the caveat names the init each twin started from (read from the model cards' records)
+    assert {"Pre-norm (GPT-2)", "Post-norm (GPT-1)"} <= set(titles)
+    caveat = next(c.value for c in at.caption if "Not trained alike" in c.value)
+    assert "pre-norm from GPT-2's normal(0, 0.02)" in caveat and "post-norm from Xavier's" in caveat
+
+
+def test_the_caveat_is_read_from_the_records():
+    """Twins trained alike get no caveat; an init that differs is named with both inits, other differences after."""
+    from gptviz.evaluate import twins_caveat
+    alike = {"data": "x", "settings": {"lr": 0.001}}
+    assert twins_caveat(alike, dict(alike)) is None
+    said = twins_caveat(alike, dict(alike, init="xavier"))
+    assert said == ("Not trained alike: stage 1 started pre-norm from GPT-2's normal(0, 0.02) random weights and "
+                    "post-norm from Xavier's, so not every difference is the wiring's.")
+    said = twins_caveat(alike, {"data": "x", "settings": {"lr": 0.003}, "init": "xavier"})
+    assert "post-norm from Xavier's; stage 1: lr 0.001 against 0.003, so" in said
+
+
+@pytest.mark.slow
+def test_the_whole_history_and_heads_forming_show_the_same_formed_step():
+    """One definition of the step a head formed (snapshots.formed_step): the twins' history table on this page and
+    the detector curves on Heads forming name the same step for each twin's induction head."""
+    from gptviz.snapshots import formed_step, load_snapshots
+    names, _ = bundled_twin_models()
+    folders = gptviz.weights.bundled_models()
+    steps = {norm: formed_step(load_snapshots(folders[name]), "induction") for norm, name in names.items()}
+    at = open_page(**TINY)
+    table = next(t.value for t in at.table if "induction head formed" in list(t.value.columns))
+    shown = {norm: table.loc[f"{norm}-norm", "induction head formed"] for norm in ("pre", "post")}
+    timeline = pagetest.run_page("timeline")
+    curves = next(f for f in pagetest.figures(timeline) if "score of every head" in
+                  (f["layout"].get("title") or {}).get("text", ""))
+    marks = {a["text"] for a in curves["layout"]["annotations"] if "formed at step" in a.get("text", "")}
+    for norm, (step, layer, head) in steps.items():
+        assert shown[norm] == f"step {step:,}"
+        assert f"L{layer}H{head} formed at step {step}" in marks
+    assert any("Steps count from stage 1's start" in c.value for c in at.caption)
+    assert any("steps count from its start" in c.value for c in timeline.caption)

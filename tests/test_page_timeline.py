@@ -8,7 +8,7 @@ import pytest
 
 from gptviz.app import keys as K
 from gptviz.figures import timeline as ft
-from gptviz.snapshots import load_snapshots
+from gptviz.snapshots import formed_step, load_snapshots
 from gptviz.training_jobs import JobRegistry, induction_growth_spec
 from gptviz.weights import bundled_models
 from pagetest import array, figures, run_page
@@ -60,7 +60,7 @@ def test_the_page_draws_what_the_snapshots_hold_at_the_step(shipped):
 
 
 def test_the_named_heads_open_the_finished_models_unit_page(shipped):
-    """Each twin's best head at the step and the first heads to cross are pills that open the unit page on that
+    """Each twin's best head at the step and the heads that formed (snapshots.formed_step) are pills that open the unit page on that
     twin (the finished bundled model)."""
     post = shipped["shakespeare-post"]
     step = post.steps[-1]
@@ -68,7 +68,7 @@ def test_the_named_heads_open_the_finished_models_unit_page(shipped):
     i = ft.index_at(post, step)
     scores = post.score_array()[i, post.detector_index("induction")]
     best = "L{}H{}".format(*np.unravel_index(int(scores.argmax()), scores.shape))
-    hits = [post.crossing(name, 0.5) for name in K.TIMELINE_DETECTORS]
+    hits = [formed_step(post, name) for name in K.TIMELINE_DETECTORS]
     want = list(dict.fromkeys([best] + [f"L{h[1]}H{h[2]}" for h in hits if h]))
     group = next(g for g in at.button_group if g.key == K.per_item(K.UNIT_PILLS, "tl", "post-norm"))
     assert group.options == want
@@ -81,7 +81,9 @@ def test_a_step_between_snapshots_shows_the_last_one_before_it(shipped):
     pre = shipped["shakespeare-pre"]
     at = run_page("timeline", **{K.TL_STEP: pre.steps[3] + 1})
     assert at.session_state[K.TL_STEP] <= pre.steps[3] + 1
-    assert any(f"step {pre.steps[3]}:" in m.value for m in at.markdown)
+    step = at.session_state[K.TL_STEP]   # the header names the slider's step, and the snapshot when it differs
+    header = f"step {step}:" if step == pre.steps[3] else f"step {step} (its snapshot of step {pre.steps[3]}):"
+    assert any(header in m.value for m in at.markdown)
 
 
 def test_the_growth_run_is_read_while_it_trains():
@@ -118,4 +120,17 @@ def test_the_grow_tab_starts_a_run_and_draws_its_snapshots(monkeypatch):
     assert snaps.steps == [1, 4, 8]
     best = snaps.score_array()[-1, snaps.detector_index("induction")].max()
     assert any(f"best induction head" in m.value and f"{best:.2f}" in m.value for m in at.markdown)
-    assert any("not yet 0.5" in c.value or "reached 0.5" in c.value for c in at.caption)
+    assert any("none formed yet" in c.value or "formed at step" in c.value for c in at.caption)
+
+
+def test_the_header_agrees_with_the_slider_where_a_run_has_no_snapshot(shipped):
+    """At the last step (post-norm's 650), pre-norm's last snapshot is older: its header says the slider's step and
+    names the snapshot shown, instead of the snapshot's step alone."""
+    pre, post = shipped["shakespeare-pre"], shipped["shakespeare-post"]
+    last = max(pre.steps[-1], post.steps[-1])
+    at = run_page("timeline", **{K.TL_STEP: last})
+    headers = [m.value for m in at.markdown if m.value.startswith(("**pre-norm**", "**post-norm**"))]
+    for name, snaps in (("pre-norm", pre), ("post-norm", post)):
+        want = (f"**{name}**, step {last}:" if snaps.steps[-1] == last else
+                f"**{name}**, step {last} (its snapshot of step {snaps.steps[-1]}):")
+        assert any(h.startswith(want) for h in headers), headers

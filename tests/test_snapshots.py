@@ -201,3 +201,20 @@ def test_the_formation_section_states_what_the_snapshots_hold():
     assert "| last snapshot with the best induction score below 0.1 | 10 | 0.080 |" in text
     assert "| first snapshot above 0.8 | 30 | 0.900 |" in text
     assert "induction: L1H0 at step 20" in text and "through step 20" in text and "0.0100 nats" in text
+
+
+def test_formed_step_is_where_the_score_reaches_the_threshold_and_stays():
+    """A head that crosses, falls back and crosses again formed at the second crossing; one that never stays, never."""
+    from gptviz.snapshots import formed_step
+    cfg = get_preset("tiny").replace(n_layers=2, n_heads=2, d_model=32, n_ctx=32)
+    snaps = empty_snapshots(cfg, [Probe("rep", tuple(range(1, 9)) * 2, "repeated", 8), Probe("text", (5, 6, 7))])
+    d = snaps.detector_index("induction")
+    best = [0.1, 0.6, 0.3, 0.55, 0.7, 0.9]
+    for step, value in zip((1, 5, 10, 15, 20, 25), best):
+        scores = np.zeros((len(snaps.detectors), 2, 2), np.float32)
+        scores[d, 1, 1 if step >= 15 else 0] = value
+        snaps.steps.append(step)
+        snaps.scores.append(scores)
+    assert snaps.crossing("induction", 0.5) == (5, 1, 0)          # first reached, then fell back
+    assert formed_step(snaps, "induction") == (15, 1, 1)         # reached and stayed
+    assert formed_step(snaps, "induction", 0.95) is None

@@ -67,3 +67,20 @@ def test_unit_input_scale_changes_the_input_only():
     assert not np.allclose(xiong.ffn_grad_norms(model, x, y, "unit"), xiong.ffn_grad_norms(model, x, y, "model"))
     with pytest.raises(ValueError, match="input_scale"):
         xiong.ProbeSetting(input_scale="big")
+
+
+@pytest.mark.parametrize("init", ["xavier", "gpt2"])
+def test_the_unit_input_has_the_spread_its_label_says(init):
+    """Labelled "unit variance": the first block's input, measured on real text batches, has std within 1% of 1 (the
+    old fixed factor gave 0.74 under Xavier init, whose token table is not std 0.02)."""
+    from gptviz.hooks import capturing
+    from gptviz.training_jobs import corpus_tokens
+    model = twin_models(xiong.PAPER.config(BASE, 2), 0, init)["post"]
+    x, _ = xiong.text_batches(corpus_tokens(), xiong.PAPER)[0]
+    with capturing(frozenset({xiong.UNIT_INPUT_HOOK}), xiong._scale_edits("unit")) as store, torch.no_grad():
+        model(x)
+    assert "unit variance" in xiong.INPUT_SCALES["unit"]
+    assert abs(float(store[xiong.UNIT_INPUT_HOOK].std()) - 1) < 0.01
+    with capturing(frozenset({xiong.UNIT_INPUT_HOOK})) as store, torch.no_grad():
+        model(x)
+    assert 0.02 <= float(store[xiong.UNIT_INPUT_HOOK].std()) <= 0.03   # "embeddings as drawn (spread 0.02-0.03)"

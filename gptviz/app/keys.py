@@ -339,3 +339,11 @@ OV_CHART_SEQ = "_ov_chart_seq"        # clicks so far (numbers the figure's key)
 OV_GO = "_ov_go"                      # a box was clicked: the page it opens, at the next run
 OV_WIDE = "gv_ov_wide"                # the diagram's containers: left to right on a wide screen, top to bottom on a
 OV_TALL = "gv_ov_tall"                # narrow one (display-only CSS picks one)
+
+# the Norms page's first tab: the trained twins side by side
+TWINS_PAIR = "twins_pair"
+TWINS_SIDE_MAPS = "twins_side_maps"
+TWINS_SIDE_NEXT = "twins_side_next"
+TWINS_SIDE_WIRING = "twins_side_wiring"
+TWINS_SIDE_PAIR = "twins_side_pair"          # the maps' row: a pair on a phone too
+TWINS_SIDE_WIRINGS = "twins_side_wirings"

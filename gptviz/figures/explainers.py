@@ -92,9 +92,13 @@ def block_layout(norm: str) -> tuple[list[tuple[str, str, str]], list[tuple[int,
     return nodes, skips
 
 
-def block_diagram(norm: str, highlight: bool = False) -> go.Figure:
-    """A pre-norm (GPT-2) or post-norm (GPT-1) block drawn with shapes and annotations."""
+def block_diagram(norm: str, highlight: bool = False, compact: bool = False) -> go.Figure:
+    """A pre-norm (GPT-2) or post-norm (GPT-1) block drawn with shapes and annotations. `compact`: for a narrow
+    column beside other figures (no hook names, smaller text, 320 px tall)."""
     nodes, skips = block_layout(norm)
+    if compact:  # the longest label, shortened to fit a box a phone draws 100 px wide
+        nodes = [("self-attention" if label == "causal self-attention" else label, kind, hook)
+                 for label, kind, hook in nodes]
     fig = go.Figure()
     dy, half_w, half_h = 1.0, 1.1, 0.28
     ys = [i * dy for i in range(len(nodes))]
@@ -106,8 +110,9 @@ def block_diagram(norm: str, highlight: bool = False) -> go.Figure:
             fig.add_shape(type="rect", x0=-half_w, x1=half_w, y0=y - half_h, y1=y + half_h,
                           line=dict(color="#2d3748", width=2 if kind == "norm" else 1),
                           fillcolor=_KIND_COLORS[kind])
-        fig.add_annotation(x=0, y=y, text=label, showarrow=False, font=dict(size=13 if kind != "add" else 16))
-        if hook:
+        fig.add_annotation(x=0, y=y, text=label, showarrow=False,
+                           font=dict(size=(13 if kind != "add" else 16) - 3 * compact))
+        if hook and not compact:
             fig.add_annotation(x=-half_w - 0.1, y=y, text=hook, showarrow=False, xanchor="right",
                                font=dict(size=10, color="#718096"))
     for i in range(len(nodes) - 1):  # the spine, bottom to top
@@ -124,11 +129,12 @@ def block_diagram(norm: str, highlight: bool = False) -> go.Figure:
                            showarrow=True, arrowhead=2, arrowsize=1.2, arrowwidth=2, arrowcolor="#c05621")
         fig.add_annotation(x=skip_x + 0.05, y=(y0 + y1) / 2, text="residual", textangle=-90, showarrow=False,
                            xanchor="left", font=dict(size=10, color="#c05621"))
-    title = "Pre-norm block (GPT-2)" if norm == "pre" else "Post-norm block (GPT-1)"
-    fig.update_xaxes(visible=False, range=[-2.6, 2.3])
+    title = ("Pre-norm" if norm == "pre" else "Post-norm") + ("" if compact else " block") + \
+        (" (GPT-2)" if norm == "pre" else " (GPT-1)")
+    fig.update_xaxes(visible=False, range=[-1.2, 2.0] if compact else [-2.6, 2.3])
     fig.update_yaxes(visible=False, range=[-0.6, ys[-1] + 0.6])
     fig.update_layout(showlegend=False, plot_bgcolor="white")
     # the whole title through apply_layout, which wraps it and makes room for its lines
-    apply_layout(fig, title=title + (" — the sidebar's model" if highlight else ""), height=560)
+    apply_layout(fig, title=title + (" — the sidebar's model" if highlight else ""), height=320 if compact else 560)
     fig.update_layout(font=FONT, xaxis_fixedrange=True, yaxis_fixedrange=True)
     return fig

@@ -156,7 +156,8 @@ def attention_pair(pre: np.ndarray, post: np.ndarray, labels: list[str], title: 
 
 
 def attention_panels(pre: np.ndarray, post: np.ndarray, labels: list[str], title: str,
-                     panel_names: tuple[str, str, str] = ("pre-norm", "post-norm", "post − pre")) -> list[go.Figure]:
+                     panel_names: tuple[str, str, str] = ("pre-norm", "post-norm", "post − pre"),
+                     height: int = 440) -> list[go.Figure]:
     """attention_pair's three heatmaps as three figures, each with its own colour bar (the two wirings' on the same
     0..1 scale), for columns that a phone stacks: three panels in one figure were 80 px each there, their tick
     labels and colour bars over each other. Each is titled "{title}: {panel name}", or the panel name alone when
@@ -182,7 +183,7 @@ def attention_panels(pre: np.ndarray, post: np.ndarray, labels: list[str], title
                                    colorbar=dict(title=dict(text=bar, side="top"), thickness=10, len=0.8)))
         fig.update_xaxes(**axis, tickangle=-60, title_text="key", showgrid=False, zeroline=False)
         fig.update_yaxes(**axis, autorange="reversed", title_text="query", showgrid=False, zeroline=False)
-        figures.append(apply_layout(fig, f"{title}: {name}" if title else name, height=440, plot_bgcolor=MASKED_COLOR))
+        figures.append(apply_layout(fig, f"{title}: {name}" if title else name, height=height, plot_bgcolor=MASKED_COLOR))
     return figures
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
-from ..snapshots import Snapshots
+from ..snapshots import Snapshots, formed_step
 from .attention import model_view
 from .common import apply_layout, legend_on_top_room
 
@@ -30,7 +30,7 @@ def _mark_step(fig: go.Figure, step: int) -> None:
 def detector_curves(runs: dict[str, Snapshots], detector: str, step: int, threshold: float,
                     height: int = 330) -> go.Figure:
     """Each run's best head's score over the steps (every head faint behind it), uniform attention's score
-    dashed, the viewed step marked and the step each run's best head first reached `threshold` named."""
+    dashed, the viewed step marked and the step each run's head formed (snapshots.formed_step) named."""
     fig = go.Figure()
     chance = None
     for i, (name, snaps) in enumerate(runs.items()):
@@ -49,10 +49,10 @@ def detector_curves(runs: dict[str, Snapshots], detector: str, step: int, thresh
         fig.add_trace(go.Scatter(x=snaps.steps, y=scores.max(axis=(1, 2)), mode="lines", name=f"{name}: best head",
                                  line=dict(color=color, width=2.5),
                                  hovertemplate=f"{name} best head: %{{y:.3f}} at step %{{x}}<extra></extra>"))
-        crossed = snaps.crossing(detector, threshold)
-        if crossed is not None:
-            at, layer, head = crossed
-            fig.add_annotation(x=at, y=threshold, text=f"L{layer}H{head} reaches {threshold:g} at step {at}",
+        formed = formed_step(snaps, detector, threshold)
+        if formed is not None:
+            at, layer, head = formed
+            fig.add_annotation(x=at, y=threshold, text=f"L{layer}H{head} formed at step {at}",
                                showarrow=True, arrowhead=2, ax=-60, ay=-30 - 22 * i, font=dict(color=color, size=12),
                                bgcolor="rgba(255,255,255,0.8)")
     if chance is not None:

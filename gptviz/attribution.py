@@ -148,6 +148,12 @@ def patching_nbytes(config, T: int) -> int:
         + rows * sweep_row_bytes(config, T)
 
 
+def saliency_work(config, T: int, steps: int) -> int:
+    """Integrated gradients (`steps` points) and gradient x input in token-block passes: each point a forward and a
+    backward pass (about three forwards' work), the two ends one forward each."""
+    return config.n_layers * T * (3 * (steps + 1) + 2)
+
+
 def saliency_nbytes(config, T: int, batch: int = 16) -> int:
     """What integrated_gradients holds at its peak: one batch of `batch` scaled copies of the prompt with what
     autograd keeps of their forward pass."""

@@ -332,3 +332,8 @@ TRAIN_WARMUP_JOB = "train_warmup_job"
 TRAIN_WARMUP_LOSS_FIG = "train_warmup_loss_fig"
 TRAIN_WARMUP_GRAD_FIG = "train_warmup_grad_fig"
 TRAIN_WARMUP_STOP = "train_warmup_stop"
+# the Why page's long measurements: started by a click when estimated past a few seconds (issue 43)
+WHY_PATCH_RUN = "why_patch_run"
+WHY_PATCH_CONFIRMED = "_why_patch_confirmed"  # the pair whose patching the visitor started
+WHY_SALIENCY_RUN = "why_saliency_run"
+WHY_SALIENCY_CONFIRMED = "_why_saliency_confirmed"

@@ -8,34 +8,23 @@ the logged run); the page runs no model.
 from __future__ import annotations
 
 import time
-from functools import lru_cache
 
 import numpy as np
 import streamlit as st
 
 from gptviz.app import jobs
 from gptviz.app import keys as K
+from gptviz.app.bundled_snapshots import bundled_snapshots
 from gptviz.app.display import show_figure
 from gptviz.app.unit_nav import unit_pills
 from gptviz.figures import timeline as ft
-from gptviz.snapshots import Snapshots, load_snapshots
+from gptviz.snapshots import Snapshots
 from gptviz.training_jobs import GROWTH, Job, induction_growth_spec
-from gptviz.weights import bundled_models
 
 TWINS = {"pre-norm": "shakespeare-pre", "post-norm": "shakespeare-post"}
 THRESHOLD = 0.5       # a head "has formed" once its score reaches this (the bundled models' bar is 0.3 for induction)
 PLAY_FPS = 3
 state = st.session_state
-
-
-@lru_cache(maxsize=len(TWINS))
-def bundled_snapshots(name: str) -> Snapshots | None:
-    """A bundled model's formation snapshots (a few MB, read once per process), or None where it has none."""
-    folder = bundled_models().get(name)
-    try:
-        return load_snapshots(folder) if folder is not None else None
-    except (OSError, ValueError, KeyError):
-        return None
 
 
 def runs() -> dict[str, Snapshots]:

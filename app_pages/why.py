@@ -313,6 +313,7 @@ def ablation_effect(ask: Ask) -> None:
                   float(state.get(K.WHY_TEMP, 0.0)), int(state.get(K.WHY_SEED, 0)))
     st.markdown(f"**Ablated ({ab.mode}):** " + ", ".join(f"L{l}H{h}" for l, h in heads))
     probability_table(ask, ab)
+    direct_and_total(ask, ab)
     continuations(ask, ab)
 
 
@@ -339,6 +340,35 @@ def probability_table(ask: Ask, ab: Ablation) -> None:
     table["change"] = table["after"] - table["before"]
     st.dataframe(table, hide_index=True, column_config={
         c: st.column_config.NumberColumn(format="percent") for c in ("before", "after", "change")})
+
+
+EFFECTS_LINE = ("They can differ, even in sign: the direct effect is only the heads' path straight to the output; "
+                "ablating them also changes what every later layer reads from them, and the final norm's scale.")
+
+
+def direct_and_total(ask: Ask, ab: Ablation) -> None:
+    """The ablated heads' direct effect on the metric (minus their direct attributions) beside the total effect the
+    ablation measured (the change in logit(target) - logit(rival), read from the probabilities: the softmax keeps
+    differences of logits)."""
+    if ask.cfg.norm != "pre" or not ab.heads:
+        return
+    if ab.mode != "zero":
+        st.caption("Direct and total effects are compared for zero ablation (the direct effect of replacing a head's "
+                   "output by its mean is not the negative of its attribution).")
+        return
+    dla = direct_attribution(ask.spec, ask.ids, ask.target, ask.other)
+    direct = -sum(float(dla.head_values[layer, head]) for layer, head in ab.heads)
+    after, before = next_token(ask.spec, ask.ids, ab.heads, ab.mode), ask.probs
+    metric = lambda p: float(torch.log(p[ask.target]) - torch.log(p[ask.other]))  # noqa: E731
+    total = metric(after) - metric(before)
+    c1, c2 = st.columns(2)
+    c1.metric("Direct effect on the metric", f"{direct:+.3f}",
+              help="Minus the ablated heads' direct attributions: what taking their outputs out of the final residual "
+                   "stream alone would change, with the final norm's scale held at this run's.")
+    c2.metric("Total effect (ablation, measured)", f"{total:+.3f}",
+              help=f"The model's logit difference with the heads ablated ({metric(after):+.3f}) minus without "
+                   f"({metric(before):+.3f}).")
+    st.caption(EFFECTS_LINE)
 
 
 def continuations(ask: Ask, ab: Ablation) -> None:
@@ -386,6 +416,7 @@ def ablate_tab(ask: Ask) -> None:
         unit_pills("What each ablated head does over the corpus", [f"L{l}H{h}" for l, h in ab.heads],
                    K.per_item(K.UNIT_PILLS, "why_ablated"))
     probability_table(ask, ab)
+    direct_and_total(ask, ab)
     continuations(ask, ab)
     if ab.heads:
         attention_with_and_without(ask, ab)

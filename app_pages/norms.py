@@ -63,7 +63,7 @@ TOP_LINE = ("The sidebar's LayerNorm toggle switches between two separately trai
 def measure_both(config_json: str, ids: tuple[int, ...], seed: int, init: str) -> dict[str, wiring.WiringStats]:
     """Both wirings of one set of weights (built once and shared), measured on `ids`."""
     config = GPTConfig.from_dict(json.loads(config_json))
-    with memory.reserve(memory.measuring_nbytes(config, len(ids)), f"measuring {config.name} both ways"):
+    with memory.reserve(wiring.measuring_nbytes(config, len(ids)), f"measuring {config.name} both ways"):
         stats = wiring.compare_wirings(config, ids, seed, init)
     for s in stats.values():  # half precision is plenty for drawing; it halves what the cache holds
         s.patterns = s.patterns.astype(np.float16)

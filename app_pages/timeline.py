@@ -8,19 +8,18 @@ the logged run); the page runs no model.
 from __future__ import annotations
 
 import time
-from functools import lru_cache
 
 import numpy as np
 import streamlit as st
 
 from gptviz.app import jobs
 from gptviz.app import keys as K
+from gptviz.app.bundled_snapshots import bundled_snapshots
 from gptviz.app.display import show_figure
 from gptviz.app.unit_nav import unit_pills
 from gptviz.figures import timeline as ft
-from gptviz.snapshots import FORMED_THRESHOLD, Snapshots, formed_step, load_snapshots
+from gptviz.snapshots import FORMED_THRESHOLD, Snapshots, formed_step
 from gptviz.training_jobs import GROWTH, Job, induction_growth_spec
-from gptviz.weights import bundled_models
 
 TWINS = {"pre-norm": "shakespeare-pre", "post-norm": "shakespeare-post"}
 THRESHOLD = FORMED_THRESHOLD   # a head "has formed" once its score reaches this and stays (snapshots.formed_step)
@@ -30,16 +29,6 @@ FORMED_HELP = (f"Steps count from the start of training (stage 1's first step, f
                "Pre-norm vs post-norm page uses the same rule.")
 STEP_HELP = "Each wiring shows its last snapshot at or before this step."
 state = st.session_state
-
-
-@lru_cache(maxsize=len(TWINS))
-def bundled_snapshots(name: str) -> Snapshots | None:
-    """A bundled model's formation snapshots (a few MB, read once per process), or None where it has none."""
-    folder = bundled_models().get(name)
-    try:
-        return load_snapshots(folder) if folder is not None else None
-    except (OSError, ValueError, KeyError):
-        return None
 
 
 def runs() -> dict[str, Snapshots]:

@@ -10,7 +10,7 @@ import streamlit as st
 import torch
 
 from gptviz import attribution, flow, memory
-from gptviz.app import display, models, sidebar
+from gptviz.app import display, jobs, models, sidebar
 from gptviz.app import keys as K
 from gptviz.app.unit_nav import unit_pills
 from gptviz.config import GPTConfig
@@ -20,13 +20,15 @@ from gptviz.figures import why as figs
 from gptviz.generate import generate
 from gptviz.hooks import act_name
 from gptviz.interventions import ablate_heads, run_with_edits
-from gptviz.limits import LimitError
+from gptviz.limits import LimitError, server_limits
+from gptviz.work_clock import WorkClock, too_long
 from gptviz.tokenizer import decode, encode, fit_vocabulary, token_labels
 
 state = st.session_state
 TOP = 10            # tokens offered as target / rival
 MAX_NEW = 40        # continuation length cap
 IG_STEPS = 32       # integrated-gradients points (completeness shown beside the result)
+AUTO_RUN_S = 5.0    # a measurement estimated longer than this waits for a click
 PATCH_EXAMPLES = dict(zip(K.PATCH_PAIRS[1:], (  # clean, corrupted (same length in tokens): one cue broken
     ("A B C D E F G H A B C", "A B C Q E F G H A B C"),
     ("Ham.\nWho is there?\nHor.\nFriend to this ground.\nHam.\nWho is there?\n",
@@ -93,11 +95,44 @@ def edited_pattern(spec: models.ModelSpec, ids: tuple[int, ...], heads: tuple[tu
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
-def patching(spec: models.ModelSpec, clean: tuple[int, ...], corrupted: tuple[int, ...], target: int, other: int):
+def patching(spec: models.ModelSpec, clean: tuple[int, ...], corrupted: tuple[int, ...], target: int, other: int,
+             _clock: WorkClock | None = None):
+    """Both sweeps; `_clock` (not part of the cache key) stops them past the time limit or when the session ends."""
     model = models.load_model(spec)
     with memory.reserve(attribution.patching_nbytes(model.config, len(clean)), "a patching sweep"):
-        return (attribution.residual_patching(model, clean, corrupted, target, other),
-                attribution.head_patching(model, clean, corrupted, target, other))
+        return (attribution.residual_patching(model, clean, corrupted, target, other, _clock),
+                attribution.head_patching(model, clean, corrupted, target, other, _clock))
+
+
+@st.cache_data(ttl=120, max_entries=16, show_spinner=False)
+def block_rate(spec: models.ModelSpec, T: int) -> float:
+    """Token-block passes a second on this server now (one timed batch; refreshed every two minutes)."""
+    model = models.load_model(spec)
+    with memory.reserve(memory.forward_nbytes(model.config, T, batch=4, patterns=False, all_logits=False),
+                        f"timing one block on {T} tokens of {spec.name}"):
+        return attribution.block_pass_rate(model, T)
+
+
+def timed_clock(what: str, work: int, T: int, spec: models.ModelSpec, confirmed_key: str, started_for: tuple,
+                button_key: str) -> WorkClock | None:
+    """Before a long measurement: its estimated time (work x the rate measured now), a refusal when that passes the
+    operator's limit, a button when it passes AUTO_RUN_S; the clock to run it under, or None when it must not run
+    (yet)."""
+    limit = server_limits().sweep_seconds
+    rate = block_rate(spec, T)
+    estimate = work / rate
+    refusal = too_long(estimate, limit, what)
+    if refusal:
+        st.warning(refusal)
+        return None
+    st.caption(f"{what}: about {estimate:,.1f} s estimated ({work:,} token-block passes at {rate:,.0f} a second, "
+               f"measured on this server now; stopped past {limit:,} s or when this tab closes).")
+    if estimate > AUTO_RUN_S and state.get(confirmed_key) != started_for:
+        if not st.button(f"Run it (about {estimate:,.0f} s)", key=button_key, type="primary"):
+            return None
+        state[confirmed_key] = started_for
+    sid = jobs.session_id()
+    return WorkClock(limit, what, alive=lambda: jobs.session_alive(sid))
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
@@ -109,10 +144,10 @@ def flow_graph(spec: models.ModelSpec, ids: tuple[int, ...], threshold: float):
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
-def saliency(spec: models.ModelSpec, ids: tuple[int, ...], target: int, other: int):
+def saliency(spec: models.ModelSpec, ids: tuple[int, ...], target: int, other: int, _clock: WorkClock | None = None):
     model = models.load_model(spec)
     with memory.reserve(attribution.saliency_nbytes(model.config, len(ids)), "integrated gradients"):
-        return (attribution.integrated_gradients(model, ids, target, other, steps=IG_STEPS),
+        return (attribution.integrated_gradients(model, ids, target, other, steps=IG_STEPS, clock=_clock),
                 attribution.gradient_x_input(model, ids, target, other))
 
 
@@ -278,6 +313,7 @@ def ablation_effect(ask: Ask) -> None:
                   float(state.get(K.WHY_TEMP, 0.0)), int(state.get(K.WHY_SEED, 0)))
     st.markdown(f"**Ablated ({ab.mode}):** " + ", ".join(f"L{l}H{h}" for l, h in heads))
     probability_table(ask, ab)
+    direct_and_total(ask, ab)
     continuations(ask, ab)
 
 
@@ -304,6 +340,35 @@ def probability_table(ask: Ask, ab: Ablation) -> None:
     table["change"] = table["after"] - table["before"]
     st.dataframe(table, hide_index=True, column_config={
         c: st.column_config.NumberColumn(format="percent") for c in ("before", "after", "change")})
+
+
+EFFECTS_LINE = ("They can differ, even in sign: the direct effect is only the heads' path straight to the output; "
+                "ablating them also changes what every later layer reads from them, and the final norm's scale.")
+
+
+def direct_and_total(ask: Ask, ab: Ablation) -> None:
+    """The ablated heads' direct effect on the metric (minus their direct attributions) beside the total effect the
+    ablation measured (the change in logit(target) - logit(rival), read from the probabilities: the softmax keeps
+    differences of logits)."""
+    if ask.cfg.norm != "pre" or not ab.heads:
+        return
+    if ab.mode != "zero":
+        st.caption("Direct and total effects are compared for zero ablation (the direct effect of replacing a head's "
+                   "output by its mean is not the negative of its attribution).")
+        return
+    dla = direct_attribution(ask.spec, ask.ids, ask.target, ask.other)
+    direct = -sum(float(dla.head_values[layer, head]) for layer, head in ab.heads)
+    after, before = next_token(ask.spec, ask.ids, ab.heads, ab.mode), ask.probs
+    metric = lambda p: float(torch.log(p[ask.target]) - torch.log(p[ask.other]))  # noqa: E731
+    total = metric(after) - metric(before)
+    c1, c2 = st.columns(2)
+    c1.metric("Direct effect on the metric", f"{direct:+.3f}",
+              help="Minus the ablated heads' direct attributions: what taking their outputs out of the final residual "
+                   "stream alone would change, with the final norm's scale held at this run's.")
+    c2.metric("Total effect (ablation, measured)", f"{total:+.3f}",
+              help=f"The model's logit difference with the heads ablated ({metric(after):+.3f}) minus without "
+                   f"({metric(before):+.3f}).")
+    st.caption(EFFECTS_LINE)
 
 
 def continuations(ask: Ask, ab: Ablation) -> None:
@@ -351,6 +416,7 @@ def ablate_tab(ask: Ask) -> None:
         unit_pills("What each ablated head does over the corpus", [f"L{l}H{h}" for l, h in ab.heads],
                    K.per_item(K.UNIT_PILLS, "why_ablated"))
     probability_table(ask, ab)
+    direct_and_total(ask, ab)
     continuations(ask, ab)
     if ab.heads:
         attention_with_and_without(ask, ab)
@@ -419,13 +485,18 @@ def patching_tab(ask: Ask) -> None:
         rival = int(p_clean.topk(2).indices[1])
     st.caption(f"Metric: logit({display.md_text(pieces([goal])[0])}) - logit({display.md_text(pieces([rival])[0])}), "
                "the clean prompt's top prediction against the corrupted one's.")
+    clock = timed_clock("Patching", attribution.patching_work(ask.cfg, clean_ids, corrupt_ids), len(clean_ids),
+                        ask.spec, K.WHY_PATCH_CONFIRMED, (ask.spec, clean_ids, corrupt_ids), K.WHY_PATCH_RUN)
+    if clock is None:
+        return
     try:
         with st.spinner("Patching every layer and position, and every head..."):
-            resid, by_head = patching(ask.spec, clean_ids, corrupt_ids, goal, rival)
-    except ValueError as err:
+            resid, by_head = patching(ask.spec, clean_ids, corrupt_ids, goal, rival, clock)
+    except ValueError as err:  # LimitError: no memory for it now, or stopped past the time limit
         st.warning(str(err))
         return
-    st.caption(f"Logit difference: clean {resid.clean:+.3f}, corrupted {resid.corrupted:+.3f}.")
+    took = f" Computed in {clock.elapsed:,.1f} s." if clock.checks else ""
+    st.caption(f"Logit difference: clean {resid.clean:+.3f}, corrupted {resid.corrupted:+.3f}.{took}")
     display.show_figure(figs.patching_heatmap(resid.scores, pieces(corrupt_ids),
                                               title="Residual stream patched at one layer and position"),
                         key=K.WHY_PATCH_RESID)
@@ -443,8 +514,12 @@ SALIENCY_NOTE = (f"Integrated gradients: how much each prompt token's embedding 
 
 
 def saliency_tab(ask: Ask) -> None:
+    clock = timed_clock("Integrated gradients", attribution.saliency_work(ask.cfg, len(ask.ids), IG_STEPS),
+                        len(ask.ids), ask.spec, K.WHY_SALIENCY_CONFIRMED, (ask.spec, ask.ids), K.WHY_SALIENCY_RUN)
+    if clock is None:
+        return
     try:
-        ig, gxi = saliency(ask.spec, ask.ids, ask.target, ask.other)
+        ig, gxi = saliency(ask.spec, ask.ids, ask.target, ask.other, clock)
     except ValueError as err:  # LimitError: the server's memory has no room for it now
         st.warning(str(err))
         return

@@ -13,6 +13,9 @@ message. Scenarios, each under its own timeout (one that cannot be driven is rep
    generation cap (more generations than GPTVIZ_GENERATIONS from distinct sessions) and trained-model isolation.
 4. Concurrent large captures: 3 contexts at once send 2,000-character prompts on the Attention page with the
    gpt2-small preset: server peak against GPTVIZ_MEMORY_MB plus the idle server's RSS with the model loaded.
+5. Patching on gpt2-small (issue 43: a 1,000-token pair ran 39.5 minutes, 24.5 after its tab closed): a 999-token
+   pair, time until its refusal shows (its estimate is past GPTVIZ_SWEEP_SECONDS); a 96-token pair started with
+   its button, its tab closed 8 s in: seconds until the server's CPU falls idle (under 0.05 of a core).
 
     python benchmarks/hostile_load.py                 # about 5 minutes
     python benchmarks/hostile_load.py --only 1 3      # some scenarios
@@ -190,6 +193,71 @@ async def patching_128(browser, server: Server) -> list[Row]:
             Row("1 patching 128-token pair", "same sweep: server RSS", f"peak {peak:,.0f} MiB, baseline "
                 f"{baseline:,.0f} MiB: +{growth:,.0f} MiB; exception boxes {boxes}", "< +300 MB, 0 boxes",
                 yes(growth * 1.048576 < 300 and boxes == 0))]
+
+
+# ---- 5. patching on gpt2-small: refused past the limit, stopped when its tab closes ------------------------------
+
+def cpu_seconds(pid: int) -> float:
+    """The process's user + system CPU time so far (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def cpu_idle_after(pid: int, t0: float, limit_s: float = 180.0, below: float = 0.05) -> float:
+    """Seconds from t0 until a one-second window in which the process used less than `below` of a core."""
+    while time.monotonic() - t0 < limit_s:
+        a = cpu_seconds(pid)
+        await asyncio.sleep(1.0)
+        if cpu_seconds(pid) - a < below:
+            return time.monotonic() - t0 - 1.0
+    return float("inf")
+
+
+async def patching_pair(page, n: int) -> None:
+    await page.get_by_label("Clean prompt").fill(" a" * n)
+    await page.get_by_label("Clean prompt").press("Control+Enter")
+    await idle(page, 300_000)
+    box = page.get_by_label("Corrupted prompt")
+    await box.fill(" a" * (n // 2) + " b" + " a" * (n - n // 2 - 1))
+    await box.press("Control+Enter")
+
+
+async def patching_leaves(browser, server: Server) -> list[Row]:
+    url = f"{server.url}/why?" + urllib.parse.urlencode({"source": "preset", "preset": "gpt2-small",
+                                                         "why_view": "Patching", "prompt": "Hello world"})
+    rows = []
+    context, page = await open_page(browser, url, timeout_ms=300_000)  # builds gpt2-small (random weights)
+    try:
+        await idle(page, 300_000)
+        t0 = time.monotonic()
+        await patching_pair(page, 999)
+        refusal = page.get_by_text("Patching would take about")
+        await refusal.first.wait_for(timeout=300_000)
+        said = (await refusal.first.inner_text()).split(":")[0]
+        rows.append(Row("5 patching gpt2-small", "999-token pair (\" a\" x999, \" b\" at 499)",
+                        f"{time.monotonic() - t0:.1f} s until the refusal shows ({said})", "refused before it starts",
+                        yes(await page.locator('[data-testid="stPlotlyChart"]').count() == 0)))
+        await patching_pair(page, 96)
+        estimate = page.get_by_text("Patching: about").or_(page.get_by_text("Patching would take about"))
+        await estimate.first.wait_for(timeout=300_000)
+        estimated = (await estimate.first.inner_text()).split(" (")[0]
+        if "would take" in estimated:  # the rate measured on a loaded machine put even this pair past the limit
+            rows.append(Row("5 patching gpt2-small", "96-token pair", estimated, "runs, then stops when its tab "
+                            "closes", "NOT DRIVEN (machine too loaded)"))
+            return rows
+        await page.get_by_role("button", name=re.compile("^Run it")).click(timeout=30_000)
+        await asyncio.sleep(8.0)
+        busy = cpu_seconds(server.proc.pid)
+        await asyncio.sleep(1.0)
+        busy = cpu_seconds(server.proc.pid) - busy
+    finally:
+        await context.close()
+    closed = time.monotonic()
+    stopped = await cpu_idle_after(server.proc.pid, closed)
+    rows.append(Row("5 patching gpt2-small", f"96-token pair started with its button ({estimated}), tab closed 8 s "
+                    "in", f"server CPU {busy:.2f} cores just before the close; idle {stopped:.1f} s after it",
+                    "< 5 s", yes(stopped < 5)))
+    return rows
 
 
 # ---- 2. one visitor holding every slot -------------------------------------------------------------------------
@@ -470,7 +538,8 @@ async def large_captures(browser, server: Server, visitors: int) -> list[Row]:
 
 spans: list[tuple[str, float, float]] = []  # (scenario, start, end) in monotonic time
 SCENARIOS = {1: ("1 patching 128-token pair", 240), 2: ("2 one visitor holds every slot", 300),
-             3: ("3 cache clearing", 360), 4: ("4 concurrent large captures", 420)}
+             3: ("3 cache clearing", 360), 4: ("4 concurrent large captures", 420),
+             5: ("5 patching gpt2-small", 600)}
 
 
 async def drive(server: Server, only: list[int], hog_seconds: float, attackers_nice: int | None = None) -> list[Row]:
@@ -483,7 +552,8 @@ async def drive(server: Server, only: list[int], hog_seconds: float, attackers_n
             for number in only:
                 name, limit = SCENARIOS[number]
                 run = {1: lambda: patching_128(browser, server), 2: lambda: slot_hog(browser, server, hog_seconds, p, attackers_nice),
-                       3: lambda: cache_clearing(browser, server), 4: lambda: large_captures(browser, server, 3)}
+                       3: lambda: cache_clearing(browser, server), 4: lambda: large_captures(browser, server, 3),
+                       5: lambda: patching_leaves(browser, server)}
                 started = time.monotonic()
                 print(f"[{time.strftime('%H:%M:%S')}] scenario {name} (timeout {limit} s), server RSS "
                       f"{server.rss():,.0f} MiB", flush=True)
@@ -503,7 +573,7 @@ async def drive(server: Server, only: list[int], hog_seconds: float, attackers_n
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--only", type=int, nargs="*", default=[1, 2, 3, 4], choices=sorted(SCENARIOS))
+    parser.add_argument("--only", type=int, nargs="*", default=sorted(SCENARIOS), choices=sorted(SCENARIOS))
     parser.add_argument("--hog-seconds", type=float, default=60, help="scenario 2's attackers stop after this")
     parser.add_argument("--attackers-nice", type=int, default=None,
                         help="scenario 2: the attackers' pages in a browser of their own at this nice value (19: an "

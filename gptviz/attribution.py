@@ -11,6 +11,7 @@ import torch
 
 from .hooks import act_name, capture, capturing, edits_by_hook
 from .interventions import Edit
+from .work_clock import WorkClock, unbounded
 
 
 def logit_difference(logits: torch.Tensor, target: int, other: int, position: int = -1) -> torch.Tensor:
@@ -120,23 +121,6 @@ def _check_pair(clean_ids, corrupted_ids) -> tuple[torch.Tensor, torch.Tensor]:
     return clean, corrupted
 
 
-def _row_patch(hook: str, source: torch.Tensor, cells: list[tuple[int, slice]], axis_units: bool) -> Edit:
-    """Patch row b of the batch from `source` [1, T, ...] at cells[b] = (position or -1 for all, unit or None)."""
-    def fn(value: torch.Tensor, offset: int) -> torch.Tensor:
-        value = value.clone()
-        src = source.to(value.device, value.dtype)
-        for row, (position, unit) in enumerate(cells):
-            if position is None and unit is None:
-                continue
-            p = slice(None) if position is None else position
-            if axis_units:
-                value[row, p, unit] = src[0, p, unit]
-            else:
-                value[row, p] = src[0, p]
-        return value
-    return Edit(hook, fn, f"{hook} patched per row")
-
-
 # Activations one batch of a patching sweep may hold at once. A sweep runs T (or layers x heads) edited copies of
 # the corrupted prompt; all at once, with every position's logits, a 128-token pair took 7 GB.
 SWEEP_BATCH_BYTES = 192 * 2**20
@@ -164,6 +148,12 @@ def patching_nbytes(config, T: int) -> int:
         + rows * sweep_row_bytes(config, T)
 
 
+def saliency_work(config, T: int, steps: int) -> int:
+    """Integrated gradients (`steps` points) and gradient x input in token-block passes: each point a forward and a
+    backward pass (about three forwards' work), the two ends one forward each."""
+    return config.n_layers * T * (3 * (steps + 1) + 2)
+
+
 def saliency_nbytes(config, T: int, batch: int = 16) -> int:
     """What integrated_gradients holds at its peak: one batch of `batch` scaled copies of the prompt with what
     autograd keeps of their forward pass."""
@@ -171,22 +161,9 @@ def saliency_nbytes(config, T: int, batch: int = 16) -> int:
     return activation_nbytes(config, batch, T)
 
 
-def _patched_metric(model, corrupted: torch.Tensor, n_rows: int, edits_for, target: int, other: int) -> torch.Tensor:
-    """The metric of `n_rows` edited copies of `corrupted`, row r edited by edits_for(rows)[...]: run in batches
-    within SWEEP_BATCH_BYTES, reading only the last position's logits."""
-    T = corrupted.shape[1]
-    per_batch = sweep_rows_per_batch(model.config, T)
-    out = torch.empty(n_rows)
-    for start in range(0, n_rows, per_batch):
-        rows = range(start, min(n_rows, start + per_batch))
-        with capturing(frozenset(), edits_by_hook(edits_for(rows), model.hook_names)):
-            logits = model(corrupted.expand(len(rows), -1), last_only=True)   # [rows, 1, vocab]
-        out[rows.start:rows.stop] = logit_difference(logits, target, other).cpu()
-    return out
-
-
 @torch.no_grad()
-def residual_patching(model, clean_ids, corrupted_ids, target: int, other: int) -> PatchingResult:
+def residual_patching(model, clean_ids, corrupted_ids, target: int, other: int, clock: WorkClock | None = None
+                      ) -> PatchingResult:
     """[layers, T]: the corrupted run with the clean residual stream entering block l at position t patched in.
 
     Computed from what the metric needs, never a copy of the model per cell at once: a patched run starts at block
@@ -195,6 +172,7 @@ def residual_patching(model, clean_ids, corrupted_ids, target: int, other: int) 
     Where the two streams are equal at (l, t) (every position before the first difference) the patched run is the
     corrupted run, so that cell is 0 without running."""
     clean, corrupted = _check_pair(clean_ids, corrupted_ids)
+    clock = clock or unbounded()
     L, T = model.config.n_layers, clean.shape[1]
     names = [act_name("resid_pre", i) for i in range(L)]
     clean_logits, clean_cache = capture(model, clean, names)
@@ -216,25 +194,96 @@ def residual_patching(model, clean_ids, corrupted_ids, target: int, other: int) 
             logits = model.forward_from(layer, resid, last_only=True,
                                         past_kv=[(k[:, :, :first], v[:, :, :first]) for k, v in kv[layer:]])
             scores[layer, rows] = logit_difference(logits, target, other).cpu()
+            clock.check()
     return PatchingResult(normalised(scores, *base), *base)
 
 
 @torch.no_grad()
-def head_patching(model, clean_ids, corrupted_ids, target: int, other: int) -> PatchingResult:
-    """[layers, heads]: the corrupted run with one head's output (hook_z, every position) from the clean run,
-    every head of every layer as one row of a batch run within SWEEP_BATCH_BYTES."""
-    clean, corrupted = _check_pair(clean_ids, corrupted_ids)
-    L, H = model.config.n_layers, model.config.n_heads
-    names = [act_name("z", i) for i in range(L)]
-    clean_logits, clean_cache = capture(model, clean, names)
-    corrupted_logits, _ = capture(model, corrupted, ())
-    base = float(logit_difference(clean_logits, target, other)), float(logit_difference(corrupted_logits, target, other))
+def head_patching(model, clean_ids, corrupted_ids, target: int, other: int, clock: WorkClock | None = None
+                  ) -> PatchingResult:
+    """[layers, heads]: the corrupted run with one head's output (hook_z, every position) from the clean run.
 
-    def edits_for(rows):  # row layer * H + h patches head h of this layer, the others nothing
-        return [_row_patch(name, clean_cache[name], [(None, r % H) if r // H == layer else (None, None) for r in rows],
-                           axis_units=True) for layer, name in enumerate(names)]
-    scores = normalised(_patched_metric(model, corrupted, L * H, edits_for, target, other), *base).view(L, H)
-    return PatchingResult(scores, *base)
+    Like the residual sweep, computed from what the metric needs: a run patching a head of layer l is the corrupted
+    run up to block l, so it starts there from the corrupted stream; and only from the first position where the two
+    runs' heads differ (before it the clean and corrupted heads are equal, so the patch changes nothing there), with
+    the corrupted run's keys and values for the positions before. The heads of one layer run as one batch (within
+    SWEEP_BATCH_BYTES). Each cell equals a whole patched run (tests/test_attribution.py)."""
+    clean, corrupted = _check_pair(clean_ids, corrupted_ids)
+    clock = clock or unbounded()
+    L, H, T = model.config.n_layers, model.config.n_heads, clean.shape[1]
+    z_names = [act_name("z", i) for i in range(L)]
+    clean_logits, clean_cache = capture(model, clean, z_names)
+    clock.check()
+    corrupted_logits, corrupted_cache = capture(model, corrupted, z_names + [
+        act_name(n, i) for i in range(L) for n in ("resid_pre", "k", "v")])
+    clock.check()
+    base = float(logit_difference(clean_logits, target, other)), float(logit_difference(corrupted_logits, target, other))
+    kv = [(corrupted_cache[act_name("k", i)].transpose(1, 2), corrupted_cache[act_name("v", i)].transpose(1, 2))
+          for i in range(L)]                                                    # [1, heads, T, d_head] each
+    per_batch = sweep_rows_per_batch(model.config, T)
+    scores = torch.full((L, H), base[1])
+    for layer, name in enumerate(z_names):
+        src, dst = clean_cache[name][0], corrupted_cache[name][0]             # [T, heads, d_head]
+        differ = [t for t in range(T) if not torch.equal(src[t], dst[t])]
+        if not differ:
+            continue                                                           # every head equal: the corrupted run
+        first = differ[0]
+        patch = src[first:]                                                    # [T - first, heads, d_head]
+        for start in range(0, H, per_batch):
+            heads = list(range(start, min(H, start + per_batch)))
+
+            def one_head_per_row(value: torch.Tensor, offset: int, heads=heads) -> torch.Tensor:
+                value = value.clone()                                          # [rows, T - first, heads, d_head]
+                for row, head in enumerate(heads):
+                    value[row, :, head] = patch[:, head].to(value.dtype)
+                return value
+            resid = corrupted_cache[act_name("resid_pre", layer)][0, first:].expand(len(heads), T - first, -1)
+            with capturing(frozenset(), edits_by_hook([Edit(name, one_head_per_row, "one head per row")],
+                                                      model.hook_names)):
+                logits = model.forward_from(layer, resid, last_only=True,
+                                            past_kv=[(k[:, :, :first], v[:, :, :first]) for k, v in kv[layer:]])
+            scores[layer, heads] = logit_difference(logits, target, other).cpu()
+            clock.check()
+    return PatchingResult(normalised(scores, *base), *base)
+
+
+# ---- how long a sweep takes, before it starts -----------------------------------------------------------------
+
+def _first_difference(clean: torch.Tensor, corrupted: torch.Tensor) -> int:
+    return int((clean[0] != corrupted[0]).nonzero()[0])
+
+
+def patching_work(config, clean_ids, corrupted_ids) -> int:
+    """Both sweeps' work in token-block passes (one token through one block), as they will run: the residual sweep's
+    batches (layer 0 patches the positions whose tokens differ; later layers every position from the first
+    difference on, each batch from its first row's position to the end, through the blocks from its layer on) and
+    the head sweep's (each layer's heads from the first difference on, through the blocks from that layer on)."""
+    clean, corrupted = _check_pair(clean_ids, corrupted_ids)
+    L, H, T = config.n_layers, config.n_heads, clean.shape[1]
+    first = _first_difference(clean, corrupted)
+    per_batch = sweep_rows_per_batch(config, T)
+    work = 4 * T * L                                                   # each sweep's clean and corrupted runs
+    for layer in range(L):
+        rows = ([t for t in range(T) if int(clean[0, t]) != int(corrupted[0, t])] if layer == 0
+                else list(range(first, T)))
+        for start in range(0, len(rows), per_batch):
+            batch = rows[start:start + per_batch]
+            work += len(batch) * (T - batch[0]) * (L - layer)
+        work += H * (T - first) * (L - layer)
+    return work
+
+
+def block_pass_rate(model, T: int, rows: int = 4) -> float:
+    """Token-block passes per second on this machine now: one timed batch of `rows` copies of a T-token stream
+    through the last block (a sweep's unit of work; the first call warms up, the second is timed)."""
+    import time
+    x = torch.zeros(rows, T, model.config.d_model, dtype=model.wte.weight.dtype, device=model.device)
+    with torch.no_grad():
+        model.forward_from(model.config.n_layers - 1, x[:1, :8], last_only=True)
+        started = time.perf_counter()
+        model.forward_from(model.config.n_layers - 1, x, last_only=True)
+        seconds = time.perf_counter() - started
+    return rows * T / max(seconds, 1e-6)
 
 
 # ---- saliency -----------------------------------------------------------------------------------------------
@@ -272,7 +321,7 @@ def gradient_x_input(model, ids, target: int, other: int | None = None, position
 
 
 def integrated_gradients(model, ids, target: int, other: int | None = None, position: int = -1,
-                         steps: int = 64, batch: int = 16) -> Saliency:
+                         steps: int = 64, batch: int = 16, clock: WorkClock | None = None) -> Saliency:
     """Integrated gradients from an all-zero token embedding (position embeddings kept) to the prompt's, with
     the midpoint rule over `steps` points, `batch` at a time. Completeness: the scores sum to the metric minus
     its value at the baseline, up to the integration error."""
@@ -288,6 +337,8 @@ def integrated_gradients(model, ids, target: int, other: int | None = None, posi
             metric = _metric_with_embeddings(model, ids, scaled.to(model.wte.weight.dtype), target, other, position)
             grad, = torch.autograd.grad(metric.sum(), scaled)
             total += grad.sum(0).float()
+            if clock is not None:
+                clock.check()
     with torch.no_grad():
         ends = _metric_with_embeddings(model, ids, torch.stack([emb[0], torch.zeros_like(emb[0])]).to(
             model.wte.weight.dtype), target, other, position)

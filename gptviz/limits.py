@@ -30,6 +30,9 @@ GPTVIZ_INDEX_TOKENS       corpus tokens one neuron index built on request in the
 GPTVIZ_INDEX_MB           memory one such scan may use, estimated before it starts (default 1024)
 GPTVIZ_INDEX_BUILDS       index scans running at once on the server (default 1; one per visitor address at most)
 GPTVIZ_INDEX_CACHE_MB     neuron indexes held in memory, shipped or built (default 128)
+GPTVIZ_SWEEP_SECONDS      wall time one long measurement on the Why this token? page (a patching sweep, integrated
+                          gradients) may take before it is stopped; one whose estimate is longer is refused before
+                          it starts (default 120)
 """
 from __future__ import annotations
 
@@ -69,6 +72,7 @@ class ServerLimits:
     index_mb: int = 1024
     index_builds: int = 1
     index_cache_mb: int = 128
+    sweep_seconds: int = 120
 
     def __post_init__(self):
         for f in fields(self):

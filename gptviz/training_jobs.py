@@ -30,7 +30,7 @@ import torch
 
 from .config import GPTConfig
 from .limits import LimitError
-from .memory import MemoryAccountant, Reservation, training_nbytes
+from .memory import MemoryAccountant, Reservation
 from .model import GPT
 from .train import StepLog, TrainResult, TrainSettings, format_eta, load_corpus, train_models, write_history
 from .weights import save_checkpoint
@@ -40,12 +40,45 @@ FINISHED = (DONE, STOPPED, FAILED)
 ALIVE_CHECK_S = 5.0  # how often a run asks whether the session that started it is still there
 
 
+FLOAT32 = 4
+# Resident memory a run holds beyond its tensors, as a share of its largest phase: the Heads forming run's RSS grew
+# 3,514 MiB where torch's own records peaked at 3,247 MiB (8%), the allocator's pages around its 1.5 GiB logits.
+RUN_OVERHEAD_SHARE = 0.1
+
+
 def job_nbytes(spec: "JobSpec") -> int:
-    """What a run holds at its peak: each model's weights, gradients, optimiser state and one batch's activations
-    (gptviz.memory.training_nbytes), every model at once (they train side by side)."""
+    """What a run reserves before it starts: run_nbytes."""
+    return run_nbytes(spec)
+
+
+def _softmax_width(config, settings) -> int:
+    """The logits' width in a training step: the whole vocabulary, unless every step normalises over the repeated
+    sequences' `copy_vocab` ids only (every row a copy window and every step within corpus_vocab_steps)."""
+    copy_only = settings.copy_fraction == 1.0 and settings.copy_vocab and settings.corpus_vocab_steps >= settings.steps
+    return min(settings.copy_vocab, config.vocab_size) if copy_only else config.vocab_size
+
+
+def run_nbytes(spec: "JobSpec") -> int:
+    """A run at its peak, phase by phase: every model's weights, gradients and AdamW's two moments (they train side
+    by side), beside the largest of one model's training step (what autograd keeps, with logits as wide as its
+    softmax: gptviz.train.subset_lm_loss) and its validation pass (no gradients, but the whole vocabulary's logits
+    and their log-softmax for the batch: Trainer.evaluate), and the fixed overhead of the process's allocator.
+    The Heads forming page's run trains on 2,000 ids but validates on 50,257: job_nbytes reserved 5,008 MiB for
+    it, counting three full-vocabulary copies of the logits for a training step that never makes them, where the
+    run peaked 3,389 MiB above its baseline (tests/test_training_memory.py measures it)."""
+    from .memory import activation_nbytes, forward_nbytes
+    from .params import total_params
     s = spec.settings
     block = s.block_size or min(c.n_ctx for c in spec.configs.values())
-    return sum(training_nbytes(cfg, s.batch_size, block) for cfg in spec.configs.values())
+    held = sum(FLOAT32 * 4 * total_params(cfg) for cfg in spec.configs.values())
+    phases = []
+    for cfg in spec.configs.values():
+        narrow = cfg.replace(vocab_size=_softmax_width(cfg, s))
+        train = activation_nbytes(narrow, s.batch_size, block)
+        validate = (2 * FLOAT32 * s.batch_size * block * cfg.vocab_size
+                    + forward_nbytes(cfg, block, s.batch_size, patterns=False, all_logits=False))
+        phases.append(max(train, validate))
+    return held + int((1 + RUN_OVERHEAD_SHARE) * max(phases))
 
 
 def job_tokens(spec: "JobSpec") -> int:

@@ -87,8 +87,22 @@ class WiringStats:
         return self.grad_by_group[which]
 
 
+# Elements summed in float64 at a time: a whole-matrix .double() of gpt2-small's token embedding is 295 MiB, and the
+# squares another 295 MiB; chunks keep that to 16 MiB (the Norms page peaked 650 MiB above its reservation).
+SUM_CHUNK = 2**20
+
+
+def _chunked_sum(t: torch.Tensor, fn: Callable[[torch.Tensor], torch.Tensor]) -> float:
+    """sum(fn(t)) in float64, SUM_CHUNK elements at a time."""
+    return float(sum(fn(chunk.double()).sum() for chunk in t.detach().reshape(-1).split(SUM_CHUNK)))
+
+
+def sum_of_squares(t: torch.Tensor) -> float:
+    return _chunked_sum(t, torch.square)
+
+
 def weights_checksum(model: GPT) -> float:
-    return float(sum(p.detach().abs().double().sum() for p in model.parameters()))
+    return sum(_chunked_sum(p, torch.abs) for p in model.parameters())
 
 
 def measure_wiring(model: GPT, ids: Sequence[int] | torch.Tensor) -> WiringStats:
@@ -119,7 +133,7 @@ def measure_wiring(model: GPT, ids: Sequence[int] | torch.Tensor) -> WiringStats
     for i, params in enumerate(block_params):
         sq_total = 0.0
         for name, _ in params:
-            sq = float(block_grads[k].double().pow(2).sum())
+            sq = sum_of_squares(block_grads[k])
             k += 1
             sq_total += sq
             by_param.setdefault(name, np.zeros(L))[i] = math.sqrt(sq)
@@ -135,7 +149,7 @@ def measure_wiring(model: GPT, ids: Sequence[int] | torch.Tensor) -> WiringStats
         attn_out_std=np.array([float(store[act_name("attn_out", i)].std()) for i in range(L)]),
         mlp_out_std=np.array([float(store[act_name("mlp_out", i)].std()) for i in range(L)]),
         grad_norm=grad_norm, grad_by_group=by_group, grad_by_param=by_param,
-        embed_grad_norm=float(torch.sqrt(sum(g.double().pow(2).sum() for g in embed_grads))),
+        embed_grad_norm=math.sqrt(sum(sum_of_squares(g) for g in embed_grads)),
         patterns=torch.stack([store[act_name("pattern", i)][0] for i in range(L)]).numpy(),
         n_tokens=int(ids.shape[1]), n_params=sum(p.numel() for p in model.parameters()),
         weights_checksum=weights_checksum(model), seconds=time.perf_counter() - started)
@@ -152,6 +166,32 @@ def compare_wirings(config: GPTConfig, ids, seed: int = 0, init: str = "gpt2",
         say(f"{norm}-norm: forward and backward pass")
         out[norm] = measure_wiring(twins[norm], ids)
     return out
+
+
+# What the process's resident memory grows by beyond the tensors (torch's thread workspaces, the allocator's
+# bookkeeping) during one measurement: tests/test_wiring_memory.py measured 17-75 MiB across the sizes the page
+# offers, varying by 25 MiB between runs of one size.
+MEASURE_OVERHEAD = 96 * 2**20
+
+
+def measuring_nbytes(config: GPTConfig, T: int) -> int:
+    """compare_wirings at its peak on T tokens, what the Norms page reserves before it runs: one set of weights the
+    twins share; then the larger of the build's draw buffer (its largest tensor, gptviz.model) and one wiring's
+    measurement: the gradient of every parameter, two more copies of a tied token embedding's gradient while
+    autograd adds its two uses (the lookup's and the LM head's), and what the forward pass keeps for the backward
+    (its attention patterns recorded) and what it records; the first wiring's patterns kept beside the second's run;
+    the float64 chunks its sums use; a fixed overhead. Checked against the resident memory's measured growth at
+    every preset, every width and several depths (tests/test_wiring_memory.py)."""
+    from .memory import FLOAT32, activation_nbytes
+    from .params import total_params
+    L, d, H = config.n_layers, config.d_model, config.n_heads
+    weights = FLOAT32 * total_params(config)
+    largest = FLOAT32 * max(config.vocab_size * d, config.n_ctx * d, 3 * d * d, config.d_ff * d)
+    tied = 2 * FLOAT32 * config.vocab_size * d if config.tie_weights else 0
+    measure = weights + tied + activation_nbytes(config, 1, T, patterns=True)
+    recorded = FLOAT32 * L * (3 * T * d + H * T * T)                  # one wiring's captures
+    kept = FLOAT32 * L * H * T * T                                     # the first wiring's patterns (WiringStats)
+    return weights + max(largest, measure + recorded) + kept + 2 * 8 * SUM_CHUNK + MEASURE_OVERHEAD
 
 
 # ---- attention differences -------------------------------------------------------------------------------

@@ -152,9 +152,83 @@ def test_patching_sweeps_run_in_batches_within_their_budget_and_give_the_same_sc
         torch.testing.assert_close(a.scores, b.scores, rtol=0, atol=1e-4)
     # residual sweep: layer 0 differs at position 5 only (one run); layer 1 at 5..11 (7 rows: batches of 3, 3, 1),
     # each run from its first patched position on (12 - 5, 12 - 8, 12 - 11 positions)
-    assert [(layer, shape[:2]) for layer, shape, _ in resumed] == [(0, (1, 7)), (1, (3, 7)), (1, (3, 4)), (1, (1, 1))]
+    residual, heads = resumed[:4], resumed[4:]
+    assert [(layer, shape[:2]) for layer, shape, _ in residual] == [(0, (1, 7)), (1, (3, 7)), (1, (3, 4)), (1, (1, 1))]
     assert all(last for *_, last in resumed)
     assert float(batched[0].scores[0, 4]) == 0.0 and float(batched[0].scores[1, 4]) == 0.0  # equal streams: no change
-    # head sweep: 8 heads in batches of 3, 3, 2, last position only; plus the four unedited captures (T = 12)
-    edited = [shape for shape in full_runs if shape[1] == 1]
-    assert edited == [(3, 1, 101), (3, 1, 101), (2, 1, 101)] and len(full_runs) == 4 + 3
+    # head sweep: each layer's 4 heads in batches of 3 and 1, from that layer on and from the first differing
+    # position (5) on: 12 - 5 positions; no whole edited run, only the four unedited captures (T = 12)
+    assert [(layer, shape[:2]) for layer, shape, _ in heads] == [(0, (3, 7)), (0, (1, 7)), (1, (3, 7)), (1, (1, 7))]
+    assert len(full_runs) == 4 and all(shape[1] == 12 for shape in full_runs)
+
+
+def _one_head_patched_run(model, clean, corrupted, layer, head, target, other):
+    """The reference: a whole run of the corrupted prompt with one head's z (every position) from the clean run."""
+    name = f"blocks.{layer}.attn.hook_z"
+    _, clean_cache = capture(model, clean, [name])
+
+    def one_head(value, offset, source=clean_cache[name]):
+        value = value.clone()
+        value[:, :, head] = source[:, :, head]
+        return value
+    logits, _ = run_with_edits(model, corrupted, Edit(name, one_head, "one head"))
+    return float(logit_difference(logits, target, other))
+
+
+@pytest.mark.parametrize("wiring", ["pre", "post"])
+def test_head_patching_resumed_at_its_layer_equals_whole_runs_where_several_tokens_differ(wiring, model, post_model):
+    """Issue 43: the head sweep starts each run at its layer and first differing position; it must give what a whole
+    patched run gives, also where the prompts differ at several positions and in post-norm."""
+    net = model if wiring == "pre" else post_model
+    clean = random_ids(13, seed=7)
+    corrupted = clean.clone()
+    for t in (4, 9):
+        corrupted[t] = (clean[t] + 11) % SMALL.vocab_size
+    result = head_patching(net, clean, corrupted, target=3, other=50)
+    for layer in range(SMALL.n_layers):
+        for head in range(SMALL.n_heads):
+            metric = _one_head_patched_run(net, clean, corrupted, layer, head, 3, 50)
+            expected = (metric - result.corrupted) / (result.clean - result.corrupted)
+            assert float(result.scores[layer, head]) == pytest.approx(expected, abs=1e-4), (layer, head)
+
+
+def test_the_patching_work_estimate_is_the_work_the_sweeps_do(model, monkeypatch):
+    """patching_work (what the page's time estimate multiplies by a measured rate) counts the token-block passes the
+    two sweeps run: every resumed batch's rows x positions x blocks, and the four unedited runs."""
+    from gptviz import attribution
+    clean = random_ids(14, seed=2)
+    corrupted = clean.clone()
+    corrupted[3], corrupted[8] = (clean[3] + 1) % SMALL.vocab_size, (clean[8] + 1) % SMALL.vocab_size
+    monkeypatch.setattr(attribution, "SWEEP_BATCH_BYTES", 3 * attribution.sweep_row_bytes(SMALL, 14))
+    done = []
+    forward_from = model.forward_from
+    monkeypatch.setattr(model, "forward_from", lambda layer, resid, last_only=False, past_kv=None: done.append(
+        resid.shape[0] * resid.shape[1] * (SMALL.n_layers - layer)) or forward_from(layer, resid, last_only, past_kv))
+    residual_patching(model, clean, corrupted, 7, 40)
+    head_patching(model, clean, corrupted, 7, 40)
+    assert len(done) > 4
+    assert attribution.patching_work(SMALL, clean, corrupted) == sum(done) + 4 * 14 * SMALL.n_layers
+
+
+def test_a_sweep_stops_when_its_session_ends_or_its_time_is_up(model, monkeypatch):
+    """Issue 43: a 1,000-token pair ran 24.5 minutes after its tab closed. The sweeps check a WorkClock between
+    batches: a session that ends stops the sweep at the next check, and so does the operator's time limit."""
+    from gptviz import attribution
+    from gptviz.work_clock import WorkClock, WorkStopped
+    clean, corrupted = _pair()
+    monkeypatch.setattr(attribution, "SWEEP_BATCH_BYTES", 1)  # one row a batch: the residual sweep runs 1 + 7
+    checks = []
+
+    def alive():
+        checks.append(1)
+        return len(checks) < 3  # the tab closes during the sweep's third batch
+    with pytest.raises(WorkStopped, match="browser session ended"):
+        residual_patching(model, clean, corrupted, 7, 40, clock=WorkClock(60, "Patching", alive))
+    assert len(checks) == 3  # stopped at the check after the tab closed, not after all 8 batches
+    ticks = iter(range(100))
+    clock = WorkClock(2.5, "Patching", now=lambda: float(next(ticks)))  # one second per check
+    with pytest.raises(WorkStopped, match="limit of 2 s"):
+        head_patching(model, clean, corrupted, 7, 40, clock=clock)
+    assert clock.checks == 3  # 1 s and 2 s are within 2.5 s; at 3 s it stops (of 2 + 8 checks)
+    with pytest.raises(WorkStopped, match="browser session ended"):
+        integrated_gradients(model, clean, 7, 40, steps=8, batch=2, clock=WorkClock(60, "Saliency", lambda: False))

@@ -347,3 +347,9 @@ TWINS_SIDE_NEXT = "twins_side_next"
 TWINS_SIDE_WIRING = "twins_side_wiring"
 TWINS_SIDE_PAIR = "twins_side_pair"          # the maps' row: a pair on a phone too
 TWINS_SIDE_WIRINGS = "twins_side_wirings"
+
+# the Why page's long measurements: started by a click when estimated past a few seconds (issue 43)
+WHY_PATCH_RUN = "why_patch_run"
+WHY_PATCH_CONFIRMED = "_why_patch_confirmed"  # the pair whose patching the visitor started
+WHY_SALIENCY_RUN = "why_saliency_run"
+WHY_SALIENCY_CONFIRMED = "_why_saliency_confirmed"

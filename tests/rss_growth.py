@@ -1,0 +1,61 @@
+"""Run in a fresh subprocess: the growth of this process's resident memory (its peak, VmHWM, against VmRSS just
+before) while one call runs. tracemalloc sees none of torch's memory and torch's profiler none of what the process
+holds beside the tensors; the server's budget is about resident memory, so that is what is measured here.
+
+    python tests/rss_growth.py wiring gpt2-small 4 768 128     -> prints the growth in bytes
+    python tests/rss_growth.py grow <json of gptviz.training_jobs.GrowSettings fields>
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import torch  # noqa: E402
+
+torch.set_num_threads(1)
+
+
+def status(field: str) -> int:
+    for line in open("/proc/self/status"):
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(field)
+
+
+def wiring_call(preset: str, depth: str, width: str, T: str):
+    from gptviz import PRESETS, wiring
+    config = PRESETS[preset].replace(n_layers=int(depth), d_model=int(width))
+    ids = tuple(int(i) for i in wiring.random_tokens(int(T), config.vocab_size, 0))
+    wiring.compare_wirings(config.replace(n_layers=1, d_model=2 * config.n_heads), ids[:4])  # torch's first-use costs
+    return lambda: wiring.compare_wirings(config, ids)
+
+
+def grow_call(wirings: str, steps: str):
+    """The Heads forming page's "Grow one yourself" run (training_jobs.induction_growth_spec), `steps` steps."""
+    from gptviz.training_jobs import Job, corpus_tokens, induction_growth_spec
+    tokens = corpus_tokens()
+    Job("warm", induction_growth_spec(("pre",), steps=2, layers=1, d_model=8, heads=2, batch=2, block=16)).run(tokens)
+    spec = induction_growth_spec(tuple(wirings.split(",")), steps=int(steps))
+
+    def run():
+        job = Job("grow", spec)
+        job.run(tokens)
+        assert job.status == "done", job.error
+    return run
+
+
+CALLS = {"wiring": wiring_call, "grow": grow_call}
+
+
+def main(kind: str, *args: str) -> None:
+    call = CALLS[kind](*args)
+    before = status("VmRSS")
+    assert status("VmHWM") - before < 64 * 2**20, "the warm-up's peak must sit well below the call's"
+    call()
+    print(status("VmHWM") - before)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])

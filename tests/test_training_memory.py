@@ -1,0 +1,26 @@
+"""Issue 43: the Heads forming page's "Grow one yourself" run reserved 5,008 MiB (of the default 8,192) where it
+peaked 3,389 MiB above its baseline: its training steps normalise over 2,000 ids, only its validation pass over the
+whole vocabulary. Its reservation (training_jobs.job_nbytes) is checked against the resident memory's measured
+growth in a fresh subprocess (tests/rss_growth.py), one wiring and both."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gptviz.training_jobs import induction_growth_spec, job_nbytes
+
+HERE = Path(__file__).resolve().parent
+MiB = 2**20
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("wirings", ["pre", "pre,post"])
+def test_the_grow_runs_reservation_is_close_to_its_measured_peak(wirings):
+    out = subprocess.run([sys.executable, str(HERE / "rss_growth.py"), "grow", wirings, "3"], capture_output=True,
+                         text=True, timeout=600, check=True)
+    growth = int(out.stdout.split()[-1])
+    estimate = job_nbytes(induction_growth_spec(tuple(wirings.split(",")), steps=3))
+    assert growth <= estimate <= 1.15 * growth, (growth / MiB, estimate / MiB)

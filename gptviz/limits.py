@@ -30,6 +30,12 @@ GPTVIZ_INDEX_TOKENS       corpus tokens one neuron index built on request in the
 GPTVIZ_INDEX_MB           memory one such scan may use, estimated before it starts (default 1024)
 GPTVIZ_INDEX_BUILDS       index scans running at once on the server (default 1; one per visitor address at most)
 GPTVIZ_INDEX_CACHE_MB     neuron indexes held in memory, shipped or built (default 128)
+GPTVIZ_INDEX_QUEUE        index builds that may wait in line, first come first served, for a scan to end (default 8)
+GPTVIZ_INDEX_KEPT         neuron indexes built on request kept on disk (default 16; the oldest built is removed
+                          first; a bundled model's shipped index is never counted or removed)
+
+Fixed, not settings: a box that takes one token (the unit page's "A word" and "Source token") takes at most
+TOKEN_BOX_CHARS characters, checked where the value is used (a crafted message skips the widget's max_chars).
 """
 from __future__ import annotations
 
@@ -38,6 +44,8 @@ import os
 from dataclasses import dataclass, fields
 
 MiB = 2**20
+# GPT-2's longest token is 66 characters; a box meant for one token needs no more than this (with spaces around)
+TOKEN_BOX_CHARS = 100
 
 
 class LimitError(ValueError):
@@ -69,6 +77,8 @@ class ServerLimits:
     index_mb: int = 1024
     index_builds: int = 1
     index_cache_mb: int = 128
+    index_queue: int = 8
+    index_kept: int = 16
 
     def __post_init__(self):
         for f in fields(self):

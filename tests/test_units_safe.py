@@ -142,3 +142,24 @@ def test_a_build_that_dies_mid_save_leaves_the_folder_readable_or_absent(tmp_pat
         ui.build(TINY, 3_000, lambda done, total: None)
     assert ui.find_index(TINY) is None  # no torn index: the page offers a build
     assert list((tmp_path / "indexes").iterdir()) == []
+
+
+def test_a_torn_shipped_index_offers_a_build_beside_it_and_is_left_as_it_is(tmp_path, monkeypatch):
+    monkeypatch.setenv("GPTVIZ_INDEX_DIR", str(tmp_path / "indexes"))
+    small = limits.ServerLimits(index_tokens=3_000, index_mb=2048)
+    monkeypatch.setattr(limits, "server_limits", lambda: small)
+    shipped = tmp_path / "shipped"
+    shipped.mkdir()
+    torn = '{"format": "gptviz-neuron-index", "ver'
+    (shipped / ix.INDEX_JSON).write_text(torn)
+    monkeypatch.setattr(ix, "index_folder", lambda name: shipped)
+    ui.index_store().clear()  # the real shipped index, loaded by other tests, is not what this model finds now
+    at = run_page("units", spec=PRE)
+    assert not at.exception
+    assert "could not be read" in plain(at.error[0].value)
+    at.button(key=K.UNIT_BUILD).click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert at.markdown[0].value.startswith("**L2N26")
+    assert (shipped / ix.INDEX_JSON).read_text() == torn  # never written or removed by the app
+    assert [p.name for p in (tmp_path / "indexes").iterdir()] == [ui.fingerprint(PRE)]
+    ui.index_store().clear()

@@ -124,20 +124,20 @@ def unit_picker(index: ix.NeuronIndex) -> ix.Unit:
 # ---------------------------------------------------------------------------------------------------- one token
 
 def one_token_box(label: str, key: str, **kwargs) -> str | None:
-    """A text box for one token, its length checked here: None, with a message, when the text is longer than
-    TOKEN_BOX_CHARS, and it is never tokenised or echoed. A value set in session state (a link, a test) skips the
-    widget's max_chars: it is cleared before the box is drawn. A websocket message may carry any length too;
-    Streamlit cuts a widget's value to its max_chars, so the widget allows one character more than the limit and
-    a cut value is told from a typed one."""
-    longest = limits.TOKEN_BOX_CHARS
+    """A text box for one token, its length checked here: None, with a message, when the text has TOKEN_BOX_CHARS
+    characters or more, and it is never tokenised or echoed. A value set in session state (a link, a test) skips
+    the widget's max_chars: past it, it is cleared before the box is drawn (never sent back to the browser). A
+    websocket message may carry any length too; Streamlit cuts a widget's value to its max_chars (TOKEN_BOX_CHARS),
+    so a cut value is told by its length, and stays in the box beside the message."""
+    limit = limits.TOKEN_BOX_CHARS
     value = state.get(key)
-    too_long = value is not None and (not isinstance(value, str) or len(value) > longest)
+    too_long = value is not None and (not isinstance(value, str) or len(value) > limit)
     if too_long:
         state[key] = ""
-    typed = st.text_input(label, key=key, max_chars=longest + 1, **kwargs)
-    if too_long or len(typed) > longest:
-        st.warning(f"That text is longer than {longest} characters; this box takes one token (GPT-2's longest "
-                   "has 66 characters). Type a single word.")
+    typed = st.text_input(label, key=key, max_chars=limit, **kwargs)
+    if too_long or len(typed) >= limit:
+        st.warning(f"That text is too long: this box takes one token, fewer than {limit} characters (GPT-2's "
+                   "longest has 66). Type a single word.")
         return None
     return typed
 

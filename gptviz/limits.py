@@ -34,8 +34,8 @@ GPTVIZ_INDEX_QUEUE        index builds that may wait in line, first come first s
 GPTVIZ_INDEX_KEPT         neuron indexes built on request kept on disk (default 16; the oldest built is removed
                           first; a bundled model's shipped index is never counted or removed)
 
-Fixed, not settings: a box that takes one token (the unit page's "A word" and "Source token") takes at most
-TOKEN_BOX_CHARS characters, checked where the value is used (a crafted message skips the widget's max_chars).
+Fixed, not settings: a box that takes one token (the unit page's "A word" and "Source token") takes
+fewer than TOKEN_BOX_CHARS characters, checked where the value is used (session state skips the widget's max_chars).
 """
 from __future__ import annotations
 

@@ -48,7 +48,7 @@ def test_a_10mb_word_in_state_is_refused_before_it_is_tokenised(longest_encoded)
     at = run_page("units", spec=PRE, **SEARCH_TAB, **{K.UNIT_WORD: HUGE})
     assert not at.exception, at.exception
     warnings = [plain(w.value) for w in at.warning]
-    assert any(f"longer than {limits.TOKEN_BOX_CHARS} characters" in w for w in warnings), warnings
+    assert any(f"too long: this box takes one token, fewer than {limits.TOKEN_BOX_CHARS} characters" in w for w in warnings), warnings
     assert longest_encoded[0] <= limits.TOKEN_BOX_CHARS
     assert at.text_input(key=K.UNIT_WORD).value == ""  # not drawn back into the box
     assert len(page_text(at)) < 20_000  # nothing of it echoed
@@ -56,12 +56,12 @@ def test_a_10mb_word_in_state_is_refused_before_it_is_tokenised(longest_encoded)
 
 def test_a_crafted_word_past_the_widgets_max_chars_is_refused(longest_encoded):
     at = run_page("units", spec=PRE, **SEARCH_TAB)
-    # one more than the limit: Streamlit cuts a widget's value to max_chars, and the page must see it was cut
-    assert at.text_input(key=K.UNIT_WORD).proto.max_chars == limits.TOKEN_BOX_CHARS + 1
+    # Streamlit cuts a widget's value to max_chars; a value that long is refused, so the page sees it was cut
+    assert at.text_input(key=K.UNIT_WORD).proto.max_chars == limits.TOKEN_BOX_CHARS
     # a websocket message can send any length whatever the browser's box allows (AppTest sends it as such)
     at.text_input(key=K.UNIT_WORD).set_value("king " * 1000).run()
     assert not at.exception, at.exception
-    assert any(f"longer than {limits.TOKEN_BOX_CHARS} characters" in plain(w.value) for w in at.warning)
+    assert any(f"too long: this box takes one token, fewer than {limits.TOKEN_BOX_CHARS} characters" in plain(w.value) for w in at.warning)
     assert longest_encoded[0] <= limits.TOKEN_BOX_CHARS
     assert len(at.dataframe) == 1  # the prompt search's table only: no word table
     at.text_input(key=K.UNIT_WORD).set_value("king").run()  # the box works again after
@@ -69,22 +69,24 @@ def test_a_crafted_word_past_the_widgets_max_chars_is_refused(longest_encoded):
 
 
 def test_a_word_at_the_limit_still_runs_and_its_pieces_are_listed():
-    word = "ab" * (limits.TOKEN_BOX_CHARS // 2)
+    word = "ab" * (limits.TOKEN_BOX_CHARS // 2) + "a"[:limits.TOKEN_BOX_CHARS % 2]
+    word = word[:limits.TOKEN_BOX_CHARS - 1]  # the longest allowed
     at = run_page("units", spec=PRE, **SEARCH_TAB, **{K.UNIT_WORD: word})
     assert not at.exception
     assert any("is not one token" in plain(w.value) for w in at.warning)
+    assert not any("too long" in plain(w.value) for w in at.warning)
 
 
 def test_a_huge_source_token_is_refused_before_it_is_tokenised(longest_encoded):
     at = run_page("units", spec=PRE, unit="L1H2", **{K.per_item(K.UNIT_SOURCE, "L1H2"): HUGE})
     assert not at.exception, at.exception
-    assert any(f"longer than {limits.TOKEN_BOX_CHARS} characters" in plain(w.value) for w in at.warning)
+    assert any(f"too long: this box takes one token, fewer than {limits.TOKEN_BOX_CHARS} characters" in plain(w.value) for w in at.warning)
     assert longest_encoded[0] <= limits.TOKEN_BOX_CHARS
     assert len(page_text(at)) < 20_000
     key = K.per_item(K.UNIT_SOURCE, "L1H2")
     at.text_input(key=key).set_value(" the" * 2000).run()  # crafted: past what the browser's box allows
     assert not at.exception
-    assert any(f"longer than {limits.TOKEN_BOX_CHARS} characters" in plain(w.value) for w in at.warning)
+    assert any(f"too long: this box takes one token, fewer than {limits.TOKEN_BOX_CHARS} characters" in plain(w.value) for w in at.warning)
     assert longest_encoded[0] <= limits.TOKEN_BOX_CHARS
 
 

@@ -13,6 +13,10 @@ message. Scenarios, each under its own timeout (one that cannot be driven is rep
    generation cap (more generations than GPTVIZ_GENERATIONS from distinct sessions) and trained-model isolation.
 4. Concurrent large captures: 3 contexts at once send 2,000-character prompts on the Attention page with the
    gpt2-small preset: server peak against GPTVIZ_MEMORY_MB plus the idle server's RSS with the model loaded.
+5. The unit page's index builder (issue 43), on a server of its own listening on every interface so that two
+   visitors have two client addresses: one chains builds back to back while another builds three times (the
+   victim's waits, its refusals); the built indexes left on disk against GPTVIZ_INDEX_KEPT; a torn index.json
+   (the page offers a rebuild, which succeeds).
 
     python benchmarks/hostile_load.py                 # about 5 minutes
     python benchmarks/hostile_load.py --only 1 3      # some scenarios
@@ -55,10 +59,11 @@ class Server:
     """The app on a loopback port, started and stopped by tests/servers.py's streamlit_server (the browser tests'
     own); its resident memory sampled every 0.2 s; its output copied to a log file that outlives it."""
 
-    def __init__(self):
+    def __init__(self, env: dict | None = None, flags: tuple = ()):
         self.log_path = Path(tempfile.mkstemp(prefix="gptviz-hostile-", suffix=".log")[1])
         self._running = streamlit_server([sys.executable, "-m", "streamlit", "run", "app.py"], cwd=ROOT,
-                                         env={**os.environ, **LIMITS}, flags=["--server.fileWatcherType", "none"])
+                                         env={**os.environ, **LIMITS, **(env or {})},
+                                         flags=["--server.fileWatcherType", "none", *flags])
         self._server = self._running.__enter__()  # raises, with the server's log, when it does not start
         self.port, self.url, self.proc = self._server.port, self._server.url, self._server.proc
         self.samples: list[tuple[float, float]] = []  # (monotonic time, MiB)
@@ -466,11 +471,131 @@ async def large_captures(browser, server: Server, visitors: int) -> list[Row]:
                 yes(peak < limit and boxes == 0))]
 
 
+# ---- 5-7. the unit page's index builder: fair turns, the disk cap, a torn index.json ------------------------------
+
+INDEX_LIMITS = {"GPTVIZ_INDEX_TOKENS": "20000", "GPTVIZ_INDEX_KEPT": "4", "GPTVIZ_INDEX_BUILDS": "1"}
+BUILT = re.compile(r"Top \d+ examples")
+
+
+def other_address() -> str | None:
+    """This machine's first non-loopback IPv4 address: a browser that connects to it comes from another client
+    address than one on 127.0.0.1 (the builder's per-address rules need two), or None when there is none."""
+    import socket
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("10.255.255.255", 1))  # UDP: sends nothing, only picks the interface a route would use
+            mine = s.getsockname()[0]
+        except OSError:
+            return None
+    return None if mine.startswith("127.") or mine == "0.0.0.0" else mine
+
+
+async def build_one(page, base: str, seed: int, timeout_ms: int = 120_000) -> tuple[float, bool, str]:
+    """Open the unit page for the tiny preset at `seed` (a new model: no index yet), press Build and wait for the
+    unit to show: (seconds from the click, whether it waited for a turn, what ended it: "built" or the message)."""
+    await page.goto(f"{base}/units?source=preset&preset=tiny&seed={seed}&norm=pre", timeout=timeout_ms)
+    button = page.get_by_role("button", name="Build the index")
+    await button.wait_for(timeout=timeout_ms)
+    await idle(page, timeout_ms)
+    errors = page.locator('[data-testid="stAlertContentError"]')
+    before = set(await errors.all_inner_texts())  # an unreadable index's message is there before the click
+    t0 = time.monotonic()
+    await button.click(timeout=timeout_ms)
+    waited = False
+    deadline = t0 + timeout_ms / 1000
+    while time.monotonic() < deadline:
+        if await page.get_by_text(BUILT).count():
+            return time.monotonic() - t0, waited, "built"
+        if await page.get_by_text(re.compile("Waiting for a turn")).count():
+            waited = True
+        new = [t for t in await errors.all_inner_texts() if t not in before]
+        if new:
+            return time.monotonic() - t0, waited, new[0][:120]
+        await asyncio.sleep(0.1)
+    return time.monotonic() - t0, waited, "timed out"
+
+
+async def index_builder(browser, seconds: float = 90) -> list[Row]:
+    """A server of its own listening on every interface (the victim connects through this machine's other address,
+    so the two visitors have different client addresses), GPTVIZ_INDEX_KEPT=4, scans of 20,000 tokens of the tiny
+    preset. The attacker (127.0.0.1) chains builds back to back, a new seed each; the victim (the other address)
+    builds three times while it does; then a torn index.json is written for a new seed and the victim opens it."""
+    address = other_address()
+    if address is None:
+        return [Row("5 builder fairness", "needs a non-loopback address", "none found", "-", "NOT DRIVEN")]
+    folder = Path(tempfile.mkdtemp(prefix="gptviz-hostile-indexes-"))
+    server = Server({**INDEX_LIMITS, "GPTVIZ_INDEX_DIR": str(folder)}, ("--server.address", "0.0.0.0"))
+    victim_base = f"http://{address}:{server.port}"
+    attack, victim_runs, stop = [], [], asyncio.Event()
+    try:
+        a_ctx, a_page = await open_page(browser, server.url)
+        v_ctx, v_page = await open_page(browser, victim_base)
+        alone = (await build_one(v_page, victim_base, 900))[0]  # the victim's own build, nobody else building
+
+        async def attacker():
+            seed = 1
+            deadline = time.monotonic() + seconds
+            while not stop.is_set() and time.monotonic() < deadline and seed < 200:
+                attack.append(await build_one(a_page, server.url, seed))
+                seed += 1
+
+        async def victim():
+            while len(attack) < 2:  # the attacker has its chain going
+                await asyncio.sleep(0.2)
+            for seed in (1001, 1002, 1003):
+                victim_runs.append(await build_one(v_page, victim_base, seed))
+            stop.set()
+        await asyncio.gather(attacker(), victim())
+        kept = sorted(p.name for p in folder.iterdir())
+        # a torn index.json, as a server killed mid-write left it before saves were atomic
+        import torch  # noqa: F401  (gptviz needs it; imported here so the other scenarios start faster)
+        from gptviz import GPT, PRESETS
+        from gptviz.index import model_fingerprint
+        torn = folder / model_fingerprint(GPT(PRESETS["tiny"].replace(norm="pre"), seed=777))
+        torn.mkdir()
+        (torn / "index.json").write_text('{"format": "gptviz-neuron-index", "ver')
+        await v_page.goto(f"{victim_base}/units?source=preset&preset=tiny&seed=777&norm=pre")
+        shown = v_page.get_by_text(re.compile("could not be read|no neuron index yet")).or_(v_page.get_by_text(BUILT))
+        await shown.first.wait_for(timeout=120_000)
+        await idle(v_page)
+        unreadable = await v_page.get_by_text(re.compile("could not be read")).count()
+        offered = await v_page.get_by_role("button", name="Build the index").count()
+        rebuilt = await build_one(v_page, victim_base, 777) if offered else (0.0, False, "no Build button")
+        boxes = await exception_boxes(a_page) + await exception_boxes(v_page)
+        await a_ctx.close()
+        await v_ctx.close()
+    finally:
+        server.close()
+    built = [t for t, _, how in attack if how == "built"]
+    longest = max(built, default=float("nan"))
+    refusals = [how for _, _, how in victim_runs if how != "built"]
+    waits = ", ".join(f"{t:.1f} s{' (in line)' if w else ''}" for t, w, _ in victim_runs)
+    worst = max((t for t, _, _ in victim_runs), default=float("inf"))
+    fingerprints = [k for k in kept if len(k) == 64]
+    total = len(built) + sum(how == "built" for _, _, how in victim_runs) + 1
+    return [Row("5 builder fairness", f"attacker at 127.0.0.1 chains builds of the tiny preset (a new seed each) for up "
+                f"to {seconds:.0f} s; victim at {address} builds 3 new seeds meanwhile",
+                f"attacker: {len(built)} builds (longest {longest:.1f} s); victim: {len(victim_runs) - len(refusals)} "
+                f"of {len(victim_runs)} built, waits {waits} (alone: {alone:.1f} s)"
+                + (f"; refused: {'; '.join(refusals)}" if refusals else ""),
+                "victim never refused, each wait < its own build + 2 x the attacker's longest",
+                yes(not refusals and worst < alone + 2 * longest)),
+            Row("6 disk cap", f"GPTVIZ_INDEX_KEPT=4 after {total} builds",
+                f"{len(fingerprints)} index folders kept ({len(kept) - len(fingerprints)} other entries)",
+                "<= 4, no temporary left", yes(len(fingerprints) <= 4 and len(kept) == len(fingerprints))),
+            Row("7 torn index.json", "a torn index.json for a new seed, then the victim opens its unit page",
+                f"'could not be read' shown: {bool(unreadable)}, Build offered: {bool(offered)}; rebuilt: "
+                f"{rebuilt[2]} in {rebuilt[0]:.1f} s; exception boxes {boxes}",
+                "message + Build, rebuilt, 0 boxes", yes(bool(unreadable and offered) and rebuilt[2] == "built"
+                                                        and boxes == 0))]
+
+
 # ---- the run ---------------------------------------------------------------------------------------------------
 
 spans: list[tuple[str, float, float]] = []  # (scenario, start, end) in monotonic time
 SCENARIOS = {1: ("1 patching 128-token pair", 240), 2: ("2 one visitor holds every slot", 300),
-             3: ("3 cache clearing", 360), 4: ("4 concurrent large captures", 420)}
+             3: ("3 cache clearing", 360), 4: ("4 concurrent large captures", 420),
+             5: ("5-7 the index builder: fair turns, disk cap, torn file", 420)}
 
 
 async def drive(server: Server, only: list[int], hog_seconds: float, attackers_nice: int | None = None) -> list[Row]:
@@ -483,7 +608,8 @@ async def drive(server: Server, only: list[int], hog_seconds: float, attackers_n
             for number in only:
                 name, limit = SCENARIOS[number]
                 run = {1: lambda: patching_128(browser, server), 2: lambda: slot_hog(browser, server, hog_seconds, p, attackers_nice),
-                       3: lambda: cache_clearing(browser, server), 4: lambda: large_captures(browser, server, 3)}
+                       3: lambda: cache_clearing(browser, server), 4: lambda: large_captures(browser, server, 3),
+                       5: lambda: index_builder(browser)}
                 started = time.monotonic()
                 print(f"[{time.strftime('%H:%M:%S')}] scenario {name} (timeout {limit} s), server RSS "
                       f"{server.rss():,.0f} MiB", flush=True)
@@ -503,7 +629,7 @@ async def drive(server: Server, only: list[int], hog_seconds: float, attackers_n
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--only", type=int, nargs="*", default=[1, 2, 3, 4], choices=sorted(SCENARIOS))
+    parser.add_argument("--only", type=int, nargs="*", default=[1, 2, 3, 4, 5], choices=sorted(SCENARIOS))
     parser.add_argument("--hog-seconds", type=float, default=60, help="scenario 2's attackers stop after this")
     parser.add_argument("--attackers-nice", type=int, default=None,
                         help="scenario 2: the attackers' pages in a browser of their own at this nice value (19: an "

@@ -117,10 +117,13 @@ def non_finite_weights(model: GPT) -> tuple[int, int, str | None]:
         if not t.is_floating_point():
             continue
         flat = t.detach().reshape(-1)
+        total += flat.numel()
+        if flat.numel() == 0 or (bool(torch.isfinite(flat.amax())) and bool(torch.isfinite(flat.amin()))):
+            continue  # max and min propagate NaN and reach +-inf: both finite means every value is (no copy made)
         n = 0
         for start in range(0, flat.numel(), _CHUNK):
             n += int((~torch.isfinite(flat[start:start + _CHUNK])).sum())
-        bad, total = bad + n, total + flat.numel()
+        bad += n
         if n and first is None:
             first = name
     return bad, total, first

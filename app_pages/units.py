@@ -38,7 +38,8 @@ def require_index(spec: ModelSpec, model: GPT) -> ui.Loaded:
         with st.spinner("Loading the neuron index..."):
             loaded = ui.find_index(spec)
     except (ix.IndexFormatError, ValueError, OSError) as err:
-        st.error(f"The neuron index for this model could not be read: {err}")
+        st.error(display.md_text(f"The neuron index for this model could not be read: {err}"))
+        build_section(spec, model, rebuild=True)  # a torn or stale file is no dead end: build it again
         st.stop()
     if loaded is None:
         build_section(spec, model)
@@ -46,10 +47,11 @@ def require_index(spec: ModelSpec, model: GPT) -> ui.Loaded:
     return loaded
 
 
-def build_section(spec: ModelSpec, model: GPT) -> None:
+def build_section(spec: ModelSpec, model: GPT, rebuild: bool = False) -> None:
     lim = limits.server_limits()
-    st.info("This model has no neuron index yet. Building one runs the model over the start of every play of the "
-            "complete works and keeps, for every neuron and head, where it fires most.")
+    st.info(("Build it again: " if rebuild else "This model has no neuron index yet. Building one ") +
+            "runs the model over the start of every play of the complete works and keeps, for every neuron and "
+            "head, where it fires most.")
     top = min(lim.index_tokens, 1_500_000)
     state.setdefault(K.UNIT_BUILD_TOKENS, min(DEFAULT_BUILD_TOKENS, top))
     tokens = st.number_input("Tokens to scan", min_value=1_000 if top >= 1_000 else 1, max_value=top, step=10_000,
@@ -60,8 +62,12 @@ def build_section(spec: ModelSpec, model: GPT) -> None:
 
     def progress(done: int, total: int) -> None:
         bar.progress(min(1.0, done / max(1, total)), text=f"{done:,} of {total:,} tokens scanned")
+
+    def waiting(ahead: int) -> None:
+        bar.progress(0.0, text=f"Waiting for a turn: {ahead} build{'s' if ahead != 1 else ''} ahead of yours "
+                               "(this server builds indexes one after another, first come first served)")
     try:
-        ui.build(spec, int(tokens), progress)
+        ui.build(spec, int(tokens), progress, on_wait=waiting)
     except LimitError as err:
         st.error(str(err))
         return
@@ -113,6 +119,27 @@ def unit_picker(index: ix.NeuronIndex) -> ix.Unit:
     right.number_input("Neuron" if unit.kind == "neuron" else "Head", min_value=0, max_value=size - 1, step=1,
                        key=K.UNIT_INDEX, on_change=_picked, args=sizes)
     return unit
+
+
+# ---------------------------------------------------------------------------------------------------- one token
+
+def one_token_box(label: str, key: str, **kwargs) -> str | None:
+    """A text box for one token, its length checked here: None, with a message, when the text has TOKEN_BOX_CHARS
+    characters or more, and it is never tokenised or echoed. A value set in session state (a link, a test) skips
+    the widget's max_chars: past it, it is cleared before the box is drawn (never sent back to the browser). A
+    websocket message may carry any length too; Streamlit cuts a widget's value to its max_chars (TOKEN_BOX_CHARS),
+    so a cut value is told by its length, and stays in the box beside the message."""
+    limit = limits.TOKEN_BOX_CHARS
+    value = state.get(key)
+    too_long = value is not None and (not isinstance(value, str) or len(value) > limit)
+    if too_long:
+        state[key] = ""
+    typed = st.text_input(label, key=key, max_chars=limit, **kwargs)
+    if too_long or len(typed) >= limit:
+        st.warning(f"That text is too long: this box takes one token, fewer than {limit} characters (GPT-2's "
+                   "longest has 66). Type a single word.")
+        return None
+    return typed
 
 
 # ---------------------------------------------------------------------------------------------------- one unit
@@ -185,23 +212,38 @@ def source_token(contexts: list[ix.Context]) -> int:
     return int(c.ids[int(np.nanargmax(c.attention))])
 
 
+def direct_effect(model: GPT, unit: ix.Unit, source: int | None = None) -> ix.DirectEffect:
+    """The unit's direct effect on the logits, its memory reserved first (LimitError when there is no room)."""
+    with memory.reserve(memory.direct_effect_nbytes(model.config), f"the direct effect of {unit}"):
+        if unit.kind == "neuron":
+            return ix.direct_effect(model, unit.layer, unit.index)
+        return ix.head_direct_effect(model, unit.layer, unit.index, source)
+
+
 def effect_section(model: GPT, unit: ix.Unit, contexts: list[ix.Context]) -> None:
+    source = None
     if unit.kind == "neuron":
-        effect = ix.direct_effect(model, unit.layer, unit.index)
         what = "Its output weights through the final norm and the unembedding"
     else:
         default = token_labels([source_token(contexts)])[0].replace("␣", " ")
         key = K.per_item(K.UNIT_SOURCE, unit)  # each head its own default
         state.setdefault(key, default)
-        typed = st.text_input("Source token (what the head attends to)", key=key,
+        typed = one_token_box("Source token (what the head attends to)", key,
                               help="Defaults to the token its top example attends to most.")
+        if typed is None:
+            return
         ids = encode(typed)
         if len(ids) != 1 or ids[0] >= model.config.vocab_size:
             st.warning(f"{display.md_text(repr(typed))} is {len(ids)} tokens, not one; type a single token "
                        "(GPT-2 pieces, with its leading space where it has one).")
             return
-        effect = ix.head_direct_effect(model, unit.layer, unit.index, ids[0])
+        source = ids[0]
         what = f"What attending to {display.md_text(repr(typed))} writes, through the final norm and the unembedding"
+    try:
+        effect = direct_effect(model, unit, source)
+    except LimitError as err:  # the server's memory has no room now
+        st.warning(str(err))
+        return
     spread = float(effect.effect.std())
     st.markdown(f"**Direct effect on the logits.** {what}: the tokens it raises and lowers most, per unit of "
                 f"output (spread over the whole vocabulary: sd {spread:.3f}).")
@@ -276,13 +318,32 @@ def prompt_search(spec: ModelSpec, model: GPT, loaded: ui.Loaded) -> None:
         "its median": [ix.quantiles(loaded.index, s.unit).get(0.5) for s in found]}, key=K.UNIT_HERE_TABLE)
 
 
+class TokenCounts:
+    """How often each token the index lists occurs in the corpus, read from its sorted arrays by binary search (a
+    dict of every listed token, built on each run, was the word search's largest allocation)."""
+
+    def __init__(self, index: ix.NeuronIndex):
+        self.ids, self.counts = index.arrays["token_ids"], index.arrays["token_counts"]
+
+    def __contains__(self, token: int) -> bool:
+        row = int(np.searchsorted(self.ids, token))
+        return row < len(self.ids) and int(self.ids[row]) == token
+
+    def __getitem__(self, token: int) -> int:
+        if token not in self:
+            raise KeyError(token)
+        return int(self.counts[int(np.searchsorted(self.ids, token))])
+
+
 def word_search(loaded: ui.Loaded) -> None:
-    word = st.text_input("A word", key=K.UNIT_WORD, placeholder="e.g. king",
+    word = one_token_box("A word", K.UNIT_WORD, placeholder="e.g. king",
                          help="One GPT-2 token; a leading space is tried too (' king' is one token, 'king' another).")
+    if word is None:
+        return
     if not word.strip():
         st.info("Type a word to see the neurons that fire most on it across the corpus.")
         return
-    counts = dict(zip(loaded.index.arrays["token_ids"].tolist(), loaded.index.arrays["token_counts"].tolist()))
+    counts = TokenCounts(loaded.index)
     # a word typed bare means the word in running text (' king'); punctuation means itself ('!')
     forms = [" " + word.strip(), word] if word[:1].isalpha() else [word, " " + word.strip()]
     tried = [w for w in dict.fromkeys(forms + [word.strip()]) if len(encode(w)) == 1]

@@ -16,6 +16,10 @@ message. Scenarios, each under its own timeout (one that cannot be driven is rep
 5. Patching on gpt2-small (issue 43: a 1,000-token pair ran 39.5 minutes, 24.5 after its tab closed): a 999-token
    pair, time until its refusal shows (its estimate is past GPTVIZ_SWEEP_SECONDS); a 96-token pair started with
    its button, its tab closed 8 s in: seconds until the server's CPU falls idle (under 0.05 of a core).
+6. The unit page's index builder (issue 43), on a loopback server of its own: one visitor builds back to back past
+   GPTVIZ_INDEX_KEPT (the built indexes left on disk); a torn index.json (the page offers a rebuild, which
+   succeeds). Fair turns between two visitors need two client addresses, which loopback does not give (every
+   connection comes from 127.0.0.1): tests/test_index_turns.py checks them with the addresses set in the test.
 
     python benchmarks/hostile_load.py                 # about 5 minutes
     python benchmarks/hostile_load.py --only 1 3      # some scenarios
@@ -58,10 +62,11 @@ class Server:
     """The app on a loopback port, started and stopped by tests/servers.py's streamlit_server (the browser tests'
     own); its resident memory sampled every 0.2 s; its output copied to a log file that outlives it."""
 
-    def __init__(self):
+    def __init__(self, env: dict | None = None, flags: tuple = ()):
         self.log_path = Path(tempfile.mkstemp(prefix="gptviz-hostile-", suffix=".log")[1])
         self._running = streamlit_server([sys.executable, "-m", "streamlit", "run", "app.py"], cwd=ROOT,
-                                         env={**os.environ, **LIMITS}, flags=["--server.fileWatcherType", "none"])
+                                         env={**os.environ, **LIMITS, **(env or {})},
+                                         flags=["--server.fileWatcherType", "none", *flags])
         self._server = self._running.__enter__()  # raises, with the server's log, when it does not start
         self.port, self.url, self.proc = self._server.port, self._server.url, self._server.proc
         self.samples: list[tuple[float, float]] = []  # (monotonic time, MiB)
@@ -534,12 +539,84 @@ async def large_captures(browser, server: Server, visitors: int) -> list[Row]:
                 yes(peak < limit and boxes == 0))]
 
 
+# ---- 5-7. the unit page's index builder: fair turns, the disk cap, a torn index.json ------------------------------
+
+INDEX_LIMITS = {"GPTVIZ_INDEX_TOKENS": "20000", "GPTVIZ_INDEX_KEPT": "4", "GPTVIZ_INDEX_BUILDS": "1"}
+BUILT = re.compile(r"Top \d+ examples")
+
+
+async def build_one(page, base: str, seed: int, timeout_ms: int = 120_000) -> tuple[float, bool, str]:
+    """Open the unit page for the tiny preset at `seed` (a new model: no index yet), press Build and wait for the
+    unit to show: (seconds from the click, whether it waited for a turn, what ended it: "built" or the message)."""
+    await page.goto(f"{base}/units?source=preset&preset=tiny&seed={seed}&norm=pre", timeout=timeout_ms)
+    button = page.get_by_role("button", name="Build the index")
+    await button.wait_for(timeout=timeout_ms)
+    await idle(page, timeout_ms)
+    errors = page.locator('[data-testid="stAlertContentError"]')
+    before = set(await errors.all_inner_texts())  # an unreadable index's message is there before the click
+    t0 = time.monotonic()
+    await button.click(timeout=timeout_ms)
+    waited = False
+    deadline = t0 + timeout_ms / 1000
+    while time.monotonic() < deadline:
+        if await page.get_by_text(BUILT).count():
+            return time.monotonic() - t0, waited, "built"
+        if await page.get_by_text(re.compile("Waiting for a turn")).count():
+            waited = True
+        new = [t for t in await errors.all_inner_texts() if t not in before]
+        if new:
+            return time.monotonic() - t0, waited, new[0][:120]
+        await asyncio.sleep(0.1)
+    return time.monotonic() - t0, waited, "timed out"
+
+
+async def index_builder(browser, builds: int = 6) -> list[Row]:
+    """A loopback server of its own, GPTVIZ_INDEX_KEPT=4, scans of 20,000 tokens of the tiny preset: one visitor
+    builds `builds` new seeds back to back; then a torn index.json is written for a new seed and the visitor opens
+    its unit page. Every connection is from 127.0.0.1 (loopback only), so fair turns between two addresses are
+    left to tests/test_index_turns.py."""
+    folder = Path(tempfile.mkdtemp(prefix="gptviz-hostile-indexes-"))
+    server = Server({**INDEX_LIMITS, "GPTVIZ_INDEX_DIR": str(folder)})
+    try:
+        ctx, page = await open_page(browser, server.url)
+        runs = [await build_one(page, server.url, seed) for seed in range(1, builds + 1)]
+        kept = sorted(p.name for p in folder.iterdir())
+        # a torn index.json, as a server killed mid-write left it before saves were atomic
+        import torch  # noqa: F401  (gptviz needs it; imported here so the other scenarios start faster)
+        from gptviz import GPT, PRESETS
+        from gptviz.index import model_fingerprint
+        torn = folder / model_fingerprint(GPT(PRESETS["tiny"].replace(norm="pre"), seed=777))
+        torn.mkdir()
+        (torn / "index.json").write_text('{"format": "gptviz-neuron-index", "ver')
+        await page.goto(f"{server.url}/units?source=preset&preset=tiny&seed=777&norm=pre")
+        shown = page.get_by_text(re.compile("could not be read|no neuron index yet")).or_(page.get_by_text(BUILT))
+        await shown.first.wait_for(timeout=120_000)
+        await idle(page)
+        unreadable = await page.get_by_text(re.compile("could not be read")).count()
+        offered = await page.get_by_role("button", name="Build the index").count()
+        rebuilt = await build_one(page, server.url, 777) if offered else (0.0, False, "no Build button")
+        boxes = await exception_boxes(page)
+        await ctx.close()
+    finally:
+        server.close()
+    built = sum(how == "built" for _, _, how in runs)
+    fingerprints = [k for k in kept if len(k) == 64]
+    return [Row("6 disk cap", f"GPTVIZ_INDEX_KEPT=4 after {built} of {builds} builds back to back",
+                f"{len(fingerprints)} index folders kept ({len(kept) - len(fingerprints)} other entries)",
+                "<= 4, no temporary left", yes(len(fingerprints) <= 4 and len(kept) == len(fingerprints))),
+            Row("7 torn index.json", "a torn index.json for a new seed, then the visitor opens its unit page",
+                f"'could not be read' shown: {bool(unreadable)}, Build offered: {bool(offered)}; rebuilt: "
+                f"{rebuilt[2]} in {rebuilt[0]:.1f} s; exception boxes {boxes}",
+                "message + Build, rebuilt, 0 boxes", yes(bool(unreadable and offered) and rebuilt[2] == "built"
+                                                        and boxes == 0))]
+
+
 # ---- the run ---------------------------------------------------------------------------------------------------
 
 spans: list[tuple[str, float, float]] = []  # (scenario, start, end) in monotonic time
 SCENARIOS = {1: ("1 patching 128-token pair", 240), 2: ("2 one visitor holds every slot", 300),
              3: ("3 cache clearing", 360), 4: ("4 concurrent large captures", 420),
-             5: ("5 patching gpt2-small", 600)}
+             5: ("5 patching gpt2-small", 600), 6: ("6-7 the index builder: disk cap, torn file", 420)}
 
 
 async def drive(server: Server, only: list[int], hog_seconds: float, attackers_nice: int | None = None) -> list[Row]:
@@ -553,7 +630,7 @@ async def drive(server: Server, only: list[int], hog_seconds: float, attackers_n
                 name, limit = SCENARIOS[number]
                 run = {1: lambda: patching_128(browser, server), 2: lambda: slot_hog(browser, server, hog_seconds, p, attackers_nice),
                        3: lambda: cache_clearing(browser, server), 4: lambda: large_captures(browser, server, 3),
-                       5: lambda: patching_leaves(browser, server)}
+                       5: lambda: patching_leaves(browser, server), 6: lambda: index_builder(browser)}
                 started = time.monotonic()
                 print(f"[{time.strftime('%H:%M:%S')}] scenario {name} (timeout {limit} s), server RSS "
                       f"{server.rss():,.0f} MiB", flush=True)

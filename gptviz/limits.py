@@ -33,6 +33,12 @@ GPTVIZ_INDEX_CACHE_MB     neuron indexes held in memory, shipped or built (defau
 GPTVIZ_SWEEP_SECONDS      wall time one long measurement on the Why this token? page (a patching sweep, integrated
                           gradients) may take before it is stopped; one whose estimate is longer is refused before
                           it starts (default 120)
+GPTVIZ_INDEX_QUEUE        index builds that may wait in line, first come first served, for a scan to end (default 8)
+GPTVIZ_INDEX_KEPT         neuron indexes built on request kept on disk (default 16; the oldest built is removed
+                          first; a bundled model's shipped index is never counted or removed)
+
+Fixed, not settings: a box that takes one token (the unit page's "A word" and "Source token") takes
+fewer than TOKEN_BOX_CHARS characters, checked where the value is used (session state skips the widget's max_chars).
 """
 from __future__ import annotations
 
@@ -41,6 +47,8 @@ import os
 from dataclasses import dataclass, fields
 
 MiB = 2**20
+# GPT-2's longest token is 66 characters; a box meant for one token needs no more than this (with spaces around)
+TOKEN_BOX_CHARS = 100
 
 
 class LimitError(ValueError):
@@ -73,6 +81,8 @@ class ServerLimits:
     index_builds: int = 1
     index_cache_mb: int = 128
     sweep_seconds: int = 120
+    index_queue: int = 8
+    index_kept: int = 16
 
     def __post_init__(self):
         for f in fields(self):

@@ -268,3 +268,10 @@ def lens_nbytes(config, T: int) -> int:
     + 1) and one normed copy, and per state its [T, vocab] logits and probabilities beside the previous state's
     probabilities (the loop decodes one state at a time)."""
     return FLOAT32 * ((config.n_layers + 2) * T * config.d_model + 3 * T * config.vocab_size)
+
+
+def direct_effect_nbytes(config) -> int:
+    """A unit's direct effect on the logits (gptviz.index.direct_effect, head_direct_effect): a residual direction
+    through the norms after it (a few d_model vectors each) and its product with the unembedding, [vocab], beside
+    its negation for the bottom k."""
+    return FLOAT32 * (2 * config.vocab_size + (2 * config.n_layers + 6) * config.d_model)

@@ -157,7 +157,7 @@ def test_one_build_per_visitor_and_the_server_cap():
         guard.start("s2", "1.2.3.4")  # another tab from the same address
     guard.start("s3", "9.9.9.9")
     with pytest.raises(limits.LimitError, match="builds 2 indexes at a time"):
-        guard.start("s4", "8.8.8.8")
+        guard.start("s4", "8.8.8.8", wait_s=0)  # no wait for a turn: refused at once
     guard.end("s1", "1.2.3.4")
     guard.start("s4", "8.8.8.8")
 

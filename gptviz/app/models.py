@@ -78,16 +78,83 @@ def load_model(spec: ModelSpec) -> GPT:
                              f"{limits.server_limits().max_params:,} (GPTVIZ_MAX_PARAMS)")
         estimate = n * DTYPES[spec.dtype].itemsize if spec.dtype in DTYPES else None
 
+    refused = _non_finite_models().get(spec)
+    if refused is not None:  # checked before: not loaded again only to be refused again
+        raise NonFiniteError(refused)
+
     def build() -> GPT:
         # a Hub repo is fetched (checked, within its size budget) before the lock: a download never holds up
         # another visitor's model
         folder = allowed_source(spec.name) if spec.source == keys.SOURCE_PRETRAINED else None
         with memory.reserve(_loading_nbytes(spec, folder) if estimate is None else 0, f"loading {spec.name}"):
             with _BUILD_LOCK:
-                return _build_model(spec, folder)
+                model = _build_model(spec, folder)
+        refuse_non_finite_weights(spec, model)  # raised before it is stored: every page shows the message
+        return model
     # built in float32, then converted to the precision asked for, one tensor at a time
     work = memory.model_build_nbytes(PRESETS[spec.name]) if estimate else None
     return model_store().get_or_build(spec, build, _stored_nbytes(spec), estimate, work, f"building {spec.name}")
+
+
+class NonFiniteError(ValueError):
+    """A model's weights, or its output on a prompt, hold NaN or infinite values: there is nothing a page can draw
+    (a ValueError: the sidebar and require_capture show it as a message, never an exception box)."""
+
+
+NON_FINITE_KEPT = 32  # specs remembered as refused (each a short message)
+_CHUNK = 2**22  # elements checked at once: the check's own memory stays at 4 MiB of booleans
+
+
+def _non_finite_models() -> dict:
+    return process_wide("non_finite_models", dict)
+
+
+def non_finite_weights(model: GPT) -> tuple[int, int, str | None]:
+    """(non-finite values, values checked, the first tensor holding one) over the model's floating-point
+    parameters and buffers, in chunks (no full-size copy of any tensor)."""
+    bad, total, first = 0, 0, None
+    for name, t in [*model.named_parameters(), *model.named_buffers()]:
+        if not t.is_floating_point():
+            continue
+        flat = t.detach().reshape(-1)
+        total += flat.numel()
+        if flat.numel() == 0 or (bool(torch.isfinite(flat.amax())) and bool(torch.isfinite(flat.amin()))):
+            continue  # max and min propagate NaN and reach +-inf: both finite means every value is (no copy made)
+        n = 0
+        for start in range(0, flat.numel(), _CHUNK):
+            n += int((~torch.isfinite(flat[start:start + _CHUNK])).sum())
+        bad += n
+        if n and first is None:
+            first = name
+    return bad, total, first
+
+
+def refuse_non_finite_weights(spec: ModelSpec, model: GPT) -> None:
+    """NonFiniteError, remembered for the spec, when the model's weights are not all finite (a run trained at too
+    high a learning rate diverges to NaN): every activation would be NaN, and the pages' figures refuse those."""
+    bad, total, first = non_finite_weights(model)
+    if not bad:
+        return
+    message = (f"its weights hold {bad:,} NaN or infinite values of {total:,} (the first in {first}), so every "
+               "activation would be NaN and no page can show it. A model trained at too high a learning rate "
+               "diverges like this: train it again with a lower one, or pick another model")
+    known = _non_finite_models()
+    if len(known) >= NON_FINITE_KEPT:
+        known.pop(next(iter(known)), None)
+    known[spec] = message
+    raise NonFiniteError(message)
+
+
+def refuse_non_finite_logits(logits: torch.Tensor, ids) -> None:
+    """NonFiniteError when a forward pass overflowed (finite weights can still give infinite activations, e.g. in
+    half precision): NaN or inf anywhere in the residual stream reaches the logits at that position and after."""
+    finite = torch.isfinite(logits).all(dim=-1)
+    if bool(finite.all()):
+        return
+    pos = int((~finite).nonzero()[0, 0])
+    raise NonFiniteError(f"its activations on this prompt are not finite (NaN or infinite from token {pos} of "
+                         f"{len(ids)} on): the model overflows on it, so there is nothing to draw. Try another "
+                         "model, or float32 if it runs in half precision")
 
 
 def _loading_nbytes(spec: ModelSpec, folder: Path | None) -> int:
@@ -152,6 +219,7 @@ def get_capture(spec: ModelSpec, ids: tuple[int, ...], names: tuple[str, ...] | 
 
     def run():
         logits, cache = capture(model, torch.tensor([ids]), list(names) if names is not None else None)
+        refuse_non_finite_logits(logits[0], ids)  # raised before it is stored
         store = {k: v[0] for k, v in cache.items()}
         del cache
         stack_patterns(store, model.config.n_layers)  # one block, so a page's patterns() makes no copy

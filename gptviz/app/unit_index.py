@@ -9,7 +9,9 @@ $XDG_CACHE_HOME/gptviz/indexes), never in the checkout; messages never name the 
 from __future__ import annotations
 
 import os
+import shutil
 import threading
+import time
 from pathlib import Path
 from typing import Callable, NamedTuple
 
@@ -17,6 +19,7 @@ import numpy as np
 
 from .. import index as ix
 from .. import limits, memory
+from ..atomic_write import TEMP_PREFIX, atomic_folder
 from ..bounded_cache import BoundedCache
 from ..limits import LimitError
 from . import keys as K
@@ -97,13 +100,19 @@ def _load(key: tuple, folder: Path) -> Loaded:
 def find_index(spec: ModelSpec) -> Loaded | None:
     """The index for the sidebar's model: a bundled model's shipped one (when it was built with these weights),
     else one built earlier on this server; None when there is none."""
-    if spec.source == K.SOURCE_BUNDLED and (ix.index_folder(spec.name) / ix.INDEX_JSON).exists():
-        loaded = index_store().get_or_build(("bundled", spec.name), lambda: _load(("bundled", spec.name),
-                                                                                   ix.index_folder(spec.name)), _size)
-        if loaded.index.meta["model"]["fingerprint"] == fingerprint(spec):  # half precision: other weights
-            return loaded
     folder = index_dir() / fingerprint(spec)
-    if not (folder / ix.INDEX_JSON).exists():
+    built = (folder / ix.INDEX_JSON).exists()
+    if spec.source == K.SOURCE_BUNDLED and (ix.index_folder(spec.name) / ix.INDEX_JSON).exists():
+        try:
+            loaded = index_store().get_or_build(("bundled", spec.name), lambda: _load(
+                ("bundled", spec.name), ix.index_folder(spec.name)), _size)
+        except (ix.IndexFormatError, ValueError, OSError):
+            if not built:  # the page offers a build, which goes to index_dir(): the shipped files stay as they are
+                raise
+        else:
+            if loaded.index.meta["model"]["fingerprint"] == fingerprint(spec):  # half precision: other weights
+                return loaded
+    if not built:
         return None
     key = ("built", fingerprint(spec))
     return index_store().get_or_build(key, lambda: _load(key, folder), _size)
@@ -128,32 +137,82 @@ def _contexts_size(found: list[ix.Context]) -> int:
 
 # ---------------------------------------------------------------------------------------------------- builds
 
+BUILD_WAIT_S = 600.0  # how long a build waits in line for its turn before it is refused
+
+
 class BuildGuard:
-    """Index scans running on the server: at most `most` at once, one per session and one per address."""
+    """Index scans on the server: at most `most` at once, and a first-come line of at most `queue` waiting for a
+    turn, one build running or waiting per session and per address. First come, first served: a visitor who just
+    built and asks again joins the back of the line, behind everyone already waiting, so no address can chain
+    builds while another waits (the line used to be a race that the one clicking first after each end won)."""
 
-    def __init__(self, most: int):
-        self.most = most
+    def __init__(self, most: int, queue: int = 8, wait_s: float = BUILD_WAIT_S):
+        self.most, self.queue, self.wait_s = most, queue, wait_s
         self._running: list[tuple[str | None, str]] = []
-        self._lock = threading.Lock()
+        self._waiting: list[tuple[str | None, str]] = []
+        self._cond = threading.Condition()
 
-    def start(self, session: str | None, address: str) -> None:
-        with self._lock:
-            if any(s == session for s, _ in self._running) or (address and any(a == address
-                                                                               for _, a in self._running)):
+    def _mine(self, session: str | None, address: str) -> bool:
+        return any(s == session or (address and a == address) for s, a in self._running + self._waiting)
+
+    def start(self, session: str | None, address: str, wait_s: float | None = None,
+              on_wait: Callable[[int], None] | None = None) -> None:
+        """Take a turn: at once when a scan is free and nobody waits, else in line for up to `wait_s` (calling
+        `on_wait(builds ahead)` about once a second: a Streamlit rerun raised there leaves the line).
+        LimitError when this visitor already has a build running or waiting, the line is full, or the wait ran
+        out."""
+        wait_s = self.wait_s if wait_s is None else wait_s
+        who = (session, address)
+        with self._cond:
+            if self._mine(session, address):
                 raise LimitError("An index is already being built for you; wait for it to finish.")
-            if len(self._running) >= self.most:
+            if len(self._running) >= self.most and len(self._waiting) >= self.queue:
                 raise LimitError(f"This server builds {self.most} index{'es' if self.most != 1 else ''} at a time "
-                                 "and is busy; try again in a few minutes.")
-            self._running.append((session, address))
+                                 f"and {len(self._waiting)} more are waiting; try again in a few minutes.")
+            self._waiting.append(who)
+        deadline = time.monotonic() + wait_s
+        try:
+            while True:
+                with self._cond:
+                    ahead = self._waiting.index(who)
+                    if ahead == 0 and len(self._running) < self.most:
+                        self._waiting.pop(0)
+                        self._running.append(who)
+                        self._cond.notify_all()
+                        return
+                    ahead += len(self._running)
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise LimitError(f"This server builds {self.most} index{'es' if self.most != 1 else ''} "
+                                         f"at a time and is busy ({ahead} ahead of you); try again in a few "
+                                         "minutes.")
+                    self._cond.wait(min(left, 1.0))
+                if on_wait is not None:
+                    on_wait(ahead)
+        except BaseException:
+            with self._cond:
+                if who in self._waiting:
+                    self._waiting.remove(who)
+                    self._cond.notify_all()
+            raise
 
     def end(self, session: str | None, address: str) -> None:
-        with self._lock:
+        with self._cond:
             if (session, address) in self._running:
                 self._running.remove((session, address))
+                self._cond.notify_all()
+
+    @property
+    def waiting(self) -> int:
+        with self._cond:
+            return len(self._waiting)
 
 
 def build_guard() -> BuildGuard:
-    return process_wide("index_builds", lambda: BuildGuard(limits.server_limits().index_builds))
+    def make() -> BuildGuard:
+        lim = limits.server_limits()
+        return BuildGuard(lim.index_builds, lim.index_queue)
+    return process_wide("index_builds", make)
 
 
 def corpus_cut(tokens: int) -> list[ix.Document]:
@@ -178,18 +237,66 @@ def check_build(spec: ModelSpec, tokens: int) -> list[ix.Document]:
     return docs
 
 
-def build(spec: ModelSpec, tokens: int, progress: Callable[[int, int], None]) -> Loaded:
-    """Scan the start of every play with the model (one build per visitor, bounded), save it to disk and load it."""
+def build(spec: ModelSpec, tokens: int, progress: Callable[[int, int], None],
+          on_wait: Callable[[int], None] | None = None) -> Loaded:
+    """Scan the start of every play with the model (one build per visitor, in turn, bounded), save it to disk
+    whole (a crash mid-save leaves the previous index or none, never a torn one), keep at most GPTVIZ_INDEX_KEPT
+    built indexes, and load it."""
     docs = check_build(spec, tokens)
     who = (session_id(), client_address())
     guard = build_guard()
-    guard.start(*who)
+    guard.start(*who, on_wait=on_wait)
     try:
         model = load_model(spec)
         with memory.reserve(ix.scan_nbytes(model.config, docs), f"an index scan of {spec.name}"):
             index = ix.build_index(model, docs, model_name=spec.label(), source=spec.source, progress=progress)
         folder = index_dir() / fingerprint(spec)
-        ix.save_index(index, folder)
+        with _disk_lock, atomic_folder(folder) as tmp:
+            ix.save_index(index, tmp)
+        prune_built(limits.server_limits().index_kept, keep=folder)
     finally:
         guard.end(*who)
     return find_index(spec)
+
+
+# ---------------------------------------------------------------------------------------------------- disk
+
+_disk_lock = threading.Lock()  # one save or prune at a time in this process
+STALE_TEMP_S = 3600.0  # a temporary folder this old was left by a server killed mid-save
+
+
+def _is_fingerprint(name: str) -> bool:
+    return len(name) == 64 and all(c in "0123456789abcdef" for c in name)
+
+
+def _shipped_folders() -> set[Path]:
+    from ..weights import bundled_models
+    return {ix.index_folder(name).resolve() for name in bundled_models()}
+
+
+def built_indexes() -> list[Path]:
+    """Indexes built on request, oldest built first: the folders of index_dir() named by a model fingerprint
+    (anything else there, and a bundled model's shipped index wherever it is, is never listed)."""
+    root = index_dir()
+    if not root.is_dir():
+        return []
+    shipped = _shipped_folders()
+    found = [p for p in root.iterdir() if p.is_dir() and _is_fingerprint(p.name) and p.resolve() not in shipped]
+    return sorted(found, key=lambda p: (p.stat().st_mtime, p.name))
+
+
+def prune_built(kept: int, keep: Path | None = None) -> list[Path]:
+    """Remove the oldest built indexes past `kept` (never `keep`: the one just built) and temporary folders left
+    by a server killed mid-save; returns what was removed."""
+    with _disk_lock:
+        removed = []
+        folders = [p for p in built_indexes() if keep is None or p.resolve() != Path(keep).resolve()]
+        for old in folders[:max(0, len(folders) - (kept - (keep is not None)))]:
+            shutil.rmtree(old, ignore_errors=True)
+            removed.append(old)
+        root = index_dir()
+        if root.is_dir():
+            for tmp in root.glob(TEMP_PREFIX + "*"):
+                if time.time() - tmp.stat().st_mtime > STALE_TEMP_S:
+                    shutil.rmtree(tmp, ignore_errors=True)
+        return removed

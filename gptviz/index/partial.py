@@ -12,7 +12,8 @@ import numpy as np
 import torch
 
 from .scan import PartialScan, ScanPlan
-from .store import IndexFormatError, write_atomic
+from ..atomic_write import atomic_file, atomic_write
+from .store import IndexFormatError
 
 PARTIAL_JSON, PARTIAL_NPZ = "partial.json", "partial.npz"
 PLAN_ARRAYS = ("offsets", "windows", "frequent", "frequent_counts", "hist_range", "zero_bin")
@@ -24,10 +25,11 @@ def save_partial(plan: ScanPlan, part: PartialScan, folder) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     arrays = {f"plan_{name}": getattr(plan, name) for name in PLAN_ARRAYS}
     arrays.update({f"part_{name}": getattr(part, name).numpy() for name in PartialScan.ARRAYS})
-    write_atomic(folder / PARTIAL_NPZ, lambda f: np.savez(f, **arrays))
+    with atomic_file(folder / PARTIAL_NPZ) as f:
+        np.savez(f, **arrays)
     info = {"key": part.key, "batches": part.batches, "tokens": part.tokens, "seconds": part.seconds,
             "n_batches": plan.n_batches, "settings": plan.settings, "meta": plan.meta}
-    write_atomic(folder / PARTIAL_JSON, lambda f: f.write(json.dumps(info).encode()))
+    atomic_write(folder / PARTIAL_JSON, json.dumps(info))
     return folder
 
 

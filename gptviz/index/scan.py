@@ -26,7 +26,7 @@ import torch
 from ..hooks import act_name, capturing
 from .constants import (BATCH_VALUES, BINS, FORMAT, HEAD_SCORE, MAX_BATCH, MIN_COUNT, NEURON_SCORE, QUANTILES, SAMPLE_WINDOWS,
                         TOKEN_RANK, TOKEN_UNITS, TOP_K, TOP_TOKENS, VERSION)
-from .corpus import Document, _as_documents, _checksum, _windows, default_stride, token_counts
+from .corpus import _as_documents, _checksum, _windows, default_stride, token_counts
 from .histograms import _bin_of, _edges, _quantiles
 from .store import NeuronIndex, _config_dict, model_fingerprint
 from .units import _unit_hooks, head_write_norms

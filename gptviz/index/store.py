@@ -3,14 +3,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from ..atomic_write import atomic_file, atomic_write
 from .constants import FORMAT, INDEX_JSON, INDEX_NPZ, TOKEN_UNITS, VERSION
 from .units import Unit, UnitLike, _as_unit, _flat, _unit_at
 
@@ -99,24 +98,11 @@ def save_index(index: NeuronIndex, folder) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     # each file written whole under a temporary name, then renamed over the old one; index.json last, so a reader
     # never pairs a new index.json with arrays it does not describe (and _validate refuses a mismatched pair)
-    write_atomic(folder / INDEX_NPZ, lambda f: np.savez_compressed(f, **index.arrays))
-    write_atomic(folder / INDEX_JSON, lambda f: f.write((json.dumps(index.meta, indent=1) + "\n").encode()))
+    with atomic_file(folder / INDEX_NPZ) as f:
+        np.savez_compressed(f, **index.arrays)
+    atomic_write(folder / INDEX_JSON, json.dumps(index.meta, indent=1) + "\n")
     return folder
 
-
-def write_atomic(path: Path, write) -> None:
-    """`write(file)` into a temporary file beside `path`, synced, then renamed over `path`: a crash leaves the old
-    file or the new one, never half of one."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def load_index(folder) -> NeuronIndex:

@@ -148,6 +148,32 @@ def test_a_model_without_an_index_builds_one_within_limits(tmp_path, monkeypatch
         ui.check_build(TINY, 3_000)
 
 
+def test_an_index_over_your_own_corpus_is_the_one_the_page_reads(tmp_path, monkeypatch):
+    import json
+    from gptviz.app.models import load_model
+    monkeypatch.setenv("GPTVIZ_INDEX_DIR", str(tmp_path / "indexes"))
+    corpus = tmp_path / "letters.jsonl"
+    texts = [f"Dear friend, letter {i}: the weather is fine and the garden is green.\n" * 6 for i in range(12)]
+    corpus.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    docs = ix.tokenize_corpus(corpus, tmp_path / "ids")
+    index = ix.build_index(load_model(TINY), docs, source=corpus.name,
+                           corpus={"path": str(corpus), "text_column": "text"})
+    ix.save_index(index, tmp_path / "indexes" / "letters")   # a name of the operator's own
+    at = run_page("units", spec=TINY)
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    unit = at.session_state[K.UNIT]
+    rows = examples_on_screen(at)["rows"]
+    best = ix.top_examples(index, unit)
+    assert [r["name"].split("  ")[2] for r in rows] == [e.doc_name for e in best]  # "line3", ... from the corpus
+    np.testing.assert_allclose(peaks_on_screen(at), [e.value for e in best], atol=1e-5)  # sent to 5 decimals
+    shown = " ".join(m.value for m in [*at.markdown, *at.info, *at.warning, *at.caption])
+    assert f"{index.tokens:,} tokens" in shown and str(tmp_path) not in shown
+    corpus.write_text("changed")  # the corpus moved on: a clear message, never an exception box
+    ix.save_index(index, tmp_path / "indexes" / "letters")  # a new mtime: read again
+    at = run_page("units", spec=TINY)
+    assert not at.exception and "could not be read" in " ".join(e.value for e in at.error)
+
+
 def test_one_build_per_visitor_and_the_server_cap():
     guard = ui.BuildGuard(most=2)
     guard.start("s1", "1.2.3.4")

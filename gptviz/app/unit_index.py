@@ -8,6 +8,7 @@ $XDG_CACHE_HOME/gptviz/indexes), never in the checkout; messages never name the 
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import threading
@@ -15,7 +16,6 @@ import time
 from pathlib import Path
 from typing import Callable, NamedTuple
 
-import numpy as np
 
 from .. import index as ix
 from .. import limits, memory
@@ -75,7 +75,13 @@ def fingerprint(spec: ModelSpec) -> str:
 
 
 def _docs_for(index: ix.NeuronIndex) -> list[ix.Document]:
-    """The corpus cut to the lengths the index lists (a build on request scans the start of each play)."""
+    """The corpus cut to the lengths the index lists (a build on request scans the start of each play); an index
+    over your own corpus reads it again from where the index says it lies (`python -m gptviz index --corpus`)."""
+    if index.meta["corpus"].get("path"):
+        try:
+            return ix.index_documents(index)
+        except (ValueError, OSError) as err:  # moved, changed or unreadable: the index cannot show its examples
+            raise ix.IndexFormatError(f"the index's corpus cannot be read as it was ({type(err).__name__})") from None
     docs = corpus()
     by_name = {d.name: d for d in docs}
     out = []
@@ -97,9 +103,41 @@ def _load(key: tuple, folder: Path) -> Loaded:
     return Loaded(key, index, _docs_for(index))
 
 
+def your_index(spec: ModelSpec) -> Path | None:
+    """An index the operator put in index_dir() under a name of their own (built with `python -m gptviz index MODEL
+    --corpus ... --out <index_dir>/NAME`) for this model's weights: the newest such folder, or None."""
+    root, mine = index_dir(), fingerprint(spec)
+    if not root.is_dir():
+        return None
+    found = []
+    for folder in root.iterdir():
+        meta = folder / ix.INDEX_JSON
+        if folder.name == mine or folder.name.startswith(TEMP_PREFIX) or not meta.is_file():
+            continue
+        stamp = meta.stat().st_mtime_ns
+        known = _fingerprints_on_disk()
+        if known.get(meta) is None or known[meta][0] != stamp:
+            try:
+                known[meta] = (stamp, json.loads(meta.read_text(encoding="utf-8"))["model"]["fingerprint"])
+            except (OSError, ValueError, KeyError, TypeError):
+                known[meta] = (stamp, None)
+        if known[meta][1] == mine:
+            found.append((stamp, folder))
+    return max(found)[1] if found else None
+
+
+def _fingerprints_on_disk() -> dict:
+    return process_wide("index_fingerprints_on_disk", dict)
+
+
 def find_index(spec: ModelSpec) -> Loaded | None:
-    """The index for the sidebar's model: a bundled model's shipped one (when it was built with these weights),
-    else one built earlier on this server; None when there is none."""
+    """The index for the sidebar's model: one the operator built over a corpus of their own (your_index), else a
+    bundled model's shipped one (when it was built with these weights), else one built earlier on this server;
+    None when there is none."""
+    yours = your_index(spec)
+    if yours is not None:
+        key = ("yours", yours.name, (yours / ix.INDEX_JSON).stat().st_mtime_ns)
+        return index_store().get_or_build(key, lambda: _load(key, yours), _size)
     folder = index_dir() / fingerprint(spec)
     built = (folder / ix.INDEX_JSON).exists()
     if spec.source == K.SOURCE_BUNDLED and (ix.index_folder(spec.name) / ix.INDEX_JSON).exists():

@@ -153,6 +153,13 @@ def example_rows(loaded: ui.Loaded, contexts: list[ix.Context], examples: list[i
         name = f"#{e.rank + 1}  {e.value:.3f}  {e.doc_name}{'  (held out)' if held else ''}"
         hover = (f"{e.doc_name}{' (a held-out play)' if held else ''}, token {e.pos:,}; "
                  f"{'score' if e.unit.kind == 'head' else 'activation'} at the peak {e.value:.4f}")
+        looks = ix.attended(c)
+        if looks is not None:  # a head: where its peak looks, so a previous-token or induction head shows at a glance
+            label = token_labels([looks.token])[0]
+            name += f"  → {label} {looks.back} back ({looks.weight:.2f})"
+            if looks.after_copy:
+                name += " ↻"
+                hover += f"; it attends to {label}, the token after an earlier copy of the peak token (induction)"
         rows.append(fu.ExampleRow(token_labels(c.ids), values, c.peak, name, hover))
     return rows
 

@@ -61,9 +61,24 @@ def test_a_head_from_state_shows_where_its_peak_looks(shipped):
     assert not at.exception and not at.error
     assert at.markdown[0].value.startswith("**L1H2\\: output norm")
     np.testing.assert_allclose(peaks_on_screen(at), shipped.arrays["top_values"][shipped.flat("L1H2")], rtol=1e-5)
+    # each example names where its peak looks, from a fresh one-at-a-time recomputation of its attention
+    from gptviz import load_pretrained
+    from gptviz.tokenizer import token_labels
+    model, docs = load_pretrained("shakespeare-pre"), ix.index_documents(shipped)
+    for row, e in zip(examples_on_screen(at)["rows"], ix.top_examples(shipped, "L1H2")):
+        ctx = ix.example_context(shipped, docs, e.doc, e.pos, model=model, unit="L1H2", before=20, after=6)
+        j = int(np.nanargmax(ctx.attention))
+        assert f"→ {token_labels([ctx.ids[j]])[0]} {ctx.peak - j} back ({ctx.attention[j]:.2f})" in row["name"]
     at.radio(key=K.UNIT_COLOUR).set_value("where the peak token looks").run()
     weights = [v for row in examples_on_screen(at)["rows"] for v in row["values"] if v is not None]
     assert 0 <= min(weights) and max(weights) <= 1 + 1e-6
+
+
+def test_an_induction_heads_examples_show_that_it_copies(shipped):
+    at = run_page("units", spec=PRE, unit="L1H0")  # the pre-norm twin's induction head
+    names = [row["name"] for row in examples_on_screen(at)["rows"]]
+    copies = [n for n in names if n.endswith("↻")]
+    assert len(copies) >= len(names) // 2, names  # most of its top examples attend after an earlier copy
 
 
 def test_a_unit_in_the_url_opens_that_unit():

@@ -51,7 +51,7 @@ from .effects import DirectEffect, direct_effect, head_direct_effect
 from .histograms import _bin_of, _edges, _quantiles
 from .partial import load_partial, save_partial
 from .progress import text_progress
-from .read import (Context, Example, TokenUnit, UnitScore, _check_model, active_phrase, check_documents, example_context,
+from .read import (Attended, Context, Example, attended, TokenUnit, UnitScore, _check_model, active_phrase, check_documents, example_context,
                    example_contexts, example_contexts_nbytes, histogram, index_documents, quantiles, summary,
                    top_examples, top_tokens, units_at, units_at_nbytes, units_for_token)
 from .scan import (PartialScan, ScanPlan, _run_windows, build_index, default_batch, finish_scan, merge_scans,

@@ -81,6 +81,26 @@ class Context:
                                          # (0 after it; NaN before its scoring window)
 
 
+@dataclass(frozen=True)
+class Attended:
+    """Where a head's query at a context's peak puts most of its attention."""
+    token: int         # the token id it attends to most
+    back: int          # how many positions before the peak (0: itself, 1: the previous token)
+    weight: float      # its attention weight
+    after_copy: bool   # the token before it is the peak's own token: the pattern of an induction head
+
+
+def attended(context: Context) -> Attended | None:
+    """For a head's context: the token the peak attends to most; None for a neuron or when the context holds none of
+    the peak's keys."""
+    a = context.attention
+    if a is None or not np.isfinite(a).any():
+        return None
+    j = int(np.nanargmax(a))
+    after_copy = 1 <= j < context.peak and context.ids[j - 1] == context.ids[context.peak]
+    return Attended(int(context.ids[j]), int(context.peak - j), float(a[j]), bool(after_copy))
+
+
 def example_context(index: NeuronIndex, corpus_docs, doc: int, pos: int, *, model, unit: UnitLike,
                     before: int = 24, after: int = 8) -> Context:
     """Token ids from `before` tokens before `pos` to `after` after it (clipped to the document) with the unit's

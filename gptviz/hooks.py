@@ -66,6 +66,11 @@ def storage_nbytes(tensors: Iterable[torch.Tensor]) -> int:
     return total
 
 
+def model_nbytes(model) -> int:
+    """Bytes of a model's distinct parameter and buffer storages (a tied head counts once)."""
+    return storage_nbytes(list(model.parameters()) + list(model.buffers()))
+
+
 class HookPoint(nn.Module):
     """Identity; records its input when the running capture asks for this name."""
 

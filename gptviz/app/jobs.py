@@ -15,6 +15,7 @@ import streamlit as st
 
 from .. import limits, memory
 from ..live_generation import GenerationSlots
+from ..hooks import model_nbytes
 from ..model import GPT
 from ..training_jobs import JobRegistry
 
@@ -79,7 +80,6 @@ class TrainedModels:
 
     def _count(self, model: GPT, sign: int) -> None:
         if self.accountant is not None:
-            from .models import model_nbytes
             self.accountant.stored(sign * model_nbytes(model))
 
     def get(self, run_id: str) -> GPT | None:

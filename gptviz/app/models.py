@@ -19,7 +19,8 @@ from .. import GPT, PRESETS, analysis, memory
 from ..bounded_cache import BoundedCache
 from ..config import ConfigError
 from ..devices import DTYPES, place
-from ..hooks import ActivationCache, act_name, capture, capture_nbytes, stack_patterns, storage_nbytes
+from ..hooks import (ActivationCache, act_name, capture, capture_nbytes, model_nbytes,  # noqa: F401 (model_nbytes: callers import it here)
+                     stack_patterns, storage_nbytes)
 from .. import limits
 from ..limits import LimitError
 from ..params import total_params
@@ -171,11 +172,6 @@ def _stored_nbytes(spec: ModelSpec):
     if spec.source == keys.SOURCE_TRAINED and (spec.device, spec.dtype) == ("cpu", "float32"):
         return lambda model: 0
     return model_nbytes
-
-
-def model_nbytes(model: GPT) -> int:
-    """Bytes of a model's distinct parameter and buffer storages (a tied head counts once)."""
-    return storage_nbytes(list(model.parameters()) + list(model.buffers()))
 
 
 def _build_model(spec: ModelSpec, folder: Path | None = None) -> GPT:

@@ -12,7 +12,7 @@ from ..model import GPT
 from ..tokenizer import position_labels, token_labels
 from . import keys as K
 from .models import ModelSpec, capture_cache, require_capture
-from .router import PAGES_DIR
+from .pages import PAGES_DIR
 from .sidebar import keep_valid, require_model, require_prompt
 
 state = st.session_state

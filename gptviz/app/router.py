@@ -4,27 +4,7 @@
 given by absolute path, so the router works wherever the entry script lives."""
 from __future__ import annotations
 
-from pathlib import Path
-
-_PACKAGE = Path(__file__).resolve().parents[1]  # gptviz/
-# Installed, setuptools maps the checkout's app_pages/ to gptviz/app_pages; in a checkout it sits beside gptviz/.
-PAGES_DIR = _PACKAGE / "app_pages" if (_PACKAGE / "app_pages").is_dir() else _PACKAGE.parent / "app_pages"
-
-# (section, file stem, title, icon); the first page is the default.
-PAGE_LIST = [
-    ("Look inside", "attention", "Attention", "👀"),
-    ("Look inside", "overview", "The whole model", "🗺️"),
-    ("Look inside", "generation", "Generation", "✍️"),
-    ("Look inside", "embeddings", "Embeddings", "🧭"),
-    ("Look inside", "activations", "Activations", "⚡"),
-    ("Look inside", "why", "Why this token?", "🔬"),
-    ("Look inside", "units", "What does this unit do?", "🧩"),
-    ("Architecture", "norms", "Pre-norm vs post-norm", "⚖️"),
-    ("Architecture", "parameters", "Parameters", "🧮"),
-    ("Architecture", "explainers", "Explainers", "📖"),
-    ("Train", "training", "Train a model", "🏋️"),
-    ("Train", "timeline", "Heads forming", "🌱"),
-]
+from .pages import PAGE_LIST, PAGES_DIR  # noqa: F401 (PAGES_DIR: callers read it here)
 
 
 def main() -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import streamlit as st
 
 from . import keys as K
-from .router import PAGES_DIR
+from .pages import PAGES_DIR
 
 state = st.session_state
 

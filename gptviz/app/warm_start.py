@@ -34,7 +34,7 @@ def imported_modules(script: Path) -> list[str]:
 
 def import_pages() -> None:
     """Import every page's top-level imports (names that are attributes, not submodules, are skipped)."""
-    from .router import PAGE_LIST, PAGES_DIR
+    from .pages import PAGE_LIST, PAGES_DIR
     for _, stem, _, _ in PAGE_LIST:
         for name in imported_modules(PAGES_DIR / f"{stem}.py"):
             try:

@@ -1,5 +1,5 @@
 """What a visitor can make the server hold, in one place: the operator sets these through environment variables
-(README, "Deploying"); every cache, job and export checks them before it allocates.
+(docs/deploying.md); every cache, job and export checks them before it allocates.
 
 GPTVIZ_MEMORY_MB          everything held for visitors at once: stored models, captures and trained models, and
                           work in flight (builds, captures, generations, training, sweeps), reserved before it

@@ -49,6 +49,7 @@ BENCHMARKS = {
     "unit-page": Bench("bench_unit_page.py", "the unit page's load time in Chromium"),
     "load": Bench("load_test.py", "several visitors at once, in real browsers"),
     "hostile": Bench("hostile_load.py", "a hostile visitor's audit replayed against a real server"),
+    "word-box": Bench("hostile_word_box.py", "a 10 MB value in the unit page's one-token boxes: page time, memory"),
     "warmup": Bench("bench_warmup.py", "does post-norm need warmup: the Train page's scenario"),
     "grow": Bench("bench_grow_induction.py", "the Heads forming page's grow-an-induction-head run"),
     "gpu": Bench("gpu_check.py", "the prepared CUDA check (exits 0 with a note without a GPU)", ()),

@@ -303,8 +303,8 @@ def test_prompt_capture_npz_holds_every_hook(model, include_attention):
     expected = set(cache) - (set() if include_attention else attention)
     assert set(loaded) == expected | {"ids", "tokens"}
     assert loaded["hook_pos_embed"].shape == (T, D)      # every position kept
-    for name in expected:
-        np.testing.assert_allclose(loaded[name], cache[name].numpy(), rtol=1e-6, atol=1e-7)
+    for name in expected:  # without the patterns the export runs the fused attention kernel: rounding apart
+        np.testing.assert_allclose(loaded[name], cache[name].numpy(), rtol=1e-5, atol=1e-6)
     nbytes = sum(loaded[n].nbytes for n in expected)
     assert export_nbytes(model.config, T, include_attention) == nbytes
 

@@ -6,12 +6,15 @@ import torch
 
 
 def _bin_of(values: torch.Tensor, inv_width: torch.Tensor, zero_bin: torch.Tensor, bins: int) -> torch.Tensor:
-    """Each value's histogram bin, int32 [units, n] (`inv_width`, `zero_bin`: float [units, 1]). Bins are left-open, (edge_k, edge_k+1], so 0 and -0.0 fall in
-    the bin just below the 0 edge and every value > 0 in a bin above it, decided by the value's sign alone: the
-    position (v / width) is rounded in float32, and when it was taken from the lower edge (v - lo) / width, values
-    within rounding of 0 (GELU's -0.0 and tiny negatives) landed above the 0 edge and counted as active."""
-    steps = torch.mul(values, inv_width).ceil_()                     # bins above (> 0) or below (<= 0) the 0 edge
-    steps = torch.where(values > 0, steps.clamp(min=1), steps)       # a positive value never rounds down to 0
+    """Each value's histogram bin, int32 [units, n]. `inv_width`, `zero_bin`: float [units, 1]. Bins are left-open, (edge_k, edge_k+1], so 0 and -0.0
+    fall in the bin just below the 0 edge and every value > 0 in a bin above it, decided by the value's sign alone:
+    ceil(v / width) is >= 1 for v > 0 and <= 0 otherwise. (Taken from the lower edge, (v - lo) / width rounded in
+    float32 put GELU's -0.0 and tiny negatives above the 0 edge, where they counted as active.)"""
+    steps = torch.mul(values, inv_width).ceil_()
+    small = (inv_width[:, 0] < 1).nonzero().squeeze(1)
+    if len(small):  # v * inv_width >= v > 0 when inv_width >= 1; below 1 a tiny v > 0 could round to 0
+        rows = steps[small]
+        steps[small] = torch.where(values[small] > 0, rows.clamp(min=1), rows)
     # bin = zero_bin - 1 + steps, clamped into the outer bins
     return steps.clamp_(1 - zero_bin, bins - zero_bin).add_(zero_bin - 1).to(torch.int32)
 

@@ -229,7 +229,7 @@ def scan_batches(model, docs, plan: ScanPlan, batches: Sequence[int] | range | N
     lo = torch.from_numpy(plan.hist_range[:, :1]).double()
     inv_width = (bins / (torch.from_numpy(plan.hist_range[:, 1:]).double() - lo)).float()
     zero_col = torch.from_numpy(plan.zero_bin).float()[:, None]
-    bin_base = (torch.arange(U, dtype=torch.int32) * bins)[:, None]
+    bin_base = (torch.arange(U, dtype=torch.int32) * bins)[:, None]  # each unit's first bin in the flat counts
     slot_of = torch.full((cfg.vocab_size,), len(plan.frequent), dtype=torch.long)
     slot_of[torch.from_numpy(plan.frequent)] = torch.arange(len(plan.frequent))
     counts = part.counts.reshape(-1)

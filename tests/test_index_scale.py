@@ -201,3 +201,18 @@ def test_a_scans_memory_stays_flat_when_the_corpus_grows_tenfold():
     extra_tokens = runs[10]["tokens"] - runs[1]["tokens"]
     grew = (runs[10]["grew_kb"] - runs[1]["grew_kb"]) * 1024
     assert grew < min(8 << 20, 4 * extra_tokens / 2), runs
+
+
+def test_ranked_tokens_are_capped_at_the_most_frequent(corpus, monkeypatch):
+    from gptviz.index import scan
+    model, docs, single = corpus
+    counts = np.bincount(np.concatenate([d.ids for d in docs]))
+    frequent = np.flatnonzero(counts >= 4)
+    assert len(frequent) > 5
+    monkeypatch.setattr(scan, "MAX_RANKED_TOKENS", 5)
+    capped = ix.build_index(model, docs, batch=2, top_k=6, bins=24, min_count=4)
+    kept = capped.arrays["token_ids"]
+    assert len(kept) == 5 and list(kept) == sorted(kept)
+    assert counts[kept].min() >= np.sort(counts[frequent])[-5]  # none rarer than a token left out
+    for name in ("top_values", "hist_counts", "active_share"):  # the rest of the index is untouched
+        assert np.array_equal(capped.arrays[name], single.arrays[name], equal_nan=True)

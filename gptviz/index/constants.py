@@ -9,6 +9,7 @@ BINS = 128              # histogram bins per unit
 QUANTILES = (0.01, 0.5, 0.99)
 TOP_TOKENS = 10         # tokens listed per unit
 MIN_COUNT = 20          # a token needs this many occurrences to be ranked by its mean
+MAX_RANKED_TOKENS = 8192  # and at most this many tokens are (the most frequent): their sums per unit stay bounded
 TOKEN_UNITS = 10        # neurons (and up to this many heads) listed per token
 SAMPLE_WINDOWS = 256    # windows of the first pass that fixes the histogram range
 DEAD_PEAK = 1e-3        # units_at skips a unit whose corpus peak is at most this (a dead neuron)
@@ -21,4 +22,5 @@ HEAD_SCORE = ("L2 norm of the head's write into the residual stream at each quer
               "||z_h @ W_O^h||, z_h = blocks.{layer}.attn.hook_z[..., h, :], W_O^h = the head's d_head rows of "
               "c_proj's [in, out] weight; c_proj's bias (shared by all heads) left out")
 TOKEN_RANK = ("per unit: token ids by the unit's mean activation over their occurrences, among tokens occurring at "
-              "least min_count times; per token: units by z-scored mean ((mean on token - unit mean) / unit std)")
+              "least min_count times (the MAX_RANKED_TOKENS most frequent of them at most); per token: units by "
+              "z-scored mean ((mean on token - unit mean) / unit std)")

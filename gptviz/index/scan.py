@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from ..hooks import act_name, capturing
-from .constants import (BATCH_VALUES, BINS, FORMAT, HEAD_SCORE, MAX_BATCH, MIN_COUNT, NEURON_SCORE, QUANTILES, SAMPLE_WINDOWS,
+from .constants import (BATCH_VALUES, BINS, FORMAT, HEAD_SCORE, MAX_BATCH, MAX_RANKED_TOKENS, MIN_COUNT, NEURON_SCORE, QUANTILES, SAMPLE_WINDOWS,
                         TOKEN_RANK, TOKEN_UNITS, TOP_K, TOP_TOKENS, VERSION)
 from .corpus import _as_documents, _checksum, _windows, default_stride, token_counts
 from .histograms import _bin_of, _edges, _quantiles
@@ -130,6 +130,8 @@ def plan_scan(model, docs, *, model_name: str = "", source: str = "", corpus: di
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     counts = token_counts(docs, cfg.vocab_size)
     frequent = np.flatnonzero(counts >= min_count)
+    if len(frequent) > MAX_RANKED_TOKENS:  # per-token sums are units x tokens: keep the most frequent, in id order
+        frequent = np.sort(frequent[np.argsort(-counts[frequent], kind="stable")[:MAX_RANKED_TOKENS]])
     windows = _windows(lengths, n_ctx, stride)
     L, F, H = cfg.n_layers, cfg.d_ff, cfg.n_heads
     U = L * (F + H)
@@ -173,7 +175,7 @@ def plan_scan(model, docs, *, model_name: str = "", source: str = "", corpus: di
                      "within a bin) and clipped to value_range; active_share: the count of values > 0 (the bins above the 0 "
                      "edge, which hold exactly those)",
         "top_tokens": {"k": min(TOP_TOKENS, len(frequent)), "min_count": min_count, "rank": TOKEN_RANK,
-                       "frequent_tokens": len(frequent)},
+                       "frequent_tokens": len(frequent), "most_ranked": MAX_RANKED_TOKENS},
     }
     return ScanPlan(settings, offsets, windows, frequent, counts[frequent], hist_range,
                     zero_bin.long().numpy(), meta)

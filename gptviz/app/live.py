@@ -109,7 +109,7 @@ def compact_controls(c: Controls, spec: ModelSpec, model: GPT, ids, on_start=Non
                                                                     "written so far.")
         st.button("Next token", key=c.next, on_click=next_token, args=(c,),
                   help="Writes one more token of the running generation (and sets the pace to one token per click).")
-        with st.popover("More", icon=":material/tune:", help="More sampling settings: length, top-k, top-p, seed, pace."):
+        with st.popover("More", icon=":material/tune:", help="The other settings: length, top-k, top-p, seed, pace."):
             st.number_input("New tokens", min_value=1, max_value=200, value=c.default_tokens, step=1, key=c.tokens)
             st.number_input("Top-k (0 = off)", min_value=0, max_value=vocab, value=0, step=1, key=c.top_k,
                             help="Sample only from the k most probable tokens.")

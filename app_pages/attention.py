@@ -613,8 +613,8 @@ def draw_running(run: dict, seen: Seen) -> None:
 # The page's own layout rules (style only; no user or model text): less room above the title, so the map fits the
 # first screen; on a phone a smaller title.
 PAGE_CSS = ("<style>[data-testid='stMainBlockContainer'] {padding-top: 4rem;} "
-            "@media (max-width: 640px) {[data-testid='stMainBlockContainer'] h1 {font-size: 1.5rem; "
-            "padding: 0.25rem 0;}}</style>")
+            "@media (max-width: 640px) {[data-testid='stMainBlockContainer'] {padding-top: 3.5rem;} "
+            "[data-testid='stMainBlockContainer'] h1 {font-size: 1.4rem; padding: 0;}}</style>")
 LIVE_TEXT_PX = 180  # the live text's box: a long run scrolls inside it, so the next-token list stays in view
 
 

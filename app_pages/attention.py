@@ -224,17 +224,29 @@ def detector_table(seen: Seen, found: list[Detector]) -> None:
                K.per_item(K.UNIT_PILLS, "att_detectors"))
 
 
-def opening_line(found: list[Detector]) -> None:
-    """One line on what the map shows first: the head worth a look and its score beside chance, measured."""
+def show_head(layer: int, head: int) -> None:
+    state[K.ATT_LAYER], state[K.ATT_HEAD] = layer, head
+
+
+def suggestion(found: list[Detector], p: Pick) -> None:
+    """One line on the head worth a look, its score beside chance, measured; and whether the map shows it: when the
+    pickers hold another head (a pick, or another model after the sidebar's LayerNorm placement), one click shows it."""
     best = head_worth_a_look(found)
     if best is None:
         st.caption("No head of this model clears the bar on this prompt (a score of at least "
                    f"{WORTH_A_LOOK} and {WORTH_OVER_CHANCE:g}x chance); try an example.")
         return
     layer, head, d = best
+    shown = (p.layer, p.head) == (layer, head)
     st.markdown(f"**Worth a look: layer {layer}, head {head}**, this prompt's strongest {d.name.split(',')[0]} head: "
                 f"{float(d.scores[layer, head]):.2f} of its weight where that detector looks, against "
-                f"{d.chance:.2f} for uniform attention.")
+                f"{d.chance:.2f} for uniform attention. "
+                + ("The map shows it." if shown else f"The map shows layer {p.layer}, {head_name(p.head)}."),
+                help="Each detector measures one way of looking (the table below); chance is what attention spread "
+                     "evenly over the same tokens would score.")
+    if not shown:
+        st.button(f"Show layer {layer}, head {head}", key=K.ATT_SHOW_SUGGESTED, on_click=show_head, args=(layer, head),
+                  icon=":material/arrow_back:", type="primary")
 
 
 def use_example(text: str) -> None:
@@ -245,21 +257,23 @@ def use_example(text: str) -> None:
 
 def example_buttons() -> None:
     """The examples one click away, on the page itself (they also sit in the sidebar's menu)."""
-    names = list(EXAMPLE_PROMPTS)
-    for i, (col, name) in enumerate(zip(st.columns(len(names)), names)):
-        col.button(name, key=K.per_item(K.ATT_EXAMPLE, i), on_click=use_example, args=(EXAMPLE_PROMPTS[name],),
-                   width="stretch", type="primary" if state.get(K.PROMPT) == EXAMPLE_PROMPTS[name] else "secondary")
+    with st.container(horizontal=True, vertical_alignment="center", gap="xsmall"):
+        st.markdown("**Examples:**", width="content")
+        for i, (name, text) in enumerate(EXAMPLE_PROMPTS.items()):
+            st.button(name, key=K.per_item(K.ATT_EXAMPLE, i), on_click=use_example, args=(text,),
+                      type="primary" if state.get(K.PROMPT) == text else "secondary")
 
 
 def pickers(seen: Seen, query: int) -> Pick:
-    c_layer, c_head, c_scale = st.columns([1, 1, 1.4])
-    layer = c_layer.selectbox("Layer", list(range(seen.cfg.n_layers)), key=K.ATT_LAYER,
-                              format_func=lambda i: f"layer {i}", persist_state="session")
-    head = c_head.selectbox("Head", seen.heads, key=K.ATT_HEAD, format_func=head_name, persist_state="session",
+    row = st.container(horizontal=True, gap="xsmall")
+    layer = row.selectbox("Layer", list(range(seen.cfg.n_layers)), key=K.ATT_LAYER,
+                              format_func=lambda i: f"layer {i}", persist_state="session", width=110,
+                          help="A layer: one of the blocks the tokens pass through in turn, each with its own heads.")
+    head = row.selectbox("Head", seen.heads, key=K.ATT_HEAD, format_func=head_name, persist_state="session", width=165,
                             help="Each head has its own queries and keys, so each learns its own way of looking. "
                                  "The mean shows where the layer as a whole looks.")
     state.setdefault(K.ATT_SCALE, fa.DEFAULT_SCALE)
-    scale = c_scale.selectbox("Colour scale", list(fa.SCALES), key=K.ATT_SCALE, format_func=fa.SCALES.get,
+    scale = row.selectbox("Colour scale", list(fa.SCALES), key=K.ATT_SCALE, format_func=fa.SCALES.get,
                               persist_state="session",
                               help="Shared by every attention figure on this page. The default, the square root, "
                                    "makes small weights visible (a linear scale shows only a head's few largest); "
@@ -267,18 +281,39 @@ def pickers(seen: Seen, query: int) -> Pick:
     return Pick(layer, head, scale, query)
 
 
-def views(seen: Seen, query: int, generation_box) -> None:
+@dataclass
+class Boxes:
+    """Where the views' fragment draws, in page order: created by the page, filled by the fragment."""
+    generation: object   # a finished generation (a running one is the live fragment's)
+    map_block: object    # the map beside the controls, the suggestion and the detector table
+    tabs: object         # the other views
+
+
+def views(seen: Seen, query: int, found: list[Detector], boxes: Boxes) -> None:
     """The pickers and every view: a pick reruns only this fragment, never the model (the capture is kept)."""
-    if state.pop(K.QUERY_MOVED, False):
-        st.rerun()  # a view picked another query token: the chips above must show it
-    pick = pickers(seen, query)
-    for view, tab in zip(VIEWS, st.tabs(VIEWS, key=K.ATT_VIEW, on_change="rerun")):
-        if tab.open is not False:  # a closed tab costs nothing
-            with tab:
-                VIEW_DRAWERS[view](seen, pick)
+    if state.pop(K.QUERY_MOVED, False) or state.pop(K.ATT_GEN_STARTED, False):
+        st.rerun()  # a view picked another query token (the chips sit outside), or Generate started the live view
+    with boxes.map_block:
+        left, right = st.columns([3, 2], gap="medium")
+        with right:  # drawn first: the map's picks come from these widgets
+            live.compact_controls(live.ATTENTION, seen.spec, seen.model, seen.ids,
+                                  on_start=lambda: state.__setitem__(K.ATT_GEN_STARTED, True))
+            pick = pickers(seen, query)
+            about_the_map(seen, pick)
+            if found:
+                suggestion(found, pick)
+                with st.expander("Heads worth a look: each detector's score beside chance", expanded=True):
+                    detector_table(seen, found)
+        with left:
+            head_map(seen, pick)
+    with boxes.tabs:
+        for view, tab in zip(VIEWS, st.tabs(VIEWS, key=K.ATT_VIEW, on_change="rerun")):
+            if tab.open is not False:  # a closed tab costs nothing
+                with tab:
+                    VIEW_DRAWERS[view](seen, pick)
     job = live.stored_generation(seen.spec, seen.ids, live.ATTENTION.page)
     if job is not None and not job.running:  # a running one is the live fragment's
-        with generation_box:
+        with boxes.generation:
             finished_generation(live.generation_view(job), seen, pick)
     sync_address()  # a pick here reruns only this fragment, not the router that writes the address
 
@@ -287,30 +322,46 @@ def picked_from_map(seen: Seen):
     return live.map_pick(K.ATT_LAYER, K.ATT_HEAD, seen.cfg.n_layers, seen.cfg.n_heads)
 
 
+def map_height(T: int) -> int:
+    return int(min(660, max(440, 380 + 8 * T)))
+
+
+def head_map(seen: Seen, p: Pick) -> None:
+    """The picked head's heatmap, with the map's own layer and head pickers: the page's first view, alone in its
+    column (what explains it sits beside it), so on a phone the controls follow it on the first screen."""
+    amap.attention_map(amap.payload(seen.patterns.numpy(), seen.labels, layer=p.layer, head=p.head, query=p.query,
+                                    scale=p.scale, mean_head=MEAN_HEAD, head_names=[head_name(h) for h in seen.heads],
+                                    height=map_height(seen.T)),
+                       key=K.ATT_MAP, on_pick=picked_from_map(seen))
+
+
+def about_the_map(seen: Seen, p: Pick) -> None:
+    """How to read the map (on hover), and the map as a file."""
+    labels, pat = seen.labels, seen.pattern(p.layer, p.head)
+    st.caption("Map: rows are the tokens looking (queries), columns the tokens they look at (keys).",
+               help="Each row sums to 1. Grey cells are the causal mask, not zero weights: a token cannot look at "
+                    "tokens after it. The outlined row is the chosen query token; hover a cell for its weight. "
+                    "Picking a layer or head in the map or here redraws it at once, and the views below follow.")
+    figure_download(lambda: fa.attention_heatmap(pat.numpy(), labels, scale=p.scale, query=p.query,
+                                                 title=f"Layer {p.layer}, {head_name(p.head)}",
+                                                 height=map_height(seen.T)),
+                    file_name=f"layer-{p.layer}-{head_name(p.head).replace(' ', '-')}.html", key=K.ATT_HEATMAP,
+                    label="The map as interactive HTML")
+
+
 def one_head(seen: Seen, p: Pick) -> None:
-    labels, T = seen.labels, seen.T
+    """The chosen query's row of the map as bars, and the keys it weighs most."""
+    labels = seen.labels
     pat = seen.pattern(p.layer, p.head)
     left, right = st.columns([3, 2], gap="medium")
     with left:
-        height = int(min(660, max(440, 380 + 8 * T)))
-        amap.attention_map(amap.payload(seen.patterns.numpy(), labels, layer=p.layer, head=p.head, query=p.query,
-                                        scale=p.scale, mean_head=MEAN_HEAD,
-                                        head_names=[head_name(h) for h in seen.heads], height=height),
-                           key=K.ATT_MAP, on_pick=picked_from_map(seen))
-        figure_download(lambda: fa.attention_heatmap(pat.numpy(), labels, scale=p.scale, query=p.query,
-                                                     title=f"Layer {p.layer}, {head_name(p.head)}", height=height),
-                        file_name=f"layer-{p.layer}-{head_name(p.head).replace(' ', '-')}.html", key=K.ATT_HEATMAP)
-        st.caption("Pick a layer or a head above the map: it redraws at once, and the views beside and below "
-                   "follow. Rows are queries (the token looking), columns are keys (the tokens it looks at); each row "
-                   "sums to 1. Grey cells are the causal mask, not zero weights: a token cannot look at tokens after "
-                   "it. The outlined row is the chosen query token; hover a cell for its weight.")
-    with right:
         row = pat[p.query, : p.query + 1]
         title = f"Where token {p.query} '{labels[p.query]}' looks"
         qbars.query_bars(qbars.payload(row.numpy(), labels, p.query, title=title), key=K.ATT_QUERY_BARS)
         figure_download(lambda: fa.query_bars(row.numpy(), labels, p.query, title=fa.plotly_text(title)),
                         file_name=f"query-{p.query}-layer-{p.layer}-{head_name(p.head).replace(' ', '-')}.html",
                         key=K.ATT_QUERY_BARS_HTML)
+    with right:
         order = row.argsort(descending=True)[:5].tolist()
         st.dataframe(pd.DataFrame({"key token": [labels[k] for k in order], "position": order,
                                    "weight": [float(row[k]) for k in order]}),
@@ -556,27 +607,24 @@ def draw_running(run: dict, seen: Seen) -> None:
     """The live fragment's redraw, with the pickers' current values."""
     live.draw_live(run, layer=state.get(K.ATT_LAYER, 0), head=state.get(K.ATT_HEAD, 0),
                    scale=state.get(K.ATT_SCALE, fa.DEFAULT_SCALE), map_key=K.ATT_GEN_MAP_LIVE,
-                   on_pick=picked_from_map(seen))
+                   on_pick=picked_from_map(seen), text_height=LIVE_TEXT_PX)
 
 
-def generation_section(seen: Seen) -> None:
-    st.divider()
-    st.subheader("Watch it generate")
-    st.caption("Each new token adds one row to the map: where the query that predicted it looked.",
-               help="The model writes one token at a time; each new token is predicted by the last token's query. "
-                    "The pace sets how fast the rows appear; after a run, the replay slider goes back to any step. "
-                    "Changing the layer, head, colour scale or view while it writes does not stop it. The Generation "
-                    "page has the step-by-step detail.")
-    live.controls(live.ATTENTION, seen.spec, seen.model, seen.ids)
+# The page's own layout rules (style only; no user or model text): less room above the title, so the map fits the
+# first screen; on a phone a smaller title.
+PAGE_CSS = ("<style>[data-testid='stMainBlockContainer'] {padding-top: 4rem;} "
+            "@media (max-width: 640px) {[data-testid='stMainBlockContainer'] {padding-top: 3.5rem;} "
+            "[data-testid='stMainBlockContainer'] h1 {font-size: 1.4rem; padding: 0;}}</style>")
+LIVE_TEXT_PX = 180  # the live text's box: a long run scrolls inside it, so the next-token list stays in view
 
 
 def main() -> None:
-    st.title("Attention")
-    st.caption("Each token builds its next representation from a weighted mix of the tokens before it: one map of "
-               "weights per head.")
+    st.html(PAGE_CSS)
+    st.title("Attention", help="Each token builds its next representation from a weighted mix of the tokens before "
+                               "it. A head is one such mix, with its own weights: one map per head, several heads per "
+                               "layer. Generate lets the model write and shows where each new token looked.")
+    page_prompt_box(height=68)  # a phone's first screen: its sidebar, with the prompt, starts closed
     from gptviz.app.overview import overview_link; overview_link()  # the whole forward pass at a glance
-    page_prompt_box()  # a phone's first screen: its sidebar, with the prompt, starts closed
-    example_buttons()
     seen = read_prompt()
     found = detectors(seen) if seen.T >= 2 else []
     if found:
@@ -586,25 +634,18 @@ def main() -> None:
     follow_query_to_the_new_prompt(seen.ids)
     keep_valid(K.ATT_QUERY, list(range(seen.T)) + [None], None)
     keep_valid(K.ATT_QUERY_POS, list(range(seen.T)), seen.T - 1)
-    # display order; Generate's callback has already started the model before any of this is drawn
-    detector_box, views_box, chips_box, controls_box, generation_box = (st.container() for _ in range(5))
-    with controls_box:
-        generation_section(seen)
+    # display order: a generation (live or finished) above the map, so what it draws is on the first screen;
+    # Generate's callback has already started the model before any of this is drawn
+    generation_box, map_box, chips_box, examples_box, tabs_box = (st.container() for _ in range(5))
     with chips_box:
         query = token_chips(seen)
+    with examples_box:
+        example_buttons()
     job = live.stored_generation(seen.spec, seen.ids, live.ATTENTION.page)
-    with generation_box:
-        if job is None:
-            st.caption("Press Generate to watch the model continue the prompt.")
-        elif job.running:
+    if job is not None and job.running:
+        with generation_box:
             live.live_fragment(seen.spec, seen.ids, live.ATTENTION.page, lambda run: draw_running(run, seen))
-    with views_box:
-        st.fragment(views)(seen, query, generation_box)
-    if found:  # sent after the map, though drawn above it: the table's script no longer holds up the map's first draw
-        with detector_box:
-            opening_line(found)
-            with st.expander("Heads worth a look: every detector's score beside its chance level", expanded=True):
-                detector_table(seen, found)
+    st.fragment(views)(seen, query, found, Boxes(generation_box, map_box, tabs_box))
 
 
 main()

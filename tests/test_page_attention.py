@@ -444,3 +444,28 @@ def test_the_pages_prompt_box_is_the_sidebars_prompt_both_ways():
     at.session_state[K.PROMPT] = "Hi there"                                  # typed in the sidebar
     at.run()
     assert at.text_area(key=K.PAGE_PROMPT).value == "Hi there"
+
+
+def test_the_suggested_head_says_whether_the_map_shows_it_and_one_click_shows_it():
+    """Toggling the LayerNorm placement ran another model: the line named its best head (layer 2, head 0) while the
+    pickers stayed on the first model's (layer 1, head 0). The line now says which head the map shows, and its button
+    moves the pickers (and so the map) to the suggested head."""
+    at = run_page("attention", sidebar.DEFAULT_PROMPT, spec=BUNDLED)
+    shown = (at.selectbox(key="att_layer").value, at.selectbox(key="att_head").value)
+    line = next(m.value for m in at.markdown if "Worth a look" in m.value)
+    assert f"Worth a look: layer {shown[0]}, head {shown[1]}**" in line and line.endswith("The map shows it.")
+    assert not [b for b in at.button if b.key == K.ATT_SHOW_SUGGESTED]
+    at.session_state["model_spec"] = models.ModelSpec(K.SOURCE_BUNDLED, "shakespeare-post", "post")  # the toggle
+    at.run()
+    assert not at.exception
+    line = next(m.value for m in at.markdown if "Worth a look" in m.value)
+    layer, head = (int(n) for n in line.split("**")[1].removeprefix("Worth a look: layer ").split(", head "))
+    picked = (at.selectbox(key="att_layer").value, at.selectbox(key="att_head").value)
+    assert picked == shown != (layer, head)        # the post-norm model's best head is another one
+    assert line.endswith(f"The map shows layer {picked[0]}, head {picked[1]}.")
+    at.button(key=K.ATT_SHOW_SUGGESTED).click().run()
+    assert (at.selectbox(key="att_layer").value, at.selectbox(key="att_head").value) == (layer, head)
+    data, _ = attention_map(at)
+    assert (data["layer"], data["head"]) == (layer, head)
+    assert next(m.value for m in at.markdown if "Worth a look" in m.value).endswith("The map shows it.")
+    assert not [b for b in at.button if b.key == K.ATT_SHOW_SUGGESTED]

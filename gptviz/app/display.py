@@ -82,10 +82,12 @@ _MONO_CSS = (f'<style>[class*="st-key-{MONO_KEY}"] [data-testid="stText"], [clas
              'line-height: 1.6;}</style>')
 
 
-def monospace_text(text: str, name: str, border: bool = False) -> None:
-    """Plain text (st.text: never Markdown) in a monospace font, in a box keyed `gv_mono_<name>` (unique per run)."""
+def monospace_text(text: str, name: str, border: bool = False, height: int | None = None) -> None:
+    """Plain text (st.text: never Markdown) in a monospace font, in a box keyed `gv_mono_<name>` (unique per run).
+    `height`: a fixed box that scrolls, kept at its end as text is added."""
     st.html(_MONO_CSS)  # style only: Streamlit puts it in the page's event container, taking no space
-    with st.container(border=border, key=K.per_item(MONO_KEY, name)):
+    with st.container(border=border, key=K.per_item(MONO_KEY, name),
+                      **({"height": height, "autoscroll": True} if height else {})):
         st.text(text)
 
 
@@ -102,3 +104,26 @@ _RESPONSIVE_CSS = ('<style>@media (max-width: 640px) {[data-testid="stTabs"] [ro
 def responsive_style() -> None:
     """The app's few layout rules for narrow screens (style only: no user or model text is ever part of it)."""
     st.html(_RESPONSIVE_CSS)
+
+
+# Streamlit closes the sidebar after a page is picked only where the browser names itself a phone; a narrow window
+# that does not (or a phone asking for the desktop site) kept it open over most of the page. Up to NARROW_PX, where the
+# sidebar starts closed, a pick in its page list now closes it too. A fixed script: no user or model text is part of it.
+_CLOSE_SIDEBAR_JS = f"""<script>(() => {{
+  if (window.__gvCloseSidebarOnNav) return;  // installed once per browser tab, whatever reruns the app
+  window.__gvCloseSidebarOnNav = true;
+  document.addEventListener("click", (event) => {{
+    const link = event.target instanceof Element && event.target.closest('[data-testid="stSidebarNav"] a');
+    if (!link || window.innerWidth > {NARROW_PX}) return;
+    setTimeout(() => {{  // after Streamlit's own handler has started the page change
+      const bar = document.querySelector('[data-testid="stSidebar"]');
+      const close = document.querySelector('[data-testid="stSidebarCollapseButton"] button');
+      if (bar && bar.getAttribute("data-collapsed") === "false" && close) close.click();
+    }}, 0);
+  }}, true);
+}})();</script>"""
+
+
+def close_sidebar_after_navigation() -> None:
+    """On a narrow screen, a page picked in the sidebar closes the sidebar (drawn at the sidebar's foot)."""
+    st.sidebar.html(_CLOSE_SIDEBAR_JS, unsafe_allow_javascript=True)

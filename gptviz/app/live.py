@@ -89,6 +89,47 @@ def controls(c: Controls, spec: ModelSpec, model: GPT, ids) -> None:
         st.error(st.session_state.pop(K.GENERATION_ERROR))
 
 
+def compact_controls(c: Controls, spec: ModelSpec, model: GPT, ids, on_start=None) -> None:
+    """A page's generation controls in little room (the Attention page beside its map): Generate with Temperature
+    beside it, Stop and Next token, the other settings behind a button. The same keys as controls(), so links and
+    a run's settings are the same. `on_start`: called after Generate started the model (a page whose controls sit in
+    a fragment reruns the whole page from it)."""
+    from .sidebar import keep_valid
+    vocab = model.config.vocab_size
+    keep_valid(c.top_k, range(vocab + 1), 0)
+    st.session_state.setdefault(c.pace, K.DEFAULT_PACE)
+    # centred: Generate sits above the slider's foot (on a phone the first screen ends near this row)
+    with st.container(horizontal=True, vertical_alignment="center", gap="xsmall"):
+        st.button("Generate", type="primary", key=c.generate, on_click=_start_then, args=(c, spec, model, tuple(ids),
+                  on_start), help="The model writes a continuation; watch each new token's attention row appear.")
+        st.slider("Temperature", 0.0, 2.0, 1.0, 0.05, key=c.temperature, width=150,
+                  help="Divides the logits before the softmax: below 1 sharpens, above 1 flattens; 0 always takes "
+                       "the most probable token (greedy).")
+        st.button("Stop", key=c.stop, on_click=stop_generation, help="Ends the generation and keeps the tokens "
+                                                                    "written so far.")
+        st.button("Next token", key=c.next, on_click=next_token, args=(c,),
+                  help="Writes one more token of the running generation (and sets the pace to one token per click).")
+        with st.popover("More", icon=":material/tune:", help="The other settings: length, top-k, top-p, seed, pace."):
+            st.number_input("New tokens", min_value=1, max_value=200, value=c.default_tokens, step=1, key=c.tokens)
+            st.number_input("Top-k (0 = off)", min_value=0, max_value=vocab, value=0, step=1, key=c.top_k,
+                            help="Sample only from the k most probable tokens.")
+            st.slider("Top-p (1 = off)", 0.05, 1.0, 0.9, 0.05, key=c.top_p,
+                      help="Sample only from the most probable tokens whose probabilities add up to p.")
+            st.number_input("Seed", min_value=0, max_value=2**31 - 1, value=0, step=1, key=c.seed,
+                            help="The same seed and settings give the same text.")
+            st.select_slider("Pace", list(K.PACES), key=c.pace, on_change=apply_pace, args=(c,),
+                             help="How fast the new tokens appear, so the map can be watched growing row by row; "
+                                  "the model still writes at its own speed.")
+    if st.session_state.get(K.GENERATION_ERROR):
+        st.error(st.session_state.pop(K.GENERATION_ERROR))
+
+
+def _start_then(c: Controls, spec: ModelSpec, model: GPT, ids, then) -> None:
+    _start(c, spec, model, ids)
+    if then is not None:
+        then()
+
+
 def settings_from(c: Controls) -> dict:
     """The settings the page's widgets hold, as stream() takes them."""
     state = st.session_state
@@ -236,12 +277,12 @@ def writing_speed(run: dict, live: bool) -> str:
     return f", written in {seconds:.2f} s ({n / seconds:.0f} tokens/s)"
 
 
-def generated_text(text: str, live: bool) -> None:
+def generated_text(text: str, live: bool, height: int | None = None) -> None:
     """A generation's prompt and continuation, never Markdown. Live: st.text in a bordered box, because st.code's
     syntax highlighter was a fifth of the browser's work at each redraw (a Chromium profile, benchmarks/README.md),
     on the two cores the model shares; finished: st.code, with its copy button."""
     if live:
-        monospace_text(text, "generated", border=True)
+        monospace_text(text, "generated", border=True, height=height)
     else:
         st.code(text, language=None, wrap_lines=True)
 
@@ -274,11 +315,12 @@ def status_line(run: dict, live: bool) -> None:
         st.error(f"Generation failed: {run['error']}")
 
 
-def text_so_far(run: dict, live: bool, upto: int | None = None) -> None:
-    """The prompt and the new tokens through step `upto` (all when None), then a line of counts."""
+def text_so_far(run: dict, live: bool, upto: int | None = None, height: int | None = None) -> None:
+    """The prompt and the new tokens through step `upto` (all when None), then a line of counts. `height`: a live
+    text's box, fixed and scrolled to its end (a long run's text then never pushes what follows off the screen)."""
     steps = run["steps"]
     shown = steps if upto is None else steps[:upto + 1]
-    generated_text(decode(run["prompt"]) + decode([s.token_id for s in shown]), live)
+    generated_text(decode(run["prompt"]) + decode([s.token_id for s in shown]), live, height)
     if len(shown) < len(steps):
         st.caption(f"Replaying step {upto} of {len(steps) - 1}: the prompt's {len(run['prompt'])} tokens, then "
                    f"{len(shown)} of the {len(steps)} new ones.")
@@ -333,7 +375,8 @@ def generation_map(run: dict, *, layer: int, head: int, scale: str, key: str, on
                                      every_layer=every_layer), key=key, on_pick=on_pick)
 
 
-def draw_live(run: dict, *, layer: int, head: int, scale: str, map_key: str, on_pick) -> None:
+def draw_live(run: dict, *, layer: int, head: int, scale: str, map_key: str, on_pick,
+              text_height: int | None = None) -> None:
     """A running generation as both pages show it: progress, then the growing map beside the text and the
     next-token list (text, not a chart: each redraw is a script run beside the model), so both fit one screen."""
     status_line(run, live=True)
@@ -343,5 +386,5 @@ def draw_live(run: dict, *, layer: int, head: int, scale: str, map_key: str, on_
     with left:  # the picked layer only: a few hundred KB less per redraw
         generation_map(run, layer=layer, head=head, scale=scale, key=map_key, on_pick=on_pick, every_layer=False)
     with right:
-        text_so_far(run, live=True)
+        text_so_far(run, live=True, height=text_height)
         monospace_text(next_token_text(run["steps"]), "next")

@@ -12,7 +12,7 @@ def main() -> None:
 
     from ..allocator import keep_freed_memory
     from . import keys as K
-    from .display import responsive_style
+    from .display import close_sidebar_after_navigation, responsive_style
     from .links import apply_link, sync_address
     from .live import stop_generation
     from .sidebar import sidebar
@@ -43,6 +43,7 @@ def main() -> None:
             st.toast(notice, icon="🔗")
     state[K.FIGURE_SEQ] = 0  # figures without a key get download buttons numbered from 0 in every run
     sidebar()
+    close_sidebar_after_navigation()
     try:
         page.run()
     finally:  # also after st.stop(): the address bar follows the view, so copying it shares it

@@ -285,13 +285,13 @@ def _copy_page_prompt() -> None:
     st.session_state[K.PROMPT] = st.session_state[K.PAGE_PROMPT]
 
 
-def page_prompt_box() -> None:
+def page_prompt_box(height: int = 100) -> None:
     """The prompt again, atop a page, for a phone, whose sidebar starts closed; CSS hides it where the sidebar shows.
     A widget has one key, so this box has its own, set from the sidebar's prompt before it is drawn and copied back
     when typed into: the two never disagree."""
     st.session_state[K.PAGE_PROMPT] = st.session_state.get(K.PROMPT, "")
     with st.container(key=K.NARROW_ONLY):
-        st.text_area("Prompt", key=K.PAGE_PROMPT, height=100, max_chars=MAX_PROMPT_CHARS,
+        st.text_area("Prompt", key=K.PAGE_PROMPT, height=height, max_chars=MAX_PROMPT_CHARS,
                      on_change=_copy_page_prompt, help="The sidebar's prompt, shared by every page. Ctrl+Enter runs it.")
 
 

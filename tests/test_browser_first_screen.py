@@ -1,0 +1,139 @@
+"""Issue 41 in a real browser (Streamlit server + Debian's chromium), positions read from the drawn page at a
+1400x1000 desktop and a 390x844 phone: the Attention page's first screen holds the prompt box, the map with its layer
+and head pickers, and Generate, with little prose; a generation's growing map, its text (and on a desktop its
+next-token list) stay in view while it runs, without scrolling; on a phone, a page picked in the sidebar closes it."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+# the module-scoped fixtures too (a server and one Chromium per module), as the browser tests define them
+from test_browser import CHROMIUM, browser, no_exception, server, wait_for_idle  # noqa: F401
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not CHROMIUM.exists(), reason="needs /usr/bin/chromium")]
+SIZES = [(1400, 1000), (390, 844)]
+PROSE_WORDS = 120  # the most words of prose the first screen may hold (the rest is behind a hover)
+
+# Where the main column is scrolled to (Streamlit scrolls a container of its own, not the window).
+SCROLLED_JS = """() => Math.max(window.scrollY, ...[...document.querySelectorAll('[data-testid="stMain"], \
+[data-testid="stAppViewContainer"], [data-testid="stMainBlockContainer"]')].map((el) => el.scrollTop))"""
+
+# The words of prose drawn inside the first screen of the main column: text, not widget labels, values or buttons.
+PROSE_JS = """() => {
+  const main = document.querySelector('[data-testid="stMain"]');
+  const walker = document.createTreeWalker(main, NodeFilter.SHOW_TEXT);
+  const skip = 'button, input, textarea, [data-baseweb="select"], [data-testid="stWidgetLabel"], [role="tablist"], ' +
+               '[data-testid="stSlider"], [data-testid="stTooltipIcon"], style, script';
+  const words = [];
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    const el = node.parentElement;
+    if (!node.textContent.trim() || !el || el.closest(skip)) continue;
+    const box = el.getBoundingClientRect();
+    if (box.width > 0 && box.height > 0 && box.top >= 0 && box.bottom <= innerHeight) {
+      words.push(...node.textContent.trim().split(/\\s+/));
+    }
+  }
+  return words;
+}"""
+
+
+def fresh(browser, width: int, height: int):
+    page = browser.new_context(viewport={"width": width, "height": height}).new_page()
+    page.set_default_timeout(300_000)  # generous: a loaded 2-core machine took minutes
+    return page
+
+
+def inside(box, width: int, height: int) -> bool:
+    return (box is not None and box["width"] > 0 and box["height"] > 0 and box["x"] >= 0 and box["y"] >= 0
+            and box["x"] + box["width"] <= width + 0.5 and box["y"] + box["height"] <= height + 0.5)
+
+
+def visible_prompt_box(page):
+    """The prompt box a visitor sees: the sidebar's on a desktop, the page's own on a phone (its sidebar closed)."""
+    where = "stSidebar" if page.viewport_size["width"] > 768 else "stMain"
+    return page.locator(f'[data-testid="{where}"] textarea').first
+
+
+@pytest.mark.parametrize("width,height", SIZES)
+def test_the_first_screen_holds_prompt_map_and_generate_and_keeps_a_generation_in_view(browser, server, width,
+                                                                                       height):
+    page = fresh(browser, width, height)
+    page.goto(f"{server}/?att_gen_n=200&att_gen_pace=5+tokens%2Fs")  # 40 s of writing: read while it runs
+    the_map = page.locator(".st-key-att_map .gv-map")
+    the_map.locator("canvas.gv-heat").wait_for()
+    wait_for_idle(page)
+    page.wait_for_timeout(500)
+    generate = page.get_by_test_id("stMain").get_by_role("button", name="Generate", exact=True)
+    boxes = {"prompt box": visible_prompt_box(page).bounding_box(), "map": the_map.bounding_box(),
+             "map's layer pickers": the_map.locator(".gv-layers").bounding_box(),
+             "map's head pickers": the_map.locator(".gv-heads").bounding_box(),
+             "Generate": generate.bounding_box(),
+             "Temperature": page.locator(".st-key-att_gen_temp").bounding_box()}
+    if width > 768:  # a desktop shows the page's own pickers beside the map; a phone's follow Generate
+        boxes["Layer picker"] = page.locator(".st-key-att_layer").bounding_box()
+        boxes["Head picker"] = page.locator(".st-key-att_head").bounding_box()
+    outside = {name: box for name, box in boxes.items() if not inside(box, width, height)}
+    assert not outside, outside
+    words = page.evaluate(PROSE_JS)
+    assert 0 < len(words) <= PROSE_WORDS, (len(words), " ".join(words))
+    no_exception(page)
+
+    generate.click()  # on screen: no scroll before the click
+    page.get_by_text(re.compile(r"Generating: ([4-9]|\d\d) of 200 tokens")).wait_for()
+    page.wait_for_timeout(700)  # a redraw after the one that said so
+    assert page.evaluate(SCROLLED_JS) == 0
+    live = {"growing map": page.locator(".st-key-att_gen_map_live .gv-map").bounding_box(),
+            "generated text": page.locator(".st-key-gv_mono_generated").bounding_box()}
+    if width > 768:
+        live["next-token list"] = page.locator(".st-key-gv_mono_next").bounding_box()
+    outside = {name: box for name, box in live.items() if not inside(box, width, height)}
+    assert not outside, outside
+    assert page.get_by_text(re.compile(r"Generating: \d+ of 200 tokens")).count() == 1  # still running
+    page.get_by_test_id("stMain").get_by_role("button", name="Stop", exact=True).click()
+    page.get_by_text(re.compile(r"Stopped after \d+ of 200 tokens")).wait_for()
+    no_exception(page)
+    page.context.close()
+
+
+def phone_page(browser, server, width=390, height=844):
+    page = fresh(browser, width, height)
+    page.set_default_timeout(90_000)
+    page.goto(f"{server}/?source=preset&preset=tiny")
+    page.locator("canvas.gv-heat").first.wait_for(timeout=300_000)
+    wait_for_idle(page)
+    return page
+
+
+def sidebar_box(page) -> tuple[str | None, dict]:
+    bar = page.locator('[data-testid="stSidebar"]')
+    return bar.get_attribute("data-collapsed"), bar.bounding_box()
+
+
+@pytest.mark.parametrize("pages", [("Generation", "Embeddings"), ("Activations", "Parameters")])
+def test_a_page_picked_in_the_sidebar_closes_it_on_a_phone(browser, server, pages):
+    page = phone_page(browser, server)
+    for title in pages:
+        page.get_by_test_id("stExpandSidebarButton").click()
+        page.wait_for_timeout(600)  # its slide
+        state, box = sidebar_box(page)
+        assert state == "false" and box["x"] == 0 and box["width"] >= 250, box  # open: most of the phone
+        page.locator('[data-testid="stSidebarNav"] a').filter(has_text=title).click()
+        page.wait_for_url(re.compile(f"/{title.lower()}"), timeout=60_000)
+        wait_for_idle(page)
+        page.wait_for_timeout(600)
+        state, box = sidebar_box(page)
+        assert state == "true" and box["x"] + box["width"] <= 0, (title, box)  # closed: drawn off the left edge
+    no_exception(page)
+    page.context.close()
+
+
+def test_a_page_picked_in_the_sidebar_leaves_it_open_on_a_desktop(browser, server):
+    page = phone_page(browser, server, 1400, 1000)
+    page.locator('[data-testid="stSidebarNav"] a').filter(has_text="Generation").click()
+    page.wait_for_url(re.compile("/generation"), timeout=60_000)
+    wait_for_idle(page)
+    page.wait_for_timeout(600)
+    state, box = sidebar_box(page)
+    assert state == "false" and box["x"] == 0 and box["width"] >= 250, box
+    page.context.close()

@@ -624,7 +624,6 @@ def main() -> None:
                                "it. A head is one such mix, with its own weights: one map per head, several heads per "
                                "layer. Generate lets the model write and shows where each new token looked.")
     page_prompt_box(height=68)  # a phone's first screen: its sidebar, with the prompt, starts closed
-    from gptviz.app.overview import overview_link; overview_link()  # the whole forward pass at a glance
     seen = read_prompt()
     found = detectors(seen) if seen.T >= 2 else []
     if found:
@@ -641,6 +640,7 @@ def main() -> None:
         query = token_chips(seen)
     with examples_box:
         example_buttons()
+        from gptviz.app.overview import overview_link; overview_link()  # the whole forward pass at a glance
     job = live.stored_generation(seen.spec, seen.ids, live.ATTENTION.page)
     if job is not None and job.running:
         with generation_box:

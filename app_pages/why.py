@@ -386,8 +386,9 @@ def continuations(ask: Ask, ab: Ablation) -> None:
     elif split is None:
         st.success("The continuation is the same with these heads removed.")
     else:
-        st.warning(f"The texts diverge at new token {split + 1}: {display.md_text(piece_at(plain, split))} without "
-                   f"the ablation, {display.md_text(piece_at(edited, split))} with it.")
+        # quoted: a bare punctuation token read as the sentence's own (", , with it")
+        st.warning(f"The texts diverge at new token {split + 1}: “{display.md_text(piece_at(plain, split))}” "
+                   f"without the ablation, “{display.md_text(piece_at(edited, split))}” with it.")
 
 
 def attention_with_and_without(ask: Ask, ab: Ablation) -> None:

@@ -75,6 +75,22 @@ def test_ablating_heads_shows_the_recomputed_probabilities_and_continuations():
                                                   "direct attribution)", "L1H0 as trained", "L1H0 with the ablation"]
 
 
+def test_where_the_continuations_part_both_tokens_are_quoted():
+    from gptviz import load_pretrained
+    from gptviz.app.display import md_text
+    from pagetest import run_page
+    prompt, heads = "A B C D E F G H A B C", [(1, 0), (1, 1), (1, 2), (1, 3)]  # the pre-norm twin's layer 1
+    at = run_page("why", prompt, spec=models.ModelSpec(K.SOURCE_BUNDLED, "shakespeare-pre", "pre"),
+                  why_view="Ablate heads", why_heads=heads, why_n=8)
+    assert not at.exception and not at.error
+    model, ids = load_pretrained("shakespeare-pre"), encode(prompt)
+    plain = generate(model, ids, 8, temperature=0.0)[len(ids):]
+    edited = generate(model, ids, 8, temperature=0.0, edits=[ablate_heads(1, [0, 1, 2, 3])])[len(ids):]
+    split = next(i for i, (a, b) in enumerate(zip(plain, edited)) if a != b)  # without layer 1 it stops copying
+    assert (f"diverge at new token {split + 1}: “{md_text(token_labels([plain[split]])[0])}” without the ablation, "
+            f"“{md_text(token_labels([edited[split]])[0])}” with it") in " ".join(w.value for w in at.warning)
+
+
 def test_patching_example_matches_the_library_sweep():
     name = "Repeated sequence (induction)"
     at = page(why_view="Patching", why_example=name)

@@ -172,8 +172,7 @@ def growth_view(job: Job) -> None:
     """Progress, the induction curves and each model's heads at its newest snapshot; redrawn while it trains."""
     snap = job.snapshot()
     found = {f"{name}-norm": s for name, s in job.snapshots.items() if len(s)}
-    text = f"{snap.status.capitalize()}: step {snap.steps_done} of {snap.total_steps}, {snap.elapsed_s:.0f} s"
-    st.progress(min(1.0, snap.fraction), text=text)
+    st.progress(min(1.0, snap.fraction), text=snap.progress_text)
     if job.error:
         st.error(f"The run failed: {job.error}")
     if not found:
@@ -181,7 +180,7 @@ def growth_view(job: Job) -> None:
     step = max(s.steps[-1] for s in found.values())
     best = {w: formed_step(s, "induction", THRESHOLD) for w, s in found.items()}
     reached = "; ".join(f"{w}: " + (f"L{b[1]}H{b[2]} formed at step {b[0]}" if b else
-                                    f"none formed yet") for w, b in best.items())
+                                    "none formed yet") for w, b in best.items())
     st.caption(reached)
     heads_row(found, "induction", 0, step, key=K.TL_GROW_HEADS)
     left, right = st.columns(2)

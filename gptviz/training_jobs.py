@@ -138,6 +138,12 @@ class JobSnapshot:
     def fraction(self) -> float:
         return self.steps_done / self.total_steps if self.total_steps else 0.0
 
+    @property
+    def progress_text(self) -> str:
+        """"Running: step 120 of 800, 45 s, about 4m15s left" (the time left from the pace so far, once there is one)."""
+        text = f"{self.status.capitalize()}: step {self.steps_done} of {self.total_steps}, {self.elapsed_s:.0f} s"
+        return text + (f", about {self.eta} left" if self.status == RUNNING and self.steps_done else "")
+
 
 @dataclass
 class Job:

@@ -351,9 +351,9 @@ def test_a_long_prompt_sends_the_picked_head_in_full_and_pooled_thumbnails(brows
     from gptviz.app.component.attention_map import SEND_ALL_CELLS
     assert 13 * 300 * 300 > SEND_ALL_CELLS
     page = new_page(browser)
-    # 300 rows in the map column of a 1280 px window are 1.4 px cells, under what one can hover (the Attention page's
-    # map shares its row with the query bars since the first-screen change): a wider window gives 1.6 px cells
-    page.set_viewport_size({"width": 1400, "height": 1000})
+    # 300 rows must be cells one can hover: the map column is about half the page since the map-first layout (its
+    # controls beside it), so a wide window
+    page.set_viewport_size({"width": 2400, "height": 1400})
     prompt = " ".join(chr(ord("A") + i % 26) for i in range(300))  # one token per letter
     page.goto(f"{server}/?source=preset&preset=gpt2-small&att_head=1&prompt={quote(prompt)}")
     page.locator(".gv-title").filter(has_text=re.compile("^Layer 0, head 1$")).wait_for(timeout=120_000)

@@ -34,7 +34,7 @@ def test_file_names_come_from_the_title_and_are_safe():
 def test_each_figure_of_a_page_has_its_html_download():
     at = run_page("attention")
     assert not at.exception
-    buttons = [b for b in at.get("download_button") if b.proto.label == "Interactive HTML"]
+    buttons = [b for b in at.get("download_button") if b.proto.label.lower().endswith("interactive html")]
     drawn = [el.proto.component_name for el in at.get("bidi_component")]
     # every Plotly figure, and each canvas view (the heatmap, the query's bars: each downloads as the Plotly version
     # of the same data)

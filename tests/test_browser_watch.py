@@ -24,9 +24,19 @@ def fresh(browser, width=1400, height=1000):
 
 
 def pick(page, label: str, option: str) -> None:
-    page.locator('[data-testid="stMain"] [data-testid="stSelectbox"]').filter(
-        has=page.get_by_text(label, exact=True)).first.click()
-    page.get_by_role("option", name=option, exact=True).click()
+    box = page.locator('[data-testid="stMain"] [data-testid="stSelectbox"]').filter(
+        has=page.get_by_text(label, exact=True)).first
+    choice = page.get_by_role("option", name=option, exact=True)
+    for _ in range(3):  # a scroll that brings the box into view can close a list opened by the same click
+        box.scroll_into_view_if_needed()
+        page.wait_for_timeout(300)
+        box.click()
+        try:
+            choice.wait_for(timeout=5_000)
+            break
+        except Exception:
+            page.keyboard.press("Escape")
+    choice.click()
     wait_for_idle(page)
 
 

@@ -58,6 +58,8 @@ def test_back_from_a_failed_hub_click_to_the_model_and_view_before(offline_serve
         page.locator(".gv-title").filter(has_text=re.compile("^Layer 2, head 1$")).wait_for()
         wait_for_idle(page)
         scale = page.get_by_role("combobox", name="Colour scale")
+        scale.scroll_into_view_if_needed()  # a scroll in the same click can close the list it opened
+        page.wait_for_timeout(300)
         scale.click()
         option = page.get_by_role("option", name="linear, 0 to 1", exact=True)
         try:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from test_browser import ARGS, CHROMIUM, app_server
+from test_browser import CHROMIUM, browser, server  # noqa: F401 (the module's Chromium and app server)
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium")]
@@ -32,18 +32,8 @@ DIAGRAM_JS = """() => {
 }"""
 
 
-@pytest.fixture(scope="module")
-def browser():
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with app_server() as url, sync_api.sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-        yield chromium, url
-        chromium.close()
-
-
-def open_overview(browser, viewport):
-    chromium, url = browser
-    page = chromium.new_page(viewport=viewport)
+def open_overview(browser, url, viewport):
+    page = browser.new_page(viewport=viewport)
     page.set_default_timeout(300_000)  # a loaded 2-core machine can take minutes
     page.goto(f"{url}/overview")
     page.wait_for_selector('[data-testid="stApp"]')
@@ -60,9 +50,9 @@ def inside(text: dict, box: dict, slack: float = 1.5) -> bool:
 
 
 @pytest.mark.parametrize("size", list(SIZES))
-def test_the_diagram_is_in_the_first_screen_with_its_text_in_its_boxes(browser, size, tmp_path):
+def test_the_diagram_is_in_the_first_screen_with_its_text_in_its_boxes(browser, server, size, tmp_path):
     viewport, layout = SIZES[size]
-    page = open_overview(browser, viewport)
+    page = open_overview(browser, server, viewport)
     page.screenshot(path=str(tmp_path / f"overview_{size}.png"))
     [diagram] = page.evaluate(DIAGRAM_JS)
     assert diagram["layout"] == layout
@@ -76,8 +66,8 @@ def test_the_diagram_is_in_the_first_screen_with_its_text_in_its_boxes(browser, 
     page.close()
 
 
-def test_a_box_and_a_link_open_their_pages(browser):
-    page = open_overview(browser, SIZES["desktop"][0])
+def test_a_box_and_a_link_open_their_pages(browser, server):
+    page = open_overview(browser, server, SIZES["desktop"][0])
     [diagram] = page.evaluate(DIAGRAM_JS)
     # an attention box whose head is not the one the Attention page opens on by itself (layer 1, head 0 here)
     x, y, (_, layer, head, _) = next(c for c in diagram["centres"] if c[2][0] == "attn" and c[2][1:3] != [1, 0])
@@ -98,8 +88,8 @@ def test_a_box_and_a_link_open_their_pages(browser):
     page.close()
 
 
-def test_the_layernorm_radio_redraws_the_other_wiring(browser):
-    page = open_overview(browser, SIZES["desktop"][0])
+def test_the_layernorm_radio_redraws_the_other_wiring(browser, server):
+    page = open_overview(browser, server, SIZES["desktop"][0])
     [before] = page.evaluate(DIAGRAM_JS)
     block_0 = lambda d: [c[2][0] for c in d["centres"] if c[2][1] == 0 and c[2][0] != "lens"]  # noqa: E731
     assert block_0(before) == ["ln", "attn", "add", "ln", "mlp", "add"]

@@ -9,7 +9,7 @@ import pytest
 
 from gptviz import PRESETS
 from gptviz.params import by_component, param_table
-from test_browser import ARGS, CHROMIUM, app_server
+from test_browser import CHROMIUM, browser, server  # noqa: F401 (the module's Chromium and app server)
 from test_browser_phone import overlapping
 
 pytestmark = [pytest.mark.slow,
@@ -42,19 +42,10 @@ WORDS_ABOVE_JS = """(y) => {
 }"""
 
 
-@pytest.fixture(scope="module")
-def browser():
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with app_server() as url, sync_api.sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-        yield chromium, url
-        chromium.close()
-
-
 @pytest.mark.parametrize("width,height", SIZES)
 @pytest.mark.parametrize("model", MODELS)
-def test_the_component_chart_reads_in_the_first_screen(browser, width, height, model):
-    chromium, url = browser
+def test_the_component_chart_reads_in_the_first_screen(browser, server, width, height, model):
+    chromium, url = browser, server
     page = chromium.new_page(viewport={"width": width, "height": height})
     page.set_default_timeout(300_000)
     page.goto(f"{url}/parameters" + (f"?par_model={model}" if model else ""))

@@ -23,12 +23,16 @@ SCROLLED_JS = """() => Math.max(window.scrollY, ...[...document.querySelectorAll
 PROSE_JS = """() => {
   const main = document.querySelector('[data-testid="stMain"]');
   const walker = document.createTreeWalker(main, NodeFilter.SHOW_TEXT);
+  // Not prose: widgets and their labels, and the text inside charts, tables and token views (values and tokens)
   const skip = 'button, input, textarea, [data-baseweb="select"], [data-testid="stWidgetLabel"], [role="tablist"], ' +
-               '[data-testid="stSlider"], [data-testid="stTooltipIcon"], style, script';
+               '[data-testid="stSlider"], [data-testid="stTooltipIcon"], style, script, svg, canvas, ' +
+               '.js-plotly-plot, [data-testid="stDataFrame"], [data-testid="stTable"], [data-testid="stCode"], ' +
+               '.gv-rows, .gv-legend, .gv-plot, .gv-layers, .gv-pickers, .gv-tip, .gv-qtip';
   const words = [];
   for (let node = walker.nextNode(); node; node = walker.nextNode()) {
     const el = node.parentElement;
     if (!node.textContent.trim() || !el || el.closest(skip)) continue;
+    if (el.closest('details:not([open])') && !el.closest('summary')) continue;  // a closed expander's body
     const box = el.getBoundingClientRect();
     if (box.width > 0 && box.height > 0 && box.top >= 0 && box.bottom <= innerHeight) {
       words.push(...node.textContent.trim().split(/\\s+/));
@@ -137,3 +141,22 @@ def test_a_page_picked_in_the_sidebar_leaves_it_open_on_a_desktop(browser, serve
     state, box = sidebar_box(page)
     assert state == "false" and box["x"] == 0 and box["width"] >= 250, box
     page.context.close()
+
+
+@pytest.mark.parametrize("width,height", SIZES)
+def test_no_page_opens_with_more_than_about_120_words_of_prose(browser, server, width, height):
+    """Every page in the navigation, opened fresh on the default model and prompt: the prose drawn inside the first
+    screen (not widget labels, chart text, tables or token views) stays within PROSE_WORDS."""
+    from gptviz.app.pages import PAGE_LIST
+    counts = {}
+    for _, stem, title, _ in PAGE_LIST:
+        page = fresh(browser, width, height)
+        page.goto(f"{server}/{stem}")
+        page.wait_for_selector('[data-testid="stApp"]', timeout=120_000)
+        page.get_by_role("heading", name=title).first.wait_for()
+        wait_for_idle(page)
+        no_exception(page)
+        counts[stem] = len(page.evaluate(PROSE_JS))
+        page.close()
+    assert len(counts) == len(PAGE_LIST) and all(n > 0 for n in counts.values()), counts  # each page drew its text
+    assert max(counts.values()) <= PROSE_WORDS, counts

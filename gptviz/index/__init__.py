@@ -48,7 +48,7 @@ from .constants import (BATCH_VALUES, BINS, DEAD_PEAK, FORMAT, HEAD_SCORE, INDEX
 from .corpus import (Document, _as_documents, _checksum, _windows, corpus_documents, corpus_texts, default_stride,
                      scoring_window, token_counts, tokenize_corpus)
 from .effects import DirectEffect, direct_effect, head_direct_effect
-from .histograms import _bin_of, _edges, _quantiles
+from .histograms import _Binner, _bin_of, _edges, _quantiles
 from .partial import load_partial, save_partial
 from .progress import text_progress
 from .read import (Attended, Context, Example, attended, TokenUnit, UnitScore, _check_model, active_phrase, check_documents, example_context,

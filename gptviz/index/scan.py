@@ -27,7 +27,7 @@ from ..hooks import act_name, capturing
 from .constants import (BATCH_VALUES, BINS, FORMAT, HEAD_SCORE, MAX_BATCH, MAX_RANKED_TOKENS, MIN_COUNT, NEURON_SCORE, QUANTILES, SAMPLE_WINDOWS,
                         TOKEN_RANK, TOKEN_UNITS, TOP_K, TOP_TOKENS, VERSION)
 from .corpus import _as_documents, _checksum, _windows, default_stride, token_counts
-from .histograms import _bin_of, _edges, _quantiles
+from .histograms import _Binner, _edges, _quantiles
 from .store import NeuronIndex, _config_dict, model_fingerprint
 from .units import _unit_hooks, head_write_norms
 
@@ -39,10 +39,14 @@ def default_batch(config) -> int:
     return max(1, min(MAX_BATCH, BATCH_VALUES // (config.n_ctx * config.n_layers * (config.d_ff + config.n_heads))))
 
 
-def _run_windows(model, docs, offsets, windows: np.ndarray, hooks):
+def _unit_blocks(model, docs, offsets, windows: np.ndarray, hooks):
     """Forward one batch of windows (right-padded: causal attention keeps padding out of earlier positions) without
-    the LM head, on the model's device and dtype; -> (values [n_units, scored] float32 on the CPU, global locations
-    [scored], token ids [scored])."""
+    the LM head, on the model's device and dtype; -> (blocks, global locations [scored], token ids [scored]), where
+    blocks are (first unit, values [scored, units] float32 on the CPU): each layer's neurons, then each layer's heads.
+
+    Token-major blocks straight from the capture, not one [units, tokens] matrix: the statistics reduce over the
+    token axis of each block as it comes, so no transposed copy of every value is made (that copy cost about half the
+    forward pass on the bundled model), and a batch with every position scored needs no copy at all."""
     B, T = len(windows), int(windows[:, 2].max())
     ids = torch.zeros(B, T, dtype=torch.long)
     scored = torch.zeros(B, T, dtype=torch.bool)
@@ -50,19 +54,28 @@ def _run_windows(model, docs, offsets, windows: np.ndarray, hooks):
         ids[b, :length] = torch.from_numpy(np.asarray(docs[d].ids[start:start + length], dtype=np.int64))
         scored[b, first:length] = True
     sel = scored.reshape(-1).nonzero().squeeze(1)
+    every = len(sel) == B * T
     cfg = model.config
     L, F, H = cfg.n_layers, cfg.d_ff, cfg.n_heads
-    values = torch.empty(L * (F + H), len(sel))  # (units, scored tokens): reductions run along rows
+    blocks = []
     with capturing(frozenset(hooks)) as store, torch.inference_mode():
         model.final_hidden(ids)
         on = sel.to(store[act_name("post", 0)].device)
         for l in range(L):
-            values[l * F:(l + 1) * F] = store[act_name("post", l)].reshape(B * T, F)[on].t().float().cpu()
-            norms = head_write_norms(store[act_name("z", l)], model.blocks[l].attn.c_proj.weight)
-            values[L * F + l * H:L * F + (l + 1) * H] = norms.reshape(B * T, H)[on].t().cpu()
+            post = store[act_name("post", l)].reshape(B * T, F)
+            blocks.append((l * F, (post if every else post[on]).float().cpu()))
+        for l in range(L):
+            norms = head_write_norms(store[act_name("z", l)], model.blocks[l].attn.c_proj.weight).reshape(B * T, H)
+            blocks.append((L * F + l * H, (norms if every else norms[on]).cpu()))
     base = torch.from_numpy(offsets[windows[:, 0]] + windows[:, 1])  # global index of each window's start
     loc = (base[:, None] + torch.arange(T)[None]).reshape(-1)[sel]
-    return values, loc, ids.reshape(-1)[sel]
+    return blocks, loc, ids.reshape(-1)[sel]
+
+
+def _run_windows(model, docs, offsets, windows: np.ndarray, hooks):
+    """As _unit_blocks, the values as one [units, scored] matrix (for checks that read every unit at once)."""
+    blocks, loc, tok = _unit_blocks(model, docs, offsets, windows, hooks)
+    return torch.cat([values for _, values in blocks], 1).t().contiguous(), loc, tok
 
 
 # ---------------------------------------------------------------------------------------------------- 1. plan
@@ -141,9 +154,11 @@ def plan_scan(model, docs, *, model_name: str = "", source: str = "", corpus: di
     sample = windows[np.unique(np.linspace(0, len(windows) - 1, min(len(windows), SAMPLE_WINDOWS)).astype(int))]
     lo, hi = torch.full((U,), math.inf), torch.full((U,), -math.inf)
     for i in range(0, len(sample), batch):
-        values, _, _ = _run_windows(model, docs, offsets, sample[i:i + batch], hooks)
-        low, high = torch.aminmax(values, dim=1)
-        lo, hi = torch.minimum(lo, low), torch.maximum(hi, high)
+        blocks, _, _ = _unit_blocks(model, docs, offsets, sample[i:i + batch], hooks)
+        for first, values in blocks:
+            low, high = values.amin(0), values.amax(0)  # (aminmax over dim 0 takes a slow path: 25x slower)
+            cols = slice(first, first + values.shape[1])
+            lo[cols], hi[cols] = torch.minimum(lo[cols], low), torch.maximum(hi[cols], high)
     # Uniform bins with 0 on an edge (bin `zero_bin` starts at 0), at least one bin below 0, the sample covered.
     lo, hi = lo.clamp(max=0).double(), hi.clamp(min=0).double()
     width = ((hi - lo) / (bins - 1)).clamp(min=1e-6)
@@ -228,30 +243,46 @@ def scan_batches(model, docs, plan: ScanPlan, batches: Sequence[int] | range | N
     bins, K = plan.settings["bins"], plan.settings["top_k"]
     hooks = _unit_hooks(cfg)
     part = _empty_partial(plan, U)
-    lo = torch.from_numpy(plan.hist_range[:, :1]).double()
-    inv_width = (bins / (torch.from_numpy(plan.hist_range[:, 1:]).double() - lo)).float()
-    zero_col = torch.from_numpy(plan.zero_bin).float()[:, None]
-    bin_base = (torch.arange(U, dtype=torch.int32) * bins)[:, None]  # each unit's first bin in the flat counts
+    binner = _Binner(plan.hist_range, plan.zero_bin, bins)
     slot_of = torch.full((cfg.vocab_size,), len(plan.frequent), dtype=torch.long)
     slot_of[torch.from_numpy(plan.frequent)] = torch.arange(len(plan.frequent))
-    counts = part.counts.reshape(-1)
+    token_sums = part.token_sums.t().contiguous()  # [slots, U] while scanning: rows of tokens add as rows
     todo = sum(int(plan.batch_windows(b)[:, 2].sum() - plan.batch_windows(b)[:, 3].sum()) for b in batches)
     for b in batches:
-        values, loc, tok = _run_windows(model, docs, plan.offsets, plan.batch_windows(b), hooks)  # (U, n)
-        top = values.topk(min(K, values.shape[1]), dim=1)
-        part.best_v, part.best_loc = _top_merge(torch.cat([part.best_v, top.values], 1),
-                                                torch.cat([part.best_loc, loc[top.indices]], 1), K)
-        counts += torch.bincount(_bin_of(values, inv_width, zero_col, bins).add_(bin_base).reshape(-1),
-                                 minlength=U * bins)
-        part.vmin = torch.minimum(part.vmin, values.amin(1))  # the maximum is the top value
-        part.vsq += torch.linalg.vecdot(values, values, dim=1).double()
-        part.token_sums.index_add_(1, slot_of[tok], values)
+        blocks, loc, tok = _unit_blocks(model, docs, plan.offsets, plan.batch_windows(b), hooks)
+        slots = slot_of[tok]
+        for first, values in blocks:  # values [n, w]: units first .. first + w - 1
+            cols = slice(first, first + values.shape[1])
+            low, high = values.amin(0), values.amax(0)  # (aminmax over dim 0 takes a slow path: 25x slower)
+            part.vmin[cols] = torch.minimum(part.vmin[cols], low)  # the maximum is the top value
+            _keep_top(part, first, values, high, loc, K)
+            part.counts[cols] += binner.counts(values, cols)
+            part.vsq[cols] += torch.linalg.vecdot(values, values, dim=0).double()
+            token_sums[:, cols].index_add_(0, slots, values)
         part.tokens += len(loc)
         if progress is not None:
             progress(part.tokens, todo)
+    part.token_sums = token_sums.t().contiguous()
     part.batches = _runs(list(batches))
     part.seconds = time.perf_counter() - started
     return part
+
+
+def _keep_top(part: PartialScan, first: int, values: torch.Tensor, high: torch.Tensor, loc: torch.Tensor,
+              K: int) -> None:
+    """Merge a block's top values into the running top K of its units. Only units whose batch maximum reaches their
+    K-th value so far can gain an entry (ties included: the merge orders them by location), so after the first batches
+    most units skip the top-k, the scan's second largest cost, entirely."""
+    units = torch.arange(first, first + values.shape[1])
+    hit = (high >= part.best_v[units, -1]).nonzero().squeeze(1)
+    if not len(hit):
+        return
+    rows = units[hit]
+    # each unit's values as one contiguous row (topk along a strided column is about twice as slow)
+    own = values.t().contiguous() if len(hit) == values.shape[1] else values.index_select(1, hit).t().contiguous()
+    top = own.topk(min(K, values.shape[0]), dim=1)
+    part.best_v[rows], part.best_loc[rows] = _top_merge(torch.cat([part.best_v[rows], top.values], 1),
+                                                        torch.cat([part.best_loc[rows], loc[top.indices]], 1), K)
 
 
 def _runs(batches: list[int]) -> list[tuple[int, int]]:

@@ -389,3 +389,29 @@ def test_shipped_index_of_shakespeare_pre_recaptures():
         ctx = ix.example_context(index, docs, ex.doc, ex.pos, model=model, unit=unit)
         assert ctx.values[ctx.peak] == pytest.approx(ex.value, rel=1e-4, abs=1e-5)
     assert ix.summary(index, "L0N0").startswith("L0N0: active on")
+
+
+def test_block_binner_counts_equal_the_sign_exact_rule():
+    """The scan's per-block histogram (token-major values) equals _bin_of's rule on the same values, for narrow bins
+    and for bins wider than 1 (where v * (1 / width) can round a tiny v > 0 to 0), with -0.0, values within rounding
+    of 0 and values far outside the range; and the bins above the 0 edge hold exactly the values > 0."""
+    from gptviz.index.histograms import _Binner, _bin_of
+    g = torch.Generator().manual_seed(0)
+    U, n, bins = 40, 501, 16
+    values = torch.nn.functional.gelu(torch.randn(n, U, generator=g) * 3)
+    values[::7], values[1], values[2], values[3], values[4] = -0.0, 1e-30, -1e-30, 1e9, -1e9
+    span = torch.rand(U, generator=g, dtype=torch.float64) * 10 + 0.5
+    span[:10] *= 1e-3     # narrow: 1 / width well above 1
+    span[10:20] *= 100    # wide: 1 / width below 1, the fix-up's case
+    width = span / bins
+    zero_bin = torch.full((U,), bins // 4, dtype=torch.float64)
+    hist_range = torch.stack([-zero_bin * width, (bins - zero_bin) * width], 1).float().numpy()
+    binner = _Binner(hist_range, zero_bin.long().numpy(), bins)
+    assert int(binner.small.sum()) == 10
+    counts = torch.cat([binner.counts(values[:, :25], slice(0, 25)), binner.counts(values[:, 25:], slice(25, U))])
+    inv_width = binner.inv_width[:, None]
+    by_rule = _bin_of(values.t().contiguous(), inv_width, zero_bin.float()[:, None], bins)
+    expected = torch.stack([torch.bincount(row, minlength=bins) for row in by_rule])
+    assert torch.equal(counts, expected)
+    above = torch.arange(bins)[None] >= zero_bin.long()[:, None]
+    assert torch.equal((counts * above).sum(1), (values > 0).sum(0))

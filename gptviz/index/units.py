@@ -68,7 +68,12 @@ def head_write_norms(z: torch.Tensor, c_proj_weight: torch.Tensor) -> torch.Tens
     """HEAD_SCORE: [..., heads, d_head] z and c_proj's [out, in] weight -> [..., heads] norms of each head's write."""
     n_heads, d_head = z.shape[-2], z.shape[-1]
     w = c_proj_weight.detach().to(torch.float32).t().reshape(n_heads, d_head, -1)  # (nh, hs, C): W_O^h
-    return torch.einsum("...nj,njc->...nc", z.to(torch.float32), w).norm(dim=-1)
+    # ||z W_O^h||^2 = z (W_O^h W_O^h^T) z^T: through each head's hs x hs Gram matrix, never the (tokens, nh, C) writes
+    # themselves (12x fewer multiplications for gpt2-small; equal to the direct norm within 3e-7 relative, tested)
+    gram = torch.bmm(w, w.transpose(1, 2))  # (nh, hs, hs)
+    zz = z.to(torch.float32).reshape(-1, n_heads, d_head).transpose(0, 1)  # (nh, tokens, hs)
+    squares = (torch.bmm(zz, gram) * zz).sum(-1).clamp_(min=0)  # rounding may take a 0 a hair below
+    return squares.sqrt_().t().reshape(z.shape[:-1])
 
 
 def _unit_hooks(config) -> list[str]:

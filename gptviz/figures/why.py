@@ -6,7 +6,7 @@ import numpy as np
 import plotly.colors
 import plotly.graph_objects as go
 
-from .common import DIVERGING_SCALE, apply_layout, escaped, title_room, token_axis, wrap_title
+from .common import DIVERGING_SCALE, apply_layout, escaped, title_room, wrap_title
 from .common import token_categories, token_category_axis
 
 # pushes towards the target / towards the rival: the strong red and blue of the grids' diverging scale (RdBu_r: red
@@ -26,10 +26,12 @@ def _symmetric(values) -> float:
 def attribution_bars(labels: list[str], values, *, title: str, height: int = 420) -> go.Figure:
     """One bar per part, in the model's order; red pushes the logit difference up, blue down (as in the grids)."""
     v = _np(values)
+    names = token_categories(escaped(labels))
     fig = go.Figure(go.Bar(
-        x=list(range(len(v))), y=v, marker_color=[POSITIVE if x >= 0 else NEGATIVE for x in v],
+        x=names, y=v, marker_color=[POSITIVE if x >= 0 else NEGATIVE for x in v],
         customdata=escaped(labels), hovertemplate="%{customdata}: %{y:+.3f}<extra></extra>"))
-    fig.update_xaxes(tickangle=-60, tickfont_size=10, **token_axis(escaped(labels), max_ticks=80))
+    # a category axis thins its own labels to the width drawn (a phone's 25 parts of the bundled model piled up)
+    fig.update_xaxes(tickangle=-60, tickfont_size=10, **token_category_axis(names))
     fig.update_yaxes(title_text="direct effect on the logit difference", zeroline=True, zerolinecolor="#888")
     return apply_layout(fig, title=title, height=height, showlegend=False)
 

@@ -12,11 +12,7 @@ NOT_YET_SPLIT = {  # module: its size when this test was written (the ceiling un
     "app_pages/norms.py": 1008,      # four tabs of the Pre-norm vs post-norm page
     "app_pages/why.py": 622,         # attribution, ablation, patching, saliency and flow tabs
     "app_pages/attention.py": 651,   # the map first, live generation and six other views in tabs
-    "gptviz/weights.py": 495,        # checkpoints, Hub loading and validation
-    "gptviz/training_jobs.py": 471,  # the job registry and the two background runs
     "app_pages/training.py": 431,
-    "gptviz/evaluate.py": 421,       # the bundled-model check and its model card
-    "gptviz/snapshots.py": 420,
 }
 
 

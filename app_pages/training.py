@@ -308,8 +308,8 @@ def finished_run(job: Job) -> None:
 # ---- the warmup scenario ------------------------------------------------------------------------------------------
 
 WARMUP_COLORS = {"post-norm, no warmup": "#d62728", "post-norm, warmup": "#ff9896", "pre-norm, no warmup": "#1f77b4"}
-WARMUP_TRIED = ("Settings tried, each reported in benchmarks/README.md (section Warmup): under two protocols fixed "
-                "before their runs, peak lr 1e-3, 3e-3 and 1e-2 at this shape and length, then 6 layers at lr 1e-3 "
+WARMUP_TRIED = ("Settings tried, each reported in docs/benchmarks-history.md (section Warmup): under two protocols "
+                "fixed before their runs, peak lr 1e-3, 3e-3 and 1e-2 at this shape and length, then 6 layers at lr 1e-3 "
                 "and 3e-3; before them, exploratory 60-step runs at lr 0.01 and 0.1 and one-seed probes. This page "
                 "runs the 12-layer lr 3e-3 setting, which the protocols kept; the verdict below is computed from this "
                 "run's losses by the rule shown.")

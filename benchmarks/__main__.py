@@ -5,10 +5,10 @@
     python -m benchmarks --quick             # a few minutes' subset, each with its quick flags
     python -m benchmarks --all               # everything (an hour or more on 2 cores; browser ones need chromium)
 
-Each benchmark runs as its own process from the checkout (PYTHONPATH is the checkout, so the scripts import the
-package you are editing), its output shown as it goes and its last lines kept in benchmarks/current.md, one row per
-benchmark, replaced by its latest run with the date, the command, the time and the exit status. The dated history of
-figures and what they mean stays in benchmarks/README.md.
+Each benchmark runs as its own process, `python -m benchmarks.SCRIPT` from the checkout's root (so the scripts import
+the package you are editing, and each other as `benchmarks.x`), its output shown as it goes and its last lines kept
+in benchmarks/current.md, one row per benchmark, replaced by its latest run with the date, the command, the time and
+the exit status. The dated history of figures and what they mean is docs/benchmarks-history.md.
 """
 from __future__ import annotations
 
@@ -32,6 +32,8 @@ class Bench:
     what: str
     quick: tuple[str, ...] | None = None  # flags for --quick; None: not in the quick subset
 
+
+HELPERS = ("servers.py",)  # modules the scripts (and tests) share, not benchmarks themselves
 
 BENCHMARKS = {
     "engine": Bench("run.py", "gptviz against transformers on GPT-2 small: capture, generate, load",
@@ -59,13 +61,14 @@ BENCHMARKS = {
 def run(name: str, extra: list[str], quick: bool) -> dict:
     bench = BENCHMARKS[name]
     flags = list(bench.quick or ()) if quick else []
-    command = [sys.executable, str(HERE / bench.script), *flags, *extra]
-    shown = " ".join(["python", f"benchmarks/{bench.script}", *flags, *extra])
+    module = f"benchmarks.{bench.script.removesuffix('.py')}"
+    command = [sys.executable, "-m", module, *flags, *extra]
+    shown = " ".join(["python", "-m", module, *flags, *extra])
     print(f"\n=== {name}: {shown}", flush=True)
     started = time.perf_counter()
     tail: list[str] = []
-    with subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          env=dict(os.environ, PYTHONPATH=str(ROOT))) as proc:
+    # from the root, `-m` puts the checkout first on the path: its gptviz and benchmarks, nothing else to set
+    with subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
         for line in proc.stdout:
             print(line, end="", flush=True)
             if line.strip():

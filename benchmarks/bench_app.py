@@ -6,10 +6,10 @@ On a preset (default gpt2-small, random weights) with an N-token prompt (default
   - switch head: a rerun after choosing another head (no forward pass: the capture is cached);
   - switch head in the model view: the same with every layer x head panel drawn.
 The model is built once before timing (st.cache_resource). The forward-pass counter
-(forward_calls()) is reported next to each timing to show which reruns ran the model.
+(gptviz.model.forward_count()) is reported next to each timing to show which reruns ran the model.
 
-    python benchmarks/bench_app.py                      # gpt2-small, 64 tokens, 5 repeats
-    python benchmarks/bench_app.py --preset tiny --repeats 3
+    python -m benchmarks app                      # gpt2-small, 64 tokens, 5 repeats
+    python -m benchmarks app -- --preset tiny --repeats 3
 """
 from __future__ import annotations
 
@@ -22,13 +22,13 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-import torch  # noqa: E402
-from streamlit.testing.v1 import AppTest  # noqa: E402
+import torch
+from streamlit.testing.v1 import AppTest
 
-from gptviz import PRESETS  # noqa: E402
-from gptviz.tokenizer import decode, encode  # noqa: E402
+from gptviz import PRESETS
+from gptviz.model import forward_count
+from gptviz.tokenizer import decode, encode
 from gptviz.app import models, keys as K
 
 BASE = ("ROMEO: But soft, what light through yonder window breaks? It is the east, and Juliet is the sun. "
@@ -46,13 +46,13 @@ def prompt_of(n_tokens: int, variant: int) -> str:
 
 
 def timed_run(at: AppTest) -> tuple[float, int]:
-    before = forward_calls()
+    before = forward_count()
     start = time.perf_counter()
     at.run()
     elapsed = time.perf_counter() - start
     if at.exception:
         raise RuntimeError(at.exception[0].value)
-    return elapsed, forward_calls() - before
+    return elapsed, forward_count() - before
 
 
 def main() -> None:

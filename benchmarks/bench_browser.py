@@ -16,9 +16,9 @@ to the first script run's end.
 The app runs on a free loopback port; Chromium is Debian's (/usr/bin/chromium). Run it on a quiet machine: the
 figures are wall-clock times.
 
-    python benchmarks/bench_browser.py                 # both models (about 5 minutes)
-    python benchmarks/bench_browser.py --models bundled
-    python benchmarks/bench_browser.py --cold-start 5    # only the cold start, 5 fresh servers (about 2 minutes)
+    python -m benchmarks browser                 # both models (about 5 minutes)
+    python -m benchmarks browser -- --models bundled
+    python -m benchmarks browser -- --cold-start 5    # only the cold start, 5 fresh servers (about 2 minutes)
 """
 from __future__ import annotations
 
@@ -30,10 +30,8 @@ import time
 from pathlib import Path
 from urllib.parse import quote
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from load_test import ARGS, CHROMIUM, ROOT, Server  # noqa: E402  (the same server and browser setup)
+from benchmarks.load_test import ARGS, CHROMIUM, ROOT, Server  # the same server and browser setup
 
-sys.path.insert(0, str(ROOT))
 MODELS = {"bundled": ("", "shakespeare-pre (bundled)"), "gpt2-small": ("source=preset&preset=gpt2-small&",
                                                                        "gpt2-small (random weights)")}
 PROMPT_WORDS = ("Romeo. But soft, what light through yonder window breaks? It is the east, and Juliet is the sun. "

@@ -2,8 +2,8 @@
 makes the server do), each in a fresh process, beside the weights' own size. With the app's allocator setting
 (keep_freed_memory), as the server runs.
 
-    python benchmarks/bench_build.py                 # gpt2-medium and gpt2-large
-    python benchmarks/bench_build.py gpt2-xl         # about 8 GB at its peak: only on a machine with room
+    python -m benchmarks build                 # gpt2-medium and gpt2-large
+    python -m benchmarks build -- gpt2-xl         # about 8 GB at its peak: only on a machine with room
 """
 from __future__ import annotations
 
@@ -38,8 +38,8 @@ def main() -> None:
     print("| preset | weights (MiB) | build peak above the process's start (MiB) | peak / weights | seconds |")
     print("|---|---|---|---|---|")
     for preset in presets:
-        out = subprocess.run([sys.executable, __file__, "--child", preset], capture_output=True, text=True,
-                             env={**os.environ, "PYTHONPATH": ROOT}, check=True)
+        out = subprocess.run([sys.executable, "-m", "benchmarks.bench_build", "--child", preset], capture_output=True,
+                             text=True, cwd=ROOT, check=True)
         r = json.loads(out.stdout.strip().splitlines()[-1])
         print(f"| {r['preset']} | {r['weights_mb']:,.0f} | {r['peak_mb']:,.0f} | {r['peak_mb'] / r['weights_mb']:.2f}x "
               f"| {r['seconds']:.1f} |")

@@ -3,8 +3,8 @@ app runs it, a background job with snapshots, over several seeds: the seconds un
 the snapshot probe reaches 0.5 (from the job's start, corpus loading included, and from its first step), the step
 it happened at, and what recording the snapshots cost as a share of the training time.
 
-    python benchmarks/bench_grow_induction.py                 # seeds 0 1 2, the scenario's settings
-    python benchmarks/bench_grow_induction.py --seeds 0 --set lr=3e-3 batch=64 steps=1500
+    python -m benchmarks grow                 # seeds 0 1 2, the scenario's settings
+    python -m benchmarks grow -- --seeds 0 --set lr=3e-3 batch=64 steps=1500
 
 Prints a Markdown table; each seed stops at the threshold or at the scenario's last step.
 """
@@ -16,11 +16,10 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import torch  # noqa: E402
+import torch
 
-from gptviz.training_jobs import GROWTH, JobRegistry, induction_growth_spec  # noqa: E402
+from gptviz.training_jobs import GROWTH, JobRegistry, induction_growth_spec
 
 THRESHOLD = 0.5
 

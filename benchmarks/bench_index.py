@@ -2,11 +2,11 @@
 and its memory on a corpus and on one ten times as large. Each measurement runs in a fresh process so its peak RSS
 (ru_maxrss, which includes torch's own ~220 MB and the model) is its own.
 
-    python benchmarks/bench_index.py                         # every part below
-    python benchmarks/bench_index.py --only overhead         # scan vs forward: shakespeare-pre and gpt2-small
-    python benchmarks/bench_index.py --only ray              # the bundled model on Ray, 1 and 2 workers
-    python benchmarks/bench_index.py --only memory           # peak RSS for a JSON-lines corpus at 1x and 10x
-    python benchmarks/bench_index.py --tokens 200000 --gpt2-tokens 20000
+    python -m benchmarks index                         # every part below
+    python -m benchmarks index -- --only overhead         # scan vs forward: shakespeare-pre and gpt2-small
+    python -m benchmarks index -- --only ray              # the bundled model on Ray, 1 and 2 workers
+    python -m benchmarks index -- --only memory           # peak RSS for a JSON-lines corpus at 1x and 10x
+    python -m benchmarks index -- --tokens 200000 --gpt2-tokens 20000
 
 overhead: the full scan (statistics included) against `model.final_hidden` on the very batches the scan runs (the
 fused attention path, nothing captured), interleaved in one process, the median of `--repeats`; the statistics'
@@ -144,9 +144,10 @@ def main() -> None:
     rows = []
     for part in [args.only] if args.only else list(plan):
         for spec in plan[part]:
-            out = subprocess.run([sys.executable, __file__, "--child", spec, "--tokens", str(args.tokens),
+            out = subprocess.run([sys.executable, "-m", "benchmarks.bench_index", "--child", spec,
+                                  "--tokens", str(args.tokens),
                                   "--gpt2-tokens", str(args.gpt2_tokens), "--repeats", str(args.repeats)],
-                                 capture_output=True, text=True, cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT))
+                                 capture_output=True, text=True, cwd=ROOT)
             if out.returncode:
                 raise SystemExit(f"{spec} failed:\n{out.stderr[-3000:]}")
             rows.append(json.loads(out.stdout.strip().splitlines()[-1]))

@@ -8,8 +8,8 @@ On GPT-2 small (random weights, CPU, float32) with a 32-token clean/corrupted pa
 Contenders run interleaved (benchmarks/run.py's `interleaved`: rotating order, medians of per-round ratios), and
 the thread's CPU time is the primary clock (wall time beside it).
 
-    python benchmarks/bench_interventions.py                 # 3 rounds of the sweeps, 25 of the single passes
-    python benchmarks/bench_interventions.py --repeats 5 --threads 2
+    python -m benchmarks interventions                 # 3 rounds of the sweeps, 25 of the single passes
+    python -m benchmarks interventions -- --repeats 5 --threads 2
 """
 from __future__ import annotations
 
@@ -20,14 +20,13 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from run import build_ours, interleaved  # noqa: E402  (benchmarks/run.py: same model and timing method)
+from benchmarks.run import build_ours, interleaved  # the engine benchmark's model and timing method
 
-import torch  # noqa: E402
+import torch
 
-from gptviz import capture, get_tokenizer  # noqa: E402
-from gptviz.attribution import head_patching, residual_patching  # noqa: E402
-from gptviz.interventions import ablate_heads, patch_from  # noqa: E402
+from gptviz import capture, get_tokenizer
+from gptviz.attribution import head_patching, residual_patching
+from gptviz.interventions import ablate_heads, patch_from
 
 CLEAN = ("When Mary and John went to the store, John gave a drink to Mary. Afterwards the two of them walked "
          "home along the river bank, and then she said to him")

@@ -2,8 +2,8 @@
 (attribution.patching_work x attribution.block_pass_rate, measured now) against their measured time, for the audit's
 pairs (" a" x T, and the same with " b" at token T/2). One torch thread, like a server whose cores are shared.
 
-    python benchmarks/bench_patching.py            # T = 128
-    python benchmarks/bench_patching.py 64 128 256
+    python -m benchmarks patching            # T = 128
+    python -m benchmarks patching -- 64 128 256
 """
 from __future__ import annotations
 
@@ -11,11 +11,10 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-import torch  # noqa: E402
+import torch
 
-from gptviz import GPT, PRESETS, attribution  # noqa: E402
-from gptviz.tokenizer import encode  # noqa: E402
+from gptviz import GPT, PRESETS, attribution
+from gptviz.tokenizer import encode
 
 
 def main(lengths: list[int]) -> None:

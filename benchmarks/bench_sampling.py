@@ -6,7 +6,7 @@ vocabulary (what it replaced), side by side in one run, one torch thread.
   2. stream(attention=True) with top-p 0.9, tokens/s, with each nucleus (the sort swapped in for the second).
 Rounds interleave the contenders, order rotated; values are medians, ratios medians of per-round ratios.
 
-    python benchmarks/bench_sampling.py            # about a minute
+    python -m benchmarks sampling            # about a minute
 """
 from __future__ import annotations
 
@@ -18,13 +18,11 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-from bench_browser import prompt_of  # noqa: E402  (the browser benchmark's 64-token prompt)
+from benchmarks.bench_browser import prompt_of  # the browser benchmark's 64-token prompt
 
-import gptviz  # noqa: E402,F401
-from gptviz import GPT, PRESETS, load_pretrained, stream  # noqa: E402
-from gptviz.tokenizer import encode  # noqa: E402
+import gptviz  # noqa: F401
+from gptviz import GPT, PRESETS, load_pretrained, stream
+from gptviz.tokenizer import encode
 
 GEN = sys.modules["gptviz.generate"]  # the module (gptviz.generate is also the name of the function)
 TOP_P = 0.9

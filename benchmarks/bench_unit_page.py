@@ -7,9 +7,9 @@ costs (reading the corpus, the model's fingerprint); the first open of each unit
 batched pass); the later opens are what a visitor clicking a unit id sees. Prints every time and the median of the
 warm ones.
 
-    python benchmarks/bench_unit_page.py                       # 3 neurons and 2 heads of shakespeare-pre
-    python benchmarks/bench_unit_page.py --shots /tmp/unit-shots   # also 1400x1000 and 390x844 screenshots
-    python benchmarks/bench_unit_page.py --in-session-only         # only the clicks in one tab (the app's own links)
+    python -m benchmarks unit-page                       # 3 neurons and 2 heads of shakespeare-pre
+    python -m benchmarks unit-page -- --shots /tmp/unit-shots   # also 1400x1000 and 390x844 screenshots
+    python -m benchmarks unit-page -- --in-session-only         # only the clicks in one tab (the app's own links)
 
 The app's own unit ids (pills and table rows) open the page in the same tab and session (gptviz.app.unit_nav);
 the first measurement is that: a click on a neuron's pill on the Activations page to its page drawn. The new-tab
@@ -25,9 +25,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
-from servers import streamlit_server  # noqa: E402
-from test_browser_units import all_drawn  # noqa: E402  (the examples' rows and both figures drawn)
+from benchmarks.servers import streamlit_server, unit_page_drawn
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking"]
@@ -42,7 +40,7 @@ def open_unit(browser, url: str, unit: str, size: tuple[int, int]):
     started = time.perf_counter()
     page.goto(f"{url}/units?unit={unit}")
     page.locator('[data-testid="stMarkdown"]').filter(has_text=re.compile(f"^{unit}:")).wait_for()
-    all_drawn(page)
+    unit_page_drawn(page)
     page.wait_for_selector('[data-testid="stStatusWidget"]', state="detached")
     return page, time.perf_counter() - started
 
@@ -55,7 +53,7 @@ def click_pill(page, unit: str) -> float:
     started = time.perf_counter()
     pill.click()
     page.locator('[data-testid="stMarkdown"]').filter(has_text=re.compile(f"^{unit}:")).wait_for()
-    all_drawn(page)
+    unit_page_drawn(page)
     page.wait_for_selector('[data-testid="stStatusWidget"]', state="detached")
     return time.perf_counter() - started
 

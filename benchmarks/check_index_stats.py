@@ -1,7 +1,7 @@
 """A shipped (or any) neuron index's statistics against a direct count over the same corpus and windows.
 
-    python benchmarks/check_index_stats.py shakespeare-pre            # the shipped index of a bundled model
-    python benchmarks/check_index_stats.py shakespeare-post --units 300
+    python -m benchmarks index-stats -- shakespeare-pre            # the shipped index of a bundled model
+    python -m benchmarks index-stats -- shakespeare-post --units 300
 
 One more pass over the index's windows, independent of the index's running statistics: every neuron's active share
 counted directly (values > 0), and for `--units` units (the neurons a review named, then a seeded random choice) all

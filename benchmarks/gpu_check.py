@@ -1,7 +1,7 @@
 """One prepared GPU check: the library on a CUDA device against the float32 CPU reference, in a few minutes.
 
-    python benchmarks/gpu_check.py                  # on a machine with CUDA (exits 0 with a note when there is none)
-    python benchmarks/gpu_check.py --device cpu --skip-gpt2   # the same code on the CPU: a dry run (~1 min)
+    python -m benchmarks gpu                  # on a machine with CUDA (exits 0 with a note when there is none)
+    python -m benchmarks gpu -- --device cpu --skip-gpt2   # the same code on the CPU: a dry run (~1 min)
 
 What it checks, for the bundled model (`shakespeare-pre`) and a random GPT-2 small preset, in float32, float16
 and bfloat16 on the device:
@@ -39,12 +39,11 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-from gptviz import PRESETS, GPT, capture, generate, get_tokenizer, load_pretrained, stream  # noqa: E402
-from gptviz.devices import available_devices, available_dtypes, place  # noqa: E402
-from gptviz.model import forward_count  # noqa: E402
-from gptviz.train import Trainer, TrainSettings, train_models  # noqa: E402
+from gptviz import PRESETS, GPT, capture, generate, get_tokenizer, load_pretrained, stream
+from gptviz.devices import available_devices, available_dtypes, place
+from gptviz.model import forward_count
+from gptviz.train import Trainer, TrainSettings, train_models
 
 PROMPT = ("Ham.\nWho's there?\n\nHor.\nFriends to this ground, and liegemen to the Dane.\n\nMar.\n"
           "And what art thou?\n\nHam.\nA piece of him.\n")

@@ -21,8 +21,8 @@ message. Scenarios, each under its own timeout (one that cannot be driven is rep
    succeeds). Fair turns between two visitors need two client addresses, which loopback does not give (every
    connection comes from 127.0.0.1): tests/test_index_turns.py checks them with the addresses set in the test.
 
-    python benchmarks/hostile_load.py                 # about 5 minutes
-    python benchmarks/hostile_load.py --only 1 3      # some scenarios
+    python -m benchmarks hostile                 # about 5 minutes
+    python -m benchmarks hostile -- --only 1 3      # some scenarios
 
 All contexts come from 127.0.0.1, one client address, so GPTVIZ_GENERATIONS_PER_ADDRESS is raised to 16 for
 this run (with the default 2 the victim of scenario 2 would be refused outright: see the README section).
@@ -45,11 +45,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(HERE))
-from load_test import ARGS, CHROMIUM, idle, rss_mib  # noqa: E402
-sys.path.insert(0, str(ROOT / "tests"))
-from servers import streamlit_server  # noqa: E402
+from benchmarks.load_test import ARGS, CHROMIUM, idle, rss_mib
+from benchmarks.servers import streamlit_server
 
 LIMITS = {"GPTVIZ_MEMORY_MB": "2048", "GPTVIZ_CAPTURE_CACHE_MB": "512", "GPTVIZ_MODEL_CACHE_MB": "1024",
           "GPTVIZ_GENERATIONS": "4", "GPTVIZ_GENERATION_QUEUE": "8", "GPTVIZ_GENERATIONS_PER_ADDRESS": "16",

@@ -2,7 +2,7 @@
 baseline, in a fresh process, through Streamlit's AppTest (the value set in session state, where the widget's
 max_chars does not apply; before the boxes had a limit, a websocket message delivered the same).
 
-    python benchmarks/hostile_word_box.py            # about 30 s
+    python -m benchmarks word-box            # about 30 s
 
 Samples VmRSS every 0.05 s in a thread."""
 from __future__ import annotations
@@ -13,8 +13,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
 
 
 def rss_mib() -> float:
@@ -39,10 +37,22 @@ class Peak:
         return max(self.peak, rss_mib())
 
 
+def run_page(name: str, spec, **state):
+    """One run of app_pages/<name>.py through AppTest with `spec` loaded and `state` in session state."""
+    from streamlit.testing.v1 import AppTest
+
+    from gptviz.app.sidebar import DEFAULT_PROMPT
+    at = AppTest.from_file(str(ROOT / "app_pages" / f"{name}.py"), default_timeout=120)
+    at.session_state["model_spec"] = spec
+    at.session_state["prompt"] = DEFAULT_PROMPT
+    for key, value in state.items():
+        at.session_state[key] = value
+    return at.run()
+
+
 def main() -> int:
     from gptviz.app import keys as K
     from gptviz.app import models
-    from pagetest import run_page
     pre = models.ModelSpec(K.SOURCE_BUNDLED, "shakespeare-pre", "pre")
     huge = "x" * 10_000_000
     cases = [("A word", {K.UNIT_TAB: K.UNIT_TABS[1]}, K.UNIT_WORD, {}),

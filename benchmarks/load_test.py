@@ -9,8 +9,8 @@ Reported: actions done, exception boxes seen (must be 0), cross-talk (a page sho
 token count; must be 0), the server's peak resident memory against the configured budget, and the median page
 switch under load beside the single-session figure from the same run.
 
-    python benchmarks/load_test.py                       # 8 sessions, 120 s
-    python benchmarks/load_test.py --sessions 4 --seconds 60
+    python -m benchmarks load                       # 8 sessions, 120 s
+    python -m benchmarks load -- --sessions 4 --seconds 60
 
 Needs Debian's chromium at /usr/bin/chromium (never a downloaded browser) and Playwright's Python package. Every
 request goes to 127.0.0.1; the loops stop at the deadline or after --max-actions per session, whichever is first.
@@ -31,7 +31,6 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
         "--disable-component-update", "--disable-sync"]

@@ -1,9 +1,9 @@
 """Side-by-side benchmarks: gptviz against Hugging Face transformers on GPT-2 small (random weights, CPU,
 float32), both models holding the same weights. Writes benchmarks/results.md and prints it.
 
-    python benchmarks/run.py                 # the full run (a few minutes on a laptop)
-    python benchmarks/run.py --repeats 10    # fewer repeats, noisier
-    python benchmarks/run.py --threads 4     # torch intra-op threads (default 1: the least noisy)
+    python -m benchmarks engine                 # the full run (a few minutes on a laptop)
+    python -m benchmarks engine -- --repeats 10    # fewer repeats, noisier
+    python -m benchmarks engine -- --threads 4     # torch intra-op threads (default 1: the least noisy)
 
 Timing: torch.no_grad, warm-up calls first, then the contenders interleaved (round-robin, rotating the order
 each round) so background load hits all of them alike; the median of the repeats is reported.
@@ -22,15 +22,14 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import torch  # noqa: E402
+import torch
 
-from gptviz import PRESETS, GPT, capture, generate, get_tokenizer, stream  # noqa: E402
-from gptviz.allocator import keep_freed_memory  # noqa: E402
-from gptviz.model import row_major_copy  # noqa: E402
-from gptviz.weights import _CONV1D  # noqa: E402
+from gptviz import PRESETS, GPT, capture, generate, get_tokenizer, stream
+from gptviz.allocator import keep_freed_memory
+from gptviz.model import row_major_copy
+from gptviz.checkpoint import _CONV1D
 from gptviz.hooks import act_name
 
 PROMPT = ("The history of natural language processing generally started in the 1950s, although work can "
@@ -160,8 +159,9 @@ def capture_vs_plain(ours, ids, repeats: int) -> Timings:
 # back as newly zeroed pages (page faults, system time). The app keeps freed memory instead
 # (gptviz.allocator.keep_freed_memory() in app.py); a child process measures capture under that setting.
 def bench_capture_keep_memory(threads: int, repeats: int) -> dict:
-    res = subprocess.run([sys.executable, __file__, "--capture-child", "--threads", str(threads), "--repeats",
-                          str(repeats)], capture_output=True, text=True, check=True)
+    res = subprocess.run([sys.executable, "-m", "benchmarks.run", "--capture-child", "--threads", str(threads),
+                          "--repeats",
+                          str(repeats)], capture_output=True, text=True, check=True, cwd=ROOT)
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
@@ -218,7 +218,6 @@ def bench_per_token(ours, runs: int, new: int = 256) -> dict:
 
 MEMORY_CHILD = r"""
 import json, resource, sys, torch
-sys.path.insert(0, ROOT)
 torch.set_num_threads(THREADS)
 from gptviz import PRESETS, GPT, capture
 
@@ -254,9 +253,10 @@ print(json.dumps({"delta_kib": peak - base, "method": method, **extra}))
 def bench_memory(threads: int) -> dict:
     out = {}
     for mode in ("plain", "capture"):
-        code = (MEMORY_CHILD.replace("ROOT", repr(str(ROOT))).replace("THREADS", str(threads))
+        code = (MEMORY_CHILD.replace("THREADS", str(threads))
                 .replace("MODE", repr(mode)))
-        res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+        # from the root, `-c` finds the checkout's gptviz first
+        res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
         out[mode] = json.loads(res.stdout.strip().splitlines()[-1])
     c = PRESETS["gpt2-small"]
     T, d, H, L, ff, V = 512, c.d_model, c.n_heads, c.n_layers, c.d_ff, c.vocab_size

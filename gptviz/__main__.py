@@ -136,7 +136,7 @@ def snapshot_recorders(args, cfg, corpus, settings) -> dict | None:
 
 
 def _check(args) -> int:
-    from .evaluate import check_folder
+    from .model_card import check_folder
     report, target = check_folder(args.folder, args.data, args.out, args.update_card)
     for key in ("val_loss", "bigram_baseline", "margin", "repeat_loss"):
         print(f"{key:<28}{report[key]:.4f}")

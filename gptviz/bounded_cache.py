@@ -129,7 +129,8 @@ class BoundedCache(Generic[V]):
         and the other builds in progress; when those builds alone leave no room, wait for one to end (LimitError
         after wait_s), so the peak stays within the budget while things are built. With an accountant too: letting
         the accountant alone bound three 682-token captures of gpt2-small at once raised the server's peak from
-        3,485 to 4,225 MiB (the pages drawing them hold copies the budget does not see; benchmarks/README.md)."""
+        3,485 to 4,225 MiB (the pages drawing them hold copies the budget does not see; docs/benchmarks-history.md,
+        "Hostile load")."""
         with self._lock:
             deadline = None
             while True:

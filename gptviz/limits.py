@@ -22,7 +22,7 @@ GPTVIZ_TRAINING_TOKENS    tokens one training run may train on, steps x batch x 
 GPTVIZ_TRAINING_SECONDS   wall time one training run may take (default 1800)
 GPTVIZ_TRAINED_KEPT       trained models kept for the sessions that trained them (default 8; the oldest go first)
 GPTVIZ_MAX_LOAD_PARAMS    the most parameters a checkpoint's config.json may describe before anything is allocated
-                          (default 2,000,000,000; weights.check_load_limits)
+                          (default 2,000,000,000; checkpoint.check_load_limits)
 GPTVIZ_MAX_LOAD_CTX       the longest context a checkpoint's config.json may ask for (default 8192)
 GPTVIZ_MODEL_DIRS         folders, separated by os.pathsep, that the "folder or Hub id" field may load from besides
                           the bundled models and the Hugging Face cache (default none); each must be an absolute path

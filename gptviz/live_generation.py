@@ -33,7 +33,7 @@ STEP_WAIT_S = 600.0
 
 # Background work (generations, training runs) yields the CPU to the threads that serve pages: on a server with
 # fewer cores than busy threads, a visitor's page switch waited behind four other visitors' generations (median
-# 3.3 s, 0.9 s alone; benchmarks/README.md, "Hostile load"). Linux sets a thread's nice value per thread.
+# 3.3 s, 0.9 s alone; docs/benchmarks-history.md, "Hostile load"). Linux sets a thread's nice value per thread.
 BACKGROUND_NICE = 10
 
 # torch's CPU thread count as the process started (recorded at import, before any thread changes it).

@@ -13,7 +13,7 @@ A reservation that does not fit first asks the caches to drop their least recent
 use), then waits up to `wait_s` for other work to end, then is refused with a LimitError that says what was asked
 and what holds the rest. The estimates (below) are computed from the config and the sizes before anything runs;
 they count float32 tensors at their peak, so what they miss is the fixed overhead: the interpreter, torch, the
-allocator's free lists and the page's own drawing (benchmarks/README.md, "Hostile load", measures it).
+allocator's free lists and the page's own drawing (docs/benchmarks-history.md, "Hostile load", measures it).
 
 The library never reserves by itself: the app does (gptviz.app.models, jobs, live), so scripts and notebooks run
 unbounded. No Streamlit here: the accountant is a module object no client can clear.

@@ -252,7 +252,8 @@ class GPT(nn.Module):
         embedding the tied LM head reads) stored [in, out] in memory, GPT-2's Conv1D layout. Shapes, names and
         values are unchanged; only the strides differ. For one row at a time (every generated token), BLAS
         streams this layout faster: 6.6 vs 10.2 ms for GPT-2 small's LM head on one core
-        (benchmarks/README.md). Row lookups into the embedding get slower, but they read a few rows, not all."""
+        (docs/benchmarks-history.md, "Notes"). Row lookups into the embedding get slower, but they read a few rows,
+        not all."""
         matrices = [m for m in self.modules() if isinstance(m, nn.Linear)]
         if self.config.tie_weights:
             matrices = [m for m in matrices if m is not self.lm_head] + [self.wte]

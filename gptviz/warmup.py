@@ -30,8 +30,8 @@ LAST = 10   # the outcome averages each run's loss over its last LAST steps (one
 
 @dataclass(frozen=True)
 class Scenario:
-    """Defaults: the setting benchmarks/README.md's first warmup protocol fixed before its runs, at lr 3e-3 (the
-    first whose verdict, by that protocol's rule, said the claim shows; by the second protocol's stricter rule no
+    """Defaults: the setting the first warmup protocol (docs/benchmarks-history.md, "Protocol") fixed before its runs,
+    at lr 3e-3 (the first whose verdict, by that protocol's rule, said the claim shows; by the second protocol's stricter rule no
     setting tried shows it, and that protocol keeps this one). Every setting's runs are reported there."""
     layers: int = 12
     width: int = 64
@@ -203,7 +203,7 @@ def outcome(logs: dict[str, list[dict]], baseline: float) -> Outcome | None:
         arms[arm] = ArmOutcome(arm, float(tail.mean()), float(tail.std(ddof=1)) if len(tail) > 1 else 0.0, len(tail))
     cold, warm, pre = arms["post-norm, no warmup"], arms["post-norm, warmup"], arms["pre-norm, no warmup"]
     # the claim is that warmup lets post-norm train: with warmup it must leave the frequency-only plateau, and the
-    # gap must exceed both the seeds' spread and a minimum effect (benchmarks/README.md, the second protocol)
+    # gap must exceed both the seeds' spread and a minimum effect (docs/benchmarks-history.md, "A second protocol")
     needs = warm.mean < baseline and cold.mean - warm.mean > max(cold.sd + warm.sd, MIN_EFFECT)
     fine = pre.mean - warm.mean <= pre.sd + warm.sd
     sentence = (f"Loss over steps {step - LAST + 1}–{step}, mean ± sd over {cold.seeds} seeds: post-norm without "

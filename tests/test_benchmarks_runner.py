@@ -12,10 +12,10 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_every_benchmark_script_is_registered():
     sys.path.insert(0, str(ROOT))
     try:
-        from benchmarks.__main__ import BENCHMARKS
+        from benchmarks.__main__ import BENCHMARKS, HELPERS
     finally:
         sys.path.remove(str(ROOT))
-    scripts = {p.name for p in (ROOT / "benchmarks").glob("*.py") if not p.name.startswith("__")}
+    scripts = {p.name for p in (ROOT / "benchmarks").glob("*.py") if not p.name.startswith("__")} - set(HELPERS)
     assert scripts == {b.script for b in BENCHMARKS.values()}
 
 
@@ -29,7 +29,7 @@ def test_a_run_writes_its_row_and_a_rerun_replaces_it(tmp_path):
                              env=env, timeout=300)
         assert out.returncode == 0, out.stdout[-2000:]
     rows = [line for line in table.read_text().splitlines() if line.startswith("| gpu |")]
-    assert len(rows) == 1 and "`python benchmarks/gpu_check.py`" in rows[0] and "| ok |" in rows[0]
+    assert len(rows) == 1 and "`python -m benchmarks.gpu_check`" in rows[0] and "| ok |" in rows[0]
     assert "No CUDA GPU found" in rows[0]
     bad = subprocess.run([sys.executable, "-m", "benchmarks", "nonsense"], cwd=ROOT, capture_output=True, text=True)
     assert bad.returncode == 2 and "unknown benchmark nonsense" in bad.stderr

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from pagetest import MARKUP
-from servers import streamlit_server
+from benchmarks.servers import streamlit_server
 
 CHROMIUM = Path("/usr/bin/chromium")
 ROOT = Path(__file__).resolve().parents[1]

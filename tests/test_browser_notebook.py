@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from servers import free_port
+from benchmarks.servers import free_port
 
 CHROMIUM = Path("/usr/bin/chromium")
 ROOT = Path(__file__).resolve().parents[1]

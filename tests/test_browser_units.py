@@ -8,16 +8,9 @@ import time
 
 import pytest
 
+from benchmarks.servers import unit_page_drawn
 from test_browser import ARGS, CHROMIUM, app_server, no_exception, wait_for_idle
 
-# both Plotly figures drawn (each has its own main-svg layers); the examples' rows are a component's, in a shadow
-# root that only Playwright's locators see
-PLOTS_DRAWN = "[...document.querySelectorAll('.js-plotly-plot')].filter(p => p.querySelector('.main-svg')).length >= 2"
-
-
-def all_drawn(page) -> None:
-    page.locator(".gv-rows .gv-row").first.wait_for()
-    page.wait_for_function(PLOTS_DRAWN)
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium")]
@@ -26,7 +19,7 @@ pytestmark = [pytest.mark.slow,
 def unit_shown(page, unit: str) -> None:
     """Until the unit page shows `unit`'s summary line, its examples (text) and its two figures."""
     page.locator('[data-testid="stMarkdown"]').filter(has_text=re.compile(f"^{unit}: ")).wait_for()
-    all_drawn(page)
+    unit_page_drawn(page)
 
 
 def test_clicking_a_neuron_id_on_activations_opens_its_page_in_the_same_tab():

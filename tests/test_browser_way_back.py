@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from gptviz.app import keys as K
-from servers import streamlit_server
+from benchmarks.servers import streamlit_server
 from test_browser import ARGS, CHROMIUM, ROOT, no_exception, set_prompt, wait_for_idle
 
 pytestmark = [pytest.mark.slow,

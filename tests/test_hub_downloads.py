@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from conftest import SMALL, build
-from gptviz import weights
+from gptviz import hub as hub_downloads
 from gptviz.app import keys as K
 from gptviz.app import models
 from gptviz.weights import CheckpointError, save_checkpoint
@@ -56,7 +56,7 @@ def hub(tmp_path, monkeypatch):
     monkeypatch.setattr(huggingface_hub.HfApi, "model_info", lambda self, repo_id, files_metadata=False:
                         stand_in.model_info(repo_id, files_metadata))
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", stand_in.hf_hub_download)
-    monkeypatch.setattr(weights, "VISITOR_DOWNLOADS", tmp_path / "downloads")
+    monkeypatch.setattr(hub_downloads, "VISITOR_DOWNLOADS", tmp_path / "downloads")
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-hf-cache"))  # nothing cached: every id is fetched
     return stand_in
@@ -80,10 +80,10 @@ def test_a_checked_download_loads_outside_the_build_lock_and_is_kept(hub):
 def test_a_repo_past_the_download_budget_is_refused_before_any_download(hub, monkeypatch):
     hub.add("someone/huge")
     hub.stated[("someone/huge", "model.safetensors")] = 2 * 2**30
-    monkeypatch.setattr(weights, "hub_download_budget", lambda: 500 * 2**20)
+    monkeypatch.setattr(hub_downloads, "hub_download_budget", lambda: 500 * 2**20)
     with pytest.raises(CheckpointError, match=r"would download 2,048 MiB; this server downloads at most 500 MiB"):
         models.load_model(spec("someone/huge"))
-    assert hub.downloads == [] and not (weights.VISITOR_DOWNLOADS / "models--someone--huge").exists()
+    assert hub.downloads == [] and not (hub_downloads.VISITOR_DOWNLOADS / "models--someone--huge").exists()
 
 
 def test_unstated_sizes_or_a_config_past_the_caps_stop_before_the_weights(hub):
@@ -96,7 +96,7 @@ def test_unstated_sizes_or_a_config_past_the_caps_stop_before_the_weights(hub):
     with pytest.raises(CheckpointError, match="layers"):
         models.load_model(spec("someone/deep"))
     assert hub.downloads == [("someone/deep", "config.json")]           # the weights never came
-    assert not (weights.VISITOR_DOWNLOADS / "models--someone--deep").exists()
+    assert not (hub_downloads.VISITOR_DOWNLOADS / "models--someone--deep").exists()
 
 
 def test_a_download_that_does_not_load_is_removed(hub):
@@ -104,7 +104,7 @@ def test_a_download_that_does_not_load_is_removed(hub):
     with pytest.raises(CheckpointError) as info:
         models.load_model(spec("someone/broken"))
     assert "/" not in str(info.value).replace("someone/broken", "")     # no server path in the message
-    assert not (weights.VISITOR_DOWNLOADS / "models--someone--broken").exists()
+    assert not (hub_downloads.VISITOR_DOWNLOADS / "models--someone--broken").exists()
 
 
 def test_more_bytes_than_stated_are_refused_and_removed(hub):
@@ -112,7 +112,7 @@ def test_more_bytes_than_stated_are_refused_and_removed(hub):
     hub.stated[("someone/liar", "model.safetensors")] = 10
     with pytest.raises(CheckpointError, match="sent more than its metadata stated"):
         models.load_model(spec("someone/liar"))
-    assert not (weights.VISITOR_DOWNLOADS / "models--someone--liar").exists()
+    assert not (hub_downloads.VISITOR_DOWNLOADS / "models--someone--liar").exists()
     shutil.rmtree(hub.tmp / "src")
 
 
@@ -128,7 +128,7 @@ def empty_hf_cache(tmp_path, monkeypatch):
     earlier test's stand-in gpt2 stays in the server's model store)."""
     from huggingface_hub import constants
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "empty-hf-cache"))
-    monkeypatch.setattr(weights, "VISITOR_DOWNLOADS", tmp_path / "downloads")
+    monkeypatch.setattr(hub_downloads, "VISITOR_DOWNLOADS", tmp_path / "downloads")
     models.model_store().clear()
 
 

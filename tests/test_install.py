@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from servers import streamlit_server
+from benchmarks.servers import streamlit_server
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.subprocess, pytest.mark.slow]

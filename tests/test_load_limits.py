@@ -17,7 +17,7 @@ import torch
 from safetensors.torch import save_file
 
 from conftest import SMALL, build
-from gptviz import PRESETS, weights
+from gptviz import PRESETS, checkpoint, weights
 from gptviz.params import param_count, total_params
 from gptviz.limits import ServerLimits
 from gptviz.weights import CheckpointError, check_load_limits, load_checkpoint, save_checkpoint
@@ -172,7 +172,8 @@ def test_load_caps_and_model_dirs_come_from_server_limits(tmp_path, monkeypatch)
                                  "GPTVIZ_MODEL_DIRS": f"{tmp_path / 'a'}{sep} {sep}{tmp_path / 'b'}{sep}"})
     assert (got.max_load_params, got.max_load_ctx) == (1000, 64)
     assert got.model_dirs == (str(tmp_path / "a"), str(tmp_path / "b"))   # blank entries skipped
-    monkeypatch.setattr(weights, "server_limits", lambda: got)
+    monkeypatch.setattr(weights, "server_limits", lambda: got)      # the model roots
+    monkeypatch.setattr(checkpoint, "server_limits", lambda: got)   # the load caps
     assert weights.model_roots()[2:] == [tmp_path / "a", tmp_path / "b"]
     with pytest.raises(CheckpointError, match=r"at most 64 \(GPTVIZ_MAX_LOAD_CTX\)"):
         check_load_limits(SMALL.replace(n_ctx=65))

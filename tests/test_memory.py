@@ -132,7 +132,7 @@ def test_a_captures_estimate_covers_what_it_keeps_plus_the_forward_pass():
     names = [act_name("pattern", i) for i in range(cfg.n_layers)]
     kept = capture_nbytes(cfg, names, 682)
     work = memory.capture_work_nbytes(cfg, names, 682)
-    # measured in a fresh process (benchmarks/README.md): 682 tokens of gpt2-small, every pattern, peak +489 MiB
+    # measured in a fresh process (docs/benchmarks-history.md): 682 tokens of gpt2-small, every pattern, peak +489 MiB
     # for 410 MiB kept; the estimate must cover it and not be wildly above
     assert kept < work and 489 * MiB <= work + 64 * MiB <= 1.3 * 489 * MiB + 64 * MiB
 

@@ -9,6 +9,7 @@ import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
+import gptviz.checkpoint
 import gptviz.weights
 from gptviz import PRESETS, wiring, xiong
 from gptviz.app import keys as K
@@ -131,7 +132,7 @@ def test_depth_sweep():
 
 
 def test_trained_twins_missing_shows_info(monkeypatch, tmp_path):
-    monkeypatch.setattr(gptviz.weights, "MODELS_DIR", tmp_path / "nothing")
+    monkeypatch.setattr(gptviz.checkpoint, "MODELS_DIR", tmp_path / "nothing")
     at = open_page(**TINY)
     assert any("not here yet" in i.value for i in at.info)
 
@@ -148,7 +149,7 @@ def tiny_twins(tmp_path, monkeypatch):
         folder = tmp_path / f"twintest-{norm}"
         gptviz.weights.save_checkpoint(model, folder)
         write_history(results[norm], folder)
-    monkeypatch.setattr(gptviz.weights, "MODELS_DIR", tmp_path)
+    monkeypatch.setattr(gptviz.checkpoint, "MODELS_DIR", tmp_path)
     return tmp_path, results
 
 

@@ -178,7 +178,7 @@ def test_default_probes_fit_and_repeat():
 
 
 def test_reproduction_finds_where_a_rerun_leaves_the_committed_log():
-    from gptviz.snapshots import logged_losses, reproduction
+    from gptviz.formation import logged_losses, reproduction
     committed = logged_losses("step    20/1000 loss 7.6127 lr 2e-4\nstep    40/1000 loss 7.5499 val 1\n"
                               "step    60/1000 loss 7.5065 lr\n")
     assert committed == {20: 7.6127, 40: 7.5499, 60: 7.5065}
@@ -189,7 +189,7 @@ def test_reproduction_finds_where_a_rerun_leaves_the_committed_log():
 
 
 def test_the_formation_section_states_what_the_snapshots_hold():
-    from gptviz.snapshots import formation_section
+    from gptviz.formation import formation_section
     snaps, _, _ = run(steps=2)
     i = snaps.detector_index("induction")
     base = snaps.scores[0]

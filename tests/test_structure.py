@@ -12,11 +12,7 @@ NOT_YET_SPLIT = {  # module: its size when this test was written (the ceiling un
     "app_pages/norms.py": 1008,      # four tabs of the Pre-norm vs post-norm page
     "app_pages/why.py": 622,         # attribution, ablation, patching, saliency and flow tabs
     "app_pages/attention.py": 651,   # the map first, live generation and six other views in tabs
-    "gptviz/weights.py": 495,        # checkpoints, Hub loading and validation
-    "gptviz/training_jobs.py": 471,  # the job registry and the two background runs
     "app_pages/training.py": 431,
-    "gptviz/evaluate.py": 421,       # the bundled-model check and its model card
-    "gptviz/snapshots.py": 420,
 }
 
 
@@ -100,3 +96,30 @@ def test_modules_stay_small():
     assert too_long == {}, "split these, or name them in NOT_YET_SPLIT with a reason"
     stale = {name for name in NOT_YET_SPLIT if sizes.get(name, 0) <= MOST_LINES}
     assert stale == set(), "these are small now: take them off NOT_YET_SPLIT"
+
+
+def test_benchmarks_import_the_package_not_the_tests():
+    """Benchmarks run as `python -m benchmarks NAME` from the root: none puts a folder on sys.path (the checkout is
+    already first on it), and none imports a module of tests/ (what they share with the tests lives in benchmarks/)."""
+    test_modules = {p.stem for p in (ROOT / "tests").glob("*.py")} | {"tests"}
+    scripts = sorted((ROOT / "benchmarks").glob("*.py"))
+    assert len(scripts) > 10 and "conftest" in test_modules  # the walk found both folders
+    found = []
+    for path in scripts:
+        text = path.read_text(encoding="utf-8")
+        if "sys.path.insert" in text or "sys.path.append" in text:  # code strings run as children count too
+            found.append(f"{path.name}: sys.path")
+        for node in ast.walk(ast.parse(text)):
+            names = ([node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module else
+                     [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            found += [f"{path.name}: imports {n}" for n in names if n.split(".")[0] in test_modules]
+    assert found == []
+
+
+def test_no_library_module_cites_the_benchmark_notebook():
+    """The dated benchmark history is docs/benchmarks-history.md; benchmarks/README.md is how to run them and the
+    current figures, so a module that cites a measurement names the history's section (or says the fact)."""
+    files = [p for p in (ROOT / "gptviz").rglob("*") if p.suffix in (".py", ".md", ".js")]
+    assert len(files) > 30
+    citing = [p.relative_to(ROOT).as_posix() for p in files if "benchmarks/README" in p.read_text(encoding="utf-8")]
+    assert citing == []

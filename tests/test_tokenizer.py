@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gptviz import get_tokenizer
+from gptviz import assets, get_tokenizer
 from gptviz import tokenizer as tok
 from gptviz.tokenizer import EOT_ID, decode, encode, position_labels, token_label, token_labels
 
@@ -54,7 +54,7 @@ def test_end_of_text_in_user_text_is_plain_text():
 
 
 def test_bundled_file_is_the_shared_reference_file():
-    bundled = (Path(tok.__file__).parent / "assets" / tok.BPE_FILE).read_bytes()
+    bundled = (Path(assets.__file__).parent / tok.BPE_FILE).read_bytes()
     assert hashlib.sha256(bundled).hexdigest() == tok.BPE_SHA256
     if SHARED_BPE.exists():
         assert SHARED_BPE.read_bytes() == bundled
@@ -92,7 +92,7 @@ def test_builds_without_network(monkeypatch, fresh_tokenizer):
 
 
 def test_corrupt_bpe_file_raises_clear_error(monkeypatch, tmp_path, fresh_tokenizer):
-    good = (Path(tok.__file__).parent / "assets" / tok.BPE_FILE).read_bytes()
+    good = (Path(assets.__file__).parent / tok.BPE_FILE).read_bytes()
     corrupt = bytearray(good)
     corrupt[1000] ^= 0x01  # one flipped bit
     (tmp_path / tok.BPE_FILE).write_bytes(bytes(corrupt))

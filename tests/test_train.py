@@ -345,7 +345,7 @@ def test_the_model_cards_commands_rebuild_every_stage_with_its_settings():
     import shlex
 
     from gptviz.__main__ import build_parser, config_and_settings
-    from gptviz.evaluate import _train_commands
+    from gptviz.model_card import _train_commands
     cfg = {"name": "small-4l", "norm": "post", "n_ctx": 128, "dropout": 0.0}
     first = {"settings": {"steps": 4000, "batch_size": 16, "lr": 0.003, "warmup": 100, "seed": 1337,
                           "corpus_vocab_steps": 3900, "copy_fraction": 0.375, "eval_every": 250}, "init": "xavier"}
@@ -398,7 +398,7 @@ def test_recipe_differences_name_every_setting_but_warmup_that_twins_do_not_shar
 
 
 def test_the_model_card_says_when_the_first_stage_started_from_xavier():
-    from gptviz.evaluate import model_card
+    from gptviz.model_card import model_card
     report = json.loads((bundled_models()["shakespeare-pre"] / "check.json").read_text())
     stage = {"data": "shakespeare-works", "held_out": report["data"]["held_out"], "dropout": 0.0,
              "settings": {"steps": 10, "lr": 0.001, "warmup": 1, "batch_size": 4, "seed": 1, "min_lr_ratio": 1.0,

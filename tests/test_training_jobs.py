@@ -167,8 +167,8 @@ def test_a_run_stops_at_the_wall_time_budget():
 
 
 def test_a_run_stops_when_the_session_that_started_it_is_gone(monkeypatch):
-    import gptviz.training_jobs as tj
-    monkeypatch.setattr(tj, "ALIVE_CHECK_S", 0.0)
+    import gptviz.background_job as one_run
+    monkeypatch.setattr(one_run, "ALIVE_CHECK_S", 0.0)
     connected = {"alice": True}
     registry = JobRegistry()
     job = registry.start(spec(1_000_000), tokens=TOKENS, owner="alice", alive=lambda: connected["alice"])

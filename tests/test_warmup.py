@@ -171,10 +171,10 @@ def test_the_frequency_baseline_is_the_training_splits_unigram_entropy():
 
 
 def test_the_page_runs_the_setting_the_readme_protocol_fixed():
-    """The protocol (benchmarks/README.md, written before the runs) names the shape, optimiser and length; of its
+    """The protocol (docs/benchmarks-history.md, written before the runs) names the shape, optimiser and length; of its
     learning rates the page runs 3e-3, the first whose verdict said the claim shows (the runs are in the table)."""
     from pathlib import Path
-    readme = (Path(__file__).parents[1] / "benchmarks" / "README.md").read_text()
+    readme = (Path(__file__).parents[1] / "docs" / "benchmarks-history.md").read_text()
     protocol = readme[readme.index("### Protocol (written before the runs"):]
     protocol = protocol[:protocol.index("\n### ")]
     s = warmup.PAGE_SCENARIO

@@ -3,7 +3,7 @@ TransformerLens ActivationCache under gptviz's hook names. Needs `pip install gp
 
 TransformerLens 4 replaced HookedTransformer with TransformerBridge, which wraps a Hugging Face model. The route both
 ways is therefore Hugging Face's GPT2LMHeadModel, whose weights are ours after a key rename and a transpose of the
-Conv1D matrices (weights.py). Logits and every shared hook point are equal (tests/test_transformer_lens.py).
+Conv1D matrices (checkpoint.py). Logits and every shared hook point are equal (tests/test_transformer_lens.py).
 
 What has no equivalent, and is refused with a message rather than converted wrongly:
 - post-norm (GPT-1) wiring and RMSNorm: TransformerLens's GPT-2 architecture is pre-norm LayerNorm only;
@@ -21,7 +21,7 @@ import torch
 from ..config import GPTConfig
 from ..hooks import ActivationCache
 from ..model import GPT
-from ..weights import _CONV1D, state_from_hf
+from ..checkpoint import _CONV1D, state_from_hf
 from .hf_tokenizer import gpt2_hf_tokenizer
 
 _ACTIVATION_TO_HF = {"gelu_tanh": "gelu_new", "gelu": "gelu", "relu": "relu"}

@@ -1,5 +1,6 @@
-"""Helpers for the tests that start a real Streamlit server (the browser tests, the installed `gptviz app`): a free
-port, the server's start, and a wait for its health check that fails at once when the process exits.
+"""A real Streamlit server on 127.0.0.1 for the benchmarks and the tests that need one (the browser tests, the
+installed `gptviz app`): a free port, the server's start, and a wait for its health check that fails at once when
+the process exits; and the browser waits both share.
 
 The server's output goes to a temporary file, not a pipe: a server that runs through a whole test module never
 blocks on a full pipe, and its log is there to read when it fails or after it stops."""
@@ -82,3 +83,14 @@ def streamlit_server(command: Sequence[str], *, cwd: str | os.PathLike, env: dic
                 proc.kill()
                 proc.wait(timeout=15)
             server.final_log = server.log()  # still readable once the temporary file is gone
+
+
+# The unit page drawn: its examples' rows (a component's, in a shadow root that only Playwright's locators see) and
+# both Plotly figures (each has its own main-svg layers).
+PLOTS_DRAWN = "[...document.querySelectorAll('.js-plotly-plot')].filter(p => p.querySelector('.main-svg')).length >= 2"
+
+
+def unit_page_drawn(page) -> None:
+    """Until a Playwright `page` showing the unit page has drawn its examples' rows and both figures."""
+    page.locator(".gv-rows .gv-row").first.wait_for()
+    page.wait_for_function(PLOTS_DRAWN)

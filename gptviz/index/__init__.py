@@ -54,7 +54,8 @@ from .progress import text_progress
 from .read import (Attended, Context, Example, attended, TokenUnit, UnitScore, _check_model, active_phrase, check_documents, example_context,
                    example_contexts, example_contexts_nbytes, histogram, index_documents, quantiles, summary,
                    top_examples, top_tokens, units_at, units_at_nbytes, units_for_token)
-from .scan import (PartialScan, ScanPlan, _run_windows, build_index, default_batch, finish_scan, merge_scans,
+from .forward import _run_windows, _unit_blocks  # noqa: F401
+from .scan import (PartialScan, ScanPlan, build_index, default_batch, finish_scan, merge_scans,
                    plan_scan, scan_batches, scan_nbytes)
 from .store import (IndexFormatError, NeuronIndex, _config_dict, bundled_index, index_folder, index_matches,
                     load_index, model_fingerprint, save_index)

@@ -23,13 +23,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ..hooks import act_name, capturing
 from .constants import (BATCH_VALUES, BINS, FORMAT, HEAD_SCORE, MAX_BATCH, MAX_RANKED_TOKENS, MIN_COUNT, NEURON_SCORE, QUANTILES, SAMPLE_WINDOWS,
                         TOKEN_RANK, TOKEN_UNITS, TOP_K, TOP_TOKENS, VERSION)
 from .corpus import _as_documents, _checksum, _windows, default_stride, token_counts
 from .histograms import _Binner, _edges, _quantiles
 from .store import NeuronIndex, _config_dict, model_fingerprint
-from .units import _unit_hooks, head_write_norms
+from .forward import _unit_blocks
+from .units import _unit_hooks
 
 
 def default_batch(config) -> int:
@@ -37,45 +37,6 @@ def default_batch(config) -> int:
     bundled models, 1 for gpt2-small), and at most MAX_BATCH (a tiny model's attention patterns, heads x n_ctx^2
     floats a window and layer, would otherwise outgrow its unit values)."""
     return max(1, min(MAX_BATCH, BATCH_VALUES // (config.n_ctx * config.n_layers * (config.d_ff + config.n_heads))))
-
-
-def _unit_blocks(model, docs, offsets, windows: np.ndarray, hooks):
-    """Forward one batch of windows (right-padded: causal attention keeps padding out of earlier positions) without
-    the LM head, on the model's device and dtype; -> (blocks, global locations [scored], token ids [scored]), where
-    blocks are (first unit, values [scored, units] float32 on the CPU): each layer's neurons, then each layer's heads.
-
-    Token-major blocks straight from the capture, not one [units, tokens] matrix: the statistics reduce over the
-    token axis of each block as it comes, so no transposed copy of every value is made (that copy cost about half the
-    forward pass on the bundled model), and a batch with every position scored needs no copy at all."""
-    B, T = len(windows), int(windows[:, 2].max())
-    ids = torch.zeros(B, T, dtype=torch.long)
-    scored = torch.zeros(B, T, dtype=torch.bool)
-    for b, (d, start, length, first) in enumerate(windows):
-        ids[b, :length] = torch.from_numpy(np.asarray(docs[d].ids[start:start + length], dtype=np.int64))
-        scored[b, first:length] = True
-    sel = scored.reshape(-1).nonzero().squeeze(1)
-    every = len(sel) == B * T
-    cfg = model.config
-    L, F, H = cfg.n_layers, cfg.d_ff, cfg.n_heads
-    blocks = []
-    with capturing(frozenset(hooks)) as store, torch.inference_mode():
-        model.final_hidden(ids)
-        on = sel.to(store[act_name("post", 0)].device)
-        for l in range(L):
-            post = store[act_name("post", l)].reshape(B * T, F)
-            blocks.append((l * F, (post if every else post[on]).float().cpu()))
-        for l in range(L):
-            norms = head_write_norms(store[act_name("z", l)], model.blocks[l].attn.c_proj.weight).reshape(B * T, H)
-            blocks.append((L * F + l * H, (norms if every else norms[on]).cpu()))
-    base = torch.from_numpy(offsets[windows[:, 0]] + windows[:, 1])  # global index of each window's start
-    loc = (base[:, None] + torch.arange(T)[None]).reshape(-1)[sel]
-    return blocks, loc, ids.reshape(-1)[sel]
-
-
-def _run_windows(model, docs, offsets, windows: np.ndarray, hooks):
-    """As _unit_blocks, the values as one [units, scored] matrix (for checks that read every unit at once)."""
-    blocks, loc, tok = _unit_blocks(model, docs, offsets, windows, hooks)
-    return torch.cat([values for _, values in blocks], 1).t().contiguous(), loc, tok
 
 
 # ---------------------------------------------------------------------------------------------------- 1. plan

@@ -49,6 +49,7 @@ BENCHMARKS = {
     "app": Bench("bench_app.py", "the Attention page's rerun times (AppTest)"),
     "browser": Bench("bench_browser.py", "what a visitor feels, in Chromium, against the engine"),
     "unit-page": Bench("bench_unit_page.py", "the unit page's load time in Chromium"),
+    "notebook": Bench("bench_notebook.py", "the notebook heatmap in JupyterLab against CircuitsVis: time to drawn, bytes"),
     "load": Bench("load_test.py", "several visitors at once, in real browsers"),
     "hostile": Bench("hostile_load.py", "a hostile visitor's audit replayed against a real server"),
     "word-box": Bench("hostile_word_box.py", "a 10 MB value in the unit page's one-token boxes: page time, memory"),

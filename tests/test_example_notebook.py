@@ -1,4 +1,6 @@
-"""docs/example.ipynb runs from top to bottom (nbclient, a real kernel) and shows what it says it shows."""
+"""docs/example.ipynb runs from top to bottom (nbclient, a real kernel) and shows what it says it shows; its HTML export
+(nbconvert, with the widget state nbclient saves in the notebook's metadata) opened offline in Chromium draws what
+it can: the static() copy of the heatmap, not the widgets (their manager comes from a CDN; docs/notebook.md)."""
 from __future__ import annotations
 
 import re
@@ -13,20 +15,85 @@ pytest.importorskip("transformer_lens")
 
 ROOT = Path(__file__).resolve().parents[1]
 WIDGET = "application/vnd.jupyter.widget-view+json"
+WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+CHROMIUM = Path("/usr/bin/chromium")
+
+
+@pytest.fixture(scope="module")
+def executed():
+    nb = nbformat.read(ROOT / "docs" / "example.ipynb", as_version=4)
+    nbclient.NotebookClient(nb, timeout=300, kernel_name="python3", store_widget_state=True,
+                            resources={"metadata": {"path": str(ROOT)}}).execute()
+    return nb
+
+
+def outputs_of(nb) -> list:
+    return [o for cell in nb.cells if cell.cell_type == "code" for o in cell.outputs]
 
 
 @pytest.mark.slow
-def test_example_notebook_runs():
-    nb = nbformat.read(ROOT / "docs" / "example.ipynb", as_version=4)
-    nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
-                            resources={"metadata": {"path": str(ROOT)}}).execute()
-    outputs = [o for cell in nb.cells if cell.cell_type == "code" for o in cell.outputs]
+def test_example_notebook_runs(executed):
+    outputs = outputs_of(executed)
     assert not [o for o in outputs if o.output_type == "error"]
     text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
     assert re.search(r"4 layers, 4 heads, \d+ tokens", text)
     widgets = [o for o in outputs if o.output_type == "execute_result" and WIDGET in o.data]
-    assert len(widgets) == 3  # the heatmap, the text view, the heatmap from TransformerLens's cache
+    # the heatmap, the text view, the unit view, the attribution figures, the heatmap after the ablation, the
+    # heatmap from TransformerLens's cache
+    assert len(widgets) == 6
     gaps = [float(g) for g in re.findall(r"max \|logits difference\|: ([-+0-9.e]+)", text)]
     assert len(gaps) == 2 and all(g <= 1e-4 for g in gaps)
     equal, total = map(int, re.search(r"hook points equal within 1e-4: (\d+) of (\d+)", text).groups())
     assert equal == total == 4 + 14 * 4
+    assert "L2N26: active on " in text                     # the unit's summary, from the shipped index
+    diff, parts = map(float, re.search(r"logit difference ([-+0-9.]+), sum of the parts ([-+0-9.]+)", text).groups())
+    assert diff == pytest.approx(parts, abs=2e-3)
+    before, after = map(float, re.search(r"zero-ablated: logit difference ([-+0-9.]+) -> ([-+0-9.]+)", text).groups())
+    assert before == pytest.approx(diff, abs=1e-3) and after != pytest.approx(before, abs=1e-4)
+    static = [o for o in outputs if o.output_type == "execute_result" and WIDGET not in o.data
+              and "text/html" in o.data and "gv-map" in o.data["text/html"]]
+    assert len(static) == 1
+    assert WIDGET_STATE in executed.metadata["widgets"]    # saved, as a notebook saved with its widget state
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium")
+def test_html_export_offline(executed, tmp_path):
+    """nbconvert's HTML export in Chromium with every non-file request aborted. What draws: the static() copy (the
+    app's JavaScript inline). What does not: the widgets, though their state is in the file: nbconvert's page loads
+    @jupyter-widgets/html-manager (and it, anywidget's front end) from a CDN, so offline their places stay empty."""
+    sync_api = pytest.importorskip("playwright.sync_api")
+    from nbconvert import HTMLExporter
+    body, _ = HTMLExporter().from_notebook_node(executed)
+    page_file = tmp_path / "example.html"
+    page_file.write_text(body, encoding="utf-8")
+    assert body.count('<script type="application/vnd.jupyter.widget-view+json">') == 6  # the widgets are in the export
+    blocked, errors = [], []
+    with sync_api.sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox", "--disable-gpu"])
+        page = chromium.new_page(viewport={"width": 1200, "height": 900})
+
+        def route(r):
+            if r.request.url.startswith("file:"):
+                r.continue_()
+            else:
+                blocked.append(r.request.url)
+                r.abort()
+        page.route("**/*", route)
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(page_file.as_uri())
+        page.wait_for_function("document.querySelectorAll('canvas.gv-heat[data-cell]').length >= 1", timeout=60_000)
+        page.wait_for_timeout(2000)  # time for anything else that would draw
+        # where each drawn heatmap sits: a widget's output area, or the static copy's HTML output
+        drawn = page.evaluate("""() => Array.from(document.querySelectorAll('canvas.gv-heat[data-cell]'),
+            c => c.closest('.jupyter-widgets') ? 'widget' : 'text/html')""")
+        title = page.locator(".gv-map .gv-title").first.text_content()
+        widget_views = page.locator(".jupyter-widgets.jp-OutputArea-output").count()
+        empty = page.evaluate("""() => Array.from(document.querySelectorAll(
+            '.jupyter-widgets.jp-OutputArea-output')).filter(
+            el => !el.querySelector('canvas, .gv-rows, .widget-box, .js-plotly-plot')).length""")
+        chromium.close()
+    assert drawn == ["text/html"] and title == "Layer 1, head 0"   # static(widget): drawn offline
+    assert widget_views == 6 and empty == 6                         # the widgets: not drawn offline
+    assert any("html-manager" in url for url in blocked), blocked   # because their manager was to come from a CDN
+    assert not errors, errors

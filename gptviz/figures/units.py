@@ -25,6 +25,31 @@ class ExampleRow(NamedTuple):
     hover: str  # what the row's hover adds (document, position, score), already plain text
 
 
+def example_rows(index, contexts, examples, *, by_attention: bool = False) -> list[ExampleRow]:
+    """A unit's top examples (gptviz.index's top_examples and example_contexts) as rows: named by rank, peak value,
+    play (marked when held out) and, for a head, the token its peak attends to most ("→ X n back (weight)", "↻"
+    when that follows an earlier copy of the peak token: induction). `by_attention`: a head's rows coloured by
+    where the peak looks instead of by its output norm."""
+    from ..index.read import attended
+    from ..tokenizer import token_labels
+    rows = []
+    for e, c in zip(examples, contexts):
+        held = index.documents[e.doc]["held_out"]
+        values = c.attention if by_attention and c.attention is not None else c.values
+        name = f"#{e.rank + 1}  {e.value:.3f}  {e.doc_name}{'  (held out)' if held else ''}"
+        hover = (f"{e.doc_name}{' (a held-out play)' if held else ''}, token {e.pos:,}; "
+                 f"{'score' if e.unit.kind == 'head' else 'activation'} at the peak {e.value:.4f}")
+        looks = attended(c)
+        if looks is not None:  # a head: where its peak looks, so a previous-token or induction head shows at a glance
+            label = token_labels([looks.token])[0]
+            name += f"  → {label} {looks.back} back ({looks.weight:.2f})"
+            if looks.after_copy:
+                name += " ↻"
+                hover += f"; it attends to {label}, the token after an earlier copy of the peak token (induction)"
+        rows.append(ExampleRow(token_labels(c.ids), values, c.peak, name, hover))
+    return rows
+
+
 def _row_layout(labels: list[str], peak: int) -> tuple[np.ndarray, np.ndarray]:
     """(start, width) in character cells with the peak token starting at 0: the left context runs right-aligned up
     to it, as in a concordance, so every row's peak lines up."""

@@ -9,12 +9,17 @@ output_attentions tuple, or plain tensors with their tokens.
     attention(cache, ids)                                   # the app's heatmap: pickers, thumbnails, zoom, hover
     attention(tl_cache, model.to_str_tokens(text))          # TransformerLens
     attention(hf_out.attentions, tokenizer.convert_ids_to_tokens(ids))  # Hugging Face
+    unit(model, "L2N26", "shakespeare-pre")                 # a neuron's top examples from the shipped index
+    parameters(model); attribution(model, ids, " Romeo", " Juliet")   # the app's Plotly figures as widgets
+    save_html(widget, "map.html")                           # a page that opens offline (see standalone.py)
 """
 from __future__ import annotations
 
 import numpy as np
 
+from .figures import attribution, parameters
 from .inputs import attention_data
+from .units import unit
 
 
 def attention(source, tokens=None, *, layer: int = 0, head: int | str = 0, query: int = -1, batch: int = 0,
@@ -52,4 +57,17 @@ def attention_on_text(source, tokens=None, *, layer: int = 0, query: int = -1, b
     return TokenRowsWidget(data=payload(rows, value_name="attention weight", cmax=1.0))
 
 
-__all__ = ["attention", "attention_on_text", "attention_data"]
+def save_html(view, path, title: str = "gptviz"):
+    """Write a view as an HTML page that opens offline (the app's JavaScript and the data inline)."""
+    from .standalone import save_html as save
+    return save(view, path, title)
+
+
+def static(view):
+    """A view as a cell's HTML output with no widget behind it: a notebook's HTML export draws it offline."""
+    from .standalone import static as as_static
+    return as_static(view)
+
+
+__all__ = ["attention", "attention_on_text", "attention_data", "unit", "parameters", "attribution", "save_html",
+           "static"]

@@ -7,7 +7,10 @@ the `pick` trait, on which Python sends the layer or head a long prompt left out
 """
 from __future__ import annotations
 
+import html
+
 import anywidget
+import ipywidgets
 import traitlets
 
 from ..app.component import asset
@@ -91,3 +94,30 @@ class TokenRowsWidget(anywidget.AnyWidget):
     _esm = shared_esm("token_rows", "gv-rows")
     _css = asset("token_rows", "css") + _JUPYTER_THEME
     data = traitlets.Dict().tag(sync=True)
+
+
+def text_line(text: str, bold: bool = False) -> ipywidgets.HTML:
+    """A line of text that may hold token text ("'<', '&'" in a summary): escaped, so it is drawn as written and never
+    read as HTML. (ipywidgets.Label is text too, but cuts a long line with an ellipsis.)"""
+    body = html.escape(str(text), quote=True)
+    return ipywidgets.HTML(value=f"<b>{body}</b>" if bold else body)
+
+
+class UnitView(ipywidgets.VBox):
+    """The unit page as a widget (gptviz.notebook.unit): summary, top examples (the app's token_rows component),
+    the histogram and the direct effect (Plotly FigureWidgets of the page's figures). `data` holds the numbers."""
+
+    def __init__(self, data):
+        import plotly.graph_objects as go
+        self.data = data
+        held = sum(data.index.documents[e.doc]["held_out"] for e in data.examples)
+        self.examples = TokenRowsWidget(data=data.payload)
+        self.histogram = go.FigureWidget(data.histogram)
+        self.effect = go.FigureWidget(data.effect) if data.effect is not None else None
+        children = [text_line(data.summary, bold=True),
+                    text_line(f"Top {len(data.examples)} examples over {data.index.tokens:,} tokens, peak token "
+                              f"outlined ({held} from plays the model never trained on, marked held out)."),
+                    self.examples, text_line(data.distribution), self.histogram]
+        if self.effect is not None:
+            children += [text_line(data.effect_line), self.effect]
+        super().__init__(children=children)

@@ -66,7 +66,8 @@ class Server:
         self.log_path = Path(tempfile.mkstemp(prefix="gptviz-hostile-", suffix=".log")[1])
         self._running = streamlit_server([sys.executable, "-m", "streamlit", "run", "app.py"], cwd=ROOT,
                                          env={**os.environ, **LIMITS, **(env or {})},
-                                         flags=["--server.fileWatcherType", "none", *flags], port=port)
+                                         flags=["--server.fileWatcherType", "none", *flags], port=port,
+                                         timeout=300)  # a warm start at nice 19 on a loaded machine took over 90 s
         self._server = self._running.__enter__()  # raises, with the server's log, when it does not start
         self.port, self.url, self.proc = self._server.port, self._server.url, self._server.proc
         self.samples: list[tuple[float, float]] = []  # (monotonic time, MiB)
@@ -491,6 +492,7 @@ async def large_captures(browser, server: Server, visitors: int) -> list[Row]:
         await asyncio.sleep(1)
         build_peak = server.peak_since(loaded)
         overhead = server.settled_rss(3.0)
+        OVERHEAD = overhead
         prompts = []
         for i in range(visitors):
             text = " ".join(WORDS[(i + j) % len(WORDS)] + str(j % 10) for j in range(400))
@@ -616,6 +618,7 @@ async def index_builder(browser, builds: int = 6) -> list[Row]:
 # ---- the run ---------------------------------------------------------------------------------------------------
 
 spans: list[tuple[str, float, float]] = []  # (scenario, start, end) in monotonic time
+OVERHEAD = 0.0  # the idle warm server's RSS, MiB (set at the start of a run)
 PORT: int | None = None  # --port: the main server's; scenario 6's own server takes the next one
 OWN_SERVERS: dict[str, tuple[float, Server]] = {}  # a scenario on a server of its own: (its idle RSS, the server)
 
@@ -643,6 +646,7 @@ SCENARIOS = {1: ("1 patching 128-token pair", 240), 2: ("2 one visitor holds eve
 async def drive(server: Server, only: list[int], hog_seconds: float, attackers_nice: int | None = None) -> list[Row]:
     from playwright.async_api import async_playwright
     rows: list[Row] = []
+    shown = 0
     spans.clear()
     async with async_playwright() as p:
         browser = await p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
@@ -664,6 +668,11 @@ async def drive(server: Server, only: list[int], hog_seconds: float, attackers_n
                     rows.append(Row(name, "not driven to the end", why, "-", "NOT DRIVEN"))
                 spans.append((name, started, time.monotonic()))
                 print(f"[{time.strftime('%H:%M:%S')}]   done in {time.monotonic() - started:.0f} s", flush=True)
+                # as it goes, so a run stopped before its end (a deadline on a loaded machine) still reports these
+                for r in rows[shown:]:
+                    print(f"  | {r.scenario} | {r.did} | {r.measured} | {r.target} | {r.met} |", flush=True)
+                shown = len(rows)
+                print("  " + budget_rows(server, OVERHEAD)[-1], flush=True)
         finally:
             await browser.close()
     return rows
@@ -682,12 +691,13 @@ def main() -> int:
     if not Path(CHROMIUM).exists():
         print(f"needs Debian's chromium at {CHROMIUM}", file=sys.stderr)
         return 2
-    global PORT
+    global PORT, OVERHEAD
     PORT = args.port
     started = time.perf_counter()
     server = Server(port=PORT)
     try:
         overhead = server.settled_rss(3.0)
+        OVERHEAD = overhead
         print(f"server pid {server.proc.pid} on port {server.port}, RSS {server.rss():,.0f} MiB (idle {overhead:,.0f}), "
               f"log {server.log_path}", flush=True)
         rows = asyncio.run(drive(server, args.only, args.hog_seconds, args.attackers_nice))

@@ -10,7 +10,7 @@ import streamlit as st
 import torch
 
 from gptviz import attribution, flow, memory
-from gptviz.app import display, jobs, models, sidebar
+from gptviz.app import display, jobs, models, sidebar, text_limits
 from gptviz.app import keys as K
 from gptviz.app.unit_nav import unit_pills
 from gptviz.config import GPTConfig
@@ -457,10 +457,10 @@ def patch_prompts(cfg: GPTConfig) -> tuple[tuple[int, ...], tuple[int, ...]] | N
     if swapped and state.get(K.per_item(K.WHY_CORRUPT, example), swapped[0]) == swapped[0]:
         st.caption(f"The sidebar's prompt, and the same with one token swapped ({display.md_text(swapped[1])}).")
     p1, p2 = st.columns(2)
-    clean_text = p1.text_area("Clean prompt", clean_default, key=K.per_item(K.WHY_CLEAN, example), height=120,
-                              max_chars=2000)
-    corrupted_text = p2.text_area("Corrupted prompt", corrupted_default, key=K.per_item(K.WHY_CORRUPT, example),
-                                  height=120, max_chars=2000)
+    clean_text = text_limits.checked_text(p1.text_area, "Clean prompt", K.per_item(K.WHY_CLEAN, example),
+                                          text_limits.PAIR_CHARS, value=clean_default, height=120)
+    corrupted_text = text_limits.checked_text(p2.text_area, "Corrupted prompt", K.per_item(K.WHY_CORRUPT, example),
+                                              text_limits.PAIR_CHARS, value=corrupted_default, height=120)
     clean_ids, corrupt_ids = prompt_ids(clean_text, cfg), prompt_ids(corrupted_text, cfg)
     if not clean_ids or not corrupt_ids:
         st.info("Type both prompts.")

@@ -63,10 +63,11 @@ def wait_until_healthy(server: Server, timeout: float = 90.0) -> None:
 
 @contextlib.contextmanager
 def streamlit_server(command: Sequence[str], *, cwd: str | os.PathLike, env: dict[str, str] | None = None,
-                     flags: Sequence[str] = (), timeout: float = 90.0) -> Iterator[Server]:
+                     flags: Sequence[str] = (), timeout: float = 90.0, port: int | None = None) -> Iterator[Server]:
     """Runs `command` (`python -m streamlit run app.py`, `gptviz app`, ...) with Streamlit's headless, port and
-    address flags and `flags`; yields the Server once it is healthy, and stops it on exit."""
-    port = free_port()
+    address flags and `flags`; yields the Server once it is healthy, and stops it on exit. `port`: a fixed one (a
+    session given its own port range on a shared machine), else a free one."""
+    port = port or free_port()
     args = [*command, "--server.headless", "true", "--server.port", str(port), "--server.address", HOST, *flags]
     with tempfile.TemporaryFile() as log_file:
         proc = subprocess.Popen(args, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log_file,

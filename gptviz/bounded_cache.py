@@ -10,11 +10,15 @@ a build that does not fit beside the others waits for them (up to `wait_s`), the
 
 With an `accountant` (gptviz.memory), what the cache stores counts in the server's one memory budget beside work
 in flight: a build reserves its working memory there too before it runs (`work`, the estimate by default), and the
-accountant may ask the cache to drop its least recently used entries (`make_room`) to fit other work."""
+accountant may ask the cache to drop its least recently used entries (`make_room`) to fit other work. A value still
+in use when it is dropped (a page drawing a capture) is not freed by the drop: with a `witness`, an object that lives
+as long as anything uses the value, its bytes stay counted there until that object is gone (issue 43: three pages
+drawing 682-token captures of gpt2-small held two the cache had dropped, ~820 MiB the budget no longer saw)."""
 from __future__ import annotations
 
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
@@ -27,7 +31,7 @@ V = TypeVar("V")
 
 class BoundedCache(Generic[V]):
     def __init__(self, budget_bytes: int, what: str = "entry", wait_s: float = 30.0,
-                 accountant: MemoryAccountant | None = None):
+                 accountant: MemoryAccountant | None = None, witness: Callable[[V], object] | None = None):
         if budget_bytes < 1:
             raise ValueError("a cache needs a budget of at least one byte")
         self.budget, self.what, self.wait_s = budget_bytes, what, wait_s
@@ -37,7 +41,7 @@ class BoundedCache(Generic[V]):
         self._building: dict[Hashable, threading.Lock] = {}
         self._reserved = 0  # estimates of the builds in progress
         self._held: dict[Hashable, int] = {}  # entries in use (a running generation's model): never dropped
-        self.accountant = accountant
+        self.accountant, self.witness = accountant, witness
         if accountant is not None:
             accountant.add_store(self)
 
@@ -62,9 +66,8 @@ class BoundedCache(Generic[V]):
 
     def clear(self) -> None:
         with self._lock:
-            dropped = self._total()
-            self._entries.clear()
-            self._report(-dropped)
+            dropped = [self._entries.popitem(last=False)[1] for _ in range(len(self._entries))]
+            self._report(-sum(self._freed(value, size) for value, size in dropped))
 
     def make_room(self, nbytes: int) -> int:
         """Drop the least recently used entries not in use until `nbytes` are freed or none is left (the
@@ -173,14 +176,25 @@ class BoundedCache(Generic[V]):
     def _total(self) -> int:
         return sum(size for _, size in self._entries.values())
 
+    def _freed(self, value: V, size: int) -> int:
+        """The bytes a dropped entry frees now: all of them, or, with a witness, none until the witness is gone
+        (then they are reported freed; at once when nothing else holds the value)."""
+        if self.accountant is None or self.witness is None:
+            return size
+        weakref.finalize(self.witness(value), self._report, -size)
+        return 0
+
     def _drop_oldest(self, room: int) -> None:
         """Drop the least recently used entries until the stored ones take at most `room` bytes (lock held)."""
-        total = before = self._total()
+        total, freed = self._total(), 0
         for key in [k for k in self._entries if k not in self._held]:  # oldest first
             if total <= room:
                 break
-            total -= self._entries.pop(key)[1]
-        self._report(total - before)
+            value, size = self._entries.pop(key)
+            total -= size
+            freed += self._freed(value, size)
+            del value  # a value nothing else holds goes now, and its witness reports it
+        self._report(-freed)
 
 
 def _mib(n: int) -> str:

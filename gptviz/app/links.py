@@ -21,6 +21,7 @@ MAX_LINK_PROMPT = 600  # characters; a longer prompt travels compressed ("pz"), 
 MAX_PACKED_PROMPT = 2000  # characters of the compressed prompt (long URLs break in mail and chat); past it, left out
 MAX_UNPACKED_PROMPT = 20_000  # characters a compressed prompt may unpack to (the sidebar's own limit)
 MAX_LINK_MODEL = 300   # characters of a folder path or Hub id
+MAX_LINK_VALUE = MAX_PACKED_PROMPT  # characters of any one value, checked before it is parsed (no value is longer)
 # The sidebar's model sources by their code in a link (a session's trained runs exist only there: no code)
 SOURCE_CODES = {"bundled": K.SOURCE_BUNDLED, "preset": K.SOURCE_PRESET, "pretrained": K.SOURCE_PRETRAINED}
 
@@ -171,7 +172,13 @@ def apply_link(state, params: dict[str, str]) -> list[str]:
     """Put a link's valid values into `state` (before any widget is drawn); return a notice for each bad or
     unknown parameter. Records which keys came from the link, so a page can say when it had to replace one."""
     notices, linked = [], {}
+    if len(params) > len(LINKED):  # no link gptviz writes has more: one notice, not one per crafted name
+        state[K.LINKED_KEYS] = linked
+        return [f"The link has {len(params):,} parameters, more than gptviz knows ({len(LINKED)}); it was ignored."]
     for name, raw in params.items():
+        if len(raw) > MAX_LINK_VALUE:  # a websocket's query string can be 100 MB: refused before any parsing
+            notices.append(f"The link's `{_shown(name)}` is longer than {MAX_LINK_VALUE:,} characters; it was ignored.")
+            continue
         if name not in LINKED:
             notices.append(f"The link's parameter `{_shown(name)}` is not one gptviz knows; it was ignored.")
             continue

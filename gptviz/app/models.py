@@ -57,7 +57,13 @@ def capture_store() -> BoundedCache:
     """Recent prompts' captures, shared by every session, bounded by bytes (GPTVIZ_CAPTURE_CACHE_MB) and counted in
     the server's memory budget."""
     return process_wide("capture_store", lambda: BoundedCache(limits.server_limits().capture_bytes, "capture",
-                                                              wait_s=CAPTURE_WAIT_S, accountant=memory.accountant()))
+                                                              wait_s=CAPTURE_WAIT_S, accountant=memory.accountant(),
+                                                              witness=lambda result: result[1]))
+
+
+class Captured(dict):
+    """A capture's tensors by hook name: a dict that can be weakly referenced, so the capture store counts one it
+    has dropped until the last page using it (through an ActivationCache, which holds this dict) lets it go."""
 
 
 # How long a capture waits for others in flight to end before it is refused: large captures run one after another
@@ -216,7 +222,7 @@ def get_capture(spec: ModelSpec, ids: tuple[int, ...], names: tuple[str, ...] | 
     def run():
         logits, cache = capture(model, torch.tensor([ids]), list(names) if names is not None else None)
         refuse_non_finite_logits(logits[0], ids)  # raised before it is stored
-        store = {k: v[0] for k, v in cache.items()}
+        store = Captured((k, v[0]) for k, v in cache.items())
         del cache
         stack_patterns(store, model.config.n_layers)  # one block, so a page's patterns() makes no copy
         return logits[0].float().cpu(), store

@@ -19,6 +19,7 @@ from .display import EXPORT_FORMATS, md_text
 from .jobs import my_trained_models
 from .links import prompt_left_out, replaced_link_value
 from .models import ModelSpec, load_model
+from .text_limits import MODEL_NAME_CHARS, checked_text
 
 # Written as the bundled models' training text writes a play: the speaker's abbreviated name on its own line.
 ROMEO = "Romeo.\nBut soft! what light through yonder window breaks?\nIt is the east, and Juliet is the sun!"
@@ -241,12 +242,13 @@ def preset_picker(norm: str, device: str, dtype: str) -> ModelSpec:
 
 
 def pretrained_picker(norm: str, device: str, dtype: str) -> ModelSpec | None:
-    name = st.text_input("Folder or Hub id", key=K.HF_NAME, placeholder="/path/to/gpt2 or gpt2",
-                         help="A Hub id such as gpt2, found in the local Hugging Face cache or downloaded when "
-                              "online; or a folder with config.json and model.safetensors (or pytorch_model.bin), in "
-                              "Hugging Face GPT-2 or gptviz layout, inside the server's model folders: the bundled "
-                              "models, the Hugging Face cache, and the folders listed in the GPTVIZ_MODEL_DIRS "
-                              "environment variable.")
+    name = checked_text(st.text_input, "Folder or Hub id", K.HF_NAME, MODEL_NAME_CHARS,
+                        placeholder="/path/to/gpt2 or gpt2",
+                        help="A Hub id such as gpt2, found in the local Hugging Face cache or downloaded when "
+                             "online; or a folder with config.json and model.safetensors (or pytorch_model.bin), in "
+                             "Hugging Face GPT-2 or gptviz layout, inside the server's model folders: the bundled "
+                             "models, the Hugging Face cache, and the folders listed in the GPTVIZ_MODEL_DIRS "
+                             "environment variable.")
     if not name.strip():
         st.info("Enter a folder path or a Hub id.")
         return None
@@ -273,7 +275,7 @@ def prompt_box() -> None:
     if len(state.get(K.PROMPT) or "") > MAX_PROMPT_CHARS:  # set by a link or a test: cut before drawing
         state[K.PROMPT] = state[K.PROMPT][:MAX_PROMPT_CHARS]
         st.warning(f"The prompt was cut to its first {MAX_PROMPT_CHARS:,} characters.")
-    st.text_area("Prompt", key=K.PROMPT, height=120, label_visibility="collapsed", max_chars=MAX_PROMPT_CHARS,
+    st.text_area("Prompt", key=K.PROMPT, height=120, label_visibility="collapsed", max_chars=MAX_PROMPT_CHARS + 1,
                  help="Shared by every page.")
     if prompt_left_out(state):
         st.caption("Too long for a link: the address shares the view without this prompt.")
@@ -291,7 +293,7 @@ def page_prompt_box(height: int = 100) -> None:
     when typed into: the two never disagree."""
     st.session_state[K.PAGE_PROMPT] = st.session_state.get(K.PROMPT, "")
     with st.container(key=K.NARROW_ONLY):
-        st.text_area("Prompt", key=K.PAGE_PROMPT, height=height, max_chars=MAX_PROMPT_CHARS,
+        st.text_area("Prompt", key=K.PAGE_PROMPT, height=height, max_chars=MAX_PROMPT_CHARS + 1,
                      on_change=_copy_page_prompt, help="The sidebar's prompt, shared by every page. Ctrl+Enter runs it.")
 
 

@@ -266,7 +266,8 @@ def test_step_attention_and_curves():
     w = torch.softmax(torch.randn(3, 4), -1).numpy()
     fig = fg.step_attention(w, ["p", "q", "r", "s"], window_start=5, query_label="s", predicted_label="t",
                             row_titles=["head 0", "head 1", "mean"])
-    assert list(fig.data[0].x) == [5, 6, 7, 8] and list(fig.layout.yaxis.ticktext) == ["head 0", "head 1", "mean"]
+    assert list(fig.data[0].x) == ["p", "q", "r", "s"] and list(fig.layout.yaxis.ticktext) == ["head 0", "head 1", "mean"]
+    assert [int(c[2]) for c in fig.data[0].customdata[0]] == [5, 6, 7, 8]  # each key's position, in the hover
     np.testing.assert_allclose(np.array(fig.data[0].z), w)
     curves = fg.step_curves([0.5, 0.25], [1.0, 2.0], ["a", "b"])
     assert len(curves.data) == 2 and list(curves.data[1].y) == [1.0, 2.0]

@@ -10,7 +10,8 @@ from plotly.subplots import make_subplots
 
 from .attention import HIGHLIGHT, OUT_OF_WINDOW_COLOR, color_axis
 from .common import distinct_percent_format, escaped, plotly_text
-from .common import MASKED_COLOR, apply_layout, legend_on_top_room, token_axis
+from .common import (MASKED_COLOR, apply_layout, legend_on_top_room, token_axis, token_categories,
+                     token_category_axis)
 
 KEPT_COLOR = "#3a78b5"
 CUT_COLOR = "#c9c9c9"
@@ -140,15 +141,15 @@ def step_attention(weights, key_labels: list[str], *, window_start: int, query_l
     custom[..., 0] = np.array(row_titles, dtype=object)[:, None]
     custom[..., 1] = np.array([f"'{t}'" for t in texts], dtype=object)[None, :]
     custom[..., 2] = keys[None, :]
+    names = token_categories(list(texts))
     fig = go.Figure(go.Heatmap(
-        z=z, x=keys, y=np.arange(R), customdata=custom, coloraxis="coloraxis", name="weight",
+        z=z, x=names, y=np.arange(R), customdata=custom, coloraxis="coloraxis", name="weight",
         hovertemplate="%{customdata[0]}: " + q + " → %{customdata[1]}: %{z:.3g}"
                       f"<br>key position %{{customdata[2]}}; predicted '{plotly_text(predicted_label)}'"
                       "<extra></extra>"))
-    axis = token_axis(texts, max_ticks=48)
+    # a category axis thins its own labels to the width drawn (a phone's 61 keys piled up as an array of ticks)
     fig.update_xaxes(title_text="key", tickangle=-60, tickfont_size=10, showgrid=False, zeroline=False,
-                     tickmode="array", tickvals=[window_start + v for v in axis["tickvals"]],
-                     ticktext=axis["ticktext"])
+                     **token_category_axis(names))
     fig.update_yaxes(autorange="reversed", tickmode="array", tickvals=list(range(R)), ticktext=row_titles,
                      showgrid=False, zeroline=False)
     return apply_layout(fig, title=title, height=height or int(min(520, 26 * R + 170)),

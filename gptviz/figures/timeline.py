@@ -27,6 +27,9 @@ def _mark_step(fig: go.Figure, step: int) -> None:
     fig.add_vline(x=step, line=dict(color=MARKER_COLOR, width=2, dash="dot"))
 
 
+LEGEND_LINE = 22  # px of one more line of a horizontal legend
+
+
 def detector_curves(runs: dict[str, Snapshots], detector: str, step: int, threshold: float,
                     height: int = 330) -> go.Figure:
     """Each run's best head's score over the steps (every head faint behind it), uniform attention's score
@@ -64,7 +67,8 @@ def detector_curves(runs: dict[str, Snapshots], detector: str, step: int, thresh
     fig.update_xaxes(title="training step")
     apply_layout(fig, title=f"{detector.capitalize()} score of every head", height=height,
                  legend=dict(orientation="h", y=1.02, yanchor="bottom", x=0))
-    fig.update_layout(margin=dict(t=legend_on_top_room("t")))
+    # room for the legend on two lines: on a phone the two runs' entries wrap, and a second line met the title
+    fig.update_layout(margin=dict(t=legend_on_top_room("t") + LEGEND_LINE))
     return fig
 
 

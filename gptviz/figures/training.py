@@ -143,4 +143,10 @@ def next_token_bars(distributions: dict[str, list[tuple[str, float]]], context: 
                          tickformat=distinct_percent_format(max(probs + [1e-9]) * 1.3),
                          title_text="probability")
     rows = max((len(v) for v in distributions.values()), default=1)
-    return apply_layout(fig, f"Next token after {plain(context)}" if context else None, height=max(260, 26 * rows + 110))
+    apply_layout(fig, f"Next token after {plain(context)}" if context else None, height=max(260, 26 * rows + 110))
+    if context:  # the columns' own titles sit between the figure's title and the bars: a line of room for them
+        fig.update_layout(margin=dict(t=fig.layout.margin.t + SUBPLOT_TITLE_ROOM))  # (on a phone they met)
+    return fig
+
+
+SUBPLOT_TITLE_ROOM = 22

@@ -182,9 +182,9 @@ def budget(monkeypatch):
     """`budget(n)`: the accountant the pages' own reservations use (gptviz.memory.reserve), on n bytes. The model and
     capture stores are made first and keep the process's accountant, so a page's model and capture still come and
     only the run under test meets the small budget. Cached results are cleared: a cached run allocates nothing."""
-    import streamlit as st
-    models.model_store(), models.capture_store(), models.load_model(PRE)
-    st.cache_data.clear()
+    from gptviz.app import services
+    models.model_store(), models.capture_store(), models.load_model(PRE), services.results_cache()
+    services.results_cache().clear()
 
     def use(n: int) -> MemoryAccountant:
         acc = MemoryAccountant(n, wait_s=0)
@@ -254,10 +254,10 @@ def test_activations_page_refuses_the_lens_and_the_export_it_has_no_memory_for(b
 def test_the_npz_built_on_click_reserves_first(budget, monkeypatch):
     from gptviz import export
     acc = budget(MiB)
-    page = _page_functions("activations", monkeypatch)
-    monkeypatch.setitem(page, "prompt_capture_npz", lambda *a: pytest.fail("the model ran"))
+    from gptviz.app.services import activations
+    monkeypatch.setattr(activations, "prompt_capture_npz", lambda *a: pytest.fail("the model ran"))
     with pytest.raises(memory.LimitError, match="a .npz of 16 tokens needs about"):
-        page["npz_within_budget"](models.load_model(TINY), tuple(range(16)), True)
+        activations.npz_within_budget(models.load_model(TINY), tuple(range(16)), True)
     assert acc.in_use == 0 and export.prompt_capture_npz is prompt_capture_npz
 
 

@@ -14,7 +14,6 @@ NOT_YET_SPLIT = {  # module: its size when this test was written (the ceiling un
     "app_pages/attention.py": 651,   # the map first, live generation and six other views in tabs
     "gptviz/weights.py": 495,        # checkpoints, Hub loading and validation
     "gptviz/training_jobs.py": 471,  # the job registry and the two background runs
-    "app_pages/training.py": 431,
     "gptviz/evaluate.py": 421,       # the bundled-model check and its model card
     "gptviz/snapshots.py": 420,
 }

@@ -307,11 +307,12 @@ def test_the_patching_sweep_and_the_norms_measurement_reserve_before_running(mon
     monkeypatch.setattr(attribution, "residual_patching", lambda *a: pytest.fail("patching ran"))
     monkeypatch.setattr(attribution, "integrated_gradients", lambda *a, **k: pytest.fail("saliency ran"))
     monkeypatch.setattr(wiring, "compare_wirings", lambda *a: pytest.fail("measuring ran"))
-    why, norms = _page_functions("why", monkeypatch), _page_functions("norms", monkeypatch)
+    from gptviz.app.services import why
+    norms = _page_functions("norms", monkeypatch)
     with pytest.raises(LimitError, match="a patching sweep"):
-        why["patching"].__wrapped__(spec, (1, 2, 3), (1, 2, 4), 5, 6)
+        why.patching.__wrapped__(spec, (1, 2, 3), (1, 2, 4), 5, 6)
     with pytest.raises(LimitError, match="integrated gradients"):
-        why["saliency"].__wrapped__(spec, (1, 2, 3), 5, 6)
+        why.saliency.__wrapped__(spec, (1, 2, 3), 5, 6)
     with pytest.raises(LimitError, match="measuring"):
         norms["measure_both"].__wrapped__(PRESETS["gpt2-small"].to_json(), (1, 2, 3), 0, "gpt2")
     assert acc.in_use == 0

@@ -290,20 +290,21 @@ def _page_functions(name: str, monkeypatch) -> dict:
 def test_the_why_pages_other_runs_and_the_twins_generation_reserve_before_running(budget, monkeypatch):
     from gptviz import interventions
     acc = budget(1)
-    why, norms = _page_functions("why", monkeypatch), _page_functions("norms", monkeypatch)
+    from gptviz.app.services import why
+    norms = _page_functions("norms", monkeypatch)
     for name in ("run_with_edits", "generate"):
-        monkeypatch.setitem(why, name, lambda *a, **k: pytest.fail("the model ran"))
+        monkeypatch.setattr(why, name, lambda *a, **k: pytest.fail("the model ran"))
     monkeypatch.setitem(norms, "generate", lambda *a, **k: pytest.fail("the model ran"))
     monkeypatch.setattr(attribution, "direct_logit_attribution", lambda *a, **k: pytest.fail("the model ran"))
     ids = (1, 2, 3)
     with pytest.raises(memory.LimitError, match="direct attribution of 3 tokens on tiny"):
-        why["direct_attribution"].__wrapped__(TINY, ids, 5, 6)
+        why.direct_attribution.__wrapped__(TINY, ids, 5, 6)
     with pytest.raises(memory.LimitError, match="layer 1's attention on 3 tokens of tiny"):
-        why["edited_pattern"].__wrapped__(TINY, ids, ((0, 1),), "zero", 1)
+        why.edited_pattern.__wrapped__(TINY, ids, ((0, 1),), "zero", 1)
     with pytest.raises(memory.LimitError, match="a continuation of 5 tokens on tiny"):
-        why["continuation"].__wrapped__(TINY, ids, (), "zero", 5, 0.0, 0)
+        why.continuation.__wrapped__(TINY, ids, (), "zero", 5, 0.0, 0)
     with pytest.raises(memory.LimitError, match="next-token probabilities for 3 tokens"):
-        why["next_token"].__wrapped__(TINY, ids, ((0, 1),), "zero")
+        why.next_token.__wrapped__(TINY, ids, ((0, 1),), "zero")
     with pytest.raises(memory.LimitError, match="a continuation of 7 tokens on shakespeare-pre"):
         norms["generate_cached"].__wrapped__(PRE, ids, 7, 0.8, 40, 0)
     assert acc.in_use == 0 and interventions.run_with_edits is run_with_edits

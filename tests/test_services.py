@@ -93,3 +93,29 @@ def test_the_results_budget_is_a_server_limit():
     assert ServerLimits().results_bytes == 512 * 2**20
     assert ServerLimits.from_env({"GPTVIZ_RESULTS_CACHE_MB": "64"}).results_bytes == 64 * 2**20
 
+
+def test_a_stopped_sweep_is_not_kept_and_its_clock_is_no_part_of_the_key(monkeypatch):
+    """The Why page's patching through its service: a sweep its clock stops (the session ended) raises and stores
+    nothing; a finished one is kept whatever clock a later call brings."""
+    from gptviz.app import jobs
+    from gptviz.app.services import why
+    from gptviz.work_clock import WorkClock, WorkStopped
+    from pagetest import TINY
+    results_cache().clear()
+    clean, corrupted = (1, 2, 3, 4), (1, 2, 9, 4)
+    with pytest.raises(WorkStopped, match="browser session ended"):
+        why.patching(TINY, clean, corrupted, 5, 6, WorkClock(60, "Patching", alive=lambda: False))
+    assert len(results_cache()) == 0
+    resid, heads = why.patching(TINY, clean, corrupted, 5, 6, WorkClock(60, "Patching"))
+    assert resid.scores.shape[1] == len(clean) and heads.scores.ndim == 2
+    again = why.patching(TINY, clean, corrupted, 5, 6, WorkClock(60, "Patching", alive=lambda: False))
+    assert again[0] is resid
+    # the page's clock: alive while its browser session is
+    monkeypatch.setattr(jobs, "session_id", lambda: "tab-1")
+    open_tabs = {"tab-1"}
+    monkeypatch.setattr(jobs, "session_alive", lambda sid: sid in open_tabs)
+    clock = why.sweep_clock("Patching", 60)
+    clock.check()
+    open_tabs.clear()
+    with pytest.raises(WorkStopped, match="browser session ended"):
+        clock.check()

@@ -282,19 +282,13 @@ def test_unit_page_refuses_the_examples_and_the_prompts_units_it_has_no_memory_f
     assert ran == [] and forward_calls() == before and acc.in_use == 0
 
 
-def _page_functions(name: str, monkeypatch) -> dict:
-    from test_memory import _page_functions as read
-    return read(name, monkeypatch)
-
-
 def test_the_why_pages_other_runs_and_the_twins_generation_reserve_before_running(budget, monkeypatch):
     from gptviz import interventions
     acc = budget(1)
-    from gptviz.app.services import why
-    norms = _page_functions("norms", monkeypatch)
+    from gptviz.app.services import norms, why
     for name in ("run_with_edits", "generate"):
         monkeypatch.setattr(why, name, lambda *a, **k: pytest.fail("the model ran"))
-    monkeypatch.setitem(norms, "generate", lambda *a, **k: pytest.fail("the model ran"))
+    monkeypatch.setattr(norms, "generate", lambda *a, **k: pytest.fail("the model ran"))
     monkeypatch.setattr(attribution, "direct_logit_attribution", lambda *a, **k: pytest.fail("the model ran"))
     ids = (1, 2, 3)
     with pytest.raises(memory.LimitError, match="direct attribution of 3 tokens on tiny"):
@@ -306,7 +300,7 @@ def test_the_why_pages_other_runs_and_the_twins_generation_reserve_before_runnin
     with pytest.raises(memory.LimitError, match="next-token probabilities for 3 tokens"):
         why.next_token.__wrapped__(TINY, ids, ((0, 1),), "zero")
     with pytest.raises(memory.LimitError, match="a continuation of 7 tokens on shakespeare-pre"):
-        norms["generate_cached"].__wrapped__(PRE, ids, 7, 0.8, 40, 0)
+        norms.generate_cached.__wrapped__(PRE, ids, 7, 0.8, 40, 0)
     assert acc.in_use == 0 and interventions.run_with_edits is run_with_edits
 
 

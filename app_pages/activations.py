@@ -5,23 +5,21 @@ one function below.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import partial
 
 import pandas as pd
 import streamlit as st
 import torch
 
-from gptviz import analysis, memory
-from gptviz import limits
+from gptviz import analysis
 from gptviz.app import display, models, sidebar
 from gptviz.app import keys as K
+from gptviz.app.seen import Seen, read_prompt
+from gptviz.app.services import activations as services
 from gptviz.app.unit_nav import unit_pills
-from gptviz.export import export_nbytes, matrix_frame, prompt_capture_npz, prompt_capture_npz_nbytes
+from gptviz.export import export_nbytes, matrix_frame
 from gptviz.figures import activations as figs
-from gptviz.hooks import ActivationCache
-from gptviz.model import GPT
-from gptviz.tokenizer import position_labels, token_labels
+from gptviz.tokenizer import token_labels
 
 SUFFIXES = ("hook_resid_pre", "hook_attn_out", "hook_resid_mid", "mlp.hook_post", "hook_mlp_out",
             "hook_resid_post", "attn.hook_pattern")
@@ -32,44 +30,14 @@ PATTERN_BUDGET = 256 * 2**20
 TABS = ("Residual stream", "MLP neurons", "Norm inputs", "Logit lens", "Head detectors", "Export")
 
 
-@dataclass
-class Seen:
-    """The prompt as this page sees it: the model's capture and the focus token the per-token views use."""
-    spec: models.ModelSpec
-    model: GPT
-    ids: tuple[int, ...]
-    labels: list[str]
-    pos_labels: list[str]
-    names: tuple[str, ...]        # the hook points captured
-    pattern_bytes: int            # what the attention patterns of this prompt take
-    cache: ActivationCache
-    focus: int = 0
-
-    @property
-    def cfg(self):
-        return self.model.config
-
-    @property
-    def T(self) -> int:
-        return len(self.ids)
-
-    @property
-    def with_patterns(self) -> bool:
-        return self.pattern_bytes <= PATTERN_BUDGET
+def with_patterns(seen: Seen) -> bool:
+    """Whether this prompt's attention patterns are small enough to capture and score."""
+    return seen.pattern_bytes <= PATTERN_BUDGET
 
 
 def hook_names(n_layers: int, patterns: bool = True) -> tuple[str, ...]:
     return tuple(f"blocks.{i}.{s}" for i in range(n_layers) for s in SUFFIXES
                  if patterns or s != "attn.hook_pattern")
-
-
-@st.cache_data(max_entries=16, show_spinner=False)
-def lens(spec: models.ModelSpec, ids: tuple[int, ...], names: tuple[str, ...]) -> analysis.LogitLens:
-    """The logit lens for a prompt (reuses the page's cached capture)."""
-    _, cache = models.capture_cache(spec, ids, names)
-    model = models.load_model(spec)
-    with memory.reserve(memory.lens_nbytes(model.config, len(ids)), f"the logit lens on {len(ids)} tokens"):
-        return analysis.logit_lens(model, cache)
 
 
 def pct(p: float) -> str:
@@ -89,15 +57,9 @@ def per_position(rows: list[str], labels: list[str], column: str) -> dict:
             "token": labels * len(rows)}
 
 
-def read_prompt() -> Seen:
-    """The sidebar's model and prompt, and the page's one capture of it (stops the page when it cannot run)."""
-    spec, model = sidebar.require_model()
-    cfg = model.config
-    ids = sidebar.require_prompt(cfg.n_ctx, cfg.vocab_size).ids
-    pattern_bytes = 4 * cfg.n_layers * cfg.n_heads * len(ids) * len(ids)
-    names = hook_names(cfg.n_layers, pattern_bytes <= PATTERN_BUDGET)
-    cache = models.require_capture(spec, ids, names)
-    return Seen(spec, model, ids, token_labels(ids), position_labels(ids), names, pattern_bytes, cache)
+def captured_names(cfg, T: int) -> tuple[str, ...]:
+    """What the page captures: every hook it reads, the attention patterns only within PATTERN_BUDGET."""
+    return hook_names(cfg.n_layers, 4 * cfg.n_layers * cfg.n_heads * T * T <= PATTERN_BUDGET)
 
 
 def focus_picker(seen: Seen) -> int:
@@ -192,7 +154,7 @@ def lens_tab(seen: Seen) -> None:
     cfg, T, focus, pos_labels = seen.cfg, seen.T, seen.focus, seen.pos_labels
     try:
         with st.spinner("Decoding every layer through ln_f and the unembedding..."):
-            lensed = lens(seen.spec, seen.ids, seen.names)
+            lensed = services.lens(seen.spec, seen.ids, seen.names)
     except (ValueError, RuntimeError, KeyError) as err:
         st.error(f"The logit lens failed: {err}")
         return
@@ -224,11 +186,11 @@ def induction_length(seen: Seen) -> int:
 def detector_scores(seen: Seen) -> dict[str, torch.Tensor]:
     """The detectors that can run: previous and duplicate token on the prompt, induction on its own sequence."""
     scores, T = {}, seen.T
-    if not seen.with_patterns:
+    if not with_patterns(seen):
         st.info(f"This prompt's attention patterns would take {seen.pattern_bytes / 2**20:,.0f} MiB, so the "
                 "previous- and duplicate-token scores are left out; a shorter prompt brings them back.")
     elif T >= 2:
-        patterns = seen.cache.patterns()  # [layers, heads, T, T]
+        patterns = seen.patterns  # [layers, heads, T, T]
         scores["previous"] = analysis.previous_token_scores(patterns)
         scores["duplicate"] = analysis.duplicate_token_scores(patterns, seen.ids)
     else:
@@ -285,29 +247,16 @@ def export_tab(seen: Seen) -> None:
                                     key=K.ACT_NPZ_ATTN)
     size = export_nbytes(seen.cfg, seen.T, include_attention)
     st.caption(f"About {size / 2**20:,.1f} MiB of float32 before compression. The file is built when you click.")
-    too_big = size > limits.server_limits().export_bytes
+    refusal = services.npz_refusal(seen.cfg, seen.T, include_attention)
+    too_big = refusal is not None
     if too_big:
-        st.warning(f"This server builds downloads of up to {limits.server_limits().export_mb:,} MiB; leave out the "
-                   "attention tensors or shorten the prompt.")
-    elif (need := prompt_capture_npz_nbytes(seen.cfg, seen.T, include_attention)) > memory.accountant().budget:
-        too_big = True
-        st.warning(f"Building this file needs about {memory.mib(need)} while it runs, more than this server's whole "
-                   f"memory budget of {memory.mib(memory.accountant().budget)} (GPTVIZ_MEMORY_MB); leave out the "
-                   "attention tensors or shorten the prompt.")
-    st.download_button("Capture as .npz", data=partial(npz_within_budget, seen.model, seen.ids, include_attention),
+        st.warning(refusal)
+    st.download_button("Capture as .npz",
+                       data=partial(services.npz_within_budget, seen.model, seen.ids, include_attention),
                        file_name="capture.npz", mime="application/octet-stream", key=K.ACT_NPZ, on_click="ignore",
                        icon=":material/download:", disabled=too_big)
     st.caption("Each figure's toolbar saves it as PNG or SVG (format in the sidebar); each view has its CSV "
                "button under it.")
-
-
-def npz_within_budget(model: GPT, ids: tuple[int, ...], include_attention: bool) -> bytes:
-    """The .npz, built when the button is clicked, within a reservation of the server's memory (a refusal reaches the
-    browser as Streamlit's "Failed to generate file for download": a download cannot show a message). It keeps
-    the model and ids only, not the page's capture."""
-    with memory.reserve(prompt_capture_npz_nbytes(model.config, len(ids), include_attention),
-                        f"a .npz of {len(ids)} tokens"):
-        return prompt_capture_npz(model, ids, include_attention)
 
 
 TAB_DRAWERS = dict(zip(TABS, (residual_tab, mlp_tab, norm_tab, lens_tab, heads_tab, export_tab)))
@@ -318,7 +267,7 @@ def main() -> None:
     st.caption("Inside the forward pass for the sidebar's prompt: how big the residual stream grows, what the MLP "
                "neurons do, what each norm receives, what the model would predict if it stopped early, and which "
                "heads follow simple patterns.")
-    seen = read_prompt()
+    seen = read_prompt(captured_names)
     seen.focus = focus_picker(seen)
     for name, tab in zip(TABS, st.tabs(list(TABS))):
         with tab:

@@ -6,92 +6,37 @@ only while its tab is open. A generation runs in a background thread and a secon
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import pandas as pd
 import streamlit as st
-import torch
 
-from gptviz import analysis
 from gptviz.app import keys as K
 from gptviz.app import live
-from gptviz.app.component import attention_map as amap
-from gptviz.app.component import query_bars as qbars
-from gptviz.app.links import sync_address
-from gptviz.app.unit_nav import unit_pills
 from gptviz.app.display import MEAN_HEAD, figure_download, head_name, md_text, show_figure
-from gptviz.app.models import ModelSpec, attention_page_names, induction_length, induction_scores, require_capture
-from gptviz.app.sidebar import (EXAMPLE_PROMPTS, MAX_PROMPT_CHARS, keep_valid, page_prompt_box, require_model,
-                                require_prompt)
+from gptviz.app.links import sync_address
+from gptviz.app.models import attention_page_names
+from gptviz.app.seen import Seen, read_prompt
+from gptviz.app.services import attention as services
+from gptviz.app.sidebar import EXAMPLE_PROMPTS, MAX_PROMPT_CHARS, keep_valid, page_prompt_box
+from gptviz.app.unit_nav import unit_pills
+from gptviz.app.views.attention_views import (MAX_CHIPS, VIEW_DRAWERS, VIEWS, Pick, about_the_map, head_map,
+                                              picked_from_map)
 from gptviz.figures import attention as fa
 from gptviz.figures import generation as fg
-from gptviz.figures import head_views as fhv
-from gptviz.head_steps import (attention_input_name, first_token_chance, first_token_scores, head_steps, row_shares,
-                               value_weighted, values_from_input)
-from gptviz.hooks import ActivationCache
-from gptviz.model import GPT
 from gptviz.tokenizer import decode, token_labels
 
-MAX_CHIPS = 256           # longer prompts pick the query with a slider
-GRID_CELLS = 600_000      # most heatmap cells one small-multiples figure draws
-CAPTURE_BYTES = 256 * 2**20  # most memory the cached weights of one prompt may take (layers x heads x T x T)
-VIEWS = list(K.ATTENTION_VIEWS)
 state = st.session_state
 
 
-@dataclass
-class Seen:
-    """The prompt as this page sees it: the model's capture and what every view reads from it."""
-    spec: ModelSpec
-    model: GPT
-    ids: tuple[int, ...]
-    labels: list[str]
-    cache: ActivationCache
-    patterns: torch.Tensor    # [layers, heads, query, key]
-
-    @property
-    def cfg(self):
-        return self.model.config
-
-    @property
-    def T(self) -> int:
-        return len(self.ids)
-
-    @property
-    def heads(self) -> list[int]:
-        return list(range(self.cfg.n_heads)) + [MEAN_HEAD]
-
-    def pattern(self, layer: int, head: int) -> torch.Tensor:
-        return self.patterns[layer].mean(0) if head == MEAN_HEAD else self.patterns[layer, head]
-
-    def grid_prefix(self, panels: int) -> int:
-        """Tokens the small multiples draw: all, or the first K so panels * K * K stays under GRID_CELLS.
-        A prefix is exact: under the causal mask, later tokens do not change earlier rows."""
-        return min(self.T, max(2, int(math.sqrt(GRID_CELLS / panels))))
-
-
-@dataclass
-class Pick:
-    """What the pickers chose."""
-    layer: int
-    head: int
-    scale: str
-    query: int
-
-
-def read_prompt() -> Seen:
-    spec, model = require_model()
-    cfg = model.config
-    ids = require_prompt(cfg.n_ctx, cfg.vocab_size).ids
-    longest = int(math.sqrt(CAPTURE_BYTES / (4 * cfg.n_layers * cfg.n_heads)))  # the patterns dominate the capture
-    if len(ids) > longest:
-        st.warning(f"This page keeps the last {longest} of the {len(ids)} tokens: the attention weights of every "
+def keep_last(cfg, T: int) -> int:
+    """The page's longest prompt (its patterns fit the capture budget), said when the prompt is longer."""
+    longest = services.longest_prompt(cfg)
+    if T > longest:
+        st.warning(f"This page keeps the last {longest} of the {T} tokens: the attention weights of every "
                    f"layer and head grow with the square of the length, and {cfg.n_layers} x {cfg.n_heads} heads "
-                   f"over more tokens would take over {CAPTURE_BYTES // 2**20} MiB.")
-        ids = ids[-longest:]
-    cache = require_capture(spec, ids, attention_page_names(cfg.n_layers, cfg.norm))
-    return Seen(spec, model, tuple(ids), token_labels(ids), cache, cache.patterns())
+                   f"over more tokens would take over {services.CAPTURE_BYTES // 2**20} MiB.")
+    return longest
 
 
 def follow_query_to_the_new_prompt(ids: tuple[int, ...]) -> None:
@@ -106,16 +51,6 @@ def follow_query_to_the_new_prompt(ids: tuple[int, ...]) -> None:
         return
     same = [i for i, t in enumerate(ids) if t == old_ids[old_query]]
     state[K.ATT_QUERY] = min(same, key=lambda i: abs(i - old_query)) if same else None
-
-
-def open_head(picked_key: str, seen: Seen, means_too: bool) -> None:
-    """A click in the entropy map or the model view (its chart's selection in `picked_key`) opens that head in the
-    One head view."""
-    picked = fa.selected_head(state.get(picked_key) or {})
-    heads = seen.heads if means_too else range(seen.cfg.n_heads)
-    if picked is not None and picked[0] in range(seen.cfg.n_layers) and picked[1] in heads:
-        state[K.ATT_LAYER], state[K.ATT_HEAD] = picked
-        state[K.ATT_VIEW] = VIEWS[0]
 
 
 def token_chips(seen: Seen) -> int:
@@ -134,57 +69,11 @@ def token_chips(seen: Seen) -> int:
     return T - 1 if query is None else int(query)
 
 
-@dataclass
-class Detector:
-    """One head detector on this page's prompt: its name, every head's score and uniform attention's score."""
-    name: str
-    scores: torch.Tensor   # [layers, heads]
-    chance: float
-
-    @property
-    def column(self) -> str:
-        return f"{self.name} (chance {self.chance:.3f})"
-
-    def best(self) -> tuple[int, int, float]:
-        return analysis.head_ranking(self.scores, 1)[0]
-
-
-# The detectors the page may open on, most telling first: a head is worth opening on when its score is at least
-# WORTH_A_LOOK and WORTH_OVER_CHANCE times uniform attention's. Previous-token heads come last: every prompt has them.
-OPENING_ORDER = ("induction, on this prompt", "duplicate-token", "previous-token")
-WORTH_A_LOOK, WORTH_OVER_CHANCE = 0.3, 3.0
-
-
-def detectors(seen: Seen) -> list[Detector]:
-    cfg, T, patterns, ids = seen.cfg, seen.T, seen.patterns, seen.ids
-    found = [Detector("induction, on this prompt", analysis.prompt_induction_scores(patterns, ids),
-                      analysis.prompt_induction_chance(ids)),
-             Detector("previous-token", analysis.previous_token_scores(patterns), analysis.previous_token_chance(T)),
-             Detector("duplicate-token", analysis.duplicate_token_scores(patterns, ids),
-                      analysis.duplicate_token_chance(ids)),
-             Detector("first token (sink)", first_token_scores(patterns), first_token_chance(T))]
-    length = induction_length(cfg.n_ctx)
-    if length >= 2:
-        found.append(Detector(f"induction, {length} random tokens repeated", induction_scores(seen.spec, length),
-                              analysis.induction_chance(length)))
-    return found
-
-
-def head_worth_a_look(found: list[Detector]) -> tuple[int, int, Detector] | None:
-    """The first detector in OPENING_ORDER whose best head clears the bar, and that head; None when none does."""
-    by_name = {d.name: d for d in found}
-    for name in OPENING_ORDER:
-        layer, head, score = by_name[name].best()
-        if score >= WORTH_A_LOOK and score >= WORTH_OVER_CHANCE * by_name[name].chance:
-            return layer, head, by_name[name]
-    return None
-
-
-def open_on_the_best_head(seen: Seen, found: list[Detector]) -> None:
+def open_on_the_best_head(seen: Seen, found: list[services.Detector]) -> None:
     """A first visit (no layer or head chosen, none in the link) or a loaded example opens on the head worth a look."""
     if not (state.pop(K.ATT_OPEN_BEST, False) or (K.ATT_LAYER not in state and K.ATT_HEAD not in state)):
         return
-    best = head_worth_a_look(found)
+    best = services.head_worth_a_look(found)
     if best is not None:
         state[K.ATT_LAYER], state[K.ATT_HEAD] = best[0], best[1]
 
@@ -196,13 +85,13 @@ def jump_to_head(order: list[tuple[int, int]]) -> None:
         state[K.ATT_LAYER], state[K.ATT_HEAD] = order[int(rows[0])]
 
 
-def detector_table(seen: Seen, found: list[Detector]) -> None:
+def detector_table(seen: Seen, found: list[services.Detector]) -> None:
     """Every head's detector scores beside their chance levels, the most telling detector's best heads first;
     picking a row opens the head."""
     if seen.T < 2:
         st.info("The detectors need a prompt of at least two tokens.")
         return
-    best = head_worth_a_look(found)
+    best = services.head_worth_a_look(found)
     sort_by = best[2] if best is not None else found[1]
     n_heads = seen.cfg.n_heads
     order = sorted(((l, h) for l in range(seen.cfg.n_layers) for h in range(n_heads)),
@@ -228,13 +117,13 @@ def show_head(layer: int, head: int) -> None:
     state[K.ATT_LAYER], state[K.ATT_HEAD] = layer, head
 
 
-def suggestion(found: list[Detector], p: Pick) -> None:
+def suggestion(found: list[services.Detector], p: Pick) -> None:
     """One line on the head worth a look, its score beside chance, measured; and whether the map shows it: when the
     pickers hold another head (a pick, or another model after the sidebar's LayerNorm placement), one click shows it."""
-    best = head_worth_a_look(found)
+    best = services.head_worth_a_look(found)
     if best is None:
         st.caption("No head of this model clears the bar on this prompt (a score of at least "
-                   f"{WORTH_A_LOOK} and {WORTH_OVER_CHANCE:g}x chance); try an example.")
+                   f"{services.WORTH_A_LOOK} and {services.WORTH_OVER_CHANCE:g}x chance); try an example.")
         return
     layer, head, d = best
     shown = (p.layer, p.head) == (layer, head)
@@ -289,7 +178,7 @@ class Boxes:
     tabs: object         # the other views
 
 
-def views(seen: Seen, query: int, found: list[Detector], boxes: Boxes) -> None:
+def views(seen: Seen, query: int, found: list[services.Detector], boxes: Boxes) -> None:
     """The pickers and every view: a pick reruns only this fragment, never the model (the capture is kept)."""
     if state.pop(K.QUERY_MOVED, False) or state.pop(K.ATT_GEN_STARTED, False):
         st.rerun()  # a view picked another query token (the chips sit outside), or Generate started the live view
@@ -316,236 +205,6 @@ def views(seen: Seen, query: int, found: list[Detector], boxes: Boxes) -> None:
         with boxes.generation:
             finished_generation(live.generation_view(job), seen, pick)
     sync_address()  # a pick here reruns only this fragment, not the router that writes the address
-
-
-def picked_from_map(seen: Seen):
-    return live.map_pick(K.ATT_LAYER, K.ATT_HEAD, seen.cfg.n_layers, seen.cfg.n_heads)
-
-
-def map_height(T: int) -> int:
-    return int(min(660, max(440, 380 + 8 * T)))
-
-
-def head_map(seen: Seen, p: Pick) -> None:
-    """The picked head's heatmap, with the map's own layer and head pickers: the page's first view, alone in its
-    column (what explains it sits beside it), so on a phone the controls follow it on the first screen."""
-    amap.attention_map(amap.payload(seen.patterns.numpy(), seen.labels, layer=p.layer, head=p.head, query=p.query,
-                                    scale=p.scale, mean_head=MEAN_HEAD, head_names=[head_name(h) for h in seen.heads],
-                                    height=map_height(seen.T)),
-                       key=K.ATT_MAP, on_pick=picked_from_map(seen))
-
-
-def about_the_map(seen: Seen, p: Pick) -> None:
-    """How to read the map (on hover), and the map as a file."""
-    labels, pat = seen.labels, seen.pattern(p.layer, p.head)
-    st.caption("Map: rows are the tokens looking (queries), columns the tokens they look at (keys).",
-               help="Each row sums to 1. Grey cells are the causal mask, not zero weights: a token cannot look at "
-                    "tokens after it. The outlined row is the chosen query token; hover a cell for its weight. "
-                    "Picking a layer or head in the map or here redraws it at once, and the views below follow.")
-    figure_download(lambda: fa.attention_heatmap(pat.numpy(), labels, scale=p.scale, query=p.query,
-                                                 title=f"Layer {p.layer}, {head_name(p.head)}",
-                                                 height=map_height(seen.T)),
-                    file_name=f"layer-{p.layer}-{head_name(p.head).replace(' ', '-')}.html", key=K.ATT_HEATMAP,
-                    label="The map as interactive HTML")
-
-
-def one_head(seen: Seen, p: Pick) -> None:
-    """The chosen query's row of the map as bars, and the keys it weighs most."""
-    labels = seen.labels
-    pat = seen.pattern(p.layer, p.head)
-    left, right = st.columns([3, 2], gap="medium")
-    with left:
-        row = pat[p.query, : p.query + 1]
-        title = f"Where token {p.query} '{labels[p.query]}' looks"
-        qbars.query_bars(qbars.payload(row.numpy(), labels, p.query, title=title), key=K.ATT_QUERY_BARS)
-        figure_download(lambda: fa.query_bars(row.numpy(), labels, p.query, title=fa.plotly_text(title)),
-                        file_name=f"query-{p.query}-layer-{p.layer}-{head_name(p.head).replace(' ', '-')}.html",
-                        key=K.ATT_QUERY_BARS_HTML)
-    with right:
-        order = row.argsort(descending=True)[:5].tolist()
-        st.dataframe(pd.DataFrame({"key token": [labels[k] for k in order], "position": order,
-                                   "weight": [float(row[k]) for k in order]}),
-                     hide_index=True, width="stretch",
-                     column_config={"weight": st.column_config.ProgressColumn(
-                         "weight", min_value=0.0, max_value=1.0, format="%.3f")})
-    with st.expander("How to read attention", expanded=False):
-        st.markdown(READING_ATTENTION)
-
-
-READING_ATTENTION = (
-    "- **Scores and softmax.** Each token makes a *query* vector; every earlier token offers a *key*. Their dot "
-    "products, scaled by 1/√d_head, are the scores; softmax turns one query's scores into weights that are positive "
-    "and add up to 1.\n"
-    "- **Causal mask.** Before the softmax the scores of later tokens are set to −∞, so their weight is exactly 0: "
-    "while generating, the model must not see the future. That is the grey triangle; the first token can only look "
-    "at itself.\n"
-    "- **Heads.** A layer runs several heads side by side, each with its own query, key and value projections, so "
-    "one head can track the previous token while another looks back at the start. Their outputs are concatenated "
-    "and mixed by the output projection.")
-
-
-def focus_from_click(T: int) -> None:
-    """A click on a token of the left column makes it the query (and its lines the only ones drawn)."""
-    points = ((state.get(K.ATT_LINES_CHART) or {}).get("selection") or {}).get("points") or []
-    for point in points:
-        if isinstance(point, dict) and point.get("x") == 0 and isinstance(point.get("y"), (int, float)):
-            if 0 <= int(point["y"]) < T and T <= MAX_CHIPS:
-                state[K.ATT_QUERY] = int(point["y"])
-                state[K.ATT_LINES_FOCUS] = True
-                state[K.QUERY_MOVED] = True  # the query chips sit outside the views' fragment
-            return
-
-
-def lines_between_tokens(seen: Seen, p: Pick) -> None:
-    n_heads = seen.cfg.n_heads
-    c1, c2 = st.columns([2, 1])
-    if not isinstance(state.get(K.ATT_LINES_HEADS), list) or \
-            any(h not in range(n_heads) for h in state[K.ATT_LINES_HEADS]):
-        state[K.ATT_LINES_HEADS] = list(range(n_heads)) if p.head == MEAN_HEAD else [p.head]
-    chosen = c1.multiselect("Heads to overlay", list(range(n_heads)), key=K.ATT_LINES_HEADS,
-                            format_func=lambda h: f"head {h}", help="One colour per head.")
-    focus = c2.toggle("Only the chosen query's lines", key=K.ATT_LINES_FOCUS, help="Or click a token in the left column.")
-    if not chosen:
-        st.info("Pick at least one head to draw its lines.")
-        return
-    show_figure(fhv.head_lines(seen.patterns[p.layer, chosen].numpy(), seen.labels, chosen,
-                               focus=p.query if focus else None,
-                               title=f"Layer {p.layer}: each query (left) to the keys it looks at (right)"),
-                key=K.ATT_LINES_CHART, on_select=lambda: focus_from_click(seen.T), selection_mode="points")
-    st.caption("BertViz's head view. A line joins a token on the left (the query) to each token on the right it may "
-               "look at; its opacity is the attention weight (lines under 0.02 are left out, and opacities are "
-               "rounded to 0.05). Each head has its own colour. The same weights as the heatmap, drawn so the "
-               "strongest links stand out.")
-
-
-def on_the_text(seen: Seen, p: Pick) -> None:
-    mode = st.radio("Colour each token by", ["where the query looks", "how much it is looked at"],
-                    key=K.ATT_TEXT_MODE, horizontal=True,
-                    help="The chosen query token's row of weights, or each token's mean weight received from the "
-                         "queries that can see it (itself and every later token).")
-    pat, labels = seen.pattern(p.layer, p.head), seen.labels
-    where = f"Layer {p.layer}, {head_name(p.head)}"
-    if mode == "where the query looks":
-        values, visible = pat[p.query].numpy(), p.query
-        title = f"{where}: where token {p.query} '{fa.plotly_text(labels[p.query])}' looks"
-    else:
-        values, visible = (pat.sum(0) / torch.arange(seen.T, 0, -1)).numpy(), None
-        title = f"{where}: mean weight each token receives"
-    show_figure(fhv.attention_text(values, labels, query=p.query if visible is not None else None, visible=visible,
-                                   scale=p.scale, title=title,
-                                   value_name="weight" if visible is not None else "mean weight"),
-                key=K.ATT_TEXT_CHART)
-    st.caption("The prompt set as text, each token coloured by its weight (CircuitsVis's idiom). Grey tokens come "
-               "after the query, which cannot look at them. The outlined token is the query.")
-
-
-def inside_the_head(seen: Seen, p: Pick) -> None:
-    """One head's computation step by step (Transformer Explainer), and BertViz's neuron view."""
-    if p.head == MEAN_HEAD:
-        st.info("Pick a single head above: the mean of the heads is not one computation.")
-        return
-    cfg, labels = seen.cfg, seen.labels
-    steps = head_steps(seen.model, seen.cache, p.layer, p.head, p.query)
-    st.markdown(f"Head {p.head} of layer {p.layer} computing the output for token {p.query} "
-                f"**{md_text(labels[p.query])}**, with the model's real numbers (d_model {cfg.d_model}, "
-                f"d_head {cfg.d_head}).")
-    show_figure(fhv.head_steps_figure(steps, labels), key=K.ATT_STEPS_CHART)
-    st.caption("Each panel is one step; its title gives the shape. Blue is negative, red positive, each panel on its "
-               "own scale (hover for the value). The softmax row is the same row as the heatmap's; the last panel "
-               "is what this head adds to the residual stream (the layer adds its output bias once for all heads).")
-    keep_valid(K.ATT_NEURON_KEY, list(range(p.query + 1)), p.query)
-    state.setdefault(K.ATT_NEURON_KEY, p.query)
-    key_token = st.select_slider("Key token for the neuron view", list(range(p.query + 1)), key=K.ATT_NEURON_KEY,
-                                 format_func=lambda j: f"{j} {labels[j]}")
-    show_figure(fhv.neuron_view(steps, key_token, labels, title=f"Query {p.query} · key {key_token}"),
-                key=K.ATT_NEURON_CHART)
-    st.caption("BertViz's neuron view: the query and key vectors dimension by dimension and their product. The "
-               "products sum to the dot product; scaled by 1/√d_head it is the score the softmax turns into the "
-               "weight.")
-
-
-def value_weighted_view(seen: Seen, p: Pick) -> None:
-    """Kobayashi et al. (2020): the weights beside weight x the size of what each value writes."""
-    cfg, labels, T = seen.cfg, seen.labels, seen.T
-    v = values_from_input(seen.model, p.layer, seen.cache[attention_input_name(p.layer, cfg.norm)])
-    vw = value_weighted(seen.model, p.layer, v, seen.patterns[p.layer])  # [heads, T, T]
-    shares = row_shares(vw.mean(0) if p.head == MEAN_HEAD else vw[p.head])
-    left, right = st.columns(2, gap="medium")
-    size = int(min(560, max(380, 320 + 7 * T)))
-    with left:
-        show_figure(fa.attention_heatmap(seen.pattern(p.layer, p.head).numpy(), labels, scale=p.scale, query=p.query,
-                                         title=f"Attention weights, layer {p.layer}, {head_name(p.head)}",
-                                         height=size), key=K.ATT_VW_RAW)
-    with right:
-        show_figure(fa.attention_heatmap(shares.numpy(), labels, scale=p.scale, query=p.query, value_name="share",
-                                         height=size, title="Weight × ‖value · W_O‖, as a share of each row"),
-                    key=K.ATT_VW_WEIGHTED)
-    if T >= 2:
-        sink, chance = first_token_scores(seen.patterns[p.layer]), first_token_chance(T)  # sink: [heads]
-        shown = range(cfg.n_heads) if p.head == MEAN_HEAD else [p.head]
-        sinks = [f"head {h}: {float(sink[h]):.2f}" for h in shown if float(sink[h]) >= 0.5]
-        st.markdown(f"**Attention sinks** (mean weight on the first token, uniform attention: {chance:.2f}): "
-                    + (", ".join(sinks) + " park most of their weight on token 0." if sinks else
-                       f"none of {'these heads' if p.head == MEAN_HEAD else 'this head'} puts half its weight there "
-                       f"(here: {', '.join(f'{float(sink[h]):.2f}' for h in shown)})."))
-    st.caption("Kobayashi et al. (2020): what a key contributes is its weight times the size of what its value "
-               "writes, ‖αᵢⱼ vⱼ W_O‖. A head that puts heavy weight on a token whose value is tiny (often the first "
-               "token, an attention sink) looks important in the weights and small here.")
-
-
-def all_heads_of_the_layer(seen: Seen, p: Pick) -> None:
-    H, T = seen.cfg.n_heads, seen.T
-    cols = next((c for c in (6, 5, 4) if H % c == 0), min(H, 6)) if H > 4 else H
-    rows_n = -(-H // cols)
-    K_ = seen.grid_prefix(H)
-    grid = seen.patterns.new_full((rows_n * cols, K_, K_), float("nan"))
-    grid[:H] = seen.patterns[p.layer, :, :K_, :K_]
-    names = [[f"head {r * cols + c}" if r * cols + c < H else "" for c in range(cols)] for r in range(rows_n)]
-    show_figure(fa.attention_grid(grid.reshape(rows_n, cols, K_, K_).numpy(), seen.labels[:K_], panel_names=names,
-                                  scale=p.scale, title=f"Layer {p.layer}: every head",
-                                  selected=divmod(p.head, cols) if p.head != MEAN_HEAD else None),
-                key=K.ATT_LAYER_GRID)
-    note = f" Showing the first {K_} of {T} tokens (earlier rows do not depend on later tokens)." if K_ < T else ""
-    st.caption("Same layout as the single heatmap, one panel per head, one colour scale for all. Pick a head above, "
-               "or click one in the Entropy map." + note)
-
-
-def model_view(seen: Seen, p: Pick) -> None:
-    cfg, T = seen.cfg, seen.T
-    average = st.toggle("Average over heads", key=K.ATT_MV_MEAN, persist_state="session",
-                        help="One panel per layer: the mean of its heads.")
-    shown = seen.patterns.mean(1, keepdim=True) if average else seen.patterns
-    K_ = seen.grid_prefix(shown.shape[0] * shown.shape[1])
-    col_names = ["mean of heads"] if average else [f"head {h}" for h in range(cfg.n_heads)]
-    show_figure(fa.model_view(shown[:, :, :K_, :K_].numpy(), seen.labels[:K_],
-                              row_names=[f"layer {l}" for l in range(cfg.n_layers)], col_names=col_names,
-                              col_ticks=None if average or cfg.n_heads <= 8 else [f"H{h}" for h in range(cfg.n_heads)],
-                              scale=p.scale, selected=None if average or p.head == MEAN_HEAD else (p.layer, p.head),
-                              title="Every layer (rows) and head (columns)", clickable=not average),
-                key=K.ATT_MODEL_VIEW, on_select=lambda: open_head(K.ATT_MODEL_VIEW, seen, means_too=False),
-                selection_mode="points")
-    note = f" Showing the first {K_} of {T} tokens (earlier rows do not depend on later tokens)." if K_ < T else ""
-    st.caption("Early layers often look at the previous token or the first token; later layers mix more widely. "
-               "Hover a panel for its weights; the outlined panel is the chosen head; click the orange square in a "
-               "panel's corner to open that head." + note)
-
-
-def entropy_map(seen: Seen, p: Pick) -> None:
-    entropy = analysis.attention_entropy(seen.patterns)        # [layers, heads, query]
-    show_figure(fa.entropy_map(entropy.mean(-1).numpy(), query_entropy=entropy[..., p.query].numpy(),
-                               query_label=seen.labels[p.query],
-                               uniform_entropy=analysis.uniform_attention_entropy(seen.T),
-                               selected=(p.layer, p.head) if p.head != MEAN_HEAD else None,
-                               title="Attention entropy per head (mean over query tokens)"),
-                key=K.ATT_ENTROPY_CHART, on_select=lambda: open_head(K.ATT_ENTROPY_CHART, seen, means_too=True),
-                selection_mode="points")
-    st.caption("Entropy measures how spread out a row is, in nats: 0 when a query puts all its weight on one key, "
-               "ln(n) when it spreads evenly over n keys. Dark cells are focused heads; the colour scale ends at the "
-               "value for even spreading. Click a cell to open that head.")
-
-
-VIEW_DRAWERS = dict(zip(VIEWS, (one_head, lines_between_tokens, on_the_text, inside_the_head, value_weighted_view,
-                                all_heads_of_the_layer, model_view, entropy_map)))
 
 
 # ---- generation -----------------------------------------------------------------------------------------------
@@ -624,8 +283,8 @@ def main() -> None:
                                "it. A head is one such mix, with its own weights: one map per head, several heads per "
                                "layer. Generate lets the model write and shows where each new token looked.")
     page_prompt_box(height=68)  # a phone's first screen: its sidebar, with the prompt, starts closed
-    seen = read_prompt()
-    found = detectors(seen) if seen.T >= 2 else []
+    seen = read_prompt(lambda cfg, T: attention_page_names(cfg.n_layers, cfg.norm), keep_last)
+    found = services.detectors(seen.spec, seen.cfg, seen.ids, seen.patterns) if seen.T >= 2 else []
     if found:
         open_on_the_best_head(seen, found)
     keep_valid(K.ATT_LAYER, list(range(seen.cfg.n_layers)), 0)

@@ -15,6 +15,7 @@ import torch
 from gptviz import analysis
 from gptviz.app import display, models, sidebar
 from gptviz.app import keys as K
+from gptviz.app.services import embeddings as services
 from gptviz.config import GPTConfig
 from gptviz.export import matrix_frame
 from gptviz.figures import embeddings as figs
@@ -36,24 +37,6 @@ class Embedded:
     total: torch.Tensor    # [T, d_model] blocks.0.hook_resid_pre
 
 
-@st.cache_data(max_entries=8, show_spinner=False)
-def position_similarity(spec: models.ModelSpec):
-    """[n_ctx, n_ctx] cosine similarity of every learned position embedding (model.wpe.weight)."""
-    wpe = models.load_model(spec).wpe.weight.detach().float().cpu()
-    return analysis.cosine_similarity_matrix(wpe).numpy()
-
-
-@st.cache_data(max_entries=16, show_spinner=False)
-def embedding_pca(spec: models.ModelSpec, prompt_ids: tuple[int, ...], n_sample: int):
-    """PCA of the token-embedding rows of a vocabulary sample plus the prompt's distinct tokens."""
-    wte = models.load_model(spec).wte.weight.detach().float().cpu()
-    drawn = analysis.vocab_sample(wte.shape[0], n_sample, seed=0, ids=models.training_vocab(spec))
-    sample = [i for i in drawn.tolist() if i not in prompt_ids]
-    rows = sample + list(prompt_ids)
-    fit = analysis.pca(wte[rows], k=2)
-    return sample, fit.coords.numpy(), fit.explained_variance_ratio.tolist()
-
-
 def panels_frame(tok, pos, total, labels, dims) -> pd.DataFrame:
     """The three panels' data, one row per (position, dimension)."""
     T, sl = len(labels), slice(dims.start, dims.stop)
@@ -63,7 +46,7 @@ def panels_frame(tok, pos, total, labels, dims) -> pd.DataFrame:
         "position_embedding": pos[:, sl].reshape(-1).numpy(), "sum": total[:, sl].reshape(-1).numpy()})
 
 
-def read_prompt(spec: models.ModelSpec, cfg: GPTConfig) -> Embedded | None:
+def embedded_prompt(spec: models.ModelSpec, cfg: GPTConfig) -> Embedded | None:
     """The sidebar's prompt through the embeddings (None, with the sidebar's hint, when there is no prompt)."""
     prompt = sidebar.prompt_tokens(cfg.n_ctx, vocab_size=cfg.vocab_size)
     if prompt is None:
@@ -118,7 +101,7 @@ def token_similarity_section(seen: Embedded | None) -> None:
 def position_similarity_section(spec: models.ModelSpec, cfg: GPTConfig) -> None:
     st.subheader("Position embeddings compared")
     with st.spinner("Comparing position embeddings..."):
-        pos_sim = position_similarity(spec)
+        pos_sim = services.position_similarity(spec)
     display.show_figure(figs.position_similarity(pos_sim), key=K.EMB_POS_SIM)
     st.caption(f"All {cfg.n_ctx} learned positions (`wpe.weight`), each against every other. A trained model "
                "shows smooth structure: nearby positions point in similar directions. Random weights show only "
@@ -138,7 +121,7 @@ def pca_section(spec: models.ModelSpec, cfg: GPTConfig, seen: Embedded | None) -
                                 help=f"Token ids drawn at random (a fixed sample) from {pool}.")
     prompt_ids = tuple(dict.fromkeys(seen.ids)) if seen is not None else ()
     with st.spinner("Fitting the PCA..."):
-        sample, coords, explained = embedding_pca(spec, prompt_ids, n_sample)
+        sample, coords, explained = services.embedding_pca(spec, prompt_ids, n_sample)
     n_vocab = len(sample)
     sample_labels, prompt_labels = token_labels(sample), token_labels(prompt_ids)
     display.show_figure(figs.pca_scatter(coords[:n_vocab], sample_labels, coords[n_vocab:], prompt_labels,
@@ -162,7 +145,7 @@ def main() -> None:
                "enters block 0.")
     spec, model = sidebar.require_model()
     cfg = model.config
-    seen = read_prompt(spec, cfg)
+    seen = embedded_prompt(spec, cfg)
     if seen is not None:
         block_input_section(cfg, seen)
     col_tok, col_pos = st.columns(2)

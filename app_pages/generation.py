@@ -12,16 +12,15 @@ import pandas as pd
 import streamlit as st
 import torch
 
-from gptviz import memory
 from gptviz.app import keys as K
 from gptviz.app import live
 from gptviz.app.display import MEAN_HEAD, head_name, md_text, show_figure
+from gptviz.app.services import LimitError
+from gptviz.app.services import generation as services
 from gptviz.app.sidebar import keep_valid, require_model, require_prompt
 from gptviz.figures import attention as fa
 from gptviz.figures import generation as fg
 from gptviz.config import GPTConfig
-from gptviz.generate import StepSummary, step_summary, stream
-from gptviz.limits import LimitError
 from gptviz.tokenizer import token_labels
 
 state = st.session_state
@@ -161,19 +160,11 @@ def all_steps(run: dict) -> None:
     st.caption("Select a row to inspect that step above.")
 
 
-@st.cache_data(max_entries=16, show_spinner=False)
-def first_step(_model, spec, ids: tuple[int, ...], settings: tuple) -> StepSummary:
-    """The step the model would take first after the prompt, with the page's settings (one forward pass)."""
-    with memory.reserve(memory.generation_nbytes(_model.config, len(ids), 1),
-                        f"the next-token distribution after {len(ids)} tokens"):
-        return step_summary(next(stream(_model, list(ids), **{**dict(settings), "max_new_tokens": 1}, attention=True)))
-
-
 def before_generating(spec, model, ids: tuple[int, ...], cfg: GPTConfig, p: Pick) -> None:
     """What the page opens on: the first step the model would take after the sidebar's prompt."""
     settings = live.settings_from(live.GENERATION)
     try:
-        step = first_step(model, spec, tuple(ids), tuple(sorted(settings.items())))
+        step = services.first_step(model, spec, tuple(ids), tuple(sorted(settings.items())))
     except LimitError as err:  # the server's memory has no room for the forward pass now
         st.warning(str(err))
         return

@@ -7,15 +7,16 @@ import streamlit as st
 from gptviz.app import keys as K
 from gptviz.app import overview as ov
 from gptviz.app.display import show_figure
+from gptviz.app.seen import Seen, read_prompt
 from gptviz.app.sidebar import page_prompt_box
 from gptviz.figures.overview import overview_figure
 
 
-def diagram(seen: ov.Seen, layout: str) -> None:
+def diagram(seen: Seen, reading: ov.Reading, layout: str) -> None:
     key = ov.chart_key(layout)
-    fig = overview_figure(seen.overview, seen.names, seen.pos_labels, seen.labels, layout)
+    fig = overview_figure(reading.overview, reading.names, seen.pos_labels, seen.labels, layout)
     with st.container(key=K.OV_WIDE if layout == "wide" else K.OV_TALL):
-        show_figure(fig, key=key, on_select=lambda: ov.stage_clicked(key, seen.overview.position, seen.ids),
+        show_figure(fig, key=key, on_select=lambda: ov.stage_clicked(key, reading.overview.position, seen.ids),
                     selection_mode="points")
 
 
@@ -23,15 +24,15 @@ def main() -> None:
     ov.follow_click()
     st.title("The whole model")
     page_prompt_box()
-    spec, model, ids = ov.read_prompt()
+    seen = read_prompt()
     top, _ = st.columns([1, 2])
-    position = ov.position_picker(ids, top)
-    seen = ov.overview_at(spec, model, ids, position)
+    position = ov.position_picker(seen.ids, top)
+    reading = ov.overview_at(seen, position)
     ov.screen_style()
-    for layout in ov.layouts(model.config.n_layers):
-        diagram(seen, layout)
-    first = seen.overview
-    st.caption(f"{model.config.norm}-norm: each block runs its boxes in this order. Numbers are ‖·‖, the length of "
+    for layout in ov.layouts(seen.cfg.n_layers):
+        diagram(seen, reading, layout)
+    first = reading.overview
+    st.caption(f"{seen.cfg.norm}-norm: each block runs its boxes in this order. Numbers are ‖·‖, the length of "
                "the vector there (a + box: the stream after that addition). Attention: the head with the strongest "
                f"weight from this token, where it looks, that weight, and chance (ch.) = 1/{first.position + 1}. "
                "Lens: the top next token read off that state, its probability, = or ≠ the model's final choice. "

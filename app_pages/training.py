@@ -3,26 +3,24 @@ live loss chart; pre-norm and post-norm twins on the same batches to compare."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import streamlit as st
 
-from gptviz import PRESETS, limits, warmup
+from gptviz import PRESETS, warmup
 from gptviz.app import display, jobs, sidebar
 from gptviz.app import keys as K
+from gptviz.app.services import training as services
+from gptviz.app.services.training import Form
 from gptviz.config import ConfigError
 from gptviz.figures import norms as fig_norms
 from gptviz.figures import training as fig_train
-from gptviz.generate import generate
 from gptviz.params import total_params
 from gptviz.tokenizer import decode
-from gptviz.train import TrainSettings
-from gptviz.training_jobs import (FAILED, STOPPED, Job, JobRegistry, JobSnapshot, JobSpec, corpus_tokens,
-                                  start_warmup)
+from gptviz.training_jobs import FAILED, STOPPED, Job, JobRegistry, JobSnapshot, JobSpec, start_warmup
 
 state = st.session_state
 VOCAB = PRESETS["tiny"].vocab_size
-WIRINGS = {"both": "pre and post, same batches", "pre": "pre-norm only", "post": "post-norm only"}
+WIRINGS = services.WIRINGS
 LRS = [1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1]
 DEFAULTS = {K.TRAIN_LAYERS: 2, K.TRAIN_WIDTH: 64, K.TRAIN_HEADS: 4, K.TRAIN_WIRING: "both", K.TRAIN_LR: 3e-3,
             K.TRAIN_WARMUP: 10, K.TRAIN_STEPS: 60, K.TRAIN_BATCH: 4, K.TRAIN_BLOCK: 64, K.TRAIN_INIT: "gpt2",
@@ -71,23 +69,6 @@ def scenario_buttons() -> None:
     st.caption(SCENARIO_NOTES[picked], help=EXPECT_NOTE)  # the scenario the form holds, not another
 
 
-@dataclass
-class Form:
-    """The form's values as it shows them."""
-    layers: int
-    width: int
-    heads: int
-    wiring: str   # a key of WIRINGS
-    lr: float
-    warmup: int
-    steps: int
-    clip: float
-    batch: int
-    block: int
-    init: str
-    seed: int
-
-
 def settings_form() -> tuple[Form, bool]:
     """The run's settings (kept for the session), and whether Start was pressed."""
     with st.form(K.TRAIN_FORM):
@@ -126,30 +107,15 @@ def wiring_note(form: Form) -> None:
                    "as the form says (the sidebar's choice applies to the other pages).")
 
 
-def build_spec(form: Form) -> JobSpec:
-    """The form's values as a job (ValueError / ConfigError naming a bad field)."""
-    layers, width, steps, block, lr, clip = form.layers, form.width, form.steps, form.block, form.lr, form.clip
-    base = PRESETS["tiny"].replace(n_layers=int(layers), d_model=int(width), n_heads=int(form.heads),
-                                   n_ctx=int(block), name=f"shakespeare-{layers}L-d{width}")
-    norms = ["pre", "post"] if form.wiring == "both" else [form.wiring]
-    configs = {norm: base.replace(norm=norm, name=f"{base.name}-{norm}") for norm in norms}
-    settings = TrainSettings(steps=int(steps), batch_size=int(form.batch), block_size=int(block), lr=float(lr),
-                             warmup=int(form.warmup), grad_clip=float(clip), eval_every=max(5, int(steps) // 10),
-                             eval_batches=2, seed=int(form.seed))
-    label = (f"{layers}L d{width} {form.heads}h, {WIRINGS[form.wiring]}, lr {lr:g}, warmup {form.warmup}, "
-             f"{steps} steps, clip {'off' if not clip else clip}, {form.init} init")
-    return JobSpec(configs, settings, form.init, label)
-
-
 def checked_spec(form: Form) -> JobSpec | None:
     """The job the form describes, with its size and this server's limits; None (and why) when it is invalid."""
     try:
-        spec = build_spec(form)
+        spec = services.build_spec(form)
         n_params = total_params(next(iter(spec.configs.values())))
     except (ValueError, ConfigError) as err:
         st.error(f"These settings do not make a valid run: {err}")
         return None
-    lim = limits.server_limits()
+    lim = services.server_limits()
     tokens_per_step = int(form.batch) * int(form.block)
     st.caption(f"{len(spec.configs)} model(s) of {n_params:,} parameters ({n_params - VOCAB * int(form.width):,} "
                f"outside the token embedding); {tokens_per_step:,} tokens per step; "
@@ -229,7 +195,7 @@ def live_view(job: Job, smoothing: float, live_at_start: bool) -> None:
 
 def summary(job: Job, snap: JobSnapshot, ended: str, finals: dict[str, dict]) -> None:
     """How the run ended, its training dynamics, and the twins' final validation losses."""
-    why = {"time": f", at this server's time limit of {limits.server_limits().training_seconds:,} s a run",
+    why = {"time": f", at this server's time limit of {services.server_limits().training_seconds:,} s a run",
            "left": ", because the session that started it closed"}.get(job.stop_reason, "")
     st.success(f"{ended} after {snap.steps_done} of {snap.total_steps} steps in {snap.elapsed_s:.0f} s{why}.")
     if snap.logs:
@@ -268,12 +234,6 @@ def use_trained_models(job: Job, finals: dict[str, dict]) -> None:
     st.caption("Trained models stay in this server's memory until it restarts; download a checkpoint to keep one.")
 
 
-@st.cache_data(max_entries=16, show_spinner="Sampling…")
-def sample(job_id: str, name: str, ids: tuple[int, ...], _model) -> list[int]:
-    """40 new tokens from a trained model (cached per run, model and prompt)."""
-    return generate(_model, list(ids), 40, temperature=0.8, top_k=40, seed=0)
-
-
 def samples(job: Job) -> None:
     with st.expander("Samples from the trained model(s)", expanded=True):
         sample_cfg = next(iter(job.models.values())).config
@@ -282,7 +242,8 @@ def samples(job: Job) -> None:
             return
         for col, (name, model) in zip(st.columns(len(job.models)), job.models.items()):
             try:
-                ids = sample(job.id, name, prompt.ids, model)
+                with st.spinner("Sampling…"):
+                    ids = services.sample(job.id, name, prompt.ids, model)
             except (ValueError, RuntimeError) as err:
                 col.error(f"Could not generate: {err}")
                 continue
@@ -315,12 +276,6 @@ WARMUP_TRIED = ("Settings tried, each reported in docs/benchmarks-history.md (se
                 "run's losses by the rule shown.")
 
 
-@st.cache_data(max_entries=1, show_spinner=False)
-def warmup_baseline() -> float:
-    """The training text's frequency-only loss, the reference beside the warmup outcome."""
-    return warmup.frequency_baseline(corpus_tokens())
-
-
 def start_warmup_run(registry: JobRegistry, scenario: warmup.Scenario) -> None:
     owner = jobs.session_id()
     try:
@@ -349,15 +304,15 @@ def warmup_view(job: Job, live_at_start: bool) -> None:
     logs = {name: records[:snap.steps_done] for name, records in snap.logs.items()}
     if snap.steps_done < 2 or len(logs) < len(job.scenario.run_names()):
         return
-    out = warmup.outcome(logs, warmup_baseline())
+    seen = services.warmup_reading(logs, snap.finished, job.scenario.warmup)
+    out = seen.outcome
     if out is not None:  # both lines read off the runs' losses (gptviz.warmup.outcome), never written in advance
-        verdict = warmup.verdict_so_far(out, snap.finished, job.scenario.warmup)
-        st.markdown(f"**{out.sentence}** {warmup.baseline_line(out, warmup_baseline())} {verdict}",
+        st.markdown(f"**{out.sentence}** {warmup.baseline_line(out, seen.baseline)} {seen.verdict}",
                     help=f"Rule: {out.rule}.")
-    display.show_figure(fig_norms.warmup_losses({arm: warmup.mean_band(logs, arm) for arm in warmup.ARMS},
-                                                WARMUP_COLORS, warmup_baseline()), key=K.TRAIN_WARMUP_LOSS_FIG)
+    display.show_figure(fig_norms.warmup_losses(seen.bands, WARMUP_COLORS, seen.baseline),
+                        key=K.TRAIN_WARMUP_LOSS_FIG)
     st.caption("Each layer's FFN gradient norm (W1 and W2 together) per step, mean over seeds, one colour scale:")
-    warmup_grad_columns({arm: warmup.ffn_grad_grid(logs, arm) for arm in warmup.ARMS})
+    warmup_grad_columns(seen.grids)
 
 
 def warmup_grad_columns(grids: dict) -> None:
@@ -394,7 +349,7 @@ def main() -> None:
         state.setdefault(key, value)
     state.setdefault(K.TRAIN_JOBS, [])
     st.title("Train a model")
-    if not limits.server_limits().training:
+    if not services.server_limits().training:
         st.info(TRAINING_OFF)
         return
     st.caption("Train a small GPT on Tiny Shakespeare here, pre- and post-norm side by side.", help=INTRO)

@@ -12,16 +12,16 @@ import pandas as pd
 import streamlit as st
 
 from gptviz import index as ix
-from gptviz import limits, memory
 from gptviz.app import display, sidebar
 from gptviz.app import keys as K
 from gptviz.app import unit_index as ui
+from gptviz.app.services import LimitError
+from gptviz.app.services import units as services
 from gptviz.app.component.token_rows import payload as token_rows_payload
 from gptviz.app.component.token_rows import token_rows
 from gptviz.app.unit_nav import open_on_row_pick
 from gptviz.app.models import ModelSpec
 from gptviz.figures import units as fu
-from gptviz.limits import LimitError
 from gptviz.model import GPT
 from gptviz.tokenizer import decode, encode, position_labels, token_labels
 
@@ -48,11 +48,10 @@ def require_index(spec: ModelSpec, model: GPT) -> ui.Loaded:
 
 
 def build_section(spec: ModelSpec, model: GPT, rebuild: bool = False) -> None:
-    lim = limits.server_limits()
     st.info(("Build it again: " if rebuild else "This model has no neuron index yet. Building one ") +
             "runs the model over the start of every play of the complete works and keeps, for every neuron and "
             "head, where it fires most.")
-    top = min(lim.index_tokens, 1_500_000)
+    top = min(services.index_tokens_limit(), 1_500_000)
     state.setdefault(K.UNIT_BUILD_TOKENS, min(DEFAULT_BUILD_TOKENS, top))
     tokens = st.number_input("Tokens to scan", min_value=1_000 if top >= 1_000 else 1, max_value=top, step=10_000,
                              key=K.UNIT_BUILD_TOKENS, help=f"At most {top:,} on this server (GPTVIZ_INDEX_TOKENS).")
@@ -129,7 +128,7 @@ def one_token_box(label: str, key: str, **kwargs) -> str | None:
     the widget's max_chars: past it, it is cleared before the box is drawn (never sent back to the browser). A
     websocket message may carry any length too; Streamlit cuts a widget's value to its max_chars (TOKEN_BOX_CHARS),
     so a cut value is told by its length, and stays in the box beside the message."""
-    limit = limits.TOKEN_BOX_CHARS
+    limit = services.TOKEN_BOX_CHARS
     value = state.get(key)
     too_long = value is not None and (not isinstance(value, str) or len(value) > limit)
     if too_long:
@@ -219,14 +218,6 @@ def source_token(contexts: list[ix.Context]) -> int:
     return int(c.ids[int(np.nanargmax(c.attention))])
 
 
-def direct_effect(model: GPT, unit: ix.Unit, source: int | None = None) -> ix.DirectEffect:
-    """The unit's direct effect on the logits, its memory reserved first (LimitError when there is no room)."""
-    with memory.reserve(memory.direct_effect_nbytes(model.config), f"the direct effect of {unit}"):
-        if unit.kind == "neuron":
-            return ix.direct_effect(model, unit.layer, unit.index)
-        return ix.head_direct_effect(model, unit.layer, unit.index, source)
-
-
 def effect_section(model: GPT, unit: ix.Unit, contexts: list[ix.Context]) -> None:
     source = None
     if unit.kind == "neuron":
@@ -247,7 +238,7 @@ def effect_section(model: GPT, unit: ix.Unit, contexts: list[ix.Context]) -> Non
         source = ids[0]
         what = f"What attending to {display.md_text(repr(typed))} writes, through the final norm and the unembedding"
     try:
-        effect = direct_effect(model, unit, source)
+        effect = services.direct_effect(model, unit, source)
     except LimitError as err:  # the server's memory has no room now
         st.warning(str(err))
         return
@@ -294,16 +285,6 @@ def units_table(loaded: ui.Loaded, units: list[ix.Unit], columns: dict[str, list
                      "unit", width="small", pinned=True)})
 
 
-@st.cache_data(max_entries=32, show_spinner=False)
-def units_here(spec: ModelSpec, ids: tuple[int, ...], pos: int) -> list[ix.UnitScore]:
-    """The 8 neurons and 4 heads most active at `pos` of the prompt, relative to their corpus peaks (cached)."""
-    from gptviz.app.models import load_model
-    loaded, model = ui.find_index(spec), load_model(spec)
-    with memory.reserve(ix.units_at_nbytes(model.config, len(ids)), f"every unit's value on {len(ids)} tokens"):
-        return (ix.units_at(model, ids, pos, index=loaded.index, k=8, kind="neuron")
-                + ix.units_at(model, ids, pos, index=loaded.index, k=4, kind="head"))
-
-
 def prompt_search(spec: ModelSpec, model: GPT, loaded: ui.Loaded) -> None:
     prompt = sidebar.prompt_tokens(model.config.n_ctx, vocab_size=model.config.vocab_size)
     if prompt is None:
@@ -314,7 +295,7 @@ def prompt_search(spec: ModelSpec, model: GPT, loaded: ui.Loaded) -> None:
     pos = st.selectbox("Token of the prompt", range(len(ids)), index=len(ids) - 1, key=K.UNIT_FOCUS,
                        format_func=labels.__getitem__)
     try:
-        found = units_here(spec, ids, pos)
+        found = services.units_here(spec, ids, pos)
     except LimitError as err:  # the server's memory has no room for the prompt's forward pass now
         st.warning(str(err))
         return

@@ -1,6 +1,7 @@
 """Why this token? Direct logit attribution, head ablation, activation patching and saliency on the sidebar's
-model and prompt. Every number comes from gptviz.attribution / gptviz.interventions; nothing is drawn that
-was not measured on this model."""
+model and prompt. Every number comes from gptviz.attribution / gptviz.interventions through the page's service
+(gptviz.app.services.why); nothing is drawn that was not measured on this model. The patching and saliency tabs
+are drawn by gptviz/app/views/why_sweeps.py."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -9,176 +10,25 @@ import pandas as pd
 import streamlit as st
 import torch
 
-from gptviz import attribution, flow, memory
-from gptviz.app import display, jobs, models, sidebar, text_limits
+from gptviz.app import display, sidebar
 from gptviz.app import keys as K
+from gptviz.app.services import LimitError
+from gptviz.app.services import why as services
+from gptviz.app.services.why import Ask, first_difference, piece_at, pieces
 from gptviz.app.unit_nav import unit_pills
+from gptviz.app.views.why_sweeps import PATCH_NOTE, SALIENCY_NOTE, patching_tab, saliency_tab
 from gptviz.config import GPTConfig
 from gptviz.figures import attention as fa
 from gptviz.figures import flow as figs_flow
 from gptviz.figures import why as figs
-from gptviz.generate import generate
-from gptviz.hooks import act_name
-from gptviz.interventions import ablate_heads, run_with_edits
-from gptviz.limits import LimitError, server_limits
-from gptviz.work_clock import WorkClock, too_long
-from gptviz.tokenizer import decode, encode, fit_vocabulary, token_labels
+from gptviz.tokenizer import decode
 
 state = st.session_state
 TOP = 10            # tokens offered as target / rival
 MAX_NEW = 40        # continuation length cap
-IG_STEPS = 32       # integrated-gradients points (completeness shown beside the result)
-AUTO_RUN_S = 5.0    # a measurement estimated longer than this waits for a click
-PATCH_EXAMPLES = dict(zip(K.PATCH_PAIRS[1:], (  # clean, corrupted (same length in tokens): one cue broken
-    ("A B C D E F G H A B C", "A B C Q E F G H A B C"),
-    ("Ham.\nWho is there?\nHor.\nFriend to this ground.\nHam.\nWho is there?\n",
-     "Ham.\nWho is there?\nHor.\nFriend to this ground.\nMar.\nWho is there?\n"))))
-OWN_PAIR = K.OWN_PAIR
-
-
-# ---- measurements (cached; no drawing) -----------------------------------------------------------------------
-
-def pieces(ids) -> list[str]:
-    return token_labels(list(ids))
-
-
-@st.cache_data(max_entries=32, show_spinner=False)
-def next_token(spec: models.ModelSpec, ids: tuple[int, ...], edit_heads: tuple[tuple[int, int], ...] = (),
-               mode: str = "zero") -> torch.Tensor:
-    """Next-token probabilities after `ids`, with the listed (layer, head) pairs ablated."""
-    model = models.load_model(spec)
-    edits = head_edits(spec, ids, edit_heads, mode)
-    with memory.reserve(memory.capture_work_nbytes(model.config, (), len(ids)),
-                        f"next-token probabilities for {len(ids)} tokens on {spec.name}"):
-        logits, _ = run_with_edits(model, torch.tensor([ids]), edits)
-        return torch.softmax(logits[0, -1].float(), -1)
-
-
-def head_edits(spec: models.ModelSpec, ids: tuple[int, ...], heads: tuple[tuple[int, int], ...], mode: str) -> list:
-    """One ablation edit per layer; mean ablation's reference is this prompt's own positions."""
-    by_layer: dict[int, list[int]] = {}
-    for layer, head in heads:
-        by_layer.setdefault(layer, []).append(head)
-    reference = None
-    if mode == "mean" and heads:
-        _, reference = models.capture_cache(spec, ids, tuple(act_name("z", l) for l in sorted(by_layer)))
-    return [ablate_heads(layer, hs, mode, reference=reference) for layer, hs in sorted(by_layer.items())]
-
-
-@st.cache_data(max_entries=16, show_spinner=False)
-def direct_attribution(spec: models.ModelSpec, ids: tuple[int, ...], target: int, other: int):
-    model = models.load_model(spec)
-    with memory.reserve(attribution.direct_attribution_nbytes(model.config, len(ids)),
-                        f"direct attribution of {len(ids)} tokens on {spec.name}"):
-        return attribution.direct_logit_attribution(model, torch.tensor([ids]), target, other)
-
-
-@st.cache_data(max_entries=16, show_spinner=False)
-def continuation(spec: models.ModelSpec, ids: tuple[int, ...], heads: tuple[tuple[int, int], ...], mode: str,
-                 n: int, temperature: float, seed: int) -> list[int]:
-    model = models.load_model(spec)
-    edits = head_edits(spec, ids, heads, mode)
-    with memory.reserve(memory.sampling_nbytes(model.config, len(ids), n),
-                        f"a continuation of {n} tokens on {spec.name}"):
-        return generate(model, list(ids), n, temperature=temperature, seed=seed, edits=edits)[len(ids):]
-
-
-@st.cache_data(max_entries=16, show_spinner=False)
-def edited_pattern(spec: models.ModelSpec, ids: tuple[int, ...], heads: tuple[tuple[int, int], ...], mode: str,
-                   layer: int) -> torch.Tensor:
-    name, model = act_name("pattern", layer), models.load_model(spec)
-    edits = head_edits(spec, ids, heads, mode)
-    with memory.reserve(memory.capture_work_nbytes(model.config, [name], len(ids)),
-                        f"layer {layer}'s attention on {len(ids)} tokens of {spec.name}"):
-        _, cache = run_with_edits(model, torch.tensor([ids]), edits, [name])
-        return cache[name][0]
-
-
-@st.cache_data(max_entries=8, show_spinner=False)
-def patching(spec: models.ModelSpec, clean: tuple[int, ...], corrupted: tuple[int, ...], target: int, other: int,
-             _clock: WorkClock | None = None):
-    """Both sweeps; `_clock` (not part of the cache key) stops them past the time limit or when the session ends."""
-    model = models.load_model(spec)
-    with memory.reserve(attribution.patching_nbytes(model.config, len(clean)), "a patching sweep"):
-        return (attribution.residual_patching(model, clean, corrupted, target, other, _clock),
-                attribution.head_patching(model, clean, corrupted, target, other, _clock))
-
-
-@st.cache_data(ttl=120, max_entries=16, show_spinner=False)
-def block_rate(spec: models.ModelSpec, T: int) -> float:
-    """Token-block passes a second on this server now (one timed batch; refreshed every two minutes)."""
-    model = models.load_model(spec)
-    with memory.reserve(memory.forward_nbytes(model.config, T, batch=4, patterns=False, all_logits=False),
-                        f"timing one block on {T} tokens of {spec.name}"):
-        return attribution.block_pass_rate(model, T)
-
-
-def timed_clock(what: str, work: int, T: int, spec: models.ModelSpec, confirmed_key: str, started_for: tuple,
-                button_key: str) -> WorkClock | None:
-    """Before a long measurement: its estimated time (work x the rate measured now), a refusal when that passes the
-    operator's limit, a button when it passes AUTO_RUN_S; the clock to run it under, or None when it must not run
-    (yet)."""
-    limit = server_limits().sweep_seconds
-    rate = block_rate(spec, T)
-    estimate = work / rate
-    refusal = too_long(estimate, limit, what)
-    if refusal:
-        st.warning(refusal)
-        return None
-    st.caption(f"{what}: about {estimate:,.1f} s estimated ({work:,} token-block passes at {rate:,.0f} a second, "
-               f"measured on this server now; stopped past {limit:,} s or when this tab closes).")
-    if estimate > AUTO_RUN_S and state.get(confirmed_key) != started_for:
-        if not st.button(f"Run it (about {estimate:,.0f} s)", key=button_key, type="primary"):
-            return None
-        state[confirmed_key] = started_for
-    sid = jobs.session_id()
-    return WorkClock(limit, what, alive=lambda: jobs.session_alive(sid))
-
-
-@st.cache_data(max_entries=16, show_spinner=False)
-def flow_graph(spec: models.ModelSpec, ids: tuple[int, ...], threshold: float):
-    """Through the server's bounded capture cache (a capture over its budget is refused before the model runs)."""
-    model = models.load_model(spec)
-    _, cache = models.get_capture(spec, ids, flow.hook_names(model.config.n_layers))
-    return flow.flow_from_capture(model, cache, threshold)
-
-
-@st.cache_data(max_entries=16, show_spinner=False)
-def saliency(spec: models.ModelSpec, ids: tuple[int, ...], target: int, other: int, _clock: WorkClock | None = None):
-    model = models.load_model(spec)
-    with memory.reserve(attribution.saliency_nbytes(model.config, len(ids)), "integrated gradients"):
-        return (attribution.integrated_gradients(model, ids, target, other, steps=IG_STEPS, clock=_clock),
-                attribution.gradient_x_input(model, ids, target, other))
-
-
-def first_difference(a: list[int], b: list[int]) -> int | None:
-    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None if len(a) == len(b) else min(len(a), len(b)))
-
-
-def piece_at(ids: list[int], i: int) -> str:
-    """Token i of `ids` as text (token 0's text past the end: one continuation may be shorter)."""
-    return pieces(ids[i:i + 1] or [0])[0]
-
-
-def prompt_ids(text: str, cfg: GPTConfig) -> tuple[int, ...]:
-    """A typed prompt as the model's ids: past its vocabulary replaced, its context's last tokens kept."""
-    return tuple(fit_vocabulary(encode(text), cfg.vocab_size)[0][-cfg.n_ctx:])
 
 
 # ---- the question: model, prompt, target and rival -----------------------------------------------------------
-
-@dataclass
-class Ask:
-    """What every tab asks about: the sidebar's model and prompt, and the metric logit(target) - logit(other)."""
-    spec: models.ModelSpec
-    cfg: GPTConfig
-    ids: tuple[int, ...]
-    labels: list[str]
-    probs: torch.Tensor   # next-token probabilities after the prompt
-    choices: list[int]    # the TOP most probable tokens
-    target: int
-    other: int
-
 
 def pick_tokens(probs: torch.Tensor, last_label: str) -> tuple[list[int], int, int]:
     """The target and rival pickers (both among the top tokens, never the same), and the metric they make."""
@@ -208,7 +58,7 @@ def read_question() -> Ask:
     cfg = model.config
     ids = sidebar.require_prompt(cfg.n_ctx, cfg.vocab_size).ids
     labels = pieces(ids)
-    probs = next_token(spec, ids)
+    probs = services.next_token(spec, ids)
     choices, target, other = pick_tokens(probs, labels[-1])
     return Ask(spec, cfg, ids, labels, probs, choices, target, other)
 
@@ -269,7 +119,7 @@ def post_norm_says_why_not(cfg: GPTConfig, why_not: str) -> bool:
 def direct_attribution_tab(ask: Ask) -> None:
     if post_norm_says_why_not(ask.cfg, DLA_POST_NORM):
         return
-    dla = direct_attribution(ask.spec, ask.ids, ask.target, ask.other)
+    dla = services.direct_attribution(ask.spec, ask.ids, ask.target, ask.other)
     total = float(dla.values.sum())
     m1, m2, m3 = st.columns(3)
     m1.metric("Logit difference (model)", f"{dla.logit_diff:+.3f}")
@@ -332,7 +182,7 @@ def ablation_controls(cfg: GPTConfig) -> Ablation:
 
 
 def probability_table(ask: Ask, ab: Ablation) -> None:
-    after = next_token(ask.spec, ask.ids, ab.heads, ab.mode) if ab.heads else ask.probs
+    after = services.next_token(ask.spec, ask.ids, ab.heads, ab.mode) if ab.heads else ask.probs
     probs = ask.probs
     shown = sorted(set(ask.choices[:5]) | set(after.topk(5).indices.tolist()), key=lambda i: -float(probs[i]))
     table = pd.DataFrame({"token": pieces(shown), "before": [float(probs[i]) for i in shown],
@@ -356,9 +206,9 @@ def direct_and_total(ask: Ask, ab: Ablation) -> None:
         st.caption("Direct and total effects are compared for zero ablation (the direct effect of replacing a head's "
                    "output by its mean is not the negative of its attribution).")
         return
-    dla = direct_attribution(ask.spec, ask.ids, ask.target, ask.other)
+    dla = services.direct_attribution(ask.spec, ask.ids, ask.target, ask.other)
     direct = -sum(float(dla.head_values[layer, head]) for layer, head in ab.heads)
-    after, before = next_token(ask.spec, ask.ids, ab.heads, ab.mode), ask.probs
+    after, before = services.next_token(ask.spec, ask.ids, ab.heads, ab.mode), ask.probs
     metric = lambda p: float(torch.log(p[ask.target]) - torch.log(p[ask.other]))  # noqa: E731
     total = metric(after) - metric(before)
     c1, c2 = st.columns(2)
@@ -373,8 +223,8 @@ def direct_and_total(ask: Ask, ab: Ablation) -> None:
 
 def continuations(ask: Ask, ab: Ablation) -> None:
     settings = (ab.mode, ab.n_new, ab.temperature, ab.seed)
-    plain = continuation(ask.spec, ask.ids, (), *settings)
-    edited = continuation(ask.spec, ask.ids, ab.heads, *settings) if ab.heads else plain
+    plain = services.continuation(ask.spec, ask.ids, (), *settings)
+    edited = services.continuation(ask.spec, ask.ids, ab.heads, *settings) if ab.heads else plain
     split = first_difference(plain, edited)
     t1, t2 = st.columns(2)
     t1.markdown("**Without ablation**")
@@ -402,13 +252,14 @@ def attention_with_and_without(ask: Ask, ab: Ablation) -> None:
     m1, m2 = st.columns(2)
     for column, heads, title, key in ((m1, (), f"{name} as trained", K.WHY_ATT_BEFORE),
                                       (m2, ab.heads, f"{name} with the ablation", K.WHY_ATT_AFTER)):
-        weights = edited_pattern(ask.spec, ask.ids, heads, ab.mode, show_layer)[show_head]
+        weights = services.edited_pattern(ask.spec, ask.ids, heads, ab.mode, show_layer)[show_head]
         with column:
             display.show_figure(fa.attention_heatmap(weights.numpy(), ask.labels, title=title, height=420), key=key)
 
 
 def ablate_tab(ask: Ask) -> None:
-    values = (direct_attribution(ask.spec, ask.ids, ask.target, ask.other).head_values if ask.cfg.norm == "pre"
+    pre = ask.cfg.norm == "pre"
+    values = (services.direct_attribution(ask.spec, ask.ids, ask.target, ask.other).head_values if pre
               else torch.zeros(ask.cfg.n_layers, ask.cfg.n_heads))
     heads_grid(ask, values, "Click a head to ablate it, again to bring it back" +
                (" (colour: its direct attribution)" if ask.cfg.norm == "pre" else ""), "logit diff")
@@ -421,115 +272,6 @@ def ablate_tab(ask: Ask) -> None:
     continuations(ask, ab)
     if ab.heads:
         attention_with_and_without(ask, ab)
-
-
-# ---- Patching ----------------------------------------------------------------------------------------------------
-
-PATCH_NOTE = ("Activation patching: run a corrupted prompt, copy in one piece of the clean prompt's run, and see "
-              "how much of the clean prediction comes back (1 = all of it, 0 = none). It locates where the "
-              "information that separates the two prompts flows; it says nothing about inputs both share.")
-
-
-def corrupted_from(text: str, cfg: GPTConfig) -> tuple[str, str] | None:
-    """The sidebar's prompt with one token swapped, as the default corrupted prompt: the token after the last
-    token's latest earlier copy (what an induction head would copy), else the first; None when no single-token
-    swap keeps the length in tokens. Returns (corrupted text, what was swapped)."""
-    ids = list(prompt_ids(text, cfg))
-    if len(ids) < 2:
-        return None
-    copies = [j for j in range(len(ids) - 2) if ids[j] == ids[-1]]
-    at = copies[-1] + 1 if copies else 0
-    for swap in encode(" the") + encode(" and") + encode(" not"):
-        if swap != ids[at] and swap < cfg.vocab_size:
-            changed = ids[:at] + [swap] + ids[at + 1:]
-            corrupted = decode(changed)
-            if list(prompt_ids(corrupted, cfg)) == changed:
-                return corrupted, f"token {at}, {piece_at(ids, at)!r} -> {piece_at(changed, at)!r}"
-    return None
-
-
-def patch_prompts(cfg: GPTConfig) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
-    """The clean and corrupted prompts as ids; None (with the reason) when they cannot be compared."""
-    example = st.selectbox("Example pair", list(K.PATCH_PAIRS), key=K.WHY_EXAMPLE)
-    own = state.get(K.PROMPT, "")
-    swapped = corrupted_from(own, cfg) if example == OWN_PAIR else None
-    clean_default, corrupted_default = PATCH_EXAMPLES.get(example, (own, swapped[0] if swapped else own))
-    if swapped and state.get(K.per_item(K.WHY_CORRUPT, example), swapped[0]) == swapped[0]:
-        st.caption(f"The sidebar's prompt, and the same with one token swapped ({display.md_text(swapped[1])}).")
-    p1, p2 = st.columns(2)
-    clean_text = text_limits.checked_text(p1.text_area, "Clean prompt", K.per_item(K.WHY_CLEAN, example),
-                                          text_limits.PAIR_CHARS, value=clean_default, height=120)
-    corrupted_text = text_limits.checked_text(p2.text_area, "Corrupted prompt", K.per_item(K.WHY_CORRUPT, example),
-                                              text_limits.PAIR_CHARS, value=corrupted_default, height=120)
-    clean_ids, corrupt_ids = prompt_ids(clean_text, cfg), prompt_ids(corrupted_text, cfg)
-    if not clean_ids or not corrupt_ids:
-        st.info("Type both prompts.")
-    elif len(clean_ids) != len(corrupt_ids):
-        st.warning(f"Patching compares the prompts position by position, so they must have the same number of "
-                   f"tokens: the clean one has {len(clean_ids)}, the corrupted one {len(corrupt_ids)}.")
-    elif clean_ids == corrupt_ids:
-        st.info("The prompts are the same: change a word of the corrupted one.")
-    else:
-        return clean_ids, corrupt_ids
-    return None
-
-
-def patching_tab(ask: Ask) -> None:
-    pair = patch_prompts(ask.cfg)
-    if pair is None:
-        return
-    clean_ids, corrupt_ids = pair
-    p_clean, p_corrupt = next_token(ask.spec, clean_ids), next_token(ask.spec, corrupt_ids)
-    goal = int(p_clean.argmax())
-    rival = int(p_corrupt.argmax())
-    if rival == goal:
-        rival = int(p_clean.topk(2).indices[1])
-    st.caption(f"Metric: logit({display.md_text(pieces([goal])[0])}) - logit({display.md_text(pieces([rival])[0])}), "
-               "the clean prompt's top prediction against the corrupted one's.")
-    clock = timed_clock("Patching", attribution.patching_work(ask.cfg, clean_ids, corrupt_ids), len(clean_ids),
-                        ask.spec, K.WHY_PATCH_CONFIRMED, (ask.spec, clean_ids, corrupt_ids), K.WHY_PATCH_RUN)
-    if clock is None:
-        return
-    try:
-        with st.spinner("Patching every layer and position, and every head..."):
-            resid, by_head = patching(ask.spec, clean_ids, corrupt_ids, goal, rival, clock)
-    except ValueError as err:  # LimitError: no memory for it now, or stopped past the time limit
-        st.warning(str(err))
-        return
-    took = f" Computed in {clock.elapsed:,.1f} s." if clock.checks else ""
-    st.caption(f"Logit difference: clean {resid.clean:+.3f}, corrupted {resid.corrupted:+.3f}.{took}")
-    display.show_figure(figs.patching_heatmap(resid.scores, pieces(corrupt_ids),
-                                              title="Residual stream patched at one layer and position"),
-                        key=K.WHY_PATCH_RESID)
-    display.show_figure(figs.layer_head_grid(by_head.scores, title="One head's output patched (all positions)",
-                                             colorbar="restored", symmetric=True),
-                        key=K.WHY_PATCH_HEADS)
-
-
-# ---- Saliency ----------------------------------------------------------------------------------------------------
-
-SALIENCY_NOTE = (f"Integrated gradients: how much each prompt token's embedding contributes to the metric, "
-                 f"integrated along a straight path from an all-zero token embedding ({IG_STEPS} points; position "
-                 "embeddings kept). The scores sum to the metric's change along that path. Gradient x input, a "
-                 "one-point version, is shown below it. Both are local, linearised measures, not ablations.")
-
-
-def saliency_tab(ask: Ask) -> None:
-    clock = timed_clock("Integrated gradients", attribution.saliency_work(ask.cfg, len(ask.ids), IG_STEPS),
-                        len(ask.ids), ask.spec, K.WHY_SALIENCY_CONFIRMED, (ask.spec, ask.ids), K.WHY_SALIENCY_RUN)
-    if clock is None:
-        return
-    try:
-        ig, gxi = saliency(ask.spec, ask.ids, ask.target, ask.other, clock)
-    except ValueError as err:  # LimitError: the server's memory has no room for it now
-        st.warning(str(err))
-        return
-    gap = ig.metric - ig.baseline_metric
-    st.caption(f"Sum of the scores {float(ig.scores.sum()):+.3f}; metric at the prompt {ig.metric:+.3f}, at the "
-               f"zero baseline {ig.baseline_metric:+.3f} (difference {gap:+.3f}).")
-    display.show_figure(figs.token_strip(ask.labels, ig.scores, title="Integrated gradients on the prompt's tokens"),
-                        key=K.WHY_IG)
-    display.show_figure(figs.token_strip(ask.labels, gxi.scores, title="Gradient x input"), key=K.WHY_GXI)
 
 
 # ---- Information flow --------------------------------------------------------------------------------------------
@@ -564,7 +306,7 @@ def flow_tab(ask: Ask) -> None:
                           help="Lower shows more of the graph; the routes with the largest shares stay.")
     try:
         with st.spinner("Splitting every residual sum into its parts..."):
-            graph = flow_graph(ask.spec, ask.ids, float(threshold))
+            graph = services.flow_graph(ask.spec, ask.ids, float(threshold))
     except ValueError as err:  # LimitError: the capture would pass the server's budget
         st.warning(str(err))
         return

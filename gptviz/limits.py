@@ -6,6 +6,8 @@ GPTVIZ_MEMORY_MB          everything held for visitors at once: stored models, c
                           allocates (gptviz.memory; default 8192)
 GPTVIZ_CAPTURE_CACHE_MB   cached activations of recent prompts (default 2048); one capture larger than this is refused
 GPTVIZ_MODEL_CACHE_MB     loaded models (default 6144); the least recently used model is dropped past it
+GPTVIZ_RESULTS_CACHE_MB   the pages' derived results (attributions, sweeps, measurements, samples; default 512), counted
+                          in GPTVIZ_MEMORY_MB like the captures; the least recently used go first
 GPTVIZ_MAX_PARAMS         the largest model a visitor may build or load (default 1,600,000,000: GPT-2 XL)
 GPTVIZ_EXPORT_MB          the largest download the app builds (default 512)
 GPTVIZ_GENERATIONS        live generations running at once on the server (default 4; one per browser session)
@@ -60,6 +62,7 @@ class ServerLimits:
     memory_mb: int = 8192
     capture_cache_mb: int = 2048
     model_cache_mb: int = 6144
+    results_cache_mb: int = 512
     max_params: int = 1_600_000_000
     export_mb: int = 512
     generations: int = 4
@@ -106,6 +109,10 @@ class ServerLimits:
     @property
     def model_bytes(self) -> int:
         return self.model_cache_mb * MiB
+
+    @property
+    def results_bytes(self) -> int:
+        return self.results_cache_mb * MiB
 
     @property
     def index_bytes(self) -> int:

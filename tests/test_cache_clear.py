@@ -1,6 +1,6 @@
 """A visitor who clears Streamlit's caches (the menu's "Clear cache", or the message behind it, which any client can
 send) resets nothing the server must keep: the generation slots, the training registry and its run ids, the trained
-models and whose they are, the loaded models and the captures. Found with a hostile client: after one clear, 6
+models and whose they are, the loaded models, the captures and the pages' results. Found with a hostile client: after one clear, 6
 generations ran against a limit of 4 and another visitor's trained models appeared in the victim's sidebar."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import streamlit as st
 
 from conftest import build
 from gptviz.__main__ import APP_DEFAULT_FLAGS
-from gptviz.app import jobs, models
+from gptviz.app import jobs, models, services
 from pagetest import TINY
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,7 +26,7 @@ def clear_every_streamlit_cache() -> None:
 def test_the_servers_own_state_survives_a_cache_clear():
     slots, registry, trained = jobs.generation_slots(), jobs.training_registry(), jobs.trained_models()
     model = models.load_model(TINY)
-    store, captures = models.model_store(), models.capture_store()
+    store, captures, results = models.model_store(), models.capture_store(), services.results_cache()
     taken = [slots.enter(f"visitor {i}") for i in range(slots.limit)]
     try:
         assert all(t.granted for t in taken) and slots.running == slots.limit   # every slot in use
@@ -39,6 +39,7 @@ def test_the_servers_own_state_survives_a_cache_clear():
             ticket.leave()
     assert jobs.training_registry() is registry and jobs.trained_models() is trained
     assert models.model_store() is store and models.capture_store() is captures
+    assert services.results_cache() is results
     assert models.load_model(TINY) is model             # not rebuilt beside the copy in use
 
 

@@ -284,19 +284,6 @@ def test_trained_models_count_until_they_are_dropped():
     assert acc.stored_bytes == model_nbytes(b)
 
 
-def _page_functions(name: str, monkeypatch) -> dict:
-    """A page's functions without running it (a page ends by calling main())."""
-    import sys
-    import types
-    from pathlib import Path
-    body = (Path(__file__).parent.parent / "app_pages" / f"{name}.py").read_text().rstrip()
-    assert body.endswith("\nmain()")
-    module = types.ModuleType(f"page_{name}")
-    monkeypatch.setitem(sys.modules, module.__name__, module)  # its dataclasses look their module up
-    exec(compile(body[:-len("main()")], f"app_pages/{name}.py", "exec"), module.__dict__)
-    return module.__dict__
-
-
 def test_the_patching_sweep_and_the_norms_measurement_reserve_before_running(monkeypatch):
     from gptviz import attribution, wiring
     from gptviz.app import keys, models
@@ -307,13 +294,13 @@ def test_the_patching_sweep_and_the_norms_measurement_reserve_before_running(mon
     monkeypatch.setattr(attribution, "residual_patching", lambda *a: pytest.fail("patching ran"))
     monkeypatch.setattr(attribution, "integrated_gradients", lambda *a, **k: pytest.fail("saliency ran"))
     monkeypatch.setattr(wiring, "compare_wirings", lambda *a: pytest.fail("measuring ran"))
-    why, norms = _page_functions("why", monkeypatch), _page_functions("norms", monkeypatch)
+    from gptviz.app.services import norms, why
     with pytest.raises(LimitError, match="a patching sweep"):
-        why["patching"].__wrapped__(spec, (1, 2, 3), (1, 2, 4), 5, 6)
+        why.patching.__wrapped__(spec, (1, 2, 3), (1, 2, 4), 5, 6)
     with pytest.raises(LimitError, match="integrated gradients"):
-        why["saliency"].__wrapped__(spec, (1, 2, 3), 5, 6)
+        why.saliency.__wrapped__(spec, (1, 2, 3), 5, 6)
     with pytest.raises(LimitError, match="measuring"):
-        norms["measure_both"].__wrapped__(PRESETS["gpt2-small"].to_json(), (1, 2, 3), 0, "gpt2")
+        norms.measure_both.__wrapped__(PRESETS["gpt2-small"].to_json(), (1, 2, 3), 0, "gpt2")
     assert acc.in_use == 0
 
 

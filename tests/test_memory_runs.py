@@ -182,9 +182,9 @@ def budget(monkeypatch):
     """`budget(n)`: the accountant the pages' own reservations use (gptviz.memory.reserve), on n bytes. The model and
     capture stores are made first and keep the process's accountant, so a page's model and capture still come and
     only the run under test meets the small budget. Cached results are cleared: a cached run allocates nothing."""
-    import streamlit as st
-    models.model_store(), models.capture_store(), models.load_model(PRE)
-    st.cache_data.clear()
+    from gptviz.app import services
+    models.model_store(), models.capture_store(), models.load_model(PRE), services.results_cache()
+    services.results_cache().clear()
 
     def use(n: int) -> MemoryAccountant:
         acc = MemoryAccountant(n, wait_s=0)
@@ -254,10 +254,10 @@ def test_activations_page_refuses_the_lens_and_the_export_it_has_no_memory_for(b
 def test_the_npz_built_on_click_reserves_first(budget, monkeypatch):
     from gptviz import export
     acc = budget(MiB)
-    page = _page_functions("activations", monkeypatch)
-    monkeypatch.setitem(page, "prompt_capture_npz", lambda *a: pytest.fail("the model ran"))
+    from gptviz.app.services import activations
+    monkeypatch.setattr(activations, "prompt_capture_npz", lambda *a: pytest.fail("the model ran"))
     with pytest.raises(memory.LimitError, match="a .npz of 16 tokens needs about"):
-        page["npz_within_budget"](models.load_model(TINY), tuple(range(16)), True)
+        activations.npz_within_budget(models.load_model(TINY), tuple(range(16)), True)
     assert acc.in_use == 0 and export.prompt_capture_npz is prompt_capture_npz
 
 
@@ -282,30 +282,25 @@ def test_unit_page_refuses_the_examples_and_the_prompts_units_it_has_no_memory_f
     assert ran == [] and forward_calls() == before and acc.in_use == 0
 
 
-def _page_functions(name: str, monkeypatch) -> dict:
-    from test_memory import _page_functions as read
-    return read(name, monkeypatch)
-
-
 def test_the_why_pages_other_runs_and_the_twins_generation_reserve_before_running(budget, monkeypatch):
     from gptviz import interventions
     acc = budget(1)
-    why, norms = _page_functions("why", monkeypatch), _page_functions("norms", monkeypatch)
+    from gptviz.app.services import norms, why
     for name in ("run_with_edits", "generate"):
-        monkeypatch.setitem(why, name, lambda *a, **k: pytest.fail("the model ran"))
-    monkeypatch.setitem(norms, "generate", lambda *a, **k: pytest.fail("the model ran"))
+        monkeypatch.setattr(why, name, lambda *a, **k: pytest.fail("the model ran"))
+    monkeypatch.setattr(norms, "generate", lambda *a, **k: pytest.fail("the model ran"))
     monkeypatch.setattr(attribution, "direct_logit_attribution", lambda *a, **k: pytest.fail("the model ran"))
     ids = (1, 2, 3)
     with pytest.raises(memory.LimitError, match="direct attribution of 3 tokens on tiny"):
-        why["direct_attribution"].__wrapped__(TINY, ids, 5, 6)
+        why.direct_attribution.__wrapped__(TINY, ids, 5, 6)
     with pytest.raises(memory.LimitError, match="layer 1's attention on 3 tokens of tiny"):
-        why["edited_pattern"].__wrapped__(TINY, ids, ((0, 1),), "zero", 1)
+        why.edited_pattern.__wrapped__(TINY, ids, ((0, 1),), "zero", 1)
     with pytest.raises(memory.LimitError, match="a continuation of 5 tokens on tiny"):
-        why["continuation"].__wrapped__(TINY, ids, (), "zero", 5, 0.0, 0)
+        why.continuation.__wrapped__(TINY, ids, (), "zero", 5, 0.0, 0)
     with pytest.raises(memory.LimitError, match="next-token probabilities for 3 tokens"):
-        why["next_token"].__wrapped__(TINY, ids, ((0, 1),), "zero")
+        why.next_token.__wrapped__(TINY, ids, ((0, 1),), "zero")
     with pytest.raises(memory.LimitError, match="a continuation of 7 tokens on shakespeare-pre"):
-        norms["generate_cached"].__wrapped__(PRE, ids, 7, 0.8, 40, 0)
+        norms.generate_cached.__wrapped__(PRE, ids, 7, 0.8, 40, 0)
     assert acc.in_use == 0 and interventions.run_with_edits is run_with_edits
 
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-import streamlit as st
 
 from gptviz import attribution, limits
 from gptviz.app import keys as K
+from gptviz.app.services import results_cache
 from gptviz.tokenizer import encode
 from pagetest import TINY, figures, run_page
 from test_page_why import PROMPT, tiny_model
@@ -22,14 +22,14 @@ CLEAN, CORRUPT = "A B C D E F G H A B C", "A B C Q E F G H A B C"
 @pytest.fixture
 def server(monkeypatch):
     """`server(rate, limit_s)`: block passes a second as measured, and the operator's sweep limit."""
-    st.cache_data.clear()
+    results_cache().clear()
 
     def use(rate: float, limit_s: int):
         monkeypatch.setattr(attribution, "block_pass_rate", lambda model, T, rows=4: rate)
         monkeypatch.setattr(limits, "server_limits",
                             lambda: dataclasses.replace(limits.ServerLimits(), sweep_seconds=limit_s))
     yield use
-    st.cache_data.clear()
+    results_cache().clear()
 
 
 def patch_work() -> int:

@@ -9,10 +9,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 MOST_LINES = 400
 NOT_YET_SPLIT = {  # module: its size when this test was written (the ceiling until it is split)
-    "app_pages/norms.py": 1008,      # four tabs of the Pre-norm vs post-norm page
-    "app_pages/why.py": 622,         # attribution, ablation, patching, saliency and flow tabs
-    "app_pages/attention.py": 651,   # the map first, live generation and six other views in tabs
-    "app_pages/training.py": 431,
 }
 
 
@@ -123,3 +119,50 @@ def test_no_library_module_cites_the_benchmark_notebook():
     assert len(files) > 30
     citing = [p.relative_to(ROOT).as_posix() for p in files if "benchmarks/README" in p.read_text(encoding="utf-8")]
     assert citing == []
+
+
+# ---- pages only draw ------------------------------------------------------------------------------------------
+
+SERVING_MODULES = {"gptviz.memory", "gptviz.limits"}
+
+
+def page_offences(source: str) -> list[str]:
+    """What a page must leave to the services in gptviz/app/services: Streamlit's caches (st.cache_data,
+    st.cache_resource) and the memory accountant and server limits (gptviz.memory, gptviz.limits)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute) and node.attr in ("cache_data", "cache_resource"):
+            found.append(f"{node.lineno}: {ast.unparse(node)}")
+        elif isinstance(node, ast.Import):
+            found += [f"{node.lineno}: import {a.name}" for a in node.names if a.name in SERVING_MODULES]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            if node.module in SERVING_MODULES:
+                found.append(f"{node.lineno}: from {node.module} import ...")
+            elif node.module == "gptviz":
+                found += [f"{node.lineno}: from gptviz import {a.name}" for a in node.names
+                          if f"gptviz.{a.name}" in SERVING_MODULES]
+    return found
+
+
+def test_pages_neither_cache_nor_reserve_memory_themselves():
+    pages = sorted((ROOT / "app_pages").glob("*.py"))
+    assert len(pages) > 10
+    offences = {p.name: page_offences(p.read_text(encoding="utf-8")) for p in pages}
+    assert {name: found for name, found in offences.items() if found} == {}
+
+
+def test_the_page_checker_finds_each_form():
+    source = ("import streamlit as st\nfrom gptviz import analysis, memory\nfrom gptviz.limits import LimitError\n"
+              "import gptviz.memory\n@st.cache_data(max_entries=2)\ndef f(): pass\n"
+              "g = st.cache_resource(lambda: 1)\nfrom gptviz import analysis\n")
+    assert page_offences(source) == ["2: from gptviz import memory", "3: from gptviz.limits import ...",
+                                     "4: import gptviz.memory", "5: st.cache_data", "7: st.cache_resource"]
+
+
+def test_the_prompt_as_pages_see_it_is_defined_once():
+    """One Seen and one read_prompt (gptviz/app/seen.py) for every page, not a copy per page."""
+    files = sorted((ROOT / "app_pages").glob("*.py")) + sorted((ROOT / "gptviz" / "app").rglob("*.py"))
+    defined = [(p.relative_to(ROOT).as_posix(), node.name) for p in files
+               for node in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
+               if isinstance(node, (ast.ClassDef, ast.FunctionDef)) and node.name in ("Seen", "read_prompt")]
+    assert sorted(defined) == [("gptviz/app/seen.py", "Seen"), ("gptviz/app/seen.py", "read_prompt")]

@@ -39,13 +39,13 @@ def test_the_norms_measurement_reservation_covers_its_measured_peak(preset, dept
 def test_the_norms_page_reserves_the_measurements_estimate(monkeypatch):
     """The page's reservation is this estimate (not memory.measuring_nbytes, which missed the tied embedding's
     gradients and a float64 copy of every gradient)."""
-    import streamlit as st
+    from gptviz.app.services import results_cache
     from gptviz import memory
     from pagetest import run_page
     asked = []
     real = memory.reserve
     monkeypatch.setattr(memory, "reserve", lambda n, what, wait_s=None: asked.append((n, what)) or real(n, what, wait_s))
-    st.cache_data.clear()
+    results_cache().clear()
     at = run_page("norms", norms_preset="tiny", norms_depth=2, norms_input="random")
     assert not at.exception
     measured = [(n, what) for n, what in asked if what.startswith("measuring")]

@@ -28,6 +28,7 @@ from ..weights import CheckpointError, allowed_source, bundled_models, forget_do
 from ..weights import training_vocab as read_training_vocab
 from . import keys
 from .jobs import process_wide, trained_models
+from .services import cached
 
 
 class ModelSpec(NamedTuple):
@@ -267,7 +268,7 @@ def training_vocab(spec: ModelSpec) -> torch.Tensor | None:
     return _read_training_vocab(str(bundled_models()[spec.name]))
 
 
-@st.cache_resource(max_entries=4, show_spinner=False)
+@cached
 def _read_training_vocab(folder: str) -> torch.Tensor | None:
     return read_training_vocab(folder)
 
@@ -285,7 +286,7 @@ def induction_length(n_ctx: int) -> int:
     return min(INDUCTION_LENGTH, n_ctx // 2)
 
 
-@st.cache_data(max_entries=8, show_spinner=False)
+@cached
 def induction_scores(spec: ModelSpec, length: int) -> torch.Tensor:
     """Induction scores [layers, heads] on a random sequence of `length` repeated once, drawn from the model's
     training ids where they are recorded (cached capture; the Activations and Attention pages share it)."""

@@ -8,12 +8,12 @@ import streamlit as st
 from streamlit.errors import StreamlitPageNotFoundError
 
 from ..analysis.overview import ForwardOverview, forward_overview, overview_hook_names
-from ..model import GPT
 from ..tokenizer import position_labels, token_labels
 from . import keys as K
-from .models import ModelSpec, capture_cache, require_capture
+from .models import capture_cache, require_capture
 from .pages import PAGES_DIR
-from .sidebar import keep_valid, require_model, require_prompt
+from .seen import Seen
+from .sidebar import keep_valid
 
 state = st.session_state
 
@@ -34,22 +34,10 @@ _CSS = (f"<style>@media (max-width: {NARROW_PX}px) {{.st-key-{K.OV_WIDE} {{displ
         f"@media (min-width: {NARROW_PX + 1}px) {{.st-key-{K.OV_TALL} {{display: none;}}}}</style>")
 
 
-class Seen(NamedTuple):
-    """The prompt as the Overview page sees it, at its chosen position."""
-    spec: ModelSpec
-    model: GPT
-    ids: tuple[int, ...]
-    labels: list[str]          # token text by position
-    pos_labels: list[str]      # "3:text", unique by position
+class Reading(NamedTuple):
+    """The prompt read at the page's chosen position."""
     overview: ForwardOverview
     names: dict[int, str]      # token text of every id the overview names
-
-
-def read_prompt() -> tuple[ModelSpec, GPT, tuple[int, ...]]:
-    """The sidebar's model and prompt (the page stops with a clear message when there is none)."""
-    spec, model = require_model()
-    ids = require_prompt(model.config.n_ctx, model.config.vocab_size).ids
-    return spec, model, ids
 
 
 def position_picker(ids: tuple[int, ...], column) -> int:
@@ -60,14 +48,14 @@ def position_picker(ids: tuple[int, ...], column) -> int:
                             key=K.OV_POSITION, help="The token whose path through the model is drawn.")
 
 
-def overview_at(spec: ModelSpec, model: GPT, ids: tuple[int, ...], position: int) -> Seen:
+def overview_at(seen: Seen, position: int) -> Reading:
     """One capture of the prompt (cached, shared), read at `position`."""
-    cfg = model.config
+    cfg = seen.cfg
     names = overview_hook_names(cfg.n_layers, cfg.norm)
-    cache = require_capture(spec, ids, names)
-    logits, _ = capture_cache(spec, ids, names)  # the same capture: a cache hit
+    cache = require_capture(seen.spec, seen.ids, names)
+    logits, _ = capture_cache(seen.spec, seen.ids, names)  # the same capture: a cache hit
     try:
-        ov = forward_overview(model, cache, logits, position, ids=ids)
+        ov = forward_overview(seen.model, cache, logits, position, ids=seen.ids)
     except (ValueError, RuntimeError) as err:
         st.error(f"The model could not be read at this position: {err}")
         st.stop()
@@ -76,8 +64,7 @@ def overview_at(spec: ModelSpec, model: GPT, ids: tuple[int, ...], position: int
     if ov.next_id is not None:
         wanted.add(ov.next_id)
     ordered = sorted(wanted)
-    return Seen(spec, model, ids, token_labels(ids), position_labels(ids), ov,
-                dict(zip(ordered, token_labels(ordered))))
+    return Reading(ov, dict(zip(ordered, token_labels(ordered))))
 
 
 def layouts(n_layers: int) -> tuple[str, ...]:

@@ -20,6 +20,7 @@ from .jobs import my_trained_models
 from .links import prompt_left_out, replaced_link_value
 from .models import ModelSpec, load_model
 from .text_limits import MODEL_NAME_CHARS, checked_text
+from .services import cached
 
 # Written as the bundled models' training text writes a play: the speaker's abbreviated name on its own line.
 ROMEO = "Romeo.\nBut soft! what light through yonder window breaks?\nIt is the east, and Juliet is the sun!"
@@ -338,7 +339,7 @@ class PromptTokens(NamedTuple):
     truncated: bool      # only the last n_ctx tokens are kept
 
 
-@st.cache_data(max_entries=64, show_spinner=False)
+@cached
 def encode_prompt(text: str) -> tuple[int, ...]:
     """The prompt's GPT-2 ids, tokenised once per distinct text (every page and rerun reuses them)."""
     return tuple(get_tokenizer().encode(text))

@@ -1,0 +1,74 @@
+"""The sidebar's model and prompt as a page sees them: one definition the pages share (Seen), and the one way they
+read it (read_prompt): the model, the prompt's ids within its context, and the page's capture of them."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import torch
+
+from ..config import GPTConfig
+from ..hooks import ActivationCache
+from ..model import GPT
+from ..tokenizer import position_labels, token_labels
+from .display import MEAN_HEAD
+from .models import ModelSpec, require_capture
+from .sidebar import require_model, require_prompt
+
+
+@dataclass
+class Seen:
+    """The prompt as a page sees it: the model, the ids, their text, and the page's capture of them."""
+    spec: ModelSpec
+    model: GPT
+    ids: tuple[int, ...]
+    names: tuple[str, ...] = ()          # the hook points captured (none: the page reads no capture)
+    cache: ActivationCache | None = None
+    focus: int = 0                       # the position the per-token views follow
+    labels: list[str] = field(init=False)       # token text by position
+    pos_labels: list[str] = field(init=False)   # "3:text", unique by position
+
+    def __post_init__(self):
+        self.labels, self.pos_labels = token_labels(self.ids), position_labels(self.ids)
+
+    @property
+    def cfg(self) -> GPTConfig:
+        return self.model.config
+
+    @property
+    def T(self) -> int:
+        return len(self.ids)
+
+    @property
+    def pattern_bytes(self) -> int:
+        """What the attention patterns of every layer and head over this prompt take (float32)."""
+        return 4 * self.cfg.n_layers * self.cfg.n_heads * self.T * self.T
+
+    @cached_property
+    def patterns(self) -> torch.Tensor:
+        """[layers, heads, query, key] from the capture (stacked once when captured: no copy)."""
+        return self.cache.patterns()
+
+    @property
+    def heads(self) -> list[int]:
+        """Every head, then their mean (display.MEAN_HEAD)."""
+        return list(range(self.cfg.n_heads)) + [MEAN_HEAD]
+
+    def pattern(self, layer: int, head: int) -> torch.Tensor:
+        return self.patterns[layer].mean(0) if head == MEAN_HEAD else self.patterns[layer, head]
+
+
+def read_prompt(names_for: Callable[[GPTConfig, int], tuple[str, ...]] | None = None,
+                keep_last: Callable[[GPTConfig, int], int] | None = None) -> Seen:
+    """The sidebar's model and prompt (the page stops with a clear message when there is none), its last
+    `keep_last(cfg, T)` tokens when given (the callback says why it cuts), captured at `names_for(cfg, T)` (the page
+    stops with a message when the model cannot run on it)."""
+    spec, model = require_model()
+    cfg = model.config
+    ids = tuple(require_prompt(cfg.n_ctx, cfg.vocab_size).ids)
+    if keep_last is not None:
+        ids = ids[len(ids) - min(len(ids), keep_last(cfg, len(ids))):]
+    names = tuple(names_for(cfg, len(ids))) if names_for is not None else ()
+    cache = require_capture(spec, ids, names) if names else None
+    return Seen(spec, model, ids, names, cache)

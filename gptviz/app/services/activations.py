@@ -1,0 +1,41 @@
+"""The Activations page's computations: the logit lens over the page's capture, and the .npz of a whole capture
+built on the download's click, each within a reservation of the server's memory."""
+from __future__ import annotations
+
+from ... import analysis, limits, memory
+from ...export import export_nbytes, prompt_capture_npz, prompt_capture_npz_nbytes
+from ...model import GPT
+from .. import models
+from . import cached
+
+
+@cached
+def lens(spec: models.ModelSpec, ids: tuple[int, ...], names: tuple[str, ...]) -> analysis.LogitLens:
+    """The logit lens for a prompt (reuses the page's cached capture)."""
+    _, cache = models.capture_cache(spec, ids, names)
+    model = models.load_model(spec)
+    with memory.reserve(memory.lens_nbytes(model.config, len(ids)), f"the logit lens on {len(ids)} tokens"):
+        return analysis.logit_lens(model, cache)
+
+
+def npz_refusal(cfg, T: int, include_attention: bool) -> str | None:
+    """Why the server will not build this .npz (past the export limit, or its working memory past the whole
+    budget), or None when it may."""
+    if export_nbytes(cfg, T, include_attention) > limits.server_limits().export_bytes:
+        return (f"This server builds downloads of up to {limits.server_limits().export_mb:,} MiB; leave out the "
+                "attention tensors or shorten the prompt.")
+    need, budget = prompt_capture_npz_nbytes(cfg, T, include_attention), memory.accountant().budget
+    if need > budget:
+        return (f"Building this file needs about {memory.mib(need)} while it runs, more than this server's whole "
+                f"memory budget of {memory.mib(budget)} (GPTVIZ_MEMORY_MB); leave out the attention tensors or "
+                "shorten the prompt.")
+    return None
+
+
+def npz_within_budget(model: GPT, ids: tuple[int, ...], include_attention: bool) -> bytes:
+    """The .npz, built when the button is clicked, within a reservation of the server's memory (a refusal reaches the
+    browser as Streamlit's "Failed to generate file for download": a download cannot show a message). It keeps
+    the model and ids only, not the page's capture."""
+    with memory.reserve(prompt_capture_npz_nbytes(model.config, len(ids), include_attention),
+                        f"a .npz of {len(ids)} tokens"):
+        return prompt_capture_npz(model, ids, include_attention)

@@ -1,0 +1,181 @@
+"""The Why this token? page's measurements: next-token probabilities with heads ablated, direct attribution,
+continuations, an edited layer's attention, the patching sweeps, saliency and the information-flow graph. Each
+reserves its working memory first (gptviz.memory), is kept in the results cache, and returns plain data; every
+number comes from gptviz.attribution / gptviz.interventions / gptviz.flow."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ... import attribution, flow, limits, memory
+from ...config import GPTConfig
+from ...generate import generate
+from ...hooks import act_name
+from ...interventions import ablate_heads, run_with_edits
+from ...tokenizer import decode, encode, fit_vocabulary, token_labels
+from ...work_clock import WorkClock, too_long
+from .. import jobs, models
+from . import cached
+
+IG_STEPS = 32       # integrated-gradients points (completeness shown beside the result)
+RATE_TTL_S = 120    # the block rate is measured again after this long: it is the server's speed now
+
+
+@dataclass
+class Ask:
+    """What every tab asks about: the sidebar's model and prompt, and the metric logit(target) - logit(other)."""
+    spec: models.ModelSpec
+    cfg: GPTConfig
+    ids: tuple[int, ...]
+    labels: list[str]
+    probs: torch.Tensor   # next-token probabilities after the prompt
+    choices: list[int]    # the most probable tokens, offered as target and rival
+    target: int
+    other: int
+
+
+def pieces(ids) -> list[str]:
+    return token_labels(list(ids))
+
+
+def first_difference(a: list[int], b: list[int]) -> int | None:
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None if len(a) == len(b) else min(len(a), len(b)))
+
+
+def piece_at(ids: list[int], i: int) -> str:
+    """Token i of `ids` as text (token 0's text past the end: one continuation may be shorter)."""
+    return pieces(ids[i:i + 1] or [0])[0]
+
+
+def prompt_ids(text: str, cfg: GPTConfig) -> tuple[int, ...]:
+    """A typed prompt as the model's ids: past its vocabulary replaced, its context's last tokens kept."""
+    return tuple(fit_vocabulary(encode(text), cfg.vocab_size)[0][-cfg.n_ctx:])
+
+
+def corrupted_from(text: str, cfg: GPTConfig) -> tuple[str, str] | None:
+    """The sidebar's prompt with one token swapped, as the default corrupted prompt: the token after the last
+    token's latest earlier copy (what an induction head would copy), else the first; None when no single-token
+    swap keeps the length in tokens. Returns (corrupted text, what was swapped)."""
+    ids = list(prompt_ids(text, cfg))
+    if len(ids) < 2:
+        return None
+    copies = [j for j in range(len(ids) - 2) if ids[j] == ids[-1]]
+    at = copies[-1] + 1 if copies else 0
+    for swap in encode(" the") + encode(" and") + encode(" not"):
+        if swap != ids[at] and swap < cfg.vocab_size:
+            changed = ids[:at] + [swap] + ids[at + 1:]
+            corrupted = decode(changed)
+            if list(prompt_ids(corrupted, cfg)) == changed:
+                return corrupted, f"token {at}, {piece_at(ids, at)!r} -> {piece_at(changed, at)!r}"
+    return None
+
+
+@cached
+def next_token(spec: models.ModelSpec, ids: tuple[int, ...], edit_heads: tuple[tuple[int, int], ...] = (),
+               mode: str = "zero") -> torch.Tensor:
+    """Next-token probabilities after `ids`, with the listed (layer, head) pairs ablated."""
+    model = models.load_model(spec)
+    edits = head_edits(spec, ids, edit_heads, mode)
+    with memory.reserve(memory.capture_work_nbytes(model.config, (), len(ids)),
+                        f"next-token probabilities for {len(ids)} tokens on {spec.name}"):
+        logits, _ = run_with_edits(model, torch.tensor([ids]), edits)
+        return torch.softmax(logits[0, -1].float(), -1)
+
+
+def head_edits(spec: models.ModelSpec, ids: tuple[int, ...], heads: tuple[tuple[int, int], ...], mode: str) -> list:
+    """One ablation edit per layer; mean ablation's reference is this prompt's own positions."""
+    by_layer: dict[int, list[int]] = {}
+    for layer, head in heads:
+        by_layer.setdefault(layer, []).append(head)
+    reference = None
+    if mode == "mean" and heads:
+        _, reference = models.capture_cache(spec, ids, tuple(act_name("z", l) for l in sorted(by_layer)))
+    return [ablate_heads(layer, hs, mode, reference=reference) for layer, hs in sorted(by_layer.items())]
+
+
+@cached
+def direct_attribution(spec: models.ModelSpec, ids: tuple[int, ...], target: int, other: int):
+    model = models.load_model(spec)
+    with memory.reserve(attribution.direct_attribution_nbytes(model.config, len(ids)),
+                        f"direct attribution of {len(ids)} tokens on {spec.name}"):
+        return attribution.direct_logit_attribution(model, torch.tensor([ids]), target, other)
+
+
+@cached
+def continuation(spec: models.ModelSpec, ids: tuple[int, ...], heads: tuple[tuple[int, int], ...], mode: str,
+                 n: int, temperature: float, seed: int) -> list[int]:
+    model = models.load_model(spec)
+    edits = head_edits(spec, ids, heads, mode)
+    with memory.reserve(memory.sampling_nbytes(model.config, len(ids), n),
+                        f"a continuation of {n} tokens on {spec.name}"):
+        return generate(model, list(ids), n, temperature=temperature, seed=seed, edits=edits)[len(ids):]
+
+
+@cached
+def edited_pattern(spec: models.ModelSpec, ids: tuple[int, ...], heads: tuple[tuple[int, int], ...], mode: str,
+                   layer: int) -> torch.Tensor:
+    name, model = act_name("pattern", layer), models.load_model(spec)
+    edits = head_edits(spec, ids, heads, mode)
+    with memory.reserve(memory.capture_work_nbytes(model.config, [name], len(ids)),
+                        f"layer {layer}'s attention on {len(ids)} tokens of {spec.name}"):
+        _, cache = run_with_edits(model, torch.tensor([ids]), edits, [name])
+        return cache[name][0]
+
+
+@cached
+def patching(spec: models.ModelSpec, clean: tuple[int, ...], corrupted: tuple[int, ...], target: int, other: int,
+             _clock: WorkClock | None = None):
+    """Both sweeps; `_clock` (not part of the cache key) stops them past the time limit or when the session ends."""
+    model = models.load_model(spec)
+    with memory.reserve(attribution.patching_nbytes(model.config, len(clean)), "a patching sweep"):
+        return (attribution.residual_patching(model, clean, corrupted, target, other, _clock),
+                attribution.head_patching(model, clean, corrupted, target, other, _clock))
+
+
+@cached(ttl_s=RATE_TTL_S)
+def block_rate(spec: models.ModelSpec, T: int) -> float:
+    """Token-block passes a second on this server now (one timed batch; measured again every two minutes)."""
+    model = models.load_model(spec)
+    with memory.reserve(memory.forward_nbytes(model.config, T, batch=4, patterns=False, all_logits=False),
+                        f"timing one block on {T} tokens of {spec.name}"):
+        return attribution.block_pass_rate(model, T)
+
+
+@dataclass
+class SweepPlan:
+    """A long measurement before it starts: its estimated time from the rate measured now, and the limit."""
+    estimate_s: float
+    rate: float
+    limit_s: int
+    refusal: str | None    # why it must not run (its estimate passes the operator's limit), or None
+
+
+def sweep_plan(what: str, work: int, T: int, spec: models.ModelSpec) -> SweepPlan:
+    """`work` token-block passes at the rate measured on this server now, against GPTVIZ_SWEEP_SECONDS."""
+    limit = limits.server_limits().sweep_seconds
+    rate = block_rate(spec, T)
+    estimate = work / rate
+    return SweepPlan(estimate, rate, limit, too_long(estimate, limit, what))
+
+
+def sweep_clock(what: str, limit_s: int) -> WorkClock:
+    """The clock a sweep runs under: stopped past `limit_s` or when this browser session ends."""
+    sid = jobs.session_id()
+    return WorkClock(limit_s, what, alive=lambda: jobs.session_alive(sid))
+
+
+@cached
+def flow_graph(spec: models.ModelSpec, ids: tuple[int, ...], threshold: float):
+    """Through the server's bounded capture cache (a capture over its budget is refused before the model runs)."""
+    model = models.load_model(spec)
+    _, cache = models.get_capture(spec, ids, flow.hook_names(model.config.n_layers))
+    return flow.flow_from_capture(model, cache, threshold)
+
+
+@cached
+def saliency(spec: models.ModelSpec, ids: tuple[int, ...], target: int, other: int, _clock: WorkClock | None = None):
+    model = models.load_model(spec)
+    with memory.reserve(attribution.saliency_nbytes(model.config, len(ids)), "integrated gradients"):
+        return (attribution.integrated_gradients(model, ids, target, other, steps=IG_STEPS, clock=_clock),
+                attribution.gradient_x_input(model, ids, target, other))

@@ -88,7 +88,7 @@ def test_the_scan_finds_the_boxes_it_must():
     found = {(f, tuple(b["labels"])) for f, b in all_boxes()}
     assert ("gptviz/app/sidebar.py", ("Prompt",)) in found
     assert ("gptviz/app/sidebar.py", ("Folder or Hub id",)) in found          # through checked_text
-    assert ("app_pages/why.py", ("Clean prompt",)) in found
+    assert ("gptviz/app/views/why_sweeps.py", ("Clean prompt",)) in found
     assert ("app_pages/units.py", ("one_token_box",)) in found               # its label is a variable
     assert ("app_pages/units.py", ("Neuron", "Head")) in found              # a conditional label
     assert len(found) >= 20

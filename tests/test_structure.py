@@ -166,3 +166,12 @@ def test_the_prompt_as_pages_see_it_is_defined_once():
                for node in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
                if isinstance(node, (ast.ClassDef, ast.FunctionDef)) and node.name in ("Seen", "read_prompt")]
     assert sorted(defined) == [("gptviz/app/seen.py", "Seen"), ("gptviz/app/seen.py", "read_prompt")]
+
+
+def test_every_package_is_installed():
+    """pyproject.toml lists gptviz's packages by name: a new subpackage left off it is missing from an install (the
+    installed app failed on gptviz.app.services)."""
+    import tomllib
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["packages"])
+    found = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "gptviz").rglob("*.py")}  # (app/: no __init__)
+    assert "gptviz.app" in found and found - listed == set(), sorted(found - listed)

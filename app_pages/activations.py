@@ -22,6 +22,7 @@ from gptviz.figures import activations as figs
 from gptviz.hooks import ActivationCache
 from gptviz.model import GPT
 from gptviz.tokenizer import position_labels, token_labels
+from gptviz.unit_id import head_id, neuron_id
 
 SUFFIXES = ("hook_resid_pre", "hook_attn_out", "hook_resid_mid", "mlp.hook_post", "hook_mlp_out",
             "hook_resid_post", "attn.hook_pattern")
@@ -77,7 +78,7 @@ def pct(p: float) -> str:
 
 
 def best_heads_text(scores: torch.Tensor, chance: float, top: int = 3) -> str:
-    best = ", ".join(f"L{layer}H{head} ({score:.2f})" for layer, head, score in analysis.head_ranking(scores, top))
+    best = ", ".join(f"{head_id(layer, head)} ({score:.2f})" for layer, head, score in analysis.head_ranking(scores, top))
     ratio = f", {scores.max().item() / chance:.1f}x chance" if chance > 0 else ""
     return f"{best}; uniform attention (chance) scores {chance:.3f}{ratio}"
 
@@ -158,7 +159,7 @@ def mlp_tab(seen: Seen) -> None:
         rows = analysis.top_neurons(post, seen.focus, k)
         display.show_figure(figs.top_neurons_bar(rows, seen.pos_labels[seen.focus]), key=K.ACT_TOP_NEURONS)
         st.caption("The largest activations at the focus token, over every layer's neurons.")
-        unit_pills("What each does over the corpus", [f"L{layer}N{neuron}" for layer, neuron, _ in rows],
+        unit_pills("What each does over the corpus", [neuron_id(layer, neuron) for layer, neuron, _ in rows],
                    K.per_item(K.UNIT_PILLS, "act_neurons"))
         display.download_csv(pd.DataFrame(rows, columns=["layer", "neuron", "activation"]), "top_neurons.csv",
                              key=K.ACT_TOP_NEURONS_CSV)
@@ -269,7 +270,7 @@ def heads_tab(seen: Seen) -> None:
         return
     display.show_figure(figs.head_detector_heatmaps(scores), key=K.ACT_HEADS)
     st.markdown("  \n".join(detector_lines(seen, scores)))
-    named = dict.fromkeys(f"L{layer}H{head}" for s in scores.values() for layer, head, _ in analysis.head_ranking(s, 3))
+    named = dict.fromkeys(head_id(layer, head) for s in scores.values() for layer, head, _ in analysis.head_ranking(s, 3))
     unit_pills("What these heads do over the corpus", named, K.per_item(K.UNIT_PILLS, "act_heads"))
     st.caption("Scores are mean attention weights in [0, 1]. Previous- and duplicate-token scores use the "
                "sidebar's prompt; induction needs a sequence that repeats, so it uses its own.")

@@ -20,6 +20,7 @@ from gptviz.app.unit_nav import unit_pills
 from gptviz.figures import timeline as ft
 from gptviz.snapshots import FORMED_THRESHOLD, Snapshots, formed_step
 from gptviz.training_jobs import GROWTH, Job, induction_growth_spec
+from gptviz.unit_id import head_id
 
 TWINS = {"pre-norm": "shakespeare-pre", "post-norm": "shakespeare-post"}
 THRESHOLD = FORMED_THRESHOLD   # a head "has formed" once its score reaches this and stays (snapshots.formed_step)
@@ -74,14 +75,14 @@ def best_head_line(snaps: Snapshots, detector: str, step: int) -> tuple[str, tup
     scores = snaps.score_array()[i, d]
     layer, head = np.unravel_index(int(scores.argmax()), scores.shape)
     chance = snaps.detectors[d].chance
-    return (f"{shown}: best {detector} head L{layer}H{head} {scores[layer, head]:.2f} "
+    return (f"{shown}: best {detector} head {head_id(layer, head)} {scores[layer, head]:.2f} "
             f"(chance {chance:.3f}); loss {snaps.train_loss[i]:.2f}"), (int(layer), int(head))
 
 
 def named_heads(snaps: Snapshots, best: tuple[int, int]) -> list[str]:
     """The heads the page names for a run: the best at the step, then the one of each detector that formed."""
     hits = [formed_step(snaps, name, THRESHOLD) for name in K.TIMELINE_DETECTORS]
-    return list(dict.fromkeys([f"L{best[0]}H{best[1]}"] + [f"L{h[1]}H{h[2]}" for h in hits if h]))
+    return list(dict.fromkeys([head_id(*best)] + [head_id(h[1], h[2]) for h in hits if h]))
 
 
 def heads_row(found: dict[str, Snapshots], detector: str, probe: int, step: int, key: str = K.TL_HEADS,
@@ -179,7 +180,7 @@ def growth_view(job: Job) -> None:
         return
     step = max(s.steps[-1] for s in found.values())
     best = {w: formed_step(s, "induction", THRESHOLD) for w, s in found.items()}
-    reached = "; ".join(f"{w}: " + (f"L{b[1]}H{b[2]} formed at step {b[0]}" if b else
+    reached = "; ".join(f"{w}: " + (f"{head_id(b[1], b[2])} formed at step {b[0]}" if b else
                                     "none formed yet") for w, b in best.items())
     st.caption(reached)
     heads_row(found, "induction", 0, step, key=K.TL_GROW_HEADS)

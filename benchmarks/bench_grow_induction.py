@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from gptviz.training_jobs import GROWTH, JobRegistry, induction_growth_spec  # noqa: E402
+from gptviz.unit_id import head_id  # noqa: E402
 
 THRESHOLD = 0.5
 
@@ -53,7 +54,7 @@ def run_seed(seed: int, overrides: dict) -> dict:
     best = float(snaps.score_array()[:, snaps.detector_index("induction")].max()) if len(snaps) else float("nan")
     return {"seed": seed, "status": job.status, "steps": job.snapshot().steps_done,
             "reached_s": reached[0] if reached else None, "reached_step": reached[1][0] if reached else None,
-            "head": f"L{reached[1][1]}H{reached[1][2]}" if reached else "", "load_s": first_step_s,
+            "head": head_id(reached[1][1], reached[1][2]) if reached else "", "load_s": first_step_s,
             "best": best, "share": snaps.share_recording(), "error": job.error}
 
 

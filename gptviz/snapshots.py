@@ -32,6 +32,7 @@ from .analysis.detectors import (duplicate_token_chance, duplicate_token_scores,
                                  previous_token_scores, uniform_attention_chance)
 from .hooks import act_name, capture
 from .model import GPT
+from .unit_id import head_id
 
 VERSION = 1
 MAX_PROBE_TOKENS = 64
@@ -404,7 +405,7 @@ def formation_section(snaps: Snapshots, compared: dict | None = None, low: float
     crossings = []
     for name in ("induction", "previous-token"):
         hit = snaps.crossing(name, threshold)
-        crossings.append(f"{name}: L{hit[1]}H{hit[2]} at step {hit[0]}" if hit else f"{name}: not within the run")
+        crossings.append(f"{name}: {head_id(hit[1], hit[2])} at step {hit[0]}" if hit else f"{name}: not within the run")
     text = (f"{len(snaps)} snapshots over steps 1 to {steps[-1]} (every {snaps.every} steps, and every "
             f"{snaps.min_gap} while the smoothed loss moved by {snaps.loss_delta} nats or more; recording took "
             f"{snaps.share_recording():.1%} of the training time). First head to reach {threshold}: "

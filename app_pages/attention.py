@@ -13,7 +13,7 @@ import pandas as pd
 import streamlit as st
 import torch
 
-from gptviz import analysis
+from gptviz import analysis, unit_id
 from gptviz.app import keys as K
 from gptviz.app import live
 from gptviz.app.component import attention_map as amap
@@ -32,7 +32,6 @@ from gptviz.head_steps import (attention_input_name, first_token_chance, first_t
 from gptviz.hooks import ActivationCache
 from gptviz.model import GPT
 from gptviz.tokenizer import decode, token_labels
-from gptviz.unit_id import head_id
 
 MAX_CHIPS = 256           # longer prompts pick the query with a slider
 GRID_CELLS = 600_000      # most heatmap cells one small-multiples figure draws
@@ -221,7 +220,7 @@ def detector_table(seen: Seen, found: list[Detector]) -> None:
     st.dataframe(pd.DataFrame(table), hide_index=True, width="stretch", height=38 + 35 * min(5, len(order)),
                  column_config=columns, selection_mode="single-row", key=K.ATT_DETECTORS,
                  on_select=lambda: jump_to_head(order))
-    unit_pills("What the top heads do over the corpus", [head_id(l, h) for l, h in order[:6]],
+    unit_pills("What the top heads do over the corpus", [unit_id.head_id(l, h) for l, h in order[:6]],
                K.per_item(K.UNIT_PILLS, "att_detectors"))
 
 

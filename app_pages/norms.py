@@ -14,7 +14,7 @@ import pandas as pd
 import streamlit as st
 import torch
 
-from gptviz import PRESETS, GPTConfig, analysis, limits, memory, training_log, weights, wiring, xiong
+from gptviz import PRESETS, GPTConfig, analysis, limits, memory, training_log, unit_id, weights, wiring, xiong
 from gptviz.analysis import bigram_baseline
 from gptviz.app import display, models, sidebar
 from gptviz.app.unit_nav import unit_pills
@@ -29,7 +29,6 @@ from gptviz.generate import check_sampling, generate
 from gptviz.params import total_params
 from gptviz.snapshots import FORMED_THRESHOLD, formed_step, load_snapshots
 from gptviz.tokenizer import decode, token_labels
-from gptviz.unit_id import head_id
 
 GPT2_VOCAB = 50257
 AUTO_MEASURE_PARAMS = 60_000_000     # above this, measuring waits for a button press
@@ -613,7 +612,7 @@ def head_matches(tw: LoadedTwins) -> tuple[list, dict, float]:
 def matches_table(matches: list, scores: dict, length: int) -> None:
     """Every pre-norm head beside its post-norm match, with the scores that say what each does."""
     prev_chance, ind_chance = analysis.previous_token_chance(2 * length), analysis.induction_chance(length)
-    rows = [{"pre-norm head": head_id(*m.a), "post-norm match": head_id(*m.b),
+    rows = [{"pre-norm head": unit_id.head_id(*m.a), "post-norm match": unit_id.head_id(*m.b),
              "pattern similarity": m.similarity,
              f"previous-token, pre / post (chance {prev_chance:.2f})":
                  f"{float(scores['pre'][0][m.a]):.2f} / {float(scores['post'][0][m.b]):.2f}",
@@ -627,10 +626,10 @@ def matches_table(matches: list, scores: dict, length: int) -> None:
                "similarity is a head left over when one twin grew more heads of a kind than the other.")
     left, right = st.columns(2)
     with left:
-        unit_pills("What a pre-norm head does over the corpus", [head_id(*m.a) for m in matches],
+        unit_pills("What a pre-norm head does over the corpus", [unit_id.head_id(*m.a) for m in matches],
                    K.per_item(K.UNIT_PILLS, "norms_pre"), norm="pre")
     with right:
-        unit_pills("What a post-norm head does over the corpus", [head_id(*m.b) for m in matches],
+        unit_pills("What a post-norm head does over the corpus", [unit_id.head_id(*m.b) for m in matches],
                    K.per_item(K.UNIT_PILLS, "norms_post"), norm="post")
 
 
@@ -655,7 +654,7 @@ def twins_attention(tw: LoadedTwins) -> dict | None:
                  f"layer {layer}, head {head} is shown beside the post-norm head that attends most like it: layer "
                  f"{match.b[0]}, head {match.b[1]}, {where} (pattern similarity {match.similarity:.2f}).")
     show_attention_panels(pats["pre"], pats["post"], tw.labels, "", K.TWINS_ATTN_FIG,
-                          (f"pre-norm {head_id(layer, head)}", f"post-norm match {head_id(*match.b)}", "post − pre"))
+                          (f"pre-norm {unit_id.head_id(layer, head)}", f"post-norm match {unit_id.head_id(*match.b)}", "post − pre"))
     with st.expander("Every head and its match"):
         matches_table(matches, scores, probe_length(cfg))
     return caps
@@ -769,7 +768,7 @@ def pick_pair(matches: list) -> int:
     """The picker of the matched pair (its value: pick_pair_index)."""
     return st.selectbox(
         "Matched heads", range(len(matches)), key=K.TWINS_PAIR,
-        format_func=lambda i: (f"pre {head_id(*matches[i].a)} ↔ post {head_id(*matches[i].b)}"
+        format_func=lambda i: (f"pre {unit_id.head_id(*matches[i].a)} ↔ post {unit_id.head_id(*matches[i].b)}"
                                f" (similarity {matches[i].similarity:.2f})"),
         help="Trained separately, the twins grew their heads in different places, so each pre-norm head is paired "
              "with the post-norm head whose attention looks most like it on random tokens repeated once (cosine "
@@ -812,8 +811,8 @@ def side_by_side_section(bundled: dict, twins: wiring.TrainedTwins) -> LoadedTwi
             "post": caps["post"][1].pattern(match.b[0])[match.b[1]].numpy()}
     figures = fig_norms.attention_panels(
         pats["pre"], pats["post"], tw.labels, "",
-        (f"pre-norm {head_id(*match.a)}<br>the picked head",  # two short lines: a phone's half width
-         f"post-norm {head_id(*match.b)}<br>similarity {match.similarity:.2f}", ""), height=320)[:2]
+        (f"pre-norm {unit_id.head_id(*match.a)}<br>the picked head",  # two short lines: a phone's half width
+         f"post-norm {unit_id.head_id(*match.b)}<br>similarity {match.similarity:.2f}", ""), height=320)[:2]
     figures[0].update_traces(showscale=False)   # one colour bar for the pair: both maps share the 0..1 scale
     figures[1].update_traces(colorbar_title_text="")   # its title ran past a phone's half width; hover names it
     maps, wirings = st.columns([2.1, 1])

@@ -9,7 +9,7 @@ import pandas as pd
 import streamlit as st
 import torch
 
-from gptviz import attribution, flow, memory
+from gptviz import attribution, flow, memory, unit_id
 from gptviz.app import display, jobs, models, sidebar
 from gptviz.app import keys as K
 from gptviz.app.unit_nav import unit_pills
@@ -23,7 +23,6 @@ from gptviz.interventions import ablate_heads, run_with_edits
 from gptviz.limits import LimitError, server_limits
 from gptviz.work_clock import WorkClock, too_long
 from gptviz.tokenizer import decode, encode, fit_vocabulary, token_labels
-from gptviz.unit_id import head_id
 
 state = st.session_state
 TOP = 10            # tokens offered as target / rival
@@ -312,7 +311,7 @@ def ablation_effect(ask: Ask) -> None:
         return
     ab = Ablation(heads, state.get(K.WHY_MODE, "zero"), int(state.get(K.WHY_N, 20)),
                   float(state.get(K.WHY_TEMP, 0.0)), int(state.get(K.WHY_SEED, 0)))
-    st.markdown(f"**Ablated ({ab.mode}):** " + ", ".join(head_id(l, h) for l, h in heads))
+    st.markdown(f"**Ablated ({ab.mode}):** " + ", ".join(unit_id.head_id(l, h) for l, h in heads))
     probability_table(ask, ab)
     direct_and_total(ask, ab)
     continuations(ask, ab)
@@ -321,7 +320,7 @@ def ablation_effect(ask: Ask) -> None:
 def ablation_controls(cfg: GPTConfig) -> Ablation:
     options = [(l, h) for l in range(cfg.n_layers) for h in range(cfg.n_heads)]
     state[K.WHY_HEADS] = [h for h in ablated() if h in options]  # the grid's clicks and a link set WHY_ABLATED
-    chosen = st.multiselect("Heads to remove", options, key=K.WHY_HEADS, format_func=lambda lh: head_id(*lh),
+    chosen = st.multiselect("Heads to remove", options, key=K.WHY_HEADS, format_func=lambda lh: unit_id.head_id(*lh),
                             placeholder="Choose heads, or click them in the grid above",
                             on_change=lambda: state.__setitem__(K.WHY_ABLATED, sorted(state[K.WHY_HEADS])))
     a1, a2, a3, a4 = st.columns(4)
@@ -399,7 +398,7 @@ def attention_with_and_without(ask: Ask, ab: Ablation) -> None:
     show_layer = v1.selectbox("Attention of layer", range(cfg.n_layers), key=K.WHY_ATT_LAYER,
                               index=min(max(l for l, _ in ab.heads) + 1, cfg.n_layers - 1))
     show_head = v2.selectbox("head", range(cfg.n_heads), key=K.WHY_ATT_HEAD)
-    name = head_id(show_layer, show_head)
+    name = unit_id.head_id(show_layer, show_head)
     m1, m2 = st.columns(2)
     for column, heads, title, key in ((m1, (), f"{name} as trained", K.WHY_ATT_BEFORE),
                                       (m2, ab.heads, f"{name} with the ablation", K.WHY_ATT_AFTER)):
@@ -415,7 +414,7 @@ def ablate_tab(ask: Ask) -> None:
                (" (colour: its direct attribution)" if ask.cfg.norm == "pre" else ""), "logit diff")
     ab = ablation_controls(ask.cfg)
     if ab.heads:
-        unit_pills("What each ablated head does over the corpus", [head_id(l, h) for l, h in ab.heads],
+        unit_pills("What each ablated head does over the corpus", [unit_id.head_id(l, h) for l, h in ab.heads],
                    K.per_item(K.UNIT_PILLS, "why_ablated"))
     probability_table(ask, ab)
     direct_and_total(ask, ab)
@@ -554,7 +553,7 @@ def attention_edges_table(edges: list, labels: list[str], n_heads: int) -> pd.Da
                          "from position": [e.source for e in rows],
                          "to token": [labels[e.target] for e in rows],
                          "to position": [e.target for e in rows], "share": [e.importance for e in rows],
-                         "largest head share": [f"{head_id(e.layer, e.head)}: {e.head_share:.0%} (even: "
+                         "largest head share": [f"{unit_id.head_id(e.layer, e.head)}: {e.head_share:.0%} (even: "
                                                 f"{1 / n_heads:.0%})" for e in rows]})
 
 

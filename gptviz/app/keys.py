@@ -1,29 +1,19 @@
-"""Every session-state key and shared label of the app, named once.
+"""Every session-state key of the app that is not a setting (figures, buttons, downloads, the app's bookkeeping),
+named once; and, re-exported from settings.py, the keys of the settings, so `K.NAME` names every session key.
 
-Pages, the sidebar and the links read keys from here, never as string literals (tests/test_app_structure.py checks
-the pages), so a key's users can be found with one search and a typo is a NameError, not a silent new key. A widget
-key is its session-state key. The values are the URL names links.py writes for the linked ones, so keep them stable:
-a changed value breaks links people have shared.
+Pages, the sidebar and the links read keys from here or from settings.py, never as string literals
+(tests/test_app_structure.py checks the pages), so a key's users can be found with one search and a typo is a
+NameError, not a silent new key. A widget key is its session-state key. A setting (a value a visitor picks: its
+default, label, link name and rule) is declared in settings.py, not here.
 """
+from . import settings as _settings
+# the choices settings offer, which pages compare values with
+from .settings import (ATTENTION_VIEWS, DEFAULT_PACE, GROW_WIRINGS, OWN_PAIR, PACES, PAR_MODEL_IN_USE,  # noqa: F401
+                       PATCH_PAIRS, SOURCE_BUNDLED, SOURCE_PRESET, SOURCE_PRETRAINED, SOURCE_TRAINED,
+                       TIMELINE_DETECTORS, UNIT_TABS, WHY_VIEWS)
 
-# ---- labels the sidebar shows and links name by code ---------------------------------------------------------
-SOURCE_BUNDLED = "Trained on Shakespeare (bundled)"
-SOURCE_PRESET = "Preset, random weights"
-SOURCE_PRETRAINED = "GPT-2 weights (folder or Hub id)"
-SOURCE_TRAINED = "Trained in this session"  # a session's trained runs exist only there: no link names them
-# The Attention page's view tabs (its st.tabs labels, and the values of its att_view key)
-# The Why page's tabs and its patching pairs (the example names; OWN_PAIR is drawn from the sidebar's prompt)
-WHY_VIEWS = ("Direct attribution", "Ablate heads", "Patching", "Saliency", "Information flow")
-OWN_PAIR = "(your own)"
-PATCH_PAIRS = (OWN_PAIR, "Repeated sequence (induction)", "Speaker after a question")
-# The Parameters page's first choice: the sidebar's model rather than a preset
-PAR_MODEL_IN_USE = "the model in use"
-# The live generation's paces (tokens per second; None: the model's own speed; 0: one token per click)
-PACES = {"as fast as it writes": None, "20 tokens/s": 20.0, "5 tokens/s": 5.0, "2 tokens/s": 2.0, "1 token/s": 1.0,
-         "one token per click": 0.0}
-DEFAULT_PACE = "5 tokens/s"
-ATTENTION_VIEWS = ("One head", "Lines between tokens", "On the text", "Inside the head", "Value-weighted",
-                   "All heads of the layer", "Model view: every layer and head", "Entropy map")
+# the settings' keys, by their records' names (K.GEN_N == settings.GEN_N.key == "gen_n")
+globals().update({_name: _setting.key for _name, _setting in _settings.records().items()})
 
 # ---- the app's own bookkeeping --------------------------------------------------------------------------------
 LINK_READ = "_link_read"              # the session's link has been applied (its first run only)
@@ -37,23 +27,12 @@ UNIT_NAV_PENDING = "_unit_nav_pending"  # a unit id was picked: the router opens
 
 
 # ---- The sidebar (every page reads these) ----------------------------------------------------------------
-DEVICE = "device"
-DTYPE = "dtype"
-EXAMPLE_PROMPT = "example_prompt"
-EXPORT_FORMAT = "export_format"
-HF_NAME = "hf_name"
 HUB_GPT2 = "hub_gpt2"                 # the one-click button for GPT-2 small from the Hub
 MODEL_RETURN = "model_return"         # the model and view before the Hub click: where "Back to ..." returns
 MODEL_BACK = "model_back"             # that button, under the message of a model that failed to load
-MODEL_SOURCE = "model_source"
 MODEL_SPEC = "model_spec"
-NORM = "norm"
-PRESET = "preset"
-PROMPT = "prompt"
 PAGE_PROMPT = "page_prompt"           # the prompt's second box, atop a page on a narrow screen (copied both ways)
 NARROW_ONLY = "gv_narrow_only"        # a container shown only where the sidebar starts closed (display.py's CSS)
-SEED = "seed"
-TRAINED_RUN = "trained_run"
 
 # ---- Activations page ------------------------------------------------------------------------------------
 ACT_FOCUS = "act_focus"
@@ -84,19 +63,11 @@ ATT_GEN_HEATMAP = "att_gen_heatmap"
 ATT_GEN_BARS = "att_gen_bars"
 ATT_GEN_MAP = "att_gen_map"
 ATT_GEN_MAP_LIVE = "att_gen_map_live"
-ATT_GEN_N = "att_gen_n"
 ATT_GEN_NEXT = "att_gen_next"
-ATT_GEN_PACE = "att_gen_pace"
 ATT_GEN_STEP = "att_gen_step"
-ATT_GEN_SEED = "att_gen_seed"
-ATT_GEN_TEMP = "att_gen_temp"
-ATT_GEN_TOPK = "att_gen_topk"
-ATT_GEN_TOPP = "att_gen_topp"
 ATT_GEN_USE = "att_gen_use"
 ATT_GENERATE = "att_generate"
-ATT_HEAD = "att_head"
 ATT_HEATMAP = "att_heatmap"
-ATT_LAYER = "att_layer"
 ATT_LAYER_GRID = "att_layer_grid"
 ATT_LINES_CHART = "att_lines_chart"
 ATT_LINES_FOCUS = "att_lines_focus"
@@ -106,17 +77,14 @@ ATT_MODEL_VIEW = "att_model_view"
 ATT_MV_MEAN = "att_mv_mean"
 ATT_NEURON_CHART = "att_neuron_chart"
 ATT_NEURON_KEY = "att_neuron_key"
-ATT_QUERY = "att_query"
 ATT_QUERY_BARS = "att_query_bars"
 ATT_QUERY_BARS_HTML = "att_query_bars_html"
 ATT_QUERY_FOR = "att_query_for"
 ATT_QUERY_POS = "att_query_pos"
-ATT_SCALE = "att_scale"
 ATT_STEPS_CHART = "att_steps_chart"
 ATT_STOP = "att_stop"
 ATT_TEXT_CHART = "att_text_chart"
 ATT_TEXT_MODE = "att_text_mode"
-ATT_VIEW = "att_view"
 ATT_VW_RAW = "att_vw_raw"
 ATT_VW_WEIGHTED = "att_vw_weighted"
 ATT_SHOW_SUGGESTED = "att_show_suggested"  # the button that shows the head worth a look
@@ -147,24 +115,14 @@ EXP_TOL = "exp_tol"
 # ---- Generation page -------------------------------------------------------------------------------------
 GEN_BARS = "gen_bars"
 GEN_CURVES = "gen_curves"
-GEN_EOS = "gen_eos"
 GEN_GENERATE = "gen_generate"
-GEN_HEAD = "gen_head"
 GEN_HEATMAP = "gen_heatmap"
-GEN_LAYER = "gen_layer"
 GEN_LIVE_MAP = "gen_live_map"
-GEN_N = "gen_n"
 GEN_NEXT = "gen_next"
-GEN_PACE = "gen_pace"
-GEN_SCALE = "gen_scale"
-GEN_SEED = "gen_seed"
 GEN_STEP = "gen_step"
 GEN_STEP_ATTENTION = "gen_step_attention"
 GEN_STOP = "gen_stop"
 GEN_TABLE = "gen_table"
-GEN_TEMP = "gen_temp"
-GEN_TOPK = "gen_topk"
-GEN_TOPP = "gen_topp"
 
 # ---- Pre-norm vs post-norm page (norms_: same weights; twins_: the trained twins) ------------------------
 NORMS_ACT_FIG = "norms_act_fig"
@@ -213,7 +171,6 @@ CALC_RATIO = "calc_ratio"
 CALC_TIE = "calc_tie"
 CALC_VOCAB = "calc_vocab"
 PAR_CALC = "par_calc"
-PAR_MODEL = "par_model"
 PAR_PRESETS = "par_presets"
 PAR_PRESETS_BAR = "par_presets_bar"
 PAR_PRESETS_CSV = "par_presets_csv"
@@ -245,9 +202,7 @@ TRAIN_WIDTH = "train_width"
 TRAIN_WIRING = "train_wiring"
 
 # ---- What does this unit do? page -----------------------------------------------------------------------------
-UNIT = "unit"                    # the unit shown, "L2N26" or "L1H2" (in links as ?unit=)
 UNIT_TAB = "unit_tab"
-UNIT_TABS = ("One unit", "Search by token")
 UNIT_PILLS = "unit_pills"        # per page and list (per_item): unit ids that open the unit page
 UNIT_BUILD = "unit_build"
 UNIT_BUILD_TOKENS = "unit_build_tokens"
@@ -275,30 +230,21 @@ WHY_CORRUPT = "why_corrupt"      # per example pair
 WHY_DLA_BARS = "why_dla_bars"
 WHY_DLA_CSV = "why_dla_csv"
 WHY_DLA_GRID = "why_dla_grid"
-WHY_EXAMPLE = "why_example"
 WHY_FLOW_CSV = "why_flow_csv"
 WHY_FLOW_FIG = "why_flow_fig"
 WHY_FLOW_THRESHOLD = "why_flow_threshold"
 WHY_GXI = "why_gxi"
-WHY_ABLATED = "why_heads"       # the heads ablated (the grid's clicks and the multiselect share it)
 WHY_HEADS = "why_heads_pick"   # the multiselect of heads, kept in step with WHY_ABLATED
 WHY_GRID_CLICKS = "_why_grid_clicks"  # clicks on the heads' grid so far (a fresh grid key after each)
 WHY_IG = "why_ig"
 WHY_MODE = "why_mode"
 WHY_N = "why_n"
-WHY_OTHER = "why_other"
 WHY_PATCH_HEADS = "why_patch_heads"
 WHY_PATCH_RESID = "why_patch_resid"
 WHY_SEED = "why_seed"
-WHY_TARGET = "why_target"
 WHY_TEMP = "why_temp"
-WHY_VIEW = "why_view"
 
 # ---- the Heads forming page (training timeline) ----------------------------------------------------------------
-TIMELINE_DETECTORS = ("induction", "previous-token", "duplicate-token", "first-token")
-TL_DETECTOR = "tl_detector"
-TL_PROBE = "tl_probe"
-TL_STEP = "tl_step"
 TL_PLAY = "tl_play"
 TL_PLAYED = "_tl_played"       # the step a finished play reached, put on the slider at the next run
 TL_HEADS = "tl_heads"          # per wiring (per_item)
@@ -313,7 +259,6 @@ TL_GROW_STOP = "tl_grow_stop"
 TL_GROW_CURVES = "tl_grow_curves"
 TL_GROW_LOSS = "tl_grow_loss"
 TL_GROW_HEADS = "tl_grow_heads"  # per wiring (per_item)
-GROW_WIRINGS = ("pre", "post", "both")
 
 # ---- keys made per item ---------------------------------------------------------------------------------------
 def per_item(prefix: str, *parts) -> str:

@@ -1,0 +1,145 @@
+"""Every setting a visitor picks, declared once: its session key, default, label and help, its name in a shared link
+(if the view travels in links) and the rule that checks a value from outside.
+
+The widget that shows a setting draws from its record (`S.GEN_N.number_input(col)`), links.py reads and writes the
+linked ones through the same records, and the tests walk them. A widget key is its session-state key, and the key of
+a linked setting is also its link name unless the record names a shorter one: keep both stable, or links people
+have shared stop opening the view they showed. keys.py re-exports each key as a plain string, so `K.GEN_N` names it
+as before.
+"""
+from __future__ import annotations
+
+from ..config import PRESETS
+from ..figures.attention import DEFAULT_SCALE, SCALES
+from ..tokenizer import EOT
+from .rules import BadValue, Choice, Flag, Heads, Number, Setting, Text, UnitRule, Whole
+
+# ---- the choices settings offer, by the labels the widgets show ---------------------------------------------------
+SOURCE_BUNDLED = "Trained on Shakespeare (bundled)"
+SOURCE_PRESET = "Preset, random weights"
+SOURCE_PRETRAINED = "GPT-2 weights (folder or Hub id)"
+SOURCE_TRAINED = "Trained in this session"  # a session's trained runs exist only there: no link names them
+# The sidebar's model sources by their code in a link
+SOURCE_CODES = {"bundled": SOURCE_BUNDLED, "preset": SOURCE_PRESET, "pretrained": SOURCE_PRETRAINED}
+# The Attention page's view tabs; the Why page's tabs and its patching pairs (OWN_PAIR is drawn from the prompt)
+ATTENTION_VIEWS = ("One head", "Lines between tokens", "On the text", "Inside the head", "Value-weighted",
+                   "All heads of the layer", "Model view: every layer and head", "Entropy map")
+WHY_VIEWS = ("Direct attribution", "Ablate heads", "Patching", "Saliency", "Information flow")
+OWN_PAIR = "(your own)"
+PATCH_PAIRS = (OWN_PAIR, "Repeated sequence (induction)", "Speaker after a question")
+# The Parameters page's first choice: the sidebar's model rather than a preset
+PAR_MODEL_IN_USE = "the model in use"
+# The live generation's paces (tokens per second; None: the model's own speed; 0: one token per click)
+PACES = {"as fast as it writes": None, "20 tokens/s": 20.0, "5 tokens/s": 5.0, "2 tokens/s": 2.0, "1 token/s": 1.0,
+         "one token per click": 0.0}
+DEFAULT_PACE = "5 tokens/s"
+TIMELINE_DETECTORS = ("induction", "previous-token", "duplicate-token", "first-token")
+UNIT_TABS = ("One unit", "Search by token")
+GROW_WIRINGS = ("pre", "post", "both")
+
+MAX_LINK_PROMPT = 600  # characters; a longer prompt travels compressed (links.py), if that fits
+MAX_LINK_MODEL = 300   # characters of a folder path or Hub id
+
+
+
+SEEDS, LAYERS, TOKENS = Whole(0, 2**31 - 1), Whole(0, 4095), Whole(1, 200)
+HEADS = Whole(-1, 4095)  # head -1: the mean of the layer's heads (display.MEAN_HEAD)
+TOP_K = Whole(0, 1_000_000)  # the widget's maximum is the model's vocabulary; a link's larger value is replaced
+NEXT_TOKENS = Whole(0, 1_000_000)  # token ids; the page replaces one that is not among its choices
+SCALE_HELP = ("For the attention figures; the default, the square root, makes small weights visible. Hover always "
+              "shows the weight.")
+
+# ---- the sidebar (every page reads these; short link names) --------------------------------------------------------
+MODEL_SOURCE = Setting("model_source", "Source", None, link="source", rule=Choice(
+    (SOURCE_BUNDLED, SOURCE_PRESET, SOURCE_PRETRAINED, SOURCE_TRAINED), codes=SOURCE_CODES))
+NORM = Setting("norm", "LayerNorm placement", "pre", link="norm", rule=Choice(("pre", "post")),
+               help="Pre-norm normalises before each sub-layer and once at the end; post-norm normalises after each "
+                    "residual addition.")
+PRESET = Setting("preset", "Preset", "small-4l", link="preset", rule=Choice(tuple(PRESETS)))
+SEED = Setting("seed", "Seed", 0, link="seed", rule=SEEDS)
+HF_NAME = Setting("hf_name", "Folder or Hub id", link="model", rule=Text(MAX_LINK_MODEL),
+                  help="A Hub id such as gpt2, found in the local Hugging Face cache or downloaded when online; or a "
+                       "folder with config.json and model.safetensors (or pytorch_model.bin), in Hugging Face GPT-2 or "
+                       "gptviz layout, inside the server's model folders: the bundled models, the Hugging Face cache, "
+                       "and the folders listed in the GPTVIZ_MODEL_DIRS environment variable.")
+PROMPT = Setting("prompt", "Prompt", link="prompt", rule=Text(MAX_LINK_PROMPT), help="Shared by every page.")
+DEVICE = Setting("device", "Device", "cpu")
+DTYPE = Setting("dtype", "Precision", "float32",
+                help="Half precision halves the weights' memory and speeds up GPU inference; captures and "
+                     "probabilities are still shown in float32.")
+TRAINED_RUN = Setting("trained_run", "Run")
+EXAMPLE_PROMPT = Setting("example_prompt", "Examples")
+EXPORT_FORMAT = Setting("export_format", "Figure download format",
+                        help="The camera button in each figure's toolbar saves it in this format.")
+
+# ---- the live generation's controls (Attention and Generation pages) -----------------------------------------------
+TEMP_HELP = ("Divides the logits before the softmax: below 1 sharpens, above 1 flattens; 0 always takes the most "
+             "probable token (greedy).")
+TOP_K_HELP = "Sample only from the k most probable tokens."
+TOP_P_HELP = "Sample only from the most probable tokens whose probabilities add up to p."
+SEED_HELP = "The same seed and settings give the same text."
+PACE_HELP = ("How fast the new tokens appear, so the map can be watched growing row by row; the model still writes "
+             "at its own speed (the caption after a run gives it).")
+
+
+def _generation(prefix: str, tokens: int) -> tuple[Setting, ...]:
+    """One page's sampling settings: new tokens, temperature, top-k, top-p, seed and pace (linked by key)."""
+    return (Setting(f"{prefix}_n", "New tokens", tokens, link=f"{prefix}_n", rule=TOKENS),
+            Setting(f"{prefix}_temp", "Temperature", 1.0, TEMP_HELP, f"{prefix}_temp", Number(0.0, 2.0, 0.05)),
+            Setting(f"{prefix}_topk", "Top-k (0 = off)", 0, TOP_K_HELP, f"{prefix}_topk", TOP_K),
+            Setting(f"{prefix}_topp", "Top-p (1 = off)", 0.9, TOP_P_HELP, f"{prefix}_topp", Number(0.05, 1.0, 0.05)),
+            Setting(f"{prefix}_seed", "Seed", 0, SEED_HELP, f"{prefix}_seed", SEEDS),
+            Setting(f"{prefix}_pace", "Pace", DEFAULT_PACE, PACE_HELP, f"{prefix}_pace", Choice(tuple(PACES))))
+
+
+# ---- Attention page ------------------------------------------------------------------------------------------------
+ATT_VIEW = Setting("att_view", "", ATTENTION_VIEWS[0], link="att_view", rule=Choice(ATTENTION_VIEWS))
+ATT_LAYER = Setting("att_layer", "Layer", 0, link="att_layer", rule=LAYERS,
+                    help="A layer: one of the blocks the tokens pass through in turn, each with its own heads.")
+ATT_HEAD = Setting("att_head", "Head", 0, link="att_head", rule=HEADS,
+                   help="Each head has its own queries and keys, so each learns its own way of looking. The mean "
+                        "shows where the layer as a whole looks.")
+ATT_SCALE = Setting("att_scale", "Colour scale", DEFAULT_SCALE, link="att_scale", rule=Choice(tuple(SCALES)))
+ATT_QUERY = Setting("att_query", "Query token", None, link="att_query", rule=Whole(0, 100_000, none_ok=True),
+                    help="The token whose attention the bar chart and the outlined heatmap row show.")
+ATT_GEN_N, ATT_GEN_TEMP, ATT_GEN_TOPK, ATT_GEN_TOPP, ATT_GEN_SEED, ATT_GEN_PACE = _generation("att_gen", 20)
+
+# ---- Generation page -----------------------------------------------------------------------------------------------
+GEN_LAYER = Setting("gen_layer", "Attention of layer", 0, link="gen_layer", rule=LAYERS)
+GEN_HEAD = Setting("gen_head", "Head", -1, link="gen_head", rule=HEADS)
+GEN_SCALE = Setting("gen_scale", "Colour scale", DEFAULT_SCALE, SCALE_HELP, "gen_scale", Choice(tuple(SCALES)))
+GEN_N, GEN_TEMP, GEN_TOPK, GEN_TOPP, GEN_SEED, GEN_PACE = _generation("gen", 30)
+GEN_EOS = Setting("gen_eos", f"Stop at {EOT}", False, link="gen_eos", rule=Flag(),
+                  help="GPT-2's end-of-text token; a trained model writes it where a document ends.")
+
+# ---- What does this unit do? page ----------------------------------------------------------------------------------
+UNIT = Setting("unit", "", None, link="unit", rule=UnitRule())  # the unit shown, "L2N26" or "L1H2"
+
+# ---- Why this token? page ------------------------------------------------------------------------------------------
+WHY_VIEW = Setting("why_view", "", WHY_VIEWS[0], link="why_view", rule=Choice(WHY_VIEWS))
+WHY_TARGET = Setting("why_target", "Predicted token (target)", link="why_target", rule=NEXT_TOKENS)
+WHY_OTHER = Setting("why_other", "Rival", link="why_other", rule=NEXT_TOKENS)
+# the heads ablated: the grid's clicks and the "Heads to remove" box (WHY_HEADS, kept in step) share it
+WHY_ABLATED = Setting("why_heads", "", [], link="why_heads", rule=Heads())
+WHY_EXAMPLE = Setting("why_example", "Example pair", OWN_PAIR, link="why_example", rule=Choice(PATCH_PAIRS))
+
+# ---- Parameters page -----------------------------------------------------------------------------------------------
+PAR_MODEL = Setting("par_model", "Model", PAR_MODEL_IN_USE, link="par_model",
+                    rule=Choice((PAR_MODEL_IN_USE, *PRESETS)),
+                    help="The sidebar's model, or any preset (presets are counted, never built).")
+
+# ---- Heads forming page (training timeline) ------------------------------------------------------------------------
+TL_DETECTOR = Setting("tl_detector", "Detector", TIMELINE_DETECTORS[0], link="tl_detector",
+                      rule=Choice(TIMELINE_DETECTORS))
+TL_PROBE = Setting("tl_probe", "Probe prompt", 0, link="tl_probe", rule=Whole(0, 15))
+TL_STEP = Setting("tl_step", "Training step", link="tl_step", rule=Whole(0, 10_000_000))
+
+
+def records() -> dict[str, Setting]:
+    """Every setting by its name here (the name keys.py gives its key)."""
+    return {name: value for name, value in globals().items() if isinstance(value, Setting)}
+
+
+def linked() -> tuple[Setting, ...]:
+    """The settings a link carries, in the order a link writes them (the sidebar's first)."""
+    return tuple(s for s in records().values() if s.link)

@@ -14,7 +14,7 @@ import streamlit as st
 import torch
 
 from gptviz import analysis, unit_id
-from gptviz.app import keys as K
+from gptviz.app import keys as K, settings as S
 from gptviz.app import live
 from gptviz.app.component import attention_map as amap
 from gptviz.app.component import query_bars as qbars
@@ -36,7 +36,7 @@ from gptviz.tokenizer import decode, token_labels
 MAX_CHIPS = 256           # longer prompts pick the query with a slider
 GRID_CELLS = 600_000      # most heatmap cells one small-multiples figure draws
 CAPTURE_BYTES = 256 * 2**20  # most memory the cached weights of one prompt may take (layers x heads x T x T)
-VIEWS = list(K.ATTENTION_VIEWS)
+VIEWS = list(S.ATT_VIEW.rule.options)
 state = st.session_state
 
 
@@ -124,9 +124,8 @@ def token_chips(seen: Seen) -> int:
     st.markdown(f"**{T} token{'s' if T != 1 else ''}** (GPT-2 BPE pieces; ␣ is a space, ↵ a newline, `<0xF0>` one "
                 "byte of a character split across tokens). Pick one to see where it looks.")
     if T <= MAX_CHIPS:
-        query = st.pills("Query token", list(range(T)), format_func=lambda i: md_text(seen.labels[i]),
-                         key=K.ATT_QUERY, label_visibility="collapsed", persist_state="page",
-                         help="The token whose attention the bar chart and the outlined heatmap row show.")
+        query = S.ATT_QUERY.pills(st, options=list(range(T)), format_func=lambda i: md_text(seen.labels[i]),
+                                  label_visibility="collapsed", persist_state="page")
     else:
         query = st.slider("Query position", 0, T - 1, value=T - 1, key=K.ATT_QUERY_POS)
         st.text(" | ".join(seen.labels))
@@ -266,18 +265,11 @@ def example_buttons() -> None:
 
 def pickers(seen: Seen, query: int) -> Pick:
     row = st.container(horizontal=True, gap="xsmall")
-    layer = row.selectbox("Layer", list(range(seen.cfg.n_layers)), key=K.ATT_LAYER,
-                              format_func=lambda i: f"layer {i}", persist_state="session", width=110,
-                          help="A layer: one of the blocks the tokens pass through in turn, each with its own heads.")
-    head = row.selectbox("Head", seen.heads, key=K.ATT_HEAD, format_func=head_name, persist_state="session", width=165,
-                            help="Each head has its own queries and keys, so each learns its own way of looking. "
-                                 "The mean shows where the layer as a whole looks.")
-    state.setdefault(K.ATT_SCALE, fa.DEFAULT_SCALE)
-    scale = row.selectbox("Colour scale", list(fa.SCALES), key=K.ATT_SCALE, format_func=fa.SCALES.get,
-                              persist_state="session",
-                              help="Shared by every attention figure on this page. The default, the square root, "
-                                   "makes small weights visible (a linear scale shows only a head's few largest); "
-                                   "hover always shows the weight itself.")
+    layer = S.ATT_LAYER.selectbox(row, options=list(range(seen.cfg.n_layers)), format_func=lambda i: f"layer {i}",
+                                  persist_state="session", width=110)
+    head = S.ATT_HEAD.selectbox(row, options=seen.heads, format_func=head_name, persist_state="session", width=165)
+    S.ATT_SCALE.setdefault(state)
+    scale = S.ATT_SCALE.selectbox(row, format_func=fa.SCALES.get, persist_state="session")
     return Pick(layer, head, scale, query)
 
 
@@ -606,7 +598,7 @@ def seen_row(step, p: Pick):
 def draw_running(run: dict, seen: Seen) -> None:
     """The live fragment's redraw, with the pickers' current values."""
     live.draw_live(run, layer=state.get(K.ATT_LAYER, 0), head=state.get(K.ATT_HEAD, 0),
-                   scale=state.get(K.ATT_SCALE, fa.DEFAULT_SCALE), map_key=K.ATT_GEN_MAP_LIVE,
+                   scale=state.get(K.ATT_SCALE, S.ATT_SCALE.default), map_key=K.ATT_GEN_MAP_LIVE,
                    on_pick=picked_from_map(seen), text_height=LIVE_TEXT_PX)
 
 

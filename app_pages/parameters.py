@@ -12,11 +12,11 @@ from gptviz.config import NORM_TYPES, ConfigError, GPTConfig
 from gptviz.figures import params as figs
 from gptviz.params import BYTES_PER, by_component, by_layer, memory_bytes, param_table, total_params
 from gptviz.app import display, sidebar
-from gptviz.app import keys as K
+from gptviz.app import keys as K, settings as S
 
 GPT_FAMILY = ("gpt1", "gpt2-small", "gpt2-medium", "gpt2-large", "gpt2-xl")
 MIB = 2**20
-MODEL_IN_USE = K.PAR_MODEL_IN_USE
+MODEL_IN_USE = S.PAR_MODEL_IN_USE
 TABS = ("Breakdown", "All presets", "Calculator")
 state = st.session_state
 
@@ -115,9 +115,7 @@ def show_breakdown(cfg: GPTConfig, label: str, key: str) -> None:
 
 
 def model_tab() -> None:
-    options = [MODEL_IN_USE] + list(PRESETS)
-    which = st.selectbox("Model", options, key=K.PAR_MODEL,
-                         help="The sidebar's model, or any preset (presets are counted, never built).")
+    which = S.PAR_MODEL.selectbox(st)
     if which == MODEL_IN_USE:
         cfg = sidebar.current_config()
         spec = state.get(K.MODEL_SPEC)

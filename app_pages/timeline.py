@@ -13,7 +13,7 @@ import numpy as np
 import streamlit as st
 
 from gptviz.app import jobs
-from gptviz.app import keys as K
+from gptviz.app import keys as K, settings as S
 from gptviz.app.bundled_snapshots import bundled_snapshots
 from gptviz.app.display import show_figure
 from gptviz.app.unit_nav import unit_pills
@@ -28,7 +28,7 @@ PLAY_FPS = 3
 FORMED_HELP = (f"Steps count from the start of training (stage 1's first step, from random weights). A head "
                f"counts as formed at the first snapshot from which its score stays at or above {THRESHOLD:g}; the "
                "Pre-norm vs post-norm page uses the same rule.")
-STEP_HELP = "Each wiring shows its last snapshot at or before this step."
+STEP_HELP = S.TL_STEP.help  # the play's frames show a slider like the step's
 state = st.session_state
 
 
@@ -50,18 +50,17 @@ def controls(found: dict[str, Snapshots]) -> tuple[str, int, int, st.delta_gener
     step slider sits in (Play moves a slider there)."""
     first = next(iter(found.values()))
     steps = all_steps(found)
-    if state.get(K.TL_DETECTOR) not in K.TIMELINE_DETECTORS:
-        state[K.TL_DETECTOR] = K.TIMELINE_DETECTORS[0]
+    if state.get(K.TL_DETECTOR) not in S.TL_DETECTOR.rule.options:
+        state[K.TL_DETECTOR] = S.TL_DETECTOR.default
     if not isinstance(state.get(K.TL_PROBE), int) or not 0 <= state[K.TL_PROBE] < len(first.probes):
-        state[K.TL_PROBE] = 0
+        state[K.TL_PROBE] = S.TL_PROBE.default
     wanted = state.pop(K.TL_PLAYED, state.get(K.TL_STEP))
     state[K.TL_STEP] = steps[ft.last_at_or_before(steps, wanted)] if isinstance(wanted, int) else steps[-1]
     left, middle, right = st.columns([1, 1, 3])
-    detector = left.selectbox("Detector", K.TIMELINE_DETECTORS, key=K.TL_DETECTOR)
-    probe = middle.selectbox("Probe prompt", range(len(first.probes)), key=K.TL_PROBE,
-                             format_func=lambda p: first.probes[p].name)
+    detector = S.TL_DETECTOR.selectbox(left)
+    probe = S.TL_PROBE.selectbox(middle, options=range(len(first.probes)), format_func=lambda p: first.probes[p].name)
     slot = right.empty()
-    step = slot.select_slider("Training step", steps, key=K.TL_STEP, help=STEP_HELP)
+    step = S.TL_STEP.select_slider(slot, options=steps)
     return detector, probe, step, slot
 
 
@@ -109,7 +108,7 @@ def play(found: dict[str, Snapshots], detector: str, probe: int, start: int, sli
     steps = [s for s in every if s >= start] or every
     slots = [st.empty() for _ in found]
     for s in steps:
-        slider.select_slider("Training step", every, value=s, disabled=True, key=K.per_item(K.TL_FRAME, "slider", s),
+        slider.select_slider(S.TL_STEP.label, every, value=s, disabled=True, key=K.per_item(K.TL_FRAME, "slider", s),
                              help=STEP_HELP)
         for slot, (wiring, snaps) in zip(slots, found.items()):
             line, best = best_head_line(snaps, detector, s)

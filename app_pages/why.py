@@ -11,7 +11,7 @@ import torch
 
 from gptviz import attribution, flow, memory, unit_id
 from gptviz.app import display, jobs, models, sidebar
-from gptviz.app import keys as K
+from gptviz.app import keys as K, settings as S
 from gptviz.app.unit_nav import unit_pills
 from gptviz.config import GPTConfig
 from gptviz.figures import attention as fa
@@ -191,13 +191,11 @@ def pick_tokens(probs: torch.Tensor, last_label: str) -> tuple[list[int], int, i
     sidebar.keep_valid(K.WHY_TARGET, choices, choices[0])
     sidebar.keep_valid(K.WHY_OTHER, choices, choices[1])
     c1, c2 = st.columns(2)
-    target = c1.selectbox("Predicted token (target)", choices, key=K.WHY_TARGET, format_func=option)
+    target = S.WHY_TARGET.selectbox(c1, options=choices, format_func=option)
     others = [c for c in choices if c != target]
     if state.get(K.WHY_OTHER) not in others:
         state[K.WHY_OTHER] = others[0]
-    other = c2.selectbox("Rival", others, key=K.WHY_OTHER, format_func=option,
-                         help="The metric is logit(target) - logit(rival): what makes the model prefer one to the "
-                              "other.")
+    other = S.WHY_OTHER.selectbox(c2, options=others, format_func=option)
     st.caption(f"Next token after the prompt's last token, {display.md_text(last_label)}. Metric: logit("
                f"{display.md_text(names[target])}) - logit({display.md_text(names[other])}).")
     return choices, target, other
@@ -450,7 +448,7 @@ def corrupted_from(text: str, cfg: GPTConfig) -> tuple[str, str] | None:
 
 def patch_prompts(cfg: GPTConfig) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
     """The clean and corrupted prompts as ids; None (with the reason) when they cannot be compared."""
-    example = st.selectbox("Example pair", list(K.PATCH_PAIRS), key=K.WHY_EXAMPLE)
+    example = S.WHY_EXAMPLE.selectbox(st)
     own = state.get(K.PROMPT, "")
     swapped = corrupted_from(own, cfg) if example == OWN_PAIR else None
     clean_default, corrupted_default = PATCH_EXAMPLES.get(example, (own, swapped[0] if swapped else own))

@@ -12,7 +12,7 @@ from __future__ import annotations
 from ..config import PRESETS
 from ..figures.attention import DEFAULT_SCALE, SCALES
 from ..tokenizer import EOT
-from .rules import BadValue, Choice, Flag, Heads, Number, Setting, Text, UnitRule, Whole
+from .rules import Choice, Flag, Heads, Number, Setting, Text, UnitRule, Whole
 
 # ---- the choices settings offer, by the labels the widgets show ---------------------------------------------------
 SOURCE_BUNDLED = "Trained on Shakespeare (bundled)"
@@ -99,7 +99,10 @@ ATT_LAYER = Setting("att_layer", "Layer", 0, link="att_layer", rule=LAYERS,
 ATT_HEAD = Setting("att_head", "Head", 0, link="att_head", rule=HEADS,
                    help="Each head has its own queries and keys, so each learns its own way of looking. The mean "
                         "shows where the layer as a whole looks.")
-ATT_SCALE = Setting("att_scale", "Colour scale", DEFAULT_SCALE, link="att_scale", rule=Choice(tuple(SCALES)))
+ATT_SCALE = Setting("att_scale", "Colour scale", DEFAULT_SCALE, link="att_scale", rule=Choice(tuple(SCALES)),
+                    help="Shared by every attention figure on this page. The default, the square root, makes small "
+                         "weights visible (a linear scale shows only a head's few largest); hover always shows the "
+                         "weight itself.")
 ATT_QUERY = Setting("att_query", "Query token", None, link="att_query", rule=Whole(0, 100_000, none_ok=True),
                     help="The token whose attention the bar chart and the outlined heatmap row show.")
 ATT_GEN_N, ATT_GEN_TEMP, ATT_GEN_TOPK, ATT_GEN_TOPP, ATT_GEN_SEED, ATT_GEN_PACE = _generation("att_gen", 20)
@@ -118,7 +121,8 @@ UNIT = Setting("unit", "", None, link="unit", rule=UnitRule())  # the unit shown
 # ---- Why this token? page ------------------------------------------------------------------------------------------
 WHY_VIEW = Setting("why_view", "", WHY_VIEWS[0], link="why_view", rule=Choice(WHY_VIEWS))
 WHY_TARGET = Setting("why_target", "Predicted token (target)", link="why_target", rule=NEXT_TOKENS)
-WHY_OTHER = Setting("why_other", "Rival", link="why_other", rule=NEXT_TOKENS)
+WHY_OTHER = Setting("why_other", "Rival", link="why_other", rule=NEXT_TOKENS,
+                    help="The metric is logit(target) - logit(rival): what makes the model prefer one to the other.")
 # the heads ablated: the grid's clicks and the "Heads to remove" box (WHY_HEADS, kept in step) share it
 WHY_ABLATED = Setting("why_heads", "", [], link="why_heads", rule=Heads())
 WHY_EXAMPLE = Setting("why_example", "Example pair", OWN_PAIR, link="why_example", rule=Choice(PATCH_PAIRS))
@@ -132,7 +136,8 @@ PAR_MODEL = Setting("par_model", "Model", PAR_MODEL_IN_USE, link="par_model",
 TL_DETECTOR = Setting("tl_detector", "Detector", TIMELINE_DETECTORS[0], link="tl_detector",
                       rule=Choice(TIMELINE_DETECTORS))
 TL_PROBE = Setting("tl_probe", "Probe prompt", 0, link="tl_probe", rule=Whole(0, 15))
-TL_STEP = Setting("tl_step", "Training step", link="tl_step", rule=Whole(0, 10_000_000))
+TL_STEP = Setting("tl_step", "Training step", link="tl_step", rule=Whole(0, 10_000_000),
+                  help="Each wiring shows its last snapshot at or before this step.")
 
 
 def records() -> dict[str, Setting]:

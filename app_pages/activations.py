@@ -15,7 +15,7 @@ import torch
 from gptviz import analysis, memory
 from gptviz import limits
 from gptviz.app import display, models, sidebar
-from gptviz.app import keys as K
+from gptviz.app import keys as K, settings as S
 from gptviz.app.unit_nav import unit_pills
 from gptviz.export import export_nbytes, matrix_frame, prompt_capture_npz, prompt_capture_npz_nbytes
 from gptviz.figures import activations as figs
@@ -105,10 +105,8 @@ def focus_picker(seen: Seen) -> int:
     T = seen.T
     # a shorter prompt, or a value the browser kept as the old option's label (a str), falls back to the last token
     sidebar.keep_valid(K.ACT_FOCUS, range(T), T - 1)
-    return st.columns([1, 2])[0].selectbox("Focus token", range(T), index=T - 1,
-                                           format_func=seen.pos_labels.__getitem__, key=K.ACT_FOCUS,
-                                           help="The position used by the per-token views below (neurons, norms "
-                                                "per layer, lens line).")
+    return S.ACT_FOCUS.selectbox(st.columns([1, 2])[0], options=range(T), index=T - 1,
+                                 format_func=seen.pos_labels.__getitem__)
 
 
 def residual_tab(seen: Seen) -> None:
@@ -120,7 +118,7 @@ def residual_tab(seen: Seen) -> None:
     st.caption("L2 norm of the residual stream entering each block (rows, top to bottom) and leaving the last "
                "one, for every token (columns). In a pre-norm model it grows layer by layer; post-norm "
                "renormalises it after every sub-layer.")
-    average = st.toggle("Average over all positions", key=K.ACT_RESID_AVG)
+    average = S.ACT_RESID_AVG.toggle(st)
     if average:
         where = "mean over all positions"
         r, a, m = resid.mean(1), attn.mean(1), mlp.mean(1)
@@ -155,7 +153,7 @@ def mlp_tab(seen: Seen) -> None:
         bins.insert(0, "bin_low", edges[:-1].numpy())
         display.download_csv(bins, "mlp_histograms.csv", key=K.ACT_MLP_HIST_CSV)
     with right:
-        k = st.slider("Neurons", 5, 30, 10, key=K.ACT_TOPK)
+        k = S.ACT_TOPK.slider(st)
         rows = analysis.top_neurons(post, seen.focus, k)
         display.show_figure(figs.top_neurons_bar(rows, seen.pos_labels[seen.focus]), key=K.ACT_TOP_NEURONS)
         st.caption("The largest activations at the focus token, over every layer's neurons.")
@@ -282,8 +280,7 @@ def heads_tab(seen: Seen) -> None:
 def export_tab(seen: Seen) -> None:
     st.markdown("**The whole capture for this prompt** as a NumPy `.npz`: every hook point's tensor by its hook "
                 "name (no batch axis), plus `ids` and `tokens`. Load it with `numpy.load`.")
-    include_attention = st.checkbox("Include attention scores and patterns ([heads, T, T] per layer)", value=True,
-                                    key=K.ACT_NPZ_ATTN)
+    include_attention = S.ACT_NPZ_ATTN.checkbox(st)
     size = export_nbytes(seen.cfg, seen.T, include_attention)
     st.caption(f"About {size / 2**20:,.1f} MiB of float32 before compression. The file is built when you click.")
     too_big = size > limits.server_limits().export_bytes

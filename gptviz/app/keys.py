@@ -35,7 +35,6 @@ PAGE_PROMPT = "page_prompt"           # the prompt's second box, atop a page on 
 NARROW_ONLY = "gv_narrow_only"        # a container shown only where the sidebar starts closed (display.py's CSS)
 
 # ---- Activations page ------------------------------------------------------------------------------------
-ACT_FOCUS = "act_focus"
 ACT_HEADS = "act_heads"
 ACT_HEADS_CSV = "act_heads_csv"
 ACT_LENS_CSV = "act_lens_csv"
@@ -46,14 +45,11 @@ ACT_MLP_HIST_CSV = "act_mlp_hist_csv"
 ACT_NORM_CSV = "act_norm_csv"
 ACT_NORM_STATS = "act_norm_stats"
 ACT_NPZ = "act_npz"
-ACT_NPZ_ATTN = "act_npz_attn"
-ACT_RESID_AVG = "act_resid_avg"
 ACT_RESID_CSV = "act_resid_csv"
 ACT_RESID_HEAT = "act_resid_heat"
 ACT_RESID_LINES = "act_resid_lines"
 ACT_TOP_NEURONS = "act_top_neurons"
 ACT_TOP_NEURONS_CSV = "act_top_neurons_csv"
-ACT_TOPK = "act_topk"
 
 # ---- Attention page --------------------------------------------------------------------------------------
 ATT_DETECTORS = "att_detectors"
@@ -91,12 +87,10 @@ ATT_SHOW_SUGGESTED = "att_show_suggested"  # the button that shows the head wort
 ATT_GEN_STARTED = "_att_gen_started"  # Generate started the model from the fragment: the page reruns whole
 
 # ---- Embeddings page -------------------------------------------------------------------------------------
-EMB_DIMS = "emb_dims"
 EMB_PANELS = "emb_panels"
 EMB_PANELS_CSV = "emb_panels_csv"
 EMB_PCA = "emb_pca"
 EMB_PCA_CSV = "emb_pca_csv"
-EMB_PCA_N = "emb_pca_n"
 EMB_POS_SIM = "emb_pos_sim"
 EMB_POS_SIM_CSV = "emb_pos_sim_csv"
 EMB_TOKEN_SIM = "emb_token_sim"
@@ -108,9 +102,6 @@ EXP_ACTIVATIONS_CSV = "exp_activations_csv"
 EXP_BLOCK = "exp_block"                # per norm wiring: per_item(EXP_BLOCK, "pre")
 EXP_MASK = "exp_mask"
 EXP_MASK_CSV = "exp_mask_csv"
-EXP_MASK_N = "exp_mask_n"
-EXP_RANGE = "exp_range"
-EXP_TOL = "exp_tol"
 
 # ---- Generation page -------------------------------------------------------------------------------------
 GEN_BARS = "gen_bars"
@@ -205,16 +196,9 @@ TRAIN_WIRING = "train_wiring"
 UNIT_TAB = "unit_tab"
 UNIT_PILLS = "unit_pills"        # per page and list (per_item): unit ids that open the unit page
 UNIT_BUILD = "unit_build"
-UNIT_BUILD_TOKENS = "unit_build_tokens"
-UNIT_COLOUR = "unit_colour"
 UNIT_EFFECT = "unit_effect"
 UNIT_EXAMPLES = "unit_examples"
-UNIT_FOCUS = "unit_focus"
 UNIT_HIST = "unit_hist"
-UNIT_HIST_LOG = "unit_hist_log"
-UNIT_INDEX = "unit_index"
-UNIT_KIND = "unit_kind"
-UNIT_LAYER = "unit_layer"
 UNIT_SOURCE = "unit_source"
 UNIT_WORD = "unit_word"
 UNIT_HERE_TABLE = "unit_here_table"

@@ -140,6 +140,35 @@ TL_STEP = Setting("tl_step", "Training step", link="tl_step", rule=Whole(0, 10_0
                   help="Each wiring shows its last snapshot at or before this step.")
 
 
+# ---- settings a page keeps to itself (not in links) ----------------------------------------------------------------
+# Activations page
+ACT_FOCUS = Setting("act_focus", "Focus token", help="The position used by the per-token views below (neurons, norms "
+                                                     "per layer, lens line).")  # default: the last token
+ACT_RESID_AVG = Setting("act_resid_avg", "Average over all positions", False, rule=Flag())
+ACT_TOPK = Setting("act_topk", "Neurons", 10, rule=Whole(5, 30))
+ACT_NPZ_ATTN = Setting("act_npz_attn", "Include attention scores and patterns ([heads, T, T] per layer)", True,
+                       rule=Flag())
+# Embeddings page (the dimensions' range depends on the model: the page gives it)
+EMB_DIMS = Setting("emb_dims", "Dimensions shown")
+EMB_PCA_N = Setting("emb_pca_n", "Vocabulary sample", 2000, rule=Choice((500, 1000, 2000, 5000)))
+# Explainers page
+EXP_RANGE = Setting("exp_range", "x range", (-4.0, 4.0), rule=Number(-10.0, 10.0, 0.5))
+EXP_TOL = Setting("exp_tol", "Mark where they differ by more than", 0.01, rule=Choice((0.001, 0.01, 0.05, 0.1)))
+EXP_MASK_N = Setting("exp_mask_n", "Tokens", rule=Whole(1, 32))  # default: the prompt's first tokens, up to 8
+# What does this unit do? page
+# kind, layer and index: set from the unit shown (UNIT) at each run, so they need no default
+UNIT_KIND = Setting("unit_kind", "Unit", rule=Choice(("neuron", "head")))
+UNIT_LAYER = Setting("unit_layer", "Layer")
+UNIT_INDEX = Setting("unit_index", "Neuron")  # "Head" for a head: the page names it
+UNIT_BUILD_TOKENS = Setting("unit_build_tokens", "Tokens to scan")  # its range is the server's (GPTVIZ_INDEX_TOKENS)
+UNIT_COLOUR = Setting("unit_colour", "Colour tokens by", "output norm",
+                      rule=Choice(("output norm", "where the peak token looks")),
+                      help="Output norm: ||z W_O|| of the head at each token. Where the peak token looks: its "
+                           "attention weights (grey before its window).")
+UNIT_HIST_LOG = Setting("unit_hist_log", "Log scale", True, rule=Flag())
+UNIT_FOCUS = Setting("unit_focus", "Token of the prompt")  # default: the last token
+
+
 def records() -> dict[str, Setting]:
     """Every setting by its name here (the name keys.py gives its key)."""
     return {name: value for name, value in globals().items() if isinstance(value, Setting)}

@@ -159,9 +159,9 @@ def start_growth() -> None:
 def growth_controls(job: Job | None) -> None:
     running = job is not None and not job.finished
     left, middle, right = st.columns([2, 1, 1])
-    left.segmented_control("Wiring", K.GROW_WIRINGS, key=K.TL_GROW_WIRING, default="pre",
-                           format_func=lambda w: {"both": "both, same batches"}.get(w, f"{w}-norm"))
-    middle.number_input("Seed", 0, 10_000, 0, key=K.TL_GROW_SEED)
+    S.TL_GROW_WIRING.segmented_control(left, default=S.TL_GROW_WIRING.default,
+                                       format_func=lambda w: {"both": "both, same batches"}.get(w, f"{w}-norm"))
+    S.TL_GROW_SEED.number_input(middle)
     if running:
         right.button("Stop", key=K.TL_GROW_STOP, on_click=job.request_stop, icon=":material/stop:", width="stretch")
     elif right.button("Grow", key=K.TL_GROW_START, type="primary", icon=":material/play_arrow:", width="stretch"):

@@ -26,7 +26,6 @@ from gptviz.tokenizer import decode, encode, fit_vocabulary, token_labels
 
 state = st.session_state
 TOP = 10            # tokens offered as target / rival
-MAX_NEW = 40        # continuation length cap
 IG_STEPS = 32       # integrated-gradients points (completeness shown beside the result)
 AUTO_RUN_S = 5.0    # a measurement estimated longer than this waits for a click
 PATCH_EXAMPLES = dict(zip(K.PATCH_PAIRS[1:], (  # clean, corrupted (same length in tokens): one cue broken
@@ -318,14 +317,14 @@ def ablation_effect(ask: Ask) -> None:
 def ablation_controls(cfg: GPTConfig) -> Ablation:
     options = [(l, h) for l in range(cfg.n_layers) for h in range(cfg.n_heads)]
     state[K.WHY_HEADS] = [h for h in ablated() if h in options]  # the grid's clicks and a link set WHY_ABLATED
-    chosen = st.multiselect("Heads to remove", options, key=K.WHY_HEADS, format_func=lambda lh: unit_id.head_id(*lh),
-                            placeholder="Choose heads, or click them in the grid above",
-                            on_change=lambda: state.__setitem__(K.WHY_ABLATED, sorted(state[K.WHY_HEADS])))
+    chosen = S.WHY_HEADS.multiselect(st, options=options, format_func=lambda lh: unit_id.head_id(*lh),
+                                     placeholder="Choose heads, or click them in the grid above",
+                                     on_change=lambda: state.__setitem__(K.WHY_ABLATED, sorted(state[K.WHY_HEADS])))
     a1, a2, a3, a4 = st.columns(4)
-    mode = a1.radio("Ablation", ["zero", "mean"], key=K.WHY_MODE, horizontal=True)
-    n_new = a2.number_input("New tokens", 1, MAX_NEW, 20, key=K.WHY_N)
-    temperature = a3.slider("Temperature", 0.0, 2.0, 0.0, 0.05, key=K.WHY_TEMP, help="0 is greedy.")
-    seed = a4.number_input("Seed", 0, 2**31 - 1, 0, key=K.WHY_SEED)
+    mode = S.WHY_MODE.radio(a1, horizontal=True)
+    n_new = S.WHY_N.number_input(a2)
+    temperature = S.WHY_TEMP.slider(a3)
+    seed = S.WHY_SEED.number_input(a4)
     return Ablation(tuple(sorted(chosen)), mode, int(n_new), float(temperature), int(seed))
 
 
@@ -393,9 +392,9 @@ def attention_with_and_without(ask: Ask, ab: Ablation) -> None:
     """One head's attention as trained and with the ablation (by default a layer after the last one edited)."""
     cfg = ask.cfg
     v1, v2 = st.columns(2)
-    show_layer = v1.selectbox("Attention of layer", range(cfg.n_layers), key=K.WHY_ATT_LAYER,
-                              index=min(max(l for l, _ in ab.heads) + 1, cfg.n_layers - 1))
-    show_head = v2.selectbox("head", range(cfg.n_heads), key=K.WHY_ATT_HEAD)
+    show_layer = S.WHY_ATT_LAYER.selectbox(v1, options=range(cfg.n_layers),
+                                           index=min(max(l for l, _ in ab.heads) + 1, cfg.n_layers - 1))
+    show_head = S.WHY_ATT_HEAD.selectbox(v2, options=range(cfg.n_heads))
     name = unit_id.head_id(show_layer, show_head)
     m1, m2 = st.columns(2)
     for column, heads, title, key in ((m1, (), f"{name} as trained", K.WHY_ATT_BEFORE),
@@ -558,8 +557,7 @@ def attention_edges_table(edges: list, labels: list[str], n_heads: int) -> pd.Da
 def flow_tab(ask: Ask) -> None:
     if post_norm_says_why_not(ask.cfg, FLOW_POST_NORM):
         return
-    threshold = st.slider("Threshold: shares above it are drawn", 0.01, 0.5, 0.04, 0.01, key=K.WHY_FLOW_THRESHOLD,
-                          help="Lower shows more of the graph; the routes with the largest shares stay.")
+    threshold = S.WHY_FLOW_THRESHOLD.slider(st)
     try:
         with st.spinner("Splitting every residual sum into its parts..."):
             graph = flow_graph(ask.spec, ask.ids, float(threshold))

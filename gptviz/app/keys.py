@@ -152,17 +152,7 @@ TWINS_SMOOTH = "twins_smooth"
 TWINS_STEM = "twins_stem"
 
 # ---- Parameters page -------------------------------------------------------------------------------------
-CALC_CTX = "calc_ctx"
-CALC_D_MODEL = "calc_d_model"
-CALC_HEADS = "calc_heads"
-CALC_LAYERS = "calc_layers"
-CALC_NORM_TYPE = "calc_norm_type"
-CALC_QKV_BIAS = "calc_qkv_bias"
-CALC_RATIO = "calc_ratio"
-CALC_TIE = "calc_tie"
-CALC_VOCAB = "calc_vocab"
 PAR_CALC = "par_calc"
-PAR_PRESETS = "par_presets"
 PAR_PRESETS_BAR = "par_presets_bar"
 PAR_PRESETS_CSV = "par_presets_csv"
 
@@ -207,8 +197,6 @@ UNIT_WORD_TABLE = "unit_word_table"
 # ---- Why this token? page --------------------------------------------------------------------------------
 WHY_ATT_AFTER = "why_att_after"
 WHY_ATT_BEFORE = "why_att_before"
-WHY_ATT_HEAD = "why_att_head"
-WHY_ATT_LAYER = "why_att_layer"
 WHY_CLEAN = "why_clean"          # per example pair: K.per_item(WHY_CLEAN, pair name)
 WHY_CORRUPT = "why_corrupt"      # per example pair
 WHY_DLA_BARS = "why_dla_bars"
@@ -216,17 +204,11 @@ WHY_DLA_CSV = "why_dla_csv"
 WHY_DLA_GRID = "why_dla_grid"
 WHY_FLOW_CSV = "why_flow_csv"
 WHY_FLOW_FIG = "why_flow_fig"
-WHY_FLOW_THRESHOLD = "why_flow_threshold"
 WHY_GXI = "why_gxi"
-WHY_HEADS = "why_heads_pick"   # the multiselect of heads, kept in step with WHY_ABLATED
 WHY_GRID_CLICKS = "_why_grid_clicks"  # clicks on the heads' grid so far (a fresh grid key after each)
 WHY_IG = "why_ig"
-WHY_MODE = "why_mode"
-WHY_N = "why_n"
 WHY_PATCH_HEADS = "why_patch_heads"
 WHY_PATCH_RESID = "why_patch_resid"
-WHY_SEED = "why_seed"
-WHY_TEMP = "why_temp"
 
 # ---- the Heads forming page (training timeline) ----------------------------------------------------------------
 TL_PLAY = "tl_play"
@@ -236,8 +218,6 @@ TL_FRAME = "tl_frame"          # per wiring and step while playing (per_item)
 TL_DETECTOR_CURVES = "tl_detector_curves"
 TL_LOSS_CURVES = "tl_loss_curves"
 TL_GROW_JOB = "_tl_grow_job"    # this session's "grow an induction head" run id
-TL_GROW_WIRING = "tl_grow_wiring"
-TL_GROW_SEED = "tl_grow_seed"
 TL_GROW_START = "tl_grow_start"
 TL_GROW_STOP = "tl_grow_stop"
 TL_GROW_CURVES = "tl_grow_curves"
@@ -264,7 +244,6 @@ TRAIN_WARMUP_LOSS_FIG = "train_warmup_loss_fig"
 TRAIN_WARMUP_GRAD_FIG = "train_warmup_grad_fig"
 TRAIN_WARMUP_STOP = "train_warmup_stop"
 # the whole model at a glance (Overview page)
-OV_POSITION = "ov_position"           # the position the diagram follows
 OV_CHART = "ov_chart"                 # its figure, per layout and per click (per_item): a click's selection starts fresh
 OV_CHART_SEQ = "_ov_chart_seq"        # clicks so far (numbers the figure's key)
 OV_GO = "_ov_go"                      # a box was clicked: the page it opens, at the next run

@@ -9,7 +9,7 @@ as before.
 """
 from __future__ import annotations
 
-from ..config import PRESETS
+from ..config import NORM_TYPES, PRESETS
 from ..figures.attention import DEFAULT_SCALE, SCALES
 from ..tokenizer import EOT
 from .rules import Choice, Flag, Heads, Number, Setting, Text, UnitRule, Whole
@@ -167,6 +167,34 @@ UNIT_COLOUR = Setting("unit_colour", "Colour tokens by", "output norm",
                            "attention weights (grey before its window).")
 UNIT_HIST_LOG = Setting("unit_hist_log", "Log scale", True, rule=Flag())
 UNIT_FOCUS = Setting("unit_focus", "Token of the prompt")  # default: the last token
+
+# Why this token? page (the heads ablated and the patching pairs' prompts are above, or keyed per pair)
+WHY_HEADS = Setting("why_heads_pick", "Heads to remove")  # the box of heads, kept in step with WHY_ABLATED
+WHY_MODE = Setting("why_mode", "Ablation", "zero", rule=Choice(("zero", "mean")))
+WHY_N = Setting("why_n", "New tokens", 20, rule=Whole(1, 40))
+WHY_TEMP = Setting("why_temp", "Temperature", 0.0, "0 is greedy.", rule=Number(0.0, 2.0, 0.05))
+WHY_SEED = Setting("why_seed", "Seed", 0, rule=SEEDS)
+WHY_ATT_LAYER = Setting("why_att_layer", "Attention of layer")  # default: the layer after the last head ablated
+WHY_ATT_HEAD = Setting("why_att_head", "head")
+WHY_FLOW_THRESHOLD = Setting("why_flow_threshold", "Threshold: shares above it are drawn", 0.04,
+                             "Lower shows more of the graph; the routes with the largest shares stay.",
+                             rule=Number(0.01, 0.5, 0.01))
+# Parameters page (the calculator starts from the model chosen: the page gives its sizes as defaults)
+PAR_PRESETS = Setting("par_presets", "Models", rule=Choice(tuple(PRESETS)))
+CALC_LAYERS = Setting("calc_layers", "Layers", rule=Whole(1, 1_000))
+CALC_D_MODEL = Setting("calc_d_model", "d_model", rule=Whole(1, 1_000_000))
+CALC_HEADS = Setting("calc_heads", "Heads", rule=Whole(1, 100_000))
+CALC_RATIO = Setting("calc_ratio", "d_ff ÷ d_model", 4.0, rule=Number(0.0, 64.0, 0.5))
+CALC_VOCAB = Setting("calc_vocab", "Vocabulary", rule=Whole(1, 10_000_000))
+CALC_CTX = Setting("calc_ctx", "Context", rule=Whole(1, 10_000_000))
+CALC_NORM_TYPE = Setting("calc_norm_type", "Norm type", rule=Choice(NORM_TYPES))
+CALC_TIE = Setting("calc_tie", "Tie the LM head to the token embedding", True, rule=Flag())
+CALC_QKV_BIAS = Setting("calc_qkv_bias", "Bias on Q, K, V", True, rule=Flag())
+# Heads forming page: growing an induction head
+TL_GROW_WIRING = Setting("tl_grow_wiring", "Wiring", "pre", rule=Choice(GROW_WIRINGS))
+TL_GROW_SEED = Setting("tl_grow_seed", "Seed", 0, rule=Whole(0, 10_000))
+# The whole model at a glance (Overview page)
+OV_POSITION = Setting("ov_position", "Position", help="The token whose path through the model is drawn.")
 
 
 def records() -> dict[str, Setting]:

@@ -18,7 +18,7 @@ from gptviz import PRESETS, GPTConfig, analysis, limits, memory, training_log, u
 from gptviz.analysis import bigram_baseline
 from gptviz.app import display, models, sidebar
 from gptviz.app.unit_nav import unit_pills
-from gptviz.app import keys as K
+from gptviz.app import keys as K, settings as S
 from gptviz.config import ConfigError
 from gptviz.evaluate import corpus_of, recipe_differences
 from gptviz.evaluate import twins_caveat as caveat_of_records
@@ -109,12 +109,12 @@ def fmt_params(n: int) -> str:
     return f"{n / 1e9:.2f} B" if n >= 1e9 else f"{n / 1e6:.1f} M" if n >= 1e6 else f"{n:,}"
 
 
-def layer_and_head(cols, layer_key: str, head_key: str, n_layers: int, n_heads: int) -> tuple[int, int]:
+def layer_and_head(cols, layer_pick: S.Setting, head_pick: S.Setting, n_layers: int, n_heads: int) -> tuple[int, int]:
     """The layer and head pickers of an attention comparison, kept within this model's range."""
-    clamp(layer_key, n_layers - 1)
-    clamp(head_key, n_heads - 1)
-    layer = int(cols[0].number_input("Layer", 0, n_layers - 1, step=1, key=layer_key))
-    head = int(cols[1].number_input("Head", 0, n_heads - 1, step=1, key=head_key))
+    clamp(layer_pick.key, n_layers - 1)
+    clamp(head_pick.key, n_heads - 1)
+    layer = int(layer_pick.number_input(cols[0], min_value=0, max_value=n_layers - 1, step=1))
+    head = int(head_pick.number_input(cols[1], min_value=0, max_value=n_heads - 1, step=1))
     return layer, head
 
 
@@ -139,31 +139,21 @@ class Setup:
 
 def shape_controls() -> Setup | None:
     """Architecture, depth, width, init, seed and input, in one row; None (after an error) for an invalid shape."""
-    state.setdefault(K.NORMS_PRESET, "gpt2-small")
-    state.setdefault(K.NORMS_DEPTH, 12)
-    state.setdefault(K.NORMS_INIT, "gpt2")
-    state.setdefault(K.NORMS_SEED, 0)
-    state.setdefault(K.NORMS_INPUT, "prompt")
+    for setting in (S.NORMS_PRESET, S.NORMS_DEPTH, S.NORMS_INIT, S.NORMS_SEED, S.NORMS_INPUT):
+        setting.setdefault(state)
     cols = st.columns([1.3, 1.6, 1.0, 1.5, 0.8, 1.3])
-    preset = cols[0].selectbox("Architecture", list(PRESETS), key=K.NORMS_PRESET,
-                               help="A preset's shape (heads, MLP width, activation); depth and width are "
-                                    "set beside it. The weights are random either way.")
+    preset = S.NORMS_PRESET.selectbox(cols[0])
     base = PRESETS[preset]
-    depth = cols[1].slider("Layers", 1, 48, key=K.NORMS_DEPTH)
+    depth = S.NORMS_DEPTH.slider(cols[1])
     widths = width_choices(base)
     if state.get(K.NORMS_WIDTH) not in widths:
         state[K.NORMS_WIDTH] = max([w for w in widths if w <= 256] or [min(widths)])
-    width = cols[2].selectbox("Width (d_model)", widths, key=K.NORMS_WIDTH,
-                              help=f"Keeps the preset's {base.n_heads} heads. Narrower is faster.")
-    init = cols[3].selectbox("Init", list(wiring.INITS), key=K.NORMS_INIT, format_func=INITS.get,
-                             help="GPT-2: normal(0, 0.02) with residual projections scaled by 1/√(2L). "
-                                  "Xavier: Xavier-uniform matrices, as in the paper. Embeddings are "
-                                  "normal(0, 0.02) in both.")
-    seed = int(cols[4].number_input("Seed", 0, 2**31 - 1, step=1, key=K.NORMS_SEED))
-    source = cols[5].radio("Input", ["prompt", "random"], key=K.NORMS_INPUT, horizontal=True,
-                           format_func={"prompt": "prompt", "random": f"{RANDOM_TOKENS} random tokens"}.get,
-                           help="The sidebar prompt, or tokens drawn uniformly from the vocabulary (no "
-                                "structure at all; seeded by the seed beside).")
+    width = S.NORMS_WIDTH.selectbox(cols[2], options=widths,
+                                    help=f"Keeps the preset's {base.n_heads} heads. Narrower is faster.")
+    init = S.NORMS_INIT.selectbox(cols[3], options=list(wiring.INITS), format_func=INITS.get)
+    seed = int(S.NORMS_SEED.number_input(cols[4]))
+    source = S.NORMS_INPUT.radio(cols[5], horizontal=True,
+                                 format_func={"prompt": "prompt", "random": f"{RANDOM_TOKENS} random tokens"}.get)
     config = build_config(preset, depth, width)
     return None if config is None else Setup(preset, depth, width, init, seed, source, config)
 
@@ -289,9 +279,8 @@ def gradient_section(depth: int, pre: wiring.WiringStats, post: wiring.WiringSta
         st.info("With one layer there is no trend across layers to read; add layers.")
     g = st.columns([1.5, 1])
     with g[1]:
-        view = st.selectbox("Gradient of", list(GRADIENT_VIEWS), format_func=GRADIENT_VIEWS.get,
-                            key=K.NORMS_GRAD_VIEW)
-        log_y = st.toggle("Log scale", value=True, key=K.NORMS_LOG)
+        view = S.NORMS_GRAD_VIEW.selectbox(st, options=list(GRADIENT_VIEWS), format_func=GRADIENT_VIEWS.get)
+        log_y = S.NORMS_LOG.toggle(st)
     pre_g, post_g = pre.grad(view), post.grad(view)
     with g[0]:
         display.show_figure(fig_norms.gradient_norms(pre_g, post_g, "gradient L2 norm", log_y),
@@ -344,7 +333,7 @@ def attention_section(config: GPTConfig, ids: tuple[int, ...], pre: wiring.Wirin
     labels = token_labels(ids)
     depth = config.n_layers
     a = st.columns([1, 1, 3])
-    layer, head = layer_and_head(a, K.NORMS_LAYER, K.NORMS_HEAD, depth, config.n_heads)
+    layer, head = layer_and_head(a, S.NORMS_LAYER, S.NORMS_HEAD, depth, config.n_heads)
     pre_pats, post_pats = pre.patterns.astype(np.float32), post.patterns.astype(np.float32)
     tv = wiring.attention_tv_distance(pre_pats, post_pats)
     a[2].caption(f"Layer {layer}, head {head}: the two wirings' attention rows differ by a mean total-variation "
@@ -403,8 +392,8 @@ def depth_sweep_section(setup: Setup, ids: tuple[int, ...], view: str) -> None:
     st.caption(f"The same shape at several depths (width {setup.width}, {setup.init} init, seed {setup.seed}, same "
                f"input): the last layer's gradient for each wiring. Xiong et al.'s bound for pre-norm falls like "
                f"1/√L; for post-norm it does not depend on L.")
-    depths = st.multiselect("Depths", SWEEP_DEPTHS, default=[d for d in SWEEP_DEPTHS if d <= max(setup.depth, 16)],
-                            key=K.NORMS_SWEEP_DEPTHS)
+    depths = S.NORMS_SWEEP_DEPTHS.multiselect(st, options=SWEEP_DEPTHS,
+                                              default=[d for d in SWEEP_DEPTHS if d <= max(setup.depth, 16)])
     sweep_key = (config.to_json(), ids, setup.seed, setup.init, tuple(sorted(depths)))
     if depths and not fits_the_server(config.replace(n_layers=max(depths)), f"The sweep's deepest model ({max(depths)} "
                                                                             "layers)"):
@@ -466,7 +455,7 @@ def pick_twins(bundled: dict) -> wiring.TrainedTwins | None:
         return None
     if len(pairs) == 1:
         return pairs[0]
-    stem = st.selectbox("Twins", [p.stem for p in pairs], key=K.TWINS_STEM)
+    stem = S.TWINS_STEM.selectbox(st, options=[p.stem for p in pairs])
     return next(p for p in pairs if p.stem == stem)
 
 
@@ -538,8 +527,7 @@ def loss_curves_section(twins: wiring.TrainedTwins, names: dict[str, str], histo
     if not all(h is not None for h in histories.values()):
         st.info("No readable history.json beside these checkpoints, so no loss curves.")
         return
-    smooth = st.slider("Smoothing of the training loss", 0.0, 0.99, 0.9, 0.01, key=K.TWINS_SMOOTH,
-                       help="Exponential moving average; 0 shows the raw per-batch loss.")
+    smooth = S.TWINS_SMOOTH.slider(st)
     try:
         refs = reference_losses(twins.pre)
     except (OSError, ValueError) as err:
@@ -639,7 +627,7 @@ def twins_attention(tw: LoadedTwins) -> dict | None:
     cfg = tw.cfg
     st.subheader("Attention on the prompt, heads matched by role")
     a = st.columns([1, 1, 3])
-    layer, head = layer_and_head(a, K.TWINS_LAYER, K.TWINS_HEAD, cfg.n_layers, cfg.n_heads)
+    layer, head = layer_and_head(a, S.TWINS_LAYER, S.TWINS_HEAD, cfg.n_layers, cfg.n_heads)
     names_wanted = models.pattern_names(cfg.n_layers)
     try:
         caps = {norm: models.capture_cache(spec, tw.ids, names_wanted) for norm, spec in tw.specs.items()}
@@ -666,8 +654,7 @@ def next_token_section(tw: LoadedTwins, caps: dict) -> None:
     if state.get(K.TWINS_POS_IDS) != ids:  # a new prompt: start at its last token
         state[K.TWINS_POS_IDS] = ids
         state[K.TWINS_POS] = len(ids) - 1
-    pos = st.select_slider("After the token at position", options=list(range(len(ids))),
-                           format_func=lambda i: f"{i}: {labels[i]}", key=K.TWINS_POS)
+    pos = S.TWINS_POS.select_slider(st, options=list(range(len(ids))), format_func=lambda i: f"{i}: {labels[i]}")
     dists, entropy = {}, {}
     for norm in tw.specs:
         probs = torch.softmax(caps[norm][0][pos].float(), -1)
@@ -685,11 +672,10 @@ def twins_generation(tw: LoadedTwins) -> None:
     ids = tw.ids
     st.subheader("Generation with the same seed")
     g = st.columns(4)
-    new_tokens = g[0].slider("New tokens", 5, 120, 40, key=K.TWINS_GEN_TOKENS)
-    temperature = g[1].slider("Temperature", 0.0, 2.0, 0.8, 0.05, key=K.TWINS_GEN_TEMP,
-                              help="0 is greedy: always the most probable token.")
-    top_k = g[2].number_input("Top-k (0 = off)", 0, GPT2_VOCAB, 40, key=K.TWINS_GEN_TOPK)
-    seed = int(g[3].number_input("Seed", 0, 2**31 - 1, 0, key=K.TWINS_GEN_SEED))
+    new_tokens = S.TWINS_GEN_TOKENS.slider(g[0])
+    temperature = S.TWINS_GEN_TEMP.slider(g[1])
+    top_k = S.TWINS_GEN_TOPK.number_input(g[2])
+    seed = int(S.TWINS_GEN_SEED.number_input(g[3]))
     try:
         check_sampling(temperature, int(top_k) or None, None, new_tokens)
         outs = {norm: generate_cached(spec, ids, new_tokens, float(temperature), int(top_k) or None, seed)
@@ -766,13 +752,10 @@ def pick_pair_index(matches: list) -> int:
 
 def pick_pair(matches: list) -> int:
     """The picker of the matched pair (its value: pick_pair_index)."""
-    return st.selectbox(
-        "Matched heads", range(len(matches)), key=K.TWINS_PAIR,
+    return S.TWINS_PAIR.selectbox(
+        st, options=range(len(matches)),
         format_func=lambda i: (f"pre {unit_id.head_id(*matches[i].a)} ↔ post {unit_id.head_id(*matches[i].b)}"
-                               f" (similarity {matches[i].similarity:.2f})"),
-        help="Trained separately, the twins grew their heads in different places, so each pre-norm head is paired "
-             "with the post-norm head whose attention looks most like it on random tokens repeated once (cosine "
-             "similarity: 1 = the same pattern).")
+                               f" (similarity {matches[i].similarity:.2f})"))
 
 
 def side_by_side_section(bundled: dict, twins: wiring.TrainedTwins) -> LoadedTwins | None:
@@ -917,11 +900,8 @@ def paper_section() -> None:
     st.caption("Xiong et al.'s claims, checked at their own setting: Xavier init, at initialisation, averaged over "
                "seeds and batches of real text; then GPT-2's init and the trained twins beside it.")
     c = st.columns([1, 2, 2])
-    matrix = c[0].radio("Matrix", list(xiong.MATRICES), key=K.NORMS_PAPER_MATRIX, horizontal=True,
-                        help="W1: the FFN's first matrix (d → 4d, mlp.c_fc); W2: its second (4d → d, mlp.c_proj), "
-                             "the one Theorem 1 bounds.", index=1)
-    scale = c[1].selectbox("Input", list(xiong.INPUT_SCALES), format_func=xiong.INPUT_SCALES.get,
-                           key=K.NORMS_PAPER_SCALE)
+    matrix = S.NORMS_PAPER_MATRIX.radio(c[0], options=list(xiong.MATRICES), horizontal=True, index=1)
+    scale = S.NORMS_PAPER_SCALE.selectbox(c[1], options=list(xiong.INPUT_SCALES), format_func=xiong.INPUT_SCALES.get)
     deepest = xiong.PAPER.config(PRESETS[PAPER_BASE], max(xiong.PAPER_DEPTHS))
     if not fits_the_server(deepest, f"The depth scaling's deepest model ({max(xiong.PAPER_DEPTHS)} layers)"):
         return

@@ -143,7 +143,6 @@ TRAIN_SCENARIO_PICKED = "_train_scenario_picked"  # the scenario the form was la
 TRAIN_STOP = "train_stop"
 
 # ---- What does this unit do? page -----------------------------------------------------------------------------
-UNIT_TAB = "unit_tab"
 UNIT_PILLS = "unit_pills"        # per page and list (per_item): unit ids that open the unit page
 UNIT_BUILD = "unit_build"
 UNIT_EFFECT = "unit_effect"

@@ -117,6 +117,7 @@ GEN_EOS = Setting("gen_eos", f"Stop at {EOT}", False, link="gen_eos", rule=Flag(
 
 # ---- What does this unit do? page ----------------------------------------------------------------------------------
 UNIT = Setting("unit", "", None, link="unit", rule=UnitRule())  # the unit shown, "L2N26" or "L1H2"
+UNIT_TAB = Setting("unit_tab", "", UNIT_TABS[0], rule=Choice(UNIT_TABS))  # the page's tabs (unit_nav opens the first)
 
 # ---- Why this token? page ------------------------------------------------------------------------------------------
 WHY_VIEW = Setting("why_view", "", WHY_VIEWS[0], link="why_view", rule=Choice(WHY_VIEWS))

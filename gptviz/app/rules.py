@@ -210,6 +210,7 @@ class Setting:
         return state.setdefault(self.key, self.default)
 
 
+# One method per widget kind (`S.GEN_N.number_input(col)`), so a page's call reads like Streamlit's own.
 def _draws(widget: str) -> Callable:
     def draw(self, where, **override):
         return self.draw(where, widget, **override)

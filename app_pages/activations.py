@@ -13,13 +13,14 @@ import torch
 
 from gptviz import analysis
 from gptviz.app import display, models, sidebar
-from gptviz.app import keys as K
+from gptviz.app import keys as K, settings as S
 from gptviz.app.seen import Seen, read_prompt
 from gptviz.app.services import activations as services
 from gptviz.app.unit_nav import unit_pills
 from gptviz.export import export_nbytes, matrix_frame
 from gptviz.figures import activations as figs
 from gptviz.tokenizer import token_labels
+from gptviz.unit_id import head_id, neuron_id
 
 SUFFIXES = ("hook_resid_pre", "hook_attn_out", "hook_resid_mid", "mlp.hook_post", "hook_mlp_out",
             "hook_resid_post", "attn.hook_pattern")
@@ -45,7 +46,7 @@ def pct(p: float) -> str:
 
 
 def best_heads_text(scores: torch.Tensor, chance: float, top: int = 3) -> str:
-    best = ", ".join(f"L{layer}H{head} ({score:.2f})" for layer, head, score in analysis.head_ranking(scores, top))
+    best = ", ".join(f"{head_id(layer, head)} ({score:.2f})" for layer, head, score in analysis.head_ranking(scores, top))
     ratio = f", {scores.max().item() / chance:.1f}x chance" if chance > 0 else ""
     return f"{best}; uniform attention (chance) scores {chance:.3f}{ratio}"
 
@@ -66,10 +67,8 @@ def focus_picker(seen: Seen) -> int:
     T = seen.T
     # a shorter prompt, or a value the browser kept as the old option's label (a str), falls back to the last token
     sidebar.keep_valid(K.ACT_FOCUS, range(T), T - 1)
-    return st.columns([1, 2])[0].selectbox("Focus token", range(T), index=T - 1,
-                                           format_func=seen.pos_labels.__getitem__, key=K.ACT_FOCUS,
-                                           help="The position used by the per-token views below (neurons, norms "
-                                                "per layer, lens line).")
+    return S.ACT_FOCUS.selectbox(st.columns([1, 2])[0], options=range(T), index=T - 1,
+                                 format_func=seen.pos_labels.__getitem__)
 
 
 def residual_tab(seen: Seen) -> None:
@@ -81,7 +80,7 @@ def residual_tab(seen: Seen) -> None:
     st.caption("L2 norm of the residual stream entering each block (rows, top to bottom) and leaving the last "
                "one, for every token (columns). In a pre-norm model it grows layer by layer; post-norm "
                "renormalises it after every sub-layer.")
-    average = st.toggle("Average over all positions", key=K.ACT_RESID_AVG)
+    average = S.ACT_RESID_AVG.toggle(st)
     if average:
         where = "mean over all positions"
         r, a, m = resid.mean(1), attn.mean(1), mlp.mean(1)
@@ -116,11 +115,11 @@ def mlp_tab(seen: Seen) -> None:
         bins.insert(0, "bin_low", edges[:-1].numpy())
         display.download_csv(bins, "mlp_histograms.csv", key=K.ACT_MLP_HIST_CSV)
     with right:
-        k = st.slider("Neurons", 5, 30, 10, key=K.ACT_TOPK)
+        k = S.ACT_TOPK.slider(st)
         rows = analysis.top_neurons(post, seen.focus, k)
         display.show_figure(figs.top_neurons_bar(rows, seen.pos_labels[seen.focus]), key=K.ACT_TOP_NEURONS)
         st.caption("The largest activations at the focus token, over every layer's neurons.")
-        unit_pills("What each does over the corpus", [f"L{layer}N{neuron}" for layer, neuron, _ in rows],
+        unit_pills("What each does over the corpus", [neuron_id(layer, neuron) for layer, neuron, _ in rows],
                    K.per_item(K.UNIT_PILLS, "act_neurons"))
         display.download_csv(pd.DataFrame(rows, columns=["layer", "neuron", "activation"]), "top_neurons.csv",
                              key=K.ACT_TOP_NEURONS_CSV)
@@ -231,7 +230,7 @@ def heads_tab(seen: Seen) -> None:
         return
     display.show_figure(figs.head_detector_heatmaps(scores), key=K.ACT_HEADS)
     st.markdown("  \n".join(detector_lines(seen, scores)))
-    named = dict.fromkeys(f"L{layer}H{head}" for s in scores.values() for layer, head, _ in analysis.head_ranking(s, 3))
+    named = dict.fromkeys(head_id(layer, head) for s in scores.values() for layer, head, _ in analysis.head_ranking(s, 3))
     unit_pills("What these heads do over the corpus", named, K.per_item(K.UNIT_PILLS, "act_heads"))
     st.caption("Scores are mean attention weights in [0, 1]. Previous- and duplicate-token scores use the "
                "sidebar's prompt; induction needs a sequence that repeats, so it uses its own.")
@@ -243,8 +242,7 @@ def heads_tab(seen: Seen) -> None:
 def export_tab(seen: Seen) -> None:
     st.markdown("**The whole capture for this prompt** as a NumPy `.npz`: every hook point's tensor by its hook "
                 "name (no batch axis), plus `ids` and `tokens`. Load it with `numpy.load`.")
-    include_attention = st.checkbox("Include attention scores and patterns ([heads, T, T] per layer)", value=True,
-                                    key=K.ACT_NPZ_ATTN)
+    include_attention = S.ACT_NPZ_ATTN.checkbox(st)
     size = export_nbytes(seen.cfg, seen.T, include_attention)
     st.caption(f"About {size / 2**20:,.1f} MiB of float32 before compression. The file is built when you click.")
     refusal = services.npz_refusal(seen.cfg, seen.T, include_attention)

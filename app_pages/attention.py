@@ -11,7 +11,8 @@ from dataclasses import dataclass
 import pandas as pd
 import streamlit as st
 
-from gptviz.app import keys as K
+from gptviz import unit_id
+from gptviz.app import keys as K, settings as S
 from gptviz.app import live
 from gptviz.app.display import MEAN_HEAD, figure_download, head_name, md_text, show_figure
 from gptviz.app.links import sync_address
@@ -59,11 +60,10 @@ def token_chips(seen: Seen) -> int:
     st.markdown(f"**{T} token{'s' if T != 1 else ''}** (GPT-2 BPE pieces; ␣ is a space, ↵ a newline, `<0xF0>` one "
                 "byte of a character split across tokens). Pick one to see where it looks.")
     if T <= MAX_CHIPS:
-        query = st.pills("Query token", list(range(T)), format_func=lambda i: md_text(seen.labels[i]),
-                         key=K.ATT_QUERY, label_visibility="collapsed", persist_state="page",
-                         help="The token whose attention the bar chart and the outlined heatmap row show.")
+        query = S.ATT_QUERY.pills(st, options=list(range(T)), format_func=lambda i: md_text(seen.labels[i]),
+                                  label_visibility="collapsed", persist_state="page")
     else:
-        query = st.slider("Query position", 0, T - 1, value=T - 1, key=K.ATT_QUERY_POS)
+        query = S.ATT_QUERY_POS.slider(st, min_value=0, max_value=T - 1, value=T - 1)
         st.text(" | ".join(seen.labels))
     state[K.ATT_QUERY_FOR] = (seen.ids, query)
     return T - 1 if query is None else int(query)
@@ -109,7 +109,7 @@ def detector_table(seen: Seen, found: list[services.Detector]) -> None:
     st.dataframe(pd.DataFrame(table), hide_index=True, width="stretch", height=38 + 35 * min(5, len(order)),
                  column_config=columns, selection_mode="single-row", key=K.ATT_DETECTORS,
                  on_select=lambda: jump_to_head(order))
-    unit_pills("What the top heads do over the corpus", [f"L{l}H{h}" for l, h in order[:6]],
+    unit_pills("What the top heads do over the corpus", [unit_id.head_id(l, h) for l, h in order[:6]],
                K.per_item(K.UNIT_PILLS, "att_detectors"))
 
 
@@ -155,18 +155,11 @@ def example_buttons() -> None:
 
 def pickers(seen: Seen, query: int) -> Pick:
     row = st.container(horizontal=True, gap="xsmall")
-    layer = row.selectbox("Layer", list(range(seen.cfg.n_layers)), key=K.ATT_LAYER,
-                              format_func=lambda i: f"layer {i}", persist_state="session", width=110,
-                          help="A layer: one of the blocks the tokens pass through in turn, each with its own heads.")
-    head = row.selectbox("Head", seen.heads, key=K.ATT_HEAD, format_func=head_name, persist_state="session", width=165,
-                            help="Each head has its own queries and keys, so each learns its own way of looking. "
-                                 "The mean shows where the layer as a whole looks.")
-    state.setdefault(K.ATT_SCALE, fa.DEFAULT_SCALE)
-    scale = row.selectbox("Colour scale", list(fa.SCALES), key=K.ATT_SCALE, format_func=fa.SCALES.get,
-                              persist_state="session",
-                              help="Shared by every attention figure on this page. The default, the square root, "
-                                   "makes small weights visible (a linear scale shows only a head's few largest); "
-                                   "hover always shows the weight itself.")
+    layer = S.ATT_LAYER.selectbox(row, options=list(range(seen.cfg.n_layers)), format_func=lambda i: f"layer {i}",
+                                  persist_state="session", width=110)
+    head = S.ATT_HEAD.selectbox(row, options=seen.heads, format_func=head_name, persist_state="session", width=165)
+    S.ATT_SCALE.setdefault(state)
+    scale = S.ATT_SCALE.selectbox(row, format_func=fa.SCALES.get, persist_state="session")
     return Pick(layer, head, scale, query)
 
 
@@ -265,7 +258,7 @@ def seen_row(step, p: Pick):
 def draw_running(run: dict, seen: Seen) -> None:
     """The live fragment's redraw, with the pickers' current values."""
     live.draw_live(run, layer=state.get(K.ATT_LAYER, 0), head=state.get(K.ATT_HEAD, 0),
-                   scale=state.get(K.ATT_SCALE, fa.DEFAULT_SCALE), map_key=K.ATT_GEN_MAP_LIVE,
+                   scale=state.get(K.ATT_SCALE, S.ATT_SCALE.default), map_key=K.ATT_GEN_MAP_LIVE,
                    on_pick=picked_from_map(seen), text_height=LIVE_TEXT_PX)
 
 

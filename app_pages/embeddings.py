@@ -14,7 +14,7 @@ import torch
 
 from gptviz import analysis
 from gptviz.app import display, models, sidebar
-from gptviz.app import keys as K
+from gptviz.app import keys as K, settings as S
 from gptviz.app.services import embeddings as services
 from gptviz.config import GPTConfig
 from gptviz.export import matrix_frame
@@ -22,7 +22,7 @@ from gptviz.figures import embeddings as figs
 from gptviz.tokenizer import token_labels
 
 EMBED_HOOKS = ("hook_embed", "hook_pos_embed", "blocks.0.hook_resid_pre")
-PCA_SAMPLE_SIZES = (500, 1000, 2000, 5000)
+PCA_SAMPLE_SIZES = S.EMB_PCA_N.rule.options
 MAX_DIMS = 256  # per panel: T x 256 cells x 3 panels stays light in the browser
 # A capture without the hooks asked for: the server kept a model built by gptviz code it has since reloaded.
 
@@ -60,9 +60,9 @@ def dimension_range(d_model: int) -> range:
     """The dimensions the panels show: the slider's range, cut to MAX_DIMS."""
     lo, hi = 0, 1
     if d_model > 1:
-        lo, hi = st.slider("Dimensions shown", 0, d_model, (0, min(d_model, 64)), key=K.EMB_DIMS,
-                           help=f"The model has {d_model} dimensions; a range of them keeps the cells readable "
-                                f"(at most {MAX_DIMS} at a time).")
+        lo, hi = S.EMB_DIMS.slider(st, min_value=0, max_value=d_model, value=(0, min(d_model, 64)),
+                                   help=f"The model has {d_model} dimensions; a range of them keeps the cells "
+                                        f"readable (at most {MAX_DIMS} at a time).")
         if hi - lo > MAX_DIMS:
             st.caption(f"Showing dimensions {lo} to {lo + MAX_DIMS - 1}, the first {MAX_DIMS} of the chosen range.")
             hi = lo + MAX_DIMS
@@ -117,8 +117,8 @@ def pca_section(spec: models.ModelSpec, cfg: GPTConfig, seen: Embedded | None) -
     pool = (f"the {len(trained_ids):,} ids that occur in its training text (ids it never saw were trained only as "
             "wrong answers; with them in, the first component just separates seen from unseen)"
             if trained_ids is not None else f"the whole vocabulary of {cfg.vocab_size:,} ids")
-    n_sample = st.select_slider("Vocabulary sample", PCA_SAMPLE_SIZES, value=2000, key=K.EMB_PCA_N,
-                                help=f"Token ids drawn at random (a fixed sample) from {pool}.")
+    n_sample = S.EMB_PCA_N.select_slider(st, value=S.EMB_PCA_N.default,
+                                         help=f"Token ids drawn at random (a fixed sample) from {pool}.")
     prompt_ids = tuple(dict.fromkeys(seen.ids)) if seen is not None else ()
     with st.spinner("Fitting the PCA..."):
         sample, coords, explained = services.embedding_pca(spec, prompt_ids, n_sample)

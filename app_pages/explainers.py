@@ -11,7 +11,7 @@ import torch
 
 from gptviz import analysis
 from gptviz.app import display, sidebar
-from gptviz.app import keys as K
+from gptviz.app import keys as K, settings as S
 from gptviz.config import GPTConfig
 from gptviz.export import matrix_frame
 from gptviz.figures import explainers as figs
@@ -24,9 +24,8 @@ def activation_section(cfg: GPTConfig | None) -> None:
     own_activation = cfg.activation if cfg is not None else None
     st.subheader("Activation functions")
     c1, c2 = st.columns([3, 1])
-    lo, hi = c1.slider("x range", -10.0, 10.0, (-4.0, 4.0), step=0.5, key=K.EXP_RANGE)
-    tol = c2.select_slider("Mark where they differ by more than", [0.001, 0.01, 0.05, 0.1], value=0.01,
-                           key=K.EXP_TOL)
+    lo, hi = S.EXP_RANGE.slider(c1)
+    tol = S.EXP_TOL.select_slider(c2, value=S.EXP_TOL.default)
     if hi <= lo:
         st.info("Choose a range with some width.")
         return
@@ -53,7 +52,7 @@ def activation_section(cfg: GPTConfig | None) -> None:
 def causal_mask_section() -> None:
     st.subheader("The causal mask")
     prompt_ids = list(sidebar.encode_prompt(state.get(K.PROMPT, "")[:sidebar.MAX_PROMPT_CHARS]))
-    n = st.slider("Tokens", 1, 32, min(8, max(1, len(prompt_ids))), key=K.EXP_MASK_N)
+    n = S.EXP_MASK_N.slider(st, value=min(8, max(1, len(prompt_ids))))
     mask = analysis.causal_mask(n)
     if len(prompt_ids) >= n:
         labels = token_labels(prompt_ids[:n])

@@ -12,7 +12,7 @@ import pandas as pd
 import streamlit as st
 import torch
 
-from gptviz.app import keys as K
+from gptviz.app import keys as K, settings as S
 from gptviz.app import live
 from gptviz.app.display import MEAN_HEAD, head_name, md_text, show_figure
 from gptviz.app.services import LimitError
@@ -50,14 +50,11 @@ def pickers(cfg: GPTConfig) -> Pick:
     keep_valid(K.GEN_LAYER, layers, 0)
     keep_valid(K.GEN_HEAD, heads, MEAN_HEAD)
     a1, a2, a3 = st.columns([1, 1, 1.4])
-    layer = a1.selectbox("Attention of layer", layers, key=K.GEN_LAYER, format_func=lambda i: f"layer {i}",
-                         persist_state="session")
-    head = a2.selectbox("Head", heads, index=len(heads) - 1, key=K.GEN_HEAD, format_func=head_name,
-                        persist_state="session")
-    state.setdefault(K.GEN_SCALE, fa.DEFAULT_SCALE)
-    scale = a3.selectbox("Colour scale", list(fa.SCALES), key=K.GEN_SCALE, format_func=fa.SCALES.get,
-                         persist_state="session", help="For the attention figures; the default, the square root, "
-                                                       "makes small weights visible. Hover always shows the weight.")
+    layer = S.GEN_LAYER.selectbox(a1, options=layers, format_func=lambda i: f"layer {i}", persist_state="session")
+    head = S.GEN_HEAD.selectbox(a2, options=heads, index=heads.index(S.GEN_HEAD.default), format_func=head_name,
+                                persist_state="session")
+    S.GEN_SCALE.setdefault(state)
+    scale = S.GEN_SCALE.selectbox(a3, format_func=fa.SCALES.get, persist_state="session")
     return Pick(layer, head, scale)
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import streamlit as st
 
-from gptviz import weights, wiring
+from gptviz import unit_id, weights, wiring
 from gptviz.app import display
-from gptviz.app import keys as K
+from gptviz.app import keys as K, settings as S
 from gptviz.app.services import norms as services
 from gptviz.app.views.norms_paper import paper_section
 from gptviz.app.views.norms_same import same_weights_section
@@ -63,13 +63,10 @@ def pick_pair_index(matches: list) -> int:
 
 def pick_pair(matches: list) -> int:
     """The picker of the matched pair (its value: pick_pair_index)."""
-    return st.selectbox(
-        "Matched heads", range(len(matches)), key=K.TWINS_PAIR,
-        format_func=lambda i: (f"pre L{matches[i].a[0]}H{matches[i].a[1]} ↔ post L{matches[i].b[0]}H{matches[i].b[1]}"
-                               f" (similarity {matches[i].similarity:.2f})"),
-        help="Trained separately, the twins grew their heads in different places, so each pre-norm head is paired "
-             "with the post-norm head whose attention looks most like it on random tokens repeated once (cosine "
-             "similarity: 1 = the same pattern).")
+    return S.TWINS_PAIR.selectbox(
+        st, options=range(len(matches)),
+        format_func=lambda i: (f"pre {unit_id.head_id(*matches[i].a)} ↔ post {unit_id.head_id(*matches[i].b)}"
+                               f" (similarity {matches[i].similarity:.2f})"))
 
 
 def side_by_side_section(bundled: dict, twins: wiring.TrainedTwins) -> LoadedTwins | None:
@@ -107,8 +104,8 @@ def side_by_side_section(bundled: dict, twins: wiring.TrainedTwins) -> LoadedTwi
             "post": caps["post"][1].pattern(match.b[0])[match.b[1]].numpy()}
     figures = fig_norms.attention_panels(
         pats["pre"], pats["post"], tw.labels, "",
-        (f"pre-norm L{match.a[0]}H{match.a[1]}<br>the picked head",  # two short lines: a phone's half width
-         f"post-norm L{match.b[0]}H{match.b[1]}<br>similarity {match.similarity:.2f}", ""), height=320)[:2]
+        (f"pre-norm {unit_id.head_id(*match.a)}<br>the picked head",  # two short lines: a phone's half width
+         f"post-norm {unit_id.head_id(*match.b)}<br>similarity {match.similarity:.2f}", ""), height=320)[:2]
     figures[0].update_traces(showscale=False)   # one colour bar for the pair: both maps share the 0..1 scale
     figures[1].update_traces(colorbar_title_text="")   # its title ran past a phone's half width; hover names it
     maps, wirings = st.columns([2.1, 1])

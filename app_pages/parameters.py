@@ -8,15 +8,15 @@ import pandas as pd
 import streamlit as st
 
 from gptviz import PRESETS
-from gptviz.config import NORM_TYPES, ConfigError, GPTConfig
+from gptviz.config import ConfigError, GPTConfig
 from gptviz.figures import params as figs
 from gptviz.params import BYTES_PER, by_component, by_layer, memory_bytes, param_table, total_params
 from gptviz.app import display, sidebar
-from gptviz.app import keys as K
+from gptviz.app import keys as K, settings as S
 
 GPT_FAMILY = ("gpt1", "gpt2-small", "gpt2-medium", "gpt2-large", "gpt2-xl")
 MIB = 2**20
-MODEL_IN_USE = K.PAR_MODEL_IN_USE
+MODEL_IN_USE = S.PAR_MODEL_IN_USE
 TABS = ("Breakdown", "All presets", "Calculator")
 state = st.session_state
 
@@ -115,9 +115,7 @@ def show_breakdown(cfg: GPTConfig, label: str, key: str) -> None:
 
 
 def model_tab() -> None:
-    options = [MODEL_IN_USE] + list(PRESETS)
-    which = st.selectbox("Model", options, key=K.PAR_MODEL,
-                         help="The sidebar's model, or any preset (presets are counted, never built).")
+    which = S.PAR_MODEL.selectbox(st)
     if which == MODEL_IN_USE:
         cfg = sidebar.current_config()
         spec = state.get(K.MODEL_SPEC)
@@ -129,7 +127,7 @@ def model_tab() -> None:
 
 
 def presets_tab() -> None:
-    chosen = st.multiselect("Models", list(PRESETS), default=list(GPT_FAMILY), key=K.PAR_PRESETS)
+    chosen = S.PAR_PRESETS.multiselect(st, options=list(PRESETS), default=list(GPT_FAMILY))
     if not chosen:
         st.info("Choose at least one model.")
         return
@@ -150,21 +148,18 @@ def described_model() -> GPTConfig:
     """The calculator's inputs as a config (ConfigError when they describe no valid model)."""
     base = PRESETS["gpt2-small"]
     c1, c2, c3, c4 = st.columns(4)
-    n_layers = c1.number_input("Layers", min_value=1, max_value=1_000, value=base.n_layers, step=1,
-                               key=K.CALC_LAYERS)
-    d_model = c2.number_input("d_model", min_value=1, max_value=1_000_000, value=base.d_model, step=64,
-                              key=K.CALC_D_MODEL)
-    n_heads = c3.number_input("Heads", min_value=1, max_value=100_000, value=base.n_heads, step=1, key=K.CALC_HEADS)
-    ratio = c4.number_input("d_ff ÷ d_model", min_value=0.0, max_value=64.0, value=4.0, step=0.5, key=K.CALC_RATIO)
+    n_layers = S.CALC_LAYERS.number_input(c1, value=base.n_layers)
+    d_model = S.CALC_D_MODEL.number_input(c2, value=base.d_model, step=64)
+    n_heads = S.CALC_HEADS.number_input(c3, value=base.n_heads)
+    ratio = S.CALC_RATIO.number_input(c4)
     c5, c6, c7 = st.columns([1, 1, 2])
-    vocab = c5.number_input("Vocabulary", min_value=1, max_value=10_000_000, value=base.vocab_size, step=1,
-                            key=K.CALC_VOCAB)
-    n_ctx = c6.number_input("Context", min_value=1, max_value=10_000_000, value=base.n_ctx, step=1, key=K.CALC_CTX)
-    norm_type = c7.radio("Norm type", NORM_TYPES, horizontal=True, key=K.CALC_NORM_TYPE,
-                         format_func={"layernorm": "LayerNorm (weight + bias)", "rmsnorm": "RMSNorm (weight)"}.get)
+    vocab = S.CALC_VOCAB.number_input(c5, value=base.vocab_size)
+    n_ctx = S.CALC_CTX.number_input(c6, value=base.n_ctx)
+    norm_type = S.CALC_NORM_TYPE.radio(c7, horizontal=True, format_func={"layernorm": "LayerNorm (weight + bias)",
+                                                                         "rmsnorm": "RMSNorm (weight)"}.get)
     c8, c9 = st.columns(2)
-    tie = c8.checkbox("Tie the LM head to the token embedding", value=True, key=K.CALC_TIE)
-    qkv_bias = c9.checkbox("Bias on Q, K, V", value=True, key=K.CALC_QKV_BIAS)
+    tie = S.CALC_TIE.checkbox(c8)
+    qkv_bias = S.CALC_QKV_BIAS.checkbox(c9)
     d_ff = round(ratio * int(d_model))
     return GPTConfig(vocab_size=int(vocab), n_ctx=int(n_ctx), d_model=int(d_model), n_layers=int(n_layers),
                      n_heads=int(n_heads), d_ff=int(d_ff), norm_type=norm_type, tie_weights=tie,

@@ -13,13 +13,14 @@ import numpy as np
 import streamlit as st
 
 from gptviz.app import jobs
-from gptviz.app import keys as K
+from gptviz.app import keys as K, settings as S
 from gptviz.app.bundled_snapshots import bundled_snapshots
 from gptviz.app.display import show_figure
 from gptviz.app.unit_nav import unit_pills
 from gptviz.figures import timeline as ft
 from gptviz.snapshots import FORMED_THRESHOLD, Snapshots, formed_step
 from gptviz.training_jobs import GROWTH, Job, induction_growth_spec
+from gptviz.unit_id import head_id
 
 TWINS = {"pre-norm": "shakespeare-pre", "post-norm": "shakespeare-post"}
 THRESHOLD = FORMED_THRESHOLD   # a head "has formed" once its score reaches this and stays (snapshots.formed_step)
@@ -27,7 +28,7 @@ PLAY_FPS = 3
 FORMED_HELP = (f"Steps count from the start of training (stage 1's first step, from random weights). A head "
                f"counts as formed at the first snapshot from which its score stays at or above {THRESHOLD:g}; the "
                "Pre-norm vs post-norm page uses the same rule.")
-STEP_HELP = "Each wiring shows its last snapshot at or before this step."
+STEP_HELP = S.TL_STEP.help  # the play's frames show a slider like the step's
 state = st.session_state
 
 
@@ -49,18 +50,17 @@ def controls(found: dict[str, Snapshots]) -> tuple[str, int, int, st.delta_gener
     step slider sits in (Play moves a slider there)."""
     first = next(iter(found.values()))
     steps = all_steps(found)
-    if state.get(K.TL_DETECTOR) not in K.TIMELINE_DETECTORS:
-        state[K.TL_DETECTOR] = K.TIMELINE_DETECTORS[0]
+    if state.get(K.TL_DETECTOR) not in S.TL_DETECTOR.rule.options:
+        state[K.TL_DETECTOR] = S.TL_DETECTOR.default
     if not isinstance(state.get(K.TL_PROBE), int) or not 0 <= state[K.TL_PROBE] < len(first.probes):
-        state[K.TL_PROBE] = 0
+        state[K.TL_PROBE] = S.TL_PROBE.default
     wanted = state.pop(K.TL_PLAYED, state.get(K.TL_STEP))
     state[K.TL_STEP] = steps[ft.last_at_or_before(steps, wanted)] if isinstance(wanted, int) else steps[-1]
     left, middle, right = st.columns([1, 1, 3])
-    detector = left.selectbox("Detector", K.TIMELINE_DETECTORS, key=K.TL_DETECTOR)
-    probe = middle.selectbox("Probe prompt", range(len(first.probes)), key=K.TL_PROBE,
-                             format_func=lambda p: first.probes[p].name)
+    detector = S.TL_DETECTOR.selectbox(left)
+    probe = S.TL_PROBE.selectbox(middle, options=range(len(first.probes)), format_func=lambda p: first.probes[p].name)
     slot = right.empty()
-    step = slot.select_slider("Training step", steps, key=K.TL_STEP, help=STEP_HELP)
+    step = S.TL_STEP.select_slider(slot, options=steps)
     return detector, probe, step, slot
 
 
@@ -74,14 +74,14 @@ def best_head_line(snaps: Snapshots, detector: str, step: int) -> tuple[str, tup
     scores = snaps.score_array()[i, d]
     layer, head = np.unravel_index(int(scores.argmax()), scores.shape)
     chance = snaps.detectors[d].chance
-    return (f"{shown}: best {detector} head L{layer}H{head} {scores[layer, head]:.2f} "
+    return (f"{shown}: best {detector} head {head_id(layer, head)} {scores[layer, head]:.2f} "
             f"(chance {chance:.3f}); loss {snaps.train_loss[i]:.2f}"), (int(layer), int(head))
 
 
 def named_heads(snaps: Snapshots, best: tuple[int, int]) -> list[str]:
     """The heads the page names for a run: the best at the step, then the one of each detector that formed."""
     hits = [formed_step(snaps, name, THRESHOLD) for name in K.TIMELINE_DETECTORS]
-    return list(dict.fromkeys([f"L{best[0]}H{best[1]}"] + [f"L{h[1]}H{h[2]}" for h in hits if h]))
+    return list(dict.fromkeys([head_id(*best)] + [head_id(h[1], h[2]) for h in hits if h]))
 
 
 def heads_row(found: dict[str, Snapshots], detector: str, probe: int, step: int, key: str = K.TL_HEADS,
@@ -108,7 +108,7 @@ def play(found: dict[str, Snapshots], detector: str, probe: int, start: int, sli
     steps = [s for s in every if s >= start] or every
     slots = [st.empty() for _ in found]
     for s in steps:
-        slider.select_slider("Training step", every, value=s, disabled=True, key=K.per_item(K.TL_FRAME, "slider", s),
+        slider.select_slider(S.TL_STEP.label, every, value=s, disabled=True, key=K.per_item(K.TL_FRAME, "slider", s),
                              help=STEP_HELP)
         for slot, (wiring, snaps) in zip(slots, found.items()):
             line, best = best_head_line(snaps, detector, s)
@@ -159,9 +159,9 @@ def start_growth() -> None:
 def growth_controls(job: Job | None) -> None:
     running = job is not None and not job.finished
     left, middle, right = st.columns([2, 1, 1])
-    left.segmented_control("Wiring", K.GROW_WIRINGS, key=K.TL_GROW_WIRING, default="pre",
-                           format_func=lambda w: {"both": "both, same batches"}.get(w, f"{w}-norm"))
-    middle.number_input("Seed", 0, 10_000, 0, key=K.TL_GROW_SEED)
+    S.TL_GROW_WIRING.segmented_control(left, default=S.TL_GROW_WIRING.default,
+                                       format_func=lambda w: {"both": "both, same batches"}.get(w, f"{w}-norm"))
+    S.TL_GROW_SEED.number_input(middle)
     if running:
         right.button("Stop", key=K.TL_GROW_STOP, on_click=job.request_stop, icon=":material/stop:", width="stretch")
     elif right.button("Grow", key=K.TL_GROW_START, type="primary", icon=":material/play_arrow:", width="stretch"):
@@ -179,7 +179,7 @@ def growth_view(job: Job) -> None:
         return
     step = max(s.steps[-1] for s in found.values())
     best = {w: formed_step(s, "induction", THRESHOLD) for w, s in found.items()}
-    reached = "; ".join(f"{w}: " + (f"L{b[1]}H{b[2]} formed at step {b[0]}" if b else
+    reached = "; ".join(f"{w}: " + (f"{head_id(b[1], b[2])} formed at step {b[0]}" if b else
                                     "none formed yet") for w, b in best.items())
     st.caption(reached)
     heads_row(found, "induction", 0, step, key=K.TL_GROW_HEADS)

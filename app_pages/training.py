@@ -8,7 +8,7 @@ import streamlit as st
 
 from gptviz import PRESETS, warmup
 from gptviz.app import display, jobs, sidebar
-from gptviz.app import keys as K
+from gptviz.app import keys as K, settings as S
 from gptviz.app.services import training as services
 from gptviz.app.services.training import Form
 from gptviz.config import ConfigError
@@ -21,10 +21,7 @@ from gptviz.training_jobs import FAILED, STOPPED, Job, JobRegistry, JobSnapshot,
 state = st.session_state
 VOCAB = PRESETS["tiny"].vocab_size
 WIRINGS = services.WIRINGS
-LRS = [1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1]
-DEFAULTS = {K.TRAIN_LAYERS: 2, K.TRAIN_WIDTH: 64, K.TRAIN_HEADS: 4, K.TRAIN_WIRING: "both", K.TRAIN_LR: 3e-3,
-            K.TRAIN_WARMUP: 10, K.TRAIN_STEPS: 60, K.TRAIN_BATCH: 4, K.TRAIN_BLOCK: 64, K.TRAIN_INIT: "gpt2",
-            K.TRAIN_CLIP: 1.0, K.TRAIN_SEED: 1337}
+DEFAULTS = {setting.key: setting.default for setting in S.TRAIN_FORM_SETTINGS}
 DEEP_AND_NARROW = {**DEFAULTS, K.TRAIN_LAYERS: 12, K.TRAIN_WIDTH: 64, K.TRAIN_LR: 1e-2, K.TRAIN_STEPS: 150,
                    K.TRAIN_CLIP: 0.0}
 # Scenarios set the form's fields (the user still presses Start).
@@ -73,29 +70,22 @@ def settings_form() -> tuple[Form, bool]:
     """The run's settings (kept for the session), and whether Start was pressed."""
     with st.form(K.TRAIN_FORM):
         r1 = st.columns(4)
-        layers = r1[0].slider("Layers", 1, 12, key=K.TRAIN_LAYERS, persist_state="session")
-        width = r1[1].selectbox("Width (d_model)", [32, 64, 128, 256], key=K.TRAIN_WIDTH, persist_state="session")
-        heads = r1[2].selectbox("Heads", [1, 2, 4, 8], key=K.TRAIN_HEADS, persist_state="session")
-        wiring = r1[3].radio("Norm placement", list(WIRINGS), format_func=WIRINGS.get, key=K.TRAIN_WIRING,
-                             persist_state="session",
-                             help="This form chooses the wiring of the models it trains; the sidebar's LayerNorm "
-                                  "choice applies to the other pages, not here.")
+        layers = S.TRAIN_LAYERS.slider(r1[0], persist_state="session")
+        width = S.TRAIN_WIDTH.selectbox(r1[1], persist_state="session")
+        heads = S.TRAIN_HEADS.selectbox(r1[2], persist_state="session")
+        wiring = S.TRAIN_WIRING.radio(r1[3], format_func=WIRINGS.get, persist_state="session")
         r2 = st.columns(4)
-        lr = r2[0].select_slider("Peak learning rate", LRS, key=K.TRAIN_LR, persist_state="session",
-                                 format_func=lambda v: f"{v:g}")
-        warmup = r2[1].number_input("Warmup steps", 0, 5000, step=10, key=K.TRAIN_WARMUP, persist_state="session",
-                                    help="Linear warmup from lr/warmup to the peak; then cosine decay to a tenth.")
-        steps = r2[2].number_input("Steps", 1, 5000, step=10, key=K.TRAIN_STEPS, persist_state="session")
-        clip = r2[3].select_slider("Gradient clipping", [0.0, 0.5, 1.0, 2.0, 5.0], key=K.TRAIN_CLIP,
-                                   persist_state="session", format_func=lambda v: "off" if v == 0 else f"{v:g}",
-                                   help="Largest global gradient norm; off lets a spike through whole.")
+        lr = S.TRAIN_LR.select_slider(r2[0], persist_state="session", format_func=lambda v: f"{v:g}")
+        warmup = S.TRAIN_WARMUP.number_input(r2[1], step=10, persist_state="session")
+        steps = S.TRAIN_STEPS.number_input(r2[2], step=10, persist_state="session")
+        clip = S.TRAIN_CLIP.select_slider(r2[3], persist_state="session",
+                                          format_func=lambda v: "off" if v == 0 else f"{v:g}")
         r3 = st.columns(4)
-        batch = r3[0].selectbox("Batch size", [1, 2, 4, 8, 16, 32], key=K.TRAIN_BATCH, persist_state="session")
-        block = r3[1].selectbox("Block (tokens per sequence)", [16, 32, 64, 128], key=K.TRAIN_BLOCK,
-                                persist_state="session")
-        init = r3[2].selectbox("Init", ["gpt2", "xavier"], key=K.TRAIN_INIT, persist_state="session",
-                               format_func={"gpt2": "GPT-2 (normal 0.02)", "xavier": "Xavier"}.get)
-        seed = r3[3].number_input("Seed", 0, 2**31 - 1, step=1, key=K.TRAIN_SEED, persist_state="session")
+        batch = S.TRAIN_BATCH.selectbox(r3[0], persist_state="session")
+        block = S.TRAIN_BLOCK.selectbox(r3[1], persist_state="session")
+        init = S.TRAIN_INIT.selectbox(r3[2], persist_state="session",
+                                      format_func={"gpt2": "GPT-2 (normal 0.02)", "xavier": "Xavier"}.get)
+        seed = S.TRAIN_SEED.number_input(r3[3], persist_state="session")
         submitted = st.form_submit_button("Start training", type="primary")
     return Form(layers, width, heads, wiring, lr, warmup, steps, clip, batch, block, init, seed), submitted
 
@@ -155,8 +145,8 @@ def chosen_run(registry: JobRegistry) -> Job | None:
     # is away, and the picker recreated on return came back showing an older run than the one just started.
     if len(mine) > 1:
         state[K.TRAIN_RUN_PICK] = state[K.TRAIN_JOB]
-        st.selectbox("Run", mine, key=K.TRAIN_RUN_PICK, on_change=pick_run,
-                     format_func=lambda j: f"{j}: {registry.get(j).spec.label}")
+        S.TRAIN_RUN_PICK.selectbox(st, options=mine, on_change=pick_run,
+                                   format_func=lambda j: f"{j}: {registry.get(j).spec.label}")
     return registry.get(state[K.TRAIN_JOB])
 
 
@@ -373,8 +363,7 @@ def run_results(registry: JobRegistry) -> None:
     if job is None:
         return
     st.subheader(f"{job.id}: {job.spec.label}")
-    smoothing = st.slider("Smoothing of the training loss", 0.0, 0.99, 0.6, 0.01, key=K.TRAIN_SMOOTH,
-                          help="Exponential moving average of the per-batch loss; 0 shows it raw.")
+    smoothing = S.TRAIN_SMOOTH.slider(st)
     live_at_start = not job.finished
     st.fragment(live_view, run_every=1.5 if live_at_start else None)(job, smoothing, live_at_start)
     if not job.finished:

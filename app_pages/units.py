@@ -13,7 +13,7 @@ import streamlit as st
 
 from gptviz import index as ix
 from gptviz.app import display, sidebar
-from gptviz.app import keys as K
+from gptviz.app import keys as K, settings as S
 from gptviz.app import unit_index as ui
 from gptviz.app.services import LimitError
 from gptviz.app.services import units as services
@@ -25,7 +25,7 @@ from gptviz.figures import units as fu
 from gptviz.model import GPT
 from gptviz.tokenizer import decode, encode, position_labels, token_labels
 
-KINDS = ("neuron", "head")
+KINDS = S.UNIT_KIND.rule.options
 DEFAULT_BUILD_TOKENS = 50_000
 state = st.session_state
 
@@ -53,8 +53,8 @@ def build_section(spec: ModelSpec, model: GPT, rebuild: bool = False) -> None:
             "head, where it fires most.")
     top = min(services.index_tokens_limit(), 1_500_000)
     state.setdefault(K.UNIT_BUILD_TOKENS, min(DEFAULT_BUILD_TOKENS, top))
-    tokens = st.number_input("Tokens to scan", min_value=1_000 if top >= 1_000 else 1, max_value=top, step=10_000,
-                             key=K.UNIT_BUILD_TOKENS, help=f"At most {top:,} on this server (GPTVIZ_INDEX_TOKENS).")
+    tokens = S.UNIT_BUILD_TOKENS.number_input(st, min_value=1_000 if top >= 1_000 else 1, max_value=top, step=10_000,
+                                              help=f"At most {top:,} on this server (GPTVIZ_INDEX_TOKENS).")
     if not st.button("Build the index", key=K.UNIT_BUILD, type="primary"):
         return
     bar = st.progress(0.0, text="Starting...")
@@ -111,12 +111,12 @@ def unit_picker(index: ix.NeuronIndex) -> ix.Unit:
     state[K.UNIT_KIND], state[K.UNIT_LAYER], state[K.UNIT_INDEX] = unit.kind, unit.layer, unit.index
     sizes = (index.d_ff, index.n_heads)
     left, mid, right = st.columns([2, 1, 1])
-    left.radio("Unit", KINDS, key=K.UNIT_KIND, horizontal=True, on_change=_picked, args=sizes,
-               format_func={"neuron": "MLP neuron", "head": "attention head"}.get)
-    mid.selectbox("Layer", range(index.n_layers), key=K.UNIT_LAYER, on_change=_picked, args=sizes)
+    S.UNIT_KIND.radio(left, horizontal=True, on_change=_picked, args=sizes,
+                      format_func={"neuron": "MLP neuron", "head": "attention head"}.get)
+    S.UNIT_LAYER.selectbox(mid, options=range(index.n_layers), on_change=_picked, args=sizes)
     size = index.d_ff if unit.kind == "neuron" else index.n_heads
-    right.number_input("Neuron" if unit.kind == "neuron" else "Head", min_value=0, max_value=size - 1, step=1,
-                       key=K.UNIT_INDEX, on_change=_picked, args=sizes)
+    S.UNIT_INDEX.number_input(right, label=S.UNIT_INDEX.label if unit.kind == "neuron" else "Head", min_value=0,
+                              max_value=size - 1, step=1, on_change=_picked, args=sizes)
     return unit
 
 
@@ -173,9 +173,7 @@ def examples_section(spec: ModelSpec, loaded: ui.Loaded, unit: ix.Unit) -> list[
         return []
     by_attention = False
     if unit.kind == "head":
-        by_attention = st.radio("Colour tokens by", ["output norm", "where the peak token looks"], key=K.UNIT_COLOUR,
-                                horizontal=True, help="Output norm: ||z W_O|| of the head at each token. Where the "
-                                "peak token looks: its attention weights (grey before its window).") != "output norm"
+        by_attention = S.UNIT_COLOUR.radio(st, horizontal=True) != S.UNIT_COLOUR.default
     value_name = "attention" if by_attention else ("activation" if unit.kind == "neuron" else "output norm")
     cmax = 1.0 if by_attention else max(e.value for e in examples) if examples else 1.0
     held = sum(loaded.index.documents[e.doc]["held_out"] for e in examples)
@@ -203,7 +201,7 @@ def histogram_section(loaded: ui.Loaded, unit: ix.Unit) -> None:
         line = f"active (> 0) on {index.arrays['active_share'][i]:.1%} of the {index.tokens:,} tokens"
     else:
         line = f"its output norm at each of the {index.tokens:,} tokens"
-    log = st.toggle("Log scale", value=True, key=K.UNIT_HIST_LOG)
+    log = S.UNIT_HIST_LOG.toggle(st)
     st.markdown(f"**Distribution**: {line}; dashed lines at the 1%, 50% and 99% quantiles "
                 f"(mean {index.arrays['mean'][i]:.3g}, sd {index.arrays['std'][i]:.3g}).")
     display.show_figure(fu.unit_histogram(edges, counts, q, value_name="activation" if unit.kind == "neuron"
@@ -292,8 +290,7 @@ def prompt_search(spec: ModelSpec, model: GPT, loaded: ui.Loaded) -> None:
     ids = prompt.ids
     sidebar.keep_valid(K.UNIT_FOCUS, range(len(ids)), len(ids) - 1)
     labels = position_labels(ids)
-    pos = st.selectbox("Token of the prompt", range(len(ids)), index=len(ids) - 1, key=K.UNIT_FOCUS,
-                       format_func=labels.__getitem__)
+    pos = S.UNIT_FOCUS.selectbox(st, options=range(len(ids)), index=len(ids) - 1, format_func=labels.__getitem__)
     try:
         found = services.units_here(spec, ids, pos)
     except LimitError as err:  # the server's memory has no room for the prompt's forward pass now

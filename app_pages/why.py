@@ -10,8 +10,9 @@ import pandas as pd
 import streamlit as st
 import torch
 
+from gptviz import unit_id
 from gptviz.app import display, sidebar
-from gptviz.app import keys as K
+from gptviz.app import keys as K, settings as S
 from gptviz.app.services import LimitError
 from gptviz.app.services import why as services
 from gptviz.app.services.why import Ask, first_difference, piece_at, pieces
@@ -25,7 +26,6 @@ from gptviz.tokenizer import decode
 
 state = st.session_state
 TOP = 10            # tokens offered as target / rival
-MAX_NEW = 40        # continuation length cap
 
 
 # ---- the question: model, prompt, target and rival -----------------------------------------------------------
@@ -41,13 +41,11 @@ def pick_tokens(probs: torch.Tensor, last_label: str) -> tuple[list[int], int, i
     sidebar.keep_valid(K.WHY_TARGET, choices, choices[0])
     sidebar.keep_valid(K.WHY_OTHER, choices, choices[1])
     c1, c2 = st.columns(2)
-    target = c1.selectbox("Predicted token (target)", choices, key=K.WHY_TARGET, format_func=option)
+    target = S.WHY_TARGET.selectbox(c1, options=choices, format_func=option)
     others = [c for c in choices if c != target]
     if state.get(K.WHY_OTHER) not in others:
         state[K.WHY_OTHER] = others[0]
-    other = c2.selectbox("Rival", others, key=K.WHY_OTHER, format_func=option,
-                         help="The metric is logit(target) - logit(rival): what makes the model prefer one to the "
-                              "other.")
+    other = S.WHY_OTHER.selectbox(c2, options=others, format_func=option)
     st.caption(f"Next token after the prompt's last token, {display.md_text(last_label)}. Metric: logit("
                f"{display.md_text(names[target])}) - logit({display.md_text(names[other])}).")
     return choices, target, other
@@ -161,7 +159,7 @@ def ablation_effect(ask: Ask) -> None:
         return
     ab = Ablation(heads, state.get(K.WHY_MODE, "zero"), int(state.get(K.WHY_N, 20)),
                   float(state.get(K.WHY_TEMP, 0.0)), int(state.get(K.WHY_SEED, 0)))
-    st.markdown(f"**Ablated ({ab.mode}):** " + ", ".join(f"L{l}H{h}" for l, h in heads))
+    st.markdown(f"**Ablated ({ab.mode}):** " + ", ".join(unit_id.head_id(l, h) for l, h in heads))
     probability_table(ask, ab)
     direct_and_total(ask, ab)
     continuations(ask, ab)
@@ -170,14 +168,14 @@ def ablation_effect(ask: Ask) -> None:
 def ablation_controls(cfg: GPTConfig) -> Ablation:
     options = [(l, h) for l in range(cfg.n_layers) for h in range(cfg.n_heads)]
     state[K.WHY_HEADS] = [h for h in ablated() if h in options]  # the grid's clicks and a link set WHY_ABLATED
-    chosen = st.multiselect("Heads to remove", options, key=K.WHY_HEADS, format_func=lambda lh: f"L{lh[0]}H{lh[1]}",
-                            placeholder="Choose heads, or click them in the grid above",
-                            on_change=lambda: state.__setitem__(K.WHY_ABLATED, sorted(state[K.WHY_HEADS])))
+    chosen = S.WHY_HEADS.multiselect(st, options=options, format_func=lambda lh: unit_id.head_id(*lh),
+                                     placeholder="Choose heads, or click them in the grid above",
+                                     on_change=lambda: state.__setitem__(K.WHY_ABLATED, sorted(state[K.WHY_HEADS])))
     a1, a2, a3, a4 = st.columns(4)
-    mode = a1.radio("Ablation", ["zero", "mean"], key=K.WHY_MODE, horizontal=True)
-    n_new = a2.number_input("New tokens", 1, MAX_NEW, 20, key=K.WHY_N)
-    temperature = a3.slider("Temperature", 0.0, 2.0, 0.0, 0.05, key=K.WHY_TEMP, help="0 is greedy.")
-    seed = a4.number_input("Seed", 0, 2**31 - 1, 0, key=K.WHY_SEED)
+    mode = S.WHY_MODE.radio(a1, horizontal=True)
+    n_new = S.WHY_N.number_input(a2)
+    temperature = S.WHY_TEMP.slider(a3)
+    seed = S.WHY_SEED.number_input(a4)
     return Ablation(tuple(sorted(chosen)), mode, int(n_new), float(temperature), int(seed))
 
 
@@ -245,10 +243,10 @@ def attention_with_and_without(ask: Ask, ab: Ablation) -> None:
     """One head's attention as trained and with the ablation (by default a layer after the last one edited)."""
     cfg = ask.cfg
     v1, v2 = st.columns(2)
-    show_layer = v1.selectbox("Attention of layer", range(cfg.n_layers), key=K.WHY_ATT_LAYER,
-                              index=min(max(l for l, _ in ab.heads) + 1, cfg.n_layers - 1))
-    show_head = v2.selectbox("head", range(cfg.n_heads), key=K.WHY_ATT_HEAD)
-    name = f"L{show_layer}H{show_head}"
+    show_layer = S.WHY_ATT_LAYER.selectbox(v1, options=range(cfg.n_layers),
+                                           index=min(max(l for l, _ in ab.heads) + 1, cfg.n_layers - 1))
+    show_head = S.WHY_ATT_HEAD.selectbox(v2, options=range(cfg.n_heads))
+    name = unit_id.head_id(show_layer, show_head)
     m1, m2 = st.columns(2)
     for column, heads, title, key in ((m1, (), f"{name} as trained", K.WHY_ATT_BEFORE),
                                       (m2, ab.heads, f"{name} with the ablation", K.WHY_ATT_AFTER)):
@@ -265,7 +263,7 @@ def ablate_tab(ask: Ask) -> None:
                (" (colour: its direct attribution)" if ask.cfg.norm == "pre" else ""), "logit diff")
     ab = ablation_controls(ask.cfg)
     if ab.heads:
-        unit_pills("What each ablated head does over the corpus", [f"L{l}H{h}" for l, h in ab.heads],
+        unit_pills("What each ablated head does over the corpus", [unit_id.head_id(l, h) for l, h in ab.heads],
                    K.per_item(K.UNIT_PILLS, "why_ablated"))
     probability_table(ask, ab)
     direct_and_total(ask, ab)
@@ -295,15 +293,14 @@ def attention_edges_table(edges: list, labels: list[str], n_heads: int) -> pd.Da
                          "from position": [e.source for e in rows],
                          "to token": [labels[e.target] for e in rows],
                          "to position": [e.target for e in rows], "share": [e.importance for e in rows],
-                         "largest head share": [f"L{e.layer}H{e.head}: {e.head_share:.0%} (even: "
+                         "largest head share": [f"{unit_id.head_id(e.layer, e.head)}: {e.head_share:.0%} (even: "
                                                 f"{1 / n_heads:.0%})" for e in rows]})
 
 
 def flow_tab(ask: Ask) -> None:
     if post_norm_says_why_not(ask.cfg, FLOW_POST_NORM):
         return
-    threshold = st.slider("Threshold: shares above it are drawn", 0.01, 0.5, 0.04, 0.01, key=K.WHY_FLOW_THRESHOLD,
-                          help="Lower shows more of the graph; the routes with the largest shares stay.")
+    threshold = S.WHY_FLOW_THRESHOLD.slider(st)
     try:
         with st.spinner("Splitting every residual sum into its parts..."):
             graph = services.flow_graph(ask.spec, ask.ids, float(threshold))

@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from gptviz.training_jobs import GROWTH, JobRegistry, induction_growth_spec
+from gptviz.unit_id import head_id
 
 THRESHOLD = 0.5
 
@@ -52,7 +53,7 @@ def run_seed(seed: int, overrides: dict) -> dict:
     best = float(snaps.score_array()[:, snaps.detector_index("induction")].max()) if len(snaps) else float("nan")
     return {"seed": seed, "status": job.status, "steps": job.snapshot().steps_done,
             "reached_s": reached[0] if reached else None, "reached_step": reached[1][0] if reached else None,
-            "head": f"L{reached[1][1]}H{reached[1][2]}" if reached else "", "load_s": first_step_s,
+            "head": head_id(reached[1][1], reached[1][2]) if reached else "", "load_s": first_step_s,
             "best": best, "share": snaps.share_recording(), "error": job.error}
 
 

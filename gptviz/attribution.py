@@ -11,6 +11,7 @@ import torch
 
 from .hooks import act_name, capture, capturing, edits_by_hook
 from .interventions import Edit
+from .unit_id import head_id
 from .work_clock import WorkClock, unbounded
 
 
@@ -71,7 +72,7 @@ def direct_logit_attribution(model, ids, target: int, other: int, position: int 
         z = cache[act_name("z", i)][0, pos]                                  # [head, d_head]
         heads = torch.einsum("hd,ohd->ho", z, W_O)                                   # [head, d_model]
         parts += list(heads)
-        labels += [f"L{i}H{h}" for h in range(cfg.n_heads)]
+        labels += [head_id(i, h) for h in range(cfg.n_heads)]
         parts.append(weight(attn.c_proj.bias))
         labels.append(f"L{i} attn bias")
         parts.append(cache[act_name("mlp_out", i)][0, pos])

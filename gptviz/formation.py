@@ -7,6 +7,7 @@ import re
 import numpy as np
 
 from .snapshots import Snapshots
+from .unit_id import head_id
 
 
 def logged_losses(log_text: str) -> dict[int, float]:
@@ -47,10 +48,9 @@ def formation_section(snaps: Snapshots, compared: dict | None = None, low: float
             rows.append(f"| {label} | {step} | {ind[i]:.3f} | {prev[i]:.3f} | {snaps.train_loss[i]:.3f} |")
     lines = [f"| | step | best induction (chance {chance['induction']:.3f}) | best previous-token (chance "
              f"{chance['previous-token']:.3f}) | training loss |", "|---|---|---|---|---|", *rows]
-    crossings = []
-    for name in ("induction", "previous-token"):
-        hit = snaps.crossing(name, threshold)
-        crossings.append(f"{name}: L{hit[1]}H{hit[2]} at step {hit[0]}" if hit else f"{name}: not within the run")
+    hits = {name: snaps.crossing(name, threshold) for name in ("induction", "previous-token")}
+    crossings = [f"{name}: {head_id(*hit[1:])} at step {hit[0]}" if hit else f"{name}: not within the run"
+                 for name, hit in hits.items()]
     text = (f"{len(snaps)} snapshots over steps 1 to {steps[-1]} (every {snaps.every} steps, and every "
             f"{snaps.min_gap} while the smoothed loss moved by {snaps.loss_delta} nats or more; recording took "
             f"{snaps.share_recording():.1%} of the training time). First head to reach {threshold}: "

@@ -6,7 +6,8 @@ from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
-from gptviz.app import models, keys as K
+from gptviz.app import models, keys as K, settings as S
+from gptviz.figures import attention as fa
 from gptviz.app.keys import LINKED_KEYS
 from gptviz.app.links import (MAX_LINK_PROMPT, SOURCE_CODES, apply_link, link_params, prompt_left_out,
                           replaced_link_value)
@@ -102,6 +103,11 @@ def test_a_link_opens_the_same_view():
     assert at.selectbox(key="att_layer").value == 1 and at.selectbox(key="att_head").value == 2
     assert at.selectbox(key="att_scale").value == "sqrt"
     assert at.slider(key="att_gen_temp").value == 0.4
+    # the widgets are drawn from the settings' records: their labels and ranges are the records'
+    temp = at.slider(key=S.ATT_GEN_TEMP.key)
+    assert (temp.label, temp.min, temp.max, temp.step) == (S.ATT_GEN_TEMP.label, S.ATT_GEN_TEMP.rule.lo,
+                                                          S.ATT_GEN_TEMP.rule.hi, S.ATT_GEN_TEMP.rule.step)
+    assert at.selectbox(key=S.ATT_SCALE.key).options == [str(o) for o in fa.SCALES.values()]
     # the address bar holds the view, so the link a visitor copies now is the one they opened
     for name, value in {"source": "preset", "preset": "tiny", "seed": "3", "norm": "post",
                         "prompt": "To be or not to be", "att_layer": "1", "att_head": "2", "att_scale": "sqrt",

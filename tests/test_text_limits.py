@@ -16,6 +16,7 @@ import pytest
 
 from gptviz.app import keys as K
 from gptviz.app import links, text_limits
+from gptviz.app import settings as S
 
 ROOT = Path(__file__).resolve().parents[1]
 GUIDE = ROOT / "docs" / "deploying.md"
@@ -29,11 +30,21 @@ def page_files() -> list[Path]:
     return sorted([*(ROOT / "app_pages").glob("*.py"), *(ROOT / "gptviz" / "app").rglob("*.py")])
 
 
+def record_of(node) -> S.Setting | None:
+    """The settings.py record `node` names (`S.UNIT_INDEX`), else None."""
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "S":
+        record = getattr(S, node.attr, None)
+        return record if isinstance(record, S.Setting) else None
+    return None
+
+
 def label_texts(label) -> list[str]:
-    """A label's possible texts: a string, or either side of a conditional ("Neuron" if ... else "Head"); [] for a
-    variable or a formatted string."""
+    """A label's possible texts: a string, a record's label (`S.UNIT_INDEX.label`), or either side of a conditional
+    ("Neuron" if ... else "Head"); [] for a variable or a formatted string."""
     if isinstance(label, ast.Constant) and isinstance(label.value, str):
         return [label.value]
+    if isinstance(label, ast.Attribute) and label.attr == "label" and record_of(label.value):
+        return [record_of(label.value).label]
     if isinstance(label, ast.IfExp):
         return label_texts(label.body) + label_texts(label.orelse)
     return []
@@ -51,6 +62,25 @@ def typed_boxes(path: Path) -> list[dict]:
         if not isinstance(node, ast.Call):
             return
         func = node.func
+        keywords = {k.arg for k in node.keywords}
+        if isinstance(func, ast.Attribute) and func.attr in TYPED and record_of(func.value):
+            # a record draws its widget (S.WHY_N.number_input(col)): its label, and the bounds its rule passes
+            record = record_of(func.value)
+            label = next((k.value for k in node.keywords if k.arg == "label"), None)
+            labels = label_texts(label) if label is not None else [record.label]
+            keywords |= set(record.rule.widget_args(func.attr, record.default)) if record.rule is not None else set()
+            found.append({"kind": func.attr, "labels": labels or [function], "via": None, "line": node.lineno,
+                          "keywords": keywords, "positional": 0})
+            return
+        where = node.args[0] if node.args else None
+        if isinstance(func, ast.Attribute) and func.attr in TYPED and \
+                (isinstance(where, ast.Subscript) or isinstance(where, ast.Name) and where.id == "st"):
+            # a record held in a variable draws its widget where it is told (c.tokens.number_input(g[0]) or (st)),
+            # where Streamlit's own boxes take a label first. Named by the enclosing function; its bounds are its
+            # rule's (test_every_numeric_record_has_bounds) or passed here
+            found.append({"kind": func.attr, "labels": [function], "via": "record", "line": node.lineno,
+                          "keywords": keywords, "positional": 0})
+            return
         if isinstance(func, ast.Attribute) and func.attr in TYPED:
             kind, args, via = func.attr, node.args, None
         else:  # a box handed to a helper that draws it: checked_text(p1.text_area, "Clean prompt", ...)
@@ -62,7 +92,7 @@ def typed_boxes(path: Path) -> list[dict]:
         label = args[0] if args else next((k.value for k in node.keywords if k.arg == "label"), None)
         labels = label_texts(label)
         found.append({"kind": kind, "labels": labels or [function], "via": via, "line": node.lineno,
-                      "keywords": {k.arg for k in node.keywords}, "positional": len(node.args)})
+                      "keywords": keywords, "positional": len(node.args)})
     visit(tree, "<module>")
     return found
 
@@ -111,12 +141,29 @@ def test_every_box_has_a_bound_where_it_is_drawn():
             ok = "max_chars" in b["keywords"] if b["via"] is None else b["via"] in CHECKED
         elif b["kind"] == "number_input":
             ok = {"min_value", "max_value"} <= b["keywords"] or b["positional"] >= 3 or \
-                (b["positional"] == 2 and "max_value" in b["keywords"])
+                (b["positional"] == 2 and "max_value" in b["keywords"]) or b["via"] == "record"
         else:
             ok = False
         if not ok:
             unbounded.append(f"{f}:{b['line']} {b['kind']} {b['labels']}")
     assert unbounded == []
+
+
+def test_every_numeric_record_has_bounds():
+    """A record drawn from a variable (the live generation's controls) is bounded by its rule: every record with a
+    number for its default has a range or a list of choices, except the layer and head pickers, which pass the
+    model's range where they are drawn (found by the scan above)."""
+    from gptviz.app.rules import Choice, Number, Whole
+    passed_where_drawn = {S.NORMS_LAYER, S.NORMS_HEAD, S.TWINS_LAYER, S.TWINS_HEAD}
+    numeric = [r for r in vars(S).values() if isinstance(r, S.Setting) and isinstance(r.default, (int, float))
+               and not isinstance(r.default, bool)]
+    assert len(numeric) >= 20
+    unbounded = [r.key for r in numeric if r not in passed_where_drawn and not isinstance(r.rule, (Whole, Number, Choice))]
+    assert unbounded == []
+    for r in numeric:
+        if isinstance(r.rule, (Whole, Number)):
+            args = r.rule.widget_args("number_input", r.default)
+            assert args["min_value"] <= r.default <= args["max_value"], r.key
 
 
 def test_the_table_names_only_boxes_that_exist():

@@ -1,29 +1,19 @@
-"""Every session-state key and shared label of the app, named once.
+"""Every session-state key of the app that is not a setting (figures, buttons, downloads, the app's bookkeeping),
+named once; and, re-exported from settings.py, the keys of the settings, so `K.NAME` names every session key.
 
-Pages, the sidebar and the links read keys from here, never as string literals (tests/test_app_structure.py checks
-the pages), so a key's users can be found with one search and a typo is a NameError, not a silent new key. A widget
-key is its session-state key. The values are the URL names links.py writes for the linked ones, so keep them stable:
-a changed value breaks links people have shared.
+Pages, the sidebar and the links read keys from here or from settings.py, never as string literals
+(tests/test_app_structure.py checks the pages), so a key's users can be found with one search and a typo is a
+NameError, not a silent new key. A widget key is its session-state key. A setting (a value a visitor picks: its
+default, label, link name and rule) is declared in settings.py, not here.
 """
+from . import settings as _settings
+# the choices settings offer, which pages compare values with
+from .settings import (ATTENTION_VIEWS, DEFAULT_PACE, GROW_WIRINGS, OWN_PAIR, PACES, PAR_MODEL_IN_USE,  # noqa: F401
+                       PATCH_PAIRS, SOURCE_BUNDLED, SOURCE_PRESET, SOURCE_PRETRAINED, SOURCE_TRAINED,
+                       TIMELINE_DETECTORS, UNIT_TABS, WHY_VIEWS)
 
-# ---- labels the sidebar shows and links name by code ---------------------------------------------------------
-SOURCE_BUNDLED = "Trained on Shakespeare (bundled)"
-SOURCE_PRESET = "Preset, random weights"
-SOURCE_PRETRAINED = "GPT-2 weights (folder or Hub id)"
-SOURCE_TRAINED = "Trained in this session"  # a session's trained runs exist only there: no link names them
-# The Attention page's view tabs (its st.tabs labels, and the values of its att_view key)
-# The Why page's tabs and its patching pairs (the example names; OWN_PAIR is drawn from the sidebar's prompt)
-WHY_VIEWS = ("Direct attribution", "Ablate heads", "Patching", "Saliency", "Information flow")
-OWN_PAIR = "(your own)"
-PATCH_PAIRS = (OWN_PAIR, "Repeated sequence (induction)", "Speaker after a question")
-# The Parameters page's first choice: the sidebar's model rather than a preset
-PAR_MODEL_IN_USE = "the model in use"
-# The live generation's paces (tokens per second; None: the model's own speed; 0: one token per click)
-PACES = {"as fast as it writes": None, "20 tokens/s": 20.0, "5 tokens/s": 5.0, "2 tokens/s": 2.0, "1 token/s": 1.0,
-         "one token per click": 0.0}
-DEFAULT_PACE = "5 tokens/s"
-ATTENTION_VIEWS = ("One head", "Lines between tokens", "On the text", "Inside the head", "Value-weighted",
-                   "All heads of the layer", "Model view: every layer and head", "Entropy map")
+# the settings' keys, by their records' names (K.GEN_N == settings.GEN_N.key == "gen_n")
+globals().update({_name: _setting.key for _name, _setting in _settings.records().items()})
 
 # ---- the app's own bookkeeping --------------------------------------------------------------------------------
 LINK_READ = "_link_read"              # the session's link has been applied (its first run only)
@@ -37,26 +27,14 @@ UNIT_NAV_PENDING = "_unit_nav_pending"  # a unit id was picked: the router opens
 
 
 # ---- The sidebar (every page reads these) ----------------------------------------------------------------
-DEVICE = "device"
-DTYPE = "dtype"
-EXAMPLE_PROMPT = "example_prompt"
-EXPORT_FORMAT = "export_format"
-HF_NAME = "hf_name"
 HUB_GPT2 = "hub_gpt2"                 # the one-click button for GPT-2 small from the Hub
 MODEL_RETURN = "model_return"         # the model and view before the Hub click: where "Back to ..." returns
 MODEL_BACK = "model_back"             # that button, under the message of a model that failed to load
-MODEL_SOURCE = "model_source"
 MODEL_SPEC = "model_spec"
-NORM = "norm"
-PRESET = "preset"
-PROMPT = "prompt"
 PAGE_PROMPT = "page_prompt"           # the prompt's second box, atop a page on a narrow screen (copied both ways)
 NARROW_ONLY = "gv_narrow_only"        # a container shown only where the sidebar starts closed (display.py's CSS)
-SEED = "seed"
-TRAINED_RUN = "trained_run"
 
 # ---- Activations page ------------------------------------------------------------------------------------
-ACT_FOCUS = "act_focus"
 ACT_HEADS = "act_heads"
 ACT_HEADS_CSV = "act_heads_csv"
 ACT_LENS_CSV = "act_lens_csv"
@@ -67,14 +45,11 @@ ACT_MLP_HIST_CSV = "act_mlp_hist_csv"
 ACT_NORM_CSV = "act_norm_csv"
 ACT_NORM_STATS = "act_norm_stats"
 ACT_NPZ = "act_npz"
-ACT_NPZ_ATTN = "act_npz_attn"
-ACT_RESID_AVG = "act_resid_avg"
 ACT_RESID_CSV = "act_resid_csv"
 ACT_RESID_HEAT = "act_resid_heat"
 ACT_RESID_LINES = "act_resid_lines"
 ACT_TOP_NEURONS = "act_top_neurons"
 ACT_TOP_NEURONS_CSV = "act_top_neurons_csv"
-ACT_TOPK = "act_topk"
 
 # ---- Attention page --------------------------------------------------------------------------------------
 ATT_DETECTORS = "att_detectors"
@@ -84,51 +59,32 @@ ATT_GEN_HEATMAP = "att_gen_heatmap"
 ATT_GEN_BARS = "att_gen_bars"
 ATT_GEN_MAP = "att_gen_map"
 ATT_GEN_MAP_LIVE = "att_gen_map_live"
-ATT_GEN_N = "att_gen_n"
 ATT_GEN_NEXT = "att_gen_next"
-ATT_GEN_PACE = "att_gen_pace"
 ATT_GEN_STEP = "att_gen_step"
-ATT_GEN_SEED = "att_gen_seed"
-ATT_GEN_TEMP = "att_gen_temp"
-ATT_GEN_TOPK = "att_gen_topk"
-ATT_GEN_TOPP = "att_gen_topp"
 ATT_GEN_USE = "att_gen_use"
 ATT_GENERATE = "att_generate"
-ATT_HEAD = "att_head"
 ATT_HEATMAP = "att_heatmap"
-ATT_LAYER = "att_layer"
 ATT_LAYER_GRID = "att_layer_grid"
 ATT_LINES_CHART = "att_lines_chart"
-ATT_LINES_FOCUS = "att_lines_focus"
-ATT_LINES_HEADS = "att_lines_heads"
 ATT_MAP = "att_map"
 ATT_MODEL_VIEW = "att_model_view"
-ATT_MV_MEAN = "att_mv_mean"
 ATT_NEURON_CHART = "att_neuron_chart"
-ATT_NEURON_KEY = "att_neuron_key"
-ATT_QUERY = "att_query"
 ATT_QUERY_BARS = "att_query_bars"
 ATT_QUERY_BARS_HTML = "att_query_bars_html"
 ATT_QUERY_FOR = "att_query_for"
-ATT_QUERY_POS = "att_query_pos"
-ATT_SCALE = "att_scale"
 ATT_STEPS_CHART = "att_steps_chart"
 ATT_STOP = "att_stop"
 ATT_TEXT_CHART = "att_text_chart"
-ATT_TEXT_MODE = "att_text_mode"
-ATT_VIEW = "att_view"
 ATT_VW_RAW = "att_vw_raw"
 ATT_VW_WEIGHTED = "att_vw_weighted"
 ATT_SHOW_SUGGESTED = "att_show_suggested"  # the button that shows the head worth a look
 ATT_GEN_STARTED = "_att_gen_started"  # Generate started the model from the fragment: the page reruns whole
 
 # ---- Embeddings page -------------------------------------------------------------------------------------
-EMB_DIMS = "emb_dims"
 EMB_PANELS = "emb_panels"
 EMB_PANELS_CSV = "emb_panels_csv"
 EMB_PCA = "emb_pca"
 EMB_PCA_CSV = "emb_pca_csv"
-EMB_PCA_N = "emb_pca_n"
 EMB_POS_SIM = "emb_pos_sim"
 EMB_POS_SIM_CSV = "emb_pos_sim_csv"
 EMB_TOKEN_SIM = "emb_token_sim"
@@ -140,126 +96,58 @@ EXP_ACTIVATIONS_CSV = "exp_activations_csv"
 EXP_BLOCK = "exp_block"                # per norm wiring: per_item(EXP_BLOCK, "pre")
 EXP_MASK = "exp_mask"
 EXP_MASK_CSV = "exp_mask_csv"
-EXP_MASK_N = "exp_mask_n"
-EXP_RANGE = "exp_range"
-EXP_TOL = "exp_tol"
 
 # ---- Generation page -------------------------------------------------------------------------------------
 GEN_BARS = "gen_bars"
 GEN_CURVES = "gen_curves"
-GEN_EOS = "gen_eos"
 GEN_GENERATE = "gen_generate"
-GEN_HEAD = "gen_head"
 GEN_HEATMAP = "gen_heatmap"
-GEN_LAYER = "gen_layer"
 GEN_LIVE_MAP = "gen_live_map"
-GEN_N = "gen_n"
 GEN_NEXT = "gen_next"
-GEN_PACE = "gen_pace"
-GEN_SCALE = "gen_scale"
-GEN_SEED = "gen_seed"
 GEN_STEP = "gen_step"
 GEN_STEP_ATTENTION = "gen_step_attention"
 GEN_STOP = "gen_stop"
 GEN_TABLE = "gen_table"
-GEN_TEMP = "gen_temp"
-GEN_TOPK = "gen_topk"
-GEN_TOPP = "gen_topp"
 
 # ---- Pre-norm vs post-norm page (norms_: same weights; twins_: the trained twins) ------------------------
 NORMS_ACT_FIG = "norms_act_fig"
 NORMS_ATTN_FIG = "norms_attn_fig"
 NORMS_CONFIRMED = "norms_confirmed"
-NORMS_DEPTH = "norms_depth"
 NORMS_GRAD_FIG = "norms_grad_fig"
-NORMS_GRAD_VIEW = "norms_grad_view"
-NORMS_HEAD = "norms_head"
-NORMS_INIT = "norms_init"
-NORMS_INPUT = "norms_input"
-NORMS_LAYER = "norms_layer"
-NORMS_LOG = "norms_log"
 NORMS_MEASURE = "norms_measure"
-NORMS_PRESET = "norms_preset"
-NORMS_SEED = "norms_seed"
-NORMS_SWEEP_DEPTHS = "norms_sweep_depths"
 NORMS_SWEEP_FIG = "norms_sweep_fig"
 NORMS_SWEEP_KEY = "norms_sweep_key"
 NORMS_SWEEP_RUN = "norms_sweep_run"
 NORMS_TV_FIG = "norms_tv_fig"
-NORMS_WIDTH = "norms_width"
 TWINS_ATTN_FIG = "twins_attn_fig"
 TWINS_DYN_FIG = "twins_dyn_fig"
-TWINS_GEN_SEED = "twins_gen_seed"
-TWINS_GEN_TEMP = "twins_gen_temp"
-TWINS_GEN_TOKENS = "twins_gen_tokens"
-TWINS_GEN_TOPK = "twins_gen_topk"
-TWINS_HEAD = "twins_head"
-TWINS_LAYER = "twins_layer"
 TWINS_LOSS_FIG = "twins_loss_fig"
 TWINS_NEXT_FIG = "twins_next_fig"
-TWINS_POS = "twins_pos"
 TWINS_POS_IDS = "twins_pos_ids"
-TWINS_SMOOTH = "twins_smooth"
-TWINS_STEM = "twins_stem"
 
 # ---- Parameters page -------------------------------------------------------------------------------------
-CALC_CTX = "calc_ctx"
-CALC_D_MODEL = "calc_d_model"
-CALC_HEADS = "calc_heads"
-CALC_LAYERS = "calc_layers"
-CALC_NORM_TYPE = "calc_norm_type"
-CALC_QKV_BIAS = "calc_qkv_bias"
-CALC_RATIO = "calc_ratio"
-CALC_TIE = "calc_tie"
-CALC_VOCAB = "calc_vocab"
 PAR_CALC = "par_calc"
-PAR_MODEL = "par_model"
-PAR_PRESETS = "par_presets"
 PAR_PRESETS_BAR = "par_presets_bar"
 PAR_PRESETS_CSV = "par_presets_csv"
 
 # ---- Train page ------------------------------------------------------------------------------------------
-TRAIN_BATCH = "train_batch"
-TRAIN_BLOCK = "train_block"
-TRAIN_CLIP = "train_clip"
 TRAIN_DL = "train_dl"              # per run and wiring: K.per_item(TRAIN_DL, job id, norm)
 TRAIN_DYN_FIG = "train_dyn_fig"
 TRAIN_FORM = "train_form"
-TRAIN_HEADS = "train_heads"
-TRAIN_INIT = "train_init"
 TRAIN_JOB = "train_job"
 TRAIN_JOBS = "train_jobs"
-TRAIN_LAYERS = "train_layers"
 TRAIN_LOSS_FIG = "train_loss_fig"
-TRAIN_LR = "train_lr"
 TRAIN_OPEN = "train_open"          # per run and wiring
-TRAIN_RUN_PICK = "train_run_pick"
 TRAIN_SCENARIO = "train_scenario"  # per scenario name
 TRAIN_SCENARIO_PICKED = "_train_scenario_picked"  # the scenario the form was last set to
-TRAIN_SEED = "train_seed"
-TRAIN_SMOOTH = "train_smooth"
-TRAIN_STEPS = "train_steps"
 TRAIN_STOP = "train_stop"
-TRAIN_WARMUP = "train_warmup"
-TRAIN_WIDTH = "train_width"
-TRAIN_WIRING = "train_wiring"
 
 # ---- What does this unit do? page -----------------------------------------------------------------------------
-UNIT = "unit"                    # the unit shown, "L2N26" or "L1H2" (in links as ?unit=)
-UNIT_TAB = "unit_tab"
-UNIT_TABS = ("One unit", "Search by token")
 UNIT_PILLS = "unit_pills"        # per page and list (per_item): unit ids that open the unit page
 UNIT_BUILD = "unit_build"
-UNIT_BUILD_TOKENS = "unit_build_tokens"
-UNIT_COLOUR = "unit_colour"
 UNIT_EFFECT = "unit_effect"
 UNIT_EXAMPLES = "unit_examples"
-UNIT_FOCUS = "unit_focus"
 UNIT_HIST = "unit_hist"
-UNIT_HIST_LOG = "unit_hist_log"
-UNIT_INDEX = "unit_index"
-UNIT_KIND = "unit_kind"
-UNIT_LAYER = "unit_layer"
 UNIT_SOURCE = "unit_source"
 UNIT_WORD = "unit_word"
 UNIT_HERE_TABLE = "unit_here_table"
@@ -268,37 +156,20 @@ UNIT_WORD_TABLE = "unit_word_table"
 # ---- Why this token? page --------------------------------------------------------------------------------
 WHY_ATT_AFTER = "why_att_after"
 WHY_ATT_BEFORE = "why_att_before"
-WHY_ATT_HEAD = "why_att_head"
-WHY_ATT_LAYER = "why_att_layer"
 WHY_CLEAN = "why_clean"          # per example pair: K.per_item(WHY_CLEAN, pair name)
 WHY_CORRUPT = "why_corrupt"      # per example pair
 WHY_DLA_BARS = "why_dla_bars"
 WHY_DLA_CSV = "why_dla_csv"
 WHY_DLA_GRID = "why_dla_grid"
-WHY_EXAMPLE = "why_example"
 WHY_FLOW_CSV = "why_flow_csv"
 WHY_FLOW_FIG = "why_flow_fig"
-WHY_FLOW_THRESHOLD = "why_flow_threshold"
 WHY_GXI = "why_gxi"
-WHY_ABLATED = "why_heads"       # the heads ablated (the grid's clicks and the multiselect share it)
-WHY_HEADS = "why_heads_pick"   # the multiselect of heads, kept in step with WHY_ABLATED
 WHY_GRID_CLICKS = "_why_grid_clicks"  # clicks on the heads' grid so far (a fresh grid key after each)
 WHY_IG = "why_ig"
-WHY_MODE = "why_mode"
-WHY_N = "why_n"
-WHY_OTHER = "why_other"
 WHY_PATCH_HEADS = "why_patch_heads"
 WHY_PATCH_RESID = "why_patch_resid"
-WHY_SEED = "why_seed"
-WHY_TARGET = "why_target"
-WHY_TEMP = "why_temp"
-WHY_VIEW = "why_view"
 
 # ---- the Heads forming page (training timeline) ----------------------------------------------------------------
-TIMELINE_DETECTORS = ("induction", "previous-token", "duplicate-token", "first-token")
-TL_DETECTOR = "tl_detector"
-TL_PROBE = "tl_probe"
-TL_STEP = "tl_step"
 TL_PLAY = "tl_play"
 TL_PLAYED = "_tl_played"       # the step a finished play reached, put on the slider at the next run
 TL_HEADS = "tl_heads"          # per wiring (per_item)
@@ -306,14 +177,11 @@ TL_FRAME = "tl_frame"          # per wiring and step while playing (per_item)
 TL_DETECTOR_CURVES = "tl_detector_curves"
 TL_LOSS_CURVES = "tl_loss_curves"
 TL_GROW_JOB = "_tl_grow_job"    # this session's "grow an induction head" run id
-TL_GROW_WIRING = "tl_grow_wiring"
-TL_GROW_SEED = "tl_grow_seed"
 TL_GROW_START = "tl_grow_start"
 TL_GROW_STOP = "tl_grow_stop"
 TL_GROW_CURVES = "tl_grow_curves"
 TL_GROW_LOSS = "tl_grow_loss"
 TL_GROW_HEADS = "tl_grow_heads"  # per wiring (per_item)
-GROW_WIRINGS = ("pre", "post", "both")
 
 # ---- keys made per item ---------------------------------------------------------------------------------------
 def per_item(prefix: str, *parts) -> str:
@@ -323,8 +191,6 @@ def per_item(prefix: str, *parts) -> str:
 # the Norms page's reproduction of Xiong et al. and the twins' whole history
 NORMS_PAPER_RUN = "norms_paper_run"
 NORMS_PAPER_ON = "norms_paper_on"
-NORMS_PAPER_MATRIX = "norms_paper_matrix"
-NORMS_PAPER_SCALE = "norms_paper_scale"
 NORMS_PAPER_FIG = "norms_paper_fig"
 NORMS_PAPER_DEPTH_FIG = "norms_paper_depth_fig"
 TWINS_HISTORY_FIG = "twins_history_fig"
@@ -335,7 +201,6 @@ TRAIN_WARMUP_LOSS_FIG = "train_warmup_loss_fig"
 TRAIN_WARMUP_GRAD_FIG = "train_warmup_grad_fig"
 TRAIN_WARMUP_STOP = "train_warmup_stop"
 # the whole model at a glance (Overview page)
-OV_POSITION = "ov_position"           # the position the diagram follows
 OV_CHART = "ov_chart"                 # its figure, per layout and per click (per_item): a click's selection starts fresh
 OV_CHART_SEQ = "_ov_chart_seq"        # clicks so far (numbers the figure's key)
 OV_GO = "_ov_go"                      # a box was clicked: the page it opens, at the next run
@@ -343,7 +208,6 @@ OV_WIDE = "gv_ov_wide"                # the diagram's containers: left to right 
 OV_TALL = "gv_ov_tall"                # narrow one (display-only CSS picks one)
 
 # the Norms page's first tab: the trained twins side by side
-TWINS_PAIR = "twins_pair"
 TWINS_SIDE_MAPS = "twins_side_maps"
 TWINS_SIDE_NEXT = "twins_side_next"
 TWINS_SIDE_WIRING = "twins_side_wiring"

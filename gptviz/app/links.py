@@ -7,71 +7,18 @@ widget keeps its default. Values a model decides (a layer past the last one) are
 from __future__ import annotations
 
 import base64
-import math
-import re
 import urllib.parse
 import zlib
-from typing import Callable
 
-from ..config import PRESETS
-from ..figures.attention import SCALES
 from . import keys as K
+from . import settings as S
+from .rules import BadValue, Setting
+from .settings import MAX_LINK_MODEL, MAX_LINK_PROMPT, SOURCE_CODES  # noqa: F401 (the link's limits, for tests)
 
-MAX_LINK_PROMPT = 600  # characters; a longer prompt travels compressed ("pz"), if that fits MAX_PACKED_PROMPT
 MAX_PACKED_PROMPT = 2000  # characters of the compressed prompt (long URLs break in mail and chat); past it, left out
 MAX_UNPACKED_PROMPT = 20_000  # characters a compressed prompt may unpack to (the sidebar's own limit)
-MAX_LINK_MODEL = 300   # characters of a folder path or Hub id
 MAX_LINK_VALUE = MAX_PACKED_PROMPT  # characters of any one value, checked before it is parsed (no value is longer)
-# The sidebar's model sources by their code in a link (a session's trained runs exist only there: no code)
-SOURCE_CODES = {"bundled": K.SOURCE_BUNDLED, "preset": K.SOURCE_PRESET, "pretrained": K.SOURCE_PRETRAINED}
-
-
-class BadValue(ValueError):
-    pass
-
-
-def _choice(options) -> Callable[[str], str]:
-    options = tuple(options)
-
-    def parse(raw: str) -> str:
-        if raw not in options:
-            raise BadValue(f"one of {', '.join(options)}")
-        return raw
-    return parse
-
-
-def _int(lo: int, hi: int, none_ok: bool = False) -> Callable[[str], int | None]:
-    def parse(raw: str) -> int | None:
-        if none_ok and raw == "":
-            return None
-        try:
-            value = int(raw)
-        except ValueError:
-            raise BadValue(f"a whole number from {lo} to {hi}") from None
-        if not lo <= value <= hi:
-            raise BadValue(f"a whole number from {lo} to {hi}")
-        return value
-    return parse
-
-
-def _float(lo: float, hi: float) -> Callable[[str], float]:
-    def parse(raw: str) -> float:
-        try:
-            value = float(raw)
-        except ValueError:
-            raise BadValue(f"a number from {lo:g} to {hi:g}") from None
-        if not (math.isfinite(value) and lo <= value <= hi):
-            raise BadValue(f"a number from {lo:g} to {hi:g}")
-        return value
-    return parse
-
-
-def _text(limit: int) -> Callable[[str], str]:
-    def parse(raw: str) -> str:
-        if len(raw) > limit:
-            raise BadValue(f"at most {limit:,} characters")
-        return raw
-    return parse
+PACKED = "pz"  # a prompt longer than MAX_LINK_PROMPT travels compressed under this name, if that fits
 
 
 def pack_prompt(text: str) -> str:
@@ -98,97 +45,32 @@ def _packed(raw: str) -> str:
     return text
 
 
-def _heads(raw: str) -> list[tuple[int, int]]:
-    """Heads as "layer.head" pairs joined by commas ("1.0,2.3"); the page drops those its model lacks."""
-    if raw == "":
-        return []
-    pairs = raw.split(",")
-    if len(pairs) > 4096:
-        raise BadValue("at most 4,096 heads")
-    try:
-        heads = [tuple(int(part) for part in pair.split(".")) for pair in pairs]
-    except ValueError:
-        raise BadValue("heads written layer.head, joined by commas (1.0,2.3)") from None
-    if any(len(h) != 2 or not (0 <= h[0] <= 4095 and 0 <= h[1] <= 4095) for h in heads):
-        raise BadValue("heads written layer.head, joined by commas (1.0,2.3)")
-    return sorted(set(heads))
-
-
-def _format_heads(heads) -> str:
-    return ",".join(f"{layer}.{head}" for layer, head in heads)
-
-
-def _bool(raw: str) -> bool:
-    if raw not in ("0", "1"):
-        raise BadValue("0 or 1")
-    return raw == "1"
-
-
-_UNIT_ID = re.compile(r"L(\d{1,4})([NH])(\d{1,7})")
-
-
-def _unit(raw: str) -> str:
-    """A neuron or head id, "L2N26" or "L1H2" (the page checks it against the model)."""
-    if not _UNIT_ID.fullmatch(raw.strip().upper()):
-        raise BadValue("a neuron or head id such as L2N26 or L1H2")
-    return raw.strip().upper()
-
-
-_SEED = _int(0, 2**31 - 1)
-_LAYER, _HEAD = _int(0, 4095), _int(-1, 4095)  # head -1: the mean of the layer's heads
-_TOKENS = _int(1, 200)
-_TOP_K = _int(0, 1_000_000)  # the page replaces a value past the model's vocabulary (sidebar.keep_valid)
-
-# URL name -> (session-state key, parser). The sidebar's settings get short names; a page's are their keys.
-LINKED: dict[str, tuple[str, Callable[[str], object]]] = {
-    "source": (K.MODEL_SOURCE, lambda raw: SOURCE_CODES[_choice(SOURCE_CODES)(raw)]),
-    "norm": (K.NORM, _choice(("pre", "post"))),
-    "preset": (K.PRESET, _choice(PRESETS)),
-    "seed": (K.SEED, _SEED),
-    "model": (K.HF_NAME, _text(MAX_LINK_MODEL)),
-    "prompt": (K.PROMPT, _text(MAX_LINK_PROMPT)),
-    "pz": (K.PROMPT, _packed),
-    **{key: (key, parse) for key, parse in {
-        K.ATT_VIEW: _choice(K.ATTENTION_VIEWS), K.ATT_LAYER: _LAYER, K.ATT_HEAD: _HEAD, K.ATT_SCALE: _choice(SCALES),
-        K.ATT_QUERY: _int(0, 100_000, none_ok=True),
-        K.ATT_GEN_N: _TOKENS, K.ATT_GEN_TEMP: _float(0, 2), K.ATT_GEN_TOPK: _TOP_K, K.ATT_GEN_TOPP: _float(0.05, 1),
-        K.ATT_GEN_SEED: _SEED,
-        K.GEN_LAYER: _LAYER, K.GEN_HEAD: _HEAD, K.GEN_SCALE: _choice(SCALES),
-        K.GEN_N: _TOKENS, K.GEN_TEMP: _float(0, 2), K.GEN_TOPK: _TOP_K, K.GEN_TOPP: _float(0.05, 1),
-        K.GEN_SEED: _SEED, K.GEN_EOS: _bool, K.UNIT: _unit, K.ATT_GEN_PACE: _choice(K.PACES), K.GEN_PACE: _choice(K.PACES),
-        K.WHY_VIEW: _choice(K.WHY_VIEWS), K.WHY_TARGET: _int(0, 1_000_000), K.WHY_OTHER: _int(0, 1_000_000),
-        K.WHY_ABLATED: _heads, K.WHY_EXAMPLE: _choice(K.PATCH_PAIRS),
-        K.PAR_MODEL: _choice((K.PAR_MODEL_IN_USE, *PRESETS)),
-        K.TL_DETECTOR: _choice(K.TIMELINE_DETECTORS), K.TL_PROBE: _int(0, 15), K.TL_STEP: _int(0, 10_000_000),
-    }.items()},
-}
-
-
-# list values a link carries, and how they are written
-LIST_FORMATS: dict[str, Callable[[list], str]] = {K.WHY_ABLATED: _format_heads}
+# URL name -> the setting it sets (settings.py: each linked setting's record names its parameter and rule)
+LINKED: dict[str, Setting] = {setting.link: setting for setting in S.linked()}
 
 
 def apply_link(state, params: dict[str, str]) -> list[str]:
     """Put a link's valid values into `state` (before any widget is drawn); return a notice for each bad or
     unknown parameter. Records which keys came from the link, so a page can say when it had to replace one."""
     notices, linked = [], {}
-    if len(params) > len(LINKED):  # no link gptviz writes has more: one notice, not one per crafted name
+    known = len(LINKED) + 1  # the linked settings and the packed prompt
+    if len(params) > known:  # no link gptviz writes has more: one notice, not one per crafted name
         state[K.LINKED_KEYS] = linked
-        return [f"The link has {len(params):,} parameters, more than gptviz knows ({len(LINKED)}); it was ignored."]
+        return [f"The link has {len(params):,} parameters, more than gptviz knows ({known}); it was ignored."]
     for name, raw in params.items():
         if len(raw) > MAX_LINK_VALUE:  # a websocket's query string can be 100 MB: refused before any parsing
             notices.append(f"The link's `{_shown(name)}` is longer than {MAX_LINK_VALUE:,} characters; it was ignored.")
             continue
-        if name not in LINKED:
+        if name not in LINKED and name != PACKED:
             notices.append(f"The link's parameter `{_shown(name)}` is not one gptviz knows; it was ignored.")
             continue
-        key, parse = LINKED[name]
+        setting, parse = (S.PROMPT, _packed) if name == PACKED else (LINKED[name], LINKED[name].parse)
         try:
-            state[key] = parse(raw)
+            state[setting.key] = parse(raw)
         except BadValue as why:
             notices.append(f"The link's `{name}` must be {why}; the default is shown instead.")
             continue
-        linked[key] = name
+        linked[setting.key] = name
     state[K.LINKED_KEYS] = linked
     return notices
 
@@ -196,29 +78,21 @@ def apply_link(state, params: dict[str, str]) -> list[str]:
 def link_params(state) -> dict[str, str]:
     """The URL parameters for the settings in `state` (those of the sidebar and of the page drawn last)."""
     params = {}
-    for name, (key, _) in LINKED.items():
-        value = state.get(key)
-        if key in LIST_FORMATS and isinstance(value, (list, tuple)):
-            if value:
-                params[name] = LIST_FORMATS[key](value)
-            continue
-        if value is None or isinstance(value, (list, dict, tuple)) or name == "pz":
-            continue
-        if key == K.PROMPT and len(value) > MAX_LINK_PROMPT:
+    for name, setting in LINKED.items():
+        value = state.get(setting.key)
+        if setting is S.PROMPT and isinstance(value, str) and len(value) > MAX_LINK_PROMPT:
             packed = pack_prompt(value)
             if len(packed) <= MAX_PACKED_PROMPT:
-                params["pz"] = packed
+                params[PACKED] = packed
             continue
-        if key == K.MODEL_SOURCE:
-            value = {label: code for code, label in SOURCE_CODES.items()}.get(value)
-            if value is None:
-                continue
-        params[name] = _format(value)
+        text = setting.format(value)
+        if text is not None:
+            params[name] = text
     return params
 
 
 UNIT_PAGE = "units"  # the unit page's URL path (router.PAGE_LIST)
-SIDEBAR_PARAMS = ("source", "norm", "preset", "seed", "model", "prompt", "pz")
+SIDEBAR_PARAMS = tuple(s.link for s in (S.MODEL_SOURCE, S.NORM, S.PRESET, S.SEED, S.HF_NAME, S.PROMPT)) + (PACKED,)
 
 
 def unit_params(state, unit, norm: str | None = None) -> dict[str, str]:
@@ -227,8 +101,8 @@ def unit_params(state, unit, norm: str | None = None) -> dict[str, str]:
     each head to its own)."""
     params = {name: value for name, value in link_params(state).items() if name in SIDEBAR_PARAMS}
     if norm is not None:
-        params.update({"source": "bundled", "norm": _choice(("pre", "post"))(norm)})
-    params["unit"] = _unit(str(unit))
+        params.update({S.MODEL_SOURCE.link: "bundled", S.NORM.link: S.NORM.parse(norm)})
+    params[S.UNIT.link] = S.UNIT.parse(str(unit))
     return params
 
 
@@ -251,14 +125,6 @@ def replaced_link_value(state, key: str) -> str | None:
         return None
     name = linked.pop(key)  # once: later replacements come from the visitor's own changes
     return f"The link's `{name}` does not fit this model or prompt; the default is shown instead."
-
-
-def _format(value) -> str:
-    if isinstance(value, bool):
-        return "1" if value else "0"
-    if isinstance(value, float):
-        return f"{value:g}"
-    return str(value)
 
 
 def _shown(name: str) -> str:

@@ -17,10 +17,12 @@ from ..live_generation import LiveGeneration
 from ..model import GPT
 from ..tokenizer import EOT, EOT_ID, decode, token_labels
 from . import keys as K
+from . import settings as S
 from .component.attention_map import attention_map, generation_payload
 from .display import MEAN_HEAD, head_name, monospace_text
 from .jobs import client_address, generation_slots, session_alive, session_id
 from .models import ModelSpec, hold_for_generation
+from .rules import Setting
 
 LIVE_REDRAW_S = 0.5  # how often a page redraws a running generation (0.25 s: twice the script runs, the model 4x slower)
 
@@ -31,27 +33,26 @@ def after_token() -> None:
 
 @dataclass(frozen=True)
 class Controls:
-    """One page's generation widgets: their session keys and defaults."""
+    """One page's generation widgets: its sampling settings (records in settings.py) and its buttons' keys."""
     page: str                 # the page a generation belongs to (leaving it stops the generation)
-    tokens: str
-    temperature: str
-    top_k: str
-    top_p: str
-    seed: str
+    tokens: Setting
+    temperature: Setting
+    top_k: Setting
+    top_p: Setting
+    seed: Setting
     generate: str
     stop: str
-    pace: str
+    pace: Setting
     next: str
-    eos: str | None = None    # a "stop at <|endoftext|>" checkbox, where the page offers one
-    default_tokens: int = 20
+    eos: Setting | None = None    # a "stop at <|endoftext|>" checkbox, where the page offers one
     on_start: Callable[[], None] | None = None  # the page's own reset when a new run starts
 
 
-ATTENTION = Controls("attention", K.ATT_GEN_N, K.ATT_GEN_TEMP, K.ATT_GEN_TOPK, K.ATT_GEN_TOPP, K.ATT_GEN_SEED,
-                     K.ATT_GENERATE, K.ATT_STOP, K.ATT_GEN_PACE, K.ATT_GEN_NEXT,
+ATTENTION = Controls("attention", S.ATT_GEN_N, S.ATT_GEN_TEMP, S.ATT_GEN_TOPK, S.ATT_GEN_TOPP, S.ATT_GEN_SEED,
+                     K.ATT_GENERATE, K.ATT_STOP, S.ATT_GEN_PACE, K.ATT_GEN_NEXT,
                      on_start=lambda: st.session_state.pop(K.ATT_GEN_STEP, None))  # a new run: replay its last step
-GENERATION = Controls("generation", K.GEN_N, K.GEN_TEMP, K.GEN_TOPK, K.GEN_TOPP, K.GEN_SEED, K.GEN_GENERATE,
-                      K.GEN_STOP, K.GEN_PACE, K.GEN_NEXT, eos=K.GEN_EOS, default_tokens=30,
+GENERATION = Controls("generation", S.GEN_N, S.GEN_TEMP, S.GEN_TOPK, S.GEN_TOPP, S.GEN_SEED, K.GEN_GENERATE,
+                      K.GEN_STOP, S.GEN_PACE, K.GEN_NEXT, eos=S.GEN_EOS,
                       on_start=lambda: st.session_state.pop(K.GEN_STEP, None))  # a new run: inspect its last step
 
 
@@ -59,18 +60,13 @@ def controls(c: Controls, spec: ModelSpec, model: GPT, ids) -> None:
     """The sampling settings, Generate and Stop. A reason Generate could not start shows under the buttons."""
     from .sidebar import keep_valid
     vocab = model.config.vocab_size
-    keep_valid(c.top_k, range(vocab + 1), 0)  # a link's value past this model's vocabulary
+    keep_valid(c.top_k.key, range(vocab + 1), 0)  # a link's value past this model's vocabulary
     g = st.columns(5)
-    g[0].number_input("New tokens", min_value=1, max_value=200, value=c.default_tokens, step=1, key=c.tokens)
-    g[1].slider("Temperature", 0.0, 2.0, 1.0, 0.05, key=c.temperature,
-                help="Divides the logits before the softmax: below 1 sharpens, above 1 flattens; 0 always takes "
-                     "the most probable token (greedy).")
-    g[2].number_input("Top-k (0 = off)", min_value=0, max_value=vocab, value=0, step=1, key=c.top_k,
-                      help="Sample only from the k most probable tokens.")
-    g[3].slider("Top-p (1 = off)", 0.05, 1.0, 0.9, 0.05, key=c.top_p,
-                help="Sample only from the most probable tokens whose probabilities add up to p.")
-    g[4].number_input("Seed", min_value=0, max_value=2**31 - 1, value=0, step=1, key=c.seed,
-                      help="The same seed and settings give the same text.")
+    c.tokens.number_input(g[0])
+    c.temperature.slider(g[1])
+    c.top_k.number_input(g[2], max_value=vocab)
+    c.top_p.slider(g[3])
+    c.seed.number_input(g[4])
     b1, b2, b3, b4 = st.columns([1, 1, 1, 3], vertical_alignment="bottom")
     b1.button("Generate", type="primary", key=c.generate, width="stretch", on_click=_start,
               args=(c, spec, model, tuple(ids)))
@@ -78,48 +74,40 @@ def controls(c: Controls, spec: ModelSpec, model: GPT, ids) -> None:
               help="Ends the generation and keeps the tokens written so far.")
     b3.button("Next token", key=c.next, width="stretch", on_click=next_token, args=(c,),
               help="Writes one more token of the running generation (and sets the pace to one token per click).")
-    st.session_state.setdefault(c.pace, K.DEFAULT_PACE)
-    b4.select_slider("Pace", list(K.PACES), key=c.pace, on_change=apply_pace, args=(c,),
-                     help="How fast the new tokens appear, so the map can be watched growing row by row; the "
-                          "model still writes at its own speed (the caption after a run gives it).")
+    c.pace.setdefault(st.session_state)
+    c.pace.select_slider(b4, on_change=apply_pace, args=(c,))
     if c.eos:
-        st.checkbox(f"Stop at {EOT}", value=False, key=c.eos,
-                    help="GPT-2's end-of-text token; a trained model writes it where a document ends.")
+        c.eos.checkbox(st)
     if st.session_state.get(K.GENERATION_ERROR):
         st.error(st.session_state.pop(K.GENERATION_ERROR))
 
 
 def compact_controls(c: Controls, spec: ModelSpec, model: GPT, ids, on_start=None) -> None:
     """A page's generation controls in little room (the Attention page beside its map): Generate with Temperature
-    beside it, Stop and Next token, the other settings behind a button. The same keys as controls(), so links and
-    a run's settings are the same. `on_start`: called after Generate started the model (a page whose controls sit in
-    a fragment reruns the whole page from it)."""
+    beside it, Stop and Next token, the other settings behind a button. The same settings as controls(), so links
+    and a run's settings are the same. `on_start`: called after Generate started the model (a page whose controls
+    sit in a fragment reruns the whole page from it)."""
     from .sidebar import keep_valid
     vocab = model.config.vocab_size
-    keep_valid(c.top_k, range(vocab + 1), 0)
-    st.session_state.setdefault(c.pace, K.DEFAULT_PACE)
+    keep_valid(c.top_k.key, range(vocab + 1), 0)
+    c.pace.setdefault(st.session_state)
     # centred: Generate sits above the slider's foot (on a phone the first screen ends near this row)
     with st.container(horizontal=True, vertical_alignment="center", gap="xsmall"):
         st.button("Generate", type="primary", key=c.generate, on_click=_start_then, args=(c, spec, model, tuple(ids),
                   on_start), help="The model writes a continuation; watch each new token's attention row appear.")
-        st.slider("Temperature", 0.0, 2.0, 1.0, 0.05, key=c.temperature, width=150,
-                  help="Divides the logits before the softmax: below 1 sharpens, above 1 flattens; 0 always takes "
-                       "the most probable token (greedy).")
+        c.temperature.slider(st, width=150)
         st.button("Stop", key=c.stop, on_click=stop_generation, help="Ends the generation and keeps the tokens "
                                                                     "written so far.")
         st.button("Next token", key=c.next, on_click=next_token, args=(c,),
                   help="Writes one more token of the running generation (and sets the pace to one token per click).")
         with st.popover("More", icon=":material/tune:", help="The other settings: length, top-k, top-p, seed, pace."):
-            st.number_input("New tokens", min_value=1, max_value=200, value=c.default_tokens, step=1, key=c.tokens)
-            st.number_input("Top-k (0 = off)", min_value=0, max_value=vocab, value=0, step=1, key=c.top_k,
-                            help="Sample only from the k most probable tokens.")
-            st.slider("Top-p (1 = off)", 0.05, 1.0, 0.9, 0.05, key=c.top_p,
-                      help="Sample only from the most probable tokens whose probabilities add up to p.")
-            st.number_input("Seed", min_value=0, max_value=2**31 - 1, value=0, step=1, key=c.seed,
-                            help="The same seed and settings give the same text.")
-            st.select_slider("Pace", list(K.PACES), key=c.pace, on_change=apply_pace, args=(c,),
-                             help="How fast the new tokens appear, so the map can be watched growing row by row; "
-                                  "the model still writes at its own speed.")
+            c.tokens.number_input(st)
+            c.top_k.number_input(st, max_value=vocab)
+            c.top_p.slider(st)
+            c.seed.number_input(st)
+            c.pace.select_slider(st, on_change=apply_pace, args=(c,),
+                                 help="How fast the new tokens appear, so the map can be watched growing row by "
+                                      "row; the model still writes at its own speed.")
     if st.session_state.get(K.GENERATION_ERROR):
         st.error(st.session_state.pop(K.GENERATION_ERROR))
 
@@ -133,18 +121,19 @@ def _start_then(c: Controls, spec: ModelSpec, model: GPT, ids, then) -> None:
 def settings_from(c: Controls) -> dict:
     """The settings the page's widgets hold, as stream() takes them."""
     state = st.session_state
-    top_p = float(state.get(c.top_p, 0.9))
-    settings = dict(max_new_tokens=int(state.get(c.tokens, c.default_tokens)),
-                    temperature=float(state.get(c.temperature, 1.0)), top_k=int(state.get(c.top_k, 0)) or None,
-                    top_p=top_p if top_p < 1 else None, seed=int(state.get(c.seed, 0)))
+    top_p = float(state.get(c.top_p.key, c.top_p.default))
+    settings = dict(max_new_tokens=int(state.get(c.tokens.key, c.tokens.default)),
+                    temperature=float(state.get(c.temperature.key, c.temperature.default)),
+                    top_k=int(state.get(c.top_k.key, c.top_k.default)) or None,
+                    top_p=top_p if top_p < 1 else None, seed=int(state.get(c.seed.key, c.seed.default)))
     if c.eos:
-        settings["stop_at_eos"] = bool(state.get(c.eos, False))
+        settings["stop_at_eos"] = bool(state.get(c.eos.key, c.eos.default))
     return settings
 
 
 def pace_from(c: Controls) -> float | None:
     """The pace the page's widget holds (tokens per second; None: free; 0: by clicks)."""
-    return K.PACES.get(st.session_state.get(c.pace, K.DEFAULT_PACE), K.PACES[K.DEFAULT_PACE])
+    return S.PACES.get(st.session_state.get(c.pace.key, c.pace.default), S.PACES[S.DEFAULT_PACE])
 
 
 def _running_job(c: Controls) -> LiveGeneration | None:
@@ -161,7 +150,7 @@ def apply_pace(c: Controls) -> None:
 
 def next_token(c: Controls) -> None:
     """Next token's callback: one more step of the running generation, from now on one per click."""
-    st.session_state[c.pace] = "one token per click"
+    st.session_state[c.pace.key] = "one token per click"
     job = _running_job(c)
     if job is not None:
         if job.pace != 0:

@@ -10,6 +10,7 @@ from streamlit.errors import StreamlitPageNotFoundError
 from ..analysis.overview import ForwardOverview, forward_overview, overview_hook_names
 from ..tokenizer import position_labels, token_labels
 from . import keys as K
+from . import settings as S
 from .models import capture_cache, require_capture
 from .pages import PAGES_DIR
 from .seen import Seen
@@ -44,8 +45,7 @@ def position_picker(ids: tuple[int, ...], column) -> int:
     """The position the diagram follows: the last token unless another is picked."""
     labels = position_labels(ids)
     keep_valid(K.OV_POSITION, range(len(ids)), len(ids) - 1)
-    return column.selectbox("Position", range(len(ids)), index=len(ids) - 1, format_func=labels.__getitem__,
-                            key=K.OV_POSITION, help="The token whose path through the model is drawn.")
+    return S.OV_POSITION.selectbox(column, options=range(len(ids)), index=len(ids) - 1, format_func=labels.__getitem__)
 
 
 def overview_at(seen: Seen, position: int) -> Reading:

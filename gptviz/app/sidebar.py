@@ -15,6 +15,7 @@ from ..params import total_params
 from ..tokenizer import fit_vocabulary, get_tokenizer
 from ..weights import CheckpointError, bundled_models, hub_copy_on_disk
 from . import keys as K
+from . import settings as S
 from .display import EXPORT_FORMATS, md_text
 from .jobs import my_trained_models
 from .links import prompt_left_out, replaced_link_value
@@ -121,8 +122,7 @@ def sidebar() -> ModelSpec | None:
     with st.sidebar:
         prompt_box()  # first: the one thing every page reads, and the first thing a visitor types into
         spec = model_picker()
-        st.radio("Figure download format", EXPORT_FORMATS, key=K.EXPORT_FORMAT, horizontal=True,
-                 format_func=str.upper, help="The camera button in each figure's toolbar saves it in this format.")
+        S.EXPORT_FORMAT.radio(st, options=EXPORT_FORMATS, horizontal=True, format_func=str.upper)
     state[K.MODEL_SPEC] = spec
     return spec
 
@@ -137,21 +137,16 @@ def model_picker() -> ModelSpec | None:
         sources.append(K.SOURCE_TRAINED)
     if state.get(K.MODEL_SOURCE) not in sources:
         state[K.MODEL_SOURCE] = _default_source()
-    source = st.selectbox("Source", sources, key=K.MODEL_SOURCE)
+    source = S.MODEL_SOURCE.selectbox(st, options=sources)
     if (source, state.get(K.HF_NAME)) != (K.SOURCE_PRETRAINED, HUB_GPT2):
         hub_gpt2_button()
-    norm = st.radio("LayerNorm placement", ["pre", "post"], key=K.NORM, horizontal=True,
-                    format_func={"pre": "pre-norm (GPT-2)", "post": "post-norm (GPT-1)"}.get,
-                    help="Pre-norm normalises before each sub-layer and once at the end; post-norm "
-                         "normalises after each residual addition.")
+    norm = S.NORM.radio(st, horizontal=True, format_func={"pre": "pre-norm (GPT-2)", "post": "post-norm (GPT-1)"}.get)
     devices = available_devices()
-    keep_valid(K.DEVICE, devices, "cpu")
-    device = st.selectbox("Device", devices, key=K.DEVICE) if len(devices) > 1 else "cpu"
+    keep_valid(K.DEVICE, devices, S.DEVICE.default)
+    device = S.DEVICE.selectbox(st, options=devices) if len(devices) > 1 else S.DEVICE.default
     dtypes = available_dtypes(device)
-    keep_valid(K.DTYPE, dtypes, "float32")
-    dtype = st.selectbox("Precision", dtypes, key=K.DTYPE,
-                         help="Half precision halves the weights' memory and speeds up GPU inference; "
-                              "captures and probabilities are still shown in float32.") if len(dtypes) > 1 else "float32"
+    keep_valid(K.DTYPE, dtypes, S.DTYPE.default)
+    dtype = S.DTYPE.selectbox(st, options=dtypes) if len(dtypes) > 1 else S.DTYPE.default
     return SOURCE_PICKERS[source](norm, device, dtype)
 
 
@@ -232,9 +227,9 @@ def bundled_picker(norm: str, device: str, dtype: str) -> ModelSpec | None:
 
 
 def preset_picker(norm: str, device: str, dtype: str) -> ModelSpec:
-    st.session_state.setdefault(K.PRESET, "small-4l")
-    preset = st.selectbox("Preset", list(PRESETS), key=K.PRESET)
-    seed = st.number_input("Seed", min_value=0, max_value=2**31 - 1, step=1, key=K.SEED)
+    S.PRESET.setdefault(st.session_state)
+    preset = S.PRESET.selectbox(st)
+    seed = S.SEED.number_input(st)
     n = total_params(PRESETS[preset])
     st.caption(f"{n:,} parameters, {n * 4 / 2**20:,.0f} MiB in float32, random weights.")
     if n > LARGE_MODEL_PARAMS:
@@ -243,13 +238,9 @@ def preset_picker(norm: str, device: str, dtype: str) -> ModelSpec:
 
 
 def pretrained_picker(norm: str, device: str, dtype: str) -> ModelSpec | None:
-    name = checked_text(st.text_input, "Folder or Hub id", K.HF_NAME, MODEL_NAME_CHARS,
-                        placeholder="/path/to/gpt2 or gpt2",
-                        help="A Hub id such as gpt2, found in the local Hugging Face cache or downloaded when "
-                             "online; or a folder with config.json and model.safetensors (or pytorch_model.bin), in "
-                             "Hugging Face GPT-2 or gptviz layout, inside the server's model folders: the bundled "
-                             "models, the Hugging Face cache, and the folders listed in the GPTVIZ_MODEL_DIRS "
-                             "environment variable.")
+    # the record's label, key and help, drawn through checked_text for h-safe43's server-side length check
+    name = checked_text(st.text_input, "Folder or Hub id", S.HF_NAME.key, MODEL_NAME_CHARS,
+                        placeholder="/path/to/gpt2 or gpt2", help=S.HF_NAME.help)
     if not name.strip():
         st.info("Enter a folder path or a Hub id.")
         return None
@@ -261,7 +252,7 @@ def pretrained_picker(norm: str, device: str, dtype: str) -> ModelSpec | None:
 
 def trained_picker(norm: str, device: str, dtype: str) -> ModelSpec:
     runs = my_trained_models()
-    run = st.selectbox("Run", list(runs), key=K.TRAINED_RUN)
+    run = S.TRAINED_RUN.selectbox(st, options=list(runs))
     return ModelSpec(K.SOURCE_TRAINED, run, runs[run].config.norm, 0, device, dtype)  # a run has its own wiring
 
 
@@ -276,12 +267,13 @@ def prompt_box() -> None:
     if len(state.get(K.PROMPT) or "") > MAX_PROMPT_CHARS:  # set by a link or a test: cut before drawing
         state[K.PROMPT] = state[K.PROMPT][:MAX_PROMPT_CHARS]
         st.warning(f"The prompt was cut to its first {MAX_PROMPT_CHARS:,} characters.")
-    st.text_area("Prompt", key=K.PROMPT, height=120, label_visibility="collapsed", max_chars=MAX_PROMPT_CHARS + 1,
-                 help="Shared by every page.")
+    # max_chars one past the limit (text_limits), so a cut message is told from one at the limit
+    st.text_area("Prompt", key=S.PROMPT.key, height=120, label_visibility="collapsed",
+                 max_chars=MAX_PROMPT_CHARS + 1, help=S.PROMPT.help)
     if prompt_left_out(state):
         st.caption("Too long for a link: the address shares the view without this prompt.")
-    st.selectbox("Examples", list(EXAMPLE_PROMPTS), index=None, key=K.EXAMPLE_PROMPT, on_change=_use_example,
-                 placeholder="Load an example prompt", label_visibility="collapsed")
+    S.EXAMPLE_PROMPT.selectbox(st, options=list(EXAMPLE_PROMPTS), index=None, on_change=_use_example,
+                               placeholder="Load an example prompt", label_visibility="collapsed")
 
 
 def _copy_page_prompt() -> None:

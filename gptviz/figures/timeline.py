@@ -6,6 +6,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from ..snapshots import Snapshots, formed_step
+from ..unit_id import head_id
 from .attention import model_view
 from .common import apply_layout, legend_on_top_room
 
@@ -47,7 +48,7 @@ def detector_curves(runs: dict[str, Snapshots], detector: str, step: int, thresh
             for head in range(snaps.n_heads):
                 fig.add_trace(go.Scatter(x=snaps.steps, y=scores[:, layer, head], mode="lines", showlegend=False,
                                          line=dict(color=color, width=0.7), opacity=0.25,
-                                         hovertemplate=f"{name} L{layer}H{head}: %{{y:.3f}} at step %{{x}}"
+                                         hovertemplate=f"{name} {head_id(layer, head)}: %{{y:.3f}} at step %{{x}}"
                                                        "<extra></extra>"))
         fig.add_trace(go.Scatter(x=snaps.steps, y=scores.max(axis=(1, 2)), mode="lines", name=f"{name}: best head",
                                  line=dict(color=color, width=2.5),
@@ -55,7 +56,7 @@ def detector_curves(runs: dict[str, Snapshots], detector: str, step: int, thresh
         formed = formed_step(snaps, detector, threshold)
         if formed is not None:
             at, layer, head = formed
-            fig.add_annotation(x=at, y=threshold, text=f"L{layer}H{head} formed at step {at}",
+            fig.add_annotation(x=at, y=threshold, text=f"{head_id(layer, head)} formed at step {at}",
                                showarrow=True, arrowhead=2, ax=-60, ay=-30 - 22 * i, font=dict(color=color, size=12),
                                bgcolor="rgba(255,255,255,0.8)")
     if chance is not None:

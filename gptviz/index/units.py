@@ -1,28 +1,15 @@
 """Units (MLP neurons and attention heads), their ids, and their scores from a capture."""
 from __future__ import annotations
 
-from typing import NamedTuple, Union
+from typing import Union
 
 import numpy as np
 import torch
 
 from ..hooks import act_name, capture
+from ..unit_id import Unit
 
 UnitLike = Union["Unit", str, int, tuple]
-
-
-class Unit(NamedTuple):
-    """A neuron (`kind` "neuron", index in 0..d_ff-1) or a head (`kind` "head", index in 0..n_heads-1)."""
-    kind: str
-    layer: int
-    index: int
-
-    def __str__(self) -> str:
-        return f"L{self.layer}{'N' if self.kind == 'neuron' else 'H'}{self.index}"
-
-    @property
-    def hook(self) -> str:
-        return act_name("post" if self.kind == "neuron" else "z", self.layer)
 
 
 def _flat(unit: Unit, d_ff: int, n_heads: int, n_layers: int) -> int:
@@ -46,15 +33,7 @@ def _as_unit(unit: UnitLike, n_layers: int, d_ff: int, n_heads: int) -> Unit:
             raise ValueError(f"unit {unit} is not in 0..{n_layers * (d_ff + n_heads) - 1}")
         return _unit_at(int(unit), n_layers, d_ff, n_heads)
     if isinstance(unit, str):
-        text = unit.strip().upper()
-        try:
-            layer_text, kind, index_text = (text[1:].partition("N") if "N" in text
-                                            else text[1:].partition("H"))
-            if not text.startswith("L") or not kind:
-                raise ValueError
-            unit = Unit("neuron" if kind == "N" else "head", int(layer_text), int(index_text))
-        except ValueError:
-            raise ValueError(f"unit {unit!r}: write it as L<layer>N<neuron> or L<layer>H<head>, e.g. L2N123") from None
+        unit = Unit.parse(unit)
     kind, layer, index = unit
     if kind not in ("neuron", "head"):
         raise ValueError(f"unit kind must be 'neuron' or 'head', got {kind!r}")

@@ -14,6 +14,7 @@ from ...figures import attention as fa
 from ...figures import head_views as fhv
 from .. import keys as K
 from .. import live
+from .. import settings as S
 from ..component import attention_map as amap
 from ..component import query_bars as qbars
 from ..display import MEAN_HEAD, figure_download, head_name, md_text, show_figure
@@ -23,7 +24,7 @@ from ..sidebar import keep_valid
 
 MAX_CHIPS = 256           # longer prompts pick the query with a slider
 GRID_CELLS = 600_000      # most heatmap cells one small-multiples figure draws
-VIEWS = list(K.ATTENTION_VIEWS)
+VIEWS = list(S.ATT_VIEW.rule.options)
 state = st.session_state
 
 
@@ -136,9 +137,8 @@ def lines_between_tokens(seen: Seen, p: Pick) -> None:
     if not isinstance(state.get(K.ATT_LINES_HEADS), list) or \
             any(h not in range(n_heads) for h in state[K.ATT_LINES_HEADS]):
         state[K.ATT_LINES_HEADS] = list(range(n_heads)) if p.head == MEAN_HEAD else [p.head]
-    chosen = c1.multiselect("Heads to overlay", list(range(n_heads)), key=K.ATT_LINES_HEADS,
-                            format_func=lambda h: f"head {h}", help="One colour per head.")
-    focus = c2.toggle("Only the chosen query's lines", key=K.ATT_LINES_FOCUS, help="Or click a token in the left column.")
+    chosen = S.ATT_LINES_HEADS.multiselect(c1, options=list(range(n_heads)), format_func=lambda h: f"head {h}")
+    focus = S.ATT_LINES_FOCUS.toggle(c2)
     if not chosen:
         st.info("Pick at least one head to draw its lines.")
         return
@@ -153,10 +153,7 @@ def lines_between_tokens(seen: Seen, p: Pick) -> None:
 
 
 def on_the_text(seen: Seen, p: Pick) -> None:
-    mode = st.radio("Colour each token by", ["where the query looks", "how much it is looked at"],
-                    key=K.ATT_TEXT_MODE, horizontal=True,
-                    help="The chosen query token's row of weights, or each token's mean weight received from the "
-                         "queries that can see it (itself and every later token).")
+    mode = S.ATT_TEXT_MODE.radio(st, horizontal=True)
     pat, labels = seen.pattern(p.layer, p.head), seen.labels
     where = f"Layer {p.layer}, {head_name(p.head)}"
     if mode == "where the query looks":
@@ -189,8 +186,8 @@ def inside_the_head(seen: Seen, p: Pick) -> None:
                "is what this head adds to the residual stream (the layer adds its output bias once for all heads).")
     keep_valid(K.ATT_NEURON_KEY, list(range(p.query + 1)), p.query)
     state.setdefault(K.ATT_NEURON_KEY, p.query)
-    key_token = st.select_slider("Key token for the neuron view", list(range(p.query + 1)), key=K.ATT_NEURON_KEY,
-                                 format_func=lambda j: f"{j} {labels[j]}")
+    key_token = S.ATT_NEURON_KEY.select_slider(st, options=list(range(p.query + 1)),
+                                               format_func=lambda j: f"{j} {labels[j]}")
     show_figure(fhv.neuron_view(steps, key_token, labels, title=f"Query {p.query} · key {key_token}"),
                 key=K.ATT_NEURON_CHART)
     st.caption("BertViz's neuron view: the query and key vectors dimension by dimension and their product. The "
@@ -245,8 +242,7 @@ def all_heads_of_the_layer(seen: Seen, p: Pick) -> None:
 
 def model_view(seen: Seen, p: Pick) -> None:
     cfg, T = seen.cfg, seen.T
-    average = st.toggle("Average over heads", key=K.ATT_MV_MEAN, persist_state="session",
-                        help="One panel per layer: the mean of its heads.")
+    average = S.ATT_MV_MEAN.toggle(st, persist_state="session")
     shown = seen.patterns.mean(1, keepdim=True) if average else seen.patterns
     K_ = grid_prefix(seen, shown.shape[0] * shown.shape[1])
     col_names = ["mean of heads"] if average else [f"head {h}" for h in range(cfg.n_heads)]

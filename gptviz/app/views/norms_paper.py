@@ -11,6 +11,7 @@ from ... import xiong
 from ...figures import norms as fig_norms
 from .. import display
 from .. import keys as K
+from .. import settings as S
 from ..services import norms as services
 from .norms_same import fits_the_server
 
@@ -81,11 +82,8 @@ def paper_section() -> None:
     st.caption("Xiong et al.'s claims, checked at their own setting: Xavier init, at initialisation, averaged over "
                "seeds and batches of real text; then GPT-2's init and the trained twins beside it.")
     c = st.columns([1, 2, 2])
-    matrix = c[0].radio("Matrix", list(xiong.MATRICES), key=K.NORMS_PAPER_MATRIX, horizontal=True,
-                        help="W1: the FFN's first matrix (d → 4d, mlp.c_fc); W2: its second (4d → d, mlp.c_proj), "
-                             "the one Theorem 1 bounds.", index=1)
-    scale = c[1].selectbox("Input", list(xiong.INPUT_SCALES), format_func=xiong.INPUT_SCALES.get,
-                           key=K.NORMS_PAPER_SCALE)
+    matrix = S.NORMS_PAPER_MATRIX.radio(c[0], options=list(xiong.MATRICES), horizontal=True, index=1)
+    scale = S.NORMS_PAPER_SCALE.selectbox(c[1], options=list(xiong.INPUT_SCALES), format_func=xiong.INPUT_SCALES.get)
     deepest = services.paper_deepest()
     if not fits_the_server(deepest, f"The depth scaling's deepest model ({max(xiong.PAPER_DEPTHS)} layers)"):
         return

@@ -17,6 +17,7 @@ from ...params import total_params
 from ...tokenizer import token_labels
 from .. import display, sidebar
 from .. import keys as K
+from .. import settings as S
 from ..services import norms as services
 
 state = st.session_state
@@ -37,12 +38,12 @@ def clamp(key: str, highest: int) -> None:
         state[key] = max(0, min(int(state[key]), highest))
 
 
-def layer_and_head(cols, layer_key: str, head_key: str, n_layers: int, n_heads: int) -> tuple[int, int]:
+def layer_and_head(cols, layer_pick: S.Setting, head_pick: S.Setting, n_layers: int, n_heads: int) -> tuple[int, int]:
     """The layer and head pickers of an attention comparison, kept within this model's range."""
-    clamp(layer_key, n_layers - 1)
-    clamp(head_key, n_heads - 1)
-    layer = int(cols[0].number_input("Layer", 0, n_layers - 1, step=1, key=layer_key))
-    head = int(cols[1].number_input("Head", 0, n_heads - 1, step=1, key=head_key))
+    clamp(layer_pick.key, n_layers - 1)
+    clamp(head_pick.key, n_heads - 1)
+    layer = int(layer_pick.number_input(cols[0], min_value=0, max_value=n_layers - 1, step=1))
+    head = int(head_pick.number_input(cols[1], min_value=0, max_value=n_heads - 1, step=1))
     return layer, head
 
 
@@ -60,31 +61,21 @@ class Setup:
 
 def shape_controls() -> Setup | None:
     """Architecture, depth, width, init, seed and input, in one row; None (after an error) for an invalid shape."""
-    state.setdefault(K.NORMS_PRESET, "gpt2-small")
-    state.setdefault(K.NORMS_DEPTH, 12)
-    state.setdefault(K.NORMS_INIT, "gpt2")
-    state.setdefault(K.NORMS_SEED, 0)
-    state.setdefault(K.NORMS_INPUT, "prompt")
+    for setting in (S.NORMS_PRESET, S.NORMS_DEPTH, S.NORMS_INIT, S.NORMS_SEED, S.NORMS_INPUT):
+        setting.setdefault(state)
     cols = st.columns([1.3, 1.6, 1.0, 1.5, 0.8, 1.3])
-    preset = cols[0].selectbox("Architecture", list(PRESETS), key=K.NORMS_PRESET,
-                               help="A preset's shape (heads, MLP width, activation); depth and width are "
-                                    "set beside it. The weights are random either way.")
+    preset = S.NORMS_PRESET.selectbox(cols[0])
     base = PRESETS[preset]
-    depth = cols[1].slider("Layers", 1, 48, key=K.NORMS_DEPTH)
+    depth = S.NORMS_DEPTH.slider(cols[1])
     widths = services.width_choices(base)
     if state.get(K.NORMS_WIDTH) not in widths:
         state[K.NORMS_WIDTH] = max([w for w in widths if w <= 256] or [min(widths)])
-    width = cols[2].selectbox("Width (d_model)", widths, key=K.NORMS_WIDTH,
-                              help=f"Keeps the preset's {base.n_heads} heads. Narrower is faster.")
-    init = cols[3].selectbox("Init", list(wiring.INITS), key=K.NORMS_INIT, format_func=INITS.get,
-                             help="GPT-2: normal(0, 0.02) with residual projections scaled by 1/√(2L). "
-                                  "Xavier: Xavier-uniform matrices, as in the paper. Embeddings are "
-                                  "normal(0, 0.02) in both.")
-    seed = int(cols[4].number_input("Seed", 0, 2**31 - 1, step=1, key=K.NORMS_SEED))
-    source = cols[5].radio("Input", ["prompt", "random"], key=K.NORMS_INPUT, horizontal=True,
-                           format_func={"prompt": "prompt", "random": f"{RANDOM_TOKENS} random tokens"}.get,
-                           help="The sidebar prompt, or tokens drawn uniformly from the vocabulary (no "
-                                "structure at all; seeded by the seed beside).")
+    width = S.NORMS_WIDTH.selectbox(cols[2], options=widths,
+                                    help=f"Keeps the preset's {base.n_heads} heads. Narrower is faster.")
+    init = S.NORMS_INIT.selectbox(cols[3], options=list(wiring.INITS), format_func=INITS.get)
+    seed = int(S.NORMS_SEED.number_input(cols[4]))
+    source = S.NORMS_INPUT.radio(cols[5], horizontal=True,
+                                 format_func={"prompt": "prompt", "random": f"{RANDOM_TOKENS} random tokens"}.get)
     config = build_config(preset, depth, width)
     return None if config is None else Setup(preset, depth, width, init, seed, source, config)
 
@@ -201,9 +192,8 @@ def gradient_section(depth: int, pre: wiring.WiringStats, post: wiring.WiringSta
         st.info("With one layer there is no trend across layers to read; add layers.")
     g = st.columns([1.5, 1])
     with g[1]:
-        view = st.selectbox("Gradient of", list(GRADIENT_VIEWS), format_func=GRADIENT_VIEWS.get,
-                            key=K.NORMS_GRAD_VIEW)
-        log_y = st.toggle("Log scale", value=True, key=K.NORMS_LOG)
+        view = S.NORMS_GRAD_VIEW.selectbox(st, options=list(GRADIENT_VIEWS), format_func=GRADIENT_VIEWS.get)
+        log_y = S.NORMS_LOG.toggle(st)
     pre_g, post_g = pre.grad(view), post.grad(view)
     with g[0]:
         display.show_figure(fig_norms.gradient_norms(pre_g, post_g, "gradient L2 norm", log_y),
@@ -256,7 +246,7 @@ def attention_section(config: GPTConfig, ids: tuple[int, ...], pre: wiring.Wirin
     labels = token_labels(ids)
     depth = config.n_layers
     a = st.columns([1, 1, 3])
-    layer, head = layer_and_head(a, K.NORMS_LAYER, K.NORMS_HEAD, depth, config.n_heads)
+    layer, head = layer_and_head(a, S.NORMS_LAYER, S.NORMS_HEAD, depth, config.n_heads)
     pre_pats, post_pats = pre.patterns.astype(np.float32), post.patterns.astype(np.float32)
     tv, pre_entropy, post_entropy = services.attention_difference(pre_pats, post_pats)
     a[2].caption(f"Layer {layer}, head {head}: the two wirings' attention rows differ by a mean total-variation "
@@ -314,8 +304,8 @@ def depth_sweep_section(setup: Setup, ids: tuple[int, ...], view: str) -> None:
     st.caption(f"The same shape at several depths (width {setup.width}, {setup.init} init, seed {setup.seed}, same "
                f"input): the last layer's gradient for each wiring. Xiong et al.'s bound for pre-norm falls like "
                f"1/√L; for post-norm it does not depend on L.")
-    depths = st.multiselect("Depths", SWEEP_DEPTHS, default=[d for d in SWEEP_DEPTHS if d <= max(setup.depth, 16)],
-                            key=K.NORMS_SWEEP_DEPTHS)
+    depths = S.NORMS_SWEEP_DEPTHS.multiselect(st, options=SWEEP_DEPTHS,
+                                              default=[d for d in SWEEP_DEPTHS if d <= max(setup.depth, 16)])
     sweep_key = (config.to_json(), ids, setup.seed, setup.init, tuple(sorted(depths)))
     if depths and not fits_the_server(config.replace(n_layers=max(depths)), f"The sweep's deepest model ({max(depths)} "
                                                                             "layers)"):

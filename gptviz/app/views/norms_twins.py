@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pandas as pd
 import streamlit as st
 
-from ... import GPTConfig, analysis, weights, wiring
+from ... import GPTConfig, analysis, unit_id, weights, wiring
 from ...config import ConfigError
 from ...figures import norms as fig_norms
 from ...figures import training as fig_train
@@ -17,6 +17,7 @@ from ...snapshots import FORMED_THRESHOLD
 from ...tokenizer import decode, token_labels
 from .. import display, models, sidebar
 from .. import keys as K
+from .. import settings as S
 from ..services import norms as services
 from ..unit_nav import unit_pills
 from .norms_same import layer_and_head, show_attention_panels
@@ -33,7 +34,7 @@ def pick_twins(bundled: dict) -> wiring.TrainedTwins | None:
         return None
     if len(pairs) == 1:
         return pairs[0]
-    stem = st.selectbox("Twins", [p.stem for p in pairs], key=K.TWINS_STEM)
+    stem = S.TWINS_STEM.selectbox(st, options=[p.stem for p in pairs])
     return next(p for p in pairs if p.stem == stem)
 
 
@@ -103,8 +104,7 @@ def loss_curves_section(twins: wiring.TrainedTwins, names: dict[str, str], histo
     if not all(h is not None for h in histories.values()):
         st.info("No readable history.json beside these checkpoints, so no loss curves.")
         return
-    smooth = st.slider("Smoothing of the training loss", 0.0, 0.99, 0.9, 0.01, key=K.TWINS_SMOOTH,
-                       help="Exponential moving average; 0 shows the raw per-batch loss.")
+    smooth = S.TWINS_SMOOTH.slider(st)
     try:
         refs = services.reference_losses(twins.pre)
     except (OSError, ValueError) as err:
@@ -155,7 +155,7 @@ def load_twins(names: dict[str, str]) -> LoadedTwins | None:
 def matches_table(matches: list, scores: dict, length: int) -> None:
     """Every pre-norm head beside its post-norm match, with the scores that say what each does."""
     prev_chance, ind_chance = analysis.previous_token_chance(2 * length), analysis.induction_chance(length)
-    rows = [{"pre-norm head": f"L{m.a[0]}H{m.a[1]}", "post-norm match": f"L{m.b[0]}H{m.b[1]}",
+    rows = [{"pre-norm head": unit_id.head_id(*m.a), "post-norm match": unit_id.head_id(*m.b),
              "pattern similarity": m.similarity,
              f"previous-token, pre / post (chance {prev_chance:.2f})":
                  f"{float(scores['pre'][0][m.a]):.2f} / {float(scores['post'][0][m.b]):.2f}",
@@ -169,10 +169,10 @@ def matches_table(matches: list, scores: dict, length: int) -> None:
                "similarity is a head left over when one twin grew more heads of a kind than the other.")
     left, right = st.columns(2)
     with left:
-        unit_pills("What a pre-norm head does over the corpus", [f"L{m.a[0]}H{m.a[1]}" for m in matches],
+        unit_pills("What a pre-norm head does over the corpus", [unit_id.head_id(*m.a) for m in matches],
                    K.per_item(K.UNIT_PILLS, "norms_pre"), norm="pre")
     with right:
-        unit_pills("What a post-norm head does over the corpus", [f"L{m.b[0]}H{m.b[1]}" for m in matches],
+        unit_pills("What a post-norm head does over the corpus", [unit_id.head_id(*m.b) for m in matches],
                    K.per_item(K.UNIT_PILLS, "norms_post"), norm="post")
 
 
@@ -182,7 +182,7 @@ def twins_attention(tw: LoadedTwins) -> dict | None:
     cfg = tw.cfg
     st.subheader("Attention on the prompt, heads matched by role")
     a = st.columns([1, 1, 3])
-    layer, head = layer_and_head(a, K.TWINS_LAYER, K.TWINS_HEAD, cfg.n_layers, cfg.n_heads)
+    layer, head = layer_and_head(a, S.TWINS_LAYER, S.TWINS_HEAD, cfg.n_layers, cfg.n_heads)
     try:
         caps = services.twins_captures(tw.specs, tw.ids, cfg.n_layers)
         matches, scores, _ = services.head_matches(tw.specs, cfg)
@@ -196,7 +196,7 @@ def twins_attention(tw: LoadedTwins) -> dict | None:
                  f"layer {layer}, head {head} is shown beside the post-norm head that attends most like it: layer "
                  f"{match.b[0]}, head {match.b[1]}, {where} (pattern similarity {match.similarity:.2f}).")
     show_attention_panels(pats["pre"], pats["post"], tw.labels, "", K.TWINS_ATTN_FIG,
-                          (f"pre-norm L{layer}H{head}", f"post-norm match L{match.b[0]}H{match.b[1]}", "post − pre"))
+                          (f"pre-norm {unit_id.head_id(layer, head)}", f"post-norm match {unit_id.head_id(*match.b)}", "post − pre"))
     with st.expander("Every head and its match"):
         matches_table(matches, scores, services.probe_length(cfg))
     return caps
@@ -208,8 +208,7 @@ def next_token_section(tw: LoadedTwins, caps: dict) -> None:
     if state.get(K.TWINS_POS_IDS) != ids:  # a new prompt: start at its last token
         state[K.TWINS_POS_IDS] = ids
         state[K.TWINS_POS] = len(ids) - 1
-    pos = st.select_slider("After the token at position", options=list(range(len(ids))),
-                           format_func=lambda i: f"{i}: {labels[i]}", key=K.TWINS_POS)
+    pos = S.TWINS_POS.select_slider(st, options=list(range(len(ids))), format_func=lambda i: f"{i}: {labels[i]}")
     dists, entropy = {}, {}
     for norm in tw.specs:
         dists[f"{norm}-norm"], entropy[norm] = services.next_token_at(caps[norm][0], pos)
@@ -223,11 +222,10 @@ def twins_generation(tw: LoadedTwins) -> None:
     ids = tw.ids
     st.subheader("Generation with the same seed")
     g = st.columns(4)
-    new_tokens = g[0].slider("New tokens", 5, 120, 40, key=K.TWINS_GEN_TOKENS)
-    temperature = g[1].slider("Temperature", 0.0, 2.0, 0.8, 0.05, key=K.TWINS_GEN_TEMP,
-                              help="0 is greedy: always the most probable token.")
-    top_k = g[2].number_input("Top-k (0 = off)", 0, services.GPT2_VOCAB, 40, key=K.TWINS_GEN_TOPK)
-    seed = int(g[3].number_input("Seed", 0, 2**31 - 1, 0, key=K.TWINS_GEN_SEED))
+    new_tokens = S.TWINS_GEN_TOKENS.slider(g[0])
+    temperature = S.TWINS_GEN_TEMP.slider(g[1])
+    top_k = S.TWINS_GEN_TOPK.number_input(g[2])
+    seed = int(S.TWINS_GEN_SEED.number_input(g[3]))
     try:
         check_sampling(temperature, int(top_k) or None, None, new_tokens)
         outs = {norm: services.generate_cached(spec, ids, new_tokens, float(temperature), int(top_k) or None, seed)

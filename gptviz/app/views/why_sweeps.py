@@ -7,6 +7,7 @@ import streamlit as st
 
 from .. import display, text_limits
 from .. import keys as K
+from .. import settings as S
 from ..models import ModelSpec
 from ..services import why as services
 from ..services.why import IG_STEPS, pieces
@@ -53,7 +54,7 @@ PATCH_NOTE = ("Activation patching: run a corrupted prompt, copy in one piece of
 
 def patch_prompts(cfg: GPTConfig) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
     """The clean and corrupted prompts as ids; None (with the reason) when they cannot be compared."""
-    example = st.selectbox("Example pair", list(K.PATCH_PAIRS), key=K.WHY_EXAMPLE)
+    example = S.WHY_EXAMPLE.selectbox(st)
     own = state.get(K.PROMPT, "")
     swapped = services.corrupted_from(own, cfg) if example == OWN_PAIR else None
     clean_default, corrupted_default = PATCH_EXAMPLES.get(example, (own, swapped[0] if swapped else own))

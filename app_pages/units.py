@@ -143,26 +143,6 @@ def one_token_box(label: str, key: str, **kwargs) -> str | None:
 
 # ---------------------------------------------------------------------------------------------------- one unit
 
-def example_rows(loaded: ui.Loaded, contexts: list[ix.Context], examples: list[ix.Example],
-                 by_attention: bool) -> list[fu.ExampleRow]:
-    rows = []
-    for e, c in zip(examples, contexts):
-        held = loaded.index.documents[e.doc]["held_out"]
-        values = c.attention if by_attention and c.attention is not None else c.values
-        name = f"#{e.rank + 1}  {e.value:.3f}  {e.doc_name}{'  (held out)' if held else ''}"
-        hover = (f"{e.doc_name}{' (a held-out play)' if held else ''}, token {e.pos:,}; "
-                 f"{'score' if e.unit.kind == 'head' else 'activation'} at the peak {e.value:.4f}")
-        looks = ix.attended(c)
-        if looks is not None:  # a head: where its peak looks, so a previous-token or induction head shows at a glance
-            label = token_labels([looks.token])[0]
-            name += f"  → {label} {looks.back} back ({looks.weight:.2f})"
-            if looks.after_copy:
-                name += " ↻"
-                hover += f"; it attends to {label}, the token after an earlier copy of the peak token (induction)"
-        rows.append(fu.ExampleRow(token_labels(c.ids), values, c.peak, name, hover))
-    return rows
-
-
 def examples_section(spec: ModelSpec, loaded: ui.Loaded, unit: ix.Unit) -> list[ix.Context]:
     examples = ix.top_examples(loaded.index, unit)
     try:
@@ -179,7 +159,7 @@ def examples_section(spec: ModelSpec, loaded: ui.Loaded, unit: ix.Unit) -> list[
     held = sum(loaded.index.documents[e.doc]["held_out"] for e in examples)
     st.markdown(f"**Top {len(examples)} examples** over {loaded.index.tokens:,} tokens, peak token outlined "
                 f"({held} from plays the model never trained on, marked *held out*).")
-    rows = example_rows(loaded, contexts, examples, by_attention)
+    rows = fu.example_rows(loaded.index, contexts, examples, by_attention=by_attention)
     token_rows(token_rows_payload(rows, value_name=value_name, cmax=cmax), key=K.UNIT_EXAMPLES)
     display.figure_download(lambda: fu.examples_text(rows, value_name=value_name, cmax=cmax),
                             f"{unit}_top_examples.html", key=K.UNIT_EXAMPLES)

@@ -31,6 +31,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from benchmarks.servers import stop_process
+
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
@@ -173,11 +175,7 @@ def main() -> int:
                 # the outputs stay: clearing them would time JupyterLab's disposal in the next run
             browser.close()
     finally:
-        lab.terminate()
-        try:
-            lab.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            lab.kill()
+        stop_process(lab, timeout=20)
         shutil.rmtree(folder, ignore_errors=True)
     load = os.getloadavg()
     print(f"\n{L} layers x {H} heads, random causal pattern; JupyterLab in Chromium; median of {args.repeats}; "

@@ -42,6 +42,16 @@ class Server:
         return self.log_file.read().decode(errors="replace")
 
 
+def stop_process(proc: subprocess.Popen, timeout: float = 15.0) -> None:
+    """Terminate a child process; kill it if it has not ended within `timeout` seconds."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=timeout)
+
+
 def wait_until_healthy(server: Server, timeout: float = 90.0) -> None:
     """Until the server answers its health check with "ok"; raises, with the server's log, if the process exits
     first or `timeout` seconds pass."""
@@ -77,12 +87,7 @@ def streamlit_server(command: Sequence[str], *, cwd: str | os.PathLike, env: dic
             wait_until_healthy(server, timeout)
             yield server
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=15)
+            stop_process(proc)
             server.final_log = server.log()  # still readable once the temporary file is gone
 
 

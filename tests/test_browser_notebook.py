@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.servers import free_port
+from benchmarks.servers import free_port, stop_process
 
 CHROMIUM = Path("/usr/bin/chromium")
 ROOT = Path(__file__).resolve().parents[1]
@@ -55,11 +55,7 @@ def lab():
                 time.sleep(0.5)
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_process(proc, timeout=20)
         log.close()
         shutil.rmtree(folder, ignore_errors=True)
 

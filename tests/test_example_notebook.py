@@ -16,7 +16,7 @@ pytest.importorskip("transformer_lens")
 ROOT = Path(__file__).resolve().parents[1]
 WIDGET = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
-CHROMIUM = Path("/usr/bin/chromium")
+from offline_browser import CHROMIUM, offline_page  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -62,25 +62,13 @@ def test_html_export_offline(executed, tmp_path):
     """nbconvert's HTML export in Chromium with every non-file request aborted. What draws: the static() copy (the
     app's JavaScript inline). What does not: the widgets, though their state is in the file: nbconvert's page loads
     @jupyter-widgets/html-manager (and it, anywidget's front end) from a CDN, so offline their places stay empty."""
-    sync_api = pytest.importorskip("playwright.sync_api")
+    pytest.importorskip("playwright.sync_api")
     from nbconvert import HTMLExporter
     body, _ = HTMLExporter().from_notebook_node(executed)
     page_file = tmp_path / "example.html"
     page_file.write_text(body, encoding="utf-8")
     assert body.count('<script type="application/vnd.jupyter.widget-view+json">') == 6  # the widgets are in the export
-    blocked, errors = [], []
-    with sync_api.sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox", "--disable-gpu"])
-        page = chromium.new_page(viewport={"width": 1200, "height": 900})
-
-        def route(r):
-            if r.request.url.startswith("file:"):
-                r.continue_()
-            else:
-                blocked.append(r.request.url)
-                r.abort()
-        page.route("**/*", route)
-        page.on("pageerror", lambda e: errors.append(str(e)))
+    with offline_page(1200, 900) as (page, blocked, errors):
         page.goto(page_file.as_uri())
         page.wait_for_function("document.querySelectorAll('canvas.gv-heat[data-cell]').length >= 1", timeout=60_000)
         page.wait_for_timeout(2000)  # time for anything else that would draw
@@ -92,7 +80,6 @@ def test_html_export_offline(executed, tmp_path):
         empty = page.evaluate("""() => Array.from(document.querySelectorAll(
             '.jupyter-widgets.jp-OutputArea-output')).filter(
             el => !el.querySelector('canvas, .gv-rows, .widget-box, .js-plotly-plot')).length""")
-        chromium.close()
     assert drawn == ["text/html"] and title == "Layer 1, head 0"   # static(widget): drawn offline
     assert widget_views == 6 and empty == 6                         # the widgets: not drawn offline
     assert any("html-manager" in url for url in blocked), blocked   # because their manager was to come from a CDN

@@ -3,7 +3,6 @@
 non-file request aborted): no element is made from them, no handler runs, and the text reads as written."""
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,7 +14,7 @@ from gptviz.notebook import attention, attention_on_text, save_html  # noqa: E40
 from gptviz.notebook.inputs import labels_of  # noqa: E402
 from gptviz.notebook.widgets import TokenRowsWidget, text_line  # noqa: E402
 
-CHROMIUM = Path("/usr/bin/chromium")
+from offline_browser import CHROMIUM, offline_page  # noqa: E402
 HOSTILE = ['<img src=x onerror="window.__pwned=1">', "</script><img src=y onerror=window.__pwned=2>",
            "<script>window.__pwned=3</script>", "&lt;b&gt;", '"quoted" & <b>bold</b>', "plain"]
 SHOWN = labels_of(HOSTILE, len(HOSTILE))  # as the attention views label them: spaces made visible (␣)
@@ -50,24 +49,13 @@ def test_hostile_tokens_travel_as_data():
 @pytest.mark.slow
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium")
 def test_hostile_tokens_are_not_interpreted_in_the_browser(tmp_path):
-    sync_api = pytest.importorskip("playwright.sync_api")
+    pytest.importorskip("playwright.sync_api")
     page_file = save_html(views(), tmp_path / "hostile.html")
     html = page_file.read_text(encoding="utf-8")
     assert "<img" not in html.split("<body>", 1)[1].split("<script", 1)[0]  # nothing of it before the scripts
     assert "</script><img" not in html  # no token can close the data's script block
-    blocked, errors, dialogs = [], [], []
-    with sync_api.sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox", "--disable-gpu"])
-        page = chromium.new_page(viewport={"width": 1200, "height": 1400})
-
-        def route(r):
-            if r.request.url.startswith("file:"):
-                r.continue_()
-            else:
-                blocked.append(r.request.url)
-                r.abort()
-        page.route("**/*", route)
-        page.on("pageerror", lambda e: errors.append(str(e)))
+    dialogs = []
+    with offline_page(1200, 1400) as (page, blocked, errors):
         page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
         page.goto(page_file.as_uri())
         page.wait_for_function("document.querySelectorAll('canvas.gv-heat[data-cell]').length === 1")
@@ -85,7 +73,6 @@ def test_hostile_tokens_are_not_interpreted_in_the_browser(tmp_path):
                 row => Array.from(row.querySelectorAll('.gv-tok'), t => t.textContent))),
             names: Array.from(document.querySelectorAll('.gv-rows .gv-name'), n => n.textContent),
             titles: Array.from(document.querySelectorAll('.gv-rows .gv-tok'), t => t.title)})""")
-        chromium.close()
     assert seen["pwned"] is None and seen["images"] == 0 and not dialogs
     assert seen["bold"] == 0  # not even the <b> the text lines are wrapped in: text_line(bold=False) here
     assert seen["tip"].startswith(f"'{SHOWN[0]}' → '{SHOWN[0]}': weight 1.00")

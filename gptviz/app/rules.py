@@ -59,10 +59,14 @@ class Whole:
         return _format(value)
 
     def widget_args(self, widget: str, default) -> dict:
-        if widget not in NUMERIC_WIDGETS:
-            return {}
-        return {"min_value": self.lo, "max_value": self.hi, "step": 1,
-                **({"value": default} if default is not None else {})}
+        return _range_args(widget, self.lo, self.hi, 1, default)
+
+
+def _range_args(widget: str, lo, hi, step, default) -> dict:
+    """A numeric widget's range, step and default from a rule's bounds (nothing for other widgets)."""
+    if widget not in NUMERIC_WIDGETS:
+        return {}
+    return {"min_value": lo, "max_value": hi, "step": step, **({"value": default} if default is not None else {})}
 
 
 @dataclass(frozen=True)
@@ -84,10 +88,7 @@ class Number:
         return _format(value)
 
     def widget_args(self, widget: str, default) -> dict:
-        if widget not in NUMERIC_WIDGETS:
-            return {}
-        return {"min_value": self.lo, "max_value": self.hi, "step": self.step,
-                **({"value": default} if default is not None else {})}
+        return _range_args(widget, self.lo, self.hi, self.step, default)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import pandas as pd
 import streamlit as st
 import torch
 
-from gptviz import analysis
+from gptviz import methods as analysis
 from gptviz.app import display, models, sidebar
 from gptviz.app import keys as K, settings as S
 from gptviz.app.seen import Seen, read_prompt
@@ -19,8 +19,8 @@ from gptviz.app.services import activations as services
 from gptviz.app.unit_nav import unit_pills
 from gptviz.export import export_nbytes, matrix_frame
 from gptviz.figures import activations as figs
-from gptviz.tokenizer import token_labels
-from gptviz.unit_id import head_id, neuron_id
+from gptviz.model.tokenizer import token_labels
+from gptviz.model.unit_id import head_id, neuron_id
 
 SUFFIXES = ("hook_resid_pre", "hook_attn_out", "hook_resid_mid", "mlp.hook_post", "hook_mlp_out",
             "hook_resid_post", "attn.hook_pattern")

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import pandas as pd
 import streamlit as st
 
-from gptviz import unit_id
+from gptviz.model import unit_id
 from gptviz.app import keys as K, settings as S
 from gptviz.app import live
 from gptviz.app.display import MEAN_HEAD, figure_download, head_name, md_text, show_figure
@@ -25,7 +25,7 @@ from gptviz.app.views.attention_views import (MAX_CHIPS, VIEW_DRAWERS, VIEWS, Pi
                                               picked_from_map)
 from gptviz.figures import attention as fa
 from gptviz.figures import generation as fg
-from gptviz.tokenizer import decode, token_labels
+from gptviz.model.tokenizer import decode, token_labels
 
 state = st.session_state
 

@@ -12,14 +12,14 @@ import pandas as pd
 import streamlit as st
 import torch
 
-from gptviz import analysis
+from gptviz import methods as analysis
 from gptviz.app import display, models, sidebar
 from gptviz.app import keys as K, settings as S
 from gptviz.app.services import embeddings as services
-from gptviz.config import GPTConfig
+from gptviz.model.config import GPTConfig
 from gptviz.export import matrix_frame
 from gptviz.figures import embeddings as figs
-from gptviz.tokenizer import token_labels
+from gptviz.model.tokenizer import token_labels
 
 EMBED_HOOKS = ("hook_embed", "hook_pos_embed", "blocks.0.hook_resid_pre")
 PCA_SAMPLE_SIZES = S.EMB_PCA_N.rule.options

@@ -9,13 +9,13 @@ import pandas as pd
 import streamlit as st
 import torch
 
-from gptviz import analysis
+from gptviz import methods as analysis
 from gptviz.app import display, sidebar
 from gptviz.app import keys as K, settings as S
-from gptviz.config import GPTConfig
+from gptviz.model.config import GPTConfig
 from gptviz.export import matrix_frame
 from gptviz.figures import explainers as figs
-from gptviz.tokenizer import token_labels
+from gptviz.model.tokenizer import token_labels
 
 state = st.session_state
 

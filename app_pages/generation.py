@@ -20,8 +20,8 @@ from gptviz.app.services import generation as services
 from gptviz.app.sidebar import keep_valid, require_model, require_prompt
 from gptviz.figures import attention as fa
 from gptviz.figures import generation as fg
-from gptviz.config import GPTConfig
-from gptviz.tokenizer import token_labels
+from gptviz.model.config import GPTConfig
+from gptviz.model.tokenizer import token_labels
 
 state = st.session_state
 

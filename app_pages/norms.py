@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from gptviz import unit_id, weights, wiring
+from gptviz.model import unit_id, weights
+from gptviz.methods import wiring
 from gptviz.app import display
 from gptviz.app import keys as K, settings as S
 from gptviz.app.services import norms as services

@@ -8,9 +8,9 @@ import pandas as pd
 import streamlit as st
 
 from gptviz import PRESETS
-from gptviz.config import ConfigError, GPTConfig
+from gptviz.model.config import ConfigError, GPTConfig
 from gptviz.figures import params as figs
-from gptviz.params import BYTES_PER, by_component, by_layer, memory_bytes, param_table, total_params
+from gptviz.model.params import BYTES_PER, by_component, by_layer, memory_bytes, param_table, total_params
 from gptviz.app import display, sidebar
 from gptviz.app import keys as K, settings as S
 

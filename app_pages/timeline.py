@@ -1,5 +1,5 @@
 """Heads forming: the bundled twins' first training stage replayed from the snapshots taken while it ran
-(gptviz.snapshots): every head's map on a probe at any step, the detector scores and losses over the steps with
+(gptviz.training.snapshots): every head's map on a probe at any step, the detector scores and losses over the steps with
 that step marked, pre-norm and post-norm side by side on the same steps.
 
 The snapshots come from a rerun of the committed recipe's first stage (the model card says how close it came to
@@ -18,9 +18,9 @@ from gptviz.app.bundled_snapshots import bundled_snapshots
 from gptviz.app.display import show_figure
 from gptviz.app.unit_nav import unit_pills
 from gptviz.figures import timeline as ft
-from gptviz.snapshots import FORMED_THRESHOLD, Snapshots, formed_step
-from gptviz.training_jobs import GROWTH, Job, induction_growth_spec
-from gptviz.unit_id import head_id
+from gptviz.training.snapshots import FORMED_THRESHOLD, Snapshots, formed_step
+from gptviz.serve.training_jobs import GROWTH, Job, induction_growth_spec
+from gptviz.model.unit_id import head_id
 
 TWINS = {"pre-norm": "shakespeare-pre", "post-norm": "shakespeare-post"}
 THRESHOLD = FORMED_THRESHOLD   # a head "has formed" once its score reaches this and stays (snapshots.formed_step)

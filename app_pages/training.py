@@ -6,17 +6,18 @@ import math
 
 import streamlit as st
 
-from gptviz import PRESETS, warmup
+from gptviz import PRESETS
+from gptviz.training import warmup
 from gptviz.app import display, jobs, sidebar
 from gptviz.app import keys as K, settings as S
 from gptviz.app.services import training as services
 from gptviz.app.services.training import Form
-from gptviz.config import ConfigError
+from gptviz.model.config import ConfigError
 from gptviz.figures import norms as fig_norms
 from gptviz.figures import training as fig_train
-from gptviz.params import total_params
-from gptviz.tokenizer import decode
-from gptviz.training_jobs import FAILED, STOPPED, Job, JobRegistry, JobSnapshot, JobSpec, start_warmup
+from gptviz.model.params import total_params
+from gptviz.model.tokenizer import decode
+from gptviz.serve.training_jobs import FAILED, STOPPED, Job, JobRegistry, JobSnapshot, JobSpec, start_warmup
 
 state = st.session_state
 VOCAB = PRESETS["tiny"].vocab_size
@@ -220,7 +221,7 @@ def use_trained_models(job: Job, finals: dict[str, dict]) -> None:
                              key=K.per_item(K.TRAIN_DL, job.id, name), on_click="ignore",
                              icon=":material/download:", width="stretch",
                              help="model.safetensors + config.json (+ history.json); unzip and load with "
-                                  "gptviz.weights.load_checkpoint(folder).")
+                                  "gptviz.model.weights.load_checkpoint(folder).")
     st.caption("Trained models stay in this server's memory until it restarts; download a checkpoint to keep one.")
 
 
@@ -296,7 +297,7 @@ def warmup_view(job: Job, live_at_start: bool) -> None:
         return
     seen = services.warmup_reading(logs, snap.finished, job.scenario.warmup)
     out = seen.outcome
-    if out is not None:  # both lines read off the runs' losses (gptviz.warmup.outcome), never written in advance
+    if out is not None:  # both lines read off the runs' losses (gptviz.training.warmup.outcome), never written in advance
         st.markdown(f"**{out.sentence}** {warmup.baseline_line(out, seen.baseline)} {seen.verdict}",
                     help=f"Rule: {out.rule}.")
     display.show_figure(fig_norms.warmup_losses(seen.bands, WARMUP_COLORS, seen.baseline),

@@ -22,8 +22,8 @@ from gptviz.app.component.token_rows import token_rows
 from gptviz.app.unit_nav import open_on_row_pick
 from gptviz.app.models import ModelSpec
 from gptviz.figures import units as fu
-from gptviz.model import GPT
-from gptviz.tokenizer import decode, encode, position_labels, token_labels
+from gptviz.model.model import GPT
+from gptviz.model.tokenizer import decode, encode, position_labels, token_labels
 
 KINDS = S.UNIT_KIND.rule.options
 DEFAULT_BUILD_TOKENS = 50_000

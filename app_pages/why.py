@@ -1,5 +1,5 @@
 """Why this token? Direct logit attribution, head ablation, activation patching and saliency on the sidebar's
-model and prompt. Every number comes from gptviz.attribution / gptviz.interventions through the page's service
+model and prompt. Every number comes from gptviz.methods.attribution / gptviz.methods.interventions through the page's service
 (gptviz.app.services.why); nothing is drawn that was not measured on this model. The patching and saliency tabs
 are drawn by gptviz/app/views/why_sweeps.py."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pandas as pd
 import streamlit as st
 import torch
 
-from gptviz import unit_id
+from gptviz.model import unit_id
 from gptviz.app import display, sidebar
 from gptviz.app import keys as K, settings as S
 from gptviz.app.services import LimitError
@@ -18,11 +18,11 @@ from gptviz.app.services import why as services
 from gptviz.app.services.why import Ask, first_difference, piece_at, pieces
 from gptviz.app.unit_nav import unit_pills
 from gptviz.app.views.why_sweeps import PATCH_NOTE, SALIENCY_NOTE, patching_tab, saliency_tab
-from gptviz.config import GPTConfig
+from gptviz.model.config import GPTConfig
 from gptviz.figures import attention as fa
 from gptviz.figures import flow as figs_flow
 from gptviz.figures import why as figs
-from gptviz.tokenizer import decode
+from gptviz.model.tokenizer import decode
 
 state = st.session_state
 TOP = 10            # tokens offered as target / rival

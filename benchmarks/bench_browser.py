@@ -44,7 +44,7 @@ TARGETS = {"speed": 0.5, "switch_bundled": 0.150, "switch_gpt2-small": 0.300}
 
 def prompt_of(n: int) -> str:
     """The first n tokens of the passage, as text."""
-    from gptviz.tokenizer import decode, encode
+    from gptviz.model.tokenizer import decode, encode
     ids = encode(PROMPT_WORDS)
     while len(ids) < n:
         ids = ids + ids
@@ -57,7 +57,7 @@ def engine_tokens_per_s(name: str, prompt: str, n: int) -> dict[int, float]:
     On some 2-core machines a second thread runs the engine 1.5x faster, on others not at all; both show."""
     import torch
     from gptviz import PRESETS, GPT, load_pretrained, stream
-    from gptviz.tokenizer import encode
+    from gptviz.model.tokenizer import encode
     model = load_pretrained("shakespeare-pre") if name == "bundled" else GPT(PRESETS["gpt2-small"], seed=0).eval()
     ids = encode(prompt)
     default = torch.get_num_threads()

@@ -19,7 +19,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def child(preset: str) -> dict:
     from gptviz import GPT, PRESETS
-    from gptviz.allocator import keep_freed_memory
+    from gptviz.serve.allocator import keep_freed_memory
     keep_freed_memory()
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     start = time.perf_counter()

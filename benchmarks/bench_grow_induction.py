@@ -1,4 +1,4 @@
-"""The "grow an induction head" scenario (Heads forming page, gptviz.training_jobs.induction_growth_spec) run as the
+"""The "grow an induction head" scenario (Heads forming page, gptviz.serve.training_jobs.induction_growth_spec) run as the
 app runs it, a background job with snapshots, over several seeds: the seconds until some head's induction score on
 the snapshot probe reaches 0.5 (from the job's start, corpus loading included, and from its first step), the step
 it happened at, and what recording the snapshots cost as a share of the training time.
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import torch
 
-from gptviz.training_jobs import GROWTH, JobRegistry, induction_growth_spec
-from gptviz.unit_id import head_id
+from gptviz.serve.training_jobs import GROWTH, JobRegistry, induction_growth_spec
+from gptviz.model.unit_id import head_id
 
 THRESHOLD = 0.5
 

@@ -104,7 +104,7 @@ def peak_memory(copies: int) -> dict:
 
     from gptviz import index as ix
     folder = Path(tempfile.mkdtemp())
-    lines = [_json.dumps({"text": p.read_text(encoding="utf-8")}) for p in __import__("gptviz.corpus", fromlist=["x"])
+    lines = [_json.dumps({"text": p.read_text(encoding="utf-8")}) for p in __import__("gptviz.training.corpus", fromlist=["x"])
              .play_files()[:6]]
     (folder / "c.jsonl").write_text(("\n".join(lines) + "\n") * copies)
     model = _model("bundled")

@@ -1,7 +1,7 @@
 """What asking "why" costs: patching sweeps and edited forward passes against plain forward passes, in one run.
 
 On GPT-2 small (random weights, CPU, float32) with a 32-token clean/corrupted pair that differs in one name:
-  - residual patching sweep (gptviz.attribution.residual_patching, every layer x position) against
+  - residual patching sweep (gptviz.methods.attribution.residual_patching, every layer x position) against
     (layers + 1) plain forward passes of the batch it runs (32 rows of the 32-token corrupted prompt);
   - head patching sweep (every layer x head, one batched pass) against one plain pass of its batch (144 rows);
   - one forward pass with an edit (a head zero-ablated; a residual-stream patch) against a plain one.
@@ -25,8 +25,8 @@ from benchmarks.run import build_ours, interleaved  # the engine benchmark's mod
 import torch
 
 from gptviz import capture, get_tokenizer
-from gptviz.attribution import head_patching, residual_patching
-from gptviz.interventions import ablate_heads, patch_from
+from gptviz.methods.attribution import head_patching, residual_patching
+from gptviz.methods.interventions import ablate_heads, patch_from
 
 CLEAN = ("When Mary and John went to the store, John gave a drink to Mary. Afterwards the two of them walked "
          "home along the river bank, and then she said to him")

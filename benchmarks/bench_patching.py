@@ -13,8 +13,9 @@ from pathlib import Path
 
 import torch
 
-from gptviz import GPT, PRESETS, attribution
-from gptviz.tokenizer import encode
+from gptviz import GPT, PRESETS
+from gptviz.methods import attribution
+from gptviz.model.tokenizer import encode
 
 
 def main(lengths: list[int]) -> None:

@@ -1,4 +1,4 @@
-"""Top-p sampling: the nucleus by a growing topk prefix (gptviz.generate.nucleus_mask) against a full sort of the
+"""Top-p sampling: the nucleus by a growing topk prefix (gptviz.model.generate.nucleus_mask) against a full sort of the
 vocabulary (what it replaced), side by side in one run, one torch thread.
 
   1. the mask alone, on the distributions the bundled model and gpt2-small (random weights) produce while they
@@ -22,9 +22,9 @@ from benchmarks.bench_browser import prompt_of  # the browser benchmark's 64-tok
 
 import gptviz  # noqa: F401
 from gptviz import GPT, PRESETS, load_pretrained, stream
-from gptviz.tokenizer import encode
+from gptviz.model.tokenizer import encode
 
-GEN = sys.modules["gptviz.generate"]  # the module (gptviz.generate is also the name of the function)
+GEN = sys.modules["gptviz.model.generate"]  # the module (gptviz.model.generate is also the name of the function)
 TOP_P = 0.9
 
 

@@ -1,10 +1,10 @@
-"""The Train page's warmup scenario (gptviz.warmup), run once from the command line: each arm's loss over the last
+"""The Train page's warmup scenario (gptviz.training.warmup), run once from the command line: each arm's loss over the last
 steps, mean ± sd over the seeds, and whether post-norm needed warmup and pre-norm did without, by the rule stated.
 
     python -m benchmarks warmup -- [--lr 3e-3] [--steps 300] [--warmup 60] [--beta2 0.98] [--layers 12] [--seeds 3]
                                       [--threads 1] [--full-vocab] [--json out.json]
 
-With no flags it runs the Train page's scenario (gptviz.warmup.PAGE_SCENARIO, the Scenario defaults).
+With no flags it runs the Train page's scenario (gptviz.training.warmup.PAGE_SCENARIO, the Scenario defaults).
 """
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ import time
 
 import torch
 
-from gptviz import warmup
-from gptviz.training_jobs import corpus_tokens
+from gptviz.training import warmup
+from gptviz.serve.training_jobs import corpus_tokens
 
 
 def progress(scenario: warmup.Scenario):

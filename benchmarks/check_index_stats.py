@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from gptviz import index as ix
-from gptviz.weights import load_pretrained
+from gptviz.model.weights import load_pretrained
 
 NAMED = ("L3N47", "L3N301", "L2N487", "L2N107", "L3N215", "L1N228")  # the units the review found wrong
 

@@ -5,18 +5,18 @@
 
 What it checks, for the bundled model (`shakespeare-pre`) and a random GPT-2 small preset, in float32, float16
 and bfloat16 on the device:
-- gptviz.devices: the device and precisions `available_devices` / `available_dtypes` offer, and `place`;
+- gptviz.serve.devices: the device and precisions `available_devices` / `available_dtypes` offer, and `place`;
 - logits against the float32 CPU model on the same weights: max abs difference (also relative to the reference's
   largest logit) and top-1 agreement (all positions, and the positions whose reference margin between its top
   two logits exceeds the difference, where a disagreement cannot be rounding);
 - `capture`: every hook point comes back float32, on the CPU, detached, with the design's shapes; patterns are
   distributions and match the reference's;
 - `generate` and `stream(attention=True)` (bundled model): the same greedy tokens as the float32 CPU model, one
-  forward pass per token (`gptviz.model.forward_count`), float32 CPU probabilities and attention rows; in half
+  forward pass per token (`gptviz.model.model.forward_count`), float32 CPU probabilities and attention rows; in half
   precision a first difference is accepted only at a near-tie of the reference;
 - the neuron index (`gptviz.index.build_index`, as `python -m gptviz index --device cuda --dtype ...` runs it) over
   the start of the complete works: active shares and top-20 examples against the float32 CPU scan;
-- training on the device (`gptviz.train.Trainer.step`, and the `train_models` loop): three steps on one repeated
+- training on the device (`gptviz.training.train.Trainer.step`, and the `train_models` loop): three steps on one repeated
   batch with finite losses and gradient norms, losses that follow the CPU's from the same weights (relative
   difference under 1e-2) and fall; two tiny models trained side by side by `train_models` on the device.
 
@@ -41,9 +41,9 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 
 from gptviz import PRESETS, GPT, capture, generate, get_tokenizer, load_pretrained, stream
-from gptviz.devices import available_devices, available_dtypes, place
-from gptviz.model import forward_count
-from gptviz.train import Trainer, TrainSettings, train_models
+from gptviz.serve.devices import available_devices, available_dtypes, place
+from gptviz.model.model import forward_count
+from gptviz.training.train import Trainer, TrainSettings, train_models
 
 PROMPT = ("Ham.\nWho's there?\n\nHor.\nFriends to this ground, and liegemen to the Dane.\n\nMar.\n"
           "And what art thou?\n\nHam.\nA piece of him.\n")

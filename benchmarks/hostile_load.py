@@ -160,7 +160,7 @@ async def press_generate(page, timeout_ms: int = 15_000) -> None:
 # ---- 1. patching a 128-token pair ------------------------------------------------------------------------------
 
 async def patching_128(browser, server: Server) -> list[Row]:
-    from gptviz.tokenizer import encode
+    from gptviz.model.tokenizer import encode
     clean = " a" * 128
     corrupted = " a" * 64 + " b" + " a" * 63
     n_clean, n_corrupt = len(encode(clean)), len(encode(corrupted))
@@ -476,7 +476,7 @@ async def token_count(page) -> str:
 
 
 async def large_captures(browser, server: Server, visitors: int) -> list[Row]:
-    from gptviz.tokenizer import encode
+    from gptviz.model.tokenizer import encode
     url = f"{server.url}/?" + urllib.parse.urlencode({"source": "preset", "preset": "gpt2-small",
                                                       "prompt": "Hello world"})
     budget = int(LIMITS["GPTVIZ_MEMORY_MB"])

@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
         "--disable-component-update", "--disable-sync"]
-# The limits the server runs under (gptviz/limits.py): small enough that a 2-core, 24 GiB machine is safe.
+# The limits the server runs under (gptviz/serve/limits.py): small enough that a 2-core, 24 GiB machine is safe.
 LIMITS = {"GPTVIZ_MEMORY_MB": "2048", "GPTVIZ_CAPTURE_CACHE_MB": "512", "GPTVIZ_MODEL_CACHE_MB": "1024",
           "GPTVIZ_TRAINING_JOBS": "1", "GPTVIZ_TRAINING_SECONDS": "60"}
 WORDS = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima".split()
@@ -119,7 +119,7 @@ class Visitor:
                 self.errors.append(f"cross-talk: the prompt box shows {shown[:60]!r}")
 
     async def set_prompt(self, page, round_: int) -> None:
-        from gptviz.tokenizer import encode
+        from gptviz.model.tokenizer import encode
         words = " ".join(WORDS[(self.index + round_ + i) % len(WORDS)] for i in range(6))
         self.prompt = f"Visitor {self.index} round {round_}: {words}"
         area = page.locator('[data-testid="stSidebar"] textarea')

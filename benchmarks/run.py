@@ -27,10 +27,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch
 
 from gptviz import PRESETS, GPT, capture, generate, get_tokenizer, stream
-from gptviz.allocator import keep_freed_memory
-from gptviz.model import row_major_copy
-from gptviz.checkpoint import _CONV1D
-from gptviz.hooks import act_name
+from gptviz.serve.allocator import keep_freed_memory
+from gptviz.model.model import row_major_copy
+from gptviz.model.checkpoint import _CONV1D
+from gptviz.model.hooks import act_name
 
 PROMPT = ("The history of natural language processing generally started in the 1950s, although work can "
           "be found from earlier periods.")
@@ -44,7 +44,7 @@ def build_ours(seed: int = 0) -> GPT:
 
 
 def hf_state_from_ours(model: GPT) -> dict[str, torch.Tensor]:
-    """The inverse of gptviz.weights.state_from_hf: our keys -> Hugging Face's, Conv1D matrices transposed."""
+    """The inverse of gptviz.model.weights.state_from_hf: our keys -> Hugging Face's, Conv1D matrices transposed."""
     state = {}
     for key, value in model.state_dict().items():
         if key.endswith(_CONV1D):
@@ -157,7 +157,7 @@ def capture_vs_plain(ours, ids, repeats: int) -> Timings:
 
 # glibc returns freed heap memory to the kernel past a small threshold, so every capture's fresh ~47 MB comes
 # back as newly zeroed pages (page faults, system time). The app keeps freed memory instead
-# (gptviz.allocator.keep_freed_memory() in app.py); a child process measures capture under that setting.
+# (gptviz.serve.allocator.keep_freed_memory() in app.py); a child process measures capture under that setting.
 def bench_capture_keep_memory(threads: int, repeats: int) -> dict:
     res = subprocess.run([sys.executable, "-m", "benchmarks.run", "--capture-child", "--threads", str(threads),
                           "--repeats",
@@ -289,7 +289,7 @@ def report(fwd, gen, per_tok, mem, args, elapsed) -> str:
          c.ratio("ours_capture_all", "ours_plain"), c.ratio("ours_capture_all", "ours_plain", "wall"), 1.10, False)
     keep = fwd["keep_memory"]
     ks = keep["summary"]
-    rows.append(f"| ↳ same, with `gptviz.allocator.keep_freed_memory()` (glibc keeps freed memory; app.py applies "
+    rows.append(f"| ↳ same, with `gptviz.serve.allocator.keep_freed_memory()` (glibc keeps freed memory; app.py applies "
                 f"it at start-up) | {ms(ks['cpu']['ours_capture_all'])} vs {ms(ks['cpu']['ours_plain'])} | "
                 f"{keep['cpu_ratio']:.3f}x | {ms(ks['wall']['ours_capture_all'])} vs {ms(ks['wall']['ours_plain'])} | "
                 f"{keep['wall_ratio']:.3f}x | ≤ 1.1x | {verdict(keep['cpu_ratio'], 1.10, False)} |")

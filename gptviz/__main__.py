@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from .config import PRESETS, ConfigError, get_preset
+from .model.config import PRESETS, ConfigError, get_preset
 
 
 # The settings the checkout's .streamlit/config.toml gives `streamlit run app.py`, for `gptviz app` run from any
@@ -39,14 +39,14 @@ def _app(args) -> int:
 
 
 def _params(args) -> int:
-    from .params import format_table
+    from .model.params import format_table
     print(format_table(get_preset(args.preset)))
     return 0
 
 
 def config_and_settings(args):
     """The model config and TrainSettings a `train` command line describes."""
-    from .train import TrainSettings
+    from .training.train import TrainSettings
     cfg = get_preset(args.preset).replace(norm=args.norm, dropout=args.dropout)
     if args.n_ctx is not None:
         cfg = cfg.replace(n_ctx=args.n_ctx)
@@ -62,10 +62,10 @@ def config_and_settings(args):
 def _train(args) -> int:
     import torch
 
-    from .corpus import load_training_data
-    from .evaluate import training_measure
-    from .train import format_eta, train_models, write_history
-    from .weights import save_checkpoint, write_training_vocab
+    from .training.corpus import load_training_data
+    from .training.evaluate import training_measure
+    from .training.train import format_eta, train_models, write_history
+    from .model.weights import save_checkpoint, write_training_vocab
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -75,7 +75,7 @@ def _train(args) -> int:
     if args.init_from:  # continue training a checkpoint of the same preset and wiring
         import json
 
-        from .weights import load_checkpoint
+        from .model.weights import load_checkpoint
         start_model = load_checkpoint(args.init_from)
         if start_model.config.replace(dropout=cfg.dropout) != cfg:  # dropout may change between stages
             raise ValueError(f"{args.init_from} holds a different model ({start_model.config.name}, "
@@ -91,7 +91,7 @@ def _train(args) -> int:
 
     def report(name, log):
         if recorders and log.step % 100 == 0:  # partial snapshots on disk while the run goes
-            from .snapshots import save_snapshots
+            from .training.snapshots import save_snapshots
             save_snapshots(recorders["model"].snaps, out)
         if log.val_loss is not None or log.step % 20 == 0:
             val = f" val {log.val_loss:.4f}" if log.val_loss is not None else ""
@@ -114,7 +114,7 @@ def _train(args) -> int:
     write_history(result, out)
     write_training_vocab(out, corpus.train)
     if recorders:
-        from .snapshots import save_snapshots
+        from .training.snapshots import save_snapshots
         snaps = recorders["model"].snaps
         snaps.extra = {"command": "python -m gptviz " + " ".join(sys.argv[1:]), "settings": result.settings}
         save_snapshots(snaps, out)
@@ -127,8 +127,8 @@ def snapshot_recorders(args, cfg, corpus, settings) -> dict | None:
     """{"model": SnapshotRecorder} when --snapshot-every is set: probes of the copy ids the run uses, if any."""
     if not args.snapshot_every:
         return None
-    from .snapshots import SnapshotRecorder, default_probes, empty_snapshots
-    from .train import most_frequent_ids
+    from .training.snapshots import SnapshotRecorder, default_probes, empty_snapshots
+    from .training.train import most_frequent_ids
     copy_ids = most_frequent_ids(corpus.train, settings.copy_vocab) if settings.copy_fraction else None
     probes = default_probes(corpus.train, corpus.val, copy_ids)
     snaps = empty_snapshots(cfg, probes, args.snapshot_every, args.snapshot_min_gap, args.snapshot_loss_delta)
@@ -136,7 +136,7 @@ def snapshot_recorders(args, cfg, corpus, settings) -> dict | None:
 
 
 def _check(args) -> int:
-    from .model_card import check_folder
+    from .training.model_card import check_folder
     report, target = check_folder(args.folder, args.data, args.out, args.update_card)
     for key in ("val_loss", "bigram_baseline", "margin", "repeat_loss"):
         print(f"{key:<28}{report[key]:.4f}")
@@ -170,8 +170,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("preset", help=f"one of: {', '.join(PRESETS)}")
     p.set_defaults(func=_params)
     t = sub.add_parser("train", help="train a preset on a text corpus")
-    from .corpus import HELD_OUT_PLAYS, WORKS
-    from .train import TrainSettings
+    from .training.corpus import HELD_OUT_PLAYS, WORKS
+    from .training.train import TrainSettings
     d = TrainSettings()
     t.add_argument("--preset", default="small-4l")
     t.add_argument("--norm", choices=("pre", "post"), default="pre")
@@ -215,7 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--init-from", default=None, help="continue from this checkpoint folder (same preset and norm)")
     t.add_argument("--snapshot-every", type=int, default=0,
                    help="record every head's detector scores and maps on fixed probes every K steps, denser where "
-                        "the loss moves fast (gptviz.snapshots; written to OUT/snapshots; 0 = none)")
+                        "the loss moves fast (gptviz.training.snapshots; written to OUT/snapshots; 0 = none)")
     t.add_argument("--snapshot-loss-delta", type=float, default=0.15,
                    help="also snapshot when the smoothed loss has moved this many nats since the last snapshot")
     t.add_argument("--snapshot-min-gap", type=int, default=5, help="steps between such extra snapshots, at least")

@@ -14,7 +14,7 @@ import pandas as pd
 import torch
 
 from .figures.common import ANNOTATION_MIN_WIDTH
-from .tokenizer import token_labels
+from .model.tokenizer import token_labels
 
 
 def to_numpy(x) -> np.ndarray:
@@ -61,16 +61,16 @@ def export_nbytes(config, T: int, include_attention: bool = True) -> int:
     """Float32 bytes of `prompt_capture_npz`'s arrays for T tokens (before compression): every hook point, less the
     attention scores and patterns unless `include_attention`, no logits. Counted by `hooks.capture_nbytes`, the
     rule the app's capture cache checks its budget with."""
-    from .hooks import capture_nbytes
+    from .model.hooks import capture_nbytes
     names = [n for n in _hook_names(config) if include_attention or not n.endswith(ATTENTION_HOOKS)]
     return capture_nbytes(config, names, T, logits=False)
 
 
 def prompt_capture_npz_nbytes(config, T: int, include_attention: bool = True) -> int:
-    """What prompt_capture_npz holds at its peak: its capture with the forward pass beside it (gptviz.memory), and
+    """What prompt_capture_npz holds at its peak: its capture with the forward pass beside it (gptviz.serve.memory), and
     the file twice (the zip's buffer and the bytes copied out of it; compressed, each is at most about the arrays'
     size)."""
-    from .memory import capture_work_nbytes
+    from .serve.memory import capture_work_nbytes
     names = [n for n in _hook_names(config) if include_attention or not n.endswith(ATTENTION_HOOKS)]
     return capture_work_nbytes(config, names, T) + 2 * export_nbytes(config, T, include_attention)
 
@@ -78,7 +78,7 @@ def prompt_capture_npz_nbytes(config, T: int, include_attention: bool = True) ->
 @functools.lru_cache(maxsize=16)
 def _hook_names(config) -> tuple[str, ...]:
     """A config's hook names, read off its module tree on the meta device (no weights; once per config)."""
-    from .model import GPT
+    from .model.model import GPT
     with torch.device("meta"):
         return tuple(GPT(config).hook_names)
 
@@ -162,7 +162,7 @@ ATTENTION_HOOKS = ("attn.hook_attn_scores", "attn.hook_pattern")
 def prompt_capture_npz(model, ids: Sequence[int], include_attention: bool = True) -> bytes:
     """Run the model once on `ids`, capturing every hook point (optionally without the [heads, T, T]
     attention scores and patterns, the largest tensors), and return the `.npz` bytes (no batch axis)."""
-    from .hooks import capture
+    from .model.hooks import capture
     names = None if include_attention else (lambda n: not n.endswith(ATTENTION_HOOKS))
     _, cache = capture(model, torch.tensor([list(ids)]), names)
     return capture_npz(ids, {k: v[0] for k, v in cache.items()})

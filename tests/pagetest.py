@@ -34,7 +34,7 @@ def edge_prompts(*names: str):
 def kept_of_edge_prompt(at: AppTest, prompt: str, n_ctx: int) -> list[int]:
     """What every page shows for an edge prompt: no exception or error; an empty prompt asks for one; a prompt
     longer than the context says that only its last n_ctx tokens are used. Returns those ids ([] when empty)."""
-    from gptviz.tokenizer import encode
+    from gptviz.model.tokenizer import encode
     assert not at.exception and not at.error
     ids = encode(prompt)
     if not ids:
@@ -140,7 +140,7 @@ def finish_generation(at: AppTest) -> AppTest:
 
 def forward_calls() -> int:
     """Forward passes the model has run in this process (a display rerun must add none)."""
-    from gptviz.model import forward_count
+    from gptviz.model.model import forward_count
     return forward_count()
 
 

@@ -3,7 +3,7 @@ before) while one call runs. tracemalloc sees none of torch's memory and torch's
 holds beside the tensors; the server's budget is about resident memory, so that is what is measured here.
 
     python tests/rss_growth.py wiring gpt2-small 4 768 128     -> prints the growth in bytes
-    python tests/rss_growth.py grow <json of gptviz.training_jobs.GrowSettings fields>
+    python tests/rss_growth.py grow <json of gptviz.serve.training_jobs.GrowSettings fields>
 """
 from __future__ import annotations
 
@@ -25,7 +25,8 @@ def status(field: str) -> int:
 
 
 def wiring_call(preset: str, depth: str, width: str, T: str):
-    from gptviz import PRESETS, wiring
+    from gptviz import PRESETS
+    from gptviz.methods import wiring
     config = PRESETS[preset].replace(n_layers=int(depth), d_model=int(width))
     ids = tuple(int(i) for i in wiring.random_tokens(int(T), config.vocab_size, 0))
     wiring.compare_wirings(config.replace(n_layers=1, d_model=2 * config.n_heads), ids[:4])  # torch's first-use costs
@@ -34,7 +35,7 @@ def wiring_call(preset: str, depth: str, width: str, T: str):
 
 def grow_call(wirings: str, steps: str):
     """The Heads forming page's "Grow one yourself" run (training_jobs.induction_growth_spec), `steps` steps."""
-    from gptviz.training_jobs import Job, corpus_tokens, induction_growth_spec
+    from gptviz.serve.training_jobs import Job, corpus_tokens, induction_growth_spec
     tokens = corpus_tokens()
     Job("warm", induction_growth_spec(("pre",), steps=2, layers=1, d_model=8, heads=2, batch=2, block=16)).run(tokens)
     spec = induction_growth_spec(tuple(wirings.split(",")), steps=int(steps))

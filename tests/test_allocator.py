@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from gptviz import allocator
+from gptviz.serve import allocator
 
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")

@@ -12,10 +12,10 @@ import torch
 import torch.nn.functional as F
 
 from conftest import SMALL, build, random_ids
-from gptviz import analysis, capture
+from gptviz import methods as analysis, capture
 from gptviz.export import (capture_arrays, capture_npz, csv_bytes, export_nbytes, load_npz, matrix_frame,
                            prompt_capture_npz)
-from gptviz.hooks import ActivationCache
+from gptviz.model.hooks import ActivationCache
 
 L, D, FF, V = SMALL.n_layers, SMALL.d_model, SMALL.d_ff, SMALL.vocab_size
 T = 9

@@ -116,7 +116,7 @@ def test_a_generation_places_each_step_row_at_its_window():
     """Real steps from stream(attention=True) on a model with an 8-token context, so the window slides: each row
     of the payload is that step's attention row at key positions window_start .. its own query position."""
     from gptviz import GPT, GPTConfig, stream
-    from gptviz.tokenizer import token_labels
+    from gptviz.model.tokenizer import token_labels
     model = GPT(GPTConfig(vocab_size=64, n_ctx=8, n_layers=2, n_heads=2, d_model=16), seed=0).eval()
     prompt = [1, 2, 3, 4, 5, 6]
     steps = list(stream(model, prompt, 5, temperature=0.0, attention=True))

@@ -6,9 +6,9 @@ import torch
 
 from conftest import SMALL, build, random_ids
 from gptviz import capture
-from gptviz.attribution import (direct_logit_attribution, gradient_x_input, head_patching, integrated_gradients,
-                                logit_difference, residual_patching)
-from gptviz.interventions import Edit, patch_from, run_with_edits
+from gptviz.methods.attribution import (direct_logit_attribution, gradient_x_input, head_patching,
+                                        integrated_gradients, logit_difference, residual_patching)
+from gptviz.methods.interventions import Edit, patch_from, run_with_edits
 
 
 @pytest.mark.parametrize("norm_type", ["layernorm", "rmsnorm"])
@@ -136,7 +136,7 @@ def test_patching_sweeps_run_in_batches_within_their_budget_and_give_the_same_sc
     """A 128-token pair took 7 GB when every patched copy ran at once with every position's logits: the sweeps
     now run batches of at most sweep_rows_per_batch rows and read only the last position's logits; the residual
     sweep starts each patched run at its layer and skips the positions where the two streams are equal."""
-    from gptviz import attribution
+    from gptviz.methods import attribution
     clean, corrupted = random_ids(12, seed=4), random_ids(12, seed=4).clone()
     corrupted[5] = (corrupted[5] + 1) % SMALL.vocab_size
     whole = residual_patching(model, clean, corrupted, 7, 40), head_patching(model, clean, corrupted, 7, 40)
@@ -195,7 +195,7 @@ def test_head_patching_resumed_at_its_layer_equals_whole_runs_where_several_toke
 def test_the_patching_work_estimate_is_the_work_the_sweeps_do(model, monkeypatch):
     """patching_work (what the page's time estimate multiplies by a measured rate) counts the token-block passes the
     two sweeps run: every resumed batch's rows x positions x blocks, and the four unedited runs."""
-    from gptviz import attribution
+    from gptviz.methods import attribution
     clean = random_ids(14, seed=2)
     corrupted = clean.clone()
     corrupted[3], corrupted[8] = (clean[3] + 1) % SMALL.vocab_size, (clean[8] + 1) % SMALL.vocab_size
@@ -213,8 +213,8 @@ def test_the_patching_work_estimate_is_the_work_the_sweeps_do(model, monkeypatch
 def test_a_sweep_stops_when_its_session_ends_or_its_time_is_up(model, monkeypatch):
     """Issue 43: a 1,000-token pair ran 24.5 minutes after its tab closed. The sweeps check a WorkClock between
     batches: a session that ends stops the sweep at the next check, and so does the operator's time limit."""
-    from gptviz import attribution
-    from gptviz.work_clock import WorkClock, WorkStopped
+    from gptviz.methods import attribution
+    from gptviz.serve.work_clock import WorkClock, WorkStopped
     clean, corrupted = _pair()
     monkeypatch.setattr(attribution, "SWEEP_BATCH_BYTES", 1)  # one row a batch: the residual sweep runs 1 + 7
     checks = []

@@ -10,7 +10,7 @@ from gptviz.export import figure_html
 from gptviz.figures import generation as fg
 from gptviz.figures import training as ft
 from gptviz.figures import units as fu
-from gptviz.tokenizer import token_label
+from gptviz.model.tokenizer import token_label
 from test_browser import ARGS, CHROMIUM
 from test_browser_phone import overlapping
 

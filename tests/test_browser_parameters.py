@@ -8,7 +8,7 @@ import re
 import pytest
 
 from gptviz import PRESETS
-from gptviz.params import by_component, param_table
+from gptviz.model.params import by_component, param_table
 from test_browser import CHROMIUM, browser, server  # noqa: F401 (the module's Chromium and app server)
 from test_browser_phone import overlapping
 

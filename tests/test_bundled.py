@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from gptviz import load_pretrained
-from gptviz.corpus import HELD_OUT_PLAYS
-from gptviz.evaluate import check_model, corpus_of, recipe_differences, training_stages
-from gptviz.weights import bundled_models, training_vocab
+from gptviz.training.corpus import HELD_OUT_PLAYS
+from gptviz.training.evaluate import check_model, corpus_of, recipe_differences, training_stages
+from gptviz.model.weights import bundled_models, training_vocab
 
 TWINS = ("shakespeare-pre", "shakespeare-post")
 
@@ -100,7 +100,7 @@ def test_which_bars_the_twins_clear(name):
 def test_model_card_command_rebuilds_the_recorded_config_and_settings(name):
     """The README-style command in the card, parsed by the CLI, describes exactly this checkpoint."""
     from gptviz.__main__ import build_parser, config_and_settings
-    from gptviz.train import TrainSettings
+    from gptviz.training.train import TrainSettings
 
     folder = bundled_models()[name]
     card = (folder / "MODEL_CARD.md").read_text().replace("\\\n", " ")

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from conftest import SMALL, build, random_ids
 from gptviz import capture
-from gptviz.hooks import ActivationCache, HookPoint, _ACTIVE, resolve_names
+from gptviz.model.hooks import ActivationCache, HookPoint, _ACTIVE, resolve_names
 
 L, H, DH, D, FF, V = SMALL.n_layers, SMALL.n_heads, SMALL.d_head, SMALL.d_model, SMALL.d_ff, SMALL.vocab_size
 PER_BLOCK = ["hook_resid_pre", "ln_1.hook_normalized", "attn.hook_q", "attn.hook_k", "attn.hook_v",
@@ -283,15 +283,15 @@ def test_capture_survives_a_fresh_import_of_the_hooks_module(monkeypatch):
     m = build(seed=31)
     ids = random_ids(6, seed=2)
     before = capture(m, ids)[1]["blocks.0.attn.hook_pattern"]
-    monkeypatch.delitem(sys.modules, "gptviz.hooks")  # restored after the test
-    fresh = importlib.import_module("gptviz.hooks")
+    monkeypatch.delitem(sys.modules, "gptviz.model.hooks")  # restored after the test
+    fresh = importlib.import_module("gptviz.model.hooks")
     assert fresh is not sys.modules.get("gptviz") and fresh.capture is not capture
     _, cache = fresh.capture(m, ids, ["blocks.0.attn.hook_pattern"])
     torch.testing.assert_close(cache["blocks.0.attn.hook_pattern"], before)
 
 
 def test_act_name_gives_the_models_own_hook_names(model):
-    from gptviz.hooks import act_name
+    from gptviz.model.hooks import act_name
     kinds = ["resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out", "q", "k", "v", "z", "attn_scores",
              "pattern", "pre", "post", "ln1", "ln2"]
     per_layer = {act_name(kind, layer) for kind in kinds for layer in range(SMALL.n_layers)}

@@ -11,10 +11,10 @@ import gc
 import pytest
 import torch
 
-from gptviz import memory
+from gptviz.serve import memory
 from gptviz.app import keys, models
-from gptviz.bounded_cache import BoundedCache
-from gptviz.memory import MemoryAccountant
+from gptviz.serve.bounded_cache import BoundedCache
+from gptviz.serve.memory import MemoryAccountant
 
 MiB = 2**20
 

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from gptviz.__main__ import main
-from gptviz.corpus import load_training_data
-from gptviz.weights import load_checkpoint, training_vocab
+from gptviz.training.corpus import load_training_data
+from gptviz.model.weights import load_checkpoint, training_vocab
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "data" / "tinyshakespeare.txt"
@@ -137,9 +137,9 @@ def test_a_continued_stage_may_change_dropout_but_not_the_model(tmp_path, capsys
 def test_train_starts_from_the_init_it_is_given_and_records_it(tmp_path):
     import torch
 
-    from gptviz.config import get_preset
-    from gptviz.model import GPT
-    from gptviz.weights import load_checkpoint
+    from gptviz.model.config import get_preset
+    from gptviz.model.model import GPT
+    from gptviz.model.weights import load_checkpoint
     text = CORPUS.read_text(encoding="utf-8")
     plays = tmp_path / "plays"
     plays.mkdir()

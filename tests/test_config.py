@@ -129,7 +129,7 @@ def test_presets_are_valid_configs_with_their_own_names():
 def test_gpt1_uses_the_tanh_approximation_of_gelu_without_changing_its_parameter_count():
     """GPT-1 (Radford et al. 2018, and its released code) used GELU's tanh approximation, like GPT-2; the
     activation has no parameters, so the reference total stays 116,169,216."""
-    from gptviz.params import total_params
+    from gptviz.model.params import total_params
     gpt1 = PRESETS["gpt1"]
     assert gpt1.activation == "gelu_tanh"
     assert total_params(gpt1) == 116_169_216

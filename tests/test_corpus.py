@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gptviz.corpus import END_OF_TEXT, HELD_OUT_PLAYS, WORKS, load_plays, load_training_data, play_files
-from gptviz.tokenizer import get_tokenizer
+from gptviz.training.corpus import END_OF_TEXT, HELD_OUT_PLAYS, WORKS, load_plays, load_training_data, play_files
+from gptviz.model.tokenizer import get_tokenizer
 
 
 def write_plays(folder, texts: dict[str, str]):

@@ -15,7 +15,7 @@ from gptviz.figures import embeddings as fe
 from gptviz.figures import norms as fn
 from gptviz.figures import params as fp
 from gptviz.figures import why as fw
-from gptviz.params import by_component, param_table
+from gptviz.model.params import by_component, param_table
 
 PHONE_FIGURE = 358   # px: a figure's width on a 390 px phone
 CHAR = 0.6           # an average character's width, as a share of the font size

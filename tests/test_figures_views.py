@@ -7,13 +7,13 @@ import pytest
 import torch
 
 from conftest import SMALL, build, random_ids
-from gptviz import PRESETS, analysis, capture
+from gptviz import PRESETS, methods as analysis, capture
 from gptviz.figures import activations as fa
 from gptviz.figures import embeddings as fe
 from gptviz.figures import explainers as fx
 from gptviz.figures import params as fp
-from gptviz.hooks import ActivationCache
-from gptviz.params import by_component, by_layer, param_table, total_params
+from gptviz.model.hooks import ActivationCache
+from gptviz.model.params import by_component, by_layer, param_table, total_params
 
 L, H, D, FF = SMALL.n_layers, SMALL.n_heads, SMALL.d_model, SMALL.d_ff
 T = 8

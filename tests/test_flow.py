@@ -1,4 +1,4 @@
-"""The information-flow graph (gptviz.flow): contributions that sum to the captured stream, shares that sum to 1,
+"""The information-flow graph (gptviz.methods.flow): contributions that sum to the captured stream, shares that sum to 1,
 a graph whose every edge reaches the threshold and leads to the output, and the induction route on the bundled
 model."""
 from __future__ import annotations
@@ -9,9 +9,9 @@ import torch
 from conftest import SMALL, build, random_ids
 from gptviz import GPT, capture, load_pretrained
 from gptviz.figures.flow import flow_figure
-from gptviz.flow import (attention_contributions, attention_shares, folded_output_bias, head_writes, information_flow,
-                         mlp_shares, proximity)
-from gptviz.tokenizer import encode, token_labels
+from gptviz.methods.flow import (attention_contributions, attention_shares, folded_output_bias, head_writes,
+                                 information_flow, mlp_shares, proximity)
+from gptviz.model.tokenizer import encode, token_labels
 
 
 @pytest.fixture

@@ -10,8 +10,8 @@ import torch.nn.functional as F
 
 from conftest import SMALL, build, random_ids
 from gptviz import capture, generate, stream
-from gptviz.generate import _sample, check_sampling, nucleus_mask, sampling_distribution
-from gptviz.tokenizer import EOT_ID, get_tokenizer, token_label
+from gptviz.model.generate import _sample, check_sampling, nucleus_mask, sampling_distribution
+from gptviz.model.tokenizer import EOT_ID, get_tokenizer, token_label
 
 N_CTX = SMALL.n_ctx
 PROBS = torch.tensor([0.5, 0.2, 0.15, 0.1, 0.05])

@@ -1,11 +1,11 @@
-"""Heads of two models matched by what they do (gptviz.analysis.matching)."""
+"""Heads of two models matched by what they do (gptviz.methods.matching)."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from gptviz import analysis, capture, load_pretrained
-from gptviz.hooks import act_name
+from gptviz import methods as analysis, capture, load_pretrained
+from gptviz.model.hooks import act_name
 
 
 def test_a_permutation_of_the_heads_is_recovered_exactly():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gptviz import analysis
+from gptviz import methods as analysis
 
 
 def uniform_pattern(T: int) -> torch.Tensor:

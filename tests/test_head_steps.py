@@ -9,8 +9,8 @@ import torch
 
 from conftest import build, random_ids
 from gptviz import capture
-from gptviz.head_steps import (first_token_chance, first_token_scores, head_hook_names, head_steps, row_shares,
-                               value_output_norms, value_weighted)
+from gptviz.methods.head_steps import (first_token_chance, first_token_scores, head_hook_names, head_steps, row_shares,
+                                       value_output_norms, value_weighted)
 
 
 def captured(model, ids, layer):
@@ -102,7 +102,7 @@ def test_first_token_scores_and_their_chance():
 
 @pytest.mark.parametrize("qkv_bias", [True, False])
 def test_values_recomputed_from_the_attention_input_equal_the_captured_ones(qkv_bias):
-    from gptviz.head_steps import values_from_input
+    from gptviz.methods.head_steps import values_from_input
     model = build(qkv_bias=qkv_bias)
     cache = captured(model, random_ids(10), 1)
     v = values_from_input(model, 1, cache["blocks.1.ln_1.hook_normalized"])

@@ -13,7 +13,7 @@ import torch
 from conftest import build, random_ids
 from gptviz import capture
 from gptviz.figures import head_views as hv
-from gptviz.head_steps import head_hook_names, head_steps
+from gptviz.methods.head_steps import head_hook_names, head_steps
 from pagetest import array
 
 LABELS = ["<b>x</b>", "␣the", "↵", "␣cat", "␣sat", "␣on", "␣the", "␣mat", "↵", "A", "B", "C"]

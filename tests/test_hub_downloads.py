@@ -11,10 +11,10 @@ from types import SimpleNamespace
 import pytest
 
 from conftest import SMALL, build
-from gptviz import hub as hub_downloads
+from gptviz.model import hub as hub_downloads
 from gptviz.app import keys as K
 from gptviz.app import models
-from gptviz.weights import CheckpointError, save_checkpoint
+from gptviz.model.weights import CheckpointError, save_checkpoint
 
 
 class StandInHub:
@@ -196,7 +196,7 @@ def test_a_failed_hub_click_offers_the_way_back_to_the_model_and_view_before(emp
 def test_the_way_back_without_an_earlier_model_is_the_bundled_one(empty_hf_cache, monkeypatch):
     """A link that opens on the Hub model offline (no click, so no model before it): back to the bundled model."""
     from pagetest import open_app
-    from gptviz.weights import bundled_models
+    from gptviz.model.weights import bundled_models
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     at = open_app(model_source=K.SOURCE_PRETRAINED, hf_name="gpt2")
     assert "the Hub cannot be reached" in " ".join(e.value for e in at.error)

@@ -10,7 +10,7 @@ import torch
 
 from conftest import build
 from gptviz import index as ix
-from gptviz.hooks import act_name, capture
+from gptviz.model.hooks import act_name, capture
 
 DOC_LENGTHS = (41, 7, 16, 30)  # n_ctx is 16: several windows, one short document, one exactly n_ctx
 
@@ -358,7 +358,7 @@ def test_save_load_round_trip_and_bad_files(small, tmp_path):
 
 def test_cli_builds_an_index(tmp_path, capsys):
     from gptviz.__main__ import main
-    from gptviz.weights import save_checkpoint
+    from gptviz.model.weights import save_checkpoint
     model = build(vocab_size=50257, d_model=16, d_ff=32)
     save_checkpoint(model, tmp_path / "ckpt")
     corpus = tmp_path / "plays"

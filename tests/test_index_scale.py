@@ -14,7 +14,7 @@ import torch
 
 from conftest import build
 from gptviz import index as ix
-from gptviz.tokenizer import get_tokenizer
+from gptviz.model.tokenizer import get_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 EXACT = ("top_values", "top_doc", "top_pos", "hist_counts", "hist_range", "min_max", "value_range", "active_share",
@@ -85,7 +85,7 @@ def test_merge_refuses_overlap_gaps_and_other_plans(corpus, tmp_path):
 
 def test_cli_shards_and_merge_equal_the_single_pass(tmp_path, capsys):
     from gptviz.__main__ import main
-    from gptviz.weights import save_checkpoint
+    from gptviz.model.weights import save_checkpoint
     save_checkpoint(build(vocab_size=50257, d_model=16, d_ff=32), tmp_path / "ckpt")
     corpus = tmp_path / "texts.jsonl"
     lines = [{"text": f"Line {i}: to be, or not to be, that is the question {i % 7}.\n" * (1 + i % 5)}
@@ -146,7 +146,7 @@ def test_your_corpus_in_every_format_gives_the_same_documents(tmp_path, monkeypa
 def test_the_help_text_gives_the_default_batch():
     from gptviz import PRESETS
     from gptviz.__main__ import build_parser
-    from gptviz.weights import load_pretrained
+    from gptviz.model.weights import load_pretrained
     index_parser = build_parser()._subparsers._group_actions[0].choices["index"]
     batch_help = next(a.help for a in index_parser._actions if "--batch" in a.option_strings)
     assert f"{ix.default_batch(load_pretrained('shakespeare-pre').config)} windows for the bundled models" in batch_help
@@ -157,7 +157,7 @@ def test_the_help_text_gives_the_default_batch():
 def test_ray_with_two_workers_equals_the_single_pass(corpus, tmp_path):
     pytest.importorskip("ray")
     from gptviz.index.distributed import scan_on_ray
-    from gptviz.weights import save_checkpoint
+    from gptviz.model.weights import save_checkpoint
     model, docs, single = corpus
     save_checkpoint(model, tmp_path / "ckpt")  # the tasks load the model where they run
     plan = ix.plan_scan(model, docs, batch=2, top_k=6, bins=24, min_count=4)

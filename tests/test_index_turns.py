@@ -10,10 +10,10 @@ import time
 import pytest
 
 from gptviz import index as ix
-from gptviz import limits
+from gptviz.serve import limits
 from gptviz.app import unit_index as ui
 from gptviz.app.models import ModelSpec
-from gptviz.limits import LimitError
+from gptviz.serve.limits import LimitError
 from pagetest import TINY
 
 

@@ -120,7 +120,7 @@ def test_the_console_command_counts_gpt2_xl_from_outside_the_checkout(installed)
     assert out.returncode == 0, out.stderr
     assert "1,557,611,200" in out.stdout
     where = run(installed, str(venv / "bin" / "python"), "-c",
-                "import gptviz, gptviz.corpus as c; print(gptviz.__file__); print(c.WORKS.is_dir(), c.CORPUS.is_file())")
+                "import gptviz, gptviz.training.corpus as c; print(gptviz.__file__); print(c.WORKS.is_dir(), c.CORPUS.is_file())")
     lines = where.stdout.split()
     assert str(ROOT) not in lines[0] and "site-packages" in lines[0]
     assert lines[1:] == ["True", "True"]  # the corpora came with it
@@ -128,7 +128,7 @@ def test_the_console_command_counts_gpt2_xl_from_outside_the_checkout(installed)
 
 def test_the_installed_package_holds_its_data_and_loads_a_bundled_model(installed):
     venv, _ = installed
-    code = ("from gptviz import load_pretrained, get_tokenizer; from gptviz.weights import bundled_models;"
+    code = ("from gptviz import load_pretrained, get_tokenizer; from gptviz.model.weights import bundled_models;"
             "m = load_pretrained('shakespeare-pre'); t = get_tokenizer();"
             "print(sorted(bundled_models()), m.config.n_layers, t.encode('Hello world'))")
     out = run(installed, str(venv / "bin" / "python"), "-c", code)
@@ -167,8 +167,8 @@ def test_an_editable_install_runs_the_checkout_from_anywhere(tmp_path, source):
     xl = run((venv, outside), str(venv / "bin" / "gptviz"), "params", "gpt2-xl")
     assert xl.returncode == 0 and "1,557,611,200" in xl.stdout
     where = run((venv, outside), str(python), "-c",
-                "import gptviz, gptviz.app.router, gptviz.corpus; from gptviz import load_pretrained;"
-                "print(gptviz.__file__); print(gptviz.app.router.PAGES_DIR); print(gptviz.corpus.WORKS.is_dir());"
+                "import gptviz, gptviz.app.router, gptviz.training.corpus; from gptviz import load_pretrained;"
+                "print(gptviz.__file__); print(gptviz.app.router.PAGES_DIR); print(gptviz.training.corpus.WORKS.is_dir());"
                 "print(load_pretrained('shakespeare-pre').config.name)")
     assert where.returncode == 0, where.stderr
     assert where.stdout.split() == [str(source / "gptviz" / "__init__.py"), str(source / "app_pages"), "True",

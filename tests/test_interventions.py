@@ -10,8 +10,8 @@ import torch.nn.functional as F
 
 from conftest import SMALL, build, random_ids
 from gptviz import capture, generate, stream
-from gptviz.interventions import (ablate_heads, ablate_neurons, ablate_sublayer, add_to_resid, patch_from,
-                                  run_with_edits)
+from gptviz.methods.interventions import (ablate_heads, ablate_neurons, ablate_sublayer, add_to_resid, patch_from,
+                                          run_with_edits)
 
 
 def attention_by_hand(attn, x: torch.Tensor, z_change=None) -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""Generation in a background thread (gptviz.live_generation): the same tokens as the library, Stop before the
+"""Generation in a background thread (gptviz.serve.live_generation): the same tokens as the library, Stop before the
 next token, a closed session stops it, the server's slots bound how many run, bad input fails before a thread."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from streamlit.testing.v1 import AppTest
 
 from conftest import build
 from gptviz import generate
-from gptviz.live_generation import GenerationSlots, LiveGeneration
+from gptviz.serve.live_generation import GenerationSlots, LiveGeneration
 
 PROMPT = [5, 17, 3, 42]
 GREEDY = dict(max_new_tokens=6, temperature=0.0, top_k=None, top_p=None, seed=0)
@@ -316,7 +316,7 @@ def test_a_generation_on_one_thread_leaves_later_threads_the_servers_count(monke
     """torch.set_num_threads also sets the count of every thread started later: a one-thread generation must not
     leave the pages' script threads (each run starts one) on a single thread once it is over."""
     import torch
-    from gptviz import live_generation
+    from gptviz.serve import live_generation
     SERVER_TORCH_THREADS = 2  # a 2-core server's default (the tests' own is one thread: conftest.py)
     monkeypatch.setattr(live_generation, "SERVER_TORCH_THREADS", SERVER_TORCH_THREADS)
     torch.set_num_threads(SERVER_TORCH_THREADS)

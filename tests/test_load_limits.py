@@ -17,10 +17,11 @@ import torch
 from safetensors.torch import save_file
 
 from conftest import SMALL, build
-from gptviz import PRESETS, checkpoint, weights
-from gptviz.params import param_count, total_params
-from gptviz.limits import ServerLimits
-from gptviz.weights import CheckpointError, check_load_limits, load_checkpoint, save_checkpoint
+from gptviz import PRESETS
+from gptviz.model import checkpoint, weights
+from gptviz.model.params import param_count, total_params
+from gptviz.serve.limits import ServerLimits
+from gptviz.model.weights import CheckpointError, check_load_limits, load_checkpoint, save_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 HF_BASE = {"model_type": "gpt2", "vocab_size": 50, "n_positions": 16, "n_embd": 32, "n_layer": 2, "n_head": 4}
@@ -91,7 +92,7 @@ HOSTILE = textwrap.dedent("""
     import json, resource, sys, tempfile, time
     from pathlib import Path
     resource.setrlimit(resource.RLIMIT_AS, (3 * 2**30, 3 * 2**30))  # 3 GiB: torch's own import fits
-    from gptviz.weights import CheckpointError, load_checkpoint
+    from gptviz.model.weights import CheckpointError, load_checkpoint
     from safetensors.torch import save_file
     import torch
     base = {"model_type": "gpt2", "vocab_size": 50257, "n_positions": 1024, "n_embd": 768, "n_layer": 12,
@@ -128,7 +129,7 @@ def test_configs_past_the_caps_are_refused_before_allocating():
 # ---- finding 6: a visitor's folder field loads only from the server's model folders ------------------------
 
 def test_visitors_load_folders_only_inside_the_allowed_roots(tmp_path, monkeypatch):
-    from gptviz.weights import FOLDER_REFUSED, load_allowed
+    from gptviz.model.weights import FOLDER_REFUSED, load_allowed
     allowed, outside = tmp_path / "models", tmp_path / "elsewhere"
     save_checkpoint(build(seed=2), allowed / "mine")
     save_checkpoint(build(seed=2), outside / "theirs")
@@ -149,7 +150,7 @@ def test_visitors_load_folders_only_inside_the_allowed_roots(tmp_path, monkeypat
 
 def test_the_sidebar_loader_uses_the_allowed_roots(tmp_path, monkeypatch):
     from gptviz.app import keys as K, models
-    from gptviz.weights import FOLDER_REFUSED
+    from gptviz.model.weights import FOLDER_REFUSED
     save_checkpoint(build(seed=4), tmp_path / "ops" / "model")
     spec = models.ModelSpec(K.SOURCE_PRETRAINED, str(tmp_path / "ops" / "model"), "pre", 0)
     with pytest.raises(CheckpointError, match="No model folder of that name"):

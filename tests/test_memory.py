@@ -1,4 +1,4 @@
-"""The memory accountant (gptviz.memory): its arithmetic, its refusals, and that every path the app runs at scale
+"""The memory accountant (gptviz.serve.memory): its arithmetic, its refusals, and that every path the app runs at scale
 reserves before it allocates and gives the reservation back however the work ends."""
 from __future__ import annotations
 
@@ -8,13 +8,14 @@ import time
 import pytest
 import torch
 
-from gptviz import PRESETS, memory
-from gptviz.bounded_cache import BoundedCache
-from gptviz.hooks import ActivationCache, act_name, capture_nbytes, stack_patterns
-from gptviz.limits import LimitError
-from gptviz.memory import MemoryAccountant
-from gptviz.train import TrainSettings
-from gptviz.training_jobs import JobLimitError, JobRegistry, JobSpec, job_nbytes
+from gptviz import PRESETS
+from gptviz.serve import memory
+from gptviz.serve.bounded_cache import BoundedCache
+from gptviz.model.hooks import ActivationCache, act_name, capture_nbytes, stack_patterns
+from gptviz.serve.limits import LimitError
+from gptviz.serve.memory import MemoryAccountant
+from gptviz.training.train import TrainSettings
+from gptviz.serve.training_jobs import JobLimitError, JobRegistry, JobSpec, job_nbytes
 
 MiB = 2**20
 
@@ -138,8 +139,8 @@ def test_a_captures_estimate_covers_what_it_keeps_plus_the_forward_pass():
 
 
 def test_a_kv_cache_estimate_is_the_tensors_the_model_allocates():
-    from gptviz.config import GPTConfig
-    from gptviz.model import GPT
+    from gptviz.model.config import GPTConfig
+    from gptviz.model.model import GPT
     cfg = GPTConfig(n_layers=2, n_heads=2, d_model=16, n_ctx=32, vocab_size=50)
     cache = GPT(cfg).new_kv_cache()
     actual = sum(t.nbytes for layer in cache.layers for t in (layer.k, layer.v))
@@ -238,7 +239,7 @@ def test_a_generation_holds_its_reservation_until_released(tiny_budget):
 
 
 def _tiny_job() -> JobSpec:
-    from gptviz.config import GPTConfig
+    from gptviz.model.config import GPTConfig
     cfg = GPTConfig(n_layers=1, n_heads=2, d_model=16, n_ctx=16, vocab_size=64)
     return JobSpec({"m": cfg}, TrainSettings(steps=2, batch_size=2, block_size=8, warmup=0))
 
@@ -273,8 +274,8 @@ def test_a_failing_training_run_releases_its_reservation():
 def test_trained_models_count_until_they_are_dropped():
     from gptviz.app.jobs import TrainedModels
     from gptviz.app.models import model_nbytes
-    from gptviz.config import GPTConfig
-    from gptviz.model import GPT
+    from gptviz.model.config import GPTConfig
+    from gptviz.model.model import GPT
     acc = MemoryAccountant(10**9)
     kept = TrainedModels(1, acc)
     a, b = (GPT(GPTConfig(n_layers=1, n_heads=2, d_model=16, n_ctx=16, vocab_size=64)) for _ in range(2))
@@ -285,7 +286,7 @@ def test_trained_models_count_until_they_are_dropped():
 
 
 def test_the_patching_sweep_and_the_norms_measurement_reserve_before_running(monkeypatch):
-    from gptviz import attribution, wiring
+    from gptviz.methods import attribution, wiring
     from gptviz.app import keys, models
     spec = models.ModelSpec(keys.SOURCE_BUNDLED, "shakespeare-pre", "pre")
     models.load_model(spec)                            # cached before the budget shrinks
@@ -305,7 +306,7 @@ def test_the_patching_sweep_and_the_norms_measurement_reserve_before_running(mon
 
 
 def test_attention_entropy_of_every_layer_is_taken_in_slices_with_the_same_values(monkeypatch):
-    from gptviz.analysis import entropy
+    from gptviz.methods import entropy
     p = torch.softmax(torch.randn(3, 2, 40, 40), -1)
     whole = (-(p * torch.log(p.clamp_min(1e-30))).sum(-1)).clamp_min(0.0)
     sizes = []

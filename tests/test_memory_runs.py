@@ -1,5 +1,5 @@
 """The app's small model runs (next-token probabilities, continuations, the logit lens, the .npz export, the unit
-page's values and examples) each reserve an estimate in the memory accountant before they allocate (gptviz.memory),
+page's values and examples) each reserve an estimate in the memory accountant before they allocate (gptviz.serve.memory),
 and each estimate covers what the call allocates.
 
 Measured with torch's own allocation records (torch.profiler's memory timeline): every CPU tensor the call creates
@@ -17,16 +17,18 @@ import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from gptviz import analysis, attribution, memory
+from gptviz import methods as analysis
+from gptviz.methods import attribution
+from gptviz.serve import memory
 from gptviz import index as ix
 from gptviz.app import keys as K
 from gptviz.app import models
 from gptviz.app import unit_index as ui
 from gptviz.export import prompt_capture_npz, prompt_capture_npz_nbytes
-from gptviz.generate import generate, stream
-from gptviz.hooks import ActivationCache, act_name, capture
-from gptviz.interventions import ablate_heads, run_with_edits
-from gptviz.memory import MemoryAccountant
+from gptviz.model.generate import generate, stream
+from gptviz.model.hooks import ActivationCache, act_name, capture
+from gptviz.methods.interventions import ablate_heads, run_with_edits
+from gptviz.serve.memory import MemoryAccountant
 from pagetest import TINY, forward_calls, run_page
 
 PRE = models.ModelSpec(K.SOURCE_BUNDLED, "shakespeare-pre", "pre")
@@ -143,7 +145,7 @@ def test_the_top_examples_estimate_covers_their_batched_pass(pre, unit):
     examples = ix.top_examples(shipped, unit)
     found, peak = torch_peak(lambda: ix.example_contexts(shipped, docs, examples, model=model, before=20, after=6))
     assert len(found) == len(examples)
-    # the forward pass's share is gptviz.memory's batch-wide estimate: about 2.2x what a head's batch holds here
+    # the forward pass's share is gptviz.serve.memory's batch-wide estimate: about 2.2x what a head's batch holds here
     covers(ix.example_contexts_nbytes(shipped, docs, examples, model.config, before=20, after=6), peak, within=2.5)
 
 
@@ -151,7 +153,7 @@ def test_the_top_examples_estimate_covers_their_batched_pass(pre, unit):
 def test_the_patching_sweeps_estimate_covers_the_audits_128_token_pair(pre):
     """Issue 31, finding 1: a 128-token pair (" a" x 128 and the same with " b" at token 64) took 6.9 GB on the
     bundled model; the sweeps now hold what attribution.patching_nbytes says, checked before they run."""
-    from gptviz.tokenizer import encode
+    from gptviz.model.tokenizer import encode
     model, _ = pre
     clean = encode(" a" * 128)
     corrupted = clean[:64] + encode(" b") + clean[65:]
@@ -166,7 +168,7 @@ def test_a_models_build_estimate_covers_its_build():
     """Issue 31, finding 3: one gpt2-xl build from a link peaked at 8.5 GB for 6.2 GB of weights; a model is now
     made on the meta device and allocated once, and the accountant reserves memory.model_build_nbytes first."""
     from gptviz import GPT, PRESETS
-    from gptviz.params import total_params
+    from gptviz.model.params import total_params
     config = PRESETS["gpt2-small"].replace(n_layers=2)
     _, peak = torch_peak(lambda: GPT(config, seed=0))
     assert total_params(config) * 4 * 1.5 < peak       # embedding-heavy: the drawing buffer is 0.7x its weights
@@ -179,7 +181,7 @@ PROMPT = "Romeo.\nBut soft! what light through yonder window breaks?"
 
 @pytest.fixture
 def budget(monkeypatch):
-    """`budget(n)`: the accountant the pages' own reservations use (gptviz.memory.reserve), on n bytes. The model and
+    """`budget(n)`: the accountant the pages' own reservations use (gptviz.serve.memory.reserve), on n bytes. The model and
     capture stores are made first and keep the process's accountant, so a page's model and capture still come and
     only the run under test meets the small budget. Cached results are cleared: a cached run allocates nothing."""
     from gptviz.app import services
@@ -199,7 +201,7 @@ def refusals(at) -> list[str]:
 
 
 def test_why_page_refuses_the_next_token_probabilities_it_has_no_memory_for(budget):
-    from gptviz.tokenizer import encode
+    from gptviz.model.tokenizer import encode
     acc = budget(MiB)
     before = forward_calls()
     at = run_page("why", PROMPT)
@@ -226,7 +228,7 @@ def test_why_page_refuses_a_continuation_it_has_no_memory_for(budget):
 
 def test_generation_page_refuses_the_first_step_it_has_no_memory_for(budget):
     from gptviz.app import sidebar
-    from gptviz.tokenizer import encode
+    from gptviz.model.tokenizer import encode
     acc = budget(MiB)
     before = forward_calls()
     at = run_page("generation", sidebar.DEFAULT_PROMPT)
@@ -237,7 +239,7 @@ def test_generation_page_refuses_the_first_step_it_has_no_memory_for(budget):
 
 
 def test_activations_page_refuses_the_lens_and_the_export_it_has_no_memory_for(budget, monkeypatch):
-    from gptviz.tokenizer import encode
+    from gptviz.model.tokenizer import encode
     lensed = []
     monkeypatch.setattr(analysis, "logit_lens", lambda *a: lensed.append(a))
     budget(MiB)
@@ -262,8 +264,8 @@ def test_the_npz_built_on_click_reserves_first(budget, monkeypatch):
 
 
 def test_unit_page_refuses_the_examples_and_the_prompts_units_it_has_no_memory_for(budget, monkeypatch):
-    from gptviz.bounded_cache import BoundedCache
-    from gptviz.tokenizer import encode
+    from gptviz.serve.bounded_cache import BoundedCache
+    from gptviz.model.tokenizer import encode
     ran = []
     monkeypatch.setattr(ix, "example_contexts", lambda *a, **k: ran.append("examples"))
     monkeypatch.setattr(ix, "units_at", lambda *a, **k: ran.append("units_at"))
@@ -283,7 +285,7 @@ def test_unit_page_refuses_the_examples_and_the_prompts_units_it_has_no_memory_f
 
 
 def test_the_why_pages_other_runs_and_the_twins_generation_reserve_before_running(budget, monkeypatch):
-    from gptviz import interventions
+    from gptviz.methods import interventions
     acc = budget(1)
     from gptviz.app.services import norms, why
     for name in ("run_with_edits", "generate"):

@@ -9,8 +9,8 @@ import torch.nn.functional as F
 
 from conftest import SMALL, build, random_ids
 from gptviz import GPT, GPTConfig, capture
-from gptviz import model as model_module
-from gptviz.model import row_major_copy
+from gptviz.model import model as model_module
+from gptviz.model.model import row_major_copy
 
 
 def test_logits_shape_batch_and_unbatched(model):
@@ -288,7 +288,7 @@ def test_seeded_weights_do_not_depend_on_the_memory_layout():
 
 
 def test_layout_survives_half_precision_and_loading(tmp_path):
-    from gptviz.weights import load_checkpoint, save_checkpoint
+    from gptviz.model.weights import load_checkpoint, save_checkpoint
     model = build()
     save_checkpoint(model, tmp_path / "m", dtype=torch.float16)
     for loaded in (load_checkpoint(tmp_path / "m"), build().half()):
@@ -318,7 +318,7 @@ def test_forward_from_a_captured_stream_gives_the_models_logits(norm):
 
 def test_forward_count_counts_the_models_real_forward_passes(model):
     from gptviz import generate, stream
-    from gptviz.model import forward_count
+    from gptviz.model.model import forward_count
     ids = random_ids(6)
     before = forward_count()
     capture(model, ids[None])
@@ -343,7 +343,7 @@ def test_forward_count_counts_the_models_real_forward_passes(model):
 
 def test_forward_count_is_exact_across_threads(model):
     import threading
-    from gptviz.model import forward_count
+    from gptviz.model.model import forward_count
     ids = random_ids(3)[None]
     before = forward_count()
     threads = [threading.Thread(target=lambda: [model(ids) for _ in range(20)]) for _ in range(4)]

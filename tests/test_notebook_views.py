@@ -18,8 +18,8 @@ from gptviz.figures import params as fp, units as fu, why as fw  # noqa: E402
 from gptviz.notebook import attribution, parameters, unit  # noqa: E402
 from gptviz.notebook.units import EXAMPLES_AFTER, EXAMPLES_BEFORE  # noqa: E402
 from gptviz.notebook.widgets import text_line  # noqa: E402
-from gptviz.params import by_component, param_table, total_params  # noqa: E402
-from gptviz.tokenizer import encode, get_tokenizer, token_labels  # noqa: E402
+from gptviz.model.params import by_component, param_table, total_params  # noqa: E402
+from gptviz.model.tokenizer import encode, get_tokenizer, token_labels  # noqa: E402
 
 BUNDLED = "shakespeare-pre"
 

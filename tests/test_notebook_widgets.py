@@ -13,7 +13,7 @@ from gptviz.app.component import asset  # noqa: E402
 from gptviz.app.component.attention_map import LEVELS, SEND_ALL_CELLS, decode_weights  # noqa: E402
 from gptviz.notebook import attention, attention_on_text  # noqa: E402
 from gptviz.notebook.inputs import labels_of  # noqa: E402
-from gptviz.tokenizer import get_tokenizer, token_labels  # noqa: E402
+from gptviz.model.tokenizer import get_tokenizer, token_labels  # noqa: E402
 
 TEXT = "To be, or not to be: that is the question."
 CFG = GPTConfig(vocab_size=50257, n_ctx=64, d_model=32, n_layers=3, n_heads=4)

@@ -1,4 +1,4 @@
-"""The whole model at a glance (gptviz.analysis.overview, gptviz.figures.overview): every value drawn equals a
+"""The whole model at a glance (gptviz.methods.overview, gptviz.figures.overview): every value drawn equals a
 recomputation from the model's weights or from a capture with the full [T, T] patterns and the full logit lens, in
 both wirings; the diagram puts each block's LayerNorms where its wiring runs them."""
 from __future__ import annotations
@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gptviz import GPT, PRESETS, analysis, capture
-from gptviz.analysis.overview import forward_overview, overview_hook_names
+from gptviz import GPT, PRESETS, methods as analysis, capture
+from gptviz.methods.overview import forward_overview, overview_hook_names
 from gptviz.figures.overview import overview_cells, overview_figure, short
-from gptviz.hooks import ActivationCache, act_name
-from gptviz.tokenizer import encode, position_labels, token_labels
+from gptviz.model.hooks import ActivationCache, act_name
+from gptviz.model.tokenizer import encode, position_labels, token_labels
 
 IDS = encode("It is the east, and Juliet is the sun. It is the east, and")
 

@@ -12,8 +12,8 @@ import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
-from gptviz import analysis
-from gptviz.tokenizer import encode
+from gptviz import methods as analysis
+from gptviz.model.tokenizer import encode
 from gptviz.app import models, sidebar
 from pagetest import TINY, array, edge_prompts, figure, forward_calls, kept_of_edge_prompt, run_page
 
@@ -129,7 +129,7 @@ def test_focus_beyond_a_shorter_prompt_falls_back_to_the_last_token():
 def test_an_empty_capture_is_explained_not_a_traceback(monkeypatch):
     """After gptviz's code is reloaded in a running server, a cached model built by the old code records
     nothing; the page must say so."""
-    from gptviz.hooks import ActivationCache
+    from gptviz.model.hooks import ActivationCache
     monkeypatch.setattr(models, "capture_cache", lambda spec, ids, names=None: (torch.zeros(len(ids), 5),
                                                                           ActivationCache({}, N_LAYERS)))
     at = page("Hello world")

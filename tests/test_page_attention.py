@@ -15,10 +15,11 @@ import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
-from gptviz import allocator, analysis
+from gptviz.serve import allocator
+from gptviz import methods as analysis
 from gptviz.app.component import attention_map as amap
 from gptviz.figures import attention as fa
-from gptviz.tokenizer import decode, encode, token_labels
+from gptviz.model.tokenizer import decode, encode, token_labels
 from gptviz.app import keys as K, live, models, sidebar
 from pagetest import (MARKUP, ROOT, TINY, array, attention_map, edge_prompts, figure, figures, finish_generation,
                       forward_calls, generation_of, kept_of_edge_prompt, open_app, query_bars, run_page, TokenGate)

@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from gptviz import analysis
+from gptviz import methods as analysis
 from gptviz.figures import head_views as hv
-from gptviz.head_steps import (first_token_chance, first_token_scores, head_hook_names, head_steps, row_shares,
-                               value_weighted)
-from gptviz.tokenizer import encode
+from gptviz.methods.head_steps import (first_token_chance, first_token_scores, head_hook_names, head_steps, row_shares,
+                                       value_weighted)
+from gptviz.model.tokenizer import encode
 from gptviz.app import display, models
 from pagetest import TINY, array, figure, figures, run_page
 

@@ -10,10 +10,10 @@ import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
-from gptviz import GPT, GPTConfig, analysis
-from gptviz.tokenizer import encode
+from gptviz import GPT, GPTConfig, methods as analysis
+from gptviz.model.tokenizer import encode
 from gptviz.app import display, jobs, models, sidebar, keys as K
-from gptviz import tokenizer
+from gptviz.model import tokenizer
 from pagetest import TINY, array, edge_prompts, figures, forward_calls, kept_of_edge_prompt, run_page, title_of
 
 N_CTX, D_MODEL = 128, 64
@@ -116,7 +116,7 @@ def test_dimension_range_edges():
 
 
 def test_an_empty_capture_is_explained_not_a_traceback(monkeypatch):
-    from gptviz.hooks import ActivationCache
+    from gptviz.model.hooks import ActivationCache
     monkeypatch.setattr(models, "capture_cache", lambda spec, ids, names=None: (torch.zeros(len(ids), 5),
                                                                           ActivationCache({}, 2)))
     at = page("Hello world")

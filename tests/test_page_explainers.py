@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from streamlit.testing.v1 import AppTest
 
 from gptviz.app import models, sidebar, keys as K
-from gptviz.tokenizer import encode, token_labels
+from gptviz.model.tokenizer import encode, token_labels
 from pagetest import TINY, array, edge_prompts, figures, run_page, title_of
 
 

@@ -15,7 +15,7 @@ from streamlit.testing.v1 import AppTest
 from gptviz import generate
 from gptviz.figures import generation as fg
 from gptviz.figures.common import apply_layout, title_room
-from gptviz.tokenizer import decode, encode
+from gptviz.model.tokenizer import decode, encode
 from gptviz.app import live, models, sidebar
 from pagetest import TINY, TokenGate, array, edge_prompts, figure, finish_generation, forward_calls, generation_of, run_page
 

@@ -9,14 +9,15 @@ import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
-import gptviz.checkpoint
-import gptviz.weights
-from gptviz import PRESETS, wiring, xiong
+import gptviz.model.checkpoint
+import gptviz.model.weights
+from gptviz import PRESETS
+from gptviz.methods import wiring, xiong
 from gptviz.app import keys as K
 from gptviz.figures.norms import WIRING_NAMES
-from gptviz.generate import generate
-from gptviz.tokenizer import decode, get_tokenizer
-from gptviz.train import TrainSettings, train_models, write_history
+from gptviz.model.generate import generate
+from gptviz.model.tokenizer import decode, get_tokenizer
+from gptviz.training.train import TrainSettings, train_models, write_history
 from gptviz.app import sidebar
 from pagetest import forward_calls
 
@@ -132,7 +133,7 @@ def test_depth_sweep():
 
 
 def test_trained_twins_missing_shows_info(monkeypatch, tmp_path):
-    monkeypatch.setattr(gptviz.checkpoint, "MODELS_DIR", tmp_path / "nothing")
+    monkeypatch.setattr(gptviz.model.checkpoint, "MODELS_DIR", tmp_path / "nothing")
     at = open_page(**TINY)
     assert any("not here yet" in i.value for i in at.info)
 
@@ -147,9 +148,9 @@ def tiny_twins(tmp_path, monkeypatch):
                                    settings, tokens)
     for norm, model in models.items():
         folder = tmp_path / f"twintest-{norm}"
-        gptviz.weights.save_checkpoint(model, folder)
+        gptviz.model.weights.save_checkpoint(model, folder)
         write_history(results[norm], folder)
-    monkeypatch.setattr(gptviz.checkpoint, "MODELS_DIR", tmp_path)
+    monkeypatch.setattr(gptviz.model.checkpoint, "MODELS_DIR", tmp_path)
     return tmp_path, results
 
 
@@ -167,7 +168,7 @@ def test_trained_twins_section(tiny_twins):
     ids = get_tokenizer().encode(sidebar.DEFAULT_PROMPT)
     codes = [c.value for c in at.code]
     for norm in ("pre", "post"):
-        model = gptviz.weights.load_checkpoint(folder / f"twintest-{norm}")
+        model = gptviz.model.weights.load_checkpoint(folder / f"twintest-{norm}")
         out = generate(model, ids, 40, 0.8, 40, None, 0)
         assert decode(out[len(ids):]) in codes
     titles = [json.loads(c.proto.spec)["layout"].get("title", {}).get("text") for c in at.get("plotly_chart")]
@@ -177,7 +178,7 @@ def test_trained_twins_section(tiny_twins):
 @pytest.mark.slow
 def test_bundled_twins_loss_phase_is_marked():
     """With the real bundled twins: the table and the note on the cheaper softmax come from history.json."""
-    models = gptviz.weights.bundled_models()
+    models = gptviz.model.weights.bundled_models()
     pairs = wiring.trained_twins(list(models))
     if not pairs:
         pytest.skip("no bundled twins in gptviz/models")
@@ -205,7 +206,7 @@ def test_bundled_twins_loss_phase_is_marked():
 def test_the_twins_heads_are_shown_beside_their_match_not_their_index():
     """The pre-norm twin's previous-token head L0H0 is drawn beside the post-norm head that does the same job (its
     previous-token heads sit in layer 1), and the table pairs every head with its scores."""
-    if len(wiring.trained_twins(list(gptviz.weights.bundled_models()))) == 0:
+    if len(wiring.trained_twins(list(gptviz.model.weights.bundled_models()))) == 0:
         pytest.skip("no bundled twins in gptviz/models")
     at = open_page(**TINY)
     titles = [(json.loads(c.proto.spec)["layout"].get("title", {}).get("text") or "").replace("<br>", " ")
@@ -244,7 +245,7 @@ def mean_traces(fig: dict) -> dict[str, np.ndarray]:
 def test_the_papers_setting_tab_shows_what_the_library_measures(monkeypatch):
     """At a tiny probe setting: the per-layer bands, the checklist and the depth fit are xiong's own numbers."""
     from dataclasses import replace
-    from gptviz.training_jobs import corpus_tokens
+    from gptviz.serve.training_jobs import corpus_tokens
     monkeypatch.setattr(xiong, "PAPER", TINY_PAPER)
     monkeypatch.setattr(xiong, "PAPER_DEPTHS", TINY_PAPER_DEPTHS)
     at = open_page(**TINY)
@@ -263,10 +264,10 @@ def test_the_papers_setting_tab_shows_what_the_library_measures(monkeypatch):
         assert set(shown) == set(WIRING_NAMES.values())
         for norm, name in WIRING_NAMES.items():
             np.testing.assert_allclose(shown[name], grads[init].mean(norm, "W2"), rtol=1e-5)
-    pairs = wiring.trained_twins(list(gptviz.weights.bundled_models()))
+    pairs = wiring.trained_twins(list(gptviz.model.weights.bundled_models()))
     if pairs:  # the bundled twins, measured on the same batches, in the third panel
-        folders = gptviz.weights.bundled_models()
-        twins = {norm: gptviz.weights.load_checkpoint(folders[getattr(pairs[0], norm)]) for norm in ("pre", "post")}
+        folders = gptviz.model.weights.bundled_models()
+        twins = {norm: gptviz.model.weights.load_checkpoint(folders[getattr(pairs[0], norm)]) for norm in ("pre", "post")}
         trained = xiong.trained_ffn_gradients(twins, tokens, TINY_PAPER)
         shown = mean_traces(profile(f"trained twins ({pairs[0].stem})"))
         for norm, name in WIRING_NAMES.items():
@@ -294,28 +295,28 @@ def test_the_activation_caption_reads_the_residual_trend_off_the_numbers():
 
 def bundled_twin_models():
     """The bundled twins loaded from their folders ({"pre": GPT, "post": GPT}), or a skip where there are none."""
-    folders = gptviz.weights.bundled_models()
+    folders = gptviz.model.weights.bundled_models()
     pairs = wiring.trained_twins(list(folders))
     if not pairs:
         pytest.skip("no bundled twins in gptviz/models")
     names = {norm: getattr(pairs[0], norm) for norm in ("pre", "post")}
-    return names, {norm: gptviz.weights.load_checkpoint(folders[name]).eval() for norm, name in names.items()}
+    return names, {norm: gptviz.model.weights.load_checkpoint(folders[name]).eval() for norm, name in names.items()}
 
 
 @pytest.mark.slow
 def test_the_first_tab_shows_the_twins_side_by_side_as_recomputed_here():
     """Issue 41: the page opens on the trained twins. The matched pairs are match_heads' own on the probe, the pair
     shown first is the most similar, and each twin's bars are the softmax of its logits after the prompt."""
-    from gptviz import analysis, capture
+    from gptviz import methods as analysis, capture
     from gptviz.app.models import pattern_names
-    from gptviz.weights import training_vocab as read_training_vocab
+    from gptviz.model.weights import training_vocab as read_training_vocab
     names, twins = bundled_twin_models()
     at = open_page(**TINY)
     assert not at.exception, at.exception
     assert at.tabs[0].label == "Trained twins side by side"
     cfg = twins["pre"].config
     length = min(50, cfg.n_ctx // 2)
-    vocab = read_training_vocab(str(gptviz.weights.bundled_models()[names["pre"]]))
+    vocab = read_training_vocab(str(gptviz.model.weights.bundled_models()[names["pre"]]))
     probe = analysis.induction_sequence(cfg.vocab_size, length, ids=vocab)[None]
     pats = {norm: torch.stack([capture(m, probe, list(pattern_names(cfg.n_layers)))[1][name][0]
                                for name in pattern_names(cfg.n_layers)]) for norm, m in twins.items()}
@@ -354,7 +355,7 @@ def test_the_first_tab_shows_the_twins_side_by_side_as_recomputed_here():
 
 def test_the_caveat_is_read_from_the_records():
     """Twins trained alike get no caveat; an init that differs is named with both inits, other differences after."""
-    from gptviz.evaluate import twins_caveat
+    from gptviz.training.evaluate import twins_caveat
     alike = {"data": "x", "settings": {"lr": 0.001}}
     assert twins_caveat(alike, dict(alike)) is None
     said = twins_caveat(alike, dict(alike, init="xavier"))
@@ -368,9 +369,9 @@ def test_the_caveat_is_read_from_the_records():
 def test_the_whole_history_and_heads_forming_show_the_same_formed_step():
     """One definition of the step a head formed (snapshots.formed_step): the twins' history table on this page and
     the detector curves on Heads forming name the same step for each twin's induction head."""
-    from gptviz.snapshots import formed_step, load_snapshots
+    from gptviz.training.snapshots import formed_step, load_snapshots
     names, _ = bundled_twin_models()
-    folders = gptviz.weights.bundled_models()
+    folders = gptviz.model.weights.bundled_models()
     steps = {norm: formed_step(load_snapshots(folders[name]), "induction") for norm, name in names.items()}
     at = open_page(**TINY)
     table = next(t.value for t in at.table if "induction head formed" in list(t.value.columns))

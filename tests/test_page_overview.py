@@ -8,13 +8,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gptviz import analysis
+from gptviz import methods as analysis
 from gptviz.app import keys as K
 from gptviz.app import overview as service
 from gptviz.app.sidebar import DEFAULT_PROMPT
 from gptviz.figures.overview import pct
-from gptviz.hooks import act_name
-from gptviz.tokenizer import encode
+from gptviz.model.hooks import act_name
+from gptviz.model.tokenizer import encode
 from pagetest import MARKUP, TINY, edge_prompts, figures, kept_of_edge_prompt, open_page
 
 PAGE = "app_pages/overview.py"

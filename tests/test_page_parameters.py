@@ -9,7 +9,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from gptviz import PRESETS
-from gptviz.params import total_params
+from gptviz.model.params import total_params
 from gptviz.app import models
 from pagetest import TINY, run_page, array
 

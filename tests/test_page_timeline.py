@@ -8,9 +8,9 @@ import pytest
 
 from gptviz.app import keys as K
 from gptviz.figures import timeline as ft
-from gptviz.snapshots import formed_step, load_snapshots
-from gptviz.training_jobs import JobRegistry, induction_growth_spec
-from gptviz.weights import bundled_models
+from gptviz.training.snapshots import formed_step, load_snapshots
+from gptviz.serve.training_jobs import JobRegistry, induction_growth_spec
+from gptviz.model.weights import bundled_models
 from pagetest import array, figures, run_page
 
 TWINS = ("shakespeare-pre", "shakespeare-post")
@@ -102,7 +102,7 @@ def test_the_growth_run_is_read_while_it_trains():
 
 
 def test_the_grow_tab_starts_a_run_and_draws_its_snapshots(monkeypatch):
-    from gptviz import training_jobs
+    from gptviz.serve import training_jobs
     from gptviz.app import jobs
     for key, value in dict(steps=8, layers=2, d_model=32, block=16, batch=4, snapshot_every=4).items():
         monkeypatch.setitem(training_jobs.GROWTH, key, value)

@@ -7,9 +7,9 @@ import time
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from gptviz.generate import generate
-from gptviz.tokenizer import decode, get_tokenizer
-from gptviz.training_jobs import DONE, STOPPED
+from gptviz.model.generate import generate
+from gptviz.model.tokenizer import decode, get_tokenizer
+from gptviz.serve.training_jobs import DONE, STOPPED
 from gptviz.app import jobs, sidebar, keys as K
 
 import pagetest
@@ -154,10 +154,10 @@ WARMUP_SMALL = dict(layers=2, width=32, heads=2, lr=1e-2, warmup=4, steps=12, ba
 
 @pytest.mark.slow
 def test_the_warmup_scenario_shows_what_the_library_computes(monkeypatch):
-    """The page's outcome line and loss bands are gptviz.warmup's own, on the same (here tiny) scenario."""
+    """The page's outcome line and loss bands are gptviz.training.warmup's own, on the same (here tiny) scenario."""
     import numpy as np
-    from gptviz import warmup
-    from gptviz.training_jobs import corpus_tokens
+    from gptviz.training import warmup
+    from gptviz.serve.training_jobs import corpus_tokens
     small = warmup.Scenario(**WARMUP_SMALL)
     monkeypatch.setattr(warmup, "PAGE_SCENARIO", small)
     at = open_page(**TINY)

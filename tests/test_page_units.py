@@ -11,11 +11,11 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from gptviz import index as ix
-from gptviz import limits
+from gptviz.serve import limits
 from gptviz.app import keys as K
 from gptviz.app import links, models
 from gptviz.app import unit_index as ui
-from gptviz.tokenizer import encode
+from gptviz.model.tokenizer import encode
 from pagetest import APP, TINY, array, figures, run_page, token_rows
 
 PRE = models.ModelSpec(K.SOURCE_BUNDLED, "shakespeare-pre", "pre")
@@ -63,7 +63,7 @@ def test_a_head_from_state_shows_where_its_peak_looks(shipped):
     np.testing.assert_allclose(peaks_on_screen(at), shipped.arrays["top_values"][shipped.flat("L1H2")], rtol=1e-5)
     # each example names where its peak looks, from a fresh one-at-a-time recomputation of its attention
     from gptviz import load_pretrained
-    from gptviz.tokenizer import token_labels
+    from gptviz.model.tokenizer import token_labels
     model, docs = load_pretrained("shakespeare-pre"), ix.index_documents(shipped)
     for row, e in zip(examples_on_screen(at)["rows"], ix.top_examples(shipped, "L1H2")):
         ctx = ix.example_context(shipped, docs, e.doc, e.pos, model=model, unit="L1H2", before=20, after=6)

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from gptviz import attribution
-from gptviz.generate import generate
-from gptviz.interventions import ablate_heads, run_with_edits
-from gptviz.tokenizer import decode, encode, token_labels
+from gptviz.methods import attribution
+from gptviz.model.generate import generate
+from gptviz.methods.interventions import ablate_heads, run_with_edits
+from gptviz.model.tokenizer import decode, encode, token_labels
 from gptviz.app import models, keys as K
 from pagetest import TINY, array, figure, figures, run_page, title_of
 
@@ -136,8 +136,8 @@ def test_token_text_reaches_the_figures_escaped():
 
 
 def test_information_flow_view_draws_the_librarys_graph():
-    """The edges drawn, the counts said and the table are gptviz.flow's graph at the slider's threshold."""
-    from gptviz.flow import information_flow
+    """The edges drawn, the counts said and the table are gptviz.methods.flow's graph at the slider's threshold."""
+    from gptviz.methods.flow import information_flow
     bundled = models.ModelSpec(K.SOURCE_BUNDLED, "shakespeare-pre", "pre")   # random weights route nearly all by skips
     at = run_page("why", PROMPT, bundled, why_view="Information flow", why_flow_threshold=0.05)
     assert not at.exception and not at.error

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gptviz import attribution
-from gptviz.interventions import ablate_heads, run_with_edits
-from gptviz.tokenizer import encode
+from gptviz.methods import attribution
+from gptviz.methods.interventions import ablate_heads, run_with_edits
+from gptviz.model.tokenizer import encode
 from test_page_why import PROMPT, page, tiny_model, top_two
 
 HEADS = [(0, 1), (1, 2)]

@@ -8,10 +8,11 @@ import dataclasses
 
 import pytest
 
-from gptviz import attribution, limits
+from gptviz.methods import attribution
+from gptviz.serve import limits
 from gptviz.app import keys as K
 from gptviz.app.services import results_cache
-from gptviz.tokenizer import encode
+from gptviz.model.tokenizer import encode
 from pagetest import TINY, figures, run_page
 from test_page_why import PROMPT, tiny_model
 

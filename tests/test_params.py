@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from gptviz import GPT, PRESETS, GPTConfig, param_table
-from gptviz.params import COMPONENTS, by_component, by_layer, component_of, memory_bytes, meta_param_table, \
-    total_params
+from gptviz.model.params import (COMPONENTS, by_component, by_layer, component_of, memory_bytes, meta_param_table,
+                                 total_params)
 
 # ../shared/data/README.md, "Parameter counts the project must reproduce exactly".
 REFERENCE_TOTALS = {
@@ -113,7 +113,7 @@ def test_gpt2_xl_meta_count_peak_memory_is_small():
     code = textwrap.dedent("""
         import resource
         from gptviz import PRESETS
-        from gptviz.params import meta_param_table
+        from gptviz.model.params import meta_param_table
         meta_param_table(PRESETS["tiny"])  # warm up lazy imports
         before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         total = int(meta_param_table(PRESETS["gpt2-xl"])["count"].sum())

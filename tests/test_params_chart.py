@@ -1,4 +1,4 @@
-"""The Parameters page's chart (figures.params.component_shares): every component's exact count from gptviz.params,
+"""The Parameters page's chart (figures.params.component_shares): every component's exact count from gptviz.model.params,
 its share, the small ones grouped into one "other" row that names them on hover."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 from gptviz import PRESETS
 from gptviz.figures import params as fp
-from gptviz.params import by_component, param_table
+from gptviz.model.params import by_component, param_table
 
 TOTALS = {"gpt1": 116_169_216, "gpt2-small": 124_439_808, "gpt2-medium": 354_823_168, "gpt2-large": 774_030_080,
           "gpt2-xl": 1_557_611_200}
@@ -42,7 +42,7 @@ def test_every_parameter_is_counted_once_exactly(name):
         members = [re.match(r"(.+?): ([0-9,]+)", line).groups() for line in hover.split("<br>")]  # "norms: 36,864"
         assert sum(int(c.replace(",", "")) for _, c in members) == count
         for member, c in members:
-            assert by_name[member] == int(c.replace(",", ""))      # each member's own count, from gptviz.params
+            assert by_name[member] == int(c.replace(",", ""))      # each member's own count, from gptviz.model.params
 
 
 def test_gpt2_xl_rows_largest_first_and_small_ones_grouped():

@@ -10,10 +10,10 @@ import torch
 
 from conftest import SMALL, build, random_ids
 from gptviz import capture
-from gptviz.bounded_cache import BoundedCache
-from gptviz.hooks import capture_nbytes
-from gptviz import limits
-from gptviz.limits import LimitError, ServerLimits
+from gptviz.serve.bounded_cache import BoundedCache
+from gptviz.model.hooks import capture_nbytes
+from gptviz.serve import limits
+from gptviz.serve.limits import LimitError, ServerLimits
 from gptviz.app import models, keys as K
 from pagetest import TINY, run_page
 
@@ -158,7 +158,7 @@ def test_generation_limits_come_from_the_environment_and_are_documented():
     assert "`GPTVIZ_GENERATIONS` | 4 |" in guide and "`GPTVIZ_GENERATION_THREADS` | 1 |" in guide
     # every variable the limits read is in the operator's guide
     import re
-    from gptviz import limits
+    from gptviz.serve import limits
     named = set(re.findall(r"^(GPTVIZ_[A-Z_]+)", limits.__doc__, flags=re.M))
     assert len(named) > 20 and {v for v in named if f"`{v}`" not in guide} == set()
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from gptviz import memory
+from gptviz.serve import memory
 from gptviz.app import services
 from gptviz.app.services import cached, nbytes_of, results_cache
 
@@ -89,7 +89,7 @@ def test_a_tensor_argument_is_refused_as_a_key():
 
 
 def test_the_results_budget_is_a_server_limit():
-    from gptviz.limits import ServerLimits
+    from gptviz.serve.limits import ServerLimits
     assert ServerLimits().results_bytes == 512 * 2**20
     assert ServerLimits.from_env({"GPTVIZ_RESULTS_CACHE_MB": "64"}).results_bytes == 64 * 2**20
 
@@ -99,7 +99,7 @@ def test_a_stopped_sweep_is_not_kept_and_its_clock_is_no_part_of_the_key(monkeyp
     nothing; a finished one is kept whatever clock a later call brings."""
     from gptviz.app import jobs
     from gptviz.app.services import why
-    from gptviz.work_clock import WorkClock, WorkStopped
+    from gptviz.serve.work_clock import WorkClock, WorkStopped
     from pagetest import TINY
     results_cache().clear()
     clean, corrupted = (1, 2, 3, 4), (1, 2, 9, 4)

@@ -10,7 +10,7 @@ from gptviz.app import keys as K
 from gptviz.app import links
 from gptviz.app import settings as S
 from gptviz.app.rules import BadValue, Choice, Flag, Heads, Number, Text, UnitRule, Whole
-from gptviz.unit_id import Unit
+from gptviz.model.unit_id import Unit
 
 LINKED = S.linked()
 

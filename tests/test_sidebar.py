@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gptviz import tokenizer
+from gptviz.model import tokenizer
 from gptviz.app import keys as K, sidebar
 from pagetest import APP, open_app
 
@@ -69,7 +69,7 @@ def test_gptviz_app_passes_every_shipped_setting():
 def test_device_and_precision_choices_follow_the_machine(monkeypatch):
     import torch
 
-    from gptviz import devices
+    from gptviz.serve import devices
     at = open_app()
     assert not at.exception  # this machine: CPU only, so neither choice is drawn
     assert [s.key for s in at.selectbox if s.key in ("device", "dtype")] == []

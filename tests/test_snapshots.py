@@ -1,17 +1,17 @@
-"""Training snapshots (gptviz.snapshots): the files round-trip, every stored score equals a recomputation from the
+"""Training snapshots (gptviz.training.snapshots): the files round-trip, every stored score equals a recomputation from the
 weights at that step, recording leaves the run's trajectory unchanged, and snapshots gather where the loss moves."""
 import numpy as np
 import pytest
 import torch
 
-from gptviz.analysis.detectors import (duplicate_token_chance, induction_chance, induction_scores_from,
-                                       previous_token_chance)
-from gptviz.config import get_preset
-from gptviz.corpus import Corpus
-from gptviz.model import GPT
-from gptviz.snapshots import (Probe, SnapshotRecorder, default_probes, empty_snapshots, first_token_scores,
-                              load_snapshots, pack_triangle, probe_patterns, save_snapshots, unpack_triangle)
-from gptviz.train import TrainSettings, train_models
+from gptviz.methods.detectors import (duplicate_token_chance, induction_chance, induction_scores_from,
+                                      previous_token_chance)
+from gptviz.model.config import get_preset
+from gptviz.training.corpus import Corpus
+from gptviz.model.model import GPT
+from gptviz.training.snapshots import (Probe, SnapshotRecorder, default_probes, empty_snapshots, first_token_scores,
+                                       load_snapshots, pack_triangle, probe_patterns, save_snapshots, unpack_triangle)
+from gptviz.training.train import TrainSettings, train_models
 
 CFG = get_preset("tiny").replace(vocab_size=300, n_ctx=64, d_model=32, n_layers=2, n_heads=2, dropout=0.0)
 
@@ -178,7 +178,7 @@ def test_default_probes_fit_and_repeat():
 
 
 def test_reproduction_finds_where_a_rerun_leaves_the_committed_log():
-    from gptviz.formation import logged_losses, reproduction
+    from gptviz.training.formation import logged_losses, reproduction
     committed = logged_losses("step    20/1000 loss 7.6127 lr 2e-4\nstep    40/1000 loss 7.5499 val 1\n"
                               "step    60/1000 loss 7.5065 lr\n")
     assert committed == {20: 7.6127, 40: 7.5499, 60: 7.5065}
@@ -189,7 +189,7 @@ def test_reproduction_finds_where_a_rerun_leaves_the_committed_log():
 
 
 def test_the_formation_section_states_what_the_snapshots_hold():
-    from gptviz.formation import formation_section
+    from gptviz.training.formation import formation_section
     snaps, _, _ = run(steps=2)
     i = snaps.detector_index("induction")
     base = snaps.scores[0]
@@ -205,7 +205,7 @@ def test_the_formation_section_states_what_the_snapshots_hold():
 
 def test_formed_step_is_where_the_score_reaches_the_threshold_and_stays():
     """A head that crosses, falls back and crosses again formed at the second crossing; one that never stays, never."""
-    from gptviz.snapshots import formed_step
+    from gptviz.training.snapshots import formed_step
     cfg = get_preset("tiny").replace(n_layers=2, n_heads=2, d_model=32, n_ctx=32)
     snaps = empty_snapshots(cfg, [Probe("rep", tuple(range(1, 9)) * 2, "repeated", 8), Probe("text", (5, 6, 7))])
     d = snaps.detector_index("induction")

@@ -123,12 +123,12 @@ def test_no_library_module_cites_the_benchmark_notebook():
 
 # ---- pages only draw ------------------------------------------------------------------------------------------
 
-SERVING_MODULES = {"gptviz.memory", "gptviz.limits"}
+SERVING_MODULES = {"gptviz.serve.memory", "gptviz.serve.limits"}
 
 
 def page_offences(source: str) -> list[str]:
     """What a page must leave to the services in gptviz/app/services: Streamlit's caches (st.cache_data,
-    st.cache_resource) and the memory accountant and server limits (gptviz.memory, gptviz.limits)."""
+    st.cache_resource) and the memory accountant and server limits (gptviz.serve.memory, gptviz.serve.limits)."""
     found = []
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Attribute) and node.attr in ("cache_data", "cache_resource"):
@@ -138,9 +138,9 @@ def page_offences(source: str) -> list[str]:
         elif isinstance(node, ast.ImportFrom) and node.module:
             if node.module in SERVING_MODULES:
                 found.append(f"{node.lineno}: from {node.module} import ...")
-            elif node.module == "gptviz":
-                found += [f"{node.lineno}: from gptviz import {a.name}" for a in node.names
-                          if f"gptviz.{a.name}" in SERVING_MODULES]
+            else:  # from gptviz.serve import memory
+                found += [f"{node.lineno}: from {node.module} import {a.name}" for a in node.names
+                          if f"{node.module}.{a.name}" in SERVING_MODULES]
     return found
 
 
@@ -152,11 +152,11 @@ def test_pages_neither_cache_nor_reserve_memory_themselves():
 
 
 def test_the_page_checker_finds_each_form():
-    source = ("import streamlit as st\nfrom gptviz import analysis, memory\nfrom gptviz.limits import LimitError\n"
-              "import gptviz.memory\n@st.cache_data(max_entries=2)\ndef f(): pass\n"
+    source = ("import streamlit as st\nfrom gptviz.serve import bounded_cache, memory\nfrom gptviz.serve.limits import LimitError\n"
+              "import gptviz.serve.memory\n@st.cache_data(max_entries=2)\ndef f(): pass\n"
               "g = st.cache_resource(lambda: 1)\nfrom gptviz import analysis\n")
-    assert page_offences(source) == ["2: from gptviz import memory", "3: from gptviz.limits import ...",
-                                     "4: import gptviz.memory", "5: st.cache_data", "7: st.cache_resource"]
+    assert page_offences(source) == ["2: from gptviz.serve import memory", "3: from gptviz.serve.limits import ...",
+                                     "4: import gptviz.serve.memory", "5: st.cache_data", "7: st.cache_resource"]
 
 
 def test_the_prompt_as_pages_see_it_is_defined_once():

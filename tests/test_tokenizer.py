@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from gptviz import assets, get_tokenizer
-from gptviz import tokenizer as tok
-from gptviz.tokenizer import EOT_ID, decode, encode, position_labels, token_label, token_labels
+from gptviz.model import tokenizer as tok
+from gptviz.model.tokenizer import EOT_ID, decode, encode, position_labels, token_label, token_labels
 
 SHARED_BPE = Path(__file__).resolve().parents[2] / "shared" / "data" / "r50k_base.tiktoken"
 

@@ -9,12 +9,12 @@ import pytest
 import torch
 
 from conftest import SMALL, build, random_ids
-from gptviz.config import get_preset
-from gptviz.evaluate import previous_token_on_text
-from gptviz.weights import bundled_models
-from gptviz.analysis import induction_test
-from gptviz.train import (TrainSettings, Trainer, batches, format_eta, lm_loss, load_corpus, lr_at,
-                          most_frequent_ids, repeated_sequence, split, train_models, write_history)
+from gptviz.model.config import get_preset
+from gptviz.training.evaluate import previous_token_on_text
+from gptviz.model.weights import bundled_models
+from gptviz.methods import induction_test
+from gptviz.training.train import (TrainSettings, Trainer, batches, format_eta, lm_loss, load_corpus, lr_at,
+                                   most_frequent_ids, repeated_sequence, split, train_models, write_history)
 
 
 def test_a_few_steps_lower_the_loss_on_a_fixed_batch():
@@ -117,7 +117,7 @@ def test_norm_twins_start_from_identical_weights():
 
 
 def test_a_shorter_block_trains_on_shorter_windows_and_a_longer_one_is_refused(monkeypatch):
-    import gptviz.train as train_module
+    import gptviz.training.train as train_module
     tokens = random_ids(2000, seed=3)
     widths = []
 
@@ -173,7 +173,7 @@ def test_train_models_continues_from_given_weights():
 
 
 def test_corpus_vocabulary_loss_equals_full_softmax_restricted_to_those_ids():
-    from gptviz.train import subset_lm_loss
+    from gptviz.training.train import subset_lm_loss
     model = build(seed=10).eval()
     x, y = random_ids(12, seed=6)[None], random_ids(12, seed=7)[None]
     vocab = torch.unique(torch.cat([y.flatten(), torch.arange(0, 50)]))
@@ -260,7 +260,7 @@ def test_training_learns_to_copy_a_repeated_sequence_of_one_period(norm):
 
 
 def test_copy_rows_normalise_over_the_copy_ids_and_text_rows_over_the_corpus_ids():
-    from gptviz.train import subset_lm_loss, vocab_index
+    from gptviz.training.train import subset_lm_loss, vocab_index
     model = build(seed=11).eval()
     corpus_ids = torch.arange(0, model.config.vocab_size)
     copy_ids = torch.arange(0, model.config.vocab_size, 7)
@@ -345,7 +345,7 @@ def test_the_model_cards_commands_rebuild_every_stage_with_its_settings():
     import shlex
 
     from gptviz.__main__ import build_parser, config_and_settings
-    from gptviz.model_card import _train_commands
+    from gptviz.training.model_card import _train_commands
     cfg = {"name": "small-4l", "norm": "post", "n_ctx": 128, "dropout": 0.0}
     first = {"settings": {"steps": 4000, "batch_size": 16, "lr": 0.003, "warmup": 100, "seed": 1337,
                           "corpus_vocab_steps": 3900, "copy_fraction": 0.375, "eval_every": 250}, "init": "xavier"}
@@ -378,7 +378,7 @@ def test_the_model_cards_commands_rebuild_every_stage_with_its_settings():
 
 
 def test_recipe_differences_name_every_setting_but_warmup_that_twins_do_not_share():
-    from gptviz.evaluate import recipe_differences
+    from gptviz.training.evaluate import recipe_differences
     base = {"data": "shakespeare-works", "settings": {"steps": 100, "lr": 0.003, "warmup": 100, "batch_size": 16}}
     assert recipe_differences(base, {**base, "settings": {**base["settings"], "warmup": 1000}}) == []
     other = {**base, "settings": {**base["settings"], "lr": 0.001}}
@@ -398,7 +398,7 @@ def test_recipe_differences_name_every_setting_but_warmup_that_twins_do_not_shar
 
 
 def test_the_model_card_says_when_the_first_stage_started_from_xavier():
-    from gptviz.model_card import model_card
+    from gptviz.training.model_card import model_card
     report = json.loads((bundled_models()["shakespeare-pre"] / "check.json").read_text())
     stage = {"data": "shakespeare-works", "held_out": report["data"]["held_out"], "dropout": 0.0,
              "settings": {"steps": 10, "lr": 0.001, "warmup": 1, "batch_size": 4, "seed": 1, "min_lr_ratio": 1.0,

@@ -1,4 +1,4 @@
-"""gptviz.training_jobs: training in a background thread, with progress, stop and results."""
+"""gptviz.serve.training_jobs: training in a background thread, with progress, stop and results."""
 from __future__ import annotations
 
 import io
@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from gptviz import GPTConfig
-from gptviz.train import TrainSettings, format_eta
-from gptviz.training_jobs import DONE, FAILED, STOPPED, JobLimitError, JobRegistry, JobSpec
-from gptviz.weights import load_checkpoint
+from gptviz.training.train import TrainSettings, format_eta
+from gptviz.serve.training_jobs import DONE, FAILED, STOPPED, JobLimitError, JobRegistry, JobSpec
+from gptviz.model.weights import load_checkpoint
 
 CFG = GPTConfig(vocab_size=64, n_ctx=16, d_model=32, n_layers=1, n_heads=2, name="jobs-test")
 # A corpus with structure to learn: a fixed 50-token phrase repeated.
@@ -167,7 +167,7 @@ def test_a_run_stops_at_the_wall_time_budget():
 
 
 def test_a_run_stops_when_the_session_that_started_it_is_gone(monkeypatch):
-    import gptviz.background_job as one_run
+    import gptviz.serve.background_job as one_run
     monkeypatch.setattr(one_run, "ALIVE_CHECK_S", 0.0)
     connected = {"alice": True}
     registry = JobRegistry()
@@ -179,7 +179,7 @@ def test_a_run_stops_when_the_session_that_started_it_is_gone(monkeypatch):
 
 
 def test_trained_models_are_kept_per_session_and_bounded():
-    from gptviz.model import GPT
+    from gptviz.model.model import GPT
     from gptviz.app.jobs import TrainedModels
     store = TrainedModels(kept=2)
     models = [GPT(CFG) for _ in range(3)]
@@ -212,7 +212,7 @@ def test_a_finished_jobs_models_are_offered_to_its_owner_before_anyone_sees_it_f
 
 
 def test_a_runs_progress_line_gives_the_time_left_from_its_pace():
-    from gptviz.training_jobs import JobSnapshot
+    from gptviz.serve.training_jobs import JobSnapshot
     running = JobSnapshot("j", "running", {}, 120, 800, 45.0, format_eta(120, 800, 45.0), None, False)
     assert running.progress_text == "Running: step 120 of 800, 45 s, about 4m15s left"  # 45 s / 120 steps x 680
     starting = JobSnapshot("j", "running", {}, 0, 800, 2.0, format_eta(0, 800, 2.0), None, False)

@@ -3,8 +3,8 @@ from pathlib import Path
 
 import pytest
 
-from gptviz import training_log
-from gptviz.weights import bundled_models
+from gptviz.training import training_log
+from gptviz.model.weights import bundled_models
 
 LOG = """# stage 1: copy-only (3 steps)
 some header line

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gptviz.training_jobs import induction_growth_spec, job_nbytes
+from gptviz.serve.training_jobs import induction_growth_spec, job_nbytes
 
 HERE = Path(__file__).resolve().parent
 MiB = 2**20

@@ -1,11 +1,11 @@
-"""Unit ids (gptviz.unit_id): one type prints every id the library and the app write and reads each back, so an id
+"""Unit ids (gptviz.model.unit_id): one type prints every id the library and the app write and reads each back, so an id
 shown on one page opens the same unit on the unit page, in the index and in a link."""
 from __future__ import annotations
 
 import pytest
 
 from gptviz import index as ix
-from gptviz.unit_id import Unit, head_id, neuron_id
+from gptviz.model.unit_id import Unit, head_id, neuron_id
 
 
 @pytest.mark.parametrize("unit, text", [

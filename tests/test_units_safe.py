@@ -9,8 +9,9 @@ import re
 import pytest
 import torch
 
-import gptviz.tokenizer
-from gptviz import PRESETS, GPT, limits, memory
+import gptviz.model.tokenizer
+from gptviz import PRESETS, GPT
+from gptviz.serve import limits, memory
 from gptviz import index as ix
 from gptviz.app import keys as K
 from gptviz.app import models
@@ -33,14 +34,14 @@ def page_text(at) -> str:
 
 @pytest.fixture
 def longest_encoded(monkeypatch):
-    """The longest text the page tokenises during a run (gptviz.tokenizer.encode, which the page imports)."""
+    """The longest text the page tokenises during a run (gptviz.model.tokenizer.encode, which the page imports)."""
     seen = [0]
-    real = gptviz.tokenizer.encode
+    real = gptviz.model.tokenizer.encode
 
     def counting(text, *a, **kw):
         seen[0] = max(seen[0], len(text))
         return real(text, *a, **kw)
-    monkeypatch.setattr(gptviz.tokenizer, "encode", counting)
+    monkeypatch.setattr(gptviz.model.tokenizer, "encode", counting)
     return seen
 
 

@@ -11,7 +11,7 @@ from streamlit.web.server.app_discovery import discover_asgi_app
 
 from gptviz.app import models, services, sidebar, warm_start
 from gptviz.app.router import PAGE_LIST, PAGES_DIR
-from gptviz.weights import bundled_models
+from gptviz.model.weights import bundled_models
 from pagetest import APP, forward_calls
 
 

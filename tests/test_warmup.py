@@ -2,10 +2,11 @@ import numpy as np
 import pytest
 import torch
 
-from gptviz import live_generation, warmup
-from gptviz.model import GPT
-from gptviz.train import Trainer, TrainSettings
-from gptviz.training_jobs import DONE, JobLimitError, JobRegistry, start_warmup
+from gptviz.serve import live_generation
+from gptviz.training import warmup
+from gptviz.model.model import GPT
+from gptviz.training.train import Trainer, TrainSettings
+from gptviz.serve.training_jobs import DONE, JobLimitError, JobRegistry, start_warmup
 
 SMALL = warmup.Scenario(layers=2, width=32, heads=2, lr=1e-2, warmup=4, steps=12, batch_size=2, block=8, seeds=2)
 TOKENS = torch.randint(0, 500, (4000,), generator=torch.Generator().manual_seed(0))

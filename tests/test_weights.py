@@ -13,7 +13,7 @@ from safetensors.torch import load_file, save_file
 
 from conftest import SMALL, build, random_ids
 from gptviz import load_pretrained
-from gptviz.weights import CheckpointError, config_from_hf, load_checkpoint, save_checkpoint, state_from_hf
+from gptviz.model.weights import CheckpointError, config_from_hf, load_checkpoint, save_checkpoint, state_from_hf
 
 VOCAB = 300
 
@@ -336,7 +336,7 @@ def test_path_like_names_that_do_not_exist(tmp_path):
 
 
 def test_training_vocab_round_trip_and_bad_files(tmp_path):
-    from gptviz.weights import CheckpointError, training_vocab, write_training_vocab
+    from gptviz.model.weights import CheckpointError, training_vocab, write_training_vocab
     assert training_vocab(tmp_path) is None  # not recorded
     write_training_vocab(tmp_path, torch.tensor([9, 3, 3, 50256, 9]))
     assert training_vocab(tmp_path).tolist() == [3, 9, 50256]
@@ -371,7 +371,7 @@ def test_no_message_names_a_server_path(tmp_path):
 @pytest.mark.parametrize("norm_type", ["layernorm", "rmsnorm"])
 def test_expected_shapes_by_formula_match_a_module_tree(name, norm_type):
     from gptviz import GPT, PRESETS
-    from gptviz.weights import expected_shapes
+    from gptviz.model.weights import expected_shapes
     cfg = PRESETS[name].replace(norm_type=norm_type)
     with torch.device("meta"):
         tree = GPT(cfg)
@@ -388,7 +388,7 @@ def test_loading_the_bundled_model_imports_no_compiler_and_draws_nothing():
     code = ("import sys, torch\n"
             "from unittest import mock\n"
             "from gptviz import load_pretrained\n"
-            "from gptviz.weights import bundled_models\n"
+            "from gptviz.model.weights import bundled_models\n"
             "from safetensors.torch import load_file\n"
             "with mock.patch.object(torch.Tensor, 'normal_', side_effect=AssertionError('drew weights')):\n"
             "    m = load_pretrained('shakespeare-pre')\n"

@@ -1,4 +1,4 @@
-"""gptviz.wiring: one set of weights run pre- and post-norm, measured per layer."""
+"""gptviz.methods.wiring: one set of weights run pre- and post-norm, measured per layer."""
 from __future__ import annotations
 
 import json
@@ -9,7 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from gptviz import GPTConfig, capture, wiring
+from gptviz import GPTConfig, capture
+from gptviz.methods import wiring
 
 CFG = GPTConfig(vocab_size=211, n_ctx=32, d_model=32, n_layers=3, n_heads=4, name="wiring-test")
 IDS = tuple(int(i) for i in torch.randint(0, 211, (12,), generator=torch.Generator().manual_seed(3)))
@@ -202,7 +203,7 @@ def test_differing_settings_names_only_what_differs():
 
 
 def test_recipe_differences_reads_settings_through_differing_settings():
-    from gptviz.evaluate import recipe_differences
+    from gptviz.training.evaluate import recipe_differences
     pre = {"data": "tiny", "settings": {"lr": 0.003, "grad_clip": 1, "warmup": 100, "nested": {"a": 1}}}
     post = {"data": "tiny", "settings": {"lr": 0.003, "grad_clip": 1.0, "warmup": 900, "nested": {"a": 2}}}
     assert list(wiring.differing_settings({"pre": pre["settings"], "post": post["settings"]})) == ["nested", "warmup"]

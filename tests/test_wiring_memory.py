@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from gptviz import PRESETS, wiring
+from gptviz import PRESETS
+from gptviz.methods import wiring
 
 HERE = Path(__file__).resolve().parent
 MiB = 2**20
@@ -40,7 +41,7 @@ def test_the_norms_page_reserves_the_measurements_estimate(monkeypatch):
     """The page's reservation is this estimate (not memory.measuring_nbytes, which missed the tied embedding's
     gradients and a float64 copy of every gradient)."""
     from gptviz.app.services import results_cache
-    from gptviz import memory
+    from gptviz.serve import memory
     from pagetest import run_page
     asked = []
     real = memory.reserve

@@ -4,9 +4,10 @@ import numpy as np
 import pytest
 import torch
 
-from gptviz import PRESETS, xiong
-from gptviz.training_jobs import corpus_tokens
-from gptviz.wiring import twin_models
+from gptviz import PRESETS
+from gptviz.methods import xiong
+from gptviz.serve.training_jobs import corpus_tokens
+from gptviz.methods.wiring import twin_models
 
 BASE = PRESETS["small-4l"]
 
@@ -73,8 +74,8 @@ def test_unit_input_scale_changes_the_input_only():
 def test_the_unit_input_has_the_spread_its_label_says(init):
     """Labelled "unit variance": the first block's input, measured on real text batches, has std within 1% of 1 (the
     old fixed factor gave 0.74 under Xavier init, whose token table is not std 0.02)."""
-    from gptviz.hooks import capturing
-    from gptviz.training_jobs import corpus_tokens
+    from gptviz.model.hooks import capturing
+    from gptviz.serve.training_jobs import corpus_tokens
     model = twin_models(xiong.PAPER.config(BASE, 2), 0, init)["post"]
     x, _ = xiong.text_batches(corpus_tokens(), xiong.PAPER)[0]
     with capturing(frozenset({xiong.UNIT_INPUT_HOOK}), xiong._scale_edits("unit")) as store, torch.no_grad():

@@ -6,9 +6,9 @@ long as the visit's script objects lived): 500 fresh sessions swung the server's
 """
 from __future__ import annotations
 
-from .. import memory
-from ..snapshots import Snapshots, load_snapshots
-from ..weights import bundled_models
+from ..serve import memory
+from ..training.snapshots import Snapshots, load_snapshots
+from ..model.weights import bundled_models
 from .jobs import process_wide
 
 

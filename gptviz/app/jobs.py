@@ -13,11 +13,11 @@ from typing import Callable, TypeVar
 
 import streamlit as st
 
-from .. import limits, memory
-from ..live_generation import GenerationSlots
-from ..hooks import model_nbytes
-from ..model import GPT
-from ..training_jobs import JobRegistry
+from ..serve import limits, memory
+from ..serve.live_generation import GenerationSlots
+from ..model.hooks import model_nbytes
+from ..model.model import GPT
+from ..serve.training_jobs import JobRegistry
 
 T = TypeVar("T")
 _lock = threading.Lock()

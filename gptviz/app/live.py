@@ -1,7 +1,7 @@
 """Live generation, for the two pages that run it (Attention and Generation): the controls, the session's one
 generation, and the live view a fragment redraws while the model writes.
 
-The model writes in a background thread (gptviz.live_generation) at the library's speed; a fragment with
+The model writes in a background thread (gptviz.serve.live_generation) at the library's speed; a fragment with
 `run_every=LIVE_REDRAW_S` redraws what it has produced, so drawing never slows the model and a widget change does
 not stop it. Generate starts the model from its button's callback, before the page's script draws anything.
 """
@@ -12,10 +12,10 @@ from typing import Callable
 
 import streamlit as st
 
-from .. import limits
-from ..live_generation import LiveGeneration
-from ..model import GPT
-from ..tokenizer import EOT, EOT_ID, decode, token_labels
+from ..serve import limits
+from ..serve.live_generation import LiveGeneration
+from ..model.model import GPT
+from ..model.tokenizer import EOT, EOT_ID, decode, token_labels
 from . import keys as K
 from . import settings as S
 from .component.attention_map import attention_map, generation_payload

@@ -1,5 +1,5 @@
 """The model and capture services every page shares: one loaded model per ModelSpec, recent prompts' activations,
-each bounded by bytes (gptviz.limits) and held process-wide (gptviz.app.jobs), so no client can clear them.
+each bounded by bytes (gptviz.serve.limits) and held process-wide (gptviz.app.jobs), so no client can clear them.
 
 Models are read-only once built (capture state lives in each call), so one copy serves every session and thread.
 Captures are treated as read-only by their readers too. A display widget's rerun finds the same capture here and
@@ -15,17 +15,19 @@ from typing import NamedTuple
 import streamlit as st
 import torch
 
-from .. import GPT, PRESETS, analysis, memory
-from ..bounded_cache import BoundedCache
-from ..config import ConfigError
-from ..devices import DTYPES, place
-from ..hooks import (ActivationCache, act_name, capture, capture_nbytes, model_nbytes,  # noqa: F401 (model_nbytes: callers import it here)
+from .. import GPT, PRESETS, methods as analysis
+from ..serve import memory
+from ..serve.bounded_cache import BoundedCache
+from ..model.config import ConfigError
+from ..serve.devices import DTYPES, place
+from ..model.hooks import (ActivationCache, act_name, capture, capture_nbytes, model_nbytes,  # noqa: F401 (model_nbytes: callers import it here)
                      stack_patterns, storage_nbytes)
-from .. import limits
-from ..limits import LimitError
-from ..params import total_params
-from ..weights import CheckpointError, allowed_source, bundled_models, forget_download, load_checkpoint, weights_nbytes
-from ..weights import training_vocab as read_training_vocab
+from ..serve import limits
+from ..serve.limits import LimitError
+from ..model.params import total_params
+from ..model.weights import (CheckpointError, allowed_source, bundled_models, forget_download, load_checkpoint,
+                             weights_nbytes)
+from ..model.weights import training_vocab as read_training_vocab
 from . import keys
 from .jobs import process_wide, trained_models
 from .services import cached
@@ -38,7 +40,7 @@ class ModelSpec(NamedTuple):
     norm: str          # "pre" or "post"
     seed: int = 0      # random init seed (presets only)
     device: str = "cpu"
-    dtype: str = "float32"  # the weights' precision (half precision is offered on GPUs: gptviz.devices)
+    dtype: str = "float32"  # the weights' precision (half precision is offered on GPUs: gptviz.serve.devices)
 
     def label(self) -> str:
         extra = "" if self.dtype == "float32" else f", {self.dtype}"
@@ -49,7 +51,7 @@ class ModelSpec(NamedTuple):
 
 def model_store() -> BoundedCache:
     """Loaded models, shared by every session, bounded by bytes (GPTVIZ_MODEL_CACHE_MB) and counted in the server's
-    memory budget (gptviz.memory)."""
+    memory budget (gptviz.serve.memory)."""
     return process_wide("model_store", lambda: BoundedCache(limits.server_limits().model_bytes, "model",
                                                             accountant=memory.accountant()))
 
@@ -299,7 +301,7 @@ def induction_scores(spec: ModelSpec, length: int) -> torch.Tensor:
 def attention_page_names(n_layers: int, norm: str) -> tuple[str, ...]:
     """What the Attention page captures: every pattern, and each attention's input, from which the step-by-step
     and value-weighted views recompute the rest with the weights (so no view or layer switch reruns the model)."""
-    from ..head_steps import attention_input_name
+    from ..methods.head_steps import attention_input_name
     return pattern_names(n_layers) + tuple(attention_input_name(i, norm) for i in range(n_layers))
 
 

@@ -1,5 +1,5 @@
 """The Overview page's service: the sidebar's prompt through the model, read at one position
-(gptviz.analysis.overview), and what a click on one of the diagram's boxes opens."""
+(gptviz.methods.overview), and what a click on one of the diagram's boxes opens."""
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -7,8 +7,8 @@ from typing import NamedTuple
 import streamlit as st
 from streamlit.errors import StreamlitPageNotFoundError
 
-from ..analysis.overview import ForwardOverview, forward_overview, overview_hook_names
-from ..tokenizer import position_labels, token_labels
+from ..methods.overview import ForwardOverview, forward_overview, overview_hook_names
+from ..model.tokenizer import position_labels, token_labels
 from . import keys as K
 from . import settings as S
 from .models import capture_cache, require_capture

@@ -10,7 +10,7 @@ from .pages import PAGE_LIST, PAGES_DIR  # noqa: F401 (PAGES_DIR: callers read i
 def main() -> None:
     import streamlit as st
 
-    from ..allocator import keep_freed_memory
+    from ..serve.allocator import keep_freed_memory
     from . import keys as K
     from .display import close_sidebar_after_navigation, responsive_style
     from .links import apply_link, sync_address

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..unit_id import Unit
+from ..model.unit_id import Unit
 
 
 class BadValue(ValueError):

@@ -8,10 +8,10 @@ from functools import cached_property
 
 import torch
 
-from ..config import GPTConfig
-from ..hooks import ActivationCache
-from ..model import GPT
-from ..tokenizer import position_labels, token_labels
+from ..model.config import GPTConfig
+from ..model.hooks import ActivationCache
+from ..model.model import GPT
+from ..model.tokenizer import position_labels, token_labels
 from .display import MEAN_HEAD
 from .models import ModelSpec, require_capture
 from .sidebar import require_model, require_prompt

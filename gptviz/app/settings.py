@@ -9,9 +9,9 @@ as before.
 """
 from __future__ import annotations
 
-from ..config import NORM_TYPES, PRESETS
+from ..model.config import NORM_TYPES, PRESETS
 from ..figures.attention import DEFAULT_SCALE, SCALES
-from ..tokenizer import EOT, EOT_ID
+from ..model.tokenizer import EOT, EOT_ID
 from .rules import Choice, Flag, Heads, Number, Setting, Text, UnitRule, Whole
 
 # ---- the choices settings offer, by the labels the widgets show ---------------------------------------------------
@@ -237,7 +237,7 @@ NORMS_PRESET = Setting("norms_preset", "Architecture", "gpt2-small", rule=Choice
                             "weights are random either way.")
 NORMS_DEPTH = Setting("norms_depth", "Layers", 12, rule=Whole(1, 48))
 NORMS_WIDTH = Setting("norms_width", "Width (d_model)")  # the preset's widths that keep its heads: the page's
-NORMS_INIT = Setting("norms_init", "Init", "gpt2",  # options: gptviz.wiring.INITS
+NORMS_INIT = Setting("norms_init", "Init", "gpt2",  # options: gptviz.methods.wiring.INITS
                      help="GPT-2: normal(0, 0.02) with residual projections scaled by 1/√(2L). Xavier: Xavier-uniform "
                           "matrices, as in the paper. Embeddings are normal(0, 0.02) in both.")
 NORMS_SEED = Setting("norms_seed", "Seed", 0, rule=SEEDS)

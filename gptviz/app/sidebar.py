@@ -8,12 +8,12 @@ from typing import NamedTuple
 import streamlit as st
 
 from .. import GPT, PRESETS
-from ..config import ConfigError
-from ..devices import available_devices, available_dtypes
-from ..limits import LimitError
-from ..params import total_params
-from ..tokenizer import fit_vocabulary, get_tokenizer
-from ..weights import CheckpointError, bundled_models, hub_copy_on_disk
+from ..model.config import ConfigError
+from ..serve.devices import available_devices, available_dtypes
+from ..serve.limits import LimitError
+from ..model.params import total_params
+from ..model.tokenizer import fit_vocabulary, get_tokenizer
+from ..model.weights import CheckpointError, bundled_models, hub_copy_on_disk
 from . import keys as K
 from . import settings as S
 from .display import EXPORT_FORMATS, md_text
@@ -88,7 +88,7 @@ def bundled_description(name: str) -> str:
                 "held-out plays")
     else:
         text = f"trained on {data or 'unrecorded data'}"
-    from ..evaluate import training_stages
+    from ..training.evaluate import training_stages
     stages = training_stages(training)
     shares = [stage.get("settings", {}).get("copy_fraction", 0) for stage in stages]
     if any(shares):

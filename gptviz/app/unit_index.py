@@ -1,7 +1,7 @@
 """Neuron indexes for the unit page: the shipped index of a bundled model, or one built on request and kept on
 disk per model, each loaded once per process (bounded by GPTVIZ_INDEX_CACHE_MB) with its corpus documents.
 
-A build is bounded by the server's limits (gptviz.limits): the tokens it scans (GPTVIZ_INDEX_TOKENS), its memory,
+A build is bounded by the server's limits (gptviz.serve.limits): the tokens it scans (GPTVIZ_INDEX_TOKENS), its memory,
 estimated before it starts (GPTVIZ_INDEX_MB), scans at once on the server (GPTVIZ_INDEX_BUILDS), and one at a time
 per visitor (session and address). Built indexes live in the user's cache folder (GPTVIZ_INDEX_DIR, else
 $XDG_CACHE_HOME/gptviz/indexes), never in the checkout; messages never name the folder.
@@ -18,10 +18,10 @@ from typing import Callable, NamedTuple
 
 
 from .. import index as ix
-from .. import limits, memory
-from ..atomic_write import TEMP_PREFIX, atomic_folder
-from ..bounded_cache import BoundedCache
-from ..limits import LimitError
+from ..serve import limits, memory
+from ..serve.atomic_write import TEMP_PREFIX, atomic_folder
+from ..serve.bounded_cache import BoundedCache
+from ..serve.limits import LimitError
 from . import keys as K
 from .jobs import client_address, process_wide, session_id
 from .models import ModelSpec, load_model
@@ -308,7 +308,7 @@ def _is_fingerprint(name: str) -> bool:
 
 
 def _shipped_folders() -> set[Path]:
-    from ..weights import bundled_models
+    from ..model.weights import bundled_models
     return {ix.index_folder(name).resolve() for name in bundled_models()}
 
 

@@ -45,8 +45,8 @@ def import_pages() -> None:
 
 def warm_home_page() -> None:
     """Load the default model and run the captures the home page (Attention) makes on the default prompt."""
-    from ..tokenizer import get_tokenizer
-    from ..weights import hub_copy_on_disk
+    from ..model.tokenizer import get_tokenizer
+    from ..model.weights import hub_copy_on_disk
     from . import models
     from .sidebar import DEFAULT_PROMPT, HUB_GPT2, default_model_spec
     hub_copy_on_disk(HUB_GPT2)  # the sidebar's Hub button asks this every run; the first ask imports huggingface_hub

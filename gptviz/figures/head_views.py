@@ -150,7 +150,7 @@ def _signed_heatmap(z, *, x_text=None, y_text=None, name: str, text: bool = Fals
 def head_steps_figure(steps, labels: list[str], *, title: str | None = None) -> go.Figure:
     """One head's computation for one query with the real numbers and the shape of each step: the input x, the
     head's query, keys and values, q·kᵀ, the 1/√d_head scale, the causal mask, softmax, the weighted sum z and
-    the output projection back into the residual stream. `steps`: a gptviz.head_steps.HeadSteps."""
+    the output projection back into the residual stream. `steps`: a gptviz.methods.head_steps.HeadSteps."""
     T, C = steps.x.shape
     dh, qi = steps.q.shape[0], steps.query
     texts = escaped(labels)

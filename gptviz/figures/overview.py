@@ -155,7 +155,7 @@ def _boxes(groups: list[list[Cell]], wide: bool) -> list[tuple[Cell, float, floa
 
 def overview_figure(ov, names: dict[int, str], position_labels: list[str], labels: list[str],
                     layout: str = "wide", top: int = 5) -> go.Figure:
-    """The forward pass at `ov.position` (gptviz.analysis.overview.ForwardOverview) as boxes; layout "wide"
+    """The forward pass at `ov.position` (gptviz.methods.overview.ForwardOverview) as boxes; layout "wide"
     (stages left to right) or "tall" (stages top to bottom)."""
     wide = layout == "wide"
     compact = not wide or len(ov.blocks) > ROOMY_BLOCKS

@@ -7,7 +7,7 @@ from typing import NamedTuple
 import pandas as pd
 import plotly.graph_objects as go
 
-from ..params import COMPONENTS, GROUPS
+from ..model.params import COMPONENTS, GROUPS
 from .common import apply_layout
 
 COMPONENT_COLORS = dict(zip(COMPONENTS, ("#4c78a8", "#9ecae9", "#f58518", "#ffbf79", "#54a24b", "#88d27a",

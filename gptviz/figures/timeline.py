@@ -1,12 +1,12 @@
-"""Figures of a training timeline (gptviz.snapshots): detector scores and losses over steps with the viewed step
+"""Figures of a training timeline (gptviz.training.snapshots): detector scores and losses over steps with the viewed step
 marked, and every head's map at one step."""
 from __future__ import annotations
 
 import numpy as np
 import plotly.graph_objects as go
 
-from ..snapshots import Snapshots, formed_step
-from ..unit_id import head_id
+from ..training.snapshots import Snapshots, formed_step
+from ..model.unit_id import head_id
 from .attention import model_view
 from .common import apply_layout, legend_on_top_room
 

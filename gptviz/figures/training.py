@@ -1,7 +1,7 @@
 """Figures for training runs: loss curves of one or more runs overlaid, the step-by-step gradient norm and
 learning rate, and the next-token distributions of twins. Pure Plotly: history records in, go.Figure out.
 
-A history is a list of step records as written by gptviz.train: {step, lr, train_loss, grad_norm,
+A history is a list of step records as written by gptviz.training.train: {step, lr, train_loss, grad_norm,
 val_loss (None except at evaluations), elapsed_s}.
 """
 from __future__ import annotations
@@ -42,7 +42,7 @@ def ema(values, alpha: float) -> np.ndarray:
 
 def full_vocab_switch(histories: dict[str, list[dict]]) -> int | None:
     """The first step whose training loss is over the full vocabulary, when earlier steps were normalised
-    over the corpus's own ids only (records with full_vocab False; see gptviz.train); else None."""
+    over the corpus's own ids only (records with full_vocab False; see gptviz.training.train); else None."""
     for history in histories.values():
         if any(h.get("full_vocab") is False for h in history):
             return next((h["step"] for h in history if h.get("full_vocab", True)), None)

@@ -31,7 +31,7 @@ def example_rows(index, contexts, examples, *, by_attention: bool = False) -> li
     when that follows an earlier copy of the peak token: induction). `by_attention`: a head's rows coloured by
     where the peak looks instead of by its output norm."""
     from ..index.read import attended
-    from ..tokenizer import token_labels
+    from ..model.tokenizer import token_labels
     rows = []
     for e, c in zip(examples, contexts):
         held = index.documents[e.doc]["held_out"]

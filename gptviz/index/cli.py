@@ -80,8 +80,8 @@ def _shard(text: str) -> tuple[int, int]:
 def run(args) -> int:
     import torch
 
-    from ..devices import place
-    from ..weights import bundled_models, load_pretrained
+    from ..serve.devices import place
+    from ..model.weights import bundled_models, load_pretrained
     from .progress import text_progress
     from .scan import finish_scan, plan_scan, scan_batches
     from .store import save_index

@@ -23,8 +23,8 @@ def corpus_documents(folder=None, held_out: Sequence[str] | None = None) -> list
     """A folder of plays (default: the complete works) as documents, one per file in `play_files` order, each the
     file's GPT-2 ids (no <|endoftext|>); `held_out` (default HELD_OUT_PLAYS) marks the plays the bundled models
     never trained on."""
-    from ..corpus import HELD_OUT_PLAYS, WORKS, play_files, play_name
-    from ..tokenizer import get_tokenizer
+    from ..training.corpus import HELD_OUT_PLAYS, WORKS, play_files, play_name
+    from ..model.tokenizer import get_tokenizer
     held = set(HELD_OUT_PLAYS if held_out is None else held_out)
     enc = get_tokenizer()
     return [Document(play_name(p), np.asarray(enc.encode(p.read_text(encoding="utf-8")), dtype=np.int64),
@@ -168,7 +168,7 @@ def tokenize_corpus(path, store: Path, *, text_column: str = "text", limit_token
     by, and are read back a slice at a time (IdsOnDisk): memory does not grow with the corpus. Blank documents are skipped;
     `limit_tokens` stops after that many tokens (the last document cut short). `progress(tokens, name)` after each
     document."""
-    from ..tokenizer import get_tokenizer
+    from ..model.tokenizer import get_tokenizer
     enc = get_tokenizer()
     spans, total = [], 0
     with open(store, "wb") as out:

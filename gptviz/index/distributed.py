@@ -34,8 +34,8 @@ def _scan_shard(model_source: str, docs, plan: ScanPlan, batches: range, device:
     """One Ray task: load the model where it runs, scan its batches, return the partial scan as numpy arrays."""
     import torch
 
-    from ..devices import place
-    from ..weights import load_pretrained
+    from ..serve.devices import place
+    from ..model.weights import load_pretrained
     from .scan import scan_batches
     torch.set_num_threads(max(1, threads))
     model = place(load_pretrained(model_source).eval(), device, dtype)

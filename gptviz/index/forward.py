@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..hooks import act_name, capturing
+from ..model.hooks import act_name, capturing
 from .units import head_write_norms
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..hooks import act_name, capture, capturing
+from ..model.hooks import act_name, capture, capturing
 from .constants import DEAD_PEAK, TOP_TOKENS
 from .corpus import Document, _as_documents, _checksum, corpus_documents, scoring_window, tokenize_corpus
 from .histograms import _edges
@@ -167,8 +167,8 @@ def example_contexts_nbytes(index: NeuronIndex, corpus_docs, examples: Sequence[
                             before: int = 24, after: int = 8) -> int:
     """What example_contexts holds at its peak, from its batch's size (B windows of up to T tokens): the captured
     unit hook (and the head's pattern), the forward pass's working memory, and a head's per-head writes."""
-    from ..memory import FLOAT32, forward_nbytes
-    from ..hooks import capture_nbytes
+    from ..serve.memory import FLOAT32, forward_nbytes
+    from ..model.hooks import capture_nbytes
     if not examples:
         return 0
     segments, _ = _context_plan(index, _as_documents(corpus_docs), examples, before, after)
@@ -183,7 +183,7 @@ def example_contexts_nbytes(index: NeuronIndex, corpus_docs, examples: Sequence[
 def units_at_nbytes(config, T: int) -> int:
     """What units_at holds at its peak on T tokens: the capture of every unit's hook with the forward pass beside
     it, each head's writes [T, heads, d_model] for one layer, and every unit's value and rank."""
-    from ..memory import FLOAT32, capture_work_nbytes
+    from ..serve.memory import FLOAT32, capture_work_nbytes
     n_units = config.n_layers * (config.d_ff + config.n_heads)
     return capture_work_nbytes(config, _unit_hooks(config), T) \
         + FLOAT32 * T * (config.n_heads * config.d_model + 2 * n_units)
@@ -329,7 +329,7 @@ def active_phrase(index: NeuronIndex, unit: UnitLike) -> str:
 def summary(index: NeuronIndex, unit: UnitLike) -> str:
     """One line about a unit, computed from the index, e.g. "L2N17: active on 4.1% of tokens; median -0.04,
     99% 0.61, peak 2.3; top tokens: ' the', ' my', ..."."""
-    from ..tokenizer import get_tokenizer
+    from ..model.tokenizer import get_tokenizer
     u = index.unit(unit)
     i = index.flat(u)
     a = index.arrays

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..atomic_write import atomic_file, atomic_write
+from ..serve.atomic_write import atomic_file, atomic_write
 from .constants import FORMAT, INDEX_JSON, INDEX_NPZ, TOKEN_UNITS, VERSION
 from .units import Unit, UnitLike, _as_unit, _flat, _unit_at
 
@@ -162,7 +162,7 @@ def _validate(meta: dict, arrays: dict[str, np.ndarray]) -> None:
 
 def index_folder(model_name: str) -> Path:
     """Where a bundled model's shipped index lives: gptviz/models/<name>/index."""
-    from ..weights import MODELS_DIR
+    from ..model.weights import MODELS_DIR
     return MODELS_DIR / model_name / "index"
 
 

@@ -6,8 +6,8 @@ from typing import Union
 import numpy as np
 import torch
 
-from ..hooks import act_name, capture
-from ..unit_id import Unit
+from ..model.hooks import act_name, capture
+from ..model.unit_id import Unit
 
 UnitLike = Union["Unit", str, int, tuple]
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 
-from ..tokenizer import EOT, EOT_ID, _load_ranks
+from ..model.tokenizer import EOT, EOT_ID, _load_ranks
 
 
 @functools.cache

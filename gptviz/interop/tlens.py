@@ -18,10 +18,10 @@ from collections.abc import Mapping
 
 import torch
 
-from ..config import GPTConfig
-from ..hooks import ActivationCache
-from ..model import GPT
-from ..checkpoint import _CONV1D, state_from_hf
+from ..model.config import GPTConfig
+from ..model.hooks import ActivationCache
+from ..model.model import GPT
+from ..model.checkpoint import _CONV1D, state_from_hf
 from .hf_tokenizer import gpt2_hf_tokenizer
 
 _ACTIVATION_TO_HF = {"gelu_tanh": "gelu_new", "gelu": "gelu", "relu": "relu"}

@@ -22,7 +22,7 @@ def figure_box(figures, title: str | None = None):
 
 def config_of(model_or_config):
     """A GPTConfig from a preset's name, a config or a model (anything with .config)."""
-    from ..config import GPTConfig
+    from ..model.config import GPTConfig
     from .. import PRESETS
     if isinstance(model_or_config, str):
         if model_or_config not in PRESETS:
@@ -38,7 +38,7 @@ def parameter_figures(model_or_config, label: str | None = None) -> list:
     """The Parameters page's figures for one config: where the parameters are, by component (counted by formula,
     no weights built), and per block when there are 2 to 200 blocks."""
     from ..figures import params as figs
-    from ..params import by_component, by_layer, param_table
+    from ..model.params import by_component, by_layer, param_table
     cfg = config_of(model_or_config)
     label = cfg.name if label is None else label
     table = param_table(cfg)
@@ -57,7 +57,7 @@ def parameters(model_or_config, label: str | None = None):
 
 def one_token(token, vocab_size: int) -> int:
     """A token given as its id or its text (which must be one GPT-2 token, with its leading space if it has one)."""
-    from ..tokenizer import encode
+    from ..model.tokenizer import encode
     if isinstance(token, str):
         ids = encode(token)
         if len(ids) != 1:
@@ -72,7 +72,7 @@ def one_token(token, vocab_size: int) -> int:
 def attribution_figures(model, ids, target, other, position: int = -1):
     """(DirectAttribution, [bars, heads grid]): "Why this token?"'s direct attribution of logit(target) -
     logit(other) at `position`, every part of the final residual stream and the heads as a layer x head grid."""
-    from ..attribution import direct_logit_attribution
+    from ..methods.attribution import direct_logit_attribution
     from ..figures import why as figs
     cfg = model.config
     ids = torch.as_tensor(ids, dtype=torch.long).reshape(1, -1)
@@ -89,7 +89,7 @@ def attribution_figures(model, ids, target, other, position: int = -1):
 def attribution(model, ids, target, other, position: int = -1):
     """Direct logit attribution as widgets: `.result` the DirectAttribution (its values sum to `.result.logit_diff`),
     `.figures` the bars and the heads' grid. `target` and `other`: one token each, as text or an id."""
-    from ..tokenizer import token_labels
+    from ..model.tokenizer import token_labels
     dla, figures = attribution_figures(model, ids, target, other, position)
     t, o = token_labels([dla.target, dla.other])
     box = figure_box(figures, f"logit({t}) - logit({o}) = {dla.logit_diff:+.3f}, the sum of the parts "

@@ -78,7 +78,7 @@ def labels_of(tokens, T: int) -> list[str]:
     if len(tokens) != T:
         raise ValueError(f"{len(tokens)} tokens for attention over {T} positions")
     if all(isinstance(t, (int, np.integer)) and not isinstance(t, bool) for t in tokens):
-        from ..tokenizer import get_tokenizer, token_labels
+        from ..model.tokenizer import get_tokenizer, token_labels
         n = get_tokenizer().n_vocab
         bad = [t for t in tokens if not 0 <= t < n]
         if bad:

@@ -1,4 +1,4 @@
-"""The pages' computations, as services: each reserves its working memory (gptviz.memory) before it runs, keeps its
+"""The pages' computations, as services: each reserves its working memory (gptviz.serve.memory) before it runs, keeps its
 result in the one process-wide results cache, and returns plain data a page draws.
 
 The results cache is a BoundedCache like the model and capture stores (gptviz.app.models): bounded by bytes
@@ -24,9 +24,9 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ... import limits, memory
-from ...bounded_cache import BoundedCache
-from ...limits import LimitError  # noqa: F401 (the pages catch it here)
+from ...serve import limits, memory
+from ...serve.bounded_cache import BoundedCache
+from ...serve.limits import LimitError  # noqa: F401 (the pages catch it here)
 from ..jobs import process_wide
 
 F = TypeVar("F", bound=Callable[..., Any])

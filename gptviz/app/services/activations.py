@@ -2,9 +2,10 @@
 built on the download's click, each within a reservation of the server's memory."""
 from __future__ import annotations
 
-from ... import analysis, limits, memory
+from ... import methods as analysis
+from ...serve import limits, memory
 from ...export import export_nbytes, prompt_capture_npz, prompt_capture_npz_nbytes
-from ...model import GPT
+from ...model.model import GPT
 from .. import models
 from . import cached
 

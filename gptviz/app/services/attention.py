@@ -9,12 +9,12 @@ from dataclasses import dataclass
 
 import torch
 
-from ... import analysis
-from ...config import GPTConfig
-from ...head_steps import (HeadSteps, attention_input_name, first_token_chance, first_token_scores, head_steps,
-                           row_shares, value_weighted, values_from_input)
-from ...hooks import ActivationCache
-from ...model import GPT
+from ... import methods as analysis
+from ...model.config import GPTConfig
+from ...methods.head_steps import (HeadSteps, attention_input_name, first_token_chance, first_token_scores, head_steps,
+                                   row_shares, value_weighted, values_from_input)
+from ...model.hooks import ActivationCache
+from ...model.model import GPT
 from .. import models
 
 CAPTURE_BYTES = 256 * 2**20  # most memory the cached weights of one prompt may take (layers x heads x T x T)
@@ -71,7 +71,7 @@ def head_worth_a_look(found: list[Detector]) -> tuple[int, int, Detector] | None
 
 
 def steps_of_head(model: GPT, cache: ActivationCache, layer: int, head: int, query: int) -> HeadSteps:
-    """One head's computation for one query, step by step, with the model's weights (gptviz.head_steps)."""
+    """One head's computation for one query, step by step, with the model's weights (gptviz.methods.head_steps)."""
     return head_steps(model, cache, layer, head, query)
 
 

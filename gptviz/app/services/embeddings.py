@@ -2,7 +2,7 @@
 token embeddings (results cache; the weights are the loaded model's, nothing new is allocated beyond the result)."""
 from __future__ import annotations
 
-from ... import analysis
+from ... import methods as analysis
 from .. import models
 from . import cached
 

@@ -2,8 +2,8 @@
 anything is generated (the live generation itself is gptviz.app.live's)."""
 from __future__ import annotations
 
-from ... import memory
-from ...generate import StepSummary, step_summary, stream
+from ...serve import memory
+from ...model.generate import StepSummary, step_summary, stream
 from . import cached
 
 

@@ -1,6 +1,6 @@
 """The Pre-norm vs post-norm page's computations: one set of random weights measured both ways, the paper's
-setting (gptviz.xiong), the bundled twins' captures, matched heads, records and histories, and their sampling.
-Each reserves what it holds in flight (gptviz.memory), keeps its result in the results cache, and returns plain
+setting (gptviz.methods.xiong), the bundled twins' captures, matched heads, records and histories, and their sampling.
+Each reserves what it holds in flight (gptviz.serve.memory), keeps its result in the results cache, and returns plain
 data the page and its views (gptviz/app/views/norms_*.py) draw."""
 from __future__ import annotations
 
@@ -11,14 +11,18 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ... import PRESETS, GPTConfig, analysis, limits, memory, training_log, weights, wiring, xiong
-from ...analysis import bigram_baseline
-from ...evaluate import corpus_of, recipe_differences
-from ...evaluate import twins_caveat as caveat_of_records
-from ...generate import generate
-from ...params import total_params
-from ...snapshots import formed_step, load_snapshots
-from ...tokenizer import token_labels
+from ... import PRESETS, GPTConfig, methods as analysis
+from ...serve import limits, memory
+from ...training import training_log
+from ...model import weights
+from ...methods import wiring, xiong
+from ...methods import bigram_baseline
+from ...training.evaluate import corpus_of, recipe_differences
+from ...training.evaluate import twins_caveat as caveat_of_records
+from ...model.generate import generate
+from ...model.params import total_params
+from ...training.snapshots import formed_step, load_snapshots
+from ...model.tokenizer import token_labels
 from .. import keys as K
 from .. import models
 from . import cached
@@ -195,19 +199,19 @@ def formed_at(folder: Path) -> dict[str, int | None]:
 
 @cached
 def paper_gradients(setting: xiong.ProbeSetting) -> xiong.FFNGradients:
-    from ...training_jobs import corpus_tokens
+    from ...serve.training_jobs import corpus_tokens
     return xiong.measure_ffn_gradients(setting, PRESETS[PAPER_BASE], corpus_tokens())
 
 
 @cached
 def paper_scaling(setting: xiong.ProbeSetting, depths: tuple[int, ...], matrix: str) -> xiong.DepthScaling:
-    from ...training_jobs import corpus_tokens
+    from ...serve.training_jobs import corpus_tokens
     return xiong.depth_scaling(setting, PRESETS[PAPER_BASE], corpus_tokens(), depths, matrix)
 
 
 @cached
 def twins_gradients(pre: str, post: str, setting: xiong.ProbeSetting) -> xiong.FFNGradients:
-    from ...training_jobs import corpus_tokens
+    from ...serve.training_jobs import corpus_tokens
     loaded = {n: models.load_model(models.ModelSpec(K.SOURCE_BUNDLED, name, n)) for n, name in
               (("pre", pre), ("post", post))}
     return xiong.trained_ffn_gradients(loaded, corpus_tokens(), setting)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ... import PRESETS, limits, memory, warmup
-from ...generate import generate
-from ...limits import ServerLimits
-from ...train import TrainSettings
-from ...training_jobs import JobSpec, corpus_tokens
+from ... import PRESETS
+from ...serve import limits, memory
+from ...training import warmup
+from ...model.generate import generate
+from ...serve.limits import ServerLimits
+from ...training.train import TrainSettings
+from ...serve.training_jobs import JobSpec, corpus_tokens
 from . import cached
 
 WIRINGS = {"both": "pre and post, same batches", "pre": "pre-norm only", "post": "post-norm only"}

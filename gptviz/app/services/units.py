@@ -4,9 +4,9 @@ are gptviz.app.unit_index's)."""
 from __future__ import annotations
 
 from ... import index as ix
-from ... import limits, memory
-from ...limits import TOKEN_BOX_CHARS  # noqa: F401 (the page's one-token boxes read it here)
-from ...model import GPT
+from ...serve import limits, memory
+from ...serve.limits import TOKEN_BOX_CHARS  # noqa: F401 (the page's one-token boxes read it here)
+from ...model.model import GPT
 from .. import models
 from .. import unit_index as ui
 from . import cached

@@ -1,20 +1,21 @@
 """The Why this token? page's measurements: next-token probabilities with heads ablated, direct attribution,
 continuations, an edited layer's attention, the patching sweeps, saliency and the information-flow graph. Each
-reserves its working memory first (gptviz.memory), is kept in the results cache, and returns plain data; every
-number comes from gptviz.attribution / gptviz.interventions / gptviz.flow."""
+reserves its working memory first (gptviz.serve.memory), is kept in the results cache, and returns plain data; every
+number comes from gptviz.methods.attribution / gptviz.methods.interventions / gptviz.methods.flow."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import torch
 
-from ... import attribution, flow, limits, memory
-from ...config import GPTConfig
-from ...generate import generate
-from ...hooks import act_name
-from ...interventions import ablate_heads, run_with_edits
-from ...tokenizer import decode, encode, fit_vocabulary, token_labels
-from ...work_clock import WorkClock, too_long
+from ...methods import attribution, flow
+from ...serve import limits, memory
+from ...model.config import GPTConfig
+from ...model.generate import generate
+from ...model.hooks import act_name
+from ...methods.interventions import ablate_heads, run_with_edits
+from ...model.tokenizer import decode, encode, fit_vocabulary, token_labels
+from ...serve.work_clock import WorkClock, too_long
 from .. import jobs, models
 from . import cached
 

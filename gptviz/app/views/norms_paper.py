@@ -1,5 +1,5 @@
 """The Pre-norm vs post-norm page's "The paper's setting" tab, drawn: Xiong et al.'s claims checked at their own
-setting (gptviz.xiong through gptviz.app.services.norms). Layout only."""
+setting (gptviz.methods.xiong through gptviz.app.services.norms). Layout only."""
 from __future__ import annotations
 
 import time
@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import streamlit as st
 
-from ... import xiong
+from ...methods import xiong
 from ...figures import norms as fig_norms
 from .. import display
 from .. import keys as K

@@ -10,11 +10,12 @@ from dataclasses import dataclass
 import numpy as np
 import streamlit as st
 
-from ... import PRESETS, GPTConfig, wiring
-from ...config import ConfigError
+from ... import PRESETS, GPTConfig
+from ...methods import wiring
+from ...model.config import ConfigError
 from ...figures import norms as fig_norms
-from ...params import total_params
-from ...tokenizer import token_labels
+from ...model.params import total_params
+from ...model.tokenizer import token_labels
 from .. import display, sidebar
 from .. import keys as K
 from .. import settings as S

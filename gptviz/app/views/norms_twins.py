@@ -8,13 +8,15 @@ from dataclasses import dataclass
 import pandas as pd
 import streamlit as st
 
-from ... import GPTConfig, analysis, unit_id, weights, wiring
-from ...config import ConfigError
+from ... import GPTConfig, methods as analysis
+from ...model import unit_id, weights
+from ...methods import wiring
+from ...model.config import ConfigError
 from ...figures import norms as fig_norms
 from ...figures import training as fig_train
-from ...generate import check_sampling
-from ...snapshots import FORMED_THRESHOLD
-from ...tokenizer import decode, token_labels
+from ...model.generate import check_sampling
+from ...training.snapshots import FORMED_THRESHOLD
+from ...model.tokenizer import decode, token_labels
 from .. import display, models, sidebar
 from .. import keys as K
 from .. import settings as S

@@ -11,10 +11,10 @@ from .. import settings as S
 from ..models import ModelSpec
 from ..services import why as services
 from ..services.why import IG_STEPS, pieces
-from ...attribution import patching_work, saliency_work
-from ...config import GPTConfig
+from ...methods.attribution import patching_work, saliency_work
+from ...model.config import GPTConfig
 from ...figures import why as figs
-from ...work_clock import WorkClock
+from ...serve.work_clock import WorkClock
 
 state = st.session_state
 AUTO_RUN_S = 5.0    # a measurement estimated longer than this waits for a click

@@ -1,0 +1,242 @@
+"""One background training run: its spec, its progress as snapshots for drawing, and its checkpoints as zips.
+
+A training run must not hold up the script run of the session that started it, nor any other session's
+pages, so each job trains in its own daemon thread (gptviz.training.train.train_models, the same loop the CLI uses)
+and the page only reads snapshots of its progress. Jobs live in a JobRegistry shared by every session on
+the server (the app holds one per process: gptviz.app.jobs.training_registry), guarded by a lock; a
+session keeps the ids of its own jobs.
+
+A training Job keeps the server's torch thread count. The warmup scenario runs on one thread while it runs: its
+nine small models step one after another, and two OpenMP threads on a shared 2-core CPU wait on each other (a step
+of its 12-layer model took 0.15 s on one thread and 0.37-4 s on two, at a load average of 2). torch.set_num_threads
+sets the calling thread's count and also the default that threads started later take, so the job puts the
+server's count back when it ends (gptviz.serve.live_generation.torch_threads).
+"""
+from __future__ import annotations
+
+import functools
+import io
+import tempfile
+import threading
+import time
+import zipfile
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from ..model.config import GPTConfig
+from .memory import Reservation
+from ..model.model import GPT
+from ..training.train import StepLog, TrainResult, TrainSettings, format_eta, load_corpus, train_models, write_history
+from ..model.weights import save_checkpoint
+
+QUEUED, LOADING, RUNNING, DONE, STOPPED, FAILED = "queued", "loading", "running", "done", "stopped", "failed"
+FINISHED = (DONE, STOPPED, FAILED)
+ALIVE_CHECK_S = 5.0  # how often a run asks whether the session that started it is still there
+
+
+class JobLimitError(RuntimeError):
+    """Too many training runs are going on this server; the message says what to do."""
+
+
+@functools.lru_cache(maxsize=1)
+def corpus_tokens() -> torch.Tensor:
+    """Tiny Shakespeare as GPT-2 ids, tokenised once per process."""
+    return load_corpus()
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    configs: dict[str, GPTConfig]      # run name -> model config; all trained on the same batches
+    settings: TrainSettings
+    init: str = "gpt2"
+    label: str = ""                    # a short description for people
+    snapshot_every: int = 0            # record heads every K steps while training (gptviz.training.snapshots; 0 = none)
+
+    def __post_init__(self):
+        if not self.configs:
+            raise ValueError("a training job needs at least one model config")
+        if self.init not in ("gpt2", "xavier"):
+            raise ValueError(f"init must be 'gpt2' or 'xavier', got {self.init!r}")
+        block = self.settings.block_size
+        for name, cfg in self.configs.items():
+            if block is not None and block > cfg.n_ctx:
+                raise ValueError(f"block size {block} is longer than {name}'s context of {cfg.n_ctx} positions")
+
+
+@dataclass
+class JobSnapshot:
+    """A consistent copy of a job's state for drawing (the job keeps training meanwhile)."""
+    id: str
+    status: str
+    logs: dict[str, list[dict]]
+    steps_done: int
+    total_steps: int
+    elapsed_s: float
+    eta: str
+    error: str | None
+    stop_requested: bool
+
+    @property
+    def finished(self) -> bool:
+        return self.status in FINISHED
+
+    @property
+    def fraction(self) -> float:
+        return self.steps_done / self.total_steps if self.total_steps else 0.0
+
+    @property
+    def progress_text(self) -> str:
+        """"Running: step 120 of 800, 45 s, about 4m15s left" (the time left from the pace so far, once there is one)."""
+        text = f"{self.status.capitalize()}: step {self.steps_done} of {self.total_steps}, {self.elapsed_s:.0f} s"
+        return text + (f", about {self.eta} left" if self.status == RUNNING and self.steps_done else "")
+
+
+@dataclass
+class Job:
+    id: str
+    spec: JobSpec
+    created: float = field(default_factory=time.time)
+    status: str = QUEUED
+    error: str | None = None
+    models: dict[str, GPT] = field(default_factory=dict)
+    results: dict[str, TrainResult] = field(default_factory=dict)
+    started_s: float | None = None     # perf_counter when training (not corpus loading) began
+    finished_s: float | None = None
+    _logs: dict[str, list[dict]] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _stop: threading.Event = field(default_factory=threading.Event, repr=False)
+    _thread: threading.Thread | None = field(default=None, repr=False)
+    _zips: dict[str, bytes] = field(default_factory=dict, repr=False)
+    owner: str | None = None               # the browser session that started it
+    address: str = ""                      # the client address of that session (per-address fairness)
+    max_seconds: float | None = None       # wall-time budget of the training loop
+    alive: Callable[[], bool] | None = field(default=None, repr=False)  # is the owner still connected?
+    stop_reason: str | None = None         # why the run ended early, for people ("stopped", "time", "left")
+    _checked_alive: float = field(default=0.0, repr=False)
+    reservation: Reservation | None = field(default=None, repr=False)  # its memory, released when it ends
+    snapshots: dict = field(default_factory=dict)  # run name -> gptviz.training.snapshots.Snapshots, read while it trains
+    # called with the job once its models exist (in its own thread, before anyone can see it finished): the app
+    # offers them to the owner's other pages from here, not from a page run that a click may cut short
+    on_models: Callable[["Job"], None] | None = field(default=None, repr=False)
+
+    # ---- control --------------------------------------------------------------------------------------------
+    def request_stop(self, reason: str = "stopped") -> None:
+        """Ask the run to end after the step in progress (the models trained so far are kept)."""
+        if not self._stop.is_set():
+            self.stop_reason = reason
+        self._stop.set()
+
+    def _should_stop(self) -> bool:
+        """Checked before every step: a stop request, the wall-time budget, or the owner's session gone (asked
+        at most every ALIVE_CHECK_S seconds)."""
+        if self._stop.is_set():
+            return True
+        if self.max_seconds is not None and self.started_s is not None \
+                and time.perf_counter() - self.started_s > self.max_seconds:
+            self.request_stop("time")
+        elif self.alive is not None and time.monotonic() - self._checked_alive > ALIVE_CHECK_S:
+            self._checked_alive = time.monotonic()
+            if not self.alive():
+                self.request_stop("left")
+        return self._stop.is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the job has finished (True) or the timeout passed (False)."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+        return self.status in FINISHED
+
+    @property
+    def finished(self) -> bool:
+        return self.status in FINISHED
+
+    # ---- progress -------------------------------------------------------------------------------------------
+    def _on_step(self, name: str, log: StepLog) -> None:
+        with self._lock:
+            self._logs.setdefault(name, []).append(asdict(log))
+
+    def snapshot(self) -> JobSnapshot:
+        with self._lock:
+            logs = {name: list(records) for name, records in self._logs.items()}
+            status, error = self.status, self.error
+            started, finished = self.started_s, self.finished_s
+        total = self.spec.settings.steps
+        done = min((len(logs.get(name, [])) for name in self.spec.configs), default=0)
+        now = finished if finished is not None else time.perf_counter()
+        elapsed = now - started if started is not None else 0.0
+        eta = "0m00s" if status in FINISHED else format_eta(done, total, elapsed)
+        return JobSnapshot(self.id, status, logs, done, total, elapsed, eta, error, self._stop.is_set())
+
+    # ---- the run --------------------------------------------------------------------------------------------
+    def _set(self, **fields) -> None:
+        with self._lock:
+            for key, value in fields.items():
+                setattr(self, key, value)
+
+    def run(self, tokens: torch.Tensor | None = None) -> None:
+        """Train (in the calling thread); the registry calls this from a background thread."""
+        if threading.current_thread() is not threading.main_thread():
+            from .live_generation import run_in_background
+            run_in_background()  # the pages' threads first
+        try:
+            self._set(status=LOADING)
+            tokens = corpus_tokens() if tokens is None else tokens
+            if self._stop.is_set():
+                self._set(status=STOPPED, started_s=time.perf_counter(), finished_s=time.perf_counter())
+                return
+            recorders = self._recorders(tokens)
+            self._set(status=RUNNING, started_s=time.perf_counter())
+            models, results = train_models(self.spec.configs, self.spec.settings, tokens,
+                                           on_step=self._on_step, should_stop=self._should_stop,
+                                           init=self.spec.init, recorders=recorders)
+            stopped = any(r.stopped_early for r in results.values())
+            self._set(models=models, results=results)
+            if self.on_models is not None and models:
+                self.on_models(self)
+            self._set(status=STOPPED if stopped else DONE, finished_s=time.perf_counter())
+        except Exception as err:  # a background thread has no one to raise to: record it for the page
+            self._set(status=FAILED, error=f"{type(err).__name__}: {err}", finished_s=time.perf_counter())
+        finally:
+            if self.reservation is not None:  # the trained models stay; whoever keeps them counts them
+                self.reservation.release()
+
+    def _recorders(self, tokens: torch.Tensor) -> dict | None:
+        """Snapshot recorders for each run when the spec asks for them, on probes of the ids the run copies."""
+        if not self.spec.snapshot_every:
+            return None
+        from ..training.snapshots import SnapshotRecorder, default_probes, empty_snapshots
+        from ..training.train import most_frequent_ids, split
+        s = self.spec.settings
+        train, val = split(tokens, s.val_fraction)
+        copy_ids = most_frequent_ids(train, s.copy_vocab) if s.copy_fraction else None
+        block = s.block_size or min(c.n_ctx for c in self.spec.configs.values())
+        probes = default_probes(train, val, copy_ids, max_tokens=block)
+        recorders = {name: SnapshotRecorder(empty_snapshots(cfg, probes, self.spec.snapshot_every), val, block)
+                     for name, cfg in self.spec.configs.items()}
+        self._set(snapshots={name: r.snaps for name, r in recorders.items()})
+        return recorders
+
+    # ---- results --------------------------------------------------------------------------------------------
+    def checkpoint_zip(self, name: str) -> bytes:
+        """A zip of the trained model `name`: model.safetensors, config.json, history.json, history.csv.
+        Load it with gptviz.model.weights.load_checkpoint(folder) after unzipping."""
+        if name not in self.models:
+            raise KeyError(f"no trained model {name!r} in job {self.id} (status {self.status})")
+        if name not in self._zips:
+            with tempfile.TemporaryDirectory() as tmp:
+                folder = Path(tmp) / f"{self.id}-{name}"
+                result = self.results[name]
+                save_checkpoint(self.models[name], folder, extra={"training": {
+                    "settings": result.settings, "init": self.spec.init, "final": result.final,
+                    "stopped_early": result.stopped_early}})
+                if result.history:
+                    write_history(result, folder)
+                buffer = io.BytesIO()
+                with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as zf:
+                    for path in sorted(folder.iterdir()):
+                        zf.write(path, f"{folder.name}/{path.name}")
+                self._zips[name] = buffer.getvalue()
+        return self._zips[name]

@@ -315,3 +315,56 @@ def test_attention_entropy_of_every_layer_is_taken_in_slices_with_the_same_value
     monkeypatch.setattr(torch.special, "entr", lambda x: sizes.append(x.numel()) or real(x))
     assert torch.allclose(entropy.attention_entropy(p), whole, atol=1e-5)
     assert max(sizes) <= 2 * 40 * 40                 # never the whole [layers, heads, T, T] at once
+
+
+class FakeProcess:
+    """A process as the accountant sees it: a fixed overhead, what the accountant counts, and the freed memory the
+    allocator keeps (resident, uncounted) until it is released."""
+
+    def __init__(self, overhead: int):
+        self.overhead, self.kept, self.releases = overhead, 0, 0
+        self.accountant: MemoryAccountant | None = None
+
+    def resident(self) -> int:
+        counted = self.accountant.in_use if self.accountant is not None else 0
+        return self.overhead + counted + self.kept
+
+    def release(self) -> bool:
+        self.releases += 1
+        self.kept = 0
+        return True
+
+
+def accountant_in(process: FakeProcess, budget: int) -> MemoryAccountant:
+    process.accountant = MemoryAccountant(budget, wait_s=0, resident=process.resident, release_freed=process.release)
+    return process.accountant
+
+
+def test_work_that_does_not_fit_beside_the_freed_memory_kept_releases_it_first():
+    process = FakeProcess(overhead=500 * MiB)
+    acc = accountant_in(process, 100 * MiB)
+    process.kept = 60 * MiB
+    with acc.reserve(30 * MiB, "small work"):          # 30 + 60 kept <= 100: the heap keeps its memory
+        assert process.releases == 0
+    with acc.reserve(50 * MiB, "a capture"):           # 50 + 60 > 100: released before it is admitted
+        assert process.releases == 1 and process.kept == 0 and acc.releases_of_freed == 1
+    assert acc.in_use == 0
+
+
+def test_the_freed_memory_kept_is_not_a_reason_to_refuse():
+    """Kept memory can always go back to the kernel, so only what is counted decides a refusal."""
+    process = FakeProcess(overhead=500 * MiB)
+    acc = accountant_in(process, 100 * MiB)
+    process.kept = 200 * MiB
+    held = acc.acquire(90 * MiB, "a capture")
+    assert process.releases == 1
+    with pytest.raises(LimitError):
+        acc.acquire(20 * MiB, "another")
+    held.release()
+    acc.acquire(20 * MiB, "another").release()
+
+
+def test_the_servers_accountant_reads_the_real_process():
+    from gptviz.serve import allocator
+    acc = memory.accountant()
+    assert acc._resident is allocator.resident_bytes and acc._release_freed is allocator.release_freed_memory

@@ -12,8 +12,10 @@ that ends in another thread), and the caches report what they store, so one tota
 A reservation that does not fit first asks the caches to drop their least recently used entries (never one in
 use), then waits up to `wait_s` for other work to end, then is refused with a LimitError that says what was asked
 and what holds the rest. The estimates (below) are computed from the config and the sizes before anything runs;
-they count float32 tensors at their peak, so what they miss is the fixed overhead: the interpreter, torch, the
-allocator's free lists and the page's own drawing (docs/benchmarks-history.md, "Hostile load", measures it).
+they count float32 tensors at their peak, so what they miss is the fixed overhead: the interpreter, torch and the
+page's own drawing (docs/benchmarks-history.md, "Hostile load", measures it). Memory the C allocator keeps after work
+ends is resident too: before admitting work, the process's accountant counts it beside the rest and, when the work
+would not fit beside it, gives it back to the kernel first (gptviz.serve.allocator).
 
 The library never reserves by itself: the app does (gptviz.app.models, jobs, live), so scripts and notebooks run
 unbounded. No Streamlit here: the accountant is a module object no client can clear.
@@ -23,10 +25,11 @@ from __future__ import annotations
 import functools
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from contextlib import contextmanager
 from typing import Protocol
 
+from . import allocator
 from .limits import LimitError, server_limits
 
 FLOAT32 = 4
@@ -59,10 +62,17 @@ class Reservation:
 class MemoryAccountant:
     """The server's memory budget: what the caches store plus what work in flight has reserved. Thread-safe."""
 
-    def __init__(self, budget_bytes: int, wait_s: float = 30.0):
+    def __init__(self, budget_bytes: int, wait_s: float = 30.0, *, resident: Callable[[], int | None] | None = None,
+                 release_freed: Callable[[], object] | None = None):
+        """`resident` reads the process's resident bytes and `release_freed` gives the allocator's freed memory back
+        to the kernel (gptviz.serve.allocator's, for the server; None: only what is counted is looked at). The
+        resident size at creation is the fixed overhead; whatever grows beyond it and the count is uncounted."""
         if budget_bytes < 1:
             raise ValueError("the memory budget must be at least one byte")
         self.budget, self.wait_s = budget_bytes, wait_s
+        self._resident, self._release_freed = resident, release_freed
+        self._overhead = (resident() or 0) if resident is not None else 0
+        self.releases_of_freed = 0  # how often kept memory went back to the kernel to make room
         self._cond = threading.Condition()
         self._stored = 0
         self._work: dict[int, Reservation] = {}
@@ -125,6 +135,7 @@ class MemoryAccountant:
             with self._cond:
                 short = self._total() + nbytes - self.budget
                 if short <= 0:
+                    self._make_room_in_the_allocator(nbytes)
                     reservation = Reservation(self, nbytes, what)
                     self._work[id(reservation)] = reservation
                     self.peak = max(self.peak, self._total())
@@ -140,6 +151,17 @@ class MemoryAccountant:
                 if left <= 0:
                     raise LimitError(self._refusal(nbytes, what))
                 self._cond.wait(min(left, 0.5))  # woken by a release; a cache dropping entries re-checks too
+
+    def _make_room_in_the_allocator(self, nbytes: int) -> None:
+        """Work that fits the count may not fit beside what is resident but uncounted, mostly the freed memory the
+        allocator keeps (a few hundred MiB per thread that ran a capture): give that back first. Under the lock, so
+        two admissions cannot both skip it. Never a refusal: only the count decides that."""
+        if self._resident is None or self._release_freed is None:
+            return
+        uncounted = max(0, (self._resident() or 0) - self._overhead - self._total())
+        if self._total() + nbytes + uncounted > self.budget:
+            self._release_freed()
+            self.releases_of_freed += 1
 
     @contextmanager
     def reserve(self, nbytes: int, what: str, wait_s: float | None = None):
@@ -169,7 +191,8 @@ class MemoryAccountant:
 @functools.lru_cache(maxsize=1)
 def accountant() -> MemoryAccountant:
     """The process's accountant, its budget GPTVIZ_MEMORY_MB (made on first use, never cleared)."""
-    return MemoryAccountant(server_limits().memory_mb * 2**20)
+    return MemoryAccountant(server_limits().memory_mb * 2**20, resident=allocator.resident_bytes,
+                            release_freed=allocator.release_freed_memory)
 
 
 def reserve(nbytes: int, what: str, wait_s: float | None = None):

@@ -28,8 +28,7 @@ def duplicate_token_scores(patterns: torch.Tensor, ids) -> torch.Tensor:
     has_copy = same.any(-1)
     if not has_copy.any():
         return torch.zeros(patterns.shape[:2])
-    mass = (patterns * same).sum(-1)  # [L, H, T]
-    return mass[..., has_copy].mean(-1)
+    return _masked_row_mass(patterns, same)[..., has_copy].mean(-1)
 
 
 def _after_earlier_copies(ids) -> torch.Tensor:
@@ -50,7 +49,13 @@ def prompt_induction_scores(patterns: torch.Tensor, ids) -> torch.Tensor:
     has_copy = follows.any(-1)
     if not has_copy.any():
         return torch.zeros(patterns.shape[:2])
-    return (patterns * follows).sum(-1)[..., has_copy].mean(-1)
+    return _masked_row_mass(patterns, follows)[..., has_copy].mean(-1)
+
+
+def _masked_row_mass(patterns: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """[..., T]: each row's weight on the keys `mask` [T, T] marks, one slice of the leading axis at a time, so the
+    masked copy is a layer's, not the whole capture's (256 MiB for 12 x 12 heads at 682 tokens, issue 43)."""
+    return torch.stack([(part * mask).sum(-1) for part in patterns.unbind(0)])
 
 
 def prompt_induction_chance(ids) -> float:

@@ -202,6 +202,43 @@ def test_bundled_twins_loss_phase_is_marked():
         assert f"{key} (" in said[0] and all(f"{n}-norm {v}" in said[0] for n, v in by_norm.items())
 
 
+def test_the_trial_of_training_the_twins_alike_is_shown_with_its_own_numbers():
+    """The page says the twins were not trained alike, and why: the pre-norm twin retrained on post-norm's recipe
+    fails the check's bars. Every value in that table is the check.json's, and each mark its bar's verdict."""
+    import json
+    from gptviz.training import evaluate, recipe_trials
+    models = gptviz.model.weights.bundled_models()
+    pairs = wiring.trained_twins(list(models))
+    if not pairs:
+        pytest.skip("no bundled twins in gptviz/models")
+    at = open_page(**TINY)
+    trial = json.loads((models[pairs[0].pre] / recipe_trials.OTHER_RECIPE_CHECK).read_text())
+    bundled_post = json.loads((models[pairs[0].post] / "check.json").read_text())
+    table = next(d.value for d in at.dataframe if "pre-norm on post-norm's recipe" in d.value.columns)
+    rows = table.set_index("")
+    column = rows["pre-norm on post-norm's recipe"]
+    margin = next(r for r in rows.index if r.startswith("held-out loss below the bigram"))
+    assert column[margin] == f"{trial['margin']:.3f} " + ("✓" if trial["margin"] >= evaluate.MARGIN_NATS else "✗")
+    induction = next(r for r in rows.index if r.startswith("best induction head"))
+    h = trial["best_induction_head"]
+    assert column[induction].startswith(f"{h['score']:.3f} (L{h['layer']}H{h['head']}) ")
+    assert f"(chance {h['chance']:.3f})" in induction
+    assert column["bars cleared"] == f"{sum(trial['passes'].values())} of {len(trial['passes'])}"
+    assert rows["post-norm (bundled)"]["bars cleared"] == f"{sum(bundled_post['passes'].values())} of 6"
+    start, best, n = recipe_trials.logged_induction(models[pairs[0].post] / recipe_trials.OTHER_RECIPE_LOG)
+    said = next(c.value for c in at.caption if "The other way round" in c.value)
+    assert f"from {start:.3f} at the start to at best {best:.3f} over {n} logged evaluations" in said
+
+
+def test_a_logged_induction_column_is_read_whole(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_text("step 1/10 loss 7.6 val 10.8 prev 0.035 ind 0.014 rep 10.9\nstep 2/10 loss 7.5\n"
+                   "step 5/10 loss 7.0 val 9.0 prev 0.2 ind 0.061 rep 9\nstep 9/10 val 8 ind 0.040\n")
+    from gptviz.training import recipe_trials
+    assert recipe_trials.logged_induction(log) == (0.014, 0.061, 3)
+    assert recipe_trials.logged_induction(tmp_path / "missing.log") is None
+
+
 @pytest.mark.slow
 def test_the_twins_heads_are_shown_beside_their_match_not_their_index():
     """The pre-norm twin's previous-token head L0H0 is drawn beside the post-norm head that does the same job (its

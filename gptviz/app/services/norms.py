@@ -13,7 +13,7 @@ import torch
 
 from ... import PRESETS, GPTConfig, methods as analysis
 from ...serve import limits, memory
-from ...training import training_log
+from ...training import recipe_trials, training_log
 from ...model import weights
 from ...methods import wiring, xiong
 from ...methods import bigram_baseline
@@ -104,6 +104,21 @@ def recipe_of(bundled: dict, names: dict[str, str]) -> list[str]:
     """How the twins' training recipes differ (evaluate.recipe_differences); [] when trained alike."""
     records = training_records(bundled, names)
     return recipe_differences(records["pre"], records["post"])
+
+
+def other_recipe_trial(bundled: dict, names: dict[str, str]) -> list[dict[str, str]] | None:
+    """The pre-norm twin retrained on post-norm's recipe, checked, beside both bundled twins' checks (a row per bar);
+    None where any of the three check.json files is missing."""
+    folders = {norm: Path(bundled[name]) for norm, name in names.items()}
+    checks = {"pre-norm on post-norm's recipe": recipe_trials.read_check(folders["pre"] / recipe_trials.OTHER_RECIPE_CHECK),
+              "post-norm (bundled)": recipe_trials.read_check(folders["post"] / "check.json"),
+              "pre-norm (bundled)": recipe_trials.read_check(folders["pre"] / "check.json")}
+    return recipe_trials.bar_rows(checks) if all(checks.values()) else None
+
+
+def other_recipe_probe(bundled: dict, names: dict[str, str]) -> tuple[float, float, int] | None:
+    """The post-norm twin on pre-norm's recipe: its logged induction score at the start and at best (trial logs)."""
+    return recipe_trials.logged_induction(Path(bundled[names["post"]]) / recipe_trials.OTHER_RECIPE_LOG)
 
 
 def twins_caveat(bundled: dict, names: dict[str, str]) -> str | None:

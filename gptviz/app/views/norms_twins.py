@@ -15,6 +15,7 @@ from ...model.config import ConfigError
 from ...figures import norms as fig_norms
 from ...figures import training as fig_train
 from ...model.generate import check_sampling
+from ...training.evaluate import INDUCTION_BAR
 from ...training.snapshots import FORMED_THRESHOLD
 from ...model.tokenizer import decode, token_labels
 from .. import display, models, sidebar
@@ -51,6 +52,24 @@ def recipe_note(bundled: dict, names: dict[str, str]) -> None:
                    "curves and scores compare more than the LayerNorm placement: "
                    + "; ".join(differences[:6]) + ("; ..." if len(differences) > 6 else "")
                    + ". Each model card has its full recipe.")
+        trial = services.other_recipe_trial(bundled, names)
+        if trial is not None:
+            with st.expander("Why not trained alike? Pre-norm on post-norm's recipe, checked"):
+                st.dataframe(pd.DataFrame(trial), hide_index=True, width="stretch")
+                st.caption("The pre-norm twin retrained on post-norm's whole recipe (the same init, seeds, batches "
+                           "and schedule), then checked with `python -m gptviz check` on the held-out plays, beside "
+                           "the bundled twins' own checks." + other_way_round(bundled, names)
+                           + " gptviz/models/README.md (\"Trained alike\") has both runs' logs.")
+
+
+def other_way_round(bundled: dict, names: dict[str, str]) -> str:
+    """The post-norm twin's trial on pre-norm's recipe, from its log, as a sentence ("" without the log)."""
+    probe = services.other_recipe_probe(bundled, names)
+    if probe is None:
+        return ""
+    start, best, n = probe
+    return (f" The other way round, post-norm on pre-norm's recipe: its induction score went from {start:.3f} at the "
+            f"start to at best {best:.3f} over {n} logged evaluations of its copy stage (bar {INDUCTION_BAR}).")
 
 
 def training_table(names: dict[str, str], histories: dict[str, dict]) -> dict[str, dict[str, str]]:

@@ -1,0 +1,60 @@
+"""The twins trained alike, as tried: a twin retrained on the other twin's recipe, checked with `python -m gptviz
+check` and its check.json kept beside the bundled model (gptviz/models/README.md, "Trained alike"). Read here so the
+Pre-norm vs post-norm page shows the trial's own numbers beside the bundled twins', not a sentence about them."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from .evaluate import INDUCTION_BAR, MARGIN_NATS, PREVIOUS_TOKEN_BAR, REPEAT_LOSS_BAR
+
+# The bundled pre-norm twin retrained on post-norm's four-stage recipe (Xavier's init, the same seeds, batches and
+# schedule), checked; its log is post-recipe.log in the same folder.
+OTHER_RECIPE_CHECK = "check-on-post-norms-recipe.json"
+# The bundled post-norm twin's copy-only first stage on pre-norm's recipe (GPT-2's init), stopped after 1,500 steps.
+OTHER_RECIPE_LOG = "copy-first-probe.log"
+LOGGED_INDUCTION = re.compile(r"\bind (\d+\.\d+)")
+
+
+def read_check(path: Path) -> dict | None:
+    """A `python -m gptviz check` result, or None when it is missing or unreadable."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def bar_rows(checks: dict[str, dict]) -> list[dict[str, str]]:
+    """One row per bar of the check, a column per model ({column title: check.json}), each value with whether it
+    clears the bar and, for the head scores, uniform attention's score (chance)."""
+    def head(check: dict, key: str, bar: float) -> str:
+        h = check[key]
+        return f"{h['score']:.3f} (L{h['layer']}H{h['head']}) {mark(h['score'] >= bar)}"
+    first = next(iter(checks.values()))
+    rows = [
+        ("held-out loss below the bigram baseline " f"({first['bigram_baseline']:.3f}), nats; bar {MARGIN_NATS}",
+         lambda c: f"{c['margin']:.3f} {mark(c['margin'] >= MARGIN_NATS)}"),
+        (f"best previous-token head; bar {PREVIOUS_TOKEN_BAR} (chance {first['best_previous_token_head']['chance']:.3f})",
+         lambda c: head(c, "best_previous_token_head", PREVIOUS_TOKEN_BAR)),
+        (f"best induction head; bar {INDUCTION_BAR} (chance {first['best_induction_head']['chance']:.3f})",
+         lambda c: head(c, "best_induction_head", INDUCTION_BAR)),
+        (f"loss on the repeated half, nats; bar {REPEAT_LOSS_BAR:g} (uniform {first['uniform_loss']:.2f})",
+         lambda c: f"{c['repeat_loss']:.2f} {mark(c['repeat_loss'] <= REPEAT_LOSS_BAR)}"),
+        ("bars cleared", lambda c: f"{sum(c['passes'].values())} of {len(c['passes'])}"),
+    ]
+    return [{"": name, **{title: value(check) for title, check in checks.items()}} for name, value in rows]
+
+
+def mark(passed: bool) -> str:
+    return "✓" if passed else "✗"
+
+
+def logged_induction(path: Path) -> tuple[float, float, int] | None:
+    """(the induction score at the first logged evaluation, the best logged, how many evaluations) from a train
+    log's `ind` column; None when the log is missing or logs none."""
+    try:
+        scores = [float(m) for m in LOGGED_INDUCTION.findall(path.read_text(encoding="utf-8"))]
+    except OSError:
+        return None
+    return (scores[0], max(scores), len(scores)) if scores else None

@@ -102,6 +102,21 @@ def test_cached_entries_count_and_are_dropped_to_make_room_except_those_in_use()
         assert len(cache) == 0 and acc.stored_bytes == 0
 
 
+def test_room_is_asked_of_the_cheapest_cache_first_and_only_what_is_short():
+    """Work 30 bytes short of the budget drops 30 bytes of derived results, not a model too (each cache used to be
+    asked for the whole shortfall, so every cache dropped it)."""
+    acc = MemoryAccountant(100, wait_s=0)
+    models = BoundedCache(100, "model", accountant=acc, drop_order=2)      # registered first: order, not age, decides
+    results = BoundedCache(100, "result", accountant=acc, drop_order=0)
+    models.get_or_build("gpt2", lambda: "m", lambda _: 40, estimate=40)
+    for key in ("a", "b", "c"):
+        results.get_or_build(key, lambda: key, lambda _: 20, estimate=20)
+    with acc.reserve(30, "a capture"):                    # 40 + 60 + 30 = 130: 30 short
+        assert "gpt2" in models and len(results) == 1 and acc.in_use == 40 + 20 + 30
+    with acc.reserve(80, "a bigger one"):                 # results gone first, then the model
+        assert len(results) == 0 and "gpt2" not in models
+
+
 def test_a_build_reserves_its_working_memory_then_counts_what_it_stores():
     acc = MemoryAccountant(1000, wait_s=0)
     cache = BoundedCache(1000, "capture", accountant=acc)

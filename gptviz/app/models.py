@@ -53,7 +53,7 @@ def model_store() -> BoundedCache:
     """Loaded models, shared by every session, bounded by bytes (GPTVIZ_MODEL_CACHE_MB) and counted in the server's
     memory budget (gptviz.serve.memory)."""
     return process_wide("model_store", lambda: BoundedCache(limits.server_limits().model_bytes, "model",
-                                                            accountant=memory.accountant()))
+                                                            accountant=memory.accountant(), drop_order=2))
 
 
 def capture_store() -> BoundedCache:
@@ -61,7 +61,7 @@ def capture_store() -> BoundedCache:
     the server's memory budget."""
     return process_wide("capture_store", lambda: BoundedCache(limits.server_limits().capture_bytes, "capture",
                                                               wait_s=CAPTURE_WAIT_S, accountant=memory.accountant(),
-                                                              witness=lambda result: result[1]))
+                                                              witness=lambda result: result[1], drop_order=1))
 
 
 class Captured(dict):

@@ -31,7 +31,10 @@ V = TypeVar("V")
 
 class BoundedCache(Generic[V]):
     def __init__(self, budget_bytes: int, what: str = "entry", wait_s: float = 30.0,
-                 accountant: MemoryAccountant | None = None, witness: Callable[[V], object] | None = None):
+                 accountant: MemoryAccountant | None = None, witness: Callable[[V], object] | None = None,
+                 drop_order: int = 0):
+        """`drop_order`: when the accountant needs room, caches with a lower one drop entries first (what is cheapest
+        to rebuild: derived results, then captures, then models)."""
         if budget_bytes < 1:
             raise ValueError("a cache needs a budget of at least one byte")
         self.budget, self.what, self.wait_s = budget_bytes, what, wait_s
@@ -41,7 +44,7 @@ class BoundedCache(Generic[V]):
         self._building: dict[Hashable, threading.Lock] = {}
         self._reserved = 0  # estimates of the builds in progress
         self._held: dict[Hashable, int] = {}  # entries in use (a running generation's model): never dropped
-        self.accountant, self.witness = accountant, witness
+        self.accountant, self.witness, self.drop_order = accountant, witness, drop_order
         if accountant is not None:
             accountant.add_store(self)
 

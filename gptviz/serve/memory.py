@@ -36,7 +36,8 @@ FLOAT32 = 4
 
 
 class Store(Protocol):
-    """A cache whose stored bytes count against the budget (it reports them with `accountant.stored(delta)`)."""
+    """A cache whose stored bytes count against the budget (it reports them with `accountant.stored(delta)`). An
+    optional `drop_order` attribute: lower ones are asked for room first (0 when absent)."""
 
     def make_room(self, nbytes: int) -> int:
         """Drop least recently used entries not in use until `nbytes` are freed or none is left; bytes freed."""
@@ -142,7 +143,7 @@ class MemoryAccountant:
                     return reservation
                 stores = list(self._stores)
             # outside our lock: a cache takes its own lock, then reports back here (one lock order only)
-            if sum(store.make_room(short) for store in stores) >= short:
+            if self._drop_for(short, stores) >= short:
                 continue
             with self._cond:
                 if self._total() + nbytes <= self.budget:
@@ -151,6 +152,17 @@ class MemoryAccountant:
                 if left <= 0:
                     raise LimitError(self._refusal(nbytes, what))
                 self._cond.wait(min(left, 0.5))  # woken by a release; a cache dropping entries re-checks too
+
+    @staticmethod
+    def _drop_for(short: int, stores: list[Store]) -> int:
+        """Ask the caches for `short` bytes, cheapest to rebuild first, and no more than that: each drops only what
+        the ones before it did not free. The bytes freed."""
+        freed = 0
+        for store in sorted(stores, key=lambda store: getattr(store, "drop_order", 0)):
+            if freed >= short:
+                break
+            freed += store.make_room(short - freed)
+        return freed
 
     def _make_room_in_the_allocator(self, nbytes: int) -> None:
         """Work that fits the count may not fit beside what is resident but uncounted, mostly the freed memory the

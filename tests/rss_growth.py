@@ -4,6 +4,7 @@ holds beside the tensors; the server's budget is about resident memory, so that 
 
     python tests/rss_growth.py wiring gpt2-small 4 768 128     -> prints the growth in bytes
     python tests/rss_growth.py grow <json of gptviz.serve.training_jobs.GrowSettings fields>
+    python tests/rss_growth.py page_capture gpt2-small 384
 """
 from __future__ import annotations
 
@@ -47,7 +48,24 @@ def grow_call(wirings: str, steps: str):
     return run
 
 
-CALLS = {"wiring": wiring_call, "grow": grow_call}
+def page_capture_call(preset: str, T: str):
+    """The Attention page's capture (gptviz.app.models.get_capture: the capture, the finiteness check, the patterns
+    in one block) on a preset's random weights; the model is loaded and a short capture run first."""
+    import os
+    os.environ.setdefault("GPTVIZ_MEMORY_MB", "8192")
+    from gptviz.serve import allocator
+    from gptviz.app import keys, models
+    allocator.keep_freed_memory()  # as the app runs
+    spec = models.ModelSpec(keys.SOURCE_PRESET, preset, "pre")
+    cfg = models.load_model(spec).config
+    names = models.attention_page_names(cfg.n_layers, cfg.norm)
+    models.get_capture(spec, (1, 2, 3, 4), names)
+    ids = tuple(int(i) for i in torch.randint(0, cfg.vocab_size, (int(T),), generator=torch.Generator().manual_seed(0)))
+    allocator.release_freed_memory()  # what the warm-up left freed is not the call's
+    return lambda: models.get_capture(spec, ids, names)
+
+
+CALLS = {"wiring": wiring_call, "grow": grow_call, "page_capture": page_capture_call}
 
 
 def main(kind: str, *args: str) -> None:

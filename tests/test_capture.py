@@ -301,3 +301,31 @@ def test_act_name_gives_the_models_own_hook_names(model):
     for bad in (("pattern",), ("pattern", -1), ("embed", 0), ("attention", 0)):
         with pytest.raises(ValueError):
             act_name(*bad)
+
+
+def test_every_layers_attention_is_captured_into_one_block_that_patterns_returns_without_a_copy():
+    """A capture of every layer's pattern writes them into one [layers, batch, heads, T, T] block as they come, so
+    the capture never holds them twice and patterns() is that block (the same storage), with the values a capture
+    of each layer alone records."""
+    from gptviz.model.hooks import act_name, one_block
+    model, ids = build(), random_ids(9, batch=2)
+    _, cache = capture(model, ids)
+    block = cache.patterns()
+    assert block.shape == (SMALL.n_layers, 2, SMALL.n_heads, 9, 9)
+    for layer in range(SMALL.n_layers):
+        assert cache.pattern(layer).data_ptr() == block[layer].data_ptr()
+        _, alone = capture(model, ids, act_name("pattern", layer))
+        assert one_block([alone.pattern(layer)]) is not None
+        torch.testing.assert_close(block[layer], alone.pattern(layer))  # other layers may run fused alone
+    _, some = capture(model, ids, [act_name("pattern", 1)])   # not every layer: no block, its own tensor
+    assert some.pattern(1).shape == (2, SMALL.n_heads, 9, 9)
+
+
+def test_one_block_is_only_what_already_lies_in_one_storage_in_order():
+    from gptviz.model.hooks import one_block
+    block = torch.arange(24.0).reshape(3, 2, 4)
+    assert one_block(list(block)).data_ptr() == block.data_ptr() and torch.equal(one_block(list(block)), block)
+    assert one_block([block[0], block[2]]) is None          # a gap
+    assert one_block([block[1], block[0]]) is None          # out of order
+    assert one_block([block[0], block[1].clone()]) is None  # another storage
+    assert one_block([t.T for t in block]) is None          # not contiguous

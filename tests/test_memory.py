@@ -366,6 +366,21 @@ def test_work_that_does_not_fit_beside_the_freed_memory_kept_releases_it_first()
     assert acc.in_use == 0
 
 
+def test_freed_memory_goes_back_when_work_ends_with_the_process_past_its_headroom():
+    """A capture stored 50 and its work left 45 freed in the heap: 95 of a 100 budget resident beyond the overhead,
+    past the 90 the headroom allows, so it goes back as the work ends; with 30 left freed it stays (80)."""
+    process = FakeProcess(overhead=500 * MiB)
+    acc = accountant_in(process, 100 * MiB)
+    with acc.reserve(60 * MiB, "a capture"):
+        acc.stored(50 * MiB)
+        process.kept = 30 * MiB
+    assert process.releases == 0 and process.kept == 30 * MiB
+    with acc.reserve(10 * MiB, "another"):
+        process.kept = 45 * MiB
+    assert process.releases == 1 and process.kept == 0
+    assert memory.UNCOUNTED_HEADROOM == 0.1
+
+
 def test_the_freed_memory_kept_is_not_a_reason_to_refuse():
     """Kept memory can always go back to the kernel, so only what is counted decides a refusal."""
     process = FakeProcess(overhead=500 * MiB)

@@ -312,3 +312,23 @@ def test_an_index_build_reserves_its_scan_before_running(budget, monkeypatch):
     with pytest.raises(memory.LimitError, match="an index scan of shakespeare-pre needs about"):
         ui.build(PRE, 2_000, lambda done, total: None)
     assert acc.in_use == 0 and ui.build_guard()._running == []
+
+
+@pytest.mark.slow
+def test_the_attention_pages_capture_stays_within_its_reservation():
+    """The capture the Attention page reserves for, measured as resident growth in a fresh process (gpt2-small's
+    random weights, 384 tokens): it checked the logits' finiteness with a float and two bool copies of the
+    [T, 50,257] block and stacked the patterns into a second block, +230 and +256 MiB past the estimate at 682
+    tokens (issue 43's scenario 4)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    from gptviz import PRESETS
+    from gptviz.app import models
+    T, cfg = 384, PRESETS["gpt2-small"]
+    out = subprocess.run([sys.executable, str(Path(__file__).parent / "rss_growth.py"), "page_capture", "gpt2-small",
+                          str(T)], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    growth = int(out.stdout.split()[-1])
+    reserved = memory.capture_work_nbytes(cfg, models.attention_page_names(cfg.n_layers, cfg.norm), T)
+    assert growth <= reserved, f"grew {growth / 2**20:.0f} MiB against {reserved / 2**20:.0f} reserved"

@@ -105,10 +105,29 @@ class _CaptureSession:
     edits: Mapping[str, tuple[EditFn, ...]] = field(default_factory=dict)
     store: dict[str, torch.Tensor] = field(default_factory=dict)
     offset: int = 0  # absolute position of the running forward pass's first token
+    # When every layer's attention weights are wanted, they are written into one [layers, ...] block as they come,
+    # so ActivationCache.patterns() returns it without a copy and the capture never holds the weights twice.
+    _pattern_layer: dict[str, int] = field(default_factory=dict)
+    _pattern_block: torch.Tensor | None = None
+
+    def __post_init__(self):
+        n = sum(1 for name in self.wanted if name.endswith(".attn.hook_pattern"))
+        names = {act_name("pattern", i): i for i in range(n)}
+        if n and set(names) <= self.wanted:
+            self._pattern_layer = names
 
     def record(self, name: str, x: torch.Tensor) -> None:
         # float32 on the CPU, detached; a no-copy view when the model already runs float32 on the CPU.
-        self.store[name] = x.detach().to(device="cpu", dtype=torch.float32)
+        x = x.detach().to(device="cpu", dtype=torch.float32)
+        layer = self._pattern_layer.get(name)
+        if layer is not None:
+            block = self._pattern_block
+            if layer == 0 and (block is None or block.shape[1:] != x.shape):  # a new pass: a new block
+                block = self._pattern_block = torch.empty((len(self._pattern_layer), *x.shape))
+            if block is not None and block.shape[1:] == x.shape:
+                block[layer].copy_(x)
+                x = block[layer]
+        self.store[name] = x
 
 
 def _process_wide_capture_var() -> contextvars.ContextVar:
@@ -204,11 +223,8 @@ class ActivationCache(Mapping[str, torch.Tensor]):
         the captures have none). When they are already one block (stack_patterns) this is that block, no copy:
         treat it as read-only."""
         layers = [self.pattern(i) for i in range(self.n_layers)]
-        block = layers[0]._base if layers else None
-        if block is not None and block.shape[0] == self.n_layers and block.shape[1:] == layers[0].shape and \
-                all(p._base is block and p.data_ptr() == block[i].data_ptr() for i, p in enumerate(layers)):
-            return block
-        return torch.stack(layers)
+        block = one_block(layers)
+        return block if block is not None else torch.stack(layers)
 
     def resid_stream(self) -> torch.Tensor:
         """The residual stream entering each block and leaving the last, [layers + 1, batch, T, d_model]."""
@@ -235,10 +251,27 @@ def stack_patterns(store: dict[str, torch.Tensor], n_layers: int) -> None:
     first = store[names[0]]
     if any(store[n].shape != first.shape or store[n].dtype != first.dtype for n in names):
         return
+    if one_block([store[n] for n in names]) is not None:  # capture wrote them into one block already
+        return
     block = torch.empty((n_layers, *first.shape), dtype=first.dtype, device=first.device)
     for i, name in enumerate(names):
         block[i].copy_(store[name])
         store[name] = block[i]  # the layer's own tensor goes once nothing else holds it
+
+
+def one_block(layers: list[torch.Tensor]) -> torch.Tensor | None:
+    """The [layers, ...] view that `layers` already are, when they lie one after another in one storage with the
+    same shape and strides (a block's slices: block[i] or block[i, 0]); None otherwise."""
+    if not layers:
+        return None
+    first = layers[0]
+    storage, step = first.untyped_storage().data_ptr(), first.numel()
+    if not first.is_contiguous() or any(
+            p.untyped_storage().data_ptr() != storage or p.shape != first.shape or p.stride() != first.stride()
+            or p.dtype != first.dtype or p.storage_offset() != first.storage_offset() + i * step
+            for i, p in enumerate(layers)):
+        return None
+    return first.as_strided((len(layers), *first.shape), (step, *first.stride()), first.storage_offset())
 
 
 def capture(model: nn.Module, ids, names: NamesFilter = None, edits=None) -> tuple[torch.Tensor, ActivationCache]:

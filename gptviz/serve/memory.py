@@ -33,6 +33,9 @@ from . import allocator
 from .limits import LimitError, server_limits
 
 FLOAT32 = 4
+# The share of the budget left for what no estimate counts (the pages' drawing, Python objects, a capture's transient
+# beyond its estimate): past the rest, the allocator's freed memory goes back to the kernel.
+UNCOUNTED_HEADROOM = 0.1
 
 
 class Store(Protocol):
@@ -136,7 +139,7 @@ class MemoryAccountant:
             with self._cond:
                 short = self._total() + nbytes - self.budget
                 if short <= 0:
-                    self._make_room_in_the_allocator(nbytes)
+                    self._give_back_freed_memory_if_over(nbytes)
                     reservation = Reservation(self, nbytes, what)
                     self._work[id(reservation)] = reservation
                     self.peak = max(self.peak, self._total())
@@ -164,14 +167,14 @@ class MemoryAccountant:
             freed += store.make_room(short - freed)
         return freed
 
-    def _make_room_in_the_allocator(self, nbytes: int) -> None:
-        """Work that fits the count may not fit beside what is resident but uncounted, mostly the freed memory the
-        allocator keeps (a few hundred MiB per thread that ran a capture): give that back first. Under the lock, so
-        two admissions cannot both skip it. Never a refusal: only the count decides that."""
+    def _give_back_freed_memory_if_over(self, nbytes: int) -> None:
+        """Give the allocator's freed memory back when the process, with `nbytes` more, would hold more than
+        (1 - UNCOUNTED_HEADROOM) of the budget beyond its fixed overhead: at admission, and after work ends. Called
+        under the lock, so two admissions cannot both skip it. Never a refusal: only the count decides that."""
         if self._resident is None or self._release_freed is None:
             return
-        uncounted = max(0, (self._resident() or 0) - self._overhead - self._total())
-        if self._total() + nbytes + uncounted > self.budget:
+        held = (self._resident() or 0) - self._overhead
+        if max(held, self._total()) + nbytes > self.budget * (1 - UNCOUNTED_HEADROOM):
             self._release_freed()
             self.releases_of_freed += 1
 
@@ -191,6 +194,7 @@ class MemoryAccountant:
             reservation._released = True
             self._work.pop(id(reservation), None)
             self._cond.notify_all()
+            self._give_back_freed_memory_if_over(0)
 
     def _refusal(self, nbytes: int, what: str) -> str:
         work = [r.what for r in self._work.values()]

@@ -13,9 +13,10 @@ import streamlit as st
 
 from gptviz.model import unit_id
 from gptviz.app import keys as K, settings as S
-from gptviz.app import live
+from gptviz.app import live, reproduce
 from gptviz.app.display import MEAN_HEAD, figure_download, head_name, md_text, show_figure
 from gptviz.app.links import sync_address
+from gptviz.app.overview import overview_link
 from gptviz.app.models import attention_page_names
 from gptviz.app.seen import Seen, read_prompt
 from gptviz.app.services import attention as services
@@ -193,6 +194,8 @@ def views(seen: Seen, query: int, found: list[services.Detector], boxes: Boxes) 
             if tab.open is not False:  # a closed tab costs nothing
                 with tab:
                     VIEW_DRAWERS[view](seen, pick)
+    reproduce.show(reproduce.attention(seen.spec, seen.ids, pick.layer, None if pick.head == MEAN_HEAD else pick.head,
+                                       reproduce.prompt_text()))
     job = live.stored_generation(seen.spec, seen.ids, live.ATTENTION.page)
     if job is not None and not job.running:  # a running one is the live fragment's
         with boxes.generation:
@@ -292,7 +295,7 @@ def main() -> None:
         query = token_chips(seen)
     with examples_box:
         example_buttons()
-        from gptviz.app.overview import overview_link; overview_link()  # the whole forward pass at a glance
+        overview_link()  # the whole forward pass at a glance
     job = live.stored_generation(seen.spec, seen.ids, live.ATTENTION.page)
     if job is not None and job.running:
         with generation_box:

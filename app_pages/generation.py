@@ -13,7 +13,7 @@ import streamlit as st
 import torch
 
 from gptviz.app import keys as K, settings as S
-from gptviz.app import live
+from gptviz.app import live, reproduce
 from gptviz.app.display import MEAN_HEAD, head_name, md_text, show_figure
 from gptviz.app.services import LimitError
 from gptviz.app.services import generation as services
@@ -174,6 +174,7 @@ def before_generating(spec, model, ids: tuple[int, ...], cfg: GPTConfig, p: Pick
                     key=K.GEN_BARS)
     with left:
         step_across_heads(run, 0, cfg, p)
+    reproduce.show(reproduce.next_token(spec, ids, settings, reproduce.prompt_text()))
 
 
 def main() -> None:

@@ -1,0 +1,103 @@
+"""Copy as Python: each view's numbers as the library calls that reproduce them in a notebook, with the visitor's
+model, prompt and settings (issue 45). A snippet imports only the library (never gptviz.app or Streamlit), and its
+last line binds `result`, the numbers the view shows; tests/test_copy_as_python.py runs each page's snippet and
+compares `result` with what the page drew.
+
+Every visitor string enters a snippet through repr(), so no prompt can end the string it sits in.
+"""
+from __future__ import annotations
+
+import streamlit as st
+
+from ..model.tokenizer import encode
+from . import keys as K
+from .models import ModelSpec
+
+MARK = "# gptviz: "  # a snippet's first line: "# gptviz: <the view>, reproduced"
+IMPORTS = "import torch\nfrom gptviz import GPT, PRESETS, capture, get_tokenizer, load_pretrained"
+
+
+def model_lines(spec: ModelSpec) -> str:
+    """The lines that build the model `spec` names, as the app built it."""
+    if spec.source == K.SOURCE_PRESET:
+        line = f"model = GPT(PRESETS[{spec.name!r}].replace(norm={spec.norm!r}), seed={spec.seed}).eval()"
+    elif spec.source == K.SOURCE_BUNDLED:
+        line = f"model = load_pretrained({spec.name!r})"
+    elif spec.source == K.SOURCE_TRAINED:  # it lives in the server's memory only
+        line = ("# this model was trained in your session: download its checkpoint on the Train page, then\n"
+                "model = load_pretrained('path/to/the/downloaded/folder')")
+    else:
+        line = f"model = load_pretrained({spec.name!r}, norm={spec.norm!r})"
+    if (spec.device, spec.dtype) != ("cpu", "float32"):
+        line += f"\nmodel = model.to(device={spec.device!r}, dtype=getattr(torch, {spec.dtype!r}))"
+    return line
+
+
+def prompt_lines(ids: tuple[int, ...] | list[int], text: str | None = None, name: str = "ids") -> str:
+    """`ids = ...` for the tokens a view read: from the prompt's text where encoding it gives them (its last ones when
+    the page kept only those), else the ids themselves."""
+    ids = list(ids)
+    if text is not None:
+        encoded = encode(text)
+        if encoded[len(encoded) - len(ids):] == ids and ids:
+            cut = f"[-{len(ids)}:]" if len(encoded) > len(ids) else ""
+            return f"{name} = get_tokenizer().encode({text!r}){cut}"
+    return f"{name} = {ids!r}"
+
+
+def snippet(view: str, spec: ModelSpec, *body: str, imports: str = "") -> str:
+    """A whole snippet: the mark, the imports, the model, then `body`'s lines (the last binds `result`)."""
+    head = f"{MARK}{view}, reproduced\n{IMPORTS}" + (f"\n{imports}" if imports else "")
+    return "\n".join([head, model_lines(spec), *body]) + "\n"
+
+
+def show(code: str) -> None:
+    """The closed "Copy as Python" box (st.code has its own copy button)."""
+    with st.expander("Copy as Python", icon=":material/code:"):
+        st.caption("The library calls that reproduce this view's numbers in a notebook or script "
+                   "(`pip install gptviz`); `result` holds them.")
+        st.code(code, language="python")
+
+
+def prompt_text() -> str | None:
+    """The sidebar's prompt text, for prompt_lines."""
+    text = st.session_state.get(K.PROMPT)
+    return text if isinstance(text, str) else None
+
+
+# ---- the views ------------------------------------------------------------------------------------------------
+
+def attention(spec: ModelSpec, ids, layer: int, head: int | None, text: str | None) -> str:
+    """The Attention page: the picked head's map (head None: the mean of the layer's heads) and each head's
+    detector scores on the prompt."""
+    pick = f"patterns[{layer}].mean(0)" if head is None else f"patterns[{layer}, {head}]"
+    return snippet(
+        "the Attention page", spec, prompt_lines(ids, text),
+        "logits, cache = capture(model, [ids])",
+        "patterns = cache.patterns()[:, 0]                 # [layers, heads, query, key]",
+        "result = {",
+        f"    'map': {pick},                # the map on the page: rows query, columns key",
+        "    'induction, on this prompt': prompt_induction_scores(patterns, ids),   # [layers, heads]",
+        "    'previous-token': previous_token_scores(patterns),",
+        "    'duplicate-token': duplicate_token_scores(patterns, ids),",
+        "    'first token (sink)': first_token_scores(patterns),",
+        "}",
+        imports="from gptviz.methods import duplicate_token_scores, previous_token_scores, prompt_induction_scores\n"
+                "from gptviz.methods.head_steps import first_token_scores")
+
+
+def next_token(spec: ModelSpec, ids, settings: dict, text: str | None) -> str:
+    """The Generation page before generating: the distribution the first new token is drawn from, after the
+    sampling settings (the top 20 as the bars show them)."""
+    args = ", ".join(f"{k}={v!r}" for k, v in sorted(settings.items()) if k != "max_new_tokens")
+    return snippet(
+        "the Generation page's next-token distribution", spec, prompt_lines(ids, text),
+        f"step = step_summary(next(stream(model, ids, max_new_tokens=1, {args})))",
+        "result = step.top                                  # [(token id, probability, ...)], most likely first",
+        imports="from gptviz import stream\nfrom gptviz.methods import step_summary")
+
+
+def parameters(config_line: str) -> str:
+    """The Parameters page: the counts by component of one configuration."""
+    return (f"{MARK}the Parameters page, reproduced\nfrom gptviz import GPTConfig, PRESETS, param_table\n"
+            f"config = {config_line}\nresult = param_table(config)                      # rows by component\n")

@@ -1,0 +1,66 @@
+"""Copy as Python (issue 45): every page offers the library calls that reproduce its numbers. Each test runs a page
+with AppTest at a non-default setting and a prompt with quotes and a newline, executes the snippet the page shows in
+a fresh namespace, and compares its `result` with the numbers the page drew."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import pagetest
+from gptviz.app import keys as K, settings as S
+from gptviz.app.reproduce import MARK
+
+PROMPT = 'JULIET:\nSay "Romeo" twice, Romeo: it\'s the name, the name.'
+
+
+def snippet_of(at) -> str:
+    """The page's one Copy-as-Python snippet."""
+    found = [c.value for c in at.code if c.value.startswith(MARK)]
+    assert len(found) == 1, [c.value[:60] for c in at.code]
+    return found[0]
+
+
+def run_snippet(code: str):
+    """Execute a snippet as a notebook would (its own namespace, the installed library) and return `result`."""
+    namespace: dict = {}
+    exec(compile(code, "<copied snippet>", "exec"), namespace)  # noqa: S102 (the page's own code, under test)
+    return namespace["result"]
+
+
+def test_the_snippet_keeps_the_prompt_a_string_whatever_it_holds():
+    from gptviz.app.reproduce import prompt_lines
+    from gptviz.model.tokenizer import encode
+    hostile = "'''\"\"\"\\n'); import os; os.system('x') #"
+    line = prompt_lines(encode(hostile), hostile)
+    namespace: dict = {}
+    exec(compile("from gptviz import get_tokenizer\n" + line, "<line>", "exec"), namespace)  # noqa: S102
+    assert namespace["ids"] == encode(hostile) and "os" not in namespace
+
+
+def test_the_attention_pages_snippet_gives_its_map_and_detector_scores():
+    at = pagetest.run_page("attention", prompt=PROMPT, **{S.ATT_LAYER.key: 1, S.ATT_HEAD.key: 2})
+    assert not at.exception
+    result = run_snippet(snippet_of(at))
+    data, weights = pagetest.attention_map(at)
+    shown = weights[data["layers"].index(1), data["heads"].index(2)]
+    np.testing.assert_allclose(shown, result["map"].numpy(), atol=1 / data["levels"])
+    table = next(d.value for d in at.dataframe if "head" in d.value.columns)
+    for column in table.columns[1:]:
+        name = column.split(" (chance")[0]
+        if name not in result:  # the random-sequence induction test: its own sequence, not this prompt
+            continue
+        for row, value in zip(table["head"], table[column]):
+            layer, head = (int(part.split()[-1]) for part in row.split(","))
+            assert value == pytest.approx(float(result[name][layer, head]), abs=1e-6), (column, row)
+
+
+def test_the_generation_pages_snippet_gives_its_next_token_distribution():
+    at = pagetest.run_page("generation", prompt=PROMPT, **{S.GEN_TEMP.key: 0.7, S.GEN_TOPK.key: 5})
+    assert not at.exception
+    result = run_snippet(snippet_of(at))
+    bars = pagetest.figure(at, "After the prompt")
+    shown = sorted((float(v) for trace in bars["data"] for v in pagetest.array(trace["x"])), reverse=True)
+    wanted = [p for _, p, _ in result]
+    np.testing.assert_allclose(shown[:len(wanted)], wanted, rtol=1e-5)
+    assert sum(allowed for *_, allowed in result) == 5   # top-k 5: five tokens may be drawn

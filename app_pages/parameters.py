@@ -11,7 +11,7 @@ from gptviz import PRESETS
 from gptviz.model.config import ConfigError, GPTConfig
 from gptviz.figures import params as figs
 from gptviz.model.params import BYTES_PER, by_component, by_layer, memory_bytes, param_table, total_params
-from gptviz.app import display, sidebar
+from gptviz.app import display, reproduce, sidebar
 from gptviz.app import keys as K, settings as S
 
 GPT_FAMILY = ("gpt1", "gpt2-small", "gpt2-medium", "gpt2-large", "gpt2-xl")
@@ -112,6 +112,7 @@ def show_breakdown(cfg: GPTConfig, label: str, key: str) -> None:
             "count": st.column_config.NumberColumn(format="localized"),
             "share": st.column_config.NumberColumn(format="percent")})
         display.download_csv(tensors, f"params_{cfg.name}.csv", key=K.per_item(key, "tensors_csv"))
+    reproduce.show(reproduce.parameters(f"the Parameters page, {label or cfg.name}", cfg))
 
 
 def model_tab() -> None:
@@ -142,6 +143,7 @@ def presets_tab() -> None:
                  column_config={c: st.column_config.NumberColumn(format="localized")
                                 for c in [*figs.GROUP_ORDER, "total"]})
     display.download_csv(frame, "params_presets.csv", key=K.PAR_PRESETS_CSV)
+    reproduce.show(reproduce.parameters_of_presets(chosen))
 
 
 def described_model() -> GPTConfig:

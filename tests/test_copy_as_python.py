@@ -14,9 +14,9 @@ from gptviz.app.reproduce import MARK
 PROMPT = 'JULIET:\nSay "Romeo" twice, Romeo: it\'s the name, the name.'
 
 
-def snippet_of(at) -> str:
-    """The page's one Copy-as-Python snippet."""
-    found = [c.value for c in at.code if c.value.startswith(MARK)]
+def snippet_of(at, view: str = "") -> str:
+    """The page's one Copy-as-Python snippet (whose first line names `view`, where the page has several)."""
+    found = [c.value for c in at.code if c.value.startswith(MARK) and view in c.value.splitlines()[0]]
     assert len(found) == 1, [c.value[:60] for c in at.code]
     return found[0]
 
@@ -64,3 +64,18 @@ def test_the_generation_pages_snippet_gives_its_next_token_distribution():
     wanted = [p for _, p, _ in result]
     np.testing.assert_allclose(shown[:len(wanted)], wanted, rtol=1e-5)
     assert sum(allowed for *_, allowed in result) == 5   # top-k 5: five tokens may be drawn
+
+
+def test_the_parameters_pages_snippets_give_its_counts():
+    at = pagetest.run_page("parameters", **{S.PAR_MODEL.key: "gpt2-medium", S.PAR_PRESETS.key: ["gpt1", "gpt2-xl"],
+                                             S.CALC_LAYERS.key: 7, S.CALC_TIE.key: False})
+    assert not at.exception
+    shown = [d.value for d in at.dataframe if "note" in d.value.columns]   # by component (not per tensor)
+    for view, table in zip(("gpt2-medium", "your model"), shown):   # the Breakdown tab, then the Calculator
+        result = run_snippet(snippet_of(at, view))
+        assert list(table["component"]) == list(result["component"])
+        assert list(table["count"]) == list(result["count"]), view
+    presets = next(d.value for d in at.dataframe if "model" in d.value.columns)
+    result = run_snippet(snippet_of(at, "presets"))
+    assert list(presets["model"]) == list(result) == ["gpt1", "gpt2-xl"]
+    assert int(presets["total"].iloc[1]) == sum(result["gpt2-xl"].values()) == 1_557_611_200

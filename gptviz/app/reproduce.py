@@ -97,7 +97,23 @@ def next_token(spec: ModelSpec, ids, settings: dict, text: str | None) -> str:
         imports="from gptviz import stream\nfrom gptviz.methods import step_summary")
 
 
-def parameters(config_line: str) -> str:
-    """The Parameters page: the counts by component of one configuration."""
-    return (f"{MARK}the Parameters page, reproduced\nfrom gptviz import GPTConfig, PRESETS, param_table\n"
-            f"config = {config_line}\nresult = param_table(config)                      # rows by component\n")
+def config_line(cfg) -> str:
+    """`config = ...`: a preset by its name when it is one unchanged, else the whole GPTConfig."""
+    from ..model.config import PRESETS
+    if PRESETS.get(cfg.name) == cfg:
+        return f"config = PRESETS[{cfg.name!r}]"
+    return f"config = {cfg!r}"
+
+
+def parameters(view: str, cfg) -> str:
+    """The Parameters page's breakdown of one configuration: the counts by component and their shares."""
+    return (f"{MARK}{view}, reproduced\nfrom gptviz import GPTConfig, PRESETS, param_table\n"
+            "from gptviz.model.params import by_component\n"
+            f"{config_line(cfg)}\nresult = by_component(param_table(config))   # count and share by component\n")
+
+
+def parameters_of_presets(names: list[str]) -> str:
+    """The Parameters page's presets side by side: each one's counts by group."""
+    return (f"{MARK}the Parameters page's presets, reproduced\nfrom gptviz import PRESETS, param_table\n"
+            "from gptviz.figures.params import group_counts\n"
+            f"result = {{name: group_counts(param_table(PRESETS[name])) for name in {list(names)!r}}}\n")

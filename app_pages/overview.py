@@ -6,6 +6,7 @@ import streamlit as st
 
 from gptviz.app import keys as K
 from gptviz.app import overview as ov
+from gptviz.app import reproduce
 from gptviz.app.display import show_figure
 from gptviz.app.seen import Seen, read_prompt
 from gptviz.app.sidebar import page_prompt_box
@@ -38,6 +39,7 @@ def main() -> None:
                "Lens: the top next token read off that state, its probability, = or ≠ the model's final choice. "
                f"Output: next-token probabilities; uniform is {first.uniform_prob:.1e}. Click a box to open its page.")
     ov.stage_links()
+    reproduce.show(reproduce.overview(seen.spec, seen.ids, position, reproduce.prompt_text()))
 
 
 main()

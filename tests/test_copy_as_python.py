@@ -3,6 +3,8 @@ with AppTest at a non-default setting and a prompt with quotes and a newline, ex
 a fresh namespace, and compares its `result` with the numbers the page drew."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -79,3 +81,14 @@ def test_the_parameters_pages_snippets_give_its_counts():
     result = run_snippet(snippet_of(at, "presets"))
     assert list(presets["model"]) == list(result) == ["gpt1", "gpt2-xl"]
     assert int(presets["total"].iloc[1]) == sum(result["gpt2-xl"].values()) == 1_557_611_200
+
+
+def test_the_whole_model_pages_snippet_gives_every_blocks_numbers():
+    at = pagetest.run_page("overview", prompt=PROMPT, **{S.OV_POSITION.key: 5})
+    assert not at.exception
+    result = run_snippet(snippet_of(at))
+    assert result.position == 5
+    drawn = " ".join(json.dumps(f) for f in pagetest.figures(at))
+    for i, b in enumerate(result.blocks):
+        assert f"Layer {i}'s strongest weight from this token: head {b.head} puts {b.weight:.2f} on " in drawn
+        assert f"(position {b.target}; uniform over the 6 visible tokens: {result.attn_chance:.2f})" in drawn

@@ -117,3 +117,14 @@ def parameters_of_presets(names: list[str]) -> str:
     return (f"{MARK}the Parameters page's presets, reproduced\nfrom gptviz import PRESETS, param_table\n"
             "from gptviz.figures.params import group_counts\n"
             f"result = {{name: group_counts(param_table(PRESETS[name])) for name in {list(names)!r}}}\n")
+
+
+def overview(spec: ModelSpec, ids, position: int, text: str | None) -> str:
+    """The whole model at a glance: the forward pass at one position, every number the diagram writes."""
+    return snippet(
+        "the whole model at a glance", spec, prompt_lines(ids, text),
+        "logits, cache = capture(model, [ids], overview_hook_names(model.config.n_layers, model.config.norm))",
+        "one_prompt = {name: value[0] for name, value in cache.items()}   # drop the batch axis",
+        f"result = forward_overview(model, one_prompt, logits[0], position={position}, ids=ids)",
+        "# result.blocks[i]: the stream's norms, the strongest attention weight and the lens at each block",
+        imports="from gptviz.methods.overview import forward_overview, overview_hook_names")

@@ -11,7 +11,7 @@ import streamlit as st
 import torch
 
 from gptviz.model import unit_id
-from gptviz.app import display, sidebar
+from gptviz.app import display, reproduce, sidebar
 from gptviz.app import keys as K, settings as S
 from gptviz.app.services import LimitError
 from gptviz.app.services import why as services
@@ -131,6 +131,7 @@ def direct_attribution_tab(ask: Ask) -> None:
     ablation_effect(ask)
     display.download_csv(pd.DataFrame({"part": dla.labels, "direct_attribution": dla.values.numpy()}),
                          "direct_attribution.csv", key=K.WHY_DLA_CSV)
+    reproduce.show(reproduce.direct_attribution(ask.spec, ask.ids, ask.target, ask.other, reproduce.prompt_text()))
 
 
 # ---- Ablate heads ------------------------------------------------------------------------------------------------
@@ -270,6 +271,7 @@ def ablate_tab(ask: Ask) -> None:
     continuations(ask, ab)
     if ab.heads:
         attention_with_and_without(ask, ab)
+    reproduce.show(reproduce.ablation(ask.spec, ask.ids, ab.heads, ab.mode, reproduce.prompt_text()))
 
 
 # ---- Information flow --------------------------------------------------------------------------------------------

@@ -92,3 +92,23 @@ def test_the_whole_model_pages_snippet_gives_every_blocks_numbers():
     for i, b in enumerate(result.blocks):
         assert f"Layer {i}'s strongest weight from this token: head {b.head} puts {b.weight:.2f} on " in drawn
         assert f"(position {b.target}; uniform over the 6 visible tokens: {result.attn_chance:.2f})" in drawn
+
+
+def test_the_why_pages_snippets_give_its_attributions_and_ablated_probabilities():
+    from gptviz.app.services.why import pieces
+    at = pagetest.run_page("why", prompt=PROMPT)
+    assert not at.exception
+    dla = run_snippet(snippet_of(at, "direct attribution"))
+    shown = next(m.value for m in at.metric if m.label == "Logit difference (model)")
+    assert shown == f"{dla.logit_diff:+.3f}"
+    bars = pagetest.figure(at, "Direct attribution")
+    drawn = sorted(float(v) for t in bars["data"] for v in pagetest.array(t["y" if t.get("orientation") != "h" else "x"]))
+    np.testing.assert_allclose(drawn, sorted(dla.values.tolist()), rtol=1e-5, atol=1e-6)
+
+    at = pagetest.run_page("why", prompt=PROMPT, **{S.WHY_VIEW.key: "Ablate heads", S.WHY_ABLATED.key: [(0, 2), (1, 0)],
+                                                    S.WHY_MODE.key: "mean"})
+    assert not at.exception
+    after = run_snippet(snippet_of(at, "ablate heads"))
+    table = next(d.value for d in at.dataframe if "after" in d.value.columns).set_index("token")
+    for token in after.topk(5).indices.tolist():
+        assert table.loc[pieces([token])[0], "after"] == pytest.approx(float(after[token]), rel=1e-5)

@@ -128,3 +128,36 @@ def overview(spec: ModelSpec, ids, position: int, text: str | None) -> str:
         f"result = forward_overview(model, one_prompt, logits[0], position={position}, ids=ids)",
         "# result.blocks[i]: the stream's norms, the strongest attention weight and the lens at each block",
         imports="from gptviz.methods.overview import forward_overview, overview_hook_names")
+
+
+def direct_attribution(spec: ModelSpec, ids, target: int, other: int, text: str | None) -> str:
+    """Why this token?, direct attribution: every part's push toward `target` over `other`, read through the
+    unembedding (the parts sum to the model's logit difference)."""
+    return snippet(
+        "Why this token?, direct attribution", spec, prompt_lines(ids, text),
+        f"target, other = {target}, {other}           # {_pieces(target, other)}",
+        "result = direct_logit_attribution(model, torch.tensor([ids]), target, other)",
+        "# result.labels and result.values: each part's push; result.logit_diff: the model's own difference",
+        imports="from gptviz.methods.attribution import direct_logit_attribution")
+
+
+def ablation(spec: ModelSpec, ids, heads, mode: str, text: str | None) -> str:
+    """Why this token?, ablate heads: the next-token probabilities with the chosen heads removed (mean ablation's
+    reference: this prompt's own positions)."""
+    by_layer: dict[int, list[int]] = {}
+    for layer, head in heads:
+        by_layer.setdefault(layer, []).append(head)
+    reference = ("_, reference = capture(model, [ids], " + repr([f"blocks.{l}.attn.hook_z" for l in sorted(by_layer)])
+                 + ")" if mode == "mean" else "reference = None")
+    return snippet(
+        "Why this token?, ablate heads", spec, prompt_lines(ids, text), reference,
+        f"edits = [ablate_heads(layer, heads, {mode!r}, reference=reference) for layer, heads in {by_layer!r}.items()]",
+        "logits, _ = run_with_edits(model, torch.tensor([ids]), edits)",
+        "result = logits[0, -1].softmax(-1)                  # next-token probabilities without those heads",
+        imports="from gptviz.methods.interventions import ablate_heads, run_with_edits")
+
+
+def _pieces(*token_ids: int) -> str:
+    """Token ids as text for a comment: repr'd and on one line, so no text ends the comment."""
+    from ..model.tokenizer import decode
+    return ", ".join(repr(decode([t])) for t in token_ids).replace("\n", "\\n")

@@ -91,7 +91,11 @@ def head_edits(spec: models.ModelSpec, ids: tuple[int, ...], heads: tuple[tuple[
         by_layer.setdefault(layer, []).append(head)
     reference = None
     if mode == "mean" and heads:
-        _, reference = models.capture_cache(spec, ids, tuple(act_name("z", l) for l in sorted(by_layer)))
+        names = tuple(act_name("z", l) for l in sorted(by_layer))
+        _, cache = models.capture_cache(spec, ids, names)
+        # the library's [batch, T, heads, d_head] layout: the shared capture has no batch axis, and without one the
+        # mean ran over positions and heads together (one [d_head] vector, indexed by head number)
+        reference = {name: cache[name].unsqueeze(0) for name in names}
     return [ablate_heads(layer, hs, mode, reference=reference) for layer, hs in sorted(by_layer.items())]
 
 

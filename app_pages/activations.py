@@ -12,7 +12,7 @@ import streamlit as st
 import torch
 
 from gptviz import methods as analysis
-from gptviz.app import display, models, sidebar
+from gptviz.app import display, models, reproduce, sidebar
 from gptviz.app import keys as K, settings as S
 from gptviz.app.seen import Seen, read_prompt
 from gptviz.app.services import activations as services
@@ -270,6 +270,8 @@ def main() -> None:
     for name, tab in zip(TABS, st.tabs(list(TABS))):
         with tab:
             TAB_DRAWERS[name](seen)
+    reproduce.show(reproduce.activations(seen.spec, seen.ids, seen.focus, int(st.session_state.get(K.ACT_TOPK, S.ACT_TOPK.default)),
+                                         reproduce.prompt_text()))
 
 
 main()

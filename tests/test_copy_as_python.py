@@ -112,3 +112,18 @@ def test_the_why_pages_snippets_give_its_attributions_and_ablated_probabilities(
     table = next(d.value for d in at.dataframe if "after" in d.value.columns).set_index("token")
     for token in after.topk(5).indices.tolist():
         assert table.loc[pieces([token])[0], "after"] == pytest.approx(float(after[token]), rel=1e-5)
+
+
+def test_the_activations_pages_snippet_gives_every_tabs_numbers():
+    at = pagetest.run_page("activations", prompt=PROMPT, **{S.ACT_FOCUS.key: 4, S.ACT_TOPK.key: 7})
+    assert not at.exception
+    result = run_snippet(snippet_of(at))
+    bars = pagetest.figure(at, "Most active neurons")
+    drawn = sorted((float(v) for t in bars["data"] for v in pagetest.array(t["x" if t.get("orientation") == "h" else "y"])),
+                   reverse=True)
+    assert len(result["top neurons"]) == 7
+    np.testing.assert_allclose(drawn, [v for *_, v in result["top neurons"]], rtol=1e-5)
+    heat = pagetest.figure(at, "Residual-stream norm")
+    np.testing.assert_allclose(pagetest.array(heat["data"][0]["z"]), result["residual stream"].numpy(), rtol=1e-5)
+    lens = pagetest.figure(at, "Logit lens")
+    np.testing.assert_allclose(pagetest.array(lens["data"][0]["z"]), result["logit lens"].top_probs.numpy(), rtol=1e-5)

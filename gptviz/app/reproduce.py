@@ -161,3 +161,24 @@ def _pieces(*token_ids: int) -> str:
     """Token ids as text for a comment: repr'd and on one line, so no text ends the comment."""
     from ..model.tokenizer import decode
     return ", ".join(repr(decode([t])) for t in token_ids).replace("\n", "\\n")
+
+
+def activations(spec: ModelSpec, ids, focus: int, top: int, text: str | None) -> str:
+    """The Activations page: the residual stream's norms, the branches', the MLP's histograms and top neurons at the
+    focus token, what each norm receives and the logit lens."""
+    return snippet(
+        "the Activations page", spec, prompt_lines(ids, text),
+        "logits, batched = capture(model, [ids])",
+        "cache = ActivationCache({name: value[0] for name, value in batched.items()}, model.config.n_layers)",
+        "post = cache.stack('mlp.hook_post')                 # [layers, T, d_ff]",
+        "result = {",
+        "    'residual stream': residual_norms(cache),                # [layers + 1, T]",
+        "    'attention output': branch_norms(cache, 'hook_attn_out'),  # [layers, T]",
+        "    'MLP output': branch_norms(cache, 'hook_mlp_out'),",
+        "    'MLP histograms': activation_histograms(post),            # (counts [layers, bins], edges)",
+        f"    'top neurons': top_neurons(post, {focus}, {top}),         # (layer, neuron, value) at the focus token",
+        "    'norm inputs': norm_input_stats(cache, model.config),",
+        "    'logit lens': logit_lens(model, cache),",
+        "}",
+        imports="from gptviz.model.hooks import ActivationCache\nfrom gptviz.methods import (activation_histograms, "
+                "branch_norms, logit_lens, norm_input_stats,\n    residual_norms, top_neurons)")

@@ -13,7 +13,7 @@ import streamlit as st
 import torch
 
 from gptviz import methods as analysis
-from gptviz.app import display, models, sidebar
+from gptviz.app import display, models, reproduce, sidebar
 from gptviz.app import keys as K, settings as S
 from gptviz.app.services import embeddings as services
 from gptviz.model.config import GPTConfig
@@ -127,6 +127,7 @@ def pca_section(spec: models.ModelSpec, cfg: GPTConfig, seen: Embedded | None) -
     display.show_figure(figs.pca_scatter(coords[:n_vocab], sample_labels, coords[n_vocab:], prompt_labels,
                                          (explained[0], explained[1] if len(explained) > 1 else 0.0)),
                         key=K.EMB_PCA)
+    reproduce.show(reproduce.embeddings(spec, prompt_ids, n_sample))
     st.caption(f"Principal components fitted on the token-embedding rows of {n_vocab:,} ids drawn at random from "
                f"{pool}, together with the prompt's "
                "distinct tokens; the axis titles give the share of their variance each direction explains. "

@@ -12,6 +12,7 @@ import torch
 import pagetest
 from gptviz.app import keys as K, settings as S
 from gptviz.app.reproduce import MARK
+from gptviz.model.tokenizer import encode
 
 PROMPT = 'JULIET:\nSay "Romeo" twice, Romeo: it\'s the name, the name.'
 
@@ -32,7 +33,6 @@ def run_snippet(code: str):
 
 def test_the_snippet_keeps_the_prompt_a_string_whatever_it_holds():
     from gptviz.app.reproduce import prompt_lines
-    from gptviz.model.tokenizer import encode
     hostile = "'''\"\"\"\\n'); import os; os.system('x') #"
     line = prompt_lines(encode(hostile), hostile)
     namespace: dict = {}
@@ -127,3 +127,26 @@ def test_the_activations_pages_snippet_gives_every_tabs_numbers():
     np.testing.assert_allclose(pagetest.array(heat["data"][0]["z"]), result["residual stream"].numpy(), rtol=1e-5)
     lens = pagetest.figure(at, "Logit lens")
     np.testing.assert_allclose(pagetest.array(lens["data"][0]["z"]), result["logit lens"].top_probs.numpy(), rtol=1e-5)
+
+
+@pytest.mark.parametrize("spec", [pagetest.TINY, None], ids=["preset", "bundled"])
+def test_the_embeddings_pages_snippet_gives_its_pca_and_position_similarity(spec):
+    from gptviz.app import models
+    from gptviz.model.weights import bundled_models
+    if spec is None:
+        if "shakespeare-pre" not in bundled_models():
+            pytest.skip("no bundled model")
+        spec = models.ModelSpec(K.SOURCE_BUNDLED, "shakespeare-pre", "pre")
+    at = pagetest.run_page("embeddings", prompt=PROMPT, spec=spec, **{S.EMB_PCA_N.key: 500})
+    assert not at.exception
+    result = run_snippet(snippet_of(at))
+    pos = next(f for f in pagetest.figures(at) if f["data"] and f["data"][0].get("type") == "heatmap"
+               and len(pagetest.array(f["data"][0]["z"])) == models.load_model(spec).config.n_ctx)
+    np.testing.assert_allclose(pagetest.array(pos["data"][0]["z"]), result["position similarity"].numpy(), atol=1e-5)
+    sample, coords, explained = result["pca"]
+    pca = next(f for f in pagetest.figures(at) if any(t.get("type") in ("scatter", "scattergl") for t in f["data"]))
+    drawn = np.concatenate([np.stack([pagetest.array(t["x"]), pagetest.array(t["y"])], 1) for t in pca["data"]
+                            if t.get("type") in ("scatter", "scattergl")])
+    np.testing.assert_allclose(np.sort(drawn, 0), np.sort(coords.numpy(), 0), atol=1e-5)
+    prompt_ids = set(encode(PROMPT))
+    assert not prompt_ids & set(sample) and len(sample) + len(prompt_ids) == len(coords)

@@ -182,3 +182,25 @@ def activations(spec: ModelSpec, ids, focus: int, top: int, text: str | None) ->
         "}",
         imports="from gptviz.model.hooks import ActivationCache\nfrom gptviz.methods import (activation_histograms, "
                 "branch_norms, logit_lens, norm_input_stats,\n    residual_norms, top_neurons)")
+
+
+def embeddings(spec: ModelSpec, prompt_ids, n_sample: int) -> str:
+    """The Embeddings page's weights-only views: every learned position against every other, and the PCA of a
+    vocabulary sample with the prompt's distinct tokens."""
+    if spec.source == K.SOURCE_BUNDLED:
+        vocab = (f"vocab = training_vocab(bundled_models()[{spec.name!r}])   # the ids its training text used",
+                 "from gptviz.model.checkpoint import training_vocab\nfrom gptviz.model.weights import bundled_models")
+    else:
+        vocab = ("vocab = None                                          # the whole vocabulary", "")
+    return snippet(
+        "the Embeddings page", spec, vocab[0],
+        f"prompt_ids = {list(prompt_ids)!r}                # the prompt's distinct tokens",
+        "wte = model.wte.weight.detach().float()",
+        f"sample = [i for i in vocab_sample(wte.shape[0], {n_sample}, seed=0, ids=vocab).tolist() if i not in prompt_ids]",
+        "fit = pca(wte[sample + prompt_ids], k=2)",
+        "result = {",
+        "    'position similarity': cosine_similarity_matrix(model.wpe.weight.detach().float()),  # [n_ctx, n_ctx]",
+        "    'pca': (sample, fit.coords, fit.explained_variance_ratio),  # the sample, then the prompt's tokens",
+        "}",
+        imports="from gptviz.methods import cosine_similarity_matrix, pca, vocab_sample"
+                + (f"\n{vocab[1]}" if vocab[1] else ""))

@@ -7,7 +7,7 @@ import streamlit as st
 
 from gptviz.model import unit_id, weights
 from gptviz.methods import wiring
-from gptviz.app import display
+from gptviz.app import display, reproduce
 from gptviz.app import keys as K, settings as S
 from gptviz.app.services import norms as services
 from gptviz.app.views.norms_paper import paper_section
@@ -119,6 +119,8 @@ def side_by_side_section(bundled: dict, twins: wiring.TrainedTwins) -> LoadedTwi
             with st.container():
                 display.show_figure(explainer_figs.block_diagram(norm, compact=True),
                                     key=K.per_item(K.TWINS_SIDE_WIRING, norm))
+    reproduce.show(reproduce.twins(names, tw.ids, pick_pair_index(matches), services.probe_length(tw.cfg),
+                                   reproduce.prompt_text()))
     return tw
 
 

@@ -150,3 +150,26 @@ def test_the_embeddings_pages_snippet_gives_its_pca_and_position_similarity(spec
     np.testing.assert_allclose(np.sort(drawn, 0), np.sort(coords.numpy(), 0), atol=1e-5)
     prompt_ids = set(encode(PROMPT))
     assert not prompt_ids & set(sample) and len(sample) + len(prompt_ids) == len(coords)
+
+
+def test_the_norms_pages_snippet_gives_the_twins_pair_maps_and_next_tokens():
+    from gptviz.model.weights import bundled_models
+    from gptviz.methods import wiring
+    pairs = wiring.trained_twins(list(bundled_models()))
+    if not pairs:
+        pytest.skip("no bundled twins")
+    at = pagetest.run_page("norms", prompt=PROMPT, **{S.TWINS_PAIR.key: 3})
+    assert not at.exception
+    result = run_snippet(snippet_of(at, "twins side by side"))
+    pair = result["pair"]
+    titles = [pagetest.title_of(f) for f in pagetest.figures(at)]
+    assert f"pre-norm L{pair.a[0]}H{pair.a[1]} the picked head" in titles
+    assert f"post-norm L{pair.b[0]}H{pair.b[1]} similarity {pair.similarity:.2f}" in titles
+    maps = [f for f in pagetest.figures(at) if pagetest.title_of(f).startswith(("pre-norm L", "post-norm L"))]
+    assert len(maps) == 2
+    for fig, which in zip(maps, ("pre map", "post map")):
+        np.testing.assert_allclose(np.nan_to_num(pagetest.array(fig["data"][0]["z"])), result[which].numpy(), atol=1e-6)
+    bars = next(f for f in pagetest.figures(at) if f["data"] and f["data"][0].get("name") == "pre-norm")
+    for trace in bars["data"]:
+        norm = trace["name"].split("-")[0]
+        np.testing.assert_allclose(pagetest.array(trace["x"]), result["next token"][norm].values.numpy(), rtol=1e-5)

@@ -204,3 +204,26 @@ def embeddings(spec: ModelSpec, prompt_ids, n_sample: int) -> str:
         "}",
         imports="from gptviz.methods import cosine_similarity_matrix, pca, vocab_sample"
                 + (f"\n{vocab[1]}" if vocab[1] else ""))
+
+
+def twins(names: dict[str, str], ids, pair: int, probe_length: int, text: str | None) -> str:
+    """Pre-norm vs post-norm, the twins side by side: their heads matched by role on a repeated random probe, the
+    picked pair's maps on the prompt, and each twin's next-token probabilities."""
+    return "\n".join([
+        f"{MARK}Pre-norm vs post-norm, the twins side by side, reproduced", IMPORTS,
+        "from gptviz.methods import induction_sequence, match_heads",
+        "from gptviz.model.checkpoint import training_vocab\nfrom gptviz.model.weights import bundled_models",
+        f"twins = {{'pre': load_pretrained({names['pre']!r}), 'post': load_pretrained({names['post']!r})}}",
+        prompt_lines(ids, text),
+        "# heads paired by their patterns on one probe both read: random training ids, then the same again",
+        f"probe = induction_sequence(twins['pre'].config.vocab_size, {probe_length},",
+        f"                           ids=training_vocab(bundled_models()[{names['pre']!r}])).tolist()",
+        "on_probe = {norm: capture(m, [probe])[1].patterns()[:, 0] for norm, m in twins.items()}",
+        f"pair = match_heads(on_probe['pre'], on_probe['post'])[{pair}]   # .a, .b: (layer, head); .similarity",
+        "on_prompt = {norm: capture(m, [ids]) for norm, m in twins.items()}",
+        "result = {",
+        "    'pair': pair,",
+        "    'pre map': on_prompt['pre'][1].pattern(pair.a[0])[0, pair.a[1]],     # [query, key]",
+        "    'post map': on_prompt['post'][1].pattern(pair.b[0])[0, pair.b[1]],",
+        "    'next token': {norm: logits[0, -1].softmax(-1).topk(5) for norm, (logits, _) in on_prompt.items()},",
+        "}"]) + "\n"

@@ -12,7 +12,7 @@ import pandas as pd
 import streamlit as st
 
 from gptviz import index as ix
-from gptviz.app import display, sidebar
+from gptviz.app import display, reproduce, sidebar
 from gptviz.app import keys as K, settings as S
 from gptviz.app import unit_index as ui
 from gptviz.app.services import LimitError
@@ -237,6 +237,8 @@ def unit_tab(spec: ModelSpec, model: GPT, loaded: ui.Loaded) -> None:
         histogram_section(loaded, unit)
     with right:
         effect_section(model, unit, contexts)
+    per_play = max((len(d.ids) for d in loaded.docs), default=0)
+    reproduce.show(reproduce.unit(spec, str(unit), per_play))
 
 
 # ---------------------------------------------------------------------------------------------------- search

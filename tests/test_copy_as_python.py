@@ -174,3 +174,41 @@ def test_the_norms_pages_snippet_gives_the_twins_pair_maps_and_next_tokens():
     for trace in bars["data"]:
         norm = trace["name"].split("-")[0]
         np.testing.assert_allclose(pagetest.array(trace["x"]), result["next token"][norm].values.numpy(), rtol=1e-5)
+
+
+def test_the_unit_pages_snippet_gives_its_summary_examples_and_share():
+    from gptviz.app import models
+    from gptviz.model.weights import bundled_models
+    if "shakespeare-pre" not in bundled_models():
+        pytest.skip("no bundled model")
+    spec = models.ModelSpec(K.SOURCE_BUNDLED, "shakespeare-pre", "pre")
+    at = pagetest.run_page("units", spec=spec, **{K.UNIT: "L3N47"})
+    assert not at.exception
+    result = run_snippet(snippet_of(at))
+    from gptviz.app.display import md_text
+    assert any(m.value == f"**{md_text(result['summary'])}**" for m in at.markdown)
+    rows = pagetest.token_rows(at, K.UNIT_EXAMPLES)["rows"]
+    assert len(rows) == len(result["top examples"])
+    for row, example in zip(rows, result["top examples"]):
+        assert max(v for v in row["values"] if v is not None) == pytest.approx(example.value, abs=1e-4)
+
+
+@pytest.mark.slow
+def test_the_unit_pages_snippet_rebuilds_an_index_the_server_built(tmp_path, monkeypatch):
+    """For a model without a shipped index the snippet runs the server's own scan (the start of every play) and
+    gets the same numbers."""
+    from gptviz.app import unit_index as ui
+    from gptviz.serve import limits
+    monkeypatch.setenv("GPTVIZ_INDEX_DIR", str(tmp_path / "indexes"))
+    small = limits.ServerLimits(index_tokens=3_000, index_mb=2048)
+    monkeypatch.setattr(limits, "server_limits", lambda: small)
+    ui.index_store().clear()
+    ui.build(pagetest.TINY, 3_000, lambda done, total: None)
+    at = pagetest.run_page("units", **{K.UNIT: "L1N5"})
+    assert not at.exception
+    result = run_snippet(snippet_of(at))
+    from gptviz.app.display import md_text
+    assert any(m.value == f"**{md_text(result['summary'])}**" for m in at.markdown)
+    rows = pagetest.token_rows(at, K.UNIT_EXAMPLES)["rows"]
+    assert [row["values"][row["peak"]] for row in rows] == pytest.approx([e.value for e in result["top examples"]],
+                                                                         abs=1e-4)

@@ -227,3 +227,28 @@ def twins(names: dict[str, str], ids, pair: int, probe_length: int, text: str | 
         "    'post map': on_prompt['post'][1].pattern(pair.b[0])[0, pair.b[1]],",
         "    'next token': {norm: logits[0, -1].softmax(-1).topk(5) for norm, (logits, _) in on_prompt.items()},",
         "}"]) + "\n"
+
+
+def unit(spec: ModelSpec, unit_name: str, per_play: int | None) -> str:
+    """What does this unit do?: a neuron's or head's summary, top examples, quantiles and histogram from the neuron
+    index (the bundled model's shipped index; for another model, the same scan the server ran: `per_play` tokens
+    from the start of every play)."""
+    if spec.source == K.SOURCE_BUNDLED:
+        load = (f"index = bundled_index({spec.name!r})                 # shipped with the model",)
+        imports = "from gptviz.index import bundled_index, histogram, quantiles, summary, top_examples"
+    else:
+        load = ("docs = [Document(d.name, d.ids[:per_play], d.held_out) for d in corpus_documents()]",
+                "index = build_index(model, docs)                     # the server's scan: the start of every play")
+        load = (f"per_play = {per_play}",) + load
+        imports = ("from gptviz.index import (Document, build_index, corpus_documents, histogram, quantiles, "
+                   "summary,\n    top_examples)")
+    return snippet(
+        "What does this unit do?", spec, *load,
+        f"unit = {unit_name!r}",
+        "result = {",
+        "    'summary': summary(index, unit),",
+        "    'top examples': top_examples(index, unit),        # .value, .doc_name, .pos: highest first",
+        "    'quantiles': quantiles(index, unit),",
+        "    'histogram': histogram(index, unit),              # (edges, counts) over every token scanned",
+        "}",
+        imports=imports)

@@ -12,7 +12,7 @@ import time
 import numpy as np
 import streamlit as st
 
-from gptviz.app import jobs
+from gptviz.app import jobs, reproduce
 from gptviz.app import keys as K, settings as S
 from gptviz.app.bundled_snapshots import bundled_snapshots
 from gptviz.app.display import show_figure
@@ -224,6 +224,7 @@ def history_tab() -> None:
     heads_row(found, detector, probe, step, bundled=True)
     curves(found, detector, step)
     about(found)
+    reproduce.show(reproduce.heads_forming(detector, step, {w: TWINS[w] for w in found}))
 
 
 def main() -> None:

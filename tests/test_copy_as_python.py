@@ -212,3 +212,22 @@ def test_the_unit_pages_snippet_rebuilds_an_index_the_server_built(tmp_path, mon
     rows = pagetest.token_rows(at, K.UNIT_EXAMPLES)["rows"]
     assert [row["values"][row["peak"]] for row in rows] == pytest.approx([e.value for e in result["top examples"]],
                                                                          abs=1e-4)
+
+
+def test_the_heads_forming_pages_snippet_gives_each_twins_scores_at_the_step():
+    from gptviz.training.snapshots import load_snapshots
+    from gptviz.model.weights import bundled_models
+    if "shakespeare-pre" not in bundled_models():
+        pytest.skip("no bundled twins")
+    steps = load_snapshots(bundled_models()["shakespeare-pre"]).steps
+    step = steps[len(steps) // 2] + 1     # between two snapshots: the page shows the one before
+    at = pagetest.run_page("timeline", **{S.TL_STEP.key: step, S.TL_DETECTOR.key: "previous-token"})
+    assert not at.exception
+    result = run_snippet(snippet_of(at))
+    lines = [m.value for m in at.markdown if m.value.startswith("**")]
+    for wiring, got in result.items():
+        layer, head = np.unravel_index(int(got["scores"].argmax()), got["scores"].shape)
+        line = next(v for v in lines if v.startswith(f"**{wiring}**"))
+        assert f"step {got['snapshot step']}" in line     # the slider snaps to a snapshot
+        assert f"best previous-token head L{layer}H{head} {got['scores'][layer, head]:.2f}" in line
+        assert f"loss {got['loss']:.2f}" in line

@@ -252,3 +252,21 @@ def unit(spec: ModelSpec, unit_name: str, per_play: int | None) -> str:
         "    'histogram': histogram(index, unit),              # (edges, counts) over every token scanned",
         "}",
         imports=imports)
+
+
+def heads_forming(detector: str, step: int, twins: dict[str, str]) -> str:
+    """Heads forming: each twin's `detector` scores for every head at the snapshot the step slider shows, its
+    training loss there, and the step its head of that kind formed."""
+    return "\n".join([
+        f"{MARK}Heads forming, reproduced",
+        "import numpy as np",
+        "from gptviz.model.weights import bundled_models",
+        "from gptviz.training.snapshots import formed_step, load_snapshots",
+        f"detector, step = {detector!r}, {step}",
+        "result = {}",
+        f"for wiring, name in {twins!r}.items():",
+        "    snaps = load_snapshots(bundled_models()[name])",
+        "    i = max(0, int(np.searchsorted(snaps.steps, step, side='right')) - 1)   # the last snapshot at or before",
+        "    scores = snaps.score_array()[i, snaps.detector_index(detector)]          # [layers, heads]",
+        "    result[wiring] = {'snapshot step': snaps.steps[i], 'scores': scores, 'loss': snaps.train_loss[i],",
+        "                      'formed (step, layer, head)': formed_step(snaps, detector)}"]) + "\n"

@@ -8,7 +8,7 @@ import streamlit as st
 
 from gptviz import PRESETS
 from gptviz.training import warmup
-from gptviz.app import display, jobs, sidebar
+from gptviz.app import display, jobs, reproduce, sidebar
 from gptviz.app import keys as K, settings as S
 from gptviz.app.services import training as services
 from gptviz.app.services.training import Form
@@ -255,6 +255,7 @@ def finished_run(job: Job) -> None:
     summary(job, snap, ended, finals)
     use_trained_models(job, finals)
     samples(job)
+    reproduce.show(reproduce.training(job.spec.configs, job.spec.settings, job.spec.init))
 
 
 # ---- the warmup scenario ------------------------------------------------------------------------------------------

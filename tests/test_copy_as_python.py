@@ -231,3 +231,21 @@ def test_the_heads_forming_pages_snippet_gives_each_twins_scores_at_the_step():
         assert f"step {got['snapshot step']}" in line     # the slider snaps to a snapshot
         assert f"best previous-token head L{layer}H{head} {got['scores'][layer, head]:.2f}" in line
         assert f"loss {got['loss']:.2f}" in line
+
+
+@pytest.mark.slow
+def test_the_train_pages_snippet_trains_the_same_run_step_for_step():
+    from gptviz.app import jobs
+    from gptviz.serve.training_jobs import DONE
+    small = dict(train_layers=1, train_width=32, train_heads=2, train_steps=4, train_batch=1, train_block=16,
+                 train_warmup=0, train_wiring="both", train_lr=0.003)
+    at = pagetest.open_page("app_pages/training.py", **small)
+    next(b for b in at.button if b.label == "Start training").click().run()
+    job = jobs.training_registry().get(at.session_state["train_job"])
+    assert job.wait(120) and job.status == DONE, job.error
+    at.run()
+    assert not at.exception
+    result = run_snippet(snippet_of(at, "Train page"))
+    for name, r in job.results.items():
+        assert result[name] == pytest.approx([h["train_loss"] for h in r.history], rel=1e-6)
+        assert len(result[name]) == 4

@@ -270,3 +270,16 @@ def heads_forming(detector: str, step: int, twins: dict[str, str]) -> str:
         "    scores = snaps.score_array()[i, snaps.detector_index(detector)]          # [layers, heads]",
         "    result[wiring] = {'snapshot step': snaps.steps[i], 'scores': scores, 'loss': snaps.train_loss[i],",
         "                      'formed (step, layer, head)': formed_step(snaps, detector)}"]) + "\n"
+
+
+def training(configs: dict, settings, init: str) -> str:
+    """Train a model: the same run in a script, on the same batches (the losses match step for step)."""
+    lines = ",\n".join(f"    {name!r}: {cfg!r}" for name, cfg in configs.items())
+    return "\n".join([
+        f"{MARK}the Train page's run, reproduced",
+        "from gptviz import GPTConfig",
+        "from gptviz.training.train import TrainSettings, load_corpus, train_models",
+        f"configs = {{\n{lines},\n}}",
+        f"settings = {settings!r}",
+        f"models, results = train_models(configs, settings, load_corpus(), init={init!r})",
+        "result = {name: [step['train_loss'] for step in r.history] for name, r in results.items()}"]) + "\n"

@@ -10,7 +10,7 @@ import streamlit as st
 import torch
 
 from gptviz import methods as analysis
-from gptviz.app import display, sidebar
+from gptviz.app import display, reproduce, sidebar
 from gptviz.app import keys as K, settings as S
 from gptviz.model.config import GPTConfig
 from gptviz.export import matrix_frame
@@ -99,6 +99,8 @@ def main() -> None:
     activation_section(cfg)
     causal_mask_section()
     wiring_section(cfg)
+    lo, hi = state.get(K.EXP_RANGE, S.EXP_RANGE.default)
+    reproduce.show(reproduce.explainers(float(lo), float(hi), int(state.get(K.EXP_MASK_N, 8))))
 
 
 main()

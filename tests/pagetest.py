@@ -164,3 +164,9 @@ class TokenGate:
 
     def release(self) -> None:
         self._release.set()
+
+
+def live_code(at: AppTest) -> list[str]:
+    """The page's code blocks other than its Copy-as-Python snippet (a live generation's text is never one)."""
+    from gptviz.app.reproduce import MARK
+    return [c.value for c in at.code if not c.value.startswith(MARK)]

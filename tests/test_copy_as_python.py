@@ -249,3 +249,16 @@ def test_the_train_pages_snippet_trains_the_same_run_step_for_step():
     for name, r in job.results.items():
         assert result[name] == pytest.approx([h["train_loss"] for h in r.history], rel=1e-6)
         assert len(result[name]) == 4
+
+
+def test_the_explainers_snippet_gives_its_curves_and_mask():
+    at = pagetest.run_page("explainers", prompt=PROMPT, **{S.EXP_RANGE.key: (-2.0, 3.0), S.EXP_MASK_N.key: 5})
+    assert not at.exception
+    result = run_snippet(snippet_of(at))
+    fig = pagetest.figures(at)[0]   # the activation functions come first
+    for name, (y, _) in result["activations"].items():
+        traces = [t for t in fig["data"] if pagetest.array(t["x"]).size == 801
+                  and np.allclose(pagetest.array(t["y"]), y.numpy(), atol=1e-9)]
+        assert traces, name
+    mask = next(f for f in pagetest.figures(at) if f["data"] and f["data"][0].get("type") == "heatmap")
+    np.testing.assert_array_equal(pagetest.array(mask["data"][0]["z"]).astype(bool), result["causal mask"].numpy())

@@ -22,7 +22,8 @@ from gptviz.figures import attention as fa
 from gptviz.model.tokenizer import decode, encode, token_labels
 from gptviz.app import keys as K, live, models, sidebar
 from pagetest import (MARKUP, ROOT, TINY, array, attention_map, edge_prompts, figure, figures, finish_generation,
-                      forward_calls, generation_of, kept_of_edge_prompt, open_app, query_bars, run_page, TokenGate)
+                      forward_calls, generation_of, kept_of_edge_prompt, live_code, open_app, query_bars, run_page,
+                      TokenGate)
 
 N_LAYERS, N_HEADS, N_CTX = 2, 4, 128           # the tiny preset
 VIEWS = ["One head", "Lines between tokens", "On the text", "Inside the head", "Value-weighted",
@@ -236,7 +237,7 @@ def test_stop_keeps_the_tokens_written_so_far(monkeypatch):
     at.run()  # a redraw while the model waits after its second token: Stop keeps what the page has shown
     assert generation_of(at).shown == 2
     shown = decode(encode(prompt)) + decode([s.token_id for s in generation_of(at).steps[:2]])
-    assert shown in [t.value for t in at.text] and not at.code  # live: plain text (st.code's highlighter is slow)
+    assert shown in [t.value for t in at.text] and not live_code(at)  # live: plain text (st.code's highlighter is slow)
     at.button(key="att_stop").click().run()
     gate.release()
     at = finish_generation(at)

@@ -17,7 +17,8 @@ from gptviz.figures import generation as fg
 from gptviz.figures.common import apply_layout, title_room
 from gptviz.model.tokenizer import decode, encode
 from gptviz.app import live, models, sidebar
-from pagetest import TINY, TokenGate, array, edge_prompts, figure, finish_generation, forward_calls, generation_of, run_page
+from pagetest import (TINY, TokenGate, array, edge_prompts, figure, finish_generation, forward_calls, generation_of,
+                      live_code, run_page)
 
 N_LAYERS, N_HEADS, N_CTX = 2, 4, 128
 
@@ -166,7 +167,7 @@ def test_stop_ends_a_running_generation_before_its_next_token(monkeypatch):
     at.run()  # a redraw while the model waits after its second token
     assert not at.exception and generation_of(at).shown == 2
     shown = decode(encode("Keep what was written")) + decode([s.token_id for s in generation_of(at).steps[:2]])
-    assert shown in [t.value for t in at.text] and not at.code  # live: plain text (st.code's highlighter is slow)
+    assert shown in [t.value for t in at.text] and not live_code(at)  # live: plain text (st.code's highlighter is slow)
     at.button(key="gen_stop").click().run()
     gate.release()
     at = finish_generation(at)

@@ -283,3 +283,15 @@ def training(configs: dict, settings, init: str) -> str:
         f"settings = {settings!r}",
         f"models, results = train_models(configs, settings, load_corpus(), init={init!r})",
         "result = {name: [step['train_loss'] for step in r.history] for name, r in results.items()}"]) + "\n"
+
+
+def explainers(lo: float, hi: float, mask_n: int) -> str:
+    """The Explainers: the model's own activation functions and their derivatives on the range, and its causal mask."""
+    return "\n".join([
+        f"{MARK}the Explainers, reproduced", "import torch",
+        "from gptviz.methods import activation_curves, causal_mask",
+        f"x = torch.linspace({lo!r}, {hi!r}, 801, dtype=torch.float64)",
+        "result = {",
+        "    'activations': activation_curves(x),     # {name: (f(x), f'(x))}, by the model's own activate()",
+        f"    'causal mask': causal_mask({mask_n}),          # True where a query may look at a key",
+        "}"]) + "\n"

@@ -224,6 +224,8 @@ def test_the_trial_of_training_the_twins_alike_is_shown_with_its_own_numbers():
     assert column[induction].startswith(f"{h['score']:.3f} (L{h['layer']}H{h['head']}) ")
     assert f"(chance {h['chance']:.3f})" in induction
     assert column["bars cleared"] == f"{sum(trial['passes'].values())} of {len(trial['passes'])}"
+    said = next(m.value for m in at.markdown if m.value.startswith("The smallest change found"))
+    assert f"pre-norm clears {sum(trial['passes'].values())} of {len(trial['passes'])} of the check's bars" in said
     assert rows["post-norm (bundled)"]["bars cleared"] == f"{sum(bundled_post['passes'].values())} of 6"
     start, best, n = recipe_trials.logged_induction(models[pairs[0].post] / recipe_trials.OTHER_RECIPE_LOG)
     said = next(c.value for c in at.caption if "The other way round" in c.value)

@@ -55,6 +55,11 @@ def recipe_note(bundled: dict, names: dict[str, str]) -> None:
         trial = services.other_recipe_trial(bundled, names)
         if trial is not None:
             with st.expander("Why not trained alike? Pre-norm on post-norm's recipe, checked"):
+                cleared = next(row for row in trial if row[""] == "bars cleared")
+                alike, own = cleared["pre-norm on post-norm's recipe"], cleared["pre-norm (bundled)"]
+                st.markdown(f"The smallest change found that lets post-norm train is the one above "
+                            f"({'; '.join(differences)}). Given the same change, pre-norm clears {alike} of the "
+                            f"check's bars, against {own} on its own recipe.")
                 st.dataframe(pd.DataFrame(trial), hide_index=True, width="stretch")
                 st.caption("The pre-norm twin retrained on post-norm's whole recipe (the same init, seeds, batches "
                            "and schedule), then checked with `python -m gptviz check` on the held-out plays, beside "

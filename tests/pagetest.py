@@ -47,8 +47,8 @@ def kept_of_edge_prompt(at: AppTest, prompt: str, n_ctx: int) -> list[int]:
 def open_app(**state) -> AppTest:
     """Run app.py (the sidebar and the default page) once, on the tiny preset, with any session-state values."""
     at = AppTest.from_file(APP, default_timeout=120)
-    at.session_state["model_source"] = K.SOURCE_PRESET
-    at.session_state["preset"] = "tiny"
+    at.session_state[K.MODEL_SOURCE] = K.SOURCE_PRESET
+    at.session_state[K.PRESET] = "tiny"
     for key, value in state.items():
         at.session_state[key] = value
     return at.run()
@@ -66,8 +66,8 @@ def open_page(page: str, **state) -> AppTest:
 def run_page(name: str, prompt: str = sidebar.DEFAULT_PROMPT, spec: models.ModelSpec | None = TINY, **state) -> AppTest:
     """Run app_pages/<name>.py once with model_spec, prompt and any other session-state values set."""
     at = AppTest.from_file(str(ROOT / "app_pages" / f"{name}.py"), default_timeout=120)
-    at.session_state["model_spec"] = spec
-    at.session_state["prompt"] = prompt
+    at.session_state[K.MODEL_SPEC] = spec
+    at.session_state[K.PROMPT] = prompt
     # generations at the model's own speed unless a test sets a pace (the pages' default paces them for watching)
     state = {"att_gen_pace": "as fast as it writes", "gen_pace": "as fast as it writes", **state}
     for key, value in state.items():

@@ -241,7 +241,7 @@ def test_the_train_pages_snippet_trains_the_same_run_step_for_step():
                  train_warmup=0, train_wiring="both", train_lr=0.003)
     at = pagetest.open_page("app_pages/training.py", **small)
     next(b for b in at.button if b.label == "Start training").click().run()
-    job = jobs.training_registry().get(at.session_state["train_job"])
+    job = jobs.training_registry().get(at.session_state[K.TRAIN_JOB])
     assert job.wait(120) and job.status == DONE, job.error
     at.run()
     assert not at.exception

@@ -98,7 +98,7 @@ def test_a_link_opens_the_same_view():
     at = open_link(source="preset", preset="tiny", seed="3", norm="post", prompt="To be or not to be",
                    att_layer="1", att_head="2", att_scale="sqrt", att_gen_temp="0.4")
     assert not at.exception and toasts(at) == []
-    assert at.session_state["model_spec"] == models.ModelSpec(K.SOURCE_PRESET, "tiny", "post", 3, "cpu")
+    assert at.session_state[K.MODEL_SPEC] == models.ModelSpec(K.SOURCE_PRESET, "tiny", "post", 3, "cpu")
     assert at.text_area(key="prompt").value == "To be or not to be"
     assert at.selectbox(key="att_layer").value == 1 and at.selectbox(key="att_head").value == 2
     assert at.selectbox(key="att_scale").value == "sqrt"
@@ -130,7 +130,7 @@ def test_a_stale_or_hostile_link_falls_back_with_notices_and_no_exception():
     assert not at.exception and not at.error
     assert at.selectbox(key="att_layer").value == 0 and at.selectbox(key="att_head").value == 0
     assert at.number_input(key="att_gen_topk").value == 0
-    assert at.session_state["norm"] == "pre" and at.text_area(key="prompt").value == "hello"
+    assert at.session_state[K.NORM] == "pre" and at.text_area(key="prompt").value == "hello"
     shown = toasts(at)
     assert any("`norm` must be one of pre, post" in t for t in shown)
     assert any("`seed` must be a whole number" in t for t in shown)

@@ -47,7 +47,7 @@ def test_router_default_page():
     at = open_app()
     assert not at.exception
     assert at.title[0].value == "Attention"
-    assert at.session_state["model_spec"] == TINY
+    assert at.session_state[K.MODEL_SPEC] == TINY
     assert len(at.button_group(key="att_query").options) == len(encode(sidebar.DEFAULT_PROMPT))
     assert allocator.freed_memory_kept() is (platform.libc_ver()[0] == "glibc")
 
@@ -98,7 +98,7 @@ def test_display_widgets_run_no_forward_pass():
     assert bars["query"] == 2 and len(bars["weights"]) == 3
     np.testing.assert_allclose(bars["weights"], patterns_for(prompt)[1].mean(0)[2, :3].numpy(), atol=1e-5)
     for view in VIEWS[1:]:
-        at.session_state["att_view"] = view
+        at.session_state[K.ATT_VIEW] = view
         at.run()
         assert not at.exception
     assert forward_calls() == after_first
@@ -168,7 +168,7 @@ def test_model_view_and_layer_grid_trace_counts():
     mean_view = array(figure(at, "Every layer (rows)")["data"][0]["z"])
     assert mean_view.shape == (N_LAYERS * (T + 1) - 1, T)
     np.testing.assert_allclose(np.nan_to_num(mean_view[:T]), expected[0].mean(0).numpy(), rtol=1e-5)
-    at.session_state["att_view"] = "All heads of the layer"
+    at.session_state[K.ATT_VIEW] = "All heads of the layer"
     at.run()
     assert len(figure(at, "Layer 0: every head")["data"]) == N_HEADS
 
@@ -197,9 +197,9 @@ def test_short_generation_produces_tokens():
                                atol=0.5 / amap.LEVELS + 1e-6)
     # the generated text can become the prompt of every view (the sidebar's prompt)
     at.button(key="att_gen_use").click().run()
-    assert at.session_state["prompt"] == decode(encode(prompt)) + decode(new_ids)
+    assert at.session_state[K.PROMPT] == decode(encode(prompt)) + decode(new_ids)
     at.run()
-    assert len(at.button_group(key="att_query").options) == len(encode(at.session_state["prompt"]))  # re-tokenised
+    assert len(at.button_group(key="att_query").options) == len(encode(at.session_state[K.PROMPT]))  # re-tokenised
 
 
 @pytest.mark.slow
@@ -426,7 +426,7 @@ def test_the_induction_example_is_one_click_away_and_opens_its_induction_head():
     name = next(n for n in sidebar.EXAMPLE_PROMPTS if "letters" in n)
     button = next(b for b in at.button if b.label == name)
     button.click().run()
-    assert at.session_state["prompt"] == sidebar.EXAMPLE_PROMPTS[name]
+    assert at.session_state[K.PROMPT] == sidebar.EXAMPLE_PROMPTS[name]
     line = next(m.value for m in at.markdown if "Worth a look" in m.value)
     assert "induction" in line
     assert (at.selectbox(key="att_layer").value, at.selectbox(key="att_head").value) != (3, 2)
@@ -457,7 +457,7 @@ def test_the_suggested_head_says_whether_the_map_shows_it_and_one_click_shows_it
     line = next(m.value for m in at.markdown if "Worth a look" in m.value)
     assert f"Worth a look: layer {shown[0]}, head {shown[1]}**" in line and line.endswith("The map shows it.")
     assert not [b for b in at.button if b.key == K.ATT_SHOW_SUGGESTED]
-    at.session_state["model_spec"] = models.ModelSpec(K.SOURCE_BUNDLED, "shakespeare-post", "post")  # the toggle
+    at.session_state[K.MODEL_SPEC] = models.ModelSpec(K.SOURCE_BUNDLED, "shakespeare-post", "post")  # the toggle
     at.run()
     assert not at.exception
     line = next(m.value for m in at.markdown if "Worth a look" in m.value)

@@ -14,6 +14,7 @@ from gptviz.methods.head_steps import (first_token_chance, first_token_scores, h
                                        value_weighted)
 from gptviz.model.tokenizer import encode
 from gptviz.app import display, models
+from gptviz.app import keys as K
 from pagetest import TINY, array, figure, figures, run_page
 
 PROMPT = "The cat sat on the mat. The cat sat on the"
@@ -138,15 +139,15 @@ def test_each_new_view_handles_a_one_token_prompt_and_markup(name):
 def test_the_chosen_query_follows_its_token_when_the_prompt_changes():
     at = run_page("attention", "the cat sat on the mat")
     at.button_group(key="att_query").set_value(1).run()           # "␣cat"
-    at.session_state["prompt"] = "a big black cat sat on the mat"
+    at.session_state[K.PROMPT] = "a big black cat sat on the mat"
     at.run()
     assert not at.exception
     assert at.button_group(key="att_query").value == 3            # "␣cat" again, not whatever is at index 1
     at.button_group(key="att_query").set_value(7).run()           # the last token
-    at.session_state["prompt"] = "a big black cat sat on the mat today"
+    at.session_state[K.PROMPT] = "a big black cat sat on the mat today"
     at.run()
     assert at.button_group(key="att_query").value is None         # still the last token
     at.button_group(key="att_query").set_value(2).run()           # "␣black"
-    at.session_state["prompt"] = "the cat"
+    at.session_state[K.PROMPT] = "the cat"
     at.run()
     assert at.button_group(key="att_query").value is None         # gone from the prompt: the last token

@@ -16,7 +16,7 @@ from gptviz import generate
 from gptviz.figures import generation as fg
 from gptviz.figures.common import apply_layout, title_room
 from gptviz.model.tokenizer import decode, encode
-from gptviz.app import live, models, sidebar
+from gptviz.app import keys as K, live, models, sidebar
 from pagetest import (TINY, TokenGate, array, edge_prompts, figure, finish_generation, forward_calls, generation_of,
                       live_code, run_page)
 
@@ -128,7 +128,7 @@ def test_picking_a_step_sets_the_slider_without_streamlits_default_value_warning
     assert at.slider(key="gen_step").value == 3            # the last step by default
     caplog.clear()
     with caplog.at_level("WARNING"):
-        at.session_state["gen_step"] = 1                   # what the table's row pick does
+        at.session_state[K.GEN_STEP] = 1                   # what the table's row pick does
         at.run()
     assert at.slider(key="gen_step").value == 1 and not at.exception
     assert not [r for r in caplog.records if "default value" in r.getMessage()], caplog.text
@@ -180,7 +180,7 @@ def test_stop_ends_a_running_generation_before_its_next_token(monkeypatch):
 
 def test_generation_for_another_prompt_is_not_shown():
     at = generate_in(page("first prompt"), 2)
-    at.session_state["prompt"] = "second prompt"
+    at.session_state[K.PROMPT] = "second prompt"
     at.run()
     assert not at.exception
     assert figure(at, "After the prompt") and not at.dataframe

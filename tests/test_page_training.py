@@ -34,7 +34,7 @@ def test_a_tiny_run_from_the_page(monkeypatch):
     at = open_page(**TINY)
     assert any("No run yet" in i.value for i in at.info)
     start(at)
-    job = REGISTRY.get(at.session_state["train_job"])
+    job = REGISTRY.get(at.session_state[K.TRAIN_JOB])
     assert job is not None and set(job.spec.configs) == {"pre", "post"}
     assert job.spec.configs["post"].n_layers == 1 and job.spec.settings.steps == 4
     assert job.wait(120) and job.status == DONE, job.error
@@ -56,25 +56,25 @@ def test_a_tiny_run_from_the_page(monkeypatch):
     # "Open in the other pages" selects the run in the shared sidebar
     at.button(key=f"train_open_{job.id}_post").click().run()
     assert not at.exception, at.exception
-    assert at.session_state["model_source"] == K.SOURCE_TRAINED
-    assert at.session_state["trained_run"] == run_ids[1]
+    assert at.session_state[K.MODEL_SOURCE] == K.SOURCE_TRAINED
+    assert at.session_state[K.TRAINED_RUN] == run_ids[1]
     # "trained in this session" is true: another visitor's session does not see the run, even when asking for it
     # (AppTest gives every AppTest the same session id, so the other visitor's is set here)
     monkeypatch.setattr(jobs, "session_id", lambda: "another visitor")
     other = AppTest.from_file(APP, default_timeout=120)
-    other.session_state["model_source"] = K.SOURCE_TRAINED
-    other.session_state["trained_run"] = run_ids[1]
+    other.session_state[K.MODEL_SOURCE] = K.SOURCE_TRAINED
+    other.session_state[K.TRAINED_RUN] = run_ids[1]
     other.run()
     assert not other.exception, other.exception
     assert K.SOURCE_TRAINED not in other.selectbox(key="model_source").options
-    assert other.session_state["model_spec"].source != K.SOURCE_TRAINED
+    assert other.session_state[K.MODEL_SPEC].source != K.SOURCE_TRAINED
 
 
 def test_scenario_buttons_fill_the_form():
     at = open_page(**TINY)
     at.button(key="train_scenario_Deep and narrow, no warmup").click().run()
     assert not at.exception
-    assert (at.session_state["train_layers"], at.session_state["train_warmup"], at.session_state["train_clip"]) == (
+    assert (at.session_state[K.TRAIN_LAYERS], at.session_state[K.TRAIN_WARMUP], at.session_state[K.TRAIN_CLIP]) == (
         12, 0, 0.0)
     assert at.slider(key="train_layers").value == 12
 
@@ -93,7 +93,7 @@ def test_the_caption_under_the_scenarios_describes_the_one_the_form_holds():
 def test_stop_from_the_page():
     at = open_page(**dict(TINY, train_steps=5000, train_wiring="pre"))
     start(at)
-    job = REGISTRY.get(at.session_state["train_job"])
+    job = REGISTRY.get(at.session_state[K.TRAIN_JOB])
     deadline = time.monotonic() + 60
     while job.snapshot().steps_done < 2:
         assert time.monotonic() < deadline, "the run made no progress"
@@ -109,9 +109,9 @@ def test_stop_from_the_page():
 
 def test_the_form_keeps_its_values_after_leaving_the_page_and_says_which_wiring_it_trains():
     at = open_page(**TINY)
-    at.session_state["train_layers"] = 5
-    at.session_state["train_wiring"] = "pre"
-    at.session_state["norm"] = "post"
+    at.session_state[K.TRAIN_LAYERS] = 5
+    at.session_state[K.TRAIN_WIRING] = "pre"
+    at.session_state[K.NORM] = "post"
     at.run()
     at.switch_page("app_pages/parameters.py").run()
     at.switch_page("app_pages/training.py").run()
@@ -125,12 +125,12 @@ def test_the_form_keeps_its_values_after_leaving_the_page_and_says_which_wiring_
 def test_coming_back_shows_the_running_run_not_an_older_stopped_one():
     at = open_page(**dict(TINY, train_steps=5000, train_wiring="pre"))
     start(at)
-    first = REGISTRY.get(at.session_state["train_job"])
+    first = REGISTRY.get(at.session_state[K.TRAIN_JOB])
     first.request_stop()
     assert first.wait(60) and first.status == STOPPED
     at.run()
     start(at)  # a second run, still running
-    second = REGISTRY.get(at.session_state["train_job"])
+    second = REGISTRY.get(at.session_state[K.TRAIN_JOB])
     assert second.id != first.id and not second.finished
     at.switch_page("app_pages/parameters.py").run()
     at.switch_page("app_pages/training.py").run()
@@ -166,7 +166,7 @@ def test_the_warmup_scenario_shows_what_the_library_computes(monkeypatch):
     assert f"peak lr {small.lr:g}, AdamW betas (0.9, {small.beta2:g})" in caption.help
     at.button(key="train_warmup_run").click().run()
     assert not at.exception, at.exception
-    job = REGISTRY.get(at.session_state["train_warmup_job"])
+    job = REGISTRY.get(at.session_state[K.TRAIN_WARMUP_JOB])
     assert job is not None and job.scenario == small
     assert job.wait(120) and job.status == DONE, job.error
     at.run()

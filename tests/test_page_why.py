@@ -182,7 +182,7 @@ def test_heads_ablated_from_the_grid_show_their_effect_under_it_and_stay_in_the_
     assert (outline["x0"], outline["y0"]) == (1.5, 0.5)                    # head 2 of layer 1
     assert grid["data"][1]["mode"] == "markers"                           # the cells take clicks
     at.tabs[0]  # noqa: B018 (the tabs exist)
-    at.session_state["why_view"] = "Ablate heads"
+    at.session_state[K.WHY_VIEW] = "Ablate heads"
     at.run()
     assert at.multiselect(key=K.WHY_HEADS).value == [(1, 2)]
     at.multiselect(key=K.WHY_HEADS).set_value([]).run()

@@ -23,7 +23,7 @@ def test_an_example_fills_the_prompt():
 def test_a_huge_prompt_is_cut_with_a_notice_and_nothing_fails():
     at = open_app(prompt="To be, or not to be. " * 2000)  # 42,000 characters
     assert not at.exception
-    assert len(at.session_state["prompt"]) == sidebar.MAX_PROMPT_CHARS
+    assert len(at.session_state[K.PROMPT]) == sidebar.MAX_PROMPT_CHARS
     assert any(f"first {sidebar.MAX_PROMPT_CHARS:,} characters" in w.value for w in at.warning)
 
 
@@ -73,7 +73,7 @@ def test_device_and_precision_choices_follow_the_machine(monkeypatch):
     at = open_app()
     assert not at.exception  # this machine: CPU only, so neither choice is drawn
     assert [s.key for s in at.selectbox if s.key in ("device", "dtype")] == []
-    assert at.session_state["model_spec"].device == "cpu" and at.session_state["model_spec"].dtype == "float32"
+    assert at.session_state[K.MODEL_SPEC].device == "cpu" and at.session_state[K.MODEL_SPEC].dtype == "float32"
     # a GPU machine: the device choice appears; precision appears once a GPU is chosen
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: True)
@@ -83,9 +83,9 @@ def test_device_and_precision_choices_follow_the_machine(monkeypatch):
     assert [s.key for s in at.selectbox if s.key == "dtype"] == []
     at = open_app(device="cuda", dtype="bfloat16")
     assert at.selectbox(key="dtype").options == ["float32", "float16", "bfloat16"]
-    assert at.session_state["model_spec"][-2:] == ("cuda", "bfloat16")
+    assert at.session_state[K.MODEL_SPEC][-2:] == ("cuda", "bfloat16")
     at = open_app(device="mps", dtype="float99")  # a stale value falls back to float32
-    assert at.session_state["model_spec"].dtype == "float32"
+    assert at.session_state[K.MODEL_SPEC].dtype == "float32"
 
 
 def test_the_sidebar_says_when_the_prompt_is_too_long_for_a_link():

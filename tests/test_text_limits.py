@@ -224,7 +224,7 @@ def test_an_over_long_folder_or_hub_id_is_refused_before_any_load():
         out["state"] = [not at.exception, [w.value for w in at.warning], at.text_input(key=K.HF_NAME).value]
         at.text_input(key=K.HF_NAME).set_value("h" * 5000).run()
         out["message"] = [not at.exception, [w.value for w in at.warning], at.text_input(key=K.HF_NAME).value]
-        spec = at.session_state["model_spec"] if "model_spec" in at.session_state else None
+        spec = at.session_state[K.MODEL_SPEC] if "model_spec" in at.session_state else None
         out["spec"] = None if spec is None else len(spec.name)
     """)
     said = f"the Folder or Hub id box takes at most {text_limits.MODEL_NAME_CHARS:,} characters"

@@ -9,7 +9,7 @@ from pathlib import Path
 from streamlit.testing.v1 import AppTest
 from streamlit.web.server.app_discovery import discover_asgi_app
 
-from gptviz.app import models, services, sidebar, warm_start
+from gptviz.app import keys as K, models, services, sidebar, warm_start
 from gptviz.app.router import PAGE_LIST, PAGES_DIR
 from gptviz.model.weights import bundled_models
 from pagetest import APP, forward_calls
@@ -49,7 +49,7 @@ def test_every_page_import_is_warmed(monkeypatch):
 def test_the_default_spec_is_the_sidebars_first_visit():
     at = AppTest.from_file(APP, default_timeout=120).run()
     assert not at.exception
-    assert at.session_state["model_spec"] == sidebar.default_model_spec()
+    assert at.session_state[K.MODEL_SPEC] == sidebar.default_model_spec()
     assert sidebar.default_model_spec() is not None and sidebar.default_model_spec().name in bundled_models()
 
 

@@ -51,6 +51,7 @@ def test_residual_norms_are_norms_of_the_captured_stream(wired):
                                                                    dim=-1).numpy(), rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_branch_norms_match_attn_and_mlp_outputs(wired):
     _, _, _, cache = wired
     for suffix in ("hook_attn_out", "hook_mlp_out"):

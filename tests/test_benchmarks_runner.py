@@ -1,6 +1,8 @@
 """`python -m benchmarks`: every script is listed, a run lands in the one results table, a rerun replaces its row."""
 from __future__ import annotations
 
+import pytest
+
 import os
 import subprocess
 import sys
@@ -19,6 +21,7 @@ def test_every_benchmark_script_is_registered():
     assert scripts == {b.script for b in BENCHMARKS.values()}
 
 
+@pytest.mark.slow
 def test_a_run_writes_its_row_and_a_rerun_replaces_it(tmp_path):
     table = tmp_path / "current.md"
     env = dict(os.environ, GPTVIZ_BENCH_TABLE=str(table), CUDA_VISIBLE_DEVICES="")

@@ -75,6 +75,7 @@ def live_bytes(results) -> int:
     return sum(seen.values())
 
 
+@pytest.mark.slow
 def test_the_budget_counts_every_capture_pages_hold_against_their_measured_bytes(monkeypatch):
     """Three pages each hold their own capture while a capture store that fits one at a time builds the next: the
     accountant's count covers the bytes those captures really keep alive (measured from their storages), not just

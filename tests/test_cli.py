@@ -134,6 +134,7 @@ def test_a_continued_stage_may_change_dropout_but_not_the_model(tmp_path, capsys
     assert "init" not in meta["training"]  # a continued stage starts from its parent, not from an init
 
 
+@pytest.mark.slow
 def test_train_starts_from_the_init_it_is_given_and_records_it(tmp_path):
     import torch
 

@@ -40,6 +40,7 @@ def test_the_snippet_keeps_the_prompt_a_string_whatever_it_holds():
     assert namespace["ids"] == encode(hostile) and "os" not in namespace
 
 
+@pytest.mark.slow
 def test_the_attention_pages_snippet_gives_its_map_and_detector_scores():
     at = pagetest.run_page("attention", prompt=PROMPT, **{S.ATT_LAYER.key: 1, S.ATT_HEAD.key: 2})
     assert not at.exception
@@ -57,6 +58,7 @@ def test_the_attention_pages_snippet_gives_its_map_and_detector_scores():
             assert value == pytest.approx(float(result[name][layer, head]), abs=1e-6), (column, row)
 
 
+@pytest.mark.slow
 def test_the_generation_pages_snippet_gives_its_next_token_distribution():
     at = pagetest.run_page("generation", prompt=PROMPT, **{S.GEN_TEMP.key: 0.7, S.GEN_TOPK.key: 5})
     assert not at.exception
@@ -68,6 +70,7 @@ def test_the_generation_pages_snippet_gives_its_next_token_distribution():
     assert sum(allowed for *_, allowed in result) == 5   # top-k 5: five tokens may be drawn
 
 
+@pytest.mark.slow
 def test_the_parameters_pages_snippets_give_its_counts():
     at = pagetest.run_page("parameters", **{S.PAR_MODEL.key: "gpt2-medium", S.PAR_PRESETS.key: ["gpt1", "gpt2-xl"],
                                              S.CALC_LAYERS.key: 7, S.CALC_TIE.key: False})
@@ -83,6 +86,7 @@ def test_the_parameters_pages_snippets_give_its_counts():
     assert int(presets["total"].iloc[1]) == sum(result["gpt2-xl"].values()) == 1_557_611_200
 
 
+@pytest.mark.slow
 def test_the_whole_model_pages_snippet_gives_every_blocks_numbers():
     at = pagetest.run_page("overview", prompt=PROMPT, **{S.OV_POSITION.key: 5})
     assert not at.exception
@@ -94,6 +98,7 @@ def test_the_whole_model_pages_snippet_gives_every_blocks_numbers():
         assert f"(position {b.target}; uniform over the 6 visible tokens: {result.attn_chance:.2f})" in drawn
 
 
+@pytest.mark.slow
 def test_the_why_pages_snippets_give_its_attributions_and_ablated_probabilities():
     from gptviz.app.services.why import pieces
     at = pagetest.run_page("why", prompt=PROMPT)
@@ -114,6 +119,7 @@ def test_the_why_pages_snippets_give_its_attributions_and_ablated_probabilities(
         assert table.loc[pieces([token])[0], "after"] == pytest.approx(float(after[token]), rel=1e-5)
 
 
+@pytest.mark.slow
 def test_the_activations_pages_snippet_gives_every_tabs_numbers():
     at = pagetest.run_page("activations", prompt=PROMPT, **{S.ACT_FOCUS.key: 4, S.ACT_TOPK.key: 7})
     assert not at.exception
@@ -129,6 +135,7 @@ def test_the_activations_pages_snippet_gives_every_tabs_numbers():
     np.testing.assert_allclose(pagetest.array(lens["data"][0]["z"]), result["logit lens"].top_probs.numpy(), rtol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spec", [pagetest.TINY, None], ids=["preset", "bundled"])
 def test_the_embeddings_pages_snippet_gives_its_pca_and_position_similarity(spec):
     from gptviz.app import models
@@ -152,6 +159,7 @@ def test_the_embeddings_pages_snippet_gives_its_pca_and_position_similarity(spec
     assert not prompt_ids & set(sample) and len(sample) + len(prompt_ids) == len(coords)
 
 
+@pytest.mark.slow
 def test_the_norms_pages_snippet_gives_the_twins_pair_maps_and_next_tokens():
     from gptviz.model.weights import bundled_models
     from gptviz.methods import wiring
@@ -176,6 +184,7 @@ def test_the_norms_pages_snippet_gives_the_twins_pair_maps_and_next_tokens():
         np.testing.assert_allclose(pagetest.array(trace["x"]), result["next token"][norm].values.numpy(), rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_the_unit_pages_snippet_gives_its_summary_examples_and_share():
     from gptviz.app import models
     from gptviz.model.weights import bundled_models
@@ -214,6 +223,7 @@ def test_the_unit_pages_snippet_rebuilds_an_index_the_server_built(tmp_path, mon
                                                                          abs=1e-4)
 
 
+@pytest.mark.slow
 def test_the_heads_forming_pages_snippet_gives_each_twins_scores_at_the_step():
     from gptviz.training.snapshots import load_snapshots
     from gptviz.model.weights import bundled_models
@@ -251,6 +261,7 @@ def test_the_train_pages_snippet_trains_the_same_run_step_for_step():
         assert len(result[name]) == 4
 
 
+@pytest.mark.slow
 def test_the_explainers_snippet_gives_its_curves_and_mask():
     at = pagetest.run_page("explainers", prompt=PROMPT, **{S.EXP_RANGE.key: (-2.0, 3.0), S.EXP_MASK_N.key: 5})
     assert not at.exception

@@ -56,6 +56,7 @@ def test_half_precision_matches_float32_on_the_cpu(reference, dtype, logit_toler
     assert generate(half, ids[0].tolist(), 12, temperature=0) == generate(model, ids[0].tolist(), 12, temperature=0)
 
 
+@pytest.mark.slow
 def test_bad_device_or_precision_is_a_clear_error(reference):
     model = reference[0]
     with pytest.raises(ValueError, match="device 'tpu' is not available here; choose one of cpu"):

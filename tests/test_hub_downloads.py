@@ -132,6 +132,7 @@ def empty_hf_cache(tmp_path, monkeypatch):
     models.model_store().clear()
 
 
+@pytest.mark.slow
 def test_gpt2_small_is_one_click_that_states_its_download_and_says_plainly_when_the_hub_is_out_of_reach(
         empty_hf_cache, monkeypatch):
     from pagetest import open_app
@@ -148,6 +149,7 @@ def test_gpt2_small_is_one_click_that_states_its_download_and_says_plainly_when_
     assert not [b for b in at.button if b.label.startswith("GPT-2 small from the Hub")]  # chosen: no second offer
 
 
+@pytest.mark.slow
 def test_gpt2_small_from_the_stand_in_hub_loads_in_one_click_and_is_then_on_the_server(hub, empty_hf_cache):
     from pagetest import open_app
     hub.add("gpt2")
@@ -161,6 +163,7 @@ def test_gpt2_small_from_the_stand_in_hub_loads_in_one_click_and_is_then_on_the_
     assert hub_button(at).label == "GPT-2 small from the Hub (on this server already)"
 
 
+@pytest.mark.slow
 def test_a_failed_hub_click_offers_the_way_back_to_the_model_and_view_before(empty_hf_cache, monkeypatch):
     """Offline, the Hub click left the visitor on a page with no model; "Back to ..." under the message returns to
     the model they had, on the view they had (layer, head, scale: widgets the failed runs did not draw), with the
@@ -193,6 +196,7 @@ def test_a_failed_hub_click_offers_the_way_back_to_the_model_and_view_before(emp
     assert hub_button(at)                                                   # and the Hub one click away again
 
 
+@pytest.mark.slow
 def test_the_way_back_without_an_earlier_model_is_the_bundled_one(empty_hf_cache, monkeypatch):
     """A link that opens on the Hub model offline (no click, so no model before it): back to the bundled model."""
     from pagetest import open_app

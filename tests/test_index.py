@@ -118,6 +118,7 @@ def test_histogram_quantiles_active_mean_and_tokens(small):
     assert ix.units_for_token(index, 99) == []  # never occurs
 
 
+@pytest.mark.slow
 def test_every_listed_activation_equals_a_fresh_capture(small):
     model, docs, index = small
     n_ctx, stride = model.config.n_ctx, index.meta["windows"]["stride"]
@@ -374,6 +375,7 @@ def test_cli_builds_an_index(tmp_path, capsys):
     assert ix.index_matches(index, model)
 
 
+@pytest.mark.slow
 def test_shipped_index_of_shakespeare_pre_recaptures():
     from gptviz import load_pretrained
     index = ix.bundled_index("shakespeare-pre")

@@ -83,6 +83,7 @@ def test_merge_refuses_overlap_gaps_and_other_plans(corpus, tmp_path):
         ix.load_partial(tmp_path / "nothing")
 
 
+@pytest.mark.slow
 def test_cli_shards_and_merge_equal_the_single_pass(tmp_path, capsys):
     from gptviz.__main__ import main
     from gptviz.model.weights import save_checkpoint

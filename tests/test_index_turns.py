@@ -62,6 +62,7 @@ def test_one_place_per_visitor_and_a_full_line_is_refused():
     guard.end("b", "2.2.2.2")
 
 
+@pytest.mark.slow
 def test_a_rerun_while_waiting_leaves_the_line():
     guard = ui.BuildGuard(most=1, queue=4, wait_s=30)
     guard.start("a", "1.1.1.1")
@@ -104,6 +105,7 @@ def test_the_oldest_built_indexes_go_first_never_a_shipped_one(tmp_path, monkeyp
     assert sorted(p.name for p in root.iterdir()) == sorted(["b" * 64, shipped, "notes"])
 
 
+@pytest.mark.slow
 def test_builds_past_the_cap_remove_the_oldest(tmp_path, monkeypatch):
     monkeypatch.setenv("GPTVIZ_INDEX_DIR", str(tmp_path / "indexes"))
     small = limits.ServerLimits(index_tokens=1_000, index_mb=2048, index_kept=2)

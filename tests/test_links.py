@@ -2,6 +2,8 @@
 bar follows the view, and a bad or stale parameter falls back to the default with a notice, never an exception."""
 from __future__ import annotations
 
+import pytest
+
 from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
@@ -94,6 +96,7 @@ def test_a_replaced_link_value_is_reported_once():
 
 # ---- in the app --------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_a_link_opens_the_same_view():
     at = open_link(source="preset", preset="tiny", seed="3", norm="post", prompt="To be or not to be",
                    att_layer="1", att_head="2", att_scale="sqrt", att_gen_temp="0.4")
@@ -115,6 +118,7 @@ def test_a_link_opens_the_same_view():
         assert at.query_params[name] == value, name
 
 
+@pytest.mark.slow
 def test_the_address_bar_follows_a_change():
     at = open_link(source="preset", preset="tiny")
     at.selectbox(key="att_layer").set_value(1).run()

@@ -259,6 +259,7 @@ def test_no_more_than_the_limit_run_at_once_under_concurrent_enter_leave_and_cac
     assert slots.running == 0 and slots.waiting == 0
 
 
+@pytest.mark.slow
 def test_a_paced_generation_releases_tokens_at_its_pace_and_reports_the_models_own_time():
     import time
     started = time.perf_counter()
@@ -270,6 +271,7 @@ def test_a_paced_generation_releases_tokens_at_its_pace_and_reports_the_models_o
     assert [s.token_id for s in job.steps] == generate(build(seed=3), PROMPT, 5, temperature=0.0)[len(PROMPT):]
 
 
+@pytest.mark.slow
 def test_paced_by_clicks_it_writes_one_token_per_advance_and_can_be_let_go():
     import time
     job = LiveGeneration(build(seed=3), PROMPT, {**GREEDY, "max_new_tokens": 6}, pace=0)

@@ -74,6 +74,7 @@ def test_a_reservation_is_released_when_the_work_raises():
         pass
 
 
+@pytest.mark.slow
 def test_a_reservation_that_does_not_fit_waits_for_one_that_ends():
     acc = MemoryAccountant(100, wait_s=10)
     first = acc.acquire(70, "first")

@@ -98,6 +98,7 @@ def test_direct_attributions_estimate_covers_its_run(pre):
     covers(attribution.direct_attribution_nbytes(model.config, ids.shape[1]), peak)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("prompt, new", [(40, 20), (120, 40)], ids=["within-context", "past-the-context"])
 def test_a_continuations_estimate_covers_its_kv_caches(pre, prompt, new):
     model, ids = pre
@@ -113,6 +114,7 @@ def test_the_first_steps_estimate_covers_its_recorded_attention(pre):
     assert peak <= memory.generation_nbytes(model.config, ids.shape[1], 1)  # the live estimate adds kept steps
 
 
+@pytest.mark.slow
 def test_the_logit_lens_estimate_covers_its_logits(pre):
     model, ids = pre
     _, cache = capture(model, ids)
@@ -122,6 +124,7 @@ def test_the_logit_lens_estimate_covers_its_logits(pre):
     covers(memory.lens_nbytes(model.config, ids.shape[1]), peak)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("attention", [True, False])
 def test_the_npz_exports_estimate_covers_its_capture_and_the_file(pre, attention):
     model, ids = pre
@@ -137,6 +140,7 @@ def test_units_at_estimate_covers_every_units_value(pre):
     covers(ix.units_at_nbytes(model.config, ids.shape[1]), peak)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("unit", ["L1N7", "L2H1"])
 def test_the_top_examples_estimate_covers_their_batched_pass(pre, unit):
     model, _ = pre
@@ -150,6 +154,7 @@ def test_the_top_examples_estimate_covers_their_batched_pass(pre, unit):
 
 
 
+@pytest.mark.slow
 def test_the_patching_sweeps_estimate_covers_the_audits_128_token_pair(pre):
     """Issue 31, finding 1: a 128-token pair (" a" x 128 and the same with " b" at token 64) took 6.9 GB on the
     bundled model; the sweeps now hold what attribution.patching_nbytes says, checked before they run."""
@@ -164,6 +169,7 @@ def test_the_patching_sweeps_estimate_covers_the_audits_128_token_pair(pre):
     assert peak <= estimate < 300 * MiB, (peak / MiB, estimate / MiB)
 
 
+@pytest.mark.slow
 def test_a_models_build_estimate_covers_its_build():
     """Issue 31, finding 3: one gpt2-xl build from a link peaked at 8.5 GB for 6.2 GB of weights; a model is now
     made on the meta device and allocated once, and the accountant reserves memory.model_build_nbytes first."""
@@ -212,6 +218,7 @@ def test_why_page_refuses_the_next_token_probabilities_it_has_no_memory_for(budg
     assert not at.get("plotly_chart")
 
 
+@pytest.mark.slow
 def test_why_page_refuses_a_continuation_it_has_no_memory_for(budget):
     heads = [(0, 1), (1, 2)]
     budget(10**10)
@@ -263,6 +270,7 @@ def test_the_npz_built_on_click_reserves_first(budget, monkeypatch):
     assert acc.in_use == 0 and export.prompt_capture_npz is prompt_capture_npz
 
 
+@pytest.mark.slow
 def test_unit_page_refuses_the_examples_and_the_prompts_units_it_has_no_memory_for(budget, monkeypatch):
     from gptviz.serve.bounded_cache import BoundedCache
     from gptviz.model.tokenizer import encode

@@ -38,6 +38,7 @@ def shown(at) -> str:
     return re.sub(r"\\(.)", r"\1", " ".join(m.value for m in [*at.error, *at.warning, *at.info]))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("page", [stem for _, stem, _, _ in PAGE_LIST])
 def test_every_page_shows_a_message_for_nan_weights(page, nan_spec):
     at = run_page(page, spec=nan_spec)
@@ -55,6 +56,7 @@ def test_the_refusal_is_remembered_not_loaded_again(nan_spec, monkeypatch):
         models.load_model(nan_spec)
 
 
+@pytest.mark.slow
 def test_counts_every_non_finite_value_across_chunks(monkeypatch):
     model = GPT(PRESETS["tiny"], seed=0)
     monkeypatch.setattr(models, "_CHUNK", 7)  # chunks far smaller than the tensors: none is missed or counted twice

@@ -42,6 +42,7 @@ def shown_values(row: dict) -> np.ndarray:
     return np.array([np.nan if v is None else v for v in row["values"]], dtype=np.float64)
 
 
+@pytest.mark.slow
 def test_a_neurons_top_examples_summary_and_histogram(bundled):
     model, index, docs = bundled
     view = unit(model, "L2N26", index, docs=docs, k=5)

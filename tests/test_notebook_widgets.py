@@ -51,6 +51,7 @@ def test_gptviz_capture(run):
     assert w.data["query"] == len(ids) - 1
 
 
+@pytest.mark.slow
 def test_transformer_lens_cache(run):
     pytest.importorskip("transformer_lens")
     from gptviz.interop.tlens import to_transformer_lens

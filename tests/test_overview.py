@@ -107,6 +107,7 @@ def drawn(wiring: str, layout: str, ids=IDS, position: int | None = None):
     return ov, fig.to_plotly_json()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layout", ["wide", "tall"])
 def test_the_diagram_runs_each_wiring_in_its_order(layout):
     kinds = {}

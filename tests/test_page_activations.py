@@ -95,6 +95,7 @@ def test_display_widgets_run_no_forward_pass():
     assert final["data"][0]["name"].startswith("at 3:")
 
 
+@pytest.mark.slow
 def test_post_norm_rmsnorm_and_norm_inputs():
     spec = TINY._replace(norm="post")
     at = page("It is the east, and Juliet is the sun.", spec=spec)
@@ -106,6 +107,7 @@ def test_post_norm_rmsnorm_and_norm_inputs():
     np.testing.assert_allclose(array(stats["data"][1]["y"])[3], x.var(-1, unbiased=False).mean().item(), rtol=1e-4)
 
 
+@pytest.mark.slow
 @edge_prompts("empty", "one-token", "longer-than-context", "emoji-cjk")
 def test_edge_prompts(prompt):
     at = page(prompt)
@@ -119,6 +121,7 @@ def test_edge_prompts(prompt):
     assert z.shape == (N_LAYERS + 1, len(kept))
 
 
+@pytest.mark.slow
 def test_focus_beyond_a_shorter_prompt_falls_back_to_the_last_token():
     at = page("Three small tokens", act_focus=40)
     assert not at.exception

@@ -152,6 +152,7 @@ def test_entropy_map_values_and_click_target():
     assert fa.selected_head({"selection": {"points": [{"customdata": {}}]}}) is None
 
 
+@pytest.mark.slow
 def test_model_view_and_layer_grid_trace_counts():
     prompt = "one two three four five"
     at = page(prompt, att_view="Model view: every layer and head")
@@ -354,6 +355,7 @@ def test_entropy_map_is_dark_where_heads_are_focused_and_sane_for_one_token():
     assert not at.exception and any(m.value.startswith("**1 token** (") for m in at.markdown)
 
 
+@pytest.mark.slow
 def test_the_default_colour_scale_shows_small_weights():
     """A linear 0-1 scale made nearly every trained head look pale; the default is the square root, said in help."""
     at = page("The cat sat on the mat")

@@ -31,6 +31,7 @@ def layer_cache(layer: int, prompt: str = PROMPT):
     return models.capture_cache(TINY, ids, head_hook_names(layer, "pre"))[1], len(ids)
 
 
+@pytest.mark.slow
 def test_lines_view_draws_the_chosen_heads_with_their_weights():
     at = view("Lines between tokens", att_layer=1, att_head=display.MEAN_HEAD)
     fig = figure(at, "Layer 1: each query")
@@ -52,6 +53,7 @@ def test_lines_view_draws_the_chosen_heads_with_their_weights():
                                                  if isinstance(t.get("meta"), dict)} == {2}
 
 
+@pytest.mark.slow
 def test_text_view_colours_the_tokens_by_the_query_row_or_by_what_each_receives():
     at = view("On the text", att_layer=0, att_head=3, att_query=5)
     cache, T = layer_cache(0)
@@ -64,6 +66,7 @@ def test_text_view_colours_the_tokens_by_the_query_row_or_by_what_each_receives(
     assert np.allclose(array(received["marker"]["color"]), by_hand, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_inside_the_head_shows_the_real_computation_and_the_neuron_view():
     at = view("Inside the head", att_layer=1, att_head=1, att_query=7, att_neuron_key=3)
     steps_fig = next(f for f in figures(at) if any(t.get("name") == "softmax" for t in f["data"]))

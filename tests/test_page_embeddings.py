@@ -31,6 +31,7 @@ def capture_for(prompt: str) -> dict[str, torch.Tensor]:
     return cache
 
 
+@pytest.mark.slow
 def test_default_prompt_shows_the_capture():
     at = page(sidebar.DEFAULT_PROMPT)
     assert not at.exception and not at.error
@@ -63,6 +64,7 @@ def test_default_prompt_shows_the_capture():
     assert len(data_buttons) == 4  # beside each figure's own HTML download
 
 
+@pytest.mark.slow
 def test_dimension_range_slider_changes_the_panels_without_a_forward_pass():
     prompt = "Embeddings page: a prompt only this test uses."
     at = page(prompt)
@@ -83,6 +85,7 @@ def test_post_norm_model_runs():
     assert len(at.get("plotly_chart")) == 4
 
 
+@pytest.mark.slow
 @edge_prompts("empty", "one-token", "longer-than-context", "emoji-cjk")
 def test_edge_prompts(prompt):
     at = page(prompt)

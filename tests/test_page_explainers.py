@@ -24,6 +24,7 @@ def page(prompt: str = sidebar.DEFAULT_PROMPT, spec: models.ModelSpec | None = T
     return run_page("explainers", prompt, spec, **state)
 
 
+@pytest.mark.slow
 def test_activation_functions_are_torchs_and_the_models_is_marked():
     at = page()
     assert not at.exception and not at.error
@@ -101,6 +102,7 @@ def test_empty_x_range_is_explained():
     assert len(figures(at)) == 3
 
 
+@pytest.mark.slow
 def test_without_a_model_nothing_is_highlighted():
     at = page(spec=None)
     assert not at.exception

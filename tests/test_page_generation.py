@@ -55,6 +55,7 @@ def test_default_state_shows_controls_and_the_first_step_the_model_would_take():
     assert len(at.selectbox(key="gen_layer").options) == N_LAYERS
 
 
+@pytest.mark.slow
 def test_greedy_generation_matches_the_library_and_fills_the_table():
     prompt = "It was the best of times"
     at = generate_in(page(prompt), 4, temperature=0.0)
@@ -110,6 +111,7 @@ def test_outlined_row_follows_the_inspected_step():
     assert figure(at, "Step 4: the next-token distribution")
 
 
+@pytest.mark.slow
 def test_context_shift_is_noted():
     prompt = " x" * (N_CTX - 1)                                  # 127 tokens: the third new token shifts
     at = generate_in(page(prompt), 3)
@@ -121,6 +123,7 @@ def test_context_shift_is_noted():
     assert list(at.dataframe[0].value["context shifted"]) == ["", "", "yes"]  # text, not checkboxes to tick
 
 
+@pytest.mark.slow
 def test_picking_a_step_sets_the_slider_without_streamlits_default_value_warning(caplog):
     """The slider's default lived both in `value=` and in session state (set by the table's row pick), and
     Streamlit logged 'created with a default value but also had its value set via the Session State API'."""
@@ -178,6 +181,7 @@ def test_stop_ends_a_running_generation_before_its_next_token(monkeypatch):
     assert len(at.dataframe[0].value) == 2
 
 
+@pytest.mark.slow
 def test_generation_for_another_prompt_is_not_shown():
     at = generate_in(page("first prompt"), 2)
     at.session_state[K.PROMPT] = "second prompt"
@@ -263,6 +267,7 @@ def test_next_token_bars_leave_room_for_every_subtitle_line():
     assert three.layout.margin.t - two.layout.margin.t == 16 and two.layout.margin.t == title_room() + 32
 
 
+@pytest.mark.slow
 def test_step_attention_and_curves():
     w = torch.softmax(torch.randn(3, 4), -1).numpy()
     fig = fg.step_attention(w, ["p", "q", "r", "s"], window_start=5, query_label="s", predicted_label="t",
@@ -284,6 +289,7 @@ def test_a_tiny_temperature_from_a_link_generates_the_greedy_text():
     assert tiny.code[0].value == greedy.code[0].value
 
 
+@pytest.mark.slow
 def test_when_every_slot_is_busy_generate_waits_in_line_and_says_so():
     from gptviz.app import jobs
     slots = jobs.generation_slots()
@@ -304,6 +310,7 @@ def test_when_every_slot_is_busy_generate_waits_in_line_and_says_so():
     assert len(generation_of(at).steps) == 2 and not at.exception
 
 
+@pytest.mark.slow
 def test_the_replay_slider_shows_the_text_the_map_and_the_bars_as_they_stood_at_a_step():
     prompt = "Replay this run"
     at = generate_in(page(prompt), 4, temperature=0.0)

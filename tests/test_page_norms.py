@@ -81,6 +81,7 @@ def test_same_weights_section_shows_measured_values_and_reruns_run_no_model():
     assert titles.index("Layer 2, head 0: pre-norm") + 1 == titles.index("Layer 2, head 0: post-norm")  # first of three
 
 
+@pytest.mark.slow
 def test_the_top_line_says_the_toggle_switches_between_two_trained_models():
     """Issue 33: a visitor who toggles the wiring must not read the twins' heads as one model's heads."""
     at = open_page(**TINY)
@@ -132,6 +133,7 @@ def test_depth_sweep():
     assert f"pre-norm: b = {b:+.2f}" in markdown_text(at)
 
 
+@pytest.mark.slow
 def test_trained_twins_missing_shows_info(monkeypatch, tmp_path):
     monkeypatch.setattr(gptviz.model.checkpoint, "MODELS_DIR", tmp_path / "nothing")
     at = open_page(**TINY)
@@ -202,6 +204,7 @@ def test_bundled_twins_loss_phase_is_marked():
         assert f"{key} (" in said[0] and all(f"{n}-norm {v}" in said[0] for n, v in by_norm.items())
 
 
+@pytest.mark.slow
 def test_the_trial_of_training_the_twins_alike_is_shown_with_its_own_numbers():
     """The page says the twins were not trained alike, and why: the pre-norm twin retrained on post-norm's recipe
     fails the check's bars. Every value in that table is the check.json's, and each mark its bar's verdict."""

@@ -46,6 +46,7 @@ def drawn_values(fig: dict, kind: str) -> list[str]:
     return [t for t, c in zip(trace["text"], trace["customdata"]) if c[0] == kind]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("norm", ["pre", "post"])
 def test_the_diagram_shows_the_capture_in_each_wiring(norm):
     at = open_page(PAGE, norm=norm)
@@ -68,6 +69,7 @@ def test_the_diagram_shows_the_capture_in_each_wiring(norm):
     assert any(f"{norm}-norm" in c.value for c in at.caption)
 
 
+@pytest.mark.slow
 def test_the_position_picker_moves_the_diagram():
     at = open_page(PAGE)
     at.selectbox(key=K.OV_POSITION).select(4).run()
@@ -79,6 +81,7 @@ def test_the_position_picker_moves_the_diagram():
     assert [c[3] for c in trace["customdata"] if c[0] == "prob"][:5] == top.indices.tolist()
 
 
+@pytest.mark.slow
 def test_every_stage_links_to_its_page():
     at = open_page(PAGE)
     links = {el.proto.label: el.proto.page for el in at.get("page_link")}
@@ -98,6 +101,7 @@ def test_a_box_opens_its_page_with_that_stage_chosen():
     assert service.stage_target({"customdata": ["ln", 0, -1, -1]}, 1, ids)[0] == "norms"
 
 
+@pytest.mark.slow
 @edge_prompts("empty", "one-token", "longer-than-context", "emoji-cjk", "markup")
 def test_edge_prompts(prompt):
     at = open_page(PAGE, prompt=prompt)

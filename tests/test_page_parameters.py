@@ -30,6 +30,7 @@ def metrics(at: AppTest) -> list[tuple[str, str]]:
     return [(m.label, m.value) for m in at.metric]
 
 
+@pytest.mark.slow
 def test_model_in_use_breakdown_and_seed_facts():
     at = page()
     assert not at.exception and not at.error
@@ -67,6 +68,7 @@ def test_any_preset_is_counted_without_building_it():
     assert "would save" in facts and f"{50257 * 768:,}" in facts
 
 
+@pytest.mark.slow
 def test_all_presets_side_by_side():
     at = page()
     frame = [d.value for d in at.dataframe if "model" in d.value.columns][0]
@@ -82,6 +84,7 @@ def test_all_presets_side_by_side():
     assert not at.exception and any("at least one" in i.value for i in at.info)
 
 
+@pytest.mark.slow
 def test_calculator_counts_billions_instantly():
     at = page(calc_layers=96, calc_d_model=12288, calc_heads=96, calc_ctx=2048)
     assert not at.exception and not at.error
@@ -104,6 +107,7 @@ def test_calculator_explains_invalid_models_inline():
     assert ("Parameters", f"{by_hand:,}") in metrics(at)[4:]
 
 
+@pytest.mark.slow
 def test_without_a_model_the_presets_still_work():
     at = page(spec=None)
     assert not at.exception

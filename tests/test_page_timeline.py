@@ -38,6 +38,7 @@ def test_the_shipped_snapshots_record_the_heads_forming_in_a_jump(shipped, name)
     assert snaps.share_recording() < 0.10
 
 
+@pytest.mark.slow
 def test_the_page_draws_what_the_snapshots_hold_at_the_step(shipped):
     pre = shipped["shakespeare-pre"]
     step = pre.steps[len(pre) // 2]
@@ -59,6 +60,7 @@ def test_the_page_draws_what_the_snapshots_hold_at_the_step(shipped):
     assert marked, "the viewed step is marked on the curves"
 
 
+@pytest.mark.slow
 def test_the_named_heads_open_the_finished_models_unit_page(shipped):
     """Each twin's best head at the step and the heads that formed (snapshots.formed_step) are pills that open the unit page on that
     twin (the finished bundled model)."""
@@ -77,6 +79,7 @@ def test_the_named_heads_open_the_finished_models_unit_page(shipped):
     assert at.session_state[K.MODEL_SOURCE] == K.SOURCE_BUNDLED and at.session_state[K.UNIT_NAV_PENDING]
 
 
+@pytest.mark.slow
 def test_a_step_between_snapshots_shows_the_last_one_before_it(shipped):
     pre = shipped["shakespeare-pre"]
     at = run_page("timeline", **{K.TL_STEP: pre.steps[3] + 1})
@@ -86,6 +89,7 @@ def test_a_step_between_snapshots_shows_the_last_one_before_it(shipped):
     assert any(header in m.value for m in at.markdown)
 
 
+@pytest.mark.slow
 def test_the_growth_run_is_read_while_it_trains():
     """A few steps of the scenario at a tiny size: the job's snapshots fill in while it runs, in the file format's
     structure, and the tab draws them."""
@@ -101,6 +105,7 @@ def test_the_growth_run_is_read_while_it_trains():
         assert all(len(p.ids) <= 16 for p in snaps.probes)
 
 
+@pytest.mark.slow
 def test_the_grow_tab_starts_a_run_and_draws_its_snapshots(monkeypatch):
     from gptviz.serve import training_jobs
     from gptviz.app import jobs

@@ -79,6 +79,7 @@ def test_scenario_buttons_fill_the_form():
     assert at.slider(key="train_layers").value == 12
 
 
+@pytest.mark.slow
 def test_the_caption_under_the_scenarios_describes_the_one_the_form_holds():
     """Under "Quick start" the caption described the deep-and-narrow scenario."""
     at = open_page(**TINY)
@@ -107,6 +108,7 @@ def test_stop_from_the_page():
     assert job.snapshot().steps_done < 5000
 
 
+@pytest.mark.slow
 def test_the_form_keeps_its_values_after_leaving_the_page_and_says_which_wiring_it_trains():
     at = open_page(**TINY)
     at.session_state[K.TRAIN_LAYERS] = 5

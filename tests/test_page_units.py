@@ -37,6 +37,7 @@ def peaks_on_screen(at: AppTest) -> list[float]:
     return [row["values"][row["peak"]] for row in examples_on_screen(at)["rows"]]
 
 
+@pytest.mark.slow
 def test_opens_on_a_default_unit_with_its_figures(shipped):
     at = run_page("units", spec=PRE)
     assert not at.exception and not at.error
@@ -56,6 +57,7 @@ def test_opens_on_a_default_unit_with_its_figures(shipped):
     assert array(hist["y"]).sum() == shipped.tokens  # the counts add up to the tokens scanned
 
 
+@pytest.mark.slow
 def test_a_head_from_state_shows_where_its_peak_looks(shipped):
     at = run_page("units", spec=PRE, unit="L1H2")
     assert not at.exception and not at.error
@@ -81,6 +83,7 @@ def test_an_induction_heads_examples_show_that_it_copies(shipped):
     assert len(copies) >= len(names) // 2, names  # most of its top examples attend after an earlier copy
 
 
+@pytest.mark.slow
 def test_a_unit_in_the_url_opens_that_unit():
     at = AppTest.from_file(APP, default_timeout=180)
     at.query_params["unit"] = "l0h0"
@@ -102,6 +105,7 @@ def test_bad_unit_ids_get_a_message():
     assert state[K.UNIT] == "L3H1"
 
 
+@pytest.mark.slow
 def test_picking_a_head_keeps_the_index_in_range():
     at = run_page("units", spec=PRE)
     at.radio(key=K.UNIT_KIND).set_value("head").run()
@@ -140,6 +144,7 @@ def test_word_search_lists_the_index_units(shipped):
     np.testing.assert_allclose(table["z"], [f.z for f in want], rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_a_model_without_an_index_builds_one_within_limits(tmp_path, monkeypatch):
     monkeypatch.setenv("GPTVIZ_INDEX_DIR", str(tmp_path / "indexes"))
     small = limits.ServerLimits(index_tokens=3_000, index_mb=2048)
@@ -163,6 +168,7 @@ def test_a_model_without_an_index_builds_one_within_limits(tmp_path, monkeypatch
         ui.check_build(TINY, 3_000)
 
 
+@pytest.mark.slow
 def test_an_index_over_your_own_corpus_is_the_one_the_page_reads(tmp_path, monkeypatch):
     import json
     from gptviz.app.models import load_model
@@ -218,6 +224,7 @@ def picked(at, name: str, unit: str):
     return at
 
 
+@pytest.mark.slow
 def test_activations_pills_are_the_listed_neurons_and_open_them():
     from pagetest import figure
     at = run_page("activations", spec=PRE)
@@ -226,6 +233,7 @@ def test_activations_pills_are_the_listed_neurons_and_open_them():
     picked(at, "act_neurons", bars[1].replace(" ", ""))
 
 
+@pytest.mark.slow
 def test_activations_head_pills_are_each_detectors_best_heads():
     at = run_page("activations", spec=PRE)  # every tab runs
     lines = [m.value for m in at.markdown if m.value.startswith("**Previous-token**")]
@@ -242,6 +250,7 @@ def test_attention_pills_are_the_detector_tables_first_heads():
     picked(at, "att_detectors", heads[0])
 
 
+@pytest.mark.slow
 def test_ablated_heads_on_the_why_page_open_their_unit_pages():
     at = run_page("why", spec=PRE, **{K.WHY_VIEW: "Ablate heads", K.WHY_ABLATED: [(1, 2), (0, 0)]})
     assert not at.exception, at.exception
@@ -273,6 +282,7 @@ def test_a_link_to_the_other_twin_names_its_wiring():
     assert query["unit"] == ["L2H1"] and query["norm"] == ["post"] and query["source"] == ["bundled"]
 
 
+@pytest.mark.slow
 def test_a_picked_neuron_opens_its_page_in_this_session():
     """Through app.py, as a visitor clicks: the router follows the pick to the unit page with the same model."""
     from pagetest import open_app

@@ -30,6 +30,7 @@ def top_two(ids):
     return int(top[0]), int(top[1])
 
 
+@pytest.mark.slow
 def test_direct_attribution_view_shows_parts_that_sum_to_the_logit_difference():
     at = page()
     assert not at.exception and not at.error
@@ -52,6 +53,7 @@ def test_post_norm_says_why_there_is_no_direct_attribution():
     assert not at.get("plotly_chart")
 
 
+@pytest.mark.slow
 def test_ablating_heads_shows_the_recomputed_probabilities_and_continuations():
     heads = [(0, 1), (1, 2)]
     at = page(why_view="Ablate heads", why_heads=heads, why_n=12)
@@ -75,6 +77,7 @@ def test_ablating_heads_shows_the_recomputed_probabilities_and_continuations():
                                                   "direct attribution)", "L1H0 as trained", "L1H0 with the ablation"]
 
 
+@pytest.mark.slow
 def test_where_the_continuations_part_both_tokens_are_quoted():
     from gptviz import load_pretrained
     from gptviz.app.display import md_text
@@ -91,6 +94,7 @@ def test_where_the_continuations_part_both_tokens_are_quoted():
             f"“{md_text(token_labels([edited[split]])[0])}” with it") in " ".join(w.value for w in at.warning)
 
 
+@pytest.mark.slow
 def test_patching_example_matches_the_library_sweep():
     name = "Repeated sequence (induction)"
     at = page(why_view="Patching", why_example=name)
@@ -108,6 +112,7 @@ def test_patching_example_matches_the_library_sweep():
                                heads.scores.numpy(), atol=1e-4)
 
 
+@pytest.mark.slow
 def test_patching_prompts_of_different_lengths_get_a_clear_message():
     at = page(why_view="Patching", why_example="(your own)", **{"why_clean_(your own)": "one two three",
                                                                "why_corrupt_(your own)": "one two"})
@@ -128,6 +133,7 @@ def test_saliency_strips_show_integrated_gradients_and_gradient_x_input():
     assert len(texts) == len(ids)
 
 
+@pytest.mark.slow
 def test_token_text_reaches_the_figures_escaped():
     at = run_page("why", "<b>bold</b> & <img src=x>", why_view="Saliency")
     assert not at.exception
@@ -165,6 +171,7 @@ def test_information_flow_on_post_norm_says_why_not():
     assert any("information-flow graph needs the pre-norm wiring" in i.value for i in at.info)
 
 
+@pytest.mark.slow
 def test_heads_ablated_from_the_grid_show_their_effect_under_it_and_stay_in_the_multiselect():
     """Clicking a head in the attribution grid opened the Attention page: it ablates the head (outlined) and the
     probabilities and continuation with and without it appear under the grid; the multiselect shows the same."""

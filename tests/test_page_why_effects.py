@@ -24,6 +24,7 @@ def expected_effects():
     return direct, total
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("view", ["Ablate heads", "Direct attribution"])
 def test_ablation_shows_the_direct_and_the_total_effect_side_by_side(view):
     at = page(why_view=view, why_heads=HEADS, why_n=4)

@@ -111,6 +111,7 @@ def test_models_share_one_byte_budget(monkeypatch):
     assert models.model_nbytes(first) == sum(p.numel() * 4 for p in first.parameters())  # the tied head counted once
 
 
+@pytest.mark.slow
 def test_a_download_past_the_export_cap_is_disabled_with_a_message(monkeypatch):
     monkeypatch.setattr(limits, "server_limits", lambda: ServerLimits(export_mb=1))
     at = run_page("activations", "A prompt long enough to make a capture of more than one mebibyte " * 6)
@@ -127,6 +128,7 @@ def test_a_measurement_past_the_memory_budget_is_refused(monkeypatch):
     assert any("more than the 3 MiB this server allows" in e.value for e in at.error)
 
 
+@pytest.mark.slow
 def test_an_operator_can_turn_training_off(monkeypatch):
     monkeypatch.setattr(limits, "server_limits", lambda: ServerLimits(training=False))
     at = run_page("training")
@@ -174,6 +176,7 @@ def test_the_information_flow_graph_goes_through_the_capture_budget(monkeypatch)
     assert not [c for c in at.get("plotly_chart")]
 
 
+@pytest.mark.slow
 def test_builds_in_progress_hold_their_estimate_so_concurrent_builds_stay_within_the_budget():
     """Ten visitors' 20,000-character prompts on gpt2-xl reached 11.3 GB: captures being built were outside the
     capture budget. Now a build waits while the builds in progress leave no room for it."""
@@ -217,6 +220,7 @@ def test_a_build_that_cannot_get_room_in_time_is_refused():
     assert cache.reserved == 0 and "a" in cache
 
 
+@pytest.mark.slow
 def test_the_depth_sweep_is_checked_at_its_deepest_model(monkeypatch):
     """The sweep checked the chosen depth, not its deepest: at a 1 GB limit, depth 1 with depths [1, 48] built a
     380M-parameter model with gradients. Now the deepest depth must fit before the sweep can start."""
@@ -245,6 +249,7 @@ def test_a_model_in_use_is_not_dropped_and_what_needs_its_room_waits():
     assert "xl seed 0" not in cache and "xl seed 1" in cache
 
 
+@pytest.mark.slow
 def test_a_running_generation_holds_its_model_in_the_store(monkeypatch):
     from gptviz.app import live
     from pagetest import TokenGate

@@ -12,6 +12,7 @@ from pagetest import APP, open_app
 
 
 
+@pytest.mark.slow
 def test_an_example_fills_the_prompt():
     at = open_app()
     assert at.text_area(key="prompt").value == sidebar.DEFAULT_PROMPT
@@ -20,6 +21,7 @@ def test_an_example_fills_the_prompt():
     assert at.text_area(key="prompt").value == "A B C D E F G H A B C D E F G H"
 
 
+@pytest.mark.slow
 def test_a_huge_prompt_is_cut_with_a_notice_and_nothing_fails():
     at = open_app(prompt="To be, or not to be. " * 2000)  # 42,000 characters
     assert not at.exception
@@ -43,6 +45,7 @@ def test_a_prompt_is_tokenised_once_however_often_pages_ask(monkeypatch):
     assert calls == [text]
 
 
+@pytest.mark.slow
 def test_the_shipped_server_settings_are_the_ones_streamlit_reads():
     import subprocess
     import sys
@@ -88,6 +91,7 @@ def test_device_and_precision_choices_follow_the_machine(monkeypatch):
     assert at.session_state[K.MODEL_SPEC].dtype == "float32"
 
 
+@pytest.mark.slow
 def test_the_sidebar_says_when_the_prompt_is_too_long_for_a_link():
     import random
     rng = random.Random(1)

@@ -131,6 +131,7 @@ def test_every_box_a_visitor_types_into_has_a_recorded_limit():
     assert missing == [], f"boxes docs/deploying.md's table does not name: {missing}"
 
 
+@pytest.mark.slow
 def test_every_box_has_a_bound_where_it_is_drawn():
     """Text boxes are drawn with max_chars (Streamlit cuts a crafted value to it on the server) or by a helper that
     sets it and checks the length; number boxes with both bounds (Streamlit resets a value outside them); no chat box
@@ -199,6 +200,7 @@ def capped(code: str) -> dict:
     return json.loads(done.stdout.rsplit("RESULT ", 1)[1])
 
 
+@pytest.mark.slow
 def test_over_long_pair_prompts_are_refused_with_a_message():
     """The Why page's patching pair: 10 MB in session state (a link or a test), and 5,000 characters in a widget
     message (Streamlit cuts it to max_chars, one past the limit): each refused, the box back at its default."""
@@ -218,6 +220,7 @@ def test_over_long_pair_prompts_are_refused_with_a_message():
     assert out["max_chars"] == text_limits.PAIR_CHARS + 1
 
 
+@pytest.mark.slow
 def test_an_over_long_folder_or_hub_id_is_refused_before_any_load():
     out = capped(f"""
         at = open_app(model_source=K.SOURCE_PRETRAINED, hf_name="g" * {HUGE})
@@ -234,6 +237,7 @@ def test_an_over_long_folder_or_hub_id_is_refused_before_any_load():
     assert out["spec"] is None  # nothing to load: the box asks for a name again
 
 
+@pytest.mark.slow
 def test_an_over_long_prompt_message_is_cut_with_a_warning():
     """A widget message past the prompt's max_chars (20,001) is cut by Streamlit, then to 20,000 by the sidebar,
     which says so."""
@@ -248,6 +252,7 @@ def test_an_over_long_prompt_message_is_cut_with_a_warning():
     assert any(f"cut to its first {MAX_PROMPT_CHARS:,} characters" in w for w in warnings), warnings
 
 
+@pytest.mark.slow
 def test_an_out_of_range_number_is_reset_by_the_server():
     """A number box's bounds hold on the server: a crafted d_model of 10^12 is the default again, no exception."""
     out = capped("""
@@ -273,6 +278,7 @@ def test_a_link_with_a_huge_value_or_too_many_names_gets_one_notice():
     assert len(links.LINKED) <= 64  # every link gptviz writes fits under the count refused above
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["prompt", "model", "pz", "unit"])
 def test_a_link_value_past_its_limit_opens_the_app_with_a_notice(name):
     """Through the router, as a visitor's address: a toast, the default kept, no exception. 400,000 characters:

@@ -3,12 +3,15 @@ re-read both twins' snapshots: the page defined its lru_cache in its own file, w
 are now read once per process (gptviz.app.bundled_snapshots) and counted once in the memory accountant."""
 from __future__ import annotations
 
+import pytest
+
 from gptviz.training import snapshots
 from gptviz.app import bundled_snapshots as store
 from gptviz.app import jobs
 from pagetest import run_page
 
 
+@pytest.mark.slow
 def test_fresh_visits_to_heads_forming_read_the_snapshots_once_per_process(monkeypatch):
     reads = []
     real = snapshots.load_snapshots

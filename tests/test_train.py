@@ -186,6 +186,7 @@ def test_corpus_vocabulary_loss_equals_full_softmax_restricted_to_those_ids():
         assert float(expected) < float(lm_loss(model, x, y))  # fewer ids compete for the mass
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("norm", ["pre", "post"])
 def test_training_grows_a_previous_token_head_when_the_task_needs_one(norm):
     """The pipeline (init, Trainer, attention capture, the score) can make and find a sharp previous-token head:

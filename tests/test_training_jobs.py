@@ -159,6 +159,7 @@ def test_one_address_cannot_hold_every_training_slot_from_several_tabs():
     assert again.wait(60) and again.status == DONE
 
 
+@pytest.mark.slow
 def test_a_run_stops_at_the_wall_time_budget():
     registry = JobRegistry(max_seconds=0.5)
     job = registry.start(spec(1_000_000), tokens=TOKENS)

@@ -55,6 +55,7 @@ def test_a_10mb_word_in_state_is_refused_before_it_is_tokenised(longest_encoded)
     assert len(page_text(at)) < 20_000  # nothing of it echoed
 
 
+@pytest.mark.slow
 def test_a_crafted_word_past_the_widgets_max_chars_is_refused(longest_encoded):
     at = run_page("units", spec=PRE, **SEARCH_TAB)
     # Streamlit cuts a widget's value to max_chars; a value that long is refused, so the page sees it was cut
@@ -78,6 +79,7 @@ def test_a_word_at_the_limit_still_runs_and_its_pieces_are_listed():
     assert not any("too long" in plain(w.value) for w in at.warning)
 
 
+@pytest.mark.slow
 def test_a_huge_source_token_is_refused_before_it_is_tokenised(longest_encoded):
     at = run_page("units", spec=PRE, unit="L1H2", **{K.per_item(K.UNIT_SOURCE, "L1H2"): HUGE})
     assert not at.exception, at.exception
@@ -91,6 +93,7 @@ def test_a_huge_source_token_is_refused_before_it_is_tokenised(longest_encoded):
     assert longest_encoded[0] <= limits.TOKEN_BOX_CHARS
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("norm", ["pre", "post"])
 @pytest.mark.parametrize("kind", ["neuron", "head"])
 def test_the_direct_effects_estimate_covers_its_measured_peak(norm, kind):
@@ -113,6 +116,7 @@ def test_with_no_room_for_the_direct_effect_the_page_says_so(monkeypatch):
     assert any("the direct effect of L2N26 needs about" in plain(w.value) for w in at.warning)
 
 
+@pytest.mark.slow
 def test_an_unreadable_index_offers_a_rebuild(tmp_path, monkeypatch):
     monkeypatch.setenv("GPTVIZ_INDEX_DIR", str(tmp_path / "indexes"))
     small = limits.ServerLimits(index_tokens=3_000, index_mb=2048)
@@ -149,6 +153,7 @@ def test_a_build_that_dies_mid_save_leaves_the_folder_readable_or_absent(tmp_pat
     assert list((tmp_path / "indexes").iterdir()) == []
 
 
+@pytest.mark.slow
 def test_a_torn_shipped_index_offers_a_build_beside_it_and_is_left_as_it_is(tmp_path, monkeypatch):
     monkeypatch.setenv("GPTVIZ_INDEX_DIR", str(tmp_path / "indexes"))
     small = limits.ServerLimits(index_tokens=3_000, index_mb=2048)

@@ -3,6 +3,8 @@ pages import, loads the default model and runs the home page's captures, so a fi
 The cold start itself is measured in the browser: benchmarks/bench_browser.py --cold-start."""
 from __future__ import annotations
 
+import pytest
+
 import asyncio
 from pathlib import Path
 
@@ -53,6 +55,7 @@ def test_the_default_spec_is_the_sidebars_first_visit():
     assert sidebar.default_model_spec() is not None and sidebar.default_model_spec().name in bundled_models()
 
 
+@pytest.mark.slow
 def test_after_the_warm_up_the_home_pages_first_visit_runs_no_model():
     """The warm-up ran every forward pass the home page's first run needs: that run adds none."""
     models.model_store().clear()
@@ -78,6 +81,7 @@ def test_a_failed_warm_up_still_serves(monkeypatch):
     assert asyncio.run(serve()) == "served"
 
 
+@pytest.mark.slow
 def test_the_warm_up_imports_what_the_sidebars_hub_button_first_imports():
     """In a fresh process (this one has imported it already): the sidebar asks hub_copy_on_disk every run, and its
     first call imports huggingface_hub's download module (0.125 s of a first visit's script time, py-spy)."""

@@ -17,6 +17,7 @@ def logs():
     return warmup.run_scenario(SMALL, TOKENS)
 
 
+@pytest.mark.slow
 def test_runs_in_lockstep_from_the_same_weights(logs):
     assert sorted(logs) == sorted(SMALL.run_names()) and len(logs) == 3 * SMALL.seeds
     assert all(len(r) == SMALL.steps for r in logs.values())
@@ -46,6 +47,7 @@ def test_outcome_is_computed_from_the_losses(logs):
     assert warmup.ffn_grad_grid(logs, "pre-norm, no warmup").shape == (SMALL.layers, SMALL.steps)
 
 
+@pytest.mark.slow
 def test_the_scenario_runs_as_a_bounded_job():
     registry = JobRegistry(max_running=2, per_owner=1, max_tokens=10**6)
     job = start_warmup(registry, SMALL, TOKENS, owner="a")
@@ -58,6 +60,7 @@ def test_the_scenario_runs_as_a_bounded_job():
         start_warmup(JobRegistry(max_tokens=100), SMALL, TOKENS)
 
 
+@pytest.mark.slow
 def test_cutting_the_idle_embedding_rows_changes_no_loss():
     """The speed-up (warmup.compact): ids spread over the whole vocabulary, the runs with the full 50,257-row
     embedding and with only the rows the text uses give the same losses and FFN gradients, bit for bit."""

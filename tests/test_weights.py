@@ -380,6 +380,7 @@ def test_expected_shapes_by_formula_match_a_module_tree(name, norm_type):
     assert expected_shapes(cfg) == built
 
 
+@pytest.mark.slow
 def test_loading_the_bundled_model_imports_no_compiler_and_draws_nothing():
     """A fresh process loads the bundled model without torch._dynamo (a meta-device normal_ imported it: 1-2 s of
     the first visitor's wait) and without drawing random weights it then overwrites; the weights are the file's."""

@@ -37,6 +37,7 @@ def test_the_norms_measurement_reservation_covers_its_measured_peak(preset, dept
     assert growth <= estimate <= 1.5 * growth + wiring.MEASURE_OVERHEAD, (growth / MiB, estimate / MiB)
 
 
+@pytest.mark.slow
 def test_the_norms_page_reserves_the_measurements_estimate(monkeypatch):
     """The page's reservation is this estimate (not memory.measuring_nbytes, which missed the tied embedding's
     gradients and a float64 copy of every gradient)."""

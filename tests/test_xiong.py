@@ -21,6 +21,7 @@ def paper():
     return tokens, grads, scaling
 
 
+@pytest.mark.slow
 def test_shapes_and_spread(paper):
     _, grads, scaling = paper
     s = xiong.PAPER
@@ -61,6 +62,7 @@ def test_claims_marked_reproduced_hold_in_the_numbers(paper, matrix):
                 assert scaling.mean["pre"][-1] < scaling.mean["pre"][0]
 
 
+@pytest.mark.slow
 def test_unit_input_scale_changes_the_input_only():
     model = twin_models(xiong.PAPER.config(BASE, 2), 0, "xavier")["pre"]
     x = torch.randint(0, 1000, (1, 8))
@@ -70,6 +72,7 @@ def test_unit_input_scale_changes_the_input_only():
         xiong.ProbeSetting(input_scale="big")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("init", ["xavier", "gpt2"])
 def test_the_unit_input_has_the_spread_its_label_says(init):
     """Labelled "unit variance": the first block's input, measured on real text batches, has std within 1% of 1 (the

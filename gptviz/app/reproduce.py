@@ -7,6 +7,8 @@ Every visitor string enters a snippet through repr(), so no prompt can end the s
 """
 from __future__ import annotations
 
+import re
+
 import streamlit as st
 
 from ..model.tokenizer import encode
@@ -14,7 +16,7 @@ from . import keys as K
 from .models import ModelSpec
 
 MARK = "# gptviz: "  # a snippet's first line: "# gptviz: <the view>, reproduced"
-IMPORTS = "import torch\nfrom gptviz import GPT, PRESETS, capture, get_tokenizer, load_pretrained"
+LIBRARY_NAMES = ("GPT", "PRESETS", "capture", "get_tokenizer", "load_pretrained")  # from gptviz, when a snippet uses them
 
 
 def model_lines(spec: ModelSpec) -> str:
@@ -46,9 +48,12 @@ def prompt_lines(ids: tuple[int, ...] | list[int], text: str | None = None, name
 
 
 def snippet(view: str, spec: ModelSpec, *body: str, imports: str = "") -> str:
-    """A whole snippet: the mark, the imports, the model, then `body`'s lines (the last binds `result`)."""
-    head = f"{MARK}{view}, reproduced\n{IMPORTS}" + (f"\n{imports}" if imports else "")
-    return "\n".join([head, model_lines(spec), *body]) + "\n"
+    """A whole snippet: the mark, the imports it uses, the model, then `body`'s lines (the last binds `result`)."""
+    code = "\n".join([model_lines(spec), *body])
+    used = [name for name in LIBRARY_NAMES if re.search(rf"\b{name}\b", code)]
+    head = [f"{MARK}{view}, reproduced"] + (["import torch"] if "torch." in code else [])
+    head += [f"from gptviz import {', '.join(used)}"] if used else []
+    return "\n".join(head + ([imports] if imports else []) + [code]) + "\n"
 
 
 def show(code: str) -> None:
@@ -210,7 +215,8 @@ def twins(names: dict[str, str], ids, pair: int, probe_length: int, text: str | 
     """Pre-norm vs post-norm, the twins side by side: their heads matched by role on a repeated random probe, the
     picked pair's maps on the prompt, and each twin's next-token probabilities."""
     return "\n".join([
-        f"{MARK}Pre-norm vs post-norm, the twins side by side, reproduced", IMPORTS,
+        f"{MARK}Pre-norm vs post-norm, the twins side by side, reproduced",
+        "from gptviz import capture, get_tokenizer, load_pretrained",
         "from gptviz.methods import induction_sequence, match_heads",
         "from gptviz.model.checkpoint import training_vocab\nfrom gptviz.model.weights import bundled_models",
         f"twins = {{'pre': load_pretrained({names['pre']!r}), 'post': load_pretrained({names['post']!r})}}",

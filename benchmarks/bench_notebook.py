@@ -131,7 +131,7 @@ def main() -> int:
     ap.add_argument("--without-circuitsvis", action="store_true", help="gptviz alone")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds one drawing may take before it is a miss")
     args = ap.parse_args()
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import Error as PlaywrightError, sync_playwright
     try:
         import circuitsvis
         with_cv, cv_version = True, circuitsvis.__version__
@@ -143,6 +143,7 @@ def main() -> int:
     (folder / "bench.ipynb").write_text(json.dumps(nb), encoding="utf-8")
     lab = start_lab(folder, args.port)
     results: dict[tuple[str, int], list[tuple[float | None, int]]] = {}
+    crashed: dict[tuple[str, int], int] = {}  # (tool, tokens) -> the run whose tab crashed
     try:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
@@ -168,7 +169,14 @@ def main() -> int:
                 run_cell_until(page, 1 + i, "ready", args.timeout)
             print("patterns made", flush=True)
             for tool, T, index in plan:
-                got = page.evaluate(MEASURE, [index, DRAWN[tool], args.timeout * 1000])
+                try:
+                    got = page.evaluate(MEASURE, [index, DRAWN[tool], args.timeout * 1000])
+                except PlaywrightError as err:  # the tab ran out of memory: a result, and the end of this page
+                    if "crashed" not in str(err):
+                        raise
+                    crashed[(tool, T)] = len(results.get((tool, T), [])) + 1
+                    print(f"{tool:12s} {T:5d} tokens: the tab crashed (run {crashed[(tool, T)]}); stopping", flush=True)
+                    break
                 results.setdefault((tool, T), []).append((got["ms"], got["bytes"]))
                 shown = "not drawn" if got["ms"] is None else f"{got['ms'] / 1000:.2f} s"
                 print(f"{tool:12s} {T:5d} tokens: {shown}, {got['bytes'] / 1e6:.2f} MB received", flush=True)
@@ -189,12 +197,13 @@ def main() -> int:
         for tool in ("gptviz", "circuitsvis"):
             runs = results.get((tool, T), [])
             times = [ms for ms, _ in runs if ms is not None]
+            crash = f"; the tab crashed on run {crashed[(tool, T)]}" if (tool, T) in crashed else ""
             if not runs:
-                cols += ["not measured", "-"]
+                cols += ["not measured" + crash, "-"]
                 continue
             missed = len(runs) - len(times)
             cols.append((f"{statistics.median(times) / 1000:.2f} s" if times else f"not drawn in {args.timeout:.0f} s")
-                        + (f" ({missed} of {len(runs)} not drawn)" if missed and times else ""))
+                        + (f" ({missed} of {len(runs)} not drawn)" if missed and times else "") + crash)
             cols.append(f"{statistics.median(b for _, b in runs) / 1e6:.2f} MB")
         print(f"| {T:,} | " + " | ".join(cols) + " |")
     return 0

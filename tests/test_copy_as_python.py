@@ -220,6 +220,28 @@ def test_the_norms_pages_snippet_gives_the_twins_pair_maps_and_next_tokens():
         np.testing.assert_allclose(pagetest.array(trace["x"]), result["next token"][norm].values.numpy(), rtol=1e-5)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("source", ["prompt", "random"])
+def test_the_norms_pages_same_weights_snippet_gives_its_losses_and_gradients(source):
+    """A small tiny model (3 layers, width 32), seed 5, xavier init, the gradient of whole blocks."""
+    shape = {S.NORMS_PRESET.key: "tiny", S.NORMS_DEPTH.key: 3, S.NORMS_WIDTH.key: 32, S.NORMS_INPUT.key: source,
+             S.NORMS_SEED.key: 5, S.NORMS_INIT.key: "xavier", S.NORMS_GRAD_VIEW.key: "block"}
+    at = pagetest.run_page("norms", prompt=PROMPT, **shape)
+    assert not at.exception and not at.error
+    code = snippet_of(at, "same weights")
+    assert (repr(PROMPT) in code) == (source == "prompt")
+    result = run_snippet(code)
+    metrics = {m.label: m.value for m in at.metric}
+    for norm in ("pre", "post"):
+        assert metrics[f"LM loss, {norm}-norm"] == f"{result[norm]['loss']:.3f}"
+    assert metrics["Embedding grad, post/pre"] == \
+        f"{result['post']['embedding gradient'] / result['pre']['embedding gradient']:.3g}×"
+    grad = next(f for f in pagetest.figures(at)
+                if (f["layout"].get("yaxis", {}).get("title") or {}).get("text") == "gradient L2 norm")
+    for trace, norm in zip(grad["data"][:2], ("pre", "post")):
+        np.testing.assert_allclose(pagetest.array(trace["y"]), result[norm]["gradient per layer"], rtol=1e-6)
+
+
 def test_the_unit_pages_snippet_gives_its_summary_examples_and_share():
     from gptviz.app import models
     from gptviz.model.weights import bundled_models

@@ -265,6 +265,21 @@ def twins(names: dict[str, str], ids, pair: int, probe_length: int, text: str | 
         "}"]) + "\n"
 
 
+def same_weights(cfg, ids, seed: int, init: str, view: str, random: bool, text: str | None) -> str:
+    """Pre-norm vs post-norm, same weights: one set of random weights run both ways, one forward and one backward
+    pass each; the losses, the embedding gradients and the per-layer gradient norms the page draws."""
+    tokens = (f"ids = random_tokens({len(ids)}, config.vocab_size, seed={seed}).tolist()   # no structure at all"
+              if random else prompt_lines(ids, text))
+    return "\n".join([
+        f"{MARK}Pre-norm vs post-norm, same weights, reproduced",
+        "from gptviz import GPTConfig, PRESETS, get_tokenizer",
+        "from gptviz.methods.wiring import compare_wirings, random_tokens",
+        config_line(cfg), tokens,
+        f"stats = compare_wirings(config, ids, seed={seed}, init={init!r})   # {{'pre': ..., 'post': ...}}",
+        "result = {norm: {'loss': s.loss, 'embedding gradient': s.embed_grad_norm,",
+        f"                'gradient per layer': s.grad({view!r})}} for norm, s in stats.items()}}"]) + "\n"
+
+
 def unit(spec: ModelSpec, unit_name: str, per_play: int | None) -> str:
     """What does this unit do?: a neuron's or head's summary, top examples, quantiles and histogram from the neuron
     index (the bundled model's shipped index; for another model, the same scan the server ran: `per_play` tokens

@@ -324,6 +324,7 @@ def flow_tab(ask: Ask) -> None:
                                                                          max_value=1.0)})
     display.download_csv(pd.DataFrame([e._asdict() for e in graph.edges]), "information_flow.csv",
                          key=K.WHY_FLOW_CSV)
+    reproduce.show(reproduce.flow(ask.spec, ask.ids, float(threshold), reproduce.prompt_text()))
 
 
 # ---- the page ----------------------------------------------------------------------------------------------------

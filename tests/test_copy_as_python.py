@@ -120,6 +120,52 @@ def test_the_why_pages_snippets_give_its_attributions_and_ablated_probabilities(
 
 
 @pytest.mark.slow
+def test_the_why_pages_patching_snippet_gives_both_sweeps_on_the_visitors_pair():
+    """The sidebar's prompt (quotes, a newline) and the same with one token swapped, as the page opens on them."""
+    at = pagetest.run_page("why", prompt=PROMPT, **{S.WHY_VIEW.key: "Patching"})
+    assert not at.exception and not at.error
+    code = snippet_of(at, "patching")
+    assert repr(PROMPT) in code  # the visitor's text, not its ids
+    result = run_snippet(code)
+    np.testing.assert_allclose(pagetest.array(pagetest.figure(at, "Residual stream patched")["data"][0]["z"]),
+                               result["residual stream"].numpy(), atol=1e-4)
+    np.testing.assert_allclose(pagetest.array(pagetest.figure(at, "One head's output patched")["data"][0]["z"]),
+                               result["heads"].numpy(), atol=1e-4)
+    clean, corrupted = result["logit difference"]
+    assert any(c.value.startswith(f"Logit difference: clean {clean:+.3f}, corrupted {corrupted:+.3f}.")
+               for c in at.caption)
+
+
+@pytest.mark.slow
+def test_the_why_pages_saliency_snippet_gives_both_strips():
+    """On a trained model (on random weights the path is nearly straight: the number of points hardly shows)."""
+    from gptviz.app import models
+    bundled = models.ModelSpec(K.SOURCE_BUNDLED, "shakespeare-pre", "pre")
+    at = pagetest.run_page("why", PROMPT, bundled, **{S.WHY_VIEW.key: "Saliency"})
+    assert not at.exception and not at.error
+    result = run_snippet(snippet_of(at, "saliency"))
+    for title, name in (("Integrated gradients", "integrated gradients"), ("Gradient x input", "gradient x input")):
+        z = pagetest.array(pagetest.figure(at, title)["data"][0]["z"]).ravel()
+        np.testing.assert_allclose(z[~np.isnan(z)], result[name].numpy(), atol=1e-5)
+
+
+@pytest.mark.slow
+def test_the_why_pages_flow_snippet_gives_its_graph_at_the_threshold():
+    from gptviz.app import models
+    bundled = models.ModelSpec(K.SOURCE_BUNDLED, "shakespeare-pre", "pre")
+    at = pagetest.run_page("why", PROMPT, bundled, **{S.WHY_VIEW.key: "Information flow",
+                                                       S.WHY_FLOW_THRESHOLD.key: 0.07})
+    assert not at.exception and not at.error
+    code = snippet_of(at, "information flow")
+    assert "load_pretrained('shakespeare-pre')" in code and "threshold=0.07" in code
+    graph = run_snippet(code)
+    attention = sorted((e.importance for e in graph.edges if e.kind == "attention"), reverse=True)
+    assert attention and list(at.dataframe[0].value["share"]) == attention
+    counts = next(c.value for c in at.caption if "edges at share" in c.value)
+    assert counts.startswith(f"{len(graph.edges)} edges at share > 0.07")
+
+
+@pytest.mark.slow
 def test_the_activations_pages_snippet_gives_every_tabs_numbers():
     at = pagetest.run_page("activations", prompt=PROMPT, **{S.ACT_FOCUS.key: 4, S.ACT_TOPK.key: 7})
     assert not at.exception
@@ -182,6 +228,28 @@ def test_the_norms_pages_snippet_gives_the_twins_pair_maps_and_next_tokens():
     for trace in bars["data"]:
         norm = trace["name"].split("-")[0]
         np.testing.assert_allclose(pagetest.array(trace["x"]), result["next token"][norm].values.numpy(), rtol=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("source", ["prompt", "random"])
+def test_the_norms_pages_same_weights_snippet_gives_its_losses_and_gradients(source):
+    """A small tiny model (3 layers, width 32), seed 5, xavier init, the gradient of whole blocks."""
+    shape = {S.NORMS_PRESET.key: "tiny", S.NORMS_DEPTH.key: 3, S.NORMS_WIDTH.key: 32, S.NORMS_INPUT.key: source,
+             S.NORMS_SEED.key: 5, S.NORMS_INIT.key: "xavier", S.NORMS_GRAD_VIEW.key: "block"}
+    at = pagetest.run_page("norms", prompt=PROMPT, **shape)
+    assert not at.exception and not at.error
+    code = snippet_of(at, "same weights")
+    assert (repr(PROMPT) in code) == (source == "prompt")
+    result = run_snippet(code)
+    metrics = {m.label: m.value for m in at.metric}
+    for norm in ("pre", "post"):
+        assert metrics[f"LM loss, {norm}-norm"] == f"{result[norm]['loss']:.3f}"
+    assert metrics["Embedding grad, post/pre"] == \
+        f"{result['post']['embedding gradient'] / result['pre']['embedding gradient']:.3g}×"
+    grad = next(f for f in pagetest.figures(at)
+                if (f["layout"].get("yaxis", {}).get("title") or {}).get("text") == "gradient L2 norm")
+    for trace, norm in zip(grad["data"][:2], ("pre", "post")):
+        np.testing.assert_allclose(pagetest.array(trace["y"]), result[norm]["gradient per layer"], rtol=1e-6)
 
 
 @pytest.mark.slow

@@ -162,6 +162,42 @@ def ablation(spec: ModelSpec, ids, heads, mode: str, text: str | None) -> str:
         imports="from gptviz.methods.interventions import ablate_heads, run_with_edits")
 
 
+def patching(spec: ModelSpec, clean, corrupted, goal: int, rival: int, texts: tuple) -> str:
+    """Why this token?, patching: the corrupted run with one piece of the clean run copied in, at every layer and
+    position of the residual stream and for every head's output (1 = the clean prediction restored)."""
+    return snippet(
+        "Why this token?, patching", spec, prompt_lines(clean, texts[0], "clean"),
+        prompt_lines(corrupted, texts[1], "corrupted"),
+        f"goal, rival = {goal}, {rival}           # {_pieces(goal, rival)}: clean's top against corrupted's",
+        "resid = residual_patching(model, clean, corrupted, goal, rival)",
+        "by_head = head_patching(model, clean, corrupted, goal, rival)",
+        "result = {'residual stream': resid.scores,           # [layers, positions]",
+        "          'heads': by_head.scores,                   # [layers, heads]",
+        "          'logit difference': (resid.clean, resid.corrupted)}",
+        imports="from gptviz.methods.attribution import head_patching, residual_patching")
+
+
+def saliency(spec: ModelSpec, ids, target: int, other: int, steps: int, text: str | None) -> str:
+    """Why this token?, saliency: integrated gradients and gradient x input on the prompt's tokens."""
+    return snippet(
+        "Why this token?, saliency", spec, prompt_lines(ids, text),
+        f"target, other = {target}, {other}           # {_pieces(target, other)}",
+        f"ig = integrated_gradients(model, ids, target, other, steps={steps})",
+        "result = {'integrated gradients': ig.scores,      # one per prompt token; they sum to ig.metric - "
+        "ig.baseline_metric",
+        "          'gradient x input': gradient_x_input(model, ids, target, other).scores}",
+        imports="from gptviz.methods.attribution import gradient_x_input, integrated_gradients")
+
+
+def flow(spec: ModelSpec, ids, threshold: float, text: str | None) -> str:
+    """Why this token?, information flow: the parts the last token's output is built from, above the threshold."""
+    return snippet(
+        "Why this token?, information flow", spec, prompt_lines(ids, text),
+        f"result = information_flow(model, torch.tensor([ids]), threshold={threshold!r})",
+        "# result.edges: .kind (attention, mlp or residual), .layer, .source, .target, .importance, .head",
+        imports="from gptviz.methods.flow import information_flow")
+
+
 def _pieces(*token_ids: int) -> str:
     """Token ids as text for a comment: repr'd and on one line, so no text ends the comment."""
     from ..model.tokenizer import decode
@@ -233,6 +269,21 @@ def twins(names: dict[str, str], ids, pair: int, probe_length: int, text: str | 
         "    'post map': on_prompt['post'][1].pattern(pair.b[0])[0, pair.b[1]],",
         "    'next token': {norm: logits[0, -1].softmax(-1).topk(5) for norm, (logits, _) in on_prompt.items()},",
         "}"]) + "\n"
+
+
+def same_weights(cfg, ids, seed: int, init: str, view: str, random: bool, text: str | None) -> str:
+    """Pre-norm vs post-norm, same weights: one set of random weights run both ways, one forward and one backward
+    pass each; the losses, the embedding gradients and the per-layer gradient norms the page draws."""
+    tokens = (f"ids = random_tokens({len(ids)}, config.vocab_size, seed={seed}).tolist()   # no structure at all"
+              if random else prompt_lines(ids, text))
+    return "\n".join([
+        f"{MARK}Pre-norm vs post-norm, same weights, reproduced",
+        "from gptviz import GPTConfig, PRESETS, get_tokenizer",
+        "from gptviz.methods.wiring import compare_wirings, random_tokens",
+        config_line(cfg), tokens,
+        f"stats = compare_wirings(config, ids, seed={seed}, init={init!r})   # {{'pre': ..., 'post': ...}}",
+        "result = {norm: {'loss': s.loss, 'embedding gradient': s.embed_grad_norm,",
+        f"                'gradient per layer': s.grad({view!r})}} for norm, s in stats.items()}}"]) + "\n"
 
 
 def unit(spec: ModelSpec, unit_name: str, per_play: int | None) -> str:

@@ -16,7 +16,7 @@ from ...model.config import ConfigError
 from ...figures import norms as fig_norms
 from ...model.params import total_params
 from ...model.tokenizer import token_labels
-from .. import display, sidebar
+from .. import display, reproduce, sidebar
 from .. import keys as K
 from .. import settings as S
 from ..services import norms as services
@@ -354,4 +354,6 @@ def same_weights_section() -> None:
     view = gradient_section(setup.depth, pre, post)
     activations_section(setup.config, stats)
     attention_section(setup.config, ids, pre, post)
+    reproduce.show(reproduce.same_weights(setup.config, ids, setup.seed, setup.init, view, setup.source != "prompt",
+                                          reproduce.prompt_text()))
     depth_sweep_section(setup, ids, view)

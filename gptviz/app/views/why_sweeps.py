@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from .. import display, text_limits
+from .. import display, reproduce, text_limits
 from .. import keys as K
 from .. import settings as S
 from ..models import ModelSpec
@@ -108,6 +108,9 @@ def patching_tab(ask: services.Ask) -> None:
     display.show_figure(figs.layer_head_grid(by_head.scores, title="One head's output patched (all positions)",
                                              colorbar="restored", symmetric=True),
                         key=K.WHY_PATCH_HEADS)
+    example = state.get(S.WHY_EXAMPLE.key)
+    texts = tuple(state.get(K.per_item(key, example)) for key in (K.WHY_CLEAN, K.WHY_CORRUPT))
+    reproduce.show(reproduce.patching(ask.spec, clean_ids, corrupt_ids, goal, rival, texts))
 
 
 # ---- Saliency ----------------------------------------------------------------------------------------------------
@@ -134,3 +137,4 @@ def saliency_tab(ask: services.Ask) -> None:
     display.show_figure(figs.token_strip(ask.labels, ig.scores, title="Integrated gradients on the prompt's tokens"),
                         key=K.WHY_IG)
     display.show_figure(figs.token_strip(ask.labels, gxi.scores, title="Gradient x input"), key=K.WHY_GXI)
+    reproduce.show(reproduce.saliency(ask.spec, ask.ids, ask.target, ask.other, IG_STEPS, reproduce.prompt_text()))

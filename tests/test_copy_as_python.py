@@ -341,3 +341,23 @@ def test_the_explainers_snippet_gives_its_curves_and_mask():
         assert traces, name
     mask = next(f for f in pagetest.figures(at) if f["data"] and f["data"][0].get("type") == "heatmap")
     np.testing.assert_array_equal(pagetest.array(mask["data"][0]["z"]).astype(bool), result["causal mask"].numpy())
+
+
+@pytest.mark.slow
+def test_the_norms_pages_paper_snippet_gives_its_claims(monkeypatch):
+    """At the page tests' tiny probe setting (the snippet writes the setting out, so it measures the same)."""
+    from gptviz.methods import xiong
+    from test_page_norms import TINY_PAPER, TINY_PAPER_DEPTHS
+    monkeypatch.setattr(xiong, "PAPER", TINY_PAPER)
+    monkeypatch.setattr(xiong, "PAPER_DEPTHS", TINY_PAPER_DEPTHS)
+    at = pagetest.run_page("norms", prompt=PROMPT, **{K.NORMS_PAPER_ON: True})
+    assert not at.exception
+    code = snippet_of(at, "paper's setting")
+    assert repr(TINY_PAPER.depth) in code and "xiong.PAPER" not in code   # the setting itself, not a name for it
+    result = run_snippet(code)
+    text = "\n".join(m.value for m in at.markdown)
+    for claim in result["claims"]:
+        assert f"{claim.text}. Measured: {claim.measured}." in text
+    depth_fig = next(f for f in pagetest.figures(at) if f["layout"].get("xaxis", {}).get("title", {}).get("text") == "layers L")
+    fitted = [t["name"] for t in depth_fig["data"] if t.get("mode") == "lines+markers"]
+    assert any(f"∝ L^{result['depth scaling'].exponent('post'):+.2f}" in n for n in fitted)

@@ -352,3 +352,21 @@ def explainers(lo: float, hi: float, mask_n: int) -> str:
         "    'activations': activation_curves(x),     # {name: (f(x), f'(x))}, by the model's own activate()",
         f"    'causal mask': causal_mask({mask_n}),          # True where a query may look at a key",
         "}"]) + "\n"
+
+
+def paper(settings: dict, depths, matrix: str, base: str) -> str:
+    """Pre-norm vs post-norm, the paper's setting: the FFN gradient norms at initialisation for each init, the depth
+    scaling and the claims of Xiong et al. (2020), checked as the page checks them."""
+    lines = ",\n".join(f"    {title!r}: {setting!r}" for title, setting in settings.items())
+    first = next(iter(settings))
+    return "\n".join([
+        f"{MARK}Pre-norm vs post-norm, the paper's setting, reproduced",
+        "from gptviz import PRESETS",
+        "from gptviz.methods.xiong import ProbeSetting, check_claims, depth_scaling, measure_ffn_gradients",
+        "from gptviz.training.corpus import load_corpus",
+        f"base, tokens = PRESETS[{base!r}], load_corpus()",
+        f"settings = {{\n{lines},\n}}",
+        "grads = {title: measure_ffn_gradients(s, base, tokens) for title, s in settings.items()}",
+        f"scaling = depth_scaling(settings[{first!r}], base, tokens, {tuple(depths)!r}, {matrix!r})",
+        f"result = {{'gradients': grads, 'depth scaling': scaling,",
+        f"          'claims': check_claims(grads[{first!r}], {matrix!r}, scaling)}}"]) + "\n"

@@ -9,7 +9,7 @@ import streamlit as st
 
 from ...methods import xiong
 from ...figures import norms as fig_norms
-from .. import display
+from .. import display, reproduce
 from .. import keys as K
 from .. import settings as S
 from ..services import norms as services
@@ -109,3 +109,6 @@ def paper_section() -> None:
         first = next(iter(grads.values()))
         st.markdown(PAPER_NOTE.format(depth=xiong.PAPER.depth, width=xiong.PAPER.width, heads=xiong.PAPER.n_heads,
                                       samples=first.samples))
+    settings = {title: replace(xiong.PAPER, init=init, input_scale=scale)
+                for title, init in (("Xavier init (the paper)", "xavier"), ("GPT-2 init", "gpt2"))}
+    reproduce.show(reproduce.paper(settings, xiong.PAPER_DEPTHS, matrix, services.PAPER_BASE))

@@ -361,3 +361,18 @@ def test_the_norms_pages_paper_snippet_gives_its_claims(monkeypatch):
     depth_fig = next(f for f in pagetest.figures(at) if f["layout"].get("xaxis", {}).get("title", {}).get("text") == "layers L")
     fitted = [t["name"] for t in depth_fig["data"] if t.get("mode") == "lines+markers"]
     assert any(f"∝ L^{result['depth scaling'].exponent('post'):+.2f}" in n for n in fitted)
+
+
+@pytest.mark.slow
+def test_the_norms_pages_depth_sweep_snippet_gives_its_gradients_and_exponents():
+    from test_page_norms import TINY, markdown_text, open_page
+    at = open_page(**dict(TINY, norms_sweep_depths=[1, 2, 4]))
+    at.button(key=K.NORMS_SWEEP_RUN).click().run()
+    assert not at.exception
+    result = run_snippet(snippet_of(at, "depth sweep"))
+    text = markdown_text(at)
+    for norm in ("pre", "post"):
+        assert f"{norm}-norm: b = {result[norm][1]:+.2f}" in text
+    fig = next(f for f in pagetest.figures(at) if (f["layout"].get("xaxis", {}).get("title") or {}).get("text", "")
+               .startswith("layers") and len(f["data"]) >= 2 and f["data"][0].get("name", "").startswith("pre"))
+    np.testing.assert_allclose(pagetest.array(fig["data"][0]["y"]), result["pre"][0], rtol=1e-6)

@@ -286,6 +286,27 @@ def same_weights(cfg, ids, seed: int, init: str, view: str, random: bool, text: 
         f"                'gradient per layer': s.grad({view!r})}} for norm, s in stats.items()}}"]) + "\n"
 
 
+def depth_sweep(cfg, ids, seed: int, init: str, view: str, depths, random: bool, text: str | None) -> str:
+    """Pre-norm vs post-norm, the depth sweep: the last layer's gradient of each wiring at each depth, and the
+    exponent of its power law in the depth."""
+    tokens = (f"ids = random_tokens({len(ids)}, config.vocab_size, seed={seed}).tolist()   # no structure at all"
+              if random else prompt_lines(ids, text))
+    return "\n".join([
+        f"{MARK}Pre-norm vs post-norm, the depth sweep, reproduced",
+        "import numpy as np",
+        "from gptviz import GPTConfig, PRESETS, get_tokenizer",
+        "from gptviz.methods.wiring import compare_wirings, depth_exponent, random_tokens",
+        config_line(cfg), tokens,
+        f"depths = np.array({sorted(depths)!r})",
+        "last = {'pre': [], 'post': []}",
+        "for depth in depths:",
+        f"    stats = compare_wirings(config.replace(n_layers=int(depth)), ids, seed={seed}, init={init!r})",
+        "    for norm in last:",
+        f"        last[norm].append(stats[norm].grad({view!r})[-1])",
+        "result = {norm: (np.asarray(values, float), depth_exponent(depths, np.asarray(values, float)))",
+        "          for norm, values in last.items()}          # the last layer's gradients and the fitted exponent"]) + "\n"
+
+
 def unit(spec: ModelSpec, unit_name: str, per_play: int | None) -> str:
     """What does this unit do?: a neuron's or head's summary, top examples, quantiles and histogram from the neuron
     index (the bundled model's shipped index; for another model, the same scan the server ran: `per_play` tokens

@@ -331,6 +331,8 @@ def depth_sweep_section(setup: Setup, ids: tuple[int, ...], view: str) -> None:
                                                          "gradient norm", exps), key=K.NORMS_SWEEP_FIG)
     with c[1]:
         sweep_exponents(setup.init, exps)
+    reproduce.show(reproduce.depth_sweep(config, ids, setup.seed, setup.init, sweep_view, depths,
+                                         setup.source != "prompt", reproduce.prompt_text()))
 
 
 def same_weights_section() -> None:

@@ -228,6 +228,11 @@ def effect_section(model: GPT, unit: ix.Unit, contexts: list[ix.Context]) -> Non
                         key=K.UNIT_EFFECT)
 
 
+def per_play_of(loaded: ui.Loaded) -> int:
+    """How many tokens of each play the index scanned (its snippet scans the same)."""
+    return max((len(d.ids) for d in loaded.docs), default=0)
+
+
 def unit_tab(spec: ModelSpec, model: GPT, loaded: ui.Loaded) -> None:
     unit = unit_picker(loaded.index)
     st.markdown(f"**{display.md_text(ix.summary(loaded.index, unit))}**")
@@ -237,8 +242,7 @@ def unit_tab(spec: ModelSpec, model: GPT, loaded: ui.Loaded) -> None:
         histogram_section(loaded, unit)
     with right:
         effect_section(model, unit, contexts)
-    per_play = max((len(d.ids) for d in loaded.docs), default=0)
-    reproduce.show(reproduce.unit(spec, str(unit), per_play))
+    reproduce.show(reproduce.unit(spec, str(unit), per_play_of(loaded)))
 
 
 # ---------------------------------------------------------------------------------------------------- search
@@ -283,6 +287,7 @@ def prompt_search(spec: ModelSpec, model: GPT, loaded: ui.Loaded) -> None:
     units_table(loaded, [s.unit for s in found], {
         "value here": [s.value for s in found], "share of its corpus peak": [s.share_of_peak for s in found],
         "its median": [ix.quantiles(loaded.index, s.unit).get(0.5) for s in found]}, key=K.UNIT_HERE_TABLE)
+    reproduce.show(reproduce.units_here(spec, ids, pos, per_play_of(loaded), reproduce.prompt_text()))
 
 
 class TokenCounts:
@@ -302,7 +307,7 @@ class TokenCounts:
         return int(self.counts[int(np.searchsorted(self.ids, token))])
 
 
-def word_search(loaded: ui.Loaded) -> None:
+def word_search(spec: ModelSpec, loaded: ui.Loaded) -> None:
     word = one_token_box("A word", K.UNIT_WORD, placeholder="e.g. king",
                          help="One GPT-2 token; a leading space is tried too (' king' is one token, 'king' another).")
     if word is None:
@@ -330,13 +335,14 @@ def word_search(loaded: ui.Loaded) -> None:
                                                    "its mean": [float(loaded.index.arrays["mean"][
                                                        loaded.index.flat(f.unit)]) for f in found]},
                 key=K.UNIT_WORD_TABLE)
+    reproduce.show(reproduce.units_for_word(spec, token, per_play_of(loaded)))
 
 
 def search_tab(spec: ModelSpec, model: GPT, loaded: ui.Loaded) -> None:
     st.subheader("On a token of the prompt")
     prompt_search(spec, model, loaded)
     st.subheader("On a word, across the corpus")
-    word_search(loaded)
+    word_search(spec, loaded)
 
 
 def main() -> None:

@@ -376,3 +376,21 @@ def test_the_norms_pages_depth_sweep_snippet_gives_its_gradients_and_exponents()
     fig = next(f for f in pagetest.figures(at) if (f["layout"].get("xaxis", {}).get("title") or {}).get("text", "")
                .startswith("layers") and len(f["data"]) >= 2 and f["data"][0].get("name", "").startswith("pre"))
     np.testing.assert_allclose(pagetest.array(fig["data"][0]["y"]), result["pre"][0], rtol=1e-6)
+
+
+@pytest.mark.slow
+def test_the_unit_search_snippets_give_its_tables():
+    from gptviz.app import models
+    from gptviz.model.weights import bundled_models
+    if "shakespeare-pre" not in bundled_models():
+        pytest.skip("no bundled model")
+    spec = models.ModelSpec(K.SOURCE_BUNDLED, "shakespeare-pre", "pre")
+    at = pagetest.run_page("units", prompt=PROMPT, spec=spec, **{K.UNIT_TAB: K.UNIT_TABS[1], S.UNIT_FOCUS.key: 6,
+                                                                   K.UNIT_WORD: "king"})
+    assert not at.exception
+    here = run_snippet(snippet_of(at, "most active here"))
+    table = next(d.value for d in at.dataframe if "value here" in d.value.columns)
+    assert list(table["value here"]) == pytest.approx([s.value for s in here], rel=1e-5)
+    word = run_snippet(snippet_of(at, "a word"))
+    table = next(d.value for d in at.dataframe if "z" in d.value.columns)
+    assert list(table["z"]) == pytest.approx([f.z for f in word], rel=1e-5)

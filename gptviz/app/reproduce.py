@@ -307,19 +307,22 @@ def depth_sweep(cfg, ids, seed: int, init: str, view: str, depths, random: bool,
         "          for norm, values in last.items()}          # the last layer's gradients and the fitted exponent"]) + "\n"
 
 
+def _index_lines(spec: ModelSpec, per_play: int | None, names: str) -> tuple[tuple[str, ...], str]:
+    """The lines that load the neuron index a page read (the bundled model's shipped one, or the server's own scan
+    of `per_play` tokens from the start of every play, rebuilt), and their import of `names` beside it."""
+    if spec.source == K.SOURCE_BUNDLED:
+        return ((f"index = bundled_index({spec.name!r})                 # shipped with the model",),
+                f"from gptviz.index import bundled_index, {names}")
+    return ((f"per_play = {per_play}",
+             "docs = [Document(d.name, d.ids[:per_play], d.held_out) for d in corpus_documents()]",
+             "index = build_index(model, docs)                     # the server's scan: the start of every play"),
+            f"from gptviz.index import Document, build_index, corpus_documents, {names}")
+
+
 def unit(spec: ModelSpec, unit_name: str, per_play: int | None) -> str:
     """What does this unit do?: a neuron's or head's summary, top examples, quantiles and histogram from the neuron
-    index (the bundled model's shipped index; for another model, the same scan the server ran: `per_play` tokens
-    from the start of every play)."""
-    if spec.source == K.SOURCE_BUNDLED:
-        load = (f"index = bundled_index({spec.name!r})                 # shipped with the model",)
-        imports = "from gptviz.index import bundled_index, histogram, quantiles, summary, top_examples"
-    else:
-        load = ("docs = [Document(d.name, d.ids[:per_play], d.held_out) for d in corpus_documents()]",
-                "index = build_index(model, docs)                     # the server's scan: the start of every play")
-        load = (f"per_play = {per_play}",) + load
-        imports = ("from gptviz.index import (Document, build_index, corpus_documents, histogram, quantiles, "
-                   "summary,\n    top_examples)")
+    index."""
+    load, imports = _index_lines(spec, per_play, "histogram, quantiles, summary, top_examples")
     return snippet(
         "What does this unit do?", spec, *load,
         f"unit = {unit_name!r}",
@@ -329,6 +332,27 @@ def unit(spec: ModelSpec, unit_name: str, per_play: int | None) -> str:
         "    'quantiles': quantiles(index, unit),",
         "    'histogram': histogram(index, unit),              # (edges, counts) over every token scanned",
         "}",
+        imports=imports)
+
+
+def units_here(spec: ModelSpec, ids, pos: int, per_play: int | None, text: str | None) -> str:
+    """The unit search, on the prompt: the neurons and heads most active at one token, against their corpus peaks."""
+    load, imports = _index_lines(spec, per_play, "units_at")
+    return snippet(
+        "the unit search, most active here", spec, *load, prompt_lines(ids, text),
+        f"pos = {pos}",
+        "result = (units_at(model, ids, pos, index=index, k=8, kind='neuron')",
+        "          + units_at(model, ids, pos, index=index, k=4, kind='head'))   # .unit, .value, .share_of_peak",
+        imports=imports)
+
+
+def units_for_word(spec: ModelSpec, token: int, per_play: int | None) -> str:
+    """The unit search, by word: the neurons whose mean on one token is furthest above their own mean."""
+    load, imports = _index_lines(spec, per_play, "units_for_token")
+    return snippet(
+        "the unit search, a word", spec, *load,
+        f"token = {token}                                       # {_pieces(token)}",
+        "result = units_for_token(index, token, k=10)         # .unit, .z, .mean",
         imports=imports)
 
 

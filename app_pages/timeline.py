@@ -19,7 +19,7 @@ from gptviz.app.display import show_figure
 from gptviz.app.unit_nav import unit_pills
 from gptviz.figures import timeline as ft
 from gptviz.training.snapshots import FORMED_THRESHOLD, Snapshots, formed_step
-from gptviz.serve.training_jobs import GROWTH, Job, induction_growth_spec
+from gptviz.serve.training_jobs import FAILED, GROWTH, Job, induction_growth_spec
 from gptviz.model.unit_id import head_id
 
 TWINS = {"pre-norm": "shakespeare-pre", "post-norm": "shakespeare-post"}
@@ -210,6 +210,8 @@ def grow_tab() -> None:
             st.rerun()  # redraw the whole tab once: Grow comes back in place of Stop
         growth_view(job)
     live()
+    if job.finished and job.status != FAILED:
+        reproduce.show(reproduce.grow(tuple(job.spec.configs), job.spec.settings.seed, GROWTH))
 
 
 def history_tab() -> None:

@@ -7,7 +7,6 @@ import json
 
 import numpy as np
 import pytest
-import torch
 
 import pagetest
 from gptviz.app import keys as K, settings as S
@@ -32,7 +31,7 @@ def run_snippet(code: str):
 
 
 def test_the_snippet_keeps_the_prompt_a_string_whatever_it_holds():
-    from gptviz.app.reproduce import prompt_lines
+    from gptviz.app.reproduce.core import prompt_lines
     hostile = "'''\"\"\"\\n'); import os; os.system('x') #"
     line = prompt_lines(encode(hostile), hostile)
     namespace: dict = {}
@@ -394,3 +393,25 @@ def test_the_unit_search_snippets_give_its_tables():
     word = run_snippet(snippet_of(at, "a word"))
     table = next(d.value for d in at.dataframe if "z" in d.value.columns)
     assert list(table["z"]) == pytest.approx([f.z for f in word], rel=1e-5)
+
+
+@pytest.mark.slow
+def test_the_grow_snippet_trains_the_same_run(monkeypatch):
+    """A small grow run (the page tests' sizes): the snippet writes the sizes out and gets the same snapshots."""
+    from gptviz.app import jobs
+    from gptviz.serve import training_jobs
+    for key, value in dict(steps=8, layers=2, d_model=32, block=16, batch=4, snapshot_every=4).items():
+        monkeypatch.setitem(training_jobs.GROWTH, key, value)
+    at = pagetest.run_page("timeline")
+    at.button(key=K.TL_GROW_START).click().run()
+    job = jobs.training_registry().get(at.session_state[K.TL_GROW_JOB])
+    assert job.wait(120) and job.status == "done", job.error
+    at.run()
+    code = snippet_of(at, "grow one yourself")
+    assert "steps=8" in code and "d_model=32" in code
+    monkeypatch.setitem(training_jobs.GROWTH, "steps", 800)   # the snippet's own values decide, not the defaults
+    result = run_snippet(code)
+    snaps, formed = result["pre-norm"]
+    page = job.snapshots["pre"]
+    assert snaps.steps == page.steps == [1, 4, 8]
+    np.testing.assert_allclose(snaps.score_array(), page.score_array(), rtol=1e-5, atol=1e-6)

@@ -1,0 +1,81 @@
+"""The pieces every snippet is made of: the model and prompt lines, the snippet itself, and the closed box a page
+shows it in."""
+from __future__ import annotations
+
+import re
+
+import streamlit as st
+
+from ...model.tokenizer import encode
+from .. import keys as K
+from ..models import ModelSpec
+
+MARK = "# gptviz: "  # a snippet's first line: "# gptviz: <the view>, reproduced"
+
+
+LIBRARY_NAMES = ("GPT", "PRESETS", "capture", "get_tokenizer", "load_pretrained")  # from gptviz, when a snippet uses them
+
+
+def model_lines(spec: ModelSpec) -> str:
+    """The lines that build the model `spec` names, as the app built it."""
+    if spec.source == K.SOURCE_PRESET:
+        line = f"model = GPT(PRESETS[{spec.name!r}].replace(norm={spec.norm!r}), seed={spec.seed}).eval()"
+    elif spec.source == K.SOURCE_BUNDLED:
+        line = f"model = load_pretrained({spec.name!r})"
+    elif spec.source == K.SOURCE_TRAINED:  # it lives in the server's memory only
+        line = ("# this model was trained in your session: download its checkpoint on the Train page, then\n"
+                "model = load_pretrained('path/to/the/downloaded/folder')")
+    else:
+        line = f"model = load_pretrained({spec.name!r}, norm={spec.norm!r})"
+    if (spec.device, spec.dtype) != ("cpu", "float32"):
+        line += f"\nmodel = model.to(device={spec.device!r}, dtype=getattr(torch, {spec.dtype!r}))"
+    return line
+
+
+def prompt_lines(ids: tuple[int, ...] | list[int], text: str | None = None, name: str = "ids") -> str:
+    """`ids = ...` for the tokens a view read: from the prompt's text where encoding it gives them (its last ones when
+    the page kept only those), else the ids themselves."""
+    ids = list(ids)
+    if text is not None:
+        encoded = encode(text)
+        if encoded[len(encoded) - len(ids):] == ids and ids:
+            cut = f"[-{len(ids)}:]" if len(encoded) > len(ids) else ""
+            return f"{name} = get_tokenizer().encode({text!r}){cut}"
+    return f"{name} = {ids!r}"
+
+
+def snippet(view: str, spec: ModelSpec, *body: str, imports: str = "") -> str:
+    """A whole snippet: the mark, the imports it uses, the model, then `body`'s lines (the last binds `result`)."""
+    code = "\n".join([model_lines(spec), *body])
+    used = [name for name in LIBRARY_NAMES if re.search(rf"\b{name}\b", code)]
+    head = [f"{MARK}{view}, reproduced"] + (["import torch"] if "torch." in code else [])
+    head += [f"from gptviz import {', '.join(used)}"] if used else []
+    return "\n".join(head + ([imports] if imports else []) + [code]) + "\n"
+
+
+def show(code: str) -> None:
+    """The closed "Copy as Python" box (st.code has its own copy button)."""
+    with st.expander("Copy as Python", icon=":material/code:"):
+        st.caption("The library calls that reproduce this view's numbers in a notebook or script "
+                   "(`pip install gptviz`); `result` holds them.")
+        st.code(code, language="python")
+
+
+def prompt_text() -> str | None:
+    """The sidebar's prompt text, for prompt_lines."""
+    text = st.session_state.get(K.PROMPT)
+    return text if isinstance(text, str) else None
+
+
+def config_line(cfg) -> str:
+    """`config = ...`: a preset by its name when it is one unchanged, else the whole GPTConfig."""
+    from ...model.config import PRESETS
+    if PRESETS.get(cfg.name) == cfg:
+        return f"config = PRESETS[{cfg.name!r}]"
+    return f"config = {cfg!r}"
+
+
+def pieces_comment(*token_ids: int) -> str:
+    """Token ids as text for a comment: repr'd and on one line, so no text ends the comment."""
+    from ...model.tokenizer import decode
+    return ", ".join(repr(decode([t])) for t in token_ids).replace("\n", "\\n")

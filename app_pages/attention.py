@@ -195,7 +195,7 @@ def views(seen: Seen, query: int, found: list[services.Detector], boxes: Boxes) 
                 with tab:
                     VIEW_DRAWERS[view](seen, pick)
     reproduce.show(reproduce.attention(seen.spec, seen.ids, pick.layer, None if pick.head == MEAN_HEAD else pick.head,
-                                       reproduce.prompt_text()))
+                                       reproduce.prompt_text(), pick.query))
     job = live.stored_generation(seen.spec, seen.ids, live.ATTENTION.page)
     if job is not None and not job.running:  # a running one is the live fragment's
         with boxes.generation:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import torch
 import pytest
 
 import pagetest
@@ -415,3 +416,20 @@ def test_the_grow_snippet_trains_the_same_run(monkeypatch):
     page = job.snapshots["pre"]
     assert snaps.steps == page.steps == [1, 4, 8]
     np.testing.assert_allclose(snaps.score_array(), page.score_array(), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_the_attention_snippet_also_gives_the_value_weighted_and_entropy_tabs():
+    state = {S.ATT_LAYER.key: 1, S.ATT_HEAD.key: 2}
+    at = pagetest.run_page("attention", prompt=PROMPT, **state, **{S.ATT_VIEW.key: "Value-weighted"})
+    assert not at.exception
+    result = run_snippet(snippet_of(at))
+    weighted = pagetest.figure(at, "Weight × ‖value · W_O‖")
+    np.testing.assert_allclose(np.nan_to_num(pagetest.array(weighted["data"][0]["z"])),
+                               result["value-weighted"].numpy(), atol=1e-6)
+    at = pagetest.run_page("attention", prompt=PROMPT, **state, **{S.ATT_VIEW.key: "Entropy map"})
+    assert not at.exception
+    entropy = pagetest.figure(at, "Attention entropy per head")
+    np.testing.assert_allclose(pagetest.array(entropy["data"][0]["z"]), result["entropy"].mean(-1).numpy(), rtol=1e-5)
+    steps = result["inside the head"]                # the query is the page's: its last token by default
+    torch.testing.assert_close(steps.weights, result["map"][steps.query, :steps.query + 1], rtol=1e-5, atol=1e-7)

@@ -6,23 +6,36 @@ from ..models import ModelSpec
 from .core import prompt_lines, snippet
 
 
-def attention(spec: ModelSpec, ids, layer: int, head: int | None, text: str | None) -> str:
-    """The Attention page: the picked head's map (head None: the mean of the layer's heads) and each head's
-    detector scores on the prompt."""
+def attention(spec: ModelSpec, ids, layer: int, head: int | None, text: str | None, query: int | None = None) -> str:
+    """The Attention page: the picked head's map (head None: the mean of the layer's heads), each head's detector
+    scores, and what the other tabs compute from them: the value-weighted shares, the head's steps for the query
+    token and every head's entropy."""
     pick = f"patterns[{layer}].mean(0)" if head is None else f"patterns[{layer}, {head}]"
+    query = len(ids) - 1 if query is None else query
+    steps = ([f"    'inside the head': head_steps(model, one, {layer}, {head}, {query}),   # query {query}, step by step"]
+             if head is not None else [])
     return snippet(
         "the Attention page", spec, prompt_lines(ids, text),
         "logits, cache = capture(model, [ids])",
-        "patterns = cache.patterns()[:, 0]                 # [layers, heads, query, key]",
+        "one = ActivationCache({name: value[0] for name, value in cache.items()}, model.config.n_layers)  # no batch",
+        "patterns = one.patterns()                          # [layers, heads, query, key]",
+        f"values = values_from_input(model, {layer}, one[attention_input_name({layer}, model.config.norm)])",
+        f"weighted = value_weighted(model, {layer}, values, patterns[{layer}])   # [heads, query, key]",
         "result = {",
         f"    'map': {pick},                # the map on the page: rows query, columns key",
         "    'induction, on this prompt': prompt_induction_scores(patterns, ids),   # [layers, heads]",
         "    'previous-token': previous_token_scores(patterns),",
         "    'duplicate-token': duplicate_token_scores(patterns, ids),",
         "    'first token (sink)': first_token_scores(patterns),",
+        f"    'value-weighted': row_shares(weighted{'.mean(0)' if head is None else f'[{head}]'}),  # weight x |value W_O|",
+        *steps,
+        "    'entropy': attention_entropy(patterns),          # [layers, heads, query], in nats",
         "}",
-        imports="from gptviz.methods import duplicate_token_scores, previous_token_scores, prompt_induction_scores\n"
-                "from gptviz.methods.head_steps import first_token_scores")
+        imports="from gptviz.model.hooks import ActivationCache\n"
+                "from gptviz.methods import (attention_entropy, duplicate_token_scores, previous_token_scores,\n"
+                "    prompt_induction_scores)\n"
+                "from gptviz.methods.head_steps import (attention_input_name, first_token_scores, head_steps, row_shares,\n"
+                "    value_weighted, values_from_input)")
 
 
 def next_token(spec: ModelSpec, ids, settings: dict, text: str | None) -> str:

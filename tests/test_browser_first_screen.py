@@ -157,19 +157,45 @@ def settled_prose_words(page, tries: int = 12) -> int:
     return last
 
 
+def crowding(page) -> list:
+    """What test_browser_phone's rules find on a settled page: x tick labels of one row closer than their text,
+    titles, axis titles, annotations, legend entries or y tick labels over each other; and how many figures."""
+    from test_browser_phone import BOXES_JS, TEXT_SELECTOR, TICKS_JS, crowded_ticks, overlapping
+    found = []
+    for ticks in page.evaluate(TICKS_JS, ".xtick text"):
+        rows = {}
+        for t in ticks:
+            rows.setdefault(round(t["top"] / 20), []).append(t)
+        found.extend(c for row in rows.values() for c in crowded_ticks(row))
+    plots = page.evaluate(BOXES_JS, TEXT_SELECTOR)
+    for plot in plots:
+        boxes = [b for b in plot["boxes"] if b["width"] > 0]
+        if not any(b["text"].startswith("vocabulary") for b in boxes):  # the PCA's labels: their own test
+            found.extend(overlapping(boxes))
+    return found, len(plots)
+
+
 @pytest.mark.parametrize("width,height", SIZES)
-def test_no_page_opens_with_more_than_about_120_words_of_prose(browser, server, width, height):
-    """Every page in the navigation, opened fresh on the default model and prompt: the prose drawn inside the first
-    screen (not widget labels, chart text, tables or token views) stays within PROSE_WORDS."""
+def test_no_page_opens_with_more_than_about_120_words_of_prose_or_crowded_labels(browser, server, width, height):
+    """Every page in the navigation, opened fresh on the default model and prompt, once per size: the prose drawn
+    inside the first screen (not widget labels, chart text, tables or token views) stays within PROSE_WORDS, and no
+    drawn Plotly figure crowds its labels (before: the direct-attribution bars' 25 part names piled up on a phone).
+    One tour for both checks: two tours of every page at both sizes took 219 s of the suite."""
     from gptviz.app.pages import PAGE_LIST
-    counts = {}
+    counts, crowded, figures = {}, {}, 0
     for _, stem, title, _ in PAGE_LIST:
         page = fresh(browser, width, height)
         page.goto(f"{server}/{stem}")
         page.wait_for_selector('[data-testid="stApp"]', timeout=120_000)
         page.get_by_role("heading", name=title).first.wait_for()
         counts[stem] = settled_prose_words(page)
+        found, drawn = crowding(page)
+        figures += drawn
+        if found:
+            crowded[stem] = found[:3]
         no_exception(page)
         page.close()
     assert len(counts) == len(PAGE_LIST) and all(n > 0 for n in counts.values()), counts  # each page drew its text
     assert max(counts.values()) <= PROSE_WORDS, counts
+    assert figures >= 10, figures  # the pages drew their figures
+    assert not crowded, crowded

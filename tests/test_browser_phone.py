@@ -148,39 +148,5 @@ def test_pca_token_labels_apart(phone, width, height, named):
 TEXT_SELECTOR = ".annotation-text, .gtitle, .g-xtitle text, .g-ytitle text, .legendtext, .ytick text"
 
 
-@pytest.mark.parametrize("width,height", [(1400, 1000), (390, 844)])
-def test_no_page_draws_crowded_ticks_or_labels_over_each_other(phone, width, height):
-    """Every page of the navigation, opened fresh: in each drawn Plotly figure, no two x tick labels of one row
-    closer than their text, and no two titles, axis titles, annotations, legend entries or y tick labels over each
-    other (before: the direct-attribution bars' 25 part names piled up on a phone)."""
-    from playwright.sync_api import TimeoutError as PlaywrightTimeout
-
-    from gptviz.app.pages import PAGE_LIST
-    browser, url = phone
-    found, figures = {}, 0
-    for _, stem, _, _ in PAGE_LIST:
-        page = browser.new_page(viewport={"width": width, "height": height})
-        page.set_default_timeout(300_000)
-        page.goto(f"{url}/{stem}")
-        page.wait_for_selector('[data-testid="stApp"]')
-        page.wait_for_timeout(1500)
-        try:  # a page with a live fragment (Train a model) may rerun again before a loaded machine shows it idle
-            page.wait_for_selector('[data-testid="stStatusWidget"]', state="detached", timeout=120_000)
-        except PlaywrightTimeout:
-            pass
-        page.wait_for_timeout(2000)
-        for ticks in page.evaluate(TICKS_JS, ".xtick text"):
-            rows = {}
-            for t in ticks:
-                rows.setdefault(round(t["top"] / 20), []).append(t)
-            found.setdefault(stem, []).extend(c for row in rows.values() for c in crowded_ticks(row))
-        plots = page.evaluate(BOXES_JS, TEXT_SELECTOR)
-        figures += len(plots)
-        for plot in plots:
-            boxes = [b for b in plot["boxes"] if b["width"] > 0]
-            if not any(b["text"].startswith("vocabulary") for b in boxes):  # the PCA's labels: their own test
-                found.setdefault(stem, []).extend(overlapping(boxes))
-        assert page.locator('[data-testid="stException"]').count() == 0, stem
-        page.close()
-    assert figures >= 10, figures  # the pages drew their figures
-    assert not any(found.values()), {k: v[:3] for k, v in found.items() if v}
+# Every page's figures at both sizes are checked for crowded labels in test_browser_first_screen.py's page tour
+# (one tour for the prose and the labels).

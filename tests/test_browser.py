@@ -273,6 +273,7 @@ def test_a_link_to_a_page_opens_it_inside_the_app_on_a_fresh_server(browser):
         page.get_by_role("button", name="Generate").wait_for(timeout=120_000)   # the page, with a model
         nav = page.locator('[data-testid="stSidebarNav"]').inner_text()
         assert "Pre-norm vs post-norm" in nav and "Train a model" in nav        # the app's own navigation
+        page.get_by_text("LayerNorm placement").first.wait_for(timeout=60_000)  # the sidebar may draw after the page
         assert page.get_by_text("LayerNorm placement").count() == 1             # the shared sidebar
         no_exception(page)
         page.close()

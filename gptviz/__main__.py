@@ -1,5 +1,5 @@
 """Command line (`gptviz ...` when installed, `python -m gptviz ...` in a checkout): app, params, train, check,
-index."""
+index, notebook-html."""
 from __future__ import annotations
 
 import argparse
@@ -155,6 +155,14 @@ def _index(args) -> int:
     return run(args)
 
 
+def _notebook_html(args) -> int:
+    from .notebook.html_export import export_html
+    if not args.notebook.is_file():
+        raise FileNotFoundError(f"no notebook at {args.notebook}")
+    print(export_html(args.notebook, args.out))
+    return 0
+
+
 def _index_merge(args) -> int:
     from .index.cli import run_merge
     return run_merge(args)
@@ -238,6 +246,11 @@ def build_parser() -> argparse.ArgumentParser:
                                            "`index merge OUT PART...`)")
     add_merge_arguments(m)
     m.set_defaults(func=_index_merge)
+    n = sub.add_parser("notebook-html", help="export a notebook as HTML whose widgets draw offline (gptviz's views, "
+                                             "Plotly figures; needs gptviz[notebook] and its saved widget state)")
+    n.add_argument("notebook", type=Path)
+    n.add_argument("out", type=Path, nargs="?", help="the HTML file (default: the notebook's name with .html)")
+    n.set_defaults(func=_notebook_html)
     return parser
 
 

@@ -84,3 +84,36 @@ def test_html_export_offline(executed, tmp_path):
     assert widget_views == 6 and empty == 6                         # the widgets: not drawn offline
     assert any("html-manager" in url for url in blocked), blocked   # because their manager was to come from a CDN
     assert not errors, errors
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium")
+def test_offline_html_export_draws_every_widget(executed, tmp_path):
+    """gptviz's exporter (gptviz.notebook.html_export) writes each widget from the saved state as the same drawing:
+    offline, all six widgets' places are drawn (three heatmaps beside the static copy, two text views, four Plotly
+    figures), with no widget manager or anything of theirs from a network, and Plotly's script in the page once."""
+    pytest.importorskip("playwright.sync_api")
+    from gptviz.notebook import export_html
+    source = tmp_path / "example.ipynb"
+    nbformat.write(executed, source)
+    page_file = export_html(source)
+    body = page_file.read_text(encoding="utf-8")
+    assert WIDGET not in body and WIDGET_STATE not in body and "html-manager" not in body
+    assert body.count("Plotly.newPlot") == 4 and body.count("plotly.js v") == 1  # its script once, for four figures
+    with offline_page(1200, 900) as (page, blocked, errors):
+        page.goto(page_file.as_uri())
+        page.wait_for_function("document.querySelectorAll('canvas.gv-heat[data-cell]').length >= 4", timeout=60_000)
+        page.wait_for_function("document.querySelectorAll('.js-plotly-plot .main-svg').length >= 4", timeout=60_000)
+        titles = page.locator(".gv-map .gv-title").all_text_contents()
+        rows = page.locator(".gv-rows").count()
+        row_tokens = page.evaluate("() => Array.from(document.querySelectorAll('.gv-rows'), r => r.textContent.length)")
+        figures = page.locator(".js-plotly-plot").count()
+        lines = page.locator(".gv-line").all_text_contents()
+    # what was asked of the network: only nbconvert's own page chrome (require.js and MathJax, for other outputs and
+    # LaTeX), whose failure leaves every drawing in place; nothing for the widgets
+    assert {url.split("/ajax/libs/")[-1].split("/")[0] for url in blocked} <= {"require.js", "mathjax"}, blocked
+    assert not errors, errors
+    assert len(titles) == 4 and titles[0] == "Layer 1, head 0"
+    assert rows == 2 and all(n > 0 for n in row_tokens)
+    assert figures == 4
+    assert any("L2N26: active on " in line for line in lines)  # the unit view's summary line, from the saved state

@@ -12,6 +12,7 @@ output_attentions tuple, or plain tensors with their tokens.
     unit(model, "L2N26", "shakespeare-pre")                 # a neuron's top examples from the shipped index
     parameters(model); attribution(model, ids, " Romeo", " Juliet")   # the app's Plotly figures as widgets
     save_html(widget, "map.html")                           # a page that opens offline (see standalone.py)
+    export_html("analysis.ipynb")                           # the notebook as HTML whose widgets draw offline
 """
 from __future__ import annotations
 
@@ -69,5 +70,11 @@ def static(view):
     return as_static(view)
 
 
-__all__ = ["attention", "attention_on_text", "attention_data", "unit", "parameters", "attribution", "save_html",
+def export_html(notebook, path=None):
+    """Write a notebook (.ipynb, saved with its widget state) as HTML whose widgets draw offline."""
+    from .html_export import export_html as export
+    return export(notebook, path)
+
+
+__all__ = ["export_html", "attention", "attention_on_text", "attention_data", "unit", "parameters", "attribution", "save_html",
            "static"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import html
 import json
+import uuid
 from pathlib import Path
 
 from ..app.component import asset
@@ -37,9 +38,15 @@ class _Page:
         self.body: list[str] = []
         self.plotly = False
         self.count = 0
+        self.prefix = f"gv-{uuid.uuid4().hex[:8]}"  # several pages' fragments can share one document
+        self.emitted: set[str] = set()            # what fragment() already wrote: each style and script once
 
     def component(self, widget) -> None:
         stem, root_class = next(v for k, v in _COMPONENTS.items() if isinstance(widget, k))
+        self.component_data(stem, root_class, widget.data)
+
+    def component_data(self, stem: str, root_class: str, data: dict) -> None:
+        """A component drawn from its payload (a widget's `data`, or the same read back from a saved notebook)."""
         self.styles.setdefault(stem, asset(stem, "css"))
         source = asset(stem, "js")
         if source.count(_APP_EXPORT) != 1:
@@ -48,10 +55,10 @@ class _Page:
         self.scripts.setdefault(stem, source.replace(_APP_EXPORT, "function mount(component)")
                                 + f"\n(window.gptviz = window.gptviz || {{}})[{json.dumps(stem)}] = mount;\n")
         self.count += 1
-        box = f"gv-view-{self.count}"
+        box = f"{self.prefix}-{self.count}"
         self.body.append(
             f'<div id="{box}" class="gv-view"><div class="{root_class}"></div></div>\n'
-            f'<script type="application/json" id="{box}-data">{_json_for_script(widget.data)}</script>\n'
+            f'<script type="application/json" id="{box}-data">{_json_for_script(data)}</script>\n'
             f'<script type="module">\nconst box = document.getElementById("{box}");\n'
             f'const data = JSON.parse(document.getElementById("{box}-data").textContent);\n'
             f'window.gptviz[{json.dumps(stem)}]({{data, parentElement: box, setStateValue: () => {{}}}});\n</script>')
@@ -83,12 +90,25 @@ class _Page:
                 f'{styles}</style>\n{plotly}</head><body>\n{scripts}' + "\n".join(self.body) + "\n</body></html>\n")
 
     def fragment(self) -> str:
-        """For a cell's output (text/html): the same, without <html>; Plotly's script only when a figure needs it."""
+        """For a cell's output (text/html): the views added since the last fragment, without <html>, with the styles
+        and scripts no earlier fragment of this page wrote (Plotly's only when a figure needs it). The outputs of
+        one document share them, as the scripts run in document order."""
         from plotly.offline import get_plotlyjs
-        styles = "\n".join(self.styles.values()) + _JUPYTER_THEME
-        scripts = "".join(f'<script type="module">\n{s}</script>\n' for s in self.scripts.values())
-        plotly = f'<script type="text/javascript">{get_plotlyjs()}</script>\n' if self.plotly else ""
-        return f"<style>\n{styles}</style>\n{plotly}{scripts}" + "\n".join(self.body)
+        parts = [f"<style>\n{css}</style>\n" for stem, css in self._new(self.styles, "css")]
+        if "css:theme" not in self.emitted:
+            self.emitted.add("css:theme")
+            parts.append(f"<style>\n{_JUPYTER_THEME}</style>\n")
+        if self.plotly and "plotly" not in self.emitted:
+            self.emitted.add("plotly")
+            parts.append(f'<script type="text/javascript">{get_plotlyjs()}</script>\n')
+        parts += [f'<script type="module">\n{js}</script>\n' for stem, js in self._new(self.scripts, "js")]
+        body, self.body = self.body, []
+        return "".join(parts) + "\n".join(body)
+
+    def _new(self, parts: dict[str, str], kind: str) -> list[tuple[str, str]]:
+        fresh = [(stem, text) for stem, text in parts.items() if f"{kind}:{stem}" not in self.emitted]
+        self.emitted.update(f"{kind}:{stem}" for stem, _ in fresh)
+        return fresh
 
 
 def to_html(view, title: str = "gptviz") -> str:

@@ -1,6 +1,7 @@
 """docs/example.ipynb runs from top to bottom (nbclient, a real kernel) and shows what it says it shows; its HTML export
-(nbconvert, with the widget state nbclient saves in the notebook's metadata) opened offline in Chromium draws what
-it can: the static() copy of the heatmap, not the widgets (their manager comes from a CDN; docs/notebook.md)."""
+(nbconvert, with the widget state nbclient saves in the notebook's metadata) opened offline in Chromium: nbconvert's
+own export draws the static() copy of the heatmap, not the widgets (their manager comes from a CDN); gptviz's exporter
+(gptviz.notebook.html_export) draws every widget (docs/notebook.md)."""
 from __future__ import annotations
 
 import re

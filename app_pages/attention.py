@@ -220,7 +220,7 @@ def finished_generation(run: dict, seen: Seen, p: Pick) -> None:
     prompt_ids, new_ids = list(run["prompt"]), [s.token_id for s in steps]
     b1, b2 = st.columns([3, 2], vertical_alignment="bottom")
     with b1:
-        step = live.replay_step(run, K.ATT_GEN_STEP)
+        step = live.replay_step(run, S.ATT_GEN_STEP)
     b2.button("Look at the whole text in every view", key=K.ATT_GEN_USE, on_click=use_generated_text,
               args=(decode(prompt_ids + new_ids),), icon=":material/north:",
               help="Makes prompt and continuation the sidebar's prompt, so the views above (lines, text, the head's "

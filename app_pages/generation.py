@@ -88,7 +88,7 @@ def inspected_step(run: dict, cfg: GPTConfig, p: Pick) -> int:
     distribution."""
     steps = run["steps"]
     live.status_line(run, live=False)
-    step_i = live.replay_step(run, K.GEN_STEP)  # the table's row pick sets it too
+    step_i = live.replay_step(run, S.GEN_STEP)  # the table's row pick sets it too
     step = steps[step_i]
     left, right = st.columns([3, 2], gap="medium")
     with right:

@@ -122,18 +122,19 @@ def unit_picker(index: ix.NeuronIndex) -> ix.Unit:
 
 # ---------------------------------------------------------------------------------------------------- one token
 
-def one_token_box(label: str, key: str, **kwargs) -> str | None:
+def one_token_box(setting, key: str | None = None, **kwargs) -> str | None:
     """A text box for one token, its length checked here: None, with a message, when the text has TOKEN_BOX_CHARS
     characters or more, and it is never tokenised or echoed. A value set in session state (a link, a test) skips
     the widget's max_chars: past it, it is cleared before the box is drawn (never sent back to the browser). A
     websocket message may carry any length too; Streamlit cuts a widget's value to its max_chars (TOKEN_BOX_CHARS),
     so a cut value is told by its length, and stays in the box beside the message."""
     limit = services.TOKEN_BOX_CHARS
+    key = key or setting.key  # a head's source token: the record's key per head (K.per_item)
     value = state.get(key)
     too_long = value is not None and (not isinstance(value, str) or len(value) > limit)
     if too_long:
         state[key] = ""
-    typed = st.text_input(label, key=key, max_chars=limit, **kwargs)
+    typed = setting.text_input(st, key=key, max_chars=limit, **kwargs)
     if too_long or len(typed) >= limit:
         st.warning(f"That text is too long: this box takes one token, fewer than {limit} characters (GPT-2's "
                    "longest has 66). Type a single word.")
@@ -204,8 +205,7 @@ def effect_section(model: GPT, unit: ix.Unit, contexts: list[ix.Context]) -> Non
         default = token_labels([source_token(contexts)])[0].replace("␣", " ")
         key = K.per_item(K.UNIT_SOURCE, unit)  # each head its own default
         state.setdefault(key, default)
-        typed = one_token_box("Source token (what the head attends to)", key,
-                              help="Defaults to the token its top example attends to most.")
+        typed = one_token_box(S.UNIT_SOURCE, key)
         if typed is None:
             return
         ids = encode(typed)
@@ -308,8 +308,7 @@ class TokenCounts:
 
 
 def word_search(spec: ModelSpec, loaded: ui.Loaded) -> None:
-    word = one_token_box("A word", K.UNIT_WORD, placeholder="e.g. king",
-                         help="One GPT-2 token; a leading space is tried too (' king' is one token, 'king' another).")
+    word = one_token_box(S.UNIT_WORD, placeholder="e.g. king")
     if word is None:
         return
     if not word.strip():

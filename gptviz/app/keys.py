@@ -31,7 +31,6 @@ HUB_GPT2 = "hub_gpt2"                 # the one-click button for GPT-2 small fro
 MODEL_RETURN = "model_return"         # the model and view before the Hub click: where "Back to ..." returns
 MODEL_BACK = "model_back"             # that button, under the message of a model that failed to load
 MODEL_SPEC = "model_spec"
-PAGE_PROMPT = "page_prompt"           # the prompt's second box, atop a page on a narrow screen (copied both ways)
 NARROW_ONLY = "gv_narrow_only"        # a container shown only where the sidebar starts closed (display.py's CSS)
 
 # ---- Activations page ------------------------------------------------------------------------------------
@@ -60,7 +59,6 @@ ATT_GEN_BARS = "att_gen_bars"
 ATT_GEN_MAP = "att_gen_map"
 ATT_GEN_MAP_LIVE = "att_gen_map_live"
 ATT_GEN_NEXT = "att_gen_next"
-ATT_GEN_STEP = "att_gen_step"
 ATT_GEN_USE = "att_gen_use"
 ATT_GENERATE = "att_generate"
 ATT_HEATMAP = "att_heatmap"
@@ -104,7 +102,6 @@ GEN_GENERATE = "gen_generate"
 GEN_HEATMAP = "gen_heatmap"
 GEN_LIVE_MAP = "gen_live_map"
 GEN_NEXT = "gen_next"
-GEN_STEP = "gen_step"
 GEN_STEP_ATTENTION = "gen_step_attention"
 GEN_STOP = "gen_stop"
 GEN_TABLE = "gen_table"
@@ -148,8 +145,6 @@ UNIT_BUILD = "unit_build"
 UNIT_EFFECT = "unit_effect"
 UNIT_EXAMPLES = "unit_examples"
 UNIT_HIST = "unit_hist"
-UNIT_SOURCE = "unit_source"
-UNIT_WORD = "unit_word"
 UNIT_HERE_TABLE = "unit_here_table"
 UNIT_WORD_TABLE = "unit_word_table"
 

@@ -325,17 +325,17 @@ def status_and_text(run: dict, live: bool, upto: int | None = None) -> None:
         text_so_far(run, live, upto)
 
 
-def replay_step(run: dict, key: str) -> int:
-    """A finished run's step slider: the step its map, text and next-token bars show (the last by default)."""
+def replay_step(run: dict, setting) -> int:
+    """A finished run's step slider (`setting`: its record, settings.GEN_STEP or ATT_GEN_STEP): the step its map,
+    text and next-token bars show (the last by default)."""
     from .sidebar import keep_valid
+    key = setting.key
     S = len(run["steps"])
     keep_valid(key, list(range(S)), S - 1)
     st.session_state.setdefault(key, S - 1)
     if S < 2:
         return S - 1
-    return st.slider("Replay: step", 0, S - 1, key=key,
-                     help="Shows the run as it was after this step: the text so far, the map's rows so far and the "
-                          "distribution the step's token was drawn from. Runs no model.")
+    return setting.slider(st, min_value=0, max_value=S - 1)
 
 
 def up_to(run: dict, step: int) -> dict:

@@ -62,6 +62,8 @@ HF_NAME = Setting("hf_name", "Folder or Hub id", link="model", rule=Text(MAX_LIN
                        "gptviz layout, inside the server's model folders: the bundled models, the Hugging Face cache, "
                        "and the folders listed in the GPTVIZ_MODEL_DIRS environment variable.")
 PROMPT = Setting("prompt", "Prompt", link="prompt", rule=Text(MAX_LINK_PROMPT), help="Shared by every page.")
+# the prompt's second box, atop a page on a narrow screen (sidebar.page_prompt_box copies it both ways)
+PAGE_PROMPT = Setting("page_prompt", "Prompt", help="The sidebar's prompt, shared by every page. Ctrl+Enter runs it.")
 DEVICE = Setting("device", "Device", "cpu")
 DTYPE = Setting("dtype", "Precision", "float32",
                 help="Half precision halves the weights' memory and speeds up GPU inference; captures and "
@@ -105,12 +107,17 @@ ATT_SCALE = Setting("att_scale", "Colour scale", DEFAULT_SCALE, link="att_scale"
 ATT_QUERY = Setting("att_query", "Query token", None, link="att_query", rule=Whole(0, 100_000, none_ok=True),
                     help="The token whose attention the bar chart and the outlined heatmap row show.")
 ATT_GEN_N, ATT_GEN_TEMP, ATT_GEN_TOPK, ATT_GEN_TOPP, ATT_GEN_SEED, ATT_GEN_PACE = _generation("att_gen", 20)
+REPLAY_HELP = ("Shows the run as it was after this step: the text so far, the map's rows so far and the distribution "
+               "the step's token was drawn from. Runs no model.")
+# a finished run's step (live.replay_step; its range is the run's length, the last step by default)
+ATT_GEN_STEP = Setting("att_gen_step", "Replay: step", help=REPLAY_HELP)
 
 # ---- Generation page -----------------------------------------------------------------------------------------------
 GEN_LAYER = Setting("gen_layer", "Attention of layer", 0, link="gen_layer", rule=LAYERS)
 GEN_HEAD = Setting("gen_head", "Head", -1, link="gen_head", rule=HEADS)
 GEN_SCALE = Setting("gen_scale", "Colour scale", DEFAULT_SCALE, SCALE_HELP, "gen_scale", Choice(tuple(SCALES)))
 GEN_N, GEN_TEMP, GEN_TOPK, GEN_TOPP, GEN_SEED, GEN_PACE = _generation("gen", 30)
+GEN_STEP = Setting("gen_step", "Replay: step", help=REPLAY_HELP)  # the table's row pick sets it too
 GEN_EOS = Setting("gen_eos", f"Stop at {EOT}", False, link="gen_eos", rule=Flag(),
                   help="GPT-2's end-of-text token; a trained model writes it where a document ends.")
 
@@ -167,6 +174,11 @@ UNIT_COLOUR = Setting("unit_colour", "Colour tokens by", "output norm",
                            "attention weights (grey before its window).")
 UNIT_HIST_LOG = Setting("unit_hist_log", "Log scale", True, rule=Flag())
 UNIT_FOCUS = Setting("unit_focus", "Token of the prompt")  # default: the last token
+# one-token boxes (app_pages/units.one_token_box checks their length); a head's source token is keyed per head
+UNIT_SOURCE = Setting("unit_source", "Source token (what the head attends to)",
+                      help="Defaults to the token its top example attends to most.")
+UNIT_WORD = Setting("unit_word", "A word",
+                    help="One GPT-2 token; a leading space is tried too (' king' is one token, 'king' another).")
 
 # Why this token? page (the heads ablated and the patching pairs' prompts are above, or keyed per pair)
 WHY_HEADS = Setting("why_heads_pick", "Heads to remove")  # the box of heads, kept in step with WHY_ABLATED

@@ -268,8 +268,7 @@ def prompt_box() -> None:
         state[K.PROMPT] = state[K.PROMPT][:MAX_PROMPT_CHARS]
         st.warning(f"The prompt was cut to its first {MAX_PROMPT_CHARS:,} characters.")
     # max_chars one past the limit (text_limits), so a cut message is told from one at the limit
-    st.text_area("Prompt", key=S.PROMPT.key, height=120, label_visibility="collapsed",
-                 max_chars=MAX_PROMPT_CHARS + 1, help=S.PROMPT.help)
+    S.PROMPT.text_area(st, height=120, label_visibility="collapsed", max_chars=MAX_PROMPT_CHARS + 1)
     if prompt_left_out(state):
         st.caption("Too long for a link: the address shares the view without this prompt.")
     S.EXAMPLE_PROMPT.selectbox(st, options=list(EXAMPLE_PROMPTS), index=None, on_change=_use_example,
@@ -286,8 +285,7 @@ def page_prompt_box(height: int = 100) -> None:
     when typed into: the two never disagree."""
     st.session_state[K.PAGE_PROMPT] = st.session_state.get(K.PROMPT, "")
     with st.container(key=K.NARROW_ONLY):
-        st.text_area("Prompt", key=K.PAGE_PROMPT, height=height, max_chars=MAX_PROMPT_CHARS + 1,
-                     on_change=_copy_page_prompt, help="The sidebar's prompt, shared by every page. Ctrl+Enter runs it.")
+        S.PAGE_PROMPT.text_area(st, height=height, max_chars=MAX_PROMPT_CHARS + 1, on_change=_copy_page_prompt)
 
 
 def current_model() -> tuple[ModelSpec, GPT] | None:

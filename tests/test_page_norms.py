@@ -44,6 +44,12 @@ def markdown_text(at: AppTest) -> str:
 TINY = dict(norms_preset="tiny", norms_depth=3, norms_width=32, norms_input="random", norms_seed=0, norms_init="gpt2")
 
 
+@pytest.fixture(scope="module")
+def tiny_page() -> AppTest:
+    """The page at TINY, run once for the tests that only read it (a test that clicks or reruns opens its own)."""
+    return open_page(**TINY)
+
+
 def expected_stats():
     cfg = PRESETS["tiny"].replace(n_layers=3, d_model=32)
     ids = wiring.random_tokens(64, cfg.vocab_size, 0)
@@ -82,9 +88,9 @@ def test_same_weights_section_shows_measured_values_and_reruns_run_no_model():
 
 
 @pytest.mark.slow
-def test_the_top_line_says_the_toggle_switches_between_two_trained_models():
+def test_the_top_line_says_the_toggle_switches_between_two_trained_models(tiny_page):
     """Issue 33: a visitor who toggles the wiring must not read the twins' heads as one model's heads."""
-    at = open_page(**TINY)
+    at = tiny_page
     top = at.caption[0]
     assert "two separately trained models" in top.value and "heads matched by role" in top.value
     assert "not by index" in top.help   # the longer story waits in the tooltip
@@ -178,13 +184,13 @@ def test_trained_twins_section(tiny_twins):
 
 
 @pytest.mark.slow
-def test_bundled_twins_loss_phase_is_marked():
+def test_bundled_twins_loss_phase_is_marked(tiny_page):
     """With the real bundled twins: the table and the note on the cheaper softmax come from history.json."""
     models = gptviz.model.weights.bundled_models()
     pairs = wiring.trained_twins(list(models))
     if not pairs:
         pytest.skip("no bundled twins in gptviz/models")
-    at = open_page(**TINY)
+    at = tiny_page
     history = wiring.load_history(models[pairs[0].pre])["history"]
     switch = next((h["step"] for h in history if h.get("full_vocab", True)), None)
     vals = [h["val_loss"] for h in history if h["val_loss"] is not None]
@@ -205,7 +211,7 @@ def test_bundled_twins_loss_phase_is_marked():
 
 
 @pytest.mark.slow
-def test_the_trial_of_training_the_twins_alike_is_shown_with_its_own_numbers():
+def test_the_trial_of_training_the_twins_alike_is_shown_with_its_own_numbers(tiny_page):
     """The page says the twins were not trained alike, and why: the pre-norm twin retrained on post-norm's recipe
     fails the check's bars. Every value in that table is the check.json's, and each mark its bar's verdict."""
     import json
@@ -214,7 +220,7 @@ def test_the_trial_of_training_the_twins_alike_is_shown_with_its_own_numbers():
     pairs = wiring.trained_twins(list(models))
     if not pairs:
         pytest.skip("no bundled twins in gptviz/models")
-    at = open_page(**TINY)
+    at = tiny_page
     trial = json.loads((models[pairs[0].pre] / recipe_trials.OTHER_RECIPE_CHECK).read_text())
     bundled_post = json.loads((models[pairs[0].post] / "check.json").read_text())
     table = next(d.value for d in at.dataframe if "pre-norm on post-norm's recipe" in d.value.columns)
@@ -327,9 +333,9 @@ def test_the_papers_setting_tab_shows_what_the_library_measures(monkeypatch):
 
 
 @pytest.mark.slow
-def test_the_activation_caption_reads_the_residual_trend_off_the_numbers():
+def test_the_activation_caption_reads_the_residual_trend_off_the_numbers(tiny_page):
     """It said the pre-norm stream 'grows block by block' whatever the numbers; now the word is trend()'s."""
-    at = open_page(**TINY)
+    at = tiny_page
     resid = expected_stats()["pre"].resid_norm
     caption = next(c.value for c in at.caption if c.value.startswith("Pre-norm's residual stream is a running sum"))
     assert f"here its norm {wiring.trend(resid).word} (from {resid[0]:.3g} to {resid[-1]:.3g})" in caption
@@ -346,14 +352,14 @@ def bundled_twin_models():
 
 
 @pytest.mark.slow
-def test_the_first_tab_shows_the_twins_side_by_side_as_recomputed_here():
+def test_the_first_tab_shows_the_twins_side_by_side_as_recomputed_here(tiny_page):
     """Issue 41: the page opens on the trained twins. The matched pairs are match_heads' own on the probe, the pair
     shown first is the most similar, and each twin's bars are the softmax of its logits after the prompt."""
     from gptviz import methods as analysis, capture
     from gptviz.app.models import pattern_names
     from gptviz.model.weights import training_vocab as read_training_vocab
     names, twins = bundled_twin_models()
-    at = open_page(**TINY)
+    at = tiny_page
     assert not at.exception, at.exception
     assert at.tabs[0].label == "Trained twins side by side"
     cfg = twins["pre"].config
@@ -408,14 +414,14 @@ def test_the_caveat_is_read_from_the_records():
 
 
 @pytest.mark.slow
-def test_the_whole_history_and_heads_forming_show_the_same_formed_step():
+def test_the_whole_history_and_heads_forming_show_the_same_formed_step(tiny_page):
     """One definition of the step a head formed (snapshots.formed_step): the twins' history table on this page and
     the detector curves on Heads forming name the same step for each twin's induction head."""
     from gptviz.training.snapshots import formed_step, load_snapshots
     names, _ = bundled_twin_models()
     folders = gptviz.model.weights.bundled_models()
     steps = {norm: formed_step(load_snapshots(folders[name]), "induction") for norm, name in names.items()}
-    at = open_page(**TINY)
+    at = tiny_page
     table = next(t.value for t in at.table if "induction head formed" in list(t.value.columns))
     shown = {norm: table.loc[f"{norm}-norm", "induction head formed"] for norm in ("pre", "post")}
     timeline = pagetest.run_page("timeline")

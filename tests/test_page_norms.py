@@ -77,8 +77,8 @@ def test_same_weights_section_shows_measured_values_and_reruns_run_no_model():
 
     # display-only changes reuse the cached measurement: no forward pass
     calls = forward_calls()
-    at.selectbox(key="norms_grad_view").set_value("block").run()
-    at.number_input(key="norms_layer").set_value(2).run()
+    at.selectbox(key=K.NORMS_GRAD_VIEW).set_value("block").run()
+    at.number_input(key=K.NORMS_LAYER).set_value(2).run()
     assert not at.exception
     assert forward_calls() == calls
     block = wiring.describe_gradients(stats["pre"].grad("block"), stats["post"].grad("block"))
@@ -131,7 +131,7 @@ def test_a_big_model_waits_for_the_button_and_one_past_the_memory_budget_is_refu
 @pytest.mark.slow
 def test_depth_sweep():
     at = open_page(**dict(TINY, norms_sweep_depths=[1, 2, 4]))
-    at.button(key="norms_sweep_run").click().run()
+    at.button(key=K.NORMS_SWEEP_RUN).click().run()
     assert not at.exception, at.exception
     cfg = PRESETS["tiny"].replace(n_layers=3, d_model=32)
     sweep = wiring.depth_sweep(cfg, [1, 2, 4], wiring.random_tokens(64, cfg.vocab_size, 0), 0, "gpt2")
@@ -297,7 +297,7 @@ def test_the_papers_setting_tab_shows_what_the_library_measures(monkeypatch):
     monkeypatch.setattr(xiong, "PAPER", TINY_PAPER)
     monkeypatch.setattr(xiong, "PAPER_DEPTHS", TINY_PAPER_DEPTHS)
     at = open_page(**TINY)
-    at.button(key="norms_paper_run").click().run()
+    at.button(key=K.NORMS_PAPER_RUN).click().run()
     assert not at.exception, at.exception
     tokens, base = corpus_tokens(), PRESETS["small-4l"]
     grads = {init: xiong.measure_ffn_gradients(replace(TINY_PAPER, init=init), base, tokens)

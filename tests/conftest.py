@@ -1,4 +1,5 @@
-"""Shared fixtures: small models that run in milliseconds, and a guard that keeps tests off the network."""
+"""Shared fixtures: small models that run in milliseconds, a guard that keeps tests off the network, and the browser
+tests' app server and Chromium."""
 from __future__ import annotations
 
 import os
@@ -47,3 +48,25 @@ def model() -> GPT:
 @pytest.fixture
 def post_model() -> GPT:
     return build(norm="post")
+
+
+@pytest.fixture(scope="session")
+def server():
+    """One `streamlit run app.py` for every browser test that leaves the server as it found it (each opens its own
+    page or context, so its own Streamlit session); started by the first test that asks, stopped at the session's end.
+    A test that needs a server of its own (a first visit, other settings) starts one with test_browser.app_server."""
+    from test_browser import app_server
+    with app_server() as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """One Chromium per module. Not per session: Playwright's sync API keeps an asyncio loop running on the main
+    thread while it is open, which would break the later tests that call asyncio.run."""
+    from test_browser import ARGS, CHROMIUM
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        yield chromium
+        chromium.close()

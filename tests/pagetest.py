@@ -69,7 +69,7 @@ def run_page(name: str, prompt: str = sidebar.DEFAULT_PROMPT, spec: models.Model
     at.session_state[K.MODEL_SPEC] = spec
     at.session_state[K.PROMPT] = prompt
     # generations at the model's own speed unless a test sets a pace (the pages' default paces them for watching)
-    state = {"att_gen_pace": "as fast as it writes", "gen_pace": "as fast as it writes", **state}
+    state = {K.ATT_GEN_PACE: "as fast as it writes", K.GEN_PACE: "as fast as it writes", **state}
     for key, value in state.items():
         at.session_state[key] = value
     return at.run()
@@ -91,7 +91,7 @@ def figure(at: AppTest, title_start: str) -> dict:
     return found[0]
 
 
-def attention_map(at: AppTest, key: str = "att_map") -> tuple[dict, np.ndarray]:
+def attention_map(at: AppTest, key: str = K.ATT_MAP) -> tuple[dict, np.ndarray]:
     """A heatmap component of the Attention page (by its key): its data and the weights it carries,
     [layers sent, heads + 1, rows, keys]."""
     from gptviz.app.component.attention_map import NAME, decode_weights
@@ -105,7 +105,7 @@ def token_rows(at: AppTest, key: str) -> dict:
     return component_data(at, NAME, key)
 
 
-def query_bars(at: AppTest, key: str = "att_query_bars") -> dict:
+def query_bars(at: AppTest, key: str = K.ATT_QUERY_BARS) -> dict:
     """A query-bars component (where one token looks) by its key: the data it was sent."""
     from gptviz.app.component.query_bars import NAME
     return component_data(at, NAME, key)

@@ -39,12 +39,6 @@ def app_server():
 
 
 @pytest.fixture(scope="module")
-def server():
-    with app_server() as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
 def artifacts(tmp_path_factory) -> Path:
     """Where the screenshots go: GPTVIZ_TEST_SCREENSHOTS if set (to keep them), else a temporary folder."""
     kept = os.environ.get("GPTVIZ_TEST_SCREENSHOTS")
@@ -52,16 +46,6 @@ def artifacts(tmp_path_factory) -> Path:
         Path(kept).mkdir(parents=True, exist_ok=True)
         return Path(kept)
     return tmp_path_factory.mktemp("screenshots")
-
-
-@pytest.fixture(scope="module")
-def browser():
-    """One Chromium for the module (Playwright's sync API allows one running instance per thread)."""
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-        yield chromium
-        chromium.close()
 
 
 def new_page(browser):

@@ -11,7 +11,7 @@ from gptviz.figures import generation as fg
 from gptviz.figures import training as ft
 from gptviz.figures import units as fu
 from gptviz.model.tokenizer import token_label
-from test_browser import ARGS, CHROMIUM
+from test_browser import CHROMIUM
 from test_browser_phone import overlapping
 
 pytestmark = [pytest.mark.slow,
@@ -24,12 +24,9 @@ BOXES_JS = """(selector) => [...document.querySelectorAll(selector)].filter((el)
 
 
 @pytest.fixture(scope="module")
-def chromium():
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-        yield browser
-        browser.close()
+def chromium(browser):
+    """The module's Chromium (conftest's fixture); no app server."""
+    return browser
 
 
 def drawn(chromium, fig, width: int, tmp_path):

@@ -8,8 +8,7 @@ import re
 
 import pytest
 
-# the module-scoped fixtures too (a server and one Chromium per module), as the browser tests define them
-from test_browser import CHROMIUM, browser, no_exception, server, wait_for_idle  # noqa: F401
+from test_browser import CHROMIUM, no_exception, wait_for_idle  # the server and Chromium: conftest's fixtures
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not CHROMIUM.exists(), reason="needs /usr/bin/chromium")]
 SIZES = [(1400, 1000), (390, 844)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from test_browser import ARGS, CHROMIUM, app_server
+from test_browser import CHROMIUM
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium")]
@@ -26,12 +26,9 @@ OTHERS = ("twins_side_next", "twins_side_wiring_pre", "twins_side_wiring_post")
 
 
 @pytest.fixture(scope="module")
-def browser_and_url():
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with app_server() as url, sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-        yield browser, url
-        browser.close()
+def browser_and_url(browser, server):
+    """The module's Chromium and the session's app server (conftest's fixtures)."""
+    return browser, server
 
 
 def boxes_at(browser_and_url, viewport: dict) -> dict:

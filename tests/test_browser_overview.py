@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from test_browser import CHROMIUM, browser, server  # noqa: F401 (the module's Chromium and app server)
+from test_browser import CHROMIUM  # the server and Chromium: conftest's fixtures
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium")]

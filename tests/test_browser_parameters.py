@@ -9,7 +9,7 @@ import pytest
 
 from gptviz import PRESETS
 from gptviz.model.params import by_component, param_table
-from test_browser import CHROMIUM, browser, server  # noqa: F401 (the module's Chromium and app server)
+from test_browser import CHROMIUM  # the server and Chromium: conftest's fixtures
 from test_browser_phone import overlapping
 
 pytestmark = [pytest.mark.slow,

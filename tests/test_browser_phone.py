@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from test_browser import ARGS, CHROMIUM, app_server
+from test_browser import CHROMIUM
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium")]
@@ -56,12 +56,9 @@ def overlapping(boxes, slack: float = 1.0):
 
 
 @pytest.fixture(scope="module")
-def phone():
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with app_server() as url, sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-        yield browser, url
-        browser.close()
+def phone(browser, server):
+    """The module's Chromium and the session's app server (conftest's fixtures)."""
+    return browser, server
 
 
 def open_page(phone, path: str):

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from benchmarks.servers import unit_page_drawn
-from test_browser import ARGS, CHROMIUM, app_server, no_exception, wait_for_idle
+from test_browser import CHROMIUM, no_exception, wait_for_idle  # the server and Chromium: conftest's fixtures
 
 
 pytestmark = [pytest.mark.slow,
@@ -22,41 +22,39 @@ def unit_shown(page, unit: str) -> None:
     unit_page_drawn(page)
 
 
-def test_clicking_a_neuron_id_on_activations_opens_its_page_in_the_same_tab():
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with app_server() as url, sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        page.set_default_timeout(120_000)
-        page.goto(f"{url}/activations")
-        page.get_by_role("tab", name="MLP neurons").click()
-        pill = page.locator('[data-testid="stButtonGroup"] button').filter(has_text=re.compile(r"^L\d+N\d+$")).first
-        pill.wait_for()
-        unit = pill.inner_text()
-        prompt = page.locator('[data-testid="stSidebar"] textarea').first.input_value()
-        started = time.perf_counter()
-        pill.click()
-        unit_shown(page, unit)
-        seconds = time.perf_counter() - started
-        wait_for_idle(page)
-        assert len(page.context.pages) == 1  # the same tab
-        assert f"unit={unit}" in page.url and "/units" in page.url
-        assert page.locator('[data-testid="stSidebar"] textarea').first.input_value() == prompt  # the same session's prompt
-        no_exception(page)
-        print(f"\nclick on {unit} to its summary and figures: {seconds:.2f} s")
+def test_clicking_a_neuron_id_on_activations_opens_its_page_in_the_same_tab(browser, server):
+    url = server
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.set_default_timeout(120_000)
+    page.goto(f"{url}/activations")
+    page.get_by_role("tab", name="MLP neurons").click()
+    pill = page.locator('[data-testid="stButtonGroup"] button').filter(has_text=re.compile(r"^L\d+N\d+$")).first
+    pill.wait_for()
+    unit = pill.inner_text()
+    prompt = page.locator('[data-testid="stSidebar"] textarea').first.input_value()
+    started = time.perf_counter()
+    pill.click()
+    unit_shown(page, unit)
+    seconds = time.perf_counter() - started
+    wait_for_idle(page)
+    assert len(page.context.pages) == 1  # the same tab
+    assert f"unit={unit}" in page.url and "/units" in page.url
+    assert page.locator('[data-testid="stSidebar"] textarea').first.input_value() == prompt  # the same session's prompt
+    no_exception(page)
+    print(f"\nclick on {unit} to its summary and figures: {seconds:.2f} s")
 
-        # the search tab: picking a row's checkbox opens that unit in the first tab
-        page.get_by_role("tab", name="Search by token").click()
-        grid = page.locator('[data-testid="stDataFrame"]').first
-        grid.wait_for()
-        box = grid.bounding_box()
-        # glide-data-grid draws on a canvas: the row marker column is at the left, rows are 35 px under a 35 px header
-        page.mouse.click(box["x"] + 18, box["y"] + 35 + 35 + 17)  # the second row's marker
-        page.wait_for_function("location.search.includes('unit=') && !location.search.includes('unit=" + unit + "&')"
-                               " && !location.search.endsWith('unit=" + unit + "')")
-        picked = re.search(r"unit=(L\d+[NH]\d+)", page.url).group(1)
-        unit_shown(page, picked)
-        wait_for_idle(page)
-        assert page.get_by_role("tab", name="One unit").get_attribute("aria-selected") == "true"
-        no_exception(page)
-        browser.close()
+    # the search tab: picking a row's checkbox opens that unit in the first tab
+    page.get_by_role("tab", name="Search by token").click()
+    grid = page.locator('[data-testid="stDataFrame"]').first
+    grid.wait_for()
+    box = grid.bounding_box()
+    # glide-data-grid draws on a canvas: the row marker column is at the left, rows are 35 px under a 35 px header
+    page.mouse.click(box["x"] + 18, box["y"] + 35 + 35 + 17)  # the second row's marker
+    page.wait_for_function("location.search.includes('unit=') && !location.search.includes('unit=" + unit + "&')"
+                           " && !location.search.endsWith('unit=" + unit + "')")
+    picked = re.search(r"unit=(L\d+[NH]\d+)", page.url).group(1)
+    unit_shown(page, picked)
+    wait_for_idle(page)
+    assert page.get_by_role("tab", name="One unit").get_attribute("aria-selected") == "true"
+    no_exception(page)
+    page.close()

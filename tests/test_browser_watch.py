@@ -9,8 +9,7 @@ import urllib.parse
 
 import pytest
 
-# the module-scoped fixtures too (a server and one Chromium per module), as the browser tests define them
-from test_browser import CHROMIUM, browser, hover_cell, no_exception, server, wait_for_idle  # noqa: F401
+from test_browser import CHROMIUM, hover_cell, no_exception, wait_for_idle  # the server and Chromium: conftest's
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not CHROMIUM.exists(), reason="needs /usr/bin/chromium")]
 TINY = "source=preset&preset=tiny&prompt=the+cat+sat+on+the+mat"

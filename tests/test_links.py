@@ -102,10 +102,10 @@ def test_a_link_opens_the_same_view():
                    att_layer="1", att_head="2", att_scale="sqrt", att_gen_temp="0.4")
     assert not at.exception and toasts(at) == []
     assert at.session_state[K.MODEL_SPEC] == models.ModelSpec(K.SOURCE_PRESET, "tiny", "post", 3, "cpu")
-    assert at.text_area(key="prompt").value == "To be or not to be"
-    assert at.selectbox(key="att_layer").value == 1 and at.selectbox(key="att_head").value == 2
-    assert at.selectbox(key="att_scale").value == "sqrt"
-    assert at.slider(key="att_gen_temp").value == 0.4
+    assert at.text_area(key=K.PROMPT).value == "To be or not to be"
+    assert at.selectbox(key=K.ATT_LAYER).value == 1 and at.selectbox(key=K.ATT_HEAD).value == 2
+    assert at.selectbox(key=K.ATT_SCALE).value == "sqrt"
+    assert at.slider(key=K.ATT_GEN_TEMP).value == 0.4
     # the widgets are drawn from the settings' records: their labels and ranges are the records'
     temp = at.slider(key=S.ATT_GEN_TEMP.key)
     assert (temp.label, temp.min, temp.max, temp.step) == (S.ATT_GEN_TEMP.label, S.ATT_GEN_TEMP.rule.lo,
@@ -121,7 +121,7 @@ def test_a_link_opens_the_same_view():
 @pytest.mark.slow
 def test_the_address_bar_follows_a_change():
     at = open_link(source="preset", preset="tiny")
-    at.selectbox(key="att_layer").set_value(1).run()
+    at.selectbox(key=K.ATT_LAYER).set_value(1).run()
     assert not at.exception
     assert at.query_params["att_layer"] == "1"
     assert at.query_params["source"] == "preset" and at.query_params["preset"] == "tiny"
@@ -132,9 +132,9 @@ def test_a_stale_or_hostile_link_falls_back_with_notices_and_no_exception():
     at = open_link(source="preset", preset="tiny", att_layer="7", att_head="9", att_gen_topk="60000",
                    norm="diagonal", prompt="hello", seed="1e9", **{"<b>x</b>": "1"})
     assert not at.exception and not at.error
-    assert at.selectbox(key="att_layer").value == 0 and at.selectbox(key="att_head").value == 0
-    assert at.number_input(key="att_gen_topk").value == 0
-    assert at.session_state[K.NORM] == "pre" and at.text_area(key="prompt").value == "hello"
+    assert at.selectbox(key=K.ATT_LAYER).value == 0 and at.selectbox(key=K.ATT_HEAD).value == 0
+    assert at.number_input(key=K.ATT_GEN_TOPK).value == 0
+    assert at.session_state[K.NORM] == "pre" and at.text_area(key=K.PROMPT).value == "hello"
     shown = toasts(at)
     assert any("`norm` must be one of pre, post" in t for t in shown)
     assert any("`seed` must be a whole number" in t for t in shown)
@@ -148,8 +148,8 @@ def test_a_pick_inside_the_views_fragment_reaches_the_address():
     kept the old view until the next full run and a copied link opened the wrong one. The fragment writes it now."""
     from pagetest import run_page
     at = run_page("attention", "A B C D A B C D")
-    at.selectbox(key="att_layer").set_value(1).run()
-    at.selectbox(key="att_scale").set_value("linear").run()
+    at.selectbox(key=K.ATT_LAYER).set_value(1).run()
+    at.selectbox(key=K.ATT_SCALE).set_value("linear").run()
     assert not at.exception
     assert at.query_params["att_layer"] == "1" and at.query_params["att_scale"] == "linear"
 

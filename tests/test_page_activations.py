@@ -14,7 +14,7 @@ from streamlit.testing.v1 import AppTest
 
 from gptviz import methods as analysis
 from gptviz.model.tokenizer import encode
-from gptviz.app import models, sidebar
+from gptviz.app import keys as K, models, sidebar
 from pagetest import TINY, array, edge_prompts, figure, forward_calls, kept_of_edge_prompt, run_page
 
 N_LAYERS, N_HEADS, N_CTX, D_FF = 2, 4, 128, 256
@@ -71,7 +71,7 @@ def test_default_prompt_every_view_shows_real_values():
     np.testing.assert_allclose(array(det["data"][2]["z"]), analysis.induction_scores(model, 50).numpy(),
                                rtol=1e-5, atol=1e-7)
     assert any("Previous-token" in m.value for m in at.markdown)
-    assert at.download_button(key="act_npz").label == "Capture as .npz"
+    assert at.download_button(key=K.ACT_NPZ).label == "Capture as .npz"
 
 
 @pytest.mark.slow
@@ -80,10 +80,10 @@ def test_display_widgets_run_no_forward_pass():
     at = page(prompt)
     assert not at.exception
     before = forward_calls()
-    at.selectbox(key="act_focus").select(3).run()
-    at.toggle(key="act_resid_avg").set_value(True).run()
-    at.slider(key="act_topk").set_value(20).run()
-    at.checkbox(key="act_npz_attn").set_value(False).run()
+    at.selectbox(key=K.ACT_FOCUS).select(3).run()
+    at.toggle(key=K.ACT_RESID_AVG).set_value(True).run()
+    at.slider(key=K.ACT_TOPK).set_value(20).run()
+    at.checkbox(key=K.ACT_NPZ_ATTN).set_value(False).run()
     assert not at.exception
     assert forward_calls() == before
     ids, (_, cache) = capture_for(prompt)
@@ -126,7 +126,7 @@ def test_focus_beyond_a_shorter_prompt_falls_back_to_the_last_token():
     at = page("Three small tokens", act_focus=40)
     assert not at.exception
     T = len(encode("Three small tokens"))
-    assert at.selectbox(key="act_focus").value == T - 1
+    assert at.selectbox(key=K.ACT_FOCUS).value == T - 1
 
 
 def test_an_empty_capture_is_explained_not_a_traceback(monkeypatch):
@@ -147,6 +147,6 @@ def test_a_prompt_change_with_the_old_focus_label_kept_falls_back_to_the_last_to
     from pagetest import run_page
     at = run_page("activations", "one two three four five six", act_focus="5 ␣six")
     assert not at.exception, [e.message for e in at.exception]
-    assert at.selectbox(key="act_focus").value == len(at.selectbox(key="act_focus").options) - 1
+    assert at.selectbox(key=K.ACT_FOCUS).value == len(at.selectbox(key=K.ACT_FOCUS).options) - 1
     at = run_page("activations", "a b", act_focus=5)  # past the end of a shorter prompt
-    assert not at.exception and at.selectbox(key="act_focus").value == 1
+    assert not at.exception and at.selectbox(key=K.ACT_FOCUS).value == 1

@@ -48,7 +48,7 @@ def test_router_default_page():
     assert not at.exception
     assert at.title[0].value == "Attention"
     assert at.session_state[K.MODEL_SPEC] == TINY
-    assert len(at.button_group(key="att_query").options) == len(encode(sidebar.DEFAULT_PROMPT))
+    assert len(at.button_group(key=K.ATT_QUERY).options) == len(encode(sidebar.DEFAULT_PROMPT))
     assert allocator.freed_memory_kept() is (platform.libc_ver()[0] == "glibc")
 
 
@@ -56,13 +56,13 @@ def test_default_state_widgets_and_real_weights():
     at = page(sidebar.DEFAULT_PROMPT)
     assert not at.exception and not at.error
     ids = encode(sidebar.DEFAULT_PROMPT)
-    assert at.selectbox(key="att_layer").options == [f"layer {i}" for i in range(N_LAYERS)]
-    assert at.selectbox(key="att_head").options == [f"head {h}" for h in range(N_HEADS)] + ["mean of all heads"]
-    assert len(at.selectbox(key="att_scale").options) == len(fa.SCALES)
-    chips = at.button_group(key="att_query")
+    assert at.selectbox(key=K.ATT_LAYER).options == [f"layer {i}" for i in range(N_LAYERS)]
+    assert at.selectbox(key=K.ATT_HEAD).options == [f"head {h}" for h in range(N_HEADS)] + ["mean of all heads"]
+    assert len(at.selectbox(key=K.ATT_SCALE).options) == len(fa.SCALES)
+    chips = at.button_group(key=K.ATT_QUERY)
     assert chips.options and len(chips.options) == len(ids)
     assert [t.label for t in at.tabs] == VIEWS
-    assert at.button(key="att_generate").label == "Generate" and at.button(key="att_stop").label == "Stop"
+    assert at.button(key=K.ATT_GENERATE).label == "Generate" and at.button(key=K.ATT_STOP).label == "Stop"
     # the heatmap carries the model's own weights, every head of every layer (tiny: all fit), each mean last
     data, weights = attention_map(at)
     expected = patterns_for(sidebar.DEFAULT_PROMPT).numpy()
@@ -86,14 +86,14 @@ def test_display_widgets_run_no_forward_pass():
     at = page(prompt)
     assert forward_calls() == before + 1          # the capture ran once (fresh prompt)
     after_first = forward_calls()
-    at.selectbox(key="att_layer").select(1).run()
-    at.selectbox(key="att_head").select(-1).run()
+    at.selectbox(key=K.ATT_LAYER).select(1).run()
+    at.selectbox(key=K.ATT_HEAD).select(-1).run()
     assert not at.exception
     data, weights = attention_map(at)
     assert (data["layer"], data["head"]) == (1, N_HEADS)   # the mean of layer 1
     np.testing.assert_allclose(weights[1, N_HEADS], patterns_for(prompt)[1].mean(0).numpy(), atol=1e-5)
-    at.selectbox(key="att_scale").select("sqrt").run()
-    at.button_group(key="att_query").set_value(2).run()
+    at.selectbox(key=K.ATT_SCALE).select("sqrt").run()
+    at.button_group(key=K.ATT_QUERY).set_value(2).run()
     bars = query_bars(at)
     assert bars["query"] == 2 and len(bars["weights"]) == 3
     np.testing.assert_allclose(bars["weights"], patterns_for(prompt)[1].mean(0)[2, :3].numpy(), atol=1e-5)
@@ -111,7 +111,7 @@ def test_edge_prompts(prompt):
     if not kept:
         assert not at.get("plotly_chart")
         return
-    chips = at.button_group(key="att_query").options
+    chips = at.button_group(key=K.ATT_QUERY).options
     assert len(chips) == len(kept)
     # chips are the display labels, Markdown-escaped (backslash before punctuation), never HTML
     unescaped = [c.replace("\\", "") for c in chips]
@@ -165,7 +165,7 @@ def test_model_view_and_layer_grid_trace_counts():
     expected = patterns_for(prompt)
     panel = tiled[T + 1: 2 * T + 1, 2 * (T + 1): 2 * (T + 1) + T]   # layer 1, head 2
     np.testing.assert_allclose(np.nan_to_num(panel), expected[1, 2].numpy(), rtol=1e-6)
-    at.toggle(key="att_mv_mean").set_value(True).run()
+    at.toggle(key=K.ATT_MV_MEAN).set_value(True).run()
     mean_view = array(figure(at, "Every layer (rows)")["data"][0]["z"])
     assert mean_view.shape == (N_LAYERS * (T + 1) - 1, T)
     np.testing.assert_allclose(np.nan_to_num(mean_view[:T]), expected[0].mean(0).numpy(), rtol=1e-5)
@@ -179,9 +179,9 @@ def test_short_generation_produces_tokens():
     prompt = "To be, or not to be"
     at = page(prompt)
     before = forward_calls()
-    at.number_input(key="att_gen_n").set_value(3)
-    at.slider(key="att_gen_temp").set_value(0.0)
-    at.button(key="att_generate").click()
+    at.number_input(key=K.ATT_GEN_N).set_value(3)
+    at.slider(key=K.ATT_GEN_TEMP).set_value(0.0)
+    at.button(key=K.ATT_GENERATE).click()
     at = finish_generation(at.run())
     assert not at.exception and not at.error
     job = generation_of(at)
@@ -191,16 +191,16 @@ def test_short_generation_produces_tokens():
     # greedy: each token is the argmax, i.e. rank 1
     assert [s.rank for s in job.steps] == [1, 1, 1]
     assert at.code[0].value == decode(encode(prompt)) + decode(new_ids)
-    data, weights = attention_map(at, "att_gen_map")
+    data, weights = attention_map(at, K.ATT_GEN_MAP)
     assert (data["layer"], data["head"]) == (0, 0) and weights.shape[2:] == (3, len(encode(prompt)) + 2)
     # step 0's row is the prompt's last query row from the capture
     np.testing.assert_allclose(weights[0, 0, 0, : len(encode(prompt))], patterns_for(prompt)[0, 0, -1].numpy(),
                                atol=0.5 / amap.LEVELS + 1e-6)
     # the generated text can become the prompt of every view (the sidebar's prompt)
-    at.button(key="att_gen_use").click().run()
+    at.button(key=K.ATT_GEN_USE).click().run()
     assert at.session_state[K.PROMPT] == decode(encode(prompt)) + decode(new_ids)
     at.run()
-    assert len(at.button_group(key="att_query").options) == len(encode(at.session_state[K.PROMPT]))  # re-tokenised
+    assert len(at.button_group(key=K.ATT_QUERY).options) == len(encode(at.session_state[K.PROMPT]))  # re-tokenised
 
 
 @pytest.mark.slow
@@ -210,17 +210,17 @@ def test_a_head_switch_during_a_generation_neither_stops_it_nor_reruns_the_model
     gate = TokenGate(at=2)
     monkeypatch.setattr(live, "after_token", gate)
     at = page("Keep writing while I look")
-    at.number_input(key="att_gen_n").set_value(6)
-    at.button(key="att_generate").click()
+    at.number_input(key=K.ATT_GEN_N).set_value(6)
+    at.button(key=K.ATT_GENERATE).click()
     at.run()
     assert gate.reached.wait(30)
-    at.selectbox(key="att_head").set_value(1).run()
+    at.selectbox(key=K.ATT_HEAD).set_value(1).run()
     assert not at.exception and generation_of(at).running
     gate.release()
     at = finish_generation(at)
     job = generation_of(at)
     assert not job.stopped and len(job.steps) == 6
-    data, weights = attention_map(at, "att_gen_map")
+    data, weights = attention_map(at, K.ATT_GEN_MAP)
     assert (data["layer"], data["head"]) == (0, 1) and weights.shape[2] == 6
     assert not at.exception
 
@@ -231,15 +231,15 @@ def test_stop_keeps_the_tokens_written_so_far(monkeypatch):
     monkeypatch.setattr(live, "after_token", gate)
     prompt = "Stop me"
     at = page(prompt)
-    at.number_input(key="att_gen_n").set_value(5)
-    at.button(key="att_generate").click()
+    at.number_input(key=K.ATT_GEN_N).set_value(5)
+    at.button(key=K.ATT_GENERATE).click()
     at.run()
     assert gate.reached.wait(30)
     at.run()  # a redraw while the model waits after its second token: Stop keeps what the page has shown
     assert generation_of(at).shown == 2
     shown = decode(encode(prompt)) + decode([s.token_id for s in generation_of(at).steps[:2]])
     assert shown in [t.value for t in at.text] and not live_code(at)  # live: plain text (st.code's highlighter is slow)
-    at.button(key="att_stop").click().run()
+    at.button(key=K.ATT_STOP).click().run()
     gate.release()
     at = finish_generation(at)
     assert not at.exception
@@ -250,10 +250,10 @@ def test_stop_keeps_the_tokens_written_so_far(monkeypatch):
 
 def test_sampling_widgets_bound_the_settings():
     at = page("bounds")
-    assert at.number_input(key="att_gen_topk").min == 0 and at.number_input(key="att_gen_topk").max == 50257
-    assert at.number_input(key="att_gen_n").min == 1
-    assert at.slider(key="att_gen_temp").min == 0.0 and at.slider(key="att_gen_temp").max == 2.0
-    assert at.slider(key="att_gen_topp").min == 0.05 and at.slider(key="att_gen_topp").max == 1.0
+    assert at.number_input(key=K.ATT_GEN_TOPK).min == 0 and at.number_input(key=K.ATT_GEN_TOPK).max == 50257
+    assert at.number_input(key=K.ATT_GEN_N).min == 1
+    assert at.slider(key=K.ATT_GEN_TEMP).min == 0.0 and at.slider(key=K.ATT_GEN_TEMP).max == 2.0
+    assert at.slider(key=K.ATT_GEN_TOPP).min == 0.05 and at.slider(key=K.ATT_GEN_TOPP).max == 1.0
 
 
 def test_start_generation_rejects_bad_settings_before_storing():
@@ -359,8 +359,8 @@ def test_entropy_map_is_dark_where_heads_are_focused_and_sane_for_one_token():
 def test_the_default_colour_scale_shows_small_weights():
     """A linear 0-1 scale made nearly every trained head look pale; the default is the square root, said in help."""
     at = page("The cat sat on the mat")
-    assert at.selectbox(key="att_scale").value == fa.DEFAULT_SCALE == "sqrt"
-    assert "square root" in at.selectbox(key="att_scale").help
+    assert at.selectbox(key=K.ATT_SCALE).value == fa.DEFAULT_SCALE == "sqrt"
+    assert "square root" in at.selectbox(key=K.ATT_SCALE).help
     data, _ = attention_map(at)
     assert data["scale"] == "sqrt" and data["colors"][0][1] == [247, 251, 255]   # Blues, white at 0
     axis = fa.color_axis("sqrt")
@@ -372,7 +372,7 @@ def test_the_default_colour_scale_shows_small_weights():
         linear["colorscale"], [0.05 ** 0.5])[0]
     assert axis["colorbar"]["tickvals"] == [0, 0.25, 0.5, 0.75, 1]
     gen = run_page("generation", "The cat sat on the mat")
-    assert gen.selectbox(key="gen_scale").value == "sqrt"
+    assert gen.selectbox(key=K.GEN_SCALE).value == "sqrt"
 
 
 def test_model_view_panels_carry_their_head_for_a_click():
@@ -416,7 +416,7 @@ def test_the_page_opens_on_the_prompts_most_telling_head_with_its_score_beside_c
     _, cache = models.capture_cache(BUNDLED, tuple(ids), models.pattern_names(4))
     scores = analysis.prompt_induction_scores(cache.patterns(), ids)
     layer, head = divmod(int(scores.argmax()), scores.shape[1])
-    assert (at.selectbox(key="att_layer").value, at.selectbox(key="att_head").value) == (layer, head) != (0, 0)
+    assert (at.selectbox(key=K.ATT_LAYER).value, at.selectbox(key=K.ATT_HEAD).value) == (layer, head) != (0, 0)
     line = next(m.value for m in at.markdown if "Worth a look" in m.value)
     assert f"layer {layer}, head {head}" in line and "induction" in line
     assert f"{float(scores[layer, head]):.2f}" in line and f"{analysis.prompt_induction_chance(ids):.2f}" in line
@@ -431,10 +431,10 @@ def test_the_induction_example_is_one_click_away_and_opens_its_induction_head():
     assert at.session_state[K.PROMPT] == sidebar.EXAMPLE_PROMPTS[name]
     line = next(m.value for m in at.markdown if "Worth a look" in m.value)
     assert "induction" in line
-    assert (at.selectbox(key="att_layer").value, at.selectbox(key="att_head").value) != (3, 2)
+    assert (at.selectbox(key=K.ATT_LAYER).value, at.selectbox(key=K.ATT_HEAD).value) != (3, 2)
     # a visitor's own pick afterwards stays: only loading an example moves the head
-    at.selectbox(key="att_head").select(3).run()
-    assert at.selectbox(key="att_head").value == 3
+    at.selectbox(key=K.ATT_HEAD).select(3).run()
+    assert at.selectbox(key=K.ATT_HEAD).value == 3
 
 
 def test_the_pages_prompt_box_is_the_sidebars_prompt_both_ways():
@@ -455,7 +455,7 @@ def test_the_suggested_head_says_whether_the_map_shows_it_and_one_click_shows_it
     pickers stayed on the first model's (layer 1, head 0). The line now says which head the map shows, and its button
     moves the pickers (and so the map) to the suggested head."""
     at = run_page("attention", sidebar.DEFAULT_PROMPT, spec=BUNDLED)
-    shown = (at.selectbox(key="att_layer").value, at.selectbox(key="att_head").value)
+    shown = (at.selectbox(key=K.ATT_LAYER).value, at.selectbox(key=K.ATT_HEAD).value)
     line = next(m.value for m in at.markdown if "Worth a look" in m.value)
     assert f"Worth a look: layer {shown[0]}, head {shown[1]}**" in line and line.endswith("The map shows it.")
     assert not [b for b in at.button if b.key == K.ATT_SHOW_SUGGESTED]
@@ -464,11 +464,11 @@ def test_the_suggested_head_says_whether_the_map_shows_it_and_one_click_shows_it
     assert not at.exception
     line = next(m.value for m in at.markdown if "Worth a look" in m.value)
     layer, head = (int(n) for n in line.split("**")[1].removeprefix("Worth a look: layer ").split(", head "))
-    picked = (at.selectbox(key="att_layer").value, at.selectbox(key="att_head").value)
+    picked = (at.selectbox(key=K.ATT_LAYER).value, at.selectbox(key=K.ATT_HEAD).value)
     assert picked == shown != (layer, head)        # the post-norm model's best head is another one
     assert line.endswith(f"The map shows layer {picked[0]}, head {picked[1]}.")
     at.button(key=K.ATT_SHOW_SUGGESTED).click().run()
-    assert (at.selectbox(key="att_layer").value, at.selectbox(key="att_head").value) == (layer, head)
+    assert (at.selectbox(key=K.ATT_LAYER).value, at.selectbox(key=K.ATT_HEAD).value) == (layer, head)
     data, _ = attention_map(at)
     assert (data["layer"], data["head"]) == (layer, head)
     assert next(m.value for m in at.markdown if "Worth a look" in m.value).endswith("The map shows it.")

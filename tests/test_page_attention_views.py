@@ -141,16 +141,16 @@ def test_each_new_view_handles_a_one_token_prompt_and_markup(name):
 @pytest.mark.slow
 def test_the_chosen_query_follows_its_token_when_the_prompt_changes():
     at = run_page("attention", "the cat sat on the mat")
-    at.button_group(key="att_query").set_value(1).run()           # "␣cat"
+    at.button_group(key=K.ATT_QUERY).set_value(1).run()           # "␣cat"
     at.session_state[K.PROMPT] = "a big black cat sat on the mat"
     at.run()
     assert not at.exception
-    assert at.button_group(key="att_query").value == 3            # "␣cat" again, not whatever is at index 1
-    at.button_group(key="att_query").set_value(7).run()           # the last token
+    assert at.button_group(key=K.ATT_QUERY).value == 3            # "␣cat" again, not whatever is at index 1
+    at.button_group(key=K.ATT_QUERY).set_value(7).run()           # the last token
     at.session_state[K.PROMPT] = "a big black cat sat on the mat today"
     at.run()
-    assert at.button_group(key="att_query").value is None         # still the last token
-    at.button_group(key="att_query").set_value(2).run()           # "␣black"
+    assert at.button_group(key=K.ATT_QUERY).value is None         # still the last token
+    at.button_group(key=K.ATT_QUERY).set_value(2).run()           # "␣black"
     at.session_state[K.PROMPT] = "the cat"
     at.run()
-    assert at.button_group(key="att_query").value is None         # gone from the prompt: the last token
+    assert at.button_group(key=K.ATT_QUERY).value is None         # gone from the prompt: the last token

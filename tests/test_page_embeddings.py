@@ -69,12 +69,12 @@ def test_dimension_range_slider_changes_the_panels_without_a_forward_pass():
     prompt = "Embeddings page: a prompt only this test uses."
     at = page(prompt)
     before = forward_calls()
-    at.slider(key="emb_dims").set_value((10, 30)).run()
+    at.slider(key=K.EMB_DIMS).set_value((10, 30)).run()
     assert not at.exception
     panels = figures(at)[0]["data"]
     assert [int(x) for x in array(panels[0]["x"])] == list(range(10, 30))
     np.testing.assert_allclose(array(panels[0]["z"]), capture_for(prompt)["hook_embed"][:, 10:30].numpy(), rtol=1e-6)
-    at.select_slider(key="emb_pca_n").set_value(500).run()
+    at.select_slider(key=K.EMB_PCA_N).set_value(500).run()
     assert not at.exception
     assert forward_calls() == before
 

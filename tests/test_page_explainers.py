@@ -61,7 +61,7 @@ def test_gpt2_preset_highlights_tanh_gelu():
 def test_causal_mask_slider_and_prompt_labels():
     prompt = "To be, or not to be: that is the question."
     at = page(prompt)
-    at.slider(key="exp_mask_n").set_value(5).run()
+    at.slider(key=K.EXP_MASK_N).set_value(5).run()
     assert not at.exception
     mask = [f for f in figures(at) if title_of(f).startswith("Causal mask")][0]
     z = array(mask["data"][0]["z"])
@@ -75,11 +75,11 @@ def test_causal_mask_slider_and_prompt_labels():
 def test_edge_prompts(prompt):
     at = page(prompt)
     assert not at.exception and not at.error
-    n = at.slider(key="exp_mask_n").value
+    n = at.slider(key=K.EXP_MASK_N).value
     assert n == min(8, max(1, len(encode(prompt))))
     mask = [f for f in figures(at) if title_of(f).startswith("Causal mask")][0]
     assert array(mask["data"][0]["z"]).shape == (n, n)
-    at.slider(key="exp_mask_n").set_value(20).run()                 # longer than the prompt: positions
+    at.slider(key=K.EXP_MASK_N).set_value(20).run()                 # longer than the prompt: positions
     mask = [f for f in figures(at) if title_of(f).startswith("Causal mask")][0]
     assert drawn_labels(mask["layout"]["yaxis"])[:2] == ["t0", "t1"]
 

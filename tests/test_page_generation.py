@@ -28,11 +28,11 @@ def page(prompt: str, **state) -> AppTest:
 
 
 def generate_in(at: AppTest, n: int, temperature: float = 1.0, top_k: int = 0, top_p: float = 0.9) -> AppTest:
-    at.number_input(key="gen_n").set_value(n)
-    at.slider(key="gen_temp").set_value(temperature)
-    at.number_input(key="gen_topk").set_value(top_k)
-    at.slider(key="gen_topp").set_value(top_p)
-    at.button(key="gen_generate").click()
+    at.number_input(key=K.GEN_N).set_value(n)
+    at.slider(key=K.GEN_TEMP).set_value(temperature)
+    at.number_input(key=K.GEN_TOPK).set_value(top_k)
+    at.slider(key=K.GEN_TOPP).set_value(top_p)
+    at.button(key=K.GEN_GENERATE).click()
     return finish_generation(at.run())
 
 
@@ -47,12 +47,12 @@ def test_default_state_shows_controls_and_the_first_step_the_model_would_take():
         probs = torch.softmax(models.load_model(TINY)(torch.tensor([ids]))[0, -1], -1)
     np.testing.assert_allclose(array(bars["data"][0]["x"]), probs.topk(20).values.numpy(), rtol=1e-4)
     assert figure(at, "Query ")  # the last prompt token's attention in every head of the layer
-    for key in ("gen_n", "gen_topk", "gen_seed"):
+    for key in (K.GEN_N, K.GEN_TOPK, K.GEN_SEED):
         assert at.number_input(key=key).value is not None
-    assert at.slider(key="gen_temp").value == 1.0 and at.slider(key="gen_topp").value == 0.9
-    assert at.button(key="gen_generate").label == "Generate" and at.button(key="gen_stop").label == "Stop"
-    assert at.selectbox(key="gen_head").value == -1                  # the mean of heads by default
-    assert len(at.selectbox(key="gen_layer").options) == N_LAYERS
+    assert at.slider(key=K.GEN_TEMP).value == 1.0 and at.slider(key=K.GEN_TOPP).value == 0.9
+    assert at.button(key=K.GEN_GENERATE).label == "Generate" and at.button(key=K.GEN_STOP).label == "Stop"
+    assert at.selectbox(key=K.GEN_HEAD).value == -1                  # the mean of heads by default
+    assert len(at.selectbox(key=K.GEN_LAYER).options) == N_LAYERS
 
 
 @pytest.mark.slow
@@ -69,7 +69,7 @@ def test_greedy_generation_matches_the_library_and_fills_the_table():
     assert list(table["step"]) == [0, 1, 2, 3] and list(table["id"]) == expected
     assert list(table["rank"]) == [1, 1, 1, 1] and list(table["kept by top-k/top-p"]) == [1, 1, 1, 1]
     np.testing.assert_allclose(table["probability"], [s.prob for s in steps])
-    assert at.slider(key="gen_step").max == 3
+    assert at.slider(key=K.GEN_STEP).max == 3
     # the inspected step's bars: the top 20 probabilities, most probable first, the sampled one orange
     bars = figure(at, "Step 3: the next-token distribution")
     x = array(bars["data"][0]["x"])
@@ -83,9 +83,9 @@ def test_greedy_generation_matches_the_library_and_fills_the_table():
 def test_inspecting_steps_runs_no_model():
     at = generate_in(page("Inspect these steps, please"), 3, top_k=5)
     before = forward_calls()
-    at.slider(key="gen_step").set_value(0).run()
-    at.selectbox(key="gen_layer").select(1).run()
-    at.selectbox(key="gen_head").select(2).run()
+    at.slider(key=K.GEN_STEP).set_value(0).run()
+    at.selectbox(key=K.GEN_LAYER).select(1).run()
+    at.selectbox(key=K.GEN_HEAD).select(2).run()
     assert not at.exception
     assert forward_calls() == before
     steps = generation_of(at).steps
@@ -102,11 +102,11 @@ def test_inspecting_steps_runs_no_model():
 @pytest.mark.slow
 def test_outlined_row_follows_the_inspected_step():
     at = generate_in(page("Outline the inspected step"), 3)
-    at.slider(key="gen_step").set_value(1).run()
+    at.slider(key=K.GEN_STEP).set_value(1).run()
     heat = figure(at, "Layer 0, mean of all heads")
     assert heat["layout"]["shapes"][-1]["y0"] == 0.5                  # row 1
     at = generate_in(at, 5)                                            # a new, longer run: the last step
-    assert at.slider(key="gen_step").value == 4
+    assert at.slider(key=K.GEN_STEP).value == 4
     assert figure(at, "Layer 0, mean of all heads")["layout"]["shapes"][-1]["y0"] == 3.5
     assert figure(at, "Step 4: the next-token distribution")
 
@@ -128,12 +128,12 @@ def test_picking_a_step_sets_the_slider_without_streamlits_default_value_warning
     """The slider's default lived both in `value=` and in session state (set by the table's row pick), and
     Streamlit logged 'created with a default value but also had its value set via the Session State API'."""
     at = generate_in(page("It was the best of times"), 4, temperature=0.0)
-    assert at.slider(key="gen_step").value == 3            # the last step by default
+    assert at.slider(key=K.GEN_STEP).value == 3            # the last step by default
     caplog.clear()
     with caplog.at_level("WARNING"):
         at.session_state[K.GEN_STEP] = 1                   # what the table's row pick does
         at.run()
-    assert at.slider(key="gen_step").value == 1 and not at.exception
+    assert at.slider(key=K.GEN_STEP).value == 1 and not at.exception
     assert not [r for r in caplog.records if "default value" in r.getMessage()], caplog.text
 
 
@@ -152,7 +152,7 @@ def test_edge_prompts(prompt):
     kept = encode(prompt)[-N_CTX:]
     assert at.code[0].value == decode(kept) + decode([s.token_id for s in steps])   # literal text
     if "<" in prompt:                       # step 0's query is the prompt's last token, '>': escaped for Plotly
-        at.slider(key="gen_step").set_value(0).run()
+        at.slider(key=K.GEN_STEP).set_value(0).run()
         assert figure(at, "Query ")["layout"]["title"]["text"].startswith("Query '&gt;' (position")
 
 
@@ -163,15 +163,15 @@ def test_stop_ends_a_running_generation_before_its_next_token(monkeypatch):
     gate = TokenGate(at=2)
     monkeypatch.setattr(live, "after_token", gate)
     at = page("Keep what was written")
-    at.number_input(key="gen_n").set_value(9)
-    at.button(key="gen_generate").click()
+    at.number_input(key=K.GEN_N).set_value(9)
+    at.button(key=K.GEN_GENERATE).click()
     at.run()
     assert gate.reached.wait(30) and generation_of(at).running
     at.run()  # a redraw while the model waits after its second token
     assert not at.exception and generation_of(at).shown == 2
     shown = decode(encode("Keep what was written")) + decode([s.token_id for s in generation_of(at).steps[:2]])
     assert shown in [t.value for t in at.text] and not live_code(at)  # live: plain text (st.code's highlighter is slow)
-    at.button(key="gen_stop").click().run()
+    at.button(key=K.GEN_STOP).click().run()
     gate.release()
     at = finish_generation(at)
     job = generation_of(at)
@@ -296,8 +296,8 @@ def test_when_every_slot_is_busy_generate_waits_in_line_and_says_so():
     busy = [slots.enter(f"another visitor {i}") for i in range(slots.limit)]
     try:
         at = page("Wait your turn")
-        at.number_input(key="gen_n").set_value(2)
-        at.button(key="gen_generate").click().run()
+        at.number_input(key=K.GEN_N).set_value(2)
+        at.button(key=K.GEN_GENERATE).click().run()
         assert not at.exception and not at.error
         job = generation_of(at)
         assert job.running and job.ahead == 0 and not job.steps
@@ -316,7 +316,7 @@ def test_the_replay_slider_shows_the_text_the_map_and_the_bars_as_they_stood_at_
     at = generate_in(page(prompt), 4, temperature=0.0)
     steps = generation_of(at).steps
     before = forward_calls()
-    at.slider(key="gen_step").set_value(1).run()
+    at.slider(key=K.GEN_STEP).set_value(1).run()
     assert not at.exception and forward_calls() == before
     ids = encode(prompt)
     assert at.code[0].value == decode(ids) + decode([s.token_id for s in steps[:2]])  # the text through step 1
@@ -329,13 +329,13 @@ def test_the_replay_slider_shows_the_text_the_map_and_the_bars_as_they_stood_at_
 def test_the_pace_starts_at_a_watchable_speed_and_next_token_writes_one_token_per_click():
     from gptviz.app import keys as K
     at = run_page("generation", "Pace this run", gen_pace=K.DEFAULT_PACE)  # what a visitor's session starts with
-    assert at.select_slider(key="gen_pace").value == "5 tokens/s"
-    at.number_input(key="gen_n").set_value(5)
-    at.button(key="gen_generate").click().run()
+    assert at.select_slider(key=K.GEN_PACE).value == "5 tokens/s"
+    at.number_input(key=K.GEN_N).set_value(5)
+    at.button(key=K.GEN_GENERATE).click().run()
     job = generation_of(at)
     assert job.pace == 5.0
-    at.button(key="gen_next").click().run()              # from now on one token per click
-    assert job.pace == 0 and at.select_slider(key="gen_pace").value == "one token per click"
+    at.button(key=K.GEN_NEXT).click().run()              # from now on one token per click
+    assert job.pace == 0 and at.select_slider(key=K.GEN_PACE).value == "one token per click"
     job.set_pace(None)
     assert job.wait(30) and len(job.steps) == 5
 

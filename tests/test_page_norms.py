@@ -44,6 +44,12 @@ def markdown_text(at: AppTest) -> str:
 TINY = dict(norms_preset="tiny", norms_depth=3, norms_width=32, norms_input="random", norms_seed=0, norms_init="gpt2")
 
 
+@pytest.fixture(scope="module")
+def tiny_page() -> AppTest:
+    """The page at TINY, run once for the tests that only read it (a test that clicks or reruns opens its own)."""
+    return open_page(**TINY)
+
+
 def expected_stats():
     cfg = PRESETS["tiny"].replace(n_layers=3, d_model=32)
     ids = wiring.random_tokens(64, cfg.vocab_size, 0)
@@ -71,8 +77,8 @@ def test_same_weights_section_shows_measured_values_and_reruns_run_no_model():
 
     # display-only changes reuse the cached measurement: no forward pass
     calls = forward_calls()
-    at.selectbox(key="norms_grad_view").set_value("block").run()
-    at.number_input(key="norms_layer").set_value(2).run()
+    at.selectbox(key=K.NORMS_GRAD_VIEW).set_value("block").run()
+    at.number_input(key=K.NORMS_LAYER).set_value(2).run()
     assert not at.exception
     assert forward_calls() == calls
     block = wiring.describe_gradients(stats["pre"].grad("block"), stats["post"].grad("block"))
@@ -82,9 +88,9 @@ def test_same_weights_section_shows_measured_values_and_reruns_run_no_model():
 
 
 @pytest.mark.slow
-def test_the_top_line_says_the_toggle_switches_between_two_trained_models():
+def test_the_top_line_says_the_toggle_switches_between_two_trained_models(tiny_page):
     """Issue 33: a visitor who toggles the wiring must not read the twins' heads as one model's heads."""
-    at = open_page(**TINY)
+    at = tiny_page
     top = at.caption[0]
     assert "two separately trained models" in top.value and "heads matched by role" in top.value
     assert "not by index" in top.help   # the longer story waits in the tooltip
@@ -125,7 +131,7 @@ def test_a_big_model_waits_for_the_button_and_one_past_the_memory_budget_is_refu
 @pytest.mark.slow
 def test_depth_sweep():
     at = open_page(**dict(TINY, norms_sweep_depths=[1, 2, 4]))
-    at.button(key="norms_sweep_run").click().run()
+    at.button(key=K.NORMS_SWEEP_RUN).click().run()
     assert not at.exception, at.exception
     cfg = PRESETS["tiny"].replace(n_layers=3, d_model=32)
     sweep = wiring.depth_sweep(cfg, [1, 2, 4], wiring.random_tokens(64, cfg.vocab_size, 0), 0, "gpt2")
@@ -178,13 +184,13 @@ def test_trained_twins_section(tiny_twins):
 
 
 @pytest.mark.slow
-def test_bundled_twins_loss_phase_is_marked():
+def test_bundled_twins_loss_phase_is_marked(tiny_page):
     """With the real bundled twins: the table and the note on the cheaper softmax come from history.json."""
     models = gptviz.model.weights.bundled_models()
     pairs = wiring.trained_twins(list(models))
     if not pairs:
         pytest.skip("no bundled twins in gptviz/models")
-    at = open_page(**TINY)
+    at = tiny_page
     history = wiring.load_history(models[pairs[0].pre])["history"]
     switch = next((h["step"] for h in history if h.get("full_vocab", True)), None)
     vals = [h["val_loss"] for h in history if h["val_loss"] is not None]
@@ -205,7 +211,7 @@ def test_bundled_twins_loss_phase_is_marked():
 
 
 @pytest.mark.slow
-def test_the_trial_of_training_the_twins_alike_is_shown_with_its_own_numbers():
+def test_the_trial_of_training_the_twins_alike_is_shown_with_its_own_numbers(tiny_page):
     """The page says the twins were not trained alike, and why: the pre-norm twin retrained on post-norm's recipe
     fails the check's bars. Every value in that table is the check.json's, and each mark its bar's verdict."""
     import json
@@ -214,7 +220,7 @@ def test_the_trial_of_training_the_twins_alike_is_shown_with_its_own_numbers():
     pairs = wiring.trained_twins(list(models))
     if not pairs:
         pytest.skip("no bundled twins in gptviz/models")
-    at = open_page(**TINY)
+    at = tiny_page
     trial = json.loads((models[pairs[0].pre] / recipe_trials.OTHER_RECIPE_CHECK).read_text())
     bundled_post = json.loads((models[pairs[0].post] / "check.json").read_text())
     table = next(d.value for d in at.dataframe if "pre-norm on post-norm's recipe" in d.value.columns)
@@ -291,7 +297,7 @@ def test_the_papers_setting_tab_shows_what_the_library_measures(monkeypatch):
     monkeypatch.setattr(xiong, "PAPER", TINY_PAPER)
     monkeypatch.setattr(xiong, "PAPER_DEPTHS", TINY_PAPER_DEPTHS)
     at = open_page(**TINY)
-    at.button(key="norms_paper_run").click().run()
+    at.button(key=K.NORMS_PAPER_RUN).click().run()
     assert not at.exception, at.exception
     tokens, base = corpus_tokens(), PRESETS["small-4l"]
     grads = {init: xiong.measure_ffn_gradients(replace(TINY_PAPER, init=init), base, tokens)
@@ -327,9 +333,9 @@ def test_the_papers_setting_tab_shows_what_the_library_measures(monkeypatch):
 
 
 @pytest.mark.slow
-def test_the_activation_caption_reads_the_residual_trend_off_the_numbers():
+def test_the_activation_caption_reads_the_residual_trend_off_the_numbers(tiny_page):
     """It said the pre-norm stream 'grows block by block' whatever the numbers; now the word is trend()'s."""
-    at = open_page(**TINY)
+    at = tiny_page
     resid = expected_stats()["pre"].resid_norm
     caption = next(c.value for c in at.caption if c.value.startswith("Pre-norm's residual stream is a running sum"))
     assert f"here its norm {wiring.trend(resid).word} (from {resid[0]:.3g} to {resid[-1]:.3g})" in caption
@@ -346,14 +352,14 @@ def bundled_twin_models():
 
 
 @pytest.mark.slow
-def test_the_first_tab_shows_the_twins_side_by_side_as_recomputed_here():
+def test_the_first_tab_shows_the_twins_side_by_side_as_recomputed_here(tiny_page):
     """Issue 41: the page opens on the trained twins. The matched pairs are match_heads' own on the probe, the pair
     shown first is the most similar, and each twin's bars are the softmax of its logits after the prompt."""
     from gptviz import methods as analysis, capture
     from gptviz.app.models import pattern_names
     from gptviz.model.weights import training_vocab as read_training_vocab
     names, twins = bundled_twin_models()
-    at = open_page(**TINY)
+    at = tiny_page
     assert not at.exception, at.exception
     assert at.tabs[0].label == "Trained twins side by side"
     cfg = twins["pre"].config
@@ -408,14 +414,14 @@ def test_the_caveat_is_read_from_the_records():
 
 
 @pytest.mark.slow
-def test_the_whole_history_and_heads_forming_show_the_same_formed_step():
+def test_the_whole_history_and_heads_forming_show_the_same_formed_step(tiny_page):
     """One definition of the step a head formed (snapshots.formed_step): the twins' history table on this page and
     the detector curves on Heads forming name the same step for each twin's induction head."""
     from gptviz.training.snapshots import formed_step, load_snapshots
     names, _ = bundled_twin_models()
     folders = gptviz.model.weights.bundled_models()
     steps = {norm: formed_step(load_snapshots(folders[name]), "induction") for norm, name in names.items()}
-    at = open_page(**TINY)
+    at = tiny_page
     table = next(t.value for t in at.table if "induction head formed" in list(t.value.columns))
     shown = {norm: table.loc[f"{norm}-norm", "induction head formed"] for norm in ("pre", "post")}
     timeline = pagetest.run_page("timeline")

@@ -10,7 +10,7 @@ from streamlit.testing.v1 import AppTest
 
 from gptviz import PRESETS
 from gptviz.model.params import total_params
-from gptviz.app import models
+from gptviz.app import keys as K, models
 from pagetest import TINY, run_page, array
 
 
@@ -80,7 +80,7 @@ def test_all_presets_side_by_side():
     stacked = [f for f in figs if (f["layout"].get("title") or {}).get("text", "").startswith("Parameters by group")][0]
     heights = sum(array(t["y"]).astype(np.int64) for t in stacked["data"][:5])
     assert list(heights) == list(frame["total"])
-    at.multiselect(key="par_presets").set_value([]).run()
+    at.multiselect(key=K.PAR_PRESETS).set_value([]).run()
     assert not at.exception and any("at least one" in i.value for i in at.info)
 
 

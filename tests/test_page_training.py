@@ -66,7 +66,7 @@ def test_a_tiny_run_from_the_page(monkeypatch):
     other.session_state[K.TRAINED_RUN] = run_ids[1]
     other.run()
     assert not other.exception, other.exception
-    assert K.SOURCE_TRAINED not in other.selectbox(key="model_source").options
+    assert K.SOURCE_TRAINED not in other.selectbox(key=K.MODEL_SOURCE).options
     assert other.session_state[K.MODEL_SPEC].source != K.SOURCE_TRAINED
 
 
@@ -76,7 +76,7 @@ def test_scenario_buttons_fill_the_form():
     assert not at.exception
     assert (at.session_state[K.TRAIN_LAYERS], at.session_state[K.TRAIN_WARMUP], at.session_state[K.TRAIN_CLIP]) == (
         12, 0, 0.0)
-    assert at.slider(key="train_layers").value == 12
+    assert at.slider(key=K.TRAIN_LAYERS).value == 12
 
 
 @pytest.mark.slow
@@ -100,7 +100,7 @@ def test_stop_from_the_page():
         assert time.monotonic() < deadline, "the run made no progress"
         time.sleep(0.05)
     at.run()
-    at.button(key="train_stop").click().run()
+    at.button(key=K.TRAIN_STOP).click().run()
     assert not at.exception, at.exception
     assert job.wait(60) and job.status == STOPPED
     at.run()
@@ -118,7 +118,7 @@ def test_the_form_keeps_its_values_after_leaving_the_page_and_says_which_wiring_
     at.switch_page("app_pages/parameters.py").run()
     at.switch_page("app_pages/training.py").run()
     assert not at.exception
-    assert at.slider(key="train_layers").value == 5 and at.radio(key="train_wiring").value == "pre"
+    assert at.slider(key=K.TRAIN_LAYERS).value == 5 and at.radio(key=K.TRAIN_WIRING).value == "pre"
     assert any("The sidebar's LayerNorm placement is post-norm; this run trains pre-norm" in c.value
                for c in at.caption)
 
@@ -138,15 +138,15 @@ def test_coming_back_shows_the_running_run_not_an_older_stopped_one():
     at.switch_page("app_pages/training.py").run()
     assert not at.exception, at.exception
     assert at.subheader[0].value.startswith(f"{second.id}:")
-    assert at.selectbox(key="train_run_pick").value == second.id
-    at.selectbox(key="train_run_pick").set_value(first.id).run()  # the older run, on request
+    assert at.selectbox(key=K.TRAIN_RUN_PICK).value == second.id
+    at.selectbox(key=K.TRAIN_RUN_PICK).set_value(first.id).run()  # the older run, on request
     assert not at.exception, at.exception
     assert at.subheader[0].value.startswith(f"{first.id}:")
     if first.snapshot().steps_done == 0:  # stopped at once, as here usually: the page says so instead of failing
         assert any("before its first step" in i.value for i in at.info)
     else:
         assert any(s.value.startswith("Stopped after") for s in at.success)
-    assert at.number_input(key="train_steps").value == 5000  # the form kept its values too
+    assert at.number_input(key=K.TRAIN_STEPS).value == 5000  # the form kept its values too
     second.request_stop()
     assert second.wait(60)
 
@@ -166,7 +166,7 @@ def test_the_warmup_scenario_shows_what_the_library_computes(monkeypatch):
     caption = next(c for c in at.caption if c.value.startswith("Post-norm with and without warmup"))
     assert f"{len(small.run_names())} runs in the background" in caption.value
     assert f"peak lr {small.lr:g}, AdamW betas (0.9, {small.beta2:g})" in caption.help
-    at.button(key="train_warmup_run").click().run()
+    at.button(key=K.TRAIN_WARMUP_RUN).click().run()
     assert not at.exception, at.exception
     job = REGISTRY.get(at.session_state[K.TRAIN_WARMUP_JOB])
     assert job is not None and job.scenario == small

@@ -238,16 +238,16 @@ def test_activations_head_pills_are_each_detectors_best_heads():
     at = run_page("activations", spec=PRE)  # every tab runs
     lines = [m.value for m in at.markdown if m.value.startswith("**Previous-token**")]
     named = list(dict.fromkeys(re.findall(r"L\d+H\d+", lines[0])))
-    assert named and pills(at, "act_heads").options == named
-    picked(at, "act_heads", named[0])
+    assert named and pills(at, K.ACT_HEADS).options == named
+    picked(at, K.ACT_HEADS, named[0])
 
 
 def test_attention_pills_are_the_detector_tables_first_heads():
     at = run_page("attention", spec=PRE)
     table = at.dataframe[0].value
     heads = ["L{}H{}".format(*re.fullmatch(r"layer (\d+), head (\d+)", h).groups()) for h in table["head"][:6]]
-    assert pills(at, "att_detectors").options == heads
-    picked(at, "att_detectors", heads[0])
+    assert pills(at, K.ATT_DETECTORS).options == heads
+    picked(at, K.ATT_DETECTORS, heads[0])
 
 
 @pytest.mark.slow

@@ -114,8 +114,8 @@ def test_patching_example_matches_the_library_sweep():
 
 @pytest.mark.slow
 def test_patching_prompts_of_different_lengths_get_a_clear_message():
-    at = page(why_view="Patching", why_example="(your own)", **{"why_clean_(your own)": "one two three",
-                                                               "why_corrupt_(your own)": "one two"})
+    at = page(why_view="Patching", why_example=K.OWN_PAIR, **{K.per_item(K.WHY_CLEAN, K.OWN_PAIR): "one two three",
+                                                             K.per_item(K.WHY_CORRUPT, K.OWN_PAIR): "one two"})
     assert not at.exception
     assert any("same number of tokens" in w.value for w in at.warning)
 

@@ -116,7 +116,7 @@ def test_a_download_past_the_export_cap_is_disabled_with_a_message(monkeypatch):
     monkeypatch.setattr(limits, "server_limits", lambda: ServerLimits(export_mb=1))
     at = run_page("activations", "A prompt long enough to make a capture of more than one mebibyte " * 6)
     assert not at.exception
-    assert at.download_button(key="act_npz").proto.disabled
+    assert at.download_button(key=K.ACT_NPZ).proto.disabled
     assert any("downloads of up to 1 MiB" in w.value for w in at.warning)
 
 
@@ -258,8 +258,8 @@ def test_a_running_generation_holds_its_model_in_the_store(monkeypatch):
     gate = TokenGate(at=1)
     monkeypatch.setattr(live, "after_token", gate)
     at = run_page("generation", "Hold the model")
-    at.number_input(key="gen_n").set_value(3)
-    at.button(key="gen_generate").click().run()
+    at.number_input(key=K.GEN_N).set_value(3)
+    at.button(key=K.GEN_GENERATE).click().run()
     assert gate.reached.wait(30)
     assert store._held == {TINY: 1}                     # held while it runs
     gate.release()

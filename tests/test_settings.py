@@ -146,9 +146,9 @@ def test_a_record_draws_its_widget_with_its_label_range_and_default():
     S.GEN_TEMP.slider(Where())
     S.GEN_PACE.select_slider(Where())
     S.GEN_EOS.checkbox(Where())
-    assert calls[0] == ("number_input", dict(label="Top-k (0 = off)", key="gen_topk", help=S.TOP_K_HELP, min_value=0,
+    assert calls[0] == ("number_input", dict(label="Top-k (0 = off)", key=K.GEN_TOPK, help=S.TOP_K_HELP, min_value=0,
                                              max_value=50257, step=1, value=0))
-    assert calls[1] == ("slider", dict(label="Temperature", key="gen_temp", help=S.TEMP_HELP, min_value=0.0,
+    assert calls[1] == ("slider", dict(label="Temperature", key=K.GEN_TEMP, help=S.TEMP_HELP, min_value=0.0,
                                        max_value=2.0, step=0.05, value=1.0))
     assert calls[2][1]["options"] == list(S.PACES) and "value" not in calls[2][1]
     assert calls[3][1]["value"] is False and calls[3][1]["label"] == "Stop at <|endoftext|>"

@@ -15,10 +15,10 @@ from pagetest import APP, open_app
 @pytest.mark.slow
 def test_an_example_fills_the_prompt():
     at = open_app()
-    assert at.text_area(key="prompt").value == sidebar.DEFAULT_PROMPT
-    at.selectbox(key="example_prompt").select("Repeated letters (look for induction heads)").run()
+    assert at.text_area(key=K.PROMPT).value == sidebar.DEFAULT_PROMPT
+    at.selectbox(key=K.EXAMPLE_PROMPT).select("Repeated letters (look for induction heads)").run()
     assert not at.exception
-    assert at.text_area(key="prompt").value == "A B C D E F G H A B C D E F G H"
+    assert at.text_area(key=K.PROMPT).value == "A B C D E F G H A B C D E F G H"
 
 
 @pytest.mark.slow
@@ -75,17 +75,17 @@ def test_device_and_precision_choices_follow_the_machine(monkeypatch):
     from gptviz.serve import devices
     at = open_app()
     assert not at.exception  # this machine: CPU only, so neither choice is drawn
-    assert [s.key for s in at.selectbox if s.key in ("device", "dtype")] == []
+    assert [s.key for s in at.selectbox if s.key in (K.DEVICE, K.DTYPE)] == []
     assert at.session_state[K.MODEL_SPEC].device == "cpu" and at.session_state[K.MODEL_SPEC].dtype == "float32"
     # a GPU machine: the device choice appears; precision appears once a GPU is chosen
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: True)
     monkeypatch.setattr(devices, "mps_available", lambda: True)
     at = open_app()
-    assert at.selectbox(key="device").options == ["cpu", "cuda", "mps"]
-    assert [s.key for s in at.selectbox if s.key == "dtype"] == []
+    assert at.selectbox(key=K.DEVICE).options == ["cpu", "cuda", "mps"]
+    assert [s.key for s in at.selectbox if s.key == K.DTYPE] == []
     at = open_app(device="cuda", dtype="bfloat16")
-    assert at.selectbox(key="dtype").options == ["float32", "float16", "bfloat16"]
+    assert at.selectbox(key=K.DTYPE).options == ["float32", "float16", "bfloat16"]
     assert at.session_state[K.MODEL_SPEC][-2:] == ("cuda", "bfloat16")
     at = open_app(device="mps", dtype="float99")  # a stale value falls back to float32
     assert at.session_state[K.MODEL_SPEC].dtype == "float32"

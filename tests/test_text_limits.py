@@ -181,38 +181,93 @@ def test_the_table_names_only_boxes_that_exist():
 
 # ---- over-long values -----------------------------------------------------------------------------------------
 
+# Every hostile check runs in one child process (one interpreter and import of torch and Streamlit, not one per
+# check), each check with an `out` dict of its own; a check that raises reports its traceback under its name.
 CHILD = textwrap.dedent("""
-    import json, resource, sys
+    import json, resource, sys, traceback
     resource.setrlimit(resource.RLIMIT_AS, (5 << 30, 5 << 30))  # a runaway check fails here, not the machine
     sys.path[:0] = [sys.argv[1], sys.argv[1] + "/tests"]
     from pagetest import open_app, run_page
     from gptviz.app import keys as K
-    out = {}
-    exec(sys.argv[2])
-    print("RESULT " + json.dumps(out))
+    results = {}
+    for name, code in json.loads(sys.stdin.read()).items():
+        out = {}
+        try:
+            exec(code, {"open_app": open_app, "run_page": run_page, "K": K, "out": out})
+            results[name] = out
+        except BaseException:
+            results[name] = {"error": traceback.format_exc()[-3000:]}
+    print("RESULT " + json.dumps(results))
 """)
 
+HOSTILE: dict[str, str] = {}  # each check's code (with pagetest's helpers and an `out` dict to fill), by name
 
-def capped(code: str) -> dict:
-    """Run `code` (with pagetest's helpers and an `out` dict to fill) in a child process capped at 5 GiB."""
-    done = subprocess.run([sys.executable, "-c", CHILD, str(ROOT), textwrap.dedent(code)], cwd=ROOT,
+
+def hostile(name: str, code: str) -> str:
+    HOSTILE[name] = textwrap.dedent(code)
+    return name
+
+
+@pytest.fixture(scope="module")
+def capped_runs() -> dict:
+    """What every check of HOSTILE filled in, run in a child process capped at 5 GiB of address space."""
+    done = subprocess.run([sys.executable, "-c", CHILD, str(ROOT)], input=json.dumps(HOSTILE), cwd=ROOT,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.rsplit("RESULT ", 1)[1])
 
 
+def capped(runs: dict, name: str) -> dict:
+    out = runs[name]
+    assert "error" not in out, out["error"]
+    return out
+
+
+PAIR_KEY = K.per_item(K.WHY_CLEAN, K.PATCH_PAIRS[1])
+PAIR = hostile("pair", f"""
+    at = run_page("why", why_view="Patching", why_example={K.PATCH_PAIRS[1]!r}, **{{{PAIR_KEY!r}: "x" * {HUGE}}})
+    out["state"] = [not at.exception, [w.value for w in at.warning], at.text_area(key={PAIR_KEY!r}).value]
+    at.text_area(key={PAIR_KEY!r}).set_value("y" * 5000).run()
+    out["message"] = [not at.exception, [w.value for w in at.warning], at.text_area(key={PAIR_KEY!r}).value]
+    out["max_chars"] = at.text_area(key={PAIR_KEY!r}).proto.max_chars
+""")
+MODEL_NAME = hostile("model name", f"""
+    at = open_app(model_source=K.SOURCE_PRETRAINED, hf_name="g" * {HUGE})
+    out["state"] = [not at.exception, [w.value for w in at.warning], at.text_input(key=K.HF_NAME).value]
+    at.text_input(key=K.HF_NAME).set_value("h" * 5000).run()
+    out["message"] = [not at.exception, [w.value for w in at.warning], at.text_input(key=K.HF_NAME).value]
+    spec = at.session_state[K.MODEL_SPEC] if K.MODEL_SPEC in at.session_state else None
+    out["spec"] = None if spec is None else len(spec.name)
+""")
+PROMPT = hostile("prompt", f"""
+    at = open_app()
+    at.text_area(key=K.PROMPT).set_value("z" * {HUGE}).run()
+    out["got"] = [not at.exception, [w.value for w in at.warning], len(at.session_state[K.PROMPT])]
+""")
+NUMBER = hostile("number", """
+    at = run_page("parameters")
+    box = at.number_input(key=K.CALC_D_MODEL)
+    default = box.value
+    box.set_value(10**12).run()
+    out["got"] = [not at.exception, default, at.number_input(key=K.CALC_D_MODEL).value]
+""")
+LINK_NAMES = ["prompt", "model", "pz", "unit"]
+for _name in LINK_NAMES:
+    hostile(f"link {_name}", f"""
+        from streamlit.testing.v1 import AppTest
+        from pagetest import APP
+        at = AppTest.from_file(APP, default_timeout=120)
+        at.query_params[{_name!r}] = "q" * 400_000
+        at.run()
+        out["got"] = [not at.exception, [t.value for t in at.toast], len(at.session_state[K.PROMPT])]
+    """)
+
+
 @pytest.mark.slow
-def test_over_long_pair_prompts_are_refused_with_a_message():
+def test_over_long_pair_prompts_are_refused_with_a_message(capped_runs):
     """The Why page's patching pair: 10 MB in session state (a link or a test), and 5,000 characters in a widget
     message (Streamlit cuts it to max_chars, one past the limit): each refused, the box back at its default."""
-    key = K.per_item(K.WHY_CLEAN, K.PATCH_PAIRS[1])
-    out = capped(f"""
-        at = run_page("why", why_view="Patching", why_example={K.PATCH_PAIRS[1]!r}, **{{{key!r}: "x" * {HUGE}}})
-        out["state"] = [not at.exception, [w.value for w in at.warning], at.text_area(key={key!r}).value]
-        at.text_area(key={key!r}).set_value("y" * 5000).run()
-        out["message"] = [not at.exception, [w.value for w in at.warning], at.text_area(key={key!r}).value]
-        out["max_chars"] = at.text_area(key={key!r}).proto.max_chars
-    """)
+    out = capped(capped_runs, PAIR)
     said = f"That text is too long: the Clean prompt box takes at most {text_limits.PAIR_CHARS:,} characters"
     for way in ("state", "message"):
         ok, warnings, value = out[way]
@@ -222,15 +277,8 @@ def test_over_long_pair_prompts_are_refused_with_a_message():
 
 
 @pytest.mark.slow
-def test_an_over_long_folder_or_hub_id_is_refused_before_any_load():
-    out = capped(f"""
-        at = open_app(model_source=K.SOURCE_PRETRAINED, hf_name="g" * {HUGE})
-        out["state"] = [not at.exception, [w.value for w in at.warning], at.text_input(key=K.HF_NAME).value]
-        at.text_input(key=K.HF_NAME).set_value("h" * 5000).run()
-        out["message"] = [not at.exception, [w.value for w in at.warning], at.text_input(key=K.HF_NAME).value]
-        spec = at.session_state[K.MODEL_SPEC] if "model_spec" in at.session_state else None
-        out["spec"] = None if spec is None else len(spec.name)
-    """)
+def test_an_over_long_folder_or_hub_id_is_refused_before_any_load(capped_runs):
+    out = capped(capped_runs, MODEL_NAME)
     said = f"the Folder or Hub id box takes at most {text_limits.MODEL_NAME_CHARS:,} characters"
     for way in ("state", "message"):
         ok, warnings, value = out[way]
@@ -239,31 +287,19 @@ def test_an_over_long_folder_or_hub_id_is_refused_before_any_load():
 
 
 @pytest.mark.slow
-def test_an_over_long_prompt_message_is_cut_with_a_warning():
+def test_an_over_long_prompt_message_is_cut_with_a_warning(capped_runs):
     """A widget message past the prompt's max_chars (20,001) is cut by Streamlit, then to 20,000 by the sidebar,
     which says so."""
     from gptviz.app.sidebar import MAX_PROMPT_CHARS
-    out = capped(f"""
-        at = open_app()
-        at.text_area(key=K.PROMPT).set_value("z" * {HUGE}).run()
-        out["got"] = [not at.exception, [w.value for w in at.warning], len(at.session_state[K.PROMPT])]
-    """)
-    ok, warnings, length = out["got"]
+    ok, warnings, length = capped(capped_runs, PROMPT)["got"]
     assert ok and length == MAX_PROMPT_CHARS
     assert any(f"cut to its first {MAX_PROMPT_CHARS:,} characters" in w for w in warnings), warnings
 
 
 @pytest.mark.slow
-def test_an_out_of_range_number_is_reset_by_the_server():
+def test_an_out_of_range_number_is_reset_by_the_server(capped_runs):
     """A number box's bounds hold on the server: a crafted d_model of 10^12 is the default again, no exception."""
-    out = capped("""
-        at = run_page("parameters")
-        box = at.number_input(key=K.CALC_D_MODEL)
-        default = box.value
-        box.set_value(10**12).run()
-        out["got"] = [not at.exception, default, at.number_input(key=K.CALC_D_MODEL).value]
-    """)
-    ok, default, value = out["got"]
+    ok, default, value = capped(capped_runs, NUMBER)["got"]
     assert ok and value == default and default < 10**6
 
 
@@ -280,18 +316,10 @@ def test_a_link_with_a_huge_value_or_too_many_names_gets_one_notice():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["prompt", "model", "pz", "unit"])
-def test_a_link_value_past_its_limit_opens_the_app_with_a_notice(name):
+@pytest.mark.parametrize("name", LINK_NAMES)
+def test_a_link_value_past_its_limit_opens_the_app_with_a_notice(capped_runs, name):
     """Through the router, as a visitor's address: a toast, the default kept, no exception. 400,000 characters:
     Streamlit itself ignores a query string past 524,288, so that is the longest a link can bring."""
-    out = capped(f"""
-        from streamlit.testing.v1 import AppTest
-        from pagetest import APP
-        at = AppTest.from_file(APP, default_timeout=120)
-        at.query_params[{name!r}] = "q" * 400_000
-        at.run()
-        out["got"] = [not at.exception, [t.value for t in at.toast], len(at.session_state[K.PROMPT])]
-    """)
-    ok, toasts, prompt_length = out["got"]
+    ok, toasts, prompt_length = capped(capped_runs, f"link {name}")["got"]
     assert ok and any(f"`{name}` is longer than {links.MAX_LINK_VALUE:,} characters" in t for t in toasts), toasts
     assert prompt_length < 400_000

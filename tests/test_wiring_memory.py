@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -27,11 +28,33 @@ def rss_growth(*args) -> int:
     return int(out.stdout.split()[-1])
 
 
+@pytest.fixture(scope="module")
+def growths(request) -> dict:
+    """The measured growth of every size the session runs here, two child processes at a time: each child is
+    single-threaded and its peak (VmHWM) is its own, so a 2-core machine measures two sizes at once (at most about
+    1.7 GiB each). One that failed is its exception, raised by its own test."""
+    sizes = [tuple(item.callspec.params[k] for k in ("preset", "depth", "width", "T")) for item in request.session.items
+             if item.module is request.module and getattr(item, "originalname", "") == MEASURED]
+
+    def measure(size):
+        try:
+            return rss_growth("wiring", *size)
+        except Exception as error:  # noqa: BLE001 (kept for the test of that size)
+            return error
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return dict(zip(sizes, pool.map(measure, sizes)))
+
+
+MEASURED = "test_the_norms_measurement_reservation_covers_its_measured_peak"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("preset, depth, width, T", SIZES, ids=[f"{p}-{d}L-d{w}-T{t}" for p, d, w, t in SIZES])
-def test_the_norms_measurement_reservation_covers_its_measured_peak(preset, depth, width, T):
+def test_the_norms_measurement_reservation_covers_its_measured_peak(growths, preset, depth, width, T):
     config = PRESETS[preset].replace(n_layers=depth, d_model=width)
-    growth = rss_growth("wiring", preset, depth, width, T)
+    growth = growths[(preset, depth, width, T)]
+    if isinstance(growth, Exception):
+        raise growth
     estimate = wiring.measuring_nbytes(config, T)
     # covered, and not far above: the deepest narrow models, whose activations dominate, are the loosest (1.4x)
     assert growth <= estimate <= 1.5 * growth + wiring.MEASURE_OVERHEAD, (growth / MiB, estimate / MiB)

@@ -13,11 +13,20 @@ BASE = PRESETS["small-4l"]
 
 
 @pytest.fixture(scope="module")
-def paper():
+def tokens():
+    return corpus_tokens()
+
+
+@pytest.fixture(scope="module")
+def paper(tokens):
+    """The paper's measurement (seconds: the tests that read it are marked slow)."""
+    threads = torch.get_num_threads()
     torch.set_num_threads(2)
-    tokens = corpus_tokens()
-    grads = xiong.measure_ffn_gradients(xiong.PAPER, BASE, tokens)
-    scaling = xiong.depth_scaling(xiong.PAPER, BASE, tokens, xiong.PAPER_DEPTHS)
+    try:
+        grads = xiong.measure_ffn_gradients(xiong.PAPER, BASE, tokens)
+        scaling = xiong.depth_scaling(xiong.PAPER, BASE, tokens, xiong.PAPER_DEPTHS)
+    finally:
+        torch.set_num_threads(threads)  # conftest's setting again for the tests after these
     return tokens, grads, scaling
 
 
@@ -31,9 +40,10 @@ def test_shapes_and_spread(paper):
     assert np.all(scaling.mean["pre"] > 0) and np.all(scaling.sd["post"] > 0)
 
 
-def test_one_gradient_against_backward(paper):
-    """ffn_grad_norms equals the norm of .grad after loss.backward() on a fresh model."""
-    tokens = paper[0]
+def test_one_gradient_against_backward():
+    """ffn_grad_norms equals the norm of .grad after loss.backward() on a fresh model (any ids will do: random ones,
+    not the corpus, which takes a second to read)."""
+    tokens = torch.randint(0, BASE.vocab_size, (4096,), generator=torch.Generator().manual_seed(0))
     x, y = xiong.text_batches(tokens, xiong.PAPER)[0]
     model = twin_models(xiong.PAPER.config(BASE, 2), 0, "xavier")["post"]
     got = xiong.ffn_grad_norms(model, x, y)
@@ -43,6 +53,7 @@ def test_one_gradient_against_backward(paper):
     np.testing.assert_allclose(got, want, rtol=1e-4)
 
 
+@pytest.mark.slow  # the paper's measurement: seconds, for these and test_shapes_and_spread
 @pytest.mark.parametrize("matrix", list(xiong.MATRICES))
 def test_claims_marked_reproduced_hold_in_the_numbers(paper, matrix):
     _, grads, scaling = paper

@@ -126,6 +126,23 @@ def test_the_console_command_counts_gpt2_xl_from_outside_the_checkout(installed)
     assert lines[1:] == ["True", "True"]  # the corpora came with it
 
 
+def test_nbconvert_finds_the_offline_exporter_by_its_name_once_installed(installed):
+    """The entry point `jupyter nbconvert --to gptviz_html` (and JupyterLab's export menu) finds."""
+    pytest.importorskip("nbconvert")
+    from jupyter_core.paths import jupyter_path
+    venv, outside = installed
+    # The venv borrows this interpreter's packages through a .pth file but not their data files, so nbconvert's
+    # templates (share/jupyter/nbconvert, installed beside nbconvert) are shown to it through JUPYTER_PATH.
+    env = {**clean_env(venv), "JUPYTER_PATH": os.pathsep.join(jupyter_path())}
+    out = subprocess.run(
+        [str(venv / "bin" / "python"), "-c",
+         "from nbconvert.exporters.base import get_exporter, get_export_names; e = get_exporter('gptviz_html'); "
+         "print(e.__module__, e.__name__, 'gptviz_html' in get_export_names())"],
+        cwd=outside, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["gptviz.notebook.html_export", "OfflineHTMLExporter", "True"]
+
+
 def test_the_installed_package_holds_its_data_and_loads_a_bundled_model(installed):
     venv, _ = installed
     code = ("from gptviz import load_pretrained, get_tokenizer; from gptviz.model.weights import bundled_models;"

@@ -70,3 +70,11 @@ def browser():
         chromium = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
         yield chromium
         chromium.close()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under `pytest -n 2` (xdist), each worker collects and the files go out in that order: longest first, so the two
+    workers finish together (tests/suite_order.py). A serial run keeps the files in their usual order."""
+    if hasattr(config, "workerinput"):
+        from suite_order import longest_files_first, read_table
+        items[:] = longest_files_first(items, read_table())

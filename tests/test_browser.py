@@ -308,7 +308,9 @@ def test_the_attention_views_from_other_tools_at_16_and_64_tokens(browser, serve
     page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2, steps=3)
     page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
     page.get_by_role("radio", name="␣F", exact=True).and_(page.locator('[aria-checked="true"]')).wait_for()
-    assert page.get_by_role("switch", name="Only the chosen query's lines").is_checked()
+    # the same rerun turns the switch on, but its drawing may land after the radio's under load: wait for it
+    from playwright.sync_api import expect
+    expect(page.get_by_role("switch", name="Only the chosen query's lines")).to_be_checked(timeout=30_000)
     no_exception(page)
     # model view: the marker in a panel's corner opens that head in the One head view
     page.goto(f"{server}/?source=preset&preset=tiny&prompt={quote(' '.join(letters[:16]))}"

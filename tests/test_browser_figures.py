@@ -3,6 +3,8 @@ at a phone's figure width and at a desktop column's): probability ticks each wri
 quantile labels apart, its promoted and suppressed tokens named off the bars."""
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -23,17 +25,24 @@ BOXES_JS = """(selector) => [...document.querySelectorAll(selector)].filter((el)
   .map((el) => ({text: el.textContent, ...el.getBoundingClientRect().toJSON()}))"""
 
 
+DRAWS = itertools.count()
+
+
 @pytest.fixture(scope="module")
 def chromium(browser):
-    """The module's Chromium (conftest's fixture); no app server."""
-    return browser
+    """One tab of the module's Chromium (conftest's fixture; no app server) that opens every figure in turn: each
+    figure's file inlines Plotly's 4.6 MB script, which a new tab parses afresh (about 1.5 s) and a tab that already
+    ran the same script reuses (0.3-0.6 s)."""
+    page = browser.new_page()
+    yield page
+    page.close()
 
 
-def drawn(chromium, fig, width: int, tmp_path):
-    """A page showing the figure `width` px wide (the HTML file's div fills the window's width)."""
-    path = tmp_path / "figure.html"
+def drawn(page, fig, width: int, tmp_path):
+    """The tab showing the figure `width` px wide (the HTML file's div fills the window's width)."""
+    path = tmp_path / f"figure-{next(DRAWS)}.html"   # a new address each time: never a cached earlier figure
     path.write_bytes(figure_html(fig).replace(b"<body>", b'<body style="margin:0">', 1))
-    page = chromium.new_page(viewport={"width": width, "height": 900})
+    page.set_viewport_size({"width": width, "height": 900})
     page.goto(path.as_uri())
     page.locator(".main-svg").first.wait_for()
     page.wait_for_timeout(300)
@@ -50,7 +59,6 @@ def test_probability_ticks_are_distinct(chromium, tmp_path, width, top):
     for figure in (fig, training):
         page = drawn(chromium, figure, width, tmp_path)
         ticks = [b["text"] for b in page.evaluate(BOXES_JS, ".xtick text")]
-        page.close()
         assert len(ticks) >= 3, ticks
         assert len(set(ticks)) == len(ticks), ticks        # before: "0% 1% 1% 1% 2%" on a 0..2% axis
         assert all(t.endswith("%") for t in ticks), ticks
@@ -71,7 +79,6 @@ def test_histogram_quantile_labels_apart(chromium, tmp_path, width, quantiles):
     labels = page.evaluate(BOXES_JS, ".annotation-text")
     plot = page.evaluate("() => document.querySelector('.nsewdrag').getBoundingClientRect().toJSON()")
     ticks = page.evaluate(BOXES_JS, ".ytick text, .gtitle")
-    page.close()
     assert sorted(b["text"] for b in labels) == sorted("median" if q == 0.5 else f"{q:.0%}" for q in quantiles)
     assert not overlapping(labels), overlapping(labels)
     for b in labels:
@@ -94,7 +101,6 @@ def test_promoted_and_suppressed_tokens_are_named_off_the_bars(chromium, tmp_pat
     titles = page.evaluate(BOXES_JS, ".annotation-text, .g-xtitle text, .g-x2title text")
     from test_browser_phone import TICKS_JS, crowded_ticks
     ticks = [page.evaluate(TICKS_JS, f".{axis}tick text")[0] for axis in ("x", "x2")]
-    page.close()
     for axis in ticks:
         assert len(axis) >= 2 and not crowded_ticks(axis), axis
         assert not any(t["angle"] for t in axis), axis                       # upright, not slanted to fit
@@ -131,7 +137,6 @@ def test_token_axes_apart_on_a_phone(chromium, tmp_path, width, named, name):
     page = drawn(chromium, token_heatmaps()[name], width, tmp_path)
     xs = page.evaluate(TICKS_JS, ".xtick text")[0]
     ys = page.evaluate(BOXES_JS, ".ytick text")
-    page.close()
     assert len(xs) >= named, [t["text"] for t in xs]          # tokens still named, more where there is room
     assert not crowded_ticks(xs), crowded_ticks(xs)
     if name != "patching":                                    # its rows are layers

@@ -131,3 +131,21 @@ def test_the_sidebar_says_what_the_twin_was_trained_on_and_what_it_did_not_learn
     frequent = report.get("frequent_ids_induction", {}).get("best_induction_head", {}).get("score", 0.0)
     assert ("did not grow an induction head" in text) == (not grown and frequent < 0.3)
     assert ("for the frequent tokens it practised on" in text) == (not grown and frequent >= 0.3)
+
+
+@pytest.mark.parametrize("name", TWINS)
+def test_each_card_says_why_the_twins_were_not_trained_alike_from_the_trials_own_files(name):
+    """Issue 41: both cards state the one difference and its evidence, with the numbers of the trial's check and log."""
+    from gptviz.training import recipe_trials
+    from gptviz.training.evaluate import recipe_differences
+    models = bundled_models()
+    pre, post = models["shakespeare-pre"], models["shakespeare-post"]
+    records = [json.loads((f / "config.json").read_text())["training"] for f in (pre, post)]
+    assert recipe_differences(*records) == ["stage 1: init gpt2 against xavier"]   # what "the rest match" rests on
+    section = recipe_trials.card_section(models[name])
+    assert section and section in (models[name] / "MODEL_CARD.md").read_text()
+    trial = json.loads((pre / recipe_trials.OTHER_RECIPE_CHECK).read_text())
+    assert f"cleared {sum(trial['passes'].values())} of {len(trial['passes'])}" in section
+    assert f"induction head {trial['best_induction_head']['score']:.3f}" in section
+    start, best, n = recipe_trials.logged_induction(post / recipe_trials.OTHER_RECIPE_LOG)
+    assert f"at best {best:.3f} over {n} logged evaluations" in section and best < 0.3

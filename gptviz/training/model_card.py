@@ -127,6 +127,13 @@ def formation_card_section(folder: Path) -> str:
             "Heads forming page plays it.\n\n" + formation_section(snaps, snaps.extra.get("reproduction")) + "\n\n")
 
 
+def card_sections(folder: Path) -> str:
+    """The card's sections read from files beside the checkpoint: how the heads formed, and why its twin was not
+    trained alike (recipe_trials.card_section)."""
+    from .recipe_trials import card_section
+    return formation_card_section(folder) + card_section(folder)
+
+
 def model_card(name: str, meta: dict, report: dict, formation: str = "") -> str:
     """Markdown model card: data, training, the measured bars beside their baselines and chance levels,
     a sample, the copy test and how to reproduce."""
@@ -245,5 +252,5 @@ def check_folder(folder: str | Path, data: str | Path | None = None, out: str | 
     target = folder if update_card else Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="gptviz-check-"))
     target.mkdir(parents=True, exist_ok=True)
     (target / "check.json").write_text(json.dumps(report, indent=2))
-    (target / "MODEL_CARD.md").write_text(model_card(folder.name, meta, report, formation_card_section(folder)))
+    (target / "MODEL_CARD.md").write_text(model_card(folder.name, meta, report, card_sections(folder)))
     return report, target

@@ -58,3 +58,30 @@ def logged_induction(path: Path) -> tuple[float, float, int] | None:
     except OSError:
         return None
     return (scores[0], max(scores), len(scores)) if scores else None
+
+
+def card_section(folder: Path) -> str:
+    """The model card's account of the trial beside a bundled twin ("<stem>-pre" / "<stem>-post" in one folder), from
+    the trial's own check and log: why the twins keep two inits. "" where no trial sits beside either twin."""
+    folder = Path(folder)
+    stem, _, norm = folder.name.rpartition("-")
+    if norm not in ("pre", "post") or not stem:
+        return ""
+    pre, post = folder.parent / f"{stem}-pre", folder.parent / f"{stem}-post"
+    trial, own = read_check(pre / OTHER_RECIPE_CHECK), read_check(pre / "check.json")
+    probe = logged_induction(post / OTHER_RECIPE_LOG)
+    if trial is None or own is None or probe is None:
+        return ""
+    start, best, n = probe
+    cleared = lambda check: f"{sum(check['passes'].values())} of {len(check['passes'])}"
+    head = lambda check, key: f"{check[key]['score']:.3f}"
+    return (f"## Its twin was not trained alike\n"
+            f"`{pre.name}` starts from GPT-2's normal(0, 0.02) init and `{post.name}` from Xavier-uniform matrices; "
+            f"the rest of their recipes match. Post-norm on pre-norm's recipe: its copy-only stage's induction score "
+            f"went from {start:.3f} to at best {best:.3f} over {n} logged evaluations (bar {INDUCTION_BAR}; "
+            f"`{post.name}/{OTHER_RECIPE_LOG}`), so Xavier's init is the smallest change found that trains it. "
+            f"Pre-norm on post-norm's whole recipe (the same init, seeds, batches and schedule) cleared "
+            f"{cleared(trial)} of the check's bars (previous-token head {head(trial, 'best_previous_token_head')}, "
+            f"induction head {head(trial, 'best_induction_head')}, margin below the bigram {trial['margin']:.3f}; "
+            f"`{pre.name}/{OTHER_RECIPE_CHECK}`), against {cleared(own)} on its own. So the twins keep two inits, "
+            f"and what the Pre-norm vs post-norm page compares includes that difference.\n\n")

@@ -127,7 +127,8 @@ def test_the_console_command_counts_gpt2_xl_from_outside_the_checkout(installed)
 
 
 def test_nbconvert_finds_the_offline_exporter_by_its_name_once_installed(installed):
-    """The entry point `jupyter nbconvert --to gptviz_html` (and JupyterLab's export menu) finds."""
+    """nbconvert finds the exporter by the name `jupyter nbconvert --to gptviz_html` uses, and lists it among its
+    export names (the list JupyterLab's export menu reads)."""
     pytest.importorskip("nbconvert")
     from jupyter_core.paths import jupyter_path
     venv, outside = installed

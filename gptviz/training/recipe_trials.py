@@ -7,6 +7,7 @@ import json
 import re
 from pathlib import Path
 
+from ..methods.wiring import trained_twins
 from .evaluate import INDUCTION_BAR, MARGIN_NATS, PREVIOUS_TOKEN_BAR, REPEAT_LOSS_BAR
 
 # The bundled pre-norm twin retrained on post-norm's four-stage recipe (Xavier's init, the same seeds, batches and
@@ -64,10 +65,11 @@ def card_section(folder: Path) -> str:
     """The model card's account of the trial beside a bundled twin ("<stem>-pre" / "<stem>-post" in one folder), from
     the trial's own check and log: why the twins keep two inits. "" where no trial sits beside either twin."""
     folder = Path(folder)
-    stem, _, norm = folder.name.rpartition("-")
-    if norm not in ("pre", "post") or not stem:
+    pair = next((p for p in trained_twins([f.name for f in folder.parent.iterdir()])
+                 if folder.name in (p.pre, p.post)), None)
+    if pair is None:
         return ""
-    pre, post = folder.parent / f"{stem}-pre", folder.parent / f"{stem}-post"
+    pre, post = folder.parent / pair.pre, folder.parent / pair.post
     trial, own = read_check(pre / OTHER_RECIPE_CHECK), read_check(pre / "check.json")
     probe = logged_induction(post / OTHER_RECIPE_LOG)
     if trial is None or own is None or probe is None:

@@ -170,12 +170,19 @@ class Boxes:
     generation: object   # a finished generation (a running one is the live fragment's)
     map_block: object    # the map beside the controls, the suggestion and the detector table
     tabs: object         # the other views
+    live: bool           # the full run gave `generation` to the live fragment (a generation was running)
 
 
 def views(seen: Seen, query: int, found: list[services.Detector], boxes: Boxes) -> None:
     """The pickers and every view: a pick reruns only this fragment, never the model (the capture is kept)."""
-    if state.pop(K.QUERY_MOVED, False) or state.pop(K.ATT_GEN_STARTED, False):
-        st.rerun()  # a view picked another query token (the chips sit outside), or Generate started the live view
+    job = live.stored_generation(seen.spec, seen.ids, live.ATTENTION.page)
+    finished = job is not None and not job.running  # read once: the thread may end while this draws
+    query_moved, started = state.pop(K.QUERY_MOVED, False), state.pop(K.ATT_GEN_STARTED, False)
+    if query_moved or started or (finished and boxes.live):
+        # a view picked another query token (the chips sit outside), Generate started the live view, or the
+        # live generation ended (Stop, or its last token): the generation's box was the live fragment's, and a
+        # fragment rerun may write only where this fragment wrote in the last full run, so the page reruns whole
+        st.rerun()
     with boxes.map_block:
         left, right = st.columns([3, 2], gap="medium")
         with right:  # drawn first: the map's picks come from these widgets
@@ -196,8 +203,7 @@ def views(seen: Seen, query: int, found: list[services.Detector], boxes: Boxes) 
                     VIEW_DRAWERS[view](seen, pick)
     reproduce.show(reproduce.attention(seen.spec, seen.ids, pick.layer, None if pick.head == MEAN_HEAD else pick.head,
                                        reproduce.prompt_text(), pick.query))
-    job = live.stored_generation(seen.spec, seen.ids, live.ATTENTION.page)
-    if job is not None and not job.running:  # a running one is the live fragment's
+    if finished:  # a running one is the live fragment's
         with boxes.generation:
             finished_generation(live.generation_view(job), seen, pick)
     sync_address()  # a pick here reruns only this fragment, not the router that writes the address
@@ -297,10 +303,11 @@ def main() -> None:
         example_buttons()
         overview_link()  # the whole forward pass at a glance
     job = live.stored_generation(seen.spec, seen.ids, live.ATTENTION.page)
-    if job is not None and job.running:
+    running = job is not None and job.running
+    if running:
         with generation_box:
             live.live_fragment(seen.spec, seen.ids, live.ATTENTION.page, lambda run: draw_running(run, seen))
-    st.fragment(views)(seen, query, found, Boxes(generation_box, map_box, tabs_box))
+    st.fragment(views)(seen, query, found, Boxes(generation_box, map_box, tabs_box, live=running))
 
 
 main()

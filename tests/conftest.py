@@ -68,8 +68,31 @@ def browser():
     sync_api = pytest.importorskip("playwright.sync_api")
     with sync_api.sync_playwright() as p:
         chromium = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-        yield chromium
+        yield WatchedBrowser(chromium)
         chromium.close()
+
+
+class WatchedBrowser:
+    """The Chromium, whose every new page records the exception boxes that appear on it, however briefly
+    (test_browser.EXCEPTION_WATCH_JS; test_browser.no_exception reads the record)."""
+
+    def __init__(self, chromium):
+        self._chromium = chromium
+
+    def new_context(self, **options):
+        from test_browser import EXCEPTION_WATCH_JS
+        context = self._chromium.new_context(**options)
+        context.add_init_script(EXCEPTION_WATCH_JS)
+        return context
+
+    def new_page(self, **options):
+        from test_browser import EXCEPTION_WATCH_JS
+        page = self._chromium.new_page(**options)
+        page.add_init_script(EXCEPTION_WATCH_JS)
+        return page
+
+    def __getattr__(self, name):
+        return getattr(self._chromium, name)
 
 
 def pytest_collection_modifyitems(config, items):

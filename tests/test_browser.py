@@ -110,9 +110,25 @@ def hover_bar(page, bars, key: int) -> str:
     return tip.text_content()
 
 
+# Installed in every page conftest's Chromium opens (before the app's own scripts): records each Streamlit exception
+# box that appears, even one a later run removes. A box that flashes for the length of one script run is still an
+# error a visitor saw, and a check of the page at one moment misses it.
+EXCEPTION_WATCH_JS = """(() => {
+  const seen = window.__gvExceptions = [];
+  const look = () => document.querySelectorAll('[data-testid="stException"]').forEach(box => {
+    if (!seen.includes(box)) seen.push(box);
+  });
+  new MutationObserver(look).observe(document, {childList: true, subtree: true});
+})();"""
+
+
 def no_exception(page) -> None:
+    """No Streamlit exception box on the page now, nor any that showed since the page loaded (where conftest's
+    watch is installed)."""
     boxes = page.locator('[data-testid="stException"]')
     assert boxes.count() == 0, boxes.all_inner_texts()  # the message names the exception when one shows
+    flashed = page.evaluate("(window.__gvExceptions || []).map(box => box.textContent.slice(0, 600))")
+    assert not flashed, flashed  # shown for a moment, then removed by a later run
 
 
 FONT_JS = "(el) => { const s = getComputedStyle(el); return `${s.fontFamily} ${s.fontSize} ${s.lineHeight}`; }"

@@ -70,7 +70,7 @@ def controls(c: Controls, spec: ModelSpec, model: GPT, ids) -> None:
     b1, b2, b3, b4 = st.columns([1, 1, 1, 3], vertical_alignment="bottom")
     b1.button("Generate", type="primary", key=c.generate, width="stretch", on_click=_start,
               args=(c, spec, model, tuple(ids)))
-    b2.button("Stop", key=c.stop, width="stretch", on_click=stop_generation,
+    b2.button("Stop", key=c.stop, width="stretch", on_click=stop_pressed,
               help="Ends the generation and keeps the tokens written so far.")
     b3.button("Next token", key=c.next, width="stretch", on_click=next_token, args=(c,),
               help="Writes one more token of the running generation (and sets the pace to one token per click).")
@@ -96,7 +96,7 @@ def compact_controls(c: Controls, spec: ModelSpec, model: GPT, ids, on_start=Non
         st.button("Generate", type="primary", key=c.generate, on_click=_start_then, args=(c, spec, model, tuple(ids),
                   on_start), help="The model writes a continuation; watch each new token's attention row appear.")
         c.temperature.slider(st, width=150)
-        st.button("Stop", key=c.stop, on_click=stop_generation, help="Ends the generation and keeps the tokens "
+        st.button("Stop", key=c.stop, on_click=stop_pressed, help="Ends the generation and keeps the tokens "
                                                                     "written so far.")
         st.button("Next token", key=c.next, on_click=next_token, args=(c,),
                   help="Writes one more token of the running generation (and sets the pace to one token per click).")
@@ -200,6 +200,18 @@ def stop_generation(unless_page: str | None = None) -> None:
     entry = st.session_state.get(K.GENERATION)
     if entry and entry["page"] != unless_page:
         entry["job"].stop(keep=entry["job"].shown)
+
+
+STOP_WAIT_S = 1.0  # a stopped model ends before its next token: a forward pass at most, or a tenth of a second in line
+
+
+def stop_pressed() -> None:
+    """Stop's callback: stop the generation and wait until it is over, so the run the click starts draws it
+    finished (not one more live frame, then a second run)."""
+    stop_generation()
+    entry = st.session_state.get(K.GENERATION)
+    if entry:
+        entry["job"].wait(STOP_WAIT_S)
 
 
 def stored_generation(spec: ModelSpec, ids, page: str) -> LiveGeneration | None:

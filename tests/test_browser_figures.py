@@ -3,12 +3,10 @@ at a phone's figure width and at a desktop column's): probability ticks each wri
 quantile labels apart, its promoted and suppressed tokens named off the bars."""
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 import pytest
 
-from gptviz.export import figure_html
+from gptviz.export import annotation_width_css, figure_html
 from gptviz.figures import generation as fg
 from gptviz.figures import training as ft
 from gptviz.figures import units as fu
@@ -25,39 +23,61 @@ BOXES_JS = """(selector) => [...document.querySelectorAll(selector)].filter((el)
   .map((el) => ({text: el.textContent, ...el.getBoundingClientRect().toJSON()}))"""
 
 
-DRAWS = itertools.count()
+# Draws a figure into the tab that already runs Plotly: the old figure purged, the new one's annotation CSS in the head
+# (figure_html's), its <div> and script from the same to_html call figure_html makes, minus Plotly's inlined source.
+# Resolves once Plotly.newPlot's promise has and two frames have painted.
+DRAW_JS = """async ({css, snippet}) => {
+  document.querySelectorAll('.plotly-graph-div').forEach((gd) => { Plotly.purge(gd); gd.remove(); });
+  document.getElementById('gv-css').textContent = css;
+  const stage = document.getElementById('gv-stage');
+  stage.innerHTML = snippet;
+  for (const old of stage.querySelectorAll('script')) {  // scripts set by innerHTML do not run: run a copy
+    const script = document.createElement('script');
+    script.textContent = old.textContent;
+    old.replaceWith(script);
+  }
+  await window.gvDrawn;
+  await new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done)));
+}"""
 
 
 @pytest.fixture(scope="module")
-def chromium(browser):
-    """One tab of the module's Chromium (conftest's fixture; no app server) that opens every figure in turn: each
-    figure's file inlines Plotly's 4.6 MB script, which a new tab parses afresh (about 1.5 s) and a tab that already
-    ran the same script reuses (0.3-0.6 s)."""
+def chromium(browser, tmp_path_factory):
+    """One tab of the module's Chromium (conftest's fixture; no app server) that draws every figure in turn. It opens
+    one figure's standalone file (gptviz.export.figure_html, Plotly's 4.6 MB script inlined) once; each test's figure
+    is then drawn in place by the same Plotly.newPlot call its own file makes. Opening each figure's file took 1.8 s
+    a figure (54 figures, 100 s), most of it Plotly's script run again."""
+    first = tmp_path_factory.mktemp("figures") / "first.html"
+    html = figure_html(fg.next_token_bars([0], [1.0], [True], ["t0"], sampled_id=0, sampled_rank=1, sampled_prob=1.0,
+                                          sampled_label="t0", n_allowed=1, kept_mass=1.0))
+    first.write_bytes(html.replace(b"</head>", b'<style id="gv-css"></style></head>', 1)
+                      .replace(b"<body>", b'<body style="margin:0"><div id="gv-stage"></div>', 1))
     page = browser.new_page()
+    page.goto(first.as_uri())
+    page.locator(".main-svg").first.wait_for()
+    page.evaluate("() => { const draw = Plotly.newPlot; Plotly.newPlot = (...args) => (window.gvDrawn = draw(...args)); }")
     yield page
     page.close()
 
 
-def drawn(page, fig, width: int, tmp_path):
-    """The tab showing the figure `width` px wide (the HTML file's div fills the window's width)."""
-    path = tmp_path / f"figure-{next(DRAWS)}.html"   # a new address each time: never a cached earlier figure
-    path.write_bytes(figure_html(fig).replace(b"<body>", b'<body style="margin:0">', 1))
+def drawn(page, fig, width: int):
+    """The tab showing the figure `width` px wide (its div fills the window's width, as in its own file)."""
     page.set_viewport_size({"width": width, "height": 900})
-    page.goto(path.as_uri())
-    page.locator(".main-svg").first.wait_for()
-    page.wait_for_timeout(300)
+    page.evaluate(DRAW_JS, {"css": annotation_width_css(fig, ".plotly-graph-div"),
+                            "snippet": fig.to_html(include_plotlyjs=False, full_html=False,
+                                                   config={"displaylogo": False})})
     return page
 
 
 @pytest.mark.parametrize("width", WIDTHS)
 @pytest.mark.parametrize("top", [0.02, 0.05, 0.011, 0.3, 0.004, 0.9])
-def test_probability_ticks_are_distinct(chromium, tmp_path, width, top):
+def test_probability_ticks_are_distinct(chromium, width, top):
     probs = np.linspace(top, top / 10, 10)
     fig = fg.next_token_bars(list(range(10)), probs, [True] * 10, [f"t{i}" for i in range(10)], sampled_id=0,
                              sampled_rank=1, sampled_prob=top, sampled_label="t0", n_allowed=10, kept_mass=0.5)
     training = ft.next_token_bars({"a": [(f"t{i}", float(p)) for i, p in enumerate(probs)]})
     for figure in (fig, training):
-        page = drawn(chromium, figure, width, tmp_path)
+        page = drawn(chromium, figure, width)
         ticks = [b["text"] for b in page.evaluate(BOXES_JS, ".xtick text")]
         assert len(ticks) >= 3, ticks
         assert len(set(ticks)) == len(ticks), ticks        # before: "0% 1% 1% 1% 2%" on a 0..2% axis
@@ -74,8 +94,8 @@ def histogram(quantiles):
 @pytest.mark.parametrize("quantiles", [{0.01: -0.17, 0.5: -0.02, 0.99: 4.13},               # seen: "1%dian"
                                        {0.01: 0.1, 0.25: 0.12, 0.5: 0.15, 0.75: 0.2, 0.99: 5.4},
                                        {0.5: 2.0}])
-def test_histogram_quantile_labels_apart(chromium, tmp_path, width, quantiles):
-    page = drawn(chromium, histogram(quantiles), width, tmp_path)
+def test_histogram_quantile_labels_apart(chromium, width, quantiles):
+    page = drawn(chromium, histogram(quantiles), width)
     labels = page.evaluate(BOXES_JS, ".annotation-text")
     plot = page.evaluate("() => document.querySelector('.nsewdrag').getBoundingClientRect().toJSON()")
     ticks = page.evaluate(BOXES_JS, ".ytick text, .gtitle")
@@ -88,13 +108,13 @@ def test_histogram_quantile_labels_apart(chromium, tmp_path, width, quantiles):
 
 
 @pytest.mark.parametrize("width", WIDTHS)
-def test_promoted_and_suppressed_tokens_are_named_off_the_bars(chromium, tmp_path, width):
+def test_promoted_and_suppressed_tokens_are_named_off_the_bars(chromium, width):
     promoted = [(t, 0.7 - 0.02 * i) for i, t in enumerate([" and", "\n", " or", "--", " ", " but", " though", " nor",
                                                             " for", " I"])]
     suppressed = [(t, -1.4 + 0.01 * i) for i, t in enumerate([" acutely", " mare", "q", " integ", " Mill", "ima",
                                                               " Court", " fixing", " baseless", " named"])]
     label = lambda items: [(token_label(t.encode()), v) for t, v in items]   # as the page passes them: "␣and"
-    page = drawn(chromium, fu.direct_effect_bars(label(promoted), label(suppressed)), width, tmp_path)
+    page = drawn(chromium, fu.direct_effect_bars(label(promoted), label(suppressed)), width)
     labels = page.evaluate(BOXES_JS, ".ytick text, .y2tick text")
     bars = [dict(b, text="bar") for b in page.evaluate(BOXES_JS.replace(
         ".filter((el) => el.textContent.trim())", ""), ".point path")]
@@ -132,9 +152,9 @@ def token_heatmaps():
 
 @pytest.mark.parametrize("width,named", [(358, 8), (900, 14)])
 @pytest.mark.parametrize("name", ["attention", "patching", "causal mask"])
-def test_token_axes_apart_on_a_phone(chromium, tmp_path, width, named, name):
+def test_token_axes_apart_on_a_phone(chromium, width, named, name):
     from test_browser_phone import TICKS_JS, crowded_ticks
-    page = drawn(chromium, token_heatmaps()[name], width, tmp_path)
+    page = drawn(chromium, token_heatmaps()[name], width)
     xs = page.evaluate(TICKS_JS, ".xtick text")[0]
     ys = page.evaluate(BOXES_JS, ".ytick text")
     assert len(xs) >= named, [t["text"] for t in xs]          # tokens still named, more where there is room

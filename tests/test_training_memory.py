@@ -19,8 +19,11 @@ MiB = 2**20
 @pytest.mark.slow
 @pytest.mark.parametrize("wirings", ["pre", "pre,post"])
 def test_the_grow_runs_reservation_is_close_to_its_measured_peak(wirings):
-    out = subprocess.run([sys.executable, str(HERE / "rss_growth.py"), "grow", wirings, "3"], capture_output=True,
+    # One step: the run's peak is its validation pass over the whole vocabulary, which the first step takes (after
+    # the optimiser's state exists); later steps repeat it. 3 steps measured 3,455 and 3,681 MiB, 1 step 3,403 and
+    # 3,599, against estimates of 3,652 and 3,757 MiB; a run took 15-20 s instead of 21-30 (quiet machine).
+    out = subprocess.run([sys.executable, str(HERE / "rss_growth.py"), "grow", wirings, "1"], capture_output=True,
                          text=True, timeout=600, check=True)
     growth = int(out.stdout.split()[-1])
-    estimate = job_nbytes(induction_growth_spec(tuple(wirings.split(",")), steps=3))
+    estimate = job_nbytes(induction_growth_spec(tuple(wirings.split(",")), steps=1))
     assert growth <= estimate <= 1.15 * growth, (growth / MiB, estimate / MiB)

@@ -410,3 +410,15 @@ def test_the_model_card_says_when_the_first_stage_started_from_xavier():
     assert "starts from Xavier-uniform matrices (`--init xavier`)" in xavier and "--init xavier" not in plain
     assert "--init xavier --out gptviz/models/x" in xavier.replace("\\\n    ", "")
     assert "warmup in the first stage is longer" in plain and "warmup in the first stage" not in xavier
+
+
+def test_the_chunked_validation_loss_equals_the_whole_batchs():
+    """summed_lm_loss computes the LM head LOSS_ROWS positions at a time: the same sum as lm_loss over the batch."""
+    from gptviz.training.train import LOSS_ROWS, lm_loss, summed_lm_loss
+    model = build()
+    x = random_ids(16, batch=9, seed=1)             # 144 positions: two whole chunks and a partial one
+    y = random_ids(16, batch=9, seed=2)
+    assert x.numel() % LOSS_ROWS and x.numel() > 2 * LOSS_ROWS
+    with torch.no_grad():
+        whole = float(lm_loss(model, x, y)) * y.numel()
+    assert summed_lm_loss(model, x, y) == pytest.approx(whole, rel=1e-6)

@@ -19,11 +19,12 @@ MiB = 2**20
 @pytest.mark.slow
 @pytest.mark.parametrize("wirings", ["pre", "pre,post"])
 def test_the_grow_runs_reservation_is_close_to_its_measured_peak(wirings):
-    # One step: the run's peak is its validation pass over the whole vocabulary, which the first step takes (after
-    # the optimiser's state exists); later steps repeat it. 3 steps measured 3,455 and 3,681 MiB, 1 step 3,403 and
-    # 3,599, against estimates of 3,652 and 3,757 MiB; a run took 15-20 s instead of 21-30 (quiet machine).
+    # One step: every phase of the run (a training step, the validation, a snapshot) happens in the first. The
+    # validation once held the batch's logits over the whole vocabulary (3,403 and 3,599 MiB measured, 3,652 and 3,757
+    # reserved); in chunks of LOSS_ROWS positions the runs grow 342 and 506 MiB, reserved 522 and 626: within the
+    # allowance below, which is looser in ratio than the 1.15x the larger runs met but tighter in MiB (quiet machine).
     out = subprocess.run([sys.executable, str(HERE / "rss_growth.py"), "grow", wirings, "1"], capture_output=True,
                          text=True, timeout=600, check=True)
     growth = int(out.stdout.split()[-1])
     estimate = job_nbytes(induction_growth_spec(tuple(wirings.split(",")), steps=1))
-    assert growth <= estimate <= 1.15 * growth, (growth / MiB, estimate / MiB)
+    assert growth <= estimate <= 1.15 * growth + 192 * MiB, (growth / MiB, estimate / MiB)

@@ -6,13 +6,15 @@ from typing import TYPE_CHECKING
 
 from .memory import activation_nbytes, forward_nbytes
 from ..model.params import total_params
+from ..training.train import LOSS_ROWS
 
 if TYPE_CHECKING:
     from .background_job import JobSpec
 
 FLOAT32 = 4
 # Resident memory a run holds beyond its tensors, as a share of its largest phase: the Heads forming run's RSS grew
-# 3,514 MiB where torch's own records peaked at 3,247 MiB (8%), the allocator's pages around its 1.5 GiB logits.
+# 3,514 MiB where torch's own records peaked at 3,247 MiB (8%), the allocator's pages around its 1.5 GiB logits
+# (before its validation computed the LM head in chunks).
 RUN_OVERHEAD_SHARE = 0.1
 
 
@@ -31,11 +33,11 @@ def _softmax_width(config, settings) -> int:
 def run_nbytes(spec: "JobSpec") -> int:
     """A run at its peak, phase by phase: every model's weights, gradients and AdamW's two moments (they train side
     by side), beside the largest of one model's training step (what autograd keeps, with logits as wide as its
-    softmax: gptviz.training.train.subset_lm_loss) and its validation pass (no gradients, but the whole vocabulary's logits
-    and their log-softmax for the batch: Trainer.evaluate), and the fixed overhead of the process's allocator.
-    The Heads forming page's run trains on 2,000 ids but validates on 50,257: job_nbytes reserved 5,008 MiB for
-    it, counting three full-vocabulary copies of the logits for a training step that never makes them, where the
-    run peaked 3,389 MiB above its baseline (tests/test_training_memory.py measures it)."""
+    softmax: gptviz.training.train.subset_lm_loss) and its validation pass (no gradients; the whole vocabulary's
+    logits and their log-softmax for LOSS_ROWS positions at a time: Trainer.evaluate), and the fixed overhead of the
+    process's allocator. The Heads forming page's run trains on 2,000 ids but validates on 50,257: its validation
+    over the whole batch at once peaked 3,403 MiB above the baseline; in chunks the run peaks at 342 MiB (both
+    wirings 506), reserved 522 (626) (tests/test_training_memory.py measures it)."""
     s = spec.settings
     block = s.block_size or min(c.n_ctx for c in spec.configs.values())
     held = sum(FLOAT32 * 4 * total_params(cfg) for cfg in spec.configs.values())
@@ -43,7 +45,7 @@ def run_nbytes(spec: "JobSpec") -> int:
     for cfg in spec.configs.values():
         narrow = cfg.replace(vocab_size=_softmax_width(cfg, s))
         train = activation_nbytes(narrow, s.batch_size, block)
-        validate = (2 * FLOAT32 * s.batch_size * block * cfg.vocab_size
+        validate = (2 * FLOAT32 * min(LOSS_ROWS, s.batch_size * block) * cfg.vocab_size  # a chunk's logits, twice
                     + forward_nbytes(cfg, block, s.batch_size, patterns=False, all_logits=False))
         phases.append(max(train, validate))
     return held + int((1 + RUN_OVERHEAD_SHARE) * max(phases))

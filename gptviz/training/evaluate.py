@@ -7,7 +7,6 @@ import math
 import re
 
 import torch
-import torch.nn.functional as F
 
 from ..methods import bigram_baseline, head_ranking, induction_test, previous_token_chance, previous_token_scores
 from .corpus import DATA, HELD_OUT_PLAYS, WORKS, Corpus, load_training_data
@@ -15,7 +14,7 @@ from ..model.generate import generate
 from ..model.hooks import act_name, capture
 from ..model.model import GPT
 from ..model.tokenizer import get_tokenizer
-from .train import most_frequent_ids
+from .train import most_frequent_ids, summed_lm_loss
 # The training record's readers are asked for here by the pages (with corpus_of, a checkpoint's data).
 from .training_record import recipe_differences, training_stages, twins_caveat  # noqa: F401
 
@@ -36,12 +35,6 @@ COPY_PROMPT = "A B C D E F G H A B C"
 COPY_EXPECTED = " D E F G H"
 
 
-# Positions per LM-head chunk in validation_loss: a chunk's logits (64 x 50,257 floats) stay in the CPU's cache
-# between the head and the loss. One torch thread, 2,048 positions of a d_model 128 model: 0.62 s as one matrix,
-# 0.44 s in chunks of 64.
-LOSS_ROWS = 64
-
-
 @torch.no_grad()
 def validation_loss(model: GPT, val: torch.Tensor, batch: int = 16) -> float:
     """Mean next-token loss over every non-overlapping n_ctx window of the validation tokens."""
@@ -50,14 +43,7 @@ def validation_loss(model: GPT, val: torch.Tensor, batch: int = 16) -> float:
     n = (len(val) - 1) // block
     x = val[: n * block].view(n, block)
     y = val[1: n * block + 1].view(n, block)
-    total = 0.0
-    for i in range(0, n, batch):
-        hidden = model.final_hidden(x[i:i + batch])
-        hidden = hidden.reshape(-1, hidden.shape[-1])
-        target = y[i:i + batch].reshape(-1).to(hidden.device)
-        for r in range(0, len(hidden), LOSS_ROWS):
-            logits = model.lm_head(hidden[r:r + LOSS_ROWS]).float()
-            total += float(F.cross_entropy(logits, target[r:r + LOSS_ROWS], reduction="sum"))
+    total = sum(summed_lm_loss(model, x[i:i + batch], y[i:i + batch]) for i in range(0, n, batch))
     return total / (n * block)
 
 

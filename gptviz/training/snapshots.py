@@ -144,9 +144,11 @@ def repeat_loss(logits: torch.Tensor, probe: Probe) -> float:
 
 @torch.no_grad()
 def held_out_loss(model: GPT, windows: torch.Tensor) -> float:
-    """Mean next-token loss (full vocabulary) over fixed held-out windows [n, block + 1]."""
-    logits = model(windows[:, :-1])
-    return float(F.cross_entropy(logits.reshape(-1, logits.size(-1)), windows[:, 1:].reshape(-1)))
+    """Mean next-token loss (full vocabulary) over fixed held-out windows [n, block + 1]; the LM head in chunks, so
+    the windows' logits never exist at once (gptviz.training.train.summed_lm_loss)."""
+    from .train import summed_lm_loss
+    target = windows[:, 1:]
+    return summed_lm_loss(model, windows[:, :-1], target) / target.numel()
 
 
 def held_out_windows(held_out: torch.Tensor, block: int, n: int = 4) -> torch.Tensor:

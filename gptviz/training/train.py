@@ -173,6 +173,26 @@ def lm_loss(model: GPT, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.to(logits.device).reshape(-1))
 
 
+# Positions per LM-head chunk when no gradient is needed (validation): a chunk's logits (64 x 50,257 floats) stay in
+# the CPU's cache between the head and the loss, and the whole batch's logits never exist at once. One torch thread,
+# 2,048 positions of a d_model 128 model: 0.62 s as one matrix, 0.44 s in chunks of 64.
+LOSS_ROWS = 64
+
+
+@torch.no_grad()
+def summed_lm_loss(model: GPT, x: torch.Tensor, y: torch.Tensor) -> float:
+    """The sum of the next-token losses of every position of `x` [B, T] against `y`, without gradients, the LM head
+    and the loss computed LOSS_ROWS positions at a time (equal to lm_loss * B * T up to float rounding)."""
+    hidden = model.final_hidden(x)
+    hidden = hidden.reshape(-1, hidden.shape[-1])
+    target = y.reshape(-1).to(hidden.device)
+    total = 0.0
+    for r in range(0, len(hidden), LOSS_ROWS):
+        logits = model.lm_head(hidden[r:r + LOSS_ROWS]).float()
+        total += float(F.cross_entropy(logits, target[r:r + LOSS_ROWS], reduction="sum"))
+    return total
+
+
 @dataclass
 class StepLog:
     step: int
@@ -253,7 +273,7 @@ class Trainer:
         for chunk in starts.split(self.settings.batch_size):
             x = torch.stack([tokens[s:s + block] for s in chunk])
             y = torch.stack([tokens[s + 1:s + block + 1] for s in chunk])
-            losses.append(float(lm_loss(self.model, x, y)))
+            losses.append(summed_lm_loss(self.model, x, y) / y.numel())
         return sum(losses) / len(losses)
 
 

@@ -2,6 +2,7 @@
 the on-disk format, and the shipped index of shakespeare-pre."""
 from __future__ import annotations
 
+import math
 import json
 
 import numpy as np
@@ -431,3 +432,28 @@ def test_head_write_norms_equal_the_norm_of_each_heads_write():
         got = ix.head_write_norms(z, weight)
         assert got.shape == by_hand.shape and torch.equal(got[0, 0], torch.zeros(shape[-1]))
         torch.testing.assert_close(got, by_hand, rtol=3e-6, atol=1e-7)
+
+
+def test_the_running_top_k_equals_one_sort_of_every_value_ties_included():
+    """scan._keep_top over many batches (units that fill their K entries take the candidates' path, the others a
+    top-k) against one sort of all values by (value descending, location ascending): dead units (all zeros), units
+    with ties at their K-th value, and ordinary ones."""
+    import types
+    from gptviz.index.scan import _keep_top
+    g = torch.Generator().manual_seed(0)
+    K, units, batches, rows = 5, 7, 9, 13
+    values = torch.randn(batches * rows, units, generator=g)
+    values[:, 0] = 0.0                                          # a dead unit: every value ties
+    values[:, 1] = torch.randint(0, 3, (batches * rows,), generator=g).float()  # three values, many ties
+    values[::4, 2] = 5.0                                        # a tie at the top, every 4th row
+    part = types.SimpleNamespace(best_v=torch.full((units + 3, K), -math.inf),
+                                 best_loc=torch.full((units + 3, K), -1, dtype=torch.long))
+    first = 3                                                   # the block's first unit is not unit 0
+    for b in range(batches):
+        block = values[b * rows:(b + 1) * rows]
+        loc = torch.arange(b * rows, (b + 1) * rows) + 1000
+        _keep_top(part, first, block, block.amax(0), loc, K)
+    for u in range(units):
+        expected = sorted(((-float(v), 1000 + i) for i, v in enumerate(values[:, u])))[:K]
+        assert part.best_v[first + u].tolist() == [-v for v, _ in expected], u
+        assert part.best_loc[first + u].tolist() == [i for _, i in expected], u

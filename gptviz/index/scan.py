@@ -232,18 +232,45 @@ def scan_batches(model, docs, plan: ScanPlan, batches: Sequence[int] | range | N
 def _keep_top(part: PartialScan, first: int, values: torch.Tensor, high: torch.Tensor, loc: torch.Tensor,
               K: int) -> None:
     """Merge a block's top values into the running top K of its units. Only units whose batch maximum reaches their
-    K-th value so far can gain an entry (ties included: the merge orders them by location), so after the first batches
-    most units skip the top-k, the scan's second largest cost, entirely."""
+    K-th value so far can gain an entry, so after the first batches most units skip this, the scan's second largest
+    cost, entirely. A unit that can gains only from its values at or above a threshold: its K-th so far, or, while
+    it has fewer than K entries, the block's own K-th largest value (a top-k of its column). Those few candidates,
+    ties included, are merged in the one total order (_merge_candidates)."""
     units = torch.arange(first, first + values.shape[1])
-    hit = (high >= part.best_v[units, -1]).nonzero().squeeze(1)
+    threshold = part.best_v[units, -1]
+    hit = (high >= threshold).nonzero().squeeze(1)
     if not len(hit):
         return
-    rows = units[hit]
-    # each unit's values as one contiguous row (topk along a strided column is about twice as slow)
-    own = values.t().contiguous() if len(hit) == values.shape[1] else values.index_select(1, hit).t().contiguous()
-    top = own.topk(min(K, values.shape[0]), dim=1)
-    part.best_v[rows], part.best_loc[rows] = _top_merge(torch.cat([part.best_v[rows], top.values], 1),
-                                                        torch.cat([part.best_loc[rows], loc[top.indices]], 1), K)
+    threshold = threshold[hit]
+    filling = (~torch.isfinite(threshold)).nonzero().squeeze(1)
+    if len(filling):
+        cols = hit[filling]
+        # each unit's values as one contiguous row (topk along a strided column is about twice as slow)
+        own = values.t().contiguous() if len(cols) == values.shape[1] else values.index_select(1, cols).t().contiguous()
+        threshold[filling] = own.topk(min(K, values.shape[0]), dim=1).values[:, -1]
+    _merge_candidates(part, first, values, hit, threshold, loc, K)
+
+
+def _merge_candidates(part: PartialScan, first: int, values: torch.Tensor, cols: torch.Tensor,
+                      threshold: torch.Tensor, loc: torch.Tensor, K: int) -> None:
+    """For the units of block columns `cols`: their values at or above `threshold` (one per column) and their K
+    entries so far, in one total order (unit, then value descending, then location ascending: three stable sorts);
+    the first K of each unit are its new entries. Ties fall by location, whichever batch or shard they came from."""
+    block = values if len(cols) == values.shape[1] else values.index_select(1, cols)
+    row, col = (block >= threshold[None]).nonzero(as_tuple=True)
+    held = cols + first
+    v = torch.cat([part.best_v[held].reshape(-1), block[row, col]])
+    at = torch.cat([part.best_loc[held].reshape(-1), loc[row]])
+    unit = torch.cat([held.repeat_interleave(K), held[col]])
+    order = at.masked_fill(at < 0, torch.iinfo(torch.long).max).argsort(stable=True)  # an empty slot sorts last
+    order = order[v[order].argsort(descending=True, stable=True)]
+    order = order[unit[order].argsort(stable=True)]
+    unit, v, at = unit[order], v[order], at[order]
+    counts = torch.bincount(unit - held[0], minlength=int(held[-1] - held[0]) + 1)[held - held[0]]
+    rank = torch.arange(len(unit)) - torch.repeat_interleave(torch.cumsum(counts, 0) - counts, counts)
+    keep = rank < K
+    part.best_v[unit[keep], rank[keep]] = v[keep]
+    part.best_loc[unit[keep], rank[keep]] = at[keep]
 
 
 def _runs(batches: list[int]) -> list[tuple[int, int]]:

@@ -32,6 +32,7 @@ from ..methods.detectors import (duplicate_token_chance, duplicate_token_scores,
                                  previous_token_scores, uniform_attention_chance)
 from ..model.hooks import act_name, capture
 from ..model.model import GPT
+from .train import summed_lm_loss
 
 VERSION = 1
 MAX_PROBE_TOKENS = 64
@@ -146,7 +147,6 @@ def repeat_loss(logits: torch.Tensor, probe: Probe) -> float:
 def held_out_loss(model: GPT, windows: torch.Tensor) -> float:
     """Mean next-token loss (full vocabulary) over fixed held-out windows [n, block + 1]; the LM head in chunks, so
     the windows' logits never exist at once (gptviz.training.train.summed_lm_loss)."""
-    from .train import summed_lm_loss
     target = windows[:, 1:]
     return summed_lm_loss(model, windows[:, :-1], target) / target.numel()
 

@@ -195,7 +195,7 @@ def views(seen: Seen, query: int, found: list[services.Detector], boxes: Boxes) 
                 with st.expander("Heads worth a look: each detector's score beside chance", expanded=True):
                     detector_table(seen, found)
         with left:
-            head_map(seen, pick)
+            head_map(seen, pick, services.head_notes(found, seen.cfg.n_layers, seen.cfg.n_heads) if found else None)
     with boxes.tabs:
         for view, tab in zip(VIEWS, st.tabs(VIEWS, key=K.ATT_VIEW, on_change="rerun")):
             if tab.open is not False:  # a closed tab costs nothing
@@ -272,10 +272,12 @@ def draw_running(run: dict, seen: Seen) -> None:
 
 
 # The page's own layout rules (style only; no user or model text): less room above the title, so the map fits the
-# first screen; on a phone a smaller title.
+# first screen; on a phone a smaller title, and the map's column close above the controls it stacks on (the map's
+# line on its head takes that room, and Generate with its temperature stays on the first screen).
 PAGE_CSS = ("<style>[data-testid='stMainBlockContainer'] {padding-top: 4rem;} "
             "@media (max-width: 640px) {[data-testid='stMainBlockContainer'] {padding-top: 3.5rem;} "
-            "[data-testid='stMainBlockContainer'] h1 {font-size: 1.4rem; padding: 0;}}</style>")
+            "[data-testid='stMainBlockContainer'] h1 {font-size: 1.4rem; padding: 0;} "
+            f"[data-testid='stHorizontalBlock']:has(.st-key-{K.ATT_MAP}) {{row-gap: 0.5rem;}}}}</style>")
 LIVE_TEXT_PX = 180  # the live text's box: a long run scrolls inside it, so the next-token list stays in view
 
 

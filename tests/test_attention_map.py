@@ -92,6 +92,8 @@ def test_colours_are_the_plotly_figures_scale():
     (dict(layer=2), "layer 2 is not in 0..1"),
     (dict(head=4), "head 4 is not in"),
     (dict(head_names=["a"]), "1 head names for 3 heads"),
+    (dict(head_notes=[["a"] * 4]), r"head_notes must be 2 layers x 4 entries"),
+    (dict(head_notes=[["a"] * 3] * 2), r"head_notes must be 2 layers x 4 entries"),
 ])
 def test_bad_arguments_raise_clear_errors(kwargs, message):
     args = dict(layer=0, head=0, query=0, scale="linear") | kwargs
@@ -136,3 +138,10 @@ def test_a_generation_places_each_step_row_at_its_window():
     assert data["divider"] == len(prompt)
     with pytest.raises(ValueError, match="at least one step"):
         amap.generation_payload([], labels, 6, layer=0, head=0, scale="linear")
+
+
+def test_head_notes_travel_as_plain_strings_per_layer_and_head():
+    notes = [[f"layer {l} head {h}" for h in range(3)] + [""] for l in range(2)]
+    data = amap.payload(patterns(), list("abcde"), layer=1, head=0, query=0, scale="linear", head_notes=notes)
+    assert data["head_notes"] == notes
+    assert amap.payload(patterns(), list("abcde"), layer=1, head=0, query=0, scale="linear")["head_notes"] is None

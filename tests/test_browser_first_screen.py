@@ -72,6 +72,7 @@ def test_the_first_screen_holds_prompt_map_and_generate_and_keeps_a_generation_i
     boxes = {"prompt box": visible_prompt_box(page).bounding_box(), "map": the_map.bounding_box(),
              "map's layer pickers": the_map.locator(".gv-layers").bounding_box(),
              "map's head pickers": the_map.locator(".gv-heads").bounding_box(),
+             "map's line on its head": the_map.locator(".gv-sub").bounding_box(),
              "Generate": generate.bounding_box(),
              "Temperature": page.locator(".st-key-att_gen_temp").bounding_box()}
     if width > 768:  # a desktop shows the page's own pickers beside the map; a phone's follow Generate

@@ -9,6 +9,7 @@ import urllib.parse
 
 import pytest
 
+from test_browser_first_screen import inside
 from test_browser import CHROMIUM, hover_cell, no_exception, wait_for_idle  # the server and Chromium: conftest's
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not CHROMIUM.exists(), reason="needs /usr/bin/chromium")]
@@ -132,9 +133,15 @@ def test_the_first_screen_holds_the_prompt_box_and_a_head_worth_a_look(browser, 
     page.goto(server)
     line = page.get_by_text(re.compile("Worth a look: layer"))
     line.wait_for()
-    assert line.bounding_box()["y"] < height                                    # above the fold
     page.get_by_role("button", name=re.compile("Repeated letters")).wait_for()  # the induction example, one click
     wait_for_idle(page)
+    page.wait_for_timeout(500)  # read where the page settles, not where it first draws
+    # the map says why it opened on this head, under its title (its score beside chance): in view at both sizes
+    note = page.locator(".st-key-att_map .gv-sub")
+    assert re.fullmatch(r"Worth a look: induction \d\.\d\d \(chance \d\.\d\d\)", note.text_content())
+    assert inside(note.bounding_box(), width, height), note.bounding_box()
+    if width > 768:  # the whole line, with its reasons, beside the map; a phone's follows Generate and the pickers
+        assert inside(line.bounding_box(), width, height), line.bounding_box()
     typable = page.evaluate(ON_SCREEN_JS)                                      # without opening the sidebar
     assert typable and typable[0]["tag"] == "TEXTAREA"                         # the first thing to type into
     # one prompt box on screen: the sidebar's on a desktop, the page's on a phone (its sidebar starts closed)

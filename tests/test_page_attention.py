@@ -423,6 +423,35 @@ def test_the_page_opens_on_the_prompts_most_telling_head_with_its_score_beside_c
     assert at.expander[0].proto.expanded                                     # Heads worth a look: open
 
 
+def test_the_maps_line_on_each_head_is_its_detector_furthest_above_chance_on_this_prompt():
+    """On a phone the map fills the first screen, so the map itself says what the shown head does: a line per head
+    under its title, the on-prompt detector with the largest score over chance, its score beside that chance; the head
+    worth a look says so. Recomputed here from the page's own capture and the detector functions."""
+    at = run_page("attention", sidebar.DEFAULT_PROMPT, spec=BUNDLED)
+    assert not at.exception
+    ids = encode(sidebar.DEFAULT_PROMPT)
+    _, cache = models.capture_cache(BUNDLED, tuple(ids), models.pattern_names(4))
+    pats, T = cache.patterns(), len(ids)
+    measured = {"induction": (analysis.prompt_induction_scores(pats, ids), analysis.prompt_induction_chance(ids)),
+                "previous-token": (analysis.previous_token_scores(pats), analysis.previous_token_chance(T)),
+                "duplicate-token": (analysis.duplicate_token_scores(pats, ids), analysis.duplicate_token_chance(ids)),
+                "first token (sink)": (pats[..., 1:, 0].mean(-1), float(np.mean(1 / np.arange(2, T + 1))))}
+    data, _ = attention_map(at)
+    notes = data["head_notes"]
+    assert len(notes) == 4 and all(len(row) == 5 and row[-1] == "" for row in notes)  # 4 heads, then the mean: none
+    shown = (at.selectbox(key=K.ATT_LAYER).value, at.selectbox(key=K.ATT_HEAD).value)
+    worth = [(l, h) for l in range(4) for h in range(4) if notes[l][h].startswith("Worth a look: ")]
+    assert worth == [shown]  # the page opened on it
+    for l in range(4):
+        for h in range(4):
+            name = max(measured, key=lambda n: float(measured[n][0][l, h]) / measured[n][1])
+            if (l, h) == shown:
+                name = "induction"  # picked for induction, the first detector in the opening order that clears
+            score, chance = measured[name]
+            assert notes[l][h].removeprefix("Worth a look: ") == \
+                f"{name} {float(score[l, h]):.2f} (chance {chance:.2f})", (l, h)
+
+
 def test_the_induction_example_is_one_click_away_and_opens_its_induction_head():
     at = run_page("attention", "Romeo.\nBut soft!", spec=BUNDLED, att_layer=3, att_head=2)
     name = next(n for n in sidebar.EXAMPLE_PROMPTS if "letters" in n)

@@ -48,6 +48,7 @@ function element(tag, cls, parent) {
 function build(root) {
   const ui = {};
   ui.title = element("div", "gv-title", root);
+  ui.sub = element("div", "gv-sub", root);
   const pickers = element("div", "gv-pickers", root);
   ui.layers = element("div", "gv-layers", pickers);
   ui.heads = element("div", "gv-heads", pickers);
@@ -198,6 +199,7 @@ function drawHeatmap(s) {
   const { ui, data } = s;
   const p = data.layers.indexOf(s.layer);
   ui.title.textContent = `${data.title_prefix} ${s.layer}, ${headName(s, s.head)}${data.title_suffix}`;
+  ui.sub.textContent = (data.head_notes && data.head_notes[s.layer] && data.head_notes[s.layer][s.head]) || "";
   const full = p >= 0 && slot(s, s.head) >= 0;
   ui.note.textContent = p < 0 ? `Loading layer ${s.layer}...`
     : !full ? `Loading ${headName(s, s.head)} in full...`

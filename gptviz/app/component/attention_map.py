@@ -102,10 +102,11 @@ def _encode(weights: np.ndarray, sent: list[int], n_layers: int, head_index: int
 
 def payload(patterns, labels: list[str], *, layer: int, head: int, query: int, scale: str,
             mean_head: int | str = "mean", head_names: list[str] | None = None, title_prefix: str = "Layer",
-            height: int = 560) -> dict:
+            height: int = 560, head_notes: list[list[str]] | None = None) -> dict:
     """A prompt's patterns [layers, heads, T, T] for the browser: uint16 levels (base64) for the layers sent, each
     with its heads and their mean last; `head` may be `mean_head` (the mean). Plain data only: labels are drawn as
-    text by the browser."""
+    text by the browser. `head_notes[layer][head]` (heads, then the mean) is a line drawn under the title while that
+    head is shown (what it does on this prompt), for every layer, sent or not."""
     p = np.asarray(patterns, dtype=np.float32)
     if p.ndim != 4 or p.shape[-1] != p.shape[-2]:
         raise ValueError(f"patterns must be [layers, heads, T, T], got shape {p.shape}")
@@ -113,12 +114,16 @@ def payload(patterns, labels: list[str], *, layer: int, head: int, query: int, s
     if len(labels) != T:
         raise ValueError(f"{len(labels)} labels for {T} tokens")
     head_index, names = _check(L, H, layer, head, mean_head, scale, head_names)
+    if head_notes is not None and (len(head_notes) != L or any(len(row) != H + 1 for row in head_notes)):
+        raise ValueError(f"head_notes must be {L} layers x {H + 1} entries (heads, then the mean)")
     sent = layers_to_send(L, H, T * T, layer)
     with_mean = np.concatenate([p[sent], p[sent].mean(axis=1, keepdims=True)], axis=1)  # [sent, H + 1, T, T]
-    return _encode(with_mean, sent, L, head_index, names, layer=layer, scale=scale, row_labels=labels,
+    data = _encode(with_mean, sent, L, head_index, names, layer=layer, scale=scale, row_labels=labels,
                    col_labels=labels, row_start=[0] * T, row_end=range(1, T + 1), row_positions=range(T),
                    row_names=[""] * T, query=query if 0 <= query < T else T - 1, title_prefix=title_prefix,
                    title_suffix="", x_title="key (looked at)", y_title="query (looking)", divider=0, height=height)
+    data["head_notes"] = None if head_notes is None else [[str(n) for n in row] for row in head_notes]
+    return data
 
 
 def generation_payload(steps, labels: list[str], n_prompt: int, *, layer: int, head, scale: str,

@@ -35,6 +35,7 @@ class Detector:
     name: str
     scores: torch.Tensor   # [layers, heads]
     chance: float
+    on_prompt: bool = True  # measured on the page's prompt (False: on a sequence of its own)
 
     @property
     def column(self) -> str:
@@ -56,7 +57,7 @@ def detectors(spec: models.ModelSpec, cfg: GPTConfig, ids: tuple[int, ...], patt
     length = models.induction_length(cfg.n_ctx)
     if length >= 2:
         found.append(Detector(f"induction, {length} random tokens repeated", models.induction_scores(spec, length),
-                              analysis.induction_chance(length)))
+                              analysis.induction_chance(length), on_prompt=False))
     return found
 
 
@@ -68,6 +69,36 @@ def head_worth_a_look(found: list[Detector]) -> tuple[int, int, Detector] | None
         if score >= WORTH_A_LOOK and score >= WORTH_OVER_CHANCE * by_name[name].chance:
             return layer, head, by_name[name]
     return None
+
+
+def short_name(d: Detector) -> str:
+    """A detector's name without its qualifier ("induction, on this prompt" is "induction")."""
+    return d.name.split(",")[0]
+
+
+def head_notes(found: list[Detector], n_layers: int, n_heads: int) -> list[list[str]]:
+    """What each head does on this prompt, in a line for the map's title: its detector furthest above chance (score
+    over chance), with the score beside the chance level; the head worth a look says so. The mean of the heads gets
+    no line. Only the detectors measured on the prompt: the note is about the map it sits on. [layers][heads + 1]
+    strings."""
+    best = head_worth_a_look(found)
+    scored = [d for d in found if d.on_prompt and math.isfinite(d.chance) and d.chance > 0]
+    notes = []
+    for layer in range(n_layers):
+        row = []
+        for head in range(n_heads):
+            ratios = [(float(d.scores[layer, head]) / d.chance, d) for d in scored
+                      if math.isfinite(float(d.scores[layer, head]))]
+            if not ratios:
+                row.append("")
+                continue
+            d = max(ratios, key=lambda r: r[0])[1]
+            if best is not None and (layer, head) == best[:2]:
+                d = best[2]  # the detector it was picked for
+            line = f"{short_name(d)} {float(d.scores[layer, head]):.2f} (chance {d.chance:.2f})"
+            row.append(("Worth a look: " if best is not None and (layer, head) == best[:2] else "") + line)
+        notes.append(row + [""])
+    return notes
 
 
 def steps_of_head(model: GPT, cache: ActivationCache, layer: int, head: int, query: int) -> HeadSteps:

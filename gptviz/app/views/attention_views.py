@@ -61,12 +61,13 @@ def map_height(T: int) -> int:
     return int(min(660, max(440, 380 + 8 * T)))
 
 
-def head_map(seen: Seen, p: Pick) -> None:
+def head_map(seen: Seen, p: Pick, notes: list[list[str]] | None = None) -> None:
     """The picked head's heatmap, with the map's own layer and head pickers: the page's first view, alone in its
-    column (what explains it sits beside it), so on a phone the controls follow it on the first screen."""
+    column (what explains it sits beside it), so on a phone the controls follow it on the first screen. `notes`: a
+    line per head under the title (what it does on this prompt, beside chance), so a phone reads it with the map."""
     amap.attention_map(amap.payload(seen.patterns.numpy(), seen.labels, layer=p.layer, head=p.head, query=p.query,
                                     scale=p.scale, mean_head=MEAN_HEAD, head_names=[head_name(h) for h in seen.heads],
-                                    height=map_height(seen.T)),
+                                    height=map_height(seen.T), head_notes=notes),
                        key=K.ATT_MAP, on_pick=picked_from_map(seen))
 
 

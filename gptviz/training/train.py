@@ -186,11 +186,11 @@ def summed_lm_loss(model: GPT, x: torch.Tensor, y: torch.Tensor) -> float:
     hidden = model.final_hidden(x)
     hidden = hidden.reshape(-1, hidden.shape[-1])
     target = y.reshape(-1).to(hidden.device)
-    total = 0.0
-    for r in range(0, len(hidden), LOSS_ROWS):
+    total = torch.zeros((), dtype=torch.float64, device=hidden.device)  # summed where the chunks are: on a GPU, one
+    for r in range(0, len(hidden), LOSS_ROWS):                          # sync at the end, not one per chunk
         logits = model.lm_head(hidden[r:r + LOSS_ROWS]).float()
-        total += float(F.cross_entropy(logits, target[r:r + LOSS_ROWS], reduction="sum"))
-    return total
+        total += F.cross_entropy(logits, target[r:r + LOSS_ROWS], reduction="sum").double()
+    return float(total)
 
 
 @dataclass

@@ -14,7 +14,7 @@ import streamlit as st
 from gptviz.model import unit_id
 from gptviz.app import keys as K, settings as S
 from gptviz.app import live, reproduce
-from gptviz.app.display import MEAN_HEAD, figure_download, head_name, md_text, show_figure
+from gptviz.app.display import MEAN_HEAD, PHONE_TITLE_CSS, figure_download, head_name, md_text, show_figure
 from gptviz.app.links import sync_address
 from gptviz.app.overview import overview_link
 from gptviz.app.models import attention_page_names
@@ -274,10 +274,9 @@ def draw_running(run: dict, seen: Seen) -> None:
 # The page's own layout rules (style only; no user or model text): less room above the title, so the map fits the
 # first screen; on a phone a smaller title, and the map's column close above the controls it stacks on (the map's
 # line on its head takes that room, and Generate with its temperature stays on the first screen).
-PAGE_CSS = ("<style>[data-testid='stMainBlockContainer'] {padding-top: 4rem;} "
-            "@media (max-width: 640px) {[data-testid='stMainBlockContainer'] {padding-top: 3.5rem;} "
-            "[data-testid='stMainBlockContainer'] h1 {font-size: 1.4rem; padding: 0;} "
-            f"[data-testid='stHorizontalBlock']:has(.st-key-{K.ATT_MAP}) {{row-gap: 0.5rem;}}}}</style>")
+PAGE_CSS = ("<style>[data-testid='stMainBlockContainer'] {padding-top: 4rem;} " + PHONE_TITLE_CSS +
+            f"@media (max-width: 640px) {{[data-testid='stHorizontalBlock']:has(.st-key-{K.ATT_MAP}) "
+            "{row-gap: 0.5rem;}}</style>")
 LIVE_TEXT_PX = 180  # the live text's box: a long run scrolls inside it, so the next-token list stays in view
 
 

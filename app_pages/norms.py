@@ -86,21 +86,7 @@ def side_by_side_section(bundled: dict, twins: wiring.TrainedTwins) -> LoadedTwi
     probs, top = {}, {}
     for norm in tw.specs:
         probs[norm], top[norm] = services.top_tokens(caps[norm][0])
-    text, bars = st.columns([1.2, 1])
-    with text:
-        st.markdown(comparison_sentence(match := matches[pick_pair_index(matches)], typical, top))
-        caveat = services.twins_caveat(bundled, names)
-        if caveat:
-            st.caption(f":material/warning: {caveat}", help="Retraining them alike is planned; each model card "
-                                                            "(gptviz/models/) has its full recipe.")
-        pick_pair(matches)
-    with bars:
-        dists = {f"{norm}-norm": top[norm] for norm in tw.specs}
-        bars_fig = fig_train.next_token_bars(dists, f"“{tw.labels[-1]}”")
-        bars_fig.update_traces(textposition="auto")  # the longest bar's label inside it, not over the next panel
-        display.show_figure(bars_fig, key=K.TWINS_SIDE_NEXT)
-        st.caption(f"Top {services.SIDE_TOP_K} of {tw.cfg.vocab_size:,} tokens; a uniform guess gives each "
-                   f"{1 / tw.cfg.vocab_size:.3%}.")
+    match = matches[pick_pair_index(matches)]
     pats = {"pre": caps["pre"][1].pattern(match.a[0])[match.a[1]].numpy(),
             "post": caps["post"][1].pattern(match.b[0])[match.b[1]].numpy()}
     figures = fig_norms.attention_panels(
@@ -109,22 +95,43 @@ def side_by_side_section(bundled: dict, twins: wiring.TrainedTwins) -> LoadedTwi
          f"post-norm {unit_id.head_id(*match.b)}<br>similarity {match.similarity:.2f}", ""), height=320)[:2]
     figures[0].update_traces(showscale=False)   # one colour bar for the pair: both maps share the 0..1 scale
     figures[1].update_traces(colorbar_title_text="")   # its title ran past a phone's half width; hover names it
-    maps, wirings = st.columns([2.1, 1])
-    with maps, st.container(horizontal=True, wrap=False, key=K.TWINS_SIDE_PAIR):  # a pair on a phone too
-        for i, fig in enumerate(figures):
-            with st.container():
-                display.show_figure(fig, key=K.per_item(K.TWINS_SIDE_MAPS, i))
-    with wirings, st.container(horizontal=True, wrap=False, key=K.TWINS_SIDE_WIRINGS):
-        for norm in ("pre", "post"):
-            with st.container():
-                display.show_figure(explainer_figs.block_diagram(norm, compact=True),
-                                    key=K.per_item(K.TWINS_SIDE_WIRING, norm))
+    # the sentence and the pair it speaks of first, in one column: a phone stacks the columns, so the pair is on its
+    # first screen; the caveat and the pair's picker under the maps, the bars and the wirings beside them
+    left, right = st.columns([2.1, 1])
+    with left:
+        st.markdown(comparison_sentence(match, typical, top))
+        with st.container(horizontal=True, wrap=False, key=K.TWINS_SIDE_PAIR):  # a pair on a phone too
+            for i, fig in enumerate(figures):
+                with st.container():
+                    display.show_figure(fig, key=K.per_item(K.TWINS_SIDE_MAPS, i))
+        caveat = services.twins_caveat(bundled, names)
+        if caveat:
+            st.caption(f":material/warning: {caveat}", help="Retraining them alike is planned; each model card "
+                                                            "(gptviz/models/) has its full recipe.")
+        pick_pair(matches)
+    with right:
+        dists = {f"{norm}-norm": top[norm] for norm in tw.specs}
+        bars_fig = fig_train.next_token_bars(dists, f"“{tw.labels[-1]}”")
+        bars_fig.update_traces(textposition="auto")  # the longest bar's label inside it, not over the next panel
+        display.show_figure(bars_fig, key=K.TWINS_SIDE_NEXT)
+        st.caption(f"Top {services.SIDE_TOP_K} of {tw.cfg.vocab_size:,} tokens; a uniform guess gives each "
+                   f"{1 / tw.cfg.vocab_size:.3%}.")
+        with st.container(horizontal=True, wrap=False, key=K.TWINS_SIDE_WIRINGS):
+            for norm in ("pre", "post"):
+                with st.container():
+                    display.show_figure(explainer_figs.block_diagram(norm, compact=True),
+                                        key=K.per_item(K.TWINS_SIDE_WIRING, norm))
     reproduce.show(reproduce.twins(names, tw.ids, pick_pair_index(matches), services.probe_length(tw.cfg),
                                    reproduce.prompt_text()))
     return tw
 
 
+# Style only (no user or model text): on a phone a one-line title, so the twins' pair fits the first screen.
+PAGE_CSS = f"<style>{display.PHONE_TITLE_CSS}</style>"
+
+
 def main() -> None:
+    st.html(PAGE_CSS)
     st.title("Pre-norm vs post-norm")
     st.caption(TOP_LINE, help=INTRO)
     tab_side, tab_same, tab_paper, tab_depth = st.tabs(list(TABS))

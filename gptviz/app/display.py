@@ -20,6 +20,10 @@ HTML_HELP = "This figure as one HTML file that opens offline in any browser, wit
 
 SAVED_WIDE_FIGURE_PX = 1000  # px: the camera's image of a figure whose annotations hide when narrow
 MEAN_HEAD = -1  # a head picker's option for the mean of a layer's heads
+# A page whose first screen is tight on a phone (Streamlit stacks columns below 640 px): a one-line title and less
+# room above it. A CSS rule only, for a page's own <style>.
+PHONE_TITLE_CSS = ("@media (max-width: 640px) {[data-testid='stMainBlockContainer'] {padding-top: 3.5rem;} "
+                   "[data-testid='stMainBlockContainer'] h1 {font-size: 1.4rem; padding: 0;}}")
 
 
 def head_name(head: int) -> str:

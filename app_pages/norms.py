@@ -113,6 +113,7 @@ def side_by_side_section(bundled: dict, twins: wiring.TrainedTwins) -> LoadedTwi
         dists = {f"{norm}-norm": top[norm] for norm in tw.specs}
         bars_fig = fig_train.next_token_bars(dists, f"“{tw.labels[-1]}”")
         bars_fig.update_traces(textposition="auto")  # the longest bar's label inside it, not over the next panel
+        bars_fig.update_xaxes(nticks=4)  # a third of the width: five ticks turned on end, three or four read level
         display.show_figure(bars_fig, key=K.TWINS_SIDE_NEXT)
         st.caption(f"Top {services.SIDE_TOP_K} of {tw.cfg.vocab_size:,} tokens; a uniform guess gives each "
                    f"{1 / tw.cfg.vocab_size:.3%}.")

@@ -457,3 +457,41 @@ def test_the_running_top_k_equals_one_sort_of_every_value_ties_included():
         expected = sorted(((-float(v), 1000 + i) for i, v in enumerate(values[:, u])))[:K]
         assert part.best_v[first + u].tolist() == [-v for v, _ in expected], u
         assert part.best_loc[first + u].tolist() == [i for _, i in expected], u
+
+
+@pytest.mark.parametrize("in_order", [True, False])
+def test_the_running_top_k_takes_both_merges_and_equals_one_sort(monkeypatch, in_order):
+    """_merge_candidates orders a block's candidates either as one padded row per unit (few candidates each: the
+    usual case) or as flat lists (a unit with many, such as a dead unit's tied zeros while it fills). Both run here,
+    and the top K equals one sort of every value by (value descending, location ascending), with the batches in
+    corpus order (a value tied with a unit's K-th cannot enter: the threshold is one float above it) and reversed
+    (each block comes before the entries held, so ties do enter)."""
+    import types
+    from gptviz.index import scan
+    taken = {"merges": 0, "rows": 0}
+    merge, rows = scan._merge_candidates, scan._merge_rows
+
+    def count(key, fn):
+        def counted(*args):
+            taken[key] += 1
+            return fn(*args)
+        return counted
+    monkeypatch.setattr(scan, "_merge_candidates", count("merges", merge))
+    monkeypatch.setattr(scan, "_merge_rows", count("rows", rows))
+    g = torch.Generator().manual_seed(1)
+    K, units, batches, n = 5, 40, 12, 64
+    values = torch.randn(batches * n, units, generator=g)
+    values[:, 0] = 0.0                                                     # dead: every value ties
+    values[:, 1] = torch.randint(0, 4, (batches * n,), generator=g).float()  # four values, many ties
+    values[5 * n:, 2] += 3.0                                               # late risers: many late candidates
+    part = types.SimpleNamespace(best_v=torch.full((units, K), -math.inf),
+                                 best_loc=torch.full((units, K), -1, dtype=torch.long))
+    for b in (range(batches) if in_order else reversed(range(batches))):
+        block = values[b * n:(b + 1) * n]
+        scan._keep_top(part, 0, block, block.amax(0), torch.arange(b * n, (b + 1) * n) * 3 + 7, K)
+    # in order both ran; reversed, the dead unit's zeros tie its K-th in every block, so its layer stays flat
+    assert (taken["rows"] >= 1 or not in_order) and taken["merges"] - taken["rows"] >= 1, taken
+    for u in range(units):
+        expected = sorted((-float(v), i * 3 + 7) for i, v in enumerate(values[:, u]))[:K]
+        assert part.best_v[u].tolist() == [-v for v, _ in expected], u
+        assert part.best_loc[u].tolist() == [i for _, i in expected], u

@@ -128,7 +128,7 @@ def suggestion(found: list[services.Detector], p: Pick) -> None:
         return
     layer, head, d = best
     shown = (p.layer, p.head) == (layer, head)
-    st.markdown(f"**Worth a look: layer {layer}, head {head}**, this prompt's strongest {d.name.split(',')[0]} head: "
+    st.markdown(f"**Worth a look: layer {layer}, head {head}**, this prompt's strongest {services.short_name(d)} head: "
                 f"{float(d.scores[layer, head]):.2f} of its weight where that detector looks, against "
                 f"{d.chance:.2f} for uniform attention. "
                 + ("The map shows it." if shown else f"The map shows layer {p.layer}, {head_name(p.head)}."),

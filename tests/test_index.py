@@ -435,11 +435,11 @@ def test_head_write_norms_equal_the_norm_of_each_heads_write():
 
 
 def test_the_running_top_k_equals_one_sort_of_every_value_ties_included():
-    """scan._keep_top over many batches (units that fill their K entries take the candidates' path, the others a
+    """top_k.keep_top over many batches (units that fill their K entries take the candidates' path, the others a
     top-k) against one sort of all values by (value descending, location ascending): dead units (all zeros), units
     with ties at their K-th value, and ordinary ones."""
     import types
-    from gptviz.index.scan import _keep_top
+    from gptviz.index.top_k import keep_top
     g = torch.Generator().manual_seed(0)
     K, units, batches, rows = 5, 7, 9, 13
     values = torch.randn(batches * rows, units, generator=g)
@@ -452,7 +452,7 @@ def test_the_running_top_k_equals_one_sort_of_every_value_ties_included():
     for b in range(batches):
         block = values[b * rows:(b + 1) * rows]
         loc = torch.arange(b * rows, (b + 1) * rows) + 1000
-        _keep_top(part, first, block, block.amax(0), loc, K)
+        keep_top(part, first, block, block.amax(0), loc, K)
     for u in range(units):
         expected = sorted(((-float(v), 1000 + i) for i, v in enumerate(values[:, u])))[:K]
         assert part.best_v[first + u].tolist() == [-v for v, _ in expected], u
@@ -461,23 +461,23 @@ def test_the_running_top_k_equals_one_sort_of_every_value_ties_included():
 
 @pytest.mark.parametrize("in_order", [True, False])
 def test_the_running_top_k_takes_both_merges_and_equals_one_sort(monkeypatch, in_order):
-    """_merge_candidates orders a block's candidates either as one padded row per unit (few candidates each: the
+    """merge_candidates orders a block's candidates either as one padded row per unit (few candidates each: the
     usual case) or as flat lists (a unit with many, such as a dead unit's tied zeros while it fills). Both run here,
     and the top K equals one sort of every value by (value descending, location ascending), with the batches in
     corpus order (a value tied with a unit's K-th cannot enter: the threshold is one float above it) and reversed
     (each block comes before the entries held, so ties do enter)."""
     import types
-    from gptviz.index import scan
+    from gptviz.index import top_k
     taken = {"merges": 0, "rows": 0}
-    merge, rows = scan._merge_candidates, scan._merge_rows
+    merge, rows = top_k.merge_candidates, top_k.merge_rows
 
     def count(key, fn):
         def counted(*args):
             taken[key] += 1
             return fn(*args)
         return counted
-    monkeypatch.setattr(scan, "_merge_candidates", count("merges", merge))
-    monkeypatch.setattr(scan, "_merge_rows", count("rows", rows))
+    monkeypatch.setattr(top_k, "merge_candidates", count("merges", merge))
+    monkeypatch.setattr(top_k, "merge_rows", count("rows", rows))
     g = torch.Generator().manual_seed(1)
     K, units, batches, n = 5, 40, 12, 64
     values = torch.randn(batches * n, units, generator=g)
@@ -488,7 +488,7 @@ def test_the_running_top_k_takes_both_merges_and_equals_one_sort(monkeypatch, in
                                  best_loc=torch.full((units, K), -1, dtype=torch.long))
     for b in (range(batches) if in_order else reversed(range(batches))):
         block = values[b * n:(b + 1) * n]
-        scan._keep_top(part, 0, block, block.amax(0), torch.arange(b * n, (b + 1) * n) * 3 + 7, K)
+        top_k.keep_top(part, 0, block, block.amax(0), torch.arange(b * n, (b + 1) * n) * 3 + 7, K)
     # in order both ran; reversed, the dead unit's zeros tie its K-th in every block, so its layer stays flat
     assert (taken["rows"] >= 1 or not in_order) and taken["merges"] - taken["rows"] >= 1, taken
     for u in range(units):

@@ -37,9 +37,10 @@ On disk (`save_index` / `load_index`): a folder with index.json (metadata: forma
 and weights fingerprint, the corpus's documents with their lengths, checksums and which are held-out plays,
 windows, score definitions, scan time and memory) and index.npz (arrays; loaded with allow_pickle=False).
 
-Modules: units (ids and scores), corpus (documents, windows, your own corpus), histograms, scan (plan, partial scans,
-merge), partial (partial scans on disk), store (NeuronIndex, save and load), read (examples, contexts, summaries),
-effects (what a unit writes, read by the unembedding), progress (the CLI's progress line), distributed (Ray).
+Modules: units (ids and scores), corpus (documents, windows, your own corpus), histograms, top_k (the running top K
+in one total order), scan (plan, partial scans, merge), partial (partial scans on disk), store (NeuronIndex, save and
+load), read (examples, contexts, summaries), effects (what a unit writes, read by the unembedding), progress (the
+CLI's progress line), distributed (Ray).
 """
 from __future__ import annotations
 

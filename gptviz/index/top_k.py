@@ -17,8 +17,7 @@ def top_merge(v: torch.Tensor, loc: torch.Tensor, K: int) -> tuple[torch.Tensor,
     return v.gather(1, order), loc.gather(1, order)
 
 
-def keep_top(part, first: int, values: torch.Tensor, high: torch.Tensor, loc: torch.Tensor,
-              K: int) -> None:
+def keep_top(part, first: int, values: torch.Tensor, high: torch.Tensor, loc: torch.Tensor, K: int) -> None:
     """Merge a block's top values into the running top K of its units. Only units whose batch maximum reaches their
     K-th value so far can gain an entry, so after the first batches most units skip this, the scan's second largest
     cost, entirely. A unit that can gains only from its values at or above a threshold: its K-th so far, or, while
@@ -46,8 +45,8 @@ def keep_top(part, first: int, values: torch.Tensor, high: torch.Tensor, loc: to
     merge_candidates(part, first, values, hit, threshold, loc, K)
 
 
-def merge_candidates(part, first: int, values: torch.Tensor, cols: torch.Tensor,
-                      threshold: torch.Tensor, loc: torch.Tensor, K: int) -> None:
+def merge_candidates(part, first: int, values: torch.Tensor, cols: torch.Tensor, threshold: torch.Tensor,
+                     loc: torch.Tensor, K: int) -> None:
     """For the units of block columns `cols`: their values at or above `threshold` (one per column) and their K
     entries so far, in one total order (unit, then value descending, then location ascending); the first K of each
     unit are its new entries. Ties fall by location, whichever batch or shard they came from."""
@@ -76,24 +75,17 @@ def merge_candidates(part, first: int, values: torch.Tensor, cols: torch.Tensor,
 
 
 def merge_rows(part, held: torch.Tensor, v: torch.Tensor, at: torch.Tensor, col: torch.Tensor,
-                per_unit: torch.Tensor, widest: int, K: int) -> None:
+               per_unit: torch.Tensor, widest: int, K: int) -> None:
     """merge_candidates when every unit has few candidates (the usual case once the scan is under way): each unit's
-    K entries and its candidates as one row of a [units, K + widest] matrix, padded, ordered by two stable row sorts
-    (location ascending, then value descending). The same order as the flat sorts, at a fraction of their cost; a
-    unit with many candidates (a dead unit's tied zeros while it fills) would make the matrix mostly padding, so the
-    caller keeps the flat sorts then."""
-    last = torch.iinfo(torch.long).max
+    K entries and its candidates as one row of a [units, K + widest] matrix, padded with empty slots, ordered by
+    top_merge's two row sorts. The same order as the flat sorts, at a fraction of their cost; a unit with many
+    candidates (a dead unit's tied zeros while it fills) would make the matrix mostly padding, so the caller keeps
+    the flat sorts then."""
     by_unit = col.argsort(stable=True)
     col, v, at = col[by_unit], v[by_unit], at[by_unit]
     slot = K + torch.arange(len(col)) - torch.repeat_interleave(torch.cumsum(per_unit, 0) - per_unit, per_unit)
     values = torch.full((len(held), K + widest), -math.inf)
-    where = torch.full((len(held), K + widest), last, dtype=torch.long)
-    values[:, :K] = part.best_v[held]
-    where[:, :K] = part.best_loc[held].masked_fill(part.best_loc[held] < 0, last)  # an empty slot sorts last
+    where = torch.full((len(held), K + widest), -1, dtype=torch.long)
+    values[:, :K], where[:, :K] = part.best_v[held], part.best_loc[held]
     values[col, slot], where[col, slot] = v, at
-    order = where.argsort(dim=1, stable=True)
-    values, where = values.gather(1, order), where.gather(1, order)
-    order = values.argsort(dim=1, descending=True, stable=True)[:, :K]
-    kept = where.gather(1, order)
-    part.best_v[held] = values.gather(1, order)
-    part.best_loc[held] = kept.masked_fill_(kept == last, -1)
+    part.best_v[held], part.best_loc[held] = top_merge(values, where, K)

@@ -92,11 +92,10 @@ def head_notes(found: list[Detector], n_layers: int, n_heads: int) -> list[list[
             if not ratios:
                 row.append("")
                 continue
-            d = max(ratios, key=lambda r: r[0])[1]
-            if best is not None and (layer, head) == best[:2]:
-                d = best[2]  # the detector it was picked for
+            worth = best is not None and (layer, head) == best[:2]
+            d = best[2] if worth else max(ratios, key=lambda r: r[0])[1]  # the worth-a-look head: its detector
             line = f"{short_name(d)} {float(d.scores[layer, head]):.2f} (chance {d.chance:.2f})"
-            row.append(("Worth a look: " if best is not None and (layer, head) == best[:2] else "") + line)
+            row.append(("Worth a look: " if worth else "") + line)
         notes.append(row + [""])
     return notes
 

@@ -168,3 +168,22 @@ def test_the_why_and_parameters_pages_settings_travel_in_the_link():
     assert {k: fresh[k] for k in state} == state
     notices = apply_link({}, {"why_heads": "1.0,x", "par_model": "gpt-5"})
     assert len(notices) == 2 and all("default is shown" in n for n in notices)
+
+
+@pytest.mark.slow
+def test_the_twins_matched_pair_travels_in_the_link():
+    """Pre-norm vs post-norm's matched pair never entered the address, so a copied link opened the most similar pair
+    whatever the visitor had picked. A pick now reaches it, and a link with it opens that pair."""
+    at = open_link(source="bundled", norm="pre")
+    at.switch_page("app_pages/norms.py").run()
+    assert not at.exception, at.exception
+    picker = at.selectbox(key=K.TWINS_PAIR)
+    other = next(i for i in range(len(picker.options)) if i != picker.value)
+    picker.set_value(other).run()
+    assert not at.exception and at.query_params["twins_pair"] == str(other)
+    again = open_link(**{name: value[0] if isinstance(value, list) else value
+                         for name, value in at.query_params.items()})
+    again.switch_page("app_pages/norms.py").run()
+    assert not again.exception and toasts(again) == []
+    assert again.selectbox(key=K.TWINS_PAIR).value == other
+    assert again.query_params["twins_pair"] == str(other)

@@ -274,7 +274,7 @@ TWINS_GEN_TEMP = Setting("twins_gen_temp", "Temperature", 0.8, "0 is greedy: alw
                          rule=Number(0.0, 2.0, 0.05))
 TWINS_GEN_TOPK = Setting("twins_gen_topk", "Top-k (0 = off)", 40, rule=Whole(0, EOT_ID + 1))  # GPT-2's vocabulary
 TWINS_GEN_SEED = Setting("twins_gen_seed", "Seed", 0, rule=SEEDS)
-TWINS_PAIR = Setting("twins_pair", "Matched heads",
+TWINS_PAIR = Setting("twins_pair", "Matched heads", link="twins_pair", rule=Whole(0, 4095),  # an index of the matches
                      help="Trained separately, the twins grew their heads in different places, so each pre-norm head "
                           "is paired with the post-norm head whose attention looks most like it on random tokens "
                           "repeated once (cosine similarity: 1 = the same pattern).")

@@ -8,6 +8,7 @@ import streamlit as st
 from gptviz.model import unit_id, weights
 from gptviz.methods import wiring
 from gptviz.app import display, reproduce
+from gptviz.app.sidebar import keep_valid
 from gptviz.app import keys as K, settings as S
 from gptviz.app.services import norms as services
 from gptviz.app.views.norms_paper import paper_section
@@ -57,8 +58,9 @@ def comparison_sentence(match, typical: float, top: dict[str, list[tuple[str, fl
 def pick_pair_index(matches: list) -> int:
     """The matched pair shown, as an index into `matches` (kept in state); at first the most similar pair. Read
     before the picker is drawn, as the sentence above it names the pair."""
-    if not isinstance(state.get(K.TWINS_PAIR), int) or not 0 <= state[K.TWINS_PAIR] < len(matches):
-        state[K.TWINS_PAIR] = max(range(len(matches)), key=lambda i: matches[i].similarity)
+    most_similar = max(range(len(matches)), key=lambda i: matches[i].similarity)
+    keep_valid(K.TWINS_PAIR, range(len(matches)), most_similar)  # a link's pair past these twins' says so
+    state.setdefault(K.TWINS_PAIR, most_similar)
     return state[K.TWINS_PAIR]
 
 

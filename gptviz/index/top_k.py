@@ -8,11 +8,15 @@ import math
 import torch
 
 
-def top_merge(v: torch.Tensor, loc: torch.Tensor, K: int) -> tuple[torch.Tensor, torch.Tensor]:
+def top_merge(v: torch.Tensor, loc: torch.Tensor, K: int, in_location_order: bool = False
+              ) -> tuple[torch.Tensor, torch.Tensor]:
     """The first K of each row under one total order: value descending, then location ascending (ties between equal
-    values, such as a dead neuron's zeros, fall the same way however the candidates were grouped)."""
-    by_loc = loc.masked_fill(loc < 0, torch.iinfo(torch.long).max).argsort(dim=1, stable=True)
-    v, loc = v.gather(1, by_loc), loc.gather(1, by_loc)
+    values, such as a dead neuron's zeros, fall the same way however the candidates were grouped).
+    `in_location_order`: equal values already stand in location order in every row, so one stable sort by value
+    gives the order."""
+    if not in_location_order:
+        by_loc = loc.masked_fill(loc < 0, torch.iinfo(torch.long).max).argsort(dim=1, stable=True)
+        v, loc = v.gather(1, by_loc), loc.gather(1, by_loc)
     order = v.argsort(dim=1, descending=True, stable=True)[:, :K]
     return v.gather(1, order), loc.gather(1, order)
 
@@ -86,4 +90,7 @@ def merge_rows(part, held: torch.Tensor, v: torch.Tensor, at: torch.Tensor, col:
     where = torch.full((len(held), K + widest), -1, dtype=torch.long)
     values[:, :K], where[:, :K] = part.best_v[held], part.best_loc[held]
     values[col, slot], where[col, slot] = v, at
-    part.best_v[held], part.best_loc[held] = top_merge(values, where, K)
+    # In a scan in corpus order each block comes after every entry held, and each unit's candidates stand in location
+    # order: the rows are then in location order among equal values, and one sort by value orders them.
+    later = bool(at.min() > where[:, :K].amax()) and bool(((at[1:] > at[:-1]) | (col[1:] != col[:-1])).all())
+    part.best_v[held], part.best_loc[held] = top_merge(values, where, K, in_location_order=later)

@@ -15,7 +15,8 @@ def _unit_blocks(model, docs, offsets, windows: np.ndarray, hooks):
 
     Token-major blocks straight from the capture, not one [units, tokens] matrix: the statistics reduce over the
     token axis of each block as it comes, so no transposed copy of every value is made (that copy cost about half the
-    forward pass on the bundled model), and a batch with every position scored needs no copy at all."""
+    forward pass on the bundled model), and a batch whose scored positions are one run of rows (every position, or
+    one window's scored tail: gpt2-small's batches of one) needs no copy at all."""
     B, T = len(windows), int(windows[:, 2].max())
     ids = torch.zeros(B, T, dtype=torch.long)
     scored = torch.zeros(B, T, dtype=torch.bool)
@@ -23,19 +24,20 @@ def _unit_blocks(model, docs, offsets, windows: np.ndarray, hooks):
         ids[b, :length] = torch.from_numpy(np.asarray(docs[d].ids[start:start + length], dtype=np.int64))
         scored[b, first:length] = True
     sel = scored.reshape(-1).nonzero().squeeze(1)
-    every = len(sel) == B * T
+    # one run of rows (every position, or the scored tail of a single window): a view of the capture, no copy
+    run = slice(int(sel[0]), int(sel[-1]) + 1) if len(sel) and int(sel[-1] - sel[0]) + 1 == len(sel) else None
     cfg = model.config
     L, F, H = cfg.n_layers, cfg.d_ff, cfg.n_heads
     blocks = []
     with capturing(frozenset(hooks)) as store, torch.inference_mode():
         model.final_hidden(ids)
-        on = sel.to(store[act_name("post", 0)].device)
+        on = sel.to(store[act_name("post", 0)].device) if run is None else run
         for l in range(L):
             post = store[act_name("post", l)].reshape(B * T, F)
-            blocks.append((l * F, (post if every else post[on]).float().cpu()))
+            blocks.append((l * F, post[on].float().cpu()))
         for l in range(L):
             norms = head_write_norms(store[act_name("z", l)], model.blocks[l].attn.c_proj.weight).reshape(B * T, H)
-            blocks.append((L * F + l * H, (norms if every else norms[on]).cpu()))
+            blocks.append((L * F + l * H, norms[on].cpu().contiguous()))  # (norms is a transposed view)
     base = torch.from_numpy(offsets[windows[:, 0]] + windows[:, 1])  # global index of each window's start
     loc = (base[:, None] + torch.arange(T)[None]).reshape(-1)[sel]
     return blocks, loc, ids.reshape(-1)[sel]

@@ -89,7 +89,10 @@ SWITCH_JS = """async (root, [selector, index, title]) => {
   const heading = root.querySelector(".gv-title");
   const t0 = performance.now();
   root.querySelectorAll(selector)[index].click();  // looked up now: a redraw rebuilds the pickers
-  while (heading.textContent !== title) await new Promise((r) => setTimeout(r, 1));
+  while (heading.textContent !== title) {
+    if (performance.now() - t0 > 60000) throw new Error(`after 60 s the title reads "${heading.textContent}", not "${title}"`);
+    await new Promise((r) => setTimeout(r, 1));
+  }
   await new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)));
   return (performance.now() - t0) / 1000;
 }"""
@@ -144,9 +147,15 @@ STOP_JS = """(button) => {
 }"""
 
 
+def prompt_map(page):
+    """The prompt's heatmap. After a generation the page shows the generation's map (each generating query's
+    attention, titled so) above it: switches and prompt changes are timed on the prompt's."""
+    return page.locator(".gv-map").filter(has_not_text="generating query").first
+
+
 def map_switch(page, selector: str, index: int, title: str) -> float:
     idle(page)
-    return page.locator(".gv-map").first.evaluate(SWITCH_JS, [selector, index, title])
+    return prompt_map(page).evaluate(SWITCH_JS, [selector, index, title])
 
 
 def measure(page, url: str, name: str, n_new: int) -> dict:
@@ -178,7 +187,7 @@ def measure(page, url: str, name: str, n_new: int) -> dict:
     follow = []
     for h in (2, 3):
         started = time.perf_counter()
-        page.locator(".gv-head").nth(h).click()
+        prompt_map(page).locator(".gv-head").nth(h).click()
         expect(page.get_by_role("combobox", name="Head", exact=True)).to_have_value(f"head {h}", timeout=120_000)
         follow.append(time.perf_counter() - started)
         idle(page)
@@ -206,7 +215,7 @@ def measure(page, url: str, name: str, n_new: int) -> dict:
     area = page.locator('[data-testid="stSidebar"] textarea')
     new_prompt = prompt_of(63)
     area.fill(new_prompt)
-    page.locator(".gv-map").first.evaluate(PROMPT_JS, 63)  # the page's clock starts just before the key
+    prompt_map(page).evaluate(PROMPT_JS, 63)  # the page's clock starts just before the key
     area.press("Control+Enter")
     page.get_by_text("63 tokens", exact=True).wait_for(timeout=300_000)
     page.locator(".gv-title").first.wait_for()
@@ -214,10 +223,12 @@ def measure(page, url: str, name: str, n_new: int) -> dict:
     assert out["prompt_s"] > 0, "the heatmap was replaced, not redrawn: time it some other way"
     idle(page)
     # Stop latency: tokens shown at the click against tokens kept
+    page.get_by_test_id("stMainBlockContainer").get_by_role("button", name="More").click()  # the length is in there
     tokens = page.get_by_label("New tokens")
     tokens.fill("200")
     tokens.press("Enter")
     idle(page)
+    page.keyboard.press("Escape")
     page.get_by_role("button", name="Generate").click()
     progress = page.get_by_text(re.compile(r"Generating: (\d+) of 200 tokens"))
     progress.wait_for(timeout=300_000)

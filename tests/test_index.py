@@ -498,3 +498,26 @@ def test_the_running_top_k_takes_both_merges_and_equals_one_sort(monkeypatch, in
         expected = sorted((-float(v), i * 3 + 7) for i, v in enumerate(values[:, u]))[:K]
         assert part.best_v[u].tolist() == [-v for v, _ in expected], u
         assert part.best_loc[u].tolist() == [i for _, i in expected], u
+
+
+def test_the_kth_lower_bound_is_at_most_each_columns_kth_largest():
+    """keep_top's threshold while a unit fills: at most the column's K-th largest value (so no value that can enter
+    the top K is left out), equal to it when the top K fall in different groups of rows, and -inf below K rows; for
+    row counts that 4K groups divide and that they do not, with ties and a dead column."""
+    from gptviz.index.top_k import kth_lower_bound
+    g = torch.Generator().manual_seed(3)
+    K = 5
+    for n in (3, 5, 19, 20, 23, 200, 1001):
+        values = torch.randn(n, 6, generator=g)
+        values[:, 0] = 0.0                                                     # dead: every value ties
+        values[:, 1] = torch.randint(0, 3, (n,), generator=g).float()          # many ties
+        bound = kth_lower_bound(values, K)
+        if n < K:
+            assert torch.isinf(bound).all() and (bound < 0).all()
+            continue
+        kth = values.topk(K, dim=0).values[-1]
+        assert (bound <= kth).all(), (n, bound, kth)
+        assert (values >= bound).sum(0).ge(K).all()
+    spread = torch.zeros(200, 1)
+    spread[::10, 0] = torch.arange(20, 0, -1).float()  # the top values one to a group of rows: the bound is exact
+    assert kth_lower_bound(spread, K).item() == 16.0

@@ -25,7 +25,7 @@ def keep_top(part, first: int, values: torch.Tensor, high: torch.Tensor, loc: to
     """Merge a block's top values into the running top K of its units. Only units whose batch maximum reaches their
     K-th value so far can gain an entry, so after the first batches most units skip this, the scan's second largest
     cost, entirely. A unit that can gains only from its values at or above a threshold: its K-th so far, or, while
-    it has fewer than K entries, the block's own K-th largest value (a top-k of its column); above its K-th when the
+    it has fewer than K entries, a lower bound of the block's own K-th largest value; above its K-th when the
     block comes after that entry. Those few candidates, ties included, are merged in the one total order
     (merge_candidates)."""
     units = torch.arange(first, first + values.shape[1])
@@ -42,11 +42,22 @@ def keep_top(part, first: int, values: torch.Tensor, high: torch.Tensor, loc: to
     threshold = threshold[hit]
     filling = (~full[hit]).nonzero().squeeze(1)
     if len(filling):
-        cols = hit[filling]
-        # each unit's values as one contiguous row (topk along a strided column is about twice as slow)
-        own = values.t().contiguous() if len(cols) == values.shape[1] else values.index_select(1, cols).t().contiguous()
-        threshold[filling] = own.topk(min(K, values.shape[0]), dim=1).values[:, -1]
+        threshold[filling] = kth_lower_bound(values, K)[hit[filling]]
     merge_candidates(part, first, values, hit, threshold, loc, K)
+
+
+def kth_lower_bound(values: torch.Tensor, K: int) -> torch.Tensor:
+    """Per column of `values` [n, units], a value at most its K-th largest (-inf when n < K), close to it: the K-th
+    largest of the maxima of 4K disjoint groups of rows. K of those maxima are K distinct values at least as large,
+    so every value that can enter a top K is at or above it. One pass over the block and a top-k of 4K rows; an
+    exact top-k of every column (transposed: along a strided column it is twice as slow) cost gpt2-small's first
+    batch as much as its next three."""
+    n = values.shape[0]
+    if n < K:
+        return torch.full((values.shape[1],), -math.inf)
+    groups = min(n, 4 * K)
+    maxima = values[:n // groups * groups].view(groups, n // groups, -1).amax(1)  # the last n % groups rows: left out
+    return maxima.topk(K, dim=0).values[-1]
 
 
 def merge_candidates(part, first: int, values: torch.Tensor, cols: torch.Tensor, threshold: torch.Tensor,

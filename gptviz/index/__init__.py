@@ -3,7 +3,7 @@
 One scan of a corpus (token ids split into documents, e.g. one per play) keeps, for every unit, its top activations
 with their locations, a histogram of all its values, quantiles, the share of positions where it is active, and the
 tokens it fires on most. Nothing is held for all positions at once: windows stream through the model in batches and
-every statistic is a running one (top-k merges, histograms by bincount, sums per token).
+every statistic is a running one (top-k merges, histograms by counting (index_add_), sums per token).
 
 Units. Neurons are `blocks.{l}.mlp.hook_post` (after the activation function), every layer x d_ff. Heads are scored
 per query position by HEAD_SCORE: the L2 norm of what the head writes into the residual stream at that position,

@@ -73,6 +73,33 @@ def test_top_k_equals_brute_force_sort(small):
         assert np.array_equal(got[clear], order.indices[:K].numpy()[clear])
 
 
+def test_batches_of_one_window_equal_brute_force(small):
+    """Batches of one window (gpt2-small's default) read the capture's scored rows as a view, not a copy: a
+    document's first window (every position scored) and its later ones (only the tail): the top K, its locations
+    where neighbours differ clearly, each unit's minimum and mean equal the brute force, and every histogram counts
+    every token once."""
+    model, docs, _ = small
+    K = 5
+    index = ix.build_index(model, docs, batch=1, top_k=K, bins=16, min_count=3)
+    assert index.meta["scan"]["batch"] == 1 and index.meta["windows"]["count"] > len(docs)  # later windows ran
+    values = brute_force(model, docs, index.meta["windows"]["stride"])
+    order = torch.sort(values, dim=0, descending=True, stable=True)
+    torch.testing.assert_close(torch.from_numpy(index.arrays["top_values"]), order.values[:K].t(), rtol=1e-5,
+                               atol=1e-6)
+    offsets = np.concatenate([[0], np.cumsum(DOC_LENGTHS)])
+    got = offsets[index.arrays["top_doc"]] + index.arrays["top_pos"]
+    vals = order.values[:K + 1].t().numpy()
+    clear = np.zeros_like(got, dtype=bool)
+    for i in range(K):
+        clear[:, i] = ((i == 0) | (vals[:, i - 1] - vals[:, i] > 1e-4)) & (vals[:, i] - vals[:, i + 1] > 1e-4)
+    assert clear.sum() > clear.size // 2
+    assert np.array_equal(got[clear], order.indices[:K].t().numpy()[clear])
+    torch.testing.assert_close(torch.from_numpy(index.arrays["value_range"][:, 0]), values.amin(0), rtol=1e-5,
+                               atol=1e-6)
+    torch.testing.assert_close(torch.from_numpy(index.arrays["mean"]), values.mean(0), rtol=1e-4, atol=1e-5)
+    assert (index.arrays["hist_counts"].sum(1) == sum(DOC_LENGTHS)).all()
+
+
 def test_histogram_quantiles_active_mean_and_tokens(small):
     model, docs, index = small
     values = brute_force(model, docs, index.meta["windows"]["stride"]).numpy()

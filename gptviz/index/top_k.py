@@ -91,7 +91,7 @@ def merge_candidates(part, first: int, values: torch.Tensor, cols: torch.Tensor,
 def merge_rows(part, held: torch.Tensor, v: torch.Tensor, at: torch.Tensor, col: torch.Tensor,
                per_unit: torch.Tensor, widest: int, K: int) -> None:
     """merge_candidates for units `held` (`col`: each candidate's row): each unit's K entries and its candidates as
-    one row of a [units, K + widest] matrix, padded with empty slots, ordered by top_merge's two row sorts. A unit
+    one row of a [units, K + widest] matrix, padded with empty slots, ordered by top_merge (one row sort or two). A unit
     with many more candidates than the others would make the matrix mostly padding, so the caller groups units of
     about the same width."""
     by_unit = col.argsort(stable=True)

@@ -106,6 +106,11 @@ def test_cli_shards_and_merge_equal_the_single_pass(tmp_path, capsys):
     assert [d.name for d in docs] == [f"line{i + 1}" for i in range(40)]
     assert main(["index", *common, "--shard", "3/3"]) == 2  # a clear error, no traceback
     assert "0 <= I < N" in capsys.readouterr().err
+    assert main(["index", *common, "--max-tokens", "-5"]) == 2  # not "the corpus holds no text"
+    assert "--max-tokens must be at least 1, got -5" in capsys.readouterr().err
+    (tmp_path / "empty.txt").write_text("")
+    assert main(["index", str(tmp_path / "ckpt"), "--corpus", str(tmp_path / "empty.txt")]) == 2
+    assert capsys.readouterr().err.splitlines() == ["error: the corpus holds no text"]
 
 
 def test_your_corpus_in_every_format_gives_the_same_documents(tmp_path, monkeypatch):

@@ -58,12 +58,18 @@ def _documents(args, store_dir: Path):
         return corpus_documents(), "shakespeare-works", None
     path = Path(args.corpus).expanduser().resolve()
 
+    shown = []
+
     def report(tokens: int, name: str) -> None:
+        shown.append(True)
         print(f"\rtokenizing {path.name}: {tokens:,} tokens", end="", file=sys.stderr, flush=True)
 
-    docs = tokenize_corpus(path, store_dir / "corpus.ids", text_column=args.text_column,
-                           limit_tokens=args.max_tokens, progress=report)
-    print(file=sys.stderr)
+    try:
+        docs = tokenize_corpus(path, store_dir / "corpus.ids", text_column=args.text_column,
+                               limit_tokens=args.max_tokens, progress=report)
+    finally:
+        if shown:
+            print(file=sys.stderr)  # end the progress line, also before an error
     return docs, path.name, {"path": str(path), "text_column": args.text_column}
 
 
@@ -88,6 +94,8 @@ def run(args) -> int:
 
     torch.set_num_threads(max(1, args.threads))
     shard = _shard(args.shard) if args.shard else None
+    if args.max_tokens is not None and args.max_tokens < 1:
+        raise ValueError(f"--max-tokens must be at least 1, got {args.max_tokens}")
     if shard and args.ray:
         raise ValueError("--shard and --ray do not go together: --ray runs every shard")
     model = place(load_pretrained(args.model).eval(), args.device, args.dtype)

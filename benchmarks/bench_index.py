@@ -10,8 +10,10 @@ and its memory on a corpus and on one ten times as large. Each measurement runs 
 
 overhead: the full scan (statistics included) against `model.final_hidden` on the very batches the scan runs (the
 fused attention path, nothing captured), interleaved in one process, the median of `--repeats`; the statistics'
-overhead is scan / forward - 1 (target: at most 25%). gpt2-small has random weights (its scan costs the same as with
-trained ones). One torch thread (the index CLI's default) unless BENCH_THREADS says otherwise.
+overhead is scan / forward - 1 (target: at most 25%). The scan runs twice: with its statistics compiled from C
+(gptviz/index/native.py; `scan_*`) and with the torch ops it falls back to (`torch_*`, GPTVIZ_NATIVE=0). gpt2-small
+has random weights (its scan costs the same as with trained ones). One torch thread (the index CLI's default) unless
+BENCH_THREADS says otherwise.
 """
 from __future__ import annotations
 
@@ -45,6 +47,7 @@ def _model(which: str):
 def overhead(which: str, tokens: int, repeats: int) -> dict:
     import torch
     from gptviz import index as ix
+    from gptviz.index import native
     torch.manual_seed(0)
     model, docs = _model(which), _docs(tokens)
     plan = ix.plan_scan(model, docs)
@@ -60,21 +63,33 @@ def overhead(which: str, tokens: int, repeats: int) -> dict:
                 model.final_hidden(ids)
         return time.perf_counter() - started
 
-    def scan() -> float:
+    compiled_here = native.available()  # (GPTVIZ_NATIVE=0 measures the torch ops alone)
+
+    def scan(compiled: bool = True) -> float:
+        if compiled_here:
+            os.environ["GPTVIZ_NATIVE"] = "1" if compiled else "0"
+            native._library.cache_clear()
         started = time.perf_counter()
         ix.finish_scan(plan, ix.scan_batches(model, docs, plan))
         return time.perf_counter() - started
 
+    runs = {"scan": scan, "forward": forward_only}
+    if compiled_here:
+        runs["torch"] = lambda: scan(compiled=False)
     forward_only()  # warm-up
-    times = {"scan": [], "forward": []}
-    for r in range(repeats):  # interleaved, alternating the order, so background load hits both alike
-        for name in (("scan", "forward") if r % 2 == 0 else ("forward", "scan")):
-            times[name].append(scan() if name == "scan" else forward_only())
-    scan_s, fwd_s = statistics.median(times["scan"]), statistics.median(times["forward"])
-    return {"part": "overhead", "model": which, "tokens": plan.tokens, "batch": plan.settings["batch"],
-            "scan_tok_s": round(plan.tokens / scan_s), "forward_tok_s": round(plan.tokens / fwd_s),
-            "overhead_pct": round(100 * (scan_s / fwd_s - 1), 1), "scan_s": [round(t, 2) for t in times["scan"]],
-            "forward_s": [round(t, 2) for t in times["forward"]]}
+    times = {name: [] for name in runs}
+    for r in range(repeats):  # interleaved, the order turned each time, so background load hits all alike
+        names = list(runs)[r % len(runs):] + list(runs)[:r % len(runs)]
+        for name in names:
+            times[name].append(runs[name]())
+    median = {name: statistics.median(t) for name, t in times.items()}
+    out = {"part": "overhead", "model": which, "tokens": plan.tokens, "batch": plan.settings["batch"],
+           "statistics": "C" if compiled_here else "torch",
+           "scan_tok_s": round(plan.tokens / median["scan"]), "forward_tok_s": round(plan.tokens / median["forward"]),
+           "overhead_pct": round(100 * (median["scan"] / median["forward"] - 1), 1)}
+    if "torch" in median:
+        out["torch_overhead_pct"] = round(100 * (median["torch"] / median["forward"] - 1), 1)
+    return out | {f"{name}_s": [round(t, 2) for t in ts] for name, ts in times.items()}
 
 
 def on_ray(workers: int, tokens: int) -> dict:

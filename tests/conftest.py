@@ -29,6 +29,19 @@ def build(config: GPTConfig = SMALL, seed: int = 0, **changes) -> GPT:
     return GPT(config).eval()
 
 
+def model_with_silent_neurons():
+    """A model whose neurons include the cases that broke the active share: all -0.0 (GELU far below 0 returns
+    -0.0), all tiny negatives (GELU(-5) ~ -1e-6), rarely active, and ordinary ones."""
+    model = build(seed=1)
+    with torch.no_grad():
+        for layer, block in enumerate(model.blocks):
+            bias = block.mlp.c_fc.bias
+            bias[0:8] = -60.0                  # x * Phi(x) underflows: exactly -0.0 at every token
+            bias[8:16] = -5.0                  # tiny negatives (about -1e-6)
+            bias[16:24] = -0.12 - 0.02 * layer  # active now and then
+    return model
+
+
 def random_ids(n: int, vocab: int = SMALL.vocab_size, batch: int | None = None, seed: int = 0) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     shape = (n,) if batch is None else (batch, n)

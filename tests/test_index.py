@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import build
+from conftest import build, model_with_silent_neurons
 from gptviz import index as ix
 from gptviz.model.hooks import act_name, capture
 
@@ -174,19 +174,6 @@ def test_every_listed_activation_equals_a_fresh_capture(small):
     head = ix.example_context(index, docs, 0, 30, model=model, unit="L0H2", before=5, after=2)
     assert head.attention is not None and np.nansum(head.attention) <= 1 + 1e-5
     assert (head.attention[head.peak + 1:] == 0).all()
-
-
-def model_with_silent_neurons():
-    """A model whose neurons include the cases that broke the active share: all -0.0 (GELU far below 0 returns
-    -0.0), all tiny negatives (GELU(-5) ~ -1e-6), rarely active, and ordinary ones."""
-    model = build(seed=1)
-    with torch.no_grad():
-        for layer, block in enumerate(model.blocks):
-            bias = block.mlp.c_fc.bias
-            bias[0:8] = -60.0                  # x * Phi(x) underflows: exactly -0.0 at every token
-            bias[8:16] = -5.0                  # tiny negatives (about -1e-6)
-            bias[16:24] = -0.12 - 0.02 * layer  # active now and then
-    return model
 
 
 @pytest.fixture(scope="module")

@@ -8,10 +8,12 @@ from ..model.hooks import act_name, capturing
 from .units import head_write_norms
 
 
-def _unit_blocks(model, docs, offsets, windows: np.ndarray, hooks):
+def _unit_blocks(model, docs, offsets, windows: np.ndarray, hooks, in_place: bool = False):
     """Forward one batch of windows (right-padded: causal attention keeps padding out of earlier positions) without
     the LM head, on the model's device and dtype; -> (blocks, global locations [scored], token ids [scored]), where
-    blocks are (first unit, values [scored, units] float32 on the CPU): each layer's neurons, then each layer's heads.
+    blocks are (first unit, values [scored, units] float32 on the CPU, None): each layer's neurons, then each layer's
+    heads. `in_place`: a neuron block whose scored rows are not one run comes as (first unit, every row of the
+    capture [rows, units], the scored rows' indices), for a reader that takes the rows where they are (native.py).
 
     Token-major blocks straight from the capture, not one [units, tokens] matrix: the statistics reduce over the
     token axis of each block as it comes, so no transposed copy of every value is made (that copy cost about half the
@@ -34,10 +36,13 @@ def _unit_blocks(model, docs, offsets, windows: np.ndarray, hooks):
         on = sel.to(store[act_name("post", 0)].device) if run is None else run
         for l in range(L):
             post = store[act_name("post", l)].reshape(B * T, F)
-            blocks.append((l * F, post[on].float().cpu()))
+            if in_place and run is None and post.dtype == torch.float32 and post.device.type == "cpu":
+                blocks.append((l * F, post, sel))
+            else:
+                blocks.append((l * F, post[on].float().cpu(), None))
         for l in range(L):
             norms = head_write_norms(store[act_name("z", l)], model.blocks[l].attn.c_proj.weight).reshape(B * T, H)
-            blocks.append((L * F + l * H, norms[on].cpu().contiguous()))  # (norms is a transposed view)
+            blocks.append((L * F + l * H, norms[on].cpu().contiguous(), None))  # (norms is a transposed view)
     base = torch.from_numpy(offsets[windows[:, 0]] + windows[:, 1])  # global index of each window's start
     loc = (base[:, None] + torch.arange(T)[None]).reshape(-1)[sel]
     return blocks, loc, ids.reshape(-1)[sel]
@@ -46,4 +51,4 @@ def _unit_blocks(model, docs, offsets, windows: np.ndarray, hooks):
 def _run_windows(model, docs, offsets, windows: np.ndarray, hooks):
     """As _unit_blocks, the values as one [units, scored] matrix (for checks that read every unit at once)."""
     blocks, loc, tok = _unit_blocks(model, docs, offsets, windows, hooks)
-    return torch.cat([values for _, values in blocks], 1).t().contiguous(), loc, tok
+    return torch.cat([values for _, values, _ in blocks], 1).t().contiguous(), loc, tok

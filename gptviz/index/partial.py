@@ -28,6 +28,7 @@ def save_partial(plan: ScanPlan, part: PartialScan, folder) -> Path:
     with atomic_file(folder / PARTIAL_NPZ) as f:
         np.savez(f, **arrays)
     info = {"key": part.key, "batches": part.batches, "tokens": part.tokens, "seconds": part.seconds,
+            "statistics": part.statistics,
             "n_batches": plan.n_batches, "settings": plan.settings, "meta": plan.meta}
     atomic_write(folder / PARTIAL_JSON, json.dumps(info))
     return folder
@@ -42,7 +43,7 @@ def load_partial(folder) -> tuple[ScanPlan, PartialScan]:
         plan = ScanPlan(info["settings"], *(arrays[f"plan_{n}"] for n in PLAN_ARRAYS), meta=info["meta"])
         part = PartialScan(info["key"], [tuple(r) for r in info["batches"]], int(info["tokens"]),
                            *(torch.from_numpy(arrays[f"part_{n}"]) for n in PartialScan.ARRAYS),
-                           seconds=float(info["seconds"]))
+                           seconds=float(info["seconds"]), statistics=str(info.get("statistics", "")))
     except FileNotFoundError as err:
         raise IndexFormatError(f"{folder.name!r} is not a partial index ({Path(err.filename).name} missing)") from None
     except Exception as err:  # JSON, zip, missing keys, wrong types

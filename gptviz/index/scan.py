@@ -27,6 +27,7 @@ from .constants import (BATCH_VALUES, BINS, FORMAT, HEAD_SCORE, MAX_BATCH, MAX_R
                         TOKEN_RANK, TOKEN_UNITS, TOP_K, TOP_TOKENS, VERSION)
 from .corpus import _as_documents, _checksum, _windows, default_stride, token_counts
 from .histograms import _Binner, _edges, _quantiles
+from .native import block_stats
 from .store import NeuronIndex, _config_dict, model_fingerprint
 from .forward import _unit_blocks
 from .top_k import keep_top, top_merge
@@ -117,7 +118,7 @@ def plan_scan(model, docs, *, model_name: str = "", source: str = "", corpus: di
     lo, hi = torch.full((U,), math.inf), torch.full((U,), -math.inf)
     for i in range(0, len(sample), batch):
         blocks, _, _ = _unit_blocks(model, docs, offsets, sample[i:i + batch], hooks)
-        for first, values in blocks:
+        for first, values, _ in blocks:
             low, high = values.amin(0), values.amax(0)  # (aminmax over dim 0 takes a slow path: 25x slower)
             cols = slice(first, first + values.shape[1])
             lo[cols], hi[cols] = torch.minimum(lo[cols], low), torch.maximum(hi[cols], high)
@@ -173,6 +174,7 @@ class PartialScan:
     vsq: torch.Tensor               # [U] float64
     token_sums: torch.Tensor        # [U, frequent + 1] float32; the last slot gathers the rare tokens
     seconds: float = 0.0
+    statistics: str = ""            # what computed them: "C" (native.py) or "torch"; "C+torch" when merged from both
 
     ARRAYS = ("best_v", "best_loc", "counts", "vmin", "vsq", "token_sums")
 
@@ -197,28 +199,50 @@ def scan_batches(model, docs, plan: ScanPlan, batches: Sequence[int] | range | N
     hooks = _unit_hooks(cfg)
     part = _empty_partial(plan, U)
     binner = _Binner(plan.hist_range, plan.zero_bin, bins)
+    native = block_stats(plan.hist_range, plan.zero_bin, bins)  # one pass of C per block, or None: torch ops
     slot_of = torch.full((cfg.vocab_size,), len(plan.frequent), dtype=torch.long)
     slot_of[torch.from_numpy(plan.frequent)] = torch.arange(len(plan.frequent))
     token_sums = part.token_sums.t().contiguous()  # [slots, U] while scanning: rows of tokens add as rows
     todo = sum(int(plan.batch_windows(b)[:, 2].sum() - plan.batch_windows(b)[:, 3].sum()) for b in batches)
     for b in batches:
-        blocks, loc, tok = _unit_blocks(model, docs, plan.offsets, plan.batch_windows(b), hooks)
+        blocks, loc, tok = _unit_blocks(model, docs, plan.offsets, plan.batch_windows(b), hooks,
+                                        in_place=native is not None)
         slots = slot_of[tok]
-        for first, values in blocks:  # values [n, w]: units first .. first + w - 1
-            cols = slice(first, first + values.shape[1])
-            low, high = values.amin(0), values.amax(0)  # (aminmax over dim 0 takes a slow path: 25x slower)
-            part.vmin[cols] = torch.minimum(part.vmin[cols], low)  # the maximum is the top value
-            keep_top(part, first, values, high, loc, K)
-            part.counts[cols] += binner.counts(values, cols)
-            part.vsq[cols] += torch.linalg.vecdot(values, values, dim=0).double()
-            token_sums[:, cols].index_add_(0, slots, values)
+        in_order = bool((loc[1:] > loc[:-1]).all())
+        for first, values, rows in blocks:  # values [n, w] (or its rows `rows`): units first .. first + w - 1
+            _fold(part, native, binner, token_sums, slots, loc, in_order, K, first, values, rows)
         part.tokens += len(loc)
         if progress is not None:
             progress(part.tokens, todo)
     part.token_sums = token_sums.t().contiguous()
     part.batches = _runs(list(batches))
     part.seconds = time.perf_counter() - started
+    part.statistics = "torch" if native is None else "C"
     return part
+
+
+def _fold(part: PartialScan, native, binner: _Binner, token_sums: torch.Tensor, slots: torch.Tensor,
+          loc: torch.Tensor, in_order: bool, K: int, first: int, values: torch.Tensor, rows: torch.Tensor | None
+          ) -> None:
+    """One block's values (the rows `rows` of `values`, or all of them) into the running statistics: one compiled
+    pass (native.py), or torch ops. `in_order`: the block's locations increase."""
+    if native is not None:
+        # the top K too, in the same pass, where a new value can only go after the entries at or above it: every
+        # unit holds K entries (after a shard's first batch), all before this block (a scan in corpus order)
+        held = part.best_loc[first:first + values.shape[1]]
+        insert = in_order and len(loc) > 0 and bool((held >= 0).all()) and int(held.max()) < int(loc[0])
+        high = native.update(part, token_sums, slots, loc, first, values, rows, insert)
+        if insert:
+            return
+        values = values if rows is None else values.index_select(0, rows)
+    else:
+        cols = slice(first, first + values.shape[1])
+        low, high = values.amin(0), values.amax(0)  # (aminmax over dim 0 takes a slow path: 25x slower)
+        part.vmin[cols] = torch.minimum(part.vmin[cols], low)  # the maximum is the top value
+        part.counts[cols] += binner.counts(values, cols)
+        part.vsq[cols] += torch.linalg.vecdot(values, values, dim=0).double()
+        token_sums[:, cols].index_add_(0, slots, values)
+    keep_top(part, first, values, high, loc, K)
 
 
 def _runs(batches: list[int]) -> list[tuple[int, int]]:
@@ -252,7 +276,7 @@ def merge_scans(parts: Sequence[PartialScan]) -> PartialScan:
         first.key, _runs([b for p in parts for start, stop in p.batches for b in range(start, stop)]),
         sum(p.tokens for p in parts), best_v, best_loc, sum(p.counts for p in parts),
         torch.stack([p.vmin for p in parts]).amin(0), sum(p.vsq for p in parts), sum(p.token_sums for p in parts),
-        sum(p.seconds for p in parts))
+        sum(p.seconds for p in parts), "+".join(sorted({p.statistics for p in parts} - {""})))
 
 
 def finish_scan(plan: ScanPlan, part: PartialScan) -> NeuronIndex:
@@ -291,7 +315,8 @@ def finish_scan(plan: ScanPlan, part: PartialScan) -> NeuronIndex:
                                   arrays["value_range"][:, :1], arrays["value_range"][:, 1:]).astype(np.float32)
     arrays.update(_token_arrays(plan, part, mean, std, L * F, L * H))
     meta["scan"] = {"seconds": round(part.seconds, 2), "tokens_per_s": round(total / max(part.seconds, 1e-9)),
-                    "batch": plan.settings["batch"], "threads": torch.get_num_threads(), "torch": torch.__version__}
+                    "batch": plan.settings["batch"], "threads": torch.get_num_threads(), "torch": torch.__version__,
+                    "statistics": part.statistics}
     return NeuronIndex(meta, arrays)
 
 

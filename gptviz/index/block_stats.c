@@ -1,0 +1,85 @@
+/* The neuron index's running statistics of one block of unit values, in one pass over the block (gptviz/index/native.py
+ * compiles this on first use and falls back to torch ops where it cannot).
+ *
+ * values: n rows (tokens) of w units, row i at values + r * stride, r = row_index[i] (i where row_index is NULL: the
+ * scored rows can be read where the forward pass left them). For each unit u of the block:
+ *   vmin[u], vmax[u]  running minimum and maximum;
+ *   vsq[u]            running sum of squares, in double;
+ *   token_sums        row slots[i] gains row i (token_sums + slots[i] * ts_stride, w floats), added in row order: the
+ *                     same float additions, in the same order, as torch's index_add_ of the rows;
+ *   counts            the histograms, [w, bins] int64: bin = zero_bin[u] - 1 + c, where c = ceil(v * inv_width[u])
+ *                     clamped to [lo[u], hi[u]] = [1 - zero_bin[u], bins - zero_bin[u]], and at least 1 when v > 0
+ *                     (a value's side of the 0 edge follows its sign alone): histograms.py's _Binner rule, bit for bit.
+ *                     Counted first in `local` ([bins, w] int32, bin-major: the units of a row mostly share a few bins,
+ *                     so their counters share cache lines), then added into counts;
+ *   top k             best_v, best_loc [w, K]: each unit's K entries in the index's total order (value descending,
+ *                     then location ascending), thr[u] = best_v[u][K - 1]. A value above thr[u] is inserted after
+ *                     the entries at or above it. This is the top-k merge of the old entries and the new values only
+ *                     where the caller has checked that every unit holds K entries, that each entry's location comes
+ *                     before every row's, and that the rows' locations `loc` increase; elsewhere it passes thr = +inf
+ *                     (nothing inserted) and merges with vmax itself (top_k.py).
+ * A NaN value bins at lo[u] (never outside the unit's bins) and turns vsq[u] into NaN, which the caller checks.
+ * The pointers do not overlap. */
+#include <stdint.h>
+#include <string.h>
+
+int64_t block_stats(const float *restrict values, const int64_t *restrict row_index, int64_t n, int64_t w,
+                    int64_t stride,
+                    const int64_t *restrict slots, float *restrict token_sums, int64_t ts_stride,
+                    const float *restrict inv_width, const float *restrict lo, const float *restrict hi,
+                    const int32_t *restrict zero_bin, int64_t bins, int64_t *restrict counts,
+                    float *restrict vmin, float *restrict vmax, double *restrict vsq,
+                    float *restrict thr, float *restrict best_v, int64_t *restrict best_loc,
+                    const int64_t *restrict loc, int64_t K, int32_t *restrict local, int32_t *restrict scratch)
+{
+    int64_t inserted = 0;
+    memset(local, 0, (size_t)(bins * w) * sizeof(int32_t));
+    for (int64_t i = 0; i < n; i++) {
+        const float *restrict row = values + (row_index ? row_index[i] : i) * stride;
+        float *restrict sums = token_sums + slots[i] * ts_stride;
+        int hit = 0;
+        /* two inner loops, each vectorised by the compiler; then the scatter into the counts, and the rare
+         * candidates */
+        for (int64_t u = 0; u < w; u++) {
+            float v = row[u];
+            vmin[u] = v < vmin[u] ? v : vmin[u];
+            vmax[u] = v > vmax[u] ? v : vmax[u];
+            vsq[u] += (double)v * (double)v;
+            sums[u] += v;
+            hit |= v > thr[u];
+        }
+        for (int64_t u = 0; u < w; u++) {
+            float v = row[u];
+            float x = v * inv_width[u];
+            x = x >= lo[u] ? x : lo[u];  /* written so that NaN takes the lower bound */
+            x = x <= hi[u] ? x : hi[u];
+            int32_t c = (int32_t)x;      /* x is within [lo, hi]: ceil by truncation, then up one if below */
+            c += (float)c < x ? 1 : 0;
+            c = (v > 0.0f) & (c < 1) ? 1 : c;
+            scratch[u] = (c + zero_bin[u] - 1) * (int32_t)w + (int32_t)u;
+        }
+        for (int64_t u = 0; u < w; u++)
+            local[scratch[u]] += 1;
+        if (hit) {  /* rare once the top k has settled */
+            for (int64_t u = 0; u < w; u++) {
+                float v = row[u];
+                if (v > thr[u]) {
+                    float *restrict bv = best_v + u * K;
+                    int64_t *restrict bl = best_loc + u * K, j = K - 1;
+                    for (; j > 0 && bv[j - 1] < v; j--) {
+                        bv[j] = bv[j - 1];
+                        bl[j] = bl[j - 1];
+                    }
+                    bv[j] = v;
+                    bl[j] = loc[i];
+                    thr[u] = bv[K - 1];
+                    inserted++;
+                }
+            }
+        }
+    }
+    for (int64_t u = 0; u < w; u++)
+        for (int64_t b = 0; b < bins; b++)
+            counts[u * bins + b] += local[b * w + u];
+    return inserted;
+}

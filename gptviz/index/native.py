@@ -4,8 +4,9 @@ GPTVIZ_NATIVE=0). The two give the same top-k, histograms, counts, extremes and 
 squares (the std) differ by rounding (here in double throughout, there a float32 dot per block).
 
 Why C: the torch ops take about fifteen passes over each block (scale, ceil, shift, clamp, index, scatter, minimum,
-maximum, squares, row sums); on the bundled model, whose forward pass is cheap next to its 2,064 units a token, they
-cost as much as the forward pass itself. One pass costs less than half of that (benchmarks/bench_index.py).
+maximum, squares, row sums, the top-k's candidates); on the bundled model, whose forward pass is cheap next to its
+2,064 units a token, they cost as much as the forward pass itself (the scan +104% over the forward pass alone). One
+pass brings that to +35%, and gpt2-small's from +28% to +14% (benchmarks/bench_index.py, docs/neuron-index.md).
 
 The library is cached per user (0700 directory, a name from the source's, the compiler's and the flags' digest),
 written under a temporary name and renamed into place, so processes and shards that build it at once do not clash.
@@ -38,19 +39,20 @@ _P, _I = ctypes.c_void_p, ctypes.c_int64
 
 
 def enabled() -> bool:
-    return os.environ.get("GPTVIZ_NATIVE", "1") not in ("0", "false", "no", "")
+    """False where GPTVIZ_NATIVE says 0 (or false, no, off)."""
+    return os.environ.get("GPTVIZ_NATIVE", "").strip().lower() not in ("0", "false", "no", "off")
 
 
 def _cache_dir() -> Path:
     """A private directory for the built library: the user's cache, or a fresh temporary one when that is shared
     with other users or cannot be made."""
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gptviz"
     try:
+        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gptviz"
         base.mkdir(mode=0o700, parents=True, exist_ok=True)
         st = base.stat()
         if st.st_uid == os.getuid() and not st.st_mode & 0o022:
             return base
-    except (OSError, AttributeError):  # AttributeError: no os.getuid (Windows)
+    except (OSError, RuntimeError, AttributeError):  # RuntimeError: no home directory; AttributeError: no os.getuid
         pass
     return Path(tempfile.mkdtemp(prefix="gptviz-native-"))
 

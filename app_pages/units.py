@@ -18,7 +18,7 @@ from gptviz.app import unit_index as ui
 from gptviz.app.services import LimitError
 from gptviz.app.services import units as services
 from gptviz.app.component.token_rows import payload as token_rows_payload
-from gptviz.app.component.token_rows import token_rows
+from gptviz.app.component.token_rows import reserve_css, token_rows
 from gptviz.app.unit_nav import open_on_row_pick
 from gptviz.app.models import ModelSpec
 from gptviz.figures import units as fu
@@ -161,6 +161,7 @@ def examples_section(spec: ModelSpec, loaded: ui.Loaded, unit: ix.Unit) -> list[
     st.markdown(f"**Top {len(examples)} examples** over {loaded.index.tokens:,} tokens, peak token outlined "
                 f"({held} from plays the model never trained on, marked *held out*).")
     rows = fu.example_rows(loaded.index, contexts, examples, by_attention=by_attention)
+    st.html(reserve_css(K.UNIT_EXAMPLES, len(rows)))  # style only (no model text): the rows' room before they draw
     token_rows(token_rows_payload(rows, value_name=value_name, cmax=cmax), key=K.UNIT_EXAMPLES)
     display.figure_download(lambda: fu.examples_text(rows, value_name=value_name, cmax=cmax),
                             f"{unit}_top_examples.html", key=K.UNIT_EXAMPLES)

@@ -58,3 +58,34 @@ def test_clicking_a_neuron_id_on_activations_opens_its_page_in_the_same_tab(brow
     assert page.get_by_role("tab", name="One unit").get_attribute("aria-selected") == "true"
     no_exception(page)
     page.close()
+
+
+WATCH_FIRST_BUTTON = """() => {
+  window.gvTops = [];
+  const started = performance.now();
+  const watch = () => {
+    const button = document.querySelector('[data-testid="stDownloadButton"]');
+    if (button) window.gvTops.push(Math.round(button.getBoundingClientRect().top + window.scrollY));
+    if (performance.now() - started < 60000) requestAnimationFrame(watch);
+  };
+  watch();
+}"""
+
+
+@pytest.mark.parametrize("width, height", [(1400, 1000), (390, 844)])
+def test_the_text_below_the_top_examples_does_not_jump_when_they_draw(browser, server, width, height):
+    # the rows mount a moment after the text around them: their room is kept free (token_rows.reserve_css), so the
+    # first button under them appears where it stays
+    page = browser.new_page(viewport={"width": width, "height": height})
+    page.set_default_timeout(120_000)
+    page.add_init_script(f"window.addEventListener('DOMContentLoaded', {WATCH_FIRST_BUTTON})")
+    page.goto(f"{server}/units")
+    page.locator(".gv-row").nth(19).wait_for()
+    wait_for_idle(page)
+    tops = page.evaluate("window.gvTops")
+    assert tops and max(tops) - min(tops) <= 4, sorted(set(tops))
+    box = page.locator(".st-key-unit_examples").bounding_box()
+    rows = page.locator(".gv-rows").bounding_box()
+    assert abs(box["height"] - rows["height"]) <= 6  # the room kept is the room the rows take
+    no_exception(page)
+    page.close()

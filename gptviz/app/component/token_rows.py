@@ -17,6 +17,10 @@ from . import registered
 from .attention_map import colour_stops
 
 NAME = "gptviz_token_rows"
+# A row's height (one line; on a phone two, the name above the text) and the legend's, measured in Chromium at 1400 and
+# 390 px wide with token_rows.css
+ROW_PX, PHONE_ROW_PX, LEGEND_PX = 23.8, 41.4, 23.2
+PHONE_PX = 640  # token_rows.css's breakpoint
 
 
 def payload(rows: list[ExampleRow], *, value_name: str, cmax: float) -> dict:
@@ -33,6 +37,15 @@ def payload(rows: list[ExampleRow], *, value_name: str, cmax: float) -> dict:
                     "peak": row.peak - start})
     return {"rows": out, "value_name": str(value_name), "cmax": float(cmax) if cmax > 0 else 1.0,
             "colors": colour_stops(EXAMPLE_SCALE), "highlight": HIGHLIGHT}
+
+
+def reserve_css(key: str, n_rows: int) -> str:
+    """A <style> that keeps the rows' height free in the component's keyed box before they are drawn: the component
+    mounts a moment after the text around it, which otherwise jumps down by the rows' height (850 px on a phone)."""
+    n = max(0, int(n_rows))
+    wide, phone = LEGEND_PX + n * ROW_PX, LEGEND_PX + n * PHONE_ROW_PX
+    return (f"<style>.st-key-{key} {{min-height: {wide:.0f}px;}} "
+            f"@media (max-width: {PHONE_PX}px) {{.st-key-{key} {{min-height: {phone:.0f}px;}}}}</style>")
 
 
 def token_rows(data: dict, *, key: str):

@@ -204,3 +204,28 @@ def test_the_library_is_cached_only_where_no_one_else_can_write(monkeypatch, tmp
     (tmp_path / "gptviz").chmod(0o777)
     private = native._cache_dir()
     assert private != tmp_path / "gptviz" and private.stat().st_mode & 0o077 == 0
+
+
+def test_units_fill_their_top_k_in_the_pass_as_the_merge_would():
+    # from empty: fewer values than K, -inf values (kept, after every finite one, before the empty slots), ties
+    K, U = 5, 3
+    blocks = [torch.tensor([[-math.inf, 0.0, 2.0], [1.0, 0.0, -math.inf], [1.0, -0.0, 2.0]]),
+              torch.tensor([[-math.inf, 0.0, 9.0], [0.5, 3.0, 2.0]])]
+    hist_range = np.tile(np.array([[-8.0, 8.0]], dtype=np.float32), (U, 1))
+    zero_bin = np.full(U, 8)
+    stats = native.block_stats(hist_range, zero_bin, 16)
+    part, token_sums, _ = block_inputs(blocks[0], hist_range, zero_bin, 16)
+    part.best_v, part.best_loc = torch.full((U, K), -math.inf), torch.full((U, K), -1)
+    seen_v, seen_loc, start = [], [], 0
+    for block in blocks:
+        loc = torch.arange(start, start + len(block))
+        stats.update(part, token_sums, torch.zeros(len(block), dtype=torch.long), loc, 0, block, None, insert=True)
+        seen_v.append(block), seen_loc.append(loc)
+        start += len(block)
+        v, at = ix.top_k.top_merge(torch.cat(seen_v).t(), torch.cat(seen_loc).expand(U, -1), K)
+        if len(torch.cat(seen_loc)) < K:  # top_merge keeps only what there is; the running arrays pad with empties
+            pad = K - v.shape[1]
+            v = torch.cat([v, torch.full((U, pad), -math.inf)], 1)
+            at = torch.cat([at, torch.full((U, pad), -1)], 1)
+        assert torch.equal(part.best_v, v) and torch.equal(part.best_loc, at)
+    assert part.best_loc[0].tolist() == [1, 2, 4, 0, 3]  # 1.0, 1.0, 0.5, then the -infs in location order

@@ -13,11 +13,12 @@
  *                     Counted first in `local` ([bins, w] int32, bin-major: the units of a row mostly share a few bins,
  *                     so their counters share cache lines), then added into counts;
  *   top k             best_v, best_loc [w, K]: each unit's K entries in the index's total order (value descending,
- *                     then location ascending), thr[u] = best_v[u][K - 1]. A value above thr[u] is inserted after
- *                     the entries at or above it. This is the top-k merge of the old entries and the new values only
- *                     where the caller has checked that every unit holds K entries, that each entry's location comes
- *                     before every row's, and that the rows' locations `loc` increase; elsewhere it passes thr = +inf
- *                     (nothing inserted) and merges with vmax itself (top_k.py).
+ *                     then location ascending; empty slots, location -1, last), thr[u] = best_v[u][K - 1]. A value
+ *                     above thr[u], or any value while the unit has an empty slot, is inserted after the entries at
+ *                     or above it. That is the top-k merge of the entries and the block's values where the caller has
+ *                     checked that every entry's location comes before every row's and that the rows' locations
+ *                     `loc` increase, and says so with top = 1 (2: some unit has an empty slot, so every value is
+ *                     tested); elsewhere it passes top = 0 (nothing inserted) and merges with vmax itself (top_k.py).
  * A NaN value bins at lo[u] (never outside the unit's bins) and turns vsq[u] into NaN, which the caller checks.
  * The pointers do not overlap. */
 #include <stdint.h>
@@ -30,14 +31,15 @@ int64_t block_stats(const float *restrict values, const int64_t *restrict row_in
                     const int32_t *restrict zero_bin, int64_t bins, int64_t *restrict counts,
                     float *restrict vmin, float *restrict vmax, double *restrict vsq,
                     float *restrict thr, float *restrict best_v, int64_t *restrict best_loc,
-                    const int64_t *restrict loc, int64_t K, int32_t *restrict local, int32_t *restrict scratch)
+                    const int64_t *restrict loc, int64_t K, int64_t top, int32_t *restrict local,
+                    int32_t *restrict scratch)
 {
     int64_t inserted = 0;
     memset(local, 0, (size_t)(bins * w) * sizeof(int32_t));
     for (int64_t i = 0; i < n; i++) {
         const float *restrict row = values + (row_index ? row_index[i] : i) * stride;
         float *restrict sums = token_sums + slots[i] * ts_stride;
-        int hit = 0;
+        int hit = top == 2;
         /* two inner loops, each vectorised by the compiler; then the scatter into the counts, and the rare
          * candidates */
         for (int64_t u = 0; u < w; u++) {
@@ -46,7 +48,7 @@ int64_t block_stats(const float *restrict values, const int64_t *restrict row_in
             vmax[u] = v > vmax[u] ? v : vmax[u];
             vsq[u] += (double)v * (double)v;
             sums[u] += v;
-            hit |= v > thr[u];
+            hit |= (top != 0) & (v > thr[u]);
         }
         for (int64_t u = 0; u < w; u++) {
             float v = row[u];
@@ -63,16 +65,16 @@ int64_t block_stats(const float *restrict values, const int64_t *restrict row_in
         if (hit) {  /* rare once the top k has settled */
             for (int64_t u = 0; u < w; u++) {
                 float v = row[u];
-                if (v > thr[u]) {
-                    float *restrict bv = best_v + u * K;
-                    int64_t *restrict bl = best_loc + u * K, j = K - 1;
-                    for (; j > 0 && bv[j - 1] < v; j--) {
+                float *restrict bv = best_v + u * K;
+                int64_t *restrict bl = best_loc + u * K, j = K - 1;
+                if (v > thr[u] || bl[K - 1] < 0) {
+                    for (; j > 0 && (bl[j - 1] < 0 || bv[j - 1] < v); j--) {
                         bv[j] = bv[j - 1];
                         bl[j] = bl[j - 1];
                     }
                     bv[j] = v;
                     bl[j] = loc[i];
-                    thr[u] = bv[K - 1];
+                    thr[u] = bv[K - 1];  /* -inf while a slot is empty */
                     inserted++;
                 }
             }

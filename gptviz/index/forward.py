@@ -40,9 +40,10 @@ def _unit_blocks(model, docs, offsets, windows: np.ndarray, hooks, in_place: boo
                 blocks.append((l * F, post, sel))
             else:
                 blocks.append((l * F, post[on].float().cpu(), None))
-        for l in range(L):
-            norms = head_write_norms(store[act_name("z", l)], model.blocks[l].attn.c_proj.weight).reshape(B * T, H)
-            blocks.append((L * F + l * H, norms[on].cpu().contiguous(), None))  # (norms is a transposed view)
+        for l in range(L):  # the norms of the scored rows only
+            z = store[act_name("z", l)]
+            norms = head_write_norms(z.reshape(B * T, H, z.shape[-1])[on], model.blocks[l].attn.c_proj.weight)
+            blocks.append((L * F + l * H, norms.cpu().contiguous(), None))  # (norms is a transposed view)
     base = torch.from_numpy(offsets[windows[:, 0]] + windows[:, 1])  # global index of each window's start
     loc = (base[:, None] + torch.arange(T)[None]).reshape(-1)[sel]
     return blocks, loc, ids.reshape(-1)[sel]

@@ -105,7 +105,7 @@ def _library():
         return None
     lib.block_stats.restype = _I
     lib.block_stats.argtypes = [_P, _P, _I, _I, _I, _P, _P, _I, _P, _P, _P, _P, _I, _P, _P, _P, _P, _P, _P, _P, _P,
-                                _I, _P, _P]
+                                _I, _I, _P, _P]
     return lib
 
 
@@ -129,8 +129,9 @@ class BlockStats:
     def update(self, part, token_sums: torch.Tensor, slots: torch.Tensor, loc: torch.Tensor, first: int,
                values: torch.Tensor, rows: torch.Tensor | None, insert: bool) -> torch.Tensor:
         """Fold `values` [tokens, units first..] (its rows `rows`, or all) into part's vmin, counts and vsq and into
-        `token_sums` ([slots, U]), in place; with `insert`, into its top K as well (the caller has checked the
-        conditions block_stats.c states). -> the block's maximum per unit. ValueError when a value is NaN."""
+        `token_sums` ([slots, U]), in place; with `insert`, into its top K as well, empty slots included (the caller
+        has checked the conditions block_stats.c states). -> the block's maximum per unit. ValueError when a value is
+        NaN."""
         n, w = values.shape if rows is None else (len(rows), values.shape[1])
         U, K = len(self.zero_bin), part.best_v.shape[1]
         # what the C code assumes: float32 rows of unit-stride columns on the CPU, in-bounds indices, the running
@@ -151,7 +152,8 @@ class BlockStats:
         if self.local.numel() < w * self.bins:
             self.local = torch.empty(w * self.bins, dtype=torch.int32)
         vmax = torch.full((w,), -torch.inf)
-        thr = (part.best_v[first:first + w, -1].clone() if insert else torch.full((w,), torch.inf))
+        thr = part.best_v[first:first + w, -1].clone()
+        top = 0 if not insert else 2 if bool((part.best_loc[first:first + w, -1] < 0).any()) else 1
         scratch = torch.empty(w, dtype=torch.int32)
         f4, f8 = 4 * first, 8 * first
         self.lib.block_stats(
@@ -160,7 +162,7 @@ class BlockStats:
             self.lo.data_ptr() + f4, self.hi.data_ptr() + f4, self.zero_bin.data_ptr() + f4, self.bins,
             part.counts.data_ptr() + f8 * self.bins, part.vmin.data_ptr() + f4, vmax.data_ptr(),
             part.vsq.data_ptr() + f8, thr.data_ptr(), part.best_v.data_ptr() + f4 * K,
-            part.best_loc.data_ptr() + f8 * K, loc.data_ptr(), K, self.local.data_ptr(), scratch.data_ptr())
+            part.best_loc.data_ptr() + f8 * K, loc.data_ptr(), K, top, self.local.data_ptr(), scratch.data_ptr())
         if torch.isnan(part.vsq[first:first + w]).any():
             raise ValueError("a unit's value is NaN: the model gives non-finite activations on this corpus")
         return vmax

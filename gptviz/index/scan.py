@@ -228,9 +228,8 @@ def _fold(part: PartialScan, native, binner: _Binner, token_sums: torch.Tensor, 
     pass (native.py), or torch ops. `in_order`: the block's locations increase."""
     if native is not None:
         # the top K too, in the same pass, where a new value can only go after the entries at or above it: every
-        # unit holds K entries (after a shard's first batch), all before this block (a scan in corpus order)
-        held = part.best_loc[first:first + values.shape[1]]
-        insert = in_order and len(loc) > 0 and bool((held >= 0).all()) and int(held.max()) < int(loc[0])
+        # entry held (none in a shard's first batch) comes before this block (a scan in corpus order)
+        insert = in_order and len(loc) > 0 and int(part.best_loc[first:first + values.shape[1]].max()) < int(loc[0])
         high = native.update(part, token_sums, slots, loc, first, values, rows, insert)
         if insert:
             return

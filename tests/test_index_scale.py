@@ -147,6 +147,13 @@ def test_your_corpus_in_every_format_gives_the_same_documents(tmp_path, monkeypa
         read(tmp_path / "bad.jsonl")
     with pytest.raises(ValueError, match="no corpus"):
         read(tmp_path / "missing")
+    # a binary file is refused by name, alone or as a folder's .txt, not indexed as replacement characters
+    (tmp_path / "archive.gz").write_bytes(b"\x1f\x8b\x08\x00" + bytes(range(256)))
+    with pytest.raises(ValueError, match="'archive.gz' is not a UTF-8 text file"):
+        read(tmp_path / "archive.gz")
+    (tmp_path / "folder" / "sub" / "utf16.txt").write_text("JULIET: Ay me!", encoding="utf-16")
+    with pytest.raises(ValueError, match="'sub/utf16.txt' is not a UTF-8 text file"):
+        read(tmp_path / "folder")
 
 
 def test_the_help_text_gives_the_default_batch():

@@ -92,6 +92,16 @@ def _windows(lengths: Sequence[int], n_ctx: int, stride: int) -> np.ndarray:
 
 TEXT_SUFFIXES = (".txt", ".text", ".md")
 CHUNK_CHARS = 1 << 20  # a long text is tokenized a piece at a time, cut where the cut changes no token
+SNIFF_BYTES = 8192     # a NUL byte in a file's first 8 KB marks it as binary (git's test)
+
+
+def _read_text(path: Path, name: str) -> str:
+    """A file's text, UTF-8 with undecodable bytes replaced. ValueError for a binary file (a NUL byte early on: an
+    image, an archive, a compressed or UTF-16 file), which would otherwise be indexed as replacement characters."""
+    with path.open("rb") as f:
+        if b"\0" in f.read(SNIFF_BYTES):
+            raise ValueError(f"{name!r} is not a UTF-8 text file (it holds NUL bytes: binary, compressed or UTF-16?)")
+    return path.read_text(encoding="utf-8", errors="replace")
 
 
 def corpus_texts(path, text_column: str = "text") -> Iterator[tuple[str, str]]:
@@ -104,7 +114,8 @@ def corpus_texts(path, text_column: str = "text") -> Iterator[tuple[str, str]]:
         if not files:
             raise ValueError(f"the folder {path.name!r} holds no text files ({', '.join(TEXT_SUFFIXES)})")
         for p in files:
-            yield p.relative_to(path).with_suffix("").as_posix(), p.read_text(encoding="utf-8", errors="replace")
+            name = p.relative_to(path).as_posix()
+            yield p.relative_to(path).with_suffix("").as_posix(), _read_text(p, name)
     elif not path.is_file():
         raise ValueError(f"no corpus file or folder at {path.name!r}")
     elif path.suffix.lower() == ".parquet":
@@ -112,7 +123,7 @@ def corpus_texts(path, text_column: str = "text") -> Iterator[tuple[str, str]]:
     elif path.suffix.lower() in (".jsonl", ".ndjson", ".json"):
         yield from _jsonl_texts(path, text_column)
     else:
-        yield path.stem, path.read_text(encoding="utf-8", errors="replace")
+        yield path.stem, _read_text(path, path.name)
 
 
 def _parquet_texts(path: Path, column: str) -> Iterator[tuple[str, str]]:

@@ -19,8 +19,8 @@
  *                     checked that every entry's location comes before every row's and that the rows' locations
  *                     `loc` increase, and says so with top = 1 (2: some unit has an empty slot, so every value is
  *                     tested); elsewhere it passes top = 0 (nothing inserted) and merges with vmax itself (top_k.py).
- * A NaN value bins at lo[u] (never outside the unit's bins) and turns vsq[u] into NaN, which the caller checks.
- * The pointers do not overlap. */
+ * Returns the number of values inserted into the top k. A NaN value bins at lo[u] (never outside the unit's bins) and
+ * turns vsq[u] into NaN, which the caller checks. The pointers do not overlap. */
 #include <stdint.h>
 #include <string.h>
 

@@ -116,7 +116,7 @@ def test_bins_equal_the_binner_value_for_value():
                           (torch.rand(200, generator=g) - 0.5) * 4 * float(hi[u] - lo[u])]) for u in range(U)]
     values = torch.stack(columns, 1).float().contiguous()
     part, token_sums, slots = block_inputs(values, hist_range, zero_bin, bins)
-    stats = native.block_stats(hist_range, zero_bin, bins)
+    stats = native.block_stats(_Binner(hist_range, zero_bin, bins))
     loc = torch.arange(len(values))
     high = stats.update(part, token_sums, slots, loc, 0, values, None, insert=False)
     expected = _Binner(hist_range, zero_bin, bins).counts(values, slice(0, U))
@@ -135,7 +135,7 @@ def test_rows_read_in_place_equal_the_copied_rows():
     rows = torch.tensor([0, 3, 4, 5, 17, 18, 39])
     hist_range = np.tile(np.array([[-4.0, 4.0]], dtype=np.float32), (5, 1))
     zero_bin = np.full(5, 8)
-    stats = native.block_stats(hist_range, zero_bin, 16)
+    stats = native.block_stats(_Binner(hist_range, zero_bin, 16))
     a = block_inputs(full[rows], hist_range, zero_bin, 16)
     b = block_inputs(full[rows], hist_range, zero_bin, 16)
     loc = torch.arange(len(rows))
@@ -155,7 +155,7 @@ def test_the_top_k_inserted_in_the_pass_equals_the_merge():
     later = torch.tensor([[3.0, 0.0, 2.0], [4.0, 0.0, 0.5], [1.0, 1e-30, 7.0], [6.0, 0.0, 2.0], [3.0, -0.0, 1.0]])
     hist_range = np.tile(np.array([[-8.0, 8.0]], dtype=np.float32), (U, 1))
     zero_bin = np.full(U, 8)
-    stats = native.block_stats(hist_range, zero_bin, 16)
+    stats = native.block_stats(_Binner(hist_range, zero_bin, 16))
     part, token_sums, slots = block_inputs(first, hist_range, zero_bin, 16)
     part.best_v, part.best_loc = torch.full((U, K), -math.inf), torch.full((U, K), -1)
     loc1, loc2 = torch.arange(5), torch.arange(5, 10)
@@ -173,7 +173,7 @@ def test_nan_is_refused_and_stays_inside_the_histogram():
     values = torch.tensor([[1.0, math.nan], [2.0, 0.5]])
     hist_range = np.tile(np.array([[-1.0, 3.0]], dtype=np.float32), (2, 1))
     zero_bin = np.full(2, 4)
-    stats = native.block_stats(hist_range, zero_bin, 16)
+    stats = native.block_stats(_Binner(hist_range, zero_bin, 16))
     part, token_sums, slots = block_inputs(values, hist_range, zero_bin, 16)
     with pytest.raises(ValueError, match="NaN"):
         stats.update(part, token_sums, slots, torch.arange(2), 0, values, None, insert=False)
@@ -213,7 +213,7 @@ def test_units_fill_their_top_k_in_the_pass_as_the_merge_would():
               torch.tensor([[-math.inf, 0.0, 9.0], [0.5, 3.0, 2.0]])]
     hist_range = np.tile(np.array([[-8.0, 8.0]], dtype=np.float32), (U, 1))
     zero_bin = np.full(U, 8)
-    stats = native.block_stats(hist_range, zero_bin, 16)
+    stats = native.block_stats(_Binner(hist_range, zero_bin, 16))
     part, token_sums, _ = block_inputs(blocks[0], hist_range, zero_bin, 16)
     part.best_v, part.best_loc = torch.full((U, K), -math.inf), torch.full((U, K), -1)
     seen_v, seen_loc, start = [], [], 0

@@ -25,8 +25,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
 import torch
+
+from .histograms import _Binner
 
 SOURCE = Path(__file__).with_name("block_stats.c")
 # -ffp-contract=off: no fused multiply-adds, so the float32 bin arithmetic rounds as torch's does
@@ -118,11 +119,11 @@ def available() -> bool:
 class BlockStats:
     """The compiled statistics for one scan: per-unit constants prepared once, then `update` per block."""
 
-    def __init__(self, lib, hist_range: np.ndarray, zero_bin: np.ndarray, bins: int):
-        lo = torch.from_numpy(hist_range[:, 0]).double()
-        # the same float32 inverse width as _Binner, so that v * inv_width rounds the same way
-        self.inv_width = (bins / (torch.from_numpy(hist_range[:, 1]).double() - lo)).float().contiguous()
-        self.zero_bin = torch.from_numpy(zero_bin).to(torch.int32).contiguous()
+    def __init__(self, lib, binner: _Binner):
+        # _Binner's own float32 inverse widths, so that v * inv_width rounds the same way in both paths
+        self.inv_width = binner.inv_width.contiguous()
+        self.zero_bin = (binner.shift + 1).to(torch.int32).contiguous()  # shift = zero_bin - 1, exact in float32
+        bins = binner.bins
         self.lo, self.hi = (1 - self.zero_bin).float().contiguous(), (bins - self.zero_bin).float().contiguous()
         self.bins, self.lib = bins, lib
         self.local = torch.empty(0, dtype=torch.int32)
@@ -169,7 +170,7 @@ class BlockStats:
         return vmax
 
 
-def block_stats(hist_range: np.ndarray, zero_bin: np.ndarray, bins: int) -> BlockStats | None:
-    """The compiled statistics for a scan with this histogram plan, or None where they cannot run."""
+def block_stats(binner: _Binner) -> BlockStats | None:
+    """The compiled statistics for a scan binned by `binner`, or None where they cannot run."""
     lib = _library()
-    return None if lib is None else BlockStats(lib, hist_range, zero_bin, bins)
+    return None if lib is None else BlockStats(lib, binner)

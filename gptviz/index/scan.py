@@ -199,7 +199,7 @@ def scan_batches(model, docs, plan: ScanPlan, batches: Sequence[int] | range | N
     hooks = _unit_hooks(cfg)
     part = _empty_partial(plan, U)
     binner = _Binner(plan.hist_range, plan.zero_bin, bins)
-    native = block_stats(plan.hist_range, plan.zero_bin, bins)  # one pass of C per block, or None: torch ops
+    native = block_stats(binner)  # one pass of C per block, or None: torch ops
     slot_of = torch.full((cfg.vocab_size,), len(plan.frequent), dtype=torch.long)
     slot_of[torch.from_numpy(plan.frequent)] = torch.arange(len(plan.frequent))
     token_sums = part.token_sums.t().contiguous()  # [slots, U] while scanning: rows of tokens add as rows

@@ -114,8 +114,8 @@ def corpus_texts(path, text_column: str = "text") -> Iterator[tuple[str, str]]:
         if not files:
             raise ValueError(f"the folder {path.name!r} holds no text files ({', '.join(TEXT_SUFFIXES)})")
         for p in files:
-            name = p.relative_to(path).as_posix()
-            yield p.relative_to(path).with_suffix("").as_posix(), _read_text(p, name)
+            relative = p.relative_to(path)
+            yield relative.with_suffix("").as_posix(), _read_text(p, relative.as_posix())
     elif not path.is_file():
         raise ValueError(f"no corpus file or folder at {path.name!r}")
     elif path.suffix.lower() == ".parquet":

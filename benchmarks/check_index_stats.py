@@ -41,7 +41,6 @@ def main(argv=None) -> int:
     lengths = [len(d.ids) for d in docs]
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     windows = ix._windows(lengths, n_ctx, stride)
-    hooks = ix._unit_hooks(model.config)
 
     rng = np.random.default_rng(0)
     named = [index.flat(u) for u in NAMED if _exists(index, u)]
@@ -52,7 +51,7 @@ def main(argv=None) -> int:
     columns = np.empty((len(kept), index.tokens), dtype=np.float32)
     done, batch = 0, index.meta["scan"]["batch"]
     for i in range(0, len(windows), batch):
-        values, _, _ = ix._run_windows(model, docs, offsets, windows[i:i + batch], hooks)
+        values, _, _ = ix._run_windows(model, docs, offsets, windows[i:i + batch])
         active += (values > 0).sum(1)
         columns[:, done:done + values.shape[1]] = values[kept_t].numpy()
         done += values.shape[1]

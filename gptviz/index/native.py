@@ -107,7 +107,7 @@ def _library():
         return None
     lib.block_stats.restype = _I
     lib.block_stats.argtypes = [_P, _P, _I, _I, _I, _P, _P, _I, _P, _P, _P, _P, _I, _P, _P, _P, _P, _P, _P, _P, _P,
-                                _I, _I, _P, _P]
+                                _I, _I, _P, _P, _P]
     return lib
 
 
@@ -156,7 +156,7 @@ class BlockStats:
         vmax = torch.full((w,), -torch.inf)
         thr = part.best_v[first:first + w, -1].clone()
         top = 0 if not insert else 2 if bool((part.best_loc[first:first + w, -1] < 0).any()) else 1
-        scratch = torch.empty(w, dtype=torch.int32)
+        scratch, tile_max = torch.empty(w, dtype=torch.int32), torch.empty(w)
         f4, f8 = 4 * first, 8 * first
         self.lib.block_stats(
             values.data_ptr(), None if rows is None else rows.data_ptr(), n, w, values.stride(0), slots.data_ptr(),
@@ -164,7 +164,8 @@ class BlockStats:
             self.lo.data_ptr() + f4, self.hi.data_ptr() + f4, self.zero_bin.data_ptr() + f4, self.bins,
             part.counts.data_ptr() + f8 * self.bins, part.vmin.data_ptr() + f4, vmax.data_ptr(),
             part.vsq.data_ptr() + f8, thr.data_ptr(), part.best_v.data_ptr() + f4 * K,
-            part.best_loc.data_ptr() + f8 * K, loc.data_ptr(), K, top, self.local.data_ptr(), scratch.data_ptr())
+            part.best_loc.data_ptr() + f8 * K, loc.data_ptr(), K, top, self.local.data_ptr(), scratch.data_ptr(),
+            tile_max.data_ptr())
         if torch.isnan(part.vsq[first:first + w]).any():
             raise ValueError("a unit's value is NaN: the model gives non-finite activations on this corpus")
         return vmax

@@ -29,9 +29,8 @@ from .corpus import _as_documents, _checksum, _windows, default_stride, token_co
 from .histograms import _Binner, _edges, _quantiles
 from .native import block_stats
 from .store import NeuronIndex, _config_dict, model_fingerprint
-from .forward import _unit_blocks
+from .forward import _batch_inputs, _stream_unit_blocks, _unit_blocks
 from .top_k import keep_top, top_merge
-from .units import _unit_hooks
 
 
 def default_batch(config) -> int:
@@ -111,13 +110,12 @@ def plan_scan(model, docs, *, model_name: str = "", source: str = "", corpus: di
     windows = _windows(lengths, n_ctx, stride)
     L, F, H = cfg.n_layers, cfg.d_ff, cfg.n_heads
     U = L * (F + H)
-    hooks = _unit_hooks(cfg)
 
     # The histogram range from windows spread over the corpus, in batches of the same size as the scan's.
     sample = windows[np.unique(np.linspace(0, len(windows) - 1, min(len(windows), SAMPLE_WINDOWS)).astype(int))]
     lo, hi = torch.full((U,), math.inf), torch.full((U,), -math.inf)
     for i in range(0, len(sample), batch):
-        blocks, _, _ = _unit_blocks(model, docs, offsets, sample[i:i + batch], hooks)
+        blocks, _, _ = _unit_blocks(model, docs, offsets, sample[i:i + batch])
         for first, values, _ in blocks:
             low, high = values.amin(0), values.amax(0)  # (aminmax over dim 0 takes a slow path: 25x slower)
             cols = slice(first, first + values.shape[1])
@@ -196,7 +194,6 @@ def scan_batches(model, docs, plan: ScanPlan, batches: Sequence[int] | range | N
     cfg = model.config
     U = cfg.n_layers * (cfg.d_ff + cfg.n_heads)
     bins, K = plan.settings["bins"], plan.settings["top_k"]
-    hooks = _unit_hooks(cfg)
     part = _empty_partial(plan, U)
     binner = _Binner(plan.hist_range, plan.zero_bin, bins)
     native = block_stats(binner)  # one pass of C per block, or None: torch ops
@@ -205,12 +202,15 @@ def scan_batches(model, docs, plan: ScanPlan, batches: Sequence[int] | range | N
     token_sums = part.token_sums.t().contiguous()  # [slots, U] while scanning: rows of tokens add as rows
     todo = sum(int(plan.batch_windows(b)[:, 2].sum() - plan.batch_windows(b)[:, 3].sum()) for b in batches)
     for b in batches:
-        blocks, loc, tok = _unit_blocks(model, docs, plan.offsets, plan.batch_windows(b), hooks,
-                                        in_place=native is not None)
+        ids, sel, run, loc, tok = _batch_inputs(docs, plan.offsets, plan.batch_windows(b))
         slots = slot_of[tok]
         in_order = bool((loc[1:] > loc[:-1]).all())
-        for first, values, rows in blocks:  # values [n, w] (or its rows `rows`): units first .. first + w - 1
+
+        def fold(first: int, values: torch.Tensor, rows: torch.Tensor | None) -> None:
+            # values [n, w] (or its rows `rows`): units first .. first + w - 1, folded in while the forward pass runs
             _fold(part, native, binner, token_sums, slots, loc, in_order, K, first, values, rows)
+
+        _stream_unit_blocks(model, ids, sel, run, fold, in_place=native is not None)
         part.tokens += len(loc)
         if progress is not None:
             progress(part.tokens, todo)

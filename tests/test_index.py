@@ -437,14 +437,17 @@ def test_block_binner_counts_equal_the_sign_exact_rule():
 def test_head_write_norms_equal_the_norm_of_each_heads_write():
     """A head's score is the norm of what it writes into the residual stream, z_h W_O^h, computed here by hand."""
     g = torch.Generator().manual_seed(1)
-    for shape, d_head, C in [((2, 7, 3), 5, 11), ((1, 4, 12), 64, 768)]:
+    # batches of windows, one window, one position; a model narrower than a head (C < d_head: R is C x d_head)
+    for shape, d_head, C in [((2, 7, 3), 5, 11), ((1, 4, 12), 64, 768), ((5, 2), 8, 6), ((3,), 4, 9)]:
         z = torch.randn(*shape, d_head, generator=g)
         weight = torch.randn(C, shape[-1] * d_head, generator=g) * 0.05  # c_proj's [out, in]
-        z[0, 0] = 0.0  # a silent position: exactly 0
+        silent = (0,) * (len(shape) - 1)  # a position (none in the last case, one position's heads)
+        if silent:
+            z[silent] = 0.0  # a silent position: exactly 0
         by_hand = torch.stack([(z[..., h, :] @ weight[:, h * d_head:(h + 1) * d_head].t()).norm(dim=-1)
                                for h in range(shape[-1])], -1)
         got = ix.head_write_norms(z, weight)
-        assert got.shape == by_hand.shape and torch.equal(got[0, 0], torch.zeros(shape[-1]))
+        assert got.shape == by_hand.shape and (not silent or torch.equal(got[silent], torch.zeros(shape[-1])))
         torch.testing.assert_close(got, by_hand, rtol=3e-6, atol=1e-7)
 
 

@@ -43,10 +43,11 @@ def _stream_unit_blocks(model, ids: torch.Tensor, sel: torch.Tensor, run: slice 
     freed with the forward pass's own intermediates, so the next layer reuses their memory. Held until the pass ended,
     they made the forward pass inside the bundled model's scan about 0.2 s slower than the same pass alone (60,000
     tokens, 1.9 s): its GELU took twice as long and its matrix products 8% longer, writing to memory out of the cache
-    (torch.profiler; docs/benchmarks-history.md). Token-major blocks, not one [units, tokens] matrix: the statistics reduce over the
-    token axis of each block as it comes, so no transposed copy of every value is made, and a batch whose scored
-    positions are one run of rows (every position, or one window's scored tail: gpt2-small's batches of one) needs no
-    copy at all."""
+    (torch.profiler; docs/benchmarks-history.md).
+
+    Token-major blocks, not one [units, tokens] matrix: the statistics reduce over the token axis of each block as it
+    comes, so no transposed copy of every value is made, and a batch whose scored positions are one run of rows (every
+    position, or one window's scored tail: gpt2-small's batches of one) needs no copy at all."""
     cfg = model.config
     B, T = ids.shape
     L, F, H = cfg.n_layers, cfg.d_ff, cfg.n_heads

@@ -56,6 +56,23 @@ def test_tied_weights_are_one_tensor():
     assert untied.lm_head.weight.data_ptr() != untied.wte.weight.data_ptr()
 
 
+def test_token_embedding_is_the_embedding_lookup_on_every_path():
+    """token_embedding's gather from the [in, out]-stored embedding (CPU, no autograd) gives wte(ids) bit for bit,
+    for a batch, one token and a row-major copy; with autograd it is nn.Embedding's own path, gradient included."""
+    for model in (build(), build(tie_weights=False), row_major_copy(build())):
+        ids = random_ids(12, batch=3)
+        with torch.inference_mode():
+            for x in (ids, ids[:1, :1], ids[0]):
+                got, want = model.token_embedding(x), model.wte(x)
+                assert got.shape == want.shape and got.is_contiguous() and torch.equal(got, want)
+        model.zero_grad()
+        model.token_embedding(ids).square().sum().backward()
+        by_hand = torch.zeros_like(model.wte.weight).index_add_(0, ids.reshape(-1), 2 * model.wte(ids).detach()
+                                                                .reshape(-1, model.config.d_model))
+        torch.testing.assert_close(model.wte.weight.grad, by_hand)
+    assert build().wte.weight.stride(0) == 1  # the layout the gather is for
+
+
 def test_model_keeps_its_config(model):
     assert model.config is SMALL
 

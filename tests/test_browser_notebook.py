@@ -80,7 +80,11 @@ def test_example_notebook_draws_the_heatmap_in_jupyterlab(lab, browser, tmp_path
     page.set_default_timeout(120_000)
     page.goto(f"{lab}/lab/tree/example.ipynb")
     page.wait_for_function("window.jupyterapp && document.querySelector('.jp-Notebook')")
-    time.sleep(3)  # the kernel starts
+    # run the cells once the notebook's kernel is up and idle (a fixed 3 s sleep was not always enough: once, on a
+    # loaded machine, the cells never ran and the heatmap wait below timed out)
+    page.wait_for_function("(() => { const w = window.jupyterapp.shell.currentWidget; const c = w && w.sessionContext;"
+                           " return !!(c && c.isReady && c.session && c.session.kernel"
+                           " && c.session.kernel.status === 'idle'); })()")
     page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
     page.wait_for_function("document.querySelectorAll('.gv-map canvas.gv-heat[data-cell]').length >= 2",
                            timeout=240_000)

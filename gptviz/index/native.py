@@ -127,7 +127,9 @@ class BlockStats:
         bins = binner.bins
         self.lo, self.hi = (1 - self.zero_bin).float().contiguous(), (bins - self.zero_bin).float().contiguous()
         self.bins, self.lib = bins, lib
-        self.local = torch.empty(0, dtype=torch.int32)
+        # the C pass's working memory, grown to the widest block: counters [bins, w], bin indices [w], tile maxima [w]
+        self.local, self.scratch, self.tile_max = (torch.empty(0, dtype=torch.int32), torch.empty(0, dtype=torch.int32),
+                                                   torch.empty(0))
 
     def update(self, part, token_sums: torch.Tensor, slots: torch.Tensor, loc: torch.Tensor, first: int,
                values: torch.Tensor, rows: torch.Tensor | None, insert: bool) -> torch.Tensor:
@@ -152,12 +154,12 @@ class BlockStats:
                     (part.counts, torch.long), (part.vmin, torch.float32), (part.vsq, torch.float64),
                     (part.best_v, torch.float32), (part.best_loc, torch.long)))):
             raise ValueError("block_stats: unexpected layout")
-        if self.local.numel() < w * self.bins:
+        if self.scratch.numel() < w:
             self.local = torch.empty(w * self.bins, dtype=torch.int32)
+            self.scratch, self.tile_max = torch.empty(w, dtype=torch.int32), torch.empty(w)
         vmax = torch.full((w,), -torch.inf)
         thr = part.best_v[first:first + w, -1].clone()
         top = 0 if not insert else 2 if bool((part.best_loc[first:first + w, -1] < 0).any()) else 1
-        scratch, tile_max = torch.empty(w, dtype=torch.int32), torch.empty(w)
         f4, f8 = 4 * first, 8 * first
         self.lib.block_stats(
             values.data_ptr(), None if rows is None else rows.data_ptr(), n, w, values.stride(0), slots.data_ptr(),
@@ -165,8 +167,8 @@ class BlockStats:
             self.lo.data_ptr() + f4, self.hi.data_ptr() + f4, self.zero_bin.data_ptr() + f4, self.bins,
             part.counts.data_ptr() + f8 * self.bins, part.vmin.data_ptr() + f4, vmax.data_ptr(),
             part.vsq.data_ptr() + f8, thr.data_ptr(), part.best_v.data_ptr() + f4 * K,
-            part.best_loc.data_ptr() + f8 * K, loc.data_ptr(), K, top, self.local.data_ptr(), scratch.data_ptr(),
-            tile_max.data_ptr())
+            part.best_loc.data_ptr() + f8 * K, loc.data_ptr(), K, top, self.local.data_ptr(),
+            self.scratch.data_ptr(), self.tile_max.data_ptr())
         if torch.isnan(part.vsq[first:first + w]).any():
             raise ValueError("a unit's value is NaN: the model gives non-finite activations on this corpus")
         return vmax

@@ -449,6 +449,13 @@ def test_head_write_norms_equal_the_norm_of_each_heads_write():
         got = ix.head_write_norms(z, weight)
         assert got.shape == by_hand.shape and (not silent or torch.equal(got[silent], torch.zeros(shape[-1])))
         torch.testing.assert_close(got, by_hand, rtol=3e-6, atol=1e-7)
+    # z as a view of heads-first memory ((B, nh, T, hs) transposed, as the explicit attention path hands it over):
+    # the same norms as from its row-major copy
+    heads_first = torch.randn(2, 3, 7, 5, generator=g)
+    weight = torch.randn(11, 15, generator=g)
+    strided = heads_first.transpose(1, 2)
+    assert not strided.is_contiguous()
+    assert torch.equal(ix.head_write_norms(strided, weight), ix.head_write_norms(strided.contiguous(), weight))
 
 
 def test_the_running_top_k_equals_one_sort_of_every_value_ties_included():

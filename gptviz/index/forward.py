@@ -7,7 +7,7 @@ import numpy as np
 import torch
 
 from ..model.hooks import act_name, capturing
-from .units import head_write_norms
+from .units import head_write_factor, head_write_norms
 
 # consume(first unit, values, rows): values [rows, units first ..] float32 on the CPU (rows None: every row of it is
 # scored; else the scored rows' indices into it)
@@ -32,12 +32,18 @@ def _batch_inputs(docs, offsets, windows: np.ndarray):
     return ids, sel, run, loc, ids.reshape(-1)[sel]
 
 
+def head_factors(model) -> list[torch.Tensor]:
+    """Each layer's head_write_factor, on the model's device: computed once per scan, passed to each batch."""
+    return [head_write_factor(block.attn.c_proj.weight, model.config.n_heads) for block in model.blocks]
+
+
 def _stream_unit_blocks(model, ids: torch.Tensor, sel: torch.Tensor, run: slice | None, consume: Consume,
-                        in_place: bool = False) -> None:
+                        in_place: bool = False, factors: list[torch.Tensor] | None = None) -> None:
     """Forward `ids` without the LM head, on the model's device and dtype, handing each layer's units to `consume`
     while the forward pass runs, as soon as they exist: each layer's heads (their write norms), then its neurons.
     `in_place`: a neuron block whose scored rows are not one run comes as every row of the activation with the
     scored rows' indices, for a reader that takes the rows where they are (native.py); otherwise as the scored rows.
+    `factors`: head_factors(model), where the caller keeps them across batches.
 
     As they come, not captured for later: a layer's activations are read while they are still in the cache, then
     freed with the forward pass's own intermediates, so the next layer reuses their memory. Held until the pass ended,
@@ -52,6 +58,7 @@ def _stream_unit_blocks(model, ids: torch.Tensor, sel: torch.Tensor, run: slice 
     B, T = ids.shape
     L, F, H = cfg.n_layers, cfg.d_ff, cfg.n_heads
     on = run if run is not None else sel.to(next(model.parameters()).device)
+    factors = head_factors(model) if factors is None else factors
 
     def neurons(layer: int):
         def read(x: torch.Tensor, _offset: int) -> torch.Tensor:
@@ -65,11 +72,11 @@ def _stream_unit_blocks(model, ids: torch.Tensor, sel: torch.Tensor, run: slice 
 
     def heads(layer: int):
         def read(z: torch.Tensor, _offset: int) -> torch.Tensor:
-            weight = model.blocks[layer].attn.c_proj.weight
+            weight, factor = model.blocks[layer].attn.c_proj.weight, factors[layer]
             if B == 1:  # one window: its scored rows are a view of z
-                norms = head_write_norms(z.detach()[0, on], weight)
+                norms = head_write_norms(z.detach()[0, on], weight, factor)
             else:  # every position's norms (from z where it lies: cheaper than gathering the scored rows of z first)
-                norms = head_write_norms(z.detach(), weight).reshape(B * T, H)[on]
+                norms = head_write_norms(z.detach(), weight, factor).reshape(B * T, H)[on]
             consume(L * F + layer * H, norms.float().cpu().contiguous(), None)
             return z
         return read

@@ -29,7 +29,7 @@ from .corpus import _as_documents, _checksum, _windows, default_stride, token_co
 from .histograms import _Binner, _edges, _quantiles
 from .native import block_stats
 from .store import NeuronIndex, _config_dict, model_fingerprint
-from .forward import _batch_inputs, _stream_unit_blocks, _unit_blocks
+from .forward import _batch_inputs, _stream_unit_blocks, _unit_blocks, head_factors
 from .top_k import keep_top, top_merge
 
 
@@ -200,6 +200,7 @@ def scan_batches(model, docs, plan: ScanPlan, batches: Sequence[int] | range | N
     slot_of = torch.full((cfg.vocab_size,), len(plan.frequent), dtype=torch.long)
     slot_of[torch.from_numpy(plan.frequent)] = torch.arange(len(plan.frequent))
     token_sums = part.token_sums.t().contiguous()  # [slots, U] while scanning: rows of tokens add as rows
+    factors = head_factors(model)  # the heads' write factors, once for every batch
     todo = sum(int(plan.batch_windows(b)[:, 2].sum() - plan.batch_windows(b)[:, 3].sum()) for b in batches)
     for b in batches:
         ids, sel, run, loc, tok = _batch_inputs(docs, plan.offsets, plan.batch_windows(b))
@@ -210,7 +211,7 @@ def scan_batches(model, docs, plan: ScanPlan, batches: Sequence[int] | range | N
             # values [n, w] (or its rows `rows`): units first .. first + w - 1, folded in while the forward pass runs
             _fold(part, native, binner, token_sums, slots, loc, in_order, K, first, values, rows)
 
-        _stream_unit_blocks(model, ids, sel, run, fold, in_place=native is not None)
+        _stream_unit_blocks(model, ids, sel, run, fold, in_place=native is not None, factors=factors)
         part.tokens += len(loc)
         if progress is not None:
             progress(part.tokens, todo)

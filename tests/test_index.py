@@ -458,6 +458,33 @@ def test_head_write_norms_equal_the_norm_of_each_heads_write():
     assert torch.equal(ix.head_write_norms(strided, weight), ix.head_write_norms(strided.contiguous(), weight))
 
 
+def test_a_scans_forward_pass_ends_after_the_last_activation_it_reads():
+    """forward_through_units runs the edits of every layer up to the last layer's MLP activation, with the values a
+    full pass gives them, then stops: that layer's MLP output, the final norm and the LM head never run."""
+    from gptviz.index.forward import forward_through_units
+    from gptviz.model.model import forward_count
+    for norm in ("pre", "post"):
+        model = build(norm=norm)
+        L = model.config.n_layers
+        ids = torch.randint(0, model.config.vocab_size, (2, 9), generator=torch.Generator().manual_seed(0))
+        seen = {}
+
+        def record(name):
+            def edit(x, _offset):
+                seen[name] = x.clone()
+                return x
+            return edit
+        names = [act_name("z", l) for l in range(L)] + [act_name("post", l) for l in range(L)]
+        names += [act_name("mlp_out", L - 1), act_name("resid_post", L - 1)]
+        before = forward_count()
+        forward_through_units(model, ids, {name: (record(name),) for name in names})
+        assert forward_count() == before + 1
+        assert set(seen) == set(names[:2 * L])  # the last layer's MLP output and residual were never made
+        _, cache = capture(model, ids, names[:2 * L])
+        for name in names[:2 * L]:
+            assert torch.equal(seen[name], cache[name]), name
+
+
 def test_the_running_top_k_equals_one_sort_of_every_value_ties_included():
     """top_k.keep_top over many batches (units that fill their K entries take the candidates' path, the others a
     top-k) against one sort of all values by (value descending, location ascending): dead units (all zeros), units

@@ -6,8 +6,9 @@ squares (the std) differ by rounding (here in double throughout, there a float32
 Why C: the torch ops take about fifteen passes over each block (scale, ceil, shift, clamp, index, scatter, minimum,
 maximum, squares, row sums, the top-k's candidates); on the bundled model, whose forward pass is cheap next to its
 2,064 units a token, they cost about as much as the forward pass itself (the scan +90% over the forward pass alone).
-With one pass, and each layer read as the forward pass makes it (forward.py), the whole scan is +16-26% (the ratio
-moves between processes), gpt2-small's +11% against +28% (benchmarks/bench_index.py, docs/neuron-index.md).
+With one pass, and each layer read as the forward pass makes it (forward.py), the statistics cost +19-28% of the
+forward pass the scan runs (the ratio moves between processes), gpt2-small's +13% against +29%
+(benchmarks/bench_index.py, docs/neuron-index.md).
 
 The library is cached per user (0700 directory, a name from the digest of the source, compiler, flags and CPU),
 written under a temporary name and renamed into place, so processes and shards that build it at once do not clash.

@@ -52,6 +52,7 @@ BENCHMARKS = {
     "notebook": Bench("bench_notebook.py", "the notebook heatmap in JupyterLab against CircuitsVis: time to drawn, bytes"),
     "load": Bench("load_test.py", "several visitors at once, in real browsers"),
     "hostile": Bench("hostile_load.py", "a hostile visitor's audit replayed against a real server"),
+    "replay": Bench("hostile_replay.py", "issue 57's audit replayed: Grow's memory, the index CLI, model folders"),
     "word-box": Bench("hostile_word_box.py", "a 10 MB value in the unit page's one-token boxes: page time, memory"),
     "warmup": Bench("bench_warmup.py", "does post-norm need warmup: the Train page's scenario"),
     "grow": Bench("bench_grow_induction.py", "the Heads forming page's grow-an-induction-head run"),

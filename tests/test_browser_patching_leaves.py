@@ -3,8 +3,9 @@
 A long patching pair on gpt2-small (random weights, built on the server: no Hub) is started with its Run button on
 the Why this token? page; its browser context is closed while it runs; the server's CPU must fall idle (under 0.05
 of a core over one second, /proc/PID/stat) within STOP_BOUND_S of the close. The sweep checks its clock
-(gptviz.serve.work_clock, alive = the session is still connected) between batches of about a second; measured
-0.5-6 s on a loaded 2-core machine. Before the close the sweep must be running: the server busy, no result shown,
+(gptviz.serve.work_clock, alive = the session is still connected) between batches of about a second: 0.5-6 s
+measured by the benchmark, 1.0-4.0 s by this test at load average 3-8 on 2 cores; with the session check disabled it
+fails (not idle within WAIT_S). Before the close the sweep must be running: the server busy, no result shown,
 and the estimate long enough that the sweep could not have ended by itself within the bound.
 
 A server of its own, with GPTVIZ_SWEEP_SECONDS=900 so that neither the refusal before the start (the estimate

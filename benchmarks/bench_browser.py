@@ -27,10 +27,10 @@ import re
 import statistics
 import sys
 import time
-from pathlib import Path
 from urllib.parse import quote
 
 from benchmarks.load_test import ARGS, CHROMIUM, ROOT, Server  # the same server and browser setup
+from benchmarks.servers import cpu_seconds
 
 MODELS = {"bundled": ("", "shakespeare-pre (bundled)"), "gpt2-small": ("source=preset&preset=gpt2-small&",
                                                                        "gpt2-small (random weights)")}
@@ -243,12 +243,6 @@ def measure(page, url: str, name: str, n_new: int) -> dict:
     idle(page)
     out["exceptions"] = page.locator('[data-testid="stException"]').count()
     return out
-
-
-def cpu_seconds(pid: int) -> float:
-    """A process's user + system CPU seconds so far (/proc): on a loaded machine, steadier than the wall clock."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / __import__("os").sysconf("SC_CLK_TCK")
 
 
 def cold_start(browser, rounds: int) -> list[dict]:

@@ -9,8 +9,8 @@ import torch
 from conftest import build
 from graph_reference import WIRING_IDS, WIRINGS, prompt, reference_metric, unit_model
 from gptviz import capture
-from gptviz.methods.graph import (ablation_actuals, attribution_graph, edges_total, graph_nbytes, nodes_total,
-                                  removal_edits)
+from gptviz.methods.graph import attribution_graph, edges_total, graph_nbytes, nodes_total
+from gptviz.methods.graph_ablation import ablation_actuals, removal_edits
 from gptviz.methods.graph_frozen import FrozenModel
 from gptviz.methods.graph_nodes import (NodeRef, all_nodes, bias_names, bias_parts, edge_weights, metric_ref,
                                         node_values)
@@ -118,8 +118,9 @@ def test_a_model_without_a_rival_explains_the_target_logit():
 # ---- the ablation check ---------------------------------------------------------------------------------------
 
 def _removable(config, T: int) -> list[NodeRef]:
-    nodes = [NodeRef("head", 1, 2, T - 1), NodeRef("head", 0, 3, 2), NodeRef("neuron", 0, 17, T - 1),
-             NodeRef("neuron", 1, 5, T - 1), NodeRef("embeddings", None, None, 3),
+    nodes = [NodeRef("head", 1, 2, T - 1), NodeRef("head", 0, 3, 2), NodeRef("head", 0, 1, 0),
+             NodeRef("neuron", 0, 17, T - 1), NodeRef("neuron", 1, 5, T - 1), NodeRef("neuron", 1, 9, 4),
+             NodeRef("embeddings", None, None, 3), NodeRef("embeddings", None, None, 0),
              NodeRef("embeddings", None, None, T - 1)]
     return nodes + [NodeRef("bias", 0, None, 2, name) for name in bias_names(config)] \
         + [NodeRef("bias", 1, None, T - 1, name) for name in bias_names(config)]
@@ -157,7 +158,7 @@ def test_the_graphs_ablation_check_is_predicted_and_real(kw):
 
 def test_a_removal_edit_names_the_node_and_touches_one_row():
     model, ids = unit_model(), prompt(5)
-    edits = removal_edits(model, NodeRef("neuron", 1, 4, 2), row=1, rows=2)
+    edits = removal_edits(model, NodeRef("neuron", 1, 4, 2), row=1)
     assert [e.hook for e in edits] == ["blocks.1.mlp.hook_post"] and "L1N4@2" in edits[0].label
     value = torch.ones(2, 5, model.config.d_ff)
     out = edits[0].fn(value, 0)

@@ -15,10 +15,9 @@ from dataclasses import dataclass
 
 import torch
 
-from ..model.hooks import capturing, edits_by_hook
+from .graph_ablation import ablation_actuals
 from .graph_frozen import Clock, FrozenModel, check_target, has_betas
 from .graph_nodes import NodeRef, Values, bias_names, bias_parts, edge_weights, metric_ref, node_values
-from .interventions import Edit
 
 METHOD = "frozen attention and norm scales; neurons pass act/pre"
 FLOAT32 = 4
@@ -225,62 +224,6 @@ def edges_total(config, T: int) -> int:
     return total + before
 
 
-# ---- the ablation check ----------------------------------------------------------------------------------------
-
-def ablation_actuals(model, ids: list[int], refs: list[NodeRef], target: int, other: int | None
-                     ) -> tuple[float, list[float]]:
-    """The real model's metric unedited, and for each node the metric with it removed minus the unedited one: one
-    batched forward pass, row 0 unedited and row i + 1 with refs[i] removed (patterns and norms recomputed)."""
-    batch = torch.tensor([ids] * (len(refs) + 1), device=model.device)
-    edits = [edit for row, ref in enumerate(refs, start=1) for edit in removal_edits(model, ref, row, len(batch))]
-    with torch.no_grad(), capturing(frozenset(), edits_by_hook(edits, model.hook_names)):
-        logits = model(batch, last_only=True)[:, -1].float()
-    metric = logits[:, target] - (logits[:, other] if other is not None else 0)
-    base = float(metric[0])
-    return base, [float(m) - base for m in metric[1:]]
-
-
-def removal_edits(model, ref: NodeRef, row: int, rows: int) -> list[Edit]:
-    """Edits that remove one node from row `row` of a batch of `rows`: a head's z or a neuron's activation set to 0 at its
-    position (the shared out-projection bias kept), the token and position embeddings set to 0, a bias node's
-    constant subtracted where it is added."""
-    p, l = ref.position, ref.layer
-    if ref.kind == "head":
-        return [Edit(f"blocks.{l}.attn.hook_z", _zero_at(row, p, ref.index), f"{ref.id} removed")]
-    if ref.kind == "neuron":
-        return [Edit(f"blocks.{l}.mlp.hook_post", _zero_at(row, p, ref.index), f"{ref.id} removed")]
-    if ref.kind == "embeddings":
-        return [Edit("hook_embed", _zero_at(row, p), f"{ref.id} removed"),
-                Edit("hook_pos_embed", _zero_at(row, p, expand=rows), f"{ref.id} removed")]
-    block = model.blocks[l]
-    hook, constant = {"attn.out-bias": ("hook_attn_out", block.attn.c_proj.bias),
-                      "mlp.out-bias": ("hook_mlp_out", block.mlp.c_proj.bias),
-                      "ln_1.beta": ("hook_resid_mid", getattr(block.ln_1, "bias", None)),
-                      "ln_2.beta": ("hook_resid_post", getattr(block.ln_2, "bias", None))}[ref.bias]
-    return [Edit(f"blocks.{l}.{hook}", _subtract_at(row, p, constant.detach()), f"{ref.id} removed")]
-
-
-def _zero_at(row: int, position: int, unit: int | None = None, expand: int = 0):
-    def fn(value: torch.Tensor, offset: int) -> torch.Tensor:
-        if expand and value.shape[0] == 1:  # the position embeddings come as one row for the whole batch
-            value = value.expand(expand, *value.shape[1:])
-        value = value.clone()
-        if unit is None:
-            value[row, position - offset] = 0.0
-        else:
-            value[row, position - offset, unit] = 0.0
-        return value
-    return fn
-
-
-def _subtract_at(row: int, position: int, constant: torch.Tensor):
-    def fn(value: torch.Tensor, offset: int) -> torch.Tensor:
-        value = value.clone()
-        value[row, position - offset] -= constant.to(value.dtype)
-        return value
-    return fn
-
-
 # ---- bounds --------------------------------------------------------------------------------------------------
 
 def edge_rows(config, T: int) -> int:
@@ -291,7 +234,8 @@ def edge_rows(config, T: int) -> int:
 def graph_nbytes(config, T: int, max_nodes: int = 200, ablations: int = 10, itemsize: int = FLOAT32) -> int:
     """Bytes the graph holds at its peak on T tokens, from the config alone (float32 unless said): the frozen pass
     with what autograd keeps of it and its backward, the frozen model's records, three numbers for every node and the
-    pruning's copy, one edge walk, and the ablations' batched forward pass (the last position's logits only)."""
+    pruning's copy, one edge walk, and the ablation check (an unedited capture of the stream, keys and values, then
+    the removals, the last position's logits only)."""
     L, H, d, d_ff, V = config.n_layers, config.n_heads, config.d_model, config.d_ff, config.vocab_size
     points = 1 + L * (4 if config.norm == "post" else 2)
     per_layer = T * (12 * d + 6 * d_ff) + 3 * H * T * T          # norms, q/k/v/z, pre/act/ratio, scores and pattern
@@ -301,8 +245,8 @@ def graph_nbytes(config, T: int, max_nodes: int = 200, ablations: int = 10, item
     nodes = 6 * per_node                                           # influence, direct, bias part, the flat copy
     rows = min(edge_rows(config, T), max_nodes)
     walk = 4 * rows * T * d + rows * max_nodes * d + max_nodes * max_nodes
-    batch = ablations + 1
-    forward = batch * (T * (10 * d + 2 * d_ff + 2 * H * T) + V)
+    per_row = T * (10 * d + 2 * d_ff + 2 * H * T)                # one copy of the prompt inside a block
+    forward = per_row + T * V + 3 * L * T * d + ablations * (per_row + V)  # the unedited capture, the removals
     weights_copy = 0 if itemsize == FLOAT32 else (L * (12 * d * d + 2 * d) + (V + config.n_ctx) * d)
     return FLOAT32 * (frozen_pass + records + nodes + walk + forward + weights_copy)
 

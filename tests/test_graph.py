@@ -336,3 +336,31 @@ def test_a_work_clock_stops_the_graph():
             raise Stopped("time is up")
     with pytest.raises(Stopped):
         attribution_graph(build(), prompt(5), 4, clock=Clock())
+
+
+# ---- the worked example (docs/attribution-graph.md) --------------------------------------------------------------
+
+EXAMPLE = "JULIET:\nGood morrow, sweet Romeo, good morrow to thee.\nROMEO:\nGood morrow, sweet"
+
+
+@pytest.mark.slow
+def test_the_worked_example_puts_the_induction_heads_among_the_top_nodes():
+    """On the bundled model, " Romeo" against " lady" after the second "sweet": heads the induction detector ranks in
+    its top three are among the top nodes at the last position, reading the first " Romeo", and removing them moves
+    the real metric the way the frozen model predicts (same sign, at least half as far)."""
+    from gptviz import get_tokenizer, load_pretrained
+    from gptviz.methods import head_ranking, induction_test
+    from gptviz.model.weights import bundled_models, training_vocab
+    model, enc = load_pretrained("shakespeare-pre"), get_tokenizer()
+    ids = enc.encode(EXAMPLE)
+    last, first_romeo = len(ids) - 1, ids.index(enc.encode(" Romeo")[0])
+    graph = attribution_graph(model, ids, enc.encode(" Romeo")[0], enc.encode(" lady")[0])
+    induction = induction_test(model, 50, ids=training_vocab(bundled_models()["shakespeare-pre"])).scores
+    top_heads = {f"L{layer}H{head}@{last}" for layer, head, _ in head_ranking(induction, 3)}
+    ranked = [n for n in sorted(graph.nodes, key=lambda n: -abs(n.influence)) if n.kind != "metric"]
+    found = [n for n in ranked[:8] if n.id in top_heads]
+    assert len(found) >= 2 and ranked[0].id == f"E@{first_romeo}"
+    for n in found:
+        assert n.influence > 0 and 0.5 * n.influence <= -n.ablation.actual <= 1.5 * n.influence, n
+        strongest = max((e for e in graph.edges if e.target == n.id), key=lambda e: abs(e.weight))
+        assert strongest.source.endswith(f"@{first_romeo}")

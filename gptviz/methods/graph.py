@@ -110,6 +110,7 @@ def attribution_graph(model, ids, target: int, other: int | None = None, *, node
     edges = _prune_edges(found.weights, kept, sources, edge_threshold)
     checked = sorted((n for n in nodes if n.kind != "metric"), key=lambda n: -abs(n.influence))[:ablations]
     refs = {r.id: r for r in kept}
+    _tick(clock)
     base, actual = ablation_actuals(model, fm.ids.tolist(), [refs[n.id] for n in checked], target, other)
     for n, value in zip(checked, actual):
         n.ablation = Ablation(-n.influence, value)
@@ -244,10 +245,10 @@ def graph_nbytes(config, T: int, max_nodes: int = 200, ablations: int = 10, item
     per_node = L * T * (H + d_ff + 4)
     nodes = 6 * per_node                                           # influence, direct, bias part, the flat copy
     rows = min(edge_rows(config, T), max_nodes)
-    walk = 4 * rows * T * d + rows * max_nodes * d + max_nodes * max_nodes
+    walk = 4 * rows * T * d + max_nodes * (max_nodes + d)        # V and its copies, the weights, the outputs
     per_row = T * (10 * d + 2 * d_ff + 2 * H * T)                # one copy of the prompt inside a block
     forward = per_row + T * V + 3 * L * T * d + ablations * (per_row + V)  # the unedited capture, the removals
-    weights_copy = 0 if itemsize == FLOAT32 else (L * (12 * d * d + 2 * d) + (V + config.n_ctx) * d)
+    weights_copy = 0 if itemsize == FLOAT32 else L * (4 * d * d + 2 * d * d_ff)   # the blocks' matrices as float32
     return FLOAT32 * (frozen_pass + records + nodes + walk + forward + weights_copy)
 
 

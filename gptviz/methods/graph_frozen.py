@@ -157,7 +157,8 @@ class FrozenModel:
     def _forward(self, model) -> None:
         cfg, T, d = self.config, self.T, self.config.d_model
         dev = model.device
-        self.emb = (_param(model.wte.weight)[self.ids] + _param(model.wpe.weight)[:T]).detach()
+        # rows first, then float32: a half-precision model's whole vocabulary is never copied
+        self.emb = (model.wte.weight[self.ids].detach().float() + _param(model.wpe.weight[:T])).detach()
         tracking = torch.is_grad_enabled()
         probes = {p: torch.zeros(T, d, device=dev, requires_grad=tracking) for p in self.write_points}
         self.written[EMBED] = self.emb
@@ -175,8 +176,8 @@ class FrozenModel:
         final = self._freeze(model.ln_f, x, "ln_f", None)(x)[T - 1]
         if not tracking:
             return
-        weight = _param(model.lm_head.weight)
-        self.u = weight[self.target] - (weight[self.other] if self.other is not None else 0)
+        weight = model.lm_head.weight.detach()
+        self.u = weight[self.target].float() - (weight[self.other].float() if self.other is not None else 0)
         metric = final @ self.u
         grads = torch.autograd.grad(metric, list(probes.values()))
         self.metric = float(metric.detach())

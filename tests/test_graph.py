@@ -271,6 +271,21 @@ def test_pruning_keeps_the_metric_and_embeddings_covers_the_threshold_and_respec
     assert p.nodes_total == nodes_total(model.config, T) and p.edges_total == edges_total(model.config, T)
 
 
+def test_embeddings_that_cover_the_threshold_alone_are_all_that_is_kept():
+    from gptviz.methods.graph import select_nodes
+    from gptviz.methods.graph_nodes import Values
+    influence = Values(torch.tensor([5.0, -4.0]), torch.tensor([[[1.0], [0.5]]]), torch.zeros(1, 2, 3),
+                       {"attn.out-bias": torch.tensor([[0.0, -0.25]])})
+    kept, share = select_nodes(influence, 2, 0.8, 200)
+    assert [r.id for r in kept] == ["E@0", "E@1", "metric"] and share == pytest.approx(9 / 10.75)
+    kept, share = select_nodes(influence, 2, 0.95, 200)
+    assert [r.id for r in kept] == ["E@0", "E@1", "L0H0@0", "L0H0@1", "metric"] and share == pytest.approx(10.5 / 10.75)
+    kept, _ = select_nodes(influence, 2, 1.0, 4)   # the cap counts the embeddings and the metric
+    assert [r.id for r in kept] == ["E@0", "E@1", "L0H0@0", "metric"]
+    kept, _ = select_nodes(influence, 2, 1.0, 200)  # zero influence is never added
+    assert len(kept) == 2 + 3 + 1
+
+
 @pytest.mark.slow
 def test_kept_nodes_carry_the_full_graphs_numbers():
     model, ids = unit_model(), prompt()

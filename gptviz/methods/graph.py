@@ -149,10 +149,9 @@ def select_nodes(influence: Values, T: int, threshold: float, max_nodes: int) ->
     total = forced + float(flat.sum())
     room = max(0, min(max_nodes - T - 1, flat.numel()))
     top_values, top_index = flat.topk(room) if room else (flat[:0], flat[:0].long())
-    covered = forced + torch.cumsum(top_values.double(), 0)
-    reached = (covered >= threshold * total).nonzero()
-    n = int(reached[0]) + 1 if len(reached) else room
-    n = min(n, int((top_values > 0).sum()))
+    values = top_values.double()
+    before = forced + torch.cumsum(values, 0) - values      # what the kept nodes cover before each is added
+    n = min(int((before < threshold * total).sum()), int((values > 0).sum()))
     kept = [NodeRef("embeddings", None, None, p) for p in range(T)]
     kept += [_ref_at(int(i), L, T, H, d_ff, names) for i in top_index[:n]]
     share = (forced + float(top_values[:n].double().sum())) / total if total > 0 else 1.0

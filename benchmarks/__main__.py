@@ -67,6 +67,7 @@ BENCHMARKS = {
     "word-box": Bench("hostile_word_box.py", "a 10 MB value in the unit page's one-token boxes: page time, memory"),
     "warmup": Bench("bench_warmup.py", "does post-norm need warmup: the Train page's scenario"),
     "grow": Bench("bench_grow_induction.py", "the Heads forming page's grow-an-induction-head run"),
+    "graph": Bench("bench_graph.py", "the attribution graph of 64 tokens against one forward+backward pass"),
     "gpu": Bench("gpu_check.py", "the prepared CUDA check (exits 0 with a note without a GPU)", ()),
 }
 

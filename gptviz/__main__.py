@@ -1,5 +1,5 @@
 """Command line (`gptviz ...` when installed, `python -m gptviz ...` in a checkout): app, params, train, check,
-index, notebook-html."""
+index, notebook-html, graph, qk."""
 from __future__ import annotations
 
 import argparse
@@ -168,6 +168,16 @@ def _index_merge(args) -> int:
     return run_merge(args)
 
 
+def _graph(args) -> int:
+    from .methods.graph_export import run_graph
+    return run_graph(args)
+
+
+def _qk(args) -> int:
+    from .methods.graph_export import run_qk
+    return run_qk(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gptviz", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -251,6 +261,14 @@ def build_parser() -> argparse.ArgumentParser:
     n.add_argument("notebook", type=Path)
     n.add_argument("out", type=Path, nargs="?", help="the HTML file (default: the notebook's name with .html)")
     n.set_defaults(func=_notebook_html)
+    from .methods.graph_export import add_graph_arguments, add_qk_arguments
+    g = sub.add_parser("graph", help="the attribution graph of one token (issue 58's gptviz-graph/1 JSON): influence "
+                                     "of every head, neuron and embedding, edges, the ablation check")
+    add_graph_arguments(g)
+    g.set_defaults(func=_graph)
+    q = sub.add_parser("qk", help="one attention score split into query-source x key-source terms (gptviz-qk/1 JSON)")
+    add_qk_arguments(q)
+    q.set_defaults(func=_qk)
     return parser
 
 

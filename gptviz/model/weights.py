@@ -9,6 +9,7 @@ from pathlib import Path
 from .checkpoint import (MODELS_DIR, TRAINING_VOCAB, CheckpointError, bundled_models, check_load_limits,  # noqa: F401
                          config_from_hf, expected_shapes, load_checkpoint, read_config, save_checkpoint,
                          state_from_hf, training_vocab, weights_nbytes, write_training_vocab)
+from .formats.load import load_path
 from .hub import fetch_checked, forget_download, hub_copy_on_disk, hub_download_budget, hub_folder  # noqa: F401
 from ..serve.limits import server_limits
 from .model import GPT
@@ -74,16 +75,20 @@ def allowed_source(name: str, roots: list[Path] | None = None, offline: bool | N
     return hub_folder(name, offline, checked=True)
 
 
-def load_pretrained(name_or_path: str, norm: str | None = None, offline: bool | None = None) -> GPT:
-    """A GPT from: a bundled model's name; a local folder (ours or Hugging Face GPT-2 layout); or a Hugging
-    Face Hub id such as "gpt2" or "distilgpt2", from the local cache or, when online, downloaded."""
+def load_pretrained(name_or_path: str, norm: str | None = None, offline: bool | None = None,
+                    n_head: int | None = None) -> GPT:
+    """A GPT from: a bundled model's name; a local folder (ours, Hugging Face GPT-2 or GPT-1) or checkpoint file
+    (nanoGPT's ckpt.pt, Raschka's GPTModel .pth, llm.c's .bin), or a folder holding one; or a Hugging Face Hub id such
+    as "gpt2" or "openai-gpt", from the local cache or, when online, downloaded. `norm` overrides the LayerNorm
+    placement; `n_head` is the head count for a file that does not record it (Raschka's GPTModel)."""
     bundled = bundled_models()
     if name_or_path in bundled:
         return load_checkpoint(bundled[name_or_path], norm)
     path = Path(name_or_path).expanduser()
-    if path.is_dir():
-        return load_checkpoint(path, norm)
+    if path.is_dir() or path.is_file():
+        return load_path(path, norm, n_head)
     if _looks_like_path(name_or_path) or not name_or_path.strip():
         raise CheckpointError(f"{name_or_path!r} is not a folder holding a checkpoint (config.json plus "
-                              f"model.safetensors), a bundled model ({', '.join(bundled) or 'none'}) or a Hub id")
+                              f"model.safetensors), a checkpoint file, a bundled model "
+                              f"({', '.join(bundled) or 'none'}) or a Hub id")
     return load_checkpoint(hub_folder(name_or_path, offline), norm)

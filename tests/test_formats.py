@@ -115,6 +115,7 @@ def test_nanogpt_ckpt_matches_its_forward(tmp_path, bias, flash, compiled):
         torch.testing.assert_close(ours(ids), ref(ids), atol=2e-3, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_nanogpt_padded_vocabulary_is_trimmed_to_gpt2s(tmp_path):
     ref = nanogpt_model(vocab=50304, bias=False, seed=5)
     nanogpt_ref.save_ckpt(ref, tmp_path / "ckpt.pt")

@@ -18,8 +18,8 @@ class CheckpointError(ValueError):
     """A checkpoint is missing, of an unknown layout, or corrupt; the message says what to do."""
 
 
-NOT_PLAIN = ("holds Python objects other than tensors and plain data and was not loaded: gptviz reads only "
-             "plain tensors, never pickled code ({detail}). Save the state dict (model.state_dict()) instead")
+NOT_PLAIN = ("holds Python objects other than tensors and plain data and was not loaded: gptviz reads only plain "
+             "tensors, never pickled code ({detail}). Save the state dict with torch.save instead")
 
 
 def read_pickle(path: Path):
@@ -39,18 +39,23 @@ def read_pickle(path: Path):
         return torch.load(path, map_location="cpu", weights_only=True)
     except CheckpointError:
         raise
-    except pickle.UnpicklingError as err:  # weights_only refused a global: code, or a class it does not know
-        raise CheckpointError(f"{path.name} " + NOT_PLAIN.format(detail=_refused(err))) from None
+    except pickle.UnpicklingError as err:  # weights_only refused something: a global (code), or not a pickle
+        refused = _refused(err)
+        if "global" not in refused:  # an opcode torch.save never writes, or not a pickle at all
+            raise CheckpointError(f"{path.name} is corrupt or not a PyTorch file ({refused})") from None
+        raise CheckpointError(f"{path.name} " + NOT_PLAIN.format(detail=refused)) from None
     except (OSError, RuntimeError, EOFError, ValueError, KeyError, IndexError) as err:
         raise CheckpointError(f"{path.name} is corrupt or not a PyTorch file: {_first_line(err)}") from None
 
 
 def _refused(err: Exception) -> str:
     """What weights_only refused ("Unsupported global: GLOBAL io.open"), without torch's advice to turn it off."""
-    for line in str(err).splitlines():
-        if "WeightsUnpickler error:" in line:
-            return line.split("WeightsUnpickler error:", 1)[1].split(" was not an allowed", 1)[0].strip()[:200]
-    return "an object weights_only does not rebuild"
+    text = str(err)
+    if "WeightsUnpickler error:" not in text:
+        return _first_line(err)
+    after = text.split("WeightsUnpickler error:", 1)[1].splitlines()
+    detail = next((line.strip() for line in after if line.strip()), "")
+    return detail.split(" was not an allowed", 1)[0][:200]
 
 
 def _first_line(err: Exception) -> str:

@@ -7,12 +7,25 @@ import os
 from pathlib import Path
 
 from .checkpoint import (MODELS_DIR, TRAINING_VOCAB, CheckpointError, bundled_models, check_load_limits,  # noqa: F401
-                         config_from_hf, expected_shapes, load_checkpoint, read_config, save_checkpoint,
-                         state_from_hf, training_vocab, weights_nbytes, write_training_vocab)
-from .formats.load import load_path
+                         config_from_hf, expected_shapes, read_config, save_checkpoint, state_from_hf,
+                         training_vocab, write_training_vocab)
+from .formats.load import CHECKPOINT_FILES, checkpoint_file, load_path, path_nbytes
 from .hub import fetch_checked, forget_download, hub_copy_on_disk, hub_download_budget, hub_folder  # noqa: F401
 from ..serve.limits import server_limits
 from .model import GPT
+
+
+def load_checkpoint(path: str | os.PathLike, norm: str | None = None) -> GPT:
+    """The model in a checkpoint folder (ours, Hugging Face GPT-2 or GPT-1) or file (nanoGPT, Raschka's GPTModel
+    with its config.json beside it, llm.c), or a folder holding such a file; validated before it is built.
+    `norm` overrides the LayerNorm placement (same weights, other wiring)."""
+    return load_path(path, norm)
+
+
+def weights_nbytes(path: str | os.PathLike) -> int:
+    """What loading a checkpoint folder or file holds at its peak, before it is read; 0 when it describes no
+    loadable model (loading it then fails with its own message)."""
+    return path_nbytes(path)
 
 
 def model_roots() -> list[Path]:
@@ -27,19 +40,29 @@ def model_roots() -> list[Path]:
     return [MODELS_DIR, hub_cache, *extra]
 
 
-FOLDER_REFUSED = ("No model folder of that name is available on this server. It loads folders only from its model "
-                  "folders (the bundled models, the Hugging Face cache, and folders its operator lists in "
-                  "GPTVIZ_MODEL_DIRS). Give a bundled model's name, a Hub id such as gpt2, or such a folder.")
+FOLDER_REFUSED = ("No model folder of that name is available on this server. It loads folders and checkpoint files "
+                  "only from its model folders (the bundled models, the Hugging Face cache, and folders its operator "
+                  "lists in GPTVIZ_MODEL_DIRS). Give a bundled model's name, a Hub id such as gpt2, or such a folder.")
 
 
 def _looks_like_path(name: str) -> bool:
     return name.startswith((".", "/", "~")) or name.count("/") > 1 or bool(Path(name).suffix) or "\\" in name
 
 
+CHECKPOINT_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")  # the files a visitor may name, besides folders
+
+
+def _is_checkpoint(path: Path) -> bool:
+    """A folder with config.json or one of the checkpoint files, or a checkpoint file itself."""
+    if path.is_dir():
+        return (path / "config.json").is_file() or checkpoint_file(path) is not None
+    return path.is_file() and path.suffix in CHECKPOINT_SUFFIXES
+
+
 def allowed_folder(name: str, roots: list[Path] | None = None) -> Path | None:
-    """The checkpoint folder `name` names when it lies inside one of `roots` (default model_roots()), after
-    resolving links and `..`; None otherwise, whatever the reason (missing, outside, unreadable, no config.json),
-    so the answer says nothing about the rest of the filesystem. `~` is not expanded."""
+    """The checkpoint folder or file `name` names when it lies inside one of `roots` (default model_roots()), after
+    resolving links and `..`; None otherwise, whatever the reason (missing, outside, unreadable, no config.json nor
+    checkpoint file), so the answer says nothing about the rest of the filesystem. `~` is not expanded."""
     if "\x00" in name or not name.strip():
         return None
     try:
@@ -48,7 +71,7 @@ def allowed_folder(name: str, roots: list[Path] | None = None) -> Path | None:
         for root in roots if roots is not None else model_roots():
             root = root.resolve()
             if resolved.is_relative_to(root):
-                return resolved if resolved.is_dir() and (resolved / "config.json").is_file() else None
+                return resolved if _is_checkpoint(resolved) else None
     except (OSError, RuntimeError, ValueError):
         return None
     return None

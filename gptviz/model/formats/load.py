@@ -3,6 +3,7 @@ nanoGPT ckpt.pt, a Raschka GPTModel .pth, an llm.c .bin, or a folder holding one
 from the file itself (llm.c's magic number; the pickle's structure and tensor names), never from its name."""
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -29,10 +30,28 @@ def checkpoint_file(folder: Path) -> Path | None:
     return bins[0] if len(bins) == 1 else None
 
 
+def raschka_config_heads(folder: Path) -> int | None:
+    """n_heads from a config.json that is the book's GPT_CONFIG dict (emb_dim, n_heads, ...; saved beside
+    model.pth with json.dump), else None. Such a folder is a Raschka checkpoint, not a Hugging Face one."""
+    path = folder / "config.json"
+    if not path.is_file() or path.stat().st_size > 1 << 16:
+        return None
+    try:
+        meta = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        return None  # the folder loader reports it
+    if isinstance(meta, dict) and {"emb_dim", "n_heads"} <= set(meta) and "model_type" not in meta:
+        heads = meta["n_heads"]
+        if not isinstance(heads, int) or isinstance(heads, bool):
+            raise CheckpointError(f"config.json: n_heads must be a whole number, got {heads!r}")
+        return heads
+    return None
+
+
 def _resolve(path: Path) -> Path:
     """The folder with config.json, or the checkpoint file, that `path` stands for."""
     if path.is_dir():
-        if (path / "config.json").exists():
+        if (path / "config.json").exists() and (raschka_config_heads(path) is None or checkpoint_file(path) is None):
             return path
         found = checkpoint_file(path)
         if found is None:
@@ -68,10 +87,18 @@ def _describe(path: Path, n_head: int | None):
     raise CheckpointError(unknown_layout(path.name))
 
 
+def _heads(given: Path, n_head: int | None) -> int | None:
+    """n_head as given, else from a GPT_CONFIG config.json beside the file (or in the folder) given."""
+    if n_head is not None:
+        return n_head
+    folder = given if given.is_dir() else given.parent
+    return raschka_config_heads(folder)
+
+
 def load_path(path: str | os.PathLike, norm: str | None = None, n_head: int | None = None) -> GPT:
     """The model a checkpoint folder or file holds (see the module's docstring for the formats). `norm` overrides
     the LayerNorm placement; `n_head` is the head count for files that do not record it (Raschka's GPTModel)."""
-    path = _resolve(Path(path))
+    path, n_head = _resolve(Path(path)), _heads(Path(path), n_head)
     if path.is_dir():
         if n_head is not None:
             admit(read_config(path)[0], None, n_head)
@@ -83,7 +110,7 @@ def load_path(path: str | os.PathLike, norm: str | None = None, n_head: int | No
 
 def path_config(path: str | os.PathLike, n_head: int | None = None) -> GPTConfig:
     """The config a checkpoint folder or file describes, checked against the limits, with no weight read."""
-    path = _resolve(Path(path))
+    path, n_head = _resolve(Path(path)), _heads(Path(path), n_head)
     if path.is_dir():
         return read_config(path)[0]
     return admit(_describe(path, n_head)[0], None, None)

@@ -54,7 +54,8 @@ def config_of(state: dict, what: str, n_head: int | None) -> GPTConfig:
     if n_head is None:
         raise CheckpointError(f"{what} holds a GPTModel from Raschka's book, whose files do not record the number of "
                               f"attention heads: pass it as n_head, e.g. load_pretrained(path, n_head=12) (his "
-                              f"GPT_CONFIG_124M has n_heads 12)")
+                              f"GPT_CONFIG_124M has n_heads 12), or save that config dict as config.json beside "
+                              f"the file")
     state = _weights(state)
     (vocab, d_model), (n_ctx, _) = _matrix(state, "tok_emb.weight", what), _matrix(state, "pos_emb.weight", what)
     d_ff = _matrix(state, "trf_blocks.0.ff.layers.0.weight", what)[0]

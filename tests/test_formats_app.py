@@ -89,3 +89,37 @@ def test_a_nanogpt_checkpoint_in_the_model_folder_shows_its_attention_and_parame
         assert "No biases (nanoGPT's bias=False)" in " ".join(m.value for m in at.markdown)
     finally:
         models.model_store().clear()
+
+
+def test_the_wiring_a_checkpoint_was_trained_with_is_read_without_loading_it(tmp_path):
+    from conftest import build
+    from gptviz.model.weights import save_checkpoint, trained_norm
+    roots = [tmp_path / "models"]
+    save_checkpoint(build(norm="post"), roots[0] / "gpt1-like")
+    nanogpt_ckpt(roots[0] / "nano", vocab=101)
+    nanogpt_ckpt(tmp_path / "outside", vocab=101)
+    assert trained_norm(str(roots[0] / "gpt1-like"), roots) == "post"
+    assert trained_norm(str(roots[0] / "nano" / "ckpt.pt"), roots) == "pre"
+    assert trained_norm(str(tmp_path / "outside" / "ckpt.pt"), roots) is None  # outside: not even read
+    assert trained_norm("gpt2", roots) is None and trained_norm(str(roots[0] / "missing"), roots) is None
+
+
+@pytest.mark.slow
+def test_the_sidebar_warns_when_the_wiring_chosen_is_not_the_checkpoints(tmp_path, monkeypatch):
+    from conftest import build
+    from gptviz.app import settings as S
+    from gptviz.model.weights import save_checkpoint
+    from pagetest import open_app
+    save_checkpoint(build(norm="post"), tmp_path / "ops" / "gpt1-like")
+    limits = ServerLimits.from_env({"GPTVIZ_MODEL_DIRS": str(tmp_path / "ops")})
+    monkeypatch.setattr(weights, "server_limits", lambda: limits)
+    try:
+        for norm, warned in (("pre", True), ("post", False)):
+            at = open_app(**{K.MODEL_SOURCE: K.SOURCE_PRETRAINED, S.HF_NAME.key: str(tmp_path / "ops" / "gpt1-like"),
+                             S.NORM.key: norm})
+            assert not at.exception
+            warnings = " ".join(w.value for w in at.sidebar.warning)
+            assert ("This checkpoint was trained post-norm" in warnings) == warned, warnings
+            assert "GPT-2's weights were trained pre-norm" not in warnings
+    finally:
+        models.model_store().clear()

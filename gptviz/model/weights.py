@@ -9,7 +9,7 @@ from pathlib import Path
 from .checkpoint import (MODELS_DIR, TRAINING_VOCAB, CheckpointError, bundled_models, check_load_limits,  # noqa: F401
                          config_from_hf, expected_shapes, read_config, save_checkpoint, state_from_hf,
                          training_vocab, write_training_vocab)
-from .formats.load import CHECKPOINT_FILES, checkpoint_file, load_path, path_nbytes
+from .formats.load import CHECKPOINT_FILES, checkpoint_file, load_path, path_config, path_nbytes
 from .hub import fetch_checked, forget_download, hub_copy_on_disk, hub_download_budget, hub_folder  # noqa: F401
 from ..serve.limits import server_limits
 from .model import GPT
@@ -75,6 +75,17 @@ def allowed_folder(name: str, roots: list[Path] | None = None) -> Path | None:
     except (OSError, RuntimeError, ValueError):
         return None
     return None
+
+
+def trained_norm(name: str, roots: list[Path] | None = None) -> str | None:
+    """The wiring ("pre" or "post") a visitor's folder or checkpoint file inside the allowed roots was trained with,
+    read from its config or header without loading its weights; None where it cannot be read so (a bundled model, a
+    Hub id, a refused or unreadable path)."""
+    found = allowed_folder(name, roots) if _looks_like_path(name) else None
+    try:
+        return path_config(found).norm if found is not None else None
+    except (CheckpointError, OSError):
+        return None
 
 
 def load_allowed(name: str, norm: str | None = None, roots: list[Path] | None = None,

@@ -14,6 +14,7 @@ from gptviz import load_pretrained
 from gptviz.model.params import total_params
 from gptviz.model.weights import CheckpointError
 from reference import llmc as llmc_ref, nanogpt as nanogpt_ref, raschka as raschka_ref
+from test_weights import hub_cache  # noqa: F401  (a fixture: an empty Hugging Face cache for one test)
 
 ATOL = 1e-4
 
@@ -91,6 +92,29 @@ def test_hf_gpt1_with_gpt2s_wiring_would_differ(tmp_path):
     (folder / "config.json").write_text(json.dumps({**meta, "afn": "silu"}))
     with pytest.raises(CheckpointError, match="afn 'silu' is not supported"):
         load_pretrained(str(folder))
+
+
+@pytest.mark.slow
+@pytest.mark.hf
+def test_hf_gpt1_hub_repo_in_the_local_cache_loads_offline(tmp_path, hub_cache):
+    """What load_pretrained("openai-gpt") reads once the Hub repo is cached: the same folder, by its Hub id."""
+    import os
+    import shutil
+    hf, folder = gpt1_folder(tmp_path)
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    repo = hub_cache / "models--openai-community--openai-gpt"
+    snapshot = repo / "snapshots" / commit
+    snapshot.mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    (repo / "blobs").mkdir()
+    for name in ("config.json", "model.safetensors"):
+        blob = repo / "blobs" / f"blob-{name}"
+        shutil.copy(folder / name, blob)
+        (snapshot / name).symlink_to(os.path.relpath(blob, snapshot))
+    ours = load_pretrained("openai-community/openai-gpt", offline=True)
+    assert (ours.config.norm, ours.config.final_norm) == ("post", False)
+    assert_same_logits(ours, HFLogits(hf), 120, 24)
 
 
 # ---- nanoGPT --------------------------------------------------------------------------------------------------

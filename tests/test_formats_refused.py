@@ -133,3 +133,29 @@ def test_unknown_files_and_folders_say_what_is_read(tmp_path):
     assert "has no config.json and no checkpoint file gptviz reads" in message and "/" not in message
     torch.save({"model": [], "model_args": {"n_layer": 1}}, tmp_path / "ckpt.pt")
     assert "n_head must be a positive whole number" in refusal(tmp_path / "ckpt.pt")
+
+
+@pytest.mark.parametrize("payload", [{"tok_emb.weight": torch.zeros(4, 2), "trf_blocks.0.att.W_query.weight": [1.0]},
+                                     {"tok_emb.weight": torch.zeros(4, 2), "trf_blocks.0.x": torch.zeros(1), 3: 4},
+                                     {"model_state_dict": {"tok_emb.weight": "text", "trf_blocks.0.a": 1}},
+                                     {"model": {"a": 1}, "model_args": {"n_layer": 1, "n_head": 1, "n_embd": 2,
+                                                                        "block_size": 2, "vocab_size": 3}},
+                                     {"model": [1], "model_args": {"n_layer": 1, "n_head": 1, "n_embd": 2,
+                                                                   "block_size": 2, "vocab_size": 3}}])
+def test_containers_of_the_wrong_things_are_refused_in_words(tmp_path, payload):
+    torch.save(payload, tmp_path / "model.pth")
+    assert "is not a state dict (a mapping of names to tensors)" in refusal(tmp_path / "model.pth", n_head=1)
+
+
+def test_a_raschka_file_with_parts_missing_names_them(tmp_path):
+    from reference import raschka as raschka_ref
+    cfg = {"vocab_size": 11, "context_length": 8, "emb_dim": 8, "n_heads": 2, "n_layers": 2, "drop_rate": 0.0,
+           "qkv_bias": False}
+    state = raschka_ref.GPTModel(cfg).state_dict()
+    del state["trf_blocks.1.ff.layers.2.bias"]
+    torch.save(state, tmp_path / "model.pth")
+    assert "missing ['trf_blocks.1.ff.layers.2.bias']" in refusal(tmp_path / "model.pth", n_head=2)
+    del state["trf_blocks.0.norm1.scale"], state["trf_blocks.1.norm1.scale"]
+    state["trf_blocks.3.norm1.scale"] = torch.ones(8)
+    torch.save(state, tmp_path / "model.pth")
+    assert "are not numbered 0, 1, 2" in refusal(tmp_path / "model.pth", n_head=2)

@@ -24,7 +24,7 @@ def is_nanogpt(obj) -> bool:
 
 def _state(obj, what: str) -> dict[str, torch.Tensor]:
     """Our names for its tensors (shapes as stored: the padded vocabulary is still there); causal-mask buffers out."""
-    state = tensors_only(strip_prefix(obj["model"]), f"{what}'s \"model\"")
+    state = strip_prefix(tensors_only(obj["model"], f"{what}'s \"model\""))
     ours = {}
     for key, value in state.items():
         key = key.removeprefix("transformer.")

@@ -14,7 +14,7 @@ import re
 import torch
 
 from ..config import GPTConfig
-from .base import CheckpointError, check_shapes, strip_prefix
+from .base import CheckpointError, check_shapes, strip_prefix, tensors_only
 from .build import make_config
 
 _BLOCK = re.compile(r"trf_blocks\.(\d+)\.")
@@ -33,8 +33,9 @@ def is_raschka(state) -> bool:
         isinstance(k, str) and k.startswith("trf_blocks.") for k in state)
 
 
-def _weights(state: dict) -> dict[str, torch.Tensor]:
-    return {k: v for k, v in strip_prefix(state).items() if not k.endswith(".att.mask")}
+def _weights(state: dict, what: str) -> dict[str, torch.Tensor]:
+    state = strip_prefix(tensors_only(state, what))
+    return {k: v for k, v in state.items() if not k.endswith(".att.mask")}
 
 
 def _layers(state: dict, what: str) -> int:
@@ -56,7 +57,7 @@ def config_of(state: dict, what: str, n_head: int | None) -> GPTConfig:
                               f"attention heads: pass it as n_head, e.g. load_pretrained(path, n_head=12) (his "
                               f"GPT_CONFIG_124M has n_heads 12), or save that config dict as config.json beside "
                               f"the file")
-    state = _weights(state)
+    state = _weights(state, what)
     (vocab, d_model), (n_ctx, _) = _matrix(state, "tok_emb.weight", what), _matrix(state, "pos_emb.weight", what)
     d_ff = _matrix(state, "trf_blocks.0.ff.layers.0.weight", what)[0]
     return make_config(what, vocab_size=vocab, n_ctx=n_ctx, d_model=d_model, n_layers=_layers(state, what),
@@ -83,7 +84,7 @@ def _expected(config: GPTConfig) -> dict[str, tuple[int, ...]]:
 
 def state_of(state: dict, config: GPTConfig, what: str) -> dict[str, torch.Tensor]:
     """Our names for his tensors, W_query, W_key and W_value stacked into c_attn; shapes checked first."""
-    state = _weights(state)
+    state = _weights(state, what)
     check_shapes({k: tuple(v.shape) for k, v in state.items()}, _expected(config), what)
     ours = {"wte.weight": state["tok_emb.weight"], "wpe.weight": state["pos_emb.weight"],
             "ln_f.weight": state["final_norm.scale"], "ln_f.bias": state["final_norm.shift"],

@@ -9,7 +9,7 @@ from pathlib import Path
 from .checkpoint import (MODELS_DIR, TRAINING_VOCAB, CheckpointError, bundled_models, check_load_limits,  # noqa: F401
                          config_from_hf, expected_shapes, read_config, save_checkpoint, state_from_hf,
                          training_vocab, write_training_vocab)
-from .formats.load import CHECKPOINT_FILES, checkpoint_file, load_path, path_config, path_nbytes
+from .formats.load import checkpoint_file, load_path, path_config, path_nbytes
 from .hub import fetch_checked, forget_download, hub_copy_on_disk, hub_download_budget, hub_folder  # noqa: F401
 from ..serve.limits import server_limits
 from .model import GPT

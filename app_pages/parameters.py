@@ -66,6 +66,12 @@ def seed_facts(cfg: GPTConfig, table: pd.DataFrame) -> list[str]:
         facts.append(f"The LM head is a separate matrix here; tying it to the token embedding would save "
                      f"vocab × d_model = {cfg.vocab_size:,} × {cfg.d_model:,} = {saving:,} parameters "
                      f"({saving / untied:.1%}).")
+    if not cfg.bias:
+        fewer = total_params(cfg.replace(bias=True, qkv_bias=True)) - total_params(cfg)
+        facts.append(f"No biases (nanoGPT's bias=False): every linear layer and LayerNorm is weights only, "
+                     f"{fewer:,} parameters fewer than with them.")
+    if not cfg.final_norm:
+        facts.append("No final LayerNorm (as the released GPT-1): the LM head reads the last block's output.")
     emb = int(table[table["component"].isin(["token embedding", "position embedding"])]["count"].sum())
     total = int(table["count"].sum())
     if cfg.name == "gpt1":

@@ -13,7 +13,7 @@ from ..serve.devices import available_devices, available_dtypes
 from ..serve.limits import LimitError
 from ..model.params import total_params
 from ..model.tokenizer import fit_vocabulary, get_tokenizer
-from ..model.weights import CheckpointError, bundled_models, hub_copy_on_disk
+from ..model.weights import CheckpointError, bundled_models, hub_copy_on_disk, trained_norm
 from . import keys as K
 from . import settings as S
 from .display import EXPORT_FORMATS, md_text
@@ -244,7 +244,12 @@ def pretrained_picker(norm: str, device: str, dtype: str) -> ModelSpec | None:
     if not name.strip():
         st.info("Enter a folder path or a Hub id.")
         return None
-    if norm == "post":
+    trained = trained_norm(name.strip())  # a checkpoint on this server tells its own wiring (GPT-1's is post)
+    if trained is not None and trained != norm:
+        st.warning(f"This checkpoint was trained {trained}-norm. {norm.capitalize()}-norm runs the same weights with "
+                   f"the LayerNorms moved, so what it outputs is not what the model learned: choose {trained}-norm "
+                   f"to see the model itself.")
+    elif trained is None and norm == "post":
         st.warning("GPT-2's weights were trained pre-norm. Post-norm runs the same weights with the LayerNorms "
                    "moved, so what it outputs is not what the model learned.")
     return ModelSpec(K.SOURCE_PRETRAINED, name.strip(), norm, 0, device, dtype)

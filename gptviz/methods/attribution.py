@@ -82,7 +82,9 @@ def direct_logit_attribution(model, ids, target: int, other: int, position: int 
 
     direction = weight(model.lm_head.weight[target]) - weight(model.lm_head.weight[other])
     gamma = weight(model.ln_f.weight) if model.ln_f.weight is not None else torch.ones(cfg.d_model)
-    if cfg.norm_type == "layernorm":  # (x - mean) / std * gamma + beta: centring is linear, std is frozen
+    if not cfg.final_norm:            # no final norm (final_norm=False): the unembedding reads the stream itself
+        normed = stack
+    elif cfg.norm_type == "layernorm":  # (x - mean) / std * gamma + beta: centring is linear, std is frozen
         scale = torch.sqrt(resid.var(unbiased=False) + cfg.ln_eps)
         normed = (stack - stack.mean(-1, keepdim=True)) / scale * gamma
     else:                             # x / rms * gamma

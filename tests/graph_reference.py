@@ -11,8 +11,11 @@ import torch.nn.functional as F
 from conftest import build
 
 WIRINGS = [dict(), dict(norm="post"), dict(norm_type="rmsnorm"), dict(norm="post", norm_type="rmsnorm"),
-           dict(qkv_bias=False, activation="relu"), dict(norm="post", qkv_bias=False, activation="gelu_tanh")]
-WIRING_IDS = ["pre", "post", "pre-rms", "post-rms", "pre-nobias-relu", "post-nobias-tanh"]
+           dict(qkv_bias=False, activation="relu"), dict(norm="post", qkv_bias=False, activation="gelu_tanh"),
+           dict(norm="post", final_norm=False, activation="gelu_tanh"),  # GPT-1: no final norm
+           dict(bias=False, qkv_bias=False)]                              # nanoGPT's bias=False
+WIRING_IDS = ["pre", "post", "pre-rms", "post-rms", "pre-nobias-relu", "post-nobias-tanh", "gpt1-no-final-norm",
+              "nanogpt-no-biases"]
 
 
 def unit_model(seed: int = 1, **changes):
@@ -36,6 +39,8 @@ def prompt(T: int = 7, seed: int = 0, vocab: int = 101) -> list[int]:
 
 
 def _norm(module, x, config):
+    if not hasattr(module, "eps"):  # no final norm
+        return x
     if config.norm_type == "layernorm":
         return F.layer_norm(x, (x.shape[-1],), module.weight, module.bias, module.eps)
     return F.rms_norm(x, (x.shape[-1],), module.weight, module.eps)

@@ -63,6 +63,9 @@ class FrozenNorm:
 
     def __init__(self, module, x: torch.Tensor, layernorm: bool):
         x = x.detach()
+        if not hasattr(module, "eps"):  # no final norm (final_norm=False, GPT-1): the stream passes unchanged
+            self.scale, self.layernorm, self.gamma, self.beta = torch.ones(x.shape[:-1]), False, None, None
+            return
         eps = module.eps if module.eps is not None else torch.finfo(torch.float32).eps
         if layernorm:
             self.scale = torch.rsqrt(x.var(-1, unbiased=False) + eps)          # [T]

@@ -75,10 +75,10 @@ def test_the_parameters_pages_snippets_give_its_counts():
     at = pagetest.run_page("parameters", **{S.PAR_MODEL.key: "gpt2-medium", S.PAR_PRESETS.key: ["gpt1", "gpt2-xl"],
                                              S.CALC_LAYERS.key: 7, S.CALC_TIE.key: False})
     assert not at.exception
-    shown = [d.value for d in at.dataframe if "note" in d.value.columns]   # by component (not per tensor)
+    shown = [d.value for d in at.dataframe if "made of" in d.value.columns]   # by group (not the finer split)
     for view, table in zip(("gpt2-medium", "your model"), shown):   # the Breakdown tab, then the Calculator
         result = run_snippet(snippet_of(at, view))
-        assert list(table["component"]) == list(result["component"])
+        assert list(table["group"]) == list(result["group"])
         assert list(table["count"]) == list(result["count"]), view
     presets = next(d.value for d in at.dataframe if "model" in d.value.columns)
     result = run_snippet(snippet_of(at, "presets"))

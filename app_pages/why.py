@@ -271,7 +271,9 @@ def ablate_tab(ask: Ask) -> None:
     continuations(ask, ab)
     if ab.heads:
         attention_with_and_without(ask, ab)
-    reproduce.show(reproduce.ablation(ask.spec, ask.ids, ab.heads, ab.mode, reproduce.prompt_text()))
+    effects = ask.cfg.norm == "pre" and ab.mode == "zero" and bool(ab.heads)   # as direct_and_total shows them
+    reproduce.show(reproduce.ablation(ask.spec, ask.ids, ab.heads, ab.mode, reproduce.prompt_text(), ask.target,
+                                      ask.other, effects))
 
 
 # ---- Information flow --------------------------------------------------------------------------------------------

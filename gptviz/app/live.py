@@ -225,15 +225,18 @@ def stored_generation(spec: ModelSpec, ids, page: str) -> LiveGeneration | None:
 
 def generation_view(job: LiveGeneration) -> dict:
     """What a page draws of a generation, read once so every part of one draw agrees:
-    {prompt, settings, steps, running, stopped, error, seconds}. While it runs, it also records on the job how many
+    {prompt, settings, steps, running, stopped, error, seconds (the model's own time), pace, wall_seconds (from its
+    start to its end, the pace's waits included), ...}. While it runs, it also records on the job how many
     steps this draw shows (`job.shown`): what Stop keeps."""
     running = job.running  # read before the steps: a run seen finished has every step in the snapshot
     steps = job.snapshot()
     if running:
         job.shown = len(steps)  # what Stop keeps (a running job is drawn only by its live view)
+    started, finished = job.started_at, job.finished_at
     return {"prompt": job.prompt, "settings": job.settings, "steps": steps, "running": running,
             "stopped": job.stopped, "error": job.error, "seconds": job.seconds, "ahead": job.ahead,
-            "waiting_for_click": job.waiting_for_click}
+            "waiting_for_click": job.waiting_for_click, "pace": job.pace,
+            "wall_seconds": finished - started if started is not None and finished is not None else None}
 
 
 def wait_if_nearly_done(job: LiveGeneration) -> None:
@@ -271,11 +274,21 @@ def cut_reason(settings: dict) -> str:
 
 
 def writing_speed(run: dict, live: bool) -> str:
-    """', written in 1.2 s (85 tokens/s)' for a finished generation: the model's own pace, whatever drawing cost."""
+    """': the model wrote them in 0.38 s (53 tokens/s); shown at 5 tokens/s (the Pace setting)' for a finished
+    generation: the model's own time (the pace's waits left out, whatever drawing cost), then, where the pace held
+    the tokens back, the rate they were shown at (tokens over the run's whole time), so the two numbers are not read
+    as one speed that contradicts the replay the reader watched (issue 62)."""
     seconds, n = run.get("seconds"), len(run["steps"])
     if live or not seconds or not n:
         return ""
-    return f", written in {seconds:.2f} s ({n / seconds:.0f} tokens/s)"
+    text = f": the model wrote {'it' if n == 1 else 'them'} in {seconds:.2f} s ({n / seconds:.0f} tokens/s)"
+    wall = run.get("wall_seconds")
+    if run.get("pace") == 0:
+        return text + "; shown one token per click"
+    if wall and wall - seconds > 0.1 * wall:   # paced: the waits were more than a tenth of its time
+        rate = n / wall
+        return text + f"; shown at {rate:.{0 if rate >= 1 else 1}f} tokens/s (the Pace setting)"
+    return text
 
 
 def generated_text(text: str, live: bool, height: int | None = None) -> None:

@@ -1,5 +1,5 @@
 """TransformerLens interop: a gptviz GPT as a TransformerLens model, a TransformerLens GPT-2 as a gptviz GPT, and a
-TransformerLens ActivationCache under gptviz's hook names. Needs `pip install gptviz[transformer-lens]`.
+TransformerLens ActivationCache under gptviz's hook names. Needs `pip install ".[transformer-lens]"` (in a checkout).
 
 TransformerLens 4 replaced HookedTransformer with TransformerBridge, which wraps a Hugging Face model. The route both
 ways is therefore Hugging Face's GPT2LMHeadModel, whose weights are ours after a key rename and a transpose of the

@@ -14,7 +14,9 @@ if TYPE_CHECKING:  # pandas is imported where a table is made: `import gptviz` a
 
 COMPONENTS = ("token embedding", "position embedding", "attention Q/K/V", "attention output", "MLP up",
               "MLP down", "norms", "final norm", "LM head")
-# Coarser groups for stacked comparisons across models.
+# What a reader means by each part of a GPT: the groups every view shows first (attention includes its output
+# projection, norms the final one), the components above being the finer split. COMPONENTS is in group order.
+GROUP_ORDER = ("embeddings", "attention", "MLP", "norms", "LM head")
 GROUPS = {"token embedding": "embeddings", "position embedding": "embeddings",
           "attention Q/K/V": "attention", "attention output": "attention", "MLP up": "MLP",
           "MLP down": "MLP", "norms": "norms", "final norm": "norms", "LM head": "LM head"}
@@ -118,11 +120,29 @@ def by_component(table: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def by_layer(table: pd.DataFrame) -> pd.DataFrame:
-    """Counts per block (rows) and component (columns)."""
+def by_group(table: pd.DataFrame) -> pd.DataFrame:
+    """Counts per group in GROUP_ORDER, every group (a tied head's 0 too), with each one's share of the total and
+    its components (in COMPONENTS order) as a tuple of names."""
+    counts = table.groupby("component", sort=False)["count"].sum()
+    rows = []
+    for group in GROUP_ORDER:
+        members = tuple(c for c in COMPONENTS if GROUPS[c] == group and c in counts.index)
+        rows.append({"group": group, "count": int(sum(int(counts[c]) for c in members)), "components": members})
+    import pandas as pd
+    out = pd.DataFrame.from_records(rows, columns=["group", "count", "components"])
+    total = int(out["count"].sum())
+    out.insert(2, "share", out["count"] / total if total else 0.0)
+    return out
+
+
+def by_layer(table: pd.DataFrame, by: str = "component") -> pd.DataFrame:
+    """Counts per block (rows) and component (columns), or group with by="group" (attention, MLP, norms)."""
     in_blocks = table[table["layer"].notna()]
-    return in_blocks.pivot_table(index="layer", columns="component", values="count", aggfunc="sum",
-                                 sort=False)
+    if by == "group":
+        in_blocks = in_blocks.assign(group=in_blocks["component"].map(GROUPS))
+    elif by != "component":
+        raise ValueError(f"by is 'component' or 'group', not {by!r}")
+    return in_blocks.pivot_table(index="layer", columns=by, values="count", aggfunc="sum", sort=False)
 
 
 def memory_bytes(count: int, dtype: str) -> int:

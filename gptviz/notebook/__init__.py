@@ -1,5 +1,5 @@
-"""gptviz's views in Jupyter (`pip install gptviz[notebook]`): the app's own browser components as widgets, fed
-from what you already have: a gptviz capture, a TransformerLens ActivationCache, Hugging Face's
+"""gptviz's views in Jupyter (`pip install ".[notebook]"` in a checkout): the app's own browser components as
+widgets, fed from what you already have: a gptviz capture, a TransformerLens ActivationCache, Hugging Face's
 output_attentions tuple, or plain tensors with their tokens.
 
     from gptviz import load_pretrained, capture, get_tokenizer

@@ -45,7 +45,8 @@ def prompt_lines(ids: tuple[int, ...] | list[int], text: str | None = None, name
 
 
 def snippet(view: str, spec: ModelSpec, *body: str, imports: str = "") -> str:
-    """A whole snippet: the mark, the imports it uses, the model, then `body`'s lines (the last binds `result`)."""
+    """A whole snippet: the mark, the imports it uses, the model, then `body`'s lines (which bind `result`, and may
+    print what the view shows after it)."""
     code = "\n".join([model_lines(spec), *body])
     used = [name for name in LIBRARY_NAMES if re.search(rf"\b{name}\b", code)]
     head = [f"{MARK}{view}, reproduced"] + (["import torch"] if "torch." in code else [])
@@ -56,8 +57,9 @@ def snippet(view: str, spec: ModelSpec, *body: str, imports: str = "") -> str:
 def show(code: str) -> None:
     """The closed "Copy as Python" box (st.code has its own copy button)."""
     with st.expander("Copy as Python", icon=":material/code:"):
-        st.caption("The library calls that reproduce this view's numbers in a notebook or script "
-                   "(`pip install gptviz`); `result` holds them.")
+        st.caption("The library calls that reproduce this view's numbers in a notebook or script; `result` holds "
+                   "them. It runs in a checkout of gptviz (its folder as the working directory, or on `PYTHONPATH`) "
+                   "or after `pip install .` there: gptviz is on no package index.")
         st.code(code, language="python")
 
 

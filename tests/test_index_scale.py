@@ -136,8 +136,8 @@ def test_your_corpus_in_every_format_gives_the_same_documents(tmp_path, monkeypa
     assert [ids for _, ids in read(tmp_path / "rows.jsonl")] == [ids for _, ids in expected]
     assert [ids for _, ids in read(tmp_path / "rows.parquet", text_column="body")] == [ids for _, ids in expected]
     # a long text is tokenized in pieces, cut only where the pieces' tokens are the whole text's
-    from gptviz.index import corpus as corpus_module
-    monkeypatch.setattr(corpus_module, "CHUNK_CHARS", 40)
+    from gptviz.index import texts as texts_module
+    monkeypatch.setattr(texts_module, "CHUNK_CHARS", 40)
     assert read(tmp_path / "one.txt") == [("one", enc.encode_ordinary("".join(texts)))]
     assert read(tmp_path / "rows.jsonl", limit_tokens=5) == [("line1", expected[0][1][:5])]
     with pytest.raises(ValueError, match="no column 'text'"):

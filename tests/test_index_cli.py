@@ -1,0 +1,96 @@
+"""`python -m gptviz index` against what a corpus or a command line can throw at it: texts read a bounded piece at a
+time with the whole text's tokens, --max-tokens on every source, links and special files in a corpus folder, JSON
+nested past the recursion limit, merges into folders they must not touch, and one metadata from every path."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conftest import build
+from gptviz import index as ix
+from gptviz.index import texts
+from gptviz.model.tokenizer import get_tokenizer
+
+ROOT = Path(__file__).resolve().parents[1]
+
+TEXTS = {
+    "paragraphs": "ROMEO:\nBut soft, what light?\n\nJULIET:\nAy me!\n\n\nNurse:\n  Anon!  \n" * 9,
+    "crlf": "First line.\r\nSecond, with\r\n\r\na blank line before it.\r\nA lone\rreturn.\r\n" * 7,
+    "spaces": "a  b   c    d\t\te \n  \n    x" * 11 + "     ",
+    "multi-byte": "Café naïve — ünïcödé 中文字符 ok. 🙂🙃 emoji, ĀĒĪŌŪ; Ελληνικά κείμενο.\n" * 8,
+    "no spaces": "abc123,def;'s'll'VE\"x\"(y)[z]{w}99bottles-of-beer.on.the.wall!" * 9,
+    "contractions": "it's we'll they've I'm you'd don't 'tis o'er ma'am\n" * 9,
+}
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 3, 5, 7, 16, 64])
+@pytest.mark.parametrize("kind", sorted(TEXTS))
+def test_a_text_read_in_pieces_has_the_whole_texts_tokens(tmp_path, monkeypatch, kind, chunk):
+    """Read CHUNK_CHARS characters at a time and cut where no token changes: the ids equal tiktoken's over the
+    whole text (as Path.read_text gives it: \\r\\n and \\r as \\n), whatever the chunk size, multi-byte characters
+    and runs of newlines and spaces across the borders included."""
+    monkeypatch.setattr(texts, "CHUNK_CHARS", chunk)
+    path = tmp_path / f"{kind}.txt"
+    path.write_bytes(TEXTS[kind].encode("utf-8"))
+    docs = ix.tokenize_corpus(path, tmp_path / "ids")
+    whole = get_tokenizer().encode_ordinary(path.read_text(encoding="utf-8"))
+    assert [list(map(int, d.ids)) for d in docs] == [whole]
+
+
+def test_the_cut_rules_are_proven_for_the_tokenizers_own_pattern():
+    assert get_tokenizer()._pat_str == texts.PRE_TOKENIZER
+
+
+def test_a_run_with_no_safe_cut_is_still_read_in_bounded_pieces(monkeypatch):
+    monkeypatch.setattr(texts, "CHUNK_CHARS", 10)
+    monkeypatch.setattr(texts, "LONGEST_RUN", 30)
+    run = "x" * 95  # one word: no cut keeps its tokens, so it is cut anyway, at most LONGEST_RUN + a chunk a piece
+    got = list(texts.pieces(texts._string_chunks(run + " tail")))
+    assert "".join(got) == run + " tail" and max(map(len, got)) <= 40
+
+
+def test_a_json_line_longer_than_the_bound_is_refused_by_its_number(tmp_path, monkeypatch):
+    monkeypatch.setattr(texts, "MAX_LINE_CHARS", 60)
+    at_bound = json.dumps({"text": "x" * 48})  # 60 characters, then its newline
+    assert len(at_bound) == 60
+    (tmp_path / "rows.jsonl").write_text(f'{{"text": "short"}}\n{at_bound}\n{json.dumps({"text": "y" * 49})}\n')
+    with pytest.raises(ValueError, match="line 3 of 'rows.jsonl' is longer than 60 characters"):
+        ix.tokenize_corpus(tmp_path / "rows.jsonl", tmp_path / "ids")
+    assert len(ix.tokenize_corpus(tmp_path / "rows.jsonl", tmp_path / "ids", limit_tokens=2)) == 2  # not read that far
+
+
+READ_CHILD = textwrap.dedent("""
+    import json, resource, sys, pathlib
+    from gptviz import index as ix
+    from gptviz.model.tokenizer import get_tokenizer
+    get_tokenizer().encode_ordinary("warm up")
+    vm = int(next(l.split()[1] for l in open("/proc/self/status") if l.startswith("VmSize:"))) * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (vm + (1 << 30), vm + (1 << 30)))  # a runaway read fails, not the machine
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    folder = pathlib.Path(sys.argv[1])
+    docs = ix.tokenize_corpus(folder / "oneline.txt", folder / "ids", limit_tokens=20000)
+    print(json.dumps({"tokens": sum(len(d.ids) for d in docs),
+                      "grew_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before}))
+""")
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_max_tokens_reads_a_one_line_file_only_that_far(tmp_path):
+    """A 24 MB file of one line, 20,000 tokens asked: tokenizing it whole held the line and its 4.8 million ids (over
+    150 MB); read a piece at a time, the read stops after the first piece."""
+    words = "to be or not that is the question whether tis nobler in the mind ".encode()
+    with open(tmp_path / "oneline.txt", "wb") as f:
+        for _ in range(24_000_000 // len(words)):
+            f.write(words)
+    out = subprocess.run([sys.executable, "-c", READ_CHILD, str(tmp_path)], capture_output=True, text=True, cwd=ROOT,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    run = json.loads(out.stdout.strip().splitlines()[-1])
+    assert run["tokens"] == 20000 and run["grew_kb"] < 40 * 1024, run

@@ -94,3 +94,35 @@ def test_max_tokens_reads_a_one_line_file_only_that_far(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     run = json.loads(out.stdout.strip().splitlines()[-1])
     assert run["tokens"] == 20000 and run["grew_kb"] < 40 * 1024, run
+
+
+def test_max_tokens_holds_for_the_bundled_works(tmp_path):
+    """Without --corpus the CLI scans the complete works: --max-tokens stops there too (it read all 1.46M)."""
+    import argparse
+    from gptviz.index.cli import _documents
+    args = argparse.Namespace(corpus=None, max_tokens=5000, text_column="text")
+    docs, source, corpus = _documents(args, tmp_path)
+    assert sum(len(d.ids) for d in docs) == 5000 and source == "shakespeare-works" and corpus == {"max_tokens": 5000}
+    from gptviz.training.corpus import play_files, play_name
+    plays = play_files()[:len(docs)]
+    assert [d.name for d in docs] == [play_name(p) for p in plays]
+    for d, play in zip(docs, plays):  # the first plays' first ids, the last one cut short
+        assert list(d.ids) == get_tokenizer().encode(play.read_text(encoding="utf-8"))[:len(d.ids)]
+
+
+@pytest.mark.slow
+def test_the_index_records_the_tokens_it_read_and_reads_them_back(tmp_path, capsys):
+    from gptviz.__main__ import main
+    from gptviz.model.weights import save_checkpoint
+    save_checkpoint(build(vocab_size=50257, d_model=16, d_ff=32), tmp_path / "ckpt")
+    assert main(["index", str(tmp_path / "ckpt"), "--max-tokens", "300", "--batch", "4",
+                 "--out", str(tmp_path / "works")]) == 0
+    index = ix.load_index(tmp_path / "works")
+    assert index.tokens == 300 and index.meta["corpus"]["max_tokens"] == 300
+    assert sum(len(d.ids) for d in ix.index_documents(index)) == 300  # the unit page reads the same 300 again
+    (tmp_path / "long.txt").write_text("To be, or not to be, that is the question. " * 200)
+    assert main(["index", str(tmp_path / "ckpt"), "--corpus", str(tmp_path / "long.txt"), "--max-tokens", "250",
+                 "--batch", "4", "--out", str(tmp_path / "long")]) == 0
+    index = ix.load_index(tmp_path / "long")
+    assert index.tokens == 250 and index.meta["corpus"]["max_tokens"] == 250
+    assert sum(len(d.ids) for d in ix.index_documents(index)) == 250

@@ -25,7 +25,8 @@ def add_arguments(x: argparse.ArgumentParser) -> None:
                    help="your corpus: a text file, a folder of text files (one document each), or a Parquet or "
                         "JSON-lines file with a text column (default: the bundled complete works of Shakespeare)")
     x.add_argument("--text-column", default="text", help="the text column of a Parquet or JSON-lines corpus")
-    x.add_argument("--max-tokens", type=int, default=None, help="stop reading the corpus after this many tokens")
+    x.add_argument("--max-tokens", type=int, default=None,
+                   help="stop reading the corpus (yours or the bundled works) after this many tokens")
     x.add_argument("--out", default=None, help="output folder (default: ./<model>-index, or ./<model>-shard-I-of-N "
                                               "with --shard); the shipped index of a bundled model is "
                                               "gptviz/models/<name>/index")
@@ -53,9 +54,11 @@ def add_merge_arguments(m: argparse.ArgumentParser) -> None:
 
 
 def _documents(args, store_dir: Path):
+    """(documents, source, corpus metadata): --max-tokens holds for every source, and the metadata records it (the
+    tokens read are the index's corpus.tokens)."""
     from .corpus import corpus_documents, tokenize_corpus
     if args.corpus is None:
-        return corpus_documents(), "shakespeare-works", None
+        return corpus_documents(limit_tokens=args.max_tokens), "shakespeare-works", {"max_tokens": args.max_tokens}
     path = Path(args.corpus).expanduser().resolve()
 
     shown = []
@@ -70,7 +73,7 @@ def _documents(args, store_dir: Path):
     finally:
         if shown:
             print(file=sys.stderr)  # end the progress line, also before an error
-    return docs, path.name, {"path": str(path), "text_column": args.text_column}
+    return docs, path.name, {"path": str(path), "text_column": args.text_column, "max_tokens": args.max_tokens}
 
 
 def _shard(text: str) -> tuple[int, int]:

@@ -21,16 +21,25 @@ class Document:
     held_out: bool = False
 
 
-def corpus_documents(folder=None, held_out: Sequence[str] | None = None) -> list[Document]:
+def corpus_documents(folder=None, held_out: Sequence[str] | None = None, limit_tokens: int | None = None
+                     ) -> list[Document]:
     """A folder of plays (default: the complete works) as documents, one per file in `play_files` order, each the
     file's GPT-2 ids (no <|endoftext|>); `held_out` (default HELD_OUT_PLAYS) marks the plays the bundled models
-    never trained on."""
+    never trained on. `limit_tokens` stops after that many tokens (the last play cut short, the rest not read)."""
     from ..training.corpus import HELD_OUT_PLAYS, WORKS, play_files, play_name
     from ..model.tokenizer import get_tokenizer
     held = set(HELD_OUT_PLAYS if held_out is None else held_out)
     enc = get_tokenizer()
-    return [Document(play_name(p), np.asarray(enc.encode(p.read_text(encoding="utf-8")), dtype=np.int64),
-                     play_name(p) in held) for p in play_files(WORKS if folder is None else folder)]
+    docs, total = [], 0
+    for p in play_files(WORKS if folder is None else folder):
+        if limit_tokens is not None and total >= limit_tokens:
+            break
+        ids = np.asarray(enc.encode(p.read_text(encoding="utf-8")), dtype=np.int64)
+        if limit_tokens is not None:
+            ids = ids[:limit_tokens - total]
+        docs.append(Document(play_name(p), ids, play_name(p) in held))
+        total += len(ids)
+    return docs
 
 
 def _as_documents(docs) -> list[Document]:

@@ -29,7 +29,8 @@ def index_documents(index: NeuronIndex, folder=None) -> list[Document]:
             docs = tokenize_corpus(corpus["path"], Path(store.name), text_column=corpus.get("text_column", "text"),
                                    limit_tokens=corpus["tokens"])
     else:
-        docs = corpus_documents(folder, [d["name"] for d in index.documents if d["held_out"]])
+        docs = corpus_documents(folder, [d["name"] for d in index.documents if d["held_out"]],
+                                limit_tokens=corpus["tokens"])  # as far as the scan read (--max-tokens)
     check_documents(index, docs)
     return docs
 

@@ -8,6 +8,8 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -126,3 +128,79 @@ def test_the_index_records_the_tokens_it_read_and_reads_them_back(tmp_path, caps
     index = ix.load_index(tmp_path / "long")
     assert index.tokens == 250 and index.meta["corpus"]["max_tokens"] == 250
     assert sum(len(d.ids) for d in ix.index_documents(index)) == 250
+
+
+@contextmanager
+def unblocked_after(fifo: Path, seconds: float = 10):
+    """Should a reader open `fifo` (a regression), give it a writer after `seconds`, so that it reads nothing and
+    the test fails on what it checks instead of hanging."""
+    def open_writer():
+        try:
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        except OSError:  # no reader waiting: nothing to unblock
+            pass
+    timer = threading.Timer(seconds, open_writer)
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+
+
+def corpus_with_links_and_a_fifo(tmp_path: Path) -> Path:
+    outside = tmp_path / "outside"
+    (outside / "dir").mkdir(parents=True)
+    (outside / "secret.txt").write_text("SECRET: what lies outside the corpus folder")
+    (outside / "dir" / "more.txt").write_text("SECRET too")
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    (folder / "a.txt").write_text("To be, or not to be.")
+    (folder / "inner.txt").symlink_to("a.txt")                  # a link within the folder: read
+    (folder / "link.txt").symlink_to(outside / "secret.txt")    # out of the folder: skipped
+    (folder / "linkdir").symlink_to(outside / "dir")            # a folder out of it: skipped
+    (folder / "null.txt").symlink_to("/dev/null")               # a device, out of the folder too
+    (folder / "broken.txt").symlink_to(tmp_path / "nothing")
+    os.mkfifo(folder / "pipe.txt")                                # would block whoever opens it for reading
+    return folder
+
+
+def test_a_folders_links_out_of_it_and_special_files_are_skipped_and_named(tmp_path):
+    folder = corpus_with_links_and_a_fifo(tmp_path)
+    skipped = []
+    with unblocked_after(folder / "pipe.txt"):
+        docs = ix.tokenize_corpus(folder, tmp_path / "ids", on_skip=lambda name, why: skipped.append((name, why)))
+    assert [d.name for d in docs] == ["a", "inner"]
+    assert "SECRET" not in get_tokenizer().decode([int(i) for d in docs for i in d.ids])
+    assert skipped == [("broken.txt", "a broken link"), ("link.txt", "a link that leads out of the corpus folder"),
+                       ("linkdir", "a link that leads out of the corpus folder"),
+                       ("null.txt", "a link that leads out of the corpus folder"),
+                       ("pipe.txt", "not a regular file (a FIFO, socket or device)")]
+    with pytest.warns(UserWarning) as caught:  # a library caller without on_skip is told too
+        ix.tokenize_corpus(folder, tmp_path / "ids")
+    told = [str(w.message) for w in caught if w.category is UserWarning]
+    assert told == [f"skipped {name}: {why}" for name, why in skipped]
+
+
+def test_a_corpus_that_is_a_fifo_or_a_device_is_refused_unread(tmp_path):
+    os.mkfifo(tmp_path / "pipe.txt")
+    with unblocked_after(tmp_path / "pipe.txt"), pytest.raises(ValueError, match="'pipe.txt' is not a regular file"):
+        ix.tokenize_corpus(tmp_path / "pipe.txt", tmp_path / "ids")
+    os.mkfifo(tmp_path / "rows.jsonl")
+    with unblocked_after(tmp_path / "rows.jsonl"), pytest.raises(ValueError, match="'rows.jsonl' is not a regular"):
+        ix.tokenize_corpus(tmp_path / "rows.jsonl", tmp_path / "ids")
+    with pytest.raises(ValueError, match="'null' is not a regular file"):
+        ix.tokenize_corpus("/dev/null", tmp_path / "ids")
+
+
+@pytest.mark.slow
+def test_the_cli_names_what_it_skipped(tmp_path, capsys):
+    from gptviz.__main__ import main
+    from gptviz.model.weights import save_checkpoint
+    save_checkpoint(build(vocab_size=50257, d_model=16, d_ff=32), tmp_path / "ckpt")
+    folder = corpus_with_links_and_a_fifo(tmp_path)
+    with unblocked_after(folder / "pipe.txt"):
+        assert main(["index", str(tmp_path / "ckpt"), "--corpus", str(folder), "--out", str(tmp_path / "out")]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert "skipped link.txt: a link that leads out of the corpus folder" in err
+    assert "skipped pipe.txt: not a regular file (a FIFO, socket or device)" in err
+    assert [d["name"] for d in ix.load_index(tmp_path / "out").documents] == ["a", "inner"]

@@ -67,9 +67,12 @@ def _documents(args, store_dir: Path):
         shown.append(True)
         print(f"\rtokenizing {path.name}: {tokens:,} tokens", end="", file=sys.stderr, flush=True)
 
+    def skipped(name: str, why: str) -> None:  # a folder's links out of it, FIFOs: listed before the first document
+        print(f"skipped {name}: {why}", file=sys.stderr, flush=True)
+
     try:
         docs = tokenize_corpus(path, store_dir / "corpus.ids", text_column=args.text_column,
-                               limit_tokens=args.max_tokens, progress=report)
+                               limit_tokens=args.max_tokens, progress=report, on_skip=skipped)
     finally:
         if shown:
             print(file=sys.stderr)  # end the progress line, also before an error

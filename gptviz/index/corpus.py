@@ -102,15 +102,17 @@ def _windows(lengths: Sequence[int], n_ctx: int, stride: int) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------------- your corpus
 
 def tokenize_corpus(path, store: Path, *, text_column: str = "text", limit_tokens: int | None = None,
-                    progress: Callable[[int, str], None] | None = None) -> list[Document]:
+                    progress: Callable[[int, str], None] | None = None,
+                    on_skip: Callable[[str, str], None] | None = None) -> list[Document]:
     """A corpus (see texts.corpus_pieces) as Documents whose ids live in `store`, an int32 file written as the texts
     stream by, and are read back a slice at a time (IdsOnDisk): memory does not grow with the corpus. Blank documents
     are skipped; `limit_tokens` stops reading after that many tokens (the last document cut short), so a huge file
-    is read only that far. `progress(tokens, name)` after each document."""
+    is read only that far. `progress(tokens, name)` after each document; `on_skip(name, why)` for each thing of a
+    folder left out (a link out of it, a FIFO; default: a warning)."""
     from ..model.tokenizer import get_tokenizer
     enc = get_tokenizer()
     spans, total = [], 0
-    documents = corpus_pieces(path, text_column)
+    documents = corpus_pieces(path, text_column, on_skip)
     with open(store, "wb") as out, closing(documents):
         for name, parts in documents:
             with closing(parts):

@@ -2,14 +2,18 @@
 
 A document's text arrives as pieces of about CHUNK_CHARS characters, each cut where a cut changes no GPT-2 token
 (`pieces`), so a tokenizer that stops after N tokens reads about N tokens' worth of the file, whatever its size or
-its longest line.
+its longest line. Only regular files are opened (a FIFO would block forever, a device never end), and a folder's
+links that lead out of it are not followed.
 """
 from __future__ import annotations
 
 import io
 import json
+import os
 import re
-from collections.abc import Iterable, Iterator
+import stat
+import warnings
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import closing
 from pathlib import Path
 
@@ -74,11 +78,25 @@ def _string_chunks(text: str) -> Iterator[str]:
         yield text[i:i + CHUNK_CHARS]
 
 
+def _open_regular(path: Path, name: str):
+    """`path` opened for reading in binary; ValueError for anything but a regular file. Opened without blocking
+    and checked on the open file, so a FIFO put in a file's place after a listing cannot hang the read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+    except OSError as err:
+        raise ValueError(f"cannot read {name!r} ({err.strerror})") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ValueError(f"{name!r} is not a regular file (a FIFO, socket or device): not read")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
 def _text_file(path: Path, name: str) -> Iterator[str]:
     """A file's text in pieces (see `pieces`), UTF-8 with undecodable bytes replaced and newlines as Path.read_text
     gives them (\\r\\n and \\r become \\n). ValueError for a binary file (a NUL byte early on: an image, an archive, a
     compressed or UTF-16 file), which would otherwise be indexed as replacement characters."""
-    with path.open("rb") as raw:
+    with _open_regular(path, name) as raw:
         if b"\0" in raw.read(SNIFF_BYTES):
             raise ValueError(f"{name!r} is not a UTF-8 text file (it holds NUL bytes: binary, compressed or UTF-16?)")
         raw.seek(0)
@@ -86,25 +104,50 @@ def _text_file(path: Path, name: str) -> Iterator[str]:
             yield from pieces(iter(lambda: text.read(CHUNK_CHARS), ""))
 
 
-def folder_files(folder: Path) -> list[Path]:
-    """The text files below `folder`, in sorted path order."""
-    return sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix.lower() in TEXT_SUFFIXES)
+def _warn(name: str, why: str) -> None:
+    warnings.warn(f"skipped {name}: {why}", stacklevel=2)
 
 
-def corpus_pieces(path, text_column: str = "text") -> Iterator[tuple[str, Iterator[str]]]:
+def folder_files(folder: Path, on_skip: Callable[[str, str], None] | None = None) -> list[Path]:
+    """The text files below `folder`, in sorted path order. A link whose target lies outside the folder is not
+    followed, nor are links to folders (rglob does not enter them); a FIFO, socket or device is never opened. Each
+    thing skipped is passed to `on_skip(name, why)` (default: a warning)."""
+    on_skip = on_skip or _warn
+    root = folder.resolve()
+    files = []
+    for p in sorted(folder.rglob("*")):
+        name = p.relative_to(folder).as_posix()
+        try:
+            target, mode = p.resolve(strict=True), p.stat().st_mode
+        except (OSError, RuntimeError):  # a broken link, or a loop of links
+            on_skip(name, "a broken link")
+            continue
+        if not target.is_relative_to(root):
+            on_skip(name, "a link that leads out of the corpus folder")
+        elif p.suffix.lower() not in TEXT_SUFFIXES or stat.S_ISDIR(mode):
+            continue
+        elif not stat.S_ISREG(mode):
+            on_skip(name, "not a regular file (a FIFO, socket or device)")
+        else:
+            files.append(p)
+    return files
+
+
+def corpus_pieces(path, text_column: str = "text", on_skip: Callable[[str, str], None] | None = None
+                  ) -> Iterator[tuple[str, Iterator[str]]]:
     """(name, pieces of its text) for every document of a corpus, streamed: a text file (one document), a folder
-    (each text file below it one document, in sorted path order), a Parquet file or a JSON-lines
+    (each text file below it one document, in sorted path order; see folder_files), a Parquet file or a JSON-lines
     file (each row one document, its `text_column`). Each document's pieces must be read before the next document.
     ValueError for what cannot be read as one of these."""
     path = Path(path)
     if path.is_dir():
-        files = folder_files(path)
+        files = folder_files(path, on_skip)
         if not files:
             raise ValueError(f"the folder {path.name!r} holds no text files ({', '.join(TEXT_SUFFIXES)})")
         for p in files:
             relative = p.relative_to(path)
             yield relative.with_suffix("").as_posix(), _text_file(p, relative.as_posix())
-    elif not path.is_file():
+    elif not path.exists():
         raise ValueError(f"no corpus file or folder at {path.name!r}")
     elif path.suffix.lower() == ".parquet":
         for name, text in _parquet_texts(path, text_column):
@@ -116,9 +159,10 @@ def corpus_pieces(path, text_column: str = "text") -> Iterator[tuple[str, Iterat
         yield path.stem, _text_file(path, path.name)
 
 
-def corpus_texts(path, text_column: str = "text") -> Iterator[tuple[str, str]]:
+def corpus_texts(path, text_column: str = "text", on_skip: Callable[[str, str], None] | None = None
+                 ) -> Iterator[tuple[str, str]]:
     """(name, text) of every document of a corpus (see corpus_pieces), each document's text whole."""
-    for name, parts in corpus_pieces(path, text_column):
+    for name, parts in corpus_pieces(path, text_column, on_skip):
         with closing(parts):
             yield name, "".join(parts)
 
@@ -128,7 +172,7 @@ def _parquet_texts(path: Path, column: str) -> Iterator[tuple[str, str]]:
         import pyarrow.parquet as pq
     except ImportError:
         raise ValueError("reading Parquet needs pyarrow: pip install 'gptviz[corpus]'") from None
-    with path.open("rb") as f:
+    with _open_regular(path, path.name) as f:
         try:
             reader = pq.ParquetFile(f)
         except Exception as err:  # pyarrow.ArrowInvalid and friends
@@ -144,7 +188,7 @@ def _parquet_texts(path: Path, column: str) -> Iterator[tuple[str, str]]:
 
 
 def _jsonl_texts(path: Path, column: str) -> Iterator[tuple[str, str]]:
-    with path.open(encoding="utf-8", errors="replace") as lines:
+    with _open_regular(path, path.name) as raw, io.TextIOWrapper(raw, encoding="utf-8", errors="replace") as lines:
         number = 0
         while line := lines.readline(MAX_LINE_CHARS + 1):
             number += 1

@@ -12,6 +12,7 @@ import threading
 from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from conftest import build
@@ -204,3 +205,45 @@ def test_the_cli_names_what_it_skipped(tmp_path, capsys):
     assert "skipped link.txt: a link that leads out of the corpus folder" in err
     assert "skipped pipe.txt: not a regular file (a FIFO, socket or device)" in err
     assert [d["name"] for d in ix.load_index(tmp_path / "out").documents] == ["a", "inner"]
+
+
+DEEP = '{"text": "deep", "a": ' + "[" * 100_000 + "]" * 100_000 + "}"
+
+
+def test_a_json_line_nested_past_the_recursion_limit_is_a_clear_error(tmp_path):
+    (tmp_path / "deep.jsonl").write_text('{"text": "fine"}\n' + DEEP + "\n")
+    with pytest.raises(ValueError, match="line 2 of 'deep.jsonl' nests too deeply to read"):
+        ix.tokenize_corpus(tmp_path / "deep.jsonl", tmp_path / "ids")
+
+
+def write_partials(tmp_path: Path, shards: int = 2) -> list[Path]:
+    """A tiny model's scan in `shards` partial indexes, as `index --shard I/N` writes them."""
+    model = build()
+    docs = [ix.Document(f"d{i}", np.arange(n) % 50) for i, n in enumerate((40, 25))]
+    plan = ix.plan_scan(model, docs, batch=1, top_k=3, bins=8, min_count=2)
+    parts = []
+    for i in range(shards):
+        parts.append(ix.save_partial(plan, ix.scan_batches(model, docs, plan, plan.batches(i, shards)),
+                                     tmp_path / f"part{i}"))
+    return parts
+
+
+@pytest.mark.slow
+@pytest.mark.subprocess
+def test_no_traceback_for_deep_json_or_a_merge_onto_a_file(tmp_path):
+    """Each gets one line on stderr and exit status 2, not a RecursionError or FileExistsError traceback."""
+    from gptviz.model.weights import save_checkpoint
+    save_checkpoint(build(vocab_size=50257, d_model=16, d_ff=32), tmp_path / "ckpt")
+    (tmp_path / "deep.jsonl").write_text(DEEP + "\n")
+    parts = write_partials(tmp_path)
+    (tmp_path / "system-file").write_text("not to be touched\n")  # stands for /etc/hostname
+    runs = {"deep": ["index", str(tmp_path / "ckpt"), "--corpus", str(tmp_path / "deep.jsonl"), "--out",
+                     str(tmp_path / "index")],
+            "merge": ["index", "merge", str(tmp_path / "system-file"), *map(str, parts)]}
+    for label, args in runs.items():
+        out = subprocess.run([sys.executable, "-m", "gptviz", *args], capture_output=True, text=True, cwd=ROOT,
+                             timeout=300)
+        lines = out.stderr.splitlines()
+        assert out.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), (label, out.stderr[-3000:])
+        assert "Traceback" not in out.stderr
+    assert (tmp_path / "system-file").read_text() == "not to be touched\n"

@@ -203,5 +203,7 @@ def _jsonl_texts(path: Path, column: str) -> Iterator[tuple[str, str]]:
                 text = None if record[column] is None else str(record[column])
             except json.JSONDecodeError:
                 raise ValueError(f"line {number} of {path.name!r} is not JSON") from None
+            except RecursionError:  # json.loads (or str of what it read) past Python's recursion limit
+                raise ValueError(f"line {number} of {path.name!r} nests too deeply to read") from None
             if text is not None:
                 yield f"line{number}", text

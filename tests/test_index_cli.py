@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -247,3 +248,51 @@ def test_no_traceback_for_deep_json_or_a_merge_onto_a_file(tmp_path):
         assert out.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), (label, out.stderr[-3000:])
         assert "Traceback" not in out.stderr
     assert (tmp_path / "system-file").read_text() == "not to be touched\n"
+
+
+def snapshot(folder: Path) -> dict:
+    """Every file below `folder`: its bytes and modification time."""
+    return {p.relative_to(folder).as_posix(): (p.read_bytes(), p.stat().st_mtime_ns)
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_merge_refuses_a_folder_it_did_not_make_and_its_own_shards(tmp_path, capsys):
+    from gptviz.__main__ import main
+    parts = [str(p) for p in write_partials(tmp_path)]
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "keep.txt").write_text("mine")
+    (tmp_path / "file").write_text("a file")
+    before = {p: snapshot(tmp_path / p) for p in ("notes", "part0", "part1")}
+    refusals = {str(notes): "the folder '.*notes' is not empty",
+                parts[0]: "output '.*part0' is its input shard '.*part0'",
+                str(Path(parts[1]) / "merged"): "output '.*merged' is inside its input shard '.*part1'",
+                str(tmp_path / "file"): "'.*file' exists and is not a folder"}
+    for out, message in refusals.items():
+        assert main(["index", "merge", out, *parts]) == 2
+        err = capsys.readouterr().err.splitlines()
+        assert len(err) == 1 and re.search(message, err[0]), err
+    assert {p: snapshot(tmp_path / p) for p in ("notes", "part0", "part1")} == before  # nothing in them changed
+    assert not (Path(parts[1]) / "merged").exists() and (tmp_path / "file").read_text() == "a file"
+    # a new path, or an empty folder, takes the merge; nothing temporary is left beside it
+    (tmp_path / "empty").mkdir()
+    for out in ("new/merged", "empty"):
+        assert main(["index", "merge", str(tmp_path / out), *parts]) == 0
+        assert sorted(p.name for p in (tmp_path / out).iterdir()) == [ix.INDEX_JSON, ix.INDEX_NPZ]
+    assert not [p for p in tmp_path.rglob(".tmp-*")]
+
+
+def test_a_merge_that_fails_midway_leaves_nothing(tmp_path, monkeypatch, capsys):
+    from gptviz.__main__ import main
+    from gptviz.index import store
+    parts = [str(p) for p in write_partials(tmp_path)]
+
+    def full_disk(index, folder):  # save_index making the folder and half a file, then out of space
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        (Path(folder) / ix.INDEX_NPZ).write_bytes(b"half")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(store, "save_index", full_disk)
+    assert main(["index", "merge", str(tmp_path / "merged"), *parts]) == 2
+    assert "No space left on device" in capsys.readouterr().err
+    assert not (tmp_path / "merged").exists() and not list(tmp_path.glob(".tmp-*"))

@@ -139,16 +139,54 @@ def run(args) -> int:
     return 0
 
 
+def merge_target(out, parts) -> Path:
+    """Where `index merge` may write: a new path or an empty folder, neither one of its input shards nor inside one.
+    ValueError otherwise, before anything is read or written."""
+    target = Path(out).expanduser().resolve()
+    for part in parts:
+        shard = Path(part).expanduser().resolve()
+        if target == shard or shard in target.parents:
+            raise ValueError(f"the merge's output {out!r} is {'' if target == shard else 'inside '}its input shard "
+                             f"{part!r}: nothing written")
+    if target.exists() and not target.is_dir():
+        raise ValueError(f"{out!r} exists and is not a folder: nothing written")
+    if target.is_dir() and any(target.iterdir()):
+        raise ValueError(f"the folder {out!r} is not empty: the merge writes only into a new or an empty folder")
+    return target
+
+
+def _save_new(index, target: Path) -> Path:
+    """Write the index into a temporary folder beside `target`, then rename it into place: a merge that fails leaves
+    nothing, and the rename itself refuses a folder that filled up meanwhile (ENOTEMPTY)."""
+    import os
+    import shutil
+
+    from ..serve.atomic_write import TEMP_PREFIX
+    from .store import save_index
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{target.name}.", dir=target.parent))
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        tmp.chmod(0o777 & ~umask)  # a folder as mkdir makes it (mkdtemp's is private)
+        save_index(index, tmp)
+        os.replace(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return target
+
+
 def run_merge(args) -> int:
     from .partial import load_partial
     from .scan import finish_scan, merge_scans
-    from .store import save_index
 
+    target = merge_target(args.out, args.parts)
     loaded = [load_partial(p) for p in args.parts]
     plan = loaded[0][0]
     index = finish_scan(plan, merge_scans([part for _, part in loaded]))
     index.meta["scan"]["shards"] = len(loaded)
-    out = save_index(index, args.out)
-    print(json.dumps({"out": str(out), "shards": len(loaded), "tokens": index.tokens,
+    _save_new(index, target)
+    print(json.dumps({"out": str(Path(args.out)), "shards": len(loaded), "tokens": index.tokens,
                       "scan_seconds_summed": index.meta["scan"]["seconds"]}))
     return 0

@@ -120,7 +120,8 @@ def tokenize_corpus(path, store: Path, *, text_column: str = "text", limit_token
             if blank:  # nothing but whitespace: no document
                 out.seek(4 * total)
                 out.truncate()
-            elif length:
+                continue
+            if length:
                 spans.append((name, total, length))
                 total += length
             if progress is not None:

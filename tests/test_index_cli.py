@@ -296,3 +296,34 @@ def test_a_merge_that_fails_midway_leaves_nothing(tmp_path, monkeypatch, capsys)
     assert main(["index", "merge", str(tmp_path / "merged"), *parts]) == 2
     assert "No space left on device" in capsys.readouterr().err
     assert not (tmp_path / "merged").exists() and not list(tmp_path.glob(".tmp-*"))
+
+
+@pytest.mark.slow
+def test_every_path_records_the_same_metadata(tmp_path, capsys):
+    """One process, shards merged, and Ray: the same index metadata, meta.scan's keys and what ran the statistics
+    included (Ray's index had meta.scan.statistics empty)."""
+    pytest.importorskip("ray")
+    from gptviz.__main__ import main
+    from gptviz.model.weights import save_checkpoint
+    save_checkpoint(build(vocab_size=50257, d_model=16, d_ff=32), tmp_path / "ckpt")
+    corpus = tmp_path / "texts.jsonl"
+    corpus.write_text("".join(json.dumps({"text": f"Line {i}: to be, or not to be, that is the question.\n" * 3})
+                              + "\n" for i in range(30)))
+    common = [str(tmp_path / "ckpt"), "--corpus", str(corpus), "--batch", "2", "--max-tokens", "900"]
+    assert main(["index", *common, "--out", str(tmp_path / "single")]) == 0
+    for i in range(2):
+        assert main(["index", *common, "--shard", f"{i}/2", "--out", str(tmp_path / f"part{i}")]) == 0
+    assert main(["index", "merge", str(tmp_path / "merged"), str(tmp_path / "part0"), str(tmp_path / "part1")]) == 0
+    assert main(["index", *common, "--ray", "--workers", "2", "--out", str(tmp_path / "ray")]) == 0
+    capsys.readouterr()
+    metas = {path: ix.load_index(tmp_path / path).meta for path in ("single", "merged", "ray")}
+    single = metas["single"]
+    assert single["corpus"]["tokens"] == 900 and single["scan"]["statistics"] in ("C", "torch")
+    for path, meta in metas.items():
+        assert {k: v for k, v in meta.items() if k != "scan"} == {k: v for k, v in single.items() if k != "scan"}, path
+        assert sorted(meta["scan"]) == sorted(single["scan"]), path
+        for key in ("statistics", "device", "dtype", "batch", "threads", "torch"):
+            assert meta["scan"][key] == single["scan"][key], (path, key)
+        assert meta["scan"]["peak_rss_mb"] > 0 and meta["scan"]["task_seconds"] > 0, path
+    assert (single["scan"]["shards"], metas["merged"]["scan"]["shards"]) == (1, 2)
+    assert (single["scan"]["workers"], metas["merged"]["scan"]["workers"], metas["ray"]["scan"]["workers"]) == (1, 2, 2)

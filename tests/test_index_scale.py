@@ -178,6 +178,7 @@ def test_ray_with_two_workers_equals_the_single_pass(corpus, tmp_path):
     index = scan_on_ray(str(tmp_path / "ckpt"), docs, plan, workers=2, progress=lambda done, total: seen.append(done))
     assert_same_index(index, single)
     assert index.meta["scan"]["shards"] == min(plan.n_batches, 8) and seen[-1] == single.tokens
+    assert index.meta["scan"]["statistics"] == single.meta["scan"]["statistics"] != ""  # the tasks' own, kept
 
 
 SCAN_CHILD = textwrap.dedent("""

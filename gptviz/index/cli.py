@@ -124,19 +124,43 @@ def run(args) -> int:
             part = scan_batches(model, docs, plan, batches, progress=text_progress(label))
             if shard:
                 from .partial import save_partial
+                part.run = _this_run(args)
                 out = save_partial(plan, part, args.out or f"{name}-shard-{shard[0]}-of-{shard[1]}")
                 print(json.dumps({"out": str(out), "batches": part.batches, "tokens": part.tokens,
                                   "seconds": round(part.seconds, 2)}))
                 return 0
             index = finish_scan(plan, part)
-        index.meta["scan"].update(device=args.device, dtype=args.dtype, workers=args.workers if args.ray else 1)
-        index.meta["scan"]["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+        run = _this_run(args)
+        run["peak_rss_mb"] = max(run["peak_rss_mb"], index.meta["scan"].get("peak_rss_mb", 0))  # Ray's tasks'
+        index.meta["scan"].update(run, workers=args.workers if args.ray else 1)
         out = save_index(index, args.out or f"{name}-index")
     scan = index.meta["scan"]
     print(json.dumps({"out": str(out), "seconds": scan["seconds"], "tokens_per_s": scan["tokens_per_s"],
                       "peak_rss_mb": scan["peak_rss_mb"], "bytes_on_disk": sum(p.stat().st_size
                                                                                for p in out.iterdir())}))
     return 0
+
+
+def _this_run(args) -> dict:
+    """What ran a scan, for meta.scan (a shard keeps it in its partial index for the merge): one set of keys from
+    every path (tests/test_index_cli.py)."""
+    import torch
+    return {"device": args.device, "dtype": args.dtype, "threads": torch.get_num_threads(), "torch": torch.__version__,
+            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
+
+
+def _merged_runs(runs: list[dict]) -> dict:
+    """The shards' runs as one: values that differ joined with "+" (as the statistics' "C+torch"), the most threads,
+    the largest peak memory (this process's included); None where no shard said (a partial index of older gptviz)."""
+    def joined(key):
+        values = sorted({str(r[key]) for r in runs if r.get(key) is not None})
+        return "+".join(values) or None
+
+    threads = [r["threads"] for r in runs if r.get("threads") is not None]
+    peaks = [r["peak_rss_mb"] for r in runs if r.get("peak_rss_mb") is not None]
+    own = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    return {"device": joined("device"), "dtype": joined("dtype"), "threads": max(threads, default=None),
+            "torch": joined("torch"), "peak_rss_mb": max(peaks + [own])}
 
 
 def merge_target(out, parts) -> Path:
@@ -185,7 +209,8 @@ def run_merge(args) -> int:
     loaded = [load_partial(p) for p in args.parts]
     plan = loaded[0][0]
     index = finish_scan(plan, merge_scans([part for _, part in loaded]))
-    index.meta["scan"]["shards"] = len(loaded)
+    # seconds stays the shards' summed time (they may have run anywhere, at any time); workers: one per shard
+    index.meta["scan"].update(_merged_runs([part.run for _, part in loaded]), shards=len(loaded), workers=len(loaded))
     _save_new(index, target)
     print(json.dumps({"out": str(Path(args.out)), "shards": len(loaded), "tokens": index.tokens,
                       "scan_seconds_summed": index.meta["scan"]["seconds"]}))

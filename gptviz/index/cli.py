@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -182,9 +184,6 @@ def merge_target(out, parts) -> Path:
 def _save_new(index, target: Path) -> Path:
     """Write the index into a temporary folder beside `target`, then rename it into place: a merge that fails leaves
     nothing, and the rename itself refuses a folder that filled up meanwhile (ENOTEMPTY)."""
-    import os
-    import shutil
-
     from ..serve.atomic_write import TEMP_PREFIX
     from .store import save_index
     target.parent.mkdir(parents=True, exist_ok=True)

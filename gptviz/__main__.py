@@ -281,7 +281,7 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ConfigError, ValueError, FileNotFoundError) as err:
+    except (ConfigError, ValueError, OSError) as err:  # OSError: a path that cannot be read or written, as it says
         print(f"error: {err}", file=sys.stderr)
         return 2
 

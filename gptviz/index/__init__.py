@@ -37,17 +37,18 @@ On disk (`save_index` / `load_index`): a folder with index.json (metadata: forma
 and weights fingerprint, the corpus's documents with their lengths, checksums and which are held-out plays,
 windows, score definitions, scan time and memory) and index.npz (arrays; loaded with allow_pickle=False).
 
-Modules: units (ids and scores), corpus (documents, windows, your own corpus), histograms, top_k (the running top K
-in one total order), scan (plan, partial scans, merge), partial (partial scans on disk), store (NeuronIndex, save and
-load), read (examples, contexts, summaries), effects (what a unit writes, read by the unembedding), progress (the
-CLI's progress line), distributed (Ray).
+Modules: units (ids and scores), corpus (documents, windows, your corpus tokenized), texts (your corpus's texts,
+read a bounded piece at a time), histograms, top_k (the running top K in one total order), scan (plan, partial
+scans, merge), partial (partial scans on disk), store (NeuronIndex, save and load), read (examples, contexts,
+summaries), effects (what a unit writes, read by the unembedding), progress (the CLI's progress line), distributed
+(Ray).
 """
 from __future__ import annotations
 
 from .constants import (BATCH_VALUES, BINS, DEAD_PEAK, FORMAT, HEAD_SCORE, INDEX_JSON, INDEX_NPZ, MIN_COUNT,
                         NEURON_SCORE, QUANTILES, SAMPLE_WINDOWS, TOKEN_RANK, TOKEN_UNITS, TOP_K, TOP_TOKENS, VERSION)
-from .corpus import (Document, _as_documents, _checksum, _windows, corpus_documents, corpus_texts, default_stride,
-                     scoring_window, token_counts, tokenize_corpus)
+from .corpus import (Document, _as_documents, _checksum, _windows, corpus_documents, default_stride, scoring_window,
+                     token_counts, tokenize_corpus)
 from .effects import DirectEffect, direct_effect, head_direct_effect
 from .histograms import _Binner, _bin_of, _edges, _quantiles
 from .partial import load_partial, save_partial
@@ -56,6 +57,7 @@ from .read import (Attended, Context, Example, attended, TokenUnit, UnitScore, _
                    example_contexts, example_contexts_nbytes, histogram, index_documents, quantiles, summary,
                    top_examples, top_tokens, units_at, units_at_nbytes, units_for_token)
 from .forward import _run_windows, _unit_blocks  # noqa: F401
+from .texts import corpus_pieces, corpus_texts
 from .scan import (PartialScan, ScanPlan, build_index, default_batch, finish_scan, merge_scans,
                    plan_scan, scan_batches, scan_nbytes)
 from .store import (IndexFormatError, NeuronIndex, _config_dict, bundled_index, index_folder, index_matches,

@@ -27,9 +27,10 @@ def index_documents(index: NeuronIndex, folder=None) -> list[Document]:
         with tempfile.NamedTemporaryFile(prefix="gptviz-corpus-", suffix=".ids") as store:
             # the documents hold the file open: they read it after its name is gone
             docs = tokenize_corpus(corpus["path"], Path(store.name), text_column=corpus.get("text_column", "text"),
-                                   limit_tokens=corpus["tokens"])
+                                   limit_tokens=corpus["tokens"], on_skip=lambda name, why: None)  # said at the scan
     else:
-        docs = corpus_documents(folder, [d["name"] for d in index.documents if d["held_out"]])
+        docs = corpus_documents(folder, [d["name"] for d in index.documents if d["held_out"]],
+                                limit_tokens=corpus["tokens"])  # as far as the scan read (--max-tokens)
     check_documents(index, docs)
     return docs
 

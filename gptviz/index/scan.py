@@ -173,6 +173,7 @@ class PartialScan:
     token_sums: torch.Tensor        # [U, frequent + 1] float32; the last slot gathers the rare tokens
     seconds: float = 0.0
     statistics: str = ""            # what computed them: "C" (native.py) or "torch"; "C+torch" when merged from both
+    run: dict = field(default_factory=dict)  # what scanned them (device, dtype, threads, torch, peak_rss_mb), if said
 
     ARRAYS = ("best_v", "best_loc", "counts", "vmin", "vsq", "token_sums")
 
@@ -314,9 +315,11 @@ def finish_scan(plan: ScanPlan, part: PartialScan) -> NeuronIndex:
                                              arrays["hist_counts"], QUANTILES),
                                   arrays["value_range"][:, :1], arrays["value_range"][:, 1:]).astype(np.float32)
     arrays.update(_token_arrays(plan, part, mean, std, L * F, L * H))
+    # seconds: the scan's wall clock where one process saw it (Ray's driver sets its own); task_seconds: the parts'
+    # scan times summed; shards: how many parts (a merge or Ray sets it)
     meta["scan"] = {"seconds": round(part.seconds, 2), "tokens_per_s": round(total / max(part.seconds, 1e-9)),
-                    "batch": plan.settings["batch"], "threads": torch.get_num_threads(), "torch": torch.__version__,
-                    "statistics": part.statistics}
+                    "task_seconds": round(part.seconds, 2), "shards": 1, "batch": plan.settings["batch"],
+                    "threads": torch.get_num_threads(), "torch": torch.__version__, "statistics": part.statistics}
     return NeuronIndex(meta, arrays)
 
 

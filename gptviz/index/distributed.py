@@ -7,7 +7,7 @@ windows, the driver merging the partial scans exactly (see scan.py).
 On a multi-machine cluster the model must load on every worker (a bundled model's name, a Hub id in the workers'
 cache, or a checkpoint folder at the same path on every machine) and gptviz must be installed there; the corpus is
 tokenized once by the driver and sent to the workers through Ray's object store. Ray is an optional extra:
-`pip install 'gptviz[ray]'`.
+`pip install ray` (from a checkout: `pip install '.[ray]'`).
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def _ray():
     try:
         import ray
     except ImportError:
-        raise ValueError("--ray needs Ray: pip install 'gptviz[ray]'") from None
+        raise ValueError("--ray needs Ray: pip install ray (from a checkout: pip install '.[ray]')") from None
     return ray
 
 

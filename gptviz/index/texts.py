@@ -171,7 +171,7 @@ def _parquet_texts(path: Path, column: str) -> Iterator[tuple[str, str]]:
     try:
         import pyarrow.parquet as pq
     except ImportError:
-        raise ValueError("reading Parquet needs pyarrow: pip install 'gptviz[corpus]'") from None
+        raise ValueError("reading Parquet needs pyarrow: pip install pyarrow (from a checkout: pip install '.[corpus]')") from None
     with _open_regular(path, path.name) as f:
         try:
             reader = pq.ParquetFile(f)

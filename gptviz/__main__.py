@@ -257,7 +257,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_merge_arguments(m)
     m.set_defaults(func=_index_merge)
     n = sub.add_parser("notebook-html", help="export a notebook as HTML whose widgets draw offline (gptviz's views, "
-                                             "Plotly figures; needs the notebook extra, pip install ".[notebook]", and its saved widget state)")
+                                             "Plotly figures; needs the notebook extra, pip install '.[notebook]' "
+                                             "from a checkout, and its saved widget state)")
     n.add_argument("notebook", type=Path)
     n.add_argument("out", type=Path, nargs="?", help="the HTML file (default: the notebook's name with .html)")
     n.set_defaults(func=_notebook_html)

@@ -104,3 +104,39 @@ def test_work_that_does_not_fit_first_frees_dropped_models_only_garbage_still_ho
         if was_enabled:
             gc.enable()
 
+
+def test_a_page_keeps_its_model_weakly_and_loads_it_again_once_dropped():
+    import gc
+    import weakref
+
+    from gptviz.app import models
+    from gptviz.app.seen import Seen
+    from pagetest import TINY
+    model = models.load_model(TINY)
+    seen, gone = Seen(TINY, model, (1, 2, 3)), weakref.ref(model)
+    assert seen.model is model and seen.cfg is model.config
+    del model
+    models.model_store().clear()
+    gc.collect()
+    assert gone() is None                                 # the page's Seen did not keep it
+    assert seen.model is models.load_model(TINY)          # a fragment's rerun loads it again
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", ["attention", "generation"])
+def test_a_session_keeps_no_model_the_store_dropped(page):
+    """A session keeps what its last run made (its fragments, its buttons' callbacks and their arguments) while it
+    lives and for Streamlit's reconnect window after: the Attention page's fragment closed over the page's Seen and the
+    Generate button's arguments held the model itself, so each visitor kept the last model it looked at."""
+    import gc
+    import weakref
+
+    from gptviz.app import models
+    from pagetest import TINY, run_page
+    at = run_page(page)
+    assert not at.exception, at.exception
+    gone = weakref.ref(models.load_model(TINY))
+    models.model_store().clear()
+    gc.collect()
+    assert gone() is None, f"the {page} page's session still holds the model"
+    assert at is not None  # the session is still alive here

@@ -53,6 +53,7 @@ BENCHMARKS = {
     "load": Bench("load_test.py", "several visitors at once, in real browsers"),
     "hostile": Bench("hostile_load.py", "a hostile visitor's audit replayed against a real server"),
     "word-box": Bench("hostile_word_box.py", "a 10 MB value in the unit page's one-token boxes: page time, memory"),
+    "model-folders": Bench("model_folders.py", "model folders opened one after another: the server's memory after each"),
     "warmup": Bench("bench_warmup.py", "does post-norm need warmup: the Train page's scenario"),
     "grow": Bench("bench_grow_induction.py", "the Heads forming page's grow-an-induction-head run"),
     "gpu": Bench("gpu_check.py", "the prepared CUDA check (exits 0 with a note without a GPU)", ()),

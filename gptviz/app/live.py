@@ -93,7 +93,8 @@ def compact_controls(c: Controls, spec: ModelSpec, model: GPT, ids, on_start=Non
     c.pace.setdefault(st.session_state)
     # centred: Generate sits above the slider's foot (on a phone the first screen ends near this row)
     with st.container(horizontal=True, vertical_alignment="center", gap="xsmall"):
-        st.button("Generate", type="primary", key=c.generate, on_click=_start_then, args=(c, spec, tuple(ids), on_start),
+        st.button("Generate", type="primary", key=c.generate, on_click=_start_then,
+                  args=(c, spec, tuple(ids), on_start),
                   help="The model writes a continuation; watch each new token's attention row appear.")
         c.temperature.slider(st, width=150)
         st.button("Stop", key=c.stop, on_click=stop_pressed, help="Ends the generation and keeps the tokens "

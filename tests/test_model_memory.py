@@ -60,6 +60,7 @@ OPEN_FOLDERS = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_dropped_models_are_released_and_the_ones_still_in_use_are_counted():
     n, cache_mb = 14, 24
     out = subprocess.run([sys.executable, "-c", OPEN_FOLDERS, str(n), str(cache_mb)], capture_output=True, text=True,
@@ -73,6 +74,7 @@ def test_dropped_models_are_released_and_the_ones_still_in_use_are_counted():
     assert accounted >= stored + size, (accounted, stored, size)
 
 
+@pytest.mark.slow
 def test_work_that_does_not_fit_first_frees_dropped_models_only_garbage_still_holds():
     """A model dropped while a session showed it stays counted; once that session has ended, what it left is a
     reference cycle: work short of room collects it before waiting or refusing (it waited its 30 s, then was
@@ -105,6 +107,7 @@ def test_work_that_does_not_fit_first_frees_dropped_models_only_garbage_still_ho
             gc.enable()
 
 
+@pytest.mark.slow
 def test_a_page_keeps_its_model_weakly_and_loads_it_again_once_dropped():
     import gc
     import weakref

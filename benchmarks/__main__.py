@@ -65,6 +65,7 @@ BENCHMARKS = {
     "hostile": Bench("hostile_load.py", "a hostile visitor's audit replayed against a real server"),
     "replay": Bench("hostile_replay.py", "issue 57's audit replayed: Grow's memory, the index CLI, model folders"),
     "word-box": Bench("hostile_word_box.py", "a 10 MB value in the unit page's one-token boxes: page time, memory"),
+    "model-folders": Bench("model_folders.py", "model folders opened one after another: the server's memory after each"),
     "warmup": Bench("bench_warmup.py", "does post-norm need warmup: the Train page's scenario"),
     "grow": Bench("bench_grow_induction.py", "the Heads forming page's grow-an-induction-head run"),
     "graph": Bench("bench_graph.py", "the attribution graph of 64 tokens against one forward+backward pass"),

@@ -21,7 +21,7 @@ from . import settings as S
 from .component.attention_map import attention_map, generation_payload
 from .display import MEAN_HEAD, head_name, monospace_text
 from .jobs import client_address, generation_slots, session_alive, session_id
-from .models import ModelSpec, hold_for_generation
+from .models import ModelSpec, hold_for_generation, load_model
 from .rules import Setting
 
 LIVE_REDRAW_S = 0.5  # how often a page redraws a running generation (0.25 s: twice the script runs, the model 4x slower)
@@ -69,7 +69,7 @@ def controls(c: Controls, spec: ModelSpec, model: GPT, ids) -> None:
     c.seed.number_input(g[4])
     b1, b2, b3, b4 = st.columns([1, 1, 1, 3], vertical_alignment="bottom")
     b1.button("Generate", type="primary", key=c.generate, width="stretch", on_click=_start,
-              args=(c, spec, model, tuple(ids)))
+              args=(c, spec, tuple(ids)))
     b2.button("Stop", key=c.stop, width="stretch", on_click=stop_pressed,
               help="Ends the generation and keeps the tokens written so far.")
     b3.button("Next token", key=c.next, width="stretch", on_click=next_token, args=(c,),
@@ -93,8 +93,9 @@ def compact_controls(c: Controls, spec: ModelSpec, model: GPT, ids, on_start=Non
     c.pace.setdefault(st.session_state)
     # centred: Generate sits above the slider's foot (on a phone the first screen ends near this row)
     with st.container(horizontal=True, vertical_alignment="center", gap="xsmall"):
-        st.button("Generate", type="primary", key=c.generate, on_click=_start_then, args=(c, spec, model, tuple(ids),
-                  on_start), help="The model writes a continuation; watch each new token's attention row appear.")
+        st.button("Generate", type="primary", key=c.generate, on_click=_start_then,
+                  args=(c, spec, tuple(ids), on_start),
+                  help="The model writes a continuation; watch each new token's attention row appear.")
         c.temperature.slider(st, width=150)
         st.button("Stop", key=c.stop, on_click=stop_pressed, help="Ends the generation and keeps the tokens "
                                                                     "written so far.")
@@ -112,8 +113,8 @@ def compact_controls(c: Controls, spec: ModelSpec, model: GPT, ids, on_start=Non
         st.error(st.session_state.pop(K.GENERATION_ERROR))
 
 
-def _start_then(c: Controls, spec: ModelSpec, model: GPT, ids, then) -> None:
-    _start(c, spec, model, ids)
+def _start_then(c: Controls, spec: ModelSpec, ids, then) -> None:
+    _start(c, spec, ids)
     if then is not None:
         then()
 
@@ -158,11 +159,17 @@ def next_token(c: Controls) -> None:
         job.advance()
 
 
-def _start(c: Controls, spec: ModelSpec, model: GPT, ids) -> None:
+def _start(c: Controls, spec: ModelSpec, ids) -> None:
     """Generate's callback: it runs before the page's script, so the model starts writing before anything is
-    drawn (the script that follows shares the interpreter with it, so the sooner the better)."""
+    drawn (the script that follows shares the interpreter with it, so the sooner the better). It takes the model's
+    spec, not the model: a session keeps its buttons' arguments, and kept a model the store had dropped (issue 57)."""
     if c.on_start:
         c.on_start()
+    try:
+        model = load_model(spec)
+    except (ValueError, RuntimeError, OSError) as err:
+        st.session_state[K.GENERATION_ERROR] = f"Generation could not start: {err}"
+        return
     try:
         start_generation(spec, model, ids, settings_from(c), c.page, pace=pace_from(c))
     except ValueError as err:

@@ -51,9 +51,13 @@ class ModelSpec(NamedTuple):
 
 def model_store() -> BoundedCache:
     """Loaded models, shared by every session, bounded by bytes (GPTVIZ_MODEL_CACHE_MB) and counted in the server's
-    memory budget (gptviz.serve.memory)."""
+    memory budget (gptviz.serve.memory). A model dropped while something still holds it (a session's page) stays
+    counted until it is gone, and a drop that leaves one alive runs Python's full collection, which frees those only
+    garbage holds (a reference cycle an ended session left): before, a server kept every model folder a visitor
+    opened (issue 57; tests/test_model_memory.py)."""
     return process_wide("model_store", lambda: BoundedCache(limits.server_limits().model_bytes, "model",
-                                                            accountant=memory.accountant(), drop_order=2))
+                                                            accountant=memory.accountant(), drop_order=2,
+                                                            witness=lambda model: model, collect_garbage=True))
 
 
 def capture_store() -> BoundedCache:

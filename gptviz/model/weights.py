@@ -9,23 +9,23 @@ from pathlib import Path
 from .checkpoint import (MODELS_DIR, TRAINING_VOCAB, CheckpointError, bundled_models, check_load_limits,  # noqa: F401
                          config_from_hf, expected_shapes, read_config, save_checkpoint, state_from_hf,
                          training_vocab, write_training_vocab)
-from .formats.load import checkpoint_file, load_path, path_config, path_nbytes
+from .formats.load import FileCheck, check_file_bytes, checkpoint_file, load_path, needs_n_head, path_config, path_nbytes  # noqa: F401
 from .hub import fetch_checked, forget_download, hub_copy_on_disk, hub_download_budget, hub_folder  # noqa: F401
 from ..serve.limits import server_limits
 from .model import GPT
 
 
-def load_checkpoint(path: str | os.PathLike, norm: str | None = None) -> GPT:
+def load_checkpoint(path: str | os.PathLike, norm: str | None = None, n_head: int | None = None) -> GPT:
     """The model in a checkpoint folder (ours, Hugging Face GPT-2 or GPT-1) or file (nanoGPT, Raschka's GPTModel
-    with its config.json beside it, llm.c), or a folder holding such a file; validated before it is built.
-    `norm` overrides the LayerNorm placement (same weights, other wiring)."""
-    return load_path(path, norm)
+    with its config.json beside it or `n_head`, llm.c), or a folder holding such a file; validated before it is
+    built. `norm` overrides the LayerNorm placement (same weights, other wiring)."""
+    return load_path(path, norm, n_head)
 
 
-def weights_nbytes(path: str | os.PathLike) -> int:
+def weights_nbytes(path: str | os.PathLike, n_head: int | None = None) -> int:
     """What loading a checkpoint folder or file holds at its peak, before it is read; 0 when it describes no
     loadable model (loading it then fails with its own message)."""
-    return path_nbytes(path)
+    return path_nbytes(path, n_head)
 
 
 def model_roots() -> list[Path]:
@@ -77,22 +77,22 @@ def allowed_folder(name: str, roots: list[Path] | None = None) -> Path | None:
     return None
 
 
-def trained_norm(name: str, roots: list[Path] | None = None) -> str | None:
+def trained_norm(name: str, roots: list[Path] | None = None, n_head: int | None = None) -> str | None:
     """The wiring ("pre" or "post") a visitor's folder or checkpoint file inside the allowed roots was trained with,
     read from its config or header without loading its weights; None where it cannot be read so (a bundled model, a
     Hub id, a refused or unreadable path)."""
     found = allowed_folder(name, roots) if _looks_like_path(name) else None
     try:
-        return path_config(found).norm if found is not None else None
+        return path_config(found, n_head).norm if found is not None else None
     except (CheckpointError, OSError):
         return None
 
 
 def load_allowed(name: str, norm: str | None = None, roots: list[Path] | None = None,
-                 offline: bool | None = None) -> GPT:
+                 offline: bool | None = None, n_head: int | None = None) -> GPT:
     """load_pretrained for a server's visitors: a bundled model's name, a Hub id, or a folder inside the allowed
     roots. Every refused folder gets the same message (FOLDER_REFUSED), which echoes no path."""
-    return load_checkpoint(allowed_source(name, roots, offline), norm)
+    return load_checkpoint(allowed_source(name, roots, offline), norm, n_head)
 
 
 def allowed_source(name: str, roots: list[Path] | None = None, offline: bool | None = None) -> Path:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pickle
 from pathlib import Path
+from typing import BinaryIO, Callable
 
 import torch
 
@@ -26,7 +27,7 @@ def read_pickle(path: Path):
     """The file's contents with torch.load(weights_only=True) on the CPU, memory-mapped where its format allows (a
     torch.save zip: nothing is read until used). CheckpointError for code, a corrupt file or an unmappable file
     past the parameter cap (the old non-zip format is read whole)."""
-    try:
+    def load():
         try:
             return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
         except RuntimeError as err:
@@ -37,15 +38,28 @@ def read_pickle(path: Path):
             raise CheckpointError(f"{path.name} is in the old pickle format (not a torch.save zip) and larger than "
                                   f"{most:,} float32 parameters")
         return torch.load(path, map_location="cpu", weights_only=True)
+    return _read(path.name, load)
+
+
+def read_pickle_meta(data: BinaryIO, what: str):
+    """The contents of a pickle held in memory (an upload before it is written anywhere), with every tensor on the
+    meta device: names, shapes and dtypes, no tensor data read or allocated. Refuses code as read_pickle does."""
+    return _read(what, lambda: torch.load(data, map_location="meta", weights_only=True))
+
+
+def _read(what: str, load: Callable[[], object]):
+    """load(), with every way a pickle can fail as one CheckpointError naming `what` (a file name, never a path)."""
+    try:
+        return load()
     except CheckpointError:
         raise
     except pickle.UnpicklingError as err:  # weights_only refused something: a global (code), or not a pickle
         refused = _refused(err)
         if "global" not in refused:  # an opcode torch.save never writes, or not a pickle at all
-            raise CheckpointError(f"{path.name} is corrupt or not a PyTorch file ({refused})") from None
-        raise CheckpointError(f"{path.name} " + NOT_PLAIN.format(detail=refused)) from None
+            raise CheckpointError(f"{what} is corrupt or not a PyTorch file ({refused})") from None
+        raise CheckpointError(f"{what} " + NOT_PLAIN.format(detail=refused)) from None
     except (OSError, RuntimeError, EOFError, ValueError, KeyError, IndexError) as err:
-        raise CheckpointError(f"{path.name} is corrupt or not a PyTorch file: {_first_line(err)}") from None
+        raise CheckpointError(f"{what} is corrupt or not a PyTorch file: {_first_line(err)}") from None
 
 
 def _refused(err: Exception) -> str:
@@ -59,9 +73,10 @@ def _refused(err: Exception) -> str:
 
 
 def _first_line(err: Exception) -> str:
-    """The reason without torch's paragraphs of advice (which suggest weights_only=False) or a path."""
+    """The reason without torch's paragraphs of advice (which suggest weights_only=False) or a path: its first
+    sentence ("...: not a ZIP archive", not the miniz advice after it)."""
     text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-    return text[:200]
+    return text.split(". ", 1)[0][:200]
 
 
 def strip_prefix(state: dict, prefix: str = "_orig_mod.") -> dict:

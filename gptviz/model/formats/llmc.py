@@ -33,25 +33,34 @@ def is_llmc(path: Path) -> bool:
     return len(head) == 4 and struct.unpack("<i", head)[0] == MAGIC
 
 
-def _header(path: Path) -> tuple[int, ...]:
+def _header(path: Path) -> bytes:
     with path.open("rb") as f:
-        data = f.read(4 * HEADER_INTS)
-    if len(data) < 4 * HEADER_INTS:
-        raise CheckpointError(f"{path.name} is shorter than llm.c's 1,024-byte header")
-    return struct.unpack(f"<{HEADER_INTS}i", data)
+        return f.read(4 * HEADER_INTS)
+
+
+def starts_llmc(head: bytes) -> bool:
+    """Whether these first bytes of a file are llm.c's magic number."""
+    return len(head) >= 4 and struct.unpack("<i", head[:4])[0] == MAGIC
 
 
 def config_of(path: Path) -> tuple[GPTConfig, int, int]:
     """(config, version, padded vocabulary) from the header alone."""
-    header = _header(path)
-    version, max_t, vocab, layers, heads, channels, padded = header[1:8]
+    return header_config(_header(path), path.name)
+
+
+def header_config(data: bytes, what: str) -> tuple[GPTConfig, int, int]:
+    """config_of from the header's bytes (a file's first 1,024 bytes, or an upload's before it is written)."""
+    if len(data) < 4 * HEADER_INTS:
+        raise CheckpointError(f"{what} is shorter than llm.c's 1,024-byte header")
+    version, max_t, vocab, layers, heads, channels, padded = struct.unpack(f"<{HEADER_INTS}i",
+                                                                           data[:4 * HEADER_INTS])[1:8]
     if version not in VERSIONS:
-        raise CheckpointError(f"{path.name} is an llm.c checkpoint of version {version}; gptviz reads versions 3 "
+        raise CheckpointError(f"{what} is an llm.c checkpoint of version {version}; gptviz reads versions 3 "
                               f"(float32) and 5 (bfloat16), what llm.c's train_gpt2.py writes")
     if padded < vocab:
-        raise CheckpointError(f"{path.name}: the padded vocabulary ({padded}) is smaller than the vocabulary ({vocab})")
-    config = make_config(path.name, vocab_size=vocab, n_ctx=max_t, d_model=channels, n_layers=layers,
-                         n_heads=heads, activation="gelu_tanh", ln_eps=1e-5, name=f"{path.name} (llm.c)")
+        raise CheckpointError(f"{what}: the padded vocabulary ({padded}) is smaller than the vocabulary ({vocab})")
+    config = make_config(what, vocab_size=vocab, n_ctx=max_t, d_model=channels, n_layers=layers,
+                         n_heads=heads, activation="gelu_tanh", ln_eps=1e-5, name=f"{what} (llm.c)")
     return config, version, padded
 
 
@@ -74,16 +83,20 @@ def _numel(shape: tuple[int, ...]) -> int:
     return n
 
 
+def check_length(actual: int, config: GPTConfig, version: int, padded: int, what: str) -> None:
+    """CheckpointError unless a file of `actual` bytes is exactly the header and the tensors the header describes."""
+    expected = 4 * HEADER_INTS + VERSIONS[version][1] * sum(_numel(shape) for _, shape in _layout(config, padded))
+    if actual != expected:
+        raise CheckpointError(f"{what} holds {actual:,} bytes; its header describes {expected:,} (truncated, or "
+                              f"not an llm.c model file: its state files, with optimizer moments, are not models)")
+
+
 def state_of(path: Path, config: GPTConfig, version: int, padded: int) -> dict[str, torch.Tensor]:
     """The tensors, memory-mapped (read as they are copied into the model), after the file's length matches."""
     dtype, size = VERSIONS[version]
     layout = _layout(config, padded)
-    count = sum(_numel(shape) for _, shape in layout)
-    expected = 4 * HEADER_INTS + size * count
     actual = path.stat().st_size
-    if actual != expected:
-        raise CheckpointError(f"{path.name} holds {actual:,} bytes; its header describes {expected:,} (truncated, or "
-                              f"not an llm.c model file: its state files, with optimizer moments, are not models)")
+    check_length(actual, config, version, padded, path.name)
     flat = torch.from_file(str(path), shared=False, size=actual // size, dtype=dtype)[4 * HEADER_INTS // size:]
     state, start = {}, 0
     for name, shape in layout:

@@ -6,13 +6,14 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import BinaryIO, NamedTuple
 
 from ..checkpoint import load_checkpoint, read_config, weights_nbytes
 from ..config import GPTConfig
 from ..model import GPT
 from ..params import param_count
 from . import llmc, nanogpt, raschka
-from .base import CheckpointError, read_pickle
+from .base import CheckpointError, read_pickle, read_pickle_meta
 from .build import admit, build
 from .unsupported import SUPPORTED, unknown_layout, unsupported_keys
 
@@ -71,20 +72,60 @@ def _describe(path: Path, n_head: int | None):
         return config, lambda c: llmc.state_of(path, c, version, padded)
     if path.suffix == ".safetensors":
         raise CheckpointError(f"{path.name} needs its config.json beside it: give the folder that holds both")
-    obj = read_pickle(path)
+    return _describe_pickle(read_pickle(path), path.name, n_head)
+
+
+def _describe_pickle(obj, what: str, n_head: int | None):
+    """_describe for a pickle's contents (`what`: the file's name)."""
     if nanogpt.is_nanogpt(obj):
-        return nanogpt.config_of(obj, path.name), lambda c: nanogpt.state_of(obj, c, path.name)
+        return nanogpt.config_of(obj, what), lambda c: nanogpt.state_of(obj, c, what)
     state = raschka.model_state(obj)
     if isinstance(state, dict):
         refusal = unsupported_keys(k for k in state if isinstance(k, str))
         if refusal:
             raise CheckpointError(refusal)
         if raschka.is_raschka(state):
-            return raschka.config_of(state, path.name, n_head), lambda c: raschka.state_of(state, c, path.name)
+            return raschka.config_of(state, what, n_head), lambda c: raschka.state_of(state, c, what)
         if any(name in state or "_orig_mod." + name in state for name in _GPT2_NAMES):
-            raise CheckpointError(f"{path.name} holds GPT-2-style weights without the sizes that go with them: give "
+            raise CheckpointError(f"{what} holds GPT-2-style weights without the sizes that go with them: give "
                                   f"nanoGPT's whole ckpt.pt (with model_args) or a folder with its config.json")
-    raise CheckpointError(unknown_layout(path.name))
+    raise CheckpointError(unknown_layout(what))
+
+
+class FileCheck(NamedTuple):
+    """What an uploaded file describes: its config (with one head where the file cannot say: `needs_n_head`)."""
+    config: GPTConfig
+    needs_n_head: bool
+
+
+def check_file_bytes(data: BinaryIO, size: int, what: str, n_head: int | None = None) -> FileCheck:
+    """The config a checkpoint file held in memory describes (an upload, before it is written anywhere), checked
+    against the load limits: llm.c's header (and the file's length against it), or the pickle's structure with every
+    tensor on the meta device, so no tensor is read or allocated. A Raschka GPTModel without `n_head` is checked
+    with one head (its sizes do not depend on the count) and says it needs one. CheckpointError otherwise."""
+    data.seek(0)
+    head = data.read(4 * llmc.HEADER_INTS)
+    data.seek(0)
+    if llmc.starts_llmc(head):
+        config, version, padded = llmc.header_config(head, what)
+        llmc.check_length(size, config, version, padded, what)
+        return FileCheck(admit(config), False)
+    obj = read_pickle_meta(data, what)
+    missing = n_head is None and raschka.is_raschka(raschka.model_state(obj))
+    config = _describe_pickle(obj, what, 1 if missing else n_head)[0]
+    return FileCheck(admit(config, None, None if missing else n_head), missing)
+
+
+def needs_n_head(path: str | os.PathLike) -> bool:
+    """Whether a checkpoint file (or a folder holding one) is Raschka's GPTModel with no head count beside it (a
+    GPT_CONFIG config.json), so that loading it needs n_head. Reads the pickle's structure only (memory-mapped)."""
+    try:
+        resolved = _resolve(Path(path))
+        if resolved.is_dir() or llmc.is_llmc(resolved) or _heads(Path(path), None) is not None:
+            return False
+        return raschka.is_raschka(raschka.model_state(read_pickle(resolved)))
+    except (CheckpointError, OSError):
+        return False
 
 
 def _heads(given: Path, n_head: int | None) -> int | None:
@@ -129,4 +170,5 @@ def path_nbytes(path: str | os.PathLike, n_head: int | None = None) -> int:
         return 0
 
 
-__all__ = ["SUPPORTED", "checkpoint_file", "load_path", "path_config", "path_nbytes"]
+__all__ = ["SUPPORTED", "FileCheck", "check_file_bytes", "checkpoint_file", "load_path", "needs_n_head", "path_config",
+           "path_nbytes"]

@@ -38,7 +38,13 @@ def _tied(state: dict[str, torch.Tensor]) -> bool:
     """nanoGPT ties the LM head to wte; torch.save stores the shared tensor once, so both names load as one storage.
     Read from the pointers alone: no weight is read before the limits are checked."""
     head, wte = state.get("lm_head.weight"), state.get("wte.weight")
-    return head is None or (wte is not None and head.data_ptr() == wte.data_ptr() and head.shape == wte.shape)
+    if head is None:
+        return True
+    if wte is None or head.shape != wte.shape or head.storage_offset() != wte.storage_offset():
+        return False
+    if head.is_meta:  # read from an upload's bytes: no data pointers, but one storage object when tied
+        return head.untyped_storage()._cdata == wte.untyped_storage()._cdata
+    return head.data_ptr() == wte.data_ptr()
 
 
 def config_of(obj, what: str) -> GPTConfig:

@@ -9,7 +9,7 @@ default, label, link name and rule) is declared in settings.py, not here.
 from . import settings as _settings
 # the choices settings offer, which pages compare values with
 from .settings import (ATTENTION_VIEWS, DEFAULT_PACE, GROW_WIRINGS, OWN_PAIR, PACES, PAR_MODEL_IN_USE,  # noqa: F401
-                       PATCH_PAIRS, SOURCE_BUNDLED, SOURCE_PRESET, SOURCE_PRETRAINED, SOURCE_TRAINED,
+                       PATCH_PAIRS, SOURCE_BUNDLED, SOURCE_PRESET, SOURCE_PRETRAINED, SOURCE_TRAINED, SOURCE_UPLOAD,
                        TIMELINE_DETECTORS, UNIT_TABS, WHY_VIEWS)
 
 # the settings' keys, by their records' names (K.GEN_N == settings.GEN_N.key == "gen_n")
@@ -31,6 +31,11 @@ HUB_GPT2 = "hub_gpt2"                 # the one-click button for GPT-2 small fro
 MODEL_RETURN = "model_return"         # the model and view before the Hub click: where "Back to ..." returns
 MODEL_BACK = "model_back"             # that button, under the message of a model that failed to load
 MODEL_SPEC = "model_spec"
+UPLOAD = "upload"                     # this session's checked, stored upload (serve.uploads.Upload)
+UPLOAD_FILE = "upload_file"           # the uploader, per upload: K.per_item(UPLOAD_FILE, n) (a fresh one after each)
+UPLOAD_SEQ = "_upload_seq"            # that n
+UPLOAD_ERROR = "_upload_error"        # why the last file was refused, shown once under the uploader
+UPLOAD_REMOVE = "upload_remove"       # the button that removes this session's upload
 NARROW_ONLY = "gv_narrow_only"        # a container shown only where the sidebar starts closed (display.py's CSS)
 
 # ---- Activations page ------------------------------------------------------------------------------------

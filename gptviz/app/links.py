@@ -92,7 +92,8 @@ def link_params(state) -> dict[str, str]:
 
 
 UNIT_PAGE = "units"  # the unit page's URL path (router.PAGE_LIST)
-SIDEBAR_PARAMS = tuple(s.link for s in (S.MODEL_SOURCE, S.NORM, S.PRESET, S.SEED, S.HF_NAME, S.PROMPT)) + (PACKED,)
+SIDEBAR_PARAMS = tuple(s.link for s in (S.MODEL_SOURCE, S.NORM, S.PRESET, S.SEED, S.HF_NAME, S.N_HEAD, S.PROMPT)) + (
+    PACKED,)
 
 
 def unit_params(state, unit, norm: str | None = None) -> dict[str, str]:

@@ -17,8 +17,9 @@ from .rules import Choice, Flag, Heads, Number, Setting, Text, UnitRule, Whole
 # ---- the choices settings offer, by the labels the widgets show ---------------------------------------------------
 SOURCE_BUNDLED = "Trained on Shakespeare (bundled)"
 SOURCE_PRESET = "Preset, random weights"
-SOURCE_PRETRAINED = "GPT-2 weights (folder or Hub id)"
+SOURCE_PRETRAINED = "Weights from a folder, file or Hub id"
 SOURCE_TRAINED = "Trained in this session"  # a session's trained runs exist only there: no link names them
+SOURCE_UPLOAD = "Upload a checkpoint file"  # a visitor's upload is theirs alone: no link names it
 # The sidebar's model sources by their code in a link
 SOURCE_CODES = {"bundled": SOURCE_BUNDLED, "preset": SOURCE_PRESET, "pretrained": SOURCE_PRETRAINED}
 # The Attention page's view tabs; the Why page's tabs and its patching pairs (OWN_PAIR is drawn from the prompt)
@@ -50,7 +51,7 @@ SCALE_HELP = ("For the attention figures; the default, the square root, makes sm
 
 # ---- the sidebar (every page reads these; short link names) --------------------------------------------------------
 MODEL_SOURCE = Setting("model_source", "Source", None, link="source", rule=Choice(
-    (SOURCE_BUNDLED, SOURCE_PRESET, SOURCE_PRETRAINED, SOURCE_TRAINED), codes=SOURCE_CODES))
+    (SOURCE_BUNDLED, SOURCE_PRESET, SOURCE_PRETRAINED, SOURCE_TRAINED, SOURCE_UPLOAD), codes=SOURCE_CODES))
 NORM = Setting("norm", "LayerNorm placement", "pre", link="norm", rule=Choice(("pre", "post")),
                help="Pre-norm normalises before each sub-layer and once at the end; post-norm normalises after each "
                     "residual addition.")
@@ -61,6 +62,11 @@ HF_NAME = Setting("hf_name", "Folder or Hub id", link="model", rule=Text(MAX_LIN
                        "folder with config.json and model.safetensors (or pytorch_model.bin), in Hugging Face GPT-2 or "
                        "gptviz layout, inside the server's model folders: the bundled models, the Hugging Face cache, "
                        "and the folders listed in the GPTVIZ_MODEL_DIRS environment variable.")
+N_HEAD_HELP = ("Raschka's GPTModel files hold the heads' weights in one matrix per layer, so the file cannot say how "
+               "many heads split it; his GPT_CONFIG_124M has 12. A count that does not divide the width is refused.")
+# travels with the folder's name (the model it completes); an upload's count stays in its session, like the upload
+N_HEAD = Setting("n_head", "Attention heads", None, N_HEAD_HELP, "n_head", Whole(1, 4096, none_ok=True))
+UPLOAD_N_HEAD = Setting("upload_n_head", "Attention heads", None, N_HEAD_HELP, rule=Whole(1, 4096, none_ok=True))
 PROMPT = Setting("prompt", "Prompt", link="prompt", rule=Text(MAX_LINK_PROMPT), help="Shared by every page.")
 # the prompt's second box, atop a page on a narrow screen (sidebar.page_prompt_box copies it both ways)
 PAGE_PROMPT = Setting("page_prompt", "Prompt", help="The sidebar's prompt, shared by every page. Ctrl+Enter runs it.")

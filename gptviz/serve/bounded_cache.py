@@ -94,6 +94,15 @@ class BoundedCache(Generic[V]):
             self._drop([self._entries.popitem(last=False)[1] for _ in range(len(self._entries))])
         self._collect_dropped()
 
+    def discard(self, which: Callable[[Hashable], bool]) -> int:
+        """Drop the entries not in use whose key `which` accepts (a visitor's upload, gone with its session); how many
+        were dropped."""
+        with self._lock:
+            keys = [key for key in self._entries if key not in self._held and which(key)]
+            self._drop([self._entries.pop(key) for key in keys])
+        self._collect_dropped()
+        return len(keys)
+
     def make_room(self, nbytes: int) -> int:
         """Drop the least recently used entries not in use until `nbytes` are freed or none is left (the
         accountant asks, for other work); the bytes freed."""

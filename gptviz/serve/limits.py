@@ -40,6 +40,9 @@ GPTVIZ_SWEEP_SECONDS      wall time one long measurement on the Why this token? 
 GPTVIZ_INDEX_QUEUE        index builds that may wait in line, first come first served, for a scan to end (default 8)
 GPTVIZ_INDEX_KEPT         neuron indexes built on request kept on disk (default 16; the oldest built is removed
                           first; a bundled model's shipped index is never counted or removed)
+GPTVIZ_UPLOAD_MB          the largest checkpoint file a visitor may upload in the sidebar, in MB (default 200,
+                          Streamlit's own upload cap); 0 turns uploads off. Each upload sits in the server's memory
+                          while it arrives, then in a private folder of its visitor's until that session ends
 
 Fixed, not settings: a box that takes one token (the unit page's "A word" and "Source token") takes
 fewer than TOKEN_BOX_CHARS characters, checked where the value is used (session state skips the widget's max_chars).
@@ -53,6 +56,10 @@ from dataclasses import dataclass, fields
 MiB = 2**20
 # GPT-2's longest token is 66 characters; a box meant for one token needs no more than this (with spaces around)
 TOKEN_BOX_CHARS = 100
+
+
+# the limits whose 0 turns a feature off rather than being refused
+OFF_AT_ZERO = frozenset({"upload_mb"})
 
 
 class LimitError(ValueError):
@@ -88,12 +95,14 @@ class ServerLimits:
     sweep_seconds: int = 120
     index_queue: int = 8
     index_kept: int = 16
+    upload_mb: int = 200  # 0: no uploads
 
     def __post_init__(self):
         for f in fields(self):
-            value = getattr(self, f.name)
-            if f.type in (int, "int") and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise ValueError(f"the server limit {f.name} must be a whole number of at least 1, got {value!r}")
+            value, least = getattr(self, f.name), 0 if f.name in OFF_AT_ZERO else 1
+            if f.type in (int, "int") and (isinstance(value, bool) or not isinstance(value, int) or value < least):
+                raise ValueError(f"the server limit {f.name} must be a whole number of at least {least}, got "
+                                 f"{value!r}")
         if not isinstance(self.model_dirs, tuple) or not all(isinstance(d, str) for d in self.model_dirs):
             raise ValueError(f"the server limit model_dirs must be a tuple of folder paths, got {self.model_dirs!r}")
         for folder in self.model_dirs:
@@ -128,6 +137,11 @@ class ServerLimits:
     def export_bytes(self) -> int:
         return self.export_mb * MiB
 
+    @property
+    def upload_bytes(self) -> int:
+        """The largest upload in bytes (0: uploads are off). MB as Streamlit counts an upload's cap: 2**20 bytes."""
+        return self.upload_mb * MiB
+
     @classmethod
     def from_env(cls, environ=None) -> "ServerLimits":
         """The limits the GPTVIZ_* variables set (the defaults for those unset); a malformed value is an error
@@ -158,9 +172,9 @@ class ServerLimits:
                     values[f.name] = int(raw)
                 except ValueError:
                     raise ValueError(f"{name} must be a whole number, got {environ.get(name)!r}") from None
-                if values[f.name] < 1:
-                    raise ValueError(f"{name}: the server limit {f.name} must be a whole number of at least 1, got "
-                                     f"{environ.get(name)!r}")
+                if values[f.name] < (0 if f.name in OFF_AT_ZERO else 1):
+                    raise ValueError(f"{name}: the server limit {f.name} must be a whole number of at least "
+                                     f"{0 if f.name in OFF_AT_ZERO else 1}, got {environ.get(name)!r}")
         return cls(**values)
 
 

@@ -25,8 +25,12 @@ def model_lines(spec: ModelSpec) -> str:
     elif spec.source == K.SOURCE_TRAINED:  # it lives in the server's memory only
         line = ("# this model was trained in your session: download its checkpoint on the Train page, then\n"
                 "model = load_pretrained('path/to/the/downloaded/folder')")
+    elif spec.source == K.SOURCE_UPLOAD:  # the server's copy is the visitor's alone: their own file, by its name
+        heads = "" if spec.n_head is None else f", n_head={spec.n_head}"
+        line = f"model = load_pretrained({spec.name.rpartition('/')[2]!r}, norm={spec.norm!r}{heads})"
     else:
-        line = f"model = load_pretrained({spec.name!r}, norm={spec.norm!r})"
+        heads = "" if spec.n_head is None else f", n_head={spec.n_head}"
+        line = f"model = load_pretrained({spec.name!r}, norm={spec.norm!r}{heads})"
     if (spec.device, spec.dtype) != ("cpu", "float32"):
         line += f"\nmodel = model.to(device={spec.device!r}, dtype=getattr(torch, {spec.dtype!r}))"
     return line

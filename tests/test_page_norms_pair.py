@@ -19,6 +19,7 @@ from gptviz.model.tokenizer import encode
 from gptviz.serve.limits import ServerLimits
 from test_gpt1_tokenizer import gpt1_tokenizer_files
 from test_page_norms import TINY, array
+from test_weights import hub_cache  # noqa: F401  (a fixture: an empty Hugging Face cache for one test)
 
 PAGE = "app_pages/norms.py"
 PROMPT = "ROMEO. But soft! what light through yonder window breaks? It is the east, and Juliet is the sun!"
@@ -113,3 +114,36 @@ def test_without_them_nothing_changes(model_dirs):
     (model_dirs / "gpt2" / "config.json").write_text('{"model_type": "gpt2", "vocab_size": 10, "n_positions": 8, '
                                                     '"n_embd": 8, "n_layer": 1, "n_head": 2}')
     assert norms_pair.hub_pair() is None  # GPT-2 alone is no pair
+
+
+def cache_repo(hub_cache, repo_id: str, folder) -> None:
+    """A Hub repo in the Hugging Face cache's layout (blobs, a snapshot of links, refs/main), from a folder."""
+    import os
+    import shutil
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    repo = hub_cache / ("models--" + repo_id.replace("/", "--"))
+    snapshot = repo / "snapshots" / commit
+    snapshot.mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    (repo / "blobs").mkdir()
+    for file in folder.iterdir():
+        blob = repo / "blobs" / f"blob-{file.name}"
+        shutil.copy(file, blob)
+        (snapshot / file.name).symlink_to(os.path.relpath(blob, snapshot))
+
+
+@pytest.mark.slow
+@pytest.mark.hf
+def test_the_pair_is_found_in_the_hugging_face_cache_by_hub_id(tmp_path, hub_cache):
+    hf_pair(tmp_path / "made")
+    cache_repo(hub_cache, "gpt2", tmp_path / "made" / "gpt2")
+    assert norms_pair.hub_pair() is None                      # GPT-2 alone
+    cache_repo(hub_cache, "openai-community/openai-gpt", tmp_path / "made" / "openai-gpt")
+    pair = norms_pair.hub_pair()
+    assert {n: s.name for n, s in pair.specs.items()} == {"pre": "gpt2", "post": "openai-community/openai-gpt"}
+    assert pair.codecs["post"].name == "GPT-1's own BPE" and not pair.same_tokens and not pair.bundled
+    try:
+        assert models.load_model(pair.specs["post"]).config.final_norm is False   # loaded offline, by its Hub id
+    finally:
+        models.model_store().clear()

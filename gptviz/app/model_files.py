@@ -105,7 +105,9 @@ def _remove_upload() -> None:
 def upload_picker(norm: str, device: str, dtype: str) -> ModelSpec | None:
     """The uploader, what the stored upload is, a way to remove it, its head count where it needs one; its spec."""
     state, cap = st.session_state, server_limits().upload_mb
-    st.file_uploader("Checkpoint file", type=[suffix.lstrip(".") for suffix in CHECKPOINT_SUFFIXES],
+    held = state.get(K.UPLOAD) is not None  # the uploader is a fresh one after each file: say what it does now
+    st.file_uploader("Another checkpoint file (replaces yours)" if held else "Checkpoint file",
+                     type=[suffix.lstrip(".") for suffix in CHECKPOINT_SUFFIXES],
                      key=_uploader_key(), max_upload_size=cap, on_change=_take_upload, args=(_uploader_key(),),
                      help=UPLOAD_HELP)
     error = state.pop(K.UPLOAD_ERROR, None)

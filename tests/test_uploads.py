@@ -97,6 +97,8 @@ def test_a_pickle_that_would_run_code_is_refused_from_its_bytes_and_runs_nothing
 
 def test_the_load_limits_are_checked_from_the_bytes_before_any_tensor(tmp_path, monkeypatch):
     """A file past the load limits is refused before it is written; the structure is read on the meta device."""
+    from gptviz.model.formats.base import read_pickle_meta
+    assert all(t.is_meta for t in read_pickle_meta(io.BytesIO(nanogpt_bytes()), "ckpt.pt")["model"].values())
     import gptviz.model.checkpoint as checkpoint
     monkeypatch.setattr(checkpoint, "server_limits", lambda: ServerLimits(max_load_params=10_000))
     with pytest.raises(CheckpointError, match="GPTVIZ_MAX_LOAD_PARAMS"):

@@ -121,3 +121,19 @@ def test_transformer_lens_refuses_no_final_norm_and_takes_no_biases_as_zeros():
     ids = random_ids(7, seed=11)
     with torch.no_grad():
         torch.testing.assert_close(to_hf_gpt2(model)(ids[None]).logits, model(ids[None]), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_the_later_config_fields_keep_the_shipped_indexes_fingerprints():
+    """bias and final_norm came after the bundled indexes were built: at their defaults they leave a model's
+    fingerprint as it was (else the unit page finds no index for a bundled model), and set otherwise they change it."""
+    import json
+
+    from gptviz import GPT, load_pretrained
+    from gptviz.index import index_folder, model_fingerprint
+    from gptviz.model.weights import bundled_models
+    for name in bundled_models():
+        meta = json.loads((index_folder(name) / "index.json").read_text())
+        assert model_fingerprint(load_pretrained(name)) == meta["model"]["fingerprint"], name
+    plain = GPT(GPTConfig(vocab_size=101, n_ctx=16, d_model=32, n_layers=2, n_heads=4))
+    assert model_fingerprint(plain) != model_fingerprint(GPT(plain.config.replace(final_norm=False)))

@@ -71,9 +71,15 @@ def model_fingerprint(model) -> str:
     return h.hexdigest()
 
 
+# Config fields added after indexes were first shipped, with the value every earlier model had: left out of the
+# fingerprint at that value, so an index built before the field existed still belongs to its model.
+LATER_FIELDS = {"bias": True, "final_norm": True}
+
+
 def _config_dict(config) -> dict:
     import dataclasses
-    return {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+    return {f.name: getattr(config, f.name) for f in dataclasses.fields(config)
+            if not (f.name in LATER_FIELDS and getattr(config, f.name) == LATER_FIELDS[f.name])}
 
 
 def _expected_shapes(meta: dict) -> dict[str, tuple[tuple, str]]:

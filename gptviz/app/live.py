@@ -21,6 +21,7 @@ from . import settings as S
 from .component.attention_map import attention_map, generation_payload
 from .display import MEAN_HEAD, head_name, monospace_text
 from .jobs import client_address, generation_slots, session_alive, session_id
+from .live_why import under_live_text
 from .models import ModelSpec, hold_for_generation
 from .rules import Setting
 
@@ -76,8 +77,10 @@ def controls(c: Controls, spec: ModelSpec, model: GPT, ids) -> None:
               help="Writes one more token of the running generation (and sets the pace to one token per click).")
     c.pace.setdefault(st.session_state)
     c.pace.select_slider(b4, on_change=apply_pace, args=(c,))
-    if c.eos:
-        c.eos.checkbox(st)
+    with st.container(horizontal=True):
+        if c.eos:
+            c.eos.checkbox(st)
+        S.LIVE_WHY.checkbox(st)
     if st.session_state.get(K.GENERATION_ERROR):
         st.error(st.session_state.pop(K.GENERATION_ERROR))
 
@@ -108,6 +111,7 @@ def compact_controls(c: Controls, spec: ModelSpec, model: GPT, ids, on_start=Non
             c.pace.select_slider(st, on_change=apply_pace, args=(c,),
                                  help="How fast the new tokens appear, so the map can be watched growing row by "
                                       "row; the model still writes at its own speed.")
+            S.LIVE_WHY.checkbox(st)
     if st.session_state.get(K.GENERATION_ERROR):
         st.error(st.session_state.pop(K.GENERATION_ERROR))
 
@@ -388,4 +392,5 @@ def draw_live(run: dict, *, layer: int, head: int, scale: str, map_key: str, on_
         generation_map(run, layer=layer, head=head, scale=scale, key=map_key, on_pick=on_pick, every_layer=False)
     with right:
         text_so_far(run, live=True, height=text_height)
+        under_live_text(run)  # each new token's top contributors (issue 58), within a share of the model's time
         monospace_text(next_token_text(run["steps"]), "next")

@@ -1,4 +1,4 @@
-"""Unit ids that open the unit page in the same session.
+"""Unit ids that open the unit page in the same session (and a written token that opens the Why page).
 
 A Markdown or LinkColumn link opens a new browser tab: a new session, which runs the whole app from the start
 (about 5 s on a 2-core CPU before the page's own 0.5 s). Here a unit id is a pill or a table row: picking it
@@ -24,10 +24,23 @@ def go_to_unit(unit: str, norm: str | None = None) -> None:
     state[K.UNIT_NAV_PENDING] = True
 
 
+def go_to_why(prompt: str, target: int) -> None:
+    """Open the Why page's attribution graph for `target` written after `prompt` (the sidebar's prompt becomes that
+    text) at the next run, in this session (call from a widget's callback)."""
+    state[K.PROMPT] = prompt
+    state[K.WHY_TARGET] = int(target)
+    state[K.WHY_VIEW] = K.WHY_GRAPH_VIEW
+    state.pop(K.WHY_NODE, None)  # the node checked belongs to the last graph
+    state[K.WHY_NAV_PENDING] = True
+
+
 def follow_pending() -> None:
-    """The router's part: switch to the unit page if a pick asked for it (st.switch_page ends this run)."""
+    """The router's part: switch to the unit page or the Why page if a pick asked for it (st.switch_page ends
+    this run)."""
     if state.pop(K.UNIT_NAV_PENDING, False):
         st.switch_page(PAGES_DIR / "units.py")
+    if state.pop(K.WHY_NAV_PENDING, False):
+        st.switch_page(PAGES_DIR / "why.py")
 
 
 def _pill_picked(key: str, norm: str | None) -> None:

@@ -37,10 +37,20 @@ def go_to_why(prompt: str, target: int) -> None:
 def follow_pending() -> None:
     """The router's part: switch to the unit page or the Why page if a pick asked for it (st.switch_page ends
     this run)."""
-    if state.pop(K.UNIT_NAV_PENDING, False):
-        st.switch_page(PAGES_DIR / "units.py")
-    if state.pop(K.WHY_NAV_PENDING, False):
-        st.switch_page(PAGES_DIR / "why.py")
+    for flag, page in ((K.UNIT_NAV_PENDING, "units.py"), (K.WHY_NAV_PENDING, "why.py")):
+        if state.pop(flag, False):
+            keep_the_sidebar()
+            st.switch_page(PAGES_DIR / page)
+
+
+def keep_the_sidebar() -> None:
+    """The switch ends this run before the sidebar is drawn, so Streamlit drops its widgets' values as stale: the
+    unit page opened on the default prompt and model, not the visitor's. Set again as session values, they are what
+    the sidebar draws next."""
+    from .sidebar import MODEL_KEYS
+    for key in (*MODEL_KEYS, K.PROMPT, K.EXPORT_FORMAT):
+        if key in state:
+            state[key] = state[key]
 
 
 def _pill_picked(key: str, norm: str | None) -> None:

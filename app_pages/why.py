@@ -346,7 +346,11 @@ TAB_LINES = ("What each head and MLP writes toward the target, read straight thr
              QK_LINE)
 
 
+PAGE_CSS = f"<style>{display.PHONE_TITLE_CSS}</style>"   # a phone's first screen reaches the tab's figure
+
+
 def main() -> None:
+    st.html(PAGE_CSS)
     st.title("Why this token?")
     st.caption("Ask the model why it predicts its next token: which parts push it, and what changes without them.",
                help="Which heads and MLPs push the prediction, what happens when heads are removed, which parts of a "

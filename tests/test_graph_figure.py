@@ -157,4 +157,4 @@ def test_the_qk_heatmap_keeps_the_sources_of_the_top_terms():
     heat = fig.data[0]
     assert list(heat.y) == ["L0H2", "query bias"] and list(heat.x) == ["L0H2", "L0 MLP"]
     assert np.allclose(np.array(heat.z), [[5.0, 0.0], [0.0, -4.0]])
-    assert "&lt;q&gt;" in fig.layout.yaxis.title.text and "<q>" not in heat.hovertemplate
+    assert "&lt;q&gt;" in heat.hovertemplate and "<q>" not in heat.hovertemplate

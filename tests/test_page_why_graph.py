@@ -61,8 +61,8 @@ def test_the_graph_tab_draws_the_librarys_graph_and_checks_its_top_node():
     assert metrics == {"Metric, unedited": f"{graph.real_metric:+.3f}", "Predicted change": f"{-top.influence:+.3f}",
                        "Actual change, removed": f"{top.ablation.actual:+.3f}"}   # each beside the baseline
     p = graph.pruning
-    counts = next(c.value for c in at.caption if "Kept: " in c.value)
-    assert f"Kept: {p.nodes_kept} of {p.nodes_total:,} nodes" in counts and f"{p.edges_kept:,} of" in counts
+    counts = next(c.value for c in at.caption if "kept " in c.value)
+    assert f"kept {p.nodes_kept} of {p.nodes_total:,} nodes, {p.edges_kept:,} of" in counts
     table = next(d.value for d in at.dataframe if "node" in d.value.columns)
     ranked = sorted((n for n in graph.nodes if n.kind != "metric"), key=lambda n: -abs(n.influence))
     assert list(table["node"]) == [n.id for n in ranked[:len(table)]]
@@ -86,7 +86,7 @@ def test_the_thresholds_reach_the_graph_and_the_copied_python_prints_what_the_pa
         fields = printed.split()
         assert fields[0] == row["node"]
         assert float(fields[1]) == pytest.approx(row["influence"], abs=1e-3)
-        assert fields[2] == f"{row['share of the metric']:+.0%}"
+        assert fields[2] == f"{row['share of the metric'] / 100:+.0%}"
         assert float(fields[3]) == pytest.approx(row["direct"], abs=1e-3)
         if row["actual change"] == row["actual change"]:   # checked by the graph (NaN otherwise)
             assert float(fields[5]) == pytest.approx(row["actual change"], abs=1e-3)

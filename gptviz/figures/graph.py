@@ -19,8 +19,10 @@ from .why import NEGATIVE, POSITIVE
 SYMBOLS = {"embeddings": "square", "head": "circle", "neuron": "diamond", "bias": "triangle-up", "metric": "star"}
 KIND_NAMES = {"embeddings": "embeddings (token + position)", "head": "head", "neuron": "MLP neuron",
               "bias": "bias (a constant)", "metric": "the metric"}
-SMALLEST, LARGEST, METRIC_SIZE = 6.0, 24.0, 18.0    # marker diameters, px
-SUB_ROWS, ROW_BAND = 4, 0.72                         # a cell's nodes fill up to 4 rows within 0.72 of its row
+SMALLEST, LARGEST, METRIC_SIZE = 6.0, 22.0, 18.0    # marker diameters, px
+# a cell's nodes fill up to 2 rows within 0.6 of its row: a row is about 38 px high, so a third row put nodes' centres
+# 7 px apart, and a click on the largest head opened its neighbour's page
+SUB_ROWS, ROW_BAND = 2, 0.6
 MIN_SLOTS = 2                                        # a position's column: at least 2 node widths, more for a full cell
 LABEL_PX = 16                                        # px between two tokens' labels at -60 degrees (a 13 px line)
 PLOT_SIDES_PX = 95                                   # the figure's width less its plot's: the row names and margins
@@ -147,7 +149,7 @@ def graph_figure(graph, tokens: list[str], *, n_layers: int, title: str | None =
     fig.update_xaxes(range=[-0.5, layout.slots + 0.5], showticklabels=False, showgrid=False, zeroline=False)
     fig.update_yaxes(tickmode="array", tickvals=list(range(rows)), ticktext=row_names(n_layers),
                      range=[-0.6, rows - 0.4], showgrid=True, gridcolor="#eee", zeroline=False)
-    apply_layout(fig, title=title, height=height or int(min(1000, max(440, 44 * rows + 190))), plot_bgcolor="white",
+    apply_layout(fig, title=title, height=height or int(min(1000, max(400, 38 * rows + 170))), plot_bgcolor="white",
                  hovermode="closest", clickmode="event+select", meta={ANNOTATION_MIN_WIDTH: widths}, showlegend=False)
     # no legend: on a phone its five entries stood in five lines over the title (the pages and the notebook say the key)
     fig.update_layout(margin=dict(b=80))
@@ -245,9 +247,10 @@ def qk_figure(qk, query_label: str, key_label: str, *, top: int = 8, title: str 
         texttemplate="%{z:+.2f}", colorbar=dict(title=dict(text="term", side="right"), thickness=12),
         hovertemplate=f"query side: %{{y}} at '{q}'<br>key side: %{{x}} at '{k}'<br>term %{{z:+.3f}} of a score of "
                       f"{qk.score:+.3f}<extra></extra>"))
-    fig.update_xaxes(title_text=f"key side, at '{k}' (position {qk.key})", tickangle=-45, type="category")
-    fig.update_yaxes(title_text=f"query side, at '{q}' (position {qk.query})", type="category", autorange="reversed")
-    return apply_layout(fig, title=title, height=int(max(300, 34 * len(rows) + 210)))
+    # short axis titles: a long one ran up past a three-row plot into the figure's title (the tokens are in the hover)
+    fig.update_xaxes(title_text=f"key side, position {qk.key}", tickangle=-45, type="category")
+    fig.update_yaxes(title_text=f"query side, {qk.query}", type="category", autorange="reversed")
+    return apply_layout(fig, title=title, height=int(max(320, 40 * len(rows) + 210)))
 
 
 def source_words(source: str, token: str) -> str:

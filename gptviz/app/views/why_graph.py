@@ -47,23 +47,26 @@ QK_LINE = "Which sources on the query side meet which on the key side to make on
 # ---- the attribution graph ---------------------------------------------------------------------------------------
 
 def graph_tab(ask: Ask) -> None:
+    chart = st.container()   # the graph first, its settings under it: on a phone it starts inside the first screen
     head, more = st.columns([5, 1], vertical_alignment="center")
     with more.popover("Thresholds", icon=":material/tune:", width="stretch"):
         settings = (float(S.WHY_NODE_THRESHOLD.slider(st)), float(S.WHY_EDGE_THRESHOLD.slider(st)),
                     int(S.WHY_MAX_NODES.number_input(st)))
-    graph = built_graph(ask, settings)
-    if graph is None:
-        return
+    with chart:
+        graph = built_graph(ask, settings)
+        if graph is None:
+            return
+        key = K.per_item(K.WHY_GRAPH_FIG, state.get(K.WHY_GRAPH_CLICKS, 0))
+        fig = figs.graph_figure(graph, ask.labels, n_layers=ask.cfg.n_layers,
+                                title=f"Why '{plotly_text(pieces([ask.target])[0])}' after "
+                                      f"'{plotly_text(ask.labels[-1])}'")
+        display.show_figure(fig, key=key, on_select=lambda: open_clicked(key), selection_mode="points")
     p = graph.pruning
     head.caption(f"Metric {display.md_text(metric_name(ask))} = {graph.real_metric:+.3f}, the baseline of every "
-                 f"change below. Kept: {p.nodes_kept} of {p.nodes_total:,} nodes ({p.node_share:.0%} of the total "
-                 f"|influence|), {p.edges_kept:,} of {p.edges_total:,} edges.", help=KEY_LINE)
-    key = K.per_item(K.WHY_GRAPH_FIG, state.get(K.WHY_GRAPH_CLICKS, 0))
-    fig = figs.graph_figure(graph, ask.labels, n_layers=ask.cfg.n_layers,
-                            title=f"Why '{plotly_text(pieces([ask.target])[0])}' after "
-                                  f"'{plotly_text(ask.labels[-1])}': the attribution graph")
-    display.show_figure(fig, key=key, on_select=lambda: open_clicked(key), selection_mode="points")
-    st.caption("Click a head or a neuron for what it does over the corpus; hover for its numbers. " + KEY_LINE)
+                 f"change below · kept {p.nodes_kept} of {p.nodes_total:,} nodes, {p.edges_kept:,} of "
+                 f"{p.edges_total:,} edges · click a head or neuron for what it does",
+                 help=f"The kept nodes cover {p.node_share:.0%} of the total |influence|. {KEY_LINE} Hover a node for "
+                      "its numbers; a click on an embedding or a bias checks it below.")
     check_node(ask, graph)
     nodes_table(ask, graph)
     reproduce.show(reproduce.attribution_graph(ask.spec, ask.ids, ask.target, ask.other, *settings, TABLE_ROWS,
@@ -174,12 +177,12 @@ def nodes_table(ask: Ask, graph) -> None:
     labels = ask.labels
     table = pd.DataFrame({
         "node": [n.id for n in nodes], "token": [labels[n.position] for n in nodes],
-        "influence": [n.influence for n in nodes], "share of the metric": [n.influence / graph.metric for n in nodes],
+        "influence": [n.influence for n in nodes], "share of the metric": [100 * n.influence / graph.metric for n in nodes],
         "direct": [n.direct for n in nodes],
         "predicted change": [n.ablation.predicted if n.ablation else None for n in nodes],
         "actual change": [n.ablation.actual if n.ablation else None for n in nodes]})
     st.dataframe(table, hide_index=True, key=K.WHY_GRAPH_TABLE, column_config={
-        "share of the metric": st.column_config.NumberColumn(format="percent"),
+        "share of the metric": st.column_config.NumberColumn(format="%+.0f%%"),
         **{c: st.column_config.NumberColumn(format="%+.3f") for c in ("influence", "direct", "predicted change",
                                                                       "actual change")}})
     st.caption(f"Changes are against the unedited metric, {graph.real_metric:+.3f}; the graph checks its "
@@ -242,7 +245,8 @@ def qk_panel(layer: int, head: int, query: int, key: int, *, spec: ModelSpec | N
                f"score before the softmax, {qk.score:+.3f}, is the sum of {qk.terms.numel()} terms "
                f"({len(qk.query_sources)} query sources x {len(qk.key_sources)} key sources); the largest are drawn.",
                help=QK_NOTE)
+    q, k = plotly_text(labels[query]), plotly_text(labels[key])
     display.show_figure(figs.qk_figure(qk, labels[query], labels[key],
-                                       title=f"L{layer}H{head}: query {query} meets key {key}"),
+                                       title=f"L{layer}H{head}: query {query} '{q}' meets key {key} '{k}'"),
                         key=K.per_item(K.WHY_QK_FIG, place))
     reproduce.show(reproduce.qk(spec, ids, layer, head, query, key, 8, reproduce.prompt_text()))

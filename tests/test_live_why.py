@@ -3,6 +3,7 @@ budget (a tenth of its own time, half of its waits for the pace), newest first; 
 step's contributors and one click to the Why page's graph for that token; the table's contributors found live."""
 from __future__ import annotations
 
+import time
 from types import SimpleNamespace as NS
 
 import pytest
@@ -54,14 +55,36 @@ def test_explaining_goes_newest_first_within_the_budget_and_fills_in_later():
         clock.t += 0.05
         return f"contributors of {i}"
     clock.t = 1.0                              # free pace: the budget is a tenth of the model's time
-    assert live_why.explain_new(job, 5, explained, compute, clock) == 3
+    assert live_why.explain_new(job, 5, explained, compute, now=clock) == 3
     assert sorted(explained.done) == [2, 3, 4]                             # the newest first
     assert explained.spent - 0.05 <= live_why.budget_s(job, clock.t)       # within budget, but for the last one
-    assert live_why.explain_new(job, 6, explained, compute, clock) == 0    # over budget: the new token waits
+    assert live_why.explain_new(job, 6, explained, compute, now=clock) == 0    # over budget: the new token waits
     clock.t += 3.0
     job.waited += 3.0                          # 3 s waiting for the pace: half of it may go to contributors
-    assert live_why.explain_new(job, 8, explained, compute, clock) == 5    # the redraw's TICK_S (0.25 s) ends it
-    assert sorted(explained.done) == [0, 1, 2, 3, 4, 5, 6, 7]
+    costs = []
+    assert live_why.explain_new(job, 8, explained, compute, now=clock, on_cost=lambda i, s: costs.append(i)) == 5
+    assert sorted(explained.done) == [0, 1, 2, 3, 4, 5, 6, 7]     # the redraw's TICK_S (0.25 s) ended it at 5
+    assert costs == [7, 6, 5, 1, 0]
+
+
+def test_a_token_expected_to_cost_more_than_the_budget_left_is_not_started():
+    clock = Clock()
+    job = Job(clock)
+    explained = live_why.Explained(job)
+    clock.t = 10.0                             # free pace, 10 s of model time: 1 s of budget
+
+    def compute(i):   # each takes 0.6 s of the clock (the model goes on meanwhile)
+        clock.t += 0.6
+        return i
+    assert live_why.explain_new(job, 3, explained, compute, lambda i: 1.5, now=clock) == 0
+    assert live_why.explain_new(job, 3, explained, compute, lambda i: 0.5, now=clock) == 1   # 0.6 + 0.5 > 1.06
+
+
+def test_the_first_guess_grows_with_the_model_and_the_text():
+    from gptviz import PRESETS
+    small, big = PRESETS["tiny"], PRESETS["gpt2-small"]
+    assert live_why.first_guess_s(small, 20) == live_why.MIN_COST_S
+    assert 0.5 < live_why.first_guess_s(big, 100) < 3 < live_why.first_guess_s(big, 400)
 
 
 @pytest.mark.slow
@@ -71,7 +94,8 @@ def test_the_live_text_shows_the_newest_tokens_contributors(monkeypatch):
     at = run_page("generation", PROMPT, **{K.GEN_N: 8, K.GEN_TEMP: 0.0})
     at.button(key=K.GEN_GENERATE).click().run()
     assert gate.reached.wait(30) and generation_of(at).running
-    at.run()   # a redraw while the model waits after its third token: it had time for one
+    time.sleep(0.5)   # held in its token callback, the model's time runs on: a tenth of it pays for one token here
+    at.run()   # a redraw while the model waits after its third token
     assert not at.exception and not at.error
     job = generation_of(at)
     shown = at.session_state[K.LIVE_WHY_STORE].done

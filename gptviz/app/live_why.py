@@ -22,6 +22,7 @@ from . import keys as K
 from . import settings as S
 from .display import md_text, monospace_text
 from .links import why_url
+from .models import load_model
 from .services import why_graph as services
 from .services.why import pieces
 from .unit_nav import go_to_why
@@ -29,6 +30,11 @@ from .unit_nav import go_to_why
 SHARE = 0.10        # of the model's own time: what the contributors may slow it by at most
 IDLE_SHARE = 0.5    # of the time the model waited for the pace (its CPU is free then)
 TICK_S = 0.25       # the most one redraw spends on them (a redraw comes every 0.5 s)
+# A token's contributors are computed only when their expected time fits the budget: the last measured on this model
+# (scaled by the text's length), else a first guess from its size at FLOPS_GUESS (gpt2-small took 1.1 s for 100 tokens
+# on one thread of the loaded 2-core machine: 51 GFLOP, so 47 GFLOP/s; the guess is a little slower)
+FLOPS_GUESS = 4e10
+MIN_COST_S = 0.01
 LINES = 4           # the box under the text: the token, then its three contributors (a fixed height: no jumps)
 ABOUT = ("Each new token's three most influential nodes of the attribution graph on its logit, with their share of "
          "that logit (influences overlap: a node's includes what later nodes do with its output, so shares need not "
@@ -53,21 +59,49 @@ def budget_s(job, now: float) -> float:
     return SHARE * busy + IDLE_SHARE * max(0.0, elapsed - busy)
 
 
+def first_guess_s(config, T: int) -> float:
+    """A token's contributors on T tokens before any was measured on this model: the frozen pass and its backward,
+    about 6 multiply-adds per weight of the blocks and token, at FLOPS_GUESS."""
+    d = config.d_model
+    return max(MIN_COST_S, 6 * config.n_layers * (4 * d * d + 2 * d * config.d_ff) * T / FLOPS_GUESS)
+
+
 def explain_new(job, n_steps: int, explained: Explained, compute: Callable[[int], Contributors],
-                now: Callable[[], float] = time.perf_counter) -> int:
-    """Compute contributors for the steps not yet explained, newest first, while the budget lasts and for at most
-    TICK_S; returns how many were computed."""
+                expected: Callable[[int], float] = lambda i: 0.0, now: Callable[[], float] = time.perf_counter,
+                on_cost: Callable[[int, float], None] = lambda i, seconds: None) -> int:
+    """Compute contributors for the steps not yet explained, newest first, while the next one's `expected` time fits
+    the budget and this redraw has spent less than TICK_S; `on_cost(i, seconds)` hears each one's time. Returns how
+    many were computed."""
     started, count = now(), 0
     for i in reversed(range(n_steps)):
         if i in explained.done:
             continue
         t = now()
-        if explained.spent >= budget_s(job, t) or t - started >= TICK_S:
+        if explained.spent + expected(i) > budget_s(job, t) or t - started >= TICK_S:
             break
         explained.done[i] = compute(i)
-        explained.spent += now() - t
+        seconds = now() - t
+        explained.spent += seconds
+        on_cost(i, seconds)
         count += 1
     return count
+
+
+def cost_keeper(spec, config, steps, prompt) -> tuple[Callable[[int], float], Callable[[int, float], None]]:
+    """(expected, on_cost) for explain_new: the last time measured on this model in this process, scaled by the
+    text's length, else first_guess_s."""
+    from .jobs import process_wide
+    costs: dict = process_wide("live_why_costs", dict)   # model spec -> (seconds, tokens) last measured
+
+    def length(i: int) -> int:
+        return len(services.step_ids(prompt, steps, i)[0])
+
+    def expected(i: int) -> float:
+        if spec in costs:
+            seconds, tokens = costs[spec]
+            return seconds * length(i) / max(tokens, 1)
+        return first_guess_s(config, length(i))
+    return expected, lambda i, seconds: costs.__setitem__(spec, (seconds, length(i)))
 
 
 def stored(job) -> Explained:
@@ -95,15 +129,21 @@ def under_live_text(run: dict) -> None:
         return
     job, spec, steps = entry["job"], entry["spec"], run["steps"]
     explained = stored(job)
+    expected, on_cost = cost_keeper(spec, load_model(spec).config, steps, run["prompt"])
     try:
         explain_new(job, len(steps), explained,
-                    lambda i: services.contributors(spec, *services.step_ids(run["prompt"], steps, i)))
+                    lambda i: services.contributors(spec, *services.step_ids(run["prompt"], steps, i)),
+                    expected, on_cost=on_cost)
     except ValueError as err:  # LimitError: no memory for them now; the text goes on
         st.caption(f"Top contributors paused: {err}")
         return
     shown = [i for i in explained.done if i < len(steps)]
     if not shown:
-        monospace_text("Top contributors appear here as tokens are written." + "\n" * (LINES - 1), "why")
+        cost = expected(len(steps) - 1)
+        waiting = ("Top contributors appear here as tokens are written." if cost < 1 else
+                   f"Top contributors: about {cost:.1f} s a token on this model,\nmore than a tenth of its time at "
+                   "full speed.\nAfter the run: pick a step. Or slow the pace.")
+        monospace_text(waiting + "\n" * (LINES - 1 - waiting.count("\n")), "why")
         return
     newest = max(shown)
     text = step_lines(run, newest, explained.done[newest])

@@ -22,7 +22,7 @@ from gptviz.methods.graph_qk import qk_decomposition
 from gptviz.model.generate import generate
 from gptviz.model.tokenizer import decode, encode
 from gptviz.serve import limits
-from pagetest import ROOT, array, figure, run_page
+from pagetest import ROOT, TINY, array, edge_prompts, figure, kept_of_edge_prompt, run_page
 from test_page_why import PROMPT, tiny_model, top_two
 
 pytestmark = pytest.mark.slow   # each runs the page (a second or more)
@@ -186,3 +186,16 @@ def test_the_qk_panel_is_one_call_and_says_what_is_wrong_with_a_cell(cell, words
     assert [w.value for w in at.warning] and words in at.warning[0].value
     ok = AppTest.from_function(qk_panel_script, args=(0, 1, 4, 2), default_timeout=120).run()
     assert not ok.exception and not ok.warning and ok.get("plotly_chart")
+
+
+@edge_prompts("one-token", "longer-than-context", "emoji-cjk", "markup")
+@pytest.mark.parametrize("view", [K.WHY_GRAPH_VIEW, K.WHY_QK_VIEW])
+def test_edge_prompts_and_a_post_norm_model_draw_without_an_error(prompt, view):
+    post = models.ModelSpec(K.SOURCE_PRESET, "tiny", "post")
+    at = run_page("why", prompt, post if "<" in prompt else TINY, **{S.WHY_VIEW.key: view})
+    kept = kept_of_edge_prompt(at, prompt, tiny_model().config.n_ctx)
+    assert at.get("plotly_chart")
+    if view == K.WHY_GRAPH_VIEW:
+        assert {c[0] for c in drawn_nodes(at).values()} >= {f"E@{p}" for p in range(len(kept))}
+    fig = json.dumps([json.loads(f.proto.spec) for f in at.get("plotly_chart")])
+    assert "<img" not in fig and "<script" not in fig            # token text reaches Plotly escaped

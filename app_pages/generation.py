@@ -151,10 +151,11 @@ def all_steps(run: dict) -> None:
         "probability": [s.prob for s in steps], "rank": [s.rank for s in steps],
         "entropy (nats)": [s.entropy for s in steps], "kept by top-k/top-p": [s.n_allowed for s in steps],
         "context shifted": ["yes" if s.context_shifted else "" for s in steps],  # text: not checkboxes to tick
-        "top contributors (found live)": live_why.labels_by_step(run)})
+        "top contributors (found live)": live_why.labels_by_step(run), "why?": live_why.why_links(run)})
     st.dataframe(table, hide_index=True, width="stretch", height=min(420, 35 * S + 40), key=K.GEN_TABLE,
                  on_select=lambda: pick_step(S), selection_mode="single-row",
-                 column_config={"probability": st.column_config.NumberColumn(format="%.4g"),
+                 column_config={"why?": st.column_config.LinkColumn(display_text="graph ↗", help=live_why.LINK_HELP),
+                                "probability": st.column_config.NumberColumn(format="%.4g"),
                                 "entropy (nats)": st.column_config.NumberColumn(format="%.3f")})
     st.caption("Select a row to inspect that step above.")
 

@@ -113,6 +113,10 @@ def test_the_live_text_shows_the_newest_tokens_contributors(monkeypatch):
     table = at.dataframe[0].value
     found = list(table["top contributors (found live)"])
     assert found[2] == ", ".join(contributor_label(c, tokens) for c in expected.top)
+    links = list(table["why?"])   # every written token: one click to the Why page's graph for it
+    for step, link in zip(job.steps, links):
+        assert link.startswith("why?") and f"why_target={step.token_id}&" in link + "&"
+        assert "why_view=Attribution+graph" in link
 
 
 @pytest.mark.slow
@@ -132,3 +136,19 @@ def test_a_finished_step_shows_its_contributors_and_opens_the_why_page_for_its_t
     assert state[K.PROMPT] == decode(ids) and state[K.WHY_TARGET] == target
     assert state[K.WHY_VIEW] == K.WHY_GRAPH_VIEW and state[K.WHY_NAV_PENDING]
     assert list(ids) == encode(decode(ids))[-len(ids):]        # the Why page reads the same tokens back
+
+
+def why_attends_script() -> None:
+    import streamlit as st
+    from gptviz.app.unit_nav import go_to_why_attends
+    st.button("open", key="open", on_click=go_to_why_attends, args=(1, 2, 9, 4))
+
+
+def test_a_cell_opens_the_why_attends_tab_in_one_call():
+    """What an attention map's click needs: one callback that leaves the cell and the tab for the Why page."""
+    from streamlit.testing.v1 import AppTest
+    at = AppTest.from_function(why_attends_script, default_timeout=60).run()
+    at.button(key="open").click().run()
+    state = at.session_state
+    assert (state[K.WHY_QK_LAYER], state[K.WHY_QK_HEAD], state[K.WHY_QK_QUERY], state[K.WHY_QK_KEY]) == (1, 2, 9, 4)
+    assert state[K.WHY_VIEW] == K.WHY_QK_VIEW and state[K.WHY_NAV_PENDING]

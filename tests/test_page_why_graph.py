@@ -199,3 +199,37 @@ def test_edge_prompts_and_a_post_norm_model_draw_without_an_error(prompt, view):
         assert {c[0] for c in drawn_nodes(at).values()} >= {f"E@{p}" for p in range(len(kept))}
     fig = json.dumps([json.loads(f.proto.spec) for f in at.get("plotly_chart")])
     assert "<img" not in fig and "<script" not in fig            # token text reaches Plotly escaped
+
+
+@pytest.fixture
+def rate(monkeypatch):
+    """`rate(blocks_per_s, limit_s)`: the block rate the server measures, and the operator's time limit."""
+    from gptviz.methods import attribution
+    results_cache().clear()
+
+    def use(blocks_per_s: float, limit_s: int):
+        results_cache().clear()   # the rate is kept two minutes
+        monkeypatch.setattr(attribution, "block_pass_rate", lambda model, T, rows=4: blocks_per_s)
+        monkeypatch.setattr(limits, "server_limits",
+                            lambda: dataclasses.replace(limits.ServerLimits(), sweep_seconds=limit_s))
+    yield use
+    results_cache().clear()
+
+
+def graph_work() -> int:
+    from gptviz.app.services.why_graph import graph_work as work
+    return work(tiny_model().config, len(encode(PROMPT)), S.WHY_MAX_NODES.default)
+
+
+def test_a_graph_past_the_time_limit_is_refused_and_a_long_one_waits_for_a_click(rate):
+    rate(graph_work() / 50, 30)   # 50 s estimated, 30 s allowed
+    at = run_page("why", PROMPT, **GRAPH)
+    assert not at.exception and not at.error and not at.get("plotly_chart")
+    assert [w.value for w in at.warning] == [
+        "The attribution graph would take about 50 s on this server now, more than its limit of 30 s for one "
+        "measurement (GPTVIZ_SWEEP_SECONDS): try shorter prompts or a smaller model"]
+    rate(graph_work() / 12, 120)  # 12 s: past the few seconds that run at once
+    at = run_page("why", PROMPT, **GRAPH)
+    assert not at.get("plotly_chart") and at.button(key=K.WHY_GRAPH_RUN).label == "Build the graph (about 12 s)"
+    at.button(key=K.WHY_GRAPH_RUN).click().run()
+    assert not at.exception and not at.error and drawn_nodes(at)

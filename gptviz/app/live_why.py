@@ -169,6 +169,18 @@ def step_contributors(run: dict, i: int, spec) -> None:
               help="Opens Why this token? on the text up to this token (it becomes the prompt), with its graph.")
 
 
+LINK_HELP = "Opens Why this token? in a new tab on the text up to this token, with its attribution graph."
+
+
+def why_links(run: dict) -> list[str]:
+    """For a run's table: each written token's link to the Why page's graph for it (links.why_url)."""
+    out = []
+    for i in range(len(run["steps"])):
+        ids, target = services.step_ids(run["prompt"], run["steps"], i)
+        out.append(why_url(st.session_state, decode(ids), target))
+    return out
+
+
 def labels_by_step(run: dict) -> list[str]:
     """For a run's table: each step's contributors found live, as one line ("" where none was computed)."""
     entry = st.session_state.get(K.LIVE_WHY_STORE)

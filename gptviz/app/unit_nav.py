@@ -34,6 +34,15 @@ def go_to_why(prompt: str, target: int) -> None:
     state[K.WHY_NAV_PENDING] = True
 
 
+def go_to_why_attends(layer: int, head: int, query: int, key: int) -> None:
+    """Open the Why page's "why a head attends" tab on one attention score of the sidebar's prompt, at the next run,
+    in this session (call from a widget's callback, e.g. a click on an attention map's cell)."""
+    state[K.WHY_QK_LAYER], state[K.WHY_QK_HEAD] = int(layer), int(head)
+    state[K.WHY_QK_QUERY], state[K.WHY_QK_KEY] = int(query), int(key)
+    state[K.WHY_VIEW] = K.WHY_QK_VIEW
+    state[K.WHY_NAV_PENDING] = True
+
+
 def follow_pending() -> None:
     """The router's part: switch to the unit page or the Why page if a pick asked for it (st.switch_page ends
     this run)."""

@@ -69,6 +69,7 @@ BENCHMARKS = {
     "warmup": Bench("bench_warmup.py", "does post-norm need warmup: the Train page's scenario"),
     "grow": Bench("bench_grow_induction.py", "the Heads forming page's grow-an-induction-head run"),
     "graph": Bench("bench_graph.py", "the attribution graph of 64 tokens against one forward+backward pass"),
+    "live-why": Bench("bench_live_why.py", "the live text's top contributors against the generation's rate"),
     "gpu": Bench("gpu_check.py", "the prepared CUDA check (exits 0 with a note without a GPU)", ()),
 }
 

@@ -17,7 +17,8 @@ def _isolate_from_the_users_machine() -> None:
     PYTHONPATH, for the interpreters tests start, so a `pip install .` of another version is never what is tested.
     Done at import, before gptviz and huggingface_hub read these (some read them once, at import)."""
     home = Path(tempfile.mkdtemp(prefix="gptviz-tests-home-"))
-    for name in [k for k in os.environ if k.startswith("GPTVIZ_") and k != "GPTVIZ_TEST_THREADS"]:
+    kept = ("GPTVIZ_TEST_THREADS", "GPTVIZ_TEST_PORT")  # the suite's own: threads, a browser test server's port
+    for name in [k for k in os.environ if k.startswith("GPTVIZ_") and k not in kept]:
         del os.environ[name]
     os.environ["HOME"] = str(home)
     for variable, folder in (("XDG_CACHE_HOME", ".cache"), ("XDG_CONFIG_HOME", ".config"),

@@ -10,7 +10,7 @@ from . import settings as _settings
 # the choices settings offer, which pages compare values with
 from .settings import (ATTENTION_VIEWS, DEFAULT_PACE, GROW_WIRINGS, OWN_PAIR, PACES, PAR_MODEL_IN_USE,  # noqa: F401
                        PATCH_PAIRS, SOURCE_BUNDLED, SOURCE_PRESET, SOURCE_PRETRAINED, SOURCE_TRAINED, SOURCE_UPLOAD,
-                       TIMELINE_DETECTORS, UNIT_TABS, WHY_VIEWS)
+                       TIMELINE_DETECTORS, UNIT_TABS, WHY_GRAPH_VIEW, WHY_QK_VIEW, WHY_VIEWS)
 
 # the settings' keys, by their records' names (K.GEN_N == settings.GEN_N.key == "gen_n")
 globals().update({_name: _setting.key for _name, _setting in _settings.records().items()})
@@ -24,6 +24,8 @@ GENERATION_ERROR = "_generation_error"  # why Generate could not start, shown on
 ATT_OPEN_BEST = "_att_open_best"      # an example was loaded: open its most telling head
 QUERY_MOVED = "_att_query_moved"      # a view picked another query token: the Attention page redraws whole
 UNIT_NAV_PENDING = "_unit_nav_pending"  # a unit id was picked: the router opens the unit page (unit_nav)
+WHY_NAV_PENDING = "_why_nav_pending"  # a written token's "why?" was picked: the router opens the Why page (unit_nav)
+LIVE_WHY_STORE = "_live_why_store"    # the live run's explained tokens: {"job", "done", "spent"} (live_why)
 
 
 # ---- The sidebar (every page reads these) ----------------------------------------------------------------
@@ -219,3 +221,15 @@ WHY_PATCH_RUN = "why_patch_run"
 WHY_PATCH_CONFIRMED = "_why_patch_confirmed"  # the pair whose patching the visitor started
 WHY_SALIENCY_RUN = "why_saliency_run"
 WHY_SALIENCY_CONFIRMED = "_why_saliency_confirmed"
+
+# the Why page's attribution graph and QK decomposition (issue 58)
+WHY_GRAPH_FIG = "why_graph_fig"          # per click (per_item): a click's selection starts fresh
+WHY_GRAPH_CLICKS = "_why_graph_clicks"   # clicks on the graph so far
+WHY_GRAPH_RUN = "why_graph_run"
+WHY_GRAPH_CONFIRMED = "_why_graph_confirmed"
+WHY_GRAPH_TABLE = "why_graph_table"
+WHY_GRAPH_CSV = "why_graph_csv"
+WHY_GRAPH_JSON = "why_graph_json"
+WHY_GRAPH_REGEN = "why_graph_regen"      # the toggle that regenerates the text without the checked node
+WHY_QK_FIG = "why_qk_fig"                # per place it is drawn (per_item)
+GEN_WHY = "gen_why"                      # the Generation page's "Why this token?" for the step replayed

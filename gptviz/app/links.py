@@ -113,6 +113,28 @@ def unit_url(state, unit, norm: str | None = None) -> str:
     return f"{UNIT_PAGE}?{urllib.parse.urlencode(unit_params(state, unit, norm))}"
 
 
+WHY_PAGE = "why"  # the Why this token? page's URL path
+
+
+def why_params(state, prompt: str, target: int) -> dict[str, str]:
+    """The Why page's URL parameters for the token `target` written after `prompt` (text): the sidebar's model, that
+    prompt (compressed past MAX_LINK_PROMPT, left out when too long even so) and the attribution graph's tab."""
+    params = {name: value for name, value in link_params(state).items()
+              if name in SIDEBAR_PARAMS and name not in (S.PROMPT.link, PACKED)}
+    if len(prompt) <= MAX_LINK_PROMPT:
+        params[S.PROMPT.link] = prompt
+    elif len(pack_prompt(prompt)) <= MAX_PACKED_PROMPT:
+        params[PACKED] = pack_prompt(prompt)
+    params[S.WHY_TARGET.link] = S.WHY_TARGET.format(int(target))
+    params[S.WHY_VIEW.link] = S.WHY_GRAPH_VIEW
+    return params
+
+
+def why_url(state, prompt: str, target: int) -> str:
+    """A relative link that opens the Why page's attribution graph for `target` after `prompt` (why_params)."""
+    return f"{WHY_PAGE}?{urllib.parse.urlencode(why_params(state, prompt, target))}"
+
+
 def prompt_left_out(state) -> bool:
     """Whether the prompt is too long for a link even compressed (the sidebar says so under the prompt)."""
     prompt = state.get(K.PROMPT) or ""

@@ -25,7 +25,9 @@ SOURCE_CODES = {"bundled": SOURCE_BUNDLED, "preset": SOURCE_PRESET, "pretrained"
 # The Attention page's view tabs; the Why page's tabs and its patching pairs (OWN_PAIR is drawn from the prompt)
 ATTENTION_VIEWS = ("One head", "Lines between tokens", "On the text", "Inside the head", "Value-weighted",
                    "All heads of the layer", "Model view: every layer and head", "Entropy map")
-WHY_VIEWS = ("Direct attribution", "Ablate heads", "Patching", "Saliency", "Information flow")
+WHY_VIEWS = ("Direct attribution", "Attribution graph", "Ablate heads", "Patching", "Saliency", "Information flow",
+             "Why a head attends")
+WHY_GRAPH_VIEW, WHY_QK_VIEW = WHY_VIEWS[1], WHY_VIEWS[-1]
 OWN_PAIR = "(your own)"
 PATCH_PAIRS = (OWN_PAIR, "Repeated sequence (induction)", "Speaker after a question")
 # The Parameters page's first choice: the sidebar's model rather than a preset
@@ -99,6 +101,11 @@ def _generation(prefix: str, tokens: int) -> tuple[Setting, ...]:
             Setting(f"{prefix}_pace", "Pace", DEFAULT_PACE, PACE_HELP, f"{prefix}_pace", Choice(tuple(PACES))))
 
 
+# under the live text of both pages that generate: each written token's top contributors (gptviz.app.live_why)
+LIVE_WHY = Setting("live_why", "Top contributors under the text", True, link="live_why", rule=Flag(),
+                   help="Each written token's three most influential nodes of the attribution graph, computed beside "
+                        "the model within a tenth of its time (the rest on demand).")
+
 # ---- Attention page ------------------------------------------------------------------------------------------------
 ATT_VIEW = Setting("att_view", "", ATTENTION_VIEWS[0], link="att_view", rule=Choice(ATTENTION_VIEWS))
 ATT_LAYER = Setting("att_layer", "Layer", 0, link="att_layer", rule=LAYERS,
@@ -139,6 +146,26 @@ WHY_OTHER = Setting("why_other", "Rival", link="why_other", rule=NEXT_TOKENS,
 # the heads ablated: the grid's clicks and the "Heads to remove" box (WHY_HEADS, kept in step) share it
 WHY_ABLATED = Setting("why_heads", "", [], link="why_heads", rule=Heads())
 WHY_EXAMPLE = Setting("why_example", "Example pair", OWN_PAIR, link="why_example", rule=Choice(PATCH_PAIRS))
+# the attribution graph's pruning (the library's and the command line's defaults) and the node checked
+WHY_NODE_THRESHOLD = Setting("why_node_threshold", "Node threshold", 0.8, link="why_node_t",
+                             rule=Number(0.05, 1.0, 0.05),
+                             help="Keep the most influential nodes until they cover this share of the total absolute "
+                                  "influence (the embeddings and the metric are always kept).")
+WHY_EDGE_THRESHOLD = Setting("why_edge_threshold", "Edge threshold", 0.98, link="why_edge_t",
+                             rule=Number(0.01, 1.0, 0.01),
+                             help="Among the kept nodes, keep the fewest edges that cover this share of their absolute "
+                                  "weight.")
+WHY_MAX_NODES = Setting("why_max_nodes", "Most nodes", 200, link="why_max_nodes", rule=Whole(2, 400),
+                        help="Counting the embeddings (one per token) and the metric.")
+WHY_NODE = Setting("why_node", "Check a node", link="why_node", rule=Text(40),
+                   help="Remove it from the real model (patterns and norms recomputed) and compare the change with the "
+                        "frozen model's prediction, minus its influence.")
+# Why a head attends: the attention score (layer, head, query, key) split into its sources
+WHY_QK_LAYER = Setting("why_qk_layer", "Layer", 0, link="qk_layer", rule=LAYERS)
+WHY_QK_HEAD = Setting("why_qk_head", "Head", 0, link="qk_head", rule=Whole(0, 4095))
+WHY_QK_QUERY = Setting("why_qk_query", "Query position", link="qk_query", rule=Whole(0, 100_000))  # default: the last
+WHY_QK_KEY = Setting("why_qk_key", "Key position", link="qk_key", rule=Whole(0, 100_000),
+                     help="Defaults to where the head looks most from the query.")
 
 # ---- Parameters page -----------------------------------------------------------------------------------------------
 PAR_MODEL = Setting("par_model", "Model", PAR_MODEL_IN_USE, link="par_model",

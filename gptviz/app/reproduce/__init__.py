@@ -13,3 +13,4 @@ from .why import direct_attribution, ablation, patching, saliency, flow  # noqa:
 from .norms import twins, same_weights, depth_sweep, paper  # noqa: F401
 from .index_views import unit, units_here, units_for_word  # noqa: F401
 from .model_views import parameters, parameters_of_presets, training, heads_forming, grow, explainers  # noqa: F401
+from .graph_views import attribution_graph, qk  # noqa: F401

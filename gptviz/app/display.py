@@ -35,6 +35,23 @@ def md_text(text: str) -> str:
     return re.sub(r"([!-/:-@\[-`{-~])", r"\\\1", text)
 
 
+# Streamlit's option widgets (pills, selectbox, select_slider) send the label the visitor picked, which the server
+# maps back to the last option with that label: a token that appears twice picked its last copy. Repeats are made
+# distinct with zero-width spaces, which nobody sees.
+_UNSEEN = "\u200b"
+
+
+def distinct_labels(labels: list[str]) -> list[str]:
+    """`labels` with each repeat made distinct by invisible zero-width spaces (the second copy gets one, the third
+    two...), so a widget that maps a picked label back to its option finds the copy picked."""
+    seen: dict[str, int] = {}
+    out = []
+    for label in labels:
+        n = seen[label] = seen.get(label, -1) + 1
+        out.append(label + _UNSEEN * n)
+    return out
+
+
 def plotly_config(fig=None) -> dict:
     """Plotly's own export (the camera button in each figure's toolbar, no internet), in the format
     chosen in the sidebar. A figure whose annotations hide when narrow (a phone) is saved at a width showing them all:

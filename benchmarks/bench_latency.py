@@ -34,11 +34,12 @@ from urllib.parse import quote
 
 from benchmarks import run_folder
 from benchmarks.bench_browser import FREE_PACE, MODELS, cold_start, engine_tokens_per_s, prompt_of
-from benchmarks.load_test import ARGS, CHROMIUM, Server
+from benchmarks.load_test import ARGS, CHROMIUM, ROOT, Server
 
 IN_PAGE, PAGE_SWITCH, COLD = 0.5, 1.0, 3.0  # budgets, seconds at p95
 QUIET_MS = 1000  # no change for this long after the run ends: the page is final
 LIVE_TOKENS = 60
+READING_S = 3.0  # a new visitor's time on the first screen before a view below it
 
 # Installed in every page before the app's scripts: `gv.arm(condition)` starts a watch, the input event starts its
 # clock; gv.result() reads it. Component roots live in open shadow roots (Streamlit's isolated components), which
@@ -260,14 +261,16 @@ def view_tabs(page, rounds: int) -> list[dict]:
     return times
 
 
-def first_plotly(browser, url: str, model: str, prompt: str, reps: int) -> list[dict]:
-    """A fresh visitor (a new browser context: an empty cache) opens the first Plotly view of the session."""
+def first_plotly(browser, url: str, model: str, prompt: str, reps: int, reading_s: float = 0.0) -> list[dict]:
+    """A fresh visitor (a new browser context: an empty cache) opens the first Plotly view of the session,
+    `reading_s` after the first screen is final (a visitor reads the map before the views below it)."""
     times = []
     for _ in range(reps):
         context = browser.new_context(viewport={"width": 1400, "height": 1000})
         context.add_init_script(INIT_JS)
         page = context.new_page()
         open_attention(page, url, model, prompt)
+        page.wait_for_timeout(reading_s * 1000)
         tab = page.get_by_role("tab", name="Lines between tokens", exact=True)
         cond = "gv.fresh().some((f) => f.classList.contains('js-plotly-plot') && !gv.closest(f, '[hidden]'))"
         times.append(timed(page, cond, tab.click))
@@ -416,8 +419,10 @@ def measure(browser, url: str, model: str, reps: int, only: set[str], verbose: b
 
     open_attention(page, url, model, prompt)
     if want("tabs"):
-        row("view tab, the session's first Plotly figure (a new visitor)", IN_PAGE,
+        row("view tab, the session's first Plotly figure (a new visitor, at once)", IN_PAGE,
             first_plotly(browser, url, model, prompt, max(2, reps // 2)))
+        row(f"view tab, the session's first Plotly figure (a new visitor, {READING_S:.0f} s after the first screen)",
+            IN_PAGE, first_plotly(browser, url, model, prompt, max(2, reps // 2), READING_S))
     if want("head"):
         row("head switch in the map", IN_PAGE, map_switch(page, "head", reps))
     if want("layer"):
@@ -457,7 +462,8 @@ def measure(browser, url: str, model: str, reps: int, only: set[str], verbose: b
     return rows, live
 
 
-def report(results: dict[str, tuple[list[Row], dict, str]], cold: list[dict] | None, engine: dict) -> list[str]:
+def report(results: dict[str, tuple[list[Row], dict, str]], cold: list[dict] | None, engine: dict,
+           cold_load: str = "") -> list[str]:
     lines = ["| model | interaction | n | p50 | p95 | p50 / p95 of the other mark | budget (p95) | over | "
              "load at the model's end (1/5/15 min) |", "|---|---|---|---|---|---|---|---|---|"]
     over = []
@@ -488,7 +494,7 @@ def report(results: dict[str, tuple[list[Row], dict, str]], cold: list[dict] | N
         lines.append(f"| {MODELS['bundled'][1]} | cold server: first request to the first attention map "
                      f"(server start {statistics.median(c['server'] for c in cold):.1f} s before it) | {len(xs)} | "
                      f"{p(xs, 0.5) * 1000:,.0f} ms | {p(xs, 0.95) * 1000:,.0f} ms | | {COLD * 1000:,.0f} ms | "
-                     f"{'**over**' if bad else 'ok'} | {load()} |")
+                     f"{'**over**' if bad else 'ok'} | {cold_load} |")
     live_lines = []
     for model, (_, live, load_end) in results.items():
         if not live:
@@ -518,9 +524,11 @@ def main() -> int:
                                                                    "generate", "unit", "pages", "why", "parameters",
                                                                    "pair", "none"])
     parser.add_argument("--verbose", action="store_true", help="each sample, with the last change the page made")
+    parser.add_argument("--app", default=str(ROOT), metavar="DIR",
+                        help="the checkout whose app the server runs (another: a before/after comparison)")
     args = parser.parse_args()
     from playwright.sync_api import sync_playwright
-    print(f"load average at the start: {load()}", flush=True)
+    print(f"load average at the start: {load()}; the app: {args.app}", flush=True)
     started = time.perf_counter()
     results: dict[str, tuple[list[Row], dict, str]] = {}
     engine: dict[str, float] = {}
@@ -528,10 +536,11 @@ def main() -> int:
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         if args.cold:
-            cold = cold_start(browser, args.cold)
+            cold = cold_start(browser, args.cold, root=args.app)
+            cold_load = load()
             shown = ", ".join(f"{c['heatmap']:.2f}" for c in cold)
             print(f"  cold start: {shown} s (load {load()})", flush=True)
-        server = Server()
+        server = Server(root=args.app)
         try:
             for model in args.models:
                 rows, live = measure(browser, server.url, model, args.repeats, set(args.only), args.verbose)
@@ -542,7 +551,7 @@ def main() -> int:
     for model, (_, live, _) in results.items():
         if live:  # the engine in this process, on one thread (the server's generation setting), the same prompt
             engine[model] = LIVE_TOKENS / engine_tokens_per_s(model, prompt_of(40), LIVE_TOKENS)[1]
-    lines = report(results, cold, engine)
+    lines = report(results, cold, engine, cold_load if cold else "")
     lines.append(f"{time.perf_counter() - started:.0f} s; load average at the end: {load()}")
     text = "\n".join(lines)
     print("\n" + text)

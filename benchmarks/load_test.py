@@ -56,14 +56,17 @@ def rss_mib(pid: int) -> float:
 class Server:
     """The app on a loopback port, with its resident memory sampled every half second."""
 
-    def __init__(self, extra_env: dict[str, str] | None = None):
+    def __init__(self, extra_env: dict[str, str] | None = None, root: Path = ROOT):
+        """`root`: the checkout whose app.py runs (another one: a before/after comparison), on its own gptviz."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = {**os.environ, **LIMITS, **(extra_env or {})}
+        if Path(root).resolve() != ROOT:
+            env["PYTHONPATH"] = str(root)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true", "--server.address",
              "127.0.0.1", "--server.port", str(self.port), "--server.fileWatcherType", "none"],
-            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+            cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
         self.peak = 0.0
         self._stop = threading.Event()
         deadline = time.monotonic() + 90

@@ -50,6 +50,11 @@ def test_router_default_page():
     assert at.session_state[K.MODEL_SPEC] == TINY
     assert len(at.button_group(key=K.ATT_QUERY).options) == len(encode(sidebar.DEFAULT_PROMPT))
     assert allocator.freed_memory_kept() is (platform.libc_ver()[0] == "glibc")
+    # the session's first run ends with the hidden figure that loads the browser's Plotly bundle; the next has none
+    warm = [c for c in at.get("plotly_chart") if c.proto.id and K.PLOTLY_WARM in str(c.proto.id)]
+    assert at.session_state[K.PLOTLY_WARMED] and len(warm) == 1
+    at.run()
+    assert not at.exception and not [c for c in at.get("plotly_chart") if K.PLOTLY_WARM in str(c.proto.id)]
 
 
 def test_default_state_widgets_and_real_weights():

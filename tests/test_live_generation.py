@@ -333,6 +333,7 @@ def test_a_generation_on_one_thread_leaves_later_threads_the_servers_count(monke
     torch.set_num_threads(1)
 
 
+@pytest.mark.slow  # importing the app's live module (Streamlit) takes about a second
 def test_the_first_redraw_waits_for_the_first_token_but_not_longer():
     # Generate's run draws the live view at once: without a token yet, the first one showed only at the next redraw
     # (LIVE_REDRAW_S later); now that draw waits for it, and no longer than its bound

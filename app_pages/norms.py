@@ -8,6 +8,7 @@ import streamlit as st
 from gptviz.model import unit_id, weights
 from gptviz.methods import wiring
 from gptviz.app import display, reproduce
+from gptviz.app.links import sync_address
 from gptviz.app.sidebar import keep_valid
 from gptviz.app import keys as K, settings as S
 from gptviz.app.services import norms as services
@@ -88,29 +89,9 @@ def side_by_side_section(bundled: dict, twins: wiring.TrainedTwins) -> LoadedTwi
     probs, top = {}, {}
     for norm in tw.specs:
         probs[norm], top[norm] = services.top_tokens(caps[norm][0])
-    match = matches[pick_pair_index(matches)]
-    pats = {"pre": caps["pre"][1].pattern(match.a[0])[match.a[1]].numpy(),
-            "post": caps["post"][1].pattern(match.b[0])[match.b[1]].numpy()}
-    figures = fig_norms.attention_panels(
-        pats["pre"], pats["post"], tw.labels, "",
-        (f"pre-norm {unit_id.head_id(*match.a)}<br>the picked head",  # two short lines: a phone's half width
-         f"post-norm {unit_id.head_id(*match.b)}<br>similarity {match.similarity:.2f}", ""), height=320)[:2]
-    figures[0].update_traces(showscale=False)   # one colour bar for the pair: both maps share the 0..1 scale
-    figures[1].update_traces(colorbar_title_text="")   # its title ran past a phone's half width; hover names it
     # the sentence and the pair it speaks of first, in one column: a phone stacks the columns, so the pair is on its
     # first screen; the caveat and the pair's picker under the maps, the bars and the wirings beside them
     left, right = st.columns([2.1, 1])
-    with left:
-        st.markdown(comparison_sentence(match, typical, top))
-        with st.container(horizontal=True, wrap=False, key=K.TWINS_SIDE_PAIR):  # a pair on a phone too
-            for i, fig in enumerate(figures):
-                with st.container():
-                    display.show_figure(fig, key=K.per_item(K.TWINS_SIDE_MAPS, i))
-        caveat = services.twins_caveat(bundled, names)
-        if caveat:
-            st.caption(f":material/warning: {caveat}", help="Retraining them alike is planned; each model card "
-                                                            "(gptviz/models/) has its full recipe.")
-        pick_pair(matches)
     with right:
         dists = {f"{norm}-norm": top[norm] for norm in tw.specs}
         bars_fig = fig_train.next_token_bars(dists, f"“{tw.labels[-1]}”")
@@ -124,9 +105,39 @@ def side_by_side_section(bundled: dict, twins: wiring.TrainedTwins) -> LoadedTwi
                 with st.container():
                     display.show_figure(explainer_figs.block_diagram(norm, compact=True),
                                         key=K.per_item(K.TWINS_SIDE_WIRING, norm))
+    # a fragment: picking another pair redraws the pair, not the bars, the wirings or the other tabs (a pick reran
+    # the whole page: 1.6-3.6 s at load 8-9, issue 60)
+    st.fragment(matched_pair)(left, bundled, names, tw, caps, matches, typical, top)
+    return tw
+
+
+def matched_pair(left, bundled: dict, names: dict[str, str], tw: LoadedTwins, caps: dict, matches: list,
+                 typical: float, top: dict) -> None:
+    """The matched pair of heads and its picker (in `left`), and the code that reproduces them."""
+    match = matches[pick_pair_index(matches)]
+    pats = {"pre": caps["pre"][1].pattern(match.a[0])[match.a[1]].numpy(),
+            "post": caps["post"][1].pattern(match.b[0])[match.b[1]].numpy()}
+    figures = fig_norms.attention_panels(
+        pats["pre"], pats["post"], tw.labels, "",
+        (f"pre-norm {unit_id.head_id(*match.a)}<br>the picked head",  # two short lines: a phone's half width
+         f"post-norm {unit_id.head_id(*match.b)}<br>similarity {match.similarity:.2f}", ""), height=320,
+        with_difference=False)
+    figures[0].update_traces(showscale=False)   # one colour bar for the pair: both maps share the 0..1 scale
+    figures[1].update_traces(colorbar_title_text="")   # its title ran past a phone's half width; hover names it
+    with left:
+        st.markdown(comparison_sentence(match, typical, top))
+        with st.container(horizontal=True, wrap=False, key=K.TWINS_SIDE_PAIR):  # a pair on a phone too
+            for i, fig in enumerate(figures):
+                with st.container():
+                    display.show_figure(fig, key=K.per_item(K.TWINS_SIDE_MAPS, i))
+        caveat = services.twins_caveat(bundled, names)
+        if caveat:
+            st.caption(f":material/warning: {caveat}", help="Retraining them alike is planned; each model card "
+                                                            "(gptviz/models/) has its full recipe.")
+        pick_pair(matches)
     reproduce.show(reproduce.twins(names, tw.ids, pick_pair_index(matches), services.probe_length(tw.cfg),
                                    reproduce.prompt_text()))
-    return tw
+    sync_address()  # a pick reruns only this fragment, not the router that writes the address
 
 
 # Style only (no user or model text): on a phone a one-line title, so the twins' pair fits the first screen.

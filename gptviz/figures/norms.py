@@ -157,11 +157,11 @@ def attention_pair(pre: np.ndarray, post: np.ndarray, labels: list[str], title: 
 
 def attention_panels(pre: np.ndarray, post: np.ndarray, labels: list[str], title: str,
                      panel_names: tuple[str, str, str] = ("pre-norm", "post-norm", "post − pre"),
-                     height: int = 440) -> list[go.Figure]:
+                     height: int = 440, with_difference: bool = True) -> list[go.Figure]:
     """attention_pair's three heatmaps as three figures, each with its own colour bar (the two wirings' on the same
     0..1 scale), for columns that a phone stacks: three panels in one figure were 80 px each there, their tick
     labels and colour bars over each other. Each is titled "{title}: {panel name}", or the panel name alone when
-    `title` is empty (the twins name each panel's own head)."""
+    `title` is empty (the twins name each panel's own head). `with_difference=False`: the first two only."""
     labels = [plain(label) for label in labels]
     T = len(labels)
     diff = _masked(post) - _masked(pre)
@@ -177,7 +177,8 @@ def attention_panels(pre: np.ndarray, post: np.ndarray, labels: list[str], title
     figures = []
     for name, z, scale, lo, hi, bar in ((panel_names[0], _masked(pre), ATTENTION_SCALE, 0, 1, "weight"),
                                         (panel_names[1], _masked(post), ATTENTION_SCALE, 0, 1, "weight"),
-                                        (panel_names[2], diff, DIVERGING_SCALE, -vmax, vmax, "post − pre")):
+                                        (panel_names[2], diff, DIVERGING_SCALE, -vmax, vmax, "post − pre"))[
+                                           :3 if with_difference else 2]:
         fig = go.Figure(go.Heatmap(z=z, x=names, y=names, colorscale=scale, zmin=lo, zmax=hi,
                                    customdata=custom, hovertemplate=hover, hoverongaps=False,
                                    colorbar=dict(title=dict(text=bar, side="top"), thickness=10, len=0.8)))

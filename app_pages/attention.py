@@ -14,7 +14,8 @@ import streamlit as st
 from gptviz.model import unit_id
 from gptviz.app import keys as K, settings as S
 from gptviz.app import live, reproduce
-from gptviz.app.display import MEAN_HEAD, PHONE_TITLE_CSS, figure_download, head_name, md_text, show_figure
+from gptviz.app.display import (MEAN_HEAD, PHONE_TITLE_CSS, distinct_labels, figure_download, head_name, md_text,
+                                show_figure)
 from gptviz.app.links import sync_address
 from gptviz.app.overview import overview_link
 from gptviz.app.models import attention_page_names
@@ -61,7 +62,8 @@ def token_chips(seen: Seen) -> int:
     st.markdown(f"**{T} token{'s' if T != 1 else ''}** (GPT-2 BPE pieces; ␣ is a space, ↵ a newline, `<0xF0>` one "
                 "byte of a character split across tokens). Pick one to see where it looks.")
     if T <= MAX_CHIPS:
-        query = S.ATT_QUERY.pills(st, options=list(range(T)), format_func=lambda i: md_text(seen.labels[i]),
+        chips = distinct_labels([md_text(label) for label in seen.labels])  # a repeated token: the copy clicked
+        query = S.ATT_QUERY.pills(st, options=list(range(T)), format_func=chips.__getitem__,
                                   label_visibility="collapsed", persist_state="page")
     else:
         query = S.ATT_QUERY_POS.slider(st, min_value=0, max_value=T - 1, value=T - 1)

@@ -245,13 +245,14 @@ def measure(page, url: str, name: str, n_new: int) -> dict:
     return out
 
 
-def cold_start(browser, rounds: int) -> list[dict]:
-    """Per round, a fresh server: seconds from the command to its health check ("server"), from the page's request
-    to the first heatmap's title painted ("heatmap": what a first visitor waits), and to the first run's end ("idle")."""
+def cold_start(browser, rounds: int, root=ROOT) -> list[dict]:
+    """Per round, a fresh server (of the checkout `root`): seconds from the command to its health check ("server"),
+    from the page's request to the first heatmap's title painted ("heatmap": what a first visitor waits), and to the
+    first run's end ("idle")."""
     out = []
     for _ in range(rounds):
         started = time.perf_counter()
-        server = Server()
+        server = Server(root=root)
         ready = time.perf_counter()
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 1000})

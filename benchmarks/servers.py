@@ -21,10 +21,26 @@ from typing import IO
 HOST = "127.0.0.1"
 
 
+PORTS_ENV = "GPTVIZ_TEST_PORTS"  # "8800-8899": the range a session on a shared machine may use; else any free port
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
+    """A port nothing listens on: the first free one in GPTVIZ_TEST_PORTS's range ("LOW-HIGH") when set, else one the
+    system picks."""
+    span = os.environ.get(PORTS_ENV, "").strip()
+    if not span:
+        with socket.socket() as s:
+            s.bind((HOST, 0))
+            return s.getsockname()[1]
+    low, _, high = span.partition("-")
+    for port in range(int(low), int(high or low) + 1):
+        with socket.socket() as s:
+            try:
+                s.bind((HOST, port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {PORTS_ENV}={span}")
 
 
 @dataclasses.dataclass

@@ -35,6 +35,23 @@ def md_text(text: str) -> str:
     return re.sub(r"([!-/:-@\[-`{-~])", r"\\\1", text)
 
 
+# Streamlit's option widgets (pills, selectbox, select_slider) send the label the visitor picked, which the server
+# maps back to the last option with that label: a token that appears twice picked its last copy. Repeats are made
+# distinct with zero-width spaces, which nobody sees.
+_UNSEEN = "\u200b"
+
+
+def distinct_labels(labels: list[str]) -> list[str]:
+    """`labels` with each repeat made distinct by invisible zero-width spaces (the second copy gets one, the third
+    two...), so a widget that maps a picked label back to its option finds the copy picked."""
+    seen: dict[str, int] = {}
+    out = []
+    for label in labels:
+        n = seen[label] = seen.get(label, -1) + 1
+        out.append(label + _UNSEEN * n)
+    return out
+
+
 def plotly_config(fig=None) -> dict:
     """Plotly's own export (the camera button in each figure's toolbar, no internet), in the format
     chosen in the sidebar. A figure whose annotations hide when narrow (a phone) is saved at a width showing them all:
@@ -61,6 +78,25 @@ def show_figure(fig, key: str | None = None, **kwargs):
                        mime="text/html", key=K.per_item("html", key) if key else K.per_item("html_seq", seq),
                        on_click="ignore", type="tertiary", icon=":material/download:", help=HTML_HELP)
     return chart
+
+
+# Streamlit loads its Plotly bundle (4.7 MB of JavaScript) the first time a page shows a Plotly figure: a visitor's first
+# figure took 1.2-1.4 s longer than the next on a quiet 2-core machine, 2-3 s under load (issue 60). The first run of a
+# session ends with an empty figure out of sight, so the browser loads the bundle while the visitor reads.
+_WARM_CSS = (f"<style>.st-key-{K.PLOTLY_WARM} {{position: absolute; left: -10000px; top: 0; width: 16px; height: 16px; "
+             "overflow: hidden; pointer-events: none;}</style>")
+
+
+def warm_plotly() -> None:
+    """Once per session, at the end of its first run: an empty Plotly figure drawn out of sight (see _WARM_CSS)."""
+    if st.session_state.get(K.PLOTLY_WARMED):
+        return
+    st.session_state[K.PLOTLY_WARMED] = True
+    import plotly.graph_objects as go
+    st.html(_WARM_CSS)
+    with st.container(key=K.PLOTLY_WARM):
+        st.plotly_chart(go.Figure(layout={"width": 16, "height": 16}), config={"staticPlot": True, "displayModeBar": False},
+                        key=K.per_item(K.PLOTLY_WARM, "figure"))
 
 
 def figure_download(build, file_name: str, key: str, label: str = "Interactive HTML") -> None:

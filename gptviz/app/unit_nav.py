@@ -62,6 +62,13 @@ def keep_the_sidebar() -> None:
             state[key] = state[key]
 
 
+def _fragment_rerun() -> bool:
+    """This run reruns fragments only (a widget in a fragment changed): the router did not run before it."""
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
+    ctx = get_script_run_ctx()
+    return bool(ctx is not None and ctx.fragment_ids_this_run)
+
+
 def _pill_picked(key: str, norm: str | None) -> None:
     unit = state.get(key)
     state[key] = None  # the pill does not stay selected for the next visit
@@ -70,7 +77,11 @@ def _pill_picked(key: str, norm: str | None) -> None:
 
 
 def unit_pills(label: str, units, key: str, norm: str | None = None, help: str | None = None) -> None:
-    """Unit ids as pills; picking one opens what it does over the corpus."""
+    """Unit ids as pills; picking one opens what it does over the corpus. Pills inside a fragment: a pick reruns only
+    the fragment, not the router that follows the pick, so the pills follow it themselves (at once, not at the next
+    full run)."""
+    if _fragment_rerun():
+        follow_pending()
     st.pills(label, [str(u) for u in units], key=key, on_change=_pill_picked, args=(key, norm),
              help=help or "Pick one to open what it does over the corpus (its top examples and direct effect).")
 

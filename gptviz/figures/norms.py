@@ -157,12 +157,14 @@ def attention_pair(pre: np.ndarray, post: np.ndarray, labels: list[str], title: 
 
 def attention_panels(pre: np.ndarray, post: np.ndarray, labels: list[str], title: str,
                      panel_names: tuple[str, str, str] = ("pre-norm", "post-norm", "post − pre"),
-                     height: int = 440, post_labels: list[str] | None = None) -> list[go.Figure]:
+                     height: int = 440, post_labels: list[str] | None = None,
+                     with_difference: bool = True) -> list[go.Figure]:
     """attention_pair's three heatmaps as three figures, each with its own colour bar (the two wirings' on the same
     0..1 scale), for columns that a phone stacks: three panels in one figure were 80 px each there, their tick
     labels and colour bars over each other. Each is titled "{title}: {panel name}", or the panel name alone when
     `title` is empty (the twins name each panel's own head). `post_labels`: the post-norm model read the text as
-    other tokens (its own tokenizer): two figures, each over its own tokens, and no difference."""
+    other tokens (its own tokenizer): two figures, each over its own tokens, and no difference.
+    `with_difference=False`: the first two only."""
     if post_labels is not None:
         return [_own_tokens_panel(z, names, f"{title}: {name}" if title else name, height)
                 for z, names, name in ((pre, labels, panel_names[0]), (post, post_labels, panel_names[1]))]
@@ -181,7 +183,8 @@ def attention_panels(pre: np.ndarray, post: np.ndarray, labels: list[str], title
     figures = []
     for name, z, scale, lo, hi, bar in ((panel_names[0], _masked(pre), ATTENTION_SCALE, 0, 1, "weight"),
                                         (panel_names[1], _masked(post), ATTENTION_SCALE, 0, 1, "weight"),
-                                        (panel_names[2], diff, DIVERGING_SCALE, -vmax, vmax, "post − pre")):
+                                        (panel_names[2], diff, DIVERGING_SCALE, -vmax, vmax, "post − pre"))[
+                                           :3 if with_difference else 2]:
         fig = go.Figure(go.Heatmap(z=z, x=names, y=names, colorscale=scale, zmin=lo, zmax=hi,
                                    customdata=custom, hovertemplate=hover, hoverongaps=False,
                                    colorbar=dict(title=dict(text=bar, side="top"), thickness=10, len=0.8)))

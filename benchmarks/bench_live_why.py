@@ -3,8 +3,8 @@ thread, at the model's own pace: where the contributors' budget is tightest) wit
 LIVE_REDRAW_S, each taking the snapshot as the page does and, in the "with" runs, computing contributors as
 gptviz.app.live_why does (its budget, its cost estimate, the service's one-thread work; no Streamlit, no cache).
 Rounds alternate without / with, so background load hits both alike. Reported: tokens/s of the generation (new tokens
-over its wall time) without and with, their ratio (the target: at least 0.9), and how many tokens got contributors
-live. Then the same at the pages' default pace (5 tokens/s), where the model waits and the budget is larger.
+over its wall time) without and with, the median of the rounds' ratios (the target: at least 0.9) and their range,
+and how many tokens got contributors live. Then the same at the pages' default pace (5 tokens/s), where the model waits and the budget is larger.
 
     python -m benchmarks live-why
     python -m benchmarks live-why -- --models bundled --rounds 5 --tokens 100
@@ -32,27 +32,21 @@ MODELS = {"bundled": lambda: load_pretrained("shakespeare-pre"),
           "gpt2-small": lambda: GPT(PRESETS["gpt2-small"], seed=0).eval()}
 
 
-def one_run(model, ids: list[int], tokens: int, pace: float | None, explain: bool) -> dict:
-    """A live generation with a page's redraws beside it (in this thread); its rate and the tokens explained."""
+def one_run(model, name: str, ids: list[int], tokens: int, pace: float | None, explain: bool) -> dict:
+    """A live generation with a page's redraws beside it (in this thread); its rate and the tokens explained. The
+    cost estimates are live_why's own, kept process-wide by model (`name` stands for the app's model spec)."""
     job = LiveGeneration(model, ids, dict(max_new_tokens=tokens, temperature=1.0, top_p=0.9, seed=0), threads=1,
                          pace=pace)
     explained = live_why.Explained(job)
-    costs: dict = {}
-
-    def expected(i: int) -> float:
-        T = len(step_ids(job.prompt, steps, i)[0])
-        return (costs["s"] * T / costs["T"]) if costs else live_why.first_guess_s(model.config, T)
 
     def compute(i: int):
         with one_thread():
             return top_contributors(model, list(step_ids(job.prompt, steps, i)[0]), steps[i].token_id)
 
-    def on_cost(i: int, seconds: float) -> None:
-        costs.update(s=seconds, T=len(step_ids(job.prompt, steps, i)[0]))
-
     while job.running:
         steps = job.snapshot()   # what a redraw reads
         if explain and steps:
+            expected, on_cost = live_why.cost_keeper(name, model.config, steps, job.prompt)
             live_why.explain_new(job, len(steps), explained, compute, expected, on_cost=on_cost)
         job.wait(LIVE_REDRAW_S)
     wall = job.finished_at - job.started_at
@@ -63,15 +57,15 @@ def one_run(model, ids: list[int], tokens: int, pace: float | None, explain: boo
 def measure(name: str, rounds: int, tokens: int, pace: float | None) -> dict:
     model = MODELS[name]()
     ids = get_tokenizer().encode(PROMPT)
-    one_run(model, ids, 5, None, True)   # warm-up: the first calls of each path
+    one_run(model, name, ids, 5, None, True)   # warm-up: the first calls of each path
     runs = {False: [], True: []}
     for r in range(rounds):
         for explain in ((False, True) if r % 2 == 0 else (True, False)):
-            runs[explain].append(one_run(model, ids, tokens, pace, explain))
+            runs[explain].append(one_run(model, name, ids, tokens, pace, explain))
     without = statistics.median(x["rate"] for x in runs[False])
     with_ = statistics.median(x["rate"] for x in runs[True])
-    return {"without": without, "with": with_, "ratio": statistics.median(
-        w["rate"] / o["rate"] for w, o in zip(runs[True], runs[False])),
+    ratios = [w["rate"] / o["rate"] for w, o in zip(runs[True], runs[False])]
+    return {"without": without, "with": with_, "ratio": statistics.median(ratios), "spread": (min(ratios), max(ratios)),
         "explained": statistics.median(x["explained"] for x in runs[True]),
         "tokens": runs[True][0]["tokens"], "spent": statistics.median(x["spent"] for x in runs[True]),
         "wall": statistics.median(x["wall"] for x in runs[True])}
@@ -86,13 +80,14 @@ def main() -> None:
     torch.set_num_threads(1)
     print(f"torch threads 1 (the page's script thread beside a one-thread generation); "
           f"load average {os.getloadavg()[0]:.2f} at the start; {threading.active_count()} threads")
-    print("| model | pace | without: tokens/s | with contributors: tokens/s | ratio (target >= 0.9) | tokens "
-          "explained live | contributors' seconds / run's wall seconds |")
-    print("|---|---|---|---|---|---|---|")
+    print("| model | pace | without: tokens/s | with contributors: tokens/s | ratio (target >= 0.9) | rounds' ratios | "
+          "tokens explained live | contributors' seconds / run's wall seconds |")
+    print("|---|---|---|---|---|---|---|---|")
     for name in args.models:
         for pace, label in ((None, "as fast as it writes"), (5.0, "5 tokens/s")):
             r = measure(name, args.rounds, args.tokens, pace)
             print(f"| {name} | {label} | {r['without']:.1f} | {r['with']:.1f} | {r['ratio']:.2f} | "
+                  f"{r['spread'][0]:.2f}-{r['spread'][1]:.2f} | "
                   f"{r['explained']:.0f} of {r['tokens']} | {r['spent']:.2f} / {r['wall']:.1f} |", flush=True)
     print(f"load average {os.getloadavg()[0]:.2f} at the end (a shared machine: rates are noisy; the ratio is the median "
           "of rounds run back to back)")

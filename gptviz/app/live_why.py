@@ -3,7 +3,7 @@ graph's node influences on its logit, no edges and no check; issue 58), and one 
 page's graph for it.
 
 The model writes in its own thread (gptviz.serve.live_generation); the contributors are computed in the page's redraws
-beside it, so they take CPU the model could use. They get a budget: a tenth of the model's own time so far, and half
+beside it, so they take CPU the model could use. They get a budget: a twentieth of the model's own time so far, and half
 the time it waited for the pace (the CPU is idle then), at most TICK_S a redraw; the newest token first, earlier
 ones as the budget allows. A small model gets every token at a watching pace; a large one at full speed some, and
 the rest on demand (the Generation page's replayed step, the Why page).
@@ -27,7 +27,7 @@ from .services import why_graph as services
 from .services.why import pieces
 from .unit_nav import go_to_why
 
-SHARE = 0.10        # of the model's own time: what the contributors may slow it by at most
+SHARE = 0.05        # of the model's own time: half the 10% it may be slowed by (measured: about 1:1 under load)
 IDLE_SHARE = 0.5    # of the time the model waited for the pace (its CPU is free then)
 TICK_S = 0.25       # the most one redraw spends on them (a redraw comes every 0.5 s)
 # A token's contributors are computed only when their expected time fits the budget: the last measured on this model
@@ -39,7 +39,8 @@ LINES = 4           # the box under the text: the token, then its three contribu
 ABOUT = ("Each new token's three most influential nodes of the attribution graph on its logit, with their share of "
          "that logit (influences overlap: a node's includes what later nodes do with its output, so shares need not "
          "add up to 100%). A head's token is the key it brings the most from. Computed beside the model within a "
-         "tenth of its time (more while it waits for the pace), newest first; the others on demand after the run.")
+         "twentieth of its time (and half of what it waits for the pace), newest first; the others on demand after "
+         "the run.")
 
 
 @dataclass
@@ -88,20 +89,22 @@ def explain_new(job, n_steps: int, explained: Explained, compute: Callable[[int]
 
 
 def cost_keeper(spec, config, steps, prompt) -> tuple[Callable[[int], float], Callable[[int, float], None]]:
-    """(expected, on_cost) for explain_new: the last time measured on this model in this process, scaled by the
-    text's length, else first_guess_s."""
+    """(expected, on_cost) for explain_new: the fastest time per token of text measured on this model in this process,
+    times the text's length, else first_guess_s. The fastest, not the last: a slow outlier (a cold start, a moment of
+    load) would keep every later token from starting, and with no token started nothing would correct it, while a
+    time too short costs one token over the budget at most (the budget counts the time really spent)."""
     from .jobs import process_wide
-    costs: dict = process_wide("live_why_costs", dict)   # model spec -> (seconds, tokens) last measured
+    per_token: dict = process_wide("live_why_costs", dict)   # model spec -> seconds per token of text, the fastest
 
     def length(i: int) -> int:
         return len(services.step_ids(prompt, steps, i)[0])
 
     def expected(i: int) -> float:
-        if spec in costs:
-            seconds, tokens = costs[spec]
-            return seconds * length(i) / max(tokens, 1)
-        return first_guess_s(config, length(i))
-    return expected, lambda i, seconds: costs.__setitem__(spec, (seconds, length(i)))
+        return per_token[spec] * length(i) if spec in per_token else first_guess_s(config, length(i))
+
+    def on_cost(i: int, seconds: float) -> None:
+        per_token[spec] = min(per_token.get(spec, float("inf")), seconds / max(length(i), 1))
+    return expected, on_cost
 
 
 def stored(job) -> Explained:
@@ -141,8 +144,8 @@ def under_live_text(run: dict) -> None:
     if not shown:
         cost = expected(len(steps) - 1)
         waiting = ("Top contributors appear here as tokens are written." if cost < 1 else
-                   f"Top contributors: about {cost:.1f} s a token on this model,\nmore than a tenth of its time at "
-                   "full speed.\nAfter the run: pick a step. Or slow the pace.")
+                   f"Top contributors: about {cost:.1f} s a token on this model,\nmore than a twentieth of its time "
+                   "at full speed.\nAfter the run: pick a step. Or slow the pace.")
         monospace_text(waiting + "\n" * (LINES - 1 - waiting.count("\n")), "why")
         return
     newest = max(shown)
@@ -164,8 +167,8 @@ def step_contributors(run: dict, i: int, spec) -> None:
         st.caption(f"No top contributors now: {err}")
         return
     monospace_text(step_lines(run, i, contributors), "why_step")
-    st.button(f"Why {md_text(pieces([target])[0])}? The attribution graph", key=K.GEN_WHY, icon=":material/account_tree:",
-              on_click=go_to_why, args=(decode(ids), target), type="tertiary",
+    st.button(f"Why {md_text(pieces([target])[0])}? The attribution graph", key=K.GEN_WHY,
+              icon=":material/account_tree:", on_click=go_to_why, args=(decode(ids), target), type="tertiary",
               help="Opens Why this token? on the text up to this token (it becomes the prompt), with its graph.")
 
 

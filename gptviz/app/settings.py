@@ -104,7 +104,8 @@ def _generation(prefix: str, tokens: int) -> tuple[Setting, ...]:
 # under the live text of both pages that generate: each written token's top contributors (gptviz.app.live_why)
 LIVE_WHY = Setting("live_why", "Top contributors under the text", True, link="live_why", rule=Flag(),
                    help="Each written token's three most influential nodes of the attribution graph, computed beside "
-                        "the model within a tenth of its time (the rest on demand).")
+                        "the model within a twentieth of its time and half its waits for the pace (the rest on "
+                        "demand).")
 
 # ---- Attention page ------------------------------------------------------------------------------------------------
 ATT_VIEW = Setting("att_view", "", ATTENTION_VIEWS[0], link="att_view", rule=Choice(ATTENTION_VIEWS))

@@ -22,7 +22,6 @@ FIGURE_SEQ = "_figure_seq"            # figures drawn so far in this run (number
 GENERATION = "generation"             # this session's live generation: {"spec", "page", "job"}
 GENERATION_ERROR = "_generation_error"  # why Generate could not start, shown once under its button
 ATT_OPEN_BEST = "_att_open_best"      # an example was loaded: open its most telling head
-QUERY_MOVED = "_att_query_moved"      # a view picked another query token: the Attention page redraws whole
 UNIT_NAV_PENDING = "_unit_nav_pending"  # a unit id was picked: the router opens the unit page (unit_nav)
 PLOTLY_WARMED = "_plotly_warmed"      # this session's first run drew the hidden figure that loads Plotly's bundle
 PLOTLY_WARM = "gv_plotly_warm"        # that figure's container (display.warm_plotly)

@@ -22,7 +22,6 @@ FIGURE_SEQ = "_figure_seq"            # figures drawn so far in this run (number
 GENERATION = "generation"             # this session's live generation: {"spec", "page", "job"}
 GENERATION_ERROR = "_generation_error"  # why Generate could not start, shown once under its button
 ATT_OPEN_BEST = "_att_open_best"      # an example was loaded: open its most telling head
-QUERY_MOVED = "_att_query_moved"      # a view picked another query token: the Attention page redraws whole
 UNIT_NAV_PENDING = "_unit_nav_pending"  # a unit id was picked: the router opens the unit page (unit_nav)
 WHY_NAV_PENDING = "_why_nav_pending"  # a written token's "why?" was picked: the router opens the Why page (unit_nav)
 LIVE_WHY_STORE = "_live_why_store"    # the live run's explained tokens: {"job", "done", "spent"} (live_why)

@@ -22,6 +22,18 @@ HOST = "127.0.0.1"
 
 
 def free_port() -> int:
+    """A free port: any, or one of GPTVIZ_TEST_PORTS ("8600-8699") where a shared machine gives a session its own."""
+    ports = os.environ.get("GPTVIZ_TEST_PORTS", "").strip()
+    if ports:
+        first, _, last = ports.partition("-")
+        for port in range(int(first), int(last or first) + 1):
+            with socket.socket() as s:
+                try:
+                    s.bind((HOST, port))
+                except OSError:
+                    continue
+                return port
+        raise RuntimeError(f"no free port in GPTVIZ_TEST_PORTS={ports}")
     with socket.socket() as s:
         s.bind((HOST, 0))
         return s.getsockname()[1]

@@ -189,9 +189,10 @@ def bands_section(spec: ModelSpec, loaded: ui.Loaded, unit: ix.Unit) -> None:
     st.markdown("**Examples from the whole range**: its positive values in five bands between their quantiles, "
                 "weakest first, five examples of each drawn uniformly from the band (each band coloured on its own "
                 "scale, the example's token outlined), so you see what it does weakly, not only at its peak.")
+    positives, sample = ix.positive_count(loaded.index, unit), loaded.index.meta["bands"]["sample"]
     for band, contexts in bands:
         st.caption(display.md_text(fu.band_title(band.number + 1, band.levels, band.lo, band.hi, len(band.examples),
-                                                 band.sampled, value_name)))
+                                                 band.sampled, value_name, positives, sample)))
         if band.examples:
             key = K.per_item(K.UNIT_BANDS, band.number)
             rows = fu.example_rows(loaded.index, contexts, band.examples, ranked=False)

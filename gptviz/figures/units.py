@@ -52,12 +52,16 @@ def example_rows(index, contexts, examples, *, by_attention: bool = False, ranke
 
 
 def band_title(number: int, levels: tuple[float, float], lo: float, hi: float, shown: int, sampled: int,
-               value_name: str, examples: int = 5) -> str:
+               value_name: str, positives: int, sample: int, examples: int = 5) -> str:
     """A band's line: "Band 2: the 20-40% of its positive values, activation 0.0108 to 0.0184 (5 examples)", and,
-    where it shows fewer than `examples`, how many of the unit's sampled values fell in it."""
-    short = f"; its sample of the unit's positive values held {sampled} here" if shown < examples else ""
+    where it shows fewer than `examples`, why: the unit is > 0 on only `positives` tokens, or the index's sample of
+    `sample` of its positive values held only `sampled` in this band."""
+    count = f"{shown} example{'s' if shown != 1 else ''}"
+    if shown < examples:
+        count += (f": it is above 0 on only {positives:,} token{'s' if positives != 1 else ''}" if positives <= sample
+                  else f": the index's sample of {sample} of its positive values held {sampled} in this band")
     return (f"Band {number}: the {levels[0]:.0%}-{levels[1]:.0%} of its positive values, {value_name} {lo:.3g} to "
-            f"{hi:.3g} ({shown} example{'s' if shown != 1 else ''}{short})")
+            f"{hi:.3g} ({count})")
 
 
 def _row_layout(labels: list[str], peak: int) -> tuple[np.ndarray, np.ndarray]:

@@ -60,7 +60,7 @@ from .histograms import _Binner, _bin_of, _edges, _quantiles
 from .partial import load_partial, save_partial
 from .progress import text_progress
 from .read import (Attended, Band, Context, Example, attended, TokenUnit, UnitScore, _check_model, active_phrase, band_examples, check_documents, example_context,
-                   example_contexts, example_contexts_nbytes, histogram, index_documents, quantiles, summary,
+                   example_contexts, example_contexts_nbytes, histogram, index_documents, positive_count, quantiles, summary,
                    top_examples, top_tokens, units_at, units_at_nbytes, units_for_token)
 from .forward import _run_windows, _unit_blocks  # noqa: F401
 from .texts import corpus_pieces, corpus_texts

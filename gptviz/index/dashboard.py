@@ -126,7 +126,8 @@ def feature(index: NeuronIndex, unit: UnitLike, top: Sequence[Context], bands: S
             "mean": float(a["mean"][i]), "std": float(a["std"][i]),
             "bands": [{"band": b.number + 1, "lo": b.lo, "hi": b.hi, "levels": list(b.levels), "sampled": b.sampled,
                        "examples": len(b.examples)} for b, _ in bands],
-            "band_rule": index.meta["bands"]["rule"],
+            "band_rule": index.meta["bands"]["rule"], "sample": int(index.meta["bands"]["sample"]),
+            "positive_values": int(counts[positive].sum()),
             "effect": ("the logit change per unit of the neuron's activation: its output weights through the final "
                        "norm and the unembedding") if u.kind == "neuron" else
                       (f"what attending to {_label(source or 0)} writes, through the final norm and the "

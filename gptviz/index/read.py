@@ -81,6 +81,12 @@ class Band:
     sampled: int
 
 
+def positive_count(index: NeuronIndex, unit: UnitLike) -> int:
+    """How many of the tokens scanned the unit is > 0 on (its histogram's bins above the 0 edge hold exactly those)."""
+    edges, counts = histogram(index, unit)
+    return int(counts[edges[:-1] >= 0].sum())
+
+
 def band_examples(index: NeuronIndex, unit: UnitLike) -> list[Band]:
     """The unit's bands from its weakest positive values to its strongest, each with its examples; empty when the
     unit was never > 0 on the corpus."""

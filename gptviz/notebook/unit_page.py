@@ -43,7 +43,7 @@ def dashboard_html(batch: dict, title: str | None = None) -> str:
     for band in g["bands"]:
         mine = [a for a in f["activations"] if a["gptviz"]["group"] == f"band {band['band']}"]
         page.text(fu.band_title(band["band"], band["levels"], band["lo"], band["hi"], band["examples"],
-                                band["sampled"], value_name), tag="p")
+                                band["sampled"], value_name, g["positive_values"], g["sample"]), tag="p")
         if mine:
             page.component_data("token_rows", "gv-rows", payload(_rows(mine, False), value_name=value_name,
                                                                   cmax=band["hi"]))

@@ -187,9 +187,11 @@ def bands_section(spec: ModelSpec, loaded: ui.Loaded, unit: ix.Unit) -> None:
         st.markdown(f"**Examples from the whole range**: {unit} is never above 0 on the corpus.")
         return
     st.markdown("**Examples from the whole range**: its positive values in five bands between their quantiles, "
-                "weakest first, five examples of each drawn uniformly from the band (each band coloured on its own "
-                "scale, the example's token outlined), so you see what it does weakly, not only at its peak.")
+                "weakest first, five examples of each drawn uniformly from the band (the example's token outlined, "
+                "every band coloured on the top examples' scale), so you see what it does weakly, not only at its "
+                "peak.")
     positives, sample = ix.positive_count(loaded.index, unit), loaded.index.meta["bands"]["sample"]
+    peak = bands[-1][0].hi  # the last band ends at the unit's largest value
     for band, contexts in bands:
         st.caption(display.md_text(fu.band_title(band.number + 1, band.levels, band.lo, band.hi, len(band.examples),
                                                  band.sampled, value_name, positives, sample)))
@@ -197,7 +199,7 @@ def bands_section(spec: ModelSpec, loaded: ui.Loaded, unit: ix.Unit) -> None:
             key = K.per_item(K.UNIT_BANDS, band.number)
             rows = fu.example_rows(loaded.index, contexts, band.examples, ranked=False)
             st.html(reserve_css(key, len(rows)))  # style only: the rows' room before they draw
-            token_rows(token_rows_payload(rows, value_name=value_name, cmax=band.hi), key=key)
+            token_rows(token_rows_payload(rows, value_name=value_name, cmax=peak), key=key)
 
 
 def export_section(spec: ModelSpec, loaded: ui.Loaded, unit: ix.Unit, source: int | None) -> None:

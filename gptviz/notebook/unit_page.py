@@ -39,14 +39,14 @@ def dashboard_html(batch: dict, title: str | None = None) -> str:
     cmax = max((a["gptviz"]["value"] for a in top), default=1.0)
     page.component_data("token_rows", "gv-rows", payload(_rows(top, True), value_name=value_name, cmax=cmax))
     page.text("Examples from the whole range: its positive values in five bands between their quantiles, five "
-              "examples of each drawn uniformly (each band coloured on its own scale)", tag="h3")
+              "examples of each drawn uniformly (coloured on the top examples' scale)", tag="h3")
     for band in g["bands"]:
         mine = [a for a in f["activations"] if a["gptviz"]["group"] == f"band {band['band']}"]
         page.text(fu.band_title(band["band"], band["levels"], band["lo"], band["hi"], band["examples"],
                                 band["sampled"], value_name, g["positive_values"], g["sample"]), tag="p")
         if mine:
             page.component_data("token_rows", "gv-rows", payload(_rows(mine, False), value_name=value_name,
-                                                                  cmax=band["hi"]))
+                                                                  cmax=cmax))
     if not g["bands"]:
         page.text("It is never above 0 on the corpus: no bands.")
     hist = g["histogram"]

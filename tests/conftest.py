@@ -13,8 +13,9 @@ def _isolate_from_the_users_machine() -> None:
     """Every test, and every server or subprocess a test starts, writes under one temporary home of this process's
     own, never the user's: HOME, the XDG folders (built indexes, the C pass's library) and Hugging Face's caches point
     there, and the user's own GPTVIZ_* settings (a deployment's memory budget, an index folder) are dropped, so the
-    suite tests the defaults wherever it runs; the suite's own GPTVIZ_TEST_* (threads, a range of ports) stay. The checkout comes first on sys.path for this process and, through
-    PYTHONPATH, for the interpreters tests start, so a `pip install .` of another version is never what is tested.
+    suite tests the defaults wherever it runs (the suite's own GPTVIZ_TEST_* stay: threads, ports, screenshots). The
+    checkout comes first on sys.path for this process and, through PYTHONPATH, for the interpreters tests start, so a
+    `pip install .` of another version is never what is tested.
     Done at import, before gptviz and huggingface_hub read these (some read them once, at import)."""
     home = Path(tempfile.mkdtemp(prefix="gptviz-tests-home-"))
     for name in [k for k in os.environ if k.startswith("GPTVIZ_") and not k.startswith("GPTVIZ_TEST_")]:

@@ -269,6 +269,11 @@ def test_the_unit_pages_snippet_gives_its_summary_examples_and_share():
     assert len(rows) == len(result["top examples"])
     for row, example in zip(rows, result["top examples"]):
         assert max(v for v in row["values"] if v is not None) == pytest.approx(example.value, abs=1e-4)
+    for band in result["bands"]:  # L3N47 is active on 3 tokens: its bands show what there is, and say so
+        shown = pagetest.token_rows(at, K.per_item(K.UNIT_BANDS, band.number))["rows"] if band.examples else []
+        assert [row["values"][row["peak"]] for row in shown] == pytest.approx([e.value for e in band.examples],
+                                                                              abs=1e-4)
+    assert sum(len(b.examples) for b in result["bands"]) == 3
 
 
 @pytest.mark.slow

@@ -214,3 +214,43 @@ def run_merge(args) -> int:
     print(json.dumps({"out": str(Path(args.out)), "shards": len(loaded), "tokens": index.tokens,
                       "scan_seconds_summed": index.meta["scan"]["seconds"]}))
     return 0
+
+
+def add_export_arguments(e: argparse.ArgumentParser) -> None:
+    e.add_argument("model", help="the model the index was built with: a bundled model's name, a checkpoint folder or "
+                                 "a Hub id")
+    e.add_argument("--out", required=True, help="a new or empty folder for the batch files")
+    e.add_argument("--index", default=None, help="the index folder (default: a bundled model's shipped index)")
+    e.add_argument("--units", default=None, help="only these units, e.g. L2N26,L1H3 (default: every one)")
+    e.add_argument("--per-batch", type=int, default=128, help="features per batch file (default 128)")
+    e.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+
+
+def run_export(args) -> int:
+    """`python -m gptviz index export MODEL --out FOLDER`: every unit's page in Neuronpedia's feature-dashboard
+    shape (gptviz.index.dashboard), the contexts of its top and band examples read by the model."""
+    import torch
+
+    from ..model.weights import load_pretrained
+    from .dashboard import export_index
+    from .progress import text_progress
+    from .read import index_documents
+    from .store import bundled_index, index_matches, load_index
+
+    torch.set_num_threads(max(1, args.threads))
+    if args.per_batch < 1:
+        raise ValueError(f"--per-batch must be at least 1, got {args.per_batch}")
+    index = load_index(args.index) if args.index else bundled_index(args.model)
+    if index is None:
+        raise ValueError(f"{args.model!r} has no shipped index: name its folder with --index")
+    model = load_pretrained(args.model).eval()
+    if not index_matches(index, model):
+        raise ValueError("the index was built with other weights than this model's: its examples would not be this "
+                         "model's")
+    units = [u.strip() for u in args.units.split(",") if u.strip()] if args.units else None
+    out = export_index(index, index_documents(index), model, args.out, units=units, per_batch=args.per_batch,
+                       progress=text_progress(f"export {index.meta['model']['name'] or args.model}"))
+    listed = json.loads((out / "export.json").read_text(encoding="utf-8"))
+    print(json.dumps({"out": str(out), "units": listed["units"], "batches": len(listed["batches"]),
+                      "bytes": sum(p.stat().st_size for p in out.rglob("*.json"))}))
+    return 0

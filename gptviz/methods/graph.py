@@ -17,7 +17,8 @@ import torch
 
 from .graph_ablation import ablation_actuals
 from .graph_frozen import Clock, FrozenModel, check_target, has_betas
-from .graph_nodes import NodeRef, Values, bias_names, bias_parts, edge_weights, metric_ref, node_values
+from .graph_nodes import (NodeRef, Values, bias_names, bias_parts, edge_weights, metric_ref, node_values,
+                          ref_at)
 
 METHOD = "frozen attention and norm scales; neurons pass act/pre"
 FLOAT32 = 4
@@ -153,21 +154,9 @@ def select_nodes(influence: Values, T: int, threshold: float, max_nodes: int) ->
     before = forced + torch.cumsum(values, 0) - values      # what the kept nodes cover before each is added
     n = min(int((before < threshold * total).sum()), int((values > 0).sum()))
     kept = [NodeRef("embeddings", None, None, p) for p in range(T)]
-    kept += [_ref_at(int(i), L, T, H, d_ff, names) for i in top_index[:n]]
+    kept += [ref_at(int(i), L, T, H, d_ff, names) for i in top_index[:n]]
     share = (forced + float(top_values[:n].double().sum())) / total if total > 0 else 1.0
     return kept + [metric_ref(T)], share
-
-
-def _ref_at(i: int, L: int, T: int, H: int, d_ff: int, names: list[str]) -> NodeRef:
-    """The node at index i of select_nodes' flat order: heads [L, T, H], neurons [L, T, d_ff], biases [L, T] each."""
-    if i < L * T * H:
-        return NodeRef("head", i // (T * H), i % H, (i // H) % T)
-    i -= L * T * H
-    if i < L * T * d_ff:
-        return NodeRef("neuron", i // (T * d_ff), i % d_ff, (i // d_ff) % T)
-    i -= L * T * d_ff
-    name, i = names[i // (L * T)], i % (L * T)
-    return NodeRef("bias", i // T, None, i % T, name)
 
 
 def _prune_edges(weights: torch.Tensor, targets: list[NodeRef], sources: list[NodeRef], threshold: float

@@ -14,7 +14,7 @@ import torch
 
 from ..model.hooks import act_name
 from .graph_frozen import FrozenModel, _project
-from .graph_nodes import NodeRef, bias_names, node_values
+from .graph_nodes import NodeRef, bias_names, node_values, ref_at
 from .interventions import Edit, _local_positions, ablate_heads, ablate_neurons
 
 FLOAT32 = 4
@@ -102,16 +102,7 @@ def _flatten(v, fm: FrozenModel):
     d_ff = v.neurons.shape[2]
 
     def ref(i: int) -> NodeRef:
-        if i < T:
-            return NodeRef("embeddings", None, None, i)
-        i -= T
-        if i < L * T * H:
-            return NodeRef("head", i // (T * H), i % H, (i // H) % T)
-        i -= L * T * H
-        if i < L * T * d_ff:
-            return NodeRef("neuron", i // (T * d_ff), i % d_ff, (i // d_ff) % T)
-        i -= L * T * d_ff
-        return NodeRef("bias", (i % (L * T)) // T, None, i % T, names[i // (L * T)])
+        return NodeRef("embeddings", None, None, i) if i < T else ref_at(i - T, L, T, H, d_ff, names)
     return flat, ref
 
 

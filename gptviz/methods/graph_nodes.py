@@ -209,3 +209,15 @@ def _inject(fm: FrozenModel, targets: list[NodeRef], step, V: torch.Tensor) -> N
         coef = fm.ratio[l][positions, index] * (fm.grads[("mlp", l)][positions] * w.Wout[:, index].T).sum(-1)
         vec = coef[:, None] * w.Wfc[index]
         V[rows, positions] += norm.transpose(vec, positions) if norm is not None else vec
+
+
+def ref_at(i: int, L: int, T: int, H: int, d_ff: int, names: list[str]) -> NodeRef:
+    """The node at index i of select_nodes' flat order: heads [L, T, H], neurons [L, T, d_ff], biases [L, T] each."""
+    if i < L * T * H:
+        return NodeRef("head", i // (T * H), i % H, (i // H) % T)
+    i -= L * T * H
+    if i < L * T * d_ff:
+        return NodeRef("neuron", i // (T * d_ff), i % d_ff, (i // d_ff) % T)
+    i -= L * T * d_ff
+    name, i = names[i // (L * T)], i % (L * T)
+    return NodeRef("bias", i // T, None, i % T, name)

@@ -76,7 +76,8 @@ def upload(page, path) -> None:
 
 def shoot_sidebar(page, path) -> None:
     """The sidebar, scrolled to the uploader and what it says of the stored file."""
-    page.locator('[data-testid="stSidebar"] [data-testid="stFileUploader"]').scroll_into_view_if_needed()
+    # .first: the uploader drawn last run; a stale copy can linger a moment while Streamlit swaps them (a loaded machine)
+    page.locator('[data-testid="stSidebar"] [data-testid="stFileUploader"]').first.scroll_into_view_if_needed()
     page.locator('[data-testid="stSidebar"]').get_by_text("Remove the upload").scroll_into_view_if_needed()
     box = page.locator('[data-testid="stSidebar"]').bounding_box()
     page.screenshot(path=str(path), clip={"x": 0, "y": 0, "width": min(box["width"], page.viewport_size["width"]),

@@ -7,7 +7,7 @@ over its wall time) without and with, the median of the rounds' ratios (the targ
 and how many tokens got contributors live. Then the same at the pages' default pace (5 tokens/s), where the model waits and the budget is larger.
 
     python -m benchmarks live-why
-    python -m benchmarks live-why -- --models bundled --rounds 5 --tokens 100
+    python -m benchmarks live-why -- --models bundled --rounds 9 --paces free
 """
 from __future__ import annotations
 
@@ -76,6 +76,8 @@ def main() -> None:
     ap.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--tokens", type=int, default=100)
+    ap.add_argument("--paces", nargs="+", default=["free", "5"], choices=["free", "5"],
+                    help="free: as fast as it writes; 5: 5 tokens/s, the pages' default")
     args = ap.parse_args()
     torch.set_num_threads(1)
     print(f"torch threads 1 (the page's script thread beside a one-thread generation); "
@@ -84,7 +86,8 @@ def main() -> None:
           "tokens explained live | contributors' seconds / run's wall seconds |")
     print("|---|---|---|---|---|---|---|---|")
     for name in args.models:
-        for pace, label in ((None, "as fast as it writes"), (5.0, "5 tokens/s")):
+        for pace, label in [(None, "as fast as it writes"), (5.0, "5 tokens/s")][0 if "free" in args.paces else 1:
+                                                                                 2 if "5" in args.paces else 1]:
             r = measure(name, args.rounds, args.tokens, pace)
             print(f"| {name} | {label} | {r['without']:.1f} | {r['with']:.1f} | {r['ratio']:.2f} | "
                   f"{r['spread'][0]:.2f}-{r['spread'][1]:.2f} | "

@@ -75,11 +75,12 @@ def test_a_token_expected_to_cost_more_than_the_budget_left_is_not_started():
     explained = live_why.Explained(job)
     clock.t = 1.0 / live_why.SHARE             # free pace: 1 s of budget
 
-    def compute(i):   # each takes 0.6 s of the clock (the model goes on meanwhile)
+    def compute(i):   # this one takes 0.6 s of the clock, more than expected (the model goes on meanwhile)
         clock.t += 0.6
         return i
     assert live_why.explain_new(job, 3, explained, compute, lambda i: 1.5, now=clock) == 0
-    assert live_why.explain_new(job, 3, explained, compute, lambda i: 0.5, now=clock) == 1   # then 0.6 + 0.5 > 1.03
+    assert live_why.explain_new(job, 3, explained, compute, lambda i: 0.3, now=clock) == 0   # past TICK_S: never live
+    assert live_why.explain_new(job, 3, explained, compute, lambda i: 0.2, now=clock) == 1   # then its 0.6 s spent the redraw
 
 
 def test_the_first_guess_grows_with_the_model_and_the_text():

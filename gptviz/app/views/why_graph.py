@@ -134,7 +134,7 @@ def check_node(ask: Ask, graph) -> None:
             return
     predicted = -node.influence
     m1, m2, m3 = st.columns(3)
-    m1.metric("Metric, unedited", f"{baseline:+.3f}", help=f"{metric_name(ask)} in the real model.")
+    m1.metric("Metric, unedited", f"{baseline:+.3f}", help=f"{display.md_text(metric_name(ask))} in the real model.")
     m2.metric("Predicted change", f"{predicted:+.3f}", help="Minus its influence: the frozen model's answer (patterns, "
               "norms and neuron ratios held at this prompt's).")
     m3.metric("Actual change, removed", f"{actual:+.3f}", help=f"The real model without it ({baseline + actual:+.3f}), "

@@ -23,8 +23,7 @@ GENERATION = "generation"             # this session's live generation: {"spec",
 GENERATION_ERROR = "_generation_error"  # why Generate could not start, shown once under its button
 ATT_OPEN_BEST = "_att_open_best"      # an example was loaded: open its most telling head
 UNIT_NAV_PENDING = "_unit_nav_pending"  # a unit id was picked: the router opens the unit page (unit_nav)
-PLOTLY_WARMED = "_plotly_warmed"      # this session's first run drew the hidden figure that loads Plotly's bundle
-PLOTLY_WARM = "gv_plotly_warm"        # that figure's container (display.warm_plotly)
+PLOTLY_WARMED = "_plotly_warmed"      # this session's first run sent the script that loads Plotly's bundle
 
 
 # ---- The sidebar (every page reads these) ----------------------------------------------------------------

@@ -133,8 +133,8 @@ def direct_attribution_tab(ask: Ask) -> None:
                         key=K.WHY_DLA_BARS)
     heads_grid(ask, dla.head_values, "Heads' direct attribution (click a head to ablate it)", "logit diff")
     ablation_effect(ask)
-    display.download_csv(pd.DataFrame({"part": dla.labels, "direct_attribution": dla.values.numpy()}),
-                         "direct_attribution.csv", key=K.WHY_DLA_CSV)
+    display.download_csv(lambda: pd.DataFrame({"part": dla.labels, "direct_attribution": dla.values.numpy()}),
+                         "direct_attribution.csv", key=K.WHY_DLA_CSV)  # built on a click, not at every run
     reproduce.show(reproduce.direct_attribution(ask.spec, ask.ids, ask.target, ask.other, reproduce.prompt_text()))
 
 

@@ -10,7 +10,9 @@ How one interaction is timed, all by the page's own clock (performance.now; Play
   - "final": the painted frame after the last change the page makes in answer (a DOM mutation anywhere but the
     status widget and tooltips), once the script run has ended and nothing changed for a second; what it reports;
   - a page switch also reports its first figure: the first frame with a figure (Plotly, or one of the app's
-    components: the map, the query bars, the example rows) that was not on the page before.
+    components: the map, the query bars, the example rows) that was not on the page before;
+  - beside them, the server's CPU seconds from the action to the final state (/proc): what the script runs cost,
+    steadier than the clock on a shared machine.
 Budgets (the issue's): p95 <= 500 ms for an in-page interaction, <= 1 s from a page switch to its first figure, <= 3 s
 from a cold server's first request to the first attention map. The live page at "as fast as it writes" is read
 against the engine: its N tokens within 1.1x the engine's own time plus 0.3 s.
@@ -35,6 +37,7 @@ from urllib.parse import quote
 from benchmarks import run_folder
 from benchmarks.bench_browser import FREE_PACE, MODELS, cold_start, engine_tokens_per_s, prompt_of
 from benchmarks.load_test import ARGS, CHROMIUM, ROOT, Server
+from benchmarks.servers import cpu_seconds
 
 IN_PAGE, PAGE_SWITCH, COLD = 0.5, 1.0, 3.0  # budgets, seconds at p95
 QUIET_MS = 1000  # no change for this long after the run ends: the page is final
@@ -174,6 +177,7 @@ def timed(page, condition: str, act, *, settle: bool = True, timeout_ms: int = 1
     """Arm the watch with `condition` (a JS expression over `gv`), run `act()`, wait until the condition has been
     painted and (with `settle`) the page is final; the times in seconds from the input event."""
     page.evaluate("src => gv.arm(src)", condition)
+    cpu = cpu_seconds(SERVER_PID) if SERVER_PID else None
     act()
     try:
         page.wait_for_function("() => gv.s.seen !== null", timeout=timeout_ms, polling=50)
@@ -181,7 +185,13 @@ def timed(page, condition: str, act, *, settle: bool = True, timeout_ms: int = 1
             page.wait_for_function(f"() => gv.quiet({QUIET_MS})", timeout=timeout_ms, polling=100)
     except Exception as err:
         raise RuntimeError(f"{condition}: {page.evaluate(STATE_JS)}") from err
-    return page.evaluate("() => gv.result()")
+    got = page.evaluate("() => gv.result()")
+    if cpu is not None and settle:  # the server's CPU seconds for it: steadier than the clock on a busy machine
+        got["server_cpu"] = cpu_seconds(SERVER_PID) - cpu
+    return got
+
+
+SERVER_PID: int | None = None  # the app's process, whose CPU time each interaction reads (main sets it)
 
 
 STATE_JS = """() => ({t0: gv.s.t0, seen: gv.s.seen, fig: gv.s.fig, since_last_change_ms: performance.now() - gv.s.lastAt,
@@ -464,7 +474,7 @@ def measure(browser, url: str, model: str, reps: int, only: set[str], verbose: b
 
 def report(results: dict[str, tuple[list[Row], dict, str]], cold: list[dict] | None, engine: dict,
            cold_load: str = "") -> list[str]:
-    lines = ["| model | interaction | n | p50 | p95 | p50 / p95 of the other mark | budget (p95) | over | "
+    lines = ["| model | interaction | n | p50 | p95 | p50 / p95 of the other mark; the server's CPU (p50) | budget (p95) | over | "
              "load at the model's end (1/5/15 min) |", "|---|---|---|---|---|---|---|---|---|"]
     over = []
     for model, (rows, _, load_end) in results.items():
@@ -482,6 +492,9 @@ def report(results: dict[str, tuple[list[Row], dict, str]], cold: list[dict] | N
             else:
                 what, drawn = "final", r.of("seen")
                 other = f"drawn {p(drawn, 0.5) * 1000:,.0f} / {p(drawn, 0.95) * 1000:,.0f} ms" if drawn else ""
+            cpu = r.of("server_cpu")
+            if cpu:
+                other += f"; server CPU {p(cpu, 0.5) * 1000:,.0f} ms"
             note = f" ({r.note})" if r.note else ""
             lines.append(f"| {MODELS[model][1]} | {r.name}{note} | {len(xs)} | {p50 * 1000:,.0f} ms | "
                          f"{p95 * 1000:,.0f} ms ({what}) | {other} | {r.budget * 1000:,.0f} ms | "
@@ -541,6 +554,8 @@ def main() -> int:
             shown = ", ".join(f"{c['heatmap']:.2f}" for c in cold)
             print(f"  cold start: {shown} s (load {load()})", flush=True)
         server = Server(root=args.app)
+        global SERVER_PID
+        SERVER_PID = server.proc.pid
         try:
             for model in args.models:
                 rows, live = measure(browser, server.url, model, args.repeats, set(args.only), args.verbose)

@@ -20,7 +20,7 @@ from gptviz import methods as analysis
 from gptviz.app.component import attention_map as amap
 from gptviz.figures import attention as fa
 from gptviz.model.tokenizer import decode, encode, token_labels
-from gptviz.app import keys as K, live, models, sidebar
+from gptviz.app import display, keys as K, live, models, sidebar
 from pagetest import (MARKUP, ROOT, TINY, array, attention_map, edge_prompts, figure, figures, finish_generation,
                       forward_calls, generation_of, kept_of_edge_prompt, live_code, open_app, query_bars, run_page,
                       TokenGate)
@@ -50,11 +50,11 @@ def test_router_default_page():
     assert at.session_state[K.MODEL_SPEC] == TINY
     assert len(at.button_group(key=K.ATT_QUERY).options) == len(encode(sidebar.DEFAULT_PROMPT))
     assert allocator.freed_memory_kept() is (platform.libc_ver()[0] == "glibc")
-    # the session's first run ends with the hidden figure that loads the browser's Plotly bundle; the next has none
-    warm = [c for c in at.get("plotly_chart") if c.proto.id and K.PLOTLY_WARM in str(c.proto.id)]
-    assert at.session_state[K.PLOTLY_WARMED] and len(warm) == 1
+    # the session's first run ends with the script that loads the browser's Plotly bundle when idle; the next has none
+    warm = [h for h in at.get("html") if "__gvPlotlyWarm" in h.proto.body]
+    assert at.session_state[K.PLOTLY_WARMED] and len(warm) == 1 and display.plotly_chunk() in warm[0].proto.body
     at.run()
-    assert not at.exception and not [c for c in at.get("plotly_chart") if K.PLOTLY_WARM in str(c.proto.id)]
+    assert not at.exception and not [h for h in at.get("html") if "__gvPlotlyWarm" in h.proto.body]
 
 
 def test_default_state_widgets_and_real_weights():

@@ -6,6 +6,7 @@ figures.common.plotly_text, or Markdown escaped by md_text, never as HTML.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import streamlit as st
 
@@ -81,22 +82,42 @@ def show_figure(fig, key: str | None = None, **kwargs):
 
 
 # Streamlit loads its Plotly bundle (4.7 MB of JavaScript) the first time a page shows a Plotly figure: a visitor's first
-# figure took 1.2-1.4 s longer than the next on a quiet 2-core machine, 2-3 s under load (issue 60). The first run of a
-# session ends with an empty figure out of sight, so the browser loads the bundle while the visitor reads.
-_WARM_CSS = (f"<style>.st-key-{K.PLOTLY_WARM} {{position: absolute; left: -10000px; top: 0; width: 16px; height: 16px; "
-             "overflow: hidden; pointer-events: none;}</style>")
+# figure took 1.2-1.4 s longer than the next on a quiet 2-core machine, 2-3 s under load (issue 60). A session's first
+# run ends with a script that imports that bundle once the page has been still for a moment and the browser is idle, so
+# it loads while the visitor reads. Not at once: parsing it held up the first screen's map (4.7-5.2 s -> 7.5-7.8 s from
+# a cold server's first request, load 10). A fixed script: no user or model text is part of it; the bundle's file name
+# is read from the installed Streamlit (none found: nothing is sent).
+_WARM_JS = """<script>(() => {{
+  if (window.__gvPlotlyWarm) return;  // once per browser tab
+  window.__gvPlotlyWarm = true;
+  const main = document.querySelector('script[type="module"][src*="/static/js/index."]');
+  if (!main) return;
+  const url = new URL({chunk!r}, main.src).href;
+  let still = 0;
+  const wait = setInterval(() => {{  // the page still (no script run) for a second, then an idle moment
+    still = document.querySelector('[data-testid="stStatusWidget"]') ? 0 : still + 1;
+    if (still < 4) return;
+    clearInterval(wait);
+    (window.requestIdleCallback || ((f) => setTimeout(f, 0)))(() => import(url).catch(() => {{}}), {{timeout: 5000}});
+  }}, 250);
+}})();</script>"""
+
+
+def plotly_chunk() -> str | None:
+    """The file name of the installed Streamlit's Plotly bundle (PlotlyChart.<hash>.js), or None."""
+    folder = Path(st.__file__).parent / "static" / "static" / "js"
+    found = sorted(folder.glob("PlotlyChart.*.js"))
+    return found[0].name if found else None
 
 
 def warm_plotly() -> None:
-    """Once per session, at the end of its first run: an empty Plotly figure drawn out of sight (see _WARM_CSS)."""
+    """Once per session, at the end of its first run: the script that loads Plotly's bundle when the page is idle."""
     if st.session_state.get(K.PLOTLY_WARMED):
         return
     st.session_state[K.PLOTLY_WARMED] = True
-    import plotly.graph_objects as go
-    st.html(_WARM_CSS)
-    with st.container(key=K.PLOTLY_WARM):
-        st.plotly_chart(go.Figure(layout={"width": 16, "height": 16}), config={"staticPlot": True, "displayModeBar": False},
-                        key=K.per_item(K.PLOTLY_WARM, "figure"))
+    chunk = plotly_chunk()
+    if chunk is not None:
+        st.html(_WARM_JS.format(chunk=chunk), unsafe_allow_javascript=True)
 
 
 def figure_download(build, file_name: str, key: str, label: str = "Interactive HTML") -> None:

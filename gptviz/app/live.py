@@ -265,13 +265,10 @@ def wait_if_nearly_done(job: LiveGeneration) -> None:
 
 
 def wait_for_first_token(job: LiveGeneration, most: float = LIVE_REDRAW_S) -> None:
-    """Before a live redraw of a run with no token yet (the run right after Generate): wait up to `most` seconds for
-    its first token, so it shows when it is written instead of at the next redraw, LIVE_REDRAW_S later (Generate to
-    the first token drawn took 0.7-1.6 s, the model's first token 0.05-0.3 s; issue 60). Not while it waits in line
-    for a slot, nor when paced by clicks."""
+    """Right after Generate: wait (asleep) up to `most` s for the first token, not a redraw later (issue 60)."""
     deadline = time.monotonic() + most
     while job.running and not job.steps and job.ahead is None and time.monotonic() < deadline:
-        time.sleep(0.005)  # the script thread sleeps, holding nothing
+        time.sleep(0.005)
 
 
 def live_fragment(spec: ModelSpec, ids, page: str, draw: Callable[[dict], None]) -> None:

@@ -25,8 +25,8 @@ from ..model.hooks import (ActivationCache, act_name, capture, capture_nbytes, m
 from ..serve import limits
 from ..serve.limits import LimitError
 from ..model.params import total_params
-from ..model.weights import (CheckpointError, allowed_source, bundled_models, forget_download, load_checkpoint,
-                             weights_nbytes)
+from ..model.weights import CheckpointError, bundled_models, forget_download, load_checkpoint, weights_nbytes
+from ..serve.model_access import allowed_source
 from ..model.weights import training_vocab as read_training_vocab
 from . import keys
 from ..serve.uploads import UploadFolders

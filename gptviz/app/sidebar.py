@@ -13,7 +13,8 @@ from ..serve.devices import available_devices, available_dtypes
 from ..serve.limits import LimitError, server_limits
 from ..model.params import total_params
 from ..model.tokenizer import fit_vocabulary, get_tokenizer
-from ..model.weights import CheckpointError, bundled_models, hub_copy_on_disk, trained_norm
+from ..model.weights import CheckpointError, bundled_models, hub_copy_on_disk
+from ..serve.model_access import trained_norm
 from . import keys as K
 from . import settings as S
 from .display import EXPORT_FORMATS, md_text

@@ -19,7 +19,7 @@ from .config import ConfigError, GPTConfig
 from .formats.base import CheckpointError, read_pickle
 from .formats.openai_gpt import MODEL_TYPE as OPENAI_GPT, config_from_openai_gpt
 from .formats.unsupported import unsupported_config
-from ..serve.limits import server_limits
+from .load_limits import MAX_CONFIG_BYTES, MAX_LOAD_LAYERS, load_limits
 from .model import GPT
 
 FORMAT = "gptviz"
@@ -30,27 +30,20 @@ _HF_ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "g
 _CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 
 
-# A checkpoint's sizes are data from outside: these caps are checked against config.json and the weights file's
-# header before anything is allocated. An operator can change the parameter and context caps with
-# GPTVIZ_MAX_LOAD_PARAMS and GPTVIZ_MAX_LOAD_CTX (read in limits.py, with every other server limit).
-MAX_LOAD_LAYERS = 256  # modules are built one per layer, even on the meta device
-MAX_CONFIG_BYTES = 1 << 20
-
-
 def check_load_limits(config: GPTConfig) -> None:
     """CheckpointError when a config is past the caps; counts by formula, allocating nothing."""
     from .params import param_count
-    limits = server_limits()
+    limits = load_limits()
     if config.n_layers > MAX_LOAD_LAYERS:
         raise CheckpointError(f"the config asks for {config.n_layers:,} layers; this server loads at most "
                               f"{MAX_LOAD_LAYERS}")
-    if config.n_ctx > limits.max_load_ctx:
+    if config.n_ctx > limits.max_ctx:
         raise CheckpointError(f"the config asks for a context of {config.n_ctx:,} positions; this server loads "
-                              f"at most {limits.max_load_ctx:,} (GPTVIZ_MAX_LOAD_CTX)")
+                              f"at most {limits.max_ctx:,} (GPTVIZ_MAX_LOAD_CTX)")
     n = param_count(config)
-    if n > limits.max_load_params:
+    if n > limits.max_params:
         raise CheckpointError(f"the config describes {n:,} parameters; this server loads at most "
-                              f"{limits.max_load_params:,} (GPTVIZ_MAX_LOAD_PARAMS)")
+                              f"{limits.max_params:,} (GPTVIZ_MAX_LOAD_PARAMS)")
 
 
 def save_checkpoint(model: GPT, folder: str | os.PathLike, dtype: torch.dtype | None = None,

@@ -15,6 +15,7 @@ from typing import Callable
 
 from ...interop.hf_tokenizer import TOKENIZER_FILES, OpenAIGPTTokenizer
 from ...model import weights
+from ...serve.model_access import allowed_source
 from ...model.tokenizer import decode, encode, token_labels
 from ...serve.limits import server_limits
 from .. import keys as K
@@ -81,7 +82,7 @@ def _on_disk(norm: str) -> tuple[str, Path] | None:
     for repo in HUB_IDS[norm]:
         if weights.hub_copy_on_disk(repo):
             try:
-                return repo, weights.allowed_source(repo, offline=True)
+                return repo, allowed_source(repo, offline=True)
             except (weights.CheckpointError, OSError):
                 continue
     return None

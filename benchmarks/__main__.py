@@ -44,7 +44,7 @@ class Bench:
     report: str | None = None  # a file the script writes in the run folder; --update-current copies it beside TABLE
 
 
-HELPERS = ("servers.py", "run_folder.py")  # modules the scripts (and tests) share, not benchmarks themselves
+HELPERS = ("servers.py", "run_folder.py", "forward_passes.py")  # modules the scripts (and tests) share, not benchmarks themselves
 
 BENCHMARKS = {
     "engine": Bench("run.py", "gptviz against transformers on GPT-2 small: capture, generate, load",

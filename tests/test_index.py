@@ -467,7 +467,7 @@ def test_a_scans_forward_pass_ends_after_the_last_activation_it_reads():
     """forward_through_units runs the edits of every layer up to the last layer's MLP activation, with the values a
     full pass gives them, then stops: that layer's MLP output, the final norm and the LM head never run."""
     from gptviz.index.forward import forward_through_units
-    from gptviz.model.model import forward_count
+    from benchmarks.forward_passes import forward_count
     for norm in ("pre", "post"):
         model = build(norm=norm)
         L = model.config.n_layers

@@ -70,7 +70,7 @@ def prompt_capture_npz_nbytes(config, T: int, include_attention: bool = True) ->
     """What prompt_capture_npz holds at its peak: its capture with the forward pass beside it (gptviz.serve.memory), and
     the file twice (the zip's buffer and the bytes copied out of it; compressed, each is at most about the arrays'
     size)."""
-    from .serve.memory import capture_work_nbytes
+    from .model.sizes import capture_work_nbytes
     names = [n for n in _hook_names(config) if include_attention or not n.endswith(ATTENTION_HOOKS)]
     return capture_work_nbytes(config, names, T) + 2 * export_nbytes(config, T, include_attention)
 

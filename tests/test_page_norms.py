@@ -12,7 +12,8 @@ from streamlit.testing.v1 import AppTest
 import gptviz.model.checkpoint
 import gptviz.model.weights
 from gptviz import PRESETS
-from gptviz.methods import wiring, xiong
+from gptviz.methods import wiring
+from gptviz.training import xiong
 from gptviz.app import keys as K
 from gptviz.figures.norms import WIRING_NAMES
 from gptviz.model.generate import generate

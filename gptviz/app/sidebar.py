@@ -9,7 +9,7 @@ import streamlit as st
 
 from .. import GPT, PRESETS
 from ..model.config import ConfigError
-from ..serve.devices import available_devices, available_dtypes
+from ..model.devices import available_devices, available_dtypes
 from ..serve.limits import LimitError, server_limits
 from ..model.params import total_params
 from ..model.tokenizer import fit_vocabulary, get_tokenizer

@@ -94,7 +94,7 @@ def _shard(text: str) -> tuple[int, int]:
 def run(args) -> int:
     import torch
 
-    from ..serve.devices import place
+    from ..model.devices import place
     from ..model.weights import bundled_models, load_pretrained
     from .progress import text_progress
     from .scan import finish_scan, plan_scan, scan_batches
@@ -184,7 +184,7 @@ def merge_target(out, parts) -> Path:
 def _save_new(index, target: Path) -> Path:
     """Write the index into a temporary folder beside `target`, then rename it into place: a merge that fails leaves
     nothing, and the rename itself refuses a folder that filled up meanwhile (ENOTEMPTY)."""
-    from ..serve.atomic_write import TEMP_PREFIX
+    from .atomic_write import TEMP_PREFIX
     from .store import save_index
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{target.name}.", dir=target.parent))

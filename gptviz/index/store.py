@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..serve.atomic_write import atomic_file, atomic_write
+from .atomic_write import atomic_file, atomic_write
 from .constants import BAND_EXAMPLES, BANDS, FORMAT, INDEX_JSON, INDEX_NPZ, TOKEN_UNITS, VERSION
 from .units import Unit, UnitLike, _as_unit, _flat, _unit_at
 

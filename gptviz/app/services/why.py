@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import torch
 
 from ...methods import attribution, flow
+from ...model import sizes
 from ...serve import limits, memory
 from ...model.config import GPTConfig
 from ...model.generate import generate
@@ -78,7 +79,7 @@ def next_token(spec: models.ModelSpec, ids: tuple[int, ...], edit_heads: tuple[t
     """Next-token probabilities after `ids`, with the listed (layer, head) pairs ablated."""
     model = models.load_model(spec)
     edits = head_edits(spec, ids, edit_heads, mode)
-    with memory.reserve(memory.capture_work_nbytes(model.config, (), len(ids)),
+    with memory.reserve(sizes.capture_work_nbytes(model.config, (), len(ids)),
                         f"next-token probabilities for {len(ids)} tokens on {spec.name}"):
         logits, _ = run_with_edits(model, torch.tensor([ids]), edits)
         return torch.softmax(logits[0, -1].float(), -1)
@@ -114,7 +115,7 @@ def continuation(spec: models.ModelSpec, ids: tuple[int, ...], heads: tuple[tupl
                  n: int, temperature: float, seed: int) -> list[int]:
     model = models.load_model(spec)
     edits = head_edits(spec, ids, heads, mode)
-    with memory.reserve(memory.sampling_nbytes(model.config, len(ids), n),
+    with memory.reserve(sizes.sampling_nbytes(model.config, len(ids), n),
                         f"a continuation of {n} tokens on {spec.name}"):
         return generate(model, list(ids), n, temperature=temperature, seed=seed, edits=edits)[len(ids):]
 
@@ -124,7 +125,7 @@ def edited_pattern(spec: models.ModelSpec, ids: tuple[int, ...], heads: tuple[tu
                    layer: int) -> torch.Tensor:
     name, model = act_name("pattern", layer), models.load_model(spec)
     edits = head_edits(spec, ids, heads, mode)
-    with memory.reserve(memory.capture_work_nbytes(model.config, [name], len(ids)),
+    with memory.reserve(sizes.capture_work_nbytes(model.config, [name], len(ids)),
                         f"layer {layer}'s attention on {len(ids)} tokens of {spec.name}"):
         _, cache = run_with_edits(model, torch.tensor([ids]), edits, [name])
         return cache[name][0]
@@ -144,7 +145,7 @@ def patching(spec: models.ModelSpec, clean: tuple[int, ...], corrupted: tuple[in
 def block_rate(spec: models.ModelSpec, T: int) -> float:
     """Token-block passes a second on this server now (one timed batch; measured again every two minutes)."""
     model = models.load_model(spec)
-    with memory.reserve(memory.forward_nbytes(model.config, T, batch=4, patterns=False, all_logits=False),
+    with memory.reserve(sizes.forward_nbytes(model.config, T, batch=4, patterns=False, all_logits=False),
                         f"timing one block on {T} tokens of {spec.name}"):
         return attribution.block_pass_rate(model, T)
 

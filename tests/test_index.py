@@ -394,7 +394,7 @@ def test_cli_builds_an_index(tmp_path, capsys):
 def test_shipped_index_of_shakespeare_pre_recaptures():
     from gptviz import load_pretrained
     index = ix.bundled_index("shakespeare-pre")
-    assert index is not None, "gptviz/models/shakespeare-pre/index is missing"
+    assert index is not None, "gptviz/bundled/shakespeare-pre/index is missing"
     model = load_pretrained("shakespeare-pre")
     assert ix.index_matches(index, model)
     assert index.meta["corpus"]["tokens"] > 1_400_000 and index.meta["windows"]["n_ctx"] == model.config.n_ctx

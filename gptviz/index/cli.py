@@ -31,7 +31,7 @@ def add_arguments(x: argparse.ArgumentParser) -> None:
                    help="stop reading the corpus (yours or the bundled works) after this many tokens")
     x.add_argument("--out", default=None, help="output folder (default: ./<model>-index, or ./<model>-shard-I-of-N "
                                               "with --shard); the shipped index of a bundled model is "
-                                              "gptviz/models/<name>/index")
+                                              "gptviz/bundled/<name>/index")
     x.add_argument("--shard", default=None, metavar="I/N",
                    help="scan shard I of N (0 <= I < N) and write a partial index; combine the N partial indexes "
                         "with `index merge`")

@@ -183,9 +183,9 @@ def _validate(meta: dict, arrays: dict[str, np.ndarray]) -> None:
 # ---------------------------------------------------------------------------------------------------- shipped
 
 def index_folder(model_name: str) -> Path:
-    """Where a bundled model's shipped index lives: gptviz/models/<name>/index."""
-    from ..model.weights import MODELS_DIR
-    return MODELS_DIR / model_name / "index"
+    """Where a bundled model's shipped index lives: gptviz/bundled/<name>/index."""
+    from ..model.weights import BUNDLED_DIR
+    return BUNDLED_DIR / model_name / "index"
 
 
 def bundled_index(model_name: str) -> NeuronIndex | None:

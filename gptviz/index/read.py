@@ -15,7 +15,7 @@ from .constants import DEAD_PEAK, TOP_TOKENS
 from .corpus import Document, _as_documents, _checksum, corpus_documents, scoring_window, tokenize_corpus
 from .histograms import _edges
 from .store import NeuronIndex
-from .units import Unit, UnitLike, _unit_at, _unit_hooks, _values_from_store, head_write_norms, unit_values
+from .unit_ids import Unit, UnitLike, _unit_at, _unit_hooks, _values_from_store, head_write_norms, unit_values
 
 
 def index_documents(index: NeuronIndex, folder=None) -> list[Document]:

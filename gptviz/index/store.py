@@ -11,7 +11,7 @@ import torch
 
 from .atomic_write import atomic_file, atomic_write
 from .constants import BAND_EXAMPLES, BANDS, FORMAT, INDEX_JSON, INDEX_NPZ, TOKEN_UNITS, VERSION
-from .units import Unit, UnitLike, _as_unit, _flat, _unit_at
+from .unit_ids import Unit, UnitLike, _as_unit, _flat, _unit_at
 
 
 class IndexFormatError(ValueError):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...figures.attention import HIGHLIGHT
-from ...figures.units import EXAMPLE_SCALE, ExampleRow, window
+from ...figures.unit_page import EXAMPLE_SCALE, ExampleRow, window
 from . import registered
 from .attention_map import colour_stops
 

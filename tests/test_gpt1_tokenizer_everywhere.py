@@ -5,6 +5,7 @@ OpenAIGPTLMHeadModel on the same folder. A vocabulary of another size than the e
 built over GPT-2's ids, is refused in words; GPT-2-vocabulary models keep tiktoken's encoding."""
 from __future__ import annotations
 
+import html
 import json
 import shutil
 
@@ -23,7 +24,9 @@ from test_formats import unit_scale
 from test_gpt1_tokenizer import gpt1_tokenizer_files
 
 pytestmark = [pytest.mark.slow, pytest.mark.hf]
-PROMPT = "ROMEO: But soft, what light through yonder window breaks? It is the east, and Juliet is the sun"
+# words the tiny BPE splits ("starlight": s t a r light</w>) and a character it has no end-of-word piece for ("thou":
+# th o <unk>), beside whole words
+PROMPT = "ROMEO: But soft, what light through yonder window breaks? It is the east, and Juliet is the sun. Thou starlight"
 
 
 class GPT1(tuple):
@@ -79,6 +82,7 @@ def test_the_model_reads_its_own_tokenizer_and_its_logits_are_transformers(gpt1)
     assert isinstance(enc, OpenAIGPTTokenizer) and enc.n_vocab == model.config.vocab_size == len(gpt1.tok)
     ids = hf_ids(gpt1)
     assert enc.encode(PROMPT) == ids and len(ids) > 10
+    assert "<unk>" in hf_labels(gpt1, ids) and "light␣" in hf_labels(gpt1, ids) and "s" in hf_labels(gpt1, ids)
     assert token_labels(ids, enc) == hf_labels(gpt1, ids)
     assert enc.decode(ids) == gpt1.tok.decode(ids)
     with torch.no_grad():
@@ -172,10 +176,11 @@ def test_the_why_page_asks_about_gpt1s_tokens(gpt1, spec):
     model = models.load_model(spec)
     enc = tokenizer_for(model)
     assert list(services.prompt_ids(PROMPT, model.config, enc)) == ids  # typed prompts (patching's) too
-    swapped = services.corrupted_from(PROMPT, model.config, enc)
+    clean = PROMPT.partition(". ")[0]  # "<unk>" (the prompt's "thou") decodes to text that encodes otherwise
+    swapped = services.corrupted_from(clean, model.config, enc)
     assert swapped is not None
     changed = hf_ids(gpt1, swapped[0])
-    assert len(changed) == len(ids) and sum(a != b for a, b in zip(changed, ids)) == 1
+    assert len(changed) == len(hf_ids(gpt1, clean)) and sum(a != b for a, b in zip(changed, hf_ids(gpt1, clean))) == 1
 
 
 def test_the_notebook_and_the_graph_cli_take_gpt1_text(gpt1, tmp_path):
@@ -214,3 +219,19 @@ def test_no_neuron_index_is_built_over_gpt2_ids_for_gpt1(gpt1, spec, tmp_path, c
     assert not at.exception and not at.error
     assert any("This model has no neuron index" in w.value for w in at.warning)
     assert not [b for b in at.button if b.key == K.UNIT_BUILD]
+
+
+def test_the_embeddings_and_activations_pages_label_gpt1s_tokens(gpt1, spec):
+    from pagetest import figure, run_page
+    labels = hf_labels(gpt1, hf_ids(gpt1))
+    at = run_page("embeddings", PROMPT, spec)
+    assert not at.exception and not at.error, (at.exception, at.error)
+    shown = figure(at, "Cosine similarity of the prompt's token embeddings")["data"][0]["x"]
+    # drawn as text: "<unk>" escaped, a repeat with zero-width spaces (its own column)
+    assert [html.unescape(x).rstrip("\u200b") for x in shown] == labels
+    at = run_page("activations", PROMPT, spec)
+    assert not at.exception and not at.error, (at.exception, at.error)
+    shown = figure(at, "Residual-stream norm per layer and position")["data"][0]["x"]
+    assert [html.unescape(x).rstrip("\u200b") for x in shown] == labels
+    lens = figure(at, "Logit lens: the top next token")["data"][0]
+    assert [html.unescape(x) for x in lens["x"]] == [f"{i}:{label}" for i, label in enumerate(labels)]

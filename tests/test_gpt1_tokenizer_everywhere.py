@@ -38,8 +38,12 @@ class GPT1(tuple):
 
 @pytest.fixture(scope="module")
 def gpt1(tmp_path_factory) -> GPT1:
+    return gpt1_folder(tmp_path_factory.mktemp("ops") / "openai-gpt")
+
+
+def gpt1_folder(folder) -> GPT1:
+    """A tiny GPT-1 (unit-scale weights) with a tiny GPT-1 BPE, saved in `folder` as transformers saves them."""
     transformers = pytest.importorskip("transformers")
-    folder = tmp_path_factory.mktemp("ops") / "openai-gpt"
     gpt1_tokenizer_files(folder)
     tok = transformers.OpenAIGPTTokenizer(vocab=str(folder / "vocab.json"), merges=str(folder / "merges.txt"))
     cfg = transformers.OpenAIGPTConfig(vocab_size=len(tok), n_positions=64, n_embd=32, n_layer=2, n_head=4,
@@ -235,3 +239,14 @@ def test_the_embeddings_and_activations_pages_label_gpt1s_tokens(gpt1, spec):
     assert [html.unescape(x).rstrip("\u200b") for x in shown] == labels
     lens = figure(at, "Logit lens: the top next token")["data"][0]
     assert [html.unescape(x) for x in lens["x"]] == [f"{i}:{label}" for i, label in enumerate(labels)]
+
+
+def test_the_sidebars_folder_field_loads_gpt1_and_the_attention_page_shows_its_tokens(gpt1, spec):
+    from gptviz.app import settings as S
+    from pagetest import open_app
+    at = open_app(**{K.MODEL_SOURCE: K.SOURCE_PRETRAINED, S.HF_NAME.key: str(gpt1.folder), S.NORM.key: "post",
+                     K.PROMPT: PROMPT})
+    assert not at.exception and not at.error, (at.exception, at.error)
+    assert at.session_state[K.MODEL_SPEC] == spec
+    chips = [c.replace("\\", "").rstrip("\u200b") for c in at.button_group(key=K.ATT_QUERY).options]
+    assert chips == hf_labels(gpt1, hf_ids(gpt1))

@@ -366,7 +366,7 @@ def prompt_tokens(n_ctx: int, prompt: str | None = None, vocab_size: int | None 
         if replaced:
             st.caption(f"{replaced} token(s) of this prompt have GPT-2 ids past this model's {vocab_size:,}-id "
                        f"vocabulary; they run as its last id, {vocab_size - 1:,} (shown as GPT-2's token for "
-                       "that id). The prompt is tokenised with GPT-2's BPE whatever the model's vocabulary.")
+                       "that id). The prompt is tokenised with GPT-2's BPE: this model brings no tokenizer of its own.")
     kept = tuple(ids[-n_ctx:])
     if len(ids) > n_ctx:
         st.warning(f"The prompt has {len(ids):,} tokens; the model's context is {n_ctx}, so only the last "

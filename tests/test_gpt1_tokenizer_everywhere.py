@@ -150,8 +150,12 @@ def test_the_attention_page_shows_gpt1s_tokens_and_its_snippet_reads_them(gpt1, 
 
 def test_the_generation_page_writes_gpt1s_text(gpt1, spec):
     from pagetest import finish_generation, generation_of, run_page
+    from test_copy_as_python import snippet_of
     at = run_page("generation", PROMPT, spec)
     assert not at.exception and not at.error, (at.exception, at.error)
+    namespace: dict = {}
+    exec(compile(snippet_of(at), "<copied snippet>", "exec"), namespace)  # noqa: S102 (the page's own code)
+    assert namespace["ids"] == hf_ids(gpt1)  # its prompt line reads GPT-1's tokenizer: tokenizer_for(model)
     at.number_input(key=K.GEN_N).set_value(6)
     at.slider(key=K.GEN_TEMP).set_value(0.0)
     at.button(key=K.GEN_GENERATE).click()
@@ -250,3 +254,22 @@ def test_the_sidebars_folder_field_loads_gpt1_and_the_attention_page_shows_its_t
     assert at.session_state[K.MODEL_SPEC] == spec
     chips = [c.replace("\\", "").rstrip("\u200b") for c in at.button_group(key=K.ATT_QUERY).options]
     assert chips == hf_labels(gpt1, hf_ids(gpt1))
+
+
+def test_the_why_pages_graph_is_over_gpt1s_ids_and_labels(gpt1, spec):
+    from gptviz.app import settings as S
+    from gptviz.methods.graph import attribution_graph
+    from pagetest import figure, run_page, title_of
+    from test_copy_as_python import snippet_of
+    ids = hf_ids(gpt1)
+    at = run_page("why", PROMPT, spec, **{S.WHY_VIEW.key: K.WHY_GRAPH_VIEW})
+    assert not at.exception and not at.error, (at.exception, at.error)
+    target, other = at.session_state[K.WHY_TARGET], at.session_state[K.WHY_OTHER]
+    graph = attribution_graph(load_pretrained(str(gpt1.folder)), ids, target, other)
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Metric, unedited"] == f"{graph.real_metric:+.3f}"
+    t, last = hf_labels(gpt1, [target, ids[-1]])
+    assert html.unescape(title_of(figure(at, "Why "))) == f"Why '{t}' after '{last}'"
+    namespace: dict = {}
+    exec(compile(snippet_of(at, "attribution graph"), "<copied snippet>", "exec"), namespace)  # noqa: S102
+    assert namespace["ids"] == ids and namespace["result"].real_metric == pytest.approx(graph.real_metric, abs=1e-5)

@@ -97,6 +97,7 @@ def run(args) -> int:
     from ..model.devices import place
     from ..model.weights import bundled_models, load_pretrained
     from .progress import text_progress
+    from ..model.tokenizer import refuse_own_tokenizer
     from .scan import finish_scan, plan_scan, scan_batches
     from .store import save_index
 
@@ -107,6 +108,7 @@ def run(args) -> int:
     if shard and args.ray:
         raise ValueError("--shard and --ray do not go together: --ray runs every shard")
     model = place(load_pretrained(args.model).eval(), args.device, args.dtype)
+    refuse_own_tokenizer(model)  # before the corpus is read
     name = args.model if args.model in bundled_models() else Path(args.model).name
     with tempfile.TemporaryDirectory(prefix="gptviz-index-") as tmp:
         docs, source, corpus = _documents(args, Path(tmp))

@@ -35,41 +35,44 @@ class Ask:
     choices: list[int]    # the most probable tokens, offered as target and rival
     target: int
     other: int
+    enc: object = None    # the model's tokenizer (tokenizer_for): GPT-1's BPE for a GPT-1 folder, else GPT-2's
 
 
-def pieces(ids) -> list[str]:
-    return token_labels(list(ids))
+def pieces(ids, enc=None) -> list[str]:
+    """Tokens' labels in the model's tokenizer `enc` (default GPT-2's)."""
+    return token_labels(list(ids), enc)
 
 
 def first_difference(a: list[int], b: list[int]) -> int | None:
     return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None if len(a) == len(b) else min(len(a), len(b)))
 
 
-def piece_at(ids: list[int], i: int) -> str:
+def piece_at(ids: list[int], i: int, enc=None) -> str:
     """Token i of `ids` as text (token 0's text past the end: one continuation may be shorter)."""
-    return pieces(ids[i:i + 1] or [0])[0]
+    return pieces(ids[i:i + 1] or [0], enc)[0]
 
 
-def prompt_ids(text: str, cfg: GPTConfig) -> tuple[int, ...]:
-    """A typed prompt as the model's ids: past its vocabulary replaced, its context's last tokens kept."""
-    return tuple(fit_vocabulary(encode(text), cfg.vocab_size)[0][-cfg.n_ctx:])
+def prompt_ids(text: str, cfg: GPTConfig, enc=None) -> tuple[int, ...]:
+    """A typed prompt as the model's ids (in its tokenizer `enc`): past its vocabulary replaced, its context's last
+    tokens kept."""
+    return tuple(fit_vocabulary(encode(text, enc), cfg.vocab_size)[0][-cfg.n_ctx:])
 
 
-def corrupted_from(text: str, cfg: GPTConfig) -> tuple[str, str] | None:
+def corrupted_from(text: str, cfg: GPTConfig, enc=None) -> tuple[str, str] | None:
     """The sidebar's prompt with one token swapped, as the default corrupted prompt: the token after the last
     token's latest earlier copy (what an induction head would copy), else the first; None when no single-token
     swap keeps the length in tokens. Returns (corrupted text, what was swapped)."""
-    ids = list(prompt_ids(text, cfg))
+    ids = list(prompt_ids(text, cfg, enc))
     if len(ids) < 2:
         return None
     copies = [j for j in range(len(ids) - 2) if ids[j] == ids[-1]]
     at = copies[-1] + 1 if copies else 0
-    for swap in encode(" the") + encode(" and") + encode(" not"):
+    for swap in encode(" the", enc) + encode(" and", enc) + encode(" not", enc):
         if swap != ids[at] and swap < cfg.vocab_size:
             changed = ids[:at] + [swap] + ids[at + 1:]
-            corrupted = decode(changed)
-            if list(prompt_ids(corrupted, cfg)) == changed:
-                return corrupted, f"token {at}, {piece_at(ids, at)!r} -> {piece_at(changed, at)!r}"
+            corrupted = decode(changed, enc)
+            if list(prompt_ids(corrupted, cfg, enc)) == changed:
+                return corrupted, f"token {at}, {piece_at(ids, at, enc)!r} -> {piece_at(changed, at, enc)!r}"
     return None
 
 

@@ -15,8 +15,7 @@ from gptviz import index as ix
 from gptviz.app import display, reproduce, sidebar
 from gptviz.app import keys as K, settings as S
 from gptviz.app import unit_index as ui
-from gptviz.app.services import LimitError
-from gptviz.app.services import unit_page as services
+from gptviz.app.services import LimitError, unit_page as services
 from gptviz.app.component.token_rows import payload as token_rows_payload
 from gptviz.app.component.token_rows import reserve_css, token_rows
 from gptviz.app.unit_nav import open_on_row_pick

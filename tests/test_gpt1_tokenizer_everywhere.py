@@ -16,7 +16,7 @@ from gptviz import get_tokenizer, load_pretrained, tokenizer_for
 from gptviz.app import keys as K, models
 from gptviz.app.display import MEAN_HEAD
 from gptviz.interop.hf_tokenizer import OpenAIGPTTokenizer
-from gptviz.model import weights
+from gptviz.serve import model_access
 from gptviz.model.tokenizer import token_labels
 from gptviz.model.weights import CheckpointError
 from gptviz.serve.limits import ServerLimits
@@ -75,7 +75,7 @@ def one_token_word(gpt1: GPT1) -> tuple[str, int]:
 def spec(gpt1, monkeypatch) -> models.ModelSpec:
     """The folder as the app's "Folder or Hub id" loads it (inside the server's model folders)."""
     limits = ServerLimits.from_env({"GPTVIZ_MODEL_DIRS": str(gpt1.folder.parent)})
-    monkeypatch.setattr(weights, "server_limits", lambda: limits)
+    monkeypatch.setattr(model_access, "server_limits", lambda: limits)
     yield models.ModelSpec(K.SOURCE_PRETRAINED, str(gpt1.folder), "post")
     models.model_store().clear()
 

@@ -216,9 +216,16 @@ function drawHeatmap(s) {
   const nr = r1 - r0, nc = c1 - c0;
   ui.hint.textContent = s.zoomed
     ? `Zoomed: queries ${r0}-${r1 - 1}, keys ${c0}-${c1 - 1} of ${Q} x ${K}. Double-click to see all.`
-    : "Drag over the map to zoom; hover a cell for its weight." +
-      (data.why ? " Click a cell to ask why the head attends there." : "") +
-      (data.keys ? " Keys: [ and ] step the layer, , and . the head." : "");
+    : data.why ? "Drag to zoom; click a cell to ask why the head attends there."
+    : "Drag over the map to zoom; hover a cell for its weight.";
+  if (data.keys) {  // the keyboard shortcuts, listed where they act
+    const keys = element("span", "gv-keys", ui.hint);
+    keys.append(" Keys: ");
+    for (const [k, what] of [["[", ""], ["]", " layer, "], [",", ""], [".", " head"]]) {
+      element("kbd", "", keys).textContent = k;
+      keys.append(what);
+    }
+  }
   const width = Math.max(240, ui.plot.clientWidth || s.root.clientWidth || 600);
   const ctx0 = ui.canvas.getContext("2d");
   ctx0.font = FONT;

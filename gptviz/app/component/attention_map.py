@@ -209,6 +209,8 @@ def attention_map(data: dict, *, key: str, on_pick, on_why=None, keys: bool = Fa
             on_why(*cell)
 
     data = dict(data, why=on_why is not None, keys=bool(keys))
-    callbacks = {"on_why_change": asked} if on_why is not None else {}
-    return registered(NAME, "gv-map", "attention_map")(data=data, key=key, default={"pick": None, "why": None},
-                                                       on_pick_change=picked, **callbacks)
+    default, why = {"pick": None}, {}
+    if on_why is not None:  # Streamlit refuses a default state with no callback: "why" only where a click can ask
+        default["why"], why["on_why_change"] = None, asked
+    return registered(NAME, "gv-map", "attention_map")(data=data, key=key, default=default, on_pick_change=picked,
+                                                       **why)

@@ -80,10 +80,14 @@ def head_map(seen: Seen, p: Pick, notes: list[list[str]] | None = None) -> None:
 def about_the_map(seen: Seen, p: Pick) -> None:
     """How to read the map (on hover), and the map as a file."""
     labels, pat = seen.labels, seen.pattern(p.layer, p.head)
-    st.caption("Map: rows are the tokens looking (queries), columns the tokens they look at (keys).",
+    st.caption("Map: rows are the tokens looking (queries), columns the tokens they look at (keys). Click a cell "
+               "to ask why the head attends there.",
                help="Each row sums to 1. Grey cells are the causal mask, not zero weights: a token cannot look at "
                     "tokens after it. The outlined row is the chosen query token; hover a cell for its weight. "
-                    "Picking a layer or head in the map or here redraws it at once, and the views below follow.")
+                    "Picking a layer or head in the map or here redraws it at once, and the views below follow. "
+                    "Keys: [ and ] step the layer, comma and full stop the head (not while typing in a field). A "
+                    "clicked cell's button opens the Why page's split of that score into query-side and key-side "
+                    "sources.")
     figure_download(lambda: fa.attention_heatmap(pat.numpy(), labels, scale=p.scale, query=p.query,
                                                  title=f"Layer {p.layer}, {head_name(p.head)}",
                                                  height=map_height(seen.T)),

@@ -216,7 +216,7 @@ function drawHeatmap(s) {
   const nr = r1 - r0, nc = c1 - c0;
   ui.hint.textContent = s.zoomed
     ? `Zoomed: queries ${r0}-${r1 - 1}, keys ${c0}-${c1 - 1} of ${Q} x ${K}. Double-click to see all.`
-    : data.why ? "Drag to zoom; click a cell to ask why the head attends there."
+    : data.why ? "Drag over the map to zoom; click a cell to ask why the head attends there."
     : "Drag over the map to zoom; hover a cell for its weight.";
   if (data.keys) {  // the keyboard shortcuts, listed where they act
     const keys = element("span", "gv-keys", ui.hint);

@@ -478,7 +478,8 @@ export default function (component) {
     s.ui.canvas.addEventListener("mousemove", (ev) => showTip(s, ev));
     s.ui.canvas.addEventListener("mouseleave", () => { s.ui.tip.style.display = "none"; });
     s.ui.canvas.addEventListener("mousedown", (ev) => startZoom(s, ev));
-    s.ui.canvas.addEventListener("dblclick", () => { s.zoomed = false; drawHeatmap(s); });
+    // a double-click resets: the whole map, and no cell picked (its two clicks had picked one)
+    s.ui.canvas.addEventListener("dblclick", () => { s.zoomed = false; s.cell = null; draw(s); });
   }
   return () => {
     if (s.observer) { s.observer.disconnect(); s.observer = null; }

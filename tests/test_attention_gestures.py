@@ -93,3 +93,24 @@ def test_the_map_offers_the_why_click_and_the_keys_and_says_so():
     assert not at.exception, [e.message for e in at.exception]
     data = component_data(at, "gptviz_attention_map", K.ATT_MAP)
     assert data["why"] is True and data["keys"] is True
+
+
+def why_here_script(kept: int) -> None:
+    """A page run that asks for the Why page on cell (1, 2, 7, 3) of a map showing the prompt's last `kept` tokens."""
+    from types import SimpleNamespace
+    from gptviz.app.views.attention_views import why_here
+    seen = SimpleNamespace(T=kept, cfg=SimpleNamespace(n_ctx=64))
+    why_here(seen, 1, 2, 7, 3)
+
+
+@pytest.mark.parametrize("dropped", [0, 4])
+def test_the_why_page_gets_the_cell_of_the_same_tokens_when_the_map_kept_only_the_last(dropped):
+    # the Attention page may keep only a long prompt's last tokens; the Why page reads it whole (up to the context),
+    # where the map's position 7 is position 7 + the tokens dropped
+    from streamlit.testing.v1 import AppTest
+    at = AppTest.from_function(why_here_script, args=(len(encode(PROMPT)) - dropped,), default_timeout=60)
+    at.session_state[K.PROMPT] = PROMPT
+    at.run()
+    assert not at.exception, [e.message for e in at.exception]
+    cell = [at.session_state[k] for k in (K.WHY_QK_LAYER, K.WHY_QK_HEAD, K.WHY_QK_QUERY, K.WHY_QK_KEY)]
+    assert cell == [1, 2, 7 + dropped, 3 + dropped] and at.session_state[K.WHY_VIEW] == K.WHY_QK_VIEW

@@ -21,7 +21,7 @@ from ..component import token_span as tspan
 from ..display import MEAN_HEAD, figure_download, head_name, md_text, show_figure
 from ..seen import Seen
 from ..services import attention as services
-from ..sidebar import keep_valid
+from ..sidebar import MAX_PROMPT_CHARS, encode_prompt, keep_valid
 from ..unit_nav import follow_from_fragment, go_to_why_attends
 
 MAX_CHIPS = 256           # longer prompts pick the query with a slider
@@ -74,7 +74,16 @@ def head_map(seen: Seen, p: Pick, notes: list[list[str]] | None = None) -> None:
     amap.attention_map(amap.payload(seen.patterns.numpy(), seen.labels, layer=p.layer, head=p.head, query=p.query,
                                     scale=p.scale, mean_head=MEAN_HEAD, head_names=[head_name(h) for h in seen.heads],
                                     height=map_height(seen.T), head_notes=notes),
-                       key=K.ATT_MAP, on_pick=picked_from_map(seen), on_why=go_to_why_attends, keys=True)
+                       key=K.ATT_MAP, on_pick=picked_from_map(seen), on_why=lambda *cell: why_here(seen, *cell),
+                       keys=True)
+
+
+def why_here(seen: Seen, layer: int, head: int, query: int, key: int) -> None:
+    """Open the Why page's QK panel on a map cell. That page reads the whole prompt (up to the context) where this
+    one may keep only its last tokens (keep_last): the same tokens sit `shift` places later there."""
+    whole = min(len(encode_prompt(str(state.get(K.PROMPT, ""))[:MAX_PROMPT_CHARS])), seen.cfg.n_ctx)
+    shift = max(0, whole - seen.T)
+    go_to_why_attends(layer, head, query + shift, key + shift)
 
 
 def about_the_map(seen: Seen, p: Pick) -> None:

@@ -248,9 +248,12 @@ ATT_LINES_HEADS = Setting("att_lines_heads", "Heads to overlay", help="One colou
 ATT_LINES_FOCUS = Setting("att_lines_focus", "Only the chosen query's lines", False, rule=Flag(),
                           help="Or click a token in the left column.")
 ATT_TEXT_MODE = Setting("att_text_mode", "Colour each token by", "where the query looks",
-                        rule=Choice(("where the query looks", "how much it is looked at")),
-                        help="The chosen query token's row of weights, or each token's mean weight received from the "
-                             "queries that can see it (itself and every later token).")
+                        rule=Choice(("where the query looks", "how much it is looked at", "attention from a span",
+                                     "attention to a span")),
+                        help="The chosen query token's row of weights; each token's mean weight received from the "
+                             "queries that can see it (itself and every later token); or, for a span of tokens you "
+                             "drag across, the weight its tokens give each token (their rows summed) or the weight "
+                             "each token gives the span (their columns summed).")
 ATT_NEURON_KEY = Setting("att_neuron_key", "Key token for the neuron view")  # default: the query
 ATT_MV_MEAN = Setting("att_mv_mean", "Average over heads", False, rule=Flag(),
                       help="One panel per layer: the mean of its heads.")

@@ -62,6 +62,12 @@ def keep_the_sidebar() -> None:
             state[key] = state[key]
 
 
+def follow_from_fragment() -> None:
+    """In a fragment: follow a pick its own callback just recorded (a fragment rerun runs no router)."""
+    if _fragment_rerun():
+        follow_pending()
+
+
 def _fragment_rerun() -> bool:
     """This run reruns fragments only (a widget in a fragment changed): the router did not run before it."""
     from streamlit.runtime.scriptrunner import get_script_run_ctx
@@ -80,8 +86,7 @@ def unit_pills(label: str, units, key: str, norm: str | None = None, help: str |
     """Unit ids as pills; picking one opens what it does over the corpus. Pills inside a fragment: a pick reruns only
     the fragment, not the router that follows the pick, so the pills follow it themselves (at once, not at the next
     full run)."""
-    if _fragment_rerun():
-        follow_pending()
+    follow_from_fragment()
     st.pills(label, [str(u) for u in units], key=key, on_change=_pill_picked, args=(key, norm),
              help=help or "Pick one to open what it does over the corpus (its top examples and direct effect).")
 

@@ -177,9 +177,25 @@ def decode_thumbs(data: dict) -> np.ndarray | None:
     return raw.reshape(len(data["layers"]), data["n_heads"] + 1, t["Q"], t["K"])
 
 
-def attention_map(data: dict, *, key: str, on_pick):
+def cell_asked(value, n_layers: int, n_heads: int) -> tuple[int, int, int, int] | None:
+    """The (layer, head, query, key) of a "why does this head attend here?" click, or None when it is not one the
+    QK decomposition takes (a single head of the model; a key the query can see)."""
+    if not isinstance(value, dict):
+        return None
+    cell = [value.get(k) for k in ("layer", "head", "query", "key")]
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in cell):
+        return None
+    layer, head, query, key = cell
+    if 0 <= layer < n_layers and 0 <= head < n_heads and 0 <= key <= query:
+        return layer, head, query, key
+    return None
+
+
+def attention_map(data: dict, *, key: str, on_pick, on_why=None, keys: bool = False):
     """Mount the component. `on_pick(layer, head_index)` runs (as a Streamlit callback, before the rerun) when the
-    visitor picks another layer or head in it; head_index == n_heads is the mean."""
+    visitor picks another layer or head in it; head_index == n_heads is the mean. With `on_why`, a click on a cell
+    shows its details and a button that calls `on_why(layer, head, query, key)` (the prompt's map, not a
+    generation's); `keys`: [ ] and , . step the layer and head from the keyboard."""
     import streamlit as st  # here, not at the top: gptviz.notebook builds the same payload without Streamlit
 
     def picked():
@@ -187,5 +203,14 @@ def attention_map(data: dict, *, key: str, on_pick):
         if isinstance(value, dict) and isinstance(value.get("layer"), int) and isinstance(value.get("head"), int):
             on_pick(value["layer"], value["head"])
 
-    return registered(NAME, "gv-map", "attention_map")(data=data, key=key, default={"pick": None},
-                                                       on_pick_change=picked)
+    def asked():
+        cell = cell_asked((st.session_state.get(key) or {}).get("why"), data["n_layers"], data["n_heads"])
+        if cell is not None:
+            on_why(*cell)
+
+    data = dict(data, why=on_why is not None, keys=bool(keys))
+    default, why = {"pick": None}, {}
+    if on_why is not None:  # Streamlit refuses a default state with no callback: "why" only where a click can ask
+        default["why"], why["on_why_change"] = None, asked
+    return registered(NAME, "gv-map", "attention_map")(data=data, key=key, default=default, on_pick_change=picked,
+                                                       **why)

@@ -11,7 +11,20 @@ from pathlib import Path
 import streamlit as st
 
 from ..export import annotation_min_widths, annotation_width_css, csv_bytes, figure_file_name, figure_html
+from ..figures import palette
 from . import keys as K
+
+
+def session_palette() -> str | None:
+    """The visitor's colour scales (the sidebar's setting), read by every figure factory as it builds; None outside a
+    script run (a thread of the server's own), which draws in the standard look."""
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
+    if get_script_run_ctx(suppress_warning=True) is None:
+        return None
+    return st.session_state.get(K.PALETTE)
+
+
+palette.set_source(session_palette)
 
 EXPORT_FORMATS = ("png", "svg")
 # Buttons that repeat a gesture (drag zooms, double-click resets) or suit no figure here (box and lasso select):

@@ -170,9 +170,16 @@ def monospace_text(text: str, name: str, border: bool = False, height: int | Non
 # A box keyed NARROW_ONLY shows only up to 768 px, Streamlit's width for starting with the sidebar closed, so what it
 # repeats from the sidebar is on screen exactly where the sidebar is not.
 NARROW_PX = 768
+# Right-to-left prompts (issue 62): each line of a text view (the generated text, the prompt box, plain text boxes) is
+# laid out in its own script's direction, so an Arabic line starts at the right; each chip (a token, a unit id) is
+# isolated and set in its own direction, while the chips keep the model's order left to right.
+_BIDI_CSS = ('[data-testid="stCode"] pre, [data-testid="stCode"] pre > div, [data-testid="stText"], '
+             '[data-testid="stTextArea"] textarea {unicode-bidi: plaintext; text-align: start;} '
+             '[data-testid="stButtonGroup"] button p {unicode-bidi: plaintext;}')
 _RESPONSIVE_CSS = ('<style>@media (max-width: 640px) {[data-testid="stTabs"] [role="tablist"] {flex-wrap: wrap; '
                    'row-gap: 0.25rem; overflow-x: visible;}} '
-                   f'@media (min-width: {NARROW_PX + 1}px) {{.st-key-{K.NARROW_ONLY} {{display: none;}}}}</style>')
+                   f'@media (min-width: {NARROW_PX + 1}px) {{.st-key-{K.NARROW_ONLY} {{display: none;}}}} '
+                   f'{_BIDI_CSS}</style>')
 
 
 def responsive_style() -> None:

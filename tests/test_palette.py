@@ -241,14 +241,31 @@ def test_the_palette_is_read_from_the_source_unless_a_block_chose_one():
             pass
 
 
-def test_letters_on_the_text_views_cells_stay_readable():
-    # cividis is light at its top: the top cell's letters are dark there, white in the standard look (dark blue)
-    values = np.array([0.0, 0.25, 0.5, 0.75, 1.0])
-    def letters(palette):
+def lightness(colour: str) -> float:
+    r, g, b = rgb(colour)
+    return 0.299 * r + 0.587 * g + 0.114 * b
+
+
+def test_text_on_coloured_cells_stays_readable():
+    # cells that hold text run from light (0) to dark, so near-zero tokens stay light, and letters are white exactly
+    # on the dark cells
+    values = np.linspace(0, 1, 11)
+    for palette in (STANDARD, "cividis", "viridis"):
         with use_palette(palette):
-            return list(hv.attention_text(values, LABELS, scale="linear").data[0].insidetextfont.color)
-    assert letters(STANDARD) == ["#222", "#222", "#222", "white", "white"]
-    assert letters("cividis") == ["white", "white", "white", "#222", "#222"]
+            fig = hv.attention_text(values, [f"t{i}" for i in range(11)], scale="linear")
+            chips = __import__("gptviz.app.component.token_rows", fromlist=["payload"]).payload(
+                rows(), value_name="activation", cmax=1.0)
+        scale = fig.layout.coloraxis.colorscale
+        cells = pcolors.sample_colorscale([list(s) for s in scale], values.tolist())
+        letters = list(fig.data[0].insidetextfont.color)
+        assert lightness(cells[0]) > 200 and lightness(cells[-1]) < 120, palette
+        if palette != STANDARD:  # the standard look keeps its rule (a share of the top), within a step of it
+            assert letters == ["white" if lightness(c) < 145 else "#222" for c in cells], palette
+        else:
+            assert letters == ["white" if v > 0.55 else "#222" for v in values]
+        first, last = chips["colors"][0][1], chips["colors"][-1][1]
+        assert lightness(f"rgb({first[0]},{first[1]},{first[2]})") > 200, palette
+        assert lightness(f"rgb({last[0]},{last[1]},{last[2]})") < 150, palette
 
 
 @pytest.mark.slow

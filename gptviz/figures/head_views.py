@@ -101,7 +101,7 @@ def attention_text(values, labels: list[str], *, query: int | None = None, visib
     texts = escaped(labels)
     line, start, width = text_layout(labels, width_chars)
     shown = np.arange(T) <= (T - 1 if visible is None else visible)
-    axis = color_axis(scale)
+    axis = color_axis(scale, text=True)
     if scale == "max":
         axis["cmax"] = float(v[shown].max()) if shown.any() and v[shown].max() > 0 else 1.0
     axis["colorbar"].update(title=dict(text=value_name, side="top"), orientation="h", x=1, xanchor="right",

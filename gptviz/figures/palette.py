@@ -71,6 +71,14 @@ def sequential(standard: str) -> str:
     return standard if scale is None else _flipped(standard, scale)
 
 
+def behind_text(standard: str) -> str:
+    """The scale for cells that hold text (tokens coloured by a value): `standard`, which is light at 0, or the
+    palette's run from light to dark, so the many near-zero tokens stay light behind dark letters (cividis from dark
+    navy up made every row a dark band)."""
+    scale = PALETTES[current()].sequential
+    return standard if scale is None else scale + "_r"
+
+
 def diverging(standard: str = "RdBu_r") -> str:
     """The scale for signed values centred on 0: `standard` in the standard look, else the palette's."""
     scale = PALETTES[current()].diverging

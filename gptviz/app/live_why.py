@@ -26,7 +26,7 @@ from .links import why_url
 from .models import load_model
 from .services import why_graph as services
 from .services.why import pieces
-from .unit_nav import go_to_why
+from .unit_nav import go_to_why, unit_pills
 
 SHARE = 0.05        # of the model's own time: half the 10% it may be slowed by (measured: about 1:1 under load)
 IDLE_SHARE = 0.5    # of the time the model waited for the pace (its CPU is free then)
@@ -170,6 +170,9 @@ def step_contributors(run: dict, i: int, spec) -> None:
         st.caption(f"No top contributors now: {err}")
         return
     monospace_text(step_lines(run, i, contributors), "why_step")
+    units = list(dict.fromkeys(c.unit for c in contributors.top if c.kind in ("head", "neuron")))
+    if units:  # the heads and neurons named above, one click from what they do over the corpus
+        unit_pills("What they do over the corpus", units, K.per_item(K.UNIT_PILLS, "gen_contributors"))
     st.button(f"Why {md_text(pieces([target], run['enc'])[0])}? The attribution graph", key=K.GEN_WHY,
               icon=":material/account_tree:", on_click=go_to_why, args=(decode(ids, run["enc"]), target), type="tertiary",
               help="Opens Why this token? on the text up to this token (it becomes the prompt), with its graph.")

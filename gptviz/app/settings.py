@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from ..model.config import NORM_TYPES, PRESETS
 from ..figures.attention import DEFAULT_SCALE, SCALES
+from ..figures.palette import PALETTES, STANDARD
 from ..model.tokenizer import EOT, EOT_ID
 from .rules import Choice, Flag, Heads, Number, Setting, Text, UnitRule, Whole
 
@@ -80,6 +81,10 @@ TRAINED_RUN = Setting("trained_run", "Run")
 EXAMPLE_PROMPT = Setting("example_prompt", "Examples")
 EXPORT_FORMAT = Setting("export_format", "Figure download format",
                         help="The camera button in each figure's toolbar saves it in this format.")
+# the reader's eyes, not the view: a shared link does not carry it
+PALETTE = Setting("palette", "Colour scales", STANDARD, rule=Choice(tuple(PALETTES)),
+                  help="Every heatmap and coloured token in the app. Cividis and viridis read the same with the common "
+                       "colour-vision deficiencies (and in greyscale); signed values then use purple to orange.")
 
 # ---- the live generation's controls (Attention and Generation pages) -----------------------------------------------
 TEMP_HELP = ("Divides the logits before the softmax: below 1 sharpens, above 1 flattens; 0 always takes the most "

@@ -17,6 +17,7 @@ from ..model.weights import CheckpointError, bundled_models, hub_copy_on_disk
 from ..serve.model_access import trained_norm
 from . import keys as K
 from . import settings as S
+from ..figures.palette import PALETTES
 from .display import EXPORT_FORMATS, md_text
 from .jobs import my_trained_models
 from .links import prompt_left_out, replaced_link_value
@@ -125,6 +126,7 @@ def sidebar() -> ModelSpec | None:
         prompt_box()  # first: the one thing every page reads, and the first thing a visitor types into
         spec = model_picker()
         S.EXPORT_FORMAT.radio(st, options=EXPORT_FORMATS, horizontal=True, format_func=str.upper)
+        S.PALETTE.selectbox(st, format_func=lambda name: PALETTES[name].label)
     state[K.MODEL_SPEC] = spec
     return spec
 

@@ -57,7 +57,7 @@ def keep_the_sidebar() -> None:
     unit page opened on the default prompt and model, not the visitor's. Set again as session values, they are what
     the sidebar draws next."""
     from .sidebar import MODEL_KEYS
-    for key in (*MODEL_KEYS, K.PROMPT, K.EXPORT_FORMAT):
+    for key in (*MODEL_KEYS, K.PROMPT, K.EXPORT_FORMAT, K.PALETTE):
         if key in state:
             state[key] = state[key]
 

@@ -17,6 +17,7 @@ import plotly.colors as pcolors
 
 from ...figures.attention import HIGHLIGHT, OUT_OF_WINDOW_COLOR, SCALES
 from ...figures.common import ATTENTION_SCALE, MASKED_COLOR
+from ...figures.palette import sequential
 from . import registered
 
 LEVELS = 65535          # weights travel as uint16: w * LEVELS, rounded (a step of 1.5e-5)
@@ -94,7 +95,7 @@ def _encode(weights: np.ndarray, sent: list[int], n_layers: int, head_index: int
         "row_start": [int(v) for v in row_start], "row_end": [int(v) for v in row_end],
         "row_positions": [int(v) for v in row_positions], "row_names": list(row_names),
         "layer": int(layer), "head": head_index, "query": int(query), "scale": scale, "head_names": names,
-        "colors": colour_stops(), "masked": MASKED_COLOR, "out_of_window": OUT_OF_WINDOW_COLOR,
+        "colors": colour_stops(sequential(ATTENTION_SCALE)), "masked": MASKED_COLOR, "out_of_window": OUT_OF_WINDOW_COLOR,
         "highlight": HIGHLIGHT, "title_prefix": title_prefix, "title_suffix": title_suffix, "x_title": x_title,
         "y_title": y_title, "divider": int(divider), "height": int(height),
     }

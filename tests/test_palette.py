@@ -95,7 +95,7 @@ BUILDERS = {
     "norms.attention_panels": lambda: fn.attention_panels(causal(), causal(), LABELS, "L0H1"),
     "norms.attention_distance": lambda: fn.attention_distance(RNG.random((L, H))),
     "norms.warmup_grads": lambda: fn.warmup_grads({"warm-up": RNG.random((L, 6)), "none": RNG.random((L, 6))}),
-    "units.examples_text": lambda: fu.examples_text(rows(), value_name="activation", cmax=1.0),
+    "unit_page.examples_text": lambda: fu.examples_text(rows(), value_name="activation", cmax=1.0),
     "why.layer_head_grid": lambda: fw.layer_head_grid(RNG.normal(size=(L, H)), title="t", colorbar="effect"),
     "why.patching_heatmap": lambda: fw.patching_heatmap(RNG.uniform(-0.2, 1, (L, T)), LABELS, title="t"),
     "why.token_strip": lambda: fw.token_strip(LABELS, RNG.normal(size=T), title="t"),

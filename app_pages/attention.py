@@ -14,8 +14,8 @@ import streamlit as st
 from gptviz.model import unit_id
 from gptviz.app import keys as K, settings as S
 from gptviz.app import live, reproduce
-from gptviz.app.display import (MEAN_HEAD, PHONE_TITLE_CSS, distinct_labels, figure_download, head_name, md_text,
-                                show_figure)
+from gptviz.app.display import (MEAN_HEAD, PHONE_TITLE_CSS, distinct_labels, figure_download, head_name, head_or_mean,
+                                md_text, show_figure)
 from gptviz.app.links import sync_address
 from gptviz.app.overview import overview_link
 from gptviz.app.models import attention_page_names
@@ -266,7 +266,7 @@ def finished_generation(run: dict, seen: Seen, p: Pick) -> None:
 
 def seen_row(step, p: Pick):
     """One generation step's attention row for the picked layer and head."""
-    return (step.attention[p.layer].mean(0) if p.head == MEAN_HEAD else step.attention[p.layer, p.head]).numpy()
+    return head_or_mean(step.attention[p.layer], p.head).numpy()
 
 
 def draw_running(run: dict, seen: Seen) -> None:

@@ -14,7 +14,7 @@ import torch
 
 from gptviz.app import keys as K, settings as S
 from gptviz.app import live, live_why, reproduce
-from gptviz.app.display import MEAN_HEAD, head_name, md_text, show_figure
+from gptviz.app.display import MEAN_HEAD, head_name, head_or_mean, md_text, show_figure
 from gptviz.app.services import LimitError
 from gptviz.app.services import generation as services
 from gptviz.app.sidebar import keep_valid, require_model, require_prompt
@@ -68,8 +68,7 @@ def bars_figure(step, title: str, cut_by: str, enc):
 
 def heat_figure(run: dict, p: Pick, highlight: int):
     steps = run["steps"]
-    rows = [(s.attention[p.layer].mean(0) if p.head == MEAN_HEAD else s.attention[p.layer, p.head]).numpy()
-            for s in steps]
+    rows = [head_or_mean(s.attention[p.layer], p.head).numpy() for s in steps]
     all_labels = token_labels(list(run["prompt"]) + [s.token_id for s in steps], run["enc"])
     return fg.generation_heatmap(rows, [s.window_start for s in steps], all_labels, len(run["prompt"]),
                                  highlight=highlight, scale=p.scale, hover_tokens=True,

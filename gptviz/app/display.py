@@ -40,6 +40,12 @@ PHONE_TITLE_CSS = ("@media (max-width: 640px) {[data-testid='stMainBlockContaine
                    "[data-testid='stMainBlockContainer'] h1 {font-size: 1.4rem; padding: 0;}}")
 
 
+def head_or_mean(weights, head: int | None):
+    """One head's slice of a layer's per-head tensor [heads, ...], or the heads' mean for MEAN_HEAD (or None): the
+    rule every view of "a head, or the mean of all heads" reads."""
+    return weights.mean(0) if head is None or head == MEAN_HEAD else weights[head]
+
+
 def head_name(head: int) -> str:
     return "mean of all heads" if head == MEAN_HEAD else f"head {head}"
 

@@ -13,7 +13,7 @@ from ..model.config import GPTConfig
 from ..model.hooks import ActivationCache
 from ..model.model import GPT
 from ..model.tokenizer import position_labels, token_labels, tokenizer_for
-from .display import MEAN_HEAD
+from .display import MEAN_HEAD, head_or_mean
 from .models import ModelSpec, load_model, require_capture
 from .sidebar import require_model, require_prompt
 
@@ -74,7 +74,7 @@ class Seen:
         return list(range(self.cfg.n_heads)) + [MEAN_HEAD]
 
     def pattern(self, layer: int, head: int) -> torch.Tensor:
-        return self.patterns[layer].mean(0) if head == MEAN_HEAD else self.patterns[layer, head]
+        return head_or_mean(self.patterns[layer], head)
 
 
 def read_prompt(names_for: Callable[[GPTConfig, int], tuple[str, ...]] | None = None,

@@ -15,6 +15,7 @@ import torch
 from gptviz import methods as analysis
 from gptviz.app import display, models, reproduce, sidebar
 from gptviz.app import keys as K, settings as S
+from gptviz.app.seen import read_prompt
 from gptviz.app.services import embeddings as services
 from gptviz.model.config import GPTConfig
 from gptviz.export import matrix_frame
@@ -46,15 +47,13 @@ def panels_frame(tok, pos, total, labels, dims) -> pd.DataFrame:
         "position_embedding": pos[:, sl].reshape(-1).numpy(), "sum": total[:, sl].reshape(-1).numpy()})
 
 
-def embedded_prompt(spec: models.ModelSpec, cfg: GPTConfig, enc) -> Embedded | None:
-    """The sidebar's prompt through the embeddings, in the model's tokenizer `enc` (None, with the sidebar's hint,
-    when there is no prompt)."""
-    prompt = sidebar.prompt_tokens(cfg.n_ctx, vocab_size=cfg.vocab_size, enc=enc)
-    if prompt is None:
+def embedded_prompt() -> Embedded | None:
+    """The sidebar's prompt through the embeddings, read from its capture (None, with the sidebar's hint, when there
+    is no prompt: the learned embeddings below still show)."""
+    seen = read_prompt(lambda cfg, T: EMBED_HOOKS, required=False)
+    if seen is None:
         return None
-    ids = prompt.ids
-    cache = models.require_capture(spec, ids, EMBED_HOOKS)
-    return Embedded(ids, token_labels(ids, enc), *(cache[name] for name in EMBED_HOOKS))
+    return Embedded(seen.ids, seen.labels, *(seen.cache[name] for name in EMBED_HOOKS))
 
 
 def dimension_range(d_model: int) -> range:
@@ -147,7 +146,7 @@ def main() -> None:
                "enters block 0.")
     spec, model = sidebar.require_model()
     cfg, enc = model.config, tokenizer_for(model)  # GPT-1's own BPE for a GPT-1 folder
-    seen = embedded_prompt(spec, cfg, enc)
+    seen = embedded_prompt()
     if seen is not None:
         block_input_section(cfg, seen)
     col_tok, col_pos = st.columns(2)

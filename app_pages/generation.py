@@ -17,7 +17,8 @@ from gptviz.app import live, live_why, reproduce
 from gptviz.app.display import MEAN_HEAD, head_name, head_or_mean, md_text, show_figure
 from gptviz.app.services import LimitError
 from gptviz.app.services import generation as services
-from gptviz.app.sidebar import keep_valid, require_model, require_prompt
+from gptviz.app.seen import read_prompt
+from gptviz.app.sidebar import keep_valid
 from gptviz.figures import attention as fa
 from gptviz.figures import generation as fg
 from gptviz.model.config import GPTConfig
@@ -183,9 +184,8 @@ def main() -> None:
     st.title("Generation")
     st.caption("A GPT writes one token at a time: it turns the text so far into a probability for every token in "
                "its vocabulary, a sampling rule picks one, the token is appended, and it goes again.")
-    spec, model = require_model()
-    cfg = model.config
-    ids = require_prompt(cfg.n_ctx, cfg.vocab_size, tokenizer_for(model)).ids
+    seen = read_prompt()
+    spec, model, cfg, ids = seen.spec, seen.model, seen.cfg, list(seen.ids)
     with st.expander("How the next token is chosen"):
         st.markdown(HOW_IT_CHOOSES.format(n_ctx=cfg.n_ctx))
     live.controls(live.GENERATION, spec, model, ids)

@@ -13,6 +13,7 @@ import torch
 from gptviz.model import unit_id
 from gptviz.app import display, reproduce, sidebar
 from gptviz.app import keys as K, settings as S
+from gptviz.app.seen import read_prompt
 from gptviz.app.services import LimitError
 from gptviz.app.services import why as services
 from gptviz.app.services.why import Ask, first_difference, piece_at, pieces
@@ -23,7 +24,7 @@ from gptviz.model.config import GPTConfig
 from gptviz.figures import attention as fa
 from gptviz.figures import flow as figs_flow
 from gptviz.figures import why as figs
-from gptviz.model.tokenizer import decode, tokenizer_for
+from gptviz.model.tokenizer import decode
 
 state = st.session_state
 TOP = 10            # tokens offered as target / rival
@@ -56,10 +57,8 @@ def pick_tokens(probs: torch.Tensor, last_label: str, enc) -> tuple[list[int], i
 
 
 def read_question() -> Ask:
-    spec, model = sidebar.require_model()
-    cfg = model.config
-    enc = tokenizer_for(model)  # GPT-1's own BPE for a GPT-1 folder
-    ids = sidebar.require_prompt(cfg.n_ctx, cfg.vocab_size, enc).ids
+    seen = read_prompt()
+    spec, cfg, enc, ids = seen.spec, seen.cfg, seen.enc, list(seen.ids)  # enc: GPT-1's own BPE for a GPT-1 folder
     labels = pieces(ids, enc)
     probs = services.next_token(spec, ids)
     choices, target, other = pick_tokens(probs, labels[-1], enc)

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import InitVar, dataclass, field
 from functools import cached_property
 
+import streamlit as st
 import torch
 
 from ..model.config import GPTConfig
@@ -15,7 +16,7 @@ from ..model.model import GPT
 from ..model.tokenizer import position_labels, token_labels, tokenizer_for
 from .display import MEAN_HEAD, head_or_mean
 from .models import ModelSpec, load_model, require_capture
-from .sidebar import require_model, require_prompt
+from .sidebar import prompt_tokens, require_model
 
 
 @dataclass
@@ -78,13 +79,19 @@ class Seen:
 
 
 def read_prompt(names_for: Callable[[GPTConfig, int], tuple[str, ...]] | None = None,
-                keep_last: Callable[[GPTConfig, int], int] | None = None) -> Seen:
-    """The sidebar's model and prompt (the page stops with a clear message when there is none), its last
-    `keep_last(cfg, T)` tokens when given (the callback says why it cuts), captured at `names_for(cfg, T)` (the page
-    stops with a message when the model cannot run on it)."""
+                keep_last: Callable[[GPTConfig, int], int] | None = None, *, required: bool = True) -> Seen | None:
+    """The sidebar's model and prompt, in the model's own tokenizer: every page reads the prompt here. The page stops
+    with a clear message when there is no model or, `required`, no prompt (not required: None after the hint, for a
+    page that shows more than the prompt). Its last `keep_last(cfg, T)` tokens when given (the callback says why it
+    cuts), captured at `names_for(cfg, T)` (the page stops with a message when the model cannot run on it)."""
     spec, model = require_model()
     cfg = model.config
-    ids = tuple(require_prompt(cfg.n_ctx, cfg.vocab_size, tokenizer_for(model)).ids)
+    prompt = prompt_tokens(cfg.n_ctx, vocab_size=cfg.vocab_size, enc=tokenizer_for(model))
+    if prompt is None:
+        if required:
+            st.stop()
+        return None
+    ids = tuple(prompt.ids)
     if keep_last is not None:
         ids = ids[len(ids) - min(len(ids), keep_last(cfg, len(ids))):]
     names = tuple(names_for(cfg, len(ids))) if names_for is not None else ()

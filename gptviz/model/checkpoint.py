@@ -16,7 +16,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from .config import ConfigError, GPTConfig
-from .formats.base import CheckpointError, read_pickle
+from .formats.base import CheckpointError, read_pickle, tensors_only
 from .formats.openai_gpt import MODEL_TYPE as OPENAI_GPT, config_from_openai_gpt
 from .formats.unsupported import unsupported_config
 from .load_limits import MAX_CONFIG_BYTES, MAX_LOAD_LAYERS, load_limits
@@ -44,6 +44,20 @@ def check_load_limits(config: GPTConfig) -> None:
     if n > limits.max_params:
         raise CheckpointError(f"the config describes {n:,} parameters; this server loads at most "
                               f"{limits.max_params:,} (GPTVIZ_MAX_LOAD_PARAMS)")
+
+
+def admit(config: GPTConfig, norm: str | None = None, n_head: int | None = None) -> GPTConfig:
+    """`config` with the LayerNorm placement overridden (`norm`), checked against the load limits: the step every
+    format's config goes through. An `n_head` given for a file that records its own must agree with it."""
+    if n_head is not None and n_head != config.n_heads:
+        raise CheckpointError(f"n_head={n_head!r} was given, but the checkpoint records {config.n_heads} heads")
+    if norm is not None:
+        try:
+            config = config.replace(norm=norm)
+        except ConfigError as err:
+            raise CheckpointError(f"norm override: {err}") from None
+    check_load_limits(config)
+    return config
 
 
 def save_checkpoint(model: GPT, folder: str | os.PathLike, dtype: torch.dtype | None = None,
@@ -111,7 +125,7 @@ def _read_tensors(folder: Path, expected: dict[str, tuple[int, ...]], hf_layout:
         if binary.exists():  # legacy format: tensors only, never arbitrary objects
             if not binary.is_file():
                 raise CheckpointError("pytorch_model.bin is not a regular file")
-            loaded = _only_tensors(_load_bin(binary), binary)
+            loaded = tensors_only(_load_bin(binary), binary.name)  # weights_only still admits containers
             _check_shapes(translate({k: tuple(v.shape) for k, v in loaded.items()}), expected)
             return loaded
     except CheckpointError:
@@ -128,15 +142,6 @@ def _read_tensors(folder: Path, expected: dict[str, tuple[int, ...]], hf_layout:
 def _load_bin(path: Path):
     """torch.load with weights_only, memory-mapped where the file's format allows (nothing is read until used)."""
     return read_pickle(path)
-
-
-def _only_tensors(loaded, path: Path) -> dict[str, torch.Tensor]:
-    """weights_only=True still admits plain containers and numbers; a state dict is names -> tensors."""
-    if not isinstance(loaded, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor)
-                                               for k, v in loaded.items()):
-        raise CheckpointError(f"{path.name} is not a state dict (a mapping of names to tensors); "
-                              f"got {type(loaded).__name__}")
-    return loaded
 
 
 def config_from_hf(hf: dict) -> GPTConfig:
@@ -253,13 +258,7 @@ def read_config(folder: str | os.PathLike, norm: str | None = None) -> tuple[GPT
         config = GPTConfig.from_dict(meta["config"]) if ours else config_from_hf(meta)
     except (ConfigError, TypeError) as err:
         raise CheckpointError(f"config.json: {err}") from None
-    if norm is not None:
-        try:
-            config = config.replace(norm=norm)
-        except ConfigError as err:
-            raise CheckpointError(f"norm override: {err}") from None
-    check_load_limits(config)
-    return config, ours
+    return admit(config, norm), ours
 
 
 def load_checkpoint(folder: str | os.PathLike, norm: str | None = None) -> GPT:

@@ -8,13 +8,13 @@ import os
 from pathlib import Path
 from typing import BinaryIO, NamedTuple
 
-from ..checkpoint import load_checkpoint, read_config, weights_nbytes
+from ..checkpoint import admit, load_checkpoint, read_config, weights_nbytes
 from ..config import GPTConfig
 from ..model import GPT
 from ..params import param_count
 from . import llmc, nanogpt, openai_gpt, raschka
 from .base import CheckpointError, read_pickle, read_pickle_meta
-from .build import admit, build
+from .build import build
 from .unsupported import SUPPORTED, unknown_layout, unsupported_keys
 
 # Looked for, in this order, in a folder without config.json (llm.c's files go by any name: every .bin is tried)

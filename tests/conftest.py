@@ -140,6 +140,34 @@ class WatchedBrowser:
         return getattr(self._chromium, name)
 
 
+def c_compiler() -> str | None:
+    """The C compiler setuptools would build the extension with here, if it is on PATH."""
+    import sysconfig
+    return shutil.which(os.environ.get("CC") or (sysconfig.get_config_var("CC") or "cc").split()[0])
+
+
+@pytest.fixture(scope="session")
+def block_stats_extension(tmp_path_factory):
+    """gptviz.index._block_stats built from the checkout's sources by setup.py (the install's own build) into a
+    temporary folder, and loaded from there: (the module, the folder holding it). A checkout holds no built extension
+    (CI runs from one without installing). Skips where there is no C compiler; fails where one is and the build did."""
+    import importlib.util
+    import subprocess
+    out = tmp_path_factory.mktemp("extension")
+    done = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--build-lib", str(out / "lib"),
+                           "--build-temp", str(out / "tmp")], cwd=Path(__file__).resolve().parents[1],
+                          capture_output=True, text=True, timeout=600)
+    built = sorted((out / "lib" / "gptviz" / "index").glob("_block_stats.*"))
+    if not built:
+        if c_compiler() is None:
+            pytest.skip("no C compiler here: the scan's statistics run as torch ops")
+        pytest.fail(f"setup.py build_ext built no extension:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    spec = importlib.util.spec_from_file_location("gptviz.index._block_stats", built[0])
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module, built[0].parent
+
+
 def pytest_collection_modifyitems(config, items):
     """Under `pytest -n 2` (xdist), each worker collects and the files go out in that order: longest first, so the two
     workers finish together (tests/suite_order.py). A serial run keeps the files in their usual order."""

@@ -104,6 +104,9 @@ def overhead(which: str, tokens: int, repeats: int) -> dict:
            "bands_cpu_pct": round(100 * (median_cpu["scan"] / median_cpu["scan_no_bands"] - 1), 1)}
     if "torch" in median:
         out["torch_overhead_pct"] = round(100 * (median["torch"] / median["forward"] - 1), 1)
+        # the same from the process's CPU time, which a busy machine disturbs less than the wall clock
+        out["overhead_cpu_pct"] = round(100 * (median_cpu["scan"] / median_cpu["forward"] - 1), 1)
+        out["torch_overhead_cpu_pct"] = round(100 * (median_cpu["torch"] / median_cpu["forward"] - 1), 1)
     return out | {f"{name}_s": [round(t, 2) for t in ts] for name, ts in times.items()} \
         | {f"{name}_cpu_s": [round(t, 2) for t in ts] for name, ts in cpu.items()}
 

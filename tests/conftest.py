@@ -11,9 +11,9 @@ from pathlib import Path
 
 def _isolate_from_the_users_machine() -> None:
     """Every test, and every server or subprocess a test starts, writes under one temporary home of this process's
-    own, never the user's: HOME, the XDG folders (built indexes) and Hugging Face's caches point
-    there, and the user's own GPTVIZ_* settings (a deployment's memory budget, an index folder) are dropped, so the
-    suite tests the defaults wherever it runs (the suite's own GPTVIZ_TEST_* stay: threads, ports, screenshots). The
+    own, never the user's: HOME, the XDG folders (built indexes) and Hugging Face's caches point there, and the
+    user's own GPTVIZ_* settings (a deployment's memory budget, an index folder) are dropped, so the suite tests the
+    defaults wherever it runs (the suite's own GPTVIZ_TEST_* stay: threads, ports, screenshots). The
     checkout comes first on sys.path for this process and, through PYTHONPATH, for the interpreters tests start, so a
     `pip install .` of another version is never what is tested.
     Done at import, before gptviz and huggingface_hub read these (some read them once, at import)."""
@@ -150,7 +150,8 @@ def c_compiler() -> str | None:
 def block_stats_extension(tmp_path_factory):
     """gptviz.index._block_stats built from the checkout's sources by setup.py (the install's own build) into a
     temporary folder, and loaded from there: (the module, the folder holding it). A checkout holds no built extension
-    (CI runs from one without installing). Skips where there is no C compiler; fails where there is one and nothing was built."""
+    (CI runs from one without installing). Skips where there is no C compiler; fails where there is one and nothing
+    was built."""
     import importlib.util
     import subprocess
     out = tmp_path_factory.mktemp("extension")

@@ -170,7 +170,8 @@ spec.loader.exec_module(module)
 import numpy as np
 from gptviz import GPT, GPTConfig, index as ix
 model = GPT(GPTConfig(vocab_size=50, n_ctx=16, d_model=16, n_layers=1, n_heads=2)).eval()
-print(ix.build_index(model, [ix.Document("d", np.arange(60) % 50)], top_k=3, bins=8, min_count=2).meta["scan"]["statistics"])
+index = ix.build_index(model, [ix.Document("d", np.arange(60) % 50)], top_k=3, bins=8, min_count=2)
+print(index.meta["scan"]["statistics"])
 """
     env = {k: v for k, v in os.environ.items() if k not in ("CC", "GPTVIZ_NATIVE")} | {"PATH": ""}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)

@@ -24,7 +24,8 @@ typedef struct {
     int held, written;
 } Arg;
 
-/* The buffer's items are `kind` in this machine's byte order (numpy writes int64 as 'l' or 'q', int32 as 'i' or 'l'). */
+/* The buffer's items are `kind`, in this machine's byte order (numpy writes int64 as 'l' or 'q', int32 as 'i' or
+ * 'l'). */
 static int has_kind(const Py_buffer *v, enum kind kind)
 {
     const char *f = v->format ? v->format : "B";
@@ -191,7 +192,8 @@ static PyObject *update(PyObject *self, PyObject *args, PyObject *kwargs)
                      first + w - 1, U);
         goto done;
     }
-    if (n > INT32_MAX || bins < 2 || bins > INT32_MAX / (w > 0 ? w : 1)) {  /* the pass counts in int32 and indexes bins * w */
+    /* the pass counts in int32 and indexes bins * w */
+    if (n > INT32_MAX || bins < 2 || bins > INT32_MAX / (w > 0 ? w : 1)) {
         PyErr_Format(PyExc_ValueError, "block_stats: %zd rows, %zd bins of %zd units: under 2**31 rows and bins * "
                      "units, at least 2 bins", n, bins, w);
         goto done;
@@ -210,7 +212,8 @@ static PyObject *update(PyObject *self, PyObject *args, PyObject *kwargs)
         || sized(&a[SAMP_V], 1, R, "entries") < 0 || sized(&a[SAMP_LOC], 1, R, "entries") < 0)
         goto done;
     if (a[WORKSPACE].view.len < workspace_size(w, bins) || (uintptr_t)a[WORKSPACE].view.buf % 64 != 0) {
-        PyErr_Format(PyExc_ValueError, "block_stats: the workspace must hold %zd bytes from a 64-byte boundary, not %zd",
+        PyErr_Format(PyExc_ValueError,
+                     "block_stats: the workspace must hold %zd bytes from a 64-byte boundary, not %zd",
                      workspace_size(w, bins), a[WORKSPACE].view.len);
         goto done;
     }
@@ -237,7 +240,8 @@ static PyObject *update(PyObject *self, PyObject *args, PyObject *kwargs)
     int64_t *sthr = (int64_t *)(ws += PART(8 * w));
     int32_t *local = (int32_t *)(ws += PART(8 * w));
     int32_t *scratch = (int32_t *)(ws += PART(4 * bins * w));
-    float *tile_max = (float *)(ws += PART(4 * w)), *lo = (float *)(ws += PART(4 * w)), *hi = (float *)(ws + PART(4 * w));
+    float *tile_max = (float *)(ws += PART(4 * w)), *lo = (float *)(ws += PART(4 * w));
+    float *hi = (float *)(ws + PART(4 * w));
     float *best_v = (float *)a[BEST_V].view.buf + first * K, *vmax = (float *)a[VMAX].view.buf;
     int64_t *best_loc = (int64_t *)a[BEST_LOC].view.buf + first * K;
     int64_t top = 0;

@@ -141,8 +141,11 @@ class WatchedBrowser:
 
 
 def c_compiler() -> str | None:
-    """The C compiler setuptools would build the extension with here, if it is on PATH."""
+    """The C compiler setuptools would build the extension with here, if it is on PATH and Python's headers are
+    installed (Debian's python3-dev): None where the build of the extension cannot run."""
     import sysconfig
+    if not (Path(sysconfig.get_paths()["include"]) / "Python.h").is_file():
+        return None
     return shutil.which(os.environ.get("CC") or (sysconfig.get_config_var("CC") or "cc").split()[0])
 
 
@@ -161,7 +164,7 @@ def block_stats_extension(tmp_path_factory):
     built = sorted((out / "lib" / "gptviz" / "index").glob("_block_stats.*"))
     if not built:
         if c_compiler() is None:
-            pytest.skip("no C compiler here: the scan's statistics run as torch ops")
+            pytest.skip("no C compiler or Python headers here: the scan's statistics run as torch ops")
         pytest.fail(f"setup.py build_ext built no extension:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
     spec = importlib.util.spec_from_file_location("gptviz.index._block_stats", built[0])
     module = importlib.util.module_from_spec(spec)

@@ -15,15 +15,14 @@ from gptviz import index as ix
 from gptviz.app import display, reproduce, sidebar
 from gptviz.app import keys as K, settings as S
 from gptviz.app import unit_index as ui
-from gptviz.app.services import LimitError
-from gptviz.app.services import units as services
+from gptviz.app.services import LimitError, unit_page as services
 from gptviz.app.component.token_rows import payload as token_rows_payload
 from gptviz.app.component.token_rows import reserve_css, token_rows
 from gptviz.app.unit_nav import open_on_row_pick
 from gptviz.app.models import ModelSpec
-from gptviz.figures import units as fu
+from gptviz.figures import unit_page as fu
 from gptviz.model.model import GPT
-from gptviz.model.tokenizer import decode, encode, position_labels, token_labels
+from gptviz.model.tokenizer import decode, encode, position_labels, refuse_own_tokenizer, token_labels
 
 KINDS = S.UNIT_KIND.rule.options
 DEFAULT_BUILD_TOKENS = 50_000
@@ -33,7 +32,12 @@ state = st.session_state
 # ---------------------------------------------------------------------------------------------------- the index
 
 def require_index(spec: ModelSpec, model: GPT) -> ui.Loaded:
-    """The model's index, or the offer to build one (the page stops until there is one)."""
+    """The model's index, or the offer to build one (the page stops until there is one; for good with GPT-1's BPE)."""
+    try:
+        refuse_own_tokenizer(model)  # the corpus's GPT-2 ids would be other words to a model with its own tokenizer
+    except ValueError as err:
+        st.warning(display.md_text(f"This model has no neuron index: {err}."))
+        st.stop()
     try:
         with st.spinner("Loading the neuron index..."):
             loaded = ui.find_index(spec)

@@ -12,7 +12,7 @@ import torch
 from ..model.config import GPTConfig
 from ..model.hooks import ActivationCache
 from ..model.model import GPT
-from ..model.tokenizer import position_labels, token_labels
+from ..model.tokenizer import position_labels, token_labels, tokenizer_for
 from .display import MEAN_HEAD
 from .models import ModelSpec, load_model, require_capture
 from .sidebar import require_model, require_prompt
@@ -33,10 +33,12 @@ class Seen:
     focus: int = 0                       # the position the per-token views follow
     labels: list[str] = field(init=False)       # token text by position
     pos_labels: list[str] = field(init=False)   # "3:text", unique by position
+    enc: object = field(init=False)             # the model's tokenizer (tokenizer_for): GPT-1's BPE or GPT-2's
 
     def __post_init__(self, model_now: GPT):
         self._model = weakref.ref(model_now)
-        self.labels, self.pos_labels = token_labels(self.ids), position_labels(self.ids)
+        self.enc = tokenizer_for(model_now)
+        self.labels, self.pos_labels = token_labels(self.ids, self.enc), position_labels(self.ids, self.enc)
 
     @property
     def model(self) -> GPT:
@@ -82,7 +84,7 @@ def read_prompt(names_for: Callable[[GPTConfig, int], tuple[str, ...]] | None = 
     stops with a message when the model cannot run on it)."""
     spec, model = require_model()
     cfg = model.config
-    ids = tuple(require_prompt(cfg.n_ctx, cfg.vocab_size).ids)
+    ids = tuple(require_prompt(cfg.n_ctx, cfg.vocab_size, tokenizer_for(model)).ids)
     if keep_last is not None:
         ids = ids[len(ids) - min(len(ids), keep_last(cfg, len(ids))):]
     names = tuple(names_for(cfg, len(ids))) if names_for is not None else ()

@@ -19,7 +19,7 @@ from typing import Callable, NamedTuple
 
 from .. import index as ix
 from ..serve import limits, memory
-from ..serve.atomic_write import TEMP_PREFIX, atomic_folder
+from ..index.atomic_write import TEMP_PREFIX, atomic_folder
 from ..serve.bounded_cache import BoundedCache
 from ..serve.limits import LimitError
 from . import keys as K

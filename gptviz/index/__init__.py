@@ -68,5 +68,5 @@ from .scan import (PartialScan, ScanPlan, build_index, default_batch, finish_sca
                    plan_scan, scan_batches, scan_nbytes)
 from .store import (IndexFormatError, NeuronIndex, _config_dict, bundled_index, index_folder, index_matches,
                     load_index, model_fingerprint, save_index)
-from .units import Unit, UnitLike, _as_unit, _flat, _unit_at, _unit_hooks, _values_from_store, head_write_norms, \
+from .unit_ids import Unit, UnitLike, _as_unit, _flat, _unit_at, _unit_hooks, _values_from_store, head_write_norms, \
     unit_values

@@ -31,7 +31,7 @@ def add_arguments(x: argparse.ArgumentParser) -> None:
                    help="stop reading the corpus (yours or the bundled works) after this many tokens")
     x.add_argument("--out", default=None, help="output folder (default: ./<model>-index, or ./<model>-shard-I-of-N "
                                               "with --shard); the shipped index of a bundled model is "
-                                              "gptviz/models/<name>/index")
+                                              "gptviz/bundled/<name>/index")
     x.add_argument("--shard", default=None, metavar="I/N",
                    help="scan shard I of N (0 <= I < N) and write a partial index; combine the N partial indexes "
                         "with `index merge`")
@@ -94,9 +94,10 @@ def _shard(text: str) -> tuple[int, int]:
 def run(args) -> int:
     import torch
 
-    from ..serve.devices import place
+    from ..model.devices import place
     from ..model.weights import bundled_models, load_pretrained
     from .progress import text_progress
+    from ..model.tokenizer import refuse_own_tokenizer
     from .scan import finish_scan, plan_scan, scan_batches
     from .store import save_index
 
@@ -107,6 +108,7 @@ def run(args) -> int:
     if shard and args.ray:
         raise ValueError("--shard and --ray do not go together: --ray runs every shard")
     model = place(load_pretrained(args.model).eval(), args.device, args.dtype)
+    refuse_own_tokenizer(model)  # before the corpus is read
     name = args.model if args.model in bundled_models() else Path(args.model).name
     with tempfile.TemporaryDirectory(prefix="gptviz-index-") as tmp:
         docs, source, corpus = _documents(args, Path(tmp))
@@ -184,7 +186,7 @@ def merge_target(out, parts) -> Path:
 def _save_new(index, target: Path) -> Path:
     """Write the index into a temporary folder beside `target`, then rename it into place: a merge that fails leaves
     nothing, and the rename itself refuses a folder that filled up meanwhile (ENOTEMPTY)."""
-    from ..serve.atomic_write import TEMP_PREFIX
+    from .atomic_write import TEMP_PREFIX
     from .store import save_index
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{target.name}.", dir=target.parent))

@@ -36,7 +36,7 @@ from .effects import DirectEffect, direct_effect, head_direct_effect
 from .read import Band, Context, Example, attended, band_examples, example_contexts, histogram, quantiles, summary, \
     top_examples
 from .store import NeuronIndex
-from .units import Unit, UnitLike
+from .unit_ids import Unit, UnitLike
 
 SOURCE_SETS = {"neuron": "gptviz-mlp", "head": "gptviz-attn"}
 FORMAT = "neuronpedia-feature-dashboard (SAEDashboard batch)"

@@ -15,7 +15,7 @@ from .constants import DEAD_PEAK, TOP_TOKENS
 from .corpus import Document, _as_documents, _checksum, corpus_documents, scoring_window, tokenize_corpus
 from .histograms import _edges
 from .store import NeuronIndex
-from .units import Unit, UnitLike, _unit_at, _unit_hooks, _values_from_store, head_write_norms, unit_values
+from .unit_ids import Unit, UnitLike, _unit_at, _unit_hooks, _values_from_store, head_write_norms, unit_values
 
 
 def index_documents(index: NeuronIndex, folder=None) -> list[Document]:
@@ -208,7 +208,7 @@ def example_contexts_nbytes(index: NeuronIndex, corpus_docs, examples: Sequence[
                             before: int = 24, after: int = 8) -> int:
     """What example_contexts holds at its peak, from its batch's size (B windows of up to T tokens): the captured
     unit hook (and the head's pattern), the forward pass's working memory, and a head's per-head writes."""
-    from ..serve.memory import FLOAT32, forward_nbytes
+    from ..model.sizes import FLOAT32, forward_nbytes
     from ..model.hooks import capture_nbytes
     if not examples:
         return 0
@@ -224,7 +224,7 @@ def example_contexts_nbytes(index: NeuronIndex, corpus_docs, examples: Sequence[
 def units_at_nbytes(config, T: int) -> int:
     """What units_at holds at its peak on T tokens: the capture of every unit's hook with the forward pass beside
     it, each head's writes [T, heads, d_model] for one layer, and every unit's value and rank."""
-    from ..serve.memory import FLOAT32, capture_work_nbytes
+    from ..model.sizes import FLOAT32, capture_work_nbytes
     n_units = config.n_layers * (config.d_ff + config.n_heads)
     return capture_work_nbytes(config, _unit_hooks(config), T) \
         + FLOAT32 * T * (config.n_heads * config.d_model + 2 * n_units)

@@ -29,6 +29,7 @@ from .constants import (BAND_EXAMPLES, BAND_LEVELS, BAND_RULE, BATCH_VALUES, BIN
                         TOKEN_UNITS, TOP_K, TOP_TOKENS, VERSION)
 from .corpus import _as_documents, _checksum, _windows, default_stride, token_counts
 from .histograms import _Binner, _edges, _quantiles
+from ..model.tokenizer import refuse_own_tokenizer
 from .native import block_stats
 from .store import NeuronIndex, _config_dict, model_fingerprint
 from .forward import _batch_inputs, _stream_unit_blocks, _unit_blocks, head_factors
@@ -94,6 +95,7 @@ def plan_scan(model, docs, *, model_name: str = "", source: str = "", corpus: di
     positive values sampled per unit for the bands' examples (0: none, the bands have no examples)."""
     model.eval()
     cfg = model.config
+    refuse_own_tokenizer(model)
     docs = _as_documents(docs)
     if not docs or any(len(d.ids) == 0 for d in docs):
         raise ValueError("every document needs at least one token")

@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..serve.atomic_write import atomic_file, atomic_write
+from .atomic_write import atomic_file, atomic_write
 from .constants import BAND_EXAMPLES, BANDS, FORMAT, INDEX_JSON, INDEX_NPZ, TOKEN_UNITS, VERSION
-from .units import Unit, UnitLike, _as_unit, _flat, _unit_at
+from .unit_ids import Unit, UnitLike, _as_unit, _flat, _unit_at
 
 
 class IndexFormatError(ValueError):
@@ -183,9 +183,9 @@ def _validate(meta: dict, arrays: dict[str, np.ndarray]) -> None:
 # ---------------------------------------------------------------------------------------------------- shipped
 
 def index_folder(model_name: str) -> Path:
-    """Where a bundled model's shipped index lives: gptviz/models/<name>/index."""
-    from ..model.weights import MODELS_DIR
-    return MODELS_DIR / model_name / "index"
+    """Where a bundled model's shipped index lives: gptviz/bundled/<name>/index."""
+    from ..model.weights import BUNDLED_DIR
+    return BUNDLED_DIR / model_name / "index"
 
 
 def bundled_index(model_name: str) -> NeuronIndex | None:

@@ -1,5 +1,5 @@
 """The checkpoint format: our own (safetensors + config.json) and Hugging Face GPT-2 and GPT-1 folders, validated
-against the load caps before anything is allocated, and the bundled models (gptviz/models/). Files of other formats
+against the load caps before anything is allocated, and the bundled models (gptviz/bundled/). Files of other formats
 (nanoGPT, Raschka's GPTModel, llm.c) are formats/, reached through formats/load.py.
 
 Nothing is ever unpickled: safetensors, or `torch.load(weights_only=True)` for legacy `.bin` files.
@@ -24,7 +24,7 @@ from .model import GPT
 
 FORMAT = "gptviz"
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")  # the first present is read
-MODELS_DIR = Path(__file__).parents[1] / "models"  # bundled, trained checkpoints (one folder each)
+BUNDLED_DIR = Path(__file__).parents[1] / "bundled"  # bundled, trained checkpoints (one folder each)
 _HF_ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu_fast": "gelu_tanh",
                    "gelu": "gelu", "relu": "relu"}
 _CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
@@ -307,6 +307,6 @@ def training_vocab(folder: str | os.PathLike) -> torch.Tensor | None:
 
 def bundled_models() -> dict[str, Path]:
     """Trained checkpoints shipped with gptviz, by name."""
-    if not MODELS_DIR.is_dir():
+    if not BUNDLED_DIR.is_dir():
         return {}
-    return {p.name: p for p in sorted(MODELS_DIR.iterdir()) if (p / "config.json").exists()}
+    return {p.name: p for p in sorted(BUNDLED_DIR.iterdir()) if (p / "config.json").exists()}

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .checkpoint import (MODELS_DIR, TRAINING_VOCAB, CheckpointError, bundled_models, check_load_limits,  # noqa: F401
+from .checkpoint import (BUNDLED_DIR, TRAINING_VOCAB, CheckpointError, bundled_models, check_load_limits,  # noqa: F401
                          config_from_hf, expected_shapes, read_config, save_checkpoint, state_from_hf,
                          training_vocab, write_training_vocab)
 from .formats.load import FileCheck, check_file_bytes, checkpoint_file, load_path, needs_n_head, path_config, path_nbytes  # noqa: F401

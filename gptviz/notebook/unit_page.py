@@ -4,7 +4,7 @@ app's token_rows.js), the histogram of its values and the tokens its direct effe
 figure factories). Opens offline (page.Page: scripts and data inline); needs no notebook extra."""
 from __future__ import annotations
 
-from ..figures import units as fu
+from ..figures import unit_page as fu
 from .page import Page
 
 VALUE_NAMES = {"neuron": "activation", "head": "output norm"}

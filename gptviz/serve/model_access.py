@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from ..model.model import GPT
-from ..model.weights import (CHECKPOINT_SUFFIXES, MODELS_DIR, CheckpointError, bundled_models, checkpoint_file,
+from ..model.weights import (CHECKPOINT_SUFFIXES, BUNDLED_DIR, CheckpointError, bundled_models, checkpoint_file,
                              hub_folder, load_checkpoint, looks_like_path, path_config)
 from .limits import server_limits
 
@@ -22,7 +22,7 @@ def model_roots() -> list[Path]:
     except ImportError:
         hub_cache = Path(os.environ.get("HF_HUB_CACHE", Path.home() / ".cache" / "huggingface" / "hub"))
     extra = [Path(p) for p in server_limits().model_dirs]
-    return [MODELS_DIR, hub_cache, *extra]
+    return [BUNDLED_DIR, hub_cache, *extra]
 
 
 FOLDER_REFUSED = ("No model folder of that name is available on this server. It loads folders and checkpoint files "

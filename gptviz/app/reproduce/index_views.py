@@ -39,7 +39,7 @@ def units_here(spec: ModelSpec, ids, pos: int, per_play: int | None, text: str |
     """The unit search, on the prompt: the neurons and heads most active at one token, against their corpus peaks."""
     load, imports = _index_lines(spec, per_play, "units_at")
     return snippet(
-        "the unit search, most active here", spec, *load, prompt_lines(ids, text),
+        "the unit search, most active here", spec, *load, prompt_lines(ids, text, spec=spec),
         f"pos = {pos}",
         "result = (units_at(model, ids, pos, index=index, k=8, kind='neuron')",
         "          + units_at(model, ids, pos, index=index, k=4, kind='head'))   # .unit, .value, .share_of_peak",
@@ -51,6 +51,6 @@ def units_for_word(spec: ModelSpec, token: int, per_play: int | None) -> str:
     load, imports = _index_lines(spec, per_play, "units_for_token")
     return snippet(
         "the unit search, a word", spec, *load,
-        f"token = {token}                                       # {pieces_comment(token)}",
+        f"token = {token}                                       # {pieces_comment(token, spec=spec)}",
         "result = units_for_token(index, token, k=10)         # .unit, .z, .mean",
         imports=imports)

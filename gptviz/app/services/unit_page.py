@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from ... import index as ix
+from ...model import sizes
 from ...serve import limits, memory
 from ...serve.limits import TOKEN_BOX_CHARS  # noqa: F401 (the page's one-token boxes read it here)
 from ...model.model import GPT
@@ -31,7 +32,7 @@ def units_here(spec: models.ModelSpec, ids: tuple[int, ...], pos: int) -> list[i
 
 def direct_effect(model: GPT, unit: ix.Unit, source: int | None = None) -> ix.DirectEffect:
     """The unit's direct effect on the logits, its memory reserved first (LimitError when there is no room)."""
-    with memory.reserve(memory.direct_effect_nbytes(model.config), f"the direct effect of {unit}"):
+    with memory.reserve(sizes.direct_effect_nbytes(model.config), f"the direct effect of {unit}"):
         if unit.kind == "neuron":
             return ix.direct_effect(model, unit.layer, unit.index)
         return ix.head_direct_effect(model, unit.layer, unit.index, source)

@@ -1,7 +1,7 @@
 """One neuron or head over a corpus, as the app's unit page draws it: a summary line (with the exact share of tokens
 where a neuron is active), its top examples as rows of tokens coloured by its value (the app's token_rows.js; a
 head's rows name the token its peak attends to), the histogram of its values with its quantiles, and the tokens its
-output promotes and suppresses (gptviz.figures.units, the page's own figure factories).
+output promotes and suppresses (gptviz.figures.unit_page, the page's own figure factories).
 
     from gptviz import load_pretrained
     from gptviz.notebook import unit
@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import index as ix
-from ..figures import units as fu
+from ..figures import unit_page as fu
 
 # the unit page's context around each peak (gptviz.app.unit_index.EXAMPLES_BEFORE / EXAMPLES_AFTER: that module
 # imports Streamlit, so the two numbers are repeated here; tests/test_notebook_units.py checks they agree)

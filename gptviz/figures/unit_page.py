@@ -8,6 +8,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from .palette import behind_text
 from .attention import HIGHLIGHT
 from .common import apply_layout, escaped, plotly_text
 from .head_views import MONO
@@ -118,7 +119,7 @@ def examples_text(rows: list[ExampleRow], *, value_name: str, cmax: float, title
     fig.update_xaxes(visible=False, range=[-LEFT_CHARS - 0.5, RIGHT_CHARS + 0.5], fixedrange=True)
     fig.update_yaxes(range=[n - 0.5, -0.5], fixedrange=True, tickmode="array", tickvals=list(range(len(rows))),
                      ticktext=[plotly_text(row.name) for row in rows], tickfont=dict(size=11))
-    axis = dict(colorscale=EXAMPLE_SCALE, cmin=0.0, cmax=float(cmax),
+    axis = dict(colorscale=behind_text(EXAMPLE_SCALE), cmin=0.0, cmax=float(cmax),
                 colorbar=dict(title=dict(text=plotly_text(value_name), side="top"), orientation="h", x=1,
                               xanchor="right", y=1.0, yanchor="bottom", len=0.35, thickness=10))
     return apply_layout(fig, title=title, height=int(70 + 26 * n + (40 if title else 0)), coloraxis=axis,

@@ -177,6 +177,23 @@ def saliency_nbytes(config, T: int, batch: int = 16) -> int:
     return activation_nbytes(config, batch, T)
 
 
+def _both_runs(model, clean, corrupted, clean_names: list[str], corrupted_names: list[str], target: int, other: int,
+               clock: Clock):
+    """What a patching sweep starts from: the clean run captured at `clean_names`, the corrupted run at
+    `corrupted_names` and every layer's keys and values, the two metrics (clean, corrupted), and the corrupted keys
+    and values per layer as [1, heads, T, d_head]."""
+    L = model.config.n_layers
+    clean_logits, clean_cache = capture(model, clean, clean_names)
+    clock.check()
+    corrupted_logits, corrupted_cache = capture(model, corrupted, corrupted_names + [
+        act_name(n, i) for i in range(L) for n in ("k", "v")])
+    clock.check()
+    base = float(logit_difference(clean_logits, target, other)), float(logit_difference(corrupted_logits, target, other))
+    kv = [(corrupted_cache[act_name("k", i)].transpose(1, 2), corrupted_cache[act_name("v", i)].transpose(1, 2))
+          for i in range(L)]
+    return clean_cache, corrupted_cache, base, kv
+
+
 @torch.no_grad()
 def residual_patching(model, clean_ids, corrupted_ids, target: int, other: int, clock: Clock | None = None
                       ) -> PatchingResult:
@@ -191,12 +208,7 @@ def residual_patching(model, clean_ids, corrupted_ids, target: int, other: int, 
     clock = clock or UNBOUNDED
     L, T = model.config.n_layers, clean.shape[1]
     names = [act_name("resid_pre", i) for i in range(L)]
-    clean_logits, clean_cache = capture(model, clean, names)
-    corrupted_logits, corrupted_cache = capture(model, corrupted, names + [act_name(n, i) for i in range(L)
-                                                                             for n in ("k", "v")])
-    base = float(logit_difference(clean_logits, target, other)), float(logit_difference(corrupted_logits, target, other))
-    kv = [(corrupted_cache[act_name("k", i)].transpose(1, 2), corrupted_cache[act_name("v", i)].transpose(1, 2))
-          for i in range(L)]                                                    # [1, heads, T, d_head] each
+    clean_cache, corrupted_cache, base, kv = _both_runs(model, clean, corrupted, names, names, target, other, clock)
     per_batch = sweep_rows_per_batch(model.config, T)
     scores = torch.full((L, T), base[1])
     for layer, name in enumerate(names):
@@ -228,14 +240,9 @@ def head_patching(model, clean_ids, corrupted_ids, target: int, other: int, cloc
     clock = clock or UNBOUNDED
     L, H, T = model.config.n_layers, model.config.n_heads, clean.shape[1]
     z_names = [act_name("z", i) for i in range(L)]
-    clean_logits, clean_cache = capture(model, clean, z_names)
-    clock.check()
-    corrupted_logits, corrupted_cache = capture(model, corrupted, z_names + [
-        act_name(n, i) for i in range(L) for n in ("resid_pre", "k", "v")])
-    clock.check()
-    base = float(logit_difference(clean_logits, target, other)), float(logit_difference(corrupted_logits, target, other))
-    kv = [(corrupted_cache[act_name("k", i)].transpose(1, 2), corrupted_cache[act_name("v", i)].transpose(1, 2))
-          for i in range(L)]                                                    # [1, heads, T, d_head] each
+    clean_cache, corrupted_cache, base, kv = _both_runs(model, clean, corrupted, z_names,
+                                                        z_names + [act_name("resid_pre", i) for i in range(L)],
+                                                        target, other, clock)
     per_batch = sweep_rows_per_batch(model.config, T)
     scores = torch.full((L, H), base[1])
     for layer, name in enumerate(z_names):

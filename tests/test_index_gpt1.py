@@ -215,3 +215,16 @@ def test_the_unit_page_shows_gpt1s_tokens(gpt1, model, built, spec, tmp_path, mo
     at = run_page("units", "But soft", spec)
     shown = " ".join(e.value for e in at.error).replace("\\", "")  # the message as read (markdown-escaped)
     assert not at.exception and "built over 'gpt2''s token ids and this model reads 'openai-gpt''s" in shown
+
+
+@pytest.mark.slow  # the complete works tokenized twice with GPT-1's BPE in Python (about a minute)
+def test_the_unit_pages_snippet_rebuilds_the_index_over_gpt1s_ids(gpt1, model, spec):
+    """Copy as Python for a GPT-1 folder's unit page: the corpus read with tokenizer_for(model), and the summary's
+    top tokens decoded with it; run, it gives the summary the library gives."""
+    from gptviz.app import reproduce
+    code = reproduce.unit(spec, "L1N2", 3)
+    assert "corpus_documents(enc=tokenizer_for(model))" in code and "summary(index, unit, tokenizer_for(model))" in code
+    scope: dict = {}
+    exec(compile(code, "snippet", "exec"), scope)
+    docs = [ix.Document(d.name, d.ids[:3], d.held_out) for d in ix.corpus_documents(enc=tokenizer_for(model))]
+    assert scope["result"]["summary"] == ix.summary(ix.build_index(model, docs), "L1N2", tokenizer_for(model))

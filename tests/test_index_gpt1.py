@@ -117,8 +117,9 @@ def test_the_scan_of_gpt1_ids_equals_brute_force(model, built):
     K_ = index.meta["top_k"]
     for u in range(index.n_units):
         order = torch.sort(values[:, u], descending=True, stable=True)
+        # float32 at unit scale, batched against one window at a time: rounding up to ~2e-5 of the value
         torch.testing.assert_close(torch.from_numpy(index.arrays["top_values"][u]), order.values[:K_],
-                                   rtol=1e-5, atol=1e-6)
+                                   rtol=1e-4, atol=1e-5)
         got = offsets[index.arrays["top_doc"][u]] + index.arrays["top_pos"][u]
         vals = order.values[:K_ + 1].numpy()
         clear = np.array([(i == 0 or vals[i - 1] - vals[i] > 1e-4) and vals[i] - vals[i + 1] > 1e-4
@@ -207,6 +208,13 @@ def test_the_unit_page_shows_gpt1s_tokens(gpt1, model, built, spec, tmp_path, mo
         labels = [t.replace("</w>", "␣") for t in gpt1.tok.convert_ids_to_tokens(ids)]
         at_peak = labels[e.pos - row["peak"]:e.pos - row["peak"] + len(row["tokens"])]
         assert row["tokens"] == at_peak  # GPT-1's pieces around the peak, the peak where the index says
+    # word search encodes the typed word with GPT-1's BPE (capitals lowered): 'LIGHT' is the token 'light</w>'
+    light = hf_ids(gpt1, "light")
+    assert len(light) == 1
+    at = run_page("units", "But soft", spec, **{K.UNIT_TAB: K.UNIT_TABS[1], K.UNIT_WORD: "LIGHT"})
+    assert not at.exception and not at.warning, [w.value for w in at.warning]
+    said = " ".join(m.value for m in at.markdown).replace("\\", "")
+    assert f"Token 'light' (id {light[0]}, " in said
     # a GPT-2 index of these weights is refused with the reason, and a build offered
     plain = load_pretrained(str(gpt1.folder)).eval()
     plain.tokenizer = None
@@ -228,3 +236,14 @@ def test_the_unit_pages_snippet_rebuilds_the_index_over_gpt1s_ids(gpt1, model, s
     exec(compile(code, "snippet", "exec"), scope)
     docs = [ix.Document(d.name, d.ids[:3], d.held_out) for d in ix.corpus_documents(enc=tokenizer_for(model))]
     assert scope["result"]["summary"] == ix.summary(ix.build_index(model, docs), "L1N2", tokenizer_for(model))
+
+
+def test_the_notebooks_unit_view_labels_gpt1s_tokens(gpt1, model, built):
+    from gptviz.notebook.unit_widget import UnitData
+    docs, index = built
+    data = UnitData(model, "L1H1", index, docs=docs)
+    assert data.rows and data.effect is not None
+    for row, c in zip(data.rows, data.contexts):
+        assert row.labels == [t.replace("</w>", "␣") for t in gpt1.tok.convert_ids_to_tokens(list(map(int, c.ids)))]
+    words = [gpt1.tok.decode([t]) for t, _ in ix.top_tokens(index, "L1H1", 5)]
+    assert data.summary.endswith("top tokens: " + ", ".join(map(repr, words)))

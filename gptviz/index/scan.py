@@ -32,7 +32,7 @@ from .histograms import _Binner, _edges, _quantiles
 from ..model.tokenizer import tokenizer_for
 from .native import block_stats
 from .store import NeuronIndex, _config_dict, model_fingerprint
-from .tokens import tokenizer_meta
+from .tokens import index_tokenizer, tokenizer_meta
 from .forward import _batch_inputs, _stream_unit_blocks, _unit_blocks, head_factors
 from .top_k import keep_top, top_merge
 
@@ -85,7 +85,7 @@ class ScanPlan:
         for a in (self.offsets, self.windows, self.frequent, self.hist_range):
             h.update(np.ascontiguousarray(a).tobytes())
         h.update(repr([(d["name"], d["tokens"], d["crc32"]) for d in self.meta["corpus"]["documents"]]).encode())
-        h.update(b"" if self.meta["tokenizer"]["name"] == "gpt2" else self.meta["tokenizer"]["fingerprint"].encode())
+        h.update(b"" if (t := index_tokenizer(self.meta))["name"] == "gpt2" else t["fingerprint"].encode())
         return h.hexdigest()
 
 

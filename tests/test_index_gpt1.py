@@ -30,7 +30,8 @@ pytestmark = [pytest.mark.hf]
 PLAYS = {
     "romeo": "ROMEO:\nBut soft, what light through yonder window breaks?\n\nIt is the east, and Juliet is the sun.\n"
              "\tArise, fair sun, and kill the envious moon! Café naïve résumé -- e-mail: a@b.c\n" * 5,
-    "hamlet": "HAMLET:\r\nTo be, or not to be: that is the question.\r\nΟΔΥΣΣΕΥΣ ΚΑΙ ΠΗΝΕΛΟΠΗ 你好 world!\x07 "
+    "hamlet": "HAMLET:\r\nTo be, or not to be: that is the question.\r\n"
+              "ΟΔΥΣΣΕΥΣ ΚΑΙ ΠΗΝΕΛΟΠΗ 你好 world!\x07 "
               "It's 3.14 starlight, Thou.\n" * 4,
     "lear": "  Blow, winds, and crack your cheeks!  Rage, blow!\n\n\n   e\u0301te\u0301 r2d2 starlight3 b4\n",
 }

@@ -67,7 +67,7 @@ from .texts import corpus_pieces, corpus_texts
 from .tokens import index_tokenizer, tokenizer_meta, tokenizer_mismatch
 from .scan import (PartialScan, ScanPlan, build_index, default_batch, finish_scan, merge_scans,
                    plan_scan, scan_batches, scan_nbytes)
-from .store import (IndexFormatError, NeuronIndex, _config_dict, bundled_index, index_folder, index_matches, index_mismatch,
-                    load_index, model_fingerprint, save_index)
+from .store import (IndexFormatError, NeuronIndex, _config_dict, bundled_index, index_folder, index_matches,
+                    index_mismatch, load_index, model_fingerprint, save_index)
 from .unit_ids import Unit, UnitLike, _as_unit, _flat, _unit_at, _unit_hooks, _values_from_store, head_write_norms, \
     unit_values

@@ -24,7 +24,8 @@ class Document:
 def corpus_documents(folder=None, held_out: Sequence[str] | None = None, limit_tokens: int | None = None,
                      enc=None) -> list[Document]:
     """A folder of plays (default: the complete works) as documents, one per file in `play_files` order, each the
-    file's ids in `enc` (default GPT-2's; no <|endoftext|>); `held_out` (default HELD_OUT_PLAYS) marks the plays the bundled models
+    file's ids in `enc` (default GPT-2's; no <|endoftext|>); `held_out` (default HELD_OUT_PLAYS) marks the plays
+    the bundled models
     never trained on. `limit_tokens` stops after that many tokens (the last play cut short, the rest not read)."""
     from ..training.corpus import HELD_OUT_PLAYS, WORKS, play_files, play_name
     from ..model.tokenizer import get_tokenizer

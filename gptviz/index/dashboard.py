@@ -64,7 +64,8 @@ def _round(values) -> list[float | None]:
 
 def _activation(index: NeuronIndex, e: Example, c: Context, bin_min: float, bin_max: float, contains: float,
                 group: str, enc=None) -> dict:
-    return {"tokens": _text(c.ids, enc), "values": _round(c.values), "bin_min": float(bin_min), "bin_max": float(bin_max),
+    return {"tokens": _text(c.ids, enc), "values": _round(c.values), "bin_min": float(bin_min),
+            "bin_max": float(bin_max),
             "bin_contains": float(contains), "qualifying_token_index": int(c.peak),
             "gptviz": {"group": group, "rank": e.rank, "document": e.doc_name, "position": e.pos,
                        "held_out": bool(index.documents[e.doc]["held_out"]), "value": float(e.value),
@@ -106,8 +107,10 @@ def feature(index: NeuronIndex, unit: UnitLike, top: Sequence[Context], bands: S
     return {
         "feature_index": u.index,
         **{name: [] for name in EMPTY_FIELDS},
-        "neg_str": _text([t for t, _ in effect.suppressed], enc), "neg_values": _round([v for _, v in effect.suppressed]),
-        "pos_str": _text([t for t, _ in effect.promoted], enc), "pos_values": _round([v for _, v in effect.promoted]),
+        "neg_str": _text([t for t, _ in effect.suppressed], enc),
+        "neg_values": _round([v for _, v in effect.suppressed]),
+        "pos_str": _text([t for t, _ in effect.promoted], enc),
+        "pos_values": _round([v for _, v in effect.promoted]),
         "frac_nonzero": float(counts[positive].sum() / max(1, index.tokens)),
         "freq_hist_data_bar_values": _round(centres[positive]),
         "freq_hist_data_bar_heights": [int(n) for n in counts[positive]],

@@ -139,7 +139,8 @@ def folder_files(folder: Path, on_skip: Callable[[str, str], None] | None = None
 
 def corpus_pieces(path, text_column: str = "text", on_skip: Callable[[str, str], None] | None = None, cut=None
                   ) -> Iterator[tuple[str, Iterator[str]]]:
-    """(name, pieces of its text) for every document of a corpus, streamed (cut by `cut`, see pieces): a text file (one document), a folder
+    """(name, pieces of its text) for every document of a corpus, streamed (cut by `cut`, see pieces): a text file
+    (one document), a folder
     (each text file below it one document, in sorted path order; see folder_files), a Parquet file or a JSON-lines
     file (each row one document, its `text_column`). Each document's pieces must be read before the next document.
     ValueError for what cannot be read as one of these."""

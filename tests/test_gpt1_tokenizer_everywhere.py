@@ -1,8 +1,8 @@
 """A Hugging Face GPT-1 folder's own tokenizer (vocab.json + merges.txt: lower case, "</w>" word ends) travels with
 the loaded model (tokenizer_for), and every view reads it: the ids and labels, the logits, generation's text, the Why
 page, the notebook, the graph CLI and the Copy-as-Python snippets agree with transformers' OpenAIGPTTokenizer and
-OpenAIGPTLMHeadModel on the same folder. A vocabulary of another size than the embedding is refused; the neuron index,
-built over GPT-2's ids, is refused in words; GPT-2-vocabulary models keep tiktoken's encoding."""
+OpenAIGPTLMHeadModel on the same folder. A vocabulary of another size than the embedding is refused; the neuron index
+is built over GPT-1's own ids (tests/test_index_gpt1.py); GPT-2-vocabulary models keep tiktoken's encoding."""
 from __future__ import annotations
 
 import html
@@ -213,20 +213,23 @@ def test_the_notebook_and_the_graph_cli_take_gpt1_text(gpt1, tmp_path):
                  str(len(ids) - 1), "--key", "0", "--out", str(tmp_path / "q.json")]) == 0
 
 
-def test_no_neuron_index_is_built_over_gpt2_ids_for_gpt1(gpt1, spec, tmp_path, capsys):
+def test_the_neuron_index_is_built_over_gpt1s_own_ids(gpt1, spec, tmp_path, monkeypatch):
+    """The complete works read with GPT-1's BPE (tests/test_index_gpt1.py checks a corpus of one's own, the scan
+    and the readers); the unit page offers a build, no refusal."""
     from gptviz import index as ix
     from gptviz.__main__ import main
+    from gptviz.training.corpus import WORKS, play_files
     from pagetest import run_page
-    model = load_pretrained(str(gpt1.folder))
-    with pytest.raises(ValueError, match="reads its own tokenizer \\(openai-gpt's BPE\\)"):
-        ix.build_index(model, [ix.Document("a", torch.arange(40).numpy())])
-    assert main(["index", str(gpt1.folder), "--max-tokens", "100", "--out", str(tmp_path / "ix")]) == 2
-    assert "error: a neuron index is built over GPT-2's token ids" in capsys.readouterr().err
-    assert not (tmp_path / "ix").exists()
+    monkeypatch.setenv("GPTVIZ_INDEX_DIR", str(tmp_path / "indexes"))
+    assert main(["index", str(gpt1.folder), "--max-tokens", "100", "--out", str(tmp_path / "ix")]) == 0
+    index = ix.load_index(tmp_path / "ix")
+    docs = ix.index_documents(index, enc=tokenizer_for(load_pretrained(str(gpt1.folder))))
+    first = play_files(WORKS)[0].read_text(encoding="utf-8")
+    assert index.meta["tokenizer"]["name"] == "openai-gpt" and list(map(int, docs[0].ids)) == hf_ids(gpt1, first)[:100]
     at = run_page("units", PROMPT, spec)
     assert not at.exception and not at.error
-    assert any("This model has no neuron index" in w.value for w in at.warning)
-    assert not [b for b in at.button if b.key == K.UNIT_BUILD]
+    assert not any("no neuron index:" in w.value for w in at.warning)
+    assert [b for b in at.button if b.key == K.UNIT_BUILD]
 
 
 def test_the_embeddings_and_activations_pages_label_gpt1s_tokens(gpt1, spec):

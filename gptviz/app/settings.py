@@ -217,7 +217,8 @@ UNIT_FOCUS = Setting("unit_focus", "Token of the prompt")  # default: the last t
 UNIT_SOURCE = Setting("unit_source", "Source token (what the head attends to)",
                       help="Defaults to the token its top example attends to most.")
 UNIT_WORD = Setting("unit_word", "A word",
-                    help="One GPT-2 token; a leading space is tried too (' king' is one token, 'king' another).")
+                    help="One token of the model's vocabulary (GPT-2's, or a GPT-1 folder's own); a leading space is "
+                         "tried too (' king' is one GPT-2 token, 'king' another).")
 
 # Why this token? page (the heads ablated and the patching pairs' prompts are above, or keyed per pair)
 WHY_HEADS = Setting("why_heads_pick", "Heads to remove")  # the box of heads, kept in step with WHY_ABLATED

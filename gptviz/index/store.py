@@ -195,5 +195,16 @@ def bundled_index(model_name: str) -> NeuronIndex | None:
 
 
 def index_matches(index: NeuronIndex, model) -> bool:
-    """Whether `index` was built with exactly this model (config and weights)."""
-    return index.meta["model"]["fingerprint"] == model_fingerprint(model)
+    """Whether `index` was built with exactly this model (config and weights) over its tokenizer's ids."""
+    return index.meta["model"]["fingerprint"] == model_fingerprint(model) and index_mismatch(index, model) is None
+
+
+def index_mismatch(index: NeuronIndex, model, weights: bool = False) -> str | None:
+    """Why `index` is not this model's, in words (its tokenizer's ids are other words; with `weights`, also other
+    weights), or None."""
+    from ..model.tokenizer import tokenizer_for
+    from .tokens import tokenizer_mismatch
+    if weights and index.meta["model"]["fingerprint"] != model_fingerprint(model):
+        return ("the index was built with other weights than this model's (their fingerprints differ): its "
+                "examples would not be this model's")
+    return tokenizer_mismatch(index.meta, tokenizer_for(model))

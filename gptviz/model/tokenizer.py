@@ -84,15 +84,6 @@ def is_gpt2(enc) -> bool:
     return enc is None or isinstance(enc, tiktoken.Encoding)
 
 
-def refuse_own_tokenizer(model) -> None:
-    """An index reads its corpus as GPT-2's ids (the plays, your corpus: gptviz.index.corpus); a model with its own
-    tokenizer (GPT-1's BPE) would read them as other words, so it gets no index: ValueError, in words."""
-    enc = tokenizer_for(model)
-    if not is_gpt2(enc):
-        raise ValueError(f"a neuron index is built over GPT-2's token ids, and this model reads its own tokenizer "
-                         f"({enc.name}'s BPE): gptviz builds no index for it yet")
-
-
 def token_labels(ids, enc: tiktoken.Encoding | None = None) -> list[str]:
     """Display labels for a sequence of ids (may repeat; see position_labels to tell repeats apart)."""
     enc = enc or get_tokenizer()

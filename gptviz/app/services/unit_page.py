@@ -11,6 +11,7 @@ from ...model import sizes
 from ...serve import limits, memory
 from ...serve.limits import TOKEN_BOX_CHARS  # noqa: F401 (the page's one-token boxes read it here)
 from ...model.model import GPT
+from ...model.tokenizer import tokenizer_for
 from .. import models
 from .. import unit_index as ui
 from . import cached
@@ -62,7 +63,7 @@ def unit_dashboard(spec: models.ModelSpec, loaded: ui.Loaded, unit: ix.Unit, sou
     model = models.load_model(spec)
     top, bands = ui.contexts(spec, loaded, unit), ui.band_contexts(spec, loaded, unit)
     effect = direct_effect(model, unit, source)
-    features = [dashboard.feature(loaded.index, unit, top, bands, effect, source)]
+    features = [dashboard.feature(loaded.index, unit, top, bands, effect, source, tokenizer_for(model))]
     return dashboard.batch(loaded.index, features, unit.layer, unit.kind)
 
 
@@ -74,4 +75,5 @@ def unit_json(spec: models.ModelSpec, loaded: ui.Loaded, unit: ix.Unit, source: 
 def unit_html(spec: models.ModelSpec, loaded: ui.Loaded, unit: ix.Unit, source: int | None) -> bytes:
     """The same page as one HTML file that opens offline, drawn from that JSON (gptviz.notebook.unit_page)."""
     from ...notebook.unit_page import dashboard_html
-    return dashboard_html(unit_dashboard(spec, loaded, unit, source)).encode()
+    enc = tokenizer_for(models.load_model(spec))  # the ids' labels in the model's own tokenizer
+    return dashboard_html(unit_dashboard(spec, loaded, unit, source), enc=enc).encode()

@@ -20,6 +20,7 @@ from ..model.tokenizer import token_labels
 from . import keys as K
 from . import settings as S
 from .component.attention_map import attention_map, generation_payload
+from . import display
 from .display import MEAN_HEAD, head_name, monospace_text
 from .jobs import client_address, generation_slots, session_alive, session_id
 from .live_text import (cut_reason, generated_text, next_token_text, replay_step, status_and_text,  # noqa: F401
@@ -28,7 +29,11 @@ from .live_why import under_live_text
 from .models import ModelSpec, hold_for_generation, load_model
 from .rules import Setting
 
-LIVE_REDRAW_S = 0.5  # how often a page redraws a running generation (0.25 s: twice the script runs, the model 4x slower)
+LIVE_REDRAW_S = 0.5  # a live fragment run's length: it draws frame after frame within it (live_frames)
+LIVE_TICK_S = 0.1    # the fragment's run_every: it queues the next run, which starts when the last one ends
+DRAW_GAP_S = 0.1     # the least time between two frames (more when a frame costs more: live_frames)
+FRAME_COST_X = 3     # ...at least this many times the last frame's own time (drawing shares the CPU with the model)
+POLL_S = 0.01        # how often a frame's wait looks for new tokens
 
 
 def after_token() -> None:
@@ -253,17 +258,6 @@ def generation_view(job: LiveGeneration) -> dict:
             "wall_seconds": finished - started if started is not None and finished is not None else None}
 
 
-def wait_if_nearly_done(job: LiveGeneration) -> None:
-    """Before a live redraw: when the model should finish before the next one, wait for it (the script thread
-    sleeps, holding nothing), so the finished text shows at once instead of up to LIVE_REDRAW_S later."""
-    done, seconds = len(job.steps), job.seconds
-    if not job.running or not done or not seconds or job.pace is not None:  # paced: the pace decides
-        return
-    remaining = (job.settings["max_new_tokens"] - done) * seconds / done
-    if remaining < LIVE_REDRAW_S:
-        job.wait(min(LIVE_REDRAW_S, 1.5 * remaining + 0.02))
-
-
 def wait_for_first_token(job: LiveGeneration, most: float = LIVE_REDRAW_S) -> None:
     """Right after Generate: wait (asleep) up to `most` s for the first token, not a redraw later (issue 60)."""
     deadline = time.monotonic() + most
@@ -271,20 +265,56 @@ def wait_for_first_token(job: LiveGeneration, most: float = LIVE_REDRAW_S) -> No
         time.sleep(0.005)
 
 
+def wait_for_news(job: LiveGeneration, shown: int, until: float) -> None:
+    """Sleep until the job has more than `shown` steps, or is over, or the clock passes `until` (monotonic)."""
+    while job.running and len(job.steps) <= shown and time.monotonic() < until:
+        job.wait(POLL_S)  # returns at once when the job ends
+
+
+def live_frames(job: LiveGeneration, draw: Callable[[dict], None], slice_s: float,
+                clock: Callable[[], float] = time.monotonic) -> dict:
+    """Draw the job's frames for up to `slice_s` seconds, each into the same place: one at once, then one whenever
+    tokens arrived since the last (every token since then in one redraw), at least DRAW_GAP_S apart and FRAME_COST_X
+    times the last frame's cost, and one the moment the job is over. Returns the last
+    frame's run (its "running" False when the job ended within the slice)."""
+    place = st.empty()
+    end, frame = clock() + slice_s, 0
+    while True:
+        started = clock()
+        run = generation_view(job)
+        with place.container(), display.frame(frame):
+            draw(run)
+        frame += 1
+        if not run["running"]:
+            return run
+        next_at = min(started + max(DRAW_GAP_S, FRAME_COST_X * (clock() - started)), end)
+        job.wait(max(0.0, next_at - clock()))  # the job's end wakes it: its last state is drawn at once
+        wait_for_news(job, len(run["steps"]), end)
+        if job.running and clock() >= end:
+            return run
+
+
 def live_fragment(spec: ModelSpec, ids, page: str, draw: Callable[[dict], None]) -> None:
-    """Run `draw(run)` every LIVE_REDRAW_S while this page's generation runs. The tick that finds it over draws
-    the last state, then reruns the page once, which stops the timer and draws the finished run."""
+    """Draw this page's running generation as it grows (issue 60: the page at the engine's pace). The fragment's
+    first call, in the page's own run, draws one frame (the page's other parts wait for it); each of its reruns then
+    draws frame after frame for LIVE_REDRAW_S (live_frames), and returns so a widget elsewhere on the page (a
+    fragment rerun Streamlit queues behind the one running) waits at most that long. run_every (LIVE_TICK_S) only
+    queues the next slice: it starts as soon as the last one ends. The frame that finds the job over draws its last
+    state at once, then reruns the page, which stops the timer and draws the finished run."""
+    calls = [0]
+
     def tick() -> None:
         job = stored_generation(spec, ids, page)
         if job is None:
             st.rerun()
-        wait_for_first_token(job)
-        wait_if_nearly_done(job)
-        run = generation_view(job)
-        draw(run)
+        first = calls[0] == 0
+        calls[0] += 1
+        if first:
+            wait_for_first_token(job)
+        run = live_frames(job, draw, 0.0 if first else LIVE_REDRAW_S)
         if not run["running"]:
             st.rerun()
-    st.fragment(tick, run_every=LIVE_REDRAW_S)()
+    st.fragment(tick, run_every=LIVE_TICK_S)()
 
 
 # ---- drawing, shared by both pages ------------------------------------------------------------------------
@@ -318,8 +348,9 @@ def draw_live(run: dict, *, layer: int, head: int, scale: str, map_key: str, on_
     if not run["steps"]:
         return
     left, right = st.columns([3, 2], gap="medium")
-    with left:  # the picked layer only: a few hundred KB less per redraw
-        generation_map(run, layer=layer, head=head, scale=scale, key=map_key, on_pick=on_pick, every_layer=False)
+    with left:  # the picked layer only: a few hundred KB less per redraw; a frame's own key (several in one run)
+        generation_map(run, layer=layer, head=head, scale=scale, key=display.frame_key(map_key), on_pick=on_pick,
+                       every_layer=False)
     with right:
         text_so_far(run, live=True, height=text_height)
         under_live_text(run)  # each new token's top contributors (issue 58), within a share of the model's time

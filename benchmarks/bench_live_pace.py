@@ -53,9 +53,12 @@ def done_caption(n: int) -> str:
 
 
 def all_drawn(n: int) -> str:
-    """A JS condition (gv, bench_latency.INIT_JS): every token of n painted, in the live view or the finished one."""
-    return (f"gv.text({done_caption(n)}) || (gv.text(/Generating: {n} of {n} tokens/) && "
-            f"gv.text(/Step {n - 1}: sampled/) && gv.deep('.gv-map').some((m) => !gv.stale(m) && m.__gv && "
+    """A JS condition (gv, bench_latency.INIT_JS): every token of n painted, in the live view's last frame (progress at
+    n of n, the last step's next-token list, the map with n rows; Streamlit may already mark that frame stale, as the
+    page's rerun to the finished view has begun: it is on the screen all the same) or in the finished view."""
+    painted = "[...document.querySelectorAll('p, [data-testid=\"stText\"]')].some((e) => {re}.test(e.textContent))"
+    return (f"gv.text({done_caption(n)}) || ({painted.format(re=f'/Generating: {n} of {n} tokens/')} && "
+            f"{painted.format(re=f'/Step {n - 1}: sampled/')} && gv.deep('.gv-map').some((m) => m.__gv && "
             f"m.__gv.data && m.__gv.data.Q === {n}))")
 
 

@@ -245,7 +245,7 @@ def test_attention_and_generation_in_a_browser(browser_page, artifacts):
     page.get_by_role("button", name="Generate").click()
     page.get_by_text(re.compile(r"Generating: ([3-9]|\d\d) of 200 tokens")).wait_for()
     # the live text and next-token list are drawn in the finished text's font: no reflow when st.code replaces it
-    live_fonts = [page.locator(f"[class*='st-key-gv_mono_{name}'] [data-testid='stText'] span").first.evaluate(FONT_JS)
+    live_fonts = [page.locator(f".st-key-gv_mono_{name} [data-testid='stText'] span").first.evaluate(FONT_JS)
                   for name in ("generated", "next")]
     page.get_by_test_id("stMainBlockContainer").get_by_role("button", name="Stop", exact=True).click()
     stopped = page.get_by_text(re.compile(r"Stopped after \d+ of 200 tokens"))

@@ -89,9 +89,9 @@ def test_the_first_screen_holds_prompt_map_and_generate_and_keeps_a_generation_i
     page.wait_for_timeout(700)  # a redraw after the one that said so
     assert page.evaluate(SCROLLED_JS) == 0
     live = {"growing map": page.locator(".st-key-att_gen_map_live .gv-map").bounding_box(),
-            "generated text": page.locator("[class*='st-key-gv_mono_generated']").first.bounding_box()}
+            "generated text": page.locator(".st-key-gv_mono_generated").bounding_box()}
     if width > 768:
-        live["next-token list"] = page.locator("[class*='st-key-gv_mono_next']").first.bounding_box()
+        live["next-token list"] = page.locator(".st-key-gv_mono_next").bounding_box()
     outside = {name: box for name, box in live.items() if not inside(box, width, height)}
     assert not outside, outside
     assert page.get_by_text(re.compile(r"Generating: \d+ of 200 tokens")).count() == 1  # still running

@@ -1,5 +1,5 @@
-"""The live view's frames (gptviz.app.live.live_frames, issue 60): within one fragment run it redraws as tokens
-arrive, every token since the last frame in one redraw, and the moment the job is over it draws the last state."""
+"""The live view's frames (gptviz.app.live.wait_for_frame, issue 60): each fragment run waits for tokens the last
+frame did not show, draws every token that arrived since in one frame, and the job's end is drawn at once."""
 from __future__ import annotations
 
 import threading
@@ -38,15 +38,25 @@ class Job:
         return self._done.wait(timeout)
 
 
+def frames_of(job, live) -> list[tuple[int, bool]]:
+    """What the live fragment's runs draw, run after run (live_fragment's tick without Streamlit)."""
+    frames, last = [], {}
+    while True:
+        if last:
+            live.wait_for_frame(job, last)
+        started = time.monotonic()
+        run = live.generation_view(job)
+        frames.append((len(run["steps"]), run["running"]))
+        last.update(at=started, cost=time.monotonic() - started, steps=len(run["steps"]))
+        if not run["running"]:
+            return frames
+
+
 @pytest.mark.slow  # importing the app's live module (Streamlit) takes about a second
-def test_frames_batch_the_tokens_that_arrived_and_the_end_is_drawn_at_once():
+def test_frames_batch_the_tokens_that_arrived_and_the_last_state_is_drawn():
     from gptviz.app import live
     job = Job(n=30, every=0.01)  # 100 tokens/s: several arrive between two frames (DRAW_GAP_S apart)
-    frames = []
-    started = time.monotonic()
-    last = live.live_frames(job, lambda run: frames.append((len(run["steps"]), run["running"])), slice_s=60.0)
-    assert time.monotonic() - started < 30  # it returned when the job ended, not at the slice's end
-    assert last["running"] is False and len(last["steps"]) == 30
+    frames = frames_of(job, live)
     assert frames[-1] == (30, False)            # the last state, drawn once the job is over
     counts = [c for c, _ in frames]
     assert counts == sorted(counts) and len(set(counts)) == len(counts)  # no frame without news
@@ -55,24 +65,23 @@ def test_frames_batch_the_tokens_that_arrived_and_the_end_is_drawn_at_once():
 
 
 @pytest.mark.slow
-def test_a_slice_ends_while_the_job_runs_and_the_page_runs_once_first():
+def test_the_jobs_end_wakes_a_frames_wait():
     from gptviz.app import live
-    job = Job(n=5, every=0.5)
-    frames = []
-    last = live.live_frames(job, lambda run: frames.append(len(run["steps"])), slice_s=0.0)  # the page's own run
-    assert len(frames) == 1 and last["running"]      # one frame, then the page's other parts
-    last = live.live_frames(job, lambda run: frames.append(len(run["steps"])), slice_s=0.3)
-    assert last["running"] and job.running          # the slice ended first: the next run draws on
-    assert job.wait(30)
-    last = live.live_frames(job, lambda run: frames.append(len(run["steps"])), slice_s=5.0)
-    assert not last["running"] and frames[-1] == 5
+    job = Job(n=3, every=0.1)
+    started = time.monotonic()
+    live.wait_for_frame(job, {"at": started, "cost": 100.0, "steps": 0})  # a 300 s gap after a costly frame
+    assert not job.running and time.monotonic() - started < 30
 
 
 @pytest.mark.slow
-def test_each_frame_keys_its_elements_apart():
-    # Streamlit allows a key once a run; frame n > 0 of a live run suffixes it (CSS matches the prefix)
-    from gptviz.app import display
-    assert display.frame_key("gv_mono_next") == "gv_mono_next"
-    with display.frame(3):
-        assert display.frame_key("gv_mono_next") == "gv_mono_next_f3"
-    assert display.frame_key("gv_mono_next") == "gv_mono_next"
+def test_a_frame_waits_the_gap_then_for_news():
+    from gptviz.app import live
+    job = Job(n=3, every=0.3)
+    started = time.monotonic()
+    live.wait_for_frame(job, {"at": started, "cost": 0.0, "steps": 0})
+    assert time.monotonic() - started >= live.DRAW_GAP_S and len(job.steps) >= 1  # the first token: news
+    shown = len(job.steps)
+    started = time.monotonic()
+    live.wait_for_frame(job, {"at": started, "cost": 0.05, "steps": shown})
+    assert time.monotonic() - started >= live.FRAME_COST_X * 0.05  # a costlier frame: a longer gap
+    assert job.wait(30)

@@ -6,8 +6,6 @@ figures.common.plotly_text, or Markdown escaped by md_text, never as HTML.
 from __future__ import annotations
 
 import re
-from contextlib import contextmanager
-from contextvars import ContextVar
 from pathlib import Path
 
 import streamlit as st
@@ -145,33 +143,11 @@ _MONO_CSS = (f'<style>[class*="st-key-{MONO_KEY}"] [data-testid="stText"], [clas
              'line-height: 1.6;}</style>')
 
 
-# A live view draws several frames in one script run (gptviz.app.live.live_frames), each replacing the last; a key may
-# appear once a run, so frame n > 0 gives its keyed elements a suffix (frame_key).
-_FRAME: ContextVar[int] = ContextVar("gptviz_frame", default=0)
-
-
-@contextmanager
-def frame(n: int):
-    """Draw the block as frame n of a run (its keyed elements: frame_key)."""
-    token = _FRAME.set(n)
-    try:
-        yield
-    finally:
-        _FRAME.reset(token)
-
-
-def frame_key(key: str) -> str:
-    """`key`, with `_f<n>` added in frame n > 0 of a run (the CSS that selects `[class*="st-key-KEY"]` still does)."""
-    n = _FRAME.get()
-    return f"{key}_f{n}" if n else key
-
-
 def monospace_text(text: str, name: str, border: bool = False, height: int | None = None) -> None:
-    """Plain text (st.text: never Markdown) in a monospace font, in a box keyed `gv_mono_<name>` (unique per run;
-    frame_key's suffix in a live view's later frames). `height`: a fixed box that scrolls, kept at its end as text is
-    added."""
+    """Plain text (st.text: never Markdown) in a monospace font, in a box keyed `gv_mono_<name>` (unique per run).
+    `height`: a fixed box that scrolls, kept at its end as text is added."""
     st.html(_MONO_CSS)  # style only: Streamlit puts it in the page's event container, taking no space
-    with st.container(border=border, key=frame_key(K.per_item(MONO_KEY, name)),
+    with st.container(border=border, key=K.per_item(MONO_KEY, name),
                       **({"height": height, "autoscroll": True} if height else {})):
         st.text(text)
 

@@ -20,7 +20,6 @@ from ..model.tokenizer import token_labels
 from . import keys as K
 from . import settings as S
 from .component.attention_map import attention_map, generation_payload
-from . import display
 from .display import MEAN_HEAD, head_name, monospace_text
 from .jobs import client_address, generation_slots, session_alive, session_id
 from .live_text import (cut_reason, generated_text, next_token_text, replay_step, status_and_text,  # noqa: F401
@@ -29,10 +28,10 @@ from .live_why import under_live_text
 from .models import ModelSpec, hold_for_generation, load_model
 from .rules import Setting
 
-LIVE_REDRAW_S = 0.5  # a live fragment run's length: it draws frame after frame within it (live_frames)
-LIVE_TICK_S = 0.1    # the fragment's run_every: it queues the next run, which starts when the last one ends
-DRAW_GAP_S = 0.1     # the least time between two frames (more when a frame costs more: live_frames)
-FRAME_COST_X = 3     # ...at least this many times the last frame's own time (drawing shares the CPU with the model)
+LIVE_REDRAW_S = 0.5  # the longest a live view goes without a frame (a paced run: no news for a while)
+LIVE_TICK_S = 0.1    # the live fragment's run_every: a run that outlasts it has the next one queued at once
+DRAW_GAP_S = 0.1     # the least time between two frames (wait_for_frame)...
+FRAME_COST_X = 3     # ...and at least this many times the last frame's own time (drawing shares the CPU with the model)
 POLL_S = 0.01        # how often a frame's wait looks for new tokens
 
 
@@ -271,47 +270,39 @@ def wait_for_news(job: LiveGeneration, shown: int, until: float) -> None:
         job.wait(POLL_S)  # returns at once when the job ends
 
 
-def live_frames(job: LiveGeneration, draw: Callable[[dict], None], slice_s: float,
-                clock: Callable[[], float] = time.monotonic) -> dict:
-    """Draw the job's frames for up to `slice_s` seconds, each into the same place: one at once, then one whenever
-    tokens arrived since the last (every token since then in one redraw), at least DRAW_GAP_S apart and FRAME_COST_X
-    times the last frame's cost, and one the moment the job is over. Returns the last
-    frame's run (its "running" False when the job ended within the slice)."""
-    place = st.empty()
-    end, frame = clock() + slice_s, 0
-    while True:
-        started = clock()
-        run = generation_view(job)
-        with place.container(), display.frame(frame):
-            draw(run)
-        frame += 1
-        if not run["running"]:
-            return run
-        next_at = min(started + max(DRAW_GAP_S, FRAME_COST_X * (clock() - started)), end)
-        job.wait(max(0.0, next_at - clock()))  # the job's end wakes it: its last state is drawn at once
-        wait_for_news(job, len(run["steps"]), end)
-        if job.running and clock() >= end:
-            return run
+def wait_for_frame(job: LiveGeneration, last: dict, clock: Callable[[], float] = time.monotonic) -> None:
+    """Before a live frame: sleep until DRAW_GAP_S, or FRAME_COST_X times the last frame's own time, has passed since
+    the last frame began (drawing shares the CPU with the model), then until a token the last frame did not show
+    arrives, at most LIVE_REDRAW_S after the last frame. The job's end wakes both waits: its last state is drawn at
+    once. `last`: {"at": when the last frame began, "cost": its seconds, "steps": the steps it showed}."""
+    at = last.get("at")
+    if at is None:
+        return
+    job.wait(max(0.0, at + max(DRAW_GAP_S, FRAME_COST_X * last["cost"]) - clock()))
+    wait_for_news(job, last["steps"], at + LIVE_REDRAW_S)
 
 
 def live_fragment(spec: ModelSpec, ids, page: str, draw: Callable[[dict], None]) -> None:
-    """Draw this page's running generation as it grows (issue 60: the page at the engine's pace). The fragment's
-    first call, in the page's own run, draws one frame (the page's other parts wait for it); each of its reruns then
-    draws frame after frame for LIVE_REDRAW_S (live_frames), and returns so a widget elsewhere on the page (a
-    fragment rerun Streamlit queues behind the one running) waits at most that long. run_every (LIVE_TICK_S) only
-    queues the next slice: it starts as soon as the last one ends. The frame that finds the job over draws its last
-    state at once, then reruns the page, which stops the timer and draws the finished run."""
-    calls = [0]
+    """Draw this page's running generation as it grows (issue 60: the page at the engine's pace). A fragment with a
+    short run_every (LIVE_TICK_S): each run waits, asleep, for tokens the last frame did not show (wait_for_frame),
+    then draws every token that arrived since in one frame; a run that outlasts the tick has the next one queued, so
+    frames follow the tokens with no timer's wait between. The fragment's first run, in the page's own run, waits for
+    the first token only. The frame that finds the job over draws its last state at once, then reruns the page, which
+    stops the timer and draws the finished run."""
+    last: dict = {}
 
     def tick() -> None:
         job = stored_generation(spec, ids, page)
         if job is None:
             st.rerun()
-        first = calls[0] == 0
-        calls[0] += 1
-        if first:
+        if last:
+            wait_for_frame(job, last)
+        else:
             wait_for_first_token(job)
-        run = live_frames(job, draw, 0.0 if first else LIVE_REDRAW_S)
+        started = time.monotonic()
+        run = generation_view(job)
+        draw(run)
+        last.update(at=started, cost=time.monotonic() - started, steps=len(run["steps"]))
         if not run["running"]:
             st.rerun()
     st.fragment(tick, run_every=LIVE_TICK_S)()
@@ -348,9 +339,8 @@ def draw_live(run: dict, *, layer: int, head: int, scale: str, map_key: str, on_
     if not run["steps"]:
         return
     left, right = st.columns([3, 2], gap="medium")
-    with left:  # the picked layer only: a few hundred KB less per redraw; a frame's own key (several in one run)
-        generation_map(run, layer=layer, head=head, scale=scale, key=display.frame_key(map_key), on_pick=on_pick,
-                       every_layer=False)
+    with left:  # the picked layer only: a few hundred KB less per redraw
+        generation_map(run, layer=layer, head=head, scale=scale, key=map_key, on_pick=on_pick, every_layer=False)
     with right:
         text_so_far(run, live=True, height=text_height)
         under_live_text(run)  # each new token's top contributors (issue 58), within a share of the model's time

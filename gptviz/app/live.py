@@ -32,7 +32,7 @@ LIVE_REDRAW_S = 0.5  # the longest a live view goes without a frame (a paced run
 LIVE_TICK_S = 0.1    # the live fragment's run_every: a run that outlasts it has the next one queued at once
 DRAW_GAP_S = 0.1     # the least time between two frames (wait_for_frame)...
 FRAME_COST_X = 3     # ...and at least this many times the last frame's own time (drawing shares the CPU with the model)
-FLUSH_S = 0.05      # a frame's time to go out to the browser before the next run starts (live_fragment)
+FLUSH_S = 0.05       # the last frame's time to go out to the browser before the page's rerun (live_fragment)
 POLL_S = 0.01        # how often a frame's wait looks for new tokens
 
 
@@ -285,32 +285,31 @@ def wait_for_frame(job: LiveGeneration, last: dict, clock: Callable[[], float] =
 
 def live_fragment(spec: ModelSpec, ids, page: str, draw: Callable[[dict], None]) -> None:
     """Draw this page's running generation as it grows (issue 60: the page at the engine's pace). A fragment with a
-    short run_every (LIVE_TICK_S): each run waits, asleep, for tokens the last frame did not show (wait_for_frame),
-    then draws every token that arrived since in one frame; a run that outlasts the tick has the next one queued, so
-    frames follow the tokens with no timer's wait between. The fragment's first run, in the page's own run, waits for
-    the first token only. The frame that finds the job over draws its last state at once; the next run (a tick later)
-    reruns the page, which stops the timer and draws the finished run. Not in the same run, and each run FLUSH_S after
-    the last frame at least: a run's start drops what the browser was not sent yet (Streamlit clears its queue of the
-    fragment's deltas), and on a busy machine frames showed half drawn (the progress new, the map and text old) and
-    the last frame never showed."""
+    short run_every (LIVE_TICK_S): each run draws at once every token that arrived since the last frame, then waits,
+    asleep, for tokens it did not show (wait_for_frame); a run that outlasts the tick has the next one queued, so
+    frames follow the tokens with no timer's wait between. Drawing first and waiting after matters: a run's start
+    drops what the browser was not sent yet of the fragment (Streamlit clears its queue), and a run that waited first
+    left the last frame's elements faded as stale (on a busy machine frames showed half drawn: the progress new, the
+    map and the next-token list old). The fragment's first run, in the page's own run, waits for the first token
+    only (the page's other parts wait for it). The frame that finds the job over draws its last state at once; the
+    next run reruns the page, which stops the timer and draws the finished run."""
     last: dict = {}
 
     def tick() -> None:
         job = stored_generation(spec, ids, page)
-        if job is None:
+        if job is None or last.get("over"):  # the last frame drew the end: now the finished run
             st.rerun()
-        if last:  # the last frame out first: a run's start drops what the browser was not sent yet
-            time.sleep(max(0.0, last["at"] + last["cost"] + FLUSH_S - time.monotonic()))
-        if last.get("over"):  # the last frame drew the end: now the finished run
-            st.rerun()
-        if last:
-            wait_for_frame(job, last)
-        else:
+        first = not last
+        if first:
             wait_for_first_token(job)
         started = time.monotonic()
         run = generation_view(job)
         draw(run)
         last.update(at=started, cost=time.monotonic() - started, steps=len(run["steps"]), over=not run["running"])
+        if last["over"]:
+            time.sleep(FLUSH_S)  # the last frame out before the run that replaces it starts
+        elif not first:
+            wait_for_frame(job, last)
     st.fragment(tick, run_every=LIVE_TICK_S)()
 
 

@@ -61,6 +61,8 @@ BENCHMARKS = {
     "browser": Bench("bench_browser.py", "what a visitor feels, in Chromium, against the engine"),
     "latency": Bench("bench_latency.py", "every frequent interaction in Chromium, input to final frame, against budgets",
                      report="latency.md"),
+    "live-pace": Bench("bench_live_pace.py", "the live page at \"as fast as it writes\" against the engine's time",
+                       report="live-pace.md"),
     "unit-page": Bench("bench_unit_page.py", "the unit page's load time in Chromium"),
     "notebook": Bench("bench_notebook.py", "the notebook heatmap in JupyterLab against CircuitsVis: time to drawn, bytes"),
     "load": Bench("load_test.py", "several visitors at once, in real browsers"),

@@ -315,23 +315,9 @@ GENERATING = r"/Generating: [1-9]\d* of \d+ tokens/"
 
 
 def generate(page, reps: int, n: int) -> tuple[list[dict], list[dict]]:
-    """Generate at the model's own pace: to the first token drawn, and to the finished caption painted (the page's
-    N tokens against the server's own "written in" time)."""
-    firsts, runs = [], []
-    button = page.get_by_test_id("stMainBlockContainer").get_by_role("button", name="Generate")
-    done = f"/{re.escape(f'then {n} new ones, written in')}/"
-    # the last run's caption must go before a new one counts (it stays, not even stale, until the rerun)
-    gone = f"(gv.s.gone = gv.s.gone || !gv.text({done}))"
-    for _ in range(reps):
-        firsts.append(timed(page, f"{gone} && (gv.text({GENERATING}) || gv.text({done}))", button.click,
-                            settle=False))
-        page.evaluate("src => gv.mark('done', src)", f"{gone} && gv.text({done})")
-        seen = page.wait_for_function("() => gv.s.marks.done", timeout=600_000, polling=100).json_value()
-        caption = page.get_by_text(re.compile(f"then {n} new ones, written in")).first.inner_text()
-        written = float(re.search(r"written in ([0-9.]+) s", caption).group(1))
-        runs.append({"page": seen, "server": written})
-        idle(page)
-    return firsts, runs
+    """Generate at the model's own pace: to the first token drawn, and to all N tokens drawn (bench_live_pace)."""
+    from benchmarks.bench_live_pace import generate_runs
+    return generate_runs(page, reps, n, SERVER_PID)
 
 
 def unit_link(page, url: str, model: str, prompt: str, reps: int) -> list[dict]:
@@ -521,7 +507,7 @@ def report(results: dict[str, tuple[list[Row], dict, str]], cold: list[dict] | N
                           + (f"{eng:.2f} s | {bound:.2f} s | {'ok' if ok else '**over**'} |" if eng else "- | - | - |")
                           + f" {load_end} |")
     if live_lines:
-        lines += ["", f"| model | the page: Generate to the {LIVE_TOKENS}th token's caption painted | the server's own "
+        lines += ["", f"| model | the page: Generate to all {LIVE_TOKENS} tokens drawn (bench_live_pace) | the server's own "
                   "\"written in\" | stream(attention=True) in this process (1 thread) | bound: 1.1x engine + 0.3 s | "
                   "within | load |", "|---|---|---|---|---|---|---|", *live_lines]
     lines += ["", "over budget: " + ("; ".join(over) if over else "none")]

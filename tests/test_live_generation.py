@@ -358,3 +358,35 @@ def test_the_first_redraw_waits_for_the_first_token_but_not_longer():
     started = time.perf_counter()
     live.wait_for_first_token(waiting, most=5.0)
     assert time.perf_counter() - started < 1.0
+
+
+def _nice_of(job: LiveGeneration) -> int:
+    import os
+    return os.getpriority(os.PRIO_PROCESS, job._thread.native_id)
+
+
+@pytest.mark.skipif(not __import__("sys").platform.startswith("linux"), reason="per-thread nice values are Linux's")
+def test_a_lone_generation_keeps_its_priority_and_yields_once_another_runs_beside_it():
+    # alone, a generation runs at the page's priority (issue 60: niced on a busy machine the bundled model wrote
+    # 2.2x slower than the engine); a second generation beside it sends both to the background (issue 57)
+    import os
+    from gptviz.serve.live_generation import BACKGROUND_NICE
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    slots = GenerationSlots(2)
+    gate1, gate2 = Gate(at=1), Gate(at=1)
+    first = LiveGeneration(build(seed=3), PROMPT, {**GREEDY, "max_new_tokens": 3}, slots=slots, on_token=gate1)
+    assert gate1.reached.wait(30)
+    assert _nice_of(first) == base
+    second = LiveGeneration(build(seed=3), PROMPT, {**GREEDY, "max_new_tokens": 3}, slots=slots, on_token=gate2)
+    assert gate2.reached.wait(30)
+    assert _nice_of(second) == max(base, BACKGROUND_NICE)  # it started beside the first
+    gate1.release.set()
+    deadline = time.monotonic() + 30
+    while first._thread.is_alive() and not first._niced and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert first._niced  # its next token found the second one running
+    gate2.release.set()
+    assert first.wait(30) and second.wait(30)
+    assert len(first.steps) == len(second.steps) == 3
+    alone = LiveGeneration(build(seed=3), PROMPT, {**GREEDY, "max_new_tokens": 2}, slots=slots)
+    assert alone.wait(30) and not alone._niced

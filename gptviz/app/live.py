@@ -28,7 +28,12 @@ from .live_why import under_live_text
 from .models import ModelSpec, hold_for_generation, load_model
 from .rules import Setting
 
-LIVE_REDRAW_S = 0.5  # how often a page redraws a running generation (0.25 s: twice the script runs, the model 4x slower)
+LIVE_REDRAW_S = 0.5  # the longest a live view goes without a frame (a paced run: no news for a while)
+LIVE_TICK_S = 0.1    # the live fragment's run_every: a run that outlasts it has the next one queued at once
+DRAW_GAP_S = 0.1     # the least time between two frames (wait_for_frame)...
+FRAME_COST_X = 3     # ...and at least this many times the last frame's own time (drawing shares the CPU with the model)
+FLUSH_S = 0.05       # the last frame's time to go out to the browser before the page's rerun (live_fragment)
+POLL_S = 0.01        # how often a frame's wait looks for new tokens
 
 
 def after_token() -> None:
@@ -253,17 +258,6 @@ def generation_view(job: LiveGeneration) -> dict:
             "wall_seconds": finished - started if started is not None and finished is not None else None}
 
 
-def wait_if_nearly_done(job: LiveGeneration) -> None:
-    """Before a live redraw: when the model should finish before the next one, wait for it (the script thread
-    sleeps, holding nothing), so the finished text shows at once instead of up to LIVE_REDRAW_S later."""
-    done, seconds = len(job.steps), job.seconds
-    if not job.running or not done or not seconds or job.pace is not None:  # paced: the pace decides
-        return
-    remaining = (job.settings["max_new_tokens"] - done) * seconds / done
-    if remaining < LIVE_REDRAW_S:
-        job.wait(min(LIVE_REDRAW_S, 1.5 * remaining + 0.02))
-
-
 def wait_for_first_token(job: LiveGeneration, most: float = LIVE_REDRAW_S) -> None:
     """Right after Generate: wait (asleep) up to `most` s for the first token, not a redraw later (issue 60)."""
     deadline = time.monotonic() + most
@@ -271,20 +265,52 @@ def wait_for_first_token(job: LiveGeneration, most: float = LIVE_REDRAW_S) -> No
         time.sleep(0.005)
 
 
+def wait_for_news(job: LiveGeneration, shown: int, until: float) -> None:
+    """Sleep until the job has more than `shown` steps, or is over, or the clock passes `until` (monotonic)."""
+    while job.running and len(job.steps) <= shown and time.monotonic() < until:
+        job.wait(POLL_S)  # returns at once when the job ends
+
+
+def wait_for_frame(job: LiveGeneration, last: dict, clock: Callable[[], float] = time.monotonic) -> None:
+    """Before a live frame: sleep until DRAW_GAP_S, or FRAME_COST_X times the last frame's own time, has passed since
+    the last frame began (drawing shares the CPU with the model), then until a token the last frame did not show
+    arrives, at most LIVE_REDRAW_S after the last frame. The job's end wakes both waits: its last state is drawn at
+    once. `last`: {"at": when the last frame began, "cost": its seconds, "steps": the steps it showed}."""
+    at = last.get("at")
+    if at is None:
+        return
+    job.wait(max(0.0, at + max(DRAW_GAP_S, FRAME_COST_X * last["cost"]) - clock()))
+    wait_for_news(job, last["steps"], at + LIVE_REDRAW_S)
+
+
 def live_fragment(spec: ModelSpec, ids, page: str, draw: Callable[[dict], None]) -> None:
-    """Run `draw(run)` every LIVE_REDRAW_S while this page's generation runs. The tick that finds it over draws
-    the last state, then reruns the page once, which stops the timer and draws the finished run."""
+    """Draw this page's running generation as it grows (issue 60: the page at the engine's pace). A fragment with a
+    short run_every (LIVE_TICK_S): each run draws at once every token that arrived since the last frame, then waits,
+    asleep, for tokens it did not show (wait_for_frame); a run that outlasts the tick has the next one queued, so
+    frames follow the tokens with no timer's wait between. Drawing first and waiting after matters: a run's start
+    drops what the browser was not sent yet of the fragment (Streamlit clears its queue), and a run that waited first
+    left the last frame's elements faded as stale (on a busy machine frames showed half drawn: the progress new, the
+    map and the next-token list old). The fragment's first run, in the page's own run, waits for the first token
+    only (the page's other parts wait for it). The frame that finds the job over draws its last state at once; the
+    next run reruns the page, which stops the timer and draws the finished run."""
+    last: dict = {}
+
     def tick() -> None:
         job = stored_generation(spec, ids, page)
-        if job is None:
+        if job is None or last.get("over"):  # the last frame drew the end: now the finished run
             st.rerun()
-        wait_for_first_token(job)
-        wait_if_nearly_done(job)
+        first = not last
+        if first:
+            wait_for_first_token(job)
+        started = time.monotonic()
         run = generation_view(job)
         draw(run)
-        if not run["running"]:
-            st.rerun()
-    st.fragment(tick, run_every=LIVE_REDRAW_S)()
+        last.update(at=started, cost=time.monotonic() - started, steps=len(run["steps"]), over=not run["running"])
+        if last["over"]:
+            time.sleep(FLUSH_S)  # the last frame out before the run that replaces it starts
+        elif not first:
+            wait_for_frame(job, last)
+    st.fragment(tick, run_every=LIVE_TICK_S)()
 
 
 # ---- drawing, shared by both pages ------------------------------------------------------------------------

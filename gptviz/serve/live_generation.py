@@ -181,6 +181,7 @@ class LiveGeneration:
         self.pace = pace
         self._allowed = 1             # steps released so far when paced by clicks (the first comes at once)
         self._last_step_at = 0.0
+        self._niced = False           # run_in_background() done (_yield_if_crowded)
         self._waited = 0.0            # seconds spent waiting for the pace, left out of `seconds`
         self._turn = threading.Condition()  # wakes a paced wait on set_pace, advance or stop
         self._stop = threading.Event()
@@ -204,7 +205,7 @@ class LiveGeneration:
         # thread per small-model generation makes OpenMP's threads wait on each other (a 64-token stream on the
         # bundled model ran at 10 tokens/s with two threads beside a busy process, 149 with one).
         threads = torch_threads(self._threads) if self._threads else nullcontext()
-        run_in_background()
+        self._yield_if_crowded()
         try:
             with threads:  # the server's count is back for later threads before anyone sees the run end
                 self._generate(records)
@@ -223,10 +224,20 @@ class LiveGeneration:
                     self.stopped = True
                     break
                 self.steps.append(step_summary(record))
+                self._yield_if_crowded()
                 if self._on_token is not None:
                     self._on_token()
         except Exception as err:  # shown on the page; the thread must not die silently
             self.error = f"{type(err).__name__}: {err}"
+
+    def _yield_if_crowded(self) -> None:
+        """Run in the background (run_in_background) once another generation runs beside this one: generations then
+        yield to the pages' threads (issue 57's hostile load). Alone, it keeps the priority of the page that watches
+        it, so the page keeps the engine's pace on a busy machine (issue 60: niced alone, the bundled model wrote 60
+        tokens in 2.5 s beside a 1.15 s engine at load 12). One way: a thread may lower its priority, not raise it."""
+        if not self._niced and (self._slots is None or self._slots.running > 1):
+            run_in_background()
+            self._niced = True
 
     def _end(self) -> None:
         if self._on_end is not None:

@@ -16,8 +16,8 @@ from gptviz.app import display, reproduce, sidebar
 from gptviz.app import keys as K, settings as S
 from gptviz.app import unit_index as ui
 from gptviz.app.services import LimitError, unit_page as services
-from gptviz.app.component.token_rows import payload as token_rows_payload
-from gptviz.app.component.token_rows import reserve_css, token_rows
+from gptviz.app.components import token_rows
+from gptviz.figures.browser.token_rows import payload as token_rows_payload, reserve_css
 from gptviz.app.unit_nav import open_on_row_pick
 from gptviz.app.models import ModelSpec
 from gptviz.figures import unit_page as fu

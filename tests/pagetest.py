@@ -94,20 +94,20 @@ def figure(at: AppTest, title_start: str) -> dict:
 def attention_map(at: AppTest, key: str = K.ATT_MAP) -> tuple[dict, np.ndarray]:
     """A heatmap component of the Attention page (by its key): its data and the weights it carries,
     [layers sent, heads + 1, rows, keys]."""
-    from gptviz.app.component.attention_map import NAME, decode_weights
+    from gptviz.figures.browser.attention_map import NAME, decode_weights
     data = component_data(at, NAME, key)
     return data, decode_weights(data)
 
 
 def token_rows(at: AppTest, key: str) -> dict:
     """A token-rows component (the unit page's examples) by its key: the data it was sent."""
-    from gptviz.app.component.token_rows import NAME
+    from gptviz.figures.browser.token_rows import NAME
     return component_data(at, NAME, key)
 
 
 def query_bars(at: AppTest, key: str = K.ATT_QUERY_BARS) -> dict:
     """A query-bars component (where one token looks) by its key: the data it was sent."""
-    from gptviz.app.component.query_bars import NAME
+    from gptviz.figures.browser.query_bars import NAME
     return component_data(at, NAME, key)
 
 

@@ -10,8 +10,8 @@ import torch
 
 from gptviz.app import display, models
 from gptviz.app import keys as K
-from gptviz.app.component import token_span as tspan
-from gptviz.app.component.attention_map import cell_asked
+from gptviz.figures.browser import token_span as tspan
+from gptviz.figures.browser.attention_map import cell_asked
 from gptviz.model.hooks import capture
 from gptviz.model.tokenizer import encode
 from pagetest import TINY, component_data, run_page

@@ -5,7 +5,7 @@ import numpy as np
 import plotly.colors as pcolors
 import pytest
 
-from gptviz.app.component import attention_map as amap
+from gptviz.figures.browser import attention_map as amap
 
 
 def patterns(L=2, H=3, T=5, seed=0) -> np.ndarray:
@@ -109,7 +109,7 @@ def test_shapes_are_checked():
 
 
 def test_the_assets_ship_with_the_package():
-    from gptviz.app.component import asset
+    from gptviz.figures.browser import asset
     js, css = asset("attention_map", "js"), asset("attention_map", "css")
     assert "export default function" in js and ".gv-map" in css
 

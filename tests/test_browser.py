@@ -352,7 +352,7 @@ def test_a_long_prompt_sends_the_picked_head_in_full_and_pooled_thumbnails(brows
     the map gets the picked head in full and max-pooled thumbnails; picking another head loads it from the server."""
     from urllib.parse import quote
 
-    from gptviz.app.component.attention_map import SEND_ALL_CELLS
+    from gptviz.figures.browser.attention_map import SEND_ALL_CELLS
     assert 13 * 300 * 300 > SEND_ALL_CELLS
     page = new_page(browser)
     # 300 rows must be cells one can hover: the map column is about half the page since the map-first layout (its
@@ -459,8 +459,8 @@ def test_the_heatmap_decodes_the_weights_python_sent_on_both_of_its_paths(browse
 
     import numpy as np
 
-    from gptviz.app.component.attention_map import quantize
-    source = (ROOT / "gptviz" / "app" / "component" / "attention_map.js").read_text(encoding="utf-8")
+    from gptviz.figures.browser.attention_map import quantize
+    source = (ROOT / "gptviz" / "figures" / "browser" / "attention_map.js").read_text(encoding="utf-8")
     decode = re.search(r"^function decode\(b64\) \{.*?^\}", source, re.S | re.M).group(0)
     weights = np.random.default_rng(0).random((3, 5, 7)).astype(np.float32)
     weights[0, 0, 0], weights[1, 2, 3] = 1.0, 0.0

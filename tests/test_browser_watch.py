@@ -62,7 +62,7 @@ def test_the_attention_pages_tab_scale_and_layer_reach_the_address_and_a_fresh_b
     other.goto(page.url)
     other.get_by_role("tab", name="Lines between tokens", selected=True).wait_for()
     other.get_by_text("Layer 1: each query (left) to the keys").first.wait_for()
-    assert other.get_by_role("combobox", name="Colour scale").input_value() == "linear, 0 to 1"
+    assert other.get_by_role("combobox", name="Colour scale", exact=True).input_value() == "linear, 0 to 1"
     no_exception(other)
     other.context.close(), page.context.close()
 

@@ -54,7 +54,7 @@ def test_back_from_a_failed_hub_click_to_the_model_and_view_before(browser, offl
     page.locator(".gv-head").filter(has_text=re.compile("^head 1$")).click()
     page.locator(".gv-title").filter(has_text=re.compile("^Layer 2, head 1$")).wait_for()
     wait_for_idle(page)
-    scale = page.get_by_role("combobox", name="Colour scale")
+    scale = page.get_by_role("combobox", name="Colour scale", exact=True)
     scale.scroll_into_view_if_needed()  # a scroll in the same click can close the list it opened
     page.wait_for_timeout(300)
     scale.click()

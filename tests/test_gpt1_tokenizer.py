@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gptviz.app.sidebar import EXAMPLE_PROMPTS
-from gptviz.interop.hf_tokenizer import OpenAIGPTTokenizer
+from gptviz.model.gpt1_tokenizer import OpenAIGPTTokenizer
 
 TEXTS = [*EXAMPLE_PROMPTS.values(), "Hello, World!  ROMEO.\n\tBut soft", "Café naïve résumé", "你好世界 ok",
          "Zebra quux 🦜 xyz", "a\x00b\u200bc\x07d", "It's 3.14 -- e-mail: a@b.c <b>bold</b>", "", "   "]

@@ -15,7 +15,7 @@ import torch
 from gptviz import get_tokenizer, load_pretrained, tokenizer_for
 from gptviz.app import keys as K, models
 from gptviz.app.display import MEAN_HEAD
-from gptviz.interop.hf_tokenizer import OpenAIGPTTokenizer
+from gptviz.model.gpt1_tokenizer import OpenAIGPTTokenizer
 from gptviz.serve import model_access
 from gptviz.model.tokenizer import token_labels
 from gptviz.model.weights import CheckpointError

@@ -13,7 +13,7 @@ class Job:
 
     def __init__(self, n: int, every: float):
         self.steps, self.n, self.every = [], n, every
-        self.prompt, self.settings = (1, 2), {"max_new_tokens": n}
+        self.prompt, self.settings, self.enc = (1, 2), {"max_new_tokens": n}, None  # enc: the model's tokenizer
         self.stopped, self.error, self.seconds, self.ahead, self.waiting_for_click, self.pace = False, None, 0.0, None, \
             False, None
         self.started_at, self.finished_at, self.shown = time.perf_counter(), None, 0

@@ -22,7 +22,7 @@ SHOWN = labels_of(HOSTILE, len(HOSTILE))  # as the attention views label them: s
 
 def views():
     import ipywidgets
-    from gptviz.app.component.token_rows import payload
+    from gptviz.figures.browser.token_rows import payload
     T = len(HOSTILE)
     g = np.random.default_rng(0)
     scores = np.where(np.tril(np.ones((T, T), bool)), g.random((2, 3, T, T)), -np.inf)

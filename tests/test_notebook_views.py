@@ -13,7 +13,7 @@ import torch
 pytest.importorskip("anywidget")
 
 from gptviz import GPT, PRESETS, index as ix, load_pretrained  # noqa: E402
-from gptviz.app.component import asset  # noqa: E402
+from gptviz.figures.browser import asset  # noqa: E402
 from gptviz.figures import params as fp, unit_page as fu, why as fw  # noqa: E402
 from gptviz.notebook import attribution, parameters, unit  # noqa: E402
 from gptviz.notebook.unit_widget import EXAMPLES_AFTER, EXAMPLES_BEFORE  # noqa: E402

@@ -9,8 +9,8 @@ import torch
 pytest.importorskip("anywidget")
 
 from gptviz import GPT, GPTConfig, capture  # noqa: E402
-from gptviz.app.component import asset  # noqa: E402
-from gptviz.app.component.attention_map import LEVELS, SEND_ALL_CELLS, decode_weights  # noqa: E402
+from gptviz.figures.browser import asset  # noqa: E402
+from gptviz.figures.browser.attention_map import LEVELS, SEND_ALL_CELLS, decode_weights  # noqa: E402
 from gptviz.notebook import attention, attention_on_text  # noqa: E402
 from gptviz.notebook.inputs import labels_of  # noqa: E402
 from gptviz.model.tokenizer import get_tokenizer, token_labels  # noqa: E402

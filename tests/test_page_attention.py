@@ -17,7 +17,7 @@ from streamlit.testing.v1 import AppTest
 
 from gptviz.serve import allocator
 from gptviz import methods as analysis
-from gptviz.app.component import attention_map as amap
+from gptviz.figures.browser import attention_map as amap
 from gptviz.figures import attention as fa
 from gptviz.model.tokenizer import decode, encode, token_labels
 from gptviz.app import display, keys as K, live, models, sidebar
@@ -134,7 +134,7 @@ def test_markup_prompt_reaches_the_heatmap_as_text_only():
     at = page(MARKUP)
     data, _ = attention_map(at)
     assert "<" in data["col_labels"] and "img" in "".join(data["col_labels"])
-    js = (ROOT / "gptviz" / "app" / "component" / "attention_map.js").read_text()
+    js = (ROOT / "gptviz" / "figures" / "browser" / "attention_map.js").read_text()
     assert "innerHTML" not in js and "insertAdjacentHTML" not in js and "outerHTML" not in js
     heat = fa.attention_heatmap(np.eye(len(data["col_labels"])), data["col_labels"])
     custom = np.array(heat.data[0].customdata, dtype=object)

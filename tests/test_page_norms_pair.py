@@ -12,7 +12,7 @@ import pagetest
 from gptviz import load_pretrained
 from gptviz.app import keys as K, models
 from gptviz.app.services import norms_pair
-from gptviz.interop.hf_tokenizer import OpenAIGPTTokenizer
+from gptviz.model.gpt1_tokenizer import OpenAIGPTTokenizer
 from gptviz.model import weights
 from gptviz.serve import model_access
 from gptviz.model.generate import generate

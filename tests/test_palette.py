@@ -211,7 +211,7 @@ def test_each_builder_draws_with_the_chosen_palette(name, palette):
 
 
 def test_the_components_colour_with_the_palette_too():
-    from gptviz.app.component import attention_map as amap, token_rows
+    from gptviz.figures.browser import attention_map as amap, token_rows
     stops = lambda data: [f"rgb({r},{g},{b})" for _, (r, g, b) in data["colors"]]  # noqa: E731
     patterns = causal(L, H)
     for palette in ("cividis", "viridis"):
@@ -253,7 +253,7 @@ def test_text_on_coloured_cells_stays_readable():
     for palette in (STANDARD, "cividis", "viridis"):
         with use_palette(palette):
             fig = hv.attention_text(values, [f"t{i}" for i in range(11)], scale="linear")
-            chips = __import__("gptviz.app.component.token_rows", fromlist=["payload"]).payload(
+            chips = __import__("gptviz.figures.browser.token_rows", fromlist=["payload"]).payload(
                 rows(), value_name="activation", cmax=1.0)
         scale = fig.layout.coloraxis.colorscale
         cells = pcolors.sample_colorscale([list(s) for s in scale], values.tolist())

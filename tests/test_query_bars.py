@@ -1,10 +1,10 @@
-"""The query bars (gptviz/app/component/query_bars.py): the data the browser draws is the query's row, unchanged."""
+"""The query bars (gptviz/figures/browser/query_bars.py): the data the browser draws is the query's row, unchanged."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from gptviz.app.component import query_bars as qb
+from gptviz.figures.browser import query_bars as qb
 from gptviz.figures import attention as fa
 from pagetest import MARKUP
 

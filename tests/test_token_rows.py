@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gptviz.app.component.token_rows import payload
+from gptviz.figures.browser.token_rows import payload
 from gptviz.figures.unit_page import LEFT_CHARS, RIGHT_CHARS, ExampleRow, _row_layout, examples_text, window
 
 rng = np.random.default_rng(0)

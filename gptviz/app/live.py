@@ -19,7 +19,8 @@ from ..model.model import GPT
 from ..model.tokenizer import token_labels
 from . import keys as K
 from . import settings as S
-from .component.attention_map import attention_map, generation_payload
+from ..figures.browser.attention_map import generation_payload
+from .components import attention_map
 from .display import MEAN_HEAD, head_name, monospace_text
 from .jobs import client_address, generation_slots, session_alive, session_id
 from .live_text import (cut_reason, generated_text, next_token_text, replay_step, status_and_text,  # noqa: F401

@@ -5,7 +5,7 @@ merges); an index without the field was built over GPT-2's ids, as every index b
 refuses an index whose tokenizer is not the model's (`tokenizer_mismatch`): its ids would be other words.
 
 Where a corpus may be cut into pieces without changing its tokens (texts.pieces) depends on the tokenizer's
-pre-tokenizer: GPT-2's (texts._CUT), or, for GPT-1's BPE (gptviz.interop.hf_tokenizer), just before an ASCII
+pre-tokenizer: GPT-2's (texts._CUT), or, for GPT-1's BPE (gptviz.model.gpt1_tokenizer), just before an ASCII
 whitespace character. GPT-1's tokenizer (as transformers' OpenAIGPTTokenizer) normalises the text (control
 characters out, whitespace as spaces, CJK spaced, NFC/NFD with accents dropped, lower case) and then splits it at
 whitespace before BPE runs on each word; every normalisation step is per character or confined between two

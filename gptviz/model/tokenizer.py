@@ -2,7 +2,7 @@
 and readable display labels for tokens.
 
 A model reads one tokenizer everywhere: `tokenizer_for(model)`, its own (GPT-1's BPE, attached when a Hugging Face
-openai-gpt folder is loaded: gptviz.interop.hf_tokenizer) or else GPT-2's. Every helper here takes that tokenizer
+openai-gpt folder is loaded: gptviz.model.gpt1_tokenizer) or else GPT-2's. Every helper here takes that tokenizer
 as `enc`; without one it is GPT-2's."""
 from __future__ import annotations
 

@@ -40,7 +40,7 @@ def attention(source, tokens=None, *, layer: int = 0, head: int | str = 0, query
 def attention_on_text(source, tokens=None, *, layer: int = 0, query: int = -1, batch: int = 0):
     """Where one query token looks, on the text itself: a row per head of `layer` (and their mean), each token
     coloured by the weight the query gives it; the query is the outlined token."""
-    from ..app.component.token_rows import payload
+    from ..figures.browser.token_rows import payload
     from ..figures.unit_page import ExampleRow
     from .widgets import TokenRowsWidget
     patterns, labels = attention_data(source, tokens, batch)

@@ -12,7 +12,7 @@ import html
 import json
 import uuid
 
-from ..app.component import asset
+from ..figures.browser import asset
 
 # the components' colours from Jupyter's theme where there is one (the app's come from Streamlit's)
 JUPYTER_THEME = """

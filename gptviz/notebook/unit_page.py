@@ -27,7 +27,7 @@ def _rows(activations: list[dict], ranked: bool, enc=None) -> list[fu.ExampleRow
 def dashboard_html(batch: dict, title: str | None = None, enc=None) -> str:
     """The HTML page of the one feature in `batch` (dashboard.unit_dashboard's output); `enc`: the tokenizer of its
     model (tokenizer_for; default GPT-2's), which labels its token ids."""
-    from ..app.component.token_rows import payload
+    from ..figures.browser.token_rows import payload
     from ..model.tokenizer import token_labels
     f = batch["features"][0]
     g = f["gptviz"]

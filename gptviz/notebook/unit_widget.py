@@ -58,7 +58,7 @@ class UnitData:
 
     def __init__(self, model, unit, index, *, docs=None, k: int | None = None, colour: str = "value",
                  effect: bool = True, log: bool = True, before: int = EXAMPLES_BEFORE, after: int = EXAMPLES_AFTER):
-        from ..app.component.token_rows import payload
+        from ..figures.browser.token_rows import payload
         from ..model.tokenizer import token_labels, tokenizer_for
         if colour not in COLOURS:
             raise ValueError(f"colour must be one of {', '.join(COLOURS)}, got {colour!r}")

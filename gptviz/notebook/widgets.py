@@ -1,4 +1,4 @@
-"""The app's browser components as anywidget widgets: the same JavaScript and CSS files (gptviz/app/component/),
+"""The app's browser components as anywidget widgets: the same JavaScript and CSS files (gptviz/figures/browser/),
 mounted through a few lines of adapter instead of Streamlit's components v2, so there is one drawing code.
 
 The app's modules export `default function (component)` taking {data, parentElement, setStateValue}; the adapter
@@ -13,7 +13,7 @@ import anywidget
 import ipywidgets
 import traitlets
 
-from ..app.component import asset
+from ..figures.browser import asset
 from .page import JUPYTER_THEME as _JUPYTER_THEME
 
 _APP_EXPORT = "export default function (component)"
@@ -58,7 +58,7 @@ class AttentionWidget(anywidget.AnyWidget):
     pick = traitlets.Dict(allow_none=True, default_value=None).tag(sync=True)
 
     def __init__(self, patterns, labels, *, layer: int, head, query: int, scale: str, height: int):
-        from ..app.component.attention_map import payload
+        from ..figures.browser.attention_map import payload
         self._patterns, self._labels = patterns, labels
         self._options = dict(query=query, scale=scale, height=height)
         super().__init__(data=payload(patterns, labels, layer=layer, head=head, **self._options))
@@ -81,7 +81,7 @@ class AttentionWidget(anywidget.AnyWidget):
         layer, head = int(value["layer"]), int(value["head"])
         if layer in self.data["layers"] and head in self.data["heads"]:
             return
-        from ..app.component.attention_map import payload
+        from ..figures.browser.attention_map import payload
         n_heads = self.data["n_heads"]
         self.data = payload(self._patterns, self._labels, layer=layer, head="mean" if head == n_heads else head,
                             **self._options)

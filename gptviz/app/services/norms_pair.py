@@ -4,7 +4,7 @@ post-norm): two trained models of the same size, one of each wiring, from the Hu
 gpt2 and openai-gpt in GPTVIZ_MODEL_DIRS. Nothing is downloaded for it, and without both nothing changes.
 
 Each model of a pair reads the prompt through its own tokenizer: GPT-2's BPE, and GPT-1's own (40,478 ids, lower
-case) from its folder's vocab.json and merges.txt (gptviz.interop.hf_tokenizer). A GPT-1 folder without those files
+case) from its folder's vocab.json and merges.txt (gptviz.model.gpt1_tokenizer). A GPT-1 folder without those files
 reads GPT-2's token ids, and the page says what that does to it."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from ...interop.hf_tokenizer import folder_tokenizer
+from ...model.gpt1_tokenizer import folder_tokenizer
 from ...model import weights
 from ...serve.model_access import allowed_source
 from ...model.tokenizer import decode, encode, token_labels

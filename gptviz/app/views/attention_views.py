@@ -15,9 +15,10 @@ from ...figures import head_views as fhv
 from .. import keys as K
 from .. import live
 from .. import settings as S
-from ..component import attention_map as amap
-from ..component import query_bars as qbars
-from ..component import token_span as tspan
+from ...figures.browser import attention_map as amap
+from ...figures.browser import query_bars as qbars
+from ...figures.browser import token_span as tspan
+from .. import components
 from ..display import MEAN_HEAD, figure_download, head_name, md_text, show_figure
 from ..seen import Seen
 from ..services import attention as services
@@ -71,7 +72,7 @@ def head_map(seen: Seen, p: Pick, notes: list[list[str]] | None = None) -> None:
     A click on a cell offers "why does this head attend here?" (the Why page's QK decomposition, in this session);
     [ ] and , . step the layer and head."""
     follow_from_fragment()  # that button's callback asked for the Why page: this fragment rerun goes there
-    amap.attention_map(amap.payload(seen.patterns.numpy(), seen.labels, layer=p.layer, head=p.head, query=p.query,
+    components.attention_map(amap.payload(seen.patterns.numpy(), seen.labels, layer=p.layer, head=p.head, query=p.query,
                                     scale=p.scale, mean_head=MEAN_HEAD, head_names=[head_name(h) for h in seen.heads],
                                     height=map_height(seen.T), head_notes=notes),
                        key=K.ATT_MAP, on_pick=picked_from_map(seen), on_why=lambda *cell: why_here(seen, *cell),
@@ -112,7 +113,7 @@ def one_head(seen: Seen, p: Pick) -> None:
     with left:
         row = pat[p.query, : p.query + 1]
         title = f"Where token {p.query} '{labels[p.query]}' looks"
-        qbars.query_bars(qbars.payload(row.numpy(), labels, p.query, title=title), key=K.ATT_QUERY_BARS)
+        components.query_bars(qbars.payload(row.numpy(), labels, p.query, title=title), key=K.ATT_QUERY_BARS)
         figure_download(lambda: fa.query_bars(row.numpy(), labels, p.query, title=fa.plotly_text(title)),
                         file_name=f"query-{p.query}-layer-{p.layer}-{head_name(p.head).replace(' ', '-')}.html",
                         key=K.ATT_QUERY_BARS_HTML)
@@ -205,7 +206,7 @@ def span_on_the_text(seen: Seen, p: Pick, direction: str) -> None:
     span = tspan.picked_span(list(state.get(K.ATT_SPAN) or ()), T) or (max(0, p.query - 2), p.query + 1)
     start, end = span
     data = tspan.payload(seen.pattern(p.layer, p.head).numpy(), labels, start=start, end=end, direction=direction)
-    tspan.token_span(data, key=K.ATT_SPAN_VIEW, on_span=keep_span)
+    components.token_span(data, key=K.ATT_SPAN_VIEW, on_span=keep_span)
     n, words = end - start, ", ".join(f"'{labels[i]}'" for i in range(start, min(end, start + 6)))
     top = sorted((i for i, v in enumerate(data["values"]) if v is not None), key=lambda i: -data["values"][i])[:3]
     st.caption(md_text(

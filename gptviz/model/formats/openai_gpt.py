@@ -46,7 +46,7 @@ def model_tokenizer(folder: Path, config: GPTConfig):
         return None  # read_config has refused it already, or reads it as not GPT-1
     if model_type != MODEL_TYPE:
         return None
-    from ...interop.hf_tokenizer import folder_tokenizer
+    from ..gpt1_tokenizer import folder_tokenizer
     try:
         tok = folder_tokenizer(folder)
     except ValueError as err:

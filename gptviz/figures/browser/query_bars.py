@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...figures.attention import HIGHLIGHT
-from . import registered
+from ..attention import HIGHLIGHT
 
 NAME = "gptviz_query_bars"
 BAR_COLOUR = "#3a78b5"  # figures.attention.query_bars' colour, so the download looks the same
@@ -30,8 +29,3 @@ def payload(weights, labels: list[str], query: int, *, title: str, height: int =
     return {"title": str(title), "weights": [round(float(v), 6) for v in w],
             "labels": [str(t) for t in labels[: query + 1]], "query": int(query), "colour": BAR_COLOUR,
             "highlight": HIGHLIGHT, "height": int(height)}
-
-
-def query_bars(data: dict, *, key: str):
-    """Mount the component with `payload`'s data."""
-    return registered(NAME, "gv-qbars", "query_bars")(data=data, key=key)

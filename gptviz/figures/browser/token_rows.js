@@ -1,4 +1,4 @@
-// Rows of coloured tokens (gptviz/app/component/token_rows.py): each row's context right-aligned up to its peak
+// Rows of coloured tokens (gptviz/figures/browser/token_rows.py): each row's context right-aligned up to its peak
 // token, so the peaks line up as in a concordance. Token text is only ever set as textContent, never as HTML.
 
 function colourAt(stops, t) {

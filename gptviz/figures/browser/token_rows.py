@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...figures.attention import HIGHLIGHT
-from ...figures.palette import behind_text
-from ...figures.unit_page import EXAMPLE_SCALE, ExampleRow, window
-from . import registered
+from ..attention import HIGHLIGHT
+from ..palette import behind_text
+from ..unit_page import EXAMPLE_SCALE, ExampleRow, window
 from .attention_map import colour_stops
 
 NAME = "gptviz_token_rows"
@@ -47,8 +46,3 @@ def reserve_css(key: str, n_rows: int) -> str:
     wide, phone = LEGEND_PX + n * ROW_PX, LEGEND_PX + n * PHONE_ROW_PX
     return (f"<style>.st-key-{key} {{min-height: {wide:.0f}px;}} "
             f"@media (max-width: {PHONE_PX}px) {{.st-key-{key} {{min-height: {phone:.0f}px;}}}}</style>")
-
-
-def token_rows(data: dict, *, key: str):
-    """Mount the component with `payload`'s data."""
-    return registered(NAME, "gv-rows", "token_rows")(data=data, key=key)

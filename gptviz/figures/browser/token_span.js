@@ -1,5 +1,5 @@
 // The prompt's tokens, a span picked by dragging across them (or a click, then a shift-click), each token coloured
-// by the attention summed from (or to) the span (gptviz/app/component/token_span.py computes the sums). Pointer
+// by the attention summed from (or to) the span (gptviz/figures/browser/token_span.py computes the sums). Pointer
 // events, so a finger drags too. Token text is only ever set as textContent, never as HTML.
 
 function colourAt(stops, t) {

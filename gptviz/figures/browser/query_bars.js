@@ -1,4 +1,4 @@
-// Where one query token looks (gptviz/app/component/query_bars.py): a bar per key it can see, drawn on a canvas.
+// Where one query token looks (gptviz/figures/browser/query_bars.py): a bar per key it can see, drawn on a canvas.
 // Token text is only ever drawn on the canvas or set as textContent: it is never parsed as HTML.
 
 const FONT = "11px Inter, 'Segoe UI', Helvetica, Arial, sans-serif";

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...figures.attention import HIGHLIGHT
+from ..attention import HIGHLIGHT
 from .attention_map import colour_stops
-from . import registered
 
 NAME = "gptviz_token_span"
 DIRECTIONS = ("from", "to")
@@ -65,16 +64,3 @@ def picked_span(value, T: int) -> tuple[int, int] | None:
         return None
     start, end = value
     return (start, end) if 0 <= start < end <= T else None
-
-
-def token_span(data: dict, *, key: str, on_span):
-    """Mount the component; `on_span(start, end)` runs (a Streamlit callback) when the visitor picks a span."""
-    import streamlit as st
-
-    def picked():
-        span = picked_span((st.session_state.get(key) or {}).get("span"), len(data["tokens"]))
-        if span is not None:
-            on_span(*span)
-
-    return registered(NAME, "gv-span", "token_span")(data=data, key=key, default={"span": None},
-                                                     on_span_change=picked)

@@ -16,10 +16,9 @@ from functools import lru_cache
 import numpy as np
 import plotly.colors as pcolors
 
-from ...figures.attention import HIGHLIGHT, OUT_OF_WINDOW_COLOR, SCALES
-from ...figures.common import ATTENTION_SCALE, MASKED_COLOR
-from ...figures.palette import sequential
-from . import registered
+from ..attention import HIGHLIGHT, OUT_OF_WINDOW_COLOR, SCALES
+from ..common import ATTENTION_SCALE, MASKED_COLOR
+from ..palette import sequential
 
 LEVELS = 65535          # weights travel as uint16: w * LEVELS, rounded (a step of 1.5e-5)
 SEND_ALL_CELLS = 1_000_000  # send every layer when layers x (heads + mean) x T x T stays under this, else one layer;
@@ -197,28 +196,3 @@ def cell_asked(value, n_layers: int, n_heads: int) -> tuple[int, int, int, int] 
     if 0 <= layer < n_layers and 0 <= head < n_heads and 0 <= key <= query:
         return layer, head, query, key
     return None
-
-
-def attention_map(data: dict, *, key: str, on_pick, on_why=None, keys: bool = False):
-    """Mount the component. `on_pick(layer, head_index)` runs (as a Streamlit callback, before the rerun) when the
-    visitor picks another layer or head in it; head_index == n_heads is the mean. With `on_why`, a click on a cell
-    shows its details and a button that calls `on_why(layer, head, query, key)` (the prompt's map, not a
-    generation's); `keys`: [ ] and , . step the layer and head from the keyboard."""
-    import streamlit as st  # here, not at the top: gptviz.notebook builds the same payload without Streamlit
-
-    def picked():
-        value = (st.session_state.get(key) or {}).get("pick")
-        if isinstance(value, dict) and isinstance(value.get("layer"), int) and isinstance(value.get("head"), int):
-            on_pick(value["layer"], value["head"])
-
-    def asked():
-        cell = cell_asked((st.session_state.get(key) or {}).get("why"), data["n_layers"], data["n_heads"])
-        if cell is not None:
-            on_why(*cell)
-
-    data = dict(data, why=on_why is not None, keys=bool(keys))
-    default, why = {"pick": None}, {}
-    if on_why is not None:  # Streamlit refuses a default state with no callback: "why" only where a click can ask
-        default["why"], why["on_why_change"] = None, asked
-    return registered(NAME, "gv-map", "attention_map")(data=data, key=key, default=default, on_pick_change=picked,
-                                                       **why)

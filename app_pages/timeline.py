@@ -19,7 +19,7 @@ from gptviz.app.display import show_figure
 from gptviz.app.unit_nav import unit_pills
 from gptviz.figures import timeline as ft
 from gptviz.training.snapshots import FORMED_THRESHOLD, Snapshots, formed_step
-from gptviz.serve.training_jobs import FAILED, GROWTH, Job, induction_growth_spec
+from gptviz.serve.training_jobs import FAILED, GROWTH, Job, growth_wirings, induction_growth_spec
 from gptviz.model.unit_id import head_id
 
 TWINS = {"pre-norm": "shakespeare-pre", "post-norm": "shakespeare-post"}
@@ -143,8 +143,7 @@ def about(found: dict[str, Snapshots]) -> None:
 # ---- grow one yourself ----------------------------------------------------------------------------------------
 
 def start_growth() -> None:
-    wiring = state[K.TL_GROW_WIRING]
-    spec = induction_growth_spec(("pre", "post") if wiring == "both" else (wiring,), seed=int(state[K.TL_GROW_SEED]))
+    spec = induction_growth_spec(growth_wirings(state[K.TL_GROW_WIRING]), seed=int(state[K.TL_GROW_SEED]))
     owner = jobs.session_id()
     try:
         job = jobs.training_registry().start(spec, owner=owner, alive=lambda: jobs.session_alive(owner),

@@ -145,6 +145,12 @@ def induction_growth_spec(wirings=("pre",), seed: int = 0, init: str = "gpt2", *
     return JobSpec(configs, settings, init, label, snapshot_every=g["snapshot_every"])
 
 
+def growth_wirings(choice: str) -> tuple[str, ...]:
+    """The models the Heads forming page's wiring choice trains ("pre", "post", or "both": the two on the same
+    batches)."""
+    return ("pre", "post") if choice == "both" else (choice,)
+
+
 @dataclass
 class WarmupJob(Job):
     """The warmup scenario (gptviz.training.warmup) as a background run: its spec's configs are one per arm and seed (so

@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 
 from ..model.config import GPTConfig
+from . import allocator
 from .memory import Reservation
 from ..model.model import GPT
 from ..training.train import StepLog, TrainResult, TrainSettings, format_eta, load_corpus, train_models, write_history
@@ -157,6 +158,11 @@ class Job:
     def _on_step(self, name: str, log: StepLog) -> None:
         with self._lock:
             self._logs.setdefault(name, []).append(asdict(log))
+        # The step's activations are freed by now, but the heap holds them (gptviz.serve.allocator): this thread's
+        # arena grows in 64 MiB heaps that its 4-16 MiB blocks fragment, and over a run the resident memory climbed to
+        # 2.5x what the tensors need (issue 57). Giving the freed memory back after each step keeps the run's peak to
+        # one step's fragmentation, for a few per cent of the step's time (docs/benchmarks-history.md, issue 57).
+        allocator.release_freed_memory()
 
     def snapshot(self) -> JobSnapshot:
         with self._lock:

@@ -250,7 +250,7 @@ def export_tab(seen: Seen) -> None:
     if too_big:
         st.warning(refusal)
     st.download_button("Capture as .npz",
-                       data=partial(services.npz_within_budget, seen.model, seen.ids, include_attention),
+                       data=partial(services.npz_within_budget, seen.spec, seen.ids, include_attention),
                        file_name="capture.npz", mime="application/octet-stream", key=K.ACT_NPZ, on_click="ignore",
                        icon=":material/download:", disabled=too_big)
     st.caption("Each figure's toolbar saves it as PNG or SVG (format in the sidebar); each view has its CSV "

@@ -2,7 +2,7 @@
 
 The model writes in a background thread while a fragment redraws what it has so far (gptviz.app.live), so drawing
 never slows the model and a widget change does not stop it. Inspecting the steps afterwards (step slider, layer,
-head, table) runs no model.
+head, table) runs no model but the replayed step's top contributors (one frozen backward pass, cached).
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import streamlit as st
 import torch
 
 from gptviz.app import keys as K, settings as S
-from gptviz.app import live, reproduce
+from gptviz.app import live, live_why, reproduce
 from gptviz.app.display import MEAN_HEAD, head_name, md_text, show_figure
 from gptviz.app.services import LimitError
 from gptviz.app.services import generation as services
@@ -98,6 +98,7 @@ def inspected_step(run: dict, cfg: GPTConfig, p: Pick) -> int:
         st.caption(f"'{md_text(step.piece)}' was sampled with p = {step.prob:.3g} (rank {step.rank:,}); the "
                    f"distribution's entropy was {step.entropy:.2f} nats. Top 20 over all {cfg.vocab_size:,} tokens "
                    f"after temperature; grey bars were cut by {live.cut_reason(run['settings'])}.")
+        live_why.step_contributors(run, step_i, state[K.GENERATION]["spec"])
     with left:
         show_figure(heat_figure(live.up_to(run, step_i), p, step_i), key=K.GEN_HEATMAP)
         with st.expander("How to read this map"):
@@ -149,10 +150,12 @@ def all_steps(run: dict) -> None:
         "step": range(S), "token": [s.piece for s in steps], "id": [s.token_id for s in steps],
         "probability": [s.prob for s in steps], "rank": [s.rank for s in steps],
         "entropy (nats)": [s.entropy for s in steps], "kept by top-k/top-p": [s.n_allowed for s in steps],
-        "context shifted": ["yes" if s.context_shifted else "" for s in steps]})  # text: not checkboxes to tick
+        "context shifted": ["yes" if s.context_shifted else "" for s in steps],  # text: not checkboxes to tick
+        "top contributors (found live)": live_why.labels_by_step(run), "why?": live_why.why_links(run)})
     st.dataframe(table, hide_index=True, width="stretch", height=min(420, 35 * S + 40), key=K.GEN_TABLE,
                  on_select=lambda: pick_step(S), selection_mode="single-row",
-                 column_config={"probability": st.column_config.NumberColumn(format="%.4g"),
+                 column_config={"why?": st.column_config.LinkColumn(display_text="graph ↗", help=live_why.LINK_HELP),
+                                "probability": st.column_config.NumberColumn(format="%.4g"),
                                 "entropy (nats)": st.column_config.NumberColumn(format="%.3f")})
     st.caption("Select a row to inspect that step above.")
 

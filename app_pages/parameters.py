@@ -10,7 +10,8 @@ import streamlit as st
 from gptviz import PRESETS
 from gptviz.model.config import ConfigError, GPTConfig
 from gptviz.figures import params as figs
-from gptviz.model.params import BYTES_PER, by_component, by_layer, memory_bytes, param_table, total_params
+from gptviz.model.params import (BYTES_PER, COMPONENTS, GROUPS, by_component, by_group, by_layer, memory_bytes,
+                                 param_table, total_params)
 from gptviz.app import display, reproduce, sidebar
 from gptviz.app import keys as K, settings as S
 
@@ -27,11 +28,35 @@ def memory_columns(frame: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
+TIED_NOTE = "tied: the token-embedding matrix, counted once"
+
+
 def component_frame(table: pd.DataFrame) -> pd.DataFrame:
+    """The finer split: one row per component, its group first."""
     comp = memory_columns(by_component(table))
+    comp.insert(0, "group", comp["component"].map(GROUPS))
     tied = set(table.loc[table["tied"], "component"])
-    comp["note"] = ["tied: the token-embedding matrix, counted once" if c in tied else "" for c in comp["component"]]
+    comp["note"] = [TIED_NOTE if c in tied else "" for c in comp["component"]]
     return comp
+
+
+def group_frame(table: pd.DataFrame) -> pd.DataFrame:
+    """What a reader means: one row per group (embeddings, attention with its output projection, MLP, norms with
+    the final one, LM head), each with the components it is made of."""
+    groups = memory_columns(by_group(table))
+    counts = table.groupby("component", sort=False)["count"].sum()
+    groups["made of"] = [" + ".join(f"{c} {int(counts[c]):,}" for c in members) for members in groups["components"]]
+    tied = set(table.loc[table["tied"], "component"])
+    groups["note"] = [TIED_NOTE if tied & set(members) else "" for members in groups["components"]]
+    return groups.drop(columns="components")
+
+
+def count_columns() -> dict:
+    """The group and component tables' column formats."""
+    return {"count": st.column_config.NumberColumn(format="localized"),
+            "share": st.column_config.NumberColumn(format="percent"),
+            **{f"{d} MiB": st.column_config.NumberColumn(format="%.2f") for d in BYTES_PER},
+            "note": st.column_config.TextColumn("note", width="large")}  # the tied-head note is a sentence
 
 
 def tensor_frame(table: pd.DataFrame) -> pd.DataFrame:
@@ -50,9 +75,8 @@ def seed_facts(cfg: GPTConfig, table: pd.DataFrame) -> list[str]:
     """Plain statements computed from the config's own table."""
     facts = []
     if cfg.n_layers:
-        block = table[table["layer"] == 0]
-        attn = int(block[block["component"].str.startswith("attention")]["count"].sum())
-        mlp = int(block[block["component"].str.startswith("MLP")]["count"].sum())
+        block = by_layer(table, by="group").iloc[0]
+        attn, mlp = int(block["attention"]), int(block["MLP"])
         facts.append(f"In each block the MLP holds {mlp:,} parameters and attention {attn:,}: the MLP has "
                      f"{mlp / attn:.2f}× as many (d_ff = {cfg.d_ff:,} = {cfg.d_ff / cfg.d_model:g} × d_model; "
                      f"2·d_model·d_ff weights against 4·d_model² for Q, K, V and the output).")
@@ -66,6 +90,12 @@ def seed_facts(cfg: GPTConfig, table: pd.DataFrame) -> list[str]:
         facts.append(f"The LM head is a separate matrix here; tying it to the token embedding would save "
                      f"vocab × d_model = {cfg.vocab_size:,} × {cfg.d_model:,} = {saving:,} parameters "
                      f"({saving / untied:.1%}).")
+    if not cfg.bias:
+        fewer = total_params(cfg.replace(bias=True, qkv_bias=True)) - total_params(cfg)
+        facts.append(f"No biases (nanoGPT's bias=False): every linear layer and LayerNorm is weights only, "
+                     f"{fewer:,} parameters fewer than with them.")
+    if not cfg.final_norm:
+        facts.append("No final LayerNorm (as the released GPT-1): the LM head reads the last block's output.")
     emb = int(table[table["component"].isin(["token embedding", "position embedding"])]["count"].sum())
     total = int(table["count"].sum())
     if cfg.name == "gpt1":
@@ -81,13 +111,13 @@ def seed_facts(cfg: GPTConfig, table: pd.DataFrame) -> list[str]:
 
 
 def show_breakdown(cfg: GPTConfig, label: str, key: str) -> None:
-    """Totals, facts, figures and tables of one config; its widgets' keys start with `key`."""
+    """Totals, facts, figures and tables of one config, by group, the finer split by component one click away;
+    its widgets' keys start with `key`."""
     table = param_table(cfg)
     total = int(table["count"].sum())
-    comp = component_frame(table)
+    title = f"{label}: {total:,} parameters" if label else f"{total:,} parameters"
     # the chart first: on a phone the four metrics alone are a screen's height
-    display.show_figure(figs.component_shares(comp, f"{label}: {total:,} parameters" if label else
-                                              f"{total:,} parameters", tied=cfg.tie_weights),
+    display.show_figure(figs.component_shares(by_component(table), title, tied=cfg.tie_weights),
                         key=K.per_item(key, "bar"))
     c1, c2, c3, c4 = st.columns(4)
     c1.metric("Parameters", f"{total:,}")
@@ -97,14 +127,17 @@ def show_breakdown(cfg: GPTConfig, label: str, key: str) -> None:
     for fact in seed_facts(cfg, table):
         st.markdown(f"- {fact}")
     if 1 < cfg.n_layers <= 200:
-        display.show_figure(figs.layer_stacked_bar(by_layer(table)), key=K.per_item(key, "layers"))
+        display.show_figure(figs.layer_stacked_bar(by_layer(table, by="group")), key=K.per_item(key, "layers"))
         st.caption("Every block is the same size: depth adds parameters linearly.")
-    st.dataframe(comp, hide_index=True, column_config={
-        "count": st.column_config.NumberColumn(format="localized"),
-        "share": st.column_config.NumberColumn(format="percent"),
-        **{f"{d} MiB": st.column_config.NumberColumn(format="%.2f") for d in BYTES_PER},
-        "note": st.column_config.TextColumn("note", width="large")})  # the tied-head note is a sentence
-    display.download_csv(comp, f"params_by_component_{cfg.name}.csv", key=K.per_item(key, "comp_csv"))
+    groups = group_frame(table)
+    st.dataframe(groups, hide_index=True, column_config=count_columns())
+    display.download_csv(groups, f"params_by_group_{cfg.name}.csv", key=K.per_item(key, "group_csv"))
+    with st.expander("Finer split: the components inside each group"):
+        display.show_figure(figs.component_shares(by_component(table), title, tied=cfg.tie_weights, split=True),
+                            key=K.per_item(key, "split_bar"))
+        comp = component_frame(table)
+        st.dataframe(comp, hide_index=True, column_config=count_columns())
+        display.download_csv(comp, f"params_by_component_{cfg.name}.csv", key=K.per_item(key, "comp_csv"))
     with st.expander(f"Every parameter tensor ({len(table)})"):
         st.caption("The same tensors and counts as the module tree built on PyTorch's `meta` device.")
         tensors = tensor_frame(table)
@@ -134,16 +167,31 @@ def presets_tab() -> None:
         return
     counts = {name: figs.group_counts(param_table(PRESETS[name])) for name in chosen}
     display.show_figure(figs.presets_stacked(counts), key=K.PAR_PRESETS_BAR)
-    st.caption("Stacked by group (GPT-1 and GPT-2 tie the head, so its share is 0). As models widen, the "
-               "blocks (attention + MLP, growing as d_model²) outgrow the embeddings (growing as d_model).")
-    frame = pd.DataFrame.from_dict(counts, orient="index")
-    frame.insert(0, "model", frame.index)
-    frame["total"] = frame[list(figs.GROUP_ORDER)].sum(axis=1)
-    st.dataframe(frame, hide_index=True,
-                 column_config={c: st.column_config.NumberColumn(format="localized")
-                                for c in [*figs.GROUP_ORDER, "total"]})
+    st.caption("Stacked by group: attention includes its output projection, norms the final one (GPT-1 and GPT-2 "
+               "tie the head, so its share is 0). As models widen, the blocks (attention + MLP, growing as d_model²) "
+               "outgrow the embeddings (growing as d_model).")
+    frame = presets_frame(counts, figs.GROUP_ORDER)
+    st.dataframe(frame, hide_index=True, column_config={c: st.column_config.NumberColumn(format="localized")
+                                                        for c in frame.columns[1:]})
     display.download_csv(frame, "params_presets.csv", key=K.PAR_PRESETS_CSV)
+    with st.expander("Finer split: the components inside each group"):
+        fine = presets_frame({name: component_counts(PRESETS[name]) for name in chosen}, COMPONENTS)
+        st.dataframe(fine, hide_index=True, column_config={c: st.column_config.NumberColumn(format="localized")
+                                                           for c in fine.columns[1:]})
     reproduce.show(reproduce.parameters_of_presets(chosen))
+
+
+def presets_frame(counts: dict[str, dict[str, int]], columns) -> pd.DataFrame:
+    """One row per model: its counts in `columns` (groups or components), then the total."""
+    frame = pd.DataFrame.from_dict(counts, orient="index").reindex(columns=list(columns), fill_value=0)
+    frame.insert(0, "model", frame.index)
+    frame["total"] = frame[list(columns)].sum(axis=1)
+    return frame
+
+
+def component_counts(cfg: GPTConfig) -> dict[str, int]:
+    comp = by_component(param_table(cfg))
+    return {name: int(count) for name, count in zip(comp["component"], comp["count"])}
 
 
 def described_model() -> GPTConfig:

@@ -174,6 +174,49 @@ def examples_section(spec: ModelSpec, loaded: ui.Loaded, unit: ix.Unit) -> list[
     return contexts
 
 
+def bands_section(spec: ModelSpec, loaded: ui.Loaded, unit: ix.Unit) -> None:
+    """Five bands of the unit's positive values, weakest first, five examples of each (gptviz.index.bands)."""
+    value_name = "activation" if unit.kind == "neuron" else "output norm"
+    try:
+        with st.spinner("Reading the examples from the whole range..."):
+            bands = ui.band_contexts(spec, loaded, unit)
+    except LimitError as err:
+        st.warning(str(err))
+        return
+    if not bands:
+        st.markdown(f"**Examples from the whole range**: {unit} is never above 0 on the corpus.")
+        return
+    st.markdown("**Examples from the whole range**: its positive values in five bands between their quantiles, "
+                "weakest first, five examples of each drawn uniformly from the band (the example's token outlined, "
+                "every band coloured on the top examples' scale), so you see what it does weakly, not only at its "
+                "peak.")
+    positives, sample = ix.positive_count(loaded.index, unit), loaded.index.meta["bands"]["sample"]
+    peak = bands[-1][0].hi  # the last band ends at the unit's largest value
+    for band, contexts in bands:
+        st.caption(display.md_text(fu.band_title(band.number + 1, band.levels, band.lo, band.hi, len(band.examples),
+                                                 band.sampled, value_name, positives, sample)))
+        if band.examples:
+            key = K.per_item(K.UNIT_BANDS, band.number)
+            rows = fu.example_rows(loaded.index, contexts, band.examples, ranked=False)
+            st.html(reserve_css(key, len(rows)))  # style only: the rows' room before they draw
+            token_rows(token_rows_payload(rows, value_name=value_name, cmax=peak), key=key)
+
+
+def export_section(spec: ModelSpec, loaded: ui.Loaded, unit: ix.Unit, source: int | None) -> None:
+    """The unit's page as Neuronpedia's feature-dashboard JSON and as one HTML file (built when clicked)."""
+    left, right = st.columns(2)
+    left.download_button("This unit as JSON (Neuronpedia's dashboard shape)", file_name=f"{unit}.json",
+                         data=lambda: services.unit_json(spec, loaded, unit, source), mime="application/json",
+                         key=K.per_item(K.UNIT_EXPORT, "json"), on_click="ignore", icon=":material/download:",
+                         help="Its top and band examples with each token's value, histogram and top logits, in the "
+                              "fields of Neuronpedia's feature dashboards (`python -m gptviz index export` writes "
+                              "every unit).")
+    right.download_button("This unit's page as HTML", file_name=f"{unit}.html", mime="text/html",
+                          data=lambda: services.unit_html(spec, loaded, unit, source),
+                          key=K.per_item(K.UNIT_EXPORT, "html"), on_click="ignore", icon=":material/download:",
+                          help="One file that opens offline in any browser: the same data as the JSON.")
+
+
 def histogram_section(loaded: ui.Loaded, unit: ix.Unit) -> None:
     index = loaded.index
     edges, counts = ix.histogram(index, unit)
@@ -198,7 +241,8 @@ def source_token(contexts: list[ix.Context]) -> int:
     return int(c.ids[int(np.nanargmax(c.attention))])
 
 
-def effect_section(model: GPT, unit: ix.Unit, contexts: list[ix.Context]) -> None:
+def effect_section(model: GPT, unit: ix.Unit, contexts: list[ix.Context]) -> int | None:
+    """-> for a head, the token its effect is read with (None for a neuron, or when the typed token is not one)."""
     source = None
     if unit.kind == "neuron":
         what = "Its output weights through the final norm and the unembedding"
@@ -208,25 +252,26 @@ def effect_section(model: GPT, unit: ix.Unit, contexts: list[ix.Context]) -> Non
         state.setdefault(key, default)
         typed = one_token_box(S.UNIT_SOURCE, key)
         if typed is None:
-            return
+            return None
         ids = encode(typed)
         if len(ids) != 1 or ids[0] >= model.config.vocab_size:
             st.warning(f"{display.md_text(repr(typed))} is {len(ids)} tokens, not one; type a single token "
                        "(GPT-2 pieces, with its leading space where it has one).")
-            return
+            return None
         source = ids[0]
         what = f"What attending to {display.md_text(repr(typed))} writes, through the final norm and the unembedding"
     try:
         effect = services.direct_effect(model, unit, source)
     except LimitError as err:  # the server's memory has no room now
         st.warning(str(err))
-        return
+        return source
     spread = float(effect.effect.std())
     st.markdown(f"**Direct effect on the logits.** {what}: the tokens it raises and lowers most, per unit of "
                 f"output (spread over the whole vocabulary: sd {spread:.3f}).")
     labels = lambda items: [(token_labels([t])[0], v) for t, v in items]  # noqa: E731
     display.show_figure(fu.direct_effect_bars(labels(effect.promoted), labels(effect.suppressed)),
                         key=K.UNIT_EFFECT)
+    return source
 
 
 def per_play_of(loaded: ui.Loaded) -> int:
@@ -238,11 +283,14 @@ def unit_tab(spec: ModelSpec, model: GPT, loaded: ui.Loaded) -> None:
     unit = unit_picker(loaded.index)
     st.markdown(f"**{display.md_text(ix.summary(loaded.index, unit))}**")
     contexts = examples_section(spec, loaded, unit)
+    bands_section(spec, loaded, unit)
     left, right = st.columns(2)
     with left:
         histogram_section(loaded, unit)
     with right:
-        effect_section(model, unit, contexts)
+        source = effect_section(model, unit, contexts)
+    if unit.kind == "neuron" or source is not None:
+        export_section(spec, loaded, unit, source)
     reproduce.show(reproduce.unit(spec, str(unit), per_play_of(loaded)))
 
 
@@ -291,23 +339,6 @@ def prompt_search(spec: ModelSpec, model: GPT, loaded: ui.Loaded) -> None:
     reproduce.show(reproduce.units_here(spec, ids, pos, per_play_of(loaded), reproduce.prompt_text()))
 
 
-class TokenCounts:
-    """How often each token the index lists occurs in the corpus, read from its sorted arrays by binary search (a
-    dict of every listed token, built on each run, was the word search's largest allocation)."""
-
-    def __init__(self, index: ix.NeuronIndex):
-        self.ids, self.counts = index.arrays["token_ids"], index.arrays["token_counts"]
-
-    def __contains__(self, token: int) -> bool:
-        row = int(np.searchsorted(self.ids, token))
-        return row < len(self.ids) and int(self.ids[row]) == token
-
-    def __getitem__(self, token: int) -> int:
-        if token not in self:
-            raise KeyError(token)
-        return int(self.counts[int(np.searchsorted(self.ids, token))])
-
-
 def word_search(spec: ModelSpec, loaded: ui.Loaded) -> None:
     word = one_token_box(S.UNIT_WORD, placeholder="e.g. king")
     if word is None:
@@ -315,7 +346,7 @@ def word_search(spec: ModelSpec, loaded: ui.Loaded) -> None:
     if not word.strip():
         st.info("Type a word to see the neurons that fire most on it across the corpus.")
         return
-    counts = TokenCounts(loaded.index)
+    counts = services.TokenCounts(loaded.index)
     # a word typed bare means the word in running text (' king'); punctuation means itself ('!')
     forms = [" " + word.strip(), word] if word[:1].isalpha() else [word, " " + word.strip()]
     tried = [w for w in dict.fromkeys(forms + [word.strip()]) if len(encode(w)) == 1]

@@ -17,6 +17,7 @@ from gptviz.app.services import LimitError
 from gptviz.app.services import why as services
 from gptviz.app.services.why import Ask, first_difference, piece_at, pieces
 from gptviz.app.unit_nav import unit_pills
+from gptviz.app.views.why_graph import GRAPH_LINE, GRAPH_NOTE, QK_LINE, QK_NOTE, graph_tab, qk_tab
 from gptviz.app.views.why_sweeps import PATCH_NOTE, SALIENCY_NOTE, patching_tab, saliency_tab
 from gptviz.model.config import GPTConfig
 from gptviz.figures import attention as fa
@@ -33,6 +34,9 @@ TOP = 10            # tokens offered as target / rival
 def pick_tokens(probs: torch.Tensor, last_label: str) -> tuple[list[int], int, int]:
     """The target and rival pickers (both among the top tokens, never the same), and the metric they make."""
     choices = [int(i) for i in probs.topk(min(TOP, probs.numel())).indices]
+    wanted = state.get(K.WHY_TARGET)
+    if type(wanted) is int and 0 <= wanted < probs.numel() and wanted not in choices:
+        choices.append(wanted)  # a written token below the top ten (a "why?" from a generated text, a link)
     names = dict(zip(choices, pieces(choices)))
 
     def option(i: int) -> str:
@@ -129,8 +133,8 @@ def direct_attribution_tab(ask: Ask) -> None:
                         key=K.WHY_DLA_BARS)
     heads_grid(ask, dla.head_values, "Heads' direct attribution (click a head to ablate it)", "logit diff")
     ablation_effect(ask)
-    display.download_csv(pd.DataFrame({"part": dla.labels, "direct_attribution": dla.values.numpy()}),
-                         "direct_attribution.csv", key=K.WHY_DLA_CSV)
+    display.download_csv(lambda: pd.DataFrame({"part": dla.labels, "direct_attribution": dla.values.numpy()}),
+                         "direct_attribution.csv", key=K.WHY_DLA_CSV)  # built on a click, not at every run
     reproduce.show(reproduce.direct_attribution(ask.spec, ask.ids, ask.target, ask.other, reproduce.prompt_text()))
 
 
@@ -271,7 +275,9 @@ def ablate_tab(ask: Ask) -> None:
     continuations(ask, ab)
     if ab.heads:
         attention_with_and_without(ask, ab)
-    reproduce.show(reproduce.ablation(ask.spec, ask.ids, ab.heads, ab.mode, reproduce.prompt_text()))
+    effects = ask.cfg.norm == "pre" and ab.mode == "zero" and bool(ab.heads)   # as direct_and_total shows them
+    reproduce.show(reproduce.ablation(ask.spec, ask.ids, ab.heads, ab.mode, reproduce.prompt_text(), ask.target,
+                                      ask.other, effects))
 
 
 # ---- Information flow --------------------------------------------------------------------------------------------
@@ -330,17 +336,23 @@ def flow_tab(ask: Ask) -> None:
 # ---- the page ----------------------------------------------------------------------------------------------------
 
 TABS = dict(zip(K.WHY_VIEWS, (  # tab label: (its note, what draws it)
-    (DLA_NOTE, direct_attribution_tab), (ABLATE_NOTE, ablate_tab), (PATCH_NOTE, patching_tab),
-    (SALIENCY_NOTE, saliency_tab), (FLOW_NOTE, flow_tab))))
+    (DLA_NOTE, direct_attribution_tab), (GRAPH_NOTE, graph_tab), (ABLATE_NOTE, ablate_tab), (PATCH_NOTE, patching_tab),
+    (SALIENCY_NOTE, saliency_tab), (FLOW_NOTE, flow_tab), (QK_NOTE, qk_tab))))
 
 TAB_LINES = ("What each head and MLP writes toward the target, read straight through the unembedding.",
+             GRAPH_LINE,
              "Remove heads and run again: the probabilities and the continuation with and without them.",
              "Copy one piece of a clean run into a corrupted one: how much of the clean prediction comes back.",
              "How much each prompt token's embedding contributes to the metric.",
-             "Which earlier tokens and sub-layers the last token's output is built from.")
+             "Which earlier tokens and sub-layers the last token's output is built from.",
+             QK_LINE)
+
+
+PAGE_CSS = f"<style>{display.PHONE_TITLE_CSS}</style>"   # a phone's first screen reaches the tab's figure
 
 
 def main() -> None:
+    st.html(PAGE_CSS)
     st.title("Why this token?")
     st.caption("Ask the model why it predicts its next token: which parts push it, and what changes without them.",
                help="Which heads and MLPs push the prediction, what happens when heads are removed, which parts of a "

@@ -27,10 +27,10 @@ import re
 import statistics
 import sys
 import time
-from pathlib import Path
 from urllib.parse import quote
 
 from benchmarks.load_test import ARGS, CHROMIUM, ROOT, Server  # the same server and browser setup
+from benchmarks.servers import cpu_seconds
 
 MODELS = {"bundled": ("", "shakespeare-pre (bundled)"), "gpt2-small": ("source=preset&preset=gpt2-small&",
                                                                        "gpt2-small (random weights)")}
@@ -245,19 +245,14 @@ def measure(page, url: str, name: str, n_new: int) -> dict:
     return out
 
 
-def cpu_seconds(pid: int) -> float:
-    """A process's user + system CPU seconds so far (/proc): on a loaded machine, steadier than the wall clock."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / __import__("os").sysconf("SC_CLK_TCK")
-
-
-def cold_start(browser, rounds: int) -> list[dict]:
-    """Per round, a fresh server: seconds from the command to its health check ("server"), from the page's request
-    to the first heatmap's title painted ("heatmap": what a first visitor waits), and to the first run's end ("idle")."""
+def cold_start(browser, rounds: int, root=ROOT) -> list[dict]:
+    """Per round, a fresh server (of the checkout `root`): seconds from the command to its health check ("server"),
+    from the page's request to the first heatmap's title painted ("heatmap": what a first visitor waits), and to the
+    first run's end ("idle")."""
     out = []
     for _ in range(rounds):
         started = time.perf_counter()
-        server = Server()
+        server = Server(root=root)
         ready = time.perf_counter()
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 1000})

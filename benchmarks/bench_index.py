@@ -12,7 +12,9 @@ overhead: the full scan (statistics included) against `model.final_hidden` on th
 fused attention path, nothing captured), interleaved in one process, the median of `--repeats`; the statistics'
 overhead is scan / forward - 1 (target: at most 25%). The scan ends its forward pass after the last activation it
 reads (gptviz.index.forward.forward_through_units); that shorter pass alone is measured too (`units_forward_*`), and
-scan / it - 1 is what the statistics alone cost (`statistics_pct`). The scan runs twice: with its statistics compiled
+scan / it - 1 is what the statistics alone cost (`statistics_pct`). The scan also runs without the bands' sample
+(`scan_no_bands_*`, a plan with sample=0): scan / it - 1 is what the bands cost (`bands_pct`, target: under 5%;
+`bands_cpu_pct` from the process's CPU time, which a busy machine disturbs less than the wall clock). The scan runs twice: with its statistics compiled
 from C (gptviz/index/native.py; `scan_*`) and with the torch ops it falls back to (`torch_*`, GPTVIZ_NATIVE=0).
 gpt2-small has random weights (its scan costs the same as with trained ones). One torch thread (the index CLI's
 default) unless BENCH_THREADS says otherwise.
@@ -68,7 +70,9 @@ def overhead(which: str, tokens: int, repeats: int) -> dict:
 
     compiled_here = native.available()  # (GPTVIZ_NATIVE=0 measures the torch ops alone)
 
-    def scan(compiled: bool = True) -> float:
+    without_bands = ix.plan_scan(model, docs, sample=0)  # the same scan without the bands' sample (bands.py)
+
+    def scan(compiled: bool = True, plan=plan) -> float:
         if compiled_here:
             os.environ["GPTVIZ_NATIVE"] = "1" if compiled else "0"
             native._library.cache_clear()
@@ -76,25 +80,32 @@ def overhead(which: str, tokens: int, repeats: int) -> dict:
         ix.finish_scan(plan, ix.scan_batches(model, docs, plan))
         return time.perf_counter() - started
 
-    runs = {"scan": scan, "forward": forward_only,
+    runs = {"scan": scan, "scan_no_bands": lambda: scan(plan=without_bands), "forward": forward_only,
             "units_forward": lambda: forward_only(lambda ids: forward_through_units(model, ids))}
     if compiled_here:
         runs["torch"] = lambda: scan(compiled=False)
     forward_only()  # warm-up
     times = {name: [] for name in runs}
+    cpu = {name: [] for name in runs}  # this process's CPU seconds: steadier than the wall clock on a busy machine
     for r in range(repeats):  # interleaved, the order turned each time, so background load hits all alike
         names = list(runs)[r % len(runs):] + list(runs)[:r % len(runs)]
         for name in names:
+            started = time.process_time()
             times[name].append(runs[name]())
+            cpu[name].append(time.process_time() - started)
     median = {name: statistics.median(t) for name, t in times.items()}
+    median_cpu = {name: statistics.median(t) for name, t in cpu.items()}
     out = {"part": "overhead", "model": which, "tokens": plan.tokens, "batch": plan.settings["batch"],
            "statistics": "C" if compiled_here else "torch",
            "scan_tok_s": round(plan.tokens / median["scan"]), "forward_tok_s": round(plan.tokens / median["forward"]),
            "overhead_pct": round(100 * (median["scan"] / median["forward"] - 1), 1),
-           "statistics_pct": round(100 * (median["scan"] / median["units_forward"] - 1), 1)}
+           "statistics_pct": round(100 * (median["scan"] / median["units_forward"] - 1), 1),
+           "bands_pct": round(100 * (median["scan"] / median["scan_no_bands"] - 1), 1),
+           "bands_cpu_pct": round(100 * (median_cpu["scan"] / median_cpu["scan_no_bands"] - 1), 1)}
     if "torch" in median:
         out["torch_overhead_pct"] = round(100 * (median["torch"] / median["forward"] - 1), 1)
-    return out | {f"{name}_s": [round(t, 2) for t in ts] for name, ts in times.items()}
+    return out | {f"{name}_s": [round(t, 2) for t in ts] for name, ts in times.items()} \
+        | {f"{name}_cpu_s": [round(t, 2) for t in ts] for name, ts in cpu.items()}
 
 
 def on_ray(workers: int, tokens: int) -> dict:

@@ -21,7 +21,6 @@ import argparse
 import asyncio
 import os
 import re
-import socket
 import statistics
 import subprocess
 import sys
@@ -29,6 +28,8 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
+
+from benchmarks.servers import free_port  # GPTVIZ_TEST_PORTS: a range of its own on a shared machine
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
@@ -40,10 +41,6 @@ LIMITS = {"GPTVIZ_MEMORY_MB": "2048", "GPTVIZ_CAPTURE_CACHE_MB": "512", "GPTVIZ_
 WORDS = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima".split()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def rss_mib(pid: int) -> float:
@@ -59,14 +56,17 @@ def rss_mib(pid: int) -> float:
 class Server:
     """The app on a loopback port, with its resident memory sampled every half second."""
 
-    def __init__(self, extra_env: dict[str, str] | None = None):
+    def __init__(self, extra_env: dict[str, str] | None = None, root: Path = ROOT):
+        """`root`: the checkout whose app.py runs (another one: a before/after comparison), on its own gptviz."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = {**os.environ, **LIMITS, **(extra_env or {})}
+        if Path(root).resolve() != ROOT:
+            env["PYTHONPATH"] = str(root)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true", "--server.address",
              "127.0.0.1", "--server.port", str(self.port), "--server.fileWatcherType", "none"],
-            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+            cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
         self.peak = 0.0
         self._stop = threading.Event()
         deadline = time.monotonic() + 90

@@ -1,5 +1,7 @@
 """Side-by-side benchmarks: gptviz against Hugging Face transformers on GPT-2 small (random weights, CPU,
-float32), both models holding the same weights. Writes benchmarks/results.md and prints it.
+float32), both models holding the same weights. Prints its report and writes it to results.md in the run folder
+(benchmarks/run_folder.py: the one `python -m benchmarks` names, else a new benchmarks/runs/<UTC time>/; --out FILE
+for another place); `python -m benchmarks engine --update-current` copies it to the tracked benchmarks/results.md.
 
     python -m benchmarks engine                 # the full run (a few minutes on a laptop)
     python -m benchmarks engine -- --repeats 10    # fewer repeats, noisier
@@ -26,6 +28,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch
 
+from benchmarks.run_folder import run_folder
 from gptviz import PRESETS, GPT, capture, generate, get_tokenizer, stream
 from gptviz.serve.allocator import keep_freed_memory
 from gptviz.model.model import row_major_copy
@@ -377,7 +380,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=25, help="rounds of each forward-pass comparison")
     parser.add_argument("--gen-repeats", type=int, default=8, help="repeats of each generation contender")
     parser.add_argument("--token-runs", type=int, default=2, help="256-token streams for the per-token timing")
-    parser.add_argument("--out", default=str(Path(__file__).with_name("results.md")))
+    parser.add_argument("--out", help="the report's file (default: results.md in the run folder)")
     parser.add_argument("--capture-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -397,7 +400,9 @@ def main() -> None:
     print("memory ...", flush=True)
     mem = bench_memory(args.threads)
     text = report(fwd, gen, per_tok, mem, args, time.perf_counter() - started)
-    Path(args.out).write_text(text)
+    out = Path(args.out) if args.out else run_folder() / "results.md"
+    out.write_text(text)
+    print(f"report: {out}\n")  # before the report, so its last lines end the output (python -m benchmarks keeps them)
     print(text)
 
 

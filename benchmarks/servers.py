@@ -1,6 +1,6 @@
 """A real Streamlit server on 127.0.0.1 for the benchmarks and the tests that need one (the browser tests, the
 installed `gptviz app`): a free port, the server's start, and a wait for its health check that fails at once when
-the process exits; and the browser waits both share.
+the process exits; a process's CPU time; and the browser waits both share.
 
 The server's output goes to a temporary file, not a pipe: a server that runs through a whole test module never
 blocks on a full pipe, and its log is there to read when it fails or after it stops."""
@@ -15,15 +15,32 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import IO
 
 HOST = "127.0.0.1"
 
 
+PORTS_ENV = "GPTVIZ_TEST_PORTS"  # "8800-8899": the range a session on a shared machine may use; else any free port
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
+    """A port nothing listens on: the first free one in GPTVIZ_TEST_PORTS's range ("LOW-HIGH") when set, else one the
+    system picks."""
+    span = os.environ.get(PORTS_ENV, "").strip()
+    if not span:
+        with socket.socket() as s:
+            s.bind((HOST, 0))
+            return s.getsockname()[1]
+    low, _, high = span.partition("-")
+    for port in range(int(low), int(high or low) + 1):
+        with socket.socket() as s:
+            try:
+                s.bind((HOST, port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {PORTS_ENV}={span}")
 
 
 @dataclasses.dataclass
@@ -40,6 +57,13 @@ class Server:
             return self.final_log
         self.log_file.seek(0)
         return self.log_file.read().decode(errors="replace")
+
+
+def cpu_seconds(pid: int) -> float:
+    """A process's user + system CPU seconds so far (/proc/PID/stat; Linux): on a loaded machine, steadier than the
+    wall clock, and what says whether a server is working."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def stop_process(proc: subprocess.Popen, timeout: float = 15.0) -> None:

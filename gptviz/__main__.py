@@ -1,5 +1,5 @@
 """Command line (`gptviz ...` when installed, `python -m gptviz ...` in a checkout): app, params, train, check,
-index, notebook-html."""
+index, notebook-html, graph, qk."""
 from __future__ import annotations
 
 import argparse
@@ -168,6 +168,21 @@ def _index_merge(args) -> int:
     return run_merge(args)
 
 
+def _index_export(args) -> int:
+    from .index.cli import run_export
+    return run_export(args)
+
+
+def _graph(args) -> int:
+    from .methods.graph_export import run_graph
+    return run_graph(args)
+
+
+def _qk(args) -> int:
+    from .methods.graph_export import run_qk
+    return run_qk(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gptviz", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -237,20 +252,34 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--update-card", action="store_true",
                    help="write check.json and MODEL_CARD.md beside the checkpoint instead")
     c.set_defaults(func=_check)
-    from .index.cli import add_arguments, add_merge_arguments
+    from .index.cli import add_arguments, add_export_arguments, add_merge_arguments
     x = sub.add_parser("index", help="scan a corpus for every neuron's and head's top activations (gptviz.index); "
-                                     "writes index.json and index.npz. `index merge OUT PART...` combines shards")
+                                     "writes index.json and index.npz. `index merge OUT PART...` combines shards; "
+                                     "`index export MODEL --out FOLDER` writes every unit for a dashboard tool")
     add_arguments(x)
     x.set_defaults(func=_index)
     m = sub.add_parser("index-merge", help="combine the partial indexes of `index --shard I/N` (also spelled "
                                            "`index merge OUT PART...`)")
     add_merge_arguments(m)
     m.set_defaults(func=_index_merge)
+    e = sub.add_parser("index-export", help="every unit of an index in Neuronpedia's feature-dashboard shape "
+                                            "(SAEDashboard's batch-N.json files; also spelled `index export ...`)")
+    add_export_arguments(e)
+    e.set_defaults(func=_index_export)
     n = sub.add_parser("notebook-html", help="export a notebook as HTML whose widgets draw offline (gptviz's views, "
-                                             "Plotly figures; needs gptviz[notebook] and its saved widget state)")
+                                             "Plotly figures; needs the notebook extra, pip install '.[notebook]' "
+                                             "from a checkout, and its saved widget state)")
     n.add_argument("notebook", type=Path)
     n.add_argument("out", type=Path, nargs="?", help="the HTML file (default: the notebook's name with .html)")
     n.set_defaults(func=_notebook_html)
+    from .methods.graph_export import add_graph_arguments, add_qk_arguments
+    g = sub.add_parser("graph", help="the attribution graph of one token (issue 58's gptviz-graph/1 JSON): influence "
+                                     "of every head, neuron and embedding, edges, the ablation check")
+    add_graph_arguments(g)
+    g.set_defaults(func=_graph)
+    q = sub.add_parser("qk", help="one attention score split into query-source x key-source terms (gptviz-qk/1 JSON)")
+    add_qk_arguments(q)
+    q.set_defaults(func=_qk)
     return parser
 
 
@@ -258,12 +287,12 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["app"] and argv[1:2] not in (["-h"], ["--help"]):  # argparse would take Streamlit's flags
         return _app(argparse.Namespace(streamlit_flags=argv[1:]))
-    if argv[:2] == ["index", "merge"]:  # `index merge OUT PART...`: a model named "merge" is not supported
-        argv = ["index-merge", *argv[2:]]
+    if argv[:2] in (["index", "merge"], ["index", "export"]):  # `index merge OUT PART...`, `index export MODEL`: a
+        argv = [f"index-{argv[1]}", *argv[2:]]                  # model named "merge" or "export" is not supported
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ConfigError, ValueError, FileNotFoundError) as err:
+    except (ConfigError, ValueError, OSError) as err:  # OSError: a path that cannot be read or written, as it says
         print(f"error: {err}", file=sys.stderr)
         return 2
 

@@ -3,6 +3,38 @@ tests' app server and Chromium."""
 from __future__ import annotations
 
 import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+
+def _isolate_from_the_users_machine() -> None:
+    """Every test, and every server or subprocess a test starts, writes under one temporary home of this process's
+    own, never the user's: HOME, the XDG folders (built indexes, the C pass's library) and Hugging Face's caches point
+    there, and the user's own GPTVIZ_* settings (a deployment's memory budget, an index folder) are dropped, so the
+    suite tests the defaults wherever it runs (the suite's own GPTVIZ_TEST_* stay: threads, ports, screenshots). The
+    checkout comes first on sys.path for this process and, through PYTHONPATH, for the interpreters tests start, so a
+    `pip install .` of another version is never what is tested.
+    Done at import, before gptviz and huggingface_hub read these (some read them once, at import)."""
+    home = Path(tempfile.mkdtemp(prefix="gptviz-tests-home-"))
+    for name in [k for k in os.environ if k.startswith("GPTVIZ_") and not k.startswith("GPTVIZ_TEST_")]:
+        del os.environ[name]
+    os.environ["HOME"] = str(home)
+    for variable, folder in (("XDG_CACHE_HOME", ".cache"), ("XDG_CONFIG_HOME", ".config"),
+                             ("XDG_DATA_HOME", ".local/share"), ("HF_HOME", ".cache/huggingface")):
+        os.environ[variable] = str(home / folder)
+    os.environ.pop("HF_HUB_CACHE", None)
+    os.environ.pop("TRANSFORMERS_CACHE", None)
+    checkout = str(Path(__file__).resolve().parents[1])
+    sys.path.insert(0, checkout)
+    os.environ["PYTHONPATH"] = os.pathsep.join([checkout, *filter(None, [os.environ.get("PYTHONPATH")])])
+    import atexit
+    atexit.register(shutil.rmtree, home, ignore_errors=True)
+
+
+_isolate_from_the_users_machine()
+TEST_HOME = Path(os.environ["HOME"])
 
 # Set before huggingface_hub / transformers are imported anywhere: they read these once, at import.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

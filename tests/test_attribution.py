@@ -232,3 +232,21 @@ def test_a_sweep_stops_when_its_session_ends_or_its_time_is_up(model, monkeypatc
     assert clock.checks == 3  # 1 s and 2 s are within 2.5 s; at 3 s it stops (of 2 + 8 checks)
     with pytest.raises(WorkStopped, match="browser session ended"):
         integrated_gradients(model, clean, 7, 40, steps=8, batch=2, clock=WorkClock(60, "Saliency", lambda: False))
+
+
+def test_direct_attribution_from_a_capture_already_made_is_the_same(model):
+    # the Why page reads one cached capture for every target and rival instead of running the model for each pair
+    from gptviz.methods.attribution import direct_attribution_names, direct_logit_attribution_of
+    ids = random_ids(9)
+    logits, cache = capture(model, ids, direct_attribution_names(SMALL.n_layers))
+    for target, other in ((3, 7), (11, 2)):
+        fresh = direct_logit_attribution(model, ids, target, other)
+        read = direct_logit_attribution_of(model, logits[0], lambda name: cache[name][0], target, other)
+        assert read.labels == fresh.labels and read.logit_diff == pytest.approx(fresh.logit_diff)
+        torch.testing.assert_close(read.values, fresh.values)
+
+
+def test_direct_attribution_from_a_capture_refuses_post_norm(post_model):
+    from gptviz.methods.attribution import direct_logit_attribution_of
+    with pytest.raises(ValueError, match="pre-norm"):
+        direct_logit_attribution_of(post_model, torch.zeros(4, SMALL.vocab_size), lambda name: None, 1, 2)

@@ -229,7 +229,7 @@ def test_attention_and_generation_in_a_browser(browser_page, artifacts):
     wait_for_idle(page)
     page.get_by_role("button", name="Generate").click()
     # the page opens on the prompt's next-token table already: wait for the run's own closing line (it is paced)
-    page.get_by_text(re.compile(r"then 3 new ones, written in")).wait_for(timeout=60_000)
+    page.get_by_text(re.compile(r"then 3 new ones: the model wrote them in")).wait_for(timeout=60_000)
     wait_for_idle(page)
     code = page.locator('[data-testid="stCode"]').first.inner_text()
     assert code.startswith(MARKUP)
@@ -255,8 +255,9 @@ def test_attention_and_generation_in_a_browser(browser_page, artifacts):
     assert "monospace" in finished_font and live_fonts == [finished_font, finished_font], (live_fonts, finished_font)
     kept = int(re.search(r"Stopped after (\d+)", stopped.inner_text()).group(1))
     assert 3 <= kept < 200
-    caption = page.get_by_text(re.compile(f"^The prompt's 22 tokens, then {kept} new ones, written in [0-9.]+ s "
-                                          r"\(\d+ tokens/s\)\.$"))
+    # the model's own time, then the pace it was shown at (issue 62: one "tok/s" beside a paced replay read as wrong)
+    caption = page.get_by_text(re.compile(f"^The prompt's 22 tokens, then {kept} new ones: the model wrote them in "
+                                          r"[0-9.]+ s \(\d+ tokens/s\); shown at \d+ tokens/s \(the Pace setting\)\.$"))
     caption.wait_for(timeout=30_000)  # the stopped run's final draw can trail the info box on a loaded machine
     assert caption.count() == 1
     no_exception(page)

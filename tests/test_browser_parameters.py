@@ -1,6 +1,7 @@
 """The Parameters page's first screen in a real browser (Debian's chromium), at 1400x1000 and at a 390x844 phone: the
-component chart whole inside the first screen, its labels apart from each other and from every bar, the exact counts
-drawn, for GPT-1, GPT-2 small to XL and the model in use; at most about 120 words of prose above the chart."""
+chart by group (embeddings, attention with its output projection, MLP, norms, LM head) whole inside the first
+screen, its labels apart from each other and from every bar, the exact counts drawn, for GPT-1, GPT-2 small to XL
+and the model in use; at most about 120 words of prose above the chart."""
 from __future__ import annotations
 
 import re
@@ -8,7 +9,7 @@ import re
 import pytest
 
 from gptviz import PRESETS
-from gptviz.model.params import by_component, param_table
+from gptviz.model.params import GROUP_ORDER, by_group, param_table
 from test_browser import CHROMIUM  # the server and Chromium: conftest's fixtures
 from test_browser_phone import overlapping
 
@@ -60,7 +61,7 @@ def test_the_component_chart_reads_in_the_first_screen(browser, server, width, h
     assert plot["top"] >= 0 and plot["bottom"] <= height, plot          # the whole chart in the first screen
     assert page.evaluate(WORDS_ABOVE_JS, plot["top"]) <= 120
     labels, bars = chart["labels"], chart["bars"]
-    assert len(labels) == len(bars) >= 3
+    assert len(labels) == len(bars) == len(GROUP_ORDER)
     for label in labels:
         assert plot["left"] <= label["left"] and label["right"] <= plot["right"], label   # not cut at an edge
         assert label["height"] >= 12                                    # 12 px text
@@ -69,13 +70,11 @@ def test_the_component_chart_reads_in_the_first_screen(browser, server, width, h
     assert not overlapping(labels), overlapping(labels)
     drawn = {m.group(1): int(m.group(2).replace(",", "")) for m in
              (re.match(r"(.+?)  ([0-9,]+) · ", label["text"]) for label in labels)}
+    assert list(drawn) == list(GROUP_ORDER)                             # the same rows for every model
     if model:
-        comp = by_component(param_table(PRESETS[model]))
-        total = int(comp["count"].sum())
+        groups = by_group(param_table(PRESETS[model]))
+        total = int(groups["count"].sum())
         assert f"{total:,} parameters" in chart["title"]["text"]
-        assert sum(drawn.values()) == total                             # every parameter in one row, exactly
-        for name, count in zip(comp["component"], comp["count"]):
-            if name in drawn:
-                assert drawn[name] == count
+        assert drawn == dict(zip(groups["group"], groups["count"]))    # every parameter in its group, exactly
     assert page.locator('[data-testid="stException"]').count() == 0
     page.close()

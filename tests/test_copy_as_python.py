@@ -75,10 +75,10 @@ def test_the_parameters_pages_snippets_give_its_counts():
     at = pagetest.run_page("parameters", **{S.PAR_MODEL.key: "gpt2-medium", S.PAR_PRESETS.key: ["gpt1", "gpt2-xl"],
                                              S.CALC_LAYERS.key: 7, S.CALC_TIE.key: False})
     assert not at.exception
-    shown = [d.value for d in at.dataframe if "note" in d.value.columns]   # by component (not per tensor)
+    shown = [d.value for d in at.dataframe if "made of" in d.value.columns]   # by group (not the finer split)
     for view, table in zip(("gpt2-medium", "your model"), shown):   # the Breakdown tab, then the Calculator
         result = run_snippet(snippet_of(at, view))
-        assert list(table["component"]) == list(result["component"])
+        assert list(table["group"]) == list(result["group"])
         assert list(table["count"]) == list(result["count"]), view
     presets = next(d.value for d in at.dataframe if "model" in d.value.columns)
     result = run_snippet(snippet_of(at, "presets"))
@@ -113,10 +113,11 @@ def test_the_why_pages_snippets_give_its_attributions_and_ablated_probabilities(
     at = pagetest.run_page("why", prompt=PROMPT, **{S.WHY_VIEW.key: "Ablate heads", S.WHY_ABLATED.key: [(0, 2), (1, 0)],
                                                     S.WHY_MODE.key: "mean"})
     assert not at.exception
-    after = run_snippet(snippet_of(at, "ablate heads"))
-    table = next(d.value for d in at.dataframe if "after" in d.value.columns).set_index("token")
-    for token in after.topk(5).indices.tolist():
-        assert table.loc[pieces([token])[0], "after"] == pytest.approx(float(after[token]), rel=1e-5)
+    result = run_snippet(snippet_of(at, "ablate heads"))
+    table = next(d.value for d in at.dataframe if "after" in d.value.columns)
+    assert pieces(list(result["after"])) == list(table["token"])       # the page's rows, in its order
+    for column in ("before", "after"):
+        np.testing.assert_allclose(table[column], list(result[column].values()), rtol=1e-5)
 
 
 @pytest.mark.slow
@@ -268,6 +269,11 @@ def test_the_unit_pages_snippet_gives_its_summary_examples_and_share():
     assert len(rows) == len(result["top examples"])
     for row, example in zip(rows, result["top examples"]):
         assert max(v for v in row["values"] if v is not None) == pytest.approx(example.value, abs=1e-4)
+    for band in result["bands"]:  # L3N47 is active on 3 tokens: its bands show what there is, and say so
+        shown = pagetest.token_rows(at, K.per_item(K.UNIT_BANDS, band.number))["rows"] if band.examples else []
+        assert [row["values"][row["peak"]] for row in shown] == pytest.approx([e.value for e in band.examples],
+                                                                              abs=1e-4)
+    assert sum(len(b.examples) for b in result["bands"]) == 3
 
 
 @pytest.mark.slow

@@ -36,6 +36,8 @@ def outputs_of(nb) -> list:
 def test_example_notebook_runs(executed):
     outputs = outputs_of(executed)
     assert not [o for o in outputs if o.output_type == "error"]
+    # nothing a newcomer reads as an error (issue 62: the TransformerLens cell printed torch's requires_grad warning)
+    assert not ["".join(o.text) for o in outputs if o.output_type == "stream" and o.name == "stderr"]
     text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
     assert re.search(r"4 layers, 4 heads, \d+ tokens", text)
     widgets = [o for o in outputs if o.output_type == "execute_result" and WIDGET in o.data]

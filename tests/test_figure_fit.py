@@ -89,12 +89,13 @@ def share_label_boxes(fig, width: float):
     return labels, bars, w, h
 
 
+@pytest.mark.parametrize("split", [False, True], ids=["groups", "components"])
 @pytest.mark.parametrize("width", [PHONE_FIGURE, 560, 1050])  # a phone; a desktop column; the full desktop width
-def test_parameter_bar_labels_do_not_collide(width):
+def test_parameter_bar_labels_do_not_collide(width, split):
     comp = by_component(param_table(PRESETS["gpt2-xl"]))
-    fig = fp.component_shares(comp, "gpt2-xl: 1,557,611,200 parameters", tied=True)
+    fig = fp.component_shares(comp, "gpt2-xl: 1,557,611,200 parameters", tied=True, split=split)
     labels, bars, w, h = share_label_boxes(fig, width)
-    assert len(labels) == len(bars) == 6
+    assert len(labels) == len(bars) == (9 if split else 5)
     for i, a in enumerate(labels):
         assert a[0] >= 0 and a[2] <= w, f"label {a[4]} leaves the plot"
         assert a[3] <= h, f"label {a[4]} runs into the title"
@@ -104,7 +105,10 @@ def test_parameter_bar_labels_do_not_collide(width):
             assert not overlaps(a, bar), f"label {a[4]} is drawn over a bar {bar}"
     assert all(bar[3] - bar[1] >= 12 for bar in bars)                          # bars thick enough to see
     texts = [a[4] for a in labels]
-    assert "491,827,200" in texts[0] and "491,596,800" in texts[1]            # both MLP matrices, exact
+    if split:
+        assert "491,827,200" in texts[4] and "491,596,800" in texts[5]        # both MLP matrices, exact
+    else:
+        assert "983,424,000" in texts[2] and "491,827,200" in texts[1]        # the MLP, attention: one row each
 
 
 # ---- Embeddings ----------------------------------------------------------------------------------------------

@@ -405,6 +405,11 @@ def test_shipped_index_of_shakespeare_pre_recaptures():
         ex = ix.top_examples(index, unit, 1)[0]
         ctx = ix.example_context(index, docs, ex.doc, ex.pos, model=model, unit=unit)
         assert ctx.values[ctx.peak] == pytest.approx(ex.value, rel=1e-4, abs=1e-5)
+        for band in ix.band_examples(index, unit):  # the weakest example of each band, recaptured too
+            ex = band.examples[-1]
+            ctx = ix.example_context(index, docs, ex.doc, ex.pos, model=model, unit=unit)
+            assert band.lo <= ctx.values[ctx.peak] <= band.hi * (1 + 1e-5)
+            assert ctx.values[ctx.peak] == pytest.approx(ex.value, rel=1e-4, abs=1e-5)
     assert ix.summary(index, "L0N0").startswith("L0N0: active on")
 
 

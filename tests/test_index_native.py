@@ -88,6 +88,28 @@ def test_shards_scanned_each_way_merge_to_the_single_pass(path):
     assert_same_but_rounding(ix.finish_scan(plan, merged), single, summed_apart=True)
 
 
+@pytest.mark.slow
+def test_the_bands_sample_is_the_same_from_the_c_pass_and_the_torch_ops(path):
+    # a sample of 3 fills in the first batch and then turns most values away: both paths keep the 3 smallest keys of
+    # each unit's positive values, in key order, over one pass and over shards scanned each way
+    model = build(seed=6)
+    g = torch.Generator().manual_seed(12)
+    docs = [ix.Document(f"d{i}", torch.randint(0, 30, (n,), generator=g).numpy()) for i, n in enumerate((70, 12, 44))]
+    compiled, with_torch = scan_both(path, model, docs, batch=2, top_k=3, bins=16, min_count=4, sample=3)
+    assert_same_but_rounding(compiled, with_torch)
+    assert (compiled.arrays["band_sampled"].sum(1) == 3).mean() > 0.9  # most units' samples are full
+    plan = ix.plan_scan(model, docs, batch=2, top_k=3, bins=16, min_count=4, sample=3)
+    path("C")
+    first = ix.scan_batches(model, docs, plan, plan.batches(0, 2))
+    path("torch")
+    second = ix.scan_batches(model, docs, plan, plan.batches(1, 2))
+    for part in (first, second):  # each unit's sample in key order, empty slots (location -1) last
+        held = part.samp_loc >= 0
+        keys = part.samp_key.masked_fill(~held, torch.iinfo(torch.long).max)
+        assert (keys[:, 1:] >= keys[:, :-1]).all() and (held[:, 1:] <= held[:, :-1]).all(), part.statistics
+    assert_same_but_rounding(ix.finish_scan(plan, ix.merge_scans([first, second])), compiled, summed_apart=True)
+
+
 def block_inputs(values: torch.Tensor, hist_range: np.ndarray, zero_bin: np.ndarray, bins: int, slots: int = 3):
     """A partial scan, token sums and slots for one block of `values` [n, units]."""
     n, U = values.shape

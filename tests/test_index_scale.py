@@ -136,8 +136,8 @@ def test_your_corpus_in_every_format_gives_the_same_documents(tmp_path, monkeypa
     assert [ids for _, ids in read(tmp_path / "rows.jsonl")] == [ids for _, ids in expected]
     assert [ids for _, ids in read(tmp_path / "rows.parquet", text_column="body")] == [ids for _, ids in expected]
     # a long text is tokenized in pieces, cut only where the pieces' tokens are the whole text's
-    from gptviz.index import corpus as corpus_module
-    monkeypatch.setattr(corpus_module, "CHUNK_CHARS", 40)
+    from gptviz.index import texts as texts_module
+    monkeypatch.setattr(texts_module, "CHUNK_CHARS", 40)
     assert read(tmp_path / "one.txt") == [("one", enc.encode_ordinary("".join(texts)))]
     assert read(tmp_path / "rows.jsonl", limit_tokens=5) == [("line1", expected[0][1][:5])]
     with pytest.raises(ValueError, match="no column 'text'"):
@@ -178,6 +178,7 @@ def test_ray_with_two_workers_equals_the_single_pass(corpus, tmp_path):
     index = scan_on_ray(str(tmp_path / "ckpt"), docs, plan, workers=2, progress=lambda done, total: seen.append(done))
     assert_same_index(index, single)
     assert index.meta["scan"]["shards"] == min(plan.n_batches, 8) and seen[-1] == single.tokens
+    assert index.meta["scan"]["statistics"] == single.meta["scan"]["statistics"] != ""  # the tasks' own, kept
 
 
 SCAN_CHILD = textwrap.dedent("""

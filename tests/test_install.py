@@ -63,14 +63,34 @@ def site_dirs() -> list[str]:
     return list(dict.fromkeys(dirs))
 
 
+def is_gptviz(name: str) -> bool:
+    """A site-packages entry of an installed gptviz: the package, its metadata, an editable install's hooks."""
+    name = name.lower()
+    return name == "gptviz" or name.startswith(("gptviz-", "__editable__.gptviz-", "__editable___gptviz_"))
+
+
+def without_gptviz(site_dir: str, farm: Path) -> Path:
+    """`site_dir` as a folder of links to each of its entries but an installed gptviz's, so that a user's own
+    `pip install .` (or -e) in this interpreter's packages is neither imported by the new environment nor taken by
+    its pip as already installed."""
+    farm.mkdir(parents=True)
+    for entry in os.scandir(site_dir):
+        if not is_gptviz(entry.name):
+            (farm / entry.name).symlink_to(entry.path, target_is_directory=entry.is_dir())
+    return farm
+
+
 def new_venv(venv: Path) -> Path:
-    """A fresh virtual environment (with its own pip) whose interpreter also imports what this one does."""
+    """A fresh virtual environment (with its own pip) whose interpreter also imports what this one does, less any
+    gptviz installed here."""
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     python = venv / "bin" / "python"
     purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
                              check=True, capture_output=True, text=True, timeout=60).stdout.strip()
+    # each named site-packages: Streamlit runs in development mode when its own path has no "site-packages"
+    borrowed = [without_gptviz(d, venv / "borrowed" / str(i) / "site-packages") for i, d in enumerate(site_dirs())]
     # site.addsitedir, not bare paths: the .pth files in those folders (editable installs, setuptools' own) count
-    lines = "".join(f"import site; site.addsitedir({d!r})\n" for d in site_dirs())
+    lines = "".join(f"import site; site.addsitedir({str(d)!r})\n" for d in borrowed)
     (Path(purelib) / "_gptviz_tests_parent_site.pth").write_text(lines, encoding="utf-8")
     return python
 
@@ -134,7 +154,9 @@ def test_nbconvert_finds_the_offline_exporter_by_its_name_once_installed(install
     venv, outside = installed
     # The venv borrows this interpreter's packages through a .pth file but not their data files, so nbconvert's
     # templates (share/jupyter/nbconvert, installed beside nbconvert) are shown to it through JUPYTER_PATH.
-    env = {**clean_env(venv), "JUPYTER_PATH": os.pathsep.join(jupyter_path())}
+    # (and the base interpreter's, where this one is a virtual environment that borrows its packages)
+    data = [*jupyter_path(), os.path.join(sys.base_prefix, "share", "jupyter")]
+    env = {**clean_env(venv), "JUPYTER_PATH": os.pathsep.join(dict.fromkeys(data))}
     out = subprocess.run(
         [str(venv / "bin" / "python"), "-c",
          "from nbconvert.exporters.base import get_exporter, get_export_names; e = get_exporter('gptviz_html'); "

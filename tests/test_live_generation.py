@@ -331,3 +331,30 @@ def test_a_generation_on_one_thread_leaves_later_threads_the_servers_count(monke
     assert during == 1       # a page run started mid-generation takes one thread, on purpose (live_generation)
     assert _torch_threads_of_a_new_thread() == SERVER_TORCH_THREADS  # ...and, after it, the server's count again
     torch.set_num_threads(1)
+
+
+@pytest.mark.slow  # importing the app's live module (Streamlit) takes about a second
+def test_the_first_redraw_waits_for_the_first_token_but_not_longer():
+    # Generate's run draws the live view at once: without a token yet, the first one showed only at the next redraw
+    # (LIVE_REDRAW_S later); now that draw waits for it, and no longer than its bound
+    from gptviz.app import live
+
+    class Job:
+        running, ahead = True, None
+
+        def __init__(self, steps):
+            self.steps = steps
+
+    job = Job([])
+    threading.Timer(0.05, lambda: job.steps.append("token")).start()
+    started = time.perf_counter()
+    live.wait_for_first_token(job, most=5.0)
+    assert job.steps and time.perf_counter() - started < 2.0
+    started = time.perf_counter()
+    live.wait_for_first_token(Job([]), most=0.05)  # no token comes: back after its bound
+    assert time.perf_counter() - started < 1.0
+    waiting = Job([])
+    waiting.ahead = 2  # in line for a slot: the page says so at once
+    started = time.perf_counter()
+    live.wait_for_first_token(waiting, most=5.0)
+    assert time.perf_counter() - started < 1.0

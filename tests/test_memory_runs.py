@@ -266,7 +266,7 @@ def test_the_npz_built_on_click_reserves_first(budget, monkeypatch):
     from gptviz.app.services import activations
     monkeypatch.setattr(activations, "prompt_capture_npz", lambda *a: pytest.fail("the model ran"))
     with pytest.raises(memory.LimitError, match="a .npz of 16 tokens needs about"):
-        activations.npz_within_budget(models.load_model(TINY), tuple(range(16)), True)
+        activations.npz_within_budget(TINY, tuple(range(16)), True)
     assert acc.in_use == 0 and export.prompt_capture_npz is prompt_capture_npz
 
 

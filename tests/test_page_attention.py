@@ -20,7 +20,7 @@ from gptviz import methods as analysis
 from gptviz.app.component import attention_map as amap
 from gptviz.figures import attention as fa
 from gptviz.model.tokenizer import decode, encode, token_labels
-from gptviz.app import keys as K, live, models, sidebar
+from gptviz.app import display, keys as K, live, models, sidebar
 from pagetest import (MARKUP, ROOT, TINY, array, attention_map, edge_prompts, figure, figures, finish_generation,
                       forward_calls, generation_of, kept_of_edge_prompt, live_code, open_app, query_bars, run_page,
                       TokenGate)
@@ -50,6 +50,11 @@ def test_router_default_page():
     assert at.session_state[K.MODEL_SPEC] == TINY
     assert len(at.button_group(key=K.ATT_QUERY).options) == len(encode(sidebar.DEFAULT_PROMPT))
     assert allocator.freed_memory_kept() is (platform.libc_ver()[0] == "glibc")
+    # the session's first run ends with the script that loads the browser's Plotly bundle when idle; the next has none
+    warm = [h for h in at.get("html") if "__gvPlotlyWarm" in h.proto.body]
+    assert at.session_state[K.PLOTLY_WARMED] and len(warm) == 1 and display.plotly_chunk() in warm[0].proto.body
+    at.run()
+    assert not at.exception and not [h for h in at.get("html") if "__gvPlotlyWarm" in h.proto.body]
 
 
 def test_default_state_widgets_and_real_weights():
@@ -113,8 +118,10 @@ def test_edge_prompts(prompt):
         return
     chips = at.button_group(key=K.ATT_QUERY).options
     assert len(chips) == len(kept)
-    # chips are the display labels, Markdown-escaped (backslash before punctuation), never HTML
-    unescaped = [c.replace("\\", "") for c in chips]
+    # chips are the display labels, Markdown-escaped (backslash before punctuation), never HTML; a repeat carries
+    # zero-width spaces, so the label picked maps back to its own position
+    assert len(set(chips)) == len(chips)
+    unescaped = [c.replace("\\", "").rstrip("\u200b") for c in chips]
     assert unescaped == [label.replace("\\", "") for label in token_labels(kept)]
     assert all("\ufffd" not in c for c in chips)
     data, _ = attention_map(at)
@@ -502,3 +509,12 @@ def test_the_suggested_head_says_whether_the_map_shows_it_and_one_click_shows_it
     assert (data["layer"], data["head"]) == (layer, head)
     assert next(m.value for m in at.markdown if "Worth a look" in m.value).endswith("The map shows it.")
     assert not [b for b in at.button if b.key == K.ATT_SHOW_SUGGESTED]
+
+
+def test_repeated_token_labels_are_made_distinct_invisibly():
+    from gptviz.app.display import distinct_labels
+    labels = ["the", "␣cat", ".", "␣the", "␣cat", ".", "␣cat"]
+    out = distinct_labels(labels)
+    assert len(set(out)) == len(out)
+    assert [o.rstrip("\u200b") for o in out] == labels
+    assert out[:4] == labels[:4] and out[4] == "␣cat\u200b" and out[6] == "␣cat\u200b\u200b"

@@ -154,3 +154,19 @@ def test_the_chosen_query_follows_its_token_when_the_prompt_changes():
     at.session_state[K.PROMPT] = "the cat"
     at.run()
     assert at.button_group(key=K.ATT_QUERY).value is None         # gone from the prompt: the last token
+
+
+@pytest.mark.slow
+def test_the_top_keys_table_is_static_and_shows_token_text_as_text():
+    # a static table (its weights as bars), not a data grid: the browser redrew the grid after every pick in the map
+    # (issue 60). Streamlit's table shows a styled frame's display values as HTML, so they are escaped here.
+    import pyarrow as pa
+    from pagetest import MARKUP
+    at = view("One head", prompt=MARKUP)
+    assert [d.key for d in at.dataframe] == [K.ATT_DETECTORS]  # the detector table is the page's one grid
+    shown = at.table[0].proto.arrow_data
+    display_values = pa.ipc.open_stream(shown.styler.display_values).read_all().to_pandas()
+    labels = display_values["key token"].tolist()
+    assert all("<" not in label and ">" not in label for label in labels)
+    assert any("&lt;" in label for label in labels)
+    assert all(len(w.split(".")[1]) == 3 for w in display_values["weight"])

@@ -46,12 +46,25 @@ def test_model_in_use_breakdown_and_seed_facts():
     assert f"the MLP holds {mlp:,} parameters and attention {attn:,}" in facts
     assert f"{mlp / attn:.2f}×" in facts and "1.99×" in facts
     assert f"= {50257 * 64:,} parameters" in facts       # what tying saves: vocab x d_model
-    # the component table marks the tied head and gives it no count of its own
-    comp = at.dataframe[0].value
-    head = comp[comp["component"] == "LM head"].iloc[0]
+    # the table by group (attention with its output projection) marks the tied head and gives it no count of its own
+    groups = at.dataframe[0].value
+    assert list(groups["group"]) == ["embeddings", "attention", "MLP", "norms", "LM head"]
+    head = groups[groups["group"] == "LM head"].iloc[0]
     assert head["count"] == 0 and head["note"].startswith("tied")
+    assert groups["count"].sum() == total
+    assert groups.set_index("group").loc["attention", "count"] == 2 * attn
+    qkv, out = 2 * (3 * 64 * 64 + 3 * 64), 2 * (64 * 64 + 64)
+    assert groups["made of"][1] == f"attention Q/K/V {qkv:,} + attention output {out:,}"
+    assert np.allclose(groups["fp16 MiB"] * 2, groups["fp32 MiB"])
+    assert np.allclose(groups["bf16 MiB"], groups["fp16 MiB"])
+    comp = at.dataframe[1].value   # the finer split, one click away (in an expander)
+    assert list(comp["group"]) == ["embeddings"] * 2 + ["attention"] * 2 + ["MLP"] * 2 + ["norms"] * 2 + ["LM head"]
     assert comp["count"].sum() == total
-    assert np.allclose(comp["fp16 MiB"] * 2, comp["fp32 MiB"]) and np.allclose(comp["bf16 MiB"], comp["fp16 MiB"])
+    assert {e.label for e in at.expander} >= {"Finer split: the components inside each group"}
+    bars = [json.loads(el.proto.spec) for el in at.get("plotly_chart")]
+    rows = [[a["text"].split("</b>")[0][3:] for a in f["layout"].get("annotations", [])] for f in bars[:3]]
+    assert rows[0] == ["embeddings", "attention", "MLP", "norms", "LM head"]     # the chart, by group
+    assert rows[2][:4] == ["token embedding", "position embedding", "attention Q/K/V", "attention output"]   # finer
     assert len(at.get("plotly_chart")) >= 5
 
 
@@ -75,6 +88,9 @@ def test_all_presets_side_by_side():
     assert list(frame["model"]) == ["gpt1", "gpt2-small", "gpt2-medium", "gpt2-large", "gpt2-xl"]
     for row in frame.itertuples():
         assert row.total == total_params(PRESETS[row.model])
+    fine = [d.value for d in at.dataframe if "model" in d.value.columns][1]   # the finer split, by component
+    assert list(fine["total"]) == list(frame["total"])
+    assert list(fine["attention Q/K/V"] + fine["attention output"]) == list(frame["attention"])
     assert frame.set_index("model").loc["gpt2-small", "total"] == gpt2_formula(12, 768, 50257, 1024)
     figs = [json.loads(el.proto.spec) for el in at.get("plotly_chart")]
     stacked = [f for f in figs if (f["layout"].get("title") or {}).get("text", "").startswith("Parameters by group")][0]

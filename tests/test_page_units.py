@@ -58,6 +58,28 @@ def test_opens_on_a_default_unit_with_its_figures(shipped):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("unit", ["L2N26", "L1H2"])
+def test_the_bands_show_the_indexs_examples_from_the_whole_range(shipped, unit):
+    at = run_page("units", spec=PRE, unit=unit)
+    assert not at.exception and not at.error
+    i = shipped.flat(unit)
+    captions = [c.value for c in at.caption if c.value.startswith("Band ")]
+    assert len(captions) == ix.BANDS
+    for band in ix.band_examples(shipped, unit):
+        shown = token_rows(at, K.per_item(K.UNIT_BANDS, band.number))
+        peaks = [row["values"][row["peak"]] for row in shown["rows"]]
+        np.testing.assert_allclose(peaks, shipped.arrays["band_values"][i, band.number][:len(band.examples)],
+                                   rtol=1e-4, atol=1e-6)  # each example's own token, recomputed, is its value
+        assert [row["name"].split("  ")[1] for row in shown["rows"]] == [e.doc_name for e in band.examples]
+        assert shown["cmax"] == pytest.approx(float(shipped.arrays["top_values"][i, 0]))  # the top examples' scale
+        assert all(band.lo <= p <= band.hi * (1 + 1e-5) for p in peaks)
+        assert f"{band.lo:.3g} to {band.hi:.3g}".replace(".", "\\.") in captions[band.number]
+    # the exports are offered below the figures (clicked in tests/test_browser_units.py)
+    labels = [b.label for b in at.get("download_button")]
+    assert "This unit as JSON (Neuronpedia's dashboard shape)" in labels and "This unit's page as HTML" in labels
+
+
+@pytest.mark.slow
 def test_a_head_from_state_shows_where_its_peak_looks(shipped):
     at = run_page("units", spec=PRE, unit="L1H2")
     assert not at.exception and not at.error

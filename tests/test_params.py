@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from gptviz import GPT, PRESETS, GPTConfig, param_table
-from gptviz.model.params import (COMPONENTS, by_component, by_layer, component_of, memory_bytes, meta_param_table,
-                                 total_params)
+from gptviz.model.params import (COMPONENTS, GROUP_ORDER, by_component, by_group, by_layer, component_of, memory_bytes,
+                                 meta_param_table, total_params)
 
 # ../shared/data/README.md, "Parameter counts the project must reproduce exactly".
 REFERENCE_TOTALS = {
@@ -56,6 +56,30 @@ def test_by_component_and_by_layer_consistent_with_total(name):
     norm = 2 * d if cfg.norm_type == "layernorm" else d
     expected_block = (3 * d * d + (3 * d if cfg.qkv_bias else 0) + d * d + d + d * ff + ff + ff * d + d + 2 * norm)
     assert int(per_block.iloc[0]) == expected_block
+
+
+CUSTOM = GPTConfig(vocab_size=1000, n_ctx=64, d_model=48, n_layers=3, n_heads=4, d_ff=100, norm_type="rmsnorm",
+                   tie_weights=False, qkv_bias=False, name="your model")
+
+
+@pytest.mark.parametrize("cfg", [*PRESETS.values(), CUSTOM], ids=[*PRESETS, "custom"])
+def test_groups_are_what_a_reader_means_and_sum_to_the_total(cfg):
+    """Embeddings, attention with its output projection, MLP, norms with the final one, the head: each by formula,
+    every group on every model (a tied head's 0 too), and they sum to the exact total (issue 62)."""
+    groups = by_group(param_table(cfg))
+    assert list(groups["group"]) == list(GROUP_ORDER)
+    total = total_params(cfg)
+    assert int(groups["count"].sum()) == total == REFERENCE_TOTALS.get(cfg.name, total)
+    assert groups["share"].sum() == pytest.approx(1.0)
+    V, T, d, ff, L = cfg.vocab_size, cfg.n_ctx, cfg.d_model, cfg.d_ff, cfg.n_layers
+    norm = 2 * d if cfg.norm_type == "layernorm" else d
+    assert dict(zip(groups["group"], groups["count"])) == {
+        "embeddings": (V + T) * d, "attention": L * (4 * d * d + d + (3 * d if cfg.qkv_bias else 0)),
+        "MLP": L * (2 * d * ff + ff + d), "norms": (2 * L + 1) * norm, "LM head": 0 if cfg.tie_weights else V * d}
+    assert list(groups["components"][1]) == ["attention Q/K/V", "attention output"]
+    per_block = by_layer(param_table(cfg), by="group")
+    assert sorted(per_block.columns) == ["MLP", "attention", "norms"] and len(per_block) == L
+    assert int(per_block["attention"].sum()) == dict(zip(groups["group"], groups["count"]))["attention"]
 
 
 def test_tied_head_counted_zero_and_marked_tied():

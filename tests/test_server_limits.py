@@ -29,8 +29,68 @@ def test_limits_come_from_the_environment_and_bad_values_name_their_variable():
         ServerLimits.from_env({"GPTVIZ_TRAINING": "yes"})
     with pytest.raises(ValueError, match="export_mb must be a whole number of at least 1"):
         ServerLimits.from_env({"GPTVIZ_EXPORT_MB": "0"})
-    with pytest.raises(ValueError, match="must fit in memory_mb"):
+    with pytest.raises(ValueError, match=r"GPTVIZ_CAPTURE_CACHE_MB \+ GPTVIZ_MODEL_CACHE_MB \(600 \+ 600\) must fit in "
+                                         r"GPTVIZ_MEMORY_MB \(1000\)"):
         ServerLimits(memory_mb=1000, capture_cache_mb=600, model_cache_mb=600)
+
+
+def test_a_memory_budget_alone_is_enough_the_caches_take_their_shares_of_it():
+    """Issue 57: with only GPTVIZ_MEMORY_MB=1024 the app refused to start, its caches' fixed defaults (2,048 +
+    6,144 MB) being past it. Unset, the capture cache takes a quarter and the model cache the rest."""
+    def caches(**env):
+        got = ServerLimits.from_env({f"GPTVIZ_{k.upper()}": str(v) for k, v in env.items()})
+        return got.capture_cache_mb, got.model_cache_mb
+    assert caches() == (2048, 6144)                                         # the defaults as they were
+    assert caches(memory_mb=1024) == (256, 768)
+    assert caches(memory_mb=1024, model_cache_mb=900) == (124, 900)         # one set: the other gets what is left
+    assert caches(memory_mb=1024, model_cache_mb=100) == (256, 100)         # ... up to its share
+    assert caches(memory_mb=1024, capture_cache_mb=600) == (600, 424)
+    assert caches(memory_mb=1024, capture_cache_mb=100, model_cache_mb=200) == (100, 200)  # explicit: kept
+    assert caches(memory_mb=2) == (1, 1) and ServerLimits(memory_mb=1024) == ServerLimits.from_env(
+        {"GPTVIZ_MEMORY_MB": "1024"})
+    with pytest.raises(ValueError, match=r"GPTVIZ_MODEL_CACHE_MB \(1024\) leaves no room for the capture cache in "
+                                         r"GPTVIZ_MEMORY_MB \(1024\)"):
+        caches(memory_mb=1024, model_cache_mb=1024)
+    with pytest.raises(ValueError, match=r"GPTVIZ_CAPTURE_CACHE_MB \+ GPTVIZ_MODEL_CACHE_MB \(512 \+ 600\) must fit"):
+        caches(memory_mb=1024, capture_cache_mb=512, model_cache_mb=600)
+    with pytest.raises(ValueError, match=r"GPTVIZ_MODEL_CACHE_MB \(9000\) leaves no room .* GPTVIZ_MEMORY_MB \(8192\)"):
+        caches(model_cache_mb=9000)                                         # the budget's default, too small
+    with pytest.raises(ValueError, match=r"GPTVIZ_MEMORY_MB \(1\) leaves no room for the capture and model caches"):
+        caches(memory_mb=1)
+    with pytest.raises(ValueError, match="capture_cache_mb must be a whole number of at least 1, got 0"):
+        ServerLimits(capture_cache_mb=0)
+
+
+STARTS_WITH_A_BUDGET_ALONE = """
+import os, sys
+for name in [n for n in os.environ if n.startswith("GPTVIZ_")]:
+    del os.environ[name]
+os.environ["GPTVIZ_MEMORY_MB"] = "1024"
+from streamlit.testing.v1 import AppTest
+from gptviz.app import keys as K, models
+from gptviz.serve import limits
+at = AppTest.from_file("app.py", default_timeout=120)
+at.session_state[K.MODEL_SOURCE] = K.SOURCE_PRESET
+at.session_state[K.PRESET] = "tiny"
+at.run()
+assert not at.exception, [e.message for e in at.exception]
+assert not at.error, [e.value for e in at.error]
+lim = limits.server_limits()
+print(lim.capture_cache_mb, lim.model_cache_mb, models.model_store().budget >> 20, len(models.model_store()))
+"""
+
+
+@pytest.mark.slow
+def test_the_app_starts_with_only_its_memory_budget_set():
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", STARTS_WITH_A_BUDGET_ALONE], capture_output=True, text=True,
+                         timeout=300, cwd=root, env={**os.environ, "PYTHONPATH": str(root)})
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split()[-4:] == ["256", "768", "768", "1"]
 
 
 def test_the_cache_drops_the_least_recently_used_entries_to_stay_under_its_bytes():

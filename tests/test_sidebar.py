@@ -86,7 +86,8 @@ def test_device_and_precision_choices_follow_the_machine(monkeypatch):
     assert [s.key for s in at.selectbox if s.key == K.DTYPE] == []
     at = open_app(device="cuda", dtype="bfloat16")
     assert at.selectbox(key=K.DTYPE).options == ["float32", "float16", "bfloat16"]
-    assert at.session_state[K.MODEL_SPEC][-2:] == ("cuda", "bfloat16")
+    spec = at.session_state[K.MODEL_SPEC]
+    assert (spec.device, spec.dtype) == ("cuda", "bfloat16")
     at = open_app(device="mps", dtype="float99")  # a stale value falls back to float32
     assert at.session_state[K.MODEL_SPEC].dtype == "float32"
 

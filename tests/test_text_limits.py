@@ -134,13 +134,15 @@ def test_every_box_a_visitor_types_into_has_a_recorded_limit():
 @pytest.mark.slow
 def test_every_box_has_a_bound_where_it_is_drawn():
     """Text boxes are drawn with max_chars (Streamlit cuts a crafted value to it on the server) or by a helper that
-    sets it and checks the length; number boxes with both bounds (Streamlit resets a value outside them); no chat box
-    or file upload, which the table would have to bound some other way."""
+    sets it and checks the length; number boxes with both bounds (Streamlit resets a value outside them); a file upload
+    with its size cap (the server checks the size again); no chat box."""
     unbounded = []
     for f, b in all_boxes():
         if b["kind"] in TEXT:
             # drawn here (by Streamlit or a record, in a variable or not) with max_chars, or by a checking helper
             ok = "max_chars" in b["keywords"] if b["via"] in (None, "record") else b["via"] in CHECKED
+        elif b["kind"] == "file_uploader":  # bounded in the browser, then checked on the server (store_upload)
+            ok = "max_upload_size" in b["keywords"]
         elif b["kind"] == "number_input":
             ok = {"min_value", "max_value"} <= b["keywords"] or b["positional"] >= 3 or \
                 (b["positional"] == 2 and "max_value" in b["keywords"]) or b["via"] == "record"

@@ -138,6 +138,31 @@ def test_an_unreadable_index_offers_a_rebuild(tmp_path, monkeypatch):
     assert [p.name for p in (tmp_path / "indexes").iterdir()] == [folder.name]  # no temporary left
 
 
+@pytest.mark.slow
+def test_an_index_of_the_previous_format_says_why_and_offers_a_rebuild(tmp_path, monkeypatch):
+    # version 2 had no band examples: the page names the version, the command that rebuilds it, and its own button
+    import json
+    monkeypatch.setenv("GPTVIZ_INDEX_DIR", str(tmp_path / "indexes"))
+    small = limits.ServerLimits(index_tokens=3_000, index_mb=2048)
+    monkeypatch.setattr(limits, "server_limits", lambda: small)
+    ui.index_store().clear()
+    ui.build(TINY, 2_000, lambda done, total: None)
+    folder = tmp_path / "indexes" / ui.fingerprint(TINY)
+    meta = json.loads((folder / ix.INDEX_JSON).read_text())
+    meta["version"] = 2
+    (folder / ix.INDEX_JSON).write_text(json.dumps(meta))
+    ui.index_store().clear()
+    at = run_page("units", spec=TINY)
+    assert not at.exception
+    error = plain(at.error[0].value)
+    assert "could not be read: index format version 2; this gptviz reads version 3 (version 3 adds examples" in error
+    assert "rebuild it with `python -m gptviz index" in error
+    at.button(key=K.UNIT_BUILD).click().run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert ix.load_index(folder).meta["version"] == ix.VERSION
+    assert any(c.value.startswith("Band 1") for c in at.caption)  # the rebuilt index has its bands
+
+
 def test_a_build_that_dies_mid_save_leaves_the_folder_readable_or_absent(tmp_path, monkeypatch):
     monkeypatch.setenv("GPTVIZ_INDEX_DIR", str(tmp_path / "indexes"))
     small = limits.ServerLimits(index_tokens=3_000, index_mb=2048)

@@ -62,12 +62,22 @@ def test_after_the_warm_up_the_home_pages_first_visit_runs_no_model():
     models.capture_store().clear()
     services.results_cache().clear()  # the induction scores the home page shows live there
     timings = warm_start.warm_up()
-    assert set(timings) == {"imports", "home page"} and all(t >= 0 for t in timings.values())
+    assert set(timings) == {"imports", "home page", "unit index"} and all(t >= 0 for t in timings.values())
     assert sidebar.default_model_spec() in models.model_store()
     before = forward_calls()
     at = AppTest.from_file(APP, default_timeout=120).run()
     assert not at.exception and not at.error
     assert forward_calls() == before
+
+
+@pytest.mark.slow
+def test_the_warm_up_loads_the_default_models_unit_index(monkeypatch):
+    """A unit page's first visit reads the index and the corpus the warm-up loaded: it tokenizes nothing."""
+    from gptviz import index as ix
+    from gptviz.app import unit_index
+    warm_start.warm_unit_index()
+    monkeypatch.setattr(ix, "corpus_documents", lambda *a, **k: pytest.fail("the corpus was read again"))
+    assert unit_index.find_index(sidebar.default_model_spec()) is not None
 
 
 def test_a_failed_warm_up_still_serves(monkeypatch):

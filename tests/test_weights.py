@@ -190,7 +190,7 @@ def test_truncated_bin(tmp_path):
 
 
 @pytest.mark.parametrize("hf, message", [
-    ({"model_type": "llama"}, "not GPT-2"),
+    ({"model_type": "llama"}, "model_type .llama. \\(rotary positions.* is not supported: gptviz reads"),
     ({"model_type": "gpt2", "activation_function": "silu", "vocab_size": 10, "n_embd": 8, "n_layer": 1,
       "n_head": 2}, "activation_function 'silu'"),
     ({"model_type": "gpt2", "vocab_size": 10, "n_layer": 1, "n_head": 2}, "no 'n_embd' field"),

@@ -6,6 +6,7 @@ figures.common.plotly_text, or Markdown escaped by md_text, never as HTML.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import streamlit as st
 
@@ -35,6 +36,23 @@ def md_text(text: str) -> str:
     return re.sub(r"([!-/:-@\[-`{-~])", r"\\\1", text)
 
 
+# Streamlit's option widgets (pills, selectbox, select_slider) send the label the visitor picked, which the server
+# maps back to the last option with that label: a token that appears twice picked its last copy. Repeats are made
+# distinct with zero-width spaces, which nobody sees.
+_UNSEEN = "\u200b"
+
+
+def distinct_labels(labels: list[str]) -> list[str]:
+    """`labels` with each repeat made distinct by invisible zero-width spaces (the second copy gets one, the third
+    two...), so a widget that maps a picked label back to its option finds the copy picked."""
+    seen: dict[str, int] = {}
+    out = []
+    for label in labels:
+        n = seen[label] = seen.get(label, -1) + 1
+        out.append(label + _UNSEEN * n)
+    return out
+
+
 def plotly_config(fig=None) -> dict:
     """Plotly's own export (the camera button in each figure's toolbar, no internet), in the format
     chosen in the sidebar. A figure whose annotations hide when narrow (a phone) is saved at a width showing them all:
@@ -61,6 +79,45 @@ def show_figure(fig, key: str | None = None, **kwargs):
                        mime="text/html", key=K.per_item("html", key) if key else K.per_item("html_seq", seq),
                        on_click="ignore", type="tertiary", icon=":material/download:", help=HTML_HELP)
     return chart
+
+
+# Streamlit loads its Plotly bundle (4.7 MB of JavaScript) the first time a page shows a Plotly figure: a visitor's first
+# figure took 1.2-1.4 s longer than the next on a quiet 2-core machine, 2-3 s under load (issue 60). A session's first
+# run ends with a script that imports that bundle once the page has been still for a moment and the browser is idle, so
+# it loads while the visitor reads. Not at once: parsing it held up the first screen's map (4.7-5.2 s -> 7.5-7.8 s from
+# a cold server's first request, load 10). A fixed script: no user or model text is part of it; the bundle's file name
+# is read from the installed Streamlit (none found: nothing is sent).
+_WARM_JS = """<script>(() => {{
+  if (window.__gvPlotlyWarm) return;  // once per browser tab
+  window.__gvPlotlyWarm = true;
+  const main = document.querySelector('script[type="module"][src*="/static/js/index."]');
+  if (!main) return;
+  const url = new URL({chunk!r}, main.src).href;
+  let still = 0;
+  const wait = setInterval(() => {{  // the page still (no script run) for a second, then an idle moment
+    still = document.querySelector('[data-testid="stStatusWidget"]') ? 0 : still + 1;
+    if (still < 4) return;
+    clearInterval(wait);
+    (window.requestIdleCallback || ((f) => setTimeout(f, 0)))(() => import(url).catch(() => {{}}), {{timeout: 5000}});
+  }}, 250);
+}})();</script>"""
+
+
+def plotly_chunk() -> str | None:
+    """The file name of the installed Streamlit's Plotly bundle (PlotlyChart.<hash>.js), or None."""
+    folder = Path(st.__file__).parent / "static" / "static" / "js"
+    found = sorted(folder.glob("PlotlyChart.*.js"))
+    return found[0].name if found else None
+
+
+def warm_plotly() -> None:
+    """Once per session, at the end of its first run: the script that loads Plotly's bundle when the page is idle."""
+    if st.session_state.get(K.PLOTLY_WARMED):
+        return
+    st.session_state[K.PLOTLY_WARMED] = True
+    chunk = plotly_chunk()
+    if chunk is not None:
+        st.html(_WARM_JS.format(chunk=chunk), unsafe_allow_javascript=True)
 
 
 def figure_download(build, file_name: str, key: str, label: str = "Interactive HTML") -> None:

@@ -9,8 +9,8 @@ default, label, link name and rule) is declared in settings.py, not here.
 from . import settings as _settings
 # the choices settings offer, which pages compare values with
 from .settings import (ATTENTION_VIEWS, DEFAULT_PACE, GROW_WIRINGS, OWN_PAIR, PACES, PAR_MODEL_IN_USE,  # noqa: F401
-                       PATCH_PAIRS, SOURCE_BUNDLED, SOURCE_PRESET, SOURCE_PRETRAINED, SOURCE_TRAINED,
-                       TIMELINE_DETECTORS, UNIT_TABS, WHY_VIEWS)
+                       PATCH_PAIRS, SOURCE_BUNDLED, SOURCE_PRESET, SOURCE_PRETRAINED, SOURCE_TRAINED, SOURCE_UPLOAD,
+                       TIMELINE_DETECTORS, UNIT_TABS, WHY_GRAPH_VIEW, WHY_QK_VIEW, WHY_VIEWS)
 
 # the settings' keys, by their records' names (K.GEN_N == settings.GEN_N.key == "gen_n")
 globals().update({_name: _setting.key for _name, _setting in _settings.records().items()})
@@ -22,8 +22,10 @@ FIGURE_SEQ = "_figure_seq"            # figures drawn so far in this run (number
 GENERATION = "generation"             # this session's live generation: {"spec", "page", "job"}
 GENERATION_ERROR = "_generation_error"  # why Generate could not start, shown once under its button
 ATT_OPEN_BEST = "_att_open_best"      # an example was loaded: open its most telling head
-QUERY_MOVED = "_att_query_moved"      # a view picked another query token: the Attention page redraws whole
 UNIT_NAV_PENDING = "_unit_nav_pending"  # a unit id was picked: the router opens the unit page (unit_nav)
+WHY_NAV_PENDING = "_why_nav_pending"  # a written token's "why?" was picked: the router opens the Why page (unit_nav)
+LIVE_WHY_STORE = "_live_why_store"    # the live run's explained tokens: {"job", "done", "spent"} (live_why)
+PLOTLY_WARMED = "_plotly_warmed"      # this session's first run sent the script that loads Plotly's bundle
 
 
 # ---- The sidebar (every page reads these) ----------------------------------------------------------------
@@ -31,6 +33,11 @@ HUB_GPT2 = "hub_gpt2"                 # the one-click button for GPT-2 small fro
 MODEL_RETURN = "model_return"         # the model and view before the Hub click: where "Back to ..." returns
 MODEL_BACK = "model_back"             # that button, under the message of a model that failed to load
 MODEL_SPEC = "model_spec"
+UPLOAD = "upload"                     # this session's checked, stored upload (serve.uploads.Upload)
+UPLOAD_FILE = "upload_file"           # the uploader, per upload: K.per_item(UPLOAD_FILE, n) (a fresh one after each)
+UPLOAD_SEQ = "_upload_seq"            # that n
+UPLOAD_ERROR = "_upload_error"        # why the last file was refused, shown once under the uploader
+UPLOAD_REMOVE = "upload_remove"       # the button that removes this session's upload
 NARROW_ONLY = "gv_narrow_only"        # a container shown only where the sidebar starts closed (display.py's CSS)
 
 # ---- Activations page ------------------------------------------------------------------------------------
@@ -144,6 +151,8 @@ UNIT_PILLS = "unit_pills"        # per page and list (per_item): unit ids that o
 UNIT_BUILD = "unit_build"
 UNIT_EFFECT = "unit_effect"
 UNIT_EXAMPLES = "unit_examples"
+UNIT_BANDS = "unit_bands"          # per band of a unit's positive values (per_item): its examples' rows
+UNIT_EXPORT = "unit_export"        # per format (per_item): the unit's page as Neuronpedia JSON, as standalone HTML
 UNIT_HIST = "unit_hist"
 UNIT_HERE_TABLE = "unit_here_table"
 UNIT_WORD_TABLE = "unit_word_table"
@@ -214,3 +223,15 @@ WHY_PATCH_RUN = "why_patch_run"
 WHY_PATCH_CONFIRMED = "_why_patch_confirmed"  # the pair whose patching the visitor started
 WHY_SALIENCY_RUN = "why_saliency_run"
 WHY_SALIENCY_CONFIRMED = "_why_saliency_confirmed"
+
+# the Why page's attribution graph and QK decomposition (issue 58)
+WHY_GRAPH_FIG = "why_graph_fig"          # per click (per_item): a click's selection starts fresh
+WHY_GRAPH_CLICKS = "_why_graph_clicks"   # clicks on the graph so far
+WHY_GRAPH_RUN = "why_graph_run"
+WHY_GRAPH_CONFIRMED = "_why_graph_confirmed"
+WHY_GRAPH_TABLE = "why_graph_table"
+WHY_GRAPH_CSV = "why_graph_csv"
+WHY_GRAPH_JSON = "why_graph_json"
+WHY_GRAPH_REGEN = "why_graph_regen"      # the toggle that regenerates the text without the checked node
+WHY_QK_FIG = "why_qk_fig"                # per place it is drawn (per_item)
+GEN_WHY = "gen_why"                      # the Generation page's "Why this token?" for the step replayed

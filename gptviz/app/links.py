@@ -92,7 +92,8 @@ def link_params(state) -> dict[str, str]:
 
 
 UNIT_PAGE = "units"  # the unit page's URL path (router.PAGE_LIST)
-SIDEBAR_PARAMS = tuple(s.link for s in (S.MODEL_SOURCE, S.NORM, S.PRESET, S.SEED, S.HF_NAME, S.PROMPT)) + (PACKED,)
+SIDEBAR_PARAMS = tuple(s.link for s in (S.MODEL_SOURCE, S.NORM, S.PRESET, S.SEED, S.HF_NAME, S.N_HEAD, S.PROMPT)) + (
+    PACKED,)
 
 
 def unit_params(state, unit, norm: str | None = None) -> dict[str, str]:
@@ -110,6 +111,28 @@ def unit_url(state, unit, norm: str | None = None) -> str:
     """A relative link to the unit page (unit_params), for a link copied or opened in a new tab. Inside the app,
     unit ids open in the same session (gptviz.app.unit_nav), which skips a new session's start."""
     return f"{UNIT_PAGE}?{urllib.parse.urlencode(unit_params(state, unit, norm))}"
+
+
+WHY_PAGE = "why"  # the Why this token? page's URL path
+
+
+def why_params(state, prompt: str, target: int) -> dict[str, str]:
+    """The Why page's URL parameters for the token `target` written after `prompt` (text): the sidebar's model, that
+    prompt (compressed past MAX_LINK_PROMPT, left out when too long even so) and the attribution graph's tab."""
+    params = {name: value for name, value in link_params(state).items()
+              if name in SIDEBAR_PARAMS and name not in (S.PROMPT.link, PACKED)}
+    if len(prompt) <= MAX_LINK_PROMPT:
+        params[S.PROMPT.link] = prompt
+    elif len(pack_prompt(prompt)) <= MAX_PACKED_PROMPT:
+        params[PACKED] = pack_prompt(prompt)
+    params[S.WHY_TARGET.link] = S.WHY_TARGET.format(int(target))
+    params[S.WHY_VIEW.link] = S.WHY_GRAPH_VIEW
+    return params
+
+
+def why_url(state, prompt: str, target: int) -> str:
+    """A relative link that opens the Why page's attribution graph for `target` after `prompt` (why_params)."""
+    return f"{WHY_PAGE}?{urllib.parse.urlencode(why_params(state, prompt, target))}"
 
 
 def prompt_left_out(state) -> bool:

@@ -7,6 +7,7 @@ not stop it. Generate starts the model from its button's callback, before the pa
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -15,13 +16,16 @@ import streamlit as st
 from ..serve import limits
 from ..serve.live_generation import LiveGeneration
 from ..model.model import GPT
-from ..model.tokenizer import EOT, EOT_ID, decode, token_labels
+from ..model.tokenizer import token_labels
 from . import keys as K
 from . import settings as S
 from .component.attention_map import attention_map, generation_payload
 from .display import MEAN_HEAD, head_name, monospace_text
 from .jobs import client_address, generation_slots, session_alive, session_id
-from .models import ModelSpec, hold_for_generation
+from .live_text import (cut_reason, generated_text, next_token_text, replay_step, status_and_text,  # noqa: F401
+                        status_line, text_so_far, up_to, writing_speed)  # pages call them as live.NAME
+from .live_why import under_live_text
+from .models import ModelSpec, hold_for_generation, load_model
 from .rules import Setting
 
 LIVE_REDRAW_S = 0.5  # how often a page redraws a running generation (0.25 s: twice the script runs, the model 4x slower)
@@ -69,15 +73,17 @@ def controls(c: Controls, spec: ModelSpec, model: GPT, ids) -> None:
     c.seed.number_input(g[4])
     b1, b2, b3, b4 = st.columns([1, 1, 1, 3], vertical_alignment="bottom")
     b1.button("Generate", type="primary", key=c.generate, width="stretch", on_click=_start,
-              args=(c, spec, model, tuple(ids)))
+              args=(c, spec, tuple(ids)))
     b2.button("Stop", key=c.stop, width="stretch", on_click=stop_pressed,
               help="Ends the generation and keeps the tokens written so far.")
     b3.button("Next token", key=c.next, width="stretch", on_click=next_token, args=(c,),
               help="Writes one more token of the running generation (and sets the pace to one token per click).")
     c.pace.setdefault(st.session_state)
     c.pace.select_slider(b4, on_change=apply_pace, args=(c,))
-    if c.eos:
-        c.eos.checkbox(st)
+    with st.container(horizontal=True):
+        if c.eos:
+            c.eos.checkbox(st)
+        S.LIVE_WHY.checkbox(st)
     if st.session_state.get(K.GENERATION_ERROR):
         st.error(st.session_state.pop(K.GENERATION_ERROR))
 
@@ -93,8 +99,9 @@ def compact_controls(c: Controls, spec: ModelSpec, model: GPT, ids, on_start=Non
     c.pace.setdefault(st.session_state)
     # centred: Generate sits above the slider's foot (on a phone the first screen ends near this row)
     with st.container(horizontal=True, vertical_alignment="center", gap="xsmall"):
-        st.button("Generate", type="primary", key=c.generate, on_click=_start_then, args=(c, spec, model, tuple(ids),
-                  on_start), help="The model writes a continuation; watch each new token's attention row appear.")
+        st.button("Generate", type="primary", key=c.generate, on_click=_start_then,
+                  args=(c, spec, tuple(ids), on_start),
+                  help="The model writes a continuation; watch each new token's attention row appear.")
         c.temperature.slider(st, width=150)
         st.button("Stop", key=c.stop, on_click=stop_pressed, help="Ends the generation and keeps the tokens "
                                                                     "written so far.")
@@ -108,12 +115,13 @@ def compact_controls(c: Controls, spec: ModelSpec, model: GPT, ids, on_start=Non
             c.pace.select_slider(st, on_change=apply_pace, args=(c,),
                                  help="How fast the new tokens appear, so the map can be watched growing row by "
                                       "row; the model still writes at its own speed.")
+            S.LIVE_WHY.checkbox(st)
     if st.session_state.get(K.GENERATION_ERROR):
         st.error(st.session_state.pop(K.GENERATION_ERROR))
 
 
-def _start_then(c: Controls, spec: ModelSpec, model: GPT, ids, then) -> None:
-    _start(c, spec, model, ids)
+def _start_then(c: Controls, spec: ModelSpec, ids, then) -> None:
+    _start(c, spec, ids)
     if then is not None:
         then()
 
@@ -158,11 +166,17 @@ def next_token(c: Controls) -> None:
         job.advance()
 
 
-def _start(c: Controls, spec: ModelSpec, model: GPT, ids) -> None:
+def _start(c: Controls, spec: ModelSpec, ids) -> None:
     """Generate's callback: it runs before the page's script, so the model starts writing before anything is
-    drawn (the script that follows shares the interpreter with it, so the sooner the better)."""
+    drawn (the script that follows shares the interpreter with it, so the sooner the better). It takes the model's
+    spec, not the model: a session keeps its buttons' arguments, and kept a model the store had dropped (issue 57)."""
     if c.on_start:
         c.on_start()
+    try:
+        model = load_model(spec)
+    except (ValueError, RuntimeError, OSError) as err:
+        st.session_state[K.GENERATION_ERROR] = f"Generation could not start: {err}"
+        return
     try:
         start_generation(spec, model, ids, settings_from(c), c.page, pace=pace_from(c))
     except ValueError as err:
@@ -225,15 +239,18 @@ def stored_generation(spec: ModelSpec, ids, page: str) -> LiveGeneration | None:
 
 def generation_view(job: LiveGeneration) -> dict:
     """What a page draws of a generation, read once so every part of one draw agrees:
-    {prompt, settings, steps, running, stopped, error, seconds}. While it runs, it also records on the job how many
+    {prompt, settings, steps, running, stopped, error, seconds (the model's own time), pace, wall_seconds (from its
+    start to its end, the pace's waits included), ...}. While it runs, it also records on the job how many
     steps this draw shows (`job.shown`): what Stop keeps."""
     running = job.running  # read before the steps: a run seen finished has every step in the snapshot
     steps = job.snapshot()
     if running:
         job.shown = len(steps)  # what Stop keeps (a running job is drawn only by its live view)
+    started, finished = job.started_at, job.finished_at
     return {"prompt": job.prompt, "settings": job.settings, "steps": steps, "running": running,
             "stopped": job.stopped, "error": job.error, "seconds": job.seconds, "ahead": job.ahead,
-            "waiting_for_click": job.waiting_for_click}
+            "waiting_for_click": job.waiting_for_click, "pace": job.pace,
+            "wall_seconds": finished - started if started is not None and finished is not None else None}
 
 
 def wait_if_nearly_done(job: LiveGeneration) -> None:
@@ -247,6 +264,13 @@ def wait_if_nearly_done(job: LiveGeneration) -> None:
         job.wait(min(LIVE_REDRAW_S, 1.5 * remaining + 0.02))
 
 
+def wait_for_first_token(job: LiveGeneration, most: float = LIVE_REDRAW_S) -> None:
+    """Right after Generate: wait (asleep) up to `most` s for the first token, not a redraw later (issue 60)."""
+    deadline = time.monotonic() + most
+    while job.running and not job.steps and job.ahead is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+
+
 def live_fragment(spec: ModelSpec, ids, page: str, draw: Callable[[dict], None]) -> None:
     """Run `draw(run)` every LIVE_REDRAW_S while this page's generation runs. The tick that finds it over draws
     the last state, then reruns the page once, which stops the timer and draws the finished run."""
@@ -254,6 +278,7 @@ def live_fragment(spec: ModelSpec, ids, page: str, draw: Callable[[dict], None])
         job = stored_generation(spec, ids, page)
         if job is None:
             st.rerun()
+        wait_for_first_token(job)
         wait_if_nearly_done(job)
         run = generation_view(job)
         draw(run)
@@ -263,97 +288,6 @@ def live_fragment(spec: ModelSpec, ids, page: str, draw: Callable[[dict], None])
 
 
 # ---- drawing, shared by both pages ------------------------------------------------------------------------
-
-def cut_reason(settings: dict) -> str:
-    """What removed the grey tokens of a generation's next-token bars: greedy decoding keeps only the
-    most probable token; otherwise top-k/top-p."""
-    return "greedy decoding (temperature 0)" if settings.get("temperature") == 0 else "top-k/top-p"
-
-
-def writing_speed(run: dict, live: bool) -> str:
-    """', written in 1.2 s (85 tokens/s)' for a finished generation: the model's own pace, whatever drawing cost."""
-    seconds, n = run.get("seconds"), len(run["steps"])
-    if live or not seconds or not n:
-        return ""
-    return f", written in {seconds:.2f} s ({n / seconds:.0f} tokens/s)"
-
-
-def generated_text(text: str, live: bool, height: int | None = None) -> None:
-    """A generation's prompt and continuation, never Markdown. Live: st.text in a bordered box, because st.code's
-    syntax highlighter was a fifth of the browser's work at each redraw (a Chromium profile: docs/benchmarks-history.md,
-    "The live page in a browser"), on the two cores the model shares; finished: st.code, with its copy button."""
-    if live:
-        monospace_text(text, "generated", border=True, height=height)
-    else:
-        st.code(text, language=None, wrap_lines=True)
-
-
-def next_token_text(steps) -> str:
-    """A live view's next-token list as plain text (st.text: never Markdown): the last step's sampled token and the
-    8 most probable. Text, not a bar chart, while the model writes: each redraw is a script run beside it."""
-    last = steps[-1]
-    top_ids = [t[0] for t in last.top[:8]]
-    top = "\n".join(f"{label:>14}  {t[1]:.3f}" for label, t in zip(token_labels(top_ids), last.top))
-    return (f"Step {len(steps) - 1}: sampled {last.piece} (p {last.prob:.3f}, rank {last.rank})\n"
-            f"most probable next tokens:\n{top}")
-
-
-def status_line(run: dict, live: bool) -> None:
-    """The run's progress, or how it ended."""
-    steps, total = run["steps"], run["settings"]["max_new_tokens"]
-    if live and run.get("ahead") is not None:
-        ahead = run["ahead"]
-        st.info(f"Waiting for a free generation slot: {ahead} generation{'s' if ahead != 1 else ''} ahead of yours. "
-                "It starts by itself; Stop leaves the line.", icon=":material/hourglass_top:")
-    elif live:
-        waiting = " (press Next token for the next one)" if run.get("waiting_for_click") else ""
-        st.progress(len(steps) / total, text=f"Generating: {len(steps)} of {total} tokens{waiting}")
-    elif run.get("stopped"):
-        st.info(f"Stopped after {len(steps)} of {total} tokens; the text so far is kept.")
-    elif steps and len(steps) < total and steps[-1].token_id == EOT_ID:
-        st.info(f"The model wrote {EOT} after {len(steps)} tokens, which ends the text.")
-    if run.get("error"):
-        st.error(f"Generation failed: {run['error']}")
-
-
-def text_so_far(run: dict, live: bool, upto: int | None = None, height: int | None = None) -> None:
-    """The prompt and the new tokens through step `upto` (all when None), then a line of counts. `height`: a live
-    text's box, fixed and scrolled to its end (a long run's text then never pushes what follows off the screen)."""
-    steps = run["steps"]
-    shown = steps if upto is None else steps[:upto + 1]
-    generated_text(decode(run["prompt"]) + decode([s.token_id for s in shown]), live, height)
-    if len(shown) < len(steps):
-        st.caption(f"Replaying step {upto} of {len(steps) - 1}: the prompt's {len(run['prompt'])} tokens, then "
-                   f"{len(shown)} of the {len(steps)} new ones.")
-    else:
-        st.caption(f"The prompt's {len(run['prompt'])} tokens, then {len(steps)} new ones"
-                   f"{writing_speed(run, live)}.")
-
-
-def status_and_text(run: dict, live: bool, upto: int | None = None) -> None:
-    """The run's progress or how it ended, then its text (through step `upto`) and a line of counts."""
-    status_line(run, live)
-    if run["steps"]:
-        text_so_far(run, live, upto)
-
-
-def replay_step(run: dict, setting) -> int:
-    """A finished run's step slider (`setting`: its record, settings.GEN_STEP or ATT_GEN_STEP): the step its map,
-    text and next-token bars show (the last by default)."""
-    from .sidebar import keep_valid
-    key = setting.key
-    S = len(run["steps"])
-    keep_valid(key, list(range(S)), S - 1)
-    st.session_state.setdefault(key, S - 1)
-    if S < 2:
-        return S - 1
-    return setting.slider(st, min_value=0, max_value=S - 1)
-
-
-def up_to(run: dict, step: int) -> dict:
-    """The run as it stood after `step`."""
-    return {**run, "steps": run["steps"][:step + 1]}
-
 
 def map_pick(layer_key: str, head_key: str, n_layers: int, n_heads: int):
     """The heatmap component's on_pick for a page whose pickers live in `layer_key` and `head_key`: they follow
@@ -388,4 +322,5 @@ def draw_live(run: dict, *, layer: int, head: int, scale: str, map_key: str, on_
         generation_map(run, layer=layer, head=head, scale=scale, key=map_key, on_pick=on_pick, every_layer=False)
     with right:
         text_so_far(run, live=True, height=text_height)
+        under_live_text(run)  # each new token's top contributors (issue 58), within a share of the model's time
         monospace_text(next_token_text(run["steps"]), "next")

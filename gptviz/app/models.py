@@ -29,7 +29,8 @@ from ..model.weights import (CheckpointError, allowed_source, bundled_models, fo
                              weights_nbytes)
 from ..model.weights import training_vocab as read_training_vocab
 from . import keys
-from .jobs import process_wide, trained_models
+from ..serve.uploads import UploadFolders
+from .jobs import process_wide, session_alive, session_id, trained_models
 from .services import cached
 
 
@@ -41,19 +42,38 @@ class ModelSpec(NamedTuple):
     seed: int = 0      # random init seed (presets only)
     device: str = "cpu"
     dtype: str = "float32"  # the weights' precision (half precision is offered on GPUs: gptviz.serve.devices)
+    n_head: int | None = None  # the head count a file cannot record (Raschka's GPTModel); None: the file's own
 
     def label(self) -> str:
         extra = "" if self.dtype == "float32" else f", {self.dtype}"
+        extra += "" if self.n_head is None else f", {self.n_head} heads"
         if self.source == keys.SOURCE_PRESET:
             return f"{self.name} ({self.norm}-norm, random init, seed {self.seed}{extra})"
+        if self.source == keys.SOURCE_UPLOAD:  # "<upload token>/<file name>": the visitor knows it by its file name
+            return f"{self.name.rpartition('/')[2]} (your upload, {self.norm}-norm{extra})"
         return f"{self.name} ({self.norm}-norm{extra})"
 
 
 def model_store() -> BoundedCache:
     """Loaded models, shared by every session, bounded by bytes (GPTVIZ_MODEL_CACHE_MB) and counted in the server's
-    memory budget (gptviz.serve.memory)."""
+    memory budget (gptviz.serve.memory). A model dropped while something still holds it (a session's page) stays
+    counted until it is gone, and a drop that leaves one alive runs Python's full collection, which frees those only
+    garbage holds (a reference cycle an ended session left): before, a server kept every model folder a visitor
+    opened (issue 57; tests/test_model_memory.py)."""
     return process_wide("model_store", lambda: BoundedCache(limits.server_limits().model_bytes, "model",
-                                                            accountant=memory.accountant(), drop_order=2))
+                                                            accountant=memory.accountant(), drop_order=2,
+                                                            witness=lambda model: model, collect_garbage=True))
+
+
+def upload_folders() -> UploadFolders:
+    """Visitors' uploads, one private folder per session (gptviz.serve.uploads), removed once the session is gone;
+    their models and captures leave the caches with them."""
+    def forget(prefixes: list[str]) -> None:
+        gone = lambda spec: isinstance(spec, ModelSpec) and spec.source == keys.SOURCE_UPLOAD and \
+            spec.name.startswith(tuple(prefixes))  # noqa: E731
+        capture_store().discard(lambda key: gone(key[0]))
+        model_store().discard(gone)
+    return process_wide("upload_folders", lambda: UploadFolders(session_alive, forget))
 
 
 def capture_store() -> BoundedCache:
@@ -88,6 +108,8 @@ def load_model(spec: ModelSpec) -> GPT:
                              f"{limits.server_limits().max_params:,} (GPTVIZ_MAX_PARAMS)")
         estimate = n * DTYPES[spec.dtype].itemsize if spec.dtype in DTYPES else None
 
+    if spec.source == keys.SOURCE_UPLOAD:  # a visitor's upload is theirs alone, even once built and cached
+        upload_folders().path(session_id(), spec.name)
     refused = _non_finite_models().get(spec)
     if refused is not None:  # checked before: not loaded again only to be refused again
         raise NonFiniteError(refused)
@@ -95,7 +117,8 @@ def load_model(spec: ModelSpec) -> GPT:
     def build() -> GPT:
         # a Hub repo is fetched (checked, within its size budget) before the lock: a download never holds up
         # another visitor's model
-        folder = allowed_source(spec.name) if spec.source == keys.SOURCE_PRETRAINED else None
+        folder = allowed_source(spec.name) if spec.source == keys.SOURCE_PRETRAINED else \
+            upload_folders().path(session_id(), spec.name) if spec.source == keys.SOURCE_UPLOAD else None
         with memory.reserve(_loading_nbytes(spec, folder) if estimate is None else 0, f"loading {spec.name}"):
             with _BUILD_LOCK:
                 model = _build_model(spec, folder)
@@ -174,7 +197,7 @@ def _loading_nbytes(spec: ModelSpec, folder: Path | None) -> int:
     already: nothing)."""
     if spec.source == keys.SOURCE_BUNDLED and spec.name in bundled_models():
         folder = bundled_models()[spec.name]
-    return weights_nbytes(folder) if folder is not None else 0
+    return weights_nbytes(folder, spec.n_head) if folder is not None else 0
 
 
 def _stored_nbytes(spec: ModelSpec):
@@ -207,8 +230,11 @@ def _build_model(spec: ModelSpec, folder: Path | None = None) -> GPT:
         if (spec.device, spec.dtype) != ("cpu", "float32"):  # a copy: the stored model is every session's
             model = place(copy.deepcopy(model), spec.device, spec.dtype).eval()
         return model
+    if spec.source == keys.SOURCE_UPLOAD:  # the visitor's own upload, found by load_model for this session only
+        return place(load_checkpoint(folder, spec.norm, spec.n_head), spec.device, spec.dtype)
     try:  # visitors: allowed folders and checked Hub downloads only
-        return place(load_checkpoint(folder or allowed_source(spec.name), norm=spec.norm), spec.device, spec.dtype)
+        return place(load_checkpoint(folder or allowed_source(spec.name), spec.norm, spec.n_head), spec.device,
+                     spec.dtype)
     except CheckpointError:
         forget_download(folder)  # a fetched repo that does not load is not kept on disk
         raise

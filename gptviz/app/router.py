@@ -12,7 +12,7 @@ def main() -> None:
 
     from ..serve.allocator import keep_freed_memory
     from . import keys as K
-    from .display import close_sidebar_after_navigation, responsive_style
+    from .display import close_sidebar_after_navigation, responsive_style, warm_plotly
     from .links import apply_link, sync_address
     from .live import stop_generation
     from .sidebar import sidebar
@@ -46,5 +46,6 @@ def main() -> None:
     close_sidebar_after_navigation()
     try:
         page.run()
+        warm_plotly()  # a session's first run: the browser loads Plotly before the first figure asks for it
     finally:  # also after st.stop(): the address bar follows the view, so copying it shares it
         sync_address()

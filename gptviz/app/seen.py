@@ -2,8 +2,9 @@
 read it (read_prompt): the model, the prompt's ids within its context, and the page's capture of them."""
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from functools import cached_property
 
 import torch
@@ -13,15 +14,19 @@ from ..model.hooks import ActivationCache
 from ..model.model import GPT
 from ..model.tokenizer import position_labels, token_labels
 from .display import MEAN_HEAD
-from .models import ModelSpec, require_capture
+from .models import ModelSpec, load_model, require_capture
 from .sidebar import require_model, require_prompt
 
 
 @dataclass
 class Seen:
-    """The prompt as a page sees it: the model, the ids, their text, and the page's capture of them."""
+    """The prompt as a page sees it: the model, the ids, their text, and the page's capture of them.
+
+    It holds its model weakly: a session keeps what its last run made (fragments and download buttons closing over
+    this) for Streamlit's reconnect window, and a model the store dropped stayed with each such session, a visitor
+    opening model folders one after another keeping every one (issue 57)."""
     spec: ModelSpec
-    model: GPT
+    model_now: InitVar[GPT]              # the model, held weakly: `model` reads it
     ids: tuple[int, ...]
     names: tuple[str, ...] = ()          # the hook points captured (none: the page reads no capture)
     cache: ActivationCache | None = None
@@ -29,8 +34,19 @@ class Seen:
     labels: list[str] = field(init=False)       # token text by position
     pos_labels: list[str] = field(init=False)   # "3:text", unique by position
 
-    def __post_init__(self):
+    def __post_init__(self, model_now: GPT):
+        self._model = weakref.ref(model_now)
         self.labels, self.pos_labels = token_labels(self.ids), position_labels(self.ids)
+
+    @property
+    def model(self) -> GPT:
+        """The model the page started with while anything holds it (the model store, a generation), else the spec's
+        model loaded again (a fragment rerun after the store let it go)."""
+        model = self._model()
+        if model is None:
+            model = load_model(self.spec)
+            self._model = weakref.ref(model)
+        return model
 
     @property
     def cfg(self) -> GPTConfig:

@@ -17,14 +17,17 @@ from .rules import Choice, Flag, Heads, Number, Setting, Text, UnitRule, Whole
 # ---- the choices settings offer, by the labels the widgets show ---------------------------------------------------
 SOURCE_BUNDLED = "Trained on Shakespeare (bundled)"
 SOURCE_PRESET = "Preset, random weights"
-SOURCE_PRETRAINED = "GPT-2 weights (folder or Hub id)"
+SOURCE_PRETRAINED = "Weights from a folder, file or Hub id"
 SOURCE_TRAINED = "Trained in this session"  # a session's trained runs exist only there: no link names them
+SOURCE_UPLOAD = "Upload a checkpoint file"  # a visitor's upload is theirs alone: no link names it
 # The sidebar's model sources by their code in a link
 SOURCE_CODES = {"bundled": SOURCE_BUNDLED, "preset": SOURCE_PRESET, "pretrained": SOURCE_PRETRAINED}
 # The Attention page's view tabs; the Why page's tabs and its patching pairs (OWN_PAIR is drawn from the prompt)
 ATTENTION_VIEWS = ("One head", "Lines between tokens", "On the text", "Inside the head", "Value-weighted",
                    "All heads of the layer", "Model view: every layer and head", "Entropy map")
-WHY_VIEWS = ("Direct attribution", "Ablate heads", "Patching", "Saliency", "Information flow")
+WHY_VIEWS = ("Direct attribution", "Attribution graph", "Ablate heads", "Patching", "Saliency", "Information flow",
+             "Why a head attends")
+WHY_GRAPH_VIEW, WHY_QK_VIEW = WHY_VIEWS[1], WHY_VIEWS[-1]
 OWN_PAIR = "(your own)"
 PATCH_PAIRS = (OWN_PAIR, "Repeated sequence (induction)", "Speaker after a question")
 # The Parameters page's first choice: the sidebar's model rather than a preset
@@ -50,7 +53,7 @@ SCALE_HELP = ("For the attention figures; the default, the square root, makes sm
 
 # ---- the sidebar (every page reads these; short link names) --------------------------------------------------------
 MODEL_SOURCE = Setting("model_source", "Source", None, link="source", rule=Choice(
-    (SOURCE_BUNDLED, SOURCE_PRESET, SOURCE_PRETRAINED, SOURCE_TRAINED), codes=SOURCE_CODES))
+    (SOURCE_BUNDLED, SOURCE_PRESET, SOURCE_PRETRAINED, SOURCE_TRAINED, SOURCE_UPLOAD), codes=SOURCE_CODES))
 NORM = Setting("norm", "LayerNorm placement", "pre", link="norm", rule=Choice(("pre", "post")),
                help="Pre-norm normalises before each sub-layer and once at the end; post-norm normalises after each "
                     "residual addition.")
@@ -61,6 +64,11 @@ HF_NAME = Setting("hf_name", "Folder or Hub id", link="model", rule=Text(MAX_LIN
                        "folder with config.json and model.safetensors (or pytorch_model.bin), in Hugging Face GPT-2 or "
                        "gptviz layout, inside the server's model folders: the bundled models, the Hugging Face cache, "
                        "and the folders listed in the GPTVIZ_MODEL_DIRS environment variable.")
+N_HEAD_HELP = ("Raschka's GPTModel files hold the heads' weights in one matrix per layer, so the file cannot say how "
+               "many heads split it; his GPT_CONFIG_124M has 12. A count that does not divide the width is refused.")
+# travels with the folder's name (the model it completes); an upload's count stays in its session, like the upload
+N_HEAD = Setting("n_head", "Attention heads", None, N_HEAD_HELP, "n_head", Whole(1, 4096, none_ok=True))
+UPLOAD_N_HEAD = Setting("upload_n_head", "Attention heads", None, N_HEAD_HELP, rule=Whole(1, 4096, none_ok=True))
 PROMPT = Setting("prompt", "Prompt", link="prompt", rule=Text(MAX_LINK_PROMPT), help="Shared by every page.")
 # the prompt's second box, atop a page on a narrow screen (sidebar.page_prompt_box copies it both ways)
 PAGE_PROMPT = Setting("page_prompt", "Prompt", help="The sidebar's prompt, shared by every page. Ctrl+Enter runs it.")
@@ -92,6 +100,12 @@ def _generation(prefix: str, tokens: int) -> tuple[Setting, ...]:
             Setting(f"{prefix}_seed", "Seed", 0, SEED_HELP, f"{prefix}_seed", SEEDS),
             Setting(f"{prefix}_pace", "Pace", DEFAULT_PACE, PACE_HELP, f"{prefix}_pace", Choice(tuple(PACES))))
 
+
+# under the live text of both pages that generate: each written token's top contributors (gptviz.app.live_why)
+LIVE_WHY = Setting("live_why", "Top contributors under the text", True, link="live_why", rule=Flag(),
+                   help="Each written token's three most influential nodes of the attribution graph, computed beside "
+                        "the model within a twentieth of its time and half its waits for the pace (the rest on "
+                        "demand).")
 
 # ---- Attention page ------------------------------------------------------------------------------------------------
 ATT_VIEW = Setting("att_view", "", ATTENTION_VIEWS[0], link="att_view", rule=Choice(ATTENTION_VIEWS))
@@ -133,6 +147,26 @@ WHY_OTHER = Setting("why_other", "Rival", link="why_other", rule=NEXT_TOKENS,
 # the heads ablated: the grid's clicks and the "Heads to remove" box (WHY_HEADS, kept in step) share it
 WHY_ABLATED = Setting("why_heads", "", [], link="why_heads", rule=Heads())
 WHY_EXAMPLE = Setting("why_example", "Example pair", OWN_PAIR, link="why_example", rule=Choice(PATCH_PAIRS))
+# the attribution graph's pruning (the library's and the command line's defaults) and the node checked
+WHY_NODE_THRESHOLD = Setting("why_node_threshold", "Node threshold", 0.8, link="why_node_t",
+                             rule=Number(0.05, 1.0, 0.05),
+                             help="Keep the most influential nodes until they cover this share of the total absolute "
+                                  "influence (the embeddings and the metric are always kept).")
+WHY_EDGE_THRESHOLD = Setting("why_edge_threshold", "Edge threshold", 0.98, link="why_edge_t",
+                             rule=Number(0.01, 1.0, 0.01),
+                             help="Among the kept nodes, keep the fewest edges that cover this share of their absolute "
+                                  "weight.")
+WHY_MAX_NODES = Setting("why_max_nodes", "Most nodes", 200, link="why_max_nodes", rule=Whole(2, 400),
+                        help="Counting the embeddings (one per token) and the metric.")
+WHY_NODE = Setting("why_node", "Check a node", link="why_node", rule=Text(40),
+                   help="Remove it from the real model (patterns and norms recomputed) and compare the change with the "
+                        "frozen model's prediction, minus its influence.")
+# Why a head attends: the attention score (layer, head, query, key) split into its sources
+WHY_QK_LAYER = Setting("why_qk_layer", "Layer", 0, link="qk_layer", rule=LAYERS)
+WHY_QK_HEAD = Setting("why_qk_head", "Head", 0, link="qk_head", rule=Whole(0, 4095))
+WHY_QK_QUERY = Setting("why_qk_query", "Query position", link="qk_query", rule=Whole(0, 100_000))  # default: the last
+WHY_QK_KEY = Setting("why_qk_key", "Key position", link="qk_key", rule=Whole(0, 100_000),
+                     help="Defaults to where the head looks most from the query.")
 
 # ---- Parameters page -----------------------------------------------------------------------------------------------
 PAR_MODEL = Setting("par_model", "Model", PAR_MODEL_IN_USE, link="par_model",

@@ -10,15 +10,16 @@ import streamlit as st
 from .. import GPT, PRESETS
 from ..model.config import ConfigError
 from ..serve.devices import available_devices, available_dtypes
-from ..serve.limits import LimitError
+from ..serve.limits import LimitError, server_limits
 from ..model.params import total_params
 from ..model.tokenizer import fit_vocabulary, get_tokenizer
-from ..model.weights import CheckpointError, bundled_models, hub_copy_on_disk
+from ..model.weights import CheckpointError, bundled_models, hub_copy_on_disk, trained_norm
 from . import keys as K
 from . import settings as S
 from .display import EXPORT_FORMATS, md_text
 from .jobs import my_trained_models
 from .links import prompt_left_out, replaced_link_value
+from .model_files import folder_needs_n_head, head_count_box, upload_picker, wiring_warning
 from .models import ModelSpec, load_model
 from .text_limits import MODEL_NAME_CHARS, checked_text
 from .services import cached
@@ -43,7 +44,7 @@ HUB_GPT2, HUB_GPT2_BYTES = "gpt2", 548_105_171
 # The sidebar's model settings: what "Back to ..." restores after a model that fails to load (issue 32). The page's
 # own settings need no copy: a page without a model ends its run with st.stop(), and Streamlit forgets the values of
 # widgets a run did not draw only after a run that was not stopped; the prompt is drawn in every run.
-MODEL_KEYS = (K.MODEL_SOURCE, K.HF_NAME, K.NORM, K.PRESET, K.SEED, K.TRAINED_RUN, K.DEVICE, K.DTYPE)
+MODEL_KEYS = (K.MODEL_SOURCE, K.HF_NAME, K.N_HEAD, K.NORM, K.PRESET, K.SEED, K.TRAINED_RUN, K.DEVICE, K.DTYPE)
 # Presets above this size are slow to initialise on a laptop CPU; the sidebar says so.
 LARGE_MODEL_PARAMS = 400_000_000
 
@@ -135,6 +136,8 @@ def model_picker() -> ModelSpec | None:
     sources += [K.SOURCE_PRESET, K.SOURCE_PRETRAINED]
     if my_trained_models():
         sources.append(K.SOURCE_TRAINED)
+    if server_limits().upload_mb:  # an operator can turn uploads off (GPTVIZ_UPLOAD_MB=0)
+        sources.append(K.SOURCE_UPLOAD)
     if state.get(K.MODEL_SOURCE) not in sources:
         state[K.MODEL_SOURCE] = _default_source()
     source = S.MODEL_SOURCE.selectbox(st, options=sources)
@@ -147,7 +150,10 @@ def model_picker() -> ModelSpec | None:
     dtypes = available_dtypes(device)
     keep_valid(K.DTYPE, dtypes, S.DTYPE.default)
     dtype = S.DTYPE.selectbox(st, options=dtypes) if len(dtypes) > 1 else S.DTYPE.default
-    return SOURCE_PICKERS[source](norm, device, dtype)
+    spec = SOURCE_PICKERS[source](norm, device, dtype)
+    if spec is None or spec.source != K.SOURCE_PRETRAINED or spec.n_head is None:
+        state.pop(K.N_HEAD, None)  # a head count travels in links only with the folder it completes
+    return spec
 
 
 class ReturnPoint(NamedTuple):
@@ -244,10 +250,14 @@ def pretrained_picker(norm: str, device: str, dtype: str) -> ModelSpec | None:
     if not name.strip():
         st.info("Enter a folder path or a Hub id.")
         return None
-    if norm == "post":
-        st.warning("GPT-2's weights were trained pre-norm. Post-norm runs the same weights with the LayerNorms "
-                   "moved, so what it outputs is not what the model learned.")
-    return ModelSpec(K.SOURCE_PRETRAINED, name.strip(), norm, 0, device, dtype)
+    n_head = None
+    if folder_needs_n_head(name.strip()):  # Raschka's GPTModel: the file cannot say (the link carries the count)
+        n_head = head_count_box(S.N_HEAD, "This file")
+        if n_head is None:
+            return None
+    # a checkpoint on this server tells its own wiring (GPT-1's is post)
+    wiring_warning(trained_norm(name.strip(), n_head=n_head), norm)
+    return ModelSpec(K.SOURCE_PRETRAINED, name.strip(), norm, 0, device, dtype, n_head)
 
 
 def trained_picker(norm: str, device: str, dtype: str) -> ModelSpec:
@@ -257,7 +267,8 @@ def trained_picker(norm: str, device: str, dtype: str) -> ModelSpec:
 
 
 SOURCE_PICKERS = {K.SOURCE_BUNDLED: bundled_picker, K.SOURCE_PRESET: preset_picker,
-                  K.SOURCE_PRETRAINED: pretrained_picker, K.SOURCE_TRAINED: trained_picker}
+                  K.SOURCE_PRETRAINED: pretrained_picker, K.SOURCE_TRAINED: trained_picker,
+                  K.SOURCE_UPLOAD: upload_picker}
 
 
 def prompt_box() -> None:

@@ -169,6 +169,26 @@ def contexts(spec: ModelSpec, loaded: Loaded, unit: ix.Unit) -> list[ix.Context]
     return context_store().get_or_build((loaded.key, unit), run, _contexts_size)
 
 
+def band_contexts(spec: ModelSpec, loaded: Loaded, unit: ix.Unit) -> list[tuple[ix.Band, list[ix.Context]]]:
+    """Each band of the unit's positive values with its examples' contexts (one batched pass, cached per model and
+    unit like the top examples')."""
+    def run() -> list[tuple[ix.Band, list[ix.Context]]]:
+        bands, model = ix.band_examples(loaded.index, unit), load_model(spec)
+        examples = [e for b in bands for e in b.examples]
+        need = ix.example_contexts_nbytes(loaded.index, loaded.docs, examples, model.config, before=EXAMPLES_BEFORE,
+                                          after=EXAMPLES_AFTER)
+        with memory.reserve(need, f"the band examples of {unit}"):
+            found = ix.example_contexts(loaded.index, loaded.docs, examples, model=model, before=EXAMPLES_BEFORE,
+                                        after=EXAMPLES_AFTER)
+        out = []
+        for b in bands:
+            out.append((b, found[:len(b.examples)]))
+            found = found[len(b.examples):]
+        return out
+    return context_store().get_or_build((loaded.key, unit, "bands"), run,
+                                        lambda found: _contexts_size([c for _, cs in found for c in cs]))
+
+
 def _contexts_size(found: list[ix.Context]) -> int:
     return sum(c.ids.nbytes + c.values.nbytes + c.positions.nbytes + 64 for c in found) + 64
 

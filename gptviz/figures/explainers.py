@@ -1,6 +1,8 @@
 """Explainers: activation functions, the causal mask, and pre-norm vs post-norm block diagrams."""
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
@@ -94,7 +96,13 @@ def block_layout(norm: str) -> tuple[list[tuple[str, str, str]], list[tuple[int,
 
 def block_diagram(norm: str, highlight: bool = False, compact: bool = False) -> go.Figure:
     """A pre-norm (GPT-2) or post-norm (GPT-1) block drawn with shapes and annotations. `compact`: for a narrow
-    column beside other figures (no hook names, smaller text, 320 px tall)."""
+    column beside other figures (no hook names, smaller text, 320 px tall). A new figure each call, built from a
+    kept description (building it shape by shape took 0.12 s, 0.5 s under load, at every run of two pages)."""
+    return go.Figure(_block_diagram(norm, highlight, compact))
+
+
+@functools.lru_cache(maxsize=8)
+def _block_diagram(norm: str, highlight: bool, compact: bool) -> dict:
     nodes, skips = block_layout(norm)
     if compact:  # the longest label, shortened to fit a box a phone draws 100 px wide
         nodes = [("self-attention" if label == "causal self-attention" else label, kind, hook)
@@ -137,4 +145,4 @@ def block_diagram(norm: str, highlight: bool = False, compact: bool = False) -> 
     # the whole title through apply_layout, which wraps it and makes room for its lines
     apply_layout(fig, title=title + (" — the sidebar's model" if highlight else ""), height=320 if compact else 560)
     fig.update_layout(font=FONT, xaxis_fixedrange=True, yaxis_fixedrange=True)
-    return fig
+    return fig.to_dict()

@@ -157,11 +157,17 @@ def attention_pair(pre: np.ndarray, post: np.ndarray, labels: list[str], title: 
 
 def attention_panels(pre: np.ndarray, post: np.ndarray, labels: list[str], title: str,
                      panel_names: tuple[str, str, str] = ("pre-norm", "post-norm", "post − pre"),
-                     height: int = 440) -> list[go.Figure]:
+                     height: int = 440, post_labels: list[str] | None = None,
+                     with_difference: bool = True) -> list[go.Figure]:
     """attention_pair's three heatmaps as three figures, each with its own colour bar (the two wirings' on the same
     0..1 scale), for columns that a phone stacks: three panels in one figure were 80 px each there, their tick
     labels and colour bars over each other. Each is titled "{title}: {panel name}", or the panel name alone when
-    `title` is empty (the twins name each panel's own head)."""
+    `title` is empty (the twins name each panel's own head). `post_labels`: the post-norm model read the text as
+    other tokens (its own tokenizer): two figures, each over its own tokens, and no difference.
+    `with_difference=False`: the first two only."""
+    if post_labels is not None:
+        return [_own_tokens_panel(z, names, f"{title}: {name}" if title else name, height)
+                for z, names, name in ((pre, labels, panel_names[0]), (post, post_labels, panel_names[1]))]
     labels = [plain(label) for label in labels]
     T = len(labels)
     diff = _masked(post) - _masked(pre)
@@ -177,7 +183,8 @@ def attention_panels(pre: np.ndarray, post: np.ndarray, labels: list[str], title
     figures = []
     for name, z, scale, lo, hi, bar in ((panel_names[0], _masked(pre), ATTENTION_SCALE, 0, 1, "weight"),
                                         (panel_names[1], _masked(post), ATTENTION_SCALE, 0, 1, "weight"),
-                                        (panel_names[2], diff, DIVERGING_SCALE, -vmax, vmax, "post − pre")):
+                                        (panel_names[2], diff, DIVERGING_SCALE, -vmax, vmax, "post − pre"))[
+                                           :3 if with_difference else 2]:
         fig = go.Figure(go.Heatmap(z=z, x=names, y=names, colorscale=scale, zmin=lo, zmax=hi,
                                    customdata=custom, hovertemplate=hover, hoverongaps=False,
                                    colorbar=dict(title=dict(text=bar, side="top"), thickness=10, len=0.8)))
@@ -185,6 +192,24 @@ def attention_panels(pre: np.ndarray, post: np.ndarray, labels: list[str], title
         fig.update_yaxes(**axis, autorange="reversed", title_text="query", showgrid=False, zeroline=False)
         figures.append(apply_layout(fig, f"{title}: {name}" if title else name, height=height, plot_bgcolor=MASKED_COLOR))
     return figures
+
+
+def _own_tokens_panel(pattern: np.ndarray, labels: list[str], title: str, height: int) -> go.Figure:
+    """One model's attention over its own tokens (a pair that tokenizes the text differently)."""
+    labels = [plain(label) for label in labels]
+    T, z = len(labels), _masked(pattern)
+    qs, ks = np.meshgrid(np.arange(T), np.arange(T), indexing="ij")
+    custom = np.stack([np.array(labels, dtype=object)[qs], np.array(labels, dtype=object)[ks], qs, ks], axis=-1)
+    names = token_categories(labels)
+    axis = token_category_axis(names)
+    fig = go.Figure(go.Heatmap(z=z, x=names, y=names, colorscale=ATTENTION_SCALE, zmin=0, zmax=1, customdata=custom,
+                               hoverongaps=False, colorbar=dict(title=dict(text="weight", side="top"), thickness=10,
+                                                                len=0.8),
+                               hovertemplate="query %{customdata[2]} %{customdata[0]}<br>key %{customdata[3]} "
+                                             "%{customdata[1]}<br>weight %{z:.3f}<extra></extra>"))
+    fig.update_xaxes(**axis, tickangle=-60, title_text="key", showgrid=False, zeroline=False)
+    fig.update_yaxes(**axis, autorange="reversed", title_text="query", showgrid=False, zeroline=False)
+    return apply_layout(fig, title, height=height, plot_bgcolor=MASKED_COLOR)
 
 
 def attention_distance(tv: np.ndarray) -> go.Figure:

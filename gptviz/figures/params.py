@@ -7,12 +7,11 @@ from typing import NamedTuple
 import pandas as pd
 import plotly.graph_objects as go
 
-from ..model.params import COMPONENTS, GROUPS
+from ..model.params import COMPONENTS, GROUP_ORDER, GROUPS
 from .common import apply_layout
 
 COMPONENT_COLORS = dict(zip(COMPONENTS, ("#4c78a8", "#9ecae9", "#f58518", "#ffbf79", "#54a24b", "#88d27a",
                                          "#b279a2", "#d6a5c9", "#e45756")))
-GROUP_ORDER = ("embeddings", "attention", "MLP", "norms", "LM head")
 GROUP_COLORS = dict(zip(GROUP_ORDER, ("#4c78a8", "#f58518", "#54a24b", "#b279a2", "#e45756")))
 
 
@@ -23,46 +22,46 @@ def _fmt(n: float) -> str:
     return f"{n:.0f}"
 
 
-# Components below this share of the total are one row, "other (n small)", its members on hover: at a phone's width
-# a 0.1% bar is under a pixel, and GPT-2's norms (0.02%) or a tied head (0) said nothing as rows of their own.
-OTHER_SHARE = 0.01
 ROW_PX = 38          # one row: its label (12 px text) above a 19 px bar
 LABEL_SIZE = 12
 
 
 class ComponentRow(NamedTuple):
-    name: str            # a component, or "other (n small)"
+    name: str            # a group, or a component in the finer split
     count: int
     share: float
-    members: list[tuple[str, int]]   # the components in the row with their counts (one, unless grouped)
+    members: list[tuple[str, int]]   # the components in the row with their counts (one, in the finer split)
 
 
-def component_rows(comp: pd.DataFrame, min_share: float = OTHER_SHARE) -> list[ComponentRow]:
-    """params.by_component's rows, largest first (ties in COMPONENTS order), those under `min_share` of the total
-    grouped into one last row (unless only one is: it keeps its name). Counts are the table's, exact."""
+def component_rows(comp: pd.DataFrame, split: bool = False) -> list[ComponentRow]:
+    """params.by_component's rows as the chart draws them: one per group in GROUP_ORDER (what a reader means:
+    attention with its output projection, norms with the final one; a tied head's 0 too), or with `split` one per
+    component in COMPONENTS order. Always in that fixed order, so two models read row for row. Counts are the
+    table's, exact; nothing is folded into an "other" row (the out-projection once was, on small models)."""
     total = int(comp["count"].sum())
-    rows = [ComponentRow(name, int(c), int(c) / total if total else 0.0, [(name, int(c))])
-            for name, c in zip(comp["component"], comp["count"])]
-    big = sorted([r for r in rows if r.share >= min_share], key=lambda r: -r.count)   # sorted() is stable
-    small = [r for r in rows if r.share < min_share]
-    if len(small) == 1:
-        return sorted(big + small, key=lambda r: -r.count)
-    if small:
-        count = sum(r.count for r in small)
-        big.append(ComponentRow(f"other ({len(small)} small)", count, count / total if total else 0.0,
-                                [m for r in small for m in r.members]))
-    return big
+    counts = {name: int(c) for name, c in zip(comp["component"], comp["count"])}
+    if split:
+        groups = [(c, [c]) for c in COMPONENTS if c in counts]
+    else:
+        groups = [(g, [c for c in COMPONENTS if GROUPS[c] == g and c in counts]) for g in GROUP_ORDER]
+    rows = []
+    for name, members in groups:
+        if members:
+            count = sum(counts[c] for c in members)
+            rows.append(ComponentRow(name, count, count / total if total else 0.0, [(c, counts[c]) for c in members]))
+    return rows
 
 
 def _share_text(share: float) -> str:
     return "<0.1%" if 0 < share < 0.0005 else f"{share:.1%}"
 
 
-def component_shares(comp: pd.DataFrame, title: str, tied: bool = False) -> go.Figure:
-    """Where the parameters are: one bar per component (component_rows), longest first, each with its name, exact
-    count and share written above it across the figure's full width, so every label is readable on a 358 px phone
-    figure (a treemap's slivers and labels beside bars were not). Hover names a grouped row's members and counts."""
-    rows = component_rows(comp)
+def component_shares(comp: pd.DataFrame, title: str, tied: bool = False, split: bool = False) -> go.Figure:
+    """Where the parameters are: one bar per group (component_rows; per component with `split`), each with its
+    name, exact count and share written above it across the figure's full width, so every label is readable on a
+    358 px phone figure (a treemap's slivers and labels beside bars were not). Hover names a group's components and
+    their counts; a tied head's label says it is the token embedding."""
+    rows = component_rows(comp, split)
     n = max(len(rows), 1)
     top = max((r.count for r in rows), default=0) or 1
 
@@ -70,16 +69,22 @@ def component_shares(comp: pd.DataFrame, title: str, tied: bool = False) -> go.F
         note = " (tied: it is the token embedding)" if tied and name == "LM head" else ""
         return f"{name}: {count:,}{note}"
 
+    def label(r: ComponentRow) -> str:
+        if tied and r.name == "LM head":
+            return f"<b>{r.name}</b>  {r.count:,} · tied to the token embedding"
+        return f"<b>{r.name}</b>  {r.count:,} · {_share_text(r.share)}"
+
     hover = ["<br>".join(member_line(*m) for m in r.members) for r in rows]
+    colors = COMPONENT_COLORS if split else GROUP_COLORS
     fig = go.Figure(go.Bar(
         y=list(range(len(rows))), x=[r.count for r in rows], orientation="h", width=0.5,
-        marker_color=[COMPONENT_COLORS.get(r.name, "#a0aec0") for r in rows],
+        marker_color=[colors.get(r.name, "#a0aec0") for r in rows],
         customdata=[[h, r.share] for h, r in zip(hover, rows)],
         hovertemplate="%{customdata[0]}<br>%{customdata[1]:.2%} of the total<extra></extra>"))
     for i, r in enumerate(rows):   # the label just above its bar (whose top edge is at i - 0.25)
         fig.add_annotation(x=0, xref="x", xanchor="left", y=i - 0.25, yref="y", yanchor="bottom", yshift=1,
                            showarrow=False, align="left", font=dict(size=LABEL_SIZE, color="#1a202c"),
-                           text=f"<b>{r.name}</b>  {r.count:,} · {_share_text(r.share)}")
+                           text=label(r))
     fig.update_xaxes(visible=False, range=[0, top], fixedrange=True)
     fig.update_yaxes(visible=False, range=[n - 0.5, -0.7], fixedrange=True)   # first row on top, room for its label
     apply_layout(fig, title=title, showlegend=False, hovermode="y")
@@ -88,12 +93,16 @@ def component_shares(comp: pd.DataFrame, title: str, tied: bool = False) -> go.F
 
 
 def layer_stacked_bar(layers: pd.DataFrame) -> go.Figure:
-    """Stacked bars per block by component (params.by_layer output: index layer, columns components)."""
+    """Stacked bars per block by group or component (params.by_layer output: index layer, columns groups or
+    components), in GROUP_ORDER / COMPONENTS order."""
     fig = go.Figure()
     x = [int(i) for i in layers.index]
-    for comp in [c for c in COMPONENTS if c in layers.columns]:
+    colors = {**GROUP_COLORS, **COMPONENT_COLORS}   # "norms" is both: one colour
+    for comp in [c for c in (*GROUP_ORDER, *COMPONENTS) if c in layers.columns]:
+        if any(t.name == comp for t in fig.data):
+            continue
         fig.add_trace(go.Bar(x=x, y=layers[comp].astype("int64"), name=comp,
-                             marker_color=COMPONENT_COLORS[comp],
+                             marker_color=colors[comp],
                              hovertemplate=f"block %{{x}}<br>{comp}: %{{y:,}}<extra></extra>"))
     fig.update_layout(barmode="stack")
     fig.update_xaxes(title_text="block", dtick=1 if len(x) <= 24 else None)

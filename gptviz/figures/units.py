@@ -25,18 +25,19 @@ class ExampleRow(NamedTuple):
     hover: str  # what the row's hover adds (document, position, score), already plain text
 
 
-def example_rows(index, contexts, examples, *, by_attention: bool = False) -> list[ExampleRow]:
+def example_rows(index, contexts, examples, *, by_attention: bool = False, ranked: bool = True) -> list[ExampleRow]:
     """A unit's top examples (gptviz.index's top_examples and example_contexts) as rows: named by rank, peak value,
     play (marked when held out) and, for a head, the token its peak attends to most ("→ X n back (weight)", "↻"
     when that follows an earlier copy of the peak token: induction). `by_attention`: a head's rows coloured by
-    where the peak looks instead of by its output norm."""
+    where the peak looks instead of by its output norm. `ranked`: False for a band's examples (no rank)."""
     from ..index.read import attended
     from ..model.tokenizer import token_labels
     rows = []
     for e, c in zip(examples, contexts):
         held = index.documents[e.doc]["held_out"]
         values = c.attention if by_attention and c.attention is not None else c.values
-        name = f"#{e.rank + 1}  {e.value:.3f}  {e.doc_name}{'  (held out)' if held else ''}"
+        value = f"#{e.rank + 1}  {e.value:.3f}" if ranked else f"{e.value:.3g}"  # a weak band's 0.0012, not 0.001
+        name = f"{value}  {e.doc_name}{'  (held out)' if held else ''}"
         hover = (f"{e.doc_name}{' (a held-out play)' if held else ''}, token {e.pos:,}; "
                  f"{'score' if e.unit.kind == 'head' else 'activation'} at the peak {e.value:.4f}")
         looks = attended(c)
@@ -48,6 +49,19 @@ def example_rows(index, contexts, examples, *, by_attention: bool = False) -> li
                 hover += f"; it attends to {label}, the token after an earlier copy of the peak token (induction)"
         rows.append(ExampleRow(token_labels(c.ids), values, c.peak, name, hover))
     return rows
+
+
+def band_title(number: int, levels: tuple[float, float], lo: float, hi: float, shown: int, sampled: int,
+               value_name: str, positives: int, sample: int, examples: int = 5) -> str:
+    """A band's line: "Band 2: the 20-40% of its positive values, activation 0.0108 to 0.0184 (5 examples)", and,
+    where it shows fewer than `examples`, why: the unit is > 0 on only `positives` tokens, or the index's sample of
+    `sample` of its positive values held only `sampled` in this band."""
+    count = f"{shown} example{'s' if shown != 1 else ''}"
+    if shown < examples:
+        count += (f": it is above 0 on only {positives:,} token{'s' if positives != 1 else ''}" if positives <= sample
+                  else f": the index's sample of {sample} of its positive values held {sampled} in this band")
+    return (f"Band {number}: the {levels[0]:.0%}-{levels[1]:.0%} of its positive values, {value_name} {lo:.3g} to "
+            f"{hi:.3g} ({count})")
 
 
 def _row_layout(labels: list[str], peak: int) -> tuple[np.ndarray, np.ndarray]:

@@ -26,6 +26,10 @@ so 0 and -0.0 (GELU far below 0) fall below it and the bins above it hold exactl
 active positions (> 0) is their count, the count of values > 0. Quantiles are read from the histogram (linear within a bin, then clipped
 to the unit's exact extremes: off by at most one bin's width). Mean and standard deviation are running sums.
 
+Bands: beside its top K, each unit's positive values in BANDS bands between their quantiles (the weakest fifth to
+the strongest), with BAND_EXAMPLES examples each from a uniform sample of SAMPLE positive values kept in the same scan
+(`band_examples`; bands.py says how they are chosen).
+
 Top tokens: for each unit, the TOP_TOKENS token ids with the highest mean activation over their occurrences, among
 tokens that occur at least `min_count` times in the corpus. For each such token, the units with the highest
 z-scored mean on it ((mean on the token - the unit's mean) / the unit's standard deviation), for units_for_token.
@@ -37,25 +41,29 @@ On disk (`save_index` / `load_index`): a folder with index.json (metadata: forma
 and weights fingerprint, the corpus's documents with their lengths, checksums and which are held-out plays,
 windows, score definitions, scan time and memory) and index.npz (arrays; loaded with allow_pickle=False).
 
-Modules: units (ids and scores), corpus (documents, windows, your own corpus), histograms, top_k (the running top K
-in one total order), scan (plan, partial scans, merge), partial (partial scans on disk), store (NeuronIndex, save and
-load), read (examples, contexts, summaries), effects (what a unit writes, read by the unembedding), progress (the
-CLI's progress line), distributed (Ray).
+Modules: units (ids and scores), corpus (documents, windows, your corpus tokenized), texts (your corpus's texts,
+read a bounded piece at a time), histograms, top_k (the running top K in one total order), bands (the sample and
+the bands' examples), scan (plan, partial
+scans, merge), partial (partial scans on disk), store (NeuronIndex, save and load), read (examples, contexts,
+summaries), effects (what a unit writes, read by the unembedding), progress (the CLI's progress line), distributed
+(Ray).
 """
 from __future__ import annotations
 
-from .constants import (BATCH_VALUES, BINS, DEAD_PEAK, FORMAT, HEAD_SCORE, INDEX_JSON, INDEX_NPZ, MIN_COUNT,
-                        NEURON_SCORE, QUANTILES, SAMPLE_WINDOWS, TOKEN_RANK, TOKEN_UNITS, TOP_K, TOP_TOKENS, VERSION)
-from .corpus import (Document, _as_documents, _checksum, _windows, corpus_documents, corpus_texts, default_stride,
-                     scoring_window, token_counts, tokenize_corpus)
+from .constants import (BAND_EXAMPLES, BAND_LEVELS, BANDS, BATCH_VALUES, BINS, DEAD_PEAK, FORMAT, HEAD_SCORE, INDEX_JSON, INDEX_NPZ, MIN_COUNT,
+                        NEURON_SCORE, QUANTILES, SAMPLE_WINDOWS, SAMPLE, TOKEN_RANK, TOKEN_UNITS, TOP_K, TOP_TOKENS,
+                        VERSION)
+from .corpus import (Document, _as_documents, _checksum, _windows, corpus_documents, default_stride, scoring_window,
+                     token_counts, tokenize_corpus)
 from .effects import DirectEffect, direct_effect, head_direct_effect
 from .histograms import _Binner, _bin_of, _edges, _quantiles
 from .partial import load_partial, save_partial
 from .progress import text_progress
-from .read import (Attended, Context, Example, attended, TokenUnit, UnitScore, _check_model, active_phrase, check_documents, example_context,
-                   example_contexts, example_contexts_nbytes, histogram, index_documents, quantiles, summary,
+from .read import (Attended, Band, Context, Example, attended, TokenUnit, UnitScore, _check_model, active_phrase, band_examples, check_documents, example_context,
+                   example_contexts, example_contexts_nbytes, histogram, index_documents, positive_count, quantiles, summary,
                    top_examples, top_tokens, units_at, units_at_nbytes, units_for_token)
 from .forward import _run_windows, _unit_blocks  # noqa: F401
+from .texts import corpus_pieces, corpus_texts
 from .scan import (PartialScan, ScanPlan, build_index, default_batch, finish_scan, merge_scans,
                    plan_scan, scan_batches, scan_nbytes)
 from .store import (IndexFormatError, NeuronIndex, _config_dict, bundled_index, index_folder, index_matches,

@@ -19,9 +19,19 @@
  *                     checked that every entry's location comes before every row's and that the rows' locations
  *                     `loc` increase, and says so with top = 1 (2: some unit has an empty slot, so every value is
  *                     tested); elsewhere it passes top = 0 (nothing inserted) and merges with vmax itself (top_k.py).
+ *   sample            samp_key, samp_v, samp_loc [w, R] (R > 0): each unit's sample of its values > 0, the R with the
+ *                     smallest row key (row_key[i], one per row, distinct) in key order, empty slots (location -1)
+ *                     last: gptviz/index/bands.py. A value joins when it is > 0 and its key is at most sthr[u] (the
+ *                     last held key when the sample is full, else INT64_MAX), inserted after the smaller keys. Its set
+ *                     does not depend on the order the rows come in, so this runs whatever `top` says. Per tile, the
+ *                     rows are put in key order once; a unit with no value > 0 in the tile (its tile maximum) or whose
+ *                     threshold is under the tile's smallest key is skipped without reading its values again, and the
+ *                     others read the tile's rows in key order only up to their threshold. (A max-heap instead of
+ *                     slots in key order measured no faster: an insertion's cost is mostly reaching the unit's
+ *                     sample in memory, not moving its entries.)
  * Returns the number of values inserted into the top k. A NaN value bins at lo[u] (never outside the unit's bins) and
  * turns vsq[u] into NaN, which the caller checks. The pointers do not overlap; local holds bins * w ints, scratch w
- * ints and tile_max w floats. */
+ * ints, tile_max w floats and sthr w int64. */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -40,10 +50,15 @@ int64_t block_stats(const float *restrict values, const int64_t *restrict row_in
                     float *restrict vmin, float *restrict vmax, double *restrict vsq,
                     float *restrict thr, float *restrict best_v, int64_t *restrict best_loc,
                     const int64_t *restrict loc, int64_t K, int64_t top, int32_t *restrict local,
-                    int32_t *restrict scratch, float *restrict tile_max)
+                    int32_t *restrict scratch, float *restrict tile_max,
+                    const int64_t *restrict row_key, int64_t R, int64_t *restrict sthr, int64_t *restrict samp_key,
+                    float *restrict samp_v, int64_t *restrict samp_loc)
 {
     int64_t inserted = 0;
+    int64_t order[TILE];
     memset(local, 0, (size_t)(bins * w) * sizeof(int32_t));
+    for (int64_t u = 0; u < w && R > 0; u++)
+        sthr[u] = samp_loc[u * R + R - 1] < 0 ? INT64_MAX : samp_key[u * R + R - 1];
     for (int64_t i0 = 0; i0 < n; i0 += TILE) {
         int64_t i1 = i0 + TILE < n ? i0 + TILE : n;
         for (int64_t u = 0; u < w; u++)
@@ -72,6 +87,40 @@ int64_t block_stats(const float *restrict values, const int64_t *restrict row_in
             }
             for (int64_t u = 0; u < w; u++)
                 local[scratch[u]] += 1;
+        }
+        if (R > 0) {
+            int64_t m = i1 - i0;
+            for (int64_t a = 0; a < m; a++) {  /* the tile's rows in key order: an insertion sort of TILE at most */
+                int64_t k = row_key[i0 + a], b = a;
+                for (; b > 0 && row_key[i0 + order[b - 1]] > k; b--)
+                    order[b] = order[b - 1];
+                order[b] = a;
+            }
+            int64_t kmin = row_key[i0 + order[0]];
+            for (int64_t u = 0; u < w; u++) {
+                if (!(tile_max[u] > 0.0f && kmin <= sthr[u]))
+                    continue;
+                int64_t *restrict sk = samp_key + u * R, *restrict sl = samp_loc + u * R;
+                float *restrict sv = samp_v + u * R;
+                for (int64_t a = 0; a < m; a++) {
+                    int64_t i = i0 + order[a], k = row_key[i];
+                    if (k > sthr[u])
+                        break;
+                    float v = values[(row_index ? row_index[i] : i) * stride + u];
+                    if (!(v > 0.0f))
+                        continue;
+                    int64_t j = R - 1;
+                    for (; j > 0 && (sl[j - 1] < 0 || sk[j - 1] > k); j--) {
+                        sk[j] = sk[j - 1];
+                        sv[j] = sv[j - 1];
+                        sl[j] = sl[j - 1];
+                    }
+                    sk[j] = k;
+                    sv[j] = v;
+                    sl[j] = loc[i];
+                    sthr[u] = sl[R - 1] < 0 ? INT64_MAX : sk[R - 1];
+                }
+            }
         }
         if (top == 0)
             continue;

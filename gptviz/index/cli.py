@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -25,7 +27,8 @@ def add_arguments(x: argparse.ArgumentParser) -> None:
                    help="your corpus: a text file, a folder of text files (one document each), or a Parquet or "
                         "JSON-lines file with a text column (default: the bundled complete works of Shakespeare)")
     x.add_argument("--text-column", default="text", help="the text column of a Parquet or JSON-lines corpus")
-    x.add_argument("--max-tokens", type=int, default=None, help="stop reading the corpus after this many tokens")
+    x.add_argument("--max-tokens", type=int, default=None,
+                   help="stop reading the corpus (yours or the bundled works) after this many tokens")
     x.add_argument("--out", default=None, help="output folder (default: ./<model>-index, or ./<model>-shard-I-of-N "
                                               "with --shard); the shipped index of a bundled model is "
                                               "gptviz/models/<name>/index")
@@ -53,9 +56,11 @@ def add_merge_arguments(m: argparse.ArgumentParser) -> None:
 
 
 def _documents(args, store_dir: Path):
+    """(documents, source, corpus metadata): --max-tokens holds for every source, and the metadata records it (the
+    tokens read are the index's corpus.tokens)."""
     from .corpus import corpus_documents, tokenize_corpus
     if args.corpus is None:
-        return corpus_documents(), "shakespeare-works", None
+        return corpus_documents(limit_tokens=args.max_tokens), "shakespeare-works", {"max_tokens": args.max_tokens}
     path = Path(args.corpus).expanduser().resolve()
 
     shown = []
@@ -64,13 +69,16 @@ def _documents(args, store_dir: Path):
         shown.append(True)
         print(f"\rtokenizing {path.name}: {tokens:,} tokens", end="", file=sys.stderr, flush=True)
 
+    def skipped(name: str, why: str) -> None:  # a folder's links out of it, FIFOs: listed before the first document
+        print(f"skipped {name}: {why}", file=sys.stderr, flush=True)
+
     try:
         docs = tokenize_corpus(path, store_dir / "corpus.ids", text_column=args.text_column,
-                               limit_tokens=args.max_tokens, progress=report)
+                               limit_tokens=args.max_tokens, progress=report, on_skip=skipped)
     finally:
         if shown:
             print(file=sys.stderr)  # end the progress line, also before an error
-    return docs, path.name, {"path": str(path), "text_column": args.text_column}
+    return docs, path.name, {"path": str(path), "text_column": args.text_column, "max_tokens": args.max_tokens}
 
 
 def _shard(text: str) -> tuple[int, int]:
@@ -118,13 +126,15 @@ def run(args) -> int:
             part = scan_batches(model, docs, plan, batches, progress=text_progress(label))
             if shard:
                 from .partial import save_partial
+                part.run = _this_run(args)
                 out = save_partial(plan, part, args.out or f"{name}-shard-{shard[0]}-of-{shard[1]}")
                 print(json.dumps({"out": str(out), "batches": part.batches, "tokens": part.tokens,
                                   "seconds": round(part.seconds, 2)}))
                 return 0
             index = finish_scan(plan, part)
-        index.meta["scan"].update(device=args.device, dtype=args.dtype, workers=args.workers if args.ray else 1)
-        index.meta["scan"]["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+        run = _this_run(args)
+        run["peak_rss_mb"] = max(run["peak_rss_mb"], index.meta["scan"].get("peak_rss_mb", 0))  # Ray's tasks'
+        index.meta["scan"].update(run, workers=args.workers if args.ray else 1)
         out = save_index(index, args.out or f"{name}-index")
     scan = index.meta["scan"]
     print(json.dumps({"out": str(out), "seconds": scan["seconds"], "tokens_per_s": scan["tokens_per_s"],
@@ -133,16 +143,114 @@ def run(args) -> int:
     return 0
 
 
+def _this_run(args) -> dict:
+    """What ran a scan, for meta.scan (a shard keeps it in its partial index for the merge): one set of keys from
+    every path (tests/test_index_cli.py)."""
+    import torch
+    return {"device": args.device, "dtype": args.dtype, "threads": torch.get_num_threads(), "torch": torch.__version__,
+            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
+
+
+def _merged_runs(runs: list[dict]) -> dict:
+    """The shards' runs as one: values that differ joined with "+" (as the statistics' "C+torch"), the most threads,
+    the largest peak memory (this process's included); None where no shard said (a partial index of older gptviz)."""
+    def joined(key):
+        values = sorted({str(r[key]) for r in runs if r.get(key) is not None})
+        return "+".join(values) or None
+
+    threads = [r["threads"] for r in runs if r.get("threads") is not None]
+    peaks = [r["peak_rss_mb"] for r in runs if r.get("peak_rss_mb") is not None]
+    own = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    return {"device": joined("device"), "dtype": joined("dtype"), "threads": max(threads, default=None),
+            "torch": joined("torch"), "peak_rss_mb": max(peaks + [own])}
+
+
+def merge_target(out, parts) -> Path:
+    """Where `index merge` may write: a new path or an empty folder, neither one of its input shards nor inside one.
+    ValueError otherwise, before anything is read or written."""
+    target = Path(out).expanduser().resolve()
+    for part in parts:
+        shard = Path(part).expanduser().resolve()
+        if target == shard or shard in target.parents:
+            raise ValueError(f"the merge's output {out!r} is {'' if target == shard else 'inside '}its input shard "
+                             f"{part!r}: nothing written")
+    if target.exists() and not target.is_dir():
+        raise ValueError(f"{out!r} exists and is not a folder: nothing written")
+    if target.is_dir() and any(target.iterdir()):
+        raise ValueError(f"the folder {out!r} is not empty: the merge writes only into a new or an empty folder")
+    return target
+
+
+def _save_new(index, target: Path) -> Path:
+    """Write the index into a temporary folder beside `target`, then rename it into place: a merge that fails leaves
+    nothing, and the rename itself refuses a folder that filled up meanwhile (ENOTEMPTY)."""
+    from ..serve.atomic_write import TEMP_PREFIX
+    from .store import save_index
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{target.name}.", dir=target.parent))
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        tmp.chmod(0o777 & ~umask)  # a folder as mkdir makes it (mkdtemp's is private)
+        save_index(index, tmp)
+        os.replace(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return target
+
+
 def run_merge(args) -> int:
     from .partial import load_partial
     from .scan import finish_scan, merge_scans
-    from .store import save_index
 
+    target = merge_target(args.out, args.parts)
     loaded = [load_partial(p) for p in args.parts]
     plan = loaded[0][0]
     index = finish_scan(plan, merge_scans([part for _, part in loaded]))
-    index.meta["scan"]["shards"] = len(loaded)
-    out = save_index(index, args.out)
-    print(json.dumps({"out": str(out), "shards": len(loaded), "tokens": index.tokens,
+    # seconds stays the shards' summed time (they may have run anywhere, at any time); workers: one per shard
+    index.meta["scan"].update(_merged_runs([part.run for _, part in loaded]), shards=len(loaded), workers=len(loaded))
+    _save_new(index, target)
+    print(json.dumps({"out": str(Path(args.out)), "shards": len(loaded), "tokens": index.tokens,
                       "scan_seconds_summed": index.meta["scan"]["seconds"]}))
+    return 0
+
+
+def add_export_arguments(e: argparse.ArgumentParser) -> None:
+    e.add_argument("model", help="the model the index was built with: a bundled model's name, a checkpoint folder or "
+                                 "a Hub id")
+    e.add_argument("--out", required=True, help="a new or empty folder for the batch files")
+    e.add_argument("--index", default=None, help="the index folder (default: a bundled model's shipped index)")
+    e.add_argument("--units", default=None, help="only these units, e.g. L2N26,L1H3 (default: every one)")
+    e.add_argument("--per-batch", type=int, default=128, help="features per batch file (default 128)")
+    e.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+
+
+def run_export(args) -> int:
+    """`python -m gptviz index export MODEL --out FOLDER`: every unit's page in Neuronpedia's feature-dashboard
+    shape (gptviz.index.dashboard), the contexts of its top and band examples read by the model."""
+    import torch
+
+    from ..model.weights import load_pretrained
+    from .dashboard import export_index
+    from .progress import text_progress
+    from .read import index_documents
+    from .store import bundled_index, index_matches, load_index
+
+    torch.set_num_threads(max(1, args.threads))
+    if args.per_batch < 1:
+        raise ValueError(f"--per-batch must be at least 1, got {args.per_batch}")
+    index = load_index(args.index) if args.index else bundled_index(args.model)
+    if index is None:
+        raise ValueError(f"{args.model!r} has no shipped index: name its folder with --index")
+    model = load_pretrained(args.model).eval()
+    if not index_matches(index, model):
+        raise ValueError("the index was built with other weights than this model's: its examples would not be this "
+                         "model's")
+    units = [u.strip() for u in args.units.split(",") if u.strip()] if args.units else None
+    out = export_index(index, index_documents(index), model, args.out, units=units, per_batch=args.per_batch,
+                       progress=text_progress(f"export {index.meta['model']['name'] or args.model}"))
+    listed = json.loads((out / "export.json").read_text(encoding="utf-8"))
+    print(json.dumps({"out": str(out), "units": listed["units"], "batches": len(listed["batches"]),
+                      "bytes": sum(p.stat().st_size for p in out.rglob("*.json"))}))
     return 0

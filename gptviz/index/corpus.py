@@ -1,14 +1,16 @@
 """Documents and the windows a scan runs over them."""
 from __future__ import annotations
 
-import json
 import os
 import zlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from .texts import corpus_pieces
 
 
 @dataclass(frozen=True)
@@ -19,16 +21,25 @@ class Document:
     held_out: bool = False
 
 
-def corpus_documents(folder=None, held_out: Sequence[str] | None = None) -> list[Document]:
+def corpus_documents(folder=None, held_out: Sequence[str] | None = None, limit_tokens: int | None = None
+                     ) -> list[Document]:
     """A folder of plays (default: the complete works) as documents, one per file in `play_files` order, each the
     file's GPT-2 ids (no <|endoftext|>); `held_out` (default HELD_OUT_PLAYS) marks the plays the bundled models
-    never trained on."""
+    never trained on. `limit_tokens` stops after that many tokens (the last play cut short, the rest not read)."""
     from ..training.corpus import HELD_OUT_PLAYS, WORKS, play_files, play_name
     from ..model.tokenizer import get_tokenizer
     held = set(HELD_OUT_PLAYS if held_out is None else held_out)
     enc = get_tokenizer()
-    return [Document(play_name(p), np.asarray(enc.encode(p.read_text(encoding="utf-8")), dtype=np.int64),
-                     play_name(p) in held) for p in play_files(WORKS if folder is None else folder)]
+    docs, total = [], 0
+    for p in play_files(WORKS if folder is None else folder):
+        if limit_tokens is not None and total >= limit_tokens:
+            break
+        ids = np.asarray(enc.encode(p.read_text(encoding="utf-8")), dtype=np.int64)
+        if limit_tokens is not None:
+            ids = ids[:limit_tokens - total]
+        docs.append(Document(play_name(p), ids, play_name(p) in held))
+        total += len(ids)
+    return docs
 
 
 def _as_documents(docs) -> list[Document]:
@@ -90,109 +101,26 @@ def _windows(lengths: Sequence[int], n_ctx: int, stride: int) -> np.ndarray:
 
 # ---------------------------------------------------------------------------------------------------- your corpus
 
-TEXT_SUFFIXES = (".txt", ".text", ".md")
-CHUNK_CHARS = 1 << 20  # a long text is tokenized a piece at a time, cut where the cut changes no token
-SNIFF_BYTES = 8192     # a NUL byte in a file's first 8 KB marks it as binary (git's test)
-
-
-def _read_text(path: Path, name: str) -> str:
-    """A file's text, UTF-8 with undecodable bytes replaced. ValueError for a binary file (a NUL byte early on: an
-    image, an archive, a compressed or UTF-16 file), which would otherwise be indexed as replacement characters."""
-    with path.open("rb") as f:
-        if b"\0" in f.read(SNIFF_BYTES):
-            raise ValueError(f"{name!r} is not a UTF-8 text file (it holds NUL bytes: binary, compressed or UTF-16?)")
-    return path.read_text(encoding="utf-8", errors="replace")
-
-
-def corpus_texts(path, text_column: str = "text") -> Iterator[tuple[str, str]]:
-    """(name, text) of every document of a corpus, streamed: a text file (one document), a folder (each text file
-    below it one document, in sorted path order), a Parquet file or a JSON-lines file (each row one document, its
-    `text_column`). ValueError for what cannot be read as one of these."""
-    path = Path(path)
-    if path.is_dir():
-        files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in TEXT_SUFFIXES)
-        if not files:
-            raise ValueError(f"the folder {path.name!r} holds no text files ({', '.join(TEXT_SUFFIXES)})")
-        for p in files:
-            relative = p.relative_to(path)
-            yield relative.with_suffix("").as_posix(), _read_text(p, relative.as_posix())
-    elif not path.is_file():
-        raise ValueError(f"no corpus file or folder at {path.name!r}")
-    elif path.suffix.lower() == ".parquet":
-        yield from _parquet_texts(path, text_column)
-    elif path.suffix.lower() in (".jsonl", ".ndjson", ".json"):
-        yield from _jsonl_texts(path, text_column)
-    else:
-        yield path.stem, _read_text(path, path.name)
-
-
-def _parquet_texts(path: Path, column: str) -> Iterator[tuple[str, str]]:
-    try:
-        import pyarrow.parquet as pq
-    except ImportError:
-        raise ValueError("reading Parquet needs pyarrow: pip install 'gptviz[corpus]'") from None
-    try:
-        reader = pq.ParquetFile(path)
-    except Exception as err:  # pyarrow.ArrowInvalid and friends
-        raise ValueError(f"{path.name!r} is not a readable Parquet file ({type(err).__name__})") from None
-    if column not in reader.schema_arrow.names:
-        raise ValueError(f"{path.name!r} has no column {column!r} (it has {', '.join(reader.schema_arrow.names)})")
-    row = 0
-    for batch in reader.iter_batches(batch_size=256, columns=[column]):
-        for text in batch.column(0).to_pylist():
-            row += 1
-            if text is not None:
-                yield f"row{row}", str(text)
-
-
-def _jsonl_texts(path: Path, column: str) -> Iterator[tuple[str, str]]:
-    with path.open(encoding="utf-8", errors="replace") as lines:
-        for number, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                raise ValueError(f"line {number} of {path.name!r} is not JSON") from None
-            if not isinstance(record, dict) or column not in record:
-                raise ValueError(f"line {number} of {path.name!r} has no {column!r} field")
-            if record[column] is not None:
-                yield f"line{number}", str(record[column])
-
-
-def _pieces(text: str) -> Iterator[str]:
-    """`text` in pieces of about CHUNK_CHARS, each cut after a newline that a non-space character follows: GPT-2's
-    pre-tokenizer always splits there, so the pieces' tokens are the whole text's."""
-    start = 0
-    while len(text) - start > CHUNK_CHARS:
-        cut = start + CHUNK_CHARS
-        while cut < len(text) and not (text[cut - 1] == "\n" and not text[cut].isspace()):
-            cut += 1
-        yield text[start:cut]
-        start = cut
-    yield text[start:]
-
-
 def tokenize_corpus(path, store: Path, *, text_column: str = "text", limit_tokens: int | None = None,
-                    progress: Callable[[int, str], None] | None = None) -> list[Document]:
-    """A corpus (see corpus_texts) as Documents whose ids live in `store`, an int32 file written as the texts stream
-    by, and are read back a slice at a time (IdsOnDisk): memory does not grow with the corpus. Blank documents are skipped;
-    `limit_tokens` stops after that many tokens (the last document cut short). `progress(tokens, name)` after each
-    document."""
+                    progress: Callable[[int, str], None] | None = None,
+                    on_skip: Callable[[str, str], None] | None = None) -> list[Document]:
+    """A corpus (see texts.corpus_pieces) as Documents whose ids live in `store`, an int32 file written as the texts
+    stream by, and are read back a slice at a time (IdsOnDisk): memory does not grow with the corpus. Blank documents
+    are skipped; `limit_tokens` stops reading after that many tokens (the last document cut short), so a huge file
+    is read only that far. `progress(tokens, name)` after each document; `on_skip(name, why)` for each thing of a
+    folder left out (a link out of it, a FIFO; default: a warning)."""
     from ..model.tokenizer import get_tokenizer
     enc = get_tokenizer()
     spans, total = [], 0
-    with open(store, "wb") as out:
-        for name, text in corpus_texts(path, text_column):
-            if not text.strip():  # nothing but whitespace: no document
+    documents = corpus_pieces(path, text_column, on_skip)
+    with open(store, "wb") as out, closing(documents):
+        for name, parts in documents:
+            with closing(parts):
+                length, blank = _write_ids(enc, parts, out, None if limit_tokens is None else limit_tokens - total)
+            if blank:  # nothing but whitespace: no document
+                out.seek(4 * total)
+                out.truncate()
                 continue
-            length = 0
-            for piece in _pieces(text):
-                ids = np.asarray(enc.encode_ordinary(piece), dtype=np.int32)
-                if limit_tokens is not None:
-                    ids = ids[:max(0, limit_tokens - total - length)]
-                out.write(ids.tobytes())
-                length += len(ids)
             if length:
                 spans.append((name, total, length))
                 total += length
@@ -204,6 +132,25 @@ def tokenize_corpus(path, store: Path, *, text_column: str = "text", limit_token
         raise ValueError("the corpus holds no text")
     file = open(store, "rb")  # shared by the documents; closed when the last of them goes
     return [Document(name, IdsOnDisk(file, start, length)) for name, start, length in spans]
+
+
+def _write_ids(enc, parts, out, room: int | None) -> tuple[int, bool]:
+    """Tokenize a document's pieces into `out`, at most `room` ids (None: all): (ids written, whether the document
+    is blank). Stops reading once `room` is filled, unless all read so far is whitespace: a blank document is
+    dropped whole, so whether this one is blank is read on (without tokenizing) until it is settled."""
+    length, blank = 0, True
+    for piece in parts:
+        blank = blank and not piece.strip()
+        if room is not None and length >= room:
+            if blank:
+                continue
+            break
+        ids = enc.encode_ordinary(piece)
+        if room is not None:
+            ids = ids[:room - length]
+        out.write(np.asarray(ids, dtype=np.int32).tobytes())
+        length += len(ids)
+    return length, blank
 
 
 class IdsOnDisk:

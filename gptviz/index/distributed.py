@@ -7,7 +7,7 @@ windows, the driver merging the partial scans exactly (see scan.py).
 On a multi-machine cluster the model must load on every worker (a bundled model's name, a Hub id in the workers'
 cache, or a checkpoint folder at the same path on every machine) and gptviz must be installed there; the corpus is
 tokenized once by the driver and sent to the workers through Ray's object store. Ray is an optional extra:
-`pip install 'gptviz[ray]'`.
+`pip install ray` (from a checkout: `pip install '.[ray]'`).
 """
 from __future__ import annotations
 
@@ -25,13 +25,15 @@ def _ray():
     try:
         import ray
     except ImportError:
-        raise ValueError("--ray needs Ray: pip install 'gptviz[ray]'") from None
+        raise ValueError("--ray needs Ray: pip install ray (from a checkout: pip install '.[ray]')") from None
     return ray
 
 
 def _scan_shard(model_source: str, docs, plan: ScanPlan, batches: range, device: str, dtype: str,
                 threads: int) -> dict:
     """One Ray task: load the model where it runs, scan its batches, return the partial scan as numpy arrays."""
+    import resource
+
     import torch
 
     from ..serve.devices import place
@@ -41,6 +43,8 @@ def _scan_shard(model_source: str, docs, plan: ScanPlan, batches: range, device:
     model = place(load_pretrained(model_source).eval(), device, dtype)
     part = scan_batches(model, docs, plan, batches)
     return {"key": part.key, "batches": part.batches, "tokens": part.tokens, "seconds": part.seconds,
+            "statistics": part.statistics,
+            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
             **{name: getattr(part, name).numpy() for name in PartialScan.ARRAYS}}
 
 
@@ -48,7 +52,8 @@ def _as_partial(result: dict) -> PartialScan:
     import torch
     return PartialScan(result["key"], [tuple(r) for r in result["batches"]], result["tokens"],
                        *(torch.from_numpy(np.array(result[name])) for name in PartialScan.ARRAYS),
-                       seconds=result["seconds"])
+                       seconds=result["seconds"], statistics=result["statistics"],
+                       run={"peak_rss_mb": result["peak_rss_mb"]})
 
 
 def scan_on_ray(model_source: str, docs: Sequence, plan: ScanPlan, *, address: str | None = "local",
@@ -84,8 +89,8 @@ def scan_on_ray(model_source: str, docs: Sequence, plan: ScanPlan, *, address: s
             if progress is not None:
                 progress(done, plan.tokens)
         index = finish_scan(plan, merge_scans(parts))
-        index.meta["scan"].update(shards=shards, task_seconds=index.meta["scan"]["seconds"],
-                                  seconds=round(time.perf_counter() - started, 2))
+        index.meta["scan"].update(shards=shards, seconds=round(time.perf_counter() - started, 2),
+                                  peak_rss_mb=max(p.run["peak_rss_mb"] for p in parts))  # the largest task's
         index.meta["scan"]["tokens_per_s"] = round(plan.tokens / index.meta["scan"]["seconds"])
         return index
     finally:

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import torch
 
+from .bands import sample_keys
 from .histograms import _Binner
 
 SOURCE = Path(__file__).with_name("block_stats.c")
@@ -108,7 +109,7 @@ def _library():
         return None
     lib.block_stats.restype = _I
     lib.block_stats.argtypes = [_P, _P, _I, _I, _I, _P, _P, _I, _P, _P, _P, _P, _I, _P, _P, _P, _P, _P, _P, _P, _P,
-                                _I, _I, _P, _P, _P]
+                                _I, _I, _P, _P, _P, _P, _I, _P, _P, _P, _P]
     return lib
 
 
@@ -127,18 +128,22 @@ class BlockStats:
         bins = binner.bins
         self.lo, self.hi = (1 - self.zero_bin).float().contiguous(), (bins - self.zero_bin).float().contiguous()
         self.bins, self.lib = bins, lib
-        # the C pass's working memory, grown to the widest block: counters [bins, w], bin indices [w], tile maxima [w]
+        # the C pass's working memory, grown to the widest block: counters [bins, w], bin indices [w], tile maxima [w],
+        # the sample's thresholds [w]
         self.local, self.scratch, self.tile_max = (torch.empty(0, dtype=torch.int32), torch.empty(0, dtype=torch.int32),
                                                    torch.empty(0))
+        self.sthr = torch.empty(0, dtype=torch.long)
 
     def update(self, part, token_sums: torch.Tensor, slots: torch.Tensor, loc: torch.Tensor, first: int,
-               values: torch.Tensor, rows: torch.Tensor | None, insert: bool) -> torch.Tensor:
-        """Fold `values` [tokens, units first..] (its rows `rows`, or all) into part's vmin, counts and vsq and into
-        `token_sums` ([slots, U]), in place; with `insert`, into its top K as well, empty slots included (the caller
-        has checked the conditions block_stats.c states). -> the block's maximum per unit. ValueError when a value is
-        NaN."""
+               values: torch.Tensor, rows: torch.Tensor | None, insert: bool, keys: torch.Tensor | None = None
+               ) -> torch.Tensor:
+        """Fold `values` [tokens, units first..] (its rows `rows`, or all) into part's vmin, counts, vsq and sample
+        (`keys`: each row's sampling key, bands.sample_keys(loc) when None) and into `token_sums` ([slots, U]), in
+        place; with `insert`, into its top K as well, empty slots included (the caller has checked the conditions
+        block_stats.c states). -> the block's maximum per unit. ValueError when a value is NaN."""
         n, w = values.shape if rows is None else (len(rows), values.shape[1])
-        U, K = len(self.zero_bin), part.best_v.shape[1]
+        keys = sample_keys(loc) if keys is None else keys
+        U, K, R = len(self.zero_bin), part.best_v.shape[1], part.samp_key.shape[1]
         # what the C code assumes: float32 rows of unit-stride columns on the CPU, in-bounds indices, the running
         # arrays contiguous and of their dtypes
         if rows is not None and not (rows.dtype == torch.long and rows.is_contiguous()
@@ -146,17 +151,20 @@ class BlockStats:
             raise ValueError("block_stats: unexpected rows")
         if not (values.dtype == torch.float32 and values.device.type == "cpu" and (w <= 1 or values.stride(1) == 1)
                 and slots.dtype == torch.long and len(slots) == n and loc.dtype == torch.long and len(loc) == n
-                and loc.is_contiguous() and n < 2 ** 31 and w * self.bins < 2 ** 31 and 0 <= first
+                and loc.is_contiguous() and keys.dtype == torch.long and len(keys) == n and keys.is_contiguous()
+                and n < 2 ** 31 and w * self.bins < 2 ** 31 and 0 <= first
                 and first + w <= U and token_sums.is_contiguous() and token_sums.dtype == torch.float32
                 and token_sums.shape[1] == U and (n == 0 or 0 <= int(slots.min()) <= int(slots.max())
                                                   < token_sums.shape[0])
                 and all(t.is_contiguous() and t.dtype == dtype and t.shape[0] == U for t, dtype in (
                     (part.counts, torch.long), (part.vmin, torch.float32), (part.vsq, torch.float64),
-                    (part.best_v, torch.float32), (part.best_loc, torch.long)))):
+                    (part.best_v, torch.float32), (part.best_loc, torch.long), (part.samp_key, torch.long),
+                    (part.samp_v, torch.float32), (part.samp_loc, torch.long)))):
             raise ValueError("block_stats: unexpected layout")
         if self.scratch.numel() < w:
             self.local = torch.empty(w * self.bins, dtype=torch.int32)
             self.scratch, self.tile_max = torch.empty(w, dtype=torch.int32), torch.empty(w)
+            self.sthr = torch.empty(w, dtype=torch.long)
         vmax = torch.full((w,), -torch.inf)
         thr = part.best_v[first:first + w, -1].clone()
         top = 0 if not insert else 2 if bool((part.best_loc[first:first + w, -1] < 0).any()) else 1
@@ -168,7 +176,8 @@ class BlockStats:
             part.counts.data_ptr() + f8 * self.bins, part.vmin.data_ptr() + f4, vmax.data_ptr(),
             part.vsq.data_ptr() + f8, thr.data_ptr(), part.best_v.data_ptr() + f4 * K,
             part.best_loc.data_ptr() + f8 * K, loc.data_ptr(), K, top, self.local.data_ptr(),
-            self.scratch.data_ptr(), self.tile_max.data_ptr())
+            self.scratch.data_ptr(), self.tile_max.data_ptr(), keys.data_ptr(), R, self.sthr.data_ptr(),
+            part.samp_key.data_ptr() + f8 * R, part.samp_v.data_ptr() + f4 * R, part.samp_loc.data_ptr() + f8 * R)
         if torch.isnan(part.vsq[first:first + w]).any():
             raise ValueError("a unit's value is NaN: the model gives non-finite activations on this corpus")
         return vmax

@@ -20,7 +20,8 @@ PLAN_ARRAYS = ("offsets", "windows", "frequent", "frequent_counts", "hist_range"
 
 
 def save_partial(plan: ScanPlan, part: PartialScan, folder) -> Path:
-    """Write a partial scan with its plan into `folder` (created); each file written whole, then renamed."""
+    """Write a partial scan with its plan into `folder` (created); each file written whole, then renamed. `part.run`
+    (what scanned it) goes along, for the merged index's metadata."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     arrays = {f"plan_{name}": getattr(plan, name) for name in PLAN_ARRAYS}
@@ -28,7 +29,7 @@ def save_partial(plan: ScanPlan, part: PartialScan, folder) -> Path:
     with atomic_file(folder / PARTIAL_NPZ) as f:
         np.savez(f, **arrays)
     info = {"key": part.key, "batches": part.batches, "tokens": part.tokens, "seconds": part.seconds,
-            "statistics": part.statistics,
+            "statistics": part.statistics, "run": part.run,
             "n_batches": plan.n_batches, "settings": plan.settings, "meta": plan.meta}
     atomic_write(folder / PARTIAL_JSON, json.dumps(info))
     return folder
@@ -43,7 +44,8 @@ def load_partial(folder) -> tuple[ScanPlan, PartialScan]:
         plan = ScanPlan(info["settings"], *(arrays[f"plan_{n}"] for n in PLAN_ARRAYS), meta=info["meta"])
         part = PartialScan(info["key"], [tuple(r) for r in info["batches"]], int(info["tokens"]),
                            *(torch.from_numpy(arrays[f"part_{n}"]) for n in PartialScan.ARRAYS),
-                           seconds=float(info["seconds"]), statistics=str(info.get("statistics", "")))
+                           seconds=float(info["seconds"]), statistics=str(info.get("statistics", "")),
+                           run=dict(info.get("run") or {}))
     except FileNotFoundError as err:
         raise IndexFormatError(f"{folder.name!r} is not a partial index ({Path(err.filename).name} missing)") from None
     except Exception as err:  # JSON, zip, missing keys, wrong types

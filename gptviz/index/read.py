@@ -27,9 +27,10 @@ def index_documents(index: NeuronIndex, folder=None) -> list[Document]:
         with tempfile.NamedTemporaryFile(prefix="gptviz-corpus-", suffix=".ids") as store:
             # the documents hold the file open: they read it after its name is gone
             docs = tokenize_corpus(corpus["path"], Path(store.name), text_column=corpus.get("text_column", "text"),
-                                   limit_tokens=corpus["tokens"])
+                                   limit_tokens=corpus["tokens"], on_skip=lambda name, why: None)  # said at the scan
     else:
-        docs = corpus_documents(folder, [d["name"] for d in index.documents if d["held_out"]])
+        docs = corpus_documents(folder, [d["name"] for d in index.documents if d["held_out"]],
+                                limit_tokens=corpus["tokens"])  # as far as the scan read (--max-tokens)
     check_documents(index, docs)
     return docs
 
@@ -64,6 +65,46 @@ def top_examples(index: NeuronIndex, unit: UnitLike, k: int | None = None) -> li
     return [Example(u, r, int(a["top_doc"][i, r]), index.documents[int(a["top_doc"][i, r])]["name"],
                     int(a["top_pos"][i, r]), float(a["top_values"][i, r]))
             for r in range(n) if a["top_doc"][i, r] >= 0]
+
+
+@dataclass(frozen=True)
+class Band:
+    """One band of a unit's positive values: its values lie in (lo, hi], between the quantiles `levels` of the
+    positive values (0.2, 0.4: the second fifth), and `examples` are a uniform sample of them (bands.py), highest
+    first. `sampled`: how many of the unit's sampled positive values fell in it (fewer than BAND_EXAMPLES: fewer
+    examples)."""
+    number: int     # 0 = the weakest fifth
+    lo: float
+    hi: float
+    levels: tuple[float, float]
+    examples: list[Example]
+    sampled: int
+
+
+def positive_count(index: NeuronIndex, unit: UnitLike) -> int:
+    """How many of the tokens scanned the unit is > 0 on (its histogram's bins above the 0 edge hold exactly those)."""
+    edges, counts = histogram(index, unit)
+    return int(counts[edges[:-1] >= 0].sum())
+
+
+def band_examples(index: NeuronIndex, unit: UnitLike) -> list[Band]:
+    """The unit's bands from its weakest positive values to its strongest, each with its examples; empty when the
+    unit was never > 0 on the corpus."""
+    u = index.unit(unit)
+    i = index.flat(u)
+    a = index.arrays
+    edges = a["band_edges"][i]
+    if not np.isfinite(edges).all():
+        return []
+    levels = [0.0, *index.meta["bands"]["levels"], 1.0]
+    out = []
+    for b in range(len(edges) - 1):
+        doc, pos, value = a["band_doc"][i, b], a["band_pos"][i, b], a["band_values"][i, b]
+        examples = [Example(u, r, int(doc[r]), index.documents[int(doc[r])]["name"], int(pos[r]), float(value[r]))
+                    for r in range(len(doc)) if doc[r] >= 0]
+        out.append(Band(b, float(edges[b]), float(edges[b + 1]), (levels[b], levels[b + 1]), examples,
+                        int(a["band_sampled"][i, b])))
+    return out
 
 
 @dataclass(frozen=True)

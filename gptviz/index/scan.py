@@ -23,8 +23,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from .constants import (BATCH_VALUES, BINS, FORMAT, HEAD_SCORE, MAX_BATCH, MAX_RANKED_TOKENS, MIN_COUNT, NEURON_SCORE, QUANTILES, SAMPLE_WINDOWS,
-                        TOKEN_RANK, TOKEN_UNITS, TOP_K, TOP_TOKENS, VERSION)
+from .bands import band_arrays, band_edges, empty_sample, keep_sample, merge_samples, sample_keys
+from .constants import (BAND_EXAMPLES, BAND_LEVELS, BAND_RULE, BATCH_VALUES, BINS, FORMAT, HEAD_SCORE, MAX_BATCH,
+                        MAX_RANKED_TOKENS, MIN_COUNT, NEURON_SCORE, QUANTILES, SAMPLE, SAMPLE_WINDOWS, TOKEN_RANK,
+                        TOKEN_UNITS, TOP_K, TOP_TOKENS, VERSION)
 from .corpus import _as_documents, _checksum, _windows, default_stride, token_counts
 from .histograms import _Binner, _edges, _quantiles
 from .native import block_stats
@@ -45,7 +47,7 @@ def default_batch(config) -> int:
 @dataclass(frozen=True)
 class ScanPlan:
     """What every part of one scan shares. Arrays are per unit unless said otherwise."""
-    settings: dict          # n_ctx, stride, batch, top_k, bins, min_count
+    settings: dict          # n_ctx, stride, batch, top_k, bins, min_count, sample
     offsets: np.ndarray     # [documents + 1] int64: each document's first global position
     windows: np.ndarray     # [n, 4] int64: document, start, length, first scored offset
     frequent: np.ndarray    # token ids ranked by their mean (occurring at least min_count times)
@@ -86,9 +88,10 @@ class ScanPlan:
 
 def plan_scan(model, docs, *, model_name: str = "", source: str = "", corpus: dict | None = None,
               stride: int | None = None, batch: int | None = None, top_k: int = TOP_K, bins: int = BINS,
-              min_count: int = MIN_COUNT) -> ScanPlan:
+              min_count: int = MIN_COUNT, sample: int = SAMPLE) -> ScanPlan:
     """The plan of a scan of `docs` with `model`: validates the corpus, cuts the windows and runs the first pass
-    that fixes each unit's histogram range. `corpus`: extra metadata on where the documents came from."""
+    that fixes each unit's histogram range. `corpus`: extra metadata on where the documents came from; `sample`:
+    positive values sampled per unit for the bands' examples (0: none, the bands have no examples)."""
     model.eval()
     cfg = model.config
     docs = _as_documents(docs)
@@ -101,6 +104,8 @@ def plan_scan(model, docs, *, model_name: str = "", source: str = "", corpus: di
     batch = default_batch(cfg) if batch is None else int(batch)
     if batch < 1:
         raise ValueError(f"batch must be at least 1, got {batch}")
+    if sample < 0:
+        raise ValueError(f"sample must be at least 0, got {sample}")
     lengths = [len(d.ids) for d in docs]
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     counts = token_counts(docs, cfg.vocab_size)
@@ -112,10 +117,10 @@ def plan_scan(model, docs, *, model_name: str = "", source: str = "", corpus: di
     U = L * (F + H)
 
     # The histogram range from windows spread over the corpus, in batches of the same size as the scan's.
-    sample = windows[np.unique(np.linspace(0, len(windows) - 1, min(len(windows), SAMPLE_WINDOWS)).astype(int))]
+    spread = windows[np.unique(np.linspace(0, len(windows) - 1, min(len(windows), SAMPLE_WINDOWS)).astype(int))]
     lo, hi = torch.full((U,), math.inf), torch.full((U,), -math.inf)
-    for i in range(0, len(sample), batch):
-        blocks, _, _ = _unit_blocks(model, docs, offsets, sample[i:i + batch])
+    for i in range(0, len(spread), batch):
+        blocks, _, _ = _unit_blocks(model, docs, offsets, spread[i:i + batch])
         for first, values, _ in blocks:
             low, high = values.amin(0), values.amax(0)  # (aminmax over dim 0 takes a slow path: 25x slower)
             cols = slice(first, first + values.shape[1])
@@ -128,7 +133,8 @@ def plan_scan(model, docs, *, model_name: str = "", source: str = "", corpus: di
     hist_range = torch.stack([lo, lo + bins * width], 1).float().numpy()
 
     K = min(top_k, int(offsets[-1]))
-    settings = {"n_ctx": n_ctx, "stride": stride, "batch": batch, "top_k": K, "bins": bins, "min_count": min_count}
+    settings = {"n_ctx": n_ctx, "stride": stride, "batch": batch, "top_k": K, "bins": bins, "min_count": min_count,
+                "sample": int(sample)}
     meta = {
         "format": FORMAT, "version": VERSION,
         "model": {"name": model_name or getattr(cfg, "name", ""), "fingerprint": model_fingerprint(model)},
@@ -145,6 +151,7 @@ def plan_scan(model, docs, *, model_name: str = "", source: str = "", corpus: di
                   "order": "flat index: neurons layer by layer (layer * d_ff + neuron), then heads "
                            "(n_layers * d_ff + layer * n_heads + head)"},
         "top_k": K, "bins": bins, "quantile_levels": list(QUANTILES),
+        "bands": {"levels": list(BAND_LEVELS), "examples": BAND_EXAMPLES, "sample": int(sample), "rule": BAND_RULE},
         "histogram": "bins uniform over hist_range (a first pass over a sample of windows), 0 an edge, each bin "
                      "left-open (a, b] so 0 and -0.0 fall below the 0 edge; the outer edges moved to min_max to "
                      "cover the scan's exact extremes (value_range); quantiles read from the histogram (linear "
@@ -171,17 +178,22 @@ class PartialScan:
     vmin: torch.Tensor              # [U] float32
     vsq: torch.Tensor               # [U] float64
     token_sums: torch.Tensor        # [U, frequent + 1] float32; the last slot gathers the rare tokens
+    samp_key: torch.Tensor          # [U, SAMPLE] int64: each unit's sample of its positive values (bands.py), by key
+    samp_v: torch.Tensor            # [U, SAMPLE] float32 (0 in an empty slot)
+    samp_loc: torch.Tensor          # [U, SAMPLE] int64 global positions (-1: empty)
     seconds: float = 0.0
     statistics: str = ""            # what computed them: "C" (native.py) or "torch"; "C+torch" when merged from both
+    run: dict = field(default_factory=dict)  # what scanned them (device, dtype, threads, torch, peak_rss_mb), if said
 
-    ARRAYS = ("best_v", "best_loc", "counts", "vmin", "vsq", "token_sums")
+    ARRAYS = ("best_v", "best_loc", "counts", "vmin", "vsq", "token_sums", "samp_key", "samp_v", "samp_loc")
 
 
 def _empty_partial(plan: ScanPlan, U: int) -> PartialScan:
-    K, bins = plan.settings["top_k"], plan.settings["bins"]
+    K, bins, size = plan.settings["top_k"], plan.settings["bins"], plan.settings.get("sample", SAMPLE)
     return PartialScan(plan.key, [], 0, torch.full((U, K), -math.inf), torch.full((U, K), -1, dtype=torch.long),
                        torch.zeros(U, bins, dtype=torch.long), torch.full((U,), math.inf),
-                       torch.zeros(U, dtype=torch.float64), torch.zeros(U, len(plan.frequent) + 1))
+                       torch.zeros(U, dtype=torch.float64), torch.zeros(U, len(plan.frequent) + 1),
+                       *empty_sample(U, size))
 
 
 def scan_batches(model, docs, plan: ScanPlan, batches: Sequence[int] | range | None = None,
@@ -204,12 +216,12 @@ def scan_batches(model, docs, plan: ScanPlan, batches: Sequence[int] | range | N
     todo = sum(int(plan.batch_windows(b)[:, 2].sum() - plan.batch_windows(b)[:, 3].sum()) for b in batches)
     for b in batches:
         ids, sel, run, loc, tok = _batch_inputs(docs, plan.offsets, plan.batch_windows(b))
-        slots = slot_of[tok]
+        slots, keys = slot_of[tok], sample_keys(loc)
         in_order = bool((loc[1:] > loc[:-1]).all())
 
         def fold(first: int, values: torch.Tensor, rows: torch.Tensor | None) -> None:
             # values [n, w] (or its rows `rows`): units first .. first + w - 1, folded in while the forward pass runs
-            _fold(part, native, binner, token_sums, slots, loc, in_order, K, first, values, rows)
+            _fold(part, native, binner, token_sums, slots, loc, keys, in_order, K, first, values, rows)
 
         _stream_unit_blocks(model, ids, sel, run, fold, in_place=native is not None, factors=factors)
         part.tokens += len(loc)
@@ -223,15 +235,15 @@ def scan_batches(model, docs, plan: ScanPlan, batches: Sequence[int] | range | N
 
 
 def _fold(part: PartialScan, native, binner: _Binner, token_sums: torch.Tensor, slots: torch.Tensor,
-          loc: torch.Tensor, in_order: bool, K: int, first: int, values: torch.Tensor, rows: torch.Tensor | None
-          ) -> None:
+          loc: torch.Tensor, keys: torch.Tensor, in_order: bool, K: int, first: int, values: torch.Tensor,
+          rows: torch.Tensor | None) -> None:
     """One block's values (the rows `rows` of `values`, or all of them) into the running statistics: one compiled
-    pass (native.py), or torch ops. `in_order`: the block's locations increase."""
+    pass (native.py), or torch ops. `in_order`: the block's locations increase; `keys`: their sampling keys."""
     if native is not None:
         # the top K too, in the same pass, where a new value can only go after the entries at or above it: every
         # entry held (none in a shard's first batch) comes before this block (a scan in corpus order)
         insert = in_order and len(loc) > 0 and int(part.best_loc[first:first + values.shape[1]].max()) < int(loc[0])
-        high = native.update(part, token_sums, slots, loc, first, values, rows, insert)
+        high = native.update(part, token_sums, slots, loc, first, values, rows, insert, keys)
         if insert:
             return
         values = values if rows is None else values.index_select(0, rows)
@@ -242,6 +254,7 @@ def _fold(part: PartialScan, native, binner: _Binner, token_sums: torch.Tensor, 
         part.counts[cols] += binner.counts(values, cols)
         part.vsq[cols] += torch.linalg.vecdot(values, values, dim=0).double()
         token_sums[:, cols].index_add_(0, slots, values)
+        keep_sample(part, first, values, high, keys, loc)
     keep_top(part, first, values, high, loc, K)
 
 
@@ -276,7 +289,7 @@ def merge_scans(parts: Sequence[PartialScan]) -> PartialScan:
         first.key, _runs([b for p in parts for start, stop in p.batches for b in range(start, stop)]),
         sum(p.tokens for p in parts), best_v, best_loc, sum(p.counts for p in parts),
         torch.stack([p.vmin for p in parts]).amin(0), sum(p.vsq for p in parts), sum(p.token_sums for p in parts),
-        sum(p.seconds for p in parts), "+".join(sorted({p.statistics for p in parts} - {""})))
+        *merge_samples(parts), sum(p.seconds for p in parts), "+".join(sorted({p.statistics for p in parts} - {""})))
 
 
 def finish_scan(plan: ScanPlan, part: PartialScan) -> NeuronIndex:
@@ -306,18 +319,30 @@ def finish_scan(plan: ScanPlan, part: PartialScan) -> NeuronIndex:
         "mean": mean.numpy().astype(np.float32), "std": std.numpy().astype(np.float32),
         "active_share": np.where(np.arange(U) < L * F, active.numpy() / total, np.nan).astype(np.float32),
     }
-    loc = part.best_loc.numpy()
-    doc = np.searchsorted(plan.offsets, loc, side="right") - 1
-    arrays["top_doc"] = np.where(loc >= 0, doc, -1).astype(np.int32)
-    arrays["top_pos"] = np.where(loc >= 0, loc - plan.offsets[np.clip(doc, 0, None)], -1).astype(np.int32)
+    arrays["top_doc"], arrays["top_pos"] = _doc_pos(plan.offsets, part.best_loc.numpy())
     arrays["quantiles"] = np.clip(_quantiles(_edges(arrays["hist_range"], arrays["min_max"], bins),
                                              arrays["hist_counts"], QUANTILES),
                                   arrays["value_range"][:, :1], arrays["value_range"][:, 1:]).astype(np.float32)
     arrays.update(_token_arrays(plan, part, mean, std, L * F, L * H))
+    edges = band_edges(_edges(arrays["hist_range"], arrays["min_max"], bins), arrays["hist_counts"], plan.zero_bin,
+                       arrays["value_range"][:, 1])
+    bands = band_arrays(edges, part.samp_v.numpy(), part.samp_loc.numpy())
+    arrays["band_edges"], arrays["band_values"] = edges.astype(np.float32), bands["band_values"]
+    arrays["band_doc"], arrays["band_pos"] = _doc_pos(plan.offsets, bands["band_loc"])
+    arrays["band_sampled"] = bands["band_sampled"]
+    # seconds: the scan's wall clock where one process saw it (Ray's driver sets its own); task_seconds: the parts'
+    # scan times summed; shards: how many parts (a merge or Ray sets it)
     meta["scan"] = {"seconds": round(part.seconds, 2), "tokens_per_s": round(total / max(part.seconds, 1e-9)),
-                    "batch": plan.settings["batch"], "threads": torch.get_num_threads(), "torch": torch.__version__,
-                    "statistics": part.statistics}
+                    "task_seconds": round(part.seconds, 2), "shards": 1, "batch": plan.settings["batch"],
+                    "threads": torch.get_num_threads(), "torch": torch.__version__, "statistics": part.statistics}
     return NeuronIndex(meta, arrays)
+
+
+def _doc_pos(offsets: np.ndarray, loc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Global positions (-1: none) as (document, position in it), int32, -1 where none."""
+    doc = np.searchsorted(offsets, loc, side="right") - 1
+    return (np.where(loc >= 0, doc, -1).astype(np.int32),
+            np.where(loc >= 0, loc - offsets[np.clip(doc, 0, None)], -1).astype(np.int32))
 
 
 def _token_arrays(plan: ScanPlan, part: PartialScan, mean, std, n_neurons: int, n_heads: int) -> dict:
@@ -350,7 +375,8 @@ def scan_nbytes(config, docs, *, batch: int | None = None, top_k: int = TOP_K, b
     U = L * (F + H)
     batch = default_batch(config) if batch is None else batch
     frequent = int((token_counts(docs, config.vocab_size) >= min_count).sum()) if docs else 0
-    per_unit = U * ((frequent + 1) * 4 * 3 + bins * 8 * 2 + top_k * 12 * 3 + 96)  # sums, means and z; counts
+    per_unit = U * ((frequent + 1) * 4 * 3 + bins * 8 * 2 + top_k * 12 * 3 + SAMPLE * 20 * 2 + 96)  # sums, means
+    # and z; counts; the top K and the sample, and their copies while merging
     tokens = batch * n_ctx
     activations = tokens * 4 * L * (F + config.d_model * 8 + H * n_ctx)  # captured post and z, the forward's
     return int(per_unit + tokens * U * 4 * 4 + activations)
@@ -358,12 +384,13 @@ def scan_nbytes(config, docs, *, batch: int | None = None, top_k: int = TOP_K, b
 
 def build_index(model, docs, *, model_name: str = "", source: str = "", corpus: dict | None = None,
                 stride: int | None = None, batch: int | None = None, top_k: int = TOP_K, bins: int = BINS,
-                min_count: int = MIN_COUNT, progress: Callable[[int, int], None] | None = None) -> NeuronIndex:
+                min_count: int = MIN_COUNT, sample: int = SAMPLE, progress: Callable[[int, int], None] | None = None
+                ) -> NeuronIndex:
     """Scan `docs` (Documents, or token-id sequences) with `model` once and return the index. `batch`: windows per
     forward pass (default_batch); `progress(tokens_done, tokens_total)` is called after each batch."""
     started = time.perf_counter()
     plan = plan_scan(model, docs, model_name=model_name, source=source, corpus=corpus, stride=stride, batch=batch,
-                     top_k=top_k, bins=bins, min_count=min_count)
+                     top_k=top_k, bins=bins, min_count=min_count, sample=sample)
     part = scan_batches(model, docs, plan, progress=progress)
     part.seconds = time.perf_counter() - started
     return finish_scan(plan, part)

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from ..serve.atomic_write import atomic_file, atomic_write
-from .constants import FORMAT, INDEX_JSON, INDEX_NPZ, TOKEN_UNITS, VERSION
+from .constants import BAND_EXAMPLES, BANDS, FORMAT, INDEX_JSON, INDEX_NPZ, TOKEN_UNITS, VERSION
 from .units import Unit, UnitLike, _as_unit, _flat, _unit_at
 
 
@@ -71,9 +71,15 @@ def model_fingerprint(model) -> str:
     return h.hexdigest()
 
 
+# Config fields added after indexes were first shipped, with the value every earlier model had: left out of the
+# fingerprint at that value, so an index built before the field existed still belongs to its model.
+LATER_FIELDS = {"bias": True, "final_norm": True}
+
+
 def _config_dict(config) -> dict:
     import dataclasses
-    return {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+    return {f.name: getattr(config, f.name) for f in dataclasses.fields(config)
+            if not (f.name in LATER_FIELDS and getattr(config, f.name) == LATER_FIELDS[f.name])}
 
 
 def _expected_shapes(meta: dict) -> dict[str, tuple[tuple, str]]:
@@ -88,7 +94,10 @@ def _expected_shapes(meta: dict) -> dict[str, tuple[tuple, str]]:
             "top_token_ids": ((U, T), "i"), "top_token_mean": ((U, T), "f"),
             "token_ids": ((V,), "i"), "token_counts": ((V,), "i"),
             "token_neurons": ((V, min(TOKEN_UNITS, L * F)), "i"), "token_neuron_z": ((V, min(TOKEN_UNITS, L * F)), "f"),
-            "token_heads": ((V, min(TOKEN_UNITS, L * H)), "i"), "token_head_z": ((V, min(TOKEN_UNITS, L * H)), "f")}
+            "token_heads": ((V, min(TOKEN_UNITS, L * H)), "i"), "token_head_z": ((V, min(TOKEN_UNITS, L * H)), "f"),
+            "band_edges": ((U, BANDS + 1), "f"), "band_values": ((U, BANDS, BAND_EXAMPLES), "f"),
+            "band_doc": ((U, BANDS, BAND_EXAMPLES), "i"), "band_pos": ((U, BANDS, BAND_EXAMPLES), "i"),
+            "band_sampled": ((U, BANDS), "i")}
 
 
 def save_index(index: NeuronIndex, folder) -> Path:
@@ -118,8 +127,7 @@ def load_index(folder) -> NeuronIndex:
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise IndexFormatError(f"{INDEX_JSON} is not a gptviz neuron index")
     if meta.get("version") != VERSION:
-        raise IndexFormatError(f"index format version {meta.get('version')!r}; this gptviz reads version {VERSION} "
-                               f"(rebuild it with `python -m gptviz index`)")
+        raise IndexFormatError(stale_message(meta))
     try:
         with np.load(folder / INDEX_NPZ, allow_pickle=False) as npz:
             arrays = {name: npz[name] for name in npz.files}
@@ -129,6 +137,19 @@ def load_index(folder) -> NeuronIndex:
         raise IndexFormatError(f"{INDEX_NPZ} is corrupt ({type(err).__name__})") from None
     _validate(meta, arrays)
     return NeuronIndex(meta, arrays)
+
+
+def stale_message(meta: dict) -> str:
+    """Why an index of another format version is refused, and the command that builds it again."""
+    version = meta.get("version")
+    model = (meta.get("model") or {}).get("name") if isinstance(meta.get("model"), dict) else None
+    corpus = meta.get("corpus") if isinstance(meta.get("corpus"), dict) else {}
+    command = f"python -m gptviz index {model or 'MODEL'}"
+    if corpus.get("path"):
+        command += " --corpus CORPUS"
+    new = " (version 3 adds examples from five bands of each unit's positive values)" if version in (1, 2) else ""
+    return (f"index format version {version!r}; this gptviz reads version {VERSION}{new}: rebuild it with "
+            f"`{command} --out FOLDER`")
 
 
 def _validate(meta: dict, arrays: dict[str, np.ndarray]) -> None:
@@ -151,11 +172,12 @@ def _validate(meta: dict, arrays: dict[str, np.ndarray]) -> None:
         raise IndexFormatError(f"{INDEX_JSON}: the documents' lengths do not add up to the tokens scanned")
     if (arrays["hist_counts"].astype(np.int64).sum(1) != total).any():
         raise IndexFormatError(f"{INDEX_NPZ}: a histogram's counts do not add up to the {total:,} tokens scanned")
-    doc, pos = arrays["top_doc"], arrays["top_pos"]
-    listed = doc >= 0
-    if (doc >= len(docs)).any() or (doc < -1).any() or (pos[listed] < 0).any() \
-            or (pos[listed] >= lengths[doc[listed]]).any():
-        raise IndexFormatError(f"{INDEX_NPZ}: a top example lies outside its document")
+    for what, doc, pos in (("top", arrays["top_doc"], arrays["top_pos"]),
+                           ("band", arrays["band_doc"], arrays["band_pos"])):
+        listed = doc >= 0
+        if (doc >= len(docs)).any() or (doc < -1).any() or (pos[listed] < 0).any() \
+                or (pos[listed] >= lengths[doc[listed]]).any():
+            raise IndexFormatError(f"{INDEX_NPZ}: a {what} example lies outside its document")
 
 
 # ---------------------------------------------------------------------------------------------------- shipped

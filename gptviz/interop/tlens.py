@@ -1,5 +1,5 @@
 """TransformerLens interop: a gptviz GPT as a TransformerLens model, a TransformerLens GPT-2 as a gptviz GPT, and a
-TransformerLens ActivationCache under gptviz's hook names. Needs `pip install gptviz[transformer-lens]`.
+TransformerLens ActivationCache under gptviz's hook names. Needs `pip install ".[transformer-lens]"` (in a checkout).
 
 TransformerLens 4 replaced HookedTransformer with TransformerBridge, which wraps a Hugging Face model. The route both
 ways is therefore Hugging Face's GPT2LMHeadModel, whose weights are ours after a key rename and a transpose of the
@@ -59,6 +59,9 @@ def check_convertible(config: GPTConfig) -> None:
     if config.norm != "pre":
         raise InteropError("post-norm (GPT-1) wiring has no TransformerLens equivalent: its GPT-2 architecture "
                            "normalises before each sub-layer. Convert a pre-norm model (norm='pre').")
+    if not config.final_norm:
+        raise InteropError("a model without a final norm (final_norm=False, GPT-1's) has no TransformerLens GPT-2 "
+                           "equivalent: its architecture always ends with ln_final")
     if config.norm_type != "layernorm":
         raise InteropError(f"norm_type {config.norm_type!r} has no equivalent in TransformerLens's GPT-2 "
                            f"architecture (LayerNorm only)")
@@ -88,6 +91,9 @@ def to_hf_gpt2(model: GPT):
     if not cfg.qkv_bias:
         for i in range(cfg.n_layers):
             state[f"transformer.h.{i}.attn.c_attn.bias"] = torch.zeros(3 * cfg.d_model)
+    if not cfg.bias:  # bias=False: GPT-2 has every bias, here zero (the same function)
+        state.update({k: torch.zeros_like(v) for k, v in hf.state_dict().items()
+                      if k.endswith(".bias") and k not in state and not k.endswith(".attn.bias")})
     missing, unexpected = hf.load_state_dict(state, strict=False)
     missing = [k for k in missing if not k.endswith((".attn.bias", ".attn.masked_bias"))
                and not (cfg.tie_weights and k == "lm_head.weight")]

@@ -3,7 +3,10 @@
 
 Derived views of a capture, one job per module: head detectors (detectors), the bigram baseline (baseline), norm
 statistics (norms), the logit lens (lens), MLP neurons (neurons), embedding geometry (geometry), the explainers'
-curves (curves) and attention entropy (entropy), and heads of two models matched by role (matching). Every public name is importable from here, as before the split;
+curves (curves) and attention entropy (entropy), and heads of two models matched by role (matching); the attribution
+graph and the QK decomposition of issue 58 (graph, graph_qk; graph_export writes their JSON; graph_contributors:
+its node influences alone, for a line under each written token). Every public name is
+importable from here, as before the split;
 StepSummary and step_summary live with generation (gptviz.model.generate) and are re-exported too."""
 from __future__ import annotations
 
@@ -16,12 +19,18 @@ from .detectors import (InductionTest, duplicate_token_chance, duplicate_token_s
                         prompt_induction_scores, uniform_attention_chance)
 from .entropy import attention_entropy, uniform_attention_entropy
 from .geometry import PCA, cosine_similarity_matrix, pca, vocab_sample
+from .graph import AttributionGraph, GraphEdge, GraphNode, attribution_graph, graph_nbytes
+from .graph_contributors import Contributors, top_contributors
+from .graph_export import graph_json, qk_json
+from .graph_qk import QKDecomposition, qk_decomposition
 from .lens import LogitLens, lens_logits, logit_lens
 from .matching import HeadMatch, match_heads, pattern_similarity
 from .neurons import activation_histograms, top_neurons
 from .norms import NormStats, branch_norms, norm_input_stats, norm_inputs, residual_norms
 
 __all__ = [
+    "AttributionGraph", "Contributors", "GraphEdge", "GraphNode", "QKDecomposition", "attribution_graph", "graph_json",
+    "graph_nbytes", "qk_decomposition", "qk_json", "top_contributors",
     "HeadMatch", "InductionTest", "LogitLens", "NormStats", "PCA", "StepSummary", "activation_curves", "activation_histograms",
     "attention_entropy", "bigram_baseline", "branch_norms", "causal_mask", "cosine_similarity_matrix",
     "duplicate_token_chance", "duplicate_token_scores", "head_ranking", "induction_chance", "induction_queries",

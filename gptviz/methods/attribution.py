@@ -52,37 +52,52 @@ def direct_logit_attribution(model, ids, target: int, other: int, position: int 
 
     Pre-norm only: in post-norm every block's LayerNorm rescales the whole stream, so the final stream is not a
     sum of the blocks' outputs and no such split exists."""
-    cfg = model.config
-    if cfg.norm != "pre":
-        raise ValueError("direct logit attribution needs a pre-norm model: in post-norm each block's LayerNorm "
-                         "rescales the whole residual stream, so it is not a sum of the blocks' outputs")
-    L = cfg.n_layers
-    logits, cache = capture(model, ids, direct_attribution_names(L))
+    _pre_norm_only(model.config)
+    logits, cache = capture(model, ids, direct_attribution_names(model.config.n_layers))
     if logits.shape[0] != 1:  # the split is of one prompt's stream at one position
         raise ValueError(f"direct logit attribution reads one prompt: got a batch of {logits.shape[0]}; pass one "
                          "sequence of ids (or a batch of one)")
-    T = logits.shape[1]
+    return direct_logit_attribution_of(model, logits[0], lambda name: cache[name][0], target, other, position)
+
+
+def _pre_norm_only(cfg) -> None:
+    if cfg.norm != "pre":
+        raise ValueError("direct logit attribution needs a pre-norm model: in post-norm each block's LayerNorm "
+                         "rescales the whole residual stream, so it is not a sum of the blocks' outputs")
+
+
+def direct_logit_attribution_of(model, logits: torch.Tensor, read, target: int, other: int,
+                                position: int = -1) -> DirectAttribution:
+    """direct_logit_attribution from a capture already made of one prompt: `logits` [T, vocab] and `read(name)`, the
+    capture's tensor at a hook point of direct_attribution_names without its batch axis (a page that switches
+    target and rival reads one cached capture instead of running the model again for each pair)."""
+    cfg = model.config
+    _pre_norm_only(cfg)
+    L = cfg.n_layers
+    T = logits.shape[0]
     pos = position % T
     weight = lambda t: t.detach().float().cpu()  # noqa: E731  (parameters as float32 on the CPU)
 
-    parts, labels = [cache["hook_embed"][0, pos] + cache["hook_pos_embed"][0, pos]], ["embeddings"]
+    parts, labels = [read("hook_embed")[pos] + read("hook_pos_embed")[pos]], ["embeddings"]
     for i in range(L):
         attn = model.blocks[i].attn
         W_O = weight(attn.c_proj.weight).view(cfg.d_model, cfg.n_heads, cfg.d_head)  # [out, head, d_head]
-        z = cache[act_name("z", i)][0, pos]                                  # [head, d_head]
+        z = read(act_name("z", i))[pos]                                              # [head, d_head]
         heads = torch.einsum("hd,ohd->ho", z, W_O)                                   # [head, d_model]
         parts += list(heads)
         labels += [head_id(i, h) for h in range(cfg.n_heads)]
         parts.append(weight(attn.c_proj.bias))
         labels.append(f"L{i} attn bias")
-        parts.append(cache[act_name("mlp_out", i)][0, pos])
+        parts.append(read(act_name("mlp_out", i))[pos])
         labels.append(f"L{i} MLP")
     stack = torch.stack(parts)                                                       # [parts, d_model]
-    resid = cache[act_name("resid_post", L - 1)][0, pos]
+    resid = read(act_name("resid_post", L - 1))[pos]
 
     direction = weight(model.lm_head.weight[target]) - weight(model.lm_head.weight[other])
     gamma = weight(model.ln_f.weight) if model.ln_f.weight is not None else torch.ones(cfg.d_model)
-    if cfg.norm_type == "layernorm":  # (x - mean) / std * gamma + beta: centring is linear, std is frozen
+    if not cfg.final_norm:            # no final norm (final_norm=False): the unembedding reads the stream itself
+        normed = stack
+    elif cfg.norm_type == "layernorm":  # (x - mean) / std * gamma + beta: centring is linear, std is frozen
         scale = torch.sqrt(resid.var(unbiased=False) + cfg.ln_eps)
         normed = (stack - stack.mean(-1, keepdim=True)) / scale * gamma
     else:                             # x / rms * gamma
@@ -96,7 +111,7 @@ def direct_logit_attribution(model, ids, target: int, other: int, position: int 
     per_layer = cfg.n_heads + 2
     block_values = values[1:1 + L * per_layer].view(L, per_layer)
     return DirectAttribution(labels, values, block_values[:, :cfg.n_heads], block_values[:, -1],
-                             float(logit_difference(logits, target, other, pos)), target, other)
+                             float(logit_difference(logits[None], target, other, pos)), target, other)
 
 
 # ---- activation patching ------------------------------------------------------------------------------------

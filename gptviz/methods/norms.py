@@ -34,7 +34,8 @@ def norm_inputs(cache, config) -> dict[str, torch.Tensor]:
         else:
             out[f"{b}.ln_1"] = cache[f"{b}.hook_resid_pre"] + cache[f"{b}.hook_attn_out"]
             out[f"{b}.ln_2"] = cache[f"{b}.hook_resid_mid"] + cache[f"{b}.hook_mlp_out"]
-    out["ln_f"] = cache[act_name("resid_post", config.n_layers - 1)]
+    if config.final_norm:  # a model trained without one (GPT-1) has no ln_f to show
+        out["ln_f"] = cache[act_name("resid_post", config.n_layers - 1)]
     return out
 
 

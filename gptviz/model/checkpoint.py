@@ -1,5 +1,6 @@
-"""The checkpoint format: our own (safetensors + config.json) and Hugging Face GPT-2 folders, validated against the
-load caps before anything is allocated, and the bundled models (gptviz/models/).
+"""The checkpoint format: our own (safetensors + config.json) and Hugging Face GPT-2 and GPT-1 folders, validated
+against the load caps before anything is allocated, and the bundled models (gptviz/models/). Files of other formats
+(nanoGPT, Raschka's GPTModel, llm.c) are formats/, reached through formats/load.py.
 
 Nothing is ever unpickled: safetensors, or `torch.load(weights_only=True)` for legacy `.bin` files.
 """
@@ -15,6 +16,9 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from .config import ConfigError, GPTConfig
+from .formats.base import CheckpointError, read_pickle
+from .formats.openai_gpt import MODEL_TYPE as OPENAI_GPT, config_from_openai_gpt
+from .formats.unsupported import unsupported_config
 from ..serve.limits import server_limits
 from .model import GPT
 
@@ -24,10 +28,6 @@ MODELS_DIR = Path(__file__).parents[1] / "models"  # bundled, trained checkpoint
 _HF_ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu_fast": "gelu_tanh",
                    "gelu": "gelu", "relu": "relu"}
 _CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
-
-
-class CheckpointError(ValueError):
-    """A checkpoint is missing, of an unknown layout, or corrupt; the message says what to do."""
 
 
 # A checkpoint's sizes are data from outside: these caps are checked against config.json and the weights file's
@@ -134,15 +134,7 @@ def _read_tensors(folder: Path, expected: dict[str, tuple[int, ...]], hf_layout:
 
 def _load_bin(path: Path):
     """torch.load with weights_only, memory-mapped where the file's format allows (nothing is read until used)."""
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except RuntimeError as err:
-        if "mmap" not in str(err):
-            raise
-        most = server_limits().max_load_params
-        if path.stat().st_size > 4 * most + (1 << 20):
-            raise CheckpointError(f"{path.name} is larger than {most:,} float32 parameters") from None
-        return torch.load(path, map_location="cpu", weights_only=True)
+    return read_pickle(path)
 
 
 def _only_tensors(loaded, path: Path) -> dict[str, torch.Tensor]:
@@ -155,9 +147,14 @@ def _only_tensors(loaded, path: Path) -> dict[str, torch.Tensor]:
 
 
 def config_from_hf(hf: dict) -> GPTConfig:
-    """A GPTConfig from a Hugging Face GPT-2 `config.json` dict."""
+    """A GPTConfig from a Hugging Face GPT-2 (or GPT-1) `config.json` dict."""
     if not isinstance(hf, dict):
         raise CheckpointError(f"config.json holds a JSON {type(hf).__name__}, not an object of settings")
+    refusal = unsupported_config(hf)
+    if refusal:
+        raise CheckpointError(refusal)
+    if hf.get("model_type") == OPENAI_GPT:
+        return config_from_openai_gpt(hf)
     try:
         return _config_from_hf(hf)
     except (TypeError, ConfigError) as err:  # a field of the wrong JSON type (a list for a name, ...)
@@ -192,11 +189,17 @@ def _name(value) -> str:
     return value[:100] if isinstance(value, str) and value.strip() else "gpt2"
 
 
+_GPT1_EMBEDDINGS = {"tokens_embed.": "wte.", "positions_embed.": "wpe."}  # GPT-1's names; its blocks are GPT-2's
+
+
 def _our_key(hf_key: str) -> str | None:
-    """Our name for a Hugging Face GPT-2 tensor name; None for the causal-mask buffers (not weights)."""
+    """Our name for a Hugging Face GPT-2 or GPT-1 tensor name; None for the causal-mask buffers (not weights)."""
     key = hf_key.removeprefix("transformer.")
     if key.endswith((".attn.bias", ".attn.masked_bias")):
         return None
+    for theirs, ours in _GPT1_EMBEDDINGS.items():
+        if key.startswith(theirs):
+            return ours + key[len(theirs):]
     return key.replace("h.", "blocks.", 1) if key.startswith("h.") else key
 
 

@@ -30,6 +30,8 @@ class GPTConfig:
     qkv_bias: bool = True        # bias on the fused Q/K/V projection
     dropout: float = 0.0         # on embeddings, attention weights and residual branches while training
     ln_eps: float = 1e-5
+    bias: bool = True            # biases in every linear layer and LayerNorm; False is nanoGPT's bias=False
+    final_norm: bool = True      # a norm (ln_f) after the last block, as GPT-2; GPT-1 has none
     name: str = field(default="custom", compare=False)  # a label for people; not part of the model
 
     def __post_init__(self) -> None:
@@ -83,9 +85,11 @@ def _validate(cfg: GPTConfig) -> None:
         raise ConfigError(f"norm_type must be one of {NORM_TYPES}, got {cfg.norm_type!r}")
     if cfg.activation not in ACTIVATIONS:
         raise ConfigError(f"activation must be one of {ACTIVATIONS}, got {cfg.activation!r}")
-    for name in ("tie_weights", "qkv_bias"):
+    for name in ("tie_weights", "qkv_bias", "bias", "final_norm"):
         if not isinstance(getattr(cfg, name), bool):
             raise ConfigError(f"{name} must be True or False, got {getattr(cfg, name)!r}")
+    if not cfg.bias and cfg.qkv_bias:
+        raise ConfigError("bias=False removes every bias, the Q/K/V projection's too: set qkv_bias=False as well")
     if not isinstance(cfg.dropout, (int, float)) or not 0.0 <= cfg.dropout < 1.0:
         raise ConfigError(f"dropout must be in [0, 1), got {cfg.dropout!r}")
     if not isinstance(cfg.ln_eps, (int, float)) or not cfg.ln_eps > 0:

@@ -16,6 +16,7 @@ from torch import nn
 
 from .config import GPTConfig
 from .hooks import HookPoint, current_wants, name_hook_points, note_offset
+from .variants import NoNorm, fixed_zero_bias, make_linear
 
 
 # Forward passes run by every GPT in this process (each call of final_hidden, so forward, capture, generation's
@@ -57,7 +58,8 @@ class RMSNorm(nn.RMSNorm):
 
 def make_norm(config: GPTConfig) -> nn.Module:
     cls = LayerNorm if config.norm_type == "layernorm" else RMSNorm
-    return cls(config.d_model, config.ln_eps)
+    norm = cls(config.d_model, config.ln_eps)
+    return fixed_zero_bias(norm) if not config.bias and getattr(norm, "bias", None) is not None else norm
 
 
 @dataclass
@@ -112,7 +114,7 @@ class CausalSelfAttention(nn.Module):
         super().__init__()
         self.n_heads, self.d_head = config.n_heads, config.d_head
         self.c_attn = nn.Linear(config.d_model, 3 * config.d_model, bias=config.qkv_bias)
-        self.c_proj = nn.Linear(config.d_model, config.d_model)
+        self.c_proj = make_linear(config.d_model, config.d_model, config)
         self.dropout = config.dropout
         self.attn_dropout = nn.Dropout(config.dropout)
         self.hook_q, self.hook_k, self.hook_v = HookPoint(), HookPoint(), HookPoint()
@@ -157,8 +159,8 @@ def _causal_mask(T: int, past: int, device) -> torch.Tensor:
 class MLP(nn.Module):
     def __init__(self, config: GPTConfig):
         super().__init__()
-        self.c_fc = nn.Linear(config.d_model, config.d_ff)
-        self.c_proj = nn.Linear(config.d_ff, config.d_model)
+        self.c_fc = make_linear(config.d_model, config.d_ff, config)
+        self.c_proj = make_linear(config.d_ff, config.d_model, config)
         self.activation = config.activation
         self.hook_pre, self.hook_post = HookPoint(), HookPoint()
 
@@ -223,7 +225,8 @@ class GPT(nn.Module):
             self.hook_embed, self.hook_pos_embed = HookPoint(), HookPoint()
             self.drop = nn.Dropout(config.dropout)
             self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layers))
-            self.ln_f = make_norm(config)  # both wirings keep it, so one set of weights runs either way
+            # both wirings keep it, so one set of weights runs either way; a model trained without one has NoNorm
+            self.ln_f = make_norm(config) if config.final_norm else NoNorm()
             self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
             self._store_matrices_in_out()
             if config.tie_weights:
@@ -244,8 +247,8 @@ class GPT(nn.Module):
             for name, p in module.named_parameters(recurse=False):
                 fresh = torch.empty_strided(p.shape, p.stride(), dtype=p.dtype, device=device)
                 setattr(module, name, nn.Parameter(fresh, requires_grad=p.requires_grad))
-            for name, b in module.named_buffers(recurse=False):
-                module._buffers[name] = torch.empty_strided(b.shape, b.stride(), dtype=b.dtype, device=device)
+            for name, b in module.named_buffers(recurse=False):  # fixed values (bias=False's zeros), not loaded
+                module._buffers[name] = torch.zeros_like(b, device=device)
 
     def _store_matrices_in_out(self) -> None:
         """Keep every matrix the forward pass multiplies by (nn.Linear's [out, in] weights, and the token

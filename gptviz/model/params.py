@@ -14,7 +14,9 @@ if TYPE_CHECKING:  # pandas is imported where a table is made: `import gptviz` a
 
 COMPONENTS = ("token embedding", "position embedding", "attention Q/K/V", "attention output", "MLP up",
               "MLP down", "norms", "final norm", "LM head")
-# Coarser groups for stacked comparisons across models.
+# What a reader means by each part of a GPT: the groups every view shows first (attention includes its output
+# projection, norms the final one), the components above being the finer split. COMPONENTS is in group order.
+GROUP_ORDER = ("embeddings", "attention", "MLP", "norms", "LM head")
 GROUPS = {"token embedding": "embeddings", "position embedding": "embeddings",
           "attention Q/K/V": "attention", "attention output": "attention", "MLP up": "MLP",
           "MLP down": "MLP", "norms": "norms", "final norm": "norms", "LM head": "LM head"}
@@ -40,7 +42,10 @@ def _tensor_shapes(cfg: GPTConfig) -> list[tuple[str, tuple[int, ...]]]:
     d, ff, layernorm = cfg.d_model, cfg.d_ff, cfg.norm_type == "layernorm"
 
     def norm(prefix):
-        return [(f"{prefix}.weight", (d,))] + ([(f"{prefix}.bias", (d,))] if layernorm else [])
+        return [(f"{prefix}.weight", (d,))] + ([(f"{prefix}.bias", (d,))] if layernorm and cfg.bias else [])
+
+    def bias(name, n):  # bias=False: no bias anywhere (the model keeps fixed zeros, not parameters)
+        return [(name, (n,))] if cfg.bias else []
 
     shapes = [("wte.weight", (cfg.vocab_size, d)), ("wpe.weight", (cfg.n_ctx, d))]
     for i in range(cfg.n_layers):
@@ -48,11 +53,11 @@ def _tensor_shapes(cfg: GPTConfig) -> list[tuple[str, tuple[int, ...]]]:
         shapes += norm(f"{b}.ln_1")
         shapes += [(f"{b}.attn.c_attn.weight", (3 * d, d))]
         shapes += [(f"{b}.attn.c_attn.bias", (3 * d,))] if cfg.qkv_bias else []
-        shapes += [(f"{b}.attn.c_proj.weight", (d, d)), (f"{b}.attn.c_proj.bias", (d,))]
+        shapes += [(f"{b}.attn.c_proj.weight", (d, d))] + bias(f"{b}.attn.c_proj.bias", d)
         shapes += norm(f"{b}.ln_2")
-        shapes += [(f"{b}.mlp.c_fc.weight", (ff, d)), (f"{b}.mlp.c_fc.bias", (ff,)),
-                   (f"{b}.mlp.c_proj.weight", (d, ff)), (f"{b}.mlp.c_proj.bias", (d,))]
-    shapes += norm("ln_f") + [("lm_head.weight", (cfg.vocab_size, d))]
+        shapes += [(f"{b}.mlp.c_fc.weight", (ff, d))] + bias(f"{b}.mlp.c_fc.bias", ff)
+        shapes += [(f"{b}.mlp.c_proj.weight", (d, ff))] + bias(f"{b}.mlp.c_proj.bias", d)
+    shapes += (norm("ln_f") if cfg.final_norm else []) + [("lm_head.weight", (cfg.vocab_size, d))]
     return shapes
 
 
@@ -99,11 +104,11 @@ def param_count(cfg: GPTConfig) -> int:
     """total_params by closed form: constant time whatever the config claims (checked against it in tests),
     so a hostile config.json can be sized before anything is built."""
     d, ff = cfg.d_model, cfg.d_ff
-    norm = d * (2 if cfg.norm_type == "layernorm" else 1)
-    layer = (2 * norm + 3 * d * d + (3 * d if cfg.qkv_bias else 0) + d * d + d
-             + ff * d + ff + d * ff + d)
+    norm = d * (2 if cfg.norm_type == "layernorm" and cfg.bias else 1)
+    biases = (d + ff + d) if cfg.bias else 0  # attention output, MLP up, MLP down
+    layer = 2 * norm + 3 * d * d + (3 * d if cfg.qkv_bias else 0) + d * d + ff * d + d * ff + biases
     head = 0 if cfg.tie_weights else cfg.vocab_size * d
-    return cfg.vocab_size * d + cfg.n_ctx * d + cfg.n_layers * layer + norm + head
+    return cfg.vocab_size * d + cfg.n_ctx * d + cfg.n_layers * layer + (norm if cfg.final_norm else 0) + head
 
 
 def by_component(table: pd.DataFrame) -> pd.DataFrame:
@@ -115,11 +120,29 @@ def by_component(table: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def by_layer(table: pd.DataFrame) -> pd.DataFrame:
-    """Counts per block (rows) and component (columns)."""
+def by_group(table: pd.DataFrame) -> pd.DataFrame:
+    """Counts per group in GROUP_ORDER, every group (a tied head's 0 too), with each one's share of the total and
+    its components (in COMPONENTS order) as a tuple of names."""
+    counts = table.groupby("component", sort=False)["count"].sum()
+    rows = []
+    for group in GROUP_ORDER:
+        members = tuple(c for c in COMPONENTS if GROUPS[c] == group and c in counts.index)
+        rows.append({"group": group, "count": int(sum(int(counts[c]) for c in members)), "components": members})
+    import pandas as pd
+    out = pd.DataFrame.from_records(rows, columns=["group", "count", "components"])
+    total = int(out["count"].sum())
+    out.insert(2, "share", out["count"] / total if total else 0.0)
+    return out
+
+
+def by_layer(table: pd.DataFrame, by: str = "component") -> pd.DataFrame:
+    """Counts per block (rows) and component (columns), or group with by="group" (attention, MLP, norms)."""
     in_blocks = table[table["layer"].notna()]
-    return in_blocks.pivot_table(index="layer", columns="component", values="count", aggfunc="sum",
-                                 sort=False)
+    if by == "group":
+        in_blocks = in_blocks.assign(group=in_blocks["component"].map(GROUPS))
+    elif by != "component":
+        raise ValueError(f"by is 'component' or 'group', not {by!r}")
+    return in_blocks.pivot_table(index="layer", columns=by, values="count", aggfunc="sum", sort=False)
 
 
 def memory_bytes(count: int, dtype: str) -> int:
@@ -133,7 +156,8 @@ def format_table(config: GPTConfig) -> str:
     width = max(len(c) for c in comp["component"]) + 2
     lines = [f"{config.name}: {config.n_layers} layers, d_model={config.d_model}, {config.n_heads} heads, "
              f"d_ff={config.d_ff}, vocab={config.vocab_size:,}, n_ctx={config.n_ctx:,}, {config.norm}-norm, "
-             f"{'tied' if config.tie_weights else 'untied'} head", ""]
+             f"{'tied' if config.tie_weights else 'untied'} head"
+             f"{'' if config.bias else ', no biases'}{'' if config.final_norm else ', no final norm'}", ""]
     for row in comp.itertuples():
         note = "  (tied to token embedding)" if row.component == "LM head" and config.tie_weights else ""
         lines.append(f"{row.component:<{width}}{row.count:>16,}  {row.share:6.1%}{note}")

@@ -1,5 +1,5 @@
-"""gptviz's views in Jupyter (`pip install gptviz[notebook]`): the app's own browser components as widgets, fed
-from what you already have: a gptviz capture, a TransformerLens ActivationCache, Hugging Face's
+"""gptviz's views in Jupyter (`pip install ".[notebook]"` in a checkout): the app's own browser components as
+widgets, fed from what you already have: a gptviz capture, a TransformerLens ActivationCache, Hugging Face's
 output_attentions tuple, or plain tensors with their tokens.
 
     from gptviz import load_pretrained, capture, get_tokenizer
@@ -11,6 +11,7 @@ output_attentions tuple, or plain tensors with their tokens.
     attention(hf_out.attentions, tokenizer.convert_ids_to_tokens(ids))  # Hugging Face
     unit(model, "L2N26", "shakespeare-pre")                 # a neuron's top examples from the shipped index
     parameters(model); attribution(model, ids, " Romeo", " Juliet")   # the app's Plotly figures as widgets
+    graph(model, ids, " Romeo", " Juliet"); why_attends(model, ids, 1, 0, 5, 2)   # the attribution graph, QK terms
     save_html(widget, "map.html")                           # a page that opens offline (see standalone.py)
     export_html("analysis.ipynb")                           # the notebook as HTML whose widgets draw offline
 """
@@ -19,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from .figures import attribution, parameters
+from .graph import graph, why_attends
 from .inputs import attention_data
 from .units import unit
 
@@ -77,4 +79,4 @@ def export_html(notebook, path=None):
 
 
 __all__ = ["export_html", "attention", "attention_on_text", "attention_data", "unit", "parameters", "attribution", "save_html",
-           "static"]
+           "static", "graph", "why_attends"]

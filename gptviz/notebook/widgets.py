@@ -14,14 +14,12 @@ import ipywidgets
 import traitlets
 
 from ..app.component import asset
+from .page import JUPYTER_THEME as _JUPYTER_THEME
 
 _APP_EXPORT = "export default function (component)"
 
-# JupyterLab's theme colours for what the app reads from Streamlit's (the files fall back to a light theme)
-_JUPYTER_THEME = """
-.gv-map, .gv-rows { --st-text-color: var(--jp-ui-font-color1, #31333f); --st-border-color: var(--jp-border-color1, #d6d6d9);
-  --st-background-color: var(--jp-layout-color0, #fff); }
-"""
+# JupyterLab's theme colours for what the app reads from Streamlit's (the files fall back to a light theme):
+# page.JUPYTER_THEME
 
 _ADAPTER = """
 export default {

@@ -13,9 +13,18 @@ in flight: a build reserves its working memory there too before it runs (`work`,
 accountant may ask the cache to drop its least recently used entries (`make_room`) to fit other work. A value still
 in use when it is dropped (a page drawing a capture) is not freed by the drop: with a `witness`, an object that lives
 as long as anything uses the value, its bytes stay counted there until that object is gone (issue 43: three pages
-drawing 682-token captures of gpt2-small held two the cache had dropped, ~820 MiB the budget no longer saw)."""
+drawing 682-token captures of gpt2-small held two the cache had dropped, ~820 MiB the budget no longer saw).
+
+Something still holding a dropped value may be garbage: a reference cycle (what a visitor's ended session keeps of
+its pages) that only Python's full collection frees, and a server's full collection comes rarely (after its
+long-lived objects grow by a quarter; a model is a few thousand objects, however many bytes). With `collect_garbage`
+(the model store), a drop that leaves a value alive runs that collection once the cache's lock is released: before,
+twenty 100 MiB model folders opened one after another kept every model (issue 57). What is truly in use stays, and
+stays counted; `lingering` is what the dropped values still alive hold, for the accountant (gptviz.serve.memory)."""
 from __future__ import annotations
 
+import gc
+import itertools
 import threading
 import time
 import weakref
@@ -32,9 +41,11 @@ V = TypeVar("V")
 class BoundedCache(Generic[V]):
     def __init__(self, budget_bytes: int, what: str = "entry", wait_s: float = 30.0,
                  accountant: MemoryAccountant | None = None, witness: Callable[[V], object] | None = None,
-                 drop_order: int = 0):
+                 drop_order: int = 0, collect_garbage: bool = False):
         """`drop_order`: when the accountant needs room, caches with a lower one drop entries first (what is cheapest
-        to rebuild: derived results, then captures, then models)."""
+        to rebuild: derived results, then captures, then models). `collect_garbage`: run Python's full collection when
+        a dropped value outlives its drop (needs a witness; for large values dropped rarely: a collection on a
+        server takes tens of milliseconds)."""
         if budget_bytes < 1:
             raise ValueError("a cache needs a budget of at least one byte")
         self.budget, self.what, self.wait_s = budget_bytes, what, wait_s
@@ -45,6 +56,12 @@ class BoundedCache(Generic[V]):
         self._reserved = 0  # estimates of the builds in progress
         self._held: dict[Hashable, int] = {}  # entries in use (a running generation's model): never dropped
         self.accountant, self.witness, self.drop_order = accountant, witness, drop_order
+        self.collect_garbage = collect_garbage
+        # dropped values still alive, by their finalizer: their bytes, still counted (dict operations are atomic,
+        # and a finalizer may run inside any allocation, so it takes no lock)
+        self._lingering: dict[int, int] = {}
+        self._tokens = itertools.count()
+        self._collect_wanted = False
         if accountant is not None:
             accountant.add_store(self)
 
@@ -53,6 +70,11 @@ class BoundedCache(Generic[V]):
         """Bytes held for builds in progress."""
         with self._lock:
             return self._reserved
+
+    @property
+    def lingering(self) -> int:
+        """Bytes of dropped entries still alive (a witness not yet gone), still counted in the accountant."""
+        return sum(list(self._lingering.values()))
 
     @property
     def nbytes(self) -> int:
@@ -69,8 +91,17 @@ class BoundedCache(Generic[V]):
 
     def clear(self) -> None:
         with self._lock:
-            dropped = [self._entries.popitem(last=False)[1] for _ in range(len(self._entries))]
-            self._report(-sum(self._freed(value, size) for value, size in dropped))
+            self._drop([self._entries.popitem(last=False)[1] for _ in range(len(self._entries))])
+        self._collect_dropped()
+
+    def discard(self, which: Callable[[Hashable], bool]) -> int:
+        """Drop the entries not in use whose key `which` accepts (a visitor's upload, gone with its session); how many
+        were dropped."""
+        with self._lock:
+            keys = [key for key in self._entries if key not in self._held and which(key)]
+            self._drop([self._entries.pop(key) for key in keys])
+        self._collect_dropped()
+        return len(keys)
 
     def make_room(self, nbytes: int) -> int:
         """Drop the least recently used entries not in use until `nbytes` are freed or none is left (the
@@ -78,7 +109,9 @@ class BoundedCache(Generic[V]):
         with self._lock:
             total = self._total()
             self._drop_oldest(total - nbytes)
-            return total - self._total()
+            freed = total - self._total()
+        self._collect_dropped()
+        return freed
 
     def _report(self, delta: int) -> None:
         if delta and self.accountant is not None:
@@ -106,6 +139,7 @@ class BoundedCache(Generic[V]):
                     return self._entries[key][0]
             if estimate is not None:
                 self._reserve(estimate)
+                self._collect_dropped()  # what made room for this build goes before it allocates
             reservation = None
             try:
                 work = estimate if work is None else work
@@ -128,6 +162,7 @@ class BoundedCache(Generic[V]):
                     if estimate is not None:
                         self._reserved -= estimate
                         self._room.notify_all()
+            self._collect_dropped()
             return value
 
     def _reserve(self, estimate: int) -> None:
@@ -179,25 +214,45 @@ class BoundedCache(Generic[V]):
     def _total(self) -> int:
         return sum(size for _, size in self._entries.values())
 
-    def _freed(self, value: V, size: int) -> int:
-        """The bytes a dropped entry frees now: all of them, or, with a witness, none until the witness is gone
-        (then they are reported freed; at once when nothing else holds the value)."""
-        if self.accountant is None or self.witness is None:
-            return size
-        weakref.finalize(self.witness(value), self._report, -size)
-        return 0
+    def _freed(self, value: V, size: int) -> tuple[int | None, int]:
+        """(None, size) for a dropped entry whose bytes are free now; with a witness, (its token, size): they stay
+        counted, as `lingering`, until the witness is gone (then they are reported freed)."""
+        if self.accountant is None or self.witness is None or size == 0:
+            return None, size
+        token = next(self._tokens)
+        self._lingering[token] = size
+        weakref.finalize(self.witness(value), self._gone, token)
+        return token, size
+
+    def _gone(self, token: int) -> None:
+        """A dropped value's witness is gone: its bytes are free (may run in any thread, inside any allocation)."""
+        self._report(-self._lingering.pop(token, 0))
+
+    def _collect_dropped(self) -> None:
+        """With collect_garbage: Python's full collection, when a value dropped since the last one is still alive
+        (called with the cache's lock released: a collection runs finalizers)."""
+        if self._collect_wanted:
+            self._collect_wanted = False
+            gc.collect()
 
     def _drop_oldest(self, room: int) -> None:
         """Drop the least recently used entries until the stored ones take at most `room` bytes (lock held)."""
-        total, freed = self._total(), 0
+        total, dropped = self._total(), []
         for key in [k for k in self._entries if k not in self._held]:  # oldest first
             if total <= room:
                 break
-            value, size = self._entries.pop(key)
-            total -= size
-            freed += self._freed(value, size)
-            del value  # a value nothing else holds goes now, and its witness reports it
-        self._report(-freed)
+            dropped.append(self._entries.pop(key))
+            total -= dropped[-1][1]
+        self._drop(dropped)
+
+    def _drop(self, entries: list[tuple[V, int]]) -> None:
+        """Let go of entries taken out of the store (lock held): report what they free, and note whether one
+        outlived it (a value nothing else holds goes at once, and its witness reports it)."""
+        tokens = [self._freed(value, size) for value, size in entries]
+        entries.clear()
+        self._report(-sum(size for token, size in tokens if token is None))
+        if self.collect_garbage and any(token in self._lingering for token, _ in tokens if token is not None):
+            self._collect_wanted = True
 
 
 def _mib(n: int) -> str:

@@ -4,8 +4,10 @@
 GPTVIZ_MEMORY_MB          everything held for visitors at once: stored models, captures and trained models, and
                           work in flight (builds, captures, generations, training, sweeps), reserved before it
                           allocates (gptviz.serve.memory; default 8192)
-GPTVIZ_CAPTURE_CACHE_MB   cached activations of recent prompts (default 2048); one capture larger than this is refused
-GPTVIZ_MODEL_CACHE_MB     loaded models (default 6144); the least recently used model is dropped past it
+GPTVIZ_CAPTURE_CACHE_MB   cached activations of recent prompts (default: a quarter of GPTVIZ_MEMORY_MB, 2048 of 8192,
+                          or what GPTVIZ_MODEL_CACHE_MB leaves where that is less); one larger capture is refused
+GPTVIZ_MODEL_CACHE_MB     loaded models (default: what the capture cache leaves of GPTVIZ_MEMORY_MB, 6144 of 8192); the
+                          least recently used model is dropped past it. The two must fit in GPTVIZ_MEMORY_MB together
 GPTVIZ_RESULTS_CACHE_MB   the pages' derived results (attributions, sweeps, measurements, samples; default 512), counted
                           in GPTVIZ_MEMORY_MB like the captures; the least recently used go first
 GPTVIZ_MAX_PARAMS         the largest model a visitor may build or load (default 1,600,000,000: GPT-2 XL)
@@ -38,6 +40,9 @@ GPTVIZ_SWEEP_SECONDS      wall time one long measurement on the Why this token? 
 GPTVIZ_INDEX_QUEUE        index builds that may wait in line, first come first served, for a scan to end (default 8)
 GPTVIZ_INDEX_KEPT         neuron indexes built on request kept on disk (default 16; the oldest built is removed
                           first; a bundled model's shipped index is never counted or removed)
+GPTVIZ_UPLOAD_MB          the largest checkpoint file a visitor may upload in the sidebar, in MB (default 200,
+                          Streamlit's own upload cap); 0 turns uploads off. Each upload sits in the server's memory
+                          while it arrives, then in a private folder of its visitor's until that session ends
 
 Fixed, not settings: a box that takes one token (the unit page's "A word" and "Source token") takes
 fewer than TOKEN_BOX_CHARS characters, checked where the value is used (session state skips the widget's max_chars).
@@ -53,6 +58,10 @@ MiB = 2**20
 TOKEN_BOX_CHARS = 100
 
 
+# the limits whose 0 turns a feature off rather than being refused
+OFF_AT_ZERO = frozenset({"upload_mb"})
+
+
 class LimitError(ValueError):
     """A request would go past a limit the server's operator set; the message says which and what to do."""
 
@@ -60,8 +69,8 @@ class LimitError(ValueError):
 @dataclass(frozen=True)
 class ServerLimits:
     memory_mb: int = 8192
-    capture_cache_mb: int = 2048
-    model_cache_mb: int = 6144
+    capture_cache_mb: int | None = None  # None: derived from memory_mb (cache_defaults)
+    model_cache_mb: int | None = None    # None: derived from memory_mb (cache_defaults)
     results_cache_mb: int = 512
     max_params: int = 1_600_000_000
     export_mb: int = 512
@@ -86,21 +95,23 @@ class ServerLimits:
     sweep_seconds: int = 120
     index_queue: int = 8
     index_kept: int = 16
+    upload_mb: int = 200  # 0: no uploads
 
     def __post_init__(self):
         for f in fields(self):
-            value = getattr(self, f.name)
-            if f.type in (int, "int") and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise ValueError(f"the server limit {f.name} must be a whole number of at least 1, got {value!r}")
+            value, least = getattr(self, f.name), 0 if f.name in OFF_AT_ZERO else 1
+            if f.type in (int, "int") and (isinstance(value, bool) or not isinstance(value, int) or value < least):
+                raise ValueError(f"the server limit {f.name} must be a whole number of at least {least}, got "
+                                 f"{value!r}")
         if not isinstance(self.model_dirs, tuple) or not all(isinstance(d, str) for d in self.model_dirs):
             raise ValueError(f"the server limit model_dirs must be a tuple of folder paths, got {self.model_dirs!r}")
         for folder in self.model_dirs:
             # relative to what? The server's working directory is no promise, and `~` is not expanded
             if "\x00" in folder or not os.path.isabs(folder):
                 raise ValueError(f"model_dirs must hold absolute folder paths, got {folder!r}")
-        if self.capture_cache_mb + self.model_cache_mb > self.memory_mb:
-            raise ValueError(f"capture_cache_mb + model_cache_mb ({self.capture_cache_mb} + {self.model_cache_mb}) "
-                             f"must fit in memory_mb ({self.memory_mb})")
+        capture, model = cache_defaults(self.memory_mb, self.capture_cache_mb, self.model_cache_mb)
+        object.__setattr__(self, "capture_cache_mb", capture)
+        object.__setattr__(self, "model_cache_mb", model)
 
     @property
     def capture_bytes(self) -> int:
@@ -125,6 +136,11 @@ class ServerLimits:
     @property
     def export_bytes(self) -> int:
         return self.export_mb * MiB
+
+    @property
+    def upload_bytes(self) -> int:
+        """The largest upload in bytes (0: uploads are off). MB as Streamlit counts an upload's cap: 2**20 bytes."""
+        return self.upload_mb * MiB
 
     @classmethod
     def from_env(cls, environ=None) -> "ServerLimits":
@@ -156,10 +172,42 @@ class ServerLimits:
                     values[f.name] = int(raw)
                 except ValueError:
                     raise ValueError(f"{name} must be a whole number, got {environ.get(name)!r}") from None
-                if values[f.name] < 1:
-                    raise ValueError(f"{name}: the server limit {f.name} must be a whole number of at least 1, got "
-                                     f"{environ.get(name)!r}")
+                if values[f.name] < (0 if f.name in OFF_AT_ZERO else 1):
+                    raise ValueError(f"{name}: the server limit {f.name} must be a whole number of at least "
+                                     f"{0 if f.name in OFF_AT_ZERO else 1}, got {environ.get(name)!r}")
         return cls(**values)
+
+
+CAPTURE_SHARE = 4  # the capture cache's default: a quarter of GPTVIZ_MEMORY_MB; the model cache's, the rest
+
+
+def cache_defaults(memory_mb: int, capture_mb: int | None, model_mb: int | None) -> tuple[int, int]:
+    """(capture cache, model cache) in MiB: those given, and each one not given (None) derived from `memory_mb`: a
+    quarter for captures, or what the model cache leaves where that is less, and for models what the captures leave
+    (8192: 2048 and 6144; 1024: 256 and 768). ValueError, naming the variables, when they cannot both fit: with only
+    GPTVIZ_MEMORY_MB=1024 set the app refused to start, its fixed defaults being 2048 + 6144 (issue 57)."""
+    for name, value in (("capture_cache_mb", capture_mb), ("model_cache_mb", model_mb)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"the server limit {name} must be a whole number of at least 1, got {value!r}")
+    given = {"GPTVIZ_CAPTURE_CACHE_MB": capture_mb, "GPTVIZ_MODEL_CACHE_MB": model_mb}
+    share = max(1, memory_mb // CAPTURE_SHARE)
+    if capture_mb is None:
+        capture_mb = min(share, memory_mb - (model_mb if model_mb is not None else share))
+    if model_mb is None:
+        model_mb = memory_mb - capture_mb
+    if capture_mb >= 1 and model_mb >= 1 and capture_mb + model_mb <= memory_mb:
+        return capture_mb, model_mb
+    set_ = {name: value for name, value in given.items() if value is not None}
+    if len(set_) == 2:
+        raise ValueError(f"GPTVIZ_CAPTURE_CACHE_MB + GPTVIZ_MODEL_CACHE_MB ({capture_mb} + {model_mb}) must fit in "
+                         f"GPTVIZ_MEMORY_MB ({memory_mb}): set smaller caches or a larger GPTVIZ_MEMORY_MB")
+    if set_:
+        (name, value), = set_.items()
+        other = "model" if name == "GPTVIZ_CAPTURE_CACHE_MB" else "capture"
+        raise ValueError(f"{name} ({value}) leaves no room for the {other} cache in GPTVIZ_MEMORY_MB ({memory_mb}): "
+                         f"set a smaller {name} or a larger GPTVIZ_MEMORY_MB")
+    raise ValueError(f"GPTVIZ_MEMORY_MB ({memory_mb}) leaves no room for the capture and model caches (at least 1 "
+                     "MiB each)")
 
 
 @functools.lru_cache(maxsize=1)

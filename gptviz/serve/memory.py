@@ -10,8 +10,10 @@ that ends in another thread), and the caches report what they store, so one tota
     stored (models, captures, trained models) + reserved (work in flight) <= budget
 
 A reservation that does not fit first asks the caches to drop their least recently used entries (never one in
-use), then waits up to `wait_s` for other work to end, then is refused with a LimitError that says what was asked
-and what holds the rest. The estimates (below) are computed from the config and the sizes before anything runs;
+use), then, when values the caches dropped are still alive (`lingering`), runs Python's full collection once (what
+holds them may be garbage: the reference cycles an ended visitor's session leaves; about 0.14 s of CPU in a server),
+then waits up to `wait_s` for other work to end, then is refused with a LimitError that says what was asked and
+what holds the rest. The estimates (below) are computed from the config and the sizes before anything runs;
 they count float32 tensors at their peak, so what they miss is the fixed overhead: the interpreter, torch and the
 page's own drawing (docs/benchmarks-history.md, "Hostile load", measures it). Memory the C allocator keeps after work
 ends is resident too: before admitting work, the process's accountant counts it beside the rest and, when the work
@@ -23,6 +25,7 @@ unbounded. No Streamlit here: the accountant is a module object no client can cl
 from __future__ import annotations
 
 import functools
+import gc
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -40,7 +43,8 @@ UNCOUNTED_HEADROOM = 0.1
 
 class Store(Protocol):
     """A cache whose stored bytes count against the budget (it reports them with `accountant.stored(delta)`). An
-    optional `drop_order` attribute: lower ones are asked for room first (0 when absent)."""
+    optional `drop_order` attribute: lower ones are asked for room first (0 when absent); an optional `lingering`:
+    bytes of entries it dropped that are still alive, and still counted."""
 
     def make_room(self, nbytes: int) -> int:
         """Drop least recently used entries not in use until `nbytes` are freed or none is left; bytes freed."""
@@ -135,6 +139,7 @@ class MemoryAccountant:
                              f"{mib(self.budget)} (GPTVIZ_MEMORY_MB): try a shorter prompt or a smaller model")
         wait_s = self.wait_s if wait_s is None else wait_s
         deadline = time.monotonic() + wait_s
+        collected = False
         while True:
             with self._cond:
                 short = self._total() + nbytes - self.budget
@@ -147,6 +152,10 @@ class MemoryAccountant:
                 stores = list(self._stores)
             # outside our lock: a cache takes its own lock, then reports back here (one lock order only)
             if self._drop_for(short, stores) >= short:
+                continue
+            if not collected and any(getattr(store, "lingering", 0) for store in stores):
+                collected = True
+                gc.collect()  # outside our lock: finalizers report back here
                 continue
             with self._cond:
                 if self._total() + nbytes <= self.budget:

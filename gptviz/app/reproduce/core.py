@@ -25,8 +25,12 @@ def model_lines(spec: ModelSpec) -> str:
     elif spec.source == K.SOURCE_TRAINED:  # it lives in the server's memory only
         line = ("# this model was trained in your session: download its checkpoint on the Train page, then\n"
                 "model = load_pretrained('path/to/the/downloaded/folder')")
+    elif spec.source == K.SOURCE_UPLOAD:  # the server's copy is the visitor's alone: their own file, by its name
+        heads = "" if spec.n_head is None else f", n_head={spec.n_head}"
+        line = f"model = load_pretrained({spec.name.rpartition('/')[2]!r}, norm={spec.norm!r}{heads})"
     else:
-        line = f"model = load_pretrained({spec.name!r}, norm={spec.norm!r})"
+        heads = "" if spec.n_head is None else f", n_head={spec.n_head}"
+        line = f"model = load_pretrained({spec.name!r}, norm={spec.norm!r}{heads})"
     if (spec.device, spec.dtype) != ("cpu", "float32"):
         line += f"\nmodel = model.to(device={spec.device!r}, dtype=getattr(torch, {spec.dtype!r}))"
     return line
@@ -45,7 +49,8 @@ def prompt_lines(ids: tuple[int, ...] | list[int], text: str | None = None, name
 
 
 def snippet(view: str, spec: ModelSpec, *body: str, imports: str = "") -> str:
-    """A whole snippet: the mark, the imports it uses, the model, then `body`'s lines (the last binds `result`)."""
+    """A whole snippet: the mark, the imports it uses, the model, then `body`'s lines (which bind `result`, and may
+    print what the view shows after it)."""
     code = "\n".join([model_lines(spec), *body])
     used = [name for name in LIBRARY_NAMES if re.search(rf"\b{name}\b", code)]
     head = [f"{MARK}{view}, reproduced"] + (["import torch"] if "torch." in code else [])
@@ -56,8 +61,9 @@ def snippet(view: str, spec: ModelSpec, *body: str, imports: str = "") -> str:
 def show(code: str) -> None:
     """The closed "Copy as Python" box (st.code has its own copy button)."""
     with st.expander("Copy as Python", icon=":material/code:"):
-        st.caption("The library calls that reproduce this view's numbers in a notebook or script "
-                   "(`pip install gptviz`); `result` holds them.")
+        st.caption("The library calls that reproduce this view's numbers in a notebook or script; `result` holds "
+                   "them. It runs in a checkout of gptviz (its folder as the working directory, or on `PYTHONPATH`) "
+                   "or after `pip install .` there: gptviz is on no package index.")
         st.code(code, language="python")
 
 

@@ -19,15 +19,16 @@ def _index_lines(spec: ModelSpec, per_play: int | None, names: str) -> tuple[tup
 
 
 def unit(spec: ModelSpec, unit_name: str, per_play: int | None) -> str:
-    """What does this unit do?: a neuron's or head's summary, top examples, quantiles and histogram from the neuron
-    index."""
-    load, imports = _index_lines(spec, per_play, "histogram, quantiles, summary, top_examples")
+    """What does this unit do?: a neuron's or head's summary, top examples, examples from each band of its positive
+    values, quantiles and histogram from the neuron index."""
+    load, imports = _index_lines(spec, per_play, "band_examples, histogram, quantiles, summary, top_examples")
     return snippet(
         "What does this unit do?", spec, *load,
         f"unit = {unit_name!r}",
         "result = {",
         "    'summary': summary(index, unit),",
         "    'top examples': top_examples(index, unit),        # .value, .doc_name, .pos: highest first",
+        "    'bands': band_examples(index, unit),              # weakest fifth first: .lo, .hi, .examples",
         "    'quantiles': quantiles(index, unit),",
         "    'histogram': histogram(index, unit),              # (edges, counts) over every token scanned",
         "}",

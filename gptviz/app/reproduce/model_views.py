@@ -5,10 +5,14 @@ from .core import MARK, config_line
 
 
 def parameters(view: str, cfg) -> str:
-    """The Parameters page's breakdown of one configuration: the counts by component and their shares."""
+    """The Parameters page's breakdown of one configuration: the counts by group and their shares (by component:
+    the finer split)."""
     return (f"{MARK}{view}, reproduced\nfrom gptviz import GPTConfig, PRESETS, param_table\n"
-            "from gptviz.model.params import by_component\n"
-            f"{config_line(cfg)}\nresult = by_component(param_table(config))   # count and share by component\n")
+            "from gptviz.model.params import by_component, by_group\n"
+            f"{config_line(cfg)}\ntable = param_table(config)\n"
+            "result = by_group(table)   # count and share by group: embeddings, attention, MLP, norms, LM head\n"
+            "print(result[['group', 'count', 'share']].to_string(index=False))\n"
+            "print(by_component(table)[['component', 'count', 'share']].to_string(index=False))   # the finer split\n")
 
 
 def parameters_of_presets(names: list[str]) -> str:

@@ -16,20 +16,43 @@ def direct_attribution(spec: ModelSpec, ids, target: int, other: int, text: str 
         imports="from gptviz.methods.attribution import direct_logit_attribution")
 
 
-def ablation(spec: ModelSpec, ids, heads, mode: str, text: str | None) -> str:
-    """Why this token?, ablate heads: the next-token probabilities with the chosen heads removed (mean ablation's
-    reference: this prompt's own positions)."""
+def ablation(spec: ModelSpec, ids, heads, mode: str, text: str | None, target: int, other: int,
+             effects: bool) -> str:
+    """Why this token?, ablate heads: what the page shows, printed. The next-token probabilities before and after
+    removing the chosen heads (the page's table: the top 5 of each, by the probability before; mean ablation's
+    reference is this prompt's own positions) and, where the page compares them (`effects`: zero ablation on a
+    pre-norm model), the heads' direct effect on logit(target) - logit(other) beside the total effect measured."""
     by_layer: dict[int, list[int]] = {}
     for layer, head in heads:
         by_layer.setdefault(layer, []).append(head)
     reference = ("_, reference = capture(model, [ids], " + repr([f"blocks.{l}.attn.hook_z" for l in sorted(by_layer)])
-                 + ")" if mode == "mean" else "reference = None")
-    return snippet(
-        "Why this token?, ablate heads", spec, prompt_lines(ids, text), reference,
-        f"edits = [ablate_heads(layer, heads, {mode!r}, reference=reference) for layer, heads in {by_layer!r}.items()]",
-        "logits, _ = run_with_edits(model, torch.tensor([ids]), edits)",
-        "result = logits[0, -1].softmax(-1)                  # next-token probabilities without those heads",
-        imports="from gptviz.methods.interventions import ablate_heads, run_with_edits")
+                 + ")" if mode == "mean" and heads else "reference = None")
+    lines = [
+        prompt_lines(ids, text), f"heads = {sorted(heads)!r}           # (layer, head) pairs ablated",
+        f"target, other = {target}, {other}           # {pieces_comment(target, other)}", reference,
+        f"edits = [ablate_heads(layer, hs, {mode!r}, reference=reference) for layer, hs in {by_layer!r}.items()]",
+        "before = run_with_edits(model, torch.tensor([ids]), [])[0][0, -1].float().softmax(-1)",
+        "after = run_with_edits(model, torch.tensor([ids]), edits)[0][0, -1].float().softmax(-1)",
+        "shown = sorted(set(before.topk(5).indices.tolist()) | set(after.topk(5).indices.tolist()),",
+        "               key=lambda i: -float(before[i]))   # the page's rows",
+        "print(f\"{'id':>6}  {'token':<16}{'before':>9}{'after':>9}{'change':>9}\")",
+        "for i in shown:",
+        "    b, a = float(before[i]), float(after[i])",
+        "    print(f\"{i:>6}  {decode([i])!r:<16}{b:>9.2%}{a:>9.2%}{a - b:>+9.2%}\")",
+        "result = {'before': {i: float(before[i]) for i in shown}, 'after': {i: float(after[i]) for i in shown}}"]
+    if effects:
+        lines += [
+            "metric = lambda p: float(torch.log(p[target]) - torch.log(p[other]))   # logit(target) - logit(other)",
+            "dla = direct_logit_attribution(model, torch.tensor([ids]), target, other)",
+            "result['direct effect'] = -sum(float(dla.head_values[layer, head]) for layer, head in heads)",
+            "result['total effect'] = metric(after) - metric(before)",
+            "print(f\"Direct effect on the metric: {result['direct effect']:+.3f}\")",
+            "print(f\"Total effect (ablation, measured): {result['total effect']:+.3f}\")"]
+    imports = ["from gptviz.methods.interventions import ablate_heads, run_with_edits",
+               "from gptviz.model.tokenizer import decode"]
+    if effects:
+        imports.insert(0, "from gptviz.methods.attribution import direct_logit_attribution")
+    return snippet("Why this token?, ablate heads", spec, *lines, imports="\n".join(imports))
 
 
 def patching(spec: ModelSpec, clean, corrupted, goal: int, rival: int, texts: tuple) -> str:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from ... import methods as analysis
 from ...serve import limits, memory
 from ...export import export_nbytes, prompt_capture_npz, prompt_capture_npz_nbytes
-from ...model.model import GPT
 from .. import models
 from . import cached
 
@@ -33,10 +32,12 @@ def npz_refusal(cfg, T: int, include_attention: bool) -> str | None:
     return None
 
 
-def npz_within_budget(model: GPT, ids: tuple[int, ...], include_attention: bool) -> bytes:
+def npz_within_budget(spec: models.ModelSpec, ids: tuple[int, ...], include_attention: bool) -> bytes:
     """The .npz, built when the button is clicked, within a reservation of the server's memory (a refusal reaches the
     browser as Streamlit's "Failed to generate file for download": a download cannot show a message). It keeps
-    the model and ids only, not the page's capture."""
+    the model's spec and ids only, not the page's capture nor the model (the session keeps the button's builder, and
+    kept a model the store had dropped: issue 57)."""
+    model = models.load_model(spec)
     with memory.reserve(prompt_capture_npz_nbytes(model.config, len(ids), include_attention),
                         f"a .npz of {len(ids)} tokens"):
         return prompt_capture_npz(model, ids, include_attention)

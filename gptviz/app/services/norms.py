@@ -90,10 +90,6 @@ def attention_difference(pre: np.ndarray, post: np.ndarray) -> tuple[np.ndarray,
 
 # ---- the bundled twins ------------------------------------------------------------------------------------------
 
-def twin_specs(names: dict[str, str]) -> dict[str, models.ModelSpec]:
-    return {norm: models.ModelSpec(K.SOURCE_BUNDLED, name, norm) for norm, name in names.items()}
-
-
 def training_records(bundled: dict, names: dict[str, str]) -> dict[str, dict]:
     """Each twin's training record from its config.json."""
     return {norm: json.loads((bundled[name] / "config.json").read_text()).get("training", {})
@@ -131,9 +127,10 @@ def probe_length(cfg: GPTConfig) -> int:
     return min(PROBE_LENGTH, cfg.n_ctx // 2)
 
 
-def twins_captures(specs: dict[str, models.ModelSpec], ids: tuple[int, ...], n_layers: int) -> dict:
-    """Each twin's (logits, cache of every layer's attention) on the prompt, through the capture cache."""
-    return {norm: models.capture_cache(spec, ids, models.pattern_names(n_layers)) for norm, spec in specs.items()}
+def twins_captures(specs: dict[str, models.ModelSpec], ids: dict[str, tuple[int, ...]], n_layers: int) -> dict:
+    """Each model's (logits, cache of every layer's attention) on its ids for the prompt (the same ids for the
+    bundled twins; each its own tokenizer's for a pair that differ), through the capture cache."""
+    return {norm: models.capture_cache(spec, ids[norm], models.pattern_names(n_layers)) for norm, spec in specs.items()}
 
 
 @cached
@@ -141,9 +138,9 @@ def head_matches(specs: dict[str, models.ModelSpec], cfg: GPTConfig) -> tuple[li
     """The twins' heads paired by their patterns on one probe both read (analysis.match_heads), each head's
     previous-token and induction scores there ({"pre"/"post": (prev [L, H], induction [L, H])}), and the median
     similarity of every pre-norm head with every post-norm head (what a pair picked blindly scores)."""
-    length = probe_length(cfg)
-    seq = tuple(analysis.induction_sequence(cfg.vocab_size, length,
-                                            ids=models.training_vocab(specs["pre"])).tolist())
+    length = probe_length(cfg)  # random ids both vocabularies have (GPT-1's 40,478 are fewer than GPT-2's)
+    vocab = min(models.load_model(spec).config.vocab_size for spec in specs.values())
+    seq = tuple(analysis.induction_sequence(vocab, length, ids=models.training_vocab(specs["pre"])).tolist())
     pats = {norm: models.capture_cache(spec, seq, models.pattern_names(cfg.n_layers))[1].patterns()
             for norm, spec in specs.items()}
     scores = {norm: (analysis.previous_token_scores(p), analysis.induction_scores_from(p, length))
@@ -152,18 +149,20 @@ def head_matches(specs: dict[str, models.ModelSpec], cfg: GPTConfig) -> tuple[li
     return analysis.match_heads(pats["pre"], pats["post"]), scores, typical
 
 
-def top_tokens(logits: torch.Tensor, k: int = SIDE_TOP_K) -> tuple[torch.Tensor, list[tuple[str, float]]]:
-    """The next-token probabilities after the last position (softmax of its logits) and the k likeliest."""
+def top_tokens(logits: torch.Tensor, k: int = SIDE_TOP_K, labels=token_labels
+               ) -> tuple[torch.Tensor, list[tuple[str, float]]]:
+    """The next-token probabilities after the last position (softmax of its logits) and the k likeliest (`labels`:
+    the model's own tokenizer's)."""
     probs = torch.softmax(logits[-1].float(), -1)
     top = probs.topk(k)
-    return probs, list(zip(token_labels(top.indices.tolist()), top.values.tolist()))
+    return probs, list(zip(labels(top.indices.tolist()), top.values.tolist()))
 
 
-def next_token_at(logits: torch.Tensor, pos: int) -> tuple[list[tuple[str, float]], float]:
+def next_token_at(logits: torch.Tensor, pos: int, labels=token_labels) -> tuple[list[tuple[str, float]], float]:
     """The ten likeliest next tokens after position `pos`, and the entropy of the full distribution (nats)."""
     probs = torch.softmax(logits[pos].float(), -1)
     top = probs.topk(10)
-    return ([(label, float(p)) for label, p in zip(token_labels(top.indices.tolist()), top.values)],
+    return ([(label, float(p)) for label, p in zip(labels(top.indices.tolist()), top.values)],
             float(-(probs * probs.clamp_min(1e-30).log()).sum()))
 
 

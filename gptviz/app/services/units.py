@@ -1,7 +1,10 @@
-"""The "What does this unit do?" page's computations: the units most active at a token of the prompt, and a unit's
+"""The "What does this unit do?" page's computations: the units most active at a token of the prompt, a unit's
 direct effect on the logits, each within a reservation of the server's memory (the examples and the index itself
-are gptviz.app.unit_index's)."""
+are gptviz.app.unit_index's), the counts of the tokens the index lists, and the unit's page as Neuronpedia's
+feature-dashboard JSON and as one HTML file."""
 from __future__ import annotations
+
+import numpy as np
 
 from ... import index as ix
 from ...serve import limits, memory
@@ -32,3 +35,42 @@ def direct_effect(model: GPT, unit: ix.Unit, source: int | None = None) -> ix.Di
         if unit.kind == "neuron":
             return ix.direct_effect(model, unit.layer, unit.index)
         return ix.head_direct_effect(model, unit.layer, unit.index, source)
+
+
+class TokenCounts:
+    """How often each token the index lists occurs in the corpus, read from its sorted arrays by binary search (a
+    dict of every listed token, built on each run, was the word search's largest allocation)."""
+
+    def __init__(self, index: ix.NeuronIndex):
+        self.ids, self.counts = index.arrays["token_ids"], index.arrays["token_counts"]
+
+    def __contains__(self, token: int) -> bool:
+        row = int(np.searchsorted(self.ids, token))
+        return row < len(self.ids) and int(self.ids[row]) == token
+
+    def __getitem__(self, token: int) -> int:
+        if token not in self:
+            raise KeyError(token)
+        return int(self.counts[int(np.searchsorted(self.ids, token))])
+
+
+def unit_dashboard(spec: models.ModelSpec, loaded: ui.Loaded, unit: ix.Unit, source: int | None) -> dict:
+    """The unit's page as Neuronpedia's feature-dashboard JSON (gptviz.index.dashboard): its top and band examples'
+    contexts as the page shows them (cached), its direct effect (a head's of attending to `source`)."""
+    from ...index import dashboard
+    model = models.load_model(spec)
+    top, bands = ui.contexts(spec, loaded, unit), ui.band_contexts(spec, loaded, unit)
+    effect = direct_effect(model, unit, source)
+    features = [dashboard.feature(loaded.index, unit, top, bands, effect, source)]
+    return dashboard.batch(loaded.index, features, unit.layer, unit.kind)
+
+
+def unit_json(spec: models.ModelSpec, loaded: ui.Loaded, unit: ix.Unit, source: int | None) -> bytes:
+    import json
+    return json.dumps(unit_dashboard(spec, loaded, unit, source), indent=1, allow_nan=False).encode()
+
+
+def unit_html(spec: models.ModelSpec, loaded: ui.Loaded, unit: ix.Unit, source: int | None) -> bytes:
+    """The same page as one HTML file that opens offline, drawn from that JSON (gptviz.notebook.unit_page)."""
+    from ...notebook.unit_page import dashboard_html
+    return dashboard_html(unit_dashboard(spec, loaded, unit, source)).encode()

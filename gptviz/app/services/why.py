@@ -101,10 +101,12 @@ def head_edits(spec: models.ModelSpec, ids: tuple[int, ...], heads: tuple[tuple[
 
 @cached
 def direct_attribution(spec: models.ModelSpec, ids: tuple[int, ...], target: int, other: int):
+    """From the prompt's capture of the attribution's hook points, cached and shared: another target or rival runs
+    no model (it ran the forward pass again for every pair: most of a target switch's 0.3-0.6 s; issue 60)."""
     model = models.load_model(spec)
-    with memory.reserve(attribution.direct_attribution_nbytes(model.config, len(ids)),
-                        f"direct attribution of {len(ids)} tokens on {spec.name}"):
-        return attribution.direct_logit_attribution(model, torch.tensor([ids]), target, other)
+    names = tuple(attribution.direct_attribution_names(model.config.n_layers))
+    logits, cache = models.capture_cache(spec, ids, names)
+    return attribution.direct_logit_attribution_of(model, logits, cache.__getitem__, target, other)
 
 
 @cached

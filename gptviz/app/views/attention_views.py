@@ -23,6 +23,7 @@ from ..services import attention as services
 from ..sidebar import keep_valid
 
 MAX_CHIPS = 256           # longer prompts pick the query with a slider
+WEIGHT_BAR = "#9ecae1"    # the bars of the top keys' weights (a light blue of the attention scale)
 GRID_CELLS = 600_000      # most heatmap cells one small-multiples figure draws
 VIEWS = list(S.ATT_VIEW.rule.options)
 state = st.session_state
@@ -99,11 +100,13 @@ def one_head(seen: Seen, p: Pick) -> None:
                         key=K.ATT_QUERY_BARS_HTML)
     with right:
         order = row.argsort(descending=True)[:5].tolist()
-        st.dataframe(pd.DataFrame({"key token": [labels[k] for k in order], "position": order,
-                                   "weight": [float(row[k]) for k in order]}),
-                     hide_index=True, width="stretch",
-                     column_config={"weight": st.column_config.ProgressColumn(
-                         "weight", min_value=0.0, max_value=1.0, format="%.3f")})
+        # a static table, its weights as bars: a data grid here was the slowest thing the browser redrew after a pick
+        # in the map (0.2-0.3 s of a head switch's 0.45 s at load 6; issue 60). The browser reads a styled table's
+        # cells as HTML: escape="html" keeps token text text.
+        top = pd.DataFrame({"key token": [labels[k] for k in order], "position": order,
+                            "weight": [float(row[k]) for k in order]})
+        st.table(top.style.format({"weight": "{:.3f}"}, escape="html")
+                 .bar(subset=["weight"], vmin=0.0, vmax=1.0, color=WEIGHT_BAR), hide_index=True)
     with st.expander("How to read attention", expanded=False):
         st.markdown(READING_ATTENTION)
 
@@ -127,8 +130,7 @@ def focus_from_click(T: int) -> None:
         if isinstance(point, dict) and point.get("x") == 0 and isinstance(point.get("y"), (int, float)):
             if 0 <= int(point["y"]) < T and T <= MAX_CHIPS:
                 state[K.ATT_QUERY] = int(point["y"])
-                state[K.ATT_LINES_FOCUS] = True
-                state[K.QUERY_MOVED] = True  # the query chips sit outside the views' fragment
+                state[K.ATT_LINES_FOCUS] = True  # the chips, in the same fragment, follow
             return
 
 

@@ -262,10 +262,12 @@ def attention_section(config: GPTConfig, ids: tuple[int, ...], pre: wiring.Wirin
 
 
 def show_attention_panels(pre: np.ndarray, post: np.ndarray, labels: list[str], title: str, key: str,
-                          panel_names: tuple[str, str, str] = ("pre-norm", "post-norm", "post − pre")) -> None:
-    """The two wirings' attention and their difference in three columns (a phone stacks them)."""
-    figures = fig_norms.attention_panels(pre, post, labels, title, panel_names)
-    for i, (column, fig) in enumerate(zip(st.columns(3), figures)):
+                          panel_names: tuple[str, str, str] = ("pre-norm", "post-norm", "post − pre"),
+                          post_labels: list[str] | None = None) -> None:
+    """The two wirings' attention and their difference in three columns (a phone stacks them); two, each over its
+    own tokens, where the post-norm model read other tokens (`post_labels`)."""
+    figures = fig_norms.attention_panels(pre, post, labels, title, panel_names, post_labels=post_labels)
+    for i, (column, fig) in enumerate(zip(st.columns(len(figures)), figures)):
         with column:
             display.show_figure(fig, key=K.per_item(key, i))
 

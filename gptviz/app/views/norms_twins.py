@@ -17,28 +17,46 @@ from ...figures import training as fig_train
 from ...model.generate import check_sampling
 from ...training.evaluate import INDUCTION_BAR
 from ...training.snapshots import FORMED_THRESHOLD
-from ...model.tokenizer import decode, token_labels
 from .. import display, models, sidebar
 from .. import keys as K
 from .. import settings as S
 from ..services import norms as services
 from ..unit_nav import unit_pills
+from ..services.norms_pair import (CONFOUNDS, GPT2_TOKENS_FOR_GPT1, Pair, bundled_pair, hub_pair, position_in,
+                                   prompt_ids)
 from .norms_same import layer_and_head, show_attention_panels
 
 state = st.session_state
 
 
-def pick_twins(bundled: dict) -> wiring.TrainedTwins | None:
-    """The bundled pre/post pair to compare (a picker when there are several); None (after a note) when none."""
-    pairs = wiring.trained_twins(list(bundled))
+def pick_twins(bundled: dict) -> Pair | None:
+    """The pre/post pair to compare: the bundled twins, and GPT-2 small beside GPT-1 where both are on this server's
+    disk (a picker when there are several); None (after a note) when none."""
+    pairs = [bundled_pair(t.stem, t.pre, t.post) for t in wiring.trained_twins(list(bundled))]
+    hub = hub_pair()
+    pairs += [hub] if hub is not None else []
     if not pairs:
         st.info("The bundled pre-norm and post-norm models are not here yet (they are being trained and will "
                 "appear in gptviz/models/). Meanwhile, train a pair yourself on the Train page.")
         return None
     if len(pairs) == 1:
         return pairs[0]
-    stem = S.TWINS_STEM.selectbox(st, options=[p.stem for p in pairs])
+    sidebar.keep_valid(K.TWINS_STEM, [p.stem for p in pairs], pairs[0].stem)
+    stem = S.TWINS_STEM.selectbox(st, options=[p.stem for p in pairs], format_func=lambda stem: next(
+        f"{p.names['pre']} / {p.names['post']} (bundled twins)" if p.bundled else stem for p in pairs if p.stem == stem))
     return next(p for p in pairs if p.stem == stem)
+
+
+def short_name(pair: Pair, norm: str) -> str:
+    """How a figure names one model of the pair: its wiring, and for the Hub pair which model it is."""
+    return f"{norm}-norm" if pair.bundled else f"{pair.names[norm]} ({norm}-norm)"
+
+
+def confounds_note(pair: Pair) -> None:
+    """What else differs between GPT-2 small and GPT-1, before any of their differences is read as the wiring's."""
+    st.caption(f":material/warning: {CONFOUNDS}")
+    if pair.same_tokens:
+        st.warning(GPT2_TOKENS_FOR_GPT1)
 
 
 def recipe_note(bundled: dict, names: dict[str, str]) -> None:
@@ -155,30 +173,53 @@ def loss_curves_section(twins: wiring.TrainedTwins, names: dict[str, str], histo
 @dataclass
 class LoadedTwins:
     """The two trained models as the prompt sections read them."""
-    names: dict[str, str]                   # {"pre": model name, "post": model name}
-    specs: dict[str, models.ModelSpec]
-    cfg: GPTConfig
-    ids: tuple[int, ...]
-    labels: list[str]
+    pair: Pair
+    cfg: GPTConfig                          # the pre-norm model's, with the shorter context of the two
+    ids: dict[str, tuple[int, ...]]         # each model's ids for the prompt (its own tokenizer's)
+    labels: dict[str, list[str]]
+    vocab: dict[str, int]
+
+    @property
+    def names(self) -> dict[str, str]:
+        return self.pair.names
+
+    @property
+    def specs(self) -> dict[str, models.ModelSpec]:
+        return self.pair.specs
 
 
-def load_twins(names: dict[str, str]) -> LoadedTwins | None:
-    """Both twins loaded and the sidebar prompt fitted to them; None (after a message) when either fails."""
-    specs = services.twin_specs(names)
+def load_twins(pair: Pair) -> LoadedTwins | None:
+    """Both models loaded and the sidebar prompt fitted to each (through its own tokenizer); None (after a message)
+    when either fails."""
     try:
-        with st.spinner("Loading the twins…"):
-            loaded = {norm: models.load_model(spec) for norm, spec in specs.items()}
+        with st.spinner("Loading the twins…" if pair.bundled else "Loading GPT-2 small and GPT-1…"):
+            cfgs = {norm: models.load_model(spec).config for norm, spec in pair.specs.items()}
     except (weights.CheckpointError, ConfigError, ValueError, OSError, RuntimeError) as err:
-        st.error(f"Could not load the twins: {err}")
+        st.error(f"Could not load {' and '.join(pair.names.values())}: {err}")
         return None
-    cfg = loaded["pre"].config
-    prompt = sidebar.prompt_tokens(cfg.n_ctx, vocab_size=cfg.vocab_size)
+    cfg = cfgs["pre"].replace(n_ctx=min(c.n_ctx for c in cfgs.values()))
+    if pair.same_tokens:  # one tokenizer's ids for both: those both vocabularies have
+        prompt = sidebar.prompt_tokens(cfg.n_ctx, vocab_size=min(c.vocab_size for c in cfgs.values()))
+    else:
+        prompt = sidebar.prompt_tokens(cfgs["pre"].n_ctx, vocab_size=cfgs["pre"].vocab_size)
     if prompt is None:
         return None
-    return LoadedTwins(names, specs, cfg, prompt.ids, token_labels(prompt.ids))
+    ids = {norm: prompt.ids for norm in pair.specs}
+    if not pair.same_tokens:  # the text GPT-2 kept, through GPT-1's own tokenizer
+        post = cfgs["post"]
+        ids["post"], total = prompt_ids(pair.codecs["post"], pair.codecs["pre"].decode(prompt.ids), post.n_ctx,
+                                        post.vocab_size)
+        if not ids["post"]:
+            st.info(f"{pair.names['post']}'s tokenizer finds no token in this prompt: type some words.")
+            return None
+        if total > len(ids["post"]):
+            st.warning(f"{pair.names['post']} reads the prompt as {total:,} of its tokens; its context is "
+                       f"{post.n_ctx}, so only the last {post.n_ctx} are used.")
+    labels = {norm: pair.codecs[norm].labels(ids[norm]) for norm in ids}
+    return LoadedTwins(pair, cfg, ids, labels, {norm: c.vocab_size for norm, c in cfgs.items()})
 
 
-def matches_table(matches: list, scores: dict, length: int) -> None:
+def matches_table(matches: list, scores: dict, length: int, pills: bool = True) -> None:
     """Every pre-norm head beside its post-norm match, with the scores that say what each does."""
     prev_chance, ind_chance = analysis.previous_token_chance(2 * length), analysis.induction_chance(length)
     rows = [{"pre-norm head": unit_id.head_id(*m.a), "post-norm match": unit_id.head_id(*m.b),
@@ -193,6 +234,8 @@ def matches_table(matches: list, scores: dict, length: int) -> None:
                "(1: the same pattern), and paired one to one, most similar first. The scores say what each pair "
                "does; the pairs, not the indices, are what to compare between the twins. A pair with a low "
                "similarity is a head left over when one twin grew more heads of a kind than the other.")
+    if not pills:  # the unit pages open the bundled twins' heads
+        return
     left, right = st.columns(2)
     with left:
         unit_pills("What a pre-norm head does over the corpus", [unit_id.head_id(*m.a) for m in matches],
@@ -216,32 +259,41 @@ def twins_attention(tw: LoadedTwins) -> dict | None:
         st.error(f"Could not run the twins on this prompt: {err}")
         return None
     match = next(m for m in matches if m.a == (layer, head))
-    pats = {"pre": caps["pre"][1].pattern(layer)[head].numpy(), "post": caps["post"][1].pattern(match.b[0])[match.b[1]].numpy()}
+    pats = {"pre": caps["pre"][1].pattern(layer)[head].numpy(),
+            "post": caps["post"][1].pattern(match.b[0])[match.b[1]].numpy()}
     where = "the same place" if match.b == (layer, head) else "another place"
     a[2].caption(f"Trained separately, the twins grow their heads where training takes them, so the pre-norm twin's "
                  f"layer {layer}, head {head} is shown beside the post-norm head that attends most like it: layer "
                  f"{match.b[0]}, head {match.b[1]}, {where} (pattern similarity {match.similarity:.2f}).")
-    show_attention_panels(pats["pre"], pats["post"], tw.labels, "", K.TWINS_ATTN_FIG,
-                          (f"pre-norm {unit_id.head_id(layer, head)}", f"post-norm match {unit_id.head_id(*match.b)}", "post − pre"))
+    pair = tw.pair
+    show_attention_panels(pats["pre"], pats["post"], tw.labels["pre"], "", K.TWINS_ATTN_FIG,
+                          (f"{short_name(pair, 'pre')} {unit_id.head_id(layer, head)}",
+                           f"{short_name(pair, 'post')} match {unit_id.head_id(*match.b)}", "post − pre"),
+                          post_labels=None if pair.same_tokens else tw.labels["post"])
     with st.expander("Every head and its match"):
-        matches_table(matches, scores, services.probe_length(cfg))
+        matches_table(matches, scores, services.probe_length(cfg), pills=pair.bundled)
     return caps
 
 
 def next_token_section(tw: LoadedTwins, caps: dict) -> None:
-    ids, labels = tw.ids, tw.labels
+    ids, labels, pair = tw.ids["pre"], tw.labels["pre"], tw.pair
     st.subheader("Next-token distributions")
     if state.get(K.TWINS_POS_IDS) != ids:  # a new prompt: start at its last token
         state[K.TWINS_POS_IDS] = ids
         state[K.TWINS_POS] = len(ids) - 1
     pos = S.TWINS_POS.select_slider(st, options=list(range(len(ids))), format_func=lambda i: f"{i}: {labels[i]}")
+    at = {"pre": pos, "post": position_in(pair, tw.ids, pos)}  # where each read the same text so far
     dists, entropy = {}, {}
     for norm in tw.specs:
-        dists[f"{norm}-norm"], entropy[norm] = services.next_token_at(caps[norm][0], pos)
+        dists[short_name(pair, norm)], entropy[norm] = services.next_token_at(caps[norm][0], at[norm],
+                                                                              pair.codecs[norm].labels)
     display.show_figure(fig_train.next_token_bars(dists, f"position {pos}"), key=K.TWINS_NEXT_FIG)
     truth = f" The prompt's actual next token is {labels[pos + 1]!r}." if pos + 1 < len(ids) else ""
+    where = "" if pair.same_tokens else (
+        f" {pair.names['post']} reads its own tokens: the same text so far ends at its token {at['post']}, "
+        f"{tw.labels['post'][at['post']]!r}.")
     st.caption(f"Entropy of the full distribution: pre-norm {entropy['pre']:.2f} nats, post-norm "
-               f"{entropy['post']:.2f} nats.{truth}")
+               f"{entropy['post']:.2f} nats.{truth}{where}")
 
 
 def twins_generation(tw: LoadedTwins) -> None:
@@ -254,30 +306,39 @@ def twins_generation(tw: LoadedTwins) -> None:
     seed = int(S.TWINS_GEN_SEED.number_input(g[3]))
     try:
         check_sampling(temperature, int(top_k) or None, None, new_tokens)
-        outs = {norm: services.generate_cached(spec, ids, new_tokens, float(temperature), int(top_k) or None, seed)
-                for norm, spec in tw.specs.items()}
+        outs = {norm: services.generate_cached(spec, ids[norm], new_tokens, float(temperature), int(top_k) or None,
+                                               seed) for norm, spec in tw.specs.items()}
     except (ValueError, RuntimeError) as err:
         st.error(f"Could not generate: {err}")
         return
     c = st.columns(2)
     for col, norm in zip(c, tw.specs):
         col.markdown(f"**{tw.names[norm]}**")
-        col.code(decode(outs[norm][len(ids):]), language=None, wrap_lines=True)
+        col.code(tw.pair.codecs[norm].decode(outs[norm][len(ids[norm]):]), language=None, wrap_lines=True)
     st.caption("Same seed, same sampling settings: the random numbers drawn are the same, so the texts differ "
-               "only through the two models' probabilities. The prompt is not repeated above.")
+               "only through the two models' probabilities" + ("" if tw.pair.same_tokens else
+                                                               " (and their vocabularies)")
+               + ". The prompt is not repeated above.")
 
 
-def trained_twins_section(bundled: dict, twins: wiring.TrainedTwins, tw: LoadedTwins | None) -> None:
+def trained_twins_section(bundled: dict, pair: Pair, tw: LoadedTwins | None) -> None:
     """The twins in depth: every head and its match, the next token at any position, the training history and
-    generation (the first tab already loaded them: `tw`, None when that failed)."""
-    names = {"pre": twins.pre, "post": twins.post}
-    recipe_note(bundled, names)
+    generation (the first tab already loaded them: `tw`, None when that failed). The Hub pair has no training
+    history to show: what else differs between them is said instead."""
+    names = pair.names
+    if pair.bundled:
+        recipe_note(bundled, names)
+    else:
+        confounds_note(pair)
     caps = twins_attention(tw) if tw is not None else None
     if caps is not None:
         next_token_section(tw, caps)
-    histories = services.histories(bundled, names)
-    loss_curves_section(twins, names, histories)
-    whole_history_section(bundled, names)
+    if pair.bundled:
+        loss_curves_section(wiring.TrainedTwins(pair.stem, names["pre"], names["post"]), names,
+                            services.histories(bundled, names))
+        whole_history_section(bundled, names)
+    else:
+        st.info("The Hub's checkpoints carry no training history, so there are no loss curves for these two.")
     if caps is not None:
         twins_generation(tw)
 

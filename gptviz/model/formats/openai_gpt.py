@@ -1,0 +1,32 @@
+"""Hugging Face GPT-1 folders (`OpenAIGPTLMHeadModel`, model_type "openai-gpt"): config.json onto a GPTConfig.
+
+GPT-1 is post-norm (`x = ln_1(x + attn(x)); x = ln_2(x + mlp(x))`) with no final norm, a tied LM head and GPT-2's
+module names inside each block; only the embeddings differ (tokens_embed, positions_embed: checkpoint.py renames
+them). Its `afn: "gelu"` is the tanh approximation (transformers' ACT_FNS maps it to gelu_new), unlike GPT-2's
+"gelu", which is the exact erf form.
+"""
+from __future__ import annotations
+
+from ..config import ConfigError, GPTConfig
+from .base import CheckpointError
+
+MODEL_TYPE = "openai-gpt"
+_ACTIVATIONS = {"gelu": "gelu_tanh", "relu": "relu"}  # ACT_FNS's others (silu, swish) have no gptviz equivalent
+
+
+def config_from_openai_gpt(hf: dict) -> GPTConfig:
+    """A GPTConfig from a Hugging Face GPT-1 config.json dict (CheckpointError naming the field otherwise)."""
+    act = hf.get("afn", "gelu")
+    if not isinstance(act, str) or act not in _ACTIVATIONS:
+        raise CheckpointError(f"afn {act!r} is not supported (GPT-1 folders with afn 'gelu' or 'relu' are)")
+    name = hf.get("_name_or_path")
+    try:
+        return GPTConfig(vocab_size=hf["vocab_size"], n_ctx=hf.get("n_positions", hf.get("n_ctx", 512)),
+                         d_model=hf["n_embd"], n_layers=hf["n_layer"], n_heads=hf["n_head"], norm="post",
+                         activation=_ACTIVATIONS[act], tie_weights=hf.get("tie_word_embeddings", True),
+                         ln_eps=hf.get("layer_norm_epsilon", 1e-5), final_norm=False,
+                         name=name[:100] if isinstance(name, str) and name.strip() else MODEL_TYPE)
+    except KeyError as err:
+        raise CheckpointError(f"the GPT-1 config has no {err} field") from None
+    except (TypeError, ConfigError) as err:
+        raise CheckpointError(f"config.json: {err}") from None

@@ -157,8 +157,8 @@ def lens_tab(seen: Seen) -> None:
     except (ValueError, RuntimeError, KeyError) as err:
         st.error(f"The logit lens failed: {err}")
         return
-    top_labels = [token_labels(row) for row in lensed.top_ids.tolist()]
-    target_labels = token_labels(lensed.target_ids.tolist())
+    top_labels = [token_labels(row, seen.enc) for row in lensed.top_ids.tolist()]
+    target_labels = token_labels(lensed.target_ids.tolist(), seen.enc)
     display.show_figure(figs.logit_lens_heatmap(lensed.top_probs, top_labels, pos_labels, target_labels,
                                                 lensed.target_probs), key=K.ACT_LENS_HEAT)
     st.caption("Each residual state decoded as if it were the last: `lm_head(ln_f(x))`. The bottom row is "

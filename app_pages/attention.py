@@ -14,8 +14,8 @@ import streamlit as st
 from gptviz.model import unit_id
 from gptviz.app import keys as K, settings as S
 from gptviz.app import live, reproduce
-from gptviz.app.display import (MEAN_HEAD, PHONE_TITLE_CSS, distinct_labels, figure_download, head_name, md_text,
-                                show_figure)
+from gptviz.app.display import (MEAN_HEAD, PHONE_TITLE_CSS, distinct_labels, figure_download, head_name, head_or_mean,
+                                md_text, show_figure)
 from gptviz.app.links import sync_address
 from gptviz.app.overview import overview_link
 from gptviz.app.models import attention_page_names
@@ -233,7 +233,7 @@ def finished_generation(run: dict, seen: Seen, p: Pick) -> None:
     with b1:
         step = live.replay_step(run, S.ATT_GEN_STEP)
     b2.button("Look at the whole text in every view", key=K.ATT_GEN_USE, on_click=use_generated_text,
-              args=(decode(prompt_ids + new_ids),), icon=":material/north:",
+              args=(decode(prompt_ids + new_ids, run["enc"]),), icon=":material/north:",
               help="Makes prompt and continuation the sidebar's prompt, so the views above (lines, text, the head's "
                    "computation...) and every other page show the generated tokens too.")
     if any(s.context_shifted for s in steps):
@@ -247,7 +247,7 @@ def finished_generation(run: dict, seen: Seen, p: Pick) -> None:
                             on_pick=picked_from_map(seen))
         figure_download(lambda: fg.generation_heatmap(
             [seen_row(s, p) for s in shown["steps"]], [s.window_start for s in shown["steps"]],
-            token_labels(prompt_ids + new_ids[:step + 1]), len(prompt_ids), scale=p.scale,
+            token_labels(prompt_ids + new_ids[:step + 1], run["enc"]), len(prompt_ids), scale=p.scale,
             title=f"Layer {p.layer}, {head_name(p.head)}: attention of each generating query"),
             file_name=f"generation-layer-{p.layer}-{head_name(p.head).replace(' ', '-')}.html", key=K.ATT_GEN_HEATMAP)
     with right:
@@ -255,7 +255,7 @@ def finished_generation(run: dict, seen: Seen, p: Pick) -> None:
         chosen = steps[step]
         top_ids = [t[0] for t in chosen.top]
         show_figure(fg.next_token_bars(
-            top_ids, [t[1] for t in chosen.top], [t[2] for t in chosen.top], token_labels(top_ids),
+            top_ids, [t[1] for t in chosen.top], [t[2] for t in chosen.top], token_labels(top_ids, run["enc"]),
             sampled_id=chosen.token_id, sampled_rank=chosen.rank, sampled_prob=chosen.prob, sampled_label=chosen.piece,
             n_allowed=chosen.n_allowed, kept_mass=chosen.kept_mass,
             title=f"Step {step}: next-token probabilities", cut_by=live.cut_reason(run["settings"])),
@@ -266,7 +266,7 @@ def finished_generation(run: dict, seen: Seen, p: Pick) -> None:
 
 def seen_row(step, p: Pick):
     """One generation step's attention row for the picked layer and head."""
-    return (step.attention[p.layer].mean(0) if p.head == MEAN_HEAD else step.attention[p.layer, p.head]).numpy()
+    return head_or_mean(step.attention[p.layer], p.head).numpy()
 
 
 def draw_running(run: dict, seen: Seen) -> None:

@@ -15,11 +15,12 @@ import torch
 from gptviz import methods as analysis
 from gptviz.app import display, models, reproduce, sidebar
 from gptviz.app import keys as K, settings as S
+from gptviz.app.seen import read_prompt
 from gptviz.app.services import embeddings as services
 from gptviz.model.config import GPTConfig
 from gptviz.export import matrix_frame
 from gptviz.figures import embeddings as figs
-from gptviz.model.tokenizer import token_labels
+from gptviz.model.tokenizer import token_labels, tokenizer_for
 
 EMBED_HOOKS = ("hook_embed", "hook_pos_embed", "blocks.0.hook_resid_pre")
 PCA_SAMPLE_SIZES = S.EMB_PCA_N.rule.options
@@ -46,14 +47,13 @@ def panels_frame(tok, pos, total, labels, dims) -> pd.DataFrame:
         "position_embedding": pos[:, sl].reshape(-1).numpy(), "sum": total[:, sl].reshape(-1).numpy()})
 
 
-def embedded_prompt(spec: models.ModelSpec, cfg: GPTConfig) -> Embedded | None:
-    """The sidebar's prompt through the embeddings (None, with the sidebar's hint, when there is no prompt)."""
-    prompt = sidebar.prompt_tokens(cfg.n_ctx, vocab_size=cfg.vocab_size)
-    if prompt is None:
+def embedded_prompt() -> Embedded | None:
+    """The sidebar's prompt through the embeddings, read from its capture (None, with the sidebar's hint, when there
+    is no prompt: the learned embeddings below still show)."""
+    seen = read_prompt(lambda cfg, T: EMBED_HOOKS, required=False)
+    if seen is None:
         return None
-    ids = prompt.ids
-    cache = models.require_capture(spec, ids, EMBED_HOOKS)
-    return Embedded(ids, token_labels(ids), *(cache[name] for name in EMBED_HOOKS))
+    return Embedded(seen.ids, seen.labels, *(seen.cache[name] for name in EMBED_HOOKS))
 
 
 def dimension_range(d_model: int) -> range:
@@ -111,7 +111,7 @@ def position_similarity_section(spec: models.ModelSpec, cfg: GPTConfig) -> None:
                          "position_similarity.csv", key=K.EMB_POS_SIM_CSV)
 
 
-def pca_section(spec: models.ModelSpec, cfg: GPTConfig, seen: Embedded | None) -> None:
+def pca_section(spec: models.ModelSpec, cfg: GPTConfig, seen: Embedded | None, enc) -> None:
     st.subheader("The vocabulary in two dimensions")
     trained_ids = models.training_vocab(spec)
     pool = (f"the {len(trained_ids):,} ids that occur in its training text (ids it never saw were trained only as "
@@ -123,7 +123,7 @@ def pca_section(spec: models.ModelSpec, cfg: GPTConfig, seen: Embedded | None) -
     with st.spinner("Fitting the PCA..."):
         sample, coords, explained = services.embedding_pca(spec, prompt_ids, n_sample)
     n_vocab = len(sample)
-    sample_labels, prompt_labels = token_labels(sample), token_labels(prompt_ids)
+    sample_labels, prompt_labels = token_labels(sample, enc), token_labels(prompt_ids, enc)
     display.show_figure(figs.pca_scatter(coords[:n_vocab], sample_labels, coords[n_vocab:], prompt_labels,
                                          (explained[0], explained[1] if len(explained) > 1 else 0.0)),
                         key=K.EMB_PCA)
@@ -145,8 +145,8 @@ def main() -> None:
                "of the position-embedding matrix (`wpe`) for where it sits. Their sum is the residual stream that "
                "enters block 0.")
     spec, model = sidebar.require_model()
-    cfg = model.config
-    seen = embedded_prompt(spec, cfg)
+    cfg, enc = model.config, tokenizer_for(model)  # GPT-1's own BPE for a GPT-1 folder
+    seen = embedded_prompt()
     if seen is not None:
         block_input_section(cfg, seen)
     col_tok, col_pos = st.columns(2)
@@ -154,7 +154,7 @@ def main() -> None:
         token_similarity_section(seen)
     with col_pos:
         position_similarity_section(spec, cfg)
-    pca_section(spec, cfg, seen)
+    pca_section(spec, cfg, seen, enc)
 
 
 main()

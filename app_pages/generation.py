@@ -14,14 +14,15 @@ import torch
 
 from gptviz.app import keys as K, settings as S
 from gptviz.app import live, live_why, reproduce
-from gptviz.app.display import MEAN_HEAD, head_name, md_text, show_figure
+from gptviz.app.display import MEAN_HEAD, head_name, head_or_mean, md_text, show_figure
 from gptviz.app.services import LimitError
 from gptviz.app.services import generation as services
-from gptviz.app.sidebar import keep_valid, require_model, require_prompt
+from gptviz.app.seen import read_prompt
+from gptviz.app.sidebar import keep_valid
 from gptviz.figures import attention as fa
 from gptviz.figures import generation as fg
 from gptviz.model.config import GPTConfig
-from gptviz.model.tokenizer import token_labels
+from gptviz.model.tokenizer import token_labels, tokenizer_for
 
 state = st.session_state
 
@@ -58,9 +59,9 @@ def pickers(cfg: GPTConfig) -> Pick:
     return Pick(layer, head, scale)
 
 
-def bars_figure(step, title: str, cut_by: str):
+def bars_figure(step, title: str, cut_by: str, enc):
     top_ids = [t[0] for t in step.top]
-    return fg.next_token_bars(top_ids, [t[1] for t in step.top], [t[2] for t in step.top], token_labels(top_ids),
+    return fg.next_token_bars(top_ids, [t[1] for t in step.top], [t[2] for t in step.top], token_labels(top_ids, enc),
                               sampled_id=step.token_id, sampled_rank=step.rank, sampled_prob=step.prob,
                               sampled_label=step.piece, n_allowed=step.n_allowed, kept_mass=step.kept_mass,
                               title=title, cut_by=cut_by)
@@ -68,9 +69,8 @@ def bars_figure(step, title: str, cut_by: str):
 
 def heat_figure(run: dict, p: Pick, highlight: int):
     steps = run["steps"]
-    rows = [(s.attention[p.layer].mean(0) if p.head == MEAN_HEAD else s.attention[p.layer, p.head]).numpy()
-            for s in steps]
-    all_labels = token_labels(list(run["prompt"]) + [s.token_id for s in steps])
+    rows = [head_or_mean(s.attention[p.layer], p.head).numpy() for s in steps]
+    all_labels = token_labels(list(run["prompt"]) + [s.token_id for s in steps], run["enc"])
     return fg.generation_heatmap(rows, [s.window_start for s in steps], all_labels, len(run["prompt"]),
                                  highlight=highlight, scale=p.scale, hover_tokens=True,
                                  title=f"Layer {p.layer}, {head_name(p.head)}: attention of each generating query")
@@ -93,7 +93,7 @@ def inspected_step(run: dict, cfg: GPTConfig, p: Pick) -> int:
     left, right = st.columns([3, 2], gap="medium")
     with right:
         live.text_so_far(run, live=False, upto=step_i)
-        show_figure(bars_figure(step, f"Step {step_i}: the next-token distribution", live.cut_reason(run["settings"])),
+        show_figure(bars_figure(step, f"Step {step_i}: the next-token distribution", live.cut_reason(run["settings"]), run["enc"]),
                     key=K.GEN_BARS)
         st.caption(f"'{md_text(step.piece)}' was sampled with p = {step.prob:.3g} (rank {step.rank:,}); the "
                    f"distribution's entropy was {step.entropy:.2f} nats. Top 20 over all {cfg.vocab_size:,} tokens "
@@ -117,7 +117,7 @@ def step_across_heads(run: dict, step_i: int, cfg: GPTConfig, p: Pick) -> None:
     steps = run["steps"]
     step = steps[step_i]
     st.subheader(f"Step {step_i} across the heads of layer {p.layer}")
-    all_labels = token_labels(list(run["prompt"]) + [s.token_id for s in steps])
+    all_labels = token_labels(list(run["prompt"]) + [s.token_id for s in steps], run["enc"])
     query_pos = step.position - 1
     att = step.attention[p.layer]                     # [heads, keys]
     titles = [f"head {h}" for h in range(cfg.n_heads)]
@@ -170,10 +170,10 @@ def before_generating(spec, model, ids: tuple[int, ...], cfg: GPTConfig, p: Pick
         return
     st.caption("Before generating: the distribution the first new token would be drawn from, and where the last "
                "prompt token looks to predict it. Press Generate to watch the model write.")
-    run = {"prompt": tuple(ids), "steps": [step], "settings": settings}
+    run = {"prompt": tuple(ids), "steps": [step], "settings": settings, "enc": tokenizer_for(model)}
     left, right = st.columns([3, 2], gap="medium")
     with right:
-        show_figure(bars_figure(step, "After the prompt: the next-token distribution", live.cut_reason(settings)),
+        show_figure(bars_figure(step, "After the prompt: the next-token distribution", live.cut_reason(settings), run["enc"]),
                     key=K.GEN_BARS)
     with left:
         step_across_heads(run, 0, cfg, p)
@@ -184,9 +184,8 @@ def main() -> None:
     st.title("Generation")
     st.caption("A GPT writes one token at a time: it turns the text so far into a probability for every token in "
                "its vocabulary, a sampling rule picks one, the token is appended, and it goes again.")
-    spec, model = require_model()
-    cfg = model.config
-    ids = require_prompt(cfg.n_ctx, cfg.vocab_size).ids
+    seen = read_prompt()
+    spec, model, cfg, ids = seen.spec, seen.model, seen.cfg, list(seen.ids)
     with st.expander("How the next token is chosen"):
         st.markdown(HOW_IT_CHOOSES.format(n_ctx=cfg.n_ctx))
     live.controls(live.GENERATION, spec, model, ids)

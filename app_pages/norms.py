@@ -125,7 +125,7 @@ def side_by_side_section(bundled: dict, pair: Pair) -> LoadedTwins | None:
         caveat = services.twins_caveat(bundled, names) if pair.bundled else None
         if caveat:
             st.caption(f":material/warning: {caveat}", help="Retraining them alike is planned; each model card "
-                                                            "(gptviz/models/) has its full recipe.")
+                                                            "(gptviz/bundled/) has its full recipe.")
         elif not pair.bundled:
             confounds_note(pair)
         pick_pair(matches)

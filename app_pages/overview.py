@@ -27,7 +27,7 @@ def main() -> None:
     page_prompt_box()
     seen = read_prompt()
     top, _ = st.columns([1, 2])
-    position = ov.position_picker(seen.ids, top)
+    position = ov.position_picker(seen.ids, top, seen.enc)
     reading = ov.overview_at(seen, position)
     ov.screen_style()
     for layout in ov.layouts(seen.cfg.n_layers):

@@ -15,13 +15,12 @@ from gptviz import index as ix
 from gptviz.app import display, reproduce, sidebar
 from gptviz.app import keys as K, settings as S
 from gptviz.app import unit_index as ui
-from gptviz.app.services import LimitError
-from gptviz.app.services import units as services
+from gptviz.app.services import LimitError, unit_page as services
 from gptviz.app.component.token_rows import payload as token_rows_payload
 from gptviz.app.component.token_rows import reserve_css, token_rows
 from gptviz.app.unit_nav import open_on_row_pick
 from gptviz.app.models import ModelSpec
-from gptviz.figures import units as fu
+from gptviz.figures import unit_page as fu
 from gptviz.model.model import GPT
 from gptviz.model.tokenizer import decode, encode, position_labels, token_labels
 
@@ -33,7 +32,8 @@ state = st.session_state
 # ---------------------------------------------------------------------------------------------------- the index
 
 def require_index(spec: ModelSpec, model: GPT) -> ui.Loaded:
-    """The model's index, or the offer to build one (the page stops until there is one)."""
+    """The model's index (its ids in the model's own tokenizer: loaded.enc), or the offer to build one (the page
+    stops until there is one)."""
     try:
         with st.spinner("Loading the neuron index..."):
             loaded = ui.find_index(spec)
@@ -160,7 +160,7 @@ def examples_section(spec: ModelSpec, loaded: ui.Loaded, unit: ix.Unit) -> list[
     held = sum(loaded.index.documents[e.doc]["held_out"] for e in examples)
     st.markdown(f"**Top {len(examples)} examples** over {loaded.index.tokens:,} tokens, peak token outlined "
                 f"({held} from plays the model never trained on, marked *held out*).")
-    rows = fu.example_rows(loaded.index, contexts, examples, by_attention=by_attention)
+    rows = fu.example_rows(loaded.index, contexts, examples, by_attention=by_attention, enc=loaded.enc)
     st.html(reserve_css(K.UNIT_EXAMPLES, len(rows)))  # style only (no model text): the rows' room before they draw
     token_rows(token_rows_payload(rows, value_name=value_name, cmax=cmax), key=K.UNIT_EXAMPLES)
     display.figure_download(lambda: fu.examples_text(rows, value_name=value_name, cmax=cmax),
@@ -169,7 +169,7 @@ def examples_section(spec: ModelSpec, loaded: ui.Loaded, unit: ix.Unit) -> list[
         "rank": [e.rank + 1 for e in examples], "value": [e.value for e in examples],
         "document": [e.doc_name for e in examples],
         "held_out": [loaded.index.documents[e.doc]["held_out"] for e in examples],
-        "position": [e.pos for e in examples], "text": [decode(c.ids) for c in contexts]}),
+        "position": [e.pos for e in examples], "text": [decode(c.ids, loaded.enc) for c in contexts]}),
         f"{unit}_top_examples.csv", key=K.per_item(K.UNIT_EXAMPLES, "csv"))
     return contexts
 
@@ -197,7 +197,7 @@ def bands_section(spec: ModelSpec, loaded: ui.Loaded, unit: ix.Unit) -> None:
                                                  band.sampled, value_name, positives, sample)))
         if band.examples:
             key = K.per_item(K.UNIT_BANDS, band.number)
-            rows = fu.example_rows(loaded.index, contexts, band.examples, ranked=False)
+            rows = fu.example_rows(loaded.index, contexts, band.examples, ranked=False, enc=loaded.enc)
             st.html(reserve_css(key, len(rows)))  # style only: the rows' room before they draw
             token_rows(token_rows_payload(rows, value_name=value_name, cmax=peak), key=key)
 
@@ -241,22 +241,22 @@ def source_token(contexts: list[ix.Context]) -> int:
     return int(c.ids[int(np.nanargmax(c.attention))])
 
 
-def effect_section(model: GPT, unit: ix.Unit, contexts: list[ix.Context]) -> int | None:
+def effect_section(model: GPT, unit: ix.Unit, contexts: list[ix.Context], enc=None) -> int | None:
     """-> for a head, the token its effect is read with (None for a neuron, or when the typed token is not one)."""
     source = None
     if unit.kind == "neuron":
         what = "Its output weights through the final norm and the unembedding"
     else:
-        default = token_labels([source_token(contexts)])[0].replace("␣", " ")
+        default = token_labels([source_token(contexts)], enc)[0].replace("␣", " ")
         key = K.per_item(K.UNIT_SOURCE, unit)  # each head its own default
         state.setdefault(key, default)
         typed = one_token_box(S.UNIT_SOURCE, key)
         if typed is None:
             return None
-        ids = encode(typed)
+        ids = encode(typed, enc)
         if len(ids) != 1 or ids[0] >= model.config.vocab_size:
             st.warning(f"{display.md_text(repr(typed))} is {len(ids)} tokens, not one; type a single token "
-                       "(GPT-2 pieces, with its leading space where it has one).")
+                       "(a piece of the model's vocabulary, with its leading space where it has one).")
             return None
         source = ids[0]
         what = f"What attending to {display.md_text(repr(typed))} writes, through the final norm and the unembedding"
@@ -268,7 +268,7 @@ def effect_section(model: GPT, unit: ix.Unit, contexts: list[ix.Context]) -> int
     spread = float(effect.effect.std())
     st.markdown(f"**Direct effect on the logits.** {what}: the tokens it raises and lowers most, per unit of "
                 f"output (spread over the whole vocabulary: sd {spread:.3f}).")
-    labels = lambda items: [(token_labels([t])[0], v) for t, v in items]  # noqa: E731
+    labels = lambda items: [(token_labels([t], enc)[0], v) for t, v in items]  # noqa: E731
     display.show_figure(fu.direct_effect_bars(labels(effect.promoted), labels(effect.suppressed)),
                         key=K.UNIT_EFFECT)
     return source
@@ -281,14 +281,14 @@ def per_play_of(loaded: ui.Loaded) -> int:
 
 def unit_tab(spec: ModelSpec, model: GPT, loaded: ui.Loaded) -> None:
     unit = unit_picker(loaded.index)
-    st.markdown(f"**{display.md_text(ix.summary(loaded.index, unit))}**")
+    st.markdown(f"**{display.md_text(ix.summary(loaded.index, unit, loaded.enc))}**")
     contexts = examples_section(spec, loaded, unit)
     bands_section(spec, loaded, unit)
     left, right = st.columns(2)
     with left:
         histogram_section(loaded, unit)
     with right:
-        source = effect_section(model, unit, contexts)
+        source = effect_section(model, unit, contexts, loaded.enc)
     if unit.kind == "neuron" or source is not None:
         export_section(spec, loaded, unit, source)
     reproduce.show(reproduce.unit(spec, str(unit), per_play_of(loaded)))
@@ -303,8 +303,9 @@ def top_example_text(loaded: ui.Loaded, unit: ix.Unit, before: int = 10, after: 
         return ""
     e = found[0]
     ids = loaded.docs[e.doc].ids
-    text = (decode(ids[max(0, e.pos - before):e.pos]) + "⟦" + decode(ids[e.pos:e.pos + 1]) + "⟧"
-            + decode(ids[e.pos + 1:e.pos + 1 + after]))
+    enc = loaded.enc
+    text = (decode(ids[max(0, e.pos - before):e.pos], enc) + "⟦" + decode(ids[e.pos:e.pos + 1], enc) + "⟧"
+            + decode(ids[e.pos + 1:e.pos + 1 + after], enc))
     return text.replace("\n", " ↵ ")
 
 
@@ -319,12 +320,12 @@ def units_table(loaded: ui.Loaded, units: list[ix.Unit], columns: dict[str, list
 
 
 def prompt_search(spec: ModelSpec, model: GPT, loaded: ui.Loaded) -> None:
-    prompt = sidebar.prompt_tokens(model.config.n_ctx, vocab_size=model.config.vocab_size)
+    prompt = sidebar.prompt_tokens(model.config.n_ctx, vocab_size=model.config.vocab_size, enc=loaded.enc)
     if prompt is None:
         return
     ids = prompt.ids
     sidebar.keep_valid(K.UNIT_FOCUS, range(len(ids)), len(ids) - 1)
-    labels = position_labels(ids)
+    labels = position_labels(ids, loaded.enc)
     pos = S.UNIT_FOCUS.selectbox(st, options=range(len(ids)), index=len(ids) - 1, format_func=labels.__getitem__)
     try:
         found = services.units_here(spec, ids, pos)
@@ -349,17 +350,18 @@ def word_search(spec: ModelSpec, loaded: ui.Loaded) -> None:
     counts = services.TokenCounts(loaded.index)
     # a word typed bare means the word in running text (' king'); punctuation means itself ('!')
     forms = [" " + word.strip(), word] if word[:1].isalpha() else [word, " " + word.strip()]
-    tried = [w for w in dict.fromkeys(forms + [word.strip()]) if len(encode(w)) == 1]
-    frequent = [w for w in tried if encode(w)[0] in counts]
+    enc = loaded.enc  # the model's own tokenizer: GPT-1's lower-cases and splits words its own way
+    tried = [w for w in dict.fromkeys(forms + [word.strip()]) if len(encode(w, enc)) == 1]
+    frequent = [w for w in tried if encode(w, enc)[0] in counts]
     if not frequent:
-        why = ("is not one token of GPT-2's vocabulary (it splits into " +
-               " + ".join(repr(decode([t])) for t in encode(word)) + ")") if not tried else \
+        why = ("is not one token of the model's vocabulary (it splits into " +
+               " + ".join(repr(decode([t], enc)) for t in encode(word, enc)) + ")") if not tried else \
             f"occurs fewer than {loaded.index.meta['top_tokens']['min_count']} times in the corpus"
         st.warning(display.md_text(f"{word!r} {why}; try another word or one of its pieces."))
         return
-    token = encode(frequent[0])[0]
+    token = encode(frequent[0], enc)[0]
     found = ix.units_for_token(loaded.index, token, k=10)
-    st.markdown(display.md_text(f"Token {decode([token])!r} (id {token}, {counts[token]:,} times in the corpus): "
+    st.markdown(display.md_text(f"Token {decode([token], enc)!r} (id {token}, {counts[token]:,} times in the corpus): "
                                 "the neurons whose mean on it is furthest above their own mean, in standard "
                                 "deviations (z; 0 = typical)."))
     units_table(loaded, [f.unit for f in found], {"z": [f.z for f in found], "mean on it": [f.mean for f in found],

@@ -13,6 +13,7 @@ import torch
 from gptviz.model import unit_id
 from gptviz.app import display, reproduce, sidebar
 from gptviz.app import keys as K, settings as S
+from gptviz.app.seen import read_prompt
 from gptviz.app.services import LimitError
 from gptviz.app.services import why as services
 from gptviz.app.services.why import Ask, first_difference, piece_at, pieces
@@ -31,13 +32,13 @@ TOP = 10            # tokens offered as target / rival
 
 # ---- the question: model, prompt, target and rival -----------------------------------------------------------
 
-def pick_tokens(probs: torch.Tensor, last_label: str) -> tuple[list[int], int, int]:
+def pick_tokens(probs: torch.Tensor, last_label: str, enc) -> tuple[list[int], int, int]:
     """The target and rival pickers (both among the top tokens, never the same), and the metric they make."""
     choices = [int(i) for i in probs.topk(min(TOP, probs.numel())).indices]
     wanted = state.get(K.WHY_TARGET)
     if type(wanted) is int and 0 <= wanted < probs.numel() and wanted not in choices:
         choices.append(wanted)  # a written token below the top ten (a "why?" from a generated text, a link)
-    names = dict(zip(choices, pieces(choices)))
+    names = dict(zip(choices, pieces(choices, enc)))
 
     def option(i: int) -> str:
         return f"{names[i]}  ({float(probs[i]):.1%})"
@@ -56,13 +57,12 @@ def pick_tokens(probs: torch.Tensor, last_label: str) -> tuple[list[int], int, i
 
 
 def read_question() -> Ask:
-    spec, model = sidebar.require_model()
-    cfg = model.config
-    ids = sidebar.require_prompt(cfg.n_ctx, cfg.vocab_size).ids
-    labels = pieces(ids)
+    seen = read_prompt()
+    spec, cfg, enc, ids = seen.spec, seen.cfg, seen.enc, list(seen.ids)  # enc: GPT-1's own BPE for a GPT-1 folder
+    labels = pieces(ids, enc)
     probs = services.next_token(spec, ids)
-    choices, target, other = pick_tokens(probs, labels[-1])
-    return Ask(spec, cfg, ids, labels, probs, choices, target, other)
+    choices, target, other = pick_tokens(probs, labels[-1], enc)
+    return Ask(spec, cfg, ids, labels, probs, choices, target, other, enc)
 
 
 # ---- Direct attribution ------------------------------------------------------------------------------------------
@@ -188,7 +188,7 @@ def probability_table(ask: Ask, ab: Ablation) -> None:
     after = services.next_token(ask.spec, ask.ids, ab.heads, ab.mode) if ab.heads else ask.probs
     probs = ask.probs
     shown = sorted(set(ask.choices[:5]) | set(after.topk(5).indices.tolist()), key=lambda i: -float(probs[i]))
-    table = pd.DataFrame({"token": pieces(shown), "before": [float(probs[i]) for i in shown],
+    table = pd.DataFrame({"token": pieces(shown, ask.enc), "before": [float(probs[i]) for i in shown],
                           "after": [float(after[i]) for i in shown]})
     table["change"] = table["after"] - table["before"]
     st.dataframe(table, hide_index=True, column_config={
@@ -231,17 +231,17 @@ def continuations(ask: Ask, ab: Ablation) -> None:
     split = first_difference(plain, edited)
     t1, t2 = st.columns(2)
     t1.markdown("**Without ablation**")
-    t1.text(decode(plain))
+    t1.text(decode(plain, ask.enc))
     t2.markdown(f"**With {len(ab.heads)} head(s) removed**")
-    t2.text(decode(edited))
+    t2.text(decode(edited, ask.enc))
     if not ab.heads:
         st.caption("Choose heads to compare.")
     elif split is None:
         st.success("The continuation is the same with these heads removed.")
     else:
         # quoted: a bare punctuation token read as the sentence's own (", , with it")
-        st.warning(f"The texts diverge at new token {split + 1}: “{display.md_text(piece_at(plain, split))}” "
-                   f"without the ablation, “{display.md_text(piece_at(edited, split))}” with it.")
+        st.warning(f"The texts diverge at new token {split + 1}: “{display.md_text(piece_at(plain, split, ask.enc))}” "
+                   f"without the ablation, “{display.md_text(piece_at(edited, split, ask.enc))}” with it.")
 
 
 def attention_with_and_without(ask: Ask, ab: Ablation) -> None:

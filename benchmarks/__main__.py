@@ -13,7 +13,7 @@ run folder, benchmarks/runs/<UTC time>/ (ignored by git; --out DIR for another):
 NAME.log, a table of its last lines with the date, the command, the time and the exit status in current.md, and the
 reports the scripts write there (the engine's results.md). With --update-current the run's rows also replace those
 benchmarks' rows in the tracked benchmarks/current.md, and the engine's report, when it ran, replaces
-benchmarks/results.md; without it no tracked file changes. The dated history of figures and what they mean is
+benchmarks/results.md; without it no tracked file changes. What changed the figures, dated, is
 docs/benchmarks-history.md.
 """
 from __future__ import annotations
@@ -44,7 +44,7 @@ class Bench:
     report: str | None = None  # a file the script writes in the run folder; --update-current copies it beside TABLE
 
 
-HELPERS = ("servers.py", "run_folder.py")  # modules the scripts (and tests) share, not benchmarks themselves
+HELPERS = ("servers.py", "run_folder.py", "forward_passes.py")  # modules the scripts (and tests) share, not benchmarks themselves
 
 BENCHMARKS = {
     "engine": Bench("run.py", "gptviz against transformers on GPT-2 small: capture, generate, load",

@@ -6,7 +6,7 @@ On a preset (default gpt2-small, random weights) with an N-token prompt (default
   - switch head: a rerun after choosing another head (no forward pass: the capture is cached);
   - switch head in the model view: the same with every layer x head panel drawn.
 The model is built once before timing (st.cache_resource). The forward-pass counter
-(gptviz.model.model.forward_count()) is reported next to each timing to show which reruns ran the model.
+(benchmarks/forward_passes.py) is reported next to each timing to show which reruns ran the model.
 
     python -m benchmarks app                      # gpt2-small, 64 tokens, 5 repeats
     python -m benchmarks app -- --preset tiny --repeats 3
@@ -27,7 +27,7 @@ import torch
 from streamlit.testing.v1 import AppTest
 
 from gptviz import PRESETS
-from gptviz.model.model import forward_count
+from benchmarks.forward_passes import forward_count
 from gptviz.model.tokenizer import decode, encode
 from gptviz.app import models, keys as K
 

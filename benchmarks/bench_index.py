@@ -15,7 +15,8 @@ reads (gptviz.index.forward.forward_through_units); that shorter pass alone is m
 scan / it - 1 is what the statistics alone cost (`statistics_pct`). The scan also runs without the bands' sample
 (`scan_no_bands_*`, a plan with sample=0): scan / it - 1 is what the bands cost (`bands_pct`, target: under 5%;
 `bands_cpu_pct` from the process's CPU time, which a busy machine disturbs less than the wall clock). The scan runs twice: with its statistics compiled
-from C (gptviz/index/native.py; `scan_*`) and with the torch ops it falls back to (`torch_*`, GPTVIZ_NATIVE=0).
+from C (the extension gptviz.index._block_stats, built at install or by `python setup.py build_ext --inplace`;
+gptviz/index/native.py; `scan_*`) and with the torch ops it falls back to (`torch_*`, GPTVIZ_NATIVE=0).
 gpt2-small has random weights (its scan costs the same as with trained ones). One torch thread (the index CLI's
 default) unless BENCH_THREADS says otherwise.
 """
@@ -75,7 +76,6 @@ def overhead(which: str, tokens: int, repeats: int) -> dict:
     def scan(compiled: bool = True, plan=plan) -> float:
         if compiled_here:
             os.environ["GPTVIZ_NATIVE"] = "1" if compiled else "0"
-            native._library.cache_clear()
         started = time.perf_counter()
         ix.finish_scan(plan, ix.scan_batches(model, docs, plan))
         return time.perf_counter() - started
@@ -104,6 +104,9 @@ def overhead(which: str, tokens: int, repeats: int) -> dict:
            "bands_cpu_pct": round(100 * (median_cpu["scan"] / median_cpu["scan_no_bands"] - 1), 1)}
     if "torch" in median:
         out["torch_overhead_pct"] = round(100 * (median["torch"] / median["forward"] - 1), 1)
+        # the same from the process's CPU time, which a busy machine disturbs less than the wall clock
+        out["overhead_cpu_pct"] = round(100 * (median_cpu["scan"] / median_cpu["forward"] - 1), 1)
+        out["torch_overhead_cpu_pct"] = round(100 * (median_cpu["torch"] / median_cpu["forward"] - 1), 1)
     return out | {f"{name}_s": [round(t, 2) for t in ts] for name, ts in times.items()} \
         | {f"{name}_cpu_s": [round(t, 2) for t in ts] for name, ts in cpu.items()}
 

@@ -5,14 +5,14 @@
 
 What it checks, for the bundled model (`shakespeare-pre`) and a random GPT-2 small preset, in float32, float16
 and bfloat16 on the device:
-- gptviz.serve.devices: the device and precisions `available_devices` / `available_dtypes` offer, and `place`;
+- gptviz.model.devices: the device and precisions `available_devices` / `available_dtypes` offer, and `place`;
 - logits against the float32 CPU model on the same weights: max abs difference (also relative to the reference's
   largest logit) and top-1 agreement (all positions, and the positions whose reference margin between its top
   two logits exceeds the difference, where a disagreement cannot be rounding);
 - `capture`: every hook point comes back float32, on the CPU, detached, with the design's shapes; patterns are
   distributions and match the reference's;
 - `generate` and `stream(attention=True)` (bundled model): the same greedy tokens as the float32 CPU model, one
-  forward pass per token (`gptviz.model.model.forward_count`), float32 CPU probabilities and attention rows; in half
+  forward pass per token (`benchmarks/forward_passes.py`), float32 CPU probabilities and attention rows; in half
   precision a first difference is accepted only at a near-tie of the reference;
 - the neuron index (`gptviz.index.build_index`, as `python -m gptviz index --device cuda --dtype ...` runs it) over
   the start of the complete works: active shares and top-20 examples against the float32 CPU scan;
@@ -41,8 +41,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 
 from gptviz import PRESETS, GPT, capture, generate, get_tokenizer, load_pretrained, stream
-from gptviz.serve.devices import available_devices, available_dtypes, place
-from gptviz.model.model import forward_count
+from gptviz.model.devices import available_devices, available_dtypes, place
+from benchmarks.forward_passes import forward_count
 from gptviz.training.train import Trainer, TrainSettings, train_models
 
 PROMPT = ("Ham.\nWho's there?\n\nHor.\nFriends to this ground, and liegemen to the Dane.\n\nMar.\n"

@@ -24,11 +24,11 @@ def to_numpy(x) -> np.ndarray:
 
 
 def capture_arrays(ids: Sequence[int], cache: Mapping[str, torch.Tensor],
-                   logits: torch.Tensor | None = None) -> dict[str, np.ndarray]:
-    """Every captured hook tensor by its hook name, plus `ids` (int64), `tokens` (display labels, as
-    unicode strings, so the file loads without pickle) and `logits` when given."""
+                   logits: torch.Tensor | None = None, enc=None) -> dict[str, np.ndarray]:
+    """Every captured hook tensor by its hook name, plus `ids` (int64), `tokens` (display labels in the model's
+    tokenizer `enc`, default GPT-2's, as unicode strings, so the file loads without pickle) and `logits` when given."""
     arrays = {"ids": np.asarray(list(ids), dtype=np.int64),
-              "tokens": np.asarray(token_labels(ids), dtype=np.str_)}
+              "tokens": np.asarray(token_labels(ids, enc), dtype=np.str_)}
     if logits is not None:
         arrays["logits"] = to_numpy(logits)
     for name, tensor in cache.items():
@@ -46,9 +46,9 @@ def npz_bytes(arrays: Mapping[str, np.ndarray]) -> bytes:
 
 
 def capture_npz(ids: Sequence[int], cache: Mapping[str, torch.Tensor],
-                logits: torch.Tensor | None = None) -> bytes:
+                logits: torch.Tensor | None = None, enc=None) -> bytes:
     """The whole capture for a prompt as `.npz` bytes: `np.load(io.BytesIO(data))["blocks.0.hook_resid_pre"]`."""
-    return npz_bytes(capture_arrays(ids, cache, logits))
+    return npz_bytes(capture_arrays(ids, cache, logits, enc))
 
 
 def load_npz(data: bytes) -> dict[str, np.ndarray]:
@@ -70,7 +70,7 @@ def prompt_capture_npz_nbytes(config, T: int, include_attention: bool = True) ->
     """What prompt_capture_npz holds at its peak: its capture with the forward pass beside it (gptviz.serve.memory), and
     the file twice (the zip's buffer and the bytes copied out of it; compressed, each is at most about the arrays'
     size)."""
-    from .serve.memory import capture_work_nbytes
+    from .model.sizes import capture_work_nbytes
     names = [n for n in _hook_names(config) if include_attention or not n.endswith(ATTENTION_HOOKS)]
     return capture_work_nbytes(config, names, T) + 2 * export_nbytes(config, T, include_attention)
 
@@ -163,6 +163,7 @@ def prompt_capture_npz(model, ids: Sequence[int], include_attention: bool = True
     """Run the model once on `ids`, capturing every hook point (optionally without the [heads, T, T]
     attention scores and patterns, the largest tensors), and return the `.npz` bytes (no batch axis)."""
     from .model.hooks import capture
+    from .model.tokenizer import tokenizer_for
     names = None if include_attention else (lambda n: not n.endswith(ATTENTION_HOOKS))
     _, cache = capture(model, torch.tensor([list(ids)]), names)
-    return capture_npz(ids, {k: v[0] for k, v in cache.items()})
+    return capture_npz(ids, {k: v[0] for k, v in cache.items()}, enc=tokenizer_for(model))

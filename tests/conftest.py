@@ -11,9 +11,9 @@ from pathlib import Path
 
 def _isolate_from_the_users_machine() -> None:
     """Every test, and every server or subprocess a test starts, writes under one temporary home of this process's
-    own, never the user's: HOME, the XDG folders (built indexes, the C pass's library) and Hugging Face's caches point
-    there, and the user's own GPTVIZ_* settings (a deployment's memory budget, an index folder) are dropped, so the
-    suite tests the defaults wherever it runs (the suite's own GPTVIZ_TEST_* stay: threads, ports, screenshots). The
+    own, never the user's: HOME, the XDG folders (built indexes) and Hugging Face's caches point there, and the
+    user's own GPTVIZ_* settings (a deployment's memory budget, an index folder) are dropped, so the suite tests the
+    defaults wherever it runs (the suite's own GPTVIZ_TEST_* stay: threads, ports, screenshots). The
     checkout comes first on sys.path for this process and, through PYTHONPATH, for the interpreters tests start, so a
     `pip install .` of another version is never what is tested.
     Done at import, before gptviz and huggingface_hub read these (some read them once, at import)."""
@@ -138,6 +138,38 @@ class WatchedBrowser:
 
     def __getattr__(self, name):
         return getattr(self._chromium, name)
+
+
+def c_compiler() -> str | None:
+    """The C compiler setuptools would build the extension with here, if it is on PATH and Python's headers are
+    installed (Debian's python3-dev): None where the build of the extension cannot run."""
+    import sysconfig
+    if not (Path(sysconfig.get_paths()["include"]) / "Python.h").is_file():
+        return None
+    return shutil.which(os.environ.get("CC") or (sysconfig.get_config_var("CC") or "cc").split()[0])
+
+
+@pytest.fixture(scope="session")
+def block_stats_extension(tmp_path_factory):
+    """gptviz.index._block_stats built from the checkout's sources by setup.py (the install's own build) into a
+    temporary folder, and loaded from there: (the module, the folder holding it). A checkout holds no built extension
+    (CI runs from one without installing). Skips where there is no C compiler; fails where there is one and nothing
+    was built."""
+    import importlib.util
+    import subprocess
+    out = tmp_path_factory.mktemp("extension")
+    done = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--build-lib", str(out / "lib"),
+                           "--build-temp", str(out / "tmp")], cwd=Path(__file__).resolve().parents[1],
+                          capture_output=True, text=True, timeout=600)
+    built = sorted((out / "lib" / "gptviz" / "index").glob("_block_stats.*"))
+    if not built:
+        if c_compiler() is None:
+            pytest.skip("no C compiler or Python headers here: the scan's statistics run as torch ops")
+        pytest.fail(f"setup.py build_ext built no extension:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    spec = importlib.util.spec_from_file_location("gptviz.index._block_stats", built[0])
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module, built[0].parent
 
 
 def pytest_collection_modifyitems(config, items):

@@ -140,7 +140,7 @@ def finish_generation(at: AppTest) -> AppTest:
 
 def forward_calls() -> int:
     """Forward passes the model has run in this process (a display rerun must add none)."""
-    from gptviz.model.model import forward_count
+    from benchmarks.forward_passes import forward_count
     return forward_count()
 
 

@@ -115,6 +115,8 @@ def test_the_key_checker_finds_each_literal_form(tmp_path):
 
 
 def test_every_key_is_named_once():
-    from gptviz.app import keys
-    values = [v for k, v in vars(keys).items() if k.isupper() and isinstance(v, str) and not k.startswith("SOURCE_")]
+    from gptviz.app import keys, settings
+    own = [v for k, v in vars(keys).items() if k.isupper() and isinstance(v, str) and not k.startswith("SOURCE_")]
+    values = own + [s.key for s in settings.records().values()]  # keys.py answers a setting's name with its key
+    assert len(own) > 20 and len(values) > len(own) + 50
     assert len(values) == len(set(values)), sorted(v for v in values if values.count(v) > 1)

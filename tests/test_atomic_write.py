@@ -1,4 +1,4 @@
-"""gptviz.serve.atomic_write: a write that fails part way leaves the old file (or folder) whole and no temporary file
+"""gptviz.index.atomic_write: a write that fails part way leaves the old file (or folder) whole and no temporary file
 behind; a write that succeeds went through a temporary name in the same folder, fsync'ed, then os.replace."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from gptviz.serve import atomic_write as aw
+from gptviz.index import atomic_write as aw
 
 
 class Boom(Exception):

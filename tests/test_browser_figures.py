@@ -9,7 +9,7 @@ import pytest
 from gptviz.export import annotation_width_css, figure_html
 from gptviz.figures import generation as fg
 from gptviz.figures import training as ft
-from gptviz.figures import units as fu
+from gptviz.figures import unit_page as fu
 from gptviz.model.tokenizer import token_label
 from test_browser import CHROMIUM
 from test_browser_phone import overlapping

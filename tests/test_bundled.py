@@ -35,7 +35,7 @@ def test_both_twins_are_bundled_and_load_offline(monkeypatch):
     # Twins in training: the copy-first recipe's four stages (a copy-only stage, then text with repeated-sequence
     # windows, then two stages with more of them drawn from every training id), same data, batches, seed and steps.
     # The one difference, past post-norm's warmup: its first stage started from Xavier-uniform matrices, because
-    # from GPT-2's init post-norm grew no induction head (gptviz/models/README.md). The Norms page shows it.
+    # from GPT-2's init post-norm grew no induction head (gptviz/bundled/README.md). The Norms page shows it.
     assert recipe_differences(*meta) == ["stage 1: init gpt2 against xavier"]
     logits = pre(torch.tensor([[15496, 11, 314, 716]]))
     assert logits.shape == (1, 4, 50257) and torch.isfinite(logits).all()
@@ -115,7 +115,7 @@ def test_model_card_command_rebuilds_the_recorded_config_and_settings(name):
         # a setting added after the checkpoint was trained is absent from its record: its default is what ran then
         assert dataclasses.asdict(settings) == dataclasses.asdict(TrainSettings(**stage["settings"]))
         last = i == len(stages) - 1
-        assert args.out == (f"gptviz/models/{name}" if last else f"/tmp/{name}-stage{i + 1}")
+        assert args.out == (f"gptviz/bundled/{name}" if last else f"/tmp/{name}-stage{i + 1}")
         assert args.init_from == (f"/tmp/{name}-stage{i}" if i else None)
 
 

@@ -11,7 +11,8 @@ import gc
 import pytest
 import torch
 
-from gptviz.serve import memory
+from gptviz.model import sizes
+
 from gptviz.app import keys, models
 from gptviz.serve.bounded_cache import BoundedCache
 from gptviz.serve.memory import MemoryAccountant
@@ -83,7 +84,7 @@ def test_the_budget_counts_every_capture_pages_hold_against_their_measured_bytes
     spec = models.ModelSpec(keys.SOURCE_BUNDLED, "shakespeare-pre", "pre")
     model = models.load_model(spec)
     names = models.attention_page_names(model.config.n_layers, "pre")
-    one = memory.capture_work_nbytes(model.config, names, 128)
+    one = sizes.capture_work_nbytes(model.config, names, 128)
     acc = MemoryAccountant(10**10, wait_s=0)
     store = BoundedCache(int(1.5 * one), "capture", accountant=acc, witness=lambda result: result[1])
     monkeypatch.setattr(memory, "accountant", lambda: acc)

@@ -352,7 +352,7 @@ def test_the_explainers_snippet_gives_its_curves_and_mask():
 @pytest.mark.slow
 def test_the_norms_pages_paper_snippet_gives_its_claims(monkeypatch):
     """At the page tests' tiny probe setting (the snippet writes the setting out, so it measures the same)."""
-    from gptviz.methods import xiong
+    from gptviz.training import xiong
     from test_page_norms import TINY_PAPER, TINY_PAPER_DEPTHS
     monkeypatch.setattr(xiong, "PAPER", TINY_PAPER)
     monkeypatch.setattr(xiong, "PAPER_DEPTHS", TINY_PAPER_DEPTHS)

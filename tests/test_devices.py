@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from gptviz import capture, generate, get_tokenizer, load_pretrained, stream
-from gptviz.serve import devices
-from gptviz.serve.devices import available_devices, available_dtypes, place
+from gptviz.model import devices
+from gptviz.model.devices import available_devices, available_dtypes, place
 from gptviz.app import models, keys as K
 
 PROMPT = "Ham.\nWho's there?\n\nHor.\nFriends to this ground, and liegemen to the Dane.\n"

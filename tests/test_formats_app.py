@@ -10,8 +10,10 @@ import torch
 
 from gptviz.app import keys as K, models
 from gptviz.model import weights
+from gptviz.serve import model_access
 from gptviz.model.params import total_params
-from gptviz.model.weights import FOLDER_REFUSED, CheckpointError, load_allowed
+from gptviz.model.weights import CheckpointError
+from gptviz.serve.model_access import FOLDER_REFUSED, load_allowed
 from gptviz.serve.limits import ServerLimits
 from reference import nanogpt as nanogpt_ref, raschka as raschka_ref
 
@@ -70,7 +72,7 @@ def test_a_nanogpt_checkpoint_in_the_model_folder_shows_its_attention_and_parame
     from pagetest import attention_map, run_page
     _, path = nanogpt_ckpt(tmp_path / "ops" / "nano")
     limits = ServerLimits.from_env({"GPTVIZ_MODEL_DIRS": str(tmp_path / "ops")})
-    monkeypatch.setattr(weights, "server_limits", lambda: limits)
+    monkeypatch.setattr(model_access, "server_limits", lambda: limits)
     spec = models.ModelSpec(K.SOURCE_PRETRAINED, str(path), "pre", 0)
     try:
         model = models.load_model(spec)
@@ -93,7 +95,8 @@ def test_a_nanogpt_checkpoint_in_the_model_folder_shows_its_attention_and_parame
 
 def test_the_wiring_a_checkpoint_was_trained_with_is_read_without_loading_it(tmp_path):
     from conftest import build
-    from gptviz.model.weights import save_checkpoint, trained_norm
+    from gptviz.model.weights import save_checkpoint
+    from gptviz.serve.model_access import trained_norm
     roots = [tmp_path / "models"]
     save_checkpoint(build(norm="post"), roots[0] / "gpt1-like")
     nanogpt_ckpt(roots[0] / "nano", vocab=101)
@@ -112,7 +115,7 @@ def test_the_sidebar_warns_when_the_wiring_chosen_is_not_the_checkpoints(tmp_pat
     from pagetest import open_app
     save_checkpoint(build(norm="post"), tmp_path / "ops" / "gpt1-like")
     limits = ServerLimits.from_env({"GPTVIZ_MODEL_DIRS": str(tmp_path / "ops")})
-    monkeypatch.setattr(weights, "server_limits", lambda: limits)
+    monkeypatch.setattr(model_access, "server_limits", lambda: limits)
     try:
         for norm, warned in (("pre", True), ("post", False)):
             at = open_app(**{K.MODEL_SOURCE: K.SOURCE_PRETRAINED, S.HF_NAME.key: str(tmp_path / "ops" / "gpt1-like"),

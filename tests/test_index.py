@@ -394,7 +394,7 @@ def test_cli_builds_an_index(tmp_path, capsys):
 def test_shipped_index_of_shakespeare_pre_recaptures():
     from gptviz import load_pretrained
     index = ix.bundled_index("shakespeare-pre")
-    assert index is not None, "gptviz/models/shakespeare-pre/index is missing"
+    assert index is not None, "gptviz/bundled/shakespeare-pre/index is missing"
     model = load_pretrained("shakespeare-pre")
     assert ix.index_matches(index, model)
     assert index.meta["corpus"]["tokens"] > 1_400_000 and index.meta["windows"]["n_ctx"] == model.config.n_ctx
@@ -467,7 +467,7 @@ def test_a_scans_forward_pass_ends_after_the_last_activation_it_reads():
     """forward_through_units runs the edits of every layer up to the last layer's MLP activation, with the values a
     full pass gives them, then stops: that layer's MLP output, the final norm and the LM head never run."""
     from gptviz.index.forward import forward_through_units
-    from gptviz.model.model import forward_count
+    from benchmarks.forward_passes import forward_count
     for norm in ("pre", "post"):
         model = build(norm=norm)
         L = model.config.n_layers

@@ -1,6 +1,7 @@
-"""gptviz.index.native: the scan's statistics compiled from block_stats.c against the torch ops they replace, value for
-value (bins at the 0 edge, -0.0, tiny and huge values, inf, NaN), on whole scans and shards, and the fallbacks (no
-compiler, a failed build, GPTVIZ_NATIVE=0, a cache directory others can write)."""
+"""gptviz.index.native: the scan's statistics in the C extension built from block_stats.c (setup.py, into a temporary
+folder: conftest.block_stats_extension) against the torch ops they replace, value for value (bins at the 0 edge, -0.0,
+tiny and huge values, inf, NaN), on whole scans and shards; and the fallbacks (no extension, GPTVIZ_NATIVE=0). The
+extension's checks at its boundary, and no compiler at run time: test_index_native_boundary.py."""
 from __future__ import annotations
 
 import math
@@ -15,7 +16,13 @@ from gptviz.index import native
 from gptviz.index.histograms import _Binner
 from gptviz.index.scan import _empty_partial
 
-pytestmark = pytest.mark.skipif(not native.available(), reason="no C compiler here: the torch ops run instead")
+
+@pytest.fixture(autouse=True)
+def compiled(block_stats_extension, monkeypatch):
+    """The extension built from this checkout's sources, as native.py's (whatever an in-place build left there)."""
+    monkeypatch.setattr(native, "_extension", block_stats_extension[0])
+    monkeypatch.delenv("GPTVIZ_NATIVE", raising=False)
+    return block_stats_extension[0]
 
 
 @pytest.fixture
@@ -23,9 +30,7 @@ def path(monkeypatch):
     """Switch the scan's statistics: path("C") or path("torch")."""
     def use(which: str) -> None:
         monkeypatch.setenv("GPTVIZ_NATIVE", "1" if which == "C" else "0")
-        native._library.cache_clear()
-    yield use
-    native._library.cache_clear()
+    return use
 
 
 def scan_both(path, model, docs, **settings):
@@ -202,30 +207,18 @@ def test_nan_is_refused_and_stays_inside_the_histogram():
     assert part.counts.sum() == 4 and part.counts[1, 0] == 1  # the NaN counted in the lowest bin, nowhere else
 
 
-def test_without_a_compiler_or_when_turned_off_the_torch_ops_run(monkeypatch, tmp_path):
+def test_without_the_extension_or_when_turned_off_the_torch_ops_run(monkeypatch):
     model = build(seed=4)
     docs = [ix.Document("d", np.arange(40) % 17)]
-    try:
-        for env in ({"GPTVIZ_NATIVE": "0"}, {"CC": str(tmp_path / "no-such-compiler")}, {"CC": "false"}):
-            native._library.cache_clear()
-            monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # no library built earlier
-            for name, value in env.items():
-                monkeypatch.setenv(name, value)
-            assert not native.available()
-            assert ix.build_index(model, docs, top_k=3, bins=8, min_count=2).meta["scan"]["statistics"] == "torch"
-            for name in env:
-                monkeypatch.delenv(name)
-    finally:
-        native._library.cache_clear()
-
-
-def test_the_library_is_cached_only_where_no_one_else_can_write(monkeypatch, tmp_path):
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    assert native._cache_dir() == tmp_path / "gptviz"
-    assert (tmp_path / "gptviz").stat().st_mode & 0o777 == 0o700
-    (tmp_path / "gptviz").chmod(0o777)
-    private = native._cache_dir()
-    assert private != tmp_path / "gptviz" and private.stat().st_mode & 0o077 == 0
+    assert native.available()
+    assert ix.build_index(model, docs, top_k=3, bins=8, min_count=2).meta["scan"]["statistics"] == "C"
+    monkeypatch.setenv("GPTVIZ_NATIVE", "0")
+    assert not native.available()
+    assert ix.build_index(model, docs, top_k=3, bins=8, min_count=2).meta["scan"]["statistics"] == "torch"
+    monkeypatch.delenv("GPTVIZ_NATIVE")
+    monkeypatch.setattr(native, "_extension", None)  # an install without a compiler, a checkout not built
+    assert not native.available()
+    assert ix.build_index(model, docs, top_k=3, bins=8, min_count=2).meta["scan"]["statistics"] == "torch"
 
 
 def test_units_fill_their_top_k_in_the_pass_as_the_merge_would():

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.servers import streamlit_server
+from conftest import c_compiler
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.subprocess, pytest.mark.slow]
@@ -28,7 +29,8 @@ pytestmark = [pytest.mark.subprocess, pytest.mark.slow]
 # What the build reads: pyproject.toml's packages and package-dir folders, and the readme it names.
 SOURCE_FILES = ("pyproject.toml", "README.md", "gptviz", "app_pages", "data")
 SOURCE_EXTRAS = ("setup.py", "setup.cfg", "MANIFEST.in", "LICENSE", "LICENSE.txt", "LICENSE.md")
-NOT_SOURCE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build", "dist")
+# (and a C extension built in place there: the install must build its own)
+NOT_SOURCE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build", "dist", "*.so", "*.pyd")
 
 FIRST_PAGE = """
 import sys
@@ -176,6 +178,41 @@ def test_the_installed_package_holds_its_data_and_loads_a_bundled_model(installe
     assert out.stdout.strip() == "['shakespeare-post', 'shakespeare-pre'] 4 [15496, 995]"
 
 
+SCAN = """
+import numpy as np
+from gptviz import GPT, GPTConfig, index as ix
+from gptviz.index import native
+model = GPT(GPTConfig(vocab_size=50, n_ctx=16, d_model=16, n_layers=1, n_heads=2)).eval()
+index = ix.build_index(model, [ix.Document("d", np.arange(60) % 50)], top_k=3, bins=8, min_count=2)
+print(native._extension.__file__ if native._extension else None, index.meta["scan"]["statistics"])
+"""
+
+
+def test_the_install_builds_the_c_pass_and_the_scan_takes_it(installed):
+    """pip built gptviz.index._block_stats into the wheel (setup.py), and the installed package's scan runs it; with
+    no C compiler here the install goes on without it and the scan says "torch"."""
+    venv, _ = installed
+    out = run(installed, str(venv / "bin" / "python"), "-c", SCAN)
+    assert out.returncode == 0, out.stderr[-3000:]
+    where, statistics = out.stdout.split()
+    if c_compiler() is None:
+        assert (where, statistics) == ("None", "torch")
+    else:
+        assert "site-packages" in where and "_block_stats" in where and statistics == "C"
+
+
+def test_without_a_c_compiler_the_build_goes_on_without_the_c_pass(tmp_path, source):
+    """The extension is optional: a build whose compiler cannot run still succeeds, without it (the scan then takes
+    the torch ops: test_index_native.py)."""
+    env = {**os.environ, "CC": str(tmp_path / "no-such-cc")}
+    out = subprocess.run([sys.executable, "setup.py", "build_ext", "--build-lib", str(tmp_path / "lib"),
+                          "--build-temp", str(tmp_path / "tmp")], cwd=source, env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "_block_stats" in out.stdout + out.stderr  # setuptools names the extension it left out
+    assert not list(tmp_path.rglob("_block_stats.*"))
+
+
 def test_the_apps_first_page_runs_from_the_installed_package(installed):
     venv, _ = installed
     out = run(installed, str(venv / "bin" / "python"), "-c", FIRST_PAGE)
@@ -213,3 +250,7 @@ def test_an_editable_install_runs_the_checkout_from_anywhere(tmp_path, source):
     assert where.returncode == 0, where.stderr
     assert where.stdout.split() == [str(source / "gptviz" / "__init__.py"), str(source / "app_pages"), "True",
                                     "small-4l"]
+    if c_compiler() is not None:  # the C pass built in place, beside the sources
+        scan = run((venv, outside), str(python), "-c", SCAN)
+        assert scan.returncode == 0, scan.stderr[-3000:]
+        assert scan.stdout.split() == [str(next((source / "gptviz" / "index").glob("_block_stats.*"))), "C"]

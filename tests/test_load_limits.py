@@ -20,7 +20,9 @@ from conftest import SMALL, build
 from gptviz import PRESETS
 from gptviz.model import checkpoint, weights
 from gptviz.model.params import param_count, total_params
-from gptviz.serve.limits import ServerLimits
+from gptviz.model.load_limits import LoadLimits, load_limits
+from gptviz.serve import model_access
+from gptviz.serve.limits import ServerLimits, server_limits
 from gptviz.model.weights import CheckpointError, check_load_limits, load_checkpoint, save_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -129,7 +131,7 @@ def test_configs_past_the_caps_are_refused_before_allocating():
 # ---- finding 6: a visitor's folder field loads only from the server's model folders ------------------------
 
 def test_visitors_load_folders_only_inside_the_allowed_roots(tmp_path, monkeypatch):
-    from gptviz.model.weights import FOLDER_REFUSED, load_allowed
+    from gptviz.serve.model_access import FOLDER_REFUSED, load_allowed
     allowed, outside = tmp_path / "models", tmp_path / "elsewhere"
     save_checkpoint(build(seed=2), allowed / "mine")
     save_checkpoint(build(seed=2), outside / "theirs")
@@ -150,47 +152,75 @@ def test_visitors_load_folders_only_inside_the_allowed_roots(tmp_path, monkeypat
 
 def test_the_sidebar_loader_uses_the_allowed_roots(tmp_path, monkeypatch):
     from gptviz.app import keys as K, models
-    from gptviz.model.weights import FOLDER_REFUSED
+    from gptviz.serve.model_access import FOLDER_REFUSED
     save_checkpoint(build(seed=4), tmp_path / "ops" / "model")
     spec = models.ModelSpec(K.SOURCE_PRETRAINED, str(tmp_path / "ops" / "model"), "pre", 0)
     with pytest.raises(CheckpointError, match="No model folder of that name"):
         models.load_model(spec)
     models.model_store().clear()
-    # GPTVIZ_MODEL_DIRS is read once, by limits.server_limits(); weights reads its model_dirs from there
+    # GPTVIZ_MODEL_DIRS is read once, by limits.server_limits(); the server's model access reads it from there
     limits = ServerLimits.from_env({"GPTVIZ_MODEL_DIRS": str(tmp_path / "ops")})
-    monkeypatch.setattr(weights, "server_limits", lambda: limits)
+    monkeypatch.setattr(model_access, "server_limits", lambda: limits)
     assert models.load_model(spec).config == SMALL
     models.model_store().clear()
     assert FOLDER_REFUSED.count("/") == 0
 
 
-# ---- the load caps and model folders are server limits: read in limits.py, refused when malformed ------------
+# ---- the load caps are the library's (it loads), the model folders the server's; both refused when malformed ----
 
-def test_load_caps_and_model_dirs_come_from_server_limits(tmp_path, monkeypatch):
+def test_load_caps_come_from_the_environment_and_model_dirs_from_server_limits(tmp_path, monkeypatch):
     assert ServerLimits.from_env({}).model_dirs == ()
     sep = os.pathsep
-    got = ServerLimits.from_env({"GPTVIZ_MAX_LOAD_PARAMS": "1_000", "GPTVIZ_MAX_LOAD_CTX": "64",
-                                 "GPTVIZ_MODEL_DIRS": f"{tmp_path / 'a'}{sep} {sep}{tmp_path / 'b'}{sep}"})
-    assert (got.max_load_params, got.max_load_ctx) == (1000, 64)
+    got = ServerLimits.from_env({"GPTVIZ_MODEL_DIRS": f"{tmp_path / 'a'}{sep} {sep}{tmp_path / 'b'}{sep}"})
     assert got.model_dirs == (str(tmp_path / "a"), str(tmp_path / "b"))   # blank entries skipped
-    monkeypatch.setattr(weights, "server_limits", lambda: got)      # the model roots
-    monkeypatch.setattr(checkpoint, "server_limits", lambda: got)   # the load caps
-    assert weights.model_roots()[2:] == [tmp_path / "a", tmp_path / "b"]
-    with pytest.raises(CheckpointError, match=r"at most 64 \(GPTVIZ_MAX_LOAD_CTX\)"):
-        check_load_limits(SMALL.replace(n_ctx=65))
-    with pytest.raises(CheckpointError, match=r"at most 1,000 \(GPTVIZ_MAX_LOAD_PARAMS\)"):
-        check_load_limits(SMALL)
+    monkeypatch.setattr(model_access, "server_limits", lambda: got)      # the model roots
+    assert model_access.model_roots()[2:] == [tmp_path / "a", tmp_path / "b"]
+    caps = LoadLimits.from_env({"GPTVIZ_MAX_LOAD_PARAMS": "1_000", "GPTVIZ_MAX_LOAD_CTX": "64"})
+    assert (caps.max_params, caps.max_ctx) == (1000, 64)
+    assert LoadLimits.from_env({}) == LoadLimits() and LoadLimits().max_params == 2_000_000_000
+    monkeypatch.setenv("GPTVIZ_MAX_LOAD_PARAMS", "1_000")
+    monkeypatch.setenv("GPTVIZ_MAX_LOAD_CTX", "64")
+    load_limits.cache_clear()
+    try:
+        with pytest.raises(CheckpointError, match=r"at most 64 \(GPTVIZ_MAX_LOAD_CTX\)"):
+            check_load_limits(SMALL.replace(n_ctx=65))
+        with pytest.raises(CheckpointError, match=r"at most 1,000 \(GPTVIZ_MAX_LOAD_PARAMS\)"):
+            check_load_limits(SMALL)
+    finally:
+        monkeypatch.undo()
+        load_limits.cache_clear()
+    check_load_limits(SMALL)
 
 
 @pytest.mark.parametrize("env, message", [
     ({"GPTVIZ_MAX_LOAD_PARAMS": "two billion"}, "GPTVIZ_MAX_LOAD_PARAMS must be a whole number, got 'two billion'"),
-    ({"GPTVIZ_MAX_LOAD_CTX": "0"}, "GPTVIZ_MAX_LOAD_CTX: the server limit max_load_ctx must be a whole number of at least 1"),
-    ({"GPTVIZ_MAX_LOAD_CTX": "-5"}, "GPTVIZ_MAX_LOAD_CTX: the server limit"),
+    ({"GPTVIZ_MAX_LOAD_CTX": "0"}, "GPTVIZ_MAX_LOAD_CTX: the load limit max_ctx must be a whole number of at least 1"),
+    ({"GPTVIZ_MAX_LOAD_CTX": "-5"}, "GPTVIZ_MAX_LOAD_CTX: the load limit"),
+])
+def test_malformed_load_caps_name_their_variable(env, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        LoadLimits.from_env(env)
+
+
+def test_a_malformed_load_cap_stops_the_server_at_start_up(monkeypatch):
+    # weights.py once read these itself and fell back to its defaults on a bad value; server_limits() reads them too
+    monkeypatch.setenv("GPTVIZ_MAX_LOAD_CTX", "many")
+    load_limits.cache_clear()
+    server_limits.cache_clear()
+    try:
+        with pytest.raises(ValueError, match="GPTVIZ_MAX_LOAD_CTX must be a whole number"):
+            server_limits()
+    finally:
+        monkeypatch.undo()
+        load_limits.cache_clear()
+        server_limits.cache_clear()
+
+
+@pytest.mark.parametrize("env, message", [
     ({"GPTVIZ_MODEL_DIRS": "models"}, "GPTVIZ_MODEL_DIRS must list absolute folder paths"),
     ({"GPTVIZ_MODEL_DIRS": "~/models"}, "GPTVIZ_MODEL_DIRS must list absolute folder paths"),
 ])
-def test_malformed_load_limits_name_their_variable(env, message):
-    # weights.py read these itself and fell back to its defaults on a bad value; now start-up refuses it
+def test_malformed_model_dirs_name_their_variable(env, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         ServerLimits.from_env(env)
 

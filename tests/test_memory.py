@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from gptviz import PRESETS
+from gptviz.model import sizes
 from gptviz.serve import memory
 from gptviz.serve.bounded_cache import BoundedCache
 from gptviz.model.hooks import ActivationCache, act_name, capture_nbytes, stack_patterns
@@ -148,7 +149,7 @@ def test_a_captures_estimate_covers_what_it_keeps_plus_the_forward_pass():
     cfg = PRESETS["gpt2-small"]
     names = [act_name("pattern", i) for i in range(cfg.n_layers)]
     kept = capture_nbytes(cfg, names, 682)
-    work = memory.capture_work_nbytes(cfg, names, 682)
+    work = sizes.capture_work_nbytes(cfg, names, 682)
     # measured in a fresh process (docs/benchmarks-history.md): 682 tokens of gpt2-small, every pattern, peak +489 MiB
     # for 410 MiB kept; the estimate must cover it and not be wildly above
     assert kept < work and 489 * MiB <= work + 64 * MiB <= 1.3 * 489 * MiB + 64 * MiB
@@ -160,7 +161,7 @@ def test_a_kv_cache_estimate_is_the_tensors_the_model_allocates():
     cfg = GPTConfig(n_layers=2, n_heads=2, d_model=16, n_ctx=32, vocab_size=50)
     cache = GPT(cfg).new_kv_cache()
     actual = sum(t.nbytes for layer in cache.layers for t in (layer.k, layer.v))
-    assert memory.kv_cache_nbytes(cfg) == actual
+    assert sizes.kv_cache_nbytes(cfg) == actual
 
 
 def test_stacked_patterns_are_one_block_and_patterns_makes_no_copy():
@@ -229,7 +230,7 @@ def test_a_capture_reserves_while_it_runs_and_its_result_is_counted_as_stored(ti
     ids = tuple(range(16))
     names = models.pattern_names(model.config.n_layers)
     models.get_capture(spec, ids, names)
-    assert during["reserved"] == memory.capture_work_nbytes(model.config, names, 16)
+    assert during["reserved"] == sizes.capture_work_nbytes(model.config, names, 16)
     assert acc.reserved == 0 and acc.stored_bytes == capture_nbytes(model.config, names, 16)
 
 
@@ -237,7 +238,7 @@ def test_a_generation_is_refused_with_a_reason_when_memory_is_busy_and_holds_not
     from gptviz.app import keys, models
     spec = models.ModelSpec(keys.SOURCE_BUNDLED, "shakespeare-pre", "pre")
     model = models.load_model(spec)
-    acc = tiny_budget(memory.generation_nbytes(model.config, 4, 10) - 1)
+    acc = tiny_budget(sizes.generation_nbytes(model.config, 4, 10) - 1)
     with pytest.raises(RuntimeError, match="a generation on shakespeare-pre needs about"):
         models.hold_for_generation(spec, model, [1, 2, 3, 4], {"max_new_tokens": 10})
     assert acc.in_use == 0
@@ -249,7 +250,7 @@ def test_a_generation_holds_its_reservation_until_released(tiny_budget):
     model = models.load_model(spec)
     acc = tiny_budget(10**10)
     release = models.hold_for_generation(spec, model, [1, 2, 3, 4], {"max_new_tokens": 10})
-    assert acc.reserved == memory.generation_nbytes(model.config, 4, 10)
+    assert acc.reserved == sizes.generation_nbytes(model.config, 4, 10)
     release()
     assert acc.reserved == 0
 

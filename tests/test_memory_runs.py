@@ -19,6 +19,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from gptviz import methods as analysis
 from gptviz.methods import attribution
+from gptviz.model import sizes
 from gptviz.serve import memory
 from gptviz import index as ix
 from gptviz.app import keys as K
@@ -82,14 +83,14 @@ def test_next_token_probabilities_estimate_covers_the_forward_pass(pre, heads):
     model, ids = pre
     edits = [ablate_heads(layer, [head]) for layer, head in heads]
     _, peak = torch_peak(lambda: torch.softmax(run_with_edits(model, ids, edits)[0][0, -1].float(), -1))
-    covers(memory.capture_work_nbytes(model.config, (), ids.shape[1]), peak)
+    covers(sizes.capture_work_nbytes(model.config, (), ids.shape[1]), peak)
 
 
 def test_an_edited_patterns_estimate_covers_its_run(pre):
     model, ids = pre
     name = act_name("pattern", 2)
     _, peak = torch_peak(lambda: run_with_edits(model, ids, [ablate_heads(1, [0])], [name])[1][name][0])
-    covers(memory.capture_work_nbytes(model.config, [name], ids.shape[1]), peak)
+    covers(sizes.capture_work_nbytes(model.config, [name], ids.shape[1]), peak)
 
 
 def test_direct_attributions_estimate_covers_its_run(pre):
@@ -105,13 +106,13 @@ def test_a_continuations_estimate_covers_its_kv_caches(pre, prompt, new):
     prompt_ids = ids[0, :prompt].tolist()
     out, peak = torch_peak(lambda: generate(model, prompt_ids, new, temperature=0.0, edits=[ablate_heads(1, [0])]))
     assert len(out) == prompt + new
-    covers(memory.sampling_nbytes(model.config, prompt, new), peak)
+    covers(sizes.sampling_nbytes(model.config, prompt, new), peak)
 
 
 def test_the_first_steps_estimate_covers_its_recorded_attention(pre):
     model, ids = pre
     _, peak = torch_peak(lambda: next(stream(model, ids[0].tolist(), 1, attention=True)))
-    assert peak <= memory.generation_nbytes(model.config, ids.shape[1], 1)  # the live estimate adds kept steps
+    assert peak <= sizes.generation_nbytes(model.config, ids.shape[1], 1)  # the live estimate adds kept steps
 
 
 @pytest.mark.slow
@@ -121,7 +122,7 @@ def test_the_logit_lens_estimate_covers_its_logits(pre):
     cache = ActivationCache({k: v[0] for k, v in cache.items()}, model.config.n_layers)
     lens, peak = torch_peak(lambda: analysis.logit_lens(model, cache))
     assert lens.top_probs.shape == (model.config.n_layers + 1, ids.shape[1])
-    covers(memory.lens_nbytes(model.config, ids.shape[1]), peak)
+    covers(sizes.lens_nbytes(model.config, ids.shape[1]), peak)
 
 
 @pytest.mark.slow
@@ -172,13 +173,13 @@ def test_the_patching_sweeps_estimate_covers_the_audits_128_token_pair(pre):
 @pytest.mark.slow
 def test_a_models_build_estimate_covers_its_build():
     """Issue 31, finding 3: one gpt2-xl build from a link peaked at 8.5 GB for 6.2 GB of weights; a model is now
-    made on the meta device and allocated once, and the accountant reserves memory.model_build_nbytes first."""
+    made on the meta device and allocated once, and the accountant reserves sizes.model_build_nbytes first."""
     from gptviz import GPT, PRESETS
     from gptviz.model.params import total_params
     config = PRESETS["gpt2-small"].replace(n_layers=2)
     _, peak = torch_peak(lambda: GPT(config, seed=0))
     assert total_params(config) * 4 * 1.5 < peak       # embedding-heavy: the drawing buffer is 0.7x its weights
-    covers(memory.model_build_nbytes(config), peak, within=1.05)
+    covers(sizes.model_build_nbytes(config), peak, within=1.05)
 
 # ---- pages: a run the server's memory has no room for is refused with a message, and runs nothing -----------------
 
@@ -301,8 +302,10 @@ def test_the_why_pages_other_runs_and_the_twins_generation_reserve_before_runnin
     monkeypatch.setattr(norms, "generate", lambda *a, **k: pytest.fail("the model ran"))
     monkeypatch.setattr(attribution, "direct_logit_attribution", lambda *a, **k: pytest.fail("the model ran"))
     ids = (1, 2, 3)
-    with pytest.raises(memory.LimitError, match="direct attribution of 3 tokens on tiny"):
-        why.direct_attribution.__wrapped__(TINY, ids, 5, 6)
+    # Direct attribution runs no model of its own: it reads the prompt's shared capture, which the capture store
+    # reserves (in its own accountant here), and projects one position's components (issue 60)
+    got = why.direct_attribution(TINY, ids, 5, 6)
+    assert abs(float(got.values.sum()) - got.logit_diff) < 1e-4 and acc.in_use == 0
     with pytest.raises(memory.LimitError, match="layer 1's attention on 3 tokens of tiny"):
         why.edited_pattern.__wrapped__(TINY, ids, ((0, 1),), "zero", 1)
     with pytest.raises(memory.LimitError, match="a continuation of 5 tokens on tiny"):
@@ -338,5 +341,5 @@ def test_the_attention_pages_capture_stays_within_its_reservation():
                           str(T)], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     growth = int(out.stdout.split()[-1])
-    reserved = memory.capture_work_nbytes(cfg, models.attention_page_names(cfg.n_layers, cfg.norm), T)
+    reserved = sizes.capture_work_nbytes(cfg, models.attention_page_names(cfg.n_layers, cfg.norm), T)
     assert growth <= reserved, f"grew {growth / 2**20:.0f} MiB against {reserved / 2**20:.0f} reserved"

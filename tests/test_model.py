@@ -335,7 +335,7 @@ def test_forward_from_a_captured_stream_gives_the_models_logits(norm):
 
 def test_forward_count_counts_the_models_real_forward_passes(model):
     from gptviz import generate, stream
-    from gptviz.model.model import forward_count
+    from benchmarks.forward_passes import forward_count
     ids = random_ids(6)
     before = forward_count()
     capture(model, ids[None])
@@ -360,7 +360,7 @@ def test_forward_count_counts_the_models_real_forward_passes(model):
 
 def test_forward_count_is_exact_across_threads(model):
     import threading
-    from gptviz.model.model import forward_count
+    from benchmarks.forward_passes import forward_count
     ids = random_ids(3)[None]
     before = forward_count()
     threads = [threading.Thread(target=lambda: [model(ids) for _ in range(20)]) for _ in range(4)]

@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("anywidget")
 
-from gptviz.figures.units import ExampleRow  # noqa: E402
+from gptviz.figures.unit_page import ExampleRow  # noqa: E402
 from gptviz.notebook import attention, attention_on_text, save_html  # noqa: E402
 from gptviz.notebook.inputs import labels_of  # noqa: E402
 from gptviz.notebook.widgets import TokenRowsWidget, text_line  # noqa: E402

@@ -14,9 +14,9 @@ pytest.importorskip("anywidget")
 
 from gptviz import GPT, PRESETS, index as ix, load_pretrained  # noqa: E402
 from gptviz.app.component import asset  # noqa: E402
-from gptviz.figures import params as fp, units as fu, why as fw  # noqa: E402
+from gptviz.figures import params as fp, unit_page as fu, why as fw  # noqa: E402
 from gptviz.notebook import attribution, parameters, unit  # noqa: E402
-from gptviz.notebook.units import EXAMPLES_AFTER, EXAMPLES_BEFORE  # noqa: E402
+from gptviz.notebook.unit_widget import EXAMPLES_AFTER, EXAMPLES_BEFORE  # noqa: E402
 from gptviz.notebook.widgets import text_line  # noqa: E402
 from gptviz.model.params import by_component, param_table, total_params  # noqa: E402
 from gptviz.model.tokenizer import encode, get_tokenizer, token_labels  # noqa: E402

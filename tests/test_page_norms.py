@@ -12,7 +12,8 @@ from streamlit.testing.v1 import AppTest
 import gptviz.model.checkpoint
 import gptviz.model.weights
 from gptviz import PRESETS
-from gptviz.methods import wiring, xiong
+from gptviz.methods import wiring
+from gptviz.training import xiong
 from gptviz.app import keys as K
 from gptviz.figures.norms import WIRING_NAMES
 from gptviz.model.generate import generate
@@ -141,7 +142,7 @@ def test_depth_sweep():
 
 @pytest.mark.slow
 def test_trained_twins_missing_shows_info(monkeypatch, tmp_path):
-    monkeypatch.setattr(gptviz.model.checkpoint, "MODELS_DIR", tmp_path / "nothing")
+    monkeypatch.setattr(gptviz.model.checkpoint, "BUNDLED_DIR", tmp_path / "nothing")
     at = open_page(**TINY)
     assert any("not here yet" in i.value for i in at.info)
 
@@ -158,7 +159,7 @@ def tiny_twins(tmp_path, monkeypatch):
         folder = tmp_path / f"twintest-{norm}"
         gptviz.model.weights.save_checkpoint(model, folder)
         write_history(results[norm], folder)
-    monkeypatch.setattr(gptviz.model.checkpoint, "MODELS_DIR", tmp_path)
+    monkeypatch.setattr(gptviz.model.checkpoint, "BUNDLED_DIR", tmp_path)
     return tmp_path, results
 
 
@@ -189,7 +190,7 @@ def test_bundled_twins_loss_phase_is_marked(tiny_page):
     models = gptviz.model.weights.bundled_models()
     pairs = wiring.trained_twins(list(models))
     if not pairs:
-        pytest.skip("no bundled twins in gptviz/models")
+        pytest.skip("no bundled twins in gptviz/bundled")
     at = tiny_page
     history = wiring.load_history(models[pairs[0].pre])["history"]
     switch = next((h["step"] for h in history if h.get("full_vocab", True)), None)
@@ -219,7 +220,7 @@ def test_the_trial_of_training_the_twins_alike_is_shown_with_its_own_numbers(tin
     models = gptviz.model.weights.bundled_models()
     pairs = wiring.trained_twins(list(models))
     if not pairs:
-        pytest.skip("no bundled twins in gptviz/models")
+        pytest.skip("no bundled twins in gptviz/bundled")
     at = tiny_page
     trial = json.loads((models[pairs[0].pre] / recipe_trials.OTHER_RECIPE_CHECK).read_text())
     bundled_post = json.loads((models[pairs[0].post] / "check.json").read_text())
@@ -255,7 +256,7 @@ def test_the_twins_heads_are_shown_beside_their_match_not_their_index():
     """The pre-norm twin's previous-token head L0H0 is drawn beside the post-norm head that does the same job (its
     previous-token heads sit in layer 1), and the table pairs every head with its scores."""
     if len(wiring.trained_twins(list(gptviz.model.weights.bundled_models()))) == 0:
-        pytest.skip("no bundled twins in gptviz/models")
+        pytest.skip("no bundled twins in gptviz/bundled")
     at = open_page(**TINY)
     titles = [(json.loads(c.proto.spec)["layout"].get("title", {}).get("text") or "").replace("<br>", " ")
               for c in at.get("plotly_chart")]  # a long title is broken between words
@@ -346,7 +347,7 @@ def bundled_twin_models():
     folders = gptviz.model.weights.bundled_models()
     pairs = wiring.trained_twins(list(folders))
     if not pairs:
-        pytest.skip("no bundled twins in gptviz/models")
+        pytest.skip("no bundled twins in gptviz/bundled")
     names = {norm: getattr(pairs[0], norm) for norm in ("pre", "post")}
     return names, {norm: gptviz.model.weights.load_checkpoint(folders[name]).eval() for norm, name in names.items()}
 

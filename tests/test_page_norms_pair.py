@@ -14,6 +14,7 @@ from gptviz.app import keys as K, models
 from gptviz.app.services import norms_pair
 from gptviz.interop.hf_tokenizer import OpenAIGPTTokenizer
 from gptviz.model import weights
+from gptviz.serve import model_access
 from gptviz.model.generate import generate
 from gptviz.model.tokenizer import encode
 from gptviz.serve.limits import ServerLimits
@@ -49,7 +50,7 @@ def model_dirs(tmp_path, monkeypatch):
     """An operator's model folder (empty until a test fills it), read by the page and the loaders."""
     limits = ServerLimits.from_env({"GPTVIZ_MODEL_DIRS": str(tmp_path / "ops")})
     (tmp_path / "ops").mkdir()
-    monkeypatch.setattr(weights, "server_limits", lambda: limits)
+    monkeypatch.setattr(model_access, "server_limits", lambda: limits)
     monkeypatch.setattr(norms_pair, "server_limits", lambda: limits)
     yield tmp_path / "ops"
     models.model_store().clear()

@@ -72,7 +72,7 @@ def test_gptviz_app_passes_every_shipped_setting():
 def test_device_and_precision_choices_follow_the_machine(monkeypatch):
     import torch
 
-    from gptviz.serve import devices
+    from gptviz.model import devices
     at = open_app()
     assert not at.exception  # this machine: CPU only, so neither choice is drawn
     assert [s.key for s in at.selectbox if s.key in (K.DEVICE, K.DTYPE)] == []

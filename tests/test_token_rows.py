@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from gptviz.app.component.token_rows import payload
-from gptviz.figures.units import LEFT_CHARS, RIGHT_CHARS, ExampleRow, _row_layout, examples_text, window
+from gptviz.figures.unit_page import LEFT_CHARS, RIGHT_CHARS, ExampleRow, _row_layout, examples_text, window
 
 rng = np.random.default_rng(0)
 WORDS = ["␣the", "␣king", ",", "␣my", "␣lord", "!", "↵", "␣Romeo", "␣a", "ing", "␣thee", "'s"]

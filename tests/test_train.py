@@ -243,7 +243,7 @@ def test_training_learns_to_copy_a_repeated_sequence_of_one_period(norm):
     is an 8-token random sequence and its repeat, and the model learns to attend to the token after the
     earlier copy and predict it. With one period a fixed-offset head (7 back) is enough, so this is not yet an
     induction head; periods that vary need a real one, which a toy grows in a few hundred larger steps
-    (gptviz/models/README.md), too slow for a unit test."""
+    (gptviz/bundled/README.md), too slow for a unit test."""
     cfg = SMALL.replace(vocab_size=64, n_heads=2, norm=norm)
     model = build(cfg)
     ids = torch.arange(64)
@@ -367,7 +367,7 @@ def test_the_model_cards_commands_rebuild_every_stage_with_its_settings():
     assert "--copy-batch-softmax" in three and "--copy-batch-softmax" not in two
     assert "--copy-any-share 0.5" in three and "--copy-any-share" not in two
     assert "--dropout 0.1" in three and "--dropout 0.0" in two  # each stage's own dropout, else the model's
-    assert "--init-from /tmp/shakespeare-post-stage2 --out gptviz/models/shakespeare-post" in three
+    assert "--init-from /tmp/shakespeare-post-stage2 --out gptviz/bundled/shakespeare-post" in three
     # each line, parsed by the CLI, gives back exactly the stage's settings (absent ones at their defaults)
     commands = text.replace("\\\n", " ").splitlines()
     for line, stage in zip(commands, (first, second, third), strict=True):
@@ -408,7 +408,7 @@ def test_the_model_card_says_when_the_first_stage_started_from_xavier():
     xavier = model_card("x", {"config": cfg, "training": {**stage, "init": "xavier"}}, report)
     plain = model_card("x", {"config": cfg, "training": stage}, report)
     assert "starts from Xavier-uniform matrices (`--init xavier`)" in xavier and "--init xavier" not in plain
-    assert "--init xavier --out gptviz/models/x" in xavier.replace("\\\n    ", "")
+    assert "--init xavier --out gptviz/bundled/x" in xavier.replace("\\\n    ", "")
     assert "warmup in the first stage is longer" in plain and "warmup in the first stage" not in xavier
 
 

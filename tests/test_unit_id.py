@@ -49,7 +49,7 @@ def test_a_non_string_is_refused_with_the_same_error():
 
 def test_the_index_reads_ids_through_the_same_type():
     """gptviz.index's Unit is this type, and its lookup by text parses with it (then checks the model's sizes)."""
-    from gptviz.index.units import _as_unit
+    from gptviz.index.unit_ids import _as_unit
     assert ix.Unit is Unit
     assert _as_unit("l1h3", 2, 8, 4) == Unit.head(1, 3)
     assert _as_unit(str(Unit.neuron(1, 7)), 2, 8, 4) == Unit.neuron(1, 7)

@@ -11,6 +11,7 @@ import torch
 
 import gptviz.model.tokenizer
 from gptviz import PRESETS, GPT
+from gptviz.model import sizes
 from gptviz.serve import limits, memory
 from gptviz import index as ix
 from gptviz.app import keys as K
@@ -107,12 +108,12 @@ def test_the_direct_effects_estimate_covers_its_measured_peak(norm, kind):
     else:
         _, peak = torch_peak(lambda: ix.head_direct_effect(model, 1, 3, 262))
     assert peak >= 4 * model.config.vocab_size  # the measure sees the [vocab] product at least
-    covers(memory.direct_effect_nbytes(model.config), peak)
+    covers(sizes.direct_effect_nbytes(model.config), peak)
     assert unit.kind == kind
 
 
 def test_with_no_room_for_the_direct_effect_the_page_says_so(monkeypatch):
-    tight = memory.MemoryAccountant(memory.direct_effect_nbytes(models.load_model(PRE).config) - 1, wait_s=0)
+    tight = memory.MemoryAccountant(sizes.direct_effect_nbytes(models.load_model(PRE).config) - 1, wait_s=0)
     monkeypatch.setattr(memory, "accountant", lambda: tight)
     at = run_page("units", spec=PRE)
     assert not at.exception, at.exception

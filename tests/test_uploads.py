@@ -100,7 +100,8 @@ def test_the_load_limits_are_checked_from_the_bytes_before_any_tensor(tmp_path, 
     from gptviz.model.formats.base import read_pickle_meta
     assert all(t.is_meta for t in read_pickle_meta(io.BytesIO(nanogpt_bytes()), "ckpt.pt")["model"].values())
     import gptviz.model.checkpoint as checkpoint
-    monkeypatch.setattr(checkpoint, "server_limits", lambda: ServerLimits(max_load_params=10_000))
+    from gptviz.model.load_limits import LoadLimits
+    monkeypatch.setattr(checkpoint, "load_limits", lambda: LoadLimits(max_params=10_000))
     with pytest.raises(CheckpointError, match="GPTVIZ_MAX_LOAD_PARAMS"):
         save(registry(tmp_path), "alice", nanogpt_bytes())
     assert not any(p.is_file() for p in tmp_path.rglob("*"))

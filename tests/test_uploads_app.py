@@ -11,6 +11,7 @@ from streamlit.testing.v1 import AppTest
 from gptviz.app import keys as K, links, models
 from gptviz.app import settings as S
 from gptviz.model import weights
+from gptviz.serve import model_access
 from gptviz.serve.limits import ServerLimits
 from reference import raschka as raschka_ref
 from test_uploads import nanogpt_bytes
@@ -102,7 +103,7 @@ def test_the_folder_field_asks_a_raschka_files_head_count_and_the_link_carries_i
     from pagetest import open_app
     ref = raschka_pth(tmp_path / "ops" / "book" / "model.pth")
     limits = ServerLimits.from_env({"GPTVIZ_MODEL_DIRS": str(tmp_path / "ops")})
-    monkeypatch.setattr(weights, "server_limits", lambda: limits)
+    monkeypatch.setattr(model_access, "server_limits", lambda: limits)
     path = str(tmp_path / "ops" / "book" / "model.pth")
     at = open_app(**{K.MODEL_SOURCE: K.SOURCE_PRETRAINED, S.HF_NAME.key: path})
     assert not at.exception and at.session_state[K.MODEL_SPEC] is None

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from gptviz import PRESETS
-from gptviz.methods import xiong
+from gptviz.training import xiong
 from gptviz.serve.training_jobs import corpus_tokens
 from gptviz.methods.wiring import twin_models
 

@@ -11,7 +11,20 @@ from pathlib import Path
 import streamlit as st
 
 from ..export import annotation_min_widths, annotation_width_css, csv_bytes, figure_file_name, figure_html
+from ..figures import palette
 from . import keys as K
+
+
+def session_palette() -> str | None:
+    """The visitor's colour scales (the sidebar's setting), read by every figure factory as it builds; None outside a
+    script run (a thread of the server's own), which draws in the standard look."""
+    from streamlit.runtime.scriptrunner import get_script_run_ctx
+    if get_script_run_ctx(suppress_warning=True) is None:
+        return None
+    return st.session_state.get(K.PALETTE)
+
+
+palette.set_source(session_palette)
 
 EXPORT_FORMATS = ("png", "svg")
 # Buttons that repeat a gesture (drag zooms, double-click resets) or suit no figure here (box and lasso select):
@@ -25,6 +38,12 @@ MEAN_HEAD = -1  # a head picker's option for the mean of a layer's heads
 # room above it. A CSS rule only, for a page's own <style>.
 PHONE_TITLE_CSS = ("@media (max-width: 640px) {[data-testid='stMainBlockContainer'] {padding-top: 3.5rem;} "
                    "[data-testid='stMainBlockContainer'] h1 {font-size: 1.4rem; padding: 0;}}")
+
+
+def head_or_mean(weights, head: int | None):
+    """One head's slice of a layer's per-head tensor [heads, ...], or the heads' mean for MEAN_HEAD (or None): the
+    rule every view of "a head, or the mean of all heads" reads."""
+    return weights.mean(0) if head is None or head == MEAN_HEAD else weights[head]
 
 
 def head_name(head: int) -> str:
@@ -157,9 +176,16 @@ def monospace_text(text: str, name: str, border: bool = False, height: int | Non
 # A box keyed NARROW_ONLY shows only up to 768 px, Streamlit's width for starting with the sidebar closed, so what it
 # repeats from the sidebar is on screen exactly where the sidebar is not.
 NARROW_PX = 768
+# Right-to-left prompts (issue 62): each line of a text view (the generated text, the prompt box, plain text boxes) is
+# laid out in its own script's direction, so an Arabic line starts at the right; each chip (a token, a unit id) is
+# isolated and set in its own direction, while the chips keep the model's order left to right.
+_BIDI_CSS = ('[data-testid="stCode"] pre, [data-testid="stCode"] pre > div, [data-testid="stText"], '
+             '[data-testid="stTextArea"] textarea {unicode-bidi: plaintext; text-align: start;} '
+             '[data-testid="stButtonGroup"] button p {unicode-bidi: plaintext;}')
 _RESPONSIVE_CSS = ('<style>@media (max-width: 640px) {[data-testid="stTabs"] [role="tablist"] {flex-wrap: wrap; '
                    'row-gap: 0.25rem; overflow-x: visible;}} '
-                   f'@media (min-width: {NARROW_PX + 1}px) {{.st-key-{K.NARROW_ONLY} {{display: none;}}}}</style>')
+                   f'@media (min-width: {NARROW_PX + 1}px) {{.st-key-{K.NARROW_ONLY} {{display: none;}}}} '
+                   f'{_BIDI_CSS}</style>')
 
 
 def responsive_style() -> None:

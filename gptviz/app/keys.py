@@ -12,8 +12,16 @@ from .settings import (ATTENTION_VIEWS, DEFAULT_PACE, GROW_WIRINGS, OWN_PAIR, PA
                        PATCH_PAIRS, SOURCE_BUNDLED, SOURCE_PRESET, SOURCE_PRETRAINED, SOURCE_TRAINED, SOURCE_UPLOAD,
                        TIMELINE_DETECTORS, UNIT_TABS, WHY_GRAPH_VIEW, WHY_QK_VIEW, WHY_VIEWS)
 
-# the settings' keys, by their records' names (K.GEN_N == settings.GEN_N.key == "gen_n")
-globals().update({_name: _setting.key for _name, _setting in _settings.records().items()})
+
+
+def __getattr__(name: str) -> str:
+    """A setting's key by its record's name (K.GEN_N == settings.GEN_N.key == "gen_n"): looked up when asked, so a
+    typo is still an AttributeError (or an ImportError in `from keys import ...`)."""
+    setting = _settings.records().get(name)
+    if setting is None:
+        raise AttributeError(f"gptviz.app.keys has no key {name!r} (nor a setting of that name in settings.py)")
+    return setting.key
+
 
 # ---- the app's own bookkeeping --------------------------------------------------------------------------------
 LINK_READ = "_link_read"              # the session's link has been applied (its first run only)
@@ -80,6 +88,8 @@ ATT_QUERY_FOR = "att_query_for"
 ATT_STEPS_CHART = "att_steps_chart"
 ATT_STOP = "att_stop"
 ATT_TEXT_CHART = "att_text_chart"
+ATT_SPAN = "att_span"                # the span of tokens the text view sums over: (start, end)
+ATT_SPAN_VIEW = "att_span_view"      # its component (drag across the tokens)
 ATT_VW_RAW = "att_vw_raw"
 ATT_VW_WEIGHTED = "att_vw_weighted"
 ATT_SHOW_SUGGESTED = "att_show_suggested"  # the button that shows the head worth a look

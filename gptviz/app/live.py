@@ -247,7 +247,7 @@ def generation_view(job: LiveGeneration) -> dict:
     if running:
         job.shown = len(steps)  # what Stop keeps (a running job is drawn only by its live view)
     started, finished = job.started_at, job.finished_at
-    return {"prompt": job.prompt, "settings": job.settings, "steps": steps, "running": running,
+    return {"prompt": job.prompt, "enc": job.enc, "settings": job.settings, "steps": steps, "running": running,
             "stopped": job.stopped, "error": job.error, "seconds": job.seconds, "ahead": job.ahead,
             "waiting_for_click": job.waiting_for_click, "pace": job.pace,
             "wall_seconds": finished - started if started is not None and finished is not None else None}
@@ -303,7 +303,7 @@ def generation_map(run: dict, *, layer: int, head: int, scale: str, key: str, on
     """The generation's attention in the browser's heatmap: one row per generated token."""
     steps = run["steps"]
     n_heads = steps[0].attention.shape[1]
-    labels = token_labels(list(run["prompt"]) + [s.token_id for s in steps])
+    labels = token_labels(list(run["prompt"]) + [s.token_id for s in steps], run["enc"])
     attention_map(generation_payload(steps, labels, len(run["prompt"]), layer=layer, head=head, scale=scale,
                                      mean_head=MEAN_HEAD,
                                      head_names=[head_name(h) for h in [*range(n_heads), MEAN_HEAD]],
@@ -323,4 +323,4 @@ def draw_live(run: dict, *, layer: int, head: int, scale: str, map_key: str, on_
     with right:
         text_so_far(run, live=True, height=text_height)
         under_live_text(run)  # each new token's top contributors (issue 58), within a share of the model's time
-        monospace_text(next_token_text(run["steps"]), "next")
+        monospace_text(next_token_text(run["steps"], run["enc"]), "next")

@@ -43,12 +43,12 @@ def generated_text(text: str, live: bool, height: int | None = None) -> None:
         st.code(text, language=None, wrap_lines=True)
 
 
-def next_token_text(steps) -> str:
+def next_token_text(steps, enc=None) -> str:
     """A live view's next-token list as plain text (st.text: never Markdown): the last step's sampled token and the
     8 most probable. Text, not a bar chart, while the model writes: each redraw is a script run beside it."""
     last = steps[-1]
     top_ids = [t[0] for t in last.top[:8]]
-    top = "\n".join(f"{label:>14}  {t[1]:.3f}" for label, t in zip(token_labels(top_ids), last.top))
+    top = "\n".join(f"{label:>14}  {t[1]:.3f}" for label, t in zip(token_labels(top_ids, enc), last.top))
     return (f"Step {len(steps) - 1}: sampled {last.piece} (p {last.prob:.3f}, rank {last.rank})\n"
             f"most probable next tokens:\n{top}")
 
@@ -76,7 +76,9 @@ def text_so_far(run: dict, live: bool, upto: int | None = None, height: int | No
     text's box, fixed and scrolled to its end (a long run's text then never pushes what follows off the screen)."""
     steps = run["steps"]
     shown = steps if upto is None else steps[:upto + 1]
-    generated_text(decode(run["prompt"]) + decode([s.token_id for s in shown]), live, height)
+    # decoded whole: GPT-1's BPE ends a word in its last piece ("</w>"), so the prompt's end and the first new token
+    # are spaced only in one decode (GPT-2's text is the same either way, bar a character split across the two)
+    generated_text(decode(list(run["prompt"]) + [s.token_id for s in shown], run.get("enc")), live, height)
     if len(shown) < len(steps):
         st.caption(f"Replaying step {upto} of {len(steps) - 1}: the prompt's {len(run['prompt'])} tokens, then "
                    f"{len(shown)} of the {len(steps)} new ones.")

@@ -26,7 +26,7 @@ from .links import why_url
 from .models import load_model
 from .services import why_graph as services
 from .services.why import pieces
-from .unit_nav import go_to_why
+from .unit_nav import go_to_why, unit_pills
 
 SHARE = 0.05        # of the model's own time: half the 10% it may be slowed by (measured: about 1:1 under load)
 IDLE_SHARE = 0.5    # of the time the model waited for the pace (its CPU is free then)
@@ -122,8 +122,8 @@ def step_lines(run: dict, i: int, contributors: Contributors) -> str:
     """The token of step i and its contributors, one a line (plain text: never Markdown)."""
     steps = run["steps"]
     ids, _ = services.step_ids(run["prompt"], steps, i)
-    tokens = [decode([t]) for t in ids]
-    head = f"new token {i + 1}, {decode([steps[i].token_id])!r} (logit {contributors.metric:+.2f}):"
+    tokens = [decode([t], run["enc"]) for t in ids]
+    head = f"new token {i + 1}, {decode([steps[i].token_id], run['enc'])!r} (logit {contributors.metric:+.2f}):"
     return "\n".join([head] + [f"  {contributor_label(c, tokens)}" for c in contributors.top])
 
 
@@ -156,7 +156,7 @@ def under_live_text(run: dict) -> None:
     monospace_text(text + "\n" * max(0, LINES - 1 - text.count("\n")), "why")
     ids, target = services.step_ids(run["prompt"], steps, newest)
     st.caption(f"Top contributors for {len(shown)} of {len(steps)} new tokens so far · "
-               f"[why this token? ↗]({why_url(state, decode(ids), target)})", help=ABOUT)
+               f"[why this token? ↗]({why_url(state, decode(ids, run['enc']), target)})", help=ABOUT)
 
 
 def step_contributors(run: dict, i: int, spec) -> None:
@@ -170,8 +170,11 @@ def step_contributors(run: dict, i: int, spec) -> None:
         st.caption(f"No top contributors now: {err}")
         return
     monospace_text(step_lines(run, i, contributors), "why_step")
-    st.button(f"Why {md_text(pieces([target])[0])}? The attribution graph", key=K.GEN_WHY,
-              icon=":material/account_tree:", on_click=go_to_why, args=(decode(ids), target), type="tertiary",
+    units = list(dict.fromkeys(c.unit for c in contributors.top if c.kind in ("head", "neuron")))
+    if units:  # the heads and neurons named above, one click from what they do over the corpus
+        unit_pills("What they do over the corpus", units, K.per_item(K.UNIT_PILLS, "gen_contributors"))
+    st.button(f"Why {md_text(pieces([target], run['enc'])[0])}? The attribution graph", key=K.GEN_WHY,
+              icon=":material/account_tree:", on_click=go_to_why, args=(decode(ids, run["enc"]), target), type="tertiary",
               help="Opens Why this token? on the text up to this token (it becomes the prompt), with its graph.")
 
 
@@ -183,7 +186,7 @@ def why_links(run: dict) -> list[str]:
     out = []
     for i in range(len(run["steps"])):
         ids, target = services.step_ids(run["prompt"], run["steps"], i)
-        out.append(why_url(st.session_state, decode(ids), target))
+        out.append(why_url(st.session_state, decode(ids, run["enc"]), target))
     return out
 
 
@@ -198,6 +201,6 @@ def labels_by_step(run: dict) -> list[str]:
             out.append("")
             continue
         ids, _ = services.step_ids(run["prompt"], run["steps"], i)
-        tokens = [decode([t]) for t in ids]
+        tokens = [decode([t], run["enc"]) for t in ids]
         out.append(", ".join(contributor_label(c, tokens) for c in done[i].top))
     return out

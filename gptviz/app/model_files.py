@@ -6,7 +6,8 @@ from __future__ import annotations
 import streamlit as st
 
 from ..model.params import total_params
-from ..model.weights import CHECKPOINT_SUFFIXES, CheckpointError, allowed_folder, needs_n_head
+from ..model.weights import CHECKPOINT_SUFFIXES, CheckpointError, needs_n_head
+from ..serve.model_access import allowed_folder
 from ..serve.limits import LimitError, server_limits
 from . import keys as K
 from . import settings as S

@@ -16,17 +16,18 @@ import streamlit as st
 import torch
 
 from .. import GPT, PRESETS, methods as analysis
+from ..model import sizes
 from ..serve import memory
 from ..serve.bounded_cache import BoundedCache
 from ..model.config import ConfigError
-from ..serve.devices import DTYPES, place
+from ..model.devices import DTYPES, place
 from ..model.hooks import (ActivationCache, act_name, capture, capture_nbytes, model_nbytes,  # noqa: F401 (model_nbytes: callers import it here)
                      stack_patterns, storage_nbytes)
 from ..serve import limits
 from ..serve.limits import LimitError
 from ..model.params import total_params
-from ..model.weights import (CheckpointError, allowed_source, bundled_models, forget_download, load_checkpoint,
-                             weights_nbytes)
+from ..model.weights import CheckpointError, bundled_models, forget_download, load_checkpoint, weights_nbytes
+from ..serve.model_access import allowed_source
 from ..model.weights import training_vocab as read_training_vocab
 from . import keys
 from ..serve.uploads import UploadFolders
@@ -41,7 +42,7 @@ class ModelSpec(NamedTuple):
     norm: str          # "pre" or "post"
     seed: int = 0      # random init seed (presets only)
     device: str = "cpu"
-    dtype: str = "float32"  # the weights' precision (half precision is offered on GPUs: gptviz.serve.devices)
+    dtype: str = "float32"  # the weights' precision (half precision is offered on GPUs: gptviz.model.devices)
     n_head: int | None = None  # the head count a file cannot record (Raschka's GPTModel); None: the file's own
 
     def label(self) -> str:
@@ -125,7 +126,7 @@ def load_model(spec: ModelSpec) -> GPT:
         refuse_non_finite_weights(spec, model)  # raised before it is stored: every page shows the message
         return model
     # built in float32, then converted to the precision asked for, one tensor at a time
-    work = memory.model_build_nbytes(PRESETS[spec.name]) if estimate else None
+    work = sizes.model_build_nbytes(PRESETS[spec.name]) if estimate else None
     return model_store().get_or_build(spec, build, _stored_nbytes(spec), estimate, work, f"building {spec.name}")
 
 
@@ -248,7 +249,7 @@ def get_capture(spec: ModelSpec, ids: tuple[int, ...], names: tuple[str, ...] | 
     model = load_model(spec)
     wanted = model.hook_names if names is None else names
     estimate = capture_nbytes(model.config, wanted, len(ids))
-    work = memory.capture_work_nbytes(model.config, wanted, len(ids))
+    work = sizes.capture_work_nbytes(model.config, wanted, len(ids))
 
     def run():
         logits, cache = capture(model, torch.tensor([ids]), list(names) if names is not None else None)
@@ -266,7 +267,7 @@ def hold_for_generation(spec: ModelSpec, model: GPT, ids, settings: dict):
     (KV cache, the prompt's patterns, the steps it keeps) in the server's budget. Returns the release function
     (call it once, when the generation is over); RuntimeError, with the reason, when the memory is busy."""
     release_model = model_store().hold(spec)
-    nbytes = memory.generation_nbytes(model.config, len(ids), int(settings.get("max_new_tokens", 1)))
+    nbytes = sizes.generation_nbytes(model.config, len(ids), int(settings.get("max_new_tokens", 1)))
     try:
         reservation = memory.accountant().acquire(nbytes, f"a generation on {spec.name}", wait_s=5)
     except LimitError as err:

@@ -41,9 +41,9 @@ class Reading(NamedTuple):
     names: dict[int, str]      # token text of every id the overview names
 
 
-def position_picker(ids: tuple[int, ...], column) -> int:
-    """The position the diagram follows: the last token unless another is picked."""
-    labels = position_labels(ids)
+def position_picker(ids: tuple[int, ...], column, enc=None) -> int:
+    """The position the diagram follows: the last token unless another is picked (`enc`: the model's tokenizer)."""
+    labels = position_labels(ids, enc)
     keep_valid(K.OV_POSITION, range(len(ids)), len(ids) - 1)
     return S.OV_POSITION.selectbox(column, options=range(len(ids)), index=len(ids) - 1, format_func=labels.__getitem__)
 
@@ -64,7 +64,7 @@ def overview_at(seen: Seen, position: int) -> Reading:
     if ov.next_id is not None:
         wanted.add(ov.next_id)
     ordered = sorted(wanted)
-    return Reading(ov, dict(zip(ordered, token_labels(ordered))))
+    return Reading(ov, dict(zip(ordered, token_labels(ordered, seen.enc))))
 
 
 def layouts(n_layers: int) -> tuple[str, ...]:

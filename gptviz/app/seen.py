@@ -7,15 +7,16 @@ from collections.abc import Callable
 from dataclasses import InitVar, dataclass, field
 from functools import cached_property
 
+import streamlit as st
 import torch
 
 from ..model.config import GPTConfig
 from ..model.hooks import ActivationCache
 from ..model.model import GPT
-from ..model.tokenizer import position_labels, token_labels
-from .display import MEAN_HEAD
+from ..model.tokenizer import position_labels, token_labels, tokenizer_for
+from .display import MEAN_HEAD, head_or_mean
 from .models import ModelSpec, load_model, require_capture
-from .sidebar import require_model, require_prompt
+from .sidebar import prompt_tokens, require_model
 
 
 @dataclass
@@ -33,10 +34,12 @@ class Seen:
     focus: int = 0                       # the position the per-token views follow
     labels: list[str] = field(init=False)       # token text by position
     pos_labels: list[str] = field(init=False)   # "3:text", unique by position
+    enc: object = field(init=False)             # the model's tokenizer (tokenizer_for): GPT-1's BPE or GPT-2's
 
     def __post_init__(self, model_now: GPT):
         self._model = weakref.ref(model_now)
-        self.labels, self.pos_labels = token_labels(self.ids), position_labels(self.ids)
+        self.enc = tokenizer_for(model_now)
+        self.labels, self.pos_labels = token_labels(self.ids, self.enc), position_labels(self.ids, self.enc)
 
     @property
     def model(self) -> GPT:
@@ -72,17 +75,23 @@ class Seen:
         return list(range(self.cfg.n_heads)) + [MEAN_HEAD]
 
     def pattern(self, layer: int, head: int) -> torch.Tensor:
-        return self.patterns[layer].mean(0) if head == MEAN_HEAD else self.patterns[layer, head]
+        return head_or_mean(self.patterns[layer], head)
 
 
 def read_prompt(names_for: Callable[[GPTConfig, int], tuple[str, ...]] | None = None,
-                keep_last: Callable[[GPTConfig, int], int] | None = None) -> Seen:
-    """The sidebar's model and prompt (the page stops with a clear message when there is none), its last
-    `keep_last(cfg, T)` tokens when given (the callback says why it cuts), captured at `names_for(cfg, T)` (the page
-    stops with a message when the model cannot run on it)."""
+                keep_last: Callable[[GPTConfig, int], int] | None = None, *, required: bool = True) -> Seen | None:
+    """The sidebar's model and prompt, in the model's own tokenizer: every page reads the prompt here. The page stops
+    with a clear message when there is no model or, `required`, no prompt (not required: None after the hint, for a
+    page that shows more than the prompt). Its last `keep_last(cfg, T)` tokens when given (the callback says why it
+    cuts), captured at `names_for(cfg, T)` (the page stops with a message when the model cannot run on it)."""
     spec, model = require_model()
     cfg = model.config
-    ids = tuple(require_prompt(cfg.n_ctx, cfg.vocab_size).ids)
+    prompt = prompt_tokens(cfg.n_ctx, vocab_size=cfg.vocab_size, enc=tokenizer_for(model))
+    if prompt is None:
+        if required:
+            st.stop()
+        return None
+    ids = tuple(prompt.ids)
     if keep_last is not None:
         ids = ids[len(ids) - min(len(ids), keep_last(cfg, len(ids))):]
     names = tuple(names_for(cfg, len(ids))) if names_for is not None else ()

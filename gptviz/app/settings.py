@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from ..model.config import NORM_TYPES, PRESETS
 from ..figures.attention import DEFAULT_SCALE, SCALES
+from ..figures.palette import PALETTES, STANDARD
 from ..model.tokenizer import EOT, EOT_ID
 from .rules import Choice, Flag, Heads, Number, Setting, Text, UnitRule, Whole
 
@@ -80,6 +81,10 @@ TRAINED_RUN = Setting("trained_run", "Run")
 EXAMPLE_PROMPT = Setting("example_prompt", "Examples")
 EXPORT_FORMAT = Setting("export_format", "Figure download format",
                         help="The camera button in each figure's toolbar saves it in this format.")
+# the reader's eyes, not the view: a shared link does not carry it
+PALETTE = Setting("palette", "Colour scales", STANDARD, rule=Choice(tuple(PALETTES)),
+                  help="Every heatmap and coloured token in the app. Cividis and viridis read the same with the common "
+                       "colour-vision deficiencies (and in greyscale); signed values then use purple to orange.")
 
 # ---- the live generation's controls (Attention and Generation pages) -----------------------------------------------
 TEMP_HELP = ("Divides the logits before the softmax: below 1 sharpens, above 1 flattens; 0 always takes the most "
@@ -212,7 +217,8 @@ UNIT_FOCUS = Setting("unit_focus", "Token of the prompt")  # default: the last t
 UNIT_SOURCE = Setting("unit_source", "Source token (what the head attends to)",
                       help="Defaults to the token its top example attends to most.")
 UNIT_WORD = Setting("unit_word", "A word",
-                    help="One GPT-2 token; a leading space is tried too (' king' is one token, 'king' another).")
+                    help="One token of the model's vocabulary (GPT-2's, or a GPT-1 folder's own); a leading space is "
+                         "tried too (' king' is one GPT-2 token, 'king' another).")
 
 # Why this token? page (the heads ablated and the patching pairs' prompts are above, or keyed per pair)
 WHY_HEADS = Setting("why_heads_pick", "Heads to remove")  # the box of heads, kept in step with WHY_ABLATED
@@ -248,9 +254,12 @@ ATT_LINES_HEADS = Setting("att_lines_heads", "Heads to overlay", help="One colou
 ATT_LINES_FOCUS = Setting("att_lines_focus", "Only the chosen query's lines", False, rule=Flag(),
                           help="Or click a token in the left column.")
 ATT_TEXT_MODE = Setting("att_text_mode", "Colour each token by", "where the query looks",
-                        rule=Choice(("where the query looks", "how much it is looked at")),
-                        help="The chosen query token's row of weights, or each token's mean weight received from the "
-                             "queries that can see it (itself and every later token).")
+                        rule=Choice(("where the query looks", "how much it is looked at", "attention from a span",
+                                     "attention to a span")),
+                        help="The chosen query token's row of weights; each token's mean weight received from the "
+                             "queries that can see it (itself and every later token); or, for a span of tokens you "
+                             "drag across, the weight its tokens give each token (their rows summed) or the weight "
+                             "each token gives the span (their columns summed).")
 ATT_NEURON_KEY = Setting("att_neuron_key", "Key token for the neuron view")  # default: the query
 ATT_MV_MEAN = Setting("att_mv_mean", "Average over heads", False, rule=Flag(),
                       help="One panel per layer: the mean of its heads.")

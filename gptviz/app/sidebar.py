@@ -9,13 +9,15 @@ import streamlit as st
 
 from .. import GPT, PRESETS
 from ..model.config import ConfigError
-from ..serve.devices import available_devices, available_dtypes
+from ..model.devices import available_devices, available_dtypes
 from ..serve.limits import LimitError, server_limits
 from ..model.params import total_params
-from ..model.tokenizer import fit_vocabulary, get_tokenizer
-from ..model.weights import CheckpointError, bundled_models, hub_copy_on_disk, trained_norm
+from ..model.tokenizer import fit_vocabulary, get_tokenizer, is_gpt2
+from ..model.weights import CheckpointError, bundled_models, hub_copy_on_disk
+from ..serve.model_access import trained_norm
 from . import keys as K
 from . import settings as S
+from ..figures.palette import PALETTES
 from .display import EXPORT_FORMATS, md_text
 from .jobs import my_trained_models
 from .links import prompt_left_out, replaced_link_value
@@ -124,6 +126,7 @@ def sidebar() -> ModelSpec | None:
         prompt_box()  # first: the one thing every page reads, and the first thing a visitor types into
         spec = model_picker()
         S.EXPORT_FORMAT.radio(st, options=EXPORT_FORMATS, horizontal=True, format_func=str.upper)
+        S.PALETTE.selectbox(st, format_func=lambda name: PALETTES[name].label)
     state[K.MODEL_SPEC] = spec
     return spec
 
@@ -340,18 +343,24 @@ class PromptTokens(NamedTuple):
     truncated: bool      # only the last n_ctx tokens are kept
 
 
+def encode_prompt(text: str, enc=None) -> tuple[int, ...]:
+    """The prompt's ids in the model's tokenizer `enc` (tokenizer_for(model); default GPT-2's, whose ids are
+    cached per distinct text: every page and rerun reuses them)."""
+    return _gpt2_ids(text) if is_gpt2(enc) else tuple(enc.encode(text))
+
+
 @cached
-def encode_prompt(text: str) -> tuple[int, ...]:
-    """The prompt's GPT-2 ids, tokenised once per distinct text (every page and rerun reuses them)."""
+def _gpt2_ids(text: str) -> tuple[int, ...]:
     return tuple(get_tokenizer().encode(text))
 
 
-def prompt_tokens(n_ctx: int, prompt: str | None = None, vocab_size: int | None = None) -> PromptTokens | None:
-    """The sidebar prompt as ids, keeping the last n_ctx tokens (with a visible note); None and a hint
-    when the prompt is empty. With `vocab_size` smaller than GPT-2's, ids past it are replaced (with a note)
-    so a prompt never fails on such a model."""
+def prompt_tokens(n_ctx: int, prompt: str | None = None, vocab_size: int | None = None,
+                  enc=None) -> PromptTokens | None:
+    """The sidebar prompt as ids in the model's tokenizer `enc` (default GPT-2's), keeping the last n_ctx tokens
+    (with a visible note); None and a hint when the prompt is empty. With `vocab_size` smaller than GPT-2's, ids
+    past it are replaced (with a note) so a prompt never fails on such a model."""
     text = st.session_state.get(K.PROMPT, "") if prompt is None else prompt
-    ids = list(encode_prompt(text[:MAX_PROMPT_CHARS]))
+    ids = list(encode_prompt(text[:MAX_PROMPT_CHARS], enc))
     if not ids:
         st.info("Type a prompt in the sidebar to see the model at work.")
         return None
@@ -360,7 +369,7 @@ def prompt_tokens(n_ctx: int, prompt: str | None = None, vocab_size: int | None 
         if replaced:
             st.caption(f"{replaced} token(s) of this prompt have GPT-2 ids past this model's {vocab_size:,}-id "
                        f"vocabulary; they run as its last id, {vocab_size - 1:,} (shown as GPT-2's token for "
-                       "that id). The prompt is tokenised with GPT-2's BPE whatever the model's vocabulary.")
+                       "that id). The prompt is tokenised with GPT-2's BPE: this model brings no tokenizer of its own.")
     kept = tuple(ids[-n_ctx:])
     if len(ids) > n_ctx:
         st.warning(f"The prompt has {len(ids):,} tokens; the model's context is {n_ctx}, so only the last "
@@ -368,9 +377,9 @@ def prompt_tokens(n_ctx: int, prompt: str | None = None, vocab_size: int | None 
     return PromptTokens(kept, len(ids), len(ids) > n_ctx)
 
 
-def require_prompt(n_ctx: int, vocab_size: int | None = None) -> PromptTokens:
+def require_prompt(n_ctx: int, vocab_size: int | None = None, enc=None) -> PromptTokens:
     """prompt_tokens() for a page that can show nothing without a prompt: stops the page after the hint."""
-    prompt = prompt_tokens(n_ctx, vocab_size=vocab_size)
+    prompt = prompt_tokens(n_ctx, vocab_size=vocab_size, enc=enc)
     if prompt is None:
         st.stop()
     return prompt

@@ -19,7 +19,7 @@ from typing import Callable, NamedTuple
 
 from .. import index as ix
 from ..serve import limits, memory
-from ..serve.atomic_write import TEMP_PREFIX, atomic_folder
+from ..index.atomic_write import TEMP_PREFIX, atomic_folder
 from ..serve.bounded_cache import BoundedCache
 from ..serve.limits import LimitError
 from . import keys as K
@@ -30,10 +30,12 @@ EXAMPLES_BEFORE, EXAMPLES_AFTER = 20, 6  # tokens of context either side of a to
 
 
 class Loaded(NamedTuple):
-    """An index, the documents it was built from, and the key it is cached under."""
+    """An index, the documents it was built from, the key it is cached under, and the tokenizer its ids are in (its
+    model's: tokenizer_for; None for GPT-2's), which every label and typed word of the page goes through."""
     key: tuple
     index: ix.NeuronIndex
     docs: list[ix.Document]
+    enc: object = None
 
 
 def index_dir() -> Path:
@@ -45,9 +47,17 @@ def index_dir() -> Path:
     return Path(cache) / "gptviz" / "indexes"
 
 
-def corpus() -> list[ix.Document]:
-    """The complete works as documents (GPT-2 ids), read once per process."""
-    return process_wide("index_corpus", ix.corpus_documents)
+def corpus(enc=None) -> list[ix.Document]:
+    """The complete works as documents in the tokenizer `enc`'s ids (default GPT-2's), read once per process."""
+    if enc is None or ix.tokenizer_meta(enc)["name"] == "gpt2":
+        return process_wide("index_corpus", ix.corpus_documents)
+    return process_wide(f"index_corpus_{ix.tokenizer_meta(enc)['fingerprint']}", lambda: ix.corpus_documents(enc=enc))
+
+
+def tokenizer_of(spec: ModelSpec):
+    """The tokenizer the model `spec` names reads (its own GPT-1 BPE, else GPT-2's): its index's ids are in it."""
+    from ..model.tokenizer import tokenizer_for
+    return tokenizer_for(load_model(spec))
 
 
 def index_store() -> BoundedCache:
@@ -74,15 +84,15 @@ def fingerprint(spec: ModelSpec) -> str:
     return known[spec]
 
 
-def _docs_for(index: ix.NeuronIndex) -> list[ix.Document]:
+def _docs_for(index: ix.NeuronIndex, enc=None) -> list[ix.Document]:
     """The corpus cut to the lengths the index lists (a build on request scans the start of each play); an index
     over your own corpus reads it again from where the index says it lies (`python -m gptviz index --corpus`)."""
     if index.meta["corpus"].get("path"):
         try:
-            return ix.index_documents(index)
+            return ix.index_documents(index, enc=enc)
         except (ValueError, OSError) as err:  # moved, changed or unreadable: the index cannot show its examples
             raise ix.IndexFormatError(f"the index's corpus cannot be read as it was ({type(err).__name__})") from None
-    docs = corpus()
+    docs = corpus(enc)
     by_name = {d.name: d for d in docs}
     out = []
     for listed in index.documents:
@@ -98,9 +108,13 @@ def _size(loaded: Loaded) -> int:
     return sum(a.nbytes for a in loaded.index.arrays.values())
 
 
-def _load(key: tuple, folder: Path) -> Loaded:
+def _load(key: tuple, folder: Path, enc=None) -> Loaded:
+    """The index in `folder` and its documents; IndexFormatError when its ids are not in `enc` (the model's)."""
     index = ix.load_index(folder)
-    return Loaded(key, index, _docs_for(index))
+    why = ix.tokenizer_mismatch(index.meta, enc)
+    if why:
+        raise ix.IndexFormatError(why)
+    return Loaded(key, index, _docs_for(index, enc), enc)
 
 
 def your_index(spec: ModelSpec) -> Path | None:
@@ -134,16 +148,16 @@ def find_index(spec: ModelSpec) -> Loaded | None:
     """The index for the sidebar's model: one the operator built over a corpus of their own (your_index), else a
     bundled model's shipped one (when it was built with these weights), else one built earlier on this server;
     None when there is none."""
-    yours = your_index(spec)
+    yours, enc = your_index(spec), tokenizer_of(spec)
     if yours is not None:
         key = ("yours", yours.name, (yours / ix.INDEX_JSON).stat().st_mtime_ns)
-        return index_store().get_or_build(key, lambda: _load(key, yours), _size)
+        return index_store().get_or_build(key, lambda: _load(key, yours, enc), _size)
     folder = index_dir() / fingerprint(spec)
     built = (folder / ix.INDEX_JSON).exists()
     if spec.source == K.SOURCE_BUNDLED and (ix.index_folder(spec.name) / ix.INDEX_JSON).exists():
         try:
             loaded = index_store().get_or_build(("bundled", spec.name), lambda: _load(
-                ("bundled", spec.name), ix.index_folder(spec.name)), _size)
+                ("bundled", spec.name), ix.index_folder(spec.name), enc), _size)
         except (ix.IndexFormatError, ValueError, OSError):
             if not built:  # the page offers a build, which goes to index_dir(): the shipped files stay as they are
                 raise
@@ -152,8 +166,8 @@ def find_index(spec: ModelSpec) -> Loaded | None:
                 return loaded
     if not built:
         return None
-    key = ("built", fingerprint(spec))
-    return index_store().get_or_build(key, lambda: _load(key, folder), _size)
+    key = ("built", fingerprint(spec), ix.tokenizer_meta(enc)["fingerprint"])
+    return index_store().get_or_build(key, lambda: _load(key, folder, enc), _size)
 
 
 def contexts(spec: ModelSpec, loaded: Loaded, unit: ix.Unit) -> list[ix.Context]:
@@ -273,9 +287,9 @@ def build_guard() -> BuildGuard:
     return process_wide("index_builds", make)
 
 
-def corpus_cut(tokens: int) -> list[ix.Document]:
-    """The same share of every play's start, `tokens` in all at most (at least one token of each)."""
-    docs = corpus()
+def corpus_cut(tokens: int, enc=None) -> list[ix.Document]:
+    """The same share of every play's start, `tokens` in all at most (at least one token of each), in `enc`'s ids."""
+    docs = corpus(enc)
     per = max(1, tokens // len(docs))
     return [ix.Document(d.name, d.ids[:per], d.held_out) for d in docs]
 
@@ -286,7 +300,7 @@ def check_build(spec: ModelSpec, tokens: int) -> list[ix.Document]:
     if not 1 <= tokens <= lim.index_tokens:
         raise LimitError(f"This server scans at most {lim.index_tokens:,} tokens for an index "
                          "(GPTVIZ_INDEX_TOKENS).")
-    docs = corpus_cut(tokens)
+    docs = corpus_cut(tokens, tokenizer_of(spec))  # the model's own ids (GPT-1's BPE for a GPT-1 folder)
     need = ix.scan_nbytes(load_model(spec).config, docs)
     if need > lim.index_bytes:
         raise LimitError(f"Scanning this model would take about {need / 2**20:,.0f} MiB, more than the "

@@ -57,9 +57,15 @@ def keep_the_sidebar() -> None:
     unit page opened on the default prompt and model, not the visitor's. Set again as session values, they are what
     the sidebar draws next."""
     from .sidebar import MODEL_KEYS
-    for key in (*MODEL_KEYS, K.PROMPT, K.EXPORT_FORMAT):
+    for key in (*MODEL_KEYS, K.PROMPT, K.EXPORT_FORMAT, K.PALETTE):
         if key in state:
             state[key] = state[key]
+
+
+def follow_from_fragment() -> None:
+    """In a fragment: follow a pick its own callback just recorded (a fragment rerun runs no router)."""
+    if _fragment_rerun():
+        follow_pending()
 
 
 def _fragment_rerun() -> bool:
@@ -80,8 +86,7 @@ def unit_pills(label: str, units, key: str, norm: str | None = None, help: str |
     """Unit ids as pills; picking one opens what it does over the corpus. Pills inside a fragment: a pick reruns only
     the fragment, not the router that follows the pick, so the pills follow it themselves (at once, not at the next
     full run)."""
-    if _fragment_rerun():
-        follow_pending()
+    follow_from_fragment()
     st.pills(label, [str(u) for u in units], key=key, on_change=_pill_picked, args=(key, norm),
              help=help or "Pick one to open what it does over the corpus (its top examples and direct effect).")
 

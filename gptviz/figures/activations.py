@@ -7,6 +7,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from .palette import sequential
 from .common import (ATTENTION_SCALE, apply_layout, escaped, plotly_text, token_categories,
                      token_category_axis)
 
@@ -39,7 +40,7 @@ def residual_norm_heatmap(norms, labels: list[str]) -> go.Figure:
     custom = np.concatenate([custom, positions[..., None]], axis=-1)
     columns = token_categories(labels)
     fig = go.Figure(go.Heatmap(
-        z=z, x=columns, y=list(range(z.shape[0])), colorscale="Viridis",
+        z=z, x=columns, y=list(range(z.shape[0])), colorscale=sequential("Viridis"),
         customdata=custom, colorbar=dict(title="‖x‖"),
         hovertemplate="%{customdata[0]}<br>position %{customdata[2]}: %{customdata[1]}<br>norm %{z:.3f}"
                       "<extra></extra>"))
@@ -83,7 +84,7 @@ def mlp_histograms(counts, edges) -> go.Figure:
     custom = np.stack([np.broadcast_to(edges[:-1], share.shape), np.broadcast_to(edges[1:], share.shape),
                        counts, share], axis=-1)
     fig = go.Figure(go.Heatmap(
-        z=z, x=centres, y=list(range(L)), colorscale="Magma_r", customdata=custom,
+        z=z, x=centres, y=list(range(L)), colorscale=sequential("Magma_r"), customdata=custom,
         colorbar=dict(title="share", tickvals=[0, -1, -2, -3, -4, -5, -6],
                       ticktext=["100%", "10%", "1%", "0.1%", "0.01%", "1e-5", "1e-6"]),
         hovertemplate="layer %{y}<br>[%{customdata[0]:.3f}, %{customdata[1]:.3f})<br>%{customdata[2]:,.0f} "
@@ -165,7 +166,7 @@ def logit_lens_heatmap(top_probs, top_labels: list[list[str]], position_labels: 
                       axis=-1)
     fig = go.Figure(go.Heatmap(
         z=z, x=token_categories(position_labels), y=list(range(S)), zmin=0, zmax=float(z.max()),
-        colorscale=ATTENTION_SCALE,
+        colorscale=sequential(ATTENTION_SCALE),
         customdata=custom,
         text=lens_cell_text(top_labels, T), texttemplate="%{text}",  # textfont's size "auto": fits every cell
         colorbar=dict(title="top prob.", tickformat=percent_format(float(z.max())), nticks=4),  # 5 rows: 4 ticks fit
@@ -221,4 +222,4 @@ def head_detector_heatmaps(scores: dict[str, object]) -> go.Figure:
     fig.update_yaxes(title_text="layer", row=1, col=1)
     L = _np(scores[names[0]]).shape[0]
     return apply_layout(fig, height=max(280, min(640, 140 + 28 * L)),
-                        coloraxis=dict(colorscale=ATTENTION_SCALE, cmin=0, cmax=1, colorbar=dict(title="score")))
+                        coloraxis=dict(colorscale=sequential(ATTENTION_SCALE), cmin=0, cmax=1, colorbar=dict(title="score")))

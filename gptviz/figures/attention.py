@@ -15,6 +15,7 @@ import plotly.colors as pcolors
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from .palette import behind_text, sequential
 from .common import ATTENTION_SCALE, MASKED_COLOR, apply_layout, escaped, plotly_text, token_axis
 from .common import token_categories, token_category_axis
 
@@ -46,12 +47,14 @@ def causal_masked(pattern) -> np.ndarray:
     return z
 
 
-def color_axis(scale: str = "linear", values=None) -> dict:
+def color_axis(scale: str = "linear", values=None, text: bool = False) -> dict:
     """A layout coloraxis for attention weights. 'max' runs to the largest weight in `values` outside the
-    first query row (which is always 1: the first token can only look at itself)."""
+    first query row (which is always 1: the first token can only look at itself). `text`: its cells hold text
+    (palette.behind_text)."""
     if scale not in SCALES:
         raise ValueError(f"scale must be one of {', '.join(SCALES)}, got {scale!r}")
-    axis = dict(cmin=0.0, cmax=1.0, colorscale=ATTENTION_SCALE,
+    colours = (behind_text if text else sequential)(ATTENTION_SCALE)
+    axis = dict(cmin=0.0, cmax=1.0, colorscale=colours,
                 colorbar=dict(title=dict(text="weight"), thickness=12, len=0.8))
     if scale == "max" and values is not None:
         v = np.asarray(values, dtype=np.float32)
@@ -60,7 +63,7 @@ def color_axis(scale: str = "linear", values=None) -> dict:
         axis["cmax"] = top if top > 0 else 1.0
     elif scale == "sqrt":
         stops = np.linspace(0, 1, 21)
-        colors = pcolors.sample_colorscale(ATTENTION_SCALE, [math.sqrt(s) for s in stops])
+        colors = pcolors.sample_colorscale(colours, [math.sqrt(s) for s in stops])
         axis["colorscale"] = [[float(s), c] for s, c in zip(stops, colors)]
         # Plotly's colour bar runs linearly in the weight (the square root shows as colour packed at its low end),
         # so a tick at 0.05 sat on the 0 in short bars (seen on the Generation page's one-step figure)
@@ -241,7 +244,7 @@ def entropy_map(mean_entropy, *, query_entropy=None, query_label: str | None = N
     qent = np.asarray(query_entropy, dtype=np.float32) if query_entropy is not None else np.full_like(ent, np.nan)
     # one token: every head can only look at itself (entropy 0, and so is the even spread); keep a 0..1 scale
     top = uniform_entropy if uniform_entropy else (float(np.nanmax(ent)) if np.nanmax(ent) > 0 else 1.0)
-    heat = go.Heatmap(z=ent, x=np.arange(H), y=np.arange(L), colorscale=ENTROPY_SCALE, zmin=0, zmax=top, hoverinfo="skip", name="entropy",
+    heat = go.Heatmap(z=ent, x=np.arange(H), y=np.arange(L), colorscale=sequential(ENTROPY_SCALE), zmin=0, zmax=top, hoverinfo="skip", name="entropy",
                       texttemplate="%{z:.2f}" if L * H <= 160 else None, textfont_size=10,
                       colorbar=dict(title=dict(text="nats"), thickness=12, len=0.8))
     custom = np.stack([layer.ravel(), head.ravel(), ent.ravel(), qent.ravel()], axis=-1)

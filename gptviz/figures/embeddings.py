@@ -5,6 +5,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from .palette import diverging
 from .common import (ANNOTATION_MIN_WIDTH, DIVERGING_SCALE, apply_layout, escaped, title_room, token_axis,
                      token_categories, token_category_axis, visible_length)
 
@@ -37,7 +38,7 @@ def embedding_panels(tok_emb, pos_emb, resid_pre, labels: list[str], dims: range
     fig.update_yaxes(autorange="reversed", **token_axis(labels, max_ticks=40))
     fig.update_yaxes(title_text="token (position)", row=1, col=1)
     apply_layout(fig, height=max(320, min(900, 140 + 16 * T)),
-                 coloraxis=dict(colorscale=DIVERGING_SCALE, cmin=-bound, cmax=bound, colorbar=dict(title="value")))
+                 coloraxis=dict(colorscale=diverging(DIVERGING_SCALE), cmin=-bound, cmax=bound, colorbar=dict(title="value")))
     fig.update_annotations(font_size=11)
     fig.update_layout(margin=dict(t=title_room(1)))  # the panels' titles, below the toolbar strip
     return fig
@@ -54,7 +55,7 @@ def token_similarity(sim, labels: list[str], title: str = "Cosine similarity of 
     # the tick text, so the positions travel in customdata
     custom = np.stack(np.broadcast_arrays(pos[:, None], lab[:, None], pos[None, :], lab[None, :]), axis=-1)
     fig = go.Figure(go.Heatmap(
-        z=z, x=list(range(T)), y=list(range(T)), zmin=-1, zmax=1, zmid=0, colorscale=DIVERGING_SCALE,
+        z=z, x=list(range(T)), y=list(range(T)), zmin=-1, zmax=1, zmid=0, colorscale=diverging(DIVERGING_SCALE),
         customdata=custom, colorbar=dict(title="cosine"),
         hovertemplate="position %{customdata[0]}: %{customdata[1]}<br>position %{customdata[2]}: %{customdata[3]}"
                       "<br>cosine %{z:.3f}<extra></extra>"))
@@ -71,7 +72,7 @@ def position_similarity(sim) -> go.Figure:
     z = _np(sim).astype(np.float32)
     n = z.shape[0]
     fig = go.Figure(go.Heatmap(
-        z=z, x=np.arange(n), y=np.arange(n), zmin=-1, zmax=1, zmid=0, colorscale=DIVERGING_SCALE,
+        z=z, x=np.arange(n), y=np.arange(n), zmin=-1, zmax=1, zmid=0, colorscale=diverging(DIVERGING_SCALE),
         colorbar=dict(title="cosine"),
         hovertemplate="position %{y} vs position %{x}<br>cosine %{z:.3f}<extra></extra>"))
     fig.update_xaxes(title_text="position")

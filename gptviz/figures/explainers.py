@@ -7,6 +7,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from .palette import top_colour
 from .common import FONT, MASKED_COLOR, apply_layout, escaped, title_room, token_categories, token_category_axis
 
 ACTIVATION_NAMES = {"gelu": "GELU (exact, erf)", "gelu_tanh": "GELU (tanh approx.)", "relu": "ReLU"}
@@ -58,7 +59,7 @@ def causal_mask_figure(mask, labels: list[str]) -> go.Figure:
     cats = token_categories(labels)   # category axes thin their labels to the width drawn (28 ran together on a phone)
     fig = go.Figure(go.Heatmap(
         z=m, x=cats, y=cats, zmin=0, zmax=1, showscale=False, xgap=1 if n <= 48 else 0,
-        ygap=1 if n <= 48 else 0, colorscale=[[0, MASKED_COLOR], [1, "#2b6cb0"]], customdata=custom,
+        ygap=1 if n <= 48 else 0, colorscale=[[0, MASKED_COLOR], [1, top_colour("#2b6cb0")]], customdata=custom,
         text=np.where(m > 0, "may attend", "masked: score set to −∞ before softmax"),
         hovertemplate="query %{customdata[2]}: %{customdata[0]}<br>key %{customdata[3]}: %{customdata[1]}<br>%{text}"
                       "<extra></extra>"))

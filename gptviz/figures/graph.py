@@ -13,8 +13,9 @@ from typing import NamedTuple
 import numpy as np
 import plotly.graph_objects as go
 
+from .palette import diverging
 from .common import ANNOTATION_MIN_WIDTH, DIVERGING_SCALE, apply_layout, escaped
-from .why import NEGATIVE, POSITIVE
+from .why import NEGATIVE, POSITIVE, sign_colours  # noqa: F401 (POSITIVE, NEGATIVE: the standard look's, read by tests)
 
 SYMBOLS = {"embeddings": "square", "head": "circle", "neuron": "diamond", "bias": "triangle-up", "metric": "star"}
 KIND_NAMES = {"embeddings": "embeddings (token + position)", "head": "head", "neuron": "MLP neuron",
@@ -158,13 +159,14 @@ def graph_figure(graph, tokens: list[str], *, n_layers: int, title: str | None =
 
 def _node_trace(kind: str, members: list, places: dict, texts: list[str], top: float, metric: float) -> go.Scatter:
     infl = np.array([_get(n, "influence") for n in members], dtype=float)
+    up, down = sign_colours()
     sizes = (np.full(len(members), METRIC_SIZE) if kind == "metric"
              else SMALLEST + (LARGEST - SMALLEST) * np.sqrt(np.abs(infl) / top))
     return go.Scatter(
         x=[places[_get(n, "id")][0] for n in members], y=[places[_get(n, "id")][1] for n in members],
         mode="markers", name=KIND_NAMES[kind],
         marker=dict(symbol=SYMBOLS[kind], size=sizes.tolist(), opacity=0.9, line=dict(color="#222", width=0.6),
-                    color=["#333" if kind == "metric" else POSITIVE if v >= 0 else NEGATIVE for v in infl]),
+                    color=["#333" if kind == "metric" else up if v >= 0 else down for v in infl]),
         customdata=[[_get(n, "id"), describe(n, texts), v, _get(n, "direct"), v / metric if metric else float("nan"),
                      node_unit(n), _ablation_line(n, kind)] for n, v in zip(members, infl)],
         hovertemplate=("<b>%{customdata[0]}</b>: %{customdata[1]}<br>" +
@@ -194,7 +196,7 @@ def _add_edges(fig: go.Figure, edges, places) -> None:
     weights = np.array([_get(e, "weight") for e in edges], dtype=float)
     top = float(np.abs(weights).max()) or 1.0
     bins = np.digitize(np.abs(weights) / top, EDGE_BINS)
-    for sign, color in ((1, POSITIVE), (-1, NEGATIVE)):
+    for sign, color in zip((1, -1), sign_colours()):
         for b, width in enumerate(EDGE_WIDTHS):
             xs, ys = [], []
             for e, w, eb in zip(edges, weights, bins):
@@ -243,7 +245,7 @@ def qk_figure(qk, query_label: str, key_label: str, *, top: int = 8, title: str 
     k_names = [qk.key_sources[j] for j in cols]
     q, k = escaped([query_label, key_label])
     fig = go.Figure(go.Heatmap(
-        z=z, x=k_names, y=q_names, colorscale=DIVERGING_SCALE, zmid=0, zmin=-span, zmax=span,
+        z=z, x=k_names, y=q_names, colorscale=diverging(DIVERGING_SCALE), zmid=0, zmin=-span, zmax=span,
         texttemplate="%{z:+.2f}", colorbar=dict(title=dict(text="term", side="right"), thickness=12),
         hovertemplate=f"query side: %{{y}} at '{q}'<br>key side: %{{x}} at '{k}'<br>term %{{z:+.3f}} of a score of "
                       f"{qk.score:+.3f}<extra></extra>"))

@@ -10,6 +10,7 @@ import plotly.colors as pcolors
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from .palette import dark_cells, diverging, sequential
 from .attention import HIGHLIGHT, color_axis
 from .common import DIVERGING_SCALE, MASKED_COLOR, apply_layout, escaped, plotly_text
 
@@ -100,12 +101,12 @@ def attention_text(values, labels: list[str], *, query: int | None = None, visib
     texts = escaped(labels)
     line, start, width = text_layout(labels, width_chars)
     shown = np.arange(T) <= (T - 1 if visible is None else visible)
-    axis = color_axis(scale)
+    axis = color_axis(scale, text=True)
     if scale == "max":
         axis["cmax"] = float(v[shown].max()) if shown.any() and v[shown].max() > 0 else 1.0
     axis["colorbar"].update(title=dict(text=value_name, side="top"), orientation="h", x=1, xanchor="right",
                             y=1.0, yanchor="bottom", len=0.4, thickness=10)
-    dark = v / (axis["cmax"] or 1.0) > 0.55  # white letters on dark cells
+    dark = dark_cells(v / (axis["cmax"] or 1.0), axis["colorscale"], lambda t: t > 0.55)  # white letters on dark cells
 
     def bars(mask, colored):
         idx = np.nonzero(mask)[0]
@@ -140,7 +141,7 @@ def _signed_heatmap(z, *, x_text=None, y_text=None, name: str, text: bool = Fals
     custom = np.empty((rows, cols, 2), dtype=object)
     custom[..., 0] = np.array(y_text if y_text is not None else [str(r) for r in range(rows)], dtype=object)[:, None]
     custom[..., 1] = np.array(x_text if x_text is not None else [str(c) for c in range(cols)], dtype=object)[None, :]
-    return go.Heatmap(z=z, zmin=-top, zmax=top, zmid=0, colorscale=DIVERGING_SCALE, showscale=False, name=name,
+    return go.Heatmap(z=z, zmin=-top, zmax=top, zmid=0, colorscale=diverging(DIVERGING_SCALE), showscale=False, name=name,
                       customdata=custom, hoverongaps=False,
                       texttemplate="%{z:.2f}" if text else None, textfont=dict(size=10),
                       hovertemplate=f"{name}<br>%{{customdata[0]}}, %{{customdata[1]}}: %{{z:.4f}}<extra></extra>",
@@ -182,7 +183,7 @@ def head_steps_figure(steps, labels: list[str], *, title: str | None = None) -> 
                                   y=[0, 1, 2], x=np.arange(T)), 3, 1)
     weights = np.full((1, T), np.nan, dtype=np.float32)
     weights[0, : qi + 1] = steps.weights
-    fig.add_trace(go.Heatmap(z=weights, x=np.arange(T), y=[3], zmin=0, zmax=1, colorscale="Blues", showscale=False,
+    fig.add_trace(go.Heatmap(z=weights, x=np.arange(T), y=[3], zmin=0, zmax=1, colorscale=sequential("Blues"), showscale=False,
                              name="softmax", texttemplate="%{z:.2f}" if small else None, textfont=dict(size=10),
                              customdata=np.array([every], dtype=object), hoverongaps=False,
                              hovertemplate="softmax<br>key %{customdata}: %{z:.4f}<extra></extra>"), 3, 1)

@@ -6,6 +6,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from .palette import diverging, sequential
 from .training import plain
 from .common import (ATTENTION_SCALE, DIVERGING_SCALE, MASKED_COLOR, apply_layout, title_room, token_axis,
                      token_categories, token_category_axis)
@@ -146,10 +147,10 @@ def attention_pair(pre: np.ndarray, post: np.ndarray, labels: list[str], title: 
         fig.update_yaxes(**axis, autorange="reversed", row=1, col=col, showgrid=False, zeroline=False,
                          title_text="query" if col == 1 else None, showticklabels=col == 1)
     apply_layout(fig, title, height=520, plot_bgcolor=MASKED_COLOR,
-                 coloraxis=dict(colorscale=ATTENTION_SCALE, cmin=0, cmax=1,
+                 coloraxis=dict(colorscale=sequential(ATTENTION_SCALE), cmin=0, cmax=1,
                                 colorbar=dict(title=dict(text="weight", side="top"), x=0.64, xanchor="left",
                                               len=0.75, thickness=10)),
-                 coloraxis2=dict(colorscale=DIVERGING_SCALE, cmin=-vmax, cmax=vmax,
+                 coloraxis2=dict(colorscale=diverging(DIVERGING_SCALE), cmin=-vmax, cmax=vmax,
                                  colorbar=dict(title=dict(text="post − pre", side="top"), x=1.01, xanchor="left",
                                                len=0.75, thickness=10)))
     return fig
@@ -181,11 +182,11 @@ def attention_panels(pre: np.ndarray, post: np.ndarray, labels: list[str], title
     names = token_categories(labels)
     axis = token_category_axis(names)
     figures = []
-    for name, z, scale, lo, hi, bar in ((panel_names[0], _masked(pre), ATTENTION_SCALE, 0, 1, "weight"),
-                                        (panel_names[1], _masked(post), ATTENTION_SCALE, 0, 1, "weight"),
-                                        (panel_names[2], diff, DIVERGING_SCALE, -vmax, vmax, "post − pre"))[
+    for name, z, scale, lo, hi, bar in ((panel_names[0], _masked(pre), lambda: sequential(ATTENTION_SCALE), 0, 1, "weight"),
+                                        (panel_names[1], _masked(post), lambda: sequential(ATTENTION_SCALE), 0, 1, "weight"),
+                                        (panel_names[2], diff, lambda: diverging(DIVERGING_SCALE), -vmax, vmax, "post − pre"))[
                                            :3 if with_difference else 2]:
-        fig = go.Figure(go.Heatmap(z=z, x=names, y=names, colorscale=scale, zmin=lo, zmax=hi,
+        fig = go.Figure(go.Heatmap(z=z, x=names, y=names, colorscale=scale(), zmin=lo, zmax=hi,
                                    customdata=custom, hovertemplate=hover, hoverongaps=False,
                                    colorbar=dict(title=dict(text=bar, side="top"), thickness=10, len=0.8)))
         fig.update_xaxes(**axis, tickangle=-60, title_text="key", showgrid=False, zeroline=False)
@@ -202,7 +203,7 @@ def _own_tokens_panel(pattern: np.ndarray, labels: list[str], title: str, height
     custom = np.stack([np.array(labels, dtype=object)[qs], np.array(labels, dtype=object)[ks], qs, ks], axis=-1)
     names = token_categories(labels)
     axis = token_category_axis(names)
-    fig = go.Figure(go.Heatmap(z=z, x=names, y=names, colorscale=ATTENTION_SCALE, zmin=0, zmax=1, customdata=custom,
+    fig = go.Figure(go.Heatmap(z=z, x=names, y=names, colorscale=sequential(ATTENTION_SCALE), zmin=0, zmax=1, customdata=custom,
                                hoverongaps=False, colorbar=dict(title=dict(text="weight", side="top"), thickness=10,
                                                                 len=0.8),
                                hovertemplate="query %{customdata[2]} %{customdata[0]}<br>key %{customdata[3]} "
@@ -216,7 +217,7 @@ def attention_distance(tv: np.ndarray) -> go.Figure:
     """[layers, heads] mean total-variation distance between the wirings' attention rows."""
     L, H = tv.shape
     fig = go.Figure(go.Heatmap(
-        z=tv, x=list(range(H)), y=list(range(L)), colorscale="Purples", zmin=0, zmax=max(float(tv.max()), 1e-6),
+        z=tv, x=list(range(H)), y=list(range(L)), colorscale=sequential("Purples"), zmin=0, zmax=max(float(tv.max()), 1e-6),
         colorbar=dict(title="TV", thickness=12),
         hovertemplate="layer %{y}, head %{x}<br>mean TV distance %{z:.3f}<extra></extra>"))
     fig.update_xaxes(title_text="head", dtick=1 if H <= 16 else 4)
@@ -350,7 +351,7 @@ def warmup_grads(grids: dict[str, np.ndarray], zrange: tuple[float, float] | Non
     lo, hi = zrange or log_range(grids)
     for col, (arm, values) in enumerate(logs.items(), start=1):
         fig.add_trace(go.Heatmap(z=values, x=np.arange(1, values.shape[1] + 1), y=_layers(values.shape[0]),
-                                 zmin=lo, zmax=hi, colorscale="Viridis", showscale=col == len(logs),
+                                 zmin=lo, zmax=hi, colorscale=sequential("Viridis"), showscale=col == len(logs),
                                  colorbar=dict(title="log10 |g|"),
                                  hovertemplate=f"{arm}<br>step %{{x}}, layer %{{y}}: 10^%{{z:.2f}}<extra></extra>"),
                       row=1, col=col)

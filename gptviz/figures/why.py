@@ -6,12 +6,22 @@ import numpy as np
 import plotly.colors
 import plotly.graph_objects as go
 
+from .palette import diverging
 from .common import DIVERGING_SCALE, apply_layout, escaped, title_room, wrap_title
 from .common import token_categories, token_category_axis
 
 # pushes towards the target / towards the rival: the strong red and blue of the grids' diverging scale (RdBu_r: red
 # up), so a head has one colour in the bars and in the layer x head grid beside them
 POSITIVE, NEGATIVE = plotly.colors.diverging.RdBu[1], plotly.colors.diverging.RdBu[-2]
+
+
+def sign_colours() -> tuple[str, str]:
+    """(POSITIVE, NEGATIVE), or the same two ends of the colour-blind palette's diverging scale where it is chosen."""
+    scale = diverging(DIVERGING_SCALE)
+    if scale == DIVERGING_SCALE:
+        return POSITIVE, NEGATIVE
+    up, down = plotly.colors.sample_colorscale(scale, [0.9, 0.1])
+    return up, down
 
 
 def _np(x) -> np.ndarray:
@@ -26,9 +36,10 @@ def _symmetric(values) -> float:
 def attribution_bars(labels: list[str], values, *, title: str, height: int = 420) -> go.Figure:
     """One bar per part, in the model's order; red pushes the logit difference up, blue down (as in the grids)."""
     v = _np(values)
+    up, down = sign_colours()
     names = token_categories(escaped(labels))
     fig = go.Figure(go.Bar(
-        x=names, y=v, marker_color=[POSITIVE if x >= 0 else NEGATIVE for x in v],
+        x=names, y=v, marker_color=[up if x >= 0 else down for x in v],
         customdata=escaped(labels), hovertemplate="%{customdata}: %{y:+.3f}<extra></extra>"))
     # a category axis thins its own labels to the width drawn (a phone's 25 parts of the bundled model piled up)
     fig.update_xaxes(tickangle=-60, tickfont_size=10, **token_category_axis(names))
@@ -45,7 +56,7 @@ def layer_head_grid(values, *, title: str, colorbar: str, zmid: float = 0.0, sym
     L, H = v.shape
     span = _symmetric(v - zmid) if symmetric else None
     fig = go.Figure(go.Heatmap(
-        z=v, x=list(range(H)), y=list(range(L)), colorscale=DIVERGING_SCALE,
+        z=v, x=list(range(H)), y=list(range(L)), colorscale=diverging(DIVERGING_SCALE),
         zmid=zmid if symmetric else None, zmin=zmid - span if symmetric else None,
         zmax=zmid + span if symmetric else None, texttemplate="%{z:" + text_format + "}",
         colorbar=dict(title=dict(text=colorbar, side="right"), thickness=12),
@@ -69,7 +80,7 @@ def patching_heatmap(scores, labels: list[str], *, title: str, height: int | Non
     custom[..., 1] = np.arange(T)[None, :]
     cats = token_categories(texts)   # a category axis thins its labels to the width drawn (28 ran together on a phone)
     fig = go.Figure(go.Heatmap(
-        z=v, x=cats, y=list(range(L)), customdata=custom, colorscale=DIVERGING_SCALE,
+        z=v, x=cats, y=list(range(L)), customdata=custom, colorscale=diverging(DIVERGING_SCALE),
         zmid=0, zmin=-1, zmax=1, colorbar=dict(title=dict(text="restored", side="right"), thickness=12),
         hovertemplate="layer %{y}, position %{customdata[1]} '%{customdata[0]}': %{z:.3f}<extra></extra>"))
     fig.update_xaxes(title_text="position (token of the corrupted prompt)", tickangle=-60, tickfont_size=11,
@@ -102,7 +113,7 @@ def token_strip(labels: list[str], scores, *, title: str, per_row: int = STRIP_P
         text[t // per_row, t % per_row] = texts[t]
     span = _symmetric(v)
     fig = go.Figure(go.Heatmap(
-        z=z, text=text, texttemplate="%{text}", colorscale=DIVERGING_SCALE, zmid=0,
+        z=z, text=text, texttemplate="%{text}", colorscale=diverging(DIVERGING_SCALE), zmid=0,
         zmin=-span, zmax=span, xgap=2, ygap=2, hoverongaps=False,
         colorbar=dict(orientation="h", thickness=12, len=200, lenmode="pixels", x=0,
                       xanchor="left", y=0, yref="container", yanchor="bottom", ypad=4,

@@ -64,9 +64,10 @@ from .read import (Attended, Band, Context, Example, attended, TokenUnit, UnitSc
                    top_examples, top_tokens, units_at, units_at_nbytes, units_for_token)
 from .forward import _run_windows, _unit_blocks  # noqa: F401
 from .texts import corpus_pieces, corpus_texts
+from .tokens import index_tokenizer, tokenizer_meta, tokenizer_mismatch
 from .scan import (PartialScan, ScanPlan, build_index, default_batch, finish_scan, merge_scans,
                    plan_scan, scan_batches, scan_nbytes)
 from .store import (IndexFormatError, NeuronIndex, _config_dict, bundled_index, index_folder, index_matches,
-                    load_index, model_fingerprint, save_index)
-from .units import Unit, UnitLike, _as_unit, _flat, _unit_at, _unit_hooks, _values_from_store, head_write_norms, \
+                    index_mismatch, load_index, model_fingerprint, save_index)
+from .unit_ids import Unit, UnitLike, _as_unit, _flat, _unit_at, _unit_hooks, _values_from_store, head_write_norms, \
     unit_values

@@ -1,5 +1,6 @@
-/* The neuron index's running statistics of one block of unit values, in one pass over the block (gptviz/index/native.py
- * compiles this on first use and falls back to torch ops where it cannot).
+/* The neuron index's running statistics of one block of unit values, in one pass over the block. Built with the package
+ * (setup.py) into the extension module gptviz.index._block_stats, whose boundary (block_stats_module.c) checks every
+ * size and index below before calling this; gptviz/index/native.py falls back to torch ops where it is not built.
  *
  * values: n rows (tokens) of w units, row i at values + r * stride, r = row_index[i] (i where row_index is NULL: the
  * scored rows can be read where the forward pass left them). For each unit u of the block:
@@ -36,23 +37,35 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "block_stats.h"
+
 /* Rows are taken in tiles of TILE: the top k is tested once per tile against each unit's maximum over the tile, and
  * only a unit whose tile maximum passes its threshold has the tile's rows read again (from the cache), in row order,
  * so each unit still takes its values in row order. In most rows some unit of a block takes a value, so testing row
  * by row walked every unit of most rows twice (that took about 5% longer on the bundled model). */
 #define TILE 32
 
-int64_t block_stats(const float *restrict values, const int64_t *restrict row_index, int64_t n, int64_t w,
-                    int64_t stride,
-                    const int64_t *restrict slots, float *restrict token_sums, int64_t ts_stride,
-                    const float *restrict inv_width, const float *restrict lo, const float *restrict hi,
-                    const int32_t *restrict zero_bin, int64_t bins, int64_t *restrict counts,
-                    float *restrict vmin, float *restrict vmax, double *restrict vsq,
-                    float *restrict thr, float *restrict best_v, int64_t *restrict best_loc,
-                    const int64_t *restrict loc, int64_t K, int64_t top, int32_t *restrict local,
-                    int32_t *restrict scratch, float *restrict tile_max,
-                    const int64_t *restrict row_key, int64_t R, int64_t *restrict sthr, int64_t *restrict samp_key,
-                    float *restrict samp_v, int64_t *restrict samp_loc)
+/* x86-64 with GCC on Linux: one copy of the pass per vector width, the widest this CPU has chosen when the module
+ * loads (an ifunc), so that a portable build runs at about the speed of -march=native. Elsewhere one portable copy.
+ * (On the definition, not the header's declaration: GCC builds the clones and their resolver where it is defined.) */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define GPTVIZ_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define GPTVIZ_VECTOR_CLONES
+#endif
+
+GPTVIZ_VECTOR_CLONES
+int64_t gptviz_block_stats(const float *restrict values, const int64_t *restrict row_index, int64_t n, int64_t w,
+                           int64_t stride,
+                           const int64_t *restrict slots, float *restrict token_sums, int64_t ts_stride,
+                           const float *restrict inv_width, const float *restrict lo, const float *restrict hi,
+                           const int32_t *restrict zero_bin, int64_t bins, int64_t *restrict counts,
+                           float *restrict vmin, float *restrict vmax, double *restrict vsq,
+                           float *restrict thr, float *restrict best_v, int64_t *restrict best_loc,
+                           const int64_t *restrict loc, int64_t K, int64_t top, int32_t *restrict local,
+                           int32_t *restrict scratch, float *restrict tile_max,
+                           const int64_t *restrict row_key, int64_t R, int64_t *restrict sthr,
+                           int64_t *restrict samp_key, float *restrict samp_v, int64_t *restrict samp_loc)
 {
     int64_t inserted = 0;
     int64_t order[TILE];

@@ -31,7 +31,7 @@ def add_arguments(x: argparse.ArgumentParser) -> None:
                    help="stop reading the corpus (yours or the bundled works) after this many tokens")
     x.add_argument("--out", default=None, help="output folder (default: ./<model>-index, or ./<model>-shard-I-of-N "
                                               "with --shard); the shipped index of a bundled model is "
-                                              "gptviz/models/<name>/index")
+                                              "gptviz/bundled/<name>/index")
     x.add_argument("--shard", default=None, metavar="I/N",
                    help="scan shard I of N (0 <= I < N) and write a partial index; combine the N partial indexes "
                         "with `index merge`")
@@ -55,12 +55,13 @@ def add_merge_arguments(m: argparse.ArgumentParser) -> None:
     m.add_argument("parts", nargs="+", help="the partial index folders written by --shard")
 
 
-def _documents(args, store_dir: Path):
+def _documents(args, store_dir: Path, enc=None):
     """(documents, source, corpus metadata): --max-tokens holds for every source, and the metadata records it (the
-    tokens read are the index's corpus.tokens)."""
+    tokens read are the index's corpus.tokens). `enc`: the model's tokenizer (tokenizer_for)."""
     from .corpus import corpus_documents, tokenize_corpus
     if args.corpus is None:
-        return corpus_documents(limit_tokens=args.max_tokens), "shakespeare-works", {"max_tokens": args.max_tokens}
+        return (corpus_documents(limit_tokens=args.max_tokens, enc=enc), "shakespeare-works",
+                {"max_tokens": args.max_tokens})
     path = Path(args.corpus).expanduser().resolve()
 
     shown = []
@@ -74,7 +75,7 @@ def _documents(args, store_dir: Path):
 
     try:
         docs = tokenize_corpus(path, store_dir / "corpus.ids", text_column=args.text_column,
-                               limit_tokens=args.max_tokens, progress=report, on_skip=skipped)
+                               limit_tokens=args.max_tokens, progress=report, on_skip=skipped, enc=enc)
     finally:
         if shown:
             print(file=sys.stderr)  # end the progress line, also before an error
@@ -94,9 +95,10 @@ def _shard(text: str) -> tuple[int, int]:
 def run(args) -> int:
     import torch
 
-    from ..serve.devices import place
+    from ..model.devices import place
     from ..model.weights import bundled_models, load_pretrained
     from .progress import text_progress
+    from ..model.tokenizer import tokenizer_for
     from .scan import finish_scan, plan_scan, scan_batches
     from .store import save_index
 
@@ -109,7 +111,7 @@ def run(args) -> int:
     model = place(load_pretrained(args.model).eval(), args.device, args.dtype)
     name = args.model if args.model in bundled_models() else Path(args.model).name
     with tempfile.TemporaryDirectory(prefix="gptviz-index-") as tmp:
-        docs, source, corpus = _documents(args, Path(tmp))
+        docs, source, corpus = _documents(args, Path(tmp), tokenizer_for(model))  # the model's own ids
         tokens = sum(len(d.ids) for d in docs)
         print(f"indexing {name} over {len(docs):,} documents, {tokens:,} tokens of {source}", file=sys.stderr,
               flush=True)
@@ -184,7 +186,7 @@ def merge_target(out, parts) -> Path:
 def _save_new(index, target: Path) -> Path:
     """Write the index into a temporary folder beside `target`, then rename it into place: a merge that fails leaves
     nothing, and the rename itself refuses a folder that filled up meanwhile (ENOTEMPTY)."""
-    from ..serve.atomic_write import TEMP_PREFIX
+    from .atomic_write import TEMP_PREFIX
     from .store import save_index
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{target.name}.", dir=target.parent))
@@ -235,7 +237,8 @@ def run_export(args) -> int:
     from .dashboard import export_index
     from .progress import text_progress
     from .read import index_documents
-    from .store import bundled_index, index_matches, load_index
+    from ..model.tokenizer import tokenizer_for
+    from .store import bundled_index, index_mismatch, load_index
 
     torch.set_num_threads(max(1, args.threads))
     if args.per_batch < 1:
@@ -244,11 +247,12 @@ def run_export(args) -> int:
     if index is None:
         raise ValueError(f"{args.model!r} has no shipped index: name its folder with --index")
     model = load_pretrained(args.model).eval()
-    if not index_matches(index, model):
-        raise ValueError("the index was built with other weights than this model's: its examples would not be this "
-                         "model's")
+    why = index_mismatch(index, model, weights=True)
+    if why:
+        raise ValueError(why)
     units = [u.strip() for u in args.units.split(",") if u.strip()] if args.units else None
-    out = export_index(index, index_documents(index), model, args.out, units=units, per_batch=args.per_batch,
+    docs = index_documents(index, enc=tokenizer_for(model))  # the corpus read again in the model's own tokenizer
+    out = export_index(index, docs, model, args.out, units=units, per_batch=args.per_batch,
                        progress=text_progress(f"export {index.meta['model']['name'] or args.model}"))
     listed = json.loads((out / "export.json").read_text(encoding="utf-8"))
     print(json.dumps({"out": str(out), "units": listed["units"], "batches": len(listed["batches"]),

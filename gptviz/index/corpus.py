@@ -21,15 +21,16 @@ class Document:
     held_out: bool = False
 
 
-def corpus_documents(folder=None, held_out: Sequence[str] | None = None, limit_tokens: int | None = None
-                     ) -> list[Document]:
+def corpus_documents(folder=None, held_out: Sequence[str] | None = None, limit_tokens: int | None = None,
+                     enc=None) -> list[Document]:
     """A folder of plays (default: the complete works) as documents, one per file in `play_files` order, each the
-    file's GPT-2 ids (no <|endoftext|>); `held_out` (default HELD_OUT_PLAYS) marks the plays the bundled models
+    file's ids in `enc` (default GPT-2's; no <|endoftext|>); `held_out` (default HELD_OUT_PLAYS) marks the plays
+    the bundled models
     never trained on. `limit_tokens` stops after that many tokens (the last play cut short, the rest not read)."""
     from ..training.corpus import HELD_OUT_PLAYS, WORKS, play_files, play_name
     from ..model.tokenizer import get_tokenizer
     held = set(HELD_OUT_PLAYS if held_out is None else held_out)
-    enc = get_tokenizer()
+    enc = enc or get_tokenizer()
     docs, total = [], 0
     for p in play_files(WORKS if folder is None else folder):
         if limit_tokens is not None and total >= limit_tokens:
@@ -103,16 +104,18 @@ def _windows(lengths: Sequence[int], n_ctx: int, stride: int) -> np.ndarray:
 
 def tokenize_corpus(path, store: Path, *, text_column: str = "text", limit_tokens: int | None = None,
                     progress: Callable[[int, str], None] | None = None,
-                    on_skip: Callable[[str, str], None] | None = None) -> list[Document]:
+                    on_skip: Callable[[str, str], None] | None = None, enc=None) -> list[Document]:
     """A corpus (see texts.corpus_pieces) as Documents whose ids live in `store`, an int32 file written as the texts
     stream by, and are read back a slice at a time (IdsOnDisk): memory does not grow with the corpus. Blank documents
     are skipped; `limit_tokens` stops reading after that many tokens (the last document cut short), so a huge file
     is read only that far. `progress(tokens, name)` after each document; `on_skip(name, why)` for each thing of a
-    folder left out (a link out of it, a FIFO; default: a warning)."""
+    folder left out (a link out of it, a FIFO; default: a warning). `enc`: the tokenizer (default GPT-2's); the text
+    is cut into pieces only where `enc`'s tokens of the pieces are the whole text's (gptviz.index.tokens)."""
     from ..model.tokenizer import get_tokenizer
-    enc = get_tokenizer()
+    from .tokens import cut_pattern
+    enc = enc or get_tokenizer()
     spans, total = [], 0
-    documents = corpus_pieces(path, text_column, on_skip)
+    documents = corpus_pieces(path, text_column, on_skip, cut_pattern(enc))
     with open(store, "wb") as out, closing(documents):
         for name, parts in documents:
             with closing(parts):
@@ -138,6 +141,7 @@ def _write_ids(enc, parts, out, room: int | None) -> tuple[int, bool]:
     """Tokenize a document's pieces into `out`, at most `room` ids (None: all): (ids written, whether the document
     is blank). Stops reading once `room` is filled, unless all read so far is whitespace: a blank document is
     dropped whole, so whether this one is blank is read on (without tokenizing) until it is settled."""
+    from .tokens import encode_ordinary
     length, blank = 0, True
     for piece in parts:
         blank = blank and not piece.strip()
@@ -145,7 +149,7 @@ def _write_ids(enc, parts, out, room: int | None) -> tuple[int, bool]:
             if blank:
                 continue
             break
-        ids = enc.encode_ordinary(piece)
+        ids = encode_ordinary(enc, piece)
         if room is not None:
             ids = ids[:room - length]
         out.write(np.asarray(ids, dtype=np.int32).tobytes())

@@ -36,7 +36,7 @@ from .effects import DirectEffect, direct_effect, head_direct_effect
 from .read import Band, Context, Example, attended, band_examples, example_contexts, histogram, quantiles, summary, \
     top_examples
 from .store import NeuronIndex
-from .units import Unit, UnitLike
+from .unit_ids import Unit, UnitLike
 
 SOURCE_SETS = {"neuron": "gptviz-mlp", "head": "gptviz-attn"}
 FORMAT = "neuronpedia-feature-dashboard (SAEDashboard batch)"
@@ -48,14 +48,14 @@ LOGIT_BINS = 40
 BEFORE, AFTER = 20, 6  # the unit page's context around each example (gptviz.app.unit_index)
 
 
-def _text(ids) -> list[str]:
+def _text(ids, enc=None) -> list[str]:
     from ..model.tokenizer import decode
-    return [decode([int(t)]) for t in ids]
+    return [decode([int(t)], enc) for t in ids]
 
 
-def _label(token: int) -> str:
+def _label(token: int, enc=None) -> str:
     from ..model.tokenizer import token_labels
-    return token_labels([token])[0]
+    return token_labels([token], enc)[0]
 
 
 def _round(values) -> list[float | None]:
@@ -63,8 +63,9 @@ def _round(values) -> list[float | None]:
 
 
 def _activation(index: NeuronIndex, e: Example, c: Context, bin_min: float, bin_max: float, contains: float,
-                group: str) -> dict:
-    return {"tokens": _text(c.ids), "values": _round(c.values), "bin_min": float(bin_min), "bin_max": float(bin_max),
+                group: str, enc=None) -> dict:
+    return {"tokens": _text(c.ids, enc), "values": _round(c.values), "bin_min": float(bin_min),
+            "bin_max": float(bin_max),
             "bin_contains": float(contains), "qualifying_token_index": int(c.peak),
             "gptviz": {"group": group, "rank": e.rank, "document": e.doc_name, "position": e.pos,
                        "held_out": bool(index.documents[e.doc]["held_out"]), "value": float(e.value),
@@ -84,10 +85,10 @@ def unit_effect(model, unit: Unit, source: int | None = None, k: int = 10) -> Di
 
 
 def feature(index: NeuronIndex, unit: UnitLike, top: Sequence[Context], bands: Sequence[tuple[Band, Sequence[Context]]],
-            effect: DirectEffect, source: int | None = None) -> dict:
+            effect: DirectEffect, source: int | None = None, enc=None) -> dict:
     """One unit as a Neuronpedia feature, from what its page computed: the contexts of its top examples (in
     top_examples' order), each band with its examples' contexts, and its direct effect (for a head, of attending to
-    `source`)."""
+    `source`). `enc`: the index's tokenizer, its model's (tokenizer_for; default GPT-2's)."""
     u = index.unit(unit)
     i = index.flat(u)
     a = index.arrays
@@ -95,10 +96,10 @@ def feature(index: NeuronIndex, unit: UnitLike, top: Sequence[Context], bands: S
     if len(top) != len(examples):
         raise ValueError(f"{len(top)} contexts for {len(examples)} top examples")
     peak = float(a["top_values"][i, 0])
-    activations = [_activation(index, e, c, -1, peak, -1, "top") for e, c in zip(examples, top)]
+    activations = [_activation(index, e, c, -1, peak, -1, "top", enc) for e, c in zip(examples, top)]
     for band, contexts in bands:
         activations += [_activation(index, e, c, band.lo, band.hi, band.levels[1] - band.levels[0],
-                                    f"band {band.number + 1}") for e, c in zip(band.examples, contexts)]
+                                    f"band {band.number + 1}", enc) for e, c in zip(band.examples, contexts)]
     edges, counts = histogram(index, u)
     positive = edges[:-1] >= 0  # the bins above the 0 edge hold exactly the values > 0
     centres = (edges[:-1] + edges[1:]) / 2
@@ -106,8 +107,10 @@ def feature(index: NeuronIndex, unit: UnitLike, top: Sequence[Context], bands: S
     return {
         "feature_index": u.index,
         **{name: [] for name in EMPTY_FIELDS},
-        "neg_str": _text([t for t, _ in effect.suppressed]), "neg_values": _round([v for _, v in effect.suppressed]),
-        "pos_str": _text([t for t, _ in effect.promoted]), "pos_values": _round([v for _, v in effect.promoted]),
+        "neg_str": _text([t for t, _ in effect.suppressed], enc),
+        "neg_values": _round([v for _, v in effect.suppressed]),
+        "pos_str": _text([t for t, _ in effect.promoted], enc),
+        "pos_values": _round([v for _, v in effect.promoted]),
         "frac_nonzero": float(counts[positive].sum() / max(1, index.tokens)),
         "freq_hist_data_bar_values": _round(centres[positive]),
         "freq_hist_data_bar_heights": [int(n) for n in counts[positive]],
@@ -117,7 +120,7 @@ def feature(index: NeuronIndex, unit: UnitLike, top: Sequence[Context], bands: S
         "dataset": str(index.meta["corpus"]["source"]),
         "activations": activations,
         "gptviz": {
-            "unit": str(u), "kind": u.kind, "layer": u.layer, "index": u.index, "summary": summary(index, u),
+            "unit": str(u), "kind": u.kind, "layer": u.layer, "index": u.index, "summary": summary(index, u, enc),
             "pos_ids": [int(t) for t, _ in effect.promoted], "neg_ids": [int(t) for t, _ in effect.suppressed],
             "source_id": None if u.kind == "neuron" else int(source or 0),
             "score": index.meta["scores"][u.kind], "tokens_scanned": index.tokens,
@@ -130,7 +133,7 @@ def feature(index: NeuronIndex, unit: UnitLike, top: Sequence[Context], bands: S
             "positive_values": int(counts[positive].sum()),
             "effect": ("the logit change per unit of the neuron's activation: its output weights through the final "
                        "norm and the unembedding") if u.kind == "neuron" else
-                      (f"what attending to {_label(source or 0)} writes, through the final norm and the "
+                      (f"what attending to {_label(source or 0, enc)} writes, through the final norm and the "
                        "unembedding"),
         },
     }
@@ -165,7 +168,9 @@ def unit_dashboard(index: NeuronIndex, docs, model, unit: UnitLike, source: int 
     u = index.unit(unit)
     top, bands = unit_contexts(index, docs, model, u)
     source = default_source(top) if u.kind == "head" and source is None else source
-    return batch(index, [feature(index, u, top, bands, unit_effect(model, u, source), source)], u.layer, u.kind)
+    from ..model.tokenizer import tokenizer_for
+    return batch(index, [feature(index, u, top, bands, unit_effect(model, u, source), source, tokenizer_for(model))],
+                 u.layer, u.kind)
 
 
 def export_index(index: NeuronIndex, docs, model, out, *, units: Sequence[UnitLike] | None = None,

@@ -36,7 +36,7 @@ def _scan_shard(model_source: str, docs, plan: ScanPlan, batches: range, device:
 
     import torch
 
-    from ..serve.devices import place
+    from ..model.devices import place
     from ..model.weights import load_pretrained
     from .scan import scan_batches
     torch.set_num_threads(max(1, threads))

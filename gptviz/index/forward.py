@@ -7,7 +7,7 @@ import numpy as np
 import torch
 
 from ..model.hooks import act_name, capturing
-from .units import head_write_factor, head_write_norms
+from .unit_ids import head_write_factor, head_write_norms
 
 # consume(first unit, values, rows): values [rows, units first ..] float32 on the CPU (rows None: every row of it is
 # scored; else the scored rows' indices into it)

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from .scan import PartialScan, ScanPlan
-from ..serve.atomic_write import atomic_file, atomic_write
+from .atomic_write import atomic_file, atomic_write
 from .store import IndexFormatError
 
 PARTIAL_JSON, PARTIAL_NPZ = "partial.json", "partial.npz"

@@ -15,22 +15,28 @@ from .constants import DEAD_PEAK, TOP_TOKENS
 from .corpus import Document, _as_documents, _checksum, corpus_documents, scoring_window, tokenize_corpus
 from .histograms import _edges
 from .store import NeuronIndex
-from .units import Unit, UnitLike, _unit_at, _unit_hooks, _values_from_store, head_write_norms, unit_values
+from .unit_ids import Unit, UnitLike, _unit_at, _unit_hooks, _values_from_store, head_write_norms, unit_values
 
 
-def index_documents(index: NeuronIndex, folder=None) -> list[Document]:
+def index_documents(index: NeuronIndex, folder=None, enc=None) -> list[Document]:
     """The documents an index was built from, read again and checked against the index's lengths and checksums
     (ValueError when they differ): from `folder` when given; else from the corpus file or folder the index records
-    (an index over your own corpus, tokenized again into a memory-mapped temporary file), else the complete works."""
+    (an index over your own corpus, tokenized again into a memory-mapped temporary file), else the complete works.
+    `enc`: the tokenizer the index was built with (its model's, tokenizer_for; default GPT-2's)."""
+    from .tokens import tokenizer_mismatch
+    why = tokenizer_mismatch(index.meta, enc)
+    if why:
+        raise ValueError(why)
     corpus = index.meta["corpus"]
     if folder is None and corpus.get("path"):
         with tempfile.NamedTemporaryFile(prefix="gptviz-corpus-", suffix=".ids") as store:
             # the documents hold the file open: they read it after its name is gone
             docs = tokenize_corpus(corpus["path"], Path(store.name), text_column=corpus.get("text_column", "text"),
-                                   limit_tokens=corpus["tokens"], on_skip=lambda name, why: None)  # said at the scan
+                                   limit_tokens=corpus["tokens"], on_skip=lambda name, why: None, enc=enc)  # said
+            # at the scan
     else:
         docs = corpus_documents(folder, [d["name"] for d in index.documents if d["held_out"]],
-                                limit_tokens=corpus["tokens"])  # as far as the scan read (--max-tokens)
+                                limit_tokens=corpus["tokens"], enc=enc)  # as far as the scan read (--max-tokens)
     check_documents(index, docs)
     return docs
 
@@ -208,7 +214,7 @@ def example_contexts_nbytes(index: NeuronIndex, corpus_docs, examples: Sequence[
                             before: int = 24, after: int = 8) -> int:
     """What example_contexts holds at its peak, from its batch's size (B windows of up to T tokens): the captured
     unit hook (and the head's pattern), the forward pass's working memory, and a head's per-head writes."""
-    from ..serve.memory import FLOAT32, forward_nbytes
+    from ..model.sizes import FLOAT32, forward_nbytes
     from ..model.hooks import capture_nbytes
     if not examples:
         return 0
@@ -224,7 +230,7 @@ def example_contexts_nbytes(index: NeuronIndex, corpus_docs, examples: Sequence[
 def units_at_nbytes(config, T: int) -> int:
     """What units_at holds at its peak on T tokens: the capture of every unit's hook with the forward pass beside
     it, each head's writes [T, heads, d_model] for one layer, and every unit's value and rank."""
-    from ..serve.memory import FLOAT32, capture_work_nbytes
+    from ..model.sizes import FLOAT32, capture_work_nbytes
     n_units = config.n_layers * (config.d_ff + config.n_heads)
     return capture_work_nbytes(config, _unit_hooks(config), T) \
         + FLOAT32 * T * (config.n_heads * config.d_model + 2 * n_units)
@@ -367,14 +373,14 @@ def active_phrase(index: NeuronIndex, unit: UnitLike) -> str:
     return f"active on {count:,} of {index.tokens:,} tokens ({100 * share:.2g}%)"
 
 
-def summary(index: NeuronIndex, unit: UnitLike) -> str:
+def summary(index: NeuronIndex, unit: UnitLike, enc=None) -> str:
     """One line about a unit, computed from the index, e.g. "L2N17: active on 4.1% of tokens; median -0.04,
-    99% 0.61, peak 2.3; top tokens: ' the', ' my', ..."."""
+    99% 0.61, peak 2.3; top tokens: ' the', ' my', ...". `enc`: the index's tokenizer (its model's; GPT-2's)."""
     from ..model.tokenizer import get_tokenizer
     u = index.unit(unit)
     i = index.flat(u)
     a = index.arrays
-    enc = get_tokenizer()
+    enc = enc or get_tokenizer()
     q = quantiles(index, u)
     words = ", ".join(repr(enc.decode([t])) for t, _ in top_tokens(index, u, 5)) or "none frequent enough"
     peak = float(a["top_values"][i, 0]) + 0.0  # + 0.0: -0.0 (GELU far below 0) reads "0", not "-0"

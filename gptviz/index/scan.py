@@ -29,8 +29,10 @@ from .constants import (BAND_EXAMPLES, BAND_LEVELS, BAND_RULE, BATCH_VALUES, BIN
                         TOKEN_UNITS, TOP_K, TOP_TOKENS, VERSION)
 from .corpus import _as_documents, _checksum, _windows, default_stride, token_counts
 from .histograms import _Binner, _edges, _quantiles
+from ..model.tokenizer import tokenizer_for
 from .native import block_stats
 from .store import NeuronIndex, _config_dict, model_fingerprint
+from .tokens import index_tokenizer, tokenizer_meta
 from .forward import _batch_inputs, _stream_unit_blocks, _unit_blocks, head_factors
 from .top_k import keep_top, top_merge
 
@@ -83,6 +85,7 @@ class ScanPlan:
         for a in (self.offsets, self.windows, self.frequent, self.hist_range):
             h.update(np.ascontiguousarray(a).tobytes())
         h.update(repr([(d["name"], d["tokens"], d["crc32"]) for d in self.meta["corpus"]["documents"]]).encode())
+        h.update(b"" if (t := index_tokenizer(self.meta))["name"] == "gpt2" else t["fingerprint"].encode())
         return h.hexdigest()
 
 
@@ -139,6 +142,7 @@ def plan_scan(model, docs, *, model_name: str = "", source: str = "", corpus: di
         "format": FORMAT, "version": VERSION,
         "model": {"name": model_name or getattr(cfg, "name", ""), "fingerprint": model_fingerprint(model)},
         "config": _config_dict(cfg),
+        "tokenizer": tokenizer_meta(tokenizer_for(model)),  # the ids' tokenizer: a reader checks it (tokens.py)
         "corpus": {"source": source, "tokens": int(offsets[-1]), **(corpus or {}),
                    "documents": [{"name": d.name, "tokens": len(d.ids), "held_out": bool(d.held_out),
                                   "crc32": _checksum(d.ids)} for d in docs]},

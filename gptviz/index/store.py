@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..serve.atomic_write import atomic_file, atomic_write
+from .atomic_write import atomic_file, atomic_write
 from .constants import BAND_EXAMPLES, BANDS, FORMAT, INDEX_JSON, INDEX_NPZ, TOKEN_UNITS, VERSION
-from .units import Unit, UnitLike, _as_unit, _flat, _unit_at
+from .unit_ids import Unit, UnitLike, _as_unit, _flat, _unit_at
 
 
 class IndexFormatError(ValueError):
@@ -183,9 +183,9 @@ def _validate(meta: dict, arrays: dict[str, np.ndarray]) -> None:
 # ---------------------------------------------------------------------------------------------------- shipped
 
 def index_folder(model_name: str) -> Path:
-    """Where a bundled model's shipped index lives: gptviz/models/<name>/index."""
-    from ..model.weights import MODELS_DIR
-    return MODELS_DIR / model_name / "index"
+    """Where a bundled model's shipped index lives: gptviz/bundled/<name>/index."""
+    from ..model.weights import BUNDLED_DIR
+    return BUNDLED_DIR / model_name / "index"
 
 
 def bundled_index(model_name: str) -> NeuronIndex | None:
@@ -195,5 +195,16 @@ def bundled_index(model_name: str) -> NeuronIndex | None:
 
 
 def index_matches(index: NeuronIndex, model) -> bool:
-    """Whether `index` was built with exactly this model (config and weights)."""
-    return index.meta["model"]["fingerprint"] == model_fingerprint(model)
+    """Whether `index` was built with exactly this model (config and weights) over its tokenizer's ids."""
+    return index.meta["model"]["fingerprint"] == model_fingerprint(model) and index_mismatch(index, model) is None
+
+
+def index_mismatch(index: NeuronIndex, model, weights: bool = False) -> str | None:
+    """Why `index` is not this model's, in words (its tokenizer's ids are other words; with `weights`, also other
+    weights), or None."""
+    from ..model.tokenizer import tokenizer_for
+    from .tokens import tokenizer_mismatch
+    if weights and index.meta["model"]["fingerprint"] != model_fingerprint(model):
+        return ("the index was built with other weights than this model's (their fingerprints differ): its "
+                "examples would not be this model's")
+    return tokenizer_mismatch(index.meta, tokenizer_for(model))

@@ -38,14 +38,16 @@ _CUT = re.compile(rf"\S(?=[ \t\n\r])|[A-Za-z](?=[0-9{_PUNCT}])|[0-9](?=[A-Za-z{_
                   rf"|[{_PUNCT_NOT_QUOTE}](?=[A-Za-z0-9])")
 
 
-def _last_cut(text: str) -> int:
-    """The last place where `text` may be cut (see _CUT), or 0 where none is: searched from the end, in windows that
-    grow, so a text with cuts near its end is not scanned whole."""
+def _last_cut(text: str, cut=None) -> int:
+    """The last place where `text` may be cut (see _CUT; `cut`: another tokenizer's rule, gptviz.index.tokens), or 0
+    where none is: searched from the end, in windows that grow, so a text with cuts near its end is not scanned
+    whole."""
+    cut = cut or _CUT
     size = 1 << 10
     while True:
         start = max(0, len(text) - size)
         last = None
-        for last in _CUT.finditer(text, start):
+        for last in cut.finditer(text, start):
             pass
         if last is not None:
             return last.end()
@@ -54,13 +56,15 @@ def _last_cut(text: str) -> int:
         size *= 16
 
 
-def pieces(chunks: Iterable[str]) -> Iterator[str]:
-    """The text of `chunks` again, cut only where GPT-2's tokens of the pieces are the whole text's: what follows a
-    chunk's last safe cut waits for the next chunk. A piece is at most LONGEST_RUN + a chunk's characters."""
+def pieces(chunks: Iterable[str], cut=None) -> Iterator[str]:
+    """The text of `chunks` again, cut only where GPT-2's tokens of the pieces are the whole text's (or those of the
+    tokenizer whose rule `cut` is: gptviz.index.tokens.cut_pattern): what follows a chunk's last safe cut waits for
+    the next chunk. A piece is at most LONGEST_RUN + a chunk's characters."""
+    rule = cut
     carry = ""
     for chunk in chunks:
         text = carry + chunk
-        cut = _last_cut(text)
+        cut = _last_cut(text, rule)
         if not cut and len(text) > LONGEST_RUN:
             # more than LONGEST_RUN characters with no safe cut (no whitespace and no ASCII class change: one
             # enormous word or run of symbols, or of whitespace): cut anyway, so that memory stays bounded. The
@@ -92,7 +96,7 @@ def _open_regular(path: Path, name: str):
     return os.fdopen(fd, "rb")
 
 
-def _text_file(path: Path, name: str) -> Iterator[str]:
+def _text_file(path: Path, name: str, cut=None) -> Iterator[str]:
     """A file's text in pieces (see `pieces`), UTF-8 with undecodable bytes replaced and newlines as Path.read_text
     gives them (\\r\\n and \\r become \\n). ValueError for a binary file (a NUL byte early on: an image, an archive, a
     compressed or UTF-16 file), which would otherwise be indexed as replacement characters."""
@@ -101,7 +105,7 @@ def _text_file(path: Path, name: str) -> Iterator[str]:
             raise ValueError(f"{name!r} is not a UTF-8 text file (it holds NUL bytes: binary, compressed or UTF-16?)")
         raw.seek(0)
         with io.TextIOWrapper(raw, encoding="utf-8", errors="replace") as text:
-            yield from pieces(iter(lambda: text.read(CHUNK_CHARS), ""))
+            yield from pieces(iter(lambda: text.read(CHUNK_CHARS), ""), cut)
 
 
 def _warn(name: str, why: str) -> None:
@@ -133,9 +137,10 @@ def folder_files(folder: Path, on_skip: Callable[[str, str], None] | None = None
     return files
 
 
-def corpus_pieces(path, text_column: str = "text", on_skip: Callable[[str, str], None] | None = None
+def corpus_pieces(path, text_column: str = "text", on_skip: Callable[[str, str], None] | None = None, cut=None
                   ) -> Iterator[tuple[str, Iterator[str]]]:
-    """(name, pieces of its text) for every document of a corpus, streamed: a text file (one document), a folder
+    """(name, pieces of its text) for every document of a corpus, streamed (cut by `cut`, see pieces): a text file
+    (one document), a folder
     (each text file below it one document, in sorted path order; see folder_files), a Parquet file or a JSON-lines
     file (each row one document, its `text_column`). Each document's pieces must be read before the next document.
     ValueError for what cannot be read as one of these."""
@@ -146,17 +151,17 @@ def corpus_pieces(path, text_column: str = "text", on_skip: Callable[[str, str],
             raise ValueError(f"the folder {path.name!r} holds no text files ({', '.join(TEXT_SUFFIXES)})")
         for p in files:
             relative = p.relative_to(path)
-            yield relative.with_suffix("").as_posix(), _text_file(p, relative.as_posix())
+            yield relative.with_suffix("").as_posix(), _text_file(p, relative.as_posix(), cut)
     elif not path.exists():
         raise ValueError(f"no corpus file or folder at {path.name!r}")
     elif path.suffix.lower() == ".parquet":
         for name, text in _parquet_texts(path, text_column):
-            yield name, pieces(_string_chunks(text))
+            yield name, pieces(_string_chunks(text), cut)
     elif path.suffix.lower() in (".jsonl", ".ndjson", ".json"):
         for name, text in _jsonl_texts(path, text_column):
-            yield name, pieces(_string_chunks(text))
+            yield name, pieces(_string_chunks(text), cut)
     else:
-        yield path.stem, _text_file(path, path.name)
+        yield path.stem, _text_file(path, path.name, cut)
 
 
 def corpus_texts(path, text_column: str = "text", on_skip: Callable[[str, str], None] | None = None

@@ -129,6 +129,8 @@ class OpenAIGPTTokenizer:
     Python: what transformers' OpenAIGPTTokenizer does (BERT's lowercasing normaliser and pre-tokeniser, then BPE
     whose word-final pieces end in "</w>"; tests/test_gpt1_tokenizer.py compares the two). Needs no package."""
 
+    name = "openai-gpt"
+
     def __init__(self, vocab: dict[str, int], merges: list[tuple[str, str]], unk: str = "<unk>"):
         self.vocab, self.unk = vocab, vocab.get(unk)
         self.ranks = {pair: rank for rank, pair in enumerate(merges)}
@@ -188,6 +190,30 @@ class OpenAIGPTTokenizer:
         return "".join(p.replace(END_OF_WORD, " ") for p in pieces[:-1]) + \
             (pieces[-1].replace(END_OF_WORD, "") if pieces else "")
 
+    def decode_single_token_bytes(self, i) -> bytes:
+        """One token's text as tiktoken's method of that name gives it, for labels: a word's last piece ends in a
+        space ("the</w>" is b"the ", labelled "the␣"); KeyError for an id outside the vocabulary, as tiktoken's."""
+        return self.pieces[int(i)].replace(END_OF_WORD, " ").encode("utf-8")
+
     def labels(self, ids) -> list[str]:
         """A display label per id: the piece, a word's last piece followed by a visible space ("the␣")."""
         return [self.pieces.get(int(i), "?").replace(END_OF_WORD, "␣") for i in ids]
+
+
+def folder_tokenizer(folder) -> OpenAIGPTTokenizer | None:
+    """GPT-1's tokenizer from a folder's vocab.json and merges.txt, parsed once per version of the files; None when
+    the folder has neither file (ValueError when they are there but unreadable)."""
+    from pathlib import Path
+    paths = [Path(folder) / name for name in TOKENIZER_FILES]
+    if not any(p.exists() for p in paths):
+        return None
+    try:
+        stamp = tuple(p.stat().st_mtime_ns for p in paths)
+    except OSError:
+        raise ValueError("the folder has no GPT-1 vocab.json and merges.txt of a plausible size") from None
+    return _parsed(str(Path(folder).resolve()), stamp)
+
+
+@functools.lru_cache(maxsize=2)  # one parsed vocabulary (about 10 MB of Python objects) per GPT-1 folder version
+def _parsed(folder: str, stamp: tuple) -> OpenAIGPTTokenizer:
+    return OpenAIGPTTokenizer.from_folder(folder)

@@ -1,5 +1,6 @@
 """Interpretability methods: attribution, patching and ablation (interventions), flow, head_steps, wiring
-(pre vs post) and xiong (the paper check) are modules here; the package re-exports the derived views below.
+(pre vs post) are modules here (xiong, the paper check, trains and lives in gptviz.training); the package re-exports
+the derived views below.
 
 Derived views of a capture, one job per module: head detectors (detectors), the bigram baseline (baseline), norm
 statistics (norms), the logit lens (lens), MLP neurons (neurons), embedding geometry (geometry), the explainers'

@@ -12,7 +12,7 @@ import torch
 from ..model.hooks import act_name, capture, capturing, edits_by_hook
 from .interventions import Edit
 from ..model.unit_id import head_id
-from ..serve.work_clock import WorkClock, unbounded
+from .clock import UNBOUNDED, Clock
 
 
 def logit_difference(logits: torch.Tensor, target: int, other: int, position: int = -1) -> torch.Tensor:
@@ -40,7 +40,7 @@ def direct_attribution_names(n_layers: int) -> list[str]:
 
 def direct_attribution_nbytes(config, T: int) -> int:
     """What direct_logit_attribution holds at its peak on T tokens: its capture and the forward pass beside it."""
-    from ..serve.memory import capture_work_nbytes
+    from ..model.sizes import capture_work_nbytes
     return capture_work_nbytes(config, direct_attribution_names(config.n_layers), T)
 
 
@@ -157,7 +157,7 @@ def patching_nbytes(config, T: int) -> int:
     """What residual_patching and head_patching hold at their peak on a T-token pair: the clean and corrupted runs'
     logits and captures (residual stream, keys, values, heads' outputs), one forward pass's working memory, and one
     batch of edited copies (within SWEEP_BATCH_BYTES, at least one copy)."""
-    from ..serve.memory import FLOAT32, forward_nbytes
+    from ..model.sizes import FLOAT32, forward_nbytes
     rows = min(sweep_rows_per_batch(config, T), max(T, config.n_layers * config.n_heads))
     captured = FLOAT32 * 4 * config.n_layers * T * config.d_model  # resid_pre, k, v (or z) of every layer
     return 2 * FLOAT32 * T * config.vocab_size + captured + forward_nbytes(config, T, patterns=False) \
@@ -173,12 +173,29 @@ def saliency_work(config, T: int, steps: int) -> int:
 def saliency_nbytes(config, T: int, batch: int = 16) -> int:
     """What integrated_gradients holds at its peak: one batch of `batch` scaled copies of the prompt with what
     autograd keeps of their forward pass."""
-    from ..serve.memory import activation_nbytes
+    from ..model.sizes import activation_nbytes
     return activation_nbytes(config, batch, T)
 
 
+def _both_runs(model, clean, corrupted, clean_names: list[str], corrupted_names: list[str], target: int, other: int,
+               clock: Clock):
+    """What a patching sweep starts from: the clean run captured at `clean_names`, the corrupted run at
+    `corrupted_names` and every layer's keys and values, the two metrics (clean, corrupted), and the corrupted keys
+    and values per layer as [1, heads, T, d_head]."""
+    L = model.config.n_layers
+    clean_logits, clean_cache = capture(model, clean, clean_names)
+    clock.check()
+    corrupted_logits, corrupted_cache = capture(model, corrupted, corrupted_names + [
+        act_name(n, i) for i in range(L) for n in ("k", "v")])
+    clock.check()
+    base = float(logit_difference(clean_logits, target, other)), float(logit_difference(corrupted_logits, target, other))
+    kv = [(corrupted_cache[act_name("k", i)].transpose(1, 2), corrupted_cache[act_name("v", i)].transpose(1, 2))
+          for i in range(L)]
+    return clean_cache, corrupted_cache, base, kv
+
+
 @torch.no_grad()
-def residual_patching(model, clean_ids, corrupted_ids, target: int, other: int, clock: WorkClock | None = None
+def residual_patching(model, clean_ids, corrupted_ids, target: int, other: int, clock: Clock | None = None
                       ) -> PatchingResult:
     """[layers, T]: the corrupted run with the clean residual stream entering block l at position t patched in.
 
@@ -188,15 +205,10 @@ def residual_patching(model, clean_ids, corrupted_ids, target: int, other: int, 
     Where the two streams are equal at (l, t) (every position before the first difference) the patched run is the
     corrupted run, so that cell is 0 without running."""
     clean, corrupted = _check_pair(clean_ids, corrupted_ids)
-    clock = clock or unbounded()
+    clock = clock or UNBOUNDED
     L, T = model.config.n_layers, clean.shape[1]
     names = [act_name("resid_pre", i) for i in range(L)]
-    clean_logits, clean_cache = capture(model, clean, names)
-    corrupted_logits, corrupted_cache = capture(model, corrupted, names + [act_name(n, i) for i in range(L)
-                                                                             for n in ("k", "v")])
-    base = float(logit_difference(clean_logits, target, other)), float(logit_difference(corrupted_logits, target, other))
-    kv = [(corrupted_cache[act_name("k", i)].transpose(1, 2), corrupted_cache[act_name("v", i)].transpose(1, 2))
-          for i in range(L)]                                                    # [1, heads, T, d_head] each
+    clean_cache, corrupted_cache, base, kv = _both_runs(model, clean, corrupted, names, names, target, other, clock)
     per_batch = sweep_rows_per_batch(model.config, T)
     scores = torch.full((L, T), base[1])
     for layer, name in enumerate(names):
@@ -215,7 +227,7 @@ def residual_patching(model, clean_ids, corrupted_ids, target: int, other: int, 
 
 
 @torch.no_grad()
-def head_patching(model, clean_ids, corrupted_ids, target: int, other: int, clock: WorkClock | None = None
+def head_patching(model, clean_ids, corrupted_ids, target: int, other: int, clock: Clock | None = None
                   ) -> PatchingResult:
     """[layers, heads]: the corrupted run with one head's output (hook_z, every position) from the clean run.
 
@@ -225,17 +237,12 @@ def head_patching(model, clean_ids, corrupted_ids, target: int, other: int, cloc
     the corrupted run's keys and values for the positions before. The heads of one layer run as one batch (within
     SWEEP_BATCH_BYTES). Each cell equals a whole patched run (tests/test_attribution.py)."""
     clean, corrupted = _check_pair(clean_ids, corrupted_ids)
-    clock = clock or unbounded()
+    clock = clock or UNBOUNDED
     L, H, T = model.config.n_layers, model.config.n_heads, clean.shape[1]
     z_names = [act_name("z", i) for i in range(L)]
-    clean_logits, clean_cache = capture(model, clean, z_names)
-    clock.check()
-    corrupted_logits, corrupted_cache = capture(model, corrupted, z_names + [
-        act_name(n, i) for i in range(L) for n in ("resid_pre", "k", "v")])
-    clock.check()
-    base = float(logit_difference(clean_logits, target, other)), float(logit_difference(corrupted_logits, target, other))
-    kv = [(corrupted_cache[act_name("k", i)].transpose(1, 2), corrupted_cache[act_name("v", i)].transpose(1, 2))
-          for i in range(L)]                                                    # [1, heads, T, d_head] each
+    clean_cache, corrupted_cache, base, kv = _both_runs(model, clean, corrupted, z_names,
+                                                        z_names + [act_name("resid_pre", i) for i in range(L)],
+                                                        target, other, clock)
     per_batch = sweep_rows_per_batch(model.config, T)
     scores = torch.full((L, H), base[1])
     for layer, name in enumerate(z_names):
@@ -337,7 +344,7 @@ def gradient_x_input(model, ids, target: int, other: int | None = None, position
 
 
 def integrated_gradients(model, ids, target: int, other: int | None = None, position: int = -1,
-                         steps: int = 64, batch: int = 16, clock: WorkClock | None = None) -> Saliency:
+                         steps: int = 64, batch: int = 16, clock: Clock | None = None) -> Saliency:
     """Integrated gradients from an all-zero token embedding (position embeddings kept) to the prompt's, with
     the midpoint rule over `steps` points, `batch` at a time. Completeness: the scores sum to the metric minus
     its value at the baseline, up to the integration error."""

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 import torch
 
 from .graph_ablation import ablation_actuals
-from .graph_frozen import Clock, FrozenModel, check_target, has_betas
+from .clock import Clock
+from .graph_frozen import FrozenModel, check_target, has_betas
 from .graph_nodes import (NodeRef, Values, bias_names, bias_parts, edge_weights, metric_ref, node_values,
                           ref_at)
 

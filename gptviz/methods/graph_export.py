@@ -102,14 +102,16 @@ def add_qk_arguments(x: argparse.ArgumentParser) -> None:
 
 
 def run_graph(args) -> int:
+    from ..model.tokenizer import tokenizer_for
     from ..model.weights import load_pretrained
-    ids = prompt_ids(args.prompt)
-    target = one_token(args.target, "target")
-    other = one_token(args.other, "other") if args.other is not None else None
     model = load_pretrained(args.model)
+    enc = tokenizer_for(model)  # the model's own (GPT-1's BPE for a GPT-1 folder)
+    ids = prompt_ids(args.prompt, enc)
+    target = one_token(args.target, "target", enc)
+    other = one_token(args.other, "other", enc) if args.other is not None else None
     graph = attribution_graph(model, ids, target, other, node_threshold=args.node_threshold,
                               edge_threshold=args.edge_threshold, max_nodes=args.max_nodes)
-    _write(args.out, graph_json(graph, args.model, token_texts(ids)))
+    _write(args.out, graph_json(graph, args.model, token_texts(ids, enc)))
     top = sorted((n for n in graph.nodes if n.kind != "metric"), key=lambda n: -abs(n.influence))[:3]
     print(f"metric {graph.metric:.4f}; {graph.pruning.nodes_kept} nodes and {graph.pruning.edges_kept} edges kept; "
           f"top: {', '.join(f'{n.id} {n.influence:+.3f}' for n in top)}; wrote {args.out}")
@@ -117,9 +119,10 @@ def run_graph(args) -> int:
 
 
 def run_qk(args) -> int:
+    from ..model.tokenizer import tokenizer_for
     from ..model.weights import load_pretrained
-    ids = prompt_ids(args.prompt)
     model = load_pretrained(args.model)
+    ids = prompt_ids(args.prompt, tokenizer_for(model))
     qk = qk_decomposition(model, ids, args.layer, args.head, args.query, args.key)
     _write(args.out, qk_json(qk, args.model))
     top = ", ".join(f"{a} x {b} {v:+.3f}" for a, b, v in qk.top_terms(3))

@@ -13,7 +13,7 @@ transposes, no node in between) gives, at every write point, the gradient an edg
 from __future__ import annotations
 
 import math
-from typing import NamedTuple, Protocol
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -21,12 +21,6 @@ import torch.nn.functional as F
 from ..model.model import activate
 
 EMBED = ("embed", None)  # the write point of the token + position embeddings
-
-
-class Clock(Protocol):
-    """A work clock (e.g. gptviz.serve.work_clock.WorkClock): `check()` raises once the work must stop."""
-
-    def check(self) -> None: ...
 
 
 class Step(NamedTuple):

@@ -13,7 +13,8 @@ from typing import NamedTuple
 
 import torch
 
-from .graph_frozen import EMBED, Clock, FrozenModel, has_betas
+from .clock import Clock
+from .graph_frozen import EMBED, FrozenModel, has_betas
 
 # a bias node's name -> the write point it adds into
 BIASES = {"attn.out-bias": "attn", "mlp.out-bias": "mlp", "ln_1.beta": "ln_1", "ln_2.beta": "ln_2"}

@@ -182,7 +182,7 @@ def measuring_nbytes(config: GPTConfig, T: int) -> int:
     (its attention patterns recorded) and what it records; the first wiring's patterns kept beside the second's run;
     the float64 chunks its sums use; a fixed overhead. Checked against the resident memory's measured growth at
     every preset, every width and several depths (tests/test_wiring_memory.py)."""
-    from ..serve.memory import FLOAT32, activation_nbytes
+    from ..model.sizes import FLOAT32, activation_nbytes
     from ..model.params import total_params
     L, d, H = config.n_layers, config.d_model, config.n_heads
     weights = FLOAT32 * total_params(config)

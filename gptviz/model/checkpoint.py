@@ -1,5 +1,5 @@
 """The checkpoint format: our own (safetensors + config.json) and Hugging Face GPT-2 and GPT-1 folders, validated
-against the load caps before anything is allocated, and the bundled models (gptviz/models/). Files of other formats
+against the load caps before anything is allocated, and the bundled models (gptviz/bundled/). Files of other formats
 (nanoGPT, Raschka's GPTModel, llm.c) are formats/, reached through formats/load.py.
 
 Nothing is ever unpickled: safetensors, or `torch.load(weights_only=True)` for legacy `.bin` files.
@@ -16,41 +16,48 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from .config import ConfigError, GPTConfig
-from .formats.base import CheckpointError, read_pickle
+from .formats.base import CheckpointError, read_pickle, tensors_only
 from .formats.openai_gpt import MODEL_TYPE as OPENAI_GPT, config_from_openai_gpt
 from .formats.unsupported import unsupported_config
-from ..serve.limits import server_limits
+from .load_limits import MAX_CONFIG_BYTES, MAX_LOAD_LAYERS, load_limits
 from .model import GPT
 
 FORMAT = "gptviz"
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")  # the first present is read
-MODELS_DIR = Path(__file__).parents[1] / "models"  # bundled, trained checkpoints (one folder each)
+BUNDLED_DIR = Path(__file__).parents[1] / "bundled"  # bundled, trained checkpoints (one folder each)
 _HF_ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu_fast": "gelu_tanh",
                    "gelu": "gelu", "relu": "relu"}
 _CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 
 
-# A checkpoint's sizes are data from outside: these caps are checked against config.json and the weights file's
-# header before anything is allocated. An operator can change the parameter and context caps with
-# GPTVIZ_MAX_LOAD_PARAMS and GPTVIZ_MAX_LOAD_CTX (read in limits.py, with every other server limit).
-MAX_LOAD_LAYERS = 256  # modules are built one per layer, even on the meta device
-MAX_CONFIG_BYTES = 1 << 20
-
-
 def check_load_limits(config: GPTConfig) -> None:
     """CheckpointError when a config is past the caps; counts by formula, allocating nothing."""
     from .params import param_count
-    limits = server_limits()
+    limits = load_limits()
     if config.n_layers > MAX_LOAD_LAYERS:
         raise CheckpointError(f"the config asks for {config.n_layers:,} layers; this server loads at most "
                               f"{MAX_LOAD_LAYERS}")
-    if config.n_ctx > limits.max_load_ctx:
+    if config.n_ctx > limits.max_ctx:
         raise CheckpointError(f"the config asks for a context of {config.n_ctx:,} positions; this server loads "
-                              f"at most {limits.max_load_ctx:,} (GPTVIZ_MAX_LOAD_CTX)")
+                              f"at most {limits.max_ctx:,} (GPTVIZ_MAX_LOAD_CTX)")
     n = param_count(config)
-    if n > limits.max_load_params:
+    if n > limits.max_params:
         raise CheckpointError(f"the config describes {n:,} parameters; this server loads at most "
-                              f"{limits.max_load_params:,} (GPTVIZ_MAX_LOAD_PARAMS)")
+                              f"{limits.max_params:,} (GPTVIZ_MAX_LOAD_PARAMS)")
+
+
+def admit(config: GPTConfig, norm: str | None = None, n_head: int | None = None) -> GPTConfig:
+    """`config` with the LayerNorm placement overridden (`norm`), checked against the load limits: the step every
+    format's config goes through. An `n_head` given for a file that records its own must agree with it."""
+    if n_head is not None and n_head != config.n_heads:
+        raise CheckpointError(f"n_head={n_head!r} was given, but the checkpoint records {config.n_heads} heads")
+    if norm is not None:
+        try:
+            config = config.replace(norm=norm)
+        except ConfigError as err:
+            raise CheckpointError(f"norm override: {err}") from None
+    check_load_limits(config)
+    return config
 
 
 def save_checkpoint(model: GPT, folder: str | os.PathLike, dtype: torch.dtype | None = None,
@@ -118,7 +125,7 @@ def _read_tensors(folder: Path, expected: dict[str, tuple[int, ...]], hf_layout:
         if binary.exists():  # legacy format: tensors only, never arbitrary objects
             if not binary.is_file():
                 raise CheckpointError("pytorch_model.bin is not a regular file")
-            loaded = _only_tensors(_load_bin(binary), binary)
+            loaded = tensors_only(_load_bin(binary), binary.name)  # weights_only still admits containers
             _check_shapes(translate({k: tuple(v.shape) for k, v in loaded.items()}), expected)
             return loaded
     except CheckpointError:
@@ -135,15 +142,6 @@ def _read_tensors(folder: Path, expected: dict[str, tuple[int, ...]], hf_layout:
 def _load_bin(path: Path):
     """torch.load with weights_only, memory-mapped where the file's format allows (nothing is read until used)."""
     return read_pickle(path)
-
-
-def _only_tensors(loaded, path: Path) -> dict[str, torch.Tensor]:
-    """weights_only=True still admits plain containers and numbers; a state dict is names -> tensors."""
-    if not isinstance(loaded, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor)
-                                               for k, v in loaded.items()):
-        raise CheckpointError(f"{path.name} is not a state dict (a mapping of names to tensors); "
-                              f"got {type(loaded).__name__}")
-    return loaded
 
 
 def config_from_hf(hf: dict) -> GPTConfig:
@@ -260,13 +258,7 @@ def read_config(folder: str | os.PathLike, norm: str | None = None) -> tuple[GPT
         config = GPTConfig.from_dict(meta["config"]) if ours else config_from_hf(meta)
     except (ConfigError, TypeError) as err:
         raise CheckpointError(f"config.json: {err}") from None
-    if norm is not None:
-        try:
-            config = config.replace(norm=norm)
-        except ConfigError as err:
-            raise CheckpointError(f"norm override: {err}") from None
-    check_load_limits(config)
-    return config, ours
+    return admit(config, norm), ours
 
 
 def load_checkpoint(folder: str | os.PathLike, norm: str | None = None) -> GPT:
@@ -314,6 +306,6 @@ def training_vocab(folder: str | os.PathLike) -> torch.Tensor | None:
 
 def bundled_models() -> dict[str, Path]:
     """Trained checkpoints shipped with gptviz, by name."""
-    if not MODELS_DIR.is_dir():
+    if not BUNDLED_DIR.is_dir():
         return {}
-    return {p.name: p for p in sorted(MODELS_DIR.iterdir()) if (p / "config.json").exists()}
+    return {p.name: p for p in sorted(BUNDLED_DIR.iterdir()) if (p / "config.json").exists()}

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from .hooks import act_name, capturing, edits_by_hook
 from .model import GPT
-from .tokenizer import EOT_ID, get_tokenizer, token_label
+from .tokenizer import EOT_ID, token_label, tokenizer_for
 
 
 @dataclass
@@ -150,7 +150,7 @@ def _stream(model: GPT, seq: list[int], max_new_tokens: int, temperature: float,
     generator.manual_seed(seed if seed is not None else int(torch.randint(0, 2**62, (1,))))
     pattern_names = [act_name("pattern", i) for i in range(model.config.n_layers)]
     wanted = frozenset(pattern_names) if attention else frozenset()
-    enc = get_tokenizer()
+    enc = tokenizer_for(model)  # its own pieces (GPT-1's BPE for a GPT-1 folder)
     cache, window_start = None, 0
 
     for step in range(max_new_tokens):

@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 from .checkpoint import WEIGHT_FILES, CheckpointError, bundled_models, read_config
-from ..serve.limits import server_limits
+from .load_limits import load_limits
 
 HUB_CONFIG, HUB_WEIGHTS = "config.json", WEIGHT_FILES
 VISITOR_DOWNLOADS = Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface")) / "gptviz-visitors"
@@ -67,7 +67,7 @@ def _folder_name(repo_id: str) -> str:
 def hub_download_budget() -> int:
     """The most bytes a visitor's Hub download may bring: the largest checkpoint the server loads in float32, and
     a megabyte for its config."""
-    return server_limits().max_load_params * 4 + (1 << 20)
+    return load_limits().download_bytes
 
 
 def fetch_checked(repo_id: str, folder: Path, budget: int | None = None) -> Path:

@@ -7,7 +7,6 @@ weights can be run both ways.
 from __future__ import annotations
 
 import math
-import threading
 from dataclasses import dataclass
 
 import torch
@@ -17,25 +16,6 @@ from torch import nn
 from .config import GPTConfig
 from .hooks import HookPoint, current_wants, name_hook_points, note_offset
 from .variants import NoNorm, fixed_zero_bias, make_linear
-
-
-# Forward passes run by every GPT in this process (each call of final_hidden, so forward, capture, generation's
-# steps and training's loss all count; a batch counts once). Tests and the app's "did this rerun run the model"
-# checks read it with forward_count() around an action; taking the lock costs well under a microsecond a pass.
-_forward_lock = threading.Lock()
-_forward_passes = 0
-
-
-def forward_count() -> int:
-    """Forward passes every GPT in this process has run so far (process-wide; read it before and after)."""
-    with _forward_lock:
-        return _forward_passes
-
-
-def _count_forward() -> None:
-    global _forward_passes
-    with _forward_lock:
-        _forward_passes += 1
 
 
 class LayerNorm(nn.LayerNorm):
@@ -341,7 +321,6 @@ class GPT(nn.Module):
         """The final norm's output [B, T, d_model]: what the LM head (unembedding) reads."""
         past = kv_cache.length if kv_cache is not None else 0
         ids = self.check_ids(ids, past).to(self.device)
-        _count_forward()  # after the checks: a refused input runs nothing
         note_offset(past)  # edits that target positions need the absolute position of this call's first token
         T = ids.shape[1]
         pos = torch.arange(past, past + T, device=ids.device)
@@ -367,7 +346,6 @@ class GPT(nn.Module):
         blocks = self.blocks[layer:]
         if past_kv is not None and len(past_kv) != len(blocks):
             raise ValueError(f"past_kv needs one (k, v) for each of the {len(blocks)} blocks from layer {layer}")
-        _count_forward()
         x = resid.to(device=self.device, dtype=self.wte.weight.dtype)
         B, T, _ = x.shape
         for i, block in enumerate(blocks):

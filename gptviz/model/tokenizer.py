@@ -1,5 +1,9 @@
 """GPT-2's byte-level BPE as a tiktoken Encoding built from the bundled file (never the network),
-and readable display labels for tokens."""
+and readable display labels for tokens.
+
+A model reads one tokenizer everywhere: `tokenizer_for(model)`, its own (GPT-1's BPE, attached when a Hugging Face
+openai-gpt folder is loaded: gptviz.interop.hf_tokenizer) or else GPT-2's. Every helper here takes that tokenizer
+as `enc`; without one it is GPT-2's."""
 from __future__ import annotations
 
 import base64
@@ -69,6 +73,17 @@ def token_label(token_bytes: bytes) -> str:
     return "".join(pieces)
 
 
+def tokenizer_for(model):
+    """The tokenizer `model` reads (a GPT, or None): its own when its folder brought one, else GPT-2's. Every
+    tokenizer has encode(text), decode(ids), decode_single_token_bytes(id), n_vocab and name."""
+    return getattr(model, "tokenizer", None) or get_tokenizer()
+
+
+def is_gpt2(enc) -> bool:
+    """Whether `enc` is GPT-2's BPE (tiktoken's ids), which the bundled corpora and indexes are tokenized with."""
+    return enc is None or isinstance(enc, tiktoken.Encoding)
+
+
 def token_labels(ids, enc: tiktoken.Encoding | None = None) -> list[str]:
     """Display labels for a sequence of ids (may repeat; see position_labels to tell repeats apart)."""
     enc = enc or get_tokenizer()
@@ -80,12 +95,12 @@ def position_labels(ids, enc: tiktoken.Encoding | None = None) -> list[str]:
     return [f"{i}:{label}" for i, label in enumerate(token_labels(ids, enc))]
 
 
-def encode(text: str) -> list[int]:
-    return get_tokenizer().encode(text)
+def encode(text: str, enc=None) -> list[int]:
+    return (enc or get_tokenizer()).encode(text)
 
 
-def decode(ids) -> str:
-    return get_tokenizer().decode([int(i) for i in ids])
+def decode(ids, enc=None) -> str:
+    return (enc or get_tokenizer()).decode([int(i) for i in ids])
 
 
 def fit_vocabulary(ids: list[int], vocab_size: int) -> tuple[list[int], int]:

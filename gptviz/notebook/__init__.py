@@ -22,7 +22,7 @@ import numpy as np
 from .figures import attribution, parameters
 from .graph import graph, why_attends
 from .inputs import attention_data
-from .units import unit
+from .unit_widget import unit
 
 
 def attention(source, tokens=None, *, layer: int = 0, head: int | str = 0, query: int = -1, batch: int = 0,
@@ -41,7 +41,7 @@ def attention_on_text(source, tokens=None, *, layer: int = 0, query: int = -1, b
     """Where one query token looks, on the text itself: a row per head of `layer` (and their mean), each token
     coloured by the weight the query gives it; the query is the outlined token."""
     from ..app.component.token_rows import payload
-    from ..figures.units import ExampleRow
+    from ..figures.unit_page import ExampleRow
     from .widgets import TokenRowsWidget
     patterns, labels = attention_data(source, tokens, batch)
     L, H, T, _ = patterns.shape

@@ -55,13 +55,15 @@ def parameters(model_or_config, label: str | None = None):
     return figure_box(parameter_figures(model_or_config, label))
 
 
-def one_token(token, vocab_size: int) -> int:
-    """A token given as its id or its text (which must be one GPT-2 token, with its leading space if it has one)."""
-    from ..model.tokenizer import encode
+def one_token(token, vocab_size: int, enc=None) -> int:
+    """A token given as its id or its text (which must be one token of `enc`, the model's tokenizer, default GPT-2's:
+    with its leading space if it has one)."""
+    from ..model.tokenizer import encode, is_gpt2
     if isinstance(token, str):
-        ids = encode(token)
+        ids = encode(token, enc)
         if len(ids) != 1:
-            raise ValueError(f"{token!r} is {len(ids)} tokens, not one (GPT-2 pieces; ' Juliet' has its space)")
+            hint = "GPT-2 pieces; ' Juliet' has its space" if is_gpt2(enc) else f"{enc.name}'s pieces"
+            raise ValueError(f"{token!r} is {len(ids)} tokens, not one ({hint})")
         token = ids[0]
     token = int(token)
     if not 0 <= token < vocab_size:
@@ -74,11 +76,13 @@ def attribution_figures(model, ids, target, other, position: int = -1):
     logit(other) at `position`, every part of the final residual stream and the heads as a layer x head grid."""
     from ..methods.attribution import direct_logit_attribution
     from ..figures import why as figs
-    cfg = model.config
+    from ..model.tokenizer import tokenizer_for
+    cfg, enc = model.config, tokenizer_for(model)
     ids = torch.as_tensor(ids, dtype=torch.long).reshape(1, -1)
     if ids.shape[1] > cfg.n_ctx:
         raise ValueError(f"{ids.shape[1]} tokens is more than the model's context of {cfg.n_ctx}")
-    dla = direct_logit_attribution(model, ids, one_token(target, cfg.vocab_size), one_token(other, cfg.vocab_size),
+    dla = direct_logit_attribution(model, ids, one_token(target, cfg.vocab_size, enc),
+                                   one_token(other, cfg.vocab_size, enc),
                                    position)
     bars = figs.attribution_bars(dla.labels, dla.values,
                                  title="Direct attribution: every part of the final residual stream")
@@ -89,9 +93,9 @@ def attribution_figures(model, ids, target, other, position: int = -1):
 def attribution(model, ids, target, other, position: int = -1):
     """Direct logit attribution as widgets: `.result` the DirectAttribution (its values sum to `.result.logit_diff`),
     `.figures` the bars and the heads' grid. `target` and `other`: one token each, as text or an id."""
-    from ..model.tokenizer import token_labels
+    from ..model.tokenizer import token_labels, tokenizer_for
     dla, figures = attribution_figures(model, ids, target, other, position)
-    t, o = token_labels([dla.target, dla.other])
+    t, o = token_labels([dla.target, dla.other], tokenizer_for(model))
     box = figure_box(figures, f"logit({t}) - logit({o}) = {dla.logit_diff:+.3f}, the sum of the parts "
                               f"{float(dla.values.sum()):+.3f}")
     box.result = dla

@@ -18,8 +18,8 @@ KEY = ("■ embeddings · ● heads · ◆ MLP neurons · ▲ biases · ★ the 
 
 def _ids(model, ids) -> list[int]:
     """A prompt's ids (text is encoded, no beginning-of-text token added), checked against the context."""
-    from ..model.tokenizer import encode
-    ids = encode(ids) if isinstance(ids, str) else [int(i) for i in torch.as_tensor(ids).reshape(-1)]
+    from ..model.tokenizer import encode, tokenizer_for
+    ids = encode(ids, tokenizer_for(model)) if isinstance(ids, str) else [int(i) for i in torch.as_tensor(ids).reshape(-1)]
     if not ids:
         raise ValueError("the prompt is empty: give some text or ids")
     if len(ids) > model.config.n_ctx:
@@ -33,22 +33,22 @@ def graph_figures(model, ids, target, other=None, *, node_threshold: float = 0.8
     from ..figures.common import plotly_text
     from ..figures.graph import graph_figure
     from ..methods.graph import attribution_graph
-    from ..model.tokenizer import token_labels
-    ids = _ids(model, ids)
+    from ..model.tokenizer import token_labels, tokenizer_for
+    ids, enc = _ids(model, ids), tokenizer_for(model)
     vocab = model.config.vocab_size
-    target = one_token(target, vocab)
-    other = None if other is None else one_token(other, vocab)
+    target = one_token(target, vocab, enc)
+    other = None if other is None else one_token(other, vocab, enc)
     result = attribution_graph(model, ids, target, other, node_threshold=node_threshold,
                                edge_threshold=edge_threshold, max_nodes=max_nodes)
-    labels = token_labels(ids)
-    title = plotly_text(f"Why '{token_labels([target])[0]}' after '{labels[-1]}': the attribution graph")
+    labels = token_labels(ids, enc)
+    title = plotly_text(f"Why '{token_labels([target], enc)[0]}' after '{labels[-1]}': the attribution graph")
     return result, [graph_figure(result, labels, n_layers=model.config.n_layers, title=title)]
 
 
-def metric_name(target: int, other: int | None) -> str:
-    """"logit(' Romeo') - logit(' lady')", as the graph's metric reads."""
+def metric_name(target: int, other: int | None, enc=None) -> str:
+    """"logit(' Romeo') - logit(' lady')", as the graph's metric reads (`enc`: the model's tokenizer)."""
     from ..model.tokenizer import token_labels
-    names = token_labels([target] + ([other] if other is not None else []))
+    names = token_labels([target] + ([other] if other is not None else []), enc)
     return f"logit('{names[0]}')" + (f" - logit('{names[1]}')" if other is not None else "")
 
 
@@ -58,8 +58,9 @@ def graph(model, ids, target, other=None, *, node_threshold: float = 0.8, edge_t
     numbers; a click shows them under the title and sets `.picked` to its id)."""
     result, figures = graph_figures(model, ids, target, other, node_threshold=node_threshold,
                                     edge_threshold=edge_threshold, max_nodes=max_nodes)
+    from ..model.tokenizer import tokenizer_for
     p = result.pruning
-    box = figure_box(figures, f"{metric_name(result.target, result.other)} = {result.real_metric:+.3f}; kept {p.nodes_kept} of {p.nodes_total:,} nodes "
+    box = figure_box(figures, f"{metric_name(result.target, result.other, tokenizer_for(model))} = {result.real_metric:+.3f}; kept {p.nodes_kept} of {p.nodes_total:,} nodes "
                               f"({p.node_share:.0%} of the total |influence|), {p.edges_kept:,} of {p.edges_total:,} "
                               f"edges. {KEY}")
     box.result, box.picked = result, None
@@ -92,10 +93,10 @@ def why_attends(model, ids, layer: int, head: int, query: int, key: int, *, top:
     terms, as the sentence the Why page writes and a heatmap of the top terms; `.result` the QKDecomposition."""
     from ..figures.graph import qk_figure, qk_sentence
     from ..methods.graph_qk import qk_decomposition
-    from ..model.tokenizer import token_labels
+    from ..model.tokenizer import token_labels, tokenizer_for
     ids = _ids(model, ids)
     result = qk_decomposition(model, ids, layer, head, query, key)
-    labels = token_labels(ids)
+    labels = token_labels(ids, tokenizer_for(model))
     fig = qk_figure(result, labels[query], labels[key], top=top, title=f"L{layer}H{head}: query {query} meets key {key}")
     box = figure_box([fig], qk_sentence(result, labels[query], labels[key]))
     box.result = result

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .memory import activation_nbytes, forward_nbytes
+from ..model.sizes import activation_nbytes, forward_nbytes
 from ..model.params import total_params
 from ..training.train import LOSS_ROWS
 

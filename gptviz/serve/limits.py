@@ -26,8 +26,8 @@ GPTVIZ_TRAINING_TOKENS    tokens one training run may train on, steps x batch x 
 GPTVIZ_TRAINING_SECONDS   wall time one training run may take (default 1800)
 GPTVIZ_TRAINED_KEPT       trained models kept for the sessions that trained them (default 8; the oldest go first)
 GPTVIZ_MAX_LOAD_PARAMS    the most parameters a checkpoint's config.json may describe before anything is allocated
-                          (default 2,000,000,000; checkpoint.check_load_limits)
-GPTVIZ_MAX_LOAD_CTX       the longest context a checkpoint's config.json may ask for (default 8192)
+                          (default 2,000,000,000); read by the library, which loads (gptviz.model.load_limits)
+GPTVIZ_MAX_LOAD_CTX       the longest context a checkpoint's config.json may ask for (default 8192); the same
 GPTVIZ_MODEL_DIRS         folders, separated by os.pathsep, that the "folder or Hub id" field may load from besides
                           the bundled models and the Hugging Face cache (default none); each must be an absolute path
 GPTVIZ_INDEX_TOKENS       corpus tokens one neuron index built on request in the app may scan (default 200,000)
@@ -52,6 +52,8 @@ from __future__ import annotations
 import functools
 import os
 from dataclasses import dataclass, fields
+
+from ..model.load_limits import load_limits
 
 MiB = 2**20
 # GPT-2's longest token is 66 characters; a box meant for one token needs no more than this (with spaces around)
@@ -85,8 +87,6 @@ class ServerLimits:
     training_tokens: int = 20_000_000
     training_seconds: int = 1800
     trained_kept: int = 8
-    max_load_params: int = 2_000_000_000   # GPT-2 XL has 1,557,611,200
-    max_load_ctx: int = 8192
     model_dirs: tuple[str, ...] = ()
     index_tokens: int = 200_000
     index_mb: int = 1024
@@ -212,5 +212,7 @@ def cache_defaults(memory_mb: int, capture_mb: int | None, model_mb: int | None)
 
 @functools.lru_cache(maxsize=1)
 def server_limits() -> ServerLimits:
-    """The process's limits, read from the environment once."""
+    """The process's limits, read from the environment once. The load caps are read too, so that a malformed one
+    stops the server at start-up as its own limits do."""
+    load_limits()
     return ServerLimits.from_env()

@@ -22,6 +22,7 @@ import torch
 
 from ..model.generate import StepSummary, step_summary, stream
 from ..model.model import GPT
+from ..model.tokenizer import tokenizer_for
 
 
 # The generation thread releases the GIL inside every torch op and must take it back after each; while a page's
@@ -169,6 +170,7 @@ class LiveGeneration:
         check_pace(pace)
         records = stream(model, list(prompt_ids), attention=True, **settings)  # checks prompt and settings now
         self.prompt = tuple(int(i) for i in prompt_ids)
+        self.enc = tokenizer_for(model)  # the pages decode its text with the model's tokenizer, not the model held
         self.settings = dict(settings)
         self.owner = owner
         self.steps: list[StepSummary] = []

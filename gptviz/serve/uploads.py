@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import BinaryIO, Callable, NamedTuple
 
 from ..model.config import GPTConfig
-from ..model.weights import CHECKPOINT_SUFFIXES, CheckpointError, allowed_folder, check_file_bytes
+from ..model.weights import CHECKPOINT_SUFFIXES, CheckpointError, check_file_bytes
+from .model_access import allowed_folder
 from .limits import LimitError
 
 UPLOADS_KEPT = 32  # sessions holding an upload at once: the disk they take is at most this x GPTVIZ_UPLOAD_MB

@@ -18,7 +18,8 @@ class WorkStopped(LimitError):
 
 
 class WorkClock:
-    """`check()` between batches raises WorkStopped once `seconds` have passed or `alive()` turns false."""
+    """`check()` between batches raises WorkStopped once `seconds` have passed or `alive()` turns false (the
+    methods' Clock protocol, gptviz.methods.clock)."""
 
     def __init__(self, seconds: float, what: str, alive: Callable[[], bool] = lambda: True,
                  now: Callable[[], float] = time.monotonic):
@@ -38,11 +39,6 @@ class WorkClock:
             raise WorkStopped(f"{self.what} was stopped after {self.elapsed:.0f} s, past this server's limit of "
                               f"{self.seconds:.0f} s for one measurement (GPTVIZ_SWEEP_SECONDS): try shorter prompts "
                               "or a smaller model")
-
-
-def unbounded() -> WorkClock:
-    """A clock that never stops anything (scripts and notebooks run unbounded)."""
-    return WorkClock(float("inf"), "this measurement")
 
 
 def too_long(estimate_s: float, limit_s: float, what: str) -> str | None:

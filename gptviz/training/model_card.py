@@ -112,7 +112,7 @@ def _copy_verdict(training: dict, report: dict) -> str:
                 f"{report['best_induction_head']['score']:.3f} (loss {report['repeat_loss']:.2f}), short of the bar. "
                 "Rarer ids have embeddings too little trained for its matching to tell them apart.\n")
     return ("\nThe repeated-sequence windows did not grow an induction head in this run: its best score is at "
-            "the chance level's scale (`gptviz/models/README.md` has the probes).\n")
+            "the chance level's scale (`gptviz/bundled/README.md` has the probes).\n")
 
 
 def formation_card_section(folder: Path) -> str:
@@ -145,13 +145,13 @@ def model_card(name: str, meta: dict, report: dict, formation: str = "") -> str:
     stages = training_stages(training)
     init = stage_init(stages[0]) if stages else "gpt2"
     recipe_notes = ("\nPost-norm's warmup in the first stage is longer than its pre-norm twin's: with the short warmup "
-                   "post-norm stalls at the unigram loss (`gptviz/models/README.md`)."
+                   "post-norm stalls at the unigram loss (`gptviz/bundled/README.md`)."
                    if cfg["norm"] == "post" and init == "gpt2" else "")
     if init == "xavier":
         recipe_notes += ("\nThe first stage starts from Xavier-uniform matrices (`--init xavier`), not GPT-2's normal(0, "
                         "0.02): post-norm adds each sublayer's output to a residual its norms hold at unit scale, and at "
                         "GPT-2's init those outputs are a few percent of it; from that init the copy-only stage grew no "
-                        "induction head in 1,500 steps, from Xavier's it grew one within 500 (`gptviz/models/README.md`).")
+                        "induction head in 1,500 steps, from Xavier's it grew one within 500 (`gptviz/bundled/README.md`).")
     sep = " " if len(stages) == 1 else "\n\n"
     if len(stages) == 1:
         training_text = _stage_line(-1, settings, cfg["n_ctx"])
@@ -194,7 +194,7 @@ Final train loss {final.get('train_loss', float('nan')):.3f}.{_head_history(hist
 ## Reproduce
 ```
 {_train_commands(cfg, name, stages)}
-python -m gptviz check gptviz/models/{name} --update-card
+python -m gptviz check gptviz/bundled/{name} --update-card
 ```
 """
 
@@ -206,7 +206,7 @@ def _train_commands(cfg: dict, name: str, stages: list[dict]) -> str:
     n_ctx = f" --n-ctx {cfg['n_ctx']}" if preset is not None and preset.n_ctx != cfg["n_ctx"] else ""
     for i, stage in enumerate(stages):
         s = stage.get("settings", {})
-        out = f"gptviz/models/{name}" if i == len(stages) - 1 else f"/tmp/{name}-stage{i + 1}"
+        out = f"gptviz/bundled/{name}" if i == len(stages) - 1 else f"/tmp/{name}-stage{i + 1}"
         start = f" \\\n    --init-from /tmp/{name}-stage{i}" if i else ""
         if not i and stage_init(stage) != "gpt2":
             start = f" --init {stage['init']}"

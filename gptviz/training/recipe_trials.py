@@ -1,5 +1,5 @@
 """The twins trained alike, as tried: a twin retrained on the other twin's recipe, checked with `python -m gptviz
-check` and its check.json kept beside the bundled model (gptviz/models/README.md, "Trained alike"). Read here so the
+check` and its check.json kept beside the bundled model (gptviz/bundled/README.md, "Trained alike"). Read here so the
 Pre-norm vs post-norm page shows the trial's own numbers beside the bundled twins', not a sentence about them."""
 from __future__ import annotations
 

@@ -58,6 +58,7 @@ function build(root) {
   ui.tip = element("div", "gv-tip", plot);
   ui.zoombox = element("div", "gv-zoombox", plot);
   ui.hint = element("div", "gv-hint", root);
+  ui.cell = element("div", "gv-cell", root);
   ui.bar = element("canvas", "gv-bar", root);
   ui.plot = plot;
   return ui;
@@ -215,7 +216,16 @@ function drawHeatmap(s) {
   const nr = r1 - r0, nc = c1 - c0;
   ui.hint.textContent = s.zoomed
     ? `Zoomed: queries ${r0}-${r1 - 1}, keys ${c0}-${c1 - 1} of ${Q} x ${K}. Double-click to see all.`
+    : data.why ? "Drag over the map to zoom; click a cell to ask why the head attends there."
     : "Drag over the map to zoom; hover a cell for its weight.";
+  if (data.keys) {  // the keyboard shortcuts, listed where they act
+    const keys = element("span", "gv-keys", ui.hint);
+    keys.append(" Keys: ");
+    for (const [k, what] of [["[", ""], ["]", " layer, "], [",", ""], [".", " head"]]) {
+      element("kbd", "", keys).textContent = k;
+      keys.append(what);
+    }
+  }
   const width = Math.max(240, ui.plot.clientWidth || s.root.clientWidth || 600);
   const ctx0 = ui.canvas.getContext("2d");
   ctx0.font = FONT;
@@ -239,6 +249,12 @@ function drawHeatmap(s) {
   if (q >= r0 && q < r1) {
     const a = Math.max(data.row_start[q], c0), b = Math.min(data.row_end[q], c1);
     if (b > a) ctx.strokeRect(left + (a - c0) * cell, top + (q - r0) * cell, (b - a) * cell, cell);
+  }
+  const c = s.cell;
+  if (c && c.i >= r0 && c.i < r1 && c.j >= c0 && c.j < c1) {  // the cell clicked (its panel is under the map)
+    ctx.lineWidth = 2.5;
+    ctx.strokeRect(left + (c.j - c0) * cell, top + (c.i - r0) * cell, cell, cell);
+    ctx.lineWidth = 2;
   }
   if (data.divider > c0 && data.divider < c1) {  // where the prompt ends and the generated tokens begin
     const x = left + (data.divider - c0) * cell;
@@ -350,7 +366,7 @@ function endZoom(s, ev) {
   const a = s.drag, b = cellAt(s, ev), v = s.view;
   s.drag = null;
   s.ui.zoombox.style.display = "none";
-  if (Math.abs(a.x - b.x) < 6 && Math.abs(a.y - b.y) < 6) return;  // a click, not a drag
+  if (Math.abs(a.x - b.x) < 6 && Math.abs(a.y - b.y) < 6) { clickCell(s, a); return; }  // a click, not a drag
   const clamp = (x, lo, hi) => Math.max(lo, Math.min(hi, x));
   const r0 = clamp(Math.min(a.i, b.i), v.r0, v.r1 - 1), r1 = clamp(Math.max(a.i, b.i), v.r0, v.r1 - 1) + 1;
   const c0 = clamp(Math.min(a.j, b.j), v.c0, v.c1 - 1), c1 = clamp(Math.max(a.j, b.j), v.c0, v.c1 - 1) + 1;
@@ -359,9 +375,58 @@ function endZoom(s, ev) {
   drawHeatmap(s);
 }
 
+// A click on a cell: its details under the map, and (a single head, a cell the query can see) a button that asks
+// Python to open the QK decomposition of that score. A masked cell or the mean of the heads says why there is none.
+function clickCell(s, c) {
+  const { data, view } = s;
+  if (!data.why || c.i < view.r0 || c.i >= view.r1 || c.j < view.c0 || c.j >= view.c1) return;
+  s.cell = { i: c.i, j: c.j };
+  draw(s);
+}
+
+function drawCell(s) {
+  const { ui, data } = s, c = s.cell;
+  ui.cell.replaceChildren();
+  if (!c || !data.why || c.i >= data.Q || c.j >= data.K) return;
+  const at = data.row_positions[c.i], q = data.col_labels[at], k = data.col_labels[c.j];
+  const text = element("span", "", ui.cell);
+  if (c.j >= data.row_end[c.i]) {
+    text.textContent = `Query ${at} '${q}' cannot look at key ${c.j} '${k}': it comes later, and the causal mask ` +
+      "sets its weight to 0, so there is no score to explain. Click a cell on or below the diagonal.";
+    return;
+  }
+  const p = data.layers.indexOf(s.layer), k0 = slot(s, s.head);
+  const w = p >= 0 && k0 >= 0 ? s.weights[(p * data.heads.length + k0) * data.Q * data.K + c.i * data.K + c.j] / data.levels : null;
+  text.textContent = `'${q}' (query ${at}) → '${k}' (key ${c.j}): weight ${w === null ? "…" : w.toPrecision(3)}. `;
+  if (s.head === data.n_heads) {
+    element("span", "", ui.cell).textContent = "The mean of the heads has no single score: pick a head to ask why it attends here.";
+    return;
+  }
+  const b = element("button", "gv-why", ui.cell);
+  b.textContent = `Why does L${s.layer}H${s.head} attend here?`;
+  b.onclick = () => s.setStateValue("why", { layer: s.layer, head: s.head, query: at, key: c.j, at: Date.now() });
+}
+
 function draw(s) {
   drawPickers(s);
   drawHeatmap(s);
+  drawCell(s);
+}
+
+// Keyboard shortcuts ([ ] layer, , . head, the mean last) for the map that asked for them (data.keys): the last one
+// drawn. Never while the visitor types in a field, nor with a modifier (the browser's own shortcuts).
+function onKey(ev) {
+  const s = window.__gvKeyMap;
+  if (!s || !s.root.isConnected || !s.data || !s.data.keys) return;
+  if (ev.ctrlKey || ev.metaKey || ev.altKey || ev.defaultPrevented) return;
+  const t = ev.composedPath()[0];  // the element typed in, even inside a shadow root
+  if (t && t.nodeType === 1 && (t.isContentEditable || /^(INPUT|TEXTAREA|SELECT)$/.test(t.tagName) ||
+      t.closest('[role="combobox"], [role="textbox"], [contenteditable="true"]'))) return;
+  const n = s.data.n_layers, H = s.data.n_heads + 1;
+  const step = { "[": [-1, 0], "]": [1, 0], ",": [0, -1], ".": [0, 1] }[ev.key];
+  if (!step) return;
+  ev.preventDefault();
+  pick(s, (s.layer + step[0] + n) % n, (s.head + step[1] + H) % H);
 }
 
 function pick(s, layer, head) {
@@ -382,6 +447,7 @@ export default function (component) {
     s.thumbWeights = thumbs ? decode(thumbs) : null;
   }
   s.thumbRows = null;  // the pooled rows' extents, recomputed from these rows on first use
+  if (s.data !== undefined && s.data.col_labels.join("\u0000") !== data.col_labels.join("\u0000")) s.cell = null;
   const fromPython = `${data.layer}/${data.head}`;
   if (s.fromPython !== fromPython) {  // Python picked (its own pickers, or a table row): follow it
     s.fromPython = fromPython;
@@ -392,6 +458,14 @@ export default function (component) {
   s.maskedRgb = hexRgb(data.masked);
   s.outRgb = hexRgb(data.out_of_window);
   draw(s);
+  if (data.keys) {
+    window.__gvKeyMap = s;
+    if (window.__gvOnKey !== onKey) {  // one listener per page, this module's
+      if (window.__gvOnKey) document.removeEventListener("keydown", window.__gvOnKey);
+      window.__gvOnKey = onKey;
+      document.addEventListener("keydown", onKey);
+    }
+  }
   if (!s.observer) {
     s.width = root.clientWidth;
     s.observer = new ResizeObserver(() => {
@@ -404,7 +478,11 @@ export default function (component) {
     s.ui.canvas.addEventListener("mousemove", (ev) => showTip(s, ev));
     s.ui.canvas.addEventListener("mouseleave", () => { s.ui.tip.style.display = "none"; });
     s.ui.canvas.addEventListener("mousedown", (ev) => startZoom(s, ev));
-    s.ui.canvas.addEventListener("dblclick", () => { s.zoomed = false; drawHeatmap(s); });
+    // a double-click resets: the whole map, and no cell picked (its two clicks had picked one)
+    s.ui.canvas.addEventListener("dblclick", () => { s.zoomed = false; s.cell = null; draw(s); });
   }
-  return () => { if (s.observer) { s.observer.disconnect(); s.observer = null; } };
+  return () => {
+    if (s.observer) { s.observer.disconnect(); s.observer = null; }
+    if (window.__gvKeyMap === s) window.__gvKeyMap = null;
+  };
 }

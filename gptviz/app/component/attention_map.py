@@ -17,6 +17,7 @@ import plotly.colors as pcolors
 
 from ...figures.attention import HIGHLIGHT, OUT_OF_WINDOW_COLOR, SCALES
 from ...figures.common import ATTENTION_SCALE, MASKED_COLOR
+from ...figures.palette import sequential
 from . import registered
 
 LEVELS = 65535          # weights travel as uint16: w * LEVELS, rounded (a step of 1.5e-5)
@@ -94,7 +95,7 @@ def _encode(weights: np.ndarray, sent: list[int], n_layers: int, head_index: int
         "row_start": [int(v) for v in row_start], "row_end": [int(v) for v in row_end],
         "row_positions": [int(v) for v in row_positions], "row_names": list(row_names),
         "layer": int(layer), "head": head_index, "query": int(query), "scale": scale, "head_names": names,
-        "colors": colour_stops(), "masked": MASKED_COLOR, "out_of_window": OUT_OF_WINDOW_COLOR,
+        "colors": colour_stops(sequential(ATTENTION_SCALE)), "masked": MASKED_COLOR, "out_of_window": OUT_OF_WINDOW_COLOR,
         "highlight": HIGHLIGHT, "title_prefix": title_prefix, "title_suffix": title_suffix, "x_title": x_title,
         "y_title": y_title, "divider": int(divider), "height": int(height),
     }
@@ -177,9 +178,25 @@ def decode_thumbs(data: dict) -> np.ndarray | None:
     return raw.reshape(len(data["layers"]), data["n_heads"] + 1, t["Q"], t["K"])
 
 
-def attention_map(data: dict, *, key: str, on_pick):
+def cell_asked(value, n_layers: int, n_heads: int) -> tuple[int, int, int, int] | None:
+    """The (layer, head, query, key) of a "why does this head attend here?" click, or None when it is not one the
+    QK decomposition takes (a single head of the model; a key the query can see)."""
+    if not isinstance(value, dict):
+        return None
+    cell = [value.get(k) for k in ("layer", "head", "query", "key")]
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in cell):
+        return None
+    layer, head, query, key = cell
+    if 0 <= layer < n_layers and 0 <= head < n_heads and 0 <= key <= query:
+        return layer, head, query, key
+    return None
+
+
+def attention_map(data: dict, *, key: str, on_pick, on_why=None, keys: bool = False):
     """Mount the component. `on_pick(layer, head_index)` runs (as a Streamlit callback, before the rerun) when the
-    visitor picks another layer or head in it; head_index == n_heads is the mean."""
+    visitor picks another layer or head in it; head_index == n_heads is the mean. With `on_why`, a click on a cell
+    shows its details and a button that calls `on_why(layer, head, query, key)` (the prompt's map, not a
+    generation's); `keys`: [ ] and , . step the layer and head from the keyboard."""
     import streamlit as st  # here, not at the top: gptviz.notebook builds the same payload without Streamlit
 
     def picked():
@@ -187,5 +204,14 @@ def attention_map(data: dict, *, key: str, on_pick):
         if isinstance(value, dict) and isinstance(value.get("layer"), int) and isinstance(value.get("head"), int):
             on_pick(value["layer"], value["head"])
 
-    return registered(NAME, "gv-map", "attention_map")(data=data, key=key, default={"pick": None},
-                                                       on_pick_change=picked)
+    def asked():
+        cell = cell_asked((st.session_state.get(key) or {}).get("why"), data["n_layers"], data["n_heads"])
+        if cell is not None:
+            on_why(*cell)
+
+    data = dict(data, why=on_why is not None, keys=bool(keys))
+    default, why = {"pick": None}, {}
+    if on_why is not None:  # Streamlit refuses a default state with no callback: "why" only where a click can ask
+        default["why"], why["on_why_change"] = None, asked
+    return registered(NAME, "gv-map", "attention_map")(data=data, key=key, default=default, on_pick_change=picked,
+                                                       **why)

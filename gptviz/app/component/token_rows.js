@@ -27,7 +27,8 @@ function tokenSpan(data, row, i, parent) {
     const t = Math.max(0, v) / data.cmax;
     const [r, g, b] = colourAt(data.colors, t);
     span.style.background = `rgb(${r},${g},${b})`;
-    if (t > 0.6) span.style.color = "#fff";
+    // white text on a dark cell: by its lightness, since a colour-blind-safe scale (cividis) is light at its top
+    if (0.299 * r + 0.587 * g + 0.114 * b < 145) span.style.color = "#fff";
   }
   if (i === row.peak) {
     span.classList.add("gv-peak");

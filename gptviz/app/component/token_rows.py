@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 from ...figures.attention import HIGHLIGHT
-from ...figures.units import EXAMPLE_SCALE, ExampleRow, window
+from ...figures.palette import behind_text
+from ...figures.unit_page import EXAMPLE_SCALE, ExampleRow, window
 from . import registered
 from .attention_map import colour_stops
 
@@ -36,7 +37,7 @@ def payload(rows: list[ExampleRow], *, value_name: str, cmax: float) -> dict:
                     "values": [None if not np.isfinite(v) else round(float(v), 5) for v in values],
                     "peak": row.peak - start})
     return {"rows": out, "value_name": str(value_name), "cmax": float(cmax) if cmax > 0 else 1.0,
-            "colors": colour_stops(EXAMPLE_SCALE), "highlight": HIGHLIGHT}
+            "colors": colour_stops(behind_text(EXAMPLE_SCALE)), "highlight": HIGHLIGHT}
 
 
 def reserve_css(key: str, n_rows: int) -> str:

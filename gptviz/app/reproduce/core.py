@@ -6,14 +6,14 @@ import re
 
 import streamlit as st
 
-from ...model.tokenizer import encode
+from ...model.tokenizer import decode, encode, is_gpt2, tokenizer_for
 from .. import keys as K
 from ..models import ModelSpec
 
 MARK = "# gptviz: "  # a snippet's first line: "# gptviz: <the view>, reproduced"
 
 
-LIBRARY_NAMES = ("GPT", "PRESETS", "capture", "get_tokenizer", "load_pretrained")  # from gptviz, when a snippet uses them
+LIBRARY_NAMES = ("GPT", "PRESETS", "capture", "get_tokenizer", "load_pretrained", "tokenizer_for")  # from gptviz, when a snippet uses them
 
 
 def model_lines(spec: ModelSpec) -> str:
@@ -36,15 +36,30 @@ def model_lines(spec: ModelSpec) -> str:
     return line
 
 
-def prompt_lines(ids: tuple[int, ...] | list[int], text: str | None = None, name: str = "ids") -> str:
-    """`ids = ...` for the tokens a view read: from the prompt's text where encoding it gives them (its last ones when
-    the page kept only those), else the ids themselves."""
+def tokenizer_of(spec: ModelSpec | None):
+    """The tokenizer the model `spec` names reads (tokenizer_for): only a folder or upload can bring its own (GPT-1's
+    BPE), and its model is loaded (cached) by the page showing the snippet; GPT-2's for the rest, or no spec."""
+    if spec is None or spec.source not in (K.SOURCE_PRETRAINED, K.SOURCE_UPLOAD):
+        return None
+    from ..models import load_model
+    return tokenizer_for(load_model(spec))
+
+
+def tokenizer_call(spec: ModelSpec | None) -> str:
+    """How a snippet names the model's tokenizer: GPT-2's `get_tokenizer()`, else `tokenizer_for(model)`."""
+    return "get_tokenizer()" if is_gpt2(tokenizer_of(spec)) else "tokenizer_for(model)"
+
+
+def prompt_lines(ids: tuple[int, ...] | list[int], text: str | None = None, name: str = "ids",
+                 spec: ModelSpec | None = None) -> str:
+    """`ids = ...` for the tokens a view read: from the prompt's text where encoding it (in the tokenizer of the model
+    `spec` names) gives them (its last ones when the page kept only those), else the ids themselves."""
     ids = list(ids)
     if text is not None:
-        encoded = encode(text)
+        encoded = encode(text, tokenizer_of(spec))
         if encoded[len(encoded) - len(ids):] == ids and ids:
             cut = f"[-{len(ids)}:]" if len(encoded) > len(ids) else ""
-            return f"{name} = get_tokenizer().encode({text!r}){cut}"
+            return f"{name} = {tokenizer_call(spec)}.encode({text!r}){cut}"
     return f"{name} = {ids!r}"
 
 
@@ -81,7 +96,8 @@ def config_line(cfg) -> str:
     return f"config = {cfg!r}"
 
 
-def pieces_comment(*token_ids: int) -> str:
-    """Token ids as text for a comment: repr'd and on one line, so no text ends the comment."""
-    from ...model.tokenizer import decode
-    return ", ".join(repr(decode([t])) for t in token_ids).replace("\n", "\\n")
+def pieces_comment(*token_ids: int, spec: ModelSpec | None = None) -> str:
+    """Token ids as text (the tokenizer of the model `spec` names) for a comment: repr'd and on one line, so no text
+    ends the comment."""
+    enc = tokenizer_of(spec)
+    return ", ".join(repr(decode([t], enc)) for t in token_ids).replace("\n", "\\n")

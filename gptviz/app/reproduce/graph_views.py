@@ -15,8 +15,8 @@ def attribution_graph(spec: ModelSpec, ids, target: int, other: int, node_thresh
     influential nodes as the page's table shows them (influence, share of the metric, direct effect, and for the
     checked ones the ablation's predicted and actual change)."""
     return snippet(
-        "Why this token?, attribution graph", spec, prompt_lines(ids, text),
-        f"target, other = {target}, {other}           # {pieces_comment(target, other)}",
+        "Why this token?, attribution graph", spec, prompt_lines(ids, text, spec=spec),
+        f"target, other = {target}, {other}           # {pieces_comment(target, other, spec=spec)}",
         f"result = attribution_graph(model, ids, target, other, node_threshold={node_threshold!r}, "
         f"edge_threshold={edge_threshold!r}, max_nodes={max_nodes!r})",
         "p = result.pruning",
@@ -32,7 +32,7 @@ def qk(spec: ModelSpec, ids, layer: int, head: int, query: int, key: int, top: i
     """Why a head attends: the score of (layer, head, query, key) split into query-source x key-source terms; prints
     the score and its `top` largest terms."""
     return snippet(
-        "Why this token?, why a head attends", spec, prompt_lines(ids, text),
+        "Why this token?, why a head attends", spec, prompt_lines(ids, text, spec=spec),
         f"result = qk_decomposition(model, ids, layer={layer}, head={head}, query={query}, key={key})",
         "print(f'score {result.score:+.3f} = the sum of {result.terms.numel()} terms')",
         f"for query_side, key_side, term in result.top_terms({top}):",

@@ -72,7 +72,7 @@ def paper(settings: dict, depths, matrix: str, base: str) -> str:
     return "\n".join([
         f"{MARK}Pre-norm vs post-norm, the paper's setting, reproduced",
         "from gptviz import PRESETS",
-        "from gptviz.methods.xiong import ProbeSetting, check_claims, depth_scaling, measure_ffn_gradients",
+        "from gptviz.training.xiong import ProbeSetting, check_claims, depth_scaling, measure_ffn_gradients",
         "from gptviz.training.corpus import load_corpus",
         f"base, tokens = PRESETS[{base!r}], load_corpus()",
         f"settings = {{\n{lines},\n}}",

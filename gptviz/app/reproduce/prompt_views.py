@@ -15,7 +15,7 @@ def attention(spec: ModelSpec, ids, layer: int, head: int | None, text: str | No
     steps = ([f"    'inside the head': head_steps(model, one, {layer}, {head}, {query}),   # query {query}, step by step"]
              if head is not None else [])
     return snippet(
-        "the Attention page", spec, prompt_lines(ids, text),
+        "the Attention page", spec, prompt_lines(ids, text, spec=spec),
         "logits, cache = capture(model, [ids])",
         "one = ActivationCache({name: value[0] for name, value in cache.items()}, model.config.n_layers)  # no batch",
         "patterns = one.patterns()                          # [layers, heads, query, key]",
@@ -43,7 +43,7 @@ def next_token(spec: ModelSpec, ids, settings: dict, text: str | None) -> str:
     sampling settings (the top 20 as the bars show them)."""
     args = ", ".join(f"{k}={v!r}" for k, v in sorted(settings.items()) if k != "max_new_tokens")
     return snippet(
-        "the Generation page's next-token distribution", spec, prompt_lines(ids, text),
+        "the Generation page's next-token distribution", spec, prompt_lines(ids, text, spec=spec),
         f"step = step_summary(next(stream(model, ids, max_new_tokens=1, {args})))",
         "result = step.top                                  # [(token id, probability, ...)], most likely first",
         imports="from gptviz import stream\nfrom gptviz.methods import step_summary")
@@ -52,7 +52,7 @@ def next_token(spec: ModelSpec, ids, settings: dict, text: str | None) -> str:
 def overview(spec: ModelSpec, ids, position: int, text: str | None) -> str:
     """The whole model at a glance: the forward pass at one position, every number the diagram writes."""
     return snippet(
-        "the whole model at a glance", spec, prompt_lines(ids, text),
+        "the whole model at a glance", spec, prompt_lines(ids, text, spec=spec),
         "logits, cache = capture(model, [ids], overview_hook_names(model.config.n_layers, model.config.norm))",
         "one_prompt = {name: value[0] for name, value in cache.items()}   # drop the batch axis",
         f"result = forward_overview(model, one_prompt, logits[0], position={position}, ids=ids)",
@@ -64,7 +64,7 @@ def activations(spec: ModelSpec, ids, focus: int, top: int, text: str | None) ->
     """The Activations page: the residual stream's norms, the branches', the MLP's histograms and top neurons at the
     focus token, what each norm receives and the logit lens."""
     return snippet(
-        "the Activations page", spec, prompt_lines(ids, text),
+        "the Activations page", spec, prompt_lines(ids, text, spec=spec),
         "logits, batched = capture(model, [ids])",
         "cache = ActivationCache({name: value[0] for name, value in batched.items()}, model.config.n_layers)",
         "post = cache.stack('mlp.hook_post')                 # [layers, T, d_ff]",

@@ -3,6 +3,7 @@ built on the download's click, each within a reservation of the server's memory.
 from __future__ import annotations
 
 from ... import methods as analysis
+from ...model import sizes
 from ...serve import limits, memory
 from ...export import export_nbytes, prompt_capture_npz, prompt_capture_npz_nbytes
 from .. import models
@@ -14,7 +15,7 @@ def lens(spec: models.ModelSpec, ids: tuple[int, ...], names: tuple[str, ...]) -
     """The logit lens for a prompt (reuses the page's cached capture)."""
     _, cache = models.capture_cache(spec, ids, names)
     model = models.load_model(spec)
-    with memory.reserve(memory.lens_nbytes(model.config, len(ids)), f"the logit lens on {len(ids)} tokens"):
+    with memory.reserve(sizes.lens_nbytes(model.config, len(ids)), f"the logit lens on {len(ids)} tokens"):
         return analysis.logit_lens(model, cache)
 
 

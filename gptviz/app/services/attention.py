@@ -16,6 +16,7 @@ from ...methods.head_steps import (HeadSteps, attention_input_name, first_token_
 from ...model.hooks import ActivationCache
 from ...model.model import GPT
 from .. import models
+from ..display import head_or_mean
 
 CAPTURE_BYTES = 256 * 2**20  # most memory the cached weights of one prompt may take (layers x heads x T x T)
 # The detectors the page may open on, most telling first: a head is worth opening on when its score is at least
@@ -110,7 +111,7 @@ def value_weighted_shares(model: GPT, cache: ActivationCache, patterns: torch.Te
     """Kobayashi et al.'s weight x ‖value · W_O‖ as a share of each row [T, T], for one head or (None) their mean."""
     v = values_from_input(model, layer, cache[attention_input_name(layer, model.config.norm)])
     vw = value_weighted(model, layer, v, patterns[layer])  # [heads, T, T]
-    return row_shares(vw.mean(0) if head is None else vw[head])
+    return row_shares(head_or_mean(vw, head))
 
 
 def sinks(patterns_of_layer: torch.Tensor) -> tuple[torch.Tensor, float]:

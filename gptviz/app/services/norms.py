@@ -1,5 +1,5 @@
 """The Pre-norm vs post-norm page's computations: one set of random weights measured both ways, the paper's
-setting (gptviz.methods.xiong), the bundled twins' captures, matched heads, records and histories, and their sampling.
+setting (gptviz.training.xiong), the bundled twins' captures, matched heads, records and histories, and their sampling.
 Each reserves what it holds in flight (gptviz.serve.memory), keeps its result in the results cache, and returns plain
 data the page and its views (gptviz/app/views/norms_*.py) draw."""
 from __future__ import annotations
@@ -12,10 +12,12 @@ import numpy as np
 import torch
 
 from ... import PRESETS, GPTConfig, methods as analysis
+from ...model import sizes
 from ...serve import limits, memory
 from ...training import recipe_trials, training_log
 from ...model import weights
-from ...methods import wiring, xiong
+from ...methods import wiring
+from ...training import xiong
 from ...methods import bigram_baseline
 from ...training.evaluate import corpus_of, recipe_differences
 from ...training.evaluate import twins_caveat as caveat_of_records
@@ -170,7 +172,7 @@ def next_token_at(logits: torch.Tensor, pos: int, labels=token_labels) -> tuple[
 def generate_cached(spec: models.ModelSpec, ids: tuple[int, ...], new_tokens: int, temperature: float,
                     top_k: int | None, seed: int) -> list[int]:
     model = models.load_model(spec)
-    with memory.reserve(memory.sampling_nbytes(model.config, len(ids), new_tokens),
+    with memory.reserve(sizes.sampling_nbytes(model.config, len(ids), new_tokens),
                         f"a continuation of {new_tokens} tokens on {spec.name}"):
         return generate(model, list(ids), new_tokens, temperature, top_k, None, seed)
 

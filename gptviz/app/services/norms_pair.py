@@ -8,13 +8,13 @@ case) from its folder's vocab.json and merges.txt (gptviz.interop.hf_tokenizer).
 reads GPT-2's token ids, and the page says what that does to it."""
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from ...interop.hf_tokenizer import TOKENIZER_FILES, OpenAIGPTTokenizer
+from ...interop.hf_tokenizer import folder_tokenizer
 from ...model import weights
+from ...serve.model_access import allowed_source
 from ...model.tokenizer import decode, encode, token_labels
 from ...serve.limits import server_limits
 from .. import keys as K
@@ -81,7 +81,7 @@ def _on_disk(norm: str) -> tuple[str, Path] | None:
     for repo in HUB_IDS[norm]:
         if weights.hub_copy_on_disk(repo):
             try:
-                return repo, weights.allowed_source(repo, offline=True)
+                return repo, allowed_source(repo, offline=True)
             except (weights.CheckpointError, OSError):
                 continue
     return None
@@ -106,21 +106,13 @@ def hub_pair() -> Pair | None:
 
 
 def gpt1_codec(folder: str, vocab_size: int) -> Codec | None:
-    """GPT-1's own tokenizer from its folder, when its files are there and fit the model's vocabulary."""
+    """GPT-1's own tokenizer from its folder (parsed once per version of its files, the same object the loaded model
+    carries: gptviz.model.tokenizer.tokenizer_for), when its files are there and fit the model's vocabulary."""
     try:
-        stamp = tuple((Path(folder) / name).stat().st_mtime_ns for name in TOKENIZER_FILES)
-    except OSError:
+        tok = folder_tokenizer(folder)
+    except (ValueError, OSError):
         return None
-    return _gpt1_codec(folder, stamp, vocab_size)
-
-
-@functools.lru_cache(maxsize=2)  # one parsed vocabulary (about 10 MB of Python objects) per GPT-1 folder version
-def _gpt1_codec(folder: str, stamp: tuple, vocab_size: int) -> Codec | None:
-    try:
-        tok = OpenAIGPTTokenizer.from_folder(folder)
-    except ValueError:
-        return None
-    if tok.n_vocab != vocab_size:
+    if tok is None or tok.n_vocab != vocab_size:
         return None
     return Codec(tok.encode, tok.decode, tok.labels, "GPT-1's own BPE")
 

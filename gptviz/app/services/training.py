@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ... import PRESETS
+from ...model import sizes
 from ...serve import limits, memory
 from ...training import warmup
 from ...model.generate import generate
@@ -58,7 +59,7 @@ def server_limits() -> ServerLimits:
 def sample(job_id: str, name: str, ids: tuple[int, ...], _model) -> list[int]:
     """40 new tokens from a trained model (cached per run, model and prompt; `_model` is the run's `name` model),
     within a reservation of the server's memory."""
-    with memory.reserve(memory.sampling_nbytes(_model.config, len(ids), SAMPLE_TOKENS),
+    with memory.reserve(sizes.sampling_nbytes(_model.config, len(ids), SAMPLE_TOKENS),
                         f"a continuation of {SAMPLE_TOKENS} tokens on {job_id}"):
         return generate(_model, list(ids), SAMPLE_TOKENS, temperature=0.8, top_k=40, seed=0)
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import torch
 
 from ...methods import attribution, flow
+from ...model import sizes
 from ...serve import limits, memory
 from ...model.config import GPTConfig
 from ...model.generate import generate
@@ -34,41 +35,44 @@ class Ask:
     choices: list[int]    # the most probable tokens, offered as target and rival
     target: int
     other: int
+    enc: object = None    # the model's tokenizer (tokenizer_for): GPT-1's BPE for a GPT-1 folder, else GPT-2's
 
 
-def pieces(ids) -> list[str]:
-    return token_labels(list(ids))
+def pieces(ids, enc=None) -> list[str]:
+    """Tokens' labels in the model's tokenizer `enc` (default GPT-2's)."""
+    return token_labels(list(ids), enc)
 
 
 def first_difference(a: list[int], b: list[int]) -> int | None:
     return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None if len(a) == len(b) else min(len(a), len(b)))
 
 
-def piece_at(ids: list[int], i: int) -> str:
+def piece_at(ids: list[int], i: int, enc=None) -> str:
     """Token i of `ids` as text (token 0's text past the end: one continuation may be shorter)."""
-    return pieces(ids[i:i + 1] or [0])[0]
+    return pieces(ids[i:i + 1] or [0], enc)[0]
 
 
-def prompt_ids(text: str, cfg: GPTConfig) -> tuple[int, ...]:
-    """A typed prompt as the model's ids: past its vocabulary replaced, its context's last tokens kept."""
-    return tuple(fit_vocabulary(encode(text), cfg.vocab_size)[0][-cfg.n_ctx:])
+def prompt_ids(text: str, cfg: GPTConfig, enc=None) -> tuple[int, ...]:
+    """A typed prompt as the model's ids (in its tokenizer `enc`): past its vocabulary replaced, its context's last
+    tokens kept."""
+    return tuple(fit_vocabulary(encode(text, enc), cfg.vocab_size)[0][-cfg.n_ctx:])
 
 
-def corrupted_from(text: str, cfg: GPTConfig) -> tuple[str, str] | None:
+def corrupted_from(text: str, cfg: GPTConfig, enc=None) -> tuple[str, str] | None:
     """The sidebar's prompt with one token swapped, as the default corrupted prompt: the token after the last
     token's latest earlier copy (what an induction head would copy), else the first; None when no single-token
     swap keeps the length in tokens. Returns (corrupted text, what was swapped)."""
-    ids = list(prompt_ids(text, cfg))
+    ids = list(prompt_ids(text, cfg, enc))
     if len(ids) < 2:
         return None
     copies = [j for j in range(len(ids) - 2) if ids[j] == ids[-1]]
     at = copies[-1] + 1 if copies else 0
-    for swap in encode(" the") + encode(" and") + encode(" not"):
+    for swap in encode(" the", enc) + encode(" and", enc) + encode(" not", enc):
         if swap != ids[at] and swap < cfg.vocab_size:
             changed = ids[:at] + [swap] + ids[at + 1:]
-            corrupted = decode(changed)
-            if list(prompt_ids(corrupted, cfg)) == changed:
-                return corrupted, f"token {at}, {piece_at(ids, at)!r} -> {piece_at(changed, at)!r}"
+            corrupted = decode(changed, enc)
+            if list(prompt_ids(corrupted, cfg, enc)) == changed:
+                return corrupted, f"token {at}, {piece_at(ids, at, enc)!r} -> {piece_at(changed, at, enc)!r}"
     return None
 
 
@@ -78,7 +82,7 @@ def next_token(spec: models.ModelSpec, ids: tuple[int, ...], edit_heads: tuple[t
     """Next-token probabilities after `ids`, with the listed (layer, head) pairs ablated."""
     model = models.load_model(spec)
     edits = head_edits(spec, ids, edit_heads, mode)
-    with memory.reserve(memory.capture_work_nbytes(model.config, (), len(ids)),
+    with memory.reserve(sizes.capture_work_nbytes(model.config, (), len(ids)),
                         f"next-token probabilities for {len(ids)} tokens on {spec.name}"):
         logits, _ = run_with_edits(model, torch.tensor([ids]), edits)
         return torch.softmax(logits[0, -1].float(), -1)
@@ -114,7 +118,7 @@ def continuation(spec: models.ModelSpec, ids: tuple[int, ...], heads: tuple[tupl
                  n: int, temperature: float, seed: int) -> list[int]:
     model = models.load_model(spec)
     edits = head_edits(spec, ids, heads, mode)
-    with memory.reserve(memory.sampling_nbytes(model.config, len(ids), n),
+    with memory.reserve(sizes.sampling_nbytes(model.config, len(ids), n),
                         f"a continuation of {n} tokens on {spec.name}"):
         return generate(model, list(ids), n, temperature=temperature, seed=seed, edits=edits)[len(ids):]
 
@@ -124,7 +128,7 @@ def edited_pattern(spec: models.ModelSpec, ids: tuple[int, ...], heads: tuple[tu
                    layer: int) -> torch.Tensor:
     name, model = act_name("pattern", layer), models.load_model(spec)
     edits = head_edits(spec, ids, heads, mode)
-    with memory.reserve(memory.capture_work_nbytes(model.config, [name], len(ids)),
+    with memory.reserve(sizes.capture_work_nbytes(model.config, [name], len(ids)),
                         f"layer {layer}'s attention on {len(ids)} tokens of {spec.name}"):
         _, cache = run_with_edits(model, torch.tensor([ids]), edits, [name])
         return cache[name][0]
@@ -144,7 +148,7 @@ def patching(spec: models.ModelSpec, clean: tuple[int, ...], corrupted: tuple[in
 def block_rate(spec: models.ModelSpec, T: int) -> float:
     """Token-block passes a second on this server now (one timed batch; measured again every two minutes)."""
     model = models.load_model(spec)
-    with memory.reserve(memory.forward_nbytes(model.config, T, batch=4, patterns=False, all_logits=False),
+    with memory.reserve(sizes.forward_nbytes(model.config, T, batch=4, patterns=False, all_logits=False),
                         f"timing one block on {T} tokens of {spec.name}"):
         return attribution.block_pass_rate(model, T)
 

@@ -16,6 +16,7 @@ from ...methods.graph_contributors import Contributors, contributors_nbytes, nod
 from ...methods.graph_qk import QKDecomposition, check_cell, qk_decomposition
 from ...model.generate import generate
 from ...model.hooks import act_name
+from ...model import sizes
 from ...serve import limits, memory
 from ...serve.work_clock import WorkClock
 from .. import models
@@ -60,7 +61,7 @@ def node_check(spec: models.ModelSpec, ids: tuple[int, ...], node_id: str, targe
     model = models.load_model(spec)
     ref = parse_node(node_id, model.config, len(ids))
     names = [act_name(kind, l) for l in range(model.config.n_layers) for kind in ("resid_pre", "k", "v")]
-    with memory.reserve(2 * memory.capture_work_nbytes(model.config, names, len(ids)),
+    with memory.reserve(2 * sizes.capture_work_nbytes(model.config, names, len(ids)),
                         f"removing {node_id} from {len(ids)} tokens on {spec.name}"):
         base, actual = ablation_actuals(model, list(ids), [ref], target, other)
     return NodeCheck(base, actual[0])
@@ -73,7 +74,7 @@ def continuation_without(spec: models.ModelSpec, ids: tuple[int, ...], node_id: 
     model = models.load_model(spec)
     n = max(0, min(n, model.config.n_ctx - len(ids)))
     edits = [] if node_id is None else node_edits(model, parse_node(node_id, model.config, len(ids)))
-    with memory.reserve(memory.sampling_nbytes(model.config, len(ids), n),
+    with memory.reserve(sizes.sampling_nbytes(model.config, len(ids), n),
                         f"a continuation of {n} tokens on {spec.name}"):
         return generate(model, list(ids), n, temperature=0.0, edits=edits)[len(ids):]
 

@@ -17,10 +17,12 @@ from .. import live
 from .. import settings as S
 from ..component import attention_map as amap
 from ..component import query_bars as qbars
+from ..component import token_span as tspan
 from ..display import MEAN_HEAD, figure_download, head_name, md_text, show_figure
 from ..seen import Seen
 from ..services import attention as services
-from ..sidebar import keep_valid
+from ..sidebar import MAX_PROMPT_CHARS, encode_prompt, keep_valid
+from ..unit_nav import follow_from_fragment, go_to_why_attends
 
 MAX_CHIPS = 256           # longer prompts pick the query with a slider
 WEIGHT_BAR = "#9ecae1"    # the bars of the top keys' weights (a light blue of the attention scale)
@@ -65,20 +67,36 @@ def map_height(T: int) -> int:
 def head_map(seen: Seen, p: Pick, notes: list[list[str]] | None = None) -> None:
     """The picked head's heatmap, with the map's own layer and head pickers: the page's first view, alone in its
     column (what explains it sits beside it), so on a phone the controls follow it on the first screen. `notes`: a
-    line per head under the title (what it does on this prompt, beside chance), so a phone reads it with the map."""
+    line per head under the title (what it does on this prompt, beside chance), so a phone reads it with the map.
+    A click on a cell offers "why does this head attend here?" (the Why page's QK decomposition, in this session);
+    [ ] and , . step the layer and head."""
+    follow_from_fragment()  # that button's callback asked for the Why page: this fragment rerun goes there
     amap.attention_map(amap.payload(seen.patterns.numpy(), seen.labels, layer=p.layer, head=p.head, query=p.query,
                                     scale=p.scale, mean_head=MEAN_HEAD, head_names=[head_name(h) for h in seen.heads],
                                     height=map_height(seen.T), head_notes=notes),
-                       key=K.ATT_MAP, on_pick=picked_from_map(seen))
+                       key=K.ATT_MAP, on_pick=picked_from_map(seen), on_why=lambda *cell: why_here(seen, *cell),
+                       keys=True)
+
+
+def why_here(seen: Seen, layer: int, head: int, query: int, key: int) -> None:
+    """Open the Why page's QK panel on a map cell. That page reads the whole prompt (up to the context) where this
+    one may keep only its last tokens (keep_last): the same tokens sit `shift` places later there."""
+    whole = min(len(encode_prompt(str(state.get(K.PROMPT, ""))[:MAX_PROMPT_CHARS])), seen.cfg.n_ctx)
+    shift = max(0, whole - seen.T)
+    go_to_why_attends(layer, head, query + shift, key + shift)
 
 
 def about_the_map(seen: Seen, p: Pick) -> None:
     """How to read the map (on hover), and the map as a file."""
     labels, pat = seen.labels, seen.pattern(p.layer, p.head)
-    st.caption("Map: rows are the tokens looking (queries), columns the tokens they look at (keys).",
+    st.caption("Map: rows are the tokens looking (queries), columns the tokens they look at (keys). Click a cell "
+               "to ask why the head attends there.",
                help="Each row sums to 1. Grey cells are the causal mask, not zero weights: a token cannot look at "
                     "tokens after it. The outlined row is the chosen query token; hover a cell for its weight. "
-                    "Picking a layer or head in the map or here redraws it at once, and the views below follow.")
+                    "Picking a layer or head in the map or here redraws it at once, and the views below follow. "
+                    "Keys: [ and ] step the layer, comma and full stop the head (not while typing in a field). A "
+                    "clicked cell's button opens the Why page's split of that score into query-side and key-side "
+                    "sources.")
     figure_download(lambda: fa.attention_heatmap(pat.numpy(), labels, scale=p.scale, query=p.query,
                                                  title=f"Layer {p.layer}, {head_name(p.head)}",
                                                  height=map_height(seen.T)),
@@ -157,6 +175,9 @@ def lines_between_tokens(seen: Seen, p: Pick) -> None:
 
 def on_the_text(seen: Seen, p: Pick) -> None:
     mode = S.ATT_TEXT_MODE.radio(st, horizontal=True)
+    if mode.startswith("attention "):
+        span_on_the_text(seen, p, "from" if mode == "attention from a span" else "to")
+        return
     pat, labels = seen.pattern(p.layer, p.head), seen.labels
     where = f"Layer {p.layer}, {head_name(p.head)}"
     if mode == "where the query looks":
@@ -171,6 +192,29 @@ def on_the_text(seen: Seen, p: Pick) -> None:
                 key=K.ATT_TEXT_CHART)
     st.caption("The prompt set as text, each token coloured by its weight (CircuitsVis's idiom). Grey tokens come "
                "after the query, which cannot look at them. The outlined token is the query.")
+
+
+def keep_span(start: int, end: int) -> None:
+    state[K.ATT_SPAN] = (start, end)
+
+
+def span_on_the_text(seen: Seen, p: Pick, direction: str) -> None:
+    """Several tokens at once: drag across the prompt (or click, then shift-click) to pick a span; each token is
+    coloured by the weights summed from the span's queries (their rows) or onto its keys (their columns)."""
+    T, labels = seen.T, seen.labels
+    span = tspan.picked_span(list(state.get(K.ATT_SPAN) or ()), T) or (max(0, p.query - 2), p.query + 1)
+    start, end = span
+    data = tspan.payload(seen.pattern(p.layer, p.head).numpy(), labels, start=start, end=end, direction=direction)
+    tspan.token_span(data, key=K.ATT_SPAN_VIEW, on_span=keep_span)
+    n, words = end - start, ", ".join(f"'{labels[i]}'" for i in range(start, min(end, start + 6)))
+    top = sorted((i for i, v in enumerate(data["values"]) if v is not None), key=lambda i: -data["values"][i])[:3]
+    st.caption(md_text(
+        f"Layer {p.layer}, {head_name(p.head)}: tokens {start}-{end - 1} ({words}{', ...' if n > 6 else ''}), "
+        + (f"their {n} rows summed: where the span looks. " if direction == "from" else
+           f"their {n} columns summed: how much each token looks at the span. ")
+        + "Most: " + ", ".join(f"{i} '{labels[i]}' {data['values'][i]:.3f}" for i in top) + ". "
+        + "Drag across the tokens (or click one, then shift-click another) to pick the span; grey tokens "
+        + ("come after it, so it cannot look at them." if direction == "from" else "come before it and cannot look at it.")))
 
 
 def inside_the_head(seen: Seen, p: Pick) -> None:

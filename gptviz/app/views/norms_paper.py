@@ -1,5 +1,5 @@
 """The Pre-norm vs post-norm page's "The paper's setting" tab, drawn: Xiong et al.'s claims checked at their own
-setting (gptviz.methods.xiong through gptviz.app.services.norms). Layout only."""
+setting (gptviz.training.xiong through gptviz.app.services.norms). Layout only."""
 from __future__ import annotations
 
 import time
@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import streamlit as st
 
-from ...methods import xiong
+from ...training import xiong
 from ...figures import norms as fig_norms
 from .. import display, reproduce
 from .. import keys as K

@@ -37,7 +37,7 @@ def pick_twins(bundled: dict) -> Pair | None:
     pairs += [hub] if hub is not None else []
     if not pairs:
         st.info("The bundled pre-norm and post-norm models are not here yet (they are being trained and will "
-                "appear in gptviz/models/). Meanwhile, train a pair yourself on the Train page.")
+                "appear in gptviz/bundled/). Meanwhile, train a pair yourself on the Train page.")
         return None
     if len(pairs) == 1:
         return pairs[0]
@@ -82,7 +82,7 @@ def recipe_note(bundled: dict, names: dict[str, str]) -> None:
                 st.caption("The pre-norm twin retrained on post-norm's whole recipe (the same init, seeds, batches "
                            "and schedule), then checked with `python -m gptviz check` on the held-out plays, beside "
                            "the bundled twins' own checks." + other_way_round(bundled, names)
-                           + " gptviz/models/README.md (\"Trained alike\") has both runs' logs.")
+                           + " gptviz/bundled/README.md (\"Trained alike\") has both runs' logs.")
 
 
 def other_way_round(bundled: dict, names: dict[str, str]) -> str:
@@ -135,7 +135,7 @@ def training_summary(names: dict[str, str], histories: dict[str, dict]) -> None:
     if differ:
         st.caption("Trained with different " + ", ".join(
             f"{key} ({', '.join(f'{n}-norm {v}' for n, v in by_norm.items())})"
-            for key, by_norm in differ.items()) + "; gptviz/models/README.md says why.")
+            for key, by_norm in differ.items()) + "; gptviz/bundled/README.md says why.")
     vals = {n: services.val_losses(h) for n, h in histories.items()}
     if all(vals.values()):
         better = min(vals, key=lambda n: vals[n][-1])

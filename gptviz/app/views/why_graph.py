@@ -13,7 +13,7 @@ import streamlit as st
 from .. import display, reproduce, sidebar
 from .. import keys as K
 from .. import settings as S
-from ..models import ModelSpec
+from ..models import ModelSpec, load_model
 from ..services import why as why_services
 from ..services import why_graph as services
 from ..services.why import Ask, first_difference, piece_at, pieces
@@ -21,7 +21,7 @@ from ..unit_nav import go_to_unit, unit_pills
 from ...figures import graph as figs
 from ...figures.common import plotly_text
 from ...methods.graph_export import graph_json
-from ...model.tokenizer import decode
+from ...model.tokenizer import decode, tokenizer_for
 
 state = st.session_state
 AUTO_RUN_S = 5.0     # a graph estimated longer than this waits for a click
@@ -58,7 +58,7 @@ def graph_tab(ask: Ask) -> None:
             return
         key = K.per_item(K.WHY_GRAPH_FIG, state.get(K.WHY_GRAPH_CLICKS, 0))
         fig = figs.graph_figure(graph, ask.labels, n_layers=ask.cfg.n_layers,
-                                title=f"Why '{plotly_text(pieces([ask.target])[0])}' after "
+                                title=f"Why '{plotly_text(pieces([ask.target], ask.enc)[0])}' after "
                                       f"'{plotly_text(ask.labels[-1])}'")
         display.show_figure(fig, key=key, on_select=lambda: open_clicked(key), selection_mode="points")
     p = graph.pruning
@@ -74,7 +74,7 @@ def graph_tab(ask: Ask) -> None:
 
 
 def metric_name(ask: Ask) -> str:
-    t, o = pieces([ask.target, ask.other])
+    t, o = pieces([ask.target, ask.other], ask.enc)
     return f"logit('{t}') - logit('{o}')"
 
 
@@ -160,15 +160,15 @@ def regenerated(ask: Ask, node_id: str) -> None:
         return
     t1, t2 = st.columns(2)
     t1.markdown("**As the model writes it**")
-    t1.text(decode(plain))
+    t1.text(decode(plain, ask.enc))
     t2.markdown(f"**Without {node_id}**")
-    t2.text(decode(edited))
+    t2.text(decode(edited, ask.enc))
     split = first_difference(plain, edited)
     if split is None:
         st.success(f"The same {len(plain)} tokens without {node_id}.")
     else:
-        st.warning(f"The texts part at new token {split + 1}: “{display.md_text(piece_at(plain, split))}” as written, "
-                   f"“{display.md_text(piece_at(edited, split))}” without {node_id}.")
+        st.warning(f"The texts part at new token {split + 1}: “{display.md_text(piece_at(plain, split, ask.enc))}” as written, "
+                   f"“{display.md_text(piece_at(edited, split, ask.enc))}” without {node_id}.")
 
 
 def nodes_table(ask: Ask, graph) -> None:
@@ -231,15 +231,15 @@ def qk_panel(layer: int, head: int, query: int, key: int, *, spec: ModelSpec | N
     prompt unless given; `place` keeps its figure's key apart where several pages draw it."""
     if spec is None or ids is None:
         spec, model = sidebar.require_model()
-        ids = sidebar.require_prompt(model.config.n_ctx, model.config.vocab_size).ids
-    ids = tuple(ids)
+        ids = sidebar.require_prompt(model.config.n_ctx, model.config.vocab_size, tokenizer_for(model)).ids
+    ids, enc = tuple(ids), tokenizer_for(load_model(spec))
     try:
         qk = services.qk(spec, ids, layer, head, query, key)
         weight = float(services.pattern_row(spec, ids, layer, head, query)[key])
     except ValueError as err:  # a cell the model or prompt lacks, above the diagonal; LimitError
         st.warning(str(err))
         return
-    labels = pieces(ids)
+    labels = pieces(ids, enc)
     st.markdown(f"**{display.md_text(figs.qk_sentence(qk, labels[query], labels[key]))}**")
     st.caption(f"L{layer}H{head} puts {weight:.0%} of its attention from position {query} on position {key}. The "
                f"score before the softmax, {qk.score:+.3f}, is the sum of {qk.terms.numel()} terms "

@@ -52,11 +52,11 @@ PATCH_NOTE = ("Activation patching: run a corrupted prompt, copy in one piece of
               "information that separates the two prompts flows; it says nothing about inputs both share.")
 
 
-def patch_prompts(cfg: GPTConfig) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+def patch_prompts(cfg: GPTConfig, enc=None) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
     """The clean and corrupted prompts as ids; None (with the reason) when they cannot be compared."""
     example = S.WHY_EXAMPLE.selectbox(st)
     own = state.get(K.PROMPT, "")
-    swapped = services.corrupted_from(own, cfg) if example == OWN_PAIR else None
+    swapped = services.corrupted_from(own, cfg, enc) if example == OWN_PAIR else None
     clean_default, corrupted_default = PATCH_EXAMPLES.get(example, (own, swapped[0] if swapped else own))
     if swapped and state.get(K.per_item(K.WHY_CORRUPT, example), swapped[0]) == swapped[0]:
         st.caption(f"The sidebar's prompt, and the same with one token swapped ({display.md_text(swapped[1])}).")
@@ -65,7 +65,7 @@ def patch_prompts(cfg: GPTConfig) -> tuple[tuple[int, ...], tuple[int, ...]] | N
                                           text_limits.PAIR_CHARS, value=clean_default, height=120)
     corrupted_text = text_limits.checked_text(p2.text_area, "Corrupted prompt", K.per_item(K.WHY_CORRUPT, example),
                                               text_limits.PAIR_CHARS, value=corrupted_default, height=120)
-    clean_ids, corrupt_ids = services.prompt_ids(clean_text, cfg), services.prompt_ids(corrupted_text, cfg)
+    clean_ids, corrupt_ids = services.prompt_ids(clean_text, cfg, enc), services.prompt_ids(corrupted_text, cfg, enc)
     if not clean_ids or not corrupt_ids:
         st.info("Type both prompts.")
     elif len(clean_ids) != len(corrupt_ids):
@@ -79,7 +79,7 @@ def patch_prompts(cfg: GPTConfig) -> tuple[tuple[int, ...], tuple[int, ...]] | N
 
 
 def patching_tab(ask: services.Ask) -> None:
-    pair = patch_prompts(ask.cfg)
+    pair = patch_prompts(ask.cfg, ask.enc)
     if pair is None:
         return
     clean_ids, corrupt_ids = pair
@@ -88,7 +88,7 @@ def patching_tab(ask: services.Ask) -> None:
     rival = int(p_corrupt.argmax())
     if rival == goal:
         rival = int(p_clean.topk(2).indices[1])
-    st.caption(f"Metric: logit({display.md_text(pieces([goal])[0])}) - logit({display.md_text(pieces([rival])[0])}), "
+    st.caption(f"Metric: logit({display.md_text(pieces([goal], ask.enc)[0])}) - logit({display.md_text(pieces([rival], ask.enc)[0])}), "
                "the clean prompt's top prediction against the corrupted one's.")
     clock = timed_clock("Patching", patching_work(ask.cfg, clean_ids, corrupt_ids), len(clean_ids),
                         ask.spec, K.WHY_PATCH_CONFIRMED, (ask.spec, clean_ids, corrupt_ids), K.WHY_PATCH_RUN)
@@ -102,7 +102,7 @@ def patching_tab(ask: services.Ask) -> None:
         return
     took = f" Computed in {clock.elapsed:,.1f} s." if clock.checks else ""
     st.caption(f"Logit difference: clean {resid.clean:+.3f}, corrupted {resid.corrupted:+.3f}.{took}")
-    display.show_figure(figs.patching_heatmap(resid.scores, pieces(corrupt_ids),
+    display.show_figure(figs.patching_heatmap(resid.scores, pieces(corrupt_ids, ask.enc),
                                               title="Residual stream patched at one layer and position"),
                         key=K.WHY_PATCH_RESID)
     display.show_figure(figs.layer_head_grid(by_head.scores, title="One head's output patched (all positions)",

@@ -12,7 +12,7 @@ from typing import BinaryIO, Callable
 
 import torch
 
-from ...serve.limits import server_limits
+from ..load_limits import load_limits
 
 
 class CheckpointError(ValueError):
@@ -33,7 +33,7 @@ def read_pickle(path: Path):
         except RuntimeError as err:
             if "mmap" not in str(err):
                 raise
-        most = server_limits().max_load_params
+        most = load_limits().max_params
         if path.stat().st_size > 4 * most + (1 << 20):
             raise CheckpointError(f"{path.name} is in the old pickle format (not a torch.save zip) and larger than "
                                   f"{most:,} float32 parameters")

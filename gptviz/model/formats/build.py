@@ -1,10 +1,10 @@
-"""The two steps every file format ends with: admit the config the file describes (overrides, then the load limits,
-before a tensor is read), and build the model from a state dict in our names once its shapes match."""
+"""The last step every file format takes, once checkpoint.admit has passed its config (overrides, then the load
+limits, before a tensor is read): build the model from a state dict in our names once its shapes match."""
 from __future__ import annotations
 
 import torch
 
-from ..checkpoint import _load_state, check_load_limits, expected_shapes
+from ..checkpoint import _load_state, expected_shapes
 from ..config import ConfigError, GPTConfig
 from ..model import GPT
 from .base import CheckpointError, check_shapes
@@ -16,20 +16,6 @@ def make_config(what: str, **fields) -> GPTConfig:
         return GPTConfig(**fields)
     except (ConfigError, TypeError) as err:
         raise CheckpointError(f"{what}: {err}") from None
-
-
-def admit(config: GPTConfig, norm: str | None = None, n_head: int | None = None) -> GPTConfig:
-    """`config` with the LayerNorm placement overridden (`norm`), checked against the load limits. An `n_head` given
-    for a file that records its own must agree with it."""
-    if n_head is not None and n_head != config.n_heads:
-        raise CheckpointError(f"n_head={n_head!r} was given, but the checkpoint records {config.n_heads} heads")
-    if norm is not None:
-        try:
-            config = config.replace(norm=norm)
-        except ConfigError as err:
-            raise CheckpointError(f"norm override: {err}") from None
-    check_load_limits(config)
-    return config
 
 
 def build(config: GPTConfig, state: dict[str, torch.Tensor], what: str) -> GPT:

@@ -8,13 +8,13 @@ import os
 from pathlib import Path
 from typing import BinaryIO, NamedTuple
 
-from ..checkpoint import load_checkpoint, read_config, weights_nbytes
+from ..checkpoint import admit, load_checkpoint, read_config, weights_nbytes
 from ..config import GPTConfig
 from ..model import GPT
 from ..params import param_count
-from . import llmc, nanogpt, raschka
+from . import llmc, nanogpt, openai_gpt, raschka
 from .base import CheckpointError, read_pickle, read_pickle_meta
-from .build import admit, build
+from .build import build
 from .unsupported import SUPPORTED, unknown_layout, unsupported_keys
 
 # Looked for, in this order, in a folder without config.json (llm.c's files go by any name: every .bin is tried)
@@ -141,9 +141,14 @@ def load_path(path: str | os.PathLike, norm: str | None = None, n_head: int | No
     the LayerNorm placement; `n_head` is the head count for files that do not record it (Raschka's GPTModel)."""
     path, n_head = _resolve(Path(path)), _heads(Path(path), n_head)
     if path.is_dir():
+        config = read_config(path)[0]
         if n_head is not None:
-            admit(read_config(path)[0], None, n_head)
-        return load_checkpoint(path, norm)
+            admit(config, None, n_head)
+        tokenizer = openai_gpt.model_tokenizer(path, config)  # checked before any weight is read
+        model = load_checkpoint(path, norm)
+        if tokenizer is not None:
+            model.tokenizer = tokenizer  # every view reads the model's own ids (tokenizer_for)
+        return model
     config, state_of = _describe(path, n_head)
     config = admit(config, norm, n_head)
     return build(config, state_of(config), path.name)

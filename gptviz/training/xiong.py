@@ -23,8 +23,8 @@ import torch.nn.functional as F
 from ..model.config import GPTConfig
 from ..model.hooks import capturing
 from ..model.model import GPT
-from ..training.train import batches
-from .wiring import LEVEL_BAND, trend, twin_models
+from .train import batches
+from ..methods.wiring import LEVEL_BAND, trend, twin_models
 
 # The FFN matrices, named as in the paper: W^1 expands d -> 4d (c_fc), W^2 projects back (c_proj).
 MATRICES = {"W1": "mlp.c_fc.weight", "W2": "mlp.c_proj.weight"}

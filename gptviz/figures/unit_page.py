@@ -8,6 +8,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from .palette import behind_text
 from .attention import HIGHLIGHT
 from .common import apply_layout, escaped, plotly_text
 from .head_views import MONO
@@ -25,11 +26,13 @@ class ExampleRow(NamedTuple):
     hover: str  # what the row's hover adds (document, position, score), already plain text
 
 
-def example_rows(index, contexts, examples, *, by_attention: bool = False, ranked: bool = True) -> list[ExampleRow]:
+def example_rows(index, contexts, examples, *, by_attention: bool = False, ranked: bool = True,
+                 enc=None) -> list[ExampleRow]:
     """A unit's top examples (gptviz.index's top_examples and example_contexts) as rows: named by rank, peak value,
     play (marked when held out) and, for a head, the token its peak attends to most ("→ X n back (weight)", "↻"
     when that follows an earlier copy of the peak token: induction). `by_attention`: a head's rows coloured by
-    where the peak looks instead of by its output norm. `ranked`: False for a band's examples (no rank)."""
+    where the peak looks instead of by its output norm. `ranked`: False for a band's examples (no rank). `enc`: the
+    index's tokenizer, its model's (tokenizer_for; default GPT-2's)."""
     from ..index.read import attended
     from ..model.tokenizer import token_labels
     rows = []
@@ -42,12 +45,12 @@ def example_rows(index, contexts, examples, *, by_attention: bool = False, ranke
                  f"{'score' if e.unit.kind == 'head' else 'activation'} at the peak {e.value:.4f}")
         looks = attended(c)
         if looks is not None:  # a head: where its peak looks, so a previous-token or induction head shows at a glance
-            label = token_labels([looks.token])[0]
+            label = token_labels([looks.token], enc)[0]
             name += f"  → {label} {looks.back} back ({looks.weight:.2f})"
             if looks.after_copy:
                 name += " ↻"
                 hover += f"; it attends to {label}, the token after an earlier copy of the peak token (induction)"
-        rows.append(ExampleRow(token_labels(c.ids), values, c.peak, name, hover))
+        rows.append(ExampleRow(token_labels(c.ids, enc), values, c.peak, name, hover))
     return rows
 
 
@@ -118,7 +121,7 @@ def examples_text(rows: list[ExampleRow], *, value_name: str, cmax: float, title
     fig.update_xaxes(visible=False, range=[-LEFT_CHARS - 0.5, RIGHT_CHARS + 0.5], fixedrange=True)
     fig.update_yaxes(range=[n - 0.5, -0.5], fixedrange=True, tickmode="array", tickvals=list(range(len(rows))),
                      ticktext=[plotly_text(row.name) for row in rows], tickfont=dict(size=11))
-    axis = dict(colorscale=EXAMPLE_SCALE, cmin=0.0, cmax=float(cmax),
+    axis = dict(colorscale=behind_text(EXAMPLE_SCALE), cmin=0.0, cmax=float(cmax),
                 colorbar=dict(title=dict(text=plotly_text(value_name), side="top"), orientation="h", x=1,
                               xanchor="right", y=1.0, yanchor="bottom", len=0.35, thickness=10))
     return apply_layout(fig, title=title, height=int(70 + 26 * n + (40 if title else 0)), coloraxis=axis,

@@ -7,9 +7,11 @@ from __future__ import annotations
 import numpy as np
 
 from ... import index as ix
+from ...model import sizes
 from ...serve import limits, memory
 from ...serve.limits import TOKEN_BOX_CHARS  # noqa: F401 (the page's one-token boxes read it here)
 from ...model.model import GPT
+from ...model.tokenizer import tokenizer_for
 from .. import models
 from .. import unit_index as ui
 from . import cached
@@ -31,7 +33,7 @@ def units_here(spec: models.ModelSpec, ids: tuple[int, ...], pos: int) -> list[i
 
 def direct_effect(model: GPT, unit: ix.Unit, source: int | None = None) -> ix.DirectEffect:
     """The unit's direct effect on the logits, its memory reserved first (LimitError when there is no room)."""
-    with memory.reserve(memory.direct_effect_nbytes(model.config), f"the direct effect of {unit}"):
+    with memory.reserve(sizes.direct_effect_nbytes(model.config), f"the direct effect of {unit}"):
         if unit.kind == "neuron":
             return ix.direct_effect(model, unit.layer, unit.index)
         return ix.head_direct_effect(model, unit.layer, unit.index, source)
@@ -61,7 +63,7 @@ def unit_dashboard(spec: models.ModelSpec, loaded: ui.Loaded, unit: ix.Unit, sou
     model = models.load_model(spec)
     top, bands = ui.contexts(spec, loaded, unit), ui.band_contexts(spec, loaded, unit)
     effect = direct_effect(model, unit, source)
-    features = [dashboard.feature(loaded.index, unit, top, bands, effect, source)]
+    features = [dashboard.feature(loaded.index, unit, top, bands, effect, source, tokenizer_for(model))]
     return dashboard.batch(loaded.index, features, unit.layer, unit.kind)
 
 
@@ -73,4 +75,5 @@ def unit_json(spec: models.ModelSpec, loaded: ui.Loaded, unit: ix.Unit, source: 
 def unit_html(spec: models.ModelSpec, loaded: ui.Loaded, unit: ix.Unit, source: int | None) -> bytes:
     """The same page as one HTML file that opens offline, drawn from that JSON (gptviz.notebook.unit_page)."""
     from ...notebook.unit_page import dashboard_html
-    return dashboard_html(unit_dashboard(spec, loaded, unit, source)).encode()
+    enc = tokenizer_for(models.load_model(spec))  # the ids' labels in the model's own tokenizer
+    return dashboard_html(unit_dashboard(spec, loaded, unit, source), enc=enc).encode()

@@ -1,5 +1,5 @@
-"""Files the app writes appear whole or not at all: a crash, a full disk or a killed server mid-write leaves the
-previous version (or nothing), never a torn file that breaks a page for good.
+"""Files gptviz writes (neuron indexes, their shards and merges) appear whole or not at all: a crash, a full disk
+or a killed server mid-write leaves the previous version (or nothing), never a torn file that breaks a page for good.
 
 Each write goes to a temporary name in the same folder (so the final rename never crosses a file system), is
 flushed and fsync'ed, then os.replace'd over the target, which POSIX and Windows make atomic; the folder is

@@ -1,7 +1,7 @@
 """One neuron or head over a corpus, as the app's unit page draws it: a summary line (with the exact share of tokens
 where a neuron is active), its top examples as rows of tokens coloured by its value (the app's token_rows.js; a
 head's rows name the token its peak attends to), the histogram of its values with its quantiles, and the tokens its
-output promotes and suppresses (gptviz.figures.units, the page's own figure factories).
+output promotes and suppresses (gptviz.figures.unit_page, the page's own figure factories).
 
     from gptviz import load_pretrained
     from gptviz.notebook import unit
@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .. import index as ix
-from ..figures import units as fu
+from ..figures import unit_page as fu
 
 # the unit page's context around each peak (gptviz.app.unit_index.EXAMPLES_BEFORE / EXAMPLES_AFTER: that module
 # imports Streamlit, so the two numbers are repeated here; tests/test_notebook_units.py checks they agree)
@@ -35,9 +35,9 @@ def find_index(index, model) -> ix.NeuronIndex:
     else:
         raise TypeError("index must be a NeuronIndex, an index folder or a bundled model's name, "
                         f"not {type(index).__name__}")
-    if not ix.index_matches(found, model):
-        raise ValueError("this index was built from other weights than this model's (their fingerprints differ): "
-                         "its top examples would not be this model's")
+    why = ix.index_mismatch(found, model, weights=True)  # other weights, or its ids in another tokenizer
+    if why:
+        raise ValueError(why)
     return found
 
 
@@ -59,22 +59,23 @@ class UnitData:
     def __init__(self, model, unit, index, *, docs=None, k: int | None = None, colour: str = "value",
                  effect: bool = True, log: bool = True, before: int = EXAMPLES_BEFORE, after: int = EXAMPLES_AFTER):
         from ..app.component.token_rows import payload
-        from ..model.tokenizer import token_labels
+        from ..model.tokenizer import token_labels, tokenizer_for
         if colour not in COLOURS:
             raise ValueError(f"colour must be one of {', '.join(COLOURS)}, got {colour!r}")
         self.index = find_index(index, model)
         self.unit = u = self.index.unit(unit)
         if colour == "attention" and u.kind != "head":
             raise ValueError("colour='attention' is for a head (where its peak token looks); a neuron has its value")
-        self.summary = ix.summary(self.index, u)
+        enc = tokenizer_for(model)  # the index's ids are the model's tokenizer's (find_index checked)
+        self.summary = ix.summary(self.index, u, enc)
         self.distribution = distribution_line(self.index, u)
         self.examples = ix.top_examples(self.index, u, k)
-        docs = ix.index_documents(self.index) if docs is None else docs
+        docs = ix.index_documents(self.index, enc=enc) if docs is None else docs
         self.contexts = ix.example_contexts(self.index, docs, self.examples, model=model, before=before, after=after)
         by_attention = colour == "attention"
         self.value_name = "attention" if by_attention else ("activation" if u.kind == "neuron" else "output norm")
         cmax = 1.0 if by_attention else max((e.value for e in self.examples), default=1.0)
-        self.rows = fu.example_rows(self.index, self.contexts, self.examples, by_attention=by_attention)
+        self.rows = fu.example_rows(self.index, self.contexts, self.examples, by_attention=by_attention, enc=enc)
         self.payload = payload(self.rows, value_name=self.value_name, cmax=cmax)
         edges, counts = ix.histogram(self.index, u)
         self.histogram = fu.unit_histogram(edges, counts, ix.quantiles(self.index, u), log=log,
@@ -89,9 +90,9 @@ class UnitData:
                 looks = ix.attended(self.contexts[0]) if self.contexts else None
                 source = looks.token if looks is not None else 0
                 found = ix.head_direct_effect(model, u.layer, u.index, source)
-                self.effect_line = (f"Direct effect on the logits: what attending to {token_labels([source])[0]} "
+                self.effect_line = (f"Direct effect on the logits: what attending to {token_labels([source], enc)[0]} "
                                     "writes, through the final norm and the unembedding.")
-            labels = lambda items: [(token_labels([t])[0], v) for t, v in items]  # noqa: E731
+            labels = lambda items: [(token_labels([t], enc)[0], v) for t, v in items]  # noqa: E731
             self.effect = fu.direct_effect_bars(labels(found.promoted), labels(found.suppressed))
 
 

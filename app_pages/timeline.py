@@ -19,7 +19,7 @@ from gptviz.app.display import show_figure
 from gptviz.app.unit_nav import unit_pills
 from gptviz.figures import timeline as ft
 from gptviz.training.snapshots import FORMED_THRESHOLD, Snapshots, formed_step
-from gptviz.serve.training_jobs import FAILED, GROWTH, Job, induction_growth_spec
+from gptviz.serve.training_jobs import FAILED, FORMED_HOLD, GROWTH, Job, growth_wirings, induction_growth_spec
 from gptviz.model.unit_id import head_id
 
 TWINS = {"pre-norm": "shakespeare-pre", "post-norm": "shakespeare-post"}
@@ -143,8 +143,7 @@ def about(found: dict[str, Snapshots]) -> None:
 # ---- grow one yourself ----------------------------------------------------------------------------------------
 
 def start_growth() -> None:
-    wiring = state[K.TL_GROW_WIRING]
-    spec = induction_growth_spec(("pre", "post") if wiring == "both" else (wiring,), seed=int(state[K.TL_GROW_SEED]))
+    spec = induction_growth_spec(growth_wirings(state[K.TL_GROW_WIRING]), seed=int(state[K.TL_GROW_SEED]))
     owner = jobs.session_id()
     try:
         job = jobs.training_registry().start(spec, owner=owner, alive=lambda: jobs.session_alive(owner),
@@ -181,6 +180,9 @@ def growth_view(job: Job) -> None:
     best = {w: formed_step(s, "induction", THRESHOLD) for w, s in found.items()}
     reached = "; ".join(f"{w}: " + (f"{head_id(b[1], b[2])} formed at step {b[0]}" if b else
                                     "none formed yet") for w, b in best.items())
+    if job.stop_reason == "formed":
+        reached += (f". Every induction score held {GROWTH['stop_when_formed']:g} for {FORMED_HOLD} snapshots in a row, "
+                    f"so the run stopped at step {snap.steps_done} of at most {snap.total_steps}")
     st.caption(reached)
     heads_row(found, "induction", 0, step, key=K.TL_GROW_HEADS)
     left, right = st.columns(2)
@@ -190,9 +192,16 @@ def growth_view(job: Job) -> None:
         show_figure(ft.loss_curves(found, step), key=K.TL_GROW_LOSS)
 
 
+def stop_rule() -> str:
+    bar = GROWTH["stop_when_formed"]
+    return (f"It stops as soon as the head has formed: once the best head's induction score has held {bar:g} (the "
+            f"bar on the curves; each head's line gives its chance level) for {FORMED_HOLD} snapshots in a row, or at step "
+            f"{GROWTH['steps']}." if bar else f"It runs {GROWTH['steps']} steps.")
+
+
 def grow_tab() -> None:
     st.caption(f"Train a {GROWTH['layers']}-layer model on repeated random sequences right here and watch its "
-               "induction head form.", help="Every window is a random sequence of the 2,000 most frequent ids of "
+               f"induction head form. {stop_rule()}", help="Every window is a random sequence of the 2,000 most frequent ids of "
                "Tiny Shakespeare followed by its exact repeats: only copying predicts the second half. "
                f"d_model {GROWTH['d_model']}, {GROWTH['heads']} heads, windows of {GROWTH['block']}, batch "
                f"{GROWTH['batch']}, lr {GROWTH['lr']:g} after {GROWTH['warmup']} warmup steps, at most "

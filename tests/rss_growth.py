@@ -1,9 +1,9 @@
 """Run in a fresh subprocess: the growth of this process's resident memory (its peak, VmHWM, against VmRSS just
 before) while one call runs. tracemalloc sees none of torch's memory and torch's profiler none of what the process
-holds beside the tensors; the server's budget is about resident memory, so that is what is measured here.
+holds beside the tensors; the server's budget is about resident memory, so that is what is measured here. (The Heads
+forming page's Grow run is measured as the server runs it by benchmarks/bench_grow_induction.py, peak_growth.)
 
     python tests/rss_growth.py wiring gpt2-small 4 768 128     -> prints the growth in bytes
-    python tests/rss_growth.py grow <json of gptviz.serve.training_jobs.GrowSettings fields>
     python tests/rss_growth.py page_capture gpt2-small 384
 """
 from __future__ import annotations
@@ -34,20 +34,6 @@ def wiring_call(preset: str, depth: str, width: str, T: str):
     return lambda: wiring.compare_wirings(config, ids)
 
 
-def grow_call(wirings: str, steps: str):
-    """The Heads forming page's "Grow one yourself" run (training_jobs.induction_growth_spec), `steps` steps."""
-    from gptviz.serve.training_jobs import Job, corpus_tokens, induction_growth_spec
-    tokens = corpus_tokens()
-    Job("warm", induction_growth_spec(("pre",), steps=2, layers=1, d_model=8, heads=2, batch=2, block=16)).run(tokens)
-    spec = induction_growth_spec(tuple(wirings.split(",")), steps=int(steps))
-
-    def run():
-        job = Job("grow", spec)
-        job.run(tokens)
-        assert job.status == "done", job.error
-    return run
-
-
 def page_capture_call(preset: str, T: str):
     """The Attention page's capture (gptviz.app.models.get_capture: the capture, the finiteness check, the patterns
     in one block) on a preset's random weights; the model is loaded and a short capture run first."""
@@ -65,7 +51,7 @@ def page_capture_call(preset: str, T: str):
     return lambda: models.get_capture(spec, ids, names)
 
 
-CALLS = {"wiring": wiring_call, "grow": grow_call, "page_capture": page_capture_call}
+CALLS = {"wiring": wiring_call, "page_capture": page_capture_call}
 
 
 def main(kind: str, *args: str) -> None:

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from gptviz import GPTConfig
-from gptviz.training.train import TrainSettings, format_eta
+from gptviz.training.train import TrainSettings
 from gptviz.serve.training_jobs import DONE, FAILED, STOPPED, JobLimitError, JobRegistry, JobSpec
 from gptviz.model.weights import load_checkpoint
 
@@ -210,13 +210,3 @@ def test_a_finished_jobs_models_are_offered_to_its_owner_before_anyone_sees_it_f
     assert sorted(store.of("alice")) == expected and len(expected) == 2
     assert all(store.get(run) is job.models[run.split()[1].split("-")[0]] for run in expected)
     assert store.of("bob") == []
-
-
-def test_a_runs_progress_line_gives_the_time_left_from_its_pace():
-    from gptviz.serve.training_jobs import JobSnapshot
-    running = JobSnapshot("j", "running", {}, 120, 800, 45.0, format_eta(120, 800, 45.0), None, False)
-    assert running.progress_text == "Running: step 120 of 800, 45 s, about 4m15s left"  # 45 s / 120 steps x 680
-    starting = JobSnapshot("j", "running", {}, 0, 800, 2.0, format_eta(0, 800, 2.0), None, False)
-    assert starting.progress_text == "Running: step 0 of 800, 2 s"  # no pace yet: no guess
-    done = JobSnapshot("j", "done", {}, 800, 800, 300.0, "0m00s", None, False)
-    assert done.progress_text == "Done: step 800 of 800, 300 s"

@@ -27,14 +27,21 @@ from pathlib import Path
 import torch
 
 from ..model.config import GPTConfig
+from . import allocator
 from .memory import Reservation
 from ..model.model import GPT
-from ..training.train import StepLog, TrainResult, TrainSettings, format_eta, load_corpus, train_models, write_history
+from ..training.train import StepLog, TrainResult, TrainSettings, load_corpus, train_models, write_history
 from ..model.weights import save_checkpoint
 
 QUEUED, LOADING, RUNNING, DONE, STOPPED, FAILED = "queued", "loading", "running", "done", "stopped", "failed"
 FINISHED = (DONE, STOPPED, FAILED)
 ALIVE_CHECK_S = 5.0  # how often a run asks whether the session that started it is still there
+# The time left comes from the pace of the last PACE_WINDOW steps, never from step 1: step 1 carries one-off work (the
+# trainer's first validation, the first snapshot, torch's warm-up: 9 s of a Grow run whose steps take 0.5 s), and the
+# whole run's average made the page promise 61 minutes, then 23, for a run that took 5.5 (issue 60). A recent window
+# also follows a machine whose load changes; five snapshot intervals of the Grow run, so each window holds as many.
+PACE_WINDOW = 50
+FORMED_HOLD = 3  # snapshots in a row an induction score must hold its bar before a stop_when_formed run ends
 
 
 class JobLimitError(RuntimeError):
@@ -54,6 +61,9 @@ class JobSpec:
     init: str = "gpt2"
     label: str = ""                    # a short description for people
     snapshot_every: int = 0            # record heads every K steps while training (gptviz.training.snapshots; 0 = none)
+    # end the run (done, not stopped) once every model's best induction score on the snapshots has held this bar for
+    # FORMED_HOLD snapshots in a row (0: run every step); needs snapshot_every
+    stop_when_formed: float = 0.0
 
     def __post_init__(self):
         if not self.configs:
@@ -64,6 +74,8 @@ class JobSpec:
         for name, cfg in self.configs.items():
             if block is not None and block > cfg.n_ctx:
                 raise ValueError(f"block size {block} is longer than {name}'s context of {cfg.n_ctx} positions")
+        if self.stop_when_formed and not self.snapshot_every:
+            raise ValueError("stop_when_formed reads the snapshots: it needs snapshot_every")
 
 
 @dataclass
@@ -78,6 +90,8 @@ class JobSnapshot:
     eta: str
     error: str | None
     stop_requested: bool
+    remaining_s: float | None = None  # seconds left at the recent pace (seconds_left); None before there is one
+    may_end_sooner: bool = False      # the run ends early once its head has formed (JobSpec.stop_when_formed)
 
     @property
     def finished(self) -> bool:
@@ -89,9 +103,30 @@ class JobSnapshot:
 
     @property
     def progress_text(self) -> str:
-        """"Running: step 120 of 800, 45 s, about 4m15s left" (the time left from the pace so far, once there is one)."""
+        """"Running: step 120 of 800, 45 s, about 4m15s left" (the time left at the recent pace, once there is one;
+        "at most" where the run may end sooner)."""
         text = f"{self.status.capitalize()}: step {self.steps_done} of {self.total_steps}, {self.elapsed_s:.0f} s"
-        return text + (f", about {self.eta} left" if self.status == RUNNING and self.steps_done else "")
+        if self.status != RUNNING or self.remaining_s is None:
+            return text
+        return text + f", {'at most ' if self.may_end_sooner else ''}about {self.eta} left"
+
+
+def clock(seconds: float) -> str:
+    """4m15s."""
+    seconds = max(0, int(round(seconds)))
+    return f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+def seconds_left(ends: list[float], total: int, now: float) -> float | None:
+    """Seconds until step `total`, from `ends` (the clock when each finished step ended): the mean pace of the last
+    PACE_WINDOW steps after step 1 (see PACE_WINDOW), less the part of the step in progress already spent (at most one
+    step's worth, so a stall does not count the time down). None until two steps have ended."""
+    done = len(ends)
+    if done < 2:
+        return None
+    first = max(0, done - 1 - PACE_WINDOW)
+    pace = (ends[-1] - ends[first]) / (done - 1 - first)
+    return max(0.0, pace * (total - done) - min(max(0.0, now - ends[-1]), pace))
 
 
 @dataclass
@@ -110,11 +145,12 @@ class Job:
     _stop: threading.Event = field(default_factory=threading.Event, repr=False)
     _thread: threading.Thread | None = field(default=None, repr=False)
     _zips: dict[str, bytes] = field(default_factory=dict, repr=False)
+    _ends: list[float] = field(default_factory=list, repr=False)  # the clock when each step of every model had ended
     owner: str | None = None               # the browser session that started it
     address: str = ""                      # the client address of that session (per-address fairness)
     max_seconds: float | None = None       # wall-time budget of the training loop
     alive: Callable[[], bool] | None = field(default=None, repr=False)  # is the owner still connected?
-    stop_reason: str | None = None         # why the run ended early, for people ("stopped", "time", "left")
+    stop_reason: str | None = None         # why the run ended early ("stopped", "time", "left", "formed")
     _checked_alive: float = field(default=0.0, repr=False)
     reservation: Reservation | None = field(default=None, repr=False)  # its memory, released when it ends
     snapshots: dict = field(default_factory=dict)  # run name -> gptviz.training.snapshots.Snapshots, read while it trains
@@ -134,7 +170,9 @@ class Job:
         at most every ALIVE_CHECK_S seconds)."""
         if self._stop.is_set():
             return True
-        if self.max_seconds is not None and self.started_s is not None \
+        if self._formed():
+            self.request_stop("formed")
+        elif self.max_seconds is not None and self.started_s is not None \
                 and time.perf_counter() - self.started_s > self.max_seconds:
             self.request_stop("time")
         elif self.alive is not None and time.monotonic() - self._checked_alive > ALIVE_CHECK_S:
@@ -142,6 +180,19 @@ class Job:
             if not self.alive():
                 self.request_stop("left")
         return self._stop.is_set()
+
+    def _formed(self) -> bool:
+        """Every model's best induction score at or above spec.stop_when_formed in its last FORMED_HOLD snapshots."""
+        bar = self.spec.stop_when_formed
+        if not bar or not self.snapshots:
+            return False
+        for snaps in self.snapshots.values():
+            d = snaps.detector_index("induction")
+            with snaps.lock:
+                last = snaps.scores[-FORMED_HOLD:]
+            if len(last) < FORMED_HOLD or min(float(s[d].max()) for s in last) < bar:
+                return False
+        return True
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the job has finished (True) or the timeout passed (False)."""
@@ -157,18 +208,28 @@ class Job:
     def _on_step(self, name: str, log: StepLog) -> None:
         with self._lock:
             self._logs.setdefault(name, []).append(asdict(log))
+            if name == next(reversed(self.spec.configs)):  # the models step in turn: the last one ends the step
+                self._ends.append(time.perf_counter())
+        # The step's activations are freed by now, but the heap holds them (gptviz.serve.allocator): this thread's
+        # arena grows in 64 MiB heaps that its 4-16 MiB blocks fragment, and over a run the resident memory climbed to
+        # 2.5x what the tensors need (issue 57). Giving the freed memory back after each step keeps the run's peak to
+        # one step's fragmentation, for a few per cent of the step's time (docs/benchmarks-history.md, issue 57).
+        allocator.release_freed_memory()
 
     def snapshot(self) -> JobSnapshot:
         with self._lock:
             logs = {name: list(records) for name, records in self._logs.items()}
             status, error = self.status, self.error
             started, finished = self.started_s, self.finished_s
+            ends = list(self._ends)
         total = self.spec.settings.steps
         done = min((len(logs.get(name, [])) for name in self.spec.configs), default=0)
         now = finished if finished is not None else time.perf_counter()
         elapsed = now - started if started is not None else 0.0
-        eta = "0m00s" if status in FINISHED else format_eta(done, total, elapsed)
-        return JobSnapshot(self.id, status, logs, done, total, elapsed, eta, error, self._stop.is_set())
+        left = 0.0 if status in FINISHED else seconds_left(ends, total, now)
+        eta = "?" if left is None else clock(left)
+        return JobSnapshot(self.id, status, logs, done, total, elapsed, eta, error, self._stop.is_set(), left,
+                           bool(self.spec.stop_when_formed))
 
     # ---- the run --------------------------------------------------------------------------------------------
     def _set(self, **fields) -> None:
@@ -192,7 +253,8 @@ class Job:
             models, results = train_models(self.spec.configs, self.spec.settings, tokens,
                                            on_step=self._on_step, should_stop=self._should_stop,
                                            init=self.spec.init, recorders=recorders)
-            stopped = any(r.stopped_early for r in results.values())
+            # a run that ended because its head formed is done: it did what it set out to
+            stopped = any(r.stopped_early for r in results.values()) and self.stop_reason != "formed"
             self._set(models=models, results=results)
             if self.on_models is not None and models:
                 self.on_models(self)

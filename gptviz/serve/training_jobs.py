@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import torch
 
 # The page's names for a run come from here with the registry's (a page deals with runs, not their modules).
-from .background_job import (DONE, FAILED, LOADING, RUNNING, STOPPED, Job, JobLimitError, JobSnapshot,  # noqa: F401
-                             JobSpec, corpus_tokens)
+from .background_job import (DONE, FAILED, FORMED_HOLD, LOADING, RUNNING, STOPPED, Job,  # noqa: F401
+                             JobLimitError, JobSnapshot, JobSpec, corpus_tokens)
 from .job_sizes import job_nbytes, job_tokens
 from .limits import LimitError
 from .memory import MemoryAccountant, Reservation
@@ -122,8 +122,11 @@ class JobRegistry:
 # of 4, the fewest an induction head needs (one head to find the previous token, one to look after it): half the
 # cost of a step, and the head formed by step 290 (4 layers: 445; 3 layers: 340). Windows of 64 or batches of 32
 # at a higher lr had not reached 0.5 in 600-1,460 steps (docs/benchmarks-history.md, "Heads forming").
+# The run ends once the head has formed (issue 60: the whole 800 steps took 5.5 minutes and more on a busy machine,
+# where the head forms within 260-290): every model's best induction score on the snapshots at or above the bar that
+# defines "formed" (snapshots.FORMED_THRESHOLD) for background_job.FORMED_HOLD snapshots in a row; 0 runs every step.
 GROWTH = dict(layers=2, d_model=128, heads=4, block=128, batch=64, lr=1e-3, warmup=100, steps=800, copy_vocab=2000,
-              snapshot_every=10)
+              snapshot_every=10, stop_when_formed=0.5)
 # One batch of held-out text for the trainer's own validation loss at the first and last step (the default 8 took
 # ~20 s of a 3-minute scenario at the full vocabulary); the snapshots measure what the scenario is about.
 GROWTH_EVAL_BATCHES = 1
@@ -142,7 +145,14 @@ def induction_growth_spec(wirings=("pre",), seed: int = 0, init: str = "gpt2", *
                              eval_batches=GROWTH_EVAL_BATCHES)
     label = (f"grow an induction head: {g['layers']}L d{g['d_model']} {g['heads']}h, {', '.join(wirings)}-norm, "
              f"copy-only windows of {g['block']}, lr {g['lr']:g}, seed {seed}")
-    return JobSpec(configs, settings, init, label, snapshot_every=g["snapshot_every"])
+    return JobSpec(configs, settings, init, label, snapshot_every=g["snapshot_every"],
+                   stop_when_formed=g["stop_when_formed"])
+
+
+def growth_wirings(choice: str) -> tuple[str, ...]:
+    """The models the Heads forming page's wiring choice trains ("pre", "post", or "both": the two on the same
+    batches)."""
+    return ("pre", "post") if choice == "both" else (choice,)
 
 
 @dataclass

@@ -145,8 +145,8 @@ def forward_calls() -> int:
 
 
 class TokenGate:
-    """Stands in for gptviz.app.live.after_token (which a page's generation calls after each token) and holds the
-    generation thread after token `at` until `release()`; calls from other threads pass."""
+    """A page's generation's token callback (LiveGeneration's public `on_token`, given through `gate_generations`):
+    holds the generation thread after token `at` until `release()`; calls from other threads pass."""
 
     def __init__(self, at: int):
         import threading
@@ -170,3 +170,15 @@ def live_code(at: AppTest) -> list[str]:
     """The page's code blocks other than its Copy-as-Python snippet (a live generation's text is never one)."""
     from gptviz.app.reproduce import MARK
     return [c.value for c in at.code if not c.value.startswith(MARK)]
+
+
+def gate_generations(monkeypatch, gate) -> None:
+    """Every generation a page starts from now on calls `gate` after each token: the app's LiveGeneration, wrapped
+    at the boundary where gptviz.app.live builds it."""
+    from gptviz.app import live
+
+    class Gated(live.LiveGeneration):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **{**kwargs, "on_token": gate})
+    monkeypatch.setattr(live, "LiveGeneration", Gated)
+

@@ -12,7 +12,7 @@ from gptviz.app import keys as K, live, live_why, settings as S
 from gptviz.app.services import why_graph
 from gptviz.methods.graph_contributors import contributor_label, top_contributors
 from gptviz.model.tokenizer import decode, encode
-from pagetest import TINY, TokenGate, finish_generation, generation_of, run_page
+from pagetest import TINY, TokenGate, gate_generations, finish_generation, generation_of, run_page
 from test_page_why import tiny_model
 
 PROMPT = "JULIET:\nGood morrow, sweet Romeo"
@@ -93,7 +93,7 @@ def test_the_first_guess_grows_with_the_model_and_the_text():
 @pytest.mark.slow
 def test_the_live_text_shows_the_newest_tokens_contributors(monkeypatch):
     gate = TokenGate(at=3)
-    monkeypatch.setattr(live, "after_token", gate)
+    gate_generations(monkeypatch, gate)
     at = run_page("generation", PROMPT, **{K.GEN_N: 8, K.GEN_TEMP: 0.0})
     at.button(key=K.GEN_GENERATE).click().run()
     assert gate.reached.wait(30) and generation_of(at).running

@@ -22,8 +22,8 @@ from gptviz.figures import attention as fa
 from gptviz.model.tokenizer import decode, encode, token_labels
 from gptviz.app import display, keys as K, live, models, sidebar
 from pagetest import (MARKUP, ROOT, TINY, array, attention_map, edge_prompts, figure, figures, finish_generation,
-                      forward_calls, generation_of, kept_of_edge_prompt, live_code, open_app, query_bars, run_page,
-                      TokenGate)
+                      forward_calls, gate_generations, generation_of, kept_of_edge_prompt, live_code, open_app,
+                      query_bars, run_page, TokenGate)
 
 N_LAYERS, N_HEADS, N_CTX = 2, 4, 128           # the tiny preset
 VIEWS = ["One head", "Lines between tokens", "On the text", "Inside the head", "Value-weighted",
@@ -215,7 +215,7 @@ def test_a_head_switch_during_a_generation_neither_stops_it_nor_reruns_the_model
     """The generation runs beside the page: picking another head redraws, the model keeps writing, and the
     finished run is drawn for the head picked."""
     gate = TokenGate(at=2)
-    monkeypatch.setattr(live, "after_token", gate)
+    gate_generations(monkeypatch, gate)
     at = page("Keep writing while I look")
     at.number_input(key=K.ATT_GEN_N).set_value(6)
     at.button(key=K.ATT_GENERATE).click()
@@ -235,7 +235,7 @@ def test_a_head_switch_during_a_generation_neither_stops_it_nor_reruns_the_model
 @pytest.mark.slow
 def test_stop_keeps_the_tokens_written_so_far(monkeypatch):
     gate = TokenGate(at=2)
-    monkeypatch.setattr(live, "after_token", gate)
+    gate_generations(monkeypatch, gate)
     prompt = "Stop me"
     at = page(prompt)
     at.number_input(key=K.ATT_GEN_N).set_value(5)

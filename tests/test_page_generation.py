@@ -17,8 +17,8 @@ from gptviz.figures import generation as fg
 from gptviz.figures.common import apply_layout, title_room
 from gptviz.model.tokenizer import decode, encode
 from gptviz.app import keys as K, live, models, sidebar
-from pagetest import (TINY, TokenGate, array, edge_prompts, figure, finish_generation, forward_calls, generation_of,
-                      live_code, run_page)
+from pagetest import (TINY, TokenGate, array, edge_prompts, figure, finish_generation, forward_calls, gate_generations,
+                      generation_of, live_code, run_page)
 
 N_LAYERS, N_HEADS, N_CTX = 2, 4, 128
 
@@ -161,7 +161,7 @@ def test_stop_ends_a_running_generation_before_its_next_token(monkeypatch):
     """The model writes in a background thread; Stop (a click, so a rerun) ends it before another token is
     shown, and the page then shows the tokens it had shown: here the two of the last redraw."""
     gate = TokenGate(at=2)
-    monkeypatch.setattr(live, "after_token", gate)
+    gate_generations(monkeypatch, gate)
     at = page("Keep what was written")
     at.number_input(key=K.GEN_N).set_value(9)
     at.button(key=K.GEN_GENERATE).click()

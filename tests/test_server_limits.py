@@ -312,11 +312,11 @@ def test_a_model_in_use_is_not_dropped_and_what_needs_its_room_waits():
 @pytest.mark.slow
 def test_a_running_generation_holds_its_model_in_the_store(monkeypatch):
     from gptviz.app import live
-    from pagetest import TokenGate
+    from pagetest import TokenGate, gate_generations
     store = BoundedCache(10**9, "model")
     monkeypatch.setattr(models, "model_store", lambda: store)
     gate = TokenGate(at=1)
-    monkeypatch.setattr(live, "after_token", gate)
+    gate_generations(monkeypatch, gate)
     at = run_page("generation", "Hold the model")
     at.number_input(key=K.GEN_N).set_value(3)
     at.button(key=K.GEN_GENERATE).click().run()

@@ -37,10 +37,6 @@ FLUSH_S = 0.05       # the last frame's time to go out to the browser before the
 POLL_S = 0.01        # how often a frame's wait looks for new tokens
 
 
-def after_token() -> None:
-    """Called by the generation thread after each token: nothing here; tests replace it to hold the thread."""
-
-
 @dataclass(frozen=True)
 class Controls:
     """One page's generation widgets: its sampling settings (records in settings.py) and its buttons' keys."""
@@ -204,7 +200,7 @@ def start_generation(spec: ModelSpec, model: GPT, ids, settings: dict, page: str
     release = hold_for_generation(spec, model, ids, settings)  # its model and working memory, counted
     try:
         job = LiveGeneration(model, ids, settings, owner=sid or "", slots=generation_slots(),
-                             alive=lambda: session_alive(sid), on_token=lambda: after_token(),
+                             alive=lambda: session_alive(sid),
                              threads=limits.server_limits().generation_threads, address=client_address(),
                              on_end=release, pace=pace)
     except BaseException:

@@ -12,7 +12,7 @@ import streamlit as st
 import torch
 
 from gptviz import methods as analysis
-from gptviz.app import display, models, reproduce, sidebar
+from gptviz.app import display, model_service, reproduce, sidebar
 from gptviz.app import keys as K, settings as S
 from gptviz.app.seen import Seen, read_prompt
 from gptviz.app.services import activations as services
@@ -179,7 +179,7 @@ def lens_tab(seen: Seen) -> None:
 
 def induction_length(seen: Seen) -> int:
     """The length of the random sequence the induction test repeats."""
-    return models.induction_length(seen.cfg.n_ctx)
+    return model_service.induction_length(seen.cfg.n_ctx)
 
 
 def detector_scores(seen: Seen) -> dict[str, torch.Tensor]:
@@ -198,7 +198,7 @@ def detector_scores(seen: Seen) -> dict[str, torch.Tensor]:
     if length >= 2:
         try:
             with st.spinner("Running the model on a repeated random sequence..."):
-                scores["induction"] = models.induction_scores(seen.spec, length)
+                scores["induction"] = model_service.induction_scores(seen.spec, length)
         except (ValueError, RuntimeError, KeyError) as err:
             st.error(f"The induction test could not run: {err}")
     return scores
@@ -216,7 +216,7 @@ def detector_lines(seen: Seen, scores: dict[str, torch.Tensor]) -> list[str]:
                         else "no token repeats in this prompt, so every score is 0"))
     if "induction" in scores:
         length = induction_length(seen)
-        drawn = "the ids its training text used" if models.training_vocab(seen.spec) is not None else "ids 1,000-19,999"
+        drawn = "the ids its training text used" if model_service.training_vocab(seen.spec) is not None else "ids 1,000-19,999"
         lines.append(f"**Induction** (on {length} random tokens from {drawn}, repeated once; weight from each "
                      f"repeat to the token after its first copy): "
                      f"{best_heads_text(scores['induction'], analysis.induction_chance(length))}")

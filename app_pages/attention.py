@@ -18,7 +18,7 @@ from gptviz.app.display import (MEAN_HEAD, PHONE_TITLE_CSS, distinct_labels, fig
                                 md_text, show_figure)
 from gptviz.app.links import sync_address
 from gptviz.app.overview import overview_link
-from gptviz.app.models import attention_page_names
+from gptviz.app.model_service import attention_page_names
 from gptviz.app.seen import Seen, read_prompt
 from gptviz.app.services import attention as services
 from gptviz.app.sidebar import EXAMPLE_PROMPTS, MAX_PROMPT_CHARS, keep_valid, page_prompt_box

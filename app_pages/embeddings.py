@@ -13,7 +13,7 @@ import streamlit as st
 import torch
 
 from gptviz import methods as analysis
-from gptviz.app import display, models, reproduce, sidebar
+from gptviz.app import display, model_service, reproduce, sidebar
 from gptviz.app import keys as K, settings as S
 from gptviz.app.seen import read_prompt
 from gptviz.app.services import embeddings as services
@@ -98,7 +98,7 @@ def token_similarity_section(seen: Embedded | None) -> None:
                          "token_similarity.csv", key=K.EMB_TOKEN_SIM_CSV)
 
 
-def position_similarity_section(spec: models.ModelSpec, cfg: GPTConfig) -> None:
+def position_similarity_section(spec: model_service.ModelSpec, cfg: GPTConfig) -> None:
     st.subheader("Position embeddings compared")
     with st.spinner("Comparing position embeddings..."):
         pos_sim = services.position_similarity(spec)
@@ -111,9 +111,9 @@ def position_similarity_section(spec: models.ModelSpec, cfg: GPTConfig) -> None:
                          "position_similarity.csv", key=K.EMB_POS_SIM_CSV)
 
 
-def pca_section(spec: models.ModelSpec, cfg: GPTConfig, seen: Embedded | None, enc) -> None:
+def pca_section(spec: model_service.ModelSpec, cfg: GPTConfig, seen: Embedded | None, enc) -> None:
     st.subheader("The vocabulary in two dimensions")
-    trained_ids = models.training_vocab(spec)
+    trained_ids = model_service.training_vocab(spec)
     pool = (f"the {len(trained_ids):,} ids that occur in its training text (ids it never saw were trained only as "
             "wrong answers; with them in, the first component just separates seen from unseen)"
             if trained_ids is not None else f"the whole vocabulary of {cfg.vocab_size:,} ids")

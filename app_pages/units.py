@@ -19,7 +19,7 @@ from gptviz.app.services import LimitError, unit_page as services
 from gptviz.app.components import token_rows
 from gptviz.figures.browser.token_rows import payload as token_rows_payload, reserve_css
 from gptviz.app.unit_nav import open_on_row_pick
-from gptviz.app.models import ModelSpec
+from gptviz.app.model_service import ModelSpec
 from gptviz.figures import unit_page as fu
 from gptviz.model.model import GPT
 from gptviz.model.tokenizer import decode, encode, position_labels, token_labels

@@ -29,7 +29,7 @@ from streamlit.testing.v1 import AppTest
 from gptviz import PRESETS
 from benchmarks.forward_passes import forward_count
 from gptviz.model.tokenizer import decode, encode
-from gptviz.app import models, keys as K
+from gptviz.app import model_service, keys as K
 
 BASE = ("ROMEO: But soft, what light through yonder window breaks? It is the east, and Juliet is the sun. "
         "Arise, fair sun, and kill the envious moon, who is already sick and pale with grief, that thou her "
@@ -62,7 +62,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
 
-    spec = models.ModelSpec(K.SOURCE_PRESET, args.preset, "pre")
+    spec = model_service.ModelSpec(K.SOURCE_PRESET, args.preset, "pre")
     at = AppTest.from_file(str(ROOT / "app_pages" / "attention.py"), default_timeout=600)
     at.session_state["model_spec"] = spec
     at.session_state["prompt"] = prompt_of(args.tokens, -1)

@@ -52,8 +52,8 @@ def run_page(name: str, spec, **state):
 
 def main() -> int:
     from gptviz.app import keys as K
-    from gptviz.app import models
-    pre = models.ModelSpec(K.SOURCE_BUNDLED, "shakespeare-pre", "pre")
+    from gptviz.app import model_service
+    pre = model_service.ModelSpec(K.SOURCE_BUNDLED, "shakespeare-pre", "pre")
     huge = "x" * 10_000_000
     cases = [("A word", {K.UNIT_TAB: K.UNIT_TABS[1]}, K.UNIT_WORD, {}),
              ("Source token", {}, K.per_item(K.UNIT_SOURCE, "L1H2"), {"unit": "L1H2"})]

@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from gptviz.app import models, sidebar, keys as K
+from gptviz.app import model_service, sidebar, keys as K
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = str(ROOT / "app.py")
-TINY = models.ModelSpec(K.SOURCE_PRESET, "tiny", "pre")
+TINY = model_service.ModelSpec(K.SOURCE_PRESET, "tiny", "pre")
 
 MARKUP = "<img src=x onerror=alert(1)> <script>alert(2)</script>"
 # Prompts every page must take without an exception, by test id.
@@ -63,7 +63,7 @@ def open_page(page: str, **state) -> AppTest:
     return at
 
 
-def run_page(name: str, prompt: str = sidebar.DEFAULT_PROMPT, spec: models.ModelSpec | None = TINY, **state) -> AppTest:
+def run_page(name: str, prompt: str = sidebar.DEFAULT_PROMPT, spec: model_service.ModelSpec | None = TINY, **state) -> AppTest:
     """Run app_pages/<name>.py once with model_spec, prompt and any other session-state values set."""
     at = AppTest.from_file(str(ROOT / "app_pages" / f"{name}.py"), default_timeout=120)
     at.session_state[K.MODEL_SPEC] = spec

@@ -35,20 +35,20 @@ def wiring_call(preset: str, depth: str, width: str, T: str):
 
 
 def page_capture_call(preset: str, T: str):
-    """The Attention page's capture (gptviz.app.models.get_capture: the capture, the finiteness check, the patterns
+    """The Attention page's capture (gptviz.app.model_service.get_capture: the capture, the finiteness check, the patterns
     in one block) on a preset's random weights; the model is loaded and a short capture run first."""
     import os
     os.environ.setdefault("GPTVIZ_MEMORY_MB", "8192")
     from gptviz.serve import allocator
-    from gptviz.app import keys, models
+    from gptviz.app import keys, model_service
     allocator.keep_freed_memory()  # as the app runs
-    spec = models.ModelSpec(keys.SOURCE_PRESET, preset, "pre")
-    cfg = models.load_model(spec).config
-    names = models.attention_page_names(cfg.n_layers, cfg.norm)
-    models.get_capture(spec, (1, 2, 3, 4), names)
+    spec = model_service.ModelSpec(keys.SOURCE_PRESET, preset, "pre")
+    cfg = model_service.load_model(spec).config
+    names = model_service.attention_page_names(cfg.n_layers, cfg.norm)
+    model_service.get_capture(spec, (1, 2, 3, 4), names)
     ids = tuple(int(i) for i in torch.randint(0, cfg.vocab_size, (int(T),), generator=torch.Generator().manual_seed(0)))
     allocator.release_freed_memory()  # what the warm-up left freed is not the call's
-    return lambda: models.get_capture(spec, ids, names)
+    return lambda: model_service.get_capture(spec, ids, names)
 
 
 CALLS = {"wiring": wiring_call, "page_capture": page_capture_call}

@@ -22,7 +22,7 @@ T = 9
 
 
 def unbatched(model, ids):
-    """(logits [T, V], cache without the batch axis), as the pages get them from models.capture_cache."""
+    """(logits [T, V], cache without the batch axis), as the pages get them from model_service.capture_cache."""
     logits, cache = capture(model, ids[None])
     store = {k: v[0] for k, v in cache.items()}
     return logits[0], ActivationCache(store, model.config.n_layers)

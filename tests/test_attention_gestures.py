@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from gptviz.app import display, models
+from gptviz.app import display, model_service
 from gptviz.app import keys as K
 from gptviz.figures.browser import token_span as tspan
 from gptviz.figures.browser.attention_map import cell_asked
@@ -78,7 +78,7 @@ def test_the_text_view_draws_the_span_summed_from_the_capture(direction):
     assert not at.exception, [e.message for e in at.exception]
     data = component_data(at, tspan.NAME, K.ATT_SPAN_VIEW)
     ids = tuple(encode(PROMPT))
-    pattern = models.capture_cache(TINY, ids, ("blocks.1.attn.hook_pattern",))[1]["blocks.1.attn.hook_pattern"][2]
+    pattern = model_service.capture_cache(TINY, ids, ("blocks.1.attn.hook_pattern",))[1]["blocks.1.attn.hook_pattern"][2]
     by_hand = pattern[2:6].sum(0) if direction == "from" else pattern[:, 2:6].sum(1)
     seen = [v is not None for v in data["values"]]
     assert (data["start"], data["end"]) == (2, 6) and seen == [(k < 6) if direction == "from" else (k >= 2)

@@ -24,11 +24,11 @@ TITLE = re.compile(r"^Layer (\d+), head (\d+)$")
 @cache
 def model_and_ids():
     """The server's model (the sidebar's default: the bundled pre-norm twin) and the prompt's ids."""
-    from gptviz.app import models, sidebar
+    from gptviz.app import model_service, sidebar
     from gptviz.model.tokenizer import encode
     spec = sidebar.default_model_spec()
     assert spec is not None, "these tests read the bundled model the server opens on"
-    return models.load_model(spec), encode(PROMPT)
+    return model_service.load_model(spec), encode(PROMPT)
 
 
 def open_attention(browser, server, query: str = ""):

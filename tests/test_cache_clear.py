@@ -11,7 +11,7 @@ import streamlit as st
 
 from conftest import build
 from gptviz.__main__ import APP_DEFAULT_FLAGS
-from gptviz.app import jobs, models, services
+from gptviz.app import jobs, model_service, services
 from pagetest import TINY
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,8 +25,8 @@ def clear_every_streamlit_cache() -> None:
 
 def test_the_servers_own_state_survives_a_cache_clear():
     slots, registry, trained = jobs.generation_slots(), jobs.training_registry(), jobs.trained_models()
-    model = models.load_model(TINY)
-    store, captures, results = models.model_store(), models.capture_store(), services.results_cache()
+    model = model_service.load_model(TINY)
+    store, captures, results = model_service.model_store(), model_service.capture_store(), services.results_cache()
     taken = [slots.enter(f"visitor {i}") for i in range(slots.limit)]
     try:
         assert all(t.granted for t in taken) and slots.running == slots.limit   # every slot in use
@@ -38,9 +38,9 @@ def test_the_servers_own_state_survives_a_cache_clear():
         for ticket in taken:
             ticket.leave()
     assert jobs.training_registry() is registry and jobs.trained_models() is trained
-    assert models.model_store() is store and models.capture_store() is captures
+    assert model_service.model_store() is store and model_service.capture_store() is captures
     assert services.results_cache() is results
-    assert models.load_model(TINY) is model             # not rebuilt beside the copy in use
+    assert model_service.load_model(TINY) is model             # not rebuilt beside the copy in use
 
 
 def test_trained_models_stay_their_owners_after_a_cache_clear():

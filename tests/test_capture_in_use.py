@@ -13,7 +13,7 @@ import torch
 
 from gptviz.model import sizes
 
-from gptviz.app import keys, models
+from gptviz.app import keys, model_service
 from gptviz.serve.bounded_cache import BoundedCache
 from gptviz.serve.memory import MemoryAccountant
 
@@ -81,19 +81,19 @@ def test_the_budget_counts_every_capture_pages_hold_against_their_measured_bytes
     """Three pages each hold their own capture while a capture store that fits one at a time builds the next: the
     accountant's count covers the bytes those captures really keep alive (measured from their storages), not just
     the one the store kept."""
-    spec = models.ModelSpec(keys.SOURCE_BUNDLED, "shakespeare-pre", "pre")
-    model = models.load_model(spec)
-    names = models.attention_page_names(model.config.n_layers, "pre")
+    spec = model_service.ModelSpec(keys.SOURCE_BUNDLED, "shakespeare-pre", "pre")
+    model = model_service.load_model(spec)
+    names = model_service.attention_page_names(model.config.n_layers, "pre")
     one = sizes.capture_work_nbytes(model.config, names, 128)
     acc = MemoryAccountant(10**10, wait_s=0)
     store = BoundedCache(int(1.5 * one), "capture", accountant=acc, witness=lambda result: result[1])
     monkeypatch.setattr(memory, "accountant", lambda: acc)
-    monkeypatch.setattr(models, "capture_store", lambda: store)
-    monkeypatch.setattr(models, "load_model", lambda s: model)
+    monkeypatch.setattr(model_service, "capture_store", lambda: store)
+    monkeypatch.setattr(model_service, "load_model", lambda s: model)
     pages = []
     for visitor in range(3):
         ids = tuple((visitor * 7 + i) % model.config.vocab_size for i in range(128))
-        pages.append(models.capture_cache(spec, ids, names))  # what a page holds while it draws
+        pages.append(model_service.capture_cache(spec, ids, names))  # what a page holds while it draws
     assert len(store) == 1                       # the store kept one; the pages hold three
     held = live_bytes(pages)
     assert held > 2.5 * store.nbytes
@@ -106,5 +106,5 @@ def test_the_budget_counts_every_capture_pages_hold_against_their_measured_bytes
 
 def test_the_app_capture_store_has_a_witness():
     """The process's capture store is made with one (a store without it would count a dropped capture as freed)."""
-    result = (torch.zeros(1), models.Captured(x=torch.zeros(1)))
-    assert models.capture_store().witness(result) is result[1]
+    result = (torch.zeros(1), model_service.Captured(x=torch.zeros(1)))
+    assert model_service.capture_store().witness(result) is result[1]

@@ -140,8 +140,8 @@ def test_the_why_pages_patching_snippet_gives_both_sweeps_on_the_visitors_pair()
 @pytest.mark.slow
 def test_the_why_pages_saliency_snippet_gives_both_strips():
     """On a trained model (on random weights the path is nearly straight: the number of points hardly shows)."""
-    from gptviz.app import models
-    bundled = models.ModelSpec(K.SOURCE_BUNDLED, "shakespeare-pre", "pre")
+    from gptviz.app import model_service
+    bundled = model_service.ModelSpec(K.SOURCE_BUNDLED, "shakespeare-pre", "pre")
     at = pagetest.run_page("why", PROMPT, bundled, **{S.WHY_VIEW.key: "Saliency"})
     assert not at.exception and not at.error
     result = run_snippet(snippet_of(at, "saliency"))
@@ -152,8 +152,8 @@ def test_the_why_pages_saliency_snippet_gives_both_strips():
 
 @pytest.mark.slow
 def test_the_why_pages_flow_snippet_gives_its_graph_at_the_threshold():
-    from gptviz.app import models
-    bundled = models.ModelSpec(K.SOURCE_BUNDLED, "shakespeare-pre", "pre")
+    from gptviz.app import model_service
+    bundled = model_service.ModelSpec(K.SOURCE_BUNDLED, "shakespeare-pre", "pre")
     at = pagetest.run_page("why", PROMPT, bundled, **{S.WHY_VIEW.key: "Information flow",
                                                        S.WHY_FLOW_THRESHOLD.key: 0.07})
     assert not at.exception and not at.error
@@ -185,17 +185,17 @@ def test_the_activations_pages_snippet_gives_every_tabs_numbers():
 @pytest.mark.slow
 @pytest.mark.parametrize("spec", [pagetest.TINY, None], ids=["preset", "bundled"])
 def test_the_embeddings_pages_snippet_gives_its_pca_and_position_similarity(spec):
-    from gptviz.app import models
+    from gptviz.app import model_service
     from gptviz.model.weights import bundled_models
     if spec is None:
         if "shakespeare-pre" not in bundled_models():
             pytest.skip("no bundled model")
-        spec = models.ModelSpec(K.SOURCE_BUNDLED, "shakespeare-pre", "pre")
+        spec = model_service.ModelSpec(K.SOURCE_BUNDLED, "shakespeare-pre", "pre")
     at = pagetest.run_page("embeddings", prompt=PROMPT, spec=spec, **{S.EMB_PCA_N.key: 500})
     assert not at.exception
     result = run_snippet(snippet_of(at))
     pos = next(f for f in pagetest.figures(at) if f["data"] and f["data"][0].get("type") == "heatmap"
-               and len(pagetest.array(f["data"][0]["z"])) == models.load_model(spec).config.n_ctx)
+               and len(pagetest.array(f["data"][0]["z"])) == model_service.load_model(spec).config.n_ctx)
     np.testing.assert_allclose(pagetest.array(pos["data"][0]["z"]), result["position similarity"].numpy(), atol=1e-5)
     sample, coords, explained = result["pca"]
     pca = next(f for f in pagetest.figures(at) if any(t.get("type") in ("scatter", "scattergl") for t in f["data"]))
@@ -255,11 +255,11 @@ def test_the_norms_pages_same_weights_snippet_gives_its_losses_and_gradients(sou
 
 @pytest.mark.slow
 def test_the_unit_pages_snippet_gives_its_summary_examples_and_share():
-    from gptviz.app import models
+    from gptviz.app import model_service
     from gptviz.model.weights import bundled_models
     if "shakespeare-pre" not in bundled_models():
         pytest.skip("no bundled model")
-    spec = models.ModelSpec(K.SOURCE_BUNDLED, "shakespeare-pre", "pre")
+    spec = model_service.ModelSpec(K.SOURCE_BUNDLED, "shakespeare-pre", "pre")
     at = pagetest.run_page("units", spec=spec, **{K.UNIT: "L3N47"})
     assert not at.exception
     result = run_snippet(snippet_of(at))
@@ -386,11 +386,11 @@ def test_the_norms_pages_depth_sweep_snippet_gives_its_gradients_and_exponents()
 
 @pytest.mark.slow
 def test_the_unit_search_snippets_give_its_tables():
-    from gptviz.app import models
+    from gptviz.app import model_service
     from gptviz.model.weights import bundled_models
     if "shakespeare-pre" not in bundled_models():
         pytest.skip("no bundled model")
-    spec = models.ModelSpec(K.SOURCE_BUNDLED, "shakespeare-pre", "pre")
+    spec = model_service.ModelSpec(K.SOURCE_BUNDLED, "shakespeare-pre", "pre")
     at = pagetest.run_page("units", prompt=PROMPT, spec=spec, **{K.UNIT_TAB: K.UNIT_TABS[1], S.UNIT_FOCUS.key: 6,
                                                                    K.UNIT_WORD: "king"})
     assert not at.exception

@@ -14,14 +14,14 @@ from pathlib import Path
 import pytest
 
 import pagetest
-from gptviz.app import keys as K, models, settings as S
+from gptviz.app import keys as K, model_service, settings as S
 from gptviz.app.reproduce import MARK
 from gptviz.app.services import why as services
 from gptviz.model.tokenizer import encode
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMPT = 'JULIET:\nSay "Romeo" twice, Romeo: it\'s the name, the name.'
-BUNDLED = models.ModelSpec(K.SOURCE_BUNDLED, "shakespeare-pre", "pre")
+BUNDLED = model_service.ModelSpec(K.SOURCE_BUNDLED, "shakespeare-pre", "pre")
 IDS = tuple(encode(PROMPT))
 ROW = re.compile(r"^\s*(\d+)  .*?\s+(-?[0-9.]+)%\s+(-?[0-9.]+)%\s+([-+][0-9.]+)%$")
 HALF_A_SHOWN_DIGIT = 0.005 / 100 + 1e-7   # the table prints percentages to two decimals

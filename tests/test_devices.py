@@ -10,7 +10,7 @@ import torch
 from gptviz import capture, generate, get_tokenizer, load_pretrained, stream
 from gptviz.model import devices
 from gptviz.model.devices import available_devices, available_dtypes, place
-from gptviz.app import models, keys as K
+from gptviz.app import model_service, keys as K
 
 PROMPT = "Ham.\nWho's there?\n\nHor.\nFriends to this ground, and liegemen to the Dane.\n"
 
@@ -66,10 +66,10 @@ def test_bad_device_or_precision_is_a_clear_error(reference):
 
 
 def test_the_app_loads_the_precision_the_spec_names():
-    spec = models.ModelSpec(K.SOURCE_PRESET, "tiny", "pre", 0, "cpu", "bfloat16")
-    assert models.load_model(spec).wte.weight.dtype == torch.bfloat16
-    logits, store = models.get_capture(spec, (464, 3290, 286), ("blocks.0.attn.hook_pattern",))
+    spec = model_service.ModelSpec(K.SOURCE_PRESET, "tiny", "pre", 0, "cpu", "bfloat16")
+    assert model_service.load_model(spec).wte.weight.dtype == torch.bfloat16
+    logits, store = model_service.get_capture(spec, (464, 3290, 286), ("blocks.0.attn.hook_pattern",))
     assert logits.dtype == torch.float32 and store["blocks.0.attn.hook_pattern"].dtype == torch.float32
     assert "bfloat16" in spec.label()
-    assert models.load_model(spec._replace(dtype="float32")).wte.weight.dtype == torch.float32
-    assert models.ModelSpec(K.SOURCE_PRESET, "tiny", "pre").dtype == "float32"
+    assert model_service.load_model(spec._replace(dtype="float32")).wte.weight.dtype == torch.float32
+    assert model_service.ModelSpec(K.SOURCE_PRESET, "tiny", "pre").dtype == "float32"

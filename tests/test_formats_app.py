@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from gptviz.app import keys as K, models
+from gptviz.app import keys as K, model_service
 from gptviz.model import weights
 from gptviz.serve import model_access
 from gptviz.model.params import total_params
@@ -73,9 +73,9 @@ def test_a_nanogpt_checkpoint_in_the_model_folder_shows_its_attention_and_parame
     _, path = nanogpt_ckpt(tmp_path / "ops" / "nano")
     limits = ServerLimits.from_env({"GPTVIZ_MODEL_DIRS": str(tmp_path / "ops")})
     monkeypatch.setattr(model_access, "server_limits", lambda: limits)
-    spec = models.ModelSpec(K.SOURCE_PRETRAINED, str(path), "pre", 0)
+    spec = model_service.ModelSpec(K.SOURCE_PRETRAINED, str(path), "pre", 0)
     try:
-        model = models.load_model(spec)
+        model = model_service.load_model(spec)
         assert (model.config.vocab_size, model.config.bias) == (50257, False)
         prompt = "ROMEO: But soft, what light"
         at = run_page("attention", prompt, spec)
@@ -90,7 +90,7 @@ def test_a_nanogpt_checkpoint_in_the_model_folder_shows_its_attention_and_parame
         assert ("Parameters", f"{total:,}") in [(m.label, m.value) for m in at.metric]
         assert "No biases (nanoGPT's bias=False)" in " ".join(m.value for m in at.markdown)
     finally:
-        models.model_store().clear()
+        model_service.model_store().clear()
 
 
 def test_the_wiring_a_checkpoint_was_trained_with_is_read_without_loading_it(tmp_path):
@@ -125,4 +125,4 @@ def test_the_sidebar_warns_when_the_wiring_chosen_is_not_the_checkpoints(tmp_pat
             assert ("This checkpoint was trained post-norm" in warnings) == warned, warnings
             assert "GPT-2's weights were trained pre-norm" not in warnings
     finally:
-        models.model_store().clear()
+        model_service.model_store().clear()

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from gptviz import get_tokenizer, load_pretrained, tokenizer_for
-from gptviz.app import keys as K, models
+from gptviz.app import keys as K, model_service
 from gptviz.app.display import MEAN_HEAD
 from gptviz.model.gpt1_tokenizer import OpenAIGPTTokenizer
 from gptviz.serve import model_access
@@ -72,12 +72,12 @@ def one_token_word(gpt1: GPT1) -> tuple[str, int]:
 
 
 @pytest.fixture
-def spec(gpt1, monkeypatch) -> models.ModelSpec:
+def spec(gpt1, monkeypatch) -> model_service.ModelSpec:
     """The folder as the app's "Folder or Hub id" loads it (inside the server's model folders)."""
     limits = ServerLimits.from_env({"GPTVIZ_MODEL_DIRS": str(gpt1.folder.parent)})
     monkeypatch.setattr(model_access, "server_limits", lambda: limits)
-    yield models.ModelSpec(K.SOURCE_PRETRAINED, str(gpt1.folder), "post")
-    models.model_store().clear()
+    yield model_service.ModelSpec(K.SOURCE_PRETRAINED, str(gpt1.folder), "post")
+    model_service.model_store().clear()
 
 
 def test_the_model_reads_its_own_tokenizer_and_its_logits_are_transformers(gpt1):
@@ -181,7 +181,7 @@ def test_the_why_page_asks_about_gpt1s_tokens(gpt1, spec):
     assert target.value == int(probs.argmax())
     label = hf_labels(gpt1, [target.value])[0]
     assert target.options[target.index] == f"{label}  ({float(probs[target.value]):.1%})"
-    model = models.load_model(spec)
+    model = model_service.load_model(spec)
     enc = tokenizer_for(model)
     assert list(services.prompt_ids(PROMPT, model.config, enc)) == ids  # typed prompts (patching's) too
     clean = PROMPT.partition(". ")[0]  # "<unk>" (the prompt's "thou") decodes to text that encodes otherwise

@@ -13,7 +13,7 @@ import pytest
 from conftest import SMALL, build
 from gptviz.model import hub as hub_downloads
 from gptviz.app import keys as K
-from gptviz.app import models
+from gptviz.app import model_service
 from gptviz.model.weights import CheckpointError, save_checkpoint
 
 
@@ -43,7 +43,7 @@ class StandInHub:
 
     def hf_hub_download(self, repo_id, filename, local_dir):
         self.downloads.append((repo_id, filename))
-        self.lock_held_during_download.append(models._BUILD_LOCK.locked())
+        self.lock_held_during_download.append(model_service._BUILD_LOCK.locked())
         Path(local_dir).mkdir(parents=True, exist_ok=True)
         (Path(local_dir) / filename).write_bytes(self.repos[repo_id][filename])
         return str(Path(local_dir) / filename)
@@ -62,18 +62,18 @@ def hub(tmp_path, monkeypatch):
     return stand_in
 
 
-def spec(repo_id: str) -> models.ModelSpec:
-    return models.ModelSpec(K.SOURCE_PRETRAINED, repo_id, "pre")
+def spec(repo_id: str) -> model_service.ModelSpec:
+    return model_service.ModelSpec(K.SOURCE_PRETRAINED, repo_id, "pre")
 
 
 def test_a_checked_download_loads_outside_the_build_lock_and_is_kept(hub):
     hub.add("someone/tiny")
-    model = models.load_model(spec("someone/tiny"))
+    model = model_service.load_model(spec("someone/tiny"))
     assert model.config.d_model == SMALL.d_model
     assert hub.downloads == [("someone/tiny", "config.json"), ("someone/tiny", "model.safetensors")]
     assert hub.lock_held_during_download == [False, False]     # another visitor's model is never held up
-    models.model_store().clear()
-    models.load_model(spec("someone/tiny"))                     # from the kept folder: no second download
+    model_service.model_store().clear()
+    model_service.load_model(spec("someone/tiny"))                     # from the kept folder: no second download
     assert len(hub.downloads) == 2
 
 
@@ -82,7 +82,7 @@ def test_a_repo_past_the_download_budget_is_refused_before_any_download(hub, mon
     hub.stated[("someone/huge", "model.safetensors")] = 2 * 2**30
     monkeypatch.setattr(hub_downloads, "hub_download_budget", lambda: 500 * 2**20)
     with pytest.raises(CheckpointError, match=r"would download 2,048 MiB; this server downloads at most 500 MiB"):
-        models.load_model(spec("someone/huge"))
+        model_service.load_model(spec("someone/huge"))
     assert hub.downloads == [] and not (hub_downloads.VISITOR_DOWNLOADS / "models--someone--huge").exists()
 
 
@@ -90,11 +90,11 @@ def test_unstated_sizes_or_a_config_past_the_caps_stop_before_the_weights(hub):
     hub.add("someone/unsized")
     hub.stated[("someone/unsized", "model.safetensors")] = None
     with pytest.raises(CheckpointError, match="does not state its files' sizes"):
-        models.load_model(spec("someone/unsized"))
+        model_service.load_model(spec("someone/unsized"))
     hub.add("someone/deep", config={"model_type": "gpt2", "vocab_size": 50, "n_positions": 16, "n_embd": 32,
                                     "n_layer": 100_000, "n_head": 4})
     with pytest.raises(CheckpointError, match="layers"):
-        models.load_model(spec("someone/deep"))
+        model_service.load_model(spec("someone/deep"))
     assert hub.downloads == [("someone/deep", "config.json")]           # the weights never came
     assert not (hub_downloads.VISITOR_DOWNLOADS / "models--someone--deep").exists()
 
@@ -102,7 +102,7 @@ def test_unstated_sizes_or_a_config_past_the_caps_stop_before_the_weights(hub):
 def test_a_download_that_does_not_load_is_removed(hub):
     hub.add("someone/broken", weights_bytes=b"not a safetensors file" * 10)
     with pytest.raises(CheckpointError) as info:
-        models.load_model(spec("someone/broken"))
+        model_service.load_model(spec("someone/broken"))
     assert "/" not in str(info.value).replace("someone/broken", "")     # no server path in the message
     assert not (hub_downloads.VISITOR_DOWNLOADS / "models--someone--broken").exists()
 
@@ -111,7 +111,7 @@ def test_more_bytes_than_stated_are_refused_and_removed(hub):
     hub.add("someone/liar")
     hub.stated[("someone/liar", "model.safetensors")] = 10
     with pytest.raises(CheckpointError, match="sent more than its metadata stated"):
-        models.load_model(spec("someone/liar"))
+        model_service.load_model(spec("someone/liar"))
     assert not (hub_downloads.VISITOR_DOWNLOADS / "models--someone--liar").exists()
     shutil.rmtree(hub.tmp / "src")
 
@@ -129,7 +129,7 @@ def empty_hf_cache(tmp_path, monkeypatch):
     from huggingface_hub import constants
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "empty-hf-cache"))
     monkeypatch.setattr(hub_downloads, "VISITOR_DOWNLOADS", tmp_path / "downloads")
-    models.model_store().clear()
+    model_service.model_store().clear()
 
 
 @pytest.mark.slow

@@ -14,7 +14,7 @@ import torch
 
 from gptviz import index as ix
 from gptviz import load_pretrained, tokenizer_for
-from gptviz.app import keys as K, models
+from gptviz.app import keys as K, model_service
 from gptviz.index import texts
 from gptviz.index.tokens import GPT1_CUT, tokenizer_fingerprint
 from gptviz.serve import model_access
@@ -189,8 +189,8 @@ def test_the_cli_builds_exports_and_bounds_a_gpt1_index(gpt1, model, corpus, tmp
 def spec(gpt1, monkeypatch):
     limits = ServerLimits.from_env({"GPTVIZ_MODEL_DIRS": str(gpt1.folder.parent)})
     monkeypatch.setattr(model_access, "server_limits", lambda: limits)
-    yield models.ModelSpec(K.SOURCE_PRETRAINED, str(gpt1.folder), "post")
-    models.model_store().clear()
+    yield model_service.ModelSpec(K.SOURCE_PRETRAINED, str(gpt1.folder), "post")
+    model_service.model_store().clear()
 
 
 @pytest.mark.slow

@@ -12,7 +12,7 @@ import pytest
 from gptviz import index as ix
 from gptviz.serve import limits
 from gptviz.app import unit_index as ui
-from gptviz.app.models import ModelSpec
+from gptviz.app.model_service import ModelSpec
 from gptviz.serve.limits import LimitError
 from pagetest import TINY
 

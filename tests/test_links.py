@@ -8,7 +8,7 @@ from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
 
-from gptviz.app import models, keys as K, settings as S
+from gptviz.app import model_service, keys as K, settings as S
 from gptviz.figures import attention as fa
 from gptviz.app.keys import LINKED_KEYS
 from gptviz.app.links import (MAX_LINK_PROMPT, SOURCE_CODES, apply_link, link_params, prompt_left_out,
@@ -101,7 +101,7 @@ def test_a_link_opens_the_same_view():
     at = open_link(source="preset", preset="tiny", seed="3", norm="post", prompt="To be or not to be",
                    att_layer="1", att_head="2", att_scale="sqrt", att_gen_temp="0.4")
     assert not at.exception and toasts(at) == []
-    assert at.session_state[K.MODEL_SPEC] == models.ModelSpec(K.SOURCE_PRESET, "tiny", "post", 3, "cpu")
+    assert at.session_state[K.MODEL_SPEC] == model_service.ModelSpec(K.SOURCE_PRESET, "tiny", "post", 3, "cpu")
     assert at.text_area(key=K.PROMPT).value == "To be or not to be"
     assert at.selectbox(key=K.ATT_LAYER).value == 1 and at.selectbox(key=K.ATT_HEAD).value == 2
     assert at.selectbox(key=K.ATT_SCALE).value == "sqrt"

@@ -137,9 +137,9 @@ def test_a_session_has_one_generation_and_leaving_its_page_stops_it():
 
         import streamlit as st
 
-        from gptviz.app import keys as K, live, models
-        spec = models.ModelSpec(K.SOURCE_PRESET, "tiny", "pre")
-        model = models.load_model(spec)
+        from gptviz.app import keys as K, live, model_service
+        spec = model_service.ModelSpec(K.SOURCE_PRESET, "tiny", "pre")
+        model = model_service.load_model(spec)
         hold = threading.Event()
         settings = dict(max_new_tokens=50, temperature=1.0, top_k=None, top_p=None, seed=0)
         first = live.start_generation(spec, model, [1, 2, 3], settings, "attention")

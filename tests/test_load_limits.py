@@ -151,18 +151,18 @@ def test_visitors_load_folders_only_inside_the_allowed_roots(tmp_path, monkeypat
 
 
 def test_the_sidebar_loader_uses_the_allowed_roots(tmp_path, monkeypatch):
-    from gptviz.app import keys as K, models
+    from gptviz.app import keys as K, model_service
     from gptviz.serve.model_access import FOLDER_REFUSED
     save_checkpoint(build(seed=4), tmp_path / "ops" / "model")
-    spec = models.ModelSpec(K.SOURCE_PRETRAINED, str(tmp_path / "ops" / "model"), "pre", 0)
+    spec = model_service.ModelSpec(K.SOURCE_PRETRAINED, str(tmp_path / "ops" / "model"), "pre", 0)
     with pytest.raises(CheckpointError, match="No model folder of that name"):
-        models.load_model(spec)
-    models.model_store().clear()
+        model_service.load_model(spec)
+    model_service.model_store().clear()
     # GPTVIZ_MODEL_DIRS is read once, by limits.server_limits(); the server's model access reads it from there
     limits = ServerLimits.from_env({"GPTVIZ_MODEL_DIRS": str(tmp_path / "ops")})
     monkeypatch.setattr(model_access, "server_limits", lambda: limits)
-    assert models.load_model(spec).config == SMALL
-    models.model_store().clear()
+    assert model_service.load_model(spec).config == SMALL
+    model_service.model_store().clear()
     assert FOLDER_REFUSED.count("/") == 0
 
 

@@ -181,75 +181,75 @@ def test_stacked_patterns_are_one_block_and_patterns_makes_no_copy():
 @pytest.fixture
 def tiny_budget(monkeypatch):
     """The app's accountant and stores on a budget of `n` bytes."""
-    from gptviz.app import models
+    from gptviz.app import model_service
 
     def use(n: int) -> MemoryAccountant:
         acc = MemoryAccountant(n, wait_s=0)
         monkeypatch.setattr(memory, "accountant", lambda: acc)
         model_store = BoundedCache(10**10, "model", accountant=acc)
         capture_store = BoundedCache(10**10, "capture", accountant=acc)
-        monkeypatch.setattr(models, "model_store", lambda: model_store)
-        monkeypatch.setattr(models, "capture_store", lambda: capture_store)
+        monkeypatch.setattr(model_service, "model_store", lambda: model_store)
+        monkeypatch.setattr(model_service, "capture_store", lambda: capture_store)
         return acc
     return use
 
 
 def test_a_preset_past_the_budget_is_refused_before_the_model_is_built(tiny_budget, monkeypatch):
-    from gptviz.app import keys, models
+    from gptviz.app import keys, model_service
     tiny_budget(100 * MiB)
-    monkeypatch.setattr(models, "_build_model", lambda *a: pytest.fail("built"))
+    monkeypatch.setattr(model_service, "_build_model", lambda *a: pytest.fail("built"))
     with pytest.raises(LimitError, match="building gpt2-small needs about"):
-        models.load_model(models.ModelSpec(keys.SOURCE_PRESET, "gpt2-small", "pre"))
+        model_service.load_model(model_service.ModelSpec(keys.SOURCE_PRESET, "gpt2-small", "pre"))
 
 
 def test_a_capture_past_the_budget_is_refused_before_the_model_runs(tiny_budget, monkeypatch):
-    from gptviz.app import keys, models
-    spec = models.ModelSpec(keys.SOURCE_BUNDLED, "shakespeare-pre", "pre")
-    model = models.load_model(spec)                    # on the real stores, before the budget shrinks
+    from gptviz.app import keys, model_service
+    spec = model_service.ModelSpec(keys.SOURCE_BUNDLED, "shakespeare-pre", "pre")
+    model = model_service.load_model(spec)                    # on the real stores, before the budget shrinks
     acc = tiny_budget(10**10)
-    monkeypatch.setattr(models, "load_model", lambda s: model)
+    monkeypatch.setattr(model_service, "load_model", lambda s: model)
     with acc.reserve(10**10 - 10 * MiB, "other work"):
-        monkeypatch.setattr(models, "capture", lambda *a, **k: pytest.fail("the model ran"))
+        monkeypatch.setattr(model_service, "capture", lambda *a, **k: pytest.fail("the model ran"))
         with pytest.raises(LimitError, match="a capture of 128 tokens on shakespeare-pre"):
-            models.get_capture(spec, tuple(range(128)))
+            model_service.get_capture(spec, tuple(range(128)))
     assert acc.in_use == 0
 
 
 def test_a_capture_reserves_while_it_runs_and_its_result_is_counted_as_stored(tiny_budget, monkeypatch):
-    from gptviz.app import keys, models
-    spec = models.ModelSpec(keys.SOURCE_BUNDLED, "shakespeare-pre", "pre")
-    model = models.load_model(spec)
+    from gptviz.app import keys, model_service
+    spec = model_service.ModelSpec(keys.SOURCE_BUNDLED, "shakespeare-pre", "pre")
+    model = model_service.load_model(spec)
     acc = tiny_budget(10**10)
-    monkeypatch.setattr(models, "load_model", lambda s: model)
-    real, during = models.capture, {}
+    monkeypatch.setattr(model_service, "load_model", lambda s: model)
+    real, during = model_service.capture, {}
 
     def spy(*args, **kwargs):
         during["reserved"] = acc.reserved
         return real(*args, **kwargs)
-    monkeypatch.setattr(models, "capture", spy)
+    monkeypatch.setattr(model_service, "capture", spy)
     ids = tuple(range(16))
-    names = models.pattern_names(model.config.n_layers)
-    models.get_capture(spec, ids, names)
+    names = model_service.pattern_names(model.config.n_layers)
+    model_service.get_capture(spec, ids, names)
     assert during["reserved"] == sizes.capture_work_nbytes(model.config, names, 16)
     assert acc.reserved == 0 and acc.stored_bytes == capture_nbytes(model.config, names, 16)
 
 
 def test_a_generation_is_refused_with_a_reason_when_memory_is_busy_and_holds_nothing(tiny_budget):
-    from gptviz.app import keys, models
-    spec = models.ModelSpec(keys.SOURCE_BUNDLED, "shakespeare-pre", "pre")
-    model = models.load_model(spec)
+    from gptviz.app import keys, model_service
+    spec = model_service.ModelSpec(keys.SOURCE_BUNDLED, "shakespeare-pre", "pre")
+    model = model_service.load_model(spec)
     acc = tiny_budget(sizes.generation_nbytes(model.config, 4, 10) - 1)
     with pytest.raises(RuntimeError, match="a generation on shakespeare-pre needs about"):
-        models.hold_for_generation(spec, model, [1, 2, 3, 4], {"max_new_tokens": 10})
+        model_service.hold_for_generation(spec, model, [1, 2, 3, 4], {"max_new_tokens": 10})
     assert acc.in_use == 0
 
 
 def test_a_generation_holds_its_reservation_until_released(tiny_budget):
-    from gptviz.app import keys, models
-    spec = models.ModelSpec(keys.SOURCE_BUNDLED, "shakespeare-pre", "pre")
-    model = models.load_model(spec)
+    from gptviz.app import keys, model_service
+    spec = model_service.ModelSpec(keys.SOURCE_BUNDLED, "shakespeare-pre", "pre")
+    model = model_service.load_model(spec)
     acc = tiny_budget(10**10)
-    release = models.hold_for_generation(spec, model, [1, 2, 3, 4], {"max_new_tokens": 10})
+    release = model_service.hold_for_generation(spec, model, [1, 2, 3, 4], {"max_new_tokens": 10})
     assert acc.reserved == sizes.generation_nbytes(model.config, 4, 10)
     release()
     assert acc.reserved == 0
@@ -290,7 +290,7 @@ def test_a_failing_training_run_releases_its_reservation():
 
 def test_trained_models_count_until_they_are_dropped():
     from gptviz.app.jobs import TrainedModels
-    from gptviz.app.models import model_nbytes
+    from gptviz.app.model_service import model_nbytes
     from gptviz.model.config import GPTConfig
     from gptviz.model.model import GPT
     acc = MemoryAccountant(10**9)
@@ -304,9 +304,9 @@ def test_trained_models_count_until_they_are_dropped():
 
 def test_the_patching_sweep_and_the_norms_measurement_reserve_before_running(monkeypatch):
     from gptviz.methods import attribution, wiring
-    from gptviz.app import keys, models
-    spec = models.ModelSpec(keys.SOURCE_BUNDLED, "shakespeare-pre", "pre")
-    models.load_model(spec)                            # cached before the budget shrinks
+    from gptviz.app import keys, model_service
+    spec = model_service.ModelSpec(keys.SOURCE_BUNDLED, "shakespeare-pre", "pre")
+    model_service.load_model(spec)                            # cached before the budget shrinks
     acc = MemoryAccountant(1, wait_s=0)
     monkeypatch.setattr(memory, "accountant", lambda: acc)
     monkeypatch.setattr(attribution, "residual_patching", lambda *a: pytest.fail("patching ran"))

@@ -23,7 +23,7 @@ from gptviz.model import sizes
 from gptviz.serve import memory
 from gptviz import index as ix
 from gptviz.app import keys as K
-from gptviz.app import models
+from gptviz.app import model_service
 from gptviz.app import unit_index as ui
 from gptviz.export import prompt_capture_npz, prompt_capture_npz_nbytes
 from gptviz.model.generate import generate, stream
@@ -32,7 +32,7 @@ from gptviz.methods.interventions import ablate_heads, run_with_edits
 from gptviz.serve.memory import MemoryAccountant
 from pagetest import TINY, forward_calls, run_page
 
-PRE = models.ModelSpec(K.SOURCE_BUNDLED, "shakespeare-pre", "pre")
+PRE = model_service.ModelSpec(K.SOURCE_BUNDLED, "shakespeare-pre", "pre")
 MiB = 2**20
 PREEXISTING = 1  # torch.profiler._memory_profiler.Action.PREEXISTING.value: a tensor made before the call
 
@@ -68,7 +68,7 @@ def test_the_peak_measure_counts_what_is_held_at_once():
 
 @pytest.fixture(scope="module")
 def pre():
-    model = models.load_model(PRE)
+    model = model_service.load_model(PRE)
     ids = torch.randint(0, 5000, (1, model.config.n_ctx), generator=torch.Generator().manual_seed(0))
     return model, ids
 
@@ -192,7 +192,7 @@ def budget(monkeypatch):
     capture stores are made first and keep the process's accountant, so a page's model and capture still come and
     only the run under test meets the small budget. Cached results are cleared: a cached run allocates nothing."""
     from gptviz.app import services
-    models.model_store(), models.capture_store(), models.load_model(PRE), services.results_cache()
+    model_service.model_store(), model_service.capture_store(), model_service.load_model(PRE), services.results_cache()
     services.results_cache().clear()
 
     def use(n: int) -> MemoryAccountant:
@@ -335,11 +335,11 @@ def test_the_attention_pages_capture_stays_within_its_reservation():
     import sys
     from pathlib import Path
     from gptviz import PRESETS
-    from gptviz.app import models
+    from gptviz.app import model_service
     T, cfg = 384, PRESETS["gpt2-small"]
     out = subprocess.run([sys.executable, str(Path(__file__).parent / "rss_growth.py"), "page_capture", "gpt2-small",
                           str(T)], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     growth = int(out.stdout.split()[-1])
-    reserved = sizes.capture_work_nbytes(cfg, models.attention_page_names(cfg.n_layers, cfg.norm), T)
+    reserved = sizes.capture_work_nbytes(cfg, model_service.attention_page_names(cfg.n_layers, cfg.norm), T)
     assert growth <= reserved, f"grew {growth / 2**20:.0f} MiB against {reserved / 2**20:.0f} reserved"

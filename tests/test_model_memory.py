@@ -33,7 +33,7 @@ OPEN_FOLDERS = textwrap.dedent("""
     from gptviz import GPT, GPTConfig
     from gptviz.model.weights import save_checkpoint
     from gptviz.serve import allocator, memory
-    from gptviz.app import keys, models
+    from gptviz.app import keys, model_service
 
     def rss():
         for line in open("/proc/self/status"):
@@ -43,20 +43,20 @@ OPEN_FOLDERS = textwrap.dedent("""
     cfg = GPTConfig(vocab_size=8192, n_ctx=64, d_model=128, n_layers=2, n_heads=4)  # 5.5 MiB of weights
     for i in range(N + 2):
         save_checkpoint(GPT(cfg, seed=i), root / f"m{i:02d}")
-    spec = lambda i: models.ModelSpec(keys.SOURCE_PRETRAINED, str(root / f"m{i:02d}"), "pre")
+    spec = lambda i: model_service.ModelSpec(keys.SOURCE_PRETRAINED, str(root / f"m{i:02d}"), "pre")
     allocator.keep_freed_memory()  # as the app runs
     gc.collect()
     gc.disable()
-    warm = models.load_model(spec(N))  # torch's first-use costs are not the folders'
-    size = models.model_nbytes(warm)
+    warm = model_service.load_model(spec(N))  # torch's first-use costs are not the folders'
+    size = model_service.model_nbytes(warm)
     del warm
-    still_open = models.load_model(spec(N + 1))  # a session still showing it: in use, not garbage
+    still_open = model_service.load_model(spec(N + 1))  # a session still showing it: in use, not garbage
     base = rss()
     for i in range(N):
-        page = {"model": models.load_model(spec(i))}  # what a visitor's session keeps of the page ...
+        page = {"model": model_service.load_model(spec(i))}  # what a visitor's session keeps of the page ...
         page["self"] = page                            # ... in a reference cycle, once the session is gone
         del page
-    print(size, models.model_store().nbytes, memory.accountant().in_use, rss() - base)
+    print(size, model_service.model_store().nbytes, memory.accountant().in_use, rss() - base)
 """)
 
 
@@ -112,17 +112,17 @@ def test_a_page_keeps_its_model_weakly_and_loads_it_again_once_dropped():
     import gc
     import weakref
 
-    from gptviz.app import models
+    from gptviz.app import model_service
     from gptviz.app.seen import Seen
     from pagetest import TINY
-    model = models.load_model(TINY)
+    model = model_service.load_model(TINY)
     seen, gone = Seen(TINY, model, (1, 2, 3)), weakref.ref(model)
     assert seen.model is model and seen.cfg is model.config
     del model
-    models.model_store().clear()
+    model_service.model_store().clear()
     gc.collect()
     assert gone() is None                                 # the page's Seen did not keep it
-    assert seen.model is models.load_model(TINY)          # a fragment's rerun loads it again
+    assert seen.model is model_service.load_model(TINY)          # a fragment's rerun loads it again
 
 
 @pytest.mark.slow
@@ -134,12 +134,12 @@ def test_a_session_keeps_no_model_the_store_dropped(page):
     import gc
     import weakref
 
-    from gptviz.app import models
+    from gptviz.app import model_service
     from pagetest import TINY, run_page
     at = run_page(page)
     assert not at.exception, at.exception
-    gone = weakref.ref(models.load_model(TINY))
-    models.model_store().clear()
+    gone = weakref.ref(model_service.load_model(TINY))
+    model_service.model_store().clear()
     gc.collect()
     assert gone() is None, f"the {page} page's session still holds the model"
     assert at is not None  # the session is still alive here

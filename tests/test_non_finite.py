@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from gptviz import GPT, PRESETS
-from gptviz.app import jobs, models
+from gptviz.app import jobs, model_service
 from gptviz.app import keys as K
 from gptviz.app.router import PAGE_LIST
 from pagetest import run_page
@@ -17,13 +17,13 @@ from pagetest import run_page
 MODEL_PAGES = {"attention", "generation", "embeddings", "activations", "why", "units", "parameters", "explainers"}
 
 
-def trained(run_id: str, edit) -> models.ModelSpec:
+def trained(run_id: str, edit) -> model_service.ModelSpec:
     """A tiny model, its weights edited, offered as a trained model (how a diverged run reaches the sidebar)."""
     model = GPT(PRESETS["tiny"], seed=0).eval()
     with torch.no_grad():
         edit(model)
     jobs.trained_models().add(run_id, model, None)
-    return models.ModelSpec(K.SOURCE_TRAINED, run_id, "pre")
+    return model_service.ModelSpec(K.SOURCE_TRAINED, run_id, "pre")
 
 
 @pytest.fixture(scope="module")
@@ -49,22 +49,22 @@ def test_every_page_shows_a_message_for_nan_weights(page, nan_spec):
 
 
 def test_the_refusal_is_remembered_not_loaded_again(nan_spec, monkeypatch):
-    with pytest.raises(models.NonFiniteError, match="5 NaN"):
-        models.load_model(nan_spec)
-    monkeypatch.setattr(models, "_build_model", lambda *a: pytest.fail("built again"))
-    with pytest.raises(models.NonFiniteError, match="5 NaN"):
-        models.load_model(nan_spec)
+    with pytest.raises(model_service.NonFiniteError, match="5 NaN"):
+        model_service.load_model(nan_spec)
+    monkeypatch.setattr(model_service, "_build_model", lambda *a: pytest.fail("built again"))
+    with pytest.raises(model_service.NonFiniteError, match="5 NaN"):
+        model_service.load_model(nan_spec)
 
 
 @pytest.mark.slow
 def test_counts_every_non_finite_value_across_chunks(monkeypatch):
     model = GPT(PRESETS["tiny"], seed=0)
-    monkeypatch.setattr(models, "_CHUNK", 7)  # chunks far smaller than the tensors: none is missed or counted twice
+    monkeypatch.setattr(model_service, "_CHUNK", 7)  # chunks far smaller than the tensors: none is missed or counted twice
     with torch.no_grad():
         model.wte.weight[0, 0] = float("inf")
         model.wte.weight[-1, -1] = float("-inf")
         model.ln_f.weight[2] = float("nan")
-    bad, total, first = models.non_finite_weights(model)
+    bad, total, first = model_service.non_finite_weights(model)
     assert bad == 3 and first == "wte.weight"
     assert total == sum(t.numel() for t in [*model.parameters(), *model.buffers()] if t.is_floating_point())
 

@@ -14,24 +14,24 @@ from streamlit.testing.v1 import AppTest
 
 from gptviz import methods as analysis
 from gptviz.model.tokenizer import encode
-from gptviz.app import keys as K, models, sidebar
+from gptviz.app import keys as K, model_service, sidebar
 from pagetest import TINY, array, edge_prompts, figure, forward_calls, kept_of_edge_prompt, run_page
 
 N_LAYERS, N_HEADS, N_CTX, D_FF = 2, 4, 128, 256
 TABS = ["Residual stream", "MLP neurons", "Norm inputs", "Logit lens", "Head detectors", "Export"]
 
 
-def page(prompt: str, spec: models.ModelSpec = TINY, **state) -> AppTest:
+def page(prompt: str, spec: model_service.ModelSpec = TINY, **state) -> AppTest:
     return run_page("activations", prompt, spec, **state)
 
 
-def capture_for(prompt: str, spec: models.ModelSpec = TINY):
+def capture_for(prompt: str, spec: model_service.ModelSpec = TINY):
     """The page's own capture (same hook names, same order: a cache hit)."""
     names = tuple(f"blocks.{i}.{s}" for i in range(N_LAYERS) for s in
                   ("hook_resid_pre", "hook_attn_out", "hook_resid_mid", "mlp.hook_post", "hook_mlp_out",
                    "hook_resid_post", "attn.hook_pattern"))
     ids = tuple(encode(prompt)[-N_CTX:])
-    return ids, models.capture_cache(spec, ids, names)
+    return ids, model_service.capture_cache(spec, ids, names)
 
 
 @pytest.mark.slow
@@ -67,7 +67,7 @@ def test_default_prompt_every_view_shows_real_values():
     det = [f for f in figs if len(f["data"]) == 3 and f["data"][0].get("name") == "previous"][0]
     np.testing.assert_allclose(array(det["data"][0]["z"]),
                                analysis.previous_token_scores(cache.patterns()).numpy(), rtol=1e-5)
-    model = models.load_model(TINY)
+    model = model_service.load_model(TINY)
     np.testing.assert_allclose(array(det["data"][2]["z"]), analysis.induction_scores(model, 50).numpy(),
                                rtol=1e-5, atol=1e-7)
     assert any("Previous-token" in m.value for m in at.markdown)
@@ -133,7 +133,7 @@ def test_an_empty_capture_is_explained_not_a_traceback(monkeypatch):
     """After gptviz's code is reloaded in a running server, a cached model built by the old code records
     nothing; the page must say so."""
     from gptviz.model.hooks import ActivationCache
-    monkeypatch.setattr(models, "capture_cache", lambda spec, ids, names=None: (torch.zeros(len(ids), 5),
+    monkeypatch.setattr(model_service, "capture_cache", lambda spec, ids, names=None: (torch.zeros(len(ids), 5),
                                                                           ActivationCache({}, N_LAYERS)))
     at = page("Hello world")
     assert not at.exception

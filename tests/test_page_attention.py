@@ -20,7 +20,7 @@ from gptviz import methods as analysis
 from gptviz.figures.browser import attention_map as amap
 from gptviz.figures import attention as fa
 from gptviz.model.tokenizer import decode, encode, token_labels
-from gptviz.app import display, keys as K, live, models, sidebar
+from gptviz.app import display, keys as K, live, model_service, sidebar
 from pagetest import (MARKUP, ROOT, TINY, array, attention_map, edge_prompts, figure, figures, finish_generation,
                       forward_calls, gate_generations, generation_of, kept_of_edge_prompt, live_code, open_app,
                       query_bars, run_page, TokenGate)
@@ -36,7 +36,7 @@ def page(prompt: str, **state) -> AppTest:
 
 def patterns_for(prompt: str) -> torch.Tensor:
     ids = tuple(encode(prompt)[-N_CTX:])
-    _, cache = models.get_capture(TINY, ids, models.attention_page_names(N_LAYERS, "pre"))  # the page's own capture
+    _, cache = model_service.get_capture(TINY, ids, model_service.attention_page_names(N_LAYERS, "pre"))  # the page's own capture
     return torch.stack([cache[f"blocks.{i}.attn.hook_pattern"] for i in range(N_LAYERS)])
 
 
@@ -86,7 +86,7 @@ def test_default_state_widgets_and_real_weights():
 @pytest.mark.slow
 def test_display_widgets_run_no_forward_pass():
     prompt = "A prompt only this test uses: the forward count must move once, then never."
-    models.induction_scores(TINY, 50)  # the detector table's own run, cached once per model (not per prompt)
+    model_service.induction_scores(TINY, 50)  # the detector table's own run, cached once per model (not per prompt)
     before = forward_calls()
     at = page(prompt)
     assert forward_calls() == before + 1          # the capture ran once (fresh prompt)
@@ -266,10 +266,10 @@ def test_sampling_widgets_bound_the_settings():
 def test_start_generation_rejects_bad_settings_before_storing():
     def script():
         import streamlit as st
-        from gptviz.app import keys as K, live, models
-        got = models.load_model(models.ModelSpec(K.SOURCE_PRESET, "tiny", "pre"))
+        from gptviz.app import keys as K, live, model_service
+        got = model_service.load_model(model_service.ModelSpec(K.SOURCE_PRESET, "tiny", "pre"))
         try:
-            live.start_generation(models.ModelSpec(K.SOURCE_PRESET, "tiny", "pre"), got, [1, 2, 3],
+            live.start_generation(model_service.ModelSpec(K.SOURCE_PRESET, "tiny", "pre"), got, [1, 2, 3],
                                 dict(max_new_tokens=2, temperature=1.0, top_k=None, top_p=1.5, seed=0), "attention")
         except ValueError as err:
             st.error(str(err))
@@ -411,7 +411,7 @@ def test_where_a_query_looks_thins_its_key_labels_so_they_do_not_collide():
 
 # ---- the first screen ---------------------------------------------------------------------------------
 
-BUNDLED = models.ModelSpec(K.SOURCE_BUNDLED, "shakespeare-pre", "pre")
+BUNDLED = model_service.ModelSpec(K.SOURCE_BUNDLED, "shakespeare-pre", "pre")
 
 
 def test_the_page_opens_on_the_prompts_most_telling_head_with_its_score_beside_chance():
@@ -420,7 +420,7 @@ def test_the_page_opens_on_the_prompts_most_telling_head_with_its_score_beside_c
     at = run_page("attention", sidebar.DEFAULT_PROMPT, spec=BUNDLED)
     assert not at.exception
     ids = encode(sidebar.DEFAULT_PROMPT)
-    _, cache = models.capture_cache(BUNDLED, tuple(ids), models.pattern_names(4))
+    _, cache = model_service.capture_cache(BUNDLED, tuple(ids), model_service.pattern_names(4))
     scores = analysis.prompt_induction_scores(cache.patterns(), ids)
     layer, head = divmod(int(scores.argmax()), scores.shape[1])
     assert (at.selectbox(key=K.ATT_LAYER).value, at.selectbox(key=K.ATT_HEAD).value) == (layer, head) != (0, 0)
@@ -437,7 +437,7 @@ def test_the_maps_line_on_each_head_is_its_detector_furthest_above_chance_on_thi
     at = run_page("attention", sidebar.DEFAULT_PROMPT, spec=BUNDLED)
     assert not at.exception
     ids = encode(sidebar.DEFAULT_PROMPT)
-    _, cache = models.capture_cache(BUNDLED, tuple(ids), models.pattern_names(4))
+    _, cache = model_service.capture_cache(BUNDLED, tuple(ids), model_service.pattern_names(4))
     pats, T = cache.patterns(), len(ids)
     measured = {"induction": (analysis.prompt_induction_scores(pats, ids), analysis.prompt_induction_chance(ids)),
                 "previous-token": (analysis.previous_token_scores(pats), analysis.previous_token_chance(T)),
@@ -495,7 +495,7 @@ def test_the_suggested_head_says_whether_the_map_shows_it_and_one_click_shows_it
     line = next(m.value for m in at.markdown if "Worth a look" in m.value)
     assert f"Worth a look: layer {shown[0]}, head {shown[1]}**" in line and line.endswith("The map shows it.")
     assert not [b for b in at.button if b.key == K.ATT_SHOW_SUGGESTED]
-    at.session_state[K.MODEL_SPEC] = models.ModelSpec(K.SOURCE_BUNDLED, "shakespeare-post", "post")  # the toggle
+    at.session_state[K.MODEL_SPEC] = model_service.ModelSpec(K.SOURCE_BUNDLED, "shakespeare-post", "post")  # the toggle
     at.run()
     assert not at.exception
     line = next(m.value for m in at.markdown if "Worth a look" in m.value)

@@ -13,7 +13,7 @@ from gptviz.figures import head_views as hv
 from gptviz.methods.head_steps import (first_token_chance, first_token_scores, head_hook_names, head_steps, row_shares,
                                        value_weighted)
 from gptviz.model.tokenizer import encode
-from gptviz.app import display, models
+from gptviz.app import display, model_service
 from gptviz.app import keys as K
 from pagetest import TINY, array, figure, figures, run_page
 
@@ -28,7 +28,7 @@ def view(name: str, prompt: str = PROMPT, **state):
 
 def layer_cache(layer: int, prompt: str = PROMPT):
     ids = tuple(encode(prompt))
-    return models.capture_cache(TINY, ids, head_hook_names(layer, "pre"))[1], len(ids)
+    return model_service.capture_cache(TINY, ids, head_hook_names(layer, "pre"))[1], len(ids)
 
 
 @pytest.mark.slow
@@ -89,7 +89,7 @@ def test_value_weighted_view_by_hand_and_the_sink_line():
     at = view("Value-weighted", att_layer=0, att_head=2)
     shares = figure(at, "Weight × ‖value · W_O‖")["data"][0]
     cache, T = layer_cache(0)
-    model = models.load_model(TINY)
+    model = model_service.load_model(TINY)
     vw = value_weighted(model, 0, cache["blocks.0.attn.hook_v"], cache["blocks.0.attn.hook_pattern"])
     expected = row_shares(vw[2]).numpy()
     got = array(shares["z"])
@@ -105,7 +105,7 @@ def test_the_detector_table_holds_the_scores_and_their_chance_sorted_by_score():
     frame = next(d.value for d in at.dataframe if "head" in d.value.columns and len(d.value) == 8)
     ids = encode(PROMPT)
     T = len(ids)
-    _, cache = models.capture_cache(TINY, tuple(ids), models.pattern_names(2))
+    _, cache = model_service.capture_cache(TINY, tuple(ids), model_service.pattern_names(2))
     patterns = cache.patterns()
     expected = {
         f"previous-token (chance {analysis.previous_token_chance(T):.3f})": analysis.previous_token_scores(patterns),
@@ -114,7 +114,7 @@ def test_the_detector_table_holds_the_scores_and_their_chance_sorted_by_score():
         f"induction, on this prompt (chance {analysis.prompt_induction_chance(ids):.3f})":
             analysis.prompt_induction_scores(patterns, ids),
         f"induction, 50 random tokens repeated (chance {analysis.induction_chance(50):.3f})":
-            models.induction_scores(TINY, 50),
+            model_service.induction_scores(TINY, 50),
         f"first token (sink) (chance {first_token_chance(T):.3f})": first_token_scores(patterns)}
     assert set(frame.columns) == {"head", *expected}
     heads = [tuple(int(w.strip(",")) for w in name.split()[1::2]) for name in frame["head"]]

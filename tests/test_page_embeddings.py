@@ -12,7 +12,7 @@ from streamlit.testing.v1 import AppTest
 
 from gptviz import GPT, GPTConfig, methods as analysis
 from gptviz.model.tokenizer import encode
-from gptviz.app import display, jobs, models, sidebar, keys as K
+from gptviz.app import display, jobs, model_service, sidebar, keys as K
 from gptviz.model import tokenizer
 from pagetest import TINY, array, edge_prompts, figures, forward_calls, kept_of_edge_prompt, run_page, title_of
 
@@ -21,13 +21,13 @@ TITLES = ["Cosine similarity of the prompt's token embeddings", "Cosine similari
           "Token embeddings, first two principal components"]
 
 
-def page(prompt: str, spec: models.ModelSpec = TINY, **state) -> AppTest:
+def page(prompt: str, spec: model_service.ModelSpec = TINY, **state) -> AppTest:
     return run_page("embeddings", prompt, spec, **state)
 
 
 def capture_for(prompt: str) -> dict[str, torch.Tensor]:
     ids = tuple(encode(prompt)[-N_CTX:])
-    _, cache = models.get_capture(TINY, ids, ("hook_embed", "hook_pos_embed", "blocks.0.hook_resid_pre"))
+    _, cache = model_service.get_capture(TINY, ids, ("hook_embed", "hook_pos_embed", "blocks.0.hook_resid_pre"))
     return cache
 
 
@@ -44,7 +44,7 @@ def test_default_prompt_shows_the_capture():
     cache = capture_for(sidebar.DEFAULT_PROMPT)
     T = len(encode(sidebar.DEFAULT_PROMPT))
     tok, total = cache["hook_embed"], cache["blocks.0.hook_resid_pre"]
-    model = models.load_model(TINY)
+    model = model_service.load_model(TINY)
     np.testing.assert_allclose(array(panels[0]["z"]), tok[:, :64].numpy(), rtol=1e-6)
     np.testing.assert_allclose(array(panels[1]["z"]), model.wpe.weight[:T, :64].detach().numpy(), rtol=1e-6)
     np.testing.assert_allclose(array(panels[2]["z"]), total[:, :64].numpy(), rtol=1e-6)
@@ -111,7 +111,7 @@ def test_dimension_range_edges():
     torch.manual_seed(0)
     wide = GPT(GPTConfig(vocab_size=50257, n_ctx=16, d_model=320, n_layers=1, n_heads=4)).eval()
     jobs.trained_models().add("test-embeddings-wide", wide, owner=None)
-    spec = models.ModelSpec(K.SOURCE_TRAINED, "test-embeddings-wide", "pre")
+    spec = model_service.ModelSpec(K.SOURCE_TRAINED, "test-embeddings-wide", "pre")
     at = page("Hello there", spec=spec, emb_dims=(0, 320))
     assert not at.exception and not at.error
     assert any("the first 256 of the chosen range" in c.value for c in at.caption)
@@ -120,7 +120,7 @@ def test_dimension_range_edges():
 
 def test_an_empty_capture_is_explained_not_a_traceback(monkeypatch):
     from gptviz.model.hooks import ActivationCache
-    monkeypatch.setattr(models, "capture_cache", lambda spec, ids, names=None: (torch.zeros(len(ids), 5),
+    monkeypatch.setattr(model_service, "capture_cache", lambda spec, ids, names=None: (torch.zeros(len(ids), 5),
                                                                           ActivationCache({}, 2)))
     at = page("Hello world")
     assert not at.exception
@@ -136,7 +136,7 @@ def test_fit_vocabulary_replaces_only_ids_past_the_model():
 def test_a_gpt2_id_past_gpt1s_vocabulary_runs_and_is_explained():
     """'Daytona' is GPT-2 id 47299, past the GPT-1 preset's 40,000 ids: the page must run, not fail."""
     assert 47299 in encode(" Daytona")
-    at = run_page("embeddings", prompt="Drive to Daytona", spec=models.ModelSpec(K.SOURCE_PRESET, "gpt1", "post"))
+    at = run_page("embeddings", prompt="Drive to Daytona", spec=model_service.ModelSpec(K.SOURCE_PRESET, "gpt1", "post"))
     assert not at.exception and not at.error
     assert any("past this model's 40,000-id vocabulary" in c.value for c in at.caption)
 
@@ -146,7 +146,7 @@ def test_a_hub_id_with_markup_is_shown_as_literal_text(monkeypatch):
     fetch) must reach the page escaped, never rendered."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     name = "![p](http://host/p.png) **x** $x^2$"
-    at = run_page("embeddings", spec=models.ModelSpec(K.SOURCE_PRETRAINED, name, "pre"))
+    at = run_page("embeddings", spec=model_service.ModelSpec(K.SOURCE_PRETRAINED, name, "pre"))
     assert not at.exception and at.error
     shown = at.error[0].value
     assert "![p](" not in shown and "**x**" not in shown and "$x^2$" not in shown

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from streamlit.testing.v1 import AppTest
 
-from gptviz.app import models, sidebar, keys as K
+from gptviz.app import model_service, sidebar, keys as K
 from gptviz.model.tokenizer import encode, token_labels
 from pagetest import TINY, array, edge_prompts, figures, run_page, title_of
 
@@ -20,7 +20,7 @@ def drawn_labels(axis: dict) -> list[str]:
     """A token category axis's labels as drawn (repeats are told apart by zero-width spaces, which draw as nothing)."""
     return [c.replace("\u200b", "") for c in axis["categoryarray"]]
 
-def page(prompt: str = sidebar.DEFAULT_PROMPT, spec: models.ModelSpec | None = TINY, **state) -> AppTest:
+def page(prompt: str = sidebar.DEFAULT_PROMPT, spec: model_service.ModelSpec | None = TINY, **state) -> AppTest:
     return run_page("explainers", prompt, spec, **state)
 
 
@@ -51,7 +51,7 @@ def test_activation_functions_are_torchs_and_the_models_is_marked():
 
 @pytest.mark.slow
 def test_gpt2_preset_highlights_tanh_gelu():
-    at = page(spec=models.ModelSpec(K.SOURCE_PRESET, "gpt2-small", "pre"))
+    at = page(spec=model_service.ModelSpec(K.SOURCE_PRESET, "gpt2-small", "pre"))
     assert not at.exception
     names = [c["name"] for c in figures(at)[0]["data"] if c.get("showlegend") is not False]
     assert "GELU (tanh approx.) — this model" in names

@@ -16,7 +16,7 @@ from gptviz import generate
 from gptviz.figures import generation as fg
 from gptviz.figures.common import apply_layout, title_room
 from gptviz.model.tokenizer import decode, encode
-from gptviz.app import keys as K, live, models, sidebar
+from gptviz.app import keys as K, live, model_service, sidebar
 from pagetest import (TINY, TokenGate, array, edge_prompts, figure, finish_generation, forward_calls, gate_generations,
                       generation_of, live_code, run_page)
 
@@ -44,7 +44,7 @@ def test_default_state_shows_controls_and_the_first_step_the_model_would_take():
     bars = figure(at, "After the prompt: the next-token distribution")
     ids = encode(sidebar.DEFAULT_PROMPT)
     with torch.no_grad():
-        probs = torch.softmax(models.load_model(TINY)(torch.tensor([ids]))[0, -1], -1)
+        probs = torch.softmax(model_service.load_model(TINY)(torch.tensor([ids]))[0, -1], -1)
     np.testing.assert_allclose(array(bars["data"][0]["x"]), probs.topk(20).values.numpy(), rtol=1e-4)
     assert figure(at, "Query ")  # the last prompt token's attention in every head of the layer
     for key in (K.GEN_N, K.GEN_TOPK, K.GEN_SEED):
@@ -62,7 +62,7 @@ def test_greedy_generation_matches_the_library_and_fills_the_table():
     assert not at.exception and not at.error
     steps = generation_of(at).steps
     ids = encode(prompt)
-    expected = generate(models.load_model(TINY), ids, max_new_tokens=4, temperature=0.0)[len(ids):]
+    expected = generate(model_service.load_model(TINY), ids, max_new_tokens=4, temperature=0.0)[len(ids):]
     assert [s.token_id for s in steps] == expected
     assert at.code[0].value == decode(ids) + decode(expected)
     table = at.dataframe[0].value

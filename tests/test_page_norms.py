@@ -357,7 +357,7 @@ def test_the_first_tab_shows_the_twins_side_by_side_as_recomputed_here(tiny_page
     """Issue 41: the page opens on the trained twins. The matched pairs are match_heads' own on the probe, the pair
     shown first is the most similar, and each twin's bars are the softmax of its logits after the prompt."""
     from gptviz import methods as analysis, capture
-    from gptviz.app.models import pattern_names
+    from gptviz.app.model_service import pattern_names
     from gptviz.model.weights import training_vocab as read_training_vocab
     names, twins = bundled_twin_models()
     at = tiny_page

@@ -10,7 +10,7 @@ import torch
 
 import pagetest
 from gptviz import load_pretrained
-from gptviz.app import keys as K, models
+from gptviz.app import keys as K, model_service
 from gptviz.app.services import norms_pair
 from gptviz.model.gpt1_tokenizer import OpenAIGPTTokenizer
 from gptviz.model import weights
@@ -53,7 +53,7 @@ def model_dirs(tmp_path, monkeypatch):
     monkeypatch.setattr(model_access, "server_limits", lambda: limits)
     monkeypatch.setattr(norms_pair, "server_limits", lambda: limits)
     yield tmp_path / "ops"
-    models.model_store().clear()
+    model_service.model_store().clear()
 
 
 def open_pair_page() -> pagetest.AppTest:
@@ -145,6 +145,6 @@ def test_the_pair_is_found_in_the_hugging_face_cache_by_hub_id(tmp_path, hub_cac
     assert {n: s.name for n, s in pair.specs.items()} == {"pre": "gpt2", "post": "openai-community/openai-gpt"}
     assert pair.codecs["post"].name == "GPT-1's own BPE" and not pair.same_tokens and not pair.bundled
     try:
-        assert models.load_model(pair.specs["post"]).config.final_norm is False   # loaded offline, by its Hub id
+        assert model_service.load_model(pair.specs["post"]).config.final_norm is False   # loaded offline, by its Hub id
     finally:
-        models.model_store().clear()
+        model_service.model_store().clear()

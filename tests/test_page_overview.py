@@ -31,9 +31,9 @@ def recomputed(prompt: str, norm: str, position: int):
     """Residual norms, lens top tokens and next-token probabilities from the app's full capture of the prompt."""
     spec = TINY._replace(norm=norm)
     ids = tuple(encode(prompt)[-N_CTX:])
-    from gptviz.app import models
-    logits, cache = models.capture_cache(spec, ids)  # every hook point: another capture than the page's
-    model = models.load_model(spec)
+    from gptviz.app import model_service
+    logits, cache = model_service.capture_cache(spec, ids)  # every hook point: another capture than the page's
+    model = model_service.load_model(spec)
     lens = analysis.logit_lens(model, cache)
     probs = logits[position].softmax(-1)
     sums = [torch.linalg.vector_norm(cache[act_name("resid_pre", i)][position] +

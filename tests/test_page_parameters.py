@@ -10,11 +10,11 @@ from streamlit.testing.v1 import AppTest
 
 from gptviz import PRESETS
 from gptviz.model.params import total_params
-from gptviz.app import keys as K, models
+from gptviz.app import keys as K, model_service
 from pagetest import TINY, run_page, array
 
 
-def page(spec: models.ModelSpec | None = TINY, **state) -> AppTest:
+def page(spec: model_service.ModelSpec | None = TINY, **state) -> AppTest:
     return run_page("parameters", "unused here", spec, **state)
 
 

@@ -13,12 +13,12 @@ from streamlit.testing.v1 import AppTest
 from gptviz import index as ix
 from gptviz.serve import limits
 from gptviz.app import keys as K
-from gptviz.app import links, models
+from gptviz.app import links, model_service
 from gptviz.app import unit_index as ui
 from gptviz.model.tokenizer import encode
 from pagetest import APP, TINY, array, figures, run_page, token_rows
 
-PRE = models.ModelSpec(K.SOURCE_BUNDLED, "shakespeare-pre", "pre")
+PRE = model_service.ModelSpec(K.SOURCE_BUNDLED, "shakespeare-pre", "pre")
 SEARCH_TAB = {K.UNIT_TAB: K.UNIT_TABS[1]}  # only the open tab is built
 LINK = re.compile(r"\[(L\d+[NH]\d+)\]\((units\?[^)]*)\)")
 
@@ -138,7 +138,7 @@ def test_picking_a_head_keeps_the_index_in_range():
 def test_search_by_prompt_token_equals_units_at(shipped):
     at = run_page("units", spec=PRE, **SEARCH_TAB)
     table = at.dataframe[0].value
-    model = models.load_model(PRE)
+    model = model_service.load_model(PRE)
     ids = encode(at.session_state[K.PROMPT])
     want = ix.units_at(model, ids, len(ids) - 1, index=shipped, k=8, kind="neuron") + \
         ix.units_at(model, ids, len(ids) - 1, index=shipped, k=4, kind="head")
@@ -193,7 +193,7 @@ def test_a_model_without_an_index_builds_one_within_limits(tmp_path, monkeypatch
 @pytest.mark.slow
 def test_an_index_over_your_own_corpus_is_the_one_the_page_reads(tmp_path, monkeypatch):
     import json
-    from gptviz.app.models import load_model
+    from gptviz.app.model_service import load_model
     monkeypatch.setenv("GPTVIZ_INDEX_DIR", str(tmp_path / "indexes"))
     corpus = tmp_path / "letters.jsonl"
     texts = [f"Dear friend, letter {i}: the weather is fine and the garden is green.\n" * 6 for i in range(12)]

@@ -10,7 +10,7 @@ from gptviz.methods import attribution
 from gptviz.model.generate import generate
 from gptviz.methods.interventions import ablate_heads, run_with_edits
 from gptviz.model.tokenizer import decode, encode, token_labels
-from gptviz.app import models, keys as K
+from gptviz.app import model_service, keys as K
 from pagetest import TINY, array, figure, figures, run_page, title_of
 
 PROMPT = "Romeo.\nBut soft! what light through yonder window breaks?"
@@ -21,7 +21,7 @@ def page(**state):
 
 
 def tiny_model():
-    return models.load_model(TINY)
+    return model_service.load_model(TINY)
 
 
 def top_two(ids):
@@ -47,7 +47,7 @@ def test_direct_attribution_view_shows_parts_that_sum_to_the_logit_difference():
 
 
 def test_post_norm_says_why_there_is_no_direct_attribution():
-    at = run_page("why", PROMPT, models.ModelSpec(K.SOURCE_PRESET, "tiny", "post"))
+    at = run_page("why", PROMPT, model_service.ModelSpec(K.SOURCE_PRESET, "tiny", "post"))
     assert not at.exception
     assert any("not a sum of the heads' and MLPs' outputs" in i.value for i in at.info)
     assert not at.get("plotly_chart")
@@ -83,7 +83,7 @@ def test_where_the_continuations_part_both_tokens_are_quoted():
     from gptviz.app.display import md_text
     from pagetest import run_page
     prompt, heads = "A B C D E F G H A B C", [(1, 0), (1, 1), (1, 2), (1, 3)]  # the pre-norm twin's layer 1
-    at = run_page("why", prompt, spec=models.ModelSpec(K.SOURCE_BUNDLED, "shakespeare-pre", "pre"),
+    at = run_page("why", prompt, spec=model_service.ModelSpec(K.SOURCE_BUNDLED, "shakespeare-pre", "pre"),
                   why_view="Ablate heads", why_heads=heads, why_n=8)
     assert not at.exception and not at.error
     model, ids = load_pretrained("shakespeare-pre"), encode(prompt)
@@ -144,11 +144,11 @@ def test_token_text_reaches_the_figures_escaped():
 def test_information_flow_view_draws_the_librarys_graph():
     """The edges drawn, the counts said and the table are gptviz.methods.flow's graph at the slider's threshold."""
     from gptviz.methods.flow import information_flow
-    bundled = models.ModelSpec(K.SOURCE_BUNDLED, "shakespeare-pre", "pre")   # random weights route nearly all by skips
+    bundled = model_service.ModelSpec(K.SOURCE_BUNDLED, "shakespeare-pre", "pre")   # random weights route nearly all by skips
     at = run_page("why", PROMPT, bundled, why_view="Information flow", why_flow_threshold=0.05)
     assert not at.exception and not at.error
     ids = encode(PROMPT)
-    graph = information_flow(models.load_model(bundled), torch.tensor([ids]), 0.05)
+    graph = information_flow(model_service.load_model(bundled), torch.tensor([ids]), 0.05)
     fig = figure(at, "Information flow")
     drawn = [tuple(row[:6]) for trace in fig["data"] if trace.get("mode") == "markers" and trace.get("customdata")
              and trace.get("legendgroup") == "attention" for row in trace["customdata"]]
@@ -166,7 +166,7 @@ def test_information_flow_view_draws_the_librarys_graph():
 
 
 def test_information_flow_on_post_norm_says_why_not():
-    at = run_page("why", PROMPT, models.ModelSpec(K.SOURCE_PRESET, "tiny", "post"), why_view="Information flow")
+    at = run_page("why", PROMPT, model_service.ModelSpec(K.SOURCE_PRESET, "tiny", "post"), why_view="Information flow")
     assert not at.exception
     assert any("information-flow graph needs the pre-norm wiring" in i.value for i in at.info)
 

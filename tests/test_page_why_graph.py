@@ -12,7 +12,7 @@ import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
-from gptviz.app import keys as K, models, settings as S
+from gptviz.app import keys as K, model_service, settings as S
 from gptviz.app.reproduce import MARK
 from gptviz.app.services import results_cache
 from gptviz.methods.graph import attribution_graph
@@ -170,7 +170,7 @@ def test_the_qk_tab_splits_the_score_where_the_head_looks_most():
 
 
 def qk_panel_script(layer: int, head: int, query: int, key: int) -> None:
-    from gptviz.app import models as m, keys as k
+    from gptviz.app import model_service as m, keys as k
     from gptviz.app.views.why_graph import qk_panel
     from gptviz.model.tokenizer import encode as enc
     qk_panel(layer, head, query, key, spec=m.ModelSpec(k.SOURCE_PRESET, "tiny", "pre"),
@@ -191,7 +191,7 @@ def test_the_qk_panel_is_one_call_and_says_what_is_wrong_with_a_cell(cell, words
 @edge_prompts("one-token", "longer-than-context", "emoji-cjk", "markup")
 @pytest.mark.parametrize("view", [K.WHY_GRAPH_VIEW, K.WHY_QK_VIEW])
 def test_edge_prompts_and_a_post_norm_model_draw_without_an_error(prompt, view):
-    post = models.ModelSpec(K.SOURCE_PRESET, "tiny", "post")
+    post = model_service.ModelSpec(K.SOURCE_PRESET, "tiny", "post")
     at = run_page("why", prompt, post if "<" in prompt else TINY, **{S.WHY_VIEW.key: view})
     kept = kept_of_edge_prompt(at, prompt, tiny_model().config.n_ctx)
     assert at.get("plotly_chart")

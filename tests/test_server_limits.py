@@ -14,7 +14,7 @@ from gptviz.serve.bounded_cache import BoundedCache
 from gptviz.model.hooks import capture_nbytes
 from gptviz.serve import limits
 from gptviz.serve.limits import LimitError, ServerLimits
-from gptviz.app import models, keys as K
+from gptviz.app import model_service, keys as K
 from pagetest import TINY, run_page
 
 
@@ -67,7 +67,7 @@ for name in [n for n in os.environ if n.startswith("GPTVIZ_")]:
     del os.environ[name]
 os.environ["GPTVIZ_MEMORY_MB"] = "1024"
 from streamlit.testing.v1 import AppTest
-from gptviz.app import keys as K, models
+from gptviz.app import keys as K, model_service
 from gptviz.serve import limits
 at = AppTest.from_file("app.py", default_timeout=120)
 at.session_state[K.MODEL_SOURCE] = K.SOURCE_PRESET
@@ -76,7 +76,7 @@ at.run()
 assert not at.exception, [e.message for e in at.exception]
 assert not at.error, [e.value for e in at.error]
 lim = limits.server_limits()
-print(lim.capture_cache_mb, lim.model_cache_mb, models.model_store().budget >> 20, len(models.model_store()))
+print(lim.capture_cache_mb, lim.model_cache_mb, model_service.model_store().budget >> 20, len(model_service.model_store()))
 """
 
 
@@ -140,10 +140,10 @@ def test_a_captures_size_is_known_exactly_before_it_runs():
 
 
 def test_the_app_refuses_a_capture_past_its_budget_with_a_message(monkeypatch):
-    monkeypatch.setattr(models, "capture_store", lambda: BoundedCache(64 * 1024, "capture"))
+    monkeypatch.setattr(model_service, "capture_store", lambda: BoundedCache(64 * 1024, "capture"))
     ids = tuple(range(100, 140))
     with pytest.raises(LimitError, match="more than the 65,536 bytes this server keeps"):
-        models.get_capture(TINY, ids)  # every hook of 40 tokens: ~8 MB
+        model_service.get_capture(TINY, ids)  # every hook of 40 tokens: ~8 MB
     at = run_page("attention", "The quick brown fox jumps over the lazy dog " * 4)
     assert not at.exception
     assert any("this server keeps" in e.value for e in at.error)
@@ -151,24 +151,24 @@ def test_the_app_refuses_a_capture_past_its_budget_with_a_message(monkeypatch):
 
 def test_a_model_past_the_parameter_cap_is_refused_before_it_is_built(monkeypatch):
     monkeypatch.setattr(limits, "server_limits", lambda: ServerLimits(max_params=10_000_000))
-    spec = models.ModelSpec(K.SOURCE_PRESET, "gpt2-small", "pre")
-    monkeypatch.setattr(models, "_build_model", lambda spec: pytest.fail("built anyway"))
+    spec = model_service.ModelSpec(K.SOURCE_PRESET, "gpt2-small", "pre")
+    monkeypatch.setattr(model_service, "_build_model", lambda spec: pytest.fail("built anyway"))
     with pytest.raises(LimitError, match="gpt2-small has 124,439,808 parameters; this server builds models of "
                                          "up to 10,000,000"):
-        models.load_model(spec)
+        model_service.load_model(spec)
     at = run_page("attention", spec=spec)
     shown = [e.value.replace("\\", "") for e in at.error]  # the message is markdown-escaped for display
     assert not at.exception and any("builds models of up to 10,000,000 (GPTVIZ_MAX_PARAMS)" in m for m in shown)
 
 
 def test_models_share_one_byte_budget(monkeypatch):
-    store = BoundedCache(int(1.5 * models.model_nbytes(models.load_model(TINY))), "model")
-    monkeypatch.setattr(models, "model_store", lambda: store)
-    first = models.load_model(TINY)
-    assert models.load_model(TINY) is first                       # cached and shared
-    models.load_model(TINY._replace(seed=1))                      # a second tiny does not fit beside it
+    store = BoundedCache(int(1.5 * model_service.model_nbytes(model_service.load_model(TINY))), "model")
+    monkeypatch.setattr(model_service, "model_store", lambda: store)
+    first = model_service.load_model(TINY)
+    assert model_service.load_model(TINY) is first                       # cached and shared
+    model_service.load_model(TINY._replace(seed=1))                      # a second tiny does not fit beside it
     assert TINY not in store and TINY._replace(seed=1) in store
-    assert models.model_nbytes(first) == sum(p.numel() * 4 for p in first.parameters())  # the tied head counted once
+    assert model_service.model_nbytes(first) == sum(p.numel() * 4 for p in first.parameters())  # the tied head counted once
 
 
 @pytest.mark.slow
@@ -228,7 +228,7 @@ def test_generation_limits_come_from_the_environment_and_are_documented():
 def test_the_information_flow_graph_goes_through_the_capture_budget(monkeypatch):
     """Its capture (every layer's attention pattern) is refused before the model runs when it would pass the
     server's capture budget: a warning, no exception, no graph."""
-    monkeypatch.setattr(models, "capture_store", lambda: BoundedCache(16 * 1024, "capture"))
+    monkeypatch.setattr(model_service, "capture_store", lambda: BoundedCache(16 * 1024, "capture"))
     at = run_page("why", "A prompt of a few tokens, enough to pass a sixteen kilobyte budget for its capture",
                   why_view="Information flow")
     assert not at.exception
@@ -314,7 +314,7 @@ def test_a_running_generation_holds_its_model_in_the_store(monkeypatch):
     from gptviz.app import live
     from pagetest import TokenGate, gate_generations
     store = BoundedCache(10**9, "model")
-    monkeypatch.setattr(models, "model_store", lambda: store)
+    monkeypatch.setattr(model_service, "model_store", lambda: store)
     gate = TokenGate(at=1)
     gate_generations(monkeypatch, gate)
     at = run_page("generation", "Hold the model")

@@ -15,12 +15,12 @@ from gptviz.model import sizes
 from gptviz.serve import limits, memory
 from gptviz import index as ix
 from gptviz.app import keys as K
-from gptviz.app import models, sidebar
+from gptviz.app import model_service, sidebar
 from gptviz.app import unit_index as ui
 from pagetest import TINY, run_page
 from test_memory_runs import covers, torch_peak
 
-PRE = models.ModelSpec(K.SOURCE_BUNDLED, "shakespeare-pre", "pre")
+PRE = model_service.ModelSpec(K.SOURCE_BUNDLED, "shakespeare-pre", "pre")
 SEARCH_TAB = {K.UNIT_TAB: K.UNIT_TABS[1]}
 HUGE = "x" * 10_000_000  # the audit's 10 MB word
 
@@ -113,7 +113,7 @@ def test_the_direct_effects_estimate_covers_its_measured_peak(norm, kind):
 
 
 def test_with_no_room_for_the_direct_effect_the_page_says_so(monkeypatch):
-    tight = memory.MemoryAccountant(sizes.direct_effect_nbytes(models.load_model(PRE).config) - 1, wait_s=0)
+    tight = memory.MemoryAccountant(sizes.direct_effect_nbytes(model_service.load_model(PRE).config) - 1, wait_s=0)
     monkeypatch.setattr(memory, "accountant", lambda: tight)
     at = run_page("units", spec=PRE)
     assert not at.exception, at.exception

@@ -10,7 +10,7 @@ import time
 import pytest
 import torch
 
-from gptviz.app import keys as K, models
+from gptviz.app import keys as K, model_service
 from gptviz.model.weights import CheckpointError
 from gptviz.serve import uploads
 from gptviz.serve.limits import LimitError, ServerLimits
@@ -154,20 +154,20 @@ def test_the_server_keeps_at_most_its_number_of_uploads(tmp_path):
 
 @pytest.mark.slow
 def test_a_visitor_never_loads_another_visitors_upload_even_once_it_is_cached(tmp_path, monkeypatch):
-    folders = models.upload_folders()  # the app's own, which drops an upload's models with its folder
+    folders = model_service.upload_folders()  # the app's own, which drops an upload's models with its folder
     up = save(folders, "alice", nanogpt_bytes())
-    spec = models.ModelSpec(K.SOURCE_UPLOAD, up.name, "pre")
+    spec = model_service.ModelSpec(K.SOURCE_UPLOAD, up.name, "pre")
     try:
-        monkeypatch.setattr(models, "session_id", lambda: "alice")
-        assert models.load_model(spec).config.vocab_size == 101
-        assert spec in models.model_store()
-        monkeypatch.setattr(models, "session_id", lambda: "bob")
+        monkeypatch.setattr(model_service, "session_id", lambda: "alice")
+        assert model_service.load_model(spec).config.vocab_size == 101
+        assert spec in model_service.model_store()
+        monkeypatch.setattr(model_service, "session_id", lambda: "bob")
         with pytest.raises(CheckpointError, match="that upload is gone"):
-            models.load_model(spec)              # cached, and still refused
+            model_service.load_model(spec)              # cached, and still refused
         folders.remove("alice")                  # her session ended: the model leaves the store with the folder
-        assert spec not in models.model_store()
+        assert spec not in model_service.model_store()
     finally:
-        models.model_store().clear()
+        model_service.model_store().clear()
 
 
 def test_uploads_default_to_streamlits_cap_and_zero_turns_them_off():

@@ -8,7 +8,7 @@ import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
-from gptviz.app import keys as K, links, models
+from gptviz.app import keys as K, links, model_service
 from gptviz.app import settings as S
 from gptviz.model import weights
 from gptviz.serve import model_access
@@ -67,13 +67,13 @@ def test_an_upload_becomes_this_sessions_model_and_no_one_elses(monkeypatch):
     assert S.MODEL_SOURCE.link not in links.link_params(at.session_state)  # an upload never travels in a link
     try:
         with monkeypatch.context() as m:  # another session (AppTest gives every run one id), the same spec
-            m.setattr(models, "session_id", lambda: "another visitor")
+            m.setattr(model_service, "session_id", lambda: "another visitor")
             other = run_page("attention", "ROMEO", spec)  # refused, in one sentence
         assert "that upload is gone" in other.error[0].value and "/tmp" not in other.error[0].value
         at.button(key=K.UPLOAD_REMOVE).click().run()
         assert K.UPLOAD not in at.session_state and at.session_state[K.MODEL_SPEC] is None
     finally:
-        models.model_store().clear()
+        model_service.model_store().clear()
 
 
 @pytest.mark.slow
@@ -115,7 +115,7 @@ def test_the_folder_field_asks_a_raschka_files_head_count_and_the_link_carries_i
         assert spec.n_head == 4 and not at.error
         ids = torch.arange(10)[None]
         with torch.no_grad():
-            torch.testing.assert_close(models.load_model(spec)(ids), ref(ids), atol=1e-4, rtol=1e-4)
+            torch.testing.assert_close(model_service.load_model(spec)(ids), ref(ids), atol=1e-4, rtol=1e-4)
         from gptviz.app.reproduce.core import model_lines
         assert f"load_pretrained({path!r}, norm='pre', n_head=4)" in model_lines(spec)  # Copy as Python
         params = links.link_params(at.session_state)
@@ -126,7 +126,7 @@ def test_the_folder_field_asks_a_raschka_files_head_count_and_the_link_carries_i
         at = open_app(**{K.MODEL_SOURCE: K.SOURCE_PRESET, S.N_HEAD.key: 4})  # no folder: the count does not travel
         assert S.N_HEAD.link not in links.link_params(at.session_state)
     finally:
-        models.model_store().clear()
+        model_service.model_store().clear()
 
 
 @pytest.mark.slow

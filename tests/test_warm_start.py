@@ -11,7 +11,7 @@ from pathlib import Path
 from streamlit.testing.v1 import AppTest
 from streamlit.web.server.app_discovery import discover_asgi_app
 
-from gptviz.app import keys as K, models, services, sidebar, warm_start
+from gptviz.app import keys as K, model_service, services, sidebar, warm_start
 from gptviz.app.router import PAGE_LIST, PAGES_DIR
 from gptviz.model.weights import bundled_models
 from pagetest import APP, forward_calls
@@ -58,12 +58,12 @@ def test_the_default_spec_is_the_sidebars_first_visit():
 @pytest.mark.slow
 def test_after_the_warm_up_the_home_pages_first_visit_runs_no_model():
     """The warm-up ran every forward pass the home page's first run needs: that run adds none."""
-    models.model_store().clear()
-    models.capture_store().clear()
+    model_service.model_store().clear()
+    model_service.capture_store().clear()
     services.results_cache().clear()  # the induction scores the home page shows live there
     timings = warm_start.warm_up()
     assert set(timings) == {"imports", "home page", "unit index"} and all(t >= 0 for t in timings.values())
-    assert sidebar.default_model_spec() in models.model_store()
+    assert sidebar.default_model_spec() in model_service.model_store()
     before = forward_calls()
     at = AppTest.from_file(APP, default_timeout=120).run()
     assert not at.exception and not at.error

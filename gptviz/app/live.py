@@ -26,7 +26,7 @@ from .jobs import client_address, generation_slots, session_alive, session_id
 from .live_text import (cut_reason, generated_text, next_token_text, replay_step, status_and_text,  # noqa: F401
                         status_line, text_so_far, up_to, writing_speed)  # pages call them as live.NAME
 from .live_why import under_live_text
-from .models import ModelSpec, hold_for_generation, load_model
+from .model_service import ModelSpec, hold_for_generation, load_model
 from .rules import Setting
 
 LIVE_REDRAW_S = 0.5  # the longest a live view goes without a frame (a paced run: no news for a while)

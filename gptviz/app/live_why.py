@@ -23,7 +23,7 @@ from . import keys as K
 from . import settings as S
 from .display import md_text, monospace_text
 from .links import why_url
-from .models import load_model
+from .model_service import load_model
 from .services import why_graph as services
 from .services.why import pieces
 from .unit_nav import go_to_why, unit_pills

@@ -13,7 +13,7 @@ from . import keys as K
 from . import settings as S
 from .display import md_text
 from .jobs import session_id
-from .models import ModelSpec, upload_folders
+from .model_service import ModelSpec, upload_folders
 from .services import cached
 
 UPLOAD_HELP = ("A checkpoint file from the code that trained it: nanoGPT's ckpt.pt, the model.pth or "

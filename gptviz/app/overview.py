@@ -11,7 +11,7 @@ from ..methods.overview import ForwardOverview, forward_overview, overview_hook_
 from ..model.tokenizer import position_labels, token_labels
 from . import keys as K
 from . import settings as S
-from .models import capture_cache, require_capture
+from .model_service import capture_cache, require_capture
 from .pages import PAGES_DIR
 from .seen import Seen
 from .sidebar import keep_valid

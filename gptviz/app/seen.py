@@ -15,7 +15,7 @@ from ..model.hooks import ActivationCache
 from ..model.model import GPT
 from ..model.tokenizer import position_labels, token_labels, tokenizer_for
 from .display import MEAN_HEAD, head_or_mean
-from .models import ModelSpec, load_model, require_capture
+from .model_service import ModelSpec, load_model, require_capture
 from .sidebar import prompt_tokens, require_model
 
 

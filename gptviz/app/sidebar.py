@@ -22,7 +22,7 @@ from .display import EXPORT_FORMATS, md_text
 from .jobs import my_trained_models
 from .links import prompt_left_out, replaced_link_value
 from .model_files import folder_needs_n_head, head_count_box, upload_picker, wiring_warning
-from .models import ModelSpec, load_model
+from .model_service import ModelSpec, load_model
 from .text_limits import MODEL_NAME_CHARS, checked_text
 from .services import cached
 

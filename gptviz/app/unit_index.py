@@ -24,7 +24,7 @@ from ..serve.bounded_cache import BoundedCache
 from ..serve.limits import LimitError
 from . import keys as K
 from .jobs import client_address, process_wide, session_id
-from .models import ModelSpec, load_model
+from .model_service import ModelSpec, load_model
 
 EXAMPLES_BEFORE, EXAMPLES_AFTER = 20, 6  # tokens of context either side of a top example's peak
 

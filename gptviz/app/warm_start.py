@@ -48,18 +48,18 @@ def warm_home_page() -> None:
     """Load the default model and run the captures the home page (Attention) makes on the default prompt."""
     from ..model.tokenizer import get_tokenizer
     from ..model.weights import hub_copy_on_disk
-    from . import models
+    from . import model_service
     from .sidebar import DEFAULT_PROMPT, HUB_GPT2, default_model_spec
     hub_copy_on_disk(HUB_GPT2)  # the sidebar's Hub button asks this every run; the first ask imports huggingface_hub
     spec = default_model_spec()
     if spec is None:  # no bundled model: the default source is a preset, built when a visitor asks for one
         return
-    cfg = models.load_model(spec).config
+    cfg = model_service.load_model(spec).config
     ids = tuple(get_tokenizer().encode(DEFAULT_PROMPT)[-cfg.n_ctx:])
-    models.capture_cache(spec, ids, models.attention_page_names(cfg.n_layers, cfg.norm))
-    length = models.induction_length(cfg.n_ctx)
+    model_service.capture_cache(spec, ids, model_service.attention_page_names(cfg.n_layers, cfg.norm))
+    length = model_service.induction_length(cfg.n_ctx)
     if length >= 2:
-        models.induction_scores(spec, length)
+        model_service.induction_scores(spec, length)
 
 
 def warm_unit_index() -> None:

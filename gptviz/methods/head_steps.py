@@ -5,7 +5,7 @@ query (Transformer Explainer's idiom), the query/key "neuron view" (BertViz's), 
 Everything here starts from what a capture recorded (the attention's input) and the model's own weights, and
 redoes the head's few matrix products for one query, so each step can be shown; the tests check every step
 against the values the forward pass itself captured (q, k, v, pattern, z, attention output). Tensors carry no
-batch axis: [T, ...] as `gptviz.app.models.get_capture` stores them.
+batch axis: [T, ...] as `gptviz.app.model_service.get_capture` stores them.
 """
 from __future__ import annotations
 

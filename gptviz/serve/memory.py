@@ -19,7 +19,7 @@ page's own drawing (docs/benchmarks-history.md, "Hostile load", measures it). Me
 ends is resident too: before admitting work, the process's accountant counts it beside the rest and, when the work
 would not fit beside it, gives it back to the kernel first (gptviz.serve.allocator).
 
-The library never reserves by itself: the app does (gptviz.app.models, jobs, live), so scripts and notebooks run
+The library never reserves by itself: the app does (gptviz.app.model_service, jobs, live), so scripts and notebooks run
 unbounded. No Streamlit here: the accountant is a module object no client can clear.
 """
 from __future__ import annotations

@@ -8,7 +8,7 @@ import streamlit as st
 
 from ...model.tokenizer import decode, encode, is_gpt2, tokenizer_for
 from .. import keys as K
-from ..models import ModelSpec
+from ..model_service import ModelSpec
 
 MARK = "# gptviz: "  # a snippet's first line: "# gptviz: <the view>, reproduced"
 
@@ -41,7 +41,7 @@ def tokenizer_of(spec: ModelSpec | None):
     BPE), and its model is loaded (cached) by the page showing the snippet; GPT-2's for the rest, or no spec."""
     if spec is None or spec.source not in (K.SOURCE_PRETRAINED, K.SOURCE_UPLOAD):
         return None
-    from ..models import load_model
+    from ..model_service import load_model
     return tokenizer_for(load_model(spec))
 
 

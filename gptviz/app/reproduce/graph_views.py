@@ -2,7 +2,7 @@
 then the lines that print the numbers it shows (the nodes' table, the counts; the score and its top terms)."""
 from __future__ import annotations
 
-from ..models import ModelSpec
+from ..model_service import ModelSpec
 from .core import pieces_comment, prompt_lines, snippet
 
 GRAPH_ROW = ("    print(f'{n.id:>16} {n.influence:+.3f} {n.influence / result.metric:+.0%} {n.direct:+.3f}'"

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .. import keys as K
-from ..models import ModelSpec
+from ..model_service import ModelSpec
 from .core import pieces_comment, prompt_lines, snippet, tokenizer_call
 
 

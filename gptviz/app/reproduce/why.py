@@ -1,7 +1,7 @@
 """Copy as Python for Why this token?: direct attribution, ablation, patching, saliency and information flow."""
 from __future__ import annotations
 
-from ..models import ModelSpec
+from ..model_service import ModelSpec
 from .core import pieces_comment, prompt_lines, snippet, tokenizer_call
 
 

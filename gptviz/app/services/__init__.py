@@ -1,7 +1,7 @@
 """The pages' computations, as services: each reserves its working memory (gptviz.serve.memory) before it runs, keeps its
 result in the one process-wide results cache, and returns plain data a page draws.
 
-The results cache is a BoundedCache like the model and capture stores (gptviz.app.models): bounded by bytes
+The results cache is a BoundedCache like the model and capture stores (gptviz.app.model_service): bounded by bytes
 (GPTVIZ_RESULTS_CACHE_MB), each entry weighed by what it holds (tensors and arrays by their storage), counted in the
 server's memory budget, so the accountant can drop old results to fit a visitor's work. It replaces Streamlit's
 st.cache_data, whose bound was a number of entries (the Why page's 16 [heads, T, T] patterns were outside any

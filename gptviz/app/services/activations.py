@@ -6,15 +6,15 @@ from ... import methods as analysis
 from ...model import sizes
 from ...serve import limits, memory
 from ...export import export_nbytes, prompt_capture_npz, prompt_capture_npz_nbytes
-from .. import models
+from .. import model_service
 from . import cached
 
 
 @cached
-def lens(spec: models.ModelSpec, ids: tuple[int, ...], names: tuple[str, ...]) -> analysis.LogitLens:
+def lens(spec: model_service.ModelSpec, ids: tuple[int, ...], names: tuple[str, ...]) -> analysis.LogitLens:
     """The logit lens for a prompt (reuses the page's cached capture)."""
-    _, cache = models.capture_cache(spec, ids, names)
-    model = models.load_model(spec)
+    _, cache = model_service.capture_cache(spec, ids, names)
+    model = model_service.load_model(spec)
     with memory.reserve(sizes.lens_nbytes(model.config, len(ids)), f"the logit lens on {len(ids)} tokens"):
         return analysis.logit_lens(model, cache)
 
@@ -33,12 +33,12 @@ def npz_refusal(cfg, T: int, include_attention: bool) -> str | None:
     return None
 
 
-def npz_within_budget(spec: models.ModelSpec, ids: tuple[int, ...], include_attention: bool) -> bytes:
+def npz_within_budget(spec: model_service.ModelSpec, ids: tuple[int, ...], include_attention: bool) -> bytes:
     """The .npz, built when the button is clicked, within a reservation of the server's memory (a refusal reaches the
     browser as Streamlit's "Failed to generate file for download": a download cannot show a message). It keeps
     the model's spec and ids only, not the page's capture nor the model (the session keeps the button's builder, and
     kept a model the store had dropped: issue 57)."""
-    model = models.load_model(spec)
+    model = model_service.load_model(spec)
     with memory.reserve(prompt_capture_npz_nbytes(model.config, len(ids), include_attention),
                         f"a .npz of {len(ids)} tokens"):
         return prompt_capture_npz(model, ids, include_attention)

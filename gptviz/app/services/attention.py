@@ -1,7 +1,7 @@
 """The Attention page's computations on its capture: the head detectors, how long a prompt the page keeps, and what
 the step-by-step, value-weighted and entropy views read (recomputed from the capture with the weights, so no view
 or layer switch reruns the model). Plain data in and out; the capture and the induction test are cached
-(gptviz.app.models, the results cache)."""
+(gptviz.app.model_service, the results cache)."""
 from __future__ import annotations
 
 import math
@@ -15,7 +15,7 @@ from ...methods.head_steps import (HeadSteps, attention_input_name, first_token_
                                    row_shares, value_weighted, values_from_input)
 from ...model.hooks import ActivationCache
 from ...model.model import GPT
-from .. import models
+from .. import model_service
 from ..display import head_or_mean
 
 CAPTURE_BYTES = 256 * 2**20  # most memory the cached weights of one prompt may take (layers x heads x T x T)
@@ -46,7 +46,7 @@ class Detector:
         return analysis.head_ranking(self.scores, 1)[0]
 
 
-def detectors(spec: models.ModelSpec, cfg: GPTConfig, ids: tuple[int, ...], patterns: torch.Tensor) -> list[Detector]:
+def detectors(spec: model_service.ModelSpec, cfg: GPTConfig, ids: tuple[int, ...], patterns: torch.Tensor) -> list[Detector]:
     """Every detector on the prompt's patterns [layers, heads, T, T], and induction on its own repeated sequence."""
     T = len(ids)
     found = [Detector("induction, on this prompt", analysis.prompt_induction_scores(patterns, ids),
@@ -55,9 +55,9 @@ def detectors(spec: models.ModelSpec, cfg: GPTConfig, ids: tuple[int, ...], patt
              Detector("duplicate-token", analysis.duplicate_token_scores(patterns, ids),
                       analysis.duplicate_token_chance(ids)),
              Detector("first token (sink)", first_token_scores(patterns), first_token_chance(T))]
-    length = models.induction_length(cfg.n_ctx)
+    length = model_service.induction_length(cfg.n_ctx)
     if length >= 2:
-        found.append(Detector(f"induction, {length} random tokens repeated", models.induction_scores(spec, length),
+        found.append(Detector(f"induction, {length} random tokens repeated", model_service.induction_scores(spec, length),
                               analysis.induction_chance(length), on_prompt=False))
     return found
 

@@ -26,7 +26,7 @@ from ...model.params import total_params
 from ...training.snapshots import formed_step, load_snapshots
 from ...model.tokenizer import token_labels
 from .. import keys as K
-from .. import models
+from .. import model_service
 from . import cached
 
 GPT2_VOCAB = 50257
@@ -129,21 +129,21 @@ def probe_length(cfg: GPTConfig) -> int:
     return min(PROBE_LENGTH, cfg.n_ctx // 2)
 
 
-def twins_captures(specs: dict[str, models.ModelSpec], ids: dict[str, tuple[int, ...]], n_layers: int) -> dict:
+def twins_captures(specs: dict[str, model_service.ModelSpec], ids: dict[str, tuple[int, ...]], n_layers: int) -> dict:
     """Each model's (logits, cache of every layer's attention) on its ids for the prompt (the same ids for the
     bundled twins; each its own tokenizer's for a pair that differ), through the capture cache."""
-    return {norm: models.capture_cache(spec, ids[norm], models.pattern_names(n_layers)) for norm, spec in specs.items()}
+    return {norm: model_service.capture_cache(spec, ids[norm], model_service.pattern_names(n_layers)) for norm, spec in specs.items()}
 
 
 @cached
-def head_matches(specs: dict[str, models.ModelSpec], cfg: GPTConfig) -> tuple[list, dict, float]:
+def head_matches(specs: dict[str, model_service.ModelSpec], cfg: GPTConfig) -> tuple[list, dict, float]:
     """The twins' heads paired by their patterns on one probe both read (analysis.match_heads), each head's
     previous-token and induction scores there ({"pre"/"post": (prev [L, H], induction [L, H])}), and the median
     similarity of every pre-norm head with every post-norm head (what a pair picked blindly scores)."""
     length = probe_length(cfg)  # random ids both vocabularies have (GPT-1's 40,478 are fewer than GPT-2's)
-    vocab = min(models.load_model(spec).config.vocab_size for spec in specs.values())
-    seq = tuple(analysis.induction_sequence(vocab, length, ids=models.training_vocab(specs["pre"])).tolist())
-    pats = {norm: models.capture_cache(spec, seq, models.pattern_names(cfg.n_layers))[1].patterns()
+    vocab = min(model_service.load_model(spec).config.vocab_size for spec in specs.values())
+    seq = tuple(analysis.induction_sequence(vocab, length, ids=model_service.training_vocab(specs["pre"])).tolist())
+    pats = {norm: model_service.capture_cache(spec, seq, model_service.pattern_names(cfg.n_layers))[1].patterns()
             for norm, spec in specs.items()}
     scores = {norm: (analysis.previous_token_scores(p), analysis.induction_scores_from(p, length))
               for norm, p in pats.items()}
@@ -169,9 +169,9 @@ def next_token_at(logits: torch.Tensor, pos: int, labels=token_labels) -> tuple[
 
 
 @cached
-def generate_cached(spec: models.ModelSpec, ids: tuple[int, ...], new_tokens: int, temperature: float,
+def generate_cached(spec: model_service.ModelSpec, ids: tuple[int, ...], new_tokens: int, temperature: float,
                     top_k: int | None, seed: int) -> list[int]:
-    model = models.load_model(spec)
+    model = model_service.load_model(spec)
     with memory.reserve(sizes.sampling_nbytes(model.config, len(ids), new_tokens),
                         f"a continuation of {new_tokens} tokens on {spec.name}"):
         return generate(model, list(ids), new_tokens, temperature, top_k, None, seed)
@@ -228,7 +228,7 @@ def paper_scaling(setting: xiong.ProbeSetting, depths: tuple[int, ...], matrix: 
 @cached
 def twins_gradients(pre: str, post: str, setting: xiong.ProbeSetting) -> xiong.FFNGradients:
     from ...serve.training_jobs import corpus_tokens
-    loaded = {n: models.load_model(models.ModelSpec(K.SOURCE_BUNDLED, name, n)) for n, name in
+    loaded = {n: model_service.load_model(model_service.ModelSpec(K.SOURCE_BUNDLED, name, n)) for n, name in
               (("pre", pre), ("post", post))}
     return xiong.trained_ffn_gradients(loaded, corpus_tokens(), setting)
 

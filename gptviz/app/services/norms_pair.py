@@ -18,7 +18,7 @@ from ...serve.model_access import allowed_source
 from ...model.tokenizer import decode, encode, token_labels
 from ...serve.limits import server_limits
 from .. import keys as K
-from .. import models
+from .. import model_service
 
 HUB_IDS = {"pre": ("gpt2", "openai-community/gpt2"), "post": ("openai-gpt", "openai-community/openai-gpt")}
 HUB_STEM = "GPT-2 small vs GPT-1 (OpenAI, Hugging Face)"
@@ -55,7 +55,7 @@ class Pair:
     """Two trained models of the same size, one of each wiring, as the page compares them."""
     stem: str                        # the picker's label
     names: dict[str, str]            # {"pre": shown name, "post": shown name}
-    specs: dict[str, models.ModelSpec]
+    specs: dict[str, model_service.ModelSpec]
     codecs: dict[str, Codec]
     bundled: bool                    # the bundled twins: their training records, histories and recipes
 
@@ -66,7 +66,7 @@ class Pair:
 
 def bundled_pair(stem: str, pre: str, post: str) -> Pair:
     names = {"pre": pre, "post": post}
-    specs = {norm: models.ModelSpec(K.SOURCE_BUNDLED, name, norm) for norm, name in names.items()}
+    specs = {norm: model_service.ModelSpec(K.SOURCE_BUNDLED, name, norm) for norm, name in names.items()}
     return Pair(stem, names, specs, {"pre": GPT2_CODEC, "post": GPT2_CODEC}, True)
 
 
@@ -100,7 +100,7 @@ def hub_pair() -> Pair | None:
     shape = {norm: (c.n_layers, c.n_heads, c.d_model) for norm, c in cfgs.items()}
     if cfgs["pre"].norm != "pre" or cfgs["post"].norm != "post" or shape["pre"] != shape["post"]:
         return None
-    specs = {norm: models.ModelSpec(K.SOURCE_PRETRAINED, name, norm) for norm, (name, _) in found.items()}
+    specs = {norm: model_service.ModelSpec(K.SOURCE_PRETRAINED, name, norm) for norm, (name, _) in found.items()}
     gpt1 = gpt1_codec(str(found["post"][1]), cfgs["post"].vocab_size)
     return Pair(HUB_STEM, dict(HUB_NAMES), specs, {"pre": GPT2_CODEC, "post": gpt1 or GPT2_CODEC}, False)
 

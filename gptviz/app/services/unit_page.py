@@ -12,7 +12,7 @@ from ...serve import limits, memory
 from ...serve.limits import TOKEN_BOX_CHARS  # noqa: F401 (the page's one-token boxes read it here)
 from ...model.model import GPT
 from ...model.tokenizer import tokenizer_for
-from .. import models
+from .. import model_service
 from .. import unit_index as ui
 from . import cached
 
@@ -23,9 +23,9 @@ def index_tokens_limit() -> int:
 
 
 @cached
-def units_here(spec: models.ModelSpec, ids: tuple[int, ...], pos: int) -> list[ix.UnitScore]:
+def units_here(spec: model_service.ModelSpec, ids: tuple[int, ...], pos: int) -> list[ix.UnitScore]:
     """The 8 neurons and 4 heads most active at `pos` of the prompt, relative to their corpus peaks (cached)."""
-    loaded, model = ui.find_index(spec), models.load_model(spec)
+    loaded, model = ui.find_index(spec), model_service.load_model(spec)
     with memory.reserve(ix.units_at_nbytes(model.config, len(ids)), f"every unit's value on {len(ids)} tokens"):
         return (ix.units_at(model, ids, pos, index=loaded.index, k=8, kind="neuron")
                 + ix.units_at(model, ids, pos, index=loaded.index, k=4, kind="head"))
@@ -56,24 +56,24 @@ class TokenCounts:
         return int(self.counts[int(np.searchsorted(self.ids, token))])
 
 
-def unit_dashboard(spec: models.ModelSpec, loaded: ui.Loaded, unit: ix.Unit, source: int | None) -> dict:
+def unit_dashboard(spec: model_service.ModelSpec, loaded: ui.Loaded, unit: ix.Unit, source: int | None) -> dict:
     """The unit's page as Neuronpedia's feature-dashboard JSON (gptviz.index.dashboard): its top and band examples'
     contexts as the page shows them (cached), its direct effect (a head's of attending to `source`)."""
     from ...index import dashboard
-    model = models.load_model(spec)
+    model = model_service.load_model(spec)
     top, bands = ui.contexts(spec, loaded, unit), ui.band_contexts(spec, loaded, unit)
     effect = direct_effect(model, unit, source)
     features = [dashboard.feature(loaded.index, unit, top, bands, effect, source, tokenizer_for(model))]
     return dashboard.batch(loaded.index, features, unit.layer, unit.kind)
 
 
-def unit_json(spec: models.ModelSpec, loaded: ui.Loaded, unit: ix.Unit, source: int | None) -> bytes:
+def unit_json(spec: model_service.ModelSpec, loaded: ui.Loaded, unit: ix.Unit, source: int | None) -> bytes:
     import json
     return json.dumps(unit_dashboard(spec, loaded, unit, source), indent=1, allow_nan=False).encode()
 
 
-def unit_html(spec: models.ModelSpec, loaded: ui.Loaded, unit: ix.Unit, source: int | None) -> bytes:
+def unit_html(spec: model_service.ModelSpec, loaded: ui.Loaded, unit: ix.Unit, source: int | None) -> bytes:
     """The same page as one HTML file that opens offline, drawn from that JSON (gptviz.notebook.unit_page)."""
     from ...notebook.unit_page import dashboard_html
-    enc = tokenizer_for(models.load_model(spec))  # the ids' labels in the model's own tokenizer
+    enc = tokenizer_for(model_service.load_model(spec))  # the ids' labels in the model's own tokenizer
     return dashboard_html(unit_dashboard(spec, loaded, unit, source), enc=enc).encode()

@@ -17,7 +17,7 @@ from ...model.hooks import act_name
 from ...methods.interventions import ablate_heads, run_with_edits
 from ...model.tokenizer import decode, encode, fit_vocabulary, token_labels
 from ...serve.work_clock import WorkClock, too_long
-from .. import jobs, models
+from .. import jobs, model_service
 from . import cached
 
 IG_STEPS = 32       # integrated-gradients points (completeness shown beside the result)
@@ -27,7 +27,7 @@ RATE_TTL_S = 120    # the block rate is measured again after this long: it is th
 @dataclass
 class Ask:
     """What every tab asks about: the sidebar's model and prompt, and the metric logit(target) - logit(other)."""
-    spec: models.ModelSpec
+    spec: model_service.ModelSpec
     cfg: GPTConfig
     ids: tuple[int, ...]
     labels: list[str]
@@ -77,10 +77,10 @@ def corrupted_from(text: str, cfg: GPTConfig, enc=None) -> tuple[str, str] | Non
 
 
 @cached
-def next_token(spec: models.ModelSpec, ids: tuple[int, ...], edit_heads: tuple[tuple[int, int], ...] = (),
+def next_token(spec: model_service.ModelSpec, ids: tuple[int, ...], edit_heads: tuple[tuple[int, int], ...] = (),
                mode: str = "zero") -> torch.Tensor:
     """Next-token probabilities after `ids`, with the listed (layer, head) pairs ablated."""
-    model = models.load_model(spec)
+    model = model_service.load_model(spec)
     edits = head_edits(spec, ids, edit_heads, mode)
     with memory.reserve(sizes.capture_work_nbytes(model.config, (), len(ids)),
                         f"next-token probabilities for {len(ids)} tokens on {spec.name}"):
@@ -88,7 +88,7 @@ def next_token(spec: models.ModelSpec, ids: tuple[int, ...], edit_heads: tuple[t
         return torch.softmax(logits[0, -1].float(), -1)
 
 
-def head_edits(spec: models.ModelSpec, ids: tuple[int, ...], heads: tuple[tuple[int, int], ...], mode: str) -> list:
+def head_edits(spec: model_service.ModelSpec, ids: tuple[int, ...], heads: tuple[tuple[int, int], ...], mode: str) -> list:
     """One ablation edit per layer; mean ablation's reference is this prompt's own positions."""
     by_layer: dict[int, list[int]] = {}
     for layer, head in heads:
@@ -96,7 +96,7 @@ def head_edits(spec: models.ModelSpec, ids: tuple[int, ...], heads: tuple[tuple[
     reference = None
     if mode == "mean" and heads:
         names = tuple(act_name("z", l) for l in sorted(by_layer))
-        _, cache = models.capture_cache(spec, ids, names)
+        _, cache = model_service.capture_cache(spec, ids, names)
         # the library's [batch, T, heads, d_head] layout: the shared capture has no batch axis, and without one the
         # mean ran over positions and heads together (one [d_head] vector, indexed by head number)
         reference = {name: cache[name].unsqueeze(0) for name in names}
@@ -104,19 +104,19 @@ def head_edits(spec: models.ModelSpec, ids: tuple[int, ...], heads: tuple[tuple[
 
 
 @cached
-def direct_attribution(spec: models.ModelSpec, ids: tuple[int, ...], target: int, other: int):
+def direct_attribution(spec: model_service.ModelSpec, ids: tuple[int, ...], target: int, other: int):
     """From the prompt's capture of the attribution's hook points, cached and shared: another target or rival runs
     no model (it ran the forward pass again for every pair: most of a target switch's 0.3-0.6 s; issue 60)."""
-    model = models.load_model(spec)
+    model = model_service.load_model(spec)
     names = tuple(attribution.direct_attribution_names(model.config.n_layers))
-    logits, cache = models.capture_cache(spec, ids, names)
+    logits, cache = model_service.capture_cache(spec, ids, names)
     return attribution.direct_logit_attribution_of(model, logits, cache.__getitem__, target, other)
 
 
 @cached
-def continuation(spec: models.ModelSpec, ids: tuple[int, ...], heads: tuple[tuple[int, int], ...], mode: str,
+def continuation(spec: model_service.ModelSpec, ids: tuple[int, ...], heads: tuple[tuple[int, int], ...], mode: str,
                  n: int, temperature: float, seed: int) -> list[int]:
-    model = models.load_model(spec)
+    model = model_service.load_model(spec)
     edits = head_edits(spec, ids, heads, mode)
     with memory.reserve(sizes.sampling_nbytes(model.config, len(ids), n),
                         f"a continuation of {n} tokens on {spec.name}"):
@@ -124,9 +124,9 @@ def continuation(spec: models.ModelSpec, ids: tuple[int, ...], heads: tuple[tupl
 
 
 @cached
-def edited_pattern(spec: models.ModelSpec, ids: tuple[int, ...], heads: tuple[tuple[int, int], ...], mode: str,
+def edited_pattern(spec: model_service.ModelSpec, ids: tuple[int, ...], heads: tuple[tuple[int, int], ...], mode: str,
                    layer: int) -> torch.Tensor:
-    name, model = act_name("pattern", layer), models.load_model(spec)
+    name, model = act_name("pattern", layer), model_service.load_model(spec)
     edits = head_edits(spec, ids, heads, mode)
     with memory.reserve(sizes.capture_work_nbytes(model.config, [name], len(ids)),
                         f"layer {layer}'s attention on {len(ids)} tokens of {spec.name}"):
@@ -135,19 +135,19 @@ def edited_pattern(spec: models.ModelSpec, ids: tuple[int, ...], heads: tuple[tu
 
 
 @cached
-def patching(spec: models.ModelSpec, clean: tuple[int, ...], corrupted: tuple[int, ...], target: int, other: int,
+def patching(spec: model_service.ModelSpec, clean: tuple[int, ...], corrupted: tuple[int, ...], target: int, other: int,
              _clock: WorkClock | None = None):
     """Both sweeps; `_clock` (not part of the cache key) stops them past the time limit or when the session ends."""
-    model = models.load_model(spec)
+    model = model_service.load_model(spec)
     with memory.reserve(attribution.patching_nbytes(model.config, len(clean)), "a patching sweep"):
         return (attribution.residual_patching(model, clean, corrupted, target, other, _clock),
                 attribution.head_patching(model, clean, corrupted, target, other, _clock))
 
 
 @cached(ttl_s=RATE_TTL_S)
-def block_rate(spec: models.ModelSpec, T: int) -> float:
+def block_rate(spec: model_service.ModelSpec, T: int) -> float:
     """Token-block passes a second on this server now (one timed batch; measured again every two minutes)."""
-    model = models.load_model(spec)
+    model = model_service.load_model(spec)
     with memory.reserve(sizes.forward_nbytes(model.config, T, batch=4, patterns=False, all_logits=False),
                         f"timing one block on {T} tokens of {spec.name}"):
         return attribution.block_pass_rate(model, T)
@@ -162,7 +162,7 @@ class SweepPlan:
     refusal: str | None    # why it must not run (its estimate passes the operator's limit), or None
 
 
-def sweep_plan(what: str, work: int, T: int, spec: models.ModelSpec) -> SweepPlan:
+def sweep_plan(what: str, work: int, T: int, spec: model_service.ModelSpec) -> SweepPlan:
     """`work` token-block passes at the rate measured on this server now, against GPTVIZ_SWEEP_SECONDS."""
     limit = limits.server_limits().sweep_seconds
     rate = block_rate(spec, T)
@@ -177,16 +177,16 @@ def sweep_clock(what: str, limit_s: int) -> WorkClock:
 
 
 @cached
-def flow_graph(spec: models.ModelSpec, ids: tuple[int, ...], threshold: float):
+def flow_graph(spec: model_service.ModelSpec, ids: tuple[int, ...], threshold: float):
     """Through the server's bounded capture cache (a capture over its budget is refused before the model runs)."""
-    model = models.load_model(spec)
-    _, cache = models.get_capture(spec, ids, flow.hook_names(model.config.n_layers))
+    model = model_service.load_model(spec)
+    _, cache = model_service.get_capture(spec, ids, flow.hook_names(model.config.n_layers))
     return flow.flow_from_capture(model, cache, threshold)
 
 
 @cached
-def saliency(spec: models.ModelSpec, ids: tuple[int, ...], target: int, other: int, _clock: WorkClock | None = None):
-    model = models.load_model(spec)
+def saliency(spec: model_service.ModelSpec, ids: tuple[int, ...], target: int, other: int, _clock: WorkClock | None = None):
+    model = model_service.load_model(spec)
     with memory.reserve(attribution.saliency_nbytes(model.config, len(ids)), "integrated gradients"):
         return (attribution.integrated_gradients(model, ids, target, other, steps=IG_STEPS, clock=_clock),
                 attribution.gradient_x_input(model, ids, target, other))

@@ -19,7 +19,7 @@ from ...model.hooks import act_name
 from ...model import sizes
 from ...serve import limits, memory
 from ...serve.work_clock import WorkClock
-from .. import models
+from .. import model_service
 from . import cached
 
 ABLATIONS = 10   # the graph's own ablation check: its top nodes (the library's default)
@@ -34,11 +34,11 @@ def graph_work(config, T: int, max_nodes: int) -> int:
 
 
 @cached
-def graph(spec: models.ModelSpec, ids: tuple[int, ...], target: int, other: int, node_threshold: float,
+def graph(spec: model_service.ModelSpec, ids: tuple[int, ...], target: int, other: int, node_threshold: float,
           edge_threshold: float, max_nodes: int, _clock: WorkClock | None = None) -> AttributionGraph:
     """The attribution graph of logit(target) - logit(other) after `ids`. A prompt whose estimate passes the server's
     memory is refused in words (ValueError) before anything runs; `_clock` stops it past the time limit."""
-    model = models.load_model(spec)
+    model = model_service.load_model(spec)
     cfg = model.config
     budget = limits.server_limits().memory_mb * limits.MiB
     need = graph_nbytes(cfg, len(ids), max_nodes, ABLATIONS, model.wte.weight.element_size())
@@ -56,9 +56,9 @@ class NodeCheck(NamedTuple):
 
 
 @cached
-def node_check(spec: models.ModelSpec, ids: tuple[int, ...], node_id: str, target: int, other: int) -> NodeCheck:
+def node_check(spec: model_service.ModelSpec, ids: tuple[int, ...], node_id: str, target: int, other: int) -> NodeCheck:
     """The real model's metric with one node removed (patterns and norms recomputed) beside the unedited one."""
-    model = models.load_model(spec)
+    model = model_service.load_model(spec)
     ref = parse_node(node_id, model.config, len(ids))
     names = [act_name(kind, l) for l in range(model.config.n_layers) for kind in ("resid_pre", "k", "v")]
     with memory.reserve(2 * sizes.capture_work_nbytes(model.config, names, len(ids)),
@@ -68,10 +68,10 @@ def node_check(spec: models.ModelSpec, ids: tuple[int, ...], node_id: str, targe
 
 
 @cached
-def continuation_without(spec: models.ModelSpec, ids: tuple[int, ...], node_id: str | None, n: int) -> list[int]:
+def continuation_without(spec: model_service.ModelSpec, ids: tuple[int, ...], node_id: str | None, n: int) -> list[int]:
     """`n` greedy new tokens after `ids`, with the node removed at its position (None: unedited). The text stays
     within the context window, so the node's position never slides."""
-    model = models.load_model(spec)
+    model = model_service.load_model(spec)
     n = max(0, min(n, model.config.n_ctx - len(ids)))
     edits = [] if node_id is None else node_edits(model, parse_node(node_id, model.config, len(ids)))
     with memory.reserve(sizes.sampling_nbytes(model.config, len(ids), n),
@@ -80,10 +80,10 @@ def continuation_without(spec: models.ModelSpec, ids: tuple[int, ...], node_id: 
 
 
 @cached
-def qk(spec: models.ModelSpec, ids: tuple[int, ...], layer: int, head: int, query: int, key: int) -> QKDecomposition:
+def qk(spec: model_service.ModelSpec, ids: tuple[int, ...], layer: int, head: int, query: int, key: int) -> QKDecomposition:
     """The score of (layer, head, query, key) split into query-source x key-source terms; a cell the model or the
     prompt lacks, or above the diagonal, refused in words (ValueError)."""
-    model = models.load_model(spec)
+    model = model_service.load_model(spec)
     check_cell(model.config, len(ids), layer, head, query, key)
     with memory.reserve(contributors_nbytes(model.config, len(ids)),
                         f"the QK decomposition on {len(ids)} tokens of {spec.name}"):
@@ -91,11 +91,11 @@ def qk(spec: models.ModelSpec, ids: tuple[int, ...], layer: int, head: int, quer
 
 
 @cached
-def contributors(spec: models.ModelSpec, ids: tuple[int, ...], target: int, n: int = 3) -> Contributors:
+def contributors(spec: model_service.ModelSpec, ids: tuple[int, ...], target: int, n: int = 3) -> Contributors:
     """The `n` nodes of largest influence on logit(target) after `ids`, each with its share of that logit: the
     graph's node influences only (no edges, no ablation). On one torch thread: beside a live generation's own
     thread, a second made both wait on each other."""
-    model = models.load_model(spec)
+    model = model_service.load_model(spec)
     with memory.reserve(contributors_nbytes(model.config, len(ids)),
                         f"the top contributors on {len(ids)} tokens of {spec.name}"), one_thread():
         return top_contributors(model, list(ids), target, None, n)
@@ -119,7 +119,7 @@ def step_ids(prompt: tuple[int, ...], steps, i: int) -> tuple[tuple[int, ...], i
     return text[step.window_start:step.position], int(step.token_id)
 
 
-def pattern_row(spec: models.ModelSpec, ids: tuple[int, ...], layer: int, head: int, query: int) -> torch.Tensor:
+def pattern_row(spec: model_service.ModelSpec, ids: tuple[int, ...], layer: int, head: int, query: int) -> torch.Tensor:
     """Where (layer, head) looks from `query`: its attention weights over the keys (through the Why page's cached
     pattern of that layer)."""
     from .why import edited_pattern

@@ -17,7 +17,7 @@ from ...figures import training as fig_train
 from ...model.generate import check_sampling
 from ...training.evaluate import INDUCTION_BAR
 from ...training.snapshots import FORMED_THRESHOLD
-from .. import display, models, sidebar
+from .. import display, model_service, sidebar
 from .. import keys as K
 from .. import settings as S
 from ..services import norms as services
@@ -184,7 +184,7 @@ class LoadedTwins:
         return self.pair.names
 
     @property
-    def specs(self) -> dict[str, models.ModelSpec]:
+    def specs(self) -> dict[str, model_service.ModelSpec]:
         return self.pair.specs
 
 
@@ -193,7 +193,7 @@ def load_twins(pair: Pair) -> LoadedTwins | None:
     when either fails."""
     try:
         with st.spinner("Loading the twins…" if pair.bundled else "Loading GPT-2 small and GPT-1…"):
-            cfgs = {norm: models.load_model(spec).config for norm, spec in pair.specs.items()}
+            cfgs = {norm: model_service.load_model(spec).config for norm, spec in pair.specs.items()}
     except (weights.CheckpointError, ConfigError, ValueError, OSError, RuntimeError) as err:
         st.error(f"Could not load {' and '.join(pair.names.values())}: {err}")
         return None

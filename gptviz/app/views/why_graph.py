@@ -13,7 +13,7 @@ import streamlit as st
 from .. import display, reproduce, sidebar
 from .. import keys as K
 from .. import settings as S
-from ..models import ModelSpec, load_model
+from ..model_service import ModelSpec, load_model
 from ..services import why as why_services
 from ..services import why_graph as services
 from ..services.why import Ask, first_difference, piece_at, pieces

@@ -8,7 +8,7 @@ import streamlit as st
 from .. import display, reproduce, text_limits
 from .. import keys as K
 from .. import settings as S
-from ..models import ModelSpec
+from ..model_service import ModelSpec
 from ..services import why as services
 from ..services.why import IG_STEPS, pieces
 from ...methods.attribution import patching_work, saliency_work

@@ -11,9 +11,9 @@ import gc
 import pytest
 import torch
 
-from gptviz.model import sizes
-
 from gptviz.app import keys, model_service
+from gptviz.model import sizes
+from gptviz.serve import memory
 from gptviz.serve.bounded_cache import BoundedCache
 from gptviz.serve.memory import MemoryAccountant
 

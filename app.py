@@ -5,6 +5,7 @@ Streamlit imports this file to serve the `st.App` below, whose lifespan warms th
 
 The page scripts live in app_pages/, not pages/: Streamlit runs a pages/ folder as an old-style multipage app until
 st.navigation has run once, so a bookmarked page opened first would skip the router."""
+
 import streamlit as st
 
 if __name__ == "__main__":

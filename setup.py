@@ -5,11 +5,14 @@ goes on without it and the scan runs the same statistics as torch ops (gptviz/in
 
 Portable flags only (a wheel runs on other machines of its platform), and no fused multiply-adds: the float32 bin
 arithmetic must round as torch's does, for the two paths to give the same histograms bit for bit."""
+
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
-FLAGS = {"msvc": ["/O2", "/fp:precise"],  # (MSVC contracts only under /fp:fast or /fp:contract)
-         "unix": ["-O3", "-ffp-contract=off"]}
+FLAGS = {
+    "msvc": ["/O2", "/fp:precise"],  # (MSVC contracts only under /fp:fast or /fp:contract)
+    "unix": ["-O3", "-ffp-contract=off"],
+}
 
 
 class BuildExt(build_ext):
@@ -21,8 +24,13 @@ class BuildExt(build_ext):
 
 
 setup(
-    ext_modules=[Extension("gptviz.index._block_stats",
-                           sources=["gptviz/index/block_stats_module.c", "gptviz/index/block_stats.c"],
-                           depends=["gptviz/index/block_stats.h"], optional=True)],
+    ext_modules=[
+        Extension(
+            "gptviz.index._block_stats",
+            sources=["gptviz/index/block_stats_module.c", "gptviz/index/block_stats.c"],
+            depends=["gptviz/index/block_stats.h"],
+            optional=True,
+        )
+    ],
     cmdclass={"build_ext": BuildExt},
 )

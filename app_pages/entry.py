@@ -4,6 +4,7 @@ package folder there would let its modules (config, hooks, ...) shadow top-level
 
 Streamlit imports this file to serve the `st.App` below, whose lifespan warms the server before its first visitor
 (gptviz/app/warm_start.py); each visitor's run then executes this file as `__main__`, which runs the router."""
+
 import streamlit as st
 
 if __name__ == "__main__":

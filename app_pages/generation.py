@@ -4,6 +4,7 @@ The model writes in a background thread while a fragment redraws what it has so 
 never slows the model and a widget change does not stop it. Inspecting the steps afterwards (step slider, layer,
 head, table) runs no model but the replayed step's top contributors (one frozen backward pass, cached).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -12,12 +13,13 @@ import pandas as pd
 import streamlit as st
 import torch
 
-from gptviz.app import keys as K, settings as S
+from gptviz.app import keys as K
 from gptviz.app import live, live_why, reproduce
+from gptviz.app import settings as S
 from gptviz.app.display import MEAN_HEAD, head_name, head_or_mean, md_text, show_figure
+from gptviz.app.seen import read_prompt
 from gptviz.app.services import LimitError
 from gptviz.app.services import generation as services
-from gptviz.app.seen import read_prompt
 from gptviz.app.sidebar import keep_valid
 from gptviz.figures import attention as fa
 from gptviz.figures import generation as fg
@@ -35,7 +37,8 @@ HOW_IT_CHOOSES = (
     "with the **seed**'s random generator.\n"
     "- **One forward pass per token.** Keys and values of earlier tokens are cached, so each step runs the model on "
     "the newest token only. When the text outgrows the context window ({n_ctx} tokens) the oldest tokens drop out "
-    "and the cache is rebuilt from the rest.")
+    "and the cache is rebuilt from the rest."
+)
 
 
 @dataclass
@@ -52,8 +55,9 @@ def pickers(cfg: GPTConfig) -> Pick:
     keep_valid(K.GEN_HEAD, heads, MEAN_HEAD)
     a1, a2, a3 = st.columns([1, 1, 1.4])
     layer = S.GEN_LAYER.selectbox(a1, options=layers, format_func=lambda i: f"layer {i}", persist_state="session")
-    head = S.GEN_HEAD.selectbox(a2, options=heads, index=heads.index(S.GEN_HEAD.default), format_func=head_name,
-                                persist_state="session")
+    head = S.GEN_HEAD.selectbox(
+        a2, options=heads, index=heads.index(S.GEN_HEAD.default), format_func=head_name, persist_state="session"
+    )
     S.GEN_SCALE.setdefault(state)
     scale = S.GEN_SCALE.selectbox(a3, format_func=fa.SCALES.get, persist_state="session")
     return Pick(layer, head, scale)
@@ -61,26 +65,48 @@ def pickers(cfg: GPTConfig) -> Pick:
 
 def bars_figure(step, title: str, cut_by: str, enc):
     top_ids = [t[0] for t in step.top]
-    return fg.next_token_bars(top_ids, [t[1] for t in step.top], [t[2] for t in step.top], token_labels(top_ids, enc),
-                              sampled_id=step.token_id, sampled_rank=step.rank, sampled_prob=step.prob,
-                              sampled_label=step.piece, n_allowed=step.n_allowed, kept_mass=step.kept_mass,
-                              title=title, cut_by=cut_by)
+    return fg.next_token_bars(
+        top_ids,
+        [t[1] for t in step.top],
+        [t[2] for t in step.top],
+        token_labels(top_ids, enc),
+        sampled_id=step.token_id,
+        sampled_rank=step.rank,
+        sampled_prob=step.prob,
+        sampled_label=step.piece,
+        n_allowed=step.n_allowed,
+        kept_mass=step.kept_mass,
+        title=title,
+        cut_by=cut_by,
+    )
 
 
 def heat_figure(run: dict, p: Pick, highlight: int):
     steps = run["steps"]
     rows = [head_or_mean(s.attention[p.layer], p.head).numpy() for s in steps]
     all_labels = token_labels(list(run["prompt"]) + [s.token_id for s in steps], run["enc"])
-    return fg.generation_heatmap(rows, [s.window_start for s in steps], all_labels, len(run["prompt"]),
-                                 highlight=highlight, scale=p.scale, hover_tokens=True,
-                                 title=f"Layer {p.layer}, {head_name(p.head)}: attention of each generating query")
+    return fg.generation_heatmap(
+        rows,
+        [s.window_start for s in steps],
+        all_labels,
+        len(run["prompt"]),
+        highlight=highlight,
+        scale=p.scale,
+        hover_tokens=True,
+        title=f"Layer {p.layer}, {head_name(p.head)}: attention of each generating query",
+    )
 
 
 def draw_running(run: dict, cfg: GPTConfig) -> None:
     """The live fragment's redraw, with the pickers' current values."""
-    live.draw_live(run, layer=state.get(K.GEN_LAYER, 0), head=state.get(K.GEN_HEAD, MEAN_HEAD),
-                   scale=state.get(K.GEN_SCALE, fa.DEFAULT_SCALE), map_key=K.GEN_LIVE_MAP,
-                   on_pick=live.map_pick(K.GEN_LAYER, K.GEN_HEAD, cfg.n_layers, cfg.n_heads))
+    live.draw_live(
+        run,
+        layer=state.get(K.GEN_LAYER, 0),
+        head=state.get(K.GEN_HEAD, MEAN_HEAD),
+        scale=state.get(K.GEN_SCALE, fa.DEFAULT_SCALE),
+        map_key=K.GEN_LIVE_MAP,
+        on_pick=live.map_pick(K.GEN_LAYER, K.GEN_HEAD, cfg.n_layers, cfg.n_heads),
+    )
 
 
 def inspected_step(run: dict, cfg: GPTConfig, p: Pick) -> int:
@@ -93,23 +119,33 @@ def inspected_step(run: dict, cfg: GPTConfig, p: Pick) -> int:
     left, right = st.columns([3, 2], gap="medium")
     with right:
         live.text_so_far(run, live=False, upto=step_i)
-        show_figure(bars_figure(step, f"Step {step_i}: the next-token distribution", live.cut_reason(run["settings"]), run["enc"]),
-                    key=K.GEN_BARS)
-        st.caption(f"'{md_text(step.piece)}' was sampled with p = {step.prob:.3g} (rank {step.rank:,}); the "
-                   f"distribution's entropy was {step.entropy:.2f} nats. Top 20 over all {cfg.vocab_size:,} tokens "
-                   f"after temperature; grey bars were cut by {live.cut_reason(run['settings'])}.")
+        show_figure(
+            bars_figure(
+                step, f"Step {step_i}: the next-token distribution", live.cut_reason(run["settings"]), run["enc"]
+            ),
+            key=K.GEN_BARS,
+        )
+        st.caption(
+            f"'{md_text(step.piece)}' was sampled with p = {step.prob:.3g} (rank {step.rank:,}); the "
+            f"distribution's entropy was {step.entropy:.2f} nats. Top 20 over all {cfg.vocab_size:,} tokens "
+            f"after temperature; grey bars were cut by {live.cut_reason(run['settings'])}."
+        )
         live_why.step_contributors(run, step_i, state[K.GENERATION]["spec"])
     with left:
         show_figure(heat_figure(live.up_to(run, step_i), p, step_i), key=K.GEN_HEATMAP)
         with st.expander("How to read this map"):
-            st.markdown("One row per generated token: where the query that predicted it looked (the row label is the "
-                        "token it predicted). Grey: later positions; light grey: tokens that slid out of the context "
-                        "window. The dotted line ends the prompt; the outlined row is the step replayed.")
+            st.markdown(
+                "One row per generated token: where the query that predicted it looked (the row label is the "
+                "token it predicted). Grey: later positions; light grey: tokens that slid out of the context "
+                "window. The dotted line ends the prompt; the outlined row is the step replayed."
+            )
     shifted = [i for i, s in enumerate(steps) if s.context_shifted]
     if shifted:
-        st.info(f"From step {shifted[0]} the text was longer than the context window ({cfg.n_ctx} tokens): at each "
-                f"of those {len(shifted)} steps the model saw only the last {cfg.n_ctx} tokens, so the oldest ones "
-                "stopped influencing it.")
+        st.info(
+            f"From step {shifted[0]} the text was longer than the context window ({cfg.n_ctx} tokens): at each "
+            f"of those {len(shifted)} steps the model saw only the last {cfg.n_ctx} tokens, so the oldest ones "
+            "stopped influencing it."
+        )
     return step_i
 
 
@@ -119,18 +155,29 @@ def step_across_heads(run: dict, step_i: int, cfg: GPTConfig, p: Pick) -> None:
     st.subheader(f"Step {step_i} across the heads of layer {p.layer}")
     all_labels = token_labels(list(run["prompt"]) + [s.token_id for s in steps], run["enc"])
     query_pos = step.position - 1
-    att = step.attention[p.layer]                     # [heads, keys]
+    att = step.attention[p.layer]  # [heads, keys]
     titles = [f"head {h}" for h in range(cfg.n_heads)]
     if cfg.n_heads > 1:
         att = torch.cat([att, att.mean(0, keepdim=True)])
         titles.append("mean")
-    show_figure(fg.step_attention(att.numpy(), all_labels[step.window_start: step.position],
-                                  window_start=step.window_start, query_label=all_labels[query_pos],
-                                  predicted_label=step.piece, row_titles=titles, scale=p.scale,
-                                  title=f"Query '{fa.plotly_text(all_labels[query_pos])}' (position {query_pos}) "
-                                        f"predicting '{fa.plotly_text(step.piece)}'"), key=K.GEN_STEP_ATTENTION)
-    st.caption("Each row is one head's attention for this step: how the query of the last token mixed the tokens it "
-               "could see before predicting the next one.")
+    show_figure(
+        fg.step_attention(
+            att.numpy(),
+            all_labels[step.window_start : step.position],
+            window_start=step.window_start,
+            query_label=all_labels[query_pos],
+            predicted_label=step.piece,
+            row_titles=titles,
+            scale=p.scale,
+            title=f"Query '{fa.plotly_text(all_labels[query_pos])}' (position {query_pos}) "
+            f"predicting '{fa.plotly_text(step.piece)}'",
+        ),
+        key=K.GEN_STEP_ATTENTION,
+    )
+    st.caption(
+        "Each row is one head's attention for this step: how the query of the last token mixed the tokens it "
+        "could see before predicting the next one."
+    )
 
 
 def pick_step(S: int) -> None:
@@ -142,21 +189,47 @@ def pick_step(S: int) -> None:
 def all_steps(run: dict) -> None:
     steps, S = run["steps"], len(run["steps"])
     st.subheader("All steps")
-    show_figure(fg.step_curves([s.prob for s in steps], [s.entropy for s in steps], [s.piece for s in steps],
-                               title="Sampled-token probability and entropy"), key=K.GEN_CURVES)
-    st.caption("Low entropy: the model was sure; a sampled token with a low probability is a gamble that "
-               "temperature and top-k/top-p allow.")
-    table = pd.DataFrame({
-        "step": range(S), "token": [s.piece for s in steps], "id": [s.token_id for s in steps],
-        "probability": [s.prob for s in steps], "rank": [s.rank for s in steps],
-        "entropy (nats)": [s.entropy for s in steps], "kept by top-k/top-p": [s.n_allowed for s in steps],
-        "context shifted": ["yes" if s.context_shifted else "" for s in steps],  # text: not checkboxes to tick
-        "top contributors (found live)": live_why.labels_by_step(run), "why?": live_why.why_links(run)})
-    st.dataframe(table, hide_index=True, width="stretch", height=min(420, 35 * S + 40), key=K.GEN_TABLE,
-                 on_select=lambda: pick_step(S), selection_mode="single-row",
-                 column_config={"why?": st.column_config.LinkColumn(display_text="graph ↗", help=live_why.LINK_HELP),
-                                "probability": st.column_config.NumberColumn(format="%.4g"),
-                                "entropy (nats)": st.column_config.NumberColumn(format="%.3f")})
+    show_figure(
+        fg.step_curves(
+            [s.prob for s in steps],
+            [s.entropy for s in steps],
+            [s.piece for s in steps],
+            title="Sampled-token probability and entropy",
+        ),
+        key=K.GEN_CURVES,
+    )
+    st.caption(
+        "Low entropy: the model was sure; a sampled token with a low probability is a gamble that "
+        "temperature and top-k/top-p allow."
+    )
+    table = pd.DataFrame(
+        {
+            "step": range(S),
+            "token": [s.piece for s in steps],
+            "id": [s.token_id for s in steps],
+            "probability": [s.prob for s in steps],
+            "rank": [s.rank for s in steps],
+            "entropy (nats)": [s.entropy for s in steps],
+            "kept by top-k/top-p": [s.n_allowed for s in steps],
+            "context shifted": ["yes" if s.context_shifted else "" for s in steps],  # text: not checkboxes to tick
+            "top contributors (found live)": live_why.labels_by_step(run),
+            "why?": live_why.why_links(run),
+        }
+    )
+    st.dataframe(
+        table,
+        hide_index=True,
+        width="stretch",
+        height=min(420, 35 * S + 40),
+        key=K.GEN_TABLE,
+        on_select=lambda: pick_step(S),
+        selection_mode="single-row",
+        column_config={
+            "why?": st.column_config.LinkColumn(display_text="graph ↗", help=live_why.LINK_HELP),
+            "probability": st.column_config.NumberColumn(format="%.4g"),
+            "entropy (nats)": st.column_config.NumberColumn(format="%.3f"),
+        },
+    )
     st.caption("Select a row to inspect that step above.")
 
 
@@ -168,13 +241,17 @@ def before_generating(spec, model, ids: tuple[int, ...], cfg: GPTConfig, p: Pick
     except LimitError as err:  # the server's memory has no room for the forward pass now
         st.warning(str(err))
         return
-    st.caption("Before generating: the distribution the first new token would be drawn from, and where the last "
-               "prompt token looks to predict it. Press Generate to watch the model write.")
+    st.caption(
+        "Before generating: the distribution the first new token would be drawn from, and where the last "
+        "prompt token looks to predict it. Press Generate to watch the model write."
+    )
     run = {"prompt": tuple(ids), "steps": [step], "settings": settings, "enc": tokenizer_for(model)}
     left, right = st.columns([3, 2], gap="medium")
     with right:
-        show_figure(bars_figure(step, "After the prompt: the next-token distribution", live.cut_reason(settings), run["enc"]),
-                    key=K.GEN_BARS)
+        show_figure(
+            bars_figure(step, "After the prompt: the next-token distribution", live.cut_reason(settings), run["enc"]),
+            key=K.GEN_BARS,
+        )
     with left:
         step_across_heads(run, 0, cfg, p)
     reproduce.show(reproduce.next_token(spec, ids, settings, reproduce.prompt_text()))
@@ -182,8 +259,10 @@ def before_generating(spec, model, ids: tuple[int, ...], cfg: GPTConfig, p: Pick
 
 def main() -> None:
     st.title("Generation")
-    st.caption("A GPT writes one token at a time: it turns the text so far into a probability for every token in "
-               "its vocabulary, a sampling rule picks one, the token is appended, and it goes again.")
+    st.caption(
+        "A GPT writes one token at a time: it turns the text so far into a probability for every token in "
+        "its vocabulary, a sampling rule picks one, the token is appended, and it goes again."
+    )
     seen = read_prompt()
     spec, model, cfg, ids = seen.spec, seen.model, seen.cfg, list(seen.ids)
     with st.expander("How the next token is chosen"):

@@ -1,45 +1,58 @@
 """Pre-norm vs post-norm: one set of random weights run both ways, measured layer by layer against the
 theory; then the bundled twins trained each way. The first tab is drawn here; the others are draw-only views
 (gptviz/app/views/norms_*.py), and every number comes from gptviz.app.services.norms."""
+
 from __future__ import annotations
 
 import streamlit as st
 
-from gptviz.model import unit_id, weights
 from gptviz.app import display, reproduce
-from gptviz.app.sidebar import keep_valid
-from gptviz.app import keys as K, settings as S
+from gptviz.app import keys as K
+from gptviz.app import settings as S
 from gptviz.app.services import norms as services
+from gptviz.app.services.norms_pair import Pair
+from gptviz.app.sidebar import keep_valid
 from gptviz.app.views.norms_paper import paper_section
 from gptviz.app.views.norms_same import same_weights_section
-from gptviz.app.services.norms_pair import Pair
-from gptviz.app.views.norms_twins import (LoadedTwins, confounds_note, load_twins, pick_twins, short_name,
-                                          trained_twins_section)
+from gptviz.app.views.norms_twins import (
+    LoadedTwins,
+    confounds_note,
+    load_twins,
+    pick_twins,
+    short_name,
+    trained_twins_section,
+)
 from gptviz.figures import explainers as explainer_figs
 from gptviz.figures import norms as fig_norms
 from gptviz.figures import training as fig_train
+from gptviz.model import unit_id, weights
 
 TABS = ("Trained twins side by side", "Same weights, two wirings", "The paper's setting", "The twins in depth")
 
 state = st.session_state
 
-INTRO = ("Where the LayerNorm sits decides how signals and gradients move through the stack. Pre-norm "
-         "(GPT-2) normalises the input of each sub-layer and leaves the residual stream alone: "
-         "x + f(LN(x)). Post-norm (GPT-1, the original Transformer) normalises after each residual "
-         "addition: LN(x + f(x)).\n\n"
-         "**Trained twins side by side** runs the sidebar's prompt through the two bundled models the sidebar's "
-         "LayerNorm toggle switches between: trained separately, they grew their heads in different places, so heads "
-         "are paired by what they do (attention-pattern similarity), not by index. **Same weights, two wirings** runs "
-         "one set of random weights both ways, so every difference there comes from the wiring alone. **The paper's "
-         "setting** checks Xiong et al.'s (2020) claims at their own initialisation. **The twins in depth**: every "
-         "head's match with its scores, the training history, generation. Where Hugging Face's GPT-2 small and GPT-1 are "
-         "both on this server, the first and last tabs offer them as a pair too: trained, of the same size, one of "
-         "each wiring, with everything else that differs between them said beside them.")
-TOP_LINE = ("The sidebar's LayerNorm toggle switches between two separately trained models: here both read your "
-            "prompt, heads matched by role.")
+INTRO = (
+    "Where the LayerNorm sits decides how signals and gradients move through the stack. Pre-norm "
+    "(GPT-2) normalises the input of each sub-layer and leaves the residual stream alone: "
+    "x + f(LN(x)). Post-norm (GPT-1, the original Transformer) normalises after each residual "
+    "addition: LN(x + f(x)).\n\n"
+    "**Trained twins side by side** runs the sidebar's prompt through the two bundled models the sidebar's "
+    "LayerNorm toggle switches between: trained separately, they grew their heads in different places, so heads "
+    "are paired by what they do (attention-pattern similarity), not by index. **Same weights, two wirings** runs "
+    "one set of random weights both ways, so every difference there comes from the wiring alone. **The paper's "
+    "setting** checks Xiong et al.'s (2020) claims at their own initialisation. **The twins in depth**: every "
+    "head's match with its scores, the training history, generation. Where Hugging Face's GPT-2 small and GPT-1 are "
+    "both on this server, the first and last tabs offer them as a pair too: trained, of the same size, one of "
+    "each wiring, with everything else that differs between them said beside them."
+)
+TOP_LINE = (
+    "The sidebar's LayerNorm toggle switches between two separately trained models: here both read your "
+    "prompt, heads matched by role."
+)
 
 
 # ---- the first tab: the trained twins side by side ----------------------------------------------------------------
+
 
 def quoted(label: str) -> str:
     return f"“{display.md_text(label)}”"
@@ -50,15 +63,25 @@ def comparison_sentence(match, typical: float, top: dict[str, list[tuple[str, fl
     pair is called; two tokenizers' guesses are the same word when they read alike, "the␣" and "␣the")."""
     (pre_tok, pre_p), (post_tok, post_p) = top["pre"][0], top["post"][0]
     same = pre_tok == post_tok or (twins != "twins" and same_word(pre_tok, post_tok))
-    guess = (f"Both {twins} guess {quoted(pre_tok)} next" if same else
-             f"The {twins} guess differently next (pre-norm {quoted(pre_tok)}, post-norm {quoted(post_tok)})")
+    guess = (
+        f"Both {twins} guess {quoted(pre_tok)} next"
+        if same
+        else f"The {twins} guess differently next (pre-norm {quoted(pre_tok)}, post-norm {quoted(post_tok)})"
+    )
     surer = "pre" if pre_p >= post_p else "post"
-    alike = "far more alike than" if match.similarity >= 2 * typical else "more alike than" \
-        if match.similarity > typical else "no more alike than"
-    return (f"{guess}; the {surer}-norm {twins.removesuffix('s')} is surer ({max(pre_p, post_p):.0%} against "
-            f"{min(pre_p, post_p):.0%}), "
-            f"and the matched heads below attend {alike} a blind pair (similarity {match.similarity:.2f} against "
-            f"{typical:.2f}).")
+    alike = (
+        "far more alike than"
+        if match.similarity >= 2 * typical
+        else "more alike than"
+        if match.similarity > typical
+        else "no more alike than"
+    )
+    return (
+        f"{guess}; the {surer}-norm {twins.removesuffix('s')} is surer ({max(pre_p, post_p):.0%} against "
+        f"{min(pre_p, post_p):.0%}), "
+        f"and the matched heads below attend {alike} a blind pair (similarity {match.similarity:.2f} against "
+        f"{typical:.2f})."
+    )
 
 
 def same_word(a: str, b: str) -> bool:
@@ -79,9 +102,13 @@ def pick_pair_index(matches: list) -> int:
 def pick_pair(matches: list) -> int:
     """The picker of the matched pair (its value: pick_pair_index)."""
     return S.TWINS_PAIR.selectbox(
-        st, options=range(len(matches)),
-        format_func=lambda i: (f"pre {unit_id.head_id(*matches[i].a)} ↔ post {unit_id.head_id(*matches[i].b)}"
-                               f" (similarity {matches[i].similarity:.2f})"))
+        st,
+        options=range(len(matches)),
+        format_func=lambda i: (
+            f"pre {unit_id.head_id(*matches[i].a)} ↔ post {unit_id.head_id(*matches[i].b)}"
+            f" (similarity {matches[i].similarity:.2f})"
+        ),
+    )
 
 
 def side_by_side_section(bundled: dict, pair: Pair) -> LoadedTwins | None:
@@ -89,8 +116,10 @@ def side_by_side_section(bundled: dict, pair: Pair) -> LoadedTwins | None:
     next-token probabilities and the two wirings. Returns the loaded twins for the later tab."""
     names = pair.names
     if not pair.bundled:
-        st.caption(f"{names['pre']} and {names['post']} from Hugging Face, both on this server: two trained models of "
-                   "the same size, one of each wiring, each reading the prompt through its own tokenizer.")
+        st.caption(
+            f"{names['pre']} and {names['post']} from Hugging Face, both on this server: two trained models of "
+            "the same size, one of each wiring, each reading the prompt through its own tokenizer."
+        )
     tw = load_twins(pair)
     if tw is None:
         return None
@@ -104,15 +133,25 @@ def side_by_side_section(bundled: dict, pair: Pair) -> LoadedTwins | None:
     for norm in tw.specs:
         probs[norm], top[norm] = services.top_tokens(caps[norm][0], labels=pair.codecs[norm].labels)
     match = matches[pick_pair_index(matches)]
-    pats = {"pre": caps["pre"][1].pattern(match.a[0])[match.a[1]].numpy(),
-            "post": caps["post"][1].pattern(match.b[0])[match.b[1]].numpy()}
+    pats = {
+        "pre": caps["pre"][1].pattern(match.a[0])[match.a[1]].numpy(),
+        "post": caps["post"][1].pattern(match.b[0])[match.b[1]].numpy(),
+    }
     figures = fig_norms.attention_panels(
-        pats["pre"], pats["post"], tw.labels["pre"], "",
-        (f"{panel_name(pair, 'pre')} {unit_id.head_id(*match.a)}<br>the picked head",  # two short lines: a phone's
-         f"{panel_name(pair, 'post')} {unit_id.head_id(*match.b)}<br>similarity {match.similarity:.2f}", ""),  # half
-        height=320, post_labels=None if pair.same_tokens else tw.labels["post"])[:2]
-    figures[0].update_traces(showscale=False)   # one colour bar for the pair: both maps share the 0..1 scale
-    figures[1].update_traces(colorbar_title_text="")   # its title ran past a phone's half width; hover names it
+        pats["pre"],
+        pats["post"],
+        tw.labels["pre"],
+        "",
+        (
+            f"{panel_name(pair, 'pre')} {unit_id.head_id(*match.a)}<br>the picked head",  # two short lines: a phone's
+            f"{panel_name(pair, 'post')} {unit_id.head_id(*match.b)}<br>similarity {match.similarity:.2f}",
+            "",
+        ),  # half
+        height=320,
+        post_labels=None if pair.same_tokens else tw.labels["post"],
+    )[:2]
+    figures[0].update_traces(showscale=False)  # one colour bar for the pair: both maps share the 0..1 scale
+    figures[1].update_traces(colorbar_title_text="")  # its title ran past a phone's half width; hover names it
     # the sentence and the pair it speaks of first, in one column: a phone stacks the columns, so the pair is on its
     # first screen; the caveat and the pair's picker under the maps, the bars and the wirings beside them
     left, right = st.columns([2.1, 1])
@@ -124,32 +163,45 @@ def side_by_side_section(bundled: dict, pair: Pair) -> LoadedTwins | None:
                     display.show_figure(fig, key=K.per_item(K.TWINS_SIDE_MAPS, i))
         caveat = services.twins_caveat(bundled, names) if pair.bundled else None
         if caveat:
-            st.caption(f":material/warning: {caveat}", help="Retraining them alike is planned; each model card "
-                                                            "(gptviz/bundled/) has its full recipe.")
+            st.caption(
+                f":material/warning: {caveat}",
+                help="Retraining them alike is planned; each model card (gptviz/bundled/) has its full recipe.",
+            )
         elif not pair.bundled:
             confounds_note(pair)
         pick_pair(matches)
     with right:
-        dists = {short_name(pair, norm): top[norm] for norm in tw.specs}
-        bars_fig = fig_train.next_token_bars(dists, f"“{tw.labels['pre'][-1]}”")
-        bars_fig.update_traces(textposition="auto")  # the longest bar's label inside it, not over the next panel
-        bars_fig.update_xaxes(nticks=4)  # a third of the width: five ticks turned on end, three or four read level
-        display.show_figure(bars_fig, key=K.TWINS_SIDE_NEXT)
-        vocab = tw.vocab["pre"]
-        st.caption(f"Top {services.SIDE_TOP_K} of {vocab:,} tokens; a uniform guess gives each {1 / vocab:.3%}."
-                   if len(set(tw.vocab.values())) == 1 else
-                   f"Top {services.SIDE_TOP_K} of each model's own tokens ({tw.vocab['pre']:,} and "
-                   f"{tw.vocab['post']:,}); a uniform guess gives each {1 / tw.vocab['pre']:.3%} and "
-                   f"{1 / tw.vocab['post']:.3%}.")
-        with st.container(horizontal=True, wrap=False, key=K.TWINS_SIDE_WIRINGS):
-            for norm in ("pre", "post"):
-                with st.container():
-                    display.show_figure(explainer_figs.block_diagram(norm, compact=True),
-                                        key=K.per_item(K.TWINS_SIDE_WIRING, norm))
+        next_tokens_and_wirings(pair, tw, top)
     if pair.bundled:  # the snippet loads the bundled twins by name
-        reproduce.show(reproduce.twins(names, tw.ids["pre"], pick_pair_index(matches),
-                                       services.probe_length(tw.cfg), reproduce.prompt_text()))
+        reproduce.show(
+            reproduce.twins(
+                names, tw.ids["pre"], pick_pair_index(matches), services.probe_length(tw.cfg), reproduce.prompt_text()
+            )
+        )
     return tw
+
+
+def next_tokens_and_wirings(pair: Pair, tw: LoadedTwins, top: dict) -> None:
+    """Beside the pair: both twins' next-token bars with their chance level, then the two wirings' diagrams."""
+    dists = {short_name(pair, norm): top[norm] for norm in tw.specs}
+    bars_fig = fig_train.next_token_bars(dists, f"“{tw.labels['pre'][-1]}”")
+    bars_fig.update_traces(textposition="auto")  # the longest bar's label inside it, not over the next panel
+    bars_fig.update_xaxes(nticks=4)  # a third of the width: five ticks turned on end, three or four read level
+    display.show_figure(bars_fig, key=K.TWINS_SIDE_NEXT)
+    vocab = tw.vocab["pre"]
+    st.caption(
+        f"Top {services.SIDE_TOP_K} of {vocab:,} tokens; a uniform guess gives each {1 / vocab:.3%}."
+        if len(set(tw.vocab.values())) == 1
+        else f"Top {services.SIDE_TOP_K} of each model's own tokens ({tw.vocab['pre']:,} and "
+        f"{tw.vocab['post']:,}); a uniform guess gives each {1 / tw.vocab['pre']:.3%} and "
+        f"{1 / tw.vocab['post']:.3%}."
+    )
+    with st.container(horizontal=True, wrap=False, key=K.TWINS_SIDE_WIRINGS):
+        for norm in ("pre", "post"):
+            with st.container():
+                display.show_figure(
+                    explainer_figs.block_diagram(norm, compact=True), key=K.per_item(K.TWINS_SIDE_WIRING, norm)
+                )
 
 
 def panel_name(pair: Pair, norm: str) -> str:
@@ -167,7 +219,7 @@ def main() -> None:
     st.caption(TOP_LINE, help=INTRO)
     tab_side, tab_same, tab_paper, tab_depth = st.tabs(list(TABS))
     bundled = weights.bundled_models()
-    with tab_side:   # what toggling the wiring changes comes first: the twins on the prompt, heads matched by role
+    with tab_side:  # what toggling the wiring changes comes first: the twins on the prompt, heads matched by role
         twins = pick_twins(bundled)
         tw = side_by_side_section(bundled, twins) if twins is not None else None
     with tab_same:

@@ -2,18 +2,29 @@
 
 Everything is counted from a config by formula (no weights are built); each tab is one function below.
 """
+
 from __future__ import annotations
 
 import pandas as pd
 import streamlit as st
 
 from gptviz import PRESETS
-from gptviz.model.config import ConfigError, GPTConfig
-from gptviz.figures import params as figs
-from gptviz.model.params import (BYTES_PER, COMPONENTS, GROUPS, by_component, by_group, by_layer, memory_bytes,
-                                 param_table, total_params)
 from gptviz.app import display, reproduce, sidebar
-from gptviz.app import keys as K, settings as S
+from gptviz.app import keys as K
+from gptviz.app import settings as S
+from gptviz.figures import params as figs
+from gptviz.model.config import ConfigError, GPTConfig
+from gptviz.model.params import (
+    BYTES_PER,
+    COMPONENTS,
+    GROUPS,
+    by_component,
+    by_group,
+    by_layer,
+    memory_bytes,
+    param_table,
+    total_params,
+)
 
 GPT_FAMILY = ("gpt1", "gpt2-small", "gpt2-medium", "gpt2-large", "gpt2-xl")
 MIB = 2**20
@@ -53,16 +64,19 @@ def group_frame(table: pd.DataFrame) -> pd.DataFrame:
 
 def count_columns() -> dict:
     """The group and component tables' column formats."""
-    return {"count": st.column_config.NumberColumn(format="localized"),
-            "share": st.column_config.NumberColumn(format="percent"),
-            **{f"{d} MiB": st.column_config.NumberColumn(format="%.2f") for d in BYTES_PER},
-            "note": st.column_config.TextColumn("note", width="large")}  # the tied-head note is a sentence
+    return {
+        "count": st.column_config.NumberColumn(format="localized"),
+        "share": st.column_config.NumberColumn(format="percent"),
+        **{f"{d} MiB": st.column_config.NumberColumn(format="%.2f") for d in BYTES_PER},
+        "note": st.column_config.TextColumn("note", width="large"),
+    }  # the tied-head note is a sentence
 
 
 def tensor_frame(table: pd.DataFrame) -> pd.DataFrame:
     total = table["count"].sum()
-    out = table.assign(shape=[" × ".join(str(s) for s in shape) for shape in table["shape"]],
-                       share=table["count"] / total)
+    out = table.assign(
+        shape=[" × ".join(str(s) for s in shape) for shape in table["shape"]], share=table["count"] / total
+    )
     out = memory_columns(out)
     out["tied"] = ["tied (shares wte.weight)" if t else "" for t in out["tied"]]
     return out[["name", "component", "layer", "shape", "count", "share", *[f"{d} MiB" for d in BYTES_PER], "tied"]]
@@ -77,36 +91,48 @@ def seed_facts(cfg: GPTConfig, table: pd.DataFrame) -> list[str]:
     if cfg.n_layers:
         block = by_layer(table, by="group").iloc[0]
         attn, mlp = int(block["attention"]), int(block["MLP"])
-        facts.append(f"In each block the MLP holds {mlp:,} parameters and attention {attn:,}: the MLP has "
-                     f"{mlp / attn:.2f}× as many (d_ff = {cfg.d_ff:,} = {cfg.d_ff / cfg.d_model:g} × d_model; "
-                     f"2·d_model·d_ff weights against 4·d_model² for Q, K, V and the output).")
+        facts.append(
+            f"In each block the MLP holds {mlp:,} parameters and attention {attn:,}: the MLP has "
+            f"{mlp / attn:.2f}× as many (d_ff = {cfg.d_ff:,} = {cfg.d_ff / cfg.d_model:g} × d_model; "
+            f"2·d_model·d_ff weights against 4·d_model² for Q, K, V and the output)."
+        )
     tied, untied = total_params(cfg.replace(tie_weights=True)), total_params(cfg.replace(tie_weights=False))
     saving = untied - tied
     if cfg.tie_weights:
-        facts.append(f"The LM head is tied to the token embedding, which saves vocab × d_model = "
-                     f"{cfg.vocab_size:,} × {cfg.d_model:,} = {saving:,} parameters ({saving / untied:.1%} of the "
-                     f"untied model's {untied:,}).")
+        facts.append(
+            f"The LM head is tied to the token embedding, which saves vocab × d_model = "
+            f"{cfg.vocab_size:,} × {cfg.d_model:,} = {saving:,} parameters ({saving / untied:.1%} of the "
+            f"untied model's {untied:,})."
+        )
     else:
-        facts.append(f"The LM head is a separate matrix here; tying it to the token embedding would save "
-                     f"vocab × d_model = {cfg.vocab_size:,} × {cfg.d_model:,} = {saving:,} parameters "
-                     f"({saving / untied:.1%}).")
+        facts.append(
+            f"The LM head is a separate matrix here; tying it to the token embedding would save "
+            f"vocab × d_model = {cfg.vocab_size:,} × {cfg.d_model:,} = {saving:,} parameters "
+            f"({saving / untied:.1%})."
+        )
     if not cfg.bias:
         fewer = total_params(cfg.replace(bias=True, qkv_bias=True)) - total_params(cfg)
-        facts.append(f"No biases (nanoGPT's bias=False): every linear layer and LayerNorm is weights only, "
-                     f"{fewer:,} parameters fewer than with them.")
+        facts.append(
+            f"No biases (nanoGPT's bias=False): every linear layer and LayerNorm is weights only, "
+            f"{fewer:,} parameters fewer than with them."
+        )
     if not cfg.final_norm:
         facts.append("No final LayerNorm (as the released GPT-1): the LM head reads the last block's output.")
     emb = int(table[table["component"].isin(["token embedding", "position embedding"])]["count"].sum())
     total = int(table["count"].sum())
     if cfg.name == "gpt1":
         released = total_params(cfg.replace(vocab_size=RELEASED_GPT1_VOCAB)) - 2 * cfg.d_model
-        facts.append(f"This preset follows the GPT-1 spec this project counts against: {cfg.vocab_size:,} ids and "
-                     f"a final LayerNorm (kept so one set of weights runs pre- or post-norm), {total:,} parameters. "
-                     f"The released GPT-1 has {RELEASED_GPT1_VOCAB:,} ids (40,000 BPE merges plus base characters) "
-                     f"and no final LayerNorm: {released:,} parameters. Prompts here are tokenised with GPT-2's "
-                     f"BPE, not GPT-1's; GPT-2 ids past {cfg.vocab_size:,} run as id {cfg.vocab_size - 1:,}.")
-    facts.append(f"Embeddings are {emb / total:.1%} of this model; the {cfg.n_layers} blocks are "
-                 f"{int(table['count'][table['layer'].notna()].sum()) / total:.1%}.")
+        facts.append(
+            f"This preset follows the GPT-1 spec this project counts against: {cfg.vocab_size:,} ids and "
+            f"a final LayerNorm (kept so one set of weights runs pre- or post-norm), {total:,} parameters. "
+            f"The released GPT-1 has {RELEASED_GPT1_VOCAB:,} ids (40,000 BPE merges plus base characters) "
+            f"and no final LayerNorm: {released:,} parameters. Prompts here are tokenised with GPT-2's "
+            f"BPE, not GPT-1's; GPT-2 ids past {cfg.vocab_size:,} run as id {cfg.vocab_size - 1:,}."
+        )
+    facts.append(
+        f"Embeddings are {emb / total:.1%} of this model; the {cfg.n_layers} blocks are "
+        f"{int(table['count'][table['layer'].notna()].sum()) / total:.1%}."
+    )
     return facts
 
 
@@ -117,8 +143,9 @@ def show_breakdown(cfg: GPTConfig, label: str, key: str) -> None:
     total = int(table["count"].sum())
     title = f"{label}: {total:,} parameters" if label else f"{total:,} parameters"
     # the chart first: on a phone the four metrics alone are a screen's height
-    display.show_figure(figs.component_shares(by_component(table), title, tied=cfg.tie_weights),
-                        key=K.per_item(key, "bar"))
+    display.show_figure(
+        figs.component_shares(by_component(table), title, tied=cfg.tie_weights), key=K.per_item(key, "bar")
+    )
     c1, c2, c3, c4 = st.columns(4)
     c1.metric("Parameters", f"{total:,}")
     c2.metric("Per block", f"{int(table[table['layer'] == 0]['count'].sum()):,}" if cfg.n_layers else "–")
@@ -133,17 +160,24 @@ def show_breakdown(cfg: GPTConfig, label: str, key: str) -> None:
     st.dataframe(groups, hide_index=True, column_config=count_columns())
     display.download_csv(groups, f"params_by_group_{cfg.name}.csv", key=K.per_item(key, "group_csv"))
     with st.expander("Finer split: the components inside each group"):
-        display.show_figure(figs.component_shares(by_component(table), title, tied=cfg.tie_weights, split=True),
-                            key=K.per_item(key, "split_bar"))
+        display.show_figure(
+            figs.component_shares(by_component(table), title, tied=cfg.tie_weights, split=True),
+            key=K.per_item(key, "split_bar"),
+        )
         comp = component_frame(table)
         st.dataframe(comp, hide_index=True, column_config=count_columns())
         display.download_csv(comp, f"params_by_component_{cfg.name}.csv", key=K.per_item(key, "comp_csv"))
     with st.expander(f"Every parameter tensor ({len(table)})"):
         st.caption("The same tensors and counts as the module tree built on PyTorch's `meta` device.")
         tensors = tensor_frame(table)
-        st.dataframe(tensors, hide_index=True, column_config={
-            "count": st.column_config.NumberColumn(format="localized"),
-            "share": st.column_config.NumberColumn(format="percent")})
+        st.dataframe(
+            tensors,
+            hide_index=True,
+            column_config={
+                "count": st.column_config.NumberColumn(format="localized"),
+                "share": st.column_config.NumberColumn(format="percent"),
+            },
+        )
         display.download_csv(tensors, f"params_{cfg.name}.csv", key=K.per_item(key, "tensors_csv"))
     reproduce.show(reproduce.parameters(f"the Parameters page, {label or cfg.name}", cfg))
 
@@ -167,17 +201,25 @@ def presets_tab() -> None:
         return
     counts = {name: figs.group_counts(param_table(PRESETS[name])) for name in chosen}
     display.show_figure(figs.presets_stacked(counts), key=K.PAR_PRESETS_BAR)
-    st.caption("Stacked by group: attention includes its output projection, norms the final one (GPT-1 and GPT-2 "
-               "tie the head, so its share is 0). As models widen, the blocks (attention + MLP, growing as d_model²) "
-               "outgrow the embeddings (growing as d_model).")
+    st.caption(
+        "Stacked by group: attention includes its output projection, norms the final one (GPT-1 and GPT-2 "
+        "tie the head, so its share is 0). As models widen, the blocks (attention + MLP, growing as d_model²) "
+        "outgrow the embeddings (growing as d_model)."
+    )
     frame = presets_frame(counts, figs.GROUP_ORDER)
-    st.dataframe(frame, hide_index=True, column_config={c: st.column_config.NumberColumn(format="localized")
-                                                        for c in frame.columns[1:]})
+    st.dataframe(
+        frame,
+        hide_index=True,
+        column_config={c: st.column_config.NumberColumn(format="localized") for c in frame.columns[1:]},
+    )
     display.download_csv(frame, "params_presets.csv", key=K.PAR_PRESETS_CSV)
     with st.expander("Finer split: the components inside each group"):
         fine = presets_frame({name: component_counts(PRESETS[name]) for name in chosen}, COMPONENTS)
-        st.dataframe(fine, hide_index=True, column_config={c: st.column_config.NumberColumn(format="localized")
-                                                           for c in fine.columns[1:]})
+        st.dataframe(
+            fine,
+            hide_index=True,
+            column_config={c: st.column_config.NumberColumn(format="localized") for c in fine.columns[1:]},
+        )
     reproduce.show(reproduce.parameters_of_presets(chosen))
 
 
@@ -205,15 +247,25 @@ def described_model() -> GPTConfig:
     c5, c6, c7 = st.columns([1, 1, 2])
     vocab = S.CALC_VOCAB.number_input(c5, value=base.vocab_size)
     n_ctx = S.CALC_CTX.number_input(c6, value=base.n_ctx)
-    norm_type = S.CALC_NORM_TYPE.radio(c7, horizontal=True, format_func={"layernorm": "LayerNorm (weight + bias)",
-                                                                         "rmsnorm": "RMSNorm (weight)"}.get)
+    norm_type = S.CALC_NORM_TYPE.radio(
+        c7, horizontal=True, format_func={"layernorm": "LayerNorm (weight + bias)", "rmsnorm": "RMSNorm (weight)"}.get
+    )
     c8, c9 = st.columns(2)
     tie = S.CALC_TIE.checkbox(c8)
     qkv_bias = S.CALC_QKV_BIAS.checkbox(c9)
     d_ff = round(ratio * int(d_model))
-    return GPTConfig(vocab_size=int(vocab), n_ctx=int(n_ctx), d_model=int(d_model), n_layers=int(n_layers),
-                     n_heads=int(n_heads), d_ff=int(d_ff), norm_type=norm_type, tie_weights=tie,
-                     qkv_bias=qkv_bias, name="your model")
+    return GPTConfig(
+        vocab_size=int(vocab),
+        n_ctx=int(n_ctx),
+        d_model=int(d_model),
+        n_layers=int(n_layers),
+        n_heads=int(n_heads),
+        d_ff=int(d_ff),
+        norm_type=norm_type,
+        tie_weights=tie,
+        qkv_bias=qkv_bias,
+        name="your model",
+    )
 
 
 def calculator_tab() -> None:

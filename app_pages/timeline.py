@@ -5,6 +5,7 @@ that step marked, pre-norm and post-norm side by side on the same steps.
 The snapshots come from a rerun of the committed recipe's first stage (the model card says how close it came to
 the logged run); the page runs no model.
 """
+
 from __future__ import annotations
 
 import time
@@ -13,21 +14,24 @@ import numpy as np
 import streamlit as st
 
 from gptviz.app import jobs, reproduce
-from gptviz.app import keys as K, settings as S
+from gptviz.app import keys as K
+from gptviz.app import settings as S
 from gptviz.app.bundled_snapshots import bundled_snapshots
 from gptviz.app.display import show_figure
 from gptviz.app.unit_nav import unit_pills
 from gptviz.figures import timeline as ft
-from gptviz.training.snapshots import FORMED_THRESHOLD, Snapshots, formed_step
-from gptviz.serve.training_jobs import FAILED, FORMED_HOLD, GROWTH, Job, growth_wirings, induction_growth_spec
 from gptviz.model.unit_id import head_id
+from gptviz.serve.training_jobs import FAILED, FORMED_HOLD, GROWTH, Job, growth_wirings, induction_growth_spec
+from gptviz.training.snapshots import FORMED_THRESHOLD, Snapshots, formed_step
 
 TWINS = {"pre-norm": "shakespeare-pre", "post-norm": "shakespeare-post"}
-THRESHOLD = FORMED_THRESHOLD   # a head "has formed" once its score reaches this and stays (snapshots.formed_step)
+THRESHOLD = FORMED_THRESHOLD  # a head "has formed" once its score reaches this and stays (snapshots.formed_step)
 PLAY_FPS = 3
-FORMED_HELP = (f"Steps count from the start of training (stage 1's first step, from random weights). A head "
-               f"counts as formed at the first snapshot from which its score stays at or above {THRESHOLD:g}; the "
-               "Pre-norm vs post-norm page uses the same rule.")
+FORMED_HELP = (
+    f"Steps count from the start of training (stage 1's first step, from random weights). A head "
+    f"counts as formed at the first snapshot from which its score stays at or above {THRESHOLD:g}; the "
+    "Pre-norm vs post-norm page uses the same rule."
+)
 STEP_HELP = S.TL_STEP.help  # the play's frames show a slider like the step's
 state = st.session_state
 
@@ -74,8 +78,10 @@ def best_head_line(snaps: Snapshots, detector: str, step: int) -> tuple[str, tup
     scores = snaps.score_array()[i, d]
     layer, head = np.unravel_index(int(scores.argmax()), scores.shape)
     chance = snaps.detectors[d].chance
-    return (f"{shown}: best {detector} head {head_id(layer, head)} {scores[layer, head]:.2f} "
-            f"(chance {chance:.3f}); loss {snaps.train_loss[i]:.2f}"), (int(layer), int(head))
+    return (
+        f"{shown}: best {detector} head {head_id(layer, head)} {scores[layer, head]:.2f} "
+        f"(chance {chance:.3f}); loss {snaps.train_loss[i]:.2f}"
+    ), (int(layer), int(head))
 
 
 def named_heads(snaps: Snapshots, best: tuple[int, int]) -> list[str]:
@@ -84,8 +90,9 @@ def named_heads(snaps: Snapshots, best: tuple[int, int]) -> list[str]:
     return list(dict.fromkeys([head_id(*best)] + [head_id(h[1], h[2]) for h in hits if h]))
 
 
-def heads_row(found: dict[str, Snapshots], detector: str, probe: int, step: int, key: str = K.TL_HEADS,
-              bundled: bool = False) -> None:
+def heads_row(
+    found: dict[str, Snapshots], detector: str, probe: int, step: int, key: str = K.TL_HEADS, bundled: bool = False
+) -> None:
     """Each run's heads at the step, side by side; a bundled twin's named heads open the unit page (the finished
     model's head at that place, over the corpus)."""
     slots = st.columns(len(found))
@@ -95,10 +102,14 @@ def heads_row(found: dict[str, Snapshots], detector: str, probe: int, step: int,
             st.markdown(f"**{wiring}**, {line}")
             show_figure(ft.heads_at(snaps, step, probe, selected=best, width_px=480), key=K.per_item(key, wiring))
             if bundled:
-                unit_pills("What they do in the finished model", named_heads(snaps, best),
-                           K.per_item(K.UNIT_PILLS, "tl", wiring), norm=wiring.split("-")[0],
-                           help="The finished bundled model's head at that place, over the whole corpus: its top "
-                                "examples and direct effect (the unit page).")
+                unit_pills(
+                    "What they do in the finished model",
+                    named_heads(snaps, best),
+                    K.per_item(K.UNIT_PILLS, "tl", wiring),
+                    norm=wiring.split("-")[0],
+                    help="The finished bundled model's head at that place, over the whole corpus: its top "
+                    "examples and direct effect (the unit page).",
+                )
 
 
 def play(found: dict[str, Snapshots], detector: str, probe: int, start: int, slider) -> None:
@@ -108,13 +119,16 @@ def play(found: dict[str, Snapshots], detector: str, probe: int, start: int, sli
     steps = [s for s in every if s >= start] or every
     slots = [st.empty() for _ in found]
     for s in steps:
-        slider.select_slider(S.TL_STEP.label, every, value=s, disabled=True, key=K.per_item(K.TL_FRAME, "slider", s),
-                             help=STEP_HELP)
+        slider.select_slider(
+            S.TL_STEP.label, every, value=s, disabled=True, key=K.per_item(K.TL_FRAME, "slider", s), help=STEP_HELP
+        )
         for slot, (wiring, snaps) in zip(slots, found.items()):
             line, best = best_head_line(snaps, detector, s)
             with slot.container():
                 st.markdown(f"**{wiring}**, {line}")
-                st.plotly_chart(ft.heads_at(snaps, s, probe, selected=best, width_px=480), key=K.per_item(K.TL_FRAME, wiring, s))
+                st.plotly_chart(
+                    ft.heads_at(snaps, s, probe, selected=best, width_px=480), key=K.per_item(K.TL_FRAME, wiring, s)
+                )
         time.sleep(1 / PLAY_FPS)
     state[K.TL_PLAYED] = steps[-1]
 
@@ -131,23 +145,29 @@ def about(found: dict[str, Snapshots]) -> None:
     with st.expander("Where these snapshots come from"):
         for wiring, snaps in found.items():
             command = snaps.extra.get("command", "")
-            st.markdown(f"**{wiring}**: {len(snaps)} snapshots over steps 1 to {snaps.steps[-1]}; recording took "
-                        f"{snaps.share_recording():.1%} of the training time.")
+            st.markdown(
+                f"**{wiring}**: {len(snaps)} snapshots over steps 1 to {snaps.steps[-1]}; recording took "
+                f"{snaps.share_recording():.1%} of the training time."
+            )
             if command:
                 st.code(command, language="bash")
-        st.caption("Snapshots every 25 steps and, in between, every 5 steps while the smoothed loss moves by 0.15 "
-                   "nats or more. Scores are mean attention weights; chance is what uniform attention scores on the "
-                   "same probe. The stage trains on repeated random sequences only (see the model cards).")
+        st.caption(
+            "Snapshots every 25 steps and, in between, every 5 steps while the smoothed loss moves by 0.15 "
+            "nats or more. Scores are mean attention weights; chance is what uniform attention scores on the "
+            "same probe. The stage trains on repeated random sequences only (see the model cards)."
+        )
 
 
 # ---- grow one yourself ----------------------------------------------------------------------------------------
+
 
 def start_growth() -> None:
     spec = induction_growth_spec(growth_wirings(state[K.TL_GROW_WIRING]), seed=int(state[K.TL_GROW_SEED]))
     owner = jobs.session_id()
     try:
-        job = jobs.training_registry().start(spec, owner=owner, alive=lambda: jobs.session_alive(owner),
-                                             address=jobs.client_address())
+        job = jobs.training_registry().start(
+            spec, owner=owner, alive=lambda: jobs.session_alive(owner), address=jobs.client_address()
+        )
     except RuntimeError as err:  # JobLimitError: the server's or this visitor's run limits, or its memory
         st.warning(str(err))
     else:
@@ -158,8 +178,9 @@ def start_growth() -> None:
 def growth_controls(job: Job | None) -> None:
     running = job is not None and not job.finished
     left, middle, right = st.columns([2, 1, 1])
-    S.TL_GROW_WIRING.segmented_control(left, default=S.TL_GROW_WIRING.default,
-                                       format_func=lambda w: {"both": "both, same batches"}.get(w, f"{w}-norm"))
+    S.TL_GROW_WIRING.segmented_control(
+        left, default=S.TL_GROW_WIRING.default, format_func=lambda w: {"both": "both, same batches"}.get(w, f"{w}-norm")
+    )
     S.TL_GROW_SEED.number_input(middle)
     if running:
         right.button("Stop", key=K.TL_GROW_STOP, on_click=job.request_stop, icon=":material/stop:", width="stretch")
@@ -178,11 +199,14 @@ def growth_view(job: Job) -> None:
         return
     step = max(s.steps[-1] for s in found.values())
     best = {w: formed_step(s, "induction", THRESHOLD) for w, s in found.items()}
-    reached = "; ".join(f"{w}: " + (f"{head_id(b[1], b[2])} formed at step {b[0]}" if b else
-                                    "none formed yet") for w, b in best.items())
+    reached = "; ".join(
+        f"{w}: " + (f"{head_id(b[1], b[2])} formed at step {b[0]}" if b else "none formed yet") for w, b in best.items()
+    )
     if job.stop_reason == "formed":
-        reached += (f". Every induction score held {GROWTH['stop_when_formed']:g} for {FORMED_HOLD} snapshots in a row, "
-                    f"so the run stopped at step {snap.steps_done} of at most {snap.total_steps}")
+        reached += (
+            f". Every induction score held {GROWTH['stop_when_formed']:g} for {FORMED_HOLD} snapshots in a row, "
+            f"so the run stopped at step {snap.steps_done} of at most {snap.total_steps}"
+        )
     st.caption(reached)
     heads_row(found, "induction", 0, step, key=K.TL_GROW_HEADS)
     left, right = st.columns(2)
@@ -194,18 +218,25 @@ def growth_view(job: Job) -> None:
 
 def stop_rule() -> str:
     bar = GROWTH["stop_when_formed"]
-    return (f"It stops as soon as the head has formed: once the best head's induction score has held {bar:g} (the "
-            f"bar on the curves; each head's line gives its chance level) for {FORMED_HOLD} snapshots in a row, or at step "
-            f"{GROWTH['steps']}." if bar else f"It runs {GROWTH['steps']} steps.")
+    return (
+        f"It stops as soon as the head has formed: once the best head's induction score has held {bar:g} (the "
+        f"bar on the curves; each head's line gives its chance level) for {FORMED_HOLD} snapshots in a row, or at step "
+        f"{GROWTH['steps']}."
+        if bar
+        else f"It runs {GROWTH['steps']} steps."
+    )
 
 
 def grow_tab() -> None:
-    st.caption(f"Train a {GROWTH['layers']}-layer model on repeated random sequences right here and watch its "
-               f"induction head form. {stop_rule()}", help="Every window is a random sequence of the 2,000 most frequent ids of "
-               "Tiny Shakespeare followed by its exact repeats: only copying predicts the second half. "
-               f"d_model {GROWTH['d_model']}, {GROWTH['heads']} heads, windows of {GROWTH['block']}, batch "
-               f"{GROWTH['batch']}, lr {GROWTH['lr']:g} after {GROWTH['warmup']} warmup steps, at most "
-               f"{GROWTH['steps']} steps; a snapshot every {GROWTH['snapshot_every']} steps.")
+    st.caption(
+        f"Train a {GROWTH['layers']}-layer model on repeated random sequences right here and watch its "
+        f"induction head form. {stop_rule()}",
+        help="Every window is a random sequence of the 2,000 most frequent ids of "
+        "Tiny Shakespeare followed by its exact repeats: only copying predicts the second half. "
+        f"d_model {GROWTH['d_model']}, {GROWTH['heads']} heads, windows of {GROWTH['block']}, batch "
+        f"{GROWTH['batch']}, lr {GROWTH['lr']:g} after {GROWTH['warmup']} warmup steps, at most "
+        f"{GROWTH['steps']} steps; a snapshot every {GROWTH['snapshot_every']} steps.",
+    )
     job = jobs.training_registry().get(state.get(K.TL_GROW_JOB))
     growth_controls(job)
     if job is None:
@@ -218,6 +249,7 @@ def grow_tab() -> None:
         if running_at_start and job.finished:
             st.rerun()  # redraw the whole tab once: Grow comes back in place of Stop
         growth_view(job)
+
     live()
     if job.finished and job.status != FAILED:
         reproduce.show(reproduce.grow(tuple(job.spec.configs), job.spec.settings.seed, GROWTH))
@@ -225,9 +257,11 @@ def grow_tab() -> None:
 
 def history_tab() -> None:
     found = runs()
-    st.caption("The twins' first training stage, replayed (steps count from its start, at random weights): pick a "
-               "step, or play, and watch the stripe appear.",
-               help=FORMED_HELP)
+    st.caption(
+        "The twins' first training stage, replayed (steps count from its start, at random weights): pick a "
+        "step, or play, and watch the stripe appear.",
+        help=FORMED_HELP,
+    )
     detector, probe, step, slider = controls(found)
     if st.button("▶ Play from this step", key=K.TL_PLAY):
         play(found, detector, probe, step, slider)

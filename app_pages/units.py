@@ -5,6 +5,7 @@ other way round, the units most active on a token of the prompt or on a word acr
 Everything corpus-wide comes from the model's neuron index (gptviz.index): shipped with the bundled models, built
 here on request for others (gptviz.app.unit_index). The unit is in the URL (?unit=L2N26, ?unit=L1H2).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -13,14 +14,17 @@ import streamlit as st
 
 from gptviz import index as ix
 from gptviz.app import display, reproduce, sidebar
-from gptviz.app import keys as K, settings as S
+from gptviz.app import keys as K
+from gptviz.app import settings as S
 from gptviz.app import unit_index as ui
-from gptviz.app.services import LimitError, unit_page as services
 from gptviz.app.components import token_rows
-from gptviz.figures.browser.token_rows import payload as token_rows_payload, reserve_css
-from gptviz.app.unit_nav import open_on_row_pick
 from gptviz.app.model_service import ModelSpec
+from gptviz.app.services import LimitError
+from gptviz.app.services import unit_page as services
+from gptviz.app.unit_nav import open_on_row_pick
 from gptviz.figures import unit_page as fu
+from gptviz.figures.browser.token_rows import payload as token_rows_payload
+from gptviz.figures.browser.token_rows import reserve_css
 from gptviz.model.model import GPT
 from gptviz.model.tokenizer import decode, encode, position_labels, token_labels
 
@@ -30,6 +34,7 @@ state = st.session_state
 
 
 # ---------------------------------------------------------------------------------------------------- the index
+
 
 def require_index(spec: ModelSpec, model: GPT) -> ui.Loaded:
     """The model's index (its ids in the model's own tokenizer: loaded.enc), or the offer to build one (the page
@@ -48,13 +53,20 @@ def require_index(spec: ModelSpec, model: GPT) -> ui.Loaded:
 
 
 def build_section(spec: ModelSpec, model: GPT, rebuild: bool = False) -> None:
-    st.info(("Build it again: " if rebuild else "This model has no neuron index yet. Building one ") +
-            "runs the model over the start of every play of the complete works and keeps, for every neuron and "
-            "head, where it fires most.")
+    st.info(
+        ("Build it again: " if rebuild else "This model has no neuron index yet. Building one ")
+        + "runs the model over the start of every play of the complete works and keeps, for every neuron and "
+        "head, where it fires most."
+    )
     top = min(services.index_tokens_limit(), 1_500_000)
     state.setdefault(K.UNIT_BUILD_TOKENS, min(DEFAULT_BUILD_TOKENS, top))
-    tokens = S.UNIT_BUILD_TOKENS.number_input(st, min_value=1_000 if top >= 1_000 else 1, max_value=top, step=10_000,
-                                              help=f"At most {top:,} on this server (GPTVIZ_INDEX_TOKENS).")
+    tokens = S.UNIT_BUILD_TOKENS.number_input(
+        st,
+        min_value=1_000 if top >= 1_000 else 1,
+        max_value=top,
+        step=10_000,
+        help=f"At most {top:,} on this server (GPTVIZ_INDEX_TOKENS).",
+    )
     if not st.button("Build the index", key=K.UNIT_BUILD, type="primary"):
         return
     bar = st.progress(0.0, text="Starting...")
@@ -63,8 +75,12 @@ def build_section(spec: ModelSpec, model: GPT, rebuild: bool = False) -> None:
         bar.progress(min(1.0, done / max(1, total)), text=f"{done:,} of {total:,} tokens scanned")
 
     def waiting(ahead: int) -> None:
-        bar.progress(0.0, text=f"Waiting for a turn: {ahead} build{'s' if ahead != 1 else ''} ahead of yours "
-                               "(this server builds indexes one after another, first come first served)")
+        bar.progress(
+            0.0,
+            text=f"Waiting for a turn: {ahead} build{'s' if ahead != 1 else ''} ahead of yours "
+            "(this server builds indexes one after another, first come first served)",
+        )
+
     try:
         ui.build(spec, int(tokens), progress, on_wait=waiting)
     except LimitError as err:
@@ -77,6 +93,7 @@ def build_section(spec: ModelSpec, model: GPT, rebuild: bool = False) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------- picking
+
 
 def default_unit(index: ix.NeuronIndex) -> str:
     """L2N26 where it exists (the bundled models' punctuation neuron the issue starts from), else the first
@@ -111,16 +128,29 @@ def unit_picker(index: ix.NeuronIndex) -> ix.Unit:
     state[K.UNIT_KIND], state[K.UNIT_LAYER], state[K.UNIT_INDEX] = unit.kind, unit.layer, unit.index
     sizes = (index.d_ff, index.n_heads)
     left, mid, right = st.columns([2, 1, 1])
-    S.UNIT_KIND.radio(left, horizontal=True, on_change=_picked, args=sizes,
-                      format_func={"neuron": "MLP neuron", "head": "attention head"}.get)
+    S.UNIT_KIND.radio(
+        left,
+        horizontal=True,
+        on_change=_picked,
+        args=sizes,
+        format_func={"neuron": "MLP neuron", "head": "attention head"}.get,
+    )
     S.UNIT_LAYER.selectbox(mid, options=range(index.n_layers), on_change=_picked, args=sizes)
     size = index.d_ff if unit.kind == "neuron" else index.n_heads
-    S.UNIT_INDEX.number_input(right, label=S.UNIT_INDEX.label if unit.kind == "neuron" else "Head", min_value=0,
-                              max_value=size - 1, step=1, on_change=_picked, args=sizes)
+    S.UNIT_INDEX.number_input(
+        right,
+        label=S.UNIT_INDEX.label if unit.kind == "neuron" else "Head",
+        min_value=0,
+        max_value=size - 1,
+        step=1,
+        on_change=_picked,
+        args=sizes,
+    )
     return unit
 
 
 # ---------------------------------------------------------------------------------------------------- one token
+
 
 def one_token_box(setting, key: str | None = None, **kwargs) -> str | None:
     """A text box for one token, its length checked here: None, with a message, when the text has TOKEN_BOX_CHARS
@@ -136,13 +166,16 @@ def one_token_box(setting, key: str | None = None, **kwargs) -> str | None:
         state[key] = ""
     typed = setting.text_input(st, key=key, max_chars=limit, **kwargs)
     if too_long or len(typed) >= limit:
-        st.warning(f"That text is too long: this box takes one token, fewer than {limit} characters (GPT-2's "
-                   "longest has 66). Type a single word.")
+        st.warning(
+            f"That text is too long: this box takes one token, fewer than {limit} characters (GPT-2's "
+            "longest has 66). Type a single word."
+        )
         return None
     return typed
 
 
 # ---------------------------------------------------------------------------------------------------- one unit
+
 
 def examples_section(spec: ModelSpec, loaded: ui.Loaded, unit: ix.Unit) -> list[ix.Context]:
     examples = ix.top_examples(loaded.index, unit)
@@ -158,19 +191,32 @@ def examples_section(spec: ModelSpec, loaded: ui.Loaded, unit: ix.Unit) -> list[
     value_name = "attention" if by_attention else ("activation" if unit.kind == "neuron" else "output norm")
     cmax = 1.0 if by_attention else max(e.value for e in examples) if examples else 1.0
     held = sum(loaded.index.documents[e.doc]["held_out"] for e in examples)
-    st.markdown(f"**Top {len(examples)} examples** over {loaded.index.tokens:,} tokens, peak token outlined "
-                f"({held} from plays the model never trained on, marked *held out*).")
+    st.markdown(
+        f"**Top {len(examples)} examples** over {loaded.index.tokens:,} tokens, peak token outlined "
+        f"({held} from plays the model never trained on, marked *held out*)."
+    )
     rows = fu.example_rows(loaded.index, contexts, examples, by_attention=by_attention, enc=loaded.enc)
     st.html(reserve_css(K.UNIT_EXAMPLES, len(rows)))  # style only (no model text): the rows' room before they draw
     token_rows(token_rows_payload(rows, value_name=value_name, cmax=cmax), key=K.UNIT_EXAMPLES)
-    display.figure_download(lambda: fu.examples_text(rows, value_name=value_name, cmax=cmax),
-                            f"{unit}_top_examples.html", key=K.UNIT_EXAMPLES)
-    display.download_csv(pd.DataFrame({
-        "rank": [e.rank + 1 for e in examples], "value": [e.value for e in examples],
-        "document": [e.doc_name for e in examples],
-        "held_out": [loaded.index.documents[e.doc]["held_out"] for e in examples],
-        "position": [e.pos for e in examples], "text": [decode(c.ids, loaded.enc) for c in contexts]}),
-        f"{unit}_top_examples.csv", key=K.per_item(K.UNIT_EXAMPLES, "csv"))
+    display.figure_download(
+        lambda: fu.examples_text(rows, value_name=value_name, cmax=cmax),
+        f"{unit}_top_examples.html",
+        key=K.UNIT_EXAMPLES,
+    )
+    display.download_csv(
+        pd.DataFrame(
+            {
+                "rank": [e.rank + 1 for e in examples],
+                "value": [e.value for e in examples],
+                "document": [e.doc_name for e in examples],
+                "held_out": [loaded.index.documents[e.doc]["held_out"] for e in examples],
+                "position": [e.pos for e in examples],
+                "text": [decode(c.ids, loaded.enc) for c in contexts],
+            }
+        ),
+        f"{unit}_top_examples.csv",
+        key=K.per_item(K.UNIT_EXAMPLES, "csv"),
+    )
     return contexts
 
 
@@ -186,15 +232,30 @@ def bands_section(spec: ModelSpec, loaded: ui.Loaded, unit: ix.Unit) -> None:
     if not bands:
         st.markdown(f"**Examples from the whole range**: {unit} is never above 0 on the corpus.")
         return
-    st.markdown("**Examples from the whole range**: its positive values in five bands between their quantiles, "
-                "weakest first, five examples of each drawn uniformly from the band (the example's token outlined, "
-                "every band coloured on the top examples' scale), so you see what it does weakly, not only at its "
-                "peak.")
+    st.markdown(
+        "**Examples from the whole range**: its positive values in five bands between their quantiles, "
+        "weakest first, five examples of each drawn uniformly from the band (the example's token outlined, "
+        "every band coloured on the top examples' scale), so you see what it does weakly, not only at its "
+        "peak."
+    )
     positives, sample = ix.positive_count(loaded.index, unit), loaded.index.meta["bands"]["sample"]
     peak = bands[-1][0].hi  # the last band ends at the unit's largest value
     for band, contexts in bands:
-        st.caption(display.md_text(fu.band_title(band.number + 1, band.levels, band.lo, band.hi, len(band.examples),
-                                                 band.sampled, value_name, positives, sample)))
+        st.caption(
+            display.md_text(
+                fu.band_title(
+                    band.number + 1,
+                    band.levels,
+                    band.lo,
+                    band.hi,
+                    len(band.examples),
+                    band.sampled,
+                    value_name,
+                    positives,
+                    sample,
+                )
+            )
+        )
         if band.examples:
             key = K.per_item(K.UNIT_BANDS, band.number)
             rows = fu.example_rows(loaded.index, contexts, band.examples, ranked=False, enc=loaded.enc)
@@ -205,16 +266,28 @@ def bands_section(spec: ModelSpec, loaded: ui.Loaded, unit: ix.Unit) -> None:
 def export_section(spec: ModelSpec, loaded: ui.Loaded, unit: ix.Unit, source: int | None) -> None:
     """The unit's page as Neuronpedia's feature-dashboard JSON and as one HTML file (built when clicked)."""
     left, right = st.columns(2)
-    left.download_button("This unit as JSON (Neuronpedia's dashboard shape)", file_name=f"{unit}.json",
-                         data=lambda: services.unit_json(spec, loaded, unit, source), mime="application/json",
-                         key=K.per_item(K.UNIT_EXPORT, "json"), on_click="ignore", icon=":material/download:",
-                         help="Its top and band examples with each token's value, histogram and top logits, in the "
-                              "fields of Neuronpedia's feature dashboards (`python -m gptviz index export` writes "
-                              "every unit).")
-    right.download_button("This unit's page as HTML", file_name=f"{unit}.html", mime="text/html",
-                          data=lambda: services.unit_html(spec, loaded, unit, source),
-                          key=K.per_item(K.UNIT_EXPORT, "html"), on_click="ignore", icon=":material/download:",
-                          help="One file that opens offline in any browser: the same data as the JSON.")
+    left.download_button(
+        "This unit as JSON (Neuronpedia's dashboard shape)",
+        file_name=f"{unit}.json",
+        data=lambda: services.unit_json(spec, loaded, unit, source),
+        mime="application/json",
+        key=K.per_item(K.UNIT_EXPORT, "json"),
+        on_click="ignore",
+        icon=":material/download:",
+        help="Its top and band examples with each token's value, histogram and top logits, in the "
+        "fields of Neuronpedia's feature dashboards (`python -m gptviz index export` writes "
+        "every unit).",
+    )
+    right.download_button(
+        "This unit's page as HTML",
+        file_name=f"{unit}.html",
+        mime="text/html",
+        data=lambda: services.unit_html(spec, loaded, unit, source),
+        key=K.per_item(K.UNIT_EXPORT, "html"),
+        on_click="ignore",
+        icon=":material/download:",
+        help="One file that opens offline in any browser: the same data as the JSON.",
+    )
 
 
 def histogram_section(loaded: ui.Loaded, unit: ix.Unit) -> None:
@@ -227,10 +300,16 @@ def histogram_section(loaded: ui.Loaded, unit: ix.Unit) -> None:
     else:
         line = f"its output norm at each of the {index.tokens:,} tokens"
     log = S.UNIT_HIST_LOG.toggle(st)
-    st.markdown(f"**Distribution**: {line}; dashed lines at the 1%, 50% and 99% quantiles "
-                f"(mean {index.arrays['mean'][i]:.3g}, sd {index.arrays['std'][i]:.3g}).")
-    display.show_figure(fu.unit_histogram(edges, counts, q, value_name="activation" if unit.kind == "neuron"
-                                          else "output norm", log=log), key=K.UNIT_HIST)
+    st.markdown(
+        f"**Distribution**: {line}; dashed lines at the 1%, 50% and 99% quantiles "
+        f"(mean {index.arrays['mean'][i]:.3g}, sd {index.arrays['std'][i]:.3g})."
+    )
+    display.show_figure(
+        fu.unit_histogram(
+            edges, counts, q, value_name="activation" if unit.kind == "neuron" else "output norm", log=log
+        ),
+        key=K.UNIT_HIST,
+    )
 
 
 def source_token(contexts: list[ix.Context]) -> int:
@@ -255,8 +334,10 @@ def effect_section(model: GPT, unit: ix.Unit, contexts: list[ix.Context], enc=No
             return None
         ids = encode(typed, enc)
         if len(ids) != 1 or ids[0] >= model.config.vocab_size:
-            st.warning(f"{display.md_text(repr(typed))} is {len(ids)} tokens, not one; type a single token "
-                       "(a piece of the model's vocabulary, with its leading space where it has one).")
+            st.warning(
+                f"{display.md_text(repr(typed))} is {len(ids)} tokens, not one; type a single token "
+                "(a piece of the model's vocabulary, with its leading space where it has one)."
+            )
             return None
         source = ids[0]
         what = f"What attending to {display.md_text(repr(typed))} writes, through the final norm and the unembedding"
@@ -266,11 +347,12 @@ def effect_section(model: GPT, unit: ix.Unit, contexts: list[ix.Context], enc=No
         st.warning(str(err))
         return source
     spread = float(effect.effect.std())
-    st.markdown(f"**Direct effect on the logits.** {what}: the tokens it raises and lowers most, per unit of "
-                f"output (spread over the whole vocabulary: sd {spread:.3f}).")
+    st.markdown(
+        f"**Direct effect on the logits.** {what}: the tokens it raises and lowers most, per unit of "
+        f"output (spread over the whole vocabulary: sd {spread:.3f})."
+    )
     labels = lambda items: [(token_labels([t], enc)[0], v) for t, v in items]  # noqa: E731
-    display.show_figure(fu.direct_effect_bars(labels(effect.promoted), labels(effect.suppressed)),
-                        key=K.UNIT_EFFECT)
+    display.show_figure(fu.direct_effect_bars(labels(effect.promoted), labels(effect.suppressed)), key=K.UNIT_EFFECT)
     return source
 
 
@@ -296,6 +378,7 @@ def unit_tab(spec: ModelSpec, model: GPT, loaded: ui.Loaded) -> None:
 
 # ---------------------------------------------------------------------------------------------------- search
 
+
 def top_example_text(loaded: ui.Loaded, unit: ix.Unit, before: int = 10, after: int = 3) -> str:
     """The unit's top example as plain text, its peak token in ⟦ ⟧ (read from the corpus; no model run)."""
     found = ix.top_examples(loaded.index, unit, 1)
@@ -304,19 +387,35 @@ def top_example_text(loaded: ui.Loaded, unit: ix.Unit, before: int = 10, after: 
     e = found[0]
     ids = loaded.docs[e.doc].ids
     enc = loaded.enc
-    text = (decode(ids[max(0, e.pos - before):e.pos], enc) + "⟦" + decode(ids[e.pos:e.pos + 1], enc) + "⟧"
-            + decode(ids[e.pos + 1:e.pos + 1 + after], enc))
+    text = (
+        decode(ids[max(0, e.pos - before) : e.pos], enc)
+        + "⟦"
+        + decode(ids[e.pos : e.pos + 1], enc)
+        + "⟧"
+        + decode(ids[e.pos + 1 : e.pos + 1 + after], enc)
+    )
     return text.replace("\n", " ↵ ")
 
 
 def units_table(loaded: ui.Loaded, units: list[ix.Unit], columns: dict[str, list], key: str) -> None:
     """The units with their top example; picking a row opens that unit in the first tab."""
-    frame = pd.DataFrame({"unit": [str(u) for u in units], **columns,
-                          "its top example in the corpus": [top_example_text(loaded, u) for u in units]})
+    frame = pd.DataFrame(
+        {
+            "unit": [str(u) for u in units],
+            **columns,
+            "its top example in the corpus": [top_example_text(loaded, u) for u in units],
+        }
+    )
     st.caption("Pick a row to open that unit.")
-    st.dataframe(frame, hide_index=True, width="stretch", key=key, selection_mode="single-row",
-                 on_select=open_on_row_pick(key, units), column_config={"unit": st.column_config.TextColumn(
-                     "unit", width="small", pinned=True)})
+    st.dataframe(
+        frame,
+        hide_index=True,
+        width="stretch",
+        key=key,
+        selection_mode="single-row",
+        on_select=open_on_row_pick(key, units),
+        column_config={"unit": st.column_config.TextColumn("unit", width="small", pinned=True)},
+    )
 
 
 def prompt_search(spec: ModelSpec, model: GPT, loaded: ui.Loaded) -> None:
@@ -332,11 +431,20 @@ def prompt_search(spec: ModelSpec, model: GPT, loaded: ui.Loaded) -> None:
     except LimitError as err:  # the server's memory has no room for the prompt's forward pass now
         st.warning(str(err))
         return
-    st.markdown("**Most active here**, by value / the unit's peak over the corpus (1.0 = as high as it ever "
-                "went; a unit's typical value is its median, beside it).")
-    units_table(loaded, [s.unit for s in found], {
-        "value here": [s.value for s in found], "share of its corpus peak": [s.share_of_peak for s in found],
-        "its median": [ix.quantiles(loaded.index, s.unit).get(0.5) for s in found]}, key=K.UNIT_HERE_TABLE)
+    st.markdown(
+        "**Most active here**, by value / the unit's peak over the corpus (1.0 = as high as it ever "
+        "went; a unit's typical value is its median, beside it)."
+    )
+    units_table(
+        loaded,
+        [s.unit for s in found],
+        {
+            "value here": [s.value for s in found],
+            "share of its corpus peak": [s.share_of_peak for s in found],
+            "its median": [ix.quantiles(loaded.index, s.unit).get(0.5) for s in found],
+        },
+        key=K.UNIT_HERE_TABLE,
+    )
     reproduce.show(reproduce.units_here(spec, ids, pos, per_play_of(loaded), reproduce.prompt_text()))
 
 
@@ -354,20 +462,36 @@ def word_search(spec: ModelSpec, loaded: ui.Loaded) -> None:
     tried = [w for w in dict.fromkeys(forms + [word.strip()]) if len(encode(w, enc)) == 1]
     frequent = [w for w in tried if encode(w, enc)[0] in counts]
     if not frequent:
-        why = ("is not one token of the model's vocabulary (it splits into " +
-               " + ".join(repr(decode([t], enc)) for t in encode(word, enc)) + ")") if not tried else \
-            f"occurs fewer than {loaded.index.meta['top_tokens']['min_count']} times in the corpus"
+        why = (
+            (
+                "is not one token of the model's vocabulary (it splits into "
+                + " + ".join(repr(decode([t], enc)) for t in encode(word, enc))
+                + ")"
+            )
+            if not tried
+            else f"occurs fewer than {loaded.index.meta['top_tokens']['min_count']} times in the corpus"
+        )
         st.warning(display.md_text(f"{word!r} {why}; try another word or one of its pieces."))
         return
     token = encode(frequent[0], enc)[0]
     found = ix.units_for_token(loaded.index, token, k=10)
-    st.markdown(display.md_text(f"Token {decode([token], enc)!r} (id {token}, {counts[token]:,} times in the corpus): "
-                                "the neurons whose mean on it is furthest above their own mean, in standard "
-                                "deviations (z; 0 = typical)."))
-    units_table(loaded, [f.unit for f in found], {"z": [f.z for f in found], "mean on it": [f.mean for f in found],
-                                                   "its mean": [float(loaded.index.arrays["mean"][
-                                                       loaded.index.flat(f.unit)]) for f in found]},
-                key=K.UNIT_WORD_TABLE)
+    st.markdown(
+        display.md_text(
+            f"Token {decode([token], enc)!r} (id {token}, {counts[token]:,} times in the corpus): "
+            "the neurons whose mean on it is furthest above their own mean, in standard "
+            "deviations (z; 0 = typical)."
+        )
+    )
+    units_table(
+        loaded,
+        [f.unit for f in found],
+        {
+            "z": [f.z for f in found],
+            "mean on it": [f.mean for f in found],
+            "its mean": [float(loaded.index.arrays["mean"][loaded.index.flat(f.unit)]) for f in found],
+        },
+        key=K.UNIT_WORD_TABLE,
+    )
     reproduce.show(reproduce.units_for_word(spec, token, per_play_of(loaded)))
 
 
@@ -380,8 +504,10 @@ def search_tab(spec: ModelSpec, model: GPT, loaded: ui.Loaded) -> None:
 
 def main() -> None:
     st.title("What does this unit do?")
-    st.caption("A neuron or an attention head over the whole corpus: where it fires most, how often, and what its "
-               "output does to the next-token logits.")
+    st.caption(
+        "A neuron or an attention head over the whole corpus: where it fires most, how often, and what its "
+        "output does to the next-token logits."
+    )
     spec, model = sidebar.require_model()
     loaded = require_index(spec, model)
     # stateful tabs: a picked row opens tab one, and only the open tab is built (the search's table and its model

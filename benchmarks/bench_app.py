@@ -11,13 +11,13 @@ The model is built once before timing (st.cache_resource). The forward-pass coun
     python -m benchmarks app                      # gpt2-small, 64 tokens, 5 repeats
     python -m benchmarks app -- --preset tiny --repeats 3
 """
+
 from __future__ import annotations
 
 import argparse
 import os
 import platform
 import statistics
-import sys
 import time
 from pathlib import Path
 
@@ -26,15 +26,18 @@ ROOT = Path(__file__).resolve().parents[1]
 import torch
 from streamlit.testing.v1 import AppTest
 
-from gptviz import PRESETS
 from benchmarks.forward_passes import forward_count
+from gptviz import PRESETS
+from gptviz.app import keys as K
+from gptviz.app import model_service
 from gptviz.model.tokenizer import decode, encode
-from gptviz.app import model_service, keys as K
 
-BASE = ("ROMEO: But soft, what light through yonder window breaks? It is the east, and Juliet is the sun. "
-        "Arise, fair sun, and kill the envious moon, who is already sick and pale with grief, that thou her "
-        "maid art far more fair than she. Be not her maid, since she is envious; her vestal livery is but "
-        "sick and green, and none but fools do wear it; cast it off.")
+BASE = (
+    "ROMEO: But soft, what light through yonder window breaks? It is the east, and Juliet is the sun. "
+    "Arise, fair sun, and kill the envious moon, who is already sick and pale with grief, that thou her "
+    "maid art far more fair than she. Be not her maid, since she is envious; her vestal livery is but "
+    "sick and green, and none but fools do wear it; cast it off."
+)
 
 
 def prompt_of(n_tokens: int, variant: int) -> str:
@@ -67,12 +70,15 @@ def main() -> None:
     at.session_state["model_spec"] = spec
     at.session_state["prompt"] = prompt_of(args.tokens, -1)
     start = time.perf_counter()
-    timed_run(at)                                   # builds the model (cached from here on)
+    timed_run(at)  # builds the model (cached from here on)
     build = time.perf_counter() - start
     n_heads = PRESETS[args.preset].n_heads
 
-    rows: dict[str, list[tuple[float, int]]] = {"new prompt -> first heatmap": [], "switch head": [],
-                                                "switch head, model view tab": []}
+    rows: dict[str, list[tuple[float, int]]] = {
+        "new prompt -> first heatmap": [],
+        "switch head": [],
+        "switch head, model view tab": [],
+    }
     for r in range(args.repeats):
         at.session_state["att_view"] = "One head"
         at.session_state["prompt"] = prompt_of(args.tokens, r)
@@ -86,10 +92,12 @@ def main() -> None:
         rows["switch head, model view tab"].append(timed_run(at))
 
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"Attention page, {args.preset} (random weights), {args.tokens}-token prompt, {args.repeats} repeats; "
-          f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__} "
-          f"({torch.get_num_threads()} threads), load average {load:.1f}; first run incl. building the model "
-          f"{build:.1f} s\n")
+    print(
+        f"Attention page, {args.preset} (random weights), {args.tokens}-token prompt, {args.repeats} repeats; "
+        f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, torch {torch.__version__} "
+        f"({torch.get_num_threads()} threads), load average {load:.1f}; first run incl. building the model "
+        f"{build:.1f} s\n"
+    )
     print("| rerun | median (s) | min (s) | forward passes per rerun |")
     print("|---|---|---|---|")
     for name, values in rows.items():

@@ -20,6 +20,7 @@ figures are wall-clock times.
     python -m benchmarks browser -- --models bundled
     python -m benchmarks browser -- --cold-start 5    # only the cold start, 5 fresh servers (about 2 minutes)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,12 +33,16 @@ from urllib.parse import quote
 from benchmarks.load_test import ARGS, CHROMIUM, ROOT, Server  # the same server and browser setup
 from benchmarks.servers import cpu_seconds
 
-MODELS = {"bundled": ("", "shakespeare-pre (bundled)"), "gpt2-small": ("source=preset&preset=gpt2-small&",
-                                                                       "gpt2-small (random weights)")}
-PROMPT_WORDS = ("Romeo. But soft, what light through yonder window breaks? It is the east, and Juliet is the sun. "
-                "Arise, fair sun, and kill the envious moon, who is already sick and pale with grief that thou her "
-                "maid art far more fair than she. Be not her maid, since she is envious; her vestal livery is but "
-                "sick and green, and none but fools do wear it.")
+MODELS = {
+    "bundled": ("", "shakespeare-pre (bundled)"),
+    "gpt2-small": ("source=preset&preset=gpt2-small&", "gpt2-small (random weights)"),
+}
+PROMPT_WORDS = (
+    "Romeo. But soft, what light through yonder window breaks? It is the east, and Juliet is the sun. "
+    "Arise, fair sun, and kill the envious moon, who is already sick and pale with grief that thou her "
+    "maid art far more fair than she. Be not her maid, since she is envious; her vestal livery is but "
+    "sick and green, and none but fools do wear it."
+)
 FREE_PACE = "as fast as it writes"  # gptviz.app.keys.PACES: the live view at the model's own speed
 TARGETS = {"speed": 0.5, "switch_bundled": 0.150, "switch_gpt2-small": 0.300}
 
@@ -45,6 +50,7 @@ TARGETS = {"speed": 0.5, "switch_bundled": 0.150, "switch_gpt2-small": 0.300}
 def prompt_of(n: int) -> str:
     """The first n tokens of the passage, as text."""
     from gptviz.model.tokenizer import decode, encode
+
     ids = encode(PROMPT_WORDS)
     while len(ids) < n:
         ids = ids + ids
@@ -56,8 +62,10 @@ def engine_tokens_per_s(name: str, prompt: str, n: int) -> dict[int, float]:
     read against) and on one thread (the page's generation setting, GPTVIZ_GENERATION_THREADS): {threads: rate}.
     On some 2-core machines a second thread runs the engine 1.5x faster, on others not at all; both show."""
     import torch
-    from gptviz import PRESETS, GPT, load_pretrained, stream
+
+    from gptviz import GPT, PRESETS, load_pretrained, stream
     from gptviz.model.tokenizer import encode
+
     model = load_pretrained("shakespeare-pre") if name == "bundled" else GPT(PRESETS["gpt2-small"], seed=0).eval()
     ids = encode(prompt)
     default = torch.get_num_threads()
@@ -160,6 +168,7 @@ def map_switch(page, selector: str, index: int, title: str) -> float:
 
 def measure(page, url: str, name: str, n_new: int) -> dict:
     from playwright.sync_api import expect
+
     params, _ = MODELS[name]
     prompt = prompt_of(64)
     # the model's own speed: the pages pace a generation for watching (5 tokens/s) unless told otherwise
@@ -181,8 +190,7 @@ def measure(page, url: str, name: str, n_new: int) -> dict:
     out["page_tps"], out["model_tps"] = statistics.median(page_tps), statistics.median(model_tps)
     # head and layer switches in the heatmap itself: click to the next painted frame, timed in the page
     out["switch_s"] = statistics.median(map_switch(page, ".gv-head", h, f"Layer 0, head {h}") for h in (1, 2, 3, 0, 1))
-    out["layer_s"] = statistics.median(map_switch(page, ".gv-layer", l, f"Layer {l}, head 1")
-                                       for l in (1, 2, 3, 0, 1))
+    out["layer_s"] = statistics.median(map_switch(page, ".gv-layer", l, f"Layer {l}, head 1") for l in (1, 2, 3, 0, 1))
     # the rest of the page following a pick in the map: click to the Head picker showing it (Playwright's clock)
     follow = []
     for h in (2, 3):
@@ -263,8 +271,15 @@ def cold_start(browser, rounds: int, root=ROOT) -> list[dict]:
             drawn = time.perf_counter()
             cpu = cpu_seconds(server.proc.pid) - cpu0
             idle(page)
-            out.append({"server": ready - started, "heatmap": drawn - asked, "idle": time.perf_counter() - asked,
-                        "cpu": cpu, "exceptions": page.locator('[data-testid="stException"]').count()})
+            out.append(
+                {
+                    "server": ready - started,
+                    "heatmap": drawn - asked,
+                    "idle": time.perf_counter() - asked,
+                    "cpu": cpu,
+                    "exceptions": page.locator('[data-testid="stException"]').count(),
+                }
+            )
             page.close()
         finally:
             server.close()
@@ -272,14 +287,20 @@ def cold_start(browser, rounds: int, root=ROOT) -> list[dict]:
 
 
 def report_cold_start(rounds: list[dict]) -> None:
-    print("\n| round | server start to health check | request to first heatmap | the server's CPU seconds in it | "
-          "request to the first run's end | exception boxes |\n|---|---|---|---|---|---|")
+    print(
+        "\n| round | server start to health check | request to first heatmap | the server's CPU seconds in it | "
+        "request to the first run's end | exception boxes |\n|---|---|---|---|---|---|"
+    )
     for i, r in enumerate(rounds, 1):
-        print(f"| {i} | {r['server']:.2f} s | {r['heatmap']:.2f} s | {r['cpu']:.2f} s | {r['idle']:.2f} s | "
-              f"{r['exceptions']} |")
+        print(
+            f"| {i} | {r['server']:.2f} s | {r['heatmap']:.2f} s | {r['cpu']:.2f} s | {r['idle']:.2f} s | "
+            f"{r['exceptions']} |"
+        )
     med = {k: statistics.median(r[k] for r in rounds) for k in ("server", "heatmap", "cpu", "idle")}
-    print(f"| median | {med['server']:.2f} s | {med['heatmap']:.2f} s (target < 3 s) | {med['cpu']:.2f} s | "
-          f"{med['idle']:.2f} s | |")
+    print(
+        f"| median | {med['server']:.2f} s | {med['heatmap']:.2f} s (target < 3 s) | {med['cpu']:.2f} s | "
+        f"{med['idle']:.2f} s | |"
+    )
     print(f"load average at the end: {' / '.join(f'{x:.2f}' for x in __import__('os').getloadavg())}")
 
 
@@ -287,10 +308,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     parser.add_argument("--new-tokens", type=int, default=100)
-    parser.add_argument("--cold-start", type=int, default=0, metavar="N",
-                        help="only the cold start: N fresh servers, request to first heatmap")
+    parser.add_argument(
+        "--cold-start",
+        type=int,
+        default=0,
+        metavar="N",
+        help="only the cold start: N fresh servers, request to first heatmap",
+    )
     args = parser.parse_args()
     from playwright.sync_api import sync_playwright
+
     if args.cold_start:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
@@ -313,22 +340,26 @@ def main() -> int:
             browser.close()
     finally:
         server.close()
-    print("\n| model | live generation in the page | the model's own pace there | stream(attention=True), same run "
-          "| ratio (target >= 0.5) | the same on one thread, ratio "
-          "| head switch in the map, median of 5 (target) | layer switch in the map | the page's pickers follow "
-          "| head switch through the Head picker | prompt change to first heatmap | Stop: extra tokens after the "
-          "click | exception boxes |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print(
+        "\n| model | live generation in the page | the model's own pace there | stream(attention=True), same run "
+        "| ratio (target >= 0.5) | the same on one thread, ratio "
+        "| head switch in the map, median of 5 (target) | layer switch in the map | the page's pickers follow "
+        "| head switch through the Head picker | prompt change to first heatmap | Stop: extra tokens after the "
+        "click | exception boxes |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    )
     ok = True
     for name, r in rows:
         ratio = r["page_tps"] / r["engine_tps"]
         target = TARGETS[f"switch_{name}"]
         ok &= ratio >= TARGETS["speed"] and r["switch_s"] <= target and r["layer_s"] <= target and not r["exceptions"]
-        print(f"| {MODELS[name][1]} | {r['page_tps']:.1f} tok/s | {r['model_tps']:.0f} tok/s | "
-              f"{r['engine_tps']:.1f} tok/s | {ratio:.2f}x | "
-              f"{r['engine_1t_tps']:.1f} tok/s, {r['page_tps'] / r['engine_1t_tps']:.2f}x | "
-              f"{r['switch_s'] * 1000:,.0f} ms (<= {target * 1000:.0f} ms) | {r['layer_s'] * 1000:,.0f} ms | "
-              f"{r['follow_s'] * 1000:,.0f} ms | {r['picker_s'] * 1000:,.0f} ms | {r['prompt_s']:.2f} s | "
-              f"{r['stop_extra']} | {r['exceptions']} |")
+        print(
+            f"| {MODELS[name][1]} | {r['page_tps']:.1f} tok/s | {r['model_tps']:.0f} tok/s | "
+            f"{r['engine_tps']:.1f} tok/s | {ratio:.2f}x | "
+            f"{r['engine_1t_tps']:.1f} tok/s, {r['page_tps'] / r['engine_1t_tps']:.2f}x | "
+            f"{r['switch_s'] * 1000:,.0f} ms (<= {target * 1000:.0f} ms) | {r['layer_s'] * 1000:,.0f} ms | "
+            f"{r['follow_s'] * 1000:,.0f} ms | {r['picker_s'] * 1000:,.0f} ms | {r['prompt_s']:.2f} s | "
+            f"{r['stop_extra']} | {r['exceptions']} |"
+        )
     return 0 if ok else 1
 
 

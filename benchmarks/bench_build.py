@@ -5,6 +5,7 @@ makes the server do), each in a fresh process, beside the weights' own size. Wit
     python -m benchmarks build                 # gpt2-medium and gpt2-large
     python -m benchmarks build -- gpt2-xl         # about 8 GB at its peak: only on a machine with room
 """
+
 from __future__ import annotations
 
 import json
@@ -20,6 +21,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def child(preset: str) -> dict:
     from gptviz import GPT, PRESETS
     from gptviz.serve.allocator import keep_freed_memory
+
     keep_freed_memory()
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     start = time.perf_counter()
@@ -38,11 +40,18 @@ def main() -> None:
     print("| preset | weights (MiB) | build peak above the process's start (MiB) | peak / weights | seconds |")
     print("|---|---|---|---|---|")
     for preset in presets:
-        out = subprocess.run([sys.executable, "-m", "benchmarks.bench_build", "--child", preset], capture_output=True,
-                             text=True, cwd=ROOT, check=True)
+        out = subprocess.run(
+            [sys.executable, "-m", "benchmarks.bench_build", "--child", preset],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            check=True,
+        )
         r = json.loads(out.stdout.strip().splitlines()[-1])
-        print(f"| {r['preset']} | {r['weights_mb']:,.0f} | {r['peak_mb']:,.0f} | {r['peak_mb'] / r['weights_mb']:.2f}x "
-              f"| {r['seconds']:.1f} |")
+        print(
+            f"| {r['preset']} | {r['weights_mb']:,.0f} | {r['peak_mb']:,.0f} | {r['peak_mb'] / r['weights_mb']:.2f}x "
+            f"| {r['seconds']:.1f} |"
+        )
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ is the median of the repeats; the ratio is the median of per-round ratios (graph
     python -m benchmarks graph
     python -m benchmarks graph -- --tokens 128 --repeats 5 --threads 2
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,10 +41,10 @@ def measure(name: str, model, ids: list[int], target: int, repeats: int) -> dict
     batch = torch.tensor([ids])
     with torch.no_grad():
         model(batch)
-    before = peak_rss_mib()                     # the first graph before any backward pass: its own peak shows
+    before = peak_rss_mib()  # the first graph before any backward pass: its own peak shows
     graph = attribution_graph(model, ids, target)
     grown = peak_rss_mib() - before
-    forward_backward(model, batch, target)      # warm-up
+    forward_backward(model, batch, target)  # warm-up
     times = {clock: {"graph": [], "pass": [], "ratio": []} for clock in ("wall", "cpu")}
     for _ in range(repeats):
         marks = [(time.perf_counter(), time.thread_time())]
@@ -56,10 +57,16 @@ def measure(name: str, model, ids: list[int], target: int, repeats: int) -> dict
             for key, value in (("graph", graph_s), ("pass", pass_s), ("ratio", graph_s / pass_s)):
                 times[clock][key].append(value)
     median = {clock: {key: statistics.median(v) for key, v in per.items()} for clock, per in times.items()}
-    return {"name": name, "tokens": len(ids), **median, "nodes": graph.pruning.nodes_kept,
-            "edges": graph.pruning.edges_kept,
-            "total_nodes": graph.pruning.nodes_total, "estimate_mib": graph_nbytes(model.config, len(ids)) / 2**20,
-            "rss_growth_mib": grown}
+    return {
+        "name": name,
+        "tokens": len(ids),
+        **median,
+        "nodes": graph.pruning.nodes_kept,
+        "edges": graph.pruning.edges_kept,
+        "total_nodes": graph.pruning.nodes_total,
+        "estimate_mib": graph_nbytes(model.config, len(ids)) / 2**20,
+        "rss_growth_mib": grown,
+    }
 
 
 def main() -> None:
@@ -71,21 +78,30 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     enc = get_tokenizer()
     text = enc.encode(TEXT.read_text(encoding="utf-8")[:4000])
-    ids, target = text[:args.tokens], text[args.tokens]
-    models = {"shakespeare-pre": lambda: load_pretrained("shakespeare-pre"),
-              "gpt2-small": lambda: GPT(PRESETS["gpt2-small"], seed=0).eval()}
-    print(f"torch {torch.__version__}, {args.threads} thread(s) on {os.cpu_count()} CPU(s), {args.repeats} repeats; "
-          f"load average {os.getloadavg()[0]:.2f} at the start")
-    print("| model | tokens | forward+backward, wall / CPU (s) | graph, wall / CPU (s) | graph / pass, wall / CPU "
-          "| target | met (wall) | nodes kept / total | edges kept | estimate (MiB) | peak RSS growth, first graph (MiB) |")
+    ids, target = text[: args.tokens], text[args.tokens]
+    models = {
+        "shakespeare-pre": lambda: load_pretrained("shakespeare-pre"),
+        "gpt2-small": lambda: GPT(PRESETS["gpt2-small"], seed=0).eval(),
+    }
+    print(
+        f"torch {torch.__version__}, {args.threads} thread(s) on {os.cpu_count()} CPU(s), {args.repeats} repeats; "
+        f"load average {os.getloadavg()[0]:.2f} at the start"
+    )
+    print(
+        "| model | tokens | forward+backward, wall / CPU (s) | graph, wall / CPU (s) | graph / pass, wall / CPU "
+        "| target | met (wall) | nodes kept / total | edges kept | estimate (MiB) | peak RSS growth, first graph (MiB) |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for name, load in models.items():
         r = measure(name, load(), ids, target, args.repeats)
         wall, cpu, limit = r["wall"], r["cpu"], TARGETS[name]
-        print(f"| {name} | {r['tokens']} | {wall['pass']:.3f} / {cpu['pass']:.3f} | {wall['graph']:.2f} / "
-              f"{cpu['graph']:.2f} | {wall['ratio']:.1f}x / {cpu['ratio']:.1f}x | < {limit:.0f} s | "
-              f"{'yes' if wall['graph'] < limit else 'no'} | {r['nodes']} / {r['total_nodes']:,} | {r['edges']} | "
-              f"{r['estimate_mib']:.0f} | {r['rss_growth_mib']:.0f} |", flush=True)
+        print(
+            f"| {name} | {r['tokens']} | {wall['pass']:.3f} / {cpu['pass']:.3f} | {wall['graph']:.2f} / "
+            f"{cpu['graph']:.2f} | {wall['ratio']:.1f}x / {cpu['ratio']:.1f}x | < {limit:.0f} s | "
+            f"{'yes' if wall['graph'] < limit else 'no'} | {r['nodes']} / {r['total_nodes']:,} | {r['edges']} | "
+            f"{r['estimate_mib']:.0f} | {r['rss_growth_mib']:.0f} |",
+            flush=True,
+        )
     print(f"load average {os.getloadavg()[0]:.2f} at the end (a shared machine: times are noisy)")
 
 

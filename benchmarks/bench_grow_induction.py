@@ -16,6 +16,7 @@ Memory: what the page's run reserves (gptviz.serve.job_sizes.job_nbytes) against
 fresh process running it as the server does (peak VmHWM against VmRSS before it starts), one child process per wiring:
 `python -m benchmarks.bench_grow_induction --peak WIRING STEPS` prints that growth in bytes.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,8 +28,8 @@ import time
 import torch
 
 from gptviz.app.settings import GROW_WIRINGS
-from gptviz.serve.training_jobs import GROWTH, JobRegistry, growth_wirings, induction_growth_spec, job_nbytes
 from gptviz.model.unit_id import head_id
+from gptviz.serve.training_jobs import GROWTH, JobRegistry, growth_wirings, induction_growth_spec, job_nbytes
 
 THRESHOLD = 0.5
 
@@ -66,10 +67,20 @@ def run_seed(seed: int, overrides: dict) -> dict:
         reached = (ended, snaps.crossing("induction", THRESHOLD))
     first_step_s = job.started_s - started if job.started_s else float("nan")
     best = float(snaps.score_array()[:, snaps.detector_index("induction")].max()) if len(snaps) else float("nan")
-    return {"seed": seed, "status": job.status, "steps": job.snapshot().steps_done, "run_s": ended,
-            "reached_s": reached[0] if reached else None, "reached_step": reached[1][0] if reached else None,
-            "head": head_id(reached[1][1], reached[1][2]) if reached else "", "load_s": first_step_s,
-            "best": best, "share": snaps.share_recording(), "error": job.error, "why": job.stop_reason or ""}
+    return {
+        "seed": seed,
+        "status": job.status,
+        "steps": job.snapshot().steps_done,
+        "run_s": ended,
+        "reached_s": reached[0] if reached else None,
+        "reached_step": reached[1][0] if reached else None,
+        "head": head_id(reached[1][1], reached[1][2]) if reached else "",
+        "load_s": first_step_s,
+        "best": best,
+        "share": snaps.share_recording(),
+        "error": job.error,
+        "why": job.stop_reason or "",
+    }
 
 
 # ---- memory: the page's reservation against what the server's process grows by -----------------------------------
@@ -84,8 +95,10 @@ def draw_page(job) -> None:
     serialised as st.plotly_chart serialises it."""
     import numpy as np
     import plotly.io
+
     from gptviz.figures import timeline as ft
     from gptviz.training.snapshots import FORMED_THRESHOLD, formed_step
+
     job.snapshot()
     found = {f"{name}-norm": s for name, s in job.snapshots.items() if len(s)}
     if not found:
@@ -128,6 +141,7 @@ def peak_growth(wiring: str, steps: int) -> int:
     plotly's and the job's first-use costs), and its freed memory given back, as the accountant does near its budget."""
     from gptviz.serve import allocator, live_generation
     from gptviz.serve.training_jobs import corpus_tokens
+
     allocator.keep_freed_memory()  # as the app runs (gptviz.app.router)
     # The server lowers the run's thread priority (live_generation.run_in_background), which changes its pace, not its
     # memory; on a shared machine at a load of 10 a niced run took minutes a step, so the measurement keeps its own.
@@ -135,19 +149,25 @@ def peak_growth(wiring: str, steps: int) -> int:
     tokens = corpus_tokens()
     registry = JobRegistry(max_running=1)
     wirings = growth_wirings(wiring)
-    run_as_server(induction_growth_spec(wirings, steps=2, layers=1, d_model=8, heads=2, batch=2, block=16), tokens,
-                  registry)
+    run_as_server(
+        induction_growth_spec(wirings, steps=2, layers=1, d_model=8, heads=2, batch=2, block=16), tokens, registry
+    )
     allocator.release_freed_memory()
     with open("/proc/self/clear_refs", "w") as f:  # VmHWM back to VmRSS (Linux 4.0+): the warm-up's peak is not
-        f.write("5")                                 # the run's
+        f.write("5")  # the run's
     before = status_bytes("VmRSS")
     shown = [0.0]
 
     def progress(job) -> None:  # on stderr, each minute: the step, the growth now and its peak so far (MiB)
         if time.monotonic() - shown[0] >= 60:
             shown[0] = time.monotonic()
-            print(f"step {job.snapshot().steps_done}: +{(status_bytes('VmRSS') - before) / MiB:,.0f} MiB, peak "
-                  f"+{(status_bytes('VmHWM') - before) / MiB:,.0f}", file=sys.stderr, flush=True)
+            print(
+                f"step {job.snapshot().steps_done}: +{(status_bytes('VmRSS') - before) / MiB:,.0f} MiB, peak "
+                f"+{(status_bytes('VmHWM') - before) / MiB:,.0f}",
+                file=sys.stderr,
+                flush=True,
+            )
+
     run_as_server(induction_growth_spec(wirings, steps=steps), tokens, registry, progress)
     return status_bytes("VmHWM") - before
 
@@ -155,24 +175,44 @@ def peak_growth(wiring: str, steps: int) -> int:
 def measure_peak(wiring: str, steps: int, threads: int = 0, timeout: float = 7200, stderr=subprocess.PIPE) -> int:
     """peak_growth in a fresh child process (bytes), on `threads` torch threads (0: torch's default, the server's);
     `stderr=None` shows its progress."""
-    out = subprocess.run([sys.executable, "-m", "benchmarks.bench_grow_induction", "--peak", wiring, str(steps),
-                          "--threads", str(threads)], stdout=subprocess.PIPE, stderr=stderr, text=True,
-                         timeout=timeout, check=True, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.bench_grow_induction",
+            "--peak",
+            wiring,
+            str(steps),
+            "--threads",
+            str(threads),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+        text=True,
+        timeout=timeout,
+        check=True,
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    )
     return int(out.stdout.split()[-1])
 
 
 def memory_table(wirings: list[str], steps: int, threads: int = 0) -> None:
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s) on {os.cpu_count()} CPU(s); {steps} steps "
-          f"of the page's run (of {GROWTH['steps']}); load average at the start "
-          f"{' / '.join(f'{x:.2f}' for x in os.getloadavg())}\n")
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} thread(s) on {os.cpu_count()} CPU(s); {steps} steps "
+        f"of the page's run (of {GROWTH['steps']}); load average at the start "
+        f"{' / '.join(f'{x:.2f}' for x in os.getloadavg())}\n"
+    )
     print("| wiring | reserved (MiB) | peak growth (MiB) | peak / reserved | covered | run (s) |")
     print("|---|---|---|---|---|---|")
     for wiring in wirings:
         reserved = job_nbytes(induction_growth_spec(growth_wirings(wiring)))  # what the page reserves
         started = time.perf_counter()
         peak = measure_peak(wiring, steps, threads, stderr=None)
-        print(f"| {wiring} | {reserved / MiB:,.0f} | {peak / MiB:,.0f} | {peak / reserved:.2f} | "
-              f"{'yes' if peak <= reserved else 'NO'} | {time.perf_counter() - started:.0f} |", flush=True)
+        print(
+            f"| {wiring} | {reserved / MiB:,.0f} | {peak / MiB:,.0f} | {peak / reserved:.2f} | "
+            f"{'yes' if peak <= reserved else 'NO'} | {time.perf_counter() - started:.0f} |",
+            flush=True,
+        )
     print(f"\nload average at the end {' / '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
@@ -196,17 +236,24 @@ def main() -> int:
         return 0
     overrides = parse_sets(args.set)
     settings = {**GROWTH, **overrides}
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s) on {os.cpu_count()} CPU(s); scenario "
-          f"{settings}; load average at the start {' / '.join(f'{x:.2f}' for x in os.getloadavg())}\n")
-    print("| seed | the whole run (s) | steps run | ended | induction >= 0.5 after (s, from the job's start) | "
-          "at step | head | corpus loading (s) | best score | recording share of training | load average (1 min) |")
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} thread(s) on {os.cpu_count()} CPU(s); scenario "
+        f"{settings}; load average at the start {' / '.join(f'{x:.2f}' for x in os.getloadavg())}\n"
+    )
+    print(
+        "| seed | the whole run (s) | steps run | ended | induction >= 0.5 after (s, from the job's start) | "
+        "at step | head | corpus loading (s) | best score | recording share of training | load average (1 min) |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for seed in args.seeds:
         r = run_seed(seed, overrides)
         reached = f"{r['reached_s']:.0f}" if r["reached_s"] is not None else f"not within {r['steps']} steps"
-        print(f"| {seed} | {r['run_s']:.0f} | {r['steps']} | {r['status']} {r['why']}"
-              f"{' ' + r['error'] if r['error'] else ''} | {reached} | {r['reached_step'] or ''} | {r['head']} | "
-              f"{r['load_s']:.1f} | {r['best']:.3f} | {r['share']:.1%} | {os.getloadavg()[0]:.1f} |", flush=True)
+        print(
+            f"| {seed} | {r['run_s']:.0f} | {r['steps']} | {r['status']} {r['why']}"
+            f"{' ' + r['error'] if r['error'] else ''} | {reached} | {r['reached_step'] or ''} | {r['head']} | "
+            f"{r['load_s']:.1f} | {r['best']:.3f} | {r['share']:.1%} | {os.getloadavg()[0]:.1f} |",
+            flush=True,
+        )
     print(f"\nload average at the end {' / '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return 0
 

@@ -20,6 +20,7 @@ gptviz/index/native.py; `scan_*`) and with the torch ops it falls back to (`torc
 gpt2-small has random weights (its scan costs the same as with trained ones). One torch thread (the index CLI's
 default) unless BENCH_THREADS says otherwise.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,6 +36,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def _docs(tokens: int):
     from gptviz import index as ix
+
     kept, left = [], tokens
     for d in ix.corpus_documents():
         if left <= 0:
@@ -46,14 +48,17 @@ def _docs(tokens: int):
 
 def _model(which: str):
     from gptviz import GPT, PRESETS, load_pretrained
+
     return load_pretrained("shakespeare-pre").eval() if which == "bundled" else GPT(PRESETS["gpt2-small"]).eval()
 
 
 def overhead(which: str, tokens: int, repeats: int) -> dict:
     import torch
+
     from gptviz import index as ix
     from gptviz.index import native
     from gptviz.index.forward import forward_through_units
+
     torch.manual_seed(0)
     model, docs = _model(which), _docs(tokens)
     plan = ix.plan_scan(model, docs)
@@ -65,7 +70,7 @@ def overhead(which: str, tokens: int, repeats: int) -> dict:
                 w = plan.batch_windows(b)
                 ids = torch.zeros(len(w), int(w[:, 2].max()), dtype=torch.long)
                 for i, (d, start, length, _) in enumerate(w):
-                    ids[i, :length] = torch.from_numpy(docs[d].ids[start:start + length])
+                    ids[i, :length] = torch.from_numpy(docs[d].ids[start : start + length])
                 run(ids)
         return time.perf_counter() - started
 
@@ -80,41 +85,56 @@ def overhead(which: str, tokens: int, repeats: int) -> dict:
         ix.finish_scan(plan, ix.scan_batches(model, docs, plan))
         return time.perf_counter() - started
 
-    runs = {"scan": scan, "scan_no_bands": lambda: scan(plan=without_bands), "forward": forward_only,
-            "units_forward": lambda: forward_only(lambda ids: forward_through_units(model, ids))}
+    runs = {
+        "scan": scan,
+        "scan_no_bands": lambda: scan(plan=without_bands),
+        "forward": forward_only,
+        "units_forward": lambda: forward_only(lambda ids: forward_through_units(model, ids)),
+    }
     if compiled_here:
         runs["torch"] = lambda: scan(compiled=False)
     forward_only()  # warm-up
     times = {name: [] for name in runs}
     cpu = {name: [] for name in runs}  # this process's CPU seconds: steadier than the wall clock on a busy machine
     for r in range(repeats):  # interleaved, the order turned each time, so background load hits all alike
-        names = list(runs)[r % len(runs):] + list(runs)[:r % len(runs)]
+        names = list(runs)[r % len(runs) :] + list(runs)[: r % len(runs)]
         for name in names:
             started = time.process_time()
             times[name].append(runs[name]())
             cpu[name].append(time.process_time() - started)
     median = {name: statistics.median(t) for name, t in times.items()}
     median_cpu = {name: statistics.median(t) for name, t in cpu.items()}
-    out = {"part": "overhead", "model": which, "tokens": plan.tokens, "batch": plan.settings["batch"],
-           "statistics": "C" if compiled_here else "torch",
-           "scan_tok_s": round(plan.tokens / median["scan"]), "forward_tok_s": round(plan.tokens / median["forward"]),
-           "overhead_pct": round(100 * (median["scan"] / median["forward"] - 1), 1),
-           "statistics_pct": round(100 * (median["scan"] / median["units_forward"] - 1), 1),
-           "bands_pct": round(100 * (median["scan"] / median["scan_no_bands"] - 1), 1),
-           "bands_cpu_pct": round(100 * (median_cpu["scan"] / median_cpu["scan_no_bands"] - 1), 1)}
+    out = {
+        "part": "overhead",
+        "model": which,
+        "tokens": plan.tokens,
+        "batch": plan.settings["batch"],
+        "statistics": "C" if compiled_here else "torch",
+        "scan_tok_s": round(plan.tokens / median["scan"]),
+        "forward_tok_s": round(plan.tokens / median["forward"]),
+        "overhead_pct": round(100 * (median["scan"] / median["forward"] - 1), 1),
+        "statistics_pct": round(100 * (median["scan"] / median["units_forward"] - 1), 1),
+        "bands_pct": round(100 * (median["scan"] / median["scan_no_bands"] - 1), 1),
+        "bands_cpu_pct": round(100 * (median_cpu["scan"] / median_cpu["scan_no_bands"] - 1), 1),
+    }
     if "torch" in median:
         out["torch_overhead_pct"] = round(100 * (median["torch"] / median["forward"] - 1), 1)
         # the same from the process's CPU time, which a busy machine disturbs less than the wall clock
         out["overhead_cpu_pct"] = round(100 * (median_cpu["scan"] / median_cpu["forward"] - 1), 1)
         out["torch_overhead_cpu_pct"] = round(100 * (median_cpu["torch"] / median_cpu["forward"] - 1), 1)
-    return out | {f"{name}_s": [round(t, 2) for t in ts] for name, ts in times.items()} \
+    return (
+        out
+        | {f"{name}_s": [round(t, 2) for t in ts] for name, ts in times.items()}
         | {f"{name}_cpu_s": [round(t, 2) for t in ts] for name, ts in cpu.items()}
+    )
 
 
 def on_ray(workers: int, tokens: int) -> dict:
     import torch
+
     from gptviz import index as ix
     from gptviz.index.distributed import scan_on_ray
+
     model, docs = _model("bundled"), _docs(tokens)
     plan = ix.plan_scan(model, docs)
     started = time.perf_counter()
@@ -123,11 +143,21 @@ def on_ray(workers: int, tokens: int) -> dict:
     started = time.perf_counter()
     index = scan_on_ray("shakespeare-pre", docs, plan, workers=workers)
     ray_s = time.perf_counter() - started
-    same = all(__import__("numpy").array_equal(single.arrays[k], index.arrays[k], equal_nan=True)
-               for k in ("top_values", "top_pos", "hist_counts", "quantiles"))
-    return {"part": "ray", "workers": workers, "tokens": plan.tokens, "single_process_s": round(single_s, 1),
-            "ray_s": round(ray_s, 1), "ray_start_included": True, "speedup": round(single_s / ray_s, 2),
-            "equal_to_single_pass": same, "threads": torch.get_num_threads()}
+    same = all(
+        __import__("numpy").array_equal(single.arrays[k], index.arrays[k], equal_nan=True)
+        for k in ("top_values", "top_pos", "hist_counts", "quantiles")
+    )
+    return {
+        "part": "ray",
+        "workers": workers,
+        "tokens": plan.tokens,
+        "single_process_s": round(single_s, 1),
+        "ray_s": round(ray_s, 1),
+        "ray_start_included": True,
+        "speedup": round(single_s / ray_s, 2),
+        "equal_to_single_pass": same,
+        "threads": torch.get_num_threads(),
+    }
 
 
 def peak_memory(copies: int) -> dict:
@@ -137,22 +167,31 @@ def peak_memory(copies: int) -> dict:
     from pathlib import Path
 
     from gptviz import index as ix
+
     folder = Path(tempfile.mkdtemp())
-    lines = [_json.dumps({"text": p.read_text(encoding="utf-8")}) for p in __import__("gptviz.training.corpus", fromlist=["x"])
-             .play_files()[:6]]
+    lines = [
+        _json.dumps({"text": p.read_text(encoding="utf-8")})
+        for p in __import__("gptviz.training.corpus", fromlist=["x"]).play_files()[:6]
+    ]
     (folder / "c.jsonl").write_text(("\n".join(lines) + "\n") * copies)
     model = _model("bundled")
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     started = time.perf_counter()
     docs = ix.tokenize_corpus(folder / "c.jsonl", folder / "ids")
     index = ix.build_index(model, docs)
-    return {"part": "memory", "copies": copies, "tokens": index.tokens, "seconds": round(time.perf_counter() - started),
-            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
-            "rss_before_mb": round(before)}
+    return {
+        "part": "memory",
+        "copies": copies,
+        "tokens": index.tokens,
+        "seconds": round(time.perf_counter() - started),
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+        "rss_before_mb": round(before),
+    }
 
 
 def child(spec: str, args) -> dict:
     import torch
+
     torch.set_num_threads(int(os.environ.get("BENCH_THREADS", "1")))
     part, value = spec.split(":")
     if part == "overhead":
@@ -173,15 +212,32 @@ def main() -> None:
     if args.child:
         print(json.dumps(child(args.child, args)))
         return
-    plan = {"overhead": ["overhead:bundled", "overhead:gpt2-small"], "ray": ["ray:1", "ray:2"],
-            "memory": ["memory:1", "memory:10"]}
+    plan = {
+        "overhead": ["overhead:bundled", "overhead:gpt2-small"],
+        "ray": ["ray:1", "ray:2"],
+        "memory": ["memory:1", "memory:10"],
+    }
     rows = []
     for part in [args.only] if args.only else list(plan):
         for spec in plan[part]:
-            out = subprocess.run([sys.executable, "-m", "benchmarks.bench_index", "--child", spec,
-                                  "--tokens", str(args.tokens),
-                                  "--gpt2-tokens", str(args.gpt2_tokens), "--repeats", str(args.repeats)],
-                                 capture_output=True, text=True, cwd=ROOT)
+            out = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "benchmarks.bench_index",
+                    "--child",
+                    spec,
+                    "--tokens",
+                    str(args.tokens),
+                    "--gpt2-tokens",
+                    str(args.gpt2_tokens),
+                    "--repeats",
+                    str(args.repeats),
+                ],
+                capture_output=True,
+                text=True,
+                cwd=ROOT,
+            )
             if out.returncode:
                 raise SystemExit(f"{spec} failed:\n{out.stderr[-3000:]}")
             rows.append(json.loads(out.stdout.strip().splitlines()[-1]))

@@ -23,6 +23,7 @@ against the engine: its N tokens within 1.1x the engine's own time plus 0.3 s.
 
 The app runs on a loopback port (GPTVIZ_TEST_PORTS=LOW-HIGH picks it from a range); Chromium is Debian's.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -140,6 +141,7 @@ INIT_JS = r"""(() => {
 @dataclass
 class Row:
     """One interaction's samples (gv.result()'s: seen, fig, final, why; seconds from the input event)."""
+
     name: str
     budget: float
     kind: str = "in-page"  # "in-page" (budget on the final state) | "page switch" (on the first new figure)
@@ -205,6 +207,7 @@ def map_title(page) -> str:
 def js(s: str) -> str:
     """A Python string as a JS string literal."""
     import json
+
     return json.dumps(s)
 
 
@@ -213,6 +216,7 @@ def title_is(title: str) -> str:
 
 
 # ---- the Attention page ----------------------------------------------------------------------------------------
+
 
 def attention_url(url: str, model: str, prompt: str, extra: str = "") -> str:
     return f"{url}/?{MODELS[model][0]}prompt={quote(prompt)}{extra}"
@@ -252,8 +256,7 @@ def query_token(page, reps: int) -> list[dict]:
     radios = page.locator('[data-testid="stButtonGroup"]').last.get_by_role("radio")
     for i in range(reps):
         q = 1 if i % 2 == 0 else 3
-        cond = ("gv.deep('.gv-qbars').some((b) => !gv.stale(b) && b.__gv && b.__gv.data && "
-                f"b.__gv.data.query === {q})")
+        cond = f"gv.deep('.gv-qbars').some((b) => !gv.stale(b) && b.__gv && b.__gv.data && b.__gv.data.query === {q})"
         times.append(timed(page, cond, radios.nth(q).click))
     return times
 
@@ -261,6 +264,7 @@ def query_token(page, reps: int) -> list[dict]:
 def view_tabs(page, rounds: int) -> list[dict]:
     """Each of the views' tabs in turn (after the first Plotly figure of the session: its own row)."""
     from gptviz.app import settings as S
+
     views = list(S.ATT_VIEW.rule.options)
     times = []
     for r in range(rounds):
@@ -317,6 +321,7 @@ GENERATING = r"/Generating: [1-9]\d* of \d+ tokens/"
 def generate(page, reps: int, n: int) -> tuple[list[dict], list[dict]]:
     """Generate at the model's own pace: to the first token drawn, and to all N tokens drawn (bench_live_pace)."""
     from benchmarks.bench_live_pace import generate_runs
+
     return generate_runs(page, reps, n, SERVER_PID)
 
 
@@ -326,17 +331,21 @@ def unit_link(page, url: str, model: str, prompt: str, reps: int) -> list[dict]:
     for _ in range(reps):
         open_attention(page, url, model, prompt)
         pill = page.get_by_role("radiogroup", name="What the top heads do over the corpus").get_by_role("radio").first
-        cond = ("location.pathname.endsWith('/units') && gv.deep('.gv-rows .gv-row').length > 0 && "
-                "gv.figures().filter((f) => f.classList.contains('js-plotly-plot')).length >= 2")
+        cond = (
+            "location.pathname.endsWith('/units') && gv.deep('.gv-rows .gv-row').length > 0 && "
+            "gv.figures().filter((f) => f.classList.contains('js-plotly-plot')).length >= 2"
+        )
         times.append(timed(page, cond, pill.click))
     return times
 
 
 # ---- page switches and the other pages' pickers ----------------------------------------------------------------
 
+
 def page_switches(page, reps: int) -> dict[str, list[dict]]:
     """Every page from the sidebar's navigation, in order, `reps` rounds: {title: its samples}."""
     from gptviz.app.pages import PAGE_LIST
+
     out: dict[str, list[dict]] = {}
     order = PAGE_LIST[1:] + PAGE_LIST[:1]
     for _ in range(reps):
@@ -345,8 +354,10 @@ def page_switches(page, reps: int) -> dict[str, list[dict]]:
             if not link.count():
                 link = page.locator('[data-testid="stSidebarNav"] a', has_text=title)
             path = "/" if stem == PAGE_LIST[0][1] else f"/{stem}"
-            cond = (f"(location.pathname === {js(path)} || location.pathname.endsWith({js(path)})) && "
-                    "[...document.querySelectorAll('h1')].some((h) => !gv.stale(h))")
+            cond = (
+                f"(location.pathname === {js(path)} || location.pathname.endsWith({js(path)})) && "
+                "[...document.querySelectorAll('h1')].some((h) => !gv.stale(h))"
+            )
             out.setdefault(title, []).append(timed(page, cond, link.first.click))
     return out
 
@@ -360,8 +371,12 @@ def pick_option(page, box, index: int, cond: str) -> dict:
 
 
 def selectbox(page, label: str):
-    return page.get_by_test_id("stMainBlockContainer").locator('[data-testid="stSelectbox"]').filter(
-        has=page.get_by_text(label, exact=True)).first
+    return (
+        page.get_by_test_id("stMainBlockContainer")
+        .locator('[data-testid="stSelectbox"]')
+        .filter(has=page.get_by_text(label, exact=True))
+        .first
+    )
 
 
 def why_target(page, url: str, model: str, prompt: str, reps: int) -> list[dict]:
@@ -390,8 +405,8 @@ def pair_picker(page, url: str, reps: int) -> list[dict]:
 
 # ---- one model -------------------------------------------------------------------------------------------------
 
-def measure(browser, url: str, model: str, reps: int, only: set[str], verbose: bool = False
-            ) -> tuple[list[Row], dict]:
+
+def measure(browser, url: str, model: str, reps: int, only: set[str], verbose: bool = False) -> tuple[list[Row], dict]:
     rows: list[Row] = []
     live: dict = {}
     prompt = prompt_of(40)
@@ -410,15 +425,24 @@ def measure(browser, url: str, model: str, reps: int, only: set[str], verbose: b
         print(f"  {model}: {name}: {shown} s (load {load()})", flush=True)
         if verbose:
             for x in samples:
-                print(f"      drawn {x['seen']}, first new figure {x.get('fig')}, final {x.get('final')}: "
-                      f"last change {x.get('why')}", flush=True)
+                print(
+                    f"      drawn {x['seen']}, first new figure {x.get('fig')}, final {x.get('final')}: "
+                    f"last change {x.get('why')}",
+                    flush=True,
+                )
 
     open_attention(page, url, model, prompt)
     if want("tabs"):
-        row("view tab, the session's first Plotly figure (a new visitor, at once)", IN_PAGE,
-            first_plotly(browser, url, model, prompt, max(2, reps // 2)))
-        row(f"view tab, the session's first Plotly figure (a new visitor, {READING_S:.0f} s after the first screen)",
-            IN_PAGE, first_plotly(browser, url, model, prompt, max(2, reps // 2), READING_S))
+        row(
+            "view tab, the session's first Plotly figure (a new visitor, at once)",
+            IN_PAGE,
+            first_plotly(browser, url, model, prompt, max(2, reps // 2)),
+        )
+        row(
+            f"view tab, the session's first Plotly figure (a new visitor, {READING_S:.0f} s after the first screen)",
+            IN_PAGE,
+            first_plotly(browser, url, model, prompt, max(2, reps // 2), READING_S),
+        )
     if want("head"):
         row("head switch in the map", IN_PAGE, map_switch(page, "head", reps))
     if want("layer"):
@@ -436,15 +460,24 @@ def measure(browser, url: str, model: str, reps: int, only: set[str], verbose: b
         open_attention(page, url, model, prompt, f"&att_gen_n={LIVE_TOKENS}&att_gen_pace={quote(FREE_PACE)}")
         firsts, runs = generate(page, max(2, reps // 2), LIVE_TOKENS)
         row("Generate to the first token drawn", IN_PAGE, [{**x, "final": x["seen"]} for x in firsts])
-        live = {"page": statistics.median(r["page"] for r in runs),
-                "server": statistics.median(r["server"] for r in runs)}
+        live = {
+            "page": statistics.median(r["page"] for r in runs),
+            "server": statistics.median(r["server"] for r in runs),
+        }
     if want("unit") and model == "bundled":  # gpt2-small has no built index: its unit page builds one first
         row("unit pill to the unit page drawn", PAGE_SWITCH, unit_link(page, url, model, prompt, max(2, reps // 2)))
     if want("pages"):
         open_attention(page, url, model, prompt)
         for title, samples in page_switches(page, max(2, reps // 2)).items():
-            row(f"page switch to {title}", PAGE_SWITCH, samples, "page switch",
-                note="" if any(x["fig"] is not None for x in samples) else "no figure on its first screen: its final state")
+            row(
+                f"page switch to {title}",
+                PAGE_SWITCH,
+                samples,
+                "page switch",
+                note=""
+                if any(x["fig"] is not None for x in samples)
+                else "no figure on its first screen: its final state",
+            )
     if want("why"):
         row("Why this token?: the target", IN_PAGE, why_target(page, url, model, prompt, reps))
     if want("parameters"):
@@ -458,10 +491,14 @@ def measure(browser, url: str, model: str, reps: int, only: set[str], verbose: b
     return rows, live
 
 
-def report(results: dict[str, tuple[list[Row], dict, str]], cold: list[dict] | None, engine: dict,
-           cold_load: str = "") -> list[str]:
-    lines = ["| model | interaction | n | p50 | p95 | p50 / p95 of the other mark; the server's CPU (p50) | budget (p95) | over | "
-             "load at the model's end (1/5/15 min) |", "|---|---|---|---|---|---|---|---|---|"]
+def report(
+    results: dict[str, tuple[list[Row], dict, str]], cold: list[dict] | None, engine: dict, cold_load: str = ""
+) -> list[str]:
+    lines = [
+        "| model | interaction | n | p50 | p95 | p50 / p95 of the other mark; the server's CPU (p50) | budget (p95) | over | "
+        "load at the model's end (1/5/15 min) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     over = []
     for model, (rows, _, load_end) in results.items():
         for r in rows:
@@ -482,18 +519,22 @@ def report(results: dict[str, tuple[list[Row], dict, str]], cold: list[dict] | N
             if cpu:
                 other += f"; server CPU {p(cpu, 0.5) * 1000:,.0f} ms"
             note = f" ({r.note})" if r.note else ""
-            lines.append(f"| {MODELS[model][1]} | {r.name}{note} | {len(xs)} | {p50 * 1000:,.0f} ms | "
-                         f"{p95 * 1000:,.0f} ms ({what}) | {other} | {r.budget * 1000:,.0f} ms | "
-                         f"{'**over**' if bad else 'ok'} | {load_end} |")
+            lines.append(
+                f"| {MODELS[model][1]} | {r.name}{note} | {len(xs)} | {p50 * 1000:,.0f} ms | "
+                f"{p95 * 1000:,.0f} ms ({what}) | {other} | {r.budget * 1000:,.0f} ms | "
+                f"{'**over**' if bad else 'ok'} | {load_end} |"
+            )
     if cold:
         xs = [c["heatmap"] for c in cold]
         bad = p(xs, 0.95) > COLD
         if bad:
             over.append(f"cold server to the first attention map ({p(xs, 0.95):.2f} s)")
-        lines.append(f"| {MODELS['bundled'][1]} | cold server: first request to the first attention map "
-                     f"(server start {statistics.median(c['server'] for c in cold):.1f} s before it) | {len(xs)} | "
-                     f"{p(xs, 0.5) * 1000:,.0f} ms | {p(xs, 0.95) * 1000:,.0f} ms | | {COLD * 1000:,.0f} ms | "
-                     f"{'**over**' if bad else 'ok'} | {cold_load} |")
+        lines.append(
+            f"| {MODELS['bundled'][1]} | cold server: first request to the first attention map "
+            f"(server start {statistics.median(c['server'] for c in cold):.1f} s before it) | {len(xs)} | "
+            f"{p(xs, 0.5) * 1000:,.0f} ms | {p(xs, 0.95) * 1000:,.0f} ms | | {COLD * 1000:,.0f} ms | "
+            f"{'**over**' if bad else 'ok'} | {cold_load} |"
+        )
     live_lines = []
     for model, (_, live, load_end) in results.items():
         if not live:
@@ -503,13 +544,20 @@ def report(results: dict[str, tuple[list[Row], dict, str]], cold: list[dict] | N
         ok = bound is not None and live["page"] <= bound
         if bound is not None and not ok:
             over.append(f"{model}: the live page, {LIVE_TOKENS} tokens ({live['page']:.2f} s > {bound:.2f} s)")
-        live_lines.append(f"| {MODELS[model][1]} | {live['page']:.2f} s | {live['server']:.2f} s | "
-                          + (f"{eng:.2f} s | {bound:.2f} s | {'ok' if ok else '**over**'} |" if eng else "- | - | - |")
-                          + f" {load_end} |")
+        live_lines.append(
+            f"| {MODELS[model][1]} | {live['page']:.2f} s | {live['server']:.2f} s | "
+            + (f"{eng:.2f} s | {bound:.2f} s | {'ok' if ok else '**over**'} |" if eng else "- | - | - |")
+            + f" {load_end} |"
+        )
     if live_lines:
-        lines += ["", f"| model | the page: Generate to all {LIVE_TOKENS} tokens drawn (bench_live_pace) | the server's own "
-                  "\"written in\" | stream(attention=True) in this process (1 thread) | bound: 1.1x engine + 0.3 s | "
-                  "within | load |", "|---|---|---|---|---|---|---|", *live_lines]
+        lines += [
+            "",
+            f"| model | the page: Generate to all {LIVE_TOKENS} tokens drawn (bench_live_pace) | the server's own "
+            '"written in" | stream(attention=True) in this process (1 thread) | bound: 1.1x engine + 0.3 s | '
+            "within | load |",
+            "|---|---|---|---|---|---|---|",
+            *live_lines,
+        ]
     lines += ["", "over budget: " + ("; ".join(over) if over else "none")]
     return lines
 
@@ -519,14 +567,36 @@ def main() -> int:
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--cold", type=int, default=3, metavar="N", help="fresh servers for the cold start (0: none)")
-    parser.add_argument("--only", nargs="+", default=[], choices=["head", "layer", "query", "tabs", "prompt", "wiring",
-                                                                   "generate", "unit", "pages", "why", "parameters",
-                                                                   "pair", "none"])
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        default=[],
+        choices=[
+            "head",
+            "layer",
+            "query",
+            "tabs",
+            "prompt",
+            "wiring",
+            "generate",
+            "unit",
+            "pages",
+            "why",
+            "parameters",
+            "pair",
+            "none",
+        ],
+    )
     parser.add_argument("--verbose", action="store_true", help="each sample, with the last change the page made")
-    parser.add_argument("--app", default=str(ROOT), metavar="DIR",
-                        help="the checkout whose app the server runs (another: a before/after comparison)")
+    parser.add_argument(
+        "--app",
+        default=str(ROOT),
+        metavar="DIR",
+        help="the checkout whose app the server runs (another: a before/after comparison)",
+    )
     args = parser.parse_args()
     from playwright.sync_api import sync_playwright
+
     print(f"load average at the start: {load()}; the app: {args.app}", flush=True)
     started = time.perf_counter()
     results: dict[str, tuple[list[Row], dict, str]] = {}

@@ -18,6 +18,7 @@ runs alternate between them (before, after, after, before, ...), so both see the
     python -m benchmarks live-pace                                  # both models, 4 runs each
     python -m benchmarks live-pace -- --models bundled --runs 6 --before /tmp/before
 """
+
 from __future__ import annotations
 
 import argparse
@@ -57,9 +58,11 @@ def all_drawn(n: int) -> str:
     n of n, the last step's next-token list, the map with n rows; Streamlit may already mark that frame stale, as the
     page's rerun to the finished view has begun: it is on the screen all the same) or in the finished view."""
     painted = "[...document.querySelectorAll('p, [data-testid=\"stText\"]')].some((e) => {re}.test(e.textContent))"
-    return (f"gv.text({done_caption(n)}) || ({painted.format(re=f'/Generating: {n} of {n} tokens/')} && "
-            f"{painted.format(re=f'/Step {n - 1}: sampled/')} && gv.deep('.gv-map').some((m) => m.__gv && "
-            f"m.__gv.data && m.__gv.data.Q === {n}))")
+    return (
+        f"gv.text({done_caption(n)}) || ({painted.format(re=f'/Generating: {n} of {n} tokens/')} && "
+        f"{painted.format(re=f'/Step {n - 1}: sampled/')} && gv.deep('.gv-map').some((m) => m.__gv && "
+        f"m.__gv.data && m.__gv.data.Q === {n}))"
+    )
 
 
 def generate_runs(page, runs: int, n: int, server_pid: int | None = None) -> tuple[list[dict], list[dict]]:
@@ -67,14 +70,14 @@ def generate_runs(page, runs: int, n: int, server_pid: int | None = None) -> tup
     ({seen}: bench_latency's sample) and {page: all N drawn, finished: the finished view, server: the server's own
     "wrote them in", cpu: the server's CPU seconds}, all in seconds."""
     from benchmarks.bench_latency import GENERATING, idle, timed
+
     firsts, out = [], []
     button = page.get_by_test_id("stMainBlockContainer").get_by_role("button", name="Generate")
     done = done_caption(n)
     gone = f"(gv.s.gone = gv.s.gone || !gv.text({done}))"  # the last run's caption must go first
     for _ in range(runs):
         cpu = cpu_seconds(server_pid) if server_pid else None
-        firsts.append(timed(page, f"{gone} && (gv.text({GENERATING}) || gv.text({done}))", button.click,
-                            settle=False))
+        firsts.append(timed(page, f"{gone} && (gv.text({GENERATING}) || gv.text({done}))", button.click, settle=False))
         page.evaluate("src => gv.mark('all', src)", f"{gone} && ({all_drawn(n)})")
         page.evaluate("src => gv.mark('done', src)", f"{gone} && gv.text({done})")
         finished = page.wait_for_function("() => gv.s.marks.done", timeout=600_000, polling=100).json_value()
@@ -91,6 +94,7 @@ def generate_runs(page, runs: int, n: int, server_pid: int | None = None) -> tup
 
 def open_page(browser, url: str, model: str, n: int):
     from benchmarks.bench_latency import INIT_JS, open_attention
+
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     context.add_init_script(INIT_JS)
     page = context.new_page()
@@ -111,14 +115,17 @@ def measure(browser, servers: dict[str, Server], model: str, runs: int, n: int) 
     engine: list[float] = []
     apps = list(servers)
     for r in range(runs):
-        for app in (apps if r % 2 == 0 else apps[::-1]):
+        for app in apps if r % 2 == 0 else apps[::-1]:
             _, page = pages[app]
             _, got = generate_runs(page, 1, n, servers[app].proc.pid)
             got[0]["load"] = os.getloadavg()[0]
             samples[app] += got
-            print(f"  {model} {app}: all {n} drawn {got[0]['page']:.2f} s, finished view {got[0]['finished']:.2f} s, "
-                  f"server wrote them in {got[0]['server']:.2f} s, server CPU {got[0].get('cpu', 0):.2f} s "
-                  f"(load {load()})", flush=True)
+            print(
+                f"  {model} {app}: all {n} drawn {got[0]['page']:.2f} s, finished view {got[0]['finished']:.2f} s, "
+                f"server wrote them in {got[0]['server']:.2f} s, server CPU {got[0].get('cpu', 0):.2f} s "
+                f"(load {load()})",
+                flush=True,
+            )
         if r % 2 == 1 or r == runs - 1:
             engine.append(engine_s(model, n))
             print(f"  {model}: engine {engine[-1]:.2f} s (load {load()})", flush=True)
@@ -128,9 +135,11 @@ def measure(browser, servers: dict[str, Server], model: str, runs: int, n: int) 
 
 
 def report(results: dict[str, dict], n: int) -> list[str]:
-    lines = [f"| model | app | runs | all {n} drawn, p50 (range) | finished view, p50 | the server's \"wrote them in\" "
-             "| server CPU, p50 | engine (1 thread) | bound 1.1x + 0.3 s | within | load (1 min) during |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f'| model | app | runs | all {n} drawn, p50 (range) | finished view, p50 | the server\'s "wrote them in" '
+        "| server CPU, p50 | engine (1 thread) | bound 1.1x + 0.3 s | within | load (1 min) during |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for model, res in results.items():
         eng = res["engine"]
         for app, xs in res["samples"].items():
@@ -139,11 +148,13 @@ def report(results: dict[str, dict], n: int) -> list[str]:
             cpu = [x["cpu"] for x in xs if "cpu" in x]
             loads = [x["load"] for x in xs]
             cpu_s = f"{statistics.median(cpu):.2f} s" if cpu else "-"
-            lines.append(f"| {MODELS[model][1]} | {app} | {len(xs)} | {med:.2f} s ({min(page):.2f}-{max(page):.2f}) | "
-                         f"{statistics.median(x['finished'] for x in xs):.2f} s | "
-                         f"{statistics.median(x['server'] for x in xs):.2f} s | {cpu_s} | {eng:.2f} s | "
-                         f"{bound(eng):.2f} s | {'ok' if med <= bound(eng) else '**over**'} | "
-                         f"{min(loads):.1f}-{max(loads):.1f} |")
+            lines.append(
+                f"| {MODELS[model][1]} | {app} | {len(xs)} | {med:.2f} s ({min(page):.2f}-{max(page):.2f}) | "
+                f"{statistics.median(x['finished'] for x in xs):.2f} s | "
+                f"{statistics.median(x['server'] for x in xs):.2f} s | {cpu_s} | {eng:.2f} s | "
+                f"{bound(eng):.2f} s | {'ok' if med <= bound(eng) else '**over**'} | "
+                f"{min(loads):.1f}-{max(loads):.1f} |"
+            )
     return lines
 
 
@@ -155,6 +166,7 @@ def main() -> int:
     parser.add_argument("--before", metavar="DIR", help="another checkout to run beside this one, interleaved")
     args = parser.parse_args()
     from playwright.sync_api import sync_playwright
+
     print(f"load average at the start: {load()}", flush=True)
     started = time.perf_counter()
     servers: dict[str, Server] = {}
@@ -176,8 +188,9 @@ def main() -> int:
     text = "\n".join(lines)
     print("\n" + text)
     out = run_folder.run_folder() / "live-pace.md"
-    out.write_text(f"# The live page at the engine's pace (`python -m benchmarks live-pace`)\n\n{text}\n",
-                   encoding="utf-8")
+    out.write_text(
+        f"# The live page at the engine's pace (`python -m benchmarks live-pace`)\n\n{text}\n", encoding="utf-8"
+    )
     print(f"written: {out}")
     return 0
 

@@ -17,6 +17,7 @@ machine has no network, so the offline path is what is measured. JupyterLab runs
     python -m benchmarks notebook                       # 256 and 1,024 tokens, 3 runs each (median)
     python -m benchmarks notebook -- --tokens 256 --repeats 1
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,8 +36,14 @@ from benchmarks.servers import stop_process
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync"]
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 L, H = 12, 12
 
 SETUP = """\
@@ -55,8 +62,7 @@ def pattern(T, seed=0):
 """ % (L, H)
 
 # a cell's drawing: what appears in its output once the heatmap is on screen
-DRAWN = {"gptviz": "canvas.gv-heat[data-cell]",
-         "circuitsvis": "[id^='circuits-vis'] canvas"}
+DRAWN = {"gptviz": "canvas.gv-heat[data-cell]", "circuitsvis": "[id^='circuits-vis'] canvas"}
 
 MEASURE = """async ([index, selector, timeoutMs]) => {
   const app = window.jupyterapp, panel = app.shell.currentWidget, nb = panel.content;
@@ -86,23 +92,44 @@ def notebook(sizes: list[int], repeats: int, with_cv: bool) -> tuple[dict, list[
         for r in range(repeats):
             for tool in ("gptviz", "circuitsvis") if with_cv else ("gptviz",):
                 plan.append((tool, T, len(cells)))
-                cells.append(f"attention(p{T}, tokens{T})" if tool == "gptviz"
-                             else f"attention_heads(p{T}[0], tokens{T})")
-    nb = {"cells": [{"cell_type": "code", "metadata": {}, "source": c, "outputs": [], "execution_count": None}
-                    for c in cells],
-          "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
-          "nbformat": 4, "nbformat_minor": 5}
+                cells.append(
+                    f"attention(p{T}, tokens{T})" if tool == "gptviz" else f"attention_heads(p{T}[0], tokens{T})"
+                )
+    nb = {
+        "cells": [
+            {"cell_type": "code", "metadata": {}, "source": c, "outputs": [], "execution_count": None} for c in cells
+        ],
+        "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
     return nb, plan
 
 
 def start_lab(folder: Path, port: int) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "JUPYTER_CONFIG_DIR": str(folder / ".jupyter")}
-    proc = subprocess.Popen([sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}",
-                             "--ServerApp.ip=127.0.0.1", "--allow-root", "--IdentityProvider.token=",
-                             "--ServerApp.password=", "--ServerApp.disable_check_xsrf=True",
-                             f"--ServerApp.root_dir={folder}", "--LabApp.expose_app_in_browser=True",
-                             "--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
-                            cwd=folder, env=env, stdout=open(folder / "lab.log", "wb"), stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "jupyterlab",
+            "--no-browser",
+            f"--port={port}",
+            "--ServerApp.ip=127.0.0.1",
+            "--allow-root",
+            "--IdentityProvider.token=",
+            "--ServerApp.password=",
+            "--ServerApp.disable_check_xsrf=True",
+            f"--ServerApp.root_dir={folder}",
+            "--LabApp.expose_app_in_browser=True",
+            "--LabApp.news_url=None",
+            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        ],
+        cwd=folder,
+        env=env,
+        stdout=open(folder / "lab.log", "wb"),
+        stderr=subprocess.STDOUT,
+    )
     deadline = time.monotonic() + 180
     while True:
         try:
@@ -116,11 +143,17 @@ def start_lab(folder: Path, port: int) -> subprocess.Popen:
 
 def run_cell_until(page, index: int, text: str, timeout_s: float) -> None:
     """Run a setup cell and wait for its output to hold `text`."""
-    page.evaluate("""(i) => { const nb = window.jupyterapp.shell.currentWidget.content; nb.activeCellIndex = i;
-                     window.jupyterapp.commands.execute('notebook:run-cell'); }""", index)
-    page.wait_for_function("""([i, t]) => { const nb = window.jupyterapp.shell.currentWidget.content;
+    page.evaluate(
+        """(i) => { const nb = window.jupyterapp.shell.currentWidget.content; nb.activeCellIndex = i;
+                     window.jupyterapp.commands.execute('notebook:run-cell'); }""",
+        index,
+    )
+    page.wait_for_function(
+        """([i, t]) => { const nb = window.jupyterapp.shell.currentWidget.content;
         return (nb.widgets[i].node.querySelector('.jp-OutputArea') || {}).textContent?.includes(t); }""",
-                           arg=[index, text], timeout=timeout_s * 1000)
+        arg=[index, text],
+        timeout=timeout_s * 1000,
+    )
 
 
 def main() -> int:
@@ -131,9 +164,12 @@ def main() -> int:
     ap.add_argument("--without-circuitsvis", action="store_true", help="gptviz alone")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds one drawing may take before it is a miss")
     args = ap.parse_args()
-    from playwright.sync_api import Error as PlaywrightError, sync_playwright
+    from playwright.sync_api import Error as PlaywrightError
+    from playwright.sync_api import sync_playwright
+
     try:
         import circuitsvis
+
         with_cv, cv_version = True, circuitsvis.__version__
     except ImportError:
         with_cv, cv_version = False, None
@@ -157,14 +193,19 @@ def main() -> int:
                   ? new TextEncoder().encode(e.data).length : (e.data.byteLength || e.data.size || 0); }); } };
             })()""")
             page.goto(f"http://127.0.0.1:{args.port}/lab/tree/bench.ipynb")
-            page.wait_for_function("window.jupyterapp && window.jupyterapp.shell.currentWidget && "
-                                   "window.jupyterapp.shell.currentWidget.content && "
-                                   "window.jupyterapp.shell.currentWidget.sessionContext.session?.kernel")
+            page.wait_for_function(
+                "window.jupyterapp && window.jupyterapp.shell.currentWidget && "
+                "window.jupyterapp.shell.currentWidget.content && "
+                "window.jupyterapp.shell.currentWidget.sessionContext.session?.kernel"
+            )
             print("JupyterLab open, kernel started", flush=True)
             time.sleep(3)
             run_cell_until(page, 0, "", args.timeout)  # setup (imports)
-            page.wait_for_function("""() => { const nb = window.jupyterapp.shell.currentWidget.content;
-                return nb.widgets[0].model.sharedModel.execution_count != null; }""", timeout=args.timeout * 1000)
+            page.wait_for_function(
+                """() => { const nb = window.jupyterapp.shell.currentWidget.content;
+                return nb.widgets[0].model.sharedModel.execution_count != null; }""",
+                timeout=args.timeout * 1000,
+            )
             for i, _ in enumerate(args.tokens):
                 run_cell_until(page, 1 + i, "ready", args.timeout)
             print("patterns made", flush=True)
@@ -186,11 +227,15 @@ def main() -> int:
         stop_process(lab, timeout=20)
         shutil.rmtree(folder, ignore_errors=True)
     load = os.getloadavg()
-    print(f"\n{L} layers x {H} heads, random causal pattern; JupyterLab in Chromium; median of {args.repeats}; "
-          f"circuitsvis {cv_version or 'not installed'}; load average {load[0]:.1f} / {load[1]:.1f} / "
-          f"{load[2]:.1f}")
-    print("| tokens | gptviz: cell to heatmap | gptviz: bytes received | CircuitsVis: cell to heatmap | "
-          "CircuitsVis: bytes received |")
+    print(
+        f"\n{L} layers x {H} heads, random causal pattern; JupyterLab in Chromium; median of {args.repeats}; "
+        f"circuitsvis {cv_version or 'not installed'}; load average {load[0]:.1f} / {load[1]:.1f} / "
+        f"{load[2]:.1f}"
+    )
+    print(
+        "| tokens | gptviz: cell to heatmap | gptviz: bytes received | CircuitsVis: cell to heatmap | "
+        "CircuitsVis: bytes received |"
+    )
     print("|---|---|---|---|---|")
     for T in args.tokens:
         cols = []
@@ -202,8 +247,11 @@ def main() -> int:
                 cols += ["not measured" + crash, "-"]
                 continue
             missed = len(runs) - len(times)
-            cols.append((f"{statistics.median(times) / 1000:.2f} s" if times else f"not drawn in {args.timeout:.0f} s")
-                        + (f" ({missed} of {len(runs)} not drawn)" if missed and times else "") + crash)
+            cols.append(
+                (f"{statistics.median(times) / 1000:.2f} s" if times else f"not drawn in {args.timeout:.0f} s")
+                + (f" ({missed} of {len(runs)} not drawn)" if missed and times else "")
+                + crash
+            )
             cols.append(f"{statistics.median(b for _, b in runs) / 1e6:.2f} MB")
         print(f"| {T:,} | " + " | ".join(cols) + " |")
     return 0

@@ -5,11 +5,11 @@ pairs (" a" x T, and the same with " b" at token T/2). One torch thread, like a 
     python -m benchmarks patching            # T = 128
     python -m benchmarks patching -- 64 128 256
 """
+
 from __future__ import annotations
 
 import sys
 import time
-from pathlib import Path
 
 import torch
 
@@ -25,15 +25,17 @@ def main(lengths: list[int]) -> None:
     print("|---|---|---|---|---|---|")
     for T in lengths:
         clean = encode(" a" * T)
-        corrupted = clean[:T // 2] + encode(" b") + clean[T // 2 + 1:]
+        corrupted = clean[: T // 2] + encode(" b") + clean[T // 2 + 1 :]
         estimate = attribution.patching_work(model.config, clean, corrupted) / attribution.block_pass_rate(model, T)
         t0 = time.perf_counter()
         attribution.residual_patching(model, clean, corrupted, 5, 6)
         t1 = time.perf_counter()
         attribution.head_patching(model, clean, corrupted, 5, 6)
         t2 = time.perf_counter()
-        print(f"| {T} | {estimate:.1f} | {t1 - t0:.1f} | {t2 - t1:.1f} | {t2 - t0:.1f} | {(t2 - t0) / estimate:.2f} |",
-              flush=True)
+        print(
+            f"| {T} | {estimate:.1f} | {t1 - t0:.1f} | {t2 - t1:.1f} | {t2 - t0:.1f} | {(t2 - t0) / estimate:.2f} |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

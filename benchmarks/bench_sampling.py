@@ -8,6 +8,7 @@ Rounds interleave the contenders, order rotated; values are medians, ratios medi
 
     python -m benchmarks sampling            # about a minute
 """
+
 from __future__ import annotations
 
 import statistics
@@ -18,9 +19,8 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-from benchmarks.bench_browser import prompt_of  # the browser benchmark's 64-token prompt
-
 import gptviz  # noqa: F401
+from benchmarks.bench_browser import prompt_of  # the browser benchmark's 64-token prompt
 from gptviz import GPT, PRESETS, load_pretrained, stream
 from gptviz.model.tokenizer import encode
 
@@ -58,8 +58,10 @@ def main() -> int:
     torch.set_num_threads(1)
     ids = encode(prompt_of(64))
     rows, ok = [], True
-    for name, model in (("shakespeare-pre (bundled)", load_pretrained("shakespeare-pre")),
-                        ("gpt2-small (random weights)", GPT(PRESETS["gpt2-small"], seed=0).eval())):
+    for name, model in (
+        ("shakespeare-pre (bundled)", load_pretrained("shakespeare-pre")),
+        ("gpt2-small (random weights)", GPT(PRESETS["gpt2-small"], seed=0).eval()),
+    ):
         dists = [r.probs for r in stream(model, ids, 120, temperature=1.0, top_p=TOP_P, seed=0)]
         same = all(torch.equal(GEN.nucleus_mask(p, TOP_P), sorted_nucleus(p, TOP_P)) for p in dists)
         ok &= same
@@ -76,16 +78,35 @@ def main() -> int:
             mask_ratio.append(got["prefix"] / got["sort"])
             tps_ratio.append(rate["prefix"] / rate["sort"])
         med = statistics.median
-        rows.append((name, len(dists), sizes[len(sizes) // 2], sizes[-1], same, med(mask_ms["prefix"]),
-                     med(mask_ms["sort"]), med(mask_ratio), med(tps["prefix"]), med(tps["sort"]), med(tps_ratio)))
-    print(f"\n{torch.__version__}, 1 torch thread, top-p {TOP_P}, temperature 1, 64-token prompt; the thread's CPU time;"
-          " 7 rounds\n")
-    print("| model | distributions (steps) | nucleus size, median / max | masks equal | mask: prefix | mask: full sort "
-          "| ratio | stream(attention=True), 64 tokens: prefix | with the full sort | ratio |")
+        rows.append(
+            (
+                name,
+                len(dists),
+                sizes[len(sizes) // 2],
+                sizes[-1],
+                same,
+                med(mask_ms["prefix"]),
+                med(mask_ms["sort"]),
+                med(mask_ratio),
+                med(tps["prefix"]),
+                med(tps["sort"]),
+                med(tps_ratio),
+            )
+        )
+    print(
+        f"\n{torch.__version__}, 1 torch thread, top-p {TOP_P}, temperature 1, 64-token prompt; the thread's CPU time;"
+        " 7 rounds\n"
+    )
+    print(
+        "| model | distributions (steps) | nucleus size, median / max | masks equal | mask: prefix | mask: full sort "
+        "| ratio | stream(attention=True), 64 tokens: prefix | with the full sort | ratio |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r[0]} | {r[1]} | {r[2]:,} / {r[3]:,} | {r[4]} | {r[5]:.2f} ms | {r[6]:.2f} ms | {r[7]:.2f}x | "
-              f"{r[8]:.1f} tok/s | {r[9]:.1f} tok/s | {r[10]:.2f}x |")
+        print(
+            f"| {r[0]} | {r[1]} | {r[2]:,} / {r[3]:,} | {r[4]} | {r[5]:.2f} ms | {r[6]:.2f} ms | {r[7]:.2f}x | "
+            f"{r[8]:.1f} tok/s | {r[9]:.1f} tok/s | {r[10]:.2f}x |"
+        )
     return 0 if ok else 1
 
 

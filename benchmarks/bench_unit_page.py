@@ -15,6 +15,7 @@ The app's own unit ids (pills and table rows) open the page in the same tab and 
 the first measurement is that: a click on a neuron's pill on the Activations page to its page drawn. The new-tab
 opens after it are what a copied link costs.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -78,8 +79,10 @@ def in_session(browser, url: str, repeats: int) -> list[float]:
             page.wait_for_selector('[data-testid="stStatusWidget"]', state="detached")
             times.append(click_pill(page, unit))
         warm += times[1:]
-        print(f"{unit} (in this tab, from the Activations page's pill): first click {times[0]:.2f} s; "
-              f"warm clicks {', '.join(f'{t:.2f}' for t in times[1:])} s")
+        print(
+            f"{unit} (in this tab, from the Activations page's pill): first click {times[0]:.2f} s; "
+            f"warm clicks {', '.join(f'{t:.2f}' for t in times[1:])} s"
+        )
     page.close()
     return warm
 
@@ -91,13 +94,18 @@ def main() -> None:
     parser.add_argument("--in-session-only", action="store_true", help="only the clicks in one tab")
     args = parser.parse_args()
     from playwright.sync_api import sync_playwright
+
     flags = ["--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"]
-    with streamlit_server([sys.executable, "-m", "streamlit", "run", "app.py"], cwd=ROOT, flags=flags) as server, \
-            sync_playwright() as p:
+    with (
+        streamlit_server([sys.executable, "-m", "streamlit", "run", "app.py"], cwd=ROOT, flags=flags) as server,
+        sync_playwright() as p,
+    ):
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         clicks = in_session(browser, server.url, args.repeats)
-        print(f"click in the same tab, median of {len(clicks)} warm clicks: {statistics.median(clicks):.2f} s "
-              "(target < 1 s)")
+        print(
+            f"click in the same tab, median of {len(clicks)} warm clicks: {statistics.median(clicks):.2f} s "
+            "(target < 1 s)"
+        )
         if args.in_session_only:
             browser.close()
             return

@@ -11,6 +11,7 @@ positive values) lies more than one bin from the exact one, or a band's examples
 chooses (gptviz.index.bands), recomputed from every value of the units kept. Peak memory: about 4 bytes x tokens x
 units kept (1.46M tokens x 300 units: 1.8 GB).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -46,14 +47,15 @@ def main(argv=None) -> int:
 
     rng = np.random.default_rng(0)
     named = [index.flat(u) for u in NAMED if _exists(index, u)]
-    kept = list(dict.fromkeys(named + list(rng.choice(index.n_units, args.units, replace=False))))[:max(args.units,
-                                                                                                       len(named))]
+    kept = list(dict.fromkeys(named + list(rng.choice(index.n_units, args.units, replace=False))))[
+        : max(args.units, len(named))
+    ]
     kept_t = torch.as_tensor(kept)
     active = torch.zeros(index.n_units, dtype=torch.long)
     columns = np.empty((len(kept), index.tokens), dtype=np.float32)
     done, batch = 0, index.meta["scan"]["batch"]
     for i in range(0, len(windows), batch):
-        values, loc, _ = ix._run_windows(model, docs, offsets, windows[i:i + batch])
+        values, loc, _ = ix._run_windows(model, docs, offsets, windows[i : i + batch])
         active += (values > 0).sum(1)
         columns[:, loc.numpy()] = values[kept_t].numpy()
         done += values.shape[1]
@@ -72,27 +74,60 @@ def main(argv=None) -> int:
             lo, hi = edges[max(b - 1, 0)], edges[min(b + 2, len(edges) - 1)]
             inside = lo - 1e-7 <= v <= hi + 1e-7
             bad_quantiles += not inside
-            quantile_rows.append({"unit": str(index.unit(int(u))), "q": q, "index": v, "exact": exact,
-                                  "bin_width": float(edges[b + 1] - edges[b]), "within_one_bin": inside})
+            quantile_rows.append(
+                {
+                    "unit": str(index.unit(int(u))),
+                    "q": q,
+                    "index": v,
+                    "exact": exact,
+                    "bin_width": float(edges[b + 1] - edges[b]),
+                    "within_one_bin": inside,
+                }
+            )
     bands = _check_bands(index, kept, columns, offsets)
-    named_rows = [{"unit": u, "index_share": float(index.arrays["active_share"][index.flat(u)]),
-                   "exact_share": float(exact_share[index.flat(u)])} for u in NAMED
-                  if _exists(index, u) and index.unit(u).kind == "neuron"]
+    named_rows = [
+        {
+            "unit": u,
+            "index_share": float(index.arrays["active_share"][index.flat(u)]),
+            "exact_share": float(exact_share[index.flat(u)]),
+        }
+        for u in NAMED
+        if _exists(index, u) and index.unit(u).kind == "neuron"
+    ]
     report = {
-        "model": args.model, "tokens": index.tokens, "neurons": n, "index_version": index.meta["version"],
+        "model": args.model,
+        "tokens": index.tokens,
+        "neurons": n,
+        "index_version": index.meta["version"],
         "active_share_max_error_pp": round(100 * float(share_error.max()), 6),
         "neurons_off_by_more_than_0.1pp": int((share_error > 0.001).sum()),
-        "worst_active_share": [{"unit": str(index.unit(int(u))), "index": float(index.arrays["active_share"][u]),
-                                "exact": float(exact_share[u])} for u in worst],
+        "worst_active_share": [
+            {
+                "unit": str(index.unit(int(u))),
+                "index": float(index.arrays["active_share"][u]),
+                "exact": float(exact_share[u]),
+            }
+            for u in worst
+        ],
         "named_units": named_rows,
-        "quantiles_checked": len(quantile_rows), "quantiles_off_by_more_than_one_bin": bad_quantiles,
+        "quantiles_checked": len(quantile_rows),
+        "quantiles_off_by_more_than_one_bin": bad_quantiles,
         "largest_quantile_error_in_bins": max(
-            (abs(r["index"] - r["exact"]) / max(r["bin_width"], 1e-12) for r in quantile_rows), default=0.0),
+            (abs(r["index"] - r["exact"]) / max(r["bin_width"], 1e-12) for r in quantile_rows), default=0.0
+        ),
         **bands,
     }
     print(json.dumps(report, indent=1))
-    return 0 if (report["neurons_off_by_more_than_0.1pp"] == 0 and bad_quantiles == 0
-                 and bands["band_examples_wrong"] == 0 and bands["band_edges_off_by_more_than_one_bin"] == 0) else 1
+    return (
+        0
+        if (
+            report["neurons_off_by_more_than_0.1pp"] == 0
+            and bad_quantiles == 0
+            and bands["band_examples_wrong"] == 0
+            and bands["band_edges_off_by_more_than_one_bin"] == 0
+        )
+        else 1
+    )
 
 
 def _check_bands(index, kept, columns: np.ndarray, offsets: np.ndarray) -> dict:
@@ -100,6 +135,7 @@ def _check_bands(index, kept, columns: np.ndarray, offsets: np.ndarray) -> dict:
     SAMPLE positive values with the smallest keys, gptviz.index.bands), the first of them by key in the band, with
     their values; and each band edge lies within a bin of the exact quantile of the positive values."""
     from gptviz.index.bands import sample_keys
+
     keys = sample_keys(torch.arange(index.tokens)).numpy()
     size = index.meta["bands"]["sample"]
     checked = wrong = bad_edges = 0
@@ -124,20 +160,34 @@ def _check_bands(index, kept, columns: np.ndarray, offsets: np.ndarray) -> dict:
             above = np.searchsorted(ordered, edge + width, side="right") / len(ordered)
             if not (below <= level + 1e-9 and level - 1e-9 <= above):
                 bad_edges += 1
-                off.append({"unit": str(index.unit(int(u))), "level": level, "index": float(edge),
-                            "np_quantile": float(np.quantile(ordered, level)), "bin_width": width,
-                            "share_below": below, "share_above": above, "positive_values": len(positive)})
+                off.append(
+                    {
+                        "unit": str(index.unit(int(u))),
+                        "level": level,
+                        "index": float(edge),
+                        "np_quantile": float(np.quantile(ordered, level)),
+                        "bin_width": width,
+                        "share_below": below,
+                        "share_above": above,
+                        "positive_values": len(positive),
+                    }
+                )
         sampled = positive[np.argsort(keys[positive])][:size]
         band_of = np.searchsorted(edges[1:-1], column[sampled], side="left")
         for band in found:
-            mine = sorted(sampled[band_of == band.number][:index.meta["bands"]["examples"]],
-                          key=lambda g: (-column[g], g))
+            mine = sorted(
+                sampled[band_of == band.number][: index.meta["bands"]["examples"]], key=lambda g: (-column[g], g)
+            )
             got = [int(offsets[e.doc] + e.pos) for e in band.examples]
             values_agree = np.allclose([e.value for e in band.examples], column[got], rtol=1e-5, atol=1e-6)
             wrong += got != [int(g) for g in mine] or not values_agree
             checked += len(got)
-    return {"band_examples_checked": checked, "band_examples_wrong": wrong,
-            "band_edges_off_by_more_than_one_bin": bad_edges, "band_edges_off": off[:10]}
+    return {
+        "band_examples_checked": checked,
+        "band_examples_wrong": wrong,
+        "band_edges_off_by_more_than_one_bin": bad_edges,
+        "band_edges_off": off[:10],
+    }
 
 
 def _exists(index, unit) -> bool:

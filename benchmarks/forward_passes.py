@@ -4,6 +4,7 @@
 pass an edit ends early, as the index's scan does, still is), and GPT.forward_from (the rest of a pass from a block,
 as patching runs it) when it returns. Both are wrapped once, process-wide, the first time the count is read. Tests
 and benchmarks read it around an action to see whether it ran the model; the library itself keeps no counter."""
+
 from __future__ import annotations
 
 import functools
@@ -25,6 +26,7 @@ def _counted(method):
         with _lock:
             _passes += 1
         return out
+
     return counted
 
 

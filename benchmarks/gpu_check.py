@@ -23,6 +23,7 @@ and bfloat16 on the device:
 Prints a compact table and writes JSON to $OUT/gpu_check.json when OUT is set, and to --out when given (both when
 both are). Exit status 0 when every check passed (or there is no GPU), 1 otherwise.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,13 +41,15 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 
-from gptviz import PRESETS, GPT, capture, generate, get_tokenizer, load_pretrained, stream
-from gptviz.model.devices import available_devices, available_dtypes, place
 from benchmarks.forward_passes import forward_count
+from gptviz import GPT, PRESETS, capture, generate, get_tokenizer, load_pretrained, stream
+from gptviz.model.devices import available_devices, available_dtypes, place
 from gptviz.training.train import Trainer, TrainSettings, train_models
 
-PROMPT = ("Ham.\nWho's there?\n\nHor.\nFriends to this ground, and liegemen to the Dane.\n\nMar.\n"
-          "And what art thou?\n\nHam.\nA piece of him.\n")
+PROMPT = (
+    "Ham.\nWho's there?\n\nHor.\nFriends to this ground, and liegemen to the Dane.\n\nMar.\n"
+    "And what art thou?\n\nHam.\nA piece of him.\n"
+)
 # Largest logit difference allowed, as a share of the reference's largest |logit| (the bundled model's span
 # about +-16; tests/test_devices.py allows 0.3 for bfloat16 and 0.05 for float16 there, on the CPU).
 LOGIT_TOL = {"float32": 1e-4, "float16": 5e-3, "bfloat16": 2.5e-2}
@@ -72,8 +75,14 @@ class Checks:
         except Exception as err:  # a check that raises fails, and the others still run
             ok, metrics, error = False, {}, f"{type(err).__name__}: {err}"
             traceback.print_exc()
-        row = {"check": name, "model": model, "dtype": dtype, "ok": bool(ok), "metrics": metrics,
-               "seconds": round(time.perf_counter() - started, 3)}
+        row = {
+            "check": name,
+            "model": model,
+            "dtype": dtype,
+            "ok": bool(ok),
+            "metrics": metrics,
+            "seconds": round(time.perf_counter() - started, 3),
+        }
         if error:
             row["error"] = error
         self.rows.append(row)
@@ -110,8 +119,12 @@ def check_devices(device: str) -> tuple[bool, dict]:
         place(GPT(PRESETS["tiny"], seed=0), "tpu")
     except ValueError as err:
         refused = "not available here" in str(err)
-    metrics = {"available_devices": ",".join(devices), "available_dtypes": ",".join(dtypes), "place": placed,
-               "unknown_device_refused": refused}
+    metrics = {
+        "available_devices": ",".join(devices),
+        "available_dtypes": ",".join(dtypes),
+        "place": placed,
+        "unknown_device_refused": refused,
+    }
     if device == "cuda":
         metrics["gpu"] = torch.cuda.get_device_name(0)
         metrics["bf16_supported"] = torch.cuda.is_bf16_supported()
@@ -135,12 +148,23 @@ def check_logits(ref: GPT, model: GPT, ids: torch.Tensor, dtype: str, device: st
     top2 = expected.topk(2, dim=-1).values
     decisive = (top2[:, 0] - top2[:, 1]) > 2 * diff.max(dim=-1).values  # rounding cannot swap these positions
     agree = got.argmax(-1) == expected.argmax(-1)
-    metrics = {"max_abs_diff": diff.max().item(), "rel_diff": diff.max().item() / scale, "ref_max_logit": scale,
-               "top1_agree": agree.float().mean().item(), "decisive_positions": int(decisive.sum()),
-               "decisive_agree": agree[decisive].float().mean().item() if decisive.any() else 1.0,
-               "finite": bool(torch.isfinite(got).all()), "forward_ms": ms, "out_dtype": out_dtype}
-    ok = (metrics["finite"] and metrics["rel_diff"] <= LOGIT_TOL[dtype] and metrics["decisive_agree"] == 1.0
-          and metrics["top1_agree"] >= TOP1_MIN[dtype])
+    metrics = {
+        "max_abs_diff": diff.max().item(),
+        "rel_diff": diff.max().item() / scale,
+        "ref_max_logit": scale,
+        "top1_agree": agree.float().mean().item(),
+        "decisive_positions": int(decisive.sum()),
+        "decisive_agree": agree[decisive].float().mean().item() if decisive.any() else 1.0,
+        "finite": bool(torch.isfinite(got).all()),
+        "forward_ms": ms,
+        "out_dtype": out_dtype,
+    }
+    ok = (
+        metrics["finite"]
+        and metrics["rel_diff"] <= LOGIT_TOL[dtype]
+        and metrics["decisive_agree"] == 1.0
+        and metrics["top1_agree"] >= TOP1_MIN[dtype]
+    )
     return ok, metrics
 
 
@@ -150,8 +174,11 @@ def check_capture(ref: GPT, model: GPT, ids: torch.Tensor, dtype: str, device: s
     d_head = cfg.d_model // cfg.n_heads
     logits, cache = capture(model, ids.to(device))
     _, ref_cache = capture(ref, ids, lambda n: n.endswith("attn.hook_pattern"))
-    wrong_kind = [n for n, v in cache.items()
-                  if v.dtype != torch.float32 or v.device.type != "cpu" or v.requires_grad or v.grad_fn is not None]
+    wrong_kind = [
+        n
+        for n, v in cache.items()
+        if v.dtype != torch.float32 or v.device.type != "cpu" or v.requires_grad or v.grad_fn is not None
+    ]
     expected_shape = {}
     for name in cache:
         if name.endswith(("hook_attn_scores", "hook_pattern")):
@@ -168,24 +195,34 @@ def check_capture(ref: GPT, model: GPT, ids: torch.Tensor, dtype: str, device: s
     patterns = [n for n in cache if n.endswith("attn.hook_pattern")]
     row_sums = torch.stack([cache[n].sum(-1) for n in patterns])
     pattern_diff = max((cache[n] - ref_cache[n]).abs().max().item() for n in patterns)
-    metrics = {"hooks": len(cache), "wrong_dtype_device_or_attached": len(wrong_kind), "wrong_shape": len(wrong_shape),
-               "pattern_row_sum_err": (row_sums - 1).abs().max().item(), "pattern_max_diff": pattern_diff,
-               "logits_on": logits.device.type}
+    metrics = {
+        "hooks": len(cache),
+        "wrong_dtype_device_or_attached": len(wrong_kind),
+        "wrong_shape": len(wrong_shape),
+        "pattern_row_sum_err": (row_sums - 1).abs().max().item(),
+        "pattern_max_diff": pattern_diff,
+        "logits_on": logits.device.type,
+    }
     if wrong_kind or wrong_shape:
         metrics["examples"] = (wrong_kind + wrong_shape)[:4]
-    ok = (not wrong_kind and not wrong_shape and len(patterns) == cfg.n_layers and len(cache) == len(model.hook_names)
-          and metrics["pattern_row_sum_err"] < 1e-2 and pattern_diff <= PATTERN_TOL[dtype])
+    ok = (
+        not wrong_kind
+        and not wrong_shape
+        and len(patterns) == cfg.n_layers
+        and len(cache) == len(model.hook_names)
+        and metrics["pattern_row_sum_err"] < 1e-2
+        and pattern_diff <= PATTERN_TOL[dtype]
+    )
     return ok, metrics
 
 
-def check_generation(ref: GPT, model: GPT, prompt: list[int], n_new: int, dtype: str, device: str
-                     ) -> tuple[bool, dict]:
+def check_generation(ref: GPT, model: GPT, prompt: list[int], n_new: int, dtype: str, device: str) -> tuple[bool, dict]:
     expected_steps = list(stream(ref, prompt, n_new, temperature=0.0))
     expected = [s.token_id for s in expected_steps]
     before = forward_count()
     sync(device)
     started = time.perf_counter()
-    got = generate(model, prompt, n_new, temperature=0.0)[len(prompt):]
+    got = generate(model, prompt, n_new, temperature=0.0)[len(prompt) :]
     sync(device)
     seconds = time.perf_counter() - started
     passes = forward_count() - before
@@ -197,13 +234,26 @@ def check_generation(ref: GPT, model: GPT, prompt: list[int], n_new: int, dtype:
         top2 = expected_steps[first_diff].logits.topk(2).values
         margin_there = (top2[0] - top2[1]).item()
     cfg = model.config
-    kinds_ok = all(s.probs.dtype == torch.float32 and s.probs.device.type == "cpu"
-                   and abs(s.probs.sum().item() - 1) < 1e-3 and s.attention is not None
-                   and s.attention.dtype == torch.float32 and s.attention.device.type == "cpu"
-                   and tuple(s.attention.shape) == (cfg.n_layers, cfg.n_heads, s.position) for s in steps)
-    metrics = {"same_as_cpu_fp32": got == expected, "first_diff": first_diff, "ref_margin_there": margin_there,
-               "stream_equals_generate": streamed == got, "forward_passes": passes, "float32_cpu_outputs": kinds_ok,
-               "tok_per_s": n_new / seconds, "tokens": got}
+    kinds_ok = all(
+        s.probs.dtype == torch.float32
+        and s.probs.device.type == "cpu"
+        and abs(s.probs.sum().item() - 1) < 1e-3
+        and s.attention is not None
+        and s.attention.dtype == torch.float32
+        and s.attention.device.type == "cpu"
+        and tuple(s.attention.shape) == (cfg.n_layers, cfg.n_heads, s.position)
+        for s in steps
+    )
+    metrics = {
+        "same_as_cpu_fp32": got == expected,
+        "first_diff": first_diff,
+        "ref_margin_there": margin_there,
+        "stream_equals_generate": streamed == got,
+        "forward_passes": passes,
+        "float32_cpu_outputs": kinds_ok,
+        "tok_per_s": n_new / seconds,
+        "tokens": got,
+    }
     if first_diff is None:
         tokens_ok = True
     else:  # half precision may swap a near-tie of the reference: allowed where the margin is below its rounding
@@ -218,10 +268,11 @@ def check_training(ref: GPT, device: str, tokens: torch.Tensor, batch: int, bloc
     start = {k: v.clone() for k, v in ref.state_dict().items()}
     gen = torch.Generator().manual_seed(0)
     starts = torch.randint(0, len(tokens) - block - 1, (batch,), generator=gen)
-    x = torch.stack([tokens[s:s + block] for s in starts])
-    y = torch.stack([tokens[s + 1:s + block + 1] for s in starts])
-    settings = TrainSettings(steps=3, batch_size=batch, block_size=block, lr=1e-4, warmup=0, eval_every=1,
-                             eval_batches=1)
+    x = torch.stack([tokens[s : s + block] for s in starts])
+    y = torch.stack([tokens[s + 1 : s + block + 1] for s in starts])
+    settings = TrainSettings(
+        steps=3, batch_size=batch, block_size=block, lr=1e-4, warmup=0, eval_every=1, eval_batches=1
+    )
     runs = {}
     for where in dict.fromkeys(["cpu", device]):
         model = GPT(cfg)
@@ -236,17 +287,32 @@ def check_training(ref: GPT, device: str, tokens: torch.Tensor, batch: int, bloc
     worst = max(abs(a - b) / max(1.0, abs(b)) for a, b in zip(losses, cpu_losses))
     # the loop: two tiny models trained side by side on the device, with a validation loss every step
     loop_settings = TrainSettings(steps=2, batch_size=2, block_size=32, eval_every=1, eval_batches=1, warmup=0)
-    models, results = train_models({"pre": PRESETS["tiny"], "post": PRESETS["tiny"].replace(norm="post")},
-                                   loop_settings, tokens[:20_000], device=device)
+    models, results = train_models(
+        {"pre": PRESETS["tiny"], "post": PRESETS["tiny"].replace(norm="post")},
+        loop_settings,
+        tokens[:20_000],
+        device=device,
+    )
     loop_losses = [h[k] for r in results.values() for h in r.history for k in ("train_loss", "val_loss")]
-    metrics = {"losses": [round(v, 4) for v in losses], "cpu_losses": [round(v, 4) for v in cpu_losses],
-               "first_loss": losses[0], "last_loss": losses[-1], "rel_diff_vs_cpu": worst,
-               "grad_norm": runs[device][0].grad_norm, "step_s": runs[device + "_s"] / settings.steps,
-               "loop_models_on": ",".join(sorted({m.wte.weight.device.type for m in models.values()})),
-               "loop_losses_finite": all(v is not None and math.isfinite(v) for v in loop_losses)}
+    metrics = {
+        "losses": [round(v, 4) for v in losses],
+        "cpu_losses": [round(v, 4) for v in cpu_losses],
+        "first_loss": losses[0],
+        "last_loss": losses[-1],
+        "rel_diff_vs_cpu": worst,
+        "grad_norm": runs[device][0].grad_norm,
+        "step_s": runs[device + "_s"] / settings.steps,
+        "loop_models_on": ",".join(sorted({m.wte.weight.device.type for m in models.values()})),
+        "loop_losses_finite": all(v is not None and math.isfinite(v) for v in loop_losses),
+    }
     finite = all(math.isfinite(v) for v in [*losses, *(log.grad_norm for log in runs[device])])
-    ok = (finite and worst < TRAIN_TOL and losses[-1] < losses[0]
-          and metrics["loop_models_on"] == device and metrics["loop_losses_finite"])
+    ok = (
+        finite
+        and worst < TRAIN_TOL
+        and losses[-1] < losses[0]
+        and metrics["loop_models_on"] == device
+        and metrics["loop_losses_finite"]
+    )
     return ok, metrics
 
 
@@ -261,7 +327,9 @@ INDEX_TOP_AGREE = {"float32": 0.99, "float16": 0.8, "bfloat16": 0.6}
 def check_index(ref: GPT, model: GPT, dtype: str, device: str, reference) -> tuple[bool, dict]:
     """The neuron index scanned on the device (statistics kept in float32 on the CPU) against the CPU's."""
     import numpy as np
+
     from gptviz import index as ix
+
     docs, cpu = reference
     started = time.perf_counter()
     got = ix.build_index(model, docs)
@@ -274,9 +342,15 @@ def check_index(ref: GPT, model: GPT, dtype: str, device: str, reference) -> tup
     agree = float(np.mean([len(set(x) & set(y)) / len(x) for x, y in zip(a_loc, b_loc)]))
     top_diff = float(np.abs(got.arrays["top_values"] - cpu.arrays["top_values"]).max())
     counts_ok = bool((got.arrays["hist_counts"].sum(1) == got.tokens).all())
-    metrics = {"tokens": got.tokens, "tok_per_s": round(got.tokens / seconds), "cpu_tok_per_s":
-               cpu.meta["scan"]["tokens_per_s"], "share_max_pp": float(share_pp.max()),
-               "top20_agree": agree, "top_value_max_diff": top_diff, "hist_counts_add_up": counts_ok}
+    metrics = {
+        "tokens": got.tokens,
+        "tok_per_s": round(got.tokens / seconds),
+        "cpu_tok_per_s": cpu.meta["scan"]["tokens_per_s"],
+        "share_max_pp": float(share_pp.max()),
+        "top20_agree": agree,
+        "top_value_max_diff": top_diff,
+        "hist_counts_add_up": counts_ok,
+    }
     return (counts_ok and share_pp.max() <= INDEX_SHARE_PP[dtype] and agree >= INDEX_TOP_AGREE[dtype]), metrics
 
 
@@ -295,14 +369,19 @@ def main(argv=None) -> int:
     destinations += [Path(args.out)] if args.out else []
 
     if args.device == "cuda" and not torch.cuda.is_available():
-        print("No CUDA GPU found (torch.cuda.is_available() is False): nothing to check. "
-              "`--device cpu` runs the same checks on the CPU.")
+        print(
+            "No CUDA GPU found (torch.cuda.is_available() is False): nothing to check. "
+            "`--device cpu` runs the same checks on the CPU."
+        )
         _write(destinations, {"device": "cuda", "gpu_found": False, "rows": []})
         return 0
     device = args.device
     torch.manual_seed(0)
-    print(f"gptviz GPU check on {device}: torch {torch.__version__}, Python {platform.python_version()}"
-          + (f", {torch.cuda.get_device_name(0)}" if device == "cuda" else ""), flush=True)
+    print(
+        f"gptviz GPU check on {device}: torch {torch.__version__}, Python {platform.python_version()}"
+        + (f", {torch.cuda.get_device_name(0)}" if device == "cuda" else ""),
+        flush=True,
+    )
     checks = Checks()
     checks.run("devices", "-", "-", check_devices, device)
 
@@ -310,13 +389,15 @@ def main(argv=None) -> int:
     bundled_ids = torch.tensor([enc.encode(PROMPT)])
     bundled = load_pretrained("shakespeare-pre").eval()
     gpt2 = None if args.skip_gpt2 else GPT(PRESETS["gpt2-small"], seed=0).eval()
-    gpt2_ids = torch.randint(0, PRESETS["gpt2-small"].vocab_size, (1, args.tokens),
-                             generator=torch.Generator().manual_seed(1))
+    gpt2_ids = torch.randint(
+        0, PRESETS["gpt2-small"].vocab_size, (1, args.tokens), generator=torch.Generator().manual_seed(1)
+    )
     models = [("shakespeare-pre", bundled, bundled_ids)] + ([("gpt2-small(rand)", gpt2, gpt2_ids)] if gpt2 else [])
     dtypes = [d for d in args.dtypes.split(",") if d]
     index_reference = None
     if not args.skip_index:
         from gptviz import index as ix
+
         kept, left = [], INDEX_TOKENS
         for d in ix.corpus_documents():
             if left > 0:
@@ -325,8 +406,17 @@ def main(argv=None) -> int:
         index_reference = (kept, ix.build_index(bundled, kept))
     for dtype in dtypes:
         if device == "cuda" and dtype not in available_dtypes("cuda"):
-            checks.rows.append({"check": "dtype", "model": "-", "dtype": dtype, "ok": True, "skipped": True,
-                                "metrics": {"note": "not offered on this GPU (available_dtypes)"}, "seconds": 0})
+            checks.rows.append(
+                {
+                    "check": "dtype",
+                    "model": "-",
+                    "dtype": dtype,
+                    "ok": True,
+                    "skipped": True,
+                    "metrics": {"note": "not offered on this GPU (available_dtypes)"},
+                    "seconds": 0,
+                }
+            )
             print(f"  skip {dtype}: not offered on this GPU")
             continue
         for label, ref, ids in models:
@@ -334,8 +424,18 @@ def main(argv=None) -> int:
             checks.run("logits", label, dtype, check_logits, ref, model, ids, dtype, device)
             checks.run("capture", label, dtype, check_capture, ref, model, ids[:, :32], dtype, device)
             if label == "shakespeare-pre":
-                checks.run("generate", label, dtype, check_generation, ref, model, bundled_ids[0].tolist(),
-                           args.new_tokens, dtype, device)
+                checks.run(
+                    "generate",
+                    label,
+                    dtype,
+                    check_generation,
+                    ref,
+                    model,
+                    bundled_ids[0].tolist(),
+                    args.new_tokens,
+                    dtype,
+                    device,
+                )
                 if index_reference is not None:
                     checks.run("index", label, dtype, check_index, ref, model, dtype, device, index_reference)
             del model
@@ -348,18 +448,28 @@ def main(argv=None) -> int:
         checks.run("train", "gpt2-small(rand)", "float32", check_training, gpt2, device, tokens, 4, 128)
 
     failed = [r for r in checks.rows if not r["ok"]]
-    report = {"device": device, "gpu_found": device == "cuda", "torch": torch.__version__,
-              "python": platform.python_version(), "seconds": round(time.perf_counter() - started, 1),
-              "passed": not failed, "rows": checks.rows}
+    report = {
+        "device": device,
+        "gpu_found": device == "cuda",
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "seconds": round(time.perf_counter() - started, 1),
+        "passed": not failed,
+        "rows": checks.rows,
+    }
     if device == "cuda":
         report["gpu"] = torch.cuda.get_device_name(0)
         report["max_memory_allocated_mib"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
     print("\n| check | model | dtype | ok | key numbers |\n|---|---|---|---|---|")
     for r in checks.rows:
-        print(f"| {r['check']} | {r['model']} | {r['dtype']} | {'yes' if r['ok'] else 'NO'} | "
-              f"{_brief(r['metrics'], r.get('error'))} |")
-    print(f"\n{len(checks.rows) - len(failed)}/{len(checks.rows)} checks passed in {report['seconds']} s"
-          + (f"; failed: {', '.join(r['check'] + ' ' + r['model'] + ' ' + r['dtype'] for r in failed)}" if failed else ""))
+        print(
+            f"| {r['check']} | {r['model']} | {r['dtype']} | {'yes' if r['ok'] else 'NO'} | "
+            f"{_brief(r['metrics'], r.get('error'))} |"
+        )
+    print(
+        f"\n{len(checks.rows) - len(failed)}/{len(checks.rows)} checks passed in {report['seconds']} s"
+        + (f"; failed: {', '.join(r['check'] + ' ' + r['model'] + ' ' + r['dtype'] for r in failed)}" if failed else "")
+    )
     _write(destinations, report)
     return 1 if failed else 0
 

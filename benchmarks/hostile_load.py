@@ -28,6 +28,7 @@ All contexts come from 127.0.0.1, one client address, so GPTVIZ_GENERATIONS_PER_
 this run (with the default 2 the victim of scenario 2 would be refused outright: see the README section).
 Every loop is bounded in count and time; the server is stopped by its PID in a finally.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,9 +50,16 @@ ROOT = HERE.parent
 from benchmarks.load_test import ARGS, CHROMIUM, idle, rss_mib
 from benchmarks.servers import cpu_seconds, streamlit_server
 
-LIMITS = {"GPTVIZ_MEMORY_MB": "2048", "GPTVIZ_CAPTURE_CACHE_MB": "512", "GPTVIZ_MODEL_CACHE_MB": "1024",
-          "GPTVIZ_GENERATIONS": "4", "GPTVIZ_GENERATION_QUEUE": "8", "GPTVIZ_GENERATIONS_PER_ADDRESS": "16",
-          "GPTVIZ_TRAINING_JOBS": "1", "GPTVIZ_TRAINING_SECONDS": "8"}
+LIMITS = {
+    "GPTVIZ_MEMORY_MB": "2048",
+    "GPTVIZ_CAPTURE_CACHE_MB": "512",
+    "GPTVIZ_MODEL_CACHE_MB": "1024",
+    "GPTVIZ_GENERATIONS": "4",
+    "GPTVIZ_GENERATION_QUEUE": "8",
+    "GPTVIZ_GENERATIONS_PER_ADDRESS": "16",
+    "GPTVIZ_TRAINING_JOBS": "1",
+    "GPTVIZ_TRAINING_SECONDS": "8",
+}
 SIDEBAR_PROMPT = '[data-testid="stSidebar"] textarea'
 WORDS = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa".split()
 
@@ -62,10 +70,14 @@ class Server:
 
     def __init__(self, env: dict | None = None, flags: tuple = (), port: int | None = None):
         self.log_path = Path(tempfile.mkstemp(prefix="gptviz-hostile-", suffix=".log")[1])
-        self._running = streamlit_server([sys.executable, "-m", "streamlit", "run", "app.py"], cwd=ROOT,
-                                         env={**os.environ, **LIMITS, **(env or {})},
-                                         flags=["--server.fileWatcherType", "none", *flags], port=port,
-                                         timeout=300)  # a warm start at nice 19 on a loaded machine took over 90 s
+        self._running = streamlit_server(
+            [sys.executable, "-m", "streamlit", "run", "app.py"],
+            cwd=ROOT,
+            env={**os.environ, **LIMITS, **(env or {})},
+            flags=["--server.fileWatcherType", "none", *flags],
+            port=port,
+            timeout=300,
+        )  # a warm start at nice 19 on a loaded machine took over 90 s
         self._server = self._running.__enter__()  # raises, with the server's log, when it does not start
         self.port, self.url, self.proc = self._server.port, self._server.url, self._server.proc
         self.samples: list[tuple[float, float]] = []  # (monotonic time, MiB)
@@ -100,7 +112,7 @@ class Server:
         text = self.log_path.read_text(errors="replace")
         blocks = []
         for m in re.finditer(r"Traceback \(most recent call last\):", text):
-            tail = text[m.start():m.start() + 4000].splitlines()
+            tail = text[m.start() : m.start() + 4000].splitlines()
             # the exception line: the first unindented line after the traceback header
             last = next((line for line in tail[1:] if line and not line.startswith(" ")), "?")
             blocks.append(last[:200])
@@ -160,8 +172,10 @@ async def press_generate(page, timeout_ms: int = 15_000) -> None:
 
 # ---- 1. patching a 128-token pair ------------------------------------------------------------------------------
 
+
 async def patching_128(browser, server: Server) -> list[Row]:
     from gptviz.model.tokenizer import encode
+
     clean = " a" * 128
     corrupted = " a" * 64 + " b" + " a" * 63
     n_clean, n_corrupt = len(encode(clean)), len(encode(corrupted))
@@ -190,16 +204,30 @@ async def patching_128(browser, server: Server) -> list[Row]:
     finally:
         await context.close()
     growth = peak - baseline
-    did = (f"/why, Patching, own pair: {n_clean}-token clean (\" a\" x128) vs {n_corrupt}-token corrupted "
-           f"(\" b\" at token 64), bundled model")
-    return [Row("1 patching 128-token pair", did, f"{to_caption:.2f} s until the sweep's result line shows, "
-                f"{elapsed:.2f} s until the heatmaps show", "< 2 s", yes(to_caption < 2)),
-            Row("1 patching 128-token pair", "same sweep: server RSS", f"peak {peak:,.0f} MiB, baseline "
-                f"{baseline:,.0f} MiB: +{growth:,.0f} MiB; exception boxes {boxes}", "< +300 MB, 0 boxes",
-                yes(growth * 1.048576 < 300 and boxes == 0))]
+    did = (
+        f'/why, Patching, own pair: {n_clean}-token clean (" a" x128) vs {n_corrupt}-token corrupted '
+        f'(" b" at token 64), bundled model'
+    )
+    return [
+        Row(
+            "1 patching 128-token pair",
+            did,
+            f"{to_caption:.2f} s until the sweep's result line shows, {elapsed:.2f} s until the heatmaps show",
+            "< 2 s",
+            yes(to_caption < 2),
+        ),
+        Row(
+            "1 patching 128-token pair",
+            "same sweep: server RSS",
+            f"peak {peak:,.0f} MiB, baseline {baseline:,.0f} MiB: +{growth:,.0f} MiB; exception boxes {boxes}",
+            "< +300 MB, 0 boxes",
+            yes(growth * 1.048576 < 300 and boxes == 0),
+        ),
+    ]
 
 
 # ---- 5. patching on gpt2-small: refused past the limit, stopped when its tab closes ------------------------------
+
 
 async def cpu_idle_after(pid: int, t0: float, limit_s: float = 180.0, below: float = 0.05) -> float:
     """Seconds from t0 until a one-second window in which the process used less than `below` of a core (inf: none
@@ -214,8 +242,9 @@ async def cpu_idle_after(pid: int, t0: float, limit_s: float = 180.0, below: flo
 
 def patching_url(base: str, preset: str = "gpt2-small") -> str:
     """The Why this token? page's Patching tab on a preset (random weights, built on the server: no Hub)."""
-    return f"{base}/why?" + urllib.parse.urlencode({"source": "preset", "preset": preset, "why_view": "Patching",
-                                                    "prompt": "Hello world"})
+    return f"{base}/why?" + urllib.parse.urlencode(
+        {"source": "preset", "preset": preset, "why_view": "Patching", "prompt": "Hello world"}
+    )
 
 
 async def patching_pair(page, n: int) -> None:
@@ -232,6 +261,7 @@ class SweepLeft:
     """A patching sweep whose tab closed while it ran: the page's estimate line, its seconds (None when the page
     refused the pair), the server's CPU (cores) in the `busy_s` before the close, whether the result showed before
     the close, and seconds from the close until the server's CPU fell idle (inf: not within the wait)."""
+
     estimated: str
     estimate_s: float | None
     busy: float = 0.0
@@ -239,8 +269,9 @@ class SweepLeft:
     stopped: float = float("inf")
 
 
-async def sweep_then_close(context, page, pid: int, n: int, run_s: float = 7.0, busy_s: float = 1.0,
-                           within_s: float = 180.0) -> SweepLeft:
+async def sweep_then_close(
+    context, page, pid: int, n: int, run_s: float = 7.0, busy_s: float = 1.0, within_s: float = 180.0
+) -> SweepLeft:
     """On a page at patching_url: an n-token pair (" a" x n, " b" at n // 2), started with its Run button, its
     context (the tab) closed `run_s` + `busy_s` seconds in; then the wait for server `pid`'s CPU to fall idle. The
     context is closed in any case."""
@@ -274,24 +305,44 @@ async def patching_leaves(browser, server: Server) -> list[Row]:
         refusal = page.get_by_text("Patching would take about")
         await refusal.first.wait_for(timeout=300_000)
         said = (await refusal.first.inner_text()).split(":")[0]
-        rows.append(Row("5 patching gpt2-small", "999-token pair (\" a\" x999, \" b\" at 499)",
-                        f"{time.monotonic() - t0:.1f} s until the refusal shows ({said})", "refused before it starts",
-                        yes(await page.locator('[data-testid="stPlotlyChart"]').count() == 0)))
+        rows.append(
+            Row(
+                "5 patching gpt2-small",
+                '999-token pair (" a" x999, " b" at 499)',
+                f"{time.monotonic() - t0:.1f} s until the refusal shows ({said})",
+                "refused before it starts",
+                yes(await page.locator('[data-testid="stPlotlyChart"]').count() == 0),
+            )
+        )
     except BaseException:
         await context.close()
         raise
     left = await sweep_then_close(context, page, server.proc.pid, 96, run_s=7.0)  # closes the context 8 s in
     if left.estimate_s is None:  # the rate measured on a loaded machine put even this pair past the limit
-        rows.append(Row("5 patching gpt2-small", "96-token pair", left.estimated, "runs, then stops when its tab "
-                        "closes", "NOT DRIVEN (machine too loaded)"))
+        rows.append(
+            Row(
+                "5 patching gpt2-small",
+                "96-token pair",
+                left.estimated,
+                "runs, then stops when its tab closes",
+                "NOT DRIVEN (machine too loaded)",
+            )
+        )
         return rows
-    rows.append(Row("5 patching gpt2-small", f"96-token pair started with its button ({left.estimated}), tab closed "
-                    "8 s in", f"server CPU {left.busy:.2f} cores just before the close; idle {left.stopped:.1f} s "
-                    "after it", "< 5 s", yes(left.stopped < 5 and not left.finished)))
+    rows.append(
+        Row(
+            "5 patching gpt2-small",
+            f"96-token pair started with its button ({left.estimated}), tab closed 8 s in",
+            f"server CPU {left.busy:.2f} cores just before the close; idle {left.stopped:.1f} s after it",
+            "< 5 s",
+            yes(left.stopped < 5 and not left.finished),
+        )
+    )
     return rows
 
 
 # ---- 2. one visitor holding every slot -------------------------------------------------------------------------
+
 
 def chromium_pids() -> set[int]:
     """The pids of every Chromium process on the machine."""
@@ -315,8 +366,9 @@ def renice(pids: set[int], nice: int) -> None:
             pass
 
 
-async def slot_hog(browser, server: Server, seconds: float, playwright=None, attackers_nice: int | None = None
-                   ) -> list[Row]:
+async def slot_hog(
+    browser, server: Server, seconds: float, playwright=None, attackers_nice: int | None = None
+) -> list[Row]:
     """`attackers_nice`: the attackers' pages in a browser of their own whose every thread runs at this nice value,
     standing for an attacker whose browser draws on its own machine (here it shares the server's 2 cores)."""
     victim_ctx, victim = await open_page(browser, f"{server.url}/generation?gen_n=20")
@@ -333,6 +385,7 @@ async def slot_hog(browser, server: Server, seconds: float, playwright=None, att
     def lower_attackers():
         if attackers_nice is not None:
             renice(chromium_pids() - before, attackers_nice)  # renderers may start later: again at each press
+
     lower_attackers()
     presses, press_errors = 0, 0
     stop = asyncio.Event()
@@ -364,8 +417,10 @@ async def slot_hog(browser, server: Server, seconds: float, playwright=None, att
                 start_wait, outcome = time.monotonic() - t0, "started"
                 break
             if s == "refused":
-                outcome = "refused: " + (await victim.get_by_text(re.compile("Generation could not start"))
-                                         .first.inner_text())[:160]
+                outcome = (
+                    "refused: "
+                    + (await victim.get_by_text(re.compile("Generation could not start")).first.inner_text())[:160]
+                )
                 break
             await asyncio.sleep(0.2)
         switches = []
@@ -382,34 +437,57 @@ async def slot_hog(browser, server: Server, seconds: float, playwright=None, att
         if theirs is not browser:
             await theirs.close()
     median = statistics.median(switches) if switches else float("nan")
-    where = ("in one browser with the victim" if attackers_nice is None else
-             f"in a browser of their own at nice {attackers_nice} ({len(attacker_pids)} processes)")
-    did = (f"4 contexts {where} on /generation?gen_n=200 pressing Generate every 2.5 s for up to {seconds:.0f} s "
-           f"({presses} presses, {press_errors} failed clicks; attackers' state when the victim pressed: "
-           f"{', '.join(states_before)}); victim /generation?gen_n=20")
-    start = f"{start_wait:.1f} s ({'queued first' if saw_waiting else 'no queue seen'})" if start_wait is not None \
+    where = (
+        "in one browser with the victim"
+        if attackers_nice is None
+        else f"in a browser of their own at nice {attackers_nice} ({len(attacker_pids)} processes)"
+    )
+    did = (
+        f"4 contexts {where} on /generation?gen_n=200 pressing Generate every 2.5 s for up to {seconds:.0f} s "
+        f"({presses} presses, {press_errors} failed clicks; attackers' state when the victim pressed: "
+        f"{', '.join(states_before)}); victim /generation?gen_n=20"
+    )
+    start = (
+        f"{start_wait:.1f} s ({'queued first' if saw_waiting else 'no queue seen'})"
+        if start_wait is not None
         else outcome
-    return [Row("2 one visitor holds every slot", did, f"victim's generation started after {start}", "< 30 s",
-                yes(start_wait is not None and start_wait < 30)),
-            Row("2 one visitor holds every slot", "victim switches Generation <-> Attention 3 times each, under load",
-                f"median {median:.2f} s over {len(switches)} (max {max(switches, default=float('nan')):.2f} s); "
-                f"exception boxes {boxes}; the same victim alone before the attack: median "
-                f"{statistics.median(alone):.2f} s over {len(alone)}", "< 2 s, 0 boxes", yes(median < 2 and boxes == 0))]
+    )
+    return [
+        Row(
+            "2 one visitor holds every slot",
+            did,
+            f"victim's generation started after {start}",
+            "< 30 s",
+            yes(start_wait is not None and start_wait < 30),
+        ),
+        Row(
+            "2 one visitor holds every slot",
+            "victim switches Generation <-> Attention 3 times each, under load",
+            f"median {median:.2f} s over {len(switches)} (max {max(switches, default=float('nan')):.2f} s); "
+            f"exception boxes {boxes}; the same victim alone before the attack: median "
+            f"{statistics.median(alone):.2f} s over {len(alone)}",
+            "< 2 s, 0 boxes",
+            yes(median < 2 and boxes == 0),
+        ),
+    ]
 
 
 # ---- 3. cache clearing -----------------------------------------------------------------------------------------
+
 
 def clear_cache(port: int, times: int) -> str:
     """Send BackMsg(clear_cache=True) over a fresh session's WebSocket, `times` times, as any client can (the
     browser's menu hides it in viewer mode; the message itself is always accepted). Returns what happened."""
     from streamlit.proto.BackMsg_pb2 import BackMsg
     from websockets.sync.client import connect
+
     msg = BackMsg()
     msg.clear_cache = True
     data = msg.SerializeToString()
     sent = 0
-    with connect(f"ws://127.0.0.1:{port}/_stcore/stream", subprotocols=["streamlit"], open_timeout=10,
-                 close_timeout=5) as ws:
+    with connect(
+        f"ws://127.0.0.1:{port}/_stcore/stream", subprotocols=["streamlit"], open_timeout=10, close_timeout=5
+    ) as ws:
         for _ in range(times):
             ws.send(data)
             sent += 1
@@ -425,8 +503,11 @@ async def source_options(page, tries: int = 10) -> list[str]:
     busy for seconds), which read as no options at all: so it is read again, up to `tries` times."""
     for _ in range(tries):
         await idle(page)
-        box = page.locator('[data-testid="stSidebar"] [data-testid="stSelectbox"]').filter(
-            has=page.get_by_text("Source", exact=True)).first
+        box = (
+            page.locator('[data-testid="stSidebar"] [data-testid="stSelectbox"]')
+            .filter(has=page.get_by_text("Source", exact=True))
+            .first
+        )
         await box.click(timeout=20_000)
         options = await page.get_by_role("option").all_inner_texts()
         await page.keyboard.press("Escape")
@@ -444,10 +525,10 @@ async def cache_clearing(browser, server: Server) -> list[Row]:
     pages = [await open_page(browser, f"{server.url}/generation?gen_n=200") for _ in range(n)]
     try:
         first = await asyncio.to_thread(clear_cache, server.port, 2)
-        for _, p in pages[:n // 2]:
+        for _, p in pages[: n // 2]:
             await press_generate(p)
         second = await asyncio.to_thread(clear_cache, server.port, 2)
-        for _, p in pages[n // 2:]:
+        for _, p in pages[n // 2 :]:
             await press_generate(p)
         await asyncio.to_thread(clear_cache, server.port, 1)
         most_running, most_waiting, samples = 0, 0, []
@@ -461,11 +542,17 @@ async def cache_clearing(browser, server: Server) -> list[Row]:
     finally:
         for ctx, _ in pages:
             await ctx.close()
-    rows.append(Row("3 cache clearing", f"clear_cache BackMsg over a raw WebSocket ({first}), twice more between "
-                    f"{n} sessions' Generate presses (gen_n=200), once after",
-                    f"most running at once {most_running}, most waiting {most_waiting} (running+waiting per sample: "
-                    f"{' '.join(samples)}); exception boxes {boxes}",
-                    f"running <= GPTVIZ_GENERATIONS={cap}", yes(most_running <= cap and boxes == 0)))
+    rows.append(
+        Row(
+            "3 cache clearing",
+            f"clear_cache BackMsg over a raw WebSocket ({first}), twice more between "
+            f"{n} sessions' Generate presses (gen_n=200), once after",
+            f"most running at once {most_running}, most waiting {most_waiting} (running+waiting per sample: "
+            f"{' '.join(samples)}); exception boxes {boxes}",
+            f"running <= GPTVIZ_GENERATIONS={cap}",
+            yes(most_running <= cap and boxes == 0),
+        )
+    )
     # b) trained models stay with the session that trained them
     trainer_ctx, trainer = await open_page(browser, f"{server.url}/training")
     other_ctx, other = await open_page(browser, f"{server.url}/")
@@ -489,10 +576,16 @@ async def cache_clearing(browser, server: Server) -> list[Row]:
         await other_ctx.close()
     label = "Trained in this session"
     ok = label in mine and label not in theirs and label not in fresh
-    rows.append(Row("3 cache clearing", f"one session trains (GPTVIZ_TRAINING_SECONDS={LIMITS['GPTVIZ_TRAINING_SECONDS']}"
-                    "), 2 clears, then the sidebar's Source options of it, another open session and a new one",
-                    f"trainer sees '{label}': {label in mine}; other session: {label in theirs}; new session: "
-                    f"{label in fresh}", "trainer only", yes(ok)))
+    rows.append(
+        Row(
+            "3 cache clearing",
+            f"one session trains (GPTVIZ_TRAINING_SECONDS={LIMITS['GPTVIZ_TRAINING_SECONDS']}"
+            "), 2 clears, then the sidebar's Source options of it, another open session and a new one",
+            f"trainer sees '{label}': {label in mine}; other session: {label in theirs}; new session: {label in fresh}",
+            "trainer only",
+            yes(ok),
+        )
+    )
     return rows
 
 
@@ -512,8 +605,10 @@ async def token_count(page) -> str:
 
 async def large_captures(browser, server: Server, visitors: int) -> list[Row]:
     from gptviz.model.tokenizer import encode
-    url = f"{server.url}/?" + urllib.parse.urlencode({"source": "preset", "preset": "gpt2-small",
-                                                      "prompt": "Hello world"})
+
+    url = f"{server.url}/?" + urllib.parse.urlencode(
+        {"source": "preset", "preset": "gpt2-small", "prompt": "Hello world"}
+    )
     budget = int(LIMITS["GPTVIZ_MEMORY_MB"])
     before = server.settled_rss(2.0)
     loaded = time.monotonic()
@@ -556,21 +651,32 @@ async def large_captures(browser, server: Server, visitors: int) -> list[Row]:
     finally:
         for ctx, _ in pages:
             await ctx.close()
-    did = (f"{visitors} contexts on the Attention page, gpt2-small preset (built in {load_s:.0f} s), each sends a "
-           f"2,000-character prompt at once ({', '.join(map(str, tokens))} tokens; pages show {', '.join(counts)})")
+    did = (
+        f"{visitors} contexts on the Attention page, gpt2-small preset (built in {load_s:.0f} s), each sends a "
+        f"2,000-character prompt at once ({', '.join(map(str, tokens))} tokens; pages show {', '.join(counts)})"
+    )
     limit = budget + overhead
-    return [Row("4 concurrent large captures", f"first visitor builds gpt2-small (124M parameters, random weights), "
-                f"then {visitors - 1} more open the page", f"peak {build_peak:,.0f} MiB from an idle "
-                f"{before:,.0f} MiB before the build (+{build_peak - before:,.0f}); idle afterwards {overhead:,.0f} MiB",
-                f"< GPTVIZ_MEMORY_MB {budget:,} + {before:,.0f} = {budget + before:,.0f} MiB",
-                yes(build_peak < budget + before)),
-            Row("4 concurrent large captures", did,
-                f"peak {peak:,.0f} MiB ({peak_t - t0:.1f} s after the prompts were sent); idle with the model loaded "
-                f"{overhead:,.0f} MiB (+{peak - overhead:,.0f}); "
-                f"all done in {max(times):.1f} s; exception boxes {boxes}"
-                + (f"; messages: {'; '.join(sorted(set(notes)))}" if notes else ""),
-                f"< GPTVIZ_MEMORY_MB {budget:,} + {overhead:,.0f} = {limit:,.0f} MiB, 0 boxes",
-                yes(peak < limit and boxes == 0))]
+    return [
+        Row(
+            "4 concurrent large captures",
+            f"first visitor builds gpt2-small (124M parameters, random weights), "
+            f"then {visitors - 1} more open the page",
+            f"peak {build_peak:,.0f} MiB from an idle "
+            f"{before:,.0f} MiB before the build (+{build_peak - before:,.0f}); idle afterwards {overhead:,.0f} MiB",
+            f"< GPTVIZ_MEMORY_MB {budget:,} + {before:,.0f} = {budget + before:,.0f} MiB",
+            yes(build_peak < budget + before),
+        ),
+        Row(
+            "4 concurrent large captures",
+            did,
+            f"peak {peak:,.0f} MiB ({peak_t - t0:.1f} s after the prompts were sent); idle with the model loaded "
+            f"{overhead:,.0f} MiB (+{peak - overhead:,.0f}); "
+            f"all done in {max(times):.1f} s; exception boxes {boxes}"
+            + (f"; messages: {'; '.join(sorted(set(notes)))}" if notes else ""),
+            f"< GPTVIZ_MEMORY_MB {budget:,} + {overhead:,.0f} = {limit:,.0f} MiB, 0 boxes",
+            yes(peak < limit and boxes == 0),
+        ),
+    ]
 
 
 # ---- 5-7. the unit page's index builder: fair turns, the disk cap, a torn index.json ------------------------------
@@ -619,8 +725,10 @@ async def index_builder(browser, builds: int = 6) -> list[Row]:
         kept = sorted(p.name for p in folder.iterdir())
         # a torn index.json, as a server killed mid-write left it before saves were atomic
         import torch  # noqa: F401  (gptviz needs it; imported here so the other scenarios start faster)
+
         from gptviz import GPT, PRESETS
         from gptviz.index import model_fingerprint
+
         torn = folder / model_fingerprint(GPT(PRESETS["tiny"].replace(norm="pre"), seed=777))
         torn.mkdir()
         (torn / "index.json").write_text('{"format": "gptviz-neuron-index", "ver')
@@ -637,14 +745,23 @@ async def index_builder(browser, builds: int = 6) -> list[Row]:
         server.close()
     built = sum(how == "built" for _, _, how in runs)
     fingerprints = [k for k in kept if len(k) == 64]
-    return [Row("6 disk cap", f"GPTVIZ_INDEX_KEPT=4 after {built} of {builds} builds back to back",
-                f"{len(fingerprints)} index folders kept ({len(kept) - len(fingerprints)} other entries)",
-                "<= 4, no temporary left", yes(len(fingerprints) <= 4 and len(kept) == len(fingerprints))),
-            Row("7 torn index.json", "a torn index.json for a new seed, then the visitor opens its unit page",
-                f"'could not be read' shown: {bool(unreadable)}, Build offered: {bool(offered)}; rebuilt: "
-                f"{rebuilt[2]} in {rebuilt[0]:.1f} s; exception boxes {boxes}",
-                "message + Build, rebuilt, 0 boxes", yes(bool(unreadable and offered) and rebuilt[2] == "built"
-                                                        and boxes == 0))]
+    return [
+        Row(
+            "6 disk cap",
+            f"GPTVIZ_INDEX_KEPT=4 after {built} of {builds} builds back to back",
+            f"{len(fingerprints)} index folders kept ({len(kept) - len(fingerprints)} other entries)",
+            "<= 4, no temporary left",
+            yes(len(fingerprints) <= 4 and len(kept) == len(fingerprints)),
+        ),
+        Row(
+            "7 torn index.json",
+            "a torn index.json for a new seed, then the visitor opens its unit page",
+            f"'could not be read' shown: {bool(unreadable)}, Build offered: {bool(offered)}; rebuilt: "
+            f"{rebuilt[2]} in {rebuilt[0]:.1f} s; exception boxes {boxes}",
+            "message + Build, rebuilt, 0 boxes",
+            yes(bool(unreadable and offered) and rebuilt[2] == "built" and boxes == 0),
+        ),
+    ]
 
 
 # ---- the run ---------------------------------------------------------------------------------------------------
@@ -666,17 +783,27 @@ def budget_rows(server: Server, overhead: float) -> list[str]:
         at_start = min((v for t, v in own.samples if t >= a), default=0.0)
         peak = own.peak_since(a, b)
         bound = budget + idle_rss
-        lines.append(f"| {name} | {'its own server' if own is not server else 'the main server'} | "
-                     f"{idle_rss:,.0f} | {at_start:,.0f} | {peak:,.0f} | +{peak - idle_rss:,.0f} | "
-                     f"{budget:,} + {idle_rss:,.0f} = {bound:,.0f} | {yes(peak <= bound)} |")
+        lines.append(
+            f"| {name} | {'its own server' if own is not server else 'the main server'} | "
+            f"{idle_rss:,.0f} | {at_start:,.0f} | {peak:,.0f} | +{peak - idle_rss:,.0f} | "
+            f"{budget:,} + {idle_rss:,.0f} = {bound:,.0f} | {yes(peak <= bound)} |"
+        )
     return lines
-SCENARIOS = {1: ("1 patching 128-token pair", 240), 2: ("2 one visitor holds every slot", 300),
-             3: ("3 cache clearing", 360), 4: ("4 concurrent large captures", 420),
-             5: ("5 patching gpt2-small", 600), 6: ("6-7 the index builder: disk cap, torn file", 420)}
+
+
+SCENARIOS = {
+    1: ("1 patching 128-token pair", 240),
+    2: ("2 one visitor holds every slot", 300),
+    3: ("3 cache clearing", 360),
+    4: ("4 concurrent large captures", 420),
+    5: ("5 patching gpt2-small", 600),
+    6: ("6-7 the index builder: disk cap, torn file", 420),
+}
 
 
 async def drive(server: Server, only: list[int], hog_seconds: float, attackers_nice: int | None = None) -> list[Row]:
     from playwright.async_api import async_playwright
+
     rows: list[Row] = []
     shown = 0
     spans.clear()
@@ -685,12 +812,20 @@ async def drive(server: Server, only: list[int], hog_seconds: float, attackers_n
         try:
             for number in only:
                 name, limit = SCENARIOS[number]
-                run = {1: lambda: patching_128(browser, server), 2: lambda: slot_hog(browser, server, hog_seconds, p, attackers_nice),
-                       3: lambda: cache_clearing(browser, server), 4: lambda: large_captures(browser, server, 3),
-                       5: lambda: patching_leaves(browser, server), 6: lambda: index_builder(browser)}
+                run = {
+                    1: lambda: patching_128(browser, server),
+                    2: lambda: slot_hog(browser, server, hog_seconds, p, attackers_nice),
+                    3: lambda: cache_clearing(browser, server),
+                    4: lambda: large_captures(browser, server, 3),
+                    5: lambda: patching_leaves(browser, server),
+                    6: lambda: index_builder(browser),
+                }
                 started = time.monotonic()
-                print(f"[{time.strftime('%H:%M:%S')}] scenario {name} (timeout {limit} s), server RSS "
-                      f"{server.rss():,.0f} MiB", flush=True)
+                print(
+                    f"[{time.strftime('%H:%M:%S')}] scenario {name} (timeout {limit} s), server RSS "
+                    f"{server.rss():,.0f} MiB",
+                    flush=True,
+                )
                 try:
                     rows += await asyncio.wait_for(run[number](), timeout=limit)
                 except asyncio.TimeoutError:
@@ -714,11 +849,19 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", type=int, nargs="*", default=sorted(SCENARIOS), choices=sorted(SCENARIOS))
     parser.add_argument("--hog-seconds", type=float, default=60, help="scenario 2's attackers stop after this")
-    parser.add_argument("--port", type=int, default=None, help="the server's loopback port (scenario 6's own "
-                        "server takes the next); by default a free one")
-    parser.add_argument("--attackers-nice", type=int, default=None,
-                        help="scenario 2: the attackers' pages in a browser of their own at this nice value (19: an "
-                             "attacker whose browser draws elsewhere; by default they share the victim's browser)")
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=None,
+        help="the server's loopback port (scenario 6's own server takes the next); by default a free one",
+    )
+    parser.add_argument(
+        "--attackers-nice",
+        type=int,
+        default=None,
+        help="scenario 2: the attackers' pages in a browser of their own at this nice value (19: an "
+        "attacker whose browser draws elsewhere; by default they share the victim's browser)",
+    )
     args = parser.parse_args()
     if not Path(CHROMIUM).exists():
         print(f"needs Debian's chromium at {CHROMIUM}", file=sys.stderr)
@@ -730,31 +873,44 @@ def main() -> int:
     try:
         overhead = server.settled_rss(3.0)
         OVERHEAD = overhead
-        print(f"server pid {server.proc.pid} on port {server.port}, RSS {server.rss():,.0f} MiB (idle {overhead:,.0f}), "
-              f"log {server.log_path}", flush=True)
+        print(
+            f"server pid {server.proc.pid} on port {server.port}, RSS {server.rss():,.0f} MiB (idle {overhead:,.0f}), "
+            f"log {server.log_path}",
+            flush=True,
+        )
         rows = asyncio.run(drive(server, args.only, args.hog_seconds, args.attackers_nice))
         peak_t, peak_all = max(server.samples, key=lambda s: s[1], default=(0.0, 0.0))
         per = "; ".join(f"{name.split()[0]}: {server.peak_since(a, b):,.0f} MiB" for name, a, b in spans)
-        when = next((f"during scenario {name.split()[0]}" for name, a, b in spans if a <= peak_t <= b),
-                    "between scenarios")
+        when = next(
+            (f"during scenario {name.split()[0]}" for name, a, b in spans if a <= peak_t <= b), "between scenarios"
+        )
     finally:
         server.close()
     tracebacks = server.tracebacks()
     load = os.getloadavg()
-    print(f"\nHostile load, {time.strftime('%Y-%m-%d')}, {time.perf_counter() - started:.0f} s in all, "
-          f"{os.cpu_count()} CPU(s), load average at the end {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}; "
-          f"server limits {LIMITS}; server peak RSS over the whole run {peak_all:,.0f} MiB ({when}); each scenario's peak: {per}\n")
+    print(
+        f"\nHostile load, {time.strftime('%Y-%m-%d')}, {time.perf_counter() - started:.0f} s in all, "
+        f"{os.cpu_count()} CPU(s), load average at the end {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}; "
+        f"server limits {LIMITS}; server peak RSS over the whole run {peak_all:,.0f} MiB ({when}); each scenario's peak: {per}\n"
+    )
     print("| scenario | what it did | measured | target | met |\n|---|---|---|---|---|")
     for r in rows:
         print(f"| {r.scenario} | {r.did} | {r.measured} | {r.target} | {r.met} |")
-    print("\nEach scenario's peak RSS against the budget (MiB; the bound is GPTVIZ_MEMORY_MB plus the idle warm "
-          "server's RSS, the fixed overhead the budget does not count):\n")
-    print("| scenario | server | idle (overhead) | at its start | peak | peak - idle | bound | within |\n"
-          "|---|---|---|---|---|---|---|---|")
+    print(
+        "\nEach scenario's peak RSS against the budget (MiB; the bound is GPTVIZ_MEMORY_MB plus the idle warm "
+        "server's RSS, the fixed overhead the budget does not count):\n"
+    )
+    print(
+        "| scenario | server | idle (overhead) | at its start | peak | peak - idle | bound | within |\n"
+        "|---|---|---|---|---|---|---|---|"
+    )
     print("\n".join(budget_rows(server, overhead)))
     tracebacks += [t for _, own in OWN_SERVERS.values() for t in own.tracebacks()]
-    print(f"\nServer log: {len(tracebacks)} Traceback(s)" + ("".join(f"\n  - {t}" for t in tracebacks)
-                                                            if tracebacks else "") + f" ({server.log_path})")
+    print(
+        f"\nServer log: {len(tracebacks)} Traceback(s)"
+        + ("".join(f"\n  - {t}" for t in tracebacks) if tracebacks else "")
+        + f" ({server.log_path})"
+    )
     return 0 if all(r.met == "yes" for r in rows) and not tracebacks else 1
 
 

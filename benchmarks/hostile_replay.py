@@ -18,6 +18,7 @@
 
 Every loop is bounded in count and time; servers are stopped by their PID, temporary files removed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,15 +40,22 @@ from benchmarks.load_test import ARGS, CHROMIUM, idle  # noqa: E402
 
 MiB = 2**20
 BUDGET_MB = 1024
-ONE_GB = {"GPTVIZ_MEMORY_MB": str(BUDGET_MB), "GPTVIZ_CAPTURE_CACHE_MB": "256", "GPTVIZ_MODEL_CACHE_MB": "512",
-          "GPTVIZ_GENERATIONS_PER_ADDRESS": "16", "GPTVIZ_TRAINING_SECONDS": "900"}
+ONE_GB = {
+    "GPTVIZ_MEMORY_MB": str(BUDGET_MB),
+    "GPTVIZ_CAPTURE_CACHE_MB": "256",
+    "GPTVIZ_MODEL_CACHE_MB": "512",
+    "GPTVIZ_GENERATIONS_PER_ADDRESS": "16",
+    "GPTVIZ_TRAINING_SECONDS": "900",
+}
 
 
 # ---- 1. Grow within its reservation -----------------------------------------------------------------------------
 
+
 def grow_reservation_mib(wiring: str) -> float:
     from gptviz.serve.job_sizes import job_nbytes
     from gptviz.serve.training_jobs import induction_growth_spec
+
     return job_nbytes(induction_growth_spec(("pre", "post") if wiring == "both" else (wiring,))) / MiB
 
 
@@ -81,13 +89,19 @@ async def grow_one(browser, server: Server, wiring: str, seconds: float) -> Row:
     reserved = grow_reservation_mib(wiring)
     growth = peak - idle_rss
     how = "finished" if finished else (f"refused: {message}" if message else f"stopped after {seconds:.0f} s")
-    return Row(f"1 Grow ({wiring})", f"pressed Grow, {how} in {t1 - t0:.0f} s",
-               f"idle {idle_rss:,.0f} MiB, peak {peak:,.0f} (+{growth:,.0f}) against {reserved:,.0f} reserved; "
-               f"exception boxes {boxes}", "growth <= reserved", yes(growth <= reserved and boxes == 0))
+    return Row(
+        f"1 Grow ({wiring})",
+        f"pressed Grow, {how} in {t1 - t0:.0f} s",
+        f"idle {idle_rss:,.0f} MiB, peak {peak:,.0f} (+{growth:,.0f}) against {reserved:,.0f} reserved; "
+        f"exception boxes {boxes}",
+        "growth <= reserved",
+        yes(growth <= reserved and boxes == 0),
+    )
 
 
 async def grow(sizes: list[str], seconds: float) -> list[Row]:
     from playwright.async_api import async_playwright
+
     rows = []
     async with async_playwright() as p:
         browser = await p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
@@ -106,15 +120,19 @@ async def grow(sizes: list[str], seconds: float) -> list[Row]:
 
 # ---- 2, 3. the index CLI ------------------------------------------------------------------------------------------
 
+
 def run_capped(args: list[str], cap_mib: int, timeout: float) -> tuple[float, float, int, str]:
     """(seconds, peak RSS in MiB, exit code, the last lines of stderr) of `python -m gptviz ARGS` under an
     address-space cap of `cap_mib`, killed after `timeout`."""
+
     def cap():
         resource.setrlimit(resource.RLIMIT_AS, (cap_mib * MiB, cap_mib * MiB))
+
     with tempfile.TemporaryFile() as err:
         t0 = time.monotonic()
-        proc = subprocess.Popen([sys.executable, "-m", "gptviz", *args], cwd=ROOT, stdout=subprocess.DEVNULL,
-                                stderr=err, preexec_fn=cap)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gptviz", *args], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err, preexec_fn=cap
+        )
         deadline = t0 + timeout
         while True:
             pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
@@ -133,8 +151,10 @@ def run_capped(args: list[str], cap_mib: int, timeout: float) -> tuple[float, fl
 
 
 def one_line_corpus(folder: Path, mb: int) -> Path:
-    words = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa "
-             "quebec romeo sierra tango uniform victor whiskey xray yankee zulu ").encode()
+    words = (
+        b"alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa "
+        b"quebec romeo sierra tango uniform victor whiskey xray yankee zulu "
+    )
     path = folder / "oneline.txt"
     with path.open("wb") as f:
         for _ in range(mb * MiB // len(words)):
@@ -155,20 +175,44 @@ def index_cli(mb: int, cap_mib: int) -> list[Row]:
     rows = []
     try:
         corpus = one_line_corpus(folder, mb)
-        seconds, peak, code, tail = run_capped(["index", "shakespeare-pre", "--corpus", str(corpus), "--max-tokens",
-                                                "20000", "--out", str(folder / "one-line")], cap_mib, 600)
-        rows.append(Row("2 index, one long line", f"a {mb} MB one-line corpus, --max-tokens 20000, address space "
-                        f"capped at {cap_mib:,} MiB", f"{seconds:.1f} s, peak RSS {peak:,.0f} MiB, exit {code}; "
-                        f"{index_tokens(folder / 'one-line')}" + (f"; {tail}" if code else ""),
-                        "time and memory follow --max-tokens (under 30 s, 1,000 MiB)",
-                        yes(code == 0 and seconds < 30 and peak < 1000)))
+        seconds, peak, code, tail = run_capped(
+            [
+                "index",
+                "shakespeare-pre",
+                "--corpus",
+                str(corpus),
+                "--max-tokens",
+                "20000",
+                "--out",
+                str(folder / "one-line"),
+            ],
+            cap_mib,
+            600,
+        )
+        rows.append(
+            Row(
+                "2 index, one long line",
+                f"a {mb} MB one-line corpus, --max-tokens 20000, address space capped at {cap_mib:,} MiB",
+                f"{seconds:.1f} s, peak RSS {peak:,.0f} MiB, exit {code}; "
+                f"{index_tokens(folder / 'one-line')}" + (f"; {tail}" if code else ""),
+                "time and memory follow --max-tokens (under 30 s, 1,000 MiB)",
+                yes(code == 0 and seconds < 30 and peak < 1000),
+            )
+        )
         corpus.unlink()
-        seconds, peak, code, tail = run_capped(["index", "shakespeare-pre", "--max-tokens", "20000", "--out",
-                                                str(folder / "bundled")], cap_mib, 900)
+        seconds, peak, code, tail = run_capped(
+            ["index", "shakespeare-pre", "--max-tokens", "20000", "--out", str(folder / "bundled")], cap_mib, 900
+        )
         read = index_tokens(folder / "bundled")
-        rows.append(Row("3 index, no --corpus", "the bundled works, --max-tokens 20000",
-                        f"{seconds:.1f} s, peak RSS {peak:,.0f} MiB, exit {code}; {read}" + (f"; {tail}" if code else ""),
-                        "20000 tokens read", yes(code == 0 and read.startswith("20000 "))))
+        rows.append(
+            Row(
+                "3 index, no --corpus",
+                "the bundled works, --max-tokens 20000",
+                f"{seconds:.1f} s, peak RSS {peak:,.0f} MiB, exit {code}; {read}" + (f"; {tail}" if code else ""),
+                "20000 tokens read",
+                yes(code == 0 and read.startswith("20000 ")),
+            )
+        )
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     return rows
@@ -176,12 +220,14 @@ def index_cli(mb: int, cap_mib: int) -> list[Row]:
 
 # ---- 8. model folders ---------------------------------------------------------------------------------------------
 
+
 def model_folders(root: Path, count: int) -> list[Path]:
     """`count` folders of about 115 MiB each (d_model 512, one layer, GPT-2's vocabulary), distinct seeds."""
     import torch
 
     from gptviz import GPT, GPTConfig
     from gptviz.model.checkpoint import save_checkpoint
+
     folders = []
     for seed in range(count):
         torch.manual_seed(seed)
@@ -194,6 +240,7 @@ def model_folders(root: Path, count: int) -> list[Path]:
 
 async def open_folders(server: Server, folders: list[Path]) -> list[float]:
     from playwright.async_api import async_playwright
+
     after = []
     async with async_playwright() as p:
         browser = await p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
@@ -224,11 +271,17 @@ def folders_case(count: int) -> list[Row]:
         finally:
             server.close()
         bound = idle_rss + BUDGET_MB
-        rows.append(Row("8 model folders", f"{count} folders of {size:,.0f} MiB opened one after another, "
-                        f"GPTVIZ_MEMORY_MB={BUDGET_MB} (model cache 512 MB)",
-                        f"idle {idle_rss:,.0f} MiB; after each: {', '.join(f'{v:,.0f}' for v in after)}; "
-                        f"last {after[-1]:,.0f}, most {max(after):,.0f}; {len(server.tracebacks())} tracebacks",
-                        f"<= idle + budget = {bound:,.0f}", yes(max(after) <= bound)))
+        rows.append(
+            Row(
+                "8 model folders",
+                f"{count} folders of {size:,.0f} MiB opened one after another, "
+                f"GPTVIZ_MEMORY_MB={BUDGET_MB} (model cache 512 MB)",
+                f"idle {idle_rss:,.0f} MiB; after each: {', '.join(f'{v:,.0f}' for v in after)}; "
+                f"last {after[-1]:,.0f}, most {max(after):,.0f}; {len(server.tracebacks())} tracebacks",
+                f"<= idle + budget = {bound:,.0f}",
+                yes(max(after) <= bound),
+            )
+        )
     finally:
         shutil.rmtree(root, ignore_errors=True)
     alone = {k: v for k, v in ONE_GB.items() if k not in ("GPTVIZ_CAPTURE_CACHE_MB", "GPTVIZ_MODEL_CACHE_MB")}
@@ -236,12 +289,20 @@ def folders_case(count: int) -> list[Row]:
         server = Server(alone)
     except RuntimeError as err:  # the server did not start: its log says why
         why = next((line for line in str(err).splitlines() if "GPTVIZ" in line or "Error" in line), str(err))[:200]
-        rows.append(Row("8 a budget alone", "GPTVIZ_MEMORY_MB=1024, no cache sizes", f"did not start: {why}",
-                        "starts", "NO"))
+        rows.append(
+            Row("8 a budget alone", "GPTVIZ_MEMORY_MB=1024, no cache sizes", f"did not start: {why}", "starts", "NO")
+        )
     else:
         try:
-            rows.append(Row("8 a budget alone", "GPTVIZ_MEMORY_MB=1024, no cache sizes",
-                            f"started, idle {server.settled_rss(2.0):,.0f} MiB", "starts", "yes"))
+            rows.append(
+                Row(
+                    "8 a budget alone",
+                    "GPTVIZ_MEMORY_MB=1024, no cache sizes",
+                    f"started, idle {server.settled_rss(2.0):,.0f} MiB",
+                    "starts",
+                    "yes",
+                )
+            )
         finally:
             server.close()
     return rows
@@ -263,21 +324,26 @@ def main() -> int:
     rows: list[Row] = []
     for case in args.only:
         print(f"[{time.strftime('%H:%M:%S')}] case {case}", flush=True)
-        run = {1: lambda: asyncio.run(grow(args.grow_sizes, args.grow_seconds)),
-               2: lambda: index_cli(args.corpus_mb, args.cap_mib) if 3 not in args.only else [],
-               3: lambda: index_cli(args.corpus_mb, args.cap_mib),
-               8: lambda: folders_case(args.folders)}[case]
+        run = {
+            1: lambda: asyncio.run(grow(args.grow_sizes, args.grow_seconds)),
+            2: lambda: index_cli(args.corpus_mb, args.cap_mib) if 3 not in args.only else [],
+            3: lambda: index_cli(args.corpus_mb, args.cap_mib),
+            8: lambda: folders_case(args.folders),
+        }[case]
         try:
             rows += run()
         except Exception as err:  # a case that cannot be driven is reported as such; the others still run
-            rows.append(Row(str(case), "not driven to the end", f"{type(err).__name__}: {str(err)[:200]}", "-",
-                            "NOT DRIVEN"))
+            rows.append(
+                Row(str(case), "not driven to the end", f"{type(err).__name__}: {str(err)[:200]}", "-", "NOT DRIVEN")
+            )
         for r in rows:
             print(f"  | {r.scenario} | {r.did} | {r.measured} | {r.target} | {r.met} |", flush=True)
     load = os.getloadavg()
     git = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
-    print(f"\nIssue 57 replayed on {git.strip()}, {time.strftime('%Y-%m-%d %H:%M')}, {time.perf_counter() - started:.0f} s, "
-          f"{os.cpu_count()} CPU(s), load average at the end {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}\n")
+    print(
+        f"\nIssue 57 replayed on {git.strip()}, {time.strftime('%Y-%m-%d %H:%M')}, {time.perf_counter() - started:.0f} s, "
+        f"{os.cpu_count()} CPU(s), load average at the end {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}\n"
+    )
     print("| case | what it did | measured | target | met |\n|---|---|---|---|---|")
     for r in rows:
         print(f"| {r.scenario} | {r.did} | {r.measured} | {r.target} | {r.met} |")

@@ -5,6 +5,7 @@ max_chars does not apply; before the boxes had a limit, a websocket message deli
     python -m benchmarks word-box            # about 30 s
 
 Samples VmRSS every 0.05 s in a thread."""
+
 from __future__ import annotations
 
 import sys
@@ -42,6 +43,7 @@ def run_page(name: str, spec, **state):
     from streamlit.testing.v1 import AppTest
 
     from gptviz.app.sidebar import DEFAULT_PROMPT
+
     at = AppTest.from_file(str(ROOT / "app_pages" / f"{name}.py"), default_timeout=120)
     at.session_state["model_spec"] = spec
     at.session_state["prompt"] = DEFAULT_PROMPT
@@ -53,10 +55,13 @@ def run_page(name: str, spec, **state):
 def main() -> int:
     from gptviz.app import keys as K
     from gptviz.app import model_service
+
     pre = model_service.ModelSpec(K.SOURCE_BUNDLED, "shakespeare-pre", "pre")
     huge = "x" * 10_000_000
-    cases = [("A word", {K.UNIT_TAB: K.UNIT_TABS[1]}, K.UNIT_WORD, {}),
-             ("Source token", {}, K.per_item(K.UNIT_SOURCE, "L1H2"), {"unit": "L1H2"})]
+    cases = [
+        ("A word", {K.UNIT_TAB: K.UNIT_TABS[1]}, K.UNIT_WORD, {}),
+        ("Source token", {}, K.per_item(K.UNIT_SOURCE, "L1H2"), {"unit": "L1H2"}),
+    ]
     print("| box | page time | peak RSS above the page's own run | message |\n|---|---|---|---|")
     for name, tab, key, extra in cases:
         run_page("units", spec=pre, **tab, **extra)  # warm: the model, the index, the examples
@@ -67,8 +72,10 @@ def main() -> int:
         took = time.perf_counter() - t0
         top = peak.stop()
         said = next((w.value for w in at.warning if "long" in w.value or "token" in w.value), "none")
-        print(f"| {name} (10,000,000 characters) | {took:.2f} s | +{top - base:,.0f} MiB (baseline {base:,.0f}) | "
-              f"{said[:90]}{'...' if len(said) > 90 else ''}; exceptions {len(at.exception)} |")
+        print(
+            f"| {name} (10,000,000 characters) | {took:.2f} s | +{top - base:,.0f} MiB (baseline {base:,.0f}) | "
+            f"{said[:90]}{'...' if len(said) > 90 else ''}; exceptions {len(at.exception)} |"
+        )
     return 0
 
 

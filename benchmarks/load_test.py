@@ -15,6 +15,7 @@ switch under load beside the single-session figure from the same run.
 Needs Debian's chromium at /usr/bin/chromium (never a downloaded browser) and Playwright's Python package. Every
 request goes to 127.0.0.1; the loops stop at the deadline or after --max-actions per session, whichever is first.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,14 +34,23 @@ from benchmarks.servers import free_port  # GPTVIZ_TEST_PORTS: a range of its ow
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync"]
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 # The limits the server runs under (gptviz/serve/limits.py): small enough that a 2-core, 24 GiB machine is safe.
-LIMITS = {"GPTVIZ_MEMORY_MB": "2048", "GPTVIZ_CAPTURE_CACHE_MB": "512", "GPTVIZ_MODEL_CACHE_MB": "1024",
-          "GPTVIZ_TRAINING_JOBS": "1", "GPTVIZ_TRAINING_SECONDS": "60"}
+LIMITS = {
+    "GPTVIZ_MEMORY_MB": "2048",
+    "GPTVIZ_CAPTURE_CACHE_MB": "512",
+    "GPTVIZ_MODEL_CACHE_MB": "1024",
+    "GPTVIZ_TRAINING_JOBS": "1",
+    "GPTVIZ_TRAINING_SECONDS": "60",
+}
 WORDS = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima".split()
-
-
 
 
 def rss_mib(pid: int) -> float:
@@ -64,9 +74,26 @@ class Server:
         if Path(root).resolve() != ROOT:
             env["PYTHONPATH"] = str(root)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true", "--server.address",
-             "127.0.0.1", "--server.port", str(self.port), "--server.fileWatcherType", "none"],
-            cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+            [
+                sys.executable,
+                "-m",
+                "streamlit",
+                "run",
+                "app.py",
+                "--server.headless",
+                "true",
+                "--server.address",
+                "127.0.0.1",
+                "--server.port",
+                str(self.port),
+                "--server.fileWatcherType",
+                "none",
+            ],
+            cwd=root,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.STDOUT,
+        )
         self.peak = 0.0
         self._stop = threading.Event()
         deadline = time.monotonic() + 90
@@ -120,6 +147,7 @@ class Visitor:
 
     async def set_prompt(self, page, round_: int) -> None:
         from gptviz.model.tokenizer import encode
+
         words = " ".join(WORDS[(self.index + round_ + i) % len(WORDS)] for i in range(6))
         self.prompt = f"Visitor {self.index} round {round_}: {words}"
         area = page.locator('[data-testid="stSidebar"] textarea')
@@ -193,6 +221,7 @@ class Visitor:
 
 async def drive(url: str, sessions: int, seconds: float, max_actions: int) -> tuple[list[Visitor], list[float]]:
     from playwright.async_api import async_playwright
+
     async with async_playwright() as p:
         browser = await p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         alone = Visitor(-1, url)  # one session by itself: the page-switch baseline
@@ -223,25 +252,39 @@ def main() -> int:
     budget = int(LIMITS["GPTVIZ_MEMORY_MB"])
     rows = [
         ("sessions at once", f"{args.sessions} (plus one alone first, for the baseline)"),
-        ("mixed use", f"{args.seconds:.0f} s; actions done: {sum(v.actions for v in visitors)} "
-                      f"({', '.join(str(v.actions) for v in visitors)})"),
+        (
+            "mixed use",
+            f"{args.seconds:.0f} s; actions done: {sum(v.actions for v in visitors)} "
+            f"({', '.join(str(v.actions) for v in visitors)})",
+        ),
         ("exception boxes seen", str(sum(v.exceptions for v in visitors))),
         ("cross-talk (another session's prompt or token count shown)", str(sum(v.crosstalk for v in visitors))),
-        ("server peak resident memory", f"{server.peak:,.0f} MiB (GPTVIZ_MEMORY_MB={budget:,}: "
-                                        f"{'under' if server.peak < budget else 'OVER'} it)"),
-        ("median page switch, all sessions at once", f"{statistics.median(switches):.2f} s over {len(switches)}"
-         if switches else "none completed"),
-        ("median page switch, one session alone (same run)", f"{statistics.median(single):.2f} s over {len(single)}"
-         if single else "none completed"),
-        ("sessions that hit an error or a timeout", "; ".join(f"{v.index}: {e}" for v in visitors for e in v.errors)
-         or "none"),
+        (
+            "server peak resident memory",
+            f"{server.peak:,.0f} MiB (GPTVIZ_MEMORY_MB={budget:,}: {'under' if server.peak < budget else 'OVER'} it)",
+        ),
+        (
+            "median page switch, all sessions at once",
+            f"{statistics.median(switches):.2f} s over {len(switches)}" if switches else "none completed",
+        ),
+        (
+            "median page switch, one session alone (same run)",
+            f"{statistics.median(single):.2f} s over {len(single)}" if single else "none completed",
+        ),
+        (
+            "sessions that hit an error or a timeout",
+            "; ".join(f"{v.index}: {e}" for v in visitors for e in v.errors) or "none",
+        ),
     ]
     print(f"\nLoad test, {time.perf_counter() - started:.0f} s in all, {os.cpu_count()} CPU(s); limits {LIMITS}\n")
     print("| measure | value |\n|---|---|")
     for name, value in rows:
         print(f"| {name} | {value} |")
-    ok = not sum(v.exceptions + v.crosstalk for v in visitors) and server.peak < budget and not any(
-        v.errors for v in visitors)
+    ok = (
+        not sum(v.exceptions + v.crosstalk for v in visitors)
+        and server.peak < budget
+        and not any(v.errors for v in visitors)
+    )
     return 0 if ok else 1
 
 

@@ -22,6 +22,7 @@ and 2,615 five seconds later; after, with the budget alone (256/768 derived), 63
 1,285 1,277 1,289 1,307 1,289 1,291 1,300 1,318 1,362 1,329 1,330 1,339 1,229 MiB (seven models of 99 MiB stored,
 the captures beside them), never past idle + budget (1,491), none refused.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,9 +43,11 @@ def write_folders(root: Path, count: int, mib: float) -> float:
     """`count` checkpoints of about `mib` MiB (GPT-2's vocabulary, 6 layers, the width that gives the size); the
     size of one, in MiB."""
     import torch
-    from gptviz import GPT, GPTConfig
+
+    from gptviz import GPT
     from gptviz.model.params import total_params
     from gptviz.model.weights import save_checkpoint
+
     torch.set_num_threads(1)
     width = 8
     while total_params(_config(width + 8)) * 4 <= mib * 2**20:
@@ -57,6 +60,7 @@ def write_folders(root: Path, count: int, mib: float) -> float:
 
 def _config(width: int):
     from gptviz import GPTConfig
+
     return GPTConfig(vocab_size=50257, n_ctx=256, d_model=width, n_layers=6, n_heads=8)
 
 
@@ -66,11 +70,17 @@ def visit(port: int, query: str, timeout: float = 180.0) -> list[str]:
     from streamlit.proto.BackMsg_pb2 import BackMsg
     from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
     from websockets.sync.client import connect
+
     msg = BackMsg()
     msg.rerun_script.query_string = query
     shown = []
-    with connect(f"ws://127.0.0.1:{port}/_stcore/stream", subprotocols=["streamlit"], open_timeout=10,
-                 close_timeout=5, max_size=None) as ws:
+    with connect(
+        f"ws://127.0.0.1:{port}/_stcore/stream",
+        subprotocols=["streamlit"],
+        open_timeout=10,
+        close_timeout=5,
+        max_size=None,
+    ) as ws:
         ws.send(msg.SerializeToString())
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -90,17 +100,23 @@ def main(argv=None) -> int:
     parser.add_argument("--folders", type=int, default=20)
     parser.add_argument("--mib", type=float, default=100.0, help="each checkpoint's size (default 100)")
     parser.add_argument("--memory-mb", type=int, default=1024, help="GPTVIZ_MEMORY_MB (default 1024)")
-    parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
-                        help="another setting for the server (repeatable)")
+    parser.add_argument(
+        "--env", action="append", default=[], metavar="NAME=VALUE", help="another setting for the server (repeatable)"
+    )
     parser.add_argument("--settle", type=float, default=5.0, help="seconds to wait before the last reading")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="gptviz-folders-") as tmp:
         root = Path(tmp)
         size = write_folders(root, args.folders, args.mib)
-        env = {**os.environ, "GPTVIZ_MODEL_DIRS": str(root), "GPTVIZ_MEMORY_MB": str(args.memory_mb),
-               **dict(item.split("=", 1) for item in args.env)}
-        settings = " ".join(f"{k}={v}" for k, v in sorted(env.items())
-                            if k.startswith("GPTVIZ_") and k != "GPTVIZ_MODEL_DIRS")
+        env = {
+            **os.environ,
+            "GPTVIZ_MODEL_DIRS": str(root),
+            "GPTVIZ_MEMORY_MB": str(args.memory_mb),
+            **dict(item.split("=", 1) for item in args.env),
+        }
+        settings = " ".join(
+            f"{k}={v}" for k, v in sorted(env.items()) if k.startswith("GPTVIZ_") and k != "GPTVIZ_MODEL_DIRS"
+        )
         print(f"{args.folders} folders of {size:.0f} MiB; {settings}", flush=True)
         with streamlit_server([sys.executable, "-m", "streamlit", "run", "app.py"], cwd=ROOT, env=env) as server:
             pid = server.proc.pid
@@ -115,14 +131,18 @@ def main(argv=None) -> int:
                 refused += any("Could not load" in text for text in shown)
                 readings.append(rss_mib(pid))
                 note = f"  ({shown[0][:100]})" if shown else ""
-                print(f"folder {i + 1:2d}: {readings[-1]:,.0f} MiB  {time.perf_counter() - started:5.1f} s{note}",
-                      flush=True)
+                print(
+                    f"folder {i + 1:2d}: {readings[-1]:,.0f} MiB  {time.perf_counter() - started:5.1f} s{note}",
+                    flush=True,
+                )
             time.sleep(args.settle)
             last = rss_mib(pid)
     print(f"after {args.settle:.0f} s more: {last:,.0f} MiB")
-    print(f"{args.folders} folders of {size:.0f} MiB, GPTVIZ_MEMORY_MB={args.memory_mb}: idle {idle:,.0f} MiB, highest "
-          f"{max(readings):,.0f}, last {last:,.0f} (idle + budget {idle + args.memory_mb:,.0f}); "
-          f"{refused} refused")
+    print(
+        f"{args.folders} folders of {size:.0f} MiB, GPTVIZ_MEMORY_MB={args.memory_mb}: idle {idle:,.0f} MiB, highest "
+        f"{max(readings):,.0f}, last {last:,.0f} (idle + budget {idle + args.memory_mb:,.0f}); "
+        f"{refused} refused"
+    )
     return 0
 
 

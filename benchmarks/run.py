@@ -10,6 +10,7 @@ for another place); `python -m benchmarks engine --update-current` copies it to 
 Timing: torch.no_grad, warm-up calls first, then the contenders interleaved (round-robin, rotating the order
 each round) so background load hits all of them alike; the median of the repeats is reported.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,17 +30,20 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch
 
 from benchmarks.run_folder import run_folder
-from gptviz import PRESETS, GPT, capture, generate, get_tokenizer, stream
-from gptviz.serve.allocator import keep_freed_memory
-from gptviz.model.model import row_major_copy
+from gptviz import GPT, PRESETS, capture, generate, get_tokenizer, stream
 from gptviz.model.checkpoint import _CONV1D
 from gptviz.model.hooks import act_name
+from gptviz.model.model import row_major_copy
+from gptviz.serve.allocator import keep_freed_memory
 
-PROMPT = ("The history of natural language processing generally started in the 1950s, although work can "
-          "be found from earlier periods.")
+PROMPT = (
+    "The history of natural language processing generally started in the 1950s, although work can "
+    "be found from earlier periods."
+)
 
 
 # ---------------------------------------------------------------------------------------------- models
+
 
 def build_ours(seed: int = 0) -> GPT:
     torch.manual_seed(seed)
@@ -60,11 +64,22 @@ def hf_state_from_ours(model: GPT) -> dict[str, torch.Tensor]:
 
 def build_hf(model: GPT, attn: str):
     from transformers import GPT2Config, GPT2LMHeadModel
+
     c = model.config
-    cfg = GPT2Config(vocab_size=c.vocab_size, n_positions=c.n_ctx, n_embd=c.d_model, n_layer=c.n_layers,
-                     n_head=c.n_heads, n_inner=c.d_ff, activation_function="gelu_new", resid_pdrop=0.0,
-                     embd_pdrop=0.0, attn_pdrop=0.0, layer_norm_epsilon=c.ln_eps,
-                     tie_word_embeddings=c.tie_weights)
+    cfg = GPT2Config(
+        vocab_size=c.vocab_size,
+        n_positions=c.n_ctx,
+        n_embd=c.d_model,
+        n_layer=c.n_layers,
+        n_head=c.n_heads,
+        n_inner=c.d_ff,
+        activation_function="gelu_new",
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        layer_norm_epsilon=c.ln_eps,
+        tie_word_embeddings=c.tie_weights,
+    )
     hf = GPT2LMHeadModel(cfg)
     missing, unexpected = hf.load_state_dict(hf_state_from_ours(model), strict=False)
     missing = [k for k in missing if not k.endswith((".attn.bias", ".attn.masked_bias"))]
@@ -76,6 +91,7 @@ def build_hf(model: GPT, attn: str):
 
 
 # ---------------------------------------------------------------------------------------------- timing
+
 
 def _thread_usage() -> tuple[float, float, int]:
     """(user s, system s, minor page faults) of this thread (Linux), else of the process."""
@@ -113,7 +129,7 @@ def interleaved(contenders: dict, repeats: int, warmup: int = 2) -> Timings:
             for fn in contenders.values():
                 fn()
         for r in range(repeats):
-            for name in names[r % len(names):] + names[:r % len(names)]:  # rotate who goes first
+            for name in names[r % len(names) :] + names[: r % len(names)]:  # rotate who goes first
                 u0, s0, f0 = _thread_usage()
                 wall, cpu = time.perf_counter(), time.thread_time()
                 contenders[name]()
@@ -128,6 +144,7 @@ def interleaved(contenders: dict, repeats: int, warmup: int = 2) -> Timings:
 
 # ---------------------------------------------------------------------------------------------- benchmarks
 
+
 def bench_forward(ours, hf_sdpa, hf_eager, repeats: int) -> dict:
     ids = forward_ids()
     assert ids.shape == (1, 64)
@@ -136,18 +153,28 @@ def bench_forward(ours, hf_sdpa, hf_eager, repeats: int) -> dict:
         out = hf_eager(ids, output_attentions=True, output_hidden_states=True)
         logit_diff = float((logits - out.logits).abs().max())
         pattern_diff = max(float((cache.pattern(i) - out.attentions[i]).abs().max()) for i in range(12))
-        hidden_diff = max(float((cache[act_name("resid_pre", i)] - out.hidden_states[i]).abs().max())
-                          for i in range(12))
+        hidden_diff = max(
+            float((cache[act_name("resid_pre", i)] - out.hidden_states[i]).abs().max()) for i in range(12)
+        )
     # Two groups, each interleaved on its own: capture against our plain forward, then ours against
     # transformers' (mixing all four lets the transformers models' allocations disturb the first pair).
     capture_times = capture_vs_plain(ours, ids, repeats)
-    hf_times = interleaved({
-        "ours_plain": lambda: ours(ids),
-        "hf_outputs": lambda: hf_eager(ids, output_attentions=True, output_hidden_states=True),
-        "hf_plain": lambda: hf_sdpa(ids),
-    }, repeats)
-    return {"t_capture": capture_times, "t": hf_times, "n_hooks": len(cache),
-            "logit_diff": logit_diff, "pattern_diff": pattern_diff, "hidden_diff": hidden_diff}
+    hf_times = interleaved(
+        {
+            "ours_plain": lambda: ours(ids),
+            "hf_outputs": lambda: hf_eager(ids, output_attentions=True, output_hidden_states=True),
+            "hf_plain": lambda: hf_sdpa(ids),
+        },
+        repeats,
+    )
+    return {
+        "t_capture": capture_times,
+        "t": hf_times,
+        "n_hooks": len(cache),
+        "logit_diff": logit_diff,
+        "pattern_diff": pattern_diff,
+        "hidden_diff": hidden_diff,
+    }
 
 
 def forward_ids() -> torch.Tensor:
@@ -162,9 +189,22 @@ def capture_vs_plain(ours, ids, repeats: int) -> Timings:
 # back as newly zeroed pages (page faults, system time). The app keeps freed memory instead
 # (gptviz.serve.allocator.keep_freed_memory() in app.py); a child process measures capture under that setting.
 def bench_capture_keep_memory(threads: int, repeats: int) -> dict:
-    res = subprocess.run([sys.executable, "-m", "benchmarks.run", "--capture-child", "--threads", str(threads),
-                          "--repeats",
-                          str(repeats)], capture_output=True, text=True, check=True, cwd=ROOT)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.run",
+            "--capture-child",
+            "--threads",
+            str(threads),
+            "--repeats",
+            str(repeats),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    )
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
@@ -172,28 +212,45 @@ def capture_child(repeats: int) -> None:
     if not keep_freed_memory():
         raise SystemExit("keep_freed_memory() did not take effect (not glibc?)")
     t = capture_vs_plain(build_ours(), forward_ids(), repeats)
-    print(json.dumps({"summary": t.summary(), "cpu_ratio": t.ratio("ours_capture_all", "ours_plain"),
-                      "wall_ratio": t.ratio("ours_capture_all", "ours_plain", "wall")}))
+    print(
+        json.dumps(
+            {
+                "summary": t.summary(),
+                "cpu_ratio": t.ratio("ours_capture_all", "ours_plain"),
+                "wall_ratio": t.ratio("ours_capture_all", "ours_plain", "wall"),
+            }
+        )
+    )
 
 
 def bench_generate(ours, hf_sdpa, repeats: int, new: int = 64) -> dict:
     prompt = get_tokenizer().encode(PROMPT)[:16]
     ids = torch.tensor([prompt])
-    ours_tokens = generate(ours, prompt, new, temperature=0)[len(prompt):]
+    ours_tokens = generate(ours, prompt, new, temperature=0)[len(prompt) :]
     row_major = row_major_copy(ours)
-    assert generate(row_major, prompt, new, temperature=0)[len(prompt):] == ours_tokens
+    assert generate(row_major, prompt, new, temperature=0)[len(prompt) :] == ours_tokens
     with torch.no_grad():
-        hf_tokens = hf_sdpa.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
-                                     max_new_tokens=new)[0, len(prompt):].tolist()
-    times = interleaved({
-        "ours_generate": lambda: generate(ours, prompt, new, temperature=0),
-        "ours_stream_attention": lambda: list(stream(ours, prompt, new, temperature=0, attention=True)),
-        "ours_generate_row_major": lambda: generate(row_major, prompt, new, temperature=0),
-        "hf_generate": lambda: hf_sdpa.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
-                                                max_new_tokens=new),
-    }, repeats, warmup=1)
-    return {"t": times, "new": new, "same_tokens": ours_tokens == hf_tokens,
-            "agree_prefix": next((i for i, (a, b) in enumerate(zip(ours_tokens, hf_tokens)) if a != b), new)}
+        hf_tokens = hf_sdpa.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=new)[
+            0, len(prompt) :
+        ].tolist()
+    times = interleaved(
+        {
+            "ours_generate": lambda: generate(ours, prompt, new, temperature=0),
+            "ours_stream_attention": lambda: list(stream(ours, prompt, new, temperature=0, attention=True)),
+            "ours_generate_row_major": lambda: generate(row_major, prompt, new, temperature=0),
+            "hf_generate": lambda: hf_sdpa.generate(
+                ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=new
+            ),
+        },
+        repeats,
+        warmup=1,
+    )
+    return {
+        "t": times,
+        "new": new,
+        "same_tokens": ours_tokens == hf_tokens,
+        "agree_prefix": next((i for i, (a, b) in enumerate(zip(ours_tokens, hf_tokens)) if a != b), new),
+    }
 
 
 def bench_per_token(ours, runs: int, new: int = 256) -> dict:
@@ -215,7 +272,8 @@ def bench_per_token(ours, runs: int, new: int = 256) -> dict:
                 late[clock] += steps[192:256]
         out["attention" if attention else "plain"] = {
             clock: {"early": statistics.median(early[clock]), "late": statistics.median(late[clock])}
-            for clock in ("wall", "cpu")}
+            for clock in ("wall", "cpu")
+        }
     return out
 
 
@@ -256,8 +314,7 @@ print(json.dumps({"delta_kib": peak - base, "method": method, **extra}))
 def bench_memory(threads: int) -> dict:
     out = {}
     for mode in ("plain", "capture"):
-        code = (MEMORY_CHILD.replace("THREADS", str(threads))
-                .replace("MODE", repr(mode)))
+        code = MEMORY_CHILD.replace("THREADS", str(threads)).replace("MODE", repr(mode))
         # from the root, `-c` finds the checkout's gptviz first
         res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
         out[mode] = json.loads(res.stdout.strip().splitlines()[-1])
@@ -269,6 +326,7 @@ def bench_memory(threads: int) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------- report
+
 
 def verdict(value: float, target: float, higher_is_better: bool) -> str:
     ok = value >= target if higher_is_better else value <= target
@@ -283,41 +341,70 @@ def report(fwd, gen, per_tok, mem, args, elapsed) -> str:
     rows = []
 
     def line(label, measured_cpu, measured_wall, r_cpu, r_wall, target, higher):
-        rows.append(f"| {label} | {measured_cpu} | {r_cpu:.3f}x | {measured_wall} | {r_wall:.3f}x | "
-                    f"{'≥' if higher else '≤'} {target}x | {verdict(r_cpu, target, higher)} |")
+        rows.append(
+            f"| {label} | {measured_cpu} | {r_cpu:.3f}x | {measured_wall} | {r_wall:.3f}x | "
+            f"{'≥' if higher else '≤'} {target}x | {verdict(r_cpu, target, higher)} |"
+        )
 
-    line(f"Capture every hook point ({fwd['n_hooks']}) vs our plain forward, 64 tokens",
-         f"{ms(c.median('ours_capture_all'))} vs {ms(c.median('ours_plain'))}",
-         f"{ms(c.median('ours_capture_all', 'wall'))} vs {ms(c.median('ours_plain', 'wall'))}",
-         c.ratio("ours_capture_all", "ours_plain"), c.ratio("ours_capture_all", "ours_plain", "wall"), 1.10, False)
+    line(
+        f"Capture every hook point ({fwd['n_hooks']}) vs our plain forward, 64 tokens",
+        f"{ms(c.median('ours_capture_all'))} vs {ms(c.median('ours_plain'))}",
+        f"{ms(c.median('ours_capture_all', 'wall'))} vs {ms(c.median('ours_plain', 'wall'))}",
+        c.ratio("ours_capture_all", "ours_plain"),
+        c.ratio("ours_capture_all", "ours_plain", "wall"),
+        1.10,
+        False,
+    )
     keep = fwd["keep_memory"]
     ks = keep["summary"]
-    rows.append(f"| ↳ same, with `gptviz.serve.allocator.keep_freed_memory()` (glibc keeps freed memory; app.py applies "
-                f"it at start-up) | {ms(ks['cpu']['ours_capture_all'])} vs {ms(ks['cpu']['ours_plain'])} | "
-                f"{keep['cpu_ratio']:.3f}x | {ms(ks['wall']['ours_capture_all'])} vs {ms(ks['wall']['ours_plain'])} | "
-                f"{keep['wall_ratio']:.3f}x | ≤ 1.1x | {verdict(keep['cpu_ratio'], 1.10, False)} |")
-    line("Our plain forward vs transformers forward with output_attentions + output_hidden_states, 64 tokens",
-         f"{ms(f.median('ours_plain'))} vs {ms(f.median('hf_outputs'))}",
-         f"{ms(f.median('ours_plain', 'wall'))} vs {ms(f.median('hf_outputs', 'wall'))}",
-         f.ratio("ours_plain", "hf_outputs"), f.ratio("ours_plain", "hf_outputs", "wall"), 1.05, False)
-    for name, label, target in (("ours_generate", "our generate()", 1.0),
-                                ("ours_stream_attention", "our stream(attention=True)", 0.9)):
-        line(f"Greedy generation of 64 new tokens, tokens/s: {label} vs transformers generate()",
-             f"{toks(name, 'cpu'):.1f} vs {toks('hf_generate', 'cpu'):.1f} tok/s",
-             f"{toks(name, 'wall'):.1f} vs {toks('hf_generate', 'wall'):.1f} tok/s",
-             g.ratio("hf_generate", name), g.ratio("hf_generate", name, "wall"), target, True)
+    rows.append(
+        f"| ↳ same, with `gptviz.serve.allocator.keep_freed_memory()` (glibc keeps freed memory; app.py applies "
+        f"it at start-up) | {ms(ks['cpu']['ours_capture_all'])} vs {ms(ks['cpu']['ours_plain'])} | "
+        f"{keep['cpu_ratio']:.3f}x | {ms(ks['wall']['ours_capture_all'])} vs {ms(ks['wall']['ours_plain'])} | "
+        f"{keep['wall_ratio']:.3f}x | ≤ 1.1x | {verdict(keep['cpu_ratio'], 1.10, False)} |"
+    )
+    line(
+        "Our plain forward vs transformers forward with output_attentions + output_hidden_states, 64 tokens",
+        f"{ms(f.median('ours_plain'))} vs {ms(f.median('hf_outputs'))}",
+        f"{ms(f.median('ours_plain', 'wall'))} vs {ms(f.median('hf_outputs', 'wall'))}",
+        f.ratio("ours_plain", "hf_outputs"),
+        f.ratio("ours_plain", "hf_outputs", "wall"),
+        1.05,
+        False,
+    )
+    for name, label, target in (
+        ("ours_generate", "our generate()", 1.0),
+        ("ours_stream_attention", "our stream(attention=True)", 0.9),
+    ):
+        line(
+            f"Greedy generation of 64 new tokens, tokens/s: {label} vs transformers generate()",
+            f"{toks(name, 'cpu'):.1f} vs {toks('hf_generate', 'cpu'):.1f} tok/s",
+            f"{toks(name, 'wall'):.1f} vs {toks('hf_generate', 'wall'):.1f} tok/s",
+            g.ratio("hf_generate", name),
+            g.ratio("hf_generate", name, "wall"),
+            target,
+            True,
+        )
         if name == "ours_generate":
             rm = "ours_generate_row_major"
-            rows.append(f"| ↳ same weights stored row-major (nn.Linear's default) instead of [in, out]: our "
-                        f"generate() vs transformers | {toks(rm, 'cpu'):.1f} vs {toks('hf_generate', 'cpu'):.1f} "
-                        f"tok/s | {g.ratio('hf_generate', rm):.3f}x | {toks(rm, 'wall'):.1f} vs "
-                        f"{toks('hf_generate', 'wall'):.1f} tok/s | {g.ratio('hf_generate', rm, 'wall'):.3f}x | "
-                        "(for comparison) | |")
+            rows.append(
+                f"| ↳ same weights stored row-major (nn.Linear's default) instead of [in, out]: our "
+                f"generate() vs transformers | {toks(rm, 'cpu'):.1f} vs {toks('hf_generate', 'cpu'):.1f} "
+                f"tok/s | {g.ratio('hf_generate', rm):.3f}x | {toks(rm, 'wall'):.1f} vs "
+                f"{toks('hf_generate', 'wall'):.1f} tok/s | {g.ratio('hf_generate', rm, 'wall'):.3f}x | "
+                "(for comparison) | |"
+            )
     for mode, label in (("plain", "stream()"), ("attention", "stream(attention=True)")):
         p = per_tok[mode]
-        line(f"Time per token, tokens 193-256 vs tokens 1-64 of a 256-token {label}",
-             f"{ms(p['cpu']['late'])} vs {ms(p['cpu']['early'])}", f"{ms(p['wall']['late'])} vs {ms(p['wall']['early'])}",
-             p["cpu"]["late"] / p["cpu"]["early"], p["wall"]["late"] / p["wall"]["early"], 1.5, False)
+        line(
+            f"Time per token, tokens 193-256 vs tokens 1-64 of a 256-token {label}",
+            f"{ms(p['cpu']['late'])} vs {ms(p['cpu']['early'])}",
+            f"{ms(p['wall']['late'])} vs {ms(p['wall']['early'])}",
+            p["cpu"]["late"] / p["cpu"]["early"],
+            p["wall"]["late"] / p["wall"]["early"],
+            1.5,
+            False,
+        )
     cap, plain = mem["capture"], mem["plain"]
     load = os.getloadavg()
     lines = [

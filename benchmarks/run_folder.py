@@ -4,6 +4,7 @@ copies a run's figures into those.
 
 `python -m benchmarks` makes the folder and names it to each script it runs in GPTVIZ_BENCH_RUN_DIR, so one run's
 files are together; a script run alone makes a folder of its own. GPTVIZ_BENCH_RUNS moves the parent (for tests)."""
+
 from __future__ import annotations
 
 import datetime

@@ -4,6 +4,7 @@ the process exits; a process's CPU time; and the browser waits both share.
 
 The server's output goes to a temporary file, not a pipe: a server that runs through a whole test module never
 blocks on a full pipe, and its log is there to read when it fails or after it stops."""
+
 from __future__ import annotations
 
 import contextlib
@@ -88,24 +89,35 @@ def wait_until_healthy(server: Server, timeout: float = 90.0) -> None:
         except OSError:
             pass
         if server.proc.poll() is not None:
-            raise RuntimeError(f"the server exited with code {server.proc.returncode} before it answered:\n"
-                               f"{server.log()[-3000:]}")
+            raise RuntimeError(
+                f"the server exited with code {server.proc.returncode} before it answered:\n{server.log()[-3000:]}"
+            )
         if time.monotonic() > deadline:
-            raise RuntimeError(f"the server did not answer its health check in {timeout:.0f} s:\n{server.log()[-3000:]}")
+            raise RuntimeError(
+                f"the server did not answer its health check in {timeout:.0f} s:\n{server.log()[-3000:]}"
+            )
         time.sleep(0.3)
 
 
 @contextlib.contextmanager
-def streamlit_server(command: Sequence[str], *, cwd: str | os.PathLike, env: dict[str, str] | None = None,
-                     flags: Sequence[str] = (), timeout: float = 90.0, port: int | None = None) -> Iterator[Server]:
+def streamlit_server(
+    command: Sequence[str],
+    *,
+    cwd: str | os.PathLike,
+    env: dict[str, str] | None = None,
+    flags: Sequence[str] = (),
+    timeout: float = 90.0,
+    port: int | None = None,
+) -> Iterator[Server]:
     """Runs `command` (`python -m streamlit run app.py`, `gptviz app`, ...) with Streamlit's headless, port and
     address flags and `flags`; yields the Server once it is healthy, and stops it on exit. `port`: a fixed one (a
     session given its own port range on a shared machine), else a free one."""
     port = port or free_port()
     args = [*command, "--server.headless", "true", "--server.port", str(port), "--server.address", HOST, *flags]
     with tempfile.TemporaryFile() as log_file:
-        proc = subprocess.Popen(args, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log_file,
-                                stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            args, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT
+        )
         server = Server(f"http://{HOST}:{port}", port, proc, log_file)
         try:
             wait_until_healthy(server, timeout)

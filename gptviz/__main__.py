@@ -1,5 +1,6 @@
 """Command line (`gptviz ...` when installed, `python -m gptviz ...` in a checkout): app, params, train, check,
 index, notebook-html, graph, qk."""
+
 from __future__ import annotations
 
 import argparse
@@ -10,18 +11,23 @@ from pathlib import Path
 
 from .model.config import PRESETS, ConfigError, get_preset
 
-
 # The settings the checkout's .streamlit/config.toml gives `streamlit run app.py`, for `gptviz app` run from any
 # folder: no usage statistics from visitors' browsers, and exceptions shown by type only (no server paths).
-APP_DEFAULT_FLAGS = {"--browser.gatherUsageStats": "false", "--client.showErrorDetails": "type",
-                     "--client.toolbarMode": "viewer",
-                     "--global.disableWidgetStateDuplicationWarning": "true", "--server.maxMessageSize": "100",
-                     "--runner.postScriptGC": "false", "--runner.magicEnabled": "false"}
+APP_DEFAULT_FLAGS = {
+    "--browser.gatherUsageStats": "false",
+    "--client.showErrorDetails": "type",
+    "--client.toolbarMode": "viewer",
+    "--global.disableWidgetStateDuplicationWarning": "true",
+    "--server.maxMessageSize": "100",
+    "--runner.postScriptGC": "false",
+    "--runner.magicEnabled": "false",
+}
 
 
 def app_command(flags: list[str]) -> list[str]:
     """The `streamlit run` command line `gptviz app FLAGS` runs; the caller's flags win over the defaults."""
     from .app.router import PAGES_DIR
+
     given = {flag.split("=", 1)[0] for flag in flags if flag.startswith("--")}
     defaults = [f"{k}={v}" for k, v in APP_DEFAULT_FLAGS.items() if k not in given]
     return [sys.executable, "-m", "streamlit", "run", str(PAGES_DIR / "entry.py"), *defaults, *flags]
@@ -32,6 +38,7 @@ def _app(args) -> int:
     if os.name == "posix":  # become the server, so a signal sent to `gptviz app` reaches Streamlit itself
         os.execv(command[0], command)
     import subprocess
+
     try:
         return subprocess.call(command)
     except KeyboardInterrupt:
@@ -40,6 +47,7 @@ def _app(args) -> int:
 
 def _params(args) -> int:
     from .model.params import format_table
+
     print(format_table(get_preset(args.preset)))
     return 0
 
@@ -47,25 +55,36 @@ def _params(args) -> int:
 def config_and_settings(args):
     """The model config and TrainSettings a `train` command line describes."""
     from .training.train import TrainSettings
+
     cfg = get_preset(args.preset).replace(norm=args.norm, dropout=args.dropout)
     if args.n_ctx is not None:
         cfg = cfg.replace(n_ctx=args.n_ctx)
-    settings = TrainSettings(steps=args.steps, batch_size=args.batch_size, lr=args.lr, warmup=args.warmup,
-                             weight_decay=args.weight_decay, min_lr_ratio=args.min_lr_ratio,
-                             seed=args.seed, eval_every=args.eval_every,
-                             corpus_vocab_steps=args.corpus_vocab_steps, copy_fraction=args.copy_fraction,
-                             copy_vocab=args.copy_vocab, block_size=args.block_size,
-                             copy_batch_softmax=args.copy_batch_softmax, copy_any_share=args.copy_any_share)
+    settings = TrainSettings(
+        steps=args.steps,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        warmup=args.warmup,
+        weight_decay=args.weight_decay,
+        min_lr_ratio=args.min_lr_ratio,
+        seed=args.seed,
+        eval_every=args.eval_every,
+        corpus_vocab_steps=args.corpus_vocab_steps,
+        copy_fraction=args.copy_fraction,
+        copy_vocab=args.copy_vocab,
+        block_size=args.block_size,
+        copy_batch_softmax=args.copy_batch_softmax,
+        copy_any_share=args.copy_any_share,
+    )
     return cfg, settings
 
 
 def _train(args) -> int:
     import torch
 
+    from .model.weights import save_checkpoint, write_training_vocab
     from .training.corpus import load_training_data
     from .training.evaluate import training_measure
     from .training.train import format_eta, train_models, write_history
-    from .model.weights import save_checkpoint, write_training_vocab
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -76,15 +95,21 @@ def _train(args) -> int:
         import json
 
         from .model.weights import load_checkpoint
+
         start_model = load_checkpoint(args.init_from)
         if start_model.config.replace(dropout=cfg.dropout) != cfg:  # dropout may change between stages
-            raise ValueError(f"{args.init_from} holds a different model ({start_model.config.name}, "
-                             f"{start_model.config.norm}-norm) than --preset {cfg.name} --norm {cfg.norm}")
+            raise ValueError(
+                f"{args.init_from} holds a different model ({start_model.config.name}, "
+                f"{start_model.config.norm}-norm) than --preset {cfg.name} --norm {cfg.norm}"
+            )
         start = {"model": start_model.state_dict()}
         parent = json.loads((Path(args.init_from) / "config.json").read_text()).get("training")
     corpus = load_training_data(args.data, settings.val_fraction, tuple(args.held_out.split(",")))
-    print(f"{len(corpus.train):,} training and {len(corpus.val):,} held-out tokens from {corpus.source}; "
-          f"{cfg.name} {args.norm}-norm on {args.device}", flush=True)
+    print(
+        f"{len(corpus.train):,} training and {len(corpus.val):,} held-out tokens from {corpus.source}; "
+        f"{cfg.name} {args.norm}-norm on {args.device}",
+        flush=True,
+    )
     started = time.perf_counter()
     out = Path(args.out)
     recorders = snapshot_recorders(args, cfg, corpus, settings)
@@ -92,29 +117,51 @@ def _train(args) -> int:
     def report(name, log):
         if recorders and log.step % 100 == 0:  # partial snapshots on disk while the run goes
             from .training.snapshots import save_snapshots
+
             save_snapshots(recorders["model"].snaps, out)
         if log.val_loss is not None or log.step % 20 == 0:
             val = f" val {log.val_loss:.4f}" if log.val_loss is not None else ""
             if log.induction is not None:
                 val += f" prev {log.prev_token:.3f} ind {log.induction:.3f} rep {log.repeat_loss:.2f}"
-            print(f"step {log.step:5d}/{settings.steps} loss {log.train_loss:.4f}{val} lr {log.lr:.2e} "
-                  f"|g| {log.grad_norm:.2f} eta {format_eta(log.step, settings.steps, time.perf_counter() - started)}",
-                  flush=True)
+            print(
+                f"step {log.step:5d}/{settings.steps} loss {log.train_loss:.4f}{val} lr {log.lr:.2e} "
+                f"|g| {log.grad_norm:.2f} eta {format_eta(log.step, settings.steps, time.perf_counter() - started)}",
+                flush=True,
+            )
 
-    models, results = train_models({"model": cfg}, settings, corpus, device=args.device, on_step=report,
-                                   start_states=start, measure=training_measure, init=args.init,
-                                   recorders=recorders)
+    models, results = train_models(
+        {"model": cfg},
+        settings,
+        corpus,
+        device=args.device,
+        on_step=report,
+        start_states=start,
+        measure=training_measure,
+        init=args.init,
+        recorders=recorders,
+    )
     result = results["model"]
-    save_checkpoint(models["model"], out, dtype=getattr(torch, args.save_dtype),
-                    extra={"training": {"data": corpus.source, "held_out": list(corpus.val_parts),
-                                        "dropout": cfg.dropout,
-                                        **({"init": args.init} if not args.init_from else {}),
-                                        "settings": result.settings,
-                                        "final": result.final, "continued_from": parent}})
+    save_checkpoint(
+        models["model"],
+        out,
+        dtype=getattr(torch, args.save_dtype),
+        extra={
+            "training": {
+                "data": corpus.source,
+                "held_out": list(corpus.val_parts),
+                "dropout": cfg.dropout,
+                **({"init": args.init} if not args.init_from else {}),
+                "settings": result.settings,
+                "final": result.final,
+                "continued_from": parent,
+            }
+        },
+    )
     write_history(result, out)
     write_training_vocab(out, corpus.train)
     if recorders:
         from .training.snapshots import save_snapshots
+
         snaps = recorders["model"].snaps
         snaps.extra = {"command": "python -m gptviz " + " ".join(sys.argv[1:]), "settings": result.settings}
         save_snapshots(snaps, out)
@@ -129,6 +176,7 @@ def snapshot_recorders(args, cfg, corpus, settings) -> dict | None:
         return None
     from .training.snapshots import SnapshotRecorder, default_probes, empty_snapshots
     from .training.train import most_frequent_ids
+
     copy_ids = most_frequent_ids(corpus.train, settings.copy_vocab) if settings.copy_fraction else None
     probes = default_probes(corpus.train, corpus.val, copy_ids)
     snaps = empty_snapshots(cfg, probes, args.snapshot_every, args.snapshot_min_gap, args.snapshot_loss_delta)
@@ -137,6 +185,7 @@ def snapshot_recorders(args, cfg, corpus, settings) -> dict | None:
 
 def _check(args) -> int:
     from .training.model_card import check_folder
+
     report, target = check_folder(args.folder, args.data, args.out, args.update_card)
     for key in ("val_loss", "bigram_baseline", "margin", "repeat_loss"):
         print(f"{key:<28}{report[key]:.4f}")
@@ -152,11 +201,13 @@ def _check(args) -> int:
 
 def _index(args) -> int:
     from .index.cli import run
+
     return run(args)
 
 
 def _notebook_html(args) -> int:
     from .notebook.html_export import export_html
+
     if not args.notebook.is_file():
         raise FileNotFoundError(f"no notebook at {args.notebook}")
     print(export_html(args.notebook, args.out))
@@ -165,21 +216,25 @@ def _notebook_html(args) -> int:
 
 def _index_merge(args) -> int:
     from .index.cli import run_merge
+
     return run_merge(args)
 
 
 def _index_export(args) -> int:
     from .index.cli import run_export
+
     return run_export(args)
 
 
 def _graph(args) -> int:
     from .methods.graph_export import run_graph
+
     return run_graph(args)
 
 
 def _qk(args) -> int:
     from .methods.graph_export import run_qk
+
     return run_qk(args)
 
 
@@ -195,86 +250,148 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("train", help="train a preset on a text corpus")
     from .training.corpus import HELD_OUT_PLAYS, WORKS
     from .training.train import TrainSettings
+
     d = TrainSettings()
     t.add_argument("--preset", default="small-4l")
     t.add_argument("--norm", choices=("pre", "post"), default="pre")
-    t.add_argument("--data", default=str(WORKS),
-                   help="a folder of plays (whole plays held out) or one text file (its last 10%% held out)")
-    t.add_argument("--held-out", default=",".join(HELD_OUT_PLAYS),
-                   help="comma-separated plays to hold out when --data is a folder")
-    t.add_argument("--copy-fraction", type=float, default=d.copy_fraction,
-                   help="share of each batch made of random training ids followed by their exact repeats")
-    t.add_argument("--block-size", type=int, default=None,
-                   help="training windows this long (default: the context length); a shorter stage first is a "
-                        "curriculum")
-    t.add_argument("--copy-vocab", type=int, default=d.copy_vocab,
-                   help="draw the repeated sequences from this many most frequent training ids (0 = all)")
-    t.add_argument("--copy-any-share", type=float, default=d.copy_any_share,
-                   help="share of the repeated sequences drawn from every training id instead of the --copy-vocab "
-                        "most frequent")
-    t.add_argument("--copy-batch-softmax", action="store_true",
-                   help="repeated rows normalise their softmax over the ids the batch's repeated rows contain "
-                        "(while --corpus-vocab-steps run), not over every copy id")
+    t.add_argument(
+        "--data",
+        default=str(WORKS),
+        help="a folder of plays (whole plays held out) or one text file (its last 10%% held out)",
+    )
+    t.add_argument(
+        "--held-out", default=",".join(HELD_OUT_PLAYS), help="comma-separated plays to hold out when --data is a folder"
+    )
+    t.add_argument(
+        "--copy-fraction",
+        type=float,
+        default=d.copy_fraction,
+        help="share of each batch made of random training ids followed by their exact repeats",
+    )
+    t.add_argument(
+        "--block-size",
+        type=int,
+        default=None,
+        help="training windows this long (default: the context length); a shorter stage first is a curriculum",
+    )
+    t.add_argument(
+        "--copy-vocab",
+        type=int,
+        default=d.copy_vocab,
+        help="draw the repeated sequences from this many most frequent training ids (0 = all)",
+    )
+    t.add_argument(
+        "--copy-any-share",
+        type=float,
+        default=d.copy_any_share,
+        help="share of the repeated sequences drawn from every training id instead of the --copy-vocab most frequent",
+    )
+    t.add_argument(
+        "--copy-batch-softmax",
+        action="store_true",
+        help="repeated rows normalise their softmax over the ids the batch's repeated rows contain "
+        "(while --corpus-vocab-steps run), not over every copy id",
+    )
     t.add_argument("--steps", type=int, default=d.steps)
     t.add_argument("--batch-size", type=int, default=d.batch_size)
     t.add_argument("--lr", type=float, default=d.lr)
     t.add_argument("--warmup", type=int, default=d.warmup)
-    t.add_argument("--min-lr-ratio", type=float, default=d.min_lr_ratio,
-                   help="the cosine decays to lr times this at the last step (1 = constant after warmup)")
+    t.add_argument(
+        "--min-lr-ratio",
+        type=float,
+        default=d.min_lr_ratio,
+        help="the cosine decays to lr times this at the last step (1 = constant after warmup)",
+    )
     t.add_argument("--weight-decay", type=float, default=d.weight_decay, help="AdamW's, on matrices only")
     t.add_argument("--dropout", type=float, default=0.1)
     t.add_argument("--n-ctx", type=int, default=None, help="context length (default: the preset's)")
     t.add_argument("--eval-every", type=int, default=d.eval_every)
     t.add_argument("--seed", type=int, default=d.seed)
-    t.add_argument("--corpus-vocab-steps", type=int, default=d.corpus_vocab_steps,
-                   help="first N steps normalise the softmax over the corpus's ids only (much cheaper); "
-                        "the rest use the full vocabulary")
+    t.add_argument(
+        "--corpus-vocab-steps",
+        type=int,
+        default=d.corpus_vocab_steps,
+        help="first N steps normalise the softmax over the corpus's ids only (much cheaper); "
+        "the rest use the full vocabulary",
+    )
     t.add_argument("--device", default="cpu")
     t.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = torch's default)")
     t.add_argument("--save-dtype", choices=("float32", "float16"), default="float16")
-    t.add_argument("--init", choices=("gpt2", "xavier"), default="gpt2",
-                   help="the random init (ignored with --init-from): GPT-2's normal(0, 0.02), or Xavier-uniform "
-                        "matrices, whose larger sublayer outputs are not drowned by post-norm's unit-scale residual")
+    t.add_argument(
+        "--init",
+        choices=("gpt2", "xavier"),
+        default="gpt2",
+        help="the random init (ignored with --init-from): GPT-2's normal(0, 0.02), or Xavier-uniform "
+        "matrices, whose larger sublayer outputs are not drowned by post-norm's unit-scale residual",
+    )
     t.add_argument("--init-from", default=None, help="continue from this checkpoint folder (same preset and norm)")
-    t.add_argument("--snapshot-every", type=int, default=0,
-                   help="record every head's detector scores and maps on fixed probes every K steps, denser where "
-                        "the loss moves fast (gptviz.training.snapshots; written to OUT/snapshots; 0 = none)")
-    t.add_argument("--snapshot-loss-delta", type=float, default=0.15,
-                   help="also snapshot when the smoothed loss has moved this many nats since the last snapshot")
+    t.add_argument(
+        "--snapshot-every",
+        type=int,
+        default=0,
+        help="record every head's detector scores and maps on fixed probes every K steps, denser where "
+        "the loss moves fast (gptviz.training.snapshots; written to OUT/snapshots; 0 = none)",
+    )
+    t.add_argument(
+        "--snapshot-loss-delta",
+        type=float,
+        default=0.15,
+        help="also snapshot when the smoothed loss has moved this many nats since the last snapshot",
+    )
     t.add_argument("--snapshot-min-gap", type=int, default=5, help="steps between such extra snapshots, at least")
     t.add_argument("--out", required=True)
     t.set_defaults(func=_train)
-    c = sub.add_parser("check", help="measure a trained checkpoint against the bundled-model bars; "
-                                     "writes check.json and MODEL_CARD.md (see --out, --update-card)")
+    c = sub.add_parser(
+        "check",
+        help="measure a trained checkpoint against the bundled-model bars; "
+        "writes check.json and MODEL_CARD.md (see --out, --update-card)",
+    )
     c.add_argument("folder", help="checkpoint folder, or a bundled model's name")
     c.add_argument("--data", default=None, help="text to measure on (default: what the checkpoint was trained on)")
     c.add_argument("--out", default=None, help="folder for check.json and MODEL_CARD.md (default: a new temporary one)")
-    c.add_argument("--update-card", action="store_true",
-                   help="write check.json and MODEL_CARD.md beside the checkpoint instead")
+    c.add_argument(
+        "--update-card", action="store_true", help="write check.json and MODEL_CARD.md beside the checkpoint instead"
+    )
     c.set_defaults(func=_check)
     from .index.cli import add_arguments, add_export_arguments, add_merge_arguments
-    x = sub.add_parser("index", help="scan a corpus for every neuron's and head's top activations (gptviz.index); "
-                                     "writes index.json and index.npz. `index merge OUT PART...` combines shards; "
-                                     "`index export MODEL --out FOLDER` writes every unit for a dashboard tool")
+
+    x = sub.add_parser(
+        "index",
+        help="scan a corpus for every neuron's and head's top activations (gptviz.index); "
+        "writes index.json and index.npz. `index merge OUT PART...` combines shards; "
+        "`index export MODEL --out FOLDER` writes every unit for a dashboard tool",
+    )
     add_arguments(x)
     x.set_defaults(func=_index)
-    m = sub.add_parser("index-merge", help="combine the partial indexes of `index --shard I/N` (also spelled "
-                                           "`index merge OUT PART...`)")
+    m = sub.add_parser(
+        "index-merge",
+        help="combine the partial indexes of `index --shard I/N` (also spelled `index merge OUT PART...`)",
+    )
     add_merge_arguments(m)
     m.set_defaults(func=_index_merge)
-    e = sub.add_parser("index-export", help="every unit of an index in Neuronpedia's feature-dashboard shape "
-                                            "(SAEDashboard's batch-N.json files; also spelled `index export ...`)")
+    e = sub.add_parser(
+        "index-export",
+        help="every unit of an index in Neuronpedia's feature-dashboard shape "
+        "(SAEDashboard's batch-N.json files; also spelled `index export ...`)",
+    )
     add_export_arguments(e)
     e.set_defaults(func=_index_export)
-    n = sub.add_parser("notebook-html", help="export a notebook as HTML whose widgets draw offline (gptviz's views, "
-                                             "Plotly figures; needs the notebook extra, pip install '.[notebook]' "
-                                             "from a checkout, and its saved widget state)")
+    n = sub.add_parser(
+        "notebook-html",
+        help="export a notebook as HTML whose widgets draw offline (gptviz's views, "
+        "Plotly figures; needs the notebook extra, pip install '.[notebook]' "
+        "from a checkout, and its saved widget state)",
+    )
     n.add_argument("notebook", type=Path)
     n.add_argument("out", type=Path, nargs="?", help="the HTML file (default: the notebook's name with .html)")
     n.set_defaults(func=_notebook_html)
     from .methods.graph_export import add_graph_arguments, add_qk_arguments
-    g = sub.add_parser("graph", help="the attribution graph of one token (issue 58's gptviz-graph/1 JSON): influence "
-                                     "of every head, neuron and embedding, edges, the ablation check")
+
+    g = sub.add_parser(
+        "graph",
+        help="the attribution graph of one token (issue 58's gptviz-graph/1 JSON): influence "
+        "of every head, neuron and embedding, edges, the ablation check",
+    )
     add_graph_arguments(g)
     g.set_defaults(func=_graph)
     q = sub.add_parser("qk", help="one attention score split into query-source x key-source terms (gptviz-qk/1 JSON)")
@@ -288,7 +405,7 @@ def main(argv=None) -> int:
     if argv[:1] == ["app"] and argv[1:2] not in (["-h"], ["--help"]):  # argparse would take Streamlit's flags
         return _app(argparse.Namespace(streamlit_flags=argv[1:]))
     if argv[:2] in (["index", "merge"], ["index", "export"]):  # `index merge OUT PART...`, `index export MODEL`: a
-        argv = [f"index-{argv[1]}", *argv[2:]]                  # model named "merge" or "export" is not supported
+        argv = [f"index-{argv[1]}", *argv[2:]]  # model named "merge" or "export" is not supported
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

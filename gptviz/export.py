@@ -2,6 +2,7 @@
 
 No Streamlit here: pages hand these bytes to st.download_button.
 """
+
 from __future__ import annotations
 
 import functools
@@ -23,12 +24,12 @@ def to_numpy(x) -> np.ndarray:
     return np.asarray(x)
 
 
-def capture_arrays(ids: Sequence[int], cache: Mapping[str, torch.Tensor],
-                   logits: torch.Tensor | None = None, enc=None) -> dict[str, np.ndarray]:
+def capture_arrays(
+    ids: Sequence[int], cache: Mapping[str, torch.Tensor], logits: torch.Tensor | None = None, enc=None
+) -> dict[str, np.ndarray]:
     """Every captured hook tensor by its hook name, plus `ids` (int64), `tokens` (display labels in the model's
     tokenizer `enc`, default GPT-2's, as unicode strings, so the file loads without pickle) and `logits` when given."""
-    arrays = {"ids": np.asarray(list(ids), dtype=np.int64),
-              "tokens": np.asarray(token_labels(ids, enc), dtype=np.str_)}
+    arrays = {"ids": np.asarray(list(ids), dtype=np.int64), "tokens": np.asarray(token_labels(ids, enc), dtype=np.str_)}
     if logits is not None:
         arrays["logits"] = to_numpy(logits)
     for name, tensor in cache.items():
@@ -45,8 +46,9 @@ def npz_bytes(arrays: Mapping[str, np.ndarray]) -> bytes:
     return buffer.getvalue()
 
 
-def capture_npz(ids: Sequence[int], cache: Mapping[str, torch.Tensor],
-                logits: torch.Tensor | None = None, enc=None) -> bytes:
+def capture_npz(
+    ids: Sequence[int], cache: Mapping[str, torch.Tensor], logits: torch.Tensor | None = None, enc=None
+) -> bytes:
     """The whole capture for a prompt as `.npz` bytes: `np.load(io.BytesIO(data))["blocks.0.hook_resid_pre"]`."""
     return npz_bytes(capture_arrays(ids, cache, logits, enc))
 
@@ -62,6 +64,7 @@ def export_nbytes(config, T: int, include_attention: bool = True) -> int:
     attention scores and patterns unless `include_attention`, no logits. Counted by `hooks.capture_nbytes`, the
     rule the app's capture cache checks its budget with."""
     from .model.hooks import capture_nbytes
+
     names = [n for n in _hook_names(config) if include_attention or not n.endswith(ATTENTION_HOOKS)]
     return capture_nbytes(config, names, T, logits=False)
 
@@ -71,6 +74,7 @@ def prompt_capture_npz_nbytes(config, T: int, include_attention: bool = True) ->
     the file twice (the zip's buffer and the bytes copied out of it; compressed, each is at most about the arrays'
     size)."""
     from .model.sizes import capture_work_nbytes
+
     names = [n for n in _hook_names(config) if include_attention or not n.endswith(ATTENTION_HOOKS)]
     return capture_work_nbytes(config, names, T) + 2 * export_nbytes(config, T, include_attention)
 
@@ -79,6 +83,7 @@ def prompt_capture_npz_nbytes(config, T: int, include_attention: bool = True) ->
 def _hook_names(config) -> tuple[str, ...]:
     """A config's hook names, read off its module tree on the meta device (no weights; once per config)."""
     from .model.model import GPT
+
     with torch.device("meta"):
         return tuple(GPT(config).hook_names)
 
@@ -142,18 +147,28 @@ def csv_bytes(df: pd.DataFrame) -> bytes:
     return safe.to_csv(index=False).encode("utf-8")
 
 
-def matrix_frame(values, row_labels: Sequence, col_labels: Sequence, row_name: str = "row",
-                 col_name: str = "column", value_name: str = "value") -> pd.DataFrame:
+def matrix_frame(
+    values,
+    row_labels: Sequence,
+    col_labels: Sequence,
+    row_name: str = "row",
+    col_name: str = "column",
+    value_name: str = "value",
+) -> pd.DataFrame:
     """A matrix as a long table (one row per cell), e.g. a heatmap's data for CSV: labels may repeat, so
     the row and column indices are kept next to them."""
     values = to_numpy(values)
     n_rows, n_cols = values.shape
     rows, cols = np.meshgrid(np.arange(n_rows), np.arange(n_cols), indexing="ij")
-    return pd.DataFrame({
-        f"{row_name}_index": rows.ravel(), row_name: np.asarray(list(row_labels), dtype=object)[rows.ravel()],
-        f"{col_name}_index": cols.ravel(), col_name: np.asarray(list(col_labels), dtype=object)[cols.ravel()],
-        value_name: values.ravel(),
-    })
+    return pd.DataFrame(
+        {
+            f"{row_name}_index": rows.ravel(),
+            row_name: np.asarray(list(row_labels), dtype=object)[rows.ravel()],
+            f"{col_name}_index": cols.ravel(),
+            col_name: np.asarray(list(col_labels), dtype=object)[cols.ravel()],
+            value_name: values.ravel(),
+        }
+    )
 
 
 ATTENTION_HOOKS = ("attn.hook_attn_scores", "attn.hook_pattern")
@@ -164,6 +179,7 @@ def prompt_capture_npz(model, ids: Sequence[int], include_attention: bool = True
     attention scores and patterns, the largest tensors), and return the `.npz` bytes (no batch axis)."""
     from .model.hooks import capture
     from .model.tokenizer import tokenizer_for
+
     names = None if include_attention else (lambda n: not n.endswith(ATTENTION_HOOKS))
     _, cache = capture(model, torch.tensor([list(ids)]), names)
     return capture_npz(ids, {k: v[0] for k, v in cache.items()}, enc=tokenizer_for(model))

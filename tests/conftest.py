@@ -1,5 +1,6 @@
 """Shared fixtures: small models that run in milliseconds, a guard that keeps tests off the network, and the browser
 tests' app server and Chromium."""
+
 from __future__ import annotations
 
 import os
@@ -21,8 +22,12 @@ def _isolate_from_the_users_machine() -> None:
     for name in [k for k in os.environ if k.startswith("GPTVIZ_") and not k.startswith("GPTVIZ_TEST_")]:
         del os.environ[name]
     os.environ["HOME"] = str(home)
-    for variable, folder in (("XDG_CACHE_HOME", ".cache"), ("XDG_CONFIG_HOME", ".config"),
-                             ("XDG_DATA_HOME", ".local/share"), ("HF_HOME", ".cache/huggingface")):
+    for variable, folder in (
+        ("XDG_CACHE_HOME", ".cache"),
+        ("XDG_CONFIG_HOME", ".config"),
+        ("XDG_DATA_HOME", ".local/share"),
+        ("HF_HOME", ".cache/huggingface"),
+    ):
         os.environ[variable] = str(home / folder)
     os.environ.pop("HF_HUB_CACHE", None)
     os.environ.pop("TRANSFORMERS_CACHE", None)
@@ -30,6 +35,7 @@ def _isolate_from_the_users_machine() -> None:
     sys.path.insert(0, checkout)
     os.environ["PYTHONPATH"] = os.pathsep.join([checkout, *filter(None, [os.environ.get("PYTHONPATH")])])
     import atexit
+
     atexit.register(shutil.rmtree, home, ignore_errors=True)
 
 
@@ -68,8 +74,8 @@ def model_with_silent_neurons():
     with torch.no_grad():
         for layer, block in enumerate(model.blocks):
             bias = block.mlp.c_fc.bias
-            bias[0:8] = -60.0                  # x * Phi(x) underflows: exactly -0.0 at every token
-            bias[8:16] = -5.0                  # tiny negatives (about -1e-6)
+            bias[0:8] = -60.0  # x * Phi(x) underflows: exactly -0.0 at every token
+            bias[8:16] = -5.0  # tiny negatives (about -1e-6)
             bias[16:24] = -0.12 - 0.02 * layer  # active now and then
     return model
 
@@ -101,6 +107,7 @@ def server():
     page or context, so its own Streamlit session); started by the first test that asks, stopped at the session's end.
     A test that needs a server of its own (a first visit, other settings) starts one with test_browser.app_server."""
     from test_browser import app_server
+
     with app_server() as url:
         yield url
 
@@ -110,6 +117,7 @@ def browser():
     """One Chromium per module. Not per session: Playwright's sync API keeps an asyncio loop running on the main
     thread while it is open, which would break the later tests that call asyncio.run."""
     from test_browser import ARGS, CHROMIUM
+
     sync_api = pytest.importorskip("playwright.sync_api")
     with sync_api.sync_playwright() as p:
         chromium = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
@@ -126,12 +134,14 @@ class WatchedBrowser:
 
     def new_context(self, **options):
         from test_browser import EXCEPTION_WATCH_JS
+
         context = self._chromium.new_context(**options)
         context.add_init_script(EXCEPTION_WATCH_JS)
         return context
 
     def new_page(self, **options):
         from test_browser import EXCEPTION_WATCH_JS
+
         page = self._chromium.new_page(**options)
         page.add_init_script(EXCEPTION_WATCH_JS)
         return page
@@ -144,6 +154,7 @@ def c_compiler() -> str | None:
     """The C compiler setuptools would build the extension with here, if it is on PATH and Python's headers are
     installed (Debian's python3-dev): None where the build of the extension cannot run."""
     import sysconfig
+
     if not (Path(sysconfig.get_paths()["include"]) / "Python.h").is_file():
         return None
     return shutil.which(os.environ.get("CC") or (sysconfig.get_config_var("CC") or "cc").split()[0])
@@ -157,10 +168,24 @@ def block_stats_extension(tmp_path_factory):
     was built."""
     import importlib.util
     import subprocess
+
     out = tmp_path_factory.mktemp("extension")
-    done = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--build-lib", str(out / "lib"),
-                           "--build-temp", str(out / "tmp")], cwd=Path(__file__).resolve().parents[1],
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "setup.py",
+            "-q",
+            "build_ext",
+            "--build-lib",
+            str(out / "lib"),
+            "--build-temp",
+            str(out / "tmp"),
+        ],
+        cwd=Path(__file__).resolve().parents[1],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     built = sorted((out / "lib" / "gptviz" / "index").glob("_block_stats.*"))
     if not built:
         if c_compiler() is None:
@@ -177,6 +202,7 @@ def pytest_collection_modifyitems(config, items):
     workers finish together (tests/suite_order.py). A serial run keeps the files in their usual order."""
     if hasattr(config, "workerinput"):
         from suite_order import longest_files_first, read_table
+
         items[:] = longest_files_first(items, read_table())
 
 
@@ -184,7 +210,9 @@ def _scan_installed_components_once() -> None:
     """Every AppTest's first run scans the metadata of every installed package for Streamlit components (0.5 s here,
     with 233 packages); the answer cannot change during a test session, so the session scans once."""
     import functools
+
     from streamlit.components.v2 import manifest_scanner
+
     scan = manifest_scanner.scan_component_manifests
     if not hasattr(scan, "cache_info"):
         manifest_scanner.scan_component_manifests = functools.cache(scan)

@@ -1,21 +1,35 @@
 """What the attribution-graph tests compare against, written apart from gptviz.methods.graph*: models drawn at
 unit-ish scale (GPT-2's init makes every effect tiny), and a plain forward pass from the weights that can remove one
 node (a head's or a neuron's output at one position, the embeddings at one position, a bias at one position)."""
+
 from __future__ import annotations
 
 import math
 
 import torch
 import torch.nn.functional as F
-
 from conftest import build
 
-WIRINGS = [dict(), dict(norm="post"), dict(norm_type="rmsnorm"), dict(norm="post", norm_type="rmsnorm"),
-           dict(qkv_bias=False, activation="relu"), dict(norm="post", qkv_bias=False, activation="gelu_tanh"),
-           dict(norm="post", final_norm=False, activation="gelu_tanh"),  # GPT-1: no final norm
-           dict(bias=False, qkv_bias=False)]                              # nanoGPT's bias=False
-WIRING_IDS = ["pre", "post", "pre-rms", "post-rms", "pre-nobias-relu", "post-nobias-tanh", "gpt1-no-final-norm",
-              "nanogpt-no-biases"]
+WIRINGS = [
+    dict(),
+    dict(norm="post"),
+    dict(norm_type="rmsnorm"),
+    dict(norm="post", norm_type="rmsnorm"),
+    dict(qkv_bias=False, activation="relu"),
+    dict(norm="post", qkv_bias=False, activation="gelu_tanh"),
+    dict(norm="post", final_norm=False, activation="gelu_tanh"),  # GPT-1: no final norm
+    dict(bias=False, qkv_bias=False),
+]  # nanoGPT's bias=False
+WIRING_IDS = [
+    "pre",
+    "post",
+    "pre-rms",
+    "post-rms",
+    "pre-nobias-relu",
+    "post-nobias-tanh",
+    "gpt1-no-final-norm",
+    "nanogpt-no-biases",
+]
 
 
 def unit_model(seed: int = 1, **changes):
@@ -59,13 +73,14 @@ def reference_metric(model, ids, target: int, other: int | None, remove=None) ->
     if kind == "embeddings":
         x[pos] = 0
     for l, block in enumerate(model.blocks):
+
         def attention(inp):
             a = block.attn
             qkv = inp @ a.c_attn.weight.T + (a.c_attn.bias if a.c_attn.bias is not None else 0)
             q, k, v = (t.view(T, H, dh).transpose(0, 1) for t in qkv.split(cfg.d_model, -1))
             scores = (q @ k.transpose(-1, -2)) / math.sqrt(dh)
             scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
-            z = (scores.softmax(-1) @ v).transpose(0, 1).clone()           # [T, H, dh]
+            z = (scores.softmax(-1) @ v).transpose(0, 1).clone()  # [T, H, dh]
             if kind == "head" and layer == l:
                 z[pos, index] = 0
             out = z.reshape(T, -1) @ a.c_proj.weight.T + a.c_proj.bias
@@ -77,7 +92,8 @@ def reference_metric(model, ids, target: int, other: int | None, remove=None) ->
             m = block.mlp
             pre = inp @ m.c_fc.weight.T + m.c_fc.bias
             act = {"gelu": F.gelu, "relu": F.relu, "gelu_tanh": lambda t: F.gelu(t, approximate="tanh")}[
-                cfg.activation](pre)
+                cfg.activation
+            ](pre)
             if kind == "neuron" and layer == l:
                 act[pos, index] = 0
             out = act @ m.c_proj.weight.T + m.c_proj.bias
@@ -89,6 +105,7 @@ def reference_metric(model, ids, target: int, other: int | None, remove=None) ->
             if kind == "bias" and layer == l and bias == name:
                 y[pos] -= module.bias
             return y
+
         if cfg.norm == "pre":
             x = x + attention(_norm(block.ln_1, x, cfg))
             x = x + mlp(_norm(block.ln_2, x, cfg))

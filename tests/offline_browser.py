@@ -1,5 +1,6 @@
 """A Chromium page that can read local files only: every other request is aborted and recorded (what a notebook's
 HTML export or a saved view would fetch from the network, offline)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -12,6 +13,7 @@ CHROMIUM = Path("/usr/bin/chromium")
 def offline_page(width: int, height: int):
     """Yields (page, blocked URLs, page errors); the browser closes on exit."""
     from playwright.sync_api import sync_playwright
+
     blocked: list[str] = []
     errors: list[str] = []
     with sync_playwright() as p:
@@ -24,6 +26,7 @@ def offline_page(width: int, height: int):
             else:
                 blocked.append(r.request.url)
                 r.abort()
+
         page.route("**/*", route)
         page.on("pageerror", lambda e: errors.append(str(e)))
         try:

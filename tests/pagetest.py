@@ -4,6 +4,7 @@ its Plotly figures back as data.
 AppTest note (Streamlit 1.67): after a page switch AppTest reruns only the page file, without app.py, so the
 page tests run each page file directly with the two values the sidebar provides (model_spec, prompt).
 """
+
 from __future__ import annotations
 
 import base64
@@ -14,7 +15,8 @@ import numpy as np
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from gptviz.app import model_service, sidebar, keys as K
+from gptviz.app import keys as K
+from gptviz.app import model_service, sidebar
 
 ROOT = Path(__file__).resolve().parents[1]
 APP = str(ROOT / "app.py")
@@ -22,8 +24,13 @@ TINY = model_service.ModelSpec(K.SOURCE_PRESET, "tiny", "pre")
 
 MARKUP = "<img src=x onerror=alert(1)> <script>alert(2)</script>"
 # Prompts every page must take without an exception, by test id.
-EDGE_PROMPTS = {"empty": "", "one-token": "Hi", "longer-than-context": "word " * 300,
-                "emoji-cjk": "🦜 你好世界, naïve café 😀", "markup": MARKUP}
+EDGE_PROMPTS = {
+    "empty": "",
+    "one-token": "Hi",
+    "longer-than-context": "word " * 300,
+    "emoji-cjk": "🦜 你好世界, naïve café 😀",
+    "markup": MARKUP,
+}
 
 
 def edge_prompts(*names: str):
@@ -35,6 +42,7 @@ def kept_of_edge_prompt(at: AppTest, prompt: str, n_ctx: int) -> list[int]:
     """What every page shows for an edge prompt: no exception or error; an empty prompt asks for one; a prompt
     longer than the context says that only its last n_ctx tokens are used. Returns those ids ([] when empty)."""
     from gptviz.model.tokenizer import encode
+
     assert not at.exception and not at.error
     ids = encode(prompt)
     if not ids:
@@ -63,7 +71,9 @@ def open_page(page: str, **state) -> AppTest:
     return at
 
 
-def run_page(name: str, prompt: str = sidebar.DEFAULT_PROMPT, spec: model_service.ModelSpec | None = TINY, **state) -> AppTest:
+def run_page(
+    name: str, prompt: str = sidebar.DEFAULT_PROMPT, spec: model_service.ModelSpec | None = TINY, **state
+) -> AppTest:
     """Run app_pages/<name>.py once with model_spec, prompt and any other session-state values set."""
     at = AppTest.from_file(str(ROOT / "app_pages" / f"{name}.py"), default_timeout=120)
     at.session_state[K.MODEL_SPEC] = spec
@@ -95,6 +105,7 @@ def attention_map(at: AppTest, key: str = K.ATT_MAP) -> tuple[dict, np.ndarray]:
     """A heatmap component of the Attention page (by its key): its data and the weights it carries,
     [layers sent, heads + 1, rows, keys]."""
     from gptviz.figures.browser.attention_map import NAME, decode_weights
+
     data = component_data(at, NAME, key)
     return data, decode_weights(data)
 
@@ -102,19 +113,22 @@ def attention_map(at: AppTest, key: str = K.ATT_MAP) -> tuple[dict, np.ndarray]:
 def token_rows(at: AppTest, key: str) -> dict:
     """A token-rows component (the unit page's examples) by its key: the data it was sent."""
     from gptviz.figures.browser.token_rows import NAME
+
     return component_data(at, NAME, key)
 
 
 def query_bars(at: AppTest, key: str = K.ATT_QUERY_BARS) -> dict:
     """A query-bars component (where one token looks) by its key: the data it was sent."""
     from gptviz.figures.browser.query_bars import NAME
+
     return component_data(at, NAME, key)
 
 
 def component_data(at: AppTest, name: str, key: str) -> dict:
     """The data one of gptviz's components (`name`, by its key) was sent in the last run."""
-    found = [el for el in at.get("bidi_component")
-             if el.proto.component_name == name and el.proto.id.endswith(f"-{key}")]
+    found = [
+        el for el in at.get("bidi_component") if el.proto.component_name == name and el.proto.id.endswith(f"-{key}")
+    ]
     assert len(found) == 1, len(found)
     return json.loads(found[0].proto.json)
 
@@ -141,6 +155,7 @@ def finish_generation(at: AppTest) -> AppTest:
 def forward_calls() -> int:
     """Forward passes the model has run in this process (a display rerun must add none)."""
     from benchmarks.forward_passes import forward_count
+
     return forward_count()
 
 
@@ -150,11 +165,13 @@ class TokenGate:
 
     def __init__(self, at: int):
         import threading
+
         self.at, self.count = at, 0
         self.reached, self._release = threading.Event(), threading.Event()
 
     def __call__(self) -> None:
         import threading
+
         if threading.current_thread().name != "gptviz-generation":
             return
         self.count += 1
@@ -169,6 +186,7 @@ class TokenGate:
 def live_code(at: AppTest) -> list[str]:
     """The page's code blocks other than its Copy-as-Python snippet (a live generation's text is never one)."""
     from gptviz.app.reproduce import MARK
+
     return [c.value for c in at.code if not c.value.startswith(MARK)]
 
 
@@ -180,5 +198,5 @@ def gate_generations(monkeypatch, gate) -> None:
     class Gated(live.LiveGeneration):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **{**kwargs, "on_token": gate})
-    monkeypatch.setattr(live, "LiveGeneration", Gated)
 
+    monkeypatch.setattr(live, "LiveGeneration", Gated)

@@ -6,9 +6,9 @@ forming page's Grow run is measured as the server runs it by benchmarks/bench_gr
     python tests/rss_growth.py wiring gpt2-small 4 768 128     -> prints the growth in bytes
     python tests/rss_growth.py page_capture gpt2-small 384
 """
+
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -28,6 +28,7 @@ def status(field: str) -> int:
 def wiring_call(preset: str, depth: str, width: str, T: str):
     from gptviz import PRESETS
     from gptviz.methods import wiring
+
     config = PRESETS[preset].replace(n_layers=int(depth), d_model=int(width))
     ids = tuple(int(i) for i in wiring.random_tokens(int(T), config.vocab_size, 0))
     wiring.compare_wirings(config.replace(n_layers=1, d_model=2 * config.n_heads), ids[:4])  # torch's first-use costs
@@ -38,9 +39,11 @@ def page_capture_call(preset: str, T: str):
     """The Attention page's capture (gptviz.app.model_service.get_capture: the capture, the finiteness check, the patterns
     in one block) on a preset's random weights; the model is loaded and a short capture run first."""
     import os
+
     os.environ.setdefault("GPTVIZ_MEMORY_MB", "8192")
-    from gptviz.serve import allocator
     from gptviz.app import keys, model_service
+    from gptviz.serve import allocator
+
     allocator.keep_freed_memory()  # as the app runs
     spec = model_service.ModelSpec(keys.SOURCE_PRESET, preset, "pre")
     cfg = model_service.load_model(spec).config

@@ -9,6 +9,7 @@ a stale table only costs balance, never a test. Refresh it after adding a slow f
     python -m pytest -p no:cacheprovider --durations=0 -q > /tmp/durations.txt
     python tests/suite_order.py /tmp/durations.txt        # rewrites tests/durations.json
 """
+
 from __future__ import annotations
 
 import json

@@ -1,5 +1,6 @@
 """The app's allocator policy: glibc keeps freed memory so repeated captures reuse it. Its effect (page faults
 and time per capture) is measured in benchmarks/run.py; app.py applying it is checked in test_page_attention."""
+
 import platform
 import sys
 
@@ -38,6 +39,7 @@ def test_the_freed_memory_kept_goes_back_to_the_kernel():
     (Whether the server's peak then stays in its budget is measured end to end: benchmarks/hostile_load.py,
     scenario 4.)"""
     import torch
+
     assert allocator.keep_freed_memory() is True
     allocator.release_freed_memory()
     before = resident_mib()

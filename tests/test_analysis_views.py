@@ -1,5 +1,6 @@
 """Analysis behind the Embeddings/Activations/Explainers pages, and the export helpers, each checked
 against an independent computation."""
+
 from __future__ import annotations
 
 import io
@@ -10,11 +11,19 @@ import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
-
 from conftest import SMALL, build, random_ids
-from gptviz import methods as analysis, capture
-from gptviz.export import (capture_arrays, capture_npz, csv_bytes, export_nbytes, load_npz, matrix_frame,
-                           prompt_capture_npz)
+
+from gptviz import capture
+from gptviz import methods as analysis
+from gptviz.export import (
+    capture_arrays,
+    capture_npz,
+    csv_bytes,
+    export_nbytes,
+    load_npz,
+    matrix_frame,
+    prompt_capture_npz,
+)
 from gptviz.model.hooks import ActivationCache
 
 L, D, FF, V = SMALL.n_layers, SMALL.d_model, SMALL.d_ff, SMALL.vocab_size
@@ -28,8 +37,10 @@ def unbatched(model, ids):
     return logits[0], ActivationCache(store, model.config.n_layers)
 
 
-@pytest.fixture(params=[("pre", "layernorm"), ("post", "layernorm"), ("pre", "rmsnorm"), ("post", "rmsnorm")],
-                ids=lambda p: "-".join(p))
+@pytest.fixture(
+    params=[("pre", "layernorm"), ("post", "layernorm"), ("pre", "rmsnorm"), ("post", "rmsnorm")],
+    ids=lambda p: "-".join(p),
+)
 def wired(request):
     norm, norm_type = request.param
     model = build(seed=3, norm=norm, norm_type=norm_type)
@@ -40,15 +51,18 @@ def wired(request):
 
 # ---- residual stream ------------------------------------------------------------------------------------
 
+
 def test_residual_norms_are_norms_of_the_captured_stream(wired):
     model, _, _, cache = wired
     norms = analysis.residual_norms(cache)
     assert norms.shape == (L + 1, T)
     for i in range(L):
-        np.testing.assert_allclose(norms[i].numpy(), np.linalg.norm(cache[f"blocks.{i}.hook_resid_pre"].numpy(),
-                                                                    axis=-1), rtol=1e-5)
-    np.testing.assert_allclose(norms[L].numpy(), torch.linalg.norm(cache[f"blocks.{L - 1}.hook_resid_post"],
-                                                                   dim=-1).numpy(), rtol=1e-6)
+        np.testing.assert_allclose(
+            norms[i].numpy(), np.linalg.norm(cache[f"blocks.{i}.hook_resid_pre"].numpy(), axis=-1), rtol=1e-5
+        )
+    np.testing.assert_allclose(
+        norms[L].numpy(), torch.linalg.norm(cache[f"blocks.{L - 1}.hook_resid_post"], dim=-1).numpy(), rtol=1e-6
+    )
 
 
 @pytest.mark.slow
@@ -63,6 +77,7 @@ def test_branch_norms_match_attn_and_mlp_outputs(wired):
 
 
 # ---- norm inputs: fed to the model's own norm modules they must give what the model produced ----------
+
 
 def test_norm_inputs_reproduce_every_norm_output(wired):
     model, _, _, cache = wired
@@ -87,17 +102,19 @@ def test_norm_input_stats_by_hand(wired):
     for k, x in enumerate(inputs.values()):
         x = x.numpy().astype(np.float64)
         np.testing.assert_allclose(stats.mean[k].numpy(), x.mean(-1), rtol=1e-5, atol=1e-8)
-        np.testing.assert_allclose(stats.var[k].numpy(), x.var(-1), rtol=1e-5)           # numpy: ddof=0
-        np.testing.assert_allclose(stats.mean_square[k].numpy(), (x ** 2).mean(-1), rtol=1e-5)
+        np.testing.assert_allclose(stats.var[k].numpy(), x.var(-1), rtol=1e-5)  # numpy: ddof=0
+        np.testing.assert_allclose(stats.mean_square[k].numpy(), (x**2).mean(-1), rtol=1e-5)
     if model.config.norm_type == "layernorm":  # LayerNorm's output rebuilt from these statistics
         ln = model.blocks[0].ln_1
         x = inputs["blocks.0.ln_1"]
-        rebuilt = ((x - stats.mean[0, :, None]) / torch.sqrt(stats.var[0, :, None] + ln.eps) * ln.weight
-                   + ln.bias).detach()
+        rebuilt = (
+            (x - stats.mean[0, :, None]) / torch.sqrt(stats.var[0, :, None] + ln.eps) * ln.weight + ln.bias
+        ).detach()
         torch.testing.assert_close(rebuilt, cache["blocks.0.ln_1.hook_normalized"], rtol=1e-4, atol=1e-5)
 
 
 # ---- logit lens -----------------------------------------------------------------------------------------
+
 
 def test_logit_lens_last_layer_is_the_models_output(wired):
     model, _, logits, cache = wired
@@ -108,8 +125,9 @@ def test_logit_lens_last_layer_is_the_models_output(wired):
     torch.testing.assert_close(lens.target_ids, logits.argmax(-1))
     torch.testing.assert_close(lens.top_probs[-1], probs.max(-1).values, rtol=1e-5, atol=1e-7)
     torch.testing.assert_close(lens.target_probs[-1], probs.max(-1).values, rtol=1e-5, atol=1e-7)
-    torch.testing.assert_close(analysis.lens_logits(model, cache[f"blocks.{L - 1}.hook_resid_post"]), logits,
-                               rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        analysis.lens_logits(model, cache[f"blocks.{L - 1}.hook_resid_post"]), logits, rtol=1e-5, atol=1e-5
+    )
 
 
 def test_logit_lens_first_layer_decodes_the_embeddings():
@@ -125,7 +143,6 @@ def test_logit_lens_first_layer_decodes_the_embeddings():
     final = lens.target_ids
     torch.testing.assert_close(lens.target_probs[0], probs[torch.arange(T), final], rtol=1e-5, atol=1e-8)
     assert not torch.is_grad_enabled() or lens.top_probs.grad_fn is None
-
 
 
 def _lens_by_hand(model, cache_batched, ids):
@@ -159,7 +176,9 @@ def test_logit_lens_refuses_a_batch_of_two_clearly():
     with pytest.raises(ValueError, match="one prompt.*batch of 2"):
         analysis.logit_lens(model, cache)
 
+
 # ---- MLP neurons ------------------------------------------------------------------------------------------
+
 
 def test_top_neurons_are_the_largest_activations(model):
     _, cache = unbatched(model, random_ids(T, seed=7))
@@ -193,6 +212,7 @@ def test_activation_histograms_of_constant_values():
 
 # ---- embeddings --------------------------------------------------------------------------------------------
 
+
 def test_cosine_similarity_matrix_against_pairwise_torch():
     x = torch.randn(6, 10, generator=torch.Generator().manual_seed(0))
     x[3] = x[1] * 2.5  # same direction: cosine 1
@@ -209,11 +229,11 @@ def test_pca_against_the_covariance_eigendecomposition():
     x = torch.randn(400, 5, generator=g) * scales + torch.tensor([3.0, -1.0, 0.0, 2.0, 1.0])
     fit = analysis.pca(x, k=3)
     ratio = fit.explained_variance_ratio.numpy()
-    assert ratio.shape == (3,) and np.all(np.diff(ratio) <= 0)            # largest first
+    assert ratio.shape == (3,) and np.all(np.diff(ratio) <= 0)  # largest first
     cov = np.cov(x.numpy().astype(np.float64), rowvar=False)
     eig = np.sort(np.linalg.eigvalsh(cov))[::-1]
     np.testing.assert_allclose(ratio, eig[:3] / eig.sum(), rtol=1e-4)
-    np.testing.assert_allclose(fit.coords.numpy().var(0, ddof=1), eig[:3], rtol=1e-4)   # projected variance
+    np.testing.assert_allclose(fit.coords.numpy().var(0, ddof=1), eig[:3], rtol=1e-4)  # projected variance
     np.testing.assert_allclose(fit.mean.numpy(), x.numpy().mean(0), rtol=1e-5)
     # the first direction is the widest axis (±)
     assert abs(float(fit.components[0, 0])) > 0.99
@@ -226,10 +246,11 @@ def test_vocab_sample_is_distinct_sorted_and_fixed():
     assert 0 <= int(a.min()) and int(a.max()) < 1000
     assert torch.equal(a, analysis.vocab_sample(1000, 200, seed=2))
     assert not torch.equal(a, analysis.vocab_sample(1000, 200, seed=3))
-    assert len(analysis.vocab_sample(50, 500)) == 50   # never more than the vocabulary
+    assert len(analysis.vocab_sample(50, 500)) == 50  # never more than the vocabulary
 
 
 # ---- explainers ----------------------------------------------------------------------------------------------
+
 
 def test_causal_mask_is_what_the_attention_applies(model):
     mask = analysis.causal_mask(7)
@@ -243,16 +264,17 @@ def test_activation_curves_values_and_autograd_derivatives():
     x = torch.linspace(-5, 5, 201, dtype=torch.float64)
     curves = analysis.activation_curves(x)
     assert set(curves) == {"gelu", "gelu_tanh", "relu"}
-    phi = torch.exp(-x ** 2 / 2) / math.sqrt(2 * math.pi)
+    phi = torch.exp(-(x**2) / 2) / math.sqrt(2 * math.pi)
     cdf = 0.5 * (1 + torch.erf(x / math.sqrt(2)))
     torch.testing.assert_close(curves["gelu"][0], x * cdf)
-    torch.testing.assert_close(curves["gelu"][1], cdf + x * phi)                      # closed form
+    torch.testing.assert_close(curves["gelu"][1], cdf + x * phi)  # closed form
     c = math.sqrt(2 / math.pi)
-    u = c * (x + 0.044715 * x ** 3)
+    u = c * (x + 0.044715 * x**3)
     th = torch.tanh(u)
     torch.testing.assert_close(curves["gelu_tanh"][0], 0.5 * x * (1 + th))
-    torch.testing.assert_close(curves["gelu_tanh"][1],
-                               0.5 * (1 + th) + 0.5 * x * (1 - th ** 2) * c * (1 + 3 * 0.044715 * x ** 2))
+    torch.testing.assert_close(
+        curves["gelu_tanh"][1], 0.5 * (1 + th) + 0.5 * x * (1 - th**2) * c * (1 + 3 * 0.044715 * x**2)
+    )
     torch.testing.assert_close(curves["relu"][0], x.clamp(min=0))
     nonzero = x != 0
     torch.testing.assert_close(curves["relu"][1][nonzero], (x[nonzero] > 0).double())
@@ -279,6 +301,7 @@ def test_gelu_and_relu_differ_only_near_zero():
 
 # ---- export ---------------------------------------------------------------------------------------------------
 
+
 def test_capture_npz_round_trip(model):
     ids = random_ids(T, seed=10)
     _, cache = unbatched(model, ids)
@@ -303,7 +326,7 @@ def test_prompt_capture_npz_holds_every_hook(model, include_attention):
     attention = {n for n in cache if n.endswith(("hook_attn_scores", "hook_pattern"))}
     expected = set(cache) - (set() if include_attention else attention)
     assert set(loaded) == expected | {"ids", "tokens"}
-    assert loaded["hook_pos_embed"].shape == (T, D)      # every position kept
+    assert loaded["hook_pos_embed"].shape == (T, D)  # every position kept
     for name in expected:  # without the patterns the export runs the fused attention kernel: rounding apart
         np.testing.assert_allclose(loaded[name], cache[name].numpy(), rtol=1e-5, atol=1e-6)
     nbytes = sum(loaded[n].nbytes for n in expected)
@@ -328,10 +351,15 @@ def test_matrix_frame_and_csv_round_trip():
 
 
 def test_csv_text_cells_that_a_spreadsheet_would_run_as_formulas_are_neutralised():
-    frame = pd.DataFrame({"token": ["=1+1", "+SUM(A1)", "-cmd", "@x", "\tx", "plain", " =lead-space"],
-                          "weight": [-0.5, 0.25, -1.0, 2.0, 0.0, 1.0, -3.0], "=head": range(7)})
+    frame = pd.DataFrame(
+        {
+            "token": ["=1+1", "+SUM(A1)", "-cmd", "@x", "\tx", "plain", " =lead-space"],
+            "weight": [-0.5, 0.25, -1.0, 2.0, 0.0, 1.0, -3.0],
+            "=head": range(7),
+        }
+    )
     back = pd.read_csv(io.BytesIO(csv_bytes(frame)), keep_default_na=False)
     assert list(back["token"]) == ["'=1+1", "'+SUM(A1)", "'-cmd", "'@x", "'\tx", "plain", " =lead-space"]
-    assert list(back["weight"]) == [-0.5, 0.25, -1.0, 2.0, 0.0, 1.0, -3.0]   # numbers keep their sign
+    assert list(back["weight"]) == [-0.5, 0.25, -1.0, 2.0, 0.0, 1.0, -3.0]  # numbers keep their sign
     assert list(back.columns) == ["token", "weight", "'=head"]
-    assert list(frame["token"])[0] == "=1+1"                                  # the caller's frame is untouched
+    assert list(frame["token"])[0] == "=1+1"  # the caller's frame is untouched

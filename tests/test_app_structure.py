@@ -1,5 +1,6 @@
 """The app layer's shape, checked on the source: Streamlit lives only in app.py, app_pages/ and gptviz/app/; pages
 are small functions; every session key is named once, in gptviz/app/keys.py."""
+
 from __future__ import annotations
 
 import ast
@@ -9,7 +10,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 APP_FILES = sorted((ROOT / "app_pages").glob("*.py")) + sorted((ROOT / "gptviz" / "app").rglob("*.py"))
-LIBRARY_FILES = [p for p in sorted((ROOT / "gptviz").rglob("*.py")) if "app" not in p.relative_to(ROOT / "gptviz").parts[:1]]
+LIBRARY_FILES = [
+    p for p in sorted((ROOT / "gptviz").rglob("*.py")) if "app" not in p.relative_to(ROOT / "gptviz").parts[:1]
+]
 LONGEST_FUNCTION = 80  # lines, decorators and docstring included
 STATE_METHODS = {"get", "pop", "setdefault"}
 
@@ -47,7 +50,9 @@ def long_functions(path: Path) -> list[str]:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             start = min([node.lineno] + [d.lineno for d in node.decorator_list])
             if node.end_lineno - start + 1 > LONGEST_FUNCTION:
-                found.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({node.end_lineno - start + 1} lines)")
+                found.append(
+                    f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({node.end_lineno - start + 1} lines)"
+                )
     return found
 
 
@@ -64,13 +69,15 @@ def test_a_page_runs_main_and_keeps_its_work_in_functions():
             continue
         assert isinstance(body[-1], ast.Expr) and ast.unparse(body[-1]) == "main()", path.name
         for node in body[:-1]:
-            ok = isinstance(node, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.ClassDef, ast.Assign,
-                                   ast.AnnAssign)) or (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant))
+            ok = isinstance(
+                node, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.ClassDef, ast.Assign, ast.AnnAssign)
+            ) or (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant))
             assert ok, f"{path.name}:{node.lineno}: {ast.unparse(node)[:60]}"
             if isinstance(node, (ast.Assign, ast.AnnAssign)):  # constants only: no calls that draw or compute
                 calls = [c for c in ast.walk(node) if isinstance(c, ast.Call)]
-                assert all(not ast.unparse(c.func).startswith("st.") for c in calls), \
+                assert all(not ast.unparse(c.func).startswith("st.") for c in calls), (
                     f"{path.name}:{node.lineno} draws at import"
+                )
 
 
 def _is_state(node: ast.AST) -> bool:
@@ -91,11 +98,21 @@ def literal_keys(path: Path) -> list[str]:
             found.append((node.value.lineno, f"key={node.value.value!r}"))
         elif isinstance(node, ast.Subscript) and _is_state(node.value) and literal(node.slice):
             found.append((node.lineno, f"state[{node.slice.value!r}]"))
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and _is_state(node.func.value) \
-                and node.func.attr in STATE_METHODS and node.args and literal(node.args[0]):
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and _is_state(node.func.value)
+            and node.func.attr in STATE_METHODS
+            and node.args
+            and literal(node.args[0])
+        ):
             found.append((node.lineno, f"state.{node.func.attr}({node.args[0].value!r})"))
-        elif isinstance(node, ast.Call) and ast.unparse(node.func).endswith("keep_valid") and node.args \
-                and literal(node.args[0]):
+        elif (
+            isinstance(node, ast.Call)
+            and ast.unparse(node.func).endswith("keep_valid")
+            and node.args
+            and literal(node.args[0])
+        ):
             found.append((node.lineno, f"keep_valid({node.args[0].value!r})"))
         elif isinstance(node, ast.Compare) and literal(node.left) and any(_is_state(c) for c in node.comparators):
             found.append((node.lineno, f"{node.left.value!r} in state"))
@@ -109,13 +126,16 @@ def test_session_keys_come_from_keys_py(path):
 
 def test_the_key_checker_finds_each_literal_form(tmp_path):
     sample = tmp_path / "page.py"
-    sample.write_text('st.slider("x", key="a")\nstate["b"] = 1\nstate.get("c")\nkeep_valid("d", [], 0)\n'
-                      'if "e" in st.session_state: pass\nstate[K.F] = st.slider("y", key=K.G)\n')
+    sample.write_text(
+        'st.slider("x", key="a")\nstate["b"] = 1\nstate.get("c")\nkeep_valid("d", [], 0)\n'
+        'if "e" in st.session_state: pass\nstate[K.F] = st.slider("y", key=K.G)\n'
+    )
     assert literal_keys(sample) == ["key='a'", "state['b']", "state.get('c')", "keep_valid('d')", "'e' in state"]
 
 
 def test_every_key_is_named_once():
     from gptviz.app import keys, settings
+
     own = [v for k, v in vars(keys).items() if k.isupper() and isinstance(v, str) and not k.startswith("SOURCE_")]
     values = own + [s.key for s in settings.records().values()]  # keys.py answers a setting's name with its key
     assert len(own) > 20 and len(values) > len(own) + 50

@@ -1,5 +1,6 @@
 """gptviz.index.atomic_write: a write that fails part way leaves the old file (or folder) whole and no temporary file
 behind; a write that succeeds went through a temporary name in the same folder, fsync'ed, then os.replace."""
+
 from __future__ import annotations
 
 import os
@@ -77,6 +78,7 @@ def test_the_old_folder_comes_back_when_the_new_one_cannot_go_in(tmp_path, monke
         if str(b) == str(dest) and aw.TEMP_PREFIX + "abc." in str(a) and ".old." not in str(a):
             raise OSError("disk gone")
         return real(a, b)
+
     monkeypatch.setattr(aw.os, "replace", failing)
     with pytest.raises(OSError, match="disk gone"):
         with aw.atomic_folder(dest) as tmp:

@@ -1,14 +1,21 @@
 """Direct logit attribution, patching sweeps and saliency: decompositions that sum to what they decompose."""
+
 from __future__ import annotations
 
 import pytest
 import torch
-
 from conftest import SMALL, build, random_ids
+
 from gptviz import capture
-from gptviz.methods.attribution import (direct_logit_attribution, gradient_x_input, head_patching,
-                                        integrated_gradients, logit_difference, residual_patching)
-from gptviz.methods.interventions import Edit, patch_from, run_with_edits
+from gptviz.methods.attribution import (
+    direct_logit_attribution,
+    gradient_x_input,
+    head_patching,
+    integrated_gradients,
+    logit_difference,
+    residual_patching,
+)
+from gptviz.methods.interventions import Edit, run_with_edits
 
 
 @pytest.mark.parametrize("norm_type", ["layernorm", "rmsnorm"])
@@ -46,7 +53,7 @@ def test_direct_attribution_of_a_head_is_what_removing_it_from_the_final_stream_
     _, cache = capture(model, ids, ["blocks.1.attn.hook_z", f"blocks.{SMALL.n_layers - 1}.hook_resid_post"])
     attn = model.blocks[1].attn
     z = cache["blocks.1.attn.hook_z"][0, 4, 2]
-    head_out = z @ attn.c_proj.weight[:, 2 * SMALL.d_head:3 * SMALL.d_head].t()
+    head_out = z @ attn.c_proj.weight[:, 2 * SMALL.d_head : 3 * SMALL.d_head].t()
     resid = cache[f"blocks.{SMALL.n_layers - 1}.hook_resid_post"][0, 4]
     scale = torch.sqrt(resid.var(unbiased=False) + SMALL.ln_eps)
     direction = model.lm_head.weight[3] - model.lm_head.weight[5]
@@ -93,6 +100,7 @@ def test_head_patching_sweep_equals_one_patched_run_per_head(model):
                 value = value.clone()
                 value[:, :, head] = source[:, :, head]
                 return value
+
             logits, _ = run_with_edits(model, corrupted, Edit(name, one_head, "one head"))
             metric = float(logit_difference(logits, 7, 40))
             expected = (metric - result.corrupted) / (result.clean - result.corrupted)
@@ -127,6 +135,7 @@ def test_gradient_x_input_is_the_derivative_along_the_embeddings():
         edit = Edit("hook_embed", lambda value, offset: a * emb, "scaled")
         logits, _ = run_with_edits(model, ids, edit)
         return float(logits[0, -1, 9])
+
     h = 1e-4
     assert float(result.scores.sum()) == pytest.approx((metric(1 + h) - metric(1 - h)) / (2 * h), rel=1e-5)
     assert result.scores.shape == (7,)
@@ -137,14 +146,20 @@ def test_patching_sweeps_run_in_batches_within_their_budget_and_give_the_same_sc
     now run batches of at most sweep_rows_per_batch rows and read only the last position's logits; the residual
     sweep starts each patched run at its layer and skips the positions where the two streams are equal."""
     from gptviz.methods import attribution
+
     clean, corrupted = random_ids(12, seed=4), random_ids(12, seed=4).clone()
     corrupted[5] = (corrupted[5] + 1) % SMALL.vocab_size
     whole = residual_patching(model, clean, corrupted, 7, 40), head_patching(model, clean, corrupted, 7, 40)
     full_runs, resumed = [], []
     model.register_forward_hook(lambda module, args, out: full_runs.append(tuple(out.shape)))
     forward_from = model.forward_from
-    monkeypatch.setattr(model, "forward_from", lambda layer, resid, last_only=False, past_kv=None: resumed.append(
-        (layer, tuple(resid.shape), last_only)) or forward_from(layer, resid, last_only, past_kv))
+    monkeypatch.setattr(
+        model,
+        "forward_from",
+        lambda layer, resid, last_only=False, past_kv=None: (
+            resumed.append((layer, tuple(resid.shape), last_only)) or forward_from(layer, resid, last_only, past_kv)
+        ),
+    )
     monkeypatch.setattr(attribution, "SWEEP_BATCH_BYTES", 3 * attribution.sweep_row_bytes(SMALL, 12))
     assert attribution.sweep_rows_per_batch(SMALL, 12) == 3
     batched = residual_patching(model, clean, corrupted, 7, 40), head_patching(model, clean, corrupted, 7, 40)
@@ -171,6 +186,7 @@ def _one_head_patched_run(model, clean, corrupted, layer, head, target, other):
         value = value.clone()
         value[:, :, head] = source[:, :, head]
         return value
+
     logits, _ = run_with_edits(model, corrupted, Edit(name, one_head, "one head"))
     return float(logit_difference(logits, target, other))
 
@@ -196,14 +212,21 @@ def test_the_patching_work_estimate_is_the_work_the_sweeps_do(model, monkeypatch
     """patching_work (what the page's time estimate multiplies by a measured rate) counts the token-block passes the
     two sweeps run: every resumed batch's rows x positions x blocks, and the four unedited runs."""
     from gptviz.methods import attribution
+
     clean = random_ids(14, seed=2)
     corrupted = clean.clone()
     corrupted[3], corrupted[8] = (clean[3] + 1) % SMALL.vocab_size, (clean[8] + 1) % SMALL.vocab_size
     monkeypatch.setattr(attribution, "SWEEP_BATCH_BYTES", 3 * attribution.sweep_row_bytes(SMALL, 14))
     done = []
     forward_from = model.forward_from
-    monkeypatch.setattr(model, "forward_from", lambda layer, resid, last_only=False, past_kv=None: done.append(
-        resid.shape[0] * resid.shape[1] * (SMALL.n_layers - layer)) or forward_from(layer, resid, last_only, past_kv))
+    monkeypatch.setattr(
+        model,
+        "forward_from",
+        lambda layer, resid, last_only=False, past_kv=None: (
+            done.append(resid.shape[0] * resid.shape[1] * (SMALL.n_layers - layer))
+            or forward_from(layer, resid, last_only, past_kv)
+        ),
+    )
     residual_patching(model, clean, corrupted, 7, 40)
     head_patching(model, clean, corrupted, 7, 40)
     assert len(done) > 4
@@ -215,6 +238,7 @@ def test_a_sweep_stops_when_its_session_ends_or_its_time_is_up(model, monkeypatc
     batches: a session that ends stops the sweep at the next check, and so does the operator's time limit."""
     from gptviz.methods import attribution
     from gptviz.serve.work_clock import WorkClock, WorkStopped
+
     clean, corrupted = _pair()
     monkeypatch.setattr(attribution, "SWEEP_BATCH_BYTES", 1)  # one row a batch: the residual sweep runs 1 + 7
     checks = []
@@ -222,6 +246,7 @@ def test_a_sweep_stops_when_its_session_ends_or_its_time_is_up(model, monkeypatc
     def alive():
         checks.append(1)
         return len(checks) < 3  # the tab closes during the sweep's third batch
+
     with pytest.raises(WorkStopped, match="browser session ended"):
         residual_patching(model, clean, corrupted, 7, 40, clock=WorkClock(60, "Patching", alive))
     assert len(checks) == 3  # stopped at the check after the tab closed, not after all 8 batches
@@ -237,6 +262,7 @@ def test_a_sweep_stops_when_its_session_ends_or_its_time_is_up(model, monkeypatc
 def test_direct_attribution_from_a_capture_already_made_is_the_same(model):
     # the Why page reads one cached capture for every target and rival instead of running the model for each pair
     from gptviz.methods.attribution import direct_attribution_names, direct_logit_attribution_of
+
     ids = random_ids(9)
     logits, cache = capture(model, ids, direct_attribution_names(SMALL.n_layers))
     for target, other in ((3, 7), (11, 2)):
@@ -248,5 +274,6 @@ def test_direct_attribution_from_a_capture_already_made_is_the_same(model):
 
 def test_direct_attribution_from_a_capture_refuses_post_norm(post_model):
     from gptviz.methods.attribution import direct_logit_attribution_of
+
     with pytest.raises(ValueError, match="pre-norm"):
         direct_logit_attribution_of(post_model, torch.zeros(4, SMALL.vocab_size), lambda name: None, 1, 2)

@@ -1,9 +1,8 @@
 """`python -m benchmarks`: every script is listed; a run writes its results to a run folder of its own and changes the
 tracked table (benchmarks/current.md) and report (benchmarks/results.md) only with --update-current, where a rerun
 replaces its row."""
-from __future__ import annotations
 
-import pytest
+from __future__ import annotations
 
 import os
 import re
@@ -11,6 +10,8 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -41,8 +42,9 @@ def test_a_run_writes_its_folder_and_changes_the_table_only_when_asked(tmp_path)
     env = dict(os.environ, GPTVIZ_BENCH_TABLE=str(table), GPTVIZ_BENCH_RUNS=str(runs), CUDA_VISIBLE_DEVICES="")
 
     def bench(*args):
-        out = subprocess.run([sys.executable, "-m", "benchmarks", *args], cwd=ROOT, capture_output=True, text=True,
-                             env=env, timeout=300)
+        out = subprocess.run(
+            [sys.executable, "-m", "benchmarks", *args], cwd=ROOT, capture_output=True, text=True, env=env, timeout=300
+        )
         assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
         return out.stdout
 
@@ -77,6 +79,7 @@ def test_a_report_is_copied_to_its_tracked_place_only_when_asked(tmp_path, monke
     --update-current, and only from a run that ended well. The benchmark itself is replaced by a stand-in."""
     from benchmarks import __main__ as runner
     from benchmarks import run_folder
+
     table = tmp_path / "current.md"
     monkeypatch.setattr(runner, "TABLE", table)
     monkeypatch.setenv("GPTVIZ_BENCH_RUNS", str(tmp_path / "runs"))
@@ -85,8 +88,15 @@ def test_a_report_is_copied_to_its_tracked_place_only_when_asked(tmp_path, monke
     def stand_in(name, extra, quick, folder):
         assert folder.parent == run_folder.runs() or folder == tmp_path / "given"
         (folder / "results.md").write_text(f"report of {folder.name}\n")
-        return {"name": name, "command": "python -m benchmarks.run", "seconds": 1, "status": status[name],
-                "tail": ["done"], "date": "2026-12-06"}
+        return {
+            "name": name,
+            "command": "python -m benchmarks.run",
+            "seconds": 1,
+            "status": status[name],
+            "tail": ["done"],
+            "date": "2026-12-06",
+        }
+
     monkeypatch.setattr(runner, "run", stand_in)
 
     assert runner.main(["engine"]) == 0
@@ -103,6 +113,7 @@ def test_run_folders(tmp_path, monkeypatch):
     """A script run by `python -m benchmarks` writes in the folder it is given; one run alone makes a new one each
     time, named by the UTC time (a suffix within the same second)."""
     from benchmarks import run_folder
+
     monkeypatch.delenv(run_folder.ENV, raising=False)
     monkeypatch.setenv("GPTVIZ_BENCH_RUNS", str(tmp_path / "runs"))
     first, second = run_folder.run_folder(), run_folder.run_folder()

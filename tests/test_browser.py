@@ -6,6 +6,7 @@ Generation page: a short generation, then Stop during a long one. A link to one 
 server, shows that page inside the app. No Streamlit exception box anywhere. Screenshots go to a temporary
 folder (pytest's basetemp), or to the folder GPTVIZ_TEST_SCREENSHOTS names; never into the checkout.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -16,25 +17,39 @@ import urllib.parse
 from pathlib import Path
 
 import pytest
-
 from pagetest import MARKUP
+
 from benchmarks.servers import streamlit_server
 
 CHROMIUM = Path("/usr/bin/chromium")
 ROOT = Path(__file__).resolve().parents[1]
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync"]
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium "
-                                                               "(CI installs it; no browser is downloaded)")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not CHROMIUM.exists(),
+        reason="needs Debian's chromium at /usr/bin/chromium (CI installs it; no browser is downloaded)",
+    ),
+]
 
 
 @contextlib.contextmanager
 def app_server():
     """A fresh `streamlit run app.py` from the checkout on a free port; yields its URL once it is healthy."""
-    with streamlit_server([sys.executable, "-m", "streamlit", "run", "app.py"], cwd=ROOT,
-                          flags=["--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"]) as s:
+    with streamlit_server(
+        [sys.executable, "-m", "streamlit", "run", "app.py"],
+        cwd=ROOT,
+        flags=["--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"],
+    ) as s:
         yield s.url
 
 
@@ -50,14 +65,14 @@ def artifacts(tmp_path_factory) -> Path:
 
 def new_page(browser):
     page = browser.new_page(viewport={"width": 1280, "height": 900})
-    page.set_default_timeout(60_000)          # generous: CI machines can be slow
+    page.set_default_timeout(60_000)  # generous: CI machines can be slow
     return page
 
 
 @pytest.fixture(scope="module")
 def browser_page(browser, server):
     page = new_page(browser)
-    dialogs: list[str] = []                   # alert()/confirm() a prompt might trigger: must stay empty
+    dialogs: list[str] = []  # alert()/confirm() a prompt might trigger: must stay empty
     page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
     page.goto(server)
     page.wait_for_selector('[data-testid="stApp"]', timeout=120_000)
@@ -67,7 +82,8 @@ def browser_page(browser, server):
 
 def sidebar_select(page, label: str, option: str) -> None:
     box = page.locator('[data-testid="stSidebar"] [data-testid="stSelectbox"]').filter(
-        has=page.get_by_text(label, exact=True))
+        has=page.get_by_text(label, exact=True)
+    )
     # a box below the sidebar's fold: the scroll that brings it into view closes a list opened in the same click
     # (the prompt box now comes first, so the model's pickers sit lower)
     box.scroll_into_view_if_needed()
@@ -136,15 +152,16 @@ FONT_JS = "(el) => { const s = getComputedStyle(el); return `${s.fontFamily} ${s
 
 def test_attention_and_generation_in_a_browser(browser_page, artifacts):
     from playwright.sync_api import expect
+
     page, dialogs = browser_page
     page.locator('[data-testid="stSidebar"] [data-testid="stSelectbox"]').first.wait_for()
-    sidebar_select(page, "Source", "Preset, random weights")    # the default unless bundled models exist
+    sidebar_select(page, "Source", "Preset, random weights")  # the default unless bundled models exist
     wait_for_idle(page)
     sidebar_select(page, "Preset", "tiny")
     wait_for_idle(page)
     set_prompt(page, "the cat sat on the mat")
     wait_for_idle(page)
-    page.get_by_role("radio", name="␣mat", exact=True).wait_for()          # the token chips of the new prompt
+    page.get_by_role("radio", name="␣mat", exact=True).wait_for()  # the token chips of the new prompt
     # the page opened on the bundled model's best head; start this walk from layer 0, head 0 of the tiny model
     page.locator(".gv-layer").filter(has_text="layer 0").click()
     page.locator(".gv-head").filter(has_text=re.compile("^head 0$")).click()
@@ -157,25 +174,26 @@ def test_attention_and_generation_in_a_browser(browser_page, artifacts):
     tip = hover_cell(page, heatmap, 5, 0)
     box = heatmap.bounding_box()
     left, top, cell = (float(heatmap.get_attribute(f"data-{k}")) for k in ("left", "top", "cell"))
-    match = re.search(r"'(.+?)' → '(.+?)': weight [0-9.e-]+\s*query position (\d+), key position (\d+)",
-                      tip.text_content())
+    match = re.search(
+        r"'(.+?)' → '(.+?)': weight [0-9.e-]+\s*query position (\d+), key position (\d+)", tip.text_content()
+    )
     assert match, tip.text_content()
     assert match.group(1) == "␣mat" and match.group(2) == "the"
-    page.mouse.move(box["x"] + left + 4.5 * cell, box["y"] + top + 1.5 * cell, steps=2)    # query 1, key 4: future
+    page.mouse.move(box["x"] + left + 4.5 * cell, box["y"] + top + 1.5 * cell, steps=2)  # query 1, key 4: future
     page.locator(".gv-tip").filter(has_text="masked: a token cannot look at later tokens").wait_for()
     page.locator(".gv-map").first.screenshot(path=str(artifacts / "attention_hover.png"))
 
     # drag over queries 2-4 and keys 0-2 to zoom; hover then reads the zoomed cells; double-click shows all
     heatmap.scroll_into_view_if_needed()
-    box = heatmap.bounding_box()   # the screenshot may have scrolled the page
+    box = heatmap.bounding_box()  # the screenshot may have scrolled the page
     page.mouse.move(box["x"] + left + 0.5 * cell, box["y"] + top + 2.5 * cell)
     page.mouse.down()
     page.mouse.move(box["x"] + left + 2.5 * cell, box["y"] + top + 4.5 * cell, steps=4)
     page.mouse.up()
     page.locator(".gv-hint").filter(has_text="Zoomed: queries 2-4, keys 0-2 of 6 x 6").wait_for()
     zoomed = float(heatmap.get_attribute("data-cell"))
-    assert zoomed > 1.5 * cell                                   # three rows now fill the height six did
-    page.mouse.move(box["x"] + left + 0.5 * zoomed, box["y"] + top + 0.5 * zoomed, steps=2)   # query 2, key 0
+    assert zoomed > 1.5 * cell  # three rows now fill the height six did
+    page.mouse.move(box["x"] + left + 0.5 * zoomed, box["y"] + top + 0.5 * zoomed, steps=2)  # query 2, key 0
     page.locator(".gv-tip").filter(has_text="query position 2, key position 0").wait_for()
     heatmap.dblclick()
     page.locator(".gv-hint").filter(has_text="Drag over the map to zoom").wait_for()
@@ -201,7 +219,7 @@ def test_attention_and_generation_in_a_browser(browser_page, artifacts):
     entropy.wait_for()
     wait_for_idle(page)  # the view's fragment may still be drawing: hover the figure it leaves
     entropy.scroll_into_view_if_needed()
-    box = entropy.locator(".nsewdrag").first.bounding_box()       # tiny: 2 layers x 4 heads
+    box = entropy.locator(".nsewdrag").first.bounding_box()  # tiny: 2 layers x 4 heads
     x, y = box["x"] + box["width"] * 2.5 / 4, box["y"] + box["height"] * 1.5 / 2
     page.mouse.move(x, y, steps=4)
     page.locator(".hoverlayer .hovertext").filter(has_text="layer 1, head 2").wait_for()
@@ -245,8 +263,10 @@ def test_attention_and_generation_in_a_browser(browser_page, artifacts):
     page.get_by_role("button", name="Generate").click()
     page.get_by_text(re.compile(r"Generating: ([3-9]|\d\d) of 200 tokens")).wait_for()
     # the live text and next-token list are drawn in the finished text's font: no reflow when st.code replaces it
-    live_fonts = [page.locator(f".st-key-gv_mono_{name} [data-testid='stText'] span").first.evaluate(FONT_JS)
-                  for name in ("generated", "next")]
+    live_fonts = [
+        page.locator(f".st-key-gv_mono_{name} [data-testid='stText'] span").first.evaluate(FONT_JS)
+        for name in ("generated", "next")
+    ]
     page.get_by_test_id("stMainBlockContainer").get_by_role("button", name="Stop", exact=True).click()
     stopped = page.get_by_text(re.compile(r"Stopped after \d+ of 200 tokens"))
     stopped.wait_for()
@@ -256,8 +276,12 @@ def test_attention_and_generation_in_a_browser(browser_page, artifacts):
     kept = int(re.search(r"Stopped after (\d+)", stopped.inner_text()).group(1))
     assert 3 <= kept < 200
     # the model's own time, then the pace it was shown at (issue 62: one "tok/s" beside a paced replay read as wrong)
-    caption = page.get_by_text(re.compile(f"^The prompt's 22 tokens, then {kept} new ones: the model wrote them in "
-                                          r"[0-9.]+ s \(\d+ tokens/s\); shown at \d+ tokens/s \(the Pace setting\)\.$"))
+    caption = page.get_by_text(
+        re.compile(
+            f"^The prompt's 22 tokens, then {kept} new ones: the model wrote them in "
+            r"[0-9.]+ s \(\d+ tokens/s\); shown at \d+ tokens/s \(the Pace setting\)\.$"
+        )
+    )
     caption.wait_for(timeout=30_000)  # the stopped run's final draw can trail the info box on a loaded machine
     assert caption.count() == 1
     no_exception(page)
@@ -271,11 +295,11 @@ def test_a_link_to_a_page_opens_it_inside_the_app_on_a_fresh_server(browser):
     with app_server() as url:
         page = new_page(browser)
         page.goto(f"{url}/generation")
-        page.get_by_role("button", name="Generate").wait_for(timeout=120_000)   # the page, with a model
+        page.get_by_role("button", name="Generate").wait_for(timeout=120_000)  # the page, with a model
         nav = page.locator('[data-testid="stSidebarNav"]').inner_text()
-        assert "Pre-norm vs post-norm" in nav and "Train a model" in nav        # the app's own navigation
+        assert "Pre-norm vs post-norm" in nav and "Train a model" in nav  # the app's own navigation
         page.get_by_text("LayerNorm placement").first.wait_for(timeout=60_000)  # the sidebar may draw after the page
-        assert page.get_by_text("LayerNorm placement").count() == 1             # the shared sidebar
+        assert page.get_by_text("LayerNorm placement").count() == 1  # the shared sidebar
         no_exception(page)
         page.close()
 
@@ -285,22 +309,27 @@ def test_the_first_pages_own_name_opens_it_with_the_links_settings(browser, serv
     not found" dialog. It now sends the visitor to "/" with the link's settings."""
     page = new_page(browser)
     page.goto(f"{server}/attention?source=preset&preset=tiny&prompt=the+cat+sat&att_layer=1")
-    page.locator(".gv-title").filter(has_text=re.compile("^Layer 1, head 0$")).wait_for()    # the link's layer
-    page.get_by_role("radio", name="␣sat", exact=True).wait_for()                             # the link's prompt
+    page.locator(".gv-title").filter(has_text=re.compile("^Layer 1, head 0$")).wait_for()  # the link's layer
+    page.get_by_role("radio", name="␣sat", exact=True).wait_for()  # the link's prompt
     assert page.get_by_text("Page not found").count() == 0
     assert urllib.parse.urlsplit(page.url).path == "/"
     no_exception(page)
     page.close()
 
 
-NEW_VIEWS = {"Lines between tokens": "each query (left) to the keys", "On the text": "where token",
-             "Inside the head": "Σ q⊙k", "Value-weighted": "Weight × ‖value · W_O‖"}
+NEW_VIEWS = {
+    "Lines between tokens": "each query (left) to the keys",
+    "On the text": "where token",
+    "Inside the head": "Σ q⊙k",
+    "Value-weighted": "Weight × ‖value · W_O‖",
+}
 
 
 def test_the_attention_views_from_other_tools_at_16_and_64_tokens(browser, server, artifacts):
     """Each view opened from a link (tiny preset) at 16 and 64 tokens draws its figure with no exception; in the
     lines view a click on a query token keeps only its lines."""
     from urllib.parse import quote
+
     page = new_page(browser)
     letters = [chr(ord("A") + i % 26) for i in range(64)]
     for n in (16, 64):
@@ -314,8 +343,10 @@ def test_the_attention_views_from_other_tools_at_16_and_64_tokens(browser, serve
             no_exception(page)
             page.screenshot(path=str(artifacts / f"attention_{view.split()[0].lower()}_{n}.png"), full_page=True)
     # lines view: click query token 5 in the left column
-    page.goto(f"{server}/?source=preset&preset=tiny&prompt={quote(' '.join(letters[:16]))}"
-              f"&att_view={quote('Lines between tokens')}")
+    page.goto(
+        f"{server}/?source=preset&preset=tiny&prompt={quote(' '.join(letters[:16]))}"
+        f"&att_view={quote('Lines between tokens')}"
+    )
     lines = page.locator(".js-plotly-plot").filter(has_text="each query (left)").first
     lines.wait_for()
     wait_for_idle(page)
@@ -327,16 +358,19 @@ def test_the_attention_views_from_other_tools_at_16_and_64_tokens(browser, serve
     page.get_by_role("radio", name="␣F", exact=True).and_(page.locator('[aria-checked="true"]')).wait_for()
     # the same rerun turns the switch on, but its drawing may land after the radio's under load: wait for it
     from playwright.sync_api import expect
+
     expect(page.get_by_role("switch", name="Only the chosen query's lines")).to_be_checked(timeout=30_000)
     no_exception(page)
     # model view: the marker in a panel's corner opens that head in the One head view
-    page.goto(f"{server}/?source=preset&preset=tiny&prompt={quote(' '.join(letters[:16]))}"
-              f"&att_view={quote('Model view: every layer and head')}")
+    page.goto(
+        f"{server}/?source=preset&preset=tiny&prompt={quote(' '.join(letters[:16]))}"
+        f"&att_view={quote('Model view: every layer and head')}"
+    )
     view = page.locator(".js-plotly-plot").filter(has_text="Every layer (rows)").first
     view.wait_for()
     wait_for_idle(page)
     view.scroll_into_view_if_needed()
-    marker = view.locator(".scatterlayer .trace").last.locator(".point").nth(1 * 4 + 2)   # layer 1, head 2
+    marker = view.locator(".scatterlayer .trace").last.locator(".point").nth(1 * 4 + 2)  # layer 1, head 2
     box = marker.bounding_box()
     page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2, steps=3)
     page.locator(".hoverlayer .hovertext").filter(has_text="layer 1, head 2: click to open").wait_for()
@@ -353,6 +387,7 @@ def test_a_long_prompt_sends_the_picked_head_in_full_and_pooled_thumbnails(brows
     from urllib.parse import quote
 
     from gptviz.figures.browser.attention_map import SEND_ALL_CELLS
+
     assert 13 * 300 * 300 > SEND_ALL_CELLS
     page = new_page(browser)
     # 300 rows must be cells one can hover: the map column is about half the page since the map-first layout (its
@@ -396,8 +431,12 @@ def test_a_long_prompt_sends_the_picked_head_in_full_and_pooled_thumbnails(brows
 
 
 def overlap(a: dict, b: dict) -> bool:
-    return a["x"] < b["x"] + b["width"] and b["x"] < a["x"] + a["width"] and \
-        a["y"] < b["y"] + b["height"] and b["y"] < a["y"] + a["height"]
+    return (
+        a["x"] < b["x"] + b["width"]
+        and b["x"] < a["x"] + a["width"]
+        and a["y"] < b["y"] + b["height"]
+        and b["y"] < a["y"] + a["height"]
+    )
 
 
 def test_the_hover_toolbar_leaves_a_narrow_charts_title_readable(browser, server):
@@ -412,11 +451,11 @@ def test_the_hover_toolbar_leaves_a_narrow_charts_title_readable(browser, server
         chart = page.locator('[data-testid="stPlotlyChart"]').filter(has_text=title).first
         chart.scroll_into_view_if_needed()
         box = chart.bounding_box()
-        assert box["width"] < 700, box                        # a half-width column: the case that collided
+        assert box["width"] < 700, box  # a half-width column: the case that collided
         page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2, steps=2)
         toolbar = chart.locator(".modebar-container .modebar")
         toolbar.wait_for()
-        page.wait_for_timeout(400)                           # the toolbar fades in
+        page.wait_for_timeout(400)  # the toolbar fades in
         title_box = chart.locator(".gtitle").first.bounding_box()
         assert not overlap(title_box, toolbar.bounding_box()), (title, title_box, toolbar.bounding_box())
         for button in page.locator('[data-testid="stElementToolbar"]').all():
@@ -441,7 +480,7 @@ def test_a_figure_downloads_as_standalone_html(browser, server, tmp_path):
     path = tmp_path / download.suggested_filename
     download.save_as(path)
     html = path.read_text(encoding="utf-8")
-    assert not re.search(r'<script[^>]+src=', html) and "Plotly.newPlot" in html and "Layer 0, head 0" in html
+    assert not re.search(r"<script[^>]+src=", html) and "Plotly.newPlot" in html and "Layer 0, head 0" in html
     # the file opens offline in the browser and draws the heatmap
     offline = new_page(browser)
     offline.goto(path.as_uri())
@@ -460,6 +499,7 @@ def test_the_heatmap_decodes_the_weights_python_sent_on_both_of_its_paths(browse
     import numpy as np
 
     from gptviz.figures.browser.attention_map import quantize
+
     source = (ROOT / "gptviz" / "figures" / "browser" / "attention_map.js").read_text(encoding="utf-8")
     decode = re.search(r"^function decode\(b64\) \{.*?^\}", source, re.S | re.M).group(0)
     weights = np.random.default_rng(0).random((3, 5, 7)).astype(np.float32)
@@ -468,12 +508,15 @@ def test_the_heatmap_decodes_the_weights_python_sent_on_both_of_its_paths(browse
     b64 = base64.b64encode(levels.tobytes()).decode("ascii")
     page = new_page(browser)
     try:
-        both = page.evaluate(f"""(b64) => {{ {decode}
+        both = page.evaluate(
+            f"""(b64) => {{ {decode}
             const native = Array.from(decode(b64));
             const saved = Uint8Array.fromBase64;
             Uint8Array.fromBase64 = undefined;  // the loop, as a browser without it runs
             try {{ return [native, Array.from(decode(b64))]; }} finally {{ Uint8Array.fromBase64 = saved; }}
-        }}""", b64)
+        }}""",
+            b64,
+        )
     finally:
         page.close()
     for decoded in both:

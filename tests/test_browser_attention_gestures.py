@@ -3,6 +3,7 @@ this head attend here?", which opens the Why page's QK decomposition of that ver
 the library's); a drag (or a click and a shift-click) across the prompt's tokens on the text view sums the attention
 from the span (checked against the captured pattern's rows); [ ] and , . step the layer and head, but not while the
 visitor types. Debian's chromium via Playwright, the shared server of conftest (the bundled model)."""
+
 from __future__ import annotations
 
 import re
@@ -11,11 +12,12 @@ from urllib.parse import quote
 
 import numpy as np
 import pytest
-
 from test_browser import CHROMIUM, no_exception, wait_for_idle
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium"),
+]
 
 PROMPT = "The cat sat on the mat. The cat sat on the"
 TITLE = re.compile(r"^Layer (\d+), head (\d+)$")
@@ -26,6 +28,7 @@ def model_and_ids():
     """The server's model (the sidebar's default: the bundled pre-norm twin) and the prompt's ids."""
     from gptviz.app import model_service, sidebar
     from gptviz.model.tokenizer import encode
+
     spec = sidebar.default_model_spec()
     assert spec is not None, "these tests read the bundled model the server opens on"
     return model_service.load_model(spec), encode(PROMPT)
@@ -55,6 +58,7 @@ def click_cell(page, query: int, key: int) -> None:
 
 def test_a_map_cell_opens_the_qk_decomposition_of_that_score(browser, server):
     from gptviz.methods.graph_qk import qk_decomposition
+
     page = open_attention(browser, server)
     layer, head = shown_head(page)
     # above the diagonal: a sentence, no button, no error
@@ -80,7 +84,8 @@ def test_a_map_cell_opens_the_qk_decomposition_of_that_score(browser, server):
 
 def span_values(page) -> dict[int, float]:
     cells = page.locator(".gv-stok").evaluate_all(
-        "ts => ts.map(t => [Number(t.dataset.position), t.dataset.value === undefined ? null : Number(t.dataset.value)])")
+        "ts => ts.map(t => [Number(t.dataset.position), t.dataset.value === undefined ? null : Number(t.dataset.value)])"
+    )
     return {i: v for i, v in cells}
 
 
@@ -101,11 +106,17 @@ def test_a_drag_across_the_tokens_sums_the_attention_from_the_span(browser, serv
     page.mouse.up()
     page.locator('[data-testid="stCaptionContainer"]').filter(has_text="tokens 2-5").wait_for(timeout=60_000)
     wait_for_idle(page)
-    assert [int(p) for p in page.locator(".gv-stok.gv-sin").evaluate_all("ts => ts.map(t => t.dataset.position)")] \
-        == [2, 3, 4, 5]
+    assert [int(p) for p in page.locator(".gv-stok.gv-sin").evaluate_all("ts => ts.map(t => t.dataset.position)")] == [
+        2,
+        3,
+        4,
+        5,
+    ]
     from gptviz.model.hooks import capture
+
     model, ids = model_and_ids()
     import torch
+
     _, cached = capture(model, torch.tensor([ids]), [f"blocks.{layer}.attn.hook_pattern"])
     pattern = cached[f"blocks.{layer}.attn.hook_pattern"][0, head].numpy()
     values = span_values(page)
@@ -128,7 +139,7 @@ def test_keys_step_the_layer_and_the_head_but_not_while_typing(browser, server):
     model, _ = model_and_ids()
     n_layers, n_heads = model.config.n_layers, model.config.n_heads
     layer, head = shown_head(page)
-    assert page.locator(".gv-hint kbd").all_inner_texts() == ["[", "]", ",", "."]   # listed under the map
+    assert page.locator(".gv-hint kbd").all_inner_texts() == ["[", "]", ",", "."]  # listed under the map
     page.keyboard.press("]")
     layer = (layer + 1) % n_layers
     page.locator(".gv-title").filter(has_text=f"Layer {layer}, head {head}").wait_for(timeout=5_000)

@@ -1,17 +1,19 @@
 """Two clicks on the Attention page, in a real browser (issue 60): a unit pill in the views' fragment opens that unit's
 page at once, and a token chip whose label appears more than once selects the position clicked, not the last copy.
 Debian's chromium via Playwright, a real server (conftest's fixtures)."""
+
 from __future__ import annotations
 
 import re
 from urllib.parse import quote
 
 import pytest
-
 from test_browser import CHROMIUM, no_exception, wait_for_idle
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium"),
+]
 
 # token labels: "the", "␣cat", ".", "␣the", "␣cat", ".", "␣the", "␣cat", "." (␣cat at 1, 4 and 7)
 REPEATS = "the cat. the cat. the cat."

@@ -2,13 +2,13 @@
 1400x1000 desktop and a 390x844 phone: the Attention page's first screen holds the prompt box, the map with its layer
 and head pickers, and Generate, with little prose; a generation's growing map, its text (and on a desktop its
 next-token list) stay in view while it runs, without scrolling; on a phone, a page picked in the sidebar closes it."""
+
 from __future__ import annotations
 
 import re
 import warnings
 
 import pytest
-
 from test_browser import CHROMIUM, no_exception, wait_for_idle  # the server and Chromium: conftest's fixtures
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not CHROMIUM.exists(), reason="needs /usr/bin/chromium")]
@@ -49,8 +49,15 @@ def fresh(browser, width: int, height: int):
 
 
 def inside(box, width: int, height: int) -> bool:
-    return (box is not None and box["width"] > 0 and box["height"] > 0 and box["x"] >= 0 and box["y"] >= 0
-            and box["x"] + box["width"] <= width + 0.5 and box["y"] + box["height"] <= height + 0.5)
+    return (
+        box is not None
+        and box["width"] > 0
+        and box["height"] > 0
+        and box["x"] >= 0
+        and box["y"] >= 0
+        and box["x"] + box["width"] <= width + 0.5
+        and box["y"] + box["height"] <= height + 0.5
+    )
 
 
 def visible_prompt_box(page):
@@ -60,8 +67,7 @@ def visible_prompt_box(page):
 
 
 @pytest.mark.parametrize("width,height", SIZES)
-def test_the_first_screen_holds_prompt_map_and_generate_and_keeps_a_generation_in_view(browser, server, width,
-                                                                                       height):
+def test_the_first_screen_holds_prompt_map_and_generate_and_keeps_a_generation_in_view(browser, server, width, height):
     page = fresh(browser, width, height)
     page.goto(f"{server}/?att_gen_n=200&att_gen_pace=5+tokens%2Fs")  # 40 s of writing: read while it runs
     the_map = page.locator(".st-key-att_map .gv-map")
@@ -69,12 +75,15 @@ def test_the_first_screen_holds_prompt_map_and_generate_and_keeps_a_generation_i
     wait_for_idle(page)
     page.wait_for_timeout(500)
     generate = page.get_by_test_id("stMain").get_by_role("button", name="Generate", exact=True)
-    boxes = {"prompt box": visible_prompt_box(page).bounding_box(), "map": the_map.bounding_box(),
-             "map's layer pickers": the_map.locator(".gv-layers").bounding_box(),
-             "map's head pickers": the_map.locator(".gv-heads").bounding_box(),
-             "map's line on its head": the_map.locator(".gv-sub").bounding_box(),
-             "Generate": generate.bounding_box(),
-             "Temperature": page.locator(".st-key-att_gen_temp").bounding_box()}
+    boxes = {
+        "prompt box": visible_prompt_box(page).bounding_box(),
+        "map": the_map.bounding_box(),
+        "map's layer pickers": the_map.locator(".gv-layers").bounding_box(),
+        "map's head pickers": the_map.locator(".gv-heads").bounding_box(),
+        "map's line on its head": the_map.locator(".gv-sub").bounding_box(),
+        "Generate": generate.bounding_box(),
+        "Temperature": page.locator(".st-key-att_gen_temp").bounding_box(),
+    }
     if width > 768:  # a desktop shows the page's own pickers beside the map; a phone's follow Generate
         boxes["Layer picker"] = page.locator(".st-key-att_layer").bounding_box()
         boxes["Head picker"] = page.locator(".st-key-att_head").bounding_box()
@@ -88,8 +97,10 @@ def test_the_first_screen_holds_prompt_map_and_generate_and_keeps_a_generation_i
     page.get_by_text(re.compile(r"Generating: ([4-9]|\d\d) of 200 tokens")).wait_for()
     page.wait_for_timeout(700)  # a redraw after the one that said so
     assert page.evaluate(SCROLLED_JS) == 0
-    live = {"growing map": page.locator(".st-key-att_gen_map_live .gv-map").bounding_box(),
-            "generated text": page.locator(".st-key-gv_mono_generated").bounding_box()}
+    live = {
+        "growing map": page.locator(".st-key-att_gen_map_live .gv-map").bounding_box(),
+        "generated text": page.locator(".st-key-gv_mono_generated").bounding_box(),
+    }
     if width > 768:
         live["next-token list"] = page.locator(".st-key-gv_mono_next").bounding_box()
     outside = {name: box for name, box in live.items() if not inside(box, width, height)}
@@ -162,6 +173,7 @@ def crowding(page) -> list:
     """What test_browser_phone's rules find on a settled page: x tick labels of one row closer than their text,
     titles, axis titles, annotations, legend entries or y tick labels over each other; and how many figures."""
     from test_browser_phone import BOXES_JS, TEXT_SELECTOR, TICKS_JS, crowded_ticks, overlapping
+
     found = []
     for ticks in page.evaluate(TICKS_JS, ".xtick text"):
         rows = {}
@@ -193,6 +205,7 @@ def test_no_page_opens_with_more_than_about_120_words_of_prose_or_crowded_labels
     drawn Plotly figure crowds its labels (before: the direct-attribution bars' 25 part names piled up on a phone).
     One tour for both checks: two tours of every page at both sizes took 219 s of the suite."""
     from gptviz.app.pages import PAGE_LIST
+
     counts, crowded, figures, wordy = {}, {}, 0, {}
     visitor = browser.new_context(viewport={"width": width, "height": height})
     for _, stem, title, _ in PAGE_LIST:
@@ -205,8 +218,9 @@ def test_no_page_opens_with_more_than_about_120_words_of_prose_or_crowded_labels
             # not reproduced since: the words are kept, and a new session of the page is read once more. The page
             # fails only if that one is over too; a first reading over it is reported as a warning either way.
             wordy[stem] = " ".join(page.evaluate(PROSE_JS))
-            warnings.warn(f"{stem} at {width}x{height}: {counts[stem]} words of prose on a first reading: "
-                          f"{wordy[stem]}")
+            warnings.warn(
+                f"{stem} at {width}x{height}: {counts[stem]} words of prose on a first reading: {wordy[stem]}"
+            )
             page.close()
             page = open_settled(visitor, f"{server}/{stem}", title)
             counts[stem] = settled_prose_words(page)

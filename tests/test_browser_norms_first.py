@@ -1,14 +1,16 @@
 """Pre-norm vs post-norm's first screen (issue 41), in a real browser: the twins' matched attention maps side by side
 within the first screen at 1400x1000, with their next-token bars and both wirings; on a 390x844 phone the two maps
 still a pair (one row), inside the first screen. Positions are read from the drawn page."""
+
 from __future__ import annotations
 
 import pytest
-
 from test_browser import CHROMIUM
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium"),
+]
 
 # Each keyed figure's drawn box, in page coordinates (the app scrolls inside its main section, not the window).
 BOXES_JS = """(keys) => {
@@ -56,8 +58,8 @@ def test_desktop_first_screen_holds_the_pair_the_bars_and_the_wirings(browser_an
     boxes = boxes_at(browser_and_url, {"width": 1400, "height": 1000})
     pre, post = (boxes[k] for k in MAPS)
     assert side_by_side(pre, post), boxes
-    assert min(pre["width"], post["width"]) >= 250, boxes        # maps, not thumbnails
-    for key in MAPS + OTHERS:                                      # everything on the first screen
+    assert min(pre["width"], post["width"]) >= 250, boxes  # maps, not thumbnails
+    for key in MAPS + OTHERS:  # everything on the first screen
         assert boxes[key]["bottom"] <= 1000, (key, boxes[key])
 
 
@@ -66,5 +68,5 @@ def test_phone_first_screen_holds_the_pair(browser_and_url):
     boxes = boxes_at(browser_and_url, {"width": 390, "height": 844})
     pre, post = (boxes[k] for k in MAPS)
     assert side_by_side(pre, post), boxes
-    assert post["right"] <= 390 and pre["left"] >= 0, boxes       # both inside the phone's width
+    assert post["right"] <= 390 and pre["left"] >= 0, boxes  # both inside the phone's width
     assert max(pre["bottom"], post["bottom"]) <= 844, boxes

@@ -1,5 +1,6 @@
 """docs/example.ipynb in JupyterLab in a real Chromium: run every cell, and the app's heatmap is drawn by the widget
 (cells coloured on the canvas, the pickers there, a layer click redraws). Screenshots at 1400x1000 and 390x844."""
+
 from __future__ import annotations
 
 import os
@@ -18,9 +19,11 @@ from benchmarks.servers import free_port, stop_process
 CHROMIUM = Path("/usr/bin/chromium")
 ROOT = Path(__file__).resolve().parents[1]
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium"),
-              pytest.mark.skipif(shutil.which("jupyter-lab") is None, reason="needs jupyterlab")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium"),
+    pytest.mark.skipif(shutil.which("jupyter-lab") is None, reason="needs jupyterlab"),
+]
 
 
 @pytest.fixture(scope="module")
@@ -34,12 +37,28 @@ def lab():
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "JUPYTER_CONFIG_DIR": str(folder / ".jupyter")}
     log = open(folder / "lab.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "jupyterlab", "--no-browser", f"--port={port}",
-                             "--ServerApp.ip=127.0.0.1", "--allow-root", "--IdentityProvider.token=", "--ServerApp.password=",
-                             "--ServerApp.disable_check_xsrf=True", f"--ServerApp.root_dir={folder}",
-                             "--LabApp.expose_app_in_browser=True", "--LabApp.news_url=None",
-                             "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
-                            cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "jupyterlab",
+            "--no-browser",
+            f"--port={port}",
+            "--ServerApp.ip=127.0.0.1",
+            "--allow-root",
+            "--IdentityProvider.token=",
+            "--ServerApp.password=",
+            "--ServerApp.disable_check_xsrf=True",
+            f"--ServerApp.root_dir={folder}",
+            "--LabApp.expose_app_in_browser=True",
+            "--LabApp.news_url=None",
+            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        ],
+        cwd=folder,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120
@@ -82,12 +101,15 @@ def test_example_notebook_draws_the_heatmap_in_jupyterlab(lab, browser, tmp_path
     page.wait_for_function("window.jupyterapp && document.querySelector('.jp-Notebook')")
     # run the cells once the notebook's kernel is up and idle (a fixed 3 s sleep was not always enough: once, on a
     # loaded machine, the cells never ran and the heatmap wait below timed out)
-    page.wait_for_function("(() => { const w = window.jupyterapp.shell.currentWidget; const c = w && w.sessionContext;"
-                           " return !!(c && c.isReady && c.session && c.session.kernel"
-                           " && c.session.kernel.status === 'idle'); })()")
+    page.wait_for_function(
+        "(() => { const w = window.jupyterapp.shell.currentWidget; const c = w && w.sessionContext;"
+        " return !!(c && c.isReady && c.session && c.session.kernel"
+        " && c.session.kernel.status === 'idle'); })()"
+    )
     page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
-    page.wait_for_function("document.querySelectorAll('.gv-map canvas.gv-heat[data-cell]').length >= 2",
-                           timeout=240_000)
+    page.wait_for_function(
+        "document.querySelectorAll('.gv-map canvas.gv-heat[data-cell]').length >= 2", timeout=240_000
+    )
     page.wait_for_function("document.querySelectorAll('.gv-rows').length >= 1")
     first = page.locator(".gv-map").first
     assert first.locator(".gv-title").text_content() == "Layer 1, head 0"

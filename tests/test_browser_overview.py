@@ -1,14 +1,16 @@
 """The whole model page in a real browser (Debian's chromium): the diagram lies inside the first screen at 1400x1000
 and at 390x844 (the layout each width is meant to show), its boxes keep their text inside them, a click on a box
 opens that stage's page, and a stage's link opens its page."""
+
 from __future__ import annotations
 
 import pytest
-
 from test_browser import CHROMIUM  # the server and Chromium: conftest's fixtures
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium"),
+]
 
 SIZES = {"desktop": ({"width": 1400, "height": 1000}, "wide"), "phone": ({"width": 390, "height": 844}, "tall")}
 
@@ -45,8 +47,12 @@ def open_overview(browser, url, viewport):
 
 
 def inside(text: dict, box: dict, slack: float = 1.5) -> bool:
-    return (box["left"] - slack <= text["left"] and text["right"] <= box["right"] + slack
-            and box["top"] - slack <= text["top"] and text["bottom"] <= box["bottom"] + slack)
+    return (
+        box["left"] - slack <= text["left"]
+        and text["right"] <= box["right"] + slack
+        and box["top"] - slack <= text["top"]
+        and text["bottom"] <= box["bottom"] + slack
+    )
 
 
 @pytest.mark.parametrize("size", list(SIZES))
@@ -74,16 +80,16 @@ def test_a_box_and_a_link_open_their_pages(browser, server):
     page.mouse.move(x, y)
     page.wait_for_timeout(300)
     page.mouse.click(x, y)
-    page.wait_for_function("() => [...document.querySelectorAll('h1')].some(h => h.textContent.trim() === "
-                           "'Attention')")
+    page.wait_for_function("() => [...document.querySelectorAll('h1')].some(h => h.textContent.trim() === 'Attention')")
     page.wait_for_selector('[data-testid="stStatusWidget"]', state="detached", timeout=300_000)
     # the Attention page opened on that block's head, with the model and prompt as they were
     page.get_by_text(f"Layer {layer}, head {head}", exact=True).first.wait_for()
     page.goto(page.url.split("?")[0].rsplit("/", 1)[0] + "/overview")
     page.wait_for_selector('[data-testid="stStatusWidget"]', state="detached", timeout=300_000)
     page.locator('[data-testid="stMain"] a', has_text="Embeddings").click()
-    page.wait_for_function("() => [...document.querySelectorAll('h1')].some(h => h.textContent.trim() === "
-                           "'Embeddings')")
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('h1')].some(h => h.textContent.trim() === 'Embeddings')"
+    )
     assert page.url.split("?")[0].endswith("/embeddings")
     page.close()
 
@@ -94,10 +100,13 @@ def test_the_layernorm_radio_redraws_the_other_wiring(browser, server):
     block_0 = lambda d: [c[2][0] for c in d["centres"] if c[2][1] == 0 and c[2][0] != "lens"]  # noqa: E731
     assert block_0(before) == ["ln", "attn", "add", "ln", "mlp", "add"]
     page.locator('[data-testid="stSidebar"]').get_by_text("post-norm (GPT-1)").click()
-    page.wait_for_function(f"() => ({DIAGRAM_JS})().some(d => d.centres.filter(c => c[2][1] === 0)[0][2][0] === "
-                           "'attn')")
+    page.wait_for_function(
+        f"() => ({DIAGRAM_JS})().some(d => d.centres.filter(c => c[2][1] === 0)[0][2][0] === 'attn')"
+    )
     page.wait_for_selector('[data-testid="stStatusWidget"]', state="detached", timeout=300_000)
     [after] = page.evaluate(DIAGRAM_JS)
     assert block_0(after) == ["attn", "add", "ln", "mlp", "add", "ln"]
-    page.get_by_text("post-norm: each block runs its boxes in this order").wait_for(timeout=60_000)  # may follow the diagram
+    page.get_by_text("post-norm: each block runs its boxes in this order").wait_for(
+        timeout=60_000
+    )  # may follow the diagram
     page.close()

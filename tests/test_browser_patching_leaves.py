@@ -12,6 +12,7 @@ A server of its own, with GPTVIZ_SWEEP_SECONDS=900 so that neither the refusal b
 against the limit, which a loaded machine can push past the default 120 s) nor the time limit during the run can
 end the sweep: only the closed tab can. The async Playwright API, as the benchmark's helpers are.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -19,33 +20,41 @@ import os
 import sys
 
 import pytest
+from test_browser import CHROMIUM, ROOT
 
 from benchmarks.hostile_load import open_page, patching_url, sweep_then_close
 from benchmarks.load_test import ARGS
 from benchmarks.servers import streamlit_server
-from test_browser import CHROMIUM, ROOT
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium"),
+]
 
-TOKENS = 160          # gpt2-small on 160 tokens: about 90 s estimated on a quiet 2-core machine
-RUN_S = 6.0           # the sweep runs this long, then the server's CPU is read for BUSY_S, then the tab closes
+TOKENS = 160  # gpt2-small on 160 tokens: about 90 s estimated on a quiet 2-core machine
+RUN_S = 6.0  # the sweep runs this long, then the server's CPU is read for BUSY_S, then the tab closes
 BUSY_S = 2.0
-BUSY_CORES = 0.15     # the sweep running: three times the idle bound (0.37 cores measured at load average 8)
-STOP_BOUND_S = 10.0   # from the close until the server's CPU is idle
-WAIT_S = 30.0         # how long the test waits for idle before it gives up (reported as inf)
+BUSY_CORES = 0.15  # the sweep running: three times the idle bound (0.37 cores measured at load average 8)
+STOP_BOUND_S = 10.0  # from the close until the server's CPU is idle
+WAIT_S = 30.0  # how long the test waits for idle before it gives up (reported as inf)
 
 
 @pytest.fixture(scope="module")
 def sweep_server():
     env = {**os.environ, "GPTVIZ_SWEEP_SECONDS": "900"}
-    with streamlit_server([sys.executable, "-m", "streamlit", "run", "app.py"], cwd=ROOT, env=env, timeout=300,
-                          flags=["--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"]) as s:
+    with streamlit_server(
+        [sys.executable, "-m", "streamlit", "run", "app.py"],
+        cwd=ROOT,
+        env=env,
+        timeout=300,
+        flags=["--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"],
+    ) as s:
         yield s
 
 
 async def start_then_close(url: str, pid: int):
     from playwright.async_api import async_playwright
+
     async with async_playwright() as p:
         browser = await p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
         try:
@@ -64,6 +73,7 @@ def test_a_patching_sweep_stops_within_seconds_of_its_tab_closing(sweep_server):
     assert left.estimate_s > 2 * (RUN_S + BUSY_S + STOP_BOUND_S), left
     assert not left.finished, left
     assert left.busy > BUSY_CORES, f"the server was not working before the close: {left}"
-    assert left.stopped < STOP_BOUND_S, (f"the server still worked {left.stopped} s after the tab closed: {left}\n"
-                                         f"{sweep_server.log()[-3000:]}")
+    assert left.stopped < STOP_BOUND_S, (
+        f"the server still worked {left.stopped} s after the tab closed: {left}\n{sweep_server.log()[-3000:]}"
+    )
     assert sweep_server.proc.poll() is None  # stopped, not crashed

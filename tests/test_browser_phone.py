@@ -1,16 +1,18 @@
 """What a visitor sees on a 390x844 phone (issue 32): no chart title running off its figure, no token labels over
 each other on Activations, every tab of a page on screen, Embeddings' and Norms' panel titles apart. Real server,
 Debian's chromium; boxes are read from the drawn SVG."""
+
 from __future__ import annotations
 
 import math
 
 import pytest
-
 from test_browser import CHROMIUM
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium"),
+]
 
 PHONE = {"width": 390, "height": 844}
 
@@ -50,9 +52,15 @@ def crowded_ticks(ticks):
 
 
 def overlapping(boxes, slack: float = 1.0):
-    return [(a["text"], b["text"]) for i, a in enumerate(boxes) for b in boxes[i + 1:]
-            if a["left"] + slack < b["right"] and b["left"] + slack < a["right"]
-            and a["top"] + slack < b["bottom"] and b["top"] + slack < a["bottom"]]
+    return [
+        (a["text"], b["text"])
+        for i, a in enumerate(boxes)
+        for b in boxes[i + 1 :]
+        if a["left"] + slack < b["right"]
+        and b["left"] + slack < a["right"]
+        and a["top"] + slack < b["bottom"]
+        and b["top"] + slack < a["bottom"]
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -77,11 +85,11 @@ def open_page(phone, path: str):
 def test_activations_on_a_phone(phone):
     page = open_page(phone, "activations")
     first = page.evaluate(TICKS_JS, ".xtick text")[0]
-    assert len(first) >= 4, first                      # tokens are named, some of them
+    assert len(first) >= 4, first  # tokens are named, some of them
     assert not crowded_ticks(first), crowded_ticks(first)
     tabs = page.get_by_role("tab")
     assert tabs.count() >= 5
-    for i in range(tabs.count()):                      # every tab on screen, none scrolled away
+    for i in range(tabs.count()):  # every tab on screen, none scrolled away
         box = tabs.nth(i).bounding_box()
         assert box["x"] >= 0 and box["x"] + box["width"] <= PHONE["width"], (tabs.nth(i).inner_text(), box)
     assert page.locator('[data-testid="stException"]').count() == 0
@@ -102,12 +110,13 @@ def test_panel_titles_and_ticks_apart(phone, path):
     page = open_page(phone, path)
     # the figures of several panels (subplot titles are annotations; the PCA's token labels are placed for a
     # desktop's width and checked there, below)
-    for plot in page.evaluate(BOXES_JS, ".annotation-text, .g-xtitle text, .g-x2title text, .g-x3title text, "
-                                        ".legendtext"):
+    for plot in page.evaluate(
+        BOXES_JS, ".annotation-text, .g-xtitle text, .g-x2title text, .g-x3title text, .legendtext"
+    ):
         if not any(box["text"].startswith("vocabulary") for box in plot["boxes"]):
             assert not overlapping(plot["boxes"]), overlapping(plot["boxes"])
     for ticks in page.evaluate(TICKS_JS, ".xtick text"):
-        rows = {}                                      # one row of labels: side-by-side panels together, stacked apart
+        rows = {}  # one row of labels: side-by-side panels together, stacked apart
         for t in ticks:
             rows.setdefault(round(t["top"] / 20), []).append(t)
         for row in rows.values():
@@ -136,7 +145,7 @@ def test_pca_token_labels_apart(phone, width, height, named):
     page.get_by_text("prompt tokens (", exact=False).first.wait_for()
     page.wait_for_timeout(1000)
     labels = drawn_pca_labels(page)
-    assert len(labels) >= named, labels                # the prompt's tokens named (the crowded ones on hover)
+    assert len(labels) >= named, labels  # the prompt's tokens named (the crowded ones on hover)
     # before: "Butsoft" and a pile of others on a desktop; on a phone the labels placed for a desktop piled up
     assert not overlapping(labels), overlapping(labels)
     page.close()

@@ -4,6 +4,7 @@ the app), each token keeps the model's order from left to right, and inside its 
 left. Views: attention on the text (the token rows the unit page and the notebook draw), the Attention page's token
 chips, and the Generation page's text (its lines laid out by their own script: an Arabic line starts at the right).
 Screenshots at 1400x1000 and 390x844 (test_browser's artifacts folder). Debian's chromium via Playwright."""
+
 from __future__ import annotations
 
 import re
@@ -11,13 +12,19 @@ import urllib.parse
 
 import numpy as np
 import pytest
+from test_browser import (
+    CHROMIUM,
+    artifacts,  # noqa: F401 (the screenshots' folder)
+    no_exception,
+    wait_for_idle,
+)
 
 from gptviz.model.tokenizer import encode, token_labels
-from test_browser import CHROMIUM, no_exception, wait_for_idle
-from test_browser import artifacts  # noqa: F401 (the screenshots' folder)
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium"),
+]
 
 ARABIC = "قال الملك: مرحبا بالعالم"
 JAPANESE = "王は言った：こんにちは世界、猫が好きです"
@@ -39,6 +46,7 @@ ROW_JS = """() => [...document.querySelector('.gv-row').querySelectorAll('.gv-to
 def rows_html(prompt: str) -> str:
     from gptviz.notebook import attention_on_text
     from gptviz.notebook.standalone import to_html
+
     ids = encode(prompt)
     T = len(ids)
     p = np.tril(np.random.default_rng(0).random((1, 2, T, T))) + 1e-3 * np.eye(T)
@@ -73,8 +81,8 @@ def test_attention_on_the_text_keeps_the_models_order(browser, artifacts, script
     spans = page.evaluate(ROW_JS)
     # the row shows a window of tokens around the query (the last): each shown as its label, as text, in order
     texts = [s["text"] for s in spans]
-    assert texts == labels[len(labels) - len(texts):] and len(texts) >= 8
-    assert all(s["children"] == 0 for s in spans)               # text, never markup
+    assert texts == labels[len(labels) - len(texts) :] and len(texts) >= 8
+    assert all(s["children"] == 0 for s in spans)  # text, never markup
     if script == "arabic":
         assert any(re.fullmatch(r"(␣)?(<0x[0-9A-F]{2}>)+", t) for t in texts)  # a split character's bytes
     in_model_order(spans)
@@ -115,8 +123,9 @@ def test_the_attention_pages_chips_and_the_generated_text(browser, server, artif
     page.close()
 
     # the Generation page's text: the prompt and what the model wrote, a line laid out by its own script
-    page = open_with_prompt(browser, server, "generation", ARABIC, width, height, gen_n=4,
-                            gen_pace="as fast as it writes")
+    page = open_with_prompt(
+        browser, server, "generation", ARABIC, width, height, gen_n=4, gen_pace="as fast as it writes"
+    )
     page.get_by_role("button", name="Generate", exact=True).click()
     code = page.locator('[data-testid="stCode"] code').first
     code.wait_for(timeout=180_000)
@@ -126,7 +135,7 @@ def test_the_attention_pages_chips_and_the_generated_text(browser, server, artif
     first = code.evaluate("""(el) => { const walker = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
       const node = walker.nextNode(); const range = document.createRange(); range.setStart(node, 0); range.setEnd(node, 1);
       const r = range.getBoundingClientRect(); return r.left + r.width / 2; }""")
-    assert box["x"] + box["width"] - first < 40   # the Arabic line starts at the right edge (its padding, one letter)
+    assert box["x"] + box["width"] - first < 40  # the Arabic line starts at the right edge (its padding, one letter)
     code.scroll_into_view_if_needed()
     page.screenshot(path=str(artifacts / f"scripts_generation_arabic_{width}.png"))
     no_exception(page)

@@ -5,6 +5,7 @@ unit page's own search table. tests/test_unit_links.py checks that LINKS names e
 so a new one without a click here fails there. Each click must open the unit page in the same tab and session, on
 the model the link promised (a post-norm head opens in the post-norm twin), with the summary line, the page's heading
 for the unit, naming the exact id clicked. One server, one Chromium; Debian's chromium via Playwright."""
+
 from __future__ import annotations
 
 import math
@@ -15,22 +16,23 @@ import urllib.parse
 from typing import NamedTuple
 
 import pytest
-
 from test_browser import CHROMIUM, no_exception, wait_for_idle
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium"),
+]
 
 GRAPH_PROMPT = "JULIET:\nGood morrow, sweet Romeo, good morrow to thee.\nROMEO:\nGood morrow, sweet"
 
 
 class Link(NamedTuple):
-    page: str            # the page's path and query: the view that shows the link
-    tab: str | None      # a tab to open first
-    kind: str            # "pills:<key suffix>" (gptviz.app.unit_nav.unit_pills), "graph node" or "search row"
+    page: str  # the page's path and query: the view that shows the link
+    tab: str | None  # a tab to open first
+    kind: str  # "pills:<key suffix>" (gptviz.app.unit_nav.unit_pills), "graph node" or "search row"
     norm: str | None = None  # the wiring the unit page must open in (a twin's head)
     expander: str | None = None  # an expander to open (after the tab)
-    press: str | None = None     # a button to press first (Generate)
+    press: str | None = None  # a button to press first (Generate)
 
 
 def _why(**params) -> str:
@@ -49,8 +51,12 @@ LINKS = [
     Link(_why(why_view="Attribution graph"), None, "pills:why_graph"),
     Link(_why(why_view="Attribution graph"), None, "graph node"),
     Link("/units?unit=L1H0", "Search by token", "search row"),
-    Link("/generation?" + urllib.parse.urlencode({"gen_n": 6, "gen_pace": "as fast as it writes"}), None,
-         "pills:gen_contributors", press="Generate"),
+    Link(
+        "/generation?" + urllib.parse.urlencode({"gen_n": 6, "gen_pace": "as fast as it writes"}),
+        None,
+        "pills:gen_contributors",
+        press="Generate",
+    ),
 ]
 
 # where a node of the attribution graph is on the page, by Plotly's own axes (as in test_browser_why_graph)
@@ -86,15 +92,19 @@ def click_pill(page, suffix: str, avoid: str | None) -> str:
 
 def click_graph_node(page) -> str:
     """Click the head or neuron node with the most room around it (a click there can only mean that node)."""
-    page.wait_for_function("[...document.querySelectorAll('.js-plotly-plot')].some(p => p.data && "
-                           "p.data.some(t => t.name === 'head'))", timeout=300_000)
+    page.wait_for_function(
+        "[...document.querySelectorAll('.js-plotly-plot')].some(p => p.data && p.data.some(t => t.name === 'head'))",
+        timeout=300_000,
+    )
     settle(page)
     page.locator(".js-plotly-plot").filter(has=page.locator(".nsewdrag")).first.scroll_into_view_if_needed()
     nodes = page.evaluate(NODES_JS)
 
     def room(n):
-        return min(math.dist((n["x"], n["y"]), (m["x"], m["y"])) - (n["size"] + m["size"]) / 2
-                   for m in nodes if m is not n)
+        return min(
+            math.dist((n["x"], n["y"]), (m["x"], m["y"])) - (n["size"] + m["size"]) / 2 for m in nodes if m is not n
+        )
+
     target = max((n for n in nodes if re.fullmatch(r"L\d+[NH]\d+", n["unit"] or "")), key=room)
     page.mouse.click(target["x"], target["y"])
     return target["unit"]
@@ -106,8 +116,9 @@ def click_search_row(page, avoid: str) -> str:
     grid = page.locator('[data-testid="stDataFrame"]').first
     grid.wait_for()
     settle(page)
-    units = [c.strip() for c in grid.locator('[role="gridcell"]').all_inner_texts()
-             if re.fullmatch(r"\s*L\d+[NH]\d+\s*", c)]
+    units = [
+        c.strip() for c in grid.locator('[role="gridcell"]').all_inner_texts() if re.fullmatch(r"\s*L\d+[NH]\d+\s*", c)
+    ]
     assert units, "the search table lists no unit"
     row = next(i for i, u in enumerate(units) if u != avoid)
     box = grid.bounding_box()
@@ -128,10 +139,11 @@ def landed_on(page, unit: str, norm: str | None) -> None:
 
 def test_every_unit_link_lands_on_its_unit(browser, server):
     from playwright.sync_api import expect
+
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     page.set_default_timeout(180_000)
     times = []
-    for link in LINKS[int(os.environ.get("GPTVIZ_TEST_LINKS_FROM", "0")):]:  # a rerun may start at one link
+    for link in LINKS[int(os.environ.get("GPTVIZ_TEST_LINKS_FROM", "0")) :]:  # a rerun may start at one link
         started = time.perf_counter()
         page.goto(server + link.page)
         page.wait_for_selector('[data-testid="stApp"]')
@@ -156,7 +168,7 @@ def test_every_unit_link_lands_on_its_unit(browser, server):
             unit = click_search_row(page, opened.group(1) if opened else None)
         landed_on(page, unit, link.norm)
         settle(page)
-        assert len(page.context.pages) == 1, link                     # the same tab
+        assert len(page.context.pages) == 1, link  # the same tab
         expect(page.locator('[data-testid="stSidebar"] textarea').first).to_have_value(prompt)  # the session's prompt
         no_exception(page)
         times.append((link.page.split("?")[0], link.kind, unit, time.perf_counter() - started))

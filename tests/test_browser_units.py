@@ -1,6 +1,7 @@
 """The unit page in a real browser: a neuron id on the Activations page opens its page in the same tab and session
 (the same model and prompt) with its examples drawn, and a row of the page's search table opens its unit. Debian's
 chromium via Playwright, a real server."""
+
 from __future__ import annotations
 
 import re
@@ -8,13 +9,15 @@ import time
 
 import pytest
 
-from benchmarks.servers import unit_page_drawn
 # the screenshots' folder is test_browser's fixture; the server and Chromium are conftest's
 from test_browser import CHROMIUM, artifacts, no_exception, wait_for_idle  # noqa: F401
 
+from benchmarks.servers import unit_page_drawn
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium"),
+]
 
 
 def unit_shown(page, unit: str) -> None:
@@ -51,8 +54,10 @@ def test_clicking_a_neuron_id_on_activations_opens_its_page_in_the_same_tab(brow
     box = grid.bounding_box()
     # glide-data-grid draws on a canvas: the row marker column is at the left, rows are 35 px under a 35 px header
     page.mouse.click(box["x"] + 18, box["y"] + 35 + 35 + 17)  # the second row's marker
-    page.wait_for_function("location.search.includes('unit=') && !location.search.includes('unit=" + unit + "&')"
-                           " && !location.search.endsWith('unit=" + unit + "')")
+    page.wait_for_function(
+        "location.search.includes('unit=') && !location.search.includes('unit=" + unit + "&')"
+        " && !location.search.endsWith('unit=" + unit + "')"
+    )
     picked = re.search(r"unit=(L\d+[NH]\d+)", page.url).group(1)
     unit_shown(page, picked)
     wait_for_idle(page)
@@ -99,6 +104,7 @@ def test_the_bands_draw_and_the_units_json_and_html_download(browser, server, ar
     # five bands of five examples each under the top examples; the JSON download is Neuronpedia's shape, and the HTML
     # download opens offline with every example drawn (one click each, in a real browser)
     import json
+
     page = browser.new_page(viewport={"width": width, "height": height}, accept_downloads=True)
     page.set_default_timeout(120_000)
     page.goto(f"{server}/units?unit=L2N26")
@@ -122,8 +128,9 @@ def test_the_bands_draw_and_the_units_json_and_html_download(browser, server, ar
     feature = batch["features"][0]
     assert json_download.value.suggested_filename == "L2N26.json" and batch["layer"] == 2
     assert feature["feature_index"] == 26 and len(feature["activations"]) == 45
-    assert {"tokens", "values", "bin_min", "bin_max", "bin_contains", "qualifying_token_index"} \
-        <= set(feature["activations"][-1])
+    assert {"tokens", "values", "bin_min", "bin_max", "bin_contains", "qualifying_token_index"} <= set(
+        feature["activations"][-1]
+    )
     if width < 1000:
         page.close()
         return
@@ -135,8 +142,14 @@ def test_the_bands_draw_and_the_units_json_and_html_download(browser, server, ar
     page.close()
     offline = browser.new_page(viewport={"width": width, "height": height})
     asked = []
-    offline.route("**/*", lambda route: (asked.append(route.request.url), route.abort())
-                  if not route.request.url.startswith("file:") else route.continue_())
+    offline.route(
+        "**/*",
+        lambda route: (
+            (asked.append(route.request.url), route.abort())
+            if not route.request.url.startswith("file:")
+            else route.continue_()
+        ),
+    )
     errors = []
     offline.on("pageerror", lambda err: errors.append(str(err)))
     offline.goto(saved.as_uri())

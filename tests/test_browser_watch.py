@@ -2,15 +2,15 @@
 they change, and a fresh browser opening the copied address shows the same view; the first screen holds the prompt
 box and a head worth a look; a generation paced one token per click; a click on a head of the Why page's grid
 ablates it and a second brings it back."""
+
 from __future__ import annotations
 
 import re
 import urllib.parse
 
 import pytest
-
-from test_browser_first_screen import inside
 from test_browser import CHROMIUM, hover_cell, no_exception, wait_for_idle  # the server and Chromium: conftest's
+from test_browser_first_screen import inside
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not CHROMIUM.exists(), reason="needs /usr/bin/chromium")]
 TINY = "source=preset&preset=tiny&prompt=the+cat+sat+on+the+mat"
@@ -24,8 +24,11 @@ def fresh(browser, width=1400, height=1000):
 
 
 def pick(page, label: str, option: str) -> None:
-    box = page.locator('[data-testid="stMain"] [data-testid="stSelectbox"]').filter(
-        has=page.get_by_text(label, exact=True)).first
+    box = (
+        page.locator('[data-testid="stMain"] [data-testid="stSelectbox"]')
+        .filter(has=page.get_by_text(label, exact=True))
+        .first
+    )
     choice = page.get_by_role("option", name=option, exact=True)
     for _ in range(3):  # a scroll that brings the box into view can close a list opened by the same click
         box.scroll_into_view_if_needed()
@@ -76,7 +79,7 @@ def test_the_why_and_parameters_pages_settings_reach_the_address_and_a_click_abl
     assert page.get_by_text("Ablated (zero)").count() == 0
     grid.scroll_into_view_if_needed()
     box = grid.locator(".nsewdrag").first.bounding_box()  # the plot area: 2 layers x 4 heads, layer 0 on top
-    page.mouse.click(box["x"] + box["width"] * 3 / 8, box["y"] + box["height"] * 3 / 4)   # layer 1, head 1
+    page.mouse.click(box["x"] + box["width"] * 3 / 8, box["y"] + box["height"] * 3 / 4)  # layer 1, head 1
     page.get_by_text("Ablated (zero): L1H1").wait_for()
     wait_for_idle(page)
     assert params(page).get("why_heads") == "1.1"
@@ -88,7 +91,7 @@ def test_the_why_and_parameters_pages_settings_reach_the_address_and_a_click_abl
     grid = page.locator('[data-testid="stPlotlyChart"]').filter(has_text=re.compile("click a head to", re.I)).first
     grid.scroll_into_view_if_needed()
     box = grid.locator(".nsewdrag").first.bounding_box()
-    page.mouse.click(box["x"] + box["width"] * 3 / 8, box["y"] + box["height"] * 3 / 4)   # again: back
+    page.mouse.click(box["x"] + box["width"] * 3 / 8, box["y"] + box["height"] * 3 / 4)  # again: back
     page.get_by_text("Click a head above to ablate it").wait_for()
     wait_for_idle(page)
     assert "why_heads" not in params(page)
@@ -145,8 +148,8 @@ def test_the_first_screen_holds_the_prompt_box_and_a_head_worth_a_look(browser, 
     assert inside(note.bounding_box(), width, height), note.bounding_box()
     if width > 768:  # the whole line, with its reasons, beside the map; a phone's follows Generate and the pickers
         assert inside(line.bounding_box(), width, height), line.bounding_box()
-    typable = page.evaluate(ON_SCREEN_JS)                                      # without opening the sidebar
-    assert typable and typable[0]["tag"] == "TEXTAREA"                         # the first thing to type into
+    typable = page.evaluate(ON_SCREEN_JS)  # without opening the sidebar
+    assert typable and typable[0]["tag"] == "TEXTAREA"  # the first thing to type into
     # one prompt box on screen: the sidebar's on a desktop, the page's on a phone (its sidebar starts closed)
     assert [t["where"] for t in typable if t["tag"] == "TEXTAREA"] == ["sidebar" if width > 768 else "main"]
     page.context.close()
@@ -163,9 +166,9 @@ def test_a_phone_types_its_prompt_on_the_first_screen_and_the_map_follows(browse
     area = page.locator('[data-testid="stMain"] textarea')
     area.fill("the cat sat on the mat")
     area.press("Control+Enter")
-    page.get_by_role("radio", name="␣mat", exact=True).wait_for()             # the new prompt's token chips
+    page.get_by_role("radio", name="␣mat", exact=True).wait_for()  # the new prompt's token chips
     wait_for_idle(page)
-    assert float(heatmap.get_attribute("data-cell")) > before                  # 6 tokens: larger cells than 40
+    assert float(heatmap.get_attribute("data-cell")) > before  # 6 tokens: larger cells than 40
     tip = hover_cell(page, heatmap, 5, 0)
     assert tip.text_content().startswith("'␣mat' → 'the'"), tip.text_content()
     # the sidebar's box holds the same prompt: one prompt, two places to type it

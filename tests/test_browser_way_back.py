@@ -2,6 +2,7 @@
 message says what happened, and one button returns to the model and the view the visitor had, prompt kept.
 Real server (HF_HUB_OFFLINE and an empty Hugging Face home, so no machine ever downloads GPT-2 here), Debian's
 chromium."""
+
 from __future__ import annotations
 
 import os
@@ -9,23 +10,29 @@ import re
 import sys
 
 import pytest
-
-from gptviz.app import keys as K
-from benchmarks.servers import streamlit_server
 from test_browser import CHROMIUM, ROOT, no_exception, set_prompt, wait_for_idle
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium")]
+from benchmarks.servers import streamlit_server
+from gptviz.app import keys as K
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium"),
+]
 
 PROMPT = "Romeo.\nBut soft! what light through yonder window breaks?\nRomeo.\nBut soft!"
-SHOTS = os.environ.get("GPTVIZ_TEST_SCREENSHOTS")   # a folder to keep the screenshots in, if set
+SHOTS = os.environ.get("GPTVIZ_TEST_SCREENSHOTS")  # a folder to keep the screenshots in, if set
 
 
 @pytest.fixture(scope="module")
 def offline_server(tmp_path_factory):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path_factory.mktemp("empty-hf-home"))}
-    with streamlit_server([sys.executable, "-m", "streamlit", "run", "app.py"], cwd=ROOT, env=env,
-                          flags=["--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"]) as s:
+    with streamlit_server(
+        [sys.executable, "-m", "streamlit", "run", "app.py"],
+        cwd=ROOT,
+        env=env,
+        flags=["--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"],
+    ) as s:
         yield s.url
 
 
@@ -37,11 +44,11 @@ def shot(page, name: str) -> None:
 @pytest.mark.parametrize("width,height", [(1400, 1000), (390, 844)])
 def test_back_from_a_failed_hub_click_to_the_model_and_view_before(browser, offline_server, width, height):
     page = browser.new_page(viewport={"width": width, "height": height})
-    page.set_default_timeout(300_000)     # generous: a loaded 2-core machine took minutes
+    page.set_default_timeout(300_000)  # generous: a loaded 2-core machine took minutes
     page.goto(offline_server)
     page.wait_for_selector('[data-testid="stApp"]')
     sidebar = page.locator('[data-testid="stSidebar"]')
-    phone = width < 768                   # its sidebar starts closed, and the page has a prompt box of its own
+    phone = width < 768  # its sidebar starts closed, and the page has a prompt box of its own
     if phone:
         area = page.locator(f".st-key-{K.NARROW_ONLY} textarea")
         area.fill(PROMPT)
@@ -73,8 +80,8 @@ def test_back_from_a_failed_hub_click_to_the_model_and_view_before(browser, offl
     sidebar.get_by_role("button", name=re.compile("^GPT-2 small from the Hub")).click()
     page.get_by_text("the Hub cannot be reached", exact=False).first.wait_for()
     wait_for_idle(page)
-    assert page.locator("canvas.gv-heat").count() == 0            # no model, no map
-    if phone:                                                      # the message and the way back are the page's
+    assert page.locator("canvas.gv-heat").count() == 0  # no model, no map
+    if phone:  # the message and the way back are the page's
         page.get_by_test_id("stSidebarCollapseButton").click()
         page.wait_for_timeout(500)
     shot(page, f"hub-failed-{width}.png")
@@ -84,17 +91,18 @@ def test_back_from_a_failed_hub_click_to_the_model_and_view_before(browser, offl
 
     # the view as it was: the lines view, layer 2, head 1, the linear scale; then the map of that head
     page.get_by_role("tab", name="Lines between tokens", exact=True).and_(
-        page.locator('[aria-selected="true"]')).wait_for()
+        page.locator('[aria-selected="true"]')
+    ).wait_for()
     assert page.locator('[data-testid="stAlertContentError"]').count() == 0
     for name, value in (("Layer", "layer 2"), ("Head", "head 1"), ("Colour scale", "linear, 0 to 1")):
         assert page.get_by_role("combobox", name=name, exact=True).input_value() == value, name
     page.get_by_role("tab", name="One head", exact=True).click()
     page.locator(".gv-title").filter(has_text=re.compile("^Layer 2, head 1$")).wait_for()
-    assert "model=" not in page.url and "source=bundled" in page.url      # the link names the model again
+    assert "model=" not in page.url and "source=bundled" in page.url  # the link names the model again
     if phone:
         assert page.locator(f".st-key-{K.NARROW_ONLY} textarea").input_value() == PROMPT
         page.get_by_test_id("stExpandSidebarButton").click()
-    assert sidebar.locator("textarea").first.input_value() == PROMPT                  # the prompt kept
+    assert sidebar.locator("textarea").first.input_value() == PROMPT  # the prompt kept
     assert sidebar.get_by_role("button", name=re.compile("^GPT-2 small from the Hub")).count() == 1
     no_exception(page)
     if phone:

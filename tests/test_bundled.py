@@ -1,4 +1,5 @@
 """The bundled twins load offline, and what their model cards claim is what the models measure now."""
+
 import dataclasses
 import json
 import shlex
@@ -7,9 +8,9 @@ import pytest
 import torch
 
 from gptviz import load_pretrained
+from gptviz.model.weights import bundled_models, training_vocab
 from gptviz.training.corpus import HELD_OUT_PLAYS
 from gptviz.training.evaluate import check_model, corpus_of, recipe_differences, training_stages
-from gptviz.model.weights import bundled_models, training_vocab
 
 TWINS = ("shakespeare-pre", "shakespeare-post")
 
@@ -64,12 +65,22 @@ def test_model_card_figures_are_reproduced(name, corpus):
 # Which bars of the bundled-model issue each twin clears today. The issue stays open while any is False; a
 # retrained twin that clears more must update this table (the test fails either way it changes).
 CLEARED = {
-    "shakespeare-pre": {"held_out_loss_below_bigram_by_0.5": True, "previous_token_head_at_least_0.5": True,
-                        "induction_head_at_least_0.3": True, "repeated_half_loss_at_most_3": True,
-                        "continues_the_repeated_letters_with_D": True, "sample_reads_like_a_play": True},
-    "shakespeare-post": {"held_out_loss_below_bigram_by_0.5": True, "previous_token_head_at_least_0.5": True,
-                         "induction_head_at_least_0.3": True, "repeated_half_loss_at_most_3": True,
-                         "continues_the_repeated_letters_with_D": True, "sample_reads_like_a_play": True},
+    "shakespeare-pre": {
+        "held_out_loss_below_bigram_by_0.5": True,
+        "previous_token_head_at_least_0.5": True,
+        "induction_head_at_least_0.3": True,
+        "repeated_half_loss_at_most_3": True,
+        "continues_the_repeated_letters_with_D": True,
+        "sample_reads_like_a_play": True,
+    },
+    "shakespeare-post": {
+        "held_out_loss_below_bigram_by_0.5": True,
+        "previous_token_head_at_least_0.5": True,
+        "induction_head_at_least_0.3": True,
+        "repeated_half_loss_at_most_3": True,
+        "continues_the_repeated_letters_with_D": True,
+        "sample_reads_like_a_play": True,
+    },
 }
 
 
@@ -122,6 +133,7 @@ def test_model_card_command_rebuilds_the_recorded_config_and_settings(name):
 @pytest.mark.parametrize("name", TWINS)
 def test_the_sidebar_says_what_the_twin_was_trained_on_and_what_it_did_not_learn(name):
     from gptviz.app import sidebar
+
     text = sidebar.bundled_description(name)
     assert "complete works of Shakespeare less 3 held-out plays" in text
     stages = training_stages(json.loads((bundled_models()[name] / "config.json").read_text())["training"])
@@ -138,10 +150,11 @@ def test_each_card_says_why_the_twins_were_not_trained_alike_from_the_trials_own
     """Issue 41: both cards state the one difference and its evidence, with the numbers of the trial's check and log."""
     from gptviz.training import recipe_trials
     from gptviz.training.evaluate import recipe_differences
+
     models = bundled_models()
     pre, post = models["shakespeare-pre"], models["shakespeare-post"]
     records = [json.loads((f / "config.json").read_text())["training"] for f in (pre, post)]
-    assert recipe_differences(*records) == ["stage 1: init gpt2 against xavier"]   # what "the rest match" rests on
+    assert recipe_differences(*records) == ["stage 1: init gpt2 against xavier"]  # what "the rest match" rests on
     section = recipe_trials.card_section(models[name])
     assert section and section in (models[name] / "MODEL_CARD.md").read_text()
     trial = json.loads((pre / recipe_trials.OTHER_RECIPE_CHECK).read_text())

@@ -2,17 +2,18 @@
 send) resets nothing the server must keep: the generation slots, the training registry and its run ids, the trained
 models and whose they are, the loaded models, the captures and the pages' results. Found with a hostile client: after one clear, 6
 generations ran against a limit of 4 and another visitor's trained models appeared in the victim's sidebar."""
+
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 
 import streamlit as st
-
+import tomllib
 from conftest import build
+from pagetest import TINY
+
 from gptviz.__main__ import APP_DEFAULT_FLAGS
 from gptviz.app import jobs, model_service, services
-from pagetest import TINY
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -29,7 +30,7 @@ def test_the_servers_own_state_survives_a_cache_clear():
     store, captures, results = model_service.model_store(), model_service.capture_store(), services.results_cache()
     taken = [slots.enter(f"visitor {i}") for i in range(slots.limit)]
     try:
-        assert all(t.granted for t in taken) and slots.running == slots.limit   # every slot in use
+        assert all(t.granted for t in taken) and slots.running == slots.limit  # every slot in use
         clear_every_streamlit_cache()
         late = jobs.generation_slots().enter("late visitor")
         assert jobs.generation_slots() is slots and not late.granted  # still full: no fresh slots to hand out
@@ -40,7 +41,7 @@ def test_the_servers_own_state_survives_a_cache_clear():
     assert jobs.training_registry() is registry and jobs.trained_models() is trained
     assert model_service.model_store() is store and model_service.capture_store() is captures
     assert services.results_cache() is results
-    assert model_service.load_model(TINY) is model             # not rebuilt beside the copy in use
+    assert model_service.load_model(TINY) is model  # not rebuilt beside the copy in use
 
 
 def test_trained_models_stay_their_owners_after_a_cache_clear():

@@ -1,4 +1,5 @@
 """Hook points and capture(): names, shapes, values recomputed by hand, per-call state under threads."""
+
 from __future__ import annotations
 
 import math
@@ -8,18 +9,34 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 import torch.nn.functional as F
-
 from conftest import SMALL, build, random_ids
+
 from gptviz import capture
-from gptviz.model.hooks import ActivationCache, HookPoint, _ACTIVE, resolve_names
+from gptviz.model.hooks import _ACTIVE, ActivationCache, HookPoint, resolve_names
 
 L, H, DH, D, FF, V = SMALL.n_layers, SMALL.n_heads, SMALL.d_head, SMALL.d_model, SMALL.d_ff, SMALL.vocab_size
-PER_BLOCK = ["hook_resid_pre", "ln_1.hook_normalized", "attn.hook_q", "attn.hook_k", "attn.hook_v",
-             "attn.hook_attn_scores", "attn.hook_pattern", "attn.hook_z", "hook_attn_out", "hook_resid_mid",
-             "ln_2.hook_normalized", "mlp.hook_pre", "mlp.hook_post", "hook_mlp_out", "hook_resid_post"]
-DESIGN_NAMES = (["hook_embed", "hook_pos_embed"]
-                + [f"blocks.{i}.{n}" for i in range(L) for n in PER_BLOCK]
-                + ["ln_f.hook_normalized", "hook_logits"])
+PER_BLOCK = [
+    "hook_resid_pre",
+    "ln_1.hook_normalized",
+    "attn.hook_q",
+    "attn.hook_k",
+    "attn.hook_v",
+    "attn.hook_attn_scores",
+    "attn.hook_pattern",
+    "attn.hook_z",
+    "hook_attn_out",
+    "hook_resid_mid",
+    "ln_2.hook_normalized",
+    "mlp.hook_pre",
+    "mlp.hook_post",
+    "hook_mlp_out",
+    "hook_resid_post",
+]
+DESIGN_NAMES = (
+    ["hook_embed", "hook_pos_embed"]
+    + [f"blocks.{i}.{n}" for i in range(L) for n in PER_BLOCK]
+    + ["ln_f.hook_normalized", "hook_logits"]
+)
 
 
 @pytest.fixture(params=["pre", "post"])
@@ -39,11 +56,22 @@ def test_shapes_of_every_hook(any_model):
     ids = random_ids(T, batch=B)
     logits, cache = capture(any_model, ids)
     assert set(cache) == set(DESIGN_NAMES)
-    expected = {"hook_embed": (B, T, D), "hook_pos_embed": (1, T, D), "ln_f.hook_normalized": (B, T, D),
-                "hook_logits": (B, T, V)}
-    per_block = {"attn.hook_q": (B, T, H, DH), "attn.hook_k": (B, T, H, DH), "attn.hook_v": (B, T, H, DH),
-                 "attn.hook_attn_scores": (B, H, T, T), "attn.hook_pattern": (B, H, T, T),
-                 "attn.hook_z": (B, T, H, DH), "mlp.hook_pre": (B, T, FF), "mlp.hook_post": (B, T, FF)}
+    expected = {
+        "hook_embed": (B, T, D),
+        "hook_pos_embed": (1, T, D),
+        "ln_f.hook_normalized": (B, T, D),
+        "hook_logits": (B, T, V),
+    }
+    per_block = {
+        "attn.hook_q": (B, T, H, DH),
+        "attn.hook_k": (B, T, H, DH),
+        "attn.hook_v": (B, T, H, DH),
+        "attn.hook_attn_scores": (B, H, T, T),
+        "attn.hook_pattern": (B, H, T, T),
+        "attn.hook_z": (B, T, H, DH),
+        "mlp.hook_pre": (B, T, FF),
+        "mlp.hook_post": (B, T, FF),
+    }
     for i in range(L):
         for n in PER_BLOCK:
             expected[f"blocks.{i}.{n}"] = per_block.get(n, (B, T, D))
@@ -51,15 +79,18 @@ def test_shapes_of_every_hook(any_model):
     assert logits.shape == (B, T, V)
 
 
-@pytest.mark.parametrize("names, expected", [
-    (None, set(DESIGN_NAMES)),
-    ("blocks.1.attn.hook_pattern", {"blocks.1.attn.hook_pattern"}),
-    (["hook_embed", "blocks.0.mlp.hook_post"], {"hook_embed", "blocks.0.mlp.hook_post"}),
-    (("hook_logits",), {"hook_logits"}),
-    (lambda n: n.endswith("hook_pattern"), {f"blocks.{i}.attn.hook_pattern" for i in range(L)}),
-    (lambda n: n.startswith("blocks.1.ln_"), {"blocks.1.ln_1.hook_normalized", "blocks.1.ln_2.hook_normalized"}),
-    ([], set()),
-])
+@pytest.mark.parametrize(
+    "names, expected",
+    [
+        (None, set(DESIGN_NAMES)),
+        ("blocks.1.attn.hook_pattern", {"blocks.1.attn.hook_pattern"}),
+        (["hook_embed", "blocks.0.mlp.hook_post"], {"hook_embed", "blocks.0.mlp.hook_post"}),
+        (("hook_logits",), {"hook_logits"}),
+        (lambda n: n.endswith("hook_pattern"), {f"blocks.{i}.attn.hook_pattern" for i in range(L)}),
+        (lambda n: n.startswith("blocks.1.ln_"), {"blocks.1.ln_1.hook_normalized", "blocks.1.ln_2.hook_normalized"}),
+        ([], set()),
+    ],
+)
 def test_names_filter(model, names, expected):
     _, cache = capture(model, random_ids(5), names)
     assert set(cache) == expected
@@ -158,12 +189,16 @@ def test_post_norm_hooks_sit_after_the_residual_additions():
     with torch.no_grad():
         for i, blk in enumerate(m.blocks):
             h = lambda n: c[f"blocks.{i}.{n}"]  # noqa: E731
-            torch.testing.assert_close(h("hook_resid_mid"), _layer_norm(h("hook_resid_pre") + h("hook_attn_out"), blk.ln_1))
+            torch.testing.assert_close(
+                h("hook_resid_mid"), _layer_norm(h("hook_resid_pre") + h("hook_attn_out"), blk.ln_1)
+            )
             assert torch.equal(h("hook_resid_mid"), h("ln_1.hook_normalized"))
             q = blk.attn.c_attn(h("hook_resid_pre"))[..., :D]  # attention reads the raw stream
             torch.testing.assert_close(h("attn.hook_q"), q.view_as(h("attn.hook_q")))
             torch.testing.assert_close(h("mlp.hook_pre"), blk.mlp.c_fc(h("hook_resid_mid")))
-            torch.testing.assert_close(h("hook_resid_post"), _layer_norm(h("hook_resid_mid") + h("hook_mlp_out"), blk.ln_2))
+            torch.testing.assert_close(
+                h("hook_resid_post"), _layer_norm(h("hook_resid_mid") + h("hook_mlp_out"), blk.ln_2)
+            )
             assert torch.equal(h("hook_resid_post"), h("ln_2.hook_normalized"))
 
 
@@ -223,9 +258,16 @@ def test_sixteen_threads_each_get_their_own_activations():
     m = build(seed=26)
     n = 16
     prompts = [random_ids(4 + (j % 12), batch=1 + j % 3, seed=100 + j) for j in range(n)]
-    filters = [None if j % 4 == 0 else (lambda s: "pattern" in s) if j % 4 == 1
-               else [f"blocks.{j % L}.hook_resid_post", "hook_logits"] if j % 4 == 2 else "hook_embed"
-               for j in range(n)]
+    filters = [
+        None
+        if j % 4 == 0
+        else (lambda s: "pattern" in s)
+        if j % 4 == 1
+        else [f"blocks.{j % L}.hook_resid_post", "hook_logits"]
+        if j % 4 == 2
+        else "hook_embed"
+        for j in range(n)
+    ]
     expected = [capture(m, p, f) for p, f in zip(prompts, filters)]  # one at a time
     barrier = threading.Barrier(n)
 
@@ -265,7 +307,8 @@ def test_torch_module_hooks_on_hook_points_still_fire(model):
         model(random_ids(5))
     assert len(seen) == 1  # removed: the fast path again
     glob = torch.nn.modules.module.register_module_forward_hook(
-        lambda mod, args, out: seen.append(type(mod).__name__) if isinstance(mod, HookPoint) else None)
+        lambda mod, args, out: seen.append(type(mod).__name__) if isinstance(mod, HookPoint) else None
+    )
     try:
         with torch.no_grad():
             model(random_ids(3))
@@ -292,8 +335,24 @@ def test_capture_survives_a_fresh_import_of_the_hooks_module(monkeypatch):
 
 def test_act_name_gives_the_models_own_hook_names(model):
     from gptviz.model.hooks import act_name
-    kinds = ["resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out", "q", "k", "v", "z", "attn_scores",
-             "pattern", "pre", "post", "ln1", "ln2"]
+
+    kinds = [
+        "resid_pre",
+        "resid_mid",
+        "resid_post",
+        "attn_out",
+        "mlp_out",
+        "q",
+        "k",
+        "v",
+        "z",
+        "attn_scores",
+        "pattern",
+        "pre",
+        "post",
+        "ln1",
+        "ln2",
+    ]
     per_layer = {act_name(kind, layer) for kind in kinds for layer in range(SMALL.n_layers)}
     whole = {act_name(kind) for kind in ("embed", "pos_embed", "ln_final", "logits")}
     assert per_layer | whole == set(model.hook_names)  # every hook point, each named once
@@ -308,6 +367,7 @@ def test_every_layers_attention_is_captured_into_one_block_that_patterns_returns
     the capture never holds them twice and patterns() is that block (the same storage), with the values a capture
     of each layer alone records."""
     from gptviz.model.hooks import act_name, one_block
+
     model, ids = build(), random_ids(9, batch=2)
     _, cache = capture(model, ids)
     block = cache.patterns()
@@ -317,15 +377,16 @@ def test_every_layers_attention_is_captured_into_one_block_that_patterns_returns
         _, alone = capture(model, ids, act_name("pattern", layer))
         assert one_block([alone.pattern(layer)]) is not None
         torch.testing.assert_close(block[layer], alone.pattern(layer))  # other layers may run fused alone
-    _, some = capture(model, ids, [act_name("pattern", 1)])   # not every layer: no block, its own tensor
+    _, some = capture(model, ids, [act_name("pattern", 1)])  # not every layer: no block, its own tensor
     assert some.pattern(1).shape == (2, SMALL.n_heads, 9, 9)
 
 
 def test_one_block_is_only_what_already_lies_in_one_storage_in_order():
     from gptviz.model.hooks import one_block
+
     block = torch.arange(24.0).reshape(3, 2, 4)
     assert one_block(list(block)).data_ptr() == block.data_ptr() and torch.equal(one_block(list(block)), block)
-    assert one_block([block[0], block[2]]) is None          # a gap
-    assert one_block([block[1], block[0]]) is None          # out of order
+    assert one_block([block[0], block[2]]) is None  # a gap
+    assert one_block([block[1], block[0]]) is None  # out of order
     assert one_block([block[0], block[1].clone()]) is None  # another storage
-    assert one_block([t.T for t in block]) is None          # not contiguous
+    assert one_block([t.T for t in block]) is None  # not contiguous

@@ -4,6 +4,7 @@ hostile_load.py's scenario 4 (three visitors' 682-token captures of gpt2-small a
 peaked 2,887-2,992 MiB against GPTVIZ_MEMORY_MB 2,048 plus the idle server's 499: the captures were built one after
 another within the capture budget, each new one dropping the one before while that visitor's page was still drawing
 it, so the accountant saw one capture (model 502 + 510 MiB reserved) while the process held three."""
+
 from __future__ import annotations
 
 import gc
@@ -32,9 +33,9 @@ def test_an_entry_dropped_while_in_use_stays_counted_until_it_is_let_go():
     acc = MemoryAccountant(100 * MiB, wait_s=0)
     store = store_with(acc, 10 * MiB)
     used = store.get_or_build("a", Box, lambda _: 6 * MiB, estimate=6 * MiB)  # a page still holds it
-    store.get_or_build("b", Box, lambda _: 6 * MiB, estimate=6 * MiB)         # drops "a" to fit
+    store.get_or_build("b", Box, lambda _: 6 * MiB, estimate=6 * MiB)  # drops "a" to fit
     assert "a" not in store and store.nbytes == 6 * MiB
-    assert acc.stored_bytes == 12 * MiB          # "a" is still in memory, so still counted
+    assert acc.stored_bytes == 12 * MiB  # "a" is still in memory, so still counted
     del used
     gc.collect()
     assert acc.stored_bytes == 6 * MiB
@@ -48,7 +49,7 @@ def test_an_entry_nobody_holds_is_uncounted_as_it_is_dropped():
     assert acc.stored_bytes == 6 * MiB
     kept = store.get_or_build("b", Box, lambda _: 6 * MiB)
     store.clear()
-    assert acc.stored_bytes == 6 * MiB           # cleared while held: counted until let go
+    assert acc.stored_bytes == 6 * MiB  # cleared while held: counted until let go
     del kept
     gc.collect()
     assert acc.stored_bytes == 0
@@ -94,11 +95,11 @@ def test_the_budget_counts_every_capture_pages_hold_against_their_measured_bytes
     for visitor in range(3):
         ids = tuple((visitor * 7 + i) % model.config.vocab_size for i in range(128))
         pages.append(model_service.capture_cache(spec, ids, names))  # what a page holds while it draws
-    assert len(store) == 1                       # the store kept one; the pages hold three
+    assert len(store) == 1  # the store kept one; the pages hold three
     held = live_bytes(pages)
     assert held > 2.5 * store.nbytes
-    assert acc.stored_bytes >= held              # every byte the pages hold is counted
-    assert acc.stored_bytes <= 1.05 * held       # and not much more
+    assert acc.stored_bytes >= held  # every byte the pages hold is counted
+    assert acc.stored_bytes <= 1.05 * held  # and not much more
     del pages
     gc.collect()
     assert acc.stored_bytes == store.nbytes

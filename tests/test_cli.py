@@ -1,4 +1,5 @@
 """`python -m gptviz`: the params table and a short training run, in a real subprocess."""
+
 from __future__ import annotations
 
 import json
@@ -12,16 +13,18 @@ import pytest
 import torch
 
 from gptviz.__main__ import main
-from gptviz.training.corpus import load_training_data
 from gptviz.model.weights import load_checkpoint, training_vocab
+from gptviz.training.corpus import load_training_data
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "data" / "tinyshakespeare.txt"
 
+
 def run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
-    return subprocess.run([sys.executable, "-m", "gptviz", *args], capture_output=True, text=True,
-                          timeout=timeout, env=env, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "gptviz", *args], capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT
+    )
 
 
 @pytest.mark.slow
@@ -65,8 +68,24 @@ def test_train_writes_a_loadable_checkpoint(tmp_path):
     data = tmp_path / "corpus.txt"
     data.write_text(CORPUS.read_text(encoding="utf-8")[:40_000], encoding="utf-8")
     out_dir = tmp_path / "model"
-    out = run_cli("train", "--preset", "tiny", "--steps", "2", "--batch-size", "2", "--warmup", "1",
-                  "--threads", "1", "--data", str(data), "--out", str(out_dir), timeout=300)
+    out = run_cli(
+        "train",
+        "--preset",
+        "tiny",
+        "--steps",
+        "2",
+        "--batch-size",
+        "2",
+        "--warmup",
+        "1",
+        "--threads",
+        "1",
+        "--data",
+        str(data),
+        "--out",
+        str(out_dir),
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr
     assert "saved" in out.stdout
     model = load_checkpoint(out_dir)
@@ -91,10 +110,32 @@ def test_check_writes_its_report_where_told_and_beside_the_model_only_when_asked
     plays = tmp_path / "plays"
     plays.mkdir()
     for i, name in enumerate(("alpha", "beta", "gamma")):
-        (plays / f"{name}_gut.txt").write_text(text[i * 6000:(i + 1) * 6000], encoding="utf-8")
+        (plays / f"{name}_gut.txt").write_text(text[i * 6000 : (i + 1) * 6000], encoding="utf-8")
     model_dir = tmp_path / "model"
-    assert main(["train", "--preset", "tiny", "--steps", "2", "--batch-size", "2", "--n-ctx", "32",
-                 "--data", str(plays), "--held-out", "beta", "--copy-fraction", "0.5", "--out", str(model_dir)]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--preset",
+                "tiny",
+                "--steps",
+                "2",
+                "--batch-size",
+                "2",
+                "--n-ctx",
+                "32",
+                "--data",
+                str(plays),
+                "--held-out",
+                "beta",
+                "--copy-fraction",
+                "0.5",
+                "--out",
+                str(model_dir),
+            ]
+        )
+        == 0
+    )
     meta = json.loads((model_dir / "config.json").read_text())["training"]
     assert meta["data"] == "plays" and meta["held_out"] == ["beta"] and meta["settings"]["copy_fraction"] == 0.5
     before = sorted(p.name for p in model_dir.iterdir())
@@ -118,9 +159,22 @@ def test_a_continued_stage_may_change_dropout_but_not_the_model(tmp_path, capsys
     plays = tmp_path / "plays"
     plays.mkdir()
     for i, name in enumerate(("alpha", "beta")):
-        (plays / f"{name}_gut.txt").write_text(text[i * 6000:(i + 1) * 6000], encoding="utf-8")
-    common = ["train", "--preset", "tiny", "--steps", "2", "--batch-size", "2", "--n-ctx", "32", "--data", str(plays),
-              "--held-out", "beta"]
+        (plays / f"{name}_gut.txt").write_text(text[i * 6000 : (i + 1) * 6000], encoding="utf-8")
+    common = [
+        "train",
+        "--preset",
+        "tiny",
+        "--steps",
+        "2",
+        "--batch-size",
+        "2",
+        "--n-ctx",
+        "32",
+        "--data",
+        str(plays),
+        "--held-out",
+        "beta",
+    ]
     first, second = tmp_path / "one", tmp_path / "two"
     assert main([*common, "--dropout", "0", "--min-lr-ratio", "1", "--out", str(first)]) == 0
     assert main([*common, "--dropout", "0.1", "--init-from", str(first), "--out", str(second)]) == 0
@@ -141,16 +195,46 @@ def test_train_starts_from_the_init_it_is_given_and_records_it(tmp_path):
     from gptviz.model.config import get_preset
     from gptviz.model.model import GPT
     from gptviz.model.weights import load_checkpoint
+
     text = CORPUS.read_text(encoding="utf-8")
     plays = tmp_path / "plays"
     plays.mkdir()
     for i, name in enumerate(("alpha", "beta")):
-        (plays / f"{name}_gut.txt").write_text(text[i * 6000:(i + 1) * 6000], encoding="utf-8")
+        (plays / f"{name}_gut.txt").write_text(text[i * 6000 : (i + 1) * 6000], encoding="utf-8")
     out = tmp_path / "xavier"
     # --lr tiny and one step: the trained weights stay within 1e-3 of the init they started from
-    assert main(["train", "--preset", "tiny", "--steps", "1", "--batch-size", "2", "--n-ctx", "32", "--data", str(plays),
-                 "--held-out", "beta", "--init", "xavier", "--lr", "1e-7", "--warmup", "0", "--save-dtype", "float32",
-                 "--norm", "post", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--preset",
+                "tiny",
+                "--steps",
+                "1",
+                "--batch-size",
+                "2",
+                "--n-ctx",
+                "32",
+                "--data",
+                str(plays),
+                "--held-out",
+                "beta",
+                "--init",
+                "xavier",
+                "--lr",
+                "1e-7",
+                "--warmup",
+                "0",
+                "--save-dtype",
+                "float32",
+                "--norm",
+                "post",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert json.loads((out / "config.json").read_text())["training"]["init"] == "xavier"
     trained = load_checkpoint(out).state_dict()
     cfg = get_preset("tiny").replace(n_ctx=32, norm="post")

@@ -1,4 +1,5 @@
 """GPTConfig: validation messages name the field; frozen; variants; round-trips; presets."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -15,28 +16,31 @@ def make(**changes) -> GPTConfig:
     return GPTConfig(**{**BASE, **changes})
 
 
-@pytest.mark.parametrize("changes, field_name", [
-    (dict(d_model=30, n_heads=4), "d_model"),
-    (dict(n_layers=0), "n_layers"),
-    (dict(n_layers=-3), "n_layers"),
-    (dict(n_ctx=0), "n_ctx"),
-    (dict(vocab_size=0), "vocab_size"),
-    (dict(n_heads=0), "n_heads"),
-    (dict(d_ff=0), "d_ff"),
-    (dict(activation="swish"), "activation"),
-    (dict(norm="middle"), "norm"),
-    (dict(norm_type="batchnorm"), "norm_type"),
-    (dict(dropout=1.0), "dropout"),
-    (dict(dropout=-0.1), "dropout"),
-    (dict(dropout="0.1"), "dropout"),
-    (dict(ln_eps=0), "ln_eps"),
-    (dict(d_model=32.0), "d_model"),
-    (dict(n_ctx="16"), "n_ctx"),
-    (dict(n_layers=True), "n_layers"),       # bool is an int subclass; still refused
-    (dict(vocab_size=False), "vocab_size"),
-    (dict(tie_weights=1), "tie_weights"),
-    (dict(qkv_bias="yes"), "qkv_bias"),
-])
+@pytest.mark.parametrize(
+    "changes, field_name",
+    [
+        (dict(d_model=30, n_heads=4), "d_model"),
+        (dict(n_layers=0), "n_layers"),
+        (dict(n_layers=-3), "n_layers"),
+        (dict(n_ctx=0), "n_ctx"),
+        (dict(vocab_size=0), "vocab_size"),
+        (dict(n_heads=0), "n_heads"),
+        (dict(d_ff=0), "d_ff"),
+        (dict(activation="swish"), "activation"),
+        (dict(norm="middle"), "norm"),
+        (dict(norm_type="batchnorm"), "norm_type"),
+        (dict(dropout=1.0), "dropout"),
+        (dict(dropout=-0.1), "dropout"),
+        (dict(dropout="0.1"), "dropout"),
+        (dict(ln_eps=0), "ln_eps"),
+        (dict(d_model=32.0), "d_model"),
+        (dict(n_ctx="16"), "n_ctx"),
+        (dict(n_layers=True), "n_layers"),  # bool is an int subclass; still refused
+        (dict(vocab_size=False), "vocab_size"),
+        (dict(tie_weights=1), "tie_weights"),
+        (dict(qkv_bias="yes"), "qkv_bias"),
+    ],
+)
 def test_invalid_field_raises_naming_it(changes, field_name):
     with pytest.raises(ConfigError) as info:
         make(**changes)
@@ -75,8 +79,9 @@ def test_dataclasses_replace_gives_a_validated_variant():
     cfg = make()
     post = dataclasses.replace(cfg, norm="post")
     assert post.norm == "post" and cfg.norm == "pre"
-    assert {f.name: getattr(post, f.name) for f in dataclasses.fields(post) if f.name != "norm"} == \
-           {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name != "norm"}
+    assert {f.name: getattr(post, f.name) for f in dataclasses.fields(post) if f.name != "norm"} == {
+        f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name != "norm"
+    }
     with pytest.raises(ConfigError, match="activation"):
         dataclasses.replace(cfg, activation="tanh")
 
@@ -84,17 +89,26 @@ def test_dataclasses_replace_gives_a_validated_variant():
 def test_cfg_replace_keeps_default_d_ff_in_step_with_d_model():
     cfg = make()
     wider = cfg.replace(d_model=64)
-    assert wider.d_ff == 256                              # followed d_model
+    assert wider.d_ff == 256  # followed d_model
     assert cfg.replace(d_model=64, d_ff=100).d_ff == 100  # explicit wins
-    assert make(d_ff=77).replace(d_model=64).d_ff == 77    # a custom d_ff is not overwritten
+    assert make(d_ff=77).replace(d_model=64).d_ff == 77  # a custom d_ff is not overwritten
     assert dataclasses.replace(cfg, d_model=64).d_ff == 128  # plain dataclasses.replace copies the field
     with pytest.raises(ConfigError, match="n_heads"):
         cfg.replace(n_heads=5)
 
 
 def test_to_dict_from_dict_round_trip():
-    cfg = make(norm="post", norm_type="rmsnorm", activation="relu", tie_weights=False, qkv_bias=False,
-               dropout=0.1, ln_eps=1e-6, d_ff=100, name="variant")
+    cfg = make(
+        norm="post",
+        norm_type="rmsnorm",
+        activation="relu",
+        tie_weights=False,
+        qkv_bias=False,
+        dropout=0.1,
+        ln_eps=1e-6,
+        d_ff=100,
+        name="variant",
+    )
     data = cfg.to_dict()
     assert data["d_ff"] == 100 and data["name"] == "variant" and data["norm_type"] == "rmsnorm"
     again = GPTConfig.from_dict(data)
@@ -114,8 +128,9 @@ def test_name_is_a_label_not_part_of_equality():
 
 
 def test_presets_are_valid_configs_with_their_own_names():
-    assert {"gpt1", "gpt2-small", "gpt2-medium", "gpt2-large", "gpt2-xl", "gpt2-small-untied-noqkvbias",
-            "tiny"} <= set(PRESETS)
+    assert {"gpt1", "gpt2-small", "gpt2-medium", "gpt2-large", "gpt2-xl", "gpt2-small-untied-noqkvbias", "tiny"} <= set(
+        PRESETS
+    )
     for name, cfg in PRESETS.items():
         assert isinstance(cfg, GPTConfig) and cfg.name == name
     xl = PRESETS["gpt2-xl"]
@@ -130,6 +145,7 @@ def test_gpt1_uses_the_tanh_approximation_of_gelu_without_changing_its_parameter
     """GPT-1 (Radford et al. 2018, and its released code) used GELU's tanh approximation, like GPT-2; the
     activation has no parameters, so the reference total stays 116,169,216."""
     from gptviz.model.params import total_params
+
     gpt1 = PRESETS["gpt1"]
     assert gpt1.activation == "gelu_tanh"
     assert total_params(gpt1) == 116_169_216

@@ -3,6 +3,7 @@ interpreter, from a checkout (no installed package: gptviz is on no index), not 
 returned next-token probabilities only, not the direct and total effects the page shows, and its box said
 `pip install gptviz`). The printed table and effects are compared with what the page's services compute and with what
 the page drew."""
+
 from __future__ import annotations
 
 import os
@@ -11,10 +12,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pagetest
 import pytest
 
-import pagetest
-from gptviz.app import keys as K, model_service, settings as S
+from gptviz.app import keys as K
+from gptviz.app import model_service
+from gptviz.app import settings as S
 from gptviz.app.reproduce import MARK
 from gptviz.app.services import why as services
 from gptviz.model.tokenizer import encode
@@ -24,15 +27,19 @@ PROMPT = 'JULIET:\nSay "Romeo" twice, Romeo: it\'s the name, the name.'
 BUNDLED = model_service.ModelSpec(K.SOURCE_BUNDLED, "shakespeare-pre", "pre")
 IDS = tuple(encode(PROMPT))
 ROW = re.compile(r"^\s*(\d+)  .*?\s+(-?[0-9.]+)%\s+(-?[0-9.]+)%\s+([-+][0-9.]+)%$")
-HALF_A_SHOWN_DIGIT = 0.005 / 100 + 1e-7   # the table prints percentages to two decimals
+HALF_A_SHOWN_DIGIT = 0.005 / 100 + 1e-7  # the table prints percentages to two decimals
 
 
 def ablation_page(mode: str):
-    at = pagetest.run_page("why", PROMPT, BUNDLED, **{S.WHY_VIEW.key: "Ablate heads", S.WHY_MODE.key: mode,
-                                                     S.WHY_ABLATED.key: [(0, 2), (1, 0)]})
+    at = pagetest.run_page(
+        "why",
+        PROMPT,
+        BUNDLED,
+        **{S.WHY_VIEW.key: "Ablate heads", S.WHY_MODE.key: mode, S.WHY_ABLATED.key: [(0, 2), (1, 0)]},
+    )
     assert not at.exception and not at.error
     code = [c.value for c in at.code if c.value.startswith(MARK) and "ablate heads" in c.value.splitlines()[0]]
-    assert len(code) == 1 and f"ids = get_tokenizer().encode({PROMPT!r})\n" in code[0]   # the whole prompt: IDS
+    assert len(code) == 1 and f"ids = get_tokenizer().encode({PROMPT!r})\n" in code[0]  # the whole prompt: IDS
     return at, code[0]
 
 
@@ -42,8 +49,9 @@ def run_from_checkout(code: str, cwd: Path, pythonpath: str | None) -> str:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
-    out = subprocess.run([sys.executable, "-"], input=code, capture_output=True, text=True, cwd=cwd, env=env,
-                         timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-"], input=code, capture_output=True, text=True, cwd=cwd, env=env, timeout=300
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "Warning" not in out.stderr, out.stderr[-3000:]
     return out.stdout
@@ -58,7 +66,7 @@ def check_table(at, stdout: str, ids, heads, mode: str) -> None:
     before, after = services.next_token(BUNDLED, ids), services.next_token(BUNDLED, ids, heads, mode)
     rows = printed_rows(stdout)
     table = next(d.value for d in at.dataframe if "after" in d.value.columns)
-    assert services.pieces([i for i, *_ in rows]) == list(table["token"])     # the page's rows, in its order
+    assert services.pieces([i for i, *_ in rows]) == list(table["token"])  # the page's rows, in its order
     assert len(rows) >= 5
     for token, b, a, change in rows:
         assert b == pytest.approx(float(before[token]), abs=HALF_A_SHOWN_DIGIT)
@@ -77,7 +85,7 @@ def test_the_ablation_snippet_prints_the_table_and_both_effects_from_a_checkout(
     dla = services.direct_attribution(BUNDLED, IDS, target, other)
     direct = -sum(float(dla.head_values[layer, head]) for layer, head in heads)
     before, after = services.next_token(BUNDLED, IDS), services.next_token(BUNDLED, IDS, heads, "zero")
-    total = (float(after[target].log() - after[other].log()) - float(before[target].log() - before[other].log()))
+    total = float(after[target].log() - after[other].log()) - float(before[target].log() - before[other].log())
     shown = {m.label: m.value for m in at.metric}
     assert f"Direct effect on the metric: {direct:+.3f}" in stdout.splitlines()
     assert f"Total effect (ablation, measured): {total:+.3f}" in stdout.splitlines()

@@ -1,11 +1,12 @@
 """Training text: whole plays held out, <|endoftext|> between plays, a single file split by its tail."""
+
 from __future__ import annotations
 
 import pytest
 import torch
 
-from gptviz.training.corpus import END_OF_TEXT, HELD_OUT_PLAYS, WORKS, load_plays, load_training_data, play_files
 from gptviz.model.tokenizer import get_tokenizer
+from gptviz.training.corpus import END_OF_TEXT, HELD_OUT_PLAYS, WORKS, load_plays, load_training_data, play_files
 
 
 def write_plays(folder, texts: dict[str, str]):
@@ -16,12 +17,15 @@ def write_plays(folder, texts: dict[str, str]):
 
 
 def test_whole_plays_are_held_out_and_separated(tmp_path):
-    folder = write_plays(tmp_path / "works", {"alpha": "Ham.\nWho's there?", "beta": "Hor.\nFriends.",
-                                              "gamma": "Ber.\nLong live the king!"})
+    folder = write_plays(
+        tmp_path / "works",
+        {"alpha": "Ham.\nWho's there?", "beta": "Hor.\nFriends.", "gamma": "Ber.\nLong live the king!"},
+    )
     corpus = load_plays(folder, held_out=("beta",))
     enc = get_tokenizer()
-    expected_train = enc.encode("Ham.\nWho's there?") + [END_OF_TEXT] + enc.encode("Ber.\nLong live the king!") + [
-        END_OF_TEXT]
+    expected_train = (
+        enc.encode("Ham.\nWho's there?") + [END_OF_TEXT] + enc.encode("Ber.\nLong live the king!") + [END_OF_TEXT]
+    )
     assert corpus.train.tolist() == expected_train
     assert corpus.val.tolist() == enc.encode("Hor.\nFriends.") + [END_OF_TEXT]
     assert corpus.train_parts == ("alpha", "gamma") and corpus.val_parts == ("beta",)

@@ -1,5 +1,6 @@
 """Devices and precision: the choices torch reports, half precision against float32 on the CPU (bfloat16 and
 float16), captures and probabilities in float32 whatever the model runs in, and the app's model spec."""
+
 from __future__ import annotations
 
 import copy
@@ -8,9 +9,10 @@ import pytest
 import torch
 
 from gptviz import capture, generate, get_tokenizer, load_pretrained, stream
+from gptviz.app import keys as K
+from gptviz.app import model_service
 from gptviz.model import devices
 from gptviz.model.devices import available_devices, available_dtypes, place
-from gptviz.app import model_service, keys as K
 
 PROMPT = "Ham.\nWho's there?\n\nHor.\nFriends to this ground, and liegemen to the Dane.\n"
 

@@ -2,6 +2,7 @@
 (nbconvert, with the widget state nbclient saves in the notebook's metadata) opened offline in Chromium: nbconvert's
 own export draws the static() copy of the heatmap, not the widgets (their manager comes from a CDN); gptviz's exporter
 (gptviz.notebook.html_export) draws every widget (docs/notebook.md)."""
+
 from __future__ import annotations
 
 import re
@@ -23,8 +24,9 @@ from offline_browser import CHROMIUM, offline_page  # noqa: E402
 @pytest.fixture(scope="module")
 def executed():
     nb = nbformat.read(ROOT / "docs" / "example.ipynb", as_version=4)
-    nbclient.NotebookClient(nb, timeout=300, kernel_name="python3", store_widget_state=True,
-                            resources={"metadata": {"path": str(ROOT)}}).execute()
+    nbclient.NotebookClient(
+        nb, timeout=300, kernel_name="python3", store_widget_state=True, resources={"metadata": {"path": str(ROOT)}}
+    ).execute()
     return nb
 
 
@@ -48,15 +50,21 @@ def test_example_notebook_runs(executed):
     assert len(gaps) == 2 and all(g <= 1e-4 for g in gaps)
     equal, total = map(int, re.search(r"hook points equal within 1e-4: (\d+) of (\d+)", text).groups())
     assert equal == total == 4 + 14 * 4
-    assert "L2N26: active on " in text                     # the unit's summary, from the shipped index
+    assert "L2N26: active on " in text  # the unit's summary, from the shipped index
     diff, parts = map(float, re.search(r"logit difference ([-+0-9.]+), sum of the parts ([-+0-9.]+)", text).groups())
     assert diff == pytest.approx(parts, abs=2e-3)
     before, after = map(float, re.search(r"zero-ablated: logit difference ([-+0-9.]+) -> ([-+0-9.]+)", text).groups())
     assert before == pytest.approx(diff, abs=1e-3) and after != pytest.approx(before, abs=1e-4)
-    static = [o for o in outputs if o.output_type == "execute_result" and WIDGET not in o.data
-              and "text/html" in o.data and "gv-map" in o.data["text/html"]]
+    static = [
+        o
+        for o in outputs
+        if o.output_type == "execute_result"
+        and WIDGET not in o.data
+        and "text/html" in o.data
+        and "gv-map" in o.data["text/html"]
+    ]
     assert len(static) == 1
-    assert WIDGET_STATE in executed.metadata["widgets"]    # saved, as a notebook saved with its widget state
+    assert WIDGET_STATE in executed.metadata["widgets"]  # saved, as a notebook saved with its widget state
 
 
 @pytest.mark.slow
@@ -67,6 +75,7 @@ def test_html_export_offline(executed, tmp_path):
     @jupyter-widgets/html-manager (and it, anywidget's front end) from a CDN, so offline their places stay empty."""
     pytest.importorskip("playwright.sync_api")
     from nbconvert import HTMLExporter
+
     body, _ = HTMLExporter().from_notebook_node(executed)
     page_file = tmp_path / "example.html"
     page_file.write_text(body, encoding="utf-8")
@@ -83,9 +92,9 @@ def test_html_export_offline(executed, tmp_path):
         empty = page.evaluate("""() => Array.from(document.querySelectorAll(
             '.jupyter-widgets.jp-OutputArea-output')).filter(
             el => !el.querySelector('canvas, .gv-rows, .widget-box, .js-plotly-plot')).length""")
-    assert drawn == ["text/html"] and title == "Layer 1, head 0"   # static(widget): drawn offline
-    assert widget_views == 6 and empty == 6                         # the widgets: not drawn offline
-    assert any("html-manager" in url for url in blocked), blocked   # because their manager was to come from a CDN
+    assert drawn == ["text/html"] and title == "Layer 1, head 0"  # static(widget): drawn offline
+    assert widget_views == 6 and empty == 6  # the widgets: not drawn offline
+    assert any("html-manager" in url for url in blocked), blocked  # because their manager was to come from a CDN
     assert not errors, errors
 
 
@@ -97,6 +106,7 @@ def test_offline_html_export_draws_every_widget(executed, tmp_path):
     figures), with no widget manager or anything of theirs from a network, and Plotly's script in the page once."""
     pytest.importorskip("playwright.sync_api")
     from gptviz.notebook import export_html
+
     source = tmp_path / "example.ipynb"
     nbformat.write(executed, source)
     page_file = export_html(source)

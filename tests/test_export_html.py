@@ -1,15 +1,16 @@
 """Every figure downloads as a standalone interactive HTML file: Plotly's JavaScript inlined (no CDN), the data
 escaped so token text cannot break out of the script, one button under each figure of a page."""
+
 from __future__ import annotations
 
 import json
 import re
 
 import plotly.graph_objects as go
+from pagetest import figures, run_page
 from plotly.offline import get_plotlyjs
 
 from gptviz.export import figure_file_name, figure_html
-from pagetest import figures, run_page
 
 HOSTILE = "</script><script>alert(1)</script>"
 
@@ -18,7 +19,7 @@ def test_the_html_file_inlines_plotly_and_holds_the_figure_data():
     fig = go.Figure(go.Bar(x=["a", HOSTILE], y=[0.25, 0.75]), layout={"title": {"text": "Where <b>token 3</b> looks"}})
     html = figure_html(fig).decode("utf-8")
     assert get_plotlyjs() in html  # the installed package's own plotly.js, inlined whole
-    assert not re.search(r'<script[^>]+src=', html)  # nothing fetched from a CDN or anywhere else
+    assert not re.search(r"<script[^>]+src=", html)  # nothing fetched from a CDN or anywhere else
     assert "<script>alert(1)" not in html and "\\u003c\\u002fscript\\u003e" in html
     spec = re.search(r'Plotly\.newPlot\(\s*"[^"]+",\s*(\[.*?\]),\s*\{', html, re.S).group(1)
     (trace,) = json.loads(spec)

@@ -1,16 +1,24 @@
 """The information-flow graph (gptviz.methods.flow): contributions that sum to the captured stream, shares that sum to 1,
 a graph whose every edge reaches the threshold and leads to the output, and the induction route on the bundled
 model."""
+
 from __future__ import annotations
 
 import pytest
 import torch
+from conftest import SMALL, random_ids
 
-from conftest import SMALL, build, random_ids
 from gptviz import GPT, capture, load_pretrained
 from gptviz.figures.flow import flow_figure
-from gptviz.methods.flow import (attention_contributions, attention_shares, folded_output_bias, head_writes,
-                                 information_flow, mlp_shares, proximity)
+from gptviz.methods.flow import (
+    attention_contributions,
+    attention_shares,
+    folded_output_bias,
+    head_writes,
+    information_flow,
+    mlp_shares,
+    proximity,
+)
 from gptviz.model.tokenizer import encode, token_labels
 
 
@@ -26,8 +34,11 @@ def test_attention_contributions_and_skip_sum_to_the_captured_stream(biased):
     biases are folded out of the parts into b = b_O + sum_h b_V[h] @ W_O[h] (random biases here, so it shows)."""
     model = biased
     ids = random_ids(10, seed=4)
-    names = [f"blocks.{l}.{n}" for l in range(SMALL.n_layers)
-             for n in ("hook_resid_pre", "hook_resid_mid", "attn.hook_pattern", "attn.hook_v")]
+    names = [
+        f"blocks.{l}.{n}"
+        for l in range(SMALL.n_layers)
+        for n in ("hook_resid_pre", "hook_resid_mid", "attn.hook_pattern", "attn.hook_v")
+    ]
     _, cache = capture(model, ids, names)
     for layer in range(SMALL.n_layers):
         writes = head_writes(model, layer, cache[f"blocks.{layer}.attn.hook_v"][0])
@@ -40,7 +51,7 @@ def test_attention_contributions_and_skip_sum_to_the_captured_stream(biased):
 
 def test_proximity_shares_are_normalised_and_favour_the_part_closest_to_the_sum():
     total = torch.tensor([1.0, 1.0])
-    parts = torch.tensor([[0.9, 1.0], [0.1, 0.0], [-1.0, 0.0]])      # a part pointing away gets only the floor
+    parts = torch.tensor([[0.9, 1.0], [0.1, 0.0], [-1.0, 0.0]])  # a part pointing away gets only the floor
     shares = proximity(parts, total)
     assert float(shares.sum()) == pytest.approx(1.0)
     assert shares[0] > shares[1] > shares[2] > 0
@@ -56,8 +67,8 @@ def test_every_kept_edge_reaches_the_threshold_and_leads_to_the_output(mixing, t
     graph = information_flow(mixing, ids, threshold)
     assert graph.edges and all(threshold < e.importance <= 1 + 1e-6 for e in graph.edges)
     if threshold < 0.1:
-        assert len({e.source for e in graph.edges if e.kind == "attention"}) > 2   # the graph spreads
-    assert all(e.source <= e.target for e in graph.edges)                      # causal
+        assert len({e.source for e in graph.edges if e.kind == "attention"}) > 2  # the graph spreads
+    assert all(e.source <= e.target for e in graph.edges)  # causal
     # walk down from the output: every edge's target is reached by an edge above it, or is the output itself
     reached = {(SMALL.n_layers - 1, "mlp", graph.position)}
     for layer in reversed(range(SMALL.n_layers)):
@@ -79,10 +90,11 @@ def test_each_sum_s_shares_add_up_to_one_at_a_tiny_threshold(mixing):
     assert sum(e.importance for e in top) == pytest.approx(1.0, abs=1e-5)
     # the output's attention sum: the skip merged with self-attention, and every earlier key (the bias is no part,
     # and the last position has no later keys, whose floor shares are never edges): exactly 1 as well
-    last_attn = [e for e in graph.edges if e.layer == SMALL.n_layers - 1 and e.sublayer == "attn"
-                 and e.target == graph.position]
+    last_attn = [
+        e for e in graph.edges if e.layer == SMALL.n_layers - 1 and e.sublayer == "attn" and e.target == graph.position
+    ]
     assert sum(e.importance for e in last_attn) == pytest.approx(1.0, abs=1e-5)
-    assert [e.kind for e in last_attn if e.source == e.target] == ["residual"]   # one edge: skip + self-attention
+    assert [e.kind for e in last_attn if e.source == e.target] == ["residual"]  # one edge: skip + self-attention
 
 
 def test_a_larger_threshold_keeps_a_subset_of_the_edges(mixing):
@@ -106,12 +118,16 @@ def test_the_bundled_model_routes_the_repeat_through_its_induction_circuit():
     ids = encode("A B C D E F G H A B C")
     graph = information_flow(model, torch.tensor([ids]), 0.04)
     attention = {(e.layer, e.source, e.target): e.importance for e in graph.edges if e.kind == "attention"}
-    assert attention[(1, 3, 10)] > 0.5                     # the last ' C' reads ' D', after the earlier ' C'
-    assert attention[(0, 2, 3)] > 0.3                      # ' D' reads the ' C' before it
+    assert attention[(1, 3, 10)] > 0.5  # the last ' C' reads ' D', after the earlier ' C'
+    assert attention[(0, 2, 3)] > 0.3  # ' D' reads the ' C' before it
     assert max(attention, key=attention.get) == (1, 3, 10)
     fig = flow_figure(graph, token_labels(ids), n_heads=model.config.n_heads, title="flow")
-    hover = [row for trace in fig.data if trace.customdata is not None and trace.mode == "markers"
-             and trace.legendgroup == "attention" for row in trace.customdata]
+    hover = [
+        row
+        for trace in fig.data
+        if trace.customdata is not None and trace.mode == "markers" and trace.legendgroup == "attention"
+        for row in trace.customdata
+    ]
     assert [1, "attention", "'␣D'", 3, "'␣C'", 10] in [list(r[:6]) for r in hover]
 
 
@@ -122,19 +138,26 @@ def test_an_attention_edges_largest_head_is_recomputed_from_the_weight_slices(bi
     the edge's share."""
     ids = random_ids(10, seed=3)
     graph = information_flow(biased, ids, 0.02)
-    names = [f"blocks.{l}.{n}" for l in range(SMALL.n_layers)
-             for n in ("attn.hook_pattern", "attn.hook_v", "hook_resid_mid", "hook_resid_pre")]
+    names = [
+        f"blocks.{l}.{n}"
+        for l in range(SMALL.n_layers)
+        for n in ("attn.hook_pattern", "attn.hook_v", "hook_resid_mid", "hook_resid_pre")
+    ]
     _, cache = capture(biased, ids, names)
     dh, d = SMALL.d_head, SMALL.d_model
     checked = 0
     for e in (e for e in graph.edges if e.kind == "attention"):
         attn = biased.blocks[e.layer].attn
         w = attn.c_proj.weight.detach()
-        b_V = attn.c_attn.bias.detach()[2 * d:]
-        v = cache[f"blocks.{e.layer}.attn.hook_v"][0, e.source]                     # [heads, d_head]
-        p = cache[f"blocks.{e.layer}.attn.hook_pattern"][0, :, e.target, e.source]   # [heads]
-        per_head = torch.stack([p[h] * ((v[h] - b_V[h * dh:(h + 1) * dh]) @ w[:, h * dh:(h + 1) * dh].t())
-                                for h in range(SMALL.n_heads)])
+        b_V = attn.c_attn.bias.detach()[2 * d :]
+        v = cache[f"blocks.{e.layer}.attn.hook_v"][0, e.source]  # [heads, d_head]
+        p = cache[f"blocks.{e.layer}.attn.hook_pattern"][0, :, e.target, e.source]  # [heads]
+        per_head = torch.stack(
+            [
+                p[h] * ((v[h] - b_V[h * dh : (h + 1) * dh]) @ w[:, h * dh : (h + 1) * dh].t())
+                for h in range(SMALL.n_heads)
+            ]
+        )
         y = cache[f"blocks.{e.layer}.hook_resid_mid"][0, e.target]
         prox = (y.abs().sum() - (per_head - y + 1e-6).abs().sum(-1)).clamp_min(1e-5)
         assert e.head == int(prox.argmax()) and e.head_share == pytest.approx(float(prox.max() / prox.sum()), rel=1e-4)
@@ -142,8 +165,13 @@ def test_an_attention_edges_largest_head_is_recomputed_from_the_weight_slices(bi
         writes = head_writes(biased, e.layer, cache[f"blocks.{e.layer}.attn.hook_v"][0])
         edge = attention_contributions(pattern, writes, [e.target])[0, e.source]
         torch.testing.assert_close(per_head.sum(0), edge, atol=1e-5, rtol=1e-5)
-        shares, _ = attention_shares(pattern, writes, cache[f"blocks.{e.layer}.hook_resid_pre"][0],
-                                     cache[f"blocks.{e.layer}.hook_resid_mid"][0], [e.target])
+        shares, _ = attention_shares(
+            pattern,
+            writes,
+            cache[f"blocks.{e.layer}.hook_resid_pre"][0],
+            cache[f"blocks.{e.layer}.hook_resid_mid"][0],
+            [e.target],
+        )
         assert float(shares[0, e.source].sum()) == pytest.approx(e.importance, rel=1e-5)
         checked += 1
     assert checked > 5
@@ -159,6 +187,7 @@ def test_an_attention_edges_largest_head_is_recomputed_from_the_weight_slices(bi
 #   llm_transparency_tool/routes/graph.py: build_full_graph (no renormalizing threshold), GraphBuilder,
 #       build_paths_to_predictions
 # Written out here without their dependencies (einops, networkx), loop for loop where it matters.
+
 
 def _tool_get_contributions(parts, whole, distance_norm=1):
     EPS = 1e-5
@@ -183,26 +212,28 @@ def _tool_decomposed_attn(model, cache, layer):
     """[pos, key_pos, head, d_model] with the value bias folded out of v (fold_value_biases)."""
     cfg = model.config
     attn = model.blocks[layer].attn
-    v = cache[f"blocks.{layer}.attn.hook_v"][0] - attn.c_attn.bias.detach()[2 * cfg.d_model:].view(cfg.n_heads, -1)
+    v = cache[f"blocks.{layer}.attn.hook_v"][0] - attn.c_attn.bias.detach()[2 * cfg.d_model :].view(cfg.n_heads, -1)
     pattern = cache[f"blocks.{layer}.attn.hook_pattern"][0]
     z = torch.einsum("khd,hqk->qkhd", v, pattern)
-    W_O = attn.c_proj.weight.detach().T.reshape(cfg.n_heads, cfg.d_head, cfg.d_model)   # TransformerLens's W_O
+    W_O = attn.c_proj.weight.detach().T.reshape(cfg.n_heads, cfg.d_head, cfg.d_model)  # TransformerLens's W_O
     return torch.einsum("qkhd,hdm->qkhm", z, W_O)
 
 
 def _tool_attention_contributions(model, cache, layer):
     """([pos, key_pos, head], [pos]), batch of one dropped."""
     decomposed = _tool_decomposed_attn(model, cache, layer)
-    parts = decomposed.permute(1, 2, 0, 3)                            # key_pos head pos d_model
+    parts = decomposed.permute(1, 2, 0, 3)  # key_pos head pos d_model
     c_attn, c_resid = _tool_get_contributions_with_one_off_part(
-        parts, cache[f"blocks.{layer}.hook_resid_pre"][0], cache[f"blocks.{layer}.hook_resid_mid"][0])
+        parts, cache[f"blocks.{layer}.hook_resid_pre"][0], cache[f"blocks.{layer}.hook_resid_mid"][0]
+    )
     return c_attn.permute(2, 0, 1), c_resid
 
 
 def _tool_mlp_contributions(cache, layer):
-    c = _tool_get_contributions(torch.stack((cache[f"blocks.{layer}.hook_mlp_out"][0],
-                                             cache[f"blocks.{layer}.hook_resid_mid"][0])),
-                                cache[f"blocks.{layer}.hook_resid_post"][0])
+    c = _tool_get_contributions(
+        torch.stack((cache[f"blocks.{layer}.hook_mlp_out"][0], cache[f"blocks.{layer}.hook_resid_mid"][0])),
+        cache[f"blocks.{layer}.hook_resid_post"][0],
+    )
     return c[0], c[1]
 
 
@@ -211,7 +242,7 @@ def _tool_paths(model, cache, n_tokens, start, threshold):
     walks over, through edges of weight > threshold. Node names as GraphBuilder's."""
     weights: dict[tuple[str, str], float] = {}
 
-    def add(u, v, w):                                                 # GraphBuilder._add_edge sums multi-edges
+    def add(u, v, w):  # GraphBuilder._add_edge sums multi-edges
         weights[(u, v)] = weights.get((u, v), 0.0) + w
 
     for layer in range(model.config.n_layers):
@@ -284,7 +315,6 @@ def test_the_graph_is_the_llm_transparency_tools_graph(biased, threshold, positi
         assert got[key] == pytest.approx(w, rel=1e-4, abs=1e-6), key
 
 
-
 def test_the_shares_are_the_tools_contributions_for_every_query_key_and_head(biased):
     """attention_shares and mlp_shares against the transcription, on every row (not only the graph's)."""
     T = 9
@@ -292,10 +322,14 @@ def test_the_shares_are_the_tools_contributions_for_every_query_key_and_head(bia
     for layer in range(SMALL.n_layers):
         c_attn, c_resid = _tool_attention_contributions(biased, cache, layer)
         writes = head_writes(biased, layer, cache[f"blocks.{layer}.attn.hook_v"][0])
-        shares, skip = attention_shares(cache[f"blocks.{layer}.attn.hook_pattern"][0], writes,
-                                        cache[f"blocks.{layer}.hook_resid_pre"][0],
-                                        cache[f"blocks.{layer}.hook_resid_mid"][0], range(T))
-        torch.testing.assert_close(shares, c_attn, rtol=1e-4, atol=2e-6)   # |y| - distance cancels: ~1e-6 off
+        shares, skip = attention_shares(
+            cache[f"blocks.{layer}.attn.hook_pattern"][0],
+            writes,
+            cache[f"blocks.{layer}.hook_resid_pre"][0],
+            cache[f"blocks.{layer}.hook_resid_mid"][0],
+            range(T),
+        )
+        torch.testing.assert_close(shares, c_attn, rtol=1e-4, atol=2e-6)  # |y| - distance cancels: ~1e-6 off
         torch.testing.assert_close(skip, c_resid, rtol=1e-4, atol=2e-6)
         c_ffn, c_resid_ffn = _tool_mlp_contributions(cache, layer)
         mlp = mlp_shares(cache[f"blocks.{layer}.hook_resid_mid"][0], cache[f"blocks.{layer}.hook_mlp_out"][0])

@@ -2,19 +2,22 @@
 pass: Hugging Face GPT-1 (transformers itself), nanoGPT, Raschka's GPTModel and llm.c (the reference models in
 tests/reference/). Weights are drawn at unit scale: at GPT-2's init scale (0.02) a wrong GELU or a missing norm moves
 the logits by less than the 1e-4 compared. The parameter count of each loaded config is the reference's."""
+
 from __future__ import annotations
 
 import json
 
 import pytest
 import torch
-
 from conftest import random_ids
+from reference import llmc as llmc_ref
+from reference import nanogpt as nanogpt_ref
+from reference import raschka as raschka_ref
+from test_weights import hub_cache  # noqa: F401  (a fixture: an empty Hugging Face cache for one test)
+
 from gptviz import load_pretrained
 from gptviz.model.params import total_params
 from gptviz.model.weights import CheckpointError
-from reference import llmc as llmc_ref, nanogpt as nanogpt_ref, raschka as raschka_ref
-from test_weights import hub_cache  # noqa: F401  (a fixture: an empty Hugging Face cache for one test)
 
 ATOL = 1e-4
 
@@ -36,13 +39,14 @@ def assert_same_logits(ours, reference, vocab: int, n_ctx: int) -> None:
     for ids in (random_ids(1, vocab=vocab, seed=1), random_ids(n_ctx, vocab=vocab, batch=2, seed=2)):
         ids = ids if ids.dim() == 2 else ids[None]
         with torch.no_grad():
-            expected = reference(ids)[..., :ours.config.vocab_size]
+            expected = reference(ids)[..., : ours.config.vocab_size]
             torch.testing.assert_close(ours(ids), expected, atol=ATOL, rtol=0)
     ours.float(), reference.float()
 
 
 class HFLogits(torch.nn.Module):
     """A Hugging Face LM as a module that returns its logits."""
+
     def __init__(self, hf):
         super().__init__()
         self.hf = hf
@@ -57,10 +61,20 @@ def n_params(module: torch.nn.Module) -> int:
 
 # ---- Hugging Face GPT-1 ---------------------------------------------------------------------------------------
 
+
 def gpt1_folder(tmp_path, afn: str = "gelu", seed: int = 0):
     transformers = pytest.importorskip("transformers")
-    cfg = transformers.OpenAIGPTConfig(vocab_size=120, n_positions=24, n_embd=32, n_layer=2, n_head=4, afn=afn,
-                                       resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    cfg = transformers.OpenAIGPTConfig(
+        vocab_size=120,
+        n_positions=24,
+        n_embd=32,
+        n_layer=2,
+        n_head=4,
+        afn=afn,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+    )
     torch.manual_seed(seed)
     hf = unit_scale(transformers.OpenAIGPTLMHeadModel(cfg), seed)
     hf.save_pretrained(tmp_path / "gpt1")
@@ -100,6 +114,7 @@ def test_hf_gpt1_hub_repo_in_the_local_cache_loads_offline(tmp_path, hub_cache):
     """What load_pretrained("openai-gpt") reads once the Hub repo is cached: the same folder, by its Hub id."""
     import os
     import shutil
+
     hf, folder = gpt1_folder(tmp_path)
     commit = "0123456789abcdef0123456789abcdef01234567"
     repo = hub_cache / "models--openai-community--openai-gpt"
@@ -119,13 +134,15 @@ def test_hf_gpt1_hub_repo_in_the_local_cache_loads_offline(tmp_path, hub_cache):
 
 # ---- nanoGPT --------------------------------------------------------------------------------------------------
 
+
 def nanogpt_model(vocab: int = 101, bias: bool = True, flash: bool = True, seed: int = 0):
     cfg = nanogpt_ref.GPTConfig(block_size=24, vocab_size=vocab, n_layer=2, n_head=4, n_embd=32, bias=bias)
     return unit_scale(nanogpt_ref.GPT(cfg, flash=flash), seed)
 
 
-@pytest.mark.parametrize("bias, flash, compiled", [(True, True, False), (False, True, False), (True, False, True),
-                                                    (False, False, True)])
+@pytest.mark.parametrize(
+    "bias, flash, compiled", [(True, True, False), (False, True, False), (True, False, True), (False, False, True)]
+)
 def test_nanogpt_ckpt_matches_its_forward(tmp_path, bias, flash, compiled):
     ref = nanogpt_model(bias=bias, flash=flash, seed=4)
     nanogpt_ref.save_ckpt(ref, tmp_path / "ckpt.pt", torch.optim.AdamW(ref.parameters()), compiled=compiled)
@@ -155,9 +172,17 @@ def test_nanogpt_padded_vocabulary_is_trimmed_to_gpt2s(tmp_path):
 
 # ---- Raschka's GPTModel ---------------------------------------------------------------------------------------
 
+
 def raschka_model(qkv_bias: bool, seed: int = 0, vocab: int = 101):
-    cfg = {"vocab_size": vocab, "context_length": 24, "emb_dim": 32, "n_heads": 4, "n_layers": 2, "drop_rate": 0.0,
-           "qkv_bias": qkv_bias}
+    cfg = {
+        "vocab_size": vocab,
+        "context_length": 24,
+        "emb_dim": 32,
+        "n_heads": 4,
+        "n_layers": 2,
+        "drop_rate": 0.0,
+        "qkv_bias": qkv_bias,
+    }
     torch.manual_seed(seed)
     return unit_scale(raschka_ref.GPTModel(cfg), seed), cfg
 
@@ -177,8 +202,10 @@ def test_raschka_model_and_optimizer_dict_loads_from_its_folder(tmp_path):
     optimizer = torch.optim.AdamW(ref.parameters(), lr=4e-4, weight_decay=0.1)
     ref(random_ids(5)[None]).sum().backward()
     optimizer.step()
-    torch.save({"model_state_dict": ref.state_dict(), "optimizer_state_dict": optimizer.state_dict()},
-               tmp_path / "model_and_optimizer.pth")
+    torch.save(
+        {"model_state_dict": ref.state_dict(), "optimizer_state_dict": optimizer.state_dict()},
+        tmp_path / "model_and_optimizer.pth",
+    )
     assert_same_logits(load_pretrained(str(tmp_path), n_head=4), ref, 101, 24)
 
 
@@ -196,6 +223,7 @@ def test_raschka_without_n_head_names_it_and_a_wrong_one_is_refused(tmp_path):
 
 
 # ---- llm.c ----------------------------------------------------------------------------------------------------
+
 
 def llmc_model(vocab: int = 101, seed: int = 0):
     cfg = llmc_ref.GPTConfig(block_size=24, vocab_size=vocab, n_layer=2, n_head=4, n_embd=32)

@@ -1,28 +1,31 @@
 """The app's "Folder or Hub id" field takes the new checkpoint files inside the server's model folders (and nothing
 outside them): a nanoGPT ckpt.pt shows its attention maps and its parameter count; a Raschka model.pth takes its
 head count from the book's config dict saved beside it as config.json."""
+
 from __future__ import annotations
 
 import json
 
 import pytest
 import torch
+from reference import nanogpt as nanogpt_ref
+from reference import raschka as raschka_ref
 
-from gptviz.app import keys as K, model_service
-from gptviz.model import weights
-from gptviz.serve import model_access
+from gptviz.app import keys as K
+from gptviz.app import model_service
 from gptviz.model.params import total_params
 from gptviz.model.weights import CheckpointError
-from gptviz.serve.model_access import FOLDER_REFUSED, load_allowed
+from gptviz.serve import model_access
 from gptviz.serve.limits import ServerLimits
-from reference import nanogpt as nanogpt_ref, raschka as raschka_ref
+from gptviz.serve.model_access import FOLDER_REFUSED, load_allowed
 
 
 def nanogpt_ckpt(folder, vocab: int = 50304):
     folder.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(0)
-    ref = nanogpt_ref.GPT(nanogpt_ref.GPTConfig(block_size=64, vocab_size=vocab, n_layer=2, n_head=4, n_embd=32,
-                                                bias=False))
+    ref = nanogpt_ref.GPT(
+        nanogpt_ref.GPTConfig(block_size=64, vocab_size=vocab, n_layer=2, n_head=4, n_embd=32, bias=False)
+    )
     nanogpt_ref.save_ckpt(ref, folder / "ckpt.pt")
     return ref, folder / "ckpt.pt"
 
@@ -37,8 +40,14 @@ def test_visitors_load_checkpoint_files_only_inside_the_allowed_roots(tmp_path):
     roots = [allowed]
     assert load_allowed(str(inside), roots=roots).config.n_heads == 4
     assert load_allowed(str(inside.parent), roots=roots).config.vocab_size == 101
-    for name in (str(outside / "nano" / "ckpt.pt"), str(outside / "nano"), str(allowed / "notes.txt"),
-                 str(allowed / "link.pt"), str(allowed / "missing.pt"), str(allowed)):
+    for name in (
+        str(outside / "nano" / "ckpt.pt"),
+        str(outside / "nano"),
+        str(allowed / "notes.txt"),
+        str(allowed / "link.pt"),
+        str(allowed / "missing.pt"),
+        str(allowed),
+    ):
         with pytest.raises(CheckpointError) as info:
             load_allowed(name, roots=roots)
         assert str(info.value) == FOLDER_REFUSED, name
@@ -46,8 +55,15 @@ def test_visitors_load_checkpoint_files_only_inside_the_allowed_roots(tmp_path):
 
 @pytest.mark.slow
 def test_raschka_head_count_from_the_books_config_dict_beside_the_file(tmp_path):
-    cfg = {"vocab_size": 101, "context_length": 16, "emb_dim": 32, "n_heads": 4, "n_layers": 2, "drop_rate": 0.0,
-           "qkv_bias": False}
+    cfg = {
+        "vocab_size": 101,
+        "context_length": 16,
+        "emb_dim": 32,
+        "n_heads": 4,
+        "n_layers": 2,
+        "drop_rate": 0.0,
+        "qkv_bias": False,
+    }
     torch.manual_seed(1)
     ref = raschka_ref.GPTModel(cfg).eval()
     folder = tmp_path / "models" / "book"
@@ -67,9 +83,11 @@ def test_raschka_head_count_from_the_books_config_dict_beside_the_file(tmp_path)
 
 @pytest.mark.slow
 def test_a_nanogpt_checkpoint_in_the_model_folder_shows_its_attention_and_parameters(tmp_path, monkeypatch):
+    from pagetest import attention_map, run_page
+
     from gptviz import capture
     from gptviz.model.tokenizer import encode
-    from pagetest import attention_map, run_page
+
     _, path = nanogpt_ckpt(tmp_path / "ops" / "nano")
     limits = ServerLimits.from_env({"GPTVIZ_MODEL_DIRS": str(tmp_path / "ops")})
     monkeypatch.setattr(model_access, "server_limits", lambda: limits)
@@ -95,8 +113,10 @@ def test_a_nanogpt_checkpoint_in_the_model_folder_shows_its_attention_and_parame
 
 def test_the_wiring_a_checkpoint_was_trained_with_is_read_without_loading_it(tmp_path):
     from conftest import build
+
     from gptviz.model.weights import save_checkpoint
     from gptviz.serve.model_access import trained_norm
+
     roots = [tmp_path / "models"]
     save_checkpoint(build(norm="post"), roots[0] / "gpt1-like")
     nanogpt_ckpt(roots[0] / "nano", vocab=101)
@@ -110,16 +130,23 @@ def test_the_wiring_a_checkpoint_was_trained_with_is_read_without_loading_it(tmp
 @pytest.mark.slow
 def test_the_sidebar_warns_when_the_wiring_chosen_is_not_the_checkpoints(tmp_path, monkeypatch):
     from conftest import build
+    from pagetest import open_app
+
     from gptviz.app import settings as S
     from gptviz.model.weights import save_checkpoint
-    from pagetest import open_app
+
     save_checkpoint(build(norm="post"), tmp_path / "ops" / "gpt1-like")
     limits = ServerLimits.from_env({"GPTVIZ_MODEL_DIRS": str(tmp_path / "ops")})
     monkeypatch.setattr(model_access, "server_limits", lambda: limits)
     try:
         for norm, warned in (("pre", True), ("post", False)):
-            at = open_app(**{K.MODEL_SOURCE: K.SOURCE_PRETRAINED, S.HF_NAME.key: str(tmp_path / "ops" / "gpt1-like"),
-                             S.NORM.key: norm})
+            at = open_app(
+                **{
+                    K.MODEL_SOURCE: K.SOURCE_PRETRAINED,
+                    S.HF_NAME.key: str(tmp_path / "ops" / "gpt1-like"),
+                    S.NORM.key: norm,
+                }
+            )
             assert not at.exception
             warnings = " ".join(w.value for w in at.sidebar.warning)
             assert ("This checkpoint was trained post-norm" in warnings) == warned, warnings

@@ -2,6 +2,7 @@
 in gptviz as in that code: nanoGPT (bias=False, saved under a compiled model's names), Raschka's GPTModel, llm.c
 (its vocabulary padded to a multiple of 128) and Hugging Face GPT-1. Each uses a small vocabulary, the GPT-2 tokens
 the text uses renumbered, to stay at a second or two (test_formats.py covers nanoGPT's 50,304-row padding)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,9 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from reference import llmc as llmc_ref
+from reference import nanogpt as nanogpt_ref
+from reference import raschka as raschka_ref
 
 from gptviz import generate, get_tokenizer, load_pretrained
-from reference import llmc as llmc_ref, nanogpt as nanogpt_ref, raschka as raschka_ref
 
 CORPUS = Path(__file__).resolve().parents[1] / "data" / "tinyshakespeare.txt"
 STEPS, NEW, BLOCK, BATCH = 50, 20, 32, 16
@@ -34,8 +37,8 @@ def train(model: torch.nn.Module, ids: torch.Tensor, logits_of=lambda m, x: m(x)
     model.train()
     for _ in range(STEPS):
         starts = torch.randint(0, len(ids) - BLOCK - 1, (BATCH,), generator=g)
-        x = torch.stack([ids[s:s + BLOCK] for s in starts])
-        y = torch.stack([ids[s + 1:s + BLOCK + 1] for s in starts])
+        x = torch.stack([ids[s : s + BLOCK] for s in starts])
+        y = torch.stack([ids[s + 1 : s + BLOCK + 1] for s in starts])
         logits = logits_of(model, x)
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
         optimizer.zero_grad()
@@ -51,12 +54,12 @@ def greedy(logits_of, prompt: torch.Tensor, vocab: int) -> list[int]:
         for _ in range(NEW):
             nxt = logits_of(ids[:, -BLOCK:])[0, -1, :vocab].argmax()
             ids = torch.cat([ids, nxt.view(1, 1)], dim=1)
-    return ids[0, len(prompt):].tolist()
+    return ids[0, len(prompt) :].tolist()
 
 
 def ours_greedy(path, prompt: torch.Tensor, **kwargs) -> list[int]:
     model = load_pretrained(str(path), **kwargs)
-    new = generate(model, prompt.tolist(), NEW, temperature=0)[len(prompt):]
+    new = generate(model, prompt.tolist(), NEW, temperature=0)[len(prompt) :]
     assert len(set(new)) > 1, new  # trained: not one token over and over
     return new
 
@@ -75,8 +78,15 @@ def test_nanogpt_trained_generates_the_same_text(tmp_path):
 
 def test_raschka_trained_generates_the_same_text(tmp_path):
     ids, vocab = small_vocab_ids()
-    cfg = {"vocab_size": vocab, "context_length": BLOCK, "emb_dim": 32, "n_heads": 4, "n_layers": 2,
-           "drop_rate": 0.0, "qkv_bias": False}
+    cfg = {
+        "vocab_size": vocab,
+        "context_length": BLOCK,
+        "emb_dim": 32,
+        "n_heads": 4,
+        "n_layers": 2,
+        "drop_rate": 0.0,
+        "qkv_bias": False,
+    }
     torch.manual_seed(1)
     ref = raschka_ref.GPTModel(cfg)
     train(ref, ids, seed=1)
@@ -100,8 +110,16 @@ def test_llmc_trained_generates_the_same_text(tmp_path):
 def test_hf_gpt1_trained_generates_the_same_text(tmp_path):
     transformers = pytest.importorskip("transformers")
     ids, vocab = small_vocab_ids()
-    cfg = transformers.OpenAIGPTConfig(vocab_size=vocab, n_positions=BLOCK, n_embd=32, n_layer=2, n_head=4,
-                                       resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    cfg = transformers.OpenAIGPTConfig(
+        vocab_size=vocab,
+        n_positions=BLOCK,
+        n_embd=32,
+        n_layer=2,
+        n_head=4,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+    )
     torch.manual_seed(3)
     hf = transformers.OpenAIGPTLMHeadModel(cfg)
     train(hf, ids, logits_of=lambda m, x: m(x).logits, seed=3)

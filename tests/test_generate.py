@@ -1,5 +1,6 @@
 """Generation: greedy, top-k / top-p masks, seeds, setting errors, KV cache parity, the context limit,
 per-step attention rows, stopping at end-of-text."""
+
 from __future__ import annotations
 
 import math
@@ -7,8 +8,8 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-
 from conftest import SMALL, build, random_ids
+
 from gptviz import capture, generate, stream
 from gptviz.model.generate import _sample, check_sampling, nucleus_mask, sampling_distribution
 from gptviz.model.tokenizer import EOT_ID, get_tokenizer, token_label
@@ -26,6 +27,7 @@ def mask(*ids, n=5):
 
 # ---------------------------------------------------------------- the distribution and its masks
 
+
 def test_temperature_one_gives_softmax_and_all_allowed():
     probs, allowed = sampling_distribution(LOGITS, 1.0)
     torch.testing.assert_close(probs, PROBS)
@@ -37,7 +39,7 @@ def test_temperature_rescales_logits():
     expected = PROBS.sqrt() / PROBS.sqrt().sum()  # p ** (1 / T), renormalised
     torch.testing.assert_close(probs, expected)
     cold, _ = sampling_distribution(LOGITS, 0.25)
-    torch.testing.assert_close(cold, PROBS ** 4 / (PROBS ** 4).sum())
+    torch.testing.assert_close(cold, PROBS**4 / (PROBS**4).sum())
 
 
 def test_temperature_zero_allows_only_the_argmax():
@@ -53,13 +55,16 @@ def test_top_k_mask(top_k, expected):
     torch.testing.assert_close(probs, PROBS)  # probabilities are reported before masking
 
 
-@pytest.mark.parametrize("top_p, expected", [
-    (0.45, [0]),           # the top token alone already reaches 0.45
-    (0.55, [0, 1]),        # 0.5 < 0.55, so the second is needed
-    (0.75, [0, 1, 2]),     # 0.7 < 0.75
-    (0.9, [0, 1, 2, 3]),   # 0.85 < 0.9
-    (1.0, [0, 1, 2, 3, 4]),
-])
+@pytest.mark.parametrize(
+    "top_p, expected",
+    [
+        (0.45, [0]),  # the top token alone already reaches 0.45
+        (0.55, [0, 1]),  # 0.5 < 0.55, so the second is needed
+        (0.75, [0, 1, 2]),  # 0.7 < 0.75
+        (0.9, [0, 1, 2, 3]),  # 0.85 < 0.9
+        (1.0, [0, 1, 2, 3, 4]),
+    ],
+)
 def test_top_p_mask(top_p, expected):
     _, allowed = sampling_distribution(LOGITS, 1.0, top_p=top_p)
     assert torch.equal(allowed, mask(*expected))
@@ -102,7 +107,7 @@ def sorted_nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     return out
 
 
-@pytest.mark.parametrize("scale", [0.01, 0.5, 2.0, 4.0, 8.0, 30.0])   # near-uniform to near one-hot
+@pytest.mark.parametrize("scale", [0.01, 0.5, 2.0, 4.0, 8.0, 30.0])  # near-uniform to near one-hot
 @pytest.mark.parametrize("top_p", [0.05, 0.5, 0.9, 0.99, 0.999999])
 def test_nucleus_by_a_growing_prefix_equals_the_full_sort(scale, top_p):
     g = torch.Generator().manual_seed(int(scale * 100))
@@ -112,7 +117,7 @@ def test_nucleus_by_a_growing_prefix_equals_the_full_sort(scale, top_p):
         got = nucleus_mask(probs, top_p)
         assert torch.equal(got, sorted_nucleus(probs, top_p))
         kept = probs[got].double()
-        assert kept.sum() >= top_p - 1e-5 and got.sum() >= 1   # float32 running sums: within 1e-5
+        assert kept.sum() >= top_p - 1e-5 and got.sum() >= 1  # float32 running sums: within 1e-5
         # the smallest such set: without its least probable member it falls short of top_p
         assert kept.sum() - kept.min() < top_p + 1e-5
 
@@ -133,24 +138,27 @@ def test_sampling_draws_only_allowed_tokens_in_proportion():
     torch.testing.assert_close(counts[:3], PROBS[:3] / PROBS[:3].sum(), atol=0.04, rtol=0)
 
 
-@pytest.mark.parametrize("kwargs, name", [
-    (dict(temperature=-0.1), "temperature"),
-    (dict(temperature=float("nan")), "temperature"),
-    (dict(temperature=float("inf")), "temperature"),
-    (dict(temperature=True), "temperature"),
-    (dict(temperature="1"), "temperature"),
-    (dict(top_p=0.0), "top_p"),
-    (dict(top_p=1.5), "top_p"),
-    (dict(top_p=-0.2), "top_p"),
-    (dict(top_p=True), "top_p"),
-    (dict(top_p=float("nan")), "top_p"),
-    (dict(top_k=0), "top_k"),
-    (dict(top_k=-3), "top_k"),
-    (dict(top_k=2.5), "top_k"),
-    (dict(top_k=True), "top_k"),
-    (dict(max_new_tokens=-1), "max_new_tokens"),
-    (dict(max_new_tokens=2.0), "max_new_tokens"),
-])
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [
+        (dict(temperature=-0.1), "temperature"),
+        (dict(temperature=float("nan")), "temperature"),
+        (dict(temperature=float("inf")), "temperature"),
+        (dict(temperature=True), "temperature"),
+        (dict(temperature="1"), "temperature"),
+        (dict(top_p=0.0), "top_p"),
+        (dict(top_p=1.5), "top_p"),
+        (dict(top_p=-0.2), "top_p"),
+        (dict(top_p=True), "top_p"),
+        (dict(top_p=float("nan")), "top_p"),
+        (dict(top_k=0), "top_k"),
+        (dict(top_k=-3), "top_k"),
+        (dict(top_k=2.5), "top_k"),
+        (dict(top_k=True), "top_k"),
+        (dict(max_new_tokens=-1), "max_new_tokens"),
+        (dict(max_new_tokens=2.0), "max_new_tokens"),
+    ],
+)
 def test_bad_settings_raise_value_error_naming_them(model, kwargs, name):
     with pytest.raises(ValueError, match=f"^{name} must"):
         generate(model, [1, 2], **{"max_new_tokens": 2, **kwargs})
@@ -176,6 +184,7 @@ def test_bad_prompts(model):
 
 
 # ---------------------------------------------------------------- generation on a model
+
 
 def test_greedy_equals_argmax_recomputation(model):
     prompt = [3, 1, 4, 1, 5]
@@ -257,7 +266,7 @@ def test_generating_past_the_context_shifts_the_window(model, use_cache, prompt_
         assert r.context_shifted == (len(seq) > N_CTX)
         assert r.window_start == max(0, len(seq) - N_CTX)
         with torch.no_grad():  # the model saw exactly the last n_ctx tokens
-            expected = model(torch.tensor(seq[r.window_start:]))[0, -1]
+            expected = model(torch.tensor(seq[r.window_start :]))[0, -1]
         torch.testing.assert_close(r.logits, expected, atol=1e-4, rtol=0)
         seq.append(r.token_id)
     assert any(r.context_shifted for r in records)
@@ -271,7 +280,7 @@ def test_attention_rows_match_capture(model):
         keys = len(seq) - r.window_start
         assert r.attention.shape == (SMALL.n_layers, SMALL.n_heads, keys)
         torch.testing.assert_close(r.attention.sum(-1), torch.ones(SMALL.n_layers, SMALL.n_heads), atol=1e-5, rtol=0)
-        _, cache = capture(model, seq[r.window_start:], lambda n: n.endswith("hook_pattern"))
+        _, cache = capture(model, seq[r.window_start :], lambda n: n.endswith("hook_pattern"))
         torch.testing.assert_close(r.attention, cache.patterns()[:, 0, :, -1, :], atol=1e-5, rtol=0)
         seq.append(r.token_id)
     assert records[-1].context_shifted
@@ -290,7 +299,7 @@ def eot_model():
     m = build(cfg)
     with torch.no_grad():
         m.ln_f.weight.zero_()
-        m.ln_f.bias.fill_(1.0)          # the final norm outputs the all-ones vector
+        m.ln_f.bias.fill_(1.0)  # the final norm outputs the all-ones vector
         m.lm_head.weight.zero_()
         m.lm_head.weight[EOT_ID] = 1.0  # so only <|endoftext|> scores (16 vs 0)
     return m

@@ -1,5 +1,6 @@
 """GPT-1's own tokenizer, read from an openai-gpt folder's vocab.json and merges.txt in plain Python, gives the ids and
 text transformers' OpenAIGPTTokenizer gives on the same files (a small BPE trained here in the openai-gpt layout)."""
+
 from __future__ import annotations
 
 import pytest
@@ -7,8 +8,17 @@ import pytest
 from gptviz.app.sidebar import EXAMPLE_PROMPTS
 from gptviz.model.gpt1_tokenizer import OpenAIGPTTokenizer
 
-TEXTS = [*EXAMPLE_PROMPTS.values(), "Hello, World!  ROMEO.\n\tBut soft", "Café naïve résumé", "你好世界 ok",
-         "Zebra quux 🦜 xyz", "a\x00b\u200bc\x07d", "It's 3.14 -- e-mail: a@b.c <b>bold</b>", "", "   "]
+TEXTS = [
+    *EXAMPLE_PROMPTS.values(),
+    "Hello, World!  ROMEO.\n\tBut soft",
+    "Café naïve résumé",
+    "你好世界 ok",
+    "Zebra quux 🦜 xyz",
+    "a\x00b\u200bc\x07d",
+    "It's 3.14 -- e-mail: a@b.c <b>bold</b>",
+    "",
+    "   ",
+]
 
 
 def gpt1_tokenizer_files(folder, vocab_size: int = 300) -> None:
@@ -18,8 +28,7 @@ def gpt1_tokenizer_files(folder, vocab_size: int = 300) -> None:
     tok = tokenizers.Tokenizer(tokenizers.models.BPE(unk_token="<unk>", end_of_word_suffix="</w>"))
     tok.normalizer = tokenizers.normalizers.BertNormalizer(lowercase=True)
     tok.pre_tokenizer = tokenizers.pre_tokenizers.BertPreTokenizer()
-    trainer = tokenizers.trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<unk>"],
-                                             end_of_word_suffix="</w>")
+    trainer = tokenizers.trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<unk>"], end_of_word_suffix="</w>")
     tok.train_from_iterator([text], trainer)
     folder.mkdir(parents=True, exist_ok=True)
     tok.model.save(str(folder))

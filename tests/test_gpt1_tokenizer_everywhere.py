@@ -3,6 +3,7 @@ the loaded model (tokenizer_for), and every view reads it: the ids and labels, t
 page, the notebook, the graph CLI and the Copy-as-Python snippets agree with transformers' OpenAIGPTTokenizer and
 OpenAIGPTLMHeadModel on the same folder. A vocabulary of another size than the embedding is refused; the neuron index
 is built over GPT-1's own ids (tests/test_index_gpt1.py); GPT-2-vocabulary models keep tiktoken's encoding."""
+
 from __future__ import annotations
 
 import html
@@ -11,26 +12,30 @@ import shutil
 
 import pytest
 import torch
-
-from gptviz import get_tokenizer, load_pretrained, tokenizer_for
-from gptviz.app import keys as K, model_service
-from gptviz.app.display import MEAN_HEAD
-from gptviz.model.gpt1_tokenizer import OpenAIGPTTokenizer
-from gptviz.serve import model_access
-from gptviz.model.tokenizer import token_labels
-from gptviz.model.weights import CheckpointError
-from gptviz.serve.limits import ServerLimits
 from test_formats import unit_scale
 from test_gpt1_tokenizer import gpt1_tokenizer_files
+
+from gptviz import get_tokenizer, load_pretrained, tokenizer_for
+from gptviz.app import keys as K
+from gptviz.app import model_service
+from gptviz.app.display import MEAN_HEAD
+from gptviz.model.gpt1_tokenizer import OpenAIGPTTokenizer
+from gptviz.model.tokenizer import token_labels
+from gptviz.model.weights import CheckpointError
+from gptviz.serve import model_access
+from gptviz.serve.limits import ServerLimits
 
 pytestmark = [pytest.mark.slow, pytest.mark.hf]
 # words the tiny BPE splits ("starlight": s t a r light</w>) and a character it has no end-of-word piece for ("thou":
 # th o <unk>), beside whole words
-PROMPT = "ROMEO: But soft, what light through yonder window breaks? It is the east, and Juliet is the sun. Thou starlight"
+PROMPT = (
+    "ROMEO: But soft, what light through yonder window breaks? It is the east, and Juliet is the sun. Thou starlight"
+)
 
 
 class GPT1(tuple):
     """(folder, transformers' tokenizer, transformers' model) of one tiny GPT-1 saved as Hugging Face saves it."""
+
     folder = property(lambda self: self[0])
     tok = property(lambda self: self[1])
     hf = property(lambda self: self[2])
@@ -46,8 +51,16 @@ def gpt1_folder(folder) -> GPT1:
     transformers = pytest.importorskip("transformers")
     gpt1_tokenizer_files(folder)
     tok = transformers.OpenAIGPTTokenizer(vocab=str(folder / "vocab.json"), merges=str(folder / "merges.txt"))
-    cfg = transformers.OpenAIGPTConfig(vocab_size=len(tok), n_positions=64, n_embd=32, n_layer=2, n_head=4,
-                                       resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    cfg = transformers.OpenAIGPTConfig(
+        vocab_size=len(tok),
+        n_positions=64,
+        n_embd=32,
+        n_layer=2,
+        n_head=4,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+    )
     hf = unit_scale(transformers.OpenAIGPTLMHeadModel(cfg))
     hf.save_pretrained(folder)
     return GPT1((folder, tok, hf))
@@ -90,8 +103,9 @@ def test_the_model_reads_its_own_tokenizer_and_its_logits_are_transformers(gpt1)
     assert token_labels(ids, enc) == hf_labels(gpt1, ids)
     assert enc.decode(ids) == gpt1.tok.decode(ids)
     with torch.no_grad():
-        torch.testing.assert_close(model(torch.tensor([ids]))[0], gpt1.hf(torch.tensor([ids])).logits[0],
-                                   atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(
+            model(torch.tensor([ids]))[0], gpt1.hf(torch.tensor([ids])).logits[0], atol=1e-4, rtol=1e-4
+        )
 
 
 def test_gpt2_vocabulary_models_keep_tiktoken(gpt1, tmp_path):
@@ -110,13 +124,15 @@ def test_a_vocabulary_of_another_size_than_the_embedding_is_refused(gpt1, tmp_pa
     vocab = json.loads((other / "vocab.json").read_text())
     vocab["zzzz</w>"] = len(vocab)
     (other / "vocab.json").write_text(json.dumps(vocab))
-    with pytest.raises(CheckpointError, match=f"has {len(vocab):,} ids but the model's token embedding has "
-                                              f"{len(vocab) - 1:,} rows"):
+    with pytest.raises(
+        CheckpointError, match=f"has {len(vocab):,} ids but the model's token embedding has {len(vocab) - 1:,} rows"
+    ):
         load_pretrained(str(other))
 
 
 def test_generation_decodes_as_transformers_does(gpt1):
     from gptviz import generate, stream
+
     model = load_pretrained(str(gpt1.folder))
     ids = hf_ids(gpt1)
     out = generate(model, ids, 8, temperature=0.0)
@@ -125,12 +141,13 @@ def test_generation_decodes_as_transformers_does(gpt1):
     assert out == ref
     assert tokenizer_for(model).decode(out) == gpt1.tok.decode(out)
     steps = list(stream(model, ids, 4, temperature=0.0))
-    assert [s.piece for s in steps] == hf_labels(gpt1, out[len(ids):len(ids) + 4])
+    assert [s.piece for s in steps] == hf_labels(gpt1, out[len(ids) : len(ids) + 4])
 
 
 def test_the_attention_page_shows_gpt1s_tokens_and_its_snippet_reads_them(gpt1, spec):
     from pagetest import attention_map, run_page
     from test_copy_as_python import run_snippet, snippet_of
+
     ids = hf_ids(gpt1)
     at = run_page("attention", PROMPT, spec)
     assert not at.exception and not at.error, (at.exception, at.error)
@@ -151,6 +168,7 @@ def test_the_attention_page_shows_gpt1s_tokens_and_its_snippet_reads_them(gpt1, 
 def test_the_generation_page_writes_gpt1s_text(gpt1, spec):
     from pagetest import finish_generation, generation_of, run_page
     from test_copy_as_python import snippet_of
+
     at = run_page("generation", PROMPT, spec)
     assert not at.exception and not at.error, (at.exception, at.error)
     namespace: dict = {}
@@ -170,8 +188,10 @@ def test_the_generation_page_writes_gpt1s_text(gpt1, spec):
 
 
 def test_the_why_page_asks_about_gpt1s_tokens(gpt1, spec):
-    from gptviz.app.services import why as services
     from pagetest import run_page
+
+    from gptviz.app.services import why as services
+
     ids = hf_ids(gpt1)
     at = run_page("why", PROMPT, spec)
     assert not at.exception and not at.error, (at.exception, at.error)
@@ -195,6 +215,7 @@ def test_the_notebook_and_the_graph_cli_take_gpt1_text(gpt1, tmp_path):
     from gptviz.__main__ import main
     from gptviz.notebook.figures import one_token
     from gptviz.notebook.graph import graph_figures
+
     model = load_pretrained(str(gpt1.folder))
     ids = hf_ids(gpt1)
     word, word_id = one_token_word(gpt1)
@@ -204,22 +225,60 @@ def test_the_notebook_and_the_graph_cli_take_gpt1_text(gpt1, tmp_path):
     with pytest.raises(ValueError, match="tokens, not one \\(openai-gpt's pieces\\)"):
         one_token(PROMPT, model.config.vocab_size, tokenizer_for(model))
     out = tmp_path / "g.json"
-    assert main(["graph", "--model", str(gpt1.folder), "--prompt", PROMPT, "--target", word, "--max-nodes", "20",
-                 "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "graph",
+                "--model",
+                str(gpt1.folder),
+                "--prompt",
+                PROMPT,
+                "--target",
+                word,
+                "--max-nodes",
+                "20",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     data = json.loads(out.read_text())
     assert data["prompt_ids"] == ids and data["target"] == word_id
     assert data["tokens"] == [t.replace("␣", " ") for t in hf_labels(gpt1, ids)]
-    assert main(["qk", "--model", str(gpt1.folder), "--prompt", PROMPT, "--layer", "1", "--head", "0", "--query",
-                 str(len(ids) - 1), "--key", "0", "--out", str(tmp_path / "q.json")]) == 0
+    assert (
+        main(
+            [
+                "qk",
+                "--model",
+                str(gpt1.folder),
+                "--prompt",
+                PROMPT,
+                "--layer",
+                "1",
+                "--head",
+                "0",
+                "--query",
+                str(len(ids) - 1),
+                "--key",
+                "0",
+                "--out",
+                str(tmp_path / "q.json"),
+            ]
+        )
+        == 0
+    )
 
 
 def test_the_neuron_index_is_built_over_gpt1s_own_ids(gpt1, spec, tmp_path, monkeypatch):
     """The complete works read with GPT-1's BPE (tests/test_index_gpt1.py checks a corpus of one's own, the scan
     and the readers); the unit page offers a build, no refusal."""
+    from pagetest import run_page
+
     from gptviz import index as ix
     from gptviz.__main__ import main
     from gptviz.training.corpus import WORKS, play_files
-    from pagetest import run_page
+
     monkeypatch.setenv("GPTVIZ_INDEX_DIR", str(tmp_path / "indexes"))
     assert main(["index", str(gpt1.folder), "--max-tokens", "100", "--out", str(tmp_path / "ix")]) == 0
     index = ix.load_index(tmp_path / "ix")
@@ -234,6 +293,7 @@ def test_the_neuron_index_is_built_over_gpt1s_own_ids(gpt1, spec, tmp_path, monk
 
 def test_the_embeddings_and_activations_pages_label_gpt1s_tokens(gpt1, spec):
     from pagetest import figure, run_page
+
     labels = hf_labels(gpt1, hf_ids(gpt1))
     at = run_page("embeddings", PROMPT, spec)
     assert not at.exception and not at.error, (at.exception, at.error)
@@ -249,10 +309,13 @@ def test_the_embeddings_and_activations_pages_label_gpt1s_tokens(gpt1, spec):
 
 
 def test_the_sidebars_folder_field_loads_gpt1_and_the_attention_page_shows_its_tokens(gpt1, spec):
-    from gptviz.app import settings as S
     from pagetest import open_app
-    at = open_app(**{K.MODEL_SOURCE: K.SOURCE_PRETRAINED, S.HF_NAME.key: str(gpt1.folder), S.NORM.key: "post",
-                     K.PROMPT: PROMPT})
+
+    from gptviz.app import settings as S
+
+    at = open_app(
+        **{K.MODEL_SOURCE: K.SOURCE_PRETRAINED, S.HF_NAME.key: str(gpt1.folder), S.NORM.key: "post", K.PROMPT: PROMPT}
+    )
     assert not at.exception and not at.error, (at.exception, at.error)
     assert at.session_state[K.MODEL_SPEC] == spec
     chips = [c.replace("\\", "").rstrip("\u200b") for c in at.button_group(key=K.ATT_QUERY).options]
@@ -260,10 +323,12 @@ def test_the_sidebars_folder_field_loads_gpt1_and_the_attention_page_shows_its_t
 
 
 def test_the_why_pages_graph_is_over_gpt1s_ids_and_labels(gpt1, spec):
-    from gptviz.app import settings as S
-    from gptviz.methods.graph import attribution_graph
     from pagetest import figure, run_page, title_of
     from test_copy_as_python import snippet_of
+
+    from gptviz.app import settings as S
+    from gptviz.methods.graph import attribution_graph
+
     ids = hf_ids(gpt1)
     at = run_page("why", PROMPT, spec, **{S.WHY_VIEW.key: K.WHY_GRAPH_VIEW})
     assert not at.exception and not at.error, (at.exception, at.error)

@@ -1,19 +1,19 @@
 """The attribution graph (issue 58): the frozen model equals the real one, its exact sums hold over every node and
 edge, the ablation check's actuals equal an independent edited forward pass, an edge of a one-layer model equals a
 hand computation, pruning keeps what it promises, and bad input is refused in words."""
+
 from __future__ import annotations
 
 import pytest
 import torch
-
 from conftest import build
 from graph_reference import WIRING_IDS, WIRINGS, prompt, reference_metric, unit_model
+
 from gptviz import capture
 from gptviz.methods.graph import attribution_graph, edges_total, graph_nbytes, nodes_total
 from gptviz.methods.graph_ablation import ablation_actuals, removal_edits
 from gptviz.methods.graph_frozen import FrozenModel
-from gptviz.methods.graph_nodes import (NodeRef, all_nodes, bias_names, bias_parts, edge_weights, metric_ref,
-                                        node_values)
+from gptviz.methods.graph_nodes import NodeRef, all_nodes, bias_names, bias_parts, edge_weights, metric_ref, node_values
 
 TARGET, OTHER = 5, 9
 
@@ -117,13 +117,24 @@ def test_a_model_without_a_rival_explains_the_target_logit():
 
 # ---- the ablation check ---------------------------------------------------------------------------------------
 
+
 def _removable(config, T: int) -> list[NodeRef]:
-    nodes = [NodeRef("head", 1, 2, T - 1), NodeRef("head", 0, 3, 2), NodeRef("head", 0, 1, 0),
-             NodeRef("neuron", 0, 17, T - 1), NodeRef("neuron", 1, 5, T - 1), NodeRef("neuron", 1, 9, 4),
-             NodeRef("embeddings", None, None, 3), NodeRef("embeddings", None, None, 0),
-             NodeRef("embeddings", None, None, T - 1)]
-    return nodes + [NodeRef("bias", 0, None, 2, name) for name in bias_names(config)] \
+    nodes = [
+        NodeRef("head", 1, 2, T - 1),
+        NodeRef("head", 0, 3, 2),
+        NodeRef("head", 0, 1, 0),
+        NodeRef("neuron", 0, 17, T - 1),
+        NodeRef("neuron", 1, 5, T - 1),
+        NodeRef("neuron", 1, 9, 4),
+        NodeRef("embeddings", None, None, 3),
+        NodeRef("embeddings", None, None, 0),
+        NodeRef("embeddings", None, None, T - 1),
+    ]
+    return (
+        nodes
+        + [NodeRef("bias", 0, None, 2, name) for name in bias_names(config)]
         + [NodeRef("bias", 1, None, T - 1, name) for name in bias_names(config)]
+    )
 
 
 @pytest.mark.parametrize("kw", WIRINGS, ids=WIRING_IDS)
@@ -133,8 +144,9 @@ def test_ablation_actuals_equal_an_independent_edited_forward(kw):
     base, actual = ablation_actuals(model, ids, refs, TARGET, OTHER)
     assert base == pytest.approx(reference_metric(model, ids, TARGET, OTHER), abs=1e-5)
     for ref, value in zip(refs, actual):
-        expected = reference_metric(model, ids, TARGET, OTHER, (ref.kind, ref.layer, ref.index, ref.position,
-                                                                ref.bias)) - base
+        expected = (
+            reference_metric(model, ids, TARGET, OTHER, (ref.kind, ref.layer, ref.index, ref.position, ref.bias)) - base
+        )
         assert value == pytest.approx(expected, abs=2e-5), ref.id
     assert sum(abs(v) > 1e-3 for v in actual) >= len(actual) // 2  # the removals do something
 
@@ -167,6 +179,7 @@ def test_a_removal_edit_names_the_node_and_touches_one_row():
 
 # ---- one layer by hand ------------------------------------------------------------------------------------------
 
+
 def _scale(x: torch.Tensor, eps: float) -> torch.Tensor:
     return torch.rsqrt(x.var(-1, unbiased=False, keepdim=True) + eps)
 
@@ -181,14 +194,25 @@ def test_edges_of_a_one_layer_pre_norm_model_equal_a_hand_computation():
     """E@j -> L0N{n}@last and E@j -> L0H{h}@last, from captured activations and the weights alone."""
     model, ids = unit_model(n_layers=1), prompt(6)
     cfg, T, eps = model.config, 6, model.config.ln_eps
-    _, c = capture(model, [ids], ["hook_embed", "hook_pos_embed", "blocks.0.hook_resid_pre", "blocks.0.hook_resid_mid",
-                                  "blocks.0.hook_resid_post", "blocks.0.mlp.hook_pre", "blocks.0.mlp.hook_post",
-                                  "blocks.0.attn.hook_pattern"])
+    _, c = capture(
+        model,
+        [ids],
+        [
+            "hook_embed",
+            "hook_pos_embed",
+            "blocks.0.hook_resid_pre",
+            "blocks.0.hook_resid_mid",
+            "blocks.0.hook_resid_post",
+            "blocks.0.mlp.hook_pre",
+            "blocks.0.mlp.hook_post",
+            "blocks.0.attn.hook_pattern",
+        ],
+    )
     emb = (c["hook_embed"] + c["hook_pos_embed"])[0]
     x0, mid, final = c["blocks.0.hook_resid_pre"][0], c["blocks.0.hook_resid_mid"][0], c["blocks.0.hook_resid_post"][0]
     block, last = model.blocks[0], T - 1
     u = model.lm_head.weight[TARGET] - model.lm_head.weight[OTHER]
-    g_direct = _scale(final[last], eps) * (u * model.ln_f.weight)          # the metric's gradient, direct path
+    g_direct = _scale(final[last], eps) * (u * model.ln_f.weight)  # the metric's gradient, direct path
     g_direct = g_direct - g_direct.mean()
     pre, post = c["blocks.0.mlp.hook_pre"][0, last], c["blocks.0.mlp.hook_post"][0, last]
     ratio = torch.where(pre != 0, post / pre, torch.zeros(()))
@@ -197,17 +221,20 @@ def test_edges_of_a_one_layer_pre_norm_model_equal_a_hand_computation():
     n, j, h = 11, 2, 1
     neuron_edge = ratio[n] * (g_direct @ Wout[:, n]) * (Wfc[n] @ _ln(emb[last], s2[last], block.ln_2.weight))
     # the head's output at `last` reaches the metric directly and through every neuron at `last`
-    per_neuron = ratio * (Wout.T @ g_direct)                                  # d metric / d pre, [d_ff]
+    per_neuron = ratio * (Wout.T @ g_direct)  # d metric / d pre, [d_ff]
     through = _scale(mid[last], eps) * ((per_neuron @ Wfc) * block.ln_2.weight)
     g_attn = g_direct + through - through.mean()
     dh, d = cfg.d_head, cfg.d_model
-    Wv = block.attn.c_attn.weight[2 * d + h * dh:2 * d + (h + 1) * dh]       # [dh, d]
-    Wo = block.attn.c_proj.weight[:, h * dh:(h + 1) * dh]                      # [d, dh]
+    Wv = block.attn.c_attn.weight[2 * d + h * dh : 2 * d + (h + 1) * dh]  # [dh, d]
+    Wo = block.attn.c_proj.weight[:, h * dh : (h + 1) * dh]  # [d, dh]
     pattern = c["blocks.0.attn.hook_pattern"][0, h, last, j]
     head_edge = pattern * ((Wo.T @ g_attn) @ (Wv @ _ln(emb[j], s1[j], block.ln_1.weight)))
     fm = FrozenModel(model, ids, TARGET, OTHER)
-    found = edge_weights(fm, [NodeRef("embeddings", None, None, last), NodeRef("embeddings", None, None, j)],
-                         [NodeRef("neuron", 0, n, last), NodeRef("head", 0, h, last)])
+    found = edge_weights(
+        fm,
+        [NodeRef("embeddings", None, None, last), NodeRef("embeddings", None, None, j)],
+        [NodeRef("neuron", 0, n, last), NodeRef("head", 0, h, last)],
+    )
     assert float(found.weights[0, 0]) == pytest.approx(float(neuron_edge), rel=1e-4, abs=1e-6)
     assert float(found.weights[1, 1]) == pytest.approx(float(head_edge), rel=1e-4, abs=1e-6)
     assert found.weights[0, 1] == 0  # a neuron reads its own position only
@@ -218,9 +245,21 @@ def test_an_edge_of_a_one_layer_post_norm_model_goes_through_the_frozen_norm_bet
     """Post-norm: E@last reaches the neuron's input through ln_1 (frozen scale, no beta: the beta is a node)."""
     model, ids = unit_model(n_layers=1, norm="post"), prompt(6)
     T, eps, last, n = 6, model.config.ln_eps, 5, 7
-    _, c = capture(model, [ids], ["hook_embed", "hook_pos_embed", "blocks.0.hook_resid_pre", "blocks.0.hook_attn_out",
-                                  "blocks.0.hook_resid_mid", "blocks.0.hook_mlp_out", "blocks.0.mlp.hook_pre",
-                                  "blocks.0.mlp.hook_post", "blocks.0.hook_resid_post"])
+    _, c = capture(
+        model,
+        [ids],
+        [
+            "hook_embed",
+            "hook_pos_embed",
+            "blocks.0.hook_resid_pre",
+            "blocks.0.hook_attn_out",
+            "blocks.0.hook_resid_mid",
+            "blocks.0.hook_mlp_out",
+            "blocks.0.mlp.hook_pre",
+            "blocks.0.mlp.hook_post",
+            "blocks.0.hook_resid_post",
+        ],
+    )
     block = model.blocks[0]
     emb = (c["hook_embed"] + c["hook_pos_embed"])[0, last]
     y1 = (c["blocks.0.hook_resid_pre"] + c["blocks.0.hook_attn_out"])[0, last]
@@ -228,11 +267,14 @@ def test_an_edge_of_a_one_layer_post_norm_model_goes_through_the_frozen_norm_bet
     final = c["blocks.0.hook_resid_post"][0, last]
     u = model.lm_head.weight[TARGET] - model.lm_head.weight[OTHER]
     g = _scale(final, eps) * (u * model.ln_f.weight)
-    g = _scale(y2, eps) * ((g - g.mean()) * block.ln_2.weight)                 # back through ln_2, frozen
+    g = _scale(y2, eps) * ((g - g.mean()) * block.ln_2.weight)  # back through ln_2, frozen
     g = g - g.mean()
     pre, post = c["blocks.0.mlp.hook_pre"][0, last, n], c["blocks.0.mlp.hook_post"][0, last, n]
-    expected = (post / pre) * (g @ block.mlp.c_proj.weight[:, n]) * (
-        block.mlp.c_fc.weight[n] @ _ln(emb, _scale(y1, eps), block.ln_1.weight))
+    expected = (
+        (post / pre)
+        * (g @ block.mlp.c_proj.weight[:, n])
+        * (block.mlp.c_fc.weight[n] @ _ln(emb, _scale(y1, eps), block.ln_1.weight))
+    )
     fm = FrozenModel(model, ids, TARGET, OTHER)
     found = edge_weights(fm, [NodeRef("embeddings", None, None, last)], [NodeRef("neuron", 0, n, last)])
     assert float(found.weights[0, 0]) == pytest.approx(float(expected), rel=1e-4, abs=1e-6)
@@ -240,9 +282,12 @@ def test_an_edge_of_a_one_layer_post_norm_model_goes_through_the_frozen_norm_bet
 
 # ---- pruning --------------------------------------------------------------------------------------------------
 
+
 @pytest.mark.slow
-@pytest.mark.parametrize("settings", [dict(), dict(node_threshold=0.5, edge_threshold=0.9, max_nodes=500),
-                                      dict(max_nodes=20), dict(max_nodes=3)])
+@pytest.mark.parametrize(
+    "settings",
+    [dict(), dict(node_threshold=0.5, edge_threshold=0.9, max_nodes=500), dict(max_nodes=20), dict(max_nodes=3)],
+)
 def test_pruning_keeps_the_metric_and_embeddings_covers_the_threshold_and_respects_the_cap(settings):
     model, ids = unit_model(norm="post"), prompt()
     T = len(ids)
@@ -274,13 +319,18 @@ def test_pruning_keeps_the_metric_and_embeddings_covers_the_threshold_and_respec
 def test_embeddings_that_cover_the_threshold_alone_are_all_that_is_kept():
     from gptviz.methods.graph import select_nodes
     from gptviz.methods.graph_nodes import Values
-    influence = Values(torch.tensor([5.0, -4.0]), torch.tensor([[[1.0], [0.5]]]), torch.zeros(1, 2, 3),
-                       {"attn.out-bias": torch.tensor([[0.0, -0.25]])})
+
+    influence = Values(
+        torch.tensor([5.0, -4.0]),
+        torch.tensor([[[1.0], [0.5]]]),
+        torch.zeros(1, 2, 3),
+        {"attn.out-bias": torch.tensor([[0.0, -0.25]])},
+    )
     kept, share = select_nodes(influence, 2, 0.8, 200)
     assert [r.id for r in kept] == ["E@0", "E@1", "metric"] and share == pytest.approx(9 / 10.75)
     kept, share = select_nodes(influence, 2, 0.95, 200)
     assert [r.id for r in kept] == ["E@0", "E@1", "L0H0@0", "L0H0@1", "metric"] and share == pytest.approx(10.5 / 10.75)
-    kept, _ = select_nodes(influence, 2, 1.0, 4)   # the cap counts the embeddings and the metric
+    kept, _ = select_nodes(influence, 2, 1.0, 4)  # the cap counts the embeddings and the metric
     assert [r.id for r in kept] == ["E@0", "E@1", "L0H0@0", "metric"]
     kept, _ = select_nodes(influence, 2, 1.0, 200)  # zero influence is never added
     assert len(kept) == 2 + 3 + 1
@@ -301,13 +351,14 @@ def test_kept_nodes_carry_the_full_graphs_numbers():
         assert n.influence == pytest.approx(float(full.influence[i]), abs=1e-6)
         assert n.direct == pytest.approx(float(full.direct[i]), abs=1e-6)
         assert n.bias_part == pytest.approx(float(full.bias_part[i]), abs=1e-6)
-        assert n.incoming_sum == pytest.approx(float(full.weights[:-1, ].sum(1)[i]), abs=1e-4 * full.scale)
+        assert n.incoming_sum == pytest.approx(float(full.weights[:-1,].sum(1)[i]), abs=1e-4 * full.scale)
     for e in graph.edges:
         t = index.get(e.target, len(full.nodes))
         assert e.weight == pytest.approx(float(full.weights[t, index[e.source]]), abs=1e-6)
 
 
 # ---- bounds and bad input --------------------------------------------------------------------------------------
+
 
 def test_bad_input_is_refused_in_words():
     model = build()
@@ -337,6 +388,7 @@ def test_a_memory_budget_below_the_estimate_is_refused_saying_the_limit():
 
 def test_the_estimate_grows_with_the_prompt_and_the_model():
     from gptviz import PRESETS
+
     small, big = PRESETS["gpt2-small"], PRESETS["gpt2-xl"]
     assert graph_nbytes(small, 64) < graph_nbytes(small, 1024) < graph_nbytes(big, 1024)
     assert 20 * 2**20 < graph_nbytes(small, 64) < 2**30  # tens to hundreds of MiB, not GiB, for 64 tokens
@@ -349,6 +401,7 @@ def test_a_work_clock_stops_the_graph():
     class Clock:
         def check(self):
             raise Stopped("time is up")
+
     with pytest.raises(Stopped):
         attribution_graph(build(), prompt(5), 4, clock=Clock())
 
@@ -366,6 +419,7 @@ def test_the_worked_example_puts_the_induction_heads_among_the_top_nodes():
     from gptviz import get_tokenizer, load_pretrained
     from gptviz.methods import head_ranking, induction_test
     from gptviz.model.weights import bundled_models, training_vocab
+
     model, enc = load_pretrained("shakespeare-pre"), get_tokenizer()
     ids = enc.encode(EXAMPLE)
     last, first_romeo = len(ids) - 1, ids.index(enc.encode(" Romeo")[0])

@@ -1,25 +1,44 @@
 """`python -m gptviz graph` and `python -m gptviz qk`: the JSON of issue 58 with every key of its format, tokens
 given as their text, and bad input as one clear line (exit 2)."""
+
 from __future__ import annotations
 
 import json
 
 import pytest
-
 from graph_reference import prompt, unit_model
+from test_cli import run_cli
+
 from gptviz.__main__ import main
 from gptviz.methods.graph import attribution_graph
 from gptviz.methods.graph_export import graph_json, one_token, prompt_ids, qk_json, token_texts
 from gptviz.methods.graph_qk import qk_decomposition
 from gptviz.model.tokenizer import get_tokenizer
-from test_cli import run_cli
 
-GRAPH_KEYS = {"format", "model", "wiring", "prompt_ids", "tokens", "target", "other", "metric", "method", "pruning",
-              "nodes", "edges"}
-PRUNING_KEYS = {"node_threshold", "edge_threshold", "max_nodes", "nodes_total", "nodes_kept", "edges_total",
-                "edges_kept"}
-NODE_KEYS = {"id", "kind", "layer", "index", "position", "influence", "direct", "incoming_sum", "bias_part",
-             "ablation"}
+GRAPH_KEYS = {
+    "format",
+    "model",
+    "wiring",
+    "prompt_ids",
+    "tokens",
+    "target",
+    "other",
+    "metric",
+    "method",
+    "pruning",
+    "nodes",
+    "edges",
+}
+PRUNING_KEYS = {
+    "node_threshold",
+    "edge_threshold",
+    "max_nodes",
+    "nodes_total",
+    "nodes_kept",
+    "edges_total",
+    "edges_kept",
+}
+NODE_KEYS = {"id", "kind", "layer", "index", "position", "influence", "direct", "incoming_sum", "bias_part", "ablation"}
 QK_KEYS = {"format", "model", "layer", "head", "query", "key", "score", "query_sources", "key_sources", "terms"}
 PROMPT = "ROMEO:\nBut soft, what light through yonder window breaks?\n\nJULIET:\nO Romeo, Romeo"
 
@@ -69,8 +88,11 @@ def test_the_qk_json_has_every_key_of_the_format():
 def test_tokens_are_their_text_as_encoded():
     enc = get_tokenizer()
     assert one_token(" Romeo") == enc.encode(" Romeo")[0] and one_token("\n") == enc.encode("\n")[0]
-    with pytest.raises(ValueError, match=r"the target ' Romeo was' is not one token: it encodes as 2 \(' Romeo', "
-                                         r"' was'\).*leading space"):
+    with pytest.raises(
+        ValueError,
+        match=r"the target ' Romeo was' is not one token: it encodes as 2 \(' Romeo', "
+        r"' was'\).*leading space",
+    ):
         one_token(" Romeo was")
     with pytest.raises(ValueError, match="the other '' is not one token: it encodes as 0 \\(nothing\\)"):
         one_token("", "other")
@@ -83,16 +105,57 @@ def test_tokens_are_their_text_as_encoded():
 @pytest.mark.slow
 def test_bad_input_is_one_line_and_exit_2(capsys, tmp_path):
     out = str(tmp_path / "g.json")
-    assert main(["graph", "--model", "shakespeare-pre", "--prompt", "O Romeo", "--target", "Romeo was",
-                 "--out", out]) == 2
+    assert (
+        main(["graph", "--model", "shakespeare-pre", "--prompt", "O Romeo", "--target", "Romeo was", "--out", out]) == 2
+    )
     assert capsys.readouterr().err.strip().startswith("error: the target 'Romeo was' is not one token")
     assert main(["graph", "--model", "shakespeare-pre", "--prompt", "", "--target", " Romeo", "--out", out]) == 2
     assert "error: the prompt is empty" in capsys.readouterr().err
-    assert main(["qk", "--model", "shakespeare-pre", "--prompt", "O Romeo", "--layer", "0", "--head", "0",
-                 "--query", "0", "--key", "1", "--out", out]) == 2
+    assert (
+        main(
+            [
+                "qk",
+                "--model",
+                "shakespeare-pre",
+                "--prompt",
+                "O Romeo",
+                "--layer",
+                "0",
+                "--head",
+                "0",
+                "--query",
+                "0",
+                "--key",
+                "1",
+                "--out",
+                out,
+            ]
+        )
+        == 2
+    )
     assert "above the diagonal" in capsys.readouterr().err
-    assert main(["qk", "--model", "shakespeare-pre", "--prompt", "O Romeo", "--layer", "9", "--head", "0",
-                 "--query", "1", "--key", "1", "--out", out]) == 2
+    assert (
+        main(
+            [
+                "qk",
+                "--model",
+                "shakespeare-pre",
+                "--prompt",
+                "O Romeo",
+                "--layer",
+                "9",
+                "--head",
+                "0",
+                "--query",
+                "1",
+                "--key",
+                "1",
+                "--out",
+                out,
+            ]
+        )
+        == 2
+    )
     assert "layer 9 is out of range" in capsys.readouterr().err
     assert not (tmp_path / "g.json").exists()
 
@@ -101,8 +164,21 @@ def test_bad_input_is_one_line_and_exit_2(capsys, tmp_path):
 @pytest.mark.subprocess
 def test_graph_and_qk_write_the_issues_json(tmp_path):
     graph_file, qk_file = tmp_path / "g.json", tmp_path / "q.json"
-    out = run_cli("graph", "--model", "shakespeare-pre", "--prompt", PROMPT, "--target", " Romeo", "--other", " Juliet",
-                  "--max-nodes", "120", "--out", str(graph_file))
+    out = run_cli(
+        "graph",
+        "--model",
+        "shakespeare-pre",
+        "--prompt",
+        PROMPT,
+        "--target",
+        " Romeo",
+        "--other",
+        " Juliet",
+        "--max-nodes",
+        "120",
+        "--out",
+        str(graph_file),
+    )
     assert out.returncode == 0, out.stderr
     assert "wrote" in out.stdout
     data = json.loads(graph_file.read_text())
@@ -111,8 +187,23 @@ def test_graph_and_qk_write_the_issues_json(tmp_path):
     assert data["prompt_ids"] == enc.encode(PROMPT) and data["model"] == "shakespeare-pre"
     assert data["target"] == enc.encode(" Romeo")[0] and data["other"] == enc.encode(" Juliet")[0]
     assert data["pruning"]["max_nodes"] == 120 and data["pruning"]["nodes_kept"] <= 120
-    out = run_cli("qk", "--model", "shakespeare-post", "--prompt", PROMPT, "--layer", "2", "--head", "1",
-                  "--query", "20", "--key", "3", "--out", str(qk_file))
+    out = run_cli(
+        "qk",
+        "--model",
+        "shakespeare-post",
+        "--prompt",
+        PROMPT,
+        "--layer",
+        "2",
+        "--head",
+        "1",
+        "--query",
+        "20",
+        "--key",
+        "3",
+        "--out",
+        str(qk_file),
+    )
     assert out.returncode == 0, out.stderr
     data = json.loads(qk_file.read_text())
     assert set(data) == QK_KEYS and data["model"] == "shakespeare-post"

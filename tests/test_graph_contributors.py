@@ -2,16 +2,23 @@
 its numbers, a head's source key carries the largest part of its influence, node ids read back into nodes (bad ones
 refused in words), and a node removed from a generation is removed once, at its position, with or without the KV
 cache, giving the graph's ablation actual at the first new token."""
+
 from __future__ import annotations
 
 import pytest
 import torch
-
 from graph_reference import WIRING_IDS, WIRINGS, prompt, reference_metric, unit_model
+
 from gptviz.methods.graph import attribution_graph
 from gptviz.methods.graph_ablation import ablation_actuals
-from gptviz.methods.graph_contributors import (Contributor, contributor_label, contributors_nbytes, node_edits,
-                                               parse_node, top_contributors)
+from gptviz.methods.graph_contributors import (
+    Contributor,
+    contributor_label,
+    contributors_nbytes,
+    node_edits,
+    parse_node,
+    top_contributors,
+)
 from gptviz.methods.graph_frozen import FrozenModel, _project
 from gptviz.methods.interventions import run_with_edits
 from gptviz.model.generate import generate
@@ -41,9 +48,10 @@ def test_a_heads_source_is_the_key_carrying_most_of_its_influence():
     assert heads
     for c in heads:  # each key's part, from the pattern and the values written apart, sums to the head's influence
         w, l, h, p = fm.layers[c.layer], c.layer, c.index, c.position
-        v = _project(fm.attn_in[l], w.Wv, w.bv)[h]                            # [T, dh]
-        parts = torch.stack([fm.pattern[l][h, p, j] * (v[j] @ w.Wo[h]) @ fm.grads[("attn", l)][p]
-                             for j in range(p + 1)])
+        v = _project(fm.attn_in[l], w.Wv, w.bv)[h]  # [T, dh]
+        parts = torch.stack(
+            [fm.pattern[l][h, p, j] * (v[j] @ w.Wo[h]) @ fm.grads[("attn", l)][p] for j in range(p + 1)]
+        )
         assert float(parts.sum()) == pytest.approx(c.influence, abs=1e-4)
         assert c.source == int(parts.abs().argmax())
 
@@ -53,11 +61,11 @@ def test_a_label_names_the_node_the_token_it_brings_and_its_share():
     head = Contributor("L1H3@2", "head", 1, 3, 2, 1, 0.9, 0.41)
     assert contributor_label(head, tokens) == "L1H3 from ' Romeo' +41%"
     neuron = Contributor("L0N7@2", "neuron", 0, 7, 2, 2, -0.2, -0.09)
-    assert contributor_label(neuron, tokens) == "L0N7 at \"'\\n\" -9%"   # repr: the quote and newline stay text
+    assert contributor_label(neuron, tokens) == 'L0N7 at "\'\\n" -9%'  # repr: the quote and newline stay text
     emb = Contributor("E@1", "embeddings", None, None, 1, 1, 2.0, 1.5)
     assert contributor_label(emb, tokens) == "the token ' Romeo' +150%"
     bias = Contributor("B:L0.attn.out-bias@2", "bias", 0, None, 2, 2, 0.1, 0.05)
-    assert contributor_label(bias, tokens) == "L0 attn.out-bias at \"'\\n\" +5%"
+    assert contributor_label(bias, tokens) == 'L0 attn.out-bias at "\'\\n" +5%'
     assert head.unit == "L1H3" and neuron.unit == "L0N7" and emb.unit is None and bias.unit is None
 
 
@@ -69,11 +77,23 @@ def test_node_ids_read_back_into_nodes_and_bad_ones_are_refused_in_words():
     for n in graph.nodes:
         if n.kind != "metric":
             ref = parse_node(n.id, cfg, 7)
-            assert (ref.id, ref.kind, ref.layer, ref.index, ref.position) == (n.id, n.kind, n.layer, n.index,
-                                                                            n.position)
-    for bad, words in (("L9H0@1", "2 layers"), ("L0H4@1", "4 heads"), ("L0N999@1", "128 neurons"),
-                       ("E@7", "past the prompt's 7 tokens"), ("metric", "no node id"), ("L0H0", "no node id"),
-                       ("B:L0.nope@1", "bias nodes are"), (None, "no node id")):
+            assert (ref.id, ref.kind, ref.layer, ref.index, ref.position) == (
+                n.id,
+                n.kind,
+                n.layer,
+                n.index,
+                n.position,
+            )
+    for bad, words in (
+        ("L9H0@1", "2 layers"),
+        ("L0H4@1", "4 heads"),
+        ("L0N999@1", "128 neurons"),
+        ("E@7", "past the prompt's 7 tokens"),
+        ("metric", "no node id"),
+        ("L0H0", "no node id"),
+        ("B:L0.nope@1", "bias nodes are"),
+        (None, "no node id"),
+    ):
         with pytest.raises(ValueError, match=words):
             parse_node(bad, cfg, 7)
 
@@ -85,16 +105,18 @@ def test_a_node_removed_from_a_generation_is_removed_once_where_it_is(node):
     edits = node_edits(model, ref)
     cached = generate(model, ids, 6, temperature=0.0, edits=edits)
     recomputed = generate(model, ids, 6, temperature=0.0, edits=edits, use_cache=False)
-    assert cached == recomputed   # with the cache the edit sees each new position alone: it must not land there
+    assert cached == recomputed  # with the cache the edit sees each new position alone: it must not land there
     logits, _ = run_with_edits(model, torch.tensor([ids]), edits)
     removed = float(logits[0, -1, TARGET])
-    assert removed == pytest.approx(reference_metric(model, ids, TARGET, None, (ref.kind, ref.layer, ref.index,
-                                                                                 ref.position, ref.bias)), abs=1e-4)
+    assert removed == pytest.approx(
+        reference_metric(model, ids, TARGET, None, (ref.kind, ref.layer, ref.index, ref.position, ref.bias)), abs=1e-4
+    )
     base, (actual,) = ablation_actuals(model, ids, [ref], TARGET, None)
     assert removed - base == pytest.approx(actual, abs=1e-4)
 
 
 def test_the_contributors_estimate_grows_with_the_prompt_and_is_below_the_graphs():
     from gptviz.methods.graph import graph_nbytes
+
     cfg = unit_model().config
     assert 0 < contributors_nbytes(cfg, 8) < contributors_nbytes(cfg, 64) < graph_nbytes(cfg, 64)

@@ -1,14 +1,15 @@
 """The QK decomposition of an attention score (issue 58): its terms sum to the real pre-softmax score the model
 captured, its sources are named as in direct logit attribution, a one-layer cell by hand, and bad cells refused."""
+
 from __future__ import annotations
 
 import math
 
 import pytest
 import torch
-
 from conftest import build
 from graph_reference import WIRING_IDS, WIRINGS, prompt, unit_model
+
 from gptviz import capture
 from gptviz.methods.graph_qk import qk_decomposition
 
@@ -30,15 +31,27 @@ def test_the_terms_sum_to_the_score_the_model_computed(kw):
 
 def test_sources_are_named_as_in_direct_logit_attribution():
     qk = qk_decomposition(unit_model(), prompt(), 1, 2, 6, 3)
-    assert qk.query_sources == ["embeddings", "L0H0", "L0H1", "L0H2", "L0H3", "L0 attn bias", "L0 MLP", "norm bias",
-                                "query bias"]
+    assert qk.query_sources == [
+        "embeddings",
+        "L0H0",
+        "L0H1",
+        "L0H2",
+        "L0H3",
+        "L0 attn bias",
+        "L0 MLP",
+        "norm bias",
+        "query bias",
+    ]
     assert qk.key_sources == qk.query_sources[:-1] + ["key bias"]
     first = qk_decomposition(unit_model(norm="post"), prompt(), 0, 0, 3, 1)
     assert first.query_sources == ["embeddings", "norm bias", "query bias"]  # no earlier norm: its row is zero
     assert first.terms[1].abs().max() == 0
     plain = qk_decomposition(unit_model(norm_type="rmsnorm", qkv_bias=False), prompt(), 1, 0, 6, 3)
-    assert plain.query_sources == plain.key_sources == ["embeddings", "L0H0", "L0H1", "L0H2", "L0H3", "L0 attn bias",
-                                                        "L0 MLP"]  # no betas, no q/k biases
+    assert (
+        plain.query_sources
+        == plain.key_sources
+        == ["embeddings", "L0H0", "L0H1", "L0H2", "L0H3", "L0 attn bias", "L0 MLP"]
+    )  # no betas, no q/k biases
 
 
 @torch.no_grad()
@@ -53,12 +66,13 @@ def test_a_one_layer_cell_by_hand():
     scale = torch.rsqrt(x.var(-1, unbiased=False, keepdim=True) + cfg.ln_eps)
     normed = (x - x.mean(-1, keepdim=True)) * scale * ln.weight
     dh, d = cfg.d_head, cfg.d_model
-    Wq, Wk = model.blocks[0].attn.c_attn.weight[h * dh:(h + 1) * dh], model.blocks[0].attn.c_attn.weight[
-        d + h * dh:d + (h + 1) * dh]
-    bq = model.blocks[0].attn.c_attn.bias[h * dh:(h + 1) * dh]
+    Wq, Wk = (
+        model.blocks[0].attn.c_attn.weight[h * dh : (h + 1) * dh],
+        model.blocks[0].attn.c_attn.weight[d + h * dh : d + (h + 1) * dh],
+    )
+    bq = model.blocks[0].attn.c_attn.bias[h * dh : (h + 1) * dh]
     qk = qk_decomposition(model, ids, 0, h, i, j)
-    assert float(qk.terms[0, 0]) == pytest.approx(float((Wq @ normed[i]) @ (Wk @ normed[j])) / math.sqrt(dh),
-                                                  rel=1e-4)
+    assert float(qk.terms[0, 0]) == pytest.approx(float((Wq @ normed[i]) @ (Wk @ normed[j])) / math.sqrt(dh), rel=1e-4)
     assert float(qk.terms[2, 0]) == pytest.approx(float(bq @ (Wk @ normed[j])) / math.sqrt(dh), rel=1e-4)
     assert float(qk.terms[1, 1]) == pytest.approx(float((Wq @ ln.bias) @ (Wk @ ln.bias)) / math.sqrt(dh), rel=1e-4)
 
@@ -70,13 +84,16 @@ def test_top_terms_are_the_largest_by_size():
     assert abs(top[0][2]) == float(qk.terms.abs().max())
 
 
-@pytest.mark.parametrize("cell, message", [
-    ((0, 0, 2, 3), "key 3 is above the diagonal: query 2 cannot attend"),
-    ((2, 0, 2, 1), r"layer 2 is out of range: the model has 2 layers \(0..1\)"),
-    ((0, 4, 2, 1), r"head 4 is out of range: the model has 4 heads \(0..3\)"),
-    ((0, 0, 7, 1), r"query 7 is out of range: the prompt has 7 positions \(0..6\)"),
-    ((0, 0, 3, -1), r"key -1 is out of range"),
-])
+@pytest.mark.parametrize(
+    "cell, message",
+    [
+        ((0, 0, 2, 3), "key 3 is above the diagonal: query 2 cannot attend"),
+        ((2, 0, 2, 1), r"layer 2 is out of range: the model has 2 layers \(0..1\)"),
+        ((0, 4, 2, 1), r"head 4 is out of range: the model has 4 heads \(0..3\)"),
+        ((0, 0, 7, 1), r"query 7 is out of range: the prompt has 7 positions \(0..6\)"),
+        ((0, 0, 3, -1), r"key -1 is out of range"),
+    ],
+)
 def test_a_bad_cell_is_refused_in_words(cell, message):
     with pytest.raises(ValueError, match=message):
         qk_decomposition(build(), prompt(), *cell)

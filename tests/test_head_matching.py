@@ -1,10 +1,12 @@
 """Heads of two models matched by what they do (gptviz.methods.matching)."""
+
 from __future__ import annotations
 
 import pytest
 import torch
 
-from gptviz import methods as analysis, capture, load_pretrained
+from gptviz import capture, load_pretrained
+from gptviz import methods as analysis
 from gptviz.model.hooks import act_name
 
 
@@ -12,9 +14,9 @@ def test_a_permutation_of_the_heads_is_recovered_exactly():
     g = torch.Generator().manual_seed(0)
     a = torch.rand(3, 4, 12, 12, generator=g).tril().softmax(-1)
     order = torch.randperm(12, generator=g)
-    b = a.flatten(0, 1)[order].view(3, 4, 12, 12)                  # B's head k is A's head order[k]
+    b = a.flatten(0, 1)[order].view(3, 4, 12, 12)  # B's head k is A's head order[k]
     matches = analysis.match_heads(a, b)
-    assert len(matches) == 12 and len({m.b for m in matches}) == 12   # one to one
+    assert len(matches) == 12 and len({m.b for m in matches}) == 12  # one to one
     for m in matches:
         k = m.b[0] * 4 + m.b[1]
         assert divmod(int(order[k]), 4) == m.a and m.similarity == pytest.approx(1.0)
@@ -48,5 +50,5 @@ def test_the_bundled_twins_previous_token_and_induction_heads_match_each_other()
         if ind["pre"][m.a] > 0.3:
             assert ind["post"][m.b] > 0.3, m
             roles += 1
-    assert roles >= 4                                   # two previous-token and four induction heads in pre
+    assert roles >= 4  # two previous-token and four induction heads in pre
     assert {m.a[0] for m in matches if ind["pre"][m.a] > 0.3} != {m.b[0] for m in matches if ind["pre"][m.a] > 0.3}

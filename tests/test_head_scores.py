@@ -1,5 +1,6 @@
 """Head detectors on hand-built attention patterns: each score counts exactly the queries it names, and each
 has a chance level (uniform attention over the allowed keys) to read it against."""
+
 from __future__ import annotations
 
 import pytest
@@ -19,7 +20,7 @@ def test_induction_score_counts_only_queries_with_an_earlier_copy():
     pattern = torch.zeros(1, 1, T, T)
     pattern[0, 0, 0, 0] = 1.0
     for q in range(1, T):
-        pattern[0, 0, q, q] = 1.0          # by default each query looks at itself
+        pattern[0, 0, q, q] = 1.0  # by default each query looks at itself
     for q in range(n, T):
         pattern[0, 0, q] = 0.0
         pattern[0, 0, q, q - n + 1] = 1.0  # a perfect induction head on the second half
@@ -45,7 +46,8 @@ def test_chance_levels_are_what_uniform_attention_scores():
     assert analysis.induction_chance(n) == pytest.approx(sum(1 / (q + 1) for q in range(n, 2 * n)) / n)
     ids = [7, 3, 7, 9, 3, 7, 1, 2, 2, 5, 7, 0]
     assert analysis.duplicate_token_scores(uniform[0], ids).item() == pytest.approx(
-        analysis.duplicate_token_chance(ids))
+        analysis.duplicate_token_chance(ids)
+    )
     # by hand: q=2 (one 7 before, 1/3), q=4 (one 3, 1/5), q=5 (two 7s, 2/6), q=8 (one 2, 1/9), q=10 (three 7s, 3/11)
     assert analysis.duplicate_token_chance(ids) == pytest.approx((1 / 3 + 1 / 5 + 2 / 6 + 1 / 9 + 3 / 11) / 5)
     assert analysis.duplicate_token_chance([1, 2, 3]) == 0.0
@@ -77,6 +79,7 @@ def test_vocab_sample_from_given_ids():
 
 def test_induction_test_loss_is_the_repeated_halfs_own_next_token_loss():
     from conftest import SMALL, build
+
     model = build(SMALL.replace(n_ctx=20))
     pool = torch.arange(SMALL.vocab_size)
     test = analysis.induction_test(model, 10, seed=3, ids=pool)

@@ -1,16 +1,24 @@
 """One head's arithmetic recomputed from a capture equals what the forward pass captured, step by step; value-
 weighted attention and attention sinks recomputed by hand."""
+
 from __future__ import annotations
 
 import math
 
 import pytest
 import torch
-
 from conftest import build, random_ids
+
 from gptviz import capture
-from gptviz.methods.head_steps import (first_token_chance, first_token_scores, head_hook_names, head_steps, row_shares,
-                                       value_output_norms, value_weighted)
+from gptviz.methods.head_steps import (
+    first_token_chance,
+    first_token_scores,
+    head_hook_names,
+    head_steps,
+    row_shares,
+    value_output_norms,
+    value_weighted,
+)
 
 
 def captured(model, ids, layer):
@@ -34,10 +42,10 @@ def test_every_step_equals_the_captured_values(norm, qkv_bias):
             assert torch.allclose(s.k, cache[f"{a}.hook_k"][: query + 1, head], atol=1e-6)
             assert torch.allclose(s.v, cache[f"{a}.hook_v"][: query + 1, head], atol=1e-6)
             assert torch.allclose(s.scores, s.dots / math.sqrt(8)) and s.scale == pytest.approx(1 / math.sqrt(8))
-            assert torch.isinf(s.masked[query + 1:]).all() and torch.equal(s.masked[: query + 1], s.scores)
+            assert torch.isinf(s.masked[query + 1 :]).all() and torch.equal(s.masked[: query + 1], s.scores)
             pattern_row = cache[f"{a}.hook_pattern"][head, query]
             assert torch.allclose(s.weights, pattern_row[: query + 1], atol=1e-6)
-            assert float(pattern_row[query + 1:].abs().sum()) == 0.0
+            assert float(pattern_row[query + 1 :].abs().sum()) == 0.0
             assert torch.allclose(s.z, cache[f"{a}.hook_z"][query, head], atol=1e-6)
         outs.append(head_steps(model, cache, layer, head, T - 1).out)
     # the heads' outputs plus the one output bias are the layer's attention output
@@ -68,7 +76,7 @@ def test_value_weighted_attention_by_hand():
     W = model.blocks[0].attn.c_proj.weight.detach()  # [out, in]
     for h in range(4):
         for j in (0, 4, 8):
-            by_hand = W[:, h * 8:(h + 1) * 8] @ v[j, h]  # token j's value through head h's part of W_O
+            by_hand = W[:, h * 8 : (h + 1) * 8] @ v[j, h]  # token j's value through head h's part of W_O
             assert norms[h, j].item() == pytest.approx(by_hand.norm().item(), rel=1e-5)
     vw = value_weighted(model, 0, v, pattern)
     i, j, h = 7, 3, 2
@@ -82,7 +90,7 @@ def test_a_tiny_value_makes_a_heavy_weight_small():
     pattern = torch.tensor([[[1.0, 0.0], [0.9, 0.1]]])  # one head; query 1 puts 0.9 on key 0
     model = build(n_heads=1, d_model=8)
     v = torch.zeros(2, 1, 8)
-    v[0, 0, 0], v[1, 0, 0] = 1e-3, 1.0                  # key 0's value is tiny
+    v[0, 0, 0], v[1, 0, 0] = 1e-3, 1.0  # key 0's value is tiny
     shares = row_shares(value_weighted(model, 0, v, pattern))
     assert shares[0, 1, 0].item() < 0.05 and shares[0, 1, 1].item() > 0.95
 
@@ -103,6 +111,7 @@ def test_first_token_scores_and_their_chance():
 @pytest.mark.parametrize("qkv_bias", [True, False])
 def test_values_recomputed_from_the_attention_input_equal_the_captured_ones(qkv_bias):
     from gptviz.methods.head_steps import values_from_input
+
     model = build(qkv_bias=qkv_bias)
     cache = captured(model, random_ids(10), 1)
     v = values_from_input(model, 1, cache["blocks.1.ln_1.hook_normalized"])

@@ -1,6 +1,7 @@
 """The new attention figures hold the real values: line opacities equal the pattern, attention on the text is
 the chosen row, each step of the head's computation is the recomputed (and captured) value, the neuron view's
 sum is the score."""
+
 from __future__ import annotations
 
 import math
@@ -8,13 +9,12 @@ import re
 
 import numpy as np
 import pytest
-import torch
-
 from conftest import build, random_ids
+from pagetest import array
+
 from gptviz import capture
 from gptviz.figures import head_views as hv
 from gptviz.methods.head_steps import head_hook_names, head_steps
-from pagetest import array
 
 LABELS = ["<b>x</b>", "␣the", "↵", "␣cat", "␣sat", "␣on", "␣the", "␣mat", "↵", "A", "B", "C"]
 

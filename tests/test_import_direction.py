@@ -1,6 +1,7 @@
 """The library's direction of dependencies (issue 61): the science (model, methods, training, index, figures, interop,
 notebook) imports nothing from the server (serve) or the app, and no two packages import each other, directly or
 through others. Read from the source's import statements, so an import inside a function counts too."""
+
 from __future__ import annotations
 
 import ast
@@ -19,7 +20,7 @@ def imported_modules(path: Path) -> list[tuple[str, int]]:
     found = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.ImportFrom):
-            base = package[:len(package) - node.level + 1] if node.level else []
+            base = package[: len(package) - node.level + 1] if node.level else []
             module = ".".join(base + ([node.module] if node.module else [])) if node.level else node.module or ""
             targets = [module] if node.module else [f"{module}.{a.name}" for a in node.names]
             found += [(t, node.lineno) for t in targets if t.startswith("gptviz")]

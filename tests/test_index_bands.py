@@ -2,6 +2,7 @@
 recomputed, the sample chosen by hand from the keys), the sample's exact merge across shards, the
 band edges against the histogram, and the refusal of an index of the previous format with the command that rebuilds
 it."""
+
 from __future__ import annotations
 
 import json
@@ -9,8 +10,8 @@ import json
 import numpy as np
 import pytest
 import torch
-
 from conftest import build
+
 from gptviz import index as ix
 from gptviz.index.bands import band_edges, sample_keys
 
@@ -33,7 +34,7 @@ def every_value(model, docs, stride: int) -> torch.Tensor:
     for d in docs:
         for t in range(len(d.ids)):
             start = ix.scoring_window(t, model.config.n_ctx, stride)
-            rows.append(ix.unit_values(model, d.ids[start:t + 1])[-1])
+            rows.append(ix.unit_values(model, d.ids[start : t + 1])[-1])
     return torch.stack(rows)
 
 
@@ -58,7 +59,7 @@ def test_each_bands_examples_are_the_samples_smallest_keys_in_it(scanned):
         band_of = np.searchsorted(edges[1:-1], column[sampled], side="left")  # (lo, hi]
         assert [b.sampled for b in bands] == np.bincount(band_of, minlength=ix.BANDS).tolist()
         for b, band in enumerate(bands):
-            mine = sampled[band_of == b][:ix.BAND_EXAMPLES]  # the band's smallest keys
+            mine = sampled[band_of == b][: ix.BAND_EXAMPLES]  # the band's smallest keys
             expected = sorted(((float(column[g]), int(g)) for g in mine), key=lambda vg: (-vg[0], vg[1]))
             got = [(e.value, int(offsets[e.doc] + e.pos)) for e in band.examples]
             assert [g for _, g in got] == [g for _, g in expected], (i, b)  # the same places, highest first
@@ -105,6 +106,9 @@ def test_an_index_of_the_previous_format_is_refused_with_the_command_that_rebuil
     meta = json.loads((folder / ix.INDEX_JSON).read_text())
     meta["version"], meta["model"]["name"] = 2, "shakespeare-pre"
     (folder / ix.INDEX_JSON).write_text(json.dumps(meta))
-    with pytest.raises(ix.IndexFormatError, match=r"version 2; this gptviz reads version 3 \(version 3 adds examples "
-                                                  r"from five bands.*`python -m gptviz index shakespeare-pre --out"):
+    with pytest.raises(
+        ix.IndexFormatError,
+        match=r"version 2; this gptviz reads version 3 \(version 3 adds examples "
+        r"from five bands.*`python -m gptviz index shakespeare-pre --out",
+    ):
         ix.load_index(folder)

@@ -1,6 +1,7 @@
 """`python -m gptviz index` against what a corpus or a command line can throw at it: texts read a bounded piece at a
 time with the whole text's tokens, --max-tokens on every source, links and special files in a corpus folder, JSON
 nested past the recursion limit, merges into folders they must not touch, and one metadata from every path."""
+
 from __future__ import annotations
 
 import json
@@ -15,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import build
+
 from gptviz import index as ix
 from gptviz.index import texts
 from gptviz.model.tokenizer import get_tokenizer
@@ -52,8 +53,27 @@ def test_random_texts_cut_into_pieces_keep_their_tokens(monkeypatch):
     digits and punctuation, combining marks, characters Python and Unicode disagree are spaces): the pieces' ids are
     the whole text's. 20,000 texts x chunks of 1-3 characters passed once; the test runs 600."""
     import random
-    alphabet = list("aZé中1٣½.,;!?\"-_()[]{}m") + [" ", "  ", "\n", "\n\n", "\t", "\r", "\x0b", "\x1c", "\x85",
-                                                  "\u00a0", "\u3000", "\u0301", "🙂", "'", "'s", "'ll", "ǅ", "Ⅻ"]
+
+    alphabet = list('aZé中1٣½.,;!?"-_()[]{}m') + [
+        " ",
+        "  ",
+        "\n",
+        "\n\n",
+        "\t",
+        "\r",
+        "\x0b",
+        "\x1c",
+        "\x85",
+        "\u00a0",
+        "\u3000",
+        "\u0301",
+        "🙂",
+        "'",
+        "'s",
+        "'ll",
+        "ǅ",
+        "Ⅻ",
+    ]
     enc, rng = get_tokenizer(), random.Random(0)
     for _ in range(600):
         text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
@@ -104,12 +124,13 @@ READ_CHILD = textwrap.dedent("""
 def test_max_tokens_reads_a_one_line_file_only_that_far(tmp_path):
     """A 24 MB file of one line, 20,000 tokens asked: tokenizing it whole held the line and its 4.8 million ids (over
     150 MB); read a piece at a time, the read stops after the first piece."""
-    words = "to be or not that is the question whether tis nobler in the mind ".encode()
+    words = b"to be or not that is the question whether tis nobler in the mind "
     with open(tmp_path / "oneline.txt", "wb") as f:
         for _ in range(24_000_000 // len(words)):
             f.write(words)
-    out = subprocess.run([sys.executable, "-c", READ_CHILD, str(tmp_path)], capture_output=True, text=True, cwd=ROOT,
-                         timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", READ_CHILD, str(tmp_path)], capture_output=True, text=True, cwd=ROOT, timeout=300
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     run = json.loads(out.stdout.strip().splitlines()[-1])
     assert run["tokens"] == 20000 and run["grew_kb"] < 40 * 1024, run
@@ -118,30 +139,51 @@ def test_max_tokens_reads_a_one_line_file_only_that_far(tmp_path):
 def test_max_tokens_holds_for_the_bundled_works(tmp_path):
     """Without --corpus the CLI scans the complete works: --max-tokens stops there too (it read all 1.46M)."""
     import argparse
+
     from gptviz.index.cli import _documents
+
     args = argparse.Namespace(corpus=None, max_tokens=5000, text_column="text")
     docs, source, corpus = _documents(args, tmp_path)
     assert sum(len(d.ids) for d in docs) == 5000 and source == "shakespeare-works" and corpus == {"max_tokens": 5000}
     from gptviz.training.corpus import play_files, play_name
-    plays = play_files()[:len(docs)]
+
+    plays = play_files()[: len(docs)]
     assert [d.name for d in docs] == [play_name(p) for p in plays]
     for d, play in zip(docs, plays):  # the first plays' first ids, the last one cut short
-        assert list(d.ids) == get_tokenizer().encode(play.read_text(encoding="utf-8"))[:len(d.ids)]
+        assert list(d.ids) == get_tokenizer().encode(play.read_text(encoding="utf-8"))[: len(d.ids)]
 
 
 @pytest.mark.slow
 def test_the_index_records_the_tokens_it_read_and_reads_them_back(tmp_path, capsys):
     from gptviz.__main__ import main
     from gptviz.model.weights import save_checkpoint
+
     save_checkpoint(build(vocab_size=50257, d_model=16, d_ff=32), tmp_path / "ckpt")
-    assert main(["index", str(tmp_path / "ckpt"), "--max-tokens", "300", "--batch", "4",
-                 "--out", str(tmp_path / "works")]) == 0
+    assert (
+        main(["index", str(tmp_path / "ckpt"), "--max-tokens", "300", "--batch", "4", "--out", str(tmp_path / "works")])
+        == 0
+    )
     index = ix.load_index(tmp_path / "works")
     assert index.tokens == 300 and index.meta["corpus"]["max_tokens"] == 300
     assert sum(len(d.ids) for d in ix.index_documents(index)) == 300  # the unit page reads the same 300 again
     (tmp_path / "long.txt").write_text("To be, or not to be, that is the question. " * 200)
-    assert main(["index", str(tmp_path / "ckpt"), "--corpus", str(tmp_path / "long.txt"), "--max-tokens", "250",
-                 "--batch", "4", "--out", str(tmp_path / "long")]) == 0
+    assert (
+        main(
+            [
+                "index",
+                str(tmp_path / "ckpt"),
+                "--corpus",
+                str(tmp_path / "long.txt"),
+                "--max-tokens",
+                "250",
+                "--batch",
+                "4",
+                "--out",
+                str(tmp_path / "long"),
+            ]
+        )
+        == 0
+    )
     index = ix.load_index(tmp_path / "long")
     assert index.tokens == 250 and index.meta["corpus"]["max_tokens"] == 250
     assert sum(len(d.ids) for d in ix.index_documents(index)) == 250
@@ -151,11 +193,13 @@ def test_the_index_records_the_tokens_it_read_and_reads_them_back(tmp_path, caps
 def unblocked_after(fifo: Path, seconds: float = 10):
     """Should a reader open `fifo` (a regression), give it a writer after `seconds`, so that it reads nothing and
     the test fails on what it checks instead of hanging."""
+
     def open_writer():
         try:
             os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
         except OSError:  # no reader waiting: nothing to unblock
             pass
+
     timer = threading.Timer(seconds, open_writer)
     timer.start()
     try:
@@ -172,12 +216,12 @@ def corpus_with_links_and_a_fifo(tmp_path: Path) -> Path:
     folder = tmp_path / "corpus"
     folder.mkdir()
     (folder / "a.txt").write_text("To be, or not to be.")
-    (folder / "inner.txt").symlink_to("a.txt")                  # a link within the folder: read
-    (folder / "link.txt").symlink_to(outside / "secret.txt")    # out of the folder: skipped
-    (folder / "linkdir").symlink_to(outside / "dir")            # a folder out of it: skipped
-    (folder / "null.txt").symlink_to("/dev/null")               # a device, out of the folder too
+    (folder / "inner.txt").symlink_to("a.txt")  # a link within the folder: read
+    (folder / "link.txt").symlink_to(outside / "secret.txt")  # out of the folder: skipped
+    (folder / "linkdir").symlink_to(outside / "dir")  # a folder out of it: skipped
+    (folder / "null.txt").symlink_to("/dev/null")  # a device, out of the folder too
     (folder / "broken.txt").symlink_to(tmp_path / "nothing")
-    os.mkfifo(folder / "pipe.txt")                                # would block whoever opens it for reading
+    os.mkfifo(folder / "pipe.txt")  # would block whoever opens it for reading
     return folder
 
 
@@ -188,10 +232,13 @@ def test_a_folders_links_out_of_it_and_special_files_are_skipped_and_named(tmp_p
         docs = ix.tokenize_corpus(folder, tmp_path / "ids", on_skip=lambda name, why: skipped.append((name, why)))
     assert [d.name for d in docs] == ["a", "inner"]
     assert "SECRET" not in get_tokenizer().decode([int(i) for d in docs for i in d.ids])
-    assert skipped == [("broken.txt", "a broken link"), ("link.txt", "a link that leads out of the corpus folder"),
-                       ("linkdir", "a link that leads out of the corpus folder"),
-                       ("null.txt", "a link that leads out of the corpus folder"),
-                       ("pipe.txt", "not a regular file (a FIFO, socket or device)")]
+    assert skipped == [
+        ("broken.txt", "a broken link"),
+        ("link.txt", "a link that leads out of the corpus folder"),
+        ("linkdir", "a link that leads out of the corpus folder"),
+        ("null.txt", "a link that leads out of the corpus folder"),
+        ("pipe.txt", "not a regular file (a FIFO, socket or device)"),
+    ]
     with pytest.warns(UserWarning) as caught:  # a library caller without on_skip is told too
         ix.tokenize_corpus(folder, tmp_path / "ids")
     told = [str(w.message) for w in caught if w.category is UserWarning]
@@ -213,6 +260,7 @@ def test_a_corpus_that_is_a_fifo_or_a_device_is_refused_unread(tmp_path):
 def test_the_cli_names_what_it_skipped(tmp_path, capsys):
     from gptviz.__main__ import main
     from gptviz.model.weights import save_checkpoint
+
     save_checkpoint(build(vocab_size=50257, d_model=16, d_ff=32), tmp_path / "ckpt")
     folder = corpus_with_links_and_a_fifo(tmp_path)
     with unblocked_after(folder / "pipe.txt"):
@@ -239,8 +287,9 @@ def write_partials(tmp_path: Path, shards: int = 2) -> list[Path]:
     plan = ix.plan_scan(model, docs, batch=1, top_k=3, bins=8, min_count=2)
     parts = []
     for i in range(shards):
-        parts.append(ix.save_partial(plan, ix.scan_batches(model, docs, plan, plan.batches(i, shards)),
-                                     tmp_path / f"part{i}"))
+        parts.append(
+            ix.save_partial(plan, ix.scan_batches(model, docs, plan, plan.batches(i, shards)), tmp_path / f"part{i}")
+        )
     return parts
 
 
@@ -249,16 +298,26 @@ def write_partials(tmp_path: Path, shards: int = 2) -> list[Path]:
 def test_no_traceback_for_deep_json_or_a_merge_onto_a_file(tmp_path):
     """Each gets one line on stderr and exit status 2, not a RecursionError or FileExistsError traceback."""
     from gptviz.model.weights import save_checkpoint
+
     save_checkpoint(build(vocab_size=50257, d_model=16, d_ff=32), tmp_path / "ckpt")
     (tmp_path / "deep.jsonl").write_text(DEEP + "\n")
     parts = write_partials(tmp_path)
     (tmp_path / "system-file").write_text("not to be touched\n")  # stands for /etc/hostname
-    runs = {"deep": ["index", str(tmp_path / "ckpt"), "--corpus", str(tmp_path / "deep.jsonl"), "--out",
-                     str(tmp_path / "index")],
-            "merge": ["index", "merge", str(tmp_path / "system-file"), *map(str, parts)]}
+    runs = {
+        "deep": [
+            "index",
+            str(tmp_path / "ckpt"),
+            "--corpus",
+            str(tmp_path / "deep.jsonl"),
+            "--out",
+            str(tmp_path / "index"),
+        ],
+        "merge": ["index", "merge", str(tmp_path / "system-file"), *map(str, parts)],
+    }
     for label, args in runs.items():
-        out = subprocess.run([sys.executable, "-m", "gptviz", *args], capture_output=True, text=True, cwd=ROOT,
-                             timeout=300)
+        out = subprocess.run(
+            [sys.executable, "-m", "gptviz", *args], capture_output=True, text=True, cwd=ROOT, timeout=300
+        )
         lines = out.stderr.splitlines()
         assert out.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), (label, out.stderr[-3000:])
         assert "Traceback" not in out.stderr
@@ -267,22 +326,28 @@ def test_no_traceback_for_deep_json_or_a_merge_onto_a_file(tmp_path):
 
 def snapshot(folder: Path) -> dict:
     """Every file below `folder`: its bytes and modification time."""
-    return {p.relative_to(folder).as_posix(): (p.read_bytes(), p.stat().st_mtime_ns)
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        p.relative_to(folder).as_posix(): (p.read_bytes(), p.stat().st_mtime_ns)
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 def test_merge_refuses_a_folder_it_did_not_make_and_its_own_shards(tmp_path, capsys):
     from gptviz.__main__ import main
+
     parts = [str(p) for p in write_partials(tmp_path)]
     notes = tmp_path / "notes"
     notes.mkdir()
     (notes / "keep.txt").write_text("mine")
     (tmp_path / "file").write_text("a file")
     before = {p: snapshot(tmp_path / p) for p in ("notes", "part0", "part1")}
-    refusals = {str(notes): "the folder '.*notes' is not empty",
-                parts[0]: "output '.*part0' is its input shard '.*part0'",
-                str(Path(parts[1]) / "merged"): "output '.*merged' is inside its input shard '.*part1'",
-                str(tmp_path / "file"): "'.*file' exists and is not a folder"}
+    refusals = {
+        str(notes): "the folder '.*notes' is not empty",
+        parts[0]: "output '.*part0' is its input shard '.*part0'",
+        str(Path(parts[1]) / "merged"): "output '.*merged' is inside its input shard '.*part1'",
+        str(tmp_path / "file"): "'.*file' exists and is not a folder",
+    }
     for out, message in refusals.items():
         assert main(["index", "merge", out, *parts]) == 2
         err = capsys.readouterr().err.splitlines()
@@ -300,6 +365,7 @@ def test_merge_refuses_a_folder_it_did_not_make_and_its_own_shards(tmp_path, cap
 def test_a_merge_that_fails_midway_leaves_nothing(tmp_path, monkeypatch, capsys):
     from gptviz.__main__ import main
     from gptviz.index import store
+
     parts = [str(p) for p in write_partials(tmp_path)]
 
     def full_disk(index, folder):  # save_index making the folder and half a file, then out of space
@@ -320,10 +386,15 @@ def test_every_path_records_the_same_metadata(tmp_path, capsys):
     pytest.importorskip("ray")
     from gptviz.__main__ import main
     from gptviz.model.weights import save_checkpoint
+
     save_checkpoint(build(vocab_size=50257, d_model=16, d_ff=32), tmp_path / "ckpt")
     corpus = tmp_path / "texts.jsonl"
-    corpus.write_text("".join(json.dumps({"text": f"Line {i}: to be, or not to be, that is the question.\n" * 3})
-                              + "\n" for i in range(30)))
+    corpus.write_text(
+        "".join(
+            json.dumps({"text": f"Line {i}: to be, or not to be, that is the question.\n" * 3}) + "\n"
+            for i in range(30)
+        )
+    )
     common = [str(tmp_path / "ckpt"), "--corpus", str(corpus), "--batch", "2", "--max-tokens", "900"]
     assert main(["index", *common, "--out", str(tmp_path / "single")]) == 0
     for i in range(2):

@@ -1,6 +1,7 @@
 """gptviz.index.dashboard: a unit's page as Neuronpedia's feature-dashboard JSON (every field Neuronpedia's importer
 reads, the examples' tokens and values as their contexts, the bands' ranges), its HTML page drawn from that JSON
 with token text kept as text, and `python -m gptviz index export` over a whole index."""
+
 from __future__ import annotations
 
 import json
@@ -9,8 +10,8 @@ import re
 import numpy as np
 import pytest
 import torch
-
 from conftest import build
+
 from gptviz import index as ix
 from gptviz.index import dashboard as db
 from gptviz.model.tokenizer import decode, encode
@@ -18,12 +19,29 @@ from gptviz.model.tokenizer import decode, encode
 # what Neuronpedia's importer reads from each batch file, feature and activation (convert-saedashboard-to-
 # neuronpedia-export.py's process_data indexes every one of these)
 BATCH_FIELDS = {"model_id", "layer", "sae_id_suffix", "features"}
-FEATURE_FIELDS = {"feature_index", "neuron_alignment_indices", "neuron_alignment_values", "neuron_alignment_l1",
-                  "correlated_neurons_indices", "correlated_neurons_pearson", "correlated_neurons_l1",
-                  "correlated_features_indices", "correlated_features_pearson", "correlated_features_l1", "neg_str",
-                  "neg_values", "pos_str", "pos_values", "frac_nonzero", "freq_hist_data_bar_heights",
-                  "freq_hist_data_bar_values", "logits_hist_data_bar_heights", "logits_hist_data_bar_values",
-                  "decoder_weights_dist", "activations"}
+FEATURE_FIELDS = {
+    "feature_index",
+    "neuron_alignment_indices",
+    "neuron_alignment_values",
+    "neuron_alignment_l1",
+    "correlated_neurons_indices",
+    "correlated_neurons_pearson",
+    "correlated_neurons_l1",
+    "correlated_features_indices",
+    "correlated_features_pearson",
+    "correlated_features_l1",
+    "neg_str",
+    "neg_values",
+    "pos_str",
+    "pos_values",
+    "frac_nonzero",
+    "freq_hist_data_bar_heights",
+    "freq_hist_data_bar_values",
+    "logits_hist_data_bar_heights",
+    "logits_hist_data_bar_values",
+    "decoder_weights_dist",
+    "activations",
+}
 ACTIVATION_FIELDS = {"tokens", "values", "bin_contains", "bin_max", "bin_min", "qualifying_token_index"}
 HOSTILE = "</script><b>bold</b><img src=x onerror=alert(1)> & *stars*"
 
@@ -33,8 +51,11 @@ def tiny():
     model = build(vocab_size=50257, d_model=16, d_ff=32, seed=3)
     g = torch.Generator().manual_seed(1)
     hostile = np.array(encode(HOSTILE) * 4)
-    docs = [ix.Document("d0", torch.randint(0, 300, (70,), generator=g).numpy()), ix.Document("evil", hostile),
-            ix.Document("d2", torch.randint(0, 300, (40,), generator=g).numpy(), held_out=True)]
+    docs = [
+        ix.Document("d0", torch.randint(0, 300, (70,), generator=g).numpy()),
+        ix.Document("evil", hostile),
+        ix.Document("d2", torch.randint(0, 300, (40,), generator=g).numpy(), held_out=True),
+    ]
     index = ix.build_index(model, docs, model_name="tiny", batch=2, min_count=2)
     return model, docs, index
 
@@ -52,8 +73,9 @@ def test_a_units_json_has_neuronpedias_fields_and_its_examples(tiny, unit):
     top, bands = ix.top_examples(index, u), ix.band_examples(index, u)
     acts = f["activations"]
     assert len(acts) == len(top) + sum(len(b.examples) for b in bands)
-    contexts = ix.example_contexts(index, docs, top + [e for b in bands for e in b.examples], model=model,
-                                   before=db.BEFORE, after=db.AFTER)
+    contexts = ix.example_contexts(
+        index, docs, top + [e for b in bands for e in b.examples], model=model, before=db.BEFORE, after=db.AFTER
+    )
     peak = float(index.arrays["top_values"][index.flat(u), 0])
     for a, c, e in zip(acts, contexts, top + [e for b in bands for e in b.examples]):
         assert ACTIVATION_FIELDS <= set(a)
@@ -61,9 +83,9 @@ def test_a_units_json_has_neuronpedias_fields_and_its_examples(tiny, unit):
         np.testing.assert_allclose(a["values"], c.values, atol=1e-5)
         assert a["values"][a["qualifying_token_index"]] == pytest.approx(e.value, abs=1e-4)  # the example's token
         assert (a["gptviz"]["document"], a["gptviz"]["position"]) == (e.doc_name, e.pos)
-    for a in acts[:len(top)]:  # the top group as SAEDashboard marks it
+    for a in acts[: len(top)]:  # the top group as SAEDashboard marks it
         assert (a["bin_min"], a["bin_contains"], a["bin_max"]) == (-1, -1, pytest.approx(peak))
-    groups = [a for a in acts[len(top):]]
+    groups = [a for a in acts[len(top) :]]
     for b in bands:
         mine = [a for a in groups if a["gptviz"]["group"] == f"band {b.number + 1}"]
         assert len(mine) == len(b.examples)
@@ -82,6 +104,7 @@ def test_a_units_json_has_neuronpedias_fields_and_its_examples(tiny, unit):
 @pytest.mark.slow
 def test_the_html_page_draws_the_json_with_token_text_as_text(tiny):
     from gptviz.notebook.unit_page import dashboard_html
+
     model, docs, index = tiny
     # a unit whose examples hold the hostile text
     evil = next(i for i in range(index.n_units) if (index.arrays["top_doc"][i] == 1).any())
@@ -92,8 +115,10 @@ def test_the_html_page_draws_the_json_with_token_text_as_text(tiny):
     assert "<b>" not in page and "<img" not in page and "</b>" not in page  # never as markup
     assert len(re.findall(r"<script", page)) == page.count("</script>")  # only the page's own script tags
     # every example is a row of the token_rows component: the top group, then one component per band
-    data = [json.loads(d.replace("\\u003c", "<").replace("\\u003e", ">").replace("\\u0026", "&")) for d in
-            re.findall(r'<script type="application/json" id="[^"]+">(.*?)</script>', page)]
+    data = [
+        json.loads(d.replace("\\u003c", "<").replace("\\u003e", ">").replace("\\u0026", "&"))
+        for d in re.findall(r'<script type="application/json" id="[^"]+">(.*?)</script>', page)
+    ]
     assert sum(len(d["rows"]) for d in data) == len(batch["features"][0]["activations"])
     assert {"</", "><", "<img"} & {t for d in data for row in d["rows"] for t in row["tokens"]}  # drawn as text
 
@@ -102,6 +127,7 @@ def test_the_html_page_draws_the_json_with_token_text_as_text(tiny):
 def test_the_cli_exports_every_unit_as_batch_files(tiny, tmp_path, capsys):
     from gptviz.__main__ import main
     from gptviz.model.weights import save_checkpoint
+
     model, docs, index = tiny
     save_checkpoint(model, tmp_path / "ckpt")
     # the index over a corpus of files, so that export reads its documents again from where the index says
@@ -109,16 +135,37 @@ def test_the_cli_exports_every_unit_as_batch_files(tiny, tmp_path, capsys):
     corpus.mkdir()
     (corpus / "one.txt").write_text("To be, or not to be: that is the question. " * 6)
     (corpus / "two.txt").write_text(HOSTILE)
-    assert main(["index", str(tmp_path / "ckpt"), "--corpus", str(corpus), "--out", str(tmp_path / "idx"),
-                 "--batch", "2"]) == 0
+    assert (
+        main(["index", str(tmp_path / "ckpt"), "--corpus", str(corpus), "--out", str(tmp_path / "idx"), "--batch", "2"])
+        == 0
+    )
     out = tmp_path / "export"
-    assert main(["index", "export", str(tmp_path / "ckpt"), "--index", str(tmp_path / "idx"), "--out", str(out),
-                 "--units", "L0N1,L0N2,L0N3,L1H0", "--per-batch", "2"]) == 0
+    assert (
+        main(
+            [
+                "index",
+                "export",
+                str(tmp_path / "ckpt"),
+                "--index",
+                str(tmp_path / "idx"),
+                "--out",
+                str(out),
+                "--units",
+                "L0N1,L0N2,L0N3,L1H0",
+                "--per-batch",
+                "2",
+            ]
+        )
+        == 0
+    )
     printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert printed["units"] == 4 and printed["batches"] == 3
     listing = json.loads((out / "export.json").read_text())
     assert [(b["file"], b["features"]) for b in listing["batches"]] == [
-        ("0-gptviz-mlp/batch-0.json", [1, 2]), ("0-gptviz-mlp/batch-1.json", [3]), ("1-gptviz-attn/batch-0.json", [0])]
+        ("0-gptviz-mlp/batch-0.json", [1, 2]),
+        ("0-gptviz-mlp/batch-1.json", [3]),
+        ("1-gptviz-attn/batch-0.json", [0]),
+    ]
     for b in listing["batches"]:
         batch = json.loads((out / b["file"]).read_text())
         assert BATCH_FIELDS <= set(batch) and all(FEATURE_FIELDS <= set(f) for f in batch["features"])

@@ -3,6 +3,7 @@ the corpus is cut into pieces only where GPT-1's BPE provably splits (before whi
 OpenAIGPTTokenizer's of the whole text; the scan's top examples are a brute-force scan's on those ids; the index
 records its tokenizer and a reader refuses one over another tokenizer's ids; the unit page, the export and the
 notebook show GPT-1's tokens."""
+
 from __future__ import annotations
 
 import json
@@ -11,16 +12,17 @@ import random
 import numpy as np
 import pytest
 import torch
+from test_gpt1_tokenizer_everywhere import gpt1_folder
+from test_index import brute_force
 
 from gptviz import index as ix
 from gptviz import load_pretrained, tokenizer_for
-from gptviz.app import keys as K, model_service
+from gptviz.app import keys as K
+from gptviz.app import model_service
 from gptviz.index import texts
 from gptviz.index.tokens import GPT1_CUT, tokenizer_fingerprint
 from gptviz.serve import model_access
 from gptviz.serve.limits import ServerLimits
-from test_gpt1_tokenizer_everywhere import gpt1_folder
-from test_index import brute_force
 
 pytestmark = [pytest.mark.hf]
 
@@ -29,10 +31,10 @@ pytestmark = [pytest.mark.hf]
 # GPT-2's cut rule)
 PLAYS = {
     "romeo": "ROMEO:\nBut soft, what light through yonder window breaks?\n\nIt is the east, and Juliet is the sun.\n"
-             "\tArise, fair sun, and kill the envious moon! Café naïve résumé -- e-mail: a@b.c\n" * 5,
+    "\tArise, fair sun, and kill the envious moon! Café naïve résumé -- e-mail: a@b.c\n" * 5,
     "hamlet": "HAMLET:\r\nTo be, or not to be: that is the question.\r\n"
-              "ΟΔΥΣΣΕΥΣ ΚΑΙ ΠΗΝΕΛΟΠΗ 你好 world!\x07 "
-              "It's 3.14 starlight, Thou.\n" * 4,
+    "ΟΔΥΣΣΕΥΣ ΚΑΙ ΠΗΝΕΛΟΠΗ 你好 world!\x07 "
+    "It's 3.14 starlight, Thou.\n" * 4,
     "lear": "  Blow, winds, and crack your cheeks!  Rage, blow!\n\n\n   e\u0301te\u0301 r2d2 starlight3 b4\n",
 }
 
@@ -70,8 +72,25 @@ def test_random_texts_cut_where_gpt1_splits_keep_transformers_tokens(gpt1, monke
     are transformers' ids of the whole text. 600 texts."""
     enc = tokenizer_for(load_pretrained(str(gpt1.folder)))
     assert enc.name == "openai-gpt"
-    alphabet = list("aZé中1.,;!?\"-_()'sΣΑ") + [" ", "  ", "\n", "\n\n", "\t", "\r", "\x0b", "\x1c", "\x85", "\x07",
-                                               "\u00a0", "\u3000", "\u0301", "\u200b", "light", "the", "🙂"]
+    alphabet = list("aZé中1.,;!?\"-_()'sΣΑ") + [
+        " ",
+        "  ",
+        "\n",
+        "\n\n",
+        "\t",
+        "\r",
+        "\x0b",
+        "\x1c",
+        "\x85",
+        "\x07",
+        "\u00a0",
+        "\u3000",
+        "\u0301",
+        "\u200b",
+        "light",
+        "the",
+        "🙂",
+    ]
     rng = random.Random(0)
     for _ in range(600):
         text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
@@ -91,8 +110,9 @@ def test_gpt2s_cuts_would_change_gpt1s_tokens(gpt1):
 
 
 @pytest.mark.parametrize("chunk", [1, 7, 1 << 20])
-def test_the_corpus_is_tokenized_as_transformers_tokenizes_each_whole_text(gpt1, model, corpus, tmp_path,
-                                                                          monkeypatch, chunk):
+def test_the_corpus_is_tokenized_as_transformers_tokenizes_each_whole_text(
+    gpt1, model, corpus, tmp_path, monkeypatch, chunk
+):
     monkeypatch.setattr(texts, "CHUNK_CHARS", chunk)
     docs = ix.tokenize_corpus(corpus, tmp_path / "ids", enc=tokenizer_for(model))
     assert [list(map(int, d.ids)) for d in docs] == whole_ids(gpt1, corpus)
@@ -104,8 +124,17 @@ def test_the_corpus_is_tokenized_as_transformers_tokenizes_each_whole_text(gpt1,
 @pytest.fixture(scope="module")
 def built(gpt1, model, corpus, tmp_path_factory):
     docs = ix.tokenize_corpus(corpus, tmp_path_factory.mktemp("ids") / "ids", enc=tokenizer_for(model))
-    index = ix.build_index(model, docs, model_name="tiny-gpt1", source=corpus.name, batch=2, top_k=5, bins=16,
-                           min_count=2, corpus={"path": str(corpus), "text_column": "text"})
+    index = ix.build_index(
+        model,
+        docs,
+        model_name="tiny-gpt1",
+        source=corpus.name,
+        batch=2,
+        top_k=5,
+        bins=16,
+        min_count=2,
+        corpus={"path": str(corpus), "text_column": "text"},
+    )
     return docs, index
 
 
@@ -119,12 +148,12 @@ def test_the_scan_of_gpt1_ids_equals_brute_force(model, built):
     for u in range(index.n_units):
         order = torch.sort(values[:, u], descending=True, stable=True)
         # float32 at unit scale, batched against one window at a time: rounding up to ~2e-5 of the value
-        torch.testing.assert_close(torch.from_numpy(index.arrays["top_values"][u]), order.values[:K_],
-                                   rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(
+            torch.from_numpy(index.arrays["top_values"][u]), order.values[:K_], rtol=1e-4, atol=1e-5
+        )
         got = offsets[index.arrays["top_doc"][u]] + index.arrays["top_pos"][u]
-        vals = order.values[:K_ + 1].numpy()
-        clear = np.array([(i == 0 or vals[i - 1] - vals[i] > 1e-4) and vals[i] - vals[i + 1] > 1e-4
-                          for i in range(K_)])
+        vals = order.values[: K_ + 1].numpy()
+        clear = np.array([(i == 0 or vals[i - 1] - vals[i] > 1e-4) and vals[i] - vals[i + 1] > 1e-4 for i in range(K_)])
         assert np.array_equal(got[clear], order.indices[:K_].numpy()[clear])
 
 
@@ -149,6 +178,7 @@ def test_an_index_over_gpt2_ids_is_refused_for_the_gpt1_model(gpt1, model, tmp_p
     fingerprint is this model's, but whose ids are GPT-2's: every reader refuses it, in words."""
     from gptviz.__main__ import main
     from gptviz.notebook.unit_widget import find_index
+
     plain = load_pretrained(str(gpt1.folder)).eval()
     plain.tokenizer = None
     other = ix.build_index(plain, [ix.Document("a", np.arange(80) % 50)], top_k=3, bins=8, min_count=2)
@@ -160,24 +190,68 @@ def test_an_index_over_gpt2_ids_is_refused_for_the_gpt1_model(gpt1, model, tmp_p
     with pytest.raises(ValueError, match=message):
         find_index(other, model)
     ix.save_index(other, tmp_path / "gpt2ix")
-    assert main(["index", "export", str(gpt1.folder), "--index", str(tmp_path / "gpt2ix"),
-                 "--out", str(tmp_path / "exp"), "--units", "L0N0"]) == 2
+    assert (
+        main(
+            [
+                "index",
+                "export",
+                str(gpt1.folder),
+                "--index",
+                str(tmp_path / "gpt2ix"),
+                "--out",
+                str(tmp_path / "exp"),
+                "--units",
+                "L0N0",
+            ]
+        )
+        == 2
+    )
     assert not (tmp_path / "exp").exists()
 
 
 def test_the_cli_builds_exports_and_bounds_a_gpt1_index(gpt1, model, corpus, tmp_path, capsys):
     from gptviz.__main__ import main
+
     out = tmp_path / "ix"
-    assert main(["index", str(gpt1.folder), "--corpus", str(corpus), "--out", str(out), "--batch", "2",
-                 "--max-tokens", "200"]) == 0
+    assert (
+        main(
+            [
+                "index",
+                str(gpt1.folder),
+                "--corpus",
+                str(corpus),
+                "--out",
+                str(out),
+                "--batch",
+                "2",
+                "--max-tokens",
+                "200",
+            ]
+        )
+        == 0
+    )
     index = ix.load_index(out)
     flat = [i for ids in whole_ids(gpt1, corpus) for i in ids][:200]
     docs = ix.index_documents(index, enc=tokenizer_for(model))
     assert index.tokens == 200 and [i for d in docs for i in map(int, d.ids)] == flat
     assert index.meta["tokenizer"]["name"] == "openai-gpt" and ix.index_matches(index, model)
     capsys.readouterr()
-    assert main(["index", "export", str(gpt1.folder), "--index", str(out), "--out", str(tmp_path / "exp"),
-                 "--units", "L1N2"]) == 0
+    assert (
+        main(
+            [
+                "index",
+                "export",
+                str(gpt1.folder),
+                "--index",
+                str(out),
+                "--out",
+                str(tmp_path / "exp"),
+                "--units",
+                "L1N2",
+            ]
+        )
+        == 0
+    )
     listed = json.loads((tmp_path / "exp" / "export.json").read_text())
     feature = json.loads((tmp_path / "exp" / listed["batches"][0]["file"]).read_text())["features"][0]
     for a in feature["activations"]:  # every example's text is GPT-1's tokens, decoded as transformers decodes
@@ -196,6 +270,7 @@ def spec(gpt1, monkeypatch):
 @pytest.mark.slow
 def test_the_unit_page_shows_gpt1s_tokens(gpt1, model, built, spec, tmp_path, monkeypatch):
     from pagetest import run_page, token_rows
+
     docs, index = built
     monkeypatch.setenv("GPTVIZ_INDEX_DIR", str(tmp_path / "indexes"))
     ix.save_index(index, tmp_path / "indexes" / "plays")  # a name of the operator's own
@@ -207,7 +282,7 @@ def test_the_unit_page_shows_gpt1s_tokens(gpt1, model, built, spec, tmp_path, mo
     for row, e in zip(rows, best):
         ids = list(map(int, docs[e.doc].ids))
         labels = [t.replace("</w>", "␣") for t in gpt1.tok.convert_ids_to_tokens(ids)]
-        at_peak = labels[e.pos - row["peak"]:e.pos - row["peak"] + len(row["tokens"])]
+        at_peak = labels[e.pos - row["peak"] : e.pos - row["peak"] + len(row["tokens"])]
         assert row["tokens"] == at_peak  # GPT-1's pieces around the peak, the peak where the index says
     # word search encodes the typed word with GPT-1's BPE (capitals lowered): 'LIGHT' is the token 'light</w>'
     light = hf_ids(gpt1, "light")
@@ -231,6 +306,7 @@ def test_the_unit_pages_snippet_rebuilds_the_index_over_gpt1s_ids(gpt1, model, s
     """Copy as Python for a GPT-1 folder's unit page: the corpus read with tokenizer_for(model), and the summary's
     top tokens decoded with it; run, it gives the summary the library gives."""
     from gptviz.app import reproduce
+
     code = reproduce.unit(spec, "L1N2", 3)
     assert "corpus_documents(enc=tokenizer_for(model))" in code and "summary(index, unit, tokenizer_for(model))" in code
     scope: dict = {}
@@ -241,6 +317,7 @@ def test_the_unit_pages_snippet_rebuilds_the_index_over_gpt1s_ids(gpt1, model, s
 
 def test_the_notebooks_unit_view_labels_gpt1s_tokens(gpt1, model, built):
     from gptviz.notebook.unit_widget import UnitData
+
     docs, index = built
     data = UnitData(model, "L1H1", index, docs=docs)
     assert data.rows and data.effect is not None

@@ -2,6 +2,7 @@
 folder: conftest.block_stats_extension) against the torch ops they replace, value for value (bins at the 0 edge, -0.0,
 tiny and huge values, inf, NaN), on whole scans and shards; and the fallbacks (no extension, GPTVIZ_NATIVE=0). The
 extension's checks at its boundary, and no compiler at run time: test_index_native_boundary.py."""
+
 from __future__ import annotations
 
 import math
@@ -9,8 +10,8 @@ import math
 import numpy as np
 import pytest
 import torch
-
 from conftest import build, model_with_silent_neurons
+
 from gptviz import index as ix
 from gptviz.index import native
 from gptviz.index.histograms import _Binner
@@ -28,8 +29,10 @@ def compiled(block_stats_extension, monkeypatch):
 @pytest.fixture
 def path(monkeypatch):
     """Switch the scan's statistics: path("C") or path("torch")."""
+
     def use(which: str) -> None:
         monkeypatch.setenv("GPTVIZ_NATIVE", "1" if which == "C" else "0")
+
     return use
 
 
@@ -60,11 +63,14 @@ def test_a_scan_with_the_compiled_statistics_equals_the_torch_ops(path):
     # several windows per batch (the scored rows are read in place), later batches through the in-pass top-k
     model = build(seed=4)
     g = torch.Generator().manual_seed(8)
-    docs = [ix.Document(f"d{i}", torch.randint(0, 25, (n,), generator=g).numpy()) for i, n in
-            enumerate((77, 16, 3, 50, 31))]
+    docs = [
+        ix.Document(f"d{i}", torch.randint(0, 25, (n,), generator=g).numpy()) for i, n in enumerate((77, 16, 3, 50, 31))
+    ]
     compiled, with_torch = scan_both(path, model, docs, batch=3, top_k=6, bins=20, min_count=3)
     assert_same_but_rounding(compiled, with_torch)
-    assert compiled.arrays["hist_counts"].sum() == compiled.tokens * len(compiled.arrays["hist_counts"])  # each value once
+    assert compiled.arrays["hist_counts"].sum() == compiled.tokens * len(
+        compiled.arrays["hist_counts"]
+    )  # each value once
 
 
 def test_neurons_of_minus_zero_and_tiny_negatives_bin_the_same_way(path):
@@ -80,8 +86,9 @@ def test_neurons_of_minus_zero_and_tiny_negatives_bin_the_same_way(path):
 def test_shards_scanned_each_way_merge_to_the_single_pass(path):
     model = build(seed=2)
     g = torch.Generator().manual_seed(11)
-    docs = [ix.Document(f"d{i}", torch.randint(0, 30, (n,), generator=g).numpy()) for i, n in
-            enumerate((90, 16, 5, 61, 40))]
+    docs = [
+        ix.Document(f"d{i}", torch.randint(0, 30, (n,), generator=g).numpy()) for i, n in enumerate((90, 16, 5, 61, 40))
+    ]
     plan = ix.plan_scan(model, docs, batch=2, top_k=6, bins=24, min_count=4)
     path("C")
     single = ix.finish_scan(plan, ix.scan_batches(model, docs, plan))
@@ -136,11 +143,21 @@ def test_bins_equal_the_binner_value_for_value():
     hist_range = torch.stack([lo, lo + bins * width], 1).float().numpy()
     zero_bin = zero_bin.long().numpy()
     edges = torch.from_numpy(hist_range[:, :1]) + torch.arange(bins + 1)[None] * torch.from_numpy(
-        (hist_range[:, 1:] - hist_range[:, :1]) / bins)
+        (hist_range[:, 1:] - hist_range[:, :1]) / bins
+    )
     special = torch.tensor([0.0, -0.0, 1e-45, -1e-45, 1e-38, -1e-38, 1e-7, -1e-7, math.inf, -math.inf, 1e30, -1e30])
-    columns = [torch.cat([special, edges[u], torch.nextafter(edges[u], torch.tensor(math.inf)),
-                          torch.nextafter(edges[u], torch.tensor(-math.inf)),
-                          (torch.rand(200, generator=g) - 0.5) * 4 * float(hi[u] - lo[u])]) for u in range(U)]
+    columns = [
+        torch.cat(
+            [
+                special,
+                edges[u],
+                torch.nextafter(edges[u], torch.tensor(math.inf)),
+                torch.nextafter(edges[u], torch.tensor(-math.inf)),
+                (torch.rand(200, generator=g) - 0.5) * 4 * float(hi[u] - lo[u]),
+            ]
+        )
+        for u in range(U)
+    ]
     values = torch.stack(columns, 1).float().contiguous()
     part, token_sums, slots = block_inputs(values, hist_range, zero_bin, bins)
     stats = native.block_stats(_Binner(hist_range, zero_bin, bins))
@@ -224,8 +241,10 @@ def test_without_the_extension_or_when_turned_off_the_torch_ops_run(monkeypatch)
 def test_units_fill_their_top_k_in_the_pass_as_the_merge_would():
     # from empty: fewer values than K, -inf values (kept, after every finite one, before the empty slots), ties
     K, U = 5, 3
-    blocks = [torch.tensor([[-math.inf, 0.0, 2.0], [1.0, 0.0, -math.inf], [1.0, -0.0, 2.0]]),
-              torch.tensor([[-math.inf, 0.0, 9.0], [0.5, 3.0, 2.0]])]
+    blocks = [
+        torch.tensor([[-math.inf, 0.0, 2.0], [1.0, 0.0, -math.inf], [1.0, -0.0, 2.0]]),
+        torch.tensor([[-math.inf, 0.0, 9.0], [0.5, 3.0, 2.0]]),
+    ]
     hist_range = np.tile(np.array([[-8.0, 8.0]], dtype=np.float32), (U, 1))
     zero_bin = np.full(U, 8)
     stats = native.block_stats(_Binner(hist_range, zero_bin, 16))

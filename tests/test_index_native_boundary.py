@@ -2,6 +2,7 @@
 size, indices outside the arrays they index, read-only or shared outputs and a short workspace raise ValueError
 before the pass runs, and leave every array as it was; and the library runs no compiler: a scan with an empty PATH
 still takes the C pass (the extension built beforehand, as an install does)."""
+
 from __future__ import annotations
 
 import ast
@@ -24,14 +25,28 @@ U, W, FIRST, N, BINS, K, R, SLOTS = 6, 4, 1, 5, 8, 3, 2, 3
 def arrays(ext) -> dict:
     """A consistent call: a block of W units (FIRST ..) of U, N rows, BINS bins, a top K and a sample of R."""
     g = np.random.default_rng(0)
-    return dict(values=g.standard_normal((N, W)).astype(np.float32), rows=None, slots=np.arange(N) % SLOTS,
-                loc=np.arange(N), keys=g.permutation(N).astype(np.int64), first=FIRST, insert=True,
-                token_sums=np.zeros((SLOTS, U), np.float32), zero_bin=np.full(U, BINS // 2, np.int32),
-                inv_width=np.full(U, 2.0, np.float32), counts=np.zeros((U, BINS), np.int64),
-                vmin=np.full(U, np.inf, np.float32), vmax=np.empty(W, np.float32), vsq=np.zeros(U),
-                best_v=np.full((U, K), -np.inf, np.float32), best_loc=np.full((U, K), -1),
-                samp_key=np.zeros((U, R), np.int64), samp_v=np.zeros((U, R), np.float32),
-                samp_loc=np.full((U, R), -1), workspace=workspace(ext, W, BINS))
+    return dict(
+        values=g.standard_normal((N, W)).astype(np.float32),
+        rows=None,
+        slots=np.arange(N) % SLOTS,
+        loc=np.arange(N),
+        keys=g.permutation(N).astype(np.int64),
+        first=FIRST,
+        insert=True,
+        token_sums=np.zeros((SLOTS, U), np.float32),
+        zero_bin=np.full(U, BINS // 2, np.int32),
+        inv_width=np.full(U, 2.0, np.float32),
+        counts=np.zeros((U, BINS), np.int64),
+        vmin=np.full(U, np.inf, np.float32),
+        vmax=np.empty(W, np.float32),
+        vsq=np.zeros(U),
+        best_v=np.full((U, K), -np.inf, np.float32),
+        best_loc=np.full((U, K), -1),
+        samp_key=np.zeros((U, R), np.int64),
+        samp_v=np.zeros((U, R), np.float32),
+        samp_loc=np.full((U, R), -1),
+        workspace=workspace(ext, W, BINS),
+    )
 
 
 @pytest.fixture
@@ -44,7 +59,7 @@ def workspace(ext, w: int, bins: int) -> np.ndarray:
     size = ext.workspace_bytes(w, bins)
     raw = np.empty(size + 64, np.uint8)
     start = -raw.ctypes.data % 64
-    return raw[start:start + size]
+    return raw[start : start + size]
 
 
 def read_only(a: np.ndarray) -> np.ndarray:
@@ -75,8 +90,10 @@ BROKEN = {  # what is changed -> (the change, what the message names)
     "vmax too short": (lambda a: {"vmax": a["vmax"][:-1].copy()}, "vmax has 3 units, not 4"),
     "best_loc's K apart": (lambda a: {"best_loc": np.full((U, K + 1), -1)}, "best_loc has 4 entries, not 3"),
     "samp_loc's R apart": (lambda a: {"samp_loc": np.full((U, R + 1), -1)}, "samp_loc has 3 entries, not 2"),
-    "a top k of 0": (lambda a: {"best_v": np.zeros((U, 0), np.float32), "best_loc": np.zeros((U, 0), np.int64)},
-                     "top k of 0"),
+    "a top k of 0": (
+        lambda a: {"best_v": np.zeros((U, 0), np.float32), "best_loc": np.zeros((U, 0), np.int64)},
+        "top k of 0",
+    ),
     "a zero bin past the bins": (lambda a: {"zero_bin": np.full(U, BINS, np.int32)}, "zero bin 8 is outside 1 .. 7"),
     "a zero bin of 0": (lambda a: {"zero_bin": np.zeros(U, np.int32)}, "zero bin 0"),
     "one bin": (lambda a: {"counts": np.zeros((U, 1), np.int64)}, "at least 2 bins"),
@@ -98,11 +115,11 @@ def test_a_consistent_call_runs_and_writes_the_statistics(compiled):
             expected += len(held) < K or x > min(held)
             held = sorted(held + [x])[-K:]
     assert inserted == expected and K * W < expected < N * W
-    assert np.array_equal(a["vmax"], v.max(0)) and np.array_equal(a["vmin"][FIRST:FIRST + W], v.min(0))
+    assert np.array_equal(a["vmax"], v.max(0)) and np.array_equal(a["vmin"][FIRST : FIRST + W], v.min(0))
     assert np.isinf(a["vmin"][[0, 5]]).all() and a["counts"][[0, 5]].sum() == 0  # units outside the block untouched
-    assert (a["counts"].sum(1)[FIRST:FIRST + W] == N).all()
-    assert np.array_equal(a["best_v"][FIRST:FIRST + W], -np.sort(-v, 0)[:K].T)
-    assert np.array_equal(a["best_loc"][FIRST:FIRST + W], np.argsort(-v, 0)[:K].T)  # loc = the row here
+    assert (a["counts"].sum(1)[FIRST : FIRST + W] == N).all()
+    assert np.array_equal(a["best_v"][FIRST : FIRST + W], -np.sort(-v, 0)[:K].T)
+    assert np.array_equal(a["best_loc"][FIRST : FIRST + W], np.argsort(-v, 0)[:K].T)  # loc = the row here
 
 
 @pytest.mark.parametrize("broken", BROKEN)
@@ -121,10 +138,16 @@ def test_the_torch_side_refuses_tensors_numpy_cannot_view(compiled):
     hist_range = np.tile(np.array([[-4.0, 4.0]], dtype=np.float32), (3, 1))
     stats = native.BlockStats(compiled, _Binner(hist_range, np.full(3, 8), 16))
     part = type("Part", (), {})()
-    for name, shape, dtype in (("counts", (3, 16), torch.long), ("vmin", (3,), torch.float32),
-                               ("vsq", (3,), torch.float64), ("best_v", (3, 2), torch.float32),
-                               ("best_loc", (3, 2), torch.long), ("samp_key", (3, 2), torch.long),
-                               ("samp_v", (3, 2), torch.float32), ("samp_loc", (3, 2), torch.long)):
+    for name, shape, dtype in (
+        ("counts", (3, 16), torch.long),
+        ("vmin", (3,), torch.float32),
+        ("vsq", (3,), torch.float64),
+        ("best_v", (3, 2), torch.float32),
+        ("best_loc", (3, 2), torch.long),
+        ("samp_key", (3, 2), torch.long),
+        ("samp_v", (3, 2), torch.float32),
+        ("samp_loc", (3, 2), torch.long),
+    ):
         setattr(part, name, torch.zeros(shape, dtype=dtype))
     loc = torch.arange(4)
     with pytest.raises(ValueError, match="values: .*BFloat16"):
@@ -150,8 +173,11 @@ def imported_modules(path: Path) -> set[str]:
 
 def test_the_library_holds_no_compiler_call():
     for path in sorted((ROOT / "gptviz").rglob("*.py")):
-        builders = {m for m in imported_modules(path)
-                    if m.split(".")[0] in ("distutils", "setuptools", "cffi") or m.startswith("torch.utils.cpp_ext")}
+        builders = {
+            m
+            for m in imported_modules(path)
+            if m.split(".")[0] in ("distutils", "setuptools", "cffi") or m.startswith("torch.utils.cpp_ext")
+        }
         assert not builders, (path, builders)
         assert "-march" not in path.read_text(encoding="utf-8"), path
     assert not imported_modules(ROOT / "gptviz" / "index" / "native.py") & {"subprocess", "ctypes", "shutil"}

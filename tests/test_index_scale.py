@@ -1,5 +1,6 @@
 """The neuron index past one process and the bundled corpus: shards that merge exactly, the CLI's shards and merge,
 your own corpus (text, folder, Parquet, JSON lines), Ray, and a scan's memory when the corpus grows tenfold."""
+
 from __future__ import annotations
 
 import json
@@ -11,22 +12,34 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
 from conftest import build
+
 from gptviz import index as ix
 from gptviz.model.tokenizer import get_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
-EXACT = ("top_values", "top_doc", "top_pos", "hist_counts", "hist_range", "min_max", "value_range", "active_share",
-         "quantiles", "token_ids", "token_counts")
+EXACT = (
+    "top_values",
+    "top_doc",
+    "top_pos",
+    "hist_counts",
+    "hist_range",
+    "min_max",
+    "value_range",
+    "active_share",
+    "quantiles",
+    "token_ids",
+    "token_counts",
+)
 
 
 @pytest.fixture(scope="module")
 def corpus():
     model = build(seed=2)
     g = torch.Generator().manual_seed(11)
-    docs = [ix.Document(f"d{i}", torch.randint(0, 30, (n,), generator=g).numpy()) for i, n in
-            enumerate((90, 16, 5, 61, 40))]
+    docs = [
+        ix.Document(f"d{i}", torch.randint(0, 30, (n,), generator=g).numpy()) for i, n in enumerate((90, 16, 5, 61, 40))
+    ]
     single = ix.build_index(model, docs, batch=2, top_k=6, bins=24, min_count=4)
     return model, docs, single
 
@@ -87,10 +100,12 @@ def test_merge_refuses_overlap_gaps_and_other_plans(corpus, tmp_path):
 def test_cli_shards_and_merge_equal_the_single_pass(tmp_path, capsys):
     from gptviz.__main__ import main
     from gptviz.model.weights import save_checkpoint
+
     save_checkpoint(build(vocab_size=50257, d_model=16, d_ff=32), tmp_path / "ckpt")
     corpus = tmp_path / "texts.jsonl"
-    lines = [{"text": f"Line {i}: to be, or not to be, that is the question {i % 7}.\n" * (1 + i % 5)}
-             for i in range(40)]
+    lines = [
+        {"text": f"Line {i}: to be, or not to be, that is the question {i % 7}.\n" * (1 + i % 5)} for i in range(40)
+    ]
     corpus.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
     common = [str(tmp_path / "ckpt"), "--corpus", str(corpus), "--batch", "2"]
     assert main(["index", *common, "--out", str(tmp_path / "single")]) == 0
@@ -116,6 +131,7 @@ def test_cli_shards_and_merge_equal_the_single_pass(tmp_path, capsys):
 def test_your_corpus_in_every_format_gives_the_same_documents(tmp_path, monkeypatch):
     pa = pytest.importorskip("pyarrow")
     import pyarrow.parquet as pq
+
     texts = ["ROMEO:\nBut soft, what light through yonder window breaks?\n", "  \n", "JULIET:\nAy me!\n" * 30]
     enc = get_tokenizer()
     expected = [("a", enc.encode_ordinary(texts[0])), ("c", enc.encode_ordinary(texts[2]))]  # the blank one adds none
@@ -137,6 +153,7 @@ def test_your_corpus_in_every_format_gives_the_same_documents(tmp_path, monkeypa
     assert [ids for _, ids in read(tmp_path / "rows.parquet", text_column="body")] == [ids for _, ids in expected]
     # a long text is tokenized in pieces, cut only where the pieces' tokens are the whole text's
     from gptviz.index import texts as texts_module
+
     monkeypatch.setattr(texts_module, "CHUNK_CHARS", 40)
     assert read(tmp_path / "one.txt") == [("one", enc.encode_ordinary("".join(texts)))]
     assert read(tmp_path / "rows.jsonl", limit_tokens=5) == [("line1", expected[0][1][:5])]
@@ -160,6 +177,7 @@ def test_the_help_text_gives_the_default_batch():
     from gptviz import PRESETS
     from gptviz.__main__ import build_parser
     from gptviz.model.weights import load_pretrained
+
     index_parser = build_parser()._subparsers._group_actions[0].choices["index"]
     batch_help = next(a.help for a in index_parser._actions if "--batch" in a.option_strings)
     assert f"{ix.default_batch(load_pretrained('shakespeare-pre').config)} windows for the bundled models" in batch_help
@@ -171,6 +189,7 @@ def test_ray_with_two_workers_equals_the_single_pass(corpus, tmp_path):
     pytest.importorskip("ray")
     from gptviz.index.distributed import scan_on_ray
     from gptviz.model.weights import save_checkpoint
+
     model, docs, single = corpus
     save_checkpoint(model, tmp_path / "ckpt")  # the tasks load the model where they run
     plan = ix.plan_scan(model, docs, batch=2, top_k=6, bins=24, min_count=4)
@@ -204,8 +223,9 @@ SCAN_CHILD = textwrap.dedent("""
 def test_a_scans_memory_stays_flat_when_the_corpus_grows_tenfold():
     runs = {}
     for copies in (1, 10):
-        out = subprocess.run([sys.executable, "-c", SCAN_CHILD, str(copies)], capture_output=True, text=True,
-                             cwd=ROOT, timeout=600)
+        out = subprocess.run(
+            [sys.executable, "-c", SCAN_CHILD, str(copies)], capture_output=True, text=True, cwd=ROOT, timeout=600
+        )
         assert out.returncode == 0, out.stderr[-2000:]
         runs[copies] = json.loads(out.stdout.strip().splitlines()[-1])
     assert runs[10]["tokens"] == 10 * runs[1]["tokens"] > 2_500_000
@@ -219,6 +239,7 @@ def test_a_scans_memory_stays_flat_when_the_corpus_grows_tenfold():
 
 def test_ranked_tokens_are_capped_at_the_most_frequent(corpus, monkeypatch):
     from gptviz.index import scan
+
     model, docs, single = corpus
     counts = np.bincount(np.concatenate([d.ids for d in docs]))
     frequent = np.flatnonzero(counts >= 4)

@@ -1,6 +1,7 @@
 """The index builder under hostile load (issue 43): turns are first come, first served (one address chaining builds
 back to back waits behind the visitor already in line), and built indexes on disk are capped (GPTVIZ_INDEX_KEPT),
 the oldest built removed first, never a bundled model's shipped index."""
+
 from __future__ import annotations
 
 import os
@@ -8,13 +9,13 @@ import threading
 import time
 
 import pytest
+from pagetest import TINY
 
 from gptviz import index as ix
-from gptviz.serve import limits
 from gptviz.app import unit_index as ui
 from gptviz.app.model_service import ModelSpec
+from gptviz.serve import limits
 from gptviz.serve.limits import LimitError
-from pagetest import TINY
 
 
 def until(condition, seconds: float = 10.0) -> None:
@@ -32,6 +33,7 @@ def test_a_visitor_who_just_built_waits_behind_the_one_in_line():
     def visitor(session, address, seen=None):
         guard.start(session, address, on_wait=seen.append if seen is not None else None)
         got.append(session)
+
     victim = threading.Thread(target=visitor, args=("victim", "1.1.1.1", ahead_seen))
     victim.start()
     until(lambda: guard.waiting == 1)
@@ -72,6 +74,7 @@ def test_a_rerun_while_waiting_leaves_the_line():
 
     def interrupted(ahead):
         raise Rerun
+
     with pytest.raises(Rerun):
         guard.start("b", "2.2.2.2", on_wait=interrupted)
     assert guard.waiting == 0
@@ -92,11 +95,11 @@ def test_the_oldest_built_indexes_go_first_never_a_shipped_one(tmp_path, monkeyp
     monkeypatch.setenv("GPTVIZ_INDEX_DIR", str(root))
     shipped = "f" * 64  # an operator pointed GPTVIZ_INDEX_DIR where a bundled model's index lives
     monkeypatch.setattr(ix, "index_folder", lambda name: root / shipped)
-    fake_index(root, shipped, 5000)   # the oldest of all
+    fake_index(root, shipped, 5000)  # the oldest of all
     fake_index(root, "a" * 64, 4000)
     fake_index(root, "b" * 64, 3000)
     fake_index(root, "c" * 64, 2000)
-    fake_index(root, "notes", 9000)   # not a fingerprint: not the app's
+    fake_index(root, "notes", 9000)  # not a fingerprint: not the app's
     removed = ui.prune_built(2)
     assert [p.name for p in removed] == ["a" * 64]
     assert sorted(p.name for p in root.iterdir()) == sorted(["b" * 64, "c" * 64, shipped, "notes"])

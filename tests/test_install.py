@@ -7,6 +7,7 @@ whether the tests run under a virtual environment's interpreter (whose packages 
 show: it exposes the base interpreter's) or the system's. The checkout itself is never written to: the build
 reads a copy of the files it packages, in a temporary folder (setuptools writes build/ and *.egg-info beside them).
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -19,9 +20,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from conftest import c_compiler
 
 from benchmarks.servers import streamlit_server
-from conftest import c_compiler
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.subprocess, pytest.mark.slow]
@@ -87,8 +88,13 @@ def new_venv(venv: Path) -> Path:
     gptviz installed here."""
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     python = venv / "bin" / "python"
-    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                             check=True, capture_output=True, text=True, timeout=60).stdout.strip()
+    purelib = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout.strip()
     # each named site-packages: Streamlit runs in development mode when its own path has no "site-packages"
     borrowed = [without_gptviz(d, venv / "borrowed" / str(i) / "site-packages") for i, d in enumerate(site_dirs())]
     # site.addsitedir, not bare paths: the .pth files in those folders (editable installs, setuptools' own) count
@@ -121,19 +127,27 @@ def installed(tmp_path_factory, source):
     outside.mkdir()
     # setuptools already here builds it offline; without it, pip fetches the build backend from the package index
     offline = ["--no-build-isolation"] if importlib.util.find_spec("setuptools") else []
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", *offline, "-q",
-                    "-w", str(wheels), str(source)], check=True, cwd=base, timeout=300)
-    wheel, = wheels.glob("gptviz-*.whl")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", *offline, "-q", "-w", str(wheels), str(source)],
+        check=True,
+        cwd=base,
+        timeout=300,
+    )
+    (wheel,) = wheels.glob("gptviz-*.whl")
     python = new_venv(venv)
-    subprocess.run([str(python), "-m", "pip", "install", "--no-deps", "-q", str(wheel)],
-                   check=True, cwd=outside, timeout=300, env=clean_env(venv))
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "--no-deps", "-q", str(wheel)],
+        check=True,
+        cwd=outside,
+        timeout=300,
+        env=clean_env(venv),
+    )
     return venv, outside
 
 
 def run(installed, *args, timeout=300) -> subprocess.CompletedProcess:
     venv, outside = installed
-    return subprocess.run(list(args), cwd=outside, env=clean_env(venv), capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(list(args), cwd=outside, env=clean_env(venv), capture_output=True, text=True, timeout=timeout)
 
 
 def test_the_console_command_counts_gpt2_xl_from_outside_the_checkout(installed):
@@ -141,8 +155,12 @@ def test_the_console_command_counts_gpt2_xl_from_outside_the_checkout(installed)
     out = run(installed, str(venv / "bin" / "gptviz"), "params", "gpt2-xl")
     assert out.returncode == 0, out.stderr
     assert "1,557,611,200" in out.stdout
-    where = run(installed, str(venv / "bin" / "python"), "-c",
-                "import gptviz, gptviz.training.corpus as c; print(gptviz.__file__); print(c.WORKS.is_dir(), c.CORPUS.is_file())")
+    where = run(
+        installed,
+        str(venv / "bin" / "python"),
+        "-c",
+        "import gptviz, gptviz.training.corpus as c; print(gptviz.__file__); print(c.WORKS.is_dir(), c.CORPUS.is_file())",
+    )
     lines = where.stdout.split()
     assert str(ROOT) not in lines[0] and "site-packages" in lines[0]
     assert lines[1:] == ["True", "True"]  # the corpora came with it
@@ -153,6 +171,7 @@ def test_nbconvert_finds_the_offline_exporter_by_its_name_once_installed(install
     export names (the list JupyterLab's export menu reads)."""
     pytest.importorskip("nbconvert")
     from jupyter_core.paths import jupyter_path
+
     venv, outside = installed
     # The venv borrows this interpreter's packages through a .pth file but not their data files, so nbconvert's
     # templates (share/jupyter/nbconvert, installed beside nbconvert) are shown to it through JUPYTER_PATH.
@@ -160,19 +179,29 @@ def test_nbconvert_finds_the_offline_exporter_by_its_name_once_installed(install
     data = [*jupyter_path(), os.path.join(sys.base_prefix, "share", "jupyter")]
     env = {**clean_env(venv), "JUPYTER_PATH": os.pathsep.join(dict.fromkeys(data))}
     out = subprocess.run(
-        [str(venv / "bin" / "python"), "-c",
-         "from nbconvert.exporters.base import get_exporter, get_export_names; e = get_exporter('gptviz_html'); "
-         "print(e.__module__, e.__name__, 'gptviz_html' in get_export_names())"],
-        cwd=outside, env=env, capture_output=True, text=True, timeout=300)
+        [
+            str(venv / "bin" / "python"),
+            "-c",
+            "from nbconvert.exporters.base import get_exporter, get_export_names; e = get_exporter('gptviz_html'); "
+            "print(e.__module__, e.__name__, 'gptviz_html' in get_export_names())",
+        ],
+        cwd=outside,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["gptviz.notebook.html_export", "OfflineHTMLExporter", "True"]
 
 
 def test_the_installed_package_holds_its_data_and_loads_a_bundled_model(installed):
     venv, _ = installed
-    code = ("from gptviz import load_pretrained, get_tokenizer; from gptviz.model.weights import bundled_models;"
-            "m = load_pretrained('shakespeare-pre'); t = get_tokenizer();"
-            "print(sorted(bundled_models()), m.config.n_layers, t.encode('Hello world'))")
+    code = (
+        "from gptviz import load_pretrained, get_tokenizer; from gptviz.model.weights import bundled_models;"
+        "m = load_pretrained('shakespeare-pre'); t = get_tokenizer();"
+        "print(sorted(bundled_models()), m.config.n_layers, t.encode('Hello world'))"
+    )
     out = run(installed, str(venv / "bin" / "python"), "-c", code)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "['shakespeare-post', 'shakespeare-pre'] 4 [15496, 995]"
@@ -205,9 +234,22 @@ def test_without_a_c_compiler_the_build_goes_on_without_the_c_pass(tmp_path, sou
     """The extension is optional: a build whose compiler cannot run still succeeds, without it (the scan then takes
     the torch ops: test_index_native.py)."""
     env = {**os.environ, "CC": str(tmp_path / "no-such-cc")}
-    out = subprocess.run([sys.executable, "setup.py", "build_ext", "--build-lib", str(tmp_path / "lib"),
-                          "--build-temp", str(tmp_path / "tmp")], cwd=source, env=env, capture_output=True, text=True,
-                         timeout=300)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "setup.py",
+            "build_ext",
+            "--build-lib",
+            str(tmp_path / "lib"),
+            "--build-temp",
+            str(tmp_path / "tmp"),
+        ],
+        cwd=source,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "_block_stats" in out.stdout + out.stderr  # setuptools names the extension it left out
     assert not list(tmp_path.rglob("_block_stats.*"))
@@ -239,17 +281,30 @@ def test_an_editable_install_runs_the_checkout_from_anywhere(tmp_path, source):
     venv, outside = tmp_path / "venv", tmp_path / "elsewhere"
     outside.mkdir()
     python = new_venv(venv)
-    subprocess.run([str(python), "-m", "pip", "install", "--no-deps", "-q", "-e", str(source)],
-                   check=True, cwd=outside, timeout=600, env=clean_env(venv))
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "--no-deps", "-q", "-e", str(source)],
+        check=True,
+        cwd=outside,
+        timeout=600,
+        env=clean_env(venv),
+    )
     xl = run((venv, outside), str(venv / "bin" / "gptviz"), "params", "gpt2-xl")
     assert xl.returncode == 0 and "1,557,611,200" in xl.stdout
-    where = run((venv, outside), str(python), "-c",
-                "import gptviz, gptviz.app.router, gptviz.training.corpus; from gptviz import load_pretrained;"
-                "print(gptviz.__file__); print(gptviz.app.router.PAGES_DIR); print(gptviz.training.corpus.WORKS.is_dir());"
-                "print(load_pretrained('shakespeare-pre').config.name)")
+    where = run(
+        (venv, outside),
+        str(python),
+        "-c",
+        "import gptviz, gptviz.app.router, gptviz.training.corpus; from gptviz import load_pretrained;"
+        "print(gptviz.__file__); print(gptviz.app.router.PAGES_DIR); print(gptviz.training.corpus.WORKS.is_dir());"
+        "print(load_pretrained('shakespeare-pre').config.name)",
+    )
     assert where.returncode == 0, where.stderr
-    assert where.stdout.split() == [str(source / "gptviz" / "__init__.py"), str(source / "app_pages"), "True",
-                                    "small-4l"]
+    assert where.stdout.split() == [
+        str(source / "gptviz" / "__init__.py"),
+        str(source / "app_pages"),
+        "True",
+        "small-4l",
+    ]
     if c_compiler() is not None:  # the C pass built in place, beside the sources
         scan = run((venv, outside), str(python), "-c", SCAN)
         assert scan.returncode == 0, scan.stderr[-3000:]

@@ -1,4 +1,5 @@
 """Edits at hook points (ablation, patching, steering), checked against recomputations by hand."""
+
 from __future__ import annotations
 
 import math
@@ -7,11 +8,17 @@ import threading
 import pytest
 import torch
 import torch.nn.functional as F
-
 from conftest import SMALL, build, random_ids
+
 from gptviz import capture, generate, stream
-from gptviz.methods.interventions import (ablate_heads, ablate_neurons, ablate_sublayer, add_to_resid, patch_from,
-                                          run_with_edits)
+from gptviz.methods.interventions import (
+    ablate_heads,
+    ablate_neurons,
+    ablate_sublayer,
+    add_to_resid,
+    patch_from,
+    run_with_edits,
+)
 
 
 def attention_by_hand(attn, x: torch.Tensor, z_change=None) -> torch.Tensor:
@@ -54,6 +61,7 @@ def test_zero_ablating_a_head_equals_recomputation_with_its_z_zeroed(norm):
     def zero_head(z):
         z[:, :, 2] = 0
         return z
+
     with torch.no_grad():
         by_hand = forward_by_hand(model, ids, 1, zero_head)
     torch.testing.assert_close(edited, by_hand, atol=1e-5, rtol=1e-5)
@@ -78,6 +86,7 @@ def test_mean_ablation_uses_the_mean_over_the_reference_at_the_chosen_positions(
         for p in (4, 7):
             z[:, p, [1, 3]] = mean[[1, 3]]
         return z
+
     with torch.no_grad():
         torch.testing.assert_close(edited, forward_by_hand(model, ids, 0, set_mean), atol=1e-5, rtol=1e-5)
 
@@ -117,8 +126,9 @@ def test_steering_adds_the_vector_to_the_stream(model):
     ids = random_ids(6)
     vector = torch.linspace(-1, 1, SMALL.d_model)
     _, plain = capture(model, ids, ["blocks.1.hook_resid_pre"])
-    _, cache = run_with_edits(model, ids, add_to_resid(1, vector, scale=2.0, positions=[2]),
-                              names=["blocks.1.hook_resid_pre"])
+    _, cache = run_with_edits(
+        model, ids, add_to_resid(1, vector, scale=2.0, positions=[2]), names=["blocks.1.hook_resid_pre"]
+    )
     expected = plain["blocks.1.hook_resid_pre"].clone()
     expected[:, 2] += 2.0 * vector
     torch.testing.assert_close(cache["blocks.1.hook_resid_pre"], expected)
@@ -169,6 +179,7 @@ def test_threads_running_different_edits_each_get_their_own_result():
         barrier.wait()
         for _ in range(20):
             results[i] = capture(model, ids, (), edits=jobs[i])[0]
+
     threads = [threading.Thread(target=work, args=(i,)) for i in range(len(jobs))]
     for t in threads:
         t.start()

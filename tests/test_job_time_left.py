@@ -5,6 +5,7 @@ left was the whole run's average pace, and step 1 carries one-off work (a Grow r
 others took 0.5 s). Here each step is slowed on purpose (a step callback that sleeps, the first step 10 times as long
 as the rest, every tenth twice as long, as a snapshot makes it), so the real time left is known and the check does
 not depend on how fast this machine is."""
+
 from __future__ import annotations
 
 import time
@@ -23,13 +24,14 @@ CFG = GPTConfig(vocab_size=64, n_ctx=16, d_model=8, n_layers=1, n_heads=2, name=
 WIDE = CFG.replace(vocab_size=512)  # for runs with snapshots: their letters probe holds GPT-2's ids of " A".." H"
 TOKENS = torch.randint(0, 64, (50,), generator=torch.Generator().manual_seed(0)).repeat(40)
 STEPS = 40
-STEP_S = 0.4         # each step's sleep: far above a step's own compute (0.1 s at a load of 14)
+STEP_S = 0.4  # each step's sleep: far above a step's own compute (0.1 s at a load of 14)
 FIRST_S = 10 * STEP_S  # step 1: the one-off work (Grow: 9 s against 0.46 s a step, load 1.5)
 
 
 def spec(steps: int = STEPS, cfg: GPTConfig = CFG, **kwargs) -> JobSpec:
-    settings = TrainSettings(steps=steps, batch_size=1, block_size=16, lr=1e-3, warmup=0, eval_every=10**6,
-                             eval_batches=1, seed=0)
+    settings = TrainSettings(
+        steps=steps, batch_size=1, block_size=16, lr=1e-3, warmup=0, eval_every=10**6, eval_batches=1, seed=0
+    )
     return JobSpec({"pre": cfg}, settings, **kwargs)
 
 
@@ -54,6 +56,7 @@ def watch(job) -> list[tuple[int, float, float | None]]:
 
 def test_the_time_left_is_within_a_fifth_of_the_real_time_left_after_the_first_tenth_of_the_steps(monkeypatch):
     from gptviz.serve import live_generation
+
     # The server lowers a run's priority; on a shared machine at a load of 15 that made a step's own compute (here a
     # few ms) take longer than its sleep, at random: this test is about the estimate, so the run keeps its priority.
     monkeypatch.setattr(live_generation, "BACKGROUND_NICE", 0)
@@ -112,12 +115,15 @@ def snapshots_with(best_scores: list[float]):
     return snaps
 
 
-@pytest.mark.parametrize("scores, stops", [
-    ([0.1, 0.5, 0.6, 0.7], True),          # held the bar for the last three snapshots
-    ([0.1, 0.5, 0.6], False),              # two
-    ([0.5, 0.6, 0.49, 0.7, 0.8], False),   # fell back below it: the count starts again
-    ([0.6, 0.6, 0.6], True),
-])
+@pytest.mark.parametrize(
+    "scores, stops",
+    [
+        ([0.1, 0.5, 0.6, 0.7], True),  # held the bar for the last three snapshots
+        ([0.1, 0.5, 0.6], False),  # two
+        ([0.5, 0.6, 0.49, 0.7, 0.8], False),  # fell back below it: the count starts again
+        ([0.6, 0.6, 0.6], True),
+    ],
+)
 def test_a_run_ends_once_its_induction_score_has_held_the_bar(scores, stops):
     assert FORMED_HOLD == 3
     job = Job("j", spec(snapshot_every=10, stop_when_formed=0.5))

@@ -1,5 +1,6 @@
 """The live view's frames (gptviz.app.live.wait_for_frame, issue 60): each fragment run waits for tokens the last
 frame did not show, draws every token that arrived since in one frame, and the job's end is drawn at once."""
+
 from __future__ import annotations
 
 import threading
@@ -14,8 +15,14 @@ class Job:
     def __init__(self, n: int, every: float):
         self.steps, self.n, self.every = [], n, every
         self.prompt, self.settings, self.enc = (1, 2), {"max_new_tokens": n}, None  # enc: the model's tokenizer
-        self.stopped, self.error, self.seconds, self.ahead, self.waiting_for_click, self.pace = False, None, 0.0, None, \
-            False, None
+        self.stopped, self.error, self.seconds, self.ahead, self.waiting_for_click, self.pace = (
+            False,
+            None,
+            0.0,
+            None,
+            False,
+            None,
+        )
         self.started_at, self.finished_at, self.shown = time.perf_counter(), None, 0
         self._done = threading.Event()
         threading.Thread(target=self._write, daemon=True).start()
@@ -55,18 +62,20 @@ def frames_of(job, live) -> list[tuple[int, bool]]:
 @pytest.mark.slow  # importing the app's live module (Streamlit) takes about a second
 def test_frames_batch_the_tokens_that_arrived_and_the_last_state_is_drawn():
     from gptviz.app import live
+
     job = Job(n=30, every=0.01)  # 100 tokens/s: several arrive between two frames (DRAW_GAP_S apart)
     frames = frames_of(job, live)
-    assert frames[-1] == (30, False)            # the last state, drawn once the job is over
+    assert frames[-1] == (30, False)  # the last state, drawn once the job is over
     counts = [c for c, _ in frames]
     assert counts == sorted(counts) and len(set(counts)) == len(counts)  # no frame without news
-    assert len(frames) < 30                      # tokens came faster than frames: batched
+    assert len(frames) < 30  # tokens came faster than frames: batched
     assert all(running for _, running in frames[:-1])
 
 
 @pytest.mark.slow
 def test_the_jobs_end_wakes_a_frames_wait():
     from gptviz.app import live
+
     job = Job(n=3, every=0.1)
     started = time.monotonic()
     live.wait_for_frame(job, {"at": started, "cost": 100.0, "steps": 0})  # a 300 s gap after a costly frame
@@ -76,6 +85,7 @@ def test_the_jobs_end_wakes_a_frames_wait():
 @pytest.mark.slow
 def test_a_frame_waits_the_gap_then_for_news():
     from gptviz.app import live
+
     job = Job(n=3, every=0.3)
     started = time.monotonic()
     live.wait_for_frame(job, {"at": started, "cost": 0.0, "steps": 0})

@@ -1,6 +1,7 @@
 """Checkpoints from outside are validated before anything is allocated: malformed config.json files, sizes past
 the caps, and weights whose header disagrees with the config each give a CheckpointError that names the problem
 and no server path. The hostile sizes run in a child process under a memory cap."""
+
 from __future__ import annotations
 
 import json
@@ -14,16 +15,15 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import SMALL, build
 from safetensors.torch import save_file
 
-from conftest import SMALL, build
 from gptviz import PRESETS
-from gptviz.model import checkpoint, weights
-from gptviz.model.params import param_count, total_params
 from gptviz.model.load_limits import LoadLimits, load_limits
+from gptviz.model.params import param_count, total_params
+from gptviz.model.weights import CheckpointError, check_load_limits, load_checkpoint, save_checkpoint
 from gptviz.serve import model_access
 from gptviz.serve.limits import ServerLimits, server_limits
-from gptviz.model.weights import CheckpointError, check_load_limits, load_checkpoint, save_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 HF_BASE = {"model_type": "gpt2", "vocab_size": 50, "n_positions": 16, "n_embd": 32, "n_layer": 2, "n_head": 4}
@@ -37,18 +37,21 @@ def folder_with(tmp_path: Path, config, name: str = "ckpt") -> Path:
     return folder
 
 
-@pytest.mark.parametrize("config, message", [
-    ("[1, 2]", "holds a JSON list"),
-    ('"gpt2"', "holds a JSON str"),
-    ("42", "holds a JSON int"),
-    ("null", "holds a JSON NoneType"),
-    ({"format": "gptviz"}, 'without a "config" object'),
-    ({"format": "gptviz", "config": [1]}, 'without a "config" object'),
-    ({"format": "gptviz", "config": {"vocab_size": "many"}}, "vocab_size"),
-    ({**HF_BASE, "activation_function": ["gelu"]}, "activation_function"),
-    ({**HF_BASE, "n_embd": [32]}, "config.json"),
-    ("{" * 100_000, "not a readable JSON config"),
-])
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        ("[1, 2]", "holds a JSON list"),
+        ('"gpt2"', "holds a JSON str"),
+        ("42", "holds a JSON int"),
+        ("null", "holds a JSON NoneType"),
+        ({"format": "gptviz"}, 'without a "config" object'),
+        ({"format": "gptviz", "config": [1]}, 'without a "config" object'),
+        ({"format": "gptviz", "config": {"vocab_size": "many"}}, "vocab_size"),
+        ({**HF_BASE, "activation_function": ["gelu"]}, "activation_function"),
+        ({**HF_BASE, "n_embd": [32]}, "config.json"),
+        ("{" * 100_000, "not a readable JSON config"),
+    ],
+)
 def test_malformed_config_json_gives_a_checkpoint_error_without_paths(tmp_path, config, message):
     folder = folder_with(tmp_path, config)
     with pytest.raises(CheckpointError, match=message) as info:
@@ -67,6 +70,7 @@ def test_a_fifo_config_is_refused_without_hanging(tmp_path):
             load_checkpoint(folder)
         except CheckpointError as err:
             result["error"] = str(err)
+
     thread = threading.Thread(target=load, daemon=True)
     thread.start()
     thread.join(timeout=10)
@@ -114,10 +118,20 @@ HOSTILE = textwrap.dedent("""
 
 @pytest.mark.slow
 def test_configs_past_the_caps_are_refused_before_allocating():
-    changes = [{"n_positions": 10**8}, {"n_layer": 10**5}, {"n_embd": 65536, "n_head": 1},
-               {"n_layer": 10**8, "n_embd": 1, "n_head": 1, "n_inner": 1}]
-    out = subprocess.run([sys.executable, "-c", HOSTILE, json.dumps(changes)], capture_output=True, text=True,
-                         timeout=300, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    changes = [
+        {"n_positions": 10**8},
+        {"n_layer": 10**5},
+        {"n_embd": 65536, "n_head": 1},
+        {"n_layer": 10**8, "n_embd": 1, "n_head": 1, "n_inner": 1},
+    ]
+    out = subprocess.run(
+        [sys.executable, "-c", HOSTILE, json.dumps(changes)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     lines = out.stdout.splitlines()
     assert out.returncode == 0, out.stderr[-2000:]
     assert len(lines) == 4 and all(line.startswith("REFUSED") for line in lines), lines
@@ -130,8 +144,10 @@ def test_configs_past_the_caps_are_refused_before_allocating():
 
 # ---- finding 6: a visitor's folder field loads only from the server's model folders ------------------------
 
+
 def test_visitors_load_folders_only_inside_the_allowed_roots(tmp_path, monkeypatch):
     from gptviz.serve.model_access import FOLDER_REFUSED, load_allowed
+
     allowed, outside = tmp_path / "models", tmp_path / "elsewhere"
     save_checkpoint(build(seed=2), allowed / "mine")
     save_checkpoint(build(seed=2), outside / "theirs")
@@ -141,9 +157,19 @@ def test_visitors_load_folders_only_inside_the_allowed_roots(tmp_path, monkeypat
     assert load_allowed(str(allowed / "mine"), roots=roots).config == SMALL
     monkeypatch.chdir(tmp_path)
     assert load_allowed("./models/mine", roots=roots).config == SMALL
-    refused = [str(outside / "theirs"), str(allowed / "link"), str(allowed / "mine" / ".." / ".." / "elsewhere"),
-               "/etc", "/nonexistent/x", "~root", "~/models/mine", "./models", str(allowed / "missing"),
-               "/proc/self/cwd", "./models/mine\x00"]
+    refused = [
+        str(outside / "theirs"),
+        str(allowed / "link"),
+        str(allowed / "mine" / ".." / ".." / "elsewhere"),
+        "/etc",
+        "/nonexistent/x",
+        "~root",
+        "~/models/mine",
+        "./models",
+        str(allowed / "missing"),
+        "/proc/self/cwd",
+        "./models/mine\x00",
+    ]
     for name in refused:
         with pytest.raises(CheckpointError) as info:
             load_allowed(name, roots=roots)
@@ -151,8 +177,10 @@ def test_visitors_load_folders_only_inside_the_allowed_roots(tmp_path, monkeypat
 
 
 def test_the_sidebar_loader_uses_the_allowed_roots(tmp_path, monkeypatch):
-    from gptviz.app import keys as K, model_service
+    from gptviz.app import keys as K
+    from gptviz.app import model_service
     from gptviz.serve.model_access import FOLDER_REFUSED
+
     save_checkpoint(build(seed=4), tmp_path / "ops" / "model")
     spec = model_service.ModelSpec(K.SOURCE_PRETRAINED, str(tmp_path / "ops" / "model"), "pre", 0)
     with pytest.raises(CheckpointError, match="No model folder of that name"):
@@ -168,12 +196,13 @@ def test_the_sidebar_loader_uses_the_allowed_roots(tmp_path, monkeypatch):
 
 # ---- the load caps are the library's (it loads), the model folders the server's; both refused when malformed ----
 
+
 def test_load_caps_come_from_the_environment_and_model_dirs_from_server_limits(tmp_path, monkeypatch):
     assert ServerLimits.from_env({}).model_dirs == ()
     sep = os.pathsep
     got = ServerLimits.from_env({"GPTVIZ_MODEL_DIRS": f"{tmp_path / 'a'}{sep} {sep}{tmp_path / 'b'}{sep}"})
-    assert got.model_dirs == (str(tmp_path / "a"), str(tmp_path / "b"))   # blank entries skipped
-    monkeypatch.setattr(model_access, "server_limits", lambda: got)      # the model roots
+    assert got.model_dirs == (str(tmp_path / "a"), str(tmp_path / "b"))  # blank entries skipped
+    monkeypatch.setattr(model_access, "server_limits", lambda: got)  # the model roots
     assert model_access.model_roots()[2:] == [tmp_path / "a", tmp_path / "b"]
     caps = LoadLimits.from_env({"GPTVIZ_MAX_LOAD_PARAMS": "1_000", "GPTVIZ_MAX_LOAD_CTX": "64"})
     assert (caps.max_params, caps.max_ctx) == (1000, 64)
@@ -192,11 +221,17 @@ def test_load_caps_come_from_the_environment_and_model_dirs_from_server_limits(t
     check_load_limits(SMALL)
 
 
-@pytest.mark.parametrize("env, message", [
-    ({"GPTVIZ_MAX_LOAD_PARAMS": "two billion"}, "GPTVIZ_MAX_LOAD_PARAMS must be a whole number, got 'two billion'"),
-    ({"GPTVIZ_MAX_LOAD_CTX": "0"}, "GPTVIZ_MAX_LOAD_CTX: the load limit max_ctx must be a whole number of at least 1"),
-    ({"GPTVIZ_MAX_LOAD_CTX": "-5"}, "GPTVIZ_MAX_LOAD_CTX: the load limit"),
-])
+@pytest.mark.parametrize(
+    "env, message",
+    [
+        ({"GPTVIZ_MAX_LOAD_PARAMS": "two billion"}, "GPTVIZ_MAX_LOAD_PARAMS must be a whole number, got 'two billion'"),
+        (
+            {"GPTVIZ_MAX_LOAD_CTX": "0"},
+            "GPTVIZ_MAX_LOAD_CTX: the load limit max_ctx must be a whole number of at least 1",
+        ),
+        ({"GPTVIZ_MAX_LOAD_CTX": "-5"}, "GPTVIZ_MAX_LOAD_CTX: the load limit"),
+    ],
+)
 def test_malformed_load_caps_name_their_variable(env, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         LoadLimits.from_env(env)
@@ -216,10 +251,13 @@ def test_a_malformed_load_cap_stops_the_server_at_start_up(monkeypatch):
         server_limits.cache_clear()
 
 
-@pytest.mark.parametrize("env, message", [
-    ({"GPTVIZ_MODEL_DIRS": "models"}, "GPTVIZ_MODEL_DIRS must list absolute folder paths"),
-    ({"GPTVIZ_MODEL_DIRS": "~/models"}, "GPTVIZ_MODEL_DIRS must list absolute folder paths"),
-])
+@pytest.mark.parametrize(
+    "env, message",
+    [
+        ({"GPTVIZ_MODEL_DIRS": "models"}, "GPTVIZ_MODEL_DIRS must list absolute folder paths"),
+        ({"GPTVIZ_MODEL_DIRS": "~/models"}, "GPTVIZ_MODEL_DIRS must list absolute folder paths"),
+    ],
+)
 def test_malformed_model_dirs_name_their_variable(env, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         ServerLimits.from_env(env)

@@ -5,6 +5,7 @@ and each estimate covers what the call allocates.
 Measured with torch's own allocation records (torch.profiler's memory timeline): every CPU tensor the call creates
 and frees, in order; tensors that existed before the call (the weights) are not counted. tracemalloc sees none of
 torch's memory. Pages: with the server's budget below a call's estimate, the page says so and runs nothing."""
+
 from __future__ import annotations
 
 import gzip
@@ -15,22 +16,22 @@ import warnings
 
 import pytest
 import torch
+from pagetest import TINY, forward_calls, run_page
 from torch.profiler import ProfilerActivity, profile
 
-from gptviz import methods as analysis
-from gptviz.methods import attribution
-from gptviz.model import sizes
-from gptviz.serve import memory
 from gptviz import index as ix
+from gptviz import methods as analysis
 from gptviz.app import keys as K
 from gptviz.app import model_service
 from gptviz.app import unit_index as ui
 from gptviz.export import prompt_capture_npz, prompt_capture_npz_nbytes
+from gptviz.methods import attribution
+from gptviz.methods.interventions import ablate_heads, run_with_edits
+from gptviz.model import sizes
 from gptviz.model.generate import generate, stream
 from gptviz.model.hooks import ActivationCache, act_name, capture
-from gptviz.methods.interventions import ablate_heads, run_with_edits
+from gptviz.serve import memory
 from gptviz.serve.memory import MemoryAccountant
-from pagetest import TINY, forward_calls, run_page
 
 PRE = model_service.ModelSpec(K.SOURCE_BUNDLED, "shakespeare-pre", "pre")
 MiB = 2**20
@@ -57,12 +58,13 @@ def torch_peak(fn):
 
 def test_the_peak_measure_counts_what_is_held_at_once():
     def work():
-        a = torch.zeros(1000, 1000)          # 4 MB
+        a = torch.zeros(1000, 1000)  # 4 MB
         b = a + 1
-        c = b * 2                            # a, b, c: 12 MB at once
+        c = b * 2  # a, b, c: 12 MB at once
         del a, b
         return (c + 1).sum()
-    weights = torch.zeros(2000, 2000)        # made before: not the call's
+
+    weights = torch.zeros(2000, 2000)  # made before: not the call's
     assert torch_peak(lambda: work() + weights.sum())[1] == pytest.approx(12_000_000, abs=4096)
 
 
@@ -154,18 +156,22 @@ def test_the_top_examples_estimate_covers_their_batched_pass(pre, unit):
     covers(ix.example_contexts_nbytes(shipped, docs, examples, model.config, before=20, after=6), peak, within=2.5)
 
 
-
 @pytest.mark.slow
 def test_the_patching_sweeps_estimate_covers_the_audits_128_token_pair(pre):
     """Issue 31, finding 1: a 128-token pair (" a" x 128 and the same with " b" at token 64) took 6.9 GB on the
     bundled model; the sweeps now hold what attribution.patching_nbytes says, checked before they run."""
     from gptviz.model.tokenizer import encode
+
     model, _ = pre
     clean = encode(" a" * 128)
     corrupted = clean[:64] + encode(" b") + clean[65:]
     assert len(clean) == len(corrupted) == 128
-    _, peak = torch_peak(lambda: (attribution.residual_patching(model, clean, corrupted, 5, 6),
-                                  attribution.head_patching(model, clean, corrupted, 5, 6)))
+    _, peak = torch_peak(
+        lambda: (
+            attribution.residual_patching(model, clean, corrupted, 5, 6),
+            attribution.head_patching(model, clean, corrupted, 5, 6),
+        )
+    )
     estimate = attribution.patching_nbytes(model.config, 128)
     assert peak <= estimate < 300 * MiB, (peak / MiB, estimate / MiB)
 
@@ -176,10 +182,12 @@ def test_a_models_build_estimate_covers_its_build():
     made on the meta device and allocated once, and the accountant reserves sizes.model_build_nbytes first."""
     from gptviz import GPT, PRESETS
     from gptviz.model.params import total_params
+
     config = PRESETS["gpt2-small"].replace(n_layers=2)
     _, peak = torch_peak(lambda: GPT(config, seed=0))
-    assert total_params(config) * 4 * 1.5 < peak       # embedding-heavy: the drawing buffer is 0.7x its weights
+    assert total_params(config) * 4 * 1.5 < peak  # embedding-heavy: the drawing buffer is 0.7x its weights
     covers(sizes.model_build_nbytes(config), peak, within=1.05)
+
 
 # ---- pages: a run the server's memory has no room for is refused with a message, and runs nothing -----------------
 
@@ -192,6 +200,7 @@ def budget(monkeypatch):
     capture stores are made first and keep the process's accountant, so a page's model and capture still come and
     only the run under test meets the small budget. Cached results are cleared: a cached run allocates nothing."""
     from gptviz.app import services
+
     model_service.model_store(), model_service.capture_store(), model_service.load_model(PRE), services.results_cache()
     services.results_cache().clear()
 
@@ -199,6 +208,7 @@ def budget(monkeypatch):
         acc = MemoryAccountant(n, wait_s=0)
         monkeypatch.setattr(memory, "accountant", lambda: acc)
         return acc
+
     return use
 
 
@@ -209,12 +219,14 @@ def refusals(at) -> list[str]:
 
 def test_why_page_refuses_the_next_token_probabilities_it_has_no_memory_for(budget):
     from gptviz.model.tokenizer import encode
+
     acc = budget(MiB)
     before = forward_calls()
     at = run_page("why", PROMPT)
     assert not at.exception
     assert refusals(at) and refusals(at)[0].startswith(
-        f"next-token probabilities for {len(encode(PROMPT))} tokens on tiny needs about")
+        f"next-token probabilities for {len(encode(PROMPT))} tokens on tiny needs about"
+    )
     assert forward_calls() == before and acc.in_use == 0
     assert not at.get("plotly_chart")
 
@@ -225,7 +237,7 @@ def test_why_page_refuses_a_continuation_it_has_no_memory_for(budget):
     budget(10**10)
     at = run_page("why", PROMPT, why_view="Ablate heads", why_heads=heads, why_n=12)
     assert not at.exception and not refusals(at)
-    acc = budget(MiB)                     # the probabilities are cached; 13 new tokens are not
+    acc = budget(MiB)  # the probabilities are cached; 13 new tokens are not
     before = forward_calls()
     at.session_state[K.WHY_N] = 13
     at.run()
@@ -237,17 +249,20 @@ def test_why_page_refuses_a_continuation_it_has_no_memory_for(budget):
 def test_generation_page_refuses_the_first_step_it_has_no_memory_for(budget):
     from gptviz.app import sidebar
     from gptviz.model.tokenizer import encode
+
     acc = budget(MiB)
     before = forward_calls()
     at = run_page("generation", sidebar.DEFAULT_PROMPT)
     assert not at.exception
     assert refusals(at) and refusals(at)[0].startswith(
-        f"the next-token distribution after {len(encode(sidebar.DEFAULT_PROMPT))} tokens needs about")
+        f"the next-token distribution after {len(encode(sidebar.DEFAULT_PROMPT))} tokens needs about"
+    )
     assert forward_calls() == before and acc.in_use == 0
 
 
 def test_activations_page_refuses_the_lens_and_the_export_it_has_no_memory_for(budget, monkeypatch):
     from gptviz.model.tokenizer import encode
+
     lensed = []
     monkeypatch.setattr(analysis, "logit_lens", lambda *a: lensed.append(a))
     budget(MiB)
@@ -263,8 +278,10 @@ def test_activations_page_refuses_the_lens_and_the_export_it_has_no_memory_for(b
 
 def test_the_npz_built_on_click_reserves_first(budget, monkeypatch):
     from gptviz import export
+
     acc = budget(MiB)
     from gptviz.app.services import activations
+
     monkeypatch.setattr(activations, "prompt_capture_npz", lambda *a: pytest.fail("the model ran"))
     with pytest.raises(memory.LimitError, match="a .npz of 16 tokens needs about"):
         activations.npz_within_budget(TINY, tuple(range(16)), True)
@@ -273,8 +290,9 @@ def test_the_npz_built_on_click_reserves_first(budget, monkeypatch):
 
 @pytest.mark.slow
 def test_unit_page_refuses_the_examples_and_the_prompts_units_it_has_no_memory_for(budget, monkeypatch):
-    from gptviz.serve.bounded_cache import BoundedCache
     from gptviz.model.tokenizer import encode
+    from gptviz.serve.bounded_cache import BoundedCache
+
     ran = []
     monkeypatch.setattr(ix, "example_contexts", lambda *a, **k: ran.append("examples"))
     monkeypatch.setattr(ix, "units_at", lambda *a, **k: ran.append("units_at"))
@@ -295,8 +313,10 @@ def test_unit_page_refuses_the_examples_and_the_prompts_units_it_has_no_memory_f
 
 def test_the_why_pages_other_runs_and_the_twins_generation_reserve_before_running(budget, monkeypatch):
     from gptviz.methods import interventions
+
     acc = budget(1)
     from gptviz.app.services import norms, why
+
     for name in ("run_with_edits", "generate"):
         monkeypatch.setattr(why, name, lambda *a, **k: pytest.fail("the model ran"))
     monkeypatch.setattr(norms, "generate", lambda *a, **k: pytest.fail("the model ran"))
@@ -334,11 +354,17 @@ def test_the_attention_pages_capture_stays_within_its_reservation():
     import subprocess
     import sys
     from pathlib import Path
+
     from gptviz import PRESETS
     from gptviz.app import model_service
+
     T, cfg = 384, PRESETS["gpt2-small"]
-    out = subprocess.run([sys.executable, str(Path(__file__).parent / "rss_growth.py"), "page_capture", "gpt2-small",
-                          str(T)], capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        [sys.executable, str(Path(__file__).parent / "rss_growth.py"), "page_capture", "gpt2-small", str(T)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     growth = int(out.stdout.split()[-1])
     reserved = sizes.capture_work_nbytes(cfg, model_service.attention_page_names(cfg.n_layers, cfg.norm), T)

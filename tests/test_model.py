@@ -1,4 +1,5 @@
 """GPT: shapes, GPT-2 names, tying, pre/post wiring, init, attention paths, input errors, causality."""
+
 from __future__ import annotations
 
 import math
@@ -6,8 +7,8 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-
 from conftest import SMALL, build, random_ids
+
 from gptviz import GPT, GPTConfig, capture
 from gptviz.model import model as model_module
 from gptviz.model.model import row_major_copy
@@ -26,9 +27,20 @@ def test_gpt2_parameter_names(model):
     expected = ["wte.weight", "wpe.weight"]
     for i in range(SMALL.n_layers):
         b = f"blocks.{i}"
-        expected += [f"{b}.ln_1.weight", f"{b}.ln_1.bias", f"{b}.attn.c_attn.weight", f"{b}.attn.c_attn.bias",
-                     f"{b}.attn.c_proj.weight", f"{b}.attn.c_proj.bias", f"{b}.ln_2.weight", f"{b}.ln_2.bias",
-                     f"{b}.mlp.c_fc.weight", f"{b}.mlp.c_fc.bias", f"{b}.mlp.c_proj.weight", f"{b}.mlp.c_proj.bias"]
+        expected += [
+            f"{b}.ln_1.weight",
+            f"{b}.ln_1.bias",
+            f"{b}.attn.c_attn.weight",
+            f"{b}.attn.c_attn.bias",
+            f"{b}.attn.c_proj.weight",
+            f"{b}.attn.c_proj.bias",
+            f"{b}.ln_2.weight",
+            f"{b}.ln_2.bias",
+            f"{b}.mlp.c_fc.weight",
+            f"{b}.mlp.c_fc.bias",
+            f"{b}.mlp.c_proj.weight",
+            f"{b}.mlp.c_proj.bias",
+        ]
     expected += ["ln_f.weight", "ln_f.bias", "lm_head.weight"]
     assert [n for n, _ in model.named_parameters(remove_duplicate=False)] == expected
     assert list(model.state_dict()) == expected
@@ -67,8 +79,9 @@ def test_token_embedding_is_the_embedding_lookup_on_every_path():
                 assert got.shape == want.shape and got.is_contiguous() and torch.equal(got, want)
         model.zero_grad()
         model.token_embedding(ids).square().sum().backward()
-        by_hand = torch.zeros_like(model.wte.weight).index_add_(0, ids.reshape(-1), 2 * model.wte(ids).detach()
-                                                                .reshape(-1, model.config.d_model))
+        by_hand = torch.zeros_like(model.wte.weight).index_add_(
+            0, ids.reshape(-1), 2 * model.wte(ids).detach().reshape(-1, model.config.d_model)
+        )
         torch.testing.assert_close(model.wte.weight.grad, by_hand)
     assert build().wte.weight.stride(0) == 1  # the layout the gather is for
 
@@ -175,8 +188,9 @@ def test_explicit_path_only_where_weights_are_captured(monkeypatch):
     m = build()
     seen = []
     sdpa = F.scaled_dot_product_attention
-    monkeypatch.setattr(model_module.F, "scaled_dot_product_attention",
-                        lambda q, *a, **k: seen.append(q.shape) or sdpa(q, *a, **k))
+    monkeypatch.setattr(
+        model_module.F, "scaled_dot_product_attention", lambda q, *a, **k: seen.append(q.shape) or sdpa(q, *a, **k)
+    )
     ids = random_ids(5)
     logits, cache = capture(m, ids, "blocks.1.attn.hook_attn_scores")  # scores alone also need it
     assert len(seen) == 1  # layer 0 stayed fused, layer 1 went explicit
@@ -186,14 +200,17 @@ def test_explicit_path_only_where_weights_are_captured(monkeypatch):
     torch.testing.assert_close(other["hook_logits"], logits, atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("bad, message", [
-    ([5, 101, 3], r"token id 101 is outside the vocabulary \[0, 101\)"),
-    ([5, -1, 3], r"token id -1 is outside the vocabulary"),
-    (list(range(17)), r"sequence of 17 tokens is longer than the context of 16"),
-    ([], r"empty"),
-    (torch.zeros(1, 0, dtype=torch.long), r"empty"),
-    (torch.zeros(2, 2, 2, dtype=torch.long), r"\[batch, T\]"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ([5, 101, 3], r"token id 101 is outside the vocabulary \[0, 101\)"),
+        ([5, -1, 3], r"token id -1 is outside the vocabulary"),
+        (list(range(17)), r"sequence of 17 tokens is longer than the context of 16"),
+        ([], r"empty"),
+        (torch.zeros(1, 0, dtype=torch.long), r"empty"),
+        (torch.zeros(2, 2, 2, dtype=torch.long), r"\[batch, T\]"),
+    ],
+)
 def test_bad_token_ids_raise_clear_value_errors(model, bad, message):
     with pytest.raises(ValueError, match=message):
         model(bad if isinstance(bad, torch.Tensor) else torch.tensor(bad, dtype=torch.long))
@@ -237,7 +254,7 @@ def test_kv_cache_forward_matches_full_forward(model):
         rest = model(ids[6:], kv_cache=cache)  # several tokens at once on top of a cache
         assert cache.length == 10
         step = model.new_kv_cache()
-        singles = torch.cat([model(ids[i:i + 1], kv_cache=step) for i in range(10)], dim=1)
+        singles = torch.cat([model(ids[i : i + 1], kv_cache=step) for i in range(10)], dim=1)
     torch.testing.assert_close(torch.cat([first, rest], dim=1), full, atol=1e-5, rtol=0)
     torch.testing.assert_close(singles, full, atol=1e-5, rtol=0)
     with pytest.raises(ValueError, match="longer than the context"):
@@ -306,6 +323,7 @@ def test_seeded_weights_do_not_depend_on_the_memory_layout():
 
 def test_layout_survives_half_precision_and_loading(tmp_path):
     from gptviz.model.weights import load_checkpoint, save_checkpoint
+
     model = build()
     save_checkpoint(model, tmp_path / "m", dtype=torch.float16)
     for loaded in (load_checkpoint(tmp_path / "m"), build().half()):
@@ -321,46 +339,59 @@ def test_forward_from_a_captured_stream_gives_the_models_logits(norm):
     for layer in range(SMALL.n_layers):
         resumed = model.forward_from(layer, cache[f"blocks.{layer}.hook_resid_pre"])
         torch.testing.assert_close(resumed, logits, rtol=0, atol=1e-5)
-        torch.testing.assert_close(model.forward_from(layer, cache[f"blocks.{layer}.hook_resid_pre"], last_only=True),
-                                   logits[:, -1:], rtol=0, atol=1e-5)
+        torch.testing.assert_close(
+            model.forward_from(layer, cache[f"blocks.{layer}.hook_resid_pre"], last_only=True),
+            logits[:, -1:],
+            rtol=0,
+            atol=1e-5,
+        )
     with pytest.raises(ValueError, match="layer 2 is not in 0..1"):
         model.forward_from(SMALL.n_layers, cache["blocks.0.hook_resid_pre"])
     # from position 4 on, the earlier positions' keys and values taken from the same run: the same logits there
     _, kv = capture(model, ids, [f"blocks.{i}.attn.hook_{n}" for i in range(SMALL.n_layers) for n in "kv"])
-    past = [(kv[f"blocks.{i}.attn.hook_k"].transpose(1, 2)[:, :, :4], kv[f"blocks.{i}.attn.hook_v"].transpose(1, 2)[:, :, :4])
-            for i in range(1, SMALL.n_layers)]
-    torch.testing.assert_close(model.forward_from(1, cache["blocks.1.hook_resid_pre"][:, 4:], past_kv=past),
-                               logits[:, 4:], rtol=0, atol=1e-5)
+    past = [
+        (
+            kv[f"blocks.{i}.attn.hook_k"].transpose(1, 2)[:, :, :4],
+            kv[f"blocks.{i}.attn.hook_v"].transpose(1, 2)[:, :, :4],
+        )
+        for i in range(1, SMALL.n_layers)
+    ]
+    torch.testing.assert_close(
+        model.forward_from(1, cache["blocks.1.hook_resid_pre"][:, 4:], past_kv=past), logits[:, 4:], rtol=0, atol=1e-5
+    )
 
 
 def test_forward_count_counts_the_models_real_forward_passes(model):
-    from gptviz import generate, stream
     from benchmarks.forward_passes import forward_count
+    from gptviz import generate, stream
+
     ids = random_ids(6)
     before = forward_count()
     capture(model, ids[None])
-    assert forward_count() == before + 1                    # one capture: one pass
+    assert forward_count() == before + 1  # one capture: one pass
     model(torch.stack([ids, ids]))
-    assert forward_count() == before + 2                    # a batch is one pass
+    assert forward_count() == before + 2  # a batch is one pass
     before = forward_count()
     generate(model, ids, max_new_tokens=4, temperature=0.0)
-    assert forward_count() == before + 4                    # prompt + 3 cached one-token steps
+    assert forward_count() == before + 4  # prompt + 3 cached one-token steps
     before = forward_count()
     generate(model, ids, max_new_tokens=3, temperature=0.0, use_cache=False)
     assert forward_count() == before + 3
     before = forward_count()
     steps = stream(model, ids, max_new_tokens=5, temperature=0.0, attention=True)
     next(steps), next(steps)
-    assert forward_count() == before + 2                    # lazily: one pass per step taken
+    assert forward_count() == before + 2  # lazily: one pass per step taken
     before = forward_count()
     with pytest.raises(ValueError):
         model(torch.tensor([[SMALL.vocab_size]]))
-    assert forward_count() == before                        # refused before running
+    assert forward_count() == before  # refused before running
 
 
 def test_forward_count_is_exact_across_threads(model):
     import threading
+
     from benchmarks.forward_passes import forward_count
+
     ids = random_ids(3)[None]
     before = forward_count()
     threads = [threading.Thread(target=lambda: [model(ids) for _ in range(20)]) for _ in range(4)]
@@ -378,10 +409,10 @@ def test_a_model_is_made_on_meta_then_allocated_once_with_its_layout_and_tie():
     assert model.lm_head.weight is model.wte.weight
     assert model.wte.weight.untyped_storage().data_ptr() == model.lm_head.weight.untyped_storage().data_ptr()
     fc = model.blocks[0].mlp.c_fc.weight
-    assert fc.device.type == "cpu" and fc.t().is_contiguous()           # stored [in, out]
+    assert fc.device.type == "cpu" and fc.t().is_contiguous()  # stored [in, out]
     assert all(p.device.type == "cpu" and torch.isfinite(p).all() for p in model.parameters())
     assert float(model.blocks[0].ln_1.weight.detach().min()) == 1.0
     assert float(model.blocks[0].attn.c_attn.bias.detach().abs().max()) == 0
     with torch.device("meta"):
-        shell = GPT(SMALL)                                              # asked for on meta: stays there
+        shell = GPT(SMALL)  # asked for on meta: stays there
     assert all(p.device.type == "meta" for p in shell.parameters())

@@ -8,6 +8,7 @@ collection frees a cycle: on a server that runs after its long-lived objects gro
 few thousand objects. The run here opens model folders one after another through the app's model service, each held
 by a page in such a cycle, in a fresh process whose address space is capped (a leak fails here, never the machine)
 and whose collector is off (a server's full collection that does not come)."""
+
 from __future__ import annotations
 
 import os
@@ -63,8 +64,14 @@ OPEN_FOLDERS = textwrap.dedent("""
 @pytest.mark.slow
 def test_dropped_models_are_released_and_the_ones_still_in_use_are_counted():
     n, cache_mb = 14, 24
-    out = subprocess.run([sys.executable, "-c", OPEN_FOLDERS, str(n), str(cache_mb)], capture_output=True, text=True,
-                         timeout=300, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    out = subprocess.run(
+        [sys.executable, "-c", OPEN_FOLDERS, str(n), str(cache_mb)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     size, stored, accounted, growth = map(int, out.stdout.split()[-4:])
     # before: 70 MiB more after 14 folders of 5.5 MiB, and growing by one model per folder; the store counted 22
@@ -87,18 +94,19 @@ def test_work_that_does_not_fit_first_frees_dropped_models_only_garbage_still_ho
 
     class Model:  # weakly referenceable, like a GPT
         pass
+
     acc = MemoryAccountant(100, wait_s=0)
     store = BoundedCache(100, "model", accountant=acc, witness=lambda model: model)
     session = {"model": store.get_or_build("a", Model, lambda _: 60, estimate=60)}
     session["self"] = session
-    store.clear()                                         # dropped while the session still shows it: counted
+    store.clear()  # dropped while the session still shows it: counted
     assert (acc.in_use, store.lingering) == (60, 60)
-    with pytest.raises(LimitError):                       # in use: not freed, and nothing else to drop
+    with pytest.raises(LimitError):  # in use: not freed, and nothing else to drop
         acc.acquire(60, "another model")
     was_enabled = gc.isenabled()
-    gc.disable()                                          # a server's full collection that does not come
+    gc.disable()  # a server's full collection that does not come
     try:
-        del session                                       # the session ends: a cycle only the collector frees
+        del session  # the session ends: a cycle only the collector frees
         assert acc.in_use == 60
         with acc.reserve(60, "another model"):
             assert store.lingering == 0 and acc.in_use == 60
@@ -112,17 +120,19 @@ def test_a_page_keeps_its_model_weakly_and_loads_it_again_once_dropped():
     import gc
     import weakref
 
+    from pagetest import TINY
+
     from gptviz.app import model_service
     from gptviz.app.seen import Seen
-    from pagetest import TINY
+
     model = model_service.load_model(TINY)
     seen, gone = Seen(TINY, model, (1, 2, 3)), weakref.ref(model)
     assert seen.model is model and seen.cfg is model.config
     del model
     model_service.model_store().clear()
     gc.collect()
-    assert gone() is None                                 # the page's Seen did not keep it
-    assert seen.model is model_service.load_model(TINY)          # a fragment's rerun loads it again
+    assert gone() is None  # the page's Seen did not keep it
+    assert seen.model is model_service.load_model(TINY)  # a fragment's rerun loads it again
 
 
 @pytest.mark.slow
@@ -134,8 +144,10 @@ def test_a_session_keeps_no_model_the_store_dropped(page):
     import gc
     import weakref
 
-    from gptviz.app import model_service
     from pagetest import TINY, run_page
+
+    from gptviz.app import model_service
+
     at = run_page(page)
     assert not at.exception, at.exception
     gone = weakref.ref(model_service.load_model(TINY))

@@ -1,12 +1,14 @@
 """The config's variants for models trained elsewhere: no biases at all (nanoGPT's bias=False) and no final norm
 (GPT-1). Counts follow, and the views that read biases or the final norm work on such models."""
+
 from __future__ import annotations
 
 import pytest
 import torch
-
 from conftest import SMALL, build, random_ids
-from gptviz import ConfigError, GPTConfig, capture, methods as analysis
+
+from gptviz import ConfigError, GPTConfig, capture
+from gptviz import methods as analysis
 from gptviz.index.effects import direct_effect, head_direct_effect
 from gptviz.methods.attribution import direct_logit_attribution
 from gptviz.model.hooks import ActivationCache
@@ -23,8 +25,15 @@ def test_bias_false_needs_qkv_bias_false_and_names_it():
         SMALL.replace(final_norm="no")
 
 
-@pytest.mark.parametrize("changes", [NO_BIAS, dict(final_norm=False), dict(final_norm=False, norm="post"),
-                                     dict(NO_BIAS, final_norm=False, tie_weights=False, norm_type="rmsnorm")])
+@pytest.mark.parametrize(
+    "changes",
+    [
+        NO_BIAS,
+        dict(final_norm=False),
+        dict(final_norm=False, norm="post"),
+        dict(NO_BIAS, final_norm=False, tie_weights=False, norm_type="rmsnorm"),
+    ],
+)
 def test_counts_by_formula_equal_the_module_tree(changes):
     cfg = SMALL.replace(**changes)
     model = build(cfg)
@@ -114,6 +123,7 @@ def test_direct_attribution_parts_sum_to_the_logit_difference(changes):
 @pytest.mark.hf
 def test_transformer_lens_refuses_no_final_norm_and_takes_no_biases_as_zeros():
     from gptviz.interop.tlens import InteropError, check_convertible, to_hf_gpt2
+
     with pytest.raises(InteropError, match="final norm"):
         check_convertible(SMALL.replace(final_norm=False))
     pytest.importorskip("transformers")
@@ -132,6 +142,7 @@ def test_the_later_config_fields_keep_the_shipped_indexes_fingerprints():
     from gptviz import GPT, load_pretrained
     from gptviz.index import index_folder, model_fingerprint
     from gptviz.model.weights import bundled_models
+
     for name in bundled_models():
         meta = json.loads((index_folder(name) / "index.json").read_text())
         assert model_fingerprint(load_pretrained(name)) == meta["model"]["fingerprint"], name

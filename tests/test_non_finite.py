@@ -1,17 +1,18 @@
 """A model whose weights hold NaN (a diverged training run), or whose activations overflow with finite weights:
 every page shows a clear message, never an exception box (issue 43, item 7)."""
+
 from __future__ import annotations
 
 import re
 
 import pytest
 import torch
+from pagetest import run_page
 
 from gptviz import GPT, PRESETS
 from gptviz.app import jobs, model_service
 from gptviz.app import keys as K
 from gptviz.app.router import PAGE_LIST
-from pagetest import run_page
 
 # pages that show the sidebar's model; the others (norms, training, timeline) show the bundled twins or runs
 MODEL_PAGES = {"attention", "generation", "embeddings", "activations", "why", "units", "parameters", "explainers"}
@@ -30,6 +31,7 @@ def trained(run_id: str, edit) -> model_service.ModelSpec:
 def nan_spec():
     def poison(model):
         model.blocks[0].attn.c_attn.weight[3, :5] = float("nan")
+
     return trained("nan-run", poison)
 
 
@@ -59,7 +61,9 @@ def test_the_refusal_is_remembered_not_loaded_again(nan_spec, monkeypatch):
 @pytest.mark.slow
 def test_counts_every_non_finite_value_across_chunks(monkeypatch):
     model = GPT(PRESETS["tiny"], seed=0)
-    monkeypatch.setattr(model_service, "_CHUNK", 7)  # chunks far smaller than the tensors: none is missed or counted twice
+    monkeypatch.setattr(
+        model_service, "_CHUNK", 7
+    )  # chunks far smaller than the tensors: none is missed or counted twice
     with torch.no_grad():
         model.wte.weight[0, 0] = float("inf")
         model.wte.weight[-1, -1] = float("-inf")
@@ -73,6 +77,7 @@ def test_finite_weights_that_overflow_show_a_message_on_the_attention_page():
     def overflow(model):  # the final norm's gain and the (tied) unembedding at 1e38: the logits overflow to inf
         model.ln_f.weight.fill_(1e38)
         model.lm_head.weight.mul_(1e37)  # largest about 1e36: finite
+
     spec = trained("overflow-run", overflow)
     at = run_page("attention", spec=spec)
     assert not at.exception, [e.value for e in at.exception]

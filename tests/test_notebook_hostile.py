@@ -1,37 +1,48 @@
 """Token text is data, never HTML, in the notebook's views: hostile token strings ("<img src=x onerror=...>",
 "</script>") drawn by the app's own component JavaScript in a real Chromium, offline (a page save_html writes, every
 non-file request aborted): no element is made from them, no handler runs, and the text reads as written."""
-from __future__ import annotations
 
+from __future__ import annotations
 
 import numpy as np
 import pytest
 
 pytest.importorskip("anywidget")
 
+from offline_browser import CHROMIUM, offline_page  # noqa: E402
+
 from gptviz.figures.unit_page import ExampleRow  # noqa: E402
 from gptviz.notebook import attention, attention_on_text, save_html  # noqa: E402
 from gptviz.notebook.inputs import labels_of  # noqa: E402
 from gptviz.notebook.widgets import TokenRowsWidget, text_line  # noqa: E402
 
-from offline_browser import CHROMIUM, offline_page  # noqa: E402
-HOSTILE = ['<img src=x onerror="window.__pwned=1">', "</script><img src=y onerror=window.__pwned=2>",
-           "<script>window.__pwned=3</script>", "&lt;b&gt;", '"quoted" & <b>bold</b>', "plain"]
+HOSTILE = [
+    '<img src=x onerror="window.__pwned=1">',
+    "</script><img src=y onerror=window.__pwned=2>",
+    "<script>window.__pwned=3</script>",
+    "&lt;b&gt;",
+    '"quoted" & <b>bold</b>',
+    "plain",
+]
 SHOWN = labels_of(HOSTILE, len(HOSTILE))  # as the attention views label them: spaces made visible (␣)
 
 
 def views():
     import ipywidgets
+
     from gptviz.figures.browser.token_rows import payload
+
     T = len(HOSTILE)
     g = np.random.default_rng(0)
     scores = np.where(np.tril(np.ones((T, T), bool)), g.random((2, 3, T, T)), -np.inf)
     p = np.exp(scores - scores.max(-1, keepdims=True))
     p /= p.sum(-1, keepdims=True)
-    rows = TokenRowsWidget(data=payload([ExampleRow(HOSTILE, np.linspace(0, 1, T), 2, HOSTILE[1], HOSTILE[0])],
-                                        value_name="<i>value</i>", cmax=1.0))
-    return ipywidgets.VBox(children=[text_line(HOSTILE[0]), attention(p, HOSTILE), attention_on_text(p, HOSTILE),
-                                     rows])
+    rows = TokenRowsWidget(
+        data=payload(
+            [ExampleRow(HOSTILE, np.linspace(0, 1, T), 2, HOSTILE[1], HOSTILE[0])], value_name="<i>value</i>", cmax=1.0
+        )
+    )
+    return ipywidgets.VBox(children=[text_line(HOSTILE[0]), attention(p, HOSTILE), attention_on_text(p, HOSTILE), rows])
 
 
 def test_hostile_tokens_travel_as_data():
@@ -41,7 +52,7 @@ def test_hostile_tokens_travel_as_data():
     assert heat.data["row_labels"] == SHOWN  # the strings themselves, for textContent to draw
     # the text view's rows: the query (last) and the tokens before it that fit its 64 characters, as written
     shown = on_text.data["rows"][0]["tokens"]
-    assert shown[-1] == SHOWN[-1] and shown == SHOWN[len(SHOWN) - len(shown):] and len(shown) >= 3
+    assert shown[-1] == SHOWN[-1] and shown == SHOWN[len(SHOWN) - len(shown) :] and len(shown) >= 3
     assert rows.data["rows"][0]["name"] == HOSTILE[1]
     assert "<img" not in box.children[0].value
 

@@ -1,5 +1,6 @@
 """gptviz.notebook's unit, parameter and attribution views: the unit page's numbers from the index read API, drawn by
 the app's token_rows.js; the Parameters and "Why this token?" figures built by the app's own factories."""
+
 from __future__ import annotations
 
 import html
@@ -12,14 +13,17 @@ import torch
 
 pytest.importorskip("anywidget")
 
-from gptviz import GPT, PRESETS, index as ix, load_pretrained  # noqa: E402
+from gptviz import GPT, PRESETS, load_pretrained  # noqa: E402
+from gptviz import index as ix
+from gptviz.figures import params as fp  # noqa: E402
+from gptviz.figures import unit_page as fu
+from gptviz.figures import why as fw
 from gptviz.figures.browser import asset  # noqa: E402
-from gptviz.figures import params as fp, unit_page as fu, why as fw  # noqa: E402
+from gptviz.model.params import by_component, param_table, total_params  # noqa: E402
+from gptviz.model.tokenizer import encode, get_tokenizer, token_labels  # noqa: E402
 from gptviz.notebook import attribution, parameters, unit  # noqa: E402
 from gptviz.notebook.unit_widget import EXAMPLES_AFTER, EXAMPLES_BEFORE  # noqa: E402
 from gptviz.notebook.widgets import text_line  # noqa: E402
-from gptviz.model.params import by_component, param_table, total_params  # noqa: E402
-from gptviz.model.tokenizer import encode, get_tokenizer, token_labels  # noqa: E402
 
 BUNDLED = "shakespeare-pre"
 
@@ -68,8 +72,9 @@ def test_a_neurons_top_examples_summary_and_histogram(bundled):
     effect = ix.direct_effect(model, 2, 26)
     assert [b for b in view.effect.data[0].x] == pytest.approx([v for _, v in effect.promoted])
     # the app's own token_rows.js, mounted by the adapter
-    assert view.examples._esm.startswith(asset("token_rows", "js").replace(
-        "export default function (component)", "function mount(component)"))
+    assert view.examples._esm.startswith(
+        asset("token_rows", "js").replace("export default function (component)", "function mount(component)")
+    )
 
 
 def test_a_heads_rows_name_the_token_its_peak_attends_to(bundled):
@@ -91,6 +96,7 @@ def test_a_heads_rows_name_the_token_its_peak_attends_to(bundled):
 def test_the_context_matches_the_unit_page():
     pytest.importorskip("streamlit")
     from gptviz.app import unit_index
+
     assert (EXAMPLES_BEFORE, EXAMPLES_AFTER) == (unit_index.EXAMPLES_BEFORE, unit_index.EXAMPLES_AFTER)
 
 
@@ -109,8 +115,9 @@ def test_parameters_are_the_pages_figures():
     cfg = PRESETS["gpt2-small"]
     view = parameters("gpt2-small")
     table = param_table(cfg)
-    page = fp.component_shares(by_component(table), f"gpt2-small: {total_params(cfg):,} parameters",
-                               tied=cfg.tie_weights)
+    page = fp.component_shares(
+        by_component(table), f"gpt2-small: {total_params(cfg):,} parameters", tied=cfg.tie_weights
+    )
     assert traces(view.figures[0]) == traces(page)
     assert view.figures[0].layout.title.text == f"gpt2-small: {total_params(cfg):,} parameters"
     assert sum(view.figures[0].data[0].x) == total_params(cfg)  # every component's exact count
@@ -123,8 +130,7 @@ def test_parameters_are_the_pages_figures():
 
 def test_attribution_sums_to_the_logit_difference(bundled):
     model = bundled[0]
-    ids = get_tokenizer().encode("ROMEO: But soft, what light through yonder window breaks? It is the east, and "
-                                 "Juliet")
+    ids = get_tokenizer().encode("ROMEO: But soft, what light through yonder window breaks? It is the east, and Juliet")
     view = attribution(model, ids, " is", " was")
     dla = view.result
     with torch.no_grad():
@@ -132,8 +138,9 @@ def test_attribution_sums_to_the_logit_difference(bundled):
     diff = float(logits[0, -1, encode(" is")[0]] - logits[0, -1, encode(" was")[0]])
     assert dla.logit_diff == pytest.approx(diff, abs=1e-4)
     assert float(dla.values.sum()) == pytest.approx(diff, abs=1e-3)
-    bars = fw.attribution_bars(dla.labels, dla.values, title="Direct attribution: every part of the final residual "
-                                                             "stream")
+    bars = fw.attribution_bars(
+        dla.labels, dla.values, title="Direct attribution: every part of the final residual stream"
+    )
     assert traces(view.figures[0]) == traces(bars)
     np.testing.assert_allclose(np.asarray(view.figures[1].data[0].z), dla.head_values.numpy(), atol=1e-6)
     assert f"{diff:+.3f}" in view.children[0].value
@@ -145,5 +152,4 @@ def test_text_lines_are_text_not_html():
     hostile = "'<img src=x onerror=alert(1)>' & <script>alert(2)</script>"
     line = text_line(hostile)
     assert "<img" not in line.value and "<script" not in line.value
-    assert line.value == ("&#x27;&lt;img src=x onerror=alert(1)&gt;&#x27; &amp; &lt;script&gt;alert(2)"
-                          "&lt;/script&gt;")
+    assert line.value == ("&#x27;&lt;img src=x onerror=alert(1)&gt;&#x27; &amp; &lt;script&gt;alert(2)&lt;/script&gt;")

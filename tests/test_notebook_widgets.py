@@ -1,5 +1,6 @@
 """gptviz.notebook (gptviz[notebook]): the widgets carry the app's own JavaScript, and every accepted input (a gptviz
 capture, a TransformerLens cache, Hugging Face's attentions tuple, plain tensors) gives the same weights and labels."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -11,9 +12,9 @@ pytest.importorskip("anywidget")
 from gptviz import GPT, GPTConfig, capture  # noqa: E402
 from gptviz.figures.browser import asset  # noqa: E402
 from gptviz.figures.browser.attention_map import LEVELS, SEND_ALL_CELLS, decode_weights  # noqa: E402
+from gptviz.model.tokenizer import get_tokenizer, token_labels  # noqa: E402
 from gptviz.notebook import attention, attention_on_text  # noqa: E402
 from gptviz.notebook.inputs import labels_of  # noqa: E402
-from gptviz.model.tokenizer import get_tokenizer, token_labels  # noqa: E402
 
 TEXT = "To be, or not to be: that is the question."
 CFG = GPTConfig(vocab_size=50257, n_ctx=64, d_model=32, n_layers=3, n_heads=4)
@@ -55,6 +56,7 @@ def test_gptviz_capture(run):
 def test_transformer_lens_cache(run):
     pytest.importorskip("transformer_lens")
     from gptviz.interop.tlens import to_transformer_lens
+
     model, ids, cache = run
     bridge = to_transformer_lens(model)
     _, tl_cache = bridge.run_with_cache(torch.tensor([ids]))
@@ -68,8 +70,10 @@ def test_hugging_face_attentions(run):
     pytest.importorskip("transformers")
     pytest.importorskip("transformer_lens")  # gptviz.interop's tlens module builds the HF model
     from transformers import AutoTokenizer  # noqa: F401  (only to be sure transformers imports)
+
     from gptviz.interop.hf_tokenizer import gpt2_hf_tokenizer
     from gptviz.interop.tlens import to_hf_gpt2
+
     model, ids, cache = run
     hf = to_hf_gpt2(model)
     hf.config._attn_implementation = "eager"  # sdpa returns no weights
@@ -84,8 +88,9 @@ def test_hugging_face_attentions(run):
 
 def test_plain_tensors_and_token_text_stays_text():
     gen = torch.Generator().manual_seed(0)
-    p = torch.softmax(torch.randn(2, 3, 4, 4, generator=gen).masked_fill(~torch.ones(4, 4).tril().bool(),
-                                                                          float("-inf")), dim=-1)
+    p = torch.softmax(
+        torch.randn(2, 3, 4, 4, generator=gen).masked_fill(~torch.ones(4, 4).tril().bool(), float("-inf")), dim=-1
+    )
     tokens = ["<b>bold</b>", " <script>alert(1)</script>", "&amp;", "a\nb"]
     w = attention(p, tokens, layer=1, head=2, query=1)
     assert w.data["row_labels"] == ["<b>bold</b>", "␣<script>alert(1)</script>", "&amp;", "a↵b"]
@@ -132,4 +137,4 @@ def test_attention_on_text(run):
         assert row["tokens"][row["peak"]] == "␣or"  # the query token (To ␣be , ␣or)
         shown = [v for v in row["values"] if v is not None]
         np.testing.assert_allclose(shown, p[h, :4], atol=1e-5)
-        assert all(v is None for v in row["values"][row["peak"] + 1:])  # later tokens: masked
+        assert all(v is None for v in row["values"][row["peak"] + 1 :])  # later tokens: masked

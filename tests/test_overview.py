@@ -1,14 +1,16 @@
 """The whole model at a glance (gptviz.methods.overview, gptviz.figures.overview): every value drawn equals a
 recomputation from the model's weights or from a capture with the full [T, T] patterns and the full logit lens, in
 both wirings; the diagram puts each block's LayerNorms where its wiring runs them."""
+
 from __future__ import annotations
 
 import pytest
 import torch
 
-from gptviz import GPT, PRESETS, methods as analysis, capture
-from gptviz.methods.overview import forward_overview, overview_hook_names
+from gptviz import GPT, PRESETS, capture
+from gptviz import methods as analysis
 from gptviz.figures.overview import overview_cells, overview_figure, short
+from gptviz.methods.overview import forward_overview, overview_hook_names
 from gptviz.model.hooks import ActivationCache, act_name
 from gptviz.model.tokenizer import encode, position_labels, token_labels
 
@@ -100,8 +102,10 @@ def drawn(wiring: str, layout: str, ids=IDS, position: int | None = None):
     logits, cache = capture(model, torch.tensor([ids]))
     cache = ActivationCache({k: v[0] for k, v in cache.items()}, model.config.n_layers)
     ov = forward_overview(model, cache, logits[0], len(ids) - 1 if position is None else position, ids=ids)
-    wanted = sorted({ov.token_id, ov.embed_lens_id, *ov.top_ids, *(b.lens_id for b in ov.blocks)}
-                    | ({ov.next_id} if ov.next_id is not None else set()))
+    wanted = sorted(
+        {ov.token_id, ov.embed_lens_id, *ov.top_ids, *(b.lens_id for b in ov.blocks)}
+        | ({ov.next_id} if ov.next_id is not None else set())
+    )
     names = dict(zip(wanted, token_labels(wanted)))
     fig = overview_figure(ov, names, position_labels(ids), token_labels(ids), layout)
     return ov, fig.to_plotly_json()
@@ -116,8 +120,9 @@ def test_the_diagram_runs_each_wiring_in_its_order(layout):
         trace = fig["data"][0]
         kinds[wiring] = [c[0] for c in trace["customdata"]]
         block_0 = [c[0] for c in trace["customdata"] if c[1] == 0 and c[0] != "lens"]
-        assert block_0 == (["ln", "attn", "add", "ln", "mlp", "add"] if wiring == "pre" else
-                           ["attn", "add", "ln", "mlp", "add", "ln"])
+        assert block_0 == (
+            ["ln", "attn", "add", "ln", "mlp", "add"] if wiring == "pre" else ["attn", "add", "ln", "mlp", "add", "ln"]
+        )
         texts = trace["text"]
         attn = [t for t, c in zip(texts, trace["customdata"]) if c[0] == "attn"]
         for b, text in zip(ov.blocks, attn):  # each block's own head, weight and chance, as drawn

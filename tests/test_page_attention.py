@@ -5,29 +5,56 @@ finished on as the main script, without app.py's sidebar, so widget-state keys o
 prompt) are dropped. The page tests therefore run the page file directly with the two values the
 sidebar would provide (model_spec, prompt); test_router_default_page checks the app.py path once.
 """
+
 from __future__ import annotations
 
 import math
 import platform
+
 import numpy as np
 import plotly.colors as pcolors
 import pytest
 import torch
+from pagetest import (
+    MARKUP,
+    ROOT,
+    TINY,
+    TokenGate,
+    array,
+    attention_map,
+    edge_prompts,
+    figure,
+    finish_generation,
+    forward_calls,
+    gate_generations,
+    generation_of,
+    kept_of_edge_prompt,
+    live_code,
+    open_app,
+    query_bars,
+    run_page,
+)
 from streamlit.testing.v1 import AppTest
 
-from gptviz.serve import allocator
 from gptviz import methods as analysis
-from gptviz.figures.browser import attention_map as amap
+from gptviz.app import display, live, model_service, sidebar
+from gptviz.app import keys as K
 from gptviz.figures import attention as fa
+from gptviz.figures.browser import attention_map as amap
 from gptviz.model.tokenizer import decode, encode, token_labels
-from gptviz.app import display, keys as K, live, model_service, sidebar
-from pagetest import (MARKUP, ROOT, TINY, array, attention_map, edge_prompts, figure, figures, finish_generation,
-                      forward_calls, gate_generations, generation_of, kept_of_edge_prompt, live_code, open_app,
-                      query_bars, run_page, TokenGate)
+from gptviz.serve import allocator
 
-N_LAYERS, N_HEADS, N_CTX = 2, 4, 128           # the tiny preset
-VIEWS = ["One head", "Lines between tokens", "On the text", "Inside the head", "Value-weighted",
-         "All heads of the layer", "Model view: every layer and head", "Entropy map"]
+N_LAYERS, N_HEADS, N_CTX = 2, 4, 128  # the tiny preset
+VIEWS = [
+    "One head",
+    "Lines between tokens",
+    "On the text",
+    "Inside the head",
+    "Value-weighted",
+    "All heads of the layer",
+    "Model view: every layer and head",
+    "Entropy map",
+]
 
 
 def page(prompt: str, **state) -> AppTest:
@@ -36,11 +63,14 @@ def page(prompt: str, **state) -> AppTest:
 
 def patterns_for(prompt: str) -> torch.Tensor:
     ids = tuple(encode(prompt)[-N_CTX:])
-    _, cache = model_service.get_capture(TINY, ids, model_service.attention_page_names(N_LAYERS, "pre"))  # the page's own capture
+    _, cache = model_service.get_capture(
+        TINY, ids, model_service.attention_page_names(N_LAYERS, "pre")
+    )  # the page's own capture
     return torch.stack([cache[f"blocks.{i}.attn.hook_pattern"] for i in range(N_LAYERS)])
 
 
 # ---- the page ----------------------------------------------------------------------------------------
+
 
 def test_router_default_page():
     allocator._applied = None  # app.py sets the allocator policy before any page runs
@@ -89,13 +119,13 @@ def test_display_widgets_run_no_forward_pass():
     model_service.induction_scores(TINY, 50)  # the detector table's own run, cached once per model (not per prompt)
     before = forward_calls()
     at = page(prompt)
-    assert forward_calls() == before + 1          # the capture ran once (fresh prompt)
+    assert forward_calls() == before + 1  # the capture ran once (fresh prompt)
     after_first = forward_calls()
     at.selectbox(key=K.ATT_LAYER).select(1).run()
     at.selectbox(key=K.ATT_HEAD).select(-1).run()
     assert not at.exception
     data, weights = attention_map(at)
-    assert (data["layer"], data["head"]) == (1, N_HEADS)   # the mean of layer 1
+    assert (data["layer"], data["head"]) == (1, N_HEADS)  # the mean of layer 1
     np.testing.assert_allclose(weights[1, N_HEADS], patterns_for(prompt)[1].mean(0).numpy(), atol=1e-5)
     at.selectbox(key=K.ATT_SCALE).select("sqrt").run()
     at.button_group(key=K.ATT_QUERY).set_value(2).run()
@@ -125,7 +155,7 @@ def test_edge_prompts(prompt):
     assert unescaped == [label.replace("\\", "") for label in token_labels(kept)]
     assert all("\ufffd" not in c for c in chips)
     data, _ = attention_map(at)
-    assert data["col_labels"] == token_labels(kept)   # plain text: the browser draws it, it never parses it
+    assert data["col_labels"] == token_labels(kept)  # plain text: the browser draws it, it never parses it
 
 
 def test_markup_prompt_reaches_the_heatmap_as_text_only():
@@ -170,7 +200,7 @@ def test_model_view_and_layer_grid_trace_counts():
     tiled = array(mv["data"][0]["z"])
     assert tiled.shape == (N_LAYERS * (T + 1) - 1, N_HEADS * (T + 1) - 1)
     expected = patterns_for(prompt)
-    panel = tiled[T + 1: 2 * T + 1, 2 * (T + 1): 2 * (T + 1) + T]   # layer 1, head 2
+    panel = tiled[T + 1 : 2 * T + 1, 2 * (T + 1) : 2 * (T + 1) + T]  # layer 1, head 2
     np.testing.assert_allclose(np.nan_to_num(panel), expected[1, 2].numpy(), rtol=1e-6)
     at.toggle(key=K.ATT_MV_MEAN).set_value(True).run()
     mean_view = array(figure(at, "Every layer (rows)")["data"][0]["z"])
@@ -193,7 +223,7 @@ def test_short_generation_produces_tokens():
     assert not at.exception and not at.error
     job = generation_of(at)
     assert len(job.steps) == 3 and not job.running
-    assert forward_calls() == before + 3           # one forward pass per new token, no capture rerun
+    assert forward_calls() == before + 3  # one forward pass per new token, no capture rerun
     new_ids = [s.token_id for s in job.steps]
     # greedy: each token is the argmax, i.e. rank 1
     assert [s.rank for s in job.steps] == [1, 1, 1]
@@ -201,8 +231,9 @@ def test_short_generation_produces_tokens():
     data, weights = attention_map(at, K.ATT_GEN_MAP)
     assert (data["layer"], data["head"]) == (0, 0) and weights.shape[2:] == (3, len(encode(prompt)) + 2)
     # step 0's row is the prompt's last query row from the capture
-    np.testing.assert_allclose(weights[0, 0, 0, : len(encode(prompt))], patterns_for(prompt)[0, 0, -1].numpy(),
-                               atol=0.5 / amap.LEVELS + 1e-6)
+    np.testing.assert_allclose(
+        weights[0, 0, 0, : len(encode(prompt))], patterns_for(prompt)[0, 0, -1].numpy(), atol=0.5 / amap.LEVELS + 1e-6
+    )
     # the generated text can become the prompt of every view (the sidebar's prompt)
     at.button(key=K.ATT_GEN_USE).click().run()
     assert at.session_state[K.PROMPT] == decode(encode(prompt)) + decode(new_ids)
@@ -266,11 +297,19 @@ def test_sampling_widgets_bound_the_settings():
 def test_start_generation_rejects_bad_settings_before_storing():
     def script():
         import streamlit as st
-        from gptviz.app import keys as K, live, model_service
+
+        from gptviz.app import keys as K
+        from gptviz.app import live, model_service  # noqa: F811  (the script runs alone: the module's are not there)
+
         got = model_service.load_model(model_service.ModelSpec(K.SOURCE_PRESET, "tiny", "pre"))
         try:
-            live.start_generation(model_service.ModelSpec(K.SOURCE_PRESET, "tiny", "pre"), got, [1, 2, 3],
-                                dict(max_new_tokens=2, temperature=1.0, top_k=None, top_p=1.5, seed=0), "attention")
+            live.start_generation(
+                model_service.ModelSpec(K.SOURCE_PRESET, "tiny", "pre"),
+                got,
+                [1, 2, 3],
+                dict(max_new_tokens=2, temperature=1.0, top_k=None, top_p=1.5, seed=0),
+                "attention",
+            )
         except ValueError as err:
             st.error(str(err))
         st.text(f"stored: {K.GENERATION in st.session_state}")
@@ -281,6 +320,7 @@ def test_start_generation_rejects_bad_settings_before_storing():
 
 
 # ---- figure factories ---------------------------------------------------------------------------------
+
 
 def test_attention_heatmap_data():
     pattern = torch.softmax(torch.randn(4, 4).masked_fill(torch.ones(4, 4).triu(1).bool(), float("-inf")), -1)
@@ -300,13 +340,13 @@ def test_attention_heatmap_data():
     assert list(weights.x) == list(fig.layout.xaxis.categoryarray) == list(mask.y)
     assert fig.data[0].customdata[2][0][0] == "'the'" and fig.data[0].customdata[2][1][1] == "'&lt;b&gt;'"
     assert "→" in weights.hovertemplate and weights.hovertemplate.endswith("<extra></extra>")
-    assert fig.layout.shapes[0].y0 == 1.5 and fig.layout.shapes[0].x1 == 2.5     # the query row outline
+    assert fig.layout.shapes[0].y0 == 1.5 and fig.layout.shapes[0].x1 == 2.5  # the query row outline
 
 
 def test_color_axis_scales():
     z = np.array([[1.0, np.nan], [0.2, 0.3]])
     assert fa.color_axis("linear", z)["cmax"] == 1.0
-    assert fa.color_axis("max", z)["cmax"] == pytest.approx(0.3)       # the first row (always 1) excluded
+    assert fa.color_axis("max", z)["cmax"] == pytest.approx(0.3)  # the first row (always 1) excluded
     sqrt = fa.color_axis("sqrt", z)["colorscale"]
     assert sqrt[0][0] == 0 and sqrt[-1][0] == 1 and len(sqrt) == 21
     with pytest.raises(ValueError, match="scale"):
@@ -315,20 +355,26 @@ def test_color_axis_scales():
 
 def test_attention_grid_and_entropy_map_data():
     pats = torch.softmax(torch.randn(2, 3, 5, 5), -1).numpy()
-    fig = fa.attention_grid(pats, list("abcde"), panel_names=[[f"L{l}H{h}" for h in range(3)] for l in range(2)],
-                            selected=(1, 2))
+    fig = fa.attention_grid(
+        pats, list("abcde"), panel_names=[[f"L{l}H{h}" for h in range(3)] for l in range(2)], selected=(1, 2)
+    )
     assert len(fig.data) == 6 and all(t.coloraxis == "coloraxis" for t in fig.data)
     z = np.array(fig.data[4].z, dtype=float)
     assert np.isnan(z[0, 1]) and z[1, 0] == pytest.approx(pats[1, 1, 1, 0])
     assert fig.data[4].name == "L1H1" and list(fig.data[4].x) == ["0 a", "1 b", "2 c", "3 d", "4 e"]
     assert fig.layout.shapes[0].xref == "x6 domain"
-    mv = fa.model_view(pats, ["a", "<b>", "a", "d", "e"], row_names=["layer 0", "layer 1"],
-                       col_names=["head 0", "head 1", "head 2"], selected=(1, 2))
+    mv = fa.model_view(
+        pats,
+        ["a", "<b>", "a", "d", "e"],
+        row_names=["layer 0", "layer 1"],
+        col_names=["head 0", "head 1", "head 2"],
+        selected=(1, 2),
+    )
     tiled = np.array(mv.data[0].z, dtype=float)
     assert len(mv.data) == 1 and tiled.shape == (11, 17)
-    assert np.isnan(tiled[5, :]).all() and np.isnan(tiled[:, 5]).all()          # the gap row and column
+    assert np.isnan(tiled[5, :]).all() and np.isnan(tiled[:, 5]).all()  # the gap row and column
     np.testing.assert_allclose(np.tril(np.nan_to_num(tiled[6:11, 12:17])), np.tril(pats[1, 2]), rtol=1e-6)
-    assert np.isnan(tiled[6, 13])                                                 # masked: key after query
+    assert np.isnan(tiled[6, 13])  # masked: key after query
     assert mv.data[0].y[7] == "layer 1 · '&lt;b&gt;' (1)" and mv.data[0].x[14] == "head 2 · 'a' (2)"
     assert list(mv.layout.xaxis.ticktext) == ["head 0", "head 1", "head 2"]
     outline = mv.layout.shapes[-1]
@@ -351,6 +397,7 @@ def test_entropy_map_is_dark_where_heads_are_focused_and_sane_for_one_token():
     """The caption says dark cells are focused heads: the scale's dark end is entropy 0. A one-token prompt has
     entropy 0 everywhere (and an even spread of 0): the scale still runs 0 to 1, not -0.5 to 0.5."""
     import plotly.colors as pcolors
+
     em = fa.entropy_map(np.array([[0.1, 2.0]]), uniform_entropy=2.5)
     heat = em.data[0]
     low, high = heat.colorscale[0][1], heat.colorscale[-1][1]
@@ -369,14 +416,16 @@ def test_the_default_colour_scale_shows_small_weights():
     assert at.selectbox(key=K.ATT_SCALE).value == fa.DEFAULT_SCALE == "sqrt"
     assert "square root" in at.selectbox(key=K.ATT_SCALE).help
     data, _ = attention_map(at)
-    assert data["scale"] == "sqrt" and data["colors"][0][1] == [247, 251, 255]   # Blues, white at 0
+    assert data["scale"] == "sqrt" and data["colors"][0][1] == [247, 251, 255]  # Blues, white at 0
     axis = fa.color_axis("sqrt")
     assert len(axis["colorscale"]) == 21
     # a weight of 0.05 gets the colour a linear scale gives sqrt(0.05) = 0.22; the bar's ticks are evenly spaced in
     # the weight (its scale is linear), so none sits on another in a short bar
     linear = fa.color_axis("linear")
-    assert axis["colorscale"][1][0] == 0.05 and axis["colorscale"][1][1] == pcolors.sample_colorscale(
-        linear["colorscale"], [0.05 ** 0.5])[0]
+    assert (
+        axis["colorscale"][1][0] == 0.05
+        and axis["colorscale"][1][1] == pcolors.sample_colorscale(linear["colorscale"], [0.05**0.5])[0]
+    )
     assert axis["colorbar"]["tickvals"] == [0, 0.25, 0.5, 0.75, 1]
     gen = run_page("generation", "The cat sat on the mat")
     assert gen.selectbox(key=K.GEN_SCALE).value == "sqrt"
@@ -386,19 +435,28 @@ def test_model_view_panels_carry_their_head_for_a_click():
     """Each panel's first cell (always 1: the first token sees only itself) holds a marker whose customdata is its
     (layer, head), which the page's click handler reads with selected_head."""
     p = np.random.default_rng(0).random((2, 3, 4, 4))
-    fig = fa.model_view(p, list("abcd"), row_names=["layer 0", "layer 1"], col_names=["head 0", "head 1", "head 2"],
-                        clickable=True)
+    fig = fa.model_view(
+        p, list("abcd"), row_names=["layer 0", "layer 1"], col_names=["head 0", "head 1", "head 2"], clickable=True
+    )
     marker = fig.data[1]
     assert marker.customdata.tolist() == [[0, 0], [0, 1], [0, 2], [1, 0], [1, 1], [1, 2]]
-    assert marker.x[5] == fig.data[0].x[2 * 5] and marker.y[5] == fig.data[0].y[5]   # panel (1, 2)'s cell (0, 0)
-    assert fa.selected_head({"selection": {"points": [{"x": marker.x[5], "y": marker.y[5],
-                                                       "customdata": list(marker.customdata[5])}]}}) == (1, 2)
-    assert len(fa.model_view(p, list("abcd"), row_names=["layer 0", "layer 1"],
-                             col_names=["head 0", "head 1", "head 2"]).data) == 1   # not clickable: no markers
+    assert marker.x[5] == fig.data[0].x[2 * 5] and marker.y[5] == fig.data[0].y[5]  # panel (1, 2)'s cell (0, 0)
+    assert fa.selected_head(
+        {"selection": {"points": [{"x": marker.x[5], "y": marker.y[5], "customdata": list(marker.customdata[5])}]}}
+    ) == (1, 2)
+    assert (
+        len(
+            fa.model_view(
+                p, list("abcd"), row_names=["layer 0", "layer 1"], col_names=["head 0", "head 1", "head 2"]
+            ).data
+        )
+        == 1
+    )  # not clickable: no markers
 
 
 def test_where_a_query_looks_thins_its_key_labels_so_they_do_not_collide():
     from gptviz.figures import attention as fig_attention
+
     labels = [f"t{i}" for i in range(64)]
     weights = np.full(64, 1 / 64)
     fig = fig_attention.query_bars(weights, labels, 63)
@@ -427,7 +485,7 @@ def test_the_page_opens_on_the_prompts_most_telling_head_with_its_score_beside_c
     line = next(m.value for m in at.markdown if "Worth a look" in m.value)
     assert f"layer {layer}, head {head}" in line and "induction" in line
     assert f"{float(scores[layer, head]):.2f}" in line and f"{analysis.prompt_induction_chance(ids):.2f}" in line
-    assert at.expander[0].proto.expanded                                     # Heads worth a look: open
+    assert at.expander[0].proto.expanded  # Heads worth a look: open
 
 
 def test_the_maps_line_on_each_head_is_its_detector_furthest_above_chance_on_this_prompt():
@@ -439,10 +497,12 @@ def test_the_maps_line_on_each_head_is_its_detector_furthest_above_chance_on_thi
     ids = encode(sidebar.DEFAULT_PROMPT)
     _, cache = model_service.capture_cache(BUNDLED, tuple(ids), model_service.pattern_names(4))
     pats, T = cache.patterns(), len(ids)
-    measured = {"induction": (analysis.prompt_induction_scores(pats, ids), analysis.prompt_induction_chance(ids)),
-                "previous-token": (analysis.previous_token_scores(pats), analysis.previous_token_chance(T)),
-                "duplicate-token": (analysis.duplicate_token_scores(pats, ids), analysis.duplicate_token_chance(ids)),
-                "first token (sink)": (pats[..., 1:, 0].mean(-1), float(np.mean(1 / np.arange(2, T + 1))))}
+    measured = {
+        "induction": (analysis.prompt_induction_scores(pats, ids), analysis.prompt_induction_chance(ids)),
+        "previous-token": (analysis.previous_token_scores(pats), analysis.previous_token_chance(T)),
+        "duplicate-token": (analysis.duplicate_token_scores(pats, ids), analysis.duplicate_token_chance(ids)),
+        "first token (sink)": (pats[..., 1:, 0].mean(-1), float(np.mean(1 / np.arange(2, T + 1)))),
+    }
     data, _ = attention_map(at)
     notes = data["head_notes"]
     assert len(notes) == 4 and all(len(row) == 5 and row[-1] == "" for row in notes)  # 4 heads, then the mean: none
@@ -455,8 +515,9 @@ def test_the_maps_line_on_each_head_is_its_detector_furthest_above_chance_on_thi
             if (l, h) == shown:
                 name = "induction"  # picked for induction, the first detector in the opening order that clears
             score, chance = measured[name]
-            assert notes[l][h].removeprefix("Worth a look: ") == \
-                f"{name} {float(score[l, h]):.2f} (chance {chance:.2f})", (l, h)
+            assert (
+                notes[l][h].removeprefix("Worth a look: ") == f"{name} {float(score[l, h]):.2f} (chance {chance:.2f})"
+            ), (l, h)
 
 
 def test_the_induction_example_is_one_click_away_and_opens_its_induction_head():
@@ -479,9 +540,9 @@ def test_the_pages_prompt_box_is_the_sidebars_prompt_both_ways():
     assert at.text_area(key=K.PAGE_PROMPT).value == "the cat sat on the mat"
     at.text_area(key=K.PAGE_PROMPT).input("A B C D A B C D").run()
     assert not at.exception
-    assert at.session_state[K.PROMPT] == "A B C D A B C D"                 # what every page reads
-    assert any(m.value.startswith("**8 tokens**") for m in at.markdown)     # and this page ran on it
-    at.session_state[K.PROMPT] = "Hi there"                                  # typed in the sidebar
+    assert at.session_state[K.PROMPT] == "A B C D A B C D"  # what every page reads
+    assert any(m.value.startswith("**8 tokens**") for m in at.markdown)  # and this page ran on it
+    at.session_state[K.PROMPT] = "Hi there"  # typed in the sidebar
     at.run()
     assert at.text_area(key=K.PAGE_PROMPT).value == "Hi there"
 
@@ -501,7 +562,7 @@ def test_the_suggested_head_says_whether_the_map_shows_it_and_one_click_shows_it
     line = next(m.value for m in at.markdown if "Worth a look" in m.value)
     layer, head = (int(n) for n in line.split("**")[1].removeprefix("Worth a look: layer ").split(", head "))
     picked = (at.selectbox(key=K.ATT_LAYER).value, at.selectbox(key=K.ATT_HEAD).value)
-    assert picked == shown != (layer, head)        # the post-norm model's best head is another one
+    assert picked == shown != (layer, head)  # the post-norm model's best head is another one
     assert line.endswith(f"The map shows layer {picked[0]}, head {picked[1]}.")
     at.button(key=K.ATT_SHOW_SUGGESTED).click().run()
     assert (at.selectbox(key=K.ATT_LAYER).value, at.selectbox(key=K.ATT_HEAD).value) == (layer, head)
@@ -513,6 +574,7 @@ def test_the_suggested_head_says_whether_the_map_shows_it_and_one_click_shows_it
 
 def test_repeated_token_labels_are_made_distinct_invisibly():
     from gptviz.app.display import distinct_labels
+
     labels = ["the", "␣cat", ".", "␣the", "␣cat", ".", "␣cat"]
     out = distinct_labels(labels)
     assert len(set(out)) == len(out)

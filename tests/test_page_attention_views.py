@@ -1,21 +1,26 @@
 """The Attention page's views from BertViz, CircuitsVis and Transformer Explainer, and the head detectors beside
 the head picker (AppTest, tiny preset): each figure holds the values recomputed here from a capture."""
+
 from __future__ import annotations
 
 import math
 
 import numpy as np
 import pytest
-import torch
+from pagetest import TINY, array, figure, figures, run_page
 
 from gptviz import methods as analysis
-from gptviz.figures import head_views as hv
-from gptviz.methods.head_steps import (first_token_chance, first_token_scores, head_hook_names, head_steps, row_shares,
-                                       value_weighted)
-from gptviz.model.tokenizer import encode
 from gptviz.app import display, model_service
 from gptviz.app import keys as K
-from pagetest import TINY, array, figure, figures, run_page
+from gptviz.figures import head_views as hv
+from gptviz.methods.head_steps import (
+    first_token_chance,
+    first_token_scores,
+    head_hook_names,
+    row_shares,
+    value_weighted,
+)
+from gptviz.model.tokenizer import encode
 
 PROMPT = "The cat sat on the mat. The cat sat on the"
 
@@ -49,8 +54,9 @@ def test_lines_view_draws_the_chosen_heads_with_their_weights():
     at = view("Lines between tokens", att_layer=1, att_head=2, att_query=4, att_lines_focus=True)
     fig = figure(at, "Layer 1: each query")
     ys = np.concatenate([array(t["y"]).reshape(-1, 3) for t in fig["data"] if isinstance(t.get("meta"), dict)])
-    assert set(ys[:, 0].astype(int)) == {4} and {t["meta"]["head"] for t in fig["data"]
-                                                 if isinstance(t.get("meta"), dict)} == {2}
+    assert set(ys[:, 0].astype(int)) == {4} and {
+        t["meta"]["head"] for t in fig["data"] if isinstance(t.get("meta"), dict)
+    } == {2}
 
 
 @pytest.mark.slow
@@ -109,13 +115,17 @@ def test_the_detector_table_holds_the_scores_and_their_chance_sorted_by_score():
     patterns = cache.patterns()
     expected = {
         f"previous-token (chance {analysis.previous_token_chance(T):.3f})": analysis.previous_token_scores(patterns),
-        f"duplicate-token (chance {analysis.duplicate_token_chance(ids):.3f})":
-            analysis.duplicate_token_scores(patterns, ids),
-        f"induction, on this prompt (chance {analysis.prompt_induction_chance(ids):.3f})":
-            analysis.prompt_induction_scores(patterns, ids),
-        f"induction, 50 random tokens repeated (chance {analysis.induction_chance(50):.3f})":
-            model_service.induction_scores(TINY, 50),
-        f"first token (sink) (chance {first_token_chance(T):.3f})": first_token_scores(patterns)}
+        f"duplicate-token (chance {analysis.duplicate_token_chance(ids):.3f})": analysis.duplicate_token_scores(
+            patterns, ids
+        ),
+        f"induction, on this prompt (chance {analysis.prompt_induction_chance(ids):.3f})": analysis.prompt_induction_scores(
+            patterns, ids
+        ),
+        f"induction, 50 random tokens repeated (chance {analysis.induction_chance(50):.3f})": model_service.induction_scores(
+            TINY, 50
+        ),
+        f"first token (sink) (chance {first_token_chance(T):.3f})": first_token_scores(patterns),
+    }
     assert set(frame.columns) == {"head", *expected}
     heads = [tuple(int(w.strip(",")) for w in name.split()[1::2]) for name in frame["head"]]
     assert sorted(heads) == [(l, h) for l in range(2) for h in range(4)]
@@ -141,19 +151,19 @@ def test_each_new_view_handles_a_one_token_prompt_and_markup(name):
 @pytest.mark.slow
 def test_the_chosen_query_follows_its_token_when_the_prompt_changes():
     at = run_page("attention", "the cat sat on the mat")
-    at.button_group(key=K.ATT_QUERY).set_value(1).run()           # "␣cat"
+    at.button_group(key=K.ATT_QUERY).set_value(1).run()  # "␣cat"
     at.session_state[K.PROMPT] = "a big black cat sat on the mat"
     at.run()
     assert not at.exception
-    assert at.button_group(key=K.ATT_QUERY).value == 3            # "␣cat" again, not whatever is at index 1
-    at.button_group(key=K.ATT_QUERY).set_value(7).run()           # the last token
+    assert at.button_group(key=K.ATT_QUERY).value == 3  # "␣cat" again, not whatever is at index 1
+    at.button_group(key=K.ATT_QUERY).set_value(7).run()  # the last token
     at.session_state[K.PROMPT] = "a big black cat sat on the mat today"
     at.run()
-    assert at.button_group(key=K.ATT_QUERY).value is None         # still the last token
-    at.button_group(key=K.ATT_QUERY).set_value(2).run()           # "␣black"
+    assert at.button_group(key=K.ATT_QUERY).value is None  # still the last token
+    at.button_group(key=K.ATT_QUERY).set_value(2).run()  # "␣black"
     at.session_state[K.PROMPT] = "the cat"
     at.run()
-    assert at.button_group(key=K.ATT_QUERY).value is None         # gone from the prompt: the last token
+    assert at.button_group(key=K.ATT_QUERY).value is None  # gone from the prompt: the last token
 
 
 @pytest.mark.slow
@@ -162,6 +172,7 @@ def test_the_top_keys_table_is_static_and_shows_token_text_as_text():
     # (issue 60). Streamlit's table shows a styled frame's display values as HTML, so they are escaped here.
     import pyarrow as pa
     from pagetest import MARKUP
+
     at = view("One head", prompt=MARKUP)
     assert [d.key for d in at.dataframe] == [K.ATT_DETECTORS]  # the detector table is the page's one grid
     shown = at.table[0].proto.arrow_data

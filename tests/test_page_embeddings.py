@@ -3,22 +3,28 @@
 As in test_page_attention: the page file runs directly with the two values the sidebar provides
 (model_spec, prompt); AppTest does not keep app.py's sidebar on reruns after a page switch.
 """
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import torch
+from pagetest import TINY, array, edge_prompts, figures, forward_calls, kept_of_edge_prompt, run_page, title_of
 from streamlit.testing.v1 import AppTest
 
-from gptviz import GPT, GPTConfig, methods as analysis
-from gptviz.model.tokenizer import encode
-from gptviz.app import display, jobs, model_service, sidebar, keys as K
+from gptviz import GPT, GPTConfig
+from gptviz import methods as analysis
+from gptviz.app import display, jobs, model_service, sidebar
+from gptviz.app import keys as K
 from gptviz.model import tokenizer
-from pagetest import TINY, array, edge_prompts, figures, forward_calls, kept_of_edge_prompt, run_page, title_of
+from gptviz.model.tokenizer import encode
 
 N_CTX, D_MODEL = 128, 64
-TITLES = ["Cosine similarity of the prompt's token embeddings", "Cosine similarity between all 128 position",
-          "Token embeddings, first two principal components"]
+TITLES = [
+    "Cosine similarity of the prompt's token embeddings",
+    "Cosine similarity between all 128 position",
+    "Token embeddings, first two principal components",
+]
 
 
 def page(prompt: str, spec: model_service.ModelSpec = TINY, **state) -> AppTest:
@@ -54,8 +60,9 @@ def test_default_prompt_shows_the_capture():
     # position similarity: every learned position
     pos = array(figs[2]["data"][0]["z"])
     assert pos.shape == (N_CTX, N_CTX)
-    np.testing.assert_allclose(pos, analysis.cosine_similarity_matrix(model.wpe.weight.detach()).numpy(),
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        pos, analysis.cosine_similarity_matrix(model.wpe.weight.detach()).numpy(), rtol=1e-5, atol=1e-6
+    )
     # PCA: the prompt's distinct tokens, against a sample of the vocabulary
     vocab, prompt_trace = figs[3]["data"]
     assert len(array(prompt_trace["x"])) == len(set(encode(sidebar.DEFAULT_PROMPT)))
@@ -106,7 +113,7 @@ def test_dimension_range_edges():
     at = page("Hello there", emb_dims=(5, 5))
     assert not at.exception
     assert any("at least one dimension" in i.value for i in at.info)
-    assert len(at.get("plotly_chart")) == 3             # the other views stay
+    assert len(at.get("plotly_chart")) == 3  # the other views stay
     # a model wider than the 256 dimensions drawn at a time (registered as a "trained" model: cheap to build)
     torch.manual_seed(0)
     wide = GPT(GPTConfig(vocab_size=50257, n_ctx=16, d_model=320, n_layers=1, n_heads=4)).eval()
@@ -120,8 +127,10 @@ def test_dimension_range_edges():
 
 def test_an_empty_capture_is_explained_not_a_traceback(monkeypatch):
     from gptviz.model.hooks import ActivationCache
-    monkeypatch.setattr(model_service, "capture_cache", lambda spec, ids, names=None: (torch.zeros(len(ids), 5),
-                                                                          ActivationCache({}, 2)))
+
+    monkeypatch.setattr(
+        model_service, "capture_cache", lambda spec, ids, names=None: (torch.zeros(len(ids), 5), ActivationCache({}, 2))
+    )
     at = page("Hello world")
     assert not at.exception
     assert "without the hook points it asked for" in at.error[0].value
@@ -136,7 +145,9 @@ def test_fit_vocabulary_replaces_only_ids_past_the_model():
 def test_a_gpt2_id_past_gpt1s_vocabulary_runs_and_is_explained():
     """'Daytona' is GPT-2 id 47299, past the GPT-1 preset's 40,000 ids: the page must run, not fail."""
     assert 47299 in encode(" Daytona")
-    at = run_page("embeddings", prompt="Drive to Daytona", spec=model_service.ModelSpec(K.SOURCE_PRESET, "gpt1", "post"))
+    at = run_page(
+        "embeddings", prompt="Drive to Daytona", spec=model_service.ModelSpec(K.SOURCE_PRESET, "gpt1", "post")
+    )
     assert not at.exception and not at.error
     assert any("past this model's 40,000-id vocabulary" in c.value for c in at.caption)
 

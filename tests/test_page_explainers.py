@@ -1,5 +1,6 @@
 """The Explainers page (AppTest): activation curves equal torch's functions, the causal mask is the
 model's, and the block diagram of the sidebar's wiring is marked."""
+
 from __future__ import annotations
 
 import math
@@ -8,17 +9,18 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from pagetest import TINY, array, edge_prompts, figures, run_page, title_of
 from streamlit.testing.v1 import AppTest
 
-from gptviz.app import model_service, sidebar, keys as K
+from gptviz.app import keys as K
+from gptviz.app import model_service, sidebar
 from gptviz.model.tokenizer import encode, token_labels
-from pagetest import TINY, array, edge_prompts, figures, run_page, title_of
-
 
 
 def drawn_labels(axis: dict) -> list[str]:
     """A token category axis's labels as drawn (repeats are told apart by zero-width spaces, which draw as nothing)."""
     return [c.replace("\u200b", "") for c in axis["categoryarray"]]
+
 
 def page(prompt: str = sidebar.DEFAULT_PROMPT, spec: model_service.ModelSpec | None = TINY, **state) -> AppTest:
     return run_page("explainers", prompt, spec, **state)
@@ -36,16 +38,17 @@ def test_activation_functions_are_torchs_and_the_models_is_marked():
     assert float(x[0]) == -4.0 and float(x[-1]) == 4.0
     by_name = {c["name"]: c for c in curves if c.get("showlegend") is not False}
     own = [n for n in by_name if "this model" in n]
-    assert own == ["GELU (exact, erf) — this model"]            # the tiny preset uses exact GELU
+    assert own == ["GELU (exact, erf) — this model"]  # the tiny preset uses exact GELU
     np.testing.assert_allclose(array(by_name[own[0]]["y"]), F.gelu(x).numpy(), rtol=1e-12, atol=1e-15)
-    np.testing.assert_allclose(array(by_name["GELU (tanh approx.)"]["y"]), F.gelu(x, approximate="tanh").numpy(),
-                               rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(
+        array(by_name["GELU (tanh approx.)"]["y"]), F.gelu(x, approximate="tanh").numpy(), rtol=1e-12, atol=1e-15
+    )
     np.testing.assert_allclose(array(by_name["ReLU"]["y"]), F.relu(x).numpy())
-    gelu_derivative = array(curves[1]["y"])               # autograd; closed form Φ(x) + x·φ(x)
-    closed = 0.5 * (1 + torch.erf(x / math.sqrt(2))) + x * torch.exp(-x ** 2 / 2) / math.sqrt(2 * math.pi)
+    gelu_derivative = array(curves[1]["y"])  # autograd; closed form Φ(x) + x·φ(x)
+    closed = 0.5 * (1 + torch.erf(x / math.sqrt(2))) + x * torch.exp(-(x**2) / 2) / math.sqrt(2 * math.pi)
     np.testing.assert_allclose(gelu_derivative, closed.numpy(), rtol=1e-10, atol=1e-12)
     shapes = figs[0]["layout"]["shapes"]
-    assert len(shapes) == 4                                 # two regions (x = 0 excluded), on two panels
+    assert len(shapes) == 4  # two regions (x = 0 excluded), on two panels
     assert any("Shaded: where the three functions differ by more than 0.01" in c.value for c in at.caption)
 
 
@@ -79,7 +82,7 @@ def test_edge_prompts(prompt):
     assert n == min(8, max(1, len(encode(prompt))))
     mask = [f for f in figures(at) if title_of(f).startswith("Causal mask")][0]
     assert array(mask["data"][0]["z"]).shape == (n, n)
-    at.slider(key=K.EXP_MASK_N).set_value(20).run()                 # longer than the prompt: positions
+    at.slider(key=K.EXP_MASK_N).set_value(20).run()  # longer than the prompt: positions
     mask = [f for f in figures(at) if title_of(f).startswith("Causal mask")][0]
     assert drawn_labels(mask["layout"]["yaxis"])[:2] == ["t0", "t1"]
 

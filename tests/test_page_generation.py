@@ -3,22 +3,34 @@
 The page runs as its own script with the two values app.py's sidebar would provide (model_spec,
 prompt); see the note in test_page_attention.py on AppTest and st.navigation.
 """
-from __future__ import annotations
 
+from __future__ import annotations
 
 import numpy as np
 import plotly.graph_objects as go
 import pytest
 import torch
+from pagetest import (
+    TINY,
+    TokenGate,
+    array,
+    edge_prompts,
+    figure,
+    finish_generation,
+    forward_calls,
+    gate_generations,
+    generation_of,
+    live_code,
+    run_page,
+)
 from streamlit.testing.v1 import AppTest
 
 from gptviz import generate
+from gptviz.app import keys as K
+from gptviz.app import live, model_service, sidebar
 from gptviz.figures import generation as fg
 from gptviz.figures.common import apply_layout, title_room
 from gptviz.model.tokenizer import decode, encode
-from gptviz.app import keys as K, live, model_service, sidebar
-from pagetest import (TINY, TokenGate, array, edge_prompts, figure, finish_generation, forward_calls, gate_generations,
-                      generation_of, live_code, run_page)
 
 N_LAYERS, N_HEADS, N_CTX = 2, 4, 128
 
@@ -51,7 +63,7 @@ def test_default_state_shows_controls_and_the_first_step_the_model_would_take():
         assert at.number_input(key=key).value is not None
     assert at.slider(key=K.GEN_TEMP).value == 1.0 and at.slider(key=K.GEN_TOPP).value == 0.9
     assert at.button(key=K.GEN_GENERATE).label == "Generate" and at.button(key=K.GEN_STOP).label == "Stop"
-    assert at.selectbox(key=K.GEN_HEAD).value == -1                  # the mean of heads by default
+    assert at.selectbox(key=K.GEN_HEAD).value == -1  # the mean of heads by default
     assert len(at.selectbox(key=K.GEN_LAYER).options) == N_LAYERS
 
 
@@ -62,7 +74,7 @@ def test_greedy_generation_matches_the_library_and_fills_the_table():
     assert not at.exception and not at.error
     steps = generation_of(at).steps
     ids = encode(prompt)
-    expected = generate(model_service.load_model(TINY), ids, max_new_tokens=4, temperature=0.0)[len(ids):]
+    expected = generate(model_service.load_model(TINY), ids, max_new_tokens=4, temperature=0.0)[len(ids) :]
     assert [s.token_id for s in steps] == expected
     assert at.code[0].value == decode(ids) + decode(expected)
     table = at.dataframe[0].value
@@ -76,7 +88,7 @@ def test_greedy_generation_matches_the_library_and_fills_the_table():
     assert len(x) == 20 and np.all(np.diff(x) <= 0)
     np.testing.assert_allclose(x, [p for _, p, _ in steps[3].top], rtol=1e-6)
     assert bars["data"][0]["marker"]["color"][0] == fg.SAMPLED_COLOR
-    assert bars["data"][0]["marker"]["color"][1] == fg.CUT_COLOR    # greedy keeps only the argmax
+    assert bars["data"][0]["marker"]["color"][1] == fg.CUT_COLOR  # greedy keeps only the argmax
 
 
 @pytest.mark.slow
@@ -95,8 +107,11 @@ def test_inspecting_steps_runs_no_model():
     np.testing.assert_allclose(z[:N_HEADS], steps[0].attention[1].numpy(), rtol=1e-6)
     np.testing.assert_allclose(z[N_HEADS], steps[0].attention[1].mean(0).numpy(), rtol=1e-5)
     heat = figure(at, "Layer 1, head 2")
-    np.testing.assert_allclose(array(heat["data"][0]["z"])[0, : len(encode("Inspect these steps, please"))],
-                               steps[0].attention[1, 2].numpy(), rtol=1e-6)
+    np.testing.assert_allclose(
+        array(heat["data"][0]["z"])[0, : len(encode("Inspect these steps, please"))],
+        steps[0].attention[1, 2].numpy(),
+        rtol=1e-6,
+    )
 
 
 @pytest.mark.slow
@@ -104,8 +119,8 @@ def test_outlined_row_follows_the_inspected_step():
     at = generate_in(page("Outline the inspected step"), 3)
     at.slider(key=K.GEN_STEP).set_value(1).run()
     heat = figure(at, "Layer 0, mean of all heads")
-    assert heat["layout"]["shapes"][-1]["y0"] == 0.5                  # row 1
-    at = generate_in(at, 5)                                            # a new, longer run: the last step
+    assert heat["layout"]["shapes"][-1]["y0"] == 0.5  # row 1
+    at = generate_in(at, 5)  # a new, longer run: the last step
     assert at.slider(key=K.GEN_STEP).value == 4
     assert figure(at, "Layer 0, mean of all heads")["layout"]["shapes"][-1]["y0"] == 3.5
     assert figure(at, "Step 4: the next-token distribution")
@@ -113,7 +128,7 @@ def test_outlined_row_follows_the_inspected_step():
 
 @pytest.mark.slow
 def test_context_shift_is_noted():
-    prompt = " x" * (N_CTX - 1)                                  # 127 tokens: the third new token shifts
+    prompt = " x" * (N_CTX - 1)  # 127 tokens: the third new token shifts
     at = generate_in(page(prompt), 3)
     assert not at.exception
     steps = generation_of(at).steps
@@ -128,10 +143,10 @@ def test_picking_a_step_sets_the_slider_without_streamlits_default_value_warning
     """The slider's default lived both in `value=` and in session state (set by the table's row pick), and
     Streamlit logged 'created with a default value but also had its value set via the Session State API'."""
     at = generate_in(page("It was the best of times"), 4, temperature=0.0)
-    assert at.slider(key=K.GEN_STEP).value == 3            # the last step by default
+    assert at.slider(key=K.GEN_STEP).value == 3  # the last step by default
     caplog.clear()
     with caplog.at_level("WARNING"):
-        at.session_state[K.GEN_STEP] = 1                   # what the table's row pick does
+        at.session_state[K.GEN_STEP] = 1  # what the table's row pick does
         at.run()
     assert at.slider(key=K.GEN_STEP).value == 1 and not at.exception
     assert not [r for r in caplog.records if "default value" in r.getMessage()], caplog.text
@@ -150,8 +165,8 @@ def test_edge_prompts(prompt):
     steps = generation_of(at).steps
     assert len(steps) == 2
     kept = encode(prompt)[-N_CTX:]
-    assert at.code[0].value == decode(kept) + decode([s.token_id for s in steps])   # literal text
-    if "<" in prompt:                       # step 0's query is the prompt's last token, '>': escaped for Plotly
+    assert at.code[0].value == decode(kept) + decode([s.token_id for s in steps])  # literal text
+    if "<" in prompt:  # step 0's query is the prompt's last token, '>': escaped for Plotly
         at.slider(key=K.GEN_STEP).set_value(0).run()
         assert figure(at, "Query ")["layout"]["title"]["text"].startswith("Query '&gt;' (position")
 
@@ -192,38 +207,89 @@ def test_generation_for_another_prompt_is_not_shown():
 
 # ---- figure factories ---------------------------------------------------------------------------------
 
+
 def test_next_token_bars_marks_sampled_and_cutoff():
-    fig = fg.next_token_bars([5, 7, 9, 11], [0.5, 0.3, 0.15, 0.05], [True, True, False, False],
-                             ["a", "<b>", "c", "a"], sampled_id=7, sampled_rank=2, sampled_prob=0.3,
-                             sampled_label="<b>", n_allowed=2, kept_mass=0.8)
+    fig = fg.next_token_bars(
+        [5, 7, 9, 11],
+        [0.5, 0.3, 0.15, 0.05],
+        [True, True, False, False],
+        ["a", "<b>", "c", "a"],
+        sampled_id=7,
+        sampled_rank=2,
+        sampled_prob=0.3,
+        sampled_label="<b>",
+        n_allowed=2,
+        kept_mass=0.8,
+    )
     bar = fig.data[0]
     assert list(bar.x) == [0.5, 0.3, 0.15, 0.05] and list(bar.y) == [1, 2, 3, 4]
     assert list(bar.marker.color) == [fg.KEPT_COLOR, fg.SAMPLED_COLOR, fg.CUT_COLOR, fg.CUT_COLOR]
-    assert list(fig.layout.yaxis.ticktext) == ["a", "&lt;b&gt;", "c", "a"]      # repeats stay distinct rows
-    assert list(fig.layout.yaxis.tickvals) == list(bar.y)     # each bar labelled with its own token (was one off)
-    assert fig.layout.shapes[0].y0 == 2.5                                       # the cut-off line
+    assert list(fig.layout.yaxis.ticktext) == ["a", "&lt;b&gt;", "c", "a"]  # repeats stay distinct rows
+    assert list(fig.layout.yaxis.tickvals) == list(bar.y)  # each bar labelled with its own token (was one off)
+    assert fig.layout.shapes[0].y0 == 2.5  # the cut-off line
     assert "2 kept (80.0% of the mass)" in fig.layout.annotations[0].text
     assert bar.customdata[0][3] == pytest.approx(0.5 / 0.8) and bar.customdata[2][3] == 0.0
-    everything = fg.next_token_bars([1, 2], [0.6, 0.4], [True, True], ["x", "y"], sampled_id=99, sampled_rank=40,
-                                    sampled_prob=0.001, sampled_label="z", n_allowed=500, kept_mass=1.0)
+    everything = fg.next_token_bars(
+        [1, 2],
+        [0.6, 0.4],
+        [True, True],
+        ["x", "y"],
+        sampled_id=99,
+        sampled_rank=40,
+        sampled_prob=0.001,
+        sampled_label="z",
+        n_allowed=500,
+        kept_mass=1.0,
+    )
     assert not everything.layout.shapes
     note = everything.layout.annotations[0].text
     assert "rank 40" in note and "all 2 shown are kept" in note
-    titled = fg.next_token_bars([1, 2], [0.6, 0.4], [True, True], ["x", "y"], sampled_id=99, sampled_rank=40,
-                                sampled_prob=0.001, sampled_label="z", n_allowed=500, kept_mass=1.0, title="t")
+    titled = fg.next_token_bars(
+        [1, 2],
+        [0.6, 0.4],
+        [True, True],
+        ["x", "y"],
+        sampled_id=99,
+        sampled_rank=40,
+        sampled_prob=0.001,
+        sampled_label="z",
+        n_allowed=500,
+        kept_mass=1.0,
+        title="t",
+    )
     assert "rank 40" in titled.layout.title.subtitle.text
     # a title long enough to wrap keeps its second line clear of the notes under it (they sat on the first bar)
     long_title = "After the prompt: the next-token distribution"
-    wrapped = fg.next_token_bars([1, 2], [0.6, 0.4], [True, True], ["x", "y"], sampled_id=99, sampled_rank=40,
-                                 sampled_prob=0.001, sampled_label="z", n_allowed=500, kept_mass=1.0,
-                                 title=long_title)
+    wrapped = fg.next_token_bars(
+        [1, 2],
+        [0.6, 0.4],
+        [True, True],
+        ["x", "y"],
+        sampled_id=99,
+        sampled_rank=40,
+        sampled_prob=0.001,
+        sampled_label="z",
+        n_allowed=500,
+        kept_mass=1.0,
+        title=long_title,
+    )
     lines = wrapped.layout.title.subtitle.text.count("<br>") + 1
     title_only = apply_layout(go.Figure(), title=long_title).layout.margin.t
     assert "<br>" in wrapped.layout.title.text and wrapped.layout.margin.t == title_only + 16 * lines
     assert bar.customdata[2][2] == "cut by top-k/top-p"
-    greedy = fg.next_token_bars([5, 7], [0.6, 0.4], [True, False], ["a", "b"], sampled_id=5, sampled_rank=1,
-                                sampled_prob=0.6, sampled_label="a", n_allowed=1, kept_mass=0.6,
-                                cut_by=live.cut_reason({"temperature": 0.0}))
+    greedy = fg.next_token_bars(
+        [5, 7],
+        [0.6, 0.4],
+        [True, False],
+        ["a", "b"],
+        sampled_id=5,
+        sampled_rank=1,
+        sampled_prob=0.6,
+        sampled_label="a",
+        n_allowed=1,
+        kept_mass=0.6,
+        cut_by=live.cut_reason({"temperature": 0.0}),
+    )
     assert greedy.data[0].customdata[1][2] == "cut by greedy decoding (temperature 0)"
     assert live.cut_reason({"temperature": 0.7}) == "top-k/top-p"
 
@@ -241,8 +307,8 @@ def test_generation_heatmap_layout_of_rows():
     np.testing.assert_allclose(z[2, 1:5], rows[2])
     assert np.isnan(z[0, 3:]).all() and np.isnan(z[2, 0])
     m = np.array(masked.z, dtype=float)
-    assert m[2, 0] == 0 and m[0, 4] == 1 and np.isnan(m[1, 0])               # out of window vs future
-    assert list(fig.layout.yaxis.ticktext) == ["d", "e", "f"]                 # the predicted tokens
+    assert m[2, 0] == 0 and m[0, 4] == 1 and np.isnan(m[1, 0])  # out of window vs future
+    assert list(fig.layout.yaxis.ticktext) == ["d", "e", "f"]  # the predicted tokens
     assert weights.customdata[1][0][1] == "'d'" and weights.customdata[1][0][0] == "'e'"
     assert fig.layout.shapes[-1].y0 == 0.5
 
@@ -253,16 +319,30 @@ def test_generation_heatmap_thins_its_key_labels_so_they_do_not_collide():
     fig = fg.generation_heatmap(rows, [0] * 30, [f"t{i}" for i in range(94)], 64)
     assert list(fig.layout.xaxis.tickvals) == list(range(0, 93, 4))
     assert list(fig.layout.xaxis.ticktext) == [f"t{i}" for i in range(0, 93, 4)]
-    assert list(fig.layout.yaxis.tickvals) == list(range(30))                  # every generated token down
+    assert list(fig.layout.yaxis.tickvals) == list(range(30))  # every generated token down
 
 
 def test_next_token_bars_leave_room_for_every_subtitle_line():
     """Three subtitle lines (all kept, the mass, a sampled token past the bars) sat on the first bar."""
     kw = dict(sampled_prob=0.002, sampled_label="x", n_allowed=30, kept_mass=0.9, title="Step 29")
-    three = fg.next_token_bars(list(range(20)), np.linspace(0.2, 0.01, 20), [True] * 20, list("abcdefghijklmnopqrst"),
-                               sampled_id=99, sampled_rank=30, **kw)
-    two = fg.next_token_bars(list(range(20)), np.linspace(0.2, 0.01, 20), [True] * 20, list("abcdefghijklmnopqrst"),
-                             sampled_id=3, sampled_rank=4, **kw)
+    three = fg.next_token_bars(
+        list(range(20)),
+        np.linspace(0.2, 0.01, 20),
+        [True] * 20,
+        list("abcdefghijklmnopqrst"),
+        sampled_id=99,
+        sampled_rank=30,
+        **kw,
+    )
+    two = fg.next_token_bars(
+        list(range(20)),
+        np.linspace(0.2, 0.01, 20),
+        [True] * 20,
+        list("abcdefghijklmnopqrst"),
+        sampled_id=3,
+        sampled_rank=4,
+        **kw,
+    )
     assert three.layout.title.subtitle.text.count("<br>") == 2
     assert three.layout.margin.t - two.layout.margin.t == 16 and two.layout.margin.t == title_room() + 32
 
@@ -270,9 +350,19 @@ def test_next_token_bars_leave_room_for_every_subtitle_line():
 @pytest.mark.slow
 def test_step_attention_and_curves():
     w = torch.softmax(torch.randn(3, 4), -1).numpy()
-    fig = fg.step_attention(w, ["p", "q", "r", "s"], window_start=5, query_label="s", predicted_label="t",
-                            row_titles=["head 0", "head 1", "mean"])
-    assert list(fig.data[0].x) == ["p", "q", "r", "s"] and list(fig.layout.yaxis.ticktext) == ["head 0", "head 1", "mean"]
+    fig = fg.step_attention(
+        w,
+        ["p", "q", "r", "s"],
+        window_start=5,
+        query_label="s",
+        predicted_label="t",
+        row_titles=["head 0", "head 1", "mean"],
+    )
+    assert list(fig.data[0].x) == ["p", "q", "r", "s"] and list(fig.layout.yaxis.ticktext) == [
+        "head 0",
+        "head 1",
+        "mean",
+    ]
     assert [int(c[2]) for c in fig.data[0].customdata[0]] == [5, 6, 7, 8]  # each key's position, in the hover
     np.testing.assert_allclose(np.array(fig.data[0].z), w)
     curves = fg.step_curves([0.5, 0.25], [1.0, 2.0], ["a", "b"])
@@ -292,6 +382,7 @@ def test_a_tiny_temperature_from_a_link_generates_the_greedy_text():
 @pytest.mark.slow
 def test_when_every_slot_is_busy_generate_waits_in_line_and_says_so():
     from gptviz.app import jobs
+
     slots = jobs.generation_slots()
     busy = [slots.enter(f"another visitor {i}") for i in range(slots.limit)]
     try:
@@ -321,21 +412,21 @@ def test_the_replay_slider_shows_the_text_the_map_and_the_bars_as_they_stood_at_
     ids = encode(prompt)
     assert at.code[0].value == decode(ids) + decode([s.token_id for s in steps[:2]])  # the text through step 1
     heat = figure(at, "Layer 0, mean of all heads")
-    assert array(heat["data"][0]["z"]).shape[0] == 2                                   # the map's rows so far
+    assert array(heat["data"][0]["z"]).shape[0] == 2  # the map's rows so far
     assert figure(at, "Step 1: the next-token distribution")
     assert any("Replaying step 1 of 3" in c.value for c in at.caption)
 
 
 def test_the_pace_starts_at_a_watchable_speed_and_next_token_writes_one_token_per_click():
     from gptviz.app import keys as K
+
     at = run_page("generation", "Pace this run", gen_pace=K.DEFAULT_PACE)  # what a visitor's session starts with
     assert at.select_slider(key=K.GEN_PACE).value == "5 tokens/s"
     at.number_input(key=K.GEN_N).set_value(5)
     at.button(key=K.GEN_GENERATE).click().run()
     job = generation_of(at)
     assert job.pace == 5.0
-    at.button(key=K.GEN_NEXT).click().run()              # from now on one token per click
+    at.button(key=K.GEN_NEXT).click().run()  # from now on one token per click
     assert job.pace == 0 and at.select_slider(key=K.GEN_PACE).value == "one token per click"
     job.set_pace(None)
     assert job.wait(30) and len(job.steps) == 5
-

@@ -1,28 +1,28 @@
 """AppTest for the pre-norm vs post-norm page: tiny settings through session_state."""
+
 from __future__ import annotations
 
 import base64
 import json
 
 import numpy as np
+import pagetest
 import pytest
 import torch
+from pagetest import forward_calls
 from streamlit.testing.v1 import AppTest
 
 import gptviz.model.checkpoint
 import gptviz.model.weights
 from gptviz import PRESETS
-from gptviz.methods import wiring
-from gptviz.training import xiong
 from gptviz.app import keys as K
+from gptviz.app import sidebar
 from gptviz.figures.norms import WIRING_NAMES
+from gptviz.methods import wiring
 from gptviz.model.generate import generate
 from gptviz.model.tokenizer import decode, get_tokenizer
+from gptviz.training import xiong
 from gptviz.training.train import TrainSettings, train_models, write_history
-from gptviz.app import sidebar
-from pagetest import forward_calls
-
-import pagetest
 
 PAGE = "app_pages/norms.py"
 
@@ -71,8 +71,11 @@ def test_same_weights_section_shows_measured_values_and_reruns_run_no_model():
     charts = at.get("plotly_chart")
     assert len(charts) >= 4
     # the first tab (the trained twins) draws its figures first: the gradient figure is found by its axis
-    grad_fig = next(f for f in pagetest.figures(at)
-                    if (f["layout"].get("yaxis", {}).get("title") or {}).get("text") == "gradient L2 norm")
+    grad_fig = next(
+        f
+        for f in pagetest.figures(at)
+        if (f["layout"].get("yaxis", {}).get("title") or {}).get("text") == "gradient L2 norm"
+    )
     np.testing.assert_allclose(array(grad_fig["data"][0]["y"]), stats["pre"].grad("ffn"), rtol=1e-6)
     np.testing.assert_allclose(array(grad_fig["data"][1]["y"]), stats["post"].grad("ffn"), rtol=1e-6)
 
@@ -94,7 +97,7 @@ def test_the_top_line_says_the_toggle_switches_between_two_trained_models(tiny_p
     at = tiny_page
     top = at.caption[0]
     assert "two separately trained models" in top.value and "heads matched by role" in top.value
-    assert "not by index" in top.help   # the longer story waits in the tooltip
+    assert "not by index" in top.help  # the longer story waits in the tooltip
 
 
 @pytest.mark.slow
@@ -153,8 +156,7 @@ def tiny_twins(tmp_path, monkeypatch):
     cfg = PRESETS["tiny"].replace(n_layers=1, d_model=32, n_heads=2, n_ctx=64)
     tokens = torch.tensor(get_tokenizer().encode(sidebar.DEFAULT_PROMPT * 20))
     settings = TrainSettings(steps=3, batch_size=2, block_size=16, eval_every=2, eval_batches=1)
-    models, results = train_models({"pre": cfg.replace(norm="pre"), "post": cfg.replace(norm="post")},
-                                   settings, tokens)
+    models, results = train_models({"pre": cfg.replace(norm="pre"), "post": cfg.replace(norm="post")}, settings, tokens)
     for norm, model in models.items():
         folder = tmp_path / f"twintest-{norm}"
         gptviz.model.weights.save_checkpoint(model, folder)
@@ -171,15 +173,16 @@ def test_trained_twins_section(tiny_twins):
     assert frames, "the final-loss table is missing"
     table = frames[0].value
     assert list(table.columns) == ["twintest-pre", "twintest-post"]
-    assert table.loc["final train loss"].tolist() == [f"{results[n].history[-1]['train_loss']:.3f}"
-                                                      for n in ("pre", "post")]
+    assert table.loc["final train loss"].tolist() == [
+        f"{results[n].history[-1]['train_loss']:.3f}" for n in ("pre", "post")
+    ]
     assert table.loc["steps"].tolist() == ["3", "3"]
     ids = get_tokenizer().encode(sidebar.DEFAULT_PROMPT)
     codes = [c.value for c in at.code]
     for norm in ("pre", "post"):
         model = gptviz.model.weights.load_checkpoint(folder / f"twintest-{norm}")
         out = generate(model, ids, 40, 0.8, 40, None, 0)
-        assert decode(out[len(ids):]) in codes
+        assert decode(out[len(ids) :]) in codes
     titles = [json.loads(c.proto.spec)["layout"].get("title", {}).get("text") for c in at.get("plotly_chart")]
     assert f"Next token after position {len(ids) - 1}" in titles
 
@@ -216,7 +219,9 @@ def test_the_trial_of_training_the_twins_alike_is_shown_with_its_own_numbers(tin
     """The page says the twins were not trained alike, and why: the pre-norm twin retrained on post-norm's recipe
     fails the check's bars. Every value in that table is the check.json's, and each mark its bar's verdict."""
     import json
+
     from gptviz.training import evaluate, recipe_trials
+
     models = gptviz.model.weights.bundled_models()
     pairs = wiring.trained_twins(list(models))
     if not pairs:
@@ -244,9 +249,12 @@ def test_the_trial_of_training_the_twins_alike_is_shown_with_its_own_numbers(tin
 
 def test_a_logged_induction_column_is_read_whole(tmp_path):
     log = tmp_path / "train.log"
-    log.write_text("step 1/10 loss 7.6 val 10.8 prev 0.035 ind 0.014 rep 10.9\nstep 2/10 loss 7.5\n"
-                   "step 5/10 loss 7.0 val 9.0 prev 0.2 ind 0.061 rep 9\nstep 9/10 val 8 ind 0.040\n")
+    log.write_text(
+        "step 1/10 loss 7.6 val 10.8 prev 0.035 ind 0.014 rep 10.9\nstep 2/10 loss 7.5\n"
+        "step 5/10 loss 7.0 val 9.0 prev 0.2 ind 0.061 rep 9\nstep 9/10 val 8 ind 0.040\n"
+    )
     from gptviz.training import recipe_trials
+
     assert recipe_trials.logged_induction(log) == (0.014, 0.061, 3)
     assert recipe_trials.logged_induction(tmp_path / "missing.log") is None
 
@@ -258,20 +266,24 @@ def test_the_twins_heads_are_shown_beside_their_match_not_their_index():
     if len(wiring.trained_twins(list(gptviz.model.weights.bundled_models()))) == 0:
         pytest.skip("no bundled twins in gptviz/bundled")
     at = open_page(**TINY)
-    titles = [(json.loads(c.proto.spec)["layout"].get("title", {}).get("text") or "").replace("<br>", " ")
-              for c in at.get("plotly_chart")]  # a long title is broken between words
-    assert "pre-norm L0H0" in titles   # short titles: a long one was cut off in its 300 px column
+    titles = [
+        (json.loads(c.proto.spec)["layout"].get("title", {}).get("text") or "").replace("<br>", " ")
+        for c in at.get("plotly_chart")
+    ]  # a long title is broken between words
+    assert "pre-norm L0H0" in titles  # short titles: a long one was cut off in its 300 px column
     assert any(t.startswith("post-norm match L1H") for t in titles)
     table = next(d.value for d in at.dataframe if "post-norm match" in d.value.columns)
     assert len(table) == 16 and table["post-norm match"].nunique() == 16
     prev = next(c for c in table.columns if c.startswith("previous-token"))
     # each id opens its own twin's unit page, in this session
-    groups = {norm: next(g for g in at.button_group if g.key == K.per_item(K.UNIT_PILLS, f"norms_{norm}"))
-              for norm in ("pre", "post")}
+    groups = {
+        norm: next(g for g in at.button_group if g.key == K.per_item(K.UNIT_PILLS, f"norms_{norm}"))
+        for norm in ("pre", "post")
+    }
     assert groups["pre"].options == list(table["pre-norm head"])
     assert groups["post"].options == list(table["post-norm match"])
     first = table[table["pre-norm head"] == "L0H0"].iloc[0]
-    assert all(float(x) > 0.5 for x in first[prev].split(" / "))          # both sides previous-token heads
+    assert all(float(x) > 0.5 for x in first[prev].split(" / "))  # both sides previous-token heads
     post_head = first["post-norm match"]
     at = groups["post"].set_value(post_head).run()  # the unit page opens on the post-norm twin's head
     assert not at.exception, at.exception
@@ -294,20 +306,24 @@ def mean_traces(fig: dict) -> dict[str, np.ndarray]:
 def test_the_papers_setting_tab_shows_what_the_library_measures(monkeypatch):
     """At a tiny probe setting: the per-layer bands, the checklist and the depth fit are xiong's own numbers."""
     from dataclasses import replace
+
     from gptviz.serve.training_jobs import corpus_tokens
+
     monkeypatch.setattr(xiong, "PAPER", TINY_PAPER)
     monkeypatch.setattr(xiong, "PAPER_DEPTHS", TINY_PAPER_DEPTHS)
     at = open_page(**TINY)
     at.button(key=K.NORMS_PAPER_RUN).click().run()
     assert not at.exception, at.exception
     tokens, base = corpus_tokens(), PRESETS["small-4l"]
-    grads = {init: xiong.measure_ffn_gradients(replace(TINY_PAPER, init=init), base, tokens)
-             for init in ("xavier", "gpt2")}
+    grads = {
+        init: xiong.measure_ffn_gradients(replace(TINY_PAPER, init=init), base, tokens) for init in ("xavier", "gpt2")
+    }
     scaling = xiong.depth_scaling(TINY_PAPER, base, tokens, TINY_PAPER_DEPTHS, "W2")
     figs = pagetest.figures(at)
 
     def profile(title: str) -> dict:
         return next(f for f in figs if any(a.get("text") == title for a in f["layout"].get("annotations", [])))
+
     for title, init in (("Xavier init (the paper)", "xavier"), ("GPT-2 init", "gpt2")):
         shown = mean_traces(profile(title))
         assert set(shown) == set(WIRING_NAMES.values())
@@ -316,14 +332,20 @@ def test_the_papers_setting_tab_shows_what_the_library_measures(monkeypatch):
     pairs = wiring.trained_twins(list(gptviz.model.weights.bundled_models()))
     if pairs:  # the bundled twins, measured on the same batches, in the third panel
         folders = gptviz.model.weights.bundled_models()
-        twins = {norm: gptviz.model.weights.load_checkpoint(folders[getattr(pairs[0], norm)]) for norm in ("pre", "post")}
+        twins = {
+            norm: gptviz.model.weights.load_checkpoint(folders[getattr(pairs[0], norm)]) for norm in ("pre", "post")
+        }
         trained = xiong.trained_ffn_gradients(twins, tokens, TINY_PAPER)
         shown = mean_traces(profile(f"trained twins ({pairs[0].stem})"))
         for norm, name in WIRING_NAMES.items():
             np.testing.assert_allclose(shown[name], trained.mean(norm, "W2"), rtol=1e-5)
     text = markdown_text(at)
     for claim in xiong.check_claims(grads["xavier"], "W2", scaling):
-        mark = ":green[:material/check_circle: reproduced]" if claim.reproduced else ":red[:material/cancel: not reproduced]"
+        mark = (
+            ":green[:material/check_circle: reproduced]"
+            if claim.reproduced
+            else ":red[:material/cancel: not reproduced]"
+        )
         assert f"{mark}: {claim.text}. Measured: {claim.measured}." in text
     depth_fig = next(f for f in figs if f["layout"].get("xaxis", {}).get("title", {}).get("text") == "layers L")
     fitted = [t["name"] for t in depth_fig["data"] if t.get("mode") == "lines+markers"]
@@ -356,9 +378,11 @@ def bundled_twin_models():
 def test_the_first_tab_shows_the_twins_side_by_side_as_recomputed_here(tiny_page):
     """Issue 41: the page opens on the trained twins. The matched pairs are match_heads' own on the probe, the pair
     shown first is the most similar, and each twin's bars are the softmax of its logits after the prompt."""
-    from gptviz import methods as analysis, capture
+    from gptviz import capture
+    from gptviz import methods as analysis
     from gptviz.app.model_service import pattern_names
     from gptviz.model.weights import training_vocab as read_training_vocab
+
     names, twins = bundled_twin_models()
     at = tiny_page
     assert not at.exception, at.exception
@@ -367,12 +391,17 @@ def test_the_first_tab_shows_the_twins_side_by_side_as_recomputed_here(tiny_page
     length = min(50, cfg.n_ctx // 2)
     vocab = read_training_vocab(str(gptviz.model.weights.bundled_models()[names["pre"]]))
     probe = analysis.induction_sequence(cfg.vocab_size, length, ids=vocab)[None]
-    pats = {norm: torch.stack([capture(m, probe, list(pattern_names(cfg.n_layers)))[1][name][0]
-                               for name in pattern_names(cfg.n_layers)]) for norm, m in twins.items()}
+    pats = {
+        norm: torch.stack(
+            [capture(m, probe, list(pattern_names(cfg.n_layers)))[1][name][0] for name in pattern_names(cfg.n_layers)]
+        )
+        for norm, m in twins.items()
+    }
     matches = analysis.match_heads(pats["pre"], pats["post"])
     picker = at.selectbox(key=K.TWINS_PAIR)
     assert picker.options == [
-        f"pre L{m.a[0]}H{m.a[1]} ↔ post L{m.b[0]}H{m.b[1]} (similarity {m.similarity:.2f})" for m in matches]
+        f"pre L{m.a[0]}H{m.a[1]} ↔ post L{m.b[0]}H{m.b[1]} (similarity {m.similarity:.2f})" for m in matches
+    ]
     best = max(matches, key=lambda m: m.similarity)
     assert picker.value == matches.index(best)
     figs = pagetest.figures(at)
@@ -390,7 +419,7 @@ def test_the_first_tab_shows_the_twins_side_by_side_as_recomputed_here(tiny_page
         np.testing.assert_allclose(array(trace["x"]).astype(float), want.values.numpy(), rtol=1e-4)
         assert trace["name"] == f"{norm}-norm"
         top[norm] = float(want.values[0])
-    sentence = at.markdown[0].value   # the one sentence, every number in it the figures'
+    sentence = at.markdown[0].value  # the one sentence, every number in it the figures'
     surer = "pre" if top["pre"] >= top["post"] else "post"
     assert f"the {surer}-norm twin is surer ({max(top.values()):.0%} against {min(top.values()):.0%})" in sentence
     assert f"(similarity {best.similarity:.2f} against" in sentence
@@ -405,11 +434,14 @@ def test_the_first_tab_shows_the_twins_side_by_side_as_recomputed_here(tiny_page
 def test_the_caveat_is_read_from_the_records():
     """Twins trained alike get no caveat; an init that differs is named with both inits, other differences after."""
     from gptviz.training.evaluate import twins_caveat
+
     alike = {"data": "x", "settings": {"lr": 0.001}}
     assert twins_caveat(alike, dict(alike)) is None
     said = twins_caveat(alike, dict(alike, init="xavier"))
-    assert said == ("Not trained alike: stage 1 started pre-norm from GPT-2's normal(0, 0.02) random weights and "
-                    "post-norm from Xavier's, so not every difference is the wiring's.")
+    assert said == (
+        "Not trained alike: stage 1 started pre-norm from GPT-2's normal(0, 0.02) random weights and "
+        "post-norm from Xavier's, so not every difference is the wiring's."
+    )
     said = twins_caveat(alike, {"data": "x", "settings": {"lr": 0.003}, "init": "xavier"})
     assert "post-norm from Xavier's; stage 1: lr 0.001 against 0.003, so" in said
 
@@ -419,6 +451,7 @@ def test_the_whole_history_and_heads_forming_show_the_same_formed_step(tiny_page
     """One definition of the step a head formed (snapshots.formed_step): the twins' history table on this page and
     the detector curves on Heads forming name the same step for each twin's induction head."""
     from gptviz.training.snapshots import formed_step, load_snapshots
+
     names, _ = bundled_twin_models()
     folders = gptviz.model.weights.bundled_models()
     steps = {norm: formed_step(load_snapshots(folders[name]), "induction") for norm, name in names.items()}
@@ -426,8 +459,11 @@ def test_the_whole_history_and_heads_forming_show_the_same_formed_step(tiny_page
     table = next(t.value for t in at.table if "induction head formed" in list(t.value.columns))
     shown = {norm: table.loc[f"{norm}-norm", "induction head formed"] for norm in ("pre", "post")}
     timeline = pagetest.run_page("timeline")
-    curves = next(f for f in pagetest.figures(timeline) if "score of every head" in
-                  (f["layout"].get("title") or {}).get("text", ""))
+    curves = next(
+        f
+        for f in pagetest.figures(timeline)
+        if "score of every head" in (f["layout"].get("title") or {}).get("text", "")
+    )
     marks = {a["text"] for a in curves["layout"]["annotations"] if "formed at step" in a.get("text", "")}
     for norm, (step, layer, head) in steps.items():
         assert shown[norm] == f"step {step:,}"

@@ -3,10 +3,12 @@ LayerNorm radio redraws it in the other wiring; the position picker moves it; ev
 
 The page holds st.page_link, which needs the app's navigation: it opens through app.py (pagetest.open_page).
 """
+
 from __future__ import annotations
 
 import pytest
 import torch
+from pagetest import MARKUP, TINY, edge_prompts, figures, kept_of_edge_prompt, open_page
 
 from gptviz import methods as analysis
 from gptviz.app import keys as K
@@ -15,7 +17,6 @@ from gptviz.app.sidebar import DEFAULT_PROMPT
 from gptviz.figures.overview import pct
 from gptviz.model.hooks import act_name
 from gptviz.model.tokenizer import encode
-from pagetest import MARKUP, TINY, edge_prompts, figures, kept_of_edge_prompt, open_page
 
 PAGE = "app_pages/overview.py"
 N_LAYERS, N_CTX = 2, 128
@@ -23,8 +24,11 @@ N_LAYERS, N_CTX = 2, 128
 
 def diagrams(at) -> dict[str, dict]:
     """The page's diagrams by layout ("wide", "tall")."""
-    return {f["layout"]["meta"]["overview_layout"]: f for f in figures(at) if "overview_layout" in
-            (f["layout"].get("meta") or {})}
+    return {
+        f["layout"]["meta"]["overview_layout"]: f
+        for f in figures(at)
+        if "overview_layout" in (f["layout"].get("meta") or {})
+    }
 
 
 def recomputed(prompt: str, norm: str, position: int):
@@ -32,12 +36,17 @@ def recomputed(prompt: str, norm: str, position: int):
     spec = TINY._replace(norm=norm)
     ids = tuple(encode(prompt)[-N_CTX:])
     from gptviz.app import model_service
+
     logits, cache = model_service.capture_cache(spec, ids)  # every hook point: another capture than the page's
     model = model_service.load_model(spec)
     lens = analysis.logit_lens(model, cache)
     probs = logits[position].softmax(-1)
-    sums = [torch.linalg.vector_norm(cache[act_name("resid_pre", i)][position] +
-                                     cache[act_name("attn_out", i)][position]).item() for i in range(N_LAYERS)]
+    sums = [
+        torch.linalg.vector_norm(
+            cache[act_name("resid_pre", i)][position] + cache[act_name("attn_out", i)][position]
+        ).item()
+        for i in range(N_LAYERS)
+    ]
     return ids, lens.top_ids[:, position].tolist(), probs.topk(5), sums
 
 
@@ -57,8 +66,9 @@ def test_the_diagram_shows_the_capture_in_each_wiring(norm):
     for fig in figs.values():
         trace = fig["data"][0]
         kinds = [c[0] for c in trace["customdata"] if c[1] == 1 and c[0] != "lens"]
-        assert kinds == (["ln", "attn", "add", "ln", "mlp", "add"] if norm == "pre" else
-                         ["attn", "add", "ln", "mlp", "add", "ln"])
+        assert kinds == (
+            ["ln", "attn", "add", "ln", "mlp", "add"] if norm == "pre" else ["attn", "add", "ln", "mlp", "add", "ln"]
+        )
         assert [c[3] for c in trace["customdata"] if c[0] == "lens"] == lens_top
         assert [c[3] for c in trace["customdata"] if c[0] == "prob"][:5] == top.indices.tolist()
         probs = drawn_values(fig, "prob")
@@ -85,15 +95,22 @@ def test_the_position_picker_moves_the_diagram():
 def test_every_stage_links_to_its_page():
     at = open_page(PAGE)
     links = {el.proto.label: el.proto.page for el in at.get("page_link")}
-    assert links == {"Embeddings": "embeddings", "Attention": "", "Activations": "activations",
-                     "Why this token?": "why", "Generation": "generation"}  # "": the app's home, Attention
+    assert links == {
+        "Embeddings": "embeddings",
+        "Attention": "",
+        "Activations": "activations",
+        "Why this token?": "why",
+        "Generation": "generation",
+    }  # "": the app's home, Attention
 
 
 def test_a_box_opens_its_page_with_that_stage_chosen():
     ids = (5, 6, 7, 8)
     attn = service.stage_target({"customdata": ["attn", 1, 3, -1]}, 2, ids)
-    assert attn == ("attention", {K.ATT_LAYER: 1, K.ATT_HEAD: 3, K.ATT_QUERY: 2, K.ATT_QUERY_POS: 2,
-                                  K.ATT_QUERY_FOR: (ids, 2)})
+    assert attn == (
+        "attention",
+        {K.ATT_LAYER: 1, K.ATT_HEAD: 3, K.ATT_QUERY: 2, K.ATT_QUERY_POS: 2, K.ATT_QUERY_FOR: (ids, 2)},
+    )
     assert service.stage_target({"customdata": ["mlp", 0, -1, -1]}, 1, ids) == ("activations", {K.ACT_FOCUS: 1})
     assert service.stage_target({"customdata": ["prob", -1, -1, 42]}, 3, ids) == ("why", {K.WHY_TARGET: 42})
     assert service.stage_target({"customdata": ["prob", -1, -1, 42]}, 1, ids) == ("why", {})

@@ -1,17 +1,19 @@
 """The Parameters page (AppTest): counts for the model in use and the presets, checked against formulas
 written out here; the calculator explains invalid models inline and counts billions without weights."""
+
 from __future__ import annotations
 
 import json
 
 import numpy as np
 import pytest
+from pagetest import TINY, array, run_page
 from streamlit.testing.v1 import AppTest
 
 from gptviz import PRESETS
+from gptviz.app import keys as K
+from gptviz.app import model_service
 from gptviz.model.params import total_params
-from gptviz.app import keys as K, model_service
-from pagetest import TINY, run_page, array
 
 
 def page(spec: model_service.ModelSpec | None = TINY, **state) -> AppTest:
@@ -37,15 +39,18 @@ def test_model_in_use_breakdown_and_seed_facts():
     tiny = PRESETS["tiny"]
     total = gpt2_formula(2, 64, 50257, 128)
     assert total == total_params(tiny)
-    per_block = gpt2_formula(1, 64, 0, 0) - 2 * 64       # one block, without ln_f
-    assert metrics(at)[:4] == [("Parameters", f"{total:,}"), ("Per block", f"{per_block:,}"),
-                               ("fp32", f"{total * 4 / 2**20:,.1f} MiB"),
-                               ("fp16 / bf16", f"{total * 2 / 2**20:,.1f} MiB")]
+    per_block = gpt2_formula(1, 64, 0, 0) - 2 * 64  # one block, without ln_f
+    assert metrics(at)[:4] == [
+        ("Parameters", f"{total:,}"),
+        ("Per block", f"{per_block:,}"),
+        ("fp32", f"{total * 4 / 2**20:,.1f} MiB"),
+        ("fp16 / bf16", f"{total * 2 / 2**20:,.1f} MiB"),
+    ]
     facts = " ".join(m.value for m in at.markdown)
     attn, mlp = 4 * 64 * 64 + 4 * 64, 2 * 64 * 256 + 256 + 64
     assert f"the MLP holds {mlp:,} parameters and attention {attn:,}" in facts
     assert f"{mlp / attn:.2f}×" in facts and "1.99×" in facts
-    assert f"= {50257 * 64:,} parameters" in facts       # what tying saves: vocab x d_model
+    assert f"= {50257 * 64:,} parameters" in facts  # what tying saves: vocab x d_model
     # the table by group (attention with its output projection) marks the tied head and gives it no count of its own
     groups = at.dataframe[0].value
     assert list(groups["group"]) == ["embeddings", "attention", "MLP", "norms", "LM head"]
@@ -57,14 +62,14 @@ def test_model_in_use_breakdown_and_seed_facts():
     assert groups["made of"][1] == f"attention Q/K/V {qkv:,} + attention output {out:,}"
     assert np.allclose(groups["fp16 MiB"] * 2, groups["fp32 MiB"])
     assert np.allclose(groups["bf16 MiB"], groups["fp16 MiB"])
-    comp = at.dataframe[1].value   # the finer split, one click away (in an expander)
+    comp = at.dataframe[1].value  # the finer split, one click away (in an expander)
     assert list(comp["group"]) == ["embeddings"] * 2 + ["attention"] * 2 + ["MLP"] * 2 + ["norms"] * 2 + ["LM head"]
     assert comp["count"].sum() == total
     assert {e.label for e in at.expander} >= {"Finer split: the components inside each group"}
     bars = [json.loads(el.proto.spec) for el in at.get("plotly_chart")]
     rows = [[a["text"].split("</b>")[0][3:] for a in f["layout"].get("annotations", [])] for f in bars[:3]]
-    assert rows[0] == ["embeddings", "attention", "MLP", "norms", "LM head"]     # the chart, by group
-    assert rows[2][:4] == ["token embedding", "position embedding", "attention Q/K/V", "attention output"]   # finer
+    assert rows[0] == ["embeddings", "attention", "MLP", "norms", "LM head"]  # the chart, by group
+    assert rows[2][:4] == ["token embedding", "position embedding", "attention Q/K/V", "attention output"]  # finer
     assert len(at.get("plotly_chart")) >= 5
 
 
@@ -75,7 +80,7 @@ def test_any_preset_is_counted_without_building_it():
     assert metrics(at)[0] == ("Parameters", f"{gpt2_formula(48, 1600, 50257, 1024):,}")
     assert metrics(at)[0][1] == "1,557,611,200"
     at = page(par_model="gpt2-small-untied-noqkvbias")
-    untied = gpt2_formula(12, 768, 50257, 1024, tied=False) - 12 * 3 * 768   # no Q/K/V bias
+    untied = gpt2_formula(12, 768, 50257, 1024, tied=False) - 12 * 3 * 768  # no Q/K/V bias
     assert metrics(at)[0] == ("Parameters", f"{untied:,}")
     facts = " ".join(m.value for m in at.markdown)
     assert "would save" in facts and f"{50257 * 768:,}" in facts
@@ -88,7 +93,7 @@ def test_all_presets_side_by_side():
     assert list(frame["model"]) == ["gpt1", "gpt2-small", "gpt2-medium", "gpt2-large", "gpt2-xl"]
     for row in frame.itertuples():
         assert row.total == total_params(PRESETS[row.model])
-    fine = [d.value for d in at.dataframe if "model" in d.value.columns][1]   # the finer split, by component
+    fine = [d.value for d in at.dataframe if "model" in d.value.columns][1]  # the finer split, by component
     assert list(fine["total"]) == list(frame["total"])
     assert list(fine["attention Q/K/V"] + fine["attention output"]) == list(frame["attention"])
     assert frame.set_index("model").loc["gpt2-small", "total"] == gpt2_formula(12, 768, 50257, 1024)
@@ -104,7 +109,7 @@ def test_all_presets_side_by_side():
 def test_calculator_counts_billions_instantly():
     at = page(calc_layers=96, calc_d_model=12288, calc_heads=96, calc_ctx=2048)
     assert not at.exception and not at.error
-    expected = gpt2_formula(96, 12288, 50257, 2048)       # GPT-3 175B's shape
+    expected = gpt2_formula(96, 12288, 50257, 2048)  # GPT-3 175B's shape
     assert 174e9 < expected < 176e9
     assert ("Parameters", f"{expected:,}") in metrics(at)[4:]
 

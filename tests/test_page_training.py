@@ -1,23 +1,32 @@
 """AppTest for the Train page: a tiny run started from the form, finished in the background, then offered
 to the other pages and as a download; a long run stopped from the page."""
+
 from __future__ import annotations
 
 import time
 
+import pagetest
 import pytest
+from pagetest import APP
 from streamlit.testing.v1 import AppTest
 
+from gptviz.app import jobs, sidebar
+from gptviz.app import keys as K
 from gptviz.model.generate import generate
 from gptviz.model.tokenizer import decode, get_tokenizer
 from gptviz.serve.training_jobs import DONE, STOPPED
-from gptviz.app import jobs, sidebar, keys as K
-
-import pagetest
-from pagetest import APP
 
 REGISTRY = jobs.training_registry()
-TINY = dict(train_layers=1, train_width=32, train_heads=2, train_steps=4, train_batch=1, train_block=16,
-            train_warmup=0, train_wiring="both")
+TINY = dict(
+    train_layers=1,
+    train_width=32,
+    train_heads=2,
+    train_steps=4,
+    train_batch=1,
+    train_block=16,
+    train_warmup=0,
+    train_wiring="both",
+)
 
 
 def open_page(**state) -> AppTest:
@@ -50,7 +59,7 @@ def test_a_tiny_run_from_the_page(monkeypatch):
     ids = get_tokenizer().encode(sidebar.DEFAULT_PROMPT)[-16:]
     codes = [c.value for c in at.code]
     for name, model in job.models.items():
-        assert decode(generate(model, ids, 40, temperature=0.8, top_k=40, seed=0)[len(ids):]) in codes
+        assert decode(generate(model, ids, 40, temperature=0.8, top_k=40, seed=0)[len(ids) :]) in codes
     data_buttons = [b for b in at.get("download_button") if b.proto.label != "Interactive HTML"]
     assert len(data_buttons) == 2  # beside each figure's own HTML download
     # "Open in the other pages" selects the run in the shared sidebar
@@ -75,7 +84,10 @@ def test_scenario_buttons_fill_the_form():
     at.button(key="train_scenario_Deep and narrow, no warmup").click().run()
     assert not at.exception
     assert (at.session_state[K.TRAIN_LAYERS], at.session_state[K.TRAIN_WARMUP], at.session_state[K.TRAIN_CLIP]) == (
-        12, 0, 0.0)
+        12,
+        0,
+        0.0,
+    )
     assert at.slider(key=K.TRAIN_LAYERS).value == 12
 
 
@@ -119,8 +131,9 @@ def test_the_form_keeps_its_values_after_leaving_the_page_and_says_which_wiring_
     at.switch_page("app_pages/training.py").run()
     assert not at.exception
     assert at.slider(key=K.TRAIN_LAYERS).value == 5 and at.radio(key=K.TRAIN_WIRING).value == "pre"
-    assert any("The sidebar's LayerNorm placement is post-norm; this run trains pre-norm" in c.value
-               for c in at.caption)
+    assert any(
+        "The sidebar's LayerNorm placement is post-norm; this run trains pre-norm" in c.value for c in at.caption
+    )
 
 
 @pytest.mark.slow
@@ -158,8 +171,10 @@ WARMUP_SMALL = dict(layers=2, width=32, heads=2, lr=1e-2, warmup=4, steps=12, ba
 def test_the_warmup_scenario_shows_what_the_library_computes(monkeypatch):
     """The page's outcome line and loss bands are gptviz.training.warmup's own, on the same (here tiny) scenario."""
     import numpy as np
-    from gptviz.training import warmup
+
     from gptviz.serve.training_jobs import corpus_tokens
+    from gptviz.training import warmup
+
     small = warmup.Scenario(**WARMUP_SMALL)
     monkeypatch.setattr(warmup, "PAGE_SCENARIO", small)
     at = open_page(**TINY)
@@ -178,8 +193,11 @@ def test_the_warmup_scenario_shows_what_the_library_computes(monkeypatch):
     out = warmup.outcome(expected, baseline)
     shown = [m.value for m in at.markdown if m.value.startswith("**Loss over steps")]
     assert shown == [f"**{out.sentence}** {warmup.baseline_line(out, baseline)} {out.verdict}"]
-    losses = next(f for f in pagetest.figures(at) if f["layout"]["yaxis"].get("title", {}).get("text", "").startswith(
-        "training loss, mean ± sd"))
+    losses = next(
+        f
+        for f in pagetest.figures(at)
+        if f["layout"]["yaxis"].get("title", {}).get("text", "").startswith("training loss, mean ± sd")
+    )
     means = {t["name"]: pagetest.array(t["y"]) for t in losses["data"] if t.get("mode") == "lines+markers"}
     reference = [t for t in losses["data"] if t.get("name", "").startswith("frequency-only loss")]
     assert [pagetest.array(t["y"]).tolist() for t in reference] == [pytest.approx([baseline, baseline])]
@@ -187,8 +205,12 @@ def test_the_warmup_scenario_shows_what_the_library_computes(monkeypatch):
     for arm in warmup.ARMS:
         np.testing.assert_allclose(means[arm], warmup.mean_band(expected, arm)[0], rtol=1e-6)
     # one heatmap per arm, every one on the same colour scale
-    heatmaps = {t["name"] if "name" in t else f["layout"]["annotations"][0]["text"]: t
-                for f in pagetest.figures(at) for t in f["data"] if t["type"] == "heatmap"}
+    heatmaps = {
+        t["name"] if "name" in t else f["layout"]["annotations"][0]["text"]: t
+        for f in pagetest.figures(at)
+        for t in f["data"]
+        if t["type"] == "heatmap"
+    }
     assert set(heatmaps) == set(warmup.ARMS)
     grids = {arm: warmup.ffn_grad_grid(expected, arm) for arm in warmup.ARMS}
     lo, hi = (min(np.log10(g).min() for g in grids.values()), max(np.log10(g).max() for g in grids.values()))

@@ -1,6 +1,7 @@
 """The unit page ("What does this unit do?") against the shipped index, its searches and bad input, a unit from a
 link, an index built on request within the server's limits, and the links to it from the Activations and Attention
 pages."""
+
 from __future__ import annotations
 
 import re
@@ -8,15 +9,15 @@ import urllib.parse
 
 import numpy as np
 import pytest
+from pagetest import APP, TINY, array, figures, run_page, token_rows
 from streamlit.testing.v1 import AppTest
 
 from gptviz import index as ix
-from gptviz.serve import limits
 from gptviz.app import keys as K
 from gptviz.app import links, model_service
 from gptviz.app import unit_index as ui
 from gptviz.model.tokenizer import encode
-from pagetest import APP, TINY, array, figures, run_page, token_rows
+from gptviz.serve import limits
 
 PRE = model_service.ModelSpec(K.SOURCE_BUNDLED, "shakespeare-pre", "pre")
 SEARCH_TAB = {K.UNIT_TAB: K.UNIT_TABS[1]}  # only the open tab is built
@@ -68,8 +69,9 @@ def test_the_bands_show_the_indexs_examples_from_the_whole_range(shipped, unit):
     for band in ix.band_examples(shipped, unit):
         shown = token_rows(at, K.per_item(K.UNIT_BANDS, band.number))
         peaks = [row["values"][row["peak"]] for row in shown["rows"]]
-        np.testing.assert_allclose(peaks, shipped.arrays["band_values"][i, band.number][:len(band.examples)],
-                                   rtol=1e-4, atol=1e-6)  # each example's own token, recomputed, is its value
+        np.testing.assert_allclose(
+            peaks, shipped.arrays["band_values"][i, band.number][: len(band.examples)], rtol=1e-4, atol=1e-6
+        )  # each example's own token, recomputed, is its value
         assert [row["name"].split("  ")[1] for row in shown["rows"]] == [e.doc_name for e in band.examples]
         assert shown["cmax"] == pytest.approx(float(shipped.arrays["top_values"][i, 0]))  # the top examples' scale
         assert all(band.lo <= p <= band.hi * (1 + 1e-5) for p in peaks)
@@ -88,6 +90,7 @@ def test_a_head_from_state_shows_where_its_peak_looks(shipped):
     # each example names where its peak looks, from a fresh one-at-a-time recomputation of its attention
     from gptviz import load_pretrained
     from gptviz.model.tokenizer import token_labels
+
     model, docs = load_pretrained("shakespeare-pre"), ix.index_documents(shipped)
     for row, e in zip(examples_on_screen(at)["rows"], ix.top_examples(shipped, "L1H2")):
         ctx = ix.example_context(shipped, docs, e.doc, e.pos, model=model, unit="L1H2", before=20, after=6)
@@ -140,15 +143,18 @@ def test_search_by_prompt_token_equals_units_at(shipped):
     table = at.dataframe[0].value
     model = model_service.load_model(PRE)
     ids = encode(at.session_state[K.PROMPT])
-    want = ix.units_at(model, ids, len(ids) - 1, index=shipped, k=8, kind="neuron") + \
-        ix.units_at(model, ids, len(ids) - 1, index=shipped, k=4, kind="head")
+    want = ix.units_at(model, ids, len(ids) - 1, index=shipped, k=8, kind="neuron") + ix.units_at(
+        model, ids, len(ids) - 1, index=shipped, k=4, kind="head"
+    )
     assert list(table["unit"]) == [str(s.unit) for s in want]
     np.testing.assert_allclose(table["value here"], [s.value for s in want], rtol=1e-5)
     assert all("⟦" in t for t in table["its top example in the corpus"])
 
 
-@pytest.mark.parametrize("word, message", [("", "Type a word"), ("Rosencrantzian", "is not one token"),
-                                           (" Aaron", "occurs fewer than 20 times")])
+@pytest.mark.parametrize(
+    "word, message",
+    [("", "Type a word"), ("Rosencrantzian", "is not one token"), (" Aaron", "occurs fewer than 20 times")],
+)
 def test_word_search_bad_input(word, message):
     at = run_page("units", spec=PRE, **SEARCH_TAB)
     at.text_input(key=K.UNIT_WORD).set_value(word).run()
@@ -193,15 +199,18 @@ def test_a_model_without_an_index_builds_one_within_limits(tmp_path, monkeypatch
 @pytest.mark.slow
 def test_an_index_over_your_own_corpus_is_the_one_the_page_reads(tmp_path, monkeypatch):
     import json
+
     from gptviz.app.model_service import load_model
+
     monkeypatch.setenv("GPTVIZ_INDEX_DIR", str(tmp_path / "indexes"))
     corpus = tmp_path / "letters.jsonl"
     texts = [f"Dear friend, letter {i}: the weather is fine and the garden is green.\n" * 6 for i in range(12)]
     corpus.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
     docs = ix.tokenize_corpus(corpus, tmp_path / "ids")
-    index = ix.build_index(load_model(TINY), docs, source=corpus.name,
-                           corpus={"path": str(corpus), "text_column": "text"})
-    ix.save_index(index, tmp_path / "indexes" / "letters")   # a name of the operator's own
+    index = ix.build_index(
+        load_model(TINY), docs, source=corpus.name, corpus={"path": str(corpus), "text_column": "text"}
+    )
+    ix.save_index(index, tmp_path / "indexes" / "letters")  # a name of the operator's own
     at = run_page("units", spec=TINY)
     assert not at.exception and not at.error, [e.value for e in at.error]
     unit = at.session_state[K.UNIT]
@@ -249,6 +258,7 @@ def picked(at, name: str, unit: str):
 @pytest.mark.slow
 def test_activations_pills_are_the_listed_neurons_and_open_them():
     from pagetest import figure
+
     at = run_page("activations", spec=PRE)
     bars = figure(at, "Most active neurons")["data"][0]["y"]
     assert pills(at, "act_neurons").options == [b.replace(" ", "") for b in bars]
@@ -282,6 +292,7 @@ def test_ablated_heads_on_the_why_page_open_their_unit_pages():
 
 def test_a_picked_row_names_its_unit():
     from gptviz.app.unit_nav import unit_of_selection
+
     units = ["L0N1", "L1H2", "L3N7"]
     assert unit_of_selection({"rows": [1]}, units) == "L1H2"
     assert unit_of_selection({"rows": []}, units) is None  # a row unpicked
@@ -290,6 +301,7 @@ def test_a_picked_row_names_its_unit():
 
 def test_search_tables_are_picked_by_row(shipped):
     from streamlit.proto.Dataframe_pb2 import Dataframe
+
     at = run_page("units", spec=PRE, **SEARCH_TAB)
     at.text_input(key=K.UNIT_WORD).set_value("king").run()
     tables = [d for d in at.dataframe if "its top example in the corpus" in d.value.columns]
@@ -308,6 +320,7 @@ def test_a_link_to_the_other_twin_names_its_wiring():
 def test_a_picked_neuron_opens_its_page_in_this_session():
     """Through app.py, as a visitor clicks: the router follows the pick to the unit page with the same model."""
     from pagetest import open_app
+
     at = open_app(**{K.MODEL_SOURCE: K.SOURCE_BUNDLED})
     at.switch_page("app_pages/activations.py")
     at = at.run()

@@ -1,17 +1,19 @@
 """The "Why this token?" page (AppTest, tiny preset): every figure and number equals the library's value,
 recomputed here."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import torch
-
-from gptviz.methods import attribution
-from gptviz.model.generate import generate
-from gptviz.methods.interventions import ablate_heads, run_with_edits
-from gptviz.model.tokenizer import decode, encode, token_labels
-from gptviz.app import model_service, keys as K
 from pagetest import TINY, array, figure, figures, run_page, title_of
+
+from gptviz.app import keys as K
+from gptviz.app import model_service
+from gptviz.methods import attribution
+from gptviz.methods.interventions import ablate_heads, run_with_edits
+from gptviz.model.generate import generate
+from gptviz.model.tokenizer import decode, encode, token_labels
 
 PROMPT = "Romeo.\nBut soft! what light through yonder window breaks?"
 
@@ -64,34 +66,48 @@ def test_ablating_heads_shows_the_recomputed_probabilities_and_continuations():
     logits, _ = run_with_edits(model, torch.tensor([ids]), edits)
     after = torch.softmax(logits[0, -1], -1)
     before = torch.softmax(run_with_edits(model, torch.tensor([ids]), [])[0][0, -1], -1)
-    shown = sorted(set(before.topk(5).indices.tolist()) | set(after.topk(5).indices.tolist()),
-                   key=lambda i: -float(before[i]))
+    shown = sorted(
+        set(before.topk(5).indices.tolist()) | set(after.topk(5).indices.tolist()), key=lambda i: -float(before[i])
+    )
     table = at.dataframe[0].value
     assert list(table["token"]) == token_labels(shown)
     np.testing.assert_allclose(table["after"], [float(after[i]) for i in shown], atol=1e-6)
     np.testing.assert_allclose(table["before"], [float(before[i]) for i in shown], atol=1e-6)
-    plain = generate(model, ids, 12, temperature=0.0)[len(ids):]
-    edited = generate(model, ids, 12, temperature=0.0, edits=edits)[len(ids):]
+    plain = generate(model, ids, 12, temperature=0.0)[len(ids) :]
+    edited = generate(model, ids, 12, temperature=0.0, edits=edits)[len(ids) :]
     assert [t.value for t in at.text] == [decode(plain), decode(edited)]
-    assert [title_of(f) for f in figures(at)] == ["Click a head to ablate it, again to bring it back (colour: its "
-                                                  "direct attribution)", "L1H0 as trained", "L1H0 with the ablation"]
+    assert [title_of(f) for f in figures(at)] == [
+        "Click a head to ablate it, again to bring it back (colour: its direct attribution)",
+        "L1H0 as trained",
+        "L1H0 with the ablation",
+    ]
 
 
 @pytest.mark.slow
 def test_where_the_continuations_part_both_tokens_are_quoted():
+    from pagetest import run_page
+
     from gptviz import load_pretrained
     from gptviz.app.display import md_text
-    from pagetest import run_page
+
     prompt, heads = "A B C D E F G H A B C", [(1, 0), (1, 1), (1, 2), (1, 3)]  # the pre-norm twin's layer 1
-    at = run_page("why", prompt, spec=model_service.ModelSpec(K.SOURCE_BUNDLED, "shakespeare-pre", "pre"),
-                  why_view="Ablate heads", why_heads=heads, why_n=8)
+    at = run_page(
+        "why",
+        prompt,
+        spec=model_service.ModelSpec(K.SOURCE_BUNDLED, "shakespeare-pre", "pre"),
+        why_view="Ablate heads",
+        why_heads=heads,
+        why_n=8,
+    )
     assert not at.exception and not at.error
     model, ids = load_pretrained("shakespeare-pre"), encode(prompt)
-    plain = generate(model, ids, 8, temperature=0.0)[len(ids):]
-    edited = generate(model, ids, 8, temperature=0.0, edits=[ablate_heads(1, [0, 1, 2, 3])])[len(ids):]
+    plain = generate(model, ids, 8, temperature=0.0)[len(ids) :]
+    edited = generate(model, ids, 8, temperature=0.0, edits=[ablate_heads(1, [0, 1, 2, 3])])[len(ids) :]
     split = next(i for i, (a, b) in enumerate(zip(plain, edited)) if a != b)  # without layer 1 it stops copying
-    assert (f"diverge at new token {split + 1}: “{md_text(token_labels([plain[split]])[0])}” without the ablation, "
-            f"“{md_text(token_labels([edited[split]])[0])}” with it") in " ".join(w.value for w in at.warning)
+    assert (
+        f"diverge at new token {split + 1}: “{md_text(token_labels([plain[split]])[0])}” without the ablation, "
+        f"“{md_text(token_labels([edited[split]])[0])}” with it"
+    ) in " ".join(w.value for w in at.warning)
 
 
 @pytest.mark.slow
@@ -106,16 +122,21 @@ def test_patching_example_matches_the_library_sweep():
         rival = top_two(clean)[1]
     resid = attribution.residual_patching(tiny_model(), clean, corrupted, goal, rival)
     heads = attribution.head_patching(tiny_model(), clean, corrupted, goal, rival)
-    np.testing.assert_allclose(array(figure(at, "Residual stream patched")["data"][0]["z"]), resid.scores.numpy(),
-                               atol=1e-4)
-    np.testing.assert_allclose(array(figure(at, "One head's output patched")["data"][0]["z"]),
-                               heads.scores.numpy(), atol=1e-4)
+    np.testing.assert_allclose(
+        array(figure(at, "Residual stream patched")["data"][0]["z"]), resid.scores.numpy(), atol=1e-4
+    )
+    np.testing.assert_allclose(
+        array(figure(at, "One head's output patched")["data"][0]["z"]), heads.scores.numpy(), atol=1e-4
+    )
 
 
 @pytest.mark.slow
 def test_patching_prompts_of_different_lengths_get_a_clear_message():
-    at = page(why_view="Patching", why_example=K.OWN_PAIR, **{K.per_item(K.WHY_CLEAN, K.OWN_PAIR): "one two three",
-                                                             K.per_item(K.WHY_CORRUPT, K.OWN_PAIR): "one two"})
+    at = page(
+        why_view="Patching",
+        why_example=K.OWN_PAIR,
+        **{K.per_item(K.WHY_CLEAN, K.OWN_PAIR): "one two three", K.per_item(K.WHY_CORRUPT, K.OWN_PAIR): "one two"},
+    )
     assert not at.exception
     assert any("same number of tokens" in w.value for w in at.warning)
 
@@ -144,23 +165,34 @@ def test_token_text_reaches_the_figures_escaped():
 def test_information_flow_view_draws_the_librarys_graph():
     """The edges drawn, the counts said and the table are gptviz.methods.flow's graph at the slider's threshold."""
     from gptviz.methods.flow import information_flow
-    bundled = model_service.ModelSpec(K.SOURCE_BUNDLED, "shakespeare-pre", "pre")   # random weights route nearly all by skips
+
+    bundled = model_service.ModelSpec(
+        K.SOURCE_BUNDLED, "shakespeare-pre", "pre"
+    )  # random weights route nearly all by skips
     at = run_page("why", PROMPT, bundled, why_view="Information flow", why_flow_threshold=0.05)
     assert not at.exception and not at.error
     ids = encode(PROMPT)
     graph = information_flow(model_service.load_model(bundled), torch.tensor([ids]), 0.05)
     fig = figure(at, "Information flow")
-    drawn = [tuple(row[:6]) for trace in fig["data"] if trace.get("mode") == "markers" and trace.get("customdata")
-             and trace.get("legendgroup") == "attention" for row in trace["customdata"]]
+    drawn = [
+        tuple(row[:6])
+        for trace in fig["data"]
+        if trace.get("mode") == "markers" and trace.get("customdata") and trace.get("legendgroup") == "attention"
+        for row in trace["customdata"]
+    ]
     labels = token_labels(ids)
-    expected = [(e.layer, "attention", f"'{labels[e.source]}'", e.source, f"'{labels[e.target]}'", e.target)
-                for e in graph.edges if e.kind == "attention"]
+    expected = [
+        (e.layer, "attention", f"'{labels[e.source]}'", e.source, f"'{labels[e.target]}'", e.target)
+        for e in graph.edges
+        if e.kind == "attention"
+    ]
     assert sorted(drawn) == sorted(expected) and drawn
     counts = next(c.value for c in at.caption if "edges at share" in c.value)
     assert counts.startswith(f"{len(graph.edges)} edges at share > 0.05")
     table = at.dataframe[0].value
     assert len(table) == len(expected) and list(table["share"]) == sorted(
-        (e.importance for e in graph.edges if e.kind == "attention"), reverse=True)
+        (e.importance for e in graph.edges if e.kind == "attention"), reverse=True
+    )
     top = max((e for e in graph.edges if e.kind == "attention"), key=lambda e: e.importance)
     assert table["largest head share"][0] == f"L{top.layer}H{top.head}: {top.head_share:.0%} (even: 25%)"
 
@@ -181,13 +213,16 @@ def test_heads_ablated_from_the_grid_show_their_effect_under_it_and_stay_in_the_
     model = tiny_model()
     edits = [ablate_heads(1, [2])]
     after = torch.softmax(run_with_edits(model, torch.tensor([ids]), edits)[0][0, -1], -1)
-    np.testing.assert_allclose(at.dataframe[0].value["after"][:1], [float(after[int(
-        torch.softmax(run_with_edits(model, torch.tensor([ids]), [])[0][0, -1], -1).argmax())])], atol=1e-6)
-    assert [t.value for t in at.text][1] == decode(generate(model, ids, 8, temperature=0.0, edits=edits)[len(ids):])
+    np.testing.assert_allclose(
+        at.dataframe[0].value["after"][:1],
+        [float(after[int(torch.softmax(run_with_edits(model, torch.tensor([ids]), [])[0][0, -1], -1).argmax())])],
+        atol=1e-6,
+    )
+    assert [t.value for t in at.text][1] == decode(generate(model, ids, 8, temperature=0.0, edits=edits)[len(ids) :])
     grid = figure(at, "Heads' direct attribution")
     (outline,) = grid["layout"]["shapes"]
-    assert (outline["x0"], outline["y0"]) == (1.5, 0.5)                    # head 2 of layer 1
-    assert grid["data"][1]["mode"] == "markers"                           # the cells take clicks
+    assert (outline["x0"], outline["y0"]) == (1.5, 0.5)  # head 2 of layer 1
+    assert grid["data"][1]["mode"] == "markers"  # the cells take clicks
     at.tabs[0]  # noqa: B018 (the tabs exist)
     at.session_state[K.WHY_VIEW] = "Ablate heads"
     at.run()

@@ -1,15 +1,16 @@
 """Issue 43: ablating L2H0 (direct attribution +0.89 toward the newline) raised P(newline), with nothing on screen
 saying why. The ablation now shows the heads' direct effect and the total effect it measured side by side, both
 recomputed here from the library."""
+
 from __future__ import annotations
 
 import pytest
 import torch
+from test_page_why import PROMPT, page, tiny_model, top_two
 
 from gptviz.methods import attribution
 from gptviz.methods.interventions import ablate_heads, run_with_edits
 from gptviz.model.tokenizer import encode
-from test_page_why import PROMPT, page, tiny_model, top_two
 
 HEADS = [(0, 1), (1, 2)]
 
@@ -47,19 +48,22 @@ def test_mean_ablation_sets_each_heads_output_to_its_own_mean_over_the_prompt():
     """The page's mean ablation equals the hand computation: head h's z at every position replaced by head h's z
     averaged over this prompt's positions. (The shared capture has no batch axis; passed as it was, the mean ran
     over positions and heads together and the page showed other probabilities; Copy as Python found it.)"""
+    from test_page_why import TINY
+
     from gptviz.app.services import why
     from gptviz.methods.interventions import Edit
     from gptviz.model.hooks import act_name, capture
-    from test_page_why import TINY
+
     spec, model = TINY, tiny_model()
     ids = tuple(encode(PROMPT))
     _, cache = capture(model, torch.tensor([ids]), [act_name("z", 1)])
-    means = cache[act_name("z", 1)][0].mean(0)          # [heads, d_head]: each head's own mean
+    means = cache[act_name("z", 1)][0].mean(0)  # [heads, d_head]: each head's own mean
 
     def by_hand(z, offset):
         z = z.clone()
         z[:, :, [0, 2]] = means[[0, 2]]
         return z
+
     logits, _ = capture(model, torch.tensor([ids]), [], edits=[Edit(act_name("z", 1), by_hand, "by hand")])
     wanted = logits[0, -1].softmax(-1)
     got = why.next_token(spec, ids, ((1, 0), (1, 2)), "mean")

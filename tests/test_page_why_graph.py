@@ -1,6 +1,7 @@
 """The Why page's attribution graph and "why a head attends" tabs (issue 58), AppTest on the tiny preset: every node,
 number and text equals the library's, recomputed here; bad input gets a message in words; the copied Python, run
 in a subprocess from the checkout, prints the numbers the page shows."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -10,9 +11,13 @@ import sys
 
 import pytest
 import torch
+from pagetest import ROOT, TINY, array, edge_prompts, figure, kept_of_edge_prompt, run_page
 from streamlit.testing.v1 import AppTest
+from test_page_why import PROMPT, tiny_model, top_two
 
-from gptviz.app import keys as K, model_service, settings as S
+from gptviz.app import keys as K
+from gptviz.app import model_service
+from gptviz.app import settings as S
 from gptviz.app.reproduce import MARK
 from gptviz.app.services import results_cache
 from gptviz.methods.graph import attribution_graph
@@ -22,10 +27,8 @@ from gptviz.methods.graph_qk import qk_decomposition
 from gptviz.model.generate import generate
 from gptviz.model.tokenizer import decode, encode
 from gptviz.serve import limits
-from pagetest import ROOT, TINY, array, edge_prompts, figure, kept_of_edge_prompt, run_page
-from test_page_why import PROMPT, tiny_model, top_two
 
-pytestmark = pytest.mark.slow   # each runs the page (a second or more)
+pytestmark = pytest.mark.slow  # each runs the page (a second or more)
 GRAPH = {S.WHY_VIEW.key: K.WHY_GRAPH_VIEW}
 
 
@@ -37,8 +40,13 @@ def expected_graph(**settings):
 
 def drawn_nodes(at) -> dict[str, list]:
     fig = figure(at, "Why ")
-    return {c[0]: c for t in fig["data"] if t.get("mode") == "markers" and t.get("customdata")
-            for c in t["customdata"] if isinstance(c, list)}
+    return {
+        c[0]: c
+        for t in fig["data"]
+        if t.get("mode") == "markers" and t.get("customdata")
+        for c in t["customdata"]
+        if isinstance(c, list)
+    }
 
 
 def snippet_of(at, view: str) -> str:
@@ -54,19 +62,23 @@ def test_the_graph_tab_draws_the_librarys_graph_and_checks_its_top_node():
     nodes = drawn_nodes(at)
     assert set(nodes) == {n.id for n in graph.nodes}
     for n in graph.nodes:
-        assert nodes[n.id][2] == pytest.approx(n.influence, abs=1e-5) and nodes[n.id][3] == pytest.approx(n.direct,
-                                                                                                         abs=1e-5)
+        assert nodes[n.id][2] == pytest.approx(n.influence, abs=1e-5) and nodes[n.id][3] == pytest.approx(
+            n.direct, abs=1e-5
+        )
     top = max((n for n in graph.nodes if n.kind != "metric"), key=lambda n: abs(n.influence))
     metrics = {m.label: m.value for m in at.metric}
-    assert metrics == {"Metric, unedited": f"{graph.real_metric:+.3f}", "Predicted change": f"{-top.influence:+.3f}",
-                       "Actual change, removed": f"{top.ablation.actual:+.3f}"}   # each beside the baseline
+    assert metrics == {
+        "Metric, unedited": f"{graph.real_metric:+.3f}",
+        "Predicted change": f"{-top.influence:+.3f}",
+        "Actual change, removed": f"{top.ablation.actual:+.3f}",
+    }  # each beside the baseline
     p = graph.pruning
     counts = next(c.value for c in at.caption if "kept " in c.value)
     assert f"kept {p.nodes_kept} of {p.nodes_total:,} nodes, {p.edges_kept:,} of" in counts
     table = next(d.value for d in at.dataframe if "node" in d.value.columns)
     ranked = sorted((n for n in graph.nodes if n.kind != "metric"), key=lambda n: -abs(n.influence))
-    assert list(table["node"]) == [n.id for n in ranked[:len(table)]]
-    assert list(table["influence"]) == pytest.approx([n.influence for n in ranked[:len(table)]], abs=1e-5)
+    assert list(table["node"]) == [n.id for n in ranked[: len(table)]]
+    assert list(table["influence"]) == pytest.approx([n.influence for n in ranked[: len(table)]], abs=1e-5)
 
 
 def test_the_thresholds_reach_the_graph_and_the_copied_python_prints_what_the_page_shows():
@@ -88,15 +100,16 @@ def test_the_thresholds_reach_the_graph_and_the_copied_python_prints_what_the_pa
         assert float(fields[1]) == pytest.approx(row["influence"], abs=1e-3)
         assert fields[2] == f"{row['share of the metric'] / 100:+.0%}"
         assert float(fields[3]) == pytest.approx(row["direct"], abs=1e-3)
-        if row["actual change"] == row["actual change"]:   # checked by the graph (NaN otherwise)
+        if row["actual change"] == row["actual change"]:  # checked by the graph (NaN otherwise)
             assert float(fields[5]) == pytest.approx(row["actual change"], abs=1e-3)
     assert len(lines) - 2 == len(table)
 
 
 def test_any_node_can_be_checked_and_the_text_regenerated_without_it():
     graph, ids, target, other = expected_graph()
-    unchecked = next(n for n in sorted(graph.nodes, key=lambda n: -abs(n.influence))
-                     if n.ablation is None and n.kind == "head")
+    unchecked = next(
+        n for n in sorted(graph.nodes, key=lambda n: -abs(n.influence)) if n.ablation is None and n.kind == "head"
+    )
     at = run_page("why", PROMPT, **GRAPH, **{S.WHY_NODE.key: unchecked.id, K.WHY_GRAPH_REGEN: True})
     assert not at.exception and not at.error
     model = tiny_model()
@@ -104,9 +117,10 @@ def test_any_node_can_be_checked_and_the_text_regenerated_without_it():
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["Metric, unedited"] == f"{base:+.3f}" and metrics["Actual change, removed"] == f"{actual:+.3f}"
     assert metrics["Predicted change"] == f"{-unchecked.influence:+.3f}"
-    plain = generate(model, ids, 20, temperature=0.0)[len(ids):]
-    edited = generate(model, ids, 20, temperature=0.0,
-                      edits=node_edits(model, parse_node(unchecked.id, model.config, len(ids))))[len(ids):]
+    plain = generate(model, ids, 20, temperature=0.0)[len(ids) :]
+    edited = generate(
+        model, ids, 20, temperature=0.0, edits=node_edits(model, parse_node(unchecked.id, model.config, len(ids)))
+    )[len(ids) :]
     assert [t.value for t in at.text][-2:] == [decode(plain), decode(edited)]
 
 
@@ -122,9 +136,13 @@ def test_a_graph_past_the_servers_memory_is_refused_saying_the_limit(monkeypatch
     """An estimate past GPTVIZ_MEMORY_MB (here: made so) is refused in words before anything is reserved or run."""
     from gptviz.app.services import why_graph
     from gptviz.methods import graph as library
+
     results_cache().clear()
-    monkeypatch.setattr(limits, "server_limits", lambda: dataclasses.replace(limits.ServerLimits(), memory_mb=4096,
-                                                                             capture_cache_mb=1024, model_cache_mb=2048))
+    monkeypatch.setattr(
+        limits,
+        "server_limits",
+        lambda: dataclasses.replace(limits.ServerLimits(), memory_mb=4096, capture_cache_mb=1024, model_cache_mb=2048),
+    )
     huge = lambda *a, **k: 5000 * 2**20  # noqa: E731
     monkeypatch.setattr(library, "graph_nbytes", huge)
     monkeypatch.setattr(why_graph, "graph_nbytes", huge)
@@ -133,14 +151,15 @@ def test_a_graph_past_the_servers_memory_is_refused_saying_the_limit(monkeypatch
     assert not at.exception and not at.error
     assert [w.value for w in at.warning] == [
         f"the attribution graph of {len(encode(PROMPT))} tokens on this model needs about 5,000.0 MiB, more than the "
-        "limit of 4,096.0 MiB: try a shorter prompt or a smaller model"]
+        "limit of 4,096.0 MiB: try a shorter prompt or a smaller model"
+    ]
     assert not at.get("plotly_chart")
 
 
 def test_a_written_token_below_the_top_ten_is_offered_as_the_target():
     ids = encode(PROMPT)
     logits = tiny_model()(torch.tensor([ids]))[0, -1]
-    rare = int(logits.argsort()[len(logits) // 2])   # far from the top
+    rare = int(logits.argsort()[len(logits) // 2])  # far from the top
     at = run_page("why", PROMPT, **GRAPH, **{S.WHY_TARGET.key: rare})
     assert not at.exception and not at.error
     assert at.selectbox(key=K.WHY_TARGET).value == rare
@@ -154,13 +173,17 @@ def test_the_qk_tab_splits_the_score_where_the_head_looks_most():
     ids = encode(PROMPT)
     T = len(ids)
     from gptviz import capture
+
     _, cache = capture(tiny_model(), [ids], ["blocks.1.attn.hook_pattern"])
     key = int(cache["blocks.1.attn.hook_pattern"][0, 2, T - 1].argmax())
     qk = qk_decomposition(tiny_model(), ids, 1, 2, T - 1, key)
     assert at.selectbox(key=K.WHY_QK_KEY).value == key and at.selectbox(key=K.WHY_QK_QUERY).value == T - 1
     heat = figure(at, "L1H2: query")
-    drawn = {(q, k): z for q, row in zip(heat["data"][0]["y"], array(heat["data"][0]["z"])) for k, z in
-             zip(heat["data"][0]["x"], row)}
+    drawn = {
+        (q, k): z
+        for q, row in zip(heat["data"][0]["y"], array(heat["data"][0]["z"]))
+        for k, z in zip(heat["data"][0]["x"], row)
+    }
     for a, b, term in qk.top_terms(3):
         assert drawn[(a, b)] == pytest.approx(term, abs=1e-5)
     assert f"{qk.score:+.3f}" in next(c.value for c in at.caption if "before the softmax" in c.value)
@@ -170,16 +193,30 @@ def test_the_qk_tab_splits_the_score_where_the_head_looks_most():
 
 
 def qk_panel_script(layer: int, head: int, query: int, key: int) -> None:
-    from gptviz.app import model_service as m, keys as k
+    from gptviz.app import keys as k
+    from gptviz.app import model_service as m
     from gptviz.app.views.why_graph import qk_panel
     from gptviz.model.tokenizer import encode as enc
-    qk_panel(layer, head, query, key, spec=m.ModelSpec(k.SOURCE_PRESET, "tiny", "pre"),
-             ids=enc("Romeo.\nBut soft! what light"), place="test")
+
+    qk_panel(
+        layer,
+        head,
+        query,
+        key,
+        spec=m.ModelSpec(k.SOURCE_PRESET, "tiny", "pre"),
+        ids=enc("Romeo.\nBut soft! what light"),
+        place="test",
+    )
 
 
-@pytest.mark.parametrize("cell, words", [((0, 0, 2, 5), "key 5 is above the diagonal"),
-                                         ((7, 0, 2, 1), "layer 7 is out of range"),
-                                         ((0, 0, 50, 1), "query 50 is out of range")])
+@pytest.mark.parametrize(
+    "cell, words",
+    [
+        ((0, 0, 2, 5), "key 5 is above the diagonal"),
+        ((7, 0, 2, 1), "layer 7 is out of range"),
+        ((0, 0, 50, 1), "query 50 is out of range"),
+    ],
+)
 def test_the_qk_panel_is_one_call_and_says_what_is_wrong_with_a_cell(cell, words):
     at = AppTest.from_function(qk_panel_script, args=cell, default_timeout=120).run()
     assert not at.exception
@@ -198,36 +235,41 @@ def test_edge_prompts_and_a_post_norm_model_draw_without_an_error(prompt, view):
     if view == K.WHY_GRAPH_VIEW:
         assert {c[0] for c in drawn_nodes(at).values()} >= {f"E@{p}" for p in range(len(kept))}
     fig = json.dumps([json.loads(f.proto.spec) for f in at.get("plotly_chart")])
-    assert "<img" not in fig and "<script" not in fig            # token text reaches Plotly escaped
+    assert "<img" not in fig and "<script" not in fig  # token text reaches Plotly escaped
 
 
 @pytest.fixture
 def rate(monkeypatch):
     """`rate(blocks_per_s, limit_s)`: the block rate the server measures, and the operator's time limit."""
     from gptviz.methods import attribution
+
     results_cache().clear()
 
     def use(blocks_per_s: float, limit_s: int):
-        results_cache().clear()   # the rate is kept two minutes
+        results_cache().clear()  # the rate is kept two minutes
         monkeypatch.setattr(attribution, "block_pass_rate", lambda model, T, rows=4: blocks_per_s)
-        monkeypatch.setattr(limits, "server_limits",
-                            lambda: dataclasses.replace(limits.ServerLimits(), sweep_seconds=limit_s))
+        monkeypatch.setattr(
+            limits, "server_limits", lambda: dataclasses.replace(limits.ServerLimits(), sweep_seconds=limit_s)
+        )
+
     yield use
     results_cache().clear()
 
 
 def graph_work() -> int:
     from gptviz.app.services.why_graph import graph_work as work
+
     return work(tiny_model().config, len(encode(PROMPT)), S.WHY_MAX_NODES.default)
 
 
 def test_a_graph_past_the_time_limit_is_refused_and_a_long_one_waits_for_a_click(rate):
-    rate(graph_work() / 50, 30)   # 50 s estimated, 30 s allowed
+    rate(graph_work() / 50, 30)  # 50 s estimated, 30 s allowed
     at = run_page("why", PROMPT, **GRAPH)
     assert not at.exception and not at.error and not at.get("plotly_chart")
     assert [w.value for w in at.warning] == [
         "The attribution graph would take about 50 s on this server now, more than its limit of 30 s for one "
-        "measurement (GPTVIZ_SWEEP_SECONDS): try shorter prompts or a smaller model"]
+        "measurement (GPTVIZ_SWEEP_SECONDS): try shorter prompts or a smaller model"
+    ]
     rate(graph_work() / 12, 120)  # 12 s: past the few seconds that run at once
     at = run_page("why", PROMPT, **GRAPH)
     assert not at.get("plotly_chart") and at.button(key=K.WHY_GRAPH_RUN).label == "Build the graph (about 12 s)"

@@ -2,19 +2,20 @@
 they start, are refused before they start when the estimate passes the operator's limit (GPTVIZ_SWEEP_SECONDS),
 and wait for a click when longer than a few seconds. AppTest, tiny preset; the rate is fixed here so the estimate
 is known: the page's figure must be work / rate."""
+
 from __future__ import annotations
 
 import dataclasses
 
 import pytest
-
-from gptviz.methods import attribution
-from gptviz.serve import limits
-from gptviz.app import keys as K
-from gptviz.app.services import results_cache
-from gptviz.model.tokenizer import encode
 from pagetest import TINY, figures, run_page
 from test_page_why import PROMPT, tiny_model
+
+from gptviz.app import keys as K
+from gptviz.app.services import results_cache
+from gptviz.methods import attribution
+from gptviz.model.tokenizer import encode
+from gptviz.serve import limits
 
 PAIR = "Repeated sequence (induction)"
 CLEAN, CORRUPT = "A B C D E F G H A B C", "A B C Q E F G H A B C"
@@ -27,8 +28,10 @@ def server(monkeypatch):
 
     def use(rate: float, limit_s: int):
         monkeypatch.setattr(attribution, "block_pass_rate", lambda model, T, rows=4: rate)
-        monkeypatch.setattr(limits, "server_limits",
-                            lambda: dataclasses.replace(limits.ServerLimits(), sweep_seconds=limit_s))
+        monkeypatch.setattr(
+            limits, "server_limits", lambda: dataclasses.replace(limits.ServerLimits(), sweep_seconds=limit_s)
+        )
+
     yield use
     results_cache().clear()
 
@@ -52,7 +55,8 @@ def test_patching_past_the_limit_is_refused_before_it_starts(server, monkeypatch
     assert not at.exception
     assert [w.value for w in at.warning] == [
         "Patching would take about 50 s on this server now, more than its limit of 30 s for one measurement "
-        "(GPTVIZ_SWEEP_SECONDS): try shorter prompts or a smaller model"]
+        "(GPTVIZ_SWEEP_SECONDS): try shorter prompts or a smaller model"
+    ]
     assert runs == [] and not figures(at)
 
 
@@ -62,8 +66,12 @@ def test_a_long_patching_shows_its_estimate_and_waits_for_a_click(server, monkey
     runs = sweep_runs(monkeypatch)
     at = run_page("why", PROMPT, TINY, why_view="Patching", why_example=PAIR)
     assert not at.exception and not at.warning
-    assert any(c.value.startswith(f"Patching: about 12.0 s estimated ({work:,} token-block passes at "
-                                  f"{work / 12:,.0f} a second") for c in at.caption)
+    assert any(
+        c.value.startswith(
+            f"Patching: about 12.0 s estimated ({work:,} token-block passes at {work / 12:,.0f} a second"
+        )
+        for c in at.caption
+    )
     assert runs == [] and not figures(at)
     at.button(key=K.WHY_PATCH_RUN).click().run()
     assert not at.exception and runs == [1]
@@ -89,5 +97,6 @@ def test_integrated_gradients_past_the_limit_are_refused_before_they_start(serve
     assert not at.exception
     assert [w.value for w in at.warning] == [
         "Integrated gradients would take about 200 s on this server now, more than its limit of 120 s for one "
-        "measurement (GPTVIZ_SWEEP_SECONDS): try shorter prompts or a smaller model"]
+        "measurement (GPTVIZ_SWEEP_SECONDS): try shorter prompts or a smaller model"
+    ]
     assert not figures(at)

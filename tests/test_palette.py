@@ -2,6 +2,7 @@
 draws a continuous colour scale draws it from cividis (magnitudes) or PuOr (signed values), and so do the two browser
 components that colour cells or tokens. The builders are found by reading gptviz/figures: one that draws a heatmap
 and is missing from BUILDERS below fails the test, so a new heatmap cannot bypass the setting unnoticed."""
+
 from __future__ import annotations
 
 import ast
@@ -14,8 +15,16 @@ import plotly.colors as pcolors
 import pytest
 import torch
 
-from gptviz.figures import activations as fa, attention as fat, embeddings as fe, explainers as fx
-from gptviz.figures import generation as fg, graph as fgr, head_views as hv, norms as fn, unit_page as fu, why as fw
+from gptviz.figures import activations as fa
+from gptviz.figures import attention as fat
+from gptviz.figures import embeddings as fe
+from gptviz.figures import explainers as fx
+from gptviz.figures import generation as fg
+from gptviz.figures import graph as fgr
+from gptviz.figures import head_views as hv
+from gptviz.figures import norms as fn
+from gptviz.figures import unit_page as fu
+from gptviz.figures import why as fw
 from gptviz.figures.attention import OUT_OF_WINDOW_COLOR
 from gptviz.figures.common import MASKED_COLOR
 from gptviz.figures.palette import PALETTES, STANDARD, current, use_palette
@@ -34,18 +43,33 @@ def causal(*shape) -> np.ndarray:
 
 
 def a_graph():
-    node = lambda id, kind, layer, index, pos, infl: NS(id=id, kind=kind, layer=layer, index=index, position=pos,  # noqa: E731
-                                                         influence=infl, direct=0.0, ablation=None)
-    nodes = [node("E@0", "embeddings", None, None, 0, 0.2), node("L0H1@4", "head", 0, 1, 4, 2.0),
-             node("L0N3@4", "neuron", 0, 3, 4, -1.0), node("metric", "metric", None, None, 4, 1.5)]
+    node = lambda id, kind, layer, index, pos, infl: NS(
+        id=id,
+        kind=kind,
+        layer=layer,
+        index=index,
+        position=pos,  # noqa: E731
+        influence=infl,
+        direct=0.0,
+        ablation=None,
+    )
+    nodes = [
+        node("E@0", "embeddings", None, None, 0, 0.2),
+        node("L0H1@4", "head", 0, 1, 4, 2.0),
+        node("L0N3@4", "neuron", 0, 3, 4, -1.0),
+        node("metric", "metric", None, None, 4, 1.5),
+    ]
     edges = [NS(source="E@0", target="L0H1@4", weight=0.8), NS(source="L0N3@4", target="metric", weight=-0.4)]
     return NS(nodes=nodes, edges=edges, metric=1.5)
 
 
 def head_steps():
     from conftest import build
+
     from gptviz import capture
-    from gptviz.methods.head_steps import head_hook_names, head_steps as steps
+    from gptviz.methods.head_steps import head_hook_names
+    from gptviz.methods.head_steps import head_steps as steps
+
     model = build()
     ids = torch.arange(T)
     _, cache = capture(model, ids[None], list(head_hook_names(0, "pre")))
@@ -53,8 +77,10 @@ def head_steps():
 
 
 def rows():
-    return [ExampleRow(LABELS, np.linspace(-0.2, 1.0, T), 2, "#1", "doc 0"),
-            ExampleRow(LABELS[::-1], np.linspace(1.0, 0.0, T), 0, "#2", "doc 1")]
+    return [
+        ExampleRow(LABELS, np.linspace(-0.2, 1.0, T), 2, "#1", "doc 0"),
+        ExampleRow(LABELS[::-1], np.linspace(1.0, 0.0, T), 0, "#2", "doc 1"),
+    ]
 
 
 def step_rows():
@@ -66,27 +92,41 @@ BUILDERS = {
     "activations.residual_norm_heatmap": lambda: fa.residual_norm_heatmap(RNG.random((L + 1, T)), LABELS),
     "activations.mlp_histograms": lambda: fa.mlp_histograms(RNG.integers(0, 50, (L, 20)), np.linspace(-1, 3, 21)),
     "activations.logit_lens_heatmap": lambda: fa.logit_lens_heatmap(
-        RNG.random((L + 1, T)), [LABELS] * (L + 1), LABELS, LABELS, RNG.random((L + 1, T))),
+        RNG.random((L + 1, T)), [LABELS] * (L + 1), LABELS, LABELS, RNG.random((L + 1, T))
+    ),
     "activations.head_detector_heatmaps": lambda: fa.head_detector_heatmaps(
-        {"induction": RNG.random((L, H)), "previous-token": RNG.random((L, H))}),
+        {"induction": RNG.random((L, H)), "previous-token": RNG.random((L, H))}
+    ),
     "attention.attention_heatmap": lambda: fat.attention_heatmap(causal()[()], LABELS, scale="sqrt", query=2),
     "attention.attention_grid": lambda: fat.attention_grid(
-        causal(L, H), LABELS, panel_names=[[f"L{l}H{h}" for h in range(H)] for l in range(L)], scale="linear"),
-    "attention.model_view": lambda: fat.model_view(causal(L, H), LABELS, row_names=["L0", "L1"],
-                                                   col_names=["H0", "H1", "H2"], scale="max"),
+        causal(L, H), LABELS, panel_names=[[f"L{l}H{h}" for h in range(H)] for l in range(L)], scale="linear"
+    ),
+    "attention.model_view": lambda: fat.model_view(
+        causal(L, H), LABELS, row_names=["L0", "L1"], col_names=["H0", "H1", "H2"], scale="max"
+    ),
     "attention.entropy_map": lambda: fat.entropy_map(RNG.random((L, H)), uniform_entropy=1.6),
     "embeddings.embedding_panels": lambda: fe.embedding_panels(
-        RNG.normal(size=(T, 8)), RNG.normal(size=(T, 8)), RNG.normal(size=(T, 8)), LABELS, range(8)),
+        RNG.normal(size=(T, 8)), RNG.normal(size=(T, 8)), RNG.normal(size=(T, 8)), LABELS, range(8)
+    ),
     "embeddings.token_similarity": lambda: fe.token_similarity(RNG.uniform(-1, 1, (T, T)), LABELS),
     "embeddings.position_similarity": lambda: fe.position_similarity(RNG.uniform(-1, 1, (8, 8))),
     "explainers.causal_mask_figure": lambda: fx.causal_mask_figure(np.tril(np.ones((T, T))), LABELS),
     "generation.generation_heatmap": lambda: fg.generation_heatmap(step_rows(), [0, 0], LABELS, 3, scale="sqrt"),
     "generation.step_attention": lambda: fg.step_attention(
-        RNG.random((H, T)), LABELS, window_start=0, query_label=" on", predicted_label=" it",
-        row_titles=["head 0", "head 1", "head 2"]),
-    "graph.qk_figure": lambda: fgr.qk_figure(QKDecomposition(
-        1, 0, 4, 2, 1.0, ["embeddings", "L0H2"], ["embeddings", "L0 MLP"], torch.tensor([[0.5, -0.2], [0.9, -0.2]])),
-        " it", " cat"),
+        RNG.random((H, T)),
+        LABELS,
+        window_start=0,
+        query_label=" on",
+        predicted_label=" it",
+        row_titles=["head 0", "head 1", "head 2"],
+    ),
+    "graph.qk_figure": lambda: fgr.qk_figure(
+        QKDecomposition(
+            1, 0, 4, 2, 1.0, ["embeddings", "L0H2"], ["embeddings", "L0 MLP"], torch.tensor([[0.5, -0.2], [0.9, -0.2]])
+        ),
+        " it",
+        " cat",
+    ),
     "graph.graph_figure": lambda: fgr.graph_figure(a_graph(), LABELS, n_layers=L),
     "head_views.attention_text": lambda: hv.attention_text(RNG.random(T), LABELS, query=3, visible=4),
     "head_views.head_steps_figure": lambda: hv.head_steps_figure(head_steps(), LABELS),
@@ -114,13 +154,22 @@ def colour_builders() -> set[str]:
         if path.stem == "palette":
             continue
         text = path.read_text()
-        code = {node.name: ast.get_source_segment(text, node) for node in ast.parse(text).body
-                if isinstance(node, ast.FunctionDef)}
-        draws = {name for name, body in code.items()
-                 if re.search(r"Heatmap|colorscale|coloraxis|color_axis\(|sign_colours\(\)", body)}
+        code = {
+            node.name: ast.get_source_segment(text, node)
+            for node in ast.parse(text).body
+            if isinstance(node, ast.FunctionDef)
+        }
+        draws = {
+            name
+            for name, body in code.items()
+            if re.search(r"Heatmap|colorscale|coloraxis|color_axis\(|sign_colours\(\)", body)
+        }
         for _ in range(3):  # helpers of helpers
-            draws |= {name for name, body in code.items()
-                      if any(re.search(rf"\b{helper}\(", body) for helper in draws if helper.startswith("_"))}
+            draws |= {
+                name
+                for name, body in code.items()
+                if any(re.search(rf"\b{helper}\(", body) for helper in draws if helper.startswith("_"))
+            }
         found |= {f"{path.stem}.{name}" for name in draws if not name.startswith("_")}
     return found
 
@@ -211,7 +260,9 @@ def test_each_builder_draws_with_the_chosen_palette(name, palette):
 
 
 def test_the_components_colour_with_the_palette_too():
-    from gptviz.figures.browser import attention_map as amap, token_rows
+    from gptviz.figures.browser import attention_map as amap
+    from gptviz.figures.browser import token_rows
+
     stops = lambda data: [f"rgb({r},{g},{b})" for _, (r, g, b) in data["colors"]]  # noqa: E731
     patterns = causal(L, H)
     for palette in ("cividis", "viridis"):
@@ -224,15 +275,16 @@ def test_the_components_colour_with_the_palette_too():
 
 def test_the_palette_is_read_from_the_source_unless_a_block_chose_one():
     from gptviz.figures import palette
+
     saved = palette._source
     try:
         palette.set_source(lambda: "cividis")
         assert current() == "cividis" and fat.color_axis("linear")["colorscale"] == "cividis"
         with use_palette(STANDARD):
             assert fat.color_axis("linear")["colorscale"] == "Blues"
-        palette.set_source(lambda: "no such palette")   # a stale session value: the standard look
+        palette.set_source(lambda: "no such palette")  # a stale session value: the standard look
         assert current() == STANDARD
-        palette.set_source(lambda: 1 / 0)               # no session here: the standard look
+        palette.set_source(lambda: 1 / 0)  # no session here: the standard look
         assert current() == STANDARD
     finally:
         palette.set_source(saved)
@@ -254,7 +306,8 @@ def test_text_on_coloured_cells_stays_readable():
         with use_palette(palette):
             fig = hv.attention_text(values, [f"t{i}" for i in range(11)], scale="linear")
             chips = __import__("gptviz.figures.browser.token_rows", fromlist=["payload"]).payload(
-                rows(), value_name="activation", cmax=1.0)
+                rows(), value_name="activation", cmax=1.0
+            )
         scale = fig.layout.coloraxis.colorscale
         cells = pcolors.sample_colorscale([list(s) for s in scale], values.tolist())
         letters = list(fig.data[0].insidetextfont.color)
@@ -271,8 +324,11 @@ def test_text_on_coloured_cells_stays_readable():
 @pytest.mark.slow
 def test_the_sidebar_setting_recolours_the_pages_heatmaps():
     # the visitor's setting reaches every figure built in the run (the session is the palette's source)
+    from pagetest import figures as page_figures
+    from pagetest import open_app, run_page
+
     from gptviz.app import keys as K
-    from pagetest import figures as page_figures, open_app, run_page
+
     at = open_app()
     box = [s for s in at.sidebar.selectbox if s.label == "Colour scales"]
     assert len(box) == 1 and box[0].value == STANDARD and list(box[0].options) == [p.label for p in PALETTES.values()]

@@ -1,4 +1,5 @@
 """Parameter accounting: exact totals of the reference models, formula == module tree, no allocation."""
+
 from __future__ import annotations
 
 import subprocess
@@ -9,8 +10,17 @@ import pytest
 import torch
 
 from gptviz import GPT, PRESETS, GPTConfig, param_table
-from gptviz.model.params import (COMPONENTS, GROUP_ORDER, by_component, by_group, by_layer, component_of, memory_bytes,
-                                 meta_param_table, total_params)
+from gptviz.model.params import (
+    COMPONENTS,
+    GROUP_ORDER,
+    by_component,
+    by_group,
+    by_layer,
+    component_of,
+    memory_bytes,
+    meta_param_table,
+    total_params,
+)
 
 # ../shared/data/README.md, "Parameter counts the project must reproduce exactly".
 REFERENCE_TOTALS = {
@@ -54,12 +64,22 @@ def test_by_component_and_by_layer_consistent_with_total(name):
     assert int(per_block.sum()) + outside == total
     d, ff = cfg.d_model, cfg.d_ff
     norm = 2 * d if cfg.norm_type == "layernorm" else d
-    expected_block = (3 * d * d + (3 * d if cfg.qkv_bias else 0) + d * d + d + d * ff + ff + ff * d + d + 2 * norm)
+    expected_block = 3 * d * d + (3 * d if cfg.qkv_bias else 0) + d * d + d + d * ff + ff + ff * d + d + 2 * norm
     assert int(per_block.iloc[0]) == expected_block
 
 
-CUSTOM = GPTConfig(vocab_size=1000, n_ctx=64, d_model=48, n_layers=3, n_heads=4, d_ff=100, norm_type="rmsnorm",
-                   tie_weights=False, qkv_bias=False, name="your model")
+CUSTOM = GPTConfig(
+    vocab_size=1000,
+    n_ctx=64,
+    d_model=48,
+    n_layers=3,
+    n_heads=4,
+    d_ff=100,
+    norm_type="rmsnorm",
+    tie_weights=False,
+    qkv_bias=False,
+    name="your model",
+)
 
 
 @pytest.mark.parametrize("cfg", [*PRESETS.values(), CUSTOM], ids=[*PRESETS, "custom"])
@@ -74,8 +94,12 @@ def test_groups_are_what_a_reader_means_and_sum_to_the_total(cfg):
     V, T, d, ff, L = cfg.vocab_size, cfg.n_ctx, cfg.d_model, cfg.d_ff, cfg.n_layers
     norm = 2 * d if cfg.norm_type == "layernorm" else d
     assert dict(zip(groups["group"], groups["count"])) == {
-        "embeddings": (V + T) * d, "attention": L * (4 * d * d + d + (3 * d if cfg.qkv_bias else 0)),
-        "MLP": L * (2 * d * ff + ff + d), "norms": (2 * L + 1) * norm, "LM head": 0 if cfg.tie_weights else V * d}
+        "embeddings": (V + T) * d,
+        "attention": L * (4 * d * d + d + (3 * d if cfg.qkv_bias else 0)),
+        "MLP": L * (2 * d * ff + ff + d),
+        "norms": (2 * L + 1) * norm,
+        "LM head": 0 if cfg.tie_weights else V * d,
+    }
     assert list(groups["components"][1]) == ["attention Q/K/V", "attention output"]
     per_block = by_layer(param_table(cfg), by="group")
     assert sorted(per_block.columns) == ["MLP", "attention", "norms"] and len(per_block) == L
@@ -107,10 +131,17 @@ def test_memory_bytes():
     assert memory_bytes(10, "fp16") == memory_bytes(10, "bf16") == 20
 
 
-@pytest.mark.parametrize("changes", [
-    {}, {"tie_weights": False}, {"qkv_bias": False}, {"norm_type": "rmsnorm"}, {"norm": "post"},
-    {"d_ff": 50, "tie_weights": False, "qkv_bias": False, "norm_type": "rmsnorm"},
-])
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {},
+        {"tie_weights": False},
+        {"qkv_bias": False},
+        {"norm_type": "rmsnorm"},
+        {"norm": "post"},
+        {"d_ff": 50, "tie_weights": False, "qkv_bias": False, "norm_type": "rmsnorm"},
+    ],
+)
 def test_real_model_parameter_count_equals_formula(changes):
     cfg = GPTConfig(vocab_size=101, n_ctx=16, d_model=32, n_layers=3, n_heads=4).replace(**changes)
     model = GPT(cfg)

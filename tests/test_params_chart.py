@@ -2,6 +2,7 @@
 attention with its output projection, MLP, norms with the final one, LM head), each with its exact count from
 gptviz.model.params and its share, its components on hover; the finer split, one row per component, with split=True.
 Nothing is folded into an "other" row: on small models it once held the attention's output projection (issue 62)."""
+
 from __future__ import annotations
 
 import re
@@ -12,10 +13,25 @@ from gptviz import PRESETS, GPTConfig
 from gptviz.figures import params as fp
 from gptviz.model.params import COMPONENTS, GROUP_ORDER, by_component, by_group, param_table
 
-TOTALS = {"gpt1": 116_169_216, "gpt2-small": 124_439_808, "gpt2-medium": 354_823_168, "gpt2-large": 774_030_080,
-          "gpt2-xl": 1_557_611_200}
-CUSTOM = GPTConfig(vocab_size=1000, n_ctx=64, d_model=48, n_layers=3, n_heads=4, d_ff=100, norm_type="rmsnorm",
-                   tie_weights=False, qkv_bias=False, name="your model")
+TOTALS = {
+    "gpt1": 116_169_216,
+    "gpt2-small": 124_439_808,
+    "gpt2-medium": 354_823_168,
+    "gpt2-large": 774_030_080,
+    "gpt2-xl": 1_557_611_200,
+}
+CUSTOM = GPTConfig(
+    vocab_size=1000,
+    n_ctx=64,
+    d_model=48,
+    n_layers=3,
+    n_heads=4,
+    d_ff=100,
+    norm_type="rmsnorm",
+    tie_weights=False,
+    qkv_bias=False,
+    name="your model",
+)
 
 
 def chart(cfg: GPTConfig, split: bool = False):
@@ -35,15 +51,15 @@ def label_numbers(text: str) -> tuple[str, int, str]:
 def test_every_parameter_is_counted_once_exactly_in_its_group(name):
     cfg = PRESETS[name]
     fig, comp = chart(cfg)
-    assert sum(fig.data[0].x) == TOTALS[name]                     # the bars add up to the model, exactly
+    assert sum(fig.data[0].x) == TOTALS[name]  # the bars add up to the model, exactly
     assert f"{TOTALS[name]:,} parameters" in fig.layout.title.text
     labels = [label_numbers(a.text) for a in fig.layout.annotations]
     groups = by_group(param_table(cfg))
-    assert [n for n, _, _ in labels] == list(GROUP_ORDER) == list(groups["group"])   # the same rows, every model
+    assert [n for n, _, _ in labels] == list(GROUP_ORDER) == list(groups["group"])  # the same rows, every model
     assert [count for _, count, _ in labels] == list(fig.data[0].x) == list(groups["count"])
     by_name = dict(zip(comp["component"], comp["count"]))
     for (group, count, share), (hover, exact_share) in zip(labels, fig.data[0].customdata):
-        if group == "LM head":   # GPT-1 and GPT-2 tie it
+        if group == "LM head":  # GPT-1 and GPT-2 tie it
             assert count == 0 and share == "tied to the token embedding"
             assert "(tied: it is the token embedding)" in hover
         else:
@@ -52,7 +68,7 @@ def test_every_parameter_is_counted_once_exactly_in_its_group(name):
         members = [re.match(r"(.+?): ([0-9,]+)", line).groups() for line in hover.split("<br>")]  # "norms: 36,864"
         assert sum(int(c.replace(",", "")) for _, c in members) == count
         for member, c in members:
-            assert by_name[member] == int(c.replace(",", ""))      # each member's own count, from gptviz.model.params
+            assert by_name[member] == int(c.replace(",", ""))  # each member's own count, from gptviz.model.params
 
 
 @pytest.mark.parametrize("cfg", [*PRESETS.values(), CUSTOM], ids=[*PRESETS, "custom"])

@@ -1,12 +1,13 @@
 """The query bars (gptviz/figures/browser/query_bars.py): the data the browser draws is the query's row, unchanged."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from gptviz.figures.browser import query_bars as qb
-from gptviz.figures import attention as fa
 from pagetest import MARKUP
+
+from gptviz.figures import attention as fa
+from gptviz.figures.browser import query_bars as qb
 
 
 def softmax_rows(T: int, seed: int = 0) -> np.ndarray:
@@ -34,10 +35,15 @@ def test_markup_in_tokens_and_title_travels_as_plain_data():
     assert data["labels"] == labels and data["title"] == "Where token 2 '&amp;' looks"  # drawn as text, never parsed
 
 
-@pytest.mark.parametrize("query, weights, message", [(5, np.ones(3) / 3, "query 5 is not in 0..2"),
-                                                      (-1, np.ones(3) / 3, "query -1 is not in 0..2"),
-                                                      (2, np.array([0.5, np.nan, 0.5]), "finite"),
-                                                      (2, np.array([1.0]), "1 weights for keys 0..2")])
+@pytest.mark.parametrize(
+    "query, weights, message",
+    [
+        (5, np.ones(3) / 3, "query 5 is not in 0..2"),
+        (-1, np.ones(3) / 3, "query -1 is not in 0..2"),
+        (2, np.array([0.5, np.nan, 0.5]), "finite"),
+        (2, np.array([1.0]), "1 weights for keys 0..2"),
+    ],
+)
 def test_bad_input_is_refused_plainly(query, weights, message):
     with pytest.raises(ValueError, match=message):
         qb.payload(weights, ["a", "b", "c"], query, title="t")

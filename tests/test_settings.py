@@ -1,5 +1,6 @@
 """Settings declared once (gptviz.app.settings): every linked setting travels through a link and comes back equal,
 every rule refuses what it should with a notice, and the keys the rest of the app names are the records' keys."""
+
 from __future__ import annotations
 
 import math
@@ -90,8 +91,9 @@ def test_an_invalid_link_value_is_refused_by_the_setting_s_rule(setting):
         notices = links.apply_link(state, {setting.link: raw})
         assert setting.key not in state, (setting.key, raw)
         if len(raw) > links.MAX_LINK_VALUE:  # refused by its length before any rule reads it (4,097 heads)
-            assert notices == [f"The link's `{setting.link}` is longer than {links.MAX_LINK_VALUE:,} characters; "
-                               "it was ignored."]
+            assert notices == [
+                f"The link's `{setting.link}` is longer than {links.MAX_LINK_VALUE:,} characters; it was ignored."
+            ]
             continue
         assert len(notices) == 1 and notices[0].startswith(f"The link's `{setting.link}` must be "), notices
         assert notices[0].endswith("; the default is shown instead.")
@@ -146,9 +148,13 @@ def test_a_record_draws_its_widget_with_its_label_range_and_default():
     S.GEN_TEMP.slider(Where())
     S.GEN_PACE.select_slider(Where())
     S.GEN_EOS.checkbox(Where())
-    assert calls[0] == ("number_input", dict(label="Top-k (0 = off)", key=K.GEN_TOPK, help=S.TOP_K_HELP, min_value=0,
-                                             max_value=50257, step=1, value=0))
-    assert calls[1] == ("slider", dict(label="Temperature", key=K.GEN_TEMP, help=S.TEMP_HELP, min_value=0.0,
-                                       max_value=2.0, step=0.05, value=1.0))
+    assert calls[0] == (
+        "number_input",
+        dict(label="Top-k (0 = off)", key=K.GEN_TOPK, help=S.TOP_K_HELP, min_value=0, max_value=50257, step=1, value=0),
+    )
+    assert calls[1] == (
+        "slider",
+        dict(label="Temperature", key=K.GEN_TEMP, help=S.TEMP_HELP, min_value=0.0, max_value=2.0, step=0.05, value=1.0),
+    )
     assert calls[2][1]["options"] == list(S.PACES) and "value" not in calls[2][1]
     assert calls[3][1]["value"] is False and calls[3][1]["label"] == "Stop at <|endoftext|>"

@@ -1,15 +1,16 @@
 """The shared sidebar (app.py + sidebar.sidebar): example prompts, the prompt's size cap, one tokenisation
 per distinct prompt."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-
-from gptviz.model import tokenizer
-from gptviz.app import keys as K, sidebar
 from pagetest import APP, open_app
 
+from gptviz.app import keys as K
+from gptviz.app import sidebar
+from gptviz.model import tokenizer
 
 
 @pytest.mark.slow
@@ -49,11 +50,13 @@ def test_a_prompt_is_tokenised_once_however_often_pages_ask(monkeypatch):
 def test_the_shipped_server_settings_are_the_ones_streamlit_reads():
     import subprocess
     import sys
-    code = ("import streamlit.config as c; "
-            "print(c.get_option('browser.gatherUsageStats'), c.get_option('client.showErrorDetails'), "
-            "c.get_option('server.maxMessageSize'), c.get_option('runner.postScriptGC'))")
-    out = subprocess.run([sys.executable, "-c", code], cwd=Path(APP).parent, capture_output=True, text=True,
-                         timeout=60)
+
+    code = (
+        "import streamlit.config as c; "
+        "print(c.get_option('browser.gatherUsageStats'), c.get_option('client.showErrorDetails'), "
+        "c.get_option('server.maxMessageSize'), c.get_option('runner.postScriptGC'))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=Path(APP).parent, capture_output=True, text=True, timeout=60)
     assert out.stdout.split() == ["False", "type", "100", "False"], out.stderr
 
 
@@ -62,9 +65,13 @@ def test_gptviz_app_passes_every_shipped_setting():
     import tomllib
 
     from gptviz.__main__ import APP_DEFAULT_FLAGS
+
     shipped = tomllib.loads((Path(APP).parent / ".streamlit" / "config.toml").read_text())
-    flat = {f"--{section}.{name}": str(value).lower() if isinstance(value, bool) else str(value)
-            for section, options in shipped.items() for name, value in options.items()}
+    flat = {
+        f"--{section}.{name}": str(value).lower() if isinstance(value, bool) else str(value)
+        for section, options in shipped.items()
+        for name, value in options.items()
+    }
     assert flat == APP_DEFAULT_FLAGS
 
 
@@ -73,6 +80,7 @@ def test_device_and_precision_choices_follow_the_machine(monkeypatch):
     import torch
 
     from gptviz.model import devices
+
     at = open_app()
     assert not at.exception  # this machine: CPU only, so neither choice is drawn
     assert [s.key for s in at.selectbox if s.key in (K.DEVICE, K.DTYPE)] == []
@@ -95,6 +103,7 @@ def test_device_and_precision_choices_follow_the_machine(monkeypatch):
 @pytest.mark.slow
 def test_the_sidebar_says_when_the_prompt_is_too_long_for_a_link():
     import random
+
     rng = random.Random(1)
     noise = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz ") for _ in range(4000))
     long_note = "Too long for a link: the address shares the view without this prompt."

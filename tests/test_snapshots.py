@@ -1,16 +1,31 @@
 """Training snapshots (gptviz.training.snapshots): the files round-trip, every stored score equals a recomputation from the
 weights at that step, recording leaves the run's trajectory unchanged, and snapshots gather where the loss moves."""
+
 import numpy as np
 import pytest
 import torch
 
-from gptviz.methods.detectors import (duplicate_token_chance, induction_chance, induction_scores_from,
-                                      previous_token_chance)
+from gptviz.methods.detectors import (
+    duplicate_token_chance,
+    induction_chance,
+    induction_scores_from,
+    previous_token_chance,
+)
 from gptviz.model.config import get_preset
-from gptviz.training.corpus import Corpus
 from gptviz.model.model import GPT
-from gptviz.training.snapshots import (Probe, SnapshotRecorder, default_probes, empty_snapshots, first_token_scores,
-                                       load_snapshots, pack_triangle, probe_patterns, save_snapshots, unpack_triangle)
+from gptviz.training.corpus import Corpus
+from gptviz.training.snapshots import (
+    Probe,
+    SnapshotRecorder,
+    default_probes,
+    empty_snapshots,
+    first_token_scores,
+    load_snapshots,
+    pack_triangle,
+    probe_patterns,
+    save_snapshots,
+    unpack_triangle,
+)
 from gptviz.training.train import TrainSettings, train_models
 
 CFG = get_preset("tiny").replace(vocab_size=300, n_ctx=64, d_model=32, n_layers=2, n_heads=2, dropout=0.0)
@@ -24,26 +39,31 @@ def tiny_corpus() -> Corpus:
 def probes_for(corpus: Corpus) -> list[Probe]:
     rep = torch.randint(0, 300, (12,), generator=torch.Generator().manual_seed(1)).tolist()
     mid = corpus.val[100:140].tolist()
-    return [Probe("repeated random tokens", tuple(rep + rep), "repeated", 12),
-            Probe("repeated letters", tuple([5, 6, 7, 8] * 4)),
-            Probe("held-out passage", tuple(mid))]
+    return [
+        Probe("repeated random tokens", tuple(rep + rep), "repeated", 12),
+        Probe("repeated letters", tuple([5, 6, 7, 8] * 4)),
+        Probe("held-out passage", tuple(mid)),
+    ]
 
 
 def run(steps=12, every=4, record=True, on_step=None):
     corpus = tiny_corpus()
-    settings = TrainSettings(steps=steps, batch_size=4, block_size=32, lr=3e-3, warmup=2, seed=3, eval_every=1000,
-                             copy_fraction=0.5)
+    settings = TrainSettings(
+        steps=steps, batch_size=4, block_size=32, lr=3e-3, warmup=2, seed=3, eval_every=1000, copy_fraction=0.5
+    )
     recorder = SnapshotRecorder(empty_snapshots(CFG, probes_for(corpus), every=every), corpus.val, 32)
-    models, results = train_models({"m": CFG}, settings, corpus, on_step=on_step,
-                                   recorders={"m": recorder} if record else None)
+    models, results = train_models(
+        {"m": CFG}, settings, corpus, on_step=on_step, recorders={"m": recorder} if record else None
+    )
     return recorder.snaps, results["m"], corpus
 
 
 def test_each_snapshot_matches_its_weights():
     """Weights copied at every step by a callback; each snapshot's scores, maps and repeat loss recomputed."""
     corpus = tiny_corpus()
-    settings = TrainSettings(steps=12, batch_size=4, block_size=32, lr=3e-3, warmup=2, seed=3, eval_every=1000,
-                             copy_fraction=0.5)
+    settings = TrainSettings(
+        steps=12, batch_size=4, block_size=32, lr=3e-3, warmup=2, seed=3, eval_every=1000, copy_fraction=0.5
+    )
     recorder = SnapshotRecorder(empty_snapshots(CFG, probes_for(corpus), every=4), corpus.val, 32)
     states = {}
     holder = {}
@@ -57,12 +77,14 @@ def test_each_snapshot_matches_its_weights():
     def record(model, step, loss):
         holder["model"] = model
         original(model, step, loss)
+
     recorder.record = record
     holder["model"] = None
 
     def on_step(name, log):
         if holder["model"] is not None:
             keep(name, log)
+
     train_models({"m": CFG}, settings, corpus, on_step=on_step, recorders={"m": recorder})
     snaps = recorder.snaps
     assert snaps.steps == [1, 4, 8, 12]
@@ -73,9 +95,11 @@ def test_each_snapshot_matches_its_weights():
         model.eval()
         logits, rep_maps = probe_patterns(model, rep)
         _, text_maps = probe_patterns(model, text)
-        expected = {"previous-token": text_maps.diagonal(-1, -2, -1).mean(-1),
-                    "induction": induction_scores_from(rep_maps, 12),
-                    "first-token": text_maps[..., 1:, 0].mean(-1)}
+        expected = {
+            "previous-token": text_maps.diagonal(-1, -2, -1).mean(-1),
+            "induction": induction_scores_from(rep_maps, 12),
+            "first-token": text_maps[..., 1:, 0].mean(-1),
+        }
         for name, want in expected.items():
             got = snaps.score_array()[i, snaps.detector_index(name)]
             np.testing.assert_allclose(got, want.numpy(), atol=1e-5, err_msg=f"{name} at step {step}")
@@ -146,7 +170,7 @@ def test_snapshots_gather_where_the_loss_moves():
         loss = 7.0 if step < 30 else 7.0 - 0.2 * (step - 30)  # flat, then falling 0.2 a step
         if rec.observe(step, loss):
             due.append(step)
-            rec.last_step, rec.ema_at_last = step, rec.ema   # what record() does, without a model
+            rec.last_step, rec.ema_at_last = step, rec.ema  # what record() does, without a model
     assert due[0] == 1 and all(s >= 30 for s in due[1:])
     assert len(due) >= 5 and all(b - a >= 5 for a, b in zip(due, due[1:]))
 
@@ -179,8 +203,10 @@ def test_default_probes_fit_and_repeat():
 
 def test_reproduction_finds_where_a_rerun_leaves_the_committed_log():
     from gptviz.training.formation import logged_losses, reproduction
-    committed = logged_losses("step    20/1000 loss 7.6127 lr 2e-4\nstep    40/1000 loss 7.5499 val 1\n"
-                              "step    60/1000 loss 7.5065 lr\n")
+
+    committed = logged_losses(
+        "step    20/1000 loss 7.6127 lr 2e-4\nstep    40/1000 loss 7.5499 val 1\nstep    60/1000 loss 7.5065 lr\n"
+    )
     assert committed == {20: 7.6127, 40: 7.5499, 60: 7.5065}
     same = reproduction(dict(committed), committed)
     assert same == {"steps": 3, "exact_until": 60, "max_diff": 0.0}
@@ -190,6 +216,7 @@ def test_reproduction_finds_where_a_rerun_leaves_the_committed_log():
 
 def test_the_formation_section_states_what_the_snapshots_hold():
     from gptviz.training.formation import formation_section
+
     snaps, _, _ = run(steps=2)
     i = snaps.detector_index("induction")
     base = snaps.scores[0]
@@ -206,6 +233,7 @@ def test_the_formation_section_states_what_the_snapshots_hold():
 def test_formed_step_is_where_the_score_reaches_the_threshold_and_stays():
     """A head that crosses, falls back and crosses again formed at the second crossing; one that never stays, never."""
     from gptviz.training.snapshots import formed_step
+
     cfg = get_preset("tiny").replace(n_layers=2, n_heads=2, d_model=32, n_ctx=32)
     snaps = empty_snapshots(cfg, [Probe("rep", tuple(range(1, 9)) * 2, "repeated", 8), Probe("text", (5, 6, 7))])
     d = snaps.detector_index("induction")
@@ -215,6 +243,6 @@ def test_formed_step_is_where_the_score_reaches_the_threshold_and_stays():
         scores[d, 1, 1 if step >= 15 else 0] = value
         snaps.steps.append(step)
         snaps.scores.append(scores)
-    assert snaps.crossing("induction", 0.5) == (5, 1, 0)          # first reached, then fell back
-    assert formed_step(snaps, "induction") == (15, 1, 1)         # reached and stayed
+    assert snaps.crossing("induction", 0.5) == (5, 1, 0)  # first reached, then fell back
+    assert formed_step(snaps, "induction") == (15, 1, 1)  # reached and stayed
     assert formed_step(snaps, "induction", 0.95) is None

@@ -1,4 +1,5 @@
 """The order `pytest -n 2` sends files to its workers (tests/suite_order.py): longest first, read from --durations."""
+
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -23,17 +24,32 @@ def test_seconds_are_summed_per_file_over_call_setup_and_teardown_longest_first(
 
 
 def test_files_go_longest_first_keeping_each_files_tests_in_order_and_unknown_files_last():
-    ids = ["tests/a.py::t1", "tests/b.py::t1", "tests/a.py::t2", "tests/new.py::t1", "tests/c.py::t1",
-           "tests/b.py::t2", "tests/newer.py::t1"]
+    ids = [
+        "tests/a.py::t1",
+        "tests/b.py::t1",
+        "tests/a.py::t2",
+        "tests/new.py::t1",
+        "tests/c.py::t1",
+        "tests/b.py::t2",
+        "tests/newer.py::t1",
+    ]
     items = [SimpleNamespace(nodeid=i) for i in ids]
     ordered = longest_files_first(items, {"tests/a.py": 1.0, "tests/b.py": 30.0, "tests/c.py": 5.0})
-    assert [i.nodeid for i in ordered] == ["tests/b.py::t1", "tests/b.py::t2", "tests/c.py::t1", "tests/a.py::t1",
-                                           "tests/a.py::t2", "tests/new.py::t1", "tests/newer.py::t1"]
+    assert [i.nodeid for i in ordered] == [
+        "tests/b.py::t1",
+        "tests/b.py::t2",
+        "tests/c.py::t1",
+        "tests/a.py::t1",
+        "tests/a.py::t2",
+        "tests/new.py::t1",
+        "tests/newer.py::t1",
+    ]
     assert sorted(ordered, key=id) == sorted(items, key=id)  # nothing lost or repeated
 
 
 def test_the_committed_table_names_only_files_that_exist(tmp_path):
     from pathlib import Path
+
     root = Path(__file__).resolve().parents[1]
     table = read_table()
     assert table, "tests/durations.json is missing or empty"

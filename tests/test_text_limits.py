@@ -2,6 +2,7 @@
 with ast and each must be named in docs/deploying.md's table; over-long values fed the way a crafted WebSocket
 message or a link feeds them get a clear message, never an exception. The hostile sizes run in a child process whose
 address space is capped (resource.setrlimit), so a missing check fails there rather than taking the machine."""
+
 from __future__ import annotations
 
 import ast
@@ -69,17 +70,36 @@ def typed_boxes(path: Path) -> list[dict]:
             label = next((k.value for k in node.keywords if k.arg == "label"), None)
             labels = label_texts(label) if label is not None else [record.label]
             keywords |= set(record.rule.widget_args(func.attr, record.default)) if record.rule is not None else set()
-            found.append({"kind": func.attr, "labels": labels or [function], "via": None, "line": node.lineno,
-                          "keywords": keywords, "positional": 0})
+            found.append(
+                {
+                    "kind": func.attr,
+                    "labels": labels or [function],
+                    "via": None,
+                    "line": node.lineno,
+                    "keywords": keywords,
+                    "positional": 0,
+                }
+            )
             return
         where = node.args[0] if node.args else None
-        if isinstance(func, ast.Attribute) and func.attr in TYPED and \
-                (isinstance(where, ast.Subscript) or isinstance(where, ast.Name) and where.id == "st"):
+        if (
+            isinstance(func, ast.Attribute)
+            and func.attr in TYPED
+            and (isinstance(where, ast.Subscript) or isinstance(where, ast.Name) and where.id == "st")
+        ):
             # a record held in a variable draws its widget where it is told (c.tokens.number_input(g[0]) or (st)),
             # where Streamlit's own boxes take a label first. Named by the enclosing function; its bounds are its
             # rule's (test_every_numeric_record_has_bounds) or passed here
-            found.append({"kind": func.attr, "labels": [function], "via": "record", "line": node.lineno,
-                          "keywords": keywords, "positional": 0})
+            found.append(
+                {
+                    "kind": func.attr,
+                    "labels": [function],
+                    "via": "record",
+                    "line": node.lineno,
+                    "keywords": keywords,
+                    "positional": 0,
+                }
+            )
             return
         if isinstance(func, ast.Attribute) and func.attr in TYPED:
             kind, args, via = func.attr, node.args, None
@@ -87,12 +107,21 @@ def typed_boxes(path: Path) -> list[dict]:
             handed = [i for i, a in enumerate(node.args) if isinstance(a, ast.Attribute) and a.attr in TYPED]
             if not handed:
                 return
-            kind, args = node.args[handed[0]].attr, node.args[handed[0] + 1:]
+            kind, args = node.args[handed[0]].attr, node.args[handed[0] + 1 :]
             via = func.id if isinstance(func, ast.Name) else getattr(func, "attr", "?")
         label = args[0] if args else next((k.value for k in node.keywords if k.arg == "label"), None)
         labels = label_texts(label)
-        found.append({"kind": kind, "labels": labels or [function], "via": via, "line": node.lineno,
-                      "keywords": keywords, "positional": len(node.args)})
+        found.append(
+            {
+                "kind": kind,
+                "labels": labels or [function],
+                "via": via,
+                "line": node.lineno,
+                "keywords": keywords,
+                "positional": len(node.args),
+            }
+        )
+
     visit(tree, "<module>")
     return found
 
@@ -117,17 +146,20 @@ def test_the_scan_finds_the_boxes_it_must():
     """The scan itself: it sees boxes drawn directly, through a helper and with a variable label."""
     found = {(f, tuple(b["labels"])) for f, b in all_boxes()}
     assert ("gptviz/app/sidebar.py", ("Prompt",)) in found
-    assert ("gptviz/app/sidebar.py", ("Folder or Hub id",)) in found          # through checked_text
+    assert ("gptviz/app/sidebar.py", ("Folder or Hub id",)) in found  # through checked_text
     assert ("gptviz/app/views/why_sweeps.py", ("Clean prompt",)) in found
-    assert ("app_pages/units.py", ("one_token_box",)) in found               # its label is a variable
-    assert ("app_pages/units.py", ("Neuron", "Head")) in found              # a conditional label
+    assert ("app_pages/units.py", ("one_token_box",)) in found  # its label is a variable
+    assert ("app_pages/units.py", ("Neuron", "Head")) in found  # a conditional label
     assert len(found) >= 20
 
 
 def test_every_box_a_visitor_types_into_has_a_recorded_limit():
     rows = recorded()
-    missing = [f"{f}:{b['line']} {b['kind']} {b['labels']}" for f, b in all_boxes()
-               if not any(set(b["labels"]) <= names for names in rows.get(f, []))]
+    missing = [
+        f"{f}:{b['line']} {b['kind']} {b['labels']}"
+        for f, b in all_boxes()
+        if not any(set(b["labels"]) <= names for names in rows.get(f, []))
+    ]
     assert missing == [], f"boxes docs/deploying.md's table does not name: {missing}"
 
 
@@ -144,8 +176,12 @@ def test_every_box_has_a_bound_where_it_is_drawn():
         elif b["kind"] == "file_uploader":  # bounded in the browser, then checked on the server (store_upload)
             ok = "max_upload_size" in b["keywords"]
         elif b["kind"] == "number_input":
-            ok = {"min_value", "max_value"} <= b["keywords"] or b["positional"] >= 3 or \
-                (b["positional"] == 2 and "max_value" in b["keywords"]) or b["via"] == "record"
+            ok = (
+                {"min_value", "max_value"} <= b["keywords"]
+                or b["positional"] >= 3
+                or (b["positional"] == 2 and "max_value" in b["keywords"])
+                or b["via"] == "record"
+            )
         else:
             ok = False
         if not ok:
@@ -158,11 +194,17 @@ def test_every_numeric_record_has_bounds():
     number for its default has a range or a list of choices, except the layer and head pickers, which pass the
     model's range where they are drawn (found by the scan above)."""
     from gptviz.app.rules import Choice, Number, Whole
+
     passed_where_drawn = {S.NORMS_LAYER, S.NORMS_HEAD, S.TWINS_LAYER, S.TWINS_HEAD}
-    numeric = [r for r in vars(S).values() if isinstance(r, S.Setting) and isinstance(r.default, (int, float))
-               and not isinstance(r.default, bool)]
+    numeric = [
+        r
+        for r in vars(S).values()
+        if isinstance(r, S.Setting) and isinstance(r.default, (int, float)) and not isinstance(r.default, bool)
+    ]
     assert len(numeric) >= 20
-    unbounded = [r.key for r in numeric if r not in passed_where_drawn and not isinstance(r.rule, (Whole, Number, Choice))]
+    unbounded = [
+        r.key for r in numeric if r not in passed_where_drawn and not isinstance(r.rule, (Whole, Number, Choice))
+    ]
     assert unbounded == []
     for r in numeric:
         if isinstance(r.rule, (Whole, Number)):
@@ -175,8 +217,13 @@ def test_the_table_names_only_boxes_that_exist():
     found: dict[str, set[str]] = {}
     for f, b in all_boxes():
         found.setdefault(f, set()).update(b["labels"])
-    stale = [f"{f}: {sorted(names - found.get(f, set()))}" for f, rows in recorded().items() if f != "gptviz/app/links.py"
-             for names in rows if names - found.get(f, set()) - {"A word", "Source token"}]
+    stale = [
+        f"{f}: {sorted(names - found.get(f, set()))}"
+        for f, rows in recorded().items()
+        if f != "gptviz/app/links.py"
+        for names in rows
+        if names - found.get(f, set()) - {"A word", "Source token"}
+    ]
     assert stale == []
     assert "gptviz/app/links.py" in recorded()
 
@@ -213,8 +260,14 @@ def hostile(name: str, code: str) -> str:
 @pytest.fixture(scope="module")
 def capped_runs() -> dict:
     """What every check of HOSTILE filled in, run in a child process capped at 5 GiB of address space."""
-    done = subprocess.run([sys.executable, "-c", CHILD, str(ROOT)], input=json.dumps(HOSTILE), cwd=ROOT,
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, str(ROOT)],
+        input=json.dumps(HOSTILE),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.rsplit("RESULT ", 1)[1])
 
@@ -226,43 +279,58 @@ def capped(runs: dict, name: str) -> dict:
 
 
 PAIR_KEY = K.per_item(K.WHY_CLEAN, K.PATCH_PAIRS[1])
-PAIR = hostile("pair", f"""
+PAIR = hostile(
+    "pair",
+    f"""
     at = run_page("why", why_view="Patching", why_example={K.PATCH_PAIRS[1]!r}, **{{{PAIR_KEY!r}: "x" * {HUGE}}})
     out["state"] = [not at.exception, [w.value for w in at.warning], at.text_area(key={PAIR_KEY!r}).value]
     at.text_area(key={PAIR_KEY!r}).set_value("y" * 5000).run()
     out["message"] = [not at.exception, [w.value for w in at.warning], at.text_area(key={PAIR_KEY!r}).value]
     out["max_chars"] = at.text_area(key={PAIR_KEY!r}).proto.max_chars
-""")
-MODEL_NAME = hostile("model name", f"""
+""",
+)
+MODEL_NAME = hostile(
+    "model name",
+    f"""
     at = open_app(model_source=K.SOURCE_PRETRAINED, hf_name="g" * {HUGE})
     out["state"] = [not at.exception, [w.value for w in at.warning], at.text_input(key=K.HF_NAME).value]
     at.text_input(key=K.HF_NAME).set_value("h" * 5000).run()
     out["message"] = [not at.exception, [w.value for w in at.warning], at.text_input(key=K.HF_NAME).value]
     spec = at.session_state[K.MODEL_SPEC] if K.MODEL_SPEC in at.session_state else None
     out["spec"] = None if spec is None else len(spec.name)
-""")
-PROMPT = hostile("prompt", f"""
+""",
+)
+PROMPT = hostile(
+    "prompt",
+    f"""
     at = open_app()
     at.text_area(key=K.PROMPT).set_value("z" * {HUGE}).run()
     out["got"] = [not at.exception, [w.value for w in at.warning], len(at.session_state[K.PROMPT])]
-""")
-NUMBER = hostile("number", """
+""",
+)
+NUMBER = hostile(
+    "number",
+    """
     at = run_page("parameters")
     box = at.number_input(key=K.CALC_D_MODEL)
     default = box.value
     box.set_value(10**12).run()
     out["got"] = [not at.exception, default, at.number_input(key=K.CALC_D_MODEL).value]
-""")
+""",
+)
 LINK_NAMES = ["prompt", "model", "pz", "unit"]
 for _name in LINK_NAMES:
-    hostile(f"link {_name}", f"""
+    hostile(
+        f"link {_name}",
+        f"""
         from streamlit.testing.v1 import AppTest
         from pagetest import APP
         at = AppTest.from_file(APP, default_timeout=120)
         at.query_params[{_name!r}] = "q" * 400_000
         at.run()
         out["got"] = [not at.exception, [t.value for t in at.toast], len(at.session_state[K.PROMPT])]
-    """)
+    """,
+    )
 
 
 @pytest.mark.slow
@@ -293,6 +361,7 @@ def test_an_over_long_prompt_message_is_cut_with_a_warning(capped_runs):
     """A widget message past the prompt's max_chars (20,001) is cut by Streamlit, then to 20,000 by the sidebar,
     which says so."""
     from gptviz.app.sidebar import MAX_PROMPT_CHARS
+
     ok, warnings, length = capped(capped_runs, PROMPT)["got"]
     assert ok and length == MAX_PROMPT_CHARS
     assert any(f"cut to its first {MAX_PROMPT_CHARS:,} characters" in w for w in warnings), warnings

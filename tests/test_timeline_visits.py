@@ -1,14 +1,15 @@
 """Issue 43: 500 fresh sessions on Heads forming swung the server's RSS by 1.3 GB outside its budget. Each visit
 re-read both twins' snapshots: the page defined its lru_cache in its own file, which runs anew on every visit. They
 are now read once per process (gptviz.app.bundled_snapshots) and counted once in the memory accountant."""
+
 from __future__ import annotations
 
 import pytest
+from pagetest import run_page
 
-from gptviz.training import snapshots
 from gptviz.app import bundled_snapshots as store
 from gptviz.app import jobs
-from pagetest import run_page
+from gptviz.training import snapshots
 
 
 @pytest.mark.slow
@@ -27,6 +28,7 @@ def test_fresh_visits_to_heads_forming_read_the_snapshots_once_per_process(monke
 
 def test_the_snapshots_held_for_the_process_count_in_the_memory_budget(monkeypatch):
     from gptviz.serve import memory
+
     acc = memory.MemoryAccountant(2**30)
     monkeypatch.setattr(memory, "accountant", lambda: acc)
     jobs._made.pop("bundled snapshots: shakespeare-pre", None)

@@ -1,5 +1,6 @@
 """The token-rows component's data (the unit page's top examples): the same tokens the Plotly figure shows around
 each peak, the values unchanged, NaN sent as none, a bad peak refused."""
+
 from __future__ import annotations
 
 import numpy as np

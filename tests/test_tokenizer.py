@@ -1,4 +1,5 @@
 """GPT-2 BPE from the bundled file: reference ids, round-trips, offline, checksum, display labels."""
+
 from __future__ import annotations
 
 import hashlib
@@ -22,10 +23,13 @@ def fresh_tokenizer():
     get_tokenizer.cache_clear()
 
 
-@pytest.mark.parametrize("text, ids", [
-    ("Hello, I am", [15496, 11, 314, 716]),
-    (" Every effort moves you", [3887, 3626, 6100, 345]),
-])
+@pytest.mark.parametrize(
+    "text, ids",
+    [
+        ("Hello, I am", [15496, 11, 314, 716]),
+        (" Every effort moves you", [3887, 3626, 6100, 345]),
+    ],
+)
 def test_reference_encodings(text, ids):
     enc = get_tokenizer()
     assert enc.encode(text) == ids
@@ -60,17 +64,20 @@ def test_bundled_file_is_the_shared_reference_file():
         assert SHARED_BPE.read_bytes() == bundled
 
 
-@pytest.mark.parametrize("text", [
-    "emoji 🦜🦜 family 👨‍👩‍👧 flags 🇫🇷",
-    "CJK 中文字符 日本語のテキスト 한국어",
-    "combining e\u0301 a\u0308 o\u0303\u0304",
-    "RTL שלום עולם مرحبا بالعالم",
-    "zero\u200bwidth\u200djoiner\ufeffbom",
-    "<script>alert('x')</script> &amp; <b>bold</b>",
-    "  leading and trailing spaces  \n\n\ttabs\r\nCRLF",
-    "math ∑∫√∞ ≠ ≤ and control \x00\x07 chars",
-    "",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "emoji 🦜🦜 family 👨‍👩‍👧 flags 🇫🇷",
+        "CJK 中文字符 日本語のテキスト 한국어",
+        "combining e\u0301 a\u0308 o\u0303\u0304",
+        "RTL שלום עולם مرحبا بالعالم",
+        "zero\u200bwidth\u200djoiner\ufeffbom",
+        "<script>alert('x')</script> &amp; <b>bold</b>",
+        "  leading and trailing spaces  \n\n\ttabs\r\nCRLF",
+        "math ∑∫√∞ ≠ ≤ and control \x00\x07 chars",
+        "",
+    ],
+)
 def test_round_trip_odd_unicode(text):
     enc = get_tokenizer()
     ids = enc.encode(text)

@@ -1,4 +1,5 @@
 """Training loop: loss goes down, the schedule, settings validation, twins start equal, data helpers."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -7,14 +8,26 @@ import math
 
 import pytest
 import torch
-
 from conftest import SMALL, build, random_ids
-from gptviz.model.config import get_preset
-from gptviz.training.evaluate import previous_token_on_text
-from gptviz.model.weights import bundled_models
+
 from gptviz.methods import induction_test
-from gptviz.training.train import (TrainSettings, Trainer, batches, format_eta, lm_loss, load_corpus, lr_at,
-                                   most_frequent_ids, repeated_sequence, split, train_models, write_history)
+from gptviz.model.config import get_preset
+from gptviz.model.weights import bundled_models
+from gptviz.training.evaluate import previous_token_on_text
+from gptviz.training.train import (
+    Trainer,
+    TrainSettings,
+    batches,
+    format_eta,
+    lm_loss,
+    load_corpus,
+    lr_at,
+    most_frequent_ids,
+    repeated_sequence,
+    split,
+    train_models,
+    write_history,
+)
 
 
 def test_a_few_steps_lower_the_loss_on_a_fixed_batch():
@@ -43,8 +56,9 @@ def test_weight_decay_groups():
     decay, no_decay = trainer.optimizer.param_groups
     assert decay["weight_decay"] == 0.3 and no_decay["weight_decay"] == 0.0
     names = {id(p): n for n, p in model.named_parameters()}
-    assert {names[id(p)] for p in decay["params"]} == {n for n, p in model.named_parameters()
-                                                      if p.dim() == 2 and n != "wpe.weight"}
+    assert {names[id(p)] for p in decay["params"]} == {
+        n for n, p in model.named_parameters() if p.dim() == 2 and n != "wpe.weight"
+    }
     assert "wpe.weight" in {names[id(p)] for p in no_decay["params"]}
 
 
@@ -63,14 +77,29 @@ def test_lr_schedule_values():
     assert lr_at(0, TrainSettings(steps=1, warmup=0, lr=0.5)) == pytest.approx(0.5)
 
 
-@pytest.mark.parametrize("changes, name", [
-    (dict(steps=0), "steps"), (dict(batch_size=0), "batch_size"), (dict(lr=0), "lr"), (dict(lr=-1e-3), "lr"),
-    (dict(warmup=-1), "warmup"), (dict(eval_every=0), "eval_every"), (dict(val_fraction=0), "val_fraction"),
-    (dict(val_fraction=1), "val_fraction"), (dict(grad_clip=-1), "grad_clip"), (dict(min_lr_ratio=1.5), "min_lr_ratio"),
-    (dict(eval_batches=0), "eval_batches"), (dict(weight_decay=-0.1), "weight_decay"), (dict(block_size=0), "block_size"),
-    (dict(steps=2.5), "steps"), (dict(batch_size=True), "batch_size"), (dict(lr=float("nan")), "lr"),
-    (dict(lr="1e-3"), "lr"), (dict(block_size=8.0), "block_size"),
-])
+@pytest.mark.parametrize(
+    "changes, name",
+    [
+        (dict(steps=0), "steps"),
+        (dict(batch_size=0), "batch_size"),
+        (dict(lr=0), "lr"),
+        (dict(lr=-1e-3), "lr"),
+        (dict(warmup=-1), "warmup"),
+        (dict(eval_every=0), "eval_every"),
+        (dict(val_fraction=0), "val_fraction"),
+        (dict(val_fraction=1), "val_fraction"),
+        (dict(grad_clip=-1), "grad_clip"),
+        (dict(min_lr_ratio=1.5), "min_lr_ratio"),
+        (dict(eval_batches=0), "eval_batches"),
+        (dict(weight_decay=-0.1), "weight_decay"),
+        (dict(block_size=0), "block_size"),
+        (dict(steps=2.5), "steps"),
+        (dict(batch_size=True), "batch_size"),
+        (dict(lr=float("nan")), "lr"),
+        (dict(lr="1e-3"), "lr"),
+        (dict(block_size=8.0), "block_size"),
+    ],
+)
 def test_invalid_settings_raise_value_error_naming_them(changes, name):
     with pytest.raises(ValueError, match=rf"invalid training setting\(s\): .*\b{name}="):
         TrainSettings(**changes)
@@ -118,6 +147,7 @@ def test_norm_twins_start_from_identical_weights():
 
 def test_a_shorter_block_trains_on_shorter_windows_and_a_longer_one_is_refused(monkeypatch):
     import gptviz.training.train as train_module
+
     tokens = random_ids(2000, seed=3)
     widths = []
 
@@ -165,8 +195,9 @@ def test_format_eta():
 def test_train_models_continues_from_given_weights():
     start = build(seed=9).state_dict()
     tokens = random_ids(2000, seed=5)
-    models, _ = train_models({"m": SMALL}, TrainSettings(steps=1, batch_size=2), tokens, should_stop=lambda: True,
-                             start_states={"m": start})
+    models, _ = train_models(
+        {"m": SMALL}, TrainSettings(steps=1, batch_size=2), tokens, should_stop=lambda: True, start_states={"m": start}
+    )
     assert all(torch.equal(models["m"].state_dict()[k], start[k]) for k in start)
     fresh, _ = train_models({"m": SMALL}, TrainSettings(steps=1, batch_size=2), tokens, should_stop=lambda: True)
     assert not torch.equal(fresh["m"].state_dict()["wte.weight"], start["wte.weight"])
@@ -174,6 +205,7 @@ def test_train_models_continues_from_given_weights():
 
 def test_corpus_vocabulary_loss_equals_full_softmax_restricted_to_those_ids():
     from gptviz.training.train import subset_lm_loss
+
     model = build(seed=10).eval()
     x, y = random_ids(12, seed=6)[None], random_ids(12, seed=7)[None]
     vocab = torch.unique(torch.cat([y.flatten(), torch.arange(0, 50)]))
@@ -230,8 +262,8 @@ def test_copy_windows_draw_from_the_most_frequent_ids_when_asked():
     assert most_frequent_ids(text).tolist() == most_frequent_ids(text, 99).tolist() == [5, 9, 11, 40, 77]
     assert most_frequent_ids(torch.tensor([3, 2, 2, 3, 1]), 1).tolist() == [2]  # tie 2/3: the smaller id
     x, _ = next(batches(text, 8, 12, torch.Generator().manual_seed(0), copy_fraction=0.5, copy_vocab=2))
-    assert set(x[4:].unique().tolist()) <= {5, 9}                  # the repeats use the 2 most frequent ids only
-    assert {11, 40, 77} & set(x[:4].unique().tolist())              # the text rows still hold the rest
+    assert set(x[4:].unique().tolist()) <= {5, 9}  # the repeats use the 2 most frequent ids only
+    assert {11, 40, 77} & set(x[:4].unique().tolist())  # the text rows still hold the rest
     with pytest.raises(ValueError, match="copy_vocab"):
         TrainSettings(copy_vocab=-1)
 
@@ -262,6 +294,7 @@ def test_training_learns_to_copy_a_repeated_sequence_of_one_period(norm):
 
 def test_copy_rows_normalise_over_the_copy_ids_and_text_rows_over_the_corpus_ids():
     from gptviz.training.train import subset_lm_loss, vocab_index
+
     model = build(seed=11).eval()
     corpus_ids = torch.arange(0, model.config.vocab_size)
     copy_ids = torch.arange(0, model.config.vocab_size, 7)
@@ -270,17 +303,32 @@ def test_copy_rows_normalise_over_the_copy_ids_and_text_rows_over_the_corpus_ids
     x, y = torch.cat([text, copy])[:, :-1], torch.cat([text, copy])[:, 1:]
     with torch.no_grad():
         logits = model(x)
+
         def ce(rows, ids):  # the full softmax restricted by hand
             index = {int(i): k for k, i in enumerate(ids)}
             targets = torch.tensor([[index[int(t)] for t in row] for row in y[rows]])
-            return torch.nn.functional.cross_entropy(logits[rows][..., ids].reshape(-1, len(ids)),
-                                                     targets.reshape(-1), reduction="sum")
+            return torch.nn.functional.cross_entropy(
+                logits[rows][..., ids].reshape(-1, len(ids)), targets.reshape(-1), reduction="sum"
+            )
+
         expected = (ce(slice(0, 3), corpus_ids) + ce(slice(3, 5), copy_ids)) / y.numel()
-        got = subset_lm_loss(model, x, y, *vocab_index(corpus_ids, model.config.vocab_size), n_copy=2,
-                             copy_vocab=vocab_index(copy_ids, model.config.vocab_size))
+        got = subset_lm_loss(
+            model,
+            x,
+            y,
+            *vocab_index(corpus_ids, model.config.vocab_size),
+            n_copy=2,
+            copy_vocab=vocab_index(copy_ids, model.config.vocab_size),
+        )
         assert float(got) == pytest.approx(float(expected), abs=1e-5)
-        only_copy = subset_lm_loss(model, x[3:], y[3:], *vocab_index(corpus_ids, model.config.vocab_size), n_copy=2,
-                                   copy_vocab=vocab_index(copy_ids, model.config.vocab_size))
+        only_copy = subset_lm_loss(
+            model,
+            x[3:],
+            y[3:],
+            *vocab_index(corpus_ids, model.config.vocab_size),
+            n_copy=2,
+            copy_vocab=vocab_index(copy_ids, model.config.vocab_size),
+        )
         assert float(only_copy) == pytest.approx(float(ce(slice(3, 5), copy_ids)) / y[3:].numel(), abs=1e-5)
 
 
@@ -300,12 +348,15 @@ def test_copy_any_share_draws_that_share_of_repeated_rows_from_every_id():
     frequent; with 0, none do; and a trainer on such batches normalises their softmax over every training id."""
     tokens = random_ids(5000, seed=5)
     frequent = set(most_frequent_ids(tokens, 20).tolist())
+
     def outside(share):
         x, _ = next(batches(tokens, 200, 24, torch.Generator().manual_seed(1), 1.0, 20, share))
         return sum(not set(row.tolist()) <= frequent for row in x) / len(x)
+
     assert outside(0.0) == 0.0 and 0.4 < outside(0.5) < 0.6 and outside(1.0) == 1.0
-    s = TrainSettings(steps=2, batch_size=4, copy_fraction=0.5, copy_vocab=20, copy_any_share=0.5,
-                      corpus_vocab_steps=2, warmup=0)
+    s = TrainSettings(
+        steps=2, batch_size=4, copy_fraction=0.5, copy_vocab=20, copy_any_share=0.5, corpus_vocab_steps=2, warmup=0
+    )
     trainer = Trainer(build(seed=14), s, tokens)
     assert torch.equal(trainer.copy_vocab[0], torch.unique(tokens))
     data = batches(tokens, 4, 16, torch.Generator().manual_seed(0), 0.5, 20, 0.5)
@@ -318,8 +369,9 @@ def test_copy_batch_softmax_normalises_the_repeated_rows_over_their_own_ids():
     """With copy_batch_softmax the step's loss is the text rows over the corpus ids and the repeated rows over the
     ids those rows contain, recomputed here by hand from the full logits."""
     tokens = random_ids(3000, seed=4)
-    s = TrainSettings(steps=1, batch_size=4, copy_fraction=0.5, corpus_vocab_steps=1, warmup=0, lr=1e-9,
-                      copy_batch_softmax=True)
+    s = TrainSettings(
+        steps=1, batch_size=4, copy_fraction=0.5, corpus_vocab_steps=1, warmup=0, lr=1e-9, copy_batch_softmax=True
+    )
     model = build(seed=13)
     trainer = Trainer(model, s, tokens)
     x, y = next(batches(tokens, 4, 16, torch.Generator().manual_seed(0), 0.5, 0))
@@ -333,10 +385,12 @@ def test_copy_batch_softmax_normalises_the_repeated_rows_over_their_own_ids():
         def ce(rows, ids):
             index = {int(i): k for k, i in enumerate(ids)}
             targets = torch.tensor([[index[int(t)] for t in row] for row in y[rows]])
-            return torch.nn.functional.cross_entropy(logits[rows][..., ids].reshape(-1, len(ids)),
-                                                     targets.reshape(-1), reduction="sum")
+            return torch.nn.functional.cross_entropy(
+                logits[rows][..., ids].reshape(-1, len(ids)), targets.reshape(-1), reduction="sum"
+            )
+
         expected = (ce(slice(0, 2), corpus_ids) + ce(slice(2, 4), window_ids)) / y.numel()
-    log = trainer.step(x, y)   # dropout 0 (build): train mode computes the same logits
+    log = trainer.step(x, y)  # dropout 0 (build): train mode computes the same logits
     assert log.train_loss == pytest.approx(float(expected), abs=1e-5)
     with pytest.raises(ValueError, match="copy_batch_softmax"):
         TrainSettings(copy_batch_softmax=1)
@@ -347,14 +401,47 @@ def test_the_model_cards_commands_rebuild_every_stage_with_its_settings():
 
     from gptviz.__main__ import build_parser, config_and_settings
     from gptviz.training.model_card import _train_commands
+
     cfg = {"name": "small-4l", "norm": "post", "n_ctx": 128, "dropout": 0.0}
-    first = {"settings": {"steps": 4000, "batch_size": 16, "lr": 0.003, "warmup": 100, "seed": 1337,
-                          "corpus_vocab_steps": 3900, "copy_fraction": 0.375, "eval_every": 250}, "init": "xavier"}
-    second = {"settings": {"steps": 2400, "batch_size": 16, "lr": 0.0015, "warmup": 100, "seed": 1337,
-                           "corpus_vocab_steps": 2300, "copy_fraction": 0.5, "copy_vocab": 2000, "eval_every": 200,
-                           "weight_decay": 0.0}}
-    third = {"settings": {**second["settings"], "steps": 800, "block_size": 32, "seed": 7, "min_lr_ratio": 1.0,
-                          "copy_batch_softmax": True, "copy_any_share": 0.5}, "dropout": 0.1}
+    first = {
+        "settings": {
+            "steps": 4000,
+            "batch_size": 16,
+            "lr": 0.003,
+            "warmup": 100,
+            "seed": 1337,
+            "corpus_vocab_steps": 3900,
+            "copy_fraction": 0.375,
+            "eval_every": 250,
+        },
+        "init": "xavier",
+    }
+    second = {
+        "settings": {
+            "steps": 2400,
+            "batch_size": 16,
+            "lr": 0.0015,
+            "warmup": 100,
+            "seed": 1337,
+            "corpus_vocab_steps": 2300,
+            "copy_fraction": 0.5,
+            "copy_vocab": 2000,
+            "eval_every": 200,
+            "weight_decay": 0.0,
+        }
+    }
+    third = {
+        "settings": {
+            **second["settings"],
+            "steps": 800,
+            "block_size": 32,
+            "seed": 7,
+            "min_lr_ratio": 1.0,
+            "copy_batch_softmax": True,
+            "copy_any_share": 0.5,
+        },
+        "dropout": 0.1,
+    }
     text = _train_commands(cfg, "shakespeare-post", [first, second, third])
     one, two, three = text.split("\npython ")
     assert "--steps 4000" in one and "--copy-fraction 0.375" in one and "--copy-vocab" not in one
@@ -380,6 +467,7 @@ def test_the_model_cards_commands_rebuild_every_stage_with_its_settings():
 
 def test_recipe_differences_name_every_setting_but_warmup_that_twins_do_not_share():
     from gptviz.training.evaluate import recipe_differences
+
     base = {"data": "shakespeare-works", "settings": {"steps": 100, "lr": 0.003, "warmup": 100, "batch_size": 16}}
     assert recipe_differences(base, {**base, "settings": {**base["settings"], "warmup": 1000}}) == []
     other = {**base, "settings": {**base["settings"], "lr": 0.001}}
@@ -400,10 +488,23 @@ def test_recipe_differences_name_every_setting_but_warmup_that_twins_do_not_shar
 
 def test_the_model_card_says_when_the_first_stage_started_from_xavier():
     from gptviz.training.model_card import model_card
+
     report = json.loads((bundled_models()["shakespeare-pre"] / "check.json").read_text())
-    stage = {"data": "shakespeare-works", "held_out": report["data"]["held_out"], "dropout": 0.0,
-             "settings": {"steps": 10, "lr": 0.001, "warmup": 1, "batch_size": 4, "seed": 1, "min_lr_ratio": 1.0,
-                          "weight_decay": 0.0, "grad_clip": 1.0}}
+    stage = {
+        "data": "shakespeare-works",
+        "held_out": report["data"]["held_out"],
+        "dropout": 0.0,
+        "settings": {
+            "steps": 10,
+            "lr": 0.001,
+            "warmup": 1,
+            "batch_size": 4,
+            "seed": 1,
+            "min_lr_ratio": 1.0,
+            "weight_decay": 0.0,
+            "grad_clip": 1.0,
+        },
+    }
     cfg = {**get_preset("small-4l").to_dict(), "norm": "post"}
     xavier = model_card("x", {"config": cfg, "training": {**stage, "init": "xavier"}}, report)
     plain = model_card("x", {"config": cfg, "training": stage}, report)
@@ -415,8 +516,9 @@ def test_the_model_card_says_when_the_first_stage_started_from_xavier():
 def test_the_chunked_validation_loss_equals_the_whole_batchs():
     """summed_lm_loss computes the LM head LOSS_ROWS positions at a time: the same sum as lm_loss over the batch."""
     from gptviz.training.train import LOSS_ROWS, lm_loss, summed_lm_loss
+
     model = build()
-    x = random_ids(16, batch=9, seed=1)             # 144 positions: two whole chunks and a partial one
+    x = random_ids(16, batch=9, seed=1)  # 144 positions: two whole chunks and a partial one
     y = random_ids(16, batch=9, seed=2)
     assert x.numel() % LOSS_ROWS and x.numel() > 2 * LOSS_ROWS
     with torch.no_grad():

@@ -1,4 +1,5 @@
 """gptviz.serve.training_jobs: training in a background thread, with progress, stop and results."""
+
 from __future__ import annotations
 
 import io
@@ -9,9 +10,9 @@ import pytest
 import torch
 
 from gptviz import GPTConfig
-from gptviz.training.train import TrainSettings
-from gptviz.serve.training_jobs import DONE, FAILED, STOPPED, JobLimitError, JobRegistry, JobSpec
 from gptviz.model.weights import load_checkpoint
+from gptviz.serve.training_jobs import DONE, FAILED, STOPPED, JobLimitError, JobRegistry, JobSpec
+from gptviz.training.train import TrainSettings
 
 CFG = GPTConfig(vocab_size=64, n_ctx=16, d_model=32, n_layers=1, n_heads=2, name="jobs-test")
 # A corpus with structure to learn: a fixed 50-token phrase repeated.
@@ -111,8 +112,7 @@ def test_checkpoint_zip_round_trip(tmp_path):
         names = sorted(zf.namelist())
         zf.extractall(tmp_path)
     folder = f"{job.id}-post"
-    assert names == sorted(f"{folder}/{f}" for f in
-                           ("config.json", "history.csv", "history.json", "model.safetensors"))
+    assert names == sorted(f"{folder}/{f}" for f in ("config.json", "history.csv", "history.json", "model.safetensors"))
     loaded = load_checkpoint(tmp_path / folder)
     assert loaded.config.norm == "post"
     ids = PHRASE[:16][None]
@@ -122,6 +122,7 @@ def test_checkpoint_zip_round_trip(tmp_path):
 
 
 # ---- what one visitor may start (issue: safe to put on a server) ------------------------------------------
+
 
 def test_a_run_past_the_token_budget_is_refused_before_it_starts():
     registry = JobRegistry(max_tokens=1000)
@@ -169,6 +170,7 @@ def test_a_run_stops_at_the_wall_time_budget():
 
 def test_a_run_stops_when_the_session_that_started_it_is_gone(monkeypatch):
     import gptviz.serve.background_job as one_run
+
     monkeypatch.setattr(one_run, "ALIVE_CHECK_S", 0.0)
     connected = {"alice": True}
     registry = JobRegistry()
@@ -180,8 +182,9 @@ def test_a_run_stops_when_the_session_that_started_it_is_gone(monkeypatch):
 
 
 def test_trained_models_are_kept_per_session_and_bounded():
-    from gptviz.model.model import GPT
     from gptviz.app.jobs import TrainedModels
+    from gptviz.model.model import GPT
+
     store = TrainedModels(kept=2)
     models = [GPT(CFG) for _ in range(3)]
     store.add("run1 pre", models[0], "alice")
@@ -196,6 +199,7 @@ def test_a_finished_jobs_models_are_offered_to_its_owner_before_anyone_sees_it_f
     page's own run, which a click elsewhere can cut short, used to be what registered them."""
     from gptviz.app import jobs
     from gptviz.app.jobs import TrainedModels
+
     store = TrainedModels(kept=4)
     monkeypatch.setattr(jobs, "trained_models", lambda: store)
     seen_when_registered = []
@@ -203,9 +207,10 @@ def test_a_finished_jobs_models_are_offered_to_its_owner_before_anyone_sees_it_f
     def on_models(job):
         seen_when_registered.append(job.finished)
         jobs.register_job_models(job)
+
     job = JobRegistry().start(spec(3), tokens=TOKENS, owner="alice", on_models=on_models)
     assert job.wait(60) and job.status == DONE
-    assert seen_when_registered == [False]          # registered before the job reads as finished
+    assert seen_when_registered == [False]  # registered before the job reads as finished
     expected = sorted(jobs.trained_run_id(job, name, model) for name, model in job.models.items())
     assert sorted(store.of("alice")) == expected and len(expected) == 2
     assert all(store.get(run) is job.models[run.split()[1].split("-")[0]] for run in expected)

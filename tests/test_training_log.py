@@ -3,8 +3,8 @@ from pathlib import Path
 
 import pytest
 
-from gptviz.training import training_log
 from gptviz.model.weights import bundled_models
+from gptviz.training import training_log
 
 LOG = """# stage 1: copy-only (3 steps)
 some header line
@@ -23,8 +23,14 @@ def test_small_log():
     stages = training_log.parse_train_log(LOG)
     assert [(s.number, s.start, s.end) for s in stages] == [(1, 0, 3), (2, 3, 7)]
     assert [r["step"] for s in stages for r in s.records] == [1, 3, 4, 5, 7]
-    assert stages[1].records[1] == {"stage_step": 2, "stage_steps": 4, "train_loss": 6.0, "lr": 1e-4,
-                                    "grad_norm": 1.0, "step": 5}
+    assert stages[1].records[1] == {
+        "stage_step": 2,
+        "stage_steps": 4,
+        "train_loss": 6.0,
+        "lr": 1e-4,
+        "grad_norm": 1.0,
+        "step": 5,
+    }
     assert training_log.first_crossing(stages, "induction", 0.5) == 3
     assert training_log.first_crossing(stages, "prev_token", 0.9) == 7
     assert training_log.first_crossing(stages, "prev_token", 0.99) is None

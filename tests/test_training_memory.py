@@ -7,6 +7,7 @@ the page beside it, and the heap grows over the first steps. So each wiring the 
 server runs it (benchmarks/bench_grow_induction.py, peak_growth), a fresh child process each, for a few steps of the
 page's own run; `python -m benchmarks grow -- --memory` measures longer runs. The run now gives its freed memory back
 after each step (background_job.Job._on_step): without that these 6 steps grew +603 to +892 MiB against 522 and 626."""
+
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
@@ -32,6 +33,7 @@ def growths() -> dict:
             return measure_peak(wiring, STEPS, timeout=900)
         except Exception as error:  # noqa: BLE001 (kept for the test of that wiring)
             return error
+
     with ThreadPoolExecutor(max_workers=2) as pool:
         return dict(zip(GROW_WIRINGS, pool.map(measure, GROW_WIRINGS)))
 

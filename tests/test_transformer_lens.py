@@ -2,6 +2,7 @@
 and equal values at every shared hook point, both directions; what has no equivalent is refused with a message.
 No network: models are built from configs with random weights (biases and norms perturbed, so that a swapped or
 dropped parameter shows), and GPT-2's tokenizer is built from the bundled BPE file."""
+
 from __future__ import annotations
 
 import pytest
@@ -12,8 +13,13 @@ transformers = pytest.importorskip("transformers")
 
 from gptviz import GPT, GPTConfig, capture, get_tokenizer  # noqa: E402
 from gptviz.interop.hf_tokenizer import gpt2_hf_tokenizer  # noqa: E402
-from gptviz.interop.tlens import (InteropError, cache_from_transformer_lens, from_transformer_lens,  # noqa: E402
-                                  tl_hook_name, to_transformer_lens)
+from gptviz.interop.tlens import (  # noqa: E402
+    InteropError,
+    cache_from_transformer_lens,
+    from_transformer_lens,
+    tl_hook_name,
+    to_transformer_lens,
+)
 
 ATOL = 1e-4
 TINY = dict(vocab_size=50257, n_ctx=24, d_model=32, n_layers=2, n_heads=4)
@@ -53,9 +59,14 @@ def assert_hooks_equal(ours, theirs, names) -> int:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("changes", [dict(activation="gelu_tanh"),
-                                     dict(activation="gelu", tie_weights=False),
-                                     dict(activation="relu", qkv_bias=False, d_ff=48)])
+@pytest.mark.parametrize(
+    "changes",
+    [
+        dict(activation="gelu_tanh"),
+        dict(activation="gelu", tie_weights=False),
+        dict(activation="relu", qkv_bias=False, d_ff=48),
+    ],
+)
 def test_gptviz_model_in_transformer_lens(changes):
     model = perturbed(GPTConfig(**TINY, **changes))
     bridge = to_transformer_lens(model)
@@ -70,16 +81,18 @@ def test_gptviz_model_in_transformer_lens(changes):
 
 @pytest.mark.slow
 def test_transformer_lens_gpt2_in_gptviz():
-    hf_config = transformers.GPT2Config(vocab_size=50257, n_positions=24, n_embd=32, n_layer=3, n_head=2,
-                                        activation_function="gelu_new")
+    hf_config = transformers.GPT2Config(
+        vocab_size=50257, n_positions=24, n_embd=32, n_layer=3, n_head=2, activation_function="gelu_new"
+    )
     torch.manual_seed(5)
     hf = transformers.GPT2LMHeadModel(hf_config).eval()
     with torch.no_grad():
         for p in hf.parameters():
             if p.dim() == 1:
                 p.add_(0.2 * torch.randn_like(p))
-    from transformer_lens.model_bridge import TransformerBridge
     import transformer_lens.model_bridge.sources  # noqa: F401
+    from transformer_lens.model_bridge import TransformerBridge
+
     bridge = TransformerBridge.boot_transformers("gpt2", hf_model=hf, tokenizer=gpt2_hf_tokenizer()).eval()
     model = from_transformer_lens(bridge)
     assert (model.config.n_layers, model.config.n_heads, model.config.d_model) == (3, 2, 32)
@@ -93,8 +106,9 @@ def test_transformer_lens_gpt2_in_gptviz():
     converted = cache_from_transformer_lens(tl_cache)
     assert converted.n_layers == 3 and set(converted) == set(model.hook_names)
     torch.testing.assert_close(converted.patterns(), cache.patterns(), atol=ATOL, rtol=1e-4)
-    torch.testing.assert_close(converted["blocks.1.attn.hook_attn_scores"], cache["blocks.1.attn.hook_attn_scores"],
-                               atol=ATOL, rtol=1e-4)  # the mask as gptviz writes it: -inf
+    torch.testing.assert_close(
+        converted["blocks.1.attn.hook_attn_scores"], cache["blocks.1.attn.hook_attn_scores"], atol=ATOL, rtol=1e-4
+    )  # the mask as gptviz writes it: -inf
     one = cache_from_transformer_lens(tl_cache, batch_index=1)
     torch.testing.assert_close(one.pattern(2), cache.pattern(2)[1:2], atol=ATOL, rtol=1e-4)
 
@@ -135,8 +149,12 @@ def test_hook_names_map_to_transformer_lens():
 @pytest.mark.slow
 def test_offline_tokenizer_equals_gptviz_tokenizer():
     hf_tok, enc = gpt2_hf_tokenizer(), get_tokenizer()
-    texts = ["To be, or not to be: that is the question.", "  indented\n\nlines\tand tabs",
-             "naïve café, 日本語 and an emoji 🤖", "it's we'll they've 1234567 3.14159"]
+    texts = [
+        "To be, or not to be: that is the question.",
+        "  indented\n\nlines\tand tabs",
+        "naïve café, 日本語 and an emoji 🤖",
+        "it's we'll they've 1234567 3.14159",
+    ]
     for text in texts:
         assert hf_tok(text, add_special_tokens=False)["input_ids"] == enc.encode(text), text
     assert len(hf_tok) == 50257 and hf_tok.eos_token_id == 50256

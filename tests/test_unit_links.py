@@ -1,6 +1,7 @@
 """The browser test of unit links (test_browser_unit_links.LINKS) clicks every kind the app draws: each list of unit
 pills (by its key), and each other place that opens the unit page (go_to_unit, a table's row pick). Read from the
 app's code, so a new unit link without its click in the browser test fails here (issue 62, item 2)."""
+
 from __future__ import annotations
 
 import re
@@ -28,8 +29,11 @@ def pill_lists() -> set[str]:
 
 def other_links() -> set[str]:
     """Files that open the unit page by go_to_unit or a table's row pick (unit_nav itself aside)."""
-    return {str(path.relative_to(ROOT)) for path in SOURCES if path.name != "unit_nav.py"
-            and re.search(r"\b(go_to_unit|open_on_row_pick)\(", path.read_text())}
+    return {
+        str(path.relative_to(ROOT))
+        for path in SOURCES
+        if path.name != "unit_nav.py" and re.search(r"\b(go_to_unit|open_on_row_pick)\(", path.read_text())
+    }
 
 
 def test_the_browser_test_clicks_every_list_of_unit_pills():

@@ -2,23 +2,23 @@
 checked by the page itself (a crafted message or session state skips the widget's max_chars), the direct effect's
 memory is reserved from an estimate that covers its measured peak, and an index that cannot be read offers a
 rebuild instead of a dead end."""
+
 from __future__ import annotations
 
 import re
 
 import pytest
-import torch
+from pagetest import TINY, run_page
+from test_memory_runs import covers, torch_peak
 
 import gptviz.model.tokenizer
-from gptviz import PRESETS, GPT
-from gptviz.model import sizes
-from gptviz.serve import limits, memory
+from gptviz import GPT, PRESETS
 from gptviz import index as ix
 from gptviz.app import keys as K
 from gptviz.app import model_service, sidebar
 from gptviz.app import unit_index as ui
-from pagetest import TINY, run_page
-from test_memory_runs import covers, torch_peak
+from gptviz.model import sizes
+from gptviz.serve import limits, memory
 
 PRE = model_service.ModelSpec(K.SOURCE_BUNDLED, "shakespeare-pre", "pre")
 SEARCH_TAB = {K.UNIT_TAB: K.UNIT_TABS[1]}
@@ -45,6 +45,7 @@ def longest_encoded(monkeypatch):
         if text != sidebar.DEFAULT_PROMPT:
             seen[0] = max(seen[0], len(text))
         return real(text, *a, **kw)
+
     monkeypatch.setattr(gptviz.model.tokenizer, "encode", counting)
     return seen
 
@@ -53,7 +54,9 @@ def test_a_10mb_word_in_state_is_refused_before_it_is_tokenised(longest_encoded)
     at = run_page("units", spec=PRE, **SEARCH_TAB, **{K.UNIT_WORD: HUGE})
     assert not at.exception, at.exception
     warnings = [plain(w.value) for w in at.warning]
-    assert any(f"too long: this box takes one token, fewer than {limits.TOKEN_BOX_CHARS} characters" in w for w in warnings), warnings
+    assert any(
+        f"too long: this box takes one token, fewer than {limits.TOKEN_BOX_CHARS} characters" in w for w in warnings
+    ), warnings
     assert longest_encoded[0] <= limits.TOKEN_BOX_CHARS
     assert at.text_input(key=K.UNIT_WORD).value == ""  # not drawn back into the box
     assert len(page_text(at)) < 20_000  # nothing of it echoed
@@ -67,7 +70,10 @@ def test_a_crafted_word_past_the_widgets_max_chars_is_refused(longest_encoded):
     # a websocket message can send any length whatever the browser's box allows (AppTest sends it as such)
     at.text_input(key=K.UNIT_WORD).set_value("king " * 1000).run()
     assert not at.exception, at.exception
-    assert any(f"too long: this box takes one token, fewer than {limits.TOKEN_BOX_CHARS} characters" in plain(w.value) for w in at.warning)
+    assert any(
+        f"too long: this box takes one token, fewer than {limits.TOKEN_BOX_CHARS} characters" in plain(w.value)
+        for w in at.warning
+    )
     assert longest_encoded[0] <= limits.TOKEN_BOX_CHARS
     assert len(at.dataframe) == 1  # the prompt search's table only: no word table
     at.text_input(key=K.UNIT_WORD).set_value("king").run()  # the box works again after
@@ -75,8 +81,8 @@ def test_a_crafted_word_past_the_widgets_max_chars_is_refused(longest_encoded):
 
 
 def test_a_word_at_the_limit_still_runs_and_its_pieces_are_listed():
-    word = "ab" * (limits.TOKEN_BOX_CHARS // 2) + "a"[:limits.TOKEN_BOX_CHARS % 2]
-    word = word[:limits.TOKEN_BOX_CHARS - 1]  # the longest allowed
+    word = "ab" * (limits.TOKEN_BOX_CHARS // 2) + "a"[: limits.TOKEN_BOX_CHARS % 2]
+    word = word[: limits.TOKEN_BOX_CHARS - 1]  # the longest allowed
     at = run_page("units", spec=PRE, **SEARCH_TAB, **{K.UNIT_WORD: word})
     assert not at.exception
     assert any("is not one token" in plain(w.value) for w in at.warning)
@@ -87,13 +93,19 @@ def test_a_word_at_the_limit_still_runs_and_its_pieces_are_listed():
 def test_a_huge_source_token_is_refused_before_it_is_tokenised(longest_encoded):
     at = run_page("units", spec=PRE, unit="L1H2", **{K.per_item(K.UNIT_SOURCE, "L1H2"): HUGE})
     assert not at.exception, at.exception
-    assert any(f"too long: this box takes one token, fewer than {limits.TOKEN_BOX_CHARS} characters" in plain(w.value) for w in at.warning)
+    assert any(
+        f"too long: this box takes one token, fewer than {limits.TOKEN_BOX_CHARS} characters" in plain(w.value)
+        for w in at.warning
+    )
     assert longest_encoded[0] <= limits.TOKEN_BOX_CHARS
     assert len(page_text(at)) < 20_000
     key = K.per_item(K.UNIT_SOURCE, "L1H2")
     at.text_input(key=key).set_value(" the" * 2000).run()  # crafted: past what the browser's box allows
     assert not at.exception
-    assert any(f"too long: this box takes one token, fewer than {limits.TOKEN_BOX_CHARS} characters" in plain(w.value) for w in at.warning)
+    assert any(
+        f"too long: this box takes one token, fewer than {limits.TOKEN_BOX_CHARS} characters" in plain(w.value)
+        for w in at.warning
+    )
     assert longest_encoded[0] <= limits.TOKEN_BOX_CHARS
 
 
@@ -143,6 +155,7 @@ def test_an_unreadable_index_offers_a_rebuild(tmp_path, monkeypatch):
 def test_an_index_of_the_previous_format_says_why_and_offers_a_rebuild(tmp_path, monkeypatch):
     # version 2 had no band examples: the page names the version, the command that rebuilds it, and its own button
     import json
+
     monkeypatch.setenv("GPTVIZ_INDEX_DIR", str(tmp_path / "indexes"))
     small = limits.ServerLimits(index_tokens=3_000, index_mb=2048)
     monkeypatch.setattr(limits, "server_limits", lambda: small)
@@ -174,6 +187,7 @@ def test_a_build_that_dies_mid_save_leaves_the_folder_readable_or_absent(tmp_pat
         real_save(index, folder)
         (folder / ix.INDEX_JSON).write_text('{"format": "gptviz-neu')
         raise OSError("No space left on device")
+
     monkeypatch.setattr(ix, "save_index", dies_after_the_arrays)
     ui.index_store().clear()
     with pytest.raises(OSError):

@@ -1,6 +1,7 @@
 """Visitors' uploads (issue 59): a checkpoint file is checked from its bytes before anything is written (size, name,
 format, load limits; no tensor allocated), stored in a private folder of its session's, loadable by that session only,
 and removed once the session is gone (swept on the next upload and by a timer)."""
+
 from __future__ import annotations
 
 import functools
@@ -9,13 +10,16 @@ import time
 
 import pytest
 import torch
+from reference import llmc as llmc_ref
+from reference import nanogpt as nanogpt_ref
+from reference import raschka as raschka_ref
 
-from gptviz.app import keys as K, model_service
+from gptviz.app import keys as K
+from gptviz.app import model_service
 from gptviz.model.weights import CheckpointError
 from gptviz.serve import uploads
 from gptviz.serve.limits import LimitError, ServerLimits
 from gptviz.serve.uploads import GONE, UploadFolders, stored_name
-from reference import llmc as llmc_ref, nanogpt as nanogpt_ref, raschka as raschka_ref
 
 MB = 2**20
 
@@ -31,8 +35,15 @@ def nanogpt_bytes(vocab: int = 101) -> bytes:
 
 
 def raschka_bytes() -> bytes:
-    cfg = {"vocab_size": 101, "context_length": 16, "emb_dim": 32, "n_heads": 4, "n_layers": 2, "drop_rate": 0.0,
-           "qkv_bias": False}
+    cfg = {
+        "vocab_size": 101,
+        "context_length": 16,
+        "emb_dim": 32,
+        "n_heads": 4,
+        "n_layers": 2,
+        "drop_rate": 0.0,
+        "qkv_bias": False,
+    }
     torch.manual_seed(1)
     buf = io.BytesIO()
     torch.save(raschka_ref.GPTModel(cfg).state_dict(), buf)
@@ -54,8 +65,13 @@ def test_an_upload_is_checked_stored_and_found_by_its_own_session_only(tmp_path)
     path = folders.path("alice", up.name)
     assert path.read_bytes() == nanogpt_bytes() and path.name == "ckpt.pt"
     assert (path.parent.parent.stat().st_mode & 0o777) == 0o700  # the session's folder: the server's user only
-    for session, name in (("bob", up.name), (None, up.name), ("alice", "../" + up.name),
-                          ("alice", up.name.split("/")[0] + "/../../x.pt"), ("alice", "/etc/passwd")):
+    for session, name in (
+        ("bob", up.name),
+        (None, up.name),
+        ("alice", "../" + up.name),
+        ("alice", up.name.split("/")[0] + "/../../x.pt"),
+        ("alice", "/etc/passwd"),
+    ):
         with pytest.raises(CheckpointError) as info:
             folders.path(session, name)
         assert str(info.value) == GONE and str(tmp_path) not in str(info.value)
@@ -65,12 +81,15 @@ def test_an_upload_is_checked_stored_and_found_by_its_own_session_only(tmp_path)
         folders.path("alice", up.name)
 
 
-@pytest.mark.parametrize("data, name, cap, error, message", [
-    (b"\x00" * 100, "ckpt.pt", 50, LimitError, "up to 0 MB (GPTVIZ_UPLOAD_MB)"),
-    (b"x", "ckpt.pt", 0, LimitError, "takes no uploads"),
-    (b"x", "model.safetensors", MB, CheckpointError, "gptviz reads uploads ending in .pt, .pth, .bin, .ckpt"),
-    (b"not a pickle at all", "ckpt.pt", MB, CheckpointError, "ckpt.pt is corrupt or not a PyTorch file"),
-])
+@pytest.mark.parametrize(
+    "data, name, cap, error, message",
+    [
+        (b"\x00" * 100, "ckpt.pt", 50, LimitError, "up to 0 MB (GPTVIZ_UPLOAD_MB)"),
+        (b"x", "ckpt.pt", 0, LimitError, "takes no uploads"),
+        (b"x", "model.safetensors", MB, CheckpointError, "gptviz reads uploads ending in .pt, .pth, .bin, .ckpt"),
+        (b"not a pickle at all", "ckpt.pt", MB, CheckpointError, "ckpt.pt is corrupt or not a PyTorch file"),
+    ],
+)
 def test_a_refused_file_gets_one_sentence_and_nothing_is_written(tmp_path, data, name, cap, error, message):
     folders = registry(tmp_path)
     with pytest.raises(error) as info:
@@ -98,9 +117,11 @@ def test_a_pickle_that_would_run_code_is_refused_from_its_bytes_and_runs_nothing
 def test_the_load_limits_are_checked_from_the_bytes_before_any_tensor(tmp_path, monkeypatch):
     """A file past the load limits is refused before it is written; the structure is read on the meta device."""
     from gptviz.model.formats.base import read_pickle_meta
+
     assert all(t.is_meta for t in read_pickle_meta(io.BytesIO(nanogpt_bytes()), "ckpt.pt")["model"].values())
     import gptviz.model.checkpoint as checkpoint
     from gptviz.model.load_limits import LoadLimits
+
     monkeypatch.setattr(checkpoint, "load_limits", lambda: LoadLimits(max_params=10_000))
     with pytest.raises(CheckpointError, match="GPTVIZ_MAX_LOAD_PARAMS"):
         save(registry(tmp_path), "alice", nanogpt_bytes())
@@ -132,12 +153,12 @@ def test_a_closed_sessions_folder_is_swept_on_the_next_upload_and_by_the_timer(t
     folders = registry(tmp_path, alive=lambda s: s in connected, on_removed=removed.extend, sweep_s=0.05)
     alice = save(folders, "alice", nanogpt_bytes())
     folder = folders.folder("alice")
-    connected.discard("alice")                       # alice closed her tab
-    save(folders, "bob", nanogpt_bytes())            # the next upload sweeps
+    connected.discard("alice")  # alice closed her tab
+    save(folders, "bob", nanogpt_bytes())  # the next upload sweeps
     assert not folder.exists() and folders.sessions() == ["bob"]
     assert removed == [alice.name.split("/")[0] + "/"]
     bob = folders.folder("bob")
-    connected.discard("bob")                         # no further upload: the timer sweeps
+    connected.discard("bob")  # no further upload: the timer sweeps
     deadline = time.monotonic() + 5
     while bob.exists() and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -163,8 +184,8 @@ def test_a_visitor_never_loads_another_visitors_upload_even_once_it_is_cached(tm
         assert spec in model_service.model_store()
         monkeypatch.setattr(model_service, "session_id", lambda: "bob")
         with pytest.raises(CheckpointError, match="that upload is gone"):
-            model_service.load_model(spec)              # cached, and still refused
-        folders.remove("alice")                  # her session ended: the model leaves the store with the folder
+            model_service.load_model(spec)  # cached, and still refused
+        folders.remove("alice")  # her session ended: the model leaves the store with the folder
         assert spec not in model_service.model_store()
     finally:
         model_service.model_store().clear()

@@ -2,22 +2,30 @@
 refused it), a refused file is one sentence under the uploader, a Raschka GPTModel file asks for its head count (in
 the folder field, where the count travels in links with the folder, and in an upload), and an operator can turn
 uploads off."""
+
 from __future__ import annotations
 
 import pytest
 import torch
-from streamlit.testing.v1 import AppTest
-
-from gptviz.app import keys as K, links, model_service
-from gptviz.app import settings as S
-from gptviz.model import weights
-from gptviz.serve import model_access
-from gptviz.serve.limits import ServerLimits
 from reference import raschka as raschka_ref
+from streamlit.testing.v1 import AppTest
 from test_uploads import nanogpt_bytes
 
-RASCHKA = {"vocab_size": 101, "context_length": 16, "emb_dim": 32, "n_heads": 4, "n_layers": 2, "drop_rate": 0.0,
-           "qkv_bias": False}
+from gptviz.app import keys as K
+from gptviz.app import links, model_service
+from gptviz.app import settings as S
+from gptviz.serve import model_access
+from gptviz.serve.limits import ServerLimits
+
+RASCHKA = {
+    "vocab_size": 101,
+    "context_length": 16,
+    "emb_dim": 32,
+    "n_heads": 4,
+    "n_layers": 2,
+    "drop_rate": 0.0,
+    "qkv_bias": False,
+}
 
 
 def raschka_pth(path):
@@ -38,6 +46,7 @@ def upload_script(data: bytes, name: str) -> None:
 
     class File(io_.BytesIO):
         pass
+
     if "_sent" not in st.session_state:
         st.session_state["_sent"] = True
         file = File(data)
@@ -58,6 +67,7 @@ def uploaded(data: bytes, name: str, **state) -> AppTest:
 @pytest.mark.slow
 def test_an_upload_becomes_this_sessions_model_and_no_one_elses(monkeypatch):
     from pagetest import run_page
+
     at = uploaded(nanogpt_bytes(), "ckpt.pt")
     assert not at.exception and not at.error, (at.exception, at.error)
     spec = at.session_state[K.MODEL_SPEC]
@@ -82,7 +92,8 @@ def test_a_refused_upload_is_one_sentence_under_the_uploader():
     assert not at.exception
     assert [e.value.replace("\\", "") for e in at.sidebar.error] == [
         "ckpt.pt was not loaded: ckpt.pt is corrupt or not a PyTorch file: PytorchStreamReader failed reading zip "
-        "archive: not a ZIP archive"]
+        "archive: not a ZIP archive"
+    ]
     assert at.session_state[K.MODEL_SPEC] is None and K.UPLOAD not in at.session_state
     at = uploaded(b"x" * 100, "notes.txt")
     assert "gptviz reads uploads ending in .pt, .pth, .bin, .ckpt" in at.sidebar.error[0].value.replace("\\", "")
@@ -101,6 +112,7 @@ def test_an_uploaded_raschka_file_asks_for_its_head_count(tmp_path):
 @pytest.mark.slow
 def test_the_folder_field_asks_a_raschka_files_head_count_and_the_link_carries_it(tmp_path, monkeypatch):
     from pagetest import open_app
+
     ref = raschka_pth(tmp_path / "ops" / "book" / "model.pth")
     limits = ServerLimits.from_env({"GPTVIZ_MODEL_DIRS": str(tmp_path / "ops")})
     monkeypatch.setattr(model_access, "server_limits", lambda: limits)
@@ -117,6 +129,7 @@ def test_the_folder_field_asks_a_raschka_files_head_count_and_the_link_carries_i
         with torch.no_grad():
             torch.testing.assert_close(model_service.load_model(spec)(ids), ref(ids), atol=1e-4, rtol=1e-4)
         from gptviz.app.reproduce.core import model_lines
+
         assert f"load_pretrained({path!r}, norm='pre', n_head=4)" in model_lines(spec)  # Copy as Python
         params = links.link_params(at.session_state)
         assert (params[S.N_HEAD.link], params[S.HF_NAME.link]) == ("4", path)
@@ -131,8 +144,10 @@ def test_the_folder_field_asks_a_raschka_files_head_count_and_the_link_carries_i
 
 @pytest.mark.slow
 def test_an_operator_can_turn_uploads_off(monkeypatch):
-    import gptviz.app.sidebar as sidebar
     from pagetest import open_app
+
+    import gptviz.app.sidebar as sidebar
+
     monkeypatch.setattr(sidebar, "server_limits", lambda: ServerLimits(upload_mb=0))
     at = open_app()
     assert K.SOURCE_UPLOAD not in at.selectbox(key=K.MODEL_SOURCE).options  # so no uploader is ever drawn

@@ -1,20 +1,21 @@
 """The server's warm start (gptviz/app/warm_start.py): app.py is served as an st.App whose lifespan imports what the
 pages import, loads the default model and runs the home page's captures, so a first visitor waits for the page only.
 The cold start itself is measured in the browser: benchmarks/bench_browser.py --cold-start."""
-from __future__ import annotations
 
-import pytest
+from __future__ import annotations
 
 import asyncio
 from pathlib import Path
 
+import pytest
+from pagetest import APP, forward_calls
 from streamlit.testing.v1 import AppTest
 from streamlit.web.server.app_discovery import discover_asgi_app
 
-from gptviz.app import keys as K, model_service, services, sidebar, warm_start
+from gptviz.app import keys as K
+from gptviz.app import model_service, services, sidebar, warm_start
 from gptviz.app.router import PAGE_LIST, PAGES_DIR
 from gptviz.model.weights import bundled_models
-from pagetest import APP, forward_calls
 
 
 def test_streamlit_run_serves_app_py_as_an_st_app_and_runs_it_as_a_script():
@@ -31,12 +32,19 @@ def test_streamlit_run_serves_app_py_as_an_st_app_and_runs_it_as_a_script():
 
 def test_imported_modules_reads_a_scripts_top_level_imports(tmp_path):
     script = tmp_path / "page.py"
-    script.write_text("from __future__ import annotations\nimport math, json as j\nfrom gptviz.app import keys as K\n"
-                      "from . import nothing\nfrom gptviz.figures.attention import HIGHLIGHT\n"
-                      "def main():\n    import pandas\n")
+    script.write_text(
+        "from __future__ import annotations\nimport math, json as j\nfrom gptviz.app import keys as K\n"
+        "from . import nothing\nfrom gptviz.figures.attention import HIGHLIGHT\n"
+        "def main():\n    import pandas\n"
+    )
     assert warm_start.imported_modules(script) == [
-        "math", "json", "gptviz.app", "gptviz.app.keys", "gptviz.figures.attention",
-        "gptviz.figures.attention.HIGHLIGHT"]
+        "math",
+        "json",
+        "gptviz.app",
+        "gptviz.app.keys",
+        "gptviz.figures.attention",
+        "gptviz.figures.attention.HIGHLIGHT",
+    ]
 
 
 def test_every_page_import_is_warmed(monkeypatch):
@@ -75,6 +83,7 @@ def test_the_warm_up_loads_the_default_models_unit_index(monkeypatch):
     """A unit page's first visit reads the index and the corpus the warm-up loaded: it tokenizes nothing."""
     from gptviz import index as ix
     from gptviz.app import unit_index
+
     warm_start.warm_unit_index()
     monkeypatch.setattr(ix, "corpus_documents", lambda *a, **k: pytest.fail("the corpus was read again"))
     assert unit_index.find_index(sidebar.default_model_spec()) is not None
@@ -83,11 +92,13 @@ def test_the_warm_up_loads_the_default_models_unit_index(monkeypatch):
 def test_a_failed_warm_up_still_serves(monkeypatch):
     def broken():
         raise RuntimeError("no model today")
+
     monkeypatch.setattr(warm_start, "warm_up", broken)
 
     async def serve():
         async with warm_start.lifespan(None):
             return "served"
+
     assert asyncio.run(serve()) == "served"
 
 
@@ -97,9 +108,13 @@ def test_the_warm_up_imports_what_the_sidebars_hub_button_first_imports():
     first call imports huggingface_hub's download module (0.125 s of a first visit's script time, py-spy)."""
     import subprocess
     import sys
-    code = ("import sys; from gptviz.app import warm_start; assert 'huggingface_hub.file_download' not in sys.modules;"
-            " warm_start.warm_home_page(); print('huggingface_hub.file_download' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], cwd=Path(APP).parent, capture_output=True, text=True,
-                         timeout=300)
+
+    code = (
+        "import sys; from gptviz.app import warm_start; assert 'huggingface_hub.file_download' not in sys.modules;"
+        " warm_start.warm_home_page(); print('huggingface_hub.file_download' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=Path(APP).parent, capture_output=True, text=True, timeout=300
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().endswith("True")

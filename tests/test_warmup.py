@@ -2,11 +2,11 @@ import numpy as np
 import pytest
 import torch
 
-from gptviz.serve import live_generation
-from gptviz.training import warmup
 from gptviz.model.model import GPT
-from gptviz.training.train import Trainer, TrainSettings
+from gptviz.serve import live_generation
 from gptviz.serve.training_jobs import DONE, JobLimitError, JobRegistry, start_warmup
+from gptviz.training import warmup
+from gptviz.training.train import Trainer, TrainSettings
 
 SMALL = warmup.Scenario(layers=2, width=32, heads=2, lr=1e-2, warmup=4, steps=12, batch_size=2, block=8, seeds=2)
 TOKENS = torch.randint(0, 500, (4000,), generator=torch.Generator().manual_seed(0))
@@ -24,9 +24,9 @@ def test_runs_in_lockstep_from_the_same_weights(logs):
     for seed in range(SMALL.seeds):
         cold = logs[warmup.run_name("post-norm, no warmup", seed)]
         warm = logs[warmup.run_name("post-norm, warmup", seed)]
-        assert cold[0]["train_loss"] == warm[0]["train_loss"]          # same weights, same first batch
+        assert cold[0]["train_loss"] == warm[0]["train_loss"]  # same weights, same first batch
         assert cold[0]["lr"] == SMALL.lr and warm[0]["lr"] == pytest.approx(SMALL.lr / SMALL.warmup)
-        assert cold[1]["train_loss"] != warm[1]["train_loss"]           # the schedule is what differs
+        assert cold[1]["train_loss"] != warm[1]["train_loss"]  # the schedule is what differs
         assert len(cold[0]["ffn_grad"]) == SMALL.layers and all(g > 0 for g in cold[0]["ffn_grad"])
 
 
@@ -35,14 +35,17 @@ def test_outcome_is_computed_from_the_losses(logs):
     out = warmup.outcome(logs, baseline)
     assert out.step == SMALL.steps
     for arm in warmup.ARMS:
-        tails = [np.mean([r["train_loss"] for r in logs[warmup.run_name(arm, s)][-warmup.LAST:]])
-                 for s in range(SMALL.seeds)]
+        tails = [
+            np.mean([r["train_loss"] for r in logs[warmup.run_name(arm, s)][-warmup.LAST :]])
+            for s in range(SMALL.seeds)
+        ]
         assert out.arms[arm].mean == pytest.approx(np.mean(tails))
         assert out.arms[arm].sd == pytest.approx(np.std(tails, ddof=1))
         assert f"{out.arms[arm].mean:.3f} ± {out.arms[arm].sd:.3f}" in out.sentence
     cold, warm = out.arms["post-norm, no warmup"], out.arms["post-norm, warmup"]
-    assert out.post_needs_warmup == (warm.mean < baseline and
-                                     cold.mean - warm.mean > max(cold.sd + warm.sd, warmup.MIN_EFFECT))
+    assert out.post_needs_warmup == (
+        warm.mean < baseline and cold.mean - warm.mean > max(cold.sd + warm.sd, warmup.MIN_EFFECT)
+    )
     assert warmup.outcome({k: v[:3] for k, v in logs.items()}, baseline) is None
     assert warmup.ffn_grad_grid(logs, "pre-norm, no warmup").shape == (SMALL.layers, SMALL.steps)
 
@@ -98,6 +101,7 @@ def test_the_job_steps_on_one_torch_thread_and_puts_the_default_back(monkeypatch
     """Two OpenMP threads on a shared 2-core CPU made each step several times slower: the job's thread uses one.
     torch.set_num_threads also sets the default later threads take, so the job restores the server's when it ends."""
     import threading
+
     seen = []
     monkeypatch.setattr(warmup, "run_scenario", lambda *a, **k: seen.append(torch.get_num_threads()))
     monkeypatch.setattr(live_generation, "SERVER_TORCH_THREADS", 2)  # the tests' own default is one thread
@@ -118,19 +122,25 @@ def test_the_job_steps_on_one_torch_thread_and_puts_the_default_back(monkeypatch
 def synthetic_logs(cold: list[float], warm: list[float], pre: list[float]) -> dict[str, list[dict]]:
     """LAST steps per run, each seed's loss constant at the value given (one value per seed)."""
     by_arm = dict(zip(warmup.ARMS, (cold, warm, pre)))
-    return {warmup.run_name(arm, seed): [{"train_loss": loss}] * warmup.LAST
-            for arm, losses in by_arm.items() for seed, loss in enumerate(losses)}
+    return {
+        warmup.run_name(arm, seed): [{"train_loss": loss}] * warmup.LAST
+        for arm, losses in by_arm.items()
+        for seed, loss in enumerate(losses)
+    }
 
 
 def test_the_verdict_follows_the_numbers():
     shows = warmup.outcome(synthetic_logs(cold=[7.0, 7.2], warm=[6.0, 6.2], pre=[6.0, 6.1]), baseline=6.5)
     assert shows.post_needs_warmup and shows.pre_fine_without
-    assert shows.verdict.startswith("Post-norm needed warmup here (without it: 1.000 higher, beyond the sds' sum "
-                                    "of 0.283)")
+    assert shows.verdict.startswith(
+        "Post-norm needed warmup here (without it: 1.000 higher, beyond the sds' sum of 0.283)"
+    )
     assert "pre-norm without warmup did as well as post-norm with it (0.050 lower; the sds' sum 0.212)" in shows.verdict
     assert shows.verdict.endswith("claim shows in these runs.")
-    assert "post-norm without warmup 7.100 ± 0.141; with warmup 6.100 ± 0.141; pre-norm without warmup 6.050" \
+    assert (
+        "post-norm without warmup 7.100 ± 0.141; with warmup 6.100 ± 0.141; pre-norm without warmup 6.050"
         in shows.sentence
+    )
     opposite = warmup.outcome(synthetic_logs(cold=[6.0, 6.2], warm=[6.5, 6.7], pre=[7.5, 7.6]), baseline=7.0)
     assert not opposite.post_needs_warmup and not opposite.pre_fine_without
     assert opposite.verdict.startswith("Post-norm did not clearly need warmup here (without it: 0.500 lower")
@@ -141,16 +151,20 @@ def test_the_verdict_follows_the_numbers():
     assert not close.post_needs_warmup and "0.100 higher, within the sds' sum of 0.707" in close.verdict
     # both post-norm arms on the frequency-only plateau: a gap beyond their tiny sds is not read as needing warmup
     # (the first protocol's lr 3e-3 runs: 6.402 ± 0.000 without, 6.397 ± 0.001 with, the plateau at 6.315)
-    plateau = warmup.outcome(synthetic_logs(cold=[6.402, 6.402], warm=[6.3965, 6.3975], pre=[5.93, 5.97]),
-                             baseline=6.315)
+    plateau = warmup.outcome(
+        synthetic_logs(cold=[6.402, 6.402], warm=[6.3965, 6.3975], pre=[5.93, 5.97]), baseline=6.315
+    )
     assert not plateau.post_needs_warmup and plateau.verdict.endswith("claim does not show in these runs.")
-    assert plateau.verdict.startswith("Post-norm did not clearly need warmup here: with warmup it did not leave the "
-                                      "frequency-only loss either (6.397 against 6.315; without warmup 6.402)")
+    assert plateau.verdict.startswith(
+        "Post-norm did not clearly need warmup here: with warmup it did not leave the "
+        "frequency-only loss either (6.397 against 6.315; without warmup 6.402)"
+    )
     # with warmup on the plateau, without it below: the verdict says so, not "either"
     mixed = warmup.outcome(synthetic_logs(cold=[6.30, 6.30], warm=[6.40, 6.40], pre=[6.0, 6.0]), baseline=6.35)
     assert not mixed.post_needs_warmup
-    assert ("did not leave the frequency-only loss while without warmup it did (6.400 against 6.350; without warmup "
-            "6.300)") in mixed.verdict
+    assert (
+        "did not leave the frequency-only loss while without warmup it did (6.400 against 6.350; without warmup 6.300)"
+    ) in mixed.verdict
     # below the plateau but a gap under the minimum effect, however small the sds
     small = warmup.outcome(synthetic_logs(cold=[6.03, 6.03], warm=[6.0, 6.0], pre=[6.0, 6.0]), baseline=6.3)
     assert not small.post_needs_warmup and "0.030 higher, within the 0.05-nat minimum effect" in small.verdict
@@ -164,13 +178,15 @@ def test_no_verdict_while_running_or_before_the_warmup_ended():
 
 
 def test_the_frequency_baseline_is_the_training_splits_unigram_entropy():
-    tokens = torch.tensor([1, 1, 2, 3] * 25 + [9] * 12)   # split(…, 0.1) keeps the first 100: 1 half, 2 and 3
+    tokens = torch.tensor([1, 1, 2, 3] * 25 + [9] * 12)  # split(…, 0.1) keeps the first 100: 1 half, 2 and 3
     # a quarter each
     assert warmup.frequency_baseline(tokens) == pytest.approx(-(0.5 * np.log(0.5) + 2 * 0.25 * np.log(0.25)))
     out = warmup.outcome(synthetic_logs(cold=[7.0, 7.2], warm=[6.0, 6.2], pre=[5.0, 5.1]), 6.5)
-    assert warmup.baseline_line(out, 6.5) == ("A model that knows only how often each token comes scores 6.500 nats on "
-                                              "this text; below it: post-norm with warmup and pre-norm without "
-                                              "warmup; at or above it: post-norm without warmup.")
+    assert warmup.baseline_line(out, 6.5) == (
+        "A model that knows only how often each token comes scores 6.500 nats on "
+        "this text; below it: post-norm with warmup and pre-norm without "
+        "warmup; at or above it: post-norm without warmup."
+    )
     assert "no arm ended below it" in warmup.baseline_line(out, 4.0)
 
 
@@ -178,9 +194,10 @@ def test_the_page_runs_the_setting_the_readme_protocol_fixed():
     """The protocol (docs/benchmarks-history.md, written before the runs) names the shape, optimiser and length; of its
     learning rates the page runs 3e-3, the first whose verdict said the claim shows (the runs are in the table)."""
     from pathlib import Path
+
     readme = (Path(__file__).parents[1] / "docs" / "benchmarks-history.md").read_text()
-    protocol = readme[readme.index("### Protocol (written before the runs"):]
-    protocol = protocol[:protocol.index("\n### ")]
+    protocol = readme[readme.index("### Protocol (written before the runs") :]
+    protocol = protocol[: protocol.index("\n### ")]
     s = warmup.PAGE_SCENARIO
     assert (s.layers, s.width, s.heads, s.init) == (12, 64, 4, "xavier")
     assert "12 layers, d_model 64, 4 heads, Xavier init" in protocol

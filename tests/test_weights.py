@@ -1,5 +1,6 @@
 """Checkpoints: our safetensors round-trip, Hugging Face GPT-2 import (parity with transformers), corrupt
 and malicious files refused, offline Hub behaviour."""
+
 from __future__ import annotations
 
 import json
@@ -9,9 +10,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import SMALL, build, random_ids
 from safetensors.torch import load_file, save_file
 
-from conftest import SMALL, build, random_ids
 from gptviz import load_pretrained
 from gptviz.model.weights import CheckpointError, config_from_hf, load_checkpoint, save_checkpoint, state_from_hf
 
@@ -19,6 +20,7 @@ VOCAB = 300
 
 
 # ---------------------------------------------------------------- our own format
+
 
 def test_round_trip_fp32_exact(tmp_path):
     model = build(seed=11, tie_weights=False, norm="post", activation="relu")
@@ -78,6 +80,7 @@ def test_load_pretrained_accepts_a_folder_path(tmp_path):
 
 
 # ---------------------------------------------------------------- broken inputs
+
 
 def _saved(tmp_path: Path) -> Path:
     folder = tmp_path / "ckpt"
@@ -158,8 +161,11 @@ class _WritesMarker:
 def _hf_folder_with_bin(tmp_path: Path, payload) -> Path:
     folder = tmp_path / "hf_bin"
     folder.mkdir()
-    (folder / "config.json").write_text(json.dumps(
-        {"model_type": "gpt2", "vocab_size": VOCAB, "n_positions": 16, "n_embd": 32, "n_layer": 2, "n_head": 4}))
+    (folder / "config.json").write_text(
+        json.dumps(
+            {"model_type": "gpt2", "vocab_size": VOCAB, "n_positions": 16, "n_embd": 32, "n_layer": 2, "n_head": 4}
+        )
+    )
     torch.save(payload, folder / "pytorch_model.bin")
     return folder
 
@@ -189,14 +195,35 @@ def test_truncated_bin(tmp_path):
         load_checkpoint(folder)
 
 
-@pytest.mark.parametrize("hf, message", [
-    ({"model_type": "llama"}, "model_type .llama. \\(rotary positions.* is not supported: gptviz reads"),
-    ({"model_type": "gpt2", "activation_function": "silu", "vocab_size": 10, "n_embd": 8, "n_layer": 1,
-      "n_head": 2}, "activation_function 'silu'"),
-    ({"model_type": "gpt2", "vocab_size": 10, "n_layer": 1, "n_head": 2}, "no 'n_embd' field"),
-    ({"model_type": "gpt2", "vocab_size": 10, "n_embd": 8, "n_layer": 1, "n_head": 2,
-      "scale_attn_by_inverse_layer_idx": True}, "scale_attn_by_inverse_layer_idx"),
-])
+@pytest.mark.parametrize(
+    "hf, message",
+    [
+        ({"model_type": "llama"}, "model_type .llama. \\(rotary positions.* is not supported: gptviz reads"),
+        (
+            {
+                "model_type": "gpt2",
+                "activation_function": "silu",
+                "vocab_size": 10,
+                "n_embd": 8,
+                "n_layer": 1,
+                "n_head": 2,
+            },
+            "activation_function 'silu'",
+        ),
+        ({"model_type": "gpt2", "vocab_size": 10, "n_layer": 1, "n_head": 2}, "no 'n_embd' field"),
+        (
+            {
+                "model_type": "gpt2",
+                "vocab_size": 10,
+                "n_embd": 8,
+                "n_layer": 1,
+                "n_head": 2,
+                "scale_attn_by_inverse_layer_idx": True,
+            },
+            "scale_attn_by_inverse_layer_idx",
+        ),
+    ],
+)
 def test_unsupported_hf_configs(hf, message):
     with pytest.raises(CheckpointError, match=message):
         config_from_hf(hf)
@@ -204,12 +231,24 @@ def test_unsupported_hf_configs(hf, message):
 
 # ---------------------------------------------------------------- Hugging Face parity
 
+
 def _hf_model(tie: bool = True, seed: int = 0):
     pytest.importorskip("transformers")
     from transformers import GPT2Config, GPT2LMHeadModel
-    cfg = GPT2Config(vocab_size=VOCAB, n_positions=24, n_embd=32, n_layer=2, n_head=4, resid_pdrop=0.0,
-                     embd_pdrop=0.0, attn_pdrop=0.0, tie_word_embeddings=tie, bos_token_id=VOCAB - 1,
-                     eos_token_id=VOCAB - 1)
+
+    cfg = GPT2Config(
+        vocab_size=VOCAB,
+        n_positions=24,
+        n_embd=32,
+        n_layer=2,
+        n_head=4,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        tie_word_embeddings=tie,
+        bos_token_id=VOCAB - 1,
+        eos_token_id=VOCAB - 1,
+    )
     torch.manual_seed(seed)
     hf = GPT2LMHeadModel(cfg).eval()
     with torch.no_grad():  # perturb everything (norm gains and biases too) so a mis-mapped tensor shows
@@ -337,10 +376,11 @@ def test_path_like_names_that_do_not_exist(tmp_path):
 
 def test_training_vocab_round_trip_and_bad_files(tmp_path):
     from gptviz.model.weights import CheckpointError, training_vocab, write_training_vocab
+
     assert training_vocab(tmp_path) is None  # not recorded
     write_training_vocab(tmp_path, torch.tensor([9, 3, 3, 50256, 9]))
     assert training_vocab(tmp_path).tolist() == [3, 9, 50256]
-    for bad in ('{"ids": [1]}', '[1, "2"]', '[true]'):
+    for bad in ('{"ids": [1]}', '[1, "2"]', "[true]"):
         (tmp_path / "training_vocab.json").write_text(bad)
         with pytest.raises(CheckpointError, match="not a list of token ids"):
             training_vocab(tmp_path)
@@ -350,6 +390,7 @@ def test_no_message_names_a_server_path(tmp_path):
     """A visitor's bad folder or Hub repo is refused with messages that name the file, never where it lies on the
     server (a cached Hub repo without config.json showed the whole cache path; a pytorch_model.bin holding a list
     showed its path)."""
+
     def message(folder) -> str:
         with pytest.raises(CheckpointError) as info:
             load_checkpoint(folder)
@@ -367,16 +408,17 @@ def test_no_message_names_a_server_path(tmp_path):
 
 # ---- the cold start's model load (issue 32) ---------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("name", ["tiny", "gpt2-small", "gpt2-small-untied-noqkvbias", "gpt1"])
 @pytest.mark.parametrize("norm_type", ["layernorm", "rmsnorm"])
 def test_expected_shapes_by_formula_match_a_module_tree(name, norm_type):
     from gptviz import GPT, PRESETS
     from gptviz.model.weights import expected_shapes
+
     cfg = PRESETS[name].replace(norm_type=norm_type)
     with torch.device("meta"):
         tree = GPT(cfg)
-    built = {k: tuple(v.shape) for k, v in tree.state_dict().items()
-             if not (cfg.tie_weights and k == "lm_head.weight")}
+    built = {k: tuple(v.shape) for k, v in tree.state_dict().items() if not (cfg.tie_weights and k == "lm_head.weight")}
     assert expected_shapes(cfg) == built
 
 
@@ -386,19 +428,27 @@ def test_loading_the_bundled_model_imports_no_compiler_and_draws_nothing():
     the first visitor's wait) and without drawing random weights it then overwrites; the weights are the file's."""
     import subprocess
     import sys
-    code = ("import sys, torch\n"
-            "from unittest import mock\n"
-            "from gptviz import load_pretrained\n"
-            "from gptviz.model.weights import bundled_models\n"
-            "from safetensors.torch import load_file\n"
-            "with mock.patch.object(torch.Tensor, 'normal_', side_effect=AssertionError('drew weights')):\n"
-            "    m = load_pretrained('shakespeare-pre')\n"
-            "print('dynamo', any(k.startswith('torch._dynamo') for k in sys.modules))\n"
-            "f = load_file(str(bundled_models()['shakespeare-pre'] / 'model.safetensors'))\n"
-            "s = m.state_dict()\n"
-            "print('same', all(torch.equal(s[k], v.float()) for k, v in f.items()))\n"
-            "print('dtype', {str(v.dtype) for v in s.values()})\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
-                         cwd=Path(__file__).resolve().parents[1])
+
+    code = (
+        "import sys, torch\n"
+        "from unittest import mock\n"
+        "from gptviz import load_pretrained\n"
+        "from gptviz.model.weights import bundled_models\n"
+        "from safetensors.torch import load_file\n"
+        "with mock.patch.object(torch.Tensor, 'normal_', side_effect=AssertionError('drew weights')):\n"
+        "    m = load_pretrained('shakespeare-pre')\n"
+        "print('dynamo', any(k.startswith('torch._dynamo') for k in sys.modules))\n"
+        "f = load_file(str(bundled_models()['shakespeare-pre'] / 'model.safetensors'))\n"
+        "s = m.state_dict()\n"
+        "print('same', all(torch.equal(s[k], v.float()) for k, v in f.items()))\n"
+        "print('dtype', {str(v.dtype) for v in s.values()})\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=Path(__file__).resolve().parents[1],
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert "dynamo False" in out.stdout and "same True" in out.stdout and "dtype {'torch.float32'}" in out.stdout

@@ -1,4 +1,5 @@
 """gptviz.methods.wiring: one set of weights run pre- and post-norm, measured per layer."""
+
 from __future__ import annotations
 
 import json
@@ -57,14 +58,15 @@ def test_gradient_norms_match_manual_autograd(twins, norm):
         manual = math.sqrt(sum(float(g.pow(2).sum()) for g in grads))
         assert stats.grad_norm[i] == pytest.approx(manual, rel=1e-5)
         by_name = dict(zip(names, grads))
-        assert stats.grad_by_param["mlp.c_fc.weight"][i] == pytest.approx(float(by_name["mlp.c_fc.weight"].norm()),
-                                                                         rel=1e-5)
+        assert stats.grad_by_param["mlp.c_fc.weight"][i] == pytest.approx(
+            float(by_name["mlp.c_fc.weight"].norm()), rel=1e-5
+        )
         ffn = math.sqrt(sum(float(by_name[p].pow(2).sum()) for p in wiring.FFN_WEIGHTS))
         assert stats.grad("ffn")[i] == pytest.approx(ffn, rel=1e-5)
         attn = math.sqrt(sum(float(g.pow(2).sum()) for n, g in by_name.items() if n.startswith("attn.")))
         assert stats.grad("attention")[i] == pytest.approx(attn, rel=1e-5)
     # the groups partition the block
-    groups = np.sqrt(sum(v ** 2 for v in stats.grad_by_group.values()))
+    groups = np.sqrt(sum(v**2 for v in stats.grad_by_group.values()))
     np.testing.assert_allclose(groups, stats.grad_norm, rtol=1e-6)
     assert all(p.grad is None for p in model.parameters())  # nothing written on a possibly shared model
 
@@ -77,8 +79,9 @@ def test_activation_measurements_match_a_capture(twins):
         resid = cache.resid_stream()[:, 0]  # [L + 1, T, d]
         np.testing.assert_allclose(stats.resid_norm, resid.norm(dim=-1).mean(-1).numpy(), rtol=1e-5)
         np.testing.assert_allclose(stats.resid_std, resid.flatten(1).std(-1).numpy(), rtol=1e-5)
-        np.testing.assert_allclose(stats.mlp_out_std, cache.stack("hook_mlp_out")[:, 0].flatten(1).std(-1).numpy(),
-                                   rtol=1e-5)
+        np.testing.assert_allclose(
+            stats.mlp_out_std, cache.stack("hook_mlp_out")[:, 0].flatten(1).std(-1).numpy(), rtol=1e-5
+        )
         np.testing.assert_allclose(stats.patterns, cache.patterns()[:, 0].numpy(), atol=1e-6)
     post = wiring.measure_wiring(twins["post"], IDS)
     # post-norm's LayerNorm (gain 1, bias 0 at init) leaves each position with norm sqrt(d_model)
@@ -117,22 +120,22 @@ def test_xiong_direction_post_over_pre_ratio_rises_toward_the_output(init):
 
 def test_trend_words_follow_the_numbers():
     layers = np.arange(12)
-    assert wiring.trend(2.0 * 0.9 ** layers).word == "shrinks"
-    assert wiring.trend(0.5 * 1.1 ** layers).word == "grows"
+    assert wiring.trend(2.0 * 0.9**layers).word == "shrinks"
+    assert wiring.trend(0.5 * 1.1**layers).word == "grows"
     assert wiring.trend(np.ones(12) + 0.01 * np.sin(layers)).word == "stays roughly level"
-    dip = 1.1 ** layers
+    dip = 1.1**layers
     dip[-1] = 0.5  # the endpoints say x0.5 while the fitted line rises: no clear trend
     t = wiring.trend(dip)
     assert t.word == "has no clear trend" and t.outlier == 11 and t.ratio == pytest.approx(0.5)
     assert t.per_layer > 1
-    assert wiring.trend(2.0 * 0.9 ** layers).per_layer == pytest.approx(0.9)
+    assert wiring.trend(2.0 * 0.9**layers).per_layer == pytest.approx(0.9)
     with pytest.raises(ValueError):
         wiring.trend([1.0, 0.0])
 
 
 def test_describe_gradients_states_what_the_numbers_show():
     layers = np.arange(12)
-    pre, post = 4.0 * 0.93 ** layers, np.full(12, 0.15)
+    pre, post = 4.0 * 0.93**layers, np.full(12, 0.15)
     reading = wiring.describe_gradients(pre, post)
     assert reading.pre.word == "shrinks" and reading.post.word == "stays roughly level"
     assert reading.ratio.word == "grows"
@@ -141,7 +144,7 @@ def test_describe_gradients_states_what_the_numbers_show():
     claims = dict(reading.paper)
     assert list(claims.values()) == [False, True, False, False]
     # Figure 3 as drawn: post grows toward the output, pre level
-    fig3 = wiring.describe_gradients(np.full(12, 1.0), 0.5 * 1.2 ** layers)
+    fig3 = wiring.describe_gradients(np.full(12, 1.0), 0.5 * 1.2**layers)
     assert [ok for _, ok in fig3.paper] == [True, True, True, True]
     with pytest.raises(ValueError):
         wiring.describe_gradients([1.0], [2.0])
@@ -192,10 +195,17 @@ def test_trained_twins_and_history(tmp_path):
 def test_differing_settings_names_only_what_differs():
     same = {"lr": 0.005, "steps": 5000, "nested": {"a": 1}}
     assert wiring.differing_settings({"pre": same, "post": dict(same)}) == {}
-    diff = wiring.differing_settings({"pre": {**same, "warmup": 100}, "post": {**same, "warmup": 1000},
-                                      "other": {**same, "warmup": 100, "nested": {"a": 2}}})
-    assert diff == {"nested": {"pre": {"a": 1}, "post": {"a": 1}, "other": {"a": 2}},
-                    "warmup": {"pre": 100, "post": 1000, "other": 100}}
+    diff = wiring.differing_settings(
+        {
+            "pre": {**same, "warmup": 100},
+            "post": {**same, "warmup": 1000},
+            "other": {**same, "warmup": 100, "nested": {"a": 2}},
+        }
+    )
+    assert diff == {
+        "nested": {"pre": {"a": 1}, "post": {"a": 1}, "other": {"a": 2}},
+        "warmup": {"pre": 100, "post": 1000, "other": 100},
+    }
     # a setting only one run has counts as different (None for the others)
     assert wiring.differing_settings({"a": {"x": 1}, "b": {}}) == {"x": {"a": 1, "b": None}}
     # values compare as the JSON data the records are: a tuple like a list, 1 like 1.0
@@ -204,6 +214,7 @@ def test_differing_settings_names_only_what_differs():
 
 def test_recipe_differences_reads_settings_through_differing_settings():
     from gptviz.training.evaluate import recipe_differences
+
     pre = {"data": "tiny", "settings": {"lr": 0.003, "grad_clip": 1, "warmup": 100, "nested": {"a": 1}}}
     post = {"data": "tiny", "settings": {"lr": 0.003, "grad_clip": 1.0, "warmup": 900, "nested": {"a": 2}}}
     assert list(wiring.differing_settings({"pre": pre["settings"], "post": post["settings"]})) == ["nested", "warmup"]

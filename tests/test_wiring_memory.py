@@ -2,6 +2,7 @@
 its baseline (4 layers: 556 vs 1,187). Its reservation is now wiring.measuring_nbytes, checked here against the
 resident memory's measured growth (a fresh subprocess per size, tests/rss_growth.py) at every preset's own width,
 every width the page offers gpt2-small, several depths, and both token counts the page measures."""
+
 from __future__ import annotations
 
 import subprocess
@@ -16,15 +17,27 @@ from gptviz.methods import wiring
 
 HERE = Path(__file__).resolve().parent
 MiB = 2**20
-SIZES = ([(name, 1, config.d_model, 128) for name, config in PRESETS.items()]
-         + [("gpt2-small", 1, width, 128) for width in (384, 192, 96, 48, 24)]   # norms.width_choices(gpt2-small)
-         + [("gpt2-small", 4, 768, 64), ("gpt2-small", 4, 768, 128), ("gpt2-small", 12, 192, 128),
-            ("gpt2-small", 48, 48, 128), ("small-4l", 48, 128, 128)])
+SIZES = (
+    [(name, 1, config.d_model, 128) for name, config in PRESETS.items()]
+    + [("gpt2-small", 1, width, 128) for width in (384, 192, 96, 48, 24)]  # norms.width_choices(gpt2-small)
+    + [
+        ("gpt2-small", 4, 768, 64),
+        ("gpt2-small", 4, 768, 128),
+        ("gpt2-small", 12, 192, 128),
+        ("gpt2-small", 48, 48, 128),
+        ("small-4l", 48, 128, 128),
+    ]
+)
 
 
 def rss_growth(*args) -> int:
-    out = subprocess.run([sys.executable, str(HERE / "rss_growth.py"), *map(str, args)], capture_output=True,
-                         text=True, timeout=600, check=True)
+    out = subprocess.run(
+        [sys.executable, str(HERE / "rss_growth.py"), *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
     return int(out.stdout.split()[-1])
 
 
@@ -33,14 +46,18 @@ def growths(request) -> dict:
     """The measured growth of every size the session runs here, two child processes at a time: each child is
     single-threaded and its peak (VmHWM) is its own, so a 2-core machine measures two sizes at once (at most about
     1.7 GiB each). One that failed is its exception, raised by its own test."""
-    sizes = [tuple(item.callspec.params[k] for k in ("preset", "depth", "width", "T")) for item in request.session.items
-             if item.module is request.module and getattr(item, "originalname", "") == MEASURED]
+    sizes = [
+        tuple(item.callspec.params[k] for k in ("preset", "depth", "width", "T"))
+        for item in request.session.items
+        if item.module is request.module and getattr(item, "originalname", "") == MEASURED
+    ]
 
     def measure(size):
         try:
             return rss_growth("wiring", *size)
         except Exception as error:  # noqa: BLE001 (kept for the test of that size)
             return error
+
     with ThreadPoolExecutor(max_workers=2) as pool:
         return dict(zip(sizes, pool.map(measure, sizes)))
 
@@ -64,12 +81,16 @@ def test_the_norms_measurement_reservation_covers_its_measured_peak(growths, pre
 def test_the_norms_page_reserves_the_measurements_estimate(monkeypatch):
     """The page's reservation is this estimate (not memory.measuring_nbytes, which missed the tied embedding's
     gradients and a float64 copy of every gradient)."""
+    from pagetest import run_page
+
     from gptviz.app.services import results_cache
     from gptviz.serve import memory
-    from pagetest import run_page
+
     asked = []
     real = memory.reserve
-    monkeypatch.setattr(memory, "reserve", lambda n, what, wait_s=None: asked.append((n, what)) or real(n, what, wait_s))
+    monkeypatch.setattr(
+        memory, "reserve", lambda n, what, wait_s=None: asked.append((n, what)) or real(n, what, wait_s)
+    )
     results_cache().clear()
     at = run_page("norms", norms_preset="tiny", norms_depth=2, norms_input="random")
     assert not at.exception

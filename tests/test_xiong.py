@@ -1,13 +1,14 @@
 """Xiong et al. at their setting: the per-layer FFN gradients, and every claim the Norms page marks as reproduced
 checked against the raw numbers (so the page cannot mark a claim it did not measure)."""
+
 import numpy as np
 import pytest
 import torch
 
 from gptviz import PRESETS
-from gptviz.training import xiong
-from gptviz.serve.training_jobs import corpus_tokens
 from gptviz.methods.wiring import twin_models
+from gptviz.serve.training_jobs import corpus_tokens
+from gptviz.training import xiong
 
 BASE = PRESETS["small-4l"]
 
@@ -56,7 +57,10 @@ def test_claims_marked_reproduced_hold_in_the_numbers(paper, matrix):
     for claim in xiong.check_claims(grads, matrix, scaling):
         pre, post = grads.mean("pre", matrix), grads.mean("post", matrix)
         if claim.key == "post grows":
-            assert claim.reproduced == (post[-1] / post[0] > 1.25 and np.polyfit(np.arange(len(post)), np.log(post), 1)[0] * (len(post) - 1) > np.log(1.25))
+            assert claim.reproduced == (
+                post[-1] / post[0] > 1.25
+                and np.polyfit(np.arange(len(post)), np.log(post), 1)[0] * (len(post) - 1) > np.log(1.25)
+            )
             if claim.reproduced:
                 assert post[-1] > post[0]
         elif claim.key == "pre level":
@@ -86,6 +90,7 @@ def test_the_unit_input_has_the_spread_its_label_says(init):
     old fixed factor gave 0.74 under Xavier init, whose token table is not std 0.02)."""
     from gptviz.model.hooks import capturing
     from gptviz.serve.training_jobs import corpus_tokens
+
     model = twin_models(xiong.PAPER.config(BASE, 2), 0, init)["post"]
     x, _ = xiong.text_batches(corpus_tokens(), xiong.PAPER)[0]
     with capturing(frozenset({xiong.UNIT_INPUT_HOOK}), xiong._scale_edits("unit")) as store, torch.no_grad():
@@ -94,4 +99,4 @@ def test_the_unit_input_has_the_spread_its_label_says(init):
     assert abs(float(store[xiong.UNIT_INPUT_HOOK].std()) - 1) < 0.01
     with capturing(frozenset({xiong.UNIT_INPUT_HOOK})) as store, torch.no_grad():
         model(x)
-    assert 0.02 <= float(store[xiong.UNIT_INPUT_HOOK].std()) <= 0.03   # "embeddings as drawn (spread 0.02-0.03)"
+    assert 0.02 <= float(store[xiong.UNIT_INPUT_HOOK].std()) <= 0.03  # "embeddings as drawn (spread 0.02-0.03)"

@@ -4,18 +4,18 @@ Not in the page: a page's file runs again on every visit and rerun, so the lru_c
 there was a new, empty cache each time, and every visit read both twins' snapshots again (about 8 MB each, held as
 long as the visit's script objects lived): 500 fresh sessions swung the server's RSS by 1.3 GB outside its budget.
 """
+
 from __future__ import annotations
 
+from ..model.weights import bundled_models
 from ..serve import memory
 from ..training.snapshots import Snapshots, load_snapshots
-from ..model.weights import bundled_models
 from .jobs import process_wide
 
 
 def snapshots_nbytes(snaps: Snapshots) -> int:
     """The arrays a Snapshots holds (scores and packed patterns; the lists of floats are small beside them)."""
-    return (sum(a.nbytes for a in snaps.scores)
-            + sum(a.nbytes for per_probe in snaps.patterns for a in per_probe))
+    return sum(a.nbytes for a in snaps.scores) + sum(a.nbytes for per_probe in snaps.patterns for a in per_probe)
 
 
 def _load(name: str) -> Snapshots | None:

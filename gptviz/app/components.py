@@ -1,6 +1,7 @@
 """The browser views of gptviz.figures.browser mounted as Streamlit components (components v2, no iframe): each
 registered once per process from its .js and .css, its callbacks read from the session's state. The payloads are
 built by the library (pure, and the notebook's widgets draw the same ones)."""
+
 from __future__ import annotations
 
 from functools import cache
@@ -18,8 +19,9 @@ from ..figures.browser import token_span as span_view
 def registered(name: str, root_class: str, stem: str):
     """Component `name`, registered once per process (a second registration replaces the first with a warning): its
     HTML a <div class=root_class>, its CSS and JS read from gptviz/figures/browser/<stem>.css and .js."""
-    return st.components.v2.component(name, html=f'<div class="{root_class}"></div>', css=asset(stem, "css"),
-                                      js=asset(stem, "js"))
+    return st.components.v2.component(
+        name, html=f'<div class="{root_class}"></div>', css=asset(stem, "css"), js=asset(stem, "js")
+    )
 
 
 def attention_map(data: dict, *, key: str, on_pick, on_why=None, keys: bool = False):

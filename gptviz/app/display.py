@@ -3,6 +3,7 @@
 Token text is a visitor's or the model's: it reaches the page through st.text, st.code, a Plotly label escaped by
 figures.common.plotly_text, or Markdown escaped by md_text, never as HTML.
 """
+
 from __future__ import annotations
 
 import re
@@ -19,6 +20,7 @@ def session_palette() -> str | None:
     """The visitor's colour scales (the sidebar's setting), read by every figure factory as it builds; None outside a
     script run (a thread of the server's own), which draws in the standard look."""
     from streamlit.runtime.scriptrunner import get_script_run_ctx
+
     if get_script_run_ctx(suppress_warning=True) is None:
         return None
     return st.session_state.get(K.PALETTE)
@@ -36,8 +38,10 @@ SAVED_WIDE_FIGURE_PX = 1000  # px: the camera's image of a figure whose annotati
 MEAN_HEAD = -1  # a head picker's option for the mean of a layer's heads
 # A page whose first screen is tight on a phone (Streamlit stacks columns below 640 px): a one-line title and less
 # room above it. A CSS rule only, for a page's own <style>.
-PHONE_TITLE_CSS = ("@media (max-width: 640px) {[data-testid='stMainBlockContainer'] {padding-top: 3.5rem;} "
-                   "[data-testid='stMainBlockContainer'] h1 {font-size: 1.4rem; padding: 0;}}")
+PHONE_TITLE_CSS = (
+    "@media (max-width: 640px) {[data-testid='stMainBlockContainer'] {padding-top: 3.5rem;} "
+    "[data-testid='stMainBlockContainer'] h1 {font-size: 1.4rem; padding: 0;}}"
+)
 
 
 def head_or_mean(weights, head: int | None):
@@ -94,9 +98,17 @@ def show_figure(fig, key: str | None = None, **kwargs):
     chart = st.plotly_chart(fig, config=plotly_config(fig), key=key, **kwargs)
     seq = st.session_state.get(K.FIGURE_SEQ, 0)
     st.session_state[K.FIGURE_SEQ] = seq + 1
-    st.download_button("Interactive HTML", data=lambda: figure_html(fig), file_name=figure_file_name(fig),
-                       mime="text/html", key=K.per_item("html", key) if key else K.per_item("html_seq", seq),
-                       on_click="ignore", type="tertiary", icon=":material/download:", help=HTML_HELP)
+    st.download_button(
+        "Interactive HTML",
+        data=lambda: figure_html(fig),
+        file_name=figure_file_name(fig),
+        mime="text/html",
+        key=K.per_item("html", key) if key else K.per_item("html_seq", seq),
+        on_click="ignore",
+        type="tertiary",
+        icon=":material/download:",
+        help=HTML_HELP,
+    )
     return chart
 
 
@@ -141,33 +153,45 @@ def warm_plotly() -> None:
 
 def figure_download(build, file_name: str, key: str, label: str = "Interactive HTML") -> None:
     """show_figure's download button for a view not drawn with Plotly: `build()` makes the figure only when clicked."""
-    st.download_button(label, data=lambda: figure_html(build()), file_name=file_name, mime="text/html",
-                       key=K.per_item("html", key), on_click="ignore", type="tertiary", icon=":material/download:",
-                       help=HTML_HELP)
+    st.download_button(
+        label,
+        data=lambda: figure_html(build()),
+        file_name=file_name,
+        mime="text/html",
+        key=K.per_item("html", key),
+        on_click="ignore",
+        type="tertiary",
+        icon=":material/download:",
+        help=HTML_HELP,
+    )
 
 
 def download_csv(frame, file_name: str, key: str, label: str = "Data as CSV") -> None:
     """A download button for the data behind a view. `frame`: a DataFrame, or a function returning one
     (then the CSV is built only when the button is clicked). Clicking reruns nothing."""
     data = (lambda: csv_bytes(frame())) if callable(frame) else csv_bytes(frame)
-    st.download_button(label, data=data, file_name=file_name, mime="text/csv", key=key, on_click="ignore",
-                       icon=":material/download:")
+    st.download_button(
+        label, data=data, file_name=file_name, mime="text/csv", key=key, on_click="ignore", icon=":material/download:"
+    )
 
 
 # Live text in st.code's font: the generated text does not reflow when the finished st.code replaces it, and the
 # next-token list's padded columns line up. A fixed rule for keyed boxes (no user or model text is ever part of it).
 MONO_KEY = "gv_mono"
-_MONO_CSS = (f'<style>[class*="st-key-{MONO_KEY}"] [data-testid="stText"], [class*="st-key-{MONO_KEY}"] '
-             '[data-testid="stText"] * {font-family: "Source Code Pro", monospace; font-size: 0.875rem; '
-             'line-height: 1.6;}</style>')
+_MONO_CSS = (
+    f'<style>[class*="st-key-{MONO_KEY}"] [data-testid="stText"], [class*="st-key-{MONO_KEY}"] '
+    '[data-testid="stText"] * {font-family: "Source Code Pro", monospace; font-size: 0.875rem; '
+    "line-height: 1.6;}</style>"
+)
 
 
 def monospace_text(text: str, name: str, border: bool = False, height: int | None = None) -> None:
     """Plain text (st.text: never Markdown) in a monospace font, in a box keyed `gv_mono_<name>` (unique per run).
     `height`: a fixed box that scrolls, kept at its end as text is added."""
     st.html(_MONO_CSS)  # style only: Streamlit puts it in the page's event container, taking no space
-    with st.container(border=border, key=K.per_item(MONO_KEY, name),
-                      **({"height": height, "autoscroll": True} if height else {})):
+    with st.container(
+        border=border, key=K.per_item(MONO_KEY, name), **({"height": height, "autoscroll": True} if height else {})
+    ):
         st.text(text)
 
 
@@ -179,13 +203,17 @@ NARROW_PX = 768
 # Right-to-left prompts (issue 62): each line of a text view (the generated text, the prompt box, plain text boxes) is
 # laid out in its own script's direction, so an Arabic line starts at the right; each chip (a token, a unit id) is
 # isolated and set in its own direction, while the chips keep the model's order left to right.
-_BIDI_CSS = ('[data-testid="stCode"] pre, [data-testid="stCode"] pre > div, [data-testid="stText"], '
-             '[data-testid="stTextArea"] textarea {unicode-bidi: plaintext; text-align: start;} '
-             '[data-testid="stButtonGroup"] button p {unicode-bidi: plaintext;}')
-_RESPONSIVE_CSS = ('<style>@media (max-width: 640px) {[data-testid="stTabs"] [role="tablist"] {flex-wrap: wrap; '
-                   'row-gap: 0.25rem; overflow-x: visible;}} '
-                   f'@media (min-width: {NARROW_PX + 1}px) {{.st-key-{K.NARROW_ONLY} {{display: none;}}}} '
-                   f'{_BIDI_CSS}</style>')
+_BIDI_CSS = (
+    '[data-testid="stCode"] pre, [data-testid="stCode"] pre > div, [data-testid="stText"], '
+    '[data-testid="stTextArea"] textarea {unicode-bidi: plaintext; text-align: start;} '
+    '[data-testid="stButtonGroup"] button p {unicode-bidi: plaintext;}'
+)
+_RESPONSIVE_CSS = (
+    '<style>@media (max-width: 640px) {[data-testid="stTabs"] [role="tablist"] {flex-wrap: wrap; '
+    "row-gap: 0.25rem; overflow-x: visible;}} "
+    f"@media (min-width: {NARROW_PX + 1}px) {{.st-key-{K.NARROW_ONLY} {{display: none;}}}} "
+    f"{_BIDI_CSS}</style>"
+)
 
 
 def responsive_style() -> None:

@@ -6,17 +6,19 @@ behind it), which handed out fresh slots past the server's caps, orphaned runnin
 another visitor's trained models appeared in a victim's sidebar. Plain module objects survive that; they are built
 on first use (the limits are read then) and live until the process ends.
 """
+
 from __future__ import annotations
 
 import threading
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 import streamlit as st
 
-from ..serve import limits, memory
-from ..serve.live_generation import GenerationSlots
 from ..model.hooks import model_nbytes
 from ..model.model import GPT
+from ..serve import limits, memory
+from ..serve.live_generation import GenerationSlots
 from ..serve.training_jobs import JobRegistry
 
 T = TypeVar("T")
@@ -35,6 +37,7 @@ def process_wide(name: str, make: Callable[[], T]) -> T:
 def session_id() -> str | None:
     """This browser session's id (None outside a Streamlit script run)."""
     from streamlit.runtime.scriptrunner import get_script_run_ctx
+
     ctx = get_script_run_ctx()
     return ctx.session_id if ctx is not None else None
 
@@ -50,6 +53,7 @@ def client_address() -> str:
 def session_alive(sid: str | None) -> bool:
     """Whether session `sid` is still connected to this server (True where there is no server: AppTest)."""
     from streamlit import runtime
+
     if sid is None or not runtime.exists():
         return True
     return runtime.get_instance().is_active_session(sid)
@@ -93,8 +97,9 @@ class TrainedModels:
 
 
 def trained_models() -> TrainedModels:
-    return process_wide("trained_models", lambda: TrainedModels(limits.server_limits().trained_kept,
-                                                                memory.accountant()))
+    return process_wide(
+        "trained_models", lambda: TrainedModels(limits.server_limits().trained_kept, memory.accountant())
+    )
 
 
 def my_trained_models() -> dict[str, GPT]:
@@ -117,17 +122,26 @@ def register_job_models(job) -> None:
 def generation_slots() -> GenerationSlots:
     """The server's live-generation slots (GPTVIZ_GENERATIONS), its queue and its per-address cap, shared by every
     session."""
+
     def make() -> GenerationSlots:
         lim = limits.server_limits()
         return GenerationSlots(lim.generations, lim.generations_per_address, lim.generation_queue)
+
     return process_wide("generation_slots", make)
 
 
 def training_registry() -> JobRegistry:
     """The server's background training jobs; running jobs survive reruns, cache clears and code reloads."""
+
     def make() -> JobRegistry:
         lim = limits.server_limits()
-        return JobRegistry(max_running=lim.training_jobs, per_owner=lim.jobs_per_session,
-                           max_tokens=lim.training_tokens, max_seconds=lim.training_seconds,
-                           per_address=lim.jobs_per_address, accountant=memory.accountant())
+        return JobRegistry(
+            max_running=lim.training_jobs,
+            per_owner=lim.jobs_per_session,
+            max_tokens=lim.training_tokens,
+            max_seconds=lim.training_seconds,
+            per_address=lim.jobs_per_address,
+            accountant=memory.accountant(),
+        )
+
     return process_wide("training_registry", make)

@@ -6,12 +6,29 @@ Pages, the sidebar and the links read keys from here or from settings.py, never 
 NameError, not a silent new key. A widget key is its session-state key. A setting (a value a visitor picks: its
 default, label, link name and rule) is declared in settings.py, not here.
 """
-from . import settings as _settings
-# the choices settings offer, which pages compare values with
-from .settings import (ATTENTION_VIEWS, DEFAULT_PACE, GROW_WIRINGS, OWN_PAIR, PACES, PAR_MODEL_IN_USE,  # noqa: F401
-                       PATCH_PAIRS, SOURCE_BUNDLED, SOURCE_PRESET, SOURCE_PRETRAINED, SOURCE_TRAINED, SOURCE_UPLOAD,
-                       TIMELINE_DETECTORS, UNIT_TABS, WHY_GRAPH_VIEW, WHY_QK_VIEW, WHY_VIEWS)
 
+from . import settings as _settings
+
+# the choices settings offer, which pages compare values with
+from .settings import (  # noqa: F401
+    ATTENTION_VIEWS,
+    DEFAULT_PACE,
+    GROW_WIRINGS,
+    OWN_PAIR,
+    PACES,
+    PAR_MODEL_IN_USE,
+    PATCH_PAIRS,
+    SOURCE_BUNDLED,
+    SOURCE_PRESET,
+    SOURCE_PRETRAINED,
+    SOURCE_TRAINED,
+    SOURCE_UPLOAD,
+    TIMELINE_DETECTORS,
+    UNIT_TABS,
+    WHY_GRAPH_VIEW,
+    WHY_QK_VIEW,
+    WHY_VIEWS,
+)
 
 
 def __getattr__(name: str) -> str:
@@ -24,29 +41,29 @@ def __getattr__(name: str) -> str:
 
 
 # ---- the app's own bookkeeping --------------------------------------------------------------------------------
-LINK_READ = "_link_read"              # the session's link has been applied (its first run only)
-LINKED_KEYS = "_linked_keys"          # {state key: URL name} of the values a link set
-FIGURE_SEQ = "_figure_seq"            # figures drawn so far in this run (numbers their unkeyed download buttons)
-GENERATION = "generation"             # this session's live generation: {"spec", "page", "job"}
+LINK_READ = "_link_read"  # the session's link has been applied (its first run only)
+LINKED_KEYS = "_linked_keys"  # {state key: URL name} of the values a link set
+FIGURE_SEQ = "_figure_seq"  # figures drawn so far in this run (numbers their unkeyed download buttons)
+GENERATION = "generation"  # this session's live generation: {"spec", "page", "job"}
 GENERATION_ERROR = "_generation_error"  # why Generate could not start, shown once under its button
-ATT_OPEN_BEST = "_att_open_best"      # an example was loaded: open its most telling head
+ATT_OPEN_BEST = "_att_open_best"  # an example was loaded: open its most telling head
 UNIT_NAV_PENDING = "_unit_nav_pending"  # a unit id was picked: the router opens the unit page (unit_nav)
 WHY_NAV_PENDING = "_why_nav_pending"  # a written token's "why?" was picked: the router opens the Why page (unit_nav)
-LIVE_WHY_STORE = "_live_why_store"    # the live run's explained tokens: {"job", "done", "spent"} (live_why)
-PLOTLY_WARMED = "_plotly_warmed"      # this session's first run sent the script that loads Plotly's bundle
+LIVE_WHY_STORE = "_live_why_store"  # the live run's explained tokens: {"job", "done", "spent"} (live_why)
+PLOTLY_WARMED = "_plotly_warmed"  # this session's first run sent the script that loads Plotly's bundle
 
 
 # ---- The sidebar (every page reads these) ----------------------------------------------------------------
-HUB_GPT2 = "hub_gpt2"                 # the one-click button for GPT-2 small from the Hub
-MODEL_RETURN = "model_return"         # the model and view before the Hub click: where "Back to ..." returns
-MODEL_BACK = "model_back"             # that button, under the message of a model that failed to load
+HUB_GPT2 = "hub_gpt2"  # the one-click button for GPT-2 small from the Hub
+MODEL_RETURN = "model_return"  # the model and view before the Hub click: where "Back to ..." returns
+MODEL_BACK = "model_back"  # that button, under the message of a model that failed to load
 MODEL_SPEC = "model_spec"
-UPLOAD = "upload"                     # this session's checked, stored upload (serve.uploads.Upload)
-UPLOAD_FILE = "upload_file"           # the uploader, per upload: K.per_item(UPLOAD_FILE, n) (a fresh one after each)
-UPLOAD_SEQ = "_upload_seq"            # that n
-UPLOAD_ERROR = "_upload_error"        # why the last file was refused, shown once under the uploader
-UPLOAD_REMOVE = "upload_remove"       # the button that removes this session's upload
-NARROW_ONLY = "gv_narrow_only"        # a container shown only where the sidebar starts closed (display.py's CSS)
+UPLOAD = "upload"  # this session's checked, stored upload (serve.uploads.Upload)
+UPLOAD_FILE = "upload_file"  # the uploader, per upload: K.per_item(UPLOAD_FILE, n) (a fresh one after each)
+UPLOAD_SEQ = "_upload_seq"  # that n
+UPLOAD_ERROR = "_upload_error"  # why the last file was refused, shown once under the uploader
+UPLOAD_REMOVE = "upload_remove"  # the button that removes this session's upload
+NARROW_ONLY = "gv_narrow_only"  # a container shown only where the sidebar starts closed (display.py's CSS)
 
 # ---- Activations page ------------------------------------------------------------------------------------
 ACT_HEADS = "act_heads"
@@ -68,7 +85,7 @@ ACT_TOP_NEURONS_CSV = "act_top_neurons_csv"
 # ---- Attention page --------------------------------------------------------------------------------------
 ATT_DETECTORS = "att_detectors"
 ATT_ENTROPY_CHART = "att_entropy_chart"
-ATT_EXAMPLE = "att_example"          # per example: K.per_item(ATT_EXAMPLE, i)
+ATT_EXAMPLE = "att_example"  # per example: K.per_item(ATT_EXAMPLE, i)
 ATT_GEN_HEATMAP = "att_gen_heatmap"
 ATT_GEN_BARS = "att_gen_bars"
 ATT_GEN_MAP = "att_gen_map"
@@ -88,8 +105,8 @@ ATT_QUERY_FOR = "att_query_for"
 ATT_STEPS_CHART = "att_steps_chart"
 ATT_STOP = "att_stop"
 ATT_TEXT_CHART = "att_text_chart"
-ATT_SPAN = "att_span"                # the span of tokens the text view sums over: (start, end)
-ATT_SPAN_VIEW = "att_span_view"      # its component (drag across the tokens)
+ATT_SPAN = "att_span"  # the span of tokens the text view sums over: (start, end)
+ATT_SPAN_VIEW = "att_span_view"  # its component (drag across the tokens)
 ATT_VW_RAW = "att_vw_raw"
 ATT_VW_WEIGHTED = "att_vw_weighted"
 ATT_SHOW_SUGGESTED = "att_show_suggested"  # the button that shows the head worth a look
@@ -108,7 +125,7 @@ EMB_TOKEN_SIM_CSV = "emb_token_sim_csv"
 # ---- Explainers page -------------------------------------------------------------------------------------
 EXP_ACTIVATIONS = "exp_activations"
 EXP_ACTIVATIONS_CSV = "exp_activations_csv"
-EXP_BLOCK = "exp_block"                # per norm wiring: per_item(EXP_BLOCK, "pre")
+EXP_BLOCK = "exp_block"  # per norm wiring: per_item(EXP_BLOCK, "pre")
 EXP_MASK = "exp_mask"
 EXP_MASK_CSV = "exp_mask_csv"
 
@@ -145,24 +162,24 @@ PAR_PRESETS_BAR = "par_presets_bar"
 PAR_PRESETS_CSV = "par_presets_csv"
 
 # ---- Train page ------------------------------------------------------------------------------------------
-TRAIN_DL = "train_dl"              # per run and wiring: K.per_item(TRAIN_DL, job id, norm)
+TRAIN_DL = "train_dl"  # per run and wiring: K.per_item(TRAIN_DL, job id, norm)
 TRAIN_DYN_FIG = "train_dyn_fig"
 TRAIN_FORM = "train_form"
 TRAIN_JOB = "train_job"
 TRAIN_JOBS = "train_jobs"
 TRAIN_LOSS_FIG = "train_loss_fig"
-TRAIN_OPEN = "train_open"          # per run and wiring
+TRAIN_OPEN = "train_open"  # per run and wiring
 TRAIN_SCENARIO = "train_scenario"  # per scenario name
 TRAIN_SCENARIO_PICKED = "_train_scenario_picked"  # the scenario the form was last set to
 TRAIN_STOP = "train_stop"
 
 # ---- What does this unit do? page -----------------------------------------------------------------------------
-UNIT_PILLS = "unit_pills"        # per page and list (per_item): unit ids that open the unit page
+UNIT_PILLS = "unit_pills"  # per page and list (per_item): unit ids that open the unit page
 UNIT_BUILD = "unit_build"
 UNIT_EFFECT = "unit_effect"
 UNIT_EXAMPLES = "unit_examples"
-UNIT_BANDS = "unit_bands"          # per band of a unit's positive values (per_item): its examples' rows
-UNIT_EXPORT = "unit_export"        # per format (per_item): the unit's page as Neuronpedia JSON, as standalone HTML
+UNIT_BANDS = "unit_bands"  # per band of a unit's positive values (per_item): its examples' rows
+UNIT_EXPORT = "unit_export"  # per format (per_item): the unit's page as Neuronpedia JSON, as standalone HTML
 UNIT_HIST = "unit_hist"
 UNIT_HERE_TABLE = "unit_here_table"
 UNIT_WORD_TABLE = "unit_word_table"
@@ -170,8 +187,8 @@ UNIT_WORD_TABLE = "unit_word_table"
 # ---- Why this token? page --------------------------------------------------------------------------------
 WHY_ATT_AFTER = "why_att_after"
 WHY_ATT_BEFORE = "why_att_before"
-WHY_CLEAN = "why_clean"          # per example pair: K.per_item(WHY_CLEAN, pair name)
-WHY_CORRUPT = "why_corrupt"      # per example pair
+WHY_CLEAN = "why_clean"  # per example pair: K.per_item(WHY_CLEAN, pair name)
+WHY_CORRUPT = "why_corrupt"  # per example pair
 WHY_DLA_BARS = "why_dla_bars"
 WHY_DLA_CSV = "why_dla_csv"
 WHY_DLA_GRID = "why_dla_grid"
@@ -185,22 +202,24 @@ WHY_PATCH_RESID = "why_patch_resid"
 
 # ---- the Heads forming page (training timeline) ----------------------------------------------------------------
 TL_PLAY = "tl_play"
-TL_PLAYED = "_tl_played"       # the step a finished play reached, put on the slider at the next run
-TL_HEADS = "tl_heads"          # per wiring (per_item)
-TL_FRAME = "tl_frame"          # per wiring and step while playing (per_item)
+TL_PLAYED = "_tl_played"  # the step a finished play reached, put on the slider at the next run
+TL_HEADS = "tl_heads"  # per wiring (per_item)
+TL_FRAME = "tl_frame"  # per wiring and step while playing (per_item)
 TL_DETECTOR_CURVES = "tl_detector_curves"
 TL_LOSS_CURVES = "tl_loss_curves"
-TL_GROW_JOB = "_tl_grow_job"    # this session's "grow an induction head" run id
+TL_GROW_JOB = "_tl_grow_job"  # this session's "grow an induction head" run id
 TL_GROW_START = "tl_grow_start"
 TL_GROW_STOP = "tl_grow_stop"
 TL_GROW_CURVES = "tl_grow_curves"
 TL_GROW_LOSS = "tl_grow_loss"
 TL_GROW_HEADS = "tl_grow_heads"  # per wiring (per_item)
 
+
 # ---- keys made per item ---------------------------------------------------------------------------------------
 def per_item(prefix: str, *parts) -> str:
     """A widget key for one of several alike widgets (a run's download button, a norm's block diagram)."""
     return "_".join([prefix, *map(str, parts)])
+
 
 # the Norms page's reproduction of Xiong et al. and the twins' whole history
 NORMS_PAPER_RUN = "norms_paper_run"
@@ -215,17 +234,17 @@ TRAIN_WARMUP_LOSS_FIG = "train_warmup_loss_fig"
 TRAIN_WARMUP_GRAD_FIG = "train_warmup_grad_fig"
 TRAIN_WARMUP_STOP = "train_warmup_stop"
 # the whole model at a glance (Overview page)
-OV_CHART = "ov_chart"                 # its figure, per layout and per click (per_item): a click's selection starts fresh
-OV_CHART_SEQ = "_ov_chart_seq"        # clicks so far (numbers the figure's key)
-OV_GO = "_ov_go"                      # a box was clicked: the page it opens, at the next run
-OV_WIDE = "gv_ov_wide"                # the diagram's containers: left to right on a wide screen, top to bottom on a
-OV_TALL = "gv_ov_tall"                # narrow one (display-only CSS picks one)
+OV_CHART = "ov_chart"  # its figure, per layout and per click (per_item): a click's selection starts fresh
+OV_CHART_SEQ = "_ov_chart_seq"  # clicks so far (numbers the figure's key)
+OV_GO = "_ov_go"  # a box was clicked: the page it opens, at the next run
+OV_WIDE = "gv_ov_wide"  # the diagram's containers: left to right on a wide screen, top to bottom on a
+OV_TALL = "gv_ov_tall"  # narrow one (display-only CSS picks one)
 
 # the Norms page's first tab: the trained twins side by side
 TWINS_SIDE_MAPS = "twins_side_maps"
 TWINS_SIDE_NEXT = "twins_side_next"
 TWINS_SIDE_WIRING = "twins_side_wiring"
-TWINS_SIDE_PAIR = "twins_side_pair"          # the maps' row: a pair on a phone too
+TWINS_SIDE_PAIR = "twins_side_pair"  # the maps' row: a pair on a phone too
 TWINS_SIDE_WIRINGS = "twins_side_wirings"
 
 # the Why page's long measurements: started by a click when estimated past a few seconds (issue 43)
@@ -235,13 +254,13 @@ WHY_SALIENCY_RUN = "why_saliency_run"
 WHY_SALIENCY_CONFIRMED = "_why_saliency_confirmed"
 
 # the Why page's attribution graph and QK decomposition (issue 58)
-WHY_GRAPH_FIG = "why_graph_fig"          # per click (per_item): a click's selection starts fresh
-WHY_GRAPH_CLICKS = "_why_graph_clicks"   # clicks on the graph so far
+WHY_GRAPH_FIG = "why_graph_fig"  # per click (per_item): a click's selection starts fresh
+WHY_GRAPH_CLICKS = "_why_graph_clicks"  # clicks on the graph so far
 WHY_GRAPH_RUN = "why_graph_run"
 WHY_GRAPH_CONFIRMED = "_why_graph_confirmed"
 WHY_GRAPH_TABLE = "why_graph_table"
 WHY_GRAPH_CSV = "why_graph_csv"
 WHY_GRAPH_JSON = "why_graph_json"
-WHY_GRAPH_REGEN = "why_graph_regen"      # the toggle that regenerates the text without the checked node
-WHY_QK_FIG = "why_qk_fig"                # per place it is drawn (per_item)
-GEN_WHY = "gen_why"                      # the Generation page's "Why this token?" for the step replayed
+WHY_GRAPH_REGEN = "why_graph_regen"  # the toggle that regenerates the text without the checked node
+WHY_QK_FIG = "why_qk_fig"  # per place it is drawn (per_item)
+GEN_WHY = "gen_why"  # the Generation page's "Why this token?" for the step replayed

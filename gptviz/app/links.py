@@ -4,6 +4,7 @@ same view for someone else. Pure functions over a session-state mapping; the rou
 A link is untrusted input: every value is parsed and range-checked here; a bad one is dropped with a notice and the
 widget keeps its default. Values a model decides (a layer past the last one) are checked by the page's
 `sidebar.keep_valid`, which reports link values it had to replace."""
+
 from __future__ import annotations
 
 import base64
@@ -93,7 +94,8 @@ def link_params(state) -> dict[str, str]:
 
 UNIT_PAGE = "units"  # the unit page's URL path (router.PAGE_LIST)
 SIDEBAR_PARAMS = tuple(s.link for s in (S.MODEL_SOURCE, S.NORM, S.PRESET, S.SEED, S.HF_NAME, S.N_HEAD, S.PROMPT)) + (
-    PACKED,)
+    PACKED,
+)
 
 
 def unit_params(state, unit, norm: str | None = None) -> dict[str, str]:
@@ -119,8 +121,11 @@ WHY_PAGE = "why"  # the Why this token? page's URL path
 def why_params(state, prompt: str, target: int) -> dict[str, str]:
     """The Why page's URL parameters for the token `target` written after `prompt` (text): the sidebar's model, that
     prompt (compressed past MAX_LINK_PROMPT, left out when too long even so) and the attribution graph's tab."""
-    params = {name: value for name, value in link_params(state).items()
-              if name in SIDEBAR_PARAMS and name not in (S.PROMPT.link, PACKED)}
+    params = {
+        name: value
+        for name, value in link_params(state).items()
+        if name in SIDEBAR_PARAMS and name not in (S.PROMPT.link, PACKED)
+    }
     if len(prompt) <= MAX_LINK_PROMPT:
         params[S.PROMPT.link] = prompt
     elif len(pack_prompt(prompt)) <= MAX_PACKED_PROMPT:
@@ -161,6 +166,7 @@ def sync_address() -> None:
     holds pickers calls it at its end, since a pick there reruns only the fragment (the address stayed at the old
     layer, head, scale or tab until the next full run, so a copied link opened the wrong view)."""
     import streamlit as st
+
     params = link_params(st.session_state)
     if params != st.query_params.to_dict():
         st.query_params.from_dict(params)

@@ -5,42 +5,53 @@ The model writes in a background thread (gptviz.serve.live_generation) at the li
 `run_every=LIVE_REDRAW_S` redraws what it has produced, so drawing never slows the model and a widget change does
 not stop it. Generate starts the model from its button's callback, before the page's script draws anything.
 """
+
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import streamlit as st
 
-from ..serve import limits
-from ..serve.live_generation import LiveGeneration
+from ..figures.browser.attention_map import generation_payload
 from ..model.model import GPT
 from ..model.tokenizer import token_labels
+from ..serve import limits
+from ..serve.live_generation import LiveGeneration
 from . import keys as K
 from . import settings as S
-from ..figures.browser.attention_map import generation_payload
 from .components import attention_map
 from .display import MEAN_HEAD, head_name, monospace_text
 from .jobs import client_address, generation_slots, session_alive, session_id
-from .live_text import (cut_reason, generated_text, next_token_text, replay_step, status_and_text,  # noqa: F401
-                        status_line, text_so_far, up_to, writing_speed)  # pages call them as live.NAME
+from .live_text import (  # noqa: F401
+    cut_reason,
+    generated_text,
+    next_token_text,
+    replay_step,
+    status_and_text,
+    status_line,  # pages call them as live.NAME
+    text_so_far,
+    up_to,
+    writing_speed,
+)
 from .live_why import under_live_text
 from .model_service import ModelSpec, hold_for_generation, load_model
 from .rules import Setting
 
 LIVE_REDRAW_S = 0.5  # the longest a live view goes without a frame (a paced run: no news for a while)
-LIVE_TICK_S = 0.1    # the live fragment's run_every: a run that outlasts it has the next one queued at once
-DRAW_GAP_S = 0.1     # the least time between two frames (wait_for_frame)...
-FRAME_COST_X = 3     # ...and at least this many times the last frame's own time (drawing shares the CPU with the model)
-FLUSH_S = 0.05       # the last frame's time to go out to the browser before the page's rerun (live_fragment)
-POLL_S = 0.01        # how often a frame's wait looks for new tokens
+LIVE_TICK_S = 0.1  # the live fragment's run_every: a run that outlasts it has the next one queued at once
+DRAW_GAP_S = 0.1  # the least time between two frames (wait_for_frame)...
+FRAME_COST_X = 3  # ...and at least this many times the last frame's own time (drawing shares the CPU with the model)
+FLUSH_S = 0.05  # the last frame's time to go out to the browser before the page's rerun (live_fragment)
+POLL_S = 0.01  # how often a frame's wait looks for new tokens
 
 
 @dataclass(frozen=True)
 class Controls:
     """One page's generation widgets: its sampling settings (records in settings.py) and its buttons' keys."""
-    page: str                 # the page a generation belongs to (leaving it stops the generation)
+
+    page: str  # the page a generation belongs to (leaving it stops the generation)
     tokens: Setting
     temperature: Setting
     top_k: Setting
@@ -50,21 +61,43 @@ class Controls:
     stop: str
     pace: Setting
     next: str
-    eos: Setting | None = None    # a "stop at <|endoftext|>" checkbox, where the page offers one
+    eos: Setting | None = None  # a "stop at <|endoftext|>" checkbox, where the page offers one
     on_start: Callable[[], None] | None = None  # the page's own reset when a new run starts
 
 
-ATTENTION = Controls("attention", S.ATT_GEN_N, S.ATT_GEN_TEMP, S.ATT_GEN_TOPK, S.ATT_GEN_TOPP, S.ATT_GEN_SEED,
-                     K.ATT_GENERATE, K.ATT_STOP, S.ATT_GEN_PACE, K.ATT_GEN_NEXT,
-                     on_start=lambda: st.session_state.pop(K.ATT_GEN_STEP, None))  # a new run: replay its last step
-GENERATION = Controls("generation", S.GEN_N, S.GEN_TEMP, S.GEN_TOPK, S.GEN_TOPP, S.GEN_SEED, K.GEN_GENERATE,
-                      K.GEN_STOP, S.GEN_PACE, K.GEN_NEXT, eos=S.GEN_EOS,
-                      on_start=lambda: st.session_state.pop(K.GEN_STEP, None))  # a new run: inspect its last step
+ATTENTION = Controls(
+    "attention",
+    S.ATT_GEN_N,
+    S.ATT_GEN_TEMP,
+    S.ATT_GEN_TOPK,
+    S.ATT_GEN_TOPP,
+    S.ATT_GEN_SEED,
+    K.ATT_GENERATE,
+    K.ATT_STOP,
+    S.ATT_GEN_PACE,
+    K.ATT_GEN_NEXT,
+    on_start=lambda: st.session_state.pop(K.ATT_GEN_STEP, None),
+)  # a new run: replay its last step
+GENERATION = Controls(
+    "generation",
+    S.GEN_N,
+    S.GEN_TEMP,
+    S.GEN_TOPK,
+    S.GEN_TOPP,
+    S.GEN_SEED,
+    K.GEN_GENERATE,
+    K.GEN_STOP,
+    S.GEN_PACE,
+    K.GEN_NEXT,
+    eos=S.GEN_EOS,
+    on_start=lambda: st.session_state.pop(K.GEN_STEP, None),
+)  # a new run: inspect its last step
 
 
 def controls(c: Controls, spec: ModelSpec, model: GPT, ids) -> None:
     """The sampling settings, Generate and Stop. A reason Generate could not start shows under the buttons."""
     from .sidebar import keep_valid
+
     vocab = model.config.vocab_size
     keep_valid(c.top_k.key, range(vocab + 1), 0)  # a link's value past this model's vocabulary
     g = st.columns(5)
@@ -74,12 +107,22 @@ def controls(c: Controls, spec: ModelSpec, model: GPT, ids) -> None:
     c.top_p.slider(g[3])
     c.seed.number_input(g[4])
     b1, b2, b3, b4 = st.columns([1, 1, 1, 3], vertical_alignment="bottom")
-    b1.button("Generate", type="primary", key=c.generate, width="stretch", on_click=_start,
-              args=(c, spec, tuple(ids)))
-    b2.button("Stop", key=c.stop, width="stretch", on_click=stop_pressed,
-              help="Ends the generation and keeps the tokens written so far.")
-    b3.button("Next token", key=c.next, width="stretch", on_click=next_token, args=(c,),
-              help="Writes one more token of the running generation (and sets the pace to one token per click).")
+    b1.button("Generate", type="primary", key=c.generate, width="stretch", on_click=_start, args=(c, spec, tuple(ids)))
+    b2.button(
+        "Stop",
+        key=c.stop,
+        width="stretch",
+        on_click=stop_pressed,
+        help="Ends the generation and keeps the tokens written so far.",
+    )
+    b3.button(
+        "Next token",
+        key=c.next,
+        width="stretch",
+        on_click=next_token,
+        args=(c,),
+        help="Writes one more token of the running generation (and sets the pace to one token per click).",
+    )
     c.pace.setdefault(st.session_state)
     c.pace.select_slider(b4, on_change=apply_pace, args=(c,))
     with st.container(horizontal=True):
@@ -96,27 +139,43 @@ def compact_controls(c: Controls, spec: ModelSpec, model: GPT, ids, on_start=Non
     and a run's settings are the same. `on_start`: called after Generate started the model (a page whose controls
     sit in a fragment reruns the whole page from it)."""
     from .sidebar import keep_valid
+
     vocab = model.config.vocab_size
     keep_valid(c.top_k.key, range(vocab + 1), 0)
     c.pace.setdefault(st.session_state)
     # centred: Generate sits above the slider's foot (on a phone the first screen ends near this row)
     with st.container(horizontal=True, vertical_alignment="center", gap="xsmall"):
-        st.button("Generate", type="primary", key=c.generate, on_click=_start_then,
-                  args=(c, spec, tuple(ids), on_start),
-                  help="The model writes a continuation; watch each new token's attention row appear.")
+        st.button(
+            "Generate",
+            type="primary",
+            key=c.generate,
+            on_click=_start_then,
+            args=(c, spec, tuple(ids), on_start),
+            help="The model writes a continuation; watch each new token's attention row appear.",
+        )
         c.temperature.slider(st, width=150)
-        st.button("Stop", key=c.stop, on_click=stop_pressed, help="Ends the generation and keeps the tokens "
-                                                                    "written so far.")
-        st.button("Next token", key=c.next, on_click=next_token, args=(c,),
-                  help="Writes one more token of the running generation (and sets the pace to one token per click).")
+        st.button(
+            "Stop", key=c.stop, on_click=stop_pressed, help="Ends the generation and keeps the tokens written so far."
+        )
+        st.button(
+            "Next token",
+            key=c.next,
+            on_click=next_token,
+            args=(c,),
+            help="Writes one more token of the running generation (and sets the pace to one token per click).",
+        )
         with st.popover("More", icon=":material/tune:", help="The other settings: length, top-k, top-p, seed, pace."):
             c.tokens.number_input(st)
             c.top_k.number_input(st, max_value=vocab)
             c.top_p.slider(st)
             c.seed.number_input(st)
-            c.pace.select_slider(st, on_change=apply_pace, args=(c,),
-                                 help="How fast the new tokens appear, so the map can be watched growing row by "
-                                      "row; the model still writes at its own speed.")
+            c.pace.select_slider(
+                st,
+                on_change=apply_pace,
+                args=(c,),
+                help="How fast the new tokens appear, so the map can be watched growing row by "
+                "row; the model still writes at its own speed.",
+            )
             S.LIVE_WHY.checkbox(st)
     if st.session_state.get(K.GENERATION_ERROR):
         st.error(st.session_state.pop(K.GENERATION_ERROR))
@@ -132,10 +191,13 @@ def settings_from(c: Controls) -> dict:
     """The settings the page's widgets hold, as stream() takes them."""
     state = st.session_state
     top_p = float(state.get(c.top_p.key, c.top_p.default))
-    settings = dict(max_new_tokens=int(state.get(c.tokens.key, c.tokens.default)),
-                    temperature=float(state.get(c.temperature.key, c.temperature.default)),
-                    top_k=int(state.get(c.top_k.key, c.top_k.default)) or None,
-                    top_p=top_p if top_p < 1 else None, seed=int(state.get(c.seed.key, c.seed.default)))
+    settings = dict(
+        max_new_tokens=int(state.get(c.tokens.key, c.tokens.default)),
+        temperature=float(state.get(c.temperature.key, c.temperature.default)),
+        top_k=int(state.get(c.top_k.key, c.top_k.default)) or None,
+        top_p=top_p if top_p < 1 else None,
+        seed=int(state.get(c.seed.key, c.seed.default)),
+    )
     if c.eos:
         settings["stop_at_eos"] = bool(state.get(c.eos.key, c.eos.default))
     return settings
@@ -187,8 +249,9 @@ def _start(c: Controls, spec: ModelSpec, ids) -> None:
         st.session_state[K.GENERATION_ERROR] = f"Generation could not start: {err}"
 
 
-def start_generation(spec: ModelSpec, model: GPT, ids, settings: dict, page: str,
-                     pace: float | None = None) -> LiveGeneration:
+def start_generation(
+    spec: ModelSpec, model: GPT, ids, settings: dict, page: str, pace: float | None = None
+) -> LiveGeneration:
     """Start a live generation for this session (stopping the one it had), stored with the model and the page it
     belongs to. ValueError (bad settings or prompt) or RuntimeError (every server slot busy) before anything is
     stored."""
@@ -199,10 +262,18 @@ def start_generation(spec: ModelSpec, model: GPT, ids, settings: dict, page: str
     sid = session_id()
     release = hold_for_generation(spec, model, ids, settings)  # its model and working memory, counted
     try:
-        job = LiveGeneration(model, ids, settings, owner=sid or "", slots=generation_slots(),
-                             alive=lambda: session_alive(sid),
-                             threads=limits.server_limits().generation_threads, address=client_address(),
-                             on_end=release, pace=pace)
+        job = LiveGeneration(
+            model,
+            ids,
+            settings,
+            owner=sid or "",
+            slots=generation_slots(),
+            alive=lambda: session_alive(sid),
+            threads=limits.server_limits().generation_threads,
+            address=client_address(),
+            on_end=release,
+            pace=pace,
+        )
     except BaseException:
         release()
         raise
@@ -233,8 +304,7 @@ def stop_pressed() -> None:
 def stored_generation(spec: ModelSpec, ids, page: str) -> LiveGeneration | None:
     """This session's generation (running or over) when it ran on this model, prompt and page, else None."""
     entry = st.session_state.get(K.GENERATION)
-    if not entry or entry["spec"] != spec or entry["page"] != page or \
-            entry["job"].prompt != tuple(int(i) for i in ids):
+    if not entry or entry["spec"] != spec or entry["page"] != page or entry["job"].prompt != tuple(int(i) for i in ids):
         return None
     return entry["job"]
 
@@ -249,10 +319,20 @@ def generation_view(job: LiveGeneration) -> dict:
     if running:
         job.shown = len(steps)  # what Stop keeps (a running job is drawn only by its live view)
     started, finished = job.started_at, job.finished_at
-    return {"prompt": job.prompt, "enc": job.enc, "settings": job.settings, "steps": steps, "running": running,
-            "stopped": job.stopped, "error": job.error, "seconds": job.seconds, "ahead": job.ahead,
-            "waiting_for_click": job.waiting_for_click, "pace": job.pace,
-            "wall_seconds": finished - started if started is not None and finished is not None else None}
+    return {
+        "prompt": job.prompt,
+        "enc": job.enc,
+        "settings": job.settings,
+        "steps": steps,
+        "running": running,
+        "stopped": job.stopped,
+        "error": job.error,
+        "seconds": job.seconds,
+        "ahead": job.ahead,
+        "waiting_for_click": job.waiting_for_click,
+        "pace": job.pace,
+        "wall_seconds": finished - started if started is not None and finished is not None else None,
+    }
 
 
 def wait_for_first_token(job: LiveGeneration, most: float = LIVE_REDRAW_S) -> None:
@@ -307,18 +387,22 @@ def live_fragment(spec: ModelSpec, ids, page: str, draw: Callable[[dict], None])
             time.sleep(FLUSH_S)  # the last frame out before the run that replaces it starts
         elif not first:
             wait_for_frame(job, last)
+
     st.fragment(tick, run_every=LIVE_TICK_S)()
 
 
 # ---- drawing, shared by both pages ------------------------------------------------------------------------
 
+
 def map_pick(layer_key: str, head_key: str, n_layers: int, n_heads: int):
     """The heatmap component's on_pick for a page whose pickers live in `layer_key` and `head_key`: they follow
     the layer and head picked in the map (head index n_heads is the mean)."""
+
     def follow(layer: int, head_index: int) -> None:
         if 0 <= layer < n_layers and 0 <= head_index <= n_heads:
             st.session_state[layer_key] = layer
             st.session_state[head_key] = MEAN_HEAD if head_index == n_heads else head_index
+
     return follow
 
 
@@ -327,14 +411,26 @@ def generation_map(run: dict, *, layer: int, head: int, scale: str, key: str, on
     steps = run["steps"]
     n_heads = steps[0].attention.shape[1]
     labels = token_labels(list(run["prompt"]) + [s.token_id for s in steps], run["enc"])
-    attention_map(generation_payload(steps, labels, len(run["prompt"]), layer=layer, head=head, scale=scale,
-                                     mean_head=MEAN_HEAD,
-                                     head_names=[head_name(h) for h in [*range(n_heads), MEAN_HEAD]],
-                                     every_layer=every_layer), key=key, on_pick=on_pick)
+    attention_map(
+        generation_payload(
+            steps,
+            labels,
+            len(run["prompt"]),
+            layer=layer,
+            head=head,
+            scale=scale,
+            mean_head=MEAN_HEAD,
+            head_names=[head_name(h) for h in [*range(n_heads), MEAN_HEAD]],
+            every_layer=every_layer,
+        ),
+        key=key,
+        on_pick=on_pick,
+    )
 
 
-def draw_live(run: dict, *, layer: int, head: int, scale: str, map_key: str, on_pick,
-              text_height: int | None = None) -> None:
+def draw_live(
+    run: dict, *, layer: int, head: int, scale: str, map_key: str, on_pick, text_height: int | None = None
+) -> None:
     """A running generation as both pages show it: progress, then the growing map beside the text and the
     next-token list (text, not a chart: each redraw is a script run beside the model), so both fit one screen."""
     status_line(run, live=True)

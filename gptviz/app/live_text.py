@@ -1,6 +1,7 @@
 """How a generation reads on the page, live or finished: its status, its text so far with a line of counts and
 speeds, the next-token list, and a finished run's replay step (gptviz.app.live draws them; both pages call them as
 live.NAME)."""
+
 from __future__ import annotations
 
 import streamlit as st
@@ -27,7 +28,7 @@ def writing_speed(run: dict, live: bool) -> str:
     wall = run.get("wall_seconds")
     if run.get("pace") == 0:
         return text + "; shown one token per click"
-    if wall and wall - seconds > 0.1 * wall:   # paced: the waits were more than a tenth of its time
+    if wall and wall - seconds > 0.1 * wall:  # paced: the waits were more than a tenth of its time
         rate = n / wall
         return text + f"; shown at {rate:.{0 if rate >= 1 else 1}f} tokens/s (the Pace setting)"
     return text
@@ -49,8 +50,10 @@ def next_token_text(steps, enc=None) -> str:
     last = steps[-1]
     top_ids = [t[0] for t in last.top[:8]]
     top = "\n".join(f"{label:>14}  {t[1]:.3f}" for label, t in zip(token_labels(top_ids, enc), last.top))
-    return (f"Step {len(steps) - 1}: sampled {last.piece} (p {last.prob:.3f}, rank {last.rank})\n"
-            f"most probable next tokens:\n{top}")
+    return (
+        f"Step {len(steps) - 1}: sampled {last.piece} (p {last.prob:.3f}, rank {last.rank})\n"
+        f"most probable next tokens:\n{top}"
+    )
 
 
 def status_line(run: dict, live: bool) -> None:
@@ -58,8 +61,11 @@ def status_line(run: dict, live: bool) -> None:
     steps, total = run["steps"], run["settings"]["max_new_tokens"]
     if live and run.get("ahead") is not None:
         ahead = run["ahead"]
-        st.info(f"Waiting for a free generation slot: {ahead} generation{'s' if ahead != 1 else ''} ahead of yours. "
-                "It starts by itself; Stop leaves the line.", icon=":material/hourglass_top:")
+        st.info(
+            f"Waiting for a free generation slot: {ahead} generation{'s' if ahead != 1 else ''} ahead of yours. "
+            "It starts by itself; Stop leaves the line.",
+            icon=":material/hourglass_top:",
+        )
     elif live:
         waiting = " (press Next token for the next one)" if run.get("waiting_for_click") else ""
         st.progress(len(steps) / total, text=f"Generating: {len(steps)} of {total} tokens{waiting}")
@@ -75,16 +81,17 @@ def text_so_far(run: dict, live: bool, upto: int | None = None, height: int | No
     """The prompt and the new tokens through step `upto` (all when None), then a line of counts. `height`: a live
     text's box, fixed and scrolled to its end (a long run's text then never pushes what follows off the screen)."""
     steps = run["steps"]
-    shown = steps if upto is None else steps[:upto + 1]
+    shown = steps if upto is None else steps[: upto + 1]
     # decoded whole: GPT-1's BPE ends a word in its last piece ("</w>"), so the prompt's end and the first new token
     # are spaced only in one decode (GPT-2's text is the same either way, bar a character split across the two)
     generated_text(decode(list(run["prompt"]) + [s.token_id for s in shown], run.get("enc")), live, height)
     if len(shown) < len(steps):
-        st.caption(f"Replaying step {upto} of {len(steps) - 1}: the prompt's {len(run['prompt'])} tokens, then "
-                   f"{len(shown)} of the {len(steps)} new ones.")
+        st.caption(
+            f"Replaying step {upto} of {len(steps) - 1}: the prompt's {len(run['prompt'])} tokens, then "
+            f"{len(shown)} of the {len(steps)} new ones."
+        )
     else:
-        st.caption(f"The prompt's {len(run['prompt'])} tokens, then {len(steps)} new ones"
-                   f"{writing_speed(run, live)}.")
+        st.caption(f"The prompt's {len(run['prompt'])} tokens, then {len(steps)} new ones{writing_speed(run, live)}.")
 
 
 def status_and_text(run: dict, live: bool, upto: int | None = None) -> None:
@@ -98,6 +105,7 @@ def replay_step(run: dict, setting) -> int:
     """A finished run's step slider (`setting`: its record, settings.GEN_STEP or ATT_GEN_STEP): the step its map,
     text and next-token bars show (the last by default)."""
     from .sidebar import keep_valid
+
     key = setting.key
     S = len(run["steps"])
     keep_valid(key, list(range(S)), S - 1)
@@ -109,4 +117,4 @@ def replay_step(run: dict, setting) -> int:
 
 def up_to(run: dict, step: int) -> dict:
     """The run as it stood after `step`."""
-    return {**run, "steps": run["steps"][:step + 1]}
+    return {**run, "steps": run["steps"][: step + 1]}

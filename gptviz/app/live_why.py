@@ -9,11 +9,12 @@ ones as the budget allows; never a token expected to take longer than a redraw m
 token at a watching pace and a few at full speed; a large one (gpt2-small: a second a token) none while it writes:
 the rest are on demand (the Generation page's replayed step, the Why page).
 """
+
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import streamlit as st
 
@@ -28,28 +29,31 @@ from .services import why_graph as services
 from .services.why import pieces
 from .unit_nav import go_to_why, unit_pills
 
-SHARE = 0.05        # of the model's own time: half the 10% it may be slowed by (measured: about 1:1 under load)
-IDLE_SHARE = 0.5    # of the time the model waited for the pace (its CPU is free then)
-TICK_S = 0.25       # the most one redraw spends on them (a redraw comes every 0.5 s)
+SHARE = 0.05  # of the model's own time: half the 10% it may be slowed by (measured: about 1:1 under load)
+IDLE_SHARE = 0.5  # of the time the model waited for the pace (its CPU is free then)
+TICK_S = 0.25  # the most one redraw spends on them (a redraw comes every 0.5 s)
 # A token's contributors are computed only when their expected time fits the budget: the last measured on this model
 # (scaled by the text's length), else a first guess from its size at FLOPS_GUESS (gpt2-small took 1.1 s for 100 tokens
 # on one thread of the loaded 2-core machine: 51 GFLOP, so 47 GFLOP/s; the guess is a little slower)
 FLOPS_GUESS = 4e10
 MIN_COST_S = 0.01
-LINES = 4           # the box under the text: the token, then its three contributors (a fixed height: no jumps)
-ABOUT = ("Each new token's three most influential nodes of the attribution graph on its logit, with their share of "
-         "that logit (influences overlap: a node's includes what later nodes do with its output, so shares need not "
-         "add up to 100%). A head's token is the key it brings the most from. Computed beside the model within a "
-         "twentieth of its time (and half of what it waits for the pace), newest first; the others on demand after "
-         "the run.")
+LINES = 4  # the box under the text: the token, then its three contributors (a fixed height: no jumps)
+ABOUT = (
+    "Each new token's three most influential nodes of the attribution graph on its logit, with their share of "
+    "that logit (influences overlap: a node's includes what later nodes do with its output, so shares need not "
+    "add up to 100%). A head's token is the key it brings the most from. Computed beside the model within a "
+    "twentieth of its time (and half of what it waits for the pace), newest first; the others on demand after "
+    "the run."
+)
 
 
 @dataclass
 class Explained:
     """The contributors found so far for one live generation."""
-    job: object                                          # the LiveGeneration they belong to
-    done: dict[int, Contributors] = field(default_factory=dict)   # step -> its contributors
-    spent: float = 0.0                                   # seconds spent computing them
+
+    job: object  # the LiveGeneration they belong to
+    done: dict[int, Contributors] = field(default_factory=dict)  # step -> its contributors
+    spent: float = 0.0  # seconds spent computing them
 
 
 def budget_s(job, now: float) -> float:
@@ -68,9 +72,15 @@ def first_guess_s(config, T: int) -> float:
     return max(MIN_COST_S, 6 * config.n_layers * (4 * d * d + 2 * d * config.d_ff) * T / FLOPS_GUESS)
 
 
-def explain_new(job, n_steps: int, explained: Explained, compute: Callable[[int], Contributors],
-                expected: Callable[[int], float] = lambda i: 0.0, now: Callable[[], float] = time.perf_counter,
-                on_cost: Callable[[int, float], None] = lambda i, seconds: None) -> int:
+def explain_new(
+    job,
+    n_steps: int,
+    explained: Explained,
+    compute: Callable[[int], Contributors],
+    expected: Callable[[int], float] = lambda i: 0.0,
+    now: Callable[[], float] = time.perf_counter,
+    on_cost: Callable[[int, float], None] = lambda i, seconds: None,
+) -> int:
     """Compute contributors for the steps not yet explained, newest first, while the next one's `expected` time fits
     the budget and this redraw has spent less than TICK_S; `on_cost(i, seconds)` hears each one's time. A token
     expected to take longer than TICK_S is never started while the model writes: spent in one piece, the budget saved
@@ -97,7 +107,8 @@ def cost_keeper(spec, config, steps, prompt) -> tuple[Callable[[int], float], Ca
     load) would keep every later token from starting, and with no token started nothing would correct it, while a
     time too short costs one token over the budget at most (the budget counts the time really spent)."""
     from .jobs import process_wide
-    per_token: dict = process_wide("live_why_costs", dict)   # model spec -> seconds per token of text, the fastest
+
+    per_token: dict = process_wide("live_why_costs", dict)  # model spec -> seconds per token of text, the fastest
 
     def length(i: int) -> int:
         return len(services.step_ids(prompt, steps, i)[0])
@@ -107,6 +118,7 @@ def cost_keeper(spec, config, steps, prompt) -> tuple[Callable[[int], float], Ca
 
     def on_cost(i: int, seconds: float) -> None:
         per_token[spec] = min(per_token.get(spec, float("inf")), seconds / max(length(i), 1))
+
     return expected, on_cost
 
 
@@ -137,26 +149,37 @@ def under_live_text(run: dict) -> None:
     explained = stored(job)
     expected, on_cost = cost_keeper(spec, load_model(spec).config, steps, run["prompt"])
     try:
-        explain_new(job, len(steps), explained,
-                    lambda i: services.contributors(spec, *services.step_ids(run["prompt"], steps, i)),
-                    expected, on_cost=on_cost)
+        explain_new(
+            job,
+            len(steps),
+            explained,
+            lambda i: services.contributors(spec, *services.step_ids(run["prompt"], steps, i)),
+            expected,
+            on_cost=on_cost,
+        )
     except ValueError as err:  # LimitError: no memory for them now; the text goes on
         st.caption(f"Top contributors paused: {err}")
         return
     shown = [i for i in explained.done if i < len(steps)]
     if not shown:
         cost = expected(len(steps) - 1)
-        waiting = ("Top contributors appear here as tokens are written." if cost <= TICK_S else
-                   f"Top contributors: about {cost:.1f} s a token on this model,\ntoo long to compute beside it while it "
-                   "writes.\nAfter the run: pick a step, or open the Why page.")
+        waiting = (
+            "Top contributors appear here as tokens are written."
+            if cost <= TICK_S
+            else f"Top contributors: about {cost:.1f} s a token on this model,\ntoo long to compute beside it while it "
+            "writes.\nAfter the run: pick a step, or open the Why page."
+        )
         monospace_text(waiting + "\n" * (LINES - 1 - waiting.count("\n")), "why")
         return
     newest = max(shown)
     text = step_lines(run, newest, explained.done[newest])
     monospace_text(text + "\n" * max(0, LINES - 1 - text.count("\n")), "why")
     ids, target = services.step_ids(run["prompt"], steps, newest)
-    st.caption(f"Top contributors for {len(shown)} of {len(steps)} new tokens so far · "
-               f"[why this token? ↗]({why_url(state, decode(ids, run['enc']), target)})", help=ABOUT)
+    st.caption(
+        f"Top contributors for {len(shown)} of {len(steps)} new tokens so far · "
+        f"[why this token? ↗]({why_url(state, decode(ids, run['enc']), target)})",
+        help=ABOUT,
+    )
 
 
 def step_contributors(run: dict, i: int, spec) -> None:
@@ -173,9 +196,15 @@ def step_contributors(run: dict, i: int, spec) -> None:
     units = list(dict.fromkeys(c.unit for c in contributors.top if c.kind in ("head", "neuron")))
     if units:  # the heads and neurons named above, one click from what they do over the corpus
         unit_pills("What they do over the corpus", units, K.per_item(K.UNIT_PILLS, "gen_contributors"))
-    st.button(f"Why {md_text(pieces([target], run['enc'])[0])}? The attribution graph", key=K.GEN_WHY,
-              icon=":material/account_tree:", on_click=go_to_why, args=(decode(ids, run["enc"]), target), type="tertiary",
-              help="Opens Why this token? on the text up to this token (it becomes the prompt), with its graph.")
+    st.button(
+        f"Why {md_text(pieces([target], run['enc'])[0])}? The attribution graph",
+        key=K.GEN_WHY,
+        icon=":material/account_tree:",
+        on_click=go_to_why,
+        args=(decode(ids, run["enc"]), target),
+        type="tertiary",
+        help="Opens Why this token? on the text up to this token (it becomes the prompt), with its graph.",
+    )
 
 
 LINK_HELP = "Opens Why this token? in a new tab on the text up to this token, with its attribution graph."

@@ -5,6 +5,7 @@ Models are read-only once built (capture state lives in each call), so one copy 
 Captures are treated as read-only by their readers too. A display widget's rerun finds the same capture here and
 runs no model.
 """
+
 from __future__ import annotations
 
 import copy
@@ -15,32 +16,40 @@ from typing import NamedTuple
 import streamlit as st
 import torch
 
-from .. import GPT, PRESETS, methods as analysis
+from .. import GPT, PRESETS
+from .. import methods as analysis
 from ..model import sizes
-from ..serve import memory
-from ..serve.bounded_cache import BoundedCache
 from ..model.config import ConfigError
 from ..model.devices import DTYPES, place
-from ..model.hooks import (ActivationCache, act_name, capture, capture_nbytes, model_nbytes,  # noqa: F401 (model_nbytes: callers import it here)
-                     stack_patterns, storage_nbytes)
-from ..serve import limits
-from ..serve.limits import LimitError
+from ..model.hooks import (  # noqa: F401 (model_nbytes: callers import it here)
+    ActivationCache,
+    act_name,
+    capture,
+    capture_nbytes,
+    model_nbytes,
+    stack_patterns,
+    storage_nbytes,
+)
 from ..model.params import total_params
 from ..model.weights import CheckpointError, bundled_models, forget_download, load_checkpoint, weights_nbytes
-from ..serve.model_access import allowed_source
 from ..model.weights import training_vocab as read_training_vocab
-from . import keys
+from ..serve import limits, memory
+from ..serve.bounded_cache import BoundedCache
+from ..serve.limits import LimitError
+from ..serve.model_access import allowed_source
 from ..serve.uploads import UploadFolders
+from . import keys
 from .jobs import process_wide, session_alive, session_id, trained_models
 from .services import cached
 
 
 class ModelSpec(NamedTuple):
     """Everything that determines a model's weights and wiring: the cache key for load_model."""
-    source: str        # one of keys.SOURCE_* labels
-    name: str          # bundled model, preset name, folder/Hub id, or trained-run id
-    norm: str          # "pre" or "post"
-    seed: int = 0      # random init seed (presets only)
+
+    source: str  # one of keys.SOURCE_* labels
+    name: str  # bundled model, preset name, folder/Hub id, or trained-run id
+    norm: str  # "pre" or "post"
+    seed: int = 0  # random init seed (presets only)
     device: str = "cpu"
     dtype: str = "float32"  # the weights' precision (half precision is offered on GPUs: gptviz.model.devices)
     n_head: int | None = None  # the head count a file cannot record (Raschka's GPTModel); None: the file's own
@@ -61,28 +70,47 @@ def model_store() -> BoundedCache:
     counted until it is gone, and a drop that leaves one alive runs Python's full collection, which frees those only
     garbage holds (a reference cycle an ended session left): before, a server kept every model folder a visitor
     opened (issue 57; tests/test_model_memory.py)."""
-    return process_wide("model_store", lambda: BoundedCache(limits.server_limits().model_bytes, "model",
-                                                            accountant=memory.accountant(), drop_order=2,
-                                                            witness=lambda model: model, collect_garbage=True))
+    return process_wide(
+        "model_store",
+        lambda: BoundedCache(
+            limits.server_limits().model_bytes,
+            "model",
+            accountant=memory.accountant(),
+            drop_order=2,
+            witness=lambda model: model,
+            collect_garbage=True,
+        ),
+    )
 
 
 def upload_folders() -> UploadFolders:
     """Visitors' uploads, one private folder per session (gptviz.serve.uploads), removed once the session is gone;
     their models and captures leave the caches with them."""
+
     def forget(prefixes: list[str]) -> None:
-        gone = lambda spec: isinstance(spec, ModelSpec) and spec.source == keys.SOURCE_UPLOAD and \
-            spec.name.startswith(tuple(prefixes))  # noqa: E731
+        gone = lambda spec: (
+            isinstance(spec, ModelSpec) and spec.source == keys.SOURCE_UPLOAD and spec.name.startswith(tuple(prefixes))
+        )  # noqa: E731
         capture_store().discard(lambda key: gone(key[0]))
         model_store().discard(gone)
+
     return process_wide("upload_folders", lambda: UploadFolders(session_alive, forget))
 
 
 def capture_store() -> BoundedCache:
     """Recent prompts' captures, shared by every session, bounded by bytes (GPTVIZ_CAPTURE_CACHE_MB) and counted in
     the server's memory budget."""
-    return process_wide("capture_store", lambda: BoundedCache(limits.server_limits().capture_bytes, "capture",
-                                                              wait_s=CAPTURE_WAIT_S, accountant=memory.accountant(),
-                                                              witness=lambda result: result[1], drop_order=1))
+    return process_wide(
+        "capture_store",
+        lambda: BoundedCache(
+            limits.server_limits().capture_bytes,
+            "capture",
+            wait_s=CAPTURE_WAIT_S,
+            accountant=memory.accountant(),
+            witness=lambda result: result[1],
+            drop_order=1,
+        ),
+    )
 
 
 class Captured(dict):
@@ -105,8 +133,10 @@ def load_model(spec: ModelSpec) -> GPT:
     if spec.source == keys.SOURCE_PRESET and spec.name in PRESETS:
         n = total_params(PRESETS[spec.name])
         if n > limits.server_limits().max_params:
-            raise LimitError(f"{spec.name} has {n:,} parameters; this server builds models of up to "
-                             f"{limits.server_limits().max_params:,} (GPTVIZ_MAX_PARAMS)")
+            raise LimitError(
+                f"{spec.name} has {n:,} parameters; this server builds models of up to "
+                f"{limits.server_limits().max_params:,} (GPTVIZ_MAX_PARAMS)"
+            )
         estimate = n * DTYPES[spec.dtype].itemsize if spec.dtype in DTYPES else None
 
     if spec.source == keys.SOURCE_UPLOAD:  # a visitor's upload is theirs alone, even once built and cached
@@ -118,13 +148,19 @@ def load_model(spec: ModelSpec) -> GPT:
     def build() -> GPT:
         # a Hub repo is fetched (checked, within its size budget) before the lock: a download never holds up
         # another visitor's model
-        folder = allowed_source(spec.name) if spec.source == keys.SOURCE_PRETRAINED else \
-            upload_folders().path(session_id(), spec.name) if spec.source == keys.SOURCE_UPLOAD else None
+        folder = (
+            allowed_source(spec.name)
+            if spec.source == keys.SOURCE_PRETRAINED
+            else upload_folders().path(session_id(), spec.name)
+            if spec.source == keys.SOURCE_UPLOAD
+            else None
+        )
         with memory.reserve(_loading_nbytes(spec, folder) if estimate is None else 0, f"loading {spec.name}"):
             with _BUILD_LOCK:
                 model = _build_model(spec, folder)
         refuse_non_finite_weights(spec, model)  # raised before it is stored: every page shows the message
         return model
+
     # built in float32, then converted to the precision asked for, one tensor at a time
     work = sizes.model_build_nbytes(PRESETS[spec.name]) if estimate else None
     return model_store().get_or_build(spec, build, _stored_nbytes(spec), estimate, work, f"building {spec.name}")
@@ -156,7 +192,7 @@ def non_finite_weights(model: GPT) -> tuple[int, int, str | None]:
             continue  # max and min propagate NaN and reach +-inf: both finite means every value is (no copy made)
         n = 0
         for start in range(0, flat.numel(), _CHUNK):
-            n += int((~torch.isfinite(flat[start:start + _CHUNK])).sum())
+            n += int((~torch.isfinite(flat[start : start + _CHUNK])).sum())
         bad += n
         if n and first is None:
             first = name
@@ -169,9 +205,11 @@ def refuse_non_finite_weights(spec: ModelSpec, model: GPT) -> None:
     bad, total, first = non_finite_weights(model)
     if not bad:
         return
-    message = (f"its weights hold {bad:,} NaN or infinite values of {total:,} (the first in {first}), so every "
-               "activation would be NaN and no page can show it. A model trained at too high a learning rate "
-               "diverges like this: train it again with a lower one, or pick another model")
+    message = (
+        f"its weights hold {bad:,} NaN or infinite values of {total:,} (the first in {first}), so every "
+        "activation would be NaN and no page can show it. A model trained at too high a learning rate "
+        "diverges like this: train it again with a lower one, or pick another model"
+    )
     known = _non_finite_models()
     if len(known) >= NON_FINITE_KEPT:
         known.pop(next(iter(known)), None)
@@ -188,9 +226,11 @@ def refuse_non_finite_logits(logits: torch.Tensor, ids) -> None:
     if bool(finite.all()):
         return
     pos = int((~finite).nonzero()[0, 0])
-    raise NonFiniteError(f"its activations on this prompt are not finite (NaN or infinite from token {pos} of "
-                         f"{len(ids)} on): the model overflows on it, so there is nothing to draw. Try another "
-                         "model, or float32 if it runs in half precision")
+    raise NonFiniteError(
+        f"its activations on this prompt are not finite (NaN or infinite from token {pos} of "
+        f"{len(ids)} on): the model overflows on it, so there is nothing to draw. Try another "
+        "model, or float32 if it runs in half precision"
+    )
 
 
 def _loading_nbytes(spec: ModelSpec, folder: Path | None) -> int:
@@ -224,8 +264,10 @@ def _build_model(spec: ModelSpec, folder: Path | None = None) -> GPT:
     if spec.source == keys.SOURCE_TRAINED:
         model = trained_models().get(spec.name)
         if model is None:
-            raise CheckpointError("that trained model is gone (the server restarted, or newer runs took its place); "
-                                  "train it again on the Train page")
+            raise CheckpointError(
+                "that trained model is gone (the server restarted, or newer runs took its place); "
+                "train it again on the Train page"
+            )
         if model.config.norm != spec.norm:
             raise CheckpointError(f"the trained model is {model.config.norm}-norm")
         if (spec.device, spec.dtype) != ("cpu", "float32"):  # a copy: the stored model is every session's
@@ -234,15 +276,17 @@ def _build_model(spec: ModelSpec, folder: Path | None = None) -> GPT:
     if spec.source == keys.SOURCE_UPLOAD:  # the visitor's own upload, found by load_model for this session only
         return place(load_checkpoint(folder, spec.norm, spec.n_head), spec.device, spec.dtype)
     try:  # visitors: allowed folders and checked Hub downloads only
-        return place(load_checkpoint(folder or allowed_source(spec.name), spec.norm, spec.n_head), spec.device,
-                     spec.dtype)
+        return place(
+            load_checkpoint(folder or allowed_source(spec.name), spec.norm, spec.n_head), spec.device, spec.dtype
+        )
     except CheckpointError:
         forget_download(folder)  # a fetched repo that does not load is not kept on disk
         raise
 
 
-def get_capture(spec: ModelSpec, ids: tuple[int, ...], names: tuple[str, ...] | None = None
-                ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def get_capture(
+    spec: ModelSpec, ids: tuple[int, ...], names: tuple[str, ...] | None = None
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """(logits [T, vocab], {hook name: tensor without the batch axis}) for one prompt, cached and shared: treat
     the tensors as read-only. A capture larger than the server's capture budget is refused (LimitError) before
     the model runs."""
@@ -258,8 +302,10 @@ def get_capture(spec: ModelSpec, ids: tuple[int, ...], names: tuple[str, ...] | 
         del cache
         stack_patterns(store, model.config.n_layers)  # one block, so a page's patterns() makes no copy
         return logits[0].float().cpu(), store
-    return capture_store().get_or_build((spec, tuple(ids), names), run, _capture_size, estimate, work,
-                                        f"a capture of {len(ids)} tokens on {spec.name}")
+
+    return capture_store().get_or_build(
+        (spec, tuple(ids), names), run, _capture_size, estimate, work, f"a capture of {len(ids)} tokens on {spec.name}"
+    )
 
 
 def hold_for_generation(spec: ModelSpec, model: GPT, ids, settings: dict):
@@ -277,6 +323,7 @@ def hold_for_generation(spec: ModelSpec, model: GPT, ids, settings: dict):
     def release() -> None:
         reservation.release()
         release_model()
+
     return release
 
 
@@ -285,8 +332,9 @@ def _capture_size(result) -> int:
     return storage_nbytes([logits, *store.values()])
 
 
-def capture_cache(spec: ModelSpec, ids: tuple[int, ...], names: tuple[str, ...] | None = None
-                  ) -> tuple[torch.Tensor, ActivationCache]:
+def capture_cache(
+    spec: ModelSpec, ids: tuple[int, ...], names: tuple[str, ...] | None = None
+) -> tuple[torch.Tensor, ActivationCache]:
     """get_capture wrapped in an ActivationCache (tensors keep no batch axis)."""
     logits, store = get_capture(spec, ids, names)
     return logits, ActivationCache(store, load_model(spec).config.n_layers)
@@ -331,11 +379,14 @@ def attention_page_names(n_layers: int, norm: str) -> tuple[str, ...]:
     """What the Attention page captures: every pattern, and each attention's input, from which the step-by-step
     and value-weighted views recompute the rest with the weights (so no view or layer switch reruns the model)."""
     from ..methods.head_steps import attention_input_name
+
     return pattern_names(n_layers) + tuple(attention_input_name(i, norm) for i in range(n_layers))
 
 
-STALE_CAPTURE = ("The capture came back without the hook points it asked for. This happens when gptviz's code "
-                 "changed while the app was running: restart the app.")
+STALE_CAPTURE = (
+    "The capture came back without the hook points it asked for. This happens when gptviz's code "
+    "changed while the app was running: restart the app."
+)
 
 
 def require_capture(spec: ModelSpec, ids: tuple[int, ...], names: tuple[str, ...]) -> ActivationCache:

@@ -1,5 +1,6 @@
 """The Overview page's service: the sidebar's prompt through the model, read at one position
 (gptviz.methods.overview), and what a click on one of the diagram's boxes opens."""
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -19,26 +20,43 @@ from .sidebar import keep_valid
 state = st.session_state
 
 # the page each kind of box opens (gptviz.figures.overview.Cell.kind)
-STAGE_PAGES = {"token": "embeddings", "embed": "embeddings", "add": "activations", "ln": "norms",
-               "attn": "attention", "mlp": "activations", "lens": "activations", "ln_f": "activations",
-               "prob": "why", "next": "why"}
+STAGE_PAGES = {
+    "token": "embeddings",
+    "embed": "embeddings",
+    "add": "activations",
+    "ln": "norms",
+    "attn": "attention",
+    "mlp": "activations",
+    "lens": "activations",
+    "ln_f": "activations",
+    "prob": "why",
+    "next": "why",
+}
 # Stages the page also links as words, in the order the forward pass meets them (title, page stem)
-STAGE_LINKS = (("Embeddings", "embeddings"), ("Attention", "attention"), ("Activations", "activations"),
-               ("Why this token?", "why"), ("Generation", "generation"))
+STAGE_LINKS = (
+    ("Embeddings", "embeddings"),
+    ("Attention", "attention"),
+    ("Activations", "activations"),
+    ("Why this token?", "why"),
+    ("Generation", "generation"),
+)
 # The diagram draws stages left to right above this width (px) and top to bottom at or below it: Streamlit's
 # width for starting with the sidebar closed (display.NARROW_PX), where a phone's 390 px begins
 NARROW_PX = 768
 # Past this many blocks the left-to-right layout's columns get too narrow for their numbers: top to bottom on any
 # screen (gpt2-medium's 24 blocks would be 36 px columns in a 1,050 px page)
 MOST_WIDE_BLOCKS = 12
-_CSS = (f"<style>@media (max-width: {NARROW_PX}px) {{.st-key-{K.OV_WIDE} {{display: none;}}}} "
-        f"@media (min-width: {NARROW_PX + 1}px) {{.st-key-{K.OV_TALL} {{display: none;}}}}</style>")
+_CSS = (
+    f"<style>@media (max-width: {NARROW_PX}px) {{.st-key-{K.OV_WIDE} {{display: none;}}}} "
+    f"@media (min-width: {NARROW_PX + 1}px) {{.st-key-{K.OV_TALL} {{display: none;}}}}</style>"
+)
 
 
 class Reading(NamedTuple):
     """The prompt read at the page's chosen position."""
+
     overview: ForwardOverview
-    names: dict[int, str]      # token text of every id the overview names
+    names: dict[int, str]  # token text of every id the overview names
 
 
 def position_picker(ids: tuple[int, ...], column, enc=None) -> int:
@@ -91,8 +109,13 @@ def stage_target(point: dict, position: int, ids: tuple[int, ...]) -> tuple[str,
     page = STAGE_PAGES.get(kind, "activations")
     settings: dict = {}
     if kind == "attn":
-        settings = {K.ATT_LAYER: layer, K.ATT_HEAD: head, K.ATT_QUERY: position, K.ATT_QUERY_POS: position,
-                    K.ATT_QUERY_FOR: (ids, position)}
+        settings = {
+            K.ATT_LAYER: layer,
+            K.ATT_HEAD: head,
+            K.ATT_QUERY: position,
+            K.ATT_QUERY_POS: position,
+            K.ATT_QUERY_FOR: (ids, position),
+        }
     elif page == "activations":
         settings = {K.ACT_FOCUS: position}
     elif kind == "prob" and position == len(ids) - 1:

@@ -2,6 +2,7 @@
 
 Its own module so that the router and the modules that send a visitor to a page (unit_nav, overview) import it
 without importing each other."""
+
 from __future__ import annotations
 
 from pathlib import Path

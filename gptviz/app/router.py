@@ -2,6 +2,7 @@
 
 `streamlit run app.py` in a checkout and `gptviz app` in an installed package both run `main()`. Page files are
 given by absolute path, so the router works wherever the entry script lives."""
+
 from __future__ import annotations
 
 from .pages import PAGE_LIST, PAGES_DIR  # noqa: F401 (PAGES_DIR: callers read it here)
@@ -25,13 +26,22 @@ def main() -> None:
     pages: dict[str, list] = {}
     for i, (section, stem, title, icon) in enumerate(PAGE_LIST):
         # the default page is served at "/" but reserves a path it does not serve: give it one nobody types
-        pages.setdefault(section, []).append(st.Page(PAGES_DIR / f"{stem}.py", title=title, icon=icon, default=i == 0,
-                                                     url_path="home" if i == 0 else None))
+        pages.setdefault(section, []).append(
+            st.Page(
+                PAGES_DIR / f"{stem}.py", title=title, icon=icon, default=i == 0, url_path="home" if i == 0 else None
+            )
+        )
     home = pages[PAGE_LIST[0][0]][0]
     # its own name, typed or bookmarked ("/attention"), showed Streamlit's "Page not found" dialog: a hidden page
     # there sends the visitor home with the link's settings
-    pages[PAGE_LIST[0][0]].append(st.Page(lambda: st.switch_page(home, query_params=st.query_params.to_dict()),
-                                          title=PAGE_LIST[0][2], url_path=PAGE_LIST[0][1], visibility="hidden"))
+    pages[PAGE_LIST[0][0]].append(
+        st.Page(
+            lambda: st.switch_page(home, query_params=st.query_params.to_dict()),
+            title=PAGE_LIST[0][2],
+            url_path=PAGE_LIST[0][1],
+            visibility="hidden",
+        )
+    )
     page = st.navigation(pages)
     follow_pending()  # a unit id picked on the last run: open the unit page in this session
     stem_of = {title: stem for _, stem, title, _ in PAGE_LIST}

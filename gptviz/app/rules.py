@@ -1,10 +1,12 @@
 """What a setting is (gptviz.app.settings declares them): a record of its key, default, label, link name and rule, and
 the rules that check a value from outside (a link) and give its widget a range or options."""
+
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from ..model.unit_id import Unit
 
@@ -124,6 +126,7 @@ class Text:
 @dataclass(frozen=True)
 class Heads:
     """Heads as "layer.head" pairs joined by commas ("1.0,2.3"); the page drops those its model lacks."""
+
     most: int = 4096
 
     def parse(self, raw: str) -> list[tuple[int, int]]:
@@ -180,11 +183,11 @@ def _format(value) -> str | None:
 # ---- the record ----------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Setting:
-    key: str                       # its session-state key and widget key
-    label: str = ""                # the widget's label ("": drawn without one, e.g. a row of tabs)
-    default: Any = None            # the value before a visitor or a link sets one (None: the page decides)
+    key: str  # its session-state key and widget key
+    label: str = ""  # the widget's label ("": drawn without one, e.g. a row of tabs)
+    default: Any = None  # the value before a visitor or a link sets one (None: the page decides)
     help: str | None = None
-    link: str | None = None        # its name in a link; None: not carried by links
+    link: str | None = None  # its name in a link; None: not carried by links
     rule: Any = field(default=None, repr=False)  # Choice, Whole, Number, Flag, Text, Heads or UnitRule
 
     def parse(self, raw: str):
@@ -215,6 +218,7 @@ class Setting:
 def _draws(widget: str) -> Callable:
     def draw(self, where, **override):
         return self.draw(where, widget, **override)
+
     draw.__name__ = widget
     draw.__doc__ = f"The setting's {widget} (see draw)."
     return draw

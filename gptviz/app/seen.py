@@ -1,5 +1,6 @@
 """The sidebar's model and prompt as a page sees them: one definition the pages share (Seen), and the one way they
 read it (read_prompt): the model, the prompt's ids within its context, and the page's capture of them."""
+
 from __future__ import annotations
 
 import weakref
@@ -26,15 +27,16 @@ class Seen:
     It holds its model weakly: a session keeps what its last run made (fragments and download buttons closing over
     this) for Streamlit's reconnect window, and a model the store dropped stayed with each such session, a visitor
     opening model folders one after another keeping every one (issue 57)."""
+
     spec: ModelSpec
-    model_now: InitVar[GPT]              # the model, held weakly: `model` reads it
+    model_now: InitVar[GPT]  # the model, held weakly: `model` reads it
     ids: tuple[int, ...]
-    names: tuple[str, ...] = ()          # the hook points captured (none: the page reads no capture)
+    names: tuple[str, ...] = ()  # the hook points captured (none: the page reads no capture)
     cache: ActivationCache | None = None
-    focus: int = 0                       # the position the per-token views follow
-    labels: list[str] = field(init=False)       # token text by position
-    pos_labels: list[str] = field(init=False)   # "3:text", unique by position
-    enc: object = field(init=False)             # the model's tokenizer (tokenizer_for): GPT-1's BPE or GPT-2's
+    focus: int = 0  # the position the per-token views follow
+    labels: list[str] = field(init=False)  # token text by position
+    pos_labels: list[str] = field(init=False)  # "3:text", unique by position
+    enc: object = field(init=False)  # the model's tokenizer (tokenizer_for): GPT-1's BPE or GPT-2's
 
     def __post_init__(self, model_now: GPT):
         self._model = weakref.ref(model_now)
@@ -78,8 +80,12 @@ class Seen:
         return head_or_mean(self.patterns[layer], head)
 
 
-def read_prompt(names_for: Callable[[GPTConfig, int], tuple[str, ...]] | None = None,
-                keep_last: Callable[[GPTConfig, int], int] | None = None, *, required: bool = True) -> Seen | None:
+def read_prompt(
+    names_for: Callable[[GPTConfig, int], tuple[str, ...]] | None = None,
+    keep_last: Callable[[GPTConfig, int], int] | None = None,
+    *,
+    required: bool = True,
+) -> Seen | None:
     """The sidebar's model and prompt, in the model's own tokenizer: every page reads the prompt here. The page stops
     with a clear message when there is no model or, `required`, no prompt (not required: None after the hint, for a
     page that shows more than the prompt). Its last `keep_last(cfg, T)` tokens when given (the callback says why it
@@ -93,7 +99,7 @@ def read_prompt(names_for: Callable[[GPTConfig, int], tuple[str, ...]] | None = 
         return None
     ids = tuple(prompt.ids)
     if keep_last is not None:
-        ids = ids[len(ids) - min(len(ids), keep_last(cfg, len(ids))):]
+        ids = ids[len(ids) - min(len(ids), keep_last(cfg, len(ids))) :]
     names = tuple(names_for(cfg, len(ids))) if names_for is not None else ()
     cache = require_capture(spec, ids, names) if names else None
     return Seen(spec, model, ids, names, cache)

@@ -1,5 +1,6 @@
 """The shared sidebar (model source, wiring, device, prompt) and what pages ask of it: require_model and
 require_prompt stop a page with a clear message when there is nothing to show."""
+
 from __future__ import annotations
 
 import json
@@ -8,29 +9,29 @@ from typing import NamedTuple
 import streamlit as st
 
 from .. import GPT, PRESETS
+from ..figures.palette import PALETTES
 from ..model.config import ConfigError
 from ..model.devices import available_devices, available_dtypes
-from ..serve.limits import LimitError, server_limits
 from ..model.params import total_params
 from ..model.tokenizer import fit_vocabulary, get_tokenizer, is_gpt2
 from ..model.weights import CheckpointError, bundled_models, hub_copy_on_disk
+from ..serve.limits import LimitError, server_limits
 from ..serve.model_access import trained_norm
 from . import keys as K
 from . import settings as S
-from ..figures.palette import PALETTES
 from .display import EXPORT_FORMATS, md_text
 from .jobs import my_trained_models
 from .links import prompt_left_out, replaced_link_value
 from .model_files import folder_needs_n_head, head_count_box, upload_picker, wiring_warning
 from .model_service import ModelSpec, load_model
-from .text_limits import MODEL_NAME_CHARS, checked_text
 from .services import cached
+from .text_limits import MODEL_NAME_CHARS, checked_text
 
 # Written as the bundled models' training text writes a play: the speaker's abbreviated name on its own line.
 ROMEO = "Romeo.\nBut soft! what light through yonder window breaks?\nIt is the east, and Juliet is the sun!"
 # The default repeats Romeo's lines after Juliet's, so the first screen has a repeat for induction heads to copy from
 # (shakespeare-pre's layer 1, head 0 puts 0.44 of its weight there, chance 0.05; the Attention page opens on it)
-DEFAULT_PROMPT = f"{ROMEO}\n\nJuliet.\nAy me!\n\n{ROMEO[:ROMEO.index('It is')]}It is the east,"
+DEFAULT_PROMPT = f"{ROMEO}\n\nJuliet.\nAy me!\n\n{ROMEO[: ROMEO.index('It is')]}It is the east,"
 EXAMPLE_PROMPTS = {
     "Romeo, then his lines again (induction)": DEFAULT_PROMPT,
     "Romeo at the window (a speech)": ROMEO,
@@ -87,19 +88,25 @@ def bundled_description(name: str) -> str:
         return "a bundled model."
     data = training.get("data", "")
     if data == "shakespeare-works":
-        text = (f"trained on the complete works of Shakespeare less {len(training.get('held_out', []))} "
-                "held-out plays")
+        text = f"trained on the complete works of Shakespeare less {len(training.get('held_out', []))} held-out plays"
     else:
         text = f"trained on {data or 'unrecorded data'}"
     from ..training.evaluate import training_stages
+
     stages = training_stages(training)
     shares = [stage.get("settings", {}).get("copy_fraction", 0) for stage in stages]
     if any(shares):
-        when = (f"{shares[0]:.1%}" if len(shares) == 1 else
-                ", then ".join(f"{share:.1%} ({stage.get('settings', {}).get('steps')} steps)"
-                               for share, stage in zip(shares, stages)))
-        text += (f", with {when} of its training windows made of random tokens followed by their exact repeat "
-                 "(meant to teach it to copy)")
+        when = (
+            f"{shares[0]:.1%}"
+            if len(shares) == 1
+            else ", then ".join(
+                f"{share:.1%} ({stage.get('settings', {}).get('steps')} steps)" for share, stage in zip(shares, stages)
+            )
+        )
+        text += (
+            f", with {when} of its training windows made of random tokens followed by their exact repeat "
+            "(meant to teach it to copy)"
+        )
         try:
             report = json.loads((bundled_models()[name] / "check.json").read_text())
             grown = report["passes"].get("induction_head_at_least_0.3")
@@ -111,8 +118,9 @@ def bundled_description(name: str) -> str:
         if grown:
             text += f"; it grew an induction head{example}"
         elif grown is False and frequent >= 0.3:
-            text += (f"; it grew an induction head for the frequent tokens it practised on{example}, not yet "
-                     "for rare ones")
+            text += (
+                f"; it grew an induction head for the frequent tokens it practised on{example}, not yet for rare ones"
+            )
         elif grown is False:
             text += "; it did not grow an induction head"
     return text[0].upper() + text[1:] + ". Its model card says how well it does."
@@ -162,6 +170,7 @@ def model_picker() -> ModelSpec | None:
 class ReturnPoint(NamedTuple):
     """A model to go back to: its spec (None: none had loaded) and the sidebar settings that name it (MODEL_KEYS;
     one not among them was unset)."""
+
     spec: ModelSpec | None
     values: dict
 
@@ -209,17 +218,29 @@ def way_back(failed: ModelSpec) -> None:
     if back.spec == failed or (back.spec is None and back.values[K.MODEL_SOURCE] == failed.source):
         return  # the default is what failed: nowhere else to go
     name = back.spec.label() if back.spec is not None else "the default model"
-    st.button(md_text(f"Back to {name}"), key=K.MODEL_BACK, on_click=_go_back, args=(back,), type="primary",
-              icon=":material/undo:", help="The model you had before, with the page and the prompt as you left them.")
+    st.button(
+        md_text(f"Back to {name}"),
+        key=K.MODEL_BACK,
+        on_click=_go_back,
+        args=(back,),
+        type="primary",
+        icon=":material/undo:",
+        help="The model you had before, with the page and the prompt as you left them.",
+    )
 
 
 def hub_gpt2_button() -> None:
     """GPT-2 small from the Hugging Face Hub in one click, saying what that downloads (nothing once it is here)."""
     size = "on this server already" if hub_copy_on_disk(HUB_GPT2) else f"a {HUB_GPT2_BYTES / 1e6:,.0f} MB download"
-    st.button(f"GPT-2 small from the Hub ({size})", key=K.HUB_GPT2, on_click=_use_hub_gpt2, width="stretch",
-              help="OpenAI's GPT-2 small (124M parameters, trained on web pages) writes modern English, where the "
-                   "bundled models write Shakespeare. Downloaded once from the Hugging Face Hub, then kept on the "
-                   "server; where the Hub cannot be reached, the page says so.")
+    st.button(
+        f"GPT-2 small from the Hub ({size})",
+        key=K.HUB_GPT2,
+        on_click=_use_hub_gpt2,
+        width="stretch",
+        help="OpenAI's GPT-2 small (124M parameters, trained on web pages) writes modern English, where the "
+        "bundled models write Shakespeare. Downloaded once from the Hugging Face Hub, then kept on the "
+        "server; where the Hub cannot be reached, the page says so.",
+    )
 
 
 def bundled_picker(norm: str, device: str, dtype: str) -> ModelSpec | None:
@@ -229,9 +250,11 @@ def bundled_picker(norm: str, device: str, dtype: str) -> ModelSpec | None:
         return None
     st.caption(f"`{name}`, trained on Shakespeare.")
     with st.expander("Model card"):
-        st.caption(f"{bundled_description(name)} The LayerNorm radio switches between two separately trained "
-                   "models, whose heads sit in different places: Pre-norm vs post-norm compares them with heads "
-                   "matched by role.")
+        st.caption(
+            f"{bundled_description(name)} The LayerNorm radio switches between two separately trained "
+            "models, whose heads sit in different places: Pre-norm vs post-norm compares them with heads "
+            "matched by role."
+        )
     return ModelSpec(K.SOURCE_BUNDLED, name, norm, 0, device, dtype)
 
 
@@ -248,8 +271,14 @@ def preset_picker(norm: str, device: str, dtype: str) -> ModelSpec:
 
 def pretrained_picker(norm: str, device: str, dtype: str) -> ModelSpec | None:
     # the record's label, key and help, drawn through checked_text for h-safe43's server-side length check
-    name = checked_text(st.text_input, "Folder or Hub id", S.HF_NAME.key, MODEL_NAME_CHARS,
-                        placeholder="/path/to/gpt2 or gpt2", help=S.HF_NAME.help)
+    name = checked_text(
+        st.text_input,
+        "Folder or Hub id",
+        S.HF_NAME.key,
+        MODEL_NAME_CHARS,
+        placeholder="/path/to/gpt2 or gpt2",
+        help=S.HF_NAME.help,
+    )
     if not name.strip():
         st.info("Enter a folder path or a Hub id.")
         return None
@@ -269,9 +298,13 @@ def trained_picker(norm: str, device: str, dtype: str) -> ModelSpec:
     return ModelSpec(K.SOURCE_TRAINED, run, runs[run].config.norm, 0, device, dtype)  # a run has its own wiring
 
 
-SOURCE_PICKERS = {K.SOURCE_BUNDLED: bundled_picker, K.SOURCE_PRESET: preset_picker,
-                  K.SOURCE_PRETRAINED: pretrained_picker, K.SOURCE_TRAINED: trained_picker,
-                  K.SOURCE_UPLOAD: upload_picker}
+SOURCE_PICKERS = {
+    K.SOURCE_BUNDLED: bundled_picker,
+    K.SOURCE_PRESET: preset_picker,
+    K.SOURCE_PRETRAINED: pretrained_picker,
+    K.SOURCE_TRAINED: trained_picker,
+    K.SOURCE_UPLOAD: upload_picker,
+}
 
 
 def prompt_box() -> None:
@@ -285,8 +318,14 @@ def prompt_box() -> None:
     S.PROMPT.text_area(st, height=120, label_visibility="collapsed", max_chars=MAX_PROMPT_CHARS + 1)
     if prompt_left_out(state):
         st.caption("Too long for a link: the address shares the view without this prompt.")
-    S.EXAMPLE_PROMPT.selectbox(st, options=list(EXAMPLE_PROMPTS), index=None, on_change=_use_example,
-                               placeholder="Load an example prompt", label_visibility="collapsed")
+    S.EXAMPLE_PROMPT.selectbox(
+        st,
+        options=list(EXAMPLE_PROMPTS),
+        index=None,
+        on_change=_use_example,
+        placeholder="Load an example prompt",
+        label_visibility="collapsed",
+    )
 
 
 def _copy_page_prompt() -> None:
@@ -339,8 +378,8 @@ def require_model() -> tuple[ModelSpec, GPT]:
 
 class PromptTokens(NamedTuple):
     ids: tuple[int, ...]
-    total: int           # tokens in the whole prompt
-    truncated: bool      # only the last n_ctx tokens are kept
+    total: int  # tokens in the whole prompt
+    truncated: bool  # only the last n_ctx tokens are kept
 
 
 def encode_prompt(text: str, enc=None) -> tuple[int, ...]:
@@ -354,8 +393,9 @@ def _gpt2_ids(text: str) -> tuple[int, ...]:
     return tuple(get_tokenizer().encode(text))
 
 
-def prompt_tokens(n_ctx: int, prompt: str | None = None, vocab_size: int | None = None,
-                  enc=None) -> PromptTokens | None:
+def prompt_tokens(
+    n_ctx: int, prompt: str | None = None, vocab_size: int | None = None, enc=None
+) -> PromptTokens | None:
     """The sidebar prompt as ids in the model's tokenizer `enc` (default GPT-2's), keeping the last n_ctx tokens
     (with a visible note); None and a hint when the prompt is empty. With `vocab_size` smaller than GPT-2's, ids
     past it are replaced (with a note) so a prompt never fails on such a model."""
@@ -367,13 +407,16 @@ def prompt_tokens(n_ctx: int, prompt: str | None = None, vocab_size: int | None 
     if vocab_size is not None:
         ids, replaced = fit_vocabulary(ids, vocab_size)
         if replaced:
-            st.caption(f"{replaced} token(s) of this prompt have GPT-2 ids past this model's {vocab_size:,}-id "
-                       f"vocabulary; they run as its last id, {vocab_size - 1:,} (shown as GPT-2's token for "
-                       "that id). The prompt is tokenised with GPT-2's BPE: this model brings no tokenizer of its own.")
+            st.caption(
+                f"{replaced} token(s) of this prompt have GPT-2 ids past this model's {vocab_size:,}-id "
+                f"vocabulary; they run as its last id, {vocab_size - 1:,} (shown as GPT-2's token for "
+                "that id). The prompt is tokenised with GPT-2's BPE: this model brings no tokenizer of its own."
+            )
     kept = tuple(ids[-n_ctx:])
     if len(ids) > n_ctx:
-        st.warning(f"The prompt has {len(ids):,} tokens; the model's context is {n_ctx}, so only the last "
-                   f"{n_ctx} are used.")
+        st.warning(
+            f"The prompt has {len(ids):,} tokens; the model's context is {n_ctx}, so only the last {n_ctx} are used."
+        )
     return PromptTokens(kept, len(ids), len(ids) > n_ctx)
 
 
@@ -396,5 +439,3 @@ def current_config():
         return PRESETS[spec.name].replace(norm=spec.norm)
     got = current_model()
     return got[1].config if got is not None else None
-
-

@@ -6,9 +6,10 @@ limit was crafted or cut, and is refused with a message, never echoed back or to
 
 Every box a visitor types into and its limit: docs/deploying.md, "What a visitor can type" (a test finds each box
 in the page files and fails on one that table does not name)."""
+
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from .links import MAX_LINK_MODEL
 
@@ -26,6 +27,7 @@ def checked_text(box: Callable[..., str], label: str, key: str, limit: int, **kw
     cut is told from one at the limit). A value in session state past `limit` is removed before the box is drawn (the
     box shows its default, and the long text is never sent back), with a warning; returns what the box then holds."""
     import streamlit as st
+
     refused = too_long(st.session_state.get(key), limit)
     if refused:
         del st.session_state[key]

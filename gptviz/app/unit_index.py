@@ -6,6 +6,7 @@ estimated before it starts (GPTVIZ_INDEX_MB), scans at once on the server (GPTVI
 per visitor (session and address). Built indexes live in the user's cache folder (GPTVIZ_INDEX_DIR, else
 $XDG_CACHE_HOME/gptviz/indexes), never in the checkout; messages never name the folder.
 """
+
 from __future__ import annotations
 
 import json
@@ -13,13 +14,13 @@ import os
 import shutil
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, NamedTuple
-
+from typing import NamedTuple
 
 from .. import index as ix
-from ..serve import limits, memory
 from ..index.atomic_write import TEMP_PREFIX, atomic_folder
+from ..serve import limits, memory
 from ..serve.bounded_cache import BoundedCache
 from ..serve.limits import LimitError
 from . import keys as K
@@ -32,6 +33,7 @@ EXAMPLES_BEFORE, EXAMPLES_AFTER = 20, 6  # tokens of context either side of a to
 class Loaded(NamedTuple):
     """An index, the documents it was built from, the key it is cached under, and the tokenizer its ids are in (its
     model's: tokenizer_for; None for GPT-2's), which every label and typed word of the page goes through."""
+
     key: tuple
     index: ix.NeuronIndex
     docs: list[ix.Document]
@@ -57,6 +59,7 @@ def corpus(enc=None) -> list[ix.Document]:
 def tokenizer_of(spec: ModelSpec):
     """The tokenizer the model `spec` names reads (its own GPT-1 BPE, else GPT-2's): its index's ids are in it."""
     from ..model.tokenizer import tokenizer_for
+
     return tokenizer_for(load_model(spec))
 
 
@@ -99,7 +102,7 @@ def _docs_for(index: ix.NeuronIndex, enc=None) -> list[ix.Document]:
         d = by_name.get(listed["name"])
         if d is None:
             raise ix.IndexFormatError(f"the index lists a document ({listed['name']!r}) the corpus lacks")
-        out.append(ix.Document(d.name, d.ids[:listed["tokens"]], listed["held_out"]))
+        out.append(ix.Document(d.name, d.ids[: listed["tokens"]], listed["held_out"]))
     ix.check_documents(index, out)
     return out
 
@@ -156,8 +159,9 @@ def find_index(spec: ModelSpec) -> Loaded | None:
     built = (folder / ix.INDEX_JSON).exists()
     if spec.source == K.SOURCE_BUNDLED and (ix.index_folder(spec.name) / ix.INDEX_JSON).exists():
         try:
-            loaded = index_store().get_or_build(("bundled", spec.name), lambda: _load(
-                ("bundled", spec.name), ix.index_folder(spec.name), enc), _size)
+            loaded = index_store().get_or_build(
+                ("bundled", spec.name), lambda: _load(("bundled", spec.name), ix.index_folder(spec.name), enc), _size
+            )
         except (ix.IndexFormatError, ValueError, OSError):
             if not built:  # the page offers a build, which goes to index_dir(): the shipped files stay as they are
                 raise
@@ -173,34 +177,43 @@ def find_index(spec: ModelSpec) -> Loaded | None:
 def contexts(spec: ModelSpec, loaded: Loaded, unit: ix.Unit) -> list[ix.Context]:
     """The unit's top examples with the tokens around each peak and the unit's value on each (one batched pass,
     cached per model and unit)."""
+
     def run() -> list[ix.Context]:
         examples, model = ix.top_examples(loaded.index, unit), load_model(spec)
-        need = ix.example_contexts_nbytes(loaded.index, loaded.docs, examples, model.config, before=EXAMPLES_BEFORE,
-                                          after=EXAMPLES_AFTER)
+        need = ix.example_contexts_nbytes(
+            loaded.index, loaded.docs, examples, model.config, before=EXAMPLES_BEFORE, after=EXAMPLES_AFTER
+        )
         with memory.reserve(need, f"the top examples of {unit}"):
-            return ix.example_contexts(loaded.index, loaded.docs, examples, model=model, before=EXAMPLES_BEFORE,
-                                       after=EXAMPLES_AFTER)
+            return ix.example_contexts(
+                loaded.index, loaded.docs, examples, model=model, before=EXAMPLES_BEFORE, after=EXAMPLES_AFTER
+            )
+
     return context_store().get_or_build((loaded.key, unit), run, _contexts_size)
 
 
 def band_contexts(spec: ModelSpec, loaded: Loaded, unit: ix.Unit) -> list[tuple[ix.Band, list[ix.Context]]]:
     """Each band of the unit's positive values with its examples' contexts (one batched pass, cached per model and
     unit like the top examples')."""
+
     def run() -> list[tuple[ix.Band, list[ix.Context]]]:
         bands, model = ix.band_examples(loaded.index, unit), load_model(spec)
         examples = [e for b in bands for e in b.examples]
-        need = ix.example_contexts_nbytes(loaded.index, loaded.docs, examples, model.config, before=EXAMPLES_BEFORE,
-                                          after=EXAMPLES_AFTER)
+        need = ix.example_contexts_nbytes(
+            loaded.index, loaded.docs, examples, model.config, before=EXAMPLES_BEFORE, after=EXAMPLES_AFTER
+        )
         with memory.reserve(need, f"the band examples of {unit}"):
-            found = ix.example_contexts(loaded.index, loaded.docs, examples, model=model, before=EXAMPLES_BEFORE,
-                                        after=EXAMPLES_AFTER)
+            found = ix.example_contexts(
+                loaded.index, loaded.docs, examples, model=model, before=EXAMPLES_BEFORE, after=EXAMPLES_AFTER
+            )
         out = []
         for b in bands:
-            out.append((b, found[:len(b.examples)]))
-            found = found[len(b.examples):]
+            out.append((b, found[: len(b.examples)]))
+            found = found[len(b.examples) :]
         return out
-    return context_store().get_or_build((loaded.key, unit, "bands"), run,
-                                        lambda found: _contexts_size([c for _, cs in found for c in cs]))
+
+    return context_store().get_or_build(
+        (loaded.key, unit, "bands"), run, lambda found: _contexts_size([c for _, cs in found for c in cs])
+    )
 
 
 def _contexts_size(found: list[ix.Context]) -> int:
@@ -227,8 +240,13 @@ class BuildGuard:
     def _mine(self, session: str | None, address: str) -> bool:
         return any(s == session or (address and a == address) for s, a in self._running + self._waiting)
 
-    def start(self, session: str | None, address: str, wait_s: float | None = None,
-              on_wait: Callable[[int], None] | None = None) -> None:
+    def start(
+        self,
+        session: str | None,
+        address: str,
+        wait_s: float | None = None,
+        on_wait: Callable[[int], None] | None = None,
+    ) -> None:
         """Take a turn: at once when a scan is free and nobody waits, else in line for up to `wait_s` (calling
         `on_wait(builds ahead)` about once a second: a Streamlit rerun raised there leaves the line).
         LimitError when this visitor already has a build running or waiting, the line is full, or the wait ran
@@ -239,8 +257,10 @@ class BuildGuard:
             if self._mine(session, address):
                 raise LimitError("An index is already being built for you; wait for it to finish.")
             if len(self._running) >= self.most and len(self._waiting) >= self.queue:
-                raise LimitError(f"This server builds {self.most} index{'es' if self.most != 1 else ''} at a time "
-                                 f"and {len(self._waiting)} more are waiting; try again in a few minutes.")
+                raise LimitError(
+                    f"This server builds {self.most} index{'es' if self.most != 1 else ''} at a time "
+                    f"and {len(self._waiting)} more are waiting; try again in a few minutes."
+                )
             self._waiting.append(who)
         deadline = time.monotonic() + wait_s
         try:
@@ -255,9 +275,11 @@ class BuildGuard:
                     ahead += len(self._running)
                     left = deadline - time.monotonic()
                     if left <= 0:
-                        raise LimitError(f"This server builds {self.most} index{'es' if self.most != 1 else ''} "
-                                         f"at a time and is busy ({ahead} ahead of you); try again in a few "
-                                         "minutes.")
+                        raise LimitError(
+                            f"This server builds {self.most} index{'es' if self.most != 1 else ''} "
+                            f"at a time and is busy ({ahead} ahead of you); try again in a few "
+                            "minutes."
+                        )
                     self._cond.wait(min(left, 1.0))
                 if on_wait is not None:
                     on_wait(ahead)
@@ -284,6 +306,7 @@ def build_guard() -> BuildGuard:
     def make() -> BuildGuard:
         lim = limits.server_limits()
         return BuildGuard(lim.index_builds, lim.index_queue)
+
     return process_wide("index_builds", make)
 
 
@@ -298,19 +321,21 @@ def check_build(spec: ModelSpec, tokens: int) -> list[ix.Document]:
     """The documents a build of `tokens` tokens would scan; LimitError when it goes past the server's limits."""
     lim = limits.server_limits()
     if not 1 <= tokens <= lim.index_tokens:
-        raise LimitError(f"This server scans at most {lim.index_tokens:,} tokens for an index "
-                         "(GPTVIZ_INDEX_TOKENS).")
+        raise LimitError(f"This server scans at most {lim.index_tokens:,} tokens for an index (GPTVIZ_INDEX_TOKENS).")
     docs = corpus_cut(tokens, tokenizer_of(spec))  # the model's own ids (GPT-1's BPE for a GPT-1 folder)
     need = ix.scan_nbytes(load_model(spec).config, docs)
     if need > lim.index_bytes:
-        raise LimitError(f"Scanning this model would take about {need / 2**20:,.0f} MiB, more than the "
-                         f"{lim.index_mb:,} MiB this server allows for an index (GPTVIZ_INDEX_MB); fewer tokens "
-                         "do not help much: the memory grows with the model's neurons.")
+        raise LimitError(
+            f"Scanning this model would take about {need / 2**20:,.0f} MiB, more than the "
+            f"{lim.index_mb:,} MiB this server allows for an index (GPTVIZ_INDEX_MB); fewer tokens "
+            "do not help much: the memory grows with the model's neurons."
+        )
     return docs
 
 
-def build(spec: ModelSpec, tokens: int, progress: Callable[[int, int], None],
-          on_wait: Callable[[int], None] | None = None) -> Loaded:
+def build(
+    spec: ModelSpec, tokens: int, progress: Callable[[int, int], None], on_wait: Callable[[int], None] | None = None
+) -> Loaded:
     """Scan the start of every play with the model (one build per visitor, in turn, bounded), save it to disk
     whole (a crash mid-save leaves the previous index or none, never a torn one), keep at most GPTVIZ_INDEX_KEPT
     built indexes, and load it."""
@@ -343,6 +368,7 @@ def _is_fingerprint(name: str) -> bool:
 
 def _shipped_folders() -> set[Path]:
     from ..model.weights import bundled_models
+
     return {ix.index_folder(name).resolve() for name in bundled_models()}
 
 
@@ -363,7 +389,7 @@ def prune_built(kept: int, keep: Path | None = None) -> list[Path]:
     with _disk_lock:
         removed = []
         folders = [p for p in built_indexes() if keep is None or p.resolve() != Path(keep).resolve()]
-        for old in folders[:max(0, len(folders) - (kept - (keep is not None)))]:
+        for old in folders[: max(0, len(folders) - (kept - (keep is not None)))]:
             shutil.rmtree(old, ignore_errors=True)
             removed.append(old)
         root = index_dir()

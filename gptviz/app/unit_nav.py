@@ -4,6 +4,7 @@ A Markdown or LinkColumn link opens a new browser tab: a new session, which runs
 (about 5 s on a 2-core CPU before the page's own 0.5 s). Here a unit id is a pill or a table row: picking it
 records where to go, and the router switches page at the start of the next run, in this session, with the model and
 caches already loaded. The address bar then shows the unit page's link (gptviz.app.links.unit_url), to copy."""
+
 from __future__ import annotations
 
 import streamlit as st
@@ -57,6 +58,7 @@ def keep_the_sidebar() -> None:
     unit page opened on the default prompt and model, not the visitor's. Set again as session values, they are what
     the sidebar draws next."""
     from .sidebar import MODEL_KEYS
+
     for key in (*MODEL_KEYS, K.PROMPT, K.EXPORT_FORMAT, K.PALETTE):
         if key in state:
             state[key] = state[key]
@@ -71,6 +73,7 @@ def follow_from_fragment() -> None:
 def _fragment_rerun() -> bool:
     """This run reruns fragments only (a widget in a fragment changed): the router did not run before it."""
     from streamlit.runtime.scriptrunner import get_script_run_ctx
+
     ctx = get_script_run_ctx()
     return bool(ctx is not None and ctx.fragment_ids_this_run)
 
@@ -87,8 +90,14 @@ def unit_pills(label: str, units, key: str, norm: str | None = None, help: str |
     the fragment, not the router that follows the pick, so the pills follow it themselves (at once, not at the next
     full run)."""
     follow_from_fragment()
-    st.pills(label, [str(u) for u in units], key=key, on_change=_pill_picked, args=(key, norm),
-             help=help or "Pick one to open what it does over the corpus (its top examples and direct effect).")
+    st.pills(
+        label,
+        [str(u) for u in units],
+        key=key,
+        on_change=_pill_picked,
+        args=(key, norm),
+        help=help or "Pick one to open what it does over the corpus (its top examples and direct effect).",
+    )
 
 
 def unit_of_selection(selection, units: list[str]) -> str | None:

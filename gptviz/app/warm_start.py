@@ -5,6 +5,7 @@ then it loads the default model's neuron index, which the unit pages read.
 `streamlit run app.py` finds the `st.App` in app.py and serves it; the App's lifespan runs `lifespan` once per server
 process, before the server accepts connections (its health check answers only once the server is warm). A failure
 here is logged and the server starts cold: warming is an optimisation, never a reason not to serve."""
+
 from __future__ import annotations
 
 import ast
@@ -36,6 +37,7 @@ def imported_modules(script: Path) -> list[str]:
 def import_pages() -> None:
     """Import every page's top-level imports (names that are attributes, not submodules, are skipped)."""
     from .pages import PAGE_LIST, PAGES_DIR
+
     for _, stem, _, _ in PAGE_LIST:
         for name in imported_modules(PAGES_DIR / f"{stem}.py"):
             try:
@@ -50,12 +52,13 @@ def warm_home_page() -> None:
     from ..model.weights import hub_copy_on_disk
     from . import model_service
     from .sidebar import DEFAULT_PROMPT, HUB_GPT2, default_model_spec
+
     hub_copy_on_disk(HUB_GPT2)  # the sidebar's Hub button asks this every run; the first ask imports huggingface_hub
     spec = default_model_spec()
     if spec is None:  # no bundled model: the default source is a preset, built when a visitor asks for one
         return
     cfg = model_service.load_model(spec).config
-    ids = tuple(get_tokenizer().encode(DEFAULT_PROMPT)[-cfg.n_ctx:])
+    ids = tuple(get_tokenizer().encode(DEFAULT_PROMPT)[-cfg.n_ctx :])
     model_service.capture_cache(spec, ids, model_service.attention_page_names(cfg.n_layers, cfg.norm))
     length = model_service.induction_length(cfg.n_ctx)
     if length >= 2:
@@ -67,6 +70,7 @@ def warm_unit_index() -> None:
     to a unit page, from a pill or a link, waited 1.2 s more for them, 1.8 s at load 10; issue 60)."""
     from . import unit_index
     from .sidebar import default_model_spec
+
     spec = default_model_spec()
     if spec is not None:
         unit_index.find_index(spec)

@@ -6,6 +6,7 @@ the weight trace and drawn as a separate grey trace (or shows the grey plot back
 mistaken for a zero weight. Token text is escaped for Plotly (`plotly_text`): Plotly renders a few HTML-like
 tags in labels, and a prompt is text.
 """
+
 from __future__ import annotations
 
 import math
@@ -15,9 +16,17 @@ import plotly.colors as pcolors
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from .common import (
+    ATTENTION_SCALE,
+    MASKED_COLOR,
+    apply_layout,
+    escaped,
+    plotly_text,
+    token_axis,
+    token_categories,
+    token_category_axis,
+)
 from .palette import behind_text, sequential
-from .common import ATTENTION_SCALE, MASKED_COLOR, apply_layout, escaped, plotly_text, token_axis
-from .common import token_categories, token_category_axis
 
 # Colour scales for attention weights (every figure of one view shares one).
 SCALES = {
@@ -28,9 +37,9 @@ SCALES = {
 # The pages' default: most weights of a trained head are small, and on a linear scale nearly every head looks pale
 # except its few largest cells; the square root keeps 0 and 1 where they are and makes the small weights visible.
 DEFAULT_SCALE = "sqrt"
-HIGHLIGHT = "#f58518"            # the chosen query row / head
+HIGHLIGHT = "#f58518"  # the chosen query row / head
 OUT_OF_WINDOW_COLOR = "#f2f2f2"  # keys that slid out of the context window during generation
-ENTROPY_SCALE = "Purples_r"     # reversed: dark = low entropy = a focused head, light = spread evenly
+ENTROPY_SCALE = "Purples_r"  # reversed: dark = low entropy = a focused head, light = spread evenly
 
 
 def position_texts(labels) -> list[str]:
@@ -54,8 +63,7 @@ def color_axis(scale: str = "linear", values=None, text: bool = False) -> dict:
     if scale not in SCALES:
         raise ValueError(f"scale must be one of {', '.join(SCALES)}, got {scale!r}")
     colours = (behind_text if text else sequential)(ATTENTION_SCALE)
-    axis = dict(cmin=0.0, cmax=1.0, colorscale=colours,
-                colorbar=dict(title=dict(text="weight"), thickness=12, len=0.8))
+    axis = dict(cmin=0.0, cmax=1.0, colorscale=colours, colorbar=dict(title=dict(text="weight"), thickness=12, len=0.8))
     if scale == "max" and values is not None:
         v = np.asarray(values, dtype=np.float32)
         body = v[..., 1:, :] if v.ndim >= 2 and v.shape[-2] > 1 else v
@@ -83,8 +91,16 @@ def _pair_customdata(query_texts: list[str], key_texts: list[str]) -> np.ndarray
     return custom
 
 
-def attention_heatmap(pattern, labels: list[str], *, title: str | None = None, scale: str = "linear",
-                      query: int | None = None, height: int = 560, value_name: str = "weight") -> go.Figure:
+def attention_heatmap(
+    pattern,
+    labels: list[str],
+    *,
+    title: str | None = None,
+    scale: str = "linear",
+    query: int | None = None,
+    height: int = 560,
+    value_name: str = "weight",
+) -> go.Figure:
     """One head (or a mean of heads): queries as rows, keys as columns, on integer axes with token tick
     labels. Traces: [weights (future NaN), causal mask (grey, only the future)]. `query` outlines a row.
     `value_name` names what the cells hold (another row-normalised share, e.g. value-weighted attention)."""
@@ -97,33 +113,83 @@ def attention_heatmap(pattern, labels: list[str], *, title: str | None = None, s
     # other on a phone. Positions in the hover come from customdata; shapes address a category by its index.
     cats = token_categories(escaped(labels))
     weights = go.Heatmap(
-        z=z, x=cats, y=cats, customdata=custom, coloraxis="coloraxis", hoverongaps=False, name=value_name,
+        z=z,
+        x=cats,
+        y=cats,
+        customdata=custom,
+        coloraxis="coloraxis",
+        hoverongaps=False,
+        name=value_name,
         hovertemplate="%{customdata[0]} → %{customdata[1]}: " + value_name + " %{z:.3g}"
-                      "<br>query position %{customdata[2]}, key position %{customdata[3]}<extra></extra>")
+        "<br>query position %{customdata[2]}, key position %{customdata[3]}<extra></extra>",
+    )
     future = np.where(idx[None, :] > idx[:, None], 1.0, np.nan)
     mask = go.Heatmap(  # no per-cell hover data: it would double the figure's size for one sentence
-        z=future, x=cats, y=cats, zmin=0, zmax=1, showscale=False, hoverongaps=False,
-        colorscale=[[0, MASKED_COLOR], [1, MASKED_COLOR]], name="masked",
-        hovertemplate="masked: a token cannot look at later tokens<extra></extra>")
+        z=future,
+        x=cats,
+        y=cats,
+        zmin=0,
+        zmax=1,
+        showscale=False,
+        hoverongaps=False,
+        colorscale=[[0, MASKED_COLOR], [1, MASKED_COLOR]],
+        name="masked",
+        hovertemplate="masked: a token cannot look at later tokens<extra></extra>",
+    )
     fig = go.Figure([weights, mask])
-    fig.update_xaxes(title_text="key (looked at)", tickangle=-60, tickfont_size=11, showgrid=False,
-                     zeroline=False, **token_category_axis(cats))
-    fig.update_yaxes(title_text="query (looking)", autorange="reversed", tickfont_size=11, showgrid=False,
-                     zeroline=False, **token_category_axis(cats))
+    fig.update_xaxes(
+        title_text="key (looked at)",
+        tickangle=-60,
+        tickfont_size=11,
+        showgrid=False,
+        zeroline=False,
+        **token_category_axis(cats),
+    )
+    fig.update_yaxes(
+        title_text="query (looking)",
+        autorange="reversed",
+        tickfont_size=11,
+        showgrid=False,
+        zeroline=False,
+        **token_category_axis(cats),
+    )
     if query is not None and 0 <= query < T:
-        fig.add_shape(type="rect", x0=-0.5, x1=query + 0.5, y0=query - 0.5, y1=query + 0.5,
-                      line=dict(color=HIGHLIGHT, width=2), fillcolor="rgba(0,0,0,0)")
+        fig.add_shape(
+            type="rect",
+            x0=-0.5,
+            x1=query + 0.5,
+            y0=query - 0.5,
+            y1=query + 0.5,
+            line=dict(color=HIGHLIGHT, width=2),
+            fillcolor="rgba(0,0,0,0)",
+        )
     axis = color_axis(scale, z)
-    axis["colorbar"].update(orientation="h", x=1, xanchor="right", y=1.01, yanchor="bottom", len=0.5,
-                            thickness=10, title=dict(text=value_name, side="top"))
+    axis["colorbar"].update(
+        orientation="h",
+        x=1,
+        xanchor="right",
+        y=1.01,
+        yanchor="bottom",
+        len=0.5,
+        thickness=10,
+        title=dict(text=value_name, side="top"),
+    )
     apply_layout(fig, title=title, height=height, coloraxis=axis, plot_bgcolor=MASKED_COLOR)
     return fig
 
 
-def attention_grid(patterns, labels: list[str], *, panel_names: list[list[str]],
-                   row_titles: list[str] | None = None, col_titles: list[str] | None = None,
-                   scale: str = "linear", selected: tuple[int, int] | None = None, title: str | None = None,
-                   width_px: int = 900) -> go.Figure:
+def attention_grid(
+    patterns,
+    labels: list[str],
+    *,
+    panel_names: list[list[str]],
+    row_titles: list[str] | None = None,
+    col_titles: list[str] | None = None,
+    scale: str = "linear",
+    selected: tuple[int, int] | None = None,
+    title: str | None = None,
+    width_px: int = 900,
+) -> go.Figure:
     """Small multiples: patterns [rows, cols, T, T] (layers x heads, or one layer's heads wrapped into
     rows), one heatmap per panel on one shared colour axis; the future shows the grey plot background.
     Trace i is panel (i // cols, i % cols), named panel_names[r][c] (its hover and, without row/column
@@ -133,38 +199,75 @@ def attention_grid(patterns, labels: list[str], *, panel_names: list[list[str]],
     pos = position_texts(labels)
     gap = 0.03 if C <= 8 else 0.012
     by_panel = row_titles is None and col_titles is None
-    fig = make_subplots(rows=R, cols=C, horizontal_spacing=gap if C > 1 else 0.0,
-                        vertical_spacing=(0.3 / R if by_panel else min(gap * 2, 0.5 / R)) if R > 1 else 0.0,
-                        subplot_titles=[n for row in panel_names for n in row] if by_panel else None,
-                        column_titles=col_titles, row_titles=row_titles)
+    fig = make_subplots(
+        rows=R,
+        cols=C,
+        horizontal_spacing=gap if C > 1 else 0.0,
+        vertical_spacing=(0.3 / R if by_panel else min(gap * 2, 0.5 / R)) if R > 1 else 0.0,
+        subplot_titles=[n for row in panel_names for n in row] if by_panel else None,
+        column_titles=col_titles,
+        row_titles=row_titles,
+    )
     for r in range(R):
         for c in range(C):
-            fig.add_trace(go.Heatmap(
-                z=z[r, c], x=pos, y=pos, coloraxis="coloraxis", hoverongaps=False, name=panel_names[r][c],
-                hovertemplate=f"{panel_names[r][c]}<br>%{{y}} → %{{x}}: %{{z:.3g}}<extra></extra>"), r + 1, c + 1)
+            fig.add_trace(
+                go.Heatmap(
+                    z=z[r, c],
+                    x=pos,
+                    y=pos,
+                    coloraxis="coloraxis",
+                    hoverongaps=False,
+                    name=panel_names[r][c],
+                    hovertemplate=f"{panel_names[r][c]}<br>%{{y}} → %{{x}}: %{{z:.3g}}<extra></extra>",
+                ),
+                r + 1,
+                c + 1,
+            )
     fig.update_xaxes(type="category", showticklabels=False, showgrid=False, zeroline=False)
-    fig.update_yaxes(type="category", showticklabels=False, showgrid=False, zeroline=False,
-                     autorange="reversed")
+    fig.update_yaxes(type="category", showticklabels=False, showgrid=False, zeroline=False, autorange="reversed")
     if selected is not None:
         r, c = selected
         if 0 <= r < R and 0 <= c < C:
             n = r * C + c + 1
             suffix = "" if n == 1 else str(n)
-            fig.add_shape(type="rect", xref=f"x{suffix} domain", yref=f"y{suffix} domain", x0=-0.02, x1=1.02,
-                          y0=-0.02, y1=1.02, line=dict(color=HIGHLIGHT, width=3))
+            fig.add_shape(
+                type="rect",
+                xref=f"x{suffix} domain",
+                yref=f"y{suffix} domain",
+                x0=-0.02,
+                x1=1.02,
+                y0=-0.02,
+                y1=1.02,
+                line=dict(color=HIGHLIGHT, width=3),
+            )
     fig.update_annotations(font_size=12, yshift=6)
     if row_titles:
         fig.for_each_annotation(lambda a: a.update(textangle=0, xshift=8) if a.text in row_titles else None)
     panel = max(40, min(220, (width_px - 80) / C))
     extra = 24 * R if by_panel else 0
-    apply_layout(fig, title=title, height=int(R * panel + extra + 60 + (30 if title else 0)),
-                 coloraxis=color_axis(scale, z), plot_bgcolor=MASKED_COLOR)
+    apply_layout(
+        fig,
+        title=title,
+        height=int(R * panel + extra + 60 + (30 if title else 0)),
+        coloraxis=color_axis(scale, z),
+        plot_bgcolor=MASKED_COLOR,
+    )
     return fig
 
 
-def model_view(patterns, labels: list[str], *, row_names: list[str], col_names: list[str],
-               col_ticks: list[str] | None = None, scale: str = "linear", selected: tuple[int, int] | None = None,
-               title: str | None = None, width_px: int = 900, clickable: bool = False) -> go.Figure:
+def model_view(
+    patterns,
+    labels: list[str],
+    *,
+    row_names: list[str],
+    col_names: list[str],
+    col_ticks: list[str] | None = None,
+    scale: str = "linear",
+    selected: tuple[int, int] | None = None,
+    title: str | None = None,
+    width_px: int = 900,
+    clickable: bool = False,
+) -> go.Figure:
     """Every layer (rows) and head (columns) at once: patterns [rows, cols, T, T] tiled into ONE heatmap
     trace (panels separated by one white row/column; the future NaN on the grey plot background), so a
     12 x 12 model view stays one trace instead of 144 subplots (several times faster to build and draw).
@@ -174,22 +277,42 @@ def model_view(patterns, labels: list[str], *, row_names: list[str], col_names: 
     itself: always 1, so it hides nothing) carrying [row, column] as customdata, for a click that opens the head."""
     z = causal_masked(patterns)
     R, C, T = z.shape[0], z.shape[1], z.shape[-1]
-    g = T + 1                                             # panel stride: T cells and one gap
+    g = T + 1  # panel stride: T cells and one gap
     tiled = np.full((R * g - 1, C * g - 1), np.nan, dtype=np.float32)
     for r in range(R):
         for c in range(C):
-            tiled[r * g:r * g + T, c * g:c * g + T] = z[r, c]
+            tiled[r * g : r * g + T, c * g : c * g + T] = z[r, c]
     texts = escaped(labels)
-    ys = [f"{row_names[i // g]} · '{texts[i % g]}' ({i % g})" if i % g < T else f"gap {i}"
-          for i in range(R * g - 1)]
-    xs = [f"{col_names[i // g]} · '{texts[i % g]}' ({i % g})" if i % g < T else f"gap {i}"
-          for i in range(C * g - 1)]
-    fig = go.Figure(go.Heatmap(z=tiled, x=xs, y=ys, coloraxis="coloraxis", hoverongaps=False, name="weights",
-                               hovertemplate="%{y} → %{x}: %{z:.3g}<extra></extra>"))
-    fig.update_xaxes(type="category", side="top", showgrid=False, zeroline=False, tickangle=0,
-                     tickvals=[xs[c * g + T // 2] for c in range(C)], ticktext=col_ticks or col_names)
-    fig.update_yaxes(type="category", autorange="reversed", showgrid=False, zeroline=False,
-                     tickvals=[ys[r * g + T // 2] for r in range(R)], ticktext=row_names)
+    ys = [f"{row_names[i // g]} · '{texts[i % g]}' ({i % g})" if i % g < T else f"gap {i}" for i in range(R * g - 1)]
+    xs = [f"{col_names[i // g]} · '{texts[i % g]}' ({i % g})" if i % g < T else f"gap {i}" for i in range(C * g - 1)]
+    fig = go.Figure(
+        go.Heatmap(
+            z=tiled,
+            x=xs,
+            y=ys,
+            coloraxis="coloraxis",
+            hoverongaps=False,
+            name="weights",
+            hovertemplate="%{y} → %{x}: %{z:.3g}<extra></extra>",
+        )
+    )
+    fig.update_xaxes(
+        type="category",
+        side="top",
+        showgrid=False,
+        zeroline=False,
+        tickangle=0,
+        tickvals=[xs[c * g + T // 2] for c in range(C)],
+        ticktext=col_ticks or col_names,
+    )
+    fig.update_yaxes(
+        type="category",
+        autorange="reversed",
+        showgrid=False,
+        zeroline=False,
+        tickvals=[ys[r * g + T // 2] for r in range(R)],
+        ticktext=row_names,
+    )
     gap_style = dict(type="rect", fillcolor="white", line_width=0, layer="above")
     for r in range(1, R):
         fig.add_shape(**gap_style, xref="paper", x0=0, x1=1, y0=r * g - 1.5, y1=r * g - 0.5)
@@ -197,43 +320,76 @@ def model_view(patterns, labels: list[str], *, row_names: list[str], col_names: 
         fig.add_shape(**gap_style, yref="paper", y0=0, y1=1, x0=c * g - 1.5, x1=c * g - 0.5)
     if selected is not None and 0 <= selected[0] < R and 0 <= selected[1] < C:
         r, c = selected
-        fig.add_shape(type="rect", x0=c * g - 0.5, x1=c * g + T - 0.5, y0=r * g - 0.5, y1=r * g + T - 0.5,
-                      line=dict(color=HIGHLIGHT, width=3), layer="above")
+        fig.add_shape(
+            type="rect",
+            x0=c * g - 0.5,
+            x1=c * g + T - 0.5,
+            y0=r * g - 0.5,
+            y1=r * g + T - 0.5,
+            line=dict(color=HIGHLIGHT, width=3),
+            layer="above",
+        )
     panel = max(30, min(220, (width_px - 120) / C))
     extra = {}
     if clickable:
         rows, cols = np.meshgrid(np.arange(R), np.arange(C), indexing="ij")
-        fig.add_trace(go.Scatter(
-            x=[xs[c * g] for c in cols.ravel()], y=[ys[r * g] for r in rows.ravel()], mode="markers", name="open",
-            customdata=np.stack([rows.ravel(), cols.ravel()], axis=-1),
-            marker=dict(symbol="square-open", size=max(8, min(14, panel / T)), color=HIGHLIGHT, line_width=2),
-            hovertemplate="layer %{customdata[0]}, head %{customdata[1]}: click to open this head<extra></extra>",
-            selected=dict(marker=dict(opacity=1)), unselected=dict(marker=dict(opacity=1))))
+        fig.add_trace(
+            go.Scatter(
+                x=[xs[c * g] for c in cols.ravel()],
+                y=[ys[r * g] for r in rows.ravel()],
+                mode="markers",
+                name="open",
+                customdata=np.stack([rows.ravel(), cols.ravel()], axis=-1),
+                marker=dict(symbol="square-open", size=max(8, min(14, panel / T)), color=HIGHLIGHT, line_width=2),
+                hovertemplate="layer %{customdata[0]}, head %{customdata[1]}: click to open this head<extra></extra>",
+                selected=dict(marker=dict(opacity=1)),
+                unselected=dict(marker=dict(opacity=1)),
+            )
+        )
         extra = dict(clickmode="event+select", showlegend=False)
-    return apply_layout(fig, title=title, height=int(R * panel + 80 + (30 if title else 0)),
-                        coloraxis=color_axis(scale, z), plot_bgcolor=MASKED_COLOR, **extra)
+    return apply_layout(
+        fig,
+        title=title,
+        height=int(R * panel + 80 + (30 if title else 0)),
+        coloraxis=color_axis(scale, z),
+        plot_bgcolor=MASKED_COLOR,
+        **extra,
+    )
 
 
-def query_bars(weights, labels: list[str], query: int, *, title: str | None = None, height: int = 330
-               ) -> go.Figure:
+def query_bars(weights, labels: list[str], query: int, *, title: str | None = None, height: int = 330) -> go.Figure:
     """Where one query looks: its attention weights over keys 0..query (they sum to 1)."""
     w = np.asarray(weights, dtype=np.float32)[: query + 1]
     texts = escaped(labels[: query + 1])
     q_text = f"'{texts[query]}'"
     custom = np.array([[q_text, f"'{t}'", k] for k, t in enumerate(texts)], dtype=object)
-    fig = go.Figure(go.Bar(
-        x=np.arange(query + 1), y=w, customdata=custom, marker_color="#3a78b5", name="weight",
-        hovertemplate="%{customdata[0]} → %{customdata[1]}: %{y:.3g}<br>key position %{customdata[2]}"
-                      "<extra></extra>"))
+    fig = go.Figure(
+        go.Bar(
+            x=np.arange(query + 1),
+            y=w,
+            customdata=custom,
+            marker_color="#3a78b5",
+            name="weight",
+            hovertemplate="%{customdata[0]} → %{customdata[1]}: %{y:.3g}<br>key position %{customdata[2]}"
+            "<extra></extra>",
+        )
+    )
     # a third of the page wide: 16 angled labels at most, or they run into each other (64 tokens: every 4th)
     fig.update_xaxes(title_text="key", tickangle=-60, tickfont_size=11, **token_axis(texts, max_ticks=16))
     fig.update_yaxes(title_text="weight", rangemode="tozero")
     return apply_layout(fig, title=title, height=height, bargap=0.15)
 
 
-def entropy_map(mean_entropy, *, query_entropy=None, query_label: str | None = None,
-                uniform_entropy: float | None = None, selected: tuple[int, int] | None = None,
-                title: str | None = None, height: int | None = None) -> go.Figure:
+def entropy_map(
+    mean_entropy,
+    *,
+    query_entropy=None,
+    query_label: str | None = None,
+    uniform_entropy: float | None = None,
+    selected: tuple[int, int] | None = None,
+    title: str | None = None,
+    height: int | None = None,
+) -> go.Figure:
     """Per-head attention entropy in nats, layers as rows and heads as columns. Traces: [heatmap (no
     hover), invisible markers, one per head, that carry the hover and can be clicked to pick the head
     (customdata [layer, head, ...])]. Colours run from 0 (every query looks at one key) to
@@ -244,9 +400,19 @@ def entropy_map(mean_entropy, *, query_entropy=None, query_label: str | None = N
     qent = np.asarray(query_entropy, dtype=np.float32) if query_entropy is not None else np.full_like(ent, np.nan)
     # one token: every head can only look at itself (entropy 0, and so is the even spread); keep a 0..1 scale
     top = uniform_entropy if uniform_entropy else (float(np.nanmax(ent)) if np.nanmax(ent) > 0 else 1.0)
-    heat = go.Heatmap(z=ent, x=np.arange(H), y=np.arange(L), colorscale=sequential(ENTROPY_SCALE), zmin=0, zmax=top, hoverinfo="skip", name="entropy",
-                      texttemplate="%{z:.2f}" if L * H <= 160 else None, textfont_size=10,
-                      colorbar=dict(title=dict(text="nats"), thickness=12, len=0.8))
+    heat = go.Heatmap(
+        z=ent,
+        x=np.arange(H),
+        y=np.arange(L),
+        colorscale=sequential(ENTROPY_SCALE),
+        zmin=0,
+        zmax=top,
+        hoverinfo="skip",
+        name="entropy",
+        texttemplate="%{z:.2f}" if L * H <= 160 else None,
+        textfont_size=10,
+        colorbar=dict(title=dict(text="nats"), thickness=12, len=0.8),
+    )
     custom = np.stack([layer.ravel(), head.ravel(), ent.ravel(), qent.ravel()], axis=-1)
     hover = "layer %{customdata[0]}, head %{customdata[1]}<br>mean entropy %{customdata[2]:.3f} nats"
     if uniform_entropy:
@@ -254,20 +420,47 @@ def entropy_map(mean_entropy, *, query_entropy=None, query_label: str | None = N
     if query_entropy is not None and query_label is not None:
         hover += f"<br>at query '{plotly_text(query_label)}': %{{customdata[3]:.3f}} nats"
     hover += "<br>click to open this head<extra></extra>"
-    points = go.Scatter(x=head.ravel(), y=layer.ravel(), mode="markers", customdata=custom, name="heads",
-                        marker=dict(size=14, symbol="square", opacity=0), hovertemplate=hover,
-                        selected=dict(marker=dict(opacity=0)), unselected=dict(marker=dict(opacity=0)))
+    points = go.Scatter(
+        x=head.ravel(),
+        y=layer.ravel(),
+        mode="markers",
+        customdata=custom,
+        name="heads",
+        marker=dict(size=14, symbol="square", opacity=0),
+        hovertemplate=hover,
+        selected=dict(marker=dict(opacity=0)),
+        unselected=dict(marker=dict(opacity=0)),
+    )
     fig = go.Figure([heat, points])
-    fig.update_xaxes(title_text="head", tickmode="linear", dtick=1 if H <= 32 else 4, showgrid=False,
-                     zeroline=False, range=[-0.5, H - 0.5])
-    fig.update_yaxes(title_text="layer", tickmode="linear", dtick=1 if L <= 32 else 4, showgrid=False,
-                     zeroline=False, autorange="reversed")
+    fig.update_xaxes(
+        title_text="head",
+        tickmode="linear",
+        dtick=1 if H <= 32 else 4,
+        showgrid=False,
+        zeroline=False,
+        range=[-0.5, H - 0.5],
+    )
+    fig.update_yaxes(
+        title_text="layer",
+        tickmode="linear",
+        dtick=1 if L <= 32 else 4,
+        showgrid=False,
+        zeroline=False,
+        autorange="reversed",
+    )
     if selected is not None:
         sl, sh = selected
-        fig.add_shape(type="rect", x0=sh - 0.5, x1=sh + 0.5, y0=sl - 0.5, y1=sl + 0.5,
-                      line=dict(color=HIGHLIGHT, width=3))
-    return apply_layout(fig, title=title, height=height or int(min(700, max(260, 34 * L + 110))),
-                        hoverdistance=-1, clickmode="event+select", showlegend=False)
+        fig.add_shape(
+            type="rect", x0=sh - 0.5, x1=sh + 0.5, y0=sl - 0.5, y1=sl + 0.5, line=dict(color=HIGHLIGHT, width=3)
+        )
+    return apply_layout(
+        fig,
+        title=title,
+        height=height or int(min(700, max(260, 34 * L + 110))),
+        hoverdistance=-1,
+        clickmode="event+select",
+        showlegend=False,
+    )
 
 
 def selected_head(selection) -> tuple[int, int] | None:

@@ -1,4 +1,5 @@
 """Shared pieces of the figure factories: token axes, hover text, layout defaults."""
+
 from __future__ import annotations
 
 import math
@@ -7,9 +8,9 @@ import re
 import plotly.graph_objects as go
 import plotly.io as pio
 
-ATTENTION_SCALE = "Blues"       # weights in [0, 1]
-DIVERGING_SCALE = "RdBu_r"      # signed values centred on 0
-MASKED_COLOR = "#d9d9d9"        # the causal mask's upper triangle: visibly not a zero weight
+ATTENTION_SCALE = "Blues"  # weights in [0, 1]
+DIVERGING_SCALE = "RdBu_r"  # signed values centred on 0
+MASKED_COLOR = "#d9d9d9"  # the causal mask's upper triangle: visibly not a zero weight
 FONT = dict(family="Inter, Segoe UI, Helvetica, Arial, sans-serif", size=13)
 # plotly_white's layout (white background, light grid, its colourway) without its per-trace-type defaults, which
 # every factory here sets itself: validating the whole template took most of a small figure's build time
@@ -111,10 +112,19 @@ def apply_layout(fig: go.Figure, title: str | None = None, height: int | None = 
     top = title_room(1 + extra) + EXTRA_LINE_SHIFT * extra if title else 20
     # Plotly lifts a title of several lines by about a line for each line past the first even when anchored at its
     # top (seen: a two-line title 18 px from the chart's top, under the toolbar): the pad makes up for it
-    title_layout = dict(text=title, yref="container", y=1, yanchor="top",
-                        pad=dict(t=TOOLBAR_ROOM + EXTRA_LINE_SHIFT * extra)) if title else None
-    fig.update_layout(title=title_layout, height=height, font=FONT, margin=dict(l=10, r=10, t=top, b=10),
-                      template=LIGHT_TEMPLATE, **kwargs)
+    title_layout = (
+        dict(text=title, yref="container", y=1, yanchor="top", pad=dict(t=TOOLBAR_ROOM + EXTRA_LINE_SHIFT * extra))
+        if title
+        else None
+    )
+    fig.update_layout(
+        title=title_layout,
+        height=height,
+        font=FONT,
+        margin=dict(l=10, r=10, t=top, b=10),
+        template=LIGHT_TEMPLATE,
+        **kwargs,
+    )
     return fig
 
 

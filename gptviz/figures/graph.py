@@ -5,6 +5,7 @@ heads and MLP neurons, the metric on top), node size by |influence|, edge width 
 up and blue down (as in the Why page's other figures). Nodes that share a position and a row sit in a small grid in
 their cell, largest first, so none hides another. Data in, go.Figure out; token text escaped for Plotly.
 """
+
 from __future__ import annotations
 
 import math
@@ -13,21 +14,26 @@ from typing import NamedTuple
 import numpy as np
 import plotly.graph_objects as go
 
-from .palette import diverging
 from .common import ANNOTATION_MIN_WIDTH, DIVERGING_SCALE, apply_layout, escaped
+from .palette import diverging
 from .why import NEGATIVE, POSITIVE, sign_colours  # noqa: F401 (POSITIVE, NEGATIVE: the standard look's, read by tests)
 
 SYMBOLS = {"embeddings": "square", "head": "circle", "neuron": "diamond", "bias": "triangle-up", "metric": "star"}
-KIND_NAMES = {"embeddings": "embeddings (token + position)", "head": "head", "neuron": "MLP neuron",
-              "bias": "bias (a constant)", "metric": "the metric"}
-SMALLEST, LARGEST, METRIC_SIZE = 6.0, 22.0, 18.0    # marker diameters, px
+KIND_NAMES = {
+    "embeddings": "embeddings (token + position)",
+    "head": "head",
+    "neuron": "MLP neuron",
+    "bias": "bias (a constant)",
+    "metric": "the metric",
+}
+SMALLEST, LARGEST, METRIC_SIZE = 6.0, 22.0, 18.0  # marker diameters, px
 # a cell's nodes fill up to 2 rows within 0.6 of its row: a row is about 38 px high, so a third row put nodes' centres
 # 7 px apart, and a click on the largest head opened its neighbour's page
 SUB_ROWS, ROW_BAND = 2, 0.6
-MIN_SLOTS = 2                                        # a position's column: at least 2 node widths, more for a full cell
-LABEL_PX = 16                                        # px between two tokens' labels at -60 degrees (a 13 px line)
-PLOT_SIDES_PX = 95                                   # the figure's width less its plot's: the row names and margins
-EDGE_BINS = (0.1, 0.25, 0.5, 0.75)                   # |weight| / the largest, drawn in five widths (one trace each)
+MIN_SLOTS = 2  # a position's column: at least 2 node widths, more for a full cell
+LABEL_PX = 16  # px between two tokens' labels at -60 degrees (a 13 px line)
+PLOT_SIDES_PX = 95  # the figure's width less its plot's: the row names and margins
+EDGE_BINS = (0.1, 0.25, 0.5, 0.75)  # |weight| / the largest, drawn in five widths (one trace each)
 EDGE_WIDTHS = (0.6, 1.2, 2.2, 3.5, 5.0)
 ATTN_BIASES, MLP_BIASES = ("attn.out-bias", "ln_1.beta"), ("mlp.out-bias", "ln_2.beta")
 
@@ -49,9 +55,9 @@ def node_row(node, n_layers: int) -> int:
 
 
 class Layout(NamedTuple):
-    places: dict            # node id -> (x, y)
-    centres: list[float]    # each position's column centre (x)
-    slots: float            # the columns' width together, in node widths (the x range is half a slot wider each side)
+    places: dict  # node id -> (x, y)
+    centres: list[float]  # each position's column centre (x)
+    slots: float  # the columns' width together, in node widths (the x range is half a slot wider each side)
 
 
 def node_layout(nodes, n_layers: int, T: int) -> Layout:
@@ -74,7 +80,7 @@ def node_layout(nodes, n_layers: int, T: int) -> Layout:
         cols = math.ceil(len(members) / rows)
         x = centres[p] if 0 <= p < T else float(p)
         for i, n in enumerate(members):
-            c, r = divmod(i, rows)   # down a column first: the largest nodes sit together on the left
+            c, r = divmod(i, rows)  # down a column first: the largest nodes sit together on the left
             dx = c - (cols - 1) / 2
             dy = (r - (rows - 1) / 2) * (ROW_BAND / rows) if rows > 1 else 0.0
             places[_get(n, "id")] = (x + dx, y - dy)
@@ -119,8 +125,9 @@ def node_unit(node) -> str:
     return node_id.split("@")[0] if _get(node, "kind") in ("head", "neuron") else ""
 
 
-def graph_figure(graph, tokens: list[str], *, n_layers: int, title: str | None = None, height: int | None = None
-                 ) -> go.Figure:
+def graph_figure(
+    graph, tokens: list[str], *, n_layers: int, title: str | None = None, height: int | None = None
+) -> go.Figure:
     """`graph`: anything with .nodes, .edges and .metric (an AttributionGraph; nodes with id, kind, layer, index,
     position, influence, direct and ablation). Hover names each node with its influence, its share of the metric,
     its direct effect and, where checked, its ablation; a node's customdata is [id, words, influence, direct, share,
@@ -140,18 +147,48 @@ def graph_figure(graph, tokens: list[str], *, n_layers: int, title: str | None =
     for n in graph.nodes:
         if 0 <= _get(n, "position") < T and _get(n, "kind") != "metric":
             weight[_get(n, "position")] += abs(_get(n, "influence"))
-    weight[-1] = float("inf")   # the position whose next token is explained: always labelled
+    weight[-1] = float("inf")  # the position whose next token is explained: always labelled
     widths = label_min_widths(layout.centres, layout.slots, weight)
     # one update for all (add_annotation validates the whole list again each time: 10 ms a token)
-    fig.update_layout(annotations=[dict(x=x, y=0, xref="x", yref="paper", text=text, showarrow=False, textangle=-60,
-                                        xanchor="right", yanchor="top", yshift=-4, font=dict(size=11))
-                                   for x, text in zip(layout.centres, texts)])
+    fig.update_layout(
+        annotations=[
+            dict(
+                x=x,
+                y=0,
+                xref="x",
+                yref="paper",
+                text=text,
+                showarrow=False,
+                textangle=-60,
+                xanchor="right",
+                yanchor="top",
+                yshift=-4,
+                font=dict(size=11),
+            )
+            for x, text in zip(layout.centres, texts)
+        ]
+    )
     rows = 2 * n_layers + 2
     fig.update_xaxes(range=[-0.5, layout.slots + 0.5], showticklabels=False, showgrid=False, zeroline=False)
-    fig.update_yaxes(tickmode="array", tickvals=list(range(rows)), ticktext=row_names(n_layers),
-                     range=[-0.6, rows - 0.4], showgrid=True, gridcolor="#eee", zeroline=False)
-    apply_layout(fig, title=title, height=height or int(min(1000, max(400, 38 * rows + 170))), plot_bgcolor="white",
-                 hovermode="closest", clickmode="event+select", meta={ANNOTATION_MIN_WIDTH: widths}, showlegend=False)
+    fig.update_yaxes(
+        tickmode="array",
+        tickvals=list(range(rows)),
+        ticktext=row_names(n_layers),
+        range=[-0.6, rows - 0.4],
+        showgrid=True,
+        gridcolor="#eee",
+        zeroline=False,
+    )
+    apply_layout(
+        fig,
+        title=title,
+        height=height or int(min(1000, max(400, 38 * rows + 170))),
+        plot_bgcolor="white",
+        hovermode="closest",
+        clickmode="event+select",
+        meta={ANNOTATION_MIN_WIDTH: widths},
+        showlegend=False,
+    )
     # no legend: on a phone its five entries stood in five lines over the title (the pages and the notebook say the key)
     fig.update_layout(margin=dict(b=80))
     return fig
@@ -160,20 +197,47 @@ def graph_figure(graph, tokens: list[str], *, n_layers: int, title: str | None =
 def _node_trace(kind: str, members: list, places: dict, texts: list[str], top: float, metric: float) -> go.Scatter:
     infl = np.array([_get(n, "influence") for n in members], dtype=float)
     up, down = sign_colours()
-    sizes = (np.full(len(members), METRIC_SIZE) if kind == "metric"
-             else SMALLEST + (LARGEST - SMALLEST) * np.sqrt(np.abs(infl) / top))
+    sizes = (
+        np.full(len(members), METRIC_SIZE)
+        if kind == "metric"
+        else SMALLEST + (LARGEST - SMALLEST) * np.sqrt(np.abs(infl) / top)
+    )
     return go.Scatter(
-        x=[places[_get(n, "id")][0] for n in members], y=[places[_get(n, "id")][1] for n in members],
-        mode="markers", name=KIND_NAMES[kind],
-        marker=dict(symbol=SYMBOLS[kind], size=sizes.tolist(), opacity=0.9, line=dict(color="#222", width=0.6),
-                    color=["#333" if kind == "metric" else up if v >= 0 else down for v in infl]),
-        customdata=[[_get(n, "id"), describe(n, texts), v, _get(n, "direct"), v / metric if metric else float("nan"),
-                     node_unit(n), _ablation_line(n, kind)] for n, v in zip(members, infl)],
-        hovertemplate=("<b>%{customdata[0]}</b>: %{customdata[1]}<br>" +
-                       ("value %{customdata[2]:+.3f}" if kind == "metric" else
-                        "influence %{customdata[2]:+.3f} (%{customdata[4]:+.0%} of the metric)") +
-                       "<br>direct effect %{customdata[3]:+.3f}%{customdata[6]}" +
-                       ("<br>click: what this unit does" if kind in ("head", "neuron") else "") + "<extra></extra>"))
+        x=[places[_get(n, "id")][0] for n in members],
+        y=[places[_get(n, "id")][1] for n in members],
+        mode="markers",
+        name=KIND_NAMES[kind],
+        marker=dict(
+            symbol=SYMBOLS[kind],
+            size=sizes.tolist(),
+            opacity=0.9,
+            line=dict(color="#222", width=0.6),
+            color=["#333" if kind == "metric" else up if v >= 0 else down for v in infl],
+        ),
+        customdata=[
+            [
+                _get(n, "id"),
+                describe(n, texts),
+                v,
+                _get(n, "direct"),
+                v / metric if metric else float("nan"),
+                node_unit(n),
+                _ablation_line(n, kind),
+            ]
+            for n, v in zip(members, infl)
+        ],
+        hovertemplate=(
+            "<b>%{customdata[0]}</b>: %{customdata[1]}<br>"
+            + (
+                "value %{customdata[2]:+.3f}"
+                if kind == "metric"
+                else "influence %{customdata[2]:+.3f} (%{customdata[4]:+.0%} of the metric)"
+            )
+            + "<br>direct effect %{customdata[3]:+.3f}%{customdata[6]}"
+            + ("<br>click: what this unit does" if kind in ("head", "neuron") else "")
+            + "<extra></extra>"
+        ),
+    )
 
 
 def row_names(n_layers: int) -> list[str]:
@@ -205,8 +269,17 @@ def _add_edges(fig: go.Figure, edges, places) -> None:
                     xs += [x0, x1, None]
                     ys += [y0, y1, None]
             if xs:
-                fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line=dict(color=color, width=width),
-                                         opacity=0.25 + 0.1 * b, hoverinfo="skip", showlegend=False))
+                fig.add_trace(
+                    go.Scatter(
+                        x=xs,
+                        y=ys,
+                        mode="lines",
+                        line=dict(color=color, width=width),
+                        opacity=0.25 + 0.1 * b,
+                        hoverinfo="skip",
+                        showlegend=False,
+                    )
+                )
 
 
 def clicked_node(selection) -> tuple[str, str] | None:
@@ -227,6 +300,7 @@ def clicked_node(selection) -> tuple[str, str] | None:
 
 # ---- the QK decomposition --------------------------------------------------------------------------------------
 
+
 def top_sources(terms: np.ndarray, n: int) -> tuple[list[int], list[int]]:
     """The query sources (rows) and key sources (columns) of the n largest terms by size, in the model's order."""
     order = np.argsort(-np.abs(terms), axis=None)[:n]
@@ -244,11 +318,21 @@ def qk_figure(qk, query_label: str, key_label: str, *, top: int = 8, title: str 
     q_names = [qk.query_sources[i] for i in rows]
     k_names = [qk.key_sources[j] for j in cols]
     q, k = escaped([query_label, key_label])
-    fig = go.Figure(go.Heatmap(
-        z=z, x=k_names, y=q_names, colorscale=diverging(DIVERGING_SCALE), zmid=0, zmin=-span, zmax=span,
-        texttemplate="%{z:+.2f}", colorbar=dict(title=dict(text="term", side="right"), thickness=12),
-        hovertemplate=f"query side: %{{y}} at '{q}'<br>key side: %{{x}} at '{k}'<br>term %{{z:+.3f}} of a score of "
-                      f"{qk.score:+.3f}<extra></extra>"))
+    fig = go.Figure(
+        go.Heatmap(
+            z=z,
+            x=k_names,
+            y=q_names,
+            colorscale=diverging(DIVERGING_SCALE),
+            zmid=0,
+            zmin=-span,
+            zmax=span,
+            texttemplate="%{z:+.2f}",
+            colorbar=dict(title=dict(text="term", side="right"), thickness=12),
+            hovertemplate=f"query side: %{{y}} at '{q}'<br>key side: %{{x}} at '{k}'<br>term %{{z:+.3f}} of a score of "
+            f"{qk.score:+.3f}<extra></extra>",
+        )
+    )
     # short axis titles: a long one ran up past a three-row plot into the figure's title (the tokens are in the hover)
     fig.update_xaxes(title_text=f"key side, position {qk.key}", tickangle=-45, type="category")
     fig.update_yaxes(title_text=f"query side, {qk.query}", type="category", autorange="reversed")
@@ -278,7 +362,11 @@ def qk_sentence(qk, query_token: str, key_token: str) -> str:
     if qk.score != 0 and term * qk.score > 0 and abs(term) <= abs(qk.score):
         return f"{term / qk.score:.0%} of the score ({qk.score:+.2f}): {pair} ({term:+.2f})."
     if term * qk.score > 0:
-        return f"The largest term, {term:+.2f}, is more than the whole score ({qk.score:+.2f}): {pair}; other terms " \
-               "pull the other way."
-    return f"The largest term, {term:+.2f}, works against the score ({qk.score:+.2f}): {pair}; the other terms " \
-           "outweigh it."
+        return (
+            f"The largest term, {term:+.2f}, is more than the whole score ({qk.score:+.2f}): {pair}; other terms "
+            "pull the other way."
+        )
+    return (
+        f"The largest term, {term:+.2f}, works against the score ({qk.score:+.2f}): {pair}; the other terms "
+        "outweigh it."
+    )

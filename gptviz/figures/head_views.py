@@ -1,6 +1,7 @@
 """Attention as people know it from other tools: lines between tokens (BertViz's head view), attention on the
 text (CircuitsVis), one head's computation step by step and the query/key neuron view (Transformer Explainer,
 BertViz). Data in, go.Figure out; no Streamlit, no I/O. Token text is escaped for Plotly (`plotly_text`)."""
+
 from __future__ import annotations
 
 import math
@@ -10,12 +11,12 @@ import plotly.colors as pcolors
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .palette import dark_cells, diverging, sequential
 from .attention import HIGHLIGHT, color_axis
-from .common import DIVERGING_SCALE, MASKED_COLOR, apply_layout, escaped, plotly_text
+from .common import DIVERGING_SCALE, MASKED_COLOR, apply_layout, escaped
+from .palette import dark_cells, diverging, sequential
 
 HEAD_COLORS = pcolors.qualitative.D3 + pcolors.qualitative.Dark24  # one colour per head index, everywhere
-LINE_LEVELS = 20     # a line's opacity is its weight rounded to 1/20 (one trace per level, not one per line)
+LINE_LEVELS = 20  # a line's opacity is its weight rounded to 1/20 (one trace per level, not one per line)
 MONO = dict(family="DejaVu Sans Mono, Menlo, Consolas, monospace", size=13)
 
 
@@ -23,8 +24,15 @@ def head_color(head: int) -> str:
     return HEAD_COLORS[head % len(HEAD_COLORS)]
 
 
-def head_lines(patterns, labels: list[str], heads: list[int], *, focus: int | None = None,
-               min_weight: float = 0.02, title: str | None = None) -> go.Figure:
+def head_lines(
+    patterns,
+    labels: list[str],
+    heads: list[int],
+    *,
+    focus: int | None = None,
+    min_weight: float = 0.02,
+    title: str | None = None,
+) -> go.Figure:
     """BertViz's head view: queries in the left column, keys in the right, a line from each query to each key
     it may see, opacity = the weight (rounded to 1/LINE_LEVELS), one colour per head; several heads overlay.
     `patterns`: [len(heads), T, T]. `focus`: draw only that query's lines. Lines under `min_weight` are left out
@@ -35,8 +43,17 @@ def head_lines(patterns, labels: list[str], heads: list[int], *, focus: int | No
     texts = escaped(labels)
     traces = []
     for pattern, head in zip(pats, heads):
-        traces.append(go.Scatter(x=[None], y=[None], mode="lines", line=dict(color=head_color(head), width=3),
-                                 name=f"head {head}", legendgroup=f"head {head}", hoverinfo="skip"))  # legend only
+        traces.append(
+            go.Scatter(
+                x=[None],
+                y=[None],
+                mode="lines",
+                line=dict(color=head_color(head), width=3),
+                name=f"head {head}",
+                legendgroup=f"head {head}",
+                hoverinfo="skip",
+            )
+        )  # legend only
         levels = np.clip(np.round(pattern * LINE_LEVELS), 1, LINE_LEVELS).astype(int)
         drawn = np.tril(pattern >= min_weight)
         if focus is not None:
@@ -47,28 +64,55 @@ def head_lines(patterns, labels: list[str], heads: list[int], *, focus: int | No
                 continue
             xs = np.tile([0.0, 1.0, np.nan], len(qs))
             ys = np.stack([qs, ks, np.full(len(qs), np.nan)], axis=1).ravel()
-            traces.append(go.Scatter(
-                x=xs, y=ys, mode="lines", line=dict(color=head_color(head), width=2), opacity=level / LINE_LEVELS,
-                hoverinfo="skip", name=f"head {head}", legendgroup=f"head {head}", showlegend=False,
-                meta={"head": int(head), "level": level}))
+            traces.append(
+                go.Scatter(
+                    x=xs,
+                    y=ys,
+                    mode="lines",
+                    line=dict(color=head_color(head), width=2),
+                    opacity=level / LINE_LEVELS,
+                    hoverinfo="skip",
+                    name=f"head {head}",
+                    legendgroup=f"head {head}",
+                    showlegend=False,
+                    meta={"head": int(head), "level": level},
+                )
+            )
     positions = np.arange(T)
     for x, side, anchor in ((0.0, "queries", "middle left"), (1.0, "keys", "middle right")):
         role = "query" if side == "queries" else "key"
-        traces.append(go.Scatter(
-            x=np.full(T, x), y=positions, mode="markers+text", text=texts, textposition=anchor,
-            textfont=dict(size=12), marker=dict(size=7, color="#555"), meta=side, showlegend=False,
-            customdata=np.stack([positions, np.array(texts, dtype=object)], axis=1),
-            hovertemplate=f"{role} %{{customdata[0]}} '%{{customdata[1]}}'"
-                          + ("<br>click to keep only its lines" if side == "queries" else "") + "<extra></extra>"))
+        traces.append(
+            go.Scatter(
+                x=np.full(T, x),
+                y=positions,
+                mode="markers+text",
+                text=texts,
+                textposition=anchor,
+                textfont=dict(size=12),
+                marker=dict(size=7, color="#555"),
+                meta=side,
+                showlegend=False,
+                customdata=np.stack([positions, np.array(texts, dtype=object)], axis=1),
+                hovertemplate=f"{role} %{{customdata[0]}} '%{{customdata[1]}}'"
+                + ("<br>click to keep only its lines" if side == "queries" else "")
+                + "<extra></extra>",
+            )
+        )
     fig = go.Figure(traces)
     if focus is not None and 0 <= focus < T:
-        fig.add_shape(type="rect", x0=-0.04, x1=0.04, y0=focus - 0.5, y1=focus + 0.5,
-                      line=dict(color=HIGHLIGHT, width=2))
+        fig.add_shape(
+            type="rect", x0=-0.04, x1=0.04, y0=focus - 0.5, y1=focus + 0.5, line=dict(color=HIGHLIGHT, width=2)
+        )
     fig.update_xaxes(visible=False, range=[-0.75, 1.75], fixedrange=True)
     fig.update_yaxes(visible=False, autorange="reversed")
-    return apply_layout(fig, title=title, height=int(max(320, 19 * T + 90)), clickmode="event+select",
-                        legend=dict(orientation="h", y=1.0, yanchor="bottom", x=0.5, xanchor="center"),
-                        hovermode="closest")
+    return apply_layout(
+        fig,
+        title=title,
+        height=int(max(320, 19 * T + 90)),
+        clickmode="event+select",
+        legend=dict(orientation="h", y=1.0, yanchor="bottom", x=0.5, xanchor="center"),
+        hovermode="closest",
+    )
 
 
 def text_layout(labels: list[str], width_chars: int = 90) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -90,9 +134,17 @@ def text_layout(labels: list[str], width_chars: int = 90) -> tuple[np.ndarray, n
     return np.array(lines), np.array(starts), np.array(widths)
 
 
-def attention_text(values, labels: list[str], *, query: int | None = None, visible: int | None = None,
-                   value_name: str = "weight", scale: str = "linear", title: str | None = None,
-                   width_chars: int = 90) -> go.Figure:
+def attention_text(
+    values,
+    labels: list[str],
+    *,
+    query: int | None = None,
+    visible: int | None = None,
+    value_name: str = "weight",
+    scale: str = "linear",
+    title: str | None = None,
+    width_chars: int = 90,
+) -> go.Figure:
     """CircuitsVis's idiom: the prompt set as a line of text, each token coloured by `values` [T]. Tokens past
     `visible` (those after the query, which it cannot see) are grey, not zero. `query` is outlined.
     Traces: [coloured tokens (customdata [position, text, value])] + [grey tokens, when any]."""
@@ -104,32 +156,61 @@ def attention_text(values, labels: list[str], *, query: int | None = None, visib
     axis = color_axis(scale, text=True)
     if scale == "max":
         axis["cmax"] = float(v[shown].max()) if shown.any() and v[shown].max() > 0 else 1.0
-    axis["colorbar"].update(title=dict(text=value_name, side="top"), orientation="h", x=1, xanchor="right",
-                            y=1.0, yanchor="bottom", len=0.4, thickness=10)
+    axis["colorbar"].update(
+        title=dict(text=value_name, side="top"),
+        orientation="h",
+        x=1,
+        xanchor="right",
+        y=1.0,
+        yanchor="bottom",
+        len=0.4,
+        thickness=10,
+    )
     dark = dark_cells(v / (axis["cmax"] or 1.0), axis["colorscale"], lambda t: t > 0.55)  # white letters on dark cells
 
     def bars(mask, colored):
         idx = np.nonzero(mask)[0]
         custom = np.stack([idx, np.array(texts, dtype=object)[idx], v[idx]], axis=1) if len(idx) else None
         return go.Bar(
-            y=line[idx], x=width[idx] - 0.15, base=start[idx], orientation="h", width=0.82,
-            text=[texts[i] for i in idx], textposition="inside", insidetextanchor="middle", textangle=0,
+            y=line[idx],
+            x=width[idx] - 0.15,
+            base=start[idx],
+            orientation="h",
+            width=0.82,
+            text=[texts[i] for i in idx],
+            textposition="inside",
+            insidetextanchor="middle",
+            textangle=0,
             insidetextfont=dict(MONO, color=["white" if colored and dark[i] else "#222" for i in idx]),
-            marker=dict(color=v[idx] if colored else MASKED_COLOR, coloraxis="coloraxis" if colored else None,
-                        line=dict(color=[HIGHLIGHT if i == query else "rgba(0,0,0,0)" for i in idx], width=2.5)),
-            customdata=custom, name=value_name if colored else "cannot be seen",
-            hovertemplate=(f"position %{{customdata[0]}} '%{{customdata[1]}}'<br>{value_name} "
-                           "%{customdata[2]:.3f}<extra></extra>") if colored else
-                          "position %{customdata[0]} '%{customdata[1]}'<br>after the query: it cannot look "
-                          "here<extra></extra>")
+            marker=dict(
+                color=v[idx] if colored else MASKED_COLOR,
+                coloraxis="coloraxis" if colored else None,
+                line=dict(color=[HIGHLIGHT if i == query else "rgba(0,0,0,0)" for i in idx], width=2.5),
+            ),
+            customdata=custom,
+            name=value_name if colored else "cannot be seen",
+            hovertemplate=(
+                f"position %{{customdata[0]}} '%{{customdata[1]}}'<br>{value_name} "
+                "%{customdata[2]:.3f}<extra></extra>"
+            )
+            if colored
+            else "position %{customdata[0]} '%{customdata[1]}'<br>after the query: it cannot look here<extra></extra>",
+        )
 
     traces = [bars(shown, True)] + ([bars(~shown, False)] if (~shown).any() else [])
     fig = go.Figure(traces)
     n_lines = int(line.max()) + 1 if T else 1
     fig.update_xaxes(visible=False, range=[-0.5, width_chars + 0.5], fixedrange=True)
     fig.update_yaxes(visible=False, range=[n_lines - 0.5, -0.5], fixedrange=True)
-    return apply_layout(fig, title=title, height=int(60 + 30 * n_lines + (40 if title else 0)), coloraxis=axis,
-                        showlegend=False, bargap=0, uniformtext=dict(minsize=8, mode="show"))
+    return apply_layout(
+        fig,
+        title=title,
+        height=int(60 + 30 * n_lines + (40 if title else 0)),
+        coloraxis=axis,
+        showlegend=False,
+        bargap=0,
+        uniformtext=dict(minsize=8, mode="show"),
+    )
 
 
 def _signed_heatmap(z, *, x_text=None, y_text=None, name: str, text: bool = False, **kwargs) -> go.Heatmap:
@@ -141,11 +222,21 @@ def _signed_heatmap(z, *, x_text=None, y_text=None, name: str, text: bool = Fals
     custom = np.empty((rows, cols, 2), dtype=object)
     custom[..., 0] = np.array(y_text if y_text is not None else [str(r) for r in range(rows)], dtype=object)[:, None]
     custom[..., 1] = np.array(x_text if x_text is not None else [str(c) for c in range(cols)], dtype=object)[None, :]
-    return go.Heatmap(z=z, zmin=-top, zmax=top, zmid=0, colorscale=diverging(DIVERGING_SCALE), showscale=False, name=name,
-                      customdata=custom, hoverongaps=False,
-                      texttemplate="%{z:.2f}" if text else None, textfont=dict(size=10),
-                      hovertemplate=f"{name}<br>%{{customdata[0]}}, %{{customdata[1]}}: %{{z:.4f}}<extra></extra>",
-                      **kwargs)
+    return go.Heatmap(
+        z=z,
+        zmin=-top,
+        zmax=top,
+        zmid=0,
+        colorscale=diverging(DIVERGING_SCALE),
+        showscale=False,
+        name=name,
+        customdata=custom,
+        hoverongaps=False,
+        texttemplate="%{z:.2f}" if text else None,
+        textfont=dict(size=10),
+        hovertemplate=f"{name}<br>%{{customdata[0]}}, %{{customdata[1]}}: %{{z:.4f}}<extra></extra>",
+        **kwargs,
+    )
 
 
 def head_steps_figure(steps, labels: list[str], *, title: str | None = None) -> go.Figure:
@@ -159,15 +250,24 @@ def head_steps_figure(steps, labels: list[str], *, title: str | None = None) -> 
     every = [f"{j} '{texts[j]}'" for j in range(T)]
     dims = [f"dim {d}" for d in range(dh)]
     what = "ln_1's output" if steps.norm == "pre" else "the residual stream (post-norm normalises after)"
-    titles = (f"1 · input x: {what} [{T} × {C}]",
-              f"2 · q = x[{qi}] W_Q + b [1 × {dh}]", f"3 · K = x[0..{qi}] W_K + b [{qi + 1} × {dh}]",
-              f"4 · V = x[0..{qi}] W_V + b [{qi + 1} × {dh}]",
-              f"5 · scores for query {qi}: q·kᵀ, × 1/√{dh} = {steps.scale:.4f}, causal mask, softmax [4 × {T}]",
-              f"6 · z = Σ weightⱼ vⱼ [1 × {dh}]", f"7 · z W_O: this head's write to the residual stream [1 × {C}]")
-    fig = make_subplots(rows=4, cols=3, specs=[[{"colspan": 3}, None, None], [{}, {}, {}],
-                                               [{"colspan": 3}, None, None], [{}, {"colspan": 2}, None]],
-                        subplot_titles=titles, vertical_spacing=0.09, horizontal_spacing=0.06,
-                        row_heights=[0.3, 0.25, 0.22, 0.1])
+    titles = (
+        f"1 · input x: {what} [{T} × {C}]",
+        f"2 · q = x[{qi}] W_Q + b [1 × {dh}]",
+        f"3 · K = x[0..{qi}] W_K + b [{qi + 1} × {dh}]",
+        f"4 · V = x[0..{qi}] W_V + b [{qi + 1} × {dh}]",
+        f"5 · scores for query {qi}: q·kᵀ, × 1/√{dh} = {steps.scale:.4f}, causal mask, softmax [4 × {T}]",
+        f"6 · z = Σ weightⱼ vⱼ [1 × {dh}]",
+        f"7 · z W_O: this head's write to the residual stream [1 × {C}]",
+    )
+    fig = make_subplots(
+        rows=4,
+        cols=3,
+        specs=[[{"colspan": 3}, None, None], [{}, {}, {}], [{"colspan": 3}, None, None], [{}, {"colspan": 2}, None]],
+        subplot_titles=titles,
+        vertical_spacing=0.09,
+        horizontal_spacing=0.06,
+        row_heights=[0.3, 0.25, 0.22, 0.1],
+    )
     fig.add_trace(_signed_heatmap(steps.x, y_text=every, x_text=[f"dim {d}" for d in range(C)], name="x"), 1, 1)
     fig.add_trace(_signed_heatmap(steps.q[None], y_text=[f"query {qi}"], x_text=dims, name="q"), 2, 1)
     fig.add_trace(_signed_heatmap(steps.k, y_text=seen, x_text=dims, name="k"), 2, 2)
@@ -179,28 +279,77 @@ def head_steps_figure(steps, labels: list[str], *, title: str | None = None) -> 
     table[2] = np.where(np.isfinite(masked), masked, np.nan)
     row_names = ["q·kᵀ", f"× 1/√{dh}", "causal mask", "softmax"]
     small = T <= 40
-    fig.add_trace(_signed_heatmap(table, y_text=row_names[:3], x_text=every, name="score", text=small,
-                                  y=[0, 1, 2], x=np.arange(T)), 3, 1)
+    fig.add_trace(
+        _signed_heatmap(
+            table, y_text=row_names[:3], x_text=every, name="score", text=small, y=[0, 1, 2], x=np.arange(T)
+        ),
+        3,
+        1,
+    )
     weights = np.full((1, T), np.nan, dtype=np.float32)
     weights[0, : qi + 1] = steps.weights
-    fig.add_trace(go.Heatmap(z=weights, x=np.arange(T), y=[3], zmin=0, zmax=1, colorscale=sequential("Blues"), showscale=False,
-                             name="softmax", texttemplate="%{z:.2f}" if small else None, textfont=dict(size=10),
-                             customdata=np.array([every], dtype=object), hoverongaps=False,
-                             hovertemplate="softmax<br>key %{customdata}: %{z:.4f}<extra></extra>"), 3, 1)
+    fig.add_trace(
+        go.Heatmap(
+            z=weights,
+            x=np.arange(T),
+            y=[3],
+            zmin=0,
+            zmax=1,
+            colorscale=sequential("Blues"),
+            showscale=False,
+            name="softmax",
+            texttemplate="%{z:.2f}" if small else None,
+            textfont=dict(size=10),
+            customdata=np.array([every], dtype=object),
+            hoverongaps=False,
+            hovertemplate="softmax<br>key %{customdata}: %{z:.4f}<extra></extra>",
+        ),
+        3,
+        1,
+    )
     if qi + 1 < T:  # the masked keys: -inf before the softmax, weight exactly 0 after
-        fig.add_shape(type="rect", x0=qi + 0.5, x1=T - 0.5, y0=1.5, y1=3.5, row=3, col=1,
-                      fillcolor=MASKED_COLOR, opacity=0.9, line_width=0, layer="above")
-        fig.add_annotation(x=(qi + T) / 2, y=2.5, text="−∞ before softmax → weight 0", showarrow=False,
-                           row=3, col=1, font=dict(size=11, color="#555"))
+        fig.add_shape(
+            type="rect",
+            x0=qi + 0.5,
+            x1=T - 0.5,
+            y0=1.5,
+            y1=3.5,
+            row=3,
+            col=1,
+            fillcolor=MASKED_COLOR,
+            opacity=0.9,
+            line_width=0,
+            layer="above",
+        )
+        fig.add_annotation(
+            x=(qi + T) / 2,
+            y=2.5,
+            text="−∞ before softmax → weight 0",
+            showarrow=False,
+            row=3,
+            col=1,
+            font=dict(size=11, color="#555"),
+        )
     fig.add_trace(_signed_heatmap(steps.z[None], y_text=["z"], x_text=dims, name="z"), 4, 1)
-    fig.add_trace(_signed_heatmap(steps.out[None], y_text=["head output"], x_text=[f"dim {d}" for d in range(C)],
-                                  name="z W_O"), 4, 2)
+    fig.add_trace(
+        _signed_heatmap(steps.out[None], y_text=["head output"], x_text=[f"dim {d}" for d in range(C)], name="z W_O"),
+        4,
+        2,
+    )
     fig.update_yaxes(autorange="reversed", showticklabels=False)
     fig.update_yaxes(showticklabels=True, tickmode="array", tickvals=[0, 1, 2, 3], ticktext=row_names, row=3, col=1)
     fig.update_xaxes(showticklabels=False)
     step = max(1, -(-T // 32))
-    fig.update_xaxes(showticklabels=True, tickmode="array", tickvals=list(range(0, T, step)),
-                     ticktext=[texts[j] for j in range(0, T, step)], tickangle=-60, tickfont_size=10, row=3, col=1)
+    fig.update_xaxes(
+        showticklabels=True,
+        tickmode="array",
+        tickvals=list(range(0, T, step)),
+        ticktext=[texts[j] for j in range(0, T, step)],
+        tickangle=-60,
+        tickfont_size=10,
+        row=3,
+        col=1,
+    )
     fig.update_annotations(font_size=12)
     return apply_layout(fig, title=title, height=900)
 
@@ -215,13 +364,24 @@ def neuron_view(steps, key: int, labels: list[str], *, title: str | None = None)
     dh = len(q)
     texts = escaped(labels)
     rows = [f"q (query {steps.query} '{texts[steps.query]}')", f"k (key {key} '{texts[key]}')", "q ⊙ k"]
-    fig = go.Figure(_signed_heatmap(np.stack([q, k, product]), y_text=rows, x_text=[f"dim {d}" for d in range(dh)],
-                                    name="neuron view", text=dh <= 32, x=np.arange(dh), y=[0, 1, 2]))
+    fig = go.Figure(
+        _signed_heatmap(
+            np.stack([q, k, product]),
+            y_text=rows,
+            x_text=[f"dim {d}" for d in range(dh)],
+            name="neuron view",
+            text=dh <= 32,
+            x=np.arange(dh),
+            y=[0, 1, 2],
+        )
+    )
     fig.update_yaxes(autorange="reversed", tickmode="array", tickvals=[0, 1, 2], ticktext=rows)
     fig.update_xaxes(title_text="dimension of the head", dtick=1 if dh <= 32 else 8)
     total = float(product.sum())
-    sub = (f"Σ q⊙k = {total:.4f}; × 1/√{dh} = {total / math.sqrt(dh):.4f}, the score "
-           f"(weight after softmax: {float(steps.weights[key]):.4f})")
+    sub = (
+        f"Σ q⊙k = {total:.4f}; × 1/√{dh} = {total / math.sqrt(dh):.4f}, the score "
+        f"(weight after softmax: {float(steps.weights[key]):.4f})"
+    )
     apply_layout(fig, title=f"{title}<br><sup>{sub}</sup>" if title else sub, height=270)
     fig.update_layout(margin=dict(b=40))
     return fig

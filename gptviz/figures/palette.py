@@ -6,12 +6,13 @@ ColorBrewer lists as safe for the common colour-vision deficiencies, for signed 
 Figure factories ask `sequential(...)` / `diverging(...)` for a scale instead of naming one. The choice is read, in
 order, from `use_palette(...)` (a with-block: tests, notebooks, a script) and from the source the app installs
 (`set_source`: the visitor's session setting, read in whatever thread draws, fragments included). No Streamlit here."""
+
 from __future__ import annotations
 
 import contextlib
 import contextvars
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,7 @@ def top_colour(standard: str) -> str:
     """One colour for "on" in a two-colour map (the causal mask's allowed cells): `standard`, or the palette's
     sequential scale near its top."""
     import plotly.colors as pcolors
+
     scale = PALETTES[current()].sequential
     return standard if scale is None else pcolors.sample_colorscale(scale, [0.85])[0]
 
@@ -98,6 +100,7 @@ def dark_cells(t, colorscale, standard_rule) -> list[bool]:
     the standard look (its scales darken as values grow), else by each cell's lightness (cividis is light at its top)."""
     import numpy as np
     import plotly.colors as pcolors
+
     t = np.clip(np.nan_to_num(np.asarray(t, dtype=float)), 0.0, 1.0)
     if current() == STANDARD:
         return [bool(d) for d in standard_rule(t)]

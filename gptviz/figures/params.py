@@ -1,4 +1,5 @@
 """Parameters: where a model's weights live, by component, by layer, and across the presets."""
+
 from __future__ import annotations
 
 import math
@@ -10,8 +11,9 @@ import plotly.graph_objects as go
 from ..model.params import COMPONENTS, GROUP_ORDER, GROUPS
 from .common import apply_layout
 
-COMPONENT_COLORS = dict(zip(COMPONENTS, ("#4c78a8", "#9ecae9", "#f58518", "#ffbf79", "#54a24b", "#88d27a",
-                                         "#b279a2", "#d6a5c9", "#e45756")))
+COMPONENT_COLORS = dict(
+    zip(COMPONENTS, ("#4c78a8", "#9ecae9", "#f58518", "#ffbf79", "#54a24b", "#88d27a", "#b279a2", "#d6a5c9", "#e45756"))
+)
 GROUP_COLORS = dict(zip(GROUP_ORDER, ("#4c78a8", "#f58518", "#54a24b", "#b279a2", "#e45756")))
 
 
@@ -22,15 +24,15 @@ def _fmt(n: float) -> str:
     return f"{n:.0f}"
 
 
-ROW_PX = 38          # one row: its label (12 px text) above a 19 px bar
+ROW_PX = 38  # one row: its label (12 px text) above a 19 px bar
 LABEL_SIZE = 12
 
 
 class ComponentRow(NamedTuple):
-    name: str            # a group, or a component in the finer split
+    name: str  # a group, or a component in the finer split
     count: int
     share: float
-    members: list[tuple[str, int]]   # the components in the row with their counts (one, in the finer split)
+    members: list[tuple[str, int]]  # the components in the row with their counts (one, in the finer split)
 
 
 def component_rows(comp: pd.DataFrame, split: bool = False) -> list[ComponentRow]:
@@ -76,17 +78,33 @@ def component_shares(comp: pd.DataFrame, title: str, tied: bool = False, split: 
 
     hover = ["<br>".join(member_line(*m) for m in r.members) for r in rows]
     colors = COMPONENT_COLORS if split else GROUP_COLORS
-    fig = go.Figure(go.Bar(
-        y=list(range(len(rows))), x=[r.count for r in rows], orientation="h", width=0.5,
-        marker_color=[colors.get(r.name, "#a0aec0") for r in rows],
-        customdata=[[h, r.share] for h, r in zip(hover, rows)],
-        hovertemplate="%{customdata[0]}<br>%{customdata[1]:.2%} of the total<extra></extra>"))
-    for i, r in enumerate(rows):   # the label just above its bar (whose top edge is at i - 0.25)
-        fig.add_annotation(x=0, xref="x", xanchor="left", y=i - 0.25, yref="y", yanchor="bottom", yshift=1,
-                           showarrow=False, align="left", font=dict(size=LABEL_SIZE, color="#1a202c"),
-                           text=label(r))
+    fig = go.Figure(
+        go.Bar(
+            y=list(range(len(rows))),
+            x=[r.count for r in rows],
+            orientation="h",
+            width=0.5,
+            marker_color=[colors.get(r.name, "#a0aec0") for r in rows],
+            customdata=[[h, r.share] for h, r in zip(hover, rows)],
+            hovertemplate="%{customdata[0]}<br>%{customdata[1]:.2%} of the total<extra></extra>",
+        )
+    )
+    for i, r in enumerate(rows):  # the label just above its bar (whose top edge is at i - 0.25)
+        fig.add_annotation(
+            x=0,
+            xref="x",
+            xanchor="left",
+            y=i - 0.25,
+            yref="y",
+            yanchor="bottom",
+            yshift=1,
+            showarrow=False,
+            align="left",
+            font=dict(size=LABEL_SIZE, color="#1a202c"),
+            text=label(r),
+        )
     fig.update_xaxes(visible=False, range=[0, top], fixedrange=True)
-    fig.update_yaxes(visible=False, range=[n - 0.5, -0.7], fixedrange=True)   # first row on top, room for its label
+    fig.update_yaxes(visible=False, range=[n - 0.5, -0.7], fixedrange=True)  # first row on top, room for its label
     apply_layout(fig, title=title, showlegend=False, hovermode="y")
     fig.update_layout(height=fig.layout.margin.t + round(ROW_PX * (n + 0.2)) + 10, margin=dict(l=6, r=6, b=10))
     return fig
@@ -97,13 +115,19 @@ def layer_stacked_bar(layers: pd.DataFrame) -> go.Figure:
     components), in GROUP_ORDER / COMPONENTS order."""
     fig = go.Figure()
     x = [int(i) for i in layers.index]
-    colors = {**GROUP_COLORS, **COMPONENT_COLORS}   # "norms" is both: one colour
+    colors = {**GROUP_COLORS, **COMPONENT_COLORS}  # "norms" is both: one colour
     for comp in [c for c in (*GROUP_ORDER, *COMPONENTS) if c in layers.columns]:
         if any(t.name == comp for t in fig.data):
             continue
-        fig.add_trace(go.Bar(x=x, y=layers[comp].astype("int64"), name=comp,
-                             marker_color=colors[comp],
-                             hovertemplate=f"block %{{x}}<br>{comp}: %{{y:,}}<extra></extra>"))
+        fig.add_trace(
+            go.Bar(
+                x=x,
+                y=layers[comp].astype("int64"),
+                name=comp,
+                marker_color=colors[comp],
+                hovertemplate=f"block %{{x}}<br>{comp}: %{{y:,}}<extra></extra>",
+            )
+        )
     fig.update_layout(barmode="stack")
     fig.update_xaxes(title_text="block", dtick=1 if len(x) <= 24 else None)
     fig.update_yaxes(title_text="parameters")
@@ -137,11 +161,12 @@ def param_treemap(table: pd.DataFrame, title: str, max_blocks: int = 96) -> go.F
             add(f"outside/{comp}", comp, "outside", count)
     blocks = table[table["layer"].notna()]
     n_blocks = blocks["layer"].nunique()
-    groups = (list(blocks.groupby("layer", sort=True)) if n_blocks <= max_blocks
-              else [(None, blocks)])  # too many boxes to read: all blocks as one
+    groups = (
+        list(blocks.groupby("layer", sort=True)) if n_blocks <= max_blocks else [(None, blocks)]
+    )  # too many boxes to read: all blocks as one
     per_column = blocks_per_column(len(groups)) if groups else 1
     for start in range(0, len(groups), per_column):
-        column = groups[start:start + per_column]
+        column = groups[start : start + per_column]
         parent = "model"
         if len(groups) > per_column and len(column) > 1:  # several columns: each a box, headed by its range
             parent = f"blocks {int(column[0][0])}-{int(column[-1][0])}"
@@ -151,15 +176,24 @@ def param_treemap(table: pd.DataFrame, title: str, max_blocks: int = 96) -> go.F
             add(bid, bid, parent, rows["count"].sum())
             for comp, count in rows.groupby("component", sort=False)["count"].sum().items():
                 add(f"{bid}/{comp}", comp, bid, count)
-    colors = [COMPONENT_COLORS.get(label, "#e2e8f0" if parent == "model" else "#ffffff")
-              for label, parent in zip(nodes["labels"], nodes["parents"])]
+    colors = [
+        COMPONENT_COLORS.get(label, "#e2e8f0" if parent == "model" else "#ffffff")
+        for label, parent in zip(nodes["labels"], nodes["parents"])
+    ]
     colors[0] = "#f7fafc"
-    fig = go.Figure(go.Treemap(
-        **nodes, branchvalues="total", maxdepth=4,
-        sort=False, tiling=dict(packing="slice-dice"),  # columns side by side, blocks down a column
-        marker=dict(colors=colors), textfont=dict(color="#1a202c"),
-        texttemplate="%{label}<br>%{value:,}<br>%{percentRoot:.1%}",
-        hovertemplate="%{id}<br>%{value:,} parameters<br>%{percentRoot:.2%} of the model<extra></extra>"))
+    fig = go.Figure(
+        go.Treemap(
+            **nodes,
+            branchvalues="total",
+            maxdepth=4,
+            sort=False,
+            tiling=dict(packing="slice-dice"),  # columns side by side, blocks down a column
+            marker=dict(colors=colors),
+            textfont=dict(color="#1a202c"),
+            texttemplate="%{label}<br>%{value:,}<br>%{percentRoot:.1%}",
+            hovertemplate="%{id}<br>%{value:,} parameters<br>%{percentRoot:.2%} of the model<extra></extra>",
+        )
+    )
     return apply_layout(fig, title=title, height=480)
 
 
@@ -174,13 +208,29 @@ def presets_stacked(counts: dict[str, dict[str, int]]) -> go.Figure:
     names = list(counts)
     fig = go.Figure()
     for group in GROUP_ORDER:
-        fig.add_trace(go.Bar(x=names, y=[counts[n][group] for n in names], name=group,
-                             marker_color=GROUP_COLORS[group],
-                             hovertemplate=f"%{{x}}<br>{group}: %{{y:,}}<extra></extra>"))
+        fig.add_trace(
+            go.Bar(
+                x=names,
+                y=[counts[n][group] for n in names],
+                name=group,
+                marker_color=GROUP_COLORS[group],
+                hovertemplate=f"%{{x}}<br>{group}: %{{y:,}}<extra></extra>",
+            )
+        )
     totals = [sum(counts[n].values()) for n in names]
-    fig.add_trace(go.Scatter(x=names, y=totals, mode="text", text=[_fmt(t) for t in totals],
-                             textposition="top center", showlegend=False, hoverinfo="skip"))
+    fig.add_trace(
+        go.Scatter(
+            x=names,
+            y=totals,
+            mode="text",
+            text=[_fmt(t) for t in totals],
+            textposition="top center",
+            showlegend=False,
+            hoverinfo="skip",
+        )
+    )
     fig.update_layout(barmode="stack")
     fig.update_yaxes(title_text="parameters", range=[0, max(totals) * 1.12] if totals else None)
-    return apply_layout(fig, title="Parameters by group, model by model", height=440,
-                        legend=dict(orientation="h", y=-0.2))
+    return apply_layout(
+        fig, title="Parameters by group, model by model", height=440, legend=dict(orientation="h", y=-0.2)
+    )

@@ -4,6 +4,7 @@ learning rate, and the next-token distributions of twins. Pure Plotly: history r
 A history is a list of step records as written by gptviz.training.train: {step, lr, train_loss, grad_norm,
 val_loss (None except at evaluations), elapsed_s}.
 """
+
 from __future__ import annotations
 
 import math
@@ -49,8 +50,13 @@ def full_vocab_switch(histories: dict[str, list[dict]]) -> int | None:
     return None
 
 
-def loss_curves(histories: dict[str, list[dict]], smoothing: float = 0.0, references: dict[str, float] | None = None,
-                title: str | None = None, height: int = 420) -> go.Figure:
+def loss_curves(
+    histories: dict[str, list[dict]],
+    smoothing: float = 0.0,
+    references: dict[str, float] | None = None,
+    title: str | None = None,
+    height: int = 420,
+) -> go.Figure:
     """Training loss (lines; faint raw values under a smoothed line when smoothing > 0) and validation
     loss (markers) of each run, against the step. `references` adds labelled horizontal lines, e.g. the
     loss of a uniform guess, ln(vocab)."""
@@ -60,64 +66,131 @@ def loss_curves(histories: dict[str, list[dict]], smoothing: float = 0.0, refere
         steps = [h["step"] for h in history]
         train = [h["train_loss"] for h in history]
         if smoothing > 0 and len(train) > 1:
-            fig.add_trace(go.Scatter(x=steps, y=train, mode="lines", name=f"{name} train (raw)", legendgroup=name,
-                                     line=dict(color=color, width=1), opacity=0.25, showlegend=False,
-                                     hovertemplate=f"{name}<br>step %{{x}}<br>train loss %{{y:.4f}}<extra></extra>"))
-            fig.add_trace(go.Scatter(x=steps, y=ema(train, smoothing), mode="lines", name=f"{name} train",
-                                     legendgroup=name, line=dict(color=color, width=2.5),
-                                     hovertemplate=f"{name}<br>step %{{x}}<br>train loss (smoothed) "
-                                                   f"%{{y:.4f}}<extra></extra>"))
+            fig.add_trace(
+                go.Scatter(
+                    x=steps,
+                    y=train,
+                    mode="lines",
+                    name=f"{name} train (raw)",
+                    legendgroup=name,
+                    line=dict(color=color, width=1),
+                    opacity=0.25,
+                    showlegend=False,
+                    hovertemplate=f"{name}<br>step %{{x}}<br>train loss %{{y:.4f}}<extra></extra>",
+                )
+            )
+            fig.add_trace(
+                go.Scatter(
+                    x=steps,
+                    y=ema(train, smoothing),
+                    mode="lines",
+                    name=f"{name} train",
+                    legendgroup=name,
+                    line=dict(color=color, width=2.5),
+                    hovertemplate=f"{name}<br>step %{{x}}<br>train loss (smoothed) %{{y:.4f}}<extra></extra>",
+                )
+            )
         else:
-            fig.add_trace(go.Scatter(x=steps, y=train, mode="lines", name=f"{name} train", legendgroup=name,
-                                     line=dict(color=color, width=2),
-                                     hovertemplate=f"{name}<br>step %{{x}}<br>train loss %{{y:.4f}}<extra></extra>"))
+            fig.add_trace(
+                go.Scatter(
+                    x=steps,
+                    y=train,
+                    mode="lines",
+                    name=f"{name} train",
+                    legendgroup=name,
+                    line=dict(color=color, width=2),
+                    hovertemplate=f"{name}<br>step %{{x}}<br>train loss %{{y:.4f}}<extra></extra>",
+                )
+            )
         val = [(h["step"], h["val_loss"]) for h in history if h.get("val_loss") is not None]
         if val:
-            fig.add_trace(go.Scatter(x=[s for s, _ in val], y=[v for _, v in val], mode="lines+markers",
-                                     name=f"{name} validation", legendgroup=name,
-                                     line=dict(color=color, dash="dash", width=1.5),
-                                     marker=dict(symbol="diamond", size=8, color=color,
-                                                 line=dict(color="white", width=1)),
-                                     hovertemplate=f"{name}<br>step %{{x}}<br>validation loss "
-                                                   f"%{{y:.4f}}<extra></extra>"))
+            fig.add_trace(
+                go.Scatter(
+                    x=[s for s, _ in val],
+                    y=[v for _, v in val],
+                    mode="lines+markers",
+                    name=f"{name} validation",
+                    legendgroup=name,
+                    line=dict(color=color, dash="dash", width=1.5),
+                    marker=dict(symbol="diamond", size=8, color=color, line=dict(color="white", width=1)),
+                    hovertemplate=f"{name}<br>step %{{x}}<br>validation loss %{{y:.4f}}<extra></extra>",
+                )
+            )
     switch = full_vocab_switch(histories)
     if switch is not None:
         fig.add_vrect(x0=0, x1=switch, fillcolor="#999", opacity=0.08, line_width=0)
-        fig.add_vline(x=switch, line=dict(color="#777", dash="dash", width=1),
-                      annotation_text=f"full-vocabulary softmax from step {switch}",
-                      annotation_position="bottom left")
+        fig.add_vline(
+            x=switch,
+            line=dict(color="#777", dash="dash", width=1),
+            annotation_text=f"full-vocabulary softmax from step {switch}",
+            annotation_position="bottom left",
+        )
     for label, value in (references or {}).items():
         if value is not None and math.isfinite(value):
-            fig.add_hline(y=value, line=dict(color="#777", dash="dot", width=1),
-                          annotation_text=f"{label}: {value:.2f}", annotation_position="top right")
+            fig.add_hline(
+                y=value,
+                line=dict(color="#777", dash="dot", width=1),
+                annotation_text=f"{label}: {value:.2f}",
+                annotation_position="top right",
+            )
     fig.update_xaxes(title_text="step")
     fig.update_yaxes(title_text="cross-entropy (nats / token)")
-    return apply_layout(fig, title, height=height, hovermode="x unified",
-                        legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0))
+    return apply_layout(
+        fig, title, height=height, hovermode="x unified", legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0)
+    )
 
 
 def training_dynamics(histories: dict[str, list[dict]], clip: float | None = None, height: int = 360) -> go.Figure:
     """Two panels against the step: the global gradient norm before clipping (log scale; a dotted line at
     the clipping threshold), and the learning rate schedule."""
-    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.1,
-                        subplot_titles=("Gradient norm (before clipping)", "Learning rate"))
+    fig = make_subplots(
+        rows=1, cols=2, horizontal_spacing=0.1, subplot_titles=("Gradient norm (before clipping)", "Learning rate")
+    )
     for i, (name, history) in enumerate(histories.items()):
         color = run_color(name, i)
         steps = [h["step"] for h in history]
-        fig.add_trace(go.Scatter(x=steps, y=[h["grad_norm"] for h in history], mode="lines", name=name,
-                                 legendgroup=name, line=dict(color=color, width=2),
-                                 hovertemplate=f"{name}<br>step %{{x}}<br>gradient norm %{{y:.3g}}<extra></extra>"),
-                      row=1, col=1)
-        fig.add_trace(go.Scatter(x=steps, y=[h["lr"] for h in history], mode="lines", name=name, legendgroup=name,
-                                 showlegend=False, line=dict(color=color, width=2, dash="dot" if i else "solid"),
-                                 hovertemplate=f"{name}<br>step %{{x}}<br>learning rate %{{y:.3g}}<extra></extra>"),
-                      row=1, col=2)
+        fig.add_trace(
+            go.Scatter(
+                x=steps,
+                y=[h["grad_norm"] for h in history],
+                mode="lines",
+                name=name,
+                legendgroup=name,
+                line=dict(color=color, width=2),
+                hovertemplate=f"{name}<br>step %{{x}}<br>gradient norm %{{y:.3g}}<extra></extra>",
+            ),
+            row=1,
+            col=1,
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=steps,
+                y=[h["lr"] for h in history],
+                mode="lines",
+                name=name,
+                legendgroup=name,
+                showlegend=False,
+                line=dict(color=color, width=2, dash="dot" if i else "solid"),
+                hovertemplate=f"{name}<br>step %{{x}}<br>learning rate %{{y:.3g}}<extra></extra>",
+            ),
+            row=1,
+            col=2,
+        )
     if clip and histories:  # a trace, not an annotation: annotations on a log axis are placed in log units
         steps = [h["step"] for history in histories.values() for h in history]
         if steps:
-            fig.add_trace(go.Scatter(x=[min(steps), max(steps)], y=[clip, clip], mode="lines",
-                                     name=f"clipping threshold ({clip:g})", line=dict(color="#777", dash="dot", width=1),
-                                     hovertemplate=f"clipping threshold {clip:g}<extra></extra>"), row=1, col=1)
+            fig.add_trace(
+                go.Scatter(
+                    x=[min(steps), max(steps)],
+                    y=[clip, clip],
+                    mode="lines",
+                    name=f"clipping threshold ({clip:g})",
+                    line=dict(color="#777", dash="dot", width=1),
+                    hovertemplate=f"clipping threshold {clip:g}<extra></extra>",
+                ),
+                row=1,
+                col=1,
+            )
     fig.update_yaxes(type="log", row=1, col=1)
     fig.update_yaxes(tickformat=".1e", row=1, col=2)
     fig.update_xaxes(title_text="step")
@@ -133,15 +206,31 @@ def next_token_bars(distributions: dict[str, list[tuple[str, float]]], context: 
         top = distributions[name]
         labels = [f"{rank + 1}. {plain(label)}" for rank, (label, _) in enumerate(top)]
         probs = [p for _, p in top]
-        fig.add_trace(go.Bar(x=probs, y=labels, orientation="h", marker_color=run_color(name, col - 1),
-                             customdata=[plain(label) for label, _ in top], name=name, showlegend=False,
-                             text=[f"{p:.1%}" for p in probs], textposition="outside", cliponaxis=False,
-                             hovertemplate=f"{name}<br>next token %{{customdata}}<br>p = %{{x:.4f}}<extra></extra>"),
-                      row=1, col=col)
+        fig.add_trace(
+            go.Bar(
+                x=probs,
+                y=labels,
+                orientation="h",
+                marker_color=run_color(name, col - 1),
+                customdata=[plain(label) for label, _ in top],
+                name=name,
+                showlegend=False,
+                text=[f"{p:.1%}" for p in probs],
+                textposition="outside",
+                cliponaxis=False,
+                hovertemplate=f"{name}<br>next token %{{customdata}}<br>p = %{{x:.4f}}<extra></extra>",
+            ),
+            row=1,
+            col=col,
+        )
         fig.update_yaxes(autorange="reversed", type="category", row=1, col=col)
-        fig.update_xaxes(range=[0, max(probs + [1e-9]) * 1.3], row=1, col=col,
-                         tickformat=distinct_percent_format(max(probs + [1e-9]) * 1.3),
-                         title_text="probability")
+        fig.update_xaxes(
+            range=[0, max(probs + [1e-9]) * 1.3],
+            row=1,
+            col=col,
+            tickformat=distinct_percent_format(max(probs + [1e-9]) * 1.3),
+            title_text="probability",
+        )
     rows = max((len(v) for v in distributions.values()), default=1)
     apply_layout(fig, f"Next token after {plain(context)}" if context else None, height=max(260, 26 * rows + 110))
     if context:  # the columns' own titles sit between the figure's title and the bars: a line of room for them

@@ -48,26 +48,106 @@ scans, merge), partial (partial scans on disk), store (NeuronIndex, save and loa
 summaries), effects (what a unit writes, read by the unembedding), progress (the CLI's progress line), distributed
 (Ray).
 """
+
 from __future__ import annotations
 
-from .constants import (BAND_EXAMPLES, BAND_LEVELS, BANDS, BATCH_VALUES, BINS, DEAD_PEAK, FORMAT, HEAD_SCORE, INDEX_JSON, INDEX_NPZ, MIN_COUNT,
-                        NEURON_SCORE, QUANTILES, SAMPLE_WINDOWS, SAMPLE, TOKEN_RANK, TOKEN_UNITS, TOP_K, TOP_TOKENS,
-                        VERSION)
-from .corpus import (Document, _as_documents, _checksum, _windows, corpus_documents, default_stride, scoring_window,
-                     token_counts, tokenize_corpus)
+from .constants import (
+    BAND_EXAMPLES,
+    BAND_LEVELS,
+    BANDS,
+    BATCH_VALUES,
+    BINS,
+    DEAD_PEAK,
+    FORMAT,
+    HEAD_SCORE,
+    INDEX_JSON,
+    INDEX_NPZ,
+    MIN_COUNT,
+    NEURON_SCORE,
+    QUANTILES,
+    SAMPLE,
+    SAMPLE_WINDOWS,
+    TOKEN_RANK,
+    TOKEN_UNITS,
+    TOP_K,
+    TOP_TOKENS,
+    VERSION,
+)
+from .corpus import (
+    Document,
+    _as_documents,
+    _checksum,
+    _windows,
+    corpus_documents,
+    default_stride,
+    scoring_window,
+    token_counts,
+    tokenize_corpus,
+)
 from .effects import DirectEffect, direct_effect, head_direct_effect
-from .histograms import _Binner, _bin_of, _edges, _quantiles
+from .forward import _run_windows, _unit_blocks  # noqa: F401
+from .histograms import _bin_of, _Binner, _edges, _quantiles
 from .partial import load_partial, save_partial
 from .progress import text_progress
-from .read import (Attended, Band, Context, Example, attended, TokenUnit, UnitScore, _check_model, active_phrase, band_examples, check_documents, example_context,
-                   example_contexts, example_contexts_nbytes, histogram, index_documents, positive_count, quantiles, summary,
-                   top_examples, top_tokens, units_at, units_at_nbytes, units_for_token)
-from .forward import _run_windows, _unit_blocks  # noqa: F401
+from .read import (
+    Attended,
+    Band,
+    Context,
+    Example,
+    TokenUnit,
+    UnitScore,
+    _check_model,
+    active_phrase,
+    attended,
+    band_examples,
+    check_documents,
+    example_context,
+    example_contexts,
+    example_contexts_nbytes,
+    histogram,
+    index_documents,
+    positive_count,
+    quantiles,
+    summary,
+    top_examples,
+    top_tokens,
+    units_at,
+    units_at_nbytes,
+    units_for_token,
+)
+from .scan import (
+    PartialScan,
+    ScanPlan,
+    build_index,
+    default_batch,
+    finish_scan,
+    merge_scans,
+    plan_scan,
+    scan_batches,
+    scan_nbytes,
+)
+from .store import (
+    IndexFormatError,
+    NeuronIndex,
+    _config_dict,
+    bundled_index,
+    index_folder,
+    index_matches,
+    index_mismatch,
+    load_index,
+    model_fingerprint,
+    save_index,
+)
 from .texts import corpus_pieces, corpus_texts
 from .tokens import index_tokenizer, tokenizer_meta, tokenizer_mismatch
-from .scan import (PartialScan, ScanPlan, build_index, default_batch, finish_scan, merge_scans,
-                   plan_scan, scan_batches, scan_nbytes)
-from .store import (IndexFormatError, NeuronIndex, _config_dict, bundled_index, index_folder, index_matches,
-                    index_mismatch, load_index, model_fingerprint, save_index)
-from .unit_ids import Unit, UnitLike, _as_unit, _flat, _unit_at, _unit_hooks, _values_from_store, head_write_norms, \
-    unit_values
+from .unit_ids import (
+    Unit,
+    UnitLike,
+    _as_unit,
+    _flat,
+    _unit_at,
+    _unit_hooks,
+    _values_from_store,
+    head_write_norms,
+    unit_values,
+)

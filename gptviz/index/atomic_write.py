@@ -6,14 +6,16 @@ flushed and fsync'ed, then os.replace'd over the target, which POSIX and Windows
 fsync'ed after, so the rename itself survives a power cut. A folder of files (a neuron index: index.json beside
 index.npz) is written whole into a temporary folder and swapped in (`atomic_folder`).
 """
+
 from __future__ import annotations
 
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO
 
 TEMP_PREFIX = ".tmp-"  # temporary names start with this: a reader listing a folder can skip them
 

@@ -28,6 +28,7 @@ on average; fewer than BAND_EXAMPLES in a band happens for about 1 band in 250 (
 positive values at all, the sample holds every one of them): the index records how many each band's sample held
 (`band_sampled`), and the page says so where a band shows fewer.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -53,8 +54,11 @@ def sample_keys(loc: torch.Tensor) -> torch.Tensor:
 
 def empty_sample(units: int, size: int = SAMPLE) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(keys, values, locations) [units, size] with every slot empty."""
-    return (torch.full((units, size), EMPTY_KEY), torch.zeros(units, size),
-            torch.full((units, size), -1, dtype=torch.long))
+    return (
+        torch.full((units, size), EMPTY_KEY),
+        torch.zeros(units, size),
+        torch.full((units, size), -1, dtype=torch.long),
+    )
 
 
 def thresholds(keys: torch.Tensor, locs: torch.Tensor) -> torch.Tensor:
@@ -62,12 +66,13 @@ def thresholds(keys: torch.Tensor, locs: torch.Tensor) -> torch.Tensor:
     return torch.where(locs[:, -1] >= 0, keys[:, -1], torch.tensor(EMPTY_KEY))
 
 
-def _smallest(unit: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, locs: torch.Tensor, units: int,
-              size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _smallest(
+    unit: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, locs: torch.Tensor, units: int, size: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Entries (unit, key, value, location), each unit's with at least `size` of them (empty slots included) -> each
     unit's first `size` by key, empty slots last: [units, size] arrays."""
     order = keys.argsort(stable=True)
-    order = order[(locs[order] < 0).argsort(stable=True)]   # empty slots after every held value, whatever its key
+    order = order[(locs[order] < 0).argsort(stable=True)]  # empty slots after every held value, whatever its key
     order = order[unit[order].argsort(stable=True)]
     unit, keys, values, locs = unit[order], keys[order], values[order], locs[order]
     start = torch.searchsorted(unit, torch.arange(units))
@@ -80,8 +85,9 @@ def _smallest(unit: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, locs
     return out_k, out_v, out_l
 
 
-def keep_sample(part, first: int, values: torch.Tensor, high: torch.Tensor, key: torch.Tensor,
-                loc: torch.Tensor) -> None:
+def keep_sample(
+    part, first: int, values: torch.Tensor, high: torch.Tensor, key: torch.Tensor, loc: torch.Tensor
+) -> None:
     """The torch ops' side of block_stats.c's sample: a block's positive values [n, units first..] whose row key
     is under their unit's threshold join the unit's sample, which keeps its SAMPLE smallest keys (in key order).
     `high`: the block's maximum per unit (a unit with no value > 0 in it is skipped).
@@ -120,14 +126,21 @@ def keep_sample(part, first: int, values: torch.Tensor, high: torch.Tensor, key:
     units = present.nonzero().squeeze(1)
     col = (present.cumsum(0) - 1)[col]  # each candidate's unit among `units`
     units = units + first
-    k, v, l = _merge_rows(part.samp_key[units], part.samp_v[units], part.samp_loc[units], col, key[row],
-                          torch.cat(picked), loc[row])
+    k, v, l = _merge_rows(
+        part.samp_key[units], part.samp_v[units], part.samp_loc[units], col, key[row], torch.cat(picked), loc[row]
+    )
     part.samp_key[units], part.samp_v[units], part.samp_loc[units] = k, v, l
 
 
-def _merge_rows(keys: torch.Tensor, values: torch.Tensor, locs: torch.Tensor, col: torch.Tensor,
-                new_k: torch.Tensor, new_v: torch.Tensor, new_l: torch.Tensor
-                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _merge_rows(
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    locs: torch.Tensor,
+    col: torch.Tensor,
+    new_k: torch.Tensor,
+    new_v: torch.Tensor,
+    new_l: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Samples [units, size] (each in key order, empty slots last) and new entries (`col`: each one's row) -> each
     row's `size` smallest keys, in order. Each row is laid out as its held entries, its new ones after them (over its
     empty slots) and empty slots after those, then sorted by key once: an empty slot comes after every held value,
@@ -152,8 +165,14 @@ def merge_samples(parts) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     units, width = keys.shape
     size = parts[0].samp_key.shape[1]
     unit = torch.arange(units).repeat_interleave(width)
-    return _smallest(unit, keys.reshape(-1), torch.cat([p.samp_v for p in parts], 1).reshape(-1),
-                     torch.cat([p.samp_loc for p in parts], 1).reshape(-1), units, size)
+    return _smallest(
+        unit,
+        keys.reshape(-1),
+        torch.cat([p.samp_v for p in parts], 1).reshape(-1),
+        torch.cat([p.samp_loc for p in parts], 1).reshape(-1),
+        units,
+        size,
+    )
 
 
 def band_edges(edges: np.ndarray, counts: np.ndarray, zero_bin: np.ndarray, top: np.ndarray) -> np.ndarray:
@@ -173,10 +192,10 @@ def band_arrays(edges6: np.ndarray, samp_v: np.ndarray, samp_loc: np.ndarray) ->
     band_loc (global positions, -1: none) and band_sampled [U, BANDS] (the sampled values in each band)."""
     U, size = samp_v.shape
     held = samp_loc >= 0
-    inner = edges6[:, 1:BANDS]                                              # [U, BANDS - 1]
-    band = (samp_v[:, :, None] > inner[:, None, :]).sum(-1)                 # (lo, hi]: value <= q1 is band 0
+    inner = edges6[:, 1:BANDS]  # [U, BANDS - 1]
+    band = (samp_v[:, :, None] > inner[:, None, :]).sum(-1)  # (lo, hi]: value <= q1 is band 0
     onehot = (band[:, :, None] == np.arange(BANDS)[None, None]) & held[:, :, None]
-    rank = np.cumsum(onehot, axis=1) - 1                                    # place among the band's, by key
+    rank = np.cumsum(onehot, axis=1) - 1  # place among the band's, by key
     mine = np.take_along_axis(rank, band[:, :, None], 2)[:, :, 0]
     keep = held & (mine < BAND_EXAMPLES)
     values = np.full((U, BANDS, BAND_EXAMPLES), np.nan, dtype=np.float32)
@@ -185,7 +204,12 @@ def band_arrays(edges6: np.ndarray, samp_v: np.ndarray, samp_loc: np.ndarray) ->
     values[u, band[u, j], mine[u, j]] = samp_v[u, j]
     locs[u, band[u, j], mine[u, j]] = samp_loc[u, j]
     # highest first within a band, then earlier position: sort by (-value, location), empty slots last
-    order = np.lexsort((np.where(locs < 0, np.iinfo(np.int64).max, locs),
-                        np.where(locs < 0, np.inf, -values.astype(np.float64))), axis=-1)
-    return {"band_values": np.take_along_axis(values, order, -1), "band_loc": np.take_along_axis(locs, order, -1),
-            "band_sampled": onehot.sum(1).astype(np.int32)}
+    order = np.lexsort(
+        (np.where(locs < 0, np.iinfo(np.int64).max, locs), np.where(locs < 0, np.inf, -values.astype(np.float64))),
+        axis=-1,
+    )
+    return {
+        "band_values": np.take_along_axis(values, order, -1),
+        "band_loc": np.take_along_axis(locs, order, -1),
+        "band_sampled": onehot.sum(1).astype(np.int32),
+    }

@@ -6,6 +6,7 @@ that had other work, two threads took 814 s where one took 123 s for the same 10
 each other), and on an idle one two threads gained little (docs/benchmarks-history.md, "Neuron index: the corpus
 scan"). To use more cores, run shards (`--shard`, or `--ray` with a worker per core), each on one thread.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -17,37 +18,70 @@ import sys
 import tempfile
 from pathlib import Path
 
-RAY_HELP = ("scan on Ray: alone for a local Ray instance started here, or the address of a running cluster "
-            "(ray://HOST:10001 or HOST:6379); shards become Ray tasks, each streaming its own windows")
+RAY_HELP = (
+    "scan on Ray: alone for a local Ray instance started here, or the address of a running cluster "
+    "(ray://HOST:10001 or HOST:6379); shards become Ray tasks, each streaming its own windows"
+)
 
 
 def add_arguments(x: argparse.ArgumentParser) -> None:
     x.add_argument("model", help="a bundled model's name, a checkpoint folder or a Hub id")
-    x.add_argument("--corpus", default=None,
-                   help="your corpus: a text file, a folder of text files (one document each), or a Parquet or "
-                        "JSON-lines file with a text column (default: the bundled complete works of Shakespeare)")
+    x.add_argument(
+        "--corpus",
+        default=None,
+        help="your corpus: a text file, a folder of text files (one document each), or a Parquet or "
+        "JSON-lines file with a text column (default: the bundled complete works of Shakespeare)",
+    )
     x.add_argument("--text-column", default="text", help="the text column of a Parquet or JSON-lines corpus")
-    x.add_argument("--max-tokens", type=int, default=None,
-                   help="stop reading the corpus (yours or the bundled works) after this many tokens")
-    x.add_argument("--out", default=None, help="output folder (default: ./<model>-index, or ./<model>-shard-I-of-N "
-                                              "with --shard); the shipped index of a bundled model is "
-                                              "gptviz/bundled/<name>/index")
-    x.add_argument("--shard", default=None, metavar="I/N",
-                   help="scan shard I of N (0 <= I < N) and write a partial index; combine the N partial indexes "
-                        "with `index merge`")
+    x.add_argument(
+        "--max-tokens",
+        type=int,
+        default=None,
+        help="stop reading the corpus (yours or the bundled works) after this many tokens",
+    )
+    x.add_argument(
+        "--out",
+        default=None,
+        help="output folder (default: ./<model>-index, or ./<model>-shard-I-of-N "
+        "with --shard); the shipped index of a bundled model is "
+        "gptviz/bundled/<name>/index",
+    )
+    x.add_argument(
+        "--shard",
+        default=None,
+        metavar="I/N",
+        help="scan shard I of N (0 <= I < N) and write a partial index; combine the N partial indexes "
+        "with `index merge`",
+    )
     x.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS", help=RAY_HELP)
     x.add_argument("--workers", type=int, default=2, help="Ray tasks at once, each one CPU (default 2)")
-    x.add_argument("--device", default="cpu", help="cpu, cuda or mps: where the model runs; the statistics are "
-                                                   "kept in float32 either way")
-    x.add_argument("--dtype", default="float32", choices=("float32", "float16", "bfloat16"),
-                   help="the model's precision on the device (half precision on a GPU)")
-    x.add_argument("--batch", type=int, default=None,
-                   help="windows per forward pass (default: about 9M unit values a batch: 34 windows for the "
-                        "bundled models, 1 for gpt2-small)")
-    x.add_argument("--stride", type=int, default=None,
-                   help="tokens between window starts (default: n_ctx - n_ctx // 4)")
-    x.add_argument("--threads", type=int, default=1,
-                   help="torch CPU threads per process (default 1; more cores: shards or --ray, see above)")
+    x.add_argument(
+        "--device",
+        default="cpu",
+        help="cpu, cuda or mps: where the model runs; the statistics are kept in float32 either way",
+    )
+    x.add_argument(
+        "--dtype",
+        default="float32",
+        choices=("float32", "float16", "bfloat16"),
+        help="the model's precision on the device (half precision on a GPU)",
+    )
+    x.add_argument(
+        "--batch",
+        type=int,
+        default=None,
+        help="windows per forward pass (default: about 9M unit values a batch: 34 windows for the "
+        "bundled models, 1 for gpt2-small)",
+    )
+    x.add_argument(
+        "--stride", type=int, default=None, help="tokens between window starts (default: n_ctx - n_ctx // 4)"
+    )
+    x.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch CPU threads per process (default 1; more cores: shards or --ray, see above)",
+    )
 
 
 def add_merge_arguments(m: argparse.ArgumentParser) -> None:
@@ -59,9 +93,13 @@ def _documents(args, store_dir: Path, enc=None):
     """(documents, source, corpus metadata): --max-tokens holds for every source, and the metadata records it (the
     tokens read are the index's corpus.tokens). `enc`: the model's tokenizer (tokenizer_for)."""
     from .corpus import corpus_documents, tokenize_corpus
+
     if args.corpus is None:
-        return (corpus_documents(limit_tokens=args.max_tokens, enc=enc), "shakespeare-works",
-                {"max_tokens": args.max_tokens})
+        return (
+            corpus_documents(limit_tokens=args.max_tokens, enc=enc),
+            "shakespeare-works",
+            {"max_tokens": args.max_tokens},
+        )
     path = Path(args.corpus).expanduser().resolve()
 
     shown = []
@@ -74,8 +112,15 @@ def _documents(args, store_dir: Path, enc=None):
         print(f"skipped {name}: {why}", file=sys.stderr, flush=True)
 
     try:
-        docs = tokenize_corpus(path, store_dir / "corpus.ids", text_column=args.text_column,
-                               limit_tokens=args.max_tokens, progress=report, on_skip=skipped, enc=enc)
+        docs = tokenize_corpus(
+            path,
+            store_dir / "corpus.ids",
+            text_column=args.text_column,
+            limit_tokens=args.max_tokens,
+            progress=report,
+            on_skip=skipped,
+            enc=enc,
+        )
     finally:
         if shown:
             print(file=sys.stderr)  # end the progress line, also before an error
@@ -96,9 +141,9 @@ def run(args) -> int:
     import torch
 
     from ..model.devices import place
+    from ..model.tokenizer import tokenizer_for
     from ..model.weights import bundled_models, load_pretrained
     from .progress import text_progress
-    from ..model.tokenizer import tokenizer_for
     from .scan import finish_scan, plan_scan, scan_batches
     from .store import save_index
 
@@ -113,25 +158,45 @@ def run(args) -> int:
     with tempfile.TemporaryDirectory(prefix="gptviz-index-") as tmp:
         docs, source, corpus = _documents(args, Path(tmp), tokenizer_for(model))  # the model's own ids
         tokens = sum(len(d.ids) for d in docs)
-        print(f"indexing {name} over {len(docs):,} documents, {tokens:,} tokens of {source}", file=sys.stderr,
-              flush=True)
-        plan = plan_scan(model, docs, model_name=name, source=source, corpus=corpus, stride=args.stride,
-                         batch=args.batch)
+        print(
+            f"indexing {name} over {len(docs):,} documents, {tokens:,} tokens of {source}", file=sys.stderr, flush=True
+        )
+        plan = plan_scan(
+            model, docs, model_name=name, source=source, corpus=corpus, stride=args.stride, batch=args.batch
+        )
         if args.ray:
             from .distributed import scan_on_ray
-            index = scan_on_ray(args.model, docs, plan, address=args.ray, workers=args.workers,
-                                device=args.device, dtype=args.dtype, threads=args.threads,
-                                progress=text_progress(f"index {name} on Ray"))
+
+            index = scan_on_ray(
+                args.model,
+                docs,
+                plan,
+                address=args.ray,
+                workers=args.workers,
+                device=args.device,
+                dtype=args.dtype,
+                threads=args.threads,
+                progress=text_progress(f"index {name} on Ray"),
+            )
         else:
             batches = plan.batches(*shard) if shard else range(plan.n_batches)
             label = f"index {name}" + (f" shard {shard[0]}/{shard[1]}" if shard else "")
             part = scan_batches(model, docs, plan, batches, progress=text_progress(label))
             if shard:
                 from .partial import save_partial
+
                 part.run = _this_run(args)
                 out = save_partial(plan, part, args.out or f"{name}-shard-{shard[0]}-of-{shard[1]}")
-                print(json.dumps({"out": str(out), "batches": part.batches, "tokens": part.tokens,
-                                  "seconds": round(part.seconds, 2)}))
+                print(
+                    json.dumps(
+                        {
+                            "out": str(out),
+                            "batches": part.batches,
+                            "tokens": part.tokens,
+                            "seconds": round(part.seconds, 2),
+                        }
+                    )
+                )
                 return 0
             index = finish_scan(plan, part)
         run = _this_run(args)
@@ -139,9 +204,17 @@ def run(args) -> int:
         index.meta["scan"].update(run, workers=args.workers if args.ray else 1)
         out = save_index(index, args.out or f"{name}-index")
     scan = index.meta["scan"]
-    print(json.dumps({"out": str(out), "seconds": scan["seconds"], "tokens_per_s": scan["tokens_per_s"],
-                      "peak_rss_mb": scan["peak_rss_mb"], "bytes_on_disk": sum(p.stat().st_size
-                                                                               for p in out.iterdir())}))
+    print(
+        json.dumps(
+            {
+                "out": str(out),
+                "seconds": scan["seconds"],
+                "tokens_per_s": scan["tokens_per_s"],
+                "peak_rss_mb": scan["peak_rss_mb"],
+                "bytes_on_disk": sum(p.stat().st_size for p in out.iterdir()),
+            }
+        )
+    )
     return 0
 
 
@@ -149,13 +222,20 @@ def _this_run(args) -> dict:
     """What ran a scan, for meta.scan (a shard keeps it in its partial index for the merge): one set of keys from
     every path (tests/test_index_cli.py)."""
     import torch
-    return {"device": args.device, "dtype": args.dtype, "threads": torch.get_num_threads(), "torch": torch.__version__,
-            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
+
+    return {
+        "device": args.device,
+        "dtype": args.dtype,
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+    }
 
 
 def _merged_runs(runs: list[dict]) -> dict:
     """The shards' runs as one: values that differ joined with "+" (as the statistics' "C+torch"), the most threads,
     the largest peak memory (this process's included); None where no shard said (a partial index of older gptviz)."""
+
     def joined(key):
         values = sorted({str(r[key]) for r in runs if r.get(key) is not None})
         return "+".join(values) or None
@@ -163,8 +243,13 @@ def _merged_runs(runs: list[dict]) -> dict:
     threads = [r["threads"] for r in runs if r.get("threads") is not None]
     peaks = [r["peak_rss_mb"] for r in runs if r.get("peak_rss_mb") is not None]
     own = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
-    return {"device": joined("device"), "dtype": joined("dtype"), "threads": max(threads, default=None),
-            "torch": joined("torch"), "peak_rss_mb": max(peaks + [own])}
+    return {
+        "device": joined("device"),
+        "dtype": joined("dtype"),
+        "threads": max(threads, default=None),
+        "torch": joined("torch"),
+        "peak_rss_mb": max(peaks + [own]),
+    }
 
 
 def merge_target(out, parts) -> Path:
@@ -174,8 +259,10 @@ def merge_target(out, parts) -> Path:
     for part in parts:
         shard = Path(part).expanduser().resolve()
         if target == shard or shard in target.parents:
-            raise ValueError(f"the merge's output {out!r} is {'' if target == shard else 'inside '}its input shard "
-                             f"{part!r}: nothing written")
+            raise ValueError(
+                f"the merge's output {out!r} is {'' if target == shard else 'inside '}its input shard "
+                f"{part!r}: nothing written"
+            )
     if target.exists() and not target.is_dir():
         raise ValueError(f"{out!r} exists and is not a folder: nothing written")
     if target.is_dir() and any(target.iterdir()):
@@ -188,6 +275,7 @@ def _save_new(index, target: Path) -> Path:
     nothing, and the rename itself refuses a folder that filled up meanwhile (ENOTEMPTY)."""
     from .atomic_write import TEMP_PREFIX
     from .store import save_index
+
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{target.name}.", dir=target.parent))
     try:
@@ -213,14 +301,23 @@ def run_merge(args) -> int:
     # seconds stays the shards' summed time (they may have run anywhere, at any time); workers: one per shard
     index.meta["scan"].update(_merged_runs([part.run for _, part in loaded]), shards=len(loaded), workers=len(loaded))
     _save_new(index, target)
-    print(json.dumps({"out": str(Path(args.out)), "shards": len(loaded), "tokens": index.tokens,
-                      "scan_seconds_summed": index.meta["scan"]["seconds"]}))
+    print(
+        json.dumps(
+            {
+                "out": str(Path(args.out)),
+                "shards": len(loaded),
+                "tokens": index.tokens,
+                "scan_seconds_summed": index.meta["scan"]["seconds"],
+            }
+        )
+    )
     return 0
 
 
 def add_export_arguments(e: argparse.ArgumentParser) -> None:
-    e.add_argument("model", help="the model the index was built with: a bundled model's name, a checkpoint folder or "
-                                 "a Hub id")
+    e.add_argument(
+        "model", help="the model the index was built with: a bundled model's name, a checkpoint folder or a Hub id"
+    )
     e.add_argument("--out", required=True, help="a new or empty folder for the batch files")
     e.add_argument("--index", default=None, help="the index folder (default: a bundled model's shipped index)")
     e.add_argument("--units", default=None, help="only these units, e.g. L2N26,L1H3 (default: every one)")
@@ -233,11 +330,11 @@ def run_export(args) -> int:
     shape (gptviz.index.dashboard), the contexts of its top and band examples read by the model."""
     import torch
 
+    from ..model.tokenizer import tokenizer_for
     from ..model.weights import load_pretrained
     from .dashboard import export_index
     from .progress import text_progress
     from .read import index_documents
-    from ..model.tokenizer import tokenizer_for
     from .store import bundled_index, index_mismatch, load_index
 
     torch.set_num_threads(max(1, args.threads))
@@ -252,9 +349,24 @@ def run_export(args) -> int:
         raise ValueError(why)
     units = [u.strip() for u in args.units.split(",") if u.strip()] if args.units else None
     docs = index_documents(index, enc=tokenizer_for(model))  # the corpus read again in the model's own tokenizer
-    out = export_index(index, docs, model, args.out, units=units, per_batch=args.per_batch,
-                       progress=text_progress(f"export {index.meta['model']['name'] or args.model}"))
+    out = export_index(
+        index,
+        docs,
+        model,
+        args.out,
+        units=units,
+        per_batch=args.per_batch,
+        progress=text_progress(f"export {index.meta['model']['name'] or args.model}"),
+    )
     listed = json.loads((out / "export.json").read_text(encoding="utf-8"))
-    print(json.dumps({"out": str(out), "units": listed["units"], "batches": len(listed["batches"]),
-                      "bytes": sum(p.stat().st_size for p in out.rglob("*.json"))}))
+    print(
+        json.dumps(
+            {
+                "out": str(out),
+                "units": listed["units"],
+                "batches": len(listed["batches"]),
+                "bytes": sum(p.stat().st_size for p in out.rglob("*.json")),
+            }
+        )
+    )
     return 0

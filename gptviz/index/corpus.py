@@ -1,4 +1,5 @@
 """Documents and the windows a scan runs over them."""
+
 from __future__ import annotations
 
 import os
@@ -16,19 +17,22 @@ from .texts import corpus_pieces
 @dataclass(frozen=True)
 class Document:
     """One document of a corpus (a play): its token ids and whether the bundled models were trained on it."""
+
     name: str
     ids: np.ndarray  # integer ids (int64 in memory, or IdsOnDisk: a tokenized corpus's int32 file)
     held_out: bool = False
 
 
-def corpus_documents(folder=None, held_out: Sequence[str] | None = None, limit_tokens: int | None = None,
-                     enc=None) -> list[Document]:
+def corpus_documents(
+    folder=None, held_out: Sequence[str] | None = None, limit_tokens: int | None = None, enc=None
+) -> list[Document]:
     """A folder of plays (default: the complete works) as documents, one per file in `play_files` order, each the
     file's ids in `enc` (default GPT-2's; no <|endoftext|>); `held_out` (default HELD_OUT_PLAYS) marks the plays
     the bundled models
     never trained on. `limit_tokens` stops after that many tokens (the last play cut short, the rest not read)."""
-    from ..training.corpus import HELD_OUT_PLAYS, WORKS, play_files, play_name
     from ..model.tokenizer import get_tokenizer
+    from ..training.corpus import HELD_OUT_PLAYS, WORKS, play_files, play_name
+
     held = set(HELD_OUT_PLAYS if held_out is None else held_out)
     enc = enc or get_tokenizer()
     docs, total = [], 0
@@ -37,7 +41,7 @@ def corpus_documents(folder=None, held_out: Sequence[str] | None = None, limit_t
             break
         ids = np.asarray(enc.encode(p.read_text(encoding="utf-8")), dtype=np.int64)
         if limit_tokens is not None:
-            ids = ids[:limit_tokens - total]
+            ids = ids[: limit_tokens - total]
         docs.append(Document(play_name(p), ids, play_name(p) in held))
         total += len(ids)
     return docs
@@ -58,7 +62,7 @@ def _checksum(ids: np.ndarray, chunk: int = 1 << 20) -> int:
     """crc32 of the ids as int64 bytes, a chunk at a time (a memory-mapped document is never copied whole)."""
     crc = 0
     for i in range(0, len(ids), chunk):
-        crc = zlib.crc32(np.ascontiguousarray(ids[i:i + chunk], dtype=np.int64).tobytes(), crc)
+        crc = zlib.crc32(np.ascontiguousarray(ids[i : i + chunk], dtype=np.int64).tobytes(), crc)
     return crc
 
 
@@ -67,7 +71,7 @@ def token_counts(docs: Sequence[Document], vocab_size: int, chunk: int = 1 << 20
     counts = np.zeros(vocab_size, dtype=np.int64)
     for d in docs:
         for i in range(0, len(d.ids), chunk):
-            part = np.asarray(d.ids[i:i + chunk])
+            part = np.asarray(d.ids[i : i + chunk])
             if len(part) and (part.min() < 0 or part.max() >= vocab_size):
                 raise ValueError(f"token ids must be in 0..{vocab_size - 1}")
             counts += np.bincount(part, minlength=vocab_size)
@@ -102,9 +106,17 @@ def _windows(lengths: Sequence[int], n_ctx: int, stride: int) -> np.ndarray:
 
 # ---------------------------------------------------------------------------------------------------- your corpus
 
-def tokenize_corpus(path, store: Path, *, text_column: str = "text", limit_tokens: int | None = None,
-                    progress: Callable[[int, str], None] | None = None,
-                    on_skip: Callable[[str, str], None] | None = None, enc=None) -> list[Document]:
+
+def tokenize_corpus(
+    path,
+    store: Path,
+    *,
+    text_column: str = "text",
+    limit_tokens: int | None = None,
+    progress: Callable[[int, str], None] | None = None,
+    on_skip: Callable[[str, str], None] | None = None,
+    enc=None,
+) -> list[Document]:
     """A corpus (see texts.corpus_pieces) as Documents whose ids live in `store`, an int32 file written as the texts
     stream by, and are read back a slice at a time (IdsOnDisk): memory does not grow with the corpus. Blank documents
     are skipped; `limit_tokens` stops reading after that many tokens (the last document cut short), so a huge file
@@ -113,6 +125,7 @@ def tokenize_corpus(path, store: Path, *, text_column: str = "text", limit_token
     is cut into pieces only where `enc`'s tokens of the pieces are the whole text's (gptviz.index.tokens)."""
     from ..model.tokenizer import get_tokenizer
     from .tokens import cut_pattern
+
     enc = enc or get_tokenizer()
     spans, total = [], 0
     documents = corpus_pieces(path, text_column, on_skip, cut_pattern(enc))
@@ -142,6 +155,7 @@ def _write_ids(enc, parts, out, room: int | None) -> tuple[int, bool]:
     is blank). Stops reading once `room` is filled, unless all read so far is whitespace: a blank document is
     dropped whole, so whether this one is blank is read on (without tokenizing) until it is settled."""
     from .tokens import encode_ordinary
+
     length, blank = 0, True
     for piece in parts:
         blank = blank and not piece.strip()
@@ -151,7 +165,7 @@ def _write_ids(enc, parts, out, room: int | None) -> tuple[int, bool]:
             break
         ids = encode_ordinary(enc, piece)
         if room is not None:
-            ids = ids[:room - length]
+            ids = ids[: room - length]
         out.write(np.asarray(ids, dtype=np.int32).tobytes())
         length += len(ids)
     return length, blank
@@ -161,6 +175,7 @@ class IdsOnDisk:
     """A document's token ids in a corpus's int32 file, read a slice at a time with pread: nothing stays in memory
     or mapped, so a scan's memory does not grow with the corpus (a memory map's pages count as the process's own
     once read). The file may be unlinked once opened. Pickles (for Ray) as the plain array."""
+
     dtype = np.dtype(np.int32)
     ndim = 1
 
@@ -176,7 +191,7 @@ class IdsOnDisk:
             data = os.pread(self.file.fileno(), 4 * max(0, stop - start), 4 * (self.start + start))
             return np.frombuffer(data, dtype=np.int32)[::step].copy()
         i = range(self.length)[key]
-        return self[i:i + 1][0]
+        return self[i : i + 1][0]
 
     def __iter__(self):
         return iter(self[:])

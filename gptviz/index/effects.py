@@ -1,4 +1,5 @@
 """What a unit writes, read by the unembedding: the tokens a neuron or a head's OV circuit promotes and suppresses."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -8,8 +9,8 @@ import torch
 
 @dataclass(frozen=True)
 class DirectEffect:
-    effect: torch.Tensor                 # [vocab]: the logit change per unit of the neuron's activation
-    promoted: list[tuple[int, float]]    # (token id, effect), highest first
+    effect: torch.Tensor  # [vocab]: the logit change per unit of the neuron's activation
+    promoted: list[tuple[int, float]]  # (token id, effect), highest first
     suppressed: list[tuple[int, float]]  # (token id, effect), lowest first
 
 
@@ -19,7 +20,7 @@ def _norms_after(model, layer: int, sublayer: str) -> list:
     if model.config.norm == "pre":
         return [model.ln_f]
     norms = [model.blocks[layer].ln_1, model.blocks[layer].ln_2] if sublayer == "attn" else [model.blocks[layer].ln_2]
-    for block in model.blocks[layer + 1:]:
+    for block in model.blocks[layer + 1 :]:
         norms += [block.ln_1, block.ln_2]
     return norms + [model.ln_f]
 
@@ -42,8 +43,9 @@ def _effect(model, direction: torch.Tensor, norms, k: int) -> DirectEffect:
         effect = direction @ model.lm_head.weight.detach().t()  # W_U: (C, vocab)
     k = min(k, effect.numel())
     up, down = effect.topk(k), (-effect).topk(k)
-    return DirectEffect(effect, [(int(i), float(effect[i])) for i in up.indices],
-                        [(int(i), float(effect[i])) for i in down.indices])
+    return DirectEffect(
+        effect, [(int(i), float(effect[i])) for i in up.indices], [(int(i), float(effect[i])) for i in down.indices]
+    )
 
 
 def direct_effect(model, layer: int, neuron: int, k: int = 10, fold_ln: bool = True) -> DirectEffect:
@@ -55,8 +57,9 @@ def direct_effect(model, layer: int, neuron: int, k: int = 10, fold_ln: bool = T
     return _effect(model, w_out, _norms_after(model, layer, "mlp") if fold_ln else [], k)
 
 
-def head_direct_effect(model, layer: int, head: int, source_token: int, k: int = 10,
-                       fold_ln: bool = True) -> DirectEffect:
+def head_direct_effect(
+    model, layer: int, head: int, source_token: int, k: int = 10, fold_ln: bool = True
+) -> DirectEffect:
     """The head's OV circuit for one source token: what attending to `source_token` writes, read by the
     unembedding. The token's embedding through the head's input norm (ln_1, pre-norm), its value projection
     (with bias) and its W_O^h, then as in direct_effect. Positional embeddings and earlier layers are left out."""
@@ -67,9 +70,9 @@ def head_direct_effect(model, layer: int, head: int, source_token: int, k: int =
         if c.norm == "pre":
             x = model.blocks[layer].ln_1(x)
         attn = model.blocks[layer].attn
-        w_v = attn.c_attn.weight.detach()[2 * c.d_model + head * hs: 2 * c.d_model + (head + 1) * hs]  # (hs, C)
+        w_v = attn.c_attn.weight.detach()[2 * c.d_model + head * hs : 2 * c.d_model + (head + 1) * hs]  # (hs, C)
         v = x @ w_v.t()
         if attn.c_attn.bias is not None:
-            v = v + attn.c_attn.bias.detach()[2 * c.d_model + head * hs: 2 * c.d_model + (head + 1) * hs]
-        out = v @ attn.c_proj.weight.detach()[:, head * hs:(head + 1) * hs].t()  # (C,)
+            v = v + attn.c_attn.bias.detach()[2 * c.d_model + head * hs : 2 * c.d_model + (head + 1) * hs]
+        out = v @ attn.c_proj.weight.detach()[:, head * hs : (head + 1) * hs].t()  # (C,)
     return _effect(model, out, _norms_after(model, layer, "attn") if fold_ln else [], k)

@@ -1,4 +1,5 @@
 """One batch of the scan's windows through the model: every unit's value at every scored position."""
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -22,7 +23,7 @@ def _batch_inputs(docs, offsets, windows: np.ndarray):
     ids = torch.zeros(B, T, dtype=torch.long)
     scored = torch.zeros(B, T, dtype=torch.bool)
     for b, (d, start, length, first) in enumerate(windows):
-        ids[b, :length] = torch.from_numpy(np.asarray(docs[d].ids[start:start + length], dtype=np.int64))
+        ids[b, :length] = torch.from_numpy(np.asarray(docs[d].ids[start : start + length], dtype=np.int64))
         scored[b, first:length] = True
     sel = scored.reshape(-1).nonzero().squeeze(1)
     # one run of rows (every position, or the scored tail of a single window): a view of the capture, no copy
@@ -37,8 +38,15 @@ def head_factors(model) -> list[torch.Tensor]:
     return [head_write_factor(block.attn.c_proj.weight, model.config.n_heads) for block in model.blocks]
 
 
-def _stream_unit_blocks(model, ids: torch.Tensor, sel: torch.Tensor, run: slice | None, consume: Consume,
-                        in_place: bool = False, factors: list[torch.Tensor] | None = None) -> None:
+def _stream_unit_blocks(
+    model,
+    ids: torch.Tensor,
+    sel: torch.Tensor,
+    run: slice | None,
+    consume: Consume,
+    in_place: bool = False,
+    factors: list[torch.Tensor] | None = None,
+) -> None:
     """Forward `ids` up to the last unit (forward_through_units), on the model's device and dtype, handing each
     layer's units to `consume` while the forward pass runs, as soon as they exist: each layer's heads (their write
     norms), then its neurons.
@@ -69,6 +77,7 @@ def _stream_unit_blocks(model, ids: torch.Tensor, sel: torch.Tensor, run: slice 
             else:
                 consume(layer * F, post[on].float().cpu(), None)
             return x
+
         return read
 
     def heads(layer: int):
@@ -80,6 +89,7 @@ def _stream_unit_blocks(model, ids: torch.Tensor, sel: torch.Tensor, run: slice 
                 norms = head_write_norms(z.detach(), weight, factor).reshape(B * T, H)[on]
             consume(L * F + layer * H, norms.float().cpu().contiguous(), None)
             return z
+
         return read
 
     edits = {act_name("post", l): (neurons(l),) for l in range(L)} | {act_name("z", l): (heads(l),) for l in range(L)}

@@ -1,4 +1,5 @@
 """Per-unit histograms: sign-exact bins around 0, edges, quantiles."""
+
 from __future__ import annotations
 
 import numpy as np

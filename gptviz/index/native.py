@@ -12,6 +12,7 @@ benchmarks/bench_index.py (docs/neuron-index.md).
 The extension takes the scan's tensors as numpy views of the same memory (no copy) and checks every dtype, shape,
 index and size before the pass runs (ValueError otherwise), so no call from Python can make it write outside them.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -70,11 +71,20 @@ class BlockStats:
         if self.workspace.numel() < size + 64:
             self.workspace = torch.empty(size + 64, dtype=torch.uint8)
         start = -self.workspace.data_ptr() % 64
-        return self.workspace[start:start + size].numpy()
+        return self.workspace[start : start + size].numpy()
 
-    def update(self, part, token_sums: torch.Tensor, slots: torch.Tensor, loc: torch.Tensor, first: int,
-               values: torch.Tensor, rows: torch.Tensor | None, insert: bool, keys: torch.Tensor | None = None
-               ) -> torch.Tensor:
+    def update(
+        self,
+        part,
+        token_sums: torch.Tensor,
+        slots: torch.Tensor,
+        loc: torch.Tensor,
+        first: int,
+        values: torch.Tensor,
+        rows: torch.Tensor | None,
+        insert: bool,
+        keys: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """Fold `values` [tokens, units first..] (its rows `rows`, or all) into part's vmin, counts, vsq and sample
         (`keys`: each row's sampling key, bands.sample_keys(loc) when None) and into `token_sums` ([slots, U]), in
         place; with `insert`, into its top K as well, empty slots included (the caller has checked the conditions
@@ -84,15 +94,28 @@ class BlockStats:
         w = values.shape[1] if values.dim() == 2 else 0
         vmax = torch.empty(w)
         self.lib.update(
-            values=_host("values", values), rows=None if rows is None else _host("rows", rows),
-            slots=_host("slots", slots), loc=_host("loc", loc), keys=_host("keys", keys), first=first,
-            insert=insert, token_sums=_host("token_sums", token_sums), zero_bin=_host("zero_bin", self.zero_bin),
-            inv_width=_host("inv_width", self.inv_width), counts=_host("counts", part.counts),
-            vmin=_host("vmin", part.vmin), vmax=_host("vmax", vmax), vsq=_host("vsq", part.vsq),
-            best_v=_host("best_v", part.best_v), best_loc=_host("best_loc", part.best_loc),
-            samp_key=_host("samp_key", part.samp_key), samp_v=_host("samp_v", part.samp_v),
-            samp_loc=_host("samp_loc", part.samp_loc), workspace=self._scratch(w))
-        if torch.isnan(part.vsq[first:first + w]).any():
+            values=_host("values", values),
+            rows=None if rows is None else _host("rows", rows),
+            slots=_host("slots", slots),
+            loc=_host("loc", loc),
+            keys=_host("keys", keys),
+            first=first,
+            insert=insert,
+            token_sums=_host("token_sums", token_sums),
+            zero_bin=_host("zero_bin", self.zero_bin),
+            inv_width=_host("inv_width", self.inv_width),
+            counts=_host("counts", part.counts),
+            vmin=_host("vmin", part.vmin),
+            vmax=_host("vmax", vmax),
+            vsq=_host("vsq", part.vsq),
+            best_v=_host("best_v", part.best_v),
+            best_loc=_host("best_loc", part.best_loc),
+            samp_key=_host("samp_key", part.samp_key),
+            samp_v=_host("samp_v", part.samp_v),
+            samp_loc=_host("samp_loc", part.samp_loc),
+            workspace=self._scratch(w),
+        )
+        if torch.isnan(part.vsq[first : first + w]).any():
             raise ValueError("a unit's value is NaN: the model gives non-finite activations on this corpus")
         return vmax
 

@@ -3,6 +3,7 @@
 A folder with partial.json (the plan's settings and metadata, the batches covered, the plan's key) and partial.npz
 (the plan's arrays and the running statistics). Loaded with allow_pickle=False; the plan's key is recomputed from
 the arrays read, so a partial file that was edited or torn is refused rather than merged."""
+
 from __future__ import annotations
 
 import json
@@ -11,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .scan import PartialScan, ScanPlan
 from .atomic_write import atomic_file, atomic_write
+from .scan import PartialScan, ScanPlan
 from .store import IndexFormatError
 
 PARTIAL_JSON, PARTIAL_NPZ = "partial.json", "partial.npz"
@@ -28,9 +29,17 @@ def save_partial(plan: ScanPlan, part: PartialScan, folder) -> Path:
     arrays.update({f"part_{name}": getattr(part, name).numpy() for name in PartialScan.ARRAYS})
     with atomic_file(folder / PARTIAL_NPZ) as f:
         np.savez(f, **arrays)
-    info = {"key": part.key, "batches": part.batches, "tokens": part.tokens, "seconds": part.seconds,
-            "statistics": part.statistics, "run": part.run,
-            "n_batches": plan.n_batches, "settings": plan.settings, "meta": plan.meta}
+    info = {
+        "key": part.key,
+        "batches": part.batches,
+        "tokens": part.tokens,
+        "seconds": part.seconds,
+        "statistics": part.statistics,
+        "run": part.run,
+        "n_batches": plan.n_batches,
+        "settings": plan.settings,
+        "meta": plan.meta,
+    }
     atomic_write(folder / PARTIAL_JSON, json.dumps(info))
     return folder
 
@@ -42,10 +51,15 @@ def load_partial(folder) -> tuple[ScanPlan, PartialScan]:
         with np.load(folder / PARTIAL_NPZ, allow_pickle=False) as npz:
             arrays = {name: npz[name] for name in npz.files}
         plan = ScanPlan(info["settings"], *(arrays[f"plan_{n}"] for n in PLAN_ARRAYS), meta=info["meta"])
-        part = PartialScan(info["key"], [tuple(r) for r in info["batches"]], int(info["tokens"]),
-                           *(torch.from_numpy(arrays[f"part_{n}"]) for n in PartialScan.ARRAYS),
-                           seconds=float(info["seconds"]), statistics=str(info.get("statistics", "")),
-                           run=dict(info.get("run") or {}))
+        part = PartialScan(
+            info["key"],
+            [tuple(r) for r in info["batches"]],
+            int(info["tokens"]),
+            *(torch.from_numpy(arrays[f"part_{n}"]) for n in PartialScan.ARRAYS),
+            seconds=float(info["seconds"]),
+            statistics=str(info.get("statistics", "")),
+            run=dict(info.get("run") or {}),
+        )
     except FileNotFoundError as err:
         raise IndexFormatError(f"{folder.name!r} is not a partial index ({Path(err.filename).name} missing)") from None
     except Exception as err:  # JSON, zip, missing keys, wrong types

@@ -1,4 +1,5 @@
 """A text progress line for long scans: a bar, tokens done, the rate and the time left."""
+
 from __future__ import annotations
 
 import sys
@@ -19,9 +20,12 @@ def text_progress(label: str, stream=None, every: float = 1.0) -> Callable[[int,
             rate = done / now if now > 0 else 0
             end = "\n" if done >= total else ""
             left = f", {_duration((total - done) / rate)} left" if 0 < rate and done < total else ""
-            stream.write(f"\r{label}: {_bar(done / total)} {done:,}/{total:,} tokens ({100 * done / total:.0f}%) "
-                         f"{_duration(now)}, {rate:,.0f} tok/s{left}{end}")
+            stream.write(
+                f"\r{label}: {_bar(done / total)} {done:,}/{total:,} tokens ({100 * done / total:.0f}%) "
+                f"{_duration(now)}, {rate:,.0f} tok/s{left}{end}"
+            )
             stream.flush()
+
     return report
 
 

@@ -1,11 +1,12 @@
 """Reading an index: top examples with their contexts, units active on a prompt or a token, summaries."""
+
 from __future__ import annotations
 
 import math
 import tempfile
 from collections.abc import Sequence
-from pathlib import Path
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -24,6 +25,7 @@ def index_documents(index: NeuronIndex, folder=None, enc=None) -> list[Document]
     (an index over your own corpus, tokenized again into a memory-mapped temporary file), else the complete works.
     `enc`: the tokenizer the index was built with (its model's, tokenizer_for; default GPT-2's)."""
     from .tokens import tokenizer_mismatch
+
     why = tokenizer_mismatch(index.meta, enc)
     if why:
         raise ValueError(why)
@@ -31,12 +33,19 @@ def index_documents(index: NeuronIndex, folder=None, enc=None) -> list[Document]
     if folder is None and corpus.get("path"):
         with tempfile.NamedTemporaryFile(prefix="gptviz-corpus-", suffix=".ids") as store:
             # the documents hold the file open: they read it after its name is gone
-            docs = tokenize_corpus(corpus["path"], Path(store.name), text_column=corpus.get("text_column", "text"),
-                                   limit_tokens=corpus["tokens"], on_skip=lambda name, why: None, enc=enc)  # said
+            docs = tokenize_corpus(
+                corpus["path"],
+                Path(store.name),
+                text_column=corpus.get("text_column", "text"),
+                limit_tokens=corpus["tokens"],
+                on_skip=lambda name, why: None,
+                enc=enc,
+            )  # said
             # at the scan
     else:
-        docs = corpus_documents(folder, [d["name"] for d in index.documents if d["held_out"]],
-                                limit_tokens=corpus["tokens"], enc=enc)  # as far as the scan read (--max-tokens)
+        docs = corpus_documents(
+            folder, [d["name"] for d in index.documents if d["held_out"]], limit_tokens=corpus["tokens"], enc=enc
+        )  # as far as the scan read (--max-tokens)
     check_documents(index, docs)
     return docs
 
@@ -51,14 +60,13 @@ def check_documents(index: NeuronIndex, docs) -> None:
             raise ValueError(f"document {m['name']!r} differs from the one the index was built from")
 
 
-
 @dataclass(frozen=True)
 class Example:
     unit: Unit
-    rank: int       # 0 = the unit's highest activation in the corpus
-    doc: int        # document index
+    rank: int  # 0 = the unit's highest activation in the corpus
+    doc: int  # document index
     doc_name: str
-    pos: int        # token position in the document
+    pos: int  # token position in the document
     value: float
 
 
@@ -68,9 +76,18 @@ def top_examples(index: NeuronIndex, unit: UnitLike, k: int | None = None) -> li
     i = index.flat(u)
     a = index.arrays
     n = a["top_values"].shape[1] if k is None else min(k, a["top_values"].shape[1])
-    return [Example(u, r, int(a["top_doc"][i, r]), index.documents[int(a["top_doc"][i, r])]["name"],
-                    int(a["top_pos"][i, r]), float(a["top_values"][i, r]))
-            for r in range(n) if a["top_doc"][i, r] >= 0]
+    return [
+        Example(
+            u,
+            r,
+            int(a["top_doc"][i, r]),
+            index.documents[int(a["top_doc"][i, r])]["name"],
+            int(a["top_pos"][i, r]),
+            float(a["top_values"][i, r]),
+        )
+        for r in range(n)
+        if a["top_doc"][i, r] >= 0
+    ]
 
 
 @dataclass(frozen=True)
@@ -79,7 +96,8 @@ class Band:
     positive values (0.2, 0.4: the second fifth), and `examples` are a uniform sample of them (bands.py), highest
     first. `sampled`: how many of the unit's sampled positive values fell in it (fewer than BAND_EXAMPLES: fewer
     examples)."""
-    number: int     # 0 = the weakest fifth
+
+    number: int  # 0 = the weakest fifth
     lo: float
     hi: float
     levels: tuple[float, float]
@@ -106,10 +124,21 @@ def band_examples(index: NeuronIndex, unit: UnitLike) -> list[Band]:
     out = []
     for b in range(len(edges) - 1):
         doc, pos, value = a["band_doc"][i, b], a["band_pos"][i, b], a["band_values"][i, b]
-        examples = [Example(u, r, int(doc[r]), index.documents[int(doc[r])]["name"], int(pos[r]), float(value[r]))
-                    for r in range(len(doc)) if doc[r] >= 0]
-        out.append(Band(b, float(edges[b]), float(edges[b + 1]), (levels[b], levels[b + 1]), examples,
-                        int(a["band_sampled"][i, b])))
+        examples = [
+            Example(u, r, int(doc[r]), index.documents[int(doc[r])]["name"], int(pos[r]), float(value[r]))
+            for r in range(len(doc))
+            if doc[r] >= 0
+        ]
+        out.append(
+            Band(
+                b,
+                float(edges[b]),
+                float(edges[b + 1]),
+                (levels[b], levels[b + 1]),
+                examples,
+                int(a["band_sampled"][i, b]),
+            )
+        )
     return out
 
 
@@ -117,24 +146,26 @@ def band_examples(index: NeuronIndex, unit: UnitLike) -> list[Band]:
 class Context:
     """Tokens around a position and the unit's score on each, as the scan scored it (each token in its own
     scoring window: the same left context the index saw)."""
+
     unit: Unit
     doc: int
     pos: int
     positions: np.ndarray  # document positions of the context's tokens
     ids: np.ndarray
-    values: np.ndarray     # the unit's score on each token
-    peak: int              # index of `pos` within positions
+    values: np.ndarray  # the unit's score on each token
+    peak: int  # index of `pos` within positions
     attention: np.ndarray | None = None  # heads: the weight the query at `pos` puts on each context token
-                                         # (0 after it; NaN before its scoring window)
+    # (0 after it; NaN before its scoring window)
 
 
 @dataclass(frozen=True)
 class Attended:
     """Where a head's query at a context's peak puts most of its attention."""
-    token: int         # the token id it attends to most
-    back: int          # how many positions before the peak (0: itself, 1: the previous token)
-    weight: float      # its attention weight
-    after_copy: bool   # the token before it is the peak's own token: the pattern of an induction head
+
+    token: int  # the token id it attends to most
+    back: int  # how many positions before the peak (0: itself, 1: the previous token)
+    weight: float  # its attention weight
+    after_copy: bool  # the token before it is the peak's own token: the pattern of an induction head
 
 
 def attended(context: Context) -> Attended | None:
@@ -148,8 +179,9 @@ def attended(context: Context) -> Attended | None:
     return Attended(int(context.ids[j]), int(context.peak - j), float(a[j]), bool(after_copy))
 
 
-def example_context(index: NeuronIndex, corpus_docs, doc: int, pos: int, *, model, unit: UnitLike,
-                    before: int = 24, after: int = 8) -> Context:
+def example_context(
+    index: NeuronIndex, corpus_docs, doc: int, pos: int, *, model, unit: UnitLike, before: int = 24, after: int = 8
+) -> Context:
     """Token ids from `before` tokens before `pos` to `after` after it (clipped to the document) with the unit's
     score on each, recomputed with fresh captures of each token's scoring window; for a head also where the query
     at `pos` attends. `corpus_docs`: the index's documents (index_documents(index))."""
@@ -176,7 +208,7 @@ def example_context(index: NeuronIndex, corpus_docs, doc: int, pos: int, *, mode
         all_values = _values_from_store(model, cache, end - start)
         values[mine] = all_values[positions[mine] - start, flat].numpy()
         if u.kind == "head" and start == scoring_window(pos, n_ctx, stride):
-            _, cache = capture(model, torch.from_numpy(ids[start:pos + 1])[None], act_name("pattern", u.layer))
+            _, cache = capture(model, torch.from_numpy(ids[start : pos + 1])[None], act_name("pattern", u.layer))
             row = cache[act_name("pattern", u.layer)][0, u.index, pos - start].numpy()  # over keys start..pos
             attention = np.full(len(positions), np.nan, dtype=np.float32)
             for j, t in enumerate(positions):
@@ -210,20 +242,23 @@ def _context_plan(index: NeuronIndex, docs: list[Document], examples: Sequence[E
     return segments, plans
 
 
-def example_contexts_nbytes(index: NeuronIndex, corpus_docs, examples: Sequence[Example], config, *,
-                            before: int = 24, after: int = 8) -> int:
+def example_contexts_nbytes(
+    index: NeuronIndex, corpus_docs, examples: Sequence[Example], config, *, before: int = 24, after: int = 8
+) -> int:
     """What example_contexts holds at its peak, from its batch's size (B windows of up to T tokens): the captured
     unit hook (and the head's pattern), the forward pass's working memory, and a head's per-head writes."""
-    from ..model.sizes import FLOAT32, forward_nbytes
     from ..model.hooks import capture_nbytes
+    from ..model.sizes import FLOAT32, forward_nbytes
+
     if not examples:
         return 0
     segments, _ = _context_plan(index, _as_documents(corpus_docs), examples, before, after)
     B, T, u = len(segments), max(end - start for _, start, end in segments), examples[0].unit
     hooks = [u.hook] + ([act_name("pattern", u.layer)] if u.kind == "head" else [])
     writes = T * config.n_heads * config.d_model if u.kind == "head" else 0
-    forward = forward_nbytes(config, T, B, patterns=u.kind == "head", all_logits=False) \
-        - FLOAT32 * B * config.vocab_size
+    forward = (
+        forward_nbytes(config, T, B, patterns=u.kind == "head", all_logits=False) - FLOAT32 * B * config.vocab_size
+    )
     return B * capture_nbytes(config, hooks, T, logits=False) + FLOAT32 * B * writes + forward  # no LM head runs
 
 
@@ -231,13 +266,16 @@ def units_at_nbytes(config, T: int) -> int:
     """What units_at holds at its peak on T tokens: the capture of every unit's hook with the forward pass beside
     it, each head's writes [T, heads, d_model] for one layer, and every unit's value and rank."""
     from ..model.sizes import FLOAT32, capture_work_nbytes
+
     n_units = config.n_layers * (config.d_ff + config.n_heads)
-    return capture_work_nbytes(config, _unit_hooks(config), T) \
-        + FLOAT32 * T * (config.n_heads * config.d_model + 2 * n_units)
+    return capture_work_nbytes(config, _unit_hooks(config), T) + FLOAT32 * T * (
+        config.n_heads * config.d_model + 2 * n_units
+    )
 
 
-def example_contexts(index: NeuronIndex, corpus_docs, examples: Sequence[Example], *, model, before: int = 24,
-                     after: int = 8) -> list[Context]:
+def example_contexts(
+    index: NeuronIndex, corpus_docs, examples: Sequence[Example], *, model, before: int = 24, after: int = 8
+) -> list[Context]:
     """example_context for several examples of one unit in one batched forward pass (without the LM head): the
     same tokens, scoring windows and values (up to float rounding of batched matmuls), and for a head where the
     query at each peak attends. What a page showing a unit's top examples calls."""
@@ -251,12 +289,12 @@ def example_contexts(index: NeuronIndex, corpus_docs, examples: Sequence[Example
     T = max(end - start for _, start, end in segments)
     batch = torch.zeros(len(segments), T, dtype=torch.long)  # right-padded: causal attention keeps it out
     for b, (d, start, end) in enumerate(segments):
-        batch[b, :end - start] = torch.from_numpy(docs[d].ids[start:end])
+        batch[b, : end - start] = torch.from_numpy(docs[d].ids[start:end])
     hooks = {u.hook} | ({act_name("pattern", u.layer)} if u.kind == "head" else set())
     with capturing(frozenset(hooks)) as store, torch.inference_mode():
         model.final_hidden(batch)
     if u.kind == "neuron":
-        scores = store[u.hook][..., u.index]                                                     # (B, T)
+        scores = store[u.hook][..., u.index]  # (B, T)
     else:
         scores = head_write_norms(store[u.hook], model.blocks[u.layer].attn.c_proj.weight)[..., u.index]
     out = []
@@ -269,8 +307,18 @@ def example_contexts(index: NeuronIndex, corpus_docs, examples: Sequence[Example
             attention = np.where(positions > e.pos, 0.0, np.nan).astype(np.float32)
             inside = (positions >= peak_start) & (positions <= e.pos)
             attention[inside] = row[positions[inside] - peak_start].float().numpy()
-        out.append(Context(u, e.doc, e.pos, positions, docs[e.doc].ids[positions[0]:positions[-1] + 1].copy(),
-                           values.astype(np.float32), int(e.pos - positions[0]), attention))
+        out.append(
+            Context(
+                u,
+                e.doc,
+                e.pos,
+                positions,
+                docs[e.doc].ids[positions[0] : positions[-1] + 1].copy(),
+                values.astype(np.float32),
+                int(e.pos - positions[0]),
+                attention,
+            )
+        )
     return out
 
 
@@ -289,8 +337,9 @@ class UnitScore:
     share_of_peak: float | None  # value / the unit's highest value in the index's corpus (None without an index)
 
 
-def units_at(model, ids, position: int, *, index: NeuronIndex | None = None, k: int = 10,
-             kind: str | None = None) -> list[UnitScore]:
+def units_at(
+    model, ids, position: int, *, index: NeuronIndex | None = None, k: int = 10, kind: str | None = None
+) -> list[UnitScore]:
     """The units most active at `position` of a prompt (a fresh capture): ranked by value / the unit's corpus peak
     when an index is given (comparable across units), else by raw value. `kind`: "neuron", "head" or None (both)."""
     ids = torch.as_tensor(ids, dtype=torch.long).reshape(-1)
@@ -314,15 +363,21 @@ def units_at(model, ids, position: int, *, index: NeuronIndex | None = None, k: 
     elif kind is not None:
         raise ValueError(f"kind must be 'neuron', 'head' or None, got {kind!r}")
     top = rank.topk(min(k, int(torch.isfinite(rank).sum())))
-    return [UnitScore(_unit_at(int(i), c.n_layers, c.d_ff, c.n_heads), float(values[i]),
-                      float(rank[i]) if peak is not None else None) for i in top.indices]
+    return [
+        UnitScore(
+            _unit_at(int(i), c.n_layers, c.d_ff, c.n_heads),
+            float(values[i]),
+            float(rank[i]) if peak is not None else None,
+        )
+        for i in top.indices
+    ]
 
 
 @dataclass(frozen=True)
 class TokenUnit:
     unit: Unit
-    z: float       # (the unit's mean on the token - its corpus mean) / its corpus standard deviation
-    mean: float    # the unit's mean on the token
+    z: float  # (the unit's mean on the token - its corpus mean) / its corpus standard deviation
+    mean: float  # the unit's mean on the token
 
 
 def units_for_token(index: NeuronIndex, token_id: int, k: int = 10, kind: str = "neuron") -> list[TokenUnit]:
@@ -345,7 +400,7 @@ def histogram(index: NeuronIndex, unit: UnitLike) -> tuple[np.ndarray, np.ndarra
     """(edges [bins + 1], counts [bins]) of the unit's values over every token scanned."""
     i = index.flat(unit)
     a = index.arrays
-    edges = _edges(a["hist_range"][i:i + 1], a["min_max"][i:i + 1], index.meta["bins"])[0]
+    edges = _edges(a["hist_range"][i : i + 1], a["min_max"][i : i + 1], index.meta["bins"])[0]
     return edges, a["hist_counts"][i].astype(np.int64)
 
 
@@ -377,6 +432,7 @@ def summary(index: NeuronIndex, unit: UnitLike, enc=None) -> str:
     """One line about a unit, computed from the index, e.g. "L2N17: active on 4.1% of tokens; median -0.04,
     99% 0.61, peak 2.3; top tokens: ' the', ' my', ...". `enc`: the index's tokenizer (its model's; GPT-2's)."""
     from ..model.tokenizer import get_tokenizer
+
     u = index.unit(unit)
     i = index.flat(u)
     a = index.arrays

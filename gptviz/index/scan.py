@@ -12,6 +12,7 @@
 
 `build_index` runs all three in one process.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -23,17 +24,35 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from .bands import band_arrays, band_edges, empty_sample, keep_sample, merge_samples, sample_keys
-from .constants import (BAND_EXAMPLES, BAND_LEVELS, BAND_RULE, BATCH_VALUES, BINS, FORMAT, HEAD_SCORE, MAX_BATCH,
-                        MAX_RANKED_TOKENS, MIN_COUNT, NEURON_SCORE, QUANTILES, SAMPLE, SAMPLE_WINDOWS, TOKEN_RANK,
-                        TOKEN_UNITS, TOP_K, TOP_TOKENS, VERSION)
-from .corpus import _as_documents, _checksum, _windows, default_stride, token_counts
-from .histograms import _Binner, _edges, _quantiles
 from ..model.tokenizer import tokenizer_for
+from .bands import band_arrays, band_edges, empty_sample, keep_sample, merge_samples, sample_keys
+from .constants import (
+    BAND_EXAMPLES,
+    BAND_LEVELS,
+    BAND_RULE,
+    BATCH_VALUES,
+    BINS,
+    FORMAT,
+    HEAD_SCORE,
+    MAX_BATCH,
+    MAX_RANKED_TOKENS,
+    MIN_COUNT,
+    NEURON_SCORE,
+    QUANTILES,
+    SAMPLE,
+    SAMPLE_WINDOWS,
+    TOKEN_RANK,
+    TOKEN_UNITS,
+    TOP_K,
+    TOP_TOKENS,
+    VERSION,
+)
+from .corpus import _as_documents, _checksum, _windows, default_stride, token_counts
+from .forward import _batch_inputs, _stream_unit_blocks, _unit_blocks, head_factors
+from .histograms import _Binner, _edges, _quantiles
 from .native import block_stats
 from .store import NeuronIndex, _config_dict, model_fingerprint
 from .tokens import index_tokenizer, tokenizer_meta
-from .forward import _batch_inputs, _stream_unit_blocks, _unit_blocks, head_factors
 from .top_k import keep_top, top_merge
 
 
@@ -46,16 +65,18 @@ def default_batch(config) -> int:
 
 # ---------------------------------------------------------------------------------------------------- 1. plan
 
+
 @dataclass(frozen=True)
 class ScanPlan:
     """What every part of one scan shares. Arrays are per unit unless said otherwise."""
-    settings: dict          # n_ctx, stride, batch, top_k, bins, min_count, sample
-    offsets: np.ndarray     # [documents + 1] int64: each document's first global position
-    windows: np.ndarray     # [n, 4] int64: document, start, length, first scored offset
-    frequent: np.ndarray    # token ids ranked by their mean (occurring at least min_count times)
+
+    settings: dict  # n_ctx, stride, batch, top_k, bins, min_count, sample
+    offsets: np.ndarray  # [documents + 1] int64: each document's first global position
+    windows: np.ndarray  # [n, 4] int64: document, start, length, first scored offset
+    frequent: np.ndarray  # token ids ranked by their mean (occurring at least min_count times)
     frequent_counts: np.ndarray
     hist_range: np.ndarray  # [U, 2] float32: lo, hi (0 an edge)
-    zero_bin: np.ndarray    # [U] int64: the bin whose lower edge is 0
+    zero_bin: np.ndarray  # [U] int64: the bin whose lower edge is 0
     meta: dict = field(default_factory=dict)  # the index's metadata apart from the scan's own figures
 
     @property
@@ -75,7 +96,7 @@ class ScanPlan:
 
     def batch_windows(self, b: int) -> np.ndarray:
         size = self.settings["batch"]
-        return self.windows[b * size:(b + 1) * size]
+        return self.windows[b * size : (b + 1) * size]
 
     @property
     def key(self) -> str:
@@ -89,9 +110,20 @@ class ScanPlan:
         return h.hexdigest()
 
 
-def plan_scan(model, docs, *, model_name: str = "", source: str = "", corpus: dict | None = None,
-              stride: int | None = None, batch: int | None = None, top_k: int = TOP_K, bins: int = BINS,
-              min_count: int = MIN_COUNT, sample: int = SAMPLE) -> ScanPlan:
+def plan_scan(
+    model,
+    docs,
+    *,
+    model_name: str = "",
+    source: str = "",
+    corpus: dict | None = None,
+    stride: int | None = None,
+    batch: int | None = None,
+    top_k: int = TOP_K,
+    bins: int = BINS,
+    min_count: int = MIN_COUNT,
+    sample: int = SAMPLE,
+) -> ScanPlan:
     """The plan of a scan of `docs` with `model`: validates the corpus, cuts the windows and runs the first pass
     that fixes each unit's histogram range. `corpus`: extra metadata on where the documents came from; `sample`:
     positive values sampled per unit for the bands' examples (0: none, the bands have no examples)."""
@@ -123,7 +155,7 @@ def plan_scan(model, docs, *, model_name: str = "", source: str = "", corpus: di
     spread = windows[np.unique(np.linspace(0, len(windows) - 1, min(len(windows), SAMPLE_WINDOWS)).astype(int))]
     lo, hi = torch.full((U,), math.inf), torch.full((U,), -math.inf)
     for i in range(0, len(spread), batch):
-        blocks, _, _ = _unit_blocks(model, docs, offsets, spread[i:i + batch])
+        blocks, _, _ = _unit_blocks(model, docs, offsets, spread[i : i + batch])
         for first, values, _ in blocks:
             low, high = values.amin(0), values.amax(0)  # (aminmax over dim 0 takes a slow path: 25x slower)
             cols = slice(first, first + values.shape[1])
@@ -136,57 +168,87 @@ def plan_scan(model, docs, *, model_name: str = "", source: str = "", corpus: di
     hist_range = torch.stack([lo, lo + bins * width], 1).float().numpy()
 
     K = min(top_k, int(offsets[-1]))
-    settings = {"n_ctx": n_ctx, "stride": stride, "batch": batch, "top_k": K, "bins": bins, "min_count": min_count,
-                "sample": int(sample)}
+    settings = {
+        "n_ctx": n_ctx,
+        "stride": stride,
+        "batch": batch,
+        "top_k": K,
+        "bins": bins,
+        "min_count": min_count,
+        "sample": int(sample),
+    }
     meta = {
-        "format": FORMAT, "version": VERSION,
+        "format": FORMAT,
+        "version": VERSION,
         "model": {"name": model_name or getattr(cfg, "name", ""), "fingerprint": model_fingerprint(model)},
         "config": _config_dict(cfg),
         "tokenizer": tokenizer_meta(tokenizer_for(model)),  # the ids' tokenizer: a reader checks it (tokens.py)
-        "corpus": {"source": source, "tokens": int(offsets[-1]), **(corpus or {}),
-                   "documents": [{"name": d.name, "tokens": len(d.ids), "held_out": bool(d.held_out),
-                                  "crc32": _checksum(d.ids)} for d in docs]},
-        "windows": {"n_ctx": n_ctx, "stride": stride, "min_left_context": n_ctx - stride, "count": len(windows),
-                    "rule": "windows of n_ctx tokens every `stride` tokens of a document; the first window scores "
-                            "all its positions, each later one its last `stride`; position t is scored in the "
-                            "window starting at 0 if t < n_ctx else ((t - n_ctx) // stride + 1) * stride"},
+        "corpus": {
+            "source": source,
+            "tokens": int(offsets[-1]),
+            **(corpus or {}),
+            "documents": [
+                {"name": d.name, "tokens": len(d.ids), "held_out": bool(d.held_out), "crc32": _checksum(d.ids)}
+                for d in docs
+            ],
+        },
+        "windows": {
+            "n_ctx": n_ctx,
+            "stride": stride,
+            "min_left_context": n_ctx - stride,
+            "count": len(windows),
+            "rule": "windows of n_ctx tokens every `stride` tokens of a document; the first window scores "
+            "all its positions, each later one its last `stride`; position t is scored in the "
+            "window starting at 0 if t < n_ctx else ((t - n_ctx) // stride + 1) * stride",
+        },
         "scores": {"neuron": NEURON_SCORE, "head": HEAD_SCORE},
-        "units": {"neurons": L * F, "heads": L * H,
-                  "order": "flat index: neurons layer by layer (layer * d_ff + neuron), then heads "
-                           "(n_layers * d_ff + layer * n_heads + head)"},
-        "top_k": K, "bins": bins, "quantile_levels": list(QUANTILES),
+        "units": {
+            "neurons": L * F,
+            "heads": L * H,
+            "order": "flat index: neurons layer by layer (layer * d_ff + neuron), then heads "
+            "(n_layers * d_ff + layer * n_heads + head)",
+        },
+        "top_k": K,
+        "bins": bins,
+        "quantile_levels": list(QUANTILES),
         "bands": {"levels": list(BAND_LEVELS), "examples": BAND_EXAMPLES, "sample": int(sample), "rule": BAND_RULE},
         "histogram": "bins uniform over hist_range (a first pass over a sample of windows), 0 an edge, each bin "
-                     "left-open (a, b] so 0 and -0.0 fall below the 0 edge; the outer edges moved to min_max to "
-                     "cover the scan's exact extremes (value_range); quantiles read from the histogram (linear "
-                     "within a bin) and clipped to value_range; active_share: the count of values > 0 (the bins above the 0 "
-                     "edge, which hold exactly those)",
-        "top_tokens": {"k": min(TOP_TOKENS, len(frequent)), "min_count": min_count, "rank": TOKEN_RANK,
-                       "frequent_tokens": len(frequent), "most_ranked": MAX_RANKED_TOKENS},
+        "left-open (a, b] so 0 and -0.0 fall below the 0 edge; the outer edges moved to min_max to "
+        "cover the scan's exact extremes (value_range); quantiles read from the histogram (linear "
+        "within a bin) and clipped to value_range; active_share: the count of values > 0 (the bins above the 0 "
+        "edge, which hold exactly those)",
+        "top_tokens": {
+            "k": min(TOP_TOKENS, len(frequent)),
+            "min_count": min_count,
+            "rank": TOKEN_RANK,
+            "frequent_tokens": len(frequent),
+            "most_ranked": MAX_RANKED_TOKENS,
+        },
     }
-    return ScanPlan(settings, offsets, windows, frequent, counts[frequent], hist_range,
-                    zero_bin.long().numpy(), meta)
+    return ScanPlan(settings, offsets, windows, frequent, counts[frequent], hist_range, zero_bin.long().numpy(), meta)
 
 
 # ---------------------------------------------------------------------------------------------------- 2. scan
 
+
 @dataclass
 class PartialScan:
     """Running statistics over some batches of a plan (torch tensors, one row per unit)."""
+
     key: str
     batches: list[tuple[int, int]]  # [start, stop) runs of the plan's batches covered
     tokens: int
-    best_v: torch.Tensor            # [U, K] float32, in the total order (value desc, location asc)
-    best_loc: torch.Tensor          # [U, K] int64 global positions (-1: none yet)
-    counts: torch.Tensor            # [U, bins] int64; bins from zero_bin on hold exactly the values > 0
-    vmin: torch.Tensor              # [U] float32
-    vsq: torch.Tensor               # [U] float64
-    token_sums: torch.Tensor        # [U, frequent + 1] float32; the last slot gathers the rare tokens
-    samp_key: torch.Tensor          # [U, SAMPLE] int64: each unit's sample of its positive values (bands.py), by key
-    samp_v: torch.Tensor            # [U, SAMPLE] float32 (0 in an empty slot)
-    samp_loc: torch.Tensor          # [U, SAMPLE] int64 global positions (-1: empty)
+    best_v: torch.Tensor  # [U, K] float32, in the total order (value desc, location asc)
+    best_loc: torch.Tensor  # [U, K] int64 global positions (-1: none yet)
+    counts: torch.Tensor  # [U, bins] int64; bins from zero_bin on hold exactly the values > 0
+    vmin: torch.Tensor  # [U] float32
+    vsq: torch.Tensor  # [U] float64
+    token_sums: torch.Tensor  # [U, frequent + 1] float32; the last slot gathers the rare tokens
+    samp_key: torch.Tensor  # [U, SAMPLE] int64: each unit's sample of its positive values (bands.py), by key
+    samp_v: torch.Tensor  # [U, SAMPLE] float32 (0 in an empty slot)
+    samp_loc: torch.Tensor  # [U, SAMPLE] int64 global positions (-1: empty)
     seconds: float = 0.0
-    statistics: str = ""            # what computed them: "C" (native.py) or "torch"; "C+torch" when merged from both
+    statistics: str = ""  # what computed them: "C" (native.py) or "torch"; "C+torch" when merged from both
     run: dict = field(default_factory=dict)  # what scanned them (device, dtype, threads, torch, peak_rss_mb), if said
 
     ARRAYS = ("best_v", "best_loc", "counts", "vmin", "vsq", "token_sums", "samp_key", "samp_v", "samp_loc")
@@ -194,14 +256,27 @@ class PartialScan:
 
 def _empty_partial(plan: ScanPlan, U: int) -> PartialScan:
     K, bins, size = plan.settings["top_k"], plan.settings["bins"], plan.settings.get("sample", SAMPLE)
-    return PartialScan(plan.key, [], 0, torch.full((U, K), -math.inf), torch.full((U, K), -1, dtype=torch.long),
-                       torch.zeros(U, bins, dtype=torch.long), torch.full((U,), math.inf),
-                       torch.zeros(U, dtype=torch.float64), torch.zeros(U, len(plan.frequent) + 1),
-                       *empty_sample(U, size))
+    return PartialScan(
+        plan.key,
+        [],
+        0,
+        torch.full((U, K), -math.inf),
+        torch.full((U, K), -1, dtype=torch.long),
+        torch.zeros(U, bins, dtype=torch.long),
+        torch.full((U,), math.inf),
+        torch.zeros(U, dtype=torch.float64),
+        torch.zeros(U, len(plan.frequent) + 1),
+        *empty_sample(U, size),
+    )
 
 
-def scan_batches(model, docs, plan: ScanPlan, batches: Sequence[int] | range | None = None,
-                 progress: Callable[[int, int], None] | None = None) -> PartialScan:
+def scan_batches(
+    model,
+    docs,
+    plan: ScanPlan,
+    batches: Sequence[int] | range | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> PartialScan:
     """The running statistics of `batches` of the plan (default: all). `progress(tokens_done, tokens_in_these)`."""
     started = time.perf_counter()
     model.eval()
@@ -238,15 +313,26 @@ def scan_batches(model, docs, plan: ScanPlan, batches: Sequence[int] | range | N
     return part
 
 
-def _fold(part: PartialScan, native, binner: _Binner, token_sums: torch.Tensor, slots: torch.Tensor,
-          loc: torch.Tensor, keys: torch.Tensor, in_order: bool, K: int, first: int, values: torch.Tensor,
-          rows: torch.Tensor | None) -> None:
+def _fold(
+    part: PartialScan,
+    native,
+    binner: _Binner,
+    token_sums: torch.Tensor,
+    slots: torch.Tensor,
+    loc: torch.Tensor,
+    keys: torch.Tensor,
+    in_order: bool,
+    K: int,
+    first: int,
+    values: torch.Tensor,
+    rows: torch.Tensor | None,
+) -> None:
     """One block's values (the rows `rows` of `values`, or all of them) into the running statistics: one compiled
     pass (native.py), or torch ops. `in_order`: the block's locations increase; `keys`: their sampling keys."""
     if native is not None:
         # the top K too, in the same pass, where a new value can only go after the entries at or above it: every
         # entry held (none in a shard's first batch) comes before this block (a scan in corpus order)
-        insert = in_order and len(loc) > 0 and int(part.best_loc[first:first + values.shape[1]].max()) < int(loc[0])
+        insert = in_order and len(loc) > 0 and int(part.best_loc[first : first + values.shape[1]].max()) < int(loc[0])
         high = native.update(part, token_sums, slots, loc, first, values, rows, insert, keys)
         if insert:
             return
@@ -274,6 +360,7 @@ def _runs(batches: list[int]) -> list[tuple[int, int]]:
 
 # ---------------------------------------------------------------------------------------------------- 3. merge
 
+
 def merge_scans(parts: Sequence[PartialScan]) -> PartialScan:
     """One partial scan from several of the same plan over disjoint batches. ValueError when their plans differ or
     their batches overlap."""
@@ -287,13 +374,21 @@ def merge_scans(parts: Sequence[PartialScan]) -> PartialScan:
             raise ValueError(f"partial scans overlap at batch {start}")
     first = parts[0]
     K = first.best_v.shape[1]
-    best_v, best_loc = top_merge(torch.cat([p.best_v for p in parts], 1), torch.cat([p.best_loc for p in parts], 1),
-                                  K)
+    best_v, best_loc = top_merge(torch.cat([p.best_v for p in parts], 1), torch.cat([p.best_loc for p in parts], 1), K)
     return PartialScan(
-        first.key, _runs([b for p in parts for start, stop in p.batches for b in range(start, stop)]),
-        sum(p.tokens for p in parts), best_v, best_loc, sum(p.counts for p in parts),
-        torch.stack([p.vmin for p in parts]).amin(0), sum(p.vsq for p in parts), sum(p.token_sums for p in parts),
-        *merge_samples(parts), sum(p.seconds for p in parts), "+".join(sorted({p.statistics for p in parts} - {""})))
+        first.key,
+        _runs([b for p in parts for start, stop in p.batches for b in range(start, stop)]),
+        sum(p.tokens for p in parts),
+        best_v,
+        best_loc,
+        sum(p.counts for p in parts),
+        torch.stack([p.vmin for p in parts]).amin(0),
+        sum(p.vsq for p in parts),
+        sum(p.token_sums for p in parts),
+        *merge_samples(parts),
+        sum(p.seconds for p in parts),
+        "+".join(sorted({p.statistics for p in parts} - {""})),
+    )
 
 
 def finish_scan(plan: ScanPlan, part: PartialScan) -> NeuronIndex:
@@ -301,8 +396,10 @@ def finish_scan(plan: ScanPlan, part: PartialScan) -> NeuronIndex:
     if part.key != plan.key:
         raise ValueError("this partial scan comes from another plan")
     if part.batches != [(0, plan.n_batches)] or part.tokens != plan.tokens:
-        raise ValueError(f"the partial scans cover batches {part.batches} of 0..{plan.n_batches - 1}: "
-                         f"{part.tokens:,} of {plan.tokens:,} tokens")
+        raise ValueError(
+            f"the partial scans cover batches {part.batches} of 0..{plan.n_batches - 1}: "
+            f"{part.tokens:,} of {plan.tokens:,} tokens"
+        )
     meta = dict(plan.meta)
     c = meta["config"]
     L, F, H = c["n_layers"], c["d_ff"], c["n_heads"]
@@ -320,39 +417,55 @@ def finish_scan(plan: ScanPlan, part: PartialScan) -> NeuronIndex:
         "hist_range": plan.hist_range.astype(np.float32),
         "min_max": torch.stack([torch.minimum(lo, vmin), torch.maximum(hi, vmax)], 1).numpy().astype(np.float32),
         "value_range": torch.stack([vmin, vmax], 1).numpy().astype(np.float32),
-        "mean": mean.numpy().astype(np.float32), "std": std.numpy().astype(np.float32),
+        "mean": mean.numpy().astype(np.float32),
+        "std": std.numpy().astype(np.float32),
         "active_share": np.where(np.arange(U) < L * F, active.numpy() / total, np.nan).astype(np.float32),
     }
     arrays["top_doc"], arrays["top_pos"] = _doc_pos(plan.offsets, part.best_loc.numpy())
-    arrays["quantiles"] = np.clip(_quantiles(_edges(arrays["hist_range"], arrays["min_max"], bins),
-                                             arrays["hist_counts"], QUANTILES),
-                                  arrays["value_range"][:, :1], arrays["value_range"][:, 1:]).astype(np.float32)
+    arrays["quantiles"] = np.clip(
+        _quantiles(_edges(arrays["hist_range"], arrays["min_max"], bins), arrays["hist_counts"], QUANTILES),
+        arrays["value_range"][:, :1],
+        arrays["value_range"][:, 1:],
+    ).astype(np.float32)
     arrays.update(_token_arrays(plan, part, mean, std, L * F, L * H))
-    edges = band_edges(_edges(arrays["hist_range"], arrays["min_max"], bins), arrays["hist_counts"], plan.zero_bin,
-                       arrays["value_range"][:, 1])
+    edges = band_edges(
+        _edges(arrays["hist_range"], arrays["min_max"], bins),
+        arrays["hist_counts"],
+        plan.zero_bin,
+        arrays["value_range"][:, 1],
+    )
     bands = band_arrays(edges, part.samp_v.numpy(), part.samp_loc.numpy())
     arrays["band_edges"], arrays["band_values"] = edges.astype(np.float32), bands["band_values"]
     arrays["band_doc"], arrays["band_pos"] = _doc_pos(plan.offsets, bands["band_loc"])
     arrays["band_sampled"] = bands["band_sampled"]
     # seconds: the scan's wall clock where one process saw it (Ray's driver sets its own); task_seconds: the parts'
     # scan times summed; shards: how many parts (a merge or Ray sets it)
-    meta["scan"] = {"seconds": round(part.seconds, 2), "tokens_per_s": round(total / max(part.seconds, 1e-9)),
-                    "task_seconds": round(part.seconds, 2), "shards": 1, "batch": plan.settings["batch"],
-                    "threads": torch.get_num_threads(), "torch": torch.__version__, "statistics": part.statistics}
+    meta["scan"] = {
+        "seconds": round(part.seconds, 2),
+        "tokens_per_s": round(total / max(part.seconds, 1e-9)),
+        "task_seconds": round(part.seconds, 2),
+        "shards": 1,
+        "batch": plan.settings["batch"],
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "statistics": part.statistics,
+    }
     return NeuronIndex(meta, arrays)
 
 
 def _doc_pos(offsets: np.ndarray, loc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Global positions (-1: none) as (document, position in it), int32, -1 where none."""
     doc = np.searchsorted(offsets, loc, side="right") - 1
-    return (np.where(loc >= 0, doc, -1).astype(np.int32),
-            np.where(loc >= 0, loc - offsets[np.clip(doc, 0, None)], -1).astype(np.int32))
+    return (
+        np.where(loc >= 0, doc, -1).astype(np.int32),
+        np.where(loc >= 0, loc - offsets[np.clip(doc, 0, None)], -1).astype(np.int32),
+    )
 
 
 def _token_arrays(plan: ScanPlan, part: PartialScan, mean, std, n_neurons: int, n_heads: int) -> dict:
     """Per unit the tokens with the highest means; per token the units with the highest z-scored means."""
     frequent = plan.frequent
-    means = (part.token_sums[:, :len(frequent)] / torch.from_numpy(plan.frequent_counts).float()[None]).t()  # (V', U)
+    means = (part.token_sums[:, : len(frequent)] / torch.from_numpy(plan.frequent_counts).float()[None]).t()  # (V', U)
     kt = min(TOP_TOKENS, len(frequent))
     if kt:
         top_tok = means.topk(kt, dim=0)
@@ -362,16 +475,21 @@ def _token_arrays(plan: ScanPlan, part: PartialScan, mean, std, n_neurons: int, 
     z = (means - mean.float()) / std.float().clamp(min=1e-12)
     zn = z[:, :n_neurons].topk(min(TOKEN_UNITS, n_neurons), dim=1)
     zh = z[:, n_neurons:].topk(min(TOKEN_UNITS, n_heads), dim=1)
-    return {"top_token_ids": ids.astype(np.int32), "top_token_mean": tok_mean.astype(np.float32),
-            "token_ids": frequent.astype(np.int32), "token_counts": plan.frequent_counts.astype(np.int32),
-            "token_neurons": zn.indices.numpy().astype(np.int32),
-            "token_neuron_z": zn.values.numpy().astype(np.float32),
-            "token_heads": (zh.indices + n_neurons).numpy().astype(np.int32),
-            "token_head_z": zh.values.numpy().astype(np.float32)}
+    return {
+        "top_token_ids": ids.astype(np.int32),
+        "top_token_mean": tok_mean.astype(np.float32),
+        "token_ids": frequent.astype(np.int32),
+        "token_counts": plan.frequent_counts.astype(np.int32),
+        "token_neurons": zn.indices.numpy().astype(np.int32),
+        "token_neuron_z": zn.values.numpy().astype(np.float32),
+        "token_heads": (zh.indices + n_neurons).numpy().astype(np.int32),
+        "token_head_z": zh.values.numpy().astype(np.float32),
+    }
 
 
-def scan_nbytes(config, docs, *, batch: int | None = None, top_k: int = TOP_K, bins: int = BINS,
-                min_count: int = MIN_COUNT) -> int:
+def scan_nbytes(
+    config, docs, *, batch: int | None = None, top_k: int = TOP_K, bins: int = BINS, min_count: int = MIN_COUNT
+) -> int:
     """About the most memory build_index takes beyond the model for `docs` (an estimate to check before a scan:
     the running sums per unit and frequent token, the histograms, one batch's activations and unit values)."""
     docs = _as_documents(docs)
@@ -386,15 +504,37 @@ def scan_nbytes(config, docs, *, batch: int | None = None, top_k: int = TOP_K, b
     return int(per_unit + tokens * U * 4 * 4 + activations)
 
 
-def build_index(model, docs, *, model_name: str = "", source: str = "", corpus: dict | None = None,
-                stride: int | None = None, batch: int | None = None, top_k: int = TOP_K, bins: int = BINS,
-                min_count: int = MIN_COUNT, sample: int = SAMPLE, progress: Callable[[int, int], None] | None = None
-                ) -> NeuronIndex:
+def build_index(
+    model,
+    docs,
+    *,
+    model_name: str = "",
+    source: str = "",
+    corpus: dict | None = None,
+    stride: int | None = None,
+    batch: int | None = None,
+    top_k: int = TOP_K,
+    bins: int = BINS,
+    min_count: int = MIN_COUNT,
+    sample: int = SAMPLE,
+    progress: Callable[[int, int], None] | None = None,
+) -> NeuronIndex:
     """Scan `docs` (Documents, or token-id sequences) with `model` once and return the index. `batch`: windows per
     forward pass (default_batch); `progress(tokens_done, tokens_total)` is called after each batch."""
     started = time.perf_counter()
-    plan = plan_scan(model, docs, model_name=model_name, source=source, corpus=corpus, stride=stride, batch=batch,
-                     top_k=top_k, bins=bins, min_count=min_count, sample=sample)
+    plan = plan_scan(
+        model,
+        docs,
+        model_name=model_name,
+        source=source,
+        corpus=corpus,
+        stride=stride,
+        batch=batch,
+        top_k=top_k,
+        bins=bins,
+        min_count=min_count,
+        sample=sample,
+    )
     part = scan_batches(model, docs, plan, progress=progress)
     part.seconds = time.perf_counter() - started
     return finish_scan(plan, part)

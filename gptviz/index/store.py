@@ -1,4 +1,5 @@
 """An index in memory (NeuronIndex) and on disk (index.json + index.npz)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -21,6 +22,7 @@ class IndexFormatError(ValueError):
 @dataclass
 class NeuronIndex:
     """A scan's results: `meta` (JSON-able) and `arrays` (numpy, one row per unit unless said otherwise)."""
+
     meta: dict
     arrays: dict[str, np.ndarray]
 
@@ -78,8 +80,12 @@ LATER_FIELDS = {"bias": True, "final_norm": True}
 
 def _config_dict(config) -> dict:
     import dataclasses
-    return {f.name: getattr(config, f.name) for f in dataclasses.fields(config)
-            if not (f.name in LATER_FIELDS and getattr(config, f.name) == LATER_FIELDS[f.name])}
+
+    return {
+        f.name: getattr(config, f.name)
+        for f in dataclasses.fields(config)
+        if not (f.name in LATER_FIELDS and getattr(config, f.name) == LATER_FIELDS[f.name])
+    }
 
 
 def _expected_shapes(meta: dict) -> dict[str, tuple[tuple, str]]:
@@ -87,17 +93,32 @@ def _expected_shapes(meta: dict) -> dict[str, tuple[tuple, str]]:
     L, F, H = int(c["n_layers"]), int(c["d_ff"]), int(c["n_heads"])
     U, K, B = L * (F + H), int(meta["top_k"]), int(meta["bins"])
     Q, T, V = len(meta["quantile_levels"]), int(meta["top_tokens"]["k"]), int(meta["top_tokens"]["frequent_tokens"])
-    return {"top_values": ((U, K), "f"), "top_doc": ((U, K), "i"), "top_pos": ((U, K), "i"),
-            "hist_counts": ((U, B), "i"), "hist_range": ((U, 2), "f"), "min_max": ((U, 2), "f"),
-            "value_range": ((U, 2), "f"),
-            "mean": ((U,), "f"), "std": ((U,), "f"), "active_share": ((U,), "f"), "quantiles": ((U, Q), "f"),
-            "top_token_ids": ((U, T), "i"), "top_token_mean": ((U, T), "f"),
-            "token_ids": ((V,), "i"), "token_counts": ((V,), "i"),
-            "token_neurons": ((V, min(TOKEN_UNITS, L * F)), "i"), "token_neuron_z": ((V, min(TOKEN_UNITS, L * F)), "f"),
-            "token_heads": ((V, min(TOKEN_UNITS, L * H)), "i"), "token_head_z": ((V, min(TOKEN_UNITS, L * H)), "f"),
-            "band_edges": ((U, BANDS + 1), "f"), "band_values": ((U, BANDS, BAND_EXAMPLES), "f"),
-            "band_doc": ((U, BANDS, BAND_EXAMPLES), "i"), "band_pos": ((U, BANDS, BAND_EXAMPLES), "i"),
-            "band_sampled": ((U, BANDS), "i")}
+    return {
+        "top_values": ((U, K), "f"),
+        "top_doc": ((U, K), "i"),
+        "top_pos": ((U, K), "i"),
+        "hist_counts": ((U, B), "i"),
+        "hist_range": ((U, 2), "f"),
+        "min_max": ((U, 2), "f"),
+        "value_range": ((U, 2), "f"),
+        "mean": ((U,), "f"),
+        "std": ((U,), "f"),
+        "active_share": ((U,), "f"),
+        "quantiles": ((U, Q), "f"),
+        "top_token_ids": ((U, T), "i"),
+        "top_token_mean": ((U, T), "f"),
+        "token_ids": ((V,), "i"),
+        "token_counts": ((V,), "i"),
+        "token_neurons": ((V, min(TOKEN_UNITS, L * F)), "i"),
+        "token_neuron_z": ((V, min(TOKEN_UNITS, L * F)), "f"),
+        "token_heads": ((V, min(TOKEN_UNITS, L * H)), "i"),
+        "token_head_z": ((V, min(TOKEN_UNITS, L * H)), "f"),
+        "band_edges": ((U, BANDS + 1), "f"),
+        "band_values": ((U, BANDS, BAND_EXAMPLES), "f"),
+        "band_doc": ((U, BANDS, BAND_EXAMPLES), "i"),
+        "band_pos": ((U, BANDS, BAND_EXAMPLES), "i"),
+        "band_sampled": ((U, BANDS), "i"),
+    }
 
 
 def save_index(index: NeuronIndex, folder) -> Path:
@@ -111,7 +132,6 @@ def save_index(index: NeuronIndex, folder) -> Path:
         np.savez_compressed(f, **index.arrays)
     atomic_write(folder / INDEX_JSON, json.dumps(index.meta, indent=1) + "\n")
     return folder
-
 
 
 def load_index(folder) -> NeuronIndex:
@@ -148,8 +168,10 @@ def stale_message(meta: dict) -> str:
     if corpus.get("path"):
         command += " --corpus CORPUS"
     new = " (version 3 adds examples from five bands of each unit's positive values)" if version in (1, 2) else ""
-    return (f"index format version {version!r}; this gptviz reads version {VERSION}{new}: rebuild it with "
-            f"`{command} --out FOLDER`")
+    return (
+        f"index format version {version!r}; this gptviz reads version {VERSION}{new}: rebuild it with "
+        f"`{command} --out FOLDER`"
+    )
 
 
 def _validate(meta: dict, arrays: dict[str, np.ndarray]) -> None:
@@ -166,25 +188,35 @@ def _validate(meta: dict, arrays: dict[str, np.ndarray]) -> None:
     for name, (shape, kind) in expected.items():
         a = arrays[name]
         if a.shape != shape or a.dtype.kind != kind:
-            raise IndexFormatError(f"{INDEX_NPZ}: {name} is {a.dtype}{list(a.shape)}, expected "
-                                   f"{'float' if kind == 'f' else 'int'}{list(shape)} for the model in {INDEX_JSON}")
+            raise IndexFormatError(
+                f"{INDEX_NPZ}: {name} is {a.dtype}{list(a.shape)}, expected "
+                f"{'float' if kind == 'f' else 'int'}{list(shape)} for the model in {INDEX_JSON}"
+            )
     if total != int(lengths.sum()):
         raise IndexFormatError(f"{INDEX_JSON}: the documents' lengths do not add up to the tokens scanned")
     if (arrays["hist_counts"].astype(np.int64).sum(1) != total).any():
         raise IndexFormatError(f"{INDEX_NPZ}: a histogram's counts do not add up to the {total:,} tokens scanned")
-    for what, doc, pos in (("top", arrays["top_doc"], arrays["top_pos"]),
-                           ("band", arrays["band_doc"], arrays["band_pos"])):
+    for what, doc, pos in (
+        ("top", arrays["top_doc"], arrays["top_pos"]),
+        ("band", arrays["band_doc"], arrays["band_pos"]),
+    ):
         listed = doc >= 0
-        if (doc >= len(docs)).any() or (doc < -1).any() or (pos[listed] < 0).any() \
-                or (pos[listed] >= lengths[doc[listed]]).any():
+        if (
+            (doc >= len(docs)).any()
+            or (doc < -1).any()
+            or (pos[listed] < 0).any()
+            or (pos[listed] >= lengths[doc[listed]]).any()
+        ):
             raise IndexFormatError(f"{INDEX_NPZ}: a {what} example lies outside its document")
 
 
 # ---------------------------------------------------------------------------------------------------- shipped
 
+
 def index_folder(model_name: str) -> Path:
     """Where a bundled model's shipped index lives: gptviz/bundled/<name>/index."""
     from ..model.weights import BUNDLED_DIR
+
     return BUNDLED_DIR / model_name / "index"
 
 
@@ -204,7 +236,10 @@ def index_mismatch(index: NeuronIndex, model, weights: bool = False) -> str | No
     weights), or None."""
     from ..model.tokenizer import tokenizer_for
     from .tokens import tokenizer_mismatch
+
     if weights and index.meta["model"]["fingerprint"] != model_fingerprint(model):
-        return ("the index was built with other weights than this model's (their fingerprints differ): its "
-                "examples would not be this model's")
+        return (
+            "the index was built with other weights than this model's (their fingerprints differ): its "
+            "examples would not be this model's"
+        )
     return tokenizer_mismatch(index.meta, tokenizer_for(model))

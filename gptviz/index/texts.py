@@ -5,6 +5,7 @@ A document's text arrives as pieces of about CHUNK_CHARS characters, each cut wh
 its longest line. Only regular files are opened (a FIFO would block forever, a device never end), and a folder's
 links that lead out of it are not followed.
 """
+
 from __future__ import annotations
 
 import io
@@ -18,10 +19,10 @@ from contextlib import closing
 from pathlib import Path
 
 TEXT_SUFFIXES = (".txt", ".text", ".md")
-CHUNK_CHARS = 1 << 20        # characters read (and tokenized) at a time
-LONGEST_RUN = 1 << 22        # characters without a safe cut (below) before a piece is cut anyway
-SNIFF_BYTES = 8192           # a NUL byte in a file's first 8 KB marks it as binary (git's test)
-MAX_LINE_CHARS = 64 << 20    # a JSON line longer than this is refused (json.loads needs it whole)
+CHUNK_CHARS = 1 << 20  # characters read (and tokenized) at a time
+LONGEST_RUN = 1 << 22  # characters without a safe cut (below) before a piece is cut anyway
+SNIFF_BYTES = 8192  # a NUL byte in a file's first 8 KB marks it as binary (git's test)
+MAX_LINE_CHARS = 64 << 20  # a JSON line longer than this is refused (json.loads needs it whole)
 
 # GPT-2's pre-tokenizer (tiktoken's r50k/gpt2 pattern; a test pins it to the tokenizer's). BPE runs within each of
 # its matches, so a cut between two matches, where the matches before it do not depend on what follows, changes no
@@ -34,8 +35,10 @@ MAX_LINE_CHARS = 64 << 20    # a JSON line longer than this is refused (json.loa
 # Python's \S is narrower than Unicode's non-space (\x1c-\x1f count as space here), which only leaves cuts out.
 PRE_TOKENIZER = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 _PUNCT, _PUNCT_NOT_QUOTE = r"!-/:-@\[-`{-~", r"!-&(-/:-@\[-`{-~"
-_CUT = re.compile(rf"\S(?=[ \t\n\r])|[A-Za-z](?=[0-9{_PUNCT}])|[0-9](?=[A-Za-z{_PUNCT}])"
-                  rf"|[{_PUNCT_NOT_QUOTE}](?=[A-Za-z0-9])")
+_CUT = re.compile(
+    rf"\S(?=[ \t\n\r])|[A-Za-z](?=[0-9{_PUNCT}])|[0-9](?=[A-Za-z{_PUNCT}])"
+    rf"|[{_PUNCT_NOT_QUOTE}](?=[A-Za-z0-9])"
+)
 
 
 def _last_cut(text: str, cut=None) -> int:
@@ -79,7 +82,7 @@ def pieces(chunks: Iterable[str], cut=None) -> Iterator[str]:
 
 def _string_chunks(text: str) -> Iterator[str]:
     for i in range(0, len(text), CHUNK_CHARS):
-        yield text[i:i + CHUNK_CHARS]
+        yield text[i : i + CHUNK_CHARS]
 
 
 def _open_regular(path: Path, name: str):
@@ -137,8 +140,9 @@ def folder_files(folder: Path, on_skip: Callable[[str, str], None] | None = None
     return files
 
 
-def corpus_pieces(path, text_column: str = "text", on_skip: Callable[[str, str], None] | None = None, cut=None
-                  ) -> Iterator[tuple[str, Iterator[str]]]:
+def corpus_pieces(
+    path, text_column: str = "text", on_skip: Callable[[str, str], None] | None = None, cut=None
+) -> Iterator[tuple[str, Iterator[str]]]:
     """(name, pieces of its text) for every document of a corpus, streamed (cut by `cut`, see pieces): a text file
     (one document), a folder
     (each text file below it one document, in sorted path order; see folder_files), a Parquet file or a JSON-lines
@@ -164,8 +168,9 @@ def corpus_pieces(path, text_column: str = "text", on_skip: Callable[[str, str],
         yield path.stem, _text_file(path, path.name, cut)
 
 
-def corpus_texts(path, text_column: str = "text", on_skip: Callable[[str, str], None] | None = None
-                 ) -> Iterator[tuple[str, str]]:
+def corpus_texts(
+    path, text_column: str = "text", on_skip: Callable[[str, str], None] | None = None
+) -> Iterator[tuple[str, str]]:
     """(name, text) of every document of a corpus (see corpus_pieces), each document's text whole."""
     for name, parts in corpus_pieces(path, text_column, on_skip):
         with closing(parts):
@@ -176,7 +181,9 @@ def _parquet_texts(path: Path, column: str) -> Iterator[tuple[str, str]]:
     try:
         import pyarrow.parquet as pq
     except ImportError:
-        raise ValueError("reading Parquet needs pyarrow: pip install pyarrow (from a checkout: pip install '.[corpus]')") from None
+        raise ValueError(
+            "reading Parquet needs pyarrow: pip install pyarrow (from a checkout: pip install '.[corpus]')"
+        ) from None
     with _open_regular(path, path.name) as f:
         try:
             reader = pq.ParquetFile(f)

@@ -13,6 +13,7 @@ whitespace characters (canonical reordering and composition stop at a space, who
 case's final-sigma context stops at a space), so a cut before whitespace changes no word, hence no token.
 tests/test_index_gpt1.py checks it against transformers on whole texts.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -22,7 +23,7 @@ import re
 from ..model.tokenizer import BPE_SHA256, get_tokenizer, is_gpt2
 
 GPT2 = {"name": "gpt2", "fingerprint": BPE_SHA256}  # the tokenizer of an index that names none
-GPT1_CUT = re.compile(r"[^ \t\n\r](?=[ \t\n\r])")   # a cut after this match is safe for GPT-1's BPE
+GPT1_CUT = re.compile(r"[^ \t\n\r](?=[ \t\n\r])")  # a cut after this match is safe for GPT-1's BPE
 
 
 def tokenizer_fingerprint(enc) -> str:
@@ -55,9 +56,11 @@ def tokenizer_mismatch(meta: dict, enc) -> str | None:
     if theirs.get("fingerprint") == mine["fingerprint"]:
         return None
     same = theirs.get("name") == mine["name"]
-    return (f"the index was built over {theirs.get('name')!r}'s token ids and this model reads "
-            f"{mine['name']!r}'s{' (another vocabulary of that name)' if same else ''}: its examples would be other "
-            "words; build the index again with this model")
+    return (
+        f"the index was built over {theirs.get('name')!r}'s token ids and this model reads "
+        f"{mine['name']!r}'s{' (another vocabulary of that name)' if same else ''}: its examples would be other "
+        "words; build the index again with this model"
+    )
 
 
 def encode_ordinary(enc, text: str) -> list[int]:

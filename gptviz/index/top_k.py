@@ -1,6 +1,7 @@
 """A unit's running top K under the index's one total order (value descending, then corpus position ascending), so
 that however the values are grouped into blocks, batches or shards, the kept entries are the same. `part` is anything
 with `best_v` [units, K] float32 (-inf: empty) and `best_loc` [units, K] int64 (-1: empty), updated in place."""
+
 from __future__ import annotations
 
 import math
@@ -8,8 +9,9 @@ import math
 import torch
 
 
-def top_merge(v: torch.Tensor, loc: torch.Tensor, K: int, in_location_order: bool = False
-              ) -> tuple[torch.Tensor, torch.Tensor]:
+def top_merge(
+    v: torch.Tensor, loc: torch.Tensor, K: int, in_location_order: bool = False
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The first K of each row under one total order: value descending, then location ascending (ties between equal
     values, such as a dead neuron's zeros, fall the same way however the candidates were grouped).
     `in_location_order`: equal values already stand in location order in every row, so one stable sort by value
@@ -56,12 +58,13 @@ def kth_lower_bound(values: torch.Tensor, K: int) -> torch.Tensor:
     if n < K:
         return torch.full((values.shape[1],), -math.inf)
     groups = min(n, 4 * K)
-    maxima = values[:n // groups * groups].view(groups, n // groups, -1).amax(1)  # the last n % groups rows: left out
+    maxima = values[: n // groups * groups].view(groups, n // groups, -1).amax(1)  # the last n % groups rows: left out
     return maxima.topk(K, dim=0).values[-1]
 
 
-def merge_candidates(part, first: int, values: torch.Tensor, cols: torch.Tensor, threshold: torch.Tensor,
-                     loc: torch.Tensor, K: int) -> None:
+def merge_candidates(
+    part, first: int, values: torch.Tensor, cols: torch.Tensor, threshold: torch.Tensor, loc: torch.Tensor, K: int
+) -> None:
     """For the units of block columns `cols`: their values at or above `threshold` (one per column) and their K
     entries so far, in one total order (unit, then value descending, then location ascending); the first K of each
     unit are its new entries. Ties fall by location, whichever batch or shard they came from.
@@ -84,12 +87,28 @@ def merge_candidates(part, first: int, values: torch.Tensor, cols: torch.Tensor,
         renumber = torch.full((len(cols),), -1, dtype=torch.long)
         renumber[members] = torch.arange(len(members))
         mine = (group[col] == g).nonzero().squeeze(1)
-        merge_rows(part, held[members], v[mine], at[mine], renumber[col[mine]], per_unit[members],
-                   int(per_unit[members].max()), K)
+        merge_rows(
+            part,
+            held[members],
+            v[mine],
+            at[mine],
+            renumber[col[mine]],
+            per_unit[members],
+            int(per_unit[members].max()),
+            K,
+        )
 
 
-def merge_rows(part, held: torch.Tensor, v: torch.Tensor, at: torch.Tensor, col: torch.Tensor,
-               per_unit: torch.Tensor, widest: int, K: int) -> None:
+def merge_rows(
+    part,
+    held: torch.Tensor,
+    v: torch.Tensor,
+    at: torch.Tensor,
+    col: torch.Tensor,
+    per_unit: torch.Tensor,
+    widest: int,
+    K: int,
+) -> None:
     """merge_candidates for units `held` (`col`: each candidate's row): each unit's K entries and its candidates as
     one row of a [units, K + widest] matrix, padded with empty slots, ordered by top_merge (one row sort or two). A unit
     with many more candidates than the others would make the matrix mostly padding, so the caller groups units of

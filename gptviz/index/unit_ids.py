@@ -1,4 +1,5 @@
 """Units (MLP neurons and attention heads), their ids, and their scores from a capture."""
+
 from __future__ import annotations
 
 from typing import Union
@@ -50,8 +51,7 @@ def head_write_factor(c_proj_weight: torch.Tensor, n_heads: int) -> torch.Tensor
     return torch.linalg.qr(w.transpose(1, 2), mode="r").R.transpose(1, 2)
 
 
-def head_write_norms(z: torch.Tensor, c_proj_weight: torch.Tensor, factor: torch.Tensor | None = None
-                     ) -> torch.Tensor:
+def head_write_norms(z: torch.Tensor, c_proj_weight: torch.Tensor, factor: torch.Tensor | None = None) -> torch.Tensor:
     """HEAD_SCORE: [..., heads, d_head] z and c_proj's [out, in] weight -> [..., heads] norms of each head's write.
     `factor`: head_write_factor(c_proj_weight, heads), where the caller has it."""
     n_heads, d_head = z.shape[-2], z.shape[-1]
@@ -68,16 +68,17 @@ def head_write_norms(z: torch.Tensor, c_proj_weight: torch.Tensor, factor: torch
 
 
 def _unit_hooks(config) -> list[str]:
-    return ([act_name("post", l) for l in range(config.n_layers)]
-            + [act_name("z", l) for l in range(config.n_layers)])
+    return [act_name("post", l) for l in range(config.n_layers)] + [act_name("z", l) for l in range(config.n_layers)]
 
 
 def _values_from_store(model, store, rows: int) -> torch.Tensor:
     """Every unit's score from a capture's store: [rows, n_units] (rows = batch x T, flattened)."""
     L = model.config.n_layers
     parts = [store[act_name("post", l)].reshape(rows, -1) for l in range(L)]
-    parts += [head_write_norms(store[act_name("z", l)], model.blocks[l].attn.c_proj.weight).reshape(rows, -1)
-              for l in range(L)]
+    parts += [
+        head_write_norms(store[act_name("z", l)], model.blocks[l].attn.c_proj.weight).reshape(rows, -1)
+        for l in range(L)
+    ]
     return torch.cat(parts, dim=1)
 
 

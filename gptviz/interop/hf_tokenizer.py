@@ -5,6 +5,7 @@ TransformerLens's TransformerBridge needs a Hugging Face tokenizer; without one 
 the same 50,257 ids offline: the vocabulary is the bundled ranks in byte-level form, and the merges are recovered
 from the ranks (each multi-byte token is the merge of the two parts that BPE, stopped just before its rank, leaves).
 """
+
 from __future__ import annotations
 
 import functools
@@ -15,8 +16,9 @@ from ..model.tokenizer import EOT, EOT_ID, _load_ranks
 @functools.cache
 def _byte_to_unicode() -> dict[int, str]:
     """GPT-2's printable stand-in character for each byte (the byte-level BPE alphabet)."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + \
-        list(range(ord("®"), ord("ÿ") + 1))
+    printable = (
+        list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    )
     mapping, extra = {}, 0
     for b in range(256):
         if b in printable:
@@ -38,7 +40,7 @@ def _split_at_rank(ranks: dict[bytes, int], token: bytes, rank: int) -> tuple[by
                 best, best_rank = i, r
         if best is None:
             break
-        parts[best:best + 2] = [parts[best] + parts[best + 1]]
+        parts[best : best + 2] = [parts[best] + parts[best + 1]]
     if len(parts) != 2:
         raise ValueError(f"token {token!r} is not the merge of two tokens of lower rank")
     return parts[0], parts[1]
@@ -55,8 +57,11 @@ def gpt2_hf_tokenizer():
     to_unicode = _byte_to_unicode()
     spell = lambda b: "".join(to_unicode[x] for x in b)  # noqa: E731
     vocab = {spell(token): rank for token, rank in ranks.items()}
-    merges = [tuple(map(spell, _split_at_rank(ranks, token, rank)))
-              for token, rank in sorted(ranks.items(), key=lambda kv: kv[1]) if len(token) > 1]
+    merges = [
+        tuple(map(spell, _split_at_rank(ranks, token, rank)))
+        for token, rank in sorted(ranks.items(), key=lambda kv: kv[1])
+        if len(token) > 1
+    ]
     vocab[EOT] = EOT_ID
     bpe = Tokenizer(models.BPE(vocab=vocab, merges=merges))
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -64,8 +69,15 @@ def gpt2_hf_tokenizer():
     bpe.add_special_tokens([EOT])
     # add_bos_token and name_or_path as a Hub tokenizer has them: TransformerLens reloads a tokenizer by its
     # name to switch BOS on unless it is on already
-    return PreTrainedTokenizerFast(tokenizer_object=bpe, bos_token=EOT, eos_token=EOT, unk_token=EOT,
-                                   model_max_length=1024, add_bos_token=True, name_or_path="gpt2")
+    return PreTrainedTokenizerFast(
+        tokenizer_object=bpe,
+        bos_token=EOT,
+        eos_token=EOT,
+        unk_token=EOT,
+        model_max_length=1024,
+        add_bos_token=True,
+        name_or_path="gpt2",
+    )
 
 
 # ---- GPT-1's own tokenizer (Hugging Face openai-gpt folders) -------------------------------------------------------

@@ -9,15 +9,29 @@ graph and the QK decomposition of issue 58 (graph, graph_qk; graph_export writes
 its node influences alone, for a line under each written token). Every public name is
 importable from here, as before the split;
 StepSummary and step_summary live with generation (gptviz.model.generate) and are re-exported too."""
+
 from __future__ import annotations
 
 from ..model.generate import StepSummary, step_summary
 from .baseline import bigram_baseline
 from .curves import activation_curves, causal_mask, regions_where
-from .detectors import (InductionTest, duplicate_token_chance, duplicate_token_scores, head_ranking, induction_chance,
-                        induction_queries, induction_scores, induction_scores_from, induction_sequence, induction_test,
-                        previous_token_chance, previous_token_scores, prompt_induction_chance,
-                        prompt_induction_scores, uniform_attention_chance)
+from .detectors import (
+    InductionTest,
+    duplicate_token_chance,
+    duplicate_token_scores,
+    head_ranking,
+    induction_chance,
+    induction_queries,
+    induction_scores,
+    induction_scores_from,
+    induction_sequence,
+    induction_test,
+    previous_token_chance,
+    previous_token_scores,
+    prompt_induction_chance,
+    prompt_induction_scores,
+    uniform_attention_chance,
+)
 from .entropy import attention_entropy, uniform_attention_entropy
 from .geometry import PCA, cosine_similarity_matrix, pca, vocab_sample
 from .graph import AttributionGraph, GraphEdge, GraphNode, attribution_graph, graph_nbytes
@@ -30,14 +44,55 @@ from .neurons import activation_histograms, top_neurons
 from .norms import NormStats, branch_norms, norm_input_stats, norm_inputs, residual_norms
 
 __all__ = [
-    "AttributionGraph", "Contributors", "GraphEdge", "GraphNode", "QKDecomposition", "attribution_graph", "graph_json",
-    "graph_nbytes", "qk_decomposition", "qk_json", "top_contributors",
-    "HeadMatch", "InductionTest", "LogitLens", "NormStats", "PCA", "StepSummary", "activation_curves", "activation_histograms",
-    "attention_entropy", "bigram_baseline", "branch_norms", "causal_mask", "cosine_similarity_matrix",
-    "duplicate_token_chance", "duplicate_token_scores", "head_ranking", "induction_chance", "induction_queries",
-    "induction_scores", "induction_scores_from", "induction_sequence", "induction_test", "lens_logits", "logit_lens", "match_heads",
-    "norm_input_stats", "norm_inputs", "pattern_similarity", "pca", "previous_token_chance", "previous_token_scores", "prompt_induction_chance",
-    "prompt_induction_scores", "regions_where",
-    "residual_norms", "step_summary", "top_neurons", "uniform_attention_chance", "uniform_attention_entropy",
+    "AttributionGraph",
+    "Contributors",
+    "GraphEdge",
+    "GraphNode",
+    "QKDecomposition",
+    "attribution_graph",
+    "graph_json",
+    "graph_nbytes",
+    "qk_decomposition",
+    "qk_json",
+    "top_contributors",
+    "HeadMatch",
+    "InductionTest",
+    "LogitLens",
+    "NormStats",
+    "PCA",
+    "StepSummary",
+    "activation_curves",
+    "activation_histograms",
+    "attention_entropy",
+    "bigram_baseline",
+    "branch_norms",
+    "causal_mask",
+    "cosine_similarity_matrix",
+    "duplicate_token_chance",
+    "duplicate_token_scores",
+    "head_ranking",
+    "induction_chance",
+    "induction_queries",
+    "induction_scores",
+    "induction_scores_from",
+    "induction_sequence",
+    "induction_test",
+    "lens_logits",
+    "logit_lens",
+    "match_heads",
+    "norm_input_stats",
+    "norm_inputs",
+    "pattern_similarity",
+    "pca",
+    "previous_token_chance",
+    "previous_token_scores",
+    "prompt_induction_chance",
+    "prompt_induction_scores",
+    "regions_where",
+    "residual_norms",
+    "step_summary",
+    "top_neurons",
+    "uniform_attention_chance",
+    "uniform_attention_entropy",
     "vocab_sample",
 ]

@@ -3,6 +3,7 @@
 Every function here reads captures or runs edited forward passes (gptviz.methods.interventions); none re-implements
 the model. The metric throughout is a logit difference at one position: logit(target) - logit(other).
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -10,9 +11,9 @@ from typing import NamedTuple
 import torch
 
 from ..model.hooks import act_name, capture, capturing, edits_by_hook
-from .interventions import Edit
 from ..model.unit_id import head_id
 from .clock import UNBOUNDED, Clock
+from .interventions import Edit
 
 
 def logit_difference(logits: torch.Tensor, target: int, other: int, position: int = -1) -> torch.Tensor:
@@ -22,12 +23,13 @@ def logit_difference(logits: torch.Tensor, target: int, other: int, position: in
 
 # ---- direct logit attribution -------------------------------------------------------------------------------
 
+
 class DirectAttribution(NamedTuple):
-    labels: list[str]        # "embeddings", "L0H3", "L0 attn bias", "L0 MLP", ..., "final norm bias"
-    values: torch.Tensor     # [parts]: each part's direct contribution to the logit difference
+    labels: list[str]  # "embeddings", "L0H3", "L0 attn bias", "L0 MLP", ..., "final norm bias"
+    values: torch.Tensor  # [parts]: each part's direct contribution to the logit difference
     head_values: torch.Tensor  # [layers, heads]: the heads' parts, as a grid
-    mlp_values: torch.Tensor   # [layers]
-    logit_diff: float        # the model's own logit difference; values.sum() equals it
+    mlp_values: torch.Tensor  # [layers]
+    logit_diff: float  # the model's own logit difference; values.sum() equals it
     target: int
     other: int
 
@@ -41,6 +43,7 @@ def direct_attribution_names(n_layers: int) -> list[str]:
 def direct_attribution_nbytes(config, T: int) -> int:
     """What direct_logit_attribution holds at its peak on T tokens: its capture and the forward pass beside it."""
     from ..model.sizes import capture_work_nbytes
+
     return capture_work_nbytes(config, direct_attribution_names(config.n_layers), T)
 
 
@@ -55,19 +58,24 @@ def direct_logit_attribution(model, ids, target: int, other: int, position: int 
     _pre_norm_only(model.config)
     logits, cache = capture(model, ids, direct_attribution_names(model.config.n_layers))
     if logits.shape[0] != 1:  # the split is of one prompt's stream at one position
-        raise ValueError(f"direct logit attribution reads one prompt: got a batch of {logits.shape[0]}; pass one "
-                         "sequence of ids (or a batch of one)")
+        raise ValueError(
+            f"direct logit attribution reads one prompt: got a batch of {logits.shape[0]}; pass one "
+            "sequence of ids (or a batch of one)"
+        )
     return direct_logit_attribution_of(model, logits[0], lambda name: cache[name][0], target, other, position)
 
 
 def _pre_norm_only(cfg) -> None:
     if cfg.norm != "pre":
-        raise ValueError("direct logit attribution needs a pre-norm model: in post-norm each block's LayerNorm "
-                         "rescales the whole residual stream, so it is not a sum of the blocks' outputs")
+        raise ValueError(
+            "direct logit attribution needs a pre-norm model: in post-norm each block's LayerNorm "
+            "rescales the whole residual stream, so it is not a sum of the blocks' outputs"
+        )
 
 
-def direct_logit_attribution_of(model, logits: torch.Tensor, read, target: int, other: int,
-                                position: int = -1) -> DirectAttribution:
+def direct_logit_attribution_of(
+    model, logits: torch.Tensor, read, target: int, other: int, position: int = -1
+) -> DirectAttribution:
     """direct_logit_attribution from a capture already made of one prompt: `logits` [T, vocab] and `read(name)`, the
     capture's tensor at a hook point of direct_attribution_names without its batch axis (a page that switches
     target and rival reads one cached capture instead of running the model again for each pair)."""
@@ -82,25 +90,25 @@ def direct_logit_attribution_of(model, logits: torch.Tensor, read, target: int, 
     for i in range(L):
         attn = model.blocks[i].attn
         W_O = weight(attn.c_proj.weight).view(cfg.d_model, cfg.n_heads, cfg.d_head)  # [out, head, d_head]
-        z = read(act_name("z", i))[pos]                                              # [head, d_head]
-        heads = torch.einsum("hd,ohd->ho", z, W_O)                                   # [head, d_model]
+        z = read(act_name("z", i))[pos]  # [head, d_head]
+        heads = torch.einsum("hd,ohd->ho", z, W_O)  # [head, d_model]
         parts += list(heads)
         labels += [head_id(i, h) for h in range(cfg.n_heads)]
         parts.append(weight(attn.c_proj.bias))
         labels.append(f"L{i} attn bias")
         parts.append(read(act_name("mlp_out", i))[pos])
         labels.append(f"L{i} MLP")
-    stack = torch.stack(parts)                                                       # [parts, d_model]
+    stack = torch.stack(parts)  # [parts, d_model]
     resid = read(act_name("resid_post", L - 1))[pos]
 
     direction = weight(model.lm_head.weight[target]) - weight(model.lm_head.weight[other])
     gamma = weight(model.ln_f.weight) if model.ln_f.weight is not None else torch.ones(cfg.d_model)
-    if not cfg.final_norm:            # no final norm (final_norm=False): the unembedding reads the stream itself
+    if not cfg.final_norm:  # no final norm (final_norm=False): the unembedding reads the stream itself
         normed = stack
     elif cfg.norm_type == "layernorm":  # (x - mean) / std * gamma + beta: centring is linear, std is frozen
         scale = torch.sqrt(resid.var(unbiased=False) + cfg.ln_eps)
         normed = (stack - stack.mean(-1, keepdim=True)) / scale * gamma
-    else:                             # x / rms * gamma
+    else:  # x / rms * gamma
         scale = torch.sqrt(resid.pow(2).mean() + cfg.ln_eps)
         normed = stack / scale * gamma
     values = normed @ direction
@@ -109,12 +117,20 @@ def direct_logit_attribution_of(model, logits: torch.Tensor, read, target: int, 
         values = torch.cat([values, (weight(bias) @ direction)[None]])
         labels.append("final norm bias")
     per_layer = cfg.n_heads + 2
-    block_values = values[1:1 + L * per_layer].view(L, per_layer)
-    return DirectAttribution(labels, values, block_values[:, :cfg.n_heads], block_values[:, -1],
-                             float(logit_difference(logits[None], target, other, pos)), target, other)
+    block_values = values[1 : 1 + L * per_layer].view(L, per_layer)
+    return DirectAttribution(
+        labels,
+        values,
+        block_values[:, : cfg.n_heads],
+        block_values[:, -1],
+        float(logit_difference(logits[None], target, other, pos)),
+        target,
+        other,
+    )
 
 
 # ---- activation patching ------------------------------------------------------------------------------------
+
 
 def normalised(metric: torch.Tensor, clean: float, corrupted: float) -> torch.Tensor:
     """0 at the corrupted run's metric, 1 at the clean run's."""
@@ -124,16 +140,18 @@ def normalised(metric: torch.Tensor, clean: float, corrupted: float) -> torch.Te
 
 
 class PatchingResult(NamedTuple):
-    scores: torch.Tensor      # normalised metric per cell (0 = corrupted, 1 = clean)
-    clean: float              # logit difference on the clean prompt
-    corrupted: float          # ... on the corrupted prompt
+    scores: torch.Tensor  # normalised metric per cell (0 = corrupted, 1 = clean)
+    clean: float  # logit difference on the clean prompt
+    corrupted: float  # ... on the corrupted prompt
 
 
 def _check_pair(clean_ids, corrupted_ids) -> tuple[torch.Tensor, torch.Tensor]:
     clean, corrupted = torch.as_tensor(clean_ids).reshape(1, -1), torch.as_tensor(corrupted_ids).reshape(1, -1)
     if clean.shape != corrupted.shape:
-        raise ValueError(f"patching needs prompts of the same length in tokens: the clean one has "
-                         f"{clean.shape[1]}, the corrupted one {corrupted.shape[1]}")
+        raise ValueError(
+            f"patching needs prompts of the same length in tokens: the clean one has "
+            f"{clean.shape[1]}, the corrupted one {corrupted.shape[1]}"
+        )
     return clean, corrupted
 
 
@@ -158,10 +176,15 @@ def patching_nbytes(config, T: int) -> int:
     logits and captures (residual stream, keys, values, heads' outputs), one forward pass's working memory, and one
     batch of edited copies (within SWEEP_BATCH_BYTES, at least one copy)."""
     from ..model.sizes import FLOAT32, forward_nbytes
+
     rows = min(sweep_rows_per_batch(config, T), max(T, config.n_layers * config.n_heads))
     captured = FLOAT32 * 4 * config.n_layers * T * config.d_model  # resid_pre, k, v (or z) of every layer
-    return 2 * FLOAT32 * T * config.vocab_size + captured + forward_nbytes(config, T, patterns=False) \
+    return (
+        2 * FLOAT32 * T * config.vocab_size
+        + captured
+        + forward_nbytes(config, T, patterns=False)
         + rows * sweep_row_bytes(config, T)
+    )
 
 
 def saliency_work(config, T: int, steps: int) -> int:
@@ -174,29 +197,38 @@ def saliency_nbytes(config, T: int, batch: int = 16) -> int:
     """What integrated_gradients holds at its peak: one batch of `batch` scaled copies of the prompt with what
     autograd keeps of their forward pass."""
     from ..model.sizes import activation_nbytes
+
     return activation_nbytes(config, batch, T)
 
 
-def _both_runs(model, clean, corrupted, clean_names: list[str], corrupted_names: list[str], target: int, other: int,
-               clock: Clock):
+def _both_runs(
+    model, clean, corrupted, clean_names: list[str], corrupted_names: list[str], target: int, other: int, clock: Clock
+):
     """What a patching sweep starts from: the clean run captured at `clean_names`, the corrupted run at
     `corrupted_names` and every layer's keys and values, the two metrics (clean, corrupted), and the corrupted keys
     and values per layer as [1, heads, T, d_head]."""
     L = model.config.n_layers
     clean_logits, clean_cache = capture(model, clean, clean_names)
     clock.check()
-    corrupted_logits, corrupted_cache = capture(model, corrupted, corrupted_names + [
-        act_name(n, i) for i in range(L) for n in ("k", "v")])
+    corrupted_logits, corrupted_cache = capture(
+        model, corrupted, corrupted_names + [act_name(n, i) for i in range(L) for n in ("k", "v")]
+    )
     clock.check()
-    base = float(logit_difference(clean_logits, target, other)), float(logit_difference(corrupted_logits, target, other))
-    kv = [(corrupted_cache[act_name("k", i)].transpose(1, 2), corrupted_cache[act_name("v", i)].transpose(1, 2))
-          for i in range(L)]
+    base = (
+        float(logit_difference(clean_logits, target, other)),
+        float(logit_difference(corrupted_logits, target, other)),
+    )
+    kv = [
+        (corrupted_cache[act_name("k", i)].transpose(1, 2), corrupted_cache[act_name("v", i)].transpose(1, 2))
+        for i in range(L)
+    ]
     return clean_cache, corrupted_cache, base, kv
 
 
 @torch.no_grad()
-def residual_patching(model, clean_ids, corrupted_ids, target: int, other: int, clock: Clock | None = None
-                      ) -> PatchingResult:
+def residual_patching(
+    model, clean_ids, corrupted_ids, target: int, other: int, clock: Clock | None = None
+) -> PatchingResult:
     """[layers, T]: the corrupted run with the clean residual stream entering block l at position t patched in.
 
     Computed from what the metric needs, never a copy of the model per cell at once: a patched run starts at block
@@ -212,23 +244,25 @@ def residual_patching(model, clean_ids, corrupted_ids, target: int, other: int, 
     per_batch = sweep_rows_per_batch(model.config, T)
     scores = torch.full((L, T), base[1])
     for layer, name in enumerate(names):
-        src, dst = clean_cache[name][0], corrupted_cache[name][0]             # [T, d_model]
+        src, dst = clean_cache[name][0], corrupted_cache[name][0]  # [T, d_model]
         differ = [t for t in range(T) if not torch.equal(src[t], dst[t])]
         for start in range(0, len(differ), per_batch):
-            rows = differ[start:start + per_batch]
-            first = rows[0]                                                    # positions before it: unchanged
+            rows = differ[start : start + per_batch]
+            first = rows[0]  # positions before it: unchanged
             resid = dst[first:].expand(len(rows), T - first, -1).clone()
             resid[range(len(rows)), [t - first for t in rows]] = src[rows]
-            logits = model.forward_from(layer, resid, last_only=True,
-                                        past_kv=[(k[:, :, :first], v[:, :, :first]) for k, v in kv[layer:]])
+            logits = model.forward_from(
+                layer, resid, last_only=True, past_kv=[(k[:, :, :first], v[:, :, :first]) for k, v in kv[layer:]]
+            )
             scores[layer, rows] = logit_difference(logits, target, other).cpu()
             clock.check()
     return PatchingResult(normalised(scores, *base), *base)
 
 
 @torch.no_grad()
-def head_patching(model, clean_ids, corrupted_ids, target: int, other: int, clock: Clock | None = None
-                  ) -> PatchingResult:
+def head_patching(
+    model, clean_ids, corrupted_ids, target: int, other: int, clock: Clock | None = None
+) -> PatchingResult:
     """[layers, heads]: the corrupted run with one head's output (hook_z, every position) from the clean run.
 
     Like the residual sweep, computed from what the metric needs: a run patching a head of layer l is the corrupted
@@ -240,37 +274,41 @@ def head_patching(model, clean_ids, corrupted_ids, target: int, other: int, cloc
     clock = clock or UNBOUNDED
     L, H, T = model.config.n_layers, model.config.n_heads, clean.shape[1]
     z_names = [act_name("z", i) for i in range(L)]
-    clean_cache, corrupted_cache, base, kv = _both_runs(model, clean, corrupted, z_names,
-                                                        z_names + [act_name("resid_pre", i) for i in range(L)],
-                                                        target, other, clock)
+    clean_cache, corrupted_cache, base, kv = _both_runs(
+        model, clean, corrupted, z_names, z_names + [act_name("resid_pre", i) for i in range(L)], target, other, clock
+    )
     per_batch = sweep_rows_per_batch(model.config, T)
     scores = torch.full((L, H), base[1])
     for layer, name in enumerate(z_names):
-        src, dst = clean_cache[name][0], corrupted_cache[name][0]             # [T, heads, d_head]
+        src, dst = clean_cache[name][0], corrupted_cache[name][0]  # [T, heads, d_head]
         differ = [t for t in range(T) if not torch.equal(src[t], dst[t])]
         if not differ:
-            continue                                                           # every head equal: the corrupted run
+            continue  # every head equal: the corrupted run
         first = differ[0]
-        patch = src[first:]                                                    # [T - first, heads, d_head]
+        patch = src[first:]  # [T - first, heads, d_head]
         for start in range(0, H, per_batch):
             heads = list(range(start, min(H, start + per_batch)))
 
             def one_head_per_row(value: torch.Tensor, offset: int, heads=heads) -> torch.Tensor:
-                value = value.clone()                                          # [rows, T - first, heads, d_head]
+                value = value.clone()  # [rows, T - first, heads, d_head]
                 for row, head in enumerate(heads):
                     value[row, :, head] = patch[:, head].to(value.dtype)
                 return value
+
             resid = corrupted_cache[act_name("resid_pre", layer)][0, first:].expand(len(heads), T - first, -1)
-            with capturing(frozenset(), edits_by_hook([Edit(name, one_head_per_row, "one head per row")],
-                                                      model.hook_names)):
-                logits = model.forward_from(layer, resid, last_only=True,
-                                            past_kv=[(k[:, :, :first], v[:, :, :first]) for k, v in kv[layer:]])
+            with capturing(
+                frozenset(), edits_by_hook([Edit(name, one_head_per_row, "one head per row")], model.hook_names)
+            ):
+                logits = model.forward_from(
+                    layer, resid, last_only=True, past_kv=[(k[:, :, :first], v[:, :, :first]) for k, v in kv[layer:]]
+                )
             scores[layer, heads] = logit_difference(logits, target, other).cpu()
             clock.check()
     return PatchingResult(normalised(scores, *base), *base)
 
 
 # ---- how long a sweep takes, before it starts -----------------------------------------------------------------
+
 
 def _first_difference(clean: torch.Tensor, corrupted: torch.Tensor) -> int:
     return int((clean[0] != corrupted[0]).nonzero()[0])
@@ -285,12 +323,13 @@ def patching_work(config, clean_ids, corrupted_ids) -> int:
     L, H, T = config.n_layers, config.n_heads, clean.shape[1]
     first = _first_difference(clean, corrupted)
     per_batch = sweep_rows_per_batch(config, T)
-    work = 4 * T * L                                                   # each sweep's clean and corrupted runs
+    work = 4 * T * L  # each sweep's clean and corrupted runs
     for layer in range(L):
-        rows = ([t for t in range(T) if int(clean[0, t]) != int(corrupted[0, t])] if layer == 0
-                else list(range(first, T)))
+        rows = (
+            [t for t in range(T) if int(clean[0, t]) != int(corrupted[0, t])] if layer == 0 else list(range(first, T))
+        )
         for start in range(0, len(rows), per_batch):
-            batch = rows[start:start + per_batch]
+            batch = rows[start : start + per_batch]
             work += len(batch) * (T - batch[0]) * (L - layer)
         work += H * (T - first) * (L - layer)
     return work
@@ -300,6 +339,7 @@ def block_pass_rate(model, T: int, rows: int = 4) -> float:
     """Token-block passes per second on this machine now: one timed batch of `rows` copies of a T-token stream
     through the last block (a sweep's unit of work; the first call warms up, the second is timed)."""
     import time
+
     x = torch.zeros(rows, T, model.config.d_model, dtype=model.wte.weight.dtype, device=model.device)
     with torch.no_grad():
         model.forward_from(model.config.n_layers - 1, x[:1, :8], last_only=True)
@@ -311,8 +351,10 @@ def block_pass_rate(model, T: int, rows: int = 4) -> float:
 
 # ---- saliency -----------------------------------------------------------------------------------------------
 
-def _metric_with_embeddings(model, ids: torch.Tensor, embeddings: torch.Tensor, target: int, other: int | None,
-                            position: int) -> torch.Tensor:
+
+def _metric_with_embeddings(
+    model, ids: torch.Tensor, embeddings: torch.Tensor, target: int, other: int | None, position: int
+) -> torch.Tensor:
     """The metric for each row of `embeddings` [batch, T, d_model] used as the token embeddings of `ids`."""
     edit = Edit("hook_embed", lambda value, offset: embeddings, "token embeddings replaced")
     with capturing(frozenset(), edits_by_hook([edit], model.hook_names)):
@@ -327,8 +369,8 @@ def _embeddings(model, ids: torch.Tensor) -> torch.Tensor:
 
 
 class Saliency(NamedTuple):
-    scores: torch.Tensor   # [T]: each prompt token's attribution
-    metric: float          # the metric on the prompt
+    scores: torch.Tensor  # [T]: each prompt token's attribution
+    metric: float  # the metric on the prompt
     baseline_metric: float | None  # integrated gradients: the metric with every token embedding at zero
 
 
@@ -339,12 +381,20 @@ def gradient_x_input(model, ids, target: int, other: int | None = None, position
     emb = _embeddings(model, ids).requires_grad_(True)
     with torch.enable_grad():
         metric = _metric_with_embeddings(model, ids, emb.to(model.wte.weight.dtype), target, other, position)
-        grad, = torch.autograd.grad(metric.sum(), emb)
+        (grad,) = torch.autograd.grad(metric.sum(), emb)
     return Saliency((grad * emb).sum(-1)[0].detach().cpu(), float(metric.detach()), None)
 
 
-def integrated_gradients(model, ids, target: int, other: int | None = None, position: int = -1,
-                         steps: int = 64, batch: int = 16, clock: Clock | None = None) -> Saliency:
+def integrated_gradients(
+    model,
+    ids,
+    target: int,
+    other: int | None = None,
+    position: int = -1,
+    steps: int = 64,
+    batch: int = 16,
+    clock: Clock | None = None,
+) -> Saliency:
     """Integrated gradients from an all-zero token embedding (position embeddings kept) to the prompt's, with
     the midpoint rule over `steps` points, `batch` at a time. Completeness: the scores sum to the metric minus
     its value at the baseline, up to the integration error."""
@@ -358,12 +408,18 @@ def integrated_gradients(model, ids, target: int, other: int | None = None, posi
         for chunk in alphas.split(batch):
             scaled = (chunk[:, None, None] * emb).requires_grad_(True)  # [b, T, d]
             metric = _metric_with_embeddings(model, ids, scaled.to(model.wte.weight.dtype), target, other, position)
-            grad, = torch.autograd.grad(metric.sum(), scaled)
+            (grad,) = torch.autograd.grad(metric.sum(), scaled)
             total += grad.sum(0).float()
             if clock is not None:
                 clock.check()
     with torch.no_grad():
-        ends = _metric_with_embeddings(model, ids, torch.stack([emb[0], torch.zeros_like(emb[0])]).to(
-            model.wte.weight.dtype), target, other, position)
+        ends = _metric_with_embeddings(
+            model,
+            ids,
+            torch.stack([emb[0], torch.zeros_like(emb[0])]).to(model.wte.weight.dtype),
+            target,
+            other,
+            position,
+        )
     scores = (total / steps * emb[0]).sum(-1)
     return Saliency(scores.detach().cpu(), float(ends[0]), float(ends[1]))

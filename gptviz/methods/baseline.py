@@ -1,4 +1,5 @@
 """A count-based baseline the trained models are compared with: an interpolated bigram/unigram model."""
+
 from __future__ import annotations
 
 import math
@@ -6,8 +7,9 @@ import math
 import torch
 
 
-def bigram_baseline(train: torch.Tensor, val: torch.Tensor, vocab_size: int,
-                    lambdas=(0.5, 0.6, 0.7, 0.8, 0.9, 0.95)) -> dict:
+def bigram_baseline(
+    train: torch.Tensor, val: torch.Tensor, vocab_size: int, lambdas=(0.5, 0.6, 0.7, 0.8, 0.9, 0.95)
+) -> dict:
     """Cross-entropy (nats/token) on `val` of an interpolated bigram/unigram model counted on `train`:
     p(b|a) = lam * c(a,b)/c(a) + (1 - lam) * p_uni(b), with add-one smoothing on the unigram. lam is picked
     on `val` itself, which flatters the baseline (a stricter bar for the models it is compared with)."""

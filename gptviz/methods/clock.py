@@ -2,6 +2,7 @@
 stopped: it calls `clock.check()` between batches, and the clock raises once the work must stop. The methods define
 only this protocol; the server passes its own clock (gptviz.serve.work_clock: a deadline and the visitor's session),
 scripts and notebooks pass nothing and run unbounded."""
+
 from __future__ import annotations
 
 from typing import Protocol

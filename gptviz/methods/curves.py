@@ -1,5 +1,6 @@
 """What the Explainers page draws: the causal mask, the activation functions with their derivatives, and the
 regions where a curve does something."""
+
 from __future__ import annotations
 
 import torch
@@ -8,14 +9,16 @@ import torch
 def causal_mask(n: int) -> torch.Tensor:
     """[n, n] bool: True where query i may attend to key j; the very mask the model's attention uses."""
     from ..model.model import _causal_mask
+
     return _causal_mask(n, 0, "cpu")
 
 
 def activation_curves(x: torch.Tensor) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     """{activation: (f(x), f'(x))} for the model's own activation functions (gptviz.model.model.activate),
     derivatives by autograd."""
-    from ..model.model import activate
     from ..model.config import ACTIVATIONS
+    from ..model.model import activate
+
     out = {}
     for name in ACTIVATIONS:
         xs = x.detach().double().clone().requires_grad_(True)

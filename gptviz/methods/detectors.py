@@ -3,6 +3,7 @@ levels, and the ranking of heads by score.
 
 Patterns are [layers, heads, query, key] (no batch axis) unless said otherwise.
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -86,8 +87,14 @@ def duplicate_token_chance(ids) -> float:
     return sum(shares) / len(shares) if shares else 0.0
 
 
-def induction_sequence(vocab_size: int, length: int = 50, seed: int = 0, low: int = 1000,
-                       high: int = 20000, ids: torch.Tensor | None = None) -> torch.Tensor:
+def induction_sequence(
+    vocab_size: int,
+    length: int = 50,
+    seed: int = 0,
+    low: int = 1000,
+    high: int = 20000,
+    ids: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Random tokens repeated once: [r_1..r_n, r_1..r_n]. Drawn from `ids` when given (a trained model's
     training vocabulary: ids it never saw have untrained embeddings it cannot tell apart), else from
     [low, high), a common range of real words and pieces rather than rare bytes."""
@@ -122,22 +129,24 @@ def induction_chance(length: int) -> float:
 
 
 @torch.no_grad()
-def induction_scores(model: GPT, length: int | None = None, seed: int = 0,
-                     ids: torch.Tensor | None = None) -> torch.Tensor:
+def induction_scores(
+    model: GPT, length: int | None = None, seed: int = 0, ids: torch.Tensor | None = None
+) -> torch.Tensor:
     """[layers, heads] induction scores on a repeated random token sequence that fits the context."""
     return induction_test(model, length, seed, ids).scores
 
 
 class InductionTest(NamedTuple):
-    scores: torch.Tensor        # [layers, heads]
-    repeat_loss: float          # nats/token on the second half's predictable tokens
+    scores: torch.Tensor  # [layers, heads]
+    repeat_loss: float  # nats/token on the second half's predictable tokens
     length: int
     chance: float
 
 
 @torch.no_grad()
-def induction_test(model: GPT, length: int | None = None, seed: int = 0,
-                   ids: torch.Tensor | None = None) -> InductionTest:
+def induction_test(
+    model: GPT, length: int | None = None, seed: int = 0, ids: torch.Tensor | None = None
+) -> InductionTest:
     """Induction scores and the loss on the repeated half: after r_1..r_n r_1, each next token of the
     second half is the one that followed its earlier copy (positions length..2 * length - 2 predict them)."""
     length = length or min(50, model.config.n_ctx // 2)
@@ -147,9 +156,10 @@ def induction_test(model: GPT, length: int | None = None, seed: int = 0,
     names = [act_name("pattern", i) for i in range(model.config.n_layers)]
     logits, cache = capture(model, seq[None], names)
     log_probs = F.log_softmax(logits[0, length:-1].float(), -1)
-    loss = -log_probs.gather(-1, seq[length + 1:, None]).mean()
-    return InductionTest(induction_scores_from(cache.patterns()[:, 0], length), float(loss), length,
-                         induction_chance(length))
+    loss = -log_probs.gather(-1, seq[length + 1 :, None]).mean()
+    return InductionTest(
+        induction_scores_from(cache.patterns()[:, 0], length), float(loss), length, induction_chance(length)
+    )
 
 
 def head_ranking(scores: torch.Tensor, top: int = 3) -> list[tuple[int, int, float]]:

@@ -1,10 +1,10 @@
 """Entropy of attention rows, and the entropy of a head that spreads evenly over all it sees."""
+
 from __future__ import annotations
 
 import math
 
 import torch
-
 
 # Elements one step of attention_entropy works on: its temporaries stay this small whatever the input. Every layer's
 # patterns at once (gptviz.serve.memory's hostile-load run: 682 tokens of gpt2-small, 270 MB) made two temporaries of that

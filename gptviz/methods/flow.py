@@ -24,6 +24,7 @@ build_paths_to_predictions at the threshold).
 Reads one capture; never re-implements the forward pass (the contributions are checked against the captured
 resid_mid in the tests). Pre-norm only, like direct attribution: post-norm's LayerNorm after each addition makes
 the stream no sum of its parts."""
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -33,19 +34,19 @@ import torch.nn.functional as F
 
 from ..model.hooks import act_name, capture
 
-EPS = 1e-5               # the tool's floor on every proximity (contributions.py, get_contributions)
-PART_BUDGET = 1 << 22    # floats of [queries, keys, heads, d_model] parts built at once (16 MiB), at least one row
+EPS = 1e-5  # the tool's floor on every proximity (contributions.py, get_contributions)
+PART_BUDGET = 1 << 22  # floats of [queries, keys, heads, d_model] parts built at once (16 MiB), at least one row
 
 
 class Edge(NamedTuple):
     layer: int
-    kind: str          # "attention" (key j's stream -> query i, through the heads), "residual" (the skip; at the
-                       # attention sum it includes the query's attention to itself), "mlp"
-    sublayer: str      # "attn" or "mlp": which addition of the layer the edge feeds
-    source: int        # position the edge comes from
-    target: int        # position it feeds
+    kind: str  # "attention" (key j's stream -> query i, through the heads), "residual" (the skip; at the
+    # attention sum it includes the query's attention to itself), "mlp"
+    sublayer: str  # "attn" or "mlp": which addition of the layer the edge feeds
+    source: int  # position the edge comes from
+    target: int  # position it feeds
     importance: float  # share of the target's sum, in [0, 1]
-    head: int = -1     # attention edges: the head with the largest share along this edge
+    head: int = -1  # attention edges: the head with the largest share along this edge
     head_share: float = 0.0  # that head's part of the edge's share, in (0, 1]
 
 
@@ -53,7 +54,7 @@ class FlowGraph(NamedTuple):
     edges: list[Edge]
     n_layers: int
     n_tokens: int
-    position: int      # the output position the graph explains
+    position: int  # the output position the graph explains
     threshold: float
 
 
@@ -75,7 +76,7 @@ def value_bias(model, layer: int) -> torch.Tensor | None:
     """[heads, d_head]: the value slice of c_attn's bias (None without qkv biases)."""
     cfg = model.config
     bias = model.blocks[layer].attn.c_attn.bias
-    return None if bias is None else bias.detach().float().cpu()[2 * cfg.d_model:].view(cfg.n_heads, cfg.d_head)
+    return None if bias is None else bias.detach().float().cpu()[2 * cfg.d_model :].view(cfg.n_heads, cfg.d_head)
 
 
 def head_writes(model, layer: int, v: torch.Tensor) -> torch.Tensor:
@@ -116,8 +117,9 @@ def attention_contributions(pattern: torch.Tensor, writes: torch.Tensor, queries
     return torch.einsum("hqk,hko->qko", pattern[:, queries].float(), writes)
 
 
-def attention_shares(pattern: torch.Tensor, writes: torch.Tensor, resid_pre: torch.Tensor, resid_mid: torch.Tensor,
-                     queries) -> tuple[torch.Tensor, torch.Tensor]:
+def attention_shares(
+    pattern: torch.Tensor, writes: torch.Tensor, resid_pre: torch.Tensor, resid_mid: torch.Tensor, queries
+) -> tuple[torch.Tensor, torch.Tensor]:
     """([len(queries), keys, heads] importance of each key's write through each head, [len(queries)] the skip's):
     the tool's get_attention_contributions for these query rows. pattern [heads, T, T], writes [heads, T, d_model]
     (head_writes), resid_pre/resid_mid [T, d_model]. A key after the query writes nothing; its parts' proximity is
@@ -127,13 +129,13 @@ def attention_shares(pattern: torch.Tensor, writes: torch.Tensor, resid_pre: tor
     shares, skips = [], []
     rows_at_once = max(1, PART_BUDGET // (T * H * d))
     for start in range(0, len(queries), rows_at_once):
-        rows = queries[start:start + rows_at_once]
-        K = max(rows) + 1                                                      # keys any of these rows can see
-        whole = resid_mid[rows].float()                                        # [q, d]
-        parts = head_contributions(pattern, writes, rows, K).flatten(1, 2)     # [q, K * H, d]
-        parts = torch.cat([parts, resid_pre[rows].float().unsqueeze(1)], 1)   # the skip last (the one-off part)
-        prox = _proximities(parts, whole)                                      # [q, K * H + 1]
-        zero = _proximities(torch.zeros_like(whole).unsqueeze(1), whole)       # [q, 1]: a part that writes nothing
+        rows = queries[start : start + rows_at_once]
+        K = max(rows) + 1  # keys any of these rows can see
+        whole = resid_mid[rows].float()  # [q, d]
+        parts = head_contributions(pattern, writes, rows, K).flatten(1, 2)  # [q, K * H, d]
+        parts = torch.cat([parts, resid_pre[rows].float().unsqueeze(1)], 1)  # the skip last (the one-off part)
+        prox = _proximities(parts, whole)  # [q, K * H + 1]
+        zero = _proximities(torch.zeros_like(whole).unsqueeze(1), whole)  # [q, 1]: a part that writes nothing
         total = prox.sum(-1, keepdim=True) + (T - K) * H * zero
         keyed = torch.cat([prox[:, :-1].view(len(rows), K, H), zero[:, :, None].expand(-1, T - K, H)], 1)
         shares.append(keyed / total[:, :, None])
@@ -148,8 +150,11 @@ def mlp_shares(resid_mid: torch.Tensor, mlp_out: torch.Tensor) -> torch.Tensor:
 
 def hook_names(n_layers: int) -> tuple[str, ...]:
     """The hook points the graph reads (a capture of these, for one prompt, is all it needs)."""
-    return tuple(f"blocks.{l}.{n}" for l in range(n_layers) for n in (
-        "hook_resid_pre", "hook_resid_mid", "hook_mlp_out", "attn.hook_pattern", "attn.hook_v"))
+    return tuple(
+        f"blocks.{l}.{n}"
+        for l in range(n_layers)
+        for n in ("hook_resid_pre", "hook_resid_mid", "hook_mlp_out", "attn.hook_pattern", "attn.hook_v")
+    )
 
 
 def information_flow(model, ids, threshold: float = 0.04, position: int = -1) -> FlowGraph:
@@ -161,8 +166,10 @@ def information_flow(model, ids, threshold: float = 0.04, position: int = -1) ->
 
 def _check(model, threshold: float) -> None:
     if model.config.norm != "pre":
-        raise ValueError("the information-flow graph needs a pre-norm model: in post-norm each block's LayerNorm "
-                         "rescales the residual stream after the addition, so it is not a sum of its parts")
+        raise ValueError(
+            "the information-flow graph needs a pre-norm model: in post-norm each block's LayerNorm "
+            "rescales the residual stream after the addition, so it is not a sum of its parts"
+        )
     if not 0 < threshold < 1:
         raise ValueError(f"threshold must be in (0, 1), got {threshold!r}")
 
@@ -180,7 +187,7 @@ def flow_from_capture(model, cache, threshold: float = 0.04, position: int = -1)
         rows = sorted(needed)
         pre = cache[act_name("resid_pre", layer)].float()
         mid = cache[act_name("resid_mid", layer)].float()
-        shares = mlp_shares(mid[rows], cache[act_name("mlp_out", layer)].float()[rows])   # [rows, (mlp, skip)]
+        shares = mlp_shares(mid[rows], cache[act_name("mlp_out", layer)].float()[rows])  # [rows, (mlp, skip)]
         reached_mid = set()
         for r, i in enumerate(rows):
             for kind, share in (("residual", float(shares[r, 1])), ("mlp", float(shares[r, 0]))):
@@ -192,17 +199,27 @@ def flow_from_capture(model, cache, threshold: float = 0.04, position: int = -1)
         if queries:
             pattern = cache[act_name("pattern", layer)].float()
             writes = head_writes(model, layer, cache[act_name("v", layer)])
-            per_head, skips = attention_shares(pattern, writes, pre, mid, queries)      # [q, keys, heads], [q]
+            per_head, skips = attention_shares(pattern, writes, pre, mid, queries)  # [q, keys, heads], [q]
             for r, i in enumerate(queries):
-                per_key = per_head[r].sum(-1)                                            # [keys]
-                own = float(skips[r] + per_key[i])           # the skip and self-attention: one edge, as in the tool
+                per_key = per_head[r].sum(-1)  # [keys]
+                own = float(skips[r] + per_key[i])  # the skip and self-attention: one edge, as in the tool
                 if own > threshold:
                     edges.append(Edge(layer, "residual", "attn", i, i, own))
                     reached_pre.add(i)
                 for j in torch.nonzero(per_key[:i] > threshold).flatten().tolist():
                     head = int(per_head[r, j].argmax())
-                    edges.append(Edge(layer, "attention", "attn", j, i, float(per_key[j]), head,
-                                      float(per_head[r, j, head] / per_key[j])))
+                    edges.append(
+                        Edge(
+                            layer,
+                            "attention",
+                            "attn",
+                            j,
+                            i,
+                            float(per_key[j]),
+                            head,
+                            float(per_head[r, j, head] / per_key[j]),
+                        )
+                    )
                     reached_pre.add(j)
         needed = reached_pre
     return FlowGraph(edges, L, T, position, threshold)

@@ -9,17 +9,17 @@ ablation check: the frozen model's prediction (-influence) beside a real edited 
 recomputed) through the same edit path as gptviz.methods.interventions. Results are plain data; graph_export writes
 the JSON of the issue.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import torch
 
-from .graph_ablation import ablation_actuals
 from .clock import Clock
+from .graph_ablation import ablation_actuals
 from .graph_frozen import FrozenModel, check_target, has_betas
-from .graph_nodes import (NodeRef, Values, bias_names, bias_parts, edge_weights, metric_ref, node_values,
-                          ref_at)
+from .graph_nodes import NodeRef, Values, bias_names, bias_parts, edge_weights, metric_ref, node_values, ref_at
 
 METHOD = "frozen attention and norm scales; neurons pass act/pre"
 FLOAT32 = 4
@@ -29,13 +29,13 @@ EDGE_WALK_BYTES = 64 * 2**20  # what one batch of the edge walk may hold: rows o
 @dataclass
 class Ablation:
     predicted: float  # -influence: the frozen model's change when the node is removed
-    actual: float     # the real model's metric with the node removed, minus the unedited metric
+    actual: float  # the real model's metric with the node removed, minus the unedited metric
 
 
 @dataclass
 class GraphNode:
     id: str
-    kind: str                 # "embeddings", "head", "neuron", "bias", "metric"
+    kind: str  # "embeddings", "head", "neuron", "bias", "metric"
     layer: int | None
     index: int | None
     position: int
@@ -62,7 +62,7 @@ class Pruning:
     nodes_kept: int
     edges_total: int
     edges_kept: int
-    node_share: float   # the share of the total absolute influence the kept nodes cover
+    node_share: float  # the share of the total absolute influence the kept nodes cover
 
 
 @dataclass
@@ -71,8 +71,8 @@ class AttributionGraph:
     prompt_ids: list[int]
     target: int
     other: int | None
-    metric: float        # in the frozen model (equal to the real model's on the prompt)
-    real_metric: float   # the real model's forward pass, as the ablations' baseline
+    metric: float  # in the frozen model (equal to the real model's on the prompt)
+    real_metric: float  # the real model's forward pass, as the ablations' baseline
     nodes: list[GraphNode]
     edges: list[GraphEdge]
     pruning: Pruning
@@ -81,9 +81,19 @@ class AttributionGraph:
         return next(n for n in self.nodes if n.id == node_id)
 
 
-def attribution_graph(model, ids, target: int, other: int | None = None, *, node_threshold: float = 0.8,
-                      edge_threshold: float = 0.98, max_nodes: int = 200, ablations: int = 10,
-                      memory_budget: int | None = None, clock: Clock | None = None) -> AttributionGraph:
+def attribution_graph(
+    model,
+    ids,
+    target: int,
+    other: int | None = None,
+    *,
+    node_threshold: float = 0.8,
+    edge_threshold: float = 0.98,
+    max_nodes: int = 200,
+    ablations: int = 10,
+    memory_budget: int | None = None,
+    clock: Clock | None = None,
+) -> AttributionGraph:
     """The attribution graph of `target` (against `other`, if given) at the last position of `ids` (one prompt).
 
     Keeps the smallest set of nodes whose absolute influences cover `node_threshold` of the total (the embeddings
@@ -98,8 +108,10 @@ def attribution_graph(model, ids, target: int, other: int | None = None, *, node
     if memory_budget is not None:
         need = graph_nbytes(model.config, max(T, 1), max_nodes, ablations, model.wte.weight.element_size())
         if need > memory_budget:
-            raise ValueError(f"the attribution graph of {T} tokens on this model needs about {_mib(need)}, more "
-                             f"than the limit of {_mib(memory_budget)}: try a shorter prompt or a smaller model")
+            raise ValueError(
+                f"the attribution graph of {T} tokens on this model needs about {_mib(need)}, more "
+                f"than the limit of {_mib(memory_budget)}: try a shorter prompt or a smaller model"
+            )
     fm = FrozenModel(model, ids, target, other)
     _tick(clock)
     influence, direct = node_values(fm, fm.grads), node_values(fm, fm.direct_grads())
@@ -116,8 +128,16 @@ def attribution_graph(model, ids, target: int, other: int | None = None, *, node
     base, actual = ablation_actuals(model, fm.ids.tolist(), [refs[n.id] for n in checked], target, other)
     for n, value in zip(checked, actual):
         n.ablation = Ablation(-n.influence, value)
-    pruning = Pruning(node_threshold, edge_threshold, max_nodes, nodes_total(fm.config, fm.T), len(nodes),
-                      edges_total(fm.config, fm.T), len(edges), share)
+    pruning = Pruning(
+        node_threshold,
+        edge_threshold,
+        max_nodes,
+        nodes_total(fm.config, fm.T),
+        len(nodes),
+        edges_total(fm.config, fm.T),
+        len(edges),
+        share,
+    )
     return AttributionGraph(fm.config.norm, fm.ids.tolist(), target, other, fm.metric, base, nodes, edges, pruning)
 
 
@@ -132,11 +152,13 @@ def _check_settings(node_threshold, edge_threshold, max_nodes, ablations) -> Non
             raise ValueError(f"{name} must be in (0, 1], got {value!r}")
     for name, value in (("max_nodes", max_nodes), ("ablations", ablations)):
         if isinstance(value, bool) or not isinstance(value, int) or value < (1 if name == "max_nodes" else 0):
-            raise ValueError(f"{name} must be a whole number of at least {1 if name == 'max_nodes' else 0}, "
-                             f"got {value!r}")
+            raise ValueError(
+                f"{name} must be a whole number of at least {1 if name == 'max_nodes' else 0}, got {value!r}"
+            )
 
 
 # ---- pruning -------------------------------------------------------------------------------------------------
+
 
 def select_nodes(influence: Values, T: int, threshold: float, max_nodes: int) -> tuple[list[NodeRef], float]:
     """The embeddings, then the other nodes by |influence|, largest first, until the kept ones cover `threshold` of
@@ -145,14 +167,15 @@ def select_nodes(influence: Values, T: int, threshold: float, max_nodes: int) ->
     L, _, H = influence.heads.shape
     d_ff = influence.neurons.shape[2]
     names = list(influence.biases)
-    flat = torch.cat([influence.heads.flatten(), influence.neurons.flatten()]
-                     + [influence.biases[n].flatten() for n in names]).abs()
+    flat = torch.cat(
+        [influence.heads.flatten(), influence.neurons.flatten()] + [influence.biases[n].flatten() for n in names]
+    ).abs()
     forced = float(influence.embeddings.abs().sum())
     total = forced + float(flat.sum())
     room = max(0, min(max_nodes - T - 1, flat.numel()))
     top_values, top_index = flat.topk(room) if room else (flat[:0], flat[:0].long())
     values = top_values.double()
-    before = forced + torch.cumsum(values, 0) - values      # what the kept nodes cover before each is added
+    before = forced + torch.cumsum(values, 0) - values  # what the kept nodes cover before each is added
     n = min(int((before < threshold * total).sum()), int((values > 0).sum()))
     kept = [NodeRef("embeddings", None, None, p) for p in range(T)]
     kept += [ref_at(int(i), L, T, H, d_ff, names) for i in top_index[:n]]
@@ -160,8 +183,9 @@ def select_nodes(influence: Values, T: int, threshold: float, max_nodes: int) ->
     return kept + [metric_ref(T)], share
 
 
-def _prune_edges(weights: torch.Tensor, targets: list[NodeRef], sources: list[NodeRef], threshold: float
-                 ) -> list[GraphEdge]:
+def _prune_edges(
+    weights: torch.Tensor, targets: list[NodeRef], sources: list[NodeRef], threshold: float
+) -> list[GraphEdge]:
     """The fewest edges, largest |weight| first, covering `threshold` of the absolute weight of every edge between
     the kept nodes; edges of zero weight (no direct path) are never kept."""
     flat = weights.flatten().abs()
@@ -179,16 +203,29 @@ def _prune_edges(weights: torch.Tensor, targets: list[NodeRef], sources: list[No
     return edges
 
 
-def _graph_nodes(fm, kept, influence: Values, direct: Values, parts: Values, metric_part: float,
-                 incoming: torch.Tensor) -> list[GraphNode]:
+def _graph_nodes(
+    fm, kept, influence: Values, direct: Values, parts: Values, metric_part: float, incoming: torch.Tensor
+) -> list[GraphNode]:
     nodes = []
     for ref, inc in zip(kept, incoming.tolist()):
         if ref.kind == "metric":
-            nodes.append(GraphNode("metric", "metric", None, None, ref.position, fm.metric, fm.metric, inc,
-                                   metric_part))
+            nodes.append(
+                GraphNode("metric", "metric", None, None, ref.position, fm.metric, fm.metric, inc, metric_part)
+            )
             continue
-        nodes.append(GraphNode(ref.id, ref.kind, ref.layer, ref.index, ref.position, influence.at(ref),
-                               direct.at(ref), inc if ref.reads is not None else 0.0, parts.at(ref)))
+        nodes.append(
+            GraphNode(
+                ref.id,
+                ref.kind,
+                ref.layer,
+                ref.index,
+                ref.position,
+                influence.at(ref),
+                direct.at(ref),
+                inc if ref.reads is not None else 0.0,
+                parts.at(ref),
+            )
+        )
     return nodes
 
 
@@ -202,7 +239,7 @@ def edges_total(config, T: int) -> int:
     """Every pair (s, t) that a direct path joins, before pruning: a head at query p reads every earlier writer at
     positions 0..p, a neuron at p every earlier writer at p, the metric every writer at the last position."""
     L, H, d_ff = config.n_layers, config.n_heads, config.d_ff
-    per_attn, per_mlp = H + 1, d_ff + 1   # writers at one position: the heads and their bias; the neurons and theirs
+    per_attn, per_mlp = H + 1, d_ff + 1  # writers at one position: the heads and their bias; the neurons and theirs
     if config.norm == "post" and has_betas(config):
         per_attn, per_mlp = per_attn + 1, per_mlp + 1  # each norm's beta
     total, before = 0, 1  # the embeddings write first
@@ -216,6 +253,7 @@ def edges_total(config, T: int) -> int:
 
 # ---- bounds --------------------------------------------------------------------------------------------------
 
+
 def edge_rows(config, T: int) -> int:
     """Targets one edge walk carries: [rows, T, d_model] a few times over within EDGE_WALK_BYTES."""
     return max(1, EDGE_WALK_BYTES // (4 * FLOAT32 * T * config.d_model))
@@ -228,16 +266,16 @@ def graph_nbytes(config, T: int, max_nodes: int = 200, ablations: int = 10, item
     the removals, the last position's logits only)."""
     L, H, d, d_ff, V = config.n_layers, config.n_heads, config.d_model, config.d_ff, config.vocab_size
     points = 1 + L * (4 if config.norm == "post" else 2)
-    per_layer = T * (12 * d + 6 * d_ff) + 3 * H * T * T          # norms, q/k/v/z, pre/act/ratio, scores and pattern
-    frozen_pass = 2 * L * per_layer + 3 * points * T * d           # forward kept for backward, probes, grads
-    records = L * (T * (2 * d + 2 * d_ff) + H * T * T) + 2 * points * T * d   # z, attn_in, act, ratio, patterns
+    per_layer = T * (12 * d + 6 * d_ff) + 3 * H * T * T  # norms, q/k/v/z, pre/act/ratio, scores and pattern
+    frozen_pass = 2 * L * per_layer + 3 * points * T * d  # forward kept for backward, probes, grads
+    records = L * (T * (2 * d + 2 * d_ff) + H * T * T) + 2 * points * T * d  # z, attn_in, act, ratio, patterns
     per_node = L * T * (H + d_ff + 4)
-    nodes = 6 * per_node                                           # influence, direct, bias part, the flat copy
+    nodes = 6 * per_node  # influence, direct, bias part, the flat copy
     rows = min(edge_rows(config, T), max_nodes)
-    walk = 4 * rows * T * d + max_nodes * (max_nodes + d)        # V and its copies, the weights, the outputs
-    per_row = T * (10 * d + 2 * d_ff + 2 * H * T)                # one copy of the prompt inside a block
+    walk = 4 * rows * T * d + max_nodes * (max_nodes + d)  # V and its copies, the weights, the outputs
+    per_row = T * (10 * d + 2 * d_ff + 2 * H * T)  # one copy of the prompt inside a block
     forward = per_row + T * V + 3 * L * T * d + ablations * (per_row + V)  # the unedited capture, the removals
-    weights_copy = 0 if itemsize == FLOAT32 else L * (4 * d * d + 2 * d * d_ff)   # the blocks' matrices as float32
+    weights_copy = 0 if itemsize == FLOAT32 else L * (4 * d * d + 2 * d * d_ff)  # the blocks' matrices as float32
     return FLOAT32 * (frozen_pass + records + nodes + walk + forward + weights_copy)
 
 

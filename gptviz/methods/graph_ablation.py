@@ -7,6 +7,7 @@ positions before p: the same numbers as a whole edited pass (tests/test_graph.py
 forward), for a fraction of its cost. Removals that start at the same block run as one batch, from the earliest of
 their positions.
 """
+
 from __future__ import annotations
 
 import torch
@@ -16,8 +17,9 @@ from .graph_nodes import NodeRef
 from .interventions import Edit
 
 
-def ablation_actuals(model, ids: list[int], refs: list[NodeRef], target: int, other: int | None
-                     ) -> tuple[float, list[float]]:
+def ablation_actuals(
+    model, ids: list[int], refs: list[NodeRef], target: int, other: int | None
+) -> tuple[float, list[float]]:
     """The real model's metric (logit(target) - logit(other) at the last position, or logit(target)) unedited, and
     for each node of `refs` the metric with it removed minus the unedited one."""
     L = model.config.n_layers
@@ -58,10 +60,12 @@ def removal_edits(model, ref: NodeRef, row: int, start: int = 0) -> list[Edit]:
     if ref.kind == "embeddings":
         return [Edit(act_name("resid_pre", 0), _zero(row, at), label)]
     block = model.blocks[l]
-    hook, constant = {"attn.out-bias": ("attn_out", block.attn.c_proj.bias),
-                      "mlp.out-bias": ("mlp_out", block.mlp.c_proj.bias),
-                      "ln_1.beta": ("resid_mid", getattr(block.ln_1, "bias", None)),
-                      "ln_2.beta": ("resid_post", getattr(block.ln_2, "bias", None))}[ref.bias]
+    hook, constant = {
+        "attn.out-bias": ("attn_out", block.attn.c_proj.bias),
+        "mlp.out-bias": ("mlp_out", block.mlp.c_proj.bias),
+        "ln_1.beta": ("resid_mid", getattr(block.ln_1, "bias", None)),
+        "ln_2.beta": ("resid_post", getattr(block.ln_2, "bias", None)),
+    }[ref.bias]
     return [Edit(act_name(hook, l), _subtract(row, at, constant.detach()), label)]
 
 
@@ -73,6 +77,7 @@ def _zero(row: int, at: int, unit: int | None = None):
         else:
             value[row, at - offset, unit] = 0.0
         return value
+
     return fn
 
 
@@ -81,4 +86,5 @@ def _subtract(row: int, at: int, constant: torch.Tensor):
         value = value.clone()
         value[row, at - offset] -= constant.to(value.device, value.dtype)
         return value
+
     return fn

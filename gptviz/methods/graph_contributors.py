@@ -5,6 +5,7 @@ and the edits that remove one node from a generation, for the counterfactual tex
 `top_contributors` costs the frozen model's forward and backward pass on the text so far: about a tenth of
 `attribution_graph` on a short prompt, whose edge walks and ablation passes it leaves out.
 """
+
 from __future__ import annotations
 
 import re
@@ -22,14 +23,14 @@ _NODE = re.compile(r"(?:E|L(\d{1,4})([HN])(\d{1,7})|B:L(\d{1,4})\.([a-z_0-9.-]+)
 
 
 class Contributor(NamedTuple):
-    id: str              # the graph's node id, e.g. "L1H0@28"
-    kind: str            # "embeddings", "head", "neuron", "bias"
+    id: str  # the graph's node id, e.g. "L1H0@28"
+    kind: str  # "embeddings", "head", "neuron", "bias"
     layer: int | None
     index: int | None
-    position: int        # where the node writes
-    source: int          # the position it brings: a head's key with the largest part of its influence, else its own
+    position: int  # where the node writes
+    source: int  # the position it brings: a head's key with the largest part of its influence, else its own
     influence: float
-    share: float         # influence / the metric: its share of the logit (signed; past 100% where others pull back)
+    share: float  # influence / the metric: its share of the logit (signed; past 100% where others pull back)
 
     @property
     def unit(self) -> str | None:
@@ -40,7 +41,7 @@ class Contributor(NamedTuple):
 
 
 class Contributors(NamedTuple):
-    metric: float        # logit(target) - logit(other) at the last position (or logit(target)): the shares' whole
+    metric: float  # logit(target) - logit(other) at the last position (or logit(target)): the shares' whole
     top: list[Contributor]
 
 
@@ -49,8 +50,10 @@ def parse_node(node_id: str, config, T: int) -> NodeRef:
     sizes and the prompt's T positions; ValueError in words otherwise. The metric is no node to remove."""
     match = _NODE.fullmatch(node_id.strip()) if isinstance(node_id, str) else None
     if match is None:
-        raise ValueError(f"{node_id!r} is no node id: write E@p, L<layer>H<head>@p, L<layer>N<neuron>@p or "
-                         "B:L<layer>.<bias>@p, e.g. L1H0@28")
+        raise ValueError(
+            f"{node_id!r} is no node id: write E@p, L<layer>H<head>@p, L<layer>N<neuron>@p or "
+            "B:L<layer>.<bias>@p, e.g. L1H0@28"
+        )
     layer, kind, index, bias_layer, bias, position = match.groups()
     position = int(position)
     if position >= T:
@@ -88,8 +91,18 @@ def top_contributors(model, ids, target: int, other: int | None = None, n: int =
         if value == 0:
             break
         source = _head_source(fm, ref) if ref.kind == "head" else ref.position
-        top.append(Contributor(ref.id, ref.kind, ref.layer, ref.index, ref.position, source, value,
-                               value / fm.metric if fm.metric != 0 else float("nan")))
+        top.append(
+            Contributor(
+                ref.id,
+                ref.kind,
+                ref.layer,
+                ref.index,
+                ref.position,
+                source,
+                value,
+                value / fm.metric if fm.metric != 0 else float("nan"),
+            )
+        )
     return Contributors(fm.metric, top)
 
 
@@ -103,20 +116,21 @@ def _flatten(v, fm: FrozenModel):
 
     def ref(i: int) -> NodeRef:
         return NodeRef("embeddings", None, None, i) if i < T else ref_at(i - T, L, T, H, d_ff, names)
+
     return flat, ref
 
 
 def _head_source(fm: FrozenModel, ref: NodeRef) -> int:
     """The key whose value, weighted by the frozen pattern, carries the largest part of the head's influence."""
     w, l, h, p = fm.layers[ref.layer], ref.layer, ref.index, ref.position
-    v = _project(fm.attn_in[l][: p + 1], w.Wv[h:h + 1], None if w.bv is None else w.bv[h:h + 1])[0]   # [p+1, dh]
-    through = w.Wo[h] @ fm.grads[("attn", l)][p]                                                    # [dh]
+    v = _project(fm.attn_in[l][: p + 1], w.Wv[h : h + 1], None if w.bv is None else w.bv[h : h + 1])[0]  # [p+1, dh]
+    through = w.Wo[h] @ fm.grads[("attn", l)][p]  # [dh]
     parts = fm.pattern[l][h, p, : p + 1] * (v @ through)
     return int(parts.abs().argmax())
 
 
 def contributor_label(c: Contributor, tokens: list[str]) -> str:
-    """"L1H0 from ' Romeo' +41%": the node, the token it brings, its signed share (token text quoted with repr's
+    """ "L1H0 from ' Romeo' +41%": the node, the token it brings, its signed share (token text quoted with repr's
     rules, so no token can look like the line's own punctuation)."""
     at = repr(tokens[c.source]) if 0 <= c.source < len(tokens) else f"position {c.source}"
     name = {"embeddings": "the token", "head": c.unit, "neuron": c.unit}.get(c.kind)
@@ -139,6 +153,7 @@ def contributors_nbytes(config, T: int) -> int:
 
 # ---- removing one node from a generation ----------------------------------------------------------------------
 
+
 def node_edits(model, ref: NodeRef) -> list[Edit]:
     """Edits that remove one node wherever its position is in the window a call sees (a generation with the KV cache
     sees the prompt first, then one new position at a time, so the node is removed once, where it is): a head's z or
@@ -150,16 +165,19 @@ def node_edits(model, ref: NodeRef) -> list[Edit]:
     if ref.kind == "embeddings":
         return [Edit(act_name("resid_pre", 0), _at_position(ref.position, None), f"{ref.id} removed")]
     block = model.blocks[ref.layer]
-    hook, constant = {"attn.out-bias": ("attn_out", block.attn.c_proj.bias),
-                      "mlp.out-bias": ("mlp_out", block.mlp.c_proj.bias),
-                      "ln_1.beta": ("resid_mid", getattr(block.ln_1, "bias", None)),
-                      "ln_2.beta": ("resid_post", getattr(block.ln_2, "bias", None))}[ref.bias]
+    hook, constant = {
+        "attn.out-bias": ("attn_out", block.attn.c_proj.bias),
+        "mlp.out-bias": ("mlp_out", block.mlp.c_proj.bias),
+        "ln_1.beta": ("resid_mid", getattr(block.ln_1, "bias", None)),
+        "ln_2.beta": ("resid_post", getattr(block.ln_2, "bias", None)),
+    }[ref.bias]
     return [Edit(act_name(hook, ref.layer), _at_position(ref.position, constant.detach()), f"{ref.id} removed")]
 
 
 def _at_position(position: int, constant: torch.Tensor | None):
     """Zero the value at an absolute position (constant None), or subtract `constant` there; nothing when the call's
     window [offset, offset + T) does not hold it."""
+
     def fn(value: torch.Tensor, offset: int) -> torch.Tensor:
         rows = _local_positions([position], value.shape[1], offset)
         if not rows.numel():
@@ -171,4 +189,5 @@ def _at_position(position: int, constant: torch.Tensor | None):
         else:
             value[:, at] -= constant.to(value.device, value.dtype)
         return value
+
     return fn

@@ -10,6 +10,7 @@ A node's "direct path" to a reader is the stream between them: identity in pre-n
 reading), the frozen norms in between in post-norm. Pulling a reader's input gradient back along that path (the norms'
 transposes, no node in between) gives, at every write point, the gradient an edge into that reader is measured with.
 """
+
 from __future__ import annotations
 
 import math
@@ -24,8 +25,8 @@ EMBED = ("embed", None)  # the write point of the token + position embeddings
 
 
 class Step(NamedTuple):
-    op: str              # "write" (nodes add into the stream), "read" (a sub-layer or the metric), "norm" (post-norm)
-    what: str            # "embed", "attn", "mlp", "ln_1", "ln_2", "metric"
+    op: str  # "write" (nodes add into the stream), "read" (a sub-layer or the metric), "norm" (post-norm)
+    what: str  # "embed", "attn", "mlp", "ln_1", "ln_2", "metric"
     layer: int | None
 
     @property
@@ -62,7 +63,7 @@ class FrozenNorm:
             return
         eps = module.eps if module.eps is not None else torch.finfo(torch.float32).eps
         if layernorm:
-            self.scale = torch.rsqrt(x.var(-1, unbiased=False) + eps)          # [T]
+            self.scale = torch.rsqrt(x.var(-1, unbiased=False) + eps)  # [T]
         else:
             self.scale = torch.rsqrt(x.pow(2).mean(-1) + eps)
         self.layernorm = layernorm
@@ -162,14 +163,13 @@ class FrozenModel:
         x = self.emb + probes[EMBED]
         for l, block in enumerate(model.blocks):
             if cfg.norm == "pre":  # x = x + attn(ln_1(x)); x = x + mlp(ln_2(x))
-                x = x + self._write(("attn", l), self._attention(l, self._freeze(block.ln_1, x, "ln_1", l)(x)),
-                                    probes)
+                x = x + self._write(("attn", l), self._attention(l, self._freeze(block.ln_1, x, "ln_1", l)(x)), probes)
                 x = x + self._write(("mlp", l), self._mlp(l, self._freeze(block.ln_2, x, "ln_2", l)(x)), probes)
-            else:                  # x = ln_1(x + attn(x)); x = ln_2(x + mlp(x))
-                x = self._post_norm(block.ln_1, "ln_1", l, x + self._write(("attn", l), self._attention(l, x), probes),
-                                    probes)
-                x = self._post_norm(block.ln_2, "ln_2", l, x + self._write(("mlp", l), self._mlp(l, x), probes),
-                                    probes)
+            else:  # x = ln_1(x + attn(x)); x = ln_2(x + mlp(x))
+                x = self._post_norm(
+                    block.ln_1, "ln_1", l, x + self._write(("attn", l), self._attention(l, x), probes), probes
+                )
+                x = self._post_norm(block.ln_2, "ln_2", l, x + self._write(("mlp", l), self._mlp(l, x), probes), probes)
         final = self._freeze(model.ln_f, x, "ln_f", None)(x)[T - 1]
         if not tracking:
             return
@@ -201,18 +201,18 @@ class FrozenModel:
         w, T = self.layers[l], self.T
         self.attn_in.append(x.detach())
         with torch.no_grad():  # the pattern is a constant of the frozen model
-            q, k = _project(x.detach(), w.Wq, w.bq), _project(x.detach(), w.Wk, w.bk)     # [H, T, dh]
+            q, k = _project(x.detach(), w.Wq, w.bq), _project(x.detach(), w.Wk, w.bk)  # [H, T, dh]
             scores = q @ k.transpose(-1, -2) / math.sqrt(self.config.d_head)
             causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
-            pattern = F.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1)      # [H, T, T]
+            pattern = F.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1)  # [H, T, T]
         self.pattern.append(pattern)
-        z = (pattern @ _project(x, w.Wv, w.bv)).transpose(0, 1)                         # [T, H, dh]
+        z = (pattern @ _project(x, w.Wv, w.bv)).transpose(0, 1)  # [T, H, dh]
         self.z.append(z.detach())
         return torch.einsum("thk,hkd->td", z, w.Wo) + w.bo
 
     def _mlp(self, l: int, x: torch.Tensor) -> torch.Tensor:
         w = self.layers[l]
-        pre = x @ w.Wfc.T + w.bfc                                                        # [T, d_ff]
+        pre = x @ w.Wfc.T + w.bfc  # [T, d_ff]
         with torch.no_grad():  # each neuron passes its input on in proportion: act = ratio * pre
             real = activate(pre.detach(), self.config.activation)
             ratio = torch.where(pre != 0, real / torch.where(pre != 0, pre, 1.0), 0.0)
@@ -245,6 +245,7 @@ class FrozenModel:
         def inject(step, V):
             if step.what == "metric":
                 V[0, self.T - 1] += self.norms[("ln_f", None)].transpose(self.u, self.T - 1)
+
         self.pull_back(1, inject, lambda point, V: found.__setitem__(point, V[0].clone()))
         return found
 

@@ -7,6 +7,7 @@ of the out-projection, without the shared bias), `L{l}N{n}@p` (a neuron: its act
 `B:L{l}.attn.out-bias@p`, `B:L{l}.mlp.out-bias@p`, in post-norm blocks `B:L{l}.ln_1.beta@p` and `B:L{l}.ln_2.beta@p`,
 and `metric`.
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -28,9 +29,9 @@ def bias_names(config) -> list[str]:
 
 
 class NodeRef(NamedTuple):
-    kind: str               # "embeddings", "head", "neuron", "bias", "metric"
+    kind: str  # "embeddings", "head", "neuron", "bias", "metric"
     layer: int | None
-    index: int | None       # the head or the neuron
+    index: int | None  # the head or the neuron
     position: int
     bias: str | None = None  # a bias node's name (BIASES)
 
@@ -66,6 +67,7 @@ def metric_ref(T: int) -> NodeRef:
 class Values(NamedTuple):
     """One number for every node but the metric: embeddings [T], heads [layers, T, heads], neurons [layers, T, d_ff],
     biases {name: [layers, T]}."""
+
     embeddings: torch.Tensor
     heads: torch.Tensor
     neurons: torch.Tensor
@@ -80,18 +82,22 @@ class Values(NamedTuple):
         return float(table[ref.layer, ref.position, ref.index])
 
     def total(self) -> float:
-        return float(self.embeddings.sum() + self.heads.sum() + self.neurons.sum()
-                     + sum(b.sum() for b in self.biases.values()))
+        return float(
+            self.embeddings.sum() + self.heads.sum() + self.neurons.sum() + sum(b.sum() for b in self.biases.values())
+        )
 
 
 def node_values(fm: FrozenModel, grads: dict) -> Values:
     """Every node's output dotted with `grads` (a gradient [T, d] at each write point): with the metric's gradient
     in the frozen model, the influences; with its direct-path gradient, the direct effects."""
-    heads = torch.stack([(fm.z[l] * torch.einsum("td,hkd->thk", grads[("attn", l)], w.Wo)).sum(-1)
-                         for l, w in enumerate(fm.layers)])
+    heads = torch.stack(
+        [(fm.z[l] * torch.einsum("td,hkd->thk", grads[("attn", l)], w.Wo)).sum(-1) for l, w in enumerate(fm.layers)]
+    )
     neurons = torch.stack([fm.act[l] * (grads[("mlp", l)] @ w.Wout) for l, w in enumerate(fm.layers)])
-    biases = {name: torch.stack([grads[(BIASES[name], l)] @ _bias_vector(fm, name, l)
-                                 for l in range(fm.config.n_layers)]) for name in bias_names(fm.config)}
+    biases = {
+        name: torch.stack([grads[(BIASES[name], l)] @ _bias_vector(fm, name, l) for l in range(fm.config.n_layers)])
+        for name in bias_names(fm.config)
+    }
     return Values((fm.emb * grads[EMBED]).sum(-1), heads, neurons, biases)
 
 
@@ -102,11 +108,11 @@ def bias_parts(fm: FrozenModel) -> tuple[Values, float]:
     pre, T = fm.config.norm == "pre", fm.T
     heads, neurons = [], []
     for l, w in enumerate(fm.layers):
-        value_const = torch.zeros_like(w.Wv[:, :, 0]) if w.bv is None else w.bv.clone()   # [H, dh]
+        value_const = torch.zeros_like(w.Wv[:, :, 0]) if w.bv is None else w.bv.clone()  # [H, dh]
         beta = fm.norms[("ln_1", l)].beta if pre else None
         if beta is not None:
             value_const += torch.einsum("hkd,d->hk", w.Wv, beta)
-        through = torch.einsum("td,hkd->thk", fm.grads[("attn", l)], w.Wo)                  # [T, H, dh]
+        through = torch.einsum("td,hkd->thk", fm.grads[("attn", l)], w.Wo)  # [T, H, dh]
         # sum_j pattern[h, p, j] * const: the row sums (1 up to rounding) kept so the identities hold exactly
         heads.append((through * value_const).sum(-1) * fm.pattern[l].sum(-1).T)
         input_const = w.bfc.clone()
@@ -115,8 +121,12 @@ def bias_parts(fm: FrozenModel) -> tuple[Values, float]:
             input_const += w.Wfc @ beta
         neurons.append(fm.ratio[l] * (fm.grads[("mlp", l)] @ w.Wout) * input_const)
     zeros = torch.zeros(fm.config.n_layers, T, device=fm.emb.device)
-    parts = Values(torch.zeros(T, device=fm.emb.device), torch.stack(heads), torch.stack(neurons),
-                   {name: zeros for name in bias_names(fm.config)})
+    parts = Values(
+        torch.zeros(T, device=fm.emb.device),
+        torch.stack(heads),
+        torch.stack(neurons),
+        {name: zeros for name in bias_names(fm.config)},
+    )
     final_beta = fm.norms[("ln_f", None)].beta
     return parts, float(final_beta @ fm.u) if final_beta is not None else 0.0
 
@@ -154,13 +164,15 @@ def all_nodes(config, T: int) -> list[NodeRef]:
 
 # ---- edges ---------------------------------------------------------------------------------------------------
 
+
 class EdgeWeights(NamedTuple):
-    weights: torch.Tensor   # [targets, sources]: weight(source -> target), 0 where no direct path joins them
+    weights: torch.Tensor  # [targets, sources]: weight(source -> target), 0 where no direct path joins them
     incoming: torch.Tensor  # [targets]: the sum of each target's incoming edges from every node (not only `sources`)
 
 
-def edge_weights(fm: FrozenModel, sources: list[NodeRef], targets: list[NodeRef], rows: int = 64,
-                 clock: Clock | None = None) -> EdgeWeights:
+def edge_weights(
+    fm: FrozenModel, sources: list[NodeRef], targets: list[NodeRef], rows: int = 64, clock: Clock | None = None
+) -> EdgeWeights:
     """weight(s -> t) = the part of t's influence that s's output carries through t's input: t's input gradient
     (its influence as a linear function of its input) pulled back along the direct path to s's write point, dotted
     with s's output. One backward walk per `rows` targets (targets without input, such as embeddings, get 0)."""
@@ -169,18 +181,23 @@ def edge_weights(fm: FrozenModel, sources: list[NodeRef], targets: list[NodeRef]
     grouped: dict = {}  # write point -> position -> the sources there
     for i, s in enumerate(sources):
         grouped.setdefault(s.point, {}).setdefault(s.position, []).append(i)
-    outputs = {point: [(p, torch.tensor(idx, device=weights.device),
-                        torch.stack([output_vector(fm, sources[i]) for i in idx])) for p, idx in at.items()]
-               for point, at in grouped.items()}
+    outputs = {
+        point: [
+            (p, torch.tensor(idx, device=weights.device), torch.stack([output_vector(fm, sources[i]) for i in idx]))
+            for p, idx in at.items()
+        ]
+        for point, at in grouped.items()
+    }
     readers = [i for i, t in enumerate(targets) if t.reads is not None]
     for start in range(0, len(readers), max(1, rows)):
-        chunk = torch.tensor(readers[start:start + rows], device=weights.device)
+        chunk = torch.tensor(readers[start : start + rows], device=weights.device)
         chunk_targets = [targets[i] for i in chunk.tolist()]
 
         def on_write(point, V, chunk=chunk):
             incoming[chunk] += (V * fm.written[point]).sum((1, 2))
             for position, idx, out in outputs.get(point, ()):
                 weights[chunk[:, None], idx] = V[:, position] @ out.T
+
         fm.pull_back(len(chunk_targets), lambda step, V, ts=chunk_targets: _inject(fm, ts, step, V), on_write)
         if clock is not None:
             clock.check()
@@ -201,12 +218,12 @@ def _inject(fm: FrozenModel, targets: list[NodeRef], step, V: torch.Tensor) -> N
     index = torch.tensor([targets[r].index for r in rows], device=V.device)
     positions = torch.tensor([targets[r].position for r in rows], device=V.device)
     rows = torch.tensor(rows, device=V.device)
-    if step.what == "attn":   # d/dx_j of g_p . (sum_j pattern[p, j] (x_j Wv^T + bv)) Wo = pattern[p, j] (Wo g_p) Wv
+    if step.what == "attn":  # d/dx_j of g_p . (sum_j pattern[p, j] (x_j Wv^T + bv)) Wo = pattern[p, j] (Wo g_p) Wv
         through = torch.einsum("nd,nkd->nk", fm.grads[("attn", l)][positions], w.Wo[index])
         vec = torch.einsum("nk,nkd->nd", through, w.Wv[index])
-        add = fm.pattern[l][index, positions][:, :, None] * vec[:, None, :]             # [n, T, d]
+        add = fm.pattern[l][index, positions][:, :, None] * vec[:, None, :]  # [n, T, d]
         V[rows] += norm.transpose(add) if norm is not None else add
-    else:                     # d/dx_p of ratio (x_p . Wfc[n] + b) (g_p . Wout[:, n])
+    else:  # d/dx_p of ratio (x_p . Wfc[n] + b) (g_p . Wout[:, n])
         coef = fm.ratio[l][positions, index] * (fm.grads[("mlp", l)][positions] * w.Wout[:, index].T).sum(-1)
         vec = coef[:, None] * w.Wfc[index]
         V[rows, positions] += norm.transpose(vec, positions) if norm is not None else vec

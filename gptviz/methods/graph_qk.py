@@ -8,6 +8,7 @@ Sources are named as in direct logit attribution: `embeddings`, `L{l}H{h}`, `L{l
 bias included), `norm bias` (pre-norm: the beta of the norm this head reads; post-norm: every earlier norm's beta as
 it reaches this head), and `query bias` / `key bias`.
 """
+
 from __future__ import annotations
 
 import math
@@ -26,10 +27,10 @@ class QKDecomposition(NamedTuple):
     head: int
     query: int
     key: int
-    score: float               # the real pre-softmax score q_i . k_j / sqrt(d_head), before the mask
+    score: float  # the real pre-softmax score q_i . k_j / sqrt(d_head), before the mask
     query_sources: list[str]
     key_sources: list[str]
-    terms: torch.Tensor        # [query sources, key sources]; terms.sum() equals score
+    terms: torch.Tensor  # [query sources, key sources]; terms.sum() equals score
 
     def top_terms(self, n: int = 5) -> list[tuple[str, str, float]]:
         """The `n` largest terms by size, as (query source, key source, term)."""
@@ -41,14 +42,22 @@ class QKDecomposition(NamedTuple):
 
 def check_cell(config, T: int, layer: int, head: int, query: int, key: int) -> None:
     """ValueError, in words, for a cell the model does not have or the causal mask hides."""
-    for name, value, size in (("layer", layer, config.n_layers), ("head", head, config.n_heads),
-                              ("query", query, T), ("key", key, T)):
+    for name, value, size in (
+        ("layer", layer, config.n_layers),
+        ("head", head, config.n_heads),
+        ("query", query, T),
+        ("key", key, T),
+    ):
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < size:
-            raise ValueError(f"{name} {value!r} is out of range: the {'prompt' if name in ('query', 'key') else 'model'}"
-                             f" has {size} {'positions' if name in ('query', 'key') else name + 's'} (0..{size - 1})")
+            raise ValueError(
+                f"{name} {value!r} is out of range: the {'prompt' if name in ('query', 'key') else 'model'}"
+                f" has {size} {'positions' if name in ('query', 'key') else name + 's'} (0..{size - 1})"
+            )
     if key > query:
-        raise ValueError(f"key {key} is above the diagonal: query {query} cannot attend to a later position "
-                         "(the causal mask hides it)")
+        raise ValueError(
+            f"key {key} is above the diagonal: query {query} cannot attend to a later position "
+            "(the causal mask hides it)"
+        )
 
 
 def qk_decomposition(model, ids, layer: int, head: int, query: int, key: int) -> QKDecomposition:
@@ -58,9 +67,9 @@ def qk_decomposition(model, ids, layer: int, head: int, query: int, key: int) ->
         raise ValueError("no tokens: the prompt is empty")
     check_cell(model.config, T, layer, head, query, key)
     fm = FrozenModel(model, ids)
-    names, vectors = _sources_at(fm, layer, [query, key])           # vectors [sources, 2, d]
+    names, vectors = _sources_at(fm, layer, [query, key])  # vectors [sources, 2, d]
     w = fm.layers[layer]
-    q_parts = vectors[:, 0] @ w.Wq[head].T                          # [sources, d_head]
+    q_parts = vectors[:, 0] @ w.Wq[head].T  # [sources, d_head]
     k_parts = vectors[:, 1] @ w.Wk[head].T
     query_names, key_names = list(names), list(names)
     if w.bq is not None:
@@ -69,7 +78,7 @@ def qk_decomposition(model, ids, layer: int, head: int, query: int, key: int) ->
         query_names.append("query bias")
         key_names.append("key bias")
     terms = q_parts @ k_parts.T / math.sqrt(fm.config.d_head)
-    x = fm.attn_in[layer]                                           # what the attention read, as it was
+    x = fm.attn_in[layer]  # what the attention read, as it was
     q = x[query] @ w.Wq[head].T + (w.bq[head] if w.bq is not None else 0)
     k = x[key] @ w.Wk[head].T + (w.bk[head] if w.bk is not None else 0)
     score = float(q @ k) / math.sqrt(fm.config.d_head)

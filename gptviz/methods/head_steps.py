@@ -7,12 +7,14 @@ redoes the head's few matrix products for one query, so each step can be shown; 
 against the values the forward pass itself captured (q, k, v, pattern, z, attention output). Tensors carry no
 batch axis: [T, ...] as `gptviz.app.model_service.get_capture` stores them.
 """
+
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 
 import torch
+
 from ..model.hooks import act_name
 
 
@@ -25,8 +27,15 @@ def attention_input_name(layer: int, norm: str) -> str:
 def head_hook_names(layer: int, norm: str) -> tuple[str, ...]:
     """The hooks head_steps and the value-weighted views read for one layer."""
     a = f"blocks.{layer}.attn"
-    return (attention_input_name(layer, norm), f"{a}.hook_q", f"{a}.hook_k", f"{a}.hook_v", f"{a}.hook_pattern",
-            f"{a}.hook_z", act_name("attn_out", layer))
+    return (
+        attention_input_name(layer, norm),
+        f"{a}.hook_q",
+        f"{a}.hook_k",
+        f"{a}.hook_v",
+        f"{a}.hook_pattern",
+        f"{a}.hook_z",
+        act_name("attn_out", layer),
+    )
 
 
 def _weights(model, layer: int, head: int) -> dict[str, torch.Tensor | None]:
@@ -35,39 +44,40 @@ def _weights(model, layer: int, head: int) -> dict[str, torch.Tensor | None]:
     cfg = model.config
     C, dh = cfg.d_model, cfg.d_head
     attn = model.blocks[layer].attn
-    w = attn.c_attn.weight.detach().float().cpu()          # [3C, C] (out, in)
+    w = attn.c_attn.weight.detach().float().cpu()  # [3C, C] (out, in)
     b = attn.c_attn.bias.detach().float().cpu() if attn.c_attn.bias is not None else None
     rows = [slice(part * C + head * dh, part * C + (head + 1) * dh) for part in range(3)]
     out = {f"w_{n}": w[r].t() for n, r in zip("qkv", rows)}
     out.update({f"b_{n}": (b[r] if b is not None else None) for n, r in zip("qkv", rows)})
-    out["w_o"] = attn.c_proj.weight.detach().float().cpu()[:, head * dh:(head + 1) * dh].t()  # [dh, C]
+    out["w_o"] = attn.c_proj.weight.detach().float().cpu()[:, head * dh : (head + 1) * dh].t()  # [dh, C]
     return out
 
 
 @dataclass(frozen=True)
 class HeadSteps:
     """One head's computation for one query, every intermediate value (float32)."""
+
     layer: int
     head: int
     query: int
-    norm: str                 # the model's wiring: what `x` is depends on it
-    x: torch.Tensor           # [T, d_model] the attention's input
-    w_q: torch.Tensor         # [d_model, d_head]
+    norm: str  # the model's wiring: what `x` is depends on it
+    x: torch.Tensor  # [T, d_model] the attention's input
+    w_q: torch.Tensor  # [d_model, d_head]
     w_k: torch.Tensor
     w_v: torch.Tensor
-    q: torch.Tensor           # [d_head] the query's query vector
-    k: torch.Tensor           # [query + 1, d_head] keys it may see
-    v: torch.Tensor           # [query + 1, d_head] their values
-    dots: torch.Tensor        # [query + 1] q . k_j
-    scale: float              # 1 / sqrt(d_head)
-    scores: torch.Tensor      # [query + 1] dots * scale
-    masked: torch.Tensor      # [T] scores, -inf past the query (the causal mask)
-    weights: torch.Tensor     # [query + 1] softmax of the scores
-    z: torch.Tensor           # [d_head] sum_j weights_j v_j
-    w_o: torch.Tensor         # [d_head, d_model] the head's rows of the output projection
-    out: torch.Tensor         # [d_model] z @ W_O: what this head adds to the residual stream (before the
+    q: torch.Tensor  # [d_head] the query's query vector
+    k: torch.Tensor  # [query + 1, d_head] keys it may see
+    v: torch.Tensor  # [query + 1, d_head] their values
+    dots: torch.Tensor  # [query + 1] q . k_j
+    scale: float  # 1 / sqrt(d_head)
+    scores: torch.Tensor  # [query + 1] dots * scale
+    masked: torch.Tensor  # [T] scores, -inf past the query (the causal mask)
+    weights: torch.Tensor  # [query + 1] softmax of the scores
+    z: torch.Tensor  # [d_head] sum_j weights_j v_j
+    w_o: torch.Tensor  # [d_head, d_model] the head's rows of the output projection
+    out: torch.Tensor  # [d_model] z @ W_O: what this head adds to the residual stream (before the
     #                           layer's output bias, added once for all heads)
-    out_bias: torch.Tensor    # [d_model]
+    out_bias: torch.Tensor  # [d_model]
 
     @property
     def T(self) -> int:
@@ -99,8 +109,28 @@ def head_steps(model, cache, layer: int, head: int, query: int) -> HeadSteps:
     z = weights @ v
     bias = model.blocks[layer].attn.c_proj.bias
     out_bias = bias.detach().float().cpu() if bias is not None else torch.zeros(cfg.d_model)
-    return HeadSteps(layer, head, query, cfg.norm, x, w["w_q"], w["w_k"], w["w_v"], q, k, v, dots, scale, scores,
-                     masked, weights, z, w["w_o"], z @ w["w_o"], out_bias)
+    return HeadSteps(
+        layer,
+        head,
+        query,
+        cfg.norm,
+        x,
+        w["w_q"],
+        w["w_k"],
+        w["w_v"],
+        q,
+        k,
+        v,
+        dots,
+        scale,
+        scores,
+        masked,
+        weights,
+        z,
+        w["w_o"],
+        z @ w["w_o"],
+        out_bias,
+    )
 
 
 def values_from_input(model, layer: int, x: torch.Tensor) -> torch.Tensor:
@@ -108,8 +138,8 @@ def values_from_input(model, layer: int, x: torch.Tensor) -> torch.Tensor:
     hook_v records), so a page that keeps only the input can draw value-weighted attention without a rerun."""
     cfg = model.config
     attn = model.blocks[layer].attn
-    w = attn.c_attn.weight.detach().float().cpu()[2 * cfg.d_model:]  # the V rows of the Q/K/V projection
-    b = attn.c_attn.bias.detach().float().cpu()[2 * cfg.d_model:] if attn.c_attn.bias is not None else None
+    w = attn.c_attn.weight.detach().float().cpu()[2 * cfg.d_model :]  # the V rows of the Q/K/V projection
+    b = attn.c_attn.bias.detach().float().cpu()[2 * cfg.d_model :] if attn.c_attn.bias is not None else None
     v = x.float() @ w.t()
     return (v + b if b is not None else v).view(x.shape[0], cfg.n_heads, cfg.d_head)
 
@@ -119,8 +149,8 @@ def value_output_norms(model, layer: int, v: torch.Tensor) -> torch.Tensor:
     attention. `v`: the layer's captured hook_v [T, heads, d_head]."""
     cfg = model.config
     w_o = model.blocks[layer].attn.c_proj.weight.detach().float().cpu()  # [C, C]: (out, in)
-    per_head = w_o.view(cfg.d_model, cfg.n_heads, cfg.d_head)            # [out, head, d_head]
-    vo = torch.einsum("thd,ohd->hto", v.float(), per_head)             # [heads, T, d_model]
+    per_head = w_o.view(cfg.d_model, cfg.n_heads, cfg.d_head)  # [out, head, d_head]
+    vo = torch.einsum("thd,ohd->hto", v.float(), per_head)  # [heads, T, d_model]
     return vo.norm(dim=-1)
 
 

@@ -6,6 +6,7 @@ Edits live in the call, like captures: the shared model is never changed, so thr
 on one model each get their own result. Positions are absolute positions in the model's window; during
 KV-cache generation an edit sees only the new token, at its own position.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
@@ -13,16 +14,16 @@ from dataclasses import dataclass
 
 import torch
 
-from ..model.hooks import act_name, ActivationCache, EditFn, capture
+from ..model.hooks import ActivationCache, EditFn, act_name, capture
 
 MODES = ("zero", "mean")
 
 
 @dataclass(frozen=True)
 class Edit:
-    hook: str      # e.g. "blocks.1.attn.hook_z"
-    fn: EditFn     # (value, offset of its first position) -> new value
-    label: str     # what it does, for people: "L1H3 zero-ablated"
+    hook: str  # e.g. "blocks.1.attn.hook_z"
+    fn: EditFn  # (value, offset of its first position) -> new value
+    label: str  # what it does, for people: "L1H3 zero-ablated"
 
 
 def run_with_edits(model, ids, edits: Edit | Sequence[Edit], names=()) -> tuple[torch.Tensor, ActivationCache]:
@@ -80,6 +81,7 @@ def _replace_units(hook: str, units: Sequence[int], mode: str, positions, refere
         elif rows.numel():
             value[:, rows.to(value.device)[:, None], idx] = fill
         return value
+
     return fn
 
 
@@ -127,6 +129,7 @@ def ablate_sublayer(layer: int, which: str, positions=None) -> Edit:
         value = value.clone()
         value[:, rows] = 0.0
         return value
+
     return Edit(f"blocks.{layer}.hook_{which}_out", fn, f"L{layer} {which.upper()} removed")
 
 
@@ -141,8 +144,7 @@ def patch_from(source: Mapping[str, torch.Tensor], names: str | Sequence[str], p
 
         def fn(value: torch.Tensor, offset: int, stored=stored, name=name) -> torch.Tensor:
             if stored.shape[0] not in (1, value.shape[0]) or stored.shape[2:] != value.shape[2:]:
-                raise ValueError(f"{name}: the source has shape {tuple(stored.shape)}, this run "
-                                 f"{tuple(value.shape)}")
+                raise ValueError(f"{name}: the source has shape {tuple(stored.shape)}, this run {tuple(value.shape)}")
             T = value.shape[1]
             wanted = range(offset, offset + T) if positions is None else positions
             rows = _local_positions([p for p in wanted if p < stored.shape[1]], T, offset)
@@ -151,6 +153,7 @@ def patch_from(source: Mapping[str, torch.Tensor], names: str | Sequence[str], p
             value = value.clone()
             value[:, rows] = stored[:, rows + offset].to(value.device, value.dtype)
             return value
+
         edits.append(Edit(name, fn, f"{name} patched from the other run"))
     return edits
 
@@ -172,4 +175,5 @@ def add_to_resid(layer: int, vector: torch.Tensor, scale: float = 1.0, positions
         value = value.clone()
         value[:, rows] += add
         return value
+
     return Edit(act_name("resid_pre", layer), fn, f"{scale:g} x vector added before block {layer}")

@@ -1,4 +1,5 @@
 """The logit lens: each residual-stream state decoded as the model decodes its last one."""
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -17,9 +18,9 @@ def lens_logits(model: GPT, resid: torch.Tensor) -> torch.Tensor:
 
 
 class LogitLens(NamedTuple):
-    top_ids: torch.Tensor       # [layers + 1, T] most likely next token read off each state
-    top_probs: torch.Tensor     # [layers + 1, T] its probability
-    target_ids: torch.Tensor    # [T] the model's final prediction (argmax of its real logits)
+    top_ids: torch.Tensor  # [layers + 1, T] most likely next token read off each state
+    top_probs: torch.Tensor  # [layers + 1, T] its probability
+    target_ids: torch.Tensor  # [T] the model's final prediction (argmax of its real logits)
     target_probs: torch.Tensor  # [layers + 1, T] probability of that final prediction at each state
 
 
@@ -33,8 +34,10 @@ def logit_lens(model: GPT, cache) -> LogitLens:
     states = cache.resid_stream()  # [layers + 1, T, d], or [layers + 1, batch, T, d] with the batch axis
     if states.dim() == 4:
         if states.shape[1] != 1:
-            raise ValueError(f"logit_lens reads one prompt: got a batch of {states.shape[1]}; capture one prompt "
-                             "(capture(model, [ids])) or pass the cache of one row")
+            raise ValueError(
+                f"logit_lens reads one prompt: got a batch of {states.shape[1]}; capture one prompt "
+                "(capture(model, [ids])) or pass the cache of one row"
+            )
         states = states[:, 0]
     target = lens_logits(model, states[-1]).argmax(-1)  # the model's own prediction at each position
     top_ids, top_probs, target_probs = [], [], []

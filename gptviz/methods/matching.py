@@ -6,6 +6,7 @@ head 0" of each compares unrelated heads. Here each head is described by its att
 models read (a random sequence repeated once, where previous-token, induction and first-token heads each draw their
 own shape), and heads are paired one to one by the cosine similarity of those patterns.
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -14,17 +15,19 @@ import torch
 
 
 class HeadMatch(NamedTuple):
-    a: tuple[int, int]      # (layer, head) in the first model
-    b: tuple[int, int]      # its partner in the second
-    similarity: float       # cosine of the two heads' patterns on the probe, in [0, 1] (weights are >= 0)
+    a: tuple[int, int]  # (layer, head) in the first model
+    b: tuple[int, int]  # its partner in the second
+    similarity: float  # cosine of the two heads' patterns on the probe, in [0, 1] (weights are >= 0)
 
 
 def pattern_similarity(patterns_a: torch.Tensor, patterns_b: torch.Tensor) -> torch.Tensor:
     """Cosine similarity of every head of A with every head of B, [La * Ha, Lb * Hb], from their patterns on the
     same tokens ([layers, heads, T, T] each; rows in layer-major order)."""
     if patterns_a.shape[-2:] != patterns_b.shape[-2:]:
-        raise ValueError(f"the patterns must come from the same probe: {tuple(patterns_a.shape[-2:])} against "
-                         f"{tuple(patterns_b.shape[-2:])} tokens")
+        raise ValueError(
+            f"the patterns must come from the same probe: {tuple(patterns_a.shape[-2:])} against "
+            f"{tuple(patterns_b.shape[-2:])} tokens"
+        )
     a = torch.nn.functional.normalize(patterns_a.float().flatten(0, 1).flatten(1), dim=1)
     b = torch.nn.functional.normalize(patterns_b.float().flatten(0, 1).flatten(1), dim=1)
     return a @ b.T

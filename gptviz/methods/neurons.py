@@ -1,4 +1,5 @@
 """MLP neurons: the most active at a position, and each layer's histogram of activations."""
+
 from __future__ import annotations
 
 import torch

@@ -1,11 +1,13 @@
 """Norms of the residual stream and of what each sub-layer adds, and the statistics of every norm's input
 (Activations and Norms pages). Captures are ActivationCache objects whose tensors have NO batch axis (as
 ui.capture_cache returns)."""
+
 from __future__ import annotations
 
 from typing import NamedTuple
 
 import torch
+
 from ..model.hooks import act_name
 
 
@@ -40,15 +42,14 @@ def norm_inputs(cache, config) -> dict[str, torch.Tensor]:
 
 
 class NormStats(NamedTuple):
-    names: list[str]            # norm modules in forward order
-    mean: torch.Tensor          # [norms, T] mean over d_model of each position's input
-    var: torch.Tensor           # [norms, T] variance over d_model (biased, as LayerNorm divides by it)
-    mean_square: torch.Tensor   # [norms, T] mean of squares (what RMSNorm divides by)
+    names: list[str]  # norm modules in forward order
+    mean: torch.Tensor  # [norms, T] mean over d_model of each position's input
+    var: torch.Tensor  # [norms, T] variance over d_model (biased, as LayerNorm divides by it)
+    mean_square: torch.Tensor  # [norms, T] mean of squares (what RMSNorm divides by)
 
 
 def norm_input_stats(cache, config) -> NormStats:
     """Mean, variance and mean square over d_model of every norm's input, per position."""
     inputs = norm_inputs(cache, config)
     x = torch.stack(list(inputs.values())).double()  # [norms, T, d]
-    return NormStats(list(inputs), x.mean(-1).float(), x.var(-1, unbiased=False).float(),
-                     x.pow(2).mean(-1).float())
+    return NormStats(list(inputs), x.mean(-1).float(), x.var(-1, unbiased=False).float(), x.pow(2).mean(-1).float())

@@ -10,6 +10,7 @@ against Xiong et al. (2020), "On Layer Normalization in the Transformer Architec
 Gradients come from torch.autograd.grad, so no `.grad` is written on the model: a model shared between
 threads (a Streamlit server) stays untouched.
 """
+
 from __future__ import annotations
 
 import json
@@ -27,8 +28,10 @@ from ..model.config import GPTConfig
 from ..model.hooks import act_name, capturing
 from ..model.model import GPT
 
-INITS = {"gpt2": "GPT-2: normal(0, 0.02), residual projections / sqrt(2L)",
-         "xavier": "Xavier-uniform matrices (Xiong et al. 2020)"}
+INITS = {
+    "gpt2": "GPT-2: normal(0, 0.02), residual projections / sqrt(2L)",
+    "xavier": "Xavier-uniform matrices (Xiong et al. 2020)",
+}
 # Parameter groups inside a block, by the start of the parameter's name after "blocks.{i}.".
 GROUPS = {"attention": ("attn.",), "MLP": ("mlp.",), "norms": ("ln_1.", "ln_2.")}
 # The FFN matrices Xiong et al. plot (their W^1, W^2): our c_fc and c_proj weights.
@@ -59,21 +62,22 @@ def random_tokens(n: int, vocab_size: int, seed: int = 0) -> torch.Tensor:
 @dataclass
 class WiringStats:
     """One wiring's measurements on one prompt. Arrays are numpy (picklable, cheap to cache)."""
+
     norm: str
     n_layers: int
-    loss: float                        # mean next-token cross-entropy over the prompt (nats)
-    resid_norm: np.ndarray             # [L + 1] mean L2 norm per position: embeddings, then after each block
-    resid_std: np.ndarray              # [L + 1] standard deviation of the residual stream's entries
-    attn_out_std: np.ndarray           # [L] std of what each attention sub-layer adds
-    mlp_out_std: np.ndarray            # [L] std of what each MLP sub-layer adds
-    grad_norm: np.ndarray              # [L] L2 norm of the gradient of all of block i's parameters
-    grad_by_group: dict[str, np.ndarray]   # {"attention"|"MLP"|"norms": [L]}
-    grad_by_param: dict[str, np.ndarray]   # {"mlp.c_fc.weight": [L], ...}
-    embed_grad_norm: float             # token + position embeddings (the token matrix is the tied LM head)
-    patterns: np.ndarray               # [L, H, T, T] attention weights
+    loss: float  # mean next-token cross-entropy over the prompt (nats)
+    resid_norm: np.ndarray  # [L + 1] mean L2 norm per position: embeddings, then after each block
+    resid_std: np.ndarray  # [L + 1] standard deviation of the residual stream's entries
+    attn_out_std: np.ndarray  # [L] std of what each attention sub-layer adds
+    mlp_out_std: np.ndarray  # [L] std of what each MLP sub-layer adds
+    grad_norm: np.ndarray  # [L] L2 norm of the gradient of all of block i's parameters
+    grad_by_group: dict[str, np.ndarray]  # {"attention"|"MLP"|"norms": [L]}
+    grad_by_param: dict[str, np.ndarray]  # {"mlp.c_fc.weight": [L], ...}
+    embed_grad_norm: float  # token + position embeddings (the token matrix is the tied LM head)
+    patterns: np.ndarray  # [L, H, T, T] attention weights
     n_tokens: int
     n_params: int
-    weights_checksum: float            # sum of |w| over every parameter: equal for twins
+    weights_checksum: float  # sum of |w| over every parameter: equal for twins
     seconds: float = 0.0
     extra: dict = field(default_factory=dict)
 
@@ -113,8 +117,11 @@ def measure_wiring(model: GPT, ids: Sequence[int] | torch.Tensor) -> WiringStats
         raise ValueError("the language-model loss needs at least two tokens (one to predict the next)")
     ids = model.check_ids(ids)  # [1, T], with a clear message on out-of-range ids or a too-long prompt
     L = model.config.n_layers
-    names = [f"blocks.{i}.{h}" for i in range(L) for h in
-             ("hook_resid_pre", "hook_attn_out", "hook_mlp_out", "attn.hook_pattern")]
+    names = [
+        f"blocks.{i}.{h}"
+        for i in range(L)
+        for h in ("hook_resid_pre", "hook_attn_out", "hook_mlp_out", "attn.hook_pattern")
+    ]
     names.append(act_name("resid_post", L - 1))
     block_params = [[(n, p) for n, p in block.named_parameters()] for block in model.blocks]
     flat = [p for params in block_params for _, p in params]
@@ -123,7 +130,7 @@ def measure_wiring(model: GPT, ids: Sequence[int] | torch.Tensor) -> WiringStats
         logits = model(ids)
         loss = F.cross_entropy(logits[0, :-1].float(), ids[0, 1:].to(logits.device))
         grads = torch.autograd.grad(loss, flat + embeds)
-    block_grads, embed_grads = grads[:len(flat)], grads[len(flat):]
+    block_grads, embed_grads = grads[: len(flat)], grads[len(flat) :]
 
     resid = [store[act_name("resid_pre", i)][0] for i in range(L)] + [store[act_name("resid_post", L - 1)][0]]
     grad_norm = np.zeros(L)
@@ -143,20 +150,28 @@ def measure_wiring(model: GPT, ids: Sequence[int] | torch.Tensor) -> WiringStats
         grad_norm[i] = math.sqrt(sq_total)
     by_group = {g: np.sqrt(v) for g, v in by_group.items()}
     return WiringStats(
-        norm=model.config.norm, n_layers=L, loss=float(loss.detach()),
+        norm=model.config.norm,
+        n_layers=L,
+        loss=float(loss.detach()),
         resid_norm=np.array([float(r.norm(dim=-1).mean()) for r in resid]),
         resid_std=np.array([float(r.std()) for r in resid]),
         attn_out_std=np.array([float(store[act_name("attn_out", i)].std()) for i in range(L)]),
         mlp_out_std=np.array([float(store[act_name("mlp_out", i)].std()) for i in range(L)]),
-        grad_norm=grad_norm, grad_by_group=by_group, grad_by_param=by_param,
+        grad_norm=grad_norm,
+        grad_by_group=by_group,
+        grad_by_param=by_param,
         embed_grad_norm=math.sqrt(sum(sum_of_squares(g) for g in embed_grads)),
         patterns=torch.stack([store[act_name("pattern", i)][0] for i in range(L)]).numpy(),
-        n_tokens=int(ids.shape[1]), n_params=sum(p.numel() for p in model.parameters()),
-        weights_checksum=weights_checksum(model), seconds=time.perf_counter() - started)
+        n_tokens=int(ids.shape[1]),
+        n_params=sum(p.numel() for p in model.parameters()),
+        weights_checksum=weights_checksum(model),
+        seconds=time.perf_counter() - started,
+    )
 
 
-def compare_wirings(config: GPTConfig, ids, seed: int = 0, init: str = "gpt2",
-                    progress: Callable[[str], None] | None = None) -> dict[str, WiringStats]:
+def compare_wirings(
+    config: GPTConfig, ids, seed: int = 0, init: str = "gpt2", progress: Callable[[str], None] | None = None
+) -> dict[str, WiringStats]:
     """Build twins from one set of weights and measure both on `ids`: {"pre": ..., "post": ...}."""
     say = progress or (lambda message: None)
     say(f"Drawing one set of random weights ({init} init, seed {seed})")
@@ -182,19 +197,21 @@ def measuring_nbytes(config: GPTConfig, T: int) -> int:
     (its attention patterns recorded) and what it records; the first wiring's patterns kept beside the second's run;
     the float64 chunks its sums use; a fixed overhead. Checked against the resident memory's measured growth at
     every preset, every width and several depths (tests/test_wiring_memory.py)."""
-    from ..model.sizes import FLOAT32, activation_nbytes
     from ..model.params import total_params
+    from ..model.sizes import FLOAT32, activation_nbytes
+
     L, d, H = config.n_layers, config.d_model, config.n_heads
     weights = FLOAT32 * total_params(config)
     largest = FLOAT32 * max(config.vocab_size * d, config.n_ctx * d, 3 * d * d, config.d_ff * d)
     tied = 2 * FLOAT32 * config.vocab_size * d if config.tie_weights else 0
     measure = weights + tied + activation_nbytes(config, 1, T, patterns=True)
-    recorded = FLOAT32 * L * (3 * T * d + H * T * T)                  # one wiring's captures
-    kept = FLOAT32 * L * H * T * T                                     # the first wiring's patterns (WiringStats)
+    recorded = FLOAT32 * L * (3 * T * d + H * T * T)  # one wiring's captures
+    kept = FLOAT32 * L * H * T * T  # the first wiring's patterns (WiringStats)
     return weights + max(largest, measure + recorded) + kept + 2 * 8 * SUM_CHUNK + MEASURE_OVERHEAD
 
 
 # ---- attention differences -------------------------------------------------------------------------------
+
 
 def attention_tv_distance(pre: np.ndarray, post: np.ndarray) -> np.ndarray:
     """[L, H]: mean over query positions of the total-variation distance between the two wirings'
@@ -209,20 +226,21 @@ def relative_entropy(patterns: np.ndarray) -> np.ndarray:
     if T < 2:
         return np.ones(patterns.shape[:2])
     p = np.clip(patterns[..., 1:, :], 1e-30, 1.0)
-    entropy = -(patterns[..., 1:, :] * np.log(p)).sum(-1)          # [L, H, T - 1]
+    entropy = -(patterns[..., 1:, :] * np.log(p)).sum(-1)  # [L, H, T - 1]
     return (entropy / np.log(np.arange(2, T + 1))).mean(-1)
 
 
 # ---- what the gradient measurement shows ---------------------------------------------------------------
 
+
 @dataclass
 class Trend:
     first: float
     last: float
-    ratio: float           # last / first
-    per_layer: float       # factor per layer from a least-squares fit of log(value) against layer
-    word: str              # "shrinks", "grows", "stays roughly level" or "has no clear trend"
-    outlier: int | None    # the layer furthest from the fit when it sits > 3x away from it, else None
+    ratio: float  # last / first
+    per_layer: float  # factor per layer from a least-squares fit of log(value) against layer
+    word: str  # "shrinks", "grows", "stays roughly level" or "has no clear trend"
+    outlier: int | None  # the layer furthest from the fit when it sits > 3x away from it, else None
 
 
 def trend(values: Sequence[float], band: tuple[float, float] = LEVEL_BAND) -> Trend:
@@ -255,18 +273,24 @@ def trend(values: Sequence[float], band: tuple[float, float] = LEVEL_BAND) -> Tr
 class GradientReading:
     pre: Trend
     post: Trend
-    ratio: Trend                   # post / pre, layer by layer
-    statements: list[str]          # what this measurement shows, in words, from the numbers
+    ratio: Trend  # post / pre, layer by layer
+    statements: list[str]  # what this measurement shows, in words, from the numbers
     paper: list[tuple[str, bool]]  # (a claim of Xiong et al., whether this measurement agrees)
 
 
-_PLURAL = {"shrinks": "shrink", "grows": "grow", "stays roughly level": "stay roughly level",
-           "has no clear trend": "show no clear trend"}
+_PLURAL = {
+    "shrinks": "shrink",
+    "grows": "grow",
+    "stays roughly level": "stay roughly level",
+    "has no clear trend": "show no clear trend",
+}
 
 
 def _say(name: str, t: Trend, plural: bool = False, unit: str = "") -> str:
-    text = (f"{name} {_PLURAL[t.word] if plural else t.word} from the first layer to the last: {t.first:.3g}{unit} → {t.last:.3g}{unit} "
-            f"(×{t.ratio:.2f}; the fitted line gives ×{t.per_layer:.3f} per layer).")
+    text = (
+        f"{name} {_PLURAL[t.word] if plural else t.word} from the first layer to the last: {t.first:.3g}{unit} → {t.last:.3g}{unit} "
+        f"(×{t.ratio:.2f}; the fitted line gives ×{t.per_layer:.3f} per layer)."
+    )
     if t.outlier is not None:
         text += f" Layer {t.outlier} stands apart from the others."
     return text
@@ -281,19 +305,25 @@ def describe_gradients(pre: Sequence[float], post: Sequence[float]) -> GradientR
     if pre.size < 2:
         raise ValueError("a trend across layers needs at least two layers")
     t_pre, t_post, t_ratio = trend(pre), trend(post), trend(post / pre)
-    statements = [_say("Pre-norm gradient norms", t_pre, plural=True),
-                  _say("Post-norm gradient norms", t_post, plural=True),
-                  _say("The post/pre ratio", t_ratio)]
+    statements = [
+        _say("Pre-norm gradient norms", t_pre, plural=True),
+        _say("Post-norm gradient norms", t_post, plural=True),
+        _say("The post/pre ratio", t_ratio),
+    ]
     bigger = "larger" if post[-1] > pre[-1] else "smaller"
-    statements.append(f"At the last layer post-norm's gradient is {bigger} than pre-norm's "
-                      f"(×{post[-1] / pre[-1]:.2f}); at the first layer ×{post[0] / pre[0]:.2f}.")
+    statements.append(
+        f"At the last layer post-norm's gradient is {bigger} than pre-norm's "
+        f"(×{post[-1] / pre[-1]:.2f}); at the first layer ×{post[0] / pre[0]:.2f}."
+    )
     paper = [
         ("Near the output, post-norm's gradients are larger than pre-norm's", bool(post[-1] > pre[-1])),
-        ("Post-norm's gradients are large relative to pre-norm's near the output: the post/pre ratio "
-         "grows from the first layer to the last", t_ratio.word == "grows"),
+        (
+            "Post-norm's gradients are large relative to pre-norm's near the output: the post/pre ratio "
+            "grows from the first layer to the last",
+            t_ratio.word == "grows",
+        ),
         ("Post-norm's gradient norms grow toward the output (their Figure 3)", t_post.word == "grows"),
-        ("Pre-norm's gradient norms stay level across layers (their Figure 3)",
-         t_pre.word == "stays roughly level"),
+        ("Pre-norm's gradient norms stay level across layers (their Figure 3)", t_pre.word == "stays roughly level"),
     ]
     return GradientReading(t_pre, t_post, t_ratio, statements, paper)
 
@@ -308,8 +338,16 @@ def depth_exponent(depths: Sequence[int], values: Sequence[float]) -> float:
 
 # ---- depth sweep: the 1/sqrt(L) claim ----------------------------------------------------------------------
 
-def depth_sweep(config: GPTConfig, depths: Sequence[int], ids, seed: int = 0, init: str = "gpt2",
-                which: str = "ffn", progress: Callable[[str], None] | None = None) -> dict[str, np.ndarray]:
+
+def depth_sweep(
+    config: GPTConfig,
+    depths: Sequence[int],
+    ids,
+    seed: int = 0,
+    init: str = "gpt2",
+    which: str = "ffn",
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, np.ndarray]:
     """Last-layer gradient norm of both wirings at several depths (same width, same prompt):
     {"depth": [n], "pre": [n], "post": [n]}. Xiong et al. bound the pre-norm value by O(1/sqrt(L))."""
     say = progress or (lambda message: None)
@@ -324,18 +362,22 @@ def depth_sweep(config: GPTConfig, depths: Sequence[int], ids, seed: int = 0, in
 
 # ---- trained twins -------------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class TrainedTwins:
-    stem: str              # "shakespeare" for shakespeare-pre / shakespeare-post
-    pre: str               # the bundled models' names
+    stem: str  # "shakespeare" for shakespeare-pre / shakespeare-post
+    pre: str  # the bundled models' names
     post: str
 
 
 def trained_twins(names: Sequence[str]) -> list[TrainedTwins]:
     """Pairs of model names "<stem>-pre" / "<stem>-post" (e.g. from weights.bundled_models())."""
     names = set(names)
-    return [TrainedTwins(name[:-4], name, f"{name[:-4]}-post") for name in sorted(names)
-            if name.endswith("-pre") and f"{name[:-4]}-post" in names]
+    return [
+        TrainedTwins(name[:-4], name, f"{name[:-4]}-post")
+        for name in sorted(names)
+        if name.endswith("-pre") and f"{name[:-4]}-post" in names
+    ]
 
 
 def load_history(folder) -> dict | None:

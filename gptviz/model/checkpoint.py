@@ -4,6 +4,7 @@ against the load caps before anything is allocated, and the bundled models (gptv
 
 Nothing is ever unpickled: safetensors, or `torch.load(weights_only=True)` for legacy `.bin` files.
 """
+
 from __future__ import annotations
 
 import json
@@ -11,13 +12,13 @@ import os
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from .config import ConfigError, GPTConfig
 from .formats.base import CheckpointError, read_pickle, tensors_only
-from .formats.openai_gpt import MODEL_TYPE as OPENAI_GPT, config_from_openai_gpt
+from .formats.openai_gpt import MODEL_TYPE as OPENAI_GPT
+from .formats.openai_gpt import config_from_openai_gpt
 from .formats.unsupported import unsupported_config
 from .load_limits import MAX_CONFIG_BYTES, MAX_LOAD_LAYERS, load_limits
 from .model import GPT
@@ -25,25 +26,36 @@ from .model import GPT
 FORMAT = "gptviz"
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")  # the first present is read
 BUNDLED_DIR = Path(__file__).parents[1] / "bundled"  # bundled, trained checkpoints (one folder each)
-_HF_ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu_fast": "gelu_tanh",
-                   "gelu": "gelu", "relu": "relu"}
+_HF_ACTIVATIONS = {
+    "gelu_new": "gelu_tanh",
+    "gelu_pytorch_tanh": "gelu_tanh",
+    "gelu_fast": "gelu_tanh",
+    "gelu": "gelu",
+    "relu": "relu",
+}
 _CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
 
 
 def check_load_limits(config: GPTConfig) -> None:
     """CheckpointError when a config is past the caps; counts by formula, allocating nothing."""
     from .params import param_count
+
     limits = load_limits()
     if config.n_layers > MAX_LOAD_LAYERS:
-        raise CheckpointError(f"the config asks for {config.n_layers:,} layers; this server loads at most "
-                              f"{MAX_LOAD_LAYERS}")
+        raise CheckpointError(
+            f"the config asks for {config.n_layers:,} layers; this server loads at most {MAX_LOAD_LAYERS}"
+        )
     if config.n_ctx > limits.max_ctx:
-        raise CheckpointError(f"the config asks for a context of {config.n_ctx:,} positions; this server loads "
-                              f"at most {limits.max_ctx:,} (GPTVIZ_MAX_LOAD_CTX)")
+        raise CheckpointError(
+            f"the config asks for a context of {config.n_ctx:,} positions; this server loads "
+            f"at most {limits.max_ctx:,} (GPTVIZ_MAX_LOAD_CTX)"
+        )
     n = param_count(config)
     if n > limits.max_params:
-        raise CheckpointError(f"the config describes {n:,} parameters; this server loads at most "
-                              f"{limits.max_params:,} (GPTVIZ_MAX_LOAD_PARAMS)")
+        raise CheckpointError(
+            f"the config describes {n:,} parameters; this server loads at most "
+            f"{limits.max_params:,} (GPTVIZ_MAX_LOAD_PARAMS)"
+        )
 
 
 def admit(config: GPTConfig, norm: str | None = None, n_head: int | None = None) -> GPTConfig:
@@ -60,13 +72,17 @@ def admit(config: GPTConfig, norm: str | None = None, n_head: int | None = None)
     return config
 
 
-def save_checkpoint(model: GPT, folder: str | os.PathLike, dtype: torch.dtype | None = None,
-                    extra: dict | None = None) -> Path:
+def save_checkpoint(
+    model: GPT, folder: str | os.PathLike, dtype: torch.dtype | None = None, extra: dict | None = None
+) -> Path:
     """Write `model.safetensors` and `config.json` (with `format: gptviz`) into `folder`."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    state = {k: v.detach().to("cpu", dtype or v.dtype).contiguous() for k, v in model.state_dict().items()
-             if not (model.config.tie_weights and k == "lm_head.weight")}  # tied: stored once, as wte
+    state = {
+        k: v.detach().to("cpu", dtype or v.dtype).contiguous()
+        for k, v in model.state_dict().items()
+        if not (model.config.tie_weights and k == "lm_head.weight")
+    }  # tied: stored once, as wte
     save_file(state, str(folder / "model.safetensors"), metadata={"format": FORMAT})
     meta = {"format": FORMAT, "config": model.config.to_dict(), **(extra or {})}
     (folder / "config.json").write_text(json.dumps(meta, indent=2))
@@ -78,7 +94,9 @@ def _read_json(path: Path) -> dict:
     if not path.is_file():
         raise CheckpointError(f"{path.name} is not a regular file")
     if path.stat().st_size > MAX_CONFIG_BYTES:
-        raise CheckpointError(f"{path.name} is larger than {MAX_CONFIG_BYTES // 1024} KB; a config is a few hundred bytes")
+        raise CheckpointError(
+            f"{path.name} is larger than {MAX_CONFIG_BYTES // 1024} KB; a config is a few hundred bytes"
+        )
     try:
         data = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
@@ -97,8 +115,9 @@ def _header_shapes(path: Path) -> dict[str, tuple[int, ...]]:
 def _check_shapes(shapes: dict[str, tuple[int, ...]], expected: dict[str, tuple[int, ...]]) -> None:
     missing, unexpected = sorted(set(expected) - set(shapes)), sorted(set(shapes) - set(expected))
     if missing or unexpected:
-        raise CheckpointError(f"the weights do not match the config: missing {missing[:4]}, "
-                              f"unexpected {unexpected[:4]}")
+        raise CheckpointError(
+            f"the weights do not match the config: missing {missing[:4]}, unexpected {unexpected[:4]}"
+        )
     for key, shape in shapes.items():
         if shape != expected[key]:
             raise CheckpointError(f"{key} has shape {shape}, the config implies {expected[key]}")
@@ -108,6 +127,7 @@ def expected_shapes(config: GPTConfig) -> dict[str, tuple[int, ...]]:
     """Every stored tensor's shape for this config (tied LM head stored once), by formula (params.py; the same as
     a module tree on the meta device, tests/test_weights.py): building one took most of a cold start's model load."""
     from .params import _tensor_shapes
+
     return {k: shape for k, shape in _tensor_shapes(config) if not (config.tie_weights and k == "lm_head.weight")}
 
 
@@ -134,8 +154,10 @@ def _read_tensors(folder: Path, expected: dict[str, tuple[int, ...]], hf_layout:
         name = st.name if st.exists() else binary.name
         raise CheckpointError(f"{name} is corrupt or not a weights file: {err}") from None
     except Exception as err:  # weights_only's UnpicklingError: something other than plain tensors
-        raise CheckpointError(f"{binary.name} holds more than tensors and was not loaded (only plain "
-                              f"tensors are accepted, never pickled code): {err}") from None
+        raise CheckpointError(
+            f"{binary.name} holds more than tensors and was not loaded (only plain "
+            f"tensors are accepted, never pickled code): {err}"
+        ) from None
     raise CheckpointError("the folder has no model.safetensors or pytorch_model.bin")
 
 
@@ -161,23 +183,38 @@ def config_from_hf(hf: dict) -> GPTConfig:
 
 def _config_from_hf(hf: dict) -> GPTConfig:
     if hf.get("model_type") not in (None, "gpt2"):
-        raise CheckpointError(f"model_type {hf.get('model_type')!r} is not GPT-2; gptviz loads GPT-2 "
-                              f"checkpoints (gpt2, distilgpt2, gpt2-medium/large/xl and fine-tunes)")
+        raise CheckpointError(
+            f"model_type {hf.get('model_type')!r} is not GPT-2; gptviz loads GPT-2 "
+            f"checkpoints (gpt2, distilgpt2, gpt2-medium/large/xl and fine-tunes)"
+        )
     # GPT-2 variants whose attention we do not reproduce would load but give other logits: refuse them.
-    for key, supported in (("scale_attn_weights", True), ("scale_attn_by_inverse_layer_idx", False),
-                           ("add_cross_attention", False)):
+    for key, supported in (
+        ("scale_attn_weights", True),
+        ("scale_attn_by_inverse_layer_idx", False),
+        ("add_cross_attention", False),
+    ):
         if hf.get(key, supported) != supported:
-            raise CheckpointError(f"{key}={hf[key]!r} is not supported (gptviz implements GPT-2's "
-                                  f"attention with {key}={supported})")
+            raise CheckpointError(
+                f"{key}={hf[key]!r} is not supported (gptviz implements GPT-2's attention with {key}={supported})"
+            )
     act = hf.get("activation_function", "gelu_new")
     if not isinstance(act, str) or act not in _HF_ACTIVATIONS:
         raise CheckpointError(f"activation_function {act!r} is not supported")
     try:
-        return GPTConfig(vocab_size=hf["vocab_size"], n_ctx=hf.get("n_positions", hf.get("n_ctx", 1024)),
-                         d_model=hf["n_embd"], n_layers=hf["n_layer"], n_heads=hf["n_head"],
-                         d_ff=hf.get("n_inner") or 4 * hf["n_embd"], norm="pre", activation=_HF_ACTIVATIONS[act],
-                         tie_weights=hf.get("tie_word_embeddings", True), qkv_bias=True,
-                         ln_eps=hf.get("layer_norm_epsilon", 1e-5), name=_name(hf.get("_name_or_path")))
+        return GPTConfig(
+            vocab_size=hf["vocab_size"],
+            n_ctx=hf.get("n_positions", hf.get("n_ctx", 1024)),
+            d_model=hf["n_embd"],
+            n_layers=hf["n_layer"],
+            n_heads=hf["n_head"],
+            d_ff=hf.get("n_inner") or 4 * hf["n_embd"],
+            norm="pre",
+            activation=_HF_ACTIVATIONS[act],
+            tie_weights=hf.get("tie_word_embeddings", True),
+            qkv_bias=True,
+            ln_eps=hf.get("layer_norm_epsilon", 1e-5),
+            name=_name(hf.get("_name_or_path")),
+        )
     except KeyError as err:
         raise CheckpointError(f"the GPT-2 config has no {err} field") from None
 
@@ -197,7 +234,7 @@ def _our_key(hf_key: str) -> str | None:
         return None
     for theirs, ours in _GPT1_EMBEDDINGS.items():
         if key.startswith(theirs):
-            return ours + key[len(theirs):]
+            return ours + key[len(theirs) :]
     return key.replace("h.", "blocks.", 1) if key.startswith("h.") else key
 
 
@@ -231,13 +268,13 @@ def _load_state(model: GPT, state: dict[str, torch.Tensor], source: str) -> GPT:
     expected = {k for k in model.state_dict() if not (model.config.tie_weights and k == "lm_head.weight")}
     missing, unexpected = sorted(expected - set(state)), sorted(set(state) - expected)
     if missing or unexpected:
-        raise CheckpointError(f"{source} does not match its config: missing {missing[:4]}, "
-                              f"unexpected {unexpected[:4]}")
+        raise CheckpointError(f"{source} does not match its config: missing {missing[:4]}, unexpected {unexpected[:4]}")
     own = model.state_dict()
     for key, value in state.items():
         if tuple(value.shape) != tuple(own[key].shape):
-            raise CheckpointError(f"{source}: {key} has shape {tuple(value.shape)}, "
-                                  f"the config implies {tuple(own[key].shape)}")
+            raise CheckpointError(
+                f"{source}: {key} has shape {tuple(value.shape)}, the config implies {tuple(own[key].shape)}"
+            )
     model.load_state_dict(state, strict=False)  # copies convert float16 to the model's float32 in one pass
     return model.eval()
 
@@ -253,7 +290,7 @@ def read_config(folder: str | os.PathLike, norm: str | None = None) -> tuple[GPT
     meta = _read_json(folder / "config.json")
     ours = meta.get("format") == FORMAT
     if ours and not isinstance(meta.get("config"), dict):
-        raise CheckpointError("config.json is a gptviz file without a \"config\" object")
+        raise CheckpointError('config.json is a gptviz file without a "config" object')
     try:
         config = GPTConfig.from_dict(meta["config"]) if ours else config_from_hf(meta)
     except (ConfigError, TypeError) as err:
@@ -282,6 +319,7 @@ def weights_nbytes(folder: str | os.PathLike) -> int:
     files = [Path(folder) / name for name in WEIGHT_FILES]
     on_disk = next((f.stat().st_size for f in files if f.is_file()), 0)
     from .params import total_params
+
     return on_disk + 4 * total_params(config)
 
 

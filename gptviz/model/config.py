@@ -1,4 +1,5 @@
 """GPTConfig: one frozen, validated description of a GPT, and the named presets."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -17,21 +18,21 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class GPTConfig:
-    vocab_size: int = 50257      # GPT-2 BPE: 50,000 merges + 256 bytes + <|endoftext|>
-    n_ctx: int = 1024            # longest sequence; the number of learned positions
-    d_model: int = 768           # width of the residual stream
+    vocab_size: int = 50257  # GPT-2 BPE: 50,000 merges + 256 bytes + <|endoftext|>
+    n_ctx: int = 1024  # longest sequence; the number of learned positions
+    d_model: int = 768  # width of the residual stream
     n_layers: int = 12
-    n_heads: int = 12            # d_model is split evenly between heads
-    d_ff: int | None = None      # MLP hidden width; None means 4 * d_model
-    norm: str = "pre"            # "pre" (GPT-2: norm before each sub-layer + final norm) or "post" (GPT-1)
+    n_heads: int = 12  # d_model is split evenly between heads
+    d_ff: int | None = None  # MLP hidden width; None means 4 * d_model
+    norm: str = "pre"  # "pre" (GPT-2: norm before each sub-layer + final norm) or "post" (GPT-1)
     norm_type: str = "layernorm"  # or "rmsnorm" (no mean subtraction, no bias)
-    activation: str = "gelu"     # "gelu" (exact erf), "gelu_tanh" (GPT-2's approximation), "relu"
-    tie_weights: bool = True     # LM head shares the token-embedding matrix
-    qkv_bias: bool = True        # bias on the fused Q/K/V projection
-    dropout: float = 0.0         # on embeddings, attention weights and residual branches while training
+    activation: str = "gelu"  # "gelu" (exact erf), "gelu_tanh" (GPT-2's approximation), "relu"
+    tie_weights: bool = True  # LM head shares the token-embedding matrix
+    qkv_bias: bool = True  # bias on the fused Q/K/V projection
+    dropout: float = 0.0  # on embeddings, attention weights and residual branches while training
     ln_eps: float = 1e-5
-    bias: bool = True            # biases in every linear layer and LayerNorm; False is nanoGPT's bias=False
-    final_norm: bool = True      # a norm (ln_f) after the last block, as GPT-2; GPT-1 has none
+    bias: bool = True  # biases in every linear layer and LayerNorm; False is nanoGPT's bias=False
+    final_norm: bool = True  # a norm (ln_f) after the last block, as GPT-2; GPT-1 has none
     name: str = field(default="custom", compare=False)  # a label for people; not part of the model
 
     def __post_init__(self) -> None:
@@ -43,7 +44,7 @@ class GPTConfig:
     def d_head(self) -> int:
         return self.d_model // self.n_heads
 
-    def replace(self, **changes: Any) -> "GPTConfig":
+    def replace(self, **changes: Any) -> GPTConfig:
         """A validated copy with some fields changed (d_ff follows d_model unless given)."""
         if "d_model" in changes and "d_ff" not in changes and self.d_ff == 4 * self.d_model:
             changes["d_ff"] = None
@@ -53,7 +54,7 @@ class GPTConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "GPTConfig":
+    def from_dict(cls, data: dict[str, Any]) -> GPTConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
@@ -78,7 +79,8 @@ def _validate(cfg: GPTConfig) -> None:
     if cfg.d_model % cfg.n_heads:
         raise ConfigError(
             f"d_model ({cfg.d_model}) must be divisible by n_heads ({cfg.n_heads}) so each head gets "
-            f"an equal slice; try n_heads in {_divisors(cfg.d_model)}")
+            f"an equal slice; try n_heads in {_divisors(cfg.d_model)}"
+        )
     if cfg.norm not in NORMS:
         raise ConfigError(f"norm must be one of {NORMS}, got {cfg.norm!r}")
     if cfg.norm_type not in NORM_TYPES:
@@ -111,16 +113,19 @@ _GPT2 = dict(vocab_size=50257, n_ctx=1024, activation="gelu_tanh")
 PRESETS: dict[str, GPTConfig] = {
     # GPT-1 (Radford et al. 2018), post-norm, 40,000-token vocabulary. Our model keeps a final norm in both
     # wirings so that one set of weights runs either way; the reference count (116,169,216) includes it.
-    "gpt1": _preset("gpt1", vocab_size=40000, n_ctx=512, d_model=768, n_layers=12, n_heads=12,
-                    norm="post", activation="gelu_tanh"),  # GPT-1 used the tanh approximation of GELU
+    "gpt1": _preset(
+        "gpt1", vocab_size=40000, n_ctx=512, d_model=768, n_layers=12, n_heads=12, norm="post", activation="gelu_tanh"
+    ),  # GPT-1 used the tanh approximation of GELU
     "gpt2-small": _preset("gpt2-small", d_model=768, n_layers=12, n_heads=12, **_GPT2),
     "gpt2-medium": _preset("gpt2-medium", d_model=1024, n_layers=24, n_heads=16, **_GPT2),
     "gpt2-large": _preset("gpt2-large", d_model=1280, n_layers=36, n_heads=20, **_GPT2),
     "gpt2-xl": _preset("gpt2-xl", d_model=1600, n_layers=48, n_heads=25, **_GPT2),
-    "gpt2-small-untied-noqkvbias": _preset("gpt2-small-untied-noqkvbias", d_model=768, n_layers=12,
-                                           n_heads=12, tie_weights=False, qkv_bias=False, **_GPT2),
-    "gpt2-small-rmsnorm": _preset("gpt2-small-rmsnorm", d_model=768, n_layers=12, n_heads=12,
-                                  norm_type="rmsnorm", **_GPT2),
+    "gpt2-small-untied-noqkvbias": _preset(
+        "gpt2-small-untied-noqkvbias", d_model=768, n_layers=12, n_heads=12, tie_weights=False, qkv_bias=False, **_GPT2
+    ),
+    "gpt2-small-rmsnorm": _preset(
+        "gpt2-small-rmsnorm", d_model=768, n_layers=12, n_heads=12, norm_type="rmsnorm", **_GPT2
+    ),
     # Small models that run instantly on a laptop CPU (full GPT-2 vocabulary, so the real tokenizer works).
     "tiny": _preset("tiny", vocab_size=50257, n_ctx=128, d_model=64, n_layers=2, n_heads=4),
     "small-4l": _preset("small-4l", vocab_size=50257, n_ctx=128, d_model=128, n_layers=4, n_heads=4),

@@ -4,6 +4,7 @@ Half precision is offered for GPU inference (CUDA, Apple's MPS), where it halves
 work; on a CPU float32 is the fast path, so the app offers only it there (the library converts to any of the
 three anywhere, and the tests check bfloat16 and float16 against float32 on the CPU). Captures, logits and
 probabilities come back as float32 whatever the model's precision (`gptviz.model.hooks`, `gptviz.model.generate`)."""
+
 from __future__ import annotations
 
 import functools
@@ -19,7 +20,7 @@ def mps_available() -> bool:
 
 
 def available_devices() -> list[str]:
-    """"cpu", then "cuda" and "mps" where torch reports them."""
+    """ "cpu", then "cuda" and "mps" where torch reports them."""
     return ["cpu"] + (["cuda"] if torch.cuda.is_available() else []) + (["mps"] if mps_available() else [])
 
 

@@ -4,6 +4,7 @@ The KV cache is preallocated to n_ctx, so each step costs one token's forward pa
 sequence keeps its last n_ctx tokens and the cache is rebuilt (learned positions cannot shift), which the
 record reports.
 """
+
 from __future__ import annotations
 
 import math
@@ -21,16 +22,16 @@ from .tokenizer import EOT_ID, token_label, tokenizer_for
 
 @dataclass
 class StepRecord:
-    step: int                    # 0 for the first new token
+    step: int  # 0 for the first new token
     token_id: int
-    piece: str                   # the token's display label (readable even for partial UTF-8)
-    position: int                # index of the new token in the whole sequence (prompt + generated)
-    logits: torch.Tensor         # [vocab] raw logits that produced this token
-    probs: torch.Tensor          # [vocab] probabilities after temperature (temperature 0: plain softmax)
-    allowed: torch.Tensor        # [vocab] bool: kept by top-k/top-p (greedy: only the argmax)
+    piece: str  # the token's display label (readable even for partial UTF-8)
+    position: int  # index of the new token in the whole sequence (prompt + generated)
+    logits: torch.Tensor  # [vocab] raw logits that produced this token
+    probs: torch.Tensor  # [vocab] probabilities after temperature (temperature 0: plain softmax)
+    allowed: torch.Tensor  # [vocab] bool: kept by top-k/top-p (greedy: only the argmax)
     attention: torch.Tensor | None  # [layers, heads, keys]: the predicting query's row, when asked for
-    context_shifted: bool        # the context was full: this step ran on the last n_ctx tokens only
-    window_start: int            # position of the first token the model saw this step
+    context_shifted: bool  # the context was full: this step ran on the last n_ctx tokens only
+    window_start: int  # position of the first token the model saw this step
 
     def top(self, n: int = 20) -> list[tuple[int, float, bool]]:
         """The n most probable tokens as (id, probability, allowed), most probable first."""
@@ -39,24 +40,30 @@ class StepRecord:
         return list(zip(ids.tolist(), probs.tolist(), self.allowed[ids].tolist()))
 
 
-def check_sampling(temperature: float, top_k: int | None, top_p: float | None,
-                   max_new_tokens: int | None = None) -> None:
+def check_sampling(
+    temperature: float, top_k: int | None, top_p: float | None, max_new_tokens: int | None = None
+) -> None:
     """Raise ValueError naming the setting that is out of range."""
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) \
-            or not math.isfinite(temperature) or temperature < 0:
+    if (
+        isinstance(temperature, bool)
+        or not isinstance(temperature, (int, float))
+        or not math.isfinite(temperature)
+        or temperature < 0
+    ):
         raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy), got {temperature!r}")
     if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
         raise ValueError(f"top_k must be a whole number >= 1 (or None for no limit), got {top_k!r}")
-    if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float))
-                              or not 0 < top_p <= 1):
+    if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1):
         raise ValueError(f"top_p must be in (0, 1] (or None for no limit), got {top_p!r}")
-    if max_new_tokens is not None and (isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int)
-                                       or max_new_tokens < 0):
+    if max_new_tokens is not None and (
+        isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0
+    ):
         raise ValueError(f"max_new_tokens must be a whole number >= 0, got {max_new_tokens!r}")
 
 
-def sampling_distribution(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
-                          top_p: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def sampling_distribution(
+    logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(probabilities after temperature, mask of tokens allowed by top-k then top-p) for 1-D logits."""
     check_sampling(temperature, top_k, top_p)
     logits = logits.float()
@@ -113,9 +120,19 @@ def _sample(probs: torch.Tensor, allowed: torch.Tensor, greedy: bool, generator:
     return int(torch.multinomial(weights, 1, generator=generator))
 
 
-def stream(model: GPT, ids, max_new_tokens: int = 32, temperature: float = 1.0, top_k: int | None = None,
-           top_p: float | None = None, seed: int | None = None, stop_at_eos: bool = False,
-           attention: bool = False, use_cache: bool = True, edits=None) -> Iterator[StepRecord]:
+def stream(
+    model: GPT,
+    ids,
+    max_new_tokens: int = 32,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    seed: int | None = None,
+    stop_at_eos: bool = False,
+    attention: bool = False,
+    use_cache: bool = True,
+    edits=None,
+) -> Iterator[StepRecord]:
     """Yield one StepRecord per new token. `attention=True` adds each step's attention row for every
     layer and head. `use_cache=False` recomputes the whole sequence each step (for checking the cache).
     `edits` (gptviz.methods.interventions) apply at every step; with the cache, to the new token only.
@@ -128,8 +145,9 @@ def stream(model: GPT, ids, max_new_tokens: int = 32, temperature: float = 1.0, 
     if bad:
         raise ValueError(f"token id {bad[0]} is outside the vocabulary [0, {model.config.vocab_size})")
     edits = edits_by_hook(edits, model.hook_names)
-    return _stream(model, seq, max_new_tokens, temperature, top_k, top_p, seed, stop_at_eos, attention,
-                   use_cache, edits)
+    return _stream(
+        model, seq, max_new_tokens, temperature, top_k, top_p, seed, stop_at_eos, attention, use_cache, edits
+    )
 
 
 def _as_list(ids) -> list[int]:
@@ -142,9 +160,19 @@ def _as_list(ids) -> list[int]:
 
 
 @torch.no_grad()
-def _stream(model: GPT, seq: list[int], max_new_tokens: int, temperature: float, top_k: int | None,
-            top_p: float | None, seed: int | None, stop_at_eos: bool, attention: bool,
-            use_cache: bool, edits: dict) -> Iterator[StepRecord]:
+def _stream(
+    model: GPT,
+    seq: list[int],
+    max_new_tokens: int,
+    temperature: float,
+    top_k: int | None,
+    top_p: float | None,
+    seed: int | None,
+    stop_at_eos: bool,
+    attention: bool,
+    use_cache: bool,
+    edits: dict,
+) -> Iterator[StepRecord]:
     n_ctx = model.config.n_ctx
     generator = torch.Generator()  # sampling runs on the CPU copy of the logits, whatever the model's device
     generator.manual_seed(seed if seed is not None else int(torch.randint(0, 2**62, (1,))))
@@ -169,38 +197,58 @@ def _stream(model: GPT, seq: list[int], max_new_tokens: int, temperature: float,
         if attention:  # the predicting (last) query's row in every layer: [layers, heads, keys]
             rows = torch.stack([store[name][0, :, -1, :] for name in pattern_names])
         piece = token_label(enc.decode_single_token_bytes(token)) if token < enc.n_vocab else f"<{token}>"
-        yield StepRecord(step=step, token_id=token, piece=piece,
-                         position=len(seq), logits=logits, probs=probs, allowed=allowed, attention=rows,
-                         context_shifted=shifted, window_start=window_start)
+        yield StepRecord(
+            step=step,
+            token_id=token,
+            piece=piece,
+            position=len(seq),
+            logits=logits,
+            probs=probs,
+            allowed=allowed,
+            attention=rows,
+            context_shifted=shifted,
+            window_start=window_start,
+        )
         seq.append(token)
         if stop_at_eos and token == EOT_ID:
             return
 
 
-def generate(model: GPT, ids, max_new_tokens: int = 32, temperature: float = 1.0, top_k: int | None = None,
-             top_p: float | None = None, seed: int | None = None, stop_at_eos: bool = False,
-             use_cache: bool = True, edits=None) -> list[int]:
+def generate(
+    model: GPT,
+    ids,
+    max_new_tokens: int = 32,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    seed: int | None = None,
+    stop_at_eos: bool = False,
+    use_cache: bool = True,
+    edits=None,
+) -> list[int]:
     """The prompt's ids followed by the new ones. temperature 0 is greedy; the same seed gives the same text."""
     seq = _as_list(ids)
-    for record in stream(model, seq, max_new_tokens, temperature, top_k, top_p, seed, stop_at_eos,
-                         use_cache=use_cache, edits=edits):
+    for record in stream(
+        model, seq, max_new_tokens, temperature, top_k, top_p, seed, stop_at_eos, use_cache=use_cache, edits=edits
+    ):
         seq.append(record.token_id)
     return seq
 
 
 class StepSummary(NamedTuple):
     """One generation step, compact enough to keep in session state (no full-vocabulary tensors)."""
+
     token_id: int
     piece: str
-    position: int                  # index of the new token in prompt + generated
-    prob: float                    # its probability after temperature
-    rank: int                      # 1 = the most probable token
-    entropy: float                 # of the distribution after temperature, in nats
-    top: list                      # [(id, probability, kept by top-k/top-p)], most probable first
-    n_allowed: int                 # tokens kept by top-k/top-p (1 when greedy)
-    kept_mass: float               # their total probability
+    position: int  # index of the new token in prompt + generated
+    prob: float  # its probability after temperature
+    rank: int  # 1 = the most probable token
+    entropy: float  # of the distribution after temperature, in nats
+    top: list  # [(id, probability, kept by top-k/top-p)], most probable first
+    n_allowed: int  # tokens kept by top-k/top-p (1 when greedy)
+    kept_mass: float  # their total probability
     attention: torch.Tensor | None  # [layers, heads, keys]: the predicting query's row
-    window_start: int              # position of the first key the model saw
+    window_start: int  # position of the first key the model saw
     context_shifted: bool
 
 
@@ -210,9 +258,16 @@ def step_summary(record, top_n: int = 20) -> StepSummary:
     p = float(probs[token])
     # one fused op each where possible: this runs once per new token, beside the model (entr(0) = 0)
     return StepSummary(
-        token_id=token, piece=record.piece, position=int(record.position), prob=p,
-        rank=int((probs > p).sum()) + 1, entropy=float(torch.special.entr(probs).sum()),
-        top=record.top(top_n), n_allowed=int(record.allowed.sum()),
+        token_id=token,
+        piece=record.piece,
+        position=int(record.position),
+        prob=p,
+        rank=int((probs > p).sum()) + 1,
+        entropy=float(torch.special.entr(probs).sum()),
+        top=record.top(top_n),
+        n_allowed=int(record.allowed.sum()),
         kept_mass=float(torch.where(record.allowed, probs, 0.0).sum()),
         attention=None if record.attention is None else record.attention.float().cpu(),
-        window_start=int(record.window_start), context_shifted=bool(record.context_shifted))
+        window_start=int(record.window_start),
+        context_shifted=bool(record.context_shifted),
+    )

@@ -1,13 +1,13 @@
 """GPT-1's own tokenizer, read from a Hugging Face openai-gpt folder's vocab.json and merges.txt: the model's
 tokenizer when such a folder is loaded (gptviz.model.formats.openai_gpt attaches it; tokenizer.tokenizer_for returns
 it). Its ids equal transformers' OpenAIGPTTokenizer's, which the tests check; no transformers needed here."""
+
 from __future__ import annotations
 
 import functools
 import json
 import unicodedata
 from pathlib import Path
-
 
 TOKENIZER_FILES = ("vocab.json", "merges.txt")
 _MAX_TOKENIZER_BYTES = 16 << 20  # openai-gpt's are 0.8 MB and 0.5 MB
@@ -17,14 +17,29 @@ END_OF_WORD = "</w>"
 def _is_punctuation(ch: str) -> bool:
     """BERT's punctuation: ASCII's non-alphanumeric printable characters, and Unicode's P* categories."""
     cp = ord(ch)
-    return 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126 or \
-        unicodedata.category(ch).startswith("P")
+    return (
+        33 <= cp <= 47
+        or 58 <= cp <= 64
+        or 91 <= cp <= 96
+        or 123 <= cp <= 126
+        or unicodedata.category(ch).startswith("P")
+    )
 
 
 def _is_cjk(cp: int) -> bool:
-    return any(lo <= cp <= hi for lo, hi in ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF),
-                                              (0x2A700, 0x2B73F), (0x2B740, 0x2B81F), (0x2B820, 0x2CEAF),
-                                              (0xF900, 0xFAFF), (0x2F800, 0x2FA1F)))
+    return any(
+        lo <= cp <= hi
+        for lo, hi in (
+            (0x4E00, 0x9FFF),
+            (0x3400, 0x4DBF),
+            (0x20000, 0x2A6DF),
+            (0x2A700, 0x2B73F),
+            (0x2B740, 0x2B81F),
+            (0x2B820, 0x2CEAF),
+            (0xF900, 0xFAFF),
+            (0x2F800, 0x2FA1F),
+        )
+    )
 
 
 def _normalise(text: str) -> str:
@@ -77,7 +92,7 @@ class OpenAIGPTTokenizer:
         self._cache: dict[str, list[int]] = {}
 
     @classmethod
-    def from_folder(cls, folder) -> "OpenAIGPTTokenizer":
+    def from_folder(cls, folder) -> OpenAIGPTTokenizer:
         """From a folder holding vocab.json and merges.txt (ValueError when they are missing or malformed)."""
         paths = [Path(folder) / name for name in TOKENIZER_FILES]
         if not all(p.is_file() and p.stat().st_size <= _MAX_TOKENIZER_BYTES for p in paths):
@@ -88,8 +103,11 @@ class OpenAIGPTTokenizer:
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
             raise ValueError(f"GPT-1's tokenizer files are unreadable: {err}") from None
         merges = [tuple(line.split()) for line in lines if line.strip() and not line.startswith("#version")]
-        if not isinstance(vocab, dict) or not all(isinstance(k, str) and isinstance(v, int) for k, v in vocab.items()) \
-                or not all(len(m) == 2 for m in merges):
+        if (
+            not isinstance(vocab, dict)
+            or not all(isinstance(k, str) and isinstance(v, int) for k, v in vocab.items())
+            or not all(len(m) == 2 for m in merges)
+        ):
             raise ValueError("GPT-1's vocab.json or merges.txt is not in the Hugging Face layout")
         return cls(vocab, merges)
 
@@ -123,8 +141,9 @@ class OpenAIGPTTokenizer:
     def decode(self, ids) -> str:
         """The text (lower case, words spaced), as transformers' decoder writes it."""
         pieces = [self.pieces.get(int(i), "") for i in ids]
-        return "".join(p.replace(END_OF_WORD, " ") for p in pieces[:-1]) + \
-            (pieces[-1].replace(END_OF_WORD, "") if pieces else "")
+        return "".join(p.replace(END_OF_WORD, " ") for p in pieces[:-1]) + (
+            pieces[-1].replace(END_OF_WORD, "") if pieces else ""
+        )
 
     def decode_single_token_bytes(self, i) -> bytes:
         """One token's text as tiktoken's method of that name gives it, for labels: a word's last piece ends in a

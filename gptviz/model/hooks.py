@@ -5,6 +5,7 @@ A HookPoint is an identity module placed inline in the forward pass; its name co
 server shares one cached model across every browser session and thread, and each thread (each call) sees
 only its own capture.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -22,22 +23,42 @@ from torch import nn
 NamesFilter = Union[None, str, Iterable[str], Callable[[str], bool]]
 
 # torch's process-wide module hooks; while any is registered, HookPoints take nn.Module's full call path.
-_GLOBAL_HOOKS = tuple(getattr(_torch_module, name) for name in (
-    "_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks", "_global_backward_pre_hooks")
-    if hasattr(_torch_module, name))
+_GLOBAL_HOOKS = tuple(
+    getattr(_torch_module, name)
+    for name in (
+        "_global_forward_hooks",
+        "_global_forward_pre_hooks",
+        "_global_backward_hooks",
+        "_global_backward_pre_hooks",
+    )
+    if hasattr(_torch_module, name)
+)
 
 
 # act_name's short names -> the hook's path inside block i (TransformerLens's get_act_name, for this model's names)
 _BLOCK_HOOKS = {
-    "resid_pre": "hook_resid_pre", "resid_mid": "hook_resid_mid", "resid_post": "hook_resid_post",
-    "attn_out": "hook_attn_out", "mlp_out": "hook_mlp_out",
-    "q": "attn.hook_q", "k": "attn.hook_k", "v": "attn.hook_v", "z": "attn.hook_z",
-    "attn_scores": "attn.hook_attn_scores", "pattern": "attn.hook_pattern",
-    "pre": "mlp.hook_pre", "post": "mlp.hook_post",
-    "ln1": "ln_1.hook_normalized", "ln2": "ln_2.hook_normalized",
+    "resid_pre": "hook_resid_pre",
+    "resid_mid": "hook_resid_mid",
+    "resid_post": "hook_resid_post",
+    "attn_out": "hook_attn_out",
+    "mlp_out": "hook_mlp_out",
+    "q": "attn.hook_q",
+    "k": "attn.hook_k",
+    "v": "attn.hook_v",
+    "z": "attn.hook_z",
+    "attn_scores": "attn.hook_attn_scores",
+    "pattern": "attn.hook_pattern",
+    "pre": "mlp.hook_pre",
+    "post": "mlp.hook_post",
+    "ln1": "ln_1.hook_normalized",
+    "ln2": "ln_2.hook_normalized",
 }
-_MODEL_HOOKS = {"embed": "hook_embed", "pos_embed": "hook_pos_embed", "ln_final": "ln_f.hook_normalized",
-                "logits": "hook_logits"}
+_MODEL_HOOKS = {
+    "embed": "hook_embed",
+    "pos_embed": "hook_pos_embed",
+    "ln_final": "ln_f.hook_normalized",
+    "logits": "hook_logits",
+}
 
 
 def act_name(kind: str, layer: int | None = None) -> str:
@@ -88,8 +109,13 @@ class HookPoint(nn.Module):
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         # A model has ~15 HookPoints per layer, called on every forward pass (every generated token):
         # skip nn.Module's dispatch (about 5x the cost of forward itself) unless a torch hook needs it.
-        if (self._forward_hooks or self._forward_pre_hooks or self._backward_hooks
-                or self._backward_pre_hooks or any(_GLOBAL_HOOKS)):
+        if (
+            self._forward_hooks
+            or self._forward_pre_hooks
+            or self._backward_hooks
+            or self._backward_pre_hooks
+            or any(_GLOBAL_HOOKS)
+        ):
             return super().__call__(x)
         return self.forward(x)
 
@@ -164,8 +190,10 @@ def resolve_names(names: NamesFilter, available: Iterable[str]) -> frozenset[str
     wanted = list(names)
     unknown = sorted(set(wanted) - set(available))
     if unknown:
-        raise KeyError(f"unknown hook point(s): {', '.join(unknown[:5])}; "
-                       f"e.g. {', '.join(available[:3])} ... ({len(available)} in all)")
+        raise KeyError(
+            f"unknown hook point(s): {', '.join(unknown[:5])}; "
+            f"e.g. {', '.join(available[:3])} ... ({len(available)} in all)"
+        )
     return frozenset(wanted)
 
 
@@ -183,8 +211,9 @@ def note_offset(past: int) -> None:
 
 
 @contextlib.contextmanager
-def capturing(wanted: frozenset[str], edits: Mapping[str, tuple[EditFn, ...]] | None = None
-              ) -> Iterator[dict[str, torch.Tensor]]:
+def capturing(
+    wanted: frozenset[str], edits: Mapping[str, tuple[EditFn, ...]] | None = None
+) -> Iterator[dict[str, torch.Tensor]]:
     """Within this block, on this thread only, record the `wanted` hooks and apply `edits` (hook name -> edit
     functions, applied in order)."""
     session = _CaptureSession(wanted, edits or {})
@@ -267,9 +296,13 @@ def one_block(layers: list[torch.Tensor]) -> torch.Tensor | None:
     first = layers[0]
     storage, step = first.untyped_storage().data_ptr(), first.numel()
     if not first.is_contiguous() or any(
-            p.untyped_storage().data_ptr() != storage or p.shape != first.shape or p.stride() != first.stride()
-            or p.dtype != first.dtype or p.storage_offset() != first.storage_offset() + i * step
-            for i, p in enumerate(layers)):
+        p.untyped_storage().data_ptr() != storage
+        or p.shape != first.shape
+        or p.stride() != first.stride()
+        or p.dtype != first.dtype
+        or p.storage_offset() != first.storage_offset() + i * step
+        for i, p in enumerate(layers)
+    ):
         return None
     return first.as_strided((len(layers), *first.shape), (step, *first.stride()), first.storage_offset())
 

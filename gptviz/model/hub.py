@@ -1,5 +1,6 @@
 """Hugging Face Hub checkpoints: the local cache first, then a download; a visitor's download is sized from the
 repo's metadata and its config checked against the load caps before a byte of weights comes (fetch_checked)."""
+
 from __future__ import annotations
 
 import os
@@ -20,9 +21,11 @@ def hub_folder(repo_id: str, offline: bool | None, checked: bool = False) -> Pat
     try:
         from huggingface_hub import snapshot_download
     except ImportError:
-        raise CheckpointError(f"{repo_id!r} is not a bundled model or a local folder, and huggingface_hub is "
-                              f"not installed to fetch it: `pip install huggingface_hub`, or pass a folder "
-                              f"holding config.json and model.safetensors") from None
+        raise CheckpointError(
+            f"{repo_id!r} is not a bundled model or a local folder, and huggingface_hub is "
+            f"not installed to fetch it: `pip install huggingface_hub`, or pass a folder "
+            f"holding config.json and model.safetensors"
+        ) from None
     patterns = [HUB_CONFIG, *HUB_WEIGHTS]
     if offline is None:
         offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False")
@@ -38,8 +41,10 @@ def hub_folder(repo_id: str, offline: bool | None, checked: bool = False) -> Pat
     try:
         return Path(snapshot_download(repo_id, allow_patterns=patterns))
     except Exception as err:
-        raise CheckpointError(f"could not download {repo_id!r} from the Hugging Face Hub ({type(err).__name__}). "
-                              + _offline_message(repo_id)) from None
+        raise CheckpointError(
+            f"could not download {repo_id!r} from the Hugging Face Hub ({type(err).__name__}). "
+            + _offline_message(repo_id)
+        ) from None
 
 
 def hub_copy_on_disk(repo_id: str) -> bool:
@@ -75,12 +80,14 @@ def fetch_checked(repo_id: str, folder: Path, budget: int | None = None) -> Path
     states its files' sizes and they fit `budget`; the config passes read_config; only then the weights. Anything
     failing removes `folder` (no half download is left on disk). CheckpointError names the repo, never a path."""
     from huggingface_hub import HfApi, hf_hub_download
+
     budget = hub_download_budget() if budget is None else budget
     try:
         info = HfApi().model_info(repo_id, files_metadata=True)
     except Exception as err:
-        raise CheckpointError(f"could not read {repo_id!r} on the Hugging Face Hub ({type(err).__name__}). "
-                              + _offline_message(repo_id)) from None
+        raise CheckpointError(
+            f"could not read {repo_id!r} on the Hugging Face Hub ({type(err).__name__}). " + _offline_message(repo_id)
+        ) from None
     sizes = {f.rfilename: f.size for f in info.siblings or [] if f.rfilename in (HUB_CONFIG, *HUB_WEIGHTS)}
     weights = next((name for name in HUB_WEIGHTS if name in sizes), None)
     if HUB_CONFIG not in sizes or weights is None:
@@ -89,8 +96,10 @@ def fetch_checked(repo_id: str, folder: Path, budget: int | None = None) -> Path
         raise CheckpointError(f"{repo_id!r} does not state its files' sizes, so this server does not download it")
     total = sizes[HUB_CONFIG] + sizes[weights]
     if total > budget:
-        raise CheckpointError(f"{repo_id!r} would download {total / 2**20:,.0f} MiB; this server downloads at most "
-                              f"{budget / 2**20:,.0f} MiB (GPTVIZ_MAX_LOAD_PARAMS in float32)")
+        raise CheckpointError(
+            f"{repo_id!r} would download {total / 2**20:,.0f} MiB; this server downloads at most "
+            f"{budget / 2**20:,.0f} MiB (GPTVIZ_MAX_LOAD_PARAMS in float32)"
+        )
     try:
         for name in (HUB_CONFIG, weights):
             hf_hub_download(repo_id, name, local_dir=folder)
@@ -102,13 +111,17 @@ def fetch_checked(repo_id: str, folder: Path, budget: int | None = None) -> Path
         shutil.rmtree(folder, ignore_errors=True)
         if isinstance(err, CheckpointError) or not isinstance(err, Exception):
             raise
-        raise CheckpointError(f"could not download {repo_id!r} from the Hugging Face Hub ({type(err).__name__}). "
-                              + _offline_message(repo_id)) from None
+        raise CheckpointError(
+            f"could not download {repo_id!r} from the Hugging Face Hub ({type(err).__name__}). "
+            + _offline_message(repo_id)
+        ) from None
     return folder
 
 
 def _offline_message(repo_id: str) -> str:
     names = ", ".join(bundled_models()) or "none"
-    return (f"{repo_id!r} is not in the local Hugging Face cache and the Hub cannot be reached. On a machine "
-            f"with internet run 'hf download {repo_id}' (or save_pretrained to a folder) and copy "
-            f"the folder here, then pass its path. Bundled models that work offline: {names}.")
+    return (
+        f"{repo_id!r} is not in the local Hugging Face cache and the Hub cannot be reached. On a machine "
+        f"with internet run 'hf download {repo_id}' (or save_pretrained to a folder) and copy "
+        f"the folder here, then pass its path. Bundled models that work offline: {names}."
+    )

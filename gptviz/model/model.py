@@ -4,6 +4,7 @@ Module names follow GPT-2 (`wte, wpe, blocks.{i}.ln_1, blocks.{i}.attn.c_attn, .
 weights load by a key rename plus a transpose. Pre- and post-norm use the same parameters, so one set of
 weights can be run both ways.
 """
+
 from __future__ import annotations
 
 import math
@@ -45,6 +46,7 @@ def make_norm(config: GPTConfig) -> nn.Module:
 @dataclass
 class LayerKV:
     """Preallocated key/value storage for one layer: appending is a slice write, not a concatenation."""
+
     k: torch.Tensor  # (B, nh, n_ctx, hs)
     v: torch.Tensor
 
@@ -54,9 +56,10 @@ class KVCache:
 
     def __init__(self, config: GPTConfig, batch: int, device, dtype):
         shape = (batch, config.n_heads, config.n_ctx, config.d_head)
-        self.layers = [LayerKV(torch.empty(shape, device=device, dtype=dtype),
-                               torch.empty(shape, device=device, dtype=dtype))
-                       for _ in range(config.n_layers)]
+        self.layers = [
+            LayerKV(torch.empty(shape, device=device, dtype=dtype), torch.empty(shape, device=device, dtype=dtype))
+            for _ in range(config.n_layers)
+        ]
         self.length = 0  # tokens stored
         self.capacity = config.n_ctx
 
@@ -67,7 +70,7 @@ def in_out_layout(matrix: torch.Tensor) -> torch.Tensor:
     return matrix.t().contiguous().t()
 
 
-def row_major_copy(model: "GPT") -> "GPT":
+def row_major_copy(model: GPT) -> GPT:
     """The same weights with every matrix stored row-major (nn.Linear's default): what the [in, out] layout is
     compared against, in the tests and benchmarks."""
     twin = GPT(model.config).train(model.training)
@@ -108,16 +111,21 @@ class CausalSelfAttention(nn.Module):
         v = self.hook_v(v.view(B, T, self.n_heads, self.d_head))
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, nh, T, hs)
         if kv is not None:  # append to the cache, then attend over everything stored so far
-            kv.k[:, :, past:past + T] = k
-            kv.v[:, :, past:past + T] = v
-            k, v = kv.k[:, :, :past + T], kv.v[:, :, :past + T]
+            kv.k[:, :, past : past + T] = k
+            kv.v[:, :, past : past + T] = v
+            k, v = kv.k[:, :, : past + T], kv.v[:, :, : past + T]
         explicit = current_wants(self.hook_pattern.name) or current_wants(self.hook_attn_scores.name)
         if explicit:
             z = self._explicit_attention(q, k, v)
         else:  # fused kernel; no weights to show, same result
             z = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=None if T == 1 or past == 0 else _causal_mask(T, past, x.device),
-                is_causal=past == 0 and T > 1, dropout_p=self.dropout if self.training else 0.0)
+                q,
+                k,
+                v,
+                attn_mask=None if T == 1 or past == 0 else _causal_mask(T, past, x.device),
+                is_causal=past == 0 and T > 1,
+                dropout_p=self.dropout if self.training else 0.0,
+            )
         z = self.hook_z(z.transpose(1, 2))  # (B, T, nh, hs)
         return self.c_proj(z.reshape(B, T, C))
 
@@ -199,8 +207,9 @@ class GPT(nn.Module):
         with torch.device("meta"):
             # given their (meta) tensors, the embeddings skip their own normal_ init: that call on the meta
             # device runs a Python reference kernel whose first use imports torch._dynamo (1-2 s of a cold start)
-            self.wte = nn.Embedding(config.vocab_size, config.d_model,
-                                    _weight=torch.empty(config.vocab_size, config.d_model))
+            self.wte = nn.Embedding(
+                config.vocab_size, config.d_model, _weight=torch.empty(config.vocab_size, config.d_model)
+            )
             self.wpe = nn.Embedding(config.n_ctx, config.d_model, _weight=torch.empty(config.n_ctx, config.d_model))
             self.hook_embed, self.hook_pos_embed = HookPoint(), HookPoint()
             self.drop = nn.Dropout(config.dropout)
@@ -214,8 +223,8 @@ class GPT(nn.Module):
             self.hook_logits = HookPoint()
         self.hook_names = name_hook_points(self)
         if target.type != "meta":
-            self._allocate(target)        # strides kept: the [in, out] layout survives
-            if config.tie_weights:        # each module got its own tensor: tie them again
+            self._allocate(target)  # strides kept: the [in, out] layout survives
+            if config.tie_weights:  # each module got its own tensor: tie them again
                 self.lm_head.weight = self.wte.weight
         self.reset_parameters(init, seed)
 
@@ -250,7 +259,9 @@ class GPT(nn.Module):
             raise ValueError(f"init must be 'gpt2', 'xavier' or 'empty', got {init!r}")
         # "empty": the memory as allocated, for weights loaded next (weights.load_checkpoint checks every tensor is
         # there); drawing 1.5 billion numbers only to overwrite them cost seconds for GPT-2 XL.
-        if init == "empty" or self.device.type == "meta":  # no values to draw (and meta's normal_ would import torch._dynamo)
+        if (
+            init == "empty" or self.device.type == "meta"
+        ):  # no values to draw (and meta's normal_ would import torch._dynamo)
             return
         # A seed draws from a private generator: the weights then depend on the seed alone, even while other
         # threads (Streamlit sessions, background training) draw from torch's global generator.
@@ -291,8 +302,10 @@ class GPT(nn.Module):
         if T == 0:
             raise ValueError("no tokens: the sequence is empty")
         if past + T > self.config.n_ctx:
-            raise ValueError(f"sequence of {past + T} tokens is longer than the context of "
-                             f"{self.config.n_ctx} positions; keep the last {self.config.n_ctx} tokens")
+            raise ValueError(
+                f"sequence of {past + T} tokens is longer than the context of "
+                f"{self.config.n_ctx} positions; keep the last {self.config.n_ctx} tokens"
+            )
         lo, hi = int(ids.min()), int(ids.max())
         if lo < 0 or hi >= self.config.vocab_size:
             bad = lo if lo < 0 else hi
@@ -311,13 +324,16 @@ class GPT(nn.Module):
         row-major transpose instead: 2.0 against 6.3 ms for a batch of the index scan (34 x 128 tokens of text, the
         bundled model). Autograd keeps nn.Embedding's own path and backward."""
         w = self.wte.weight
-        if w.device.type == "cpu" and w.stride(0) == 1 and ids.numel() > 1 and not (
-                torch.is_grad_enabled() and w.requires_grad):
+        if (
+            w.device.type == "cpu"
+            and w.stride(0) == 1
+            and ids.numel() > 1
+            and not (torch.is_grad_enabled() and w.requires_grad)
+        ):
             return w.t().index_select(1, ids.reshape(-1)).t().contiguous().reshape(*ids.shape, w.shape[1])
         return self.wte(ids)
 
-    def final_hidden(self, ids: torch.Tensor, kv_cache: KVCache | None = None, last_only: bool = False
-                     ) -> torch.Tensor:
+    def final_hidden(self, ids: torch.Tensor, kv_cache: KVCache | None = None, last_only: bool = False) -> torch.Tensor:
         """The final norm's output [B, T, d_model]: what the LM head (unembedding) reads."""
         past = kv_cache.length if kv_cache is not None else 0
         ids = self.check_ids(ids, past).to(self.device)
@@ -335,8 +351,13 @@ class GPT(nn.Module):
             x = x[:, -1:]
         return self.ln_f(x)  # kept in post-norm too (the GPT-1 count in the spec includes it); see config.py
 
-    def forward_from(self, layer: int, resid: torch.Tensor, last_only: bool = False,
-                     past_kv: list[tuple[torch.Tensor, torch.Tensor]] | None = None) -> torch.Tensor:
+    def forward_from(
+        self,
+        layer: int,
+        resid: torch.Tensor,
+        last_only: bool = False,
+        past_kv: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
+    ) -> torch.Tensor:
         """Logits from the residual stream entering block `layer`, [B, T, d_model]: the rest of a forward pass,
         for interventions that change that stream (patching sweeps skip the blocks before it). With `past_kv`,
         `resid` holds only the positions after `past` earlier ones whose keys and values each block from `layer`
@@ -353,8 +374,10 @@ class GPT(nn.Module):
             if past_kv is not None:
                 k, v = past_kv[i]
                 past = k.shape[2]
-                kv = LayerKV(torch.empty(B, k.shape[1], past + T, k.shape[3], dtype=x.dtype, device=x.device),
-                             torch.empty(B, k.shape[1], past + T, k.shape[3], dtype=x.dtype, device=x.device))
+                kv = LayerKV(
+                    torch.empty(B, k.shape[1], past + T, k.shape[3], dtype=x.dtype, device=x.device),
+                    torch.empty(B, k.shape[1], past + T, k.shape[3], dtype=x.dtype, device=x.device),
+                )
                 kv.k[:, :, :past], kv.v[:, :, :past] = k, v
             x = block(x, kv, past)
         if last_only:

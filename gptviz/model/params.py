@@ -1,5 +1,6 @@
 """Where the parameters live: counted by formula from a config, and checked against the module tree
 built on the `meta` device (shapes only, no memory), so GPT-2 XL and larger cost nothing to count."""
+
 from __future__ import annotations
 
 import re
@@ -12,19 +13,42 @@ from .config import GPTConfig
 if TYPE_CHECKING:  # pandas is imported where a table is made: `import gptviz` alone skips it (0.3-0.8 s)
     import pandas as pd
 
-COMPONENTS = ("token embedding", "position embedding", "attention Q/K/V", "attention output", "MLP up",
-              "MLP down", "norms", "final norm", "LM head")
+COMPONENTS = (
+    "token embedding",
+    "position embedding",
+    "attention Q/K/V",
+    "attention output",
+    "MLP up",
+    "MLP down",
+    "norms",
+    "final norm",
+    "LM head",
+)
 # What a reader means by each part of a GPT: the groups every view shows first (attention includes its output
 # projection, norms the final one), the components above being the finer split. COMPONENTS is in group order.
 GROUP_ORDER = ("embeddings", "attention", "MLP", "norms", "LM head")
-GROUPS = {"token embedding": "embeddings", "position embedding": "embeddings",
-          "attention Q/K/V": "attention", "attention output": "attention", "MLP up": "MLP",
-          "MLP down": "MLP", "norms": "norms", "final norm": "norms", "LM head": "LM head"}
+GROUPS = {
+    "token embedding": "embeddings",
+    "position embedding": "embeddings",
+    "attention Q/K/V": "attention",
+    "attention output": "attention",
+    "MLP up": "MLP",
+    "MLP down": "MLP",
+    "norms": "norms",
+    "final norm": "norms",
+    "LM head": "LM head",
+}
 BYTES_PER = {"fp32": 4, "fp16": 2, "bf16": 2}
 
 _BLOCK = re.compile(r"blocks\.(\d+)\.(.+)")
-_IN_BLOCK = {"attn.c_attn": "attention Q/K/V", "attn.c_proj": "attention output", "mlp.c_fc": "MLP up",
-             "mlp.c_proj": "MLP down", "ln_1": "norms", "ln_2": "norms"}
+_IN_BLOCK = {
+    "attn.c_attn": "attention Q/K/V",
+    "attn.c_proj": "attention output",
+    "mlp.c_fc": "MLP up",
+    "mlp.c_proj": "MLP down",
+    "ln_1": "norms",
+    "ln_2": "norms",
+}
 _TOP = {"wte": "token embedding", "wpe": "position embedding", "ln_f": "final norm", "lm_head": "LM head"}
 
 
@@ -66,9 +90,18 @@ def _table(rows: list[tuple[str, tuple[int, ...]]], tied: bool) -> pd.DataFrame:
     for name, shape in rows:
         component, layer = component_of(name)
         is_tied = tied and name == "lm_head.weight"
-        records.append({"name": name, "component": component, "layer": layer, "shape": tuple(shape),
-                        "count": 0 if is_tied else _prod(shape), "tied": is_tied})
+        records.append(
+            {
+                "name": name,
+                "component": component,
+                "layer": layer,
+                "shape": tuple(shape),
+                "count": 0 if is_tied else _prod(shape),
+                "tied": is_tied,
+            }
+        )
     import pandas as pd
+
     df = pd.DataFrame.from_records(records)
     df["layer"] = df["layer"].astype("Int64")
     return df
@@ -90,6 +123,7 @@ def param_table(config: GPTConfig) -> pd.DataFrame:
 def meta_param_table(config: GPTConfig) -> pd.DataFrame:
     """The same table read off a real module tree on the meta device (no weights allocated)."""
     from .model import GPT
+
     with torch.device("meta"):
         model = GPT(config)
     rows = [(name, tuple(p.shape)) for name, p in model.named_parameters(remove_duplicate=False)]
@@ -129,6 +163,7 @@ def by_group(table: pd.DataFrame) -> pd.DataFrame:
         members = tuple(c for c in COMPONENTS if GROUPS[c] == group and c in counts.index)
         rows.append({"group": group, "count": int(sum(int(counts[c]) for c in members)), "components": members})
     import pandas as pd
+
     out = pd.DataFrame.from_records(rows, columns=["group", "count", "components"])
     total = int(out["count"].sum())
     out.insert(2, "share", out["count"] / total if total else 0.0)
@@ -154,16 +189,23 @@ def format_table(config: GPTConfig) -> str:
     table = param_table(config)
     comp = by_component(table)
     width = max(len(c) for c in comp["component"]) + 2
-    lines = [f"{config.name}: {config.n_layers} layers, d_model={config.d_model}, {config.n_heads} heads, "
-             f"d_ff={config.d_ff}, vocab={config.vocab_size:,}, n_ctx={config.n_ctx:,}, {config.norm}-norm, "
-             f"{'tied' if config.tie_weights else 'untied'} head"
-             f"{'' if config.bias else ', no biases'}{'' if config.final_norm else ', no final norm'}", ""]
+    lines = [
+        f"{config.name}: {config.n_layers} layers, d_model={config.d_model}, {config.n_heads} heads, "
+        f"d_ff={config.d_ff}, vocab={config.vocab_size:,}, n_ctx={config.n_ctx:,}, {config.norm}-norm, "
+        f"{'tied' if config.tie_weights else 'untied'} head"
+        f"{'' if config.bias else ', no biases'}{'' if config.final_norm else ', no final norm'}",
+        "",
+    ]
     for row in comp.itertuples():
         note = "  (tied to token embedding)" if row.component == "LM head" and config.tie_weights else ""
         lines.append(f"{row.component:<{width}}{row.count:>16,}  {row.share:6.1%}{note}")
     per_block = int(table[table["layer"] == 0]["count"].sum())
     total = int(comp["count"].sum())
-    lines += ["", f"{'per block':<{width}}{per_block:>16,}", f"{'total':<{width}}{total:>16,}",
-              f"{'fp32 / fp16':<{width}}{memory_bytes(total, 'fp32') / 2**20:>13,.1f} MiB / "
-              f"{memory_bytes(total, 'fp16') / 2**20:,.1f} MiB"]
+    lines += [
+        "",
+        f"{'per block':<{width}}{per_block:>16,}",
+        f"{'total':<{width}}{total:>16,}",
+        f"{'fp32 / fp16':<{width}}{memory_bytes(total, 'fp32') / 2**20:>13,.1f} MiB / "
+        f"{memory_bytes(total, 'fp16') / 2**20:,.1f} MiB",
+    ]
     return "\n".join(lines)

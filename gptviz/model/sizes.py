@@ -3,6 +3,7 @@ tensors counted where they peak. The server reserves these before it admits work
 check each one against the resident memory's measured growth (tests/test_memory_runs.py and its neighbours).
 The estimates of the methods' own jobs (patching, saliency, the attribution graph, the Norms measurement, a neuron
 scan) sit beside their methods and build on these."""
+
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -25,6 +26,7 @@ def capture_work_nbytes(config, names: Iterable[str], T: int) -> int:
     """A capture at its peak: what it keeps (hooks.capture_nbytes, with the logits) plus the forward pass's
     working memory beside it (the logits counted once)."""
     from .hooks import capture_nbytes
+
     names = list(names)
     materialised = any(n.endswith(("attn.hook_pattern", "attn.hook_attn_scores")) for n in names)
     working = forward_nbytes(config, T, patterns=materialised, all_logits=False)
@@ -66,6 +68,7 @@ def training_nbytes(config, batch: int, block: int) -> int:
     """One model in training: weights, gradients and AdamW's two moments (4 copies of the parameters) and the
     activations of one batch."""
     from .params import total_params
+
     return FLOAT32 * 4 * total_params(config) + activation_nbytes(config, batch, block)
 
 
@@ -75,6 +78,7 @@ def model_build_nbytes(config, itemsize: int = FLOAT32) -> int:
     peaks at 1.05x its weights (bench_build.py measured 1.07x), an embedding-heavy model far above (a 2-layer
     gpt2-small: 1.72x; a flat tenth more, the earlier rule, missed it by 127 MiB)."""
     from .params import total_params
+
     d = config.d_model
     largest = max(config.vocab_size * d, config.n_ctx * d, 3 * d * d, config.d_ff * d)
     return itemsize * (total_params(config) + largest)
@@ -86,8 +90,11 @@ def sampling_nbytes(config, prompt_tokens: int, new_tokens: int) -> int:
     one step's logits, probabilities and mask (generate keeps no step)."""
     window = max(1, min(prompt_tokens + max(new_tokens - 1, 0), config.n_ctx))
     caches = 2 if prompt_tokens + new_tokens > config.n_ctx else 1
-    return (caches * kv_cache_nbytes(config) + forward_nbytes(config, window, patterns=False, all_logits=False)
-            + FLOAT32 * 3 * config.vocab_size)
+    return (
+        caches * kv_cache_nbytes(config)
+        + forward_nbytes(config, window, patterns=False, all_logits=False)
+        + FLOAT32 * 3 * config.vocab_size
+    )
 
 
 def lens_nbytes(config, T: int) -> int:

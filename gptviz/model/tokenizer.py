@@ -4,6 +4,7 @@ and readable display labels for tokens.
 A model reads one tokenizer everywhere: `tokenizer_for(model)`, its own (GPT-1's BPE, attached when a Hugging Face
 openai-gpt folder is loaded: gptviz.model.gpt1_tokenizer) or else GPT-2's. Every helper here takes that tokenizer
 as `enc`; without one it is GPT-2's."""
+
 from __future__ import annotations
 
 import base64
@@ -33,8 +34,9 @@ def _load_ranks() -> dict[bytes, int]:
     data = resources.files("gptviz.assets").joinpath(BPE_FILE).read_bytes()
     digest = hashlib.sha256(data).hexdigest()
     if digest != BPE_SHA256:
-        raise RuntimeError(f"the bundled BPE file {BPE_FILE} is corrupt (sha256 {digest}, "
-                           f"expected {BPE_SHA256}); reinstall gptviz")
+        raise RuntimeError(
+            f"the bundled BPE file {BPE_FILE} is corrupt (sha256 {digest}, expected {BPE_SHA256}); reinstall gptviz"
+        )
     ranks = {}
     for line in data.splitlines():
         if line:
@@ -46,8 +48,13 @@ def _load_ranks() -> dict[bytes, int]:
 @functools.lru_cache(maxsize=1)
 def get_tokenizer() -> GPT2Encoding:
     """GPT-2's tokenizer (50,257 ids), identical to tiktoken.get_encoding("gpt2"), offline."""
-    return GPT2Encoding(name="gpt2", pat_str=GPT2_PATTERN, mergeable_ranks=_load_ranks(),
-                        special_tokens={EOT: EOT_ID}, explicit_n_vocab=50257)
+    return GPT2Encoding(
+        name="gpt2",
+        pat_str=GPT2_PATTERN,
+        mergeable_ranks=_load_ranks(),
+        special_tokens={EOT: EOT_ID},
+        explicit_n_vocab=50257,
+    )
 
 
 _VISIBLE = {" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"}
@@ -61,7 +68,7 @@ def token_label(token_bytes: bytes) -> str:
     while i < len(token_bytes):
         for size in (1, 2, 3, 4):  # the shortest valid UTF-8 character starting here
             try:
-                char = token_bytes[i:i + size].decode("utf-8")
+                char = token_bytes[i : i + size].decode("utf-8")
             except UnicodeDecodeError:
                 continue
             pieces.append(_VISIBLE.get(char, char if char.isprintable() else f"U+{ord(char):04X}"))

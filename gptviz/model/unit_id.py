@@ -4,6 +4,7 @@ One type builds and reads every id the library, the app and its links write, so 
 same unit on the unit page and in the neuron index. Whether the unit exists is a question for a model's sizes
 (gptviz.index checks them); this type only knows the syntax.
 """
+
 from __future__ import annotations
 
 import re
@@ -17,20 +18,21 @@ FORMS = "L<layer>N<neuron> or L<layer>H<head>, e.g. L2N26 or L1H2"
 
 class Unit(NamedTuple):
     """A neuron (`kind` "neuron", index in 0..d_ff-1) or a head (`kind` "head", index in 0..n_heads-1)."""
+
     kind: str
     layer: int
     index: int
 
     @classmethod
-    def neuron(cls, layer: int, index: int) -> "Unit":
+    def neuron(cls, layer: int, index: int) -> Unit:
         return cls("neuron", int(layer), int(index))
 
     @classmethod
-    def head(cls, layer: int, index: int) -> "Unit":
+    def head(cls, layer: int, index: int) -> Unit:
         return cls("head", int(layer), int(index))
 
     @classmethod
-    def parse(cls, text: str) -> "Unit":
+    def parse(cls, text: str) -> Unit:
         """An id as written by str(), in either case and with spaces around it ("l1h3 " is L1H3); ValueError
         otherwise."""
         match = _ID.fullmatch(text.strip().upper()) if isinstance(text, str) else None
@@ -46,6 +48,7 @@ class Unit(NamedTuple):
     def hook(self) -> str:
         """The hook whose capture holds this unit's value: the MLP's activation or the heads' z."""
         from .hooks import act_name  # torch only when a capture is wanted: the id itself is plain text
+
         return act_name("post" if self.kind == "neuron" else "z", self.layer)
 
 

@@ -1,5 +1,6 @@
 """What the config's variants change in the model's modules: no biases (nanoGPT's bias=False) and no final norm
 (GPT-1), built so that the rest of the code reads such a model as it reads any other."""
+
 from __future__ import annotations
 
 import torch
@@ -12,6 +13,7 @@ from .hooks import HookPoint
 class NoNorm(nn.Module):
     """The final norm of a model without one (final_norm=False, GPT-1): the stream passes unchanged. Its weight and
     bias are None, as a norm's without them, and its hook still fires: readers of ln_f need no special case."""
+
     weight = None
     bias = None
 

@@ -2,15 +2,35 @@
 (load_pretrained). The checkpoint format is checkpoint.py, Hub downloads hub.py; their names are importable from here
 too, the one place callers load weights from. What a server's visitors may name is the server's rule
 (gptviz.serve.model_access)."""
+
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from .checkpoint import (BUNDLED_DIR, TRAINING_VOCAB, CheckpointError, bundled_models, check_load_limits,  # noqa: F401
-                         config_from_hf, expected_shapes, read_config, save_checkpoint, state_from_hf,
-                         training_vocab, write_training_vocab)
-from .formats.load import FileCheck, check_file_bytes, checkpoint_file, load_path, needs_n_head, path_config, path_nbytes  # noqa: F401
+from .checkpoint import (  # noqa: F401
+    BUNDLED_DIR,
+    TRAINING_VOCAB,
+    CheckpointError,
+    bundled_models,
+    check_load_limits,
+    config_from_hf,
+    expected_shapes,
+    read_config,
+    save_checkpoint,
+    state_from_hf,
+    training_vocab,
+    write_training_vocab,
+)
+from .formats.load import (  # noqa: F401
+    FileCheck,
+    check_file_bytes,
+    checkpoint_file,
+    load_path,
+    needs_n_head,
+    path_config,
+    path_nbytes,
+)
 from .hub import fetch_checked, forget_download, hub_copy_on_disk, hub_download_budget, hub_folder  # noqa: F401
 from .model import GPT
 
@@ -35,8 +55,9 @@ def looks_like_path(name: str) -> bool:
 CHECKPOINT_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")  # the files a visitor may name, besides folders
 
 
-def load_pretrained(name_or_path: str, norm: str | None = None, offline: bool | None = None,
-                    n_head: int | None = None) -> GPT:
+def load_pretrained(
+    name_or_path: str, norm: str | None = None, offline: bool | None = None, n_head: int | None = None
+) -> GPT:
     """A GPT from: a bundled model's name; a local folder (ours, Hugging Face GPT-2 or GPT-1) or checkpoint file
     (nanoGPT's ckpt.pt, Raschka's GPTModel .pth, llm.c's .bin), or a folder holding one; or a Hugging Face Hub id such
     as "gpt2" or "openai-gpt", from the local cache or, when online, downloaded. `norm` overrides the LayerNorm
@@ -48,7 +69,9 @@ def load_pretrained(name_or_path: str, norm: str | None = None, offline: bool | 
     if path.is_dir() or path.is_file():
         return load_path(path, norm, n_head)
     if looks_like_path(name_or_path) or not name_or_path.strip():
-        raise CheckpointError(f"{name_or_path!r} is not a folder holding a checkpoint (config.json plus "
-                              f"model.safetensors), a checkpoint file, a bundled model "
-                              f"({', '.join(bundled) or 'none'}) or a Hub id")
+        raise CheckpointError(
+            f"{name_or_path!r} is not a folder holding a checkpoint (config.json plus "
+            f"model.safetensors), a checkpoint file, a bundled model "
+            f"({', '.join(bundled) or 'none'}) or a Hub id"
+        )
     return load_checkpoint(hub_folder(name_or_path, offline), norm)

@@ -15,6 +15,7 @@ output_attentions tuple, or plain tensors with their tokens.
     save_html(widget, "map.html")                           # a page that opens offline (see standalone.py)
     export_html("analysis.ipynb")                           # the notebook as HTML whose widgets draw offline
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -25,16 +26,33 @@ from .inputs import attention_data
 from .unit_widget import unit
 
 
-def attention(source, tokens=None, *, layer: int = 0, head: int | str = 0, query: int = -1, batch: int = 0,
-              scale: str = "linear", height: int = 560):
+def attention(
+    source,
+    tokens=None,
+    *,
+    layer: int = 0,
+    head: int | str = 0,
+    query: int = -1,
+    batch: int = 0,
+    scale: str = "linear",
+    height: int = 560,
+):
     """The Attention page's heatmap as a widget. `source`: a gptviz or TransformerLens cache, Hugging Face's
     attentions tuple, or weights [layers, heads, T, T]; `tokens`: strings or GPT-2 ids (None: positions).
     `head` may be "mean"; `query` is outlined (-1: the last token); `scale`: "linear", "sqrt" or "max"."""
     from .widgets import AttentionWidget
+
     patterns, labels = attention_data(source, tokens, batch)
     T = patterns.shape[-1]
-    return AttentionWidget(patterns, labels, layer=layer, head=head, query=query % T if -T <= query < T else T - 1,
-                           scale=scale, height=height)
+    return AttentionWidget(
+        patterns,
+        labels,
+        layer=layer,
+        head=head,
+        query=query % T if -T <= query < T else T - 1,
+        scale=scale,
+        height=height,
+    )
 
 
 def attention_on_text(source, tokens=None, *, layer: int = 0, query: int = -1, batch: int = 0):
@@ -43,6 +61,7 @@ def attention_on_text(source, tokens=None, *, layer: int = 0, query: int = -1, b
     from ..figures.browser.token_rows import payload
     from ..figures.unit_page import ExampleRow
     from .widgets import TokenRowsWidget
+
     patterns, labels = attention_data(source, tokens, batch)
     L, H, T, _ = patterns.shape
     if not 0 <= layer < L:
@@ -55,28 +74,49 @@ def attention_on_text(source, tokens=None, *, layer: int = 0, query: int = -1, b
     for h, weights in enumerate(rows_w):
         values = np.where(np.arange(T) <= q, weights, np.nan)  # later tokens are masked: no colour
         name = "mean" if h == H else f"head {h}"
-        rows.append(ExampleRow(labels=labels, values=values, peak=q, name=f"L{layer} {name}",
-                               hover=f"layer {layer}, {name}, query position {q}"))
+        rows.append(
+            ExampleRow(
+                labels=labels,
+                values=values,
+                peak=q,
+                name=f"L{layer} {name}",
+                hover=f"layer {layer}, {name}, query position {q}",
+            )
+        )
     return TokenRowsWidget(data=payload(rows, value_name="attention weight", cmax=1.0))
 
 
 def save_html(view, path, title: str = "gptviz"):
     """Write a view as an HTML page that opens offline (the app's JavaScript and the data inline)."""
     from .standalone import save_html as save
+
     return save(view, path, title)
 
 
 def static(view):
     """A view as a cell's HTML output with no widget behind it: a notebook's HTML export draws it offline."""
     from .standalone import static as as_static
+
     return as_static(view)
 
 
 def export_html(notebook, path=None):
     """Write a notebook (.ipynb, saved with its widget state) as HTML whose widgets draw offline."""
     from .html_export import export_html as export
+
     return export(notebook, path)
 
 
-__all__ = ["export_html", "attention", "attention_on_text", "attention_data", "unit", "parameters", "attribution", "save_html",
-           "static", "graph", "why_attends"]
+__all__ = [
+    "export_html",
+    "attention",
+    "attention_on_text",
+    "attention_data",
+    "unit",
+    "parameters",
+    "attribution",
+    "save_html",
+    "static",
+    "graph",
+    "why_attends",
+]

@@ -13,6 +13,7 @@ Plotly's script inlined once, ipywidgets' text and boxes as they are. The page t
 A widget whose state was not saved (JupyterLab saves it with "Save Widget State Automatically", nbclient with
 store_widget_state) or whose kind this exporter does not know is replaced by a line saying so, never left blank.
 """
+
 from __future__ import annotations
 
 import base64
@@ -29,8 +30,10 @@ WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 _MODEL_REF = "IPY_MODEL_"
 # anywidget records the Python class of each widget (`_anywidget_id`): gptviz's components by that name
-_GPTVIZ_COMPONENTS = {"gptviz.notebook.widgets.AttentionWidget": ("attention_map", "gv-map"),
-                      "gptviz.notebook.widgets.TokenRowsWidget": ("token_rows", "gv-rows")}
+_GPTVIZ_COMPONENTS = {
+    "gptviz.notebook.widgets.AttentionWidget": ("attention_map", "gv-map"),
+    "gptviz.notebook.widgets.TokenRowsWidget": ("token_rows", "gv-rows"),
+}
 _PLOTLY_WIDGET = "plotly.graph_objs._figurewidget.FigureWidget"
 _BOXES = {"BoxModel", "VBoxModel", "HBoxModel", "GridBoxModel"}
 
@@ -79,8 +82,12 @@ class SavedWidgets:
     def _add(self, model_id: str, depth: int) -> None:
         entry = self.models.get(model_id)
         if entry is None or depth > 32:
-            self.page.body.append(_note("A widget whose state was not saved with the notebook: save it with its "
-                                        "widget state, or show gptviz.notebook.static(view) instead."))
+            self.page.body.append(
+                _note(
+                    "A widget whose state was not saved with the notebook: save it with its "
+                    "widget state, or show gptviz.notebook.static(view) instead."
+                )
+            )
             return
         state = _with_buffers(entry)
         kind = state.get("_anywidget_id") or entry.get("model_name", "")
@@ -89,8 +96,10 @@ class SavedWidgets:
             self.page.component_data(stem, root_class, state["data"])
         elif kind == _PLOTLY_WIDGET:
             import plotly.graph_objects as go
-            figure = go.Figure(data=_typed_arrays(state.get("_widget_data", [])),
-                               layout=_typed_arrays(state.get("_widget_layout", {})))
+
+            figure = go.Figure(
+                data=_typed_arrays(state.get("_widget_data", [])), layout=_typed_arrays(state.get("_widget_layout", {}))
+            )
             self.page.plotly = True
             self.page.body.append(figure.to_html(full_html=False, include_plotlyjs=False))
         elif kind == "HTMLModel":  # ipywidgets.HTML: HTML by design (gptviz's lines are escaped: widgets.text_line)
@@ -121,6 +130,7 @@ def offline_notebook(nb):
 class OfflineHTMLExporter(HTMLExporter):
     """nbconvert's HTML exporter with gptviz's views (and Plotly figures, text and boxes) drawn from the saved
     widget state: the page opens without a network."""
+
     export_from_notebook = "HTML, widgets drawn offline (gptviz)"
 
     def from_notebook_node(self, nb, resources=None, **kw):
@@ -131,6 +141,7 @@ def export_html(notebook, path=None) -> Path:
     """Write `notebook` (a path to an .ipynb) as HTML that draws its widgets offline; `path` defaults to the
     notebook's name with .html. Returns the path written."""
     import nbformat
+
     notebook = Path(notebook)
     body, _ = OfflineHTMLExporter().from_notebook_node(nbformat.read(notebook, as_version=4))
     path = Path(path) if path is not None else notebook.with_suffix(".html")

@@ -6,6 +6,7 @@ layer), or plain tensors / arrays: [layers, heads, T, T], [layers, batch, heads,
 Tokens: strings (TransformerLens's to_str_tokens, a tokenizer's convert_ids_to_tokens), or GPT-2 ids (labelled with
 gptviz's tokenizer). Everything stays data: labels are drawn as text, never parsed as HTML.
 """
+
 from __future__ import annotations
 
 import re
@@ -29,10 +30,12 @@ def _numpy(x) -> np.ndarray:
 def patterns_of(source, batch: int = 0) -> np.ndarray:
     """[layers, heads, T, T] float32 attention weights from any accepted source; `batch` picks one sequence."""
     if isinstance(source, Mapping) or (hasattr(source, "keys") and hasattr(source, "__getitem__")):
-        keys = sorted(((int(m.group(1)), k) for k in source.keys() if (m := _PATTERN_KEY.match(str(k)))))
+        keys = sorted((int(m.group(1)), k) for k in source.keys() if (m := _PATTERN_KEY.match(str(k))))
         if not keys:
-            raise ValueError("this cache holds no attention patterns (no blocks.{i}.attn.hook_pattern): capture "
-                             "them, e.g. capture(model, ids) or model.run_with_cache(tokens)")
+            raise ValueError(
+                "this cache holds no attention patterns (no blocks.{i}.attn.hook_pattern): capture "
+                "them, e.g. capture(model, ids) or model.run_with_cache(tokens)"
+            )
         layers = [i for i, _ in keys]
         if layers != list(range(len(layers))):
             raise ValueError(f"the cache has the patterns of layers {layers}, not of every layer from 0")
@@ -45,21 +48,26 @@ def patterns_of(source, batch: int = 0) -> np.ndarray:
 
 
 def _one_sequence(p: np.ndarray, batch: int) -> np.ndarray:
-    if p.ndim == 3:          # one layer: [heads, T, T]
+    if p.ndim == 3:  # one layer: [heads, T, T]
         p = p[None]
-    if p.ndim == 5:          # [layers, batch, heads, T, T]
+    if p.ndim == 5:  # [layers, batch, heads, T, T]
         if not 0 <= batch < p.shape[1]:
             raise ValueError(f"batch {batch} is not in 0..{p.shape[1] - 1}")
         p = p[:, batch]
     if p.ndim != 4 or p.shape[-1] != p.shape[-2]:
-        raise ValueError(f"attention weights must be [layers, heads, T, T] (or with a batch axis after layers, or "
-                         f"one layer's [heads, T, T]); got shape {tuple(p.shape)}")
+        raise ValueError(
+            f"attention weights must be [layers, heads, T, T] (or with a batch axis after layers, or "
+            f"one layer's [heads, T, T]); got shape {tuple(p.shape)}"
+        )
     if not np.all(np.isfinite(p)):
-        raise ValueError("the attention weights hold NaN or infinite values; pass the pattern (softmax), not "
-                         "the scores")
+        raise ValueError(
+            "the attention weights hold NaN or infinite values; pass the pattern (softmax), not the scores"
+        )
     if p.min() < -1e-4 or p.max() > 1 + 1e-4:
-        raise ValueError(f"attention weights must be in [0, 1] (a softmax); these run from {p.min():.3g} to "
-                         f"{p.max():.3g}: pass hook_pattern, not hook_attn_scores")
+        raise ValueError(
+            f"attention weights must be in [0, 1] (a softmax); these run from {p.min():.3g} to "
+            f"{p.max():.3g}: pass hook_pattern, not hook_attn_scores"
+        )
     return p
 
 
@@ -79,6 +87,7 @@ def labels_of(tokens, T: int) -> list[str]:
         raise ValueError(f"{len(tokens)} tokens for attention over {T} positions")
     if all(isinstance(t, (int, np.integer)) and not isinstance(t, bool) for t in tokens):
         from ..model.tokenizer import get_tokenizer, token_labels
+
         n = get_tokenizer().n_vocab
         bad = [t for t in tokens if not 0 <= t < n]
         if bad:

@@ -6,6 +6,7 @@ notebook extra (ipywidgets, anywidget) installed.
 Token text stays data: it travels in a JSON script block (its `<` written \\u003c, so no `</script>` inside a token
 can end the block) and the components set it with textContent; text lines are escaped.
 """
+
 from __future__ import annotations
 
 import html
@@ -38,7 +39,7 @@ class Page:
         self.plotly = False
         self.count = 0
         self.prefix = f"gv-{uuid.uuid4().hex[:8]}"  # several pages' fragments can share one document
-        self.emitted: set[str] = set()            # what fragment() already wrote: each style and script once
+        self.emitted: set[str] = set()  # what fragment() already wrote: each style and script once
 
     def component_data(self, stem: str, root_class: str, data: dict) -> None:
         """A component drawn from its payload (a widget's `data`, or the same read back from a saved notebook)."""
@@ -47,8 +48,11 @@ class Page:
         if source.count(_APP_EXPORT) != 1:
             raise RuntimeError(f"{stem}.js no longer has one `{_APP_EXPORT}`: update gptviz/notebook/page.py")
         # each component's module defines its mount once, as window.gptviz[stem]
-        self.scripts.setdefault(stem, source.replace(_APP_EXPORT, "function mount(component)")
-                                + f"\n(window.gptviz = window.gptviz || {{}})[{json.dumps(stem)}] = mount;\n")
+        self.scripts.setdefault(
+            stem,
+            source.replace(_APP_EXPORT, "function mount(component)")
+            + f"\n(window.gptviz = window.gptviz || {{}})[{json.dumps(stem)}] = mount;\n",
+        )
         self.count += 1
         box = f"{self.prefix}-{self.count}"
         self.body.append(
@@ -56,11 +60,13 @@ class Page:
             f'<script type="application/json" id="{box}-data">{json_for_script(data)}</script>\n'
             f'<script type="module">\nconst box = document.getElementById("{box}");\n'
             f'const data = JSON.parse(document.getElementById("{box}-data").textContent);\n'
-            f'window.gptviz[{json.dumps(stem)}]({{data, parentElement: box, setStateValue: () => {{}}}});\n</script>')
+            f"window.gptviz[{json.dumps(stem)}]({{data, parentElement: box, setStateValue: () => {{}}}});\n</script>"
+        )
 
     def figure(self, fig) -> None:
         """A Plotly figure (its JavaScript goes in once per page)."""
         import plotly.graph_objects as go
+
         self.plotly = True
         self.body.append(go.Figure(fig).to_html(full_html=False, include_plotlyjs=False))
 
@@ -70,19 +76,23 @@ class Page:
 
     def html(self, title: str) -> str:
         from plotly.offline import get_plotlyjs
+
         styles = "\n".join(self.styles.values()) + JUPYTER_THEME
         # component modules first (type=module scripts run in document order, after parsing)
         scripts = "".join(f'<script type="module">\n{s}</script>\n' for s in self.scripts.values())
         plotly = f'<script type="text/javascript">{get_plotlyjs()}</script>\n' if self.plotly else ""
-        return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
-                f'\n<style>\nbody {{ font-family: Inter, "Segoe UI", Helvetica, Arial, sans-serif; margin: 16px; }}\n'
-                f'{styles}</style>\n{plotly}</head><body>\n{scripts}' + "\n".join(self.body) + "\n</body></html>\n")
+        return (
+            f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+            f'\n<style>\nbody {{ font-family: Inter, "Segoe UI", Helvetica, Arial, sans-serif; margin: 16px; }}\n'
+            f"{styles}</style>\n{plotly}</head><body>\n{scripts}" + "\n".join(self.body) + "\n</body></html>\n"
+        )
 
     def fragment(self) -> str:
         """For a cell's output (text/html): the views added since the last fragment, without <html>, with the styles
         and scripts no earlier fragment of this page wrote (Plotly's only when a figure needs it). The outputs of
         one document share them, as the scripts run in document order."""
         from plotly.offline import get_plotlyjs
+
         parts = [f"<style>\n{css}</style>\n" for stem, css in self._new(self.styles, "css")]
         if "css:theme" not in self.emitted:
             self.emitted.add("css:theme")

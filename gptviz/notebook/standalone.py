@@ -10,6 +10,7 @@ loaded from a CDN (cdn.jsdelivr.net, unpkg.com): offline, the export shows nothi
 Token text stays data: it travels in a JSON script block (its `<` written \\u003c, so no `</script>` inside a token
 can end the block) and the components set it with textContent.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -30,12 +31,13 @@ class _Page(Page):
     def add(self, view) -> None:
         import ipywidgets
         import plotly.graph_objects as go
+
         if isinstance(view, tuple(_COMPONENTS)):
             self.component(view)
         elif isinstance(view, go.FigureWidget) or isinstance(view, go.Figure):
             self.figure(view)
         elif isinstance(view, ipywidgets.HTML):  # gptviz's text lines: already escaped (widgets.text_line)
-            self.body.append(f"<div class=\"gv-line\">{view.value}</div>")
+            self.body.append(f'<div class="gv-line">{view.value}</div>')
         elif isinstance(view, ipywidgets.Box):
             for child in view.children:
                 self.add(child)
@@ -62,6 +64,7 @@ def static(view):
     behind it, so a notebook's HTML export (nbconvert) shows it offline. A layer or head a long prompt left out of
     the payload cannot be fetched from there."""
     from IPython.display import HTML
+
     page = _Page()
     page.add(view)
     return HTML(page.fragment())

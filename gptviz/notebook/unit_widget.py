@@ -7,6 +7,7 @@ output promotes and suppresses (gptviz.figures.unit_page, the page's own figure 
     from gptviz.notebook import unit
     unit(load_pretrained("shakespeare-pre"), "L2N26", "shakespeare-pre")   # the bundled model's shipped index
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -33,8 +34,9 @@ def find_index(index, model) -> ix.NeuronIndex:
         if found is None:
             raise ValueError(f"{index!r} is neither a folder holding an index nor a bundled model with one")
     else:
-        raise TypeError("index must be a NeuronIndex, an index folder or a bundled model's name, "
-                        f"not {type(index).__name__}")
+        raise TypeError(
+            f"index must be a NeuronIndex, an index folder or a bundled model's name, not {type(index).__name__}"
+        )
     why = ix.index_mismatch(found, model, weights=True)  # other weights, or its ids in another tokenizer
     if why:
         raise ValueError(why)
@@ -45,10 +47,15 @@ def distribution_line(index: ix.NeuronIndex, u: ix.Unit) -> str:
     """What the histogram shows, as the unit page says it; a neuron's share of active tokens is exact
     (ix.active_phrase: "active on 3 of 1,465,708 tokens (0.0002%)", never rounded to 0)."""
     i = index.flat(u)
-    what = (f"{ix.active_phrase(index, u)} (active: > 0), of the {index.tokens:,} scanned" if u.kind == "neuron"
-            else f"its output norm at each of the {index.tokens:,} tokens")
-    return (f"Distribution: {what}; dashed lines at the 1%, 50% and 99% quantiles (mean "
-            f"{index.arrays['mean'][i]:.3g}, sd {index.arrays['std'][i]:.3g}).")
+    what = (
+        f"{ix.active_phrase(index, u)} (active: > 0), of the {index.tokens:,} scanned"
+        if u.kind == "neuron"
+        else f"its output norm at each of the {index.tokens:,} tokens"
+    )
+    return (
+        f"Distribution: {what}; dashed lines at the 1%, 50% and 99% quantiles (mean "
+        f"{index.arrays['mean'][i]:.3g}, sd {index.arrays['std'][i]:.3g})."
+    )
 
 
 class UnitData:
@@ -56,10 +63,23 @@ class UnitData:
     top examples and their contexts, the rows drawn, the token_rows payload, the histogram and direct-effect
     figures (go.Figure)."""
 
-    def __init__(self, model, unit, index, *, docs=None, k: int | None = None, colour: str = "value",
-                 effect: bool = True, log: bool = True, before: int = EXAMPLES_BEFORE, after: int = EXAMPLES_AFTER):
+    def __init__(
+        self,
+        model,
+        unit,
+        index,
+        *,
+        docs=None,
+        k: int | None = None,
+        colour: str = "value",
+        effect: bool = True,
+        log: bool = True,
+        before: int = EXAMPLES_BEFORE,
+        after: int = EXAMPLES_AFTER,
+    ):
         from ..figures.browser.token_rows import payload
         from ..model.tokenizer import token_labels, tokenizer_for
+
         if colour not in COLOURS:
             raise ValueError(f"colour must be one of {', '.join(COLOURS)}, got {colour!r}")
         self.index = find_index(index, model)
@@ -78,34 +98,43 @@ class UnitData:
         self.rows = fu.example_rows(self.index, self.contexts, self.examples, by_attention=by_attention, enc=enc)
         self.payload = payload(self.rows, value_name=self.value_name, cmax=cmax)
         edges, counts = ix.histogram(self.index, u)
-        self.histogram = fu.unit_histogram(edges, counts, ix.quantiles(self.index, u), log=log,
-                                           value_name="activation" if u.kind == "neuron" else "output norm")
+        self.histogram = fu.unit_histogram(
+            edges,
+            counts,
+            ix.quantiles(self.index, u),
+            log=log,
+            value_name="activation" if u.kind == "neuron" else "output norm",
+        )
         self.effect = None
         if effect:
             if u.kind == "neuron":
                 found = ix.direct_effect(model, u.layer, u.index)
-                self.effect_line = "Direct effect on the logits: its output weights through the final norm and the " \
-                                   "unembedding."
+                self.effect_line = (
+                    "Direct effect on the logits: its output weights through the final norm and the unembedding."
+                )
             else:  # what attending to the token its top example looks at most writes (the page's default source)
                 looks = ix.attended(self.contexts[0]) if self.contexts else None
                 source = looks.token if looks is not None else 0
                 found = ix.head_direct_effect(model, u.layer, u.index, source)
-                self.effect_line = (f"Direct effect on the logits: what attending to {token_labels([source], enc)[0]} "
-                                    "writes, through the final norm and the unembedding.")
+                self.effect_line = (
+                    f"Direct effect on the logits: what attending to {token_labels([source], enc)[0]} "
+                    "writes, through the final norm and the unembedding."
+                )
             labels = lambda items: [(token_labels([t], enc)[0], v) for t, v in items]  # noqa: E731
             self.effect = fu.direct_effect_bars(labels(found.promoted), labels(found.suppressed))
 
 
-def unit(model, unit, index, *, docs=None, k: int | None = None, colour: str = "value", effect: bool = True,
-         log: bool = True):
+def unit(
+    model, unit, index, *, docs=None, k: int | None = None, colour: str = "value", effect: bool = True, log: bool = True
+):
     """A neuron's or head's top examples over the corpus an index scanned, as on the app's unit page. `unit`:
     "L2N26", "L1H2", a gptviz.index.Unit or a flat unit number; `index`: a NeuronIndex, an index folder or a
     bundled model's name; `docs`: the index's documents (read again from its corpus when None); `k`: how many
     examples (all it kept when None); `colour`: "value" (activation, or a head's output norm) or, for a head,
     "attention" (where its peak token looks); `effect`: also the tokens its output promotes and suppresses."""
     from .widgets import UnitView
+
     return UnitView(UnitData(model, unit, index, docs=docs, k=k, colour=colour, effect=effect, log=log))
 
 
 __all__ = ["unit", "UnitData", "find_index", "distribution_line", "EXAMPLES_BEFORE", "EXAMPLES_AFTER"]
-

@@ -5,6 +5,7 @@ The app's modules export `default function (component)` taking {data, parentElem
 below gives them that from the widget's model: `data` is a synced trait, and a pick in the browser comes back as
 the `pick` trait, on which Python sends the layer or head a long prompt left out (as the app's rerun does).
 """
+
 from __future__ import annotations
 
 import html
@@ -52,6 +53,7 @@ def shared_esm(stem: str, root_class: str) -> str:
 class AttentionWidget(anywidget.AnyWidget):
     """The Attention page's heatmap: layer and head pickers with thumbnails, drag to zoom, hover for a weight.
     `pick` follows the browser's choice ({"layer", "head"}; head == n_heads is the mean of all heads)."""
+
     _esm = shared_esm("attention_map", "gv-map")
     _css = asset("attention_map", "css") + _JUPYTER_THEME
     data = traitlets.Dict().tag(sync=True)
@@ -59,6 +61,7 @@ class AttentionWidget(anywidget.AnyWidget):
 
     def __init__(self, patterns, labels, *, layer: int, head, query: int, scale: str, height: int):
         from ..figures.browser.attention_map import payload
+
         self._patterns, self._labels = patterns, labels
         self._options = dict(query=query, scale=scale, height=height)
         super().__init__(data=payload(patterns, labels, layer=layer, head=head, **self._options))
@@ -82,13 +85,16 @@ class AttentionWidget(anywidget.AnyWidget):
         if layer in self.data["layers"] and head in self.data["heads"]:
             return
         from ..figures.browser.attention_map import payload
+
         n_heads = self.data["n_heads"]
-        self.data = payload(self._patterns, self._labels, layer=layer, head="mean" if head == n_heads else head,
-                            **self._options)
+        self.data = payload(
+            self._patterns, self._labels, layer=layer, head="mean" if head == n_heads else head, **self._options
+        )
 
 
 class TokenRowsWidget(anywidget.AnyWidget):
     """Rows of tokens coloured by a value (the unit page's examples component)."""
+
     _esm = shared_esm("token_rows", "gv-rows")
     _css = asset("token_rows", "css") + _JUPYTER_THEME
     data = traitlets.Dict().tag(sync=True)
@@ -107,15 +113,22 @@ class UnitView(ipywidgets.VBox):
 
     def __init__(self, data):
         import plotly.graph_objects as go
+
         self.data = data
         held = sum(data.index.documents[e.doc]["held_out"] for e in data.examples)
         self.examples = TokenRowsWidget(data=data.payload)
         self.histogram = go.FigureWidget(data.histogram)
         self.effect = go.FigureWidget(data.effect) if data.effect is not None else None
-        children = [text_line(data.summary, bold=True),
-                    text_line(f"Top {len(data.examples)} examples over {data.index.tokens:,} tokens, peak token "
-                              f"outlined ({held} from plays the model never trained on, marked held out)."),
-                    self.examples, text_line(data.distribution), self.histogram]
+        children = [
+            text_line(data.summary, bold=True),
+            text_line(
+                f"Top {len(data.examples)} examples over {data.index.tokens:,} tokens, peak token "
+                f"outlined ({held} from plays the model never trained on, marked held out)."
+            ),
+            self.examples,
+            text_line(data.distribution),
+            self.histogram,
+        ]
         if self.effect is not None:
             children += [text_line(data.effect_line), self.effect]
         super().__init__(children=children)

@@ -13,6 +13,7 @@ admits work, the memory accountant compares the process's resident size with wha
 when the work would not fit beside the difference, gives the freed memory back to the kernel first
 (`release_freed_memory`; gptviz.serve.memory).
 """
+
 from __future__ import annotations
 
 import ctypes

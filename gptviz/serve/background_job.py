@@ -12,6 +12,7 @@ of its 12-layer model took 0.15 s on one thread and 0.37-4 s on two, at a load a
 sets the calling thread's count and also the default that threads started later take, so the job puts the
 server's count back when it ends (gptviz.serve.live_generation.torch_threads).
 """
+
 from __future__ import annotations
 
 import functools
@@ -27,11 +28,11 @@ from pathlib import Path
 import torch
 
 from ..model.config import GPTConfig
+from ..model.model import GPT
+from ..model.weights import save_checkpoint
+from ..training.train import StepLog, TrainResult, TrainSettings, load_corpus, train_models, write_history
 from . import allocator
 from .memory import Reservation
-from ..model.model import GPT
-from ..training.train import StepLog, TrainResult, TrainSettings, load_corpus, train_models, write_history
-from ..model.weights import save_checkpoint
 
 QUEUED, LOADING, RUNNING, DONE, STOPPED, FAILED = "queued", "loading", "running", "done", "stopped", "failed"
 FINISHED = (DONE, STOPPED, FAILED)
@@ -56,11 +57,11 @@ def corpus_tokens() -> torch.Tensor:
 
 @dataclass(frozen=True)
 class JobSpec:
-    configs: dict[str, GPTConfig]      # run name -> model config; all trained on the same batches
+    configs: dict[str, GPTConfig]  # run name -> model config; all trained on the same batches
     settings: TrainSettings
     init: str = "gpt2"
-    label: str = ""                    # a short description for people
-    snapshot_every: int = 0            # record heads every K steps while training (gptviz.training.snapshots; 0 = none)
+    label: str = ""  # a short description for people
+    snapshot_every: int = 0  # record heads every K steps while training (gptviz.training.snapshots; 0 = none)
     # end the run (done, not stopped) once every model's best induction score on the snapshots has held this bar for
     # FORMED_HOLD snapshots in a row (0: run every step); needs snapshot_every
     stop_when_formed: float = 0.0
@@ -81,6 +82,7 @@ class JobSpec:
 @dataclass
 class JobSnapshot:
     """A consistent copy of a job's state for drawing (the job keeps training meanwhile)."""
+
     id: str
     status: str
     logs: dict[str, list[dict]]
@@ -91,7 +93,7 @@ class JobSnapshot:
     error: str | None
     stop_requested: bool
     remaining_s: float | None = None  # seconds left at the recent pace (seconds_left); None before there is one
-    may_end_sooner: bool = False      # the run ends early once its head has formed (JobSpec.stop_when_formed)
+    may_end_sooner: bool = False  # the run ends early once its head has formed (JobSpec.stop_when_formed)
 
     @property
     def finished(self) -> bool:
@@ -103,7 +105,7 @@ class JobSnapshot:
 
     @property
     def progress_text(self) -> str:
-        """"Running: step 120 of 800, 45 s, about 4m15s left" (the time left at the recent pace, once there is one;
+        """ "Running: step 120 of 800, 45 s, about 4m15s left" (the time left at the recent pace, once there is one;
         "at most" where the run may end sooner)."""
         text = f"{self.status.capitalize()}: step {self.steps_done} of {self.total_steps}, {self.elapsed_s:.0f} s"
         if self.status != RUNNING or self.remaining_s is None:
@@ -138,7 +140,7 @@ class Job:
     error: str | None = None
     models: dict[str, GPT] = field(default_factory=dict)
     results: dict[str, TrainResult] = field(default_factory=dict)
-    started_s: float | None = None     # perf_counter when training (not corpus loading) began
+    started_s: float | None = None  # perf_counter when training (not corpus loading) began
     finished_s: float | None = None
     _logs: dict[str, list[dict]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -146,17 +148,19 @@ class Job:
     _thread: threading.Thread | None = field(default=None, repr=False)
     _zips: dict[str, bytes] = field(default_factory=dict, repr=False)
     _ends: list[float] = field(default_factory=list, repr=False)  # the clock when each step of every model had ended
-    owner: str | None = None               # the browser session that started it
-    address: str = ""                      # the client address of that session (per-address fairness)
-    max_seconds: float | None = None       # wall-time budget of the training loop
+    owner: str | None = None  # the browser session that started it
+    address: str = ""  # the client address of that session (per-address fairness)
+    max_seconds: float | None = None  # wall-time budget of the training loop
     alive: Callable[[], bool] | None = field(default=None, repr=False)  # is the owner still connected?
-    stop_reason: str | None = None         # why the run ended early ("stopped", "time", "left", "formed")
+    stop_reason: str | None = None  # why the run ended early ("stopped", "time", "left", "formed")
     _checked_alive: float = field(default=0.0, repr=False)
     reservation: Reservation | None = field(default=None, repr=False)  # its memory, released when it ends
-    snapshots: dict = field(default_factory=dict)  # run name -> gptviz.training.snapshots.Snapshots, read while it trains
+    snapshots: dict = field(
+        default_factory=dict
+    )  # run name -> gptviz.training.snapshots.Snapshots, read while it trains
     # called with the job once its models exist (in its own thread, before anyone can see it finished): the app
     # offers them to the owner's other pages from here, not from a page run that a click may cut short
-    on_models: Callable[["Job"], None] | None = field(default=None, repr=False)
+    on_models: Callable[[Job], None] | None = field(default=None, repr=False)
 
     # ---- control --------------------------------------------------------------------------------------------
     def request_stop(self, reason: str = "stopped") -> None:
@@ -172,8 +176,11 @@ class Job:
             return True
         if self._formed():
             self.request_stop("formed")
-        elif self.max_seconds is not None and self.started_s is not None \
-                and time.perf_counter() - self.started_s > self.max_seconds:
+        elif (
+            self.max_seconds is not None
+            and self.started_s is not None
+            and time.perf_counter() - self.started_s > self.max_seconds
+        ):
             self.request_stop("time")
         elif self.alive is not None and time.monotonic() - self._checked_alive > ALIVE_CHECK_S:
             self._checked_alive = time.monotonic()
@@ -228,8 +235,19 @@ class Job:
         elapsed = now - started if started is not None else 0.0
         left = 0.0 if status in FINISHED else seconds_left(ends, total, now)
         eta = "?" if left is None else clock(left)
-        return JobSnapshot(self.id, status, logs, done, total, elapsed, eta, error, self._stop.is_set(), left,
-                           bool(self.spec.stop_when_formed))
+        return JobSnapshot(
+            self.id,
+            status,
+            logs,
+            done,
+            total,
+            elapsed,
+            eta,
+            error,
+            self._stop.is_set(),
+            left,
+            bool(self.spec.stop_when_formed),
+        )
 
     # ---- the run --------------------------------------------------------------------------------------------
     def _set(self, **fields) -> None:
@@ -241,6 +259,7 @@ class Job:
         """Train (in the calling thread); the registry calls this from a background thread."""
         if threading.current_thread() is not threading.main_thread():
             from .live_generation import run_in_background
+
             run_in_background()  # the pages' threads first
         try:
             self._set(status=LOADING)
@@ -250,9 +269,15 @@ class Job:
                 return
             recorders = self._recorders(tokens)
             self._set(status=RUNNING, started_s=time.perf_counter())
-            models, results = train_models(self.spec.configs, self.spec.settings, tokens,
-                                           on_step=self._on_step, should_stop=self._should_stop,
-                                           init=self.spec.init, recorders=recorders)
+            models, results = train_models(
+                self.spec.configs,
+                self.spec.settings,
+                tokens,
+                on_step=self._on_step,
+                should_stop=self._should_stop,
+                init=self.spec.init,
+                recorders=recorders,
+            )
             # a run that ended because its head formed is done: it did what it set out to
             stopped = any(r.stopped_early for r in results.values()) and self.stop_reason != "formed"
             self._set(models=models, results=results)
@@ -271,13 +296,16 @@ class Job:
             return None
         from ..training.snapshots import SnapshotRecorder, default_probes, empty_snapshots
         from ..training.train import most_frequent_ids, split
+
         s = self.spec.settings
         train, val = split(tokens, s.val_fraction)
         copy_ids = most_frequent_ids(train, s.copy_vocab) if s.copy_fraction else None
         block = s.block_size or min(c.n_ctx for c in self.spec.configs.values())
         probes = default_probes(train, val, copy_ids, max_tokens=block)
-        recorders = {name: SnapshotRecorder(empty_snapshots(cfg, probes, self.spec.snapshot_every), val, block)
-                     for name, cfg in self.spec.configs.items()}
+        recorders = {
+            name: SnapshotRecorder(empty_snapshots(cfg, probes, self.spec.snapshot_every), val, block)
+            for name, cfg in self.spec.configs.items()
+        }
         self._set(snapshots={name: r.snaps for name, r in recorders.items()})
         return recorders
 
@@ -291,9 +319,18 @@ class Job:
             with tempfile.TemporaryDirectory() as tmp:
                 folder = Path(tmp) / f"{self.id}-{name}"
                 result = self.results[name]
-                save_checkpoint(self.models[name], folder, extra={"training": {
-                    "settings": result.settings, "init": self.spec.init, "final": result.final,
-                    "stopped_early": result.stopped_early}})
+                save_checkpoint(
+                    self.models[name],
+                    folder,
+                    extra={
+                        "training": {
+                            "settings": result.settings,
+                            "init": self.spec.init,
+                            "final": result.final,
+                            "stopped_early": result.stopped_early,
+                        }
+                    },
+                )
                 if result.history:
                     write_history(result, folder)
                 buffer = io.BytesIO()

@@ -21,6 +21,7 @@ long-lived objects grow by a quarter; a model is a few thousand objects, however
 (the model store), a drop that leaves a value alive runs that collection once the cache's lock is released: before,
 twenty 100 MiB model folders opened one after another kept every model (issue 57). What is truly in use stays, and
 stays counted; `lingering` is what the dropped values still alive hold, for the accountant (gptviz.serve.memory)."""
+
 from __future__ import annotations
 
 import gc
@@ -39,9 +40,16 @@ V = TypeVar("V")
 
 
 class BoundedCache(Generic[V]):
-    def __init__(self, budget_bytes: int, what: str = "entry", wait_s: float = 30.0,
-                 accountant: MemoryAccountant | None = None, witness: Callable[[V], object] | None = None,
-                 drop_order: int = 0, collect_garbage: bool = False):
+    def __init__(
+        self,
+        budget_bytes: int,
+        what: str = "entry",
+        wait_s: float = 30.0,
+        accountant: MemoryAccountant | None = None,
+        witness: Callable[[V], object] | None = None,
+        drop_order: int = 0,
+        collect_garbage: bool = False,
+    ):
         """`drop_order`: when the accountant needs room, caches with a lower one drop entries first (what is cheapest
         to rebuild: derived results, then captures, then models). `collect_garbage`: run Python's full collection when
         a dropped value outlives its drop (needs a witness; for large values dropped rarely: a collection on a
@@ -117,16 +125,25 @@ class BoundedCache(Generic[V]):
         if delta and self.accountant is not None:
             self.accountant.stored(delta)
 
-    def get_or_build(self, key: Hashable, build: Callable[[], V], size_of: Callable[[V], int],
-                     estimate: int | None = None, work: int | None = None, what: str | None = None) -> V:
+    def get_or_build(
+        self,
+        key: Hashable,
+        build: Callable[[], V],
+        size_of: Callable[[V], int],
+        estimate: int | None = None,
+        work: int | None = None,
+        what: str | None = None,
+    ) -> V:
         """The cached value for `key`, or `build()` stored under it. `estimate`, when given, is checked against
         the budget before building (LimitError when it cannot fit even alone), and the least recently used entries
         are dropped first until it fits beside the rest, so the peak stays within the budget while it is built.
         With an accountant, `work` bytes (the build's peak; `estimate` when not given) are reserved there for
         `what` before building and released once the value is stored (counted as stored from then on)."""
         if estimate is not None and estimate > self.budget:
-            raise LimitError(f"this {self.what} would take about {_mib(estimate)}, more than the "
-                             f"{_mib(self.budget)} this server keeps for them")
+            raise LimitError(
+                f"this {self.what} would take about {_mib(estimate)}, more than the "
+                f"{_mib(self.budget)} this server keeps for them"
+            )
         with self._lock:
             if key in self._entries:
                 self._entries.move_to_end(key)
@@ -148,8 +165,10 @@ class BoundedCache(Generic[V]):
                 value = build()
                 size = int(size_of(value))
                 if size > self.budget:
-                    raise LimitError(f"this {self.what} takes {_mib(size)}, more than the {_mib(self.budget)} "
-                                     "this server keeps for them")
+                    raise LimitError(
+                        f"this {self.what} takes {_mib(size)}, more than the {_mib(self.budget)} "
+                        "this server keeps for them"
+                    )
                 with self._lock:  # stored before the gate is dropped, so no later caller builds it again
                     self._entries[key] = (value, size)
                     self._report(size)
@@ -182,8 +201,10 @@ class BoundedCache(Generic[V]):
                 deadline = deadline or (time.monotonic() + self.wait_s)
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise LimitError(f"the server is building other {self.what}s that fill the "
-                                     f"{_mib(self.budget)} it keeps for them; try again in a moment")
+                    raise LimitError(
+                        f"the server is building other {self.what}s that fill the "
+                        f"{_mib(self.budget)} it keeps for them; try again in a moment"
+                    )
                 self._room.wait(left)
 
     def hold(self, key: Hashable) -> Callable[[], None]:
@@ -205,6 +226,7 @@ class BoundedCache(Generic[V]):
                 if not self._held[key]:
                     del self._held[key]
                 self._room.notify_all()
+
         return release
 
     def _in_flight(self) -> int:

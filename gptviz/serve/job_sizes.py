@@ -1,11 +1,12 @@
 """What a training run costs before it starts: the memory it reserves (run_nbytes, from the models' sizes and the
 step's activations) and the tokens it trains on (job_tokens, against the server's token budget)."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..model.sizes import activation_nbytes, forward_nbytes
 from ..model.params import total_params
+from ..model.sizes import activation_nbytes, forward_nbytes
 from ..training.train import LOSS_ROWS
 
 if TYPE_CHECKING:
@@ -20,7 +21,7 @@ FLOAT32 = 4
 RUN_OVERHEAD_SHARE = 0.25
 
 
-def job_nbytes(spec: "JobSpec") -> int:
+def job_nbytes(spec: JobSpec) -> int:
     """What a run reserves before it starts: run_nbytes."""
     return run_nbytes(spec)
 
@@ -32,7 +33,7 @@ def _softmax_width(config, settings) -> int:
     return min(settings.copy_vocab, config.vocab_size) if copy_only else config.vocab_size
 
 
-def run_nbytes(spec: "JobSpec") -> int:
+def run_nbytes(spec: JobSpec) -> int:
     """A run at its peak, phase by phase: every model's weights, gradients and AdamW's two moments (they train side
     by side), beside the largest of one model's training step (what autograd keeps, with logits as wide as its
     softmax: gptviz.training.train.subset_lm_loss) and its validation pass (no gradients; the whole vocabulary's
@@ -48,13 +49,15 @@ def run_nbytes(spec: "JobSpec") -> int:
     for cfg in spec.configs.values():
         narrow = cfg.replace(vocab_size=_softmax_width(cfg, s))
         train = activation_nbytes(narrow, s.batch_size, block)
-        validate = (2 * FLOAT32 * min(LOSS_ROWS, s.batch_size * block) * cfg.vocab_size  # a chunk's logits, twice
-                    + forward_nbytes(cfg, block, s.batch_size, patterns=False, all_logits=False))
+        validate = (
+            2 * FLOAT32 * min(LOSS_ROWS, s.batch_size * block) * cfg.vocab_size  # a chunk's logits, twice
+            + forward_nbytes(cfg, block, s.batch_size, patterns=False, all_logits=False)
+        )
         phases.append(max(train, validate))
     return held + int((1 + RUN_OVERHEAD_SHARE) * max(phases))
 
 
-def job_tokens(spec: "JobSpec") -> int:
+def job_tokens(spec: JobSpec) -> int:
     """Tokens a run trains on: steps x batch x block, for each model it trains."""
     s = spec.settings
     block = s.block_size or min(c.n_ctx for c in spec.configs.values())

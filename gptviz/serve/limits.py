@@ -47,6 +47,7 @@ GPTVIZ_UPLOAD_MB          the largest checkpoint file a visitor may upload in th
 Fixed, not settings: a box that takes one token (the unit page's "A word" and "Source token") takes
 fewer than TOKEN_BOX_CHARS characters, checked where the value is used (session state skips the widget's max_chars).
 """
+
 from __future__ import annotations
 
 import functools
@@ -72,7 +73,7 @@ class LimitError(ValueError):
 class ServerLimits:
     memory_mb: int = 8192
     capture_cache_mb: int | None = None  # None: derived from memory_mb (cache_defaults)
-    model_cache_mb: int | None = None    # None: derived from memory_mb (cache_defaults)
+    model_cache_mb: int | None = None  # None: derived from memory_mb (cache_defaults)
     results_cache_mb: int = 512
     max_params: int = 1_600_000_000
     export_mb: int = 512
@@ -101,8 +102,7 @@ class ServerLimits:
         for f in fields(self):
             value, least = getattr(self, f.name), 0 if f.name in OFF_AT_ZERO else 1
             if f.type in (int, "int") and (isinstance(value, bool) or not isinstance(value, int) or value < least):
-                raise ValueError(f"the server limit {f.name} must be a whole number of at least {least}, got "
-                                 f"{value!r}")
+                raise ValueError(f"the server limit {f.name} must be a whole number of at least {least}, got {value!r}")
         if not isinstance(self.model_dirs, tuple) or not all(isinstance(d, str) for d in self.model_dirs):
             raise ValueError(f"the server limit model_dirs must be a tuple of folder paths, got {self.model_dirs!r}")
         for folder in self.model_dirs:
@@ -143,14 +143,18 @@ class ServerLimits:
         return self.upload_mb * MiB
 
     @classmethod
-    def from_env(cls, environ=None) -> "ServerLimits":
+    def from_env(cls, environ=None) -> ServerLimits:
         """The limits the GPTVIZ_* variables set (the defaults for those unset); a malformed value is an error
         that names the variable, raised at start-up rather than ignored."""
         environ = os.environ if environ is None else environ
         values = {}
         for f in fields(cls):
-            name = "GPTVIZ_" + {"memory_mb": "MEMORY_MB", "training": "TRAINING", "training_jobs": "TRAINING_JOBS",
-                                "trained_kept": "TRAINED_KEPT"}.get(f.name, f.name.upper())
+            name = "GPTVIZ_" + {
+                "memory_mb": "MEMORY_MB",
+                "training": "TRAINING",
+                "training_jobs": "TRAINING_JOBS",
+                "trained_kept": "TRAINED_KEPT",
+            }.get(f.name, f.name.upper())
             raw = environ.get(name)
             if raw is None or raw.strip() == "":
                 continue
@@ -158,8 +162,9 @@ class ServerLimits:
                 folders = tuple(p.strip() for p in raw.split(os.pathsep) if p.strip())
                 bad = [p for p in folders if "\x00" in p or not os.path.isabs(p)]
                 if bad:
-                    raise ValueError(f"{name} must list absolute folder paths separated by {os.pathsep!r}, got "
-                                     f"{bad[0]!r}")
+                    raise ValueError(
+                        f"{name} must list absolute folder paths separated by {os.pathsep!r}, got {bad[0]!r}"
+                    )
                 values[f.name] = folders
                 continue
             raw = raw.strip().replace("_", "").replace(",", "")
@@ -173,8 +178,10 @@ class ServerLimits:
                 except ValueError:
                     raise ValueError(f"{name} must be a whole number, got {environ.get(name)!r}") from None
                 if values[f.name] < (0 if f.name in OFF_AT_ZERO else 1):
-                    raise ValueError(f"{name}: the server limit {f.name} must be a whole number of at least "
-                                     f"{0 if f.name in OFF_AT_ZERO else 1}, got {environ.get(name)!r}")
+                    raise ValueError(
+                        f"{name}: the server limit {f.name} must be a whole number of at least "
+                        f"{0 if f.name in OFF_AT_ZERO else 1}, got {environ.get(name)!r}"
+                    )
         return cls(**values)
 
 
@@ -199,15 +206,20 @@ def cache_defaults(memory_mb: int, capture_mb: int | None, model_mb: int | None)
         return capture_mb, model_mb
     set_ = {name: value for name, value in given.items() if value is not None}
     if len(set_) == 2:
-        raise ValueError(f"GPTVIZ_CAPTURE_CACHE_MB + GPTVIZ_MODEL_CACHE_MB ({capture_mb} + {model_mb}) must fit in "
-                         f"GPTVIZ_MEMORY_MB ({memory_mb}): set smaller caches or a larger GPTVIZ_MEMORY_MB")
+        raise ValueError(
+            f"GPTVIZ_CAPTURE_CACHE_MB + GPTVIZ_MODEL_CACHE_MB ({capture_mb} + {model_mb}) must fit in "
+            f"GPTVIZ_MEMORY_MB ({memory_mb}): set smaller caches or a larger GPTVIZ_MEMORY_MB"
+        )
     if set_:
-        (name, value), = set_.items()
+        ((name, value),) = set_.items()
         other = "model" if name == "GPTVIZ_CAPTURE_CACHE_MB" else "capture"
-        raise ValueError(f"{name} ({value}) leaves no room for the {other} cache in GPTVIZ_MEMORY_MB ({memory_mb}): "
-                         f"set a smaller {name} or a larger GPTVIZ_MEMORY_MB")
-    raise ValueError(f"GPTVIZ_MEMORY_MB ({memory_mb}) leaves no room for the capture and model caches (at least 1 "
-                     "MiB each)")
+        raise ValueError(
+            f"{name} ({value}) leaves no room for the {other} cache in GPTVIZ_MEMORY_MB ({memory_mb}): "
+            f"set a smaller {name} or a larger GPTVIZ_MEMORY_MB"
+        )
+    raise ValueError(
+        f"GPTVIZ_MEMORY_MB ({memory_mb}) leaves no room for the capture and model caches (at least 1 MiB each)"
+    )
 
 
 @functools.lru_cache(maxsize=1)

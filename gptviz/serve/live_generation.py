@@ -9,6 +9,7 @@ Bounded: a session holds at most one (starting another stops the first), the ser
 `GenerationSlots.limit` at once, and each one stops by itself when `alive()` turns false (its browser session
 closed) or its owner asks it to. `threads` sets torch's CPU threads for the generation's own thread only.
 """
+
 from __future__ import annotations
 
 import os
@@ -23,7 +24,6 @@ import torch
 from ..model.generate import StepSummary, step_summary, stream
 from ..model.model import GPT
 from ..model.tokenizer import tokenizer_for
-
 
 # The generation thread releases the GIL inside every torch op and must take it back after each; while a page's
 # script runs, Python's default 5 ms switch interval makes it wait up to that long each time (a forward pass has
@@ -81,16 +81,21 @@ class GenerationSlots:
         self._waiting: list[Ticket] = []
         self._by_address: dict[str, int] = {}
 
-    def enter(self, address: str = "") -> "Ticket":
+    def enter(self, address: str = "") -> Ticket:
         with self._cond:
             held = self._by_address.get(address, 0)
             if self.per_address is not None and held >= self.per_address:
-                raise RuntimeError(f"your address already has {held} generation{'s' if held > 1 else ''} running or "
-                                   f"waiting (the limit is {self.per_address}); stop one first")
+                raise RuntimeError(
+                    f"your address already has {held} generation{'s' if held > 1 else ''} running or "
+                    f"waiting (the limit is {self.per_address}); stop one first"
+                )
             if self._running >= self.limit and len(self._waiting) >= self.queue:
-                raise RuntimeError(f"the server is already running {self.limit} generation"
-                                   f"{'s' if self.limit > 1 else ''}" + (f" with {self.queue} waiting" if self.queue
-                                                                         else "") + "; try again in a moment")
+                raise RuntimeError(
+                    f"the server is already running {self.limit} generation"
+                    f"{'s' if self.limit > 1 else ''}"
+                    + (f" with {self.queue} waiting" if self.queue else "")
+                    + "; try again in a moment"
+                )
             ticket = Ticket(self, address)
             self._by_address[address] = held + 1
             self._waiting.append(ticket)
@@ -103,7 +108,7 @@ class GenerationSlots:
             self._running += 1
         self._cond.notify_all()
 
-    def _leave(self, ticket: "Ticket") -> None:
+    def _leave(self, ticket: Ticket) -> None:
         with self._cond:
             if ticket.left:
                 return
@@ -163,10 +168,21 @@ class LiveGeneration:
     `advance()`, the first at once), so a reader can watch the map grow; `set_pace` changes it while it runs.
     The model's time (`seconds`) leaves out the time spent waiting for the pace."""
 
-    def __init__(self, model: GPT, prompt_ids, settings: dict, *, owner: str = "", slots: GenerationSlots | None = None,
-                 alive: Callable[[], bool] = lambda: True, on_token: Callable[[], None] | None = None,
-                 threads: int | None = None, address: str = "", on_end: Callable[[], None] | None = None,
-                 pace: float | None = None):
+    def __init__(
+        self,
+        model: GPT,
+        prompt_ids,
+        settings: dict,
+        *,
+        owner: str = "",
+        slots: GenerationSlots | None = None,
+        alive: Callable[[], bool] = lambda: True,
+        on_token: Callable[[], None] | None = None,
+        threads: int | None = None,
+        address: str = "",
+        on_end: Callable[[], None] | None = None,
+        pace: float | None = None,
+    ):
         check_pace(pace)
         records = stream(model, list(prompt_ids), attention=True, **settings)  # checks prompt and settings now
         self.prompt = tuple(int(i) for i in prompt_ids)
@@ -175,14 +191,14 @@ class LiveGeneration:
         self.owner = owner
         self.steps: list[StepSummary] = []
         self.error: str | None = None
-        self.stopped = False          # ended by stop() or by its session going away, not by reaching the end
-        self.shown = 0                # steps the page has drawn so far (set by its live view)
+        self.stopped = False  # ended by stop() or by its session going away, not by reaching the end
+        self.shown = 0  # steps the page has drawn so far (set by its live view)
         self._keep: int | None = None
         self.pace = pace
-        self._allowed = 1             # steps released so far when paced by clicks (the first comes at once)
+        self._allowed = 1  # steps released so far when paced by clicks (the first comes at once)
         self._last_step_at = 0.0
-        self._niced = False           # run_in_background() done (_yield_if_crowded)
-        self._waited = 0.0            # seconds spent waiting for the pace, left out of `seconds`
+        self._niced = False  # run_in_background() done (_yield_if_crowded)
+        self._waited = 0.0  # seconds spent waiting for the pace, left out of `seconds`
         self._turn = threading.Condition()  # wakes a paced wait on set_pace, advance or stop
         self._stop = threading.Event()
         self._done = threading.Event()
@@ -211,7 +227,7 @@ class LiveGeneration:
                 self._generate(records)
         finally:
             if self.stopped and self._keep is not None:
-                del self.steps[self._keep:]  # before _done: a reader that sees it over sees the kept steps
+                del self.steps[self._keep :]  # before _done: a reader that sees it over sees the kept steps
             self.finished_at = time.perf_counter()
             if self._ticket is not None:
                 self._ticket.leave()

@@ -22,6 +22,7 @@ would not fit beside it, gives it back to the kernel first (gptviz.serve.allocat
 The library never reserves by itself: the app does (gptviz.app.model_service, jobs, live), so scripts and notebooks run
 unbounded. No Streamlit here: the accountant is a module object no client can clear.
 """
+
 from __future__ import annotations
 
 import functools
@@ -52,14 +53,14 @@ class Store(Protocol):
 class Reservation:
     """Bytes held for one piece of work; `release()` gives them back (once; later calls do nothing)."""
 
-    def __init__(self, accountant: "MemoryAccountant", nbytes: int, what: str):
+    def __init__(self, accountant: MemoryAccountant, nbytes: int, what: str):
         self.accountant, self.nbytes, self.what = accountant, nbytes, what
         self._released = False
 
     def release(self) -> None:
         self.accountant._release(self)
 
-    def __enter__(self) -> "Reservation":
+    def __enter__(self) -> Reservation:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -69,8 +70,14 @@ class Reservation:
 class MemoryAccountant:
     """The server's memory budget: what the caches store plus what work in flight has reserved. Thread-safe."""
 
-    def __init__(self, budget_bytes: int, wait_s: float = 30.0, *, resident: Callable[[], int | None] | None = None,
-                 release_freed: Callable[[], object] | None = None):
+    def __init__(
+        self,
+        budget_bytes: int,
+        wait_s: float = 30.0,
+        *,
+        resident: Callable[[], int | None] | None = None,
+        release_freed: Callable[[], object] | None = None,
+    ):
         """`resident` reads the process's resident bytes and `release_freed` gives the allocator's freed memory back
         to the kernel (gptviz.serve.allocator's, for the server; None: only what is counted is looked at). The
         resident size at creation is the fixed overhead; whatever grows beyond it and the count is uncounted."""
@@ -134,8 +141,10 @@ class MemoryAccountant:
         if nbytes < 0:
             raise ValueError(f"cannot reserve a negative number of bytes ({nbytes})")
         if nbytes > self.budget:
-            raise LimitError(f"{what} needs about {mib(nbytes)}, more than this server's whole memory budget of "
-                             f"{mib(self.budget)} (GPTVIZ_MEMORY_MB): try a shorter prompt or a smaller model")
+            raise LimitError(
+                f"{what} needs about {mib(nbytes)}, more than this server's whole memory budget of "
+                f"{mib(self.budget)} (GPTVIZ_MEMORY_MB): try a shorter prompt or a smaller model"
+            )
         wait_s = self.wait_s if wait_s is None else wait_s
         deadline = time.monotonic() + wait_s
         collected = False
@@ -207,16 +216,21 @@ class MemoryAccountant:
     def _refusal(self, nbytes: int, what: str) -> str:
         work = [r.what for r in self._work.values()]
         busy = f"; in progress: {', '.join(work[:3])}{' and more' if len(work) > 3 else ''}" if work else ""
-        return (f"the server's memory is busy: {what} needs about {mib(nbytes)} and {mib(self._total())} of its "
-                f"{mib(self.budget)} (GPTVIZ_MEMORY_MB) are held by models in use and other visitors' work{busy}. "
-                "Try again in a moment, or with a shorter prompt")
+        return (
+            f"the server's memory is busy: {what} needs about {mib(nbytes)} and {mib(self._total())} of its "
+            f"{mib(self.budget)} (GPTVIZ_MEMORY_MB) are held by models in use and other visitors' work{busy}. "
+            "Try again in a moment, or with a shorter prompt"
+        )
 
 
 @functools.lru_cache(maxsize=1)
 def accountant() -> MemoryAccountant:
     """The process's accountant, its budget GPTVIZ_MEMORY_MB (made on first use, never cleared)."""
-    return MemoryAccountant(server_limits().memory_mb * 2**20, resident=allocator.resident_bytes,
-                            release_freed=allocator.release_freed_memory)
+    return MemoryAccountant(
+        server_limits().memory_mb * 2**20,
+        resident=allocator.resident_bytes,
+        release_freed=allocator.release_freed_memory,
+    )
 
 
 def reserve(nbytes: int, what: str, wait_s: float | None = None):

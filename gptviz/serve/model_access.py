@@ -2,14 +2,24 @@
 the server's model roots (the bundled models, the Hugging Face cache, and the folders its operator lists in
 GPTVIZ_MODEL_DIRS). Anything else gets one message that echoes no path, so the answer says nothing about the rest of
 the filesystem. The library's load_pretrained loads whatever its caller names; this is the server's policy on top."""
+
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
 from ..model.model import GPT
-from ..model.weights import (CHECKPOINT_SUFFIXES, BUNDLED_DIR, CheckpointError, bundled_models, checkpoint_file,
-                             hub_folder, load_checkpoint, looks_like_path, path_config)
+from ..model.weights import (
+    BUNDLED_DIR,
+    CHECKPOINT_SUFFIXES,
+    CheckpointError,
+    bundled_models,
+    checkpoint_file,
+    hub_folder,
+    load_checkpoint,
+    looks_like_path,
+    path_config,
+)
 from .limits import server_limits
 
 
@@ -18,6 +28,7 @@ def model_roots() -> list[Path]:
     operator lists in GPTVIZ_MODEL_DIRS (separated by os.pathsep; limits.py reads it)."""
     try:
         from huggingface_hub import constants
+
         hub_cache = Path(constants.HF_HUB_CACHE)
     except ImportError:
         hub_cache = Path(os.environ.get("HF_HUB_CACHE", Path.home() / ".cache" / "huggingface" / "hub"))
@@ -25,9 +36,11 @@ def model_roots() -> list[Path]:
     return [BUNDLED_DIR, hub_cache, *extra]
 
 
-FOLDER_REFUSED = ("No model folder of that name is available on this server. It loads folders and checkpoint files "
-                  "only from its model folders (the bundled models, the Hugging Face cache, and folders its operator "
-                  "lists in GPTVIZ_MODEL_DIRS). Give a bundled model's name, a Hub id such as gpt2, or such a folder.")
+FOLDER_REFUSED = (
+    "No model folder of that name is available on this server. It loads folders and checkpoint files "
+    "only from its model folders (the bundled models, the Hugging Face cache, and folders its operator "
+    "lists in GPTVIZ_MODEL_DIRS). Give a bundled model's name, a Hub id such as gpt2, or such a folder."
+)
 
 
 def _is_checkpoint(path: Path) -> bool:
@@ -66,8 +79,13 @@ def trained_norm(name: str, roots: list[Path] | None = None, n_head: int | None 
         return None
 
 
-def load_allowed(name: str, norm: str | None = None, roots: list[Path] | None = None,
-                 offline: bool | None = None, n_head: int | None = None) -> GPT:
+def load_allowed(
+    name: str,
+    norm: str | None = None,
+    roots: list[Path] | None = None,
+    offline: bool | None = None,
+    n_head: int | None = None,
+) -> GPT:
     """load_pretrained for a server's visitors: a bundled model's name, a Hub id, or a folder inside the allowed
     roots. Every refused folder gets the same message (FOLDER_REFUSED), which echoes no path."""
     return load_checkpoint(allowed_source(name, roots, offline), norm, n_head)

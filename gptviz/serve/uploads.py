@@ -13,6 +13,7 @@ Streamlit has no hook for a session's end, so the folders are kept in a process-
 swept: on each new upload, and by a timer thread while any folder exists; `alive(session id)` decides (the app passes
 Streamlit's own answer, as the training jobs use it). A session keeps one upload: a new one replaces the last.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -22,27 +23,29 @@ import shutil
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import BinaryIO, Callable, NamedTuple
+from typing import BinaryIO, NamedTuple
 
 from ..model.config import GPTConfig
 from ..model.weights import CHECKPOINT_SUFFIXES, CheckpointError, check_file_bytes
-from .model_access import allowed_folder
 from .limits import LimitError
+from .model_access import allowed_folder
 
 UPLOADS_KEPT = 32  # sessions holding an upload at once: the disk they take is at most this x GPTVIZ_UPLOAD_MB
-SWEEP_S = 30.0     # how often the timer looks for folders whose session has ended
+SWEEP_S = 30.0  # how often the timer looks for folders whose session has ended
 _SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
-GONE = ("that upload is gone (its browser session ended, or a newer upload replaced it): upload the file again")
+GONE = "that upload is gone (its browser session ended, or a newer upload replaced it): upload the file again"
 SUFFIXES_TEXT = ", ".join(CHECKPOINT_SUFFIXES)
 
 
 class Upload(NamedTuple):
     """A visitor's checked, stored upload."""
-    name: str           # "<upload token>/<file name>": what its ModelSpec names
-    filename: str       # the file's name as stored and shown (the visitor's, where it was plain)
-    size: int           # bytes
-    config: GPTConfig   # what the file describes (one head where it cannot say: needs_n_head)
+
+    name: str  # "<upload token>/<file name>": what its ModelSpec names
+    filename: str  # the file's name as stored and shown (the visitor's, where it was plain)
+    size: int  # bytes
+    config: GPTConfig  # what the file describes (one head where it cannot say: needs_n_head)
     needs_n_head: bool  # Raschka's GPTModel: the head count must be given
 
 
@@ -53,10 +56,12 @@ def stored_name(filename: str) -> str:
     base = filename.replace("\\", "/").rsplit("/", 1)[-1]
     suffix = Path(base).suffix.lower()
     if suffix not in CHECKPOINT_SUFFIXES:
-        raise CheckpointError(f"gptviz reads uploads ending in {SUFFIXES_TEXT}: nanoGPT's ckpt.pt, Raschka's "
-                              f"model.pth, llm.c's .bin. A Hugging Face or gptviz folder (config.json beside its "
-                              f"weights) is not one file: its server's operator can put it in a model folder")
-    base = base[:-len(suffix)] + suffix  # the suffix in lower case, as the loaders look for it
+        raise CheckpointError(
+            f"gptviz reads uploads ending in {SUFFIXES_TEXT}: nanoGPT's ckpt.pt, Raschka's "
+            f"model.pth, llm.c's .bin. A Hugging Face or gptviz folder (config.json beside its "
+            f"weights) is not one file: its server's operator can put it in a model folder"
+        )
+    base = base[: -len(suffix)] + suffix  # the suffix in lower case, as the loaders look for it
     return base if _SAFE_NAME.fullmatch(base) else "upload" + suffix
 
 
@@ -65,8 +70,14 @@ class UploadFolders:
     `on_removed(prefixes)`: told the uploads removed, each as `<upload token>/`, the start of its ModelSpec's name
     (the app drops their models and captures from its caches)."""
 
-    def __init__(self, alive: Callable[[str], bool], on_removed: Callable[[list[str]], None] | None = None,
-                 kept: int = UPLOADS_KEPT, sweep_s: float = SWEEP_S, parent: str | None = None):
+    def __init__(
+        self,
+        alive: Callable[[str], bool],
+        on_removed: Callable[[list[str]], None] | None = None,
+        kept: int = UPLOADS_KEPT,
+        sweep_s: float = SWEEP_S,
+        parent: str | None = None,
+    ):
         self.alive, self.on_removed, self.kept, self.sweep_s, self.parent = alive, on_removed, kept, sweep_s, parent
         self._root: Path | None = None
         self._folders: dict[str, Path] = {}
@@ -89,16 +100,19 @@ class UploadFolders:
         with self._lock:
             return self._folders.get(session)
 
-    def save(self, session: str, data: BinaryIO, size: int, filename: str, cap: int,
-             n_head: int | None = None) -> Upload:
+    def save(
+        self, session: str, data: BinaryIO, size: int, filename: str, cap: int, n_head: int | None = None
+    ) -> Upload:
         """Check an upload held in memory, then write it into `session`'s folder in place of its last one. LimitError
         when uploads are off (`cap` 0), the file is past `cap` bytes or the server holds its most uploads;
         CheckpointError when the file is not a checkpoint gptviz reads or is past the load limits."""
         if cap <= 0:
             raise LimitError("this server takes no uploads (its operator set GPTVIZ_UPLOAD_MB to 0)")
         if size > cap:
-            raise LimitError(f"the file is {size / 2**20:,.1f} MB; this server takes uploads of up to "
-                             f"{cap / 2**20:,.0f} MB (GPTVIZ_UPLOAD_MB)")
+            raise LimitError(
+                f"the file is {size / 2**20:,.1f} MB; this server takes uploads of up to "
+                f"{cap / 2**20:,.0f} MB (GPTVIZ_UPLOAD_MB)"
+            )
         name = stored_name(filename)
         check = check_file_bytes(data, size, name, n_head)  # nothing written, no tensor allocated
         self.sweep()
@@ -107,8 +121,10 @@ class UploadFolders:
             folder = self._folders.get(session)
             if folder is None:
                 if len(self._folders) >= self.kept:
-                    raise LimitError(f"this server holds {self.kept} visitors' uploads already, its most; try again "
-                                     "in a few minutes, when some of their sessions have ended")
+                    raise LimitError(
+                        f"this server holds {self.kept} visitors' uploads already, its most; try again "
+                        "in a few minutes, when some of their sessions have ended"
+                    )
                 folder = root / secrets.token_hex(16)
                 folder.mkdir(mode=0o700)
                 self._folders[session] = folder
@@ -159,6 +175,7 @@ class UploadFolders:
 
     def _start_timer(self) -> None:
         """A daemon thread that sweeps every `sweep_s` while any folder is left (started again by the next upload)."""
+
         def run() -> None:
             while True:
                 time.sleep(self.sweep_s)
@@ -167,6 +184,7 @@ class UploadFolders:
                     if not self._folders:
                         self._timer = None
                         return
+
         with self._lock:
             if self._timer is None:
                 self._timer = threading.Thread(target=run, name="gptviz-upload-sweep", daemon=True)

@@ -5,10 +5,11 @@ A 1,000-token patching pair on gpt2-small ran 39.5 minutes, 24.5 of them after i
 it. The work checks its clock between batches (a batch is about a second on a CPU), so a stop lands within one
 batch. No Streamlit here: the app passes `alive` (gptviz.app.jobs.session_alive), scripts pass nothing.
 """
+
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from .limits import LimitError
 
@@ -21,8 +22,13 @@ class WorkClock:
     """`check()` between batches raises WorkStopped once `seconds` have passed or `alive()` turns false (the
     methods' Clock protocol, gptviz.methods.clock)."""
 
-    def __init__(self, seconds: float, what: str, alive: Callable[[], bool] = lambda: True,
-                 now: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        seconds: float,
+        what: str,
+        alive: Callable[[], bool] = lambda: True,
+        now: Callable[[], float] = time.monotonic,
+    ):
         self.seconds, self.what, self.alive, self.now = seconds, what, alive, now
         self.started = now()
         self.checks = 0
@@ -36,14 +42,18 @@ class WorkClock:
         if not self.alive():
             raise WorkStopped(f"{self.what} was stopped: its browser session ended")
         if self.elapsed > self.seconds:
-            raise WorkStopped(f"{self.what} was stopped after {self.elapsed:.0f} s, past this server's limit of "
-                              f"{self.seconds:.0f} s for one measurement (GPTVIZ_SWEEP_SECONDS): try shorter prompts "
-                              "or a smaller model")
+            raise WorkStopped(
+                f"{self.what} was stopped after {self.elapsed:.0f} s, past this server's limit of "
+                f"{self.seconds:.0f} s for one measurement (GPTVIZ_SWEEP_SECONDS): try shorter prompts "
+                "or a smaller model"
+            )
 
 
 def too_long(estimate_s: float, limit_s: float, what: str) -> str | None:
     """The refusal for work estimated past the limit before it starts; None when it fits."""
     if estimate_s <= limit_s:
         return None
-    return (f"{what} would take about {estimate_s:,.0f} s on this server now, more than its limit of {limit_s:,.0f} s "
-            "for one measurement (GPTVIZ_SWEEP_SECONDS): try shorter prompts or a smaller model")
+    return (
+        f"{what} would take about {estimate_s:,.0f} s on this server now, more than its limit of {limit_s:,.0f} s "
+        "for one measurement (GPTVIZ_SWEEP_SECONDS): try shorter prompts or a smaller model"
+    )

@@ -2,6 +2,7 @@
 
 Whole plays are held out rather than the tail of a file, so the validation text is one the model has never seen a
 passage of (Tiny Shakespeare's passages come from several of the complete works' plays, so it is no held-out set)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ END_OF_TEXT = 50256  # GPT-2's <|endoftext|>, written between plays so no window
 @dataclass(frozen=True)
 class Corpus:
     """Token ids to train on and to validate on, and where they came from (for model cards)."""
+
     train: torch.Tensor
     val: torch.Tensor
     source: str
@@ -69,8 +71,13 @@ def load_plays(folder: str | Path = WORKS, held_out: tuple[str, ...] = HELD_OUT_
     val = [p for p, n in zip(files, names) if n in held_out]
     if not train or not val:
         raise ValueError("need at least one training play and one held-out play")
-    return Corpus(encode_texts(train), encode_texts(val), Path(folder).name,
-                  tuple(play_name(p) for p in train), tuple(play_name(p) for p in val))
+    return Corpus(
+        encode_texts(train),
+        encode_texts(val),
+        Path(folder).name,
+        tuple(play_name(p) for p in train),
+        tuple(play_name(p) for p in val),
+    )
 
 
 def load_corpus(path: str | Path = CORPUS) -> torch.Tensor:
@@ -92,8 +99,9 @@ def load_file_split(path: str | Path, val_fraction: float) -> Corpus:
     return Corpus(*split(load_corpus(path), val_fraction), Path(path).name)
 
 
-def load_training_data(path: str | Path = WORKS, val_fraction: float = 0.1,
-                       held_out: tuple[str, ...] = HELD_OUT_PLAYS) -> Corpus:
+def load_training_data(
+    path: str | Path = WORKS, val_fraction: float = 0.1, held_out: tuple[str, ...] = HELD_OUT_PLAYS
+) -> Corpus:
     """A folder of plays (held out by play) or a single file (held out by its tail)."""
     path = Path(path)
     return load_plays(path, held_out) if path.is_dir() else load_file_split(path, val_fraction)

@@ -1,6 +1,7 @@
 """The twins trained alike, as tried: a twin retrained on the other twin's recipe, checked with `python -m gptviz
 check` and its check.json kept beside the bundled model (gptviz/bundled/README.md, "Trained alike"). Read here so the
 Pre-norm vs post-norm page shows the trial's own numbers beside the bundled twins', not a sentence about them."""
+
 from __future__ import annotations
 
 import json
@@ -29,19 +30,29 @@ def read_check(path: Path) -> dict | None:
 def bar_rows(checks: dict[str, dict]) -> list[dict[str, str]]:
     """One row per bar of the check, a column per model ({column title: check.json}), each value with whether it
     clears the bar and, for the head scores, uniform attention's score (chance)."""
+
     def head(check: dict, key: str, bar: float) -> str:
         h = check[key]
         return f"{h['score']:.3f} (L{h['layer']}H{h['head']}) {mark(h['score'] >= bar)}"
+
     first = next(iter(checks.values()))
     rows = [
-        ("held-out loss below the bigram baseline " f"({first['bigram_baseline']:.3f}), nats; bar {MARGIN_NATS}",
-         lambda c: f"{c['margin']:.3f} {mark(c['margin'] >= MARGIN_NATS)}"),
-        (f"best previous-token head; bar {PREVIOUS_TOKEN_BAR} (chance {first['best_previous_token_head']['chance']:.3f})",
-         lambda c: head(c, "best_previous_token_head", PREVIOUS_TOKEN_BAR)),
-        (f"best induction head; bar {INDUCTION_BAR} (chance {first['best_induction_head']['chance']:.3f})",
-         lambda c: head(c, "best_induction_head", INDUCTION_BAR)),
-        (f"loss on the repeated half, nats; bar {REPEAT_LOSS_BAR:g} (uniform {first['uniform_loss']:.2f})",
-         lambda c: f"{c['repeat_loss']:.2f} {mark(c['repeat_loss'] <= REPEAT_LOSS_BAR)}"),
+        (
+            f"held-out loss below the bigram baseline ({first['bigram_baseline']:.3f}), nats; bar {MARGIN_NATS}",
+            lambda c: f"{c['margin']:.3f} {mark(c['margin'] >= MARGIN_NATS)}",
+        ),
+        (
+            f"best previous-token head; bar {PREVIOUS_TOKEN_BAR} (chance {first['best_previous_token_head']['chance']:.3f})",
+            lambda c: head(c, "best_previous_token_head", PREVIOUS_TOKEN_BAR),
+        ),
+        (
+            f"best induction head; bar {INDUCTION_BAR} (chance {first['best_induction_head']['chance']:.3f})",
+            lambda c: head(c, "best_induction_head", INDUCTION_BAR),
+        ),
+        (
+            f"loss on the repeated half, nats; bar {REPEAT_LOSS_BAR:g} (uniform {first['uniform_loss']:.2f})",
+            lambda c: f"{c['repeat_loss']:.2f} {mark(c['repeat_loss'] <= REPEAT_LOSS_BAR)}",
+        ),
         ("bars cleared", lambda c: f"{sum(c['passes'].values())} of {len(c['passes'])}"),
     ]
     return [{"": name, **{title: value(check) for title, check in checks.items()}} for name, value in rows]
@@ -65,8 +76,9 @@ def card_section(folder: Path) -> str:
     """The model card's account of the trial beside a bundled twin ("<stem>-pre" / "<stem>-post" in one folder), from
     the trial's own check and log: why the twins keep two inits. "" where no trial sits beside either twin."""
     folder = Path(folder)
-    pair = next((p for p in trained_twins([f.name for f in folder.parent.iterdir()])
-                 if folder.name in (p.pre, p.post)), None)
+    pair = next(
+        (p for p in trained_twins([f.name for f in folder.parent.iterdir()]) if folder.name in (p.pre, p.post)), None
+    )
     if pair is None:
         return ""
     pre, post = folder.parent / pair.pre, folder.parent / pair.post
@@ -77,13 +89,15 @@ def card_section(folder: Path) -> str:
     start, best, n = probe
     cleared = lambda check: f"{sum(check['passes'].values())} of {len(check['passes'])}"
     head = lambda check, key: f"{check[key]['score']:.3f}"
-    return (f"## Its twin was not trained alike\n"
-            f"`{pre.name}` starts from GPT-2's normal(0, 0.02) init and `{post.name}` from Xavier-uniform matrices; "
-            f"the rest of their recipes match. Post-norm on pre-norm's recipe: its copy-only stage's induction score "
-            f"went from {start:.3f} to at best {best:.3f} over {n} logged evaluations (bar {INDUCTION_BAR}; "
-            f"`{post.name}/{OTHER_RECIPE_LOG}`), so Xavier's init is the smallest change found that trains it. "
-            f"Pre-norm on post-norm's whole recipe (the same init, seeds, batches and schedule) cleared "
-            f"{cleared(trial)} of the check's bars (previous-token head {head(trial, 'best_previous_token_head')}, "
-            f"induction head {head(trial, 'best_induction_head')}, margin below the bigram {trial['margin']:.3f}; "
-            f"`{pre.name}/{OTHER_RECIPE_CHECK}`), against {cleared(own)} on its own. So the twins keep two inits, "
-            f"and what the Pre-norm vs post-norm page compares includes that difference.\n\n")
+    return (
+        f"## Its twin was not trained alike\n"
+        f"`{pre.name}` starts from GPT-2's normal(0, 0.02) init and `{post.name}` from Xavier-uniform matrices; "
+        f"the rest of their recipes match. Post-norm on pre-norm's recipe: its copy-only stage's induction score "
+        f"went from {start:.3f} to at best {best:.3f} over {n} logged evaluations (bar {INDUCTION_BAR}; "
+        f"`{post.name}/{OTHER_RECIPE_LOG}`), so Xavier's init is the smallest change found that trains it. "
+        f"Pre-norm on post-norm's whole recipe (the same init, seeds, batches and schedule) cleared "
+        f"{cleared(trial)} of the check's bars (previous-token head {head(trial, 'best_previous_token_head')}, "
+        f"induction head {head(trial, 'best_induction_head')}, margin below the bigram {trial['margin']:.3f}; "
+        f"`{pre.name}/{OTHER_RECIPE_CHECK}`), against {cleared(own)} on its own. So the twins keep two inits, "
+        f"and what the Pre-norm vs post-norm page compares includes that difference.\n\n"
+    )

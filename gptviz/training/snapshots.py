@@ -15,6 +15,7 @@ smoothed training loss has moved by `loss_delta` nats since the last one, so the
 fast. Recording runs the model in eval mode under no_grad on the probes only and draws no random numbers, so the
 run's trajectory is the same with or without it.
 """
+
 from __future__ import annotations
 
 import json
@@ -27,9 +28,16 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..methods.detectors import (duplicate_token_chance, duplicate_token_scores, induction_chance,
-                                 induction_scores_from, induction_sequence, previous_token_chance,
-                                 previous_token_scores, uniform_attention_chance)
+from ..methods.detectors import (
+    duplicate_token_chance,
+    duplicate_token_scores,
+    induction_chance,
+    induction_scores_from,
+    induction_sequence,
+    previous_token_chance,
+    previous_token_scores,
+    uniform_attention_chance,
+)
 from ..model.hooks import act_name, capture
 from ..model.model import GPT
 from .train import summed_lm_loss
@@ -37,31 +45,33 @@ from .train import summed_lm_loss
 VERSION = 1
 MAX_PROBE_TOKENS = 64
 FOLDER = "snapshots"
-LETTERS = " A B C D E F G H" * 4   # the model card's copy prompt, repeated: 32 tokens
+LETTERS = " A B C D E F G H" * 4  # the model card's copy prompt, repeated: 32 tokens
 
 
 @dataclass(frozen=True)
 class Probe:
     """A fixed prompt the heads are recorded on. kind: "repeated" (ids[:length] == ids[length:]) or "text"."""
+
     name: str
     ids: tuple[int, ...]
     kind: str = "text"
-    length: int = 0          # for "repeated": the half's length
+    length: int = 0  # for "repeated": the half's length
     tokens: tuple[str, ...] = ()
 
     def __post_init__(self):
         if not 2 <= len(self.ids) <= MAX_PROBE_TOKENS:
             raise ValueError(f"probe {self.name!r} has {len(self.ids)} tokens; 2 to {MAX_PROBE_TOKENS} allowed")
-        if self.kind == "repeated" and (2 * self.length != len(self.ids)
-                                        or self.ids[:self.length] != self.ids[self.length:]):
+        if self.kind == "repeated" and (
+            2 * self.length != len(self.ids) or self.ids[: self.length] != self.ids[self.length :]
+        ):
             raise ValueError(f"probe {self.name!r} is not a sequence repeated once")
 
 
 @dataclass(frozen=True)
 class Detector:
     name: str
-    probe: str        # the probe it is measured on
-    chance: float     # what uniform attention scores
+    probe: str  # the probe it is measured on
+    chance: float  # what uniform attention scores
 
 
 def first_token_scores(patterns: torch.Tensor) -> torch.Tensor:
@@ -69,25 +79,35 @@ def first_token_scores(patterns: torch.Tensor) -> torch.Tensor:
     return patterns[..., 1:, 0].mean(-1)
 
 
-def default_probes(train_ids: torch.Tensor, held_out: torch.Tensor, copy_ids: torch.Tensor | None = None,
-                   length: int = 24, seed: int = 0, max_tokens: int = 48) -> list[Probe]:
+def default_probes(
+    train_ids: torch.Tensor,
+    held_out: torch.Tensor,
+    copy_ids: torch.Tensor | None = None,
+    length: int = 24,
+    seed: int = 0,
+    max_tokens: int = 48,
+) -> list[Probe]:
     """A repeated random sequence (of `copy_ids`, e.g. the ids the run copies, else every training id), the
     repeated letters A..H, and 48 tokens from the middle of the held-out text; none longer than `max_tokens`
     (a model's context)."""
     length = min(length, max_tokens // 2)
     from ..model.tokenizer import get_tokenizer
+
     enc = get_tokenizer()
     pool = copy_ids if copy_ids is not None else torch.unique(train_ids)
     rep = induction_sequence(0, length, seed, ids=pool).tolist()
     letters = enc.encode(LETTERS)[:max_tokens]
     mid = len(held_out) // 2
-    passage = held_out[mid:mid + min(48, max_tokens)].tolist()
+    passage = held_out[mid : mid + min(48, max_tokens)].tolist()
 
     def named(name, ids, kind="text", half=0):
         return Probe(name, tuple(ids), kind, half, tuple(enc.decode([i]) for i in ids))
-    return [named("repeated random tokens", rep, "repeated", length),
-            named("repeated letters", letters),
-            named("held-out passage", passage)]
+
+    return [
+        named("repeated random tokens", rep, "repeated", length),
+        named("repeated letters", letters),
+        named("held-out passage", passage),
+    ]
 
 
 def detectors_for(probes: list[Probe]) -> list[Detector]:
@@ -95,10 +115,12 @@ def detectors_for(probes: list[Probe]) -> list[Detector]:
     rep = next(p for p in probes if p.kind == "repeated")
     text = next(p for p in probes if p.kind == "text" and p.name != "repeated letters")
     T = len(text.ids)
-    return [Detector("previous-token", text.name, previous_token_chance(T)),
-            Detector("duplicate-token", rep.name, duplicate_token_chance(rep.ids)),
-            Detector("induction", rep.name, induction_chance(rep.length)),
-            Detector("first-token", text.name, uniform_attention_chance(range(1, T)))]
+    return [
+        Detector("previous-token", text.name, previous_token_chance(T)),
+        Detector("duplicate-token", rep.name, duplicate_token_chance(rep.ids)),
+        Detector("induction", rep.name, induction_chance(rep.length)),
+        Detector("first-token", text.name, uniform_attention_chance(range(1, T))),
+    ]
 
 
 def score(detector: Detector, patterns: torch.Tensor, probe: Probe) -> torch.Tensor:
@@ -139,7 +161,7 @@ def probe_patterns(model: GPT, probe: Probe) -> tuple[torch.Tensor, torch.Tensor
 def repeat_loss(logits: torch.Tensor, probe: Probe) -> float:
     """Loss (nats/token) on a repeated probe's predictable tokens: positions length..2 length - 2 predict them."""
     n = probe.length
-    target = torch.tensor(probe.ids[n + 1:])
+    target = torch.tensor(probe.ids[n + 1 :])
     return float(F.cross_entropy(logits[n:-1].float(), target))
 
 
@@ -153,12 +175,13 @@ def held_out_loss(model: GPT, windows: torch.Tensor) -> float:
 
 def held_out_windows(held_out: torch.Tensor, block: int, n: int = 4) -> torch.Tensor:
     starts = torch.linspace(0, len(held_out) - block - 2, n).long()
-    return torch.stack([held_out[s:s + block + 1] for s in starts])
+    return torch.stack([held_out[s : s + block + 1] for s in starts])
 
 
 @dataclass
 class Snapshots:
     """A run's snapshots in memory (what the files hold); appended to while a run goes, read by viewers."""
+
     probes: list[Probe]
     detectors: list[Detector]
     n_layers: int
@@ -171,8 +194,8 @@ class Snapshots:
     train_loss: list[float] = field(default_factory=list)
     val_loss: list[float] = field(default_factory=list)
     repeat_loss: list[float] = field(default_factory=list)
-    scores: list[np.ndarray] = field(default_factory=list)                # each [detectors, layers, heads]
-    patterns: list[list[np.ndarray]] = field(default_factory=list)        # each: per probe [layers, heads, tri]
+    scores: list[np.ndarray] = field(default_factory=list)  # each [detectors, layers, heads]
+    patterns: list[list[np.ndarray]] = field(default_factory=list)  # each: per probe [layers, heads, tri]
     seconds_training: float = 0.0
     seconds_recording: float = 0.0
     steps_total: int = 0
@@ -236,13 +259,15 @@ def formed_step(snaps: Snapshots, detector: str, threshold: float = FORMED_THRES
     return int(snaps.steps[first]), int(layer), int(head)
 
 
-def empty_snapshots(cfg, probes: list[Probe], every: int = 25, min_gap: int = 5,
-                    loss_delta: float = 0.15, model_name: str = "") -> Snapshots:
+def empty_snapshots(
+    cfg, probes: list[Probe], every: int = 25, min_gap: int = 5, loss_delta: float = 0.15, model_name: str = ""
+) -> Snapshots:
     """No snapshots yet, for a model of config `cfg` (a GPTConfig)."""
     if every < 1 or min_gap < 1 or loss_delta < 0:
         raise ValueError("every and min_gap must be at least 1 and loss_delta not negative")
-    return Snapshots(probes, detectors_for(probes), cfg.n_layers, cfg.n_heads, model_name or cfg.name,
-                     every, min_gap, loss_delta)
+    return Snapshots(
+        probes, detectors_for(probes), cfg.n_layers, cfg.n_heads, model_name or cfg.name, every, min_gap, loss_delta
+    )
 
 
 class SnapshotRecorder:
@@ -251,8 +276,9 @@ class SnapshotRecorder:
     `observe(step, train_loss, seconds)` after every step: returns True when a snapshot is due; `record(model,
     step, train_loss)` takes it."""
 
-    def __init__(self, snapshots: Snapshots, held_out: torch.Tensor | None = None, block: int = 128,
-                 smoothing: float = 0.8):
+    def __init__(
+        self, snapshots: Snapshots, held_out: torch.Tensor | None = None, block: int = 128, smoothing: float = 0.8
+    ):
         self.snaps = snapshots
         self.windows = held_out_windows(held_out, block) if held_out is not None else None
         self.smoothing = smoothing
@@ -283,8 +309,9 @@ class SnapshotRecorder:
             packed.append(pack_triangle(patterns))
             if probe.kind == "repeated":
                 rep_loss = repeat_loss(logits, probe)
-        scores = np.stack([score(d, per_probe[d.probe][1], per_probe[d.probe][0]).numpy()
-                           for d in self.snaps.detectors]).astype(np.float32)
+        scores = np.stack(
+            [score(d, per_probe[d.probe][1], per_probe[d.probe][0]).numpy() for d in self.snaps.detectors]
+        ).astype(np.float32)
         val = held_out_loss(model, self.windows.to(model.device)) if self.windows is not None else float("nan")
         model.train(was_training)
         s = self.snaps
@@ -301,30 +328,45 @@ class SnapshotRecorder:
 
 # ---- files ----------------------------------------------------------------------------------------------------
 
+
 def save_snapshots(snaps: Snapshots, folder: str | Path) -> Path:
     """Write snapshots.json and snapshots.npz into folder/snapshots (created); returns that folder."""
     out = Path(folder) / FOLDER
     out.mkdir(parents=True, exist_ok=True)
     with snaps.lock:
-        arrays = {"steps": np.asarray(snaps.steps, np.int32),
-                  "train_loss": np.asarray(snaps.train_loss, np.float32),
-                  "val_loss": np.asarray(snaps.val_loss, np.float32),
-                  "repeat_loss": np.asarray(snaps.repeat_loss, np.float32),
-                  "scores": (np.stack(snaps.scores) if snaps.scores else
-                             np.zeros((0, len(snaps.detectors), snaps.n_layers, snaps.n_heads), np.float32))}
+        arrays = {
+            "steps": np.asarray(snaps.steps, np.int32),
+            "train_loss": np.asarray(snaps.train_loss, np.float32),
+            "val_loss": np.asarray(snaps.val_loss, np.float32),
+            "repeat_loss": np.asarray(snaps.repeat_loss, np.float32),
+            "scores": (
+                np.stack(snaps.scores)
+                if snaps.scores
+                else np.zeros((0, len(snaps.detectors), snaps.n_layers, snaps.n_heads), np.float32)
+            ),
+        }
         for p, probe in enumerate(snaps.probes):
             T = len(probe.ids)
-            arrays[f"pattern_{p}"] = (np.stack([row[p] for row in snaps.patterns]) if snaps.patterns else
-                                      np.zeros((0, snaps.n_layers, snaps.n_heads, T * (T + 1) // 2), np.float16))
-        meta = {"version": VERSION,
-                "model": {"name": snaps.model_name, "n_layers": snaps.n_layers, "n_heads": snaps.n_heads},
-                "every": snaps.every, "dense": {"min_gap": snaps.min_gap, "loss_delta": snaps.loss_delta},
-                "probes": [{"name": p.name, "ids": list(p.ids), "tokens": list(p.tokens), "kind": p.kind,
-                            "length": p.length} for p in snaps.probes],
-                "detectors": [{"name": d.name, "probe": d.probe, "chance": d.chance} for d in snaps.detectors],
-                "seconds_training": round(snaps.seconds_training, 3),
-                "seconds_recording": round(snaps.seconds_recording, 3),
-                "steps_total": snaps.steps_total, "extra": snaps.extra}
+            arrays[f"pattern_{p}"] = (
+                np.stack([row[p] for row in snaps.patterns])
+                if snaps.patterns
+                else np.zeros((0, snaps.n_layers, snaps.n_heads, T * (T + 1) // 2), np.float16)
+            )
+        meta = {
+            "version": VERSION,
+            "model": {"name": snaps.model_name, "n_layers": snaps.n_layers, "n_heads": snaps.n_heads},
+            "every": snaps.every,
+            "dense": {"min_gap": snaps.min_gap, "loss_delta": snaps.loss_delta},
+            "probes": [
+                {"name": p.name, "ids": list(p.ids), "tokens": list(p.tokens), "kind": p.kind, "length": p.length}
+                for p in snaps.probes
+            ],
+            "detectors": [{"name": d.name, "probe": d.probe, "chance": d.chance} for d in snaps.detectors],
+            "seconds_training": round(snaps.seconds_training, 3),
+            "seconds_recording": round(snaps.seconds_recording, 3),
+            "steps_total": snaps.steps_total,
+            "extra": snaps.extra,
+        }
     np.savez_compressed(out / "snapshots.npz", **arrays)
     (out / "snapshots.json").write_text(json.dumps(meta, indent=1))
     return out
@@ -354,9 +396,24 @@ def load_snapshots(folder: str | Path) -> Snapshots:
             if arr.shape != (S, L, H, T * (T + 1) // 2):
                 raise ValueError(f"probe {p}'s maps have shape {arr.shape}")
             patterns.append(arr)
-        snaps = Snapshots(probes, detectors, L, H, meta["model"]["name"], meta["every"], meta["dense"]["min_gap"],
-                          meta["dense"]["loss_delta"], steps, data["train_loss"].tolist(), data["val_loss"].tolist(),
-                          data["repeat_loss"].tolist(), list(scores),
-                          [[patterns[p][i] for p in range(len(probes))] for i in range(S)],
-                          meta["seconds_training"], meta["seconds_recording"], meta["steps_total"], meta["extra"])
+        snaps = Snapshots(
+            probes,
+            detectors,
+            L,
+            H,
+            meta["model"]["name"],
+            meta["every"],
+            meta["dense"]["min_gap"],
+            meta["dense"]["loss_delta"],
+            steps,
+            data["train_loss"].tolist(),
+            data["val_loss"].tolist(),
+            data["repeat_loss"].tolist(),
+            list(scores),
+            [[patterns[p][i] for p in range(len(probes))] for i in range(S)],
+            meta["seconds_training"],
+            meta["seconds_recording"],
+            meta["steps_total"],
+            meta["extra"],
+        )
     return snaps

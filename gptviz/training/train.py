@@ -3,6 +3,7 @@ seeded) used by the CLI that builds the bundled models and by the Train page.
 
 Two Trainers fed the same batches compare pre-norm and post-norm on equal terms.
 """
+
 from __future__ import annotations
 
 import csv
@@ -17,22 +18,21 @@ import torch
 import torch.nn.functional as F
 
 from ..model.config import GPTConfig
-from .corpus import CORPUS, Corpus, load_corpus, split  # noqa: F401 (load_corpus, CORPUS: re-exported)
 from ..model.model import GPT
-
+from .corpus import CORPUS, Corpus, load_corpus, split  # noqa: F401 (load_corpus, CORPUS: re-exported)
 
 
 @dataclass(frozen=True)
 class TrainSettings:
     steps: int = 1200
     batch_size: int = 8
-    block_size: int | None = None   # tokens per sequence; None means the model's n_ctx
+    block_size: int | None = None  # tokens per sequence; None means the model's n_ctx
     lr: float = 1.5e-3
-    min_lr_ratio: float = 0.1       # cosine decays to lr * this
-    warmup: int = 100               # linear warmup steps (0 = none)
-    weight_decay: float = 0.1       # on matrices only, not on biases, norms or embeddings' positions
-    beta2: float = 0.95             # AdamW's second-moment decay (Xiong et al. 2020 used 0.98); beta1 is 0.9
-    grad_clip: float = 1.0          # max global gradient norm (0 = no clipping)
+    min_lr_ratio: float = 0.1  # cosine decays to lr * this
+    warmup: int = 100  # linear warmup steps (0 = none)
+    weight_decay: float = 0.1  # on matrices only, not on biases, norms or embeddings' positions
+    beta2: float = 0.95  # AdamW's second-moment decay (Xiong et al. 2020 used 0.98); beta1 is 0.9
+    grad_clip: float = 1.0  # max global gradient norm (0 = no clipping)
     val_fraction: float = 0.1
     eval_every: int = 100
     eval_batches: int = 8
@@ -65,8 +65,16 @@ class TrainSettings:
             return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
         ints = ("steps", "batch_size", "warmup", "eval_every", "eval_batches", "seed", "copy_vocab")
-        floats = ("lr", "min_lr_ratio", "weight_decay", "beta2", "grad_clip", "val_fraction", "copy_fraction",
-                  "copy_any_share")
+        floats = (
+            "lr",
+            "min_lr_ratio",
+            "weight_decay",
+            "beta2",
+            "grad_clip",
+            "val_fraction",
+            "copy_fraction",
+            "copy_any_share",
+        )
         bad = [n for n in ints if not whole(getattr(self, n))] + [n for n in floats if not number(getattr(self, n))]
         if self.block_size is not None and not whole(self.block_size):
             bad.append("block_size")
@@ -74,15 +82,23 @@ class TrainSettings:
             bad.append("copy_batch_softmax")
         if bad:
             raise ValueError(f"invalid training setting(s): {', '.join(f'{n}={getattr(self, n)!r}' for n in bad)}")
-        checks = {"steps": self.steps >= 1, "batch_size": self.batch_size >= 1, "lr": self.lr > 0,
-                  "warmup": self.warmup >= 0, "eval_every": self.eval_every >= 1,
-                  "val_fraction": 0 < self.val_fraction < 1, "grad_clip": self.grad_clip >= 0,
-                  "min_lr_ratio": 0 <= self.min_lr_ratio <= 1, "eval_batches": self.eval_batches >= 1,
-                  "weight_decay": self.weight_decay >= 0, "beta2": 0 <= self.beta2 < 1,
-                  "copy_fraction": 0 <= self.copy_fraction <= 1,
-                  "copy_any_share": 0 <= self.copy_any_share <= 1,
-                  "copy_vocab": self.copy_vocab >= 0,
-                  "block_size": self.block_size is None or self.block_size >= 1}
+        checks = {
+            "steps": self.steps >= 1,
+            "batch_size": self.batch_size >= 1,
+            "lr": self.lr > 0,
+            "warmup": self.warmup >= 0,
+            "eval_every": self.eval_every >= 1,
+            "val_fraction": 0 < self.val_fraction < 1,
+            "grad_clip": self.grad_clip >= 0,
+            "min_lr_ratio": 0 <= self.min_lr_ratio <= 1,
+            "eval_batches": self.eval_batches >= 1,
+            "weight_decay": self.weight_decay >= 0,
+            "beta2": 0 <= self.beta2 < 1,
+            "copy_fraction": 0 <= self.copy_fraction <= 1,
+            "copy_any_share": 0 <= self.copy_any_share <= 1,
+            "copy_vocab": self.copy_vocab >= 0,
+            "block_size": self.block_size is None or self.block_size >= 1,
+        }
         bad = [name for name, ok in checks.items() if not ok]
         if bad:
             raise ValueError(f"invalid training setting(s): {', '.join(f'{n}={getattr(self, n)!r}' for n in bad)}")
@@ -102,7 +118,7 @@ def repeated_sequence(ids: torch.Tensor, block: int, generator: torch.Generator)
     shortest = min(8, block // 2)
     n = int(torch.randint(shortest, block // 2 + 1, (1,), generator=generator))
     seq = ids[torch.randint(0, len(ids), (n,), generator=generator)]
-    return seq.repeat(math.ceil((block + 1) / n))[:block + 1]
+    return seq.repeat(math.ceil((block + 1) / n))[: block + 1]
 
 
 def most_frequent_ids(tokens: torch.Tensor, k: int = 0) -> torch.Tensor:
@@ -114,9 +130,15 @@ def most_frequent_ids(tokens: torch.Tensor, k: int = 0) -> torch.Tensor:
     return ids[order[:k]].sort().values
 
 
-def batches(tokens: torch.Tensor, batch_size: int, block: int, generator: torch.Generator,
-            copy_fraction: float = 0.0, copy_vocab: int = 0,
-            copy_any_share: float = 0.0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+def batches(
+    tokens: torch.Tensor,
+    batch_size: int,
+    block: int,
+    generator: torch.Generator,
+    copy_fraction: float = 0.0,
+    copy_vocab: int = 0,
+    copy_any_share: float = 0.0,
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Random windows: inputs [B, block] and next-token targets [B, block], forever. The last
     round(copy_fraction * B) rows of each batch are repeated random sequences of the text's own ids
     (its `copy_vocab` most frequent ones, or all); each one, with probability `copy_any_share`, of every id."""
@@ -129,7 +151,7 @@ def batches(tokens: torch.Tensor, batch_size: int, block: int, generator: torch.
     every = torch.unique(tokens) if n_copy and copy_any_share else None
     while True:
         starts = torch.randint(0, len(tokens) - block - 1, (batch_size - n_copy,), generator=generator)
-        rows = [tokens[s:s + block + 1] for s in starts]
+        rows = [tokens[s : s + block + 1] for s in starts]
         for _ in range(n_copy):
             any_id = every is not None and float(torch.rand(1, generator=generator)) < copy_any_share
             rows.append(repeated_sequence(every if any_id else ids, block, generator))
@@ -144,16 +166,23 @@ def vocab_index(vocab: torch.Tensor, vocab_size: int) -> tuple[torch.Tensor, tor
     return vocab, index_of
 
 
-def _subset_ce(hidden: torch.Tensor, weight: torch.Tensor, y: torch.Tensor, vocab: torch.Tensor,
-               index_of: torch.Tensor) -> torch.Tensor:
+def _subset_ce(
+    hidden: torch.Tensor, weight: torch.Tensor, y: torch.Tensor, vocab: torch.Tensor, index_of: torch.Tensor
+) -> torch.Tensor:
     logits = hidden @ weight[vocab].t()  # (B, T, |vocab|)
     targets = index_of[y.to(logits.device)]
     return F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
 
 
-def subset_lm_loss(model: GPT, x: torch.Tensor, y: torch.Tensor, vocab: torch.Tensor,
-                   index_of: torch.Tensor, n_copy: int = 0,
-                   copy_vocab: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+def subset_lm_loss(
+    model: GPT,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    vocab: torch.Tensor,
+    index_of: torch.Tensor,
+    n_copy: int = 0,
+    copy_vocab: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> torch.Tensor:
     """Next-token loss with the softmax over `vocab` (sorted ids) only; `index_of[id]` is id's row in vocab.
     With `copy_vocab` (vocab, index_of) given, the last `n_copy` rows (the repeated sequences, whose tokens all
     come from it) normalise over those ids instead: the same per-token mean, at a fraction of the head's cost."""
@@ -187,9 +216,9 @@ def summed_lm_loss(model: GPT, x: torch.Tensor, y: torch.Tensor) -> float:
     hidden = hidden.reshape(-1, hidden.shape[-1])
     target = y.reshape(-1).to(hidden.device)
     total = torch.zeros((), dtype=torch.float64, device=hidden.device)  # summed where the chunks are: on a GPU, one
-    for r in range(0, len(hidden), LOSS_ROWS):                          # sync at the end, not one per chunk
-        logits = model.lm_head(hidden[r:r + LOSS_ROWS]).float()
-        total += F.cross_entropy(logits, target[r:r + LOSS_ROWS], reduction="sum").double()
+    for r in range(0, len(hidden), LOSS_ROWS):  # sync at the end, not one per chunk
+        logits = model.lm_head(hidden[r : r + LOSS_ROWS]).float()
+        total += F.cross_entropy(logits, target[r : r + LOSS_ROWS], reduction="sum").double()
     return float(total)
 
 
@@ -203,8 +232,8 @@ class StepLog:
     elapsed_s: float
     full_vocab: bool = True  # train_loss normalised over all ids (False: over the corpus's ids only)
     # Head measurements taken with each validation loss when train_models is given `measure`:
-    prev_token: float | None = None   # best head's previous-token score on held-out text
-    induction: float | None = None    # best head's induction score on a repeated random sequence
+    prev_token: float | None = None  # best head's previous-token score on held-out text
+    induction: float | None = None  # best head's induction score on a repeated random sequence
     repeat_loss: float | None = None  # loss on that sequence's repeated half (nats/token)
 
 
@@ -214,21 +243,24 @@ class Trainer:
     def __init__(self, model: GPT, settings: TrainSettings, train_tokens: torch.Tensor | None = None):
         self.model, self.settings = model, settings
         self.corpus_vocab = None  # (sorted ids the training split uses, row of each id in that list)
-        self.copy_vocab = None    # the same for the ids the repeated sequences draw from
+        self.copy_vocab = None  # the same for the ids the repeated sequences draw from
         self.n_copy = round(settings.copy_fraction * settings.batch_size)
         if settings.corpus_vocab_steps and train_tokens is not None:
             size = model.config.vocab_size
             self.corpus_vocab = vocab_index(torch.unique(train_tokens).to(model.device), size)
-            if self.n_copy and settings.copy_any_share:   # some repeated rows hold any training id
+            if self.n_copy and settings.copy_any_share:  # some repeated rows hold any training id
                 self.copy_vocab = self.corpus_vocab
             elif self.n_copy:
-                self.copy_vocab = vocab_index(most_frequent_ids(train_tokens, settings.copy_vocab).to(model.device),
-                                              size)
+                self.copy_vocab = vocab_index(
+                    most_frequent_ids(train_tokens, settings.copy_vocab).to(model.device), size
+                )
         decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and not n.startswith("wpe")]
         no_decay = [p for n, p in model.named_parameters() if p.dim() < 2 or n.startswith("wpe")]
         self.optimizer = torch.optim.AdamW(
             [{"params": decay, "weight_decay": settings.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-            lr=settings.lr, betas=(0.9, settings.beta2))
+            lr=settings.lr,
+            betas=(0.9, settings.beta2),
+        )
         self.history: list[StepLog] = []
         self.started = time.perf_counter()
 
@@ -257,8 +289,9 @@ class Trainer:
         val_loss = None
         if val is not None and ((step + 1) % self.settings.eval_every == 0 or last or step == 0):
             val_loss = self.evaluate(val)
-        log = StepLog(step + 1, lr, float(loss.detach()), grad_norm, val_loss, time.perf_counter() - self.started,
-                      full_vocab)
+        log = StepLog(
+            step + 1, lr, float(loss.detach()), grad_norm, val_loss, time.perf_counter() - self.started, full_vocab
+        )
         self.history.append(log)
         return log
 
@@ -271,8 +304,8 @@ class Trainer:
         starts = torch.linspace(0, len(tokens) - block - 2, n).long()
         losses = []
         for chunk in starts.split(self.settings.batch_size):
-            x = torch.stack([tokens[s:s + block] for s in chunk])
-            y = torch.stack([tokens[s + 1:s + block + 1] for s in chunk])
+            x = torch.stack([tokens[s : s + block] for s in chunk])
+            y = torch.stack([tokens[s + 1 : s + block + 1] for s in chunk])
             losses.append(summed_lm_loss(self.model, x, y) / y.numel())
         return sum(losses) / len(losses)
 
@@ -287,16 +320,25 @@ class TrainResult:
     @property
     def final(self) -> dict:
         vals = [h for h in self.history if h["val_loss"] is not None]
-        return {"step": self.history[-1]["step"], "train_loss": self.history[-1]["train_loss"],
-                "val_loss": vals[-1]["val_loss"] if vals else None}
+        return {
+            "step": self.history[-1]["step"],
+            "train_loss": self.history[-1]["train_loss"],
+            "val_loss": vals[-1]["val_loss"] if vals else None,
+        }
 
 
-def train_models(configs: dict[str, GPTConfig], settings: TrainSettings, tokens: torch.Tensor | Corpus,
-                 device: str = "cpu", on_step: Callable[[str, StepLog], None] | None = None,
-                 should_stop: Callable[[], bool] | None = None, init: str = "gpt2",
-                 start_states: dict[str, dict[str, torch.Tensor]] | None = None,
-                 measure: Callable[[GPT, torch.Tensor, torch.Tensor], dict[str, float]] | None = None,
-                 recorders: dict | None = None) -> tuple[dict[str, GPT], dict[str, TrainResult]]:
+def train_models(
+    configs: dict[str, GPTConfig],
+    settings: TrainSettings,
+    tokens: torch.Tensor | Corpus,
+    device: str = "cpu",
+    on_step: Callable[[str, StepLog], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    init: str = "gpt2",
+    start_states: dict[str, dict[str, torch.Tensor]] | None = None,
+    measure: Callable[[GPT, torch.Tensor, torch.Tensor], dict[str, float]] | None = None,
+    recorders: dict | None = None,
+) -> tuple[dict[str, GPT], dict[str, TrainResult]]:
     """Train one model per config on the same batches (same seed, same init draws per config).
     `on_step(name, log)` is called after every step; `should_stop()` ends training cleanly.
     `start_states[name]`, when given, replaces that model's random init (continued training).
@@ -318,8 +360,15 @@ def train_models(configs: dict[str, GPTConfig], settings: TrainSettings, tokens:
     block = settings.block_size or min(cfg.n_ctx for cfg in configs.values())
     if block > min(cfg.n_ctx for cfg in configs.values()):
         raise ValueError(f"block_size {block} exceeds the context length {min(c.n_ctx for c in configs.values())}")
-    data = batches(train_tokens, settings.batch_size, block, torch.Generator().manual_seed(settings.seed),
-                   settings.copy_fraction, settings.copy_vocab, settings.copy_any_share)
+    data = batches(
+        train_tokens,
+        settings.batch_size,
+        block,
+        torch.Generator().manual_seed(settings.seed),
+        settings.copy_fraction,
+        settings.copy_vocab,
+        settings.copy_any_share,
+    )
     stopped = False
     for _ in range(settings.steps):
         if should_stop is not None and should_stop():
@@ -337,9 +386,12 @@ def train_models(configs: dict[str, GPTConfig], settings: TrainSettings, tokens:
                     setattr(log, key, value)
             if on_step is not None:
                 on_step(name, log)
-    results = {name: TrainResult(asdict(settings), configs[name].to_dict(),
-                                 [asdict(h) for h in trainers[name].history], stopped)
-               for name in configs}
+    results = {
+        name: TrainResult(
+            asdict(settings), configs[name].to_dict(), [asdict(h) for h in trainers[name].history], stopped
+        )
+        for name in configs
+    }
     for model in models.values():
         model.eval()
     return models, results
@@ -352,8 +404,9 @@ def write_history(result: TrainResult, folder: Path) -> None:
         writer = csv.DictWriter(f, fieldnames=list(result.history[0]))
         writer.writeheader()
         writer.writerows(result.history)
-    (folder / "history.json").write_text(json.dumps(
-        {"settings": result.settings, "final": result.final, "history": result.history}, indent=1))
+    (folder / "history.json").write_text(
+        json.dumps({"settings": result.settings, "final": result.final, "history": result.history}, indent=1)
+    )
 
 
 def format_eta(done: int, total: int, elapsed: float) -> str:

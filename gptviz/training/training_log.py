@@ -6,6 +6,7 @@ its steps are numbered from 1 again, so the cumulative step of a line is the ste
 own. Lines look like `step   100/1000 loss 7.4514 val 10.7158 prev 0.038 ind 0.014 rep 10.76 lr 1.00e-03 |g| 0.67 ...`
 (val, prev, ind and rep only at evaluation steps).
 """
+
 from __future__ import annotations
 
 import re
@@ -13,7 +14,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 STEP = re.compile(r"^step\s+(\d+)/(\d+)\s+loss\s+(\S+)(.*)$")
-FIELDS = {"val": "val_loss", "prev": "prev_token", "ind": "induction", "rep": "repeat_loss", "lr": "lr", "|g|": "grad_norm"}
+FIELDS = {
+    "val": "val_loss",
+    "prev": "prev_token",
+    "ind": "induction",
+    "rep": "repeat_loss",
+    "lr": "lr",
+    "|g|": "grad_norm",
+}
 STAGE = re.compile(r"^#\s*stage\s+(\d+)\s*:\s*(.*)$", re.IGNORECASE)
 
 
@@ -21,9 +29,9 @@ STAGE = re.compile(r"^#\s*stage\s+(\d+)\s*:\s*(.*)$", re.IGNORECASE)
 class Stage:
     number: int
     title: str
-    start: int               # cumulative step before this stage's first step
-    steps: int               # the stage's planned steps (the "/N" of its lines)
-    records: list[dict] = field(default_factory=list)   # each: step (cumulative), stage_step, train_loss, ...
+    start: int  # cumulative step before this stage's first step
+    steps: int  # the stage's planned steps (the "/N" of its lines)
+    records: list[dict] = field(default_factory=list)  # each: step (cumulative), stage_step, train_loss, ...
 
     @property
     def end(self) -> int:

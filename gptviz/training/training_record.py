@@ -1,11 +1,12 @@
 """A checkpoint's training record (config.json's "training": stages, each continued run naming its parent) read as
 stages, and how two twins' records differ (the Norms page's caveat and the model cards say so)."""
+
 from __future__ import annotations
 
 import dataclasses
 
-from .train import TrainSettings
 from ..methods.wiring import differing_settings
+from .train import TrainSettings
 
 
 def training_stages(training: dict) -> list[dict]:
@@ -37,10 +38,14 @@ def recipe_differences(pre: dict, post: dict) -> list[str]:
             found.append(f"stage {i}: init {stage_init(x)} against {stage_init(y)}")
         if x.get("data") != y.get("data"):
             found.append(f"stage {i}: data {x.get('data')} against {y.get('data')}")
-        differ = differing_settings({"pre": {**defaults, **x.get("settings", {})},
-                                     "post": {**defaults, **y.get("settings", {})}})
-        found += [f"stage {i}: {key.replace('_', ' ')} {v['pre']} against {v['post']}"
-                  for key, v in differ.items() if key != "warmup"]
+        differ = differing_settings(
+            {"pre": {**defaults, **x.get("settings", {})}, "post": {**defaults, **y.get("settings", {})}}
+        )
+        found += [
+            f"stage {i}: {key.replace('_', ' ')} {v['pre']} against {v['post']}"
+            for key, v in differ.items()
+            if key != "warmup"
+        ]
     return found
 
 
@@ -51,9 +56,12 @@ def twins_caveat(pre: dict, post: dict) -> str | None:
     """One sentence saying that two twins' training records (pre-norm's, post-norm's) differ and how: each stage
     whose random init differs, named, then recipe_differences' other phrases; None when they were trained alike."""
     a, b = training_stages(pre), training_stages(post)
-    inits = [f"stage {i} started pre-norm from {INIT_NAMES.get(stage_init(x), stage_init(x))} random weights and "
-             f"post-norm from {INIT_NAMES.get(stage_init(y), stage_init(y))}"
-             for i, (x, y) in enumerate(zip(a, b), 1) if stage_init(x) != stage_init(y)]
+    inits = [
+        f"stage {i} started pre-norm from {INIT_NAMES.get(stage_init(x), stage_init(x))} random weights and "
+        f"post-norm from {INIT_NAMES.get(stage_init(y), stage_init(y))}"
+        for i, (x, y) in enumerate(zip(a, b), 1)
+        if stage_init(x) != stage_init(y)
+    ]
     others = [d for d in recipe_differences(pre, post) if ": init " not in d]
     if not inits and not others:
         return None

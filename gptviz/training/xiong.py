@@ -10,6 +10,7 @@ runs each on several batches of real text; `depth_scaling` repeats that at sever
 the numbers into a verdict per claim with the thresholds stated beside it. `trained_ffn_gradients` measures two
 given models (the bundled twins) on the same batches. Nothing writes `.grad`: gradients come from autograd.grad.
 """
+
 from __future__ import annotations
 
 import time
@@ -20,11 +21,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..methods.wiring import LEVEL_BAND, trend, twin_models
 from ..model.config import GPTConfig
 from ..model.hooks import capturing
 from ..model.model import GPT
 from .train import batches
-from ..methods.wiring import LEVEL_BAND, trend, twin_models
 
 # The FFN matrices, named as in the paper: W^1 expands d -> 4d (c_fc), W^2 projects back (c_proj).
 MATRICES = {"W1": "mlp.c_fc.weight", "W2": "mlp.c_proj.weight"}
@@ -33,8 +34,10 @@ MATRICES = {"W1": "mlp.c_fc.weight", "W2": "mlp.c_proj.weight"}
 # input (token + position embedding) divided by its own spread, so it has unit variance per entry, as the paper's
 # analysis assumes of the first layer's input. Scaling the two tables by one fixed factor gave a spread of 0.74
 # under Xavier init, whose token table is not std 0.02.
-INPUT_SCALES = {"model": "embeddings as drawn (spread 0.02-0.03)",
-                "unit": "first block's input scaled to unit variance (the paper's input)"}
+INPUT_SCALES = {
+    "model": "embeddings as drawn (spread 0.02-0.03)",
+    "unit": "first block's input scaled to unit variance (the paper's input)",
+}
 UNIT_INPUT_HOOK = "blocks.0.hook_resid_pre"
 # |b + 1/2| within this of the fitted depth exponent b counts as the paper's L^(-1/2) scaling.
 EXPONENT_TOLERANCE = 0.15
@@ -43,6 +46,7 @@ EXPONENT_TOLERANCE = 0.15
 @dataclass(frozen=True)
 class ProbeSetting:
     """What one measurement runs: the shape, the init, the input scale and how much data it averages over."""
+
     width: int = 128
     depth: int = 6
     n_heads: int = 4
@@ -69,8 +73,14 @@ class ProbeSetting:
     def config(self, base: GPTConfig, depth: int | None = None) -> GPTConfig:
         """`base` (vocabulary, activation, MLP ratio) at this width and depth, context = block, no dropout."""
         depth = self.depth if depth is None else depth
-        return base.replace(n_layers=int(depth), d_model=self.width, n_heads=self.n_heads, n_ctx=self.block,
-                            dropout=0.0, name=f"xiong-{depth}L-d{self.width}")
+        return base.replace(
+            n_layers=int(depth),
+            d_model=self.width,
+            n_heads=self.n_heads,
+            n_ctx=self.block,
+            dropout=0.0,
+            name=f"xiong-{depth}L-d{self.width}",
+        )
 
 
 # The setting the Norms page reproduces: the paper's 6 layers and Xavier init; width 128 rather than their 512
@@ -93,6 +103,7 @@ def _scale_edits(input_scale: str) -> dict:
     def scale(x: torch.Tensor, offset: int) -> torch.Tensor:
         # a constant for the gradient (detached), as a fixed rescale of the input would be
         return x / x.detach().std()
+
     return {UNIT_INPUT_HOOK: (scale,)}
 
 
@@ -110,9 +121,10 @@ def ffn_grad_norms(model: GPT, x: torch.Tensor, y: torch.Tensor, input_scale: st
 class FFNGradients:
     """Per-sample FFN gradient norms of each wiring: {"pre"/"post": [samples, L, 2]}, a sample being one
     (seed, batch) pair; the spread over samples is what the bands show."""
+
     label: str
     norms: dict[str, np.ndarray]
-    samples: str                    # what a sample is, for people ("3 seeds x 2 batches")
+    samples: str  # what a sample is, for people ("3 seeds x 2 batches")
     seconds: float = 0.0
     extra: dict = field(default_factory=dict)
 
@@ -131,8 +143,13 @@ class FFNGradients:
         return next(iter(self.norms.values())).shape[1]
 
 
-def measure_ffn_gradients(setting: ProbeSetting, base: GPTConfig, tokens: torch.Tensor, depth: int | None = None,
-                          progress: Callable[[str], None] | None = None) -> FFNGradients:
+def measure_ffn_gradients(
+    setting: ProbeSetting,
+    base: GPTConfig,
+    tokens: torch.Tensor,
+    depth: int | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> FFNGradients:
     """Twin wirings for seeds 0..seeds-1, each run on the same text batches."""
     say = progress or (lambda message: None)
     started = time.perf_counter()
@@ -144,27 +161,35 @@ def measure_ffn_gradients(setting: ProbeSetting, base: GPTConfig, tokens: torch.
         twins = twin_models(config, seed, setting.init)
         for norm, model in twins.items():
             out[norm] += [ffn_grad_norms(model, x, y, setting.input_scale) for x, y in data]
-    return FFNGradients(f"{setting.init} init, {config.n_layers} layers, d_model {setting.width}",
-                        {n: np.stack(v) for n, v in out.items()},
-                        f"{setting.seeds} seeds × {setting.n_batches} batches of {setting.batch_size}×{setting.block} "
-                        "tokens", time.perf_counter() - started)
+    return FFNGradients(
+        f"{setting.init} init, {config.n_layers} layers, d_model {setting.width}",
+        {n: np.stack(v) for n, v in out.items()},
+        f"{setting.seeds} seeds × {setting.n_batches} batches of {setting.batch_size}×{setting.block} tokens",
+        time.perf_counter() - started,
+    )
 
 
-def trained_ffn_gradients(models: dict[str, GPT], tokens: torch.Tensor, setting: ProbeSetting,
-                          label: str = "trained twins") -> FFNGradients:
+def trained_ffn_gradients(
+    models: dict[str, GPT], tokens: torch.Tensor, setting: ProbeSetting, label: str = "trained twins"
+) -> FFNGradients:
     """Two given models ({"pre": ..., "post": ...}) on the setting's batches; the spread is over batches only."""
     started = time.perf_counter()
     data = text_batches(tokens, setting)
     norms = {n: np.stack([ffn_grad_norms(m, x, y) for x, y in data]) for n, m in models.items()}
-    return FFNGradients(label, norms, f"{setting.n_batches} batches of {setting.batch_size}×{setting.block} tokens",
-                        time.perf_counter() - started)
+    return FFNGradients(
+        label,
+        norms,
+        f"{setting.n_batches} batches of {setting.batch_size}×{setting.block} tokens",
+        time.perf_counter() - started,
+    )
 
 
 @dataclass
 class DepthScaling:
     """The last layer's FFN gradient norm of each wiring at several depths (mean and sd over samples)."""
+
     depths: np.ndarray
-    mean: dict[str, np.ndarray]      # {"pre"/"post": [depths]}
+    mean: dict[str, np.ndarray]  # {"pre"/"post": [depths]}
     sd: dict[str, np.ndarray]
     matrix: str
 
@@ -173,24 +198,34 @@ class DepthScaling:
         return float(np.polyfit(np.log(self.depths), np.log(self.mean[norm]), 1)[0])
 
 
-def depth_scaling(setting: ProbeSetting, base: GPTConfig, tokens: torch.Tensor, depths: Sequence[int],
-                  matrix: str = "W2", progress: Callable[[str], None] | None = None) -> DepthScaling:
+def depth_scaling(
+    setting: ProbeSetting,
+    base: GPTConfig,
+    tokens: torch.Tensor,
+    depths: Sequence[int],
+    matrix: str = "W2",
+    progress: Callable[[str], None] | None = None,
+) -> DepthScaling:
     """measure_ffn_gradients at each depth; the last layer's `matrix` kept."""
     if len(depths) < 2:
         raise ValueError("a depth scaling needs at least two depths")
     depths = sorted(int(d) for d in depths)
     runs = [measure_ffn_gradients(setting, base, tokens, d, progress) for d in depths]
-    return DepthScaling(np.array(depths), {n: np.array([r.mean(n, matrix)[-1] for r in runs]) for n in ("pre", "post")},
-                        {n: np.array([r.sd(n, matrix)[-1] for r in runs]) for n in ("pre", "post")}, matrix)
+    return DepthScaling(
+        np.array(depths),
+        {n: np.array([r.mean(n, matrix)[-1] for r in runs]) for n in ("pre", "post")},
+        {n: np.array([r.sd(n, matrix)[-1] for r in runs]) for n in ("pre", "post")},
+        matrix,
+    )
 
 
 @dataclass
 class Claim:
-    key: str            # "post grows", "pre level", "pre depth"
-    text: str           # the paper's claim, in words
+    key: str  # "post grows", "pre level", "pre depth"
+    text: str  # the paper's claim, in words
     reproduced: bool
-    measured: str       # what the numbers were
-    threshold: str      # the rule that decided it
+    measured: str  # what the numbers were
+    threshold: str  # the rule that decided it
 
 
 CLAIM_TEXT = {
@@ -203,20 +238,34 @@ LO, HI = LEVEL_BAND
 
 def check_claims(grads: FFNGradients, matrix: str = "W2", scaling: DepthScaling | None = None) -> list[Claim]:
     """Each claim's verdict from the per-layer means (and, for the depth claim, the depth scaling)."""
-    rule = (f"last/first layer and the fitted line's last/first both above ×{HI}; "
-            f"level: both within ×{LO}–×{HI}")
+    rule = f"last/first layer and the fitted line's last/first both above ×{HI}; level: both within ×{LO}–×{HI}"
     post, pre = trend(grads.mean("post", matrix)), trend(grads.mean("pre", matrix))
     claims = [
-        Claim("post grows", CLAIM_TEXT["post grows"], post.word == "grows",
-              f"post-norm {matrix} {post.word}: {post.first:.3g} → {post.last:.3g} (×{post.ratio:.2f})", rule),
-        Claim("pre level", CLAIM_TEXT["pre level"], pre.word == "stays roughly level",
-              f"pre-norm {matrix} {pre.word}: {pre.first:.3g} → {pre.last:.3g} (×{pre.ratio:.2f})", rule),
+        Claim(
+            "post grows",
+            CLAIM_TEXT["post grows"],
+            post.word == "grows",
+            f"post-norm {matrix} {post.word}: {post.first:.3g} → {post.last:.3g} (×{post.ratio:.2f})",
+            rule,
+        ),
+        Claim(
+            "pre level",
+            CLAIM_TEXT["pre level"],
+            pre.word == "stays roughly level",
+            f"pre-norm {matrix} {pre.word}: {pre.first:.3g} → {pre.last:.3g} (×{pre.ratio:.2f})",
+            rule,
+        ),
     ]
     if scaling is not None:
         b = scaling.exponent("pre")
-        claims.append(Claim(
-            "pre depth", CLAIM_TEXT["pre depth"], abs(b + 0.5) <= EXPONENT_TOLERANCE,
-            f"pre-norm last-layer {scaling.matrix} ∝ L^{b:+.2f} over L = {', '.join(map(str, scaling.depths))} "
-            f"(post-norm L^{scaling.exponent('post'):+.2f})",
-            f"fitted exponent b within {EXPONENT_TOLERANCE} of −0.5"))
+        claims.append(
+            Claim(
+                "pre depth",
+                CLAIM_TEXT["pre depth"],
+                abs(b + 0.5) <= EXPONENT_TOLERANCE,
+                f"pre-norm last-layer {scaling.matrix} ∝ L^{b:+.2f} over L = {', '.join(map(str, scaling.depths))} "
+                f"(post-norm L^{scaling.exponent('post'):+.2f})",
+                f"fitted exponent b within {EXPONENT_TOLERANCE} of −0.5",
+            )
+        )
     return claims

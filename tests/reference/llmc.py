@@ -3,6 +3,7 @@ re-implemented from the published design and file layout for the loader's tests:
 (transformer.wte/wpe/h.N.ln_1/attn.c_attn/attn.c_proj/ln_2/mlp.c_fc/mlp.c_proj/ln_f, lm_head tied to wte), the tanh
 GELU ("NewGELU"), nn.LayerNorm; the .bin file: a 256-int32 header (magic 20240326, version 3 float32 or 5 bfloat16,
 maxT, V, L, NH, C, Vp) and then the tensors grouped by type across layers, wte padded to Vp rows with zeros."""
+
 from __future__ import annotations
 
 import math
@@ -68,9 +69,14 @@ class GPT(nn.Module):
     def __init__(self, config: GPTConfig):
         super().__init__()
         self.config = config
-        self.transformer = nn.ModuleDict(dict(
-            wte=nn.Embedding(config.vocab_size, config.n_embd), wpe=nn.Embedding(config.block_size, config.n_embd),
-            h=nn.ModuleList(Block(config) for _ in range(config.n_layer)), ln_f=nn.LayerNorm(config.n_embd)))
+        self.transformer = nn.ModuleDict(
+            dict(
+                wte=nn.Embedding(config.vocab_size, config.n_embd),
+                wpe=nn.Embedding(config.block_size, config.n_embd),
+                h=nn.ModuleList(Block(config) for _ in range(config.n_layer)),
+                ln_f=nn.LayerNorm(config.n_embd),
+            )
+        )
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         self.transformer.wte.weight = self.lm_head.weight
 
@@ -82,9 +88,20 @@ class GPT(nn.Module):
         return self.lm_head(self.transformer.ln_f(x))
 
 
-_PER_LAYER = ("ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight",
-              "attn.c_proj.bias", "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight",
-              "mlp.c_proj.bias")
+_PER_LAYER = (
+    "ln_1.weight",
+    "ln_1.bias",
+    "attn.c_attn.weight",
+    "attn.c_attn.bias",
+    "attn.c_proj.weight",
+    "attn.c_proj.bias",
+    "ln_2.weight",
+    "ln_2.bias",
+    "mlp.c_fc.weight",
+    "mlp.c_fc.bias",
+    "mlp.c_proj.weight",
+    "mlp.c_proj.bias",
+)
 
 
 def pad_vocab(tensor: torch.Tensor, multiple: int = 128) -> torch.Tensor:

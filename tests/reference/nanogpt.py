@@ -3,6 +3,7 @@ names for the loader's tests: transformer.wte/wpe/h.N.ln_1/attn.c_attn/attn.c_pr
 LM head tied to wte, exact GELU (nn.GELU()), LayerNorm with an optional bias (eps 1e-5), `bias` for every linear
 layer and norm, and the causal-mask buffer `attn.bias` kept when flash attention is off. Plus the checkpoint its
 train.py writes (ckpt.pt)."""
+
 from __future__ import annotations
 
 import math
@@ -83,10 +84,15 @@ class GPT(nn.Module):
     def __init__(self, config: GPTConfig, flash: bool = True):
         super().__init__()
         self.config = config
-        self.transformer = nn.ModuleDict(dict(
-            wte=nn.Embedding(config.vocab_size, config.n_embd), wpe=nn.Embedding(config.block_size, config.n_embd),
-            drop=nn.Dropout(config.dropout), h=nn.ModuleList(Block(config, flash) for _ in range(config.n_layer)),
-            ln_f=LayerNorm(config.n_embd, config.bias)))
+        self.transformer = nn.ModuleDict(
+            dict(
+                wte=nn.Embedding(config.vocab_size, config.n_embd),
+                wpe=nn.Embedding(config.block_size, config.n_embd),
+                drop=nn.Dropout(config.dropout),
+                h=nn.ModuleList(Block(config, flash) for _ in range(config.n_layer)),
+                ln_f=LayerNorm(config.n_embd, config.bias),
+            )
+        )
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         self.transformer.wte.weight = self.lm_head.weight  # weight tying
 
@@ -103,6 +109,14 @@ def save_ckpt(model: GPT, path, optimizer=None, iter_num: int = 0, compiled: boo
     state = model.state_dict()
     if compiled:
         state = {"_orig_mod." + k: v for k, v in state.items()}
-    torch.save({"model": state, "optimizer": optimizer.state_dict() if optimizer else {},
-                "model_args": asdict(model.config), "iter_num": iter_num, "best_val_loss": torch.tensor(3.5),
-                "config": {"out_dir": "out", "batch_size": 4, "learning_rate": 6e-4, "compile": compiled}}, path)
+    torch.save(
+        {
+            "model": state,
+            "optimizer": optimizer.state_dict() if optimizer else {},
+            "model_args": asdict(model.config),
+            "iter_num": iter_num,
+            "best_val_loss": torch.tensor(3.5),
+            "config": {"out_dir": "out", "batch_size": 4, "learning_rate": 6e-4, "compile": compiled},
+        },
+        path,
+    )

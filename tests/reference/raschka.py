@@ -3,6 +3,7 @@ github.com/rasbt/LLMs-from-scratch, Apache-2.0), re-implemented from the book's 
 for the loader's tests: tok_emb, pos_emb, trf_blocks.N with att (W_query, W_key, W_value, out_proj and the `mask`
 buffer), ff.layers.0 / .2, norm1 and norm2 (scale, shift); final_norm and an untied out_head; GELU's tanh
 approximation; the config as the book's dict (GPT_CONFIG_124M's keys)."""
+
 from __future__ import annotations
 
 import torch
@@ -30,8 +31,9 @@ class GELU(nn.Module):
 class FeedForward(nn.Module):
     def __init__(self, cfg: dict):
         super().__init__()
-        self.layers = nn.Sequential(nn.Linear(cfg["emb_dim"], 4 * cfg["emb_dim"]), GELU(),
-                                    nn.Linear(4 * cfg["emb_dim"], cfg["emb_dim"]))
+        self.layers = nn.Sequential(
+            nn.Linear(cfg["emb_dim"], 4 * cfg["emb_dim"]), GELU(), nn.Linear(4 * cfg["emb_dim"], cfg["emb_dim"])
+        )
 
     def forward(self, x):
         return self.layers(x)
@@ -62,8 +64,9 @@ class MultiHeadAttention(nn.Module):
 class TransformerBlock(nn.Module):
     def __init__(self, cfg: dict):
         super().__init__()
-        self.att = MultiHeadAttention(cfg["emb_dim"], cfg["emb_dim"], cfg["context_length"], cfg["drop_rate"],
-                                      cfg["n_heads"], cfg["qkv_bias"])
+        self.att = MultiHeadAttention(
+            cfg["emb_dim"], cfg["emb_dim"], cfg["context_length"], cfg["drop_rate"], cfg["n_heads"], cfg["qkv_bias"]
+        )
         self.ff = FeedForward(cfg)
         self.norm1, self.norm2 = LayerNorm(cfg["emb_dim"]), LayerNorm(cfg["emb_dim"])
         self.drop_shortcut = nn.Dropout(cfg["drop_rate"])

@@ -7,10 +7,11 @@ from a checkout as well as from an installed package (gptviz is on no package in
 Every visitor string enters a snippet through repr(), so no prompt can end the string it sits in. core.py builds
 snippets and the box that shows them; one module per group of pages writes their snippets.
 """
+
 from .core import MARK, prompt_text, show  # noqa: F401
-from .prompt_views import attention, next_token, overview, activations, embeddings  # noqa: F401
-from .why import direct_attribution, ablation, patching, saliency, flow  # noqa: F401
-from .norms import twins, same_weights, depth_sweep, paper  # noqa: F401
-from .index_views import unit, units_here, units_for_word  # noqa: F401
-from .model_views import parameters, parameters_of_presets, training, heads_forming, grow, explainers  # noqa: F401
 from .graph_views import attribution_graph, qk  # noqa: F401
+from .index_views import unit, units_for_word, units_here  # noqa: F401
+from .model_views import explainers, grow, heads_forming, parameters, parameters_of_presets, training  # noqa: F401
+from .norms import depth_sweep, paper, same_weights, twins  # noqa: F401
+from .prompt_views import activations, attention, embeddings, next_token, overview  # noqa: F401
+from .why import ablation, direct_attribution, flow, patching, saliency  # noqa: F401

@@ -1,5 +1,6 @@
 """The pieces every snippet is made of: the model and prompt lines, the snippet itself, and the closed box a page
 shows it in."""
+
 from __future__ import annotations
 
 import re
@@ -13,7 +14,14 @@ from ..model_service import ModelSpec
 MARK = "# gptviz: "  # a snippet's first line: "# gptviz: <the view>, reproduced"
 
 
-LIBRARY_NAMES = ("GPT", "PRESETS", "capture", "get_tokenizer", "load_pretrained", "tokenizer_for")  # from gptviz, when a snippet uses them
+LIBRARY_NAMES = (
+    "GPT",
+    "PRESETS",
+    "capture",
+    "get_tokenizer",
+    "load_pretrained",
+    "tokenizer_for",
+)  # from gptviz, when a snippet uses them
 
 
 def model_lines(spec: ModelSpec) -> str:
@@ -23,8 +31,10 @@ def model_lines(spec: ModelSpec) -> str:
     elif spec.source == K.SOURCE_BUNDLED:
         line = f"model = load_pretrained({spec.name!r})"
     elif spec.source == K.SOURCE_TRAINED:  # it lives in the server's memory only
-        line = ("# this model was trained in your session: download its checkpoint on the Train page, then\n"
-                "model = load_pretrained('path/to/the/downloaded/folder')")
+        line = (
+            "# this model was trained in your session: download its checkpoint on the Train page, then\n"
+            "model = load_pretrained('path/to/the/downloaded/folder')"
+        )
     elif spec.source == K.SOURCE_UPLOAD:  # the server's copy is the visitor's alone: their own file, by its name
         heads = "" if spec.n_head is None else f", n_head={spec.n_head}"
         line = f"model = load_pretrained({spec.name.rpartition('/')[2]!r}, norm={spec.norm!r}{heads})"
@@ -42,6 +52,7 @@ def tokenizer_of(spec: ModelSpec | None):
     if spec is None or spec.source not in (K.SOURCE_PRETRAINED, K.SOURCE_UPLOAD):
         return None
     from ..model_service import load_model
+
     return tokenizer_for(load_model(spec))
 
 
@@ -50,14 +61,15 @@ def tokenizer_call(spec: ModelSpec | None) -> str:
     return "get_tokenizer()" if is_gpt2(tokenizer_of(spec)) else "tokenizer_for(model)"
 
 
-def prompt_lines(ids: tuple[int, ...] | list[int], text: str | None = None, name: str = "ids",
-                 spec: ModelSpec | None = None) -> str:
+def prompt_lines(
+    ids: tuple[int, ...] | list[int], text: str | None = None, name: str = "ids", spec: ModelSpec | None = None
+) -> str:
     """`ids = ...` for the tokens a view read: from the prompt's text where encoding it (in the tokenizer of the model
     `spec` names) gives them (its last ones when the page kept only those), else the ids themselves."""
     ids = list(ids)
     if text is not None:
         encoded = encode(text, tokenizer_of(spec))
-        if encoded[len(encoded) - len(ids):] == ids and ids:
+        if encoded[len(encoded) - len(ids) :] == ids and ids:
             cut = f"[-{len(ids)}:]" if len(encoded) > len(ids) else ""
             return f"{name} = {tokenizer_call(spec)}.encode({text!r}){cut}"
     return f"{name} = {ids!r}"
@@ -76,9 +88,11 @@ def snippet(view: str, spec: ModelSpec, *body: str, imports: str = "") -> str:
 def show(code: str) -> None:
     """The closed "Copy as Python" box (st.code has its own copy button)."""
     with st.expander("Copy as Python", icon=":material/code:"):
-        st.caption("The library calls that reproduce this view's numbers in a notebook or script; `result` holds "
-                   "them. It runs in a checkout of gptviz (its folder as the working directory, or on `PYTHONPATH`) "
-                   "or after `pip install .` there: gptviz is on no package index.")
+        st.caption(
+            "The library calls that reproduce this view's numbers in a notebook or script; `result` holds "
+            "them. It runs in a checkout of gptviz (its folder as the working directory, or on `PYTHONPATH`) "
+            "or after `pip install .` there: gptviz is on no package index."
+        )
         st.code(code, language="python")
 
 
@@ -91,6 +105,7 @@ def prompt_text() -> str | None:
 def config_line(cfg) -> str:
     """`config = ...`: a preset by its name when it is one unchanged, else the whole GPTConfig."""
     from ...model.config import PRESETS
+
     if PRESETS.get(cfg.name) == cfg:
         return f"config = PRESETS[{cfg.name!r}]"
     return f"config = {cfg!r}"

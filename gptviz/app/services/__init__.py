@@ -10,6 +10,7 @@ budget) and which any client could clear. Values are shared, not copied: callers
 `@cached` keys a function's result by its module, name and arguments; arguments whose name starts with `_` are not
 part of the key (a WorkClock), as with st.cache_data. The undecorated function stays reachable as `__wrapped__`.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -34,8 +35,10 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def results_cache() -> BoundedCache:
     """Every page's derived results, shared by every session, bounded by bytes and counted in the memory budget."""
-    return process_wide("results_cache", lambda: BoundedCache(limits.server_limits().results_bytes, "result",
-                                                              accountant=memory.accountant()))
+    return process_wide(
+        "results_cache",
+        lambda: BoundedCache(limits.server_limits().results_bytes, "result", accountant=memory.accountant()),
+    )
 
 
 def nbytes_of(value: Any) -> int:
@@ -105,4 +108,5 @@ def cached(fn: F | None = None, *, ttl_s: float | None = None):
         if ttl_s is not None:
             key += (int(time.monotonic() // ttl_s),)
         return results_cache().get_or_build(key, lambda: fn(*args, **kwargs), nbytes_of)
+
     return wrapper

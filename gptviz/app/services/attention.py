@@ -2,6 +2,7 @@
 the step-by-step, value-weighted and entropy views read (recomputed from the capture with the weights, so no view
 or layer switch reruns the model). Plain data in and out; the capture and the induction test are cached
 (gptviz.app.model_service, the results cache)."""
+
 from __future__ import annotations
 
 import math
@@ -10,9 +11,17 @@ from dataclasses import dataclass
 import torch
 
 from ... import methods as analysis
+from ...methods.head_steps import (
+    HeadSteps,
+    attention_input_name,
+    first_token_chance,
+    first_token_scores,
+    head_steps,
+    row_shares,
+    value_weighted,
+    values_from_input,
+)
 from ...model.config import GPTConfig
-from ...methods.head_steps import (HeadSteps, attention_input_name, first_token_chance, first_token_scores, head_steps,
-                                   row_shares, value_weighted, values_from_input)
 from ...model.hooks import ActivationCache
 from ...model.model import GPT
 from .. import model_service
@@ -33,8 +42,9 @@ def longest_prompt(cfg: GPTConfig) -> int:
 @dataclass
 class Detector:
     """One head detector on this page's prompt: its name, every head's score and uniform attention's score."""
+
     name: str
-    scores: torch.Tensor   # [layers, heads]
+    scores: torch.Tensor  # [layers, heads]
     chance: float
     on_prompt: bool = True  # measured on the page's prompt (False: on a sequence of its own)
 
@@ -46,19 +56,33 @@ class Detector:
         return analysis.head_ranking(self.scores, 1)[0]
 
 
-def detectors(spec: model_service.ModelSpec, cfg: GPTConfig, ids: tuple[int, ...], patterns: torch.Tensor) -> list[Detector]:
+def detectors(
+    spec: model_service.ModelSpec, cfg: GPTConfig, ids: tuple[int, ...], patterns: torch.Tensor
+) -> list[Detector]:
     """Every detector on the prompt's patterns [layers, heads, T, T], and induction on its own repeated sequence."""
     T = len(ids)
-    found = [Detector("induction, on this prompt", analysis.prompt_induction_scores(patterns, ids),
-                      analysis.prompt_induction_chance(ids)),
-             Detector("previous-token", analysis.previous_token_scores(patterns), analysis.previous_token_chance(T)),
-             Detector("duplicate-token", analysis.duplicate_token_scores(patterns, ids),
-                      analysis.duplicate_token_chance(ids)),
-             Detector("first token (sink)", first_token_scores(patterns), first_token_chance(T))]
+    found = [
+        Detector(
+            "induction, on this prompt",
+            analysis.prompt_induction_scores(patterns, ids),
+            analysis.prompt_induction_chance(ids),
+        ),
+        Detector("previous-token", analysis.previous_token_scores(patterns), analysis.previous_token_chance(T)),
+        Detector(
+            "duplicate-token", analysis.duplicate_token_scores(patterns, ids), analysis.duplicate_token_chance(ids)
+        ),
+        Detector("first token (sink)", first_token_scores(patterns), first_token_chance(T)),
+    ]
     length = model_service.induction_length(cfg.n_ctx)
     if length >= 2:
-        found.append(Detector(f"induction, {length} random tokens repeated", model_service.induction_scores(spec, length),
-                              analysis.induction_chance(length), on_prompt=False))
+        found.append(
+            Detector(
+                f"induction, {length} random tokens repeated",
+                model_service.induction_scores(spec, length),
+                analysis.induction_chance(length),
+                on_prompt=False,
+            )
+        )
     return found
 
 
@@ -88,8 +112,11 @@ def head_notes(found: list[Detector], n_layers: int, n_heads: int) -> list[list[
     for layer in range(n_layers):
         row = []
         for head in range(n_heads):
-            ratios = [(float(d.scores[layer, head]) / d.chance, d) for d in scored
-                      if math.isfinite(float(d.scores[layer, head]))]
+            ratios = [
+                (float(d.scores[layer, head]) / d.chance, d)
+                for d in scored
+                if math.isfinite(float(d.scores[layer, head]))
+            ]
             if not ratios:
                 row.append("")
                 continue
@@ -106,8 +133,9 @@ def steps_of_head(model: GPT, cache: ActivationCache, layer: int, head: int, que
     return head_steps(model, cache, layer, head, query)
 
 
-def value_weighted_shares(model: GPT, cache: ActivationCache, patterns: torch.Tensor, layer: int,
-                          head: int | None) -> torch.Tensor:
+def value_weighted_shares(
+    model: GPT, cache: ActivationCache, patterns: torch.Tensor, layer: int, head: int | None
+) -> torch.Tensor:
     """Kobayashi et al.'s weight x ‖value · W_O‖ as a share of each row [T, T], for one head or (None) their mean."""
     v = values_from_input(model, layer, cache[attention_input_name(layer, model.config.norm)])
     vw = value_weighted(model, layer, v, patterns[layer])  # [heads, T, T]

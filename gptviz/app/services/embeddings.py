@@ -1,5 +1,6 @@
 """The Embeddings page's computations on the model's weights: the learned positions' similarity and a PCA of the
 token embeddings (results cache; the weights are the loaded model's, nothing new is allocated beyond the result)."""
+
 from __future__ import annotations
 
 from ... import methods as analysis

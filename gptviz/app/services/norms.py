@@ -2,6 +2,7 @@
 setting (gptviz.training.xiong), the bundled twins' captures, matched heads, records and histories, and their sampling.
 Each reserves what it holds in flight (gptviz.serve.memory), keeps its result in the results cache, and returns plain
 data the page and its views (gptviz/app/views/norms_*.py) draw."""
+
 from __future__ import annotations
 
 import json
@@ -11,32 +12,31 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ... import PRESETS, GPTConfig, methods as analysis
-from ...model import sizes
-from ...serve import limits, memory
-from ...training import recipe_trials, training_log
-from ...model import weights
-from ...methods import wiring
-from ...training import xiong
-from ...methods import bigram_baseline
-from ...training.evaluate import corpus_of, recipe_differences
-from ...training.evaluate import twins_caveat as caveat_of_records
+from ... import PRESETS, GPTConfig
+from ... import methods as analysis
+from ...methods import bigram_baseline, wiring
+from ...model import sizes, weights
 from ...model.generate import generate
 from ...model.params import total_params
-from ...training.snapshots import formed_step, load_snapshots
 from ...model.tokenizer import token_labels
+from ...serve import limits, memory
+from ...training import recipe_trials, training_log, xiong
+from ...training.evaluate import corpus_of, recipe_differences
+from ...training.evaluate import twins_caveat as caveat_of_records
+from ...training.snapshots import formed_step, load_snapshots
 from .. import keys as K
 from .. import model_service
 from . import cached
 
 GPT2_VOCAB = 50257
-PAPER_BASE = "small-4l"    # the vocabulary, activation and MLP ratio of the bundled twins; shape from xiong.PAPER
-FORMED_DETECTORS = ("previous-token", "induction")   # the heads whose forming the history marks
+PAPER_BASE = "small-4l"  # the vocabulary, activation and MLP ratio of the bundled twins; shape from xiong.PAPER
+FORMED_DETECTORS = ("previous-token", "induction")  # the heads whose forming the history marks
 PROBE_LENGTH = 50  # the matching probe: this many random training ids (fewer in a short context), then again
 SIDE_TOP_K = 5
 
 
 # ---- same weights, two wirings --------------------------------------------------------------------------------
+
 
 @cached
 def measure_both(config_json: str, ids: tuple[int, ...], seed: int, init: str) -> dict[str, wiring.WiringStats]:
@@ -58,8 +58,8 @@ def width_choices(config: GPTConfig) -> list[int]:
     """Widths that keep the preset's head count (halving down from its d_model)."""
     out = []
     for k in range(6):
-        width = config.d_model // 2 ** k
-        if config.d_model % 2 ** k == 0 and width % config.n_heads == 0 and width >= 2 * config.n_heads:
+        width = config.d_model // 2**k
+        if config.d_model % 2**k == 0 and width % config.n_heads == 0 and width >= 2 * config.n_heads:
             out.append(width)
     return out or [config.d_model]
 
@@ -78,24 +78,32 @@ def measuring_refusal(config: GPTConfig, what: str) -> str | None:
     need, allowed = measuring_bytes(config), limits.server_limits().memory_mb
     if need <= allowed * 2**20:
         return None
-    return (f"{what} has {fmt_params(total_params(config))} parameters: measuring it needs about "
-            f"{need / 2**30:,.1f} GiB, more than the {allowed:,} MiB this server allows. Choose a smaller width or "
-            "depth.")
+    return (
+        f"{what} has {fmt_params(total_params(config))} parameters: measuring it needs about "
+        f"{need / 2**30:,.1f} GiB, more than the {allowed:,} MiB this server allows. Choose a smaller width or "
+        "depth."
+    )
 
 
 def attention_difference(pre: np.ndarray, post: np.ndarray) -> tuple[np.ndarray, float, float]:
     """The wirings' attention [L, H, T, T] compared: the mean total-variation distance of their rows per head, and
     each wiring's mean entropy as a share of a uniform row's."""
-    return (wiring.attention_tv_distance(pre, post), float(wiring.relative_entropy(pre).mean()),
-            float(wiring.relative_entropy(post).mean()))
+    return (
+        wiring.attention_tv_distance(pre, post),
+        float(wiring.relative_entropy(pre).mean()),
+        float(wiring.relative_entropy(post).mean()),
+    )
 
 
 # ---- the bundled twins ------------------------------------------------------------------------------------------
 
+
 def training_records(bundled: dict, names: dict[str, str]) -> dict[str, dict]:
     """Each twin's training record from its config.json."""
-    return {norm: json.loads((bundled[name] / "config.json").read_text()).get("training", {})
-            for norm, name in names.items()}
+    return {
+        norm: json.loads((bundled[name] / "config.json").read_text()).get("training", {})
+        for norm, name in names.items()
+    }
 
 
 def recipe_of(bundled: dict, names: dict[str, str]) -> list[str]:
@@ -108,9 +116,11 @@ def other_recipe_trial(bundled: dict, names: dict[str, str]) -> list[dict[str, s
     """The pre-norm twin retrained on post-norm's recipe, checked, beside both bundled twins' checks (a row per bar);
     None where any of the three check.json files is missing."""
     folders = {norm: Path(bundled[name]) for norm, name in names.items()}
-    checks = {"pre-norm on post-norm's recipe": recipe_trials.read_check(folders["pre"] / recipe_trials.OTHER_RECIPE_CHECK),
-              "post-norm (bundled)": recipe_trials.read_check(folders["post"] / "check.json"),
-              "pre-norm (bundled)": recipe_trials.read_check(folders["pre"] / "check.json")}
+    checks = {
+        "pre-norm on post-norm's recipe": recipe_trials.read_check(folders["pre"] / recipe_trials.OTHER_RECIPE_CHECK),
+        "post-norm (bundled)": recipe_trials.read_check(folders["post"] / "check.json"),
+        "pre-norm (bundled)": recipe_trials.read_check(folders["pre"] / "check.json"),
+    }
     return recipe_trials.bar_rows(checks) if all(checks.values()) else None
 
 
@@ -132,7 +142,10 @@ def probe_length(cfg: GPTConfig) -> int:
 def twins_captures(specs: dict[str, model_service.ModelSpec], ids: dict[str, tuple[int, ...]], n_layers: int) -> dict:
     """Each model's (logits, cache of every layer's attention) on its ids for the prompt (the same ids for the
     bundled twins; each its own tokenizer's for a pair that differ), through the capture cache."""
-    return {norm: model_service.capture_cache(spec, ids[norm], model_service.pattern_names(n_layers)) for norm, spec in specs.items()}
+    return {
+        norm: model_service.capture_cache(spec, ids[norm], model_service.pattern_names(n_layers))
+        for norm, spec in specs.items()
+    }
 
 
 @cached
@@ -143,16 +156,20 @@ def head_matches(specs: dict[str, model_service.ModelSpec], cfg: GPTConfig) -> t
     length = probe_length(cfg)  # random ids both vocabularies have (GPT-1's 40,478 are fewer than GPT-2's)
     vocab = min(model_service.load_model(spec).config.vocab_size for spec in specs.values())
     seq = tuple(analysis.induction_sequence(vocab, length, ids=model_service.training_vocab(specs["pre"])).tolist())
-    pats = {norm: model_service.capture_cache(spec, seq, model_service.pattern_names(cfg.n_layers))[1].patterns()
-            for norm, spec in specs.items()}
-    scores = {norm: (analysis.previous_token_scores(p), analysis.induction_scores_from(p, length))
-              for norm, p in pats.items()}
+    pats = {
+        norm: model_service.capture_cache(spec, seq, model_service.pattern_names(cfg.n_layers))[1].patterns()
+        for norm, spec in specs.items()
+    }
+    scores = {
+        norm: (analysis.previous_token_scores(p), analysis.induction_scores_from(p, length)) for norm, p in pats.items()
+    }
     typical = float(analysis.pattern_similarity(pats["pre"], pats["post"]).median())
     return analysis.match_heads(pats["pre"], pats["post"]), scores, typical
 
 
-def top_tokens(logits: torch.Tensor, k: int = SIDE_TOP_K, labels=token_labels
-               ) -> tuple[torch.Tensor, list[tuple[str, float]]]:
+def top_tokens(
+    logits: torch.Tensor, k: int = SIDE_TOP_K, labels=token_labels
+) -> tuple[torch.Tensor, list[tuple[str, float]]]:
     """The next-token probabilities after the last position (softmax of its logits) and the k likeliest (`labels`:
     the model's own tokenizer's)."""
     probs = torch.softmax(logits[-1].float(), -1)
@@ -164,16 +181,26 @@ def next_token_at(logits: torch.Tensor, pos: int, labels=token_labels) -> tuple[
     """The ten likeliest next tokens after position `pos`, and the entropy of the full distribution (nats)."""
     probs = torch.softmax(logits[pos].float(), -1)
     top = probs.topk(10)
-    return ([(label, float(p)) for label, p in zip(labels(top.indices.tolist()), top.values)],
-            float(-(probs * probs.clamp_min(1e-30).log()).sum()))
+    return (
+        [(label, float(p)) for label, p in zip(labels(top.indices.tolist()), top.values)],
+        float(-(probs * probs.clamp_min(1e-30).log()).sum()),
+    )
 
 
 @cached
-def generate_cached(spec: model_service.ModelSpec, ids: tuple[int, ...], new_tokens: int, temperature: float,
-                    top_k: int | None, seed: int) -> list[int]:
+def generate_cached(
+    spec: model_service.ModelSpec,
+    ids: tuple[int, ...],
+    new_tokens: int,
+    temperature: float,
+    top_k: int | None,
+    seed: int,
+) -> list[int]:
     model = model_service.load_model(spec)
-    with memory.reserve(sizes.sampling_nbytes(model.config, len(ids), new_tokens),
-                        f"a continuation of {new_tokens} tokens on {spec.name}"):
+    with memory.reserve(
+        sizes.sampling_nbytes(model.config, len(ids), new_tokens),
+        f"a continuation of {new_tokens} tokens on {spec.name}",
+    ):
         return generate(model, list(ids), new_tokens, temperature, top_k, None, seed)
 
 
@@ -213,23 +240,29 @@ def formed_at(folder: Path) -> dict[str, int | None]:
 
 # ---- the paper's setting ----------------------------------------------------------------------------------------
 
+
 @cached
 def paper_gradients(setting: xiong.ProbeSetting) -> xiong.FFNGradients:
     from ...serve.training_jobs import corpus_tokens
+
     return xiong.measure_ffn_gradients(setting, PRESETS[PAPER_BASE], corpus_tokens())
 
 
 @cached
 def paper_scaling(setting: xiong.ProbeSetting, depths: tuple[int, ...], matrix: str) -> xiong.DepthScaling:
     from ...serve.training_jobs import corpus_tokens
+
     return xiong.depth_scaling(setting, PRESETS[PAPER_BASE], corpus_tokens(), depths, matrix)
 
 
 @cached
 def twins_gradients(pre: str, post: str, setting: xiong.ProbeSetting) -> xiong.FFNGradients:
     from ...serve.training_jobs import corpus_tokens
-    loaded = {n: model_service.load_model(model_service.ModelSpec(K.SOURCE_BUNDLED, name, n)) for n, name in
-              (("pre", pre), ("post", post))}
+
+    loaded = {
+        n: model_service.load_model(model_service.ModelSpec(K.SOURCE_BUNDLED, name, n))
+        for n, name in (("pre", pre), ("post", post))
+    }
     return xiong.trained_ffn_gradients(loaded, corpus_tokens(), setting)
 
 

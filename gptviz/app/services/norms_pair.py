@@ -6,17 +6,18 @@ gpt2 and openai-gpt in GPTVIZ_MODEL_DIRS. Nothing is downloaded for it, and with
 Each model of a pair reads the prompt through its own tokenizer: GPT-2's BPE, and GPT-1's own (40,478 ids, lower
 case) from its folder's vocab.json and merges.txt (gptviz.model.gpt1_tokenizer). A GPT-1 folder without those files
 reads GPT-2's token ids, and the page says what that does to it."""
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
-from ...model.gpt1_tokenizer import folder_tokenizer
 from ...model import weights
-from ...serve.model_access import allowed_source
+from ...model.gpt1_tokenizer import folder_tokenizer
 from ...model.tokenizer import decode, encode, token_labels
 from ...serve.limits import server_limits
+from ...serve.model_access import allowed_source
 from .. import keys as K
 from .. import model_service
 
@@ -31,16 +32,19 @@ CONFOUNDS = (
     "maps and bars are over its own tokens, and positions do not line up one to one. **Training length**: GPT-1 "
     "trained 100 epochs on 512-token windows; GPT-2 on 1,024-token windows, in batches of 512, for a length its paper "
     "does not give. **Shape**: both have 12 layers of 12 heads at width 768, but GPT-2 ends in a LayerNorm that "
-    "GPT-1 lacks and has a larger vocabulary (124 M parameters against 117 M).")
+    "GPT-1 lacks and has a larger vocabulary (124 M parameters against 117 M)."
+)
 GPT2_TOKENS_FOR_GPT1 = (
     "This GPT-1 folder has no vocab.json and merges.txt, so GPT-1 reads GPT-2's token ids here. An id names another "
     "string in GPT-1's vocabulary, so GPT-1 reads text it never saw: its maps and guesses show the wiring on "
-    "scrambled input, not what GPT-1 learned. Put GPT-1's tokenizer files beside its weights to fix it.")
+    "scrambled input, not what GPT-1 learned. Put GPT-1's tokenizer files beside its weights to fix it."
+)
 
 
 @dataclass(frozen=True)
 class Codec:
     """How one model of a pair turns text into ids and back."""
+
     encode: Callable[[str], list[int]]
     decode: Callable[..., str]
     labels: Callable[..., list[str]]
@@ -53,11 +57,12 @@ GPT2_CODEC = Codec(encode, decode, token_labels, "GPT-2's BPE")
 @dataclass(frozen=True)
 class Pair:
     """Two trained models of the same size, one of each wiring, as the page compares them."""
-    stem: str                        # the picker's label
-    names: dict[str, str]            # {"pre": shown name, "post": shown name}
+
+    stem: str  # the picker's label
+    names: dict[str, str]  # {"pre": shown name, "post": shown name}
     specs: dict[str, model_service.ModelSpec]
     codecs: dict[str, Codec]
-    bundled: bool                    # the bundled twins: their training records, histories and recipes
+    bundled: bool  # the bundled twins: their training records, histories and recipes
 
     @property
     def same_tokens(self) -> bool:
@@ -128,6 +133,6 @@ def position_in(pair: Pair, ids: dict[str, tuple[int, ...]], pos: int) -> int:
     far, each through its own tokenizer); `pos` itself when both read the same tokens."""
     if pair.same_tokens:
         return pos
-    prefix = pair.codecs["pre"].decode(ids["pre"][:pos + 1])
+    prefix = pair.codecs["pre"].decode(ids["pre"][: pos + 1])
     dropped = len(pair.codecs["post"].encode(pair.codecs["pre"].decode(ids["pre"]))) - len(ids["post"])
     return max(0, min(len(ids["post"]) - 1, len(pair.codecs["post"].encode(prefix)) - 1 - max(dropped, 0)))

@@ -2,16 +2,17 @@
 direct effect on the logits, each within a reservation of the server's memory (the examples and the index itself
 are gptviz.app.unit_index's), the counts of the tokens the index lists, and the unit's page as Neuronpedia's
 feature-dashboard JSON and as one HTML file."""
+
 from __future__ import annotations
 
 import numpy as np
 
 from ... import index as ix
 from ...model import sizes
-from ...serve import limits, memory
-from ...serve.limits import TOKEN_BOX_CHARS  # noqa: F401 (the page's one-token boxes read it here)
 from ...model.model import GPT
 from ...model.tokenizer import tokenizer_for
+from ...serve import limits, memory
+from ...serve.limits import TOKEN_BOX_CHARS  # noqa: F401 (the page's one-token boxes read it here)
 from .. import model_service
 from .. import unit_index as ui
 from . import cached
@@ -27,8 +28,9 @@ def units_here(spec: model_service.ModelSpec, ids: tuple[int, ...], pos: int) ->
     """The 8 neurons and 4 heads most active at `pos` of the prompt, relative to their corpus peaks (cached)."""
     loaded, model = ui.find_index(spec), model_service.load_model(spec)
     with memory.reserve(ix.units_at_nbytes(model.config, len(ids)), f"every unit's value on {len(ids)} tokens"):
-        return (ix.units_at(model, ids, pos, index=loaded.index, k=8, kind="neuron")
-                + ix.units_at(model, ids, pos, index=loaded.index, k=4, kind="head"))
+        return ix.units_at(model, ids, pos, index=loaded.index, k=8, kind="neuron") + ix.units_at(
+            model, ids, pos, index=loaded.index, k=4, kind="head"
+        )
 
 
 def direct_effect(model: GPT, unit: ix.Unit, source: int | None = None) -> ix.DirectEffect:
@@ -60,6 +62,7 @@ def unit_dashboard(spec: model_service.ModelSpec, loaded: ui.Loaded, unit: ix.Un
     """The unit's page as Neuronpedia's feature-dashboard JSON (gptviz.index.dashboard): its top and band examples'
     contexts as the page shows them (cached), its direct effect (a head's of attending to `source`)."""
     from ...index import dashboard
+
     model = model_service.load_model(spec)
     top, bands = ui.contexts(spec, loaded, unit), ui.band_contexts(spec, loaded, unit)
     effect = direct_effect(model, unit, source)
@@ -69,11 +72,13 @@ def unit_dashboard(spec: model_service.ModelSpec, loaded: ui.Loaded, unit: ix.Un
 
 def unit_json(spec: model_service.ModelSpec, loaded: ui.Loaded, unit: ix.Unit, source: int | None) -> bytes:
     import json
+
     return json.dumps(unit_dashboard(spec, loaded, unit, source), indent=1, allow_nan=False).encode()
 
 
 def unit_html(spec: model_service.ModelSpec, loaded: ui.Loaded, unit: ix.Unit, source: int | None) -> bytes:
     """The same page as one HTML file that opens offline, drawn from that JSON (gptviz.notebook.unit_page)."""
     from ...notebook.unit_page import dashboard_html
+
     enc = tokenizer_for(model_service.load_model(spec))  # the ids' labels in the model's own tokenizer
     return dashboard_html(unit_dashboard(spec, loaded, unit, source), enc=enc).encode()

@@ -2,6 +2,7 @@
 continuations, an edited layer's attention, the patching sweeps, saliency and the information-flow graph. Each
 reserves its working memory first (gptviz.serve.memory), is kept in the results cache, and returns plain data; every
 number comes from gptviz.methods.attribution / gptviz.methods.interventions / gptviz.methods.flow."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -9,33 +10,34 @@ from dataclasses import dataclass
 import torch
 
 from ...methods import attribution, flow
+from ...methods.interventions import ablate_heads, run_with_edits
 from ...model import sizes
-from ...serve import limits, memory
 from ...model.config import GPTConfig
 from ...model.generate import generate
 from ...model.hooks import act_name
-from ...methods.interventions import ablate_heads, run_with_edits
 from ...model.tokenizer import decode, encode, fit_vocabulary, token_labels
+from ...serve import limits, memory
 from ...serve.work_clock import WorkClock, too_long
 from .. import jobs, model_service
 from . import cached
 
-IG_STEPS = 32       # integrated-gradients points (completeness shown beside the result)
-RATE_TTL_S = 120    # the block rate is measured again after this long: it is the server's speed now
+IG_STEPS = 32  # integrated-gradients points (completeness shown beside the result)
+RATE_TTL_S = 120  # the block rate is measured again after this long: it is the server's speed now
 
 
 @dataclass
 class Ask:
     """What every tab asks about: the sidebar's model and prompt, and the metric logit(target) - logit(other)."""
+
     spec: model_service.ModelSpec
     cfg: GPTConfig
     ids: tuple[int, ...]
     labels: list[str]
-    probs: torch.Tensor   # next-token probabilities after the prompt
-    choices: list[int]    # the most probable tokens, offered as target and rival
+    probs: torch.Tensor  # next-token probabilities after the prompt
+    choices: list[int]  # the most probable tokens, offered as target and rival
     target: int
     other: int
-    enc: object = None    # the model's tokenizer (tokenizer_for): GPT-1's BPE for a GPT-1 folder, else GPT-2's
+    enc: object = None  # the model's tokenizer (tokenizer_for): GPT-1's BPE for a GPT-1 folder, else GPT-2's
 
 
 def pieces(ids, enc=None) -> list[str]:
@@ -49,13 +51,13 @@ def first_difference(a: list[int], b: list[int]) -> int | None:
 
 def piece_at(ids: list[int], i: int, enc=None) -> str:
     """Token i of `ids` as text (token 0's text past the end: one continuation may be shorter)."""
-    return pieces(ids[i:i + 1] or [0], enc)[0]
+    return pieces(ids[i : i + 1] or [0], enc)[0]
 
 
 def prompt_ids(text: str, cfg: GPTConfig, enc=None) -> tuple[int, ...]:
     """A typed prompt as the model's ids (in its tokenizer `enc`): past its vocabulary replaced, its context's last
     tokens kept."""
-    return tuple(fit_vocabulary(encode(text, enc), cfg.vocab_size)[0][-cfg.n_ctx:])
+    return tuple(fit_vocabulary(encode(text, enc), cfg.vocab_size)[0][-cfg.n_ctx :])
 
 
 def corrupted_from(text: str, cfg: GPTConfig, enc=None) -> tuple[str, str] | None:
@@ -69,7 +71,7 @@ def corrupted_from(text: str, cfg: GPTConfig, enc=None) -> tuple[str, str] | Non
     at = copies[-1] + 1 if copies else 0
     for swap in encode(" the", enc) + encode(" and", enc) + encode(" not", enc):
         if swap != ids[at] and swap < cfg.vocab_size:
-            changed = ids[:at] + [swap] + ids[at + 1:]
+            changed = ids[:at] + [swap] + ids[at + 1 :]
             corrupted = decode(changed, enc)
             if list(prompt_ids(corrupted, cfg, enc)) == changed:
                 return corrupted, f"token {at}, {piece_at(ids, at, enc)!r} -> {piece_at(changed, at, enc)!r}"
@@ -77,18 +79,26 @@ def corrupted_from(text: str, cfg: GPTConfig, enc=None) -> tuple[str, str] | Non
 
 
 @cached
-def next_token(spec: model_service.ModelSpec, ids: tuple[int, ...], edit_heads: tuple[tuple[int, int], ...] = (),
-               mode: str = "zero") -> torch.Tensor:
+def next_token(
+    spec: model_service.ModelSpec,
+    ids: tuple[int, ...],
+    edit_heads: tuple[tuple[int, int], ...] = (),
+    mode: str = "zero",
+) -> torch.Tensor:
     """Next-token probabilities after `ids`, with the listed (layer, head) pairs ablated."""
     model = model_service.load_model(spec)
     edits = head_edits(spec, ids, edit_heads, mode)
-    with memory.reserve(sizes.capture_work_nbytes(model.config, (), len(ids)),
-                        f"next-token probabilities for {len(ids)} tokens on {spec.name}"):
+    with memory.reserve(
+        sizes.capture_work_nbytes(model.config, (), len(ids)),
+        f"next-token probabilities for {len(ids)} tokens on {spec.name}",
+    ):
         logits, _ = run_with_edits(model, torch.tensor([ids]), edits)
         return torch.softmax(logits[0, -1].float(), -1)
 
 
-def head_edits(spec: model_service.ModelSpec, ids: tuple[int, ...], heads: tuple[tuple[int, int], ...], mode: str) -> list:
+def head_edits(
+    spec: model_service.ModelSpec, ids: tuple[int, ...], heads: tuple[tuple[int, int], ...], mode: str
+) -> list:
     """One ablation edit per layer; mean ablation's reference is this prompt's own positions."""
     by_layer: dict[int, list[int]] = {}
     for layer, head in heads:
@@ -114,52 +124,74 @@ def direct_attribution(spec: model_service.ModelSpec, ids: tuple[int, ...], targ
 
 
 @cached
-def continuation(spec: model_service.ModelSpec, ids: tuple[int, ...], heads: tuple[tuple[int, int], ...], mode: str,
-                 n: int, temperature: float, seed: int) -> list[int]:
+def continuation(
+    spec: model_service.ModelSpec,
+    ids: tuple[int, ...],
+    heads: tuple[tuple[int, int], ...],
+    mode: str,
+    n: int,
+    temperature: float,
+    seed: int,
+) -> list[int]:
     model = model_service.load_model(spec)
     edits = head_edits(spec, ids, heads, mode)
-    with memory.reserve(sizes.sampling_nbytes(model.config, len(ids), n),
-                        f"a continuation of {n} tokens on {spec.name}"):
-        return generate(model, list(ids), n, temperature=temperature, seed=seed, edits=edits)[len(ids):]
+    with memory.reserve(
+        sizes.sampling_nbytes(model.config, len(ids), n), f"a continuation of {n} tokens on {spec.name}"
+    ):
+        return generate(model, list(ids), n, temperature=temperature, seed=seed, edits=edits)[len(ids) :]
 
 
 @cached
-def edited_pattern(spec: model_service.ModelSpec, ids: tuple[int, ...], heads: tuple[tuple[int, int], ...], mode: str,
-                   layer: int) -> torch.Tensor:
+def edited_pattern(
+    spec: model_service.ModelSpec, ids: tuple[int, ...], heads: tuple[tuple[int, int], ...], mode: str, layer: int
+) -> torch.Tensor:
     name, model = act_name("pattern", layer), model_service.load_model(spec)
     edits = head_edits(spec, ids, heads, mode)
-    with memory.reserve(sizes.capture_work_nbytes(model.config, [name], len(ids)),
-                        f"layer {layer}'s attention on {len(ids)} tokens of {spec.name}"):
+    with memory.reserve(
+        sizes.capture_work_nbytes(model.config, [name], len(ids)),
+        f"layer {layer}'s attention on {len(ids)} tokens of {spec.name}",
+    ):
         _, cache = run_with_edits(model, torch.tensor([ids]), edits, [name])
         return cache[name][0]
 
 
 @cached
-def patching(spec: model_service.ModelSpec, clean: tuple[int, ...], corrupted: tuple[int, ...], target: int, other: int,
-             _clock: WorkClock | None = None):
+def patching(
+    spec: model_service.ModelSpec,
+    clean: tuple[int, ...],
+    corrupted: tuple[int, ...],
+    target: int,
+    other: int,
+    _clock: WorkClock | None = None,
+):
     """Both sweeps; `_clock` (not part of the cache key) stops them past the time limit or when the session ends."""
     model = model_service.load_model(spec)
     with memory.reserve(attribution.patching_nbytes(model.config, len(clean)), "a patching sweep"):
-        return (attribution.residual_patching(model, clean, corrupted, target, other, _clock),
-                attribution.head_patching(model, clean, corrupted, target, other, _clock))
+        return (
+            attribution.residual_patching(model, clean, corrupted, target, other, _clock),
+            attribution.head_patching(model, clean, corrupted, target, other, _clock),
+        )
 
 
 @cached(ttl_s=RATE_TTL_S)
 def block_rate(spec: model_service.ModelSpec, T: int) -> float:
     """Token-block passes a second on this server now (one timed batch; measured again every two minutes)."""
     model = model_service.load_model(spec)
-    with memory.reserve(sizes.forward_nbytes(model.config, T, batch=4, patterns=False, all_logits=False),
-                        f"timing one block on {T} tokens of {spec.name}"):
+    with memory.reserve(
+        sizes.forward_nbytes(model.config, T, batch=4, patterns=False, all_logits=False),
+        f"timing one block on {T} tokens of {spec.name}",
+    ):
         return attribution.block_pass_rate(model, T)
 
 
 @dataclass
 class SweepPlan:
     """A long measurement before it starts: its estimated time from the rate measured now, and the limit."""
+
     estimate_s: float
     rate: float
     limit_s: int
-    refusal: str | None    # why it must not run (its estimate passes the operator's limit), or None
+    refusal: str | None  # why it must not run (its estimate passes the operator's limit), or None
 
 
 def sweep_plan(what: str, work: int, T: int, spec: model_service.ModelSpec) -> SweepPlan:
@@ -185,8 +217,12 @@ def flow_graph(spec: model_service.ModelSpec, ids: tuple[int, ...], threshold: f
 
 
 @cached
-def saliency(spec: model_service.ModelSpec, ids: tuple[int, ...], target: int, other: int, _clock: WorkClock | None = None):
+def saliency(
+    spec: model_service.ModelSpec, ids: tuple[int, ...], target: int, other: int, _clock: WorkClock | None = None
+):
     model = model_service.load_model(spec)
     with memory.reserve(attribution.saliency_nbytes(model.config, len(ids)), "integrated gradients"):
-        return (attribution.integrated_gradients(model, ids, target, other, steps=IG_STEPS, clock=_clock),
-                attribution.gradient_x_input(model, ids, target, other))
+        return (
+            attribution.integrated_gradients(model, ids, target, other, steps=IG_STEPS, clock=_clock),
+            attribution.gradient_x_input(model, ids, target, other),
+        )

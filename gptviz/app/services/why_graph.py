@@ -2,6 +2,7 @@
 reserves its working memory first (gptviz.serve.memory), is kept in the results cache and returns plain data; the
 graph also runs under the session's work clock and refuses, in words, a prompt whose estimate passes the server's
 memory. Every number comes from gptviz.methods.graph*."""
+
 from __future__ import annotations
 
 import math
@@ -14,15 +15,15 @@ from ...methods.graph import AttributionGraph, attribution_graph, edge_rows, gra
 from ...methods.graph_ablation import ablation_actuals
 from ...methods.graph_contributors import Contributors, contributors_nbytes, node_edits, parse_node, top_contributors
 from ...methods.graph_qk import QKDecomposition, check_cell, qk_decomposition
+from ...model import sizes
 from ...model.generate import generate
 from ...model.hooks import act_name
-from ...model import sizes
 from ...serve import limits, memory
 from ...serve.work_clock import WorkClock
 from .. import model_service
 from . import cached
 
-ABLATIONS = 10   # the graph's own ablation check: its top nodes (the library's default)
+ABLATIONS = 10  # the graph's own ablation check: its top nodes (the library's default)
 
 
 def graph_work(config, T: int, max_nodes: int) -> int:
@@ -34,16 +35,30 @@ def graph_work(config, T: int, max_nodes: int) -> int:
 
 
 @cached
-def graph(spec: model_service.ModelSpec, ids: tuple[int, ...], target: int, other: int, node_threshold: float,
-          edge_threshold: float, max_nodes: int, _clock: WorkClock | None = None) -> AttributionGraph:
+def graph(
+    spec: model_service.ModelSpec,
+    ids: tuple[int, ...],
+    target: int,
+    other: int,
+    node_threshold: float,
+    edge_threshold: float,
+    max_nodes: int,
+    _clock: WorkClock | None = None,
+) -> AttributionGraph:
     """The attribution graph of logit(target) - logit(other) after `ids`. A prompt whose estimate passes the server's
     memory is refused in words (ValueError) before anything runs; `_clock` stops it past the time limit."""
     model = model_service.load_model(spec)
     cfg = model.config
     budget = limits.server_limits().memory_mb * limits.MiB
     need = graph_nbytes(cfg, len(ids), max_nodes, ABLATIONS, model.wte.weight.element_size())
-    settings = dict(node_threshold=node_threshold, edge_threshold=edge_threshold, max_nodes=max_nodes,
-                    ablations=ABLATIONS, memory_budget=budget, clock=_clock)
+    settings = dict(
+        node_threshold=node_threshold,
+        edge_threshold=edge_threshold,
+        max_nodes=max_nodes,
+        ablations=ABLATIONS,
+        memory_budget=budget,
+        clock=_clock,
+    )
     if need > budget:  # the library refuses it in words before anything runs: no reservation to wait for
         return attribution_graph(model, list(ids), target, other, **settings)
     with memory.reserve(need, f"the attribution graph of {len(ids)} tokens on {spec.name}"):
@@ -51,8 +66,8 @@ def graph(spec: model_service.ModelSpec, ids: tuple[int, ...], target: int, othe
 
 
 class NodeCheck(NamedTuple):
-    baseline: float   # the real model's metric, unedited
-    actual: float     # the metric with the node removed, minus the baseline
+    baseline: float  # the real model's metric, unedited
+    actual: float  # the metric with the node removed, minus the baseline
 
 
 @cached
@@ -61,8 +76,10 @@ def node_check(spec: model_service.ModelSpec, ids: tuple[int, ...], node_id: str
     model = model_service.load_model(spec)
     ref = parse_node(node_id, model.config, len(ids))
     names = [act_name(kind, l) for l in range(model.config.n_layers) for kind in ("resid_pre", "k", "v")]
-    with memory.reserve(2 * sizes.capture_work_nbytes(model.config, names, len(ids)),
-                        f"removing {node_id} from {len(ids)} tokens on {spec.name}"):
+    with memory.reserve(
+        2 * sizes.capture_work_nbytes(model.config, names, len(ids)),
+        f"removing {node_id} from {len(ids)} tokens on {spec.name}",
+    ):
         base, actual = ablation_actuals(model, list(ids), [ref], target, other)
     return NodeCheck(base, actual[0])
 
@@ -74,19 +91,23 @@ def continuation_without(spec: model_service.ModelSpec, ids: tuple[int, ...], no
     model = model_service.load_model(spec)
     n = max(0, min(n, model.config.n_ctx - len(ids)))
     edits = [] if node_id is None else node_edits(model, parse_node(node_id, model.config, len(ids)))
-    with memory.reserve(sizes.sampling_nbytes(model.config, len(ids), n),
-                        f"a continuation of {n} tokens on {spec.name}"):
-        return generate(model, list(ids), n, temperature=0.0, edits=edits)[len(ids):]
+    with memory.reserve(
+        sizes.sampling_nbytes(model.config, len(ids), n), f"a continuation of {n} tokens on {spec.name}"
+    ):
+        return generate(model, list(ids), n, temperature=0.0, edits=edits)[len(ids) :]
 
 
 @cached
-def qk(spec: model_service.ModelSpec, ids: tuple[int, ...], layer: int, head: int, query: int, key: int) -> QKDecomposition:
+def qk(
+    spec: model_service.ModelSpec, ids: tuple[int, ...], layer: int, head: int, query: int, key: int
+) -> QKDecomposition:
     """The score of (layer, head, query, key) split into query-source x key-source terms; a cell the model or the
     prompt lacks, or above the diagonal, refused in words (ValueError)."""
     model = model_service.load_model(spec)
     check_cell(model.config, len(ids), layer, head, query, key)
-    with memory.reserve(contributors_nbytes(model.config, len(ids)),
-                        f"the QK decomposition on {len(ids)} tokens of {spec.name}"):
+    with memory.reserve(
+        contributors_nbytes(model.config, len(ids)), f"the QK decomposition on {len(ids)} tokens of {spec.name}"
+    ):
         return qk_decomposition(model, list(ids), layer, head, query, key)
 
 
@@ -96,8 +117,12 @@ def contributors(spec: model_service.ModelSpec, ids: tuple[int, ...], target: in
     graph's node influences only (no edges, no ablation). On one torch thread: beside a live generation's own
     thread, a second made both wait on each other."""
     model = model_service.load_model(spec)
-    with memory.reserve(contributors_nbytes(model.config, len(ids)),
-                        f"the top contributors on {len(ids)} tokens of {spec.name}"), one_thread():
+    with (
+        memory.reserve(
+            contributors_nbytes(model.config, len(ids)), f"the top contributors on {len(ids)} tokens of {spec.name}"
+        ),
+        one_thread(),
+    ):
         return top_contributors(model, list(ids), target, None, n)
 
 
@@ -116,11 +141,12 @@ def step_ids(prompt: tuple[int, ...], steps, i: int) -> tuple[tuple[int, ...], i
     """What the model read to write step i (its window of the prompt and the steps before), and the token written."""
     text = tuple(prompt) + tuple(s.token_id for s in steps[:i])
     step = steps[i]
-    return text[step.window_start:step.position], int(step.token_id)
+    return text[step.window_start : step.position], int(step.token_id)
 
 
 def pattern_row(spec: model_service.ModelSpec, ids: tuple[int, ...], layer: int, head: int, query: int) -> torch.Tensor:
     """Where (layer, head) looks from `query`: its attention weights over the keys (through the Why page's cached
     pattern of that layer)."""
     from .why import edited_pattern
+
     return edited_pattern(spec, ids, (), "zero", layer)[head, query]

@@ -1,6 +1,7 @@
 """Views the browser draws (a canvas heatmap, bars, token rows, a span picker): each a .js and a .css here and a .py
 of the same stem that turns data into their payload, pure and tested. The app mounts them as Streamlit components
 (gptviz.app.components); gptviz.notebook as Jupyter widgets. No Streamlit here."""
+
 from __future__ import annotations
 
 from importlib import resources

@@ -8,6 +8,7 @@ the choice goes back to Python afterwards (so the other views follow) without ho
 `payload` is pure (tested); `attention_map` mounts it (Streamlit's components v2, no iframe). Token text only ever
 reaches the page as textContent or canvas text, never as HTML.
 """
+
 from __future__ import annotations
 
 import base64
@@ -20,11 +21,11 @@ from ..attention import HIGHLIGHT, OUT_OF_WINDOW_COLOR, SCALES
 from ..common import ATTENTION_SCALE, MASKED_COLOR
 from ..palette import sequential
 
-LEVELS = 65535          # weights travel as uint16: w * LEVELS, rounded (a step of 1.5e-5)
+LEVELS = 65535  # weights travel as uint16: w * LEVELS, rounded (a step of 1.5e-5)
 SEND_ALL_CELLS = 1_000_000  # send every layer when layers x (heads + mean) x T x T stays under this, else one layer;
 # when even one layer is over it (a long prompt on a wide model: 13 x 1024 x 1024 cells is 36 MB of base64 at every
 # rerun), the picked head alone in full and every head of the layer as a max-pooled thumbnail
-THUMB_SIZE = 64         # a pooled thumbnail's longer side, in blocks
+THUMB_SIZE = 64  # a pooled thumbnail's longer side, in blocks
 NAME = "gptviz_attention_map"
 
 
@@ -82,34 +83,90 @@ def _check(n_layers: int, n_heads: int, layer: int, head, mean_head, scale: str,
     return head_index, [str(n) for n in names]
 
 
-def _encode(weights: np.ndarray, sent: list[int], n_layers: int, head_index: int, names: list, *, layer: int,
-            scale: str, row_labels, col_labels, row_start, row_end, row_positions, row_names, query: int,
-            title_prefix: str, title_suffix: str, x_title: str, y_title: str, divider: int, height: int) -> dict:
+def _encode(
+    weights: np.ndarray,
+    sent: list[int],
+    n_layers: int,
+    head_index: int,
+    names: list,
+    *,
+    layer: int,
+    scale: str,
+    row_labels,
+    col_labels,
+    row_start,
+    row_end,
+    row_positions,
+    row_names,
+    query: int,
+    title_prefix: str,
+    title_suffix: str,
+    x_title: str,
+    y_title: str,
+    divider: int,
+    height: int,
+) -> dict:
     """weights [sent layers, heads + 1, Q, K] and what the browser needs to draw and label them. When that is more
     than SEND_ALL_CELLS, only the picked head goes in full ("heads"), with pooled thumbnails of all ("thumbs")."""
     _, H1, Q, K = weights.shape
     heads, thumbs = list(range(H1)), None
     if weights.size > SEND_ALL_CELLS:
         pooled, block = max_pooled(weights)
-        thumbs = {"weights": base64.b64encode(quantize(pooled).tobytes()).decode("ascii"), "block": block,
-                  "Q": pooled.shape[-2], "K": pooled.shape[-1]}
+        thumbs = {
+            "weights": base64.b64encode(quantize(pooled).tobytes()).decode("ascii"),
+            "block": block,
+            "Q": pooled.shape[-2],
+            "K": pooled.shape[-1],
+        }
         heads, weights = [head_index], weights[:, [head_index]]
     return {
-        "Q": Q, "K": K, "n_layers": n_layers, "n_heads": H1 - 1, "layers": sent, "heads": heads, "thumbs": thumbs,
-        "weights": base64.b64encode(quantize(weights).tobytes()).decode("ascii"), "levels": LEVELS,
-        "row_labels": [str(t) for t in row_labels], "col_labels": [str(t) for t in col_labels],
-        "row_start": [int(v) for v in row_start], "row_end": [int(v) for v in row_end],
-        "row_positions": [int(v) for v in row_positions], "row_names": list(row_names),
-        "layer": int(layer), "head": head_index, "query": int(query), "scale": scale, "head_names": names,
-        "colors": colour_stops(sequential(ATTENTION_SCALE)), "masked": MASKED_COLOR, "out_of_window": OUT_OF_WINDOW_COLOR,
-        "highlight": HIGHLIGHT, "title_prefix": title_prefix, "title_suffix": title_suffix, "x_title": x_title,
-        "y_title": y_title, "divider": int(divider), "height": int(height),
+        "Q": Q,
+        "K": K,
+        "n_layers": n_layers,
+        "n_heads": H1 - 1,
+        "layers": sent,
+        "heads": heads,
+        "thumbs": thumbs,
+        "weights": base64.b64encode(quantize(weights).tobytes()).decode("ascii"),
+        "levels": LEVELS,
+        "row_labels": [str(t) for t in row_labels],
+        "col_labels": [str(t) for t in col_labels],
+        "row_start": [int(v) for v in row_start],
+        "row_end": [int(v) for v in row_end],
+        "row_positions": [int(v) for v in row_positions],
+        "row_names": list(row_names),
+        "layer": int(layer),
+        "head": head_index,
+        "query": int(query),
+        "scale": scale,
+        "head_names": names,
+        "colors": colour_stops(sequential(ATTENTION_SCALE)),
+        "masked": MASKED_COLOR,
+        "out_of_window": OUT_OF_WINDOW_COLOR,
+        "highlight": HIGHLIGHT,
+        "title_prefix": title_prefix,
+        "title_suffix": title_suffix,
+        "x_title": x_title,
+        "y_title": y_title,
+        "divider": int(divider),
+        "height": int(height),
     }
 
 
-def payload(patterns, labels: list[str], *, layer: int, head: int, query: int, scale: str,
-            mean_head: int | str = "mean", head_names: list[str] | None = None, title_prefix: str = "Layer",
-            height: int = 560, head_notes: list[list[str]] | None = None) -> dict:
+def payload(
+    patterns,
+    labels: list[str],
+    *,
+    layer: int,
+    head: int,
+    query: int,
+    scale: str,
+    mean_head: int | str = "mean",
+    head_names: list[str] | None = None,
+    title_prefix: str = "Layer",
+    height: int = 560,
+    head_notes: list[list[str]] | None = None,
+) -> dict:
     """A prompt's patterns [layers, heads, T, T] for the browser: uint16 levels (base64) for the layers sent, each
     with its heads and their mean last; `head` may be `mean_head` (the mean). Plain data only: labels are drawn as
     text by the browser. `head_notes[layer][head]` (heads, then the mean) is a line drawn under the title while that
@@ -125,17 +182,45 @@ def payload(patterns, labels: list[str], *, layer: int, head: int, query: int, s
         raise ValueError(f"head_notes must be {L} layers x {H + 1} entries (heads, then the mean)")
     sent = layers_to_send(L, H, T * T, layer)
     with_mean = np.concatenate([p[sent], p[sent].mean(axis=1, keepdims=True)], axis=1)  # [sent, H + 1, T, T]
-    data = _encode(with_mean, sent, L, head_index, names, layer=layer, scale=scale, row_labels=labels,
-                   col_labels=labels, row_start=[0] * T, row_end=range(1, T + 1), row_positions=range(T),
-                   row_names=[""] * T, query=query if 0 <= query < T else T - 1, title_prefix=title_prefix,
-                   title_suffix="", x_title="key (looked at)", y_title="query (looking)", divider=0, height=height)
+    data = _encode(
+        with_mean,
+        sent,
+        L,
+        head_index,
+        names,
+        layer=layer,
+        scale=scale,
+        row_labels=labels,
+        col_labels=labels,
+        row_start=[0] * T,
+        row_end=range(1, T + 1),
+        row_positions=range(T),
+        row_names=[""] * T,
+        query=query if 0 <= query < T else T - 1,
+        title_prefix=title_prefix,
+        title_suffix="",
+        x_title="key (looked at)",
+        y_title="query (looking)",
+        divider=0,
+        height=height,
+    )
     data["head_notes"] = None if head_notes is None else [[str(n) for n in row] for row in head_notes]
     return data
 
 
-def generation_payload(steps, labels: list[str], n_prompt: int, *, layer: int, head, scale: str,
-                       mean_head: int | str = "mean", head_names: list[str] | None = None, height: int = 480,
-                       every_layer: bool = True) -> dict:
+def generation_payload(
+    steps,
+    labels: list[str],
+    n_prompt: int,
+    *,
+    layer: int,
+    head,
+    scale: str,
+    mean_head: int | str = "mean",
+    head_names: list[str] | None = None,
+    height: int = 480,
+    every_layer: bool = True,
+) -> dict:
     """A generation's attention for the browser: one row per step (the query that predicted that step's token),
     over every key position any step could see (prompt, then generated). Step s's query sits at position
     n_prompt - 1 + s and saw keys from its window start on; `labels` cover prompt and generated tokens. Sends
@@ -153,19 +238,34 @@ def generation_payload(steps, labels: list[str], n_prompt: int, *, layer: int, h
     starts, ends = [], []
     for i, step in enumerate(steps):
         q, w0 = n_prompt - 1 + i, int(step.window_start)
-        att = np.asarray(step.attention[sent], dtype=np.float32)      # [sent, H, window]
+        att = np.asarray(step.attention[sent], dtype=np.float32)  # [sent, H, window]
         width = q + 1 - w0
-        w[:, :H, i, w0:q + 1] = att[..., :width]
-        w[:, H, i, w0:q + 1] = att[..., :width].mean(axis=1)
+        w[:, :H, i, w0 : q + 1] = att[..., :width]
+        w[:, H, i, w0 : q + 1] = att[..., :width].mean(axis=1)
         starts.append(w0)
         ends.append(q + 1)
-    return _encode(w, sent, L, head_index, names, layer=layer, scale=scale,
-                   row_labels=[labels[n_prompt + i] for i in range(S)], col_labels=labels[:K],
-                   row_start=starts, row_end=ends, row_positions=[n_prompt - 1 + i for i in range(S)],
-                   row_names=[f"step {i} (predicted '{labels[n_prompt + i]}'): " for i in range(S)], query=-1,
-                   title_prefix="Layer", title_suffix=": attention of each generating query",
-                   x_title="key position (prompt, then generated)", y_title="generated token", divider=n_prompt,
-                   height=height)
+    return _encode(
+        w,
+        sent,
+        L,
+        head_index,
+        names,
+        layer=layer,
+        scale=scale,
+        row_labels=[labels[n_prompt + i] for i in range(S)],
+        col_labels=labels[:K],
+        row_start=starts,
+        row_end=ends,
+        row_positions=[n_prompt - 1 + i for i in range(S)],
+        row_names=[f"step {i} (predicted '{labels[n_prompt + i]}'): " for i in range(S)],
+        query=-1,
+        title_prefix="Layer",
+        title_suffix=": attention of each generating query",
+        x_title="key position (prompt, then generated)",
+        y_title="generated token",
+        divider=n_prompt,
+        height=height,
+    )
 
 
 def decode_weights(data: dict) -> np.ndarray:

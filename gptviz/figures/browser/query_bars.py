@@ -7,6 +7,7 @@ wait"). Here the bars are a canvas; the interactive-HTML download still builds t
 `payload` is pure (tested); `query_bars` mounts it (Streamlit's components v2, no iframe). Token text reaches the
 page only as canvas text or textContent, never as HTML.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -26,6 +27,12 @@ def payload(weights, labels: list[str], query: int, *, title: str, height: int =
         raise ValueError(f"{len(w)} weights for keys 0..{query}")
     if not np.all(np.isfinite(w)):
         raise ValueError("the weights must be finite")
-    return {"title": str(title), "weights": [round(float(v), 6) for v in w],
-            "labels": [str(t) for t in labels[: query + 1]], "query": int(query), "colour": BAR_COLOUR,
-            "highlight": HIGHLIGHT, "height": int(height)}
+    return {
+        "title": str(title),
+        "weights": [round(float(v), 6) for v in w],
+        "labels": [str(t) for t in labels[: query + 1]],
+        "query": int(query),
+        "colour": BAR_COLOUR,
+        "highlight": HIGHLIGHT,
+        "height": int(height),
+    }

@@ -7,6 +7,7 @@ the attention map beside it. The interactive-HTML download still builds the Plot
 
 `payload` is pure (tested); `token_rows` mounts it (Streamlit's components v2, no iframe).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -32,11 +33,22 @@ def payload(rows: list[ExampleRow], *, value_name: str, cmax: float) -> dict:
             raise ValueError(f"peak {row.peak} is outside the row's {len(row.labels)} tokens")
         start, end = window(row.labels, row.peak)
         values = np.asarray(row.values, dtype=np.float64)[start:end]
-        out.append({"name": str(row.name), "hover": str(row.hover), "tokens": [str(t) for t in row.labels[start:end]],
-                    "values": [None if not np.isfinite(v) else round(float(v), 5) for v in values],
-                    "peak": row.peak - start})
-    return {"rows": out, "value_name": str(value_name), "cmax": float(cmax) if cmax > 0 else 1.0,
-            "colors": colour_stops(behind_text(EXAMPLE_SCALE)), "highlight": HIGHLIGHT}
+        out.append(
+            {
+                "name": str(row.name),
+                "hover": str(row.hover),
+                "tokens": [str(t) for t in row.labels[start:end]],
+                "values": [None if not np.isfinite(v) else round(float(v), 5) for v in values],
+                "peak": row.peak - start,
+            }
+        )
+    return {
+        "rows": out,
+        "value_name": str(value_name),
+        "cmax": float(cmax) if cmax > 0 else 1.0,
+        "colors": colour_stops(behind_text(EXAMPLE_SCALE)),
+        "highlight": HIGHLIGHT,
+    }
 
 
 def reserve_css(key: str, n_rows: int) -> str:
@@ -44,5 +56,7 @@ def reserve_css(key: str, n_rows: int) -> str:
     mounts a moment after the text around it, which otherwise jumps down by the rows' height (850 px on a phone)."""
     n = max(0, int(n_rows))
     wide, phone = LEGEND_PX + n * ROW_PX, LEGEND_PX + n * PHONE_ROW_PX
-    return (f"<style>.st-key-{key} {{min-height: {wide:.0f}px;}} "
-            f"@media (max-width: {PHONE_PX}px) {{.st-key-{key} {{min-height: {phone:.0f}px;}}}}</style>")
+    return (
+        f"<style>.st-key-{key} {{min-height: {wide:.0f}px;}} "
+        f"@media (max-width: {PHONE_PX}px) {{.st-key-{key} {{min-height: {phone:.0f}px;}}}}</style>"
+    )

@@ -5,6 +5,7 @@ Why a component: Streamlit's pills pick one token or a set by clicks, not a span
 and reports the span picked ([start, end)); the sums are computed here, on the page's capture (`span_sums`, tested
 against the pattern's rows and columns). Token text is set with textContent: never parsed as HTML.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -50,10 +51,17 @@ def payload(pattern, labels: list[str], *, start: int, end: int, direction: str)
         raise ValueError(f"{len(labels)} labels for {T} tokens")
     seen = reachable(T, start, end, direction)
     top = float(values[seen].max()) if seen.any() else 0.0
-    return {"tokens": [str(t) for t in labels], "values": [round(float(v), 6) if s else None for v, s in zip(values, seen)],
-            "start": int(start), "end": int(end), "direction": direction, "cmax": top if top > 0 else 1.0,
-            "value_name": "summed weight " + ("from the span" if direction == "from" else "on the span"),
-            "colors": colour_stops(), "highlight": HIGHLIGHT}
+    return {
+        "tokens": [str(t) for t in labels],
+        "values": [round(float(v), 6) if s else None for v, s in zip(values, seen)],
+        "start": int(start),
+        "end": int(end),
+        "direction": direction,
+        "cmax": top if top > 0 else 1.0,
+        "value_name": "summed weight " + ("from the span" if direction == "from" else "on the span"),
+        "colors": colour_stops(),
+        "highlight": HIGHLIGHT,
+    }
 
 
 def picked_span(value, T: int) -> tuple[int, int] | None:

@@ -4,11 +4,13 @@ A `.pt`/`.pth`/`.bin` file is a pickle. It is read only with `torch.load(weights
 and plain containers and refuses any other object before it is created, and memory-mapped, so that no tensor is
 read until the loader has checked the sizes the file describes against the load limits.
 """
+
 from __future__ import annotations
 
 import pickle
+from collections.abc import Callable
 from pathlib import Path
-from typing import BinaryIO, Callable
+from typing import BinaryIO
 
 import torch
 
@@ -19,14 +21,17 @@ class CheckpointError(ValueError):
     """A checkpoint is missing, of an unknown layout, or corrupt; the message says what to do."""
 
 
-NOT_PLAIN = ("holds Python objects other than tensors and plain data and was not loaded: gptviz reads only plain "
-             "tensors, never pickled code ({detail}). Save the state dict with torch.save instead")
+NOT_PLAIN = (
+    "holds Python objects other than tensors and plain data and was not loaded: gptviz reads only plain "
+    "tensors, never pickled code ({detail}). Save the state dict with torch.save instead"
+)
 
 
 def read_pickle(path: Path):
     """The file's contents with torch.load(weights_only=True) on the CPU, memory-mapped where its format allows (a
     torch.save zip: nothing is read until used). CheckpointError for code, a corrupt file or an unmappable file
     past the parameter cap (the old non-zip format is read whole)."""
+
     def load():
         try:
             return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
@@ -35,9 +40,12 @@ def read_pickle(path: Path):
                 raise
         most = load_limits().max_params
         if path.stat().st_size > 4 * most + (1 << 20):
-            raise CheckpointError(f"{path.name} is in the old pickle format (not a torch.save zip) and larger than "
-                                  f"{most:,} float32 parameters")
+            raise CheckpointError(
+                f"{path.name} is in the old pickle format (not a torch.save zip) and larger than "
+                f"{most:,} float32 parameters"
+            )
         return torch.load(path, map_location="cpu", weights_only=True)
+
     return _read(path.name, load)
 
 
@@ -86,10 +94,10 @@ def strip_prefix(state: dict, prefix: str = "_orig_mod.") -> dict:
 
 def tensors_only(state, what: str) -> dict[str, torch.Tensor]:
     """A mapping of names to tensors, or a CheckpointError naming what it is instead."""
-    if not isinstance(state, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor)
-                                              for k, v in state.items()):
-        raise CheckpointError(f"{what} is not a state dict (a mapping of names to tensors); "
-                              f"got {type(state).__name__}")
+    if not isinstance(state, dict) or not all(
+        isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()
+    ):
+        raise CheckpointError(f"{what} is not a state dict (a mapping of names to tensors); got {type(state).__name__}")
     return state
 
 
@@ -97,9 +105,11 @@ def check_shapes(shapes: dict[str, tuple[int, ...]], expected: dict[str, tuple[i
     """Every expected tensor present with its shape, and nothing else; names the first differences."""
     missing, unexpected = sorted(set(expected) - set(shapes)), sorted(set(shapes) - set(expected))
     if missing or unexpected:
-        raise CheckpointError(f"{what} does not match the model it describes: missing {missing[:4]}, "
-                              f"unexpected {unexpected[:4]}")
+        raise CheckpointError(
+            f"{what} does not match the model it describes: missing {missing[:4]}, unexpected {unexpected[:4]}"
+        )
     for key, shape in shapes.items():
         if tuple(shape) != tuple(expected[key]):
-            raise CheckpointError(f"{what}: {key} has shape {tuple(shape)}, the model it describes needs "
-                                  f"{tuple(expected[key])}")
+            raise CheckpointError(
+                f"{what}: {key} has shape {tuple(shape)}, the model it describes needs {tuple(expected[key])}"
+            )

@@ -1,5 +1,6 @@
 """The last step every file format takes, once checkpoint.admit has passed its config (overrides, then the load
 limits, before a tensor is read): build the model from a state dict in our names once its shapes match."""
+
 from __future__ import annotations
 
 import torch

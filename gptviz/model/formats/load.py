@@ -1,6 +1,7 @@
 """One entry for every checkpoint on disk: a folder with config.json (gptviz's own, Hugging Face GPT-2 or GPT-1), a
 nanoGPT ckpt.pt, a Raschka GPTModel .pth, an llm.c .bin, or a folder holding one of those files. The format is read
 from the file itself (llm.c's magic number; the pickle's structure and tensor names), never from its name."""
+
 from __future__ import annotations
 
 import json
@@ -56,8 +57,10 @@ def _resolve(path: Path) -> Path:
             return path
         found = checkpoint_file(path)
         if found is None:
-            raise CheckpointError(f"the checkpoint's folder ({path.name!r}) has no config.json and no checkpoint file "
-                                  f"gptviz reads ({', '.join(CHECKPOINT_FILES)} or one llm.c .bin)")
+            raise CheckpointError(
+                f"the checkpoint's folder ({path.name!r}) has no config.json and no checkpoint file "
+                f"gptviz reads ({', '.join(CHECKPOINT_FILES)} or one llm.c .bin)"
+            )
         return found
     if not path.is_file():
         raise CheckpointError(f"the checkpoint ({path.name!r}) is not a folder or a regular file")
@@ -87,13 +90,16 @@ def _describe_pickle(obj, what: str, n_head: int | None):
         if raschka.is_raschka(state):
             return raschka.config_of(state, what, n_head), lambda c: raschka.state_of(state, c, what)
         if any(name in state or "_orig_mod." + name in state for name in _GPT2_NAMES):
-            raise CheckpointError(f"{what} holds GPT-2-style weights without the sizes that go with them: give "
-                                  f"nanoGPT's whole ckpt.pt (with model_args) or a folder with its config.json")
+            raise CheckpointError(
+                f"{what} holds GPT-2-style weights without the sizes that go with them: give "
+                f"nanoGPT's whole ckpt.pt (with model_args) or a folder with its config.json"
+            )
     raise CheckpointError(unknown_layout(what))
 
 
 class FileCheck(NamedTuple):
     """What an uploaded file describes: its config (with one head where the file cannot say: `needs_n_head`)."""
+
     config: GPTConfig
     needs_n_head: bool
 
@@ -175,5 +181,13 @@ def path_nbytes(path: str | os.PathLike, n_head: int | None = None) -> int:
         return 0
 
 
-__all__ = ["SUPPORTED", "FileCheck", "check_file_bytes", "checkpoint_file", "load_path", "needs_n_head", "path_config",
-           "path_nbytes"]
+__all__ = [
+    "SUPPORTED",
+    "FileCheck",
+    "check_file_bytes",
+    "checkpoint_file",
+    "load_path",
+    "needs_n_head",
+    "path_config",
+    "path_nbytes",
+]

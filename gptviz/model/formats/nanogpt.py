@@ -7,6 +7,7 @@ compiled with torch.compile saves its names with the `_orig_mod.` prefix. Traine
 vocabulary is padded from 50,257 to 50,304 (a multiple of 64): the padding rows are dropped here, which is the same as
 masking their logits out of the probabilities; no token maps to them.
 """
+
 from __future__ import annotations
 
 import torch
@@ -24,7 +25,7 @@ def is_nanogpt(obj) -> bool:
 
 def _state(obj, what: str) -> dict[str, torch.Tensor]:
     """Our names for its tensors (shapes as stored: the padded vocabulary is still there); causal-mask buffers out."""
-    state = strip_prefix(tensors_only(obj["model"], f"{what}'s \"model\""))
+    state = strip_prefix(tensors_only(obj["model"], f'{what}\'s "model"'))
     ours = {}
     for key, value in state.items():
         key = key.removeprefix("transformer.")
@@ -56,10 +57,20 @@ def config_of(obj, what: str) -> GPTConfig:
     if not isinstance(bias, bool):
         raise CheckpointError(f"{what}: model_args' bias must be True or False, got {bias!r}")
     vocab = GPT2_VOCAB if sizes["vocab_size"] == GPT2_PADDED else sizes["vocab_size"]
-    return make_config(what, vocab_size=vocab, n_ctx=sizes["block_size"], d_model=sizes["n_embd"],
-                       n_layers=sizes["n_layer"], n_heads=sizes["n_head"], activation="gelu",
-                       tie_weights=_tied(_state(obj, what)), qkv_bias=bias, bias=bias, ln_eps=1e-5,
-                       name=f"{what} (nanoGPT)")
+    return make_config(
+        what,
+        vocab_size=vocab,
+        n_ctx=sizes["block_size"],
+        d_model=sizes["n_embd"],
+        n_layers=sizes["n_layer"],
+        n_heads=sizes["n_head"],
+        activation="gelu",
+        tie_weights=_tied(_state(obj, what)),
+        qkv_bias=bias,
+        bias=bias,
+        ln_eps=1e-5,
+        name=f"{what} (nanoGPT)",
+    )
 
 
 def state_of(obj, config: GPTConfig, what: str) -> dict[str, torch.Tensor]:
@@ -69,7 +80,7 @@ def state_of(obj, config: GPTConfig, what: str) -> dict[str, torch.Tensor]:
     for key in ("wte.weight", "lm_head.weight"):
         value = state.get(key)
         if value is not None and value.dim() == 2 and value.shape[0] == padded:
-            state[key] = value[:config.vocab_size]
+            state[key] = value[: config.vocab_size]
     if config.tie_weights:
         state.pop("lm_head.weight", None)
     return state

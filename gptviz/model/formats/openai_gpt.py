@@ -5,6 +5,7 @@ module names inside each block; only the embeddings differ (tokens_embed, positi
 them). Its `afn: "gelu"` is the tanh approximation (transformers' ACT_FNS maps it to gelu_new), unlike GPT-2's
 "gelu", which is the exact erf form.
 """
+
 from __future__ import annotations
 
 import json
@@ -24,11 +25,19 @@ def config_from_openai_gpt(hf: dict) -> GPTConfig:
         raise CheckpointError(f"afn {act!r} is not supported (GPT-1 folders with afn 'gelu' or 'relu' are)")
     name = hf.get("_name_or_path")
     try:
-        return GPTConfig(vocab_size=hf["vocab_size"], n_ctx=hf.get("n_positions", hf.get("n_ctx", 512)),
-                         d_model=hf["n_embd"], n_layers=hf["n_layer"], n_heads=hf["n_head"], norm="post",
-                         activation=_ACTIVATIONS[act], tie_weights=hf.get("tie_word_embeddings", True),
-                         ln_eps=hf.get("layer_norm_epsilon", 1e-5), final_norm=False,
-                         name=name[:100] if isinstance(name, str) and name.strip() else MODEL_TYPE)
+        return GPTConfig(
+            vocab_size=hf["vocab_size"],
+            n_ctx=hf.get("n_positions", hf.get("n_ctx", 512)),
+            d_model=hf["n_embd"],
+            n_layers=hf["n_layer"],
+            n_heads=hf["n_head"],
+            norm="post",
+            activation=_ACTIVATIONS[act],
+            tie_weights=hf.get("tie_word_embeddings", True),
+            ln_eps=hf.get("layer_norm_epsilon", 1e-5),
+            final_norm=False,
+            name=name[:100] if isinstance(name, str) and name.strip() else MODEL_TYPE,
+        )
     except KeyError as err:
         raise CheckpointError(f"the GPT-1 config has no {err} field") from None
     except (TypeError, ConfigError) as err:
@@ -47,11 +56,14 @@ def model_tokenizer(folder: Path, config: GPTConfig):
     if model_type != MODEL_TYPE:
         return None
     from ..gpt1_tokenizer import folder_tokenizer
+
     try:
         tok = folder_tokenizer(folder)
     except ValueError as err:
         raise CheckpointError(f"GPT-1's tokenizer: {err}") from None
     if tok is not None and tok.n_vocab != config.vocab_size:
-        raise CheckpointError(f"GPT-1's tokenizer (vocab.json) has {tok.n_vocab:,} ids but the model's token "
-                              f"embedding has {config.vocab_size:,} rows: they are not one model's files")
+        raise CheckpointError(
+            f"GPT-1's tokenizer (vocab.json) has {tok.n_vocab:,} ids but the model's token "
+            f"embedding has {config.vocab_size:,} rows: they are not one model's files"
+        )
     return tok

@@ -7,6 +7,7 @@ eps 1e-5, biased variance) is nn.LayerNorm's function and its GELU the tanh appr
 file (the W_query bias is there or not); the `att.mask` buffers are the causal mask, not weights. The head count
 cannot be read from the file (the heads are slices of W_query's rows), so it is an argument.
 """
+
 from __future__ import annotations
 
 import re
@@ -18,8 +19,13 @@ from .base import CheckpointError, check_shapes, strip_prefix, tensors_only
 from .build import make_config
 
 _BLOCK = re.compile(r"trf_blocks\.(\d+)\.")
-_RENAME = {"att.out_proj": "attn.c_proj", "ff.layers.0": "mlp.c_fc", "ff.layers.2": "mlp.c_proj",
-           "norm1": "ln_1", "norm2": "ln_2"}
+_RENAME = {
+    "att.out_proj": "attn.c_proj",
+    "ff.layers.0": "mlp.c_fc",
+    "ff.layers.2": "mlp.c_proj",
+    "norm1": "ln_1",
+    "norm2": "ln_2",
+}
 _PARAM = {"scale": "weight", "shift": "bias", "weight": "weight", "bias": "bias"}
 
 
@@ -29,8 +35,11 @@ def model_state(obj):
 
 
 def is_raschka(state) -> bool:
-    return isinstance(state, dict) and "tok_emb.weight" in state and any(
-        isinstance(k, str) and k.startswith("trf_blocks.") for k in state)
+    return (
+        isinstance(state, dict)
+        and "tok_emb.weight" in state
+        and any(isinstance(k, str) and k.startswith("trf_blocks.") for k in state)
+    )
 
 
 def _weights(state: dict, what: str) -> dict[str, torch.Tensor]:
@@ -53,31 +62,55 @@ def _matrix(state: dict, key: str, what: str) -> tuple[int, int]:
 
 def config_of(state: dict, what: str, n_head: int | None) -> GPTConfig:
     if n_head is None:
-        raise CheckpointError(f"{what} holds a GPTModel from Raschka's book, whose files do not record the number of "
-                              f"attention heads: pass it as n_head, e.g. load_pretrained(path, n_head=12) (his "
-                              f"GPT_CONFIG_124M has n_heads 12), or save that config dict as config.json beside "
-                              f"the file")
+        raise CheckpointError(
+            f"{what} holds a GPTModel from Raschka's book, whose files do not record the number of "
+            f"attention heads: pass it as n_head, e.g. load_pretrained(path, n_head=12) (his "
+            f"GPT_CONFIG_124M has n_heads 12), or save that config dict as config.json beside "
+            f"the file"
+        )
     state = _weights(state, what)
     (vocab, d_model), (n_ctx, _) = _matrix(state, "tok_emb.weight", what), _matrix(state, "pos_emb.weight", what)
     d_ff = _matrix(state, "trf_blocks.0.ff.layers.0.weight", what)[0]
-    return make_config(what, vocab_size=vocab, n_ctx=n_ctx, d_model=d_model, n_layers=_layers(state, what),
-                       n_heads=n_head, d_ff=d_ff, activation="gelu_tanh", tie_weights=False,
-                       qkv_bias="trf_blocks.0.att.W_query.bias" in state, ln_eps=1e-5, name=f"{what} (GPTModel)")
+    return make_config(
+        what,
+        vocab_size=vocab,
+        n_ctx=n_ctx,
+        d_model=d_model,
+        n_layers=_layers(state, what),
+        n_heads=n_head,
+        d_ff=d_ff,
+        activation="gelu_tanh",
+        tie_weights=False,
+        qkv_bias="trf_blocks.0.att.W_query.bias" in state,
+        ln_eps=1e-5,
+        name=f"{what} (GPTModel)",
+    )
 
 
 def _expected(config: GPTConfig) -> dict[str, tuple[int, ...]]:
     """Every tensor of his GPTModel for `config`, in his names and nn.Linear's [out, in] layout."""
     d, ff, V = config.d_model, config.d_ff, config.vocab_size
-    shapes = {"tok_emb.weight": (V, d), "pos_emb.weight": (config.n_ctx, d), "final_norm.scale": (d,),
-              "final_norm.shift": (d,), "out_head.weight": (V, d)}
+    shapes = {
+        "tok_emb.weight": (V, d),
+        "pos_emb.weight": (config.n_ctx, d),
+        "final_norm.scale": (d,),
+        "final_norm.shift": (d,),
+        "out_head.weight": (V, d),
+    }
     for i in range(config.n_layers):
         b = f"trf_blocks.{i}."
         for m in ("W_query", "W_key", "W_value"):
             shapes[b + f"att.{m}.weight"] = (d, d)
             if config.qkv_bias:
                 shapes[b + f"att.{m}.bias"] = (d,)
-        shapes |= {b + "att.out_proj.weight": (d, d), b + "att.out_proj.bias": (d,), b + "ff.layers.0.weight": (ff, d),
-                   b + "ff.layers.0.bias": (ff,), b + "ff.layers.2.weight": (d, ff), b + "ff.layers.2.bias": (d,)}
+        shapes |= {
+            b + "att.out_proj.weight": (d, d),
+            b + "att.out_proj.bias": (d,),
+            b + "ff.layers.0.weight": (ff, d),
+            b + "ff.layers.0.bias": (ff,),
+            b + "ff.layers.2.weight": (d, ff),
+            b + "ff.layers.2.bias": (d,),
+        }
         shapes |= {b + f"{n}.{p}": (d,) for n in ("norm1", "norm2") for p in ("scale", "shift")}
     return shapes
 
@@ -86,16 +119,21 @@ def state_of(state: dict, config: GPTConfig, what: str) -> dict[str, torch.Tenso
     """Our names for his tensors, W_query, W_key and W_value stacked into c_attn; shapes checked first."""
     state = _weights(state, what)
     check_shapes({k: tuple(v.shape) for k, v in state.items()}, _expected(config), what)
-    ours = {"wte.weight": state["tok_emb.weight"], "wpe.weight": state["pos_emb.weight"],
-            "ln_f.weight": state["final_norm.scale"], "ln_f.bias": state["final_norm.shift"],
-            "lm_head.weight": state["out_head.weight"]}
+    ours = {
+        "wte.weight": state["tok_emb.weight"],
+        "wpe.weight": state["pos_emb.weight"],
+        "ln_f.weight": state["final_norm.scale"],
+        "ln_f.bias": state["final_norm.shift"],
+        "lm_head.weight": state["out_head.weight"],
+    }
     for i in range(config.n_layers):
         theirs, b = f"trf_blocks.{i}.", f"blocks.{i}."
         for p in ("weight", "bias") if config.qkv_bias else ("weight",):
-            ours[b + f"attn.c_attn.{p}"] = torch.cat([state[theirs + f"att.{m}.{p}"]
-                                                      for m in ("W_query", "W_key", "W_value")])
+            ours[b + f"attn.c_attn.{p}"] = torch.cat(
+                [state[theirs + f"att.{m}.{p}"] for m in ("W_query", "W_key", "W_value")]
+            )
         for key, value in state.items():
             if key.startswith(theirs) and ".att.W_" not in key:
-                module, param = key[len(theirs):].rsplit(".", 1)
+                module, param = key[len(theirs) :].rsplit(".", 1)
                 ours[b + _RENAME[module] + "." + _PARAM[param]] = value
     return ours

@@ -4,21 +4,36 @@ gptviz's GPT has learned absolute positions, full multi-head attention (as many 
 sequential blocks (attention, then the MLP) and a plain MLP. Models that differ in any of these would load into it
 as something else, so they are recognised from config.json or from their tensor names and refused.
 """
+
 from __future__ import annotations
 
-SUPPORTED = ("gptviz reads GPT-style models with learned positions, full multi-head attention and sequential "
-             "blocks: its own checkpoints, Hugging Face GPT-2 and GPT-1 (openai-gpt) folders, nanoGPT's ckpt.pt, "
-             "the GPTModel of Raschka's book (model.pth), and llm.c's .bin checkpoints")
+SUPPORTED = (
+    "gptviz reads GPT-style models with learned positions, full multi-head attention and sequential "
+    "blocks: its own checkpoints, Hugging Face GPT-2 and GPT-1 (openai-gpt) folders, nanoGPT's ckpt.pt, "
+    "the GPTModel of Raschka's book (model.pth), and llm.c's .bin checkpoints"
+)
 
 _ROTARY_GQA = "rotary positions, grouped-query attention and a gated MLP"
 _BY_MODEL_TYPE = {  # what each family has that gptviz's GPT does not
-    "llama": _ROTARY_GQA, "mistral": _ROTARY_GQA + " (and sliding-window attention)", "mixtral": _ROTARY_GQA
-    + " (and mixture-of-experts layers)", "qwen2": _ROTARY_GQA, "qwen3": _ROTARY_GQA, "gemma": _ROTARY_GQA,
-    "gemma2": _ROTARY_GQA, "gemma3": _ROTARY_GQA, "olmo": _ROTARY_GQA, "olmo2": _ROTARY_GQA,
-    "gpt_neox": "rotary positions and parallel blocks", "gptj": "rotary positions and parallel blocks",
-    "phi": "rotary positions and parallel blocks", "falcon": "rotary positions, parallel blocks and multi-query "
-    "attention", "gpt_neo": "local attention layers", "bloom": "ALiBi positions", "mpt": "ALiBi positions",
-    "gpt_bigcode": "multi-query attention", "opt": "OPT's position offset and layout",
+    "llama": _ROTARY_GQA,
+    "mistral": _ROTARY_GQA + " (and sliding-window attention)",
+    "mixtral": _ROTARY_GQA + " (and mixture-of-experts layers)",
+    "qwen2": _ROTARY_GQA,
+    "qwen3": _ROTARY_GQA,
+    "gemma": _ROTARY_GQA,
+    "gemma2": _ROTARY_GQA,
+    "gemma3": _ROTARY_GQA,
+    "olmo": _ROTARY_GQA,
+    "olmo2": _ROTARY_GQA,
+    "gpt_neox": "rotary positions and parallel blocks",
+    "gptj": "rotary positions and parallel blocks",
+    "phi": "rotary positions and parallel blocks",
+    "falcon": "rotary positions, parallel blocks and multi-query attention",
+    "gpt_neo": "local attention layers",
+    "bloom": "ALiBi positions",
+    "mpt": "ALiBi positions",
+    "gpt_bigcode": "multi-query attention",
+    "opt": "OPT's position offset and layout",
 }
 _CONFIG_SIGNS = (  # (config.json key, test of its value, what it means) for model types not listed above
     ("rope_theta", lambda v: v is not None, "rotary positions"),
@@ -30,12 +45,14 @@ _CONFIG_SIGNS = (  # (config.json key, test of its value, what it means) for mod
     ("multi_query", lambda v: v is True, "multi-query attention"),
 )
 _KEY_SIGNS = (  # (a piece of a tensor name, what it means)
-    ("rotary_emb", "rotary positions"), ("inv_freq", "rotary positions"),
+    ("rotary_emb", "rotary positions"),
+    ("inv_freq", "rotary positions"),
     ("self_attn.q_proj", "a Llama-style layout (rotary positions, separate q_proj, k_proj and v_proj)"),
     ("attention.wq", "a Llama-style layout (Meta's consolidated checkpoint, rotary positions)"),
     ("query_key_value", "a GPT-NeoX or Falcon layout (rotary positions, parallel blocks)"),
     ("mlp.fc_in", "a GPT-J layout (rotary positions, parallel blocks)"),
-    ("mlp.gate_proj", "a gated MLP"), ("block_sparse_moe", "mixture-of-experts layers"),
+    ("mlp.gate_proj", "a gated MLP"),
+    ("block_sparse_moe", "mixture-of-experts layers"),
 )
 
 

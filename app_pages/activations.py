@@ -348,7 +348,7 @@ def export_tab(seen: Seen) -> None:
     )
 
 
-TAB_DRAWERS = dict(zip(TABS, (residual_tab, mlp_tab, norm_tab, lens_tab, heads_tab, export_tab)))
+TAB_DRAWERS = dict(zip(TABS, (residual_tab, mlp_tab, norm_tab, lens_tab, heads_tab, export_tab), strict=True))
 
 
 def main() -> None:
@@ -360,7 +360,7 @@ def main() -> None:
     )
     seen = read_prompt(captured_names)
     seen.focus = focus_picker(seen)
-    for name, tab in zip(TABS, st.tabs(list(TABS))):
+    for name, tab in zip(TABS, st.tabs(list(TABS)), strict=True):
         with tab:
             TAB_DRAWERS[name](seen)
     reproduce.show(

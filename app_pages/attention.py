@@ -263,7 +263,7 @@ def views(seen: Seen, found: list[services.Detector], boxes: Boxes) -> None:
     with boxes.map:
         head_map(seen, pick, services.head_notes(found, seen.cfg.n_layers, seen.cfg.n_heads) if found else None)
     with boxes.tabs:
-        for view, tab in zip(VIEWS, st.tabs(VIEWS, key=K.ATT_VIEW, on_change="rerun")):
+        for view, tab in zip(VIEWS, st.tabs(VIEWS, key=K.ATT_VIEW, on_change="rerun"), strict=True):
             if tab.open is not False:  # a closed tab costs nothing
                 with tab:
                     VIEW_DRAWERS[view](seen, pick)

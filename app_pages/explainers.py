@@ -105,7 +105,7 @@ def wiring_section(cfg: GPTConfig | None) -> None:
         "The same parameters wired two ways. Each grey name is the hook point that records the output of the "
         "box beside it (what the Activations page reads)."
     )
-    for col, (norm, text) in zip(st.columns(2), WIRINGS.items()):
+    for col, (norm, text) in zip(st.columns(2), WIRINGS.items(), strict=True):
         with col:
             display.show_figure(
                 figs.block_diagram(norm, highlight=cfg is not None and cfg.norm == norm),

@@ -233,7 +233,7 @@ def presets_frame(counts: dict[str, dict[str, int]], columns) -> pd.DataFrame:
 
 def component_counts(cfg: GPTConfig) -> dict[str, int]:
     comp = by_component(param_table(cfg))
-    return {name: int(count) for name, count in zip(comp["component"], comp["count"])}
+    return {name: int(count) for name, count in zip(comp["component"], comp["count"], strict=True)}
 
 
 def described_model() -> GPTConfig:
@@ -279,13 +279,13 @@ def calculator_tab() -> None:
     show_breakdown(calc, "your model", key=K.PAR_CALC)
 
 
-TAB_DRAWERS = dict(zip(TABS, (model_tab, presets_tab, calculator_tab)))
+TAB_DRAWERS = dict(zip(TABS, (model_tab, presets_tab, calculator_tab), strict=True))
 
 
 def main() -> None:
     st.title("Parameters")
     st.caption("Where a GPT's weights live, counted from its config by formula (no weights are built).")
-    for name, tab in zip(TABS, st.tabs(list(TABS))):
+    for name, tab in zip(TABS, st.tabs(list(TABS)), strict=True):
         with tab:
             TAB_DRAWERS[name]()
 

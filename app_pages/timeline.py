@@ -96,7 +96,7 @@ def heads_row(
     """Each run's heads at the step, side by side; a bundled twin's named heads open the unit page (the finished
     model's head at that place, over the corpus)."""
     slots = st.columns(len(found))
-    for slot, (wiring, snaps) in zip(slots, found.items()):
+    for slot, (wiring, snaps) in zip(slots, found.items(), strict=True):
         line, best = best_head_line(snaps, detector, step)
         with slot.container():
             st.markdown(f"**{wiring}**, {line}")
@@ -122,7 +122,7 @@ def play(found: dict[str, Snapshots], detector: str, probe: int, start: int, sli
         slider.select_slider(
             S.TL_STEP.label, every, value=s, disabled=True, key=K.per_item(K.TL_FRAME, "slider", s), help=STEP_HELP
         )
-        for slot, (wiring, snaps) in zip(slots, found.items()):
+        for slot, (wiring, snaps) in zip(slots, found.items(), strict=True):
             line, best = best_head_line(snaps, detector, s)
             with slot.container():
                 st.markdown(f"**{wiring}**, {line}")

@@ -63,6 +63,7 @@ SCENARIO_NOTES = dict(
             "clipping, the setting where Xiong et al. expect post-norm to suffer.",
             "Deep and narrow with 50 warmup steps: the same setting, the learning rate ramped up first.",
         ),
+        strict=True,
     )
 )
 EXPECT_NOTE = (
@@ -80,7 +81,7 @@ def apply_scenario(name: str) -> None:
 
 def scenario_buttons() -> None:
     st.markdown("**Start from**")
-    for col, name in zip(st.columns(len(SCENARIOS)), SCENARIOS):
+    for col, name in zip(st.columns(len(SCENARIOS)), SCENARIOS, strict=True):
         col.button(name, key=K.per_item(K.TRAIN_SCENARIO, name), on_click=apply_scenario, args=(name,), width="stretch")
     picked = state.get(K.TRAIN_SCENARIO_PICKED, next(iter(SCENARIOS)))
     st.caption(SCENARIO_NOTES[picked], help=EXPECT_NOTE)  # the scenario the form holds, not another
@@ -214,7 +215,7 @@ def live_view(job: Job, smoothing: float, live_at_start: bool) -> None:
         )
     if snap.logs:
         cols = st.columns(max(1, len(snap.logs)))
-        for col, (name, records) in zip(cols, snap.logs.items()):
+        for col, (name, records) in zip(cols, snap.logs.items(), strict=True):
             vals = [r["val_loss"] for r in records if r["val_loss"] is not None]
             col.metric(
                 f"{name}-norm train loss",
@@ -293,7 +294,7 @@ def samples(job: Job) -> None:
         prompt = sidebar.prompt_tokens(sample_cfg.n_ctx, vocab_size=sample_cfg.vocab_size)
         if prompt is None:
             return
-        for col, (name, model) in zip(st.columns(len(job.models)), job.models.items()):
+        for col, (name, model) in zip(st.columns(len(job.models)), job.models.items(), strict=True):
             try:
                 with st.spinner("Sampling…"):
                     ids = services.sample(job.id, name, prompt.ids, model)
@@ -380,7 +381,7 @@ def warmup_view(job: Job, live_at_start: bool) -> None:
 def warmup_grad_columns(grids: dict) -> None:
     """One heatmap per arm side by side, on one colour scale (a phone stacks them; three in one figure overlapped)."""
     zrange = fig_norms.log_range(grids)
-    for i, (column, (arm, grid)) in enumerate(zip(st.columns(len(grids)), grids.items())):
+    for i, (column, (arm, grid)) in enumerate(zip(st.columns(len(grids)), grids.items(), strict=True)):
         with column:
             display.show_figure(fig_norms.warmup_grads({arm: grid}, zrange), key=K.per_item(K.TRAIN_WARMUP_GRAD_FIG, i))
 

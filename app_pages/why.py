@@ -41,7 +41,7 @@ def pick_tokens(probs: torch.Tensor, last_label: str, enc) -> tuple[list[int], i
     wanted = state.get(K.WHY_TARGET)
     if type(wanted) is int and 0 <= wanted < probs.numel() and wanted not in choices:
         choices.append(wanted)  # a written token below the top ten (a "why?" from a generated text, a link)
-    names = dict(zip(choices, pieces(choices, enc)))
+    names = dict(zip(choices, pieces(choices, enc), strict=True))
 
     def option(i: int) -> str:
         return f"{names[i]}  ({float(probs[i]):.1%})"
@@ -104,7 +104,7 @@ def clickable_grid(fig, cfg: GPTConfig):
     """Invisible markers over the grid's cells: Plotly heatmaps do not report clicks, markers do."""
     import plotly.graph_objects as go
 
-    layers, heads = zip(*[(l, h) for l in range(cfg.n_layers) for h in range(cfg.n_heads)])
+    layers, heads = zip(*[(l, h) for l in range(cfg.n_layers) for h in range(cfg.n_heads)], strict=True)
     fig.add_trace(
         go.Scatter(
             x=heads,
@@ -447,6 +447,7 @@ TABS = dict(
             (FLOW_NOTE, flow_tab),
             (QK_NOTE, qk_tab),
         ),
+        strict=True,
     )
 )
 
@@ -478,7 +479,7 @@ def main() -> None:
         st.warning(str(err))
         return
     for (note, draw), line, tab in zip(
-        TABS.values(), TAB_LINES, st.tabs(list(TABS), key=K.WHY_VIEW, on_change="rerun")
+        TABS.values(), TAB_LINES, st.tabs(list(TABS), key=K.WHY_VIEW, on_change="rerun"), strict=True
     ):
         if tab.open is not False:  # only the open tab computes
             with tab:

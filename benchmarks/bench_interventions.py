@@ -38,7 +38,11 @@ def pair() -> tuple[torch.Tensor, torch.Tensor]:
     tok = get_tokenizer()
     clean = tok.encode(CLEAN)[:N_TOKENS]
     corrupted = tok.encode(CLEAN.replace("John gave", "Paul gave"))[:N_TOKENS]
-    if len(clean) != N_TOKENS or len(corrupted) != N_TOKENS or sum(a != b for a, b in zip(clean, corrupted)) != 1:
+    if (
+        len(clean) != N_TOKENS
+        or len(corrupted) != N_TOKENS
+        or sum(a != b for a, b in zip(clean, corrupted, strict=True)) != 1
+    ):
         raise ValueError("the pair must be 32 tokens each and differ in exactly one")
     return torch.tensor([clean]), torch.tensor([corrupted])
 

@@ -74,7 +74,7 @@ def measure(name: str, rounds: int, tokens: int, pace: float | None) -> dict:
             runs[explain].append(one_run(model, name, ids, tokens, pace, explain))
     without = statistics.median(x["rate"] for x in runs[False])
     with_ = statistics.median(x["rate"] for x in runs[True])
-    ratios = [w["rate"] / o["rate"] for w, o in zip(runs[True], runs[False])]
+    ratios = [w["rate"] / o["rate"] for w, o in zip(runs[True], runs[False], strict=True)]
     return {
         "without": without,
         "with": with_,

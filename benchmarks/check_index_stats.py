@@ -22,6 +22,8 @@ import numpy as np
 import torch
 
 from gptviz import index as ix
+from gptviz.index import corpus as ix_corpus
+from gptviz.index import forward as ix_forward
 from gptviz.model.weights import load_pretrained
 
 NAMED = ("L3N47", "L3N301", "L2N487", "L2N107", "L3N215", "L1N228")  # the units the review found wrong
@@ -43,7 +45,7 @@ def main(argv=None) -> int:
     n_ctx, stride = index.meta["windows"]["n_ctx"], index.meta["windows"]["stride"]
     lengths = [len(d.ids) for d in docs]
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    windows = ix._windows(lengths, n_ctx, stride)
+    windows = ix_corpus._windows(lengths, n_ctx, stride)
 
     rng = np.random.default_rng(0)
     named = [index.flat(u) for u in NAMED if _exists(index, u)]
@@ -55,7 +57,7 @@ def main(argv=None) -> int:
     columns = np.empty((len(kept), index.tokens), dtype=np.float32)
     done, batch = 0, index.meta["scan"]["batch"]
     for i in range(0, len(windows), batch):
-        values, loc, _ = ix._run_windows(model, docs, offsets, windows[i : i + batch])
+        values, loc, _ = ix_forward._run_windows(model, docs, offsets, windows[i : i + batch])
         active += (values > 0).sum(1)
         columns[:, loc.numpy()] = values[kept_t].numpy()
         done += values.shape[1]
@@ -150,7 +152,7 @@ def _check_bands(index, kept, columns: np.ndarray, offsets: np.ndarray) -> dict:
         edges_h, _ = ix.histogram(index, int(u))
         edges = index.arrays["band_edges"][int(u)]
         ordered = np.sort(column[positive])
-        for level, edge in zip(index.meta["bands"]["levels"], edges[1:-1]):
+        for level, edge in zip(index.meta["bands"]["levels"], edges[1:-1], strict=False):
             # within a bin of the exact quantile: the share of positive values at or below it crosses the level
             # within one bin of the edge (np.quantile's interpolation between the order statistics is another
             # quantile, far from this one where a unit has a handful of positive values)

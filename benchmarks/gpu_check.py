@@ -228,7 +228,7 @@ def check_generation(ref: GPT, model: GPT, prompt: list[int], n_new: int, dtype:
     passes = forward_count() - before
     steps = list(stream(model, prompt, n_new, temperature=0.0, attention=True))
     streamed = [s.token_id for s in steps]
-    first_diff = next((i for i, (a, b) in enumerate(zip(got, expected)) if a != b), None)
+    first_diff = next((i for i, (a, b) in enumerate(zip(got, expected, strict=True)) if a != b), None)
     margin_there = None
     if first_diff is not None:
         top2 = expected_steps[first_diff].logits.topk(2).values
@@ -284,7 +284,7 @@ def check_training(ref: GPT, device: str, tokens: torch.Tensor, batch: int, bloc
         sync(where)
         runs[where + "_s"] = time.perf_counter() - began
     losses, cpu_losses = [log.train_loss for log in runs[device]], [log.train_loss for log in runs["cpu"]]
-    worst = max(abs(a - b) / max(1.0, abs(b)) for a, b in zip(losses, cpu_losses))
+    worst = max(abs(a - b) / max(1.0, abs(b)) for a, b in zip(losses, cpu_losses, strict=True))
     # the loop: two tiny models trained side by side on the device, with a validation loss every step
     loop_settings = TrainSettings(steps=2, batch_size=2, block_size=32, eval_every=1, eval_batches=1, warmup=0)
     models, results = train_models(
@@ -339,7 +339,7 @@ def check_index(ref: GPT, model: GPT, dtype: str, device: str, reference) -> tup
     share_pp = 100 * np.abs(got.arrays["active_share"][:n] - cpu.arrays["active_share"][:n])
     a_loc = got.arrays["top_doc"].astype(np.int64) * 10**7 + got.arrays["top_pos"]
     b_loc = cpu.arrays["top_doc"].astype(np.int64) * 10**7 + cpu.arrays["top_pos"]
-    agree = float(np.mean([len(set(x) & set(y)) / len(x) for x, y in zip(a_loc, b_loc)]))
+    agree = float(np.mean([len(set(x) & set(y)) / len(x) for x, y in zip(a_loc, b_loc, strict=True)]))
     top_diff = float(np.abs(got.arrays["top_values"] - cpu.arrays["top_values"]).max())
     counts_ok = bool((got.arrays["hist_counts"].sum(1) == got.tokens).all())
     metrics = {

@@ -637,7 +637,7 @@ async def large_captures(browser, server: Server, visitors: int) -> list[Row]:
             await idle(page, 180_000)
             return time.monotonic() - t0
 
-        times = await asyncio.gather(*(send(p, prompt) for (_, p), prompt in zip(pages, prompts)))
+        times = await asyncio.gather(*(send(p, prompt) for (_, p), prompt in zip(pages, prompts, strict=True)))
         await asyncio.sleep(3.0)  # the server may still be finishing a run the pages no longer wait for
         window = [(t, v) for t, v in server.samples if t >= t0]
         peak_t, peak = max(window, key=lambda s: s[1]) if window else (t0, 0.0)

@@ -115,7 +115,7 @@ class Timings:
     def ratio(self, a: str, b: str, clock: str = "cpu") -> float:
         """Median over rounds of a/b: both ran back to back, so a load spike hits one round, not one side."""
         xs, ys = self.data[clock][a], self.data[clock][b]
-        return statistics.median(x / y for x, y in zip(xs, ys))
+        return statistics.median(x / y for x, y in zip(xs, ys, strict=True))
 
     def summary(self) -> dict:
         return {clock: {n: statistics.median(v) for n, v in per.items()} for clock, per in self.data.items()}
@@ -249,7 +249,7 @@ def bench_generate(ours, hf_sdpa, repeats: int, new: int = 64) -> dict:
         "t": times,
         "new": new,
         "same_tokens": ours_tokens == hf_tokens,
-        "agree_prefix": next((i for i, (a, b) in enumerate(zip(ours_tokens, hf_tokens)) if a != b), new),
+        "agree_prefix": next((i for i, (a, b) in enumerate(zip(ours_tokens, hf_tokens, strict=True)) if a != b), new),
     }
 
 

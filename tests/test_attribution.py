@@ -163,7 +163,9 @@ def test_patching_sweeps_run_in_batches_within_their_budget_and_give_the_same_sc
     monkeypatch.setattr(attribution, "SWEEP_BATCH_BYTES", 3 * attribution.sweep_row_bytes(SMALL, 12))
     assert attribution.sweep_rows_per_batch(SMALL, 12) == 3
     batched = residual_patching(model, clean, corrupted, 7, 40), head_patching(model, clean, corrupted, 7, 40)
-    for a, b in zip(whole, batched):  # normalised by clean - corrupted, so float noise of other batch shapes grows
+    for a, b in zip(
+        whole, batched, strict=True
+    ):  # normalised by clean - corrupted, so float noise of other batch shapes grows
         torch.testing.assert_close(a.scores, b.scores, rtol=0, atol=1e-4)
     # residual sweep: layer 0 differs at position 5 only (one run); layer 1 at 5..11 (7 rows: batches of 3, 3, 1),
     # each run from its first patched position on (12 - 5, 12 - 8, 12 - 11 positions)

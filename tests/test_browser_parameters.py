@@ -80,6 +80,8 @@ def test_the_component_chart_reads_in_the_first_screen(browser, server, width, h
         groups = by_group(param_table(PRESETS[model]))
         total = int(groups["count"].sum())
         assert f"{total:,} parameters" in chart["title"]["text"]
-        assert drawn == dict(zip(groups["group"], groups["count"]))  # every parameter in its group, exactly
+        assert drawn == dict(
+            zip(groups["group"], groups["count"], strict=True)
+        )  # every parameter in its group, exactly
     assert page.locator('[data-testid="stException"]').count() == 0
     page.close()

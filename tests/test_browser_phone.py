@@ -41,7 +41,7 @@ def crowded_ticks(ticks):
     """Neighbouring x tick labels closer than their text: across the slant for angled labels, else side by side."""
     ticks = sorted(ticks, key=lambda t: t["x"])
     out = []
-    for a, b in zip(ticks, ticks[1:]):
+    for a, b in zip(ticks, ticks[1:], strict=False):
         if a["angle"]:
             apart = (b["x"] - a["x"]) * abs(math.sin(math.radians(a["angle"]))) >= 0.9 * a["size"]
         else:

@@ -56,7 +56,7 @@ def rows_html(prompt: str) -> str:
 
 def in_model_order(spans: list[dict]) -> None:
     """Every token after the first starts right of the one before it, or on a later line (a narrow screen wraps)."""
-    for a, b in zip(spans, spans[1:]):
+    for a, b in zip(spans, spans[1:], strict=False):
         assert b["left"] >= a["right"] - 0.5 or b["top"] > a["top"] + 2, (a["text"], b["text"])
 
 

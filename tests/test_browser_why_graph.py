@@ -73,7 +73,7 @@ def overlapping(labels: list[dict]) -> list[tuple[str, str]]:
     ordered = sorted(labels, key=lambda lab: lab["right"])
     return [
         (a["text"], b["text"])
-        for a, b in zip(ordered, ordered[1:])
+        for a, b in zip(ordered, ordered[1:], strict=False)
         if (b["right"] - a["right"]) * math.sin(math.radians(60)) < LINE_PX
     ]
 

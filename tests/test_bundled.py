@@ -118,7 +118,7 @@ def test_model_card_command_rebuilds_the_recorded_config_and_settings(name):
     commands = [line for line in card.splitlines() if line.startswith("python -m gptviz train ")]
     stages = training_stages(json.loads((folder / "config.json").read_text())["training"])
     assert len(commands) == len(stages)  # one command per training stage, oldest first
-    for i, (command, stage) in enumerate(zip(commands, stages)):
+    for i, (command, stage) in enumerate(zip(commands, stages, strict=True)):
         args = build_parser().parse_args(shlex.split(command)[3:])
         cfg, settings = config_and_settings(args)
         assert cfg.replace(dropout=0.0) == load_pretrained(name).config.replace(dropout=0.0)

@@ -268,7 +268,7 @@ def test_sixteen_threads_each_get_their_own_activations():
         else "hook_embed"
         for j in range(n)
     ]
-    expected = [capture(m, p, f) for p, f in zip(prompts, filters)]  # one at a time
+    expected = [capture(m, p, f) for p, f in zip(prompts, filters, strict=True)]  # one at a time
     barrier = threading.Barrier(n)
 
     def work(j):

@@ -56,7 +56,7 @@ def test_the_attention_pages_snippet_gives_its_map_and_detector_scores():
         name = column.split(" (chance")[0]
         if name not in result:  # the random-sequence induction test: its own sequence, not this prompt
             continue
-        for row, value in zip(table["head"], table[column]):
+        for row, value in zip(table["head"], table[column], strict=True):
             layer, head = (int(part.split()[-1]) for part in row.split(","))
             assert value == pytest.approx(float(result[name][layer, head]), abs=1e-6), (column, row)
 
@@ -86,7 +86,7 @@ def test_the_parameters_pages_snippets_give_its_counts():
     )
     assert not at.exception
     shown = [d.value for d in at.dataframe if "made of" in d.value.columns]  # by group (not the finer split)
-    for view, table in zip(("gpt2-medium", "your model"), shown):  # the Breakdown tab, then the Calculator
+    for view, table in zip(("gpt2-medium", "your model"), shown, strict=True):  # the Breakdown tab, then the Calculator
         result = run_snippet(snippet_of(at, view))
         assert list(table["group"]) == list(result["group"])
         assert list(table["count"]) == list(result["count"]), view
@@ -263,7 +263,7 @@ def test_the_norms_pages_snippet_gives_the_twins_pair_maps_and_next_tokens():
     maps = [f for f in pagetest.figures(at) if pagetest.title_of(f).startswith(("pre-norm L", "post-norm L"))]
     maps = maps[:2]  # the first tab's pair (the twins tab in depth draws its own after)
     assert len(maps) == 2
-    for fig, which in zip(maps, ("pre map", "post map")):
+    for fig, which in zip(maps, ("pre map", "post map"), strict=True):
         np.testing.assert_allclose(np.nan_to_num(pagetest.array(fig["data"][0]["z"])), result[which].numpy(), atol=1e-6)
     bars = next(f for f in pagetest.figures(at) if f["data"] and f["data"][0].get("name") == "pre-norm")
     for trace in bars["data"]:
@@ -301,7 +301,7 @@ def test_the_norms_pages_same_weights_snippet_gives_its_losses_and_gradients(sou
         for f in pagetest.figures(at)
         if (f["layout"].get("yaxis", {}).get("title") or {}).get("text") == "gradient L2 norm"
     )
-    for trace, norm in zip(grad["data"][:2], ("pre", "post")):
+    for trace, norm in zip(grad["data"][:2], ("pre", "post"), strict=True):
         np.testing.assert_allclose(pagetest.array(trace["y"]), result[norm]["gradient per layer"], rtol=1e-6)
 
 
@@ -321,7 +321,7 @@ def test_the_unit_pages_snippet_gives_its_summary_examples_and_share():
     assert any(m.value == f"**{md_text(result['summary'])}**" for m in at.markdown)
     rows = pagetest.token_rows(at, K.UNIT_EXAMPLES)["rows"]
     assert len(rows) == len(result["top examples"])
-    for row, example in zip(rows, result["top examples"]):
+    for row, example in zip(rows, result["top examples"], strict=True):
         assert max(v for v in row["values"] if v is not None) == pytest.approx(example.value, abs=1e-4)
     for band in result["bands"]:  # L3N47 is active on 3 tokens: its bands show what there is, and say so
         shown = pagetest.token_rows(at, K.per_item(K.UNIT_BANDS, band.number))["rows"] if band.examples else []

@@ -116,7 +116,9 @@ def share_label_boxes(fig, width: float):
         size = a.font.size or 12
         bottom = y_px(a.y) + (a.yshift or 0)
         labels.append((0, bottom, text_px(a.text, size), bottom + 1.2 * size, a.text))
-    bars = [(0, y_px(i + 0.25), x / x_top * w, y_px(i - 0.25)) for i, x in zip(fig.data[0].y, fig.data[0].x)]
+    bars = [
+        (0, y_px(i + 0.25), x / x_top * w, y_px(i - 0.25)) for i, x in zip(fig.data[0].y, fig.data[0].x, strict=True)
+    ]
     return labels, bars, w, h
 
 
@@ -154,7 +156,7 @@ def pca_label_boxes(fig, figure_width: float, plot_height: float = 310):
     sy = plot_height / (ys.max() - ys.min())
     boxes = []
     if fig.data[1].text:
-        for x, y, text in zip(fig.data[1].x, fig.data[1].y, fig.data[1].text):
+        for x, y, text in zip(fig.data[1].x, fig.data[1].y, fig.data[1].text, strict=True):
             cx, cy, tw = (x - xs.min()) * sx, (y - ys.min()) * sy + 11, text_px(text, 12)
             boxes.append((cx - tw / 2, cy - 7, cx + tw / 2, cy + 7))
     min_widths = (fig.layout.meta or {}).get("annotation_min_width", [0] * len(fig.layout.annotations))
@@ -244,8 +246,8 @@ def test_logit_lens_writes_the_top_token_where_it_fits(T):
     assert trace.texttemplate == "%{text}" and trace.textfont.size is None  # "auto": fits the cell drawn
     cells = [list(row) for row in trace.text]
     room = fa.LENS_PLOT_PX / T / (0.65 * fa.LENS_MIN_FONT)
-    for row, tops in zip(cells, top):
-        for cell, token in zip(row, tops):
+    for row, tops in zip(cells, top, strict=True):
+        for cell, token in zip(row, tops, strict=True):
             assert cell == (token if len(token) <= room else "")
     assert sum(c != "" for row in cells for c in row) > 0.5 * 5 * T if T == 28 else True
 

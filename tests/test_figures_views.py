@@ -43,7 +43,7 @@ def test_embedding_panels_show_the_capture_on_one_scale(run):
     tok, pos, total = cache["hook_embed"], cache["hook_pos_embed"], cache["blocks.0.hook_resid_pre"]
     fig = fe.embedding_panels(tok, pos, total, labels_for(ids), range(4, 20))
     assert len(fig.data) == 3
-    for trace, tensor in zip(fig.data, (tok, pos, total)):
+    for trace, tensor in zip(fig.data, (tok, pos, total), strict=True):
         np.testing.assert_array_equal(trace.z, tensor[:, 4:20].numpy())
         assert list(trace.x) == list(range(4, 20)) and trace.coloraxis == "coloraxis"
         assert trace.customdata[5][0] == labels_for(ids)[5]
@@ -187,7 +187,7 @@ def test_component_bar_and_treemap_add_up():
     assert any("LM head: 0 (tied" in hover for hover, _ in bar.data[0].customdata)
     assert bar.layout.xaxis.range[1] == max(bar.data[0].x)  # the longest bar spans the width
     tree = fp.param_treemap(table, "t")
-    values = dict(zip(tree.data[0].ids, tree.data[0].values))
+    values = dict(zip(tree.data[0].ids, tree.data[0].values, strict=True))
     assert values["model"] == total_params(cfg)
     assert values["block 0"] == int(table[table["layer"] == 0]["count"].sum())
     assert "outside/LM head" not in values  # tied: no area of its own
@@ -210,8 +210,8 @@ def test_the_treemap_lays_the_blocks_in_columns_in_their_order(preset, columns):
     blocks now sit in columns of consecutive blocks, the columns side by side (slice-dice), each headed by its
     range, and the areas still add up."""
     tree = fp.param_treemap(param_table(PRESETS[preset]), "t").data[0]
-    parent = dict(zip(tree.ids, tree.parents))
-    value = dict(zip(tree.ids, tree.values))
+    parent = dict(zip(tree.ids, tree.parents, strict=True))
+    value = dict(zip(tree.ids, tree.values, strict=True))
     assert [i for i in tree.ids if parent[i] == "model"] == ["outside", *columns]
     per_column = PRESETS[preset].n_layers // len(columns)
     for c, column in enumerate(columns):
@@ -226,13 +226,13 @@ def test_blocks_per_column_fills_every_column_where_it_can():
     assert [fp.blocks_per_column(n) for n in (1, 2, 4, 12, 24, 36, 48, 96)] == [1, 2, 2, 4, 6, 6, 8, 12]
     assert fp.blocks_per_column(7) == 3 and fp.blocks_per_column(13) == 4  # primes: a shorter last column
     seven = fp.param_treemap(param_table(PRESETS["tiny"].replace(n_layers=7)), "t").data[0]
-    parent = dict(zip(seven.ids, seven.parents))
+    parent = dict(zip(seven.ids, seven.parents, strict=True))
     assert [i for i in seven.ids if parent[i] == "model"] == ["outside", "blocks 0-2", "blocks 3-5", "block 6"]
 
 
 def test_untied_head_appears_in_the_treemap():
     cfg = PRESETS["gpt2-small-untied-noqkvbias"]
-    values = dict(zip(*[fp.param_treemap(param_table(cfg), "t").data[0][k] for k in ("ids", "values")]))
+    values = dict(zip(*[fp.param_treemap(param_table(cfg), "t").data[0][k] for k in ("ids", "values")], strict=True))
     assert values["outside/LM head"] == 50257 * 768
 
 

@@ -249,7 +249,7 @@ def test_kv_cache_matches_recomputation(model):
     cached = list(stream(model, prompt, max_new_tokens=10, temperature=0))
     plain = list(stream(model, prompt, max_new_tokens=10, temperature=0, use_cache=False))
     assert [r.token_id for r in cached] == [r.token_id for r in plain]
-    for a, b in zip(cached, plain):
+    for a, b in zip(cached, plain, strict=True):
         torch.testing.assert_close(a.logits, b.logits, atol=1e-4, rtol=0)
     assert generate(model, prompt, 10, temperature=0) == generate(model, prompt, 10, temperature=0, use_cache=False)
 

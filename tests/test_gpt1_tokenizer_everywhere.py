@@ -208,7 +208,10 @@ def test_the_why_page_asks_about_gpt1s_tokens(gpt1, spec):
     swapped = services.corrupted_from(clean, model.config, enc)
     assert swapped is not None
     changed = hf_ids(gpt1, swapped[0])
-    assert len(changed) == len(hf_ids(gpt1, clean)) and sum(a != b for a, b in zip(changed, hf_ids(gpt1, clean))) == 1
+    assert (
+        len(changed) == len(hf_ids(gpt1, clean))
+        and sum(a != b for a, b in zip(changed, hf_ids(gpt1, clean), strict=True)) == 1
+    )
 
 
 def test_the_notebook_and_the_graph_cli_take_gpt1_text(gpt1, tmp_path):

@@ -143,7 +143,7 @@ def test_ablation_actuals_equal_an_independent_edited_forward(kw):
     refs = _removable(model.config, len(ids))
     base, actual = ablation_actuals(model, ids, refs, TARGET, OTHER)
     assert base == pytest.approx(reference_metric(model, ids, TARGET, OTHER), abs=1e-5)
-    for ref, value in zip(refs, actual):
+    for ref, value in zip(refs, actual, strict=True):
         expected = (
             reference_metric(model, ids, TARGET, OTHER, (ref.kind, ref.layer, ref.index, ref.position, ref.bias)) - base
         )

@@ -35,7 +35,7 @@ def test_the_top_contributors_are_the_graphs_most_influential_nodes(kw):
     ranked = sorted((n for n in graph.nodes if n.kind != "metric"), key=lambda n: -abs(n.influence))[:5]
     assert [c.id for c in found.top] == [n.id for n in ranked]
     assert found.metric == pytest.approx(graph.metric, abs=1e-5)
-    for c, n in zip(found.top, ranked):
+    for c, n in zip(found.top, ranked, strict=True):
         assert c.influence == pytest.approx(n.influence, abs=1e-5)
         assert c.share == pytest.approx(n.influence / graph.metric, rel=1e-5)
         assert (c.kind, c.layer, c.index, c.position) == (n.kind, n.layer, n.index, n.position)

@@ -141,9 +141,9 @@ def test_token_labels_hide_where_they_would_touch_and_the_last_always_shows():
     slots = figs.node_layout(nodes, 1, T).slots
     assert widths[T - 1] == 0  # the explained position's label always shows
     for figure_px in (390, 700, 1400):
-        shown = [c for c, w in zip(centres, widths) if w <= figure_px]
+        shown = [c for c, w in zip(centres, widths, strict=True) if w <= figure_px]
         px = [(c * (figure_px - figs.PLOT_SIDES_PX) / (slots + 1)) for c in shown]
-        assert all(b - a >= figs.LABEL_PX - 1e-6 for a, b in zip(px, px[1:])), figure_px
+        assert all(b - a >= figs.LABEL_PX - 1e-6 for a, b in zip(px, px[1:], strict=False)), figure_px
     assert sum(w <= 390 for w in widths) < sum(w <= 1400 for w in widths) <= T
 
 

@@ -47,7 +47,7 @@ def test_head_view_lines_have_the_patterns_opacity(run):
     fig = hv.head_lines(patterns, LABELS, heads=[0, 2], min_weight=0.02)
     drawn = lines_of(fig)
     assert set(drawn) == {0, 2}
-    for pattern, head in zip(patterns, (0, 2)):
+    for pattern, head in zip(patterns, (0, 2), strict=True):
         expected = {(q, k) for q in range(12) for k in range(q + 1) if pattern[q, k] >= 0.02}
         assert set(drawn[head]) == expected  # every visible pair once, nothing in the future
         for (q, k), opacity in drawn[head].items():

@@ -12,6 +12,7 @@ import torch
 from conftest import build, model_with_silent_neurons
 
 from gptviz import index as ix
+from gptviz.index import corpus as ix_corpus
 from gptviz.model.hooks import act_name, capture
 
 DOC_LENGTHS = (41, 7, 16, 30)  # n_ctx is 16: several windows, one short document, one exactly n_ctx
@@ -49,7 +50,7 @@ def by_hand_head_norm(model, layer, head, z):
 
 def test_windows_score_every_token_once():
     for n in (1, 5, 16, 17, 40, 100):
-        w = ix._windows([n], 16, 12)
+        w = ix_corpus._windows([n], 16, 12)
         scored = np.concatenate([np.arange(s + f, s + length) for _, s, length, f in w])
         assert np.array_equal(scored, np.arange(n))
         for t in range(n):  # scoring_window agrees with the windows the scan ran
@@ -193,7 +194,7 @@ def test_active_share_and_quantiles_equal_a_direct_count(silent):
     F = model.config.d_ff
     for layer in range(model.config.n_layers):
         # exactly zero; its sign is the CPU's GELU kernel's (-0.0 on the CI's, +0.0 on an AMD EPYC): either falls
-        # below the 0 edge, checked below; -0.0 itself is binned explicitly in test_block_binner_counts_equal_the_sign_exact_rule
+        # below the 0 edge, checked below (-0.0 itself: test_block_binner_counts_equal_the_sign_exact_rule)
         assert (values[:, layer * F : layer * F + 8] == 0).all()
         assert (values[:, layer * F + 8 : layer * F + 16] < 0).all()
     exact = (values[:, :n_neurons] > 0).sum(0)
@@ -242,7 +243,7 @@ def test_batched_contexts_equal_one_at_a_time(small):
         examples = ix.top_examples(index, unit)
         batched = ix.example_contexts(index, docs, examples, model=model, before=20, after=4)
         assert len(batched) == len(examples)
-        for ex, got in zip(examples, batched):
+        for ex, got in zip(examples, batched, strict=True):
             one = ix.example_context(index, docs, ex.doc, ex.pos, model=model, unit=unit, before=20, after=4)
             assert np.array_equal(got.positions, one.positions) and np.array_equal(got.ids, one.ids)
             assert got.peak == one.peak

@@ -79,7 +79,7 @@ def test_band_edges_are_the_positive_values_quantiles_of_the_histogram(scanned):
     zero = int(np.flatnonzero(edges == 0)[0])  # the 0 edge: the bins from it on hold exactly the values > 0
     positive = counts[zero:]
     cum = np.concatenate([[0], np.cumsum(positive)]) / positive.sum()
-    for level, edge in zip(ix.BAND_LEVELS, a["band_edges"][3, 1:-1]):
+    for level, edge in zip(ix.BAND_LEVELS, a["band_edges"][3, 1:-1], strict=False):
         # linear within a bin: the share of positive values below the edge, read off the histogram, is the level
         assert np.interp(edge, edges[zero:], cum) == pytest.approx(level, abs=1e-5)
     # a unit that is never > 0 has no bands

@@ -149,7 +149,7 @@ def test_max_tokens_holds_for_the_bundled_works(tmp_path):
 
     plays = play_files()[: len(docs)]
     assert [d.name for d in docs] == [play_name(p) for p in plays]
-    for d, play in zip(docs, plays):  # the first plays' first ids, the last one cut short
+    for d, play in zip(docs, plays, strict=True):  # the first plays' first ids, the last one cut short
         assert list(d.ids) == get_tokenizer().encode(play.read_text(encoding="utf-8"))[: len(d.ids)]
 
 

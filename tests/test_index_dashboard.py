@@ -77,7 +77,7 @@ def test_a_units_json_has_neuronpedias_fields_and_its_examples(tiny, unit):
         index, docs, top + [e for b in bands for e in b.examples], model=model, before=db.BEFORE, after=db.AFTER
     )
     peak = float(index.arrays["top_values"][index.flat(u), 0])
-    for a, c, e in zip(acts, contexts, top + [e for b in bands for e in b.examples]):
+    for a, c, e in zip(acts, contexts, top + [e for b in bands for e in b.examples], strict=True):
         assert ACTIVATION_FIELDS <= set(a)
         assert a["tokens"] == [decode([t]) for t in c.ids] and a["gptviz"]["ids"] == c.ids.tolist()
         np.testing.assert_allclose(a["values"], c.values, atol=1e-5)

@@ -279,7 +279,7 @@ def test_the_unit_page_shows_gpt1s_tokens(gpt1, model, built, spec, tmp_path, mo
     rows = token_rows(at, K.UNIT_EXAMPLES)["rows"]
     best = ix.top_examples(index, "L1N2")
     assert len(rows) == len(best)
-    for row, e in zip(rows, best):
+    for row, e in zip(rows, best, strict=True):
         ids = list(map(int, docs[e.doc].ids))
         labels = [t.replace("</w>", "␣") for t in gpt1.tok.convert_ids_to_tokens(ids)]
         at_peak = labels[e.pos - row["peak"] : e.pos - row["peak"] + len(row["tokens"])]
@@ -321,7 +321,7 @@ def test_the_notebooks_unit_view_labels_gpt1s_tokens(gpt1, model, built):
     docs, index = built
     data = UnitData(model, "L1H1", index, docs=docs)
     assert data.rows and data.effect is not None
-    for row, c in zip(data.rows, data.contexts):
+    for row, c in zip(data.rows, data.contexts, strict=True):
         assert row.labels == [t.replace("</w>", "␣") for t in gpt1.tok.convert_ids_to_tokens(list(map(int, c.ids)))]
     words = [gpt1.tok.decode([t]) for t, _ in ix.top_tokens(index, "L1H1", 5)]
     assert data.summary.endswith("top tokens: " + ", ".join(map(repr, words)))

@@ -136,7 +136,7 @@ def test_your_corpus_in_every_format_gives_the_same_documents(tmp_path, monkeypa
     enc = get_tokenizer()
     expected = [("a", enc.encode_ordinary(texts[0])), ("c", enc.encode_ordinary(texts[2]))]  # the blank one adds none
     (tmp_path / "folder" / "sub").mkdir(parents=True)
-    for name, text in zip("abc", texts):
+    for name, text in zip("abc", texts, strict=True):
         (tmp_path / "folder" / ("sub" if name == "c" else "") / f"{name}.txt").write_text(text)
     (tmp_path / "folder" / "notes.bin").write_bytes(b"\x00\x01")  # not text: skipped
     (tmp_path / "rows.jsonl").write_text("".join(json.dumps({"text": t, "id": i}) + "\n" for i, t in enumerate(texts)))

@@ -185,5 +185,5 @@ def test_threads_running_different_edits_each_get_their_own_result():
         t.start()
     for t in threads:
         t.join()
-    for got, want in zip(results, expected):
+    for got, want in zip(results, expected, strict=True):
         torch.testing.assert_close(got, want)

@@ -129,7 +129,7 @@ def test_the_live_text_shows_the_newest_tokens_contributors(monkeypatch):
     found = list(table["top contributors (found live)"])
     assert found[2] == ", ".join(contributor_label(c, tokens) for c in expected.top)
     links = list(table["why?"])  # every written token: one click to the Why page's graph for it
-    for step, link in zip(job.steps, links):
+    for step, link in zip(job.steps, links, strict=True):
         assert link.startswith("why?") and f"why_target={step.token_id}&" in link + "&"
         assert "why_view=Attribution+graph" in link
 

@@ -318,7 +318,7 @@ def test_seeded_weights_do_not_depend_on_the_memory_layout():
     model = GPT(SMALL, seed=3)
     twin = row_major_copy(GPT(SMALL, seed=99))
     twin.reset_parameters(seed=3)
-    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), twin.state_dict().values()))
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), twin.state_dict().values(), strict=True))
 
 
 def test_layout_survives_half_precision_and_loading(tmp_path):

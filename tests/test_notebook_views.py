@@ -58,7 +58,7 @@ def test_a_neurons_top_examples_summary_and_histogram(bundled):
     assert f"{share:.1%}" in d.distribution or f"{round(share * index.tokens):,} of" in d.distribution
     examples = ix.top_examples(index, u, 5)
     assert d.examples == examples and len(d.payload["rows"]) == 5
-    for row, e, c in zip(d.payload["rows"], examples, d.contexts):
+    for row, e, c in zip(d.payload["rows"], examples, d.contexts, strict=True):
         # the peak's value as the index recorded it (the page recomputes it: batched matmuls round differently)
         assert row["values"][row["peak"]] == pytest.approx(e.value, abs=2e-3)
         assert row["tokens"][row["peak"]] == token_labels([int(c.ids[c.peak])])[0]
@@ -81,7 +81,7 @@ def test_a_heads_rows_name_the_token_its_peak_attends_to(bundled):
     model, index, docs = bundled
     d = unit(model, "L1H2", index, docs=docs, k=4, colour="attention").data
     assert d.value_name == "attention" and d.payload["cmax"] == 1.0
-    for row, c in zip(d.payload["rows"], d.contexts):
+    for row, c in zip(d.payload["rows"], d.contexts, strict=True):
         looks = ix.attended(c)
         assert f"→ {token_labels([looks.token])[0]} {looks.back} back ({looks.weight:.2f})" in row["name"]
         start, end = fu.window(token_labels(c.ids), c.peak)  # the tokens shown around the peak

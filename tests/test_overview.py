@@ -106,7 +106,7 @@ def drawn(wiring: str, layout: str, ids=IDS, position: int | None = None):
         {ov.token_id, ov.embed_lens_id, *ov.top_ids, *(b.lens_id for b in ov.blocks)}
         | ({ov.next_id} if ov.next_id is not None else set())
     )
-    names = dict(zip(wanted, token_labels(wanted)))
+    names = dict(zip(wanted, token_labels(wanted), strict=True))
     fig = overview_figure(ov, names, position_labels(ids), token_labels(ids), layout)
     return ov, fig.to_plotly_json()
 
@@ -124,8 +124,8 @@ def test_the_diagram_runs_each_wiring_in_its_order(layout):
             ["ln", "attn", "add", "ln", "mlp", "add"] if wiring == "pre" else ["attn", "add", "ln", "mlp", "add", "ln"]
         )
         texts = trace["text"]
-        attn = [t for t, c in zip(texts, trace["customdata"]) if c[0] == "attn"]
-        for b, text in zip(ov.blocks, attn):  # each block's own head, weight and chance, as drawn
+        attn = [t for t, c in zip(texts, trace["customdata"], strict=True) if c[0] == "attn"]
+        for b, text in zip(ov.blocks, attn, strict=True):  # each block's own head, weight and chance, as drawn
             assert f"H{b.head}" in text and f"{b.weight:.2f}" in text and f"{ov.attn_chance:.2f}" in text
         probs = [c for c in trace["customdata"] if c[0] == "prob"]
         assert [c[3] for c in probs][:5] == list(ov.top_ids)

@@ -43,7 +43,7 @@ def test_default_prompt_shows_the_capture():
     assert not at.exception and not at.error
     figs = figures(at)
     assert len(figs) == 4
-    for fig, start in zip(figs[1:], TITLES):
+    for fig, start in zip(figs[1:], TITLES, strict=False):
         assert title_of(fig).startswith(start)
     panels = figs[0]["data"]
     assert len(panels) == 3

@@ -412,7 +412,7 @@ def test_the_first_tab_shows_the_twins_side_by_side_as_recomputed_here(tiny_page
     ids = torch.tensor([get_tokenizer().encode(sidebar.DEFAULT_PROMPT)])
     bars = next(f for f in figs if (f["layout"].get("title") or {}).get("text", "").startswith("Next token after"))
     top = {}
-    for trace, norm in zip(bars["data"], ("pre", "post")):
+    for trace, norm in zip(bars["data"], ("pre", "post"), strict=True):
         with torch.no_grad():
             probs = torch.softmax(twins[norm](ids)[0, -1].float(), -1)
         want = probs.topk(5)

@@ -100,7 +100,7 @@ def test_gpt2_and_gpt1_on_disk_are_offered_as_a_pair_each_on_its_own_tokens(mode
     # each model's bars are the softmax of its own logits on its own ids
     bars = next(f for f in figs if pagetest.title_of(f).startswith("Next token after"))
     loaded = {"pre": load_pretrained(str(model_dirs / "gpt2")), "post": load_pretrained(str(model_dirs / "openai-gpt"))}
-    for trace, norm in zip(bars["data"], ("pre", "post")):
+    for trace, norm in zip(bars["data"], ("pre", "post"), strict=True):
         with torch.no_grad():
             probs = torch.softmax(loaded[norm](torch.tensor([ids[norm]]))[0, -1], -1)
         np.testing.assert_allclose(array(trace["x"]).astype(float), probs.topk(5).values.numpy(), rtol=1e-4)

@@ -52,7 +52,7 @@ def recomputed(prompt: str, norm: str, position: int):
 
 def drawn_values(fig: dict, kind: str) -> list[str]:
     trace = fig["data"][0]
-    return [t for t, c in zip(trace["text"], trace["customdata"]) if c[0] == kind]
+    return [t for t, c in zip(trace["text"], trace["customdata"], strict=True) if c[0] == kind]
 
 
 @pytest.mark.slow

@@ -51,7 +51,7 @@ def test_opens_on_a_default_unit_with_its_figures(shipped):
     # every listed activation on screen equals the index
     np.testing.assert_allclose(peaks_on_screen(at), shipped.arrays["top_values"][shipped.flat("L2N26")], rtol=1e-5)
     names = [row["name"] for row in examples_on_screen(at)["rows"]]
-    for name, e in zip(names, ix.top_examples(shipped, "L2N26")):
+    for name, e in zip(names, ix.top_examples(shipped, "L2N26"), strict=True):
         assert name.startswith(f"#{e.rank + 1}  {e.value:.3f}  {e.doc_name}")
         assert name.endswith("(held out)") == shipped.documents[e.doc]["held_out"]
     hist = figures(at)[0]["data"][0]
@@ -92,7 +92,7 @@ def test_a_head_from_state_shows_where_its_peak_looks(shipped):
     from gptviz.model.tokenizer import token_labels
 
     model, docs = load_pretrained("shakespeare-pre"), ix.index_documents(shipped)
-    for row, e in zip(examples_on_screen(at)["rows"], ix.top_examples(shipped, "L1H2")):
+    for row, e in zip(examples_on_screen(at)["rows"], ix.top_examples(shipped, "L1H2"), strict=True):
         ctx = ix.example_context(shipped, docs, e.doc, e.pos, model=model, unit="L1H2", before=20, after=6)
         j = int(np.nanargmax(ctx.attention))
         assert f"→ {token_labels([ctx.ids[j]])[0]} {ctx.peak - j} back ({ctx.attention[j]:.2f})" in row["name"]

@@ -103,7 +103,9 @@ def test_where_the_continuations_part_both_tokens_are_quoted():
     model, ids = load_pretrained("shakespeare-pre"), encode(prompt)
     plain = generate(model, ids, 8, temperature=0.0)[len(ids) :]
     edited = generate(model, ids, 8, temperature=0.0, edits=[ablate_heads(1, [0, 1, 2, 3])])[len(ids) :]
-    split = next(i for i, (a, b) in enumerate(zip(plain, edited)) if a != b)  # without layer 1 it stops copying
+    split = next(
+        i for i, (a, b) in enumerate(zip(plain, edited, strict=True)) if a != b
+    )  # without layer 1 it stops copying
     assert (
         f"diverge at new token {split + 1}: “{md_text(token_labels([plain[split]])[0])}” without the ablation, "
         f"“{md_text(token_labels([edited[split]])[0])}” with it"

@@ -94,7 +94,7 @@ def test_the_thresholds_reach_the_graph_and_the_copied_python_prints_what_the_pa
     lines = out.stdout.splitlines()
     assert lines[0].startswith(f"metric {graph.metric:+.3f}") and f"{graph.pruning.nodes_kept} of " in lines[0]
     table = next(d.value for d in at.dataframe if "node" in d.value.columns)
-    for printed, (_, row) in zip(lines[2:], table.iterrows()):
+    for printed, (_, row) in zip(lines[2:], table.iterrows(), strict=True):
         fields = printed.split()
         assert fields[0] == row["node"]
         assert float(fields[1]) == pytest.approx(row["influence"], abs=1e-3)
@@ -181,8 +181,8 @@ def test_the_qk_tab_splits_the_score_where_the_head_looks_most():
     heat = figure(at, "L1H2: query")
     drawn = {
         (q, k): z
-        for q, row in zip(heat["data"][0]["y"], array(heat["data"][0]["z"]))
-        for k, z in zip(heat["data"][0]["x"], row)
+        for q, row in zip(heat["data"][0]["y"], array(heat["data"][0]["z"]), strict=True)
+        for k, z in zip(heat["data"][0]["x"], row, strict=True)
     }
     for a, b, term in qk.top_terms(3):
         assert drawn[(a, b)] == pytest.approx(term, abs=1e-5)

@@ -246,7 +246,7 @@ def test_each_builder_draws_with_the_chosen_palette(name, palette):
         assert current() == palette
         built = figures(BUILDERS[name]())
     standard = figures(BUILDERS[name]())
-    for fig, plain in zip(built, standard):
+    for fig, plain in zip(built, standard, strict=True):
         scales, signed = scales_of(fig), signed_colours_of(fig)
         assert scales or signed, f"{name} drew no colour scale"
         for scale in scales:

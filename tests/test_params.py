@@ -93,7 +93,7 @@ def test_groups_are_what_a_reader_means_and_sum_to_the_total(cfg):
     assert groups["share"].sum() == pytest.approx(1.0)
     V, T, d, ff, L = cfg.vocab_size, cfg.n_ctx, cfg.d_model, cfg.d_ff, cfg.n_layers
     norm = 2 * d if cfg.norm_type == "layernorm" else d
-    assert dict(zip(groups["group"], groups["count"])) == {
+    assert dict(zip(groups["group"], groups["count"], strict=True)) == {
         "embeddings": (V + T) * d,
         "attention": L * (4 * d * d + d + (3 * d if cfg.qkv_bias else 0)),
         "MLP": L * (2 * d * ff + ff + d),
@@ -103,7 +103,7 @@ def test_groups_are_what_a_reader_means_and_sum_to_the_total(cfg):
     assert list(groups["components"][1]) == ["attention Q/K/V", "attention output"]
     per_block = by_layer(param_table(cfg), by="group")
     assert sorted(per_block.columns) == ["MLP", "attention", "norms"] and len(per_block) == L
-    assert int(per_block["attention"].sum()) == dict(zip(groups["group"], groups["count"]))["attention"]
+    assert int(per_block["attention"].sum()) == dict(zip(groups["group"], groups["count"], strict=True))["attention"]
 
 
 def test_tied_head_counted_zero_and_marked_tied():
@@ -149,7 +149,7 @@ def test_real_model_parameter_count_equals_formula(changes):
     assert sum(unique.values()) == total_params(cfg)
     table = param_table(cfg)
     real = {n: tuple(p.shape) for n, p in model.named_parameters(remove_duplicate=False)}
-    assert dict(zip(table["name"], table["shape"])) == real
+    assert dict(zip(table["name"], table["shape"], strict=True)) == real
 
 
 def test_meta_table_allocates_nothing_real():

@@ -57,8 +57,8 @@ def test_every_parameter_is_counted_once_exactly_in_its_group(name):
     groups = by_group(param_table(cfg))
     assert [n for n, _, _ in labels] == list(GROUP_ORDER) == list(groups["group"])  # the same rows, every model
     assert [count for _, count, _ in labels] == list(fig.data[0].x) == list(groups["count"])
-    by_name = dict(zip(comp["component"], comp["count"]))
-    for (group, count, share), (hover, exact_share) in zip(labels, fig.data[0].customdata):
+    by_name = dict(zip(comp["component"], comp["count"], strict=True))
+    for (group, count, share), (hover, exact_share) in zip(labels, fig.data[0].customdata, strict=True):
         if group == "LM head":  # GPT-1 and GPT-2 tie it
             assert count == 0 and share == "tied to the token embedding"
             assert "(tied: it is the token embedding)" in hover
@@ -76,7 +76,7 @@ def test_attention_is_one_row_with_its_output_projection_on_every_model(cfg):
     """The tiny models too, where the output projection (under 1%) used to go into "other"."""
     fig, comp = chart(cfg)
     rows = {r.name: r for r in fp.component_rows(comp)}
-    counts = dict(zip(comp["component"], comp["count"]))
+    counts = dict(zip(comp["component"], comp["count"], strict=True))
     assert rows["attention"].count == counts["attention Q/K/V"] + counts["attention output"]
     assert [m for m, _ in rows["attention"].members] == ["attention Q/K/V", "attention output"]
     d, L = cfg.d_model, cfg.n_layers

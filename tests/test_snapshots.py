@@ -172,7 +172,7 @@ def test_snapshots_gather_where_the_loss_moves():
             due.append(step)
             rec.last_step, rec.ema_at_last = step, rec.ema  # what record() does, without a model
     assert due[0] == 1 and all(s >= 30 for s in due[1:])
-    assert len(due) >= 5 and all(b - a >= 5 for a, b in zip(due, due[1:]))
+    assert len(due) >= 5 and all(b - a >= 5 for a, b in zip(due, due[1:], strict=False))
 
 
 def test_crossing_names_the_first_step_and_head():
@@ -238,7 +238,7 @@ def test_formed_step_is_where_the_score_reaches_the_threshold_and_stays():
     snaps = empty_snapshots(cfg, [Probe("rep", tuple(range(1, 9)) * 2, "repeated", 8), Probe("text", (5, 6, 7))])
     d = snaps.detector_index("induction")
     best = [0.1, 0.6, 0.3, 0.55, 0.7, 0.9]
-    for step, value in zip((1, 5, 10, 15, 20, 25), best):
+    for step, value in zip((1, 5, 10, 15, 20, 25), best, strict=True):
         scores = np.zeros((len(snaps.detectors), 2, 2), np.float32)
         scores[d, 1, 1 if step >= 15 else 0] = value
         snaps.steps.append(step)

@@ -72,7 +72,7 @@ def test_lr_schedule_values():
     assert lr_at(4, w) == pytest.approx(2.0)
     assert lr_at(13, w) == pytest.approx(0.0, abs=1e-12)
     after = [lr_at(i, w) for i in range(4, 14)]
-    assert all(a > b for a, b in zip(after, after[1:]))  # decays monotonically
+    assert all(a > b for a, b in zip(after, after[1:], strict=False))  # decays monotonically
     assert lr_at(7, w) == pytest.approx(2.0 * 0.5 * (1 + math.cos(math.pi * 3 / 9)))
     assert lr_at(0, TrainSettings(steps=1, warmup=0, lr=0.5)) == pytest.approx(0.5)
 

@@ -46,7 +46,7 @@ def test_bundled_logs_match_their_lines(name):
     stages = training_log.read_train_log(folder)
     records = [r for s in stages for r in s.records]
     assert len(records) == len(lines)
-    for r, line in zip(records, lines):
+    for r, line in zip(records, lines, strict=True):
         m = re.match(r"step\s+(\d+)/\d+ loss (\S+)", line)
         assert (r["stage_step"], r["train_loss"]) == (int(m[1]), float(m[2]))
     # four stages: 1,000 + 2,600 + 800 + 600 steps, boundaries at the cumulative sums

@@ -35,7 +35,7 @@ def growths() -> dict:
             return error
 
     with ThreadPoolExecutor(max_workers=2) as pool:
-        return dict(zip(GROW_WIRINGS, pool.map(measure, GROW_WIRINGS)))
+        return dict(zip(GROW_WIRINGS, pool.map(measure, GROW_WIRINGS), strict=True))
 
 
 @pytest.mark.slow

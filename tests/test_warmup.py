@@ -121,7 +121,7 @@ def test_the_job_steps_on_one_torch_thread_and_puts_the_default_back(monkeypatch
 
 def synthetic_logs(cold: list[float], warm: list[float], pre: list[float]) -> dict[str, list[dict]]:
     """LAST steps per run, each seed's loss constant at the value given (one value per seed)."""
-    by_arm = dict(zip(warmup.ARMS, (cold, warm, pre)))
+    by_arm = dict(zip(warmup.ARMS, (cold, warm, pre), strict=True))
     return {
         warmup.run_name(arm, seed): [{"train_loss": loss}] * warmup.LAST
         for arm, losses in by_arm.items()

@@ -53,11 +53,11 @@ def test_gradient_norms_match_manual_autograd(twins, norm):
     loss = F.cross_entropy(logits[0, :-1], ids[0, 1:])
     assert stats.loss == pytest.approx(float(loss.detach()), rel=1e-6)
     for i, block in enumerate(model.blocks):
-        names, params = zip(*block.named_parameters())
+        names, params = zip(*block.named_parameters(), strict=True)
         grads = torch.autograd.grad(loss, params, retain_graph=True)
         manual = math.sqrt(sum(float(g.pow(2).sum()) for g in grads))
         assert stats.grad_norm[i] == pytest.approx(manual, rel=1e-5)
-        by_name = dict(zip(names, grads))
+        by_name = dict(zip(names, grads, strict=True))
         assert stats.grad_by_param["mlp.c_fc.weight"][i] == pytest.approx(
             float(by_name["mlp.c_fc.weight"].norm()), rel=1e-5
         )

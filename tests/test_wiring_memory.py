@@ -59,7 +59,7 @@ def growths(request) -> dict:
             return error
 
     with ThreadPoolExecutor(max_workers=2) as pool:
-        return dict(zip(sizes, pool.map(measure, sizes)))
+        return dict(zip(sizes, pool.map(measure, sizes), strict=True))
 
 
 MEASURED = "test_the_norms_measurement_reservation_covers_its_measured_peak"

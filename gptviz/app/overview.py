@@ -82,7 +82,7 @@ def overview_at(seen: Seen, position: int) -> Reading:
     if ov.next_id is not None:
         wanted.add(ov.next_id)
     ordered = sorted(wanted)
-    return Reading(ov, dict(zip(ordered, token_labels(ordered, seen.enc))))
+    return Reading(ov, dict(zip(ordered, token_labels(ordered, seen.enc), strict=True)))
 
 
 def layouts(n_layers: int) -> tuple[str, ...]:
@@ -152,7 +152,7 @@ def page_link(where, stem: str, label: str, icon: str) -> None:
 
 def stage_links() -> None:
     """The stages as links too (keyboard, screen readers), in one row."""
-    for column, (title, stem) in zip(st.columns(len(STAGE_LINKS)), STAGE_LINKS):
+    for column, (title, stem) in zip(st.columns(len(STAGE_LINKS)), STAGE_LINKS, strict=True):
         page_link(column, stem, title, ":material/arrow_forward:")
 
 

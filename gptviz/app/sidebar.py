@@ -100,7 +100,8 @@ def bundled_description(name: str) -> str:
             f"{shares[0]:.1%}"
             if len(shares) == 1
             else ", then ".join(
-                f"{share:.1%} ({stage.get('settings', {}).get('steps')} steps)" for share, stage in zip(shares, stages)
+                f"{share:.1%} ({stage.get('settings', {}).get('steps')} steps)"
+                for share, stage in zip(shares, stages, strict=True)
             )
         )
         text += (

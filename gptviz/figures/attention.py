@@ -72,7 +72,7 @@ def color_axis(scale: str = "linear", values=None, text: bool = False) -> dict:
     elif scale == "sqrt":
         stops = np.linspace(0, 1, 21)
         colors = pcolors.sample_colorscale(colours, [math.sqrt(s) for s in stops])
-        axis["colorscale"] = [[float(s), c] for s, c in zip(stops, colors)]
+        axis["colorscale"] = [[float(s), c] for s, c in zip(stops, colors, strict=True)]
         # Plotly's colour bar runs linearly in the weight (the square root shows as colour packed at its low end),
         # so a tick at 0.05 sat on the 0 in short bars (seen on the Generation page's one-step figure)
         axis["colorbar"]["tickvals"] = [0, 0.25, 0.5, 0.75, 1]

@@ -179,7 +179,7 @@ def _block_diagram(norm: str, highlight: bool, compact: bool) -> dict:
     fig = go.Figure()
     dy, half_w, half_h = 1.0, 1.1, 0.28
     ys = [i * dy for i in range(len(nodes))]
-    for (label, kind, hook), y in zip(nodes, ys):
+    for (label, kind, hook), y in zip(nodes, ys, strict=True):
         if kind == "add":
             fig.add_shape(
                 type="circle",

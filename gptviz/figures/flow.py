@@ -51,7 +51,7 @@ def flow_figure(
     for kind in ("residual", "mlp", "attention"):
         for b, width in enumerate(WIDTHS):
             xs, ys = [], []
-            for edge, eb in zip(graph.edges, bins):
+            for edge, eb in zip(graph.edges, bins, strict=True):
                 if edge.kind == kind and eb == b:
                     for x0, y0, x1, y1 in _segments(edge):
                         xs += [x0, x1, None]

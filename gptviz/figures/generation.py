@@ -51,14 +51,17 @@ def next_token_bars(
     ranks = np.arange(1, n + 1)
     texts = escaped(labels)
     colors = [
-        SAMPLED_COLOR if int(i) == sampled_id else (KEPT_COLOR if ok else CUT_COLOR) for i, ok in zip(ids, allowed)
+        SAMPLED_COLOR if int(i) == sampled_id else (KEPT_COLOR if ok else CUT_COLOR)
+        for i, ok in zip(ids, allowed, strict=True)
     ]
-    renorm = [p / kept_mass if ok and kept_mass > 0 else 0.0 for p, ok in zip(probs, allowed)]
+    renorm = [p / kept_mass if ok and kept_mass > 0 else 0.0 for p, ok in zip(probs, allowed, strict=True)]
     status = [
-        "sampled" if int(i) == sampled_id else ("kept" if ok else f"cut by {cut_by}") for i, ok in zip(ids, allowed)
+        "sampled" if int(i) == sampled_id else ("kept" if ok else f"cut by {cut_by}")
+        for i, ok in zip(ids, allowed, strict=True)
     ]
     custom = np.array(
-        [[f"'{t}'", int(i), s, r, k] for t, i, s, r, k in zip(texts, ids, status, renorm, ranks)], dtype=object
+        [[f"'{t}'", int(i), s, r, k] for t, i, s, r, k in zip(texts, ids, status, renorm, ranks, strict=True)],
+        dtype=object,
     )
     fig = go.Figure(
         go.Bar(

@@ -165,7 +165,7 @@ def graph_figure(
                 yshift=-4,
                 font=dict(size=11),
             )
-            for x, text in zip(layout.centres, texts)
+            for x, text in zip(layout.centres, texts, strict=True)
         ]
     )
     rows = 2 * n_layers + 2
@@ -224,7 +224,7 @@ def _node_trace(kind: str, members: list, places: dict, texts: list[str], top: f
                 node_unit(n),
                 _ablation_line(n, kind),
             ]
-            for n, v in zip(members, infl)
+            for n, v in zip(members, infl, strict=True)
         ],
         hovertemplate=(
             "<b>%{customdata[0]}</b>: %{customdata[1]}<br>"
@@ -260,10 +260,10 @@ def _add_edges(fig: go.Figure, edges, places) -> None:
     weights = np.array([_get(e, "weight") for e in edges], dtype=float)
     top = float(np.abs(weights).max()) or 1.0
     bins = np.digitize(np.abs(weights) / top, EDGE_BINS)
-    for sign, color in zip((1, -1), sign_colours()):
+    for sign, color in zip((1, -1), sign_colours(), strict=True):
         for b, width in enumerate(EDGE_WIDTHS):
             xs, ys = [], []
-            for e, w, eb in zip(edges, weights, bins):
+            for e, w, eb in zip(edges, weights, bins, strict=True):
                 if eb == b and (w >= 0) == (sign > 0):
                     (x0, y0), (x1, y1) = places[_get(e, "source")], places[_get(e, "target")]
                     xs += [x0, x1, None]

@@ -42,7 +42,7 @@ def head_lines(
     T = pats.shape[-1]
     texts = escaped(labels)
     traces = []
-    for pattern, head in zip(pats, heads):
+    for pattern, head in zip(pats, heads, strict=True):
         traces.append(
             go.Scatter(
                 x=[None],

@@ -171,7 +171,7 @@ def _block_cells(ov, b, name, position_label, token_label, final_id: int, compac
 def _output_cells(ov, name, top: int, compact: bool) -> list[Cell]:
     chars = 5 if compact else 7
     cells = [Cell("ln_f", ("ln_f", num(ov.ln_f)), f"‖ln_f output‖ = {num(ov.ln_f)}: what the unembedding reads")]
-    for rank, (t, p) in enumerate(zip(ov.top_ids[:top], ov.top_probs[:top]), 1):
+    for rank, (t, p) in enumerate(zip(ov.top_ids[:top], ov.top_probs[:top], strict=True), 1):
         real = " (the prompt's next token)" if t == ov.next_id else ""
         cells.append(
             Cell(

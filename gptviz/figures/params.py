@@ -12,9 +12,13 @@ from ..model.params import COMPONENTS, GROUP_ORDER, GROUPS
 from .common import apply_layout
 
 COMPONENT_COLORS = dict(
-    zip(COMPONENTS, ("#4c78a8", "#9ecae9", "#f58518", "#ffbf79", "#54a24b", "#88d27a", "#b279a2", "#d6a5c9", "#e45756"))
+    zip(
+        COMPONENTS,
+        ("#4c78a8", "#9ecae9", "#f58518", "#ffbf79", "#54a24b", "#88d27a", "#b279a2", "#d6a5c9", "#e45756"),
+        strict=True,
+    )
 )
-GROUP_COLORS = dict(zip(GROUP_ORDER, ("#4c78a8", "#f58518", "#54a24b", "#b279a2", "#e45756")))
+GROUP_COLORS = dict(zip(GROUP_ORDER, ("#4c78a8", "#f58518", "#54a24b", "#b279a2", "#e45756"), strict=True))
 
 
 def _fmt(n: float) -> str:
@@ -41,7 +45,7 @@ def component_rows(comp: pd.DataFrame, split: bool = False) -> list[ComponentRow
     component in COMPONENTS order. Always in that fixed order, so two models read row for row. Counts are the
     table's, exact; nothing is folded into an "other" row (the out-projection once was, on small models)."""
     total = int(comp["count"].sum())
-    counts = {name: int(c) for name, c in zip(comp["component"], comp["count"])}
+    counts = {name: int(c) for name, c in zip(comp["component"], comp["count"], strict=True)}
     if split:
         groups = [(c, [c]) for c in COMPONENTS if c in counts]
     else:
@@ -85,7 +89,7 @@ def component_shares(comp: pd.DataFrame, title: str, tied: bool = False, split: 
             orientation="h",
             width=0.5,
             marker_color=[colors.get(r.name, "#a0aec0") for r in rows],
-            customdata=[[h, r.share] for h, r in zip(hover, rows)],
+            customdata=[[h, r.share] for h, r in zip(hover, rows, strict=True)],
             hovertemplate="%{customdata[0]}<br>%{customdata[1]:.2%} of the total<extra></extra>",
         )
     )
@@ -150,7 +154,7 @@ def param_treemap(table: pd.DataFrame, title: str, max_blocks: int = 96) -> go.F
     nodes = {"ids": [], "labels": [], "parents": [], "values": []}
 
     def add(node_id: str, label: str, parent: str, value) -> None:
-        for field, item in zip(nodes, (node_id, label, parent, int(value))):
+        for field, item in zip(nodes, (node_id, label, parent, int(value)), strict=True):
             nodes[field].append(item)
 
     add("model", "model", "", table["count"].sum())
@@ -178,7 +182,7 @@ def param_treemap(table: pd.DataFrame, title: str, max_blocks: int = 96) -> go.F
                 add(f"{bid}/{comp}", comp, bid, count)
     colors = [
         COMPONENT_COLORS.get(label, "#e2e8f0" if parent == "model" else "#ffffff")
-        for label, parent in zip(nodes["labels"], nodes["parents"])
+        for label, parent in zip(nodes["labels"], nodes["parents"], strict=True)
     ]
     colors[0] = "#f7fafc"
     fig = go.Figure(

@@ -40,7 +40,7 @@ def example_rows(
     from ..model.tokenizer import token_labels
 
     rows = []
-    for e, c in zip(examples, contexts):
+    for e, c in zip(examples, contexts, strict=True):
         held = index.documents[e.doc]["held_out"]
         values = c.attention if by_attention and c.attention is not None else c.values
         value = f"#{e.rank + 1}  {e.value:.3f}" if ranked else f"{e.value:.3g}"  # a weak band's 0.0012, not 0.001
@@ -146,7 +146,7 @@ def examples_text(rows: list[ExampleRow], *, value_name: str, cmax: float, title
                 coloraxis="coloraxis",
                 line=dict(color=[HIGHLIGHT if p else "rgba(0,0,0,0)" for p in peaks], width=2.5),
             ),
-            customdata=list(zip(texts, values, hovers, peaks)),
+            customdata=list(zip(texts, values, hovers, peaks, strict=True)),
             name=plotly_text(value_name),
             showlegend=False,
             hovertemplate=f"'%{{customdata[0]}}' {value_name} %{{customdata[1]:.3f}}<br>%{{customdata[2]}}"
@@ -279,7 +279,7 @@ def unit_histogram(
                 font=dict(size=QUANTILE_FONT),
                 text=text,
             )
-            for v, text, (anchor, row) in zip(values, texts, places)
+            for v, text, (anchor, row) in zip(values, texts, places, strict=True)
         ],
     )
     fig.update_yaxes(type="log" if log else "linear", title_text="tokens" + (" (log)" if log else ""))
@@ -316,7 +316,9 @@ def direct_effect_bars(
         fig.update_xaxes(nticks=3, row=1, col=col)  # upright ticks in a phone's 60 px
     # each panel's title toward its outer edge: centred, a phone's "promotes suppresses" read as one phrase
     for panel_title, (x, anchor) in zip(
-        fig.layout.annotations, ((fig.layout.xaxis.domain[0], "left"), (fig.layout.xaxis2.domain[1], "right"))
+        fig.layout.annotations,
+        ((fig.layout.xaxis.domain[0], "left"), (fig.layout.xaxis2.domain[1], "right")),
+        strict=True,
     ):
         panel_title.update(x=x, xanchor=anchor, font_size=13)
     # one axis title for both panels: two "logit change" side by side ran together on a phone

@@ -136,11 +136,11 @@ def feature(
     if len(top) != len(examples):
         raise ValueError(f"{len(top)} contexts for {len(examples)} top examples")
     peak = float(a["top_values"][i, 0])
-    activations = [_activation(index, e, c, -1, peak, -1, "top", enc) for e, c in zip(examples, top)]
+    activations = [_activation(index, e, c, -1, peak, -1, "top", enc) for e, c in zip(examples, top, strict=True)]
     for band, contexts in bands:
         activations += [
             _activation(index, e, c, band.lo, band.hi, band.levels[1] - band.levels[0], f"band {band.number + 1}", enc)
-            for e, c in zip(band.examples, contexts)
+            for e, c in zip(band.examples, contexts, strict=True)
         ]
     edges, counts = histogram(index, u)
     positive = edges[:-1] >= 0  # the bins above the 0 edge hold exactly the values > 0

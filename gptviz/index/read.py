@@ -55,7 +55,7 @@ def check_documents(index: NeuronIndex, docs) -> None:
     listed = index.documents
     if len(docs) != len(listed):
         raise ValueError(f"the index was built from {len(listed)} documents, not {len(docs)}")
-    for d, m in zip(docs, listed):
+    for d, m in zip(docs, listed, strict=True):
         if len(d.ids) != m["tokens"] or _checksum(d.ids) != m["crc32"]:
             raise ValueError(f"document {m['name']!r} differs from the one the index was built from")
 
@@ -298,7 +298,7 @@ def example_contexts(
     else:
         scores = head_write_norms(store[u.hook], model.blocks[u.layer].attn.c_proj.weight)[..., u.index]
     out = []
-    for e, (positions, starts, rows) in zip(examples, plans):
+    for e, (positions, starts, rows) in zip(examples, plans, strict=True):
         values = scores[torch.from_numpy(rows), torch.from_numpy(positions - starts)].float().numpy()
         attention = None
         if u.kind == "head":
@@ -391,7 +391,7 @@ def units_for_token(index: NeuronIndex, token_id: int, k: int = 10, kind: str = 
         raise ValueError(f"kind must be 'neuron' or 'head', got {kind!r}")
     units, zs = (a["token_neurons"], a["token_neuron_z"]) if kind == "neuron" else (a["token_heads"], a["token_head_z"])
     out = []
-    for i, z in zip(units[row][:k], zs[row][:k]):
+    for i, z in zip(units[row][:k], zs[row][:k], strict=True):
         out.append(TokenUnit(index.unit(int(i)), float(z), float(z * a["std"][i] + a["mean"][i])))
     return out
 
@@ -406,14 +406,16 @@ def histogram(index: NeuronIndex, unit: UnitLike) -> tuple[np.ndarray, np.ndarra
 
 def quantiles(index: NeuronIndex, unit: UnitLike) -> dict[float, float]:
     i = index.flat(unit)
-    return {float(q): float(v) for q, v in zip(index.meta["quantile_levels"], index.arrays["quantiles"][i])}
+    return {
+        float(q): float(v) for q, v in zip(index.meta["quantile_levels"], index.arrays["quantiles"][i], strict=True)
+    }
 
 
 def top_tokens(index: NeuronIndex, unit: UnitLike, k: int = TOP_TOKENS) -> list[tuple[int, float]]:
     """(token id, the unit's mean on it) for the tokens it fires on most (see TOKEN_RANK)."""
     i = index.flat(unit)
     a = index.arrays
-    return [(int(t), float(m)) for t, m in zip(a["top_token_ids"][i][:k], a["top_token_mean"][i][:k])]
+    return [(int(t), float(m)) for t, m in zip(a["top_token_ids"][i][:k], a["top_token_mean"][i][:k], strict=True)]
 
 
 def active_phrase(index: NeuronIndex, unit: UnitLike) -> str:

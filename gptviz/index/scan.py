@@ -369,7 +369,7 @@ def merge_scans(parts: Sequence[PartialScan]) -> PartialScan:
     if len({p.key for p in parts}) != 1:
         raise ValueError("these partial scans come from different plans (model, corpus or settings differ)")
     covered = sorted(r for p in parts for r in p.batches)
-    for (_, stop), (start, _) in zip(covered, covered[1:]):
+    for (_, stop), (start, _) in zip(covered, covered[1:], strict=False):
         if start < stop:
             raise ValueError(f"partial scans overlap at batch {start}")
     first = parts[0]

@@ -167,4 +167,4 @@ def head_ranking(scores: torch.Tensor, top: int = 3) -> list[tuple[int, int, flo
     flat = scores.flatten()
     values, idx = flat.topk(min(top, flat.numel()))
     n_heads = scores.shape[1]
-    return [(int(i) // n_heads, int(i) % n_heads, float(v)) for v, i in zip(values, idx)]
+    return [(int(i) // n_heads, int(i) % n_heads, float(v)) for v, i in zip(values, idx, strict=True)]

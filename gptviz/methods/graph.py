@@ -126,7 +126,7 @@ def attribution_graph(
     refs = {r.id: r for r in kept}
     _tick(clock)
     base, actual = ablation_actuals(model, fm.ids.tolist(), [refs[n.id] for n in checked], target, other)
-    for n, value in zip(checked, actual):
+    for n, value in zip(checked, actual, strict=True):
         n.ablation = Ablation(-n.influence, value)
     pruning = Pruning(
         node_threshold,
@@ -207,7 +207,7 @@ def _graph_nodes(
     fm, kept, influence: Values, direct: Values, parts: Values, metric_part: float, incoming: torch.Tensor
 ) -> list[GraphNode]:
     nodes = []
-    for ref, inc in zip(kept, incoming.tolist()):
+    for ref, inc in zip(kept, incoming.tolist(), strict=True):
         if ref.kind == "metric":
             nodes.append(
                 GraphNode("metric", "metric", None, None, ref.position, fm.metric, fm.metric, inc, metric_part)

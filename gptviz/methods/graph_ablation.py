@@ -38,7 +38,7 @@ def ablation_actuals(
         past = [(k[:, :, :start], v[:, :, :start]) for k, v in kv[layer:]] if start else None
         with torch.no_grad(), capturing(frozenset(), edits_by_hook(edits, model.hook_names)):
             edited = model.forward_from(layer, resid, last_only=True, past_kv=past)[:, -1].float()
-        for i, value in zip(members, _metric(edited, target, other)):
+        for i, value in zip(members, _metric(edited, target, other), strict=True):
             actual[i] = float(value - base)
     return float(base), actual
 

@@ -178,7 +178,7 @@ class FrozenModel:
         metric = final @ self.u
         grads = torch.autograd.grad(metric, list(probes.values()))
         self.metric = float(metric.detach())
-        self.grads = dict(zip(probes, (g.detach() for g in grads)))
+        self.grads = dict(zip(probes, (g.detach() for g in grads), strict=True))
 
     def _write(self, point, value: torch.Tensor, probes) -> torch.Tensor:
         self.written[point] = value.detach()

@@ -47,8 +47,8 @@ def _weights(model, layer: int, head: int) -> dict[str, torch.Tensor | None]:
     w = attn.c_attn.weight.detach().float().cpu()  # [3C, C] (out, in)
     b = attn.c_attn.bias.detach().float().cpu() if attn.c_attn.bias is not None else None
     rows = [slice(part * C + head * dh, part * C + (head + 1) * dh) for part in range(3)]
-    out = {f"w_{n}": w[r].t() for n, r in zip("qkv", rows)}
-    out.update({f"b_{n}": (b[r] if b is not None else None) for n, r in zip("qkv", rows)})
+    out = {f"w_{n}": w[r].t() for n, r in zip("qkv", rows, strict=True)}
+    out.update({f"b_{n}": (b[r] if b is not None else None) for n, r in zip("qkv", rows, strict=True)})
     out["w_o"] = attn.c_proj.weight.detach().float().cpu()[:, head * dh : (head + 1) * dh].t()  # [dh, C]
     return out
 

@@ -11,7 +11,7 @@ def top_neurons(post: torch.Tensor, position: int, k: int = 10) -> list[tuple[in
     acts = post[:, position]  # [layers, d_ff]
     values, idx = acts.flatten().topk(min(k, acts.numel()))
     d_ff = acts.shape[1]
-    return [(int(i) // d_ff, int(i) % d_ff, float(v)) for v, i in zip(values, idx)]
+    return [(int(i) // d_ff, int(i) % d_ff, float(v)) for v, i in zip(values, idx, strict=True)]
 
 
 def activation_histograms(post: torch.Tensor, bins: int = 60) -> tuple[torch.Tensor, torch.Tensor]:

@@ -37,7 +37,7 @@ class StepRecord:
         """The n most probable tokens as (id, probability, allowed), most probable first."""
         probs, ids = self.probs.topk(min(n, self.probs.numel()))
         # whole-tensor conversions: one per column, not three tensor ops per token (this runs once per new token)
-        return list(zip(ids.tolist(), probs.tolist(), self.allowed[ids].tolist()))
+        return list(zip(ids.tolist(), probs.tolist(), self.allowed[ids].tolist(), strict=True))
 
 
 def check_sampling(

@@ -116,7 +116,7 @@ class OpenAIGPTTokenizer:
             return self._cache[word]
         parts = list(word[:-1]) + [word[-1] + END_OF_WORD]
         while len(parts) > 1:
-            ranked = [(self.ranks.get((a, b)), i) for i, (a, b) in enumerate(zip(parts, parts[1:]))]
+            ranked = [(self.ranks.get((a, b)), i) for i, (a, b) in enumerate(zip(parts, parts[1:], strict=False))]
             best = min((r for r in ranked if r[0] is not None), default=None)
             if best is None:
                 break

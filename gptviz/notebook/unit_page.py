@@ -79,7 +79,7 @@ def dashboard_html(batch: dict, title: str | None = None, enc=None) -> str:
             title=f"Distribution over {g['tokens_scanned']:,} tokens",
         )
     )
-    labels = lambda ids, values: list(zip(token_labels(ids, enc), values))  # noqa: E731
+    labels = lambda ids, values: list(zip(token_labels(ids, enc), values, strict=True))  # noqa: E731
     page.text("Direct effect on the logits: " + g["effect"], tag="h3")
     page.figure(fu.direct_effect_bars(labels(g["pos_ids"], f["pos_values"]), labels(g["neg_ids"], f["neg_values"])))
     page.text(

@@ -67,8 +67,8 @@ def load_plays(folder: str | Path = WORKS, held_out: tuple[str, ...] = HELD_OUT_
     unknown = sorted(set(held_out) - set(names))
     if unknown:
         raise ValueError(f"held-out play(s) not in {Path(folder).name}: {', '.join(unknown)}")
-    train = [p for p, n in zip(files, names) if n not in held_out]
-    val = [p for p, n in zip(files, names) if n in held_out]
+    train = [p for p, n in zip(files, names, strict=True) if n not in held_out]
+    val = [p for p, n in zip(files, names, strict=True) if n in held_out]
     if not train or not val:
         raise ValueError("need at least one training play and one held-out play")
     return Corpus(

@@ -45,7 +45,7 @@ def parse_step(line: str) -> dict | None:
         return None
     record = {"stage_step": int(m[1]), "stage_steps": int(m[2]), "train_loss": float(m[3])}
     words = m[4].split()
-    for key, value in zip(words, words[1:]):
+    for key, value in zip(words, words[1:], strict=False):
         if key in FIELDS and key not in ("eta",):
             try:
                 record[FIELDS[key]] = float(value)
@@ -76,7 +76,9 @@ def parse_train_log(text: str) -> list[Stage]:
     stages = [s for s in stages if s.records]
     if not stages:
         raise ValueError("no training steps in this log")
-    for before, after in zip(stages, stages[1:]):  # a stage's start is where the one before it planned to end
+    for before, after in zip(
+        stages, stages[1:], strict=False
+    ):  # a stage's start is where the one before it planned to end
         after.start = before.end
         for r in after.records:
             r["step"] = after.start + r["stage_step"]

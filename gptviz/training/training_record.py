@@ -33,7 +33,7 @@ def recipe_differences(pre: dict, post: dict) -> list[str]:
     found = []
     # a setting added after a stage was trained is absent from its record: its default is what ran then
     defaults = dataclasses.asdict(TrainSettings())
-    for i, (x, y) in enumerate(zip(a, b), 1):
+    for i, (x, y) in enumerate(zip(a, b, strict=True), 1):
         if stage_init(x) != stage_init(y):
             found.append(f"stage {i}: init {stage_init(x)} against {stage_init(y)}")
         if x.get("data") != y.get("data"):
@@ -59,7 +59,7 @@ def twins_caveat(pre: dict, post: dict) -> str | None:
     inits = [
         f"stage {i} started pre-norm from {INIT_NAMES.get(stage_init(x), stage_init(x))} random weights and "
         f"post-norm from {INIT_NAMES.get(stage_init(y), stage_init(y))}"
-        for i, (x, y) in enumerate(zip(a, b), 1)
+        for i, (x, y) in enumerate(zip(a, b, strict=True), 1)
         if stage_init(x) != stage_init(y)
     ]
     others = [d for d in recipe_differences(pre, post) if ": init " not in d]

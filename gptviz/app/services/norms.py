@@ -174,7 +174,7 @@ def top_tokens(
     the model's own tokenizer's)."""
     probs = torch.softmax(logits[-1].float(), -1)
     top = probs.topk(k)
-    return probs, list(zip(labels(top.indices.tolist()), top.values.tolist()))
+    return probs, list(zip(labels(top.indices.tolist()), top.values.tolist(), strict=True))
 
 
 def next_token_at(logits: torch.Tensor, pos: int, labels=token_labels) -> tuple[list[tuple[str, float]], float]:
@@ -182,7 +182,7 @@ def next_token_at(logits: torch.Tensor, pos: int, labels=token_labels) -> tuple[
     probs = torch.softmax(logits[pos].float(), -1)
     top = probs.topk(10)
     return (
-        [(label, float(p)) for label, p in zip(labels(top.indices.tolist()), top.values)],
+        [(label, float(p)) for label, p in zip(labels(top.indices.tolist()), top.values, strict=True)],
         float(-(probs * probs.clamp_min(1e-30).log()).sum()),
     )
 

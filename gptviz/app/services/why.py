@@ -46,7 +46,10 @@ def pieces(ids, enc=None) -> list[str]:
 
 
 def first_difference(a: list[int], b: list[int]) -> int | None:
-    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None if len(a) == len(b) else min(len(a), len(b)))
+    return next(
+        (i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y),
+        None if len(a) == len(b) else min(len(a), len(b)),
+    )
 
 
 def piece_at(ids: list[int], i: int, enc=None) -> str:

@@ -460,5 +460,6 @@ VIEW_DRAWERS = dict(
             model_view,
             entropy_map,
         ),
+        strict=True,
     )
 )

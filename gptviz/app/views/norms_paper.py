@@ -79,7 +79,7 @@ def claim_lines(results: dict, matrix: str) -> list[str]:
 
 def ffn_profile_columns(grads: dict[str, xiong.FFNGradients], matrix: str) -> None:
     """One figure per setting, side by side (a phone stacks them; three panels in one figure would not fit)."""
-    for i, (column, (name, g)) in enumerate(zip(st.columns(len(grads)), grads.items())):
+    for i, (column, (name, g)) in enumerate(zip(st.columns(len(grads)), grads.items(), strict=True)):
         with column:
             display.show_figure(
                 fig_norms.ffn_profiles(

@@ -311,7 +311,7 @@ def show_attention_panels(
     """The two wirings' attention and their difference in three columns (a phone stacks them); two, each over its
     own tokens, where the post-norm model read other tokens (`post_labels`)."""
     figures = fig_norms.attention_panels(pre, post, labels, title, panel_names, post_labels=post_labels)
-    for i, (column, fig) in enumerate(zip(st.columns(len(figures)), figures)):
+    for i, (column, fig) in enumerate(zip(st.columns(len(figures)), figures, strict=True)):
         with column:
             display.show_figure(fig, key=K.per_item(key, i))
 

@@ -392,7 +392,7 @@ def twins_generation(tw: LoadedTwins) -> None:
         st.error(f"Could not generate: {err}")
         return
     c = st.columns(2)
-    for col, norm in zip(c, tw.specs):
+    for col, norm in zip(c, tw.specs, strict=True):
         col.markdown(f"**{tw.names[norm]}**")
         col.code(tw.pair.codecs[norm].decode(outs[norm][len(ids[norm]) :]), language=None, wrap_lines=True)
     st.caption(

@@ -29,6 +29,7 @@ PATCH_EXAMPLES = dict(
                 "Ham.\nWho is there?\nHor.\nFriend to this ground.\nMar.\nWho is there?\n",
             ),
         ),
+        strict=True,
     )
 )
 OWN_PAIR = K.OWN_PAIR

@@ -66,7 +66,7 @@ def colour_stops(scale: str = ATTENTION_SCALE) -> list[list]:
 def _colour_stops(scale: str) -> tuple:
     stops = pcolors.get_colorscale(scale)
     rgb = (pcolors.unlabel_rgb(c) if c.startswith("rgb") else pcolors.hex_to_rgb(c) for _, c in stops)
-    return tuple((float(s), tuple(int(round(v)) for v in c)) for (s, _), c in zip(stops, rgb))
+    return tuple((float(s), tuple(int(round(v)) for v in c)) for (s, _), c in zip(stops, rgb, strict=True))
 
 
 def _check(n_layers: int, n_heads: int, layer: int, head, mean_head, scale: str, head_names) -> tuple[int, list]:

@@ -53,7 +53,7 @@ def payload(pattern, labels: list[str], *, start: int, end: int, direction: str)
     top = float(values[seen].max()) if seen.any() else 0.0
     return {
         "tokens": [str(t) for t in labels],
-        "values": [round(float(v), 6) if s else None for v, s in zip(values, seen)],
+        "values": [round(float(v), 6) if s else None for v, s in zip(values, seen, strict=True)],
         "start": int(start),
         "end": int(end),
         "direction": direction,

@@ -39,12 +39,12 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-
 from benchmarks.forward_passes import forward_count
 from gptviz import GPT, PRESETS, capture, generate, get_tokenizer, load_pretrained, stream
 from gptviz.model.devices import available_devices, available_dtypes, place
 from gptviz.training.train import Trainer, TrainSettings, train_models
+
+ROOT = Path(__file__).resolve().parents[1]
 
 PROMPT = (
     "Ham.\nWho's there?\n\nHor.\nFriends to this ground, and liegemen to the Dane.\n\nMar.\n"

@@ -45,10 +45,10 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
 from benchmarks.load_test import ARGS, CHROMIUM, idle, rss_mib
 from benchmarks.servers import cpu_seconds, streamlit_server
+
+ROOT = Path(__file__).resolve().parents[1]
 
 LIMITS = {
     "GPTVIZ_MEMORY_MB": "2048",

@@ -24,9 +24,6 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
 import torch
 
 from benchmarks.run_folder import run_folder
@@ -35,6 +32,10 @@ from gptviz.model.checkpoint import _CONV1D
 from gptviz.model.hooks import act_name
 from gptviz.model.model import row_major_copy
 from gptviz.serve.allocator import keep_freed_memory
+
+ROOT = Path(__file__).resolve().parents[1]
+# transformers is imported inside the functions below, after this; the children started here inherit it too
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 PROMPT = (
     "The history of natural language processing generally started in the 1950s, although work can "

@@ -267,7 +267,7 @@ def view_tabs(page, rounds: int) -> list[dict]:
 
     views = list(S.ATT_VIEW.rule.options)
     times = []
-    for r in range(rounds):
+    for _ in range(rounds):
         for view in views[1:] + views[:1]:
             tab = page.get_by_role("tab", name=view, exact=True)
             cond = "gv.fresh().some((f) => gv.closest(f, '[role=tabpanel]') && !gv.closest(f, '[hidden]'))"

@@ -46,7 +46,7 @@ ARGS = [
 ]
 L, H = 12, 12
 
-SETUP = """\
+SETUP = f"""\
 import numpy as np
 from gptviz.notebook import attention
 try:
@@ -55,11 +55,11 @@ except ImportError:
     attention_heads = None
 
 def pattern(T, seed=0):
-    p = np.random.default_rng(seed).random((%d, %d, T, T), dtype=np.float32)
+    p = np.random.default_rng(seed).random(({L}, {H}, T, T), dtype=np.float32)
     p *= np.tril(np.ones((T, T), dtype=np.float32))
     p /= p.sum(-1, keepdims=True)
     return p
-""" % (L, H)
+"""
 
 # a cell's drawing: what appears in its output once the heatmap is on screen
 DRAWN = {"gptviz": "canvas.gv-heat[data-cell]", "circuitsvis": "[id^='circuits-vis'] canvas"}
@@ -89,7 +89,7 @@ def notebook(sizes: list[int], repeats: int, with_cv: bool) -> tuple[dict, list[
     cells = [SETUP] + [f"p{T} = pattern({T})\ntokens{T} = [f'tok{{i}}' for i in range({T})]\n'ready'" for T in sizes]
     plan = []
     for T in sizes:
-        for r in range(repeats):
+        for _ in range(repeats):
             for tool in ("gptviz", "circuitsvis") if with_cv else ("gptviz",):
                 plan.append((tool, T, len(cells)))
                 cells.append(
@@ -135,9 +135,9 @@ def start_lab(folder: Path, port: int) -> subprocess.Popen:
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status", timeout=2):
                 return proc
-        except OSError:
+        except OSError as err:
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError((folder / "lab.log").read_text(errors="replace")[-3000:])
+                raise RuntimeError((folder / "lab.log").read_text(errors="replace")[-3000:]) from err
             time.sleep(0.5)
 
 

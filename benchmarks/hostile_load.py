@@ -527,7 +527,7 @@ async def cache_clearing(browser, server: Server) -> list[Row]:
         first = await asyncio.to_thread(clear_cache, server.port, 2)
         for _, p in pages[: n // 2]:
             await press_generate(p)
-        second = await asyncio.to_thread(clear_cache, server.port, 2)
+        await asyncio.to_thread(clear_cache, server.port, 2)
         for _, p in pages[n // 2 :]:
             await press_generate(p)
         await asyncio.to_thread(clear_cache, server.port, 1)
@@ -619,7 +619,6 @@ async def large_captures(browser, server: Server, visitors: int) -> list[Row]:
         await asyncio.sleep(1)
         build_peak = server.peak_since(loaded)
         overhead = server.settled_rss(3.0)
-        OVERHEAD = overhead
         prompts = []
         for i in range(visitors):
             text = " ".join(WORDS[(i + j) % len(WORDS)] + str(j % 10) for j in range(400))
@@ -717,7 +716,6 @@ async def index_builder(browser, builds: int = 6) -> list[Row]:
     left to tests/test_index_turns.py."""
     folder = Path(tempfile.mkdtemp(prefix="gptviz-hostile-indexes-"))
     server = Server({**INDEX_LIMITS, "GPTVIZ_INDEX_DIR": str(folder)}, port=PORT and PORT + 1)
-    started = time.monotonic()
     try:
         OWN_SERVERS["6-7"] = (server.settled_rss(2.0), server)  # its own idle RSS: the budget's fixed overhead
         ctx, page = await open_page(browser, server.url)

@@ -88,9 +88,13 @@ def upload_folders() -> UploadFolders:
     their models and captures leave the caches with them."""
 
     def forget(prefixes: list[str]) -> None:
-        gone = lambda spec: (
-            isinstance(spec, ModelSpec) and spec.source == keys.SOURCE_UPLOAD and spec.name.startswith(tuple(prefixes))
-        )  # noqa: E731
+        def gone(spec) -> bool:
+            return (
+                isinstance(spec, ModelSpec)
+                and spec.source == keys.SOURCE_UPLOAD
+                and spec.name.startswith(tuple(prefixes))
+            )
+
         capture_store().discard(lambda key: gone(key[0]))
         model_store().discard(gone)
 

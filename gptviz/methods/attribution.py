@@ -289,7 +289,7 @@ def head_patching(
         for start in range(0, H, per_batch):
             heads = list(range(start, min(H, start + per_batch)))
 
-            def one_head_per_row(value: torch.Tensor, offset: int, heads=heads) -> torch.Tensor:
+            def one_head_per_row(value: torch.Tensor, offset: int, heads=heads, patch=patch) -> torch.Tensor:
                 value = value.clone()  # [rows, T - first, heads, d_head]
                 for row, head in enumerate(heads):
                     value[row, :, head] = patch[:, head].to(value.dtype)

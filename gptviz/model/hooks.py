@@ -14,13 +14,12 @@ import sys
 import types
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Union
 
 import torch
 import torch.nn.modules.module as _torch_module
 from torch import nn
 
-NamesFilter = Union[None, str, Iterable[str], Callable[[str], bool]]
+NamesFilter = None | str | Iterable[str] | Callable[[str], bool]
 
 # torch's process-wide module hooks; while any is registered, HookPoints take nn.Module's full call path.
 _GLOBAL_HOOKS = tuple(

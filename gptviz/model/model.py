@@ -275,7 +275,7 @@ class GPT(nn.Module):
                     _draw(module.weight, lambda w: nn.init.xavier_uniform_(w, generator=gen))
                 else:
                     std = residual_std if name.endswith("c_proj") else 0.02
-                    _draw(module.weight, lambda w: nn.init.normal_(w, mean=0.0, std=std, generator=gen))
+                    _draw(module.weight, lambda w, std=std: nn.init.normal_(w, mean=0.0, std=std, generator=gen))
                 if module.bias is not None:
                     nn.init.zeros_(module.bias)
             elif isinstance(module, nn.Embedding):

@@ -87,8 +87,13 @@ def card_section(folder: Path) -> str:
     if trial is None or own is None or probe is None:
         return ""
     start, best, n = probe
-    cleared = lambda check: f"{sum(check['passes'].values())} of {len(check['passes'])}"
-    head = lambda check, key: f"{check[key]['score']:.3f}"
+
+    def cleared(check: dict) -> str:
+        return f"{sum(check['passes'].values())} of {len(check['passes'])}"
+
+    def head(check: dict, key: str) -> str:
+        return f"{check[key]['score']:.3f}"
+
     return (
         f"## Its twin was not trained alike\n"
         f"`{pre.name}` starts from GPT-2's normal(0, 0.02) init and `{post.name}` from Xavier-uniform matrices; "

@@ -190,7 +190,9 @@ def measure(page, url: str, name: str, n_new: int) -> dict:
     out["page_tps"], out["model_tps"] = statistics.median(page_tps), statistics.median(model_tps)
     # head and layer switches in the heatmap itself: click to the next painted frame, timed in the page
     out["switch_s"] = statistics.median(map_switch(page, ".gv-head", h, f"Layer 0, head {h}") for h in (1, 2, 3, 0, 1))
-    out["layer_s"] = statistics.median(map_switch(page, ".gv-layer", l, f"Layer {l}, head 1") for l in (1, 2, 3, 0, 1))
+    out["layer_s"] = statistics.median(
+        map_switch(page, ".gv-layer", layer, f"Layer {layer}, head 1") for layer in (1, 2, 3, 0, 1)
+    )
     # the rest of the page following a pick in the map: click to the Head picker showing it (Playwright's clock)
     follow = []
     for h in (2, 3):

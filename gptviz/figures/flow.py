@@ -121,8 +121,8 @@ def flow_figure(
         )
     )
     L = graph.n_layers
-    levels = [0] + [v for l in range(L) for v in (2 * l + 1, 2 * l + 2)]
-    names = ["embeddings"] + [n for l in range(L) for n in (f"L{l} attention", f"L{l} MLP")]
+    levels = [0] + [v for layer in range(L) for v in (2 * layer + 1, 2 * layer + 2)]
+    names = ["embeddings"] + [n for layer in range(L) for n in (f"L{layer} attention", f"L{layer} MLP")]
     fig.update_xaxes(
         title_text="position (prompt token)",
         tickangle=-60,

@@ -241,7 +241,7 @@ def _node_trace(kind: str, members: list, places: dict, texts: list[str], top: f
 
 
 def row_names(n_layers: int) -> list[str]:
-    return ["embeddings"] + [n for l in range(n_layers) for n in (f"L{l} heads", f"L{l} MLP")] + ["metric"]
+    return ["embeddings"] + [n for layer in range(n_layers) for n in (f"L{layer} heads", f"L{layer} MLP")] + ["metric"]
 
 
 def _ablation_line(node, kind: str) -> str:

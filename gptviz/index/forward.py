@@ -92,7 +92,9 @@ def _stream_unit_blocks(
 
         return read
 
-    edits = {act_name("post", l): (neurons(l),) for l in range(L)} | {act_name("z", l): (heads(l),) for l in range(L)}
+    edits = {act_name("post", layer): (neurons(layer),) for layer in range(L)} | {
+        act_name("z", layer): (heads(layer),) for layer in range(L)
+    }
     forward_through_units(model, ids, edits)
 
 

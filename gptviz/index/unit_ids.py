@@ -68,16 +68,18 @@ def head_write_norms(z: torch.Tensor, c_proj_weight: torch.Tensor, factor: torch
 
 
 def _unit_hooks(config) -> list[str]:
-    return [act_name("post", l) for l in range(config.n_layers)] + [act_name("z", l) for l in range(config.n_layers)]
+    return [act_name("post", layer) for layer in range(config.n_layers)] + [
+        act_name("z", layer) for layer in range(config.n_layers)
+    ]
 
 
 def _values_from_store(model, store, rows: int) -> torch.Tensor:
     """Every unit's score from a capture's store: [rows, n_units] (rows = batch x T, flattened)."""
     L = model.config.n_layers
-    parts = [store[act_name("post", l)].reshape(rows, -1) for l in range(L)]
+    parts = [store[act_name("post", layer)].reshape(rows, -1) for layer in range(L)]
     parts += [
-        head_write_norms(store[act_name("z", l)], model.blocks[l].attn.c_proj.weight).reshape(rows, -1)
-        for l in range(L)
+        head_write_norms(store[act_name("z", layer)], model.blocks[layer].attn.c_proj.weight).reshape(rows, -1)
+        for layer in range(L)
     ]
     return torch.cat(parts, dim=1)
 

@@ -151,8 +151,8 @@ def mlp_shares(resid_mid: torch.Tensor, mlp_out: torch.Tensor) -> torch.Tensor:
 def hook_names(n_layers: int) -> tuple[str, ...]:
     """The hook points the graph reads (a capture of these, for one prompt, is all it needs)."""
     return tuple(
-        f"blocks.{l}.{n}"
-        for l in range(n_layers)
+        f"blocks.{layer}.{n}"
+        for layer in range(n_layers)
         for n in ("hook_resid_pre", "hook_resid_mid", "hook_mlp_out", "attn.hook_pattern", "attn.hook_v")
     )
 

@@ -122,10 +122,10 @@ def _flatten(v, fm: FrozenModel):
 
 def _head_source(fm: FrozenModel, ref: NodeRef) -> int:
     """The key whose value, weighted by the frozen pattern, carries the largest part of the head's influence."""
-    w, l, h, p = fm.layers[ref.layer], ref.layer, ref.index, ref.position
-    v = _project(fm.attn_in[l][: p + 1], w.Wv[h : h + 1], None if w.bv is None else w.bv[h : h + 1])[0]  # [p+1, dh]
-    through = w.Wo[h] @ fm.grads[("attn", l)][p]  # [dh]
-    parts = fm.pattern[l][h, p, : p + 1] * (v @ through)
+    w, layer, h, p = fm.layers[ref.layer], ref.layer, ref.index, ref.position
+    v = _project(fm.attn_in[layer][: p + 1], w.Wv[h : h + 1], None if w.bv is None else w.bv[h : h + 1])[0]  # [p+1, dh]
+    through = w.Wo[h] @ fm.grads[("attn", layer)][p]  # [dh]
+    parts = fm.pattern[layer][h, p, : p + 1] * (v @ through)
     return int(parts.abs().argmax())
 
 

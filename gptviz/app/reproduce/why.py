@@ -30,7 +30,9 @@ def ablation(spec: ModelSpec, ids, heads, mode: str, text: str | None, target: i
         by_layer.setdefault(layer, []).append(head)
     decode_call = "decode" if tokenizer_call(spec) == "get_tokenizer()" else "tokenizer_for(model).decode"
     reference = (
-        "_, reference = capture(model, [ids], " + repr([f"blocks.{l}.attn.hook_z" for l in sorted(by_layer)]) + ")"
+        "_, reference = capture(model, [ids], "
+        + repr([f"blocks.{layer}.attn.hook_z" for layer in sorted(by_layer)])
+        + ")"
         if mode == "mean" and heads
         else "reference = None"
     )

@@ -108,7 +108,7 @@ def head_edits(
         by_layer.setdefault(layer, []).append(head)
     reference = None
     if mode == "mean" and heads:
-        names = tuple(act_name("z", l) for l in sorted(by_layer))
+        names = tuple(act_name("z", layer) for layer in sorted(by_layer))
         _, cache = model_service.capture_cache(spec, ids, names)
         # the library's [batch, T, heads, d_head] layout: the shared capture has no batch axis, and without one the
         # mean ran over positions and heads together (one [d_head] vector, indexed by head number)

@@ -75,7 +75,7 @@ def node_check(spec: model_service.ModelSpec, ids: tuple[int, ...], node_id: str
     """The real model's metric with one node removed (patterns and norms recomputed) beside the unedited one."""
     model = model_service.load_model(spec)
     ref = parse_node(node_id, model.config, len(ids))
-    names = [act_name(kind, l) for l in range(model.config.n_layers) for kind in ("resid_pre", "k", "v")]
+    names = [act_name(kind, layer) for layer in range(model.config.n_layers) for kind in ("resid_pre", "k", "v")]
     with memory.reserve(
         2 * sizes.capture_work_nbytes(model.config, names, len(ids)),
         f"removing {node_id} from {len(ids)} tokens on {spec.name}",

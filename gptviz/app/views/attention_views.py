@@ -405,7 +405,7 @@ def model_view(seen: Seen, p: Pick) -> None:
         fa.model_view(
             shown[:, :, :K_, :K_].numpy(),
             seen.labels[:K_],
-            row_names=[f"layer {l}" for l in range(cfg.n_layers)],
+            row_names=[f"layer {layer}" for layer in range(cfg.n_layers)],
             col_names=col_names,
             col_ticks=None if average or cfg.n_heads <= 8 else [f"H{h}" for h in range(cfg.n_heads)],
             scale=p.scale,

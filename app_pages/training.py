@@ -59,8 +59,8 @@ SCENARIO_NOTES = dict(
         SCENARIOS,
         (
             "Quick start: 2 layers, d_model 64, 60 steps with 10 of warmup, pre- and post-norm on the same batches.",
-            "Deep and narrow, no warmup: 12 layers, d_model 64, a high learning rate from the first step and no gradient "
-            "clipping, the setting where Xiong et al. expect post-norm to suffer.",
+            "Deep and narrow, no warmup: 12 layers, d_model 64, a high learning rate from the first step and no "
+            "gradient clipping, the setting where Xiong et al. expect post-norm to suffer.",
             "Deep and narrow with 50 warmup steps: the same setting, the learning rate ramped up first.",
         ),
         strict=True,

@@ -1,7 +1,7 @@
 """Why this token? Direct logit attribution, head ablation, activation patching and saliency on the sidebar's
-model and prompt. Every number comes from gptviz.methods.attribution / gptviz.methods.interventions through the page's service
-(gptviz.app.services.why); nothing is drawn that was not measured on this model. The patching and saliency tabs
-are drawn by gptviz/app/views/why_sweeps.py."""
+model and prompt. Every number comes from gptviz.methods.attribution / gptviz.methods.interventions through the
+page's service (gptviz.app.services.why); nothing is drawn that was not measured on this model. The patching and
+saliency tabs are drawn by gptviz/app/views/why_sweeps.py."""
 
 from __future__ import annotations
 

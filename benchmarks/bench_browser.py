@@ -98,7 +98,8 @@ SWITCH_JS = """async (root, [selector, index, title]) => {
   const t0 = performance.now();
   root.querySelectorAll(selector)[index].click();  // looked up now: a redraw rebuilds the pickers
   while (heading.textContent !== title) {
-    if (performance.now() - t0 > 60000) throw new Error(`after 60 s the title reads "${heading.textContent}", not "${title}"`);
+    if (performance.now() - t0 > 60000)
+      throw new Error(`after 60 s the title reads "${heading.textContent}", not "${title}"`);
     await new Promise((r) => setTimeout(r, 1));
   }
   await new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)));

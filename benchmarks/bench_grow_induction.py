@@ -1,6 +1,6 @@
-"""The "grow an induction head" scenario (Heads forming page, gptviz.serve.training_jobs.induction_growth_spec) run as the
-app runs it, a background job with snapshots, over several seeds: the seconds until some head's induction score on
-the snapshot probe reaches 0.5 (from the job's start, corpus loading included, and from its first step), the step
+"""The "grow an induction head" scenario (Heads forming page, gptviz.serve.training_jobs.induction_growth_spec) run as
+the app runs it, a background job with snapshots, over several seeds: the seconds until some head's induction score
+on the snapshot probe reaches 0.5 (from the job's start, corpus loading included, and from its first step), the step
 it happened at, and what recording the snapshots cost as a share of the training time.
 
     python -m benchmarks grow                 # seeds 0 1 2, the scenario's settings

@@ -16,8 +16,8 @@ and bfloat16 on the device:
   precision a first difference is accepted only at a near-tie of the reference;
 - the neuron index (`gptviz.index.build_index`, as `python -m gptviz index --device cuda --dtype ...` runs it) over
   the start of the complete works: active shares and top-20 examples against the float32 CPU scan;
-- training on the device (`gptviz.training.train.Trainer.step`, and the `train_models` loop): three steps on one repeated
-  batch with finite losses and gradient norms, losses that follow the CPU's from the same weights (relative
+- training on the device (`gptviz.training.train.Trainer.step`, and the `train_models` loop): three steps on one
+  repeated batch with finite losses and gradient norms, losses that follow the CPU's from the same weights (relative
   difference under 1e-2) and fall; two tiny models trained side by side by `train_models` on the device.
 
 Prints a compact table and writes JSON to $OUT/gpu_check.json when OUT is set, and to --out when given (both when

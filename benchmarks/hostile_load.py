@@ -591,7 +591,8 @@ async def cache_clearing(browser, server: Server) -> list[Row]:
 
 # ---- 4. concurrent large captures ------------------------------------------------------------------------------
 
-LONG_COUNT_OR_ERROR = """() => [...document.querySelectorAll('strong')].some(e => /^\\d{3,} tokens?$/.test(e.innerText.trim()))
+LONG_COUNT_OR_ERROR = """() => [...document.querySelectorAll('strong')]
+    .some(e => /^\\d{3,} tokens?$/.test(e.innerText.trim()))
     || document.querySelector('[data-testid="stAlertContentError"]') !== null"""
 
 
@@ -889,7 +890,8 @@ def main() -> int:
     print(
         f"\nHostile load, {time.strftime('%Y-%m-%d')}, {time.perf_counter() - started:.0f} s in all, "
         f"{os.cpu_count()} CPU(s), load average at the end {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}; "
-        f"server limits {LIMITS}; server peak RSS over the whole run {peak_all:,.0f} MiB ({when}); each scenario's peak: {per}\n"
+        f"server limits {LIMITS}; server peak RSS over the whole run {peak_all:,.0f} MiB ({when}); "
+        f"each scenario's peak: {per}\n"
     )
     print("| scenario | what it did | measured | target | met |\n|---|---|---|---|---|")
     for r in rows:

@@ -430,7 +430,8 @@ def report(fwd, gen, per_tok, mem, args, elapsed) -> str:
         f"{ms(c.median('ours_capture_all', 'user'))} vs {ms(c.median('ours_plain', 'user'))}, system CPU "
         f"{ms(c.median('ours_capture_all', 'sys'))} vs {ms(c.median('ours_plain', 'sys'))}, minor page faults "
         f"{c.median('ours_capture_all', 'faults'):,.0f} vs {c.median('ours_plain', 'faults'):,.0f}; with "
-        f"`keep_freed_memory()`: faults {ks['faults']['ours_capture_all']:,.0f} vs {ks['faults']['ours_plain']:,.0f}, system CPU "
+        f"`keep_freed_memory()`: faults {ks['faults']['ours_capture_all']:,.0f} vs "
+        f"{ks['faults']['ours_plain']:,.0f}, system CPU "
         f"{ms(ks['sys']['ours_capture_all'])} vs {ms(ks['sys']['ours_plain'])}.",
         "",
         f"Reference: transformers plain forward (SDPA, no extra outputs) {ms(f.median('hf_plain'))} CPU; "

@@ -249,9 +249,9 @@ def logit_lens_heatmap(
             colorbar=dict(
                 title="top prob.", tickformat=percent_format(float(z.max())), nticks=4
             ),  # 5 rows: 4 ticks fit
-            hovertemplate="%{customdata[0]}, position %{customdata[5]}: %{customdata[1]}<br>top next token: %{customdata[2]} "
-            "(%{z:.1%})<br>model's final prediction %{customdata[3]}: %{customdata[4]:.1%}"
-            "<extra></extra>",
+            hovertemplate="%{customdata[0]}, position %{customdata[5]}: %{customdata[1]}<br>"
+            "top next token: %{customdata[2]} (%{z:.1%})<br>"
+            "model's final prediction %{customdata[3]}: %{customdata[4]:.1%}<extra></extra>",
         )
     )
     # The colour scale runs from 0 to the largest probability shown (an untrained model's are all ~1/vocab).

@@ -108,8 +108,8 @@ def causal_mask_figure(mask, labels: list[str]) -> go.Figure:
             colorscale=[[0, MASKED_COLOR], [1, top_colour("#2b6cb0")]],
             customdata=custom,
             text=np.where(m > 0, "may attend", "masked: score set to −∞ before softmax"),
-            hovertemplate="query %{customdata[2]}: %{customdata[0]}<br>key %{customdata[3]}: %{customdata[1]}<br>%{text}"
-            "<extra></extra>",
+            hovertemplate="query %{customdata[2]}: %{customdata[0]}<br>key %{customdata[3]}: %{customdata[1]}"
+            "<br>%{text}<extra></extra>",
         )
     )
     fig.update_xaxes(title_text="key (attended to)", side="top", constrain="domain", **token_category_axis(cats))

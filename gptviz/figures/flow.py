@@ -1,5 +1,5 @@
-"""The information-flow graph (gptviz.methods.flow) as a Plotly figure: tokens along x, the residual stream rising through
-each layer's attention and MLP along y, one line per kept edge, thicker for a larger share."""
+"""The information-flow graph (gptviz.methods.flow) as a Plotly figure: tokens along x, the residual stream rising
+through each layer's attention and MLP along y, one line per kept edge, thicker for a larger share."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Figures of a training timeline (gptviz.training.snapshots): detector scores and losses over steps with the viewed step
-marked, and every head's map at one step."""
+"""Figures of a training timeline (gptviz.training.snapshots): detector scores and losses over steps with the viewed
+step marked, and every head's map at one step."""
 
 from __future__ import annotations
 

@@ -18,13 +18,13 @@ positions, so every token has at least n_ctx - stride tokens of left context, or
 Position t of a document is scored in window k = 0 if t < n_ctx, else (t - n_ctx) // stride + 1, which starts at
 k * stride (`scoring_window`).
 
-Histograms have BINS bins per unit: uniform over the range (widened to include 0) that a first pass over a spread
-sample of the windows saw, shifted so that 0 is a bin edge; a value outside falls into the outer bin, whose outer
-edge is then moved to the scan's exact minimum or maximum, so every value lies within the edges and the counts add
-up to the tokens scanned. Bins are left-open, (a, b], and a value's side of the 0 edge is decided by its sign alone,
-so 0 and -0.0 (GELU far below 0) fall below it and the bins above it hold exactly the values > 0: a neuron's share of
-active positions (> 0) is their count, the count of values > 0. Quantiles are read from the histogram (linear within a bin, then clipped
-to the unit's exact extremes: off by at most one bin's width). Mean and standard deviation are running sums.
+Histograms have BINS bins per unit: uniform over the range (widened to include 0) that a first pass over a spread sample
+of the windows saw, shifted so that 0 is a bin edge; a value outside falls into the outer bin, whose outer edge is then
+moved to the scan's exact minimum or maximum, so every value lies within the edges and the counts add up to the tokens
+scanned. Bins are left-open, (a, b], and a value's side of the 0 edge is decided by its sign alone, so 0 and -0.0 (GELU
+far below 0) fall below it and the bins above it hold exactly the values > 0: a neuron's share of active positions (> 0)
+is their count, the count of values > 0. Quantiles are read from the histogram (linear within a bin, then clipped to the
+unit's exact extremes: off by at most one bin's width). Mean and standard deviation are running sums.
 
 Bands: beside its top K, each unit's positive values in BANDS bands between their quantiles (the weakest fifth to
 the strongest), with BAND_EXAMPLES examples each from a uniform sample of SAMPLE positive values kept in the same scan

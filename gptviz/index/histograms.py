@@ -7,10 +7,11 @@ import torch
 
 
 def _bin_of(values: torch.Tensor, inv_width: torch.Tensor, zero_bin: torch.Tensor, bins: int) -> torch.Tensor:
-    """Each value's histogram bin, int32 [units, n]. `inv_width`, `zero_bin`: float [units, 1]. Bins are left-open, (edge_k, edge_k+1], so 0 and -0.0
-    fall in the bin just below the 0 edge and every value > 0 in a bin above it, decided by the value's sign alone:
-    ceil(v / width) is >= 1 for v > 0 and <= 0 otherwise. (Taken from the lower edge, (v - lo) / width rounded in
-    float32 put GELU's -0.0 and tiny negatives above the 0 edge, where they counted as active.)"""
+    """Each value's histogram bin, int32 [units, n]. `inv_width`, `zero_bin`: float [units, 1]. Bins are left-open,
+    (edge_k, edge_k+1], so 0 and -0.0 fall in the bin just below the 0 edge and every value > 0 in a bin above it,
+    decided by the value's sign alone: ceil(v / width) is >= 1 for v > 0 and <= 0 otherwise. (Taken from the lower edge,
+    (v - lo) / width rounded in float32 put GELU's -0.0 and tiny negatives above the 0 edge, where they counted as
+    active.)"""
     steps = torch.mul(values, inv_width).ceil_()
     small = (inv_width[:, 0] < 1).nonzero().squeeze(1)
     if len(small):  # v * inv_width >= v > 0 when inv_width >= 1; below 1 a tiny v > 0 could round to 0

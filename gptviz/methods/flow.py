@@ -4,7 +4,8 @@ earlier tokens and sub-layers the prediction at one position is built from, as a
 
 In a pre-norm model every residual update is a sum. The attention sub-layer of layer l writes, at query position i,
 
-    resid_mid[i] = resid_pre[i] + sum_{j, h} c[i, j, h] + b,   c[i, j, h] = pattern[h, i, j] * ((v[j, h] - b_V[h]) @ W_O[h])
+    resid_mid[i] = resid_pre[i] + sum_{j, h} c[i, j, h] + b,
+    c[i, j, h] = pattern[h, i, j] * ((v[j, h] - b_V[h]) @ W_O[h])
 
 with b = b_O + sum_h b_V[h] @ W_O[h] (the value biases folded into the output bias, as TransformerLens loads the
 tool's models by default), and the MLP writes resid_post[i] = resid_mid[i] + mlp_out[i]. The parts of a sum are the

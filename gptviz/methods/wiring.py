@@ -288,7 +288,8 @@ _PLURAL = {
 
 def _say(name: str, t: Trend, plural: bool = False, unit: str = "") -> str:
     text = (
-        f"{name} {_PLURAL[t.word] if plural else t.word} from the first layer to the last: {t.first:.3g}{unit} → {t.last:.3g}{unit} "
+        f"{name} {_PLURAL[t.word] if plural else t.word} from the first layer to the last: "
+        f"{t.first:.3g}{unit} → {t.last:.3g}{unit} "
         f"(×{t.ratio:.2f}; the fitted line gives ×{t.per_layer:.3f} per layer)."
     )
     if t.outlier is not None:

@@ -42,7 +42,8 @@ def bar_rows(checks: dict[str, dict]) -> list[dict[str, str]]:
             lambda c: f"{c['margin']:.3f} {mark(c['margin'] >= MARGIN_NATS)}",
         ),
         (
-            f"best previous-token head; bar {PREVIOUS_TOKEN_BAR} (chance {first['best_previous_token_head']['chance']:.3f})",
+            f"best previous-token head; bar {PREVIOUS_TOKEN_BAR} "
+            f"(chance {first['best_previous_token_head']['chance']:.3f})",
             lambda c: head(c, "best_previous_token_head", PREVIOUS_TOKEN_BAR),
         ),
         (

@@ -345,7 +345,8 @@ def train_models(
     `tokens`: a Corpus (its own training and held-out parts) or one tensor split by settings.val_fraction.
     `measure(model, train_tokens, val_tokens)`, when given, runs at every validation step and fills the
     StepLog's head fields (prev_token, induction, repeat_loss), so the history shows when the heads grow.
-    `recorders[name]` (gptviz.training.snapshots.SnapshotRecorder), when given, snapshots that model's heads as it trains."""
+    `recorders[name]` (gptviz.training.snapshots.SnapshotRecorder), when given, snapshots that model's heads as it
+    trains."""
     if isinstance(tokens, Corpus):
         train_tokens, val_tokens = tokens.train, tokens.val
     else:

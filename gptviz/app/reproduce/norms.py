@@ -27,7 +27,8 @@ def twins(names: dict[str, str], ids, pair: int, probe_length: int, text: str | 
                 "    'pair': pair,",
                 "    'pre map': on_prompt['pre'][1].pattern(pair.a[0])[0, pair.a[1]],     # [query, key]",
                 "    'post map': on_prompt['post'][1].pattern(pair.b[0])[0, pair.b[1]],",
-                "    'next token': {norm: logits[0, -1].softmax(-1).topk(5) for norm, (logits, _) in on_prompt.items()},",
+                "    'next token': {norm: logits[0, -1].softmax(-1).topk(5)"
+                " for norm, (logits, _) in on_prompt.items()},",
                 "}",
             ]
         )
@@ -84,7 +85,8 @@ def depth_sweep(cfg, ids, seed: int, init: str, view: str, depths, random: bool,
                 "    for norm in last:",
                 f"        last[norm].append(stats[norm].grad({view!r})[-1])",
                 "result = {norm: (np.asarray(values, float), depth_exponent(depths, np.asarray(values, float)))",
-                "          for norm, values in last.items()}          # the last layer's gradients and the fitted exponent",
+                "          for norm, values in last.items()}"
+                "          # the last layer's gradients and the fitted exponent",
             ]
         )
         + "\n"

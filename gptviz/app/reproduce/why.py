@@ -76,7 +76,8 @@ def patching(spec: ModelSpec, clean, corrupted, goal: int, rival: int, texts: tu
         spec,
         prompt_lines(clean, texts[0], "clean", spec=spec),
         prompt_lines(corrupted, texts[1], "corrupted", spec=spec),
-        f"goal, rival = {goal}, {rival}           # {pieces_comment(goal, rival, spec=spec)}: clean's top against corrupted's",
+        f"goal, rival = {goal}, {rival}"
+        f"           # {pieces_comment(goal, rival, spec=spec)}: clean's top against corrupted's",
         "resid = residual_patching(model, clean, corrupted, goal, rival)",
         "by_head = head_patching(model, clean, corrupted, goal, rival)",
         "result = {'residual stream': resid.scores,           # [layers, positions]",

@@ -20,10 +20,10 @@ state = st.session_state
 
 PAPER_NOTE = (
     "Xiong et al. (2020) measured a translation Transformer (d_model 512, 6 layers, Xavier init) and plotted each "
-    "layer's FFN gradient norm averaged over data. Here: a decoder-only GPT, {depth} layers, d_model {width} (their 512 "
-    "makes each pass several seconds on a 2-core CPU), {heads} heads, {samples} of Tiny Shakespeare. Both wirings keep "
-    "a final LayerNorm (their post-LN has none). The band is ± one standard deviation over the samples. Each verdict "
-    "is computed from the means with the rule shown; nothing here is written in advance."
+    "layer's FFN gradient norm averaged over data. Here: a decoder-only GPT, {depth} layers, d_model {width} "
+    "(their 512 makes each pass several seconds on a 2-core CPU), {heads} heads, {samples} of Tiny Shakespeare. "
+    "Both wirings keep a final LayerNorm (their post-LN has none). The band is ± one standard deviation over the "
+    "samples. Each verdict is computed from the means with the rule shown; nothing here is written in advance."
 )
 
 

@@ -264,8 +264,12 @@ def matches_table(matches: list, scores: dict, length: int, pills: bool = True) 
             "pre-norm head": unit_id.head_id(*m.a),
             "post-norm match": unit_id.head_id(*m.b),
             "pattern similarity": m.similarity,
-            f"previous-token, pre / post (chance {prev_chance:.2f})": f"{float(scores['pre'][0][m.a]):.2f} / {float(scores['post'][0][m.b]):.2f}",
-            f"induction, pre / post (chance {ind_chance:.2f})": f"{float(scores['pre'][1][m.a]):.2f} / {float(scores['post'][1][m.b]):.2f}",
+            f"previous-token, pre / post (chance {prev_chance:.2f})": (
+                f"{float(scores['pre'][0][m.a]):.2f} / {float(scores['post'][0][m.b]):.2f}"
+            ),
+            f"induction, pre / post (chance {ind_chance:.2f})": (
+                f"{float(scores['pre'][1][m.a]):.2f} / {float(scores['post'][1][m.b]):.2f}"
+            ),
         }
         for m in matches
     ]

@@ -241,8 +241,8 @@ class Boxes:
 
 def views(seen: Seen, found: list[services.Detector], boxes: Boxes) -> None:
     """The chips, the pickers and every view: a pick reruns only this fragment, never the model (the capture is
-    kept), and redraws only what follows it (issue 60: a head switch's rerun took 0.05-0.1 s, the browser's redraw of
-    the page's two tables 0.3-0.5 s more at load 9)."""
+    kept), and redraws only what follows it (issue 60: the browser's redraw of the page's two tables cost several
+    times the rerun itself; `python -m benchmarks latency` times a head switch)."""
     job = live.stored_generation(seen.spec, seen.ids, live.ATTENTION.page)
     finished = job is not None and not job.running  # read once: the thread may end while this draws
     started = state.pop(K.ATT_GEN_STARTED, False)

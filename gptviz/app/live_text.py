@@ -35,9 +35,9 @@ def writing_speed(run: dict, live: bool) -> str:
 
 
 def generated_text(text: str, live: bool, height: int | None = None) -> None:
-    """A generation's prompt and continuation, never Markdown. Live: st.text in a bordered box, because st.code's
-    syntax highlighter was a fifth of the browser's work at each redraw (a Chromium profile: docs/benchmarks-history.md,
-    "The live page in a browser"), on the two cores the model shares; finished: st.code, with its copy button."""
+    """A generation's prompt and continuation, never Markdown. Live: st.text in a bordered box, because st.code's syntax
+    highlighter was a large part of the browser's work at each redraw (a Chromium profile: docs/benchmarks-history.md,
+    "The live page in a browser"), on the cores the model shares; finished: st.code, with its copy button."""
     if live:
         monospace_text(text, "generated", border=True, height=height)
     else:

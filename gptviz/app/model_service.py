@@ -123,7 +123,8 @@ class Captured(dict):
 
 
 # How long a capture waits for others in flight to end before it is refused: large captures run one after another
-# within the capture budget, and on a loaded CPU one of 682 tokens on gpt2-small took over 30 s
+# within the capture budget, and on a loaded CPU one long prompt's capture of gpt2-small takes tens of seconds
+# (`python -m benchmarks hostile` runs concurrent large captures)
 CAPTURE_WAIT_S = 120.0
 
 
@@ -225,7 +226,8 @@ def refuse_non_finite_logits(logits: torch.Tensor, ids) -> None:
     """NonFiniteError when a forward pass overflowed (finite weights can still give infinite activations, e.g. in
     half precision): NaN or inf anywhere in the residual stream reaches the logits at that position and after."""
     # a row holds NaN or an infinity exactly when its max or min is one (amax/amin propagate NaN); isfinite on the
-    # whole [T, vocab] block made a float and two bool copies of it (+230 MiB at 682 tokens of GPT-2's vocabulary)
+    # whole [T, vocab] block made a float and two bool copies of it (6 bytes a logit: hundreds of MiB for a long
+    # prompt over GPT-2's vocabulary)
     finite = torch.isfinite(logits.amax(dim=-1)) & torch.isfinite(logits.amin(dim=-1))
     if bool(finite.all()):
         return

@@ -13,8 +13,8 @@ DIVERGING_SCALE = "RdBu_r"  # signed values centred on 0
 MASKED_COLOR = "#d9d9d9"  # the causal mask's upper triangle: visibly not a zero weight
 FONT = dict(family="Inter, Segoe UI, Helvetica, Arial, sans-serif", size=13)
 # plotly_white's layout (white background, light grid, its colourway) without its per-trace-type defaults, which
-# every factory here sets itself: validating the whole template took most of a small figure's build time
-# (about 90 of 140 ms for a heatmap), and live views build figures several times a second.
+# every factory here sets itself: validating the whole template took most of a small figure's build time, and live
+# views build figures several times a second.
 LIGHT_TEMPLATE = go.layout.Template(layout=pio.templates["plotly_white"].layout)
 
 

@@ -149,7 +149,7 @@ def graph_figure(
             weight[_get(n, "position")] += abs(_get(n, "influence"))
     weight[-1] = float("inf")  # the position whose next token is explained: always labelled
     widths = label_min_widths(layout.centres, layout.slots, weight)
-    # one update for all (add_annotation validates the whole list again each time: 10 ms a token)
+    # one update for all (add_annotation validates the whole list again each time: quadratic in the tokens)
     fig.update_layout(
         annotations=[
             dict(

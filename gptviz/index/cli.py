@@ -1,10 +1,11 @@
 """`python -m gptviz index ...`: build an index on one machine, one shard of it, on a Ray cluster or a GPU, and
 `python -m gptviz index merge OUT PART...` to combine shards.
 
-Threads: one torch thread per process by default. A scan's work is many small matrix products; on a 2-core machine
-that had other work, two threads took 814 s where one took 123 s for the same 106 s of CPU (OpenMP threads wait on
-each other), and on an idle one two threads gained little (docs/benchmarks-history.md, "Neuron index: the corpus
-scan"). To use more cores, run shards (`--shard`, or `--ray` with a worker per core), each on one thread.
+Threads: one torch thread per process by default. A scan's work is many small matrix products; on a 2-core machine that
+had other work, two threads took several times as long as one for the same CPU time (OpenMP threads wait on each other),
+and on an idle one two threads gained little (docs/benchmarks-history.md, "Neuron index: the corpus scan";
+`python -m benchmarks index` times the scan). To use more cores, run shards (`--shard`, or `--ray` with a worker per
+core), each on one thread.
 """
 
 from __future__ import annotations

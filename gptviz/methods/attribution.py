@@ -156,7 +156,8 @@ def _check_pair(clean_ids, corrupted_ids) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 # Activations one batch of a patching sweep may hold at once. A sweep runs T (or layers x heads) edited copies of
-# the corrupted prompt; all at once, with every position's logits, a 128-token pair took 7 GB.
+# the corrupted prompt; all at once, with every position's logits, that grows with T² x the vocabulary (gigabytes
+# for a 128-token pair). `python -m benchmarks patching` measures a sweep's peak memory.
 SWEEP_BATCH_BYTES = 192 * 2**20
 
 

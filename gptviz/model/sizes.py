@@ -31,10 +31,10 @@ def capture_work_nbytes(config, names: Iterable[str], T: int) -> int:
     materialised = any(n.endswith(("attn.hook_pattern", "attn.hook_attn_scores")) for n in names)
     working = forward_nbytes(config, T, patterns=materialised, all_logits=False)
     # What a capture keeps is allocated between the forward pass's short-lived blocks, so the heap cannot reuse every
-    # hole they leave: measured as resident growth in fresh processes (tests/rss_growth.py page_capture, gpt2-small,
-    # 4 runs each), the overhead beyond what was kept reached 1.45x the working memory at 256 tokens, 1.55x at 384
-    # and 1.7x at 512 (366 MiB against 323 counted; CI failed on 237 against 209 at 384). Counted twice when
-    # anything is kept; a plain forward pass keeps nothing between its blocks.
+    # hole they leave: measured as resident growth in fresh processes (tests/rss_growth.py page_capture, gpt2-small),
+    # the overhead beyond what was kept grows with the prompt, past the working memory itself at a few hundred tokens
+    # (counted once, the estimate fell short in CI). Counted twice when anything is kept; a plain forward pass keeps
+    # nothing between its blocks.
     fragmentation = working - FLOAT32 * config.vocab_size if names else 0
     return capture_nbytes(config, names, T) + working + fragmentation
 
@@ -75,8 +75,9 @@ def training_nbytes(config, batch: int, block: int) -> int:
 def model_build_nbytes(config, itemsize: int = FLOAT32) -> int:
     """A model being built: its weights, allocated once (GPT is made on the meta device), and the row-major buffer
     its largest tensor is drawn into before being copied in (gptviz.model.model._draw; one tensor at a time). gpt2-xl
-    peaks at 1.05x its weights (bench_build.py measured 1.07x), an embedding-heavy model far above (a 2-layer
-    gpt2-small: 1.72x; a flat tenth more, the earlier rule, missed it by 127 MiB)."""
+    peaks at 1.05x its weights by this count, an embedding-heavy model far above (a 2-layer gpt2-small's embedding is
+    most of its weights, so a flat tenth more, the earlier rule, fell short). `python -m benchmarks build` measures
+    each preset's peak against this."""
     from .params import total_params
 
     d = config.d_model

@@ -203,8 +203,9 @@ def lm_loss(model: GPT, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 
 # Positions per LM-head chunk when no gradient is needed (validation): a chunk's logits (64 x 50,257 floats) stay in
-# the CPU's cache between the head and the loss, and the whole batch's logits never exist at once. One torch thread,
-# 2,048 positions of a d_model 128 model: 0.62 s as one matrix, 0.44 s in chunks of 64.
+# the CPU's cache between the head and the loss, and the whole batch's logits never exist at once; on one torch thread
+# the chunks were also faster than one matrix, for a small model's validation (`python -m benchmarks grow` times
+# the runs that validate this way).
 LOSS_ROWS = 64
 
 

@@ -119,7 +119,8 @@ def head_edits(
 @cached
 def direct_attribution(spec: model_service.ModelSpec, ids: tuple[int, ...], target: int, other: int):
     """From the prompt's capture of the attribution's hook points, cached and shared: another target or rival runs
-    no model (it ran the forward pass again for every pair: most of a target switch's 0.3-0.6 s; issue 60)."""
+    no model (it ran the forward pass again for every pair: most of a target switch's time; issue 60, timed by
+    `python -m benchmarks latency`)."""
     model = model_service.load_model(spec)
     names = tuple(attribution.direct_attribution_names(model.config.n_layers))
     logits, cache = model_service.capture_cache(spec, ids, names)

@@ -48,8 +48,10 @@ def next_token_text(steps, enc=None) -> str:
     """A live view's next-token list as plain text (st.text: never Markdown): the last step's sampled token and the
     8 most probable. Text, not a bar chart, while the model writes: each redraw is a script run beside it."""
     last = steps[-1]
-    top_ids = [t[0] for t in last.top[:8]]
-    top = "\n".join(f"{label:>14}  {t[1]:.3f}" for label, t in zip(token_labels(top_ids, enc), last.top, strict=True))
+    shown = last.top[:8]
+    top = "\n".join(
+        f"{label:>14}  {t[1]:.3f}" for label, t in zip(token_labels([t[0] for t in shown], enc), shown, strict=True)
+    )
     return (
         f"Step {len(steps) - 1}: sampled {last.piece} (p {last.prob:.3f}, rank {last.rank})\n"
         f"most probable next tokens:\n{top}"

@@ -446,6 +446,22 @@ def test_the_caveat_is_read_from_the_records():
     assert "post-norm from Xavier's; stage 1: lr 0.001 against 0.003, so" in said
 
 
+def test_the_caveat_of_twins_trained_in_different_numbers_of_stages_says_so():
+    """A twin continued for a second stage: the stages both have are compared (the first's init named) and the
+    stage counts are said, not a length error."""
+    from gptviz.training.evaluate import twins_caveat
+
+    first = {"data": "x", "settings": {"lr": 0.001}}
+    continued = {"data": "x", "settings": {"lr": 0.001}, "continued_from": dict(first)}
+    assert twins_caveat(continued, first) == (
+        "Not trained alike: the pre-norm model trained in 2 stages, the post-norm one in 1, "
+        "so not every difference is the wiring's."
+    )
+    said = twins_caveat(first, dict(continued, continued_from=dict(first, init="xavier")))
+    assert said.startswith("Not trained alike: stage 1 started pre-norm from GPT-2's normal(0, 0.02) random weights")
+    assert "post-norm from Xavier's; the pre-norm model trained in 1 stage, the post-norm one in 2, so" in said
+
+
 @pytest.mark.slow
 def test_the_whole_history_and_heads_forming_show_the_same_formed_step(tiny_page):
     """One definition of the step a head formed (snapshots.formed_step): the twins' history table on this page and

@@ -83,6 +83,17 @@ def test_ablating_heads_shows_the_recomputed_probabilities_and_continuations():
     ]
 
 
+def test_continuations_part_where_a_token_differs_or_where_the_shorter_one_ends():
+    from gptviz.app.services.why import first_difference
+
+    assert first_difference([5, 6, 7], [5, 6, 7]) is None
+    assert first_difference([5, 6, 7], [5, 9, 7]) == 1
+    # one continuation a prefix of the other (e.g. it stopped early): they part where the shorter ends
+    assert first_difference([5, 6], [5, 6, 7, 8]) == 2
+    assert first_difference([5, 6, 7], [5]) == 1
+    assert first_difference([], [5]) == 0
+
+
 @pytest.mark.slow
 def test_where_the_continuations_part_both_tokens_are_quoted():
     from pagetest import run_page

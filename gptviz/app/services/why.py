@@ -46,8 +46,11 @@ def pieces(ids, enc=None) -> list[str]:
 
 
 def first_difference(a: list[int], b: list[int]) -> int | None:
+    """The first index where two continuations differ; where one is a prefix of the other, the shorter's length;
+    None when they are the same."""
+    # not strict: the lengths may differ; zip reads the part both have and the default covers the rest
     return next(
-        (i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y),
+        (i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y),
         None if len(a) == len(b) else min(len(a), len(b)),
     )
 

@@ -43,7 +43,7 @@ UNIT_COLOUR = Setting(
 )
 UNIT_HIST_LOG = Setting("unit_hist_log", "Log scale", True, rule=Flag())
 UNIT_FOCUS = Setting("unit_focus", "Token of the prompt")  # default: the last token
-# one-token boxes (app_pages/units.one_token_box checks their length); a head's source token is keyed per head
+# one-token boxes (views/unit_sections.one_token_box checks their length); a head's source token is keyed per head
 UNIT_SOURCE = Setting(
     "unit_source",
     "Source token (what the head attends to)",

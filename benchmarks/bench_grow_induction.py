@@ -27,7 +27,7 @@ import time
 
 import torch
 
-from gptviz.app.settings import GROW_WIRINGS
+from gptviz.app.settings_choices import GROW_WIRINGS
 from gptviz.model.unit_id import head_id
 from gptviz.serve.training_jobs import GROWTH, JobRegistry, growth_wirings, induction_growth_spec, job_nbytes
 

@@ -14,6 +14,7 @@ from gptviz import PRESETS
 from gptviz.figures import activations as fa
 from gptviz.figures import embeddings as fe
 from gptviz.figures import norms as fn
+from gptviz.figures import norms_attention as fna
 from gptviz.figures import params as fp
 from gptviz.figures import why as fw
 from gptviz.model.params import by_component, param_table
@@ -273,7 +274,7 @@ def test_norms_attention_is_three_figures_and_scales_stack():
     T = 12
     pat = np.tril(rng.random((T, T)))
     pat /= pat.sum(1, keepdims=True)
-    figs = fn.attention_panels(pat, pat * 0.5, LABELS[:T], "Layer 0, head 0")
+    figs = fna.attention_panels(pat, pat * 0.5, LABELS[:T], "Layer 0, head 0")
     assert [len(f.data) for f in figs] == [1, 1, 1]
     assert [f.data[0].zmax for f in figs[:2]] == [1, 1]  # the wirings on one scale
     np.testing.assert_allclose(np.nan_to_num(figs[2].data[0].z), np.tril(pat * 0.5 - pat))

@@ -346,10 +346,10 @@ def strings(node, key=""):
 def test_a_two_line_title_gets_room_above_the_plot():
     import numpy as np
 
-    from gptviz.figures import norms as fn
+    from gptviz.figures import norms_depth as fnd
 
     sweep = {"depth": np.array([1, 2, 4]), "pre": np.array([1.0, 0.8, 0.6]), "post": np.array([1.0, 0.9, 0.8])}
-    fig = fn.depth_sweep(sweep, "random tokens")
+    fig = fnd.depth_sweep(sweep, "random tokens")
     from gptviz.figures.common import EXTRA_LINE_SHIFT, TOOLBAR_ROOM, title_room
 
     assert fig.layout.title.text.count("<br>") == 1

@@ -14,8 +14,8 @@ from conftest import build, model_with_silent_neurons
 
 from gptviz import index as ix
 from gptviz.index import native
+from gptviz.index.accumulate import _empty_partial
 from gptviz.index.histograms import _Binner
-from gptviz.index.scan import _empty_partial
 
 
 @pytest.fixture(autouse=True)

@@ -238,13 +238,13 @@ def test_a_scans_memory_stays_flat_when_the_corpus_grows_tenfold():
 
 
 def test_ranked_tokens_are_capped_at_the_most_frequent(corpus, monkeypatch):
-    from gptviz.index import scan
+    from gptviz.index import plan
 
     model, docs, single = corpus
     counts = np.bincount(np.concatenate([d.ids for d in docs]))
     frequent = np.flatnonzero(counts >= 4)
     assert len(frequent) > 5
-    monkeypatch.setattr(scan, "MAX_RANKED_TOKENS", 5)
+    monkeypatch.setattr(plan, "MAX_RANKED_TOKENS", 5)
     capped = ix.build_index(model, docs, batch=2, top_k=6, bins=24, min_count=4)
     kept = capped.arrays["token_ids"]
     assert len(kept) == 5 and list(kept) == sorted(kept)

@@ -22,7 +22,8 @@ from gptviz.figures import explainers as fx
 from gptviz.figures import generation as fg
 from gptviz.figures import graph as fgr
 from gptviz.figures import head_views as hv
-from gptviz.figures import norms as fn
+from gptviz.figures import norms_attention as fna
+from gptviz.figures import norms_training as fnt
 from gptviz.figures import unit_page as fu
 from gptviz.figures import why as fw
 from gptviz.figures.attention import OUT_OF_WINDOW_COLOR
@@ -131,10 +132,12 @@ BUILDERS = {
     "head_views.attention_text": lambda: hv.attention_text(RNG.random(T), LABELS, query=3, visible=4),
     "head_views.head_steps_figure": lambda: hv.head_steps_figure(head_steps(), LABELS),
     "head_views.neuron_view": lambda: hv.neuron_view(head_steps(), 2, LABELS),
-    "norms.attention_pair": lambda: fn.attention_pair(causal(), causal(), LABELS),
-    "norms.attention_panels": lambda: fn.attention_panels(causal(), causal(), LABELS, "L0H1"),
-    "norms.attention_distance": lambda: fn.attention_distance(RNG.random((L, H))),
-    "norms.warmup_grads": lambda: fn.warmup_grads({"warm-up": RNG.random((L, 6)), "none": RNG.random((L, 6))}),
+    "norms_attention.attention_pair": lambda: fna.attention_pair(causal(), causal(), LABELS),
+    "norms_attention.attention_panels": lambda: fna.attention_panels(causal(), causal(), LABELS, "L0H1"),
+    "norms_attention.attention_distance": lambda: fna.attention_distance(RNG.random((L, H))),
+    "norms_training.warmup_grads": lambda: fnt.warmup_grads(
+        {"warm-up": RNG.random((L, 6)), "none": RNG.random((L, 6))}
+    ),
     "unit_page.examples_text": lambda: fu.examples_text(rows(), value_name="activation", cmax=1.0),
     "why.layer_head_grid": lambda: fw.layer_head_grid(RNG.normal(size=(L, H)), title="t", colorbar="effect"),
     "why.patching_heatmap": lambda: fw.patching_heatmap(RNG.uniform(-0.2, 1, (L, T)), LABELS, title="t"),

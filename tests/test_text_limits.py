@@ -148,7 +148,7 @@ def test_the_scan_finds_the_boxes_it_must():
     assert ("gptviz/app/sidebar.py", ("Prompt",)) in found
     assert ("gptviz/app/sidebar.py", ("Folder or Hub id",)) in found  # through checked_text
     assert ("gptviz/app/views/why_sweeps.py", ("Clean prompt",)) in found
-    assert ("app_pages/units.py", ("one_token_box",)) in found  # its label is a variable
+    assert ("gptviz/app/views/unit_sections.py", ("one_token_box",)) in found  # its label is a variable
     assert ("app_pages/units.py", ("Neuron", "Head")) in found  # a conditional label
     assert len(found) >= 20
 

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from benchmarks.bench_grow_induction import measure_peak
-from gptviz.app.settings import GROW_WIRINGS
+from gptviz.app.settings_choices import GROW_WIRINGS
 from gptviz.serve.training_jobs import growth_wirings, induction_growth_spec, job_nbytes
 
 MiB = 2**20

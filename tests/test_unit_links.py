@@ -12,7 +12,7 @@ from test_browser_unit_links import LINKS
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = sorted([*ROOT.glob("app_pages/*.py"), *ROOT.glob("gptviz/app/**/*.py")])
 # the places that open the unit page other than a pill, by file, and the LINKS kind that clicks each
-OTHER_LINKS = {"gptviz/app/views/why_graph.py": "graph node", "app_pages/units.py": "search row"}
+OTHER_LINKS = {"gptviz/app/views/why_graph.py": "graph node", "gptviz/app/views/unit_search.py": "search row"}
 
 
 def pill_lists() -> set[str]:

@@ -10,7 +10,7 @@ default, label, link name and rule) is declared in settings.py, not here.
 from . import settings as _settings
 
 # the choices settings offer, which pages compare values with
-from .settings import (  # noqa: F401
+from .settings_choices import (  # noqa: F401
     ATTENTION_VIEWS,
     DEFAULT_PACE,
     GROW_WIRINGS,

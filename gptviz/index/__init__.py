@@ -43,14 +43,15 @@ windows, score definitions, scan time and memory) and index.npz (arrays; loaded 
 
 Modules: units (ids and scores), corpus (documents, windows, your corpus tokenized), texts (your corpus's texts,
 read a bounded piece at a time), histograms, top_k (the running top K in one total order), bands (the sample and
-the bands' examples), scan (plan, partial
-scans, merge), partial (partial scans on disk), store (NeuronIndex, save and load), read (examples, contexts,
-summaries), effects (what a unit writes, read by the unembedding), progress (the CLI's progress line), distributed
-(Ray).
+the bands' examples), plan (the windows, batches and histogram range a scan's parts share), accumulate (a part's
+running statistics; merging parts), finish (the index from them), scan (the three in one process), partial (partial
+scans on disk), store (NeuronIndex, save and load), read (examples, contexts, summaries), effects (what a unit
+writes, read by the unembedding), progress (the CLI's progress line), distributed (Ray).
 """
 
 from __future__ import annotations
 
+from .accumulate import PartialScan, merge_scans, scan_batches
 from .constants import (
     BAND_EXAMPLES,
     BAND_LEVELS,
@@ -75,7 +76,9 @@ from .constants import (
 )
 from .corpus import Document, corpus_documents, default_stride, scoring_window, token_counts, tokenize_corpus
 from .effects import DirectEffect, direct_effect, head_direct_effect
+from .finish import finish_scan
 from .partial import load_partial, save_partial
+from .plan import ScanPlan, default_batch, plan_scan
 from .progress import text_progress
 from .read import (
     Attended,
@@ -102,17 +105,7 @@ from .read import (
     units_at_nbytes,
     units_for_token,
 )
-from .scan import (
-    PartialScan,
-    ScanPlan,
-    build_index,
-    default_batch,
-    finish_scan,
-    merge_scans,
-    plan_scan,
-    scan_batches,
-    scan_nbytes,
-)
+from .scan import build_index, scan_nbytes
 from .store import (
     IndexFormatError,
     NeuronIndex,

@@ -144,8 +144,10 @@ def run(args) -> int:
     from ..model.devices import place
     from ..model.tokenizer import tokenizer_for
     from ..model.weights import bundled_models, load_pretrained
+    from .accumulate import scan_batches
+    from .finish import finish_scan
+    from .plan import plan_scan
     from .progress import text_progress
-    from .scan import finish_scan, plan_scan, scan_batches
     from .store import save_index
 
     torch.set_num_threads(max(1, args.threads))
@@ -292,8 +294,9 @@ def _save_new(index, target: Path) -> Path:
 
 
 def run_merge(args) -> int:
+    from .accumulate import merge_scans
+    from .finish import finish_scan
     from .partial import load_partial
-    from .scan import finish_scan, merge_scans
 
     target = merge_target(args.out, args.parts)
     loaded = [load_partial(p) for p in args.parts]

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import streamlit as st
 
-from ...figures import norms as fig_norms
+from ...figures import norms_depth as fig_norms_depth
 from ...training import xiong
 from .. import display, reproduce
 from .. import keys as K
@@ -82,7 +82,7 @@ def ffn_profile_columns(grads: dict[str, xiong.FFNGradients], matrix: str) -> No
     for i, (column, (name, g)) in enumerate(zip(st.columns(len(grads)), grads.items(), strict=True)):
         with column:
             display.show_figure(
-                fig_norms.ffn_profiles(
+                fig_norms_depth.ffn_profiles(
                     {name: {n: (g.mean(n, matrix), g.sd(n, matrix)) for n in ("pre", "post")}}, f"‖∂loss/∂{matrix}‖"
                 ),
                 key=K.per_item(K.NORMS_PAPER_FIG, i),
@@ -121,7 +121,7 @@ def paper_section() -> None:
     sc = results["scaling"]
     st.markdown(f"**The last layer's {matrix} gradient against depth (Xavier init)**")
     display.show_figure(
-        fig_norms.depth_bands(
+        fig_norms_depth.depth_bands(
             sc.depths, sc.mean, sc.sd, {n: sc.exponent(n) for n in ("pre", "post")}, f"last layer ‖∂loss/∂{matrix}‖"
         ),
         key=K.NORMS_PAPER_DEPTH_FIG,

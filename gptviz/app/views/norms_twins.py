@@ -11,7 +11,7 @@ import streamlit as st
 
 from ... import GPTConfig
 from ... import methods as analysis
-from ...figures import norms as fig_norms
+from ...figures import norms_training as fig_norms_training
 from ...figures import training as fig_train
 from ...methods import wiring
 from ...model import unit_id, weights
@@ -444,7 +444,7 @@ def whole_history_section(bundled: dict, names: dict[str, str]) -> None:
         f"above {FORMED_THRESHOLD:g}, the rule Heads forming uses. Steps count from stage 1's start."
     )
     display.show_figure(
-        fig_norms.stage_history(
+        fig_norms_training.stage_history(
             {f"{n}-norm": [r for s in stages for r in s.records] for n, stages in logs.items()}, boundaries, formed
         ),
         key=K.TWINS_HISTORY_FIG,

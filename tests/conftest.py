@@ -125,6 +125,32 @@ def browser():
         chromium.close()
 
 
+@pytest.fixture(scope="module")
+def artifacts(tmp_path_factory) -> Path:
+    """Where the browser tests' screenshots go: GPTVIZ_TEST_SCREENSHOTS if set (to keep them), else a temporary
+    folder."""
+    kept = os.environ.get("GPTVIZ_TEST_SCREENSHOTS")
+    if kept:
+        Path(kept).mkdir(parents=True, exist_ok=True)
+        return Path(kept)
+    return tmp_path_factory.mktemp("screenshots")
+
+
+@pytest.fixture
+def hub_cache(tmp_path, monkeypatch):
+    """An empty Hugging Face cache in tmp_path, for this test only."""
+    constants = pytest.importorskip("huggingface_hub.constants")
+    home = tmp_path / "hf_home"
+    cache = home / "hub"
+    cache.mkdir(parents=True)
+    monkeypatch.setenv("HF_HOME", str(home))
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))  # read at import time; patch the live value
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    return cache
+
+
 class WatchedBrowser:
     """The Chromium, whose every new page records the exception boxes that appear on it, however briefly
     (test_browser.EXCEPTION_WATCH_JS; test_browser.no_exception reads the record)."""

@@ -72,37 +72,37 @@ def reference_metric(model, ids, target: int, other: int | None, remove=None) ->
     x = model.wte.weight[ids] + model.wpe.weight[:T]
     if kind == "embeddings":
         x[pos] = 0
-    for l, block in enumerate(model.blocks):
+    for depth, block in enumerate(model.blocks):
 
-        def attention(inp):
+        def attention(inp, block=block, depth=depth):
             a = block.attn
             qkv = inp @ a.c_attn.weight.T + (a.c_attn.bias if a.c_attn.bias is not None else 0)
             q, k, v = (t.view(T, H, dh).transpose(0, 1) for t in qkv.split(cfg.d_model, -1))
             scores = (q @ k.transpose(-1, -2)) / math.sqrt(dh)
             scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
             z = (scores.softmax(-1) @ v).transpose(0, 1).clone()  # [T, H, dh]
-            if kind == "head" and layer == l:
+            if kind == "head" and layer == depth:
                 z[pos, index] = 0
             out = z.reshape(T, -1) @ a.c_proj.weight.T + a.c_proj.bias
-            if kind == "bias" and layer == l and bias == "attn.out-bias":
+            if kind == "bias" and layer == depth and bias == "attn.out-bias":
                 out[pos] -= a.c_proj.bias
             return out
 
-        def mlp(inp):
+        def mlp(inp, block=block, depth=depth):
             m = block.mlp
             pre = inp @ m.c_fc.weight.T + m.c_fc.bias
             act = {"gelu": F.gelu, "relu": F.relu, "gelu_tanh": lambda t: F.gelu(t, approximate="tanh")}[
                 cfg.activation
             ](pre)
-            if kind == "neuron" and layer == l:
+            if kind == "neuron" and layer == depth:
                 act[pos, index] = 0
             out = act @ m.c_proj.weight.T + m.c_proj.bias
-            if kind == "bias" and layer == l and bias == "mlp.out-bias":
+            if kind == "bias" and layer == depth and bias == "mlp.out-bias":
                 out[pos] -= m.c_proj.bias
             return out
 
-        def drop_beta(y, name, module):
-            if kind == "bias" and layer == l and bias == name:
+        def drop_beta(y, name, module, depth=depth):
+            if kind == "bias" and layer == depth and bias == name:
                 y[pos] -= module.bias
             return y
 

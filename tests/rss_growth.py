@@ -36,7 +36,8 @@ def wiring_call(preset: str, depth: str, width: str, T: str):
 
 
 def page_capture_call(preset: str, T: str):
-    """The Attention page's capture (gptviz.app.model_service.get_capture: the capture, the finiteness check, the patterns
+    """The Attention page's capture (gptviz.app.model_service.get_capture: the capture, the finiteness check, the
+    patterns
     in one block) on a preset's random weights; the model is loaded and a short capture run first."""
     import os
 

@@ -147,7 +147,7 @@ def test_a_generation_places_each_step_row_at_its_window():
 
 
 def test_head_notes_travel_as_plain_strings_per_layer_and_head():
-    notes = [[f"layer {l} head {h}" for h in range(3)] + [""] for l in range(2)]
+    notes = [[f"layer {layer} head {h}" for h in range(3)] + [""] for layer in range(2)]
     data = amap.payload(patterns(), list("abcde"), layer=1, head=0, query=0, scale="linear", head_notes=notes)
     assert data["head_notes"] == notes
     assert amap.payload(patterns(), list("abcde"), layer=1, head=0, query=0, scale="linear")["head_notes"] is None

@@ -10,7 +10,6 @@ folder (pytest's basetemp), or to the folder GPTVIZ_TEST_SCREENSHOTS names; neve
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 import sys
 import urllib.parse
@@ -51,16 +50,6 @@ def app_server():
         flags=["--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"],
     ) as s:
         yield s.url
-
-
-@pytest.fixture(scope="module")
-def artifacts(tmp_path_factory) -> Path:
-    """Where the screenshots go: GPTVIZ_TEST_SCREENSHOTS if set (to keep them), else a temporary folder."""
-    kept = os.environ.get("GPTVIZ_TEST_SCREENSHOTS")
-    if kept:
-        Path(kept).mkdir(parents=True, exist_ok=True)
-        return Path(kept)
-    return tmp_path_factory.mktemp("screenshots")
 
 
 def new_page(browser):

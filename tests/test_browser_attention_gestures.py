@@ -84,7 +84,8 @@ def test_a_map_cell_opens_the_qk_decomposition_of_that_score(browser, server):
 
 def span_values(page) -> dict[int, float]:
     cells = page.locator(".gv-stok").evaluate_all(
-        "ts => ts.map(t => [Number(t.dataset.position), t.dataset.value === undefined ? null : Number(t.dataset.value)])"
+        "ts => ts.map(t => [Number(t.dataset.position),"
+        " t.dataset.value === undefined ? null : Number(t.dataset.value)])"
     )
     return {i: v for i, v in cells}
 

@@ -158,7 +158,10 @@ def test_promoted_and_suppressed_tokens_are_named_off_the_bars(chromium, width):
             [" acutely", " mare", "q", " integ", " Mill", "ima", " Court", " fixing", " baseless", " named"]
         )
     ]
-    label = lambda items: [(token_label(t.encode()), v) for t, v in items]  # as the page passes them: "␣and"
+
+    def label(items):  # as the page passes them: "␣and"
+        return [(token_label(t.encode()), v) for t, v in items]
+
     page = drawn(chromium, fu.direct_effect_bars(label(promoted), label(suppressed)), width)
     labels = page.evaluate(BOXES_JS, ".ytick text, .y2tick text")
     bars = [

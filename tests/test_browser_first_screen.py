@@ -219,7 +219,8 @@ def test_no_page_opens_with_more_than_about_120_words_of_prose_or_crowded_labels
             # fails only if that one is over too; a first reading over it is reported as a warning either way.
             wordy[stem] = " ".join(page.evaluate(PROSE_JS))
             warnings.warn(
-                f"{stem} at {width}x{height}: {counts[stem]} words of prose on a first reading: {wordy[stem]}"
+                f"{stem} at {width}x{height}: {counts[stem]} words of prose on a first reading: {wordy[stem]}",
+                stacklevel=2,
             )
             page.close()
             page = open_settled(visitor, f"{server}/{stem}", title)

@@ -10,7 +10,7 @@ import sys
 import urllib.parse
 
 import pytest
-from test_browser import CHROMIUM, ROOT, artifacts, no_exception, wait_for_idle  # noqa: F401 (artifacts: a fixture)
+from test_browser import CHROMIUM, ROOT, no_exception, wait_for_idle
 from test_gpt1_tokenizer_everywhere import PROMPT, gpt1_folder, hf_ids, hf_labels
 
 from benchmarks.servers import streamlit_server

@@ -66,9 +66,9 @@ def lab():
             try:
                 with urllib.request.urlopen(f"{url}/api/status", timeout=2):
                     break
-            except OSError:
+            except OSError as err:
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError((folder / "lab.log").read_text(errors="replace")[-3000:])
+                    raise RuntimeError((folder / "lab.log").read_text(errors="replace")[-3000:]) from err
                 time.sleep(0.5)
         yield url
     finally:

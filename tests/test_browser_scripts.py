@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 from test_browser import (
     CHROMIUM,
-    artifacts,  # noqa: F401 (the screenshots' folder)
     no_exception,
     wait_for_idle,
 )
@@ -133,7 +132,8 @@ def test_the_attention_pages_chips_and_the_generated_text(browser, server, artif
     assert code.inner_text().startswith(ARABIC)
     box = page.locator('[data-testid="stCode"] pre').first.bounding_box()  # the block, not its inline text
     first = code.evaluate("""(el) => { const walker = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
-      const node = walker.nextNode(); const range = document.createRange(); range.setStart(node, 0); range.setEnd(node, 1);
+      const node = walker.nextNode(); const range = document.createRange();
+      range.setStart(node, 0); range.setEnd(node, 1);
       const r = range.getBoundingClientRect(); return r.left + r.width / 2; }""")
     assert box["x"] + box["width"] - first < 40  # the Arabic line starts at the right edge (its padding, one letter)
     code.scroll_into_view_if_needed()

@@ -61,11 +61,14 @@ LINKS = [
 
 # where a node of the attribution graph is on the page, by Plotly's own axes (as in test_browser_why_graph)
 NODES_JS = """() => {
-  const gd = [...document.querySelectorAll('.js-plotly-plot')].find((p) => p.data && p.data.some((t) => t.name === 'head'));
+  const gd = [...document.querySelectorAll('.js-plotly-plot')]
+    .find((p) => p.data && p.data.some((t) => t.name === 'head'));
   if (!gd) return [];
-  const box = gd.getBoundingClientRect(), size = gd._fullLayout._size, xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
+  const box = gd.getBoundingClientRect(), size = gd._fullLayout._size;
+  const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
   return gd.data.filter((t) => t.mode === 'markers' && t.customdata).flatMap((t) => t.x.map((x, i) => ({
-    unit: t.customdata[i][5], size: t.marker.size[i], x: box.left + size.l + xa.l2p(x), y: box.top + size.t + ya.l2p(t.y[i])})));
+    unit: t.customdata[i][5], size: t.marker.size[i],
+    x: box.left + size.l + xa.l2p(x), y: box.top + size.t + ya.l2p(t.y[i])})));
 }"""
 
 

@@ -10,7 +10,7 @@ import time
 import pytest
 
 # the screenshots' folder is test_browser's fixture; the server and Chromium are conftest's
-from test_browser import CHROMIUM, artifacts, no_exception, wait_for_idle  # noqa: F401
+from test_browser import CHROMIUM, no_exception, wait_for_idle
 
 from benchmarks.servers import unit_page_drawn
 

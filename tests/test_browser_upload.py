@@ -13,7 +13,7 @@ import sys
 import pytest
 import torch
 from reference import nanogpt as nanogpt_ref
-from test_browser import CHROMIUM, ROOT, artifacts, no_exception, wait_for_idle  # noqa: F401 (artifacts: a fixture)
+from test_browser import CHROMIUM, ROOT, no_exception, wait_for_idle
 
 from benchmarks.servers import streamlit_server
 
@@ -81,7 +81,8 @@ def upload(page, path) -> None:
 
 def shoot_sidebar(page, path) -> None:
     """The sidebar, scrolled to the uploader and what it says of the stored file."""
-    # .first: the uploader drawn last run; a stale copy can linger a moment while Streamlit swaps them (a loaded machine)
+    # .first: the uploader drawn last run; a stale copy can linger a moment while Streamlit swaps them (a loaded
+    # machine)
     page.locator('[data-testid="stSidebar"] [data-testid="stFileUploader"]').first.scroll_into_view_if_needed()
     page.locator('[data-testid="stSidebar"]').get_by_text("Remove the upload").scroll_into_view_if_needed()
     box = page.locator('[data-testid="stSidebar"]').bounding_box()

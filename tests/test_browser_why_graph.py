@@ -26,7 +26,8 @@ GRAPH_URL = "/why?" + urllib.parse.urlencode({"prompt": PROMPT, "why_view": "Att
 
 # The drawn graph: its plot area's box, and where each node of a trace is on the page (Plotly's own axes convert)
 NODES_JS = """(name) => {
-  const gd = [...document.querySelectorAll('.js-plotly-plot')].find((p) => p.data && p.data.some((t) => t.name === 'head'));
+  const gd = [...document.querySelectorAll('.js-plotly-plot')]
+    .find((p) => p.data && p.data.some((t) => t.name === 'head'));
   const box = gd.getBoundingClientRect(), size = gd._fullLayout._size;
   const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis;
   const trace = gd.data.find((t) => t.name === name);

@@ -1,7 +1,8 @@
 """A visitor who clears Streamlit's caches (the menu's "Clear cache", or the message behind it, which any client can
 send) resets nothing the server must keep: the generation slots, the training registry and its run ids, the trained
-models and whose they are, the loaded models, the captures and the pages' results. Found with a hostile client: after one clear, 6
-generations ran against a limit of 4 and another visitor's trained models appeared in the victim's sidebar."""
+models and whose they are, the loaded models, the captures and the pages' results. Found with a hostile client: after
+one clear, 6 generations ran against a limit of 4 and another visitor's trained models appeared in the victim's
+sidebar."""
 
 from __future__ import annotations
 

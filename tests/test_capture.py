@@ -154,6 +154,11 @@ def _layer_norm(x, ln):
     return F.layer_norm(x, (D,), ln.weight, ln.bias, ln.eps)
 
 
+def hooks_of_block(cache, layer):
+    """Block `layer`'s captured values by their names inside it: "attn.hook_q" reads blocks.{layer}.attn.hook_q."""
+    return lambda name: cache[f"blocks.{layer}.{name}"]
+
+
 def test_every_pre_norm_hook_value_recomputed_by_hand():
     m = build(seed=23, activation="gelu_tanh")
     T = 9
@@ -164,7 +169,7 @@ def test_every_pre_norm_hook_value_recomputed_by_hand():
         torch.testing.assert_close(c["hook_pos_embed"][0], m.wpe.weight[:T])
         torch.testing.assert_close(c["blocks.0.hook_resid_pre"], c["hook_embed"] + c["hook_pos_embed"])
         for i, blk in enumerate(m.blocks):
-            h = lambda n: c[f"blocks.{i}.{n}"]  # noqa: E731
+            h = hooks_of_block(c, i)
             torch.testing.assert_close(h("ln_1.hook_normalized"), _layer_norm(h("hook_resid_pre"), blk.ln_1))
             q, k, v = blk.attn.c_attn(h("ln_1.hook_normalized")).split(D, dim=-1)
             torch.testing.assert_close(h("attn.hook_q"), q.view(1, T, H, DH))
@@ -188,7 +193,7 @@ def test_post_norm_hooks_sit_after_the_residual_additions():
     _, c = capture(m, random_ids(8, seed=5))
     with torch.no_grad():
         for i, blk in enumerate(m.blocks):
-            h = lambda n: c[f"blocks.{i}.{n}"]  # noqa: E731
+            h = hooks_of_block(c, i)
             torch.testing.assert_close(
                 h("hook_resid_mid"), _layer_norm(h("hook_resid_pre") + h("hook_attn_out"), blk.ln_1)
             )

@@ -1,5 +1,5 @@
-"""The information-flow graph (gptviz.methods.flow): contributions that sum to the captured stream, shares that sum to 1,
-a graph whose every edge reaches the threshold and leads to the output, and the induction route on the bundled
+"""The information-flow graph (gptviz.methods.flow): contributions that sum to the captured stream, shares that sum to
+1, a graph whose every edge reaches the threshold and leads to the output, and the induction route on the bundled
 model."""
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ def test_attention_contributions_and_skip_sum_to_the_captured_stream(biased):
     model = biased
     ids = random_ids(10, seed=4)
     names = [
-        f"blocks.{l}.{n}"
-        for l in range(SMALL.n_layers)
+        f"blocks.{layer}.{n}"
+        for layer in range(SMALL.n_layers)
         for n in ("hook_resid_pre", "hook_resid_mid", "attn.hook_pattern", "attn.hook_v")
     ]
     _, cache = capture(model, ids, names)
@@ -139,8 +139,8 @@ def test_an_attention_edges_largest_head_is_recomputed_from_the_weight_slices(bi
     ids = random_ids(10, seed=3)
     graph = information_flow(biased, ids, 0.02)
     names = [
-        f"blocks.{l}.{n}"
-        for l in range(SMALL.n_layers)
+        f"blocks.{layer}.{n}"
+        for layer in range(SMALL.n_layers)
         for n in ("attn.hook_pattern", "attn.hook_v", "hook_resid_mid", "hook_resid_pre")
     ]
     _, cache = capture(biased, ids, names)
@@ -246,7 +246,7 @@ def _tool_paths(model, cache, n_tokens, start, threshold):
         weights[(u, v)] = weights.get((u, v), 0.0) + w
 
     for layer in range(model.config.n_layers):
-        below = (lambda t: f"I{layer - 1}_{t}") if layer > 0 else (lambda t: f"X0_{t}")
+        below = (lambda t, layer=layer: f"I{layer - 1}_{t}") if layer > 0 else (lambda t: f"X0_{t}")
         c_attn, c_resid_attn = _tool_attention_contributions(model, cache, layer)
         for token_from in range(n_tokens):
             for token_to in range(n_tokens):

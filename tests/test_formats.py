@@ -13,7 +13,6 @@ from conftest import random_ids
 from reference import llmc as llmc_ref
 from reference import nanogpt as nanogpt_ref
 from reference import raschka as raschka_ref
-from test_weights import hub_cache  # noqa: F401  (a fixture: an empty Hugging Face cache for one test)
 
 from gptviz import load_pretrained
 from gptviz.model.params import total_params

@@ -169,7 +169,7 @@ def test_the_graphs_ablation_check_is_predicted_and_real(kw):
 
 
 def test_a_removal_edit_names_the_node_and_touches_one_row():
-    model, ids = unit_model(), prompt(5)
+    model = unit_model()
     edits = removal_edits(model, NodeRef("neuron", 1, 4, 2), row=1)
     assert [e.hook for e in edits] == ["blocks.1.mlp.hook_post"] and "L1N4@2" in edits[0].label
     value = torch.ones(2, 5, model.config.d_ff)
@@ -244,7 +244,7 @@ def test_edges_of_a_one_layer_pre_norm_model_equal_a_hand_computation():
 def test_an_edge_of_a_one_layer_post_norm_model_goes_through_the_frozen_norm_between():
     """Post-norm: E@last reaches the neuron's input through ln_1 (frozen scale, no beta: the beta is a node)."""
     model, ids = unit_model(n_layers=1, norm="post"), prompt(6)
-    T, eps, last, n = 6, model.config.ln_eps, 5, 7
+    eps, last, n = model.config.ln_eps, 5, 7
     _, c = capture(
         model,
         [ids],

@@ -47,10 +47,10 @@ def test_a_heads_source_is_the_key_carrying_most_of_its_influence():
     heads = [c for c in top_contributors(model, ids, TARGET, n=40).top if c.kind == "head"]
     assert heads
     for c in heads:  # each key's part, from the pattern and the values written apart, sums to the head's influence
-        w, l, h, p = fm.layers[c.layer], c.layer, c.index, c.position
-        v = _project(fm.attn_in[l], w.Wv, w.bv)[h]  # [T, dh]
+        w, layer, h, p = fm.layers[c.layer], c.layer, c.index, c.position
+        v = _project(fm.attn_in[layer], w.Wv, w.bv)[h]  # [T, dh]
         parts = torch.stack(
-            [fm.pattern[l][h, p, j] * (v[j] @ w.Wo[h]) @ fm.grads[("attn", l)][p] for j in range(p + 1)]
+            [fm.pattern[layer][h, p, j] * (v[j] @ w.Wo[h]) @ fm.grads[("attn", layer)][p] for j in range(p + 1)]
         )
         assert float(parts.sum()) == pytest.approx(c.influence, abs=1e-4)
         assert c.source == int(parts.abs().argmax())

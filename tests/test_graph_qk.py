@@ -19,7 +19,7 @@ CELLS = [(0, 1, 5, 2), (1, 3, 6, 0), (1, 0, 4, 4), (0, 2, 0, 0)]
 @pytest.mark.parametrize("kw", WIRINGS, ids=WIRING_IDS)
 def test_the_terms_sum_to_the_score_the_model_computed(kw):
     model, ids = unit_model(**kw), prompt()
-    _, cache = capture(model, [ids], [f"blocks.{l}.attn.hook_attn_scores" for l in range(2)])
+    _, cache = capture(model, [ids], [f"blocks.{layer}.attn.hook_attn_scores" for layer in range(2)])
     for layer, head, query, key in CELLS:
         qk = qk_decomposition(model, ids, layer, head, query, key)
         real = float(cache[f"blocks.{layer}.attn.hook_attn_scores"][0, head, query, key])

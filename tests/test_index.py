@@ -490,14 +490,14 @@ def test_a_scans_forward_pass_ends_after_the_last_activation_it_reads():
         ids = torch.randint(0, model.config.vocab_size, (2, 9), generator=torch.Generator().manual_seed(0))
         seen = {}
 
-        def record(name):
+        def record(name, seen=seen):
             def edit(x, _offset):
                 seen[name] = x.clone()
                 return x
 
             return edit
 
-        names = [act_name("z", l) for l in range(L)] + [act_name("post", l) for l in range(L)]
+        names = [act_name("z", layer) for layer in range(L)] + [act_name("post", layer) for layer in range(L)]
         names += [act_name("mlp_out", L - 1), act_name("resid_post", L - 1)]
         before = forward_count()
         forward_through_units(model, ids, {name: (record(name),) for name in names})

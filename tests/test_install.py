@@ -159,7 +159,8 @@ def test_the_console_command_counts_gpt2_xl_from_outside_the_checkout(installed)
         installed,
         str(venv / "bin" / "python"),
         "-c",
-        "import gptviz, gptviz.training.corpus as c; print(gptviz.__file__); print(c.WORKS.is_dir(), c.CORPUS.is_file())",
+        "import gptviz, gptviz.training.corpus as c; print(gptviz.__file__);"
+        " print(c.WORKS.is_dir(), c.CORPUS.is_file())",
     )
     lines = where.stdout.split()
     assert str(ROOT) not in lines[0] and "site-packages" in lines[0]

@@ -115,7 +115,7 @@ def test_room_is_asked_of_the_cheapest_cache_first_and_only_what_is_short():
     results = BoundedCache(100, "result", accountant=acc, drop_order=0)
     models.get_or_build("gpt2", lambda: "m", lambda _: 40, estimate=40)
     for key in ("a", "b", "c"):
-        results.get_or_build(key, lambda: key, lambda _: 20, estimate=20)
+        results.get_or_build(key, lambda key=key: key, lambda _: 20, estimate=20)
     with acc.reserve(30, "a capture"):  # 40 + 60 + 30 = 130: 30 short
         assert "gpt2" in models and len(results) == 1 and acc.in_use == 40 + 20 + 30
     with acc.reserve(80, "a bigger one"):  # results gone first, then the model

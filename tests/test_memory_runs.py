@@ -1,6 +1,6 @@
 """The app's small model runs (next-token probabilities, continuations, the logit lens, the .npz export, the unit
-page's values and examples) each reserve an estimate in the memory accountant before they allocate (gptviz.serve.memory),
-and each estimate covers what the call allocates.
+page's values and examples) each reserve an estimate in the memory accountant before they allocate
+(gptviz.serve.memory), and each estimate covers what the call allocates.
 
 Measured with torch's own allocation records (torch.profiler's memory timeline): every CPU tensor the call creates
 and frees, in order; tensors that existed before the call (the weights) are not counted. tracemalloc sees none of
@@ -196,7 +196,8 @@ PROMPT = "Romeo.\nBut soft! what light through yonder window breaks?"
 
 @pytest.fixture
 def budget(monkeypatch):
-    """`budget(n)`: the accountant the pages' own reservations use (gptviz.serve.memory.reserve), on n bytes. The model and
+    """`budget(n)`: the accountant the pages' own reservations use (gptviz.serve.memory.reserve), on n bytes. The model
+    and
     capture stores are made first and keep the process's accountant, so a page's model and capture still come and
     only the run under test meets the small budget. Cached results are cleared: a cached run allocates nothing."""
     from gptviz.app import services

@@ -55,7 +55,7 @@ def test_values_equal_a_recomputation(wiring, position):
     lens = analysis.logit_lens(model, cache)  # the whole lens, every position, from the stacked stream
     assert ov.embed_lens_id == lens.top_ids[0, p]
     for b in ov.blocks:
-        i, at = b.layer, (lambda kind: cache[act_name(kind, b.layer)][p])
+        i, at = b.layer, (lambda kind, layer=b.layer: cache[act_name(kind, layer)][p])
         assert b.resid_in == pytest.approx(norm(at("resid_pre")), rel=1e-5)
         assert b.attn_out == pytest.approx(norm(at("attn_out")), rel=1e-5)
         assert b.mlp_out == pytest.approx(norm(at("mlp_out")), rel=1e-5)

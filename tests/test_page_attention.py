@@ -37,7 +37,7 @@ from pagetest import (
 from streamlit.testing.v1 import AppTest
 
 from gptviz import methods as analysis
-from gptviz.app import display, live, model_service, sidebar
+from gptviz.app import display, model_service, sidebar
 from gptviz.app import keys as K
 from gptviz.figures import attention as fa
 from gptviz.figures.browser import attention_map as amap
@@ -182,7 +182,7 @@ def test_entropy_map_values_and_click_target():
     np.testing.assert_allclose(array(heat["z"]), ent.mean(-1).numpy(), rtol=1e-5)
     assert heat["zmax"] == pytest.approx(analysis.uniform_attention_entropy(len(encode(prompt))))
     custom = array(points["customdata"]).reshape(-1, 4)
-    assert [tuple(map(int, c[:2])) for c in custom] == [(l, h) for l in range(N_LAYERS) for h in range(N_HEADS)]
+    assert [tuple(map(int, c[:2])) for c in custom] == [(layer, h) for layer in range(N_LAYERS) for h in range(N_HEADS)]
     assert fa.selected_head({"selection": {"points": [{"customdata": list(custom[5])}]}}) == (1, 1)
     assert fa.selected_head({"selection": {"points": [{"x": 3, "y": 1, "customdata": {"0": 1, "1": 3}}]}}) == (1, 3)
     assert fa.selected_head({"selection": {"points": [{"customdata": {"0": 0, "1": 2}}]}}) == (0, 2)
@@ -356,7 +356,7 @@ def test_color_axis_scales():
 def test_attention_grid_and_entropy_map_data():
     pats = torch.softmax(torch.randn(2, 3, 5, 5), -1).numpy()
     fig = fa.attention_grid(
-        pats, list("abcde"), panel_names=[[f"L{l}H{h}" for h in range(3)] for l in range(2)], selected=(1, 2)
+        pats, list("abcde"), panel_names=[[f"L{layer}H{h}" for h in range(3)] for layer in range(2)], selected=(1, 2)
     )
     assert len(fig.data) == 6 and all(t.coloraxis == "coloraxis" for t in fig.data)
     z = np.array(fig.data[4].z, dtype=float)
@@ -507,17 +507,18 @@ def test_the_maps_line_on_each_head_is_its_detector_furthest_above_chance_on_thi
     notes = data["head_notes"]
     assert len(notes) == 4 and all(len(row) == 5 and row[-1] == "" for row in notes)  # 4 heads, then the mean: none
     shown = (at.selectbox(key=K.ATT_LAYER).value, at.selectbox(key=K.ATT_HEAD).value)
-    worth = [(l, h) for l in range(4) for h in range(4) if notes[l][h].startswith("Worth a look: ")]
+    worth = [(layer, h) for layer in range(4) for h in range(4) if notes[layer][h].startswith("Worth a look: ")]
     assert worth == [shown]  # the page opened on it
-    for l in range(4):
+    for layer in range(4):
         for h in range(4):
-            name = max(measured, key=lambda n: float(measured[n][0][l, h]) / measured[n][1])
-            if (l, h) == shown:
+            name = max(measured, key=lambda n: float(measured[n][0][layer, h]) / measured[n][1])
+            if (layer, h) == shown:
                 name = "induction"  # picked for induction, the first detector in the opening order that clears
             score, chance = measured[name]
             assert (
-                notes[l][h].removeprefix("Worth a look: ") == f"{name} {float(score[l, h]):.2f} (chance {chance:.2f})"
-            ), (l, h)
+                notes[layer][h].removeprefix("Worth a look: ")
+                == f"{name} {float(score[layer, h]):.2f} (chance {chance:.2f})"
+            ), (layer, h)
 
 
 def test_the_induction_example_is_one_click_away_and_opens_its_induction_head():

@@ -113,22 +113,19 @@ def test_the_detector_table_holds_the_scores_and_their_chance_sorted_by_score():
     T = len(ids)
     _, cache = model_service.capture_cache(TINY, tuple(ids), model_service.pattern_names(2))
     patterns = cache.patterns()
+    prompt_chance, random_chance = analysis.prompt_induction_chance(ids), analysis.induction_chance(50)
     expected = {
         f"previous-token (chance {analysis.previous_token_chance(T):.3f})": analysis.previous_token_scores(patterns),
         f"duplicate-token (chance {analysis.duplicate_token_chance(ids):.3f})": analysis.duplicate_token_scores(
             patterns, ids
         ),
-        f"induction, on this prompt (chance {analysis.prompt_induction_chance(ids):.3f})": analysis.prompt_induction_scores(
-            patterns, ids
-        ),
-        f"induction, 50 random tokens repeated (chance {analysis.induction_chance(50):.3f})": model_service.induction_scores(
-            TINY, 50
-        ),
+        f"induction, on this prompt (chance {prompt_chance:.3f})": analysis.prompt_induction_scores(patterns, ids),
+        f"induction, 50 random tokens repeated (chance {random_chance:.3f})": model_service.induction_scores(TINY, 50),
         f"first token (sink) (chance {first_token_chance(T):.3f})": first_token_scores(patterns),
     }
     assert set(frame.columns) == {"head", *expected}
     heads = [tuple(int(w.strip(",")) for w in name.split()[1::2]) for name in frame["head"]]
-    assert sorted(heads) == [(l, h) for l in range(2) for h in range(4)]
+    assert sorted(heads) == [(layer, h) for layer in range(2) for h in range(4)]
     for column, scores in expected.items():
         assert np.allclose(frame[column], [float(scores[lh]) for lh in heads])
     sort_column = frame.columns[1]  # the detector the table is sorted by, first after the head

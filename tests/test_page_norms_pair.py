@@ -11,7 +11,6 @@ import pytest
 import torch
 from test_gpt1_tokenizer import gpt1_tokenizer_files
 from test_page_norms import TINY, array
-from test_weights import hub_cache  # noqa: F401  (a fixture: an empty Hugging Face cache for one test)
 
 from gptviz import load_pretrained
 from gptviz.app import keys as K

@@ -63,7 +63,8 @@ def test_the_page_draws_what_the_snapshots_hold_at_the_step(shipped):
 
 @pytest.mark.slow
 def test_the_named_heads_open_the_finished_models_unit_page(shipped):
-    """Each twin's best head at the step and the heads that formed (snapshots.formed_step) are pills that open the unit page on that
+    """Each twin's best head at the step and the heads that formed (snapshots.formed_step) are pills that open the unit
+    page on that
     twin (the finished bundled model)."""
     post = shipped["shakespeare-post"]
     step = post.steps[-1]

@@ -58,7 +58,7 @@ def test_a_tiny_run_from_the_page(monkeypatch):
     # the samples are the models' own generations from the sidebar prompt
     ids = get_tokenizer().encode(sidebar.DEFAULT_PROMPT)[-16:]
     codes = [c.value for c in at.code]
-    for name, model in job.models.items():
+    for model in job.models.values():
         assert decode(generate(model, ids, 40, temperature=0.8, top_k=40, seed=0)[len(ids) :]) in codes
     data_buttons = [b for b in at.get("download_button") if b.proto.label != "Interactive HTML"]
     assert len(data_buttons) == 2  # beside each figure's own HTML download

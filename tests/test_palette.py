@@ -43,16 +43,9 @@ def causal(*shape) -> np.ndarray:
 
 
 def a_graph():
-    node = lambda id, kind, layer, index, pos, infl: NS(
-        id=id,
-        kind=kind,
-        layer=layer,
-        index=index,
-        position=pos,  # noqa: E731
-        influence=infl,
-        direct=0.0,
-        ablation=None,
-    )
+    def node(id, kind, layer, index, pos, infl):
+        return NS(id=id, kind=kind, layer=layer, index=index, position=pos, influence=infl, direct=0.0, ablation=None)
+
     nodes = [
         node("E@0", "embeddings", None, None, 0, 0.2),
         node("L0H1@4", "head", 0, 1, 4, 2.0),
@@ -99,7 +92,7 @@ BUILDERS = {
     ),
     "attention.attention_heatmap": lambda: fat.attention_heatmap(causal()[()], LABELS, scale="sqrt", query=2),
     "attention.attention_grid": lambda: fat.attention_grid(
-        causal(L, H), LABELS, panel_names=[[f"L{l}H{h}" for h in range(H)] for l in range(L)], scale="linear"
+        causal(L, H), LABELS, panel_names=[[f"L{layer}H{h}" for h in range(H)] for layer in range(L)], scale="linear"
     ),
     "attention.model_view": lambda: fat.model_view(
         causal(L, H), LABELS, row_names=["L0", "L1"], col_names=["H0", "H1", "H2"], scale="max"

@@ -87,7 +87,8 @@ at.run()
 assert not at.exception, [e.message for e in at.exception]
 assert not at.error, [e.value for e in at.error]
 lim = limits.server_limits()
-print(lim.capture_cache_mb, lim.model_cache_mb, model_service.model_store().budget >> 20, len(model_service.model_store()))
+store = model_service.model_store()
+print(lim.capture_cache_mb, lim.model_cache_mb, store.budget >> 20, len(store))
 """
 
 
@@ -114,7 +115,7 @@ def test_the_app_starts_with_only_its_memory_budget_set():
 def test_the_cache_drops_the_least_recently_used_entries_to_stay_under_its_bytes():
     cache = BoundedCache(100, "capture")
     for key in "abc":
-        cache.get_or_build(key, lambda: key, lambda _: 40)  # a, b fit; c pushes a out
+        cache.get_or_build(key, lambda key=key: key, lambda _: 40)  # a, b fit; c pushes a out
     assert "a" not in cache and "b" in cache and "c" in cache and cache.nbytes == 80
     cache.get_or_build("b", lambda: pytest.fail("b is cached"), lambda _: 40)  # b is now the most recent
     cache.get_or_build("d", lambda: "d", lambda _: 40)

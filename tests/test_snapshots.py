@@ -1,5 +1,6 @@
-"""Training snapshots (gptviz.training.snapshots): the files round-trip, every stored score equals a recomputation from the
-weights at that step, recording leaves the run's trajectory unchanged, and snapshots gather where the loss moves."""
+"""Training snapshots (gptviz.training.snapshots): the files round-trip, every stored score equals a recomputation from
+the weights at that step, recording leaves the run's trajectory unchanged, and snapshots gather where the loss
+moves."""
 
 import numpy as np
 import pytest

@@ -1,6 +1,6 @@
 """The code's shape: no import cycle among gptviz's modules, and modules small enough to read (about 500 lines as
-`ruff format` lays them out, 400 in the compact style before it; the few that are not yet split are named here with their size as a ceiling, so none of them grows and no new one joins
-them)."""
+`ruff format` lays them out, 400 in the compact style before it; the few that are not yet split are named here with
+their size as a ceiling, so none of them grows and no new one joins them)."""
 
 from __future__ import annotations
 
@@ -166,7 +166,8 @@ def test_pages_neither_cache_nor_reserve_memory_themselves():
 
 def test_the_page_checker_finds_each_form():
     source = (
-        "import streamlit as st\nfrom gptviz.serve import bounded_cache, memory\nfrom gptviz.serve.limits import LimitError\n"
+        "import streamlit as st\nfrom gptviz.serve import bounded_cache, memory\n"
+        "from gptviz.serve.limits import LimitError\n"
         "import gptviz.serve.memory\n@st.cache_data(max_entries=2)\ndef f(): pass\n"
         "g = st.cache_resource(lambda: 1)\nfrom gptviz import analysis\n"
     )

@@ -42,7 +42,7 @@ def test_small_log():
 def test_bundled_logs_match_their_lines(name):
     folder = bundled_models()[name]
     text = (Path(folder) / "train.log").read_text()
-    lines = [l for l in text.splitlines() if l.startswith("step")]
+    lines = [line for line in text.splitlines() if line.startswith("step")]
     stages = training_log.read_train_log(folder)
     records = [r for s in stages for r in s.records]
     assert len(records) == len(lines)

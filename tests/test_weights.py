@@ -321,21 +321,6 @@ def test_state_from_hf_mapping():
     assert not any(k.startswith(("transformer.", "h.")) for k in state)
 
 
-@pytest.fixture
-def hub_cache(tmp_path, monkeypatch):
-    """An empty Hugging Face cache in tmp_path, for this test only."""
-    constants = pytest.importorskip("huggingface_hub.constants")
-    home = tmp_path / "hf_home"
-    cache = home / "hub"
-    cache.mkdir(parents=True)
-    monkeypatch.setenv("HF_HOME", str(home))
-    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))  # read at import time; patch the live value
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
-    return cache
-
-
 @pytest.mark.hf
 def test_hub_id_offline_with_empty_cache_says_what_to_do(hub_cache):
     with pytest.raises(CheckpointError) as info:

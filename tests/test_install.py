@@ -20,11 +20,11 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import c_compiler
 
 from benchmarks.servers import streamlit_server
+from tests.support import ROOT
+from tests.support.compiler import c_compiler
 
-ROOT = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.subprocess, pytest.mark.slow]
 
 # What the build reads: pyproject.toml's packages and package-dir folders, and the readme it names.

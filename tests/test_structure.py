@@ -7,7 +7,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support import ROOT
+
 MOST_LINES = 500
 NOT_YET_SPLIT = {  # module: its size when this test was written (the ceiling until it is split)
     "gptviz/figures/norms.py": 611,
@@ -102,7 +103,7 @@ def test_modules_stay_small():
 def test_benchmarks_import_the_package_not_the_tests():
     """Benchmarks run as `python -m benchmarks NAME` from the root: none puts a folder on sys.path (the checkout is
     already first on it), and none imports a module of tests/ (what they share with the tests lives in benchmarks/)."""
-    test_modules = {p.stem for p in (ROOT / "tests").glob("*.py")} | {"tests"}
+    test_modules = {p.stem for p in (ROOT / "tests").rglob("*.py")} | {"tests"}
     scripts = sorted((ROOT / "benchmarks").glob("*.py"))
     assert len(scripts) > 10 and "conftest" in test_modules  # the walk found both folders
     found = []

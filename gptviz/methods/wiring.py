@@ -184,7 +184,7 @@ def compare_wirings(
 
 
 # What the process's resident memory grows by beyond the tensors (torch's thread workspaces, the allocator's
-# bookkeeping) during one measurement: tests/test_wiring_memory.py measured 17-75 MiB across the sizes the page
+# bookkeeping) during one measurement: tests/serve/test_wiring_memory.py measured 17-75 MiB across the sizes the page
 # offers, varying by 25 MiB between runs of one size.
 MEASURE_OVERHEAD = 96 * 2**20
 
@@ -196,7 +196,7 @@ def measuring_nbytes(config: GPTConfig, T: int) -> int:
     autograd adds its two uses (the lookup's and the LM head's), and what the forward pass keeps for the backward
     (its attention patterns recorded) and what it records; the first wiring's patterns kept beside the second's run;
     the float64 chunks its sums use; a fixed overhead. Checked against the resident memory's measured growth at
-    every preset, every width and several depths (tests/test_wiring_memory.py)."""
+    every preset, every width and several depths (tests/serve/test_wiring_memory.py)."""
     from ..model.params import total_params
     from ..model.sizes import FLOAT32, activation_nbytes
 

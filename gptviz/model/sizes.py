@@ -1,6 +1,6 @@
 """How many bytes a job will hold at its peak, from the config and the sizes alone, before anything runs: float32
 tensors counted where they peak. The server reserves these before it admits work (gptviz.serve.memory); the tests
-check each one against the resident memory's measured growth (tests/test_memory_runs.py and its neighbours).
+check each one against the resident memory's measured growth (tests/serve/test_memory_runs.py and its neighbours).
 The estimates of the methods' own jobs (patching, saliency, the attribution graph, the Norms measurement, a neuron
 scan) sit beside their methods and build on these."""
 
@@ -31,10 +31,10 @@ def capture_work_nbytes(config, names: Iterable[str], T: int) -> int:
     materialised = any(n.endswith(("attn.hook_pattern", "attn.hook_attn_scores")) for n in names)
     working = forward_nbytes(config, T, patterns=materialised, all_logits=False)
     # What a capture keeps is allocated between the forward pass's short-lived blocks, so the heap cannot reuse every
-    # hole they leave: measured as resident growth in fresh processes (tests/rss_growth.py page_capture, gpt2-small,
-    # 4 runs each), the overhead beyond what was kept reached 1.45x the working memory at 256 tokens, 1.55x at 384
-    # and 1.7x at 512 (366 MiB against 323 counted; CI failed on 237 against 209 at 384). Counted twice when
-    # anything is kept; a plain forward pass keeps nothing between its blocks.
+    # hole they leave: measured as resident growth in fresh processes (tests/support/rss_growth.py page_capture,
+    # gpt2-small, 4 runs each), the overhead beyond what was kept reached 1.45x the working memory at 256 tokens,
+    # 1.55x at 384 and 1.7x at 512 (366 MiB against 323 counted; CI failed on 237 against 209 at 384). Counted twice
+    # when anything is kept; a plain forward pass keeps nothing between its blocks.
     fragmentation = working - FLOAT32 * config.vocab_size if names else 0
     return capture_nbytes(config, names, T) + working + fragmentation
 

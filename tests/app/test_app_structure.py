@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support import ROOT
+
 APP_FILES = sorted((ROOT / "app_pages").glob("*.py")) + sorted((ROOT / "gptviz" / "app").rglob("*.py"))
 LIBRARY_FILES = [
     p for p in sorted((ROOT / "gptviz").rglob("*.py")) if "app" not in p.relative_to(ROOT / "gptviz").parts[:1]

@@ -8,7 +8,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from pagetest import TINY, component_data, run_page
 
 from gptviz.app import display, model_service
 from gptviz.app import keys as K
@@ -16,11 +15,12 @@ from gptviz.figures.browser import token_span as tspan
 from gptviz.figures.browser.attention_map import cell_asked
 from gptviz.model.hooks import capture
 from gptviz.model.tokenizer import encode
+from tests.support.pagetest import TINY, component_data, run_page
 
 
 @pytest.fixture(scope="module")
 def pattern(request):
-    from conftest import build
+    from tests.support.models import build
 
     model = build(seed=3)
     ids = torch.randint(0, model.config.vocab_size, (1, 12), generator=torch.Generator().manual_seed(1))

@@ -6,17 +6,14 @@ sidebar."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import streamlit as st
 import tomllib
-from conftest import build
-from pagetest import TINY
 
 from gptviz.__main__ import APP_DEFAULT_FLAGS
 from gptviz.app import jobs, model_service, services
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support import ROOT
+from tests.support.models import build
+from tests.support.pagetest import TINY
 
 
 def clear_every_streamlit_cache() -> None:

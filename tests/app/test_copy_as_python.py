@@ -7,30 +7,16 @@ from __future__ import annotations
 import json
 
 import numpy as np
-import pagetest
 import pytest
 import torch
 
 from gptviz.app import keys as K
 from gptviz.app import settings as S
-from gptviz.app.reproduce import MARK
 from gptviz.model.tokenizer import encode
+from tests.support import pagetest
+from tests.support.snippets import run_snippet, snippet_of
 
 PROMPT = 'JULIET:\nSay "Romeo" twice, Romeo: it\'s the name, the name.'
-
-
-def snippet_of(at, view: str = "") -> str:
-    """The page's one Copy-as-Python snippet (whose first line names `view`, where the page has several)."""
-    found = [c.value for c in at.code if c.value.startswith(MARK) and view in c.value.splitlines()[0]]
-    assert len(found) == 1, [c.value[:60] for c in at.code]
-    return found[0]
-
-
-def run_snippet(code: str):
-    """Execute a snippet as a notebook would (its own namespace, the installed library) and return `result`."""
-    namespace: dict = {}
-    exec(compile(code, "<copied snippet>", "exec"), namespace)  # noqa: S102 (the page's own code, under test)
-    return namespace["result"]
 
 
 def test_the_snippet_keeps_the_prompt_a_string_whatever_it_holds():
@@ -424,9 +410,8 @@ def test_the_explainers_snippet_gives_its_curves_and_mask():
 @pytest.mark.slow
 def test_the_norms_pages_paper_snippet_gives_its_claims(monkeypatch):
     """At the page tests' tiny probe setting (the snippet writes the setting out, so it measures the same)."""
-    from test_page_norms import TINY_PAPER, TINY_PAPER_DEPTHS
-
     from gptviz.training import xiong
+    from tests.support.norms_page import TINY_PAPER, TINY_PAPER_DEPTHS
 
     monkeypatch.setattr(xiong, "PAPER", TINY_PAPER)
     monkeypatch.setattr(xiong, "PAPER_DEPTHS", TINY_PAPER_DEPTHS)
@@ -447,7 +432,7 @@ def test_the_norms_pages_paper_snippet_gives_its_claims(monkeypatch):
 
 @pytest.mark.slow
 def test_the_norms_pages_depth_sweep_snippet_gives_its_gradients_and_exponents():
-    from test_page_norms import TINY, markdown_text, open_page
+    from tests.support.norms_page import TINY, markdown_text, open_page
 
     at = open_page(**dict(TINY, norms_sweep_depths=[1, 2, 4]))
     at.button(key=K.NORMS_SWEEP_RUN).click().run()

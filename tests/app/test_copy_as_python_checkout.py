@@ -12,7 +12,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pagetest
 import pytest
 
 from gptviz.app import keys as K
@@ -21,8 +20,8 @@ from gptviz.app import settings as S
 from gptviz.app.reproduce import MARK
 from gptviz.app.services import why as services
 from gptviz.model.tokenizer import encode
+from tests.support import ROOT, pagetest
 
-ROOT = Path(__file__).resolve().parents[1]
 PROMPT = 'JULIET:\nSay "Romeo" twice, Romeo: it\'s the name, the name.'
 BUNDLED = model_service.ModelSpec(K.SOURCE_BUNDLED, "shakespeare-pre", "pre")
 IDS = tuple(encode(PROMPT))

@@ -8,8 +8,6 @@ import json
 
 import pytest
 import torch
-from reference import nanogpt as nanogpt_ref
-from reference import raschka as raschka_ref
 
 from gptviz.app import keys as K
 from gptviz.app import model_service
@@ -18,6 +16,8 @@ from gptviz.model.weights import CheckpointError
 from gptviz.serve import model_access
 from gptviz.serve.limits import ServerLimits
 from gptviz.serve.model_access import FOLDER_REFUSED, load_allowed
+from tests.reference import nanogpt as nanogpt_ref
+from tests.reference import raschka as raschka_ref
 
 
 def nanogpt_ckpt(folder, vocab: int = 50304):
@@ -83,10 +83,9 @@ def test_raschka_head_count_from_the_books_config_dict_beside_the_file(tmp_path)
 
 @pytest.mark.slow
 def test_a_nanogpt_checkpoint_in_the_model_folder_shows_its_attention_and_parameters(tmp_path, monkeypatch):
-    from pagetest import attention_map, run_page
-
     from gptviz import capture
     from gptviz.model.tokenizer import encode
+    from tests.support.pagetest import attention_map, run_page
 
     _, path = nanogpt_ckpt(tmp_path / "ops" / "nano")
     limits = ServerLimits.from_env({"GPTVIZ_MODEL_DIRS": str(tmp_path / "ops")})
@@ -112,10 +111,9 @@ def test_a_nanogpt_checkpoint_in_the_model_folder_shows_its_attention_and_parame
 
 
 def test_the_wiring_a_checkpoint_was_trained_with_is_read_without_loading_it(tmp_path):
-    from conftest import build
-
     from gptviz.model.weights import save_checkpoint
     from gptviz.serve.model_access import trained_norm
+    from tests.support.models import build
 
     roots = [tmp_path / "models"]
     save_checkpoint(build(norm="post"), roots[0] / "gpt1-like")
@@ -129,11 +127,10 @@ def test_the_wiring_a_checkpoint_was_trained_with_is_read_without_loading_it(tmp
 
 @pytest.mark.slow
 def test_the_sidebar_warns_when_the_wiring_chosen_is_not_the_checkpoints(tmp_path, monkeypatch):
-    from conftest import build
-    from pagetest import open_app
-
     from gptviz.app import settings as S
     from gptviz.model.weights import save_checkpoint
+    from tests.support.models import build
+    from tests.support.pagetest import open_app
 
     save_checkpoint(build(norm="post"), tmp_path / "ops" / "gpt1-like")
     limits = ServerLimits.from_env({"GPTVIZ_MODEL_DIRS": str(tmp_path / "ops")})

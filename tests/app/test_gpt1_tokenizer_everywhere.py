@@ -2,7 +2,7 @@
 the loaded model (tokenizer_for), and every view reads it: the ids and labels, the logits, generation's text, the Why
 page, the notebook, the graph CLI and the Copy-as-Python snippets agree with transformers' OpenAIGPTTokenizer and
 OpenAIGPTLMHeadModel on the same folder. A vocabulary of another size than the embedding is refused; the neuron index
-is built over GPT-1's own ids (tests/test_index_gpt1.py); GPT-2-vocabulary models keep tiktoken's encoding."""
+is built over GPT-1's own ids (tests/index/test_index_gpt1.py); GPT-2-vocabulary models keep tiktoken's encoding."""
 
 from __future__ import annotations
 
@@ -12,8 +12,6 @@ import shutil
 
 import pytest
 import torch
-from test_formats import unit_scale
-from test_gpt1_tokenizer import gpt1_tokenizer_files
 
 from gptviz import get_tokenizer, load_pretrained, tokenizer_for
 from gptviz.app import keys as K
@@ -24,55 +22,14 @@ from gptviz.model.tokenizer import token_labels
 from gptviz.model.weights import CheckpointError
 from gptviz.serve import model_access
 from gptviz.serve.limits import ServerLimits
+from tests.support.gpt1 import GPT1, PROMPT, gpt1_folder, hf_ids, hf_labels
 
 pytestmark = [pytest.mark.slow, pytest.mark.hf]
-# words the tiny BPE splits ("starlight": s t a r light</w>) and a character it has no end-of-word piece for ("thou":
-# th o <unk>), beside whole words
-PROMPT = (
-    "ROMEO: But soft, what light through yonder window breaks? It is the east, and Juliet is the sun. Thou starlight"
-)
-
-
-class GPT1(tuple):
-    """(folder, transformers' tokenizer, transformers' model) of one tiny GPT-1 saved as Hugging Face saves it."""
-
-    folder = property(lambda self: self[0])
-    tok = property(lambda self: self[1])
-    hf = property(lambda self: self[2])
 
 
 @pytest.fixture(scope="module")
 def gpt1(tmp_path_factory) -> GPT1:
     return gpt1_folder(tmp_path_factory.mktemp("ops") / "openai-gpt")
-
-
-def gpt1_folder(folder) -> GPT1:
-    """A tiny GPT-1 (unit-scale weights) with a tiny GPT-1 BPE, saved in `folder` as transformers saves them."""
-    transformers = pytest.importorskip("transformers")
-    gpt1_tokenizer_files(folder)
-    tok = transformers.OpenAIGPTTokenizer(vocab=str(folder / "vocab.json"), merges=str(folder / "merges.txt"))
-    cfg = transformers.OpenAIGPTConfig(
-        vocab_size=len(tok),
-        n_positions=64,
-        n_embd=32,
-        n_layer=2,
-        n_head=4,
-        resid_pdrop=0.0,
-        embd_pdrop=0.0,
-        attn_pdrop=0.0,
-    )
-    hf = unit_scale(transformers.OpenAIGPTLMHeadModel(cfg))
-    hf.save_pretrained(folder)
-    return GPT1((folder, tok, hf))
-
-
-def hf_ids(gpt1: GPT1, text: str = PROMPT) -> list[int]:
-    return gpt1.tok.encode(text, add_special_tokens=False)
-
-
-def hf_labels(gpt1: GPT1, ids) -> list[str]:
-    """transformers' tokens for `ids`, a word's last piece's "</w>" shown as the app shows it ("␣")."""
-    return [t.replace("</w>", "␣") for t in gpt1.tok.convert_ids_to_tokens(list(ids))]
 
 
 def one_token_word(gpt1: GPT1) -> tuple[str, int]:
@@ -145,8 +102,8 @@ def test_generation_decodes_as_transformers_does(gpt1):
 
 
 def test_the_attention_page_shows_gpt1s_tokens_and_its_snippet_reads_them(gpt1, spec):
-    from pagetest import attention_map, run_page
-    from test_copy_as_python import run_snippet, snippet_of
+    from tests.support.pagetest import attention_map, run_page
+    from tests.support.snippets import run_snippet, snippet_of
 
     ids = hf_ids(gpt1)
     at = run_page("attention", PROMPT, spec)
@@ -166,8 +123,8 @@ def test_the_attention_page_shows_gpt1s_tokens_and_its_snippet_reads_them(gpt1, 
 
 
 def test_the_generation_page_writes_gpt1s_text(gpt1, spec):
-    from pagetest import finish_generation, generation_of, run_page
-    from test_copy_as_python import snippet_of
+    from tests.support.pagetest import finish_generation, generation_of, run_page
+    from tests.support.snippets import snippet_of
 
     at = run_page("generation", PROMPT, spec)
     assert not at.exception and not at.error, (at.exception, at.error)
@@ -188,9 +145,8 @@ def test_the_generation_page_writes_gpt1s_text(gpt1, spec):
 
 
 def test_the_why_page_asks_about_gpt1s_tokens(gpt1, spec):
-    from pagetest import run_page
-
     from gptviz.app.services import why as services
+    from tests.support.pagetest import run_page
 
     ids = hf_ids(gpt1)
     at = run_page("why", PROMPT, spec)
@@ -274,13 +230,12 @@ def test_the_notebook_and_the_graph_cli_take_gpt1_text(gpt1, tmp_path):
 
 
 def test_the_neuron_index_is_built_over_gpt1s_own_ids(gpt1, spec, tmp_path, monkeypatch):
-    """The complete works read with GPT-1's BPE (tests/test_index_gpt1.py checks a corpus of one's own, the scan
+    """The complete works read with GPT-1's BPE (tests/index/test_index_gpt1.py checks a corpus of one's own, the scan
     and the readers); the unit page offers a build, no refusal."""
-    from pagetest import run_page
-
     from gptviz import index as ix
     from gptviz.__main__ import main
     from gptviz.training.corpus import WORKS, play_files
+    from tests.support.pagetest import run_page
 
     monkeypatch.setenv("GPTVIZ_INDEX_DIR", str(tmp_path / "indexes"))
     assert main(["index", str(gpt1.folder), "--max-tokens", "100", "--out", str(tmp_path / "ix")]) == 0
@@ -295,7 +250,7 @@ def test_the_neuron_index_is_built_over_gpt1s_own_ids(gpt1, spec, tmp_path, monk
 
 
 def test_the_embeddings_and_activations_pages_label_gpt1s_tokens(gpt1, spec):
-    from pagetest import figure, run_page
+    from tests.support.pagetest import figure, run_page
 
     labels = hf_labels(gpt1, hf_ids(gpt1))
     at = run_page("embeddings", PROMPT, spec)
@@ -312,9 +267,8 @@ def test_the_embeddings_and_activations_pages_label_gpt1s_tokens(gpt1, spec):
 
 
 def test_the_sidebars_folder_field_loads_gpt1_and_the_attention_page_shows_its_tokens(gpt1, spec):
-    from pagetest import open_app
-
     from gptviz.app import settings as S
+    from tests.support.pagetest import open_app
 
     at = open_app(
         **{K.MODEL_SOURCE: K.SOURCE_PRETRAINED, S.HF_NAME.key: str(gpt1.folder), S.NORM.key: "post", K.PROMPT: PROMPT}
@@ -326,11 +280,10 @@ def test_the_sidebars_folder_field_loads_gpt1_and_the_attention_page_shows_its_t
 
 
 def test_the_why_pages_graph_is_over_gpt1s_ids_and_labels(gpt1, spec):
-    from pagetest import figure, run_page, title_of
-    from test_copy_as_python import snippet_of
-
     from gptviz.app import settings as S
     from gptviz.methods.graph import attribution_graph
+    from tests.support.pagetest import figure, run_page, title_of
+    from tests.support.snippets import snippet_of
 
     ids = hf_ids(gpt1)
     at = run_page("why", PROMPT, spec, **{S.WHY_VIEW.key: K.WHY_GRAPH_VIEW})

@@ -9,13 +9,13 @@ import threading
 import time
 
 import pytest
-from pagetest import TINY
 
 from gptviz import index as ix
 from gptviz.app import unit_index as ui
 from gptviz.app.model_service import ModelSpec
 from gptviz.serve import limits
 from gptviz.serve.limits import LimitError
+from tests.support.pagetest import TINY
 
 
 def until(condition, seconds: float = 10.0) -> None:

@@ -3,8 +3,6 @@ bar follows the view, and a bad or stale parameter falls back to the default wit
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -21,8 +19,9 @@ from gptviz.app.links import (
     replaced_link_value,
 )
 from gptviz.figures import attention as fa
+from tests.support import ROOT
 
-APP = str(Path(__file__).resolve().parent.parent / "app.py")
+APP = str(ROOT / "app.py")
 
 
 def open_link(**params) -> AppTest:
@@ -220,7 +219,7 @@ def test_a_stale_or_hostile_link_falls_back_with_notices_and_no_exception():
 def test_a_pick_inside_the_views_fragment_reaches_the_address():
     """The layer, head, scale and view pickers live in a fragment: a pick reran only the fragment, so the address
     kept the old view until the next full run and a copied link opened the wrong one. The fragment writes it now."""
-    from pagetest import run_page
+    from tests.support.pagetest import run_page
 
     at = run_page("attention", "A B C D A B C D")
     at.selectbox(key=K.ATT_LAYER).set_value(1).run()

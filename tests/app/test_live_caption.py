@@ -7,10 +7,10 @@ from __future__ import annotations
 import re
 
 import pytest
-from conftest import build
 
 from gptviz.app import live
 from gptviz.serve.live_generation import LiveGeneration
+from tests.support.models import build
 
 PROMPT = [5, 17, 3, 42]
 GREEDY = dict(max_new_tokens=5, temperature=0.0, top_k=None, top_p=None, seed=0)

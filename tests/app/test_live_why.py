@@ -8,8 +8,6 @@ import time
 from types import SimpleNamespace as NS
 
 import pytest
-from pagetest import TokenGate, finish_generation, gate_generations, generation_of, run_page
-from test_page_why import tiny_model
 
 from gptviz.app import keys as K
 from gptviz.app import live_why
@@ -17,6 +15,8 @@ from gptviz.app import settings as S
 from gptviz.app.services import why_graph
 from gptviz.methods.graph_contributors import contributor_label, top_contributors
 from gptviz.model.tokenizer import decode, encode
+from tests.support.pagetest import TokenGate, finish_generation, gate_generations, generation_of, run_page
+from tests.support.why_page import tiny_model
 
 PROMPT = "JULIET:\nGood morrow, sweet Romeo"
 

@@ -7,12 +7,12 @@ import re
 
 import pytest
 import torch
-from pagetest import run_page
 
 from gptviz import GPT, PRESETS
 from gptviz.app import jobs, model_service
 from gptviz.app import keys as K
 from gptviz.app.router import PAGE_LIST
+from tests.support.pagetest import run_page
 
 # pages that show the sidebar's model; the others (norms, training, timeline) show the bundled twins or runs
 MODEL_PAGES = {"attention", "generation", "embeddings", "activations", "why", "units", "parameters", "explainers"}

@@ -100,11 +100,10 @@ def test_the_results_budget_is_a_server_limit():
 def test_a_stopped_sweep_is_not_kept_and_its_clock_is_no_part_of_the_key(monkeypatch):
     """The Why page's patching through its service: a sweep its clock stops (the session ended) raises and stores
     nothing; a finished one is kept whatever clock a later call brings."""
-    from pagetest import TINY
-
     from gptviz.app import jobs
     from gptviz.app.services import why
     from gptviz.serve.work_clock import WorkClock, WorkStopped
+    from tests.support.pagetest import TINY
 
     results_cache().clear()
     clean, corrupted = (1, 2, 3, 4), (1, 2, 9, 4)

@@ -6,11 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from pagetest import APP, open_app
 
 from gptviz.app import keys as K
 from gptviz.app import sidebar
 from gptviz.model import tokenizer
+from tests.support.pagetest import APP, open_app
 
 
 @pytest.mark.slow

@@ -18,8 +18,8 @@ import pytest
 from gptviz.app import keys as K
 from gptviz.app import links, text_limits
 from gptviz.app import settings as S
+from tests.support import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 GUIDE = ROOT / "docs" / "deploying.md"
 TEXT = {"text_input", "text_area", "chat_input"}
 TYPED = TEXT | {"number_input", "file_uploader", "data_editor", "camera_input", "audio_input"}
@@ -235,8 +235,8 @@ def test_the_table_names_only_boxes_that_exist():
 CHILD = textwrap.dedent("""
     import json, resource, sys, traceback
     resource.setrlimit(resource.RLIMIT_AS, (5 << 30, 5 << 30))  # a runaway check fails here, not the machine
-    sys.path[:0] = [sys.argv[1], sys.argv[1] + "/tests"]
-    from pagetest import open_app, run_page
+    sys.path[:0] = [sys.argv[1]]
+    from tests.support.pagetest import open_app, run_page
     from gptviz.app import keys as K
     results = {}
     for name, code in json.loads(sys.stdin.read()).items():

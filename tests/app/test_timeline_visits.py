@@ -5,11 +5,11 @@ are now read once per process (gptviz.app.bundled_snapshots) and counted once in
 from __future__ import annotations
 
 import pytest
-from pagetest import run_page
 
 from gptviz.app import bundled_snapshots as store
 from gptviz.app import jobs
 from gptviz.training import snapshots
+from tests.support.pagetest import run_page
 
 
 @pytest.mark.slow

@@ -1,15 +1,15 @@
-"""The browser test of unit links (test_browser_unit_links.LINKS) clicks every kind the app draws: each list of unit
-pills (by its key), and each other place that opens the unit page (go_to_unit, a table's row pick). Read from the
-app's code, so a new unit link without its click in the browser test fails here (issue 62, item 2)."""
+"""The browser test of unit links (tests/browser/test_browser_unit_links.py, over support.unit_links.LINKS) clicks
+every kind the app draws: each list of unit pills (by its key), and each other place that opens the unit page
+(go_to_unit, a table's row pick). Read from the app's code, so a new unit link without its click in the browser test
+fails here (issue 62, item 2)."""
 
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
-from test_browser_unit_links import LINKS
+from tests.support import ROOT
+from tests.support.unit_links import LINKS
 
-ROOT = Path(__file__).resolve().parents[1]
 SOURCES = sorted([*ROOT.glob("app_pages/*.py"), *ROOT.glob("gptviz/app/**/*.py")])
 # the places that open the unit page other than a pill, by file, and the LINKS kind that clicks each
 OTHER_LINKS = {"gptviz/app/views/why_graph.py": "graph node", "app_pages/units.py": "search row"}

@@ -8,8 +8,6 @@ from __future__ import annotations
 import re
 
 import pytest
-from pagetest import TINY, run_page
-from test_memory_runs import covers, torch_peak
 
 import gptviz.model.tokenizer
 from gptviz import GPT, PRESETS
@@ -19,6 +17,8 @@ from gptviz.app import model_service, sidebar
 from gptviz.app import unit_index as ui
 from gptviz.model import sizes
 from gptviz.serve import limits, memory
+from tests.support.memory import covers, torch_peak
+from tests.support.pagetest import TINY, run_page
 
 PRE = model_service.ModelSpec(K.SOURCE_BUNDLED, "shakespeare-pre", "pre")
 SEARCH_TAB = {K.UNIT_TAB: K.UNIT_TABS[1]}

@@ -7,15 +7,15 @@ from __future__ import annotations
 
 import pytest
 import torch
-from reference import raschka as raschka_ref
 from streamlit.testing.v1 import AppTest
-from test_uploads import nanogpt_bytes
 
 from gptviz.app import keys as K
 from gptviz.app import links, model_service
 from gptviz.app import settings as S
 from gptviz.serve import model_access
 from gptviz.serve.limits import ServerLimits
+from tests.reference import raschka as raschka_ref
+from tests.support.models import nanogpt_bytes
 
 RASCHKA = {
     "vocab_size": 101,
@@ -66,7 +66,7 @@ def uploaded(data: bytes, name: str, **state) -> AppTest:
 
 @pytest.mark.slow
 def test_an_upload_becomes_this_sessions_model_and_no_one_elses(monkeypatch):
-    from pagetest import run_page
+    from tests.support.pagetest import run_page
 
     at = uploaded(nanogpt_bytes(), "ckpt.pt")
     assert not at.exception and not at.error, (at.exception, at.error)
@@ -111,7 +111,7 @@ def test_an_uploaded_raschka_file_asks_for_its_head_count(tmp_path):
 
 @pytest.mark.slow
 def test_the_folder_field_asks_a_raschka_files_head_count_and_the_link_carries_it(tmp_path, monkeypatch):
-    from pagetest import open_app
+    from tests.support.pagetest import open_app
 
     ref = raschka_pth(tmp_path / "ops" / "book" / "model.pth")
     limits = ServerLimits.from_env({"GPTVIZ_MODEL_DIRS": str(tmp_path / "ops")})
@@ -144,9 +144,8 @@ def test_the_folder_field_asks_a_raschka_files_head_count_and_the_link_carries_i
 
 @pytest.mark.slow
 def test_an_operator_can_turn_uploads_off(monkeypatch):
-    from pagetest import open_app
-
     import gptviz.app.sidebar as sidebar
+    from tests.support.pagetest import open_app
 
     monkeypatch.setattr(sidebar, "server_limits", lambda: ServerLimits(upload_mb=0))
     at = open_app()

@@ -8,7 +8,6 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from pagetest import APP, forward_calls
 from streamlit.testing.v1 import AppTest
 from streamlit.web.server.app_discovery import discover_asgi_app
 
@@ -16,6 +15,7 @@ from gptviz.app import keys as K
 from gptviz.app import model_service, services, sidebar, warm_start
 from gptviz.app.router import PAGE_LIST, PAGES_DIR
 from gptviz.model.weights import bundled_models
+from tests.support.pagetest import APP, forward_calls
 
 
 def test_streamlit_run_serves_app_py_as_an_st_app_and_runs_it_as_a_script():

@@ -12,7 +12,8 @@ from urllib.parse import quote
 
 import numpy as np
 import pytest
-from test_browser import CHROMIUM, no_exception, wait_for_idle
+
+from tests.support.browser import CHROMIUM, no_exception, wait_for_idle
 
 pytestmark = [
     pytest.mark.slow,

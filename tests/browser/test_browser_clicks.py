@@ -8,7 +8,8 @@ import re
 from urllib.parse import quote
 
 import pytest
-from test_browser import CHROMIUM, no_exception, wait_for_idle
+
+from tests.support.browser import CHROMIUM, no_exception, wait_for_idle
 
 pytestmark = [
     pytest.mark.slow,

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_browser import CHROMIUM
-from test_browser_phone import overlapping
 
 from gptviz.export import annotation_width_css, figure_html
 from gptviz.figures import generation as fg
 from gptviz.figures import training as ft
 from gptviz.figures import unit_page as fu
 from gptviz.model.tokenizer import token_label
+from tests.support.browser import CHROMIUM
+from tests.support.layout import overlapping
 
 pytestmark = [
     pytest.mark.slow,
@@ -169,7 +169,7 @@ def test_promoted_and_suppressed_tokens_are_named_off_the_bars(chromium, width):
         for b in page.evaluate(BOXES_JS.replace(".filter((el) => el.textContent.trim())", ""), ".point path")
     ]
     titles = page.evaluate(BOXES_JS, ".annotation-text, .g-xtitle text, .g-x2title text")
-    from test_browser_phone import TICKS_JS, crowded_ticks
+    from tests.support.layout import TICKS_JS, crowded_ticks
 
     ticks = [page.evaluate(TICKS_JS, f".{axis}tick text")[0] for axis in ("x", "x2")]
     for axis in ticks:
@@ -190,11 +190,10 @@ def test_promoted_and_suppressed_tokens_are_named_off_the_bars(chromium, width):
 # The token heatmaps a phone shows (Why this token?'s patching grid and attention heatmap, the Explainers' causal
 # mask): an array of 28 tick labels was drawn whatever the width, 7 px apart on a phone.
 def token_heatmaps():
-    from test_figure_fit import LABELS
-
     from gptviz.figures import attention as fa
     from gptviz.figures import explainers as fx
     from gptviz.figures import why as fw
+    from tests.support.figure_labels import LABELS
 
     T = len(LABELS)
     pattern = np.tril(np.random.default_rng(0).random((T, T)))
@@ -209,7 +208,7 @@ def token_heatmaps():
 @pytest.mark.parametrize("width,named", [(358, 8), (900, 14)])
 @pytest.mark.parametrize("name", ["attention", "patching", "causal mask"])
 def test_token_axes_apart_on_a_phone(chromium, width, named, name):
-    from test_browser_phone import TICKS_JS, crowded_ticks
+    from tests.support.layout import TICKS_JS, crowded_ticks
 
     page = drawn(chromium, token_heatmaps()[name], width)
     xs = page.evaluate(TICKS_JS, ".xtick text")[0]

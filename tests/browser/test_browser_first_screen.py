@@ -9,7 +9,9 @@ import re
 import warnings
 
 import pytest
-from test_browser import CHROMIUM, no_exception, wait_for_idle  # the server and Chromium: conftest's fixtures
+
+from tests.support.browser import CHROMIUM, no_exception, wait_for_idle  # the server and Chromium: conftest's fixtures
+from tests.support.layout import inside
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not CHROMIUM.exists(), reason="needs /usr/bin/chromium")]
 SIZES = [(1400, 1000), (390, 844)]
@@ -46,18 +48,6 @@ def fresh(browser, width: int, height: int):
     page = browser.new_context(viewport={"width": width, "height": height}).new_page()
     page.set_default_timeout(300_000)  # generous: a loaded 2-core machine took minutes
     return page
-
-
-def inside(box, width: int, height: int) -> bool:
-    return (
-        box is not None
-        and box["width"] > 0
-        and box["height"] > 0
-        and box["x"] >= 0
-        and box["y"] >= 0
-        and box["x"] + box["width"] <= width + 0.5
-        and box["y"] + box["height"] <= height + 0.5
-    )
 
 
 def visible_prompt_box(page):
@@ -172,7 +162,7 @@ def settled_prose_words(page, tries: int = 12) -> int:
 def crowding(page) -> list:
     """What test_browser_phone's rules find on a settled page: x tick labels of one row closer than their text,
     titles, axis titles, annotations, legend entries or y tick labels over each other; and how many figures."""
-    from test_browser_phone import BOXES_JS, TEXT_SELECTOR, TICKS_JS, crowded_ticks, overlapping
+    from tests.support.layout import BOXES_JS, TEXT_SELECTOR, TICKS_JS, crowded_ticks, overlapping
 
     found = []
     for ticks in page.evaluate(TICKS_JS, ".xtick text"):

@@ -10,11 +10,12 @@ import sys
 import urllib.parse
 
 import pytest
-from test_browser import CHROMIUM, ROOT, no_exception, wait_for_idle
-from test_gpt1_tokenizer_everywhere import PROMPT, gpt1_folder, hf_ids, hf_labels
 
 from benchmarks.servers import streamlit_server
 from gptviz.app import keys as K
+from tests.support import ROOT
+from tests.support.browser import CHROMIUM, no_exception, wait_for_idle
+from tests.support.gpt1 import PROMPT, gpt1_folder, hf_ids, hf_labels
 
 pytestmark = [
     pytest.mark.slow,

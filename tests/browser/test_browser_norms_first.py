@@ -5,7 +5,8 @@ still a pair (one row), inside the first screen. Positions are read from the dra
 from __future__ import annotations
 
 import pytest
-from test_browser import CHROMIUM
+
+from tests.support.browser import CHROMIUM
 
 pytestmark = [
     pytest.mark.slow,

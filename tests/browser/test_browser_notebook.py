@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from benchmarks.servers import free_port, stop_process
+from tests.support import ROOT
 
 CHROMIUM = Path("/usr/bin/chromium")
-ROOT = Path(__file__).resolve().parents[1]
 
 pytestmark = [
     pytest.mark.slow,

@@ -5,7 +5,8 @@ opens that stage's page, and a stage's link opens its page."""
 from __future__ import annotations
 
 import pytest
-from test_browser import CHROMIUM  # the server and Chromium: conftest's fixtures
+
+from tests.support.browser import CHROMIUM  # the server and Chromium: conftest's fixtures
 
 pytestmark = [
     pytest.mark.slow,

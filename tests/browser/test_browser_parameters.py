@@ -8,11 +8,11 @@ from __future__ import annotations
 import re
 
 import pytest
-from test_browser import CHROMIUM  # the server and Chromium: conftest's fixtures
-from test_browser_phone import overlapping
 
 from gptviz import PRESETS
 from gptviz.model.params import GROUP_ORDER, by_group, param_table
+from tests.support.browser import CHROMIUM  # the server and Chromium: conftest's fixtures
+from tests.support.layout import overlapping
 
 pytestmark = [
     pytest.mark.slow,

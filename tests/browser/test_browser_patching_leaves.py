@@ -20,11 +20,12 @@ import os
 import sys
 
 import pytest
-from test_browser import CHROMIUM, ROOT
 
 from benchmarks.hostile_load import open_page, patching_url, sweep_then_close
 from benchmarks.load_test import ARGS
 from benchmarks.servers import streamlit_server
+from tests.support import ROOT
+from tests.support.browser import CHROMIUM
 
 pytestmark = [
     pytest.mark.slow,

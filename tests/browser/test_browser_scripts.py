@@ -12,13 +12,9 @@ import urllib.parse
 
 import numpy as np
 import pytest
-from test_browser import (
-    CHROMIUM,
-    no_exception,
-    wait_for_idle,
-)
 
 from gptviz.model.tokenizer import encode, token_labels
+from tests.support.browser import CHROMIUM, no_exception, wait_for_idle
 
 pytestmark = [
     pytest.mark.slow,

@@ -6,7 +6,8 @@ from __future__ import annotations
 import re
 
 import pytest
-from test_browser import CHROMIUM  # the server and Chromium: conftest's fixtures
+
+from tests.support.browser import CHROMIUM  # the server and Chromium: conftest's fixtures
 
 pytestmark = [
     pytest.mark.slow,

@@ -1,7 +1,7 @@
 """Every kind of unit link in the app, clicked in a real browser, lands on the unit it names (issue 62, item 2).
 
 LINKS enumerates them, page by page: the unit-id pills (each list by its key), the attribution graph's nodes and the
-unit page's own search table. tests/test_unit_links.py checks that LINKS names every unit link the app's code draws,
+unit page's own search table. tests/app/test_unit_links.py checks that LINKS names every unit link the app's code draws,
 so a new one without a click here fails there. Each click must open the unit page in the same tab and session, on
 the model the link promised (a post-norm head opens in the post-norm twin), with the summary line, the page's heading
 for the unit, naming the exact id clicked. One server, one Chromium; Debian's chromium via Playwright."""
@@ -12,52 +12,17 @@ import math
 import os
 import re
 import time
-import urllib.parse
-from typing import NamedTuple
 
 import pytest
-from test_browser import CHROMIUM, no_exception, wait_for_idle
+
+from tests.support.browser import CHROMIUM, no_exception, wait_for_idle
+from tests.support.unit_links import LINKS
 
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium"),
 ]
 
-GRAPH_PROMPT = "JULIET:\nGood morrow, sweet Romeo, good morrow to thee.\nROMEO:\nGood morrow, sweet"
-
-
-class Link(NamedTuple):
-    page: str  # the page's path and query: the view that shows the link
-    tab: str | None  # a tab to open first
-    kind: str  # "pills:<key suffix>" (gptviz.app.unit_nav.unit_pills), "graph node" or "search row"
-    norm: str | None = None  # the wiring the unit page must open in (a twin's head)
-    expander: str | None = None  # an expander to open (after the tab)
-    press: str | None = None  # a button to press first (Generate)
-
-
-def _why(**params) -> str:
-    return "/why?" + urllib.parse.urlencode({"prompt": GRAPH_PROMPT, **params})
-
-
-LINKS = [
-    Link("/activations", "MLP neurons", "pills:act_neurons"),
-    Link("/activations", "Head detectors", "pills:act_heads"),
-    Link("/attention", None, "pills:att_detectors"),
-    Link("/timeline", None, "pills:tl_pre-norm", "pre"),
-    Link("/timeline", None, "pills:tl_post-norm", "post"),
-    Link("/norms", "The twins in depth", "pills:norms_pre", "pre", "Every head and its match"),
-    Link("/norms", "The twins in depth", "pills:norms_post", "post", "Every head and its match"),
-    Link(_why(why_view="Ablate heads", why_heads="1.0,2.1"), None, "pills:why_ablated"),
-    Link(_why(why_view="Attribution graph"), None, "pills:why_graph"),
-    Link(_why(why_view="Attribution graph"), None, "graph node"),
-    Link("/units?unit=L1H0", "Search by token", "search row"),
-    Link(
-        "/generation?" + urllib.parse.urlencode({"gen_n": 6, "gen_pace": "as fast as it writes"}),
-        None,
-        "pills:gen_contributors",
-        press="Generate",
-    ),
-]
 
 # where a node of the attribution graph is on the page, by Plotly's own axes (as in test_browser_why_graph)
 NODES_JS = """() => {

@@ -10,20 +10,12 @@ import time
 import pytest
 
 # the screenshots' folder is test_browser's fixture; the server and Chromium are conftest's
-from test_browser import CHROMIUM, no_exception, wait_for_idle
-
-from benchmarks.servers import unit_page_drawn
+from tests.support.browser import CHROMIUM, no_exception, unit_shown, wait_for_idle
 
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium"),
 ]
-
-
-def unit_shown(page, unit: str) -> None:
-    """Until the unit page shows `unit`'s summary line, its examples (text) and its two figures."""
-    page.locator('[data-testid="stMarkdown"]').filter(has_text=re.compile(f"^{unit}: ")).wait_for()
-    unit_page_drawn(page)
 
 
 def test_clicking_a_neuron_id_on_activations_opens_its_page_in_the_same_tab(browser, server):

@@ -12,10 +12,11 @@ import sys
 
 import pytest
 import torch
-from reference import nanogpt as nanogpt_ref
-from test_browser import CHROMIUM, ROOT, no_exception, wait_for_idle
 
 from benchmarks.servers import streamlit_server
+from tests.reference import nanogpt as nanogpt_ref
+from tests.support import ROOT
+from tests.support.browser import CHROMIUM, no_exception, wait_for_idle
 
 pytestmark = [
     pytest.mark.slow,

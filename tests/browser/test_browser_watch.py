@@ -9,8 +9,14 @@ import re
 import urllib.parse
 
 import pytest
-from test_browser import CHROMIUM, hover_cell, no_exception, wait_for_idle  # the server and Chromium: conftest's
-from test_browser_first_screen import inside
+
+from tests.support.browser import (  # the server and Chromium: conftest's
+    CHROMIUM,
+    hover_cell,
+    no_exception,
+    wait_for_idle,
+)
+from tests.support.layout import inside
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not CHROMIUM.exists(), reason="needs /usr/bin/chromium")]
 TINY = "source=preset&preset=tiny&prompt=the+cat+sat+on+the+mat"

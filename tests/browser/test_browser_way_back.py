@@ -10,10 +10,11 @@ import re
 import sys
 
 import pytest
-from test_browser import CHROMIUM, ROOT, no_exception, set_prompt, wait_for_idle
 
 from benchmarks.servers import streamlit_server
 from gptviz.app import keys as K
+from tests.support import ROOT
+from tests.support.browser import CHROMIUM, no_exception, set_prompt, wait_for_idle
 
 pytestmark = [
     pytest.mark.slow,

@@ -11,10 +11,10 @@ import sys
 import urllib.parse
 
 import pytest
-from test_browser import CHROMIUM, ROOT, no_exception, wait_for_idle
-from test_browser_units import unit_shown
 
 from benchmarks.servers import streamlit_server
+from tests.support import ROOT
+from tests.support.browser import CHROMIUM, no_exception, unit_shown, wait_for_idle
 
 pytestmark = [
     pytest.mark.slow,

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -15,16 +12,10 @@ import torch
 from gptviz.__main__ import main
 from gptviz.model.weights import load_checkpoint, training_vocab
 from gptviz.training.corpus import load_training_data
+from tests.support import ROOT
+from tests.support.cli import run_cli
 
-ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT / "data" / "tinyshakespeare.txt"
-
-
-def run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
-    return subprocess.run(
-        [sys.executable, "-m", "gptviz", *args], capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT
-    )
 
 
 @pytest.mark.slow

@@ -6,14 +6,14 @@ from __future__ import annotations
 import json
 
 import pytest
-from graph_reference import prompt, unit_model
-from test_cli import run_cli
 
 from gptviz.__main__ import main
 from gptviz.methods.graph import attribution_graph
 from gptviz.methods.graph_export import graph_json, one_token, prompt_ids, qk_json, token_texts
 from gptviz.methods.graph_qk import qk_decomposition
 from gptviz.model.tokenizer import get_tokenizer
+from tests.support.cli import run_cli
+from tests.support.graph_reference import prompt, unit_model
 
 GRAPH_KEYS = {
     "format",

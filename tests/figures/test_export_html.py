@@ -7,10 +7,10 @@ import json
 import re
 
 import plotly.graph_objects as go
-from pagetest import figures, run_page
 from plotly.offline import get_plotlyjs
 
 from gptviz.export import figure_file_name, figure_html
+from tests.support.pagetest import figures, run_page
 
 HOSTILE = "</script><script>alert(1)</script>"
 

@@ -17,40 +17,11 @@ from gptviz.figures import norms as fn
 from gptviz.figures import params as fp
 from gptviz.figures import why as fw
 from gptviz.model.params import by_component, param_table
+from tests.support.figure_labels import LABELS
 
 PHONE_FIGURE = 358  # px: a figure's width on a 390 px phone
 CHAR = 0.6  # an average character's width, as a share of the font size
 BOLD_TITLE_CHAR = 6.6  # px: a title character as the app draws it (measured on a desktop screenshot)
-LABELS = [
-    "R",
-    "ome",
-    "o",
-    ".",
-    "↵",
-    "But",
-    "␣soft",
-    "!",
-    "␣what",
-    "␣light",
-    "␣through",
-    "␣y",
-    "onder",
-    "␣window",
-    "␣breaks",
-    "?",
-    "↵",
-    "It",
-    "␣is",
-    "␣the",
-    "␣east",
-    ",",
-    "␣and",
-    "␣Juliet",
-    "␣is",
-    "␣the",
-    "␣sun",
-    "!",
-]
 
 
 def text_px(text: str, size: float) -> float:

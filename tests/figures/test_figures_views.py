@@ -6,7 +6,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import SMALL, build, random_ids
 
 from gptviz import PRESETS, capture
 from gptviz import methods as analysis
@@ -16,6 +15,7 @@ from gptviz.figures import explainers as fx
 from gptviz.figures import params as fp
 from gptviz.model.hooks import ActivationCache
 from gptviz.model.params import by_component, by_layer, param_table, total_params
+from tests.support.models import SMALL, build, random_ids
 
 L, H, D, FF = SMALL.n_layers, SMALL.n_heads, SMALL.d_model, SMALL.d_ff
 T = 8
@@ -355,7 +355,7 @@ def test_a_two_line_title_gets_room_above_the_plot():
     assert fig.layout.title.text.count("<br>") == 1
     assert fig.layout.margin.t == title_room(2) + EXTRA_LINE_SHIFT == title_room(1) + 20 + EXTRA_LINE_SHIFT
     # the title starts below the strip where the hover toolbar appears (padded for the line Plotly lifts a second
-    # line's title by; tests/test_browser.py measures it against the toolbar), and the margin holds both
+    # line's title by; tests/browser/test_browser.py measures it against the toolbar), and the margin holds both
     assert (fig.layout.title.yref, fig.layout.title.y, fig.layout.title.yanchor) == ("container", 1, "top")
     assert fig.layout.title.pad.t == TOOLBAR_ROOM + EXTRA_LINE_SHIFT
     assert fig.layout.margin.t >= fig.layout.title.pad.t + 2 * 20

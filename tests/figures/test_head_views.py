@@ -9,12 +9,12 @@ import re
 
 import numpy as np
 import pytest
-from conftest import build, random_ids
-from pagetest import array
 
 from gptviz import capture
 from gptviz.figures import head_views as hv
 from gptviz.methods.head_steps import head_hook_names, head_steps
+from tests.support.models import build, random_ids
+from tests.support.pagetest import array
 
 LABELS = ["<b>x</b>", "␣the", "↵", "␣cat", "␣sat", "␣on", "␣the", "␣mat", "↵", "A", "B", "C"]
 

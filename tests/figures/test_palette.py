@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import ast
 import re
-from pathlib import Path
 from types import SimpleNamespace as NS
 
 import numpy as np
@@ -30,8 +29,9 @@ from gptviz.figures.common import MASKED_COLOR
 from gptviz.figures.palette import PALETTES, STANDARD, current, use_palette
 from gptviz.figures.unit_page import ExampleRow
 from gptviz.methods.graph_qk import QKDecomposition
+from tests.support import ROOT
 
-FIGURES = Path(__file__).resolve().parents[1] / "gptviz" / "figures"
+FIGURES = ROOT / "gptviz" / "figures"
 RNG = np.random.default_rng(0)
 T, L, H = 5, 2, 3
 LABELS = ["The", " cat", " sat", " on", " it"]
@@ -57,11 +57,10 @@ def a_graph():
 
 
 def head_steps():
-    from conftest import build
-
     from gptviz import capture
     from gptviz.methods.head_steps import head_hook_names
     from gptviz.methods.head_steps import head_steps as steps
+    from tests.support.models import build
 
     model = build()
     ids = torch.arange(T)
@@ -317,10 +316,9 @@ def test_text_on_coloured_cells_stays_readable():
 @pytest.mark.slow
 def test_the_sidebar_setting_recolours_the_pages_heatmaps():
     # the visitor's setting reaches every figure built in the run (the session is the palette's source)
-    from pagetest import figures as page_figures
-    from pagetest import open_app, run_page
-
     from gptviz.app import keys as K
+    from tests.support.pagetest import figures as page_figures
+    from tests.support.pagetest import open_app, run_page
 
     at = open_app()
     box = [s for s in at.sidebar.selectbox if s.label == "Colour scales"]

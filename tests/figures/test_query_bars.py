@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from pagetest import MARKUP
 
 from gptviz.figures import attention as fa
 from gptviz.figures.browser import query_bars as qb
+from tests.support.pagetest import MARKUP
 
 
 def softmax_rows(T: int, seed: int = 0) -> np.ndarray:

@@ -9,11 +9,12 @@ import math
 import numpy as np
 import pytest
 import torch
-from conftest import build, model_with_silent_neurons
 
 from gptviz import index as ix
 from gptviz.index import corpus as ix_corpus
 from gptviz.model.hooks import act_name, capture
+from tests.support.index_reference import brute_force
+from tests.support.models import build, model_with_silent_neurons
 
 DOC_LENGTHS = (41, 7, 16, 30)  # n_ctx is 16: several windows, one short document, one exactly n_ctx
 
@@ -29,17 +30,6 @@ def small():
     ]
     index = ix.build_index(model, docs, model_name="test-small", batch=3, top_k=5, bins=16, min_count=3)
     return model, docs, index
-
-
-def brute_force(model, docs, stride):
-    """Every token's every unit score, each token in its scoring window, one window per capture: [tokens, U]."""
-    n_ctx = model.config.n_ctx
-    rows = []
-    for d in docs:
-        for t in range(len(d.ids)):
-            start = ix.scoring_window(t, n_ctx, stride)
-            rows.append(ix.unit_values(model, d.ids[start : t + 1])[-1])
-    return torch.stack(rows)
 
 
 def by_hand_head_norm(model, layer, head, z):

@@ -10,10 +10,10 @@ import json
 import numpy as np
 import pytest
 import torch
-from conftest import build
 
 from gptviz import index as ix
 from gptviz.index.bands import band_edges, sample_keys
+from tests.support.models import build
 
 DOC_LENGTHS = (60, 9, 33, 41)
 SAMPLE = 6  # small, so that samples fill and values are turned away (64 would hold every positive value here)

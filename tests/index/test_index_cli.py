@@ -16,13 +16,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import build
 
 from gptviz import index as ix
 from gptviz.index import texts
 from gptviz.model.tokenizer import get_tokenizer
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support import ROOT
+from tests.support.models import build
 
 TEXTS = {
     "paragraphs": "ROMEO:\nBut soft, what light?\n\nJULIET:\nAy me!\n\n\nNurse:\n  Anon!  \n" * 9,

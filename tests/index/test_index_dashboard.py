@@ -10,11 +10,11 @@ import re
 import numpy as np
 import pytest
 import torch
-from conftest import build
 
 from gptviz import index as ix
 from gptviz.index import dashboard as db
 from gptviz.model.tokenizer import decode, encode
+from tests.support.models import build
 
 # what Neuronpedia's importer reads from each batch file, feature and activation (convert-saedashboard-to-
 # neuronpedia-export.py's process_data indexes every one of these)

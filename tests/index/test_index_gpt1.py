@@ -12,8 +12,6 @@ import random
 import numpy as np
 import pytest
 import torch
-from test_gpt1_tokenizer_everywhere import gpt1_folder
-from test_index import brute_force
 
 from gptviz import index as ix
 from gptviz import load_pretrained, tokenizer_for
@@ -23,6 +21,8 @@ from gptviz.index import texts
 from gptviz.index.tokens import GPT1_CUT, tokenizer_fingerprint
 from gptviz.serve import model_access
 from gptviz.serve.limits import ServerLimits
+from tests.support.gpt1 import gpt1_folder
+from tests.support.index_reference import brute_force
 
 pytestmark = [pytest.mark.hf]
 
@@ -269,7 +269,7 @@ def spec(gpt1, monkeypatch):
 
 @pytest.mark.slow
 def test_the_unit_page_shows_gpt1s_tokens(gpt1, model, built, spec, tmp_path, monkeypatch):
-    from pagetest import run_page, token_rows
+    from tests.support.pagetest import run_page, token_rows
 
     docs, index = built
     monkeypatch.setenv("GPTVIZ_INDEX_DIR", str(tmp_path / "indexes"))

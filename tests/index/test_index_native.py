@@ -10,12 +10,12 @@ import math
 import numpy as np
 import pytest
 import torch
-from conftest import build, model_with_silent_neurons
 
 from gptviz import index as ix
 from gptviz.index import native
 from gptviz.index.histograms import _Binner
 from gptviz.index.scan import _empty_partial
+from tests.support.models import build, model_with_silent_neurons
 
 
 @pytest.fixture(autouse=True)

@@ -17,8 +17,8 @@ import torch
 
 from gptviz.index import native
 from gptviz.index.histograms import _Binner
+from tests.support import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 U, W, FIRST, N, BINS, K, R, SLOTS = 6, 4, 1, 5, 8, 3, 2, 3
 
 

@@ -7,17 +7,16 @@ import json
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from conftest import build
 
 from gptviz import index as ix
 from gptviz.model.tokenizer import get_tokenizer
+from tests.support import ROOT
+from tests.support.models import build
 
-ROOT = Path(__file__).resolve().parents[1]
 EXACT = (
     "top_values",
     "top_doc",

@@ -11,7 +11,6 @@ import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import SMALL, build, random_ids
 
 from gptviz import capture
 from gptviz import methods as analysis
@@ -25,6 +24,7 @@ from gptviz.export import (
     prompt_capture_npz,
 )
 from gptviz.model.hooks import ActivationCache
+from tests.support.models import SMALL, build, random_ids
 
 L, D, FF, V = SMALL.n_layers, SMALL.d_model, SMALL.d_ff, SMALL.vocab_size
 T = 9

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import SMALL, build, random_ids
 
 from gptviz import capture
 from gptviz.methods.attribution import (
@@ -16,6 +15,7 @@ from gptviz.methods.attribution import (
     residual_patching,
 )
 from gptviz.methods.interventions import Edit, run_with_edits
+from tests.support.models import SMALL, build, random_ids
 
 
 @pytest.mark.parametrize("norm_type", ["layernorm", "rmsnorm"])

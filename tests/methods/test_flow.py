@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import SMALL, random_ids
 
 from gptviz import GPT, capture, load_pretrained
 from gptviz.figures.flow import flow_figure
@@ -20,6 +19,7 @@ from gptviz.methods.flow import (
     proximity,
 )
 from gptviz.model.tokenizer import encode, token_labels
+from tests.support.models import SMALL, random_ids
 
 
 @pytest.fixture

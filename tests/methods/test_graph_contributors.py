@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from graph_reference import WIRING_IDS, WIRINGS, prompt, reference_metric, unit_model
 
 from gptviz.methods.graph import attribution_graph
 from gptviz.methods.graph_ablation import ablation_actuals
@@ -22,6 +21,7 @@ from gptviz.methods.graph_contributors import (
 from gptviz.methods.graph_frozen import FrozenModel, _project
 from gptviz.methods.interventions import run_with_edits
 from gptviz.model.generate import generate
+from tests.support.graph_reference import WIRING_IDS, WIRINGS, prompt, reference_metric, unit_model
 
 TARGET = 5
 

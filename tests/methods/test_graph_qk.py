@@ -7,11 +7,11 @@ import math
 
 import pytest
 import torch
-from conftest import build
-from graph_reference import WIRING_IDS, WIRINGS, prompt, unit_model
 
 from gptviz import capture
 from gptviz.methods.graph_qk import qk_decomposition
+from tests.support.graph_reference import WIRING_IDS, WIRINGS, prompt, unit_model
+from tests.support.models import build
 
 CELLS = [(0, 1, 5, 2), (1, 3, 6, 0), (1, 0, 4, 4), (0, 2, 0, 0)]
 

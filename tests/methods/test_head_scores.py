@@ -78,7 +78,7 @@ def test_vocab_sample_from_given_ids():
 
 
 def test_induction_test_loss_is_the_repeated_halfs_own_next_token_loss():
-    from conftest import SMALL, build
+    from tests.support.models import SMALL, build
 
     model = build(SMALL.replace(n_ctx=20))
     pool = torch.arange(SMALL.vocab_size)

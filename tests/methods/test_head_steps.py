@@ -7,7 +7,6 @@ import math
 
 import pytest
 import torch
-from conftest import build, random_ids
 
 from gptviz import capture
 from gptviz.methods.head_steps import (
@@ -19,6 +18,7 @@ from gptviz.methods.head_steps import (
     value_output_norms,
     value_weighted,
 )
+from tests.support.models import build, random_ids
 
 
 def captured(model, ids, layer):

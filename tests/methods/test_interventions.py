@@ -8,7 +8,6 @@ import threading
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import SMALL, build, random_ids
 
 from gptviz import capture, generate, stream
 from gptviz.methods.interventions import (
@@ -19,6 +18,7 @@ from gptviz.methods.interventions import (
     patch_from,
     run_with_edits,
 )
+from tests.support.models import SMALL, build, random_ids
 
 
 def attention_by_hand(attn, x: torch.Tensor, z_change=None) -> torch.Tensor:

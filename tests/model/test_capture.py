@@ -9,10 +9,10 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import SMALL, build, random_ids
 
 from gptviz import capture
 from gptviz.model.hooks import _ACTIVE, ActivationCache, HookPoint, resolve_names
+from tests.support.models import SMALL, build, random_ids
 
 L, H, DH, D, FF, V = SMALL.n_layers, SMALL.n_heads, SMALL.d_head, SMALL.d_model, SMALL.d_ff, SMALL.vocab_size
 PER_BLOCK = [

@@ -9,25 +9,16 @@ import json
 
 import pytest
 import torch
-from conftest import random_ids
-from reference import llmc as llmc_ref
-from reference import nanogpt as nanogpt_ref
-from reference import raschka as raschka_ref
 
 from gptviz import load_pretrained
 from gptviz.model.params import total_params
 from gptviz.model.weights import CheckpointError
+from tests.reference import llmc as llmc_ref
+from tests.reference import nanogpt as nanogpt_ref
+from tests.reference import raschka as raschka_ref
+from tests.support.models import random_ids, unit_scale
 
 ATOL = 1e-4
-
-
-def unit_scale(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
-    """Every parameter drawn from N(0, 1) (norm gains and biases too, so a mis-mapped one shows)."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.copy_(torch.randn(p.shape, generator=g))
-    return model.eval()
 
 
 def assert_same_logits(ours, reference, vocab: int, n_ctx: int) -> None:

@@ -11,13 +11,13 @@ import struct
 
 import pytest
 import torch
-from reference import nanogpt as nanogpt_ref
 
 from gptviz import load_pretrained
 from gptviz.model.formats.load import path_config, path_nbytes
 from gptviz.model.formats.unsupported import SUPPORTED
 from gptviz.model.params import param_count
 from gptviz.model.weights import CheckpointError
+from tests.reference import nanogpt as nanogpt_ref
 
 
 class CreatesAFile:
@@ -176,7 +176,7 @@ def test_containers_of_the_wrong_things_are_refused_in_words(tmp_path, payload):
 
 
 def test_a_raschka_file_with_parts_missing_names_them(tmp_path):
-    from reference import raschka as raschka_ref
+    from tests.reference import raschka as raschka_ref
 
     cfg = {
         "vocab_size": 11,

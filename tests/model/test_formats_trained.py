@@ -5,18 +5,17 @@ the text uses renumbered, to stay at a second or two (test_formats.py covers nan
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 import torch.nn.functional as F
-from reference import llmc as llmc_ref
-from reference import nanogpt as nanogpt_ref
-from reference import raschka as raschka_ref
 
 from gptviz import generate, get_tokenizer, load_pretrained
+from tests.reference import llmc as llmc_ref
+from tests.reference import nanogpt as nanogpt_ref
+from tests.reference import raschka as raschka_ref
+from tests.support import ROOT
 
-CORPUS = Path(__file__).resolve().parents[1] / "data" / "tinyshakespeare.txt"
+CORPUS = ROOT / "data" / "tinyshakespeare.txt"
 STEPS, NEW, BLOCK, BATCH = 50, 20, 32, 16
 
 pytestmark = pytest.mark.slow  # a few seconds each: fifty optimizer steps

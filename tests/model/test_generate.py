@@ -8,11 +8,11 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import SMALL, build, random_ids
 
 from gptviz import capture, generate, stream
 from gptviz.model.generate import _sample, check_sampling, nucleus_mask, sampling_distribution
 from gptviz.model.tokenizer import EOT_ID, get_tokenizer, token_label
+from tests.support.models import SMALL, build, random_ids
 
 N_CTX = SMALL.n_ctx
 PROBS = torch.tensor([0.5, 0.2, 0.15, 0.1, 0.05])

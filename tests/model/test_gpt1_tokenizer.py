@@ -7,6 +7,7 @@ import pytest
 
 from gptviz.app.sidebar import EXAMPLE_PROMPTS
 from gptviz.model.gpt1_tokenizer import OpenAIGPTTokenizer
+from tests.support.gpt1 import gpt1_tokenizer_files
 
 TEXTS = [
     *EXAMPLE_PROMPTS.values(),
@@ -19,19 +20,6 @@ TEXTS = [
     "",
     "   ",
 ]
-
-
-def gpt1_tokenizer_files(folder, vocab_size: int = 300) -> None:
-    """vocab.json and merges.txt as Hugging Face's openai-gpt has them, trained on the example prompts."""
-    tokenizers = pytest.importorskip("tokenizers")
-    text = " ".join(EXAMPLE_PROMPTS.values()) * 3 + " Café naïve résumé, 你好 world! It's 3.14 -- e-mail: a@b.c"
-    tok = tokenizers.Tokenizer(tokenizers.models.BPE(unk_token="<unk>", end_of_word_suffix="</w>"))
-    tok.normalizer = tokenizers.normalizers.BertNormalizer(lowercase=True)
-    tok.pre_tokenizer = tokenizers.pre_tokenizers.BertPreTokenizer()
-    trainer = tokenizers.trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<unk>"], end_of_word_suffix="</w>")
-    tok.train_from_iterator([text], trainer)
-    folder.mkdir(parents=True, exist_ok=True)
-    tok.model.save(str(folder))
 
 
 @pytest.mark.slow

@@ -10,12 +10,12 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from conftest import SMALL, build
 
 from gptviz.app import keys as K
 from gptviz.app import model_service
 from gptviz.model import hub as hub_downloads
 from gptviz.model.weights import CheckpointError, save_checkpoint
+from tests.support.models import SMALL, build
 
 
 class StandInHub:
@@ -156,7 +156,7 @@ def empty_hf_cache(tmp_path, monkeypatch):
 def test_gpt2_small_is_one_click_that_states_its_download_and_says_plainly_when_the_hub_is_out_of_reach(
     empty_hf_cache, monkeypatch
 ):
-    from pagetest import open_app
+    from tests.support.pagetest import open_app
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # this machine cannot reach the Hub
     at = open_app()
@@ -173,7 +173,7 @@ def test_gpt2_small_is_one_click_that_states_its_download_and_says_plainly_when_
 
 @pytest.mark.slow
 def test_gpt2_small_from_the_stand_in_hub_loads_in_one_click_and_is_then_on_the_server(hub, empty_hf_cache):
-    from pagetest import open_app
+    from tests.support.pagetest import open_app
 
     hub.add("gpt2")
     at = open_app()
@@ -191,7 +191,7 @@ def test_a_failed_hub_click_offers_the_way_back_to_the_model_and_view_before(emp
     """Offline, the Hub click left the visitor on a page with no model; "Back to ..." under the message returns to
     the model they had, on the view they had (layer, head, scale: widgets the failed runs did not draw), with the
     prompt as it is now."""
-    from pagetest import attention_map, open_app
+    from tests.support.pagetest import attention_map, open_app
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     prompt = "the cat sat on the mat and the cat sat"
@@ -226,9 +226,8 @@ def test_a_failed_hub_click_offers_the_way_back_to_the_model_and_view_before(emp
 @pytest.mark.slow
 def test_the_way_back_without_an_earlier_model_is_the_bundled_one(empty_hf_cache, monkeypatch):
     """A link that opens on the Hub model offline (no click, so no model before it): back to the bundled model."""
-    from pagetest import open_app
-
     from gptviz.model.weights import bundled_models
+    from tests.support.pagetest import open_app
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     at = open_app(model_source=K.SOURCE_PRETRAINED, hf_name="gpt2")

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import SMALL, build
 from safetensors.torch import save_file
 
 from gptviz import PRESETS
@@ -24,8 +23,9 @@ from gptviz.model.params import param_count, total_params
 from gptviz.model.weights import CheckpointError, check_load_limits, load_checkpoint, save_checkpoint
 from gptviz.serve import model_access
 from gptviz.serve.limits import ServerLimits, server_limits
+from tests.support import ROOT
+from tests.support.models import SMALL, build
 
-ROOT = Path(__file__).resolve().parents[1]
 HF_BASE = {"model_type": "gpt2", "vocab_size": 50, "n_positions": 16, "n_embd": 32, "n_layer": 2, "n_head": 4}
 
 

@@ -7,11 +7,11 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import SMALL, build, random_ids
 
 from gptviz import GPT, GPTConfig, capture
 from gptviz.model import model as model_module
 from gptviz.model.model import row_major_copy
+from tests.support.models import SMALL, build, random_ids
 
 
 def test_logits_shape_batch_and_unbatched(model):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import SMALL, build, random_ids
 
 from gptviz import ConfigError, GPTConfig, capture
 from gptviz import methods as analysis
@@ -14,6 +13,7 @@ from gptviz.methods.attribution import direct_logit_attribution
 from gptviz.model.hooks import ActivationCache
 from gptviz.model.params import format_table, meta_param_table, param_count, param_table, total_params
 from gptviz.model.weights import load_checkpoint, save_checkpoint
+from tests.support.models import SMALL, build, random_ids
 
 NO_BIAS = dict(bias=False, qkv_bias=False)
 

@@ -11,8 +11,9 @@ import pytest
 from gptviz import assets, get_tokenizer
 from gptviz.model import tokenizer as tok
 from gptviz.model.tokenizer import EOT_ID, decode, encode, position_labels, token_label, token_labels
+from tests.support import ROOT
 
-SHARED_BPE = Path(__file__).resolve().parents[2] / "shared" / "data" / "r50k_base.tiktoken"
+SHARED_BPE = ROOT.parent / "shared" / "data" / "r50k_base.tiktoken"
 
 
 @pytest.fixture

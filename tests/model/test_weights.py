@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import SMALL, build, random_ids
 from safetensors.torch import load_file, save_file
 
 from gptviz import load_pretrained
 from gptviz.model.weights import CheckpointError, config_from_hf, load_checkpoint, save_checkpoint, state_from_hf
+from tests.support import ROOT
+from tests.support.models import SMALL, build, random_ids
 
 VOCAB = 300
 
@@ -433,7 +434,7 @@ def test_loading_the_bundled_model_imports_no_compiler_and_draws_nothing():
         capture_output=True,
         text=True,
         timeout=600,
-        cwd=Path(__file__).resolve().parents[1],
+        cwd=ROOT,
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert "dynamo False" in out.stdout and "same True" in out.stdout and "dtype {'torch.float32'}" in out.stdout

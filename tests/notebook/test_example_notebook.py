@@ -6,19 +6,19 @@ own export draws the static() copy of the heatmap, not the widgets (their manage
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
+
+from tests.support import ROOT
 
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 pytest.importorskip("anywidget")
 pytest.importorskip("transformer_lens")
 
-ROOT = Path(__file__).resolve().parents[1]
 WIDGET = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
-from offline_browser import CHROMIUM, offline_page  # noqa: E402
+from tests.support.offline_browser import CHROMIUM, offline_page  # noqa: E402
 
 
 @pytest.fixture(scope="module")

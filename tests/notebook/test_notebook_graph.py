@@ -7,7 +7,6 @@ import pytest
 
 pytest.importorskip("ipywidgets")
 
-from graph_reference import prompt, unit_model  # noqa: E402
 from plotly.callbacks import Points  # noqa: E402
 
 from gptviz.figures.graph import qk_sentence  # noqa: E402
@@ -15,6 +14,7 @@ from gptviz.methods.graph import attribution_graph  # noqa: E402
 from gptviz.methods.graph_qk import qk_decomposition  # noqa: E402
 from gptviz.model.tokenizer import token_labels  # noqa: E402
 from gptviz.notebook import graph, static, why_attends  # noqa: E402
+from tests.support.graph_reference import prompt, unit_model  # noqa: E402
 
 pytestmark = pytest.mark.slow  # widgets and a graph: about a second
 

@@ -9,12 +9,11 @@ import pytest
 
 pytest.importorskip("anywidget")
 
-from offline_browser import CHROMIUM, offline_page  # noqa: E402
-
 from gptviz.figures.unit_page import ExampleRow  # noqa: E402
 from gptviz.notebook import attention, attention_on_text, save_html  # noqa: E402
 from gptviz.notebook.inputs import labels_of  # noqa: E402
 from gptviz.notebook.widgets import TokenRowsWidget, text_line  # noqa: E402
+from tests.support.offline_browser import CHROMIUM, offline_page  # noqa: E402
 
 HOSTILE = [
     '<img src=x onerror="window.__pwned=1">',

@@ -11,13 +11,13 @@ import json
 import numpy as np
 import pytest
 import torch
-from pagetest import TINY, array, edge_prompts, figure, forward_calls, kept_of_edge_prompt, run_page
 from streamlit.testing.v1 import AppTest
 
 from gptviz import methods as analysis
 from gptviz.app import keys as K
 from gptviz.app import model_service, sidebar
 from gptviz.model.tokenizer import encode
+from tests.support.pagetest import TINY, array, edge_prompts, figure, forward_calls, kept_of_edge_prompt, run_page
 
 N_LAYERS, N_HEADS, N_CTX, D_FF = 2, 4, 128, 256
 TABS = ["Residual stream", "MLP neurons", "Norm inputs", "Logit lens", "Head detectors", "Export"]
@@ -165,7 +165,7 @@ def test_an_empty_capture_is_explained_not_a_traceback(monkeypatch):
 def test_a_prompt_change_with_the_old_focus_label_kept_falls_back_to_the_last_token():
     """Seen in the browser: after a prompt change the focus selectbox's stored value was the old option's label
     (a str), and comparing it with the token count raised TypeError."""
-    from pagetest import run_page
+    from tests.support.pagetest import run_page
 
     at = run_page("activations", "one two three four five six", act_focus="5 ␣six")
     assert not at.exception, [e.message for e in at.exception]

@@ -15,9 +15,18 @@ import numpy as np
 import plotly.colors as pcolors
 import pytest
 import torch
-from pagetest import (
+from streamlit.testing.v1 import AppTest
+
+from gptviz import methods as analysis
+from gptviz.app import display, model_service, sidebar
+from gptviz.app import keys as K
+from gptviz.figures import attention as fa
+from gptviz.figures.browser import attention_map as amap
+from gptviz.model.tokenizer import decode, encode, token_labels
+from gptviz.serve import allocator
+from tests.support import ROOT
+from tests.support.pagetest import (
     MARKUP,
-    ROOT,
     TINY,
     TokenGate,
     array,
@@ -34,15 +43,6 @@ from pagetest import (
     query_bars,
     run_page,
 )
-from streamlit.testing.v1 import AppTest
-
-from gptviz import methods as analysis
-from gptviz.app import display, model_service, sidebar
-from gptviz.app import keys as K
-from gptviz.figures import attention as fa
-from gptviz.figures.browser import attention_map as amap
-from gptviz.model.tokenizer import decode, encode, token_labels
-from gptviz.serve import allocator
 
 N_LAYERS, N_HEADS, N_CTX = 2, 4, 128  # the tiny preset
 VIEWS = [

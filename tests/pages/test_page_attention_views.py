@@ -7,7 +7,6 @@ import math
 
 import numpy as np
 import pytest
-from pagetest import TINY, array, figure, figures, run_page
 
 from gptviz import methods as analysis
 from gptviz.app import display, model_service
@@ -21,6 +20,7 @@ from gptviz.methods.head_steps import (
     value_weighted,
 )
 from gptviz.model.tokenizer import encode
+from tests.support.pagetest import TINY, array, figure, figures, run_page
 
 PROMPT = "The cat sat on the mat. The cat sat on the"
 
@@ -168,7 +168,8 @@ def test_the_top_keys_table_is_static_and_shows_token_text_as_text():
     # a static table (its weights as bars), not a data grid: the browser redrew the grid after every pick in the map
     # (issue 60). Streamlit's table shows a styled frame's display values as HTML, so they are escaped here.
     import pyarrow as pa
-    from pagetest import MARKUP
+
+    from tests.support.pagetest import MARKUP
 
     at = view("One head", prompt=MARKUP)
     assert [d.key for d in at.dataframe] == [K.ATT_DETECTORS]  # the detector table is the page's one grid

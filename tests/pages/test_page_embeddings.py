@@ -9,7 +9,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from pagetest import TINY, array, edge_prompts, figures, forward_calls, kept_of_edge_prompt, run_page, title_of
 from streamlit.testing.v1 import AppTest
 
 from gptviz import GPT, GPTConfig
@@ -18,6 +17,16 @@ from gptviz.app import display, jobs, model_service, sidebar
 from gptviz.app import keys as K
 from gptviz.model import tokenizer
 from gptviz.model.tokenizer import encode
+from tests.support.pagetest import (
+    TINY,
+    array,
+    edge_prompts,
+    figures,
+    forward_calls,
+    kept_of_edge_prompt,
+    run_page,
+    title_of,
+)
 
 N_CTX, D_MODEL = 128, 64
 TITLES = [

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from pagetest import TINY, array, edge_prompts, figures, run_page, title_of
 from streamlit.testing.v1 import AppTest
 
 from gptviz.app import keys as K
 from gptviz.app import model_service, sidebar
 from gptviz.model.tokenizer import encode, token_labels
+from tests.support.pagetest import TINY, array, edge_prompts, figures, run_page, title_of
 
 
 def drawn_labels(axis: dict) -> list[str]:

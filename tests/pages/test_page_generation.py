@@ -10,7 +10,15 @@ import numpy as np
 import plotly.graph_objects as go
 import pytest
 import torch
-from pagetest import (
+from streamlit.testing.v1 import AppTest
+
+from gptviz import generate
+from gptviz.app import keys as K
+from gptviz.app import live, model_service, sidebar
+from gptviz.figures import generation as fg
+from gptviz.figures.common import apply_layout, title_room
+from gptviz.model.tokenizer import decode, encode
+from tests.support.pagetest import (
     TINY,
     TokenGate,
     array,
@@ -23,14 +31,6 @@ from pagetest import (
     live_code,
     run_page,
 )
-from streamlit.testing.v1 import AppTest
-
-from gptviz import generate
-from gptviz.app import keys as K
-from gptviz.app import live, model_service, sidebar
-from gptviz.figures import generation as fg
-from gptviz.figures.common import apply_layout, title_room
-from gptviz.model.tokenizer import decode, encode
 
 N_LAYERS, N_HEADS, N_CTX = 2, 4, 128
 

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import base64
 import json
 
 import numpy as np
-import pagetest
 import pytest
 import torch
-from pagetest import forward_calls
 from streamlit.testing.v1 import AppTest
 
 import gptviz.model.checkpoint
@@ -23,26 +20,9 @@ from gptviz.model.generate import generate
 from gptviz.model.tokenizer import decode, get_tokenizer
 from gptviz.training import xiong
 from gptviz.training.train import TrainSettings, train_models, write_history
-
-PAGE = "app_pages/norms.py"
-
-
-def open_page(**state) -> AppTest:
-    return pagetest.open_page(PAGE, **state)
-
-
-def array(value) -> np.ndarray:
-    """A figure array from its JSON: a list, or Plotly's typed array {"dtype", "bdata" (base64)}."""
-    if isinstance(value, dict) and "bdata" in value:
-        return np.frombuffer(base64.b64decode(value["bdata"]), dtype=value["dtype"])
-    return np.asarray(value)
-
-
-def markdown_text(at: AppTest) -> str:
-    return "\n".join(m.value for m in at.markdown)
-
-
-TINY = dict(norms_preset="tiny", norms_depth=3, norms_width=32, norms_input="random", norms_seed=0, norms_init="gpt2")
+from tests.support import pagetest
+from tests.support.norms_page import TINY, TINY_PAPER, TINY_PAPER_DEPTHS, array, markdown_text, open_page
+from tests.support.pagetest import forward_calls
 
 
 @pytest.fixture(scope="module")
@@ -291,10 +271,6 @@ def test_the_twins_heads_are_shown_beside_their_match_not_their_index():
     assert at.session_state[K.UNIT] == post_head and at.session_state[K.NORM] == "post"
     assert at.session_state[K.MODEL_SPEC].name == "shakespeare-post"
     assert at.markdown[0].value.startswith(f"**{post_head}")
-
-
-TINY_PAPER = xiong.ProbeSetting(width=32, depth=3, n_heads=2, seeds=2, n_batches=1, batch_size=2, block=8)
-TINY_PAPER_DEPTHS = (2, 4)
 
 
 def mean_traces(fig: dict) -> dict[str, np.ndarray]:

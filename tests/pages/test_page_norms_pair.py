@@ -6,11 +6,8 @@ Without them, the page is as it was."""
 from __future__ import annotations
 
 import numpy as np
-import pagetest
 import pytest
 import torch
-from test_gpt1_tokenizer import gpt1_tokenizer_files
-from test_page_norms import TINY, array
 
 from gptviz import load_pretrained
 from gptviz.app import keys as K
@@ -21,6 +18,9 @@ from gptviz.model.gpt1_tokenizer import OpenAIGPTTokenizer
 from gptviz.model.tokenizer import encode
 from gptviz.serve import model_access
 from gptviz.serve.limits import ServerLimits
+from tests.support import pagetest
+from tests.support.gpt1 import gpt1_tokenizer_files
+from tests.support.norms_page import TINY, array
 
 PAGE = "app_pages/norms.py"
 PROMPT = "ROMEO. But soft! what light through yonder window breaks? It is the east, and Juliet is the sun!"

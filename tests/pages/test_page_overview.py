@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from pagetest import MARKUP, TINY, edge_prompts, figures, kept_of_edge_prompt, open_page
 
 from gptviz import methods as analysis
 from gptviz.app import keys as K
@@ -17,6 +16,7 @@ from gptviz.app.sidebar import DEFAULT_PROMPT
 from gptviz.figures.overview import pct
 from gptviz.model.hooks import act_name
 from gptviz.model.tokenizer import encode
+from tests.support.pagetest import MARKUP, TINY, edge_prompts, figures, kept_of_edge_prompt, open_page
 
 PAGE = "app_pages/overview.py"
 N_LAYERS, N_CTX = 2, 128

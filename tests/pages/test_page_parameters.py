@@ -7,13 +7,13 @@ import json
 
 import numpy as np
 import pytest
-from pagetest import TINY, array, run_page
 from streamlit.testing.v1 import AppTest
 
 from gptviz import PRESETS
 from gptviz.app import keys as K
 from gptviz.app import model_service
 from gptviz.model.params import total_params
+from tests.support.pagetest import TINY, array, run_page
 
 
 def page(spec: model_service.ModelSpec | None = TINY, **state) -> AppTest:

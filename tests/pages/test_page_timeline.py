@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from pagetest import array, figures, run_page
 
 from gptviz.app import keys as K
 from gptviz.figures import timeline as ft
 from gptviz.model.weights import bundled_models
 from gptviz.serve.training_jobs import JobRegistry, induction_growth_spec
 from gptviz.training.snapshots import formed_step, load_snapshots
+from tests.support.pagetest import array, figures, run_page
 
 TWINS = ("shakespeare-pre", "shakespeare-post")
 

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import time
 
-import pagetest
 import pytest
-from pagetest import APP
 from streamlit.testing.v1 import AppTest
 
 from gptviz.app import jobs, sidebar
@@ -15,6 +13,8 @@ from gptviz.app import keys as K
 from gptviz.model.generate import generate
 from gptviz.model.tokenizer import decode, get_tokenizer
 from gptviz.serve.training_jobs import DONE, STOPPED
+from tests.support import pagetest
+from tests.support.pagetest import APP
 
 REGISTRY = jobs.training_registry()
 TINY = dict(

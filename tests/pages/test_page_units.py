@@ -9,7 +9,6 @@ import urllib.parse
 
 import numpy as np
 import pytest
-from pagetest import APP, TINY, array, figures, run_page, token_rows
 from streamlit.testing.v1 import AppTest
 
 from gptviz import index as ix
@@ -18,6 +17,7 @@ from gptviz.app import links, model_service
 from gptviz.app import unit_index as ui
 from gptviz.model.tokenizer import encode
 from gptviz.serve import limits
+from tests.support.pagetest import APP, TINY, array, figures, run_page, token_rows
 
 PRE = model_service.ModelSpec(K.SOURCE_BUNDLED, "shakespeare-pre", "pre")
 SEARCH_TAB = {K.UNIT_TAB: K.UNIT_TABS[1]}  # only the open tab is built
@@ -76,7 +76,7 @@ def test_the_bands_show_the_indexs_examples_from_the_whole_range(shipped, unit):
         assert shown["cmax"] == pytest.approx(float(shipped.arrays["top_values"][i, 0]))  # the top examples' scale
         assert all(band.lo <= p <= band.hi * (1 + 1e-5) for p in peaks)
         assert f"{band.lo:.3g} to {band.hi:.3g}".replace(".", "\\.") in captions[band.number]
-    # the exports are offered below the figures (clicked in tests/test_browser_units.py)
+    # the exports are offered below the figures (clicked in tests/browser/test_browser_units.py)
     labels = [b.label for b in at.get("download_button")]
     assert "This unit as JSON (Neuronpedia's dashboard shape)" in labels and "This unit's page as HTML" in labels
 
@@ -257,7 +257,7 @@ def picked(at, name: str, unit: str):
 
 @pytest.mark.slow
 def test_activations_pills_are_the_listed_neurons_and_open_them():
-    from pagetest import figure
+    from tests.support.pagetest import figure
 
     at = run_page("activations", spec=PRE)
     bars = figure(at, "Most active neurons")["data"][0]["y"]
@@ -319,7 +319,7 @@ def test_a_link_to_the_other_twin_names_its_wiring():
 @pytest.mark.slow
 def test_a_picked_neuron_opens_its_page_in_this_session():
     """Through app.py, as a visitor clicks: the router follows the pick to the unit page with the same model."""
-    from pagetest import open_app
+    from tests.support.pagetest import open_app
 
     at = open_app(**{K.MODEL_SOURCE: K.SOURCE_BUNDLED})
     at.switch_page("app_pages/activations.py")

@@ -6,7 +6,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from pagetest import TINY, array, figure, figures, run_page, title_of
 
 from gptviz.app import keys as K
 from gptviz.app import model_service
@@ -14,22 +13,8 @@ from gptviz.methods import attribution
 from gptviz.methods.interventions import ablate_heads, run_with_edits
 from gptviz.model.generate import generate
 from gptviz.model.tokenizer import decode, encode, token_labels
-
-PROMPT = "Romeo.\nBut soft! what light through yonder window breaks?"
-
-
-def page(**state):
-    return run_page("why", PROMPT, **state)
-
-
-def tiny_model():
-    return model_service.load_model(TINY)
-
-
-def top_two(ids):
-    logits, _ = run_with_edits(tiny_model(), torch.tensor([ids]), [])
-    top = logits[0, -1].topk(2).indices
-    return int(top[0]), int(top[1])
+from tests.support.pagetest import array, figure, figures, run_page, title_of
+from tests.support.why_page import PROMPT, page, tiny_model, top_two
 
 
 @pytest.mark.slow
@@ -85,10 +70,9 @@ def test_ablating_heads_shows_the_recomputed_probabilities_and_continuations():
 
 @pytest.mark.slow
 def test_where_the_continuations_part_both_tokens_are_quoted():
-    from pagetest import run_page
-
     from gptviz import load_pretrained
     from gptviz.app.display import md_text
+    from tests.support.pagetest import run_page
 
     prompt, heads = "A B C D E F G H A B C", [(1, 0), (1, 1), (1, 2), (1, 3)]  # the pre-norm twin's layer 1
     at = run_page(

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_page_why import PROMPT, page, tiny_model, top_two
 
 from gptviz.methods import attribution
 from gptviz.methods.interventions import ablate_heads, run_with_edits
 from gptviz.model.tokenizer import encode
+from tests.support.why_page import PROMPT, page, tiny_model, top_two
 
 HEADS = [(0, 1), (1, 2)]
 
@@ -48,11 +48,10 @@ def test_mean_ablation_sets_each_heads_output_to_its_own_mean_over_the_prompt():
     """The page's mean ablation equals the hand computation: head h's z at every position replaced by head h's z
     averaged over this prompt's positions. (The shared capture has no batch axis; passed as it was, the mean ran
     over positions and heads together and the page showed other probabilities; Copy as Python found it.)"""
-    from test_page_why import TINY
-
     from gptviz.app.services import why
     from gptviz.methods.interventions import Edit
     from gptviz.model.hooks import act_name, capture
+    from tests.support.pagetest import TINY
 
     spec, model = TINY, tiny_model()
     ids = tuple(encode(PROMPT))

@@ -11,9 +11,7 @@ import sys
 
 import pytest
 import torch
-from pagetest import ROOT, TINY, array, edge_prompts, figure, kept_of_edge_prompt, run_page
 from streamlit.testing.v1 import AppTest
-from test_page_why import PROMPT, tiny_model, top_two
 
 from gptviz.app import keys as K
 from gptviz.app import model_service
@@ -27,6 +25,9 @@ from gptviz.methods.graph_qk import qk_decomposition
 from gptviz.model.generate import generate
 from gptviz.model.tokenizer import decode, encode
 from gptviz.serve import limits
+from tests.support import ROOT
+from tests.support.pagetest import TINY, array, edge_prompts, figure, kept_of_edge_prompt, run_page
+from tests.support.why_page import PROMPT, tiny_model, top_two
 
 pytestmark = pytest.mark.slow  # each runs the page (a second or more)
 GRAPH = {S.WHY_VIEW.key: K.WHY_GRAPH_VIEW}

@@ -8,14 +8,14 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from pagetest import TINY, figures, run_page
-from test_page_why import PROMPT, tiny_model
 
 from gptviz.app import keys as K
 from gptviz.app.services import results_cache
 from gptviz.methods import attribution
 from gptviz.model.tokenizer import encode
 from gptviz.serve import limits
+from tests.support.pagetest import TINY, figures, run_page
+from tests.support.why_page import PROMPT, tiny_model
 
 PAIR = "Repeated sequence (induction)"
 CLEAN, CORRUPT = "A B C D E F G H A B C", "A B C Q E F G H A B C"

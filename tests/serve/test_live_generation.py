@@ -7,11 +7,11 @@ import threading
 import time
 
 import pytest
-from conftest import build
 from streamlit.testing.v1 import AppTest
 
 from gptviz import generate
 from gptviz.serve.live_generation import GenerationSlots, LiveGeneration
+from tests.support.models import build
 
 PROMPT = [5, 17, 3, 42]
 GREEDY = dict(max_new_tokens=6, temperature=0.0, top_k=None, top_p=None, seed=0)

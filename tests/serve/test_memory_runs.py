@@ -8,16 +8,8 @@ torch's memory. Pages: with the server's budget below a call's estimate, the pag
 
 from __future__ import annotations
 
-import gzip
-import json
-import os
-import tempfile
-import warnings
-
 import pytest
 import torch
-from pagetest import TINY, forward_calls, run_page
-from torch.profiler import ProfilerActivity, profile
 
 from gptviz import index as ix
 from gptviz import methods as analysis
@@ -32,28 +24,11 @@ from gptviz.model.generate import generate, stream
 from gptviz.model.hooks import ActivationCache, act_name, capture
 from gptviz.serve import memory
 from gptviz.serve.memory import MemoryAccountant
+from tests.support import ROOT
+from tests.support.memory import MiB, covers, torch_peak
+from tests.support.pagetest import TINY, forward_calls, run_page
 
 PRE = model_service.ModelSpec(K.SOURCE_BUNDLED, "shakespeare-pre", "pre")
-MiB = 2**20
-PREEXISTING = 1  # torch.profiler._memory_profiler.Action.PREEXISTING.value: a tensor made before the call
-
-
-def torch_peak(fn):
-    """(fn's result, the most bytes of CPU tensors it held at once): torch's allocation records, in order."""
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True) as prof:
-        result = fn()
-    with tempfile.TemporaryDirectory() as folder, warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)  # the timeline's export is deprecated for CUDA's snapshots
-        path = os.path.join(folder, "timeline.raw.json.gz")
-        prof.export_memory_timeline(path, device="cpu")
-        with gzip.open(path, "rt") as f:
-            events = json.load(f)  # (time, action, bytes, category): creations +, frees -
-    held = peak = 0
-    for _, action, nbytes, _ in events:
-        if action != PREEXISTING:
-            held += nbytes
-            peak = max(peak, held)
-    return result, peak
 
 
 def test_the_peak_measure_counts_what_is_held_at_once():
@@ -73,11 +48,6 @@ def pre():
     model = model_service.load_model(PRE)
     ids = torch.randint(0, 5000, (1, model.config.n_ctx), generator=torch.Generator().manual_seed(0))
     return model, ids
-
-
-def covers(estimate: int, peak: int, within: float = 2.0) -> None:
-    """The estimate covers the peak and is not wildly above it (within 2x and 1 MiB by default)."""
-    assert peak <= estimate <= within * peak + MiB, (estimate / MiB, peak / MiB)
 
 
 @pytest.mark.parametrize("heads", [(), ((1, 0), (3, 2))], ids=["plain", "ablated"])
@@ -354,14 +324,13 @@ def test_the_attention_pages_capture_stays_within_its_reservation():
     tokens (issue 43's scenario 4)."""
     import subprocess
     import sys
-    from pathlib import Path
 
     from gptviz import PRESETS
     from gptviz.app import model_service
 
     T, cfg = 384, PRESETS["gpt2-small"]
     out = subprocess.run(
-        [sys.executable, str(Path(__file__).parent / "rss_growth.py"), "page_capture", "gpt2-small", str(T)],
+        [sys.executable, str(ROOT / "tests" / "support" / "rss_growth.py"), "page_capture", "gpt2-small", str(T)],
         capture_output=True,
         text=True,
         timeout=600,

@@ -15,11 +15,10 @@ import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support import ROOT
 
 OPEN_FOLDERS = textwrap.dedent("""
     import gc, os, resource, sys, tempfile
@@ -120,10 +119,9 @@ def test_a_page_keeps_its_model_weakly_and_loads_it_again_once_dropped():
     import gc
     import weakref
 
-    from pagetest import TINY
-
     from gptviz.app import model_service
     from gptviz.app.seen import Seen
+    from tests.support.pagetest import TINY
 
     model = model_service.load_model(TINY)
     seen, gone = Seen(TINY, model, (1, 2, 3)), weakref.ref(model)
@@ -144,9 +142,8 @@ def test_a_session_keeps_no_model_the_store_dropped(page):
     import gc
     import weakref
 
-    from pagetest import TINY, run_page
-
     from gptviz.app import model_service
+    from tests.support.pagetest import TINY, run_page
 
     at = run_page(page)
     assert not at.exception, at.exception

@@ -7,8 +7,6 @@ import threading
 import time
 
 import pytest
-from conftest import SMALL, build, random_ids
-from pagetest import TINY, run_page
 
 from gptviz import capture
 from gptviz.app import keys as K
@@ -17,6 +15,9 @@ from gptviz.model.hooks import capture_nbytes
 from gptviz.serve import limits
 from gptviz.serve.bounded_cache import BoundedCache
 from gptviz.serve.limits import LimitError, ServerLimits
+from tests.support import ROOT
+from tests.support.models import SMALL, build, random_ids
+from tests.support.pagetest import TINY, run_page
 
 
 def test_limits_come_from_the_environment_and_bad_values_name_their_variable():
@@ -97,9 +98,8 @@ def test_the_app_starts_with_only_its_memory_budget_set():
     import os
     import subprocess
     import sys
-    from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = ROOT
     out = subprocess.run(
         [sys.executable, "-c", STARTS_WITH_A_BUDGET_ALONE],
         capture_output=True,
@@ -236,14 +236,13 @@ def test_room_is_made_before_a_large_entry_is_built():
 
 
 def test_generation_limits_come_from_the_environment_and_are_documented():
-    from pathlib import Path
 
     got = ServerLimits.from_env({"GPTVIZ_GENERATIONS": "2", "GPTVIZ_GENERATION_THREADS": "3"})
     assert (got.generations, got.generation_threads) == (2, 3)
     assert (ServerLimits().generations, ServerLimits().generation_threads) == (4, 1)
     with pytest.raises(ValueError, match="generations"):
         ServerLimits(generations=0)
-    guide = (Path(__file__).resolve().parents[1] / "docs" / "deploying.md").read_text()
+    guide = (ROOT / "docs" / "deploying.md").read_text()
     assert "`GPTVIZ_GENERATIONS` | 4 |" in guide and "`GPTVIZ_GENERATION_THREADS` | 1 |" in guide
     # every variable the limits read is in the operator's guide
     import re
@@ -348,7 +347,7 @@ def test_a_model_in_use_is_not_dropped_and_what_needs_its_room_waits():
 
 @pytest.mark.slow
 def test_a_running_generation_holds_its_model_in_the_store(monkeypatch):
-    from pagetest import TokenGate, gate_generations
+    from tests.support.pagetest import TokenGate, gate_generations
 
     store = BoundedCache(10**9, "model")
     monkeypatch.setattr(model_service, "model_store", lambda: store)

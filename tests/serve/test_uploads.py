@@ -4,15 +4,11 @@ and removed once the session is gone (swept on the next upload and by a timer)."
 
 from __future__ import annotations
 
-import functools
 import io
 import time
 
 import pytest
 import torch
-from reference import llmc as llmc_ref
-from reference import nanogpt as nanogpt_ref
-from reference import raschka as raschka_ref
 
 from gptviz.app import keys as K
 from gptviz.app import model_service
@@ -20,18 +16,11 @@ from gptviz.model.weights import CheckpointError
 from gptviz.serve import uploads
 from gptviz.serve.limits import LimitError, ServerLimits
 from gptviz.serve.uploads import GONE, UploadFolders, stored_name
+from tests.reference import llmc as llmc_ref
+from tests.reference import raschka as raschka_ref
+from tests.support.models import nanogpt_bytes
 
 MB = 2**20
-
-
-@functools.cache
-def nanogpt_bytes(vocab: int = 101) -> bytes:
-    args = dict(block_size=16, vocab_size=vocab, n_layer=2, n_head=4, n_embd=32, bias=False)
-    torch.manual_seed(0)
-    buf = io.BytesIO()
-    model = nanogpt_ref.GPT(nanogpt_ref.GPTConfig(**args))
-    torch.save({"model": model.state_dict(), "model_args": args, "iter_num": 0}, buf)
-    return buf.getvalue()
 
 
 def raschka_bytes() -> bytes:

@@ -1,21 +1,20 @@
 """Issue 43: the Norms page reserved 383 MiB for gpt2-small at one layer and width 768 and peaked 1,043 MiB above
 its baseline (4 layers: 556 vs 1,187). Its reservation is now wiring.measuring_nbytes, checked here against the
-resident memory's measured growth (a fresh subprocess per size, tests/rss_growth.py) at every preset's own width,
-every width the page offers gpt2-small, several depths, and both token counts the page measures."""
+resident memory's measured growth (a fresh subprocess per size, tests/support/rss_growth.py) at every preset's own
+width, every width the page offers gpt2-small, several depths, and both token counts the page measures."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 
 from gptviz import PRESETS
 from gptviz.methods import wiring
+from tests.support import ROOT
 
-HERE = Path(__file__).resolve().parent
 MiB = 2**20
 SIZES = (
     [(name, 1, config.d_model, 128) for name, config in PRESETS.items()]
@@ -32,7 +31,7 @@ SIZES = (
 
 def rss_growth(*args) -> int:
     out = subprocess.run(
-        [sys.executable, str(HERE / "rss_growth.py"), *map(str, args)],
+        [sys.executable, str(ROOT / "tests" / "support" / "rss_growth.py"), *map(str, args)],
         capture_output=True,
         text=True,
         timeout=600,
@@ -81,10 +80,9 @@ def test_the_norms_measurement_reservation_covers_its_measured_peak(growths, pre
 def test_the_norms_page_reserves_the_measurements_estimate(monkeypatch):
     """The page's reservation is this estimate (not memory.measuring_nbytes, which missed the tied embedding's
     gradients and a float64 copy of every gradient)."""
-    from pagetest import run_page
-
     from gptviz.app.services import results_cache
     from gptviz.serve import memory
+    from tests.support.pagetest import run_page
 
     asked = []
     real = memory.reserve

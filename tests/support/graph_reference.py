@@ -8,7 +8,8 @@ import math
 
 import torch
 import torch.nn.functional as F
-from conftest import build
+
+from tests.support.models import build
 
 WIRINGS = [
     dict(),

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,8 +16,8 @@ from streamlit.testing.v1 import AppTest
 
 from gptviz.app import keys as K
 from gptviz.app import model_service, sidebar
+from tests.support import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 APP = str(ROOT / "app.py")
 TINY = model_service.ModelSpec(K.SOURCE_PRESET, "tiny", "pre")
 

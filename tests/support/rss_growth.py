@@ -3,8 +3,8 @@ before) while one call runs. tracemalloc sees none of torch's memory and torch's
 holds beside the tensors; the server's budget is about resident memory, so that is what is measured here. (The Heads
 forming page's Grow run is measured as the server runs it by benchmarks/bench_grow_induction.py, peak_growth.)
 
-    python tests/rss_growth.py wiring gpt2-small 4 768 128     -> prints the growth in bytes
-    python tests/rss_growth.py page_capture gpt2-small 384
+    python tests/support/rss_growth.py wiring gpt2-small 4 768 128     -> prints the growth in bytes
+    python tests/support/rss_growth.py page_capture gpt2-small 384
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import torch  # noqa: E402
 
 torch.set_num_threads(1)

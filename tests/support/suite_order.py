@@ -2,12 +2,12 @@
 together instead of one waiting while the other runs a long browser file that came last in alphabetical order.
 
 xdist's `--dist loadfile` sends whole files (module fixtures such as a Chromium or a measured size table run once)
-in collection order as workers free up; this sorts that order by each file's seconds in tests/durations.json, a
+in collection order as workers free up; this sorts that order by each file's seconds in tests/support/durations.json, a
 quiet serial run's `--durations=0` summed per file. A file not listed there (a new one) counts as quick and goes last;
 a stale table only costs balance, never a test. Refresh it after adding a slow file:
 
     python -m pytest -p no:cacheprovider --durations=0 -q > /tmp/durations.txt
-    python tests/suite_order.py /tmp/durations.txt        # rewrites tests/durations.json
+    python tests/support/suite_order.py /tmp/durations.txt        # rewrites tests/support/durations.json
 """
 
 from __future__ import annotations

@@ -8,7 +8,6 @@ import math
 
 import pytest
 import torch
-from conftest import SMALL, build, random_ids
 
 from gptviz.methods import induction_test
 from gptviz.model.config import get_preset
@@ -28,6 +27,7 @@ from gptviz.training.train import (
     train_models,
     write_history,
 )
+from tests.support.models import SMALL, build, random_ids
 
 
 def test_a_few_steps_lower_the_loss_on_a_fixed_batch():

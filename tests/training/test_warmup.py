@@ -7,6 +7,7 @@ from gptviz.serve import live_generation
 from gptviz.serve.training_jobs import DONE, JobLimitError, JobRegistry, start_warmup
 from gptviz.training import warmup
 from gptviz.training.train import Trainer, TrainSettings
+from tests.support import ROOT
 
 SMALL = warmup.Scenario(layers=2, width=32, heads=2, lr=1e-2, warmup=4, steps=12, batch_size=2, block=8, seeds=2)
 TOKENS = torch.randint(0, 500, (4000,), generator=torch.Generator().manual_seed(0))
@@ -193,9 +194,8 @@ def test_the_frequency_baseline_is_the_training_splits_unigram_entropy():
 def test_the_page_runs_the_setting_the_readme_protocol_fixed():
     """The protocol (docs/benchmarks-history.md, written before the runs) names the shape, optimiser and length; of its
     learning rates the page runs 3e-3, the first whose verdict said the claim shows (the runs are in the table)."""
-    from pathlib import Path
 
-    readme = (Path(__file__).parents[1] / "docs" / "benchmarks-history.md").read_text()
+    readme = (ROOT / "docs" / "benchmarks-history.md").read_text()
     protocol = readme[readme.index("### Protocol (written before the runs") :]
     protocol = protocol[: protocol.index("\n### ")]
     s = warmup.PAGE_SCENARIO

@@ -10,7 +10,7 @@ Prints a Markdown table: each seed's run as the page runs it, to its end (the pa
 last step), with the load average beside it.
 
     python -m benchmarks grow -- --memory               # every wiring the page offers, the whole run (800 steps)
-    python -m benchmarks grow -- --memory --steps 6     # the first 6 steps of each (tests/test_training_memory.py)
+    python -m benchmarks grow -- --memory --steps 6     # the first 6 of each (tests/serve/test_training_memory.py)
 
 Memory: what the page's run reserves (gptviz.serve.job_sizes.job_nbytes) against the growth of the resident memory of a
 fresh process running it as the server does (peak VmHWM against VmRSS before it starts), one child process per wiring:

@@ -51,7 +51,7 @@ PROMPT = (
     "And what art thou?\n\nHam.\nA piece of him.\n"
 )
 # Largest logit difference allowed, as a share of the reference's largest |logit| (the bundled model's span
-# about +-16; tests/test_devices.py allows 0.3 for bfloat16 and 0.05 for float16 there, on the CPU).
+# about +-16; tests/model/test_devices.py allows 0.3 for bfloat16 and 0.05 for float16 there, on the CPU).
 LOGIT_TOL = {"float32": 1e-4, "float16": 5e-3, "bfloat16": 2.5e-2}
 PATTERN_TOL = {"float32": 1e-4, "float16": 0.01, "bfloat16": 0.03}  # attention weights, absolute
 # Share of all positions whose top-1 agrees (a random model's logits are near-ties everywhere, so the test that

@@ -19,7 +19,7 @@ message. Scenarios, each under its own timeout (one that cannot be driven is rep
 6. The unit page's index builder (issue 43), on a loopback server of its own: one visitor builds back to back past
    GPTVIZ_INDEX_KEPT (the built indexes left on disk); a torn index.json (the page offers a rebuild, which
    succeeds). Fair turns between two visitors need two client addresses, which loopback does not give (every
-   connection comes from 127.0.0.1): tests/test_index_turns.py checks them with the addresses set in the test.
+   connection comes from 127.0.0.1): tests/app/test_index_turns.py checks them with the addresses set in the test.
 
     python -m benchmarks hostile                 # about 5 minutes
     python -m benchmarks hostile -- --only 1 3      # some scenarios
@@ -714,7 +714,7 @@ async def index_builder(browser, builds: int = 6) -> list[Row]:
     """A loopback server of its own, GPTVIZ_INDEX_KEPT=4, scans of 20,000 tokens of the tiny preset: one visitor
     builds `builds` new seeds back to back; then a torn index.json is written for a new seed and the visitor opens
     its unit page. Every connection is from 127.0.0.1 (loopback only), so fair turns between two addresses are
-    left to tests/test_index_turns.py."""
+    left to tests/app/test_index_turns.py."""
     folder = Path(tempfile.mkdtemp(prefix="gptviz-hostile-indexes-"))
     server = Server({**INDEX_LIMITS, "GPTVIZ_INDEX_DIR": str(folder)}, port=PORT and PORT + 1)
     try:

@@ -3,7 +3,7 @@
 Not in the page: a page's file runs again on every visit and rerun, so the lru_cache the Heads forming page defined
 there was a new, empty cache each time, and every visit read both twins' snapshots again (megabytes each, held as
 long as the visit's script objects lived), so many fresh sessions swung the server's RSS by gigabytes outside its
-budget (issue 43; tests/test_timeline_visits.py counts the reads).
+budget (issue 43; tests/app/test_timeline_visits.py counts the reads).
 """
 
 from __future__ import annotations

@@ -69,7 +69,7 @@ def model_store() -> BoundedCache:
     memory budget (gptviz.serve.memory). A model dropped while something still holds it (a session's page) stays
     counted until it is gone, and a drop that leaves one alive runs Python's full collection, which frees those only
     garbage holds (a reference cycle an ended session left): before, a server kept every model folder a visitor
-    opened (issue 57; tests/test_model_memory.py)."""
+    opened (issue 57; tests/serve/test_model_memory.py)."""
     return process_wide(
         "model_store",
         lambda: BoundedCache(

@@ -223,7 +223,7 @@ def run(args) -> int:
 
 def _this_run(args) -> dict:
     """What ran a scan, for meta.scan (a shard keeps it in its partial index for the merge): one set of keys from
-    every path (tests/test_index_cli.py)."""
+    every path (tests/index/test_index_cli.py)."""
     import torch
 
     return {

@@ -3,9 +3,9 @@ unedited metric, through the edit path of gptviz.methods.interventions (patterns
 
 A node at layer l and position p changes nothing before it, so each removal runs only from block l and from position p
 on (model.forward_from), with the unedited run's residual stream entering block l and its keys and values for the
-positions before p: the same numbers as a whole edited pass (tests/test_graph.py checks them against an independent
-forward), for a fraction of its cost. Removals that start at the same block run as one batch, from the earliest of
-their positions.
+positions before p: the same numbers as a whole edited pass (tests/methods/test_graph.py checks them against an
+independent forward), for a fraction of its cost. Removals that start at the same block run as one batch, from the
+earliest of their positions.
 """
 
 from __future__ import annotations

@@ -93,7 +93,7 @@ class WiringStats:
 
 # Elements summed in float64 at a time: a whole-matrix .double() of gpt2-small's token embedding is 295 MiB, and the
 # squares another 295 MiB, which the Norms page's reservation does not count; chunks keep that to 16 MiB
-# (tests/test_wiring_memory.py checks the reservation against the resident memory's growth).
+# (tests/serve/test_wiring_memory.py checks the reservation against the resident memory's growth).
 SUM_CHUNK = 2**20
 
 
@@ -186,7 +186,7 @@ def compare_wirings(
 
 # What the process's resident memory grows by beyond the tensors (torch's thread workspaces, the allocator's
 # bookkeeping) during one measurement: not a function of the size, and it varies between runs of one size, so a fixed
-# allowance with room above what tests/test_wiring_memory.py measures across the sizes the page offers.
+# allowance with room above what tests/serve/test_wiring_memory.py measures across the sizes the page offers.
 MEASURE_OVERHEAD = 96 * 2**20
 
 
@@ -197,7 +197,7 @@ def measuring_nbytes(config: GPTConfig, T: int) -> int:
     autograd adds its two uses (the lookup's and the LM head's), and what the forward pass keeps for the backward
     (its attention patterns recorded) and what it records; the first wiring's patterns kept beside the second's run;
     the float64 chunks its sums use; a fixed overhead. Checked against the resident memory's measured growth at
-    every preset, every width and several depths (tests/test_wiring_memory.py)."""
+    every preset, every width and several depths (tests/serve/test_wiring_memory.py)."""
     from ..model.params import total_params
     from ..model.sizes import FLOAT32, activation_nbytes
 

@@ -125,7 +125,8 @@ def _check_shapes(shapes: dict[str, tuple[int, ...]], expected: dict[str, tuple[
 
 def expected_shapes(config: GPTConfig) -> dict[str, tuple[int, ...]]:
     """Every stored tensor's shape for this config (tied LM head stored once), by formula (params.py; the same as
-    a module tree on the meta device, tests/test_weights.py): building one took most of a cold start's model load."""
+    a module tree on the meta device, tests/model/test_weights.py): building one took most of a cold start's model
+    load."""
     from .params import _tensor_shapes
 
     return {k: shape for k, shape in _tensor_shapes(config) if not (config.tie_weights and k == "lm_head.weight")}

@@ -1,6 +1,6 @@
 """How many bytes a job will hold at its peak, from the config and the sizes alone, before anything runs: float32
 tensors counted where they peak. The server reserves these before it admits work (gptviz.serve.memory); the tests
-check each one against the resident memory's measured growth (tests/test_memory_runs.py and its neighbours).
+check each one against the resident memory's measured growth (tests/serve/test_memory_runs.py and its neighbours).
 The estimates of the methods' own jobs (patching, saliency, the attribution graph, the Norms measurement, a neuron
 scan) sit beside their methods and build on these."""
 
@@ -31,7 +31,7 @@ def capture_work_nbytes(config, names: Iterable[str], T: int) -> int:
     materialised = any(n.endswith(("attn.hook_pattern", "attn.hook_attn_scores")) for n in names)
     working = forward_nbytes(config, T, patterns=materialised, all_logits=False)
     # What a capture keeps is allocated between the forward pass's short-lived blocks, so the heap cannot reuse every
-    # hole they leave: measured as resident growth in fresh processes (tests/rss_growth.py page_capture, gpt2-small),
+    # hole they leave: measured as resident growth in fresh processes (tests/support/rss_growth.py page_capture, gpt2-small),
     # the overhead beyond what was kept grows with the prompt, past the working memory itself at a few hundred tokens
     # (counted once, the estimate fell short in CI). Counted twice when anything is kept; a plain forward pass keeps
     # nothing between its blocks.

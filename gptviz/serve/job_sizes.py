@@ -41,7 +41,7 @@ def run_nbytes(spec: JobSpec) -> int:
     process's allocator. The Heads forming page's run trains on 2,000 ids but validates on 50,257: its validation
     over the whole batch at once peaked gigabytes above the baseline; in chunks, as the server runs it (its own thread,
     the page drawn beside it, freed memory given back after each step), a few hundred MiB, within what this reserves
-    (RUN_OVERHEAD_SHARE; tests/test_training_memory.py and `python -m benchmarks grow -- --memory` measure it)."""
+    (RUN_OVERHEAD_SHARE; tests/serve/test_training_memory.py and `python -m benchmarks grow -- --memory` measure it)."""
     s = spec.settings
     block = s.block_size or min(c.n_ctx for c in spec.configs.values())
     held = sum(FLOAT32 * 4 * total_params(cfg) for cfg in spec.configs.values())

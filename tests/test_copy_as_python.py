@@ -10,6 +10,7 @@ import numpy as np
 import pagetest
 import pytest
 import torch
+from small_configs import TRAIN_FORM
 
 from gptviz.app import keys as K
 from gptviz.app import settings as S
@@ -381,17 +382,7 @@ def test_the_train_pages_snippet_trains_the_same_run_step_for_step():
     from gptviz.app import jobs
     from gptviz.serve.training_jobs import DONE
 
-    small = dict(
-        train_layers=1,
-        train_width=32,
-        train_heads=2,
-        train_steps=4,
-        train_batch=1,
-        train_block=16,
-        train_warmup=0,
-        train_wiring="both",
-        train_lr=0.003,
-    )
+    small = dict(TRAIN_FORM, train_lr=0.003)
     at = pagetest.open_page("app_pages/training.py", **small)
     next(b for b in at.button if b.label == "Start training").click().run()
     job = jobs.training_registry().get(at.session_state[K.TRAIN_JOB])

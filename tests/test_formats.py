@@ -13,6 +13,7 @@ from conftest import random_ids
 from reference import llmc as llmc_ref
 from reference import nanogpt as nanogpt_ref
 from reference import raschka as raschka_ref
+from small_configs import hf_gpt1_config
 from test_weights import hub_cache  # noqa: F401  (a fixture: an empty Hugging Face cache for one test)
 
 from gptviz import load_pretrained
@@ -64,17 +65,7 @@ def n_params(module: torch.nn.Module) -> int:
 
 def gpt1_folder(tmp_path, afn: str = "gelu", seed: int = 0):
     transformers = pytest.importorskip("transformers")
-    cfg = transformers.OpenAIGPTConfig(
-        vocab_size=120,
-        n_positions=24,
-        n_embd=32,
-        n_layer=2,
-        n_head=4,
-        afn=afn,
-        resid_pdrop=0.0,
-        embd_pdrop=0.0,
-        attn_pdrop=0.0,
-    )
+    cfg = hf_gpt1_config(120, 24, afn=afn)
     torch.manual_seed(seed)
     hf = unit_scale(transformers.OpenAIGPTLMHeadModel(cfg), seed)
     hf.save_pretrained(tmp_path / "gpt1")

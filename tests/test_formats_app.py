@@ -10,6 +10,7 @@ import pytest
 import torch
 from reference import nanogpt as nanogpt_ref
 from reference import raschka as raschka_ref
+from small_configs import raschka_config
 
 from gptviz.app import keys as K
 from gptviz.app import model_service
@@ -55,15 +56,7 @@ def test_visitors_load_checkpoint_files_only_inside_the_allowed_roots(tmp_path):
 
 @pytest.mark.slow
 def test_raschka_head_count_from_the_books_config_dict_beside_the_file(tmp_path):
-    cfg = {
-        "vocab_size": 101,
-        "context_length": 16,
-        "emb_dim": 32,
-        "n_heads": 4,
-        "n_layers": 2,
-        "drop_rate": 0.0,
-        "qkv_bias": False,
-    }
+    cfg = raschka_config()
     torch.manual_seed(1)
     ref = raschka_ref.GPTModel(cfg).eval()
     folder = tmp_path / "models" / "book"

@@ -12,6 +12,7 @@ import shutil
 
 import pytest
 import torch
+from small_configs import hf_gpt1_config
 from test_formats import unit_scale
 from test_gpt1_tokenizer import gpt1_tokenizer_files
 
@@ -51,16 +52,7 @@ def gpt1_folder(folder) -> GPT1:
     transformers = pytest.importorskip("transformers")
     gpt1_tokenizer_files(folder)
     tok = transformers.OpenAIGPTTokenizer(vocab=str(folder / "vocab.json"), merges=str(folder / "merges.txt"))
-    cfg = transformers.OpenAIGPTConfig(
-        vocab_size=len(tok),
-        n_positions=64,
-        n_embd=32,
-        n_layer=2,
-        n_head=4,
-        resid_pdrop=0.0,
-        embd_pdrop=0.0,
-        attn_pdrop=0.0,
-    )
+    cfg = hf_gpt1_config(len(tok), 64)
     hf = unit_scale(transformers.OpenAIGPTLMHeadModel(cfg))
     hf.save_pretrained(folder)
     return GPT1((folder, tok, hf))

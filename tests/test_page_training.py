@@ -8,6 +8,7 @@ import time
 import pagetest
 import pytest
 from pagetest import APP
+from small_configs import TRAIN_FORM
 from streamlit.testing.v1 import AppTest
 
 from gptviz.app import jobs, sidebar
@@ -17,16 +18,7 @@ from gptviz.model.tokenizer import decode, get_tokenizer
 from gptviz.serve.training_jobs import DONE, STOPPED
 
 REGISTRY = jobs.training_registry()
-TINY = dict(
-    train_layers=1,
-    train_width=32,
-    train_heads=2,
-    train_steps=4,
-    train_batch=1,
-    train_block=16,
-    train_warmup=0,
-    train_wiring="both",
-)
+TINY = TRAIN_FORM
 
 
 def open_page(**state) -> AppTest:
@@ -58,7 +50,7 @@ def test_a_tiny_run_from_the_page(monkeypatch):
     # the samples are the models' own generations from the sidebar prompt
     ids = get_tokenizer().encode(sidebar.DEFAULT_PROMPT)[-16:]
     codes = [c.value for c in at.code]
-    for name, model in job.models.items():
+    for model in job.models.values():
         assert decode(generate(model, ids, 40, temperature=0.8, top_k=40, seed=0)[len(ids) :]) in codes
     data_buttons = [b for b in at.get("download_button") if b.proto.label != "Interactive HTML"]
     assert len(data_buttons) == 2  # beside each figure's own HTML download

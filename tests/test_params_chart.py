@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from small_configs import CUSTOM
 
 from gptviz import PRESETS, GPTConfig
 from gptviz.figures import params as fp
@@ -20,18 +21,6 @@ TOTALS = {
     "gpt2-large": 774_030_080,
     "gpt2-xl": 1_557_611_200,
 }
-CUSTOM = GPTConfig(
-    vocab_size=1000,
-    n_ctx=64,
-    d_model=48,
-    n_layers=3,
-    n_heads=4,
-    d_ff=100,
-    norm_type="rmsnorm",
-    tie_weights=False,
-    qkv_bias=False,
-    name="your model",
-)
 
 
 def chart(cfg: GPTConfig, split: bool = False):

@@ -13,6 +13,7 @@ import torch
 from reference import llmc as llmc_ref
 from reference import nanogpt as nanogpt_ref
 from reference import raschka as raschka_ref
+from small_configs import raschka_config
 
 from gptviz.app import keys as K
 from gptviz.app import model_service
@@ -35,15 +36,7 @@ def nanogpt_bytes(vocab: int = 101) -> bytes:
 
 
 def raschka_bytes() -> bytes:
-    cfg = {
-        "vocab_size": 101,
-        "context_length": 16,
-        "emb_dim": 32,
-        "n_heads": 4,
-        "n_layers": 2,
-        "drop_rate": 0.0,
-        "qkv_bias": False,
-    }
+    cfg = raschka_config()
     torch.manual_seed(1)
     buf = io.BytesIO()
     torch.save(raschka_ref.GPTModel(cfg).state_dict(), buf)

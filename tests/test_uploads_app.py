@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 from reference import raschka as raschka_ref
+from small_configs import raschka_config
 from streamlit.testing.v1 import AppTest
 from test_uploads import nanogpt_bytes
 
@@ -17,15 +18,7 @@ from gptviz.app import settings as S
 from gptviz.serve import model_access
 from gptviz.serve.limits import ServerLimits
 
-RASCHKA = {
-    "vocab_size": 101,
-    "context_length": 16,
-    "emb_dim": 32,
-    "n_heads": 4,
-    "n_layers": 2,
-    "drop_rate": 0.0,
-    "qkv_bias": False,
-}
+RASCHKA = raschka_config()
 
 
 def raschka_pth(path):

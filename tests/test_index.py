@@ -59,22 +59,27 @@ def test_windows_score_every_token_once():
             assert t - row[1] >= min(t, 16 - 12)  # left context: n_ctx - stride, or the whole document
 
 
-def test_top_k_equals_brute_force_sort(small):
-    model, docs, index = small
-    values = brute_force(model, docs, index.meta["windows"]["stride"])
-    assert values.shape == (sum(DOC_LENGTHS), index.n_units)
-    offsets = np.concatenate([[0], np.cumsum(DOC_LENGTHS)])
+def assert_top_k_sorted(index, values, lengths, rtol: float, atol: float) -> None:
+    """Each unit's top K values equal the brute force `values` [tokens, units] sorted, within rtol and atol; where
+    neighbours differ clearly, the locations are the same too (documents of `lengths` tokens, end to end)."""
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
     K = index.meta["top_k"]
     for u in range(index.n_units):
         order = torch.sort(values[:, u], descending=True, stable=True)
         torch.testing.assert_close(
-            torch.from_numpy(index.arrays["top_values"][u]), order.values[:K], rtol=1e-5, atol=1e-6
+            torch.from_numpy(index.arrays["top_values"][u]), order.values[:K], rtol=rtol, atol=atol
         )
         got = offsets[index.arrays["top_doc"][u]] + index.arrays["top_pos"][u]
-        # where neighbours differ clearly, the locations are the same too
         vals = order.values[: K + 1].numpy()
         clear = np.array([(i == 0 or vals[i - 1] - vals[i] > 1e-4) and vals[i] - vals[i + 1] > 1e-4 for i in range(K)])
         assert np.array_equal(got[clear], order.indices[:K].numpy()[clear])
+
+
+def test_top_k_equals_brute_force_sort(small):
+    model, docs, index = small
+    values = brute_force(model, docs, index.meta["windows"]["stride"])
+    assert values.shape == (sum(DOC_LENGTHS), index.n_units)
+    assert_top_k_sorted(index, values, DOC_LENGTHS, rtol=1e-5, atol=1e-6)
 
 
 def test_batches_of_one_window_equal_brute_force(small):
@@ -490,7 +495,7 @@ def test_a_scans_forward_pass_ends_after_the_last_activation_it_reads():
         ids = torch.randint(0, model.config.vocab_size, (2, 9), generator=torch.Generator().manual_seed(0))
         seen = {}
 
-        def record(name):
+        def record(name, seen=seen):
             def edit(x, _offset):
                 seen[name] = x.clone()
                 return x

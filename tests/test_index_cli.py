@@ -48,32 +48,19 @@ def test_a_text_read_in_pieces_has_the_whole_texts_tokens(tmp_path, monkeypatch,
     assert [list(map(int, d.ids)) for d in docs] == [whole]
 
 
+# spaces of every kind a text cut turns on, Python's and Unicode's: the random texts' separators
+SPACES = [" ", "  ", "\n", "\n\n", "\t", "\r", "\x0b", "\x1c", "\x85"]
+
+
 def test_random_texts_cut_into_pieces_keep_their_tokens(monkeypatch):
     """Texts drawn from what the cut rules turn on (spaces and newlines of every kind, ' and contractions, letters,
     digits and punctuation, combining marks, characters Python and Unicode disagree are spaces): the pieces' ids are
     the whole text's. 20,000 texts x chunks of 1-3 characters passed once; the test runs 600."""
     import random
 
-    alphabet = list('aZé中1٣½.,;!?"-_()[]{}m') + [
-        " ",
-        "  ",
-        "\n",
-        "\n\n",
-        "\t",
-        "\r",
-        "\x0b",
-        "\x1c",
-        "\x85",
-        "\u00a0",
-        "\u3000",
-        "\u0301",
-        "🙂",
-        "'",
-        "'s",
-        "'ll",
-        "ǅ",
-        "Ⅻ",
-    ]
+    alphabet = (
+        list('aZé中1٣½.,;!?"-_()[]{}m') + SPACES + ["\u00a0", "\u3000", "\u0301", "🙂", "'", "'s", "'ll", "ǅ", "Ⅻ"]
+    )
     enc, rng = get_tokenizer(), random.Random(0)
     for _ in range(600):
         text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))

@@ -208,6 +208,23 @@ def test_generation_for_another_prompt_is_not_shown():
 # ---- figure factories ---------------------------------------------------------------------------------
 
 
+def sampled_past_the_bars(**title):
+    """Two bars, both kept, and the sampled token at rank 40 of 500 allowed, not among them."""
+    return fg.next_token_bars(
+        [1, 2],
+        [0.6, 0.4],
+        [True, True],
+        ["x", "y"],
+        sampled_id=99,
+        sampled_rank=40,
+        sampled_prob=0.001,
+        sampled_label="z",
+        n_allowed=500,
+        kept_mass=1.0,
+        **title,
+    )
+
+
 def test_next_token_bars_marks_sampled_and_cutoff():
     fig = fg.next_token_bars(
         [5, 7, 9, 11],
@@ -229,50 +246,15 @@ def test_next_token_bars_marks_sampled_and_cutoff():
     assert fig.layout.shapes[0].y0 == 2.5  # the cut-off line
     assert "2 kept (80.0% of the mass)" in fig.layout.annotations[0].text
     assert bar.customdata[0][3] == pytest.approx(0.5 / 0.8) and bar.customdata[2][3] == 0.0
-    everything = fg.next_token_bars(
-        [1, 2],
-        [0.6, 0.4],
-        [True, True],
-        ["x", "y"],
-        sampled_id=99,
-        sampled_rank=40,
-        sampled_prob=0.001,
-        sampled_label="z",
-        n_allowed=500,
-        kept_mass=1.0,
-    )
+    everything = sampled_past_the_bars()
     assert not everything.layout.shapes
     note = everything.layout.annotations[0].text
     assert "rank 40" in note and "all 2 shown are kept" in note
-    titled = fg.next_token_bars(
-        [1, 2],
-        [0.6, 0.4],
-        [True, True],
-        ["x", "y"],
-        sampled_id=99,
-        sampled_rank=40,
-        sampled_prob=0.001,
-        sampled_label="z",
-        n_allowed=500,
-        kept_mass=1.0,
-        title="t",
-    )
+    titled = sampled_past_the_bars(title="t")
     assert "rank 40" in titled.layout.title.subtitle.text
     # a title long enough to wrap keeps its second line clear of the notes under it (they sat on the first bar)
     long_title = "After the prompt: the next-token distribution"
-    wrapped = fg.next_token_bars(
-        [1, 2],
-        [0.6, 0.4],
-        [True, True],
-        ["x", "y"],
-        sampled_id=99,
-        sampled_rank=40,
-        sampled_prob=0.001,
-        sampled_label="z",
-        n_allowed=500,
-        kept_mass=1.0,
-        title=long_title,
-    )
+    wrapped = sampled_past_the_bars(title=long_title)
     lines = wrapped.layout.title.subtitle.text.count("<br>") + 1
     title_only = apply_layout(go.Figure(), title=long_title).layout.margin.t
     assert "<br>" in wrapped.layout.title.text and wrapped.layout.margin.t == title_only + 16 * lines

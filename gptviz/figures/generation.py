@@ -301,30 +301,22 @@ def step_curves(probs, entropies, labels: list[str], *, title: str | None = None
     steps = np.arange(len(probs))
     texts = [f"'{t}'" for t in escaped(labels)]
     fig = make_subplots(specs=[[{"secondary_y": True}]])
-    fig.add_trace(
-        go.Scatter(
-            x=steps,
-            y=np.asarray(probs, dtype=np.float64),
-            mode="lines+markers",
-            name="p(sampled token)",
-            customdata=texts,
-            line_color=SAMPLED_COLOR,
-            hovertemplate="step %{x}: %{customdata} p = %{y:.3g}<extra></extra>",
-        ),
-        secondary_y=False,
-    )
-    fig.add_trace(
-        go.Scatter(
-            x=steps,
-            y=np.asarray(entropies, dtype=np.float64),
-            mode="lines+markers",
-            name="entropy (nats)",
-            customdata=texts,
-            line_color=KEPT_COLOR,
-            hovertemplate="step %{x}: entropy %{y:.3f} nats<extra></extra>",
-        ),
-        secondary_y=True,
-    )
+    for values, name, color, hover, right in (
+        (probs, "p(sampled token)", SAMPLED_COLOR, "%{customdata} p = %{y:.3g}", False),
+        (entropies, "entropy (nats)", KEPT_COLOR, "entropy %{y:.3f} nats", True),
+    ):
+        fig.add_trace(
+            go.Scatter(
+                x=steps,
+                y=np.asarray(values, dtype=np.float64),
+                mode="lines+markers",
+                name=name,
+                customdata=texts,
+                line_color=color,
+                hovertemplate=f"step %{{x}}: {hover}<extra></extra>",
+            ),
+            secondary_y=right,
+        )
     fig.update_yaxes(title_text="p(sampled)", range=[0, 1.02], secondary_y=False)
     fig.update_yaxes(title_text="entropy (nats)", rangemode="tozero", secondary_y=True, showgrid=False)
     fig.update_xaxes(title_text="step", tickmode="auto")

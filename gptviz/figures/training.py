@@ -50,6 +50,20 @@ def full_vocab_switch(histories: dict[str, list[dict]]) -> int | None:
     return None
 
 
+def _train_line(name, color, steps, y, label: str, width: float, hover: str = "train loss", **extra) -> go.Scatter:
+    """A run's training loss as a line in the run's colour, grouped with its other lines in the legend."""
+    return go.Scatter(
+        x=steps,
+        y=y,
+        mode="lines",
+        name=f"{name} {label}",
+        legendgroup=name,
+        line=dict(color=color, width=width),
+        hovertemplate=f"{name}<br>step %{{x}}<br>{hover} %{{y:.4f}}<extra></extra>",
+        **extra,
+    )
+
+
 def loss_curves(
     histories: dict[str, list[dict]],
     smoothing: float = 0.0,
@@ -66,42 +80,11 @@ def loss_curves(
         steps = [h["step"] for h in history]
         train = [h["train_loss"] for h in history]
         if smoothing > 0 and len(train) > 1:
-            fig.add_trace(
-                go.Scatter(
-                    x=steps,
-                    y=train,
-                    mode="lines",
-                    name=f"{name} train (raw)",
-                    legendgroup=name,
-                    line=dict(color=color, width=1),
-                    opacity=0.25,
-                    showlegend=False,
-                    hovertemplate=f"{name}<br>step %{{x}}<br>train loss %{{y:.4f}}<extra></extra>",
-                )
-            )
-            fig.add_trace(
-                go.Scatter(
-                    x=steps,
-                    y=ema(train, smoothing),
-                    mode="lines",
-                    name=f"{name} train",
-                    legendgroup=name,
-                    line=dict(color=color, width=2.5),
-                    hovertemplate=f"{name}<br>step %{{x}}<br>train loss (smoothed) %{{y:.4f}}<extra></extra>",
-                )
-            )
+            fig.add_trace(_train_line(name, color, steps, train, "train (raw)", 1, opacity=0.25, showlegend=False))
+            smoothed = ema(train, smoothing)
+            fig.add_trace(_train_line(name, color, steps, smoothed, "train", 2.5, hover="train loss (smoothed)"))
         else:
-            fig.add_trace(
-                go.Scatter(
-                    x=steps,
-                    y=train,
-                    mode="lines",
-                    name=f"{name} train",
-                    legendgroup=name,
-                    line=dict(color=color, width=2),
-                    hovertemplate=f"{name}<br>step %{{x}}<br>train loss %{{y:.4f}}<extra></extra>",
-                )
-            )
+            fig.add_trace(_train_line(name, color, steps, train, "train", 2))
         val = [(h["step"], h["val_loss"]) for h in history if h.get("val_loss") is not None]
         if val:
             fig.add_trace(

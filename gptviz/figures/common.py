@@ -66,6 +66,21 @@ def token_category_axis(categories: list[str]) -> dict:
 TOOLBAR_ROOM = 34  # the toolbar is 26 px tall from 2 px down; a title box starts about 4 px above its pad
 
 
+def colorbar_on_top(title: str, y: float, length: float) -> dict:
+    """A colour bar laid flat above the plot's right end (where a phone has no room beside the plot), `length` a
+    share of the plot's width, its title above it."""
+    return dict(
+        title=dict(text=title, side="top"),
+        orientation="h",
+        x=1,
+        xanchor="right",
+        y=y,
+        yanchor="bottom",
+        len=length,
+        thickness=10,
+    )
+
+
 def title_room(lines: int = 1) -> int:
     """The top margin a title of `lines` lines needs: the toolbar strip, the lines, a gap above the plot."""
     return TOOLBAR_ROOM + 20 * lines + 12

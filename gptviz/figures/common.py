@@ -81,6 +81,19 @@ def colorbar_on_top(title: str, y: float, length: float) -> dict:
     )
 
 
+def segments_trace(segments, color: str, width: float, **extra) -> go.Scatter | None:
+    """Line segments (x0, y0, x1, y1) as one lines trace of one colour and width, without hover or legend entry
+    (one trace for many edges draws fast); None when there are none."""
+    xs, ys = [], []
+    for x0, y0, x1, y1 in segments:
+        xs += [x0, x1, None]
+        ys += [y0, y1, None]
+    if not xs:
+        return None
+    line = dict(color=color, width=width)
+    return go.Scatter(x=xs, y=ys, mode="lines", line=line, hoverinfo="skip", showlegend=False, **extra)
+
+
 def title_room(lines: int = 1) -> int:
     """The top margin a title of `lines` lines needs: the toolbar strip, the lines, a gap above the plot."""
     return TOOLBAR_ROOM + 20 * lines + 12

@@ -181,27 +181,22 @@ def generation_heatmap(
         custom[..., 2] = np.array([f"'{t}'" for t in texts[:N]], dtype=object)[None, :]
         custom[..., 3] = steps[:, None]
         custom[..., 4] = keys[None, :]
-        weights = go.Heatmap(
-            z=z,
-            x=keys,
-            y=steps,
-            customdata=custom,
-            coloraxis="coloraxis",
-            hoverongaps=False,
-            name="weight",
-            hovertemplate="%{customdata[1]} → %{customdata[2]}: %{z:.3g}<br>step %{customdata[3]}: this query "
-            "predicted %{customdata[0]}; key position %{customdata[4]}<extra></extra>",
+        hover = (
+            "%{customdata[1]} → %{customdata[2]}: %{z:.3g}<br>step %{customdata[3]}: this query "
+            "predicted %{customdata[0]}; key position %{customdata[4]}<extra></extra>"
         )
     else:
-        weights = go.Heatmap(
-            z=z,
-            x=keys,
-            y=steps,
-            coloraxis="coloraxis",
-            hoverongaps=False,
-            name="weight",
-            hovertemplate="weight %{z:.3g}<extra></extra>",
-        )
+        custom, hover = None, "weight %{z:.3g}<extra></extra>"
+    weights = go.Heatmap(
+        z=z,
+        x=keys,
+        y=steps,
+        customdata=custom,
+        coloraxis="coloraxis",
+        hoverongaps=False,
+        name="weight",
+        hovertemplate=hover,
+    )
     fig = go.Figure([weights, masked])
     # the heatmap sits in three fifths of the page, about 300 px of plot: 48 angled labels ran into each other
     # (seen at 64 tokens + 30 generated), 24 fit

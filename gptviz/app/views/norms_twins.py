@@ -289,14 +289,21 @@ def matches_table(matches: list, scores: dict, length: int, pills: bool = True) 
     )
     if not pills:  # the unit pages open the bundled twins' heads
         return
-    for column, norm in zip(st.columns(2), ("pre", "post"), strict=True):
-        with column:
-            unit_pills(
-                f"What a {norm}-norm head does over the corpus",
-                [unit_id.head_id(*(m.a if norm == "pre" else m.b)) for m in matches],
-                K.per_item(K.UNIT_PILLS, f"norms_{norm}"),
-                norm=norm,
-            )
+    left, right = st.columns(2)
+    with left:
+        unit_pills(
+            "What a pre-norm head does over the corpus",
+            [unit_id.head_id(*m.a) for m in matches],
+            K.per_item(K.UNIT_PILLS, "norms_pre"),
+            norm="pre",
+        )
+    with right:
+        unit_pills(
+            "What a post-norm head does over the corpus",
+            [unit_id.head_id(*m.b) for m in matches],
+            K.per_item(K.UNIT_PILLS, "norms_post"),
+            norm="post",
+        )
 
 
 def twins_attention(tw: LoadedTwins) -> dict | None:

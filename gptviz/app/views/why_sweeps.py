@@ -74,17 +74,22 @@ def patch_prompts(cfg: GPTConfig, enc=None) -> tuple[tuple[int, ...], tuple[int,
     clean_default, corrupted_default = PATCH_EXAMPLES.get(example, (own, swapped[0] if swapped else own))
     if swapped and state.get(K.per_item(K.WHY_CORRUPT, example), swapped[0]) == swapped[0]:
         st.caption(f"The sidebar's prompt, and the same with one token swapped ({display.md_text(swapped[1])}).")
-    clean_text, corrupted_text = (
-        text_limits.checked_text(
-            column.text_area, label, K.per_item(key, example), text_limits.PAIR_CHARS, value=default, height=120
-        )
-        for column, label, key, default in zip(
-            st.columns(2),
-            ("Clean prompt", "Corrupted prompt"),
-            (K.WHY_CLEAN, K.WHY_CORRUPT),
-            (clean_default, corrupted_default),
-            strict=True,
-        )
+    p1, p2 = st.columns(2)
+    clean_text = text_limits.checked_text(
+        p1.text_area,
+        "Clean prompt",
+        K.per_item(K.WHY_CLEAN, example),
+        text_limits.PAIR_CHARS,
+        value=clean_default,
+        height=120,
+    )
+    corrupted_text = text_limits.checked_text(
+        p2.text_area,
+        "Corrupted prompt",
+        K.per_item(K.WHY_CORRUPT, example),
+        text_limits.PAIR_CHARS,
+        value=corrupted_default,
+        height=120,
     )
     clean_ids, corrupt_ids = services.prompt_ids(clean_text, cfg, enc), services.prompt_ids(corrupted_text, cfg, enc)
     if not clean_ids or not corrupt_ids:

@@ -132,33 +132,22 @@ def training_dynamics(histories: dict[str, list[dict]], clip: float | None = Non
     for i, (name, history) in enumerate(histories.items()):
         color = run_color(name, i)
         steps = [h["step"] for h in history]
-        fig.add_trace(
-            go.Scatter(
-                x=steps,
-                y=[h["grad_norm"] for h in history],
-                mode="lines",
-                name=name,
-                legendgroup=name,
-                line=dict(color=color, width=2),
-                hovertemplate=f"{name}<br>step %{{x}}<br>gradient norm %{{y:.3g}}<extra></extra>",
-            ),
-            row=1,
-            col=1,
-        )
-        fig.add_trace(
-            go.Scatter(
-                x=steps,
-                y=[h["lr"] for h in history],
-                mode="lines",
-                name=name,
-                legendgroup=name,
-                showlegend=False,
-                line=dict(color=color, width=2, dash="dot" if i else "solid"),
-                hovertemplate=f"{name}<br>step %{{x}}<br>learning rate %{{y:.3g}}<extra></extra>",
-            ),
-            row=1,
-            col=2,
-        )
+        for col, field, what in ((1, "grad_norm", "gradient norm"), (2, "lr", "learning rate")):
+            lr = field == "lr"  # the runs' schedules often coincide: dotted after the first, and one legend entry
+            fig.add_trace(
+                go.Scatter(
+                    x=steps,
+                    y=[h[field] for h in history],
+                    mode="lines",
+                    name=name,
+                    legendgroup=name,
+                    showlegend=False if lr else None,
+                    line=dict(color=color, width=2, dash=("dot" if i else "solid") if lr else None),
+                    hovertemplate=f"{name}<br>step %{{x}}<br>{what} %{{y:.3g}}<extra></extra>",
+                ),
+                row=1,
+                col=col,
+            )
     if clip and histories:  # a trace, not an annotation: annotations on a log axis are placed in log units
         steps = [h["step"] for history in histories.values() for h in history]
         if steps:

@@ -25,25 +25,15 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
-from benchmarks.servers import stop_process
+from benchmarks.load_test import ARGS, CHROMIUM  # the same browser setup
+from benchmarks.servers import jupyterlab, stop_process
 
 ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM = "/usr/bin/chromium"
-ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 L, H = 12, 12
 
 SETUP = f"""\
@@ -106,41 +96,6 @@ def notebook(sizes: list[int], repeats: int, with_cv: bool) -> tuple[dict, list[
     return nb, plan
 
 
-def start_lab(folder: Path, port: int) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "JUPYTER_CONFIG_DIR": str(folder / ".jupyter")}
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "jupyterlab",
-            "--no-browser",
-            f"--port={port}",
-            "--ServerApp.ip=127.0.0.1",
-            "--allow-root",
-            "--IdentityProvider.token=",
-            "--ServerApp.password=",
-            "--ServerApp.disable_check_xsrf=True",
-            f"--ServerApp.root_dir={folder}",
-            "--LabApp.expose_app_in_browser=True",
-            "--LabApp.news_url=None",
-            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-        ],
-        cwd=folder,
-        env=env,
-        stdout=open(folder / "lab.log", "wb"),
-        stderr=subprocess.STDOUT,
-    )
-    deadline = time.monotonic() + 180
-    while True:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status", timeout=2):
-                return proc
-        except OSError as err:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError((folder / "lab.log").read_text(errors="replace")[-3000:]) from err
-            time.sleep(0.5)
-
-
 def run_cell_until(page, index: int, text: str, timeout_s: float) -> None:
     """Run a setup cell and wait for its output to hold `text`."""
     page.evaluate(
@@ -177,7 +132,7 @@ def main() -> int:
     folder = Path(tempfile.mkdtemp(prefix="gptviz-bench-nb-"))
     nb, plan = notebook(args.tokens, args.repeats, with_cv)
     (folder / "bench.ipynb").write_text(json.dumps(nb), encoding="utf-8")
-    lab = start_lab(folder, args.port)
+    lab = jupyterlab(folder, args.port, ROOT)
     results: dict[tuple[str, int], list[tuple[float | None, int]]] = {}
     crashed: dict[tuple[str, int], int] = {}  # (tool, tokens) -> the run whose tab crashed
     try:

@@ -66,39 +66,22 @@ def residual_norm_lines(resid, attn, mlp, where: str) -> go.Figure:
     L = len(attn)
     ticks = [f"block {i}" for i in range(L)] + ["output"]
     fig = go.Figure()
-    fig.add_trace(
-        go.Scatter(
-            x=list(range(L + 1)),
-            y=resid,
-            mode="lines+markers",
-            name="residual stream (entering)",
-            line=dict(color=RESID_COLOR, width=3),
-            customdata=ticks,
-            hovertemplate="%{customdata}: ‖resid‖ = %{y:.3f}<extra></extra>",
+    for values, name, line, hook in (
+        (resid, "residual stream (entering)", dict(color=RESID_COLOR, width=3), "resid"),
+        (attn, "attention adds (hook_attn_out)", dict(color=ATTN_COLOR, dash="dot"), "attn_out"),
+        (mlp, "MLP adds (hook_mlp_out)", dict(color=MLP_COLOR, dash="dash"), "mlp_out"),
+    ):
+        fig.add_trace(
+            go.Scatter(
+                x=list(range(len(values))),
+                y=values,
+                mode="lines+markers",
+                name=name,
+                line=line,
+                customdata=ticks[: len(values)],
+                hovertemplate=f"%{{customdata}}: ‖{hook}‖ = %{{y:.3f}}<extra></extra>",
+            )
         )
-    )
-    fig.add_trace(
-        go.Scatter(
-            x=list(range(L)),
-            y=attn,
-            mode="lines+markers",
-            name="attention adds (hook_attn_out)",
-            line=dict(color=ATTN_COLOR, dash="dot"),
-            customdata=ticks[:L],
-            hovertemplate="%{customdata}: ‖attn_out‖ = %{y:.3f}<extra></extra>",
-        )
-    )
-    fig.add_trace(
-        go.Scatter(
-            x=list(range(L)),
-            y=mlp,
-            mode="lines+markers",
-            name="MLP adds (hook_mlp_out)",
-            line=dict(color=MLP_COLOR, dash="dash"),
-            customdata=ticks[:L],
-            hovertemplate="%{customdata}: ‖mlp_out‖ = %{y:.3f}<extra></extra>",
-        )
-    )
     fig.update_xaxes(tickmode="array", tickvals=list(range(L + 1)), ticktext=ticks)
     fig.update_yaxes(title_text="L2 norm", rangemode="tozero")
     return apply_layout(

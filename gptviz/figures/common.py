@@ -66,6 +66,34 @@ def token_category_axis(categories: list[str]) -> dict:
 TOOLBAR_ROOM = 34  # the toolbar is 26 px tall from 2 px down; a title box starts about 4 px above its pad
 
 
+def colorbar_on_top(title: str, y: float, length: float) -> dict:
+    """A colour bar laid flat above the plot's right end (where a phone has no room beside the plot), `length` a
+    share of the plot's width, its title above it."""
+    return dict(
+        title=dict(text=title, side="top"),
+        orientation="h",
+        x=1,
+        xanchor="right",
+        y=y,
+        yanchor="bottom",
+        len=length,
+        thickness=10,
+    )
+
+
+def segments_trace(segments, color: str, width: float, **extra) -> go.Scatter | None:
+    """Line segments (x0, y0, x1, y1) as one lines trace of one colour and width, without hover or legend entry
+    (one trace for many edges draws fast); None when there are none."""
+    xs, ys = [], []
+    for x0, y0, x1, y1 in segments:
+        xs += [x0, x1, None]
+        ys += [y0, y1, None]
+    if not xs:
+        return None
+    line = dict(color=color, width=width)
+    return go.Scatter(x=xs, y=ys, mode="lines", line=line, hoverinfo="skip", showlegend=False, **extra)
+
+
 def title_room(lines: int = 1) -> int:
     """The top margin a title of `lines` lines needs: the toolbar strip, the lines, a gap above the plot."""
     return TOOLBAR_ROOM + 20 * lines + 12

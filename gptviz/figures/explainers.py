@@ -35,35 +35,24 @@ def activation_figure(
     )
     for name, (y, dy) in curves.items():
         own = name == highlight
-        label = ACTIVATION_NAMES.get(name, name) + (" — this model" if own else "")
+        shown = ACTIVATION_NAMES.get(name, name)
+        label = shown + (" — this model" if own else "")
         style = dict(color=ACTIVATION_COLORS.get(name), width=5 if own else 2, dash=None if own else "dot")
-        fig.add_trace(
-            go.Scatter(
-                x=x,
-                y=_np(y),
-                mode="lines",
-                name=label,
-                legendgroup=name,
-                line=style,
-                hovertemplate=f"{ACTIVATION_NAMES.get(name, name)}<br>x=%{{x:.3f}}<br>f(x)=%{{y:.5f}}<extra></extra>",
-            ),
-            row=1,
-            col=1,
-        )
-        fig.add_trace(
-            go.Scatter(
-                x=x,
-                y=_np(dy),
-                mode="lines",
-                name=label,
-                legendgroup=name,
-                line=style,
-                showlegend=False,
-                hovertemplate=f"{ACTIVATION_NAMES.get(name, name)}<br>x=%{{x:.3f}}<br>f′(x)=%{{y:.5f}}<extra></extra>",
-            ),
-            row=2,
-            col=1,
-        )
+        for row, values, what in ((1, y, "f(x)"), (2, dy, "f′(x)")):  # one legend entry: the function's row
+            fig.add_trace(
+                go.Scatter(
+                    x=x,
+                    y=_np(values),
+                    mode="lines",
+                    name=label,
+                    legendgroup=name,
+                    line=style,
+                    showlegend=row == 1,
+                    hovertemplate=f"{shown}<br>x=%{{x:.3f}}<br>{what}=%{{y:.5f}}<extra></extra>",
+                ),
+                row=row,
+                col=1,
+            )
     if "gelu" in curves and "gelu_tanh" in curves:
         diff = _np(curves["gelu"][0]) - _np(curves["gelu_tanh"][0])
         fig.add_trace(

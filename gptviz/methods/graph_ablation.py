@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from ..model.hooks import act_name, capture, capturing, edits_by_hook
-from .graph_nodes import NodeRef
+from .graph_nodes import NodeRef, bias_in_stream
 from .interventions import Edit
 
 
@@ -61,14 +61,8 @@ def removal_edits(model, ref: NodeRef, row: int, start: int = 0) -> list[Edit]:
         return [Edit(act_name("post", layer), _zero(row, at, ref.index), label)]
     if ref.kind == "embeddings":
         return [Edit(act_name("resid_pre", 0), _zero(row, at), label)]
-    block = model.blocks[layer]
-    hook, constant = {
-        "attn.out-bias": ("attn_out", block.attn.c_proj.bias),
-        "mlp.out-bias": ("mlp_out", block.mlp.c_proj.bias),
-        "ln_1.beta": ("resid_mid", getattr(block.ln_1, "bias", None)),
-        "ln_2.beta": ("resid_post", getattr(block.ln_2, "bias", None)),
-    }[ref.bias]
-    return [Edit(act_name(hook, layer), _subtract(row, at, constant.detach()), label)]
+    hook, constant = bias_in_stream(model, ref)
+    return [Edit(hook, _subtract(row, at, constant), label)]
 
 
 def _zero(row: int, at: int, unit: int | None = None):

@@ -15,7 +15,7 @@ import torch
 
 from ..model.hooks import act_name
 from .graph_frozen import FrozenModel, _project
-from .graph_nodes import NodeRef, bias_names, node_values, ref_at
+from .graph_nodes import NodeRef, bias_in_stream, bias_names, node_values, ref_at
 from .interventions import Edit, _local_positions, ablate_heads, ablate_neurons
 
 FLOAT32 = 4
@@ -164,14 +164,8 @@ def node_edits(model, ref: NodeRef) -> list[Edit]:
         return [ablate_neurons(ref.layer, [ref.index], positions=[ref.position])]
     if ref.kind == "embeddings":
         return [Edit(act_name("resid_pre", 0), _at_position(ref.position, None), f"{ref.id} removed")]
-    block = model.blocks[ref.layer]
-    hook, constant = {
-        "attn.out-bias": ("attn_out", block.attn.c_proj.bias),
-        "mlp.out-bias": ("mlp_out", block.mlp.c_proj.bias),
-        "ln_1.beta": ("resid_mid", getattr(block.ln_1, "bias", None)),
-        "ln_2.beta": ("resid_post", getattr(block.ln_2, "bias", None)),
-    }[ref.bias]
-    return [Edit(act_name(hook, ref.layer), _at_position(ref.position, constant.detach()), f"{ref.id} removed")]
+    hook, constant = bias_in_stream(model, ref)
+    return [Edit(hook, _at_position(ref.position, constant), f"{ref.id} removed")]
 
 
 def _at_position(position: int, constant: torch.Tensor | None):

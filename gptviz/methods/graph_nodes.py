@@ -14,11 +14,24 @@ from typing import NamedTuple
 
 import torch
 
+from ..model.hooks import act_name
 from .clock import Clock
 from .graph_frozen import EMBED, FrozenModel, has_betas
 
 # a bias node's name -> the write point it adds into
 BIASES = {"attn.out-bias": "attn", "mlp.out-bias": "mlp", "ln_1.beta": "ln_1", "ln_2.beta": "ln_2"}
+
+
+def bias_in_stream(model, ref: NodeRef) -> tuple[str, torch.Tensor]:
+    """Where a bias node's constant is added to the stream (the hook point after it) and the constant (detached)."""
+    block = model.blocks[ref.layer]
+    hook, constant = {
+        "attn.out-bias": ("attn_out", block.attn.c_proj.bias),
+        "mlp.out-bias": ("mlp_out", block.mlp.c_proj.bias),
+        "ln_1.beta": ("resid_mid", getattr(block.ln_1, "bias", None)),
+        "ln_2.beta": ("resid_post", getattr(block.ln_2, "bias", None)),
+    }[ref.bias]
+    return act_name(hook, ref.layer), constant.detach()
 
 
 def bias_names(config) -> list[str]:

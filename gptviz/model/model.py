@@ -19,7 +19,9 @@ from .hooks import HookPoint, current_wants, name_hook_points, note_offset
 from .variants import NoNorm, fixed_zero_bias, make_linear
 
 
-class LayerNorm(nn.LayerNorm):
+class _HookedNorm:
+    """A torch norm (the class after this one in the bases) whose output passes the hook point `hook_normalized`."""
+
     def __init__(self, d_model: int, eps: float):
         super().__init__(d_model, eps=eps)
         self.hook_normalized = HookPoint()
@@ -28,13 +30,12 @@ class LayerNorm(nn.LayerNorm):
         return self.hook_normalized(super().forward(x))
 
 
-class RMSNorm(nn.RMSNorm):
-    def __init__(self, d_model: int, eps: float):
-        super().__init__(d_model, eps=eps)
-        self.hook_normalized = HookPoint()
+class LayerNorm(_HookedNorm, nn.LayerNorm):
+    pass
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.hook_normalized(super().forward(x))
+
+class RMSNorm(_HookedNorm, nn.RMSNorm):
+    pass
 
 
 def make_norm(config: GPTConfig) -> nn.Module:

@@ -32,9 +32,9 @@ def capture_work_nbytes(config, names: Iterable[str], T: int) -> int:
     working = forward_nbytes(config, T, patterns=materialised, all_logits=False)
     # What a capture keeps is allocated between the forward pass's short-lived blocks, so the heap cannot reuse every
     # hole they leave: measured as resident growth in fresh processes (tests/support/rss_growth.py page_capture,
-    # gpt2-small), the overhead beyond what was kept grows with the prompt, past the working memory itself at a few hundred tokens
-    # (counted once, the estimate fell short in CI). Counted twice when anything is kept; a plain forward pass keeps
-    # nothing between its blocks.
+    # gpt2-small), the overhead beyond what was kept grows with the prompt, past the working memory itself at a few
+    # hundred tokens (counted once, the estimate fell short in CI). Counted twice when anything is kept; a plain
+    # forward pass keeps nothing between its blocks.
     fragmentation = working - FLOAT32 * config.vocab_size if names else 0
     return capture_nbytes(config, names, T) + working + fragmentation
 

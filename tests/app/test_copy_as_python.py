@@ -14,9 +14,17 @@ from gptviz.app import keys as K
 from gptviz.app import settings as S
 from gptviz.model.tokenizer import encode
 from tests.support import pagetest
+from tests.support.small_configs import TRAIN_FORM
 from tests.support.snippets import run_snippet, snippet_of
 
 PROMPT = 'JULIET:\nSay "Romeo" twice, Romeo: it\'s the name, the name.'
+
+
+def page_and_result(page: str, **state):
+    """The page run on PROMPT with `state` (no exception), and its one snippet's `result`."""
+    at = pagetest.run_page(page, prompt=PROMPT, **state)
+    assert not at.exception
+    return at, run_snippet(snippet_of(at))
 
 
 def test_the_snippet_keeps_the_prompt_a_string_whatever_it_holds():
@@ -31,9 +39,7 @@ def test_the_snippet_keeps_the_prompt_a_string_whatever_it_holds():
 
 @pytest.mark.slow
 def test_the_attention_pages_snippet_gives_its_map_and_detector_scores():
-    at = pagetest.run_page("attention", prompt=PROMPT, **{S.ATT_LAYER.key: 1, S.ATT_HEAD.key: 2})
-    assert not at.exception
-    result = run_snippet(snippet_of(at))
+    at, result = page_and_result("attention", **{S.ATT_LAYER.key: 1, S.ATT_HEAD.key: 2})
     data, weights = pagetest.attention_map(at)
     shown = weights[data["layers"].index(1), data["heads"].index(2)]
     np.testing.assert_allclose(shown, result["map"].numpy(), atol=1 / data["levels"])
@@ -49,9 +55,7 @@ def test_the_attention_pages_snippet_gives_its_map_and_detector_scores():
 
 @pytest.mark.slow
 def test_the_generation_pages_snippet_gives_its_next_token_distribution():
-    at = pagetest.run_page("generation", prompt=PROMPT, **{S.GEN_TEMP.key: 0.7, S.GEN_TOPK.key: 5})
-    assert not at.exception
-    result = run_snippet(snippet_of(at))
+    at, result = page_and_result("generation", **{S.GEN_TEMP.key: 0.7, S.GEN_TOPK.key: 5})
     bars = pagetest.figure(at, "After the prompt")
     shown = sorted((float(v) for trace in bars["data"] for v in pagetest.array(trace["x"])), reverse=True)
     wanted = [p for _, p, _ in result]
@@ -84,9 +88,7 @@ def test_the_parameters_pages_snippets_give_its_counts():
 
 @pytest.mark.slow
 def test_the_whole_model_pages_snippet_gives_every_blocks_numbers():
-    at = pagetest.run_page("overview", prompt=PROMPT, **{S.OV_POSITION.key: 5})
-    assert not at.exception
-    result = run_snippet(snippet_of(at))
+    at, result = page_and_result("overview", **{S.OV_POSITION.key: 5})
     assert result.position == 5
     drawn = " ".join(json.dumps(f) for f in pagetest.figures(at))
     for i, b in enumerate(result.blocks):
@@ -180,9 +182,7 @@ def test_the_why_pages_flow_snippet_gives_its_graph_at_the_threshold():
 
 @pytest.mark.slow
 def test_the_activations_pages_snippet_gives_every_tabs_numbers():
-    at = pagetest.run_page("activations", prompt=PROMPT, **{S.ACT_FOCUS.key: 4, S.ACT_TOPK.key: 7})
-    assert not at.exception
-    result = run_snippet(snippet_of(at))
+    at, result = page_and_result("activations", **{S.ACT_FOCUS.key: 4, S.ACT_TOPK.key: 7})
     bars = pagetest.figure(at, "Most active neurons")
     drawn = sorted(
         (float(v) for t in bars["data"] for v in pagetest.array(t["x" if t.get("orientation") == "h" else "y"])),
@@ -367,17 +367,7 @@ def test_the_train_pages_snippet_trains_the_same_run_step_for_step():
     from gptviz.app import jobs
     from gptviz.serve.training_jobs import DONE
 
-    small = dict(
-        train_layers=1,
-        train_width=32,
-        train_heads=2,
-        train_steps=4,
-        train_batch=1,
-        train_block=16,
-        train_warmup=0,
-        train_wiring="both",
-        train_lr=0.003,
-    )
+    small = dict(TRAIN_FORM, train_lr=0.003)
     at = pagetest.open_page("app_pages/training.py", **small)
     next(b for b in at.button if b.label == "Start training").click().run()
     job = jobs.training_registry().get(at.session_state[K.TRAIN_JOB])
@@ -392,9 +382,7 @@ def test_the_train_pages_snippet_trains_the_same_run_step_for_step():
 
 @pytest.mark.slow
 def test_the_explainers_snippet_gives_its_curves_and_mask():
-    at = pagetest.run_page("explainers", prompt=PROMPT, **{S.EXP_RANGE.key: (-2.0, 3.0), S.EXP_MASK_N.key: 5})
-    assert not at.exception
-    result = run_snippet(snippet_of(at))
+    at, result = page_and_result("explainers", **{S.EXP_RANGE.key: (-2.0, 3.0), S.EXP_MASK_N.key: 5})
     fig = pagetest.figures(at)[0]  # the activation functions come first
     for name, (y, _) in result["activations"].items():
         traces = [

@@ -18,6 +18,7 @@ from gptviz.serve.limits import ServerLimits
 from gptviz.serve.model_access import FOLDER_REFUSED, load_allowed
 from tests.reference import nanogpt as nanogpt_ref
 from tests.reference import raschka as raschka_ref
+from tests.support.small_configs import raschka_config
 
 
 def nanogpt_ckpt(folder, vocab: int = 50304):
@@ -55,15 +56,7 @@ def test_visitors_load_checkpoint_files_only_inside_the_allowed_roots(tmp_path):
 
 @pytest.mark.slow
 def test_raschka_head_count_from_the_books_config_dict_beside_the_file(tmp_path):
-    cfg = {
-        "vocab_size": 101,
-        "context_length": 16,
-        "emb_dim": 32,
-        "n_heads": 4,
-        "n_layers": 2,
-        "drop_rate": 0.0,
-        "qkv_bias": False,
-    }
+    cfg = raschka_config()
     torch.manual_seed(1)
     ref = raschka_ref.GPTModel(cfg).eval()
     folder = tmp_path / "models" / "book"

@@ -123,7 +123,7 @@ def test_the_attention_page_shows_gpt1s_tokens_and_its_snippet_reads_them(gpt1, 
 
 
 def test_the_generation_page_writes_gpt1s_text(gpt1, spec):
-    from tests.support.pagetest import finish_generation, generation_of, run_page
+    from tests.support.pagetest import generate_in, generation_of, run_page
     from tests.support.snippets import snippet_of
 
     at = run_page("generation", PROMPT, spec)
@@ -131,10 +131,7 @@ def test_the_generation_page_writes_gpt1s_text(gpt1, spec):
     namespace: dict = {}
     exec(compile(snippet_of(at), "<copied snippet>", "exec"), namespace)  # noqa: S102 (the page's own code)
     assert namespace["ids"] == hf_ids(gpt1)  # its prompt line reads GPT-1's tokenizer: tokenizer_for(model)
-    at.number_input(key=K.GEN_N).set_value(6)
-    at.slider(key=K.GEN_TEMP).set_value(0.0)
-    at.button(key=K.GEN_GENERATE).click()
-    at = finish_generation(at.run())
+    at = generate_in(at, 6, temperature=0.0)
     assert not at.exception and not at.error
     job = generation_of(at)
     ids = hf_ids(gpt1)

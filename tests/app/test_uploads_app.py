@@ -16,16 +16,9 @@ from gptviz.serve import model_access
 from gptviz.serve.limits import ServerLimits
 from tests.reference import raschka as raschka_ref
 from tests.support.models import nanogpt_bytes
+from tests.support.small_configs import raschka_config
 
-RASCHKA = {
-    "vocab_size": 101,
-    "context_length": 16,
-    "emb_dim": 32,
-    "n_heads": 4,
-    "n_layers": 2,
-    "drop_rate": 0.0,
-    "qkv_bias": False,
-}
+RASCHKA = raschka_config()
 
 
 def raschka_pth(path):

@@ -6,15 +6,12 @@ its vocab.json and merges.txt) opens it from a link, and the Attention page's to
 from __future__ import annotations
 
 import os
-import sys
 import urllib.parse
 
 import pytest
 
-from benchmarks.servers import streamlit_server
 from gptviz.app import keys as K
-from tests.support import ROOT
-from tests.support.browser import CHROMIUM, no_exception, wait_for_idle
+from tests.support.browser import CHROMIUM, app_server, no_exception, wait_for_idle
 from tests.support.gpt1 import PROMPT, gpt1_folder, hf_ids, hf_labels
 
 pytestmark = [
@@ -37,17 +34,12 @@ def test_a_gpt1_folder_shows_its_own_tokens_on_the_attention_page(browser, tmp_p
         {"source": "pretrained", "model": str(gpt1.folder), "norm": "post", "prompt": PROMPT}
     )
     env = {**os.environ, "GPTVIZ_MODEL_DIRS": str(tmp_path / "ops")}
-    with streamlit_server(
-        [sys.executable, "-m", "streamlit", "run", "app.py"],
-        cwd=ROOT,
-        env=env,
-        flags=["--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"],
-    ) as server:
+    with app_server(env) as url:
         for width, height, phone in ((1400, 1000, False), (390, 844, True)):
             context = browser.new_context(viewport={"width": width, "height": height}, is_mobile=phone, has_touch=phone)
             page = context.new_page()
             page.set_default_timeout(120_000)
-            page.goto(server.url + link)
+            page.goto(url + link)
             page.wait_for_selector('[data-testid="stApp"]')
             page.get_by_role("radio", name=want[0], exact=True).wait_for()  # the chips of GPT-1's tokens
             page.locator("canvas.gv-heat").first.wait_for()

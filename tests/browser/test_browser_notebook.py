@@ -5,16 +5,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-from benchmarks.servers import free_port, stop_process
+from benchmarks.servers import free_port, jupyterlab, stop_process
 from tests.support import ROOT
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -35,45 +32,15 @@ def lab():
     folder = Path(tempfile.mkdtemp(prefix="gptviz-lab-"))
     shutil.copy(ROOT / "docs" / "example.ipynb", folder / "example.ipynb")
     port = free_port()
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "JUPYTER_CONFIG_DIR": str(folder / ".jupyter")}
-    log = open(folder / "lab.log", "wb")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "jupyterlab",
-            "--no-browser",
-            f"--port={port}",
-            "--ServerApp.ip=127.0.0.1",
-            "--allow-root",
-            "--IdentityProvider.token=",
-            "--ServerApp.password=",
-            "--ServerApp.disable_check_xsrf=True",
-            f"--ServerApp.root_dir={folder}",
-            "--LabApp.expose_app_in_browser=True",
-            "--LabApp.news_url=None",
-            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-        ],
-        cwd=folder,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/api/status", timeout=2):
-                    break
-            except OSError as err:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError((folder / "lab.log").read_text(errors="replace")[-3000:]) from err
-                time.sleep(0.5)
-        yield url
+        proc = jupyterlab(folder, port, ROOT, timeout=120)
+    except RuntimeError:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    try:
+        yield f"http://127.0.0.1:{port}"
     finally:
         stop_process(proc, timeout=20)
-        log.close()
         shutil.rmtree(folder, ignore_errors=True)
 
 

@@ -7,14 +7,11 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 
 import pytest
 
-from benchmarks.servers import streamlit_server
 from gptviz.app import keys as K
-from tests.support import ROOT
-from tests.support.browser import CHROMIUM, no_exception, set_prompt, wait_for_idle
+from tests.support.browser import CHROMIUM, app_server, no_exception, set_prompt, wait_for_idle
 
 pytestmark = [
     pytest.mark.slow,
@@ -28,13 +25,8 @@ SHOTS = os.environ.get("GPTVIZ_TEST_SCREENSHOTS")  # a folder to keep the screen
 @pytest.fixture(scope="module")
 def offline_server(tmp_path_factory):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path_factory.mktemp("empty-hf-home"))}
-    with streamlit_server(
-        [sys.executable, "-m", "streamlit", "run", "app.py"],
-        cwd=ROOT,
-        env=env,
-        flags=["--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"],
-    ) as s:
-        yield s.url
+    with app_server(env) as url:
+        yield url
 
 
 def shot(page, name: str) -> None:

@@ -7,14 +7,11 @@ from __future__ import annotations
 
 import math
 import os
-import sys
 import urllib.parse
 
 import pytest
 
-from benchmarks.servers import streamlit_server
-from tests.support import ROOT
-from tests.support.browser import CHROMIUM, no_exception, unit_shown, wait_for_idle
+from tests.support.browser import CHROMIUM, app_server, no_exception, unit_shown, wait_for_idle
 
 pytestmark = [
     pytest.mark.slow,
@@ -46,13 +43,8 @@ PLOT_JS = """() => { const p = document.querySelector('.js-plotly-plot .nsewdrag
 @pytest.fixture(scope="module")
 def server():
     port = int(os.environ.get("GPTVIZ_TEST_PORT", "0")) or None
-    with streamlit_server(
-        [sys.executable, "-m", "streamlit", "run", "app.py"],
-        cwd=ROOT,
-        port=port,
-        flags=["--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"],
-    ) as s:
-        yield s.url
+    with app_server(port=port) as url:
+        yield url
 
 
 def open_graph(browser, server, width: int, height: int):

@@ -18,6 +18,22 @@ from tests.support.cli import run_cli
 CORPUS = ROOT / "data" / "tinyshakespeare.txt"
 
 
+def plays_folder(tmp_path: Path, names: tuple[str, ...]) -> Path:
+    """A folder of plays as --data reads them (<name>_gut.txt), 6,000 characters of the corpus each."""
+    text = CORPUS.read_text(encoding="utf-8")
+    plays = tmp_path / "plays"
+    plays.mkdir()
+    for i, name in enumerate(names):
+        (plays / f"{name}_gut.txt").write_text(text[i * 6000 : (i + 1) * 6000], encoding="utf-8")
+    return plays
+
+
+def tiny_train(plays: Path, steps: int = 2) -> list[str]:
+    """`train` of the tiny preset at context 32, batch 2, on the plays with "beta" held out."""
+    settings = f"train --preset tiny --steps {steps} --batch-size 2 --n-ctx 32 --held-out beta".split()
+    return [*settings, "--data", str(plays)]
+
+
 @pytest.mark.slow
 @pytest.mark.subprocess
 def test_params_gpt2_xl_prints_the_total():
@@ -97,28 +113,12 @@ def test_train_rejects_bad_settings(capsys, tmp_path):
 
 @pytest.mark.slow
 def test_check_writes_its_report_where_told_and_beside_the_model_only_when_asked(tmp_path, capsys):
-    text = CORPUS.read_text(encoding="utf-8")
-    plays = tmp_path / "plays"
-    plays.mkdir()
-    for i, name in enumerate(("alpha", "beta", "gamma")):
-        (plays / f"{name}_gut.txt").write_text(text[i * 6000 : (i + 1) * 6000], encoding="utf-8")
+    plays = plays_folder(tmp_path, ("alpha", "beta", "gamma"))
     model_dir = tmp_path / "model"
     assert (
         main(
             [
-                "train",
-                "--preset",
-                "tiny",
-                "--steps",
-                "2",
-                "--batch-size",
-                "2",
-                "--n-ctx",
-                "32",
-                "--data",
-                str(plays),
-                "--held-out",
-                "beta",
+                *tiny_train(plays),
                 "--copy-fraction",
                 "0.5",
                 "--out",
@@ -146,26 +146,8 @@ def test_check_writes_its_report_where_told_and_beside_the_model_only_when_asked
 
 @pytest.mark.slow
 def test_a_continued_stage_may_change_dropout_but_not_the_model(tmp_path, capsys):
-    text = CORPUS.read_text(encoding="utf-8")
-    plays = tmp_path / "plays"
-    plays.mkdir()
-    for i, name in enumerate(("alpha", "beta")):
-        (plays / f"{name}_gut.txt").write_text(text[i * 6000 : (i + 1) * 6000], encoding="utf-8")
-    common = [
-        "train",
-        "--preset",
-        "tiny",
-        "--steps",
-        "2",
-        "--batch-size",
-        "2",
-        "--n-ctx",
-        "32",
-        "--data",
-        str(plays),
-        "--held-out",
-        "beta",
-    ]
+    plays = plays_folder(tmp_path, ("alpha", "beta"))
+    common = tiny_train(plays)
     first, second = tmp_path / "one", tmp_path / "two"
     assert main([*common, "--dropout", "0", "--min-lr-ratio", "1", "--out", str(first)]) == 0
     assert main([*common, "--dropout", "0.1", "--init-from", str(first), "--out", str(second)]) == 0
@@ -187,29 +169,13 @@ def test_train_starts_from_the_init_it_is_given_and_records_it(tmp_path):
     from gptviz.model.model import GPT
     from gptviz.model.weights import load_checkpoint
 
-    text = CORPUS.read_text(encoding="utf-8")
-    plays = tmp_path / "plays"
-    plays.mkdir()
-    for i, name in enumerate(("alpha", "beta")):
-        (plays / f"{name}_gut.txt").write_text(text[i * 6000 : (i + 1) * 6000], encoding="utf-8")
+    plays = plays_folder(tmp_path, ("alpha", "beta"))
     out = tmp_path / "xavier"
     # --lr tiny and one step: the trained weights stay within 1e-3 of the init they started from
     assert (
         main(
             [
-                "train",
-                "--preset",
-                "tiny",
-                "--steps",
-                "1",
-                "--batch-size",
-                "2",
-                "--n-ctx",
-                "32",
-                "--data",
-                str(plays),
-                "--held-out",
-                "beta",
+                *tiny_train(plays, steps=1),
                 "--init",
                 "xavier",
                 "--lr",

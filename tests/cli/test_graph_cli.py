@@ -111,51 +111,14 @@ def test_bad_input_is_one_line_and_exit_2(capsys, tmp_path):
     assert capsys.readouterr().err.strip().startswith("error: the target 'Romeo was' is not one token")
     assert main(["graph", "--model", "shakespeare-pre", "--prompt", "", "--target", " Romeo", "--out", out]) == 2
     assert "error: the prompt is empty" in capsys.readouterr().err
-    assert (
-        main(
-            [
-                "qk",
-                "--model",
-                "shakespeare-pre",
-                "--prompt",
-                "O Romeo",
-                "--layer",
-                "0",
-                "--head",
-                "0",
-                "--query",
-                "0",
-                "--key",
-                "1",
-                "--out",
-                out,
-            ]
-        )
-        == 2
-    )
+
+    def qk(layer: int, query: int, key: int) -> list[str]:
+        where = f"--layer {layer} --head 0 --query {query} --key {key}".split()
+        return ["qk", "--model", "shakespeare-pre", "--prompt", "O Romeo", *where, "--out", out]
+
+    assert main(qk(layer=0, query=0, key=1)) == 2
     assert "above the diagonal" in capsys.readouterr().err
-    assert (
-        main(
-            [
-                "qk",
-                "--model",
-                "shakespeare-pre",
-                "--prompt",
-                "O Romeo",
-                "--layer",
-                "9",
-                "--head",
-                "0",
-                "--query",
-                "1",
-                "--key",
-                "1",
-                "--out",
-                out,
-            ]
-        )
-        == 2
-    )
+    assert main(qk(layer=9, query=1, key=1)) == 2
     assert "layer 9 is out of range" in capsys.readouterr().err
     assert not (tmp_path / "g.json").exists()
 

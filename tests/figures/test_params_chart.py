@@ -12,6 +12,7 @@ import pytest
 from gptviz import PRESETS, GPTConfig
 from gptviz.figures import params as fp
 from gptviz.model.params import COMPONENTS, GROUP_ORDER, by_component, by_group, param_table
+from tests.support.small_configs import CUSTOM
 
 TOTALS = {
     "gpt1": 116_169_216,
@@ -20,18 +21,6 @@ TOTALS = {
     "gpt2-large": 774_030_080,
     "gpt2-xl": 1_557_611_200,
 }
-CUSTOM = GPTConfig(
-    vocab_size=1000,
-    n_ctx=64,
-    d_model=48,
-    n_layers=3,
-    n_heads=4,
-    d_ff=100,
-    norm_type="rmsnorm",
-    tie_weights=False,
-    qkv_bias=False,
-    name="your model",
-)
 
 
 def chart(cfg: GPTConfig, split: bool = False):

@@ -13,7 +13,7 @@ import torch
 from gptviz import index as ix
 from gptviz.index import corpus as ix_corpus
 from gptviz.model.hooks import act_name, capture
-from tests.support.index_reference import brute_force
+from tests.support.index_reference import assert_top_k_sorted, brute_force
 from tests.support.models import build, model_with_silent_neurons
 
 DOC_LENGTHS = (41, 7, 16, 30)  # n_ctx is 16: several windows, one short document, one exactly n_ctx
@@ -53,18 +53,7 @@ def test_top_k_equals_brute_force_sort(small):
     model, docs, index = small
     values = brute_force(model, docs, index.meta["windows"]["stride"])
     assert values.shape == (sum(DOC_LENGTHS), index.n_units)
-    offsets = np.concatenate([[0], np.cumsum(DOC_LENGTHS)])
-    K = index.meta["top_k"]
-    for u in range(index.n_units):
-        order = torch.sort(values[:, u], descending=True, stable=True)
-        torch.testing.assert_close(
-            torch.from_numpy(index.arrays["top_values"][u]), order.values[:K], rtol=1e-5, atol=1e-6
-        )
-        got = offsets[index.arrays["top_doc"][u]] + index.arrays["top_pos"][u]
-        # where neighbours differ clearly, the locations are the same too
-        vals = order.values[: K + 1].numpy()
-        clear = np.array([(i == 0 or vals[i - 1] - vals[i] > 1e-4) and vals[i] - vals[i + 1] > 1e-4 for i in range(K)])
-        assert np.array_equal(got[clear], order.indices[:K].numpy()[clear])
+    assert_top_k_sorted(index, values, DOC_LENGTHS, rtol=1e-5, atol=1e-6)
 
 
 def test_batches_of_one_window_equal_brute_force(small):

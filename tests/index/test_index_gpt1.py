@@ -11,7 +11,6 @@ import random
 
 import numpy as np
 import pytest
-import torch
 
 from gptviz import index as ix
 from gptviz import load_pretrained, tokenizer_for
@@ -22,7 +21,7 @@ from gptviz.index.tokens import GPT1_CUT, tokenizer_fingerprint
 from gptviz.serve import model_access
 from gptviz.serve.limits import ServerLimits
 from tests.support.gpt1 import gpt1_folder
-from tests.support.index_reference import brute_force
+from tests.support.index_reference import SPACES, assert_top_k_sorted, brute_force
 
 pytestmark = [pytest.mark.hf]
 
@@ -72,25 +71,9 @@ def test_random_texts_cut_where_gpt1_splits_keep_transformers_tokens(gpt1, monke
     are transformers' ids of the whole text. 600 texts."""
     enc = tokenizer_for(load_pretrained(str(gpt1.folder)))
     assert enc.name == "openai-gpt"
-    alphabet = list("aZé中1.,;!?\"-_()'sΣΑ") + [
-        " ",
-        "  ",
-        "\n",
-        "\n\n",
-        "\t",
-        "\r",
-        "\x0b",
-        "\x1c",
-        "\x85",
-        "\x07",
-        "\u00a0",
-        "\u3000",
-        "\u0301",
-        "\u200b",
-        "light",
-        "the",
-        "🙂",
-    ]
+    alphabet = (
+        list("aZé中1.,;!?\"-_()'sΣΑ") + SPACES + ["\x07", "\u00a0", "\u3000", "\u0301", "\u200b", "light", "the", "🙂"]
+    )
     rng = random.Random(0)
     for _ in range(600):
         text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
@@ -143,18 +126,8 @@ def test_the_scan_of_gpt1_ids_equals_brute_force(model, built):
     values = brute_force(model, docs, index.meta["windows"]["stride"])
     lengths = [len(d.ids) for d in docs]
     assert values.shape == (sum(lengths), index.n_units) and max(lengths) > model.config.n_ctx  # several windows
-    offsets = np.concatenate([[0], np.cumsum(lengths)])
-    K_ = index.meta["top_k"]
-    for u in range(index.n_units):
-        order = torch.sort(values[:, u], descending=True, stable=True)
-        # float32 at unit scale, batched against one window at a time: rounding up to ~2e-5 of the value
-        torch.testing.assert_close(
-            torch.from_numpy(index.arrays["top_values"][u]), order.values[:K_], rtol=1e-4, atol=1e-5
-        )
-        got = offsets[index.arrays["top_doc"][u]] + index.arrays["top_pos"][u]
-        vals = order.values[: K_ + 1].numpy()
-        clear = np.array([(i == 0 or vals[i - 1] - vals[i] > 1e-4) and vals[i] - vals[i + 1] > 1e-4 for i in range(K_)])
-        assert np.array_equal(got[clear], order.indices[:K_].numpy()[clear])
+    # float32 at unit scale, batched against one window at a time: rounding up to ~2e-5 of the value
+    assert_top_k_sorted(index, values, lengths, rtol=1e-4, atol=1e-5)
 
 
 def test_the_index_records_its_tokenizer_and_reads_its_corpus_again(gpt1, model, built, tmp_path):
@@ -171,6 +144,11 @@ def test_the_index_records_its_tokenizer_and_reads_its_corpus_again(gpt1, model,
     u = ix.Unit("neuron", 1, 3)
     words = [enc.decode([t]) for t, _ in ix.top_tokens(index, u, 5)]
     assert ix.summary(index, u, enc).endswith("top tokens: " + ", ".join(map(repr, words)))
+
+
+def export_args(gpt1, index, out, units: str) -> list[str]:
+    """`gptviz index export` of the GPT-1 folder's units from the index folder `index` to `out`."""
+    return ["index", "export", str(gpt1.folder), "--index", str(index), "--out", str(out), "--units", units]
 
 
 def test_an_index_over_gpt2_ids_is_refused_for_the_gpt1_model(gpt1, model, tmp_path):
@@ -190,22 +168,7 @@ def test_an_index_over_gpt2_ids_is_refused_for_the_gpt1_model(gpt1, model, tmp_p
     with pytest.raises(ValueError, match=message):
         find_index(other, model)
     ix.save_index(other, tmp_path / "gpt2ix")
-    assert (
-        main(
-            [
-                "index",
-                "export",
-                str(gpt1.folder),
-                "--index",
-                str(tmp_path / "gpt2ix"),
-                "--out",
-                str(tmp_path / "exp"),
-                "--units",
-                "L0N0",
-            ]
-        )
-        == 2
-    )
+    assert main(export_args(gpt1, tmp_path / "gpt2ix", tmp_path / "exp", "L0N0")) == 2
     assert not (tmp_path / "exp").exists()
 
 
@@ -236,22 +199,7 @@ def test_the_cli_builds_exports_and_bounds_a_gpt1_index(gpt1, model, corpus, tmp
     assert index.tokens == 200 and [i for d in docs for i in map(int, d.ids)] == flat
     assert index.meta["tokenizer"]["name"] == "openai-gpt" and ix.index_matches(index, model)
     capsys.readouterr()
-    assert (
-        main(
-            [
-                "index",
-                "export",
-                str(gpt1.folder),
-                "--index",
-                str(out),
-                "--out",
-                str(tmp_path / "exp"),
-                "--units",
-                "L1N2",
-            ]
-        )
-        == 0
-    )
+    assert main(export_args(gpt1, out, tmp_path / "exp", "L1N2")) == 0
     listed = json.loads((tmp_path / "exp" / "export.json").read_text())
     feature = json.loads((tmp_path / "exp" / listed["batches"][0]["file"]).read_text())["features"][0]
     for a in feature["activations"]:  # every example's text is GPT-1's tokens, decoded as transformers decodes

@@ -189,25 +189,20 @@ def _ln(x: torch.Tensor, s: torch.Tensor, gamma: torch.Tensor) -> torch.Tensor:
     return (x - x.mean(-1, keepdim=True)) * s * gamma
 
 
+# what the hand computations of a one-block model read
+ONE_BLOCK = ["hook_embed", "hook_pos_embed"] + [
+    f"blocks.0.{name}"
+    for name in ("hook_resid_pre", "hook_attn_out", "hook_resid_mid", "hook_mlp_out", "hook_resid_post")
+    + ("mlp.hook_pre", "mlp.hook_post", "attn.hook_pattern")
+]
+
+
 @torch.no_grad()
 def test_edges_of_a_one_layer_pre_norm_model_equal_a_hand_computation():
     """E@j -> L0N{n}@last and E@j -> L0H{h}@last, from captured activations and the weights alone."""
     model, ids = unit_model(n_layers=1), prompt(6)
     cfg, T, eps = model.config, 6, model.config.ln_eps
-    _, c = capture(
-        model,
-        [ids],
-        [
-            "hook_embed",
-            "hook_pos_embed",
-            "blocks.0.hook_resid_pre",
-            "blocks.0.hook_resid_mid",
-            "blocks.0.hook_resid_post",
-            "blocks.0.mlp.hook_pre",
-            "blocks.0.mlp.hook_post",
-            "blocks.0.attn.hook_pattern",
-        ],
-    )
+    _, c = capture(model, [ids], ONE_BLOCK)
     emb = (c["hook_embed"] + c["hook_pos_embed"])[0]
     x0, mid, final = c["blocks.0.hook_resid_pre"][0], c["blocks.0.hook_resid_mid"][0], c["blocks.0.hook_resid_post"][0]
     block, last = model.blocks[0], T - 1

@@ -17,6 +17,7 @@ from tests.reference import llmc as llmc_ref
 from tests.reference import nanogpt as nanogpt_ref
 from tests.reference import raschka as raschka_ref
 from tests.support.models import random_ids, unit_scale
+from tests.support.small_configs import hf_gpt1_config
 
 ATOL = 1e-4
 
@@ -54,17 +55,7 @@ def n_params(module: torch.nn.Module) -> int:
 
 def gpt1_folder(tmp_path, afn: str = "gelu", seed: int = 0):
     transformers = pytest.importorskip("transformers")
-    cfg = transformers.OpenAIGPTConfig(
-        vocab_size=120,
-        n_positions=24,
-        n_embd=32,
-        n_layer=2,
-        n_head=4,
-        afn=afn,
-        resid_pdrop=0.0,
-        embd_pdrop=0.0,
-        attn_pdrop=0.0,
-    )
+    cfg = hf_gpt1_config(120, 24, afn=afn)
     torch.manual_seed(seed)
     hf = unit_scale(transformers.OpenAIGPTLMHeadModel(cfg), seed)
     hf.save_pretrained(tmp_path / "gpt1")

@@ -14,6 +14,7 @@ from tests.reference import llmc as llmc_ref
 from tests.reference import nanogpt as nanogpt_ref
 from tests.reference import raschka as raschka_ref
 from tests.support import ROOT
+from tests.support.small_configs import hf_gpt1_config, raschka_config
 
 CORPUS = ROOT / "data" / "tinyshakespeare.txt"
 STEPS, NEW, BLOCK, BATCH = 50, 20, 32, 16
@@ -77,15 +78,7 @@ def test_nanogpt_trained_generates_the_same_text(tmp_path):
 
 def test_raschka_trained_generates_the_same_text(tmp_path):
     ids, vocab = small_vocab_ids()
-    cfg = {
-        "vocab_size": vocab,
-        "context_length": BLOCK,
-        "emb_dim": 32,
-        "n_heads": 4,
-        "n_layers": 2,
-        "drop_rate": 0.0,
-        "qkv_bias": False,
-    }
+    cfg = raschka_config(vocab, BLOCK)
     torch.manual_seed(1)
     ref = raschka_ref.GPTModel(cfg)
     train(ref, ids, seed=1)
@@ -109,16 +102,7 @@ def test_llmc_trained_generates_the_same_text(tmp_path):
 def test_hf_gpt1_trained_generates_the_same_text(tmp_path):
     transformers = pytest.importorskip("transformers")
     ids, vocab = small_vocab_ids()
-    cfg = transformers.OpenAIGPTConfig(
-        vocab_size=vocab,
-        n_positions=BLOCK,
-        n_embd=32,
-        n_layer=2,
-        n_head=4,
-        resid_pdrop=0.0,
-        embd_pdrop=0.0,
-        attn_pdrop=0.0,
-    )
+    cfg = hf_gpt1_config(vocab, BLOCK)
     torch.manual_seed(3)
     hf = transformers.OpenAIGPTLMHeadModel(cfg)
     train(hf, ids, logits_of=lambda m, x: m(x).logits, seed=3)

@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from benchmarks.bench_sampling import sorted_nucleus  # the full sort nucleus_mask replaced
 from gptviz import capture, generate, stream
 from gptviz.model.generate import _sample, check_sampling, nucleus_mask, sampling_distribution
 from gptviz.model.tokenizer import EOT_ID, get_tokenizer, token_label
@@ -96,15 +97,6 @@ def test_a_tiny_temperature_is_the_argmax_not_nan(temperature):
 def test_top_p_after_temperature():
     _, allowed = sampling_distribution(LOGITS, 0.25, top_p=0.9)  # cold: the top token holds ~0.98
     assert torch.equal(allowed, mask(0))
-
-
-def sorted_nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
-    """The nucleus by a full descending sort of the vocabulary (what nucleus_mask replaces)."""
-    sorted_probs, order = torch.sort(probs, descending=True)
-    before = torch.cumsum(sorted_probs, dim=0) - sorted_probs
-    out = torch.zeros_like(probs, dtype=torch.bool)
-    out[order[before < top_p]] = True
-    return out
 
 
 @pytest.mark.parametrize("scale", [0.01, 0.5, 2.0, 4.0, 8.0, 30.0])  # near-uniform to near one-hot

@@ -21,6 +21,7 @@ from gptviz.model.params import (
     meta_param_table,
     total_params,
 )
+from tests.support.small_configs import CUSTOM
 
 # ../shared/data/README.md, "Parameter counts the project must reproduce exactly".
 REFERENCE_TOTALS = {
@@ -66,20 +67,6 @@ def test_by_component_and_by_layer_consistent_with_total(name):
     norm = 2 * d if cfg.norm_type == "layernorm" else d
     expected_block = 3 * d * d + (3 * d if cfg.qkv_bias else 0) + d * d + d + d * ff + ff + ff * d + d + 2 * norm
     assert int(per_block.iloc[0]) == expected_block
-
-
-CUSTOM = GPTConfig(
-    vocab_size=1000,
-    n_ctx=64,
-    d_model=48,
-    n_layers=3,
-    n_heads=4,
-    d_ff=100,
-    norm_type="rmsnorm",
-    tie_weights=False,
-    qkv_bias=False,
-    name="your model",
-)
 
 
 @pytest.mark.parametrize("cfg", [*PRESETS.values(), CUSTOM], ids=[*PRESETS, "custom"])

@@ -16,6 +16,7 @@ from gptviz import load_pretrained
 from gptviz.model.weights import CheckpointError, config_from_hf, load_checkpoint, save_checkpoint, state_from_hf
 from tests.support import ROOT
 from tests.support.models import SMALL, build, random_ids
+from tests.support.small_configs import hf_gpt2_config
 
 VOCAB = 300
 
@@ -235,21 +236,9 @@ def test_unsupported_hf_configs(hf, message):
 
 def _hf_model(tie: bool = True, seed: int = 0):
     pytest.importorskip("transformers")
-    from transformers import GPT2Config, GPT2LMHeadModel
+    from transformers import GPT2LMHeadModel
 
-    cfg = GPT2Config(
-        vocab_size=VOCAB,
-        n_positions=24,
-        n_embd=32,
-        n_layer=2,
-        n_head=4,
-        resid_pdrop=0.0,
-        embd_pdrop=0.0,
-        attn_pdrop=0.0,
-        tie_word_embeddings=tie,
-        bos_token_id=VOCAB - 1,
-        eos_token_id=VOCAB - 1,
-    )
+    cfg = hf_gpt2_config(VOCAB, 24, tie_word_embeddings=tie, bos_token_id=VOCAB - 1, eos_token_id=VOCAB - 1)
     torch.manual_seed(seed)
     hf = GPT2LMHeadModel(cfg).eval()
     with torch.no_grad():  # perturb everything (norm gains and biases too) so a mis-mapped tensor shows

@@ -27,6 +27,7 @@ from tests.support.pagetest import (
     finish_generation,
     forward_calls,
     gate_generations,
+    generate_in,
     generation_of,
     live_code,
     run_page,
@@ -37,15 +38,6 @@ N_LAYERS, N_HEADS, N_CTX = 2, 4, 128
 
 def page(prompt: str, **state) -> AppTest:
     return run_page("generation", prompt, **state)
-
-
-def generate_in(at: AppTest, n: int, temperature: float = 1.0, top_k: int = 0, top_p: float = 0.9) -> AppTest:
-    at.number_input(key=K.GEN_N).set_value(n)
-    at.slider(key=K.GEN_TEMP).set_value(temperature)
-    at.number_input(key=K.GEN_TOPK).set_value(top_k)
-    at.slider(key=K.GEN_TOPP).set_value(top_p)
-    at.button(key=K.GEN_GENERATE).click()
-    return finish_generation(at.run())
 
 
 def test_default_state_shows_controls_and_the_first_step_the_model_would_take():
@@ -208,6 +200,23 @@ def test_generation_for_another_prompt_is_not_shown():
 # ---- figure factories ---------------------------------------------------------------------------------
 
 
+def sampled_past_the_bars(**title):
+    """Two bars, both kept, and the sampled token at rank 40 of 500 allowed, not among them."""
+    return fg.next_token_bars(
+        [1, 2],
+        [0.6, 0.4],
+        [True, True],
+        ["x", "y"],
+        sampled_id=99,
+        sampled_rank=40,
+        sampled_prob=0.001,
+        sampled_label="z",
+        n_allowed=500,
+        kept_mass=1.0,
+        **title,
+    )
+
+
 def test_next_token_bars_marks_sampled_and_cutoff():
     fig = fg.next_token_bars(
         [5, 7, 9, 11],
@@ -229,50 +238,15 @@ def test_next_token_bars_marks_sampled_and_cutoff():
     assert fig.layout.shapes[0].y0 == 2.5  # the cut-off line
     assert "2 kept (80.0% of the mass)" in fig.layout.annotations[0].text
     assert bar.customdata[0][3] == pytest.approx(0.5 / 0.8) and bar.customdata[2][3] == 0.0
-    everything = fg.next_token_bars(
-        [1, 2],
-        [0.6, 0.4],
-        [True, True],
-        ["x", "y"],
-        sampled_id=99,
-        sampled_rank=40,
-        sampled_prob=0.001,
-        sampled_label="z",
-        n_allowed=500,
-        kept_mass=1.0,
-    )
+    everything = sampled_past_the_bars()
     assert not everything.layout.shapes
     note = everything.layout.annotations[0].text
     assert "rank 40" in note and "all 2 shown are kept" in note
-    titled = fg.next_token_bars(
-        [1, 2],
-        [0.6, 0.4],
-        [True, True],
-        ["x", "y"],
-        sampled_id=99,
-        sampled_rank=40,
-        sampled_prob=0.001,
-        sampled_label="z",
-        n_allowed=500,
-        kept_mass=1.0,
-        title="t",
-    )
+    titled = sampled_past_the_bars(title="t")
     assert "rank 40" in titled.layout.title.subtitle.text
     # a title long enough to wrap keeps its second line clear of the notes under it (they sat on the first bar)
     long_title = "After the prompt: the next-token distribution"
-    wrapped = fg.next_token_bars(
-        [1, 2],
-        [0.6, 0.4],
-        [True, True],
-        ["x", "y"],
-        sampled_id=99,
-        sampled_rank=40,
-        sampled_prob=0.001,
-        sampled_label="z",
-        n_allowed=500,
-        kept_mass=1.0,
-        title=long_title,
-    )
+    wrapped = sampled_past_the_bars(title=long_title)
     lines = wrapped.layout.title.subtitle.text.count("<br>") + 1
     title_only = apply_layout(go.Figure(), title=long_title).layout.margin.t
     assert "<br>" in wrapped.layout.title.text and wrapped.layout.margin.t == title_only + 16 * lines

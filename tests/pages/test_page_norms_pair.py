@@ -21,6 +21,7 @@ from gptviz.serve.limits import ServerLimits
 from tests.support import pagetest
 from tests.support.gpt1 import gpt1_tokenizer_files
 from tests.support.norms_page import TINY, array
+from tests.support.small_configs import hf_gpt1_config, hf_gpt2_config
 
 PAGE = "app_pages/norms.py"
 PROMPT = "ROMEO. But soft! what light through yonder window breaks? It is the east, and Juliet is the sun!"
@@ -30,36 +31,14 @@ def hf_pair(folder, gpt1_tokenizer: bool = True) -> None:
     """Tiny GPT-2 and GPT-1 in Hugging Face's layout, in folders named as their Hub ids (same depth, heads, width)."""
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
-    gpt2 = transformers.GPT2LMHeadModel(
-        transformers.GPT2Config(
-            vocab_size=50257,
-            n_positions=64,
-            n_embd=32,
-            n_layer=2,
-            n_head=4,
-            resid_pdrop=0.0,
-            embd_pdrop=0.0,
-            attn_pdrop=0.0,
-        )
-    )
+    gpt2 = transformers.GPT2LMHeadModel(hf_gpt2_config(50257, 64))
     gpt2.save_pretrained(folder / "gpt2")
     if gpt1_tokenizer:
         gpt1_tokenizer_files(folder / "openai-gpt")
         vocab = OpenAIGPTTokenizer.from_folder(folder / "openai-gpt").n_vocab
     else:
         vocab = 300
-    gpt1 = transformers.OpenAIGPTLMHeadModel(
-        transformers.OpenAIGPTConfig(
-            vocab_size=vocab,
-            n_positions=40,
-            n_embd=32,
-            n_layer=2,
-            n_head=4,
-            resid_pdrop=0.0,
-            embd_pdrop=0.0,
-            attn_pdrop=0.0,
-        )
-    )
+    gpt1 = transformers.OpenAIGPTLMHeadModel(hf_gpt1_config(vocab, 40))
     gpt1.save_pretrained(folder / "openai-gpt")
 
 

@@ -15,18 +15,10 @@ from gptviz.model.tokenizer import decode, get_tokenizer
 from gptviz.serve.training_jobs import DONE, STOPPED
 from tests.support import pagetest
 from tests.support.pagetest import APP
+from tests.support.small_configs import TRAIN_FORM
 
 REGISTRY = jobs.training_registry()
-TINY = dict(
-    train_layers=1,
-    train_width=32,
-    train_heads=2,
-    train_steps=4,
-    train_batch=1,
-    train_block=16,
-    train_warmup=0,
-    train_wiring="both",
-)
+TINY = TRAIN_FORM
 
 
 def open_page(**state) -> AppTest:

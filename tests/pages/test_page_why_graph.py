@@ -5,6 +5,7 @@ in a subprocess from the checkout, prints the numbers the page shows."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import subprocess
 import sys
@@ -26,7 +27,7 @@ from gptviz.model.generate import generate
 from gptviz.model.tokenizer import decode, encode
 from gptviz.serve import limits
 from tests.support import ROOT
-from tests.support.pagetest import TINY, array, edge_prompts, figure, kept_of_edge_prompt, run_page
+from tests.support.pagetest import TINY, array, edge_prompts, figure, kept_of_edge_prompt, run_page, set_sweep_budget
 from tests.support.why_page import PROMPT, tiny_model, top_two
 
 pytestmark = pytest.mark.slow  # each runs the page (a second or more)
@@ -242,18 +243,8 @@ def test_edge_prompts_and_a_post_norm_model_draw_without_an_error(prompt, view):
 @pytest.fixture
 def rate(monkeypatch):
     """`rate(blocks_per_s, limit_s)`: the block rate the server measures, and the operator's time limit."""
-    from gptviz.methods import attribution
-
     results_cache().clear()
-
-    def use(blocks_per_s: float, limit_s: int):
-        results_cache().clear()  # the rate is kept two minutes
-        monkeypatch.setattr(attribution, "block_pass_rate", lambda model, T, rows=4: blocks_per_s)
-        monkeypatch.setattr(
-            limits, "server_limits", lambda: dataclasses.replace(limits.ServerLimits(), sweep_seconds=limit_s)
-        )
-
-    yield use
+    yield functools.partial(set_sweep_budget, monkeypatch)
     results_cache().clear()
 
 

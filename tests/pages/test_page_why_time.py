@@ -5,7 +5,7 @@ is known: the page's figure must be work / rate."""
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 
 import pytest
 
@@ -13,8 +13,7 @@ from gptviz.app import keys as K
 from gptviz.app.services import results_cache
 from gptviz.methods import attribution
 from gptviz.model.tokenizer import encode
-from gptviz.serve import limits
-from tests.support.pagetest import TINY, figures, run_page
+from tests.support.pagetest import TINY, figures, run_page, set_sweep_budget
 from tests.support.why_page import PROMPT, tiny_model
 
 PAIR = "Repeated sequence (induction)"
@@ -25,14 +24,7 @@ CLEAN, CORRUPT = "A B C D E F G H A B C", "A B C Q E F G H A B C"
 def server(monkeypatch):
     """`server(rate, limit_s)`: block passes a second as measured, and the operator's sweep limit."""
     results_cache().clear()
-
-    def use(rate: float, limit_s: int):
-        monkeypatch.setattr(attribution, "block_pass_rate", lambda model, T, rows=4: rate)
-        monkeypatch.setattr(
-            limits, "server_limits", lambda: dataclasses.replace(limits.ServerLimits(), sweep_seconds=limit_s)
-        )
-
-    yield use
+    yield functools.partial(set_sweep_budget, monkeypatch)
     results_cache().clear()
 
 

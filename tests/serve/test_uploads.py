@@ -19,20 +19,13 @@ from gptviz.serve.uploads import GONE, UploadFolders, stored_name
 from tests.reference import llmc as llmc_ref
 from tests.reference import raschka as raschka_ref
 from tests.support.models import nanogpt_bytes
+from tests.support.small_configs import raschka_config
 
 MB = 2**20
 
 
 def raschka_bytes() -> bytes:
-    cfg = {
-        "vocab_size": 101,
-        "context_length": 16,
-        "emb_dim": 32,
-        "n_heads": 4,
-        "n_layers": 2,
-        "drop_rate": 0.0,
-        "qkv_bias": False,
-    }
+    cfg = raschka_config()
     torch.manual_seed(1)
     buf = io.BytesIO()
     torch.save(raschka_ref.GPTModel(cfg).state_dict(), buf)

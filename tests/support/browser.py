@@ -25,11 +25,14 @@ ARGS = [
 
 
 @contextlib.contextmanager
-def app_server():
-    """A fresh `streamlit run app.py` from the checkout on a free port; yields its URL once it is healthy."""
+def app_server(env: dict[str, str] | None = None, port: int | None = None):
+    """A fresh `streamlit run app.py` from the checkout on `port` (else a free one), in `env` (else this process's
+    environment); yields its URL once it is healthy."""
     with streamlit_server(
         [sys.executable, "-m", "streamlit", "run", "app.py"],
         cwd=ROOT,
+        env=env,
+        port=port,
         flags=["--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"],
     ) as s:
         yield s.url

@@ -6,6 +6,7 @@ import pytest
 
 from gptviz.app.sidebar import EXAMPLE_PROMPTS
 from tests.support.models import unit_scale
+from tests.support.small_configs import hf_gpt1_config
 
 
 def gpt1_tokenizer_files(folder, vocab_size: int = 300) -> None:
@@ -41,16 +42,7 @@ def gpt1_folder(folder) -> GPT1:
     transformers = pytest.importorskip("transformers")
     gpt1_tokenizer_files(folder)
     tok = transformers.OpenAIGPTTokenizer(vocab=str(folder / "vocab.json"), merges=str(folder / "merges.txt"))
-    cfg = transformers.OpenAIGPTConfig(
-        vocab_size=len(tok),
-        n_positions=64,
-        n_embd=32,
-        n_layer=2,
-        n_head=4,
-        resid_pdrop=0.0,
-        embd_pdrop=0.0,
-        attn_pdrop=0.0,
-    )
+    cfg = hf_gpt1_config(len(tok), 64)
     hf = unit_scale(transformers.OpenAIGPTLMHeadModel(cfg))
     hf.save_pretrained(folder)
     return GPT1((folder, tok, hf))

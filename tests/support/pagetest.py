@@ -51,6 +51,22 @@ def kept_of_edge_prompt(at: AppTest, prompt: str, n_ctx: int) -> list[int]:
     return ids[-n_ctx:]
 
 
+def set_sweep_budget(monkeypatch, rate: float, limit_s: int) -> None:
+    """The block passes a second the server measures (`rate`) and the operator's sweep limit, for a page's estimate
+    of a sweep's time; the results cache emptied (it keeps a measured rate two minutes)."""
+    import dataclasses
+
+    from gptviz.app.services import results_cache
+    from gptviz.methods import attribution
+    from gptviz.serve import limits
+
+    results_cache().clear()
+    monkeypatch.setattr(attribution, "block_pass_rate", lambda model, T, rows=4: rate)
+    monkeypatch.setattr(
+        limits, "server_limits", lambda: dataclasses.replace(limits.ServerLimits(), sweep_seconds=limit_s)
+    )
+
+
 def open_app(**state) -> AppTest:
     """Run app.py (the sidebar and the default page) once, on the tiny preset, with any session-state values."""
     at = AppTest.from_file(APP, default_timeout=120)
@@ -199,3 +215,13 @@ def gate_generations(monkeypatch, gate) -> None:
             super().__init__(*args, **{**kwargs, "on_token": gate})
 
     monkeypatch.setattr(live, "LiveGeneration", Gated)
+
+
+def generate_in(at: AppTest, n: int, temperature: float = 1.0, top_k: int = 0, top_p: float = 0.9) -> AppTest:
+    """The Generation page's run of `n` tokens with these settings, to its end."""
+    at.number_input(key=K.GEN_N).set_value(n)
+    at.slider(key=K.GEN_TEMP).set_value(temperature)
+    at.number_input(key=K.GEN_TOPK).set_value(top_k)
+    at.slider(key=K.GEN_TOPP).set_value(top_p)
+    at.button(key=K.GEN_GENERATE).click()
+    return finish_generation(at.run())

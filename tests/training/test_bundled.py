@@ -64,24 +64,15 @@ def test_model_card_figures_are_reproduced(name, corpus):
 
 # Which bars of the bundled-model issue each twin clears today. The issue stays open while any is False; a
 # retrained twin that clears more must update this table (the test fails either way it changes).
-CLEARED = {
-    "shakespeare-pre": {
-        "held_out_loss_below_bigram_by_0.5": True,
-        "previous_token_head_at_least_0.5": True,
-        "induction_head_at_least_0.3": True,
-        "repeated_half_loss_at_most_3": True,
-        "continues_the_repeated_letters_with_D": True,
-        "sample_reads_like_a_play": True,
-    },
-    "shakespeare-post": {
-        "held_out_loss_below_bigram_by_0.5": True,
-        "previous_token_head_at_least_0.5": True,
-        "induction_head_at_least_0.3": True,
-        "repeated_half_loss_at_most_3": True,
-        "continues_the_repeated_letters_with_D": True,
-        "sample_reads_like_a_play": True,
-    },
+EVERY_BAR = {
+    "held_out_loss_below_bigram_by_0.5": True,
+    "previous_token_head_at_least_0.5": True,
+    "induction_head_at_least_0.3": True,
+    "repeated_half_loss_at_most_3": True,
+    "continues_the_repeated_letters_with_D": True,
+    "sample_reads_like_a_play": True,
 }
+CLEARED = {"shakespeare-pre": EVERY_BAR, "shakespeare-post": EVERY_BAR}
 
 
 @pytest.mark.parametrize("name", TWINS)

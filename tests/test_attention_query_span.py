@@ -47,9 +47,10 @@ def test_the_gesture_payload_and_the_chips_outline():
     assert chip_span.payload(12, start=3, end=8, chips_key="att_query")["start"] == 3
     with pytest.raises(ValueError, match="a span is"):
         chip_span.payload(12, start=8, end=3, chips_key="att_query")
-    css = chip_span.span_css("att_query", 3, 8)
+    css = chip_span.span_css("att_query", "att_chip_span", 3, 8)
     assert ".st-key-att_query" in css and ":nth-child(n+4):nth-child(-n+8)" in css  # chips 3..7, counted from 1
-    assert chip_span.span_css("att_query", 7, 8) == ""  # one token: the pills' own selection shows it
+    assert ".st-key-att_chip_span {display: none;}" in css  # the gesture draws nothing: no empty row either
+    assert "outline" not in chip_span.span_css("att_query", "att_chip_span", 7, 8)  # one token: the pills show it
     assert chip_span.picked_span({"start": 3, "end": 8, "at": 1}, 12) == (3, 8)
     for bad in ([3, 8], {"start": 3}, {"start": 3, "end": 13}, {"start": True, "end": 4}, None):
         assert chip_span.picked_span(bad, 12) is None

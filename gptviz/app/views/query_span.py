@@ -52,9 +52,9 @@ def span_gesture(T: int, query: int) -> tuple[int, int]:
     components.chip_span(
         chip_span.payload(T, start=start, end=end, chips_key=K.ATT_QUERY), key=K.ATT_CHIP_SPAN, on_span=keep_span
     )
-    css = chip_span.span_css(K.ATT_QUERY, start, end)
-    if css:
-        st.html(f"<style>{css}</style>")  # numbers and a colour only: no token text
+    # numbers and a colour only, no token text; drawn even empty, so a rerun replaces the rule (an element a fragment
+    # rerun leaves out stays on the page: the old span's outline did)
+    st.html(f"<style>{chip_span.span_css(K.ATT_QUERY, K.ATT_CHIP_SPAN, start, end)}</style>")
     return start, end
 
 

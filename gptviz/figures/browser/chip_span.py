@@ -21,16 +21,18 @@ def payload(T: int, *, start: int, end: int, chips_key: str) -> dict:
     return {"T": int(T), "start": int(start), "end": int(end), "chips": str(chips_key), "highlight": HIGHLIGHT}
 
 
-def span_css(chips_key: str, start: int, end: int) -> str:
-    """A style rule outlining chips start..end-1 of the pills keyed `chips_key` (the last one, the pills' own value,
-    is already filled); "" for a single token."""
-    if end - start < 2:
-        return ""
+def span_css(chips_key: str, gesture_key: str, start: int, end: int) -> str:
+    """The page's style rules for the gesture: its own element hidden (it draws nothing, and an empty element would
+    still take a row's gap), the chips left to a finger's sideways drag (a vertical one still scrolls), and chips
+    start..end-1 outlined (the last, the pills' own value, is also filled; a single token has no outline)."""
     chips = f".st-key-{chips_key} [role='radiogroup'] > button"
-    return (
-        f"{chips}:nth-child(n+{start + 1}):nth-child(-n+{end}) "
-        f"{{outline: 2px solid {HIGHLIGHT}; outline-offset: -2px; background: {HIGHLIGHT}22;}}"
-    )
+    css = f".st-key-{gesture_key} {{display: none;}} {chips} {{touch-action: pan-y;}}"
+    if end - start > 1:
+        css += (
+            f" {chips}:nth-child(n+{start + 1}):nth-child(-n+{end}) "
+            f"{{outline: 2px solid {HIGHLIGHT}; outline-offset: -2px; background: {HIGHLIGHT}22;}}"
+        )
+    return css
 
 
 def picked_span(value, T: int) -> tuple[int, int] | None:

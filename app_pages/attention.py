@@ -32,6 +32,7 @@ from gptviz.app.seen import Seen, read_prompt
 from gptviz.app.services import attention as services
 from gptviz.app.sidebar import EXAMPLE_PROMPTS, MAX_PROMPT_CHARS, keep_valid, page_prompt_box
 from gptviz.app.unit_nav import unit_pills
+from gptviz.app.views import query_span
 from gptviz.app.views.attention_views import (
     MAX_CHIPS,
     VIEW_DRAWERS,
@@ -68,6 +69,7 @@ def follow_query_to_the_new_prompt(ids: tuple[int, ...]) -> None:
     if before is None or tuple(before[0]) == tuple(ids) or chosen is None:
         return
     old_ids, old_query = before
+    state.pop(K.ATT_QUERY_SPAN, None)  # a span of the old prompt's tokens: the query alone follows
     if old_query is None or old_query >= len(old_ids) or old_query == len(old_ids) - 1:
         state[K.ATT_QUERY] = None
         return
@@ -75,12 +77,14 @@ def follow_query_to_the_new_prompt(ids: tuple[int, ...]) -> None:
     state[K.ATT_QUERY] = min(same, key=lambda i: abs(i - old_query)) if same else None
 
 
-def token_chips(seen: Seen) -> int:
-    """The prompt as token chips; the picked one is the query the views outline. Returns the query."""
+def token_chips(seen: Seen) -> tuple[int, int]:
+    """The prompt as token chips; the picked one is the query the views outline, or a span of them dragged across
+    (query_span). Returns the queries picked, [start, end)."""
     T = seen.T
     st.markdown(
         f"**{T} token{'s' if T != 1 else ''}** (GPT-2 BPE pieces; ␣ is a space, ↵ a newline, `<0xF0>` one "
-        "byte of a character split across tokens). Pick one to see where it looks."
+        "byte of a character split across tokens). Pick one to see where it looks; drag across several (or "
+        "shift-click) to sum where they look."
     )
     if T <= MAX_CHIPS:
         chips = distinct_labels([md_text(label) for label in seen.labels])  # a repeated token: the copy clicked
@@ -90,12 +94,14 @@ def token_chips(seen: Seen) -> int:
             format_func=chips.__getitem__,
             label_visibility="collapsed",
             persist_state="page",
+            on_change=query_span.chip_clicked,
         )
     else:
         query = S.ATT_QUERY_POS.slider(st, min_value=0, max_value=T - 1, value=T - 1)
         st.text(" | ".join(seen.labels))
     state[K.ATT_QUERY_FOR] = (seen.ids, query)
-    return T - 1 if query is None else int(query)
+    query = T - 1 if query is None else int(query)
+    return query_span.span_gesture(T, query) if T <= MAX_CHIPS else (query, query + 1)
 
 
 def open_on_the_best_head(seen: Seen, found: list[services.Detector]) -> None:
@@ -211,7 +217,7 @@ def example_buttons() -> None:
             )
 
 
-def pickers(seen: Seen, query: int) -> Pick:
+def pickers(seen: Seen, queries: tuple[int, int]) -> Pick:
     row = st.container(horizontal=True, gap="xsmall")
     layer = S.ATT_LAYER.selectbox(
         row,
@@ -223,7 +229,7 @@ def pickers(seen: Seen, query: int) -> Pick:
     head = S.ATT_HEAD.selectbox(row, options=seen.heads, format_func=head_name, persist_state="session", width=165)
     S.ATT_SCALE.setdefault(state)
     scale = S.ATT_SCALE.selectbox(row, format_func=fa.SCALES.get, persist_state="session")
-    return Pick(layer, head, scale, query)
+    return Pick(layer, head, scale, queries[1] - 1, queries[0])
 
 
 @dataclass
@@ -252,12 +258,12 @@ def views(seen: Seen, found: list[services.Detector], boxes: Boxes) -> None:
         # run, so the page reruns whole
         st.rerun()
     with boxes.chips:
-        query = token_chips(seen)
+        queries = token_chips(seen)
     with boxes.controls:  # drawn first: the map's picks come from these widgets
         live.compact_controls(
             live.ATTENTION, seen.spec, seen.model, seen.ids, on_start=lambda: state.__setitem__(K.ATT_GEN_STARTED, True)
         )
-        pick = pickers(seen, query)
+        pick = pickers(seen, queries)
         about_the_map(seen, pick)
         if found:
             suggestion(found, pick)

@@ -10,6 +10,7 @@ import streamlit as st
 
 from ..figures.browser import asset
 from ..figures.browser import attention_map as map_view
+from ..figures.browser import chip_span as chips_view
 from ..figures.browser import query_bars as bars_view
 from ..figures.browser import token_rows as rows_view
 from ..figures.browser import token_span as span_view
@@ -67,4 +68,18 @@ def token_span(data: dict, *, key: str, on_span):
             on_span(*span)
 
     mount = registered(span_view.NAME, "gv-span", "token_span")
+    return mount(data=data, key=key, default={"span": None}, on_span_change=picked)
+
+
+def chip_span(data: dict, *, key: str, on_span):
+    """Mount the span gesture on the pills named in `data` (it draws nothing itself); `on_span(start, end)` runs (a
+    Streamlit callback) when the visitor drags across the chips or shift-clicks one."""
+
+    def picked():
+        value = (st.session_state.get(key) or {}).get("span")
+        span = chips_view.picked_span(value, data["T"])
+        if span is not None:
+            on_span(*span)
+
+    mount = registered(chips_view.NAME, "gv-chipspan", "chip_span")
     return mount(data=data, key=key, default={"span": None}, on_span_change=picked)

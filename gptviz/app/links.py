@@ -66,6 +66,8 @@ def apply_link(state, params: dict[str, str]) -> list[str]:
             notices.append(f"The link's parameter `{_shown(name)}` is not one gptviz knows; it was ignored.")
             continue
         setting, parse = (S.PROMPT, _packed) if name == PACKED else (LINKED[name], LINKED[name].parse)
+        if setting is S.ATT_QUERY and QUERY_SPAN_SEP in raw:
+            setting, parse = S.ATT_QUERY, lambda text: _query_span(state, text)
         try:
             state[setting.key] = parse(raw)
         except BadValue as why:
@@ -86,10 +88,36 @@ def link_params(state) -> dict[str, str]:
             if len(packed) <= MAX_PACKED_PROMPT:
                 params[PACKED] = packed
             continue
-        text = setting.format(value)
+        text = _query_span_text(state, value) if setting is S.ATT_QUERY else None
+        text = setting.format(value) if text is None else text
         if text is not None:
             params[name] = text
     return params
+
+
+# The Attention page's query may be a span of tokens, "3-7" (its first and last), beside one token, "7"; the chips'
+# value is the last, the span kept beside it (gptviz.app.views.query_span).
+QUERY_SPAN_SEP = "-"
+
+
+def _query_span(state, raw: str) -> int:
+    """A link's "first-last" span of query tokens: stores it (as [first, last + 1)) and returns the last, the query."""
+    first, _, last = raw.partition(QUERY_SPAN_SEP)
+    a, b = S.ATT_QUERY.parse(first), S.ATT_QUERY.parse(last)
+    if a is None or b is None or a > b:
+        raise BadValue("a token's position, or a span of them as first-last (3-7)")
+    if a < b:
+        state[K.ATT_QUERY_SPAN] = (a, b + 1)
+    return b
+
+
+def _query_span_text(state, query) -> str | None:
+    """The span as a link writes it, "first-last", while it ends at the query; None otherwise."""
+    span = state.get(K.ATT_QUERY_SPAN)
+    if isinstance(query, int) and isinstance(span, (list, tuple)) and len(span) == 2 and span[1] == query + 1:
+        if isinstance(span[0], int) and 0 <= span[0] < query:
+            return f"{span[0]}{QUERY_SPAN_SEP}{query}"
+    return None
 
 
 UNIT_PAGE = "units"  # the unit page's URL path (router.PAGE_LIST)

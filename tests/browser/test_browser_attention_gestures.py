@@ -163,3 +163,65 @@ def test_keys_step_the_layer_and_the_head_but_not_while_typing(browser, server):
     assert page.locator(".gv-title").first.inner_text().strip() == f"Layer {layer}, {name}"
     no_exception(page)
     page.close()
+
+
+def chip(page, i: int):
+    return page.locator(".st-key-att_query [role='radio']").nth(i)
+
+
+def outlined_chips(page) -> list[int]:
+    """The chips drawn with the span's outline (the page's CSS for the span it shows)."""
+    return page.locator(".st-key-att_query [role='radio']").evaluate_all(
+        "cs => cs.flatMap((c, i) => getComputedStyle(c).outlineStyle === 'solid' ? [i] : [])"
+    )
+
+
+def bars_title(page, text: str) -> None:
+    page.locator(".gv-qtitle").filter(has_text=text).wait_for(timeout=60_000)
+    wait_for_idle(page)
+
+
+def test_a_drag_across_the_chips_sums_the_spans_rows_and_a_click_still_picks_one(browser, server):
+    page = open_attention(browser, server)
+    layer, head = shown_head(page)
+    chip(page, 2).scroll_into_view_if_needed()
+    a, b = chip(page, 2).bounding_box(), chip(page, 5).bounding_box()
+    page.mouse.move(a["x"] + a["width"] / 2, a["y"] + a["height"] / 2)
+    page.mouse.down()
+    page.mouse.move(b["x"] + b["width"] / 2, b["y"] + b["height"] / 2, steps=6)
+    page.mouse.up()
+    bars_title(page, "Where tokens 2-5")
+    assert "att_query=2-5" in page.url and outlined_chips(page) == [2, 3, 4, 5]
+    assert chip(page, 5).get_attribute("aria-checked") == "true"  # the pills' value: the span's last token
+    # the text view opens on the same span, its values the captured pattern's rows 2..5 summed
+    page.get_by_role("tab", name="On the text").click()
+    page.get_by_role("radiogroup", name="Colour each token by").get_by_text("attention from a span").click()
+    page.locator('[data-testid="stCaptionContainer"]').filter(has_text="tokens 2-5").wait_for(timeout=60_000)
+    wait_for_idle(page)
+    from gptviz.model.hooks import capture
+
+    model, ids = model_and_ids()
+    import torch
+
+    _, cached = capture(model, torch.tensor([ids]), [f"blocks.{layer}.attn.hook_pattern"])
+    pattern = cached[f"blocks.{layer}.attn.hook_pattern"][0, head].numpy()
+    values = span_values(page)
+    assert np.allclose(
+        [values[k] for k in range(6)], (pattern[2] + pattern[3] + pattern[4] + pattern[5])[:6], atol=1e-5
+    )
+    page.get_by_role("tab", name="One head").click()
+    # a plain click picks one token, as before spans; a shift-click then spans from it
+    chip(page, 7).click()
+    bars_title(page, "Where token 7 ")
+    assert "att_query=7&" in page.url + "&" and outlined_chips(page) == []
+    chip(page, 3).click(modifiers=["Shift"])
+    bars_title(page, "Where tokens 3-7")
+    assert "att_query=3-7" in page.url and outlined_chips(page) == [3, 4, 5, 6, 7]
+    no_exception(page)
+    page.close()
+    # the link opens the span
+    page = open_attention(browser, server, "&att_query=3-6")
+    bars_title(page, "Where tokens 3-6")
+    assert outlined_chips(page) == [3, 4, 5, 6]
+    no_exception(page)
+    page.close()

@@ -24,6 +24,7 @@ from ..seen import Seen
 from ..services import attention as services
 from ..sidebar import MAX_PROMPT_CHARS, encode_prompt, keep_valid
 from ..unit_nav import follow_from_fragment, go_to_why_attends
+from . import query_span
 
 MAX_CHIPS = 256  # longer prompts pick the query with a slider
 WEIGHT_BAR = "#9ecae1"  # the bars of the top keys' weights (a light blue of the attention scale)
@@ -39,7 +40,11 @@ class Pick:
     layer: int
     head: int
     scale: str
-    query: int
+    query: int  # the one query token, or a span's last
+    start: int | None = None  # a span's first query (None: the query alone)
+
+    def __post_init__(self):
+        self.start = self.query if self.start is None else self.start
 
 
 def grid_prefix(seen: Seen, panels: int) -> int:
@@ -80,6 +85,7 @@ def head_map(seen: Seen, p: Pick, notes: list[list[str]] | None = None) -> None:
             layer=p.layer,
             head=p.head,
             query=p.query,
+            query_start=p.start,
             scale=p.scale,
             mean_head=MEAN_HEAD,
             head_names=[head_name(h) for h in seen.heads],
@@ -130,30 +136,40 @@ def about_the_map(seen: Seen, p: Pick) -> None:
 
 
 def one_head(seen: Seen, p: Pick) -> None:
-    """The chosen query's row of the map as bars, and the keys it weighs most."""
+    """The chosen query's row of the map as bars, or a span's rows summed, and the keys it weighs most."""
     labels = seen.labels
-    pat = seen.pattern(p.layer, p.head)
+    row = seen.pattern(p.layer, p.head)[p.start : p.query + 1, : p.query + 1].sum(0)
+    n = p.query + 1 - p.start
     left, right = st.columns([3, 2], gap="medium")
     with left:
-        row = pat[p.query, : p.query + 1]
-        title = f"Where token {p.query} '{labels[p.query]}' looks"
-        components.query_bars(qbars.payload(row.numpy(), labels, p.query, title=title), key=K.ATT_QUERY_BARS)
+        if n == 1:
+            title = f"Where token {p.query} '{labels[p.query]}' looks"
+        else:
+            title = f"Where tokens {p.start}-{p.query} ('{labels[p.start]}' … '{labels[p.query]}') look, summed"
+        components.query_bars(
+            qbars.payload(row.numpy(), labels, p.query, title=title, span_start=p.start), key=K.ATT_QUERY_BARS
+        )
         figure_download(
             lambda: fa.query_bars(row.numpy(), labels, p.query, title=fa.plotly_text(title)),
-            file_name=f"query-{p.query}-layer-{p.layer}-{head_name(p.head).replace(' ', '-')}.html",
+            file_name=f"query-{p.start}-{p.query}-layer-{p.layer}-{head_name(p.head).replace(' ', '-')}.html"
+            if n > 1
+            else f"query-{p.query}-layer-{p.layer}-{head_name(p.head).replace(' ', '-')}.html",
             key=K.ATT_QUERY_BARS_HTML,
         )
+        if n > 1:
+            st.caption(md_text(query_span.summed_caption(p.start, p.query + 1)))
     with right:
         order = row.argsort(descending=True)[:5].tolist()
         # a static table, its weights as bars: a data grid here was the slowest thing the browser redrew after a pick
         # in the map (most of a head switch's time; issue 60, timed by `python -m benchmarks latency`). The browser
         # reads a styled table's cells as HTML: escape="html" keeps token text text.
+        weight = "weight" if n == 1 else "summed weight"
         top = pd.DataFrame(
-            {"key token": [labels[k] for k in order], "position": order, "weight": [float(row[k]) for k in order]}
+            {"key token": [labels[k] for k in order], "position": order, weight: [float(row[k]) for k in order]}
         )
         st.table(
-            top.style.format({"weight": "{:.3f}"}, escape="html").bar(
-                subset=["weight"], vmin=0.0, vmax=1.0, color=WEIGHT_BAR
+            top.style.format({weight: "{:.3f}"}, escape="html").bar(
+                subset=[weight], vmin=0.0, vmax=float(n), color=WEIGHT_BAR
             ),
             hide_index=True,
         )
@@ -256,7 +272,8 @@ def span_on_the_text(seen: Seen, p: Pick, direction: str) -> None:
     """Several tokens at once: drag across the prompt (or click, then shift-click) to pick a span; each token is
     coloured by the weights summed from the span's queries (their rows) or onto its keys (their columns)."""
     T, labels = seen.T, seen.labels
-    span = tspan.picked_span(list(state.get(K.ATT_SPAN) or ()), T) or (max(0, p.query - 2), p.query + 1)
+    default = (p.start, p.query + 1) if p.start < p.query else (max(0, p.query - 2), p.query + 1)  # the chips' span
+    span = tspan.picked_span(list(state.get(K.ATT_SPAN) or ()), T) or default
     start, end = span
     data = tspan.payload(seen.pattern(p.layer, p.head).numpy(), labels, start=start, end=end, direction=direction)
     components.token_span(data, key=K.ATT_SPAN_VIEW, on_span=keep_span)

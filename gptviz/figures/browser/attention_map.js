@@ -243,12 +243,13 @@ function drawHeatmap(s) {
   const { img, top: maxTop } = patternImage(s, p, s.head);
   s.top = maxTop;
   ctx.drawImage(imageCanvas(img), c0, r0, nc, nr, left, top, w, h);
-  const q = data.query;
+  const q = data.query, q0 = data.query_start ?? q;  // a span of queries q0..q: their rows outlined as one band
   ctx.strokeStyle = data.highlight;
   ctx.lineWidth = 2;
-  if (q >= r0 && q < r1) {
+  const y0 = Math.max(q0, r0), y1 = Math.min(q, r1 - 1);
+  if (y1 >= y0) {
     const a = Math.max(data.row_start[q], c0), b = Math.min(data.row_end[q], c1);
-    if (b > a) ctx.strokeRect(left + (a - c0) * cell, top + (q - r0) * cell, (b - a) * cell, cell);
+    if (b > a) ctx.strokeRect(left + (a - c0) * cell, top + (y0 - r0) * cell, (b - a) * cell, (y1 - y0 + 1) * cell);
   }
   const c = s.cell;
   if (c && c.i >= r0 && c.i < r1 && c.j >= c0 && c.j < c1) {  // the cell clicked (its panel is under the map)
@@ -267,7 +268,7 @@ function drawHeatmap(s) {
   const stride = labelStride(cell, 13);
   ctx.textAlign = "right"; ctx.textBaseline = "middle";
   for (let i = r0; i < r1; i += stride) {
-    ctx.fillStyle = i === q ? data.highlight : colour;
+    ctx.fillStyle = i >= q0 && i <= q ? data.highlight : colour;
     ctx.fillText(data.row_labels[i], left - 4, top + (i - r0 + 0.5) * cell, left - 24);
   }
   for (let j = c0; j < c1; j += stride) {

@@ -166,11 +166,13 @@ def payload(
     title_prefix: str = "Layer",
     height: int = 560,
     head_notes: list[list[str]] | None = None,
+    query_start: int | None = None,
 ) -> dict:
     """A prompt's patterns [layers, heads, T, T] for the browser: uint16 levels (base64) for the layers sent, each
     with its heads and their mean last; `head` may be `mean_head` (the mean). Plain data only: labels are drawn as
     text by the browser. `head_notes[layer][head]` (heads, then the mean) is a line drawn under the title while that
-    head is shown (what it does on this prompt), for every layer, sent or not."""
+    head is shown (what it does on this prompt), for every layer, sent or not. `query_start`: the first of a span of
+    queries ending at `query` (their rows are outlined together); None: the query alone."""
     p = np.asarray(patterns, dtype=np.float32)
     if p.ndim != 4 or p.shape[-1] != p.shape[-2]:
         raise ValueError(f"patterns must be [layers, heads, T, T], got shape {p.shape}")
@@ -205,6 +207,10 @@ def payload(
         height=height,
     )
     data["head_notes"] = None if head_notes is None else [[str(n) for n in row] for row in head_notes]
+    start = data["query"] if query_start is None else int(query_start)
+    if not 0 <= start <= data["query"]:
+        raise ValueError(f"query_start {start} is not in 0..{data['query']}")
+    data["query_start"] = start
     return data
 
 

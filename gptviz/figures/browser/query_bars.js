@@ -47,11 +47,11 @@ function draw(s) {
     ctx.beginPath(); ctx.moveTo(left, y); ctx.lineTo(left + plotW, y); ctx.stroke();
     ctx.fillText(Number(v.toPrecision(3)).toString(), left - 6, y);
   }
-  // bars: the query's own key in the highlight colour
-  const gap = slotW > 4 ? slotW * 0.15 : 0;
+  // bars: the query's own key (a span's own keys) in the highlight colour
+  const gap = slotW > 4 ? slotW * 0.15 : 0, q0 = data.span_start ?? data.query;
   for (let k = 0; k < n; k++) {
     const h = plotH * data.weights[k] / top1;
-    ctx.fillStyle = k === data.query ? data.highlight : data.colour;
+    ctx.fillStyle = k >= q0 && k <= data.query ? data.highlight : data.colour;
     ctx.fillRect(left + k * slotW + gap / 2, top + plotH - h, Math.max(0.5, slotW - gap), h);
   }
   // key labels, thinned so they never overlap (one every `stride` keys, 13 px apart at least)
@@ -68,7 +68,7 @@ function draw(s) {
   ctx.fillText("key (looked at)", left + plotW / 2, height - 2);
   ctx.save();
   ctx.translate(10, top + plotH / 2); ctx.rotate(-Math.PI / 2); ctx.textBaseline = "middle";
-  ctx.fillText("weight", 0, 0);
+  ctx.fillText(data.value_name || "weight", 0, 0);
   ctx.restore();
 }
 
@@ -79,7 +79,9 @@ function showTip(s, ev) {
   const x = ev.clientX - r.left - geom.left, y = ev.clientY - r.top - geom.top;
   const k = Math.floor(x / geom.slotW);
   if (x < 0 || y < 0 || y > geom.plotH || k >= data.weights.length) { ui.tip.style.display = "none"; return; }
-  ui.tip.textContent = `'${data.labels[data.query]}' → '${data.labels[k]}': weight ` +
+  const q0 = data.span_start ?? data.query;
+  const from = q0 === data.query ? `'${data.labels[data.query]}'` : `tokens ${q0}-${data.query}`;
+  ui.tip.textContent = `${from} → '${data.labels[k]}': ${data.value_name || "weight"} ` +
     `${data.weights[k].toPrecision(3)}\nkey position ${k}`;
   const box = s.root.getBoundingClientRect();  // the tip is placed in the root, above which the title sits
   ui.tip.style.display = "block";

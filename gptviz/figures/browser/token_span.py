@@ -72,3 +72,11 @@ def picked_span(value, T: int) -> tuple[int, int] | None:
         return None
     start, end = value
     return (start, end) if 0 <= start < end <= T else None
+
+
+def uniform_span_sums(start: int, end: int) -> np.ndarray:
+    """What `span_sums(..., "from")` gives under uniform attention (query i spreads 1/(i+1) over keys 0..i): key j gets
+    the sum of 1/(i+1) over the span's queries i >= j. [end] (the keys the span can see)."""
+    check_span(end, start, end)
+    queries = np.arange(start, end)
+    return np.array([float((1.0 / (queries[queries >= j] + 1)).sum()) for j in range(end)])

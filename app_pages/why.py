@@ -14,6 +14,7 @@ import torch
 from gptviz.app import display, reproduce, sidebar
 from gptviz.app import keys as K
 from gptviz.app import settings as S
+from gptviz.app.kept_figures import kept_figure, values_key
 from gptviz.app.seen import read_prompt
 from gptviz.app.services import LimitError
 from gptviz.app.services import why as services
@@ -124,9 +125,14 @@ def clickable_grid(fig, cfg: GPTConfig):
 def heads_grid(ask: Ask, values, title: str, colorbar: str) -> None:
     """The heads as a grid to click: a click ablates a head (outlined), a second brings it back."""
     key = K.per_item(K.WHY_DLA_GRID, state.get(K.WHY_GRID_CLICKS, 0))
-    fig = figs.layer_head_grid(values, title=title, colorbar=colorbar, selected=list(ablated()))
+    fig = kept_figure(  # a target picked again: the grid it drew (Plotly's building was most of the run)
+        ("grid", values_key(values), title, colorbar, ablated(), ask.cfg.n_layers, ask.cfg.n_heads),
+        lambda: clickable_grid(
+            figs.layer_head_grid(values, title=title, colorbar=colorbar, selected=[*ablated()]), ask.cfg
+        ),
+    )
     display.show_figure(
-        clickable_grid(fig, ask.cfg),
+        fig,
         key=key,
         on_select=lambda: toggle_clicked_head(key, ask.cfg),
         selection_mode="points",
@@ -153,12 +159,12 @@ def direct_attribution_tab(ask: Ask) -> None:
         help="Equal to the model's own logit difference up to float rounding: the parts are an exact decomposition.",
     )
     m3.metric("Largest part", dla.labels[int(dla.values.abs().argmax())])
-    display.show_figure(
-        figs.attribution_bars(
-            dla.labels, dla.values, title="Direct attribution: every part of the final residual stream"
-        ),
-        key=K.WHY_DLA_BARS,
+    title = "Direct attribution: every part of the final residual stream"
+    bars = kept_figure(
+        ("bars", title, tuple(dla.labels), values_key(dla.values)),
+        lambda: figs.attribution_bars(dla.labels, dla.values, title=title),
     )
+    display.show_figure(bars, key=K.WHY_DLA_BARS)
     heads_grid(ask, dla.head_values, "Heads' direct attribution (click a head to ablate it)", "logit diff")
     ablation_effect(ask)
     display.download_csv(

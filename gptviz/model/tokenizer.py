@@ -60,9 +60,11 @@ def get_tokenizer() -> GPT2Encoding:
 _VISIBLE = {" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"}
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def token_label(token_bytes: bytes) -> str:
     """A readable label for one token's bytes: spaces, newlines and tabs made visible, and bytes that are
-    not whole UTF-8 characters (an emoji split across tokens) written as <0xF0> rather than '?'."""
+    not whole UTF-8 characters (an emoji split across tokens) written as <0xF0> rather than '?'. Cached: each live
+    frame labels the whole text again."""
     pieces = []
     i = 0
     while i < len(token_bytes):

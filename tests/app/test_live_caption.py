@@ -54,3 +54,15 @@ def test_a_paced_runs_caption_gives_both_rates_from_the_job():
     assert m, text
     assert m.group(1) == f"{job.seconds:.2f}" and int(m.group(3)) == round(5 / view["wall_seconds"])
     assert int(m.group(3)) <= 6 < int(m.group(2))
+
+
+def test_the_live_next_token_list_shows_the_last_steps_sampled_token_and_its_eight_most_probable():
+    job = LiveGeneration(build(seed=3), PROMPT, dict(GREEDY, temperature=1.0, seed=1))
+    assert job.wait(30)
+    steps = job.snapshot()
+    last = steps[-1]
+    assert len(last.top) > 8  # the step keeps more than the list shows
+    lines = live.next_token_text(steps).split("\n")
+    assert lines[0] == f"Step {len(steps) - 1}: sampled {last.piece} (p {last.prob:.3f}, rank {last.rank})"
+    assert lines[1] == "most probable next tokens:"
+    assert [float(line.split()[-1]) for line in lines[2:]] == [round(t[1], 3) for t in last.top[:8]]

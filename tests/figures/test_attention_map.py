@@ -151,3 +151,25 @@ def test_head_notes_travel_as_plain_strings_per_layer_and_head():
     data = amap.payload(patterns(), list("abcde"), layer=1, head=0, query=0, scale="linear", head_notes=notes)
     assert data["head_notes"] == notes
     assert amap.payload(patterns(), list("abcde"), layer=1, head=0, query=0, scale="linear")["head_notes"] is None
+
+
+def test_a_generations_mean_head_is_bit_for_bit_the_mean_of_each_steps_heads():
+    """The heads' mean is taken over the whole array at once (a live frame's cost): the bytes sent are those of each
+    step's own mean over its window, as the map drew them before."""
+    import base64
+
+    from gptviz import GPT, GPTConfig, stream
+    from gptviz.model.tokenizer import token_labels
+
+    model = GPT(GPTConfig(vocab_size=64, n_ctx=8, n_layers=2, n_heads=3, d_model=24), seed=0).eval()
+    prompt = [1, 2, 3, 4, 5, 6]
+    steps = list(stream(model, prompt, 6, temperature=1.0, seed=2, attention=True))
+    labels = token_labels(prompt + [s.token_id for s in steps])
+    data = amap.generation_payload(steps, labels, len(prompt), layer=0, head=0, scale="linear")
+    expected = np.zeros((2, 4, len(steps), len(prompt) + len(steps) - 1), dtype=np.float32)
+    for i, step in enumerate(steps):
+        q, w0 = len(prompt) - 1 + i, step.window_start
+        att = step.attention.numpy()[..., : q + 1 - w0]
+        expected[:, :3, i, w0 : q + 1] = att
+        expected[:, 3, i, w0 : q + 1] = att.mean(axis=1)
+    assert base64.b64decode(data["weights"]) == amap.quantize(expected).tobytes()

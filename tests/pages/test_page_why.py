@@ -236,3 +236,26 @@ def test_patching_opens_on_the_sidebars_prompt_with_one_token_swapped():
     clean, corrupted = at.text_area(key="why_clean_(your own)").value, at.text_area(key="why_corrupt_(your own)").value
     assert clean == PROMPT and corrupted != clean and len(encode(corrupted)) == len(encode(clean))
     assert figure(at, "Residual stream patched") and figure(at, "One head's output patched")
+
+
+@pytest.mark.slow
+def test_a_target_picked_again_shows_the_same_figures_without_building_them_again(monkeypatch):
+    """Issue 60: a target change spent most of its server time building Plotly figures; the session keeps its
+    recent ones by the values they show (gptviz.app.kept_figures), so a target picked again builds none."""
+    from gptviz.figures import why as figs
+
+    built = []
+    for name in ("attribution_bars", "layer_head_grid"):
+        original = getattr(figs, name)
+        monkeypatch.setattr(figs, name, lambda *a, _f=original, _n=name, **k: built.append(_n) or _f(*a, **k))
+    at = page()
+    first = figures(at)
+    assert sorted(built) == ["attribution_bars", "layer_head_grid"]
+    at.selectbox(key=K.WHY_TARGET).select_index(2).run()
+    other = figures(at)
+    assert len(built) == 4 and other != first  # a new target: new values, new figures
+    at.selectbox(key=K.WHY_TARGET).select_index(0).run()
+    assert not at.exception and len(built) == 4  # back to the first: nothing built
+    assert figures(at) == first
+    fresh = page()  # and what it shows is what a fresh page shows for that target
+    assert figures(fresh) == first

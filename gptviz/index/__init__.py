@@ -88,9 +88,9 @@ from .read import (
     attended,
     band_examples,
     check_documents,
+    context_batch,
     example_context,
     example_contexts,
-    example_contexts_nbytes,
     histogram,
     index_documents,
     positive_count,
@@ -99,7 +99,6 @@ from .read import (
     top_examples,
     top_tokens,
     units_at,
-    units_at_nbytes,
     units_for_token,
 )
 from .scan import (
@@ -169,6 +168,7 @@ __all__ = [
     "build_index",
     "bundled_index",
     "check_documents",
+    "context_batch",
     "corpus_documents",
     "corpus_pieces",
     "corpus_texts",
@@ -177,7 +177,6 @@ __all__ = [
     "direct_effect",
     "example_context",
     "example_contexts",
-    "example_contexts_nbytes",
     "finish_scan",
     "head_direct_effect",
     "head_write_norms",
@@ -209,6 +208,5 @@ __all__ = [
     "top_tokens",
     "unit_values",
     "units_at",
-    "units_at_nbytes",
     "units_for_token",
 ]

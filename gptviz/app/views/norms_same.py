@@ -14,6 +14,7 @@ import streamlit as st
 from ... import PRESETS, GPTConfig
 from ...figures import norms as fig_norms
 from ...methods import wiring
+from ...model import sizes
 from ...model.config import ConfigError
 from ...model.params import total_params
 from ...model.tokenizer import token_labels
@@ -141,7 +142,7 @@ def may_measure(setup: Setup, ids: tuple[int, ...], key: tuple) -> bool:
         f"{setup.depth} layers × d_model {setup.width} ({config.n_heads} heads): {services.fmt_params(n_params)} "
         f"parameters, {len(ids)} tokens."
     )
-    need = services.measuring_bytes(config)
+    need = sizes.norms_model_nbytes(config)
     if not fits_the_server(config, "This model"):
         return False
     if n_params > AUTO_MEASURE_PARAMS and state.get(K.NORMS_CONFIRMED) != key:

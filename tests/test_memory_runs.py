@@ -8,17 +8,11 @@ torch's memory. Pages: with the server's budget below a call's estimate, the pag
 
 from __future__ import annotations
 
-import gzip
-import json
-import os
-import tempfile
-import warnings
-
 import pytest
 import torch
 from pagetest import TINY, forward_calls, run_page
-from torch.profiler import ProfilerActivity, profile
 
+from benchmarks.memory_peak import torch_peak
 from gptviz import index as ix
 from gptviz import methods as analysis
 from gptviz.app import keys as K
@@ -35,25 +29,6 @@ from gptviz.serve.memory import MemoryAccountant
 
 PRE = model_service.ModelSpec(K.SOURCE_BUNDLED, "shakespeare-pre", "pre")
 MiB = 2**20
-PREEXISTING = 1  # torch.profiler._memory_profiler.Action.PREEXISTING.value: a tensor made before the call
-
-
-def torch_peak(fn):
-    """(fn's result, the most bytes of CPU tensors it held at once): torch's allocation records, in order."""
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True) as prof:
-        result = fn()
-    with tempfile.TemporaryDirectory() as folder, warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)  # the timeline's export is deprecated for CUDA's snapshots
-        path = os.path.join(folder, "timeline.raw.json.gz")
-        prof.export_memory_timeline(path, device="cpu")
-        with gzip.open(path, "rt") as f:
-            events = json.load(f)  # (time, action, bytes, category): creations +, frees -
-    held = peak = 0
-    for _, action, nbytes, _ in events:
-        if action != PREEXISTING:
-            held += nbytes
-            peak = max(peak, held)
-    return result, peak
 
 
 def test_the_peak_measure_counts_what_is_held_at_once():

@@ -311,8 +311,8 @@ def load_checkpoint(folder: str | os.PathLike, norm: str | None = None) -> GPT:
 
 def weights_nbytes(folder: str | os.PathLike) -> int:
     """What loading a checkpoint folder holds at its peak, before it is read: its weights file (read whole) beside
-    the float32 model built from its config. 0 when the folder does not describe a loadable model (loading it
-    then fails with its own message)."""
+    the float32 model built from its config (gptviz.model.sizes.load_nbytes). 0 when the folder does not describe a
+    loadable model (loading it then fails with its own message)."""
     try:
         config, _ = read_config(folder)
     except (CheckpointError, OSError):

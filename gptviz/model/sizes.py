@@ -115,11 +115,13 @@ def model_build_nbytes(config, itemsize: int = FLOAT32) -> int:
 
 def load_nbytes(config, weights_file_bytes: int | None = None) -> int:
     """Loading a checkpoint at its peak, before it is read: a folder's weights file (`weights_file_bytes`, read
-    whole) beside the float32 model built from its config; a single checkpoint file (None) memory-mapped, the tensors
-    read from it at most as many bytes again as the float32 model."""
+    whole) beside the model being built from its config (model_build_nbytes: its float32 weights and a transient
+    buffer as large as its largest tensor; the bundled models' float16 file of 13.8 MiB and 27.6 MiB of weights
+    peaked at 66.0 MiB, where the file and the weights alone said 41.4: benchmarks/bench_sizes.py); a single
+    checkpoint file (None) memory-mapped, the tensors read from it at most as many bytes again as the float32 model."""
     if weights_file_bytes is None:
         return 2 * FLOAT32 * param_count(config)
-    return weights_file_bytes + FLOAT32 * param_count(config)
+    return weights_file_bytes + model_build_nbytes(config)
 
 
 def sampling_nbytes(config, prompt_tokens: int, new_tokens: int) -> int:

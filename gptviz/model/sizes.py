@@ -84,6 +84,19 @@ def generation_nbytes(config, prompt_tokens: int, new_tokens: int) -> int:
     return kv_cache_nbytes(config) + first + new_tokens * step
 
 
+def sampling_nbytes(config, prompt_tokens: int, new_tokens: int) -> int:
+    """generate() without attention recorded (a continuation): its KV cache (two once the context is full: the new
+    one is made before the old one is dropped), a forward pass over the window for the last position's logits, and
+    one step's logits, probabilities and mask (generate keeps no step)."""
+    window = max(1, min(prompt_tokens + max(new_tokens - 1, 0), config.n_ctx))
+    caches = 2 if prompt_tokens + new_tokens > config.n_ctx else 1
+    return (
+        caches * kv_cache_nbytes(config)
+        + forward_nbytes(config, window, patterns=False, all_logits=False)
+        + FLOAT32 * 3 * config.vocab_size
+    )
+
+
 # ---- training, building and loading a model ------------------------------------------------------------------------
 
 
@@ -122,19 +135,6 @@ def load_nbytes(config, weights_file_bytes: int | None = None) -> int:
     if weights_file_bytes is None:
         return 2 * FLOAT32 * param_count(config)
     return weights_file_bytes + model_build_nbytes(config)
-
-
-def sampling_nbytes(config, prompt_tokens: int, new_tokens: int) -> int:
-    """generate() without attention recorded (a continuation): its KV cache (two once the context is full: the new
-    one is made before the old one is dropped), a forward pass over the window for the last position's logits, and
-    one step's logits, probabilities and mask (generate keeps no step)."""
-    window = max(1, min(prompt_tokens + max(new_tokens - 1, 0), config.n_ctx))
-    caches = 2 if prompt_tokens + new_tokens > config.n_ctx else 1
-    return (
-        caches * kv_cache_nbytes(config)
-        + forward_nbytes(config, window, patterns=False, all_logits=False)
-        + FLOAT32 * 3 * config.vocab_size
-    )
 
 
 # ---- the methods' jobs --------------------------------------------------------------------------------------------

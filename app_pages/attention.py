@@ -124,9 +124,10 @@ def detector_table(seen: Seen, found: list[services.Detector]) -> None:
     sort_by = best[2] if best is not None else found[1]
     n_heads = seen.cfg.n_heads
     order = sorted(
-        ((l, h) for l in range(seen.cfg.n_layers) for h in range(n_heads)), key=lambda lh: -float(sort_by.scores[lh])
+        ((layer, h) for layer in range(seen.cfg.n_layers) for h in range(n_heads)),
+        key=lambda lh: -float(sort_by.scores[lh]),
     )
-    table = {"head": [f"layer {l}, head {h}" for l, h in order]}
+    table = {"head": [f"layer {layer}, head {h}" for layer, h in order]}
     columns = {}
     for d in sorted(found, key=lambda d: d is not sort_by):
         table[d.column] = [float(d.scores[lh]) for lh in order]
@@ -150,7 +151,7 @@ def detector_table(seen: Seen, found: list[services.Detector]) -> None:
     )
     unit_pills(
         "What the top heads do over the corpus",
-        [unit_id.head_id(l, h) for l, h in order[:6]],
+        [unit_id.head_id(layer, h) for layer, h in order[:6]],
         K.per_item(K.UNIT_PILLS, "att_detectors"),
     )
 
@@ -240,8 +241,8 @@ class Boxes:
 
 def views(seen: Seen, found: list[services.Detector], boxes: Boxes) -> None:
     """The chips, the pickers and every view: a pick reruns only this fragment, never the model (the capture is
-    kept), and redraws only what follows it (issue 60: a head switch's rerun took 0.05-0.1 s, the browser's redraw of
-    the page's two tables 0.3-0.5 s more at load 9)."""
+    kept), and redraws only what follows it (issue 60: the browser's redraw of the page's two tables cost several
+    times the rerun itself; `python -m benchmarks latency` times a head switch)."""
     job = live.stored_generation(seen.spec, seen.ids, live.ATTENTION.page)
     finished = job is not None and not job.running  # read once: the thread may end while this draws
     started = state.pop(K.ATT_GEN_STARTED, False)

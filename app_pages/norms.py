@@ -23,7 +23,7 @@ from gptviz.app.views.norms_twins import (
     trained_twins_section,
 )
 from gptviz.figures import explainers as explainer_figs
-from gptviz.figures import norms as fig_norms
+from gptviz.figures import norms_attention as fig_norms_attention
 from gptviz.figures import training as fig_train
 from gptviz.model import unit_id, weights
 
@@ -137,7 +137,7 @@ def side_by_side_section(bundled: dict, pair: Pair) -> LoadedTwins | None:
         "pre": caps["pre"][1].pattern(match.a[0])[match.a[1]].numpy(),
         "post": caps["post"][1].pattern(match.b[0])[match.b[1]].numpy(),
     }
-    figures = fig_norms.attention_panels(
+    figures = fig_norms_attention.attention_panels(
         pats["pre"],
         pats["post"],
         tw.labels["pre"],

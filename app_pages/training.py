@@ -13,7 +13,7 @@ from gptviz.app import keys as K
 from gptviz.app import settings as S
 from gptviz.app.services import training as services
 from gptviz.app.services.training import Form
-from gptviz.figures import norms as fig_norms
+from gptviz.figures import norms_training as fig_norms_training
 from gptviz.figures import training as fig_train
 from gptviz.model.config import ConfigError
 from gptviz.model.params import total_params
@@ -59,8 +59,8 @@ SCENARIO_NOTES = dict(
         SCENARIOS,
         (
             "Quick start: 2 layers, d_model 64, 60 steps with 10 of warmup, pre- and post-norm on the same batches.",
-            "Deep and narrow, no warmup: 12 layers, d_model 64, a high learning rate from the first step and no gradient "
-            "clipping, the setting where Xiong et al. expect post-norm to suffer.",
+            "Deep and narrow, no warmup: 12 layers, d_model 64, a high learning rate from the first step and no "
+            "gradient clipping, the setting where Xiong et al. expect post-norm to suffer.",
             "Deep and narrow with 50 warmup steps: the same setting, the learning rate ramped up first.",
         ),
         strict=True,
@@ -373,17 +373,21 @@ def warmup_view(job: Job, live_at_start: bool) -> None:
         st.markdown(
             f"**{out.sentence}** {warmup.baseline_line(out, seen.baseline)} {seen.verdict}", help=f"Rule: {out.rule}."
         )
-    display.show_figure(fig_norms.warmup_losses(seen.bands, WARMUP_COLORS, seen.baseline), key=K.TRAIN_WARMUP_LOSS_FIG)
+    display.show_figure(
+        fig_norms_training.warmup_losses(seen.bands, WARMUP_COLORS, seen.baseline), key=K.TRAIN_WARMUP_LOSS_FIG
+    )
     st.caption("Each layer's FFN gradient norm (W1 and W2 together) per step, mean over seeds, one colour scale:")
     warmup_grad_columns(seen.grids)
 
 
 def warmup_grad_columns(grids: dict) -> None:
     """One heatmap per arm side by side, on one colour scale (a phone stacks them; three in one figure overlapped)."""
-    zrange = fig_norms.log_range(grids)
+    zrange = fig_norms_training.log_range(grids)
     for i, (column, (arm, grid)) in enumerate(zip(st.columns(len(grids)), grids.items(), strict=True)):
         with column:
-            display.show_figure(fig_norms.warmup_grads({arm: grid}, zrange), key=K.per_item(K.TRAIN_WARMUP_GRAD_FIG, i))
+            display.show_figure(
+                fig_norms_training.warmup_grads({arm: grid}, zrange), key=K.per_item(K.TRAIN_WARMUP_GRAD_FIG, i)
+            )
 
 
 def warmup_scenario(registry: JobRegistry) -> None:

@@ -1,7 +1,7 @@
 """Why this token? Direct logit attribution, head ablation, activation patching and saliency on the sidebar's
-model and prompt. Every number comes from gptviz.methods.attribution / gptviz.methods.interventions through the page's service
-(gptviz.app.services.why); nothing is drawn that was not measured on this model. The patching and saliency tabs
-are drawn by gptviz/app/views/why_sweeps.py."""
+model and prompt. Every number comes from gptviz.methods.attribution / gptviz.methods.interventions through the
+page's service (gptviz.app.services.why); nothing is drawn that was not measured on this model. The patching and
+saliency tabs are drawn by gptviz/app/views/why_sweeps.py."""
 
 from __future__ import annotations
 
@@ -104,7 +104,7 @@ def clickable_grid(fig, cfg: GPTConfig):
     """Invisible markers over the grid's cells: Plotly heatmaps do not report clicks, markers do."""
     import plotly.graph_objects as go
 
-    layers, heads = zip(*[(l, h) for l in range(cfg.n_layers) for h in range(cfg.n_heads)], strict=True)
+    layers, heads = zip(*[(layer, h) for layer in range(cfg.n_layers) for h in range(cfg.n_heads)], strict=True)
     fig.add_trace(
         go.Scatter(
             x=heads,
@@ -203,14 +203,14 @@ def ablation_effect(ask: Ask) -> None:
         float(state.get(K.WHY_TEMP, 0.0)),
         int(state.get(K.WHY_SEED, 0)),
     )
-    st.markdown(f"**Ablated ({ab.mode}):** " + ", ".join(unit_id.head_id(l, h) for l, h in heads))
+    st.markdown(f"**Ablated ({ab.mode}):** " + ", ".join(unit_id.head_id(layer, h) for layer, h in heads))
     probability_table(ask, ab)
     direct_and_total(ask, ab)
     continuations(ask, ab)
 
 
 def ablation_controls(cfg: GPTConfig) -> Ablation:
-    options = [(l, h) for l in range(cfg.n_layers) for h in range(cfg.n_heads)]
+    options = [(layer, h) for layer in range(cfg.n_layers) for h in range(cfg.n_heads)]
     state[K.WHY_HEADS] = [h for h in ablated() if h in options]  # the grid's clicks and a link set WHY_ABLATED
     chosen = S.WHY_HEADS.multiselect(
         st,
@@ -312,7 +312,7 @@ def attention_with_and_without(ask: Ask, ab: Ablation) -> None:
     cfg = ask.cfg
     v1, v2 = st.columns(2)
     show_layer = S.WHY_ATT_LAYER.selectbox(
-        v1, options=range(cfg.n_layers), index=min(max(l for l, _ in ab.heads) + 1, cfg.n_layers - 1)
+        v1, options=range(cfg.n_layers), index=min(max(layer for layer, _ in ab.heads) + 1, cfg.n_layers - 1)
     )
     show_head = S.WHY_ATT_HEAD.selectbox(v2, options=range(cfg.n_heads))
     name = unit_id.head_id(show_layer, show_head)
@@ -344,7 +344,7 @@ def ablate_tab(ask: Ask) -> None:
     if ab.heads:
         unit_pills(
             "What each ablated head does over the corpus",
-            [unit_id.head_id(l, h) for l, h in ab.heads],
+            [unit_id.head_id(layer, h) for layer, h in ab.heads],
             K.per_item(K.UNIT_PILLS, "why_ablated"),
         )
     probability_table(ask, ab)

@@ -2,7 +2,8 @@
 and the tracked table of current figures updated only when asked.
 
     python -m benchmarks                     # list the benchmarks
-    python -m benchmarks index patching      # run these (each script's own flags: python -m benchmarks index -- --only ray)
+    python -m benchmarks index patching      # run these
+    python -m benchmarks index -- --only ray    # a script's own flags after --
     python -m benchmarks --quick             # a few minutes' subset, each with its quick flags
     python -m benchmarks --all               # everything (an hour or more on 2 cores; browser ones need chromium)
     python -m benchmarks gpu --update-current   # also replace the benchmark's row in benchmarks/current.md

@@ -21,8 +21,6 @@ import statistics
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-
 import torch
 from streamlit.testing.v1 import AppTest
 
@@ -31,6 +29,8 @@ from gptviz import PRESETS
 from gptviz.app import keys as K
 from gptviz.app import model_service
 from gptviz.model.tokenizer import decode, encode
+
+ROOT = Path(__file__).resolve().parents[1]
 
 BASE = (
     "ROMEO: But soft, what light through yonder window breaks? It is the east, and Juliet is the sun. "

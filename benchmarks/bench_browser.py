@@ -98,7 +98,8 @@ SWITCH_JS = """async (root, [selector, index, title]) => {
   const t0 = performance.now();
   root.querySelectorAll(selector)[index].click();  // looked up now: a redraw rebuilds the pickers
   while (heading.textContent !== title) {
-    if (performance.now() - t0 > 60000) throw new Error(`after 60 s the title reads "${heading.textContent}", not "${title}"`);
+    if (performance.now() - t0 > 60000)
+      throw new Error(`after 60 s the title reads "${heading.textContent}", not "${title}"`);
     await new Promise((r) => setTimeout(r, 1));
   }
   await new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r)));
@@ -190,7 +191,9 @@ def measure(page, url: str, name: str, n_new: int) -> dict:
     out["page_tps"], out["model_tps"] = statistics.median(page_tps), statistics.median(model_tps)
     # head and layer switches in the heatmap itself: click to the next painted frame, timed in the page
     out["switch_s"] = statistics.median(map_switch(page, ".gv-head", h, f"Layer 0, head {h}") for h in (1, 2, 3, 0, 1))
-    out["layer_s"] = statistics.median(map_switch(page, ".gv-layer", l, f"Layer {l}, head 1") for l in (1, 2, 3, 0, 1))
+    out["layer_s"] = statistics.median(
+        map_switch(page, ".gv-layer", layer, f"Layer {layer}, head 1") for layer in (1, 2, 3, 0, 1)
+    )
     # the rest of the page following a pick in the map: click to the Head picker showing it (Playwright's clock)
     follow = []
     for h in (2, 3):

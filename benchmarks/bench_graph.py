@@ -90,7 +90,8 @@ def main() -> None:
     )
     print(
         "| model | tokens | forward+backward, wall / CPU (s) | graph, wall / CPU (s) | graph / pass, wall / CPU "
-        "| target | met (wall) | nodes kept / total | edges kept | estimate (MiB) | peak RSS growth, first graph (MiB) |"
+        "| target | met (wall) | nodes kept / total | edges kept | estimate (MiB) "
+        "| peak RSS growth, first graph (MiB) |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for name, load in models.items():

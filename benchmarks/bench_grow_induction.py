@@ -1,6 +1,6 @@
-"""The "grow an induction head" scenario (Heads forming page, gptviz.serve.training_jobs.induction_growth_spec) run as the
-app runs it, a background job with snapshots, over several seeds: the seconds until some head's induction score on
-the snapshot probe reaches 0.5 (from the job's start, corpus loading included, and from its first step), the step
+"""The "grow an induction head" scenario (Heads forming page, gptviz.serve.training_jobs.induction_growth_spec) run as
+the app runs it, a background job with snapshots, over several seeds: the seconds until some head's induction score
+on the snapshot probe reaches 0.5 (from the job's start, corpus loading included, and from its first step), the step
 it happened at, and what recording the snapshots cost as a share of the training time.
 
     python -m benchmarks grow                 # seeds 0 1 2, the scenario's settings
@@ -10,7 +10,7 @@ Prints a Markdown table: each seed's run as the page runs it, to its end (the pa
 last step), with the load average beside it.
 
     python -m benchmarks grow -- --memory               # every wiring the page offers, the whole run (800 steps)
-    python -m benchmarks grow -- --memory --steps 6     # the first 6 steps of each (tests/test_training_memory.py)
+    python -m benchmarks grow -- --memory --steps 6     # the first 6 of each (tests/serve/test_training_memory.py)
 
 Memory: what the page's run reserves (gptviz.serve.job_sizes.job_nbytes) against the growth of the resident memory of a
 fresh process running it as the server does (peak VmHWM against VmRSS before it starts), one child process per wiring:
@@ -27,7 +27,7 @@ import time
 
 import torch
 
-from gptviz.app.settings import GROW_WIRINGS
+from gptviz.app.settings_choices import GROW_WIRINGS
 from gptviz.model.unit_id import head_id
 from gptviz.serve.training_jobs import GROWTH, JobRegistry, growth_wirings, induction_growth_spec, job_nbytes
 

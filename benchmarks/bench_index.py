@@ -14,9 +14,10 @@ overhead is scan / forward - 1 (target: at most 25%). The scan ends its forward 
 reads (gptviz.index.forward.forward_through_units); that shorter pass alone is measured too (`units_forward_*`), and
 scan / it - 1 is what the statistics alone cost (`statistics_pct`). The scan also runs without the bands' sample
 (`scan_no_bands_*`, a plan with sample=0): scan / it - 1 is what the bands cost (`bands_pct`, target: under 5%;
-`bands_cpu_pct` from the process's CPU time, which a busy machine disturbs less than the wall clock). The scan runs twice: with its statistics compiled
-from C (the extension gptviz.index._block_stats, built at install or by `python setup.py build_ext --inplace`;
-gptviz/index/native.py; `scan_*`) and with the torch ops it falls back to (`torch_*`, GPTVIZ_NATIVE=0).
+`bands_cpu_pct` from the process's CPU time, which a busy machine disturbs less than the wall clock). The scan runs
+twice: with its statistics compiled from C (the extension gptviz.index._block_stats, built at install or by
+`python setup.py build_ext --inplace`; gptviz/index/native.py; `scan_*`) and with the torch ops it falls back to
+(`torch_*`, GPTVIZ_NATIVE=0).
 gpt2-small has random weights (its scan costs the same as with trained ones). One torch thread (the index CLI's
 default) unless BENCH_THREADS says otherwise.
 """

@@ -72,7 +72,8 @@ INIT_JS = r"""(() => {
     el.classList.contains('gv-rows') ? !!el.querySelector('.gv-row') : !!(el.__gv && el.__gv.data);
   const figures = () => deep(FIG).filter((el) => drawn(el) && !stale(el));
   const text = (re) => [...document.querySelectorAll('[data-testid="stMarkdownContainer"], ' +
-    '[data-testid="stCaptionContainer"], [data-testid="stText"], p')].some((el) => !stale(el) && re.test(el.textContent));
+    '[data-testid="stCaptionContainer"], [data-testid="stText"], p')]
+    .some((el) => !stale(el) && re.test(el.textContent));
   const gv = window.gv = {deep, closest, stale, figures, text, s: null};
   gv.fresh = () => figures().filter((el) => !gv.s.old.has(token(el)));
   gv.arm = (src) => {
@@ -95,7 +96,8 @@ INIT_JS = r"""(() => {
       if (!seen.length) return;
       s.lastAt = performance.now();
       const el = seen[seen.length - 1].target;
-      s.why = `${seen[seen.length - 1].type} ${el.nodeType === 1 ? (el.getAttribute('data-testid') || el.className) : el.nodeName}`;
+      const what = el.nodeType === 1 ? (el.getAttribute('data-testid') || el.className) : el.nodeName;
+      s.why = `${seen[seen.length - 1].type} ${what}`;
       requestAnimationFrame(() => requestAnimationFrame(() => { if (!s.done) s.last = performance.now(); }));
     });
     mo.observe(document.body, {subtree: true, childList: true, attributes: true, characterData: true});
@@ -108,7 +110,8 @@ INIT_JS = r"""(() => {
           try { ok = cond(gv); } catch (e) { ok = false; }
           if (ok) requestAnimationFrame(() => { if (s.seen === null) s.seen = performance.now(); });
         }
-        if (s.fig === null && gv.fresh().length) requestAnimationFrame(() => { if (s.fig === null) s.fig = performance.now(); });
+        if (s.fig === null && gv.fresh().length)
+          requestAnimationFrame(() => { if (s.fig === null) s.fig = performance.now(); });
       }
       requestAnimationFrame(watch);
     };
@@ -196,8 +199,9 @@ def timed(page, condition: str, act, *, settle: bool = True, timeout_ms: int = 1
 SERVER_PID: int | None = None  # the app's process, whose CPU time each interaction reads (main sets it)
 
 
-STATE_JS = """() => ({t0: gv.s.t0, seen: gv.s.seen, fig: gv.s.fig, since_last_change_ms: performance.now() - gv.s.lastAt,
-  last_change: gv.s.why, running: !!document.querySelector('[data-testid="stStatusWidget"]'), now: performance.now()})"""
+STATE_JS = """() => ({t0: gv.s.t0, seen: gv.s.seen, fig: gv.s.fig,
+  since_last_change_ms: performance.now() - gv.s.lastAt, last_change: gv.s.why,
+  running: !!document.querySelector('[data-testid="stStatusWidget"]'), now: performance.now()})"""
 
 
 def map_title(page) -> str:
@@ -267,7 +271,7 @@ def view_tabs(page, rounds: int) -> list[dict]:
 
     views = list(S.ATT_VIEW.rule.options)
     times = []
-    for r in range(rounds):
+    for _ in range(rounds):
         for view in views[1:] + views[:1]:
             tab = page.get_by_role("tab", name=view, exact=True)
             cond = "gv.fresh().some((f) => gv.closest(f, '[role=tabpanel]') && !gv.closest(f, '[hidden]'))"
@@ -495,8 +499,8 @@ def report(
     results: dict[str, tuple[list[Row], dict, str]], cold: list[dict] | None, engine: dict, cold_load: str = ""
 ) -> list[str]:
     lines = [
-        "| model | interaction | n | p50 | p95 | p50 / p95 of the other mark; the server's CPU (p50) | budget (p95) | over | "
-        "load at the model's end (1/5/15 min) |",
+        "| model | interaction | n | p50 | p95 | p50 / p95 of the other mark; the server's CPU (p50) "
+        "| budget (p95) | over | load at the model's end (1/5/15 min) |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     over = []

@@ -4,7 +4,8 @@ LIVE_REDRAW_S, each taking the snapshot as the page does and, in the "with" runs
 gptviz.app.live_why does (its budget, its cost estimate, the service's one-thread work; no Streamlit, no cache).
 Rounds alternate without / with, so background load hits both alike. Reported: tokens/s of the generation (new tokens
 over its wall time) without and with, the median of the rounds' ratios (the target: at least 0.9) and their range,
-and how many tokens got contributors live. Then the same at the pages' default pace (5 tokens/s), where the model waits and the budget is larger.
+and how many tokens got contributors live. Then the same at the pages' default pace (5 tokens/s), where the model
+waits and the budget is larger.
 
     python -m benchmarks live-why
     python -m benchmarks live-why -- --models bundled --rounds 9 --paces free

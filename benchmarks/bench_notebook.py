@@ -25,28 +25,18 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
-from benchmarks.servers import stop_process
+from benchmarks.load_test import ARGS, CHROMIUM  # the same browser setup
+from benchmarks.servers import jupyterlab, stop_process
 
 ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM = "/usr/bin/chromium"
-ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 L, H = 12, 12
 
-SETUP = """\
+SETUP = f"""\
 import numpy as np
 from gptviz.notebook import attention
 try:
@@ -55,11 +45,11 @@ except ImportError:
     attention_heads = None
 
 def pattern(T, seed=0):
-    p = np.random.default_rng(seed).random((%d, %d, T, T), dtype=np.float32)
+    p = np.random.default_rng(seed).random(({L}, {H}, T, T), dtype=np.float32)
     p *= np.tril(np.ones((T, T), dtype=np.float32))
     p /= p.sum(-1, keepdims=True)
     return p
-""" % (L, H)
+"""
 
 # a cell's drawing: what appears in its output once the heatmap is on screen
 DRAWN = {"gptviz": "canvas.gv-heat[data-cell]", "circuitsvis": "[id^='circuits-vis'] canvas"}
@@ -89,7 +79,7 @@ def notebook(sizes: list[int], repeats: int, with_cv: bool) -> tuple[dict, list[
     cells = [SETUP] + [f"p{T} = pattern({T})\ntokens{T} = [f'tok{{i}}' for i in range({T})]\n'ready'" for T in sizes]
     plan = []
     for T in sizes:
-        for r in range(repeats):
+        for _ in range(repeats):
             for tool in ("gptviz", "circuitsvis") if with_cv else ("gptviz",):
                 plan.append((tool, T, len(cells)))
                 cells.append(
@@ -104,41 +94,6 @@ def notebook(sizes: list[int], repeats: int, with_cv: bool) -> tuple[dict, list[
         "nbformat_minor": 5,
     }
     return nb, plan
-
-
-def start_lab(folder: Path, port: int) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "JUPYTER_CONFIG_DIR": str(folder / ".jupyter")}
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "jupyterlab",
-            "--no-browser",
-            f"--port={port}",
-            "--ServerApp.ip=127.0.0.1",
-            "--allow-root",
-            "--IdentityProvider.token=",
-            "--ServerApp.password=",
-            "--ServerApp.disable_check_xsrf=True",
-            f"--ServerApp.root_dir={folder}",
-            "--LabApp.expose_app_in_browser=True",
-            "--LabApp.news_url=None",
-            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-        ],
-        cwd=folder,
-        env=env,
-        stdout=open(folder / "lab.log", "wb"),
-        stderr=subprocess.STDOUT,
-    )
-    deadline = time.monotonic() + 180
-    while True:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status", timeout=2):
-                return proc
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError((folder / "lab.log").read_text(errors="replace")[-3000:])
-            time.sleep(0.5)
 
 
 def run_cell_until(page, index: int, text: str, timeout_s: float) -> None:
@@ -177,7 +132,7 @@ def main() -> int:
     folder = Path(tempfile.mkdtemp(prefix="gptviz-bench-nb-"))
     nb, plan = notebook(args.tokens, args.repeats, with_cv)
     (folder / "bench.ipynb").write_text(json.dumps(nb), encoding="utf-8")
-    lab = start_lab(folder, args.port)
+    lab = jupyterlab(folder, args.port, ROOT)
     results: dict[tuple[str, int], list[tuple[float | None, int]]] = {}
     crashed: dict[tuple[str, int], int] = {}  # (tool, tokens) -> the run whose tab crashed
     try:

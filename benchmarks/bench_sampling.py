@@ -14,12 +14,9 @@ from __future__ import annotations
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-import gptviz  # noqa: F401
 from benchmarks.bench_browser import prompt_of  # the browser benchmark's 64-token prompt
 from gptviz import GPT, PRESETS, load_pretrained, stream
 from gptviz.model.tokenizer import encode

@@ -1,5 +1,6 @@
-"""The Train page's warmup scenario (gptviz.training.warmup), run once from the command line: each arm's loss over the last
-steps, mean ± sd over the seeds, and whether post-norm needed warmup and pre-norm did without, by the rule stated.
+"""The Train page's warmup scenario (gptviz.training.warmup), run once from the command line: each arm's loss over the
+last steps, mean ± sd over the seeds, and whether post-norm needed warmup and pre-norm did without, by the rule
+stated.
 
     python -m benchmarks warmup -- [--lr 3e-3] [--steps 300] [--warmup 60] [--beta2 0.98] [--layers 12] [--seeds 3]
                                       [--threads 1] [--full-vocab] [--json out.json]

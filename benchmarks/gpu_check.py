@@ -16,8 +16,8 @@ and bfloat16 on the device:
   precision a first difference is accepted only at a near-tie of the reference;
 - the neuron index (`gptviz.index.build_index`, as `python -m gptviz index --device cuda --dtype ...` runs it) over
   the start of the complete works: active shares and top-20 examples against the float32 CPU scan;
-- training on the device (`gptviz.training.train.Trainer.step`, and the `train_models` loop): three steps on one repeated
-  batch with finite losses and gradient norms, losses that follow the CPU's from the same weights (relative
+- training on the device (`gptviz.training.train.Trainer.step`, and the `train_models` loop): three steps on one
+  repeated batch with finite losses and gradient norms, losses that follow the CPU's from the same weights (relative
   difference under 1e-2) and fall; two tiny models trained side by side by `train_models` on the device.
 
 Prints a compact table and writes JSON to $OUT/gpu_check.json when OUT is set, and to --out when given (both when
@@ -39,19 +39,19 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-
 from benchmarks.forward_passes import forward_count
 from gptviz import GPT, PRESETS, capture, generate, get_tokenizer, load_pretrained, stream
 from gptviz.model.devices import available_devices, available_dtypes, place
 from gptviz.training.train import Trainer, TrainSettings, train_models
+
+ROOT = Path(__file__).resolve().parents[1]
 
 PROMPT = (
     "Ham.\nWho's there?\n\nHor.\nFriends to this ground, and liegemen to the Dane.\n\nMar.\n"
     "And what art thou?\n\nHam.\nA piece of him.\n"
 )
 # Largest logit difference allowed, as a share of the reference's largest |logit| (the bundled model's span
-# about +-16; tests/test_devices.py allows 0.3 for bfloat16 and 0.05 for float16 there, on the CPU).
+# about +-16; tests/model/test_devices.py allows 0.3 for bfloat16 and 0.05 for float16 there, on the CPU).
 LOGIT_TOL = {"float32": 1e-4, "float16": 5e-3, "bfloat16": 2.5e-2}
 PATTERN_TOL = {"float32": 1e-4, "float16": 0.01, "bfloat16": 0.03}  # attention weights, absolute
 # Share of all positions whose top-1 agrees (a random model's logits are near-ties everywhere, so the test that

@@ -19,7 +19,7 @@ message. Scenarios, each under its own timeout (one that cannot be driven is rep
 6. The unit page's index builder (issue 43), on a loopback server of its own: one visitor builds back to back past
    GPTVIZ_INDEX_KEPT (the built indexes left on disk); a torn index.json (the page offers a rebuild, which
    succeeds). Fair turns between two visitors need two client addresses, which loopback does not give (every
-   connection comes from 127.0.0.1): tests/test_index_turns.py checks them with the addresses set in the test.
+   connection comes from 127.0.0.1): tests/app/test_index_turns.py checks them with the addresses set in the test.
 
     python -m benchmarks hostile                 # about 5 minutes
     python -m benchmarks hostile -- --only 1 3      # some scenarios
@@ -45,10 +45,10 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
 from benchmarks.load_test import ARGS, CHROMIUM, idle, rss_mib
 from benchmarks.servers import cpu_seconds, streamlit_server
+
+ROOT = Path(__file__).resolve().parents[1]
 
 LIMITS = {
     "GPTVIZ_MEMORY_MB": "2048",
@@ -527,7 +527,7 @@ async def cache_clearing(browser, server: Server) -> list[Row]:
         first = await asyncio.to_thread(clear_cache, server.port, 2)
         for _, p in pages[: n // 2]:
             await press_generate(p)
-        second = await asyncio.to_thread(clear_cache, server.port, 2)
+        await asyncio.to_thread(clear_cache, server.port, 2)
         for _, p in pages[n // 2 :]:
             await press_generate(p)
         await asyncio.to_thread(clear_cache, server.port, 1)
@@ -591,7 +591,8 @@ async def cache_clearing(browser, server: Server) -> list[Row]:
 
 # ---- 4. concurrent large captures ------------------------------------------------------------------------------
 
-LONG_COUNT_OR_ERROR = """() => [...document.querySelectorAll('strong')].some(e => /^\\d{3,} tokens?$/.test(e.innerText.trim()))
+LONG_COUNT_OR_ERROR = """() => [...document.querySelectorAll('strong')]
+    .some(e => /^\\d{3,} tokens?$/.test(e.innerText.trim()))
     || document.querySelector('[data-testid="stAlertContentError"]') !== null"""
 
 
@@ -619,7 +620,6 @@ async def large_captures(browser, server: Server, visitors: int) -> list[Row]:
         await asyncio.sleep(1)
         build_peak = server.peak_since(loaded)
         overhead = server.settled_rss(3.0)
-        OVERHEAD = overhead
         prompts = []
         for i in range(visitors):
             text = " ".join(WORDS[(i + j) % len(WORDS)] + str(j % 10) for j in range(400))
@@ -714,10 +714,9 @@ async def index_builder(browser, builds: int = 6) -> list[Row]:
     """A loopback server of its own, GPTVIZ_INDEX_KEPT=4, scans of 20,000 tokens of the tiny preset: one visitor
     builds `builds` new seeds back to back; then a torn index.json is written for a new seed and the visitor opens
     its unit page. Every connection is from 127.0.0.1 (loopback only), so fair turns between two addresses are
-    left to tests/test_index_turns.py."""
+    left to tests/app/test_index_turns.py."""
     folder = Path(tempfile.mkdtemp(prefix="gptviz-hostile-indexes-"))
     server = Server({**INDEX_LIMITS, "GPTVIZ_INDEX_DIR": str(folder)}, port=PORT and PORT + 1)
-    started = time.monotonic()
     try:
         OWN_SERVERS["6-7"] = (server.settled_rss(2.0), server)  # its own idle RSS: the budget's fixed overhead
         ctx, page = await open_page(browser, server.url)
@@ -891,7 +890,8 @@ def main() -> int:
     print(
         f"\nHostile load, {time.strftime('%Y-%m-%d')}, {time.perf_counter() - started:.0f} s in all, "
         f"{os.cpu_count()} CPU(s), load average at the end {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}; "
-        f"server limits {LIMITS}; server peak RSS over the whole run {peak_all:,.0f} MiB ({when}); each scenario's peak: {per}\n"
+        f"server limits {LIMITS}; server peak RSS over the whole run {peak_all:,.0f} MiB ({when}); "
+        f"each scenario's peak: {per}\n"
     )
     print("| scenario | what it did | measured | target | met |\n|---|---|---|---|---|")
     for r in rows:

@@ -341,7 +341,8 @@ def main() -> int:
     load = os.getloadavg()
     git = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
     print(
-        f"\nIssue 57 replayed on {git.strip()}, {time.strftime('%Y-%m-%d %H:%M')}, {time.perf_counter() - started:.0f} s, "
+        f"\nIssue 57 replayed on {git.strip()}, {time.strftime('%Y-%m-%d %H:%M')}, "
+        f"{time.perf_counter() - started:.0f} s, "
         f"{os.cpu_count()} CPU(s), load average at the end {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}\n"
     )
     print("| case | what it did | measured | target | met |\n|---|---|---|---|---|")

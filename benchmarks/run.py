@@ -24,17 +24,17 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
 import torch
 
 from benchmarks.run_folder import run_folder
 from gptviz import GPT, PRESETS, capture, generate, get_tokenizer, stream
-from gptviz.model.checkpoint import _CONV1D
 from gptviz.model.hooks import act_name
 from gptviz.model.model import row_major_copy
 from gptviz.serve.allocator import keep_freed_memory
+
+ROOT = Path(__file__).resolve().parents[1]
+# transformers is imported inside the functions below, after this; the children started here inherit it too
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 PROMPT = (
     "The history of natural language processing generally started in the 1950s, although work can "
@@ -50,40 +50,11 @@ def build_ours(seed: int = 0) -> GPT:
     return GPT(PRESETS["gpt2-small"]).eval()
 
 
-def hf_state_from_ours(model: GPT) -> dict[str, torch.Tensor]:
-    """The inverse of gptviz.model.weights.state_from_hf: our keys -> Hugging Face's, Conv1D matrices transposed."""
-    state = {}
-    for key, value in model.state_dict().items():
-        if key.endswith(_CONV1D):
-            value = value.t()
-        if key != "lm_head.weight":
-            key = "transformer." + (key.replace("blocks.", "h.", 1) if key.startswith("blocks.") else key)
-        state[key] = value.contiguous().clone()
-    return state
-
-
 def build_hf(model: GPT, attn: str):
-    from transformers import GPT2Config, GPT2LMHeadModel
+    """transformers' GPT2LMHeadModel with our model's weights (the library's converter), `attn` its attention."""
+    from gptviz.interop.tlens import to_hf_gpt2
 
-    c = model.config
-    cfg = GPT2Config(
-        vocab_size=c.vocab_size,
-        n_positions=c.n_ctx,
-        n_embd=c.d_model,
-        n_layer=c.n_layers,
-        n_head=c.n_heads,
-        n_inner=c.d_ff,
-        activation_function="gelu_new",
-        resid_pdrop=0.0,
-        embd_pdrop=0.0,
-        attn_pdrop=0.0,
-        layer_norm_epsilon=c.ln_eps,
-        tie_word_embeddings=c.tie_weights,
-    )
-    hf = GPT2LMHeadModel(cfg)
-    missing, unexpected = hf.load_state_dict(hf_state_from_ours(model), strict=False)
-    missing = [k for k in missing if not k.endswith((".attn.bias", ".attn.masked_bias"))]
-    assert not missing and not unexpected, (missing, unexpected)
+    hf = to_hf_gpt2(model)
     hf.set_attn_implementation(attn)
     hf.generation_config.eos_token_id = None  # random weights: never stop early, always 64 new tokens
     hf.generation_config.pad_token_id = 0
@@ -346,14 +317,18 @@ def report(fwd, gen, per_tok, mem, args, elapsed) -> str:
             f"{'≥' if higher else '≤'} {target}x | {verdict(r_cpu, target, higher)} |"
         )
 
-    line(
+    def time_line(label, stats, a, b, target):
+        """A row of two timed contenders' medians, a against b, where lower is better."""
+        cpu = f"{ms(stats.median(a))} vs {ms(stats.median(b))}"
+        wall = f"{ms(stats.median(a, 'wall'))} vs {ms(stats.median(b, 'wall'))}"
+        line(label, cpu, wall, stats.ratio(a, b), stats.ratio(a, b, "wall"), target, False)
+
+    time_line(
         f"Capture every hook point ({fwd['n_hooks']}) vs our plain forward, 64 tokens",
-        f"{ms(c.median('ours_capture_all'))} vs {ms(c.median('ours_plain'))}",
-        f"{ms(c.median('ours_capture_all', 'wall'))} vs {ms(c.median('ours_plain', 'wall'))}",
-        c.ratio("ours_capture_all", "ours_plain"),
-        c.ratio("ours_capture_all", "ours_plain", "wall"),
+        c,
+        "ours_capture_all",
+        "ours_plain",
         1.10,
-        False,
     )
     keep = fwd["keep_memory"]
     ks = keep["summary"]
@@ -363,14 +338,12 @@ def report(fwd, gen, per_tok, mem, args, elapsed) -> str:
         f"{keep['cpu_ratio']:.3f}x | {ms(ks['wall']['ours_capture_all'])} vs {ms(ks['wall']['ours_plain'])} | "
         f"{keep['wall_ratio']:.3f}x | ≤ 1.1x | {verdict(keep['cpu_ratio'], 1.10, False)} |"
     )
-    line(
+    time_line(
         "Our plain forward vs transformers forward with output_attentions + output_hidden_states, 64 tokens",
-        f"{ms(f.median('ours_plain'))} vs {ms(f.median('hf_outputs'))}",
-        f"{ms(f.median('ours_plain', 'wall'))} vs {ms(f.median('hf_outputs', 'wall'))}",
-        f.ratio("ours_plain", "hf_outputs"),
-        f.ratio("ours_plain", "hf_outputs", "wall"),
+        f,
+        "ours_plain",
+        "hf_outputs",
         1.05,
-        False,
     )
     for name, label, target in (
         ("ours_generate", "our generate()", 1.0),
@@ -429,7 +402,8 @@ def report(fwd, gen, per_tok, mem, args, elapsed) -> str:
         f"{ms(c.median('ours_capture_all', 'user'))} vs {ms(c.median('ours_plain', 'user'))}, system CPU "
         f"{ms(c.median('ours_capture_all', 'sys'))} vs {ms(c.median('ours_plain', 'sys'))}, minor page faults "
         f"{c.median('ours_capture_all', 'faults'):,.0f} vs {c.median('ours_plain', 'faults'):,.0f}; with "
-        f"`keep_freed_memory()`: faults {ks['faults']['ours_capture_all']:,.0f} vs {ks['faults']['ours_plain']:,.0f}, system CPU "
+        f"`keep_freed_memory()`: faults {ks['faults']['ours_capture_all']:,.0f} vs "
+        f"{ks['faults']['ours_plain']:,.0f}, system CPU "
         f"{ms(ks['sys']['ours_capture_all'])} vs {ms(ks['sys']['ours_plain'])}.",
         "",
         f"Reference: transformers plain forward (SDPA, no extra outputs) {ms(f.median('hf_plain'))} CPU; "

@@ -12,6 +12,7 @@ import dataclasses
 import os
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.request
@@ -75,6 +76,45 @@ def stop_process(proc: subprocess.Popen, timeout: float = 15.0) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(timeout=timeout)
+
+
+def jupyterlab(folder: Path, port: int, root: Path, timeout: float = 180.0) -> subprocess.Popen:
+    """`jupyter lab` on `port` over `folder`, its kernels importing gptviz from the checkout `root`, once it answers
+    (within `timeout` seconds; else RuntimeError with the end of folder/lab.log). Stop it with stop_process."""
+    env = {**os.environ, "PYTHONPATH": str(root), "JUPYTER_CONFIG_DIR": str(folder / ".jupyter")}
+    with open(folder / "lab.log", "wb") as log:  # the child keeps its own handle
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "jupyterlab",
+                "--no-browser",
+                f"--port={port}",
+                f"--ServerApp.ip={HOST}",
+                "--allow-root",
+                "--IdentityProvider.token=",
+                "--ServerApp.password=",
+                "--ServerApp.disable_check_xsrf=True",
+                f"--ServerApp.root_dir={folder}",
+                "--LabApp.expose_app_in_browser=True",
+                "--LabApp.news_url=None",
+                "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+            ],
+            cwd=folder,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://{HOST}:{port}/api/status", timeout=2):
+                return proc
+        except OSError as err:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                stop_process(proc)
+                raise RuntimeError((folder / "lab.log").read_text(errors="replace")[-3000:]) from err
+            time.sleep(0.5)
 
 
 def wait_until_healthy(server: Server, timeout: float = 90.0) -> None:

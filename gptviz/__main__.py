@@ -252,6 +252,12 @@ def build_parser() -> argparse.ArgumentParser:
     from .training.train import TrainSettings
 
     d = TrainSettings()
+
+    def setting(flag: str, help: str | None = None) -> None:
+        """An option whose default is TrainSettings' field of the same name, of that default's type."""
+        default = getattr(d, flag.removeprefix("--").replace("-", "_"))
+        t.add_argument(flag, type=type(default), default=default, help=help)
+
     t.add_argument("--preset", default="small-4l")
     t.add_argument("--norm", choices=("pre", "post"), default="pre")
     t.add_argument(
@@ -262,28 +268,16 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument(
         "--held-out", default=",".join(HELD_OUT_PLAYS), help="comma-separated plays to hold out when --data is a folder"
     )
-    t.add_argument(
-        "--copy-fraction",
-        type=float,
-        default=d.copy_fraction,
-        help="share of each batch made of random training ids followed by their exact repeats",
-    )
+    setting("--copy-fraction", help="share of each batch made of random training ids followed by their exact repeats")
     t.add_argument(
         "--block-size",
         type=int,
         default=None,
         help="training windows this long (default: the context length); a shorter stage first is a curriculum",
     )
-    t.add_argument(
-        "--copy-vocab",
-        type=int,
-        default=d.copy_vocab,
-        help="draw the repeated sequences from this many most frequent training ids (0 = all)",
-    )
-    t.add_argument(
+    setting("--copy-vocab", help="draw the repeated sequences from this many most frequent training ids (0 = all)")
+    setting(
         "--copy-any-share",
-        type=float,
-        default=d.copy_any_share,
         help="share of the repeated sequences drawn from every training id instead of the --copy-vocab most frequent",
     )
     t.add_argument(
@@ -292,25 +286,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="repeated rows normalise their softmax over the ids the batch's repeated rows contain "
         "(while --corpus-vocab-steps run), not over every copy id",
     )
-    t.add_argument("--steps", type=int, default=d.steps)
-    t.add_argument("--batch-size", type=int, default=d.batch_size)
-    t.add_argument("--lr", type=float, default=d.lr)
-    t.add_argument("--warmup", type=int, default=d.warmup)
-    t.add_argument(
-        "--min-lr-ratio",
-        type=float,
-        default=d.min_lr_ratio,
-        help="the cosine decays to lr times this at the last step (1 = constant after warmup)",
-    )
-    t.add_argument("--weight-decay", type=float, default=d.weight_decay, help="AdamW's, on matrices only")
+    setting("--steps")
+    setting("--batch-size")
+    setting("--lr")
+    setting("--warmup")
+    setting("--min-lr-ratio", help="the cosine decays to lr times this at the last step (1 = constant after warmup)")
+    setting("--weight-decay", help="AdamW's, on matrices only")
     t.add_argument("--dropout", type=float, default=0.1)
     t.add_argument("--n-ctx", type=int, default=None, help="context length (default: the preset's)")
-    t.add_argument("--eval-every", type=int, default=d.eval_every)
-    t.add_argument("--seed", type=int, default=d.seed)
-    t.add_argument(
+    setting("--eval-every")
+    setting("--seed")
+    setting(
         "--corpus-vocab-steps",
-        type=int,
-        default=d.corpus_vocab_steps,
         help="first N steps normalise the softmax over the corpus's ids only (much cheaper); "
         "the rest use the full vocabulary",
     )

@@ -113,7 +113,9 @@ def spreadsheet_safe(value):
 def csv_bytes(df: pd.DataFrame) -> bytes:
     """The frame as UTF-8 CSV, every text cell and header spreadsheet-safe (numbers keep their sign)."""
     safe = df.rename(columns=lambda c: spreadsheet_safe(str(c)))
-    for column in safe.columns[[dtype == object or pd.api.types.is_string_dtype(dtype) for dtype in safe.dtypes]]:
+    for column in safe.columns[
+        [pd.api.types.is_object_dtype(dtype) or pd.api.types.is_string_dtype(dtype) for dtype in safe.dtypes]
+    ]:
         safe[column] = safe[column].map(spreadsheet_safe)
     return safe.to_csv(index=False).encode("utf-8")
 

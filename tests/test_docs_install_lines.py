@@ -8,11 +8,11 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from pathlib import Path
 
 import tomllib
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support import ROOT
+
 # the command's words: up to the end of its code span or line, a shell operator, a comment or a closing bracket
 INSTALL = re.compile(r"pip install ([^`\n)&;#|]+)")
 CHECKOUT = re.compile(r"\.(?:\[([A-Za-z0-9_,\-]*)\])?")

@@ -8,7 +8,9 @@ import ast
 from collections import defaultdict
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1] / "gptviz"
+from tests.support import ROOT as CHECKOUT
+
+ROOT = CHECKOUT / "gptviz"
 SCIENCE = {"model", "methods", "training", "index", "figures", "interop", "notebook"}
 SERVER = {"serve", "app"}
 

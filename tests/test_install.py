@@ -20,11 +20,11 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import c_compiler
 
 from benchmarks.servers import streamlit_server
+from tests.support import ROOT
+from tests.support.compiler import c_compiler
 
-ROOT = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.subprocess, pytest.mark.slow]
 
 # What the build reads: pyproject.toml's packages and package-dir folders, and the readme it names.
@@ -159,7 +159,8 @@ def test_the_console_command_counts_gpt2_xl_from_outside_the_checkout(installed)
         installed,
         str(venv / "bin" / "python"),
         "-c",
-        "import gptviz, gptviz.training.corpus as c; print(gptviz.__file__); print(c.WORKS.is_dir(), c.CORPUS.is_file())",
+        "import gptviz, gptviz.training.corpus as c; print(gptviz.__file__);"
+        " print(c.WORKS.is_dir(), c.CORPUS.is_file())",
     )
     lines = where.stdout.split()
     assert str(ROOT) not in lines[0] and "site-packages" in lines[0]

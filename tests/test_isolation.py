@@ -1,5 +1,5 @@
 """The suite never touches the user's machine: its home, caches and settings are a temporary folder's, and the
-gptviz it tests is the checkout's, in this process and in the interpreters tests start (tests/conftest.py)."""
+gptviz it tests is the checkout's, in this process and in the interpreters tests start (tests/support/isolation.py)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import TEST_HOME
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support import ROOT
+from tests.support.isolation import TEST_HOME
 
 
 def test_home_caches_and_built_indexes_are_under_the_tests_own_temporary_folder():

@@ -1,8 +1,9 @@
 """The bundled twins' formation snapshots, read once per process and counted once in the memory budget.
 
 Not in the page: a page's file runs again on every visit and rerun, so the lru_cache the Heads forming page defined
-there was a new, empty cache each time, and every visit read both twins' snapshots again (about 8 MB each, held as
-long as the visit's script objects lived): 500 fresh sessions swung the server's RSS by 1.3 GB outside its budget.
+there was a new, empty cache each time, and every visit read both twins' snapshots again (megabytes each, held as
+long as the visit's script objects lived), so many fresh sessions swung the server's RSS by gigabytes outside its
+budget (issue 43; tests/app/test_timeline_visits.py counts the reads).
 """
 
 from __future__ import annotations

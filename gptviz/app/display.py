@@ -112,12 +112,12 @@ def show_figure(fig, key: str | None = None, **kwargs):
     return chart
 
 
-# Streamlit loads its Plotly bundle (4.7 MB of JavaScript) the first time a page shows a Plotly figure: a visitor's first
-# figure took 1.2-1.4 s longer than the next on a quiet 2-core machine, 2-3 s under load (issue 60). A session's first
-# run ends with a script that imports that bundle once the page has been still for a moment and the browser is idle, so
-# it loads while the visitor reads. Not at once: parsing it held up the first screen's map (4.7-5.2 s -> 7.5-7.8 s from
-# a cold server's first request, load 10). A fixed script: no user or model text is part of it; the bundle's file name
-# is read from the installed Streamlit (none found: nothing is sent).
+# Streamlit loads its Plotly bundle (megabytes of JavaScript) the first time a page shows a Plotly figure, so a
+# visitor's first figure waited seconds longer than the next (issue 60). A session's first run ends with a script that
+# imports that bundle once the page has been still for a moment and the browser is idle, so it loads while the visitor
+# reads. Not at once: parsing it held up the first screen's map (`python -m benchmarks latency` times the first screen
+# and the first figure). A fixed script: no user or model text is part of it; the bundle's file name is read from the
+# installed Streamlit (none found: nothing is sent).
 _WARM_JS = """<script>(() => {{
   if (window.__gvPlotlyWarm) return;  // once per browser tab
   window.__gvPlotlyWarm = true;

@@ -2,7 +2,7 @@
 named once; and, re-exported from settings.py, the keys of the settings, so `K.NAME` names every session key.
 
 Pages, the sidebar and the links read keys from here or from settings.py, never as string literals
-(tests/test_app_structure.py checks the pages), so a key's users can be found with one search and a typo is a
+(tests/app/test_app_structure.py checks the pages), so a key's users can be found with one search and a typo is a
 NameError, not a silent new key. A widget key is its session-state key. A setting (a value a visitor picks: its
 default, label, link name and rule) is declared in settings.py, not here.
 """
@@ -10,7 +10,7 @@ default, label, link name and rule) is declared in settings.py, not here.
 from . import settings as _settings
 
 # the choices settings offer, which pages compare values with
-from .settings import (  # noqa: F401
+from .settings_choices import (  # noqa: F401
     ATTENTION_VIEWS,
     DEFAULT_PACE,
     GROW_WIRINGS,

@@ -14,7 +14,7 @@ import zlib
 from . import keys as K
 from . import settings as S
 from .rules import BadValue, Setting
-from .settings import MAX_LINK_MODEL, MAX_LINK_PROMPT, SOURCE_CODES  # noqa: F401 (the link's limits, for tests)
+from .settings_choices import MAX_LINK_MODEL, MAX_LINK_PROMPT, SOURCE_CODES  # noqa: F401 (the link's limits, for tests)
 
 MAX_PACKED_PROMPT = 2000  # characters of the compressed prompt (long URLs break in mail and chat); past it, left out
 MAX_UNPACKED_PROMPT = 20_000  # characters a compressed prompt may unpack to (the sidebar's own limit)

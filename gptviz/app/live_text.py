@@ -35,9 +35,9 @@ def writing_speed(run: dict, live: bool) -> str:
 
 
 def generated_text(text: str, live: bool, height: int | None = None) -> None:
-    """A generation's prompt and continuation, never Markdown. Live: st.text in a bordered box, because st.code's
-    syntax highlighter was a fifth of the browser's work at each redraw (a Chromium profile: docs/benchmarks-history.md,
-    "The live page in a browser"), on the two cores the model shares; finished: st.code, with its copy button."""
+    """A generation's prompt and continuation, never Markdown. Live: st.text in a bordered box, because st.code's syntax
+    highlighter was a large part of the browser's work at each redraw (a Chromium profile: docs/benchmarks-history.md,
+    "The live page in a browser"), on the cores the model shares; finished: st.code, with its copy button."""
     if live:
         monospace_text(text, "generated", border=True, height=height)
     else:
@@ -48,8 +48,10 @@ def next_token_text(steps, enc=None) -> str:
     """A live view's next-token list as plain text (st.text: never Markdown): the last step's sampled token and the
     8 most probable. Text, not a bar chart, while the model writes: each redraw is a script run beside it."""
     last = steps[-1]
-    top_ids = [t[0] for t in last.top[:8]]
-    top = "\n".join(f"{label:>14}  {t[1]:.3f}" for label, t in zip(token_labels(top_ids, enc), last.top, strict=True))
+    shown = last.top[:8]
+    top = "\n".join(
+        f"{label:>14}  {t[1]:.3f}" for label, t in zip(token_labels([t[0] for t in shown], enc), shown, strict=True)
+    )
     return (
         f"Step {len(steps) - 1}: sampled {last.piece} (p {last.prob:.3f}, rank {last.rank})\n"
         f"most probable next tokens:\n{top}"

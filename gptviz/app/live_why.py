@@ -29,12 +29,15 @@ from .services import why_graph as services
 from .services.why import pieces
 from .unit_nav import go_to_why, unit_pills
 
-SHARE = 0.05  # of the model's own time: half the 10% it may be slowed by (measured: about 1:1 under load)
+# Of the model's own time: half the 10% it may be slowed by, because under load the contributors' CPU time comes out of
+# the model's at about one for one (`python -m benchmarks live-why` measures the rate with and without them).
+SHARE = 0.05
 IDLE_SHARE = 0.5  # of the time the model waited for the pace (its CPU is free then)
 TICK_S = 0.25  # the most one redraw spends on them (a redraw comes every 0.5 s)
 # A token's contributors are computed only when their expected time fits the budget: the last measured on this model
-# (scaled by the text's length), else a first guess from its size at FLOPS_GUESS (gpt2-small took 1.1 s for 100 tokens
-# on one thread of the loaded 2-core machine: 51 GFLOP, so 47 GFLOP/s; the guess is a little slower)
+# (scaled by the text's length), else a first guess from its size at FLOPS_GUESS, a rate a little below what one torch
+# thread of a loaded 2-core machine reaches on gpt2-small's backward pass, so the first guess errs long
+# (`python -m benchmarks live-why` runs the budget with this guess; `python -m benchmarks graph` times the pass).
 FLOPS_GUESS = 4e10
 MIN_COST_S = 0.01
 LINES = 4  # the box under the text: the token, then its three contributors (a fixed height: no jumps)
@@ -84,7 +87,7 @@ def explain_new(
     """Compute contributors for the steps not yet explained, newest first, while the next one's `expected` time fits
     the budget and this redraw has spent less than TICK_S; `on_cost(i, seconds)` hears each one's time. A token
     expected to take longer than TICK_S is never started while the model writes: spent in one piece, the budget saved
-    up from its waits held the CPU when it wanted it (gpt2-small at 5 tokens/s: 0.86 of its rate for one token).
+    up from its waits held the CPU when it wanted it (`python -m benchmarks live-why` measures the rate at 5 tokens/s).
     Returns how many were computed."""
     started, count = now(), 0
     for i in reversed(range(n_steps)):

@@ -68,7 +68,7 @@ def model_store() -> BoundedCache:
     memory budget (gptviz.serve.memory). A model dropped while something still holds it (a session's page) stays
     counted until it is gone, and a drop that leaves one alive runs Python's full collection, which frees those only
     garbage holds (a reference cycle an ended session left): before, a server kept every model folder a visitor
-    opened (issue 57; tests/test_model_memory.py)."""
+    opened (issue 57; tests/serve/test_model_memory.py)."""
     return process_wide(
         "model_store",
         lambda: BoundedCache(
@@ -87,9 +87,13 @@ def upload_folders() -> UploadFolders:
     their models and captures leave the caches with them."""
 
     def forget(prefixes: list[str]) -> None:
-        gone = lambda spec: (
-            isinstance(spec, ModelSpec) and spec.source == keys.SOURCE_UPLOAD and spec.name.startswith(tuple(prefixes))
-        )  # noqa: E731
+        def gone(spec) -> bool:
+            return (
+                isinstance(spec, ModelSpec)
+                and spec.source == keys.SOURCE_UPLOAD
+                and spec.name.startswith(tuple(prefixes))
+            )
+
         capture_store().discard(lambda key: gone(key[0]))
         model_store().discard(gone)
 
@@ -118,7 +122,8 @@ class Captured(dict):
 
 
 # How long a capture waits for others in flight to end before it is refused: large captures run one after another
-# within the capture budget, and on a loaded CPU one of 682 tokens on gpt2-small took over 30 s
+# within the capture budget, and on a loaded CPU one long prompt's capture of gpt2-small takes tens of seconds
+# (`python -m benchmarks hostile` runs concurrent large captures)
 CAPTURE_WAIT_S = 120.0
 
 
@@ -220,7 +225,8 @@ def refuse_non_finite_logits(logits: torch.Tensor, ids) -> None:
     """NonFiniteError when a forward pass overflowed (finite weights can still give infinite activations, e.g. in
     half precision): NaN or inf anywhere in the residual stream reaches the logits at that position and after."""
     # a row holds NaN or an infinity exactly when its max or min is one (amax/amin propagate NaN); isfinite on the
-    # whole [T, vocab] block made a float and two bool copies of it (+230 MiB at 682 tokens of GPT-2's vocabulary)
+    # whole [T, vocab] block made a float and two bool copies of it (6 bytes a logit: hundreds of MiB for a long
+    # prompt over GPT-2's vocabulary)
     finite = torch.isfinite(logits.amax(dim=-1)) & torch.isfinite(logits.amin(dim=-1))
     if bool(finite.all()):
         return

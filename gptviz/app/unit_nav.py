@@ -1,9 +1,10 @@
 """Unit ids that open the unit page in the same session (and a written token that opens the Why page).
 
-A Markdown or LinkColumn link opens a new browser tab: a new session, which runs the whole app from the start
-(about 5 s on a 2-core CPU before the page's own 0.5 s). Here a unit id is a pill or a table row: picking it
-records where to go, and the router switches page at the start of the next run, in this session, with the model and
-caches already loaded. The address bar then shows the unit page's link (gptviz.app.links.unit_url), to copy."""
+A Markdown or LinkColumn link opens a new browser tab: a new session, which runs the whole app from the start (seconds
+on a 2-core CPU, several times the page's own run; `python -m benchmarks unit-page` times both). Here a unit id is a
+pill or a table row: picking it records where to go, and the router switches page at the start of the next run, in this
+session, with the model and caches already loaded. The address bar then shows the unit page's link
+(gptviz.app.links.unit_url), to copy."""
 
 from __future__ import annotations
 

@@ -67,7 +67,8 @@ def warm_home_page() -> None:
 
 def warm_unit_index() -> None:
     """Load the default model's neuron index and the corpus its examples come from (once per process: the first visit
-    to a unit page, from a pill or a link, waited 1.2 s more for them, 1.8 s at load 10; issue 60)."""
+    to a unit page, from a pill or a link, waited a second or more for them; issue 60, timed by
+    `python -m benchmarks unit-page`)."""
     from . import unit_index
     from .sidebar import default_model_spec
 

@@ -66,39 +66,22 @@ def residual_norm_lines(resid, attn, mlp, where: str) -> go.Figure:
     L = len(attn)
     ticks = [f"block {i}" for i in range(L)] + ["output"]
     fig = go.Figure()
-    fig.add_trace(
-        go.Scatter(
-            x=list(range(L + 1)),
-            y=resid,
-            mode="lines+markers",
-            name="residual stream (entering)",
-            line=dict(color=RESID_COLOR, width=3),
-            customdata=ticks,
-            hovertemplate="%{customdata}: ‖resid‖ = %{y:.3f}<extra></extra>",
+    for values, name, line, hook in (
+        (resid, "residual stream (entering)", dict(color=RESID_COLOR, width=3), "resid"),
+        (attn, "attention adds (hook_attn_out)", dict(color=ATTN_COLOR, dash="dot"), "attn_out"),
+        (mlp, "MLP adds (hook_mlp_out)", dict(color=MLP_COLOR, dash="dash"), "mlp_out"),
+    ):
+        fig.add_trace(
+            go.Scatter(
+                x=list(range(len(values))),
+                y=values,
+                mode="lines+markers",
+                name=name,
+                line=line,
+                customdata=ticks[: len(values)],
+                hovertemplate=f"%{{customdata}}: ‖{hook}‖ = %{{y:.3f}}<extra></extra>",
+            )
         )
-    )
-    fig.add_trace(
-        go.Scatter(
-            x=list(range(L)),
-            y=attn,
-            mode="lines+markers",
-            name="attention adds (hook_attn_out)",
-            line=dict(color=ATTN_COLOR, dash="dot"),
-            customdata=ticks[:L],
-            hovertemplate="%{customdata}: ‖attn_out‖ = %{y:.3f}<extra></extra>",
-        )
-    )
-    fig.add_trace(
-        go.Scatter(
-            x=list(range(L)),
-            y=mlp,
-            mode="lines+markers",
-            name="MLP adds (hook_mlp_out)",
-            line=dict(color=MLP_COLOR, dash="dash"),
-            customdata=ticks[:L],
-            hovertemplate="%{customdata}: ‖mlp_out‖ = %{y:.3f}<extra></extra>",
-        )
-    )
     fig.update_xaxes(tickmode="array", tickvals=list(range(L + 1)), ticktext=ticks)
     fig.update_yaxes(title_text="L2 norm", rangemode="tozero")
     return apply_layout(
@@ -249,9 +232,9 @@ def logit_lens_heatmap(
             colorbar=dict(
                 title="top prob.", tickformat=percent_format(float(z.max())), nticks=4
             ),  # 5 rows: 4 ticks fit
-            hovertemplate="%{customdata[0]}, position %{customdata[5]}: %{customdata[1]}<br>top next token: %{customdata[2]} "
-            "(%{z:.1%})<br>model's final prediction %{customdata[3]}: %{customdata[4]:.1%}"
-            "<extra></extra>",
+            hovertemplate="%{customdata[0]}, position %{customdata[5]}: %{customdata[1]}<br>"
+            "top next token: %{customdata[2]} (%{z:.1%})<br>"
+            "model's final prediction %{customdata[3]}: %{customdata[4]:.1%}<extra></extra>",
         )
     )
     # The colour scale runs from 0 to the largest probability shown (an untrained model's are all ~1/vocab).

@@ -20,6 +20,7 @@ from .common import (
     ATTENTION_SCALE,
     MASKED_COLOR,
     apply_layout,
+    colorbar_on_top,
     escaped,
     plotly_text,
     token_axis,
@@ -164,16 +165,7 @@ def attention_heatmap(
             fillcolor="rgba(0,0,0,0)",
         )
     axis = color_axis(scale, z)
-    axis["colorbar"].update(
-        orientation="h",
-        x=1,
-        xanchor="right",
-        y=1.01,
-        yanchor="bottom",
-        len=0.5,
-        thickness=10,
-        title=dict(text=value_name, side="top"),
-    )
+    axis["colorbar"].update(colorbar_on_top(value_name, y=1.01, length=0.5))
     apply_layout(fig, title=title, height=height, coloraxis=axis, plot_bgcolor=MASKED_COLOR)
     return fig
 

@@ -13,8 +13,8 @@ DIVERGING_SCALE = "RdBu_r"  # signed values centred on 0
 MASKED_COLOR = "#d9d9d9"  # the causal mask's upper triangle: visibly not a zero weight
 FONT = dict(family="Inter, Segoe UI, Helvetica, Arial, sans-serif", size=13)
 # plotly_white's layout (white background, light grid, its colourway) without its per-trace-type defaults, which
-# every factory here sets itself: validating the whole template took most of a small figure's build time
-# (about 90 of 140 ms for a heatmap), and live views build figures several times a second.
+# every factory here sets itself: validating the whole template took most of a small figure's build time, and live
+# views build figures several times a second.
 LIGHT_TEMPLATE = go.layout.Template(layout=pio.templates["plotly_white"].layout)
 
 
@@ -64,6 +64,34 @@ def token_category_axis(categories: list[str]) -> dict:
 # The top strip of a figure where Plotly's toolbar and Streamlit's fullscreen button appear on hover. A title starts
 # below it: in a narrow column the toolbar covered the title's end (seen on every half- and third-width chart).
 TOOLBAR_ROOM = 34  # the toolbar is 26 px tall from 2 px down; a title box starts about 4 px above its pad
+
+
+def colorbar_on_top(title: str, y: float, length: float) -> dict:
+    """A colour bar laid flat above the plot's right end (where a phone has no room beside the plot), `length` a
+    share of the plot's width, its title above it."""
+    return dict(
+        title=dict(text=title, side="top"),
+        orientation="h",
+        x=1,
+        xanchor="right",
+        y=y,
+        yanchor="bottom",
+        len=length,
+        thickness=10,
+    )
+
+
+def segments_trace(segments, color: str, width: float, **extra) -> go.Scatter | None:
+    """Line segments (x0, y0, x1, y1) as one lines trace of one colour and width, without hover or legend entry
+    (one trace for many edges draws fast); None when there are none."""
+    xs, ys = [], []
+    for x0, y0, x1, y1 in segments:
+        xs += [x0, x1, None]
+        ys += [y0, y1, None]
+    if not xs:
+        return None
+    line = dict(color=color, width=width)
+    return go.Scatter(x=xs, y=ys, mode="lines", line=line, hoverinfo="skip", showlegend=False, **extra)
 
 
 def title_room(lines: int = 1) -> int:

@@ -252,7 +252,7 @@ def pca_scatter(
     if len(p) and len(both):
         extent = (float(both[:, 0].min()), float(both[:, 0].max()), float(both[:, 1].min()), float(both[:, 1].max()))
         placed = place_labels(p, prompt_labels, extent)
-        # in one go: fig.add_annotation took about 20 ms each
+        # in one go: fig.add_annotation validates the whole list again at each call
         fig.update_layout(
             annotations=[
                 dict(

@@ -35,35 +35,24 @@ def activation_figure(
     )
     for name, (y, dy) in curves.items():
         own = name == highlight
-        label = ACTIVATION_NAMES.get(name, name) + (" — this model" if own else "")
+        shown = ACTIVATION_NAMES.get(name, name)
+        label = shown + (" — this model" if own else "")
         style = dict(color=ACTIVATION_COLORS.get(name), width=5 if own else 2, dash=None if own else "dot")
-        fig.add_trace(
-            go.Scatter(
-                x=x,
-                y=_np(y),
-                mode="lines",
-                name=label,
-                legendgroup=name,
-                line=style,
-                hovertemplate=f"{ACTIVATION_NAMES.get(name, name)}<br>x=%{{x:.3f}}<br>f(x)=%{{y:.5f}}<extra></extra>",
-            ),
-            row=1,
-            col=1,
-        )
-        fig.add_trace(
-            go.Scatter(
-                x=x,
-                y=_np(dy),
-                mode="lines",
-                name=label,
-                legendgroup=name,
-                line=style,
-                showlegend=False,
-                hovertemplate=f"{ACTIVATION_NAMES.get(name, name)}<br>x=%{{x:.3f}}<br>f′(x)=%{{y:.5f}}<extra></extra>",
-            ),
-            row=2,
-            col=1,
-        )
+        for row, values, what in ((1, y, "f(x)"), (2, dy, "f′(x)")):  # one legend entry: the function's row
+            fig.add_trace(
+                go.Scatter(
+                    x=x,
+                    y=_np(values),
+                    mode="lines",
+                    name=label,
+                    legendgroup=name,
+                    line=style,
+                    showlegend=row == 1,
+                    hovertemplate=f"{shown}<br>x=%{{x:.3f}}<br>{what}=%{{y:.5f}}<extra></extra>",
+                ),
+                row=row,
+                col=1,
+            )
     if "gelu" in curves and "gelu_tanh" in curves:
         diff = _np(curves["gelu"][0]) - _np(curves["gelu_tanh"][0])
         fig.add_trace(
@@ -108,8 +97,8 @@ def causal_mask_figure(mask, labels: list[str]) -> go.Figure:
             colorscale=[[0, MASKED_COLOR], [1, top_colour("#2b6cb0")]],
             customdata=custom,
             text=np.where(m > 0, "may attend", "masked: score set to −∞ before softmax"),
-            hovertemplate="query %{customdata[2]}: %{customdata[0]}<br>key %{customdata[3]}: %{customdata[1]}<br>%{text}"
-            "<extra></extra>",
+            hovertemplate="query %{customdata[2]}: %{customdata[0]}<br>key %{customdata[3]}: %{customdata[1]}"
+            "<br>%{text}<extra></extra>",
         )
     )
     fig.update_xaxes(title_text="key (attended to)", side="top", constrain="domain", **token_category_axis(cats))
@@ -165,7 +154,8 @@ def block_layout(norm: str) -> tuple[list[tuple[str, str, str]], list[tuple[int,
 def block_diagram(norm: str, highlight: bool = False, compact: bool = False) -> go.Figure:
     """A pre-norm (GPT-2) or post-norm (GPT-1) block drawn with shapes and annotations. `compact`: for a narrow
     column beside other figures (no hook names, smaller text, 320 px tall). A new figure each call, built from a
-    kept description (building it shape by shape took 0.12 s, 0.5 s under load, at every run of two pages)."""
+    kept description (building it shape by shape validated the figure again at every shape, at every run of two
+    pages)."""
     return go.Figure(_block_diagram(norm, highlight, compact))
 
 

@@ -1,12 +1,12 @@
-"""The information-flow graph (gptviz.methods.flow) as a Plotly figure: tokens along x, the residual stream rising through
-each layer's attention and MLP along y, one line per kept edge, thicker for a larger share."""
+"""The information-flow graph (gptviz.methods.flow) as a Plotly figure: tokens along x, the residual stream rising
+through each layer's attention and MLP along y, one line per kept edge, thicker for a larger share."""
 
 from __future__ import annotations
 
 import numpy as np
 import plotly.graph_objects as go
 
-from .common import apply_layout, escaped, legend_on_top_room, token_axis
+from .common import apply_layout, escaped, legend_on_top_room, segments_trace, token_axis
 
 COLORS = {"attention": "#2f6db5", "residual": "#9a9a9a", "mlp": "#e07b22"}
 NAMES = {
@@ -50,24 +50,15 @@ def flow_figure(
     bins = np.digitize([e.importance for e in graph.edges], WIDTH_BINS)
     for kind in ("residual", "mlp", "attention"):
         for b, width in enumerate(WIDTHS):
-            xs, ys = [], []
-            for edge, eb in zip(graph.edges, bins, strict=True):
-                if edge.kind == kind and eb == b:
-                    for x0, y0, x1, y1 in _segments(edge):
-                        xs += [x0, x1, None]
-                        ys += [y0, y1, None]
-            if xs:
-                fig.add_trace(
-                    go.Scatter(
-                        x=xs,
-                        y=ys,
-                        mode="lines",
-                        line=dict(color=COLORS[kind], width=width),
-                        hoverinfo="skip",
-                        legendgroup=kind,
-                        showlegend=False,
-                    )
-                )
+            segments = [
+                s
+                for edge, eb in zip(graph.edges, bins, strict=True)
+                if edge.kind == kind and eb == b
+                for s in _segments(edge)
+            ]
+            trace = segments_trace(segments, COLORS[kind], width, legendgroup=kind)
+            if trace is not None:
+                fig.add_trace(trace)
         mids = [(e, _segments(e)[0]) for e in graph.edges if e.kind == kind]
         if kind == "mlp":
             mids = [(e, (s[2], s[3], s[2], s[3])) for e, s in mids]  # the MLP's own node
@@ -121,8 +112,8 @@ def flow_figure(
         )
     )
     L = graph.n_layers
-    levels = [0] + [v for l in range(L) for v in (2 * l + 1, 2 * l + 2)]
-    names = ["embeddings"] + [n for l in range(L) for n in (f"L{l} attention", f"L{l} MLP")]
+    levels = [0] + [v for layer in range(L) for v in (2 * layer + 1, 2 * layer + 2)]
+    names = ["embeddings"] + [n for layer in range(L) for n in (f"L{layer} attention", f"L{layer} MLP")]
     fig.update_xaxes(
         title_text="position (prompt token)",
         tickangle=-60,

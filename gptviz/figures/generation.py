@@ -181,27 +181,22 @@ def generation_heatmap(
         custom[..., 2] = np.array([f"'{t}'" for t in texts[:N]], dtype=object)[None, :]
         custom[..., 3] = steps[:, None]
         custom[..., 4] = keys[None, :]
-        weights = go.Heatmap(
-            z=z,
-            x=keys,
-            y=steps,
-            customdata=custom,
-            coloraxis="coloraxis",
-            hoverongaps=False,
-            name="weight",
-            hovertemplate="%{customdata[1]} → %{customdata[2]}: %{z:.3g}<br>step %{customdata[3]}: this query "
-            "predicted %{customdata[0]}; key position %{customdata[4]}<extra></extra>",
+        hover = (
+            "%{customdata[1]} → %{customdata[2]}: %{z:.3g}<br>step %{customdata[3]}: this query "
+            "predicted %{customdata[0]}; key position %{customdata[4]}<extra></extra>"
         )
     else:
-        weights = go.Heatmap(
-            z=z,
-            x=keys,
-            y=steps,
-            coloraxis="coloraxis",
-            hoverongaps=False,
-            name="weight",
-            hovertemplate="weight %{z:.3g}<extra></extra>",
-        )
+        custom, hover = None, "weight %{z:.3g}<extra></extra>"
+    weights = go.Heatmap(
+        z=z,
+        x=keys,
+        y=steps,
+        customdata=custom,
+        coloraxis="coloraxis",
+        hoverongaps=False,
+        name="weight",
+        hovertemplate=hover,
+    )
     fig = go.Figure([weights, masked])
     # the heatmap sits in three fifths of the page, about 300 px of plot: 48 angled labels ran into each other
     # (seen at 64 tokens + 30 generated), 24 fit
@@ -301,30 +296,22 @@ def step_curves(probs, entropies, labels: list[str], *, title: str | None = None
     steps = np.arange(len(probs))
     texts = [f"'{t}'" for t in escaped(labels)]
     fig = make_subplots(specs=[[{"secondary_y": True}]])
-    fig.add_trace(
-        go.Scatter(
-            x=steps,
-            y=np.asarray(probs, dtype=np.float64),
-            mode="lines+markers",
-            name="p(sampled token)",
-            customdata=texts,
-            line_color=SAMPLED_COLOR,
-            hovertemplate="step %{x}: %{customdata} p = %{y:.3g}<extra></extra>",
-        ),
-        secondary_y=False,
-    )
-    fig.add_trace(
-        go.Scatter(
-            x=steps,
-            y=np.asarray(entropies, dtype=np.float64),
-            mode="lines+markers",
-            name="entropy (nats)",
-            customdata=texts,
-            line_color=KEPT_COLOR,
-            hovertemplate="step %{x}: entropy %{y:.3f} nats<extra></extra>",
-        ),
-        secondary_y=True,
-    )
+    for values, name, color, hover, right in (
+        (probs, "p(sampled token)", SAMPLED_COLOR, "%{customdata} p = %{y:.3g}", False),
+        (entropies, "entropy (nats)", KEPT_COLOR, "entropy %{y:.3f} nats", True),
+    ):
+        fig.add_trace(
+            go.Scatter(
+                x=steps,
+                y=np.asarray(values, dtype=np.float64),
+                mode="lines+markers",
+                name=name,
+                customdata=texts,
+                line_color=color,
+                hovertemplate=f"step %{{x}}: {hover}<extra></extra>",
+            ),
+            secondary_y=right,
+        )
     fig.update_yaxes(title_text="p(sampled)", range=[0, 1.02], secondary_y=False)
     fig.update_yaxes(title_text="entropy (nats)", rangemode="tozero", secondary_y=True, showgrid=False)
     fig.update_xaxes(title_text="step", tickmode="auto")

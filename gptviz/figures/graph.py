@@ -14,7 +14,7 @@ from typing import NamedTuple
 import numpy as np
 import plotly.graph_objects as go
 
-from .common import ANNOTATION_MIN_WIDTH, DIVERGING_SCALE, apply_layout, escaped
+from .common import ANNOTATION_MIN_WIDTH, DIVERGING_SCALE, apply_layout, escaped, segments_trace
 from .palette import diverging
 from .why import NEGATIVE, POSITIVE, sign_colours  # noqa: F401 (POSITIVE, NEGATIVE: the standard look's, read by tests)
 
@@ -149,7 +149,7 @@ def graph_figure(
             weight[_get(n, "position")] += abs(_get(n, "influence"))
     weight[-1] = float("inf")  # the position whose next token is explained: always labelled
     widths = label_min_widths(layout.centres, layout.slots, weight)
-    # one update for all (add_annotation validates the whole list again each time: 10 ms a token)
+    # one update for all (add_annotation validates the whole list again each time: quadratic in the tokens)
     fig.update_layout(
         annotations=[
             dict(
@@ -241,7 +241,7 @@ def _node_trace(kind: str, members: list, places: dict, texts: list[str], top: f
 
 
 def row_names(n_layers: int) -> list[str]:
-    return ["embeddings"] + [n for l in range(n_layers) for n in (f"L{l} heads", f"L{l} MLP")] + ["metric"]
+    return ["embeddings"] + [n for layer in range(n_layers) for n in (f"L{layer} heads", f"L{layer} MLP")] + ["metric"]
 
 
 def _ablation_line(node, kind: str) -> str:
@@ -262,24 +262,14 @@ def _add_edges(fig: go.Figure, edges, places) -> None:
     bins = np.digitize(np.abs(weights) / top, EDGE_BINS)
     for sign, color in zip((1, -1), sign_colours(), strict=True):
         for b, width in enumerate(EDGE_WIDTHS):
-            xs, ys = [], []
-            for e, w, eb in zip(edges, weights, bins, strict=True):
-                if eb == b and (w >= 0) == (sign > 0):
-                    (x0, y0), (x1, y1) = places[_get(e, "source")], places[_get(e, "target")]
-                    xs += [x0, x1, None]
-                    ys += [y0, y1, None]
-            if xs:
-                fig.add_trace(
-                    go.Scatter(
-                        x=xs,
-                        y=ys,
-                        mode="lines",
-                        line=dict(color=color, width=width),
-                        opacity=0.25 + 0.1 * b,
-                        hoverinfo="skip",
-                        showlegend=False,
-                    )
-                )
+            segments = [
+                (*places[_get(e, "source")], *places[_get(e, "target")])
+                for e, w, eb in zip(edges, weights, bins, strict=True)
+                if eb == b and (w >= 0) == (sign > 0)
+            ]
+            trace = segments_trace(segments, color, width, opacity=0.25 + 0.1 * b)
+            if trace is not None:
+                fig.add_trace(trace)
 
 
 def clicked_node(selection) -> tuple[str, str] | None:

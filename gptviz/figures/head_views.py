@@ -12,7 +12,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from .attention import HIGHLIGHT, color_axis
-from .common import DIVERGING_SCALE, MASKED_COLOR, apply_layout, escaped
+from .common import DIVERGING_SCALE, MASKED_COLOR, apply_layout, colorbar_on_top, escaped
 from .palette import dark_cells, diverging, sequential
 
 HEAD_COLORS = pcolors.qualitative.D3 + pcolors.qualitative.Dark24  # one colour per head index, everywhere
@@ -156,16 +156,7 @@ def attention_text(
     axis = color_axis(scale, text=True)
     if scale == "max":
         axis["cmax"] = float(v[shown].max()) if shown.any() and v[shown].max() > 0 else 1.0
-    axis["colorbar"].update(
-        title=dict(text=value_name, side="top"),
-        orientation="h",
-        x=1,
-        xanchor="right",
-        y=1.0,
-        yanchor="bottom",
-        len=0.4,
-        thickness=10,
-    )
+    axis["colorbar"].update(colorbar_on_top(value_name, y=1.0, length=0.4))
     dark = dark_cells(v / (axis["cmax"] or 1.0), axis["colorscale"], lambda t: t > 0.55)  # white letters on dark cells
 
     def bars(mask, colored):

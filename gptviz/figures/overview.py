@@ -148,7 +148,8 @@ def _block_cells(ov, b, name, position_label, token_label, final_id: int, compac
         "attn",
         lines,
         f"Layer {i}'s strongest weight from this token: head {b.head} puts {b.weight:.2f} on "
-        f"{plotly_text(target)} (position {b.target}; uniform over the {ov.position + 1} visible tokens: {ov.attn_chance:.2f}); "
+        f"{plotly_text(target)} (position {b.target}; "
+        f"uniform over the {ov.position + 1} visible tokens: {ov.attn_chance:.2f}); "
         f"attention adds ‖·‖ = {num(b.attn_out)} to the stream",
         layer=i,
         head=b.head,

@@ -97,7 +97,8 @@ def top_colour(standard: str) -> str:
 
 def dark_cells(t, colorscale, standard_rule) -> list[bool]:
     """Which cells (positions `t` in 0..1 along `colorscale`) are dark enough for white letters: `standard_rule` in
-    the standard look (its scales darken as values grow), else by each cell's lightness (cividis is light at its top)."""
+    the standard look (its scales darken as values grow), else by each cell's lightness (cividis is light at its
+    top)."""
     import numpy as np
     import plotly.colors as pcolors
 

@@ -1,5 +1,5 @@
-"""Figures of a training timeline (gptviz.training.snapshots): detector scores and losses over steps with the viewed step
-marked, and every head's map at one step."""
+"""Figures of a training timeline (gptviz.training.snapshots): detector scores and losses over steps with the viewed
+step marked, and every head's map at one step."""
 
 from __future__ import annotations
 
@@ -150,7 +150,7 @@ def heads_at(
     return model_view(
         maps,
         labels,
-        row_names=[f"layer {l}" for l in range(snaps.n_layers)],
+        row_names=[f"layer {layer}" for layer in range(snaps.n_layers)],
         col_names=[f"head {h}" for h in range(snaps.n_heads)],
         selected=selected,
         title=title,

@@ -50,6 +50,20 @@ def full_vocab_switch(histories: dict[str, list[dict]]) -> int | None:
     return None
 
 
+def _train_line(name, color, steps, y, label: str, width: float, hover: str = "train loss", **extra) -> go.Scatter:
+    """A run's training loss as a line in the run's colour, grouped with its other lines in the legend."""
+    return go.Scatter(
+        x=steps,
+        y=y,
+        mode="lines",
+        name=f"{name} {label}",
+        legendgroup=name,
+        line=dict(color=color, width=width),
+        hovertemplate=f"{name}<br>step %{{x}}<br>{hover} %{{y:.4f}}<extra></extra>",
+        **extra,
+    )
+
+
 def loss_curves(
     histories: dict[str, list[dict]],
     smoothing: float = 0.0,
@@ -66,42 +80,11 @@ def loss_curves(
         steps = [h["step"] for h in history]
         train = [h["train_loss"] for h in history]
         if smoothing > 0 and len(train) > 1:
-            fig.add_trace(
-                go.Scatter(
-                    x=steps,
-                    y=train,
-                    mode="lines",
-                    name=f"{name} train (raw)",
-                    legendgroup=name,
-                    line=dict(color=color, width=1),
-                    opacity=0.25,
-                    showlegend=False,
-                    hovertemplate=f"{name}<br>step %{{x}}<br>train loss %{{y:.4f}}<extra></extra>",
-                )
-            )
-            fig.add_trace(
-                go.Scatter(
-                    x=steps,
-                    y=ema(train, smoothing),
-                    mode="lines",
-                    name=f"{name} train",
-                    legendgroup=name,
-                    line=dict(color=color, width=2.5),
-                    hovertemplate=f"{name}<br>step %{{x}}<br>train loss (smoothed) %{{y:.4f}}<extra></extra>",
-                )
-            )
+            fig.add_trace(_train_line(name, color, steps, train, "train (raw)", 1, opacity=0.25, showlegend=False))
+            smoothed = ema(train, smoothing)
+            fig.add_trace(_train_line(name, color, steps, smoothed, "train", 2.5, hover="train loss (smoothed)"))
         else:
-            fig.add_trace(
-                go.Scatter(
-                    x=steps,
-                    y=train,
-                    mode="lines",
-                    name=f"{name} train",
-                    legendgroup=name,
-                    line=dict(color=color, width=2),
-                    hovertemplate=f"{name}<br>step %{{x}}<br>train loss %{{y:.4f}}<extra></extra>",
-                )
-            )
+            fig.add_trace(_train_line(name, color, steps, train, "train", 2))
         val = [(h["step"], h["val_loss"]) for h in history if h.get("val_loss") is not None]
         if val:
             fig.add_trace(
@@ -149,33 +132,22 @@ def training_dynamics(histories: dict[str, list[dict]], clip: float | None = Non
     for i, (name, history) in enumerate(histories.items()):
         color = run_color(name, i)
         steps = [h["step"] for h in history]
-        fig.add_trace(
-            go.Scatter(
-                x=steps,
-                y=[h["grad_norm"] for h in history],
-                mode="lines",
-                name=name,
-                legendgroup=name,
-                line=dict(color=color, width=2),
-                hovertemplate=f"{name}<br>step %{{x}}<br>gradient norm %{{y:.3g}}<extra></extra>",
-            ),
-            row=1,
-            col=1,
-        )
-        fig.add_trace(
-            go.Scatter(
-                x=steps,
-                y=[h["lr"] for h in history],
-                mode="lines",
-                name=name,
-                legendgroup=name,
-                showlegend=False,
-                line=dict(color=color, width=2, dash="dot" if i else "solid"),
-                hovertemplate=f"{name}<br>step %{{x}}<br>learning rate %{{y:.3g}}<extra></extra>",
-            ),
-            row=1,
-            col=2,
-        )
+        for col, field, what in ((1, "grad_norm", "gradient norm"), (2, "lr", "learning rate")):
+            lr = field == "lr"  # the runs' schedules often coincide: dotted after the first, and one legend entry
+            fig.add_trace(
+                go.Scatter(
+                    x=steps,
+                    y=[h[field] for h in history],
+                    mode="lines",
+                    name=name,
+                    legendgroup=name,
+                    showlegend=False if lr else None,
+                    line=dict(color=color, width=2, dash=("dot" if i else "solid") if lr else None),
+                    hovertemplate=f"{name}<br>step %{{x}}<br>{what} %{{y:.3g}}<extra></extra>",
+                ),
+                row=1,
+                col=col,
+            )
     if clip and histories:  # a trace, not an annotation: annotations on a log axis are placed in log units
         steps = [h["step"] for history in histories.values() for h in history]
         if steps:

@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from .attention import HIGHLIGHT
-from .common import apply_layout, escaped, plotly_text
+from .common import apply_layout, colorbar_on_top, escaped, plotly_text
 from .head_views import MONO
 from .palette import behind_text
 
@@ -167,16 +167,7 @@ def examples_text(rows: list[ExampleRow], *, value_name: str, cmax: float, title
         colorscale=behind_text(EXAMPLE_SCALE),
         cmin=0.0,
         cmax=float(cmax),
-        colorbar=dict(
-            title=dict(text=plotly_text(value_name), side="top"),
-            orientation="h",
-            x=1,
-            xanchor="right",
-            y=1.0,
-            yanchor="bottom",
-            len=0.35,
-            thickness=10,
-        ),
+        colorbar=colorbar_on_top(plotly_text(value_name), y=1.0, length=0.35),
     )
     return apply_layout(
         fig,

@@ -18,13 +18,13 @@ positions, so every token has at least n_ctx - stride tokens of left context, or
 Position t of a document is scored in window k = 0 if t < n_ctx, else (t - n_ctx) // stride + 1, which starts at
 k * stride (`scoring_window`).
 
-Histograms have BINS bins per unit: uniform over the range (widened to include 0) that a first pass over a spread
-sample of the windows saw, shifted so that 0 is a bin edge; a value outside falls into the outer bin, whose outer
-edge is then moved to the scan's exact minimum or maximum, so every value lies within the edges and the counts add
-up to the tokens scanned. Bins are left-open, (a, b], and a value's side of the 0 edge is decided by its sign alone,
-so 0 and -0.0 (GELU far below 0) fall below it and the bins above it hold exactly the values > 0: a neuron's share of
-active positions (> 0) is their count, the count of values > 0. Quantiles are read from the histogram (linear within a bin, then clipped
-to the unit's exact extremes: off by at most one bin's width). Mean and standard deviation are running sums.
+Histograms have BINS bins per unit: uniform over the range (widened to include 0) that a first pass over a spread sample
+of the windows saw, shifted so that 0 is a bin edge; a value outside falls into the outer bin, whose outer edge is then
+moved to the scan's exact minimum or maximum, so every value lies within the edges and the counts add up to the tokens
+scanned. Bins are left-open, (a, b], and a value's side of the 0 edge is decided by its sign alone, so 0 and -0.0 (GELU
+far below 0) fall below it and the bins above it hold exactly the values > 0: a neuron's share of active positions (> 0)
+is their count, the count of values > 0. Quantiles are read from the histogram (linear within a bin, then clipped to the
+unit's exact extremes: off by at most one bin's width). Mean and standard deviation are running sums.
 
 Bands: beside its top K, each unit's positive values in BANDS bands between their quantiles (the weakest fifth to
 the strongest), with BAND_EXAMPLES examples each from a uniform sample of SAMPLE positive values kept in the same scan
@@ -43,14 +43,15 @@ windows, score definitions, scan time and memory) and index.npz (arrays; loaded 
 
 Modules: units (ids and scores), corpus (documents, windows, your corpus tokenized), texts (your corpus's texts,
 read a bounded piece at a time), histograms, top_k (the running top K in one total order), bands (the sample and
-the bands' examples), scan (plan, partial
-scans, merge), partial (partial scans on disk), store (NeuronIndex, save and load), read (examples, contexts,
-summaries), effects (what a unit writes, read by the unembedding), progress (the CLI's progress line), distributed
-(Ray).
+the bands' examples), plan (the windows, batches and histogram range a scan's parts share), accumulate (a part's
+running statistics; merging parts), finish (the index from them), scan (the three in one process), partial (partial
+scans on disk), store (NeuronIndex, save and load), read (examples, contexts, summaries), effects (what a unit
+writes, read by the unembedding), progress (the CLI's progress line), distributed (Ray).
 """
 
 from __future__ import annotations
 
+from .accumulate import PartialScan, merge_scans, scan_batches
 from .constants import (
     BAND_EXAMPLES,
     BAND_LEVELS,
@@ -75,7 +76,9 @@ from .constants import (
 )
 from .corpus import Document, corpus_documents, default_stride, scoring_window, token_counts, tokenize_corpus
 from .effects import DirectEffect, direct_effect, head_direct_effect
+from .finish import finish_scan
 from .partial import load_partial, save_partial
+from .plan import ScanPlan, default_batch, plan_scan
 from .progress import text_progress
 from .read import (
     Attended,
@@ -101,17 +104,7 @@ from .read import (
     units_at,
     units_for_token,
 )
-from .scan import (
-    PartialScan,
-    ScanPlan,
-    build_index,
-    default_batch,
-    finish_scan,
-    merge_scans,
-    plan_scan,
-    scan_batches,
-    scan_nbytes,
-)
+from .scan import build_index, scan_nbytes
 from .store import (
     IndexFormatError,
     NeuronIndex,

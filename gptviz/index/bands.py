@@ -126,10 +126,9 @@ def keep_sample(
     units = present.nonzero().squeeze(1)
     col = (present.cumsum(0) - 1)[col]  # each candidate's unit among `units`
     units = units + first
-    k, v, l = _merge_rows(
+    part.samp_key[units], part.samp_v[units], part.samp_loc[units] = _merge_rows(
         part.samp_key[units], part.samp_v[units], part.samp_loc[units], col, key[row], torch.cat(picked), loc[row]
     )
-    part.samp_key[units], part.samp_v[units], part.samp_loc[units] = k, v, l
 
 
 def _merge_rows(

@@ -1,10 +1,11 @@
 """`python -m gptviz index ...`: build an index on one machine, one shard of it, on a Ray cluster or a GPU, and
 `python -m gptviz index merge OUT PART...` to combine shards.
 
-Threads: one torch thread per process by default. A scan's work is many small matrix products; on a 2-core machine
-that had other work, two threads took 814 s where one took 123 s for the same 106 s of CPU (OpenMP threads wait on
-each other), and on an idle one two threads gained little (docs/benchmarks-history.md, "Neuron index: the corpus
-scan"). To use more cores, run shards (`--shard`, or `--ray` with a worker per core), each on one thread.
+Threads: one torch thread per process by default. A scan's work is many small matrix products; on a 2-core machine that
+had other work, two threads took several times as long as one for the same CPU time (OpenMP threads wait on each other),
+and on an idle one two threads gained little (docs/benchmarks-history.md, "Neuron index: the corpus scan";
+`python -m benchmarks index` times the scan). To use more cores, run shards (`--shard`, or `--ray` with a worker per
+core), each on one thread.
 """
 
 from __future__ import annotations
@@ -143,8 +144,10 @@ def run(args) -> int:
     from ..model.devices import place
     from ..model.tokenizer import tokenizer_for
     from ..model.weights import bundled_models, load_pretrained
+    from .accumulate import scan_batches
+    from .finish import finish_scan
+    from .plan import plan_scan
     from .progress import text_progress
-    from .scan import finish_scan, plan_scan, scan_batches
     from .store import save_index
 
     torch.set_num_threads(max(1, args.threads))
@@ -220,7 +223,7 @@ def run(args) -> int:
 
 def _this_run(args) -> dict:
     """What ran a scan, for meta.scan (a shard keeps it in its partial index for the merge): one set of keys from
-    every path (tests/test_index_cli.py)."""
+    every path (tests/index/test_index_cli.py)."""
     import torch
 
     return {
@@ -291,8 +294,9 @@ def _save_new(index, target: Path) -> Path:
 
 
 def run_merge(args) -> int:
+    from .accumulate import merge_scans
+    from .finish import finish_scan
     from .partial import load_partial
-    from .scan import finish_scan, merge_scans
 
     target = merge_target(args.out, args.parts)
     loaded = [load_partial(p) for p in args.parts]

@@ -298,8 +298,9 @@ def export_index(
                 "corpus": {k: v for k, v in index.meta["corpus"].items() if k != "documents"},
                 "units": len(chosen),
                 "batches": listed,
-                "load": "each folder is one Neuronpedia source: its batch files are what SAEDashboard's NeuronpediaRunner "
-                "writes and Neuronpedia's importer reads (a layer number and a source set id per folder)",
+                "load": "each folder is one Neuronpedia source: its batch files are what SAEDashboard's "
+                "NeuronpediaRunner writes and Neuronpedia's importer reads (a layer number and a source set id "
+                "per folder)",
             },
             indent=1,
         ),

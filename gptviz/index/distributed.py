@@ -16,7 +16,9 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from .scan import PartialScan, ScanPlan, finish_scan, merge_scans
+from .accumulate import PartialScan, merge_scans
+from .finish import finish_scan
+from .plan import ScanPlan
 from .store import NeuronIndex
 
 SHARDS_PER_WORKER = 4  # more shards than workers: a finished shard reports progress, and a slow worker holds less
@@ -38,7 +40,7 @@ def _scan_shard(model_source: str, docs, plan: ScanPlan, batches: range, device:
 
     from ..model.devices import place
     from ..model.weights import load_pretrained
-    from .scan import scan_batches
+    from .accumulate import scan_batches
 
     torch.set_num_threads(max(1, threads))
     model = place(load_pretrained(model_source).eval(), device, dtype)

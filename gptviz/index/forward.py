@@ -56,9 +56,9 @@ def _stream_unit_blocks(
 
     As they come, not captured for later: a layer's activations are read while they are still in the cache, then
     freed with the forward pass's own intermediates, so the next layer reuses their memory. Held until the pass ended,
-    they made the forward pass inside the bundled model's scan about 0.2 s slower than the same pass alone (60,000
-    tokens, 1.9 s): its GELU took twice as long and its matrix products 8% longer, writing to memory out of the cache
-    (torch.profiler; docs/benchmarks-history.md).
+    they made the forward pass inside the bundled model's scan slower than the same pass alone: its GELU and its matrix
+    products wrote to memory out of the cache (torch.profiler; docs/benchmarks-history.md;
+    `python -m benchmarks index` times the scan against the pass alone).
 
     Token-major blocks, not one [units, tokens] matrix: the statistics reduce over the token axis of each block as it
     comes, so no transposed copy of every value is made, and a batch whose scored positions are one run of rows (every
@@ -92,7 +92,9 @@ def _stream_unit_blocks(
 
         return read
 
-    edits = {act_name("post", l): (neurons(l),) for l in range(L)} | {act_name("z", l): (heads(l),) for l in range(L)}
+    edits = {act_name("post", layer): (neurons(layer),) for layer in range(L)} | {
+        act_name("z", layer): (heads(layer),) for layer in range(L)
+    }
     forward_through_units(model, ids, edits)
 
 
@@ -103,7 +105,8 @@ class _UnitsRead(Exception):
 def forward_through_units(model, ids: torch.Tensor, edits: dict | None = None) -> None:
     """model.final_hidden(ids) with `edits`, ended as soon as the last layer's MLP activations have been handed to
     them: what comes after (that layer's output projection, its residual addition, the final norm) feeds no unit, so
-    a scan does not run it (5-10% of the bundled model's forward pass as measured, about 1% of gpt2-small's).
+    a scan does not run it (a few per cent of the bundled model's forward pass, less of gpt2-small's: the LM head is
+    not part of it; `python -m benchmarks index` times this pass as `units_forward_*`).
     Without edits: the forward pass a scan runs, for benchmarks to compare the scan against."""
     last = act_name("post", model.config.n_layers - 1)
 

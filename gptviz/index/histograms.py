@@ -7,10 +7,11 @@ import torch
 
 
 def _bin_of(values: torch.Tensor, inv_width: torch.Tensor, zero_bin: torch.Tensor, bins: int) -> torch.Tensor:
-    """Each value's histogram bin, int32 [units, n]. `inv_width`, `zero_bin`: float [units, 1]. Bins are left-open, (edge_k, edge_k+1], so 0 and -0.0
-    fall in the bin just below the 0 edge and every value > 0 in a bin above it, decided by the value's sign alone:
-    ceil(v / width) is >= 1 for v > 0 and <= 0 otherwise. (Taken from the lower edge, (v - lo) / width rounded in
-    float32 put GELU's -0.0 and tiny negatives above the 0 edge, where they counted as active.)"""
+    """Each value's histogram bin, int32 [units, n]. `inv_width`, `zero_bin`: float [units, 1]. Bins are left-open,
+    (edge_k, edge_k+1], so 0 and -0.0 fall in the bin just below the 0 edge and every value > 0 in a bin above it,
+    decided by the value's sign alone: ceil(v / width) is >= 1 for v > 0 and <= 0 otherwise. (Taken from the lower edge,
+    (v - lo) / width rounded in float32 put GELU's -0.0 and tiny negatives above the 0 edge, where they counted as
+    active.)"""
     steps = torch.mul(values, inv_width).ceil_()
     small = (inv_width[:, 0] < 1).nonzero().squeeze(1)
     if len(small):  # v * inv_width >= v > 0 when inv_width >= 1; below 1 a tiny v > 0 could round to 0
@@ -45,8 +46,8 @@ class _Binner:
         steps.add_(self.shift[cols]).clamp_(0, self.bins - 1)
         steps.add_(torch.arange(w, dtype=torch.float32).mul_(self.bins))  # exact: w * bins < 2**24
         index = steps.to(torch.int32).reshape(-1)
-        # index_add_ of ones into int32 counts: measured a third faster than bincount on these blocks (gpt2-small's
-        # [768, 3072]: 6.7 -> 4.5 ms; the bundled models' [3264, 512]: 6.3 -> 4.7 ms, the binning passes included)
+        # index_add_ of ones into int32 counts: faster than bincount on these blocks, gpt2-small's and the bundled
+        # models' alike, the binning passes included (`python -m benchmarks index` times the scan)
         counts = torch.zeros(w * self.bins, dtype=torch.int32)
         counts.index_add_(0, index, torch.ones(1, dtype=torch.int32).expand(len(index)))
         return counts.view(w, self.bins).long()

@@ -1,6 +1,6 @@
 """The scan's per-block statistics in one pass of C: the extension module gptviz.index._block_stats (block_stats.c,
-block_stats_module.c), built with the package at install by setup.py; scan.py's torch ops where it is not there (an
-install without a C compiler, a checkout where it was not built: `python setup.py build_ext --inplace`) or
+block_stats_module.c), built with the package at install by setup.py; accumulate.py's torch ops where it is not there
+(an install without a C compiler, a checkout where it was not built: `python setup.py build_ext --inplace`) or
 GPTVIZ_NATIVE=0 turns it off. Nothing is compiled at run time. The two give the same top-k, histograms, counts,
 extremes and token sums, bit for bit; the sums of squares (the std) differ by rounding (here in double throughout,
 there a float32 dot per block).

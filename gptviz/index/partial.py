@@ -12,8 +12,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .accumulate import PartialScan
 from .atomic_write import atomic_file, atomic_write
-from .scan import PartialScan, ScanPlan
+from .plan import ScanPlan
 from .store import IndexFormatError
 
 PARTIAL_JSON, PARTIAL_NPZ = "partial.json", "partial.npz"

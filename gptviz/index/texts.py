@@ -14,6 +14,7 @@ import os
 import re
 import stat
 import warnings
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import closing
 from pathlib import Path
@@ -49,11 +50,9 @@ def _last_cut(text: str, cut=None) -> int:
     size = 1 << 10
     while True:
         start = max(0, len(text) - size)
-        last = None
-        for last in cut.finditer(text, start):
-            pass
-        if last is not None:
-            return last.end()
+        last = deque(cut.finditer(text, start), maxlen=1)  # the last match, without keeping the others
+        if last:
+            return last[0].end()
         if start == 0:
             return 0
         size *= 16

@@ -11,7 +11,7 @@ characters out, whitespace as spaces, CJK spaced, NFC/NFD with accents dropped, 
 whitespace before BPE runs on each word; every normalisation step is per character or confined between two
 whitespace characters (canonical reordering and composition stop at a space, whose combining class is 0; lower
 case's final-sigma context stops at a space), so a cut before whitespace changes no word, hence no token.
-tests/test_index_gpt1.py checks it against transformers on whole texts.
+tests/index/test_index_gpt1.py checks it against transformers on whole texts.
 """
 
 from __future__ import annotations

@@ -73,7 +73,7 @@ def merge_candidates(
     row's width, K + candidates, in powers of two, so that a few units with many candidates (a dead unit's tied zeros
     while it fills, or a unit whose K-th is still low) do not pad every other unit's row to their width: each group's
     rows are at most twice their entries (flat sorts of every candidate, which this replaced, cost the gpt2-small
-    scan about 7% of its forward pass)."""
+    scan several per cent of its forward pass; `python -m benchmarks index` measures the scan against it)."""
     block = values if len(cols) == values.shape[1] else values.index_select(1, cols)
     row, col = (block >= threshold[None]).nonzero(as_tuple=True)
     v, at, held = block[row, col], loc[row], cols + first

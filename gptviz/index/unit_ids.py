@@ -60,8 +60,8 @@ def head_write_norms(z: torch.Tensor, c_proj_weight: torch.Tensor, factor: torch
     r_t = head_write_factor(c_proj_weight, n_heads) if factor is None else factor
     # one matmul per head over every position, reading z where it lies: attention's fused kernel lays its (B, nh, T,
     # hs) output out as (B, T, nh, hs), so the hook's z is row-major, [positions, nh, hs] is a view of it and each
-    # head's [positions, hs] a strided matrix that bmm reads in place (4.7x faster than broadcasting over the
-    # [..., nh, T, hs] transpose, which matmul copied first: 2.2 -> 0.46 ms a layer of a bundled scan batch)
+    # head's [positions, hs] a strided matrix that bmm reads in place (several times faster than broadcasting over
+    # the [..., nh, T, hs] transpose, which matmul copied first; `python -m benchmarks index` times the scan)
     zz = z.to(torch.float32).reshape(-1, n_heads, d_head).transpose(0, 1)  # (nh, positions, hs)
     norms = torch.linalg.vector_norm(torch.bmm(zz, r_t), dim=-1)  # (nh, positions)
     return norms.t().reshape(z.shape[:-1])
@@ -70,10 +70,10 @@ def head_write_norms(z: torch.Tensor, c_proj_weight: torch.Tensor, factor: torch
 def _values_from_store(model, store, rows: int) -> torch.Tensor:
     """Every unit's score from a capture's store: [rows, n_units] (rows = batch x T, flattened)."""
     L = model.config.n_layers
-    parts = [store[act_name("post", l)].reshape(rows, -1) for l in range(L)]
+    parts = [store[act_name("post", layer)].reshape(rows, -1) for layer in range(L)]
     parts += [
-        head_write_norms(store[act_name("z", l)], model.blocks[l].attn.c_proj.weight).reshape(rows, -1)
-        for l in range(L)
+        head_write_norms(store[act_name("z", layer)], model.blocks[layer].attn.c_proj.weight).reshape(rows, -1)
+        for layer in range(L)
     ]
     return torch.cat(parts, dim=1)
 

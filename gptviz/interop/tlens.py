@@ -3,7 +3,7 @@ TransformerLens ActivationCache under gptviz's hook names. Needs `pip install ".
 
 TransformerLens 4 replaced HookedTransformer with TransformerBridge, which wraps a Hugging Face model. The route both
 ways is therefore Hugging Face's GPT2LMHeadModel, whose weights are ours after a key rename and a transpose of the
-Conv1D matrices (checkpoint.py). Logits and every shared hook point are equal (tests/test_transformer_lens.py).
+Conv1D matrices (checkpoint.py). Logits and every shared hook point are equal (tests/interop/test_transformer_lens.py).
 
 What has no equivalent, and is refused with a message rather than converted wrongly:
 - post-norm (GPT-1) wiring and RMSNorm: TransformerLens's GPT-2 architecture is pre-norm LayerNorm only;

@@ -217,7 +217,7 @@ def head_patching(
     run up to block l, so it starts there from the corrupted stream; and only from the first position where the two
     runs' heads differ (before it the clean and corrupted heads are equal, so the patch changes nothing there), with
     the corrupted run's keys and values for the positions before. The heads of one layer run as one batch (within
-    SWEEP_BATCH_BYTES). Each cell equals a whole patched run (tests/test_attribution.py)."""
+    SWEEP_BATCH_BYTES). Each cell equals a whole patched run (tests/methods/test_attribution.py)."""
     clean, corrupted = _check_pair(clean_ids, corrupted_ids)
     clock = clock or UNBOUNDED
     L, H, T = model.config.n_layers, model.config.n_heads, clean.shape[1]
@@ -237,7 +237,7 @@ def head_patching(
         for start in range(0, H, per_batch):
             heads = list(range(start, min(H, start + per_batch)))
 
-            def one_head_per_row(value: torch.Tensor, offset: int, heads=heads) -> torch.Tensor:
+            def one_head_per_row(value: torch.Tensor, offset: int, heads=heads, patch=patch) -> torch.Tensor:
                 value = value.clone()  # [rows, T - first, heads, d_head]
                 for row, head in enumerate(heads):
                     value[row, :, head] = patch[:, head].to(value.dtype)

@@ -7,8 +7,8 @@ import math
 import torch
 
 # Elements one step of attention_entropy works on: its temporaries stay this small whatever the input. Every layer's
-# patterns at once (gptviz.serve.memory's hostile-load run: 682 tokens of gpt2-small, 270 MB) made two temporaries of that
-# size per page, three pages at once 1.6 GB the server's budget did not see.
+# patterns at once (a long prompt's: 12 x 12 x 682² float32 is 270 MB on gpt2-small) made two temporaries of that size
+# per page, which the server's budget did not see (`python -m benchmarks hostile` draws such prompts on several pages).
 ENTROPY_CHUNK = 1 << 22
 
 

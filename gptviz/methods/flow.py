@@ -4,7 +4,8 @@ earlier tokens and sub-layers the prediction at one position is built from, as a
 
 In a pre-norm model every residual update is a sum. The attention sub-layer of layer l writes, at query position i,
 
-    resid_mid[i] = resid_pre[i] + sum_{j, h} c[i, j, h] + b,   c[i, j, h] = pattern[h, i, j] * ((v[j, h] - b_V[h]) @ W_O[h])
+    resid_mid[i] = resid_pre[i] + sum_{j, h} c[i, j, h] + b,
+    c[i, j, h] = pattern[h, i, j] * ((v[j, h] - b_V[h]) @ W_O[h])
 
 with b = b_O + sum_h b_V[h] @ W_O[h] (the value biases folded into the output bias, as TransformerLens loads the
 tool's models by default), and the MLP writes resid_post[i] = resid_mid[i] + mlp_out[i]. The parts of a sum are the
@@ -151,8 +152,8 @@ def mlp_shares(resid_mid: torch.Tensor, mlp_out: torch.Tensor) -> torch.Tensor:
 def hook_names(n_layers: int) -> tuple[str, ...]:
     """The hook points the graph reads (a capture of these, for one prompt, is all it needs)."""
     return tuple(
-        f"blocks.{l}.{n}"
-        for l in range(n_layers)
+        f"blocks.{layer}.{n}"
+        for layer in range(n_layers)
         for n in ("hook_resid_pre", "hook_resid_mid", "hook_mlp_out", "attn.hook_pattern", "attn.hook_v")
     )
 

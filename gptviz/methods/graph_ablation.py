@@ -3,9 +3,9 @@ unedited metric, through the edit path of gptviz.methods.interventions (patterns
 
 A node at layer l and position p changes nothing before it, so each removal runs only from block l and from position p
 on (model.forward_from), with the unedited run's residual stream entering block l and its keys and values for the
-positions before p: the same numbers as a whole edited pass (tests/test_graph.py checks them against an independent
-forward), for a fraction of its cost. Removals that start at the same block run as one batch, from the earliest of
-their positions.
+positions before p: the same numbers as a whole edited pass (tests/methods/test_graph.py checks them against an
+independent forward), for a fraction of its cost. Removals that start at the same block run as one batch, from the
+earliest of their positions.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from ..model.hooks import act_name, capture, capturing, edits_by_hook
-from .graph_nodes import NodeRef
+from .graph_nodes import NodeRef, bias_in_stream
 from .interventions import Edit
 
 
@@ -23,10 +23,12 @@ def ablation_actuals(
     """The real model's metric (logit(target) - logit(other) at the last position, or logit(target)) unedited, and
     for each node of `refs` the metric with it removed minus the unedited one."""
     L = model.config.n_layers
-    names = [act_name(kind, l) for l in range(L) for kind in ("resid_pre", "k", "v")]
+    names = [act_name(kind, layer) for layer in range(L) for kind in ("resid_pre", "k", "v")]
     logits, cache = capture(model, [list(ids)], names)
     base = _metric(logits[:, -1].float(), target, other)[0]
-    kv = [(cache[act_name("k", l)].transpose(1, 2), cache[act_name("v", l)].transpose(1, 2)) for l in range(L)]
+    kv = [
+        (cache[act_name("k", layer)].transpose(1, 2), cache[act_name("v", layer)].transpose(1, 2)) for layer in range(L)
+    ]
     groups: dict[int, list[int]] = {}
     for i, ref in enumerate(refs):
         groups.setdefault(ref.layer or 0, []).append(i)
@@ -51,22 +53,16 @@ def removal_edits(model, ref: NodeRef, row: int, start: int = 0) -> list[Edit]:
     """Edits that remove one node from row `row` of a run whose first position is `start`: a head's z or a neuron's
     activation set to 0 at its position (the shared out-projection bias kept), the token + position embedding set to
     0 (the stream entering block 0), a bias node's constant subtracted where it is added."""
-    at, l = ref.position - start, ref.layer
+    at, layer = ref.position - start, ref.layer
     label = f"{ref.id} removed"
     if ref.kind == "head":
-        return [Edit(act_name("z", l), _zero(row, at, ref.index), label)]
+        return [Edit(act_name("z", layer), _zero(row, at, ref.index), label)]
     if ref.kind == "neuron":
-        return [Edit(act_name("post", l), _zero(row, at, ref.index), label)]
+        return [Edit(act_name("post", layer), _zero(row, at, ref.index), label)]
     if ref.kind == "embeddings":
         return [Edit(act_name("resid_pre", 0), _zero(row, at), label)]
-    block = model.blocks[l]
-    hook, constant = {
-        "attn.out-bias": ("attn_out", block.attn.c_proj.bias),
-        "mlp.out-bias": ("mlp_out", block.mlp.c_proj.bias),
-        "ln_1.beta": ("resid_mid", getattr(block.ln_1, "bias", None)),
-        "ln_2.beta": ("resid_post", getattr(block.ln_2, "bias", None)),
-    }[ref.bias]
-    return [Edit(act_name(hook, l), _subtract(row, at, constant.detach()), label)]
+    hook, constant = bias_in_stream(model, ref)
+    return [Edit(hook, _subtract(row, at, constant), label)]
 
 
 def _zero(row: int, at: int, unit: int | None = None):

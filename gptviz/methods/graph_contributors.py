@@ -15,7 +15,7 @@ import torch
 
 from ..model.hooks import act_name
 from .graph_frozen import FrozenModel, _project
-from .graph_nodes import NodeRef, bias_names, node_values, ref_at
+from .graph_nodes import NodeRef, bias_in_stream, bias_names, node_values, ref_at
 from .interventions import Edit, _local_positions, ablate_heads, ablate_neurons
 
 FLOAT32 = 4
@@ -122,10 +122,10 @@ def _flatten(v, fm: FrozenModel):
 
 def _head_source(fm: FrozenModel, ref: NodeRef) -> int:
     """The key whose value, weighted by the frozen pattern, carries the largest part of the head's influence."""
-    w, l, h, p = fm.layers[ref.layer], ref.layer, ref.index, ref.position
-    v = _project(fm.attn_in[l][: p + 1], w.Wv[h : h + 1], None if w.bv is None else w.bv[h : h + 1])[0]  # [p+1, dh]
-    through = w.Wo[h] @ fm.grads[("attn", l)][p]  # [dh]
-    parts = fm.pattern[l][h, p, : p + 1] * (v @ through)
+    w, layer, h, p = fm.layers[ref.layer], ref.layer, ref.index, ref.position
+    v = _project(fm.attn_in[layer][: p + 1], w.Wv[h : h + 1], None if w.bv is None else w.bv[h : h + 1])[0]  # [p+1, dh]
+    through = w.Wo[h] @ fm.grads[("attn", layer)][p]  # [dh]
+    parts = fm.pattern[layer][h, p, : p + 1] * (v @ through)
     return int(parts.abs().argmax())
 
 
@@ -153,14 +153,8 @@ def node_edits(model, ref: NodeRef) -> list[Edit]:
         return [ablate_neurons(ref.layer, [ref.index], positions=[ref.position])]
     if ref.kind == "embeddings":
         return [Edit(act_name("resid_pre", 0), _at_position(ref.position, None), f"{ref.id} removed")]
-    block = model.blocks[ref.layer]
-    hook, constant = {
-        "attn.out-bias": ("attn_out", block.attn.c_proj.bias),
-        "mlp.out-bias": ("mlp_out", block.mlp.c_proj.bias),
-        "ln_1.beta": ("resid_mid", getattr(block.ln_1, "bias", None)),
-        "ln_2.beta": ("resid_post", getattr(block.ln_2, "bias", None)),
-    }[ref.bias]
-    return [Edit(act_name(hook, ref.layer), _at_position(ref.position, constant.detach()), f"{ref.id} removed")]
+    hook, constant = bias_in_stream(model, ref)
+    return [Edit(hook, _at_position(ref.position, constant), f"{ref.id} removed")]
 
 
 def _at_position(position: int, constant: torch.Tensor | None):

@@ -42,13 +42,13 @@ def has_betas(config) -> bool:
 def schedule(config) -> list[Step]:
     """The residual stream's steps in forward order (see the module's docstring)."""
     steps = [Step("write", "embed", None)]
-    for l in range(config.n_layers):
+    for layer in range(config.n_layers):
         for sub, norm in (("attn", "ln_1"), ("mlp", "ln_2")):
-            steps += [Step("read", sub, l), Step("write", sub, l)]
+            steps += [Step("read", sub, layer), Step("write", sub, layer)]
             if config.norm == "post":  # GPT-1: the whole stream is normalised after each addition
-                steps.append(Step("norm", norm, l))
+                steps.append(Step("norm", norm, layer))
                 if has_betas(config):
-                    steps.append(Step("write", norm, l))
+                    steps.append(Step("write", norm, layer))
     return steps + [Step("read", "metric", None)]
 
 
@@ -161,15 +161,25 @@ class FrozenModel:
         probes = {p: torch.zeros(T, d, device=dev, requires_grad=tracking) for p in self.write_points}
         self.written[EMBED] = self.emb
         x = self.emb + probes[EMBED]
-        for l, block in enumerate(model.blocks):
+        for layer, block in enumerate(model.blocks):
             if cfg.norm == "pre":  # x = x + attn(ln_1(x)); x = x + mlp(ln_2(x))
-                x = x + self._write(("attn", l), self._attention(l, self._freeze(block.ln_1, x, "ln_1", l)(x)), probes)
-                x = x + self._write(("mlp", l), self._mlp(l, self._freeze(block.ln_2, x, "ln_2", l)(x)), probes)
+                x = x + self._write(
+                    ("attn", layer), self._attention(layer, self._freeze(block.ln_1, x, "ln_1", layer)(x)), probes
+                )
+                x = x + self._write(
+                    ("mlp", layer), self._mlp(layer, self._freeze(block.ln_2, x, "ln_2", layer)(x)), probes
+                )
             else:  # x = ln_1(x + attn(x)); x = ln_2(x + mlp(x))
                 x = self._post_norm(
-                    block.ln_1, "ln_1", l, x + self._write(("attn", l), self._attention(l, x), probes), probes
+                    block.ln_1,
+                    "ln_1",
+                    layer,
+                    x + self._write(("attn", layer), self._attention(layer, x), probes),
+                    probes,
                 )
-                x = self._post_norm(block.ln_2, "ln_2", l, x + self._write(("mlp", l), self._mlp(l, x), probes), probes)
+                x = self._post_norm(
+                    block.ln_2, "ln_2", layer, x + self._write(("mlp", layer), self._mlp(layer, x), probes), probes
+                )
         final = self._freeze(model.ln_f, x, "ln_f", None)(x)[T - 1]
         if not tracking:
             return
@@ -196,9 +206,9 @@ class FrozenModel:
         self.written[(name, layer)] = norm.beta.expand(self.T, -1)
         return x + norm.beta + probes[(name, layer)]
 
-    def _attention(self, l: int, x: torch.Tensor) -> torch.Tensor:
+    def _attention(self, layer: int, x: torch.Tensor) -> torch.Tensor:
         """The heads' outputs plus the out-projection bias, [T, d], at the frozen pattern."""
-        w, T = self.layers[l], self.T
+        w, T = self.layers[layer], self.T
         self.attn_in.append(x.detach())
         with torch.no_grad():  # the pattern is a constant of the frozen model
             q, k = _project(x.detach(), w.Wq, w.bq), _project(x.detach(), w.Wk, w.bk)  # [H, T, dh]
@@ -210,8 +220,8 @@ class FrozenModel:
         self.z.append(z.detach())
         return torch.einsum("thk,hkd->td", z, w.Wo) + w.bo
 
-    def _mlp(self, l: int, x: torch.Tensor) -> torch.Tensor:
-        w = self.layers[l]
+    def _mlp(self, layer: int, x: torch.Tensor) -> torch.Tensor:
+        w = self.layers[layer]
         pre = x @ w.Wfc.T + w.bfc  # [T, d_ff]
         with torch.no_grad():  # each neuron passes its input on in proportion: act = ratio * pre
             real = activate(pre.detach(), self.config.activation)

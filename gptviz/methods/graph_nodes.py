@@ -14,11 +14,24 @@ from typing import NamedTuple
 
 import torch
 
+from ..model.hooks import act_name
 from .clock import Clock
 from .graph_frozen import EMBED, FrozenModel, has_betas
 
 # a bias node's name -> the write point it adds into
 BIASES = {"attn.out-bias": "attn", "mlp.out-bias": "mlp", "ln_1.beta": "ln_1", "ln_2.beta": "ln_2"}
+
+
+def bias_in_stream(model, ref: NodeRef) -> tuple[str, torch.Tensor]:
+    """Where a bias node's constant is added to the stream (the hook point after it) and the constant (detached)."""
+    block = model.blocks[ref.layer]
+    hook, constant = {
+        "attn.out-bias": ("attn_out", block.attn.c_proj.bias),
+        "mlp.out-bias": ("mlp_out", block.mlp.c_proj.bias),
+        "ln_1.beta": ("resid_mid", getattr(block.ln_1, "bias", None)),
+        "ln_2.beta": ("resid_post", getattr(block.ln_2, "bias", None)),
+    }[ref.bias]
+    return act_name(hook, ref.layer), constant.detach()
 
 
 def bias_names(config) -> list[str]:
@@ -91,11 +104,16 @@ def node_values(fm: FrozenModel, grads: dict) -> Values:
     """Every node's output dotted with `grads` (a gradient [T, d] at each write point): with the metric's gradient
     in the frozen model, the influences; with its direct-path gradient, the direct effects."""
     heads = torch.stack(
-        [(fm.z[l] * torch.einsum("td,hkd->thk", grads[("attn", l)], w.Wo)).sum(-1) for l, w in enumerate(fm.layers)]
+        [
+            (fm.z[layer] * torch.einsum("td,hkd->thk", grads[("attn", layer)], w.Wo)).sum(-1)
+            for layer, w in enumerate(fm.layers)
+        ]
     )
-    neurons = torch.stack([fm.act[l] * (grads[("mlp", l)] @ w.Wout) for l, w in enumerate(fm.layers)])
+    neurons = torch.stack([fm.act[layer] * (grads[("mlp", layer)] @ w.Wout) for layer, w in enumerate(fm.layers)])
     biases = {
-        name: torch.stack([grads[(BIASES[name], l)] @ _bias_vector(fm, name, l) for l in range(fm.config.n_layers)])
+        name: torch.stack(
+            [grads[(BIASES[name], layer)] @ _bias_vector(fm, name, layer) for layer in range(fm.config.n_layers)]
+        )
         for name in bias_names(fm.config)
     }
     return Values((fm.emb * grads[EMBED]).sum(-1), heads, neurons, biases)
@@ -107,19 +125,19 @@ def bias_parts(fm: FrozenModel) -> tuple[Values, float]:
     weights; and the metric's (the final norm's beta). Embeddings and bias nodes have no input: 0."""
     pre, T = fm.config.norm == "pre", fm.T
     heads, neurons = [], []
-    for l, w in enumerate(fm.layers):
+    for layer, w in enumerate(fm.layers):
         value_const = torch.zeros_like(w.Wv[:, :, 0]) if w.bv is None else w.bv.clone()  # [H, dh]
-        beta = fm.norms[("ln_1", l)].beta if pre else None
+        beta = fm.norms[("ln_1", layer)].beta if pre else None
         if beta is not None:
             value_const += torch.einsum("hkd,d->hk", w.Wv, beta)
-        through = torch.einsum("td,hkd->thk", fm.grads[("attn", l)], w.Wo)  # [T, H, dh]
+        through = torch.einsum("td,hkd->thk", fm.grads[("attn", layer)], w.Wo)  # [T, H, dh]
         # sum_j pattern[h, p, j] * const: the row sums (1 up to rounding) kept so the identities hold exactly
-        heads.append((through * value_const).sum(-1) * fm.pattern[l].sum(-1).T)
+        heads.append((through * value_const).sum(-1) * fm.pattern[layer].sum(-1).T)
         input_const = w.bfc.clone()
-        beta = fm.norms[("ln_2", l)].beta if pre else None
+        beta = fm.norms[("ln_2", layer)].beta if pre else None
         if beta is not None:
             input_const += w.Wfc @ beta
-        neurons.append(fm.ratio[l] * (fm.grads[("mlp", l)] @ w.Wout) * input_const)
+        neurons.append(fm.ratio[layer] * (fm.grads[("mlp", layer)] @ w.Wout) * input_const)
     zeros = torch.zeros(fm.config.n_layers, T, device=fm.emb.device)
     parts = Values(
         torch.zeros(T, device=fm.emb.device),
@@ -155,10 +173,10 @@ def output_vector(fm: FrozenModel, ref: NodeRef) -> torch.Tensor:
 def all_nodes(config, T: int) -> list[NodeRef]:
     """Every node of the graph but the metric, in schedule order (small models: the tests' full edge matrices)."""
     nodes = [NodeRef("embeddings", None, None, p) for p in range(T)]
-    for l in range(config.n_layers):
-        nodes += [NodeRef("head", l, h, p) for p in range(T) for h in range(config.n_heads)]
-        nodes += [NodeRef("neuron", l, n, p) for p in range(T) for n in range(config.d_ff)]
-        nodes += [NodeRef("bias", l, None, p, name) for name in bias_names(config) for p in range(T)]
+    for layer in range(config.n_layers):
+        nodes += [NodeRef("head", layer, h, p) for p in range(T) for h in range(config.n_heads)]
+        nodes += [NodeRef("neuron", layer, n, p) for p in range(T) for n in range(config.d_ff)]
+        nodes += [NodeRef("bias", layer, None, p, name) for name in bias_names(config) for p in range(T)]
     return nodes
 
 
@@ -214,17 +232,17 @@ def _inject(fm: FrozenModel, targets: list[NodeRef], step, V: torch.Tensor) -> N
     if step.what == "metric":
         V[rows[0], T - 1] += norm.transpose(fm.u, T - 1)
         return
-    w, l = fm.layers[step.layer], step.layer
+    w, layer = fm.layers[step.layer], step.layer
     index = torch.tensor([targets[r].index for r in rows], device=V.device)
     positions = torch.tensor([targets[r].position for r in rows], device=V.device)
     rows = torch.tensor(rows, device=V.device)
     if step.what == "attn":  # d/dx_j of g_p . (sum_j pattern[p, j] (x_j Wv^T + bv)) Wo = pattern[p, j] (Wo g_p) Wv
-        through = torch.einsum("nd,nkd->nk", fm.grads[("attn", l)][positions], w.Wo[index])
+        through = torch.einsum("nd,nkd->nk", fm.grads[("attn", layer)][positions], w.Wo[index])
         vec = torch.einsum("nk,nkd->nd", through, w.Wv[index])
-        add = fm.pattern[l][index, positions][:, :, None] * vec[:, None, :]  # [n, T, d]
+        add = fm.pattern[layer][index, positions][:, :, None] * vec[:, None, :]  # [n, T, d]
         V[rows] += norm.transpose(add) if norm is not None else add
     else:  # d/dx_p of ratio (x_p . Wfc[n] + b) (g_p . Wout[:, n])
-        coef = fm.ratio[l][positions, index] * (fm.grads[("mlp", l)][positions] * w.Wout[:, index].T).sum(-1)
+        coef = fm.ratio[layer][positions, index] * (fm.grads[("mlp", layer)][positions] * w.Wout[:, index].T).sum(-1)
         vec = coef[:, None] * w.Wfc[index]
         V[rows, positions] += norm.transpose(vec, positions) if norm is not None else vec
 

@@ -111,16 +111,16 @@ def _sources_at(fm: FrozenModel, layer: int, positions: list[int]) -> tuple[list
 
 
 def _add_written(fm: FrozenModel, point, positions: list[int], sources: dict) -> None:
-    what, l = point
+    what, layer = point
     if what == "embed":
         sources["embeddings"] = fm.emb[positions]
     elif what == "attn":
-        w = fm.layers[l]
-        heads = torch.einsum("phk,hkd->hpd", fm.z[l][positions], w.Wo)
+        w = fm.layers[layer]
+        heads = torch.einsum("phk,hkd->hpd", fm.z[layer][positions], w.Wo)
         for h in range(fm.config.n_heads):
-            sources[head_id(l, h)] = heads[h]
-        sources[f"L{l} attn bias"] = w.bo.expand(len(positions), -1)
+            sources[head_id(layer, h)] = heads[h]
+        sources[f"L{layer} attn bias"] = w.bo.expand(len(positions), -1)
     elif what == "mlp":
-        sources[f"L{l} MLP"] = fm.written[point][positions]
+        sources[f"L{layer} MLP"] = fm.written[point][positions]
     else:  # a post-norm block norm's beta, written into the stream
         sources[NORM_BIAS] = sources[NORM_BIAS] + fm.written[point][positions]

@@ -93,7 +93,8 @@ class WiringStats:
 
 
 # Elements summed in float64 at a time: a whole-matrix .double() of gpt2-small's token embedding is 295 MiB, and the
-# squares another 295 MiB; chunks keep that to 16 MiB (the Norms page peaked 650 MiB above its reservation).
+# squares another 295 MiB, which the Norms page's reservation does not count; chunks keep that to 16 MiB
+# (tests/serve/test_wiring_memory.py checks the reservation against the resident memory's growth).
 
 
 def _chunked_sum(t: torch.Tensor, fn: Callable[[torch.Tensor], torch.Tensor]) -> float:
@@ -261,7 +262,8 @@ _PLURAL = {
 
 def _say(name: str, t: Trend, plural: bool = False, unit: str = "") -> str:
     text = (
-        f"{name} {_PLURAL[t.word] if plural else t.word} from the first layer to the last: {t.first:.3g}{unit} → {t.last:.3g}{unit} "
+        f"{name} {_PLURAL[t.word] if plural else t.word} from the first layer to the last: "
+        f"{t.first:.3g}{unit} → {t.last:.3g}{unit} "
         f"(×{t.ratio:.2f}; the fitted line gives ×{t.per_layer:.3f} per layer)."
     )
     if t.outlier is not None:

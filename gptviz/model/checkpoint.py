@@ -16,7 +16,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from .config import ConfigError, GPTConfig
-from .formats.base import CheckpointError, read_pickle, tensors_only
+from .formats.base import CheckpointError, hf_name, hf_sizes, read_pickle, tensors_only
 from .formats.openai_gpt import MODEL_TYPE as OPENAI_GPT
 from .formats.openai_gpt import config_from_openai_gpt
 from .formats.unsupported import unsupported_config
@@ -126,7 +126,8 @@ def _check_shapes(shapes: dict[str, tuple[int, ...]], expected: dict[str, tuple[
 
 def expected_shapes(config: GPTConfig) -> dict[str, tuple[int, ...]]:
     """Every stored tensor's shape for this config (tied LM head stored once), by formula (params.py; the same as
-    a module tree on the meta device, tests/test_weights.py): building one took most of a cold start's model load."""
+    a module tree on the meta device, tests/model/test_weights.py): building one took most of a cold start's model
+    load."""
     from .params import _tensor_shapes
 
     return {k: shape for k, shape in _tensor_shapes(config) if not (config.tie_weights and k == "lm_head.weight")}
@@ -203,26 +204,15 @@ def _config_from_hf(hf: dict) -> GPTConfig:
         raise CheckpointError(f"activation_function {act!r} is not supported")
     try:
         return GPTConfig(
-            vocab_size=hf["vocab_size"],
-            n_ctx=hf.get("n_positions", hf.get("n_ctx", 1024)),
-            d_model=hf["n_embd"],
-            n_layers=hf["n_layer"],
-            n_heads=hf["n_head"],
+            **hf_sizes(hf, n_ctx=1024),
             d_ff=hf.get("n_inner") or 4 * hf["n_embd"],
             norm="pre",
             activation=_HF_ACTIVATIONS[act],
-            tie_weights=hf.get("tie_word_embeddings", True),
             qkv_bias=True,
-            ln_eps=hf.get("layer_norm_epsilon", 1e-5),
-            name=_name(hf.get("_name_or_path")),
+            name=hf_name(hf, "gpt2"),
         )
     except KeyError as err:
         raise CheckpointError(f"the GPT-2 config has no {err} field") from None
-
-
-def _name(value) -> str:
-    """A display name from config.json's _name_or_path: text only, short (it is shown on pages)."""
-    return value[:100] if isinstance(value, str) and value.strip() else "gpt2"
 
 
 _GPT1_EMBEDDINGS = {"tokens_embed.": "wte.", "positions_embed.": "wpe."}  # GPT-1's names; its blocks are GPT-2's

@@ -80,7 +80,7 @@ def _words(text: str) -> list[str]:
 class OpenAIGPTTokenizer:
     """GPT-1's own BPE (40,478 ids) from a Hugging Face openai-gpt folder's vocab.json and merges.txt, in plain
     Python: what transformers' OpenAIGPTTokenizer does (BERT's lowercasing normaliser and pre-tokeniser, then BPE
-    whose word-final pieces end in "</w>"; tests/test_gpt1_tokenizer.py compares the two). Needs no package."""
+    whose word-final pieces end in "</w>"; tests/model/test_gpt1_tokenizer.py compares the two). Needs no package."""
 
     name = "openai-gpt"
 

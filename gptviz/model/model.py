@@ -19,7 +19,9 @@ from .hooks import HookPoint, current_wants, name_hook_points, note_offset
 from .variants import NoNorm, fixed_zero_bias, make_linear
 
 
-class LayerNorm(nn.LayerNorm):
+class _HookedNorm:
+    """A torch norm (the class after this one in the bases) whose output passes the hook point `hook_normalized`."""
+
     def __init__(self, d_model: int, eps: float):
         super().__init__(d_model, eps=eps)
         self.hook_normalized = HookPoint()
@@ -28,13 +30,12 @@ class LayerNorm(nn.LayerNorm):
         return self.hook_normalized(super().forward(x))
 
 
-class RMSNorm(nn.RMSNorm):
-    def __init__(self, d_model: int, eps: float):
-        super().__init__(d_model, eps=eps)
-        self.hook_normalized = HookPoint()
+class LayerNorm(_HookedNorm, nn.LayerNorm):
+    pass
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.hook_normalized(super().forward(x))
+
+class RMSNorm(_HookedNorm, nn.RMSNorm):
+    pass
 
 
 def make_norm(config: GPTConfig) -> nn.Module:
@@ -201,12 +202,13 @@ class GPT(nn.Module):
         self.config = config
         # The modules are made on the meta device and each tensor is allocated once, on the device asked for
         # (torch.device(...) around the call), then drawn by reset_parameters: torch's own default init, the
-        # [in, out] copies and the untied LM head that tying drops took a third more than the model at its peak
-        # (GPT-2 XL: 8.5 GB for 6.2 GB of weights).
+        # [in, out] copies and the untied LM head that tying drops took a large share more than the model at its peak
+        # (`python -m benchmarks build` measures each preset's peak against its weights).
         target = torch.get_default_device()
         with torch.device("meta"):
             # given their (meta) tensors, the embeddings skip their own normal_ init: that call on the meta
-            # device runs a Python reference kernel whose first use imports torch._dynamo (1-2 s of a cold start)
+            # device runs a Python reference kernel whose first use imports torch._dynamo (seconds of a cold start;
+            # `python -m benchmarks latency` times a cold server's first page)
             self.wte = nn.Embedding(
                 config.vocab_size, config.d_model, _weight=torch.empty(config.vocab_size, config.d_model)
             )
@@ -231,7 +233,7 @@ class GPT(nn.Module):
     def _allocate(self, device: torch.device) -> None:
         """nn.Module.to_empty's work, each meta tensor replaced by an uninitialised one of the same shape and strides
         on `device`, through torch.empty_strided: to_empty's empty_like on a meta tensor runs Python reference
-        kernels whose first use imports sympy and torch's symbolic shapes (1.5 s of a cold start)."""
+        kernels whose first use imports sympy and torch's symbolic shapes (seconds of a cold start)."""
         for module in self.modules():
             for name, p in module.named_parameters(recurse=False):
                 fresh = torch.empty_strided(p.shape, p.stride(), dtype=p.dtype, device=device)
@@ -243,8 +245,8 @@ class GPT(nn.Module):
         """Keep every matrix the forward pass multiplies by (nn.Linear's [out, in] weights, and the token
         embedding the tied LM head reads) stored [in, out] in memory, GPT-2's Conv1D layout. Shapes, names and
         values are unchanged; only the strides differ. For one row at a time (every generated token), BLAS
-        streams this layout faster: 6.6 vs 10.2 ms for GPT-2 small's LM head on one core
-        (docs/benchmarks-history.md, "Notes"). Row lookups into the embedding get slower, but they read a few rows,
+        streams this layout faster (docs/benchmarks-history.md, "Notes"; `python -m benchmarks engine` compares
+        generation with the row-major layout). Row lookups into the embedding get slower, but they read a few rows,
         not all."""
         matrices = [m for m in self.modules() if isinstance(m, nn.Linear)]
         if self.config.tie_weights:
@@ -275,7 +277,7 @@ class GPT(nn.Module):
                     _draw(module.weight, lambda w: nn.init.xavier_uniform_(w, generator=gen))
                 else:
                     std = residual_std if name.endswith("c_proj") else 0.02
-                    _draw(module.weight, lambda w: nn.init.normal_(w, mean=0.0, std=std, generator=gen))
+                    _draw(module.weight, lambda w, std=std: nn.init.normal_(w, mean=0.0, std=std, generator=gen))
                 if module.bias is not None:
                     nn.init.zeros_(module.bias)
             elif isinstance(module, nn.Embedding):
@@ -321,8 +323,8 @@ class GPT(nn.Module):
     def token_embedding(self, ids: torch.Tensor) -> torch.Tensor:
         """wte(ids), the same values. With the embedding stored [in, out] (_store_matrices_in_out), a token's row is
         strided, one cache line a value; on the CPU, outside autograd, the rows are gathered as columns of the
-        row-major transpose instead: 2.0 against 6.3 ms for a batch of the index scan (34 x 128 tokens of text, the
-        bundled model). Autograd keeps nn.Embedding's own path and backward."""
+        row-major transpose instead, several times faster for a batch of the index scan (`python -m benchmarks index`
+        times the scan). Autograd keeps nn.Embedding's own path and backward."""
         w = self.wte.weight
         if (
             w.device.type == "cpu"

@@ -10,7 +10,7 @@ import torch
 
 from .config import GPTConfig
 
-if TYPE_CHECKING:  # pandas is imported where a table is made: `import gptviz` alone skips it (0.3-0.8 s)
+if TYPE_CHECKING:  # pandas is imported where a table is made: `import gptviz` alone skips its import time
     import pandas as pd
 
 COMPONENTS = (

@@ -4,7 +4,7 @@ continuation, the logit lens, patching, saliency, the attribution graph and its 
 a unit's values and examples, an export, a model's build and load (a training run's, which reads the server's job
 spec and the trainer's chunking, is gptviz.serve.job_sizes; a neuron scan's is still gptviz.index.scan.scan_nbytes).
 The server reserves these before it admits work (gptviz.serve.memory); the tests check each one against the resident
-memory's measured growth (tests/test_memory_runs.py and its neighbours), and `python -m benchmarks sizes` prints
+memory's measured growth (tests/serve/test_memory_runs.py and its neighbours), and `python -m benchmarks sizes` prints
 each beside its measured peak."""
 
 from __future__ import annotations
@@ -58,10 +58,10 @@ def capture_work_nbytes(config, names: Iterable[str], T: int) -> int:
     materialised = any(n.endswith(ATTENTION_HOOKS) for n in names)
     working = forward_nbytes(config, T, patterns=materialised, all_logits=False)
     # What a capture keeps is allocated between the forward pass's short-lived blocks, so the heap cannot reuse every
-    # hole they leave: measured as resident growth in fresh processes (tests/rss_growth.py page_capture, gpt2-small,
-    # 4 runs each), the overhead beyond what was kept reached 1.45x the working memory at 256 tokens, 1.55x at 384
-    # and 1.7x at 512 (366 MiB against 323 counted; CI failed on 237 against 209 at 384). Counted twice when
-    # anything is kept; a plain forward pass keeps nothing between its blocks.
+    # hole they leave: measured as resident growth in fresh processes (tests/support/rss_growth.py page_capture,
+    # gpt2-small), the overhead beyond what was kept grows with the prompt, past the working memory itself at a few
+    # hundred tokens (counted once, the estimate fell short in CI). Counted twice when anything is kept; a plain
+    # forward pass keeps nothing between its blocks.
     fragmentation = working - FLOAT32 * config.vocab_size if names else 0
     return capture_nbytes(config, names, T) + working + fragmentation
 
@@ -119,8 +119,9 @@ def training_nbytes(config, batch: int, block: int) -> int:
 def model_build_nbytes(config, itemsize: int = FLOAT32) -> int:
     """A model being built: its weights, allocated once (GPT is made on the meta device), and the row-major buffer
     its largest tensor is drawn into before being copied in (gptviz.model.model._draw; one tensor at a time). gpt2-xl
-    peaks at 1.05x its weights (bench_build.py measured 1.07x), an embedding-heavy model far above (a 2-layer
-    gpt2-small: 1.72x; a flat tenth more, the earlier rule, missed it by 127 MiB)."""
+    peaks at 1.05x its weights by this count, an embedding-heavy model far above (a 2-layer gpt2-small's embedding is
+    most of its weights, so a flat tenth more, the earlier rule, fell short). `python -m benchmarks build` measures
+    each preset's peak against this."""
     d = config.d_model
     largest = max(config.vocab_size * d, config.n_ctx * d, 3 * d * d, config.d_ff * d)
     return itemsize * (total_params(config) + largest)
@@ -129,9 +130,9 @@ def model_build_nbytes(config, itemsize: int = FLOAT32) -> int:
 def load_nbytes(config, weights_file_bytes: int | None = None) -> int:
     """Loading a checkpoint at its peak, before it is read: a folder's weights file (`weights_file_bytes`, read
     whole) beside the model being built from its config (model_build_nbytes: its float32 weights and a transient
-    buffer as large as its largest tensor; the bundled models' float16 file of 13.8 MiB and 27.6 MiB of weights
-    peaked at 66.0 MiB, where the file and the weights alone said 41.4: benchmarks/bench_sizes.py); a single
-    checkpoint file (None) memory-mapped, the tensors read from it at most as many bytes again as the float32 model."""
+    buffer as large as its largest tensor, which the file and the weights alone left out; `python -m benchmarks
+    sizes` measures it); a single checkpoint file (None) memory-mapped, the tensors read from it at most as many
+    bytes again as the float32 model."""
     if weights_file_bytes is None:
         return 2 * FLOAT32 * param_count(config)
     return weights_file_bytes + model_build_nbytes(config)
@@ -166,7 +167,8 @@ def block_rate_nbytes(config, T: int) -> int:
 
 
 # Activations one batch of a patching sweep may hold at once. A sweep runs T (or layers x heads) edited copies of
-# the corrupted prompt; all at once, with every position's logits, a 128-token pair took 7 GB.
+# the corrupted prompt; all at once, with every position's logits, that grows with T² x the vocabulary (gigabytes
+# for a 128-token pair). `python -m benchmarks patching` measures a sweep's peak memory.
 SWEEP_BATCH_BYTES = 192 * 2**20
 
 
@@ -266,8 +268,8 @@ def contributors_nbytes(config, T: int) -> int:
 
 SUM_CHUNK = 2**20  # elements the Norms measurement sums at a time in float64 (gptviz.methods.wiring)
 # What the process's resident memory grows by beyond the tensors (torch's thread workspaces, the allocator's
-# bookkeeping) during one measurement: tests/test_wiring_memory.py measured 17-75 MiB across the sizes the page
-# offers, varying by 25 MiB between runs of one size.
+# bookkeeping) during one measurement: not a function of the size, and it varies between runs of one size, so a fixed
+# allowance with room above what tests/serve/test_wiring_memory.py measures across the sizes the page offers.
 MEASURE_OVERHEAD = 96 * 2**20
 
 
@@ -278,7 +280,7 @@ def measuring_nbytes(config, T: int) -> int:
     autograd adds its two uses (the lookup's and the LM head's), and what the forward pass keeps for the backward
     (its attention patterns recorded) and what it records; the first wiring's patterns kept beside the second's run;
     the float64 chunks its sums use; a fixed overhead. Checked against the resident memory's measured growth at
-    every preset, every width and several depths (tests/test_wiring_memory.py)."""
+    every preset, every width and several depths (tests/serve/test_wiring_memory.py)."""
     L, d, H = config.n_layers, config.d_model, config.n_heads
     weights = FLOAT32 * total_params(config)
     largest = FLOAT32 * max(config.vocab_size * d, config.n_ctx * d, 3 * d * d, config.d_ff * d)

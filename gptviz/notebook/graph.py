@@ -77,7 +77,8 @@ def graph(
     p = result.pruning
     box = figure_box(
         figures,
-        f"{metric_name(result.target, result.other, tokenizer_for(model))} = {result.real_metric:+.3f}; kept {p.nodes_kept} of {p.nodes_total:,} nodes "
+        f"{metric_name(result.target, result.other, tokenizer_for(model))} = {result.real_metric:+.3f}; "
+        f"kept {p.nodes_kept} of {p.nodes_total:,} nodes "
         f"({p.node_share:.0%} of the total |influence|), {p.edges_kept:,} of {p.edges_total:,} "
         f"edges. {KEY}",
     )

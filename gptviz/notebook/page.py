@@ -17,8 +17,8 @@ from ..figures.browser import asset
 
 # the components' colours from Jupyter's theme where there is one (the app's come from Streamlit's)
 JUPYTER_THEME = """
-.gv-map, .gv-rows { --st-text-color: var(--jp-ui-font-color1, #31333f); --st-border-color: var(--jp-border-color1, #d6d6d9);
-  --st-background-color: var(--jp-layout-color0, #fff); }
+.gv-map, .gv-rows { --st-text-color: var(--jp-ui-font-color1, #31333f);
+  --st-border-color: var(--jp-border-color1, #d6d6d9); --st-background-color: var(--jp-layout-color0, #fff); }
 """
 _APP_EXPORT = "export default function (component)"
 

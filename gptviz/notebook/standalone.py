@@ -4,7 +4,7 @@ as JSON, Plotly's JavaScript inline once for the Plotly figures. Nothing is fetc
 Why: a widget's drawing lives in the notebook's widget state, and a static export (nbconvert's HTML, or a saved
 notebook viewed outside Jupyter) draws it only through @jupyter-widgets/html-manager and anywidget's front end, both
 loaded from a CDN (cdn.jsdelivr.net, unpkg.com): offline, the export shows nothing where the widget was
-(docs/notebook.md, tests/test_notebook_offline.py). `save_html(view, path)` writes a file that opens anywhere;
+(docs/notebook.md, tests/notebook/test_notebook_export.py). `save_html(view, path)` writes a file that opens anywhere;
 `static(view)` displays the same HTML as a cell's output, which nbconvert's HTML export keeps and draws offline.
 
 Token text stays data: it travels in a JSON script block (its `<` written \\u003c, so no `</script>` inside a token

@@ -16,7 +16,7 @@ from .. import index as ix
 from ..figures import unit_page as fu
 
 # the unit page's context around each peak (gptviz.app.unit_index.EXAMPLES_BEFORE / EXAMPLES_AFTER: that module
-# imports Streamlit, so the two numbers are repeated here; tests/test_notebook_units.py checks they agree)
+# imports Streamlit, so the two numbers are repeated here; tests/notebook/test_notebook_widgets.py checks they agree)
 EXAMPLES_BEFORE, EXAMPLES_AFTER = 20, 6
 COLOURS = ("value", "attention")
 

@@ -2,13 +2,14 @@
 
 A full capture keeps every intermediate tensor: ~47 MB for a 64-token prompt on GPT-2 small. glibc's default
 policy returns freed memory to the kernel as soon as the top of the heap holds more than a small threshold,
-so the next capture gets it back as fresh pages, and the kernel zero-fills each 4 KiB page on first touch:
-~11,600 page faults and a tenth of the capture's time go to that. Keeping freed memory in the heap lets the
+so the next capture gets it back as fresh pages, and the kernel zero-fills each 4 KiB page on first touch: a
+page fault per page, a visible share of the capture's time (`python -m benchmarks engine` reports both, with and
+without this setting). Keeping freed memory in the heap lets the
 next capture reuse it. This is a process-wide setting, so the library never applies it on import; the app
 does at start-up, and a library user may call `keep_freed_memory()` too.
 
 What the heap keeps is resident memory the server's budget does not count, and each thread that runs work has an
-arena of its own (one visitor's 682-token capture of gpt2-small left about 300 MiB free, issue 43). So before it
+arena of its own (one visitor's long capture of gpt2-small left hundreds of MiB free, issue 43). So before it
 admits work, the memory accountant compares the process's resident size with what it counts (`resident_bytes`) and,
 when the work would not fit beside the difference, gives the freed memory back to the kernel first
 (`release_freed_memory`; gptviz.serve.memory).
@@ -60,8 +61,8 @@ def resident_bytes() -> int | None:
 
 
 def release_freed_memory() -> bool:
-    """Give the freed memory of every arena back to the kernel (glibc's malloc_trim(0): about 10 ms for a few hundred
-    MiB). True when something was released; False when nothing was, or not on glibc."""
+    """Give the freed memory of every arena back to the kernel (glibc's malloc_trim(0), whose time grows with what it
+    releases). True when something was released; False when nothing was, or not on glibc."""
     libc = _libc()
     if libc is None or not hasattr(libc, "malloc_trim"):
         return False

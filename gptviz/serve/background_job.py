@@ -8,7 +8,8 @@ session keeps the ids of its own jobs.
 
 A training Job keeps the server's torch thread count. The warmup scenario runs on one thread while it runs: its
 nine small models step one after another, and two OpenMP threads on a shared 2-core CPU wait on each other (a step
-of its 12-layer model took 0.15 s on one thread and 0.37-4 s on two, at a load average of 2). torch.set_num_threads
+of its 12-layer model took several times as long on two threads as on one, and varied widely;
+`python -m benchmarks warmup` runs the scenario). torch.set_num_threads
 sets the calling thread's count and also the default that threads started later take, so the job puts the
 server's count back when it ends (gptviz.serve.live_generation.torch_threads).
 """
@@ -38,8 +39,9 @@ QUEUED, LOADING, RUNNING, DONE, STOPPED, FAILED = "queued", "loading", "running"
 FINISHED = (DONE, STOPPED, FAILED)
 ALIVE_CHECK_S = 5.0  # how often a run asks whether the session that started it is still there
 # The time left comes from the pace of the last PACE_WINDOW steps, never from step 1: step 1 carries one-off work (the
-# trainer's first validation, the first snapshot, torch's warm-up: 9 s of a Grow run whose steps take 0.5 s), and the
-# whole run's average made the page promise 61 minutes, then 23, for a run that took 5.5 (issue 60). A recent window
+# trainer's first validation, the first snapshot, torch's warm-up: as long as many later steps), and the whole run's
+# average made the page promise several times the run's real length (issue 60; `python -m benchmarks grow` runs the
+# Grow scenario). A recent window
 # also follows a machine whose load changes; five snapshot intervals of the Grow run, so each window holds as many.
 PACE_WINDOW = 50
 FORMED_HOLD = 3  # snapshots in a row an induction score must hold its bar before a stop_when_formed run ends
@@ -217,10 +219,11 @@ class Job:
             self._logs.setdefault(name, []).append(asdict(log))
             if name == next(reversed(self.spec.configs)):  # the models step in turn: the last one ends the step
                 self._ends.append(time.perf_counter())
-        # The step's activations are freed by now, but the heap holds them (gptviz.serve.allocator): this thread's
-        # arena grows in 64 MiB heaps that its 4-16 MiB blocks fragment, and over a run the resident memory climbed to
-        # 2.5x what the tensors need (issue 57). Giving the freed memory back after each step keeps the run's peak to
-        # one step's fragmentation, for a few per cent of the step's time (docs/benchmarks-history.md, issue 57).
+        # The step's activations are freed by now, but the heap holds them (gptviz.serve.allocator): this thread's arena
+        # grows in 64 MiB heaps that its 4-16 MiB blocks fragment, and over a run the resident memory climbed to a
+        # multiple of what the tensors need (issue 57; `python -m benchmarks replay` replays Grow's memory). Giving the
+        # freed memory back after each step keeps the run's peak to one step's fragmentation, for a few per cent of the
+        # step's time (docs/benchmarks-history.md, issue 57).
         allocator.release_freed_memory()
 
     def snapshot(self) -> JobSnapshot:

@@ -13,7 +13,7 @@ in flight: a build reserves its working memory there too before it runs (`work`,
 accountant may ask the cache to drop its least recently used entries (`make_room`) to fit other work. A value still
 in use when it is dropped (a page drawing a capture) is not freed by the drop: with a `witness`, an object that lives
 as long as anything uses the value, its bytes stay counted there until that object is gone (issue 43: three pages
-drawing 682-token captures of gpt2-small held two the cache had dropped, ~820 MiB the budget no longer saw).
+drawing long captures of gpt2-small held two the cache had dropped, hundreds of MiB the budget no longer saw).
 
 Something still holding a dropped value may be garbage: a reference cycle (what a visitor's ended session keeps of
 its pages) that only Python's full collection frees, and a server's full collection comes rarely (after its
@@ -188,9 +188,9 @@ class BoundedCache(Generic[V]):
         """Hold `estimate` bytes for a build: drop the least recently used entries until it fits beside the rest
         and the other builds in progress; when those builds alone leave no room, wait for one to end (LimitError
         after wait_s), so the peak stays within the budget while things are built. With an accountant too: letting
-        the accountant alone bound three 682-token captures of gpt2-small at once raised the server's peak from
-        3,485 to 4,225 MiB (the pages drawing them hold copies the budget does not see; docs/benchmarks-history.md,
-        "Hostile load")."""
+        the accountant alone bound three long captures of gpt2-small at once raised the server's peak by hundreds of
+        MiB (the pages drawing them hold copies the budget does not see; docs/benchmarks-history.md, "Hostile load";
+        `python -m benchmarks hostile` runs concurrent large captures)."""
         with self._lock:
             deadline = None
             while True:

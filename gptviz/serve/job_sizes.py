@@ -15,9 +15,9 @@ if TYPE_CHECKING:
 FLOAT32 = 4
 # Resident memory a run holds beyond its tensors, as a share of its largest phase: the heap's pages around them in the
 # run's own thread (its arena), the page's figures drawn beside it. The Heads forming run as the server runs it, its
-# freed memory given back after each step (background_job.Job._on_step), peaked +514 MiB over 89 steps (pre-norm) and
-# +626 MiB over 39 steps of both wirings, still creeping up, where 0.1 reserved 522 and 626 (issue 57; load 12-14,
-# benchmarks/bench_grow_induction.py --memory). Without the trimming it grew +603 to +892 MiB in 6 steps.
+# freed memory given back after each step (background_job.Job._on_step), peaked at about what a share of 0.1 reserved
+# and was still creeping up, hence a quarter (issue 57; `python -m benchmarks grow -- --memory` measures the peak
+# against the reservation). Without the trimming it grew faster still.
 RUN_OVERHEAD_SHARE = 0.25
 
 
@@ -39,9 +39,9 @@ def run_nbytes(spec: JobSpec) -> int:
     softmax: gptviz.training.train.subset_lm_loss) and its validation pass (no gradients; the whole vocabulary's
     logits and their log-softmax for LOSS_ROWS positions at a time: Trainer.evaluate), and the fixed overhead of the
     process's allocator. The Heads forming page's run trains on 2,000 ids but validates on 50,257: its validation
-    over the whole batch at once peaked 3,403 MiB above the baseline; in chunks, as the server runs it (its own thread,
-    the page drawn beside it, freed memory given back after each step), +514 MiB (both wirings +626), reserved 579
-    (683) (RUN_OVERHEAD_SHARE; tests/test_training_memory.py measures it)."""
+    over the whole batch at once peaked gigabytes above the baseline; in chunks, as the server runs it (its own thread,
+    the page drawn beside it, freed memory given back after each step), a few hundred MiB, within what this reserves
+    (RUN_OVERHEAD_SHARE; tests/serve/test_training_memory.py and `python -m benchmarks grow -- --memory` measure it)."""
     s = spec.settings
     block = s.block_size or min(c.n_ctx for c in spec.configs.values())
     held = sum(FLOAT32 * 4 * total_params(cfg) for cfg in spec.configs.values())

@@ -33,8 +33,9 @@ GIL_SWITCH_S = 0.0005
 STEP_WAIT_S = 600.0
 
 # Background work (generations, training runs) yields the CPU to the threads that serve pages: on a server with
-# fewer cores than busy threads, a visitor's page switch waited behind four other visitors' generations (median
-# 3.3 s, 0.9 s alone; docs/benchmarks-history.md, "Hostile load"). Linux sets a thread's nice value per thread.
+# fewer cores than busy threads, a visitor's page switch waited behind four other visitors' generations, several times
+# as long as alone (docs/benchmarks-history.md, "Hostile load"; `python -m benchmarks hostile` replays it). Linux sets
+# a thread's nice value per thread.
 BACKGROUND_NICE = 10
 
 # torch's CPU thread count as the process started (recorded at import, before any thread changes it).
@@ -42,7 +43,7 @@ BACKGROUND_NICE = 10
 # background thread that sets its own must put this back for them (the threads already running keep theirs). A page's
 # script thread started while a one-thread generation runs takes one thread too, and that is kept on purpose: beside
 # busy threads on a shared CPU, two OpenMP threads wait on each other (page switches under a four-generation load
-# took a median of 2.5-3.7 s with the server's two threads restored in every page run, 1.0-1.8 s without).
+# took about twice as long with the server's two threads restored in every page run; `python -m benchmarks hostile`).
 SERVER_TORCH_THREADS = torch.get_num_threads()
 
 
@@ -218,8 +219,9 @@ class LiveGeneration:
             return
         self.started_at = time.perf_counter()
         # On a server whose cores are shared with the script, the browser and other sessions, more than one torch
-        # thread per small-model generation makes OpenMP's threads wait on each other (a 64-token stream on the
-        # bundled model ran at 10 tokens/s with two threads beside a busy process, 149 with one).
+        # thread per small-model generation makes OpenMP's threads wait on each other (a stream on the bundled model
+        # ran an order of magnitude slower with two threads beside a busy process than with one;
+        # `python -m benchmarks live-pace` measures the live page's pace against the engine's).
         threads = torch_threads(self._threads) if self._threads else nullcontext()
         self._yield_if_crowded()
         try:
@@ -248,9 +250,10 @@ class LiveGeneration:
 
     def _yield_if_crowded(self) -> None:
         """Run in the background (run_in_background) once another generation runs beside this one: generations then
-        yield to the pages' threads (issue 57's hostile load). Alone, it keeps the priority of the page that watches
-        it, so the page keeps the engine's pace on a busy machine (issue 60: niced alone, the bundled model wrote 60
-        tokens in 2.5 s beside a 1.15 s engine at load 12). One way: a thread may lower its priority, not raise it."""
+        yield to the pages' threads (issue 57's hostile load). Alone, it keeps the priority of the page that watches it,
+        so the page keeps the engine's pace on a busy machine (issue 60: niced alone, the bundled model wrote at half
+        the engine's pace on a loaded machine; `python -m benchmarks live-pace` compares the two). One way: a thread may
+        lower its priority, not raise it."""
         if not self._niced and (self._slots is None or self._slots.running > 1):
             run_in_background()
             self._niced = True

@@ -11,7 +11,8 @@ that ends in another thread), and the caches report what they store, so one tota
 
 A reservation that does not fit first asks the caches to drop their least recently used entries (never one in
 use), then, when values the caches dropped are still alive (`lingering`), runs Python's full collection once (what
-holds them may be garbage: the reference cycles an ended visitor's session leaves; about 0.14 s of CPU in a server),
+holds them may be garbage: the reference cycles an ended visitor's session leaves; a full collection is costly in a
+server, so only then),
 then waits up to `wait_s` for other work to end, then is refused with a LimitError that says what was asked and
 what holds the rest. The estimates (gptviz.model.sizes) are computed from the config and the sizes before anything runs;
 they count float32 tensors at their peak, so what they miss is the fixed overhead: the interpreter, torch and the

@@ -165,9 +165,10 @@ class JobRegistry:
 # of 4, the fewest an induction head needs (one head to find the previous token, one to look after it): half the
 # cost of a step, and the head formed by step 290 (4 layers: 445; 3 layers: 340). Windows of 64 or batches of 32
 # at a higher lr had not reached 0.5 in 600-1,460 steps (docs/benchmarks-history.md, "Heads forming").
-# The run ends once the head has formed (issue 60: the whole 800 steps took 5.5 minutes and more on a busy machine,
-# where the head forms within 260-290): every model's best induction score on the snapshots at or above the bar that
-# defines "formed" (snapshots.FORMED_THRESHOLD) for background_job.FORMED_HOLD snapshots in a row; 0 runs every step.
+# The run ends once the head has formed (issue 60: the whole 800 steps took minutes on a busy machine, where the head
+# forms within 260-290; `python -m benchmarks grow` times the run): every model's best induction score on the snapshots
+# at or above the bar that defines "formed" (snapshots.FORMED_THRESHOLD) for background_job.FORMED_HOLD snapshots in a
+# row; 0 runs every step.
 GROWTH = dict(
     layers=2,
     d_model=128,
@@ -181,8 +182,9 @@ GROWTH = dict(
     snapshot_every=10,
     stop_when_formed=0.5,
 )
-# One batch of held-out text for the trainer's own validation loss at the first and last step (the default 8 took
-# ~20 s of a 3-minute scenario at the full vocabulary); the snapshots measure what the scenario is about.
+# One batch of held-out text for the trainer's own validation loss at the first and last step (the default 8 took a
+# large share of the scenario's time at the full vocabulary; `python -m benchmarks grow` times the run); the snapshots
+# measure what the scenario is about.
 GROWTH_EVAL_BATCHES = 1
 
 

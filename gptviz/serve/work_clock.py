@@ -1,8 +1,8 @@
 """Bounds in time for long measurements a visitor starts (patching sweeps, integrated gradients): a deadline the
 operator sets (GPTVIZ_SWEEP_SECONDS) and a stop when the visitor's browser session ends.
 
-A 1,000-token patching pair on gpt2-small ran 39.5 minutes, 24.5 of them after its tab was closed: nothing stopped
-it. The work checks its clock between batches (a batch is about a second on a CPU), so a stop lands within one
+A 1,000-token patching pair on gpt2-small ran for over half an hour, most of it after its tab was closed: nothing
+stopped it. The work checks its clock between batches (a batch is about a second on a CPU), so a stop lands within one
 batch. No Streamlit here: the app passes `alive` (gptviz.app.jobs.session_alive), scripts pass nothing.
 """
 

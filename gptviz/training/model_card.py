@@ -39,9 +39,10 @@ def _data_sentence(training: dict, report: dict) -> str:
         works = data["source"] == WORKS.name
         what = "the complete works of Shakespeare" if works else "the texts"
         text = (
-            f"{what} (`data/{data['source']}/`{', public domain' if works else ''}) less {len(data['held_out'])} whole plays "
-            f"held out for validation ({', '.join(data['held_out'])}): {data['train_tokens']:,} training and "
-            f"{data['held_out_tokens']:,} held-out tokens, {data['train_vocab']:,} distinct training ids"
+            f"{what} (`data/{data['source']}/`{', public domain' if works else ''}) "
+            f"less {len(data['held_out'])} whole plays held out for validation ({', '.join(data['held_out'])}): "
+            f"{data['train_tokens']:,} training and {data['held_out_tokens']:,} held-out tokens, "
+            f"{data['train_vocab']:,} distinct training ids"
         )
     else:
         text = (
@@ -108,6 +109,31 @@ def _dropouts(stages: list[dict], final: float) -> str:
     return str(values[0]) if len(set(values)) == 1 else ", then ".join(str(v) for v in values)
 
 
+def _measures_table(report: dict) -> str:
+    """The card's table of what `python -m gptviz check` measured, each beside its baseline or chance level."""
+    bp, bi = report["best_previous_token_head"], report["best_induction_head"]
+    rows = [
+        "| measure | value | baseline or chance |",
+        "|---|---|---|",
+        "| held-out loss, every non-overlapping window of the held-out text (nats/token) "
+        f"| {report['val_loss']:.3f} | bigram/unigram model fitted on the training text: "
+        f"{report['bigram_baseline']:.3f} (lambda {report['bigram_lambda']}); "
+        f"unigram {report['unigram_baseline']:.3f} |",
+        f"| margin below the bigram baseline | {report['margin']:.3f} | bar: {MARGIN_NATS} |",
+        "| best previous-token head (layer.head; mean weight on the previous token, held-out text) "
+        f"| {bp['layer']}.{bp['head']}: {bp['score']:.3f} | uniform attention: {bp['chance']:.3f} |",
+        f"| best induction head ({report['induction_length']} random training ids repeated once, {INDUCTION_SEEDS} "
+        f"draws; the bar) | {bi['layer']}.{bi['head']}: {bi['score']:.3f} | uniform attention: {bi['chance']:.3f} |",
+        f"| loss on the repeated half (nats/token) | {report['repeat_loss']:.2f} "
+        f"| uniform guessing: {report['uniform_loss']:.2f} |{_frequent_rows(report)}",
+        f"| greedy continuation of `{report['copy_prompt']}` (as a JSON string) "
+        f"| `{json.dumps(report['copy_continuation'])}` | a copying model: `{json.dumps(COPY_EXPECTED)}` |",
+        "| speaker lines / line breaks in the sample "
+        f"| {report['sample_speaker_lines']} / {report['sample_newlines']} | |",
+    ]
+    return "\n".join(rows)
+
+
 def _frequent_rows(report: dict) -> str:
     """The card's rows for the induction test on the most frequent training ids, when the report has them."""
     freq = report.get("frequent_ids_induction")
@@ -147,7 +173,8 @@ def _copy_verdict(training: dict, report: dict) -> str:
 
 
 def formation_card_section(folder: Path) -> str:
-    """The card's account of the training snapshots beside a checkpoint (gptviz.training.snapshots), or "" without any."""
+    """The card's account of the training snapshots beside a checkpoint (gptviz.training.snapshots), or "" without
+    any."""
     from .formation import formation_section
     from .snapshots import FOLDER, load_snapshots
 
@@ -176,7 +203,6 @@ def model_card(name: str, meta: dict, report: dict, formation: str = "") -> str:
     settings, final = training.get("settings", {}), training.get("final", {})
     history = meta.get("history", [])
     passes = "\n".join(f"| {k.replace('_', ' ')} | {'yes' if v else 'NO'} |" for k, v in report["passes"].items())
-    bp, bi = report["best_previous_token_head"], report["best_induction_head"]
     stages = training_stages(training)
     init = stage_init(stages[0]) if stages else "gpt2"
     recipe_notes = (
@@ -199,28 +225,32 @@ def model_card(name: str, meta: dict, report: dict, formation: str = "") -> str:
         training_text = f"{len(stages)} stages, each continuing from the last:\n\n" + "\n".join(
             f"- {_stage_line(i, st.get('settings', {}), cfg['n_ctx'])}" for i, st in enumerate(stages)
         )
+    architecture = (
+        f"A {cfg['n_layers']}-layer GPT ({cfg['norm']}-norm, d_model {cfg['d_model']}, {cfg['n_heads']} heads, "
+        f"context {cfg['n_ctx']},"
+    )
+    dropout = _dropouts(stages, cfg["dropout"])
+    head_history = _head_history(
+        history,
+        settings.get("batch_size", 0),
+        settings.get("block_size") or cfg["n_ctx"],
+        settings.get("corpus_vocab_steps", 0),
+        len(stages),
+    )
     return f"""# {name}
 
-A {cfg["n_layers"]}-layer GPT ({cfg["norm"]}-norm, d_model {cfg["d_model"]}, {cfg["n_heads"]} heads, context {cfg["n_ctx"]},
+{architecture}
 GPT-2 BPE vocabulary of {cfg["vocab_size"]:,}, tied head) trained from scratch on {_data_sentence(training, report)}.
 Weights stored in float16; loaded as float32.
 
 ## Training
-{training_text}{sep}Dropout {_dropouts(stages, cfg["dropout"])}. The cheaper softmax over the training text's ids is there because the LM
+{training_text}{sep}Dropout {dropout}. The cheaper softmax over the training text's ids is there because the LM
 head over all {cfg["vocab_size"]:,} ids is most of the cost of a model this small; every loss below uses the full
 vocabulary.{recipe_notes}
-Final train loss {final.get("train_loss", float("nan")):.3f}.{_head_history(history, settings.get("batch_size", 0), settings.get("block_size") or cfg["n_ctx"], settings.get("corpus_vocab_steps", 0), len(stages))}
+Final train loss {final.get("train_loss", float("nan")):.3f}.{head_history}
 
 ## Measured by `python -m gptviz check {name}`
-| measure | value | baseline or chance |
-|---|---|---|
-| held-out loss, every non-overlapping window of the held-out text (nats/token) | {report["val_loss"]:.3f} | bigram/unigram model fitted on the training text: {report["bigram_baseline"]:.3f} (lambda {report["bigram_lambda"]}); unigram {report["unigram_baseline"]:.3f} |
-| margin below the bigram baseline | {report["margin"]:.3f} | bar: {MARGIN_NATS} |
-| best previous-token head (layer.head; mean weight on the previous token, held-out text) | {bp["layer"]}.{bp["head"]}: {bp["score"]:.3f} | uniform attention: {bp["chance"]:.3f} |
-| best induction head ({report["induction_length"]} random training ids repeated once, {INDUCTION_SEEDS} draws; the bar) | {bi["layer"]}.{bi["head"]}: {bi["score"]:.3f} | uniform attention: {bi["chance"]:.3f} |
-| loss on the repeated half (nats/token) | {report["repeat_loss"]:.2f} | uniform guessing: {report["uniform_loss"]:.2f} |{_frequent_rows(report)}
-| greedy continuation of `{report["copy_prompt"]}` (as a JSON string) | `{json.dumps(report["copy_continuation"])}` | a copying model: `{json.dumps(COPY_EXPECTED)}` |
-| speaker lines / line breaks in the sample | {report["sample_speaker_lines"]} / {report["sample_newlines"]} | |
+{_measures_table(report)}
 
 | bar | cleared |
 |---|---|
@@ -268,7 +298,8 @@ def _train_commands(cfg: dict, name: str, stages: list[dict]) -> str:
         lines.append(
             f"python -m gptviz train --preset {cfg.get('name', 'small-4l')} --norm {cfg['norm']} "
             f"--steps {s.get('steps')} --batch-size {s.get('batch_size')} --lr {s.get('lr')} "
-            f"--warmup {s.get('warmup')}{n_ctx}{data} \\\n    --seed {s.get('seed')} --dropout {stage.get('dropout', cfg['dropout'])} "
+            f"--warmup {s.get('warmup')}{n_ctx}{data} \\\n    --seed {s.get('seed')} "
+            f"--dropout {stage.get('dropout', cfg['dropout'])} "
             f"--corpus-vocab-steps {s.get('corpus_vocab_steps', 0)} --eval-every {s.get('eval_every', 100)}"
             f"{copy}{start} --out {out}"
         )

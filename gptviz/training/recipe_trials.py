@@ -42,7 +42,8 @@ def bar_rows(checks: dict[str, dict]) -> list[dict[str, str]]:
             lambda c: f"{c['margin']:.3f} {mark(c['margin'] >= MARGIN_NATS)}",
         ),
         (
-            f"best previous-token head; bar {PREVIOUS_TOKEN_BAR} (chance {first['best_previous_token_head']['chance']:.3f})",
+            f"best previous-token head; bar {PREVIOUS_TOKEN_BAR} "
+            f"(chance {first['best_previous_token_head']['chance']:.3f})",
             lambda c: head(c, "best_previous_token_head", PREVIOUS_TOKEN_BAR),
         ),
         (
@@ -87,8 +88,13 @@ def card_section(folder: Path) -> str:
     if trial is None or own is None or probe is None:
         return ""
     start, best, n = probe
-    cleared = lambda check: f"{sum(check['passes'].values())} of {len(check['passes'])}"
-    head = lambda check, key: f"{check[key]['score']:.3f}"
+
+    def cleared(check: dict) -> str:
+        return f"{sum(check['passes'].values())} of {len(check['passes'])}"
+
+    def head(check: dict, key: str) -> str:
+        return f"{check[key]['score']:.3f}"
+
     return (
         f"## Its twin was not trained alike\n"
         f"`{pre.name}` starts from GPT-2's normal(0, 0.02) init and `{post.name}` from Xavier-uniform matrices; "

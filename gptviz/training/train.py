@@ -203,8 +203,9 @@ def lm_loss(model: GPT, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 
 # Positions per LM-head chunk when no gradient is needed (validation): a chunk's logits (64 x 50,257 floats) stay in
-# the CPU's cache between the head and the loss, and the whole batch's logits never exist at once. One torch thread,
-# 2,048 positions of a d_model 128 model: 0.62 s as one matrix, 0.44 s in chunks of 64.
+# the CPU's cache between the head and the loss, and the whole batch's logits never exist at once; on one torch thread
+# the chunks were also faster than one matrix, for a small model's validation (`python -m benchmarks grow` times
+# the runs that validate this way).
 LOSS_ROWS = 64
 
 
@@ -345,7 +346,8 @@ def train_models(
     `tokens`: a Corpus (its own training and held-out parts) or one tensor split by settings.val_fraction.
     `measure(model, train_tokens, val_tokens)`, when given, runs at every validation step and fills the
     StepLog's head fields (prev_token, induction, repeat_loss), so the history shows when the heads grow.
-    `recorders[name]` (gptviz.training.snapshots.SnapshotRecorder), when given, snapshots that model's heads as it trains."""
+    `recorders[name]` (gptviz.training.snapshots.SnapshotRecorder), when given, snapshots that model's heads as it
+    trains."""
     if isinstance(tokens, Corpus):
         train_tokens, val_tokens = tokens.train, tokens.val
     else:

@@ -56,10 +56,12 @@ def twins_caveat(pre: dict, post: dict) -> str | None:
     """One sentence saying that two twins' training records (pre-norm's, post-norm's) differ and how: each stage
     whose random init differs, named, then recipe_differences' other phrases; None when they were trained alike."""
     a, b = training_stages(pre), training_stages(post)
+    # twins may have trained in different numbers of stages: the stages both have are compared, oldest first, and
+    # recipe_differences (below) says the counts differ
     inits = [
         f"stage {i} started pre-norm from {INIT_NAMES.get(stage_init(x), stage_init(x))} random weights and "
         f"post-norm from {INIT_NAMES.get(stage_init(y), stage_init(y))}"
-        for i, (x, y) in enumerate(zip(a, b, strict=True), 1)
+        for i, (x, y) in enumerate(zip(a, b, strict=False), 1)
         if stage_init(x) != stage_init(y)
     ]
     others = [d for d in recipe_differences(pre, post) if ": init " not in d]

@@ -35,8 +35,9 @@ LAST = 10  # the outcome averages each run's loss over its last LAST steps (one 
 @dataclass(frozen=True)
 class Scenario:
     """Defaults: the setting the first warmup protocol (docs/benchmarks-history.md, "Protocol") fixed before its runs,
-    at lr 3e-3 (the first whose verdict, by that protocol's rule, said the claim shows; by the second protocol's stricter rule no
-    setting tried shows it, and that protocol keeps this one). Every setting's runs are reported there."""
+    at lr 3e-3 (the first whose verdict, by that protocol's rule, said the claim shows; by the second protocol's
+    stricter rule no setting tried shows it, and that protocol keeps this one). Every setting's runs are reported
+    there."""
 
     layers: int = 12
     width: int = 64

@@ -1,7 +1,7 @@
 """Copy as Python: each view's numbers as the library calls that reproduce them in a notebook, with the visitor's
 model, prompt and settings (issue 45). A snippet imports only the library (never gptviz.app or Streamlit), and its
 lines bind `result`, the numbers the view shows (some also print them, as the view lays them out);
-tests/test_copy_as_python.py runs each page's snippet and compares `result` with what the page drew. A snippet runs
+tests/app/test_copy_as_python.py runs each page's snippet and compares `result` with what the page drew. A snippet runs
 from a checkout as well as from an installed package (gptviz is on no package index).
 
 Every visitor string enters a snippet through repr(), so no prompt can end the string it sits in. core.py builds

@@ -41,7 +41,8 @@ def heads_forming(detector: str, step: int, twins: dict[str, str]) -> str:
                 "result = {}",
                 f"for wiring, name in {twins!r}.items():",
                 "    snaps = load_snapshots(bundled_models()[name])",
-                "    i = max(0, int(np.searchsorted(snaps.steps, step, side='right')) - 1)   # the last snapshot at or before",
+                "    i = max(0, int(np.searchsorted(snaps.steps, step, side='right')) - 1)"
+                "   # the last snapshot at or before",
                 "    scores = snaps.score_array()[i, snaps.detector_index(detector)]          # [layers, heads]",
                 "    result[wiring] = {'snapshot step': snaps.steps[i], 'scores': scores, 'loss': snaps.train_loss[i],",
                 "                      'formed (step, layer, head)': formed_step(snaps, detector)}",
@@ -101,7 +102,8 @@ def grow(wirings: tuple[str, ...], seed: int, growth: dict) -> str:
                 "from gptviz.training.snapshots import formed_step",
                 f"job = Job('grow', induction_growth_spec({tuple(wirings)!r}, seed={seed}, {args}))",
                 "job.run()                                              # trains in this process, snapshots as it goes",
-                "result = {f'{name}-norm': (snaps, formed_step(snaps, 'induction')) for name, snaps in job.snapshots.items()}",
+                "result = {f'{name}-norm': (snaps, formed_step(snaps, 'induction'))"
+                " for name, snaps in job.snapshots.items()}",
             ]
         )
         + "\n"

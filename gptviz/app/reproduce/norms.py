@@ -27,7 +27,8 @@ def twins(names: dict[str, str], ids, pair: int, probe_length: int, text: str | 
                 "    'pair': pair,",
                 "    'pre map': on_prompt['pre'][1].pattern(pair.a[0])[0, pair.a[1]],     # [query, key]",
                 "    'post map': on_prompt['post'][1].pattern(pair.b[0])[0, pair.b[1]],",
-                "    'next token': {norm: logits[0, -1].softmax(-1).topk(5) for norm, (logits, _) in on_prompt.items()},",
+                "    'next token': {norm: logits[0, -1].softmax(-1).topk(5)"
+                " for norm, (logits, _) in on_prompt.items()},",
                 "}",
             ]
         )
@@ -35,14 +36,17 @@ def twins(names: dict[str, str], ids, pair: int, probe_length: int, text: str | 
     )
 
 
+def _token_lines(ids, seed: int, random: bool, text: str | None) -> str:
+    """The snippet's ids: the page's random tokens (a seed, no structure at all), or the prompt's."""
+    if random:
+        return f"ids = random_tokens({len(ids)}, config.vocab_size, seed={seed}).tolist()   # no structure at all"
+    return prompt_lines(ids, text)
+
+
 def same_weights(cfg, ids, seed: int, init: str, view: str, random: bool, text: str | None) -> str:
     """Pre-norm vs post-norm, same weights: one set of random weights run both ways, one forward and one backward
     pass each; the losses, the embedding gradients and the per-layer gradient norms the page draws."""
-    tokens = (
-        f"ids = random_tokens({len(ids)}, config.vocab_size, seed={seed}).tolist()   # no structure at all"
-        if random
-        else prompt_lines(ids, text)
-    )
+    tokens = _token_lines(ids, seed, random, text)
     return (
         "\n".join(
             [
@@ -63,11 +67,7 @@ def same_weights(cfg, ids, seed: int, init: str, view: str, random: bool, text: 
 def depth_sweep(cfg, ids, seed: int, init: str, view: str, depths, random: bool, text: str | None) -> str:
     """Pre-norm vs post-norm, the depth sweep: the last layer's gradient of each wiring at each depth, and the
     exponent of its power law in the depth."""
-    tokens = (
-        f"ids = random_tokens({len(ids)}, config.vocab_size, seed={seed}).tolist()   # no structure at all"
-        if random
-        else prompt_lines(ids, text)
-    )
+    tokens = _token_lines(ids, seed, random, text)
     return (
         "\n".join(
             [
@@ -84,7 +84,8 @@ def depth_sweep(cfg, ids, seed: int, init: str, view: str, depths, random: bool,
                 "    for norm in last:",
                 f"        last[norm].append(stats[norm].grad({view!r})[-1])",
                 "result = {norm: (np.asarray(values, float), depth_exponent(depths, np.asarray(values, float)))",
-                "          for norm, values in last.items()}          # the last layer's gradients and the fitted exponent",
+                "          for norm, values in last.items()}"
+                "          # the last layer's gradients and the fitted exponent",
             ]
         )
         + "\n"

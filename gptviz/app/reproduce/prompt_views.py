@@ -33,7 +33,8 @@ def attention(spec: ModelSpec, ids, layer: int, head: int | None, text: str | No
         "    'previous-token': previous_token_scores(patterns),",
         "    'duplicate-token': duplicate_token_scores(patterns, ids),",
         "    'first token (sink)': first_token_scores(patterns),",
-        f"    'value-weighted': row_shares(weighted{'.mean(0)' if head is None else f'[{head}]'}),  # weight x |value W_O|",
+        f"    'value-weighted': row_shares(weighted{'.mean(0)' if head is None else f'[{head}]'}),"
+        "  # weight x |value W_O|",
         *steps,
         "    'entropy': attention_entropy(patterns),          # [layers, heads, query], in nats",
         "}",
@@ -113,7 +114,8 @@ def embeddings(spec: ModelSpec, prompt_ids, n_sample: int) -> str:
         vocab[0],
         f"prompt_ids = {list(prompt_ids)!r}                # the prompt's distinct tokens",
         "wte = model.wte.weight.detach().float()",
-        f"sample = [i for i in vocab_sample(wte.shape[0], {n_sample}, seed=0, ids=vocab).tolist() if i not in prompt_ids]",
+        f"sample = [i for i in vocab_sample(wte.shape[0], {n_sample}, seed=0, ids=vocab).tolist()"
+        " if i not in prompt_ids]",
         "fit = pca(wte[sample + prompt_ids], k=2)",
         "result = {",
         "    'position similarity': cosine_similarity_matrix(model.wpe.weight.detach().float()),  # [n_ctx, n_ctx]",

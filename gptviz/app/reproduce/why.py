@@ -30,7 +30,9 @@ def ablation(spec: ModelSpec, ids, heads, mode: str, text: str | None, target: i
         by_layer.setdefault(layer, []).append(head)
     decode_call = "decode" if tokenizer_call(spec) == "get_tokenizer()" else "tokenizer_for(model).decode"
     reference = (
-        "_, reference = capture(model, [ids], " + repr([f"blocks.{l}.attn.hook_z" for l in sorted(by_layer)]) + ")"
+        "_, reference = capture(model, [ids], "
+        + repr([f"blocks.{layer}.attn.hook_z" for layer in sorted(by_layer)])
+        + ")"
         if mode == "mean" and heads
         else "reference = None"
     )
@@ -74,7 +76,8 @@ def patching(spec: ModelSpec, clean, corrupted, goal: int, rival: int, texts: tu
         spec,
         prompt_lines(clean, texts[0], "clean", spec=spec),
         prompt_lines(corrupted, texts[1], "corrupted", spec=spec),
-        f"goal, rival = {goal}, {rival}           # {pieces_comment(goal, rival, spec=spec)}: clean's top against corrupted's",
+        f"goal, rival = {goal}, {rival}"
+        f"           # {pieces_comment(goal, rival, spec=spec)}: clean's top against corrupted's",
         "resid = residual_patching(model, clean, corrupted, goal, rival)",
         "by_head = head_patching(model, clean, corrupted, goal, rival)",
         "result = {'residual stream': resid.scores,           # [layers, positions]",

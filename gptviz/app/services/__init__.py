@@ -1,5 +1,5 @@
-"""The pages' computations, as services: each reserves its working memory (gptviz.serve.memory) before it runs, keeps its
-result in the one process-wide results cache, and returns plain data a page draws.
+"""The pages' computations, as services: each reserves its working memory (gptviz.serve.memory) before it runs, keeps
+its result in the one process-wide results cache, and returns plain data a page draws.
 
 The results cache is a BoundedCache like the model and capture stores (gptviz.app.model_service): bounded by bytes
 (GPTVIZ_RESULTS_CACHE_MB), each entry weighed by what it holds (tensors and arrays by their storage), counted in the

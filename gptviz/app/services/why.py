@@ -46,8 +46,11 @@ def pieces(ids, enc=None) -> list[str]:
 
 
 def first_difference(a: list[int], b: list[int]) -> int | None:
+    """The first index where two continuations differ; where one is a prefix of the other, the shorter's length;
+    None when they are the same."""
+    # not strict: the lengths may differ; zip reads the part both have and the default covers the rest
     return next(
-        (i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y),
+        (i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y),
         None if len(a) == len(b) else min(len(a), len(b)),
     )
 
@@ -108,7 +111,7 @@ def head_edits(
         by_layer.setdefault(layer, []).append(head)
     reference = None
     if mode == "mean" and heads:
-        names = tuple(act_name("z", l) for l in sorted(by_layer))
+        names = tuple(act_name("z", layer) for layer in sorted(by_layer))
         _, cache = model_service.capture_cache(spec, ids, names)
         # the library's [batch, T, heads, d_head] layout: the shared capture has no batch axis, and without one the
         # mean ran over positions and heads together (one [d_head] vector, indexed by head number)
@@ -119,7 +122,8 @@ def head_edits(
 @cached
 def direct_attribution(spec: model_service.ModelSpec, ids: tuple[int, ...], target: int, other: int):
     """From the prompt's capture of the attribution's hook points, cached and shared: another target or rival runs
-    no model (it ran the forward pass again for every pair: most of a target switch's 0.3-0.6 s; issue 60)."""
+    no model (it ran the forward pass again for every pair: most of a target switch's time; issue 60, timed by
+    `python -m benchmarks latency`)."""
     model = model_service.load_model(spec)
     names = tuple(attribution.direct_attribution_names(model.config.n_layers))
     logits, cache = model_service.capture_cache(spec, ids, names)

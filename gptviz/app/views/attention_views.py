@@ -146,8 +146,8 @@ def one_head(seen: Seen, p: Pick) -> None:
     with right:
         order = row.argsort(descending=True)[:5].tolist()
         # a static table, its weights as bars: a data grid here was the slowest thing the browser redrew after a pick
-        # in the map (0.2-0.3 s of a head switch's 0.45 s at load 6; issue 60). The browser reads a styled table's
-        # cells as HTML: escape="html" keeps token text text.
+        # in the map (most of a head switch's time; issue 60, timed by `python -m benchmarks latency`). The browser
+        # reads a styled table's cells as HTML: escape="html" keeps token text text.
         top = pd.DataFrame(
             {"key token": [labels[k] for k in order], "position": order, "weight": [float(row[k]) for k in order]}
         )
@@ -405,7 +405,7 @@ def model_view(seen: Seen, p: Pick) -> None:
         fa.model_view(
             shown[:, :, :K_, :K_].numpy(),
             seen.labels[:K_],
-            row_names=[f"layer {l}" for l in range(cfg.n_layers)],
+            row_names=[f"layer {layer}" for layer in range(cfg.n_layers)],
             col_names=col_names,
             col_ticks=None if average or cfg.n_heads <= 8 else [f"H{h}" for h in range(cfg.n_heads)],
             scale=p.scale,

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import streamlit as st
 
-from ...figures import norms as fig_norms
+from ...figures import norms_depth as fig_norms_depth
 from ...training import xiong
 from .. import display, reproduce
 from .. import keys as K
@@ -20,10 +20,10 @@ state = st.session_state
 
 PAPER_NOTE = (
     "Xiong et al. (2020) measured a translation Transformer (d_model 512, 6 layers, Xavier init) and plotted each "
-    "layer's FFN gradient norm averaged over data. Here: a decoder-only GPT, {depth} layers, d_model {width} (their 512 "
-    "makes each pass several seconds on a 2-core CPU), {heads} heads, {samples} of Tiny Shakespeare. Both wirings keep "
-    "a final LayerNorm (their post-LN has none). The band is ± one standard deviation over the samples. Each verdict "
-    "is computed from the means with the rule shown; nothing here is written in advance."
+    "layer's FFN gradient norm averaged over data. Here: a decoder-only GPT, {depth} layers, d_model {width} "
+    "(their 512 makes each pass several seconds on a 2-core CPU), {heads} heads, {samples} of Tiny Shakespeare. "
+    "Both wirings keep a final LayerNorm (their post-LN has none). The band is ± one standard deviation over the "
+    "samples. Each verdict is computed from the means with the rule shown; nothing here is written in advance."
 )
 
 
@@ -82,7 +82,7 @@ def ffn_profile_columns(grads: dict[str, xiong.FFNGradients], matrix: str) -> No
     for i, (column, (name, g)) in enumerate(zip(st.columns(len(grads)), grads.items(), strict=True)):
         with column:
             display.show_figure(
-                fig_norms.ffn_profiles(
+                fig_norms_depth.ffn_profiles(
                     {name: {n: (g.mean(n, matrix), g.sd(n, matrix)) for n in ("pre", "post")}}, f"‖∂loss/∂{matrix}‖"
                 ),
                 key=K.per_item(K.NORMS_PAPER_FIG, i),
@@ -121,7 +121,7 @@ def paper_section() -> None:
     sc = results["scaling"]
     st.markdown(f"**The last layer's {matrix} gradient against depth (Xavier init)**")
     display.show_figure(
-        fig_norms.depth_bands(
+        fig_norms_depth.depth_bands(
             sc.depths, sc.mean, sc.sd, {n: sc.exponent(n) for n in ("pre", "post")}, f"last layer ‖∂loss/∂{matrix}‖"
         ),
         key=K.NORMS_PAPER_DEPTH_FIG,

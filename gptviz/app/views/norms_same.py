@@ -13,6 +13,8 @@ import streamlit as st
 
 from ... import PRESETS, GPTConfig
 from ...figures import norms as fig_norms
+from ...figures import norms_attention as fig_norms_attention
+from ...figures import norms_depth as fig_norms_depth
 from ...methods import wiring
 from ...model import sizes
 from ...model.config import ConfigError
@@ -297,7 +299,7 @@ def attention_section(
         pre_pats[layer, head], post_pats[layer, head], labels, f"Layer {layer}, head {head}", K.NORMS_ATTN_FIG
     )
     with st.expander("Distance between the wirings' attention, every layer and head", expanded=depth <= 12):
-        display.show_figure(fig_norms.attention_distance(tv), key=K.NORMS_TV_FIG)
+        display.show_figure(fig_norms_attention.attention_distance(tv), key=K.NORMS_TV_FIG)
 
 
 def show_attention_panels(
@@ -311,7 +313,7 @@ def show_attention_panels(
 ) -> None:
     """The two wirings' attention and their difference in three columns (a phone stacks them); two, each over its
     own tokens, where the post-norm model read other tokens (`post_labels`)."""
-    figures = fig_norms.attention_panels(pre, post, labels, title, panel_names, post_labels=post_labels)
+    figures = fig_norms_attention.attention_panels(pre, post, labels, title, panel_names, post_labels=post_labels)
     for i, (column, fig) in enumerate(zip(st.columns(len(figures)), figures, strict=True)):
         with column:
             display.show_figure(fig, key=K.per_item(key, i))
@@ -387,7 +389,9 @@ def depth_sweep_section(setup: Setup, ids: tuple[int, ...], view: str) -> None:
     c = st.columns([1.5, 1])
     with c[0]:
         display.show_figure(
-            fig_norms.depth_sweep(sweep, f"{GRADIENT_VIEWS[sweep_view].split(' (')[0].lower()} gradient norm", exps),
+            fig_norms_depth.depth_sweep(
+                sweep, f"{GRADIENT_VIEWS[sweep_view].split(' (')[0].lower()} gradient norm", exps
+            ),
             key=K.NORMS_SWEEP_FIG,
         )
     with c[1]:

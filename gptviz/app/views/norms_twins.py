@@ -11,7 +11,7 @@ import streamlit as st
 
 from ... import GPTConfig
 from ... import methods as analysis
-from ...figures import norms as fig_norms
+from ...figures import norms_training as fig_norms_training
 from ...figures import training as fig_train
 from ...methods import wiring
 from ...model import unit_id, weights
@@ -259,13 +259,17 @@ def load_twins(pair: Pair) -> LoadedTwins | None:
 def matches_table(matches: list, scores: dict, length: int, pills: bool = True) -> None:
     """Every pre-norm head beside its post-norm match, with the scores that say what each does."""
     prev_chance, ind_chance = analysis.previous_token_chance(2 * length), analysis.induction_chance(length)
+
+    def pre_post(score: int, m) -> str:  # score 0: previous-token, 1: induction
+        return f"{float(scores['pre'][score][m.a]):.2f} / {float(scores['post'][score][m.b]):.2f}"
+
     rows = [
         {
             "pre-norm head": unit_id.head_id(*m.a),
             "post-norm match": unit_id.head_id(*m.b),
             "pattern similarity": m.similarity,
-            f"previous-token, pre / post (chance {prev_chance:.2f})": f"{float(scores['pre'][0][m.a]):.2f} / {float(scores['post'][0][m.b]):.2f}",
-            f"induction, pre / post (chance {ind_chance:.2f})": f"{float(scores['pre'][1][m.a]):.2f} / {float(scores['post'][1][m.b]):.2f}",
+            f"previous-token, pre / post (chance {prev_chance:.2f})": pre_post(0, m),
+            f"induction, pre / post (chance {ind_chance:.2f})": pre_post(1, m),
         }
         for m in matches
     ]
@@ -440,7 +444,7 @@ def whole_history_section(bundled: dict, names: dict[str, str]) -> None:
         f"above {FORMED_THRESHOLD:g}, the rule Heads forming uses. Steps count from stage 1's start."
     )
     display.show_figure(
-        fig_norms.stage_history(
+        fig_norms_training.stage_history(
             {f"{n}-norm": [r for s in stages for r in s.records] for n, stages in logs.items()}, boundaries, formed
         ),
         key=K.TWINS_HISTORY_FIG,

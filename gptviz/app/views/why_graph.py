@@ -200,7 +200,8 @@ def regenerated(ask: Ask, node_id: str) -> None:
         st.success(f"The same {len(plain)} tokens without {node_id}.")
     else:
         st.warning(
-            f"The texts part at new token {split + 1}: “{display.md_text(piece_at(plain, split, ask.enc))}” as written, "
+            f"The texts part at new token {split + 1}: "
+            f"“{display.md_text(piece_at(plain, split, ask.enc))}” as written, "
             f"“{display.md_text(piece_at(edited, split, ask.enc))}” without {node_id}."
         )
 

@@ -117,7 +117,8 @@ def patching_tab(ask: services.Ask) -> None:
     if rival == goal:
         rival = int(p_clean.topk(2).indices[1])
     st.caption(
-        f"Metric: logit({display.md_text(pieces([goal], ask.enc)[0])}) - logit({display.md_text(pieces([rival], ask.enc)[0])}), "
+        f"Metric: logit({display.md_text(pieces([goal], ask.enc)[0])}) - "
+        f"logit({display.md_text(pieces([rival], ask.enc)[0])}), "
         "the clean prompt's top prediction against the corrupted one's."
     )
     clock = timed_clock(

@@ -1,9 +1,9 @@
 """The Attention page's main heatmap as a small browser component: every head of the layers it was sent, drawn on
 a canvas, with its own layer and head pickers, so a switch redraws in the browser without a round trip.
 
-Why not a Plotly figure: a 64 x 64 Plotly heatmap takes 150-200 ms to draw in Chromium, and a switch through a
-Streamlit picker adds a script run and a new figure; here a switch is a canvas redraw of a few milliseconds, and
-the choice goes back to Python afterwards (so the other views follow) without holding up the heatmap.
+Why not a Plotly figure: a Plotly heatmap takes a visible moment to draw in Chromium even at 64 x 64, and a switch
+through a Streamlit picker adds a script run and a new figure; here a switch is a canvas redraw, and the choice goes
+back to Python afterwards (so the other views follow) without holding up the heatmap.
 
 `payload` is pure (tested); `attention_map` mounts it (Streamlit's components v2, no iframe). Token text only ever
 reaches the page as textContent or canvas text, never as HTML.
@@ -58,7 +58,7 @@ def max_pooled(weights: np.ndarray, size: int = THUMB_SIZE) -> tuple[np.ndarray,
 
 def colour_stops(scale: str = ATTENTION_SCALE) -> list[list]:
     """A Plotly colour scale (the attention one by default, as the figures use it) as [position, [r, g, b]] stops
-    (a fresh copy of the cached ones: Plotly's lookup took 5 ms, a third of a live frame's server time)."""
+    (a fresh copy of the cached ones: Plotly's lookup was a large part of a live frame's server time)."""
     return [[s, list(c)] for s, c in _colour_stops(scale)]
 
 

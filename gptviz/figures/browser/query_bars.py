@@ -1,8 +1,9 @@
 """Where one query token looks: its attention weights over the keys it can see, as bars drawn by the browser.
 
-Why not a Plotly figure: this chart sits beside the heatmap on the app's first screen, and Plotly's 4.7 MB script is
-then evaluated before the heatmap is drawn: 1.4-3.2 s of a cold start's wait (docs/benchmarks-history.md, "The first
-wait"). Here the bars are a canvas; the interactive-HTML download still builds the Plotly figure, on click.
+Why not a Plotly figure: this chart sits beside the heatmap on the app's first screen, and Plotly's script (megabytes)
+is then evaluated before the heatmap is drawn: seconds of a cold start's wait (docs/benchmarks-history.md, "The first
+wait"; `python -m benchmarks latency` times the first screen). Here the bars are a canvas; the interactive-HTML download
+still builds the Plotly figure, on click.
 
 `payload` is pure (tested); `query_bars` mounts it (Streamlit's components v2, no iframe). Token text reaches the
 page only as canvas text or textContent, never as HTML.

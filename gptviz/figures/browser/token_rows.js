@@ -1,22 +1,7 @@
 // Rows of coloured tokens (gptviz/figures/browser/token_rows.py): each row's context right-aligned up to its peak
 // token, so the peaks line up as in a concordance. Token text is only ever set as textContent, never as HTML.
 
-function colourAt(stops, t) {
-  t = Math.min(1, Math.max(0, t));
-  let k = 1;
-  while (k < stops.length - 1 && stops[k][0] < t) k++;
-  const [s0, c0] = stops[k - 1], [s1, c1] = stops[k];
-  const f = s1 > s0 ? Math.min(1, Math.max(0, (t - s0) / (s1 - s0))) : 0;
-  return c0.map((c, ch) => Math.round(c + f * (c1[ch] - c)));
-}
-
-function element(tag, cls, parent, text) {
-  const el = document.createElement(tag);
-  if (cls) el.className = cls;
-  if (text !== undefined) el.textContent = text;
-  if (parent) parent.appendChild(el);
-  return el;
-}
+// colourAt and element: token_helpers.js, put before this script
 
 function tokenSpan(data, row, i, parent) {
   const v = row.values[i];

@@ -87,6 +87,26 @@ def _first_line(err: Exception) -> str:
     return text.split(". ", 1)[0][:200]
 
 
+def hf_sizes(hf: dict, n_ctx: int) -> dict:
+    """The GPTConfig fields a Hugging Face GPT-2 or GPT-1 config.json gives alike: the sizes (`n_ctx` where it names
+    no context length), the tied head and the norms' epsilon. KeyError names a missing field."""
+    return dict(
+        vocab_size=hf["vocab_size"],
+        n_ctx=hf.get("n_positions", hf.get("n_ctx", n_ctx)),
+        d_model=hf["n_embd"],
+        n_layers=hf["n_layer"],
+        n_heads=hf["n_head"],
+        tie_weights=hf.get("tie_word_embeddings", True),
+        ln_eps=hf.get("layer_norm_epsilon", 1e-5),
+    )
+
+
+def hf_name(hf: dict, default: str) -> str:
+    """A display name from config.json's _name_or_path: text only, short (it is shown on pages); else `default`."""
+    value = hf.get("_name_or_path")
+    return value[:100] if isinstance(value, str) and value.strip() else default
+
+
 def strip_prefix(state: dict, prefix: str = "_orig_mod.") -> dict:
     """torch.compile's wrapper prefixes every name with `_orig_mod.`; the weights are the same."""
     return {k.removeprefix(prefix): v for k, v in state.items()}

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 from ..config import ConfigError, GPTConfig
-from .base import CheckpointError
+from .base import CheckpointError, hf_name, hf_sizes
 
 MODEL_TYPE = "openai-gpt"
 _ACTIVATIONS = {"gelu": "gelu_tanh", "relu": "relu"}  # ACT_FNS's others (silu, swish) have no gptviz equivalent
@@ -23,20 +23,13 @@ def config_from_openai_gpt(hf: dict) -> GPTConfig:
     act = hf.get("afn", "gelu")
     if not isinstance(act, str) or act not in _ACTIVATIONS:
         raise CheckpointError(f"afn {act!r} is not supported (GPT-1 folders with afn 'gelu' or 'relu' are)")
-    name = hf.get("_name_or_path")
     try:
         return GPTConfig(
-            vocab_size=hf["vocab_size"],
-            n_ctx=hf.get("n_positions", hf.get("n_ctx", 512)),
-            d_model=hf["n_embd"],
-            n_layers=hf["n_layer"],
-            n_heads=hf["n_head"],
+            **hf_sizes(hf, n_ctx=512),
             norm="post",
             activation=_ACTIVATIONS[act],
-            tie_weights=hf.get("tie_word_embeddings", True),
-            ln_eps=hf.get("layer_norm_epsilon", 1e-5),
             final_norm=False,
-            name=name[:100] if isinstance(name, str) and name.strip() else MODEL_TYPE,
+            name=hf_name(hf, MODEL_TYPE),
         )
     except KeyError as err:
         raise CheckpointError(f"the GPT-1 config has no {err} field") from None

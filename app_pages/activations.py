@@ -19,8 +19,9 @@ from gptviz.app import settings as S
 from gptviz.app.seen import Seen, read_prompt
 from gptviz.app.services import activations as services
 from gptviz.app.unit_nav import unit_pills
-from gptviz.export import export_nbytes, matrix_frame
+from gptviz.export import matrix_frame
 from gptviz.figures import activations as figs
+from gptviz.model import sizes
 from gptviz.model.tokenizer import token_labels
 from gptviz.model.unit_id import head_id, neuron_id
 
@@ -327,7 +328,7 @@ def export_tab(seen: Seen) -> None:
         "name (no batch axis), plus `ids` and `tokens`. Load it with `numpy.load`."
     )
     include_attention = S.ACT_NPZ_ATTN.checkbox(st)
-    size = export_nbytes(seen.cfg, seen.T, include_attention)
+    size = sizes.export_nbytes(seen.cfg, seen.T, include_attention)
     st.caption(f"About {size / 2**20:,.1f} MiB of float32 before compression. The file is built when you click.")
     refusal = services.npz_refusal(seen.cfg, seen.T, include_attention)
     too_big = refusal is not None

@@ -50,6 +50,7 @@ HELPERS = (
     "servers.py",
     "run_folder.py",
     "forward_passes.py",
+    "memory_peak.py",
 )  # modules the scripts (and tests) share, not benchmarks themselves
 
 BENCHMARKS = {
@@ -62,6 +63,7 @@ BENCHMARKS = {
     "sampling": Bench("bench_sampling.py", "top-p sampling against a full sort of the vocabulary", ()),
     "interventions": Bench("bench_interventions.py", "patching sweeps and edited passes against plain passes"),
     "patching": Bench("bench_patching.py", "the residual patching sweep's time and peak memory", ()),
+    "sizes": Bench("bench_sizes.py", "every job's size estimate against its measured peak, on the bundled model"),
     "build": Bench("bench_build.py", "peak memory of building each preset with random weights"),
     "index": Bench(
         "bench_index.py",

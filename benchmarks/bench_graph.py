@@ -20,7 +20,8 @@ from pathlib import Path
 import torch
 
 from gptviz import GPT, PRESETS, get_tokenizer, load_pretrained
-from gptviz.methods.graph import attribution_graph, graph_nbytes
+from gptviz.methods.graph import attribution_graph
+from gptviz.model.sizes import graph_nbytes
 
 TEXT = Path(__file__).resolve().parents[1] / "data" / "tinyshakespeare.txt"
 TARGETS = {"shakespeare-pre": 2.0, "gpt2-small": 10.0}

@@ -5,7 +5,6 @@ No Streamlit here: pages hand these bytes to st.download_button.
 
 from __future__ import annotations
 
-import functools
 import io
 import re
 from collections.abc import Mapping, Sequence
@@ -15,6 +14,7 @@ import pandas as pd
 import torch
 
 from .figures.common import ANNOTATION_MIN_WIDTH
+from .model.sizes import ATTENTION_HOOKS
 from .model.tokenizer import token_labels
 
 
@@ -57,35 +57,6 @@ def load_npz(data: bytes) -> dict[str, np.ndarray]:
     """Read `.npz` bytes back (no pickle)."""
     with np.load(io.BytesIO(data), allow_pickle=False) as npz:
         return {k: npz[k] for k in npz.files}
-
-
-def export_nbytes(config, T: int, include_attention: bool = True) -> int:
-    """Float32 bytes of `prompt_capture_npz`'s arrays for T tokens (before compression): every hook point, less the
-    attention scores and patterns unless `include_attention`, no logits. Counted by `hooks.capture_nbytes`, the
-    rule the app's capture cache checks its budget with."""
-    from .model.hooks import capture_nbytes
-
-    names = [n for n in _hook_names(config) if include_attention or not n.endswith(ATTENTION_HOOKS)]
-    return capture_nbytes(config, names, T, logits=False)
-
-
-def prompt_capture_npz_nbytes(config, T: int, include_attention: bool = True) -> int:
-    """What prompt_capture_npz holds at its peak: its capture with the forward pass beside it (gptviz.serve.memory), and
-    the file twice (the zip's buffer and the bytes copied out of it; compressed, each is at most about the arrays'
-    size)."""
-    from .model.sizes import capture_work_nbytes
-
-    names = [n for n in _hook_names(config) if include_attention or not n.endswith(ATTENTION_HOOKS)]
-    return capture_work_nbytes(config, names, T) + 2 * export_nbytes(config, T, include_attention)
-
-
-@functools.lru_cache(maxsize=16)
-def _hook_names(config) -> tuple[str, ...]:
-    """A config's hook names, read off its module tree on the meta device (no weights; once per config)."""
-    from .model.model import GPT
-
-    with torch.device("meta"):
-        return tuple(GPT(config).hook_names)
 
 
 def figure_html(fig) -> bytes:
@@ -171,9 +142,6 @@ def matrix_frame(
             value_name: values.ravel(),
         }
     )
-
-
-ATTENTION_HOOKS = ("attn.hook_attn_scores", "attn.hook_pattern")
 
 
 def prompt_capture_npz(model, ids: Sequence[int], include_attention: bool = True) -> bytes:

@@ -25,7 +25,6 @@ from ..model.hooks import (  # noqa: F401 (model_nbytes: callers import it here)
     ActivationCache,
     act_name,
     capture,
-    capture_nbytes,
     model_nbytes,
     stack_patterns,
     storage_nbytes,
@@ -298,7 +297,7 @@ def get_capture(
     the model runs."""
     model = load_model(spec)
     wanted = model.hook_names if names is None else names
-    estimate = capture_nbytes(model.config, wanted, len(ids))
+    estimate = sizes.capture_nbytes(model.config, wanted, len(ids))
     work = sizes.capture_work_nbytes(model.config, wanted, len(ids))
 
     def run():

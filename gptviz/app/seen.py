@@ -11,8 +11,9 @@ from functools import cached_property
 import streamlit as st
 import torch
 
+from ..model import sizes
 from ..model.config import GPTConfig
-from ..model.hooks import ActivationCache
+from ..model.hooks import ActivationCache, act_name
 from ..model.model import GPT
 from ..model.tokenizer import position_labels, token_labels, tokenizer_for
 from .display import MEAN_HEAD, head_or_mean
@@ -64,7 +65,8 @@ class Seen:
     @property
     def pattern_bytes(self) -> int:
         """What the attention patterns of every layer and head over this prompt take (float32)."""
-        return 4 * self.cfg.n_layers * self.cfg.n_heads * self.T * self.T
+        patterns = [act_name("pattern", layer) for layer in range(self.cfg.n_layers)]
+        return sizes.capture_nbytes(self.cfg, patterns, self.T, logits=False)
 
     @cached_property
     def patterns(self) -> torch.Tensor:

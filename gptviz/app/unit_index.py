@@ -20,6 +20,7 @@ from typing import NamedTuple
 
 from .. import index as ix
 from ..index.atomic_write import TEMP_PREFIX, atomic_folder
+from ..model import sizes
 from ..serve import limits, memory
 from ..serve.bounded_cache import BoundedCache
 from ..serve.limits import LimitError
@@ -180,9 +181,8 @@ def contexts(spec: ModelSpec, loaded: Loaded, unit: ix.Unit) -> list[ix.Context]
 
     def run() -> list[ix.Context]:
         examples, model = ix.top_examples(loaded.index, unit), load_model(spec)
-        need = ix.example_contexts_nbytes(
-            loaded.index, loaded.docs, examples, model.config, before=EXAMPLES_BEFORE, after=EXAMPLES_AFTER
-        )
+        batch = ix.context_batch(loaded.index, loaded.docs, examples, before=EXAMPLES_BEFORE, after=EXAMPLES_AFTER)
+        need = sizes.example_contexts_nbytes(model.config, loaded.index.unit(unit), *batch)
         with memory.reserve(need, f"the top examples of {unit}"):
             return ix.example_contexts(
                 loaded.index, loaded.docs, examples, model=model, before=EXAMPLES_BEFORE, after=EXAMPLES_AFTER
@@ -198,9 +198,8 @@ def band_contexts(spec: ModelSpec, loaded: Loaded, unit: ix.Unit) -> list[tuple[
     def run() -> list[tuple[ix.Band, list[ix.Context]]]:
         bands, model = ix.band_examples(loaded.index, unit), load_model(spec)
         examples = [e for b in bands for e in b.examples]
-        need = ix.example_contexts_nbytes(
-            loaded.index, loaded.docs, examples, model.config, before=EXAMPLES_BEFORE, after=EXAMPLES_AFTER
-        )
+        batch = ix.context_batch(loaded.index, loaded.docs, examples, before=EXAMPLES_BEFORE, after=EXAMPLES_AFTER)
+        need = sizes.example_contexts_nbytes(model.config, loaded.index.unit(unit), *batch)
         with memory.reserve(need, f"the band examples of {unit}"):
             found = ix.example_contexts(
                 loaded.index, loaded.docs, examples, model=model, before=EXAMPLES_BEFORE, after=EXAMPLES_AFTER

@@ -91,9 +91,9 @@ from .read import (
     attended,
     band_examples,
     check_documents,
+    context_batch,
     example_context,
     example_contexts,
-    example_contexts_nbytes,
     histogram,
     index_documents,
     positive_count,
@@ -102,7 +102,6 @@ from .read import (
     top_examples,
     top_tokens,
     units_at,
-    units_at_nbytes,
     units_for_token,
 )
 from .scan import build_index, scan_nbytes
@@ -162,6 +161,7 @@ __all__ = [
     "build_index",
     "bundled_index",
     "check_documents",
+    "context_batch",
     "corpus_documents",
     "corpus_pieces",
     "corpus_texts",
@@ -170,7 +170,6 @@ __all__ = [
     "direct_effect",
     "example_context",
     "example_contexts",
-    "example_contexts_nbytes",
     "finish_scan",
     "head_direct_effect",
     "head_write_norms",
@@ -202,6 +201,5 @@ __all__ = [
     "top_tokens",
     "unit_values",
     "units_at",
-    "units_at_nbytes",
     "units_for_token",
 ]

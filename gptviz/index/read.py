@@ -11,12 +11,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..model.hooks import act_name, capture, capturing
+from ..model.hooks import act_name, capture, capturing, unit_hook_names
 from .constants import DEAD_PEAK, TOP_TOKENS
 from .corpus import Document, _as_documents, _checksum, corpus_documents, scoring_window, tokenize_corpus
 from .histograms import _edges
 from .store import NeuronIndex
-from .unit_ids import Unit, UnitLike, _unit_at, _unit_hooks, _values_from_store, head_write_norms, unit_values
+from .unit_ids import Unit, UnitLike, _unit_at, _values_from_store, head_write_norms, unit_values
 
 
 def index_documents(index: NeuronIndex, folder=None, enc=None) -> list[Document]:
@@ -204,7 +204,7 @@ def example_context(
         mine = starts == start
         end = int(positions[mine].max()) + 1  # causal: the window's later tokens change nothing before `end`
         window = torch.from_numpy(ids[start:end])
-        _, cache = capture(model, window[None], _unit_hooks(model.config))  # the scan's (fused) attention path
+        _, cache = capture(model, window[None], unit_hook_names(model.config))  # the scan's (fused) attention path
         all_values = _values_from_store(model, cache, end - start)
         values[mine] = all_values[positions[mine] - start, flat].numpy()
         if u.kind == "head" and start == scoring_window(pos, n_ctx, stride):
@@ -242,35 +242,15 @@ def _context_plan(index: NeuronIndex, docs: list[Document], examples: Sequence[E
     return segments, plans
 
 
-def example_contexts_nbytes(
-    index: NeuronIndex, corpus_docs, examples: Sequence[Example], config, *, before: int = 24, after: int = 8
-) -> int:
-    """What example_contexts holds at its peak, from its batch's size (B windows of up to T tokens): the captured
-    unit hook (and the head's pattern), the forward pass's working memory, and a head's per-head writes."""
-    from ..model.hooks import capture_nbytes
-    from ..model.sizes import FLOAT32, forward_nbytes
-
+def context_batch(
+    index: NeuronIndex, corpus_docs, examples: Sequence[Example], *, before: int = 24, after: int = 8
+) -> tuple[int, int]:
+    """The batch example_contexts runs for `examples`: (windows, the longest window's tokens); (0, 0) for none.
+    Its memory is gptviz.model.sizes.example_contexts_nbytes of these."""
     if not examples:
-        return 0
+        return 0, 0
     segments, _ = _context_plan(index, _as_documents(corpus_docs), examples, before, after)
-    B, T, u = len(segments), max(end - start for _, start, end in segments), examples[0].unit
-    hooks = [u.hook] + ([act_name("pattern", u.layer)] if u.kind == "head" else [])
-    writes = T * config.n_heads * config.d_model if u.kind == "head" else 0
-    forward = (
-        forward_nbytes(config, T, B, patterns=u.kind == "head", all_logits=False) - FLOAT32 * B * config.vocab_size
-    )
-    return B * capture_nbytes(config, hooks, T, logits=False) + FLOAT32 * B * writes + forward  # no LM head runs
-
-
-def units_at_nbytes(config, T: int) -> int:
-    """What units_at holds at its peak on T tokens: the capture of every unit's hook with the forward pass beside
-    it, each head's writes [T, heads, d_model] for one layer, and every unit's value and rank."""
-    from ..model.sizes import FLOAT32, capture_work_nbytes
-
-    n_units = config.n_layers * (config.d_ff + config.n_heads)
-    return capture_work_nbytes(config, _unit_hooks(config), T) + FLOAT32 * T * (
-        config.n_heads * config.d_model + 2 * n_units
-    )
+    return len(segments), max(end - start for _, start, end in segments)
 
 
 def example_contexts(

@@ -7,7 +7,7 @@ from typing import Union
 import numpy as np
 import torch
 
-from ..model.hooks import act_name, capture
+from ..model.hooks import act_name, capture, unit_hook_names
 from ..model.unit_id import Unit
 
 UnitLike = Union["Unit", str, int, tuple]
@@ -67,12 +67,6 @@ def head_write_norms(z: torch.Tensor, c_proj_weight: torch.Tensor, factor: torch
     return norms.t().reshape(z.shape[:-1])
 
 
-def _unit_hooks(config) -> list[str]:
-    return [act_name("post", layer) for layer in range(config.n_layers)] + [
-        act_name("z", layer) for layer in range(config.n_layers)
-    ]
-
-
 def _values_from_store(model, store, rows: int) -> torch.Tensor:
     """Every unit's score from a capture's store: [rows, n_units] (rows = batch x T, flattened)."""
     L = model.config.n_layers
@@ -88,5 +82,5 @@ def unit_values(model, ids) -> torch.Tensor:
     """Every unit's score at every position of one sequence (a fresh capture): [T, n_units], units numbered as in
     an index (neurons layer by layer, then heads)."""
     ids = torch.as_tensor(ids, dtype=torch.long).reshape(1, -1)
-    _, cache = capture(model, ids, _unit_hooks(model.config))
+    _, cache = capture(model, ids, unit_hook_names(model.config))
     return _values_from_store(model, cache, ids.shape[1])

@@ -34,7 +34,7 @@ from .detectors import (
 )
 from .entropy import attention_entropy, uniform_attention_entropy
 from .geometry import PCA, cosine_similarity_matrix, pca, vocab_sample
-from .graph import AttributionGraph, GraphEdge, GraphNode, attribution_graph, graph_nbytes
+from .graph import AttributionGraph, GraphEdge, GraphNode, attribution_graph
 from .graph_contributors import Contributors, top_contributors
 from .graph_export import graph_json, qk_json
 from .graph_qk import QKDecomposition, qk_decomposition
@@ -51,7 +51,6 @@ __all__ = [
     "QKDecomposition",
     "attribution_graph",
     "graph_json",
-    "graph_nbytes",
     "qk_decomposition",
     "qk_json",
     "top_contributors",

@@ -10,7 +10,8 @@ from typing import NamedTuple
 
 import torch
 
-from ..model.hooks import act_name, capture, capturing, edits_by_hook
+from ..model.hooks import act_name, capture, capturing, direct_attribution_names, edits_by_hook
+from ..model.sizes import sweep_rows_per_batch
 from ..model.unit_id import head_id
 from .clock import UNBOUNDED, Clock
 from .interventions import Edit
@@ -32,19 +33,6 @@ class DirectAttribution(NamedTuple):
     logit_diff: float  # the model's own logit difference; values.sum() equals it
     target: int
     other: int
-
-
-def direct_attribution_names(n_layers: int) -> list[str]:
-    """What direct_logit_attribution captures: the embeddings, every head's z, every MLP's output, the final stream."""
-    names = ["hook_embed", "hook_pos_embed", act_name("resid_post", n_layers - 1)]
-    return names + [act_name("z", i) for i in range(n_layers)] + [act_name("mlp_out", i) for i in range(n_layers)]
-
-
-def direct_attribution_nbytes(config, T: int) -> int:
-    """What direct_logit_attribution holds at its peak on T tokens: its capture and the forward pass beside it."""
-    from ..model.sizes import capture_work_nbytes
-
-    return capture_work_nbytes(config, direct_attribution_names(config.n_layers), T)
 
 
 def direct_logit_attribution(model, ids, target: int, other: int, position: int = -1) -> DirectAttribution:
@@ -155,51 +143,10 @@ def _check_pair(clean_ids, corrupted_ids) -> tuple[torch.Tensor, torch.Tensor]:
     return clean, corrupted
 
 
-# Activations one batch of a patching sweep may hold at once. A sweep runs T (or layers x heads) edited copies of
-# the corrupted prompt; all at once, with every position's logits, that grows with T² x the vocabulary (gigabytes
-# for a 128-token pair). `python -m benchmarks patching` measures a sweep's peak memory.
-SWEEP_BATCH_BYTES = 192 * 2**20
-
-
-def sweep_row_bytes(config, T: int) -> int:
-    """Float32 bytes one edited copy of a T-token prompt holds at its peak inside a block (the residual stream and
-    its norms, q/k/v/z, one layer's attention weights, the MLP's hidden units) plus its last position's logits."""
-    return 4 * (T * (10 * config.d_model + 2 * config.d_ff + 2 * config.n_heads * T) + config.vocab_size)
-
-
-def sweep_rows_per_batch(config, T: int, budget: int | None = None) -> int:
-    """Edited copies one batch runs: as many as fit `budget` (SWEEP_BATCH_BYTES), at least one."""
-    return max(1, (SWEEP_BATCH_BYTES if budget is None else budget) // sweep_row_bytes(config, T))
-
-
-def patching_nbytes(config, T: int) -> int:
-    """What residual_patching and head_patching hold at their peak on a T-token pair: the clean and corrupted runs'
-    logits and captures (residual stream, keys, values, heads' outputs), one forward pass's working memory, and one
-    batch of edited copies (within SWEEP_BATCH_BYTES, at least one copy)."""
-    from ..model.sizes import FLOAT32, forward_nbytes
-
-    rows = min(sweep_rows_per_batch(config, T), max(T, config.n_layers * config.n_heads))
-    captured = FLOAT32 * 4 * config.n_layers * T * config.d_model  # resid_pre, k, v (or z) of every layer
-    return (
-        2 * FLOAT32 * T * config.vocab_size
-        + captured
-        + forward_nbytes(config, T, patterns=False)
-        + rows * sweep_row_bytes(config, T)
-    )
-
-
 def saliency_work(config, T: int, steps: int) -> int:
     """Integrated gradients (`steps` points) and gradient x input in token-block passes: each point a forward and a
     backward pass (about three forwards' work), the two ends one forward each."""
     return config.n_layers * T * (3 * (steps + 1) + 2)
-
-
-def saliency_nbytes(config, T: int, batch: int = 16) -> int:
-    """What integrated_gradients holds at its peak: one batch of `batch` scaled copies of the prompt with what
-    autograd keeps of their forward pass."""
-    from ..model.sizes import activation_nbytes
-
-    return activation_nbytes(config, batch, T)
 
 
 def _both_runs(

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..model.sizes import edge_rows, graph_nbytes
 from .clock import Clock
 from .graph_ablation import ablation_actuals
 from .graph_frozen import FrozenModel, check_target, has_betas
@@ -23,7 +24,6 @@ from .graph_nodes import NodeRef, Values, bias_names, bias_parts, edge_weights, 
 
 METHOD = "frozen attention and norm scales; neurons pass act/pre"
 FLOAT32 = 4
-EDGE_WALK_BYTES = 64 * 2**20  # what one batch of the edge walk may hold: rows of [T, d_model], a few copies each
 
 
 @dataclass
@@ -252,31 +252,6 @@ def edges_total(config, T: int) -> int:
 
 
 # ---- bounds --------------------------------------------------------------------------------------------------
-
-
-def edge_rows(config, T: int) -> int:
-    """Targets one edge walk carries: [rows, T, d_model] a few times over within EDGE_WALK_BYTES."""
-    return max(1, EDGE_WALK_BYTES // (4 * FLOAT32 * T * config.d_model))
-
-
-def graph_nbytes(config, T: int, max_nodes: int = 200, ablations: int = 10, itemsize: int = FLOAT32) -> int:
-    """Bytes the graph holds at its peak on T tokens, from the config alone (float32 unless said): the frozen pass
-    with what autograd keeps of it and its backward, the frozen model's records, three numbers for every node and the
-    pruning's copy, one edge walk, and the ablation check (an unedited capture of the stream, keys and values, then
-    the removals, the last position's logits only)."""
-    L, H, d, d_ff, V = config.n_layers, config.n_heads, config.d_model, config.d_ff, config.vocab_size
-    points = 1 + L * (4 if config.norm == "post" else 2)
-    per_layer = T * (12 * d + 6 * d_ff) + 3 * H * T * T  # norms, q/k/v/z, pre/act/ratio, scores and pattern
-    frozen_pass = 2 * L * per_layer + 3 * points * T * d  # forward kept for backward, probes, grads
-    records = L * (T * (2 * d + 2 * d_ff) + H * T * T) + 2 * points * T * d  # z, attn_in, act, ratio, patterns
-    per_node = L * T * (H + d_ff + 4)
-    nodes = 6 * per_node  # influence, direct, bias part, the flat copy
-    rows = min(edge_rows(config, T), max_nodes)
-    walk = 4 * rows * T * d + max_nodes * (max_nodes + d)  # V and its copies, the weights, the outputs
-    per_row = T * (10 * d + 2 * d_ff + 2 * H * T)  # one copy of the prompt inside a block
-    forward = per_row + T * V + 3 * L * T * d + ablations * (per_row + V)  # the unedited capture, the removals
-    weights_copy = 0 if itemsize == FLOAT32 else L * (4 * d * d + 2 * d * d_ff)  # the blocks' matrices as float32
-    return FLOAT32 * (frozen_pass + records + nodes + walk + forward + weights_copy)
 
 
 def _mib(n: int) -> str:

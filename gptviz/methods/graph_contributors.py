@@ -140,17 +140,6 @@ def contributor_label(c: Contributor, tokens: list[str]) -> str:
     return f"{name} {word + ' ' if word else ''}{at} {c.share:+.0%}"
 
 
-def contributors_nbytes(config, T: int) -> int:
-    """Bytes `top_contributors` holds at its peak on T tokens: the frozen pass with what autograd keeps and its
-    backward (graph_nbytes' first terms), and one number per node twice over."""
-    L, H, d, d_ff = config.n_layers, config.n_heads, config.d_model, config.d_ff
-    points = 1 + L * (4 if config.norm == "post" else 2)
-    per_layer = T * (12 * d + 6 * d_ff) + 3 * H * T * T
-    frozen = 2 * L * per_layer + 3 * points * T * d + L * (T * (2 * d + 2 * d_ff) + H * T * T)
-    nodes = 2 * (T + L * T * (H + d_ff + len(bias_names(config))))
-    return FLOAT32 * (frozen + nodes)
-
-
 # ---- removing one node from a generation ----------------------------------------------------------------------
 
 

@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from ..model.config import GPTConfig
 from ..model.hooks import act_name, capturing
 from ..model.model import GPT
+from ..model.sizes import SUM_CHUNK
 
 INITS = {
     "gpt2": "GPT-2: normal(0, 0.02), residual projections / sqrt(2L)",
@@ -94,7 +95,6 @@ class WiringStats:
 # Elements summed in float64 at a time: a whole-matrix .double() of gpt2-small's token embedding is 295 MiB, and the
 # squares another 295 MiB, which the Norms page's reservation does not count; chunks keep that to 16 MiB
 # (tests/serve/test_wiring_memory.py checks the reservation against the resident memory's growth).
-SUM_CHUNK = 2**20
 
 
 def _chunked_sum(t: torch.Tensor, fn: Callable[[torch.Tensor], torch.Tensor]) -> float:
@@ -182,33 +182,6 @@ def compare_wirings(
         say(f"{norm}-norm: forward and backward pass")
         out[norm] = measure_wiring(twins[norm], ids)
     return out
-
-
-# What the process's resident memory grows by beyond the tensors (torch's thread workspaces, the allocator's
-# bookkeeping) during one measurement: not a function of the size, and it varies between runs of one size, so a fixed
-# allowance with room above what tests/serve/test_wiring_memory.py measures across the sizes the page offers.
-MEASURE_OVERHEAD = 96 * 2**20
-
-
-def measuring_nbytes(config: GPTConfig, T: int) -> int:
-    """compare_wirings at its peak on T tokens, what the Norms page reserves before it runs: one set of weights the
-    twins share; then the larger of the build's draw buffer (its largest tensor, gptviz.model.model) and one wiring's
-    measurement: the gradient of every parameter, two more copies of a tied token embedding's gradient while
-    autograd adds its two uses (the lookup's and the LM head's), and what the forward pass keeps for the backward
-    (its attention patterns recorded) and what it records; the first wiring's patterns kept beside the second's run;
-    the float64 chunks its sums use; a fixed overhead. Checked against the resident memory's measured growth at
-    every preset, every width and several depths (tests/serve/test_wiring_memory.py)."""
-    from ..model.params import total_params
-    from ..model.sizes import FLOAT32, activation_nbytes
-
-    L, d, H = config.n_layers, config.d_model, config.n_heads
-    weights = FLOAT32 * total_params(config)
-    largest = FLOAT32 * max(config.vocab_size * d, config.n_ctx * d, 3 * d * d, config.d_ff * d)
-    tied = 2 * FLOAT32 * config.vocab_size * d if config.tie_weights else 0
-    measure = weights + tied + activation_nbytes(config, 1, T, patterns=True)
-    recorded = FLOAT32 * L * (3 * T * d + H * T * T)  # one wiring's captures
-    kept = FLOAT32 * L * H * T * T  # the first wiring's patterns (WiringStats)
-    return weights + max(largest, measure + recorded) + kept + 2 * 8 * SUM_CHUNK + MEASURE_OVERHEAD
 
 
 # ---- attention differences -------------------------------------------------------------------------------

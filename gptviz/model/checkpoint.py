@@ -22,6 +22,7 @@ from .formats.openai_gpt import config_from_openai_gpt
 from .formats.unsupported import unsupported_config
 from .load_limits import MAX_CONFIG_BYTES, MAX_LOAD_LAYERS, load_limits
 from .model import GPT
+from .sizes import load_nbytes
 
 FORMAT = "gptviz"
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")  # the first present is read
@@ -300,17 +301,14 @@ def load_checkpoint(folder: str | os.PathLike, norm: str | None = None) -> GPT:
 
 def weights_nbytes(folder: str | os.PathLike) -> int:
     """What loading a checkpoint folder holds at its peak, before it is read: its weights file (read whole) beside
-    the float32 model built from its config. 0 when the folder does not describe a loadable model (loading it
-    then fails with its own message)."""
+    the float32 model built from its config (gptviz.model.sizes.load_nbytes). 0 when the folder does not describe a
+    loadable model (loading it then fails with its own message)."""
     try:
         config, _ = read_config(folder)
     except (CheckpointError, OSError):
         return 0
     files = [Path(folder) / name for name in WEIGHT_FILES]
-    on_disk = next((f.stat().st_size for f in files if f.is_file()), 0)
-    from .params import total_params
-
-    return on_disk + 4 * total_params(config)
+    return load_nbytes(config, next((f.stat().st_size for f in files if f.is_file()), 0))
 
 
 TRAINING_VOCAB = "training_vocab.json"  # the ids that occur in a checkpoint's training text, beside it

@@ -333,19 +333,13 @@ def edits_by_hook(edits, available: Iterable[str]) -> dict[str, tuple[EditFn, ..
     return {name: tuple(fns) for name, fns in grouped.items()}
 
 
-def hook_numel(config, name: str, T: int) -> int:
-    """Elements hook point `name` records for one sequence of T tokens (batch 1), from the config alone, so a
-    capture's size is known before it runs."""
-    if name.endswith(("attn.hook_attn_scores", "attn.hook_pattern")):
-        return config.n_heads * T * T
-    if name.endswith(("mlp.hook_pre", "mlp.hook_post")):
-        return T * config.d_ff
-    if name == "hook_logits":
-        return T * config.vocab_size
-    return T * config.d_model  # embeddings, residual stream, norms' outputs, q/k/v/z, sub-layer outputs
+def direct_attribution_names(n_layers: int) -> list[str]:
+    """What direct_logit_attribution captures: the embeddings, every head's z, every MLP's output, the final stream."""
+    names = ["hook_embed", "hook_pos_embed", act_name("resid_post", n_layers - 1)]
+    return names + [act_name("z", i) for i in range(n_layers)] + [act_name("mlp_out", i) for i in range(n_layers)]
 
 
-def capture_nbytes(config, names: Iterable[str], T: int, *, logits: bool = True) -> int:
-    """Float32 bytes of a capture of `names` for T tokens, plus the logits it returns (unless `logits=False`:
-    what is kept of it without them, e.g. an exported file)."""
-    return 4 * (sum(hook_numel(config, n, T) for n in names) + (T * config.vocab_size if logits else 0))
+def unit_hook_names(config) -> list[str]:
+    """What a neuron index reads every unit from: each MLP's activation (its neurons) and each layer's z (its heads)."""
+    layers = range(config.n_layers)
+    return [act_name("post", layer) for layer in layers] + [act_name("z", layer) for layer in layers]

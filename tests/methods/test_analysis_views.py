@@ -18,12 +18,12 @@ from gptviz.export import (
     capture_arrays,
     capture_npz,
     csv_bytes,
-    export_nbytes,
     load_npz,
     matrix_frame,
     prompt_capture_npz,
 )
 from gptviz.model.hooks import ActivationCache
+from gptviz.model.sizes import export_nbytes
 from tests.support.models import SMALL, build, random_ids
 
 L, D, FF, V = SMALL.n_layers, SMALL.d_model, SMALL.d_ff, SMALL.vocab_size

@@ -15,6 +15,7 @@ from gptviz.methods.attribution import (
     residual_patching,
 )
 from gptviz.methods.interventions import Edit, run_with_edits
+from gptviz.model import sizes
 from tests.support.models import SMALL, build, random_ids
 
 
@@ -145,7 +146,6 @@ def test_patching_sweeps_run_in_batches_within_their_budget_and_give_the_same_sc
     """A 128-token pair took 7 GB when every patched copy ran at once with every position's logits: the sweeps
     now run batches of at most sweep_rows_per_batch rows and read only the last position's logits; the residual
     sweep starts each patched run at its layer and skips the positions where the two streams are equal."""
-    from gptviz.methods import attribution
 
     clean, corrupted = random_ids(12, seed=4), random_ids(12, seed=4).clone()
     corrupted[5] = (corrupted[5] + 1) % SMALL.vocab_size
@@ -160,8 +160,8 @@ def test_patching_sweeps_run_in_batches_within_their_budget_and_give_the_same_sc
             resumed.append((layer, tuple(resid.shape), last_only)) or forward_from(layer, resid, last_only, past_kv)
         ),
     )
-    monkeypatch.setattr(attribution, "SWEEP_BATCH_BYTES", 3 * attribution.sweep_row_bytes(SMALL, 12))
-    assert attribution.sweep_rows_per_batch(SMALL, 12) == 3
+    monkeypatch.setattr(sizes, "SWEEP_BATCH_BYTES", 3 * sizes.sweep_row_bytes(SMALL, 12))
+    assert sizes.sweep_rows_per_batch(SMALL, 12) == 3
     batched = residual_patching(model, clean, corrupted, 7, 40), head_patching(model, clean, corrupted, 7, 40)
     for a, b in zip(
         whole, batched, strict=True
@@ -218,7 +218,7 @@ def test_the_patching_work_estimate_is_the_work_the_sweeps_do(model, monkeypatch
     clean = random_ids(14, seed=2)
     corrupted = clean.clone()
     corrupted[3], corrupted[8] = (clean[3] + 1) % SMALL.vocab_size, (clean[8] + 1) % SMALL.vocab_size
-    monkeypatch.setattr(attribution, "SWEEP_BATCH_BYTES", 3 * attribution.sweep_row_bytes(SMALL, 14))
+    monkeypatch.setattr(sizes, "SWEEP_BATCH_BYTES", 3 * sizes.sweep_row_bytes(SMALL, 14))
     done = []
     forward_from = model.forward_from
     monkeypatch.setattr(
@@ -238,11 +238,10 @@ def test_the_patching_work_estimate_is_the_work_the_sweeps_do(model, monkeypatch
 def test_a_sweep_stops_when_its_session_ends_or_its_time_is_up(model, monkeypatch):
     """Issue 43: a 1,000-token pair ran 24.5 minutes after its tab closed. The sweeps check a WorkClock between
     batches: a session that ends stops the sweep at the next check, and so does the operator's time limit."""
-    from gptviz.methods import attribution
     from gptviz.serve.work_clock import WorkClock, WorkStopped
 
     clean, corrupted = _pair()
-    monkeypatch.setattr(attribution, "SWEEP_BATCH_BYTES", 1)  # one row a batch: the residual sweep runs 1 + 7
+    monkeypatch.setattr(sizes, "SWEEP_BATCH_BYTES", 1)  # one row a batch: the residual sweep runs 1 + 7
     checks = []
 
     def alive():

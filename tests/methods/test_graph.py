@@ -8,10 +8,11 @@ import pytest
 import torch
 
 from gptviz import capture
-from gptviz.methods.graph import attribution_graph, edges_total, graph_nbytes, nodes_total
+from gptviz.methods.graph import attribution_graph, edges_total, nodes_total
 from gptviz.methods.graph_ablation import ablation_actuals, removal_edits
 from gptviz.methods.graph_frozen import FrozenModel
 from gptviz.methods.graph_nodes import NodeRef, all_nodes, bias_names, bias_parts, edge_weights, metric_ref, node_values
+from gptviz.model.sizes import graph_nbytes
 from tests.support.graph_reference import WIRING_IDS, WIRINGS, prompt, reference_metric, unit_model
 from tests.support.models import build
 

@@ -13,7 +13,6 @@ from gptviz.methods.graph_ablation import ablation_actuals
 from gptviz.methods.graph_contributors import (
     Contributor,
     contributor_label,
-    contributors_nbytes,
     node_edits,
     parse_node,
     top_contributors,
@@ -116,7 +115,7 @@ def test_a_node_removed_from_a_generation_is_removed_once_where_it_is(node):
 
 
 def test_the_contributors_estimate_grows_with_the_prompt_and_is_below_the_graphs():
-    from gptviz.methods.graph import graph_nbytes
+    from gptviz.model.sizes import contributors_nbytes, graph_nbytes
 
     cfg = unit_model().config
     assert 0 < contributors_nbytes(cfg, 8) < contributors_nbytes(cfg, 64) < graph_nbytes(cfg, 64)

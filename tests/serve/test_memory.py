@@ -11,7 +11,8 @@ import torch
 
 from gptviz import PRESETS
 from gptviz.model import sizes
-from gptviz.model.hooks import ActivationCache, act_name, capture_nbytes, stack_patterns
+from gptviz.model.hooks import ActivationCache, act_name, stack_patterns
+from gptviz.model.sizes import capture_nbytes
 from gptviz.serve import memory
 from gptviz.serve.bounded_cache import BoundedCache
 from gptviz.serve.limits import LimitError

@@ -16,7 +16,7 @@ from gptviz import methods as analysis
 from gptviz.app import keys as K
 from gptviz.app import model_service
 from gptviz.app import unit_index as ui
-from gptviz.export import prompt_capture_npz, prompt_capture_npz_nbytes
+from gptviz.export import prompt_capture_npz
 from gptviz.methods import attribution
 from gptviz.methods.interventions import ablate_heads, run_with_edits
 from gptviz.model import sizes
@@ -68,7 +68,7 @@ def test_an_edited_patterns_estimate_covers_its_run(pre):
 def test_direct_attributions_estimate_covers_its_run(pre):
     model, ids = pre
     _, peak = torch_peak(lambda: attribution.direct_logit_attribution(model, ids, 5, 6))
-    covers(attribution.direct_attribution_nbytes(model.config, ids.shape[1]), peak)
+    covers(sizes.direct_attribution_nbytes(model.config, ids.shape[1]), peak)
 
 
 @pytest.mark.slow
@@ -102,7 +102,7 @@ def test_the_logit_lens_estimate_covers_its_logits(pre):
 def test_the_npz_exports_estimate_covers_its_capture_and_the_file(pre, attention):
     model, ids = pre
     data, peak = torch_peak(lambda: prompt_capture_npz(model, ids[0].tolist(), attention))
-    covers(prompt_capture_npz_nbytes(model.config, ids.shape[1], attention), peak + 2 * len(data))
+    covers(sizes.prompt_capture_npz_nbytes(model.config, ids.shape[1], attention), peak + 2 * len(data))
 
 
 def test_units_at_estimate_covers_every_units_value(pre):
@@ -110,7 +110,7 @@ def test_units_at_estimate_covers_every_units_value(pre):
     shipped = ix.bundled_index("shakespeare-pre")
     found, peak = torch_peak(lambda: ix.units_at(model, ids[0], 100, index=shipped, k=8, kind="neuron"))
     assert len(found) == 8
-    covers(ix.units_at_nbytes(model.config, ids.shape[1]), peak)
+    covers(sizes.units_at_nbytes(model.config, ids.shape[1]), peak)
 
 
 @pytest.mark.slow
@@ -123,13 +123,14 @@ def test_the_top_examples_estimate_covers_their_batched_pass(pre, unit):
     found, peak = torch_peak(lambda: ix.example_contexts(shipped, docs, examples, model=model, before=20, after=6))
     assert len(found) == len(examples)
     # the forward pass's share is gptviz.serve.memory's batch-wide estimate: about 2.2x what a head's batch holds here
-    covers(ix.example_contexts_nbytes(shipped, docs, examples, model.config, before=20, after=6), peak, within=2.5)
+    batch = ix.context_batch(shipped, docs, examples, before=20, after=6)
+    covers(sizes.example_contexts_nbytes(model.config, examples[0].unit, *batch), peak, within=2.5)
 
 
 @pytest.mark.slow
 def test_the_patching_sweeps_estimate_covers_the_audits_128_token_pair(pre):
     """Issue 31, finding 1: a 128-token pair (" a" x 128 and the same with " b" at token 64) took 6.9 GB on the
-    bundled model; the sweeps now hold what attribution.patching_nbytes says, checked before they run."""
+    bundled model; the sweeps now hold what sizes.patching_nbytes says, checked before they run."""
     from gptviz.model.tokenizer import encode
 
     model, _ = pre
@@ -142,7 +143,7 @@ def test_the_patching_sweeps_estimate_covers_the_audits_128_token_pair(pre):
             attribution.head_patching(model, clean, corrupted, 5, 6),
         )
     )
-    estimate = attribution.patching_nbytes(model.config, 128)
+    estimate = sizes.patching_nbytes(model.config, 128)
     assert peak <= estimate < 300 * MiB, (peak / MiB, estimate / MiB)
 
 

@@ -11,7 +11,7 @@ import pytest
 from gptviz import capture
 from gptviz.app import keys as K
 from gptviz.app import model_service
-from gptviz.model.hooks import capture_nbytes
+from gptviz.model.sizes import capture_nbytes
 from gptviz.serve import limits
 from gptviz.serve.bounded_cache import BoundedCache
 from gptviz.serve.limits import LimitError, ServerLimits

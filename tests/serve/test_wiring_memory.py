@@ -1,5 +1,5 @@
 """Issue 43: the Norms page reserved 383 MiB for gpt2-small at one layer and width 768 and peaked 1,043 MiB above
-its baseline (4 layers: 556 vs 1,187). Its reservation is now wiring.measuring_nbytes, checked here against the
+its baseline (4 layers: 556 vs 1,187). Its reservation is now sizes.measuring_nbytes, checked here against the
 resident memory's measured growth (a fresh subprocess per size, tests/support/rss_growth.py) at every preset's own
 width, every width the page offers gpt2-small, several depths, and both token counts the page measures."""
 
@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from gptviz import PRESETS
-from gptviz.methods import wiring
+from gptviz.model import sizes
 from tests.support import ROOT
 
 MiB = 2**20
@@ -71,9 +71,9 @@ def test_the_norms_measurement_reservation_covers_its_measured_peak(growths, pre
     growth = growths[(preset, depth, width, T)]
     if isinstance(growth, Exception):
         raise growth
-    estimate = wiring.measuring_nbytes(config, T)
+    estimate = sizes.measuring_nbytes(config, T)
     # covered, and not far above: the deepest narrow models, whose activations dominate, are the loosest (1.4x)
-    assert growth <= estimate <= 1.5 * growth + wiring.MEASURE_OVERHEAD, (growth / MiB, estimate / MiB)
+    assert growth <= estimate <= 1.5 * growth + sizes.MEASURE_OVERHEAD, (growth / MiB, estimate / MiB)
 
 
 @pytest.mark.slow
@@ -95,4 +95,4 @@ def test_the_norms_page_reserves_the_measurements_estimate(monkeypatch):
     measured = [(n, what) for n, what in asked if what.startswith("measuring")]
     assert measured, asked
     config = PRESETS["tiny"].replace(n_layers=2, name="tiny-2L-d64")
-    assert measured[0] == (wiring.measuring_nbytes(config, 64), "measuring tiny-2L-d64 both ways")
+    assert measured[0] == (sizes.measuring_nbytes(config, 64), "measuring tiny-2L-d64 both ways")

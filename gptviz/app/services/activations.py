@@ -4,7 +4,7 @@ built on the download's click, each within a reservation of the server's memory.
 from __future__ import annotations
 
 from ... import methods as analysis
-from ...export import export_nbytes, prompt_capture_npz, prompt_capture_npz_nbytes
+from ...export import prompt_capture_npz
 from ...model import sizes
 from ...serve import limits, memory
 from .. import model_service
@@ -23,12 +23,12 @@ def lens(spec: model_service.ModelSpec, ids: tuple[int, ...], names: tuple[str, 
 def npz_refusal(cfg, T: int, include_attention: bool) -> str | None:
     """Why the server will not build this .npz (past the export limit, or its working memory past the whole
     budget), or None when it may."""
-    if export_nbytes(cfg, T, include_attention) > limits.server_limits().export_bytes:
+    if sizes.export_nbytes(cfg, T, include_attention) > limits.server_limits().export_bytes:
         return (
             f"This server builds downloads of up to {limits.server_limits().export_mb:,} MiB; leave out the "
             "attention tensors or shorten the prompt."
         )
-    need, budget = prompt_capture_npz_nbytes(cfg, T, include_attention), memory.accountant().budget
+    need, budget = sizes.prompt_capture_npz_nbytes(cfg, T, include_attention), memory.accountant().budget
     if need > budget:
         return (
             f"Building this file needs about {memory.mib(need)} while it runs, more than this server's whole "
@@ -45,6 +45,6 @@ def npz_within_budget(spec: model_service.ModelSpec, ids: tuple[int, ...], inclu
     kept a model the store had dropped: issue 57)."""
     model = model_service.load_model(spec)
     with memory.reserve(
-        prompt_capture_npz_nbytes(model.config, len(ids), include_attention), f"a .npz of {len(ids)} tokens"
+        sizes.prompt_capture_npz_nbytes(model.config, len(ids), include_attention), f"a .npz of {len(ids)} tokens"
     ):
         return prompt_capture_npz(model, ids, include_attention)

@@ -42,7 +42,7 @@ SIDE_TOP_K = 5
 def measure_both(config_json: str, ids: tuple[int, ...], seed: int, init: str) -> dict[str, wiring.WiringStats]:
     """Both wirings of one set of weights (built once and shared), measured on `ids`."""
     config = GPTConfig.from_dict(json.loads(config_json))
-    with memory.reserve(wiring.measuring_nbytes(config, len(ids)), f"measuring {config.name} both ways"):
+    with memory.reserve(sizes.measuring_nbytes(config, len(ids)), f"measuring {config.name} both ways"):
         stats = wiring.compare_wirings(config, ids, seed, init)
     for s in stats.values():  # half precision is plenty for drawing; it halves what the cache holds
         s.patterns = s.patterns.astype(np.float16)
@@ -68,14 +68,9 @@ def fmt_params(n: int) -> str:
     return f"{n / 1e9:.2f} B" if n >= 1e9 else f"{n / 1e6:.1f} M" if n >= 1e6 else f"{n:,}"
 
 
-def measuring_bytes(config: GPTConfig) -> int:
-    """What measuring one wiring of `config` holds: weights, gradients and a margin for activations, float32."""
-    return total_params(config) * 4 * 3
-
-
 def measuring_refusal(config: GPTConfig, what: str) -> str | None:
     """Why measuring `config` does not fit the server's memory, or None when it does."""
-    need, allowed = measuring_bytes(config), limits.server_limits().memory_mb
+    need, allowed = sizes.norms_model_nbytes(config), limits.server_limits().memory_mb
     if need <= allowed * 2**20:
         return None
     return (

@@ -27,7 +27,7 @@ def index_tokens_limit() -> int:
 def units_here(spec: model_service.ModelSpec, ids: tuple[int, ...], pos: int) -> list[ix.UnitScore]:
     """The 8 neurons and 4 heads most active at `pos` of the prompt, relative to their corpus peaks (cached)."""
     loaded, model = ui.find_index(spec), model_service.load_model(spec)
-    with memory.reserve(ix.units_at_nbytes(model.config, len(ids)), f"every unit's value on {len(ids)} tokens"):
+    with memory.reserve(sizes.units_at_nbytes(model.config, len(ids)), f"every unit's value on {len(ids)} tokens"):
         return ix.units_at(model, ids, pos, index=loaded.index, k=8, kind="neuron") + ix.units_at(
             model, ids, pos, index=loaded.index, k=4, kind="head"
         )

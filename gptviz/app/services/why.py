@@ -173,7 +173,7 @@ def patching(
 ):
     """Both sweeps; `_clock` (not part of the cache key) stops them past the time limit or when the session ends."""
     model = model_service.load_model(spec)
-    with memory.reserve(attribution.patching_nbytes(model.config, len(clean)), "a patching sweep"):
+    with memory.reserve(sizes.patching_nbytes(model.config, len(clean)), "a patching sweep"):
         return (
             attribution.residual_patching(model, clean, corrupted, target, other, _clock),
             attribution.head_patching(model, clean, corrupted, target, other, _clock),
@@ -185,7 +185,7 @@ def block_rate(spec: model_service.ModelSpec, T: int) -> float:
     """Token-block passes a second on this server now (one timed batch; measured again every two minutes)."""
     model = model_service.load_model(spec)
     with memory.reserve(
-        sizes.forward_nbytes(model.config, T, batch=4, patterns=False, all_logits=False),
+        sizes.block_rate_nbytes(model.config, T),
         f"timing one block on {T} tokens of {spec.name}",
     ):
         return attribution.block_pass_rate(model, T)
@@ -228,7 +228,7 @@ def saliency(
     spec: model_service.ModelSpec, ids: tuple[int, ...], target: int, other: int, _clock: WorkClock | None = None
 ):
     model = model_service.load_model(spec)
-    with memory.reserve(attribution.saliency_nbytes(model.config, len(ids)), "integrated gradients"):
+    with memory.reserve(sizes.saliency_nbytes(model.config, len(ids)), "integrated gradients"):
         return (
             attribution.integrated_gradients(model, ids, target, other, steps=IG_STEPS, clock=_clock),
             attribution.gradient_x_input(model, ids, target, other),

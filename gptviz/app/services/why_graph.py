@@ -11,13 +11,13 @@ from typing import NamedTuple
 
 import torch
 
-from ...methods.graph import AttributionGraph, attribution_graph, edge_rows, graph_nbytes
+from ...methods.graph import AttributionGraph, attribution_graph
 from ...methods.graph_ablation import ablation_actuals
-from ...methods.graph_contributors import Contributors, contributors_nbytes, node_edits, parse_node, top_contributors
+from ...methods.graph_contributors import Contributors, node_edits, parse_node, top_contributors
 from ...methods.graph_qk import QKDecomposition, check_cell, qk_decomposition
 from ...model import sizes
 from ...model.generate import generate
-from ...model.hooks import act_name
+from ...model.sizes import contributors_nbytes, edge_rows, graph_nbytes
 from ...serve import limits, memory
 from ...serve.work_clock import WorkClock
 from .. import model_service
@@ -75,9 +75,8 @@ def node_check(spec: model_service.ModelSpec, ids: tuple[int, ...], node_id: str
     """The real model's metric with one node removed (patterns and norms recomputed) beside the unedited one."""
     model = model_service.load_model(spec)
     ref = parse_node(node_id, model.config, len(ids))
-    names = [act_name(kind, layer) for layer in range(model.config.n_layers) for kind in ("resid_pre", "k", "v")]
     with memory.reserve(
-        2 * sizes.capture_work_nbytes(model.config, names, len(ids)),
+        sizes.node_removal_nbytes(model.config, len(ids)),
         f"removing {node_id} from {len(ids)} tokens on {spec.name}",
     ):
         base, actual = ablation_actuals(model, list(ids), [ref], target, other)

@@ -16,6 +16,7 @@ from ...figures import norms as fig_norms
 from ...figures import norms_attention as fig_norms_attention
 from ...figures import norms_depth as fig_norms_depth
 from ...methods import wiring
+from ...model import sizes
 from ...model.config import ConfigError
 from ...model.params import total_params
 from ...model.tokenizer import token_labels
@@ -143,7 +144,7 @@ def may_measure(setup: Setup, ids: tuple[int, ...], key: tuple) -> bool:
         f"{setup.depth} layers × d_model {setup.width} ({config.n_heads} heads): {services.fmt_params(n_params)} "
         f"parameters, {len(ids)} tokens."
     )
-    need = services.measuring_bytes(config)
+    need = sizes.norms_model_nbytes(config)
     if not fits_the_server(config, "This model"):
         return False
     if n_params > AUTO_MEASURE_PARAMS and state.get(K.NORMS_CONFIRMED) != key:

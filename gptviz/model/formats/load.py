@@ -12,7 +12,7 @@ from typing import BinaryIO, NamedTuple
 from ..checkpoint import admit, load_checkpoint, read_config, weights_nbytes
 from ..config import GPTConfig
 from ..model import GPT
-from ..params import param_count
+from ..sizes import load_nbytes
 from . import llmc, nanogpt, openai_gpt, raschka
 from .base import CheckpointError, read_pickle, read_pickle_meta
 from .build import build
@@ -176,7 +176,7 @@ def path_nbytes(path: str | os.PathLike, n_head: int | None = None) -> int:
         resolved = _resolve(Path(path))
         if resolved.is_dir():
             return weights_nbytes(resolved)
-        return 2 * 4 * param_count(path_config(resolved, n_head))
+        return load_nbytes(path_config(resolved, n_head))
     except (CheckpointError, OSError):
         return 0
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from ..model import sizes
 from .accumulate import scan_batches
 from .constants import BINS, MIN_COUNT, SAMPLE, TOP_K
 from .corpus import _as_documents, token_counts
@@ -32,15 +33,9 @@ def scan_nbytes(
     """About the most memory build_index takes beyond the model for `docs` (an estimate to check before a scan:
     the running sums per unit and frequent token, the histograms, one batch's activations and unit values)."""
     docs = _as_documents(docs)
-    L, F, H, n_ctx = config.n_layers, config.d_ff, config.n_heads, config.n_ctx
-    U = L * (F + H)
     batch = default_batch(config) if batch is None else batch
     frequent = int((token_counts(docs, config.vocab_size) >= min_count).sum()) if docs else 0
-    per_unit = U * ((frequent + 1) * 4 * 3 + bins * 8 * 2 + top_k * 12 * 3 + SAMPLE * 20 * 2 + 96)  # sums, means
-    # and z; counts; the top K and the sample, and their copies while merging
-    tokens = batch * n_ctx
-    activations = tokens * 4 * L * (F + config.d_model * 8 + H * n_ctx)  # captured post and z, the forward's
-    return int(per_unit + tokens * U * 4 * 4 + activations)
+    return sizes.index_scan_nbytes(config, frequent, batch, top_k=top_k, bins=bins, sample=SAMPLE)
 
 
 def build_index(

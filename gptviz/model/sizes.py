@@ -1,8 +1,9 @@
 """How many bytes a job will hold at its peak, from the config and the sizes alone, before anything runs: float32
 tensors counted where they peak. Every job a visitor can start has its estimate here: a capture, a generation or
 continuation, the logit lens, patching, saliency, the attribution graph and its contributors, the Norms measurement,
-a unit's values and examples, an export, a model's build and load (a training run's, which reads the server's job
-spec and the trainer's chunking, is gptviz.serve.job_sizes; a neuron scan's is still gptviz.index.scan.scan_nbytes).
+a unit's values and examples, an export, a model's build and load, a neuron scan (gptviz.index.scan_nbytes counts
+the corpus's frequent tokens and asks index_scan_nbytes); a training run's, which reads the server's job spec and the
+trainer's chunking, is gptviz.serve.job_sizes.
 The server reserves these before it admits work (gptviz.serve.memory); the tests check each one against the resident
 memory's measured growth (tests/serve/test_memory_runs.py and its neighbours), and `python -m benchmarks sizes` prints
 each beside its measured peak."""
@@ -356,3 +357,16 @@ def prompt_capture_npz_nbytes(config, T: int, include_attention: bool = True) ->
     size)."""
     names = _export_names(config, include_attention)
     return capture_work_nbytes(config, names, T) + 2 * export_nbytes(config, T, include_attention)
+
+
+def index_scan_nbytes(config, frequent: int, batch: int, *, top_k: int, bins: int, sample: int) -> int:
+    """About the most memory a neuron index scan takes beyond the model: the running sums per unit and per frequent
+    token (`frequent` of them), the histograms, the top K and the sample with their copies while merging, and one
+    batch's activations and unit values (`batch` windows of n_ctx)."""
+    L, F, H, n_ctx = config.n_layers, config.d_ff, config.n_heads, config.n_ctx
+    U = L * (F + H)
+    # sums, means and z; counts; the top K and the sample, and their copies while merging
+    per_unit = U * ((frequent + 1) * 4 * 3 + bins * 8 * 2 + top_k * 12 * 3 + sample * 20 * 2 + 96)
+    tokens = batch * n_ctx
+    activations = tokens * 4 * L * (F + config.d_model * 8 + H * n_ctx)  # captured post and z, the forward's
+    return int(per_unit + tokens * U * 4 * 4 + activations)

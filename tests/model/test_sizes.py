@@ -43,7 +43,7 @@ NOT_ESTIMATES = {
     "gptviz/model/checkpoint.py": {"weights_nbytes"},
     "gptviz/model/weights.py": {"weights_nbytes"},
     "gptviz/model/gpt1_tokenizer.py": {"decode_single_token_bytes"},
-    "gptviz/index/scan.py": {"scan_nbytes"},
+    "gptviz/index/scan.py": {"scan_nbytes"},  # counts the corpus's frequent tokens; sizes.index_scan_nbytes
 }
 
 

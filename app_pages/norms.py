@@ -4,8 +4,6 @@ theory; then the bundled twins trained each way. The first tab is drawn here; th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import streamlit as st
 
 from gptviz.app import display, reproduce
@@ -114,15 +112,6 @@ def pick_pair(matches: list) -> int:
     )
 
 
-@dataclass
-class SideBoxes:
-    """Where the matched pair's fragment draws, in page order: created by the full run, filled by the fragment."""
-
-    notes: object  # what loading the twins says (a prompt past their context...), above the pair
-    pair: object  # the left column: the sentence, the pair's maps, the caveat and the picker
-    snippet: object  # under both columns: Copy as Python, which names the pair
-
-
 def side_by_side_section(bundled: dict, pair: Pair) -> LoadedTwins | None:
     """The first screen: the sidebar's prompt through both twins, a matched pair of heads side by side, each twin's
     next-token probabilities and the two wirings. The pair and its picker are a fragment (matched_pair): a pick
@@ -136,9 +125,10 @@ def side_by_side_section(bundled: dict, pair: Pair) -> LoadedTwins | None:
         )
     # the sentence and the pair it speaks of first, in one column: a phone stacks the columns, so the pair is on its
     # first screen; the caveat and the pair's picker under the maps, the bars and the wirings beside them
-    notes = st.container()
     left, right = st.columns([2.1, 1])
-    shown = st.fragment(matched_pair)(bundled, pair, SideBoxes(notes, left, st.container()))
+    snippet = st.container()
+    with left:
+        shown = st.fragment(matched_pair)(bundled, pair, snippet)
     if shown is None:
         return None
     tw, top = shown
@@ -163,34 +153,32 @@ def twins_on_the_prompt(pair: Pair) -> tuple[LoadedTwins, dict, list, float, dic
     return tw, caps, matches, typical, top
 
 
-def matched_pair(bundled: dict, pair: Pair, boxes: SideBoxes) -> tuple[LoadedTwins, dict] | None:
-    """The fragment of the first tab: the sentence, the picked pair's two maps, the caveat, the picker and the
-    snippet. Returns the loaded twins and their top tokens to the full run (None when they could not run). Each box
-    is written in every run: a fragment rerun may write only where the full run's fragment wrote."""
-    with boxes.notes.container():
-        got = twins_on_the_prompt(pair)
+def matched_pair(bundled: dict, pair: Pair, snippet) -> tuple[LoadedTwins, dict] | None:
+    """The fragment of the first tab, in the left column: what loading the twins says (a prompt past their context...),
+    the sentence, the picked pair's two maps, the caveat and the picker; then the snippet in its box under both
+    columns. Returns the loaded twins and their top tokens to the full run (None when they could not run)."""
+    got = twins_on_the_prompt(pair)
     if got is None:
         return None
     tw, caps, matches, typical, top = got
     index = pick_pair_index(matches)
     match = matches[index]
-    with boxes.pair:
-        st.markdown(comparison_sentence(match, typical, top, "twins" if pair.bundled else "models"))
-        with st.container(horizontal=True, wrap=False, key=K.TWINS_SIDE_PAIR):  # a pair on a phone too
-            for i, fig in enumerate(pair_maps(pair, tw, caps, match)):
-                with st.container():
-                    display.show_figure(fig, key=K.per_item(K.TWINS_SIDE_MAPS, i))
-        caveat = services.twins_caveat(bundled, pair.names) if pair.bundled else None
-        if caveat:
-            st.caption(
-                f":material/warning: {caveat}",
-                help="Retraining them alike is planned; each model card (gptviz/bundled/) has its full recipe.",
-            )
-        elif not pair.bundled:
-            confounds_note(pair)
-        pick_pair(matches)
+    st.markdown(comparison_sentence(match, typical, top, "twins" if pair.bundled else "models"))
+    with st.container(horizontal=True, wrap=False, key=K.TWINS_SIDE_PAIR):  # a pair on a phone too
+        for i, fig in enumerate(pair_maps(pair, tw, caps, match)):
+            with st.container():
+                display.show_figure(fig, key=K.per_item(K.TWINS_SIDE_MAPS, i))
+    caveat = services.twins_caveat(bundled, pair.names) if pair.bundled else None
+    if caveat:
+        st.caption(
+            f":material/warning: {caveat}",
+            help="Retraining them alike is planned; each model card (gptviz/bundled/) has its full recipe.",
+        )
+    elif not pair.bundled:
+        confounds_note(pair)
+    pick_pair(matches)
     if pair.bundled:  # the snippet loads the bundled twins by name
-        with boxes.snippet:
+        with snippet:
             reproduce.show(
                 reproduce.twins(
                     pair.names, tw.ids["pre"], index, services.probe_length(tw.cfg), reproduce.prompt_text()

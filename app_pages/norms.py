@@ -9,6 +9,7 @@ import streamlit as st
 from gptviz.app import display, reproduce
 from gptviz.app import keys as K
 from gptviz.app import settings as S
+from gptviz.app.links import sync_address
 from gptviz.app.services import norms as services
 from gptviz.app.services.norms_pair import Pair
 from gptviz.app.sidebar import keep_valid
@@ -113,13 +114,32 @@ def pick_pair(matches: list) -> int:
 
 def side_by_side_section(bundled: dict, pair: Pair) -> LoadedTwins | None:
     """The first screen: the sidebar's prompt through both twins, a matched pair of heads side by side, each twin's
-    next-token probabilities and the two wirings. Returns the loaded twins for the later tab."""
+    next-token probabilities and the two wirings. The pair and its picker are a fragment (matched_pair): a pick
+    reruns them alone, where it reran the whole page, all four tabs (issue 60: 1.4-1.8 s to the page final); the
+    next-token bars and the wirings beside them are the full run's. Returns the loaded twins for the later tab."""
     names = pair.names
     if not pair.bundled:
         st.caption(
             f"{names['pre']} and {names['post']} from Hugging Face, both on this server: two trained models of "
             "the same size, one of each wiring, each reading the prompt through its own tokenizer."
         )
+    # the sentence and the pair it speaks of first, in one column: a phone stacks the columns, so the pair is on its
+    # first screen; the caveat and the pair's picker under the maps, the bars and the wirings beside them
+    left, right = st.columns([2.1, 1])
+    snippet = st.container()
+    with left:
+        shown = st.fragment(matched_pair)(bundled, pair, snippet)
+    if shown is None:
+        return None
+    tw, top = shown
+    with right:
+        next_tokens_and_wirings(pair, tw, top)
+    return tw
+
+
+def twins_on_the_prompt(pair: Pair) -> tuple[LoadedTwins, dict, list, float, dict] | None:
+    """Both twins on the sidebar's prompt (all from the caches after the first run): the loaded twins, their captures,
+    the matched heads, a blind pair's typical similarity and each twin's top next tokens; None after a message."""
     tw = load_twins(pair)
     if tw is None:
         return None
@@ -129,10 +149,48 @@ def side_by_side_section(bundled: dict, pair: Pair) -> LoadedTwins | None:
     except (ValueError, RuntimeError) as err:
         st.error(f"Could not run the twins on this prompt: {err}")
         return None
-    probs, top = {}, {}
-    for norm in tw.specs:
-        probs[norm], top[norm] = services.top_tokens(caps[norm][0], labels=pair.codecs[norm].labels)
-    match = matches[pick_pair_index(matches)]
+    top = {norm: services.top_tokens(caps[norm][0], labels=pair.codecs[norm].labels)[1] for norm in tw.specs}
+    return tw, caps, matches, typical, top
+
+
+def matched_pair(bundled: dict, pair: Pair, snippet) -> tuple[LoadedTwins, dict] | None:
+    """The fragment of the first tab, in the left column: what loading the twins says (a prompt past their context...),
+    the sentence, the picked pair's two maps, the caveat and the picker; then the snippet in its box under both
+    columns. Returns the loaded twins and their top tokens to the full run (None when they could not run)."""
+    got = twins_on_the_prompt(pair)
+    if got is None:
+        return None
+    tw, caps, matches, typical, top = got
+    index = pick_pair_index(matches)
+    match = matches[index]
+    st.markdown(comparison_sentence(match, typical, top, "twins" if pair.bundled else "models"))
+    with st.container(horizontal=True, wrap=False, key=K.TWINS_SIDE_PAIR):  # a pair on a phone too
+        for i, fig in enumerate(pair_maps(pair, tw, caps, match)):
+            with st.container():
+                display.show_figure(fig, key=K.per_item(K.TWINS_SIDE_MAPS, i))
+    caveat = services.twins_caveat(bundled, pair.names) if pair.bundled else None
+    if caveat:
+        st.caption(
+            f":material/warning: {caveat}",
+            help="Retraining them alike is planned; each model card (gptviz/bundled/) has its full recipe.",
+        )
+    elif not pair.bundled:
+        confounds_note(pair)
+    pick_pair(matches)
+    if pair.bundled:  # the snippet loads the bundled twins by name
+        with snippet:
+            reproduce.show(
+                reproduce.twins(
+                    pair.names, tw.ids["pre"], index, services.probe_length(tw.cfg), reproduce.prompt_text()
+                )
+            )
+    sync_address()  # a pick reruns only this fragment, not the router that writes the address
+    return tw, top
+
+
+def pair_maps(pair: Pair, tw: LoadedTwins, caps: dict, match) -> list:
+    """The matched heads' attention maps, one figure each, side by side (no difference map: the heads are two
+    models' and need not attend alike)."""
     pats = {
         "pre": caps["pre"][1].pattern(match.a[0])[match.a[1]].numpy(),
         "post": caps["post"][1].pattern(match.b[0])[match.b[1]].numpy(),
@@ -149,36 +207,11 @@ def side_by_side_section(bundled: dict, pair: Pair) -> LoadedTwins | None:
         ),  # half
         height=320,
         post_labels=None if pair.same_tokens else tw.labels["post"],
-    )[:2]
+        with_difference=False,  # built, then dropped, in every run
+    )
     figures[0].update_traces(showscale=False)  # one colour bar for the pair: both maps share the 0..1 scale
     figures[1].update_traces(colorbar_title_text="")  # its title ran past a phone's half width; hover names it
-    # the sentence and the pair it speaks of first, in one column: a phone stacks the columns, so the pair is on its
-    # first screen; the caveat and the pair's picker under the maps, the bars and the wirings beside them
-    left, right = st.columns([2.1, 1])
-    with left:
-        st.markdown(comparison_sentence(match, typical, top, "twins" if pair.bundled else "models"))
-        with st.container(horizontal=True, wrap=False, key=K.TWINS_SIDE_PAIR):  # a pair on a phone too
-            for i, fig in enumerate(figures):
-                with st.container():
-                    display.show_figure(fig, key=K.per_item(K.TWINS_SIDE_MAPS, i))
-        caveat = services.twins_caveat(bundled, names) if pair.bundled else None
-        if caveat:
-            st.caption(
-                f":material/warning: {caveat}",
-                help="Retraining them alike is planned; each model card (gptviz/bundled/) has its full recipe.",
-            )
-        elif not pair.bundled:
-            confounds_note(pair)
-        pick_pair(matches)
-    with right:
-        next_tokens_and_wirings(pair, tw, top)
-    if pair.bundled:  # the snippet loads the bundled twins by name
-        reproduce.show(
-            reproduce.twins(
-                names, tw.ids["pre"], pick_pair_index(matches), services.probe_length(tw.cfg), reproduce.prompt_text()
-            )
-        )
-    return tw
+    return figures
 
 
 def next_tokens_and_wirings(pair: Pair, tw: LoadedTwins, top: dict) -> None:

@@ -13,7 +13,7 @@ from gptviz import PRESETS
 from gptviz.app import keys as K
 from gptviz.app import model_service
 from gptviz.model.params import total_params
-from tests.support.pagetest import TINY, array, run_page
+from tests.support.pagetest import TINY, array, figures, run_fragment, run_page, title_of
 
 
 def page(spec: model_service.ModelSpec | None = TINY, **state) -> AppTest:
@@ -84,6 +84,23 @@ def test_any_preset_is_counted_without_building_it():
     assert metrics(at)[0] == ("Parameters", f"{untied:,}")
     facts = " ".join(m.value for m in at.markdown)
     assert "would save" in facts and f"{50257 * 768:,}" in facts
+
+
+def test_a_preset_pick_reruns_only_its_tab_and_shows_that_preset():
+    """Issue 60: a preset pick reran all three tabs (0.8-1.3 s to the page final). Each tab is a fragment now: the
+    pick redraws the Breakdown tab alone, with the preset's own counts, and puts it in the address (the router that
+    writes the address after a full run does not run)."""
+    at = page()
+    at.selectbox(key=K.PAR_MODEL).set_value("gpt2-medium")
+    run_fragment(at, "one_tab", "Breakdown")
+    assert not at.exception and not at.error
+    total = gpt2_formula(24, 1024, 50257, 1024)
+    assert metrics(at)[0] == ("Parameters", f"{total:,}")
+    titles = [title_of(f) for f in figures(at)]
+    assert titles[0] == f"gpt2-medium: {total:,} parameters"
+    assert "Parameters in each block" in titles
+    assert not any(t.startswith("Parameters by group") for t in titles)  # the presets tab was not drawn again
+    assert at.query_params["par_model"] == "gpt2-medium"
 
 
 @pytest.mark.slow

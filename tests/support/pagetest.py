@@ -225,3 +225,32 @@ def generate_in(at: AppTest, n: int, temperature: float = 1.0, top_k: int = 0, t
     at.slider(key=K.GEN_TOPP).set_value(top_p)
     at.button(key=K.GEN_GENERATE).click()
     return finish_generation(at.run())
+
+
+def fragment_id(at: AppTest, function: str, *args) -> str:
+    """The id of the fragment the last run drew from `function` (called with arguments starting with `args`)."""
+    found = []
+    for fid, wrapped in at._fragment_storage._fragments.items():  # Streamlit's own store: AppTest names none
+        cells = dict(
+            zip(wrapped.__code__.co_freevars, (c.cell_contents for c in wrapped.__closure__ or ()), strict=True)
+        )
+        func, called = cells.get("non_optional_func"), tuple(cells.get("args", ()))
+        if getattr(func, "__name__", None) == function and called[: len(args)] == args:
+            found.append(fid)
+    assert len(found) == 1, (function, args, len(found))
+    return found[0]
+
+
+def run_fragment(at: AppTest, function: str, *args) -> AppTest:
+    """Rerun only that fragment, as the browser asks after a pick inside it (AppTest.run reruns the whole script).
+    The tree then holds what the fragment drew, and nothing of the rest of the page."""
+    from functools import partial
+
+    from streamlit.testing.v1 import local_script_runner
+
+    rerun_data = local_script_runner.RerunData
+    local_script_runner.RerunData = partial(rerun_data, fragment_id=fragment_id(at, function, *args))
+    try:
+        return at.run()
+    finally:
+        local_script_runner.RerunData = rerun_data

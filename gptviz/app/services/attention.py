@@ -1,6 +1,6 @@
 """The Attention page's computations on its capture: the head detectors, how long a prompt the page keeps, and what
 the step-by-step, value-weighted and entropy views read (recomputed from the capture with the weights, so no view
-or layer switch reruns the model). Plain data in and out; the capture and the induction test are cached
+or layer switch reruns the model). Plain data in and out; the capture, the detectors and the induction test are cached
 (gptviz.app.model_service, the results cache)."""
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from ...model.hooks import ActivationCache
 from ...model.model import GPT
 from .. import model_service
 from ..display import head_or_mean
+from . import cached
 
 CAPTURE_BYTES = 256 * 2**20  # most memory the cached weights of one prompt may take (layers x heads x T x T)
 # The detectors the page may open on, most telling first: a head is worth opening on when its score is at least
@@ -56,10 +57,14 @@ class Detector:
         return analysis.head_ranking(self.scores, 1)[0]
 
 
+@cached
 def detectors(
-    spec: model_service.ModelSpec, cfg: GPTConfig, ids: tuple[int, ...], patterns: torch.Tensor
+    spec: model_service.ModelSpec, cfg: GPTConfig, ids: tuple[int, ...], _patterns: torch.Tensor
 ) -> list[Detector]:
-    """Every detector on the prompt's patterns [layers, heads, T, T], and induction on its own repeated sequence."""
+    """Every detector on the prompt's patterns [layers, heads, T, T], and induction on its own repeated sequence.
+    The patterns are the capture of `spec` on `ids`, so those are the key: every full run of the page scored them
+    again (a wiring toggle back to a model already seen, issue 60)."""
+    patterns = _patterns
     T = len(ids)
     found = [
         Detector(

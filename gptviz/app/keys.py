@@ -100,6 +100,7 @@ ATT_MAP = "att_map"
 ATT_MODEL_VIEW = "att_model_view"
 ATT_NEURON_CHART = "att_neuron_chart"
 ATT_QUERY_BARS = "att_query_bars"
+ATT_SPAN_REACH = "att_span_reach"  # the One head view's "to the span" bars
 ATT_QUERY_BARS_HTML = "att_query_bars_html"
 ATT_QUERY_FOR = "att_query_for"
 ATT_QUERY_SPAN = "att_query_span"  # several query tokens picked on the chips: (start, end), its last the chips' value

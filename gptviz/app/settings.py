@@ -108,6 +108,7 @@ from .settings_local import (  # noqa: F401
     ATT_MV_MEAN,
     ATT_NEURON_KEY,
     ATT_QUERY_POS,
+    ATT_SPAN_DIRECTION,
     ATT_TEXT_MODE,
     CALC_CTX,
     CALC_D_MODEL,

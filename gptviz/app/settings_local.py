@@ -104,6 +104,14 @@ ATT_TEXT_MODE = Setting(
     "drag across, the weight its tokens give each token (their rows summed) or the weight "
     "each token gives the span (their columns summed).",
 )
+ATT_SPAN_DIRECTION = Setting(
+    "att_span_dir",
+    "The span's attention",
+    "from the span",
+    rule=Choice(("from the span", "to the span")),
+    help="From: the span's rows summed, where its tokens look. To: its columns summed, how much each token looks at "
+    "the span's tokens.",
+)
 ATT_NEURON_KEY = Setting("att_neuron_key", "Key token for the neuron view")  # default: the query
 ATT_MV_MEAN = Setting(
     "att_mv_mean", "Average over heads", False, rule=Flag(), help="One panel per layer: the mean of its heads."

@@ -18,7 +18,7 @@ from gptviz.figures.browser import chip_span
 from gptviz.figures.browser import token_span as tspan
 from gptviz.model.hooks import capture
 from gptviz.model.tokenizer import encode, token_labels
-from tests.support.pagetest import TINY, attention_map, component_data, query_bars, run_page
+from tests.support.pagetest import TINY, array, attention_map, component_data, figure, query_bars, run_page
 
 PROMPT = "The cat sat on the mat. The cat sat on the"
 LAYER, HEAD = 1, 2
@@ -113,6 +113,33 @@ def test_a_span_on_the_chips_sums_its_rows_in_the_bars_and_outlines_them_on_the_
     at.run()
     text = component_data(at, tspan.NAME, K.ATT_SPAN_VIEW)
     assert (text["start"], text["end"]) == (3, 8)
+
+
+@pytest.mark.slow
+def test_to_the_span_sums_its_columns_per_query_beside_uniform_attention():
+    at = span_page(**{K.ATT_QUERY: 7, K.ATT_QUERY_SPAN: (3, 8), K.ATT_SPAN_DIRECTION: "to the span"})
+    pattern, labels = captured_pattern(), token_labels(encode(PROMPT))
+    T = len(labels)
+    cols = pattern[:, 3] + pattern[:, 4] + pattern[:, 5] + pattern[:, 6] + pattern[:, 7]  # one column per key
+    fig = figure(at, "How much each token looks at tokens 3-7")
+    (bars,) = fig["data"]
+    assert list(array(bars["x"])) == list(range(3, T))  # earlier queries cannot see the span
+    assert np.allclose(array(bars["y"]), cols[3:], atol=1e-6) and (array(bars["y"]) <= 1 + 1e-6).all()
+    drawn = [el.proto.component_name for el in at.get("bidi_component")]
+    assert "gptviz_query_bars" not in drawn  # the "from" bars are not drawn
+    # the table: the five queries looking at it most, each beside uniform attention's (q in span: (q-2)/(q+1))
+    table = at.table[0].value
+    order = sorted(range(3, T), key=lambda q: (-cols[q], q))[:5]
+    assert list(table["position"]) == order
+    assert np.allclose(table["on the span"], cols[order], atol=1e-6)
+    uniform = [(min(q, 7) - 3 + 1) / (q + 1) for q in order]
+    assert np.allclose(table["chance"], uniform)
+    caption = next(
+        c.value.replace("\\", "")
+        for c in at.caption
+        if "Chance (uniform attention, query q" in c.value.replace("\\", "")
+    )
+    assert f"{1 / 4:.3f} at token 3 down to {5 / T:.3f} at token {T - 1}" in caption
 
 
 @pytest.mark.slow

@@ -136,7 +136,13 @@ def about_the_map(seen: Seen, p: Pick) -> None:
 
 
 def one_head(seen: Seen, p: Pick) -> None:
-    """The chosen query's row of the map as bars, or a span's rows summed, and the keys it weighs most."""
+    """The chosen query's row of the map as bars, or a span's rows summed (or, asked, its columns: how much each
+    token looks at it), and the keys it weighs most."""
+    if p.query > p.start and S.ATT_SPAN_DIRECTION.segmented_control(st, default=S.ATT_SPAN_DIRECTION.default) == (
+        "to the span"
+    ):
+        query_span.to_the_span(seen.pattern(p.layer, p.head).numpy(), seen.labels, p.start, p.query + 1)
+        return
     labels = seen.labels
     row = seen.pattern(p.layer, p.head)[p.start : p.query + 1, : p.query + 1].sum(0)
     n = p.query + 1 - p.start

@@ -7,12 +7,17 @@ while its end is the token after that value: any other pick of the query ends it
 
 from __future__ import annotations
 
+import numpy as np
+import pandas as pd
 import streamlit as st
 
+from ...figures import attention as fa
 from ...figures.browser import chip_span
 from ...figures.browser import token_span as tspan
+from ...figures.span_bars import span_reach_bars
 from .. import components
 from .. import keys as K
+from ..display import md_text, show_figure
 
 state = st.session_state
 
@@ -73,3 +78,45 @@ def summed_caption(start: int, end: int) -> str:
         f"the span's queries i ≥ j: {uniform[0]:.3f} on key{f's 0-{start}' if start else ' 0'} down to "
         f"{uniform[-1]:.3f} on key {end - 1}."
     )
+
+
+def uniform_reach(T: int, start: int, end: int) -> np.ndarray:
+    """Chance for the "to" bars: under uniform attention query q spreads 1/(q+1) over keys 0..q, so it gives the span
+    (its keys up to q) (min(q, end - 1) - start + 1) / (q + 1), for the queries q >= start."""
+    q = np.arange(start, T)
+    return (np.minimum(q, end - 1) - start + 1) / (q + 1)
+
+
+def to_the_span(pattern: np.ndarray, labels: list[str], start: int, end: int) -> None:
+    """How much each token looks at the span: the span's columns summed, per query from its first token on, beside
+    what uniform attention would give, and the queries that look at it most."""
+    reach = tspan.span_sums(pattern, start, end, "to")
+    title = f"How much each token looks at tokens {start}-{end - 1} ('{labels[start]}' … '{labels[end - 1]}'), summed"
+    left, right = st.columns([3, 2], gap="medium")
+    with left:
+        show_figure(span_reach_bars(reach, labels, start, end, title=fa.plotly_text(title)), key=K.ATT_SPAN_REACH)
+        chance = uniform_reach(len(labels), start, end)
+        st.caption(
+            md_text(
+                f"Each query's weights on the span's {end - start} tokens, summed: at most 1 (all of its attention). "
+                f"Chance (uniform attention, query q spreading 1/(q+1) over keys 0..q): {chance[0]:.3f} at token "
+                f"{start} down to {chance[-1]:.3f} at token {len(labels) - 1}. Tokens before {start} cannot see the "
+                "span and are left out."
+            )
+        )
+    with right:
+        order = [start + int(i) for i in np.argsort(-reach[start:], kind="stable")[:5]]
+        top = pd.DataFrame(
+            {
+                "query token": [labels[q] for q in order],
+                "position": order,
+                "on the span": [float(reach[q]) for q in order],
+                "chance": [float(chance[q - start]) for q in order],
+            }
+        )
+        st.table(
+            top.style.format({"on the span": "{:.3f}", "chance": "{:.3f}"}, escape="html").bar(
+                subset=["on the span"], vmin=0.0, vmax=1.0, color="#e8730c"
+            ),
+            hide_index=True,
+        )

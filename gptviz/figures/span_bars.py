@@ -1,0 +1,37 @@
+"""The Attention page's "to the span" bars: how much each token looks at a span of tokens (its columns summed), a
+Plotly bar chart (the "from" bars are the canvas view gptviz.figures.browser.query_bars)."""
+
+from __future__ import annotations
+
+import numpy as np
+import plotly.graph_objects as go
+
+from .common import apply_layout, escaped, token_axis
+
+
+def span_reach_bars(
+    weights, labels: list[str], start: int, end: int, *, title: str | None = None, height: int = 330
+) -> go.Figure:
+    """How much each query looks at the span start..end-1: its weights on the span's keys summed (0..end-start),
+    over queries start..T-1 (earlier ones cannot see the span); the span's own tokens in the highlight colour."""
+    w = np.asarray(weights, dtype=np.float32)
+    texts = escaped(labels)
+    span = f"tokens {start}-{end - 1}"
+    queries = np.arange(start, len(w))
+    custom = np.array([[f"'{texts[q]}'", span, q] for q in queries], dtype=object)
+    fig = go.Figure(
+        go.Bar(
+            x=queries,
+            y=w[start:],
+            customdata=custom,
+            marker_color=["#e8730c" if q < end else "#3a78b5" for q in queries],
+            name="summed weight",
+            hovertemplate="%{customdata[0]} → %{customdata[1]}: %{y:.3g}<br>query position %{customdata[2]}"
+            "<extra></extra>",
+        )
+    )
+    fig.update_xaxes(
+        title_text="query (looking)", tickangle=-60, tickfont_size=11, **token_axis(texts[start:], 16, start=start)
+    )
+    fig.update_yaxes(title_text="summed weight on the span", rangemode="tozero")
+    return apply_layout(fig, title=title, height=height, bargap=0.15)

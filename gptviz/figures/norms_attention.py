@@ -27,6 +27,21 @@ def _masked(pattern: np.ndarray) -> np.ndarray:
     return z
 
 
+# A cell's hover names its positions and tokens from what Plotly already has: the cell's (row, column) index and the
+# category axes' names (each token once, not once per cell). A repeated token's name carries zero-width spaces
+# (token_categories), which draw as nothing.
+_CELL_HOVER = "query %{pointNumber[0]} %{y}<br>key %{pointNumber[1]} %{x}<br>"
+_PRE_HOVER = "pre %{z:.3f}, post %{customdata:.3f}<extra></extra>"
+_POST_HOVER = "pre %{customdata:.3f}, post %{z:.3f}<extra></extra>"
+_BOTH_HOVER = "pre %{customdata[0]:.3f}, post %{customdata[1]:.3f}<extra></extra>"
+
+
+def _compact(values: np.ndarray) -> np.ndarray:
+    """Float32, which Plotly sends as 4 bytes a value (float64: 8): the patterns are captured in float32, so the
+    weights shown (3 decimals) are unchanged."""
+    return np.asarray(values, dtype=np.float32)
+
+
 def attention_pair(pre: np.ndarray, post: np.ndarray, labels: list[str], title: str | None = None) -> go.Figure:
     """Three heatmaps over (query, key): pre-norm's attention, post-norm's, and post − pre."""
     labels = [plain(label) for label in labels]
@@ -120,23 +135,26 @@ def attention_panels(
     T = len(labels)
     diff = _masked(post) - _masked(pre)
     vmax = (float(np.nanmax(np.abs(diff))) if T > 1 and np.isfinite(diff).any() else 1.0) or 1e-6
-    qs, ks = np.meshgrid(np.arange(T), np.arange(T), indexing="ij")
-    custom = np.stack(
-        [np.array(labels, dtype=object)[qs], np.array(labels, dtype=object)[ks], _masked(pre), _masked(post), qs, ks],
-        axis=-1,
-    )
-    hover = (
-        "query %{customdata[4]} %{customdata[0]}<br>key %{customdata[5]} %{customdata[1]}<br>pre "
-        "%{customdata[2]:.3f}, post %{customdata[3]:.3f}<extra></extra>"
-    )
+    pre32, post32 = _compact(_masked(pre)), _compact(_masked(post))
     # category axes thin their own labels to the width drawn (a phone's 100 px of heatmap)
     names = token_categories(labels)
     axis = token_category_axis(names)
     figures = []
-    for name, z, scale, lo, hi, bar in (
-        (panel_names[0], _masked(pre), lambda: sequential(ATTENTION_SCALE), 0, 1, "weight"),
-        (panel_names[1], _masked(post), lambda: sequential(ATTENTION_SCALE), 0, 1, "weight"),
-        (panel_names[2], diff, lambda: diverging(DIVERGING_SCALE), -vmax, vmax, "post − pre"),
+    figures = []
+    # each map's hover reads its own z and the other wiring's weight from customdata: no cell repeats what z holds
+    for name, z, custom, values, scale, lo, hi, bar in (
+        (panel_names[0], pre32, post32, _PRE_HOVER, lambda: sequential(ATTENTION_SCALE), 0, 1, "weight"),
+        (panel_names[1], post32, pre32, _POST_HOVER, lambda: sequential(ATTENTION_SCALE), 0, 1, "weight"),
+        (
+            panel_names[2],
+            _compact(diff),
+            np.stack([pre32, post32], axis=-1),
+            _BOTH_HOVER,
+            lambda: diverging(DIVERGING_SCALE),
+            -vmax,
+            vmax,
+            "post − pre",
+        ),
     )[: 3 if with_difference else 2]:
         fig = go.Figure(
             go.Heatmap(
@@ -147,7 +165,7 @@ def attention_panels(
                 zmin=lo,
                 zmax=hi,
                 customdata=custom,
-                hovertemplate=hover,
+                hovertemplate=_CELL_HOVER + values,
                 hoverongaps=False,
                 colorbar=dict(title=dict(text=bar, side="top"), thickness=10, len=0.8),
             )
@@ -163,24 +181,19 @@ def attention_panels(
 def _own_tokens_panel(pattern: np.ndarray, labels: list[str], title: str, height: int) -> go.Figure:
     """One model's attention over its own tokens (a pair that tokenizes the text differently)."""
     labels = [plain(label) for label in labels]
-    T, z = len(labels), _masked(pattern)
-    qs, ks = np.meshgrid(np.arange(T), np.arange(T), indexing="ij")
-    custom = np.stack([np.array(labels, dtype=object)[qs], np.array(labels, dtype=object)[ks], qs, ks], axis=-1)
     names = token_categories(labels)
     axis = token_category_axis(names)
     fig = go.Figure(
         go.Heatmap(
-            z=z,
+            z=_compact(_masked(pattern)),
             x=names,
             y=names,
             colorscale=sequential(ATTENTION_SCALE),
             zmin=0,
             zmax=1,
-            customdata=custom,
             hoverongaps=False,
             colorbar=dict(title=dict(text="weight", side="top"), thickness=10, len=0.8),
-            hovertemplate="query %{customdata[2]} %{customdata[0]}<br>key %{customdata[3]} "
-            "%{customdata[1]}<br>weight %{z:.3f}<extra></extra>",
+            hovertemplate=_CELL_HOVER + "weight %{z:.3f}<extra></extra>",
         )
     )
     fig.update_xaxes(**axis, tickangle=-60, title_text="key", showgrid=False, zeroline=False)

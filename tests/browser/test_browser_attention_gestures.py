@@ -219,9 +219,14 @@ def test_a_drag_across_the_chips_sums_the_spans_rows_and_a_click_still_picks_one
     assert "att_query=3-7" in page.url and outlined_chips(page) == [3, 4, 5, 6, 7]
     no_exception(page)
     page.close()
-    # the link opens the span
+    # the link opens the span; "to the span" turns the bars to the queries that look at it
     page = open_attention(browser, server, "&att_query=3-6")
     bars_title(page, "Where tokens 3-6")
     assert outlined_chips(page) == [3, 4, 5, 6]
+    page.get_by_text("to the span", exact=True).click()
+    title = page.locator(".gtitle").filter(has_text="How much each token looks at tokens 3-6")
+    title.wait_for(timeout=60_000)
+    wait_for_idle(page)
+    assert page.locator(".gv-qtitle").count() == 0  # the "from" bars are gone
     no_exception(page)
     page.close()

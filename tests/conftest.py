@@ -7,6 +7,7 @@ from __future__ import annotations
 from tests.support import isolation  # noqa: F401  (first: the suite's own home and caches, before anything reads them)
 
 # isort: split
+import functools
 import os
 import sys
 from pathlib import Path
@@ -87,6 +88,18 @@ def hub_cache(tmp_path, monkeypatch):
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))  # read at import time; patch the live value
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     return cache
+
+
+@pytest.fixture
+def sweep_budget(monkeypatch):
+    """`sweep_budget(rate, limit_s)`: the block passes a second the server measures, and the operator's sweep limit
+    (support.pagetest.set_sweep_budget); the results cache emptied before and after the test."""
+    from gptviz.app.services import results_cache
+    from tests.support.pagetest import set_sweep_budget
+
+    results_cache().clear()
+    yield functools.partial(set_sweep_budget, monkeypatch)
+    results_cache().clear()
 
 
 class WatchedBrowser:

@@ -90,45 +90,35 @@ def _saved(tmp_path: Path) -> Path:
     return folder
 
 
-def test_missing_folder_and_config(tmp_path):
+def test_missing_folder(tmp_path):
     with pytest.raises(CheckpointError, match="is not a folder"):
         load_checkpoint(tmp_path / "nowhere")
-    folder = _saved(tmp_path)
-    (folder / "config.json").unlink()
-    with pytest.raises(CheckpointError, match="has no config.json"):
-        load_checkpoint(folder)
 
 
-def test_unreadable_config(tmp_path):
-    folder = _saved(tmp_path)
-    (folder / "config.json").write_text("{not json")
-    with pytest.raises(CheckpointError, match="not a readable JSON config"):
-        load_checkpoint(folder)
-    (folder / "config.json").write_text(json.dumps({"format": "gptviz", "config": {**SMALL.to_dict(), "n_heads": 5}}))
-    with pytest.raises(CheckpointError, match="n_heads"):
-        load_checkpoint(folder)
+BAD_HEADS = json.dumps({"format": "gptviz", "config": {**SMALL.to_dict(), "n_heads": 5}}).encode()
 
 
-def test_missing_weights_file(tmp_path):
-    folder = _saved(tmp_path)
-    (folder / "model.safetensors").unlink()
-    with pytest.raises(CheckpointError, match="no model.safetensors or pytorch_model.bin"):
-        load_checkpoint(folder)
-
-
-def test_garbage_safetensors(tmp_path):
-    folder = _saved(tmp_path)
-    (folder / "model.safetensors").write_bytes(os.urandom(4096))
-    with pytest.raises(CheckpointError, match="model.safetensors is corrupt"):
-        load_checkpoint(folder)
-
-
-def test_truncated_safetensors(tmp_path):
-    folder = _saved(tmp_path)
-    data = (folder / "model.safetensors").read_bytes()
-    (folder / "model.safetensors").write_bytes(data[: len(data) // 2])
-    with pytest.raises(CheckpointError, match="corrupt"):
-        load_checkpoint(folder)
+@pytest.mark.parametrize(
+    "name, damage, message",
+    [
+        ("config.json", None, "has no config.json"),
+        ("config.json", lambda data: b"{not json", "not a readable JSON config"),
+        ("config.json", lambda data: BAD_HEADS, "n_heads"),
+        ("model.safetensors", None, "no model.safetensors or pytorch_model.bin"),
+        ("model.safetensors", lambda data: os.urandom(4096), "model.safetensors is corrupt"),
+        ("model.safetensors", lambda data: data[: len(data) // 2], "corrupt"),  # truncated
+    ],
+    ids=["no-config", "config-not-json", "config-bad-heads", "no-weights", "garbage-weights", "truncated-weights"],
+)
+def test_a_damaged_checkpoint_is_refused_saying_why(tmp_path, name, damage, message):
+    """`damage`: the file's new bytes from its old ones; None removes it."""
+    path = _saved(tmp_path) / name
+    if damage is None:
+        path.unlink()
+    else:
+        path.write_bytes(damage(path.read_bytes()))
+    with pytest.raises(CheckpointError, match=message):
+        load_checkpoint(path.parent)
 
 
 def test_wrong_shapes_named(tmp_path):

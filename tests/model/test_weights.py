@@ -14,7 +14,7 @@ from safetensors.torch import load_file, save_file
 
 from gptviz import load_pretrained
 from gptviz.model.weights import CheckpointError, config_from_hf, load_checkpoint, save_checkpoint, state_from_hf
-from tests.support import ROOT
+from tests.support.cli import run_python
 from tests.support.models import SMALL, build, random_ids
 from tests.support.small_configs import hf_gpt2_config
 
@@ -391,9 +391,6 @@ def test_expected_shapes_by_formula_match_a_module_tree(name, norm_type):
 def test_loading_the_bundled_model_imports_no_compiler_and_draws_nothing():
     """A fresh process loads the bundled model without torch._dynamo (a meta-device normal_ imported it: 1-2 s of
     the first visitor's wait) and without drawing random weights it then overwrites; the weights are the file's."""
-    import subprocess
-    import sys
-
     code = (
         "import sys, torch\n"
         "from unittest import mock\n"
@@ -408,12 +405,5 @@ def test_loading_the_bundled_model_imports_no_compiler_and_draws_nothing():
         "print('same', all(torch.equal(s[k], v.float()) for k, v in f.items()))\n"
         "print('dtype', {str(v.dtype) for v in s.values()})\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=ROOT,
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert "dynamo False" in out.stdout and "same True" in out.stdout and "dtype {'torch.float32'}" in out.stdout
+    out = run_python(code, timeout=600)
+    assert "dynamo False" in out and "same True" in out and "dtype {'torch.float32'}" in out

@@ -20,15 +20,14 @@ from gptviz.figures.common import apply_layout, title_room
 from gptviz.model.tokenizer import decode, encode
 from tests.support.pagetest import (
     TINY,
-    TokenGate,
     array,
     edge_prompts,
     figure,
     finish_generation,
     forward_calls,
-    gate_generations,
     generate_in,
     generation_of,
+    held_generation,
     live_code,
     run_page,
 )
@@ -167,13 +166,9 @@ def test_edge_prompts(prompt):
 def test_stop_ends_a_running_generation_before_its_next_token(monkeypatch):
     """The model writes in a background thread; Stop (a click, so a rerun) ends it before another token is
     shown, and the page then shows the tokens it had shown: here the two of the last redraw."""
-    gate = TokenGate(at=2)
-    gate_generations(monkeypatch, gate)
     at = page("Keep what was written")
-    at.number_input(key=K.GEN_N).set_value(9)
-    at.button(key=K.GEN_GENERATE).click()
-    at.run()
-    assert gate.reached.wait(30) and generation_of(at).running
+    gate = held_generation(monkeypatch, at, K.GEN_N, K.GEN_GENERATE, 9)
+    assert generation_of(at).running
     at.run()  # a redraw while the model waits after its second token
     assert not at.exception and generation_of(at).shown == 2
     shown = decode(encode("Keep what was written")) + decode([s.token_id for s in generation_of(at).steps[:2]])

@@ -9,7 +9,6 @@ from tests.support import isolation  # noqa: F401  (first: the suite's own home 
 # isort: split
 import functools
 import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,7 @@ import torch
 
 from gptviz import GPT, GPTConfig
 from tests.support import ROOT
-from tests.support.compiler import c_compiler
+from tests.support.compiler import build_ext, c_compiler
 from tests.support.models import SMALL, build
 
 # The models here are tiny: one intra-op thread is fastest, and avoids OpenMP spin-waiting when the
@@ -134,25 +133,9 @@ def block_stats_extension(tmp_path_factory):
     (CI runs from one without installing). Skips where there is no C compiler; fails where there is one and nothing
     was built."""
     import importlib.util
-    import subprocess
 
     out = tmp_path_factory.mktemp("extension")
-    done = subprocess.run(
-        [
-            sys.executable,
-            "setup.py",
-            "-q",
-            "build_ext",
-            "--build-lib",
-            str(out / "lib"),
-            "--build-temp",
-            str(out / "tmp"),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    done = build_ext(ROOT, out, "-q")
     built = sorted((out / "lib" / "gptviz" / "index").glob("_block_stats.*"))
     if not built:
         if c_compiler() is None:

@@ -7,8 +7,8 @@ from __future__ import annotations
 from tests.support import isolation  # noqa: F401  (first: the suite's own home and caches, before anything reads them)
 
 # isort: split
+import functools
 import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,7 +16,7 @@ import torch
 
 from gptviz import GPT, GPTConfig
 from tests.support import ROOT
-from tests.support.compiler import c_compiler
+from tests.support.compiler import build_ext, c_compiler
 from tests.support.models import SMALL, build
 
 # The models here are tiny: one intra-op thread is fastest, and avoids OpenMP spin-waiting when the
@@ -89,6 +89,18 @@ def hub_cache(tmp_path, monkeypatch):
     return cache
 
 
+@pytest.fixture
+def sweep_budget(monkeypatch):
+    """`sweep_budget(rate, limit_s)`: the block passes a second the server measures, and the operator's sweep limit
+    (support.pagetest.set_sweep_budget); the results cache emptied before and after the test."""
+    from gptviz.app.services import results_cache
+    from tests.support.pagetest import set_sweep_budget
+
+    results_cache().clear()
+    yield functools.partial(set_sweep_budget, monkeypatch)
+    results_cache().clear()
+
+
 class WatchedBrowser:
     """The Chromium, whose every new page records the exception boxes that appear on it, however briefly
     (support.browser.EXCEPTION_WATCH_JS; support.browser.no_exception reads the record)."""
@@ -121,25 +133,9 @@ def block_stats_extension(tmp_path_factory):
     (CI runs from one without installing). Skips where there is no C compiler; fails where there is one and nothing
     was built."""
     import importlib.util
-    import subprocess
 
     out = tmp_path_factory.mktemp("extension")
-    done = subprocess.run(
-        [
-            sys.executable,
-            "setup.py",
-            "-q",
-            "build_ext",
-            "--build-lib",
-            str(out / "lib"),
-            "--build-temp",
-            str(out / "tmp"),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    done = build_ext(ROOT, out, "-q")
     built = sorted((out / "lib" / "gptviz" / "index").glob("_block_stats.*"))
     if not built:
         if c_compiler() is None:

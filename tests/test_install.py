@@ -23,7 +23,7 @@ import pytest
 
 from benchmarks.servers import streamlit_server
 from tests.support import ROOT
-from tests.support.compiler import c_compiler
+from tests.support.compiler import build_ext, c_compiler
 
 pytestmark = [pytest.mark.subprocess, pytest.mark.slow]
 
@@ -235,22 +235,7 @@ def test_without_a_c_compiler_the_build_goes_on_without_the_c_pass(tmp_path, sou
     """The extension is optional: a build whose compiler cannot run still succeeds, without it (the scan then takes
     the torch ops: test_index_native.py)."""
     env = {**os.environ, "CC": str(tmp_path / "no-such-cc")}
-    out = subprocess.run(
-        [
-            sys.executable,
-            "setup.py",
-            "build_ext",
-            "--build-lib",
-            str(tmp_path / "lib"),
-            "--build-temp",
-            str(tmp_path / "tmp"),
-        ],
-        cwd=source,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    out = build_ext(source, tmp_path, env=env, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "_block_stats" in out.stdout + out.stderr  # setuptools names the extension it left out
     assert not list(tmp_path.rglob("_block_stats.*"))

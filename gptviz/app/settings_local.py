@@ -162,14 +162,15 @@ TRAIN_FORM_SETTINGS = (
     TRAIN_INIT,
     TRAIN_SEED,
 )
+
+
+def loss_smoothing(key: str, default: float, help: str) -> Setting:
+    """The slider of a training-loss curve's smoothing (an exponential moving average; 0: the raw per-batch loss)."""
+    return Setting(key, "Smoothing of the training loss", default, rule=Number(0.0, 0.99, 0.01), help=help)
+
+
 TRAIN_RUN_PICK = Setting("train_run_pick", "Run")
-TRAIN_SMOOTH = Setting(
-    "train_smooth",
-    "Smoothing of the training loss",
-    0.6,
-    rule=Number(0.0, 0.99, 0.01),
-    help="Exponential moving average of the per-batch loss; 0 shows it raw.",
-)
+TRAIN_SMOOTH = loss_smoothing("train_smooth", 0.6, "Exponential moving average of the per-batch loss; 0 shows it raw.")
 
 # Pre-norm vs post-norm page: the same weights wired both ways (norms_), the trained twins (twins_), the paper
 NORMS_PRESET = Setting(
@@ -210,13 +211,7 @@ NORMS_PAPER_MATRIX = Setting(
 )
 NORMS_PAPER_SCALE = Setting("norms_paper_scale", "Input")
 TWINS_STEM = Setting("twins_stem", "Twins")
-TWINS_SMOOTH = Setting(
-    "twins_smooth",
-    "Smoothing of the training loss",
-    0.9,
-    rule=Number(0.0, 0.99, 0.01),
-    help="Exponential moving average; 0 shows the raw per-batch loss.",
-)
+TWINS_SMOOTH = loss_smoothing("twins_smooth", 0.9, "Exponential moving average; 0 shows the raw per-batch loss.")
 TWINS_LAYER, TWINS_HEAD = Setting("twins_layer", "Layer", 0), Setting("twins_head", "Head", 0)
 TWINS_POS = Setting("twins_pos", "After the token at position")
 TWINS_GEN_TOKENS = Setting("twins_gen_tokens", "New tokens", 40, rule=Whole(5, 120))

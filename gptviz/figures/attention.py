@@ -424,22 +424,14 @@ def entropy_map(
         unselected=dict(marker=dict(opacity=0)),
     )
     fig = go.Figure([heat, points])
-    fig.update_xaxes(
-        title_text="head",
-        tickmode="linear",
-        dtick=1 if H <= 32 else 4,
-        showgrid=False,
-        zeroline=False,
-        range=[-0.5, H - 0.5],
-    )
-    fig.update_yaxes(
-        title_text="layer",
-        tickmode="linear",
-        dtick=1 if L <= 32 else 4,
-        showgrid=False,
-        zeroline=False,
-        autorange="reversed",
-    )
+    # heads across, layers down (layer 0 on top): a tick at every index, or every 4th past 32
+    for update_axes, what, n, extra in (
+        (fig.update_xaxes, "head", H, dict(range=[-0.5, H - 0.5])),
+        (fig.update_yaxes, "layer", L, dict(autorange="reversed")),
+    ):
+        update_axes(
+            title_text=what, tickmode="linear", dtick=1 if n <= 32 else 4, showgrid=False, zeroline=False, **extra
+        )
     if selected is not None:
         sl, sh = selected
         fig.add_shape(

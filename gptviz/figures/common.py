@@ -94,6 +94,26 @@ def segments_trace(segments, color: str, width: float, **extra) -> go.Scatter | 
     return go.Scatter(x=xs, y=ys, mode="lines", line=line, hoverinfo="skip", showlegend=False, **extra)
 
 
+def rows_axis(names: list[str], pad: float) -> dict:
+    """An axis with a labelled grid line at 0, 1, ... for each of `names` (a model's layers stacked up), `pad` of room
+    beyond the first and the last."""
+    n = len(names)
+    return dict(
+        tickmode="array",
+        tickvals=list(range(n)),
+        ticktext=names,
+        range=[-pad, n - 1 + pad],
+        showgrid=True,
+        gridcolor="#eee",
+        zeroline=False,
+    )
+
+
+def logged_line(points, **style) -> go.Scatter:
+    """A trace of logged (step, value) pairs, the steps along x; `style`: the trace's other properties."""
+    return go.Scatter(x=[s for s, _ in points], y=[v for _, v in points], **style)
+
+
 def title_room(lines: int = 1) -> int:
     """The top margin a title of `lines` lines needs: the toolbar strip, the lines, a gap above the plot."""
     return TOOLBAR_ROOM + 20 * lines + 12

@@ -226,28 +226,24 @@ def pca_scatter(
     v, p = _np(vocab_xy), _np(prompt_xy)
     vocab_labels, prompt_labels = escaped(vocab_labels), escaped(prompt_labels)
     fig = go.Figure()
-    fig.add_trace(
-        go.Scattergl(
-            x=v[:, 0],
-            y=v[:, 1],
-            mode="markers",
-            name=f"vocabulary sample ({len(v):,})",
-            marker=dict(size=4, color="#b0b0b0", opacity=0.6),
-            customdata=np.asarray(vocab_labels, dtype=object),
-            hovertemplate="%{customdata}<br>PC1 %{x:.3f}, PC2 %{y:.3f}<extra>vocabulary</extra>",
+    vocab_marker = dict(size=4, color="#b0b0b0", opacity=0.6)
+    prompt_marker = dict(size=9, color="#d62728", line=dict(width=1, color="white"))
+    # the vocabulary's many points drawn by WebGL; each point's hover names its token and its set
+    for trace, xy, labels, name, marker, where in (
+        (go.Scattergl, v, vocab_labels, f"vocabulary sample ({len(v):,})", vocab_marker, "vocabulary"),
+        (go.Scatter, p, prompt_labels, f"prompt tokens ({len(p)})", prompt_marker, "prompt"),
+    ):
+        fig.add_trace(
+            trace(
+                x=xy[:, 0],
+                y=xy[:, 1],
+                mode="markers",
+                name=name,
+                marker=marker,
+                customdata=np.asarray(labels, dtype=object),
+                hovertemplate=f"%{{customdata}}<br>PC1 %{{x:.3f}}, PC2 %{{y:.3f}}<extra>{where}</extra>",
+            )
         )
-    )
-    fig.add_trace(
-        go.Scatter(
-            x=p[:, 0],
-            y=p[:, 1],
-            mode="markers",
-            name=f"prompt tokens ({len(p)})",
-            marker=dict(size=9, color="#d62728", line=dict(width=1, color="white")),
-            customdata=np.asarray(prompt_labels, dtype=object),
-            hovertemplate="%{customdata}<br>PC1 %{x:.3f}, PC2 %{y:.3f}<extra>prompt</extra>",
-        )
-    )
     both = np.concatenate([v.reshape(-1, 2), p.reshape(-1, 2)]) if len(p) else v.reshape(-1, 2)
     if len(p) and len(both):
         extent = (float(both[:, 0].min()), float(both[:, 0].max()), float(both[:, 1].min()), float(both[:, 1].max()))

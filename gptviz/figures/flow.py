@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
-from .common import apply_layout, escaped, legend_on_top_room, segments_trace, token_axis
+from .common import apply_layout, escaped, legend_on_top_room, rows_axis, segments_trace, token_axis
 
 COLORS = {"attention": "#2f6db5", "residual": "#9a9a9a", "mlp": "#e07b22"}
 NAMES = {
@@ -112,7 +112,6 @@ def flow_figure(
         )
     )
     L = graph.n_layers
-    levels = [0] + [v for layer in range(L) for v in (2 * layer + 1, 2 * layer + 2)]
     names = ["embeddings"] + [n for layer in range(L) for n in (f"L{layer} attention", f"L{layer} MLP")]
     fig.update_xaxes(
         title_text="position (prompt token)",
@@ -122,16 +121,7 @@ def flow_figure(
         zeroline=False,
         **token_axis(texts, max_ticks=48),
     )
-    fig.update_yaxes(
-        title_text="residual stream after",
-        tickmode="array",
-        tickvals=levels,
-        ticktext=names,
-        range=[-0.5, 2 * L + 0.5],
-        showgrid=True,
-        gridcolor="#eee",
-        zeroline=False,
-    )
+    fig.update_yaxes(title_text="residual stream after", **rows_axis(names, pad=0.5))
     apply_layout(
         fig,
         title=title,

@@ -14,7 +14,7 @@ from typing import NamedTuple
 import numpy as np
 import plotly.graph_objects as go
 
-from .common import ANNOTATION_MIN_WIDTH, DIVERGING_SCALE, apply_layout, escaped, segments_trace
+from .common import ANNOTATION_MIN_WIDTH, DIVERGING_SCALE, apply_layout, escaped, rows_axis, segments_trace
 from .palette import diverging
 from .why import NEGATIVE, POSITIVE, sign_colours  # noqa: F401 (POSITIVE, NEGATIVE: the standard look's, read by tests)
 
@@ -170,15 +170,7 @@ def graph_figure(
     )
     rows = 2 * n_layers + 2
     fig.update_xaxes(range=[-0.5, layout.slots + 0.5], showticklabels=False, showgrid=False, zeroline=False)
-    fig.update_yaxes(
-        tickmode="array",
-        tickvals=list(range(rows)),
-        ticktext=row_names(n_layers),
-        range=[-0.6, rows - 0.4],
-        showgrid=True,
-        gridcolor="#eee",
-        zeroline=False,
-    )
+    fig.update_yaxes(**rows_axis(row_names(n_layers), pad=0.6))
     apply_layout(
         fig,
         title=title,

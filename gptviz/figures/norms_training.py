@@ -7,7 +7,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .common import apply_layout
+from .common import apply_layout, logged_line
 from .norms import WIRING_COLORS, sd_band
 from .palette import sequential
 
@@ -25,27 +25,13 @@ def stage_history(
     for j, (name, records) in enumerate(runs.items()):
         train = [(r["step"], r["train_loss"]) for r in records]
         val = [(r["step"], r[key]) for r in records if r.get(key) is not None]
-        fig.add_trace(
-            go.Scatter(
-                x=[s for s, _ in train],
-                y=[v for _, v in train],
-                mode="lines",
-                name=f"{name}: train",
-                line=dict(color=colors[name], width=1),
-                opacity=0.45,
-                legendgroup=name,
-            )
-        )
-        fig.add_trace(
-            go.Scatter(
-                x=[s for s, _ in val],
-                y=[v for _, v in val],
-                mode="lines+markers",
-                name=f"{name}: held-out",
-                line=dict(color=colors[name], width=2.5),
-                legendgroup=name,
-            )
-        )
+        # the run's training loss faint and thin under its held-out loss
+        for points, part, mode, width, extra in (
+            (train, "train", "lines", 1, dict(opacity=0.45)),
+            (val, "held-out", "lines+markers", 2.5, {}),
+        ):
+            line = dict(color=colors[name], width=width)
+            fig.add_trace(logged_line(points, mode=mode, name=f"{name}: {part}", line=line, legendgroup=name, **extra))
         for i, (what, step) in enumerate(formed.get(name, {}).items()):
             if step is None:
                 continue

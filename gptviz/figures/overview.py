@@ -113,30 +113,22 @@ def _lens_cell(
 
 
 def _block_cells(ov, b, name, position_label, token_label, final_id: int, compact: bool) -> list[Cell]:
-    i = b.layer
-    add_attn = Cell(
-        "add",
-        ("+", num(b.attn_sum)),
-        f"‖x + attn‖ = {num(b.attn_sum)}, from ‖x‖ = {num(b.resid_in)} entering block {i}",
-        layer=i,
+    i, pre = b.layer, ov.norm == "pre"
+    # the two residual additions (what was added, the sum, the stream before it), then the two norms (their input
+    # is the stream before the sublayer in pre-norm, the sum after it in post-norm)
+    add_attn, add_mlp = (
+        Cell("add", ("+", num(total)), f"‖x + {part}‖ = {num(total)}, from ‖x‖ = {num(before)} {where}", layer=i)
+        for part, total, before, where in (
+            ("attn", b.attn_sum, b.resid_in, f"entering block {i}"),
+            ("mlp", b.mlp_sum, b.resid_mid, "after attention"),
+        )
     )
-    add_mlp = Cell(
-        "add",
-        ("+", num(b.mlp_sum)),
-        f"‖x + mlp‖ = {num(b.mlp_sum)}, from ‖x‖ = {num(b.resid_mid)} after attention",
-        layer=i,
-    )
-    ln_1 = Cell(
-        "ln",
-        ("LN₁", num(b.ln_1)),
-        f"‖ln_1 output‖ = {num(b.ln_1)} (its input: ‖·‖ = {num(b.resid_in if ov.norm == 'pre' else b.attn_sum)})",
-        layer=i,
-    )
-    ln_2 = Cell(
-        "ln",
-        ("LN₂", num(b.ln_2)),
-        f"‖ln_2 output‖ = {num(b.ln_2)} (its input: ‖·‖ = {num(b.resid_mid if ov.norm == 'pre' else b.mlp_sum)})",
-        layer=i,
+    ln_1, ln_2 = (
+        Cell("ln", (f"LN{sub}", num(out)), f"‖ln_{n} output‖ = {num(out)} (its input: ‖·‖ = {num(its_input)})", layer=i)
+        for n, sub, out, its_input in (
+            (1, "₁", b.ln_1, b.resid_in if pre else b.attn_sum),
+            (2, "₂", b.ln_2, b.resid_mid if pre else b.mlp_sum),
+        )
     )
     target = position_label(b.target)
     lines = (
@@ -163,9 +155,7 @@ def _block_cells(ov, b, name, position_label, token_label, final_id: int, compac
     lens = _lens_cell(
         b.lens_id, name(b.lens_id), b.lens_prob, final_id, ov.uniform_prob, f"block {i}'s output", i, compact
     )
-    steps = (
-        [ln_1, attn, add_attn, ln_2, mlp, add_mlp] if ov.norm == "pre" else [attn, add_attn, ln_1, mlp, add_mlp, ln_2]
-    )
+    steps = [ln_1, attn, add_attn, ln_2, mlp, add_mlp] if pre else [attn, add_attn, ln_1, mlp, add_mlp, ln_2]
     return steps + [lens]
 
 

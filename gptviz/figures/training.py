@@ -13,7 +13,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .common import apply_layout, distinct_percent_format
+from .common import apply_layout, distinct_percent_format, logged_line
 
 PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"]
 NORM_COLORS = {"pre": "#1f77b4", "post": "#d62728"}
@@ -88,9 +88,8 @@ def loss_curves(
         val = [(h["step"], h["val_loss"]) for h in history if h.get("val_loss") is not None]
         if val:
             fig.add_trace(
-                go.Scatter(
-                    x=[s for s, _ in val],
-                    y=[v for _, v in val],
+                logged_line(
+                    val,
                     mode="lines+markers",
                     name=f"{name} validation",
                     legendgroup=name,

@@ -139,19 +139,22 @@ def test_a_replaced_link_value_is_reported_once():
 # ---- in the app --------------------------------------------------------------------------------------
 
 
+A_VIEW = {
+    "source": "preset",
+    "preset": "tiny",
+    "seed": "3",
+    "norm": "post",
+    "prompt": "To be or not to be",
+    "att_layer": "1",
+    "att_head": "2",
+    "att_scale": "sqrt",
+    "att_gen_temp": "0.4",
+}
+
+
 @pytest.mark.slow
 def test_a_link_opens_the_same_view():
-    at = open_link(
-        source="preset",
-        preset="tiny",
-        seed="3",
-        norm="post",
-        prompt="To be or not to be",
-        att_layer="1",
-        att_head="2",
-        att_scale="sqrt",
-        att_gen_temp="0.4",
-    )
+    at = open_link(**A_VIEW)
     assert not at.exception and toasts(at) == []
     assert at.session_state[K.MODEL_SPEC] == model_service.ModelSpec(K.SOURCE_PRESET, "tiny", "post", 3, "cpu")
     assert at.text_area(key=K.PROMPT).value == "To be or not to be"
@@ -168,17 +171,7 @@ def test_a_link_opens_the_same_view():
     )
     assert at.selectbox(key=S.ATT_SCALE.key).options == [str(o) for o in fa.SCALES.values()]
     # the address bar holds the view, so the link a visitor copies now is the one they opened
-    for name, value in {
-        "source": "preset",
-        "preset": "tiny",
-        "seed": "3",
-        "norm": "post",
-        "prompt": "To be or not to be",
-        "att_layer": "1",
-        "att_head": "2",
-        "att_scale": "sqrt",
-        "att_gen_temp": "0.4",
-    }.items():
+    for name, value in A_VIEW.items():
         assert at.query_params[name] == value, name
 
 

@@ -8,8 +8,6 @@ from __future__ import annotations
 import ast
 import json
 import re
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -19,6 +17,7 @@ from gptviz.app import keys as K
 from gptviz.app import links, text_limits
 from gptviz.app import settings as S
 from tests.support import ROOT
+from tests.support.cli import run_python
 
 GUIDE = ROOT / "docs" / "deploying.md"
 TEXT = {"text_input", "text_area", "chat_input"}
@@ -260,16 +259,8 @@ def hostile(name: str, code: str) -> str:
 @pytest.fixture(scope="module")
 def capped_runs() -> dict:
     """What every check of HOSTILE filled in, run in a child process capped at 5 GiB of address space."""
-    done = subprocess.run(
-        [sys.executable, "-c", CHILD, str(ROOT)],
-        input=json.dumps(HOSTILE),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.rsplit("RESULT ", 1)[1])
+    done = run_python(CHILD, str(ROOT), input=json.dumps(HOSTILE), timeout=600)
+    return json.loads(done.rsplit("RESULT ", 1)[1])
 
 
 def capped(runs: dict, name: str) -> dict:

@@ -132,36 +132,44 @@ def test_with_no_room_for_the_direct_effect_the_page_says_so(monkeypatch):
     assert any("the direct effect of L2N26 needs about" in plain(w.value) for w in at.warning)
 
 
-@pytest.mark.slow
-def test_an_unreadable_index_offers_a_rebuild(tmp_path, monkeypatch):
+@pytest.fixture
+def index_dir(tmp_path, monkeypatch):
+    """The folder indexes are kept in (tmp_path/indexes), on a server whose index builds are small (3,000 tokens)."""
     monkeypatch.setenv("GPTVIZ_INDEX_DIR", str(tmp_path / "indexes"))
     small = limits.ServerLimits(index_tokens=3_000, index_mb=2048)
     monkeypatch.setattr(limits, "server_limits", lambda: small)
-    folder = tmp_path / "indexes" / ui.fingerprint(TINY)
-    folder.mkdir(parents=True)
-    (folder / ix.INDEX_JSON).write_text('{"format": "gptviz-neuron-index", "ver')  # torn mid-write
-    ui.index_store().clear()  # an index of this model that another test built and this process still holds
-    at = run_page("units", spec=TINY)
+    return tmp_path / "indexes"
+
+
+def rebuild_from_the_error(spec, first_unit: str) -> None:
+    """The units page of `spec` says its index could not be read; its button rebuilds one, opened at `first_unit`."""
+    at = run_page("units", spec=spec)
     assert not at.exception
     assert "could not be read" in plain(at.error[0].value)
     at.button(key=K.UNIT_BUILD).click().run()
     assert not at.exception and not at.error, [e.value for e in at.error]
-    assert at.markdown[0].value.startswith("**L1N0")
-    assert ix.load_index(folder).tokens <= 3_000
-    assert [p.name for p in (tmp_path / "indexes").iterdir()] == [folder.name]  # no temporary left
+    assert at.markdown[0].value.startswith(f"**{first_unit}")
 
 
 @pytest.mark.slow
-def test_an_index_of_the_previous_format_says_why_and_offers_a_rebuild(tmp_path, monkeypatch):
+def test_an_unreadable_index_offers_a_rebuild(index_dir):
+    folder = index_dir / ui.fingerprint(TINY)
+    folder.mkdir(parents=True)
+    (folder / ix.INDEX_JSON).write_text('{"format": "gptviz-neuron-index", "ver')  # torn mid-write
+    ui.index_store().clear()  # an index of this model that another test built and this process still holds
+    rebuild_from_the_error(TINY, "L1N0")
+    assert ix.load_index(folder).tokens <= 3_000
+    assert [p.name for p in index_dir.iterdir()] == [folder.name]  # no temporary left
+
+
+@pytest.mark.slow
+def test_an_index_of_the_previous_format_says_why_and_offers_a_rebuild(index_dir):
     # version 2 had no band examples: the page names the version, the command that rebuilds it, and its own button
     import json
 
-    monkeypatch.setenv("GPTVIZ_INDEX_DIR", str(tmp_path / "indexes"))
-    small = limits.ServerLimits(index_tokens=3_000, index_mb=2048)
-    monkeypatch.setattr(limits, "server_limits", lambda: small)
     ui.index_store().clear()
     ui.build(TINY, 2_000, lambda done, total: None)
-    folder = tmp_path / "indexes" / ui.fingerprint(TINY)
+    folder = index_dir / ui.fingerprint(TINY)
     meta = json.loads((folder / ix.INDEX_JSON).read_text())
     meta["version"] = 2
     (folder / ix.INDEX_JSON).write_text(json.dumps(meta))
@@ -177,10 +185,7 @@ def test_an_index_of_the_previous_format_says_why_and_offers_a_rebuild(tmp_path,
     assert any(c.value.startswith("Band 1") for c in at.caption)  # the rebuilt index has its bands
 
 
-def test_a_build_that_dies_mid_save_leaves_the_folder_readable_or_absent(tmp_path, monkeypatch):
-    monkeypatch.setenv("GPTVIZ_INDEX_DIR", str(tmp_path / "indexes"))
-    small = limits.ServerLimits(index_tokens=3_000, index_mb=2048)
-    monkeypatch.setattr(limits, "server_limits", lambda: small)
+def test_a_build_that_dies_mid_save_leaves_the_folder_readable_or_absent(index_dir, monkeypatch):
     real_save = ix.save_index
 
     def dies_after_the_arrays(index, folder):  # what a killed server or a full disk leaves half way
@@ -193,26 +198,18 @@ def test_a_build_that_dies_mid_save_leaves_the_folder_readable_or_absent(tmp_pat
     with pytest.raises(OSError):
         ui.build(TINY, 3_000, lambda done, total: None)
     assert ui.find_index(TINY) is None  # no torn index: the page offers a build
-    assert list((tmp_path / "indexes").iterdir()) == []
+    assert list(index_dir.iterdir()) == []
 
 
 @pytest.mark.slow
-def test_a_torn_shipped_index_offers_a_build_beside_it_and_is_left_as_it_is(tmp_path, monkeypatch):
-    monkeypatch.setenv("GPTVIZ_INDEX_DIR", str(tmp_path / "indexes"))
-    small = limits.ServerLimits(index_tokens=3_000, index_mb=2048)
-    monkeypatch.setattr(limits, "server_limits", lambda: small)
+def test_a_torn_shipped_index_offers_a_build_beside_it_and_is_left_as_it_is(index_dir, tmp_path, monkeypatch):
     shipped = tmp_path / "shipped"
     shipped.mkdir()
     torn = '{"format": "gptviz-neuron-index", "ver'
     (shipped / ix.INDEX_JSON).write_text(torn)
     monkeypatch.setattr(ix, "index_folder", lambda name: shipped)
     ui.index_store().clear()  # the real shipped index, loaded by other tests, is not what this model finds now
-    at = run_page("units", spec=PRE)
-    assert not at.exception
-    assert "could not be read" in plain(at.error[0].value)
-    at.button(key=K.UNIT_BUILD).click().run()
-    assert not at.exception and not at.error, [e.value for e in at.error]
-    assert at.markdown[0].value.startswith("**L2N26")
+    rebuild_from_the_error(PRE, "L2N26")
     assert (shipped / ix.INDEX_JSON).read_text() == torn  # never written or removed by the app
-    assert [p.name for p in (tmp_path / "indexes").iterdir()] == [ui.fingerprint(PRE)]
+    assert [p.name for p in index_dir.iterdir()] == [ui.fingerprint(PRE)]
     ui.index_store().clear()

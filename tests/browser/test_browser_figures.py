@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 
 from gptviz.export import annotation_width_css, figure_html
-from gptviz.figures import generation as fg
 from gptviz.figures import training as ft
 from gptviz.figures import unit_page as fu
 from gptviz.model.tokenizer import token_label
 from tests.support.browser import CHROMIUM
 from tests.support.layout import overlapping
+from tests.support.token_bars import bars_sampling
 
 pytestmark = [
     pytest.mark.slow,
@@ -51,20 +51,7 @@ def chromium(browser, tmp_path_factory):
     is then drawn in place by the same Plotly.newPlot call its own file makes. Opening each figure's file took 1.8 s
     a figure (54 figures, 100 s), most of it Plotly's script run again."""
     first = tmp_path_factory.mktemp("figures") / "first.html"
-    html = figure_html(
-        fg.next_token_bars(
-            [0],
-            [1.0],
-            [True],
-            ["t0"],
-            sampled_id=0,
-            sampled_rank=1,
-            sampled_prob=1.0,
-            sampled_label="t0",
-            n_allowed=1,
-            kept_mass=1.0,
-        )
-    )
+    html = figure_html(bars_sampling([0], [1.0], [True], ["t0"], 0, n_allowed=1, kept_mass=1.0))
     first.write_bytes(
         html.replace(b"</head>", b'<style id="gv-css"></style></head>', 1).replace(
             b"<body>", b'<body style="margin:0"><div id="gv-stage"></div>', 1
@@ -97,17 +84,8 @@ def drawn(page, fig, width: int):
 @pytest.mark.parametrize("top", [0.02, 0.05, 0.011, 0.3, 0.004, 0.9])
 def test_probability_ticks_are_distinct(chromium, width, top):
     probs = np.linspace(top, top / 10, 10)
-    fig = fg.next_token_bars(
-        list(range(10)),
-        probs,
-        [True] * 10,
-        [f"t{i}" for i in range(10)],
-        sampled_id=0,
-        sampled_rank=1,
-        sampled_prob=top,
-        sampled_label="t0",
-        n_allowed=10,
-        kept_mass=0.5,
+    fig = bars_sampling(
+        list(range(10)), probs, [True] * 10, [f"t{i}" for i in range(10)], 0, n_allowed=10, kept_mass=0.5
     )
     training = ft.next_token_bars({"a": [(f"t{i}", float(p)) for i, p in enumerate(probs)]})
     for figure in (fig, training):

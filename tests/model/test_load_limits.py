@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 import textwrap
 import threading
 from pathlib import Path
@@ -23,7 +21,7 @@ from gptviz.model.params import param_count, total_params
 from gptviz.model.weights import CheckpointError, check_load_limits, load_checkpoint, save_checkpoint
 from gptviz.serve import model_access
 from gptviz.serve.limits import ServerLimits, server_limits
-from tests.support import ROOT
+from tests.support.cli import run_python
 from tests.support.models import SMALL, build
 
 HF_BASE = {"model_type": "gpt2", "vocab_size": 50, "n_positions": 16, "n_embd": 32, "n_layer": 2, "n_head": 4}
@@ -124,16 +122,7 @@ def test_configs_past_the_caps_are_refused_before_allocating():
         {"n_embd": 65536, "n_head": 1},
         {"n_layer": 10**8, "n_embd": 1, "n_head": 1, "n_inner": 1},
     ]
-    out = subprocess.run(
-        [sys.executable, "-c", HOSTILE, json.dumps(changes)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    lines = out.stdout.splitlines()
-    assert out.returncode == 0, out.stderr[-2000:]
+    lines = run_python(HOSTILE, json.dumps(changes)).splitlines()
     assert len(lines) == 4 and all(line.startswith("REFUSED") for line in lines), lines
     assert "context of 100,000,000 positions" in lines[0]
     assert "100,000 layers" in lines[1]

@@ -14,7 +14,7 @@ from safetensors.torch import load_file, save_file
 
 from gptviz import load_pretrained
 from gptviz.model.weights import CheckpointError, config_from_hf, load_checkpoint, save_checkpoint, state_from_hf
-from tests.support import ROOT
+from tests.support.cli import run_python
 from tests.support.models import SMALL, build, random_ids
 from tests.support.small_configs import hf_gpt2_config
 
@@ -90,45 +90,35 @@ def _saved(tmp_path: Path) -> Path:
     return folder
 
 
-def test_missing_folder_and_config(tmp_path):
+def test_missing_folder(tmp_path):
     with pytest.raises(CheckpointError, match="is not a folder"):
         load_checkpoint(tmp_path / "nowhere")
-    folder = _saved(tmp_path)
-    (folder / "config.json").unlink()
-    with pytest.raises(CheckpointError, match="has no config.json"):
-        load_checkpoint(folder)
 
 
-def test_unreadable_config(tmp_path):
-    folder = _saved(tmp_path)
-    (folder / "config.json").write_text("{not json")
-    with pytest.raises(CheckpointError, match="not a readable JSON config"):
-        load_checkpoint(folder)
-    (folder / "config.json").write_text(json.dumps({"format": "gptviz", "config": {**SMALL.to_dict(), "n_heads": 5}}))
-    with pytest.raises(CheckpointError, match="n_heads"):
-        load_checkpoint(folder)
+BAD_HEADS = json.dumps({"format": "gptviz", "config": {**SMALL.to_dict(), "n_heads": 5}}).encode()
 
 
-def test_missing_weights_file(tmp_path):
-    folder = _saved(tmp_path)
-    (folder / "model.safetensors").unlink()
-    with pytest.raises(CheckpointError, match="no model.safetensors or pytorch_model.bin"):
-        load_checkpoint(folder)
-
-
-def test_garbage_safetensors(tmp_path):
-    folder = _saved(tmp_path)
-    (folder / "model.safetensors").write_bytes(os.urandom(4096))
-    with pytest.raises(CheckpointError, match="model.safetensors is corrupt"):
-        load_checkpoint(folder)
-
-
-def test_truncated_safetensors(tmp_path):
-    folder = _saved(tmp_path)
-    data = (folder / "model.safetensors").read_bytes()
-    (folder / "model.safetensors").write_bytes(data[: len(data) // 2])
-    with pytest.raises(CheckpointError, match="corrupt"):
-        load_checkpoint(folder)
+@pytest.mark.parametrize(
+    "name, damage, message",
+    [
+        ("config.json", None, "has no config.json"),
+        ("config.json", lambda data: b"{not json", "not a readable JSON config"),
+        ("config.json", lambda data: BAD_HEADS, "n_heads"),
+        ("model.safetensors", None, "no model.safetensors or pytorch_model.bin"),
+        ("model.safetensors", lambda data: os.urandom(4096), "model.safetensors is corrupt"),
+        ("model.safetensors", lambda data: data[: len(data) // 2], "corrupt"),  # truncated
+    ],
+    ids=["no-config", "config-not-json", "config-bad-heads", "no-weights", "garbage-weights", "truncated-weights"],
+)
+def test_a_damaged_checkpoint_is_refused_saying_why(tmp_path, name, damage, message):
+    """`damage`: the file's new bytes from its old ones; None removes it."""
+    path = _saved(tmp_path) / name
+    if damage is None:
+        path.unlink()
+    else:
+        path.write_bytes(damage(path.read_bytes()))
+    with pytest.raises(CheckpointError, match=message):
+        load_checkpoint(path.parent)
 
 
 def test_wrong_shapes_named(tmp_path):
@@ -401,9 +391,6 @@ def test_expected_shapes_by_formula_match_a_module_tree(name, norm_type):
 def test_loading_the_bundled_model_imports_no_compiler_and_draws_nothing():
     """A fresh process loads the bundled model without torch._dynamo (a meta-device normal_ imported it: 1-2 s of
     the first visitor's wait) and without drawing random weights it then overwrites; the weights are the file's."""
-    import subprocess
-    import sys
-
     code = (
         "import sys, torch\n"
         "from unittest import mock\n"
@@ -418,12 +405,5 @@ def test_loading_the_bundled_model_imports_no_compiler_and_draws_nothing():
         "print('same', all(torch.equal(s[k], v.float()) for k, v in f.items()))\n"
         "print('dtype', {str(v.dtype) for v in s.values()})\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=ROOT,
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert "dynamo False" in out.stdout and "same True" in out.stdout and "dtype {'torch.float32'}" in out.stdout
+    out = run_python(code, timeout=600)
+    assert "dynamo False" in out and "same True" in out and "dtype {'torch.float32'}" in out

@@ -28,16 +28,15 @@ from tests.support import ROOT
 from tests.support.pagetest import (
     MARKUP,
     TINY,
-    TokenGate,
     array,
     attention_map,
     edge_prompts,
     figure,
     finish_generation,
     forward_calls,
-    gate_generations,
     generation_of,
-    kept_of_edge_prompt,
+    held_generation,
+    kept_and_charted,
     live_code,
     open_app,
     query_bars,
@@ -142,9 +141,8 @@ def test_display_widgets_run_no_forward_pass():
 @edge_prompts("empty", "one-token", "longer-than-context", "emoji-cjk", "markup")
 def test_edge_prompts(prompt):
     at = page(prompt)
-    kept = kept_of_edge_prompt(at, prompt, N_CTX)
+    kept = kept_and_charted(at, prompt, N_CTX)
     if not kept:
-        assert not at.get("plotly_chart")
         return
     chips = at.button_group(key=K.ATT_QUERY).options
     assert len(chips) == len(kept)
@@ -245,13 +243,8 @@ def test_short_generation_produces_tokens():
 def test_a_head_switch_during_a_generation_neither_stops_it_nor_reruns_the_model(monkeypatch):
     """The generation runs beside the page: picking another head redraws, the model keeps writing, and the
     finished run is drawn for the head picked."""
-    gate = TokenGate(at=2)
-    gate_generations(monkeypatch, gate)
     at = page("Keep writing while I look")
-    at.number_input(key=K.ATT_GEN_N).set_value(6)
-    at.button(key=K.ATT_GENERATE).click()
-    at.run()
-    assert gate.reached.wait(30)
+    gate = held_generation(monkeypatch, at, K.ATT_GEN_N, K.ATT_GENERATE, 6)
     at.selectbox(key=K.ATT_HEAD).set_value(1).run()
     assert not at.exception and generation_of(at).running
     gate.release()
@@ -265,14 +258,9 @@ def test_a_head_switch_during_a_generation_neither_stops_it_nor_reruns_the_model
 
 @pytest.mark.slow
 def test_stop_keeps_the_tokens_written_so_far(monkeypatch):
-    gate = TokenGate(at=2)
-    gate_generations(monkeypatch, gate)
     prompt = "Stop me"
     at = page(prompt)
-    at.number_input(key=K.ATT_GEN_N).set_value(5)
-    at.button(key=K.ATT_GENERATE).click()
-    at.run()
-    assert gate.reached.wait(30)
+    gate = held_generation(monkeypatch, at, K.ATT_GEN_N, K.ATT_GENERATE, 5)
     at.run()  # a redraw while the model waits after its second token: Stop keeps what the page has shown
     assert generation_of(at).shown == 2
     shown = decode(encode(prompt)) + decode([s.token_id for s in generation_of(at).steps[:2]])

@@ -20,18 +20,18 @@ from gptviz.figures.common import apply_layout, title_room
 from gptviz.model.tokenizer import decode, encode
 from tests.support.pagetest import (
     TINY,
-    TokenGate,
     array,
     edge_prompts,
     figure,
     finish_generation,
     forward_calls,
-    gate_generations,
     generate_in,
     generation_of,
+    held_generation,
     live_code,
     run_page,
 )
+from tests.support.token_bars import bars_sampling
 
 N_LAYERS, N_HEADS, N_CTX = 2, 4, 128
 
@@ -167,13 +167,9 @@ def test_edge_prompts(prompt):
 def test_stop_ends_a_running_generation_before_its_next_token(monkeypatch):
     """The model writes in a background thread; Stop (a click, so a rerun) ends it before another token is
     shown, and the page then shows the tokens it had shown: here the two of the last redraw."""
-    gate = TokenGate(at=2)
-    gate_generations(monkeypatch, gate)
     at = page("Keep what was written")
-    at.number_input(key=K.GEN_N).set_value(9)
-    at.button(key=K.GEN_GENERATE).click()
-    at.run()
-    assert gate.reached.wait(30) and generation_of(at).running
+    gate = held_generation(monkeypatch, at, K.GEN_N, K.GEN_GENERATE, 9)
+    assert generation_of(at).running
     at.run()  # a redraw while the model waits after its second token
     assert not at.exception and generation_of(at).shown == 2
     shown = decode(encode("Keep what was written")) + decode([s.token_id for s in generation_of(at).steps[:2]])
@@ -218,15 +214,12 @@ def sampled_past_the_bars(**title):
 
 
 def test_next_token_bars_marks_sampled_and_cutoff():
-    fig = fg.next_token_bars(
+    fig = bars_sampling(
         [5, 7, 9, 11],
         [0.5, 0.3, 0.15, 0.05],
         [True, True, False, False],
         ["a", "<b>", "c", "a"],
-        sampled_id=7,
-        sampled_rank=2,
-        sampled_prob=0.3,
-        sampled_label="<b>",
+        1,
         n_allowed=2,
         kept_mass=0.8,
     )
@@ -251,18 +244,9 @@ def test_next_token_bars_marks_sampled_and_cutoff():
     title_only = apply_layout(go.Figure(), title=long_title).layout.margin.t
     assert "<br>" in wrapped.layout.title.text and wrapped.layout.margin.t == title_only + 16 * lines
     assert bar.customdata[2][2] == "cut by top-k/top-p"
-    greedy = fg.next_token_bars(
-        [5, 7],
-        [0.6, 0.4],
-        [True, False],
-        ["a", "b"],
-        sampled_id=5,
-        sampled_rank=1,
-        sampled_prob=0.6,
-        sampled_label="a",
-        n_allowed=1,
-        kept_mass=0.6,
-        cut_by=live.cut_reason({"temperature": 0.0}),
+    greedy_cut = live.cut_reason({"temperature": 0.0})
+    greedy = bars_sampling(
+        [5, 7], [0.6, 0.4], [True, False], ["a", "b"], 0, n_allowed=1, kept_mass=0.6, cut_by=greedy_cut
     )
     assert greedy.data[0].customdata[1][2] == "cut by greedy decoding (temperature 0)"
     assert live.cut_reason({"temperature": 0.7}) == "top-k/top-p"
@@ -299,24 +283,9 @@ def test_generation_heatmap_thins_its_key_labels_so_they_do_not_collide():
 def test_next_token_bars_leave_room_for_every_subtitle_line():
     """Three subtitle lines (all kept, the mass, a sampled token past the bars) sat on the first bar."""
     kw = dict(sampled_prob=0.002, sampled_label="x", n_allowed=30, kept_mass=0.9, title="Step 29")
-    three = fg.next_token_bars(
-        list(range(20)),
-        np.linspace(0.2, 0.01, 20),
-        [True] * 20,
-        list("abcdefghijklmnopqrst"),
-        sampled_id=99,
-        sampled_rank=30,
-        **kw,
-    )
-    two = fg.next_token_bars(
-        list(range(20)),
-        np.linspace(0.2, 0.01, 20),
-        [True] * 20,
-        list("abcdefghijklmnopqrst"),
-        sampled_id=3,
-        sampled_rank=4,
-        **kw,
-    )
+    bars = list(range(20)), np.linspace(0.2, 0.01, 20), [True] * 20, list("abcdefghijklmnopqrst")
+    three = fg.next_token_bars(*bars, sampled_id=99, sampled_rank=30, **kw)
+    two = fg.next_token_bars(*bars, sampled_id=3, sampled_rank=4, **kw)
     assert three.layout.title.subtitle.text.count("<br>") == 2
     assert three.layout.margin.t - two.layout.margin.t == 16 and two.layout.margin.t == title_room() + 32
 

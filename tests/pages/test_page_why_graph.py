@@ -5,7 +5,6 @@ in a subprocess from the checkout, prints the numbers the page shows."""
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import subprocess
 import sys
@@ -27,7 +26,7 @@ from gptviz.model.generate import generate
 from gptviz.model.tokenizer import decode, encode
 from gptviz.serve import limits
 from tests.support import ROOT
-from tests.support.pagetest import TINY, array, edge_prompts, figure, kept_of_edge_prompt, run_page, set_sweep_budget
+from tests.support.pagetest import TINY, array, edge_prompts, figure, kept_of_edge_prompt, run_page
 from tests.support.why_page import PROMPT, tiny_model, top_two
 
 pytestmark = pytest.mark.slow  # each runs the page (a second or more)
@@ -240,29 +239,21 @@ def test_edge_prompts_and_a_post_norm_model_draw_without_an_error(prompt, view):
     assert "<img" not in fig and "<script" not in fig  # token text reaches Plotly escaped
 
 
-@pytest.fixture
-def rate(monkeypatch):
-    """`rate(blocks_per_s, limit_s)`: the block rate the server measures, and the operator's time limit."""
-    results_cache().clear()
-    yield functools.partial(set_sweep_budget, monkeypatch)
-    results_cache().clear()
-
-
 def graph_work() -> int:
     from gptviz.app.services.why_graph import graph_work as work
 
     return work(tiny_model().config, len(encode(PROMPT)), S.WHY_MAX_NODES.default)
 
 
-def test_a_graph_past_the_time_limit_is_refused_and_a_long_one_waits_for_a_click(rate):
-    rate(graph_work() / 50, 30)  # 50 s estimated, 30 s allowed
+def test_a_graph_past_the_time_limit_is_refused_and_a_long_one_waits_for_a_click(sweep_budget):
+    sweep_budget(graph_work() / 50, 30)  # 50 s estimated, 30 s allowed
     at = run_page("why", PROMPT, **GRAPH)
     assert not at.exception and not at.error and not at.get("plotly_chart")
     assert [w.value for w in at.warning] == [
         "The attribution graph would take about 50 s on this server now, more than its limit of 30 s for one "
         "measurement (GPTVIZ_SWEEP_SECONDS): try shorter prompts or a smaller model"
     ]
-    rate(graph_work() / 12, 120)  # 12 s: past the few seconds that run at once
+    sweep_budget(graph_work() / 12, 120)  # 12 s: past the few seconds that run at once
     at = run_page("why", PROMPT, **GRAPH)
     assert not at.get("plotly_chart") and at.button(key=K.WHY_GRAPH_RUN).label == "Build the graph (about 12 s)"
     at.button(key=K.WHY_GRAPH_RUN).click().run()

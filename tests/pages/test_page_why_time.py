@@ -5,27 +5,14 @@ is known: the page's figure must be work / rate."""
 
 from __future__ import annotations
 
-import functools
-
-import pytest
-
 from gptviz.app import keys as K
-from gptviz.app.services import results_cache
 from gptviz.methods import attribution
 from gptviz.model.tokenizer import encode
-from tests.support.pagetest import TINY, figures, run_page, set_sweep_budget
+from tests.support.pagetest import TINY, figures, run_page
 from tests.support.why_page import PROMPT, tiny_model
 
 PAIR = "Repeated sequence (induction)"
 CLEAN, CORRUPT = "A B C D E F G H A B C", "A B C Q E F G H A B C"
-
-
-@pytest.fixture
-def server(monkeypatch):
-    """`server(rate, limit_s)`: block passes a second as measured, and the operator's sweep limit."""
-    results_cache().clear()
-    yield functools.partial(set_sweep_budget, monkeypatch)
-    results_cache().clear()
 
 
 def patch_work() -> int:
@@ -39,9 +26,9 @@ def sweep_runs(monkeypatch) -> list:
     return runs
 
 
-def test_patching_past_the_limit_is_refused_before_it_starts(server, monkeypatch):
+def test_patching_past_the_limit_is_refused_before_it_starts(sweep_budget, monkeypatch):
     work = patch_work()
-    server(rate=work / 50, limit_s=30)  # 50 s estimated, 30 s allowed
+    sweep_budget(rate=work / 50, limit_s=30)  # 50 s estimated, 30 s allowed
     runs = sweep_runs(monkeypatch)
     at = run_page("why", PROMPT, TINY, why_view="Patching", why_example=PAIR)
     assert not at.exception
@@ -52,9 +39,9 @@ def test_patching_past_the_limit_is_refused_before_it_starts(server, monkeypatch
     assert runs == [] and not figures(at)
 
 
-def test_a_long_patching_shows_its_estimate_and_waits_for_a_click(server, monkeypatch):
+def test_a_long_patching_shows_its_estimate_and_waits_for_a_click(sweep_budget, monkeypatch):
     work = patch_work()
-    server(rate=work / 12, limit_s=120)  # 12 s estimated: past the 5 s that run at once
+    sweep_budget(rate=work / 12, limit_s=120)  # 12 s estimated: past the 5 s that run at once
     runs = sweep_runs(monkeypatch)
     at = run_page("why", PROMPT, TINY, why_view="Patching", why_example=PAIR)
     assert not at.exception and not at.warning
@@ -73,18 +60,18 @@ def test_a_long_patching_shows_its_estimate_and_waits_for_a_click(server, monkey
     assert len(figures(at)) == 2 and runs == [1]  # and the sweep is cached
 
 
-def test_a_short_patching_runs_at_once_with_its_estimate_shown(server):
+def test_a_short_patching_runs_at_once_with_its_estimate_shown(sweep_budget):
     work = patch_work()
-    server(rate=work / 2, limit_s=120)
+    sweep_budget(rate=work / 2, limit_s=120)
     at = run_page("why", PROMPT, TINY, why_view="Patching", why_example=PAIR)
     assert not at.exception and not at.warning and len(figures(at)) == 2
     assert any(c.value.startswith("Patching: about 2.0 s estimated") for c in at.caption)
 
 
-def test_integrated_gradients_past_the_limit_are_refused_before_they_start(server):
+def test_integrated_gradients_past_the_limit_are_refused_before_they_start(sweep_budget):
     T = len(encode(PROMPT))
     work = attribution.saliency_work(tiny_model().config, T, 32)
-    server(rate=work / 200, limit_s=120)
+    sweep_budget(rate=work / 200, limit_s=120)
     at = run_page("why", PROMPT, TINY, why_view="Saliency")
     assert not at.exception
     assert [w.value for w in at.warning] == [

@@ -11,14 +11,11 @@ and whose collector is off (a server's full collection that does not come)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
 
-from tests.support import ROOT
+from tests.support.cli import run_python
 
 OPEN_FOLDERS = textwrap.dedent("""
     import gc, os, resource, sys, tempfile
@@ -63,16 +60,7 @@ OPEN_FOLDERS = textwrap.dedent("""
 @pytest.mark.slow
 def test_dropped_models_are_released_and_the_ones_still_in_use_are_counted():
     n, cache_mb = 14, 24
-    out = subprocess.run(
-        [sys.executable, "-c", OPEN_FOLDERS, str(n), str(cache_mb)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    size, stored, accounted, growth = map(int, out.stdout.split()[-4:])
+    size, stored, accounted, growth = map(int, run_python(OPEN_FOLDERS, str(n), str(cache_mb)).split()[-4:])
     # before: 70 MiB more after 14 folders of 5.5 MiB, and growing by one model per folder; the store counted 22
     assert growth < cache_mb * 2**20 + 2 * size, f"{growth / 2**20:.1f} MiB after {n} folders of {size / 2**20:.1f}"
     assert stored <= cache_mb * 2**20

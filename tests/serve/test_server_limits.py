@@ -95,21 +95,9 @@ print(lim.capture_cache_mb, lim.model_cache_mb, store.budget >> 20, len(store))
 
 @pytest.mark.slow
 def test_the_app_starts_with_only_its_memory_budget_set():
-    import os
-    import subprocess
-    import sys
+    from tests.support.cli import run_python
 
-    root = ROOT
-    out = subprocess.run(
-        [sys.executable, "-c", STARTS_WITH_A_BUDGET_ALONE],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=root,
-        env={**os.environ, "PYTHONPATH": str(root)},
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.split()[-4:] == ["256", "768", "768", "1"]
+    assert run_python(STARTS_WITH_A_BUDGET_ALONE).split()[-4:] == ["256", "768", "768", "1"]
 
 
 def test_the_cache_drops_the_least_recently_used_entries_to_stay_under_its_bytes():
@@ -347,16 +335,12 @@ def test_a_model_in_use_is_not_dropped_and_what_needs_its_room_waits():
 
 @pytest.mark.slow
 def test_a_running_generation_holds_its_model_in_the_store(monkeypatch):
-    from tests.support.pagetest import TokenGate, gate_generations
+    from tests.support.pagetest import held_generation
 
     store = BoundedCache(10**9, "model")
     monkeypatch.setattr(model_service, "model_store", lambda: store)
-    gate = TokenGate(at=1)
-    gate_generations(monkeypatch, gate)
     at = run_page("generation", "Hold the model")
-    at.number_input(key=K.GEN_N).set_value(3)
-    at.button(key=K.GEN_GENERATE).click().run()
-    assert gate.reached.wait(30)
+    gate = held_generation(monkeypatch, at, K.GEN_N, K.GEN_GENERATE, 3, after=1)
     assert store._held == {TINY: 1}  # held while it runs
     gate.release()
     job = at.session_state[K.GENERATION]["job"]

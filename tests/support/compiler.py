@@ -1,9 +1,11 @@
-"""Whether the C extension can be built here."""
+"""Whether the C extension can be built here, and its build by setup.py outside the checkout."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 
@@ -15,3 +17,12 @@ def c_compiler() -> str | None:
     if not (Path(sysconfig.get_paths()["include"]) / "Python.h").is_file():
         return None
     return shutil.which(os.environ.get("CC") or (sysconfig.get_config_var("CC") or "cc").split()[0])
+
+
+def build_ext(source: Path, out: Path, *flags: str, env=None, timeout: float = 600) -> subprocess.CompletedProcess:
+    """`setup.py build_ext` of the checkout (or copy) at `source`, its extension into out/lib and its objects into
+    out/tmp; `flags` go before the command (-q)."""
+    command = ["setup.py", *flags, "build_ext", "--build-lib", str(out / "lib"), "--build-temp", str(out / "tmp")]
+    return subprocess.run(
+        [sys.executable, *command], cwd=source, env=env, capture_output=True, text=True, timeout=timeout
+    )

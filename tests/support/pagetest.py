@@ -51,6 +51,14 @@ def kept_of_edge_prompt(at: AppTest, prompt: str, n_ctx: int) -> list[int]:
     return ids[-n_ctx:]
 
 
+def kept_and_charted(at: AppTest, prompt: str, n_ctx: int) -> list[int]:
+    """kept_of_edge_prompt, for a page whose charts all need a token: with none kept, it draws no chart."""
+    kept = kept_of_edge_prompt(at, prompt, n_ctx)
+    if not kept:
+        assert not at.get("plotly_chart")
+    return kept
+
+
 def set_sweep_budget(monkeypatch, rate: float, limit_s: int) -> None:
     """The block passes a second the server measures (`rate`) and the operator's sweep limit, for a page's estimate
     of a sweep's time; the results cache emptied (it keeps a measured rate two minutes)."""
@@ -215,6 +223,18 @@ def gate_generations(monkeypatch, gate) -> None:
             super().__init__(*args, **{**kwargs, "on_token": gate})
 
     monkeypatch.setattr(live, "LiveGeneration", Gated)
+
+
+def held_generation(monkeypatch, at: AppTest, n_key: str, generate_key: str, n: int, after: int = 2) -> TokenGate:
+    """Start a generation of `n` tokens on the page `at` (its count input `n_key`, its button `generate_key`) with
+    the model held after token `after`; returns once it is held, with the gate (`release()` lets it go on)."""
+    gate = TokenGate(at=after)
+    gate_generations(monkeypatch, gate)
+    at.number_input(key=n_key).set_value(n)
+    at.button(key=generate_key).click()
+    at.run()
+    assert gate.reached.wait(30)
+    return gate
 
 
 def generate_in(at: AppTest, n: int, temperature: float = 1.0, top_k: int = 0, top_p: float = 0.9) -> AppTest:

@@ -85,6 +85,11 @@ def snippet(view: str, spec: ModelSpec, *body: str, imports: str = "") -> str:
     return "\n".join(head + ([imports] if imports else []) + [code]) + "\n"
 
 
+def script(view: str, *lines: str) -> str:
+    """A snippet whose `lines` build all they use (no model line of a spec): the mark, then `lines`, one a line."""
+    return "\n".join([f"{MARK}{view}, reproduced", *lines]) + "\n"
+
+
 def show(code: str) -> None:
     """The closed "Copy as Python" box (st.code has its own copy button)."""
     with st.expander("Copy as Python", icon=":material/code:"):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .core import MARK, config_line
+from .core import MARK, config_line, script
 
 
 def parameters(view: str, cfg) -> str:
@@ -30,63 +30,47 @@ def parameters_of_presets(names: list[str]) -> str:
 def heads_forming(detector: str, step: int, twins: dict[str, str]) -> str:
     """Heads forming: each twin's `detector` scores for every head at the snapshot the step slider shows, its
     training loss there, and the step its head of that kind formed."""
-    return (
-        "\n".join(
-            [
-                f"{MARK}Heads forming, reproduced",
-                "import numpy as np",
-                "from gptviz.model.weights import bundled_models",
-                "from gptviz.training.snapshots import formed_step, load_snapshots",
-                f"detector, step = {detector!r}, {step}",
-                "result = {}",
-                f"for wiring, name in {twins!r}.items():",
-                "    snaps = load_snapshots(bundled_models()[name])",
-                "    i = max(0, int(np.searchsorted(snaps.steps, step, side='right')) - 1)"
-                "   # the last snapshot at or before",
-                "    scores = snaps.score_array()[i, snaps.detector_index(detector)]          # [layers, heads]",
-                "    result[wiring] = {'snapshot step': snaps.steps[i], 'scores': scores, 'loss': snaps.train_loss[i],",
-                "                      'formed (step, layer, head)': formed_step(snaps, detector)}",
-            ]
-        )
-        + "\n"
+    return script(
+        "Heads forming",
+        "import numpy as np",
+        "from gptviz.model.weights import bundled_models",
+        "from gptviz.training.snapshots import formed_step, load_snapshots",
+        f"detector, step = {detector!r}, {step}",
+        "result = {}",
+        f"for wiring, name in {twins!r}.items():",
+        "    snaps = load_snapshots(bundled_models()[name])",
+        "    i = max(0, int(np.searchsorted(snaps.steps, step, side='right')) - 1)   # the last snapshot at or before",
+        "    scores = snaps.score_array()[i, snaps.detector_index(detector)]          # [layers, heads]",
+        "    result[wiring] = {'snapshot step': snaps.steps[i], 'scores': scores, 'loss': snaps.train_loss[i],",
+        "                      'formed (step, layer, head)': formed_step(snaps, detector)}",
     )
 
 
 def training(configs: dict, settings, init: str) -> str:
     """Train a model: the same run in a script, on the same batches (the losses match step for step)."""
     lines = ",\n".join(f"    {name!r}: {cfg!r}" for name, cfg in configs.items())
-    return (
-        "\n".join(
-            [
-                f"{MARK}the Train page's run, reproduced",
-                "from gptviz import GPTConfig",
-                "from gptviz.training.train import TrainSettings, load_corpus, train_models",
-                f"configs = {{\n{lines},\n}}",
-                f"settings = {settings!r}",
-                f"models, results = train_models(configs, settings, load_corpus(), init={init!r})",
-                "result = {name: [step['train_loss'] for step in r.history] for name, r in results.items()}",
-            ]
-        )
-        + "\n"
+    return script(
+        "the Train page's run",
+        "from gptviz import GPTConfig",
+        "from gptviz.training.train import TrainSettings, load_corpus, train_models",
+        f"configs = {{\n{lines},\n}}",
+        f"settings = {settings!r}",
+        f"models, results = train_models(configs, settings, load_corpus(), init={init!r})",
+        "result = {name: [step['train_loss'] for step in r.history] for name, r in results.items()}",
     )
 
 
 def explainers(lo: float, hi: float, mask_n: int) -> str:
     """The Explainers: the model's own activation functions and their derivatives on the range, and its causal mask."""
-    return (
-        "\n".join(
-            [
-                f"{MARK}the Explainers, reproduced",
-                "import torch",
-                "from gptviz.methods import activation_curves, causal_mask",
-                f"x = torch.linspace({lo!r}, {hi!r}, 801, dtype=torch.float64)",
-                "result = {",
-                "    'activations': activation_curves(x),     # {name: (f(x), f'(x))}, by the model's own activate()",
-                f"    'causal mask': causal_mask({mask_n}),          # True where a query may look at a key",
-                "}",
-            ]
-        )
-        + "\n"
+    return script(
+        "the Explainers",
+        "import torch",
+        "from gptviz.methods import activation_curves, causal_mask",
+        f"x = torch.linspace({lo!r}, {hi!r}, 801, dtype=torch.float64)",
+        "result = {",
+        "    'activations': activation_curves(x),     # {name: (f(x), f'(x))}, by the model's own activate()",
+        f"    'causal mask': causal_mask({mask_n}),          # True where a query may look at a key",
+        "}",
     )
 
 
@@ -94,17 +78,11 @@ def grow(wirings: tuple[str, ...], seed: int, growth: dict) -> str:
     """Heads forming, grow one yourself: the same run in a script (it takes as long here as on the server), its
     snapshots' induction scores and the step the head formed."""
     args = ", ".join(f"{k}={v!r}" for k, v in growth.items())
-    return (
-        "\n".join(
-            [
-                f"{MARK}Heads forming, grow one yourself, reproduced",
-                "from gptviz.serve.training_jobs import Job, induction_growth_spec",
-                "from gptviz.training.snapshots import formed_step",
-                f"job = Job('grow', induction_growth_spec({tuple(wirings)!r}, seed={seed}, {args}))",
-                "job.run()                                              # trains in this process, snapshots as it goes",
-                "result = {f'{name}-norm': (snaps, formed_step(snaps, 'induction'))"
-                " for name, snaps in job.snapshots.items()}",
-            ]
-        )
-        + "\n"
+    return script(
+        "Heads forming, grow one yourself",
+        "from gptviz.serve.training_jobs import Job, induction_growth_spec",
+        "from gptviz.training.snapshots import formed_step",
+        f"job = Job('grow', induction_growth_spec({tuple(wirings)!r}, seed={seed}, {args}))",
+        "job.run()                                              # trains in this process, snapshots as it goes",
+        "result = {f'{name}-norm': (snaps, formed_step(snaps, 'induction')) for name, snaps in job.snapshots.items()}",
     )

@@ -14,7 +14,7 @@ from .. import display, reproduce
 from .. import keys as K
 from .. import settings as S
 from ..services import norms as services
-from .norms_same import fits_the_server
+from .norms_same import fits_the_server, measurement_failed
 
 state = st.session_state
 
@@ -43,8 +43,7 @@ def paper_measurements(input_scale: str, matrix: str) -> dict | None:
             if twins is not None:
                 out[f"trained twins ({twins.stem})"] = services.twins_gradients(twins.pre, twins.post, xiong.PAPER)
         except (ValueError, RuntimeError, MemoryError, OSError) as err:
-            status.update(label="The measurement failed", state="error")
-            st.error(f"Could not measure: {err}")
+            measurement_failed(status, f"Could not measure: {err}")
             return None
         took = time.perf_counter() - started
         status.update(

@@ -160,6 +160,12 @@ def may_measure(setup: Setup, ids: tuple[int, ...], key: tuple) -> bool:
     return True
 
 
+def measurement_failed(status, message: str) -> None:
+    """A measurement raised: its status box turns red and says so, and `message` says why under it."""
+    status.update(label="The measurement failed", state="error")
+    st.error(message)
+
+
 def measure(setup: Setup, ids: tuple[int, ...], key: tuple) -> dict[str, wiring.WiringStats] | None:
     """Both wirings measured (or read from the cache) inside a status box; None after an error."""
     config = setup.config
@@ -172,8 +178,7 @@ def measure(setup: Setup, ids: tuple[int, ...], key: tuple) -> dict[str, wiring.
         try:
             stats = services.measure_both(*key)
         except (ValueError, RuntimeError, MemoryError, ConfigError) as err:
-            status.update(label="The measurement failed", state="error")
-            st.error(f"Could not measure this model: {err}")
+            measurement_failed(status, f"Could not measure this model: {err}")
             return None
         took = time.perf_counter() - started
         status.update(

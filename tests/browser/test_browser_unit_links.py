@@ -105,7 +105,7 @@ def landed_on(page, unit: str, norm: str | None) -> None:
         assert f"norm={norm}" in page.url, page.url
 
 
-def test_every_unit_link_lands_on_its_unit(browser, server):
+def test_every_unit_link_lands_on_its_unit(browser, server, artifacts):
     from playwright.sync_api import expect
 
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
@@ -125,7 +125,11 @@ def test_every_unit_link_lands_on_its_unit(browser, server):
         if link.expander:
             page.locator('[data-testid="stExpander"] summary').filter(has_text=link.expander).click()
             settle(page)
-        page.wait_for_function("(document.querySelector('[data-testid=stSidebar] textarea') || {}).value")
+        try:
+            page.wait_for_function("(document.querySelector('[data-testid=stSidebar] textarea') || {}).value")
+        except Exception as err:  # say which link, and what the page showed instead
+            page.screenshot(path=str(artifacts / "unit-link-no-prompt.png"))
+            raise AssertionError(f"{link}: the sidebar's prompt never showed ({page.url})") from err
         prompt = page.locator('[data-testid="stSidebar"] textarea').first.input_value()
         opened = re.search(r"unit=(L\d+[NH]\d+)", page.url)
         if link.kind.startswith("pills:"):

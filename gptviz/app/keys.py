@@ -199,7 +199,6 @@ WHY_FLOW_CSV = "why_flow_csv"
 WHY_FLOW_FIG = "why_flow_fig"
 WHY_GXI = "why_gxi"
 WHY_GRID_CLICKS = "_why_grid_clicks"  # clicks on the heads' grid so far (a fresh grid key after each)
-KEPT_FIGURES = "_kept_figures"  # gptviz.app.kept_figures: a session's recent figures by what they show
 WHY_IG = "why_ig"
 WHY_PATCH_HEADS = "why_patch_heads"
 WHY_PATCH_RESID = "why_patch_resid"

@@ -240,14 +240,17 @@ def test_patching_opens_on_the_sidebars_prompt_with_one_token_swapped():
 
 @pytest.mark.slow
 def test_a_target_picked_again_shows_the_same_figures_without_building_them_again(monkeypatch):
-    """Issue 60: a target change spent most of its server time building Plotly figures; the session keeps its
-    recent ones by the values they show (gptviz.app.kept_figures), so a target picked again builds none."""
+    """Issue 60: a target change spent most of its server time building Plotly figures; they are kept in the results
+    cache by the values they show (gptviz.app.kept_figures), so a target picked
+    again builds none."""
+    from gptviz.app.services import results_cache
     from gptviz.figures import why as figs
 
     built = []
     for name in ("attribution_bars", "layer_head_grid"):
         original = getattr(figs, name)
         monkeypatch.setattr(figs, name, lambda *a, _f=original, _n=name, **k: built.append(_n) or _f(*a, **k))
+    results_cache().clear()  # shared by the process: an earlier test may have drawn this page
     at = page()
     first = figures(at)
     assert sorted(built) == ["attribution_bars", "layer_head_grid"]
@@ -257,5 +260,6 @@ def test_a_target_picked_again_shows_the_same_figures_without_building_them_agai
     at.selectbox(key=K.WHY_TARGET).select_index(0).run()
     assert not at.exception and len(built) == 4  # back to the first: nothing built
     assert figures(at) == first
+    results_cache().clear()  # the figures are shared: a fresh page builds its own only with the cache empty
     fresh = page()  # and what it shows is what a fresh page shows for that target
     assert figures(fresh) == first

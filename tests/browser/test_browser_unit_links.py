@@ -110,6 +110,8 @@ def test_every_unit_link_lands_on_its_unit(browser, server, artifacts):
 
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     page.set_default_timeout(180_000)
+    crashed = []
+    page.on("crash", lambda _: crashed.append(True))
     times = []
     for link in LINKS[int(os.environ.get("GPTVIZ_TEST_LINKS_FROM", "0")) :]:  # a rerun may start at one link
         started = time.perf_counter()
@@ -128,8 +130,10 @@ def test_every_unit_link_lands_on_its_unit(browser, server, artifacts):
         try:
             page.wait_for_function("(document.querySelector('[data-testid=stSidebar] textarea') || {}).value")
         except Exception as err:  # say which link, and what the page showed instead
-            page.screenshot(path=str(artifacts / "unit-link-no-prompt.png"))
-            raise AssertionError(f"{link}: the sidebar's prompt never showed ({page.url})") from err
+            shown = "(the tab crashed)" if crashed else page.locator("body").inner_text(timeout=10_000)[:1500]
+            if not crashed:
+                page.screenshot(path=str(artifacts / "unit-link-no-prompt.png"))
+            raise AssertionError(f"{link}: no sidebar prompt ({page.url}); the page showed: {shown}") from err
         prompt = page.locator('[data-testid="stSidebar"] textarea').first.input_value()
         opened = re.search(r"unit=(L\d+[NH]\d+)", page.url)
         if link.kind.startswith("pills:"):

@@ -87,7 +87,7 @@ def focus_picker(seen: Seen) -> int:
 
 
 def residual_tab(seen: Seen) -> None:
-    cfg, T, cache, focus = seen.cfg, seen.T, seen.cache, seen.focus
+    cfg, T, cache, focus = seen.cfg, seen.T, seen.prompt, seen.focus
     resid = analysis.residual_norms(cache)  # [layers + 1, T]
     attn = analysis.branch_norms(cache, "hook_attn_out")  # [layers, T]
     mlp = analysis.branch_norms(cache, "hook_mlp_out")
@@ -126,7 +126,7 @@ def residual_tab(seen: Seen) -> None:
 
 def mlp_tab(seen: Seen) -> None:
     cfg = seen.cfg
-    post = seen.cache.stack("mlp.hook_post")  # [layers, T, d_ff]
+    post = seen.prompt.stack("mlp.hook_post")  # [layers, T, d_ff]
     counts, edges = analysis.activation_histograms(post)
     left, right = st.columns([3, 2])
     with left:
@@ -173,7 +173,7 @@ POST_NORM_INPUTS = (
 
 def norm_tab(seen: Seen) -> None:
     cfg = seen.cfg
-    stats = analysis.norm_input_stats(seen.cache, cfg)
+    stats = analysis.norm_input_stats(seen.prompt, cfg)
     rms = cfg.norm_type == "rmsnorm"
     display.show_figure(
         figs.norm_stats_figure(stats.names, stats.mean, stats.var, stats.mean_square, rms=rms), key=K.ACT_NORM_STATS

@@ -62,7 +62,7 @@ def embedded_prompt() -> Embedded | None:
     seen = read_prompt(lambda cfg, T: EMBED_HOOKS, required=False)
     if seen is None:
         return None
-    return Embedded(seen.ids, seen.labels, *(seen.cache[name] for name in EMBED_HOOKS))
+    return Embedded(seen.ids, seen.labels, *(seen.prompt[name] for name in EMBED_HOOKS))
 
 
 def dimension_range(d_model: int) -> range:

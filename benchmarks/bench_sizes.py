@@ -37,14 +37,14 @@ def _jobs(model, ids: list[int], folder, skip_grow: bool, grow_steps: int) -> li
     from gptviz.methods.interventions import run_with_edits
     from gptviz.model import sizes
     from gptviz.model.generate import generate, stream
-    from gptviz.model.hooks import ActivationCache, capture
+    from gptviz.model.hooks import capture
     from gptviz.model.weights import load_checkpoint, weights_nbytes
 
     cfg, T = model.config, len(ids)
     batch = torch.tensor([ids])
     corrupted = ids[: T // 2] + [(ids[T // 2] + 1) % cfg.vocab_size] + ids[T // 2 + 1 :]
     target, other = ids[-1], (ids[-1] + 1) % cfg.vocab_size
-    lens_cache = ActivationCache({k: v[0] for k, v in capture(model, batch)[1].items()}, cfg.n_layers)
+    lens_cache = capture(model, batch)[1]  # batched, as the Activations page passes its cached capture
     shipped = ix.bundled_index("shakespeare-pre")
     docs = _docs(shipped)
     examples = ix.top_examples(shipped, "L1H1")

@@ -223,14 +223,15 @@ def refuse_non_finite_weights(spec: ModelSpec, model: GPT) -> None:
 
 def refuse_non_finite_logits(logits: torch.Tensor, ids) -> None:
     """NonFiniteError when a forward pass overflowed (finite weights can still give infinite activations, e.g. in
-    half precision): NaN or inf anywhere in the residual stream reaches the logits at that position and after."""
+    half precision): NaN or inf anywhere in the residual stream reaches the logits at that position and after.
+    `logits`: [batch, T, vocab] (or [T, vocab])."""
     # a row holds NaN or an infinity exactly when its max or min is one (amax/amin propagate NaN); isfinite on the
     # whole [T, vocab] block made a float and two bool copies of it (6 bytes a logit: hundreds of MiB for a long
     # prompt over GPT-2's vocabulary)
     finite = torch.isfinite(logits.amax(dim=-1)) & torch.isfinite(logits.amin(dim=-1))
     if bool(finite.all()):
         return
-    pos = int((~finite).nonzero()[0, 0])
+    pos = int((~finite).nonzero()[0, -1])  # the position axis is the last one left
     raise NonFiniteError(
         f"its activations on this prompt are not finite (NaN or infinite from token {pos} of "
         f"{len(ids)} on): the model overflows on it, so there is nothing to draw. Try another "
@@ -292,9 +293,10 @@ def _build_model(spec: ModelSpec, folder: Path | None = None) -> GPT:
 def get_capture(
     spec: ModelSpec, ids: tuple[int, ...], names: tuple[str, ...] | None = None
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """(logits [T, vocab], {hook name: tensor without the batch axis}) for one prompt, cached and shared: treat
-    the tensors as read-only. A capture larger than the server's capture budget is refused (LimitError) before
-    the model runs."""
+    """(logits [1, T, vocab], {hook name: [1, ...] tensor}) for one prompt, exactly as `capture` returns them (a batch
+    of one), cached and shared: treat the tensors as read-only. A reader of the one prompt takes its row
+    (ActivationCache.prompt(0), logits[0]). A capture larger than the server's capture budget is refused
+    (LimitError) before the model runs."""
     model = load_model(spec)
     wanted = model.hook_names if names is None else names
     estimate = sizes.capture_nbytes(model.config, wanted, len(ids))
@@ -302,11 +304,11 @@ def get_capture(
 
     def run():
         logits, cache = capture(model, torch.tensor([ids]), list(names) if names is not None else None)
-        refuse_non_finite_logits(logits[0], ids)  # raised before it is stored
-        store = Captured((k, v[0]) for k, v in cache.items())
+        refuse_non_finite_logits(logits, ids)  # raised before it is stored
+        store = Captured(cache.items())
         del cache
         stack_patterns(store, model.config.n_layers)  # one block, so a page's patterns() makes no copy
-        return logits[0].float().cpu(), store
+        return logits.float().cpu(), store
 
     return capture_store().get_or_build(
         (spec, tuple(ids), names), run, _capture_size, estimate, work, f"a capture of {len(ids)} tokens on {spec.name}"
@@ -340,7 +342,8 @@ def _capture_size(result) -> int:
 def capture_cache(
     spec: ModelSpec, ids: tuple[int, ...], names: tuple[str, ...] | None = None
 ) -> tuple[torch.Tensor, ActivationCache]:
-    """get_capture wrapped in an ActivationCache (tensors keep no batch axis)."""
+    """get_capture wrapped in an ActivationCache: logits [1, T, vocab] and [1, ...] tensors, as `capture` returns them
+    (cache.prompt(0) reads the one prompt, as views)."""
     logits, store = get_capture(spec, ids, names)
     return logits, ActivationCache(store, load_model(spec).config.n_layers)
 
@@ -377,7 +380,7 @@ def induction_scores(spec: ModelSpec, length: int) -> torch.Tensor:
     cfg = load_model(spec).config
     seq = tuple(analysis.induction_sequence(cfg.vocab_size, length, ids=training_vocab(spec)).tolist())
     _, cache = capture_cache(spec, seq, pattern_names(cfg.n_layers))
-    return analysis.induction_scores_from(cache.patterns(), length)
+    return analysis.induction_scores_from(cache.prompt(0).patterns(), length)
 
 
 def attention_page_names(n_layers: int, norm: str) -> tuple[str, ...]:
@@ -395,8 +398,9 @@ STALE_CAPTURE = (
 
 
 def require_capture(spec: ModelSpec, ids: tuple[int, ...], names: tuple[str, ...]) -> ActivationCache:
-    """A page's capture of the prompt (with a spinner), or a clear message and the page stops: the model could not
-    run on it (too long for the budget, bad ids), or a model built by older code recorded other hook points."""
+    """A page's capture of the prompt (with a spinner; [1, ...] tensors, as capture_cache's), or a clear message and
+    the page stops: the model could not run on it (too long for the budget, bad ids), or a model built by older code
+    recorded other hook points."""
     try:
         with st.spinner("Running the model on the prompt..."):
             _, cache = capture_cache(spec, ids, names)

@@ -73,7 +73,7 @@ def overview_at(seen: Seen, position: int) -> Reading:
     cache = require_capture(seen.spec, seen.ids, names)
     logits, _ = capture_cache(seen.spec, seen.ids, names)  # the same capture: a cache hit
     try:
-        ov = forward_overview(seen.model, cache, logits, position, ids=seen.ids)
+        ov = forward_overview(seen.model, cache.prompt(0), logits[0], position, ids=seen.ids)  # the one prompt
     except (ValueError, RuntimeError) as err:
         st.error(f"The model could not be read at this position: {err}")
         st.stop()

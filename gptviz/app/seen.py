@@ -33,7 +33,7 @@ class Seen:
     model_now: InitVar[GPT]  # the model, held weakly: `model` reads it
     ids: tuple[int, ...]
     names: tuple[str, ...] = ()  # the hook points captured (none: the page reads no capture)
-    cache: ActivationCache | None = None
+    cache: ActivationCache | None = None  # the capture as the store holds it: [1, ...] tensors (a batch of one)
     focus: int = 0  # the position the per-token views follow
     labels: list[str] = field(init=False)  # token text by position
     pos_labels: list[str] = field(init=False)  # "3:text", unique by position
@@ -69,9 +69,15 @@ class Seen:
         return sizes.capture_nbytes(self.cfg, patterns, self.T, logits=False)
 
     @cached_property
+    def prompt(self) -> ActivationCache:
+        """The prompt's own tensors, [T, ...]: the capture's one row (ActivationCache.prompt(0), views, no copy). What
+        the page's views and the one-prompt functions read."""
+        return self.cache.prompt(0)
+
+    @cached_property
     def patterns(self) -> torch.Tensor:
         """[layers, heads, query, key] from the capture (stacked once when captured: no copy)."""
-        return self.cache.patterns()
+        return self.prompt.patterns()
 
     @property
     def heads(self) -> list[int]:

@@ -50,7 +50,7 @@ def direct_logit_attribution(model, ids, target: int, other: int, position: int 
             f"direct logit attribution reads one prompt: got a batch of {logits.shape[0]}; pass one "
             "sequence of ids (or a batch of one)"
         )
-    return direct_logit_attribution_of(model, logits[0], lambda name: cache[name][0], target, other, position)
+    return direct_logit_attribution_of(model, logits[0], cache.prompt(0).__getitem__, target, other, position)
 
 
 def _pre_norm_only(cfg) -> None:
@@ -64,9 +64,10 @@ def _pre_norm_only(cfg) -> None:
 def direct_logit_attribution_of(
     model, logits: torch.Tensor, read, target: int, other: int, position: int = -1
 ) -> DirectAttribution:
-    """direct_logit_attribution from a capture already made of one prompt: `logits` [T, vocab] and `read(name)`, the
-    capture's tensor at a hook point of direct_attribution_names without its batch axis (a page that switches
-    target and rival reads one cached capture instead of running the model again for each pair)."""
+    """direct_logit_attribution from a capture already made of one prompt: its `logits` [T, vocab] (logits[0] of a
+    batched capture) and `read(name)`, its [T, ...] tensor at a hook point of direct_attribution_names (e.g.
+    cache.prompt(0).__getitem__; a page that switches target and rival reads one cached capture instead of running
+    the model again for each pair)."""
     cfg = model.config
     _pre_norm_only(cfg)
     L = cfg.n_layers

@@ -162,7 +162,7 @@ def information_flow(model, ids, threshold: float = 0.04, position: int = -1) ->
     """The graph of the parts whose importance exceeds `threshold`, grown backwards from `position`'s output."""
     _check(model, threshold)
     _, cache = capture(model, ids, list(hook_names(model.config.n_layers)))
-    return flow_from_capture(model, {name: t[0] for name, t in cache.items()}, threshold, position)
+    return flow_from_capture(model, cache.prompt(0), threshold, position)
 
 
 def _check(model, threshold: float) -> None:
@@ -176,8 +176,8 @@ def _check(model, threshold: float) -> None:
 
 
 def flow_from_capture(model, cache, threshold: float = 0.04, position: int = -1) -> FlowGraph:
-    """information_flow from a capture of `hook_names` for one prompt, its tensors without the batch axis (the
-    app's bounded capture cache holds them so)."""
+    """information_flow from one prompt of a capture of `hook_names`: its [T, ...] tensors (ActivationCache.prompt(i)
+    of a batched capture; the app reads its cached capture so)."""
     _check(model, threshold)
     L = model.config.n_layers
     T = cache["blocks.0.hook_resid_pre"].shape[0]

@@ -4,8 +4,8 @@ query (Transformer Explainer's idiom), the query/key "neuron view" (BertViz's), 
 
 Everything here starts from what a capture recorded (the attention's input) and the model's own weights, and
 redoes the head's few matrix products for one query, so each step can be shown; the tests check every step
-against the values the forward pass itself captured (q, k, v, pattern, z, attention output). Tensors carry no
-batch axis: [T, ...] as `gptviz.app.model_service.get_capture` stores them.
+against the values the forward pass itself captured (q, k, v, pattern, z, attention output). Tensors are one
+prompt's, [T, ...]: ActivationCache.prompt(i) of a batched capture (the pages read their capture so).
 """
 
 from __future__ import annotations

@@ -29,8 +29,8 @@ def logit_lens(model: GPT, cache) -> LogitLens:
     """The logit lens: every residual state (entering each block, then the output of the last) decoded
     through the final norm and the unembedding. The last row is the model's real output.
 
-    Takes one prompt's cache, with its batch axis of 1 (`capture(model, [ids])`) or without one (the pages'
-    caches); a batch of several prompts raises ValueError."""
+    Takes one prompt's cache, with its batch axis of 1 (`capture(model, [ids])`, the pages' cached captures) or
+    without one (ActivationCache.prompt(i)); a batch of several prompts raises ValueError."""
     states = cache.resid_stream()  # [layers + 1, T, d], or [layers + 1, batch, T, d] with the batch axis
     if states.dim() == 4:
         if states.shape[1] != 1:

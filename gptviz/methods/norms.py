@@ -1,6 +1,6 @@
 """Norms of the residual stream and of what each sub-layer adds, and the statistics of every norm's input
-(Activations and Norms pages). Captures are ActivationCache objects whose tensors have NO batch axis (as
-ui.capture_cache returns)."""
+(Activations and Norms pages). Each reads one prompt's capture: an ActivationCache of [T, ...] tensors
+(ActivationCache.prompt(i) of a batched capture, as the pages pass it)."""
 
 from __future__ import annotations
 

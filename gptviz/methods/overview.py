@@ -1,9 +1,9 @@
 """The whole forward pass at one position, as plain numbers: how big the residual stream is after every step, what
 each block's attention looks at most, what the logit lens reads off each block's output, and the next-token
-probabilities (the Overview page draws them). Reads a capture without a batch axis
-(gptviz.app.model_service.get_capture's) and recomputes nothing the capture holds: one query's attention weights come
-from the captured queries and keys (not [T, T] patterns, which grow with the square of the prompt), the lens from
-lens.lens_logits on the states at that position only.
+probabilities (the Overview page draws them). Reads one prompt of a capture ([T, ...] tensors: ActivationCache.prompt(0)
+of gptviz.app.model_service's batched capture) and recomputes nothing the capture holds: one query's attention
+weights come from the captured queries and keys (not [T, T] patterns, which grow with the square of the prompt), the
+lens from lens.lens_logits on the states at that position only.
 """
 
 from __future__ import annotations

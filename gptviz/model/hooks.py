@@ -230,6 +230,7 @@ class ActivationCache(Mapping[str, torch.Tensor]):
     def __init__(self, store: dict[str, torch.Tensor], n_layers: int):
         self._store = store
         self.n_layers = n_layers
+        self._whole: dict | None = None  # a prompt(i)'s batched capture: kept alive while this view of it is
 
     def __getitem__(self, name: str) -> torch.Tensor:
         try:
@@ -243,20 +244,30 @@ class ActivationCache(Mapping[str, torch.Tensor]):
     def __len__(self) -> int:
         return len(self._store)
 
+    def prompt(self, i: int = 0) -> ActivationCache:
+        """Prompt `i` of a batched capture: every tensor's row `i` ([T, ...]), as views of this cache's tensors (no
+        copy; patterns() of it is still one block when this cache's is). The one-prompt functions (head_steps,
+        forward_overview, flow_from_capture, the norms) read such a cache, and a page takes it where it reads one
+        prompt."""
+        one = ActivationCache({name: t[i] for name, t in self._store.items()}, self.n_layers)
+        one._whole = self._store  # the capture store counts the capture's dict (its witness) while a page holds this
+        return one
+
     def pattern(self, layer: int) -> torch.Tensor:
-        """Attention weights of one layer, [batch, heads, query, key]."""
+        """Attention weights of one layer, [batch, heads, query, key] ([heads, query, key] in a prompt(i))."""
         return self[act_name("pattern", layer)]
 
     def patterns(self) -> torch.Tensor:
-        """All layers' attention weights stacked, [layers, batch, heads, query, key] (without the batch axis where
-        the captures have none). When they are already one block (stack_patterns) this is that block, no copy:
-        treat it as read-only."""
+        """All layers' attention weights stacked, [layers, batch, heads, query, key] ([layers, heads, query, key] in a
+        prompt(i)). When they are already one block (stack_patterns) this is that block, no copy: treat it as
+        read-only."""
         layers = [self.pattern(i) for i in range(self.n_layers)]
         block = one_block(layers)
         return block if block is not None else torch.stack(layers)
 
     def resid_stream(self) -> torch.Tensor:
-        """The residual stream entering each block and leaving the last, [layers + 1, batch, T, d_model]."""
+        """The residual stream entering each block and leaving the last, [layers + 1, batch, T, d_model] ([layers + 1,
+        T, d_model] in a prompt(i))."""
         states = [self[act_name("resid_pre", i)] for i in range(self.n_layers)]
         states.append(self[act_name("resid_post", self.n_layers - 1)])
         return torch.stack(states)

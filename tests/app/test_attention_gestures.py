@@ -93,9 +93,7 @@ def test_the_text_view_draws_the_span_summed_from_the_capture(direction):
     assert not at.exception, [e.message for e in at.exception]
     data = component_data(at, tspan.NAME, K.ATT_SPAN_VIEW)
     ids = tuple(encode(PROMPT))
-    pattern = model_service.capture_cache(TINY, ids, ("blocks.1.attn.hook_pattern",))[1]["blocks.1.attn.hook_pattern"][
-        2
-    ]
+    pattern = model_service.capture_cache(TINY, ids, ("blocks.1.attn.hook_pattern",))[1].prompt(0).pattern(1)[2]
     by_hand = pattern[2:6].sum(0) if direction == "from" else pattern[:, 2:6].sum(1)
     seen = [v is not None for v in data["values"]]
     assert (data["start"], data["end"]) == (2, 6) and seen == [

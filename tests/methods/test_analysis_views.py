@@ -22,7 +22,6 @@ from gptviz.export import (
     matrix_frame,
     prompt_capture_npz,
 )
-from gptviz.model.hooks import ActivationCache
 from gptviz.model.sizes import export_nbytes
 from tests.support.models import SMALL, build, random_ids
 
@@ -31,10 +30,10 @@ T = 9
 
 
 def unbatched(model, ids):
-    """(logits [T, V], cache without the batch axis), as the pages get them from model_service.capture_cache."""
+    """(logits [T, V], cache of [T, ...] tensors): the one prompt of a batched capture, as the pages read theirs
+    (ActivationCache.prompt(0))."""
     logits, cache = capture(model, ids[None])
-    store = {k: v[0] for k, v in cache.items()}
-    return logits[0], ActivationCache(store, model.config.n_layers)
+    return logits[0], cache.prompt(0)
 
 
 @pytest.fixture(

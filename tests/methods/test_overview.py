@@ -26,9 +26,9 @@ def model_of(norm: str) -> GPT:
 
 
 def full_capture(model):
-    """Everything, with the batch axis dropped (as the app stores captures)."""
+    """Everything, the one prompt of the batched capture (as the Overview page reads its cached capture)."""
     logits, cache = capture(model, torch.tensor([IDS]))
-    return logits[0], ActivationCache({k: v[0] for k, v in cache.items()}, model.config.n_layers)
+    return logits[0], cache.prompt(0)
 
 
 def norm(x) -> float:

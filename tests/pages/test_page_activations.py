@@ -43,7 +43,8 @@ def capture_for(prompt: str, spec: model_service.ModelSpec = TINY):
         )
     )
     ids = tuple(encode(prompt)[-N_CTX:])
-    return ids, model_service.capture_cache(spec, ids, names)
+    logits, cache = model_service.capture_cache(spec, ids, names)
+    return ids, (logits[0], cache.prompt(0))  # the one prompt of the [1, ...] capture
 
 
 @pytest.mark.slow
@@ -153,7 +154,7 @@ def test_an_empty_capture_is_explained_not_a_traceback(monkeypatch):
     monkeypatch.setattr(
         model_service,
         "capture_cache",
-        lambda spec, ids, names=None: (torch.zeros(len(ids), 5), ActivationCache({}, N_LAYERS)),
+        lambda spec, ids, names=None: (torch.zeros(1, len(ids), 5), ActivationCache({}, N_LAYERS)),
     )
     at = page("Hello world")
     assert not at.exception

@@ -65,7 +65,7 @@ def patterns_for(prompt: str) -> torch.Tensor:
     _, cache = model_service.get_capture(
         TINY, ids, model_service.attention_page_names(N_LAYERS, "pre")
     )  # the page's own capture
-    return torch.stack([cache[f"blocks.{i}.attn.hook_pattern"] for i in range(N_LAYERS)])
+    return torch.stack([cache[f"blocks.{i}.attn.hook_pattern"][0] for i in range(N_LAYERS)])  # prompt 0 of [1, ...]
 
 
 # ---- the page ----------------------------------------------------------------------------------------
@@ -467,7 +467,7 @@ def test_the_page_opens_on_the_prompts_most_telling_head_with_its_score_beside_c
     assert not at.exception
     ids = encode(sidebar.DEFAULT_PROMPT)
     _, cache = model_service.capture_cache(BUNDLED, tuple(ids), model_service.pattern_names(4))
-    scores = analysis.prompt_induction_scores(cache.patterns(), ids)
+    scores = analysis.prompt_induction_scores(cache.prompt(0).patterns(), ids)
     layer, head = divmod(int(scores.argmax()), scores.shape[1])
     assert (at.selectbox(key=K.ATT_LAYER).value, at.selectbox(key=K.ATT_HEAD).value) == (layer, head) != (0, 0)
     line = next(m.value for m in at.markdown if "Worth a look" in m.value)
@@ -484,7 +484,7 @@ def test_the_maps_line_on_each_head_is_its_detector_furthest_above_chance_on_thi
     assert not at.exception
     ids = encode(sidebar.DEFAULT_PROMPT)
     _, cache = model_service.capture_cache(BUNDLED, tuple(ids), model_service.pattern_names(4))
-    pats, T = cache.patterns(), len(ids)
+    pats, T = cache.prompt(0).patterns(), len(ids)
     measured = {
         "induction": (analysis.prompt_induction_scores(pats, ids), analysis.prompt_induction_chance(ids)),
         "previous-token": (analysis.previous_token_scores(pats), analysis.previous_token_chance(T)),

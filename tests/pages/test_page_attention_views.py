@@ -33,7 +33,7 @@ def view(name: str, prompt: str = PROMPT, **state):
 
 def layer_cache(layer: int, prompt: str = PROMPT):
     ids = tuple(encode(prompt))
-    return model_service.capture_cache(TINY, ids, head_hook_names(layer, "pre"))[1], len(ids)
+    return model_service.capture_cache(TINY, ids, head_hook_names(layer, "pre"))[1].prompt(0), len(ids)  # prompt 0
 
 
 @pytest.mark.slow
@@ -112,7 +112,7 @@ def test_the_detector_table_holds_the_scores_and_their_chance_sorted_by_score():
     ids = encode(PROMPT)
     T = len(ids)
     _, cache = model_service.capture_cache(TINY, tuple(ids), model_service.pattern_names(2))
-    patterns = cache.patterns()
+    patterns = cache.prompt(0).patterns()
     prompt_chance, random_chance = analysis.prompt_induction_chance(ids), analysis.induction_chance(50)
     expected = {
         f"previous-token (chance {analysis.previous_token_chance(T):.3f})": analysis.previous_token_scores(patterns),

@@ -42,8 +42,8 @@ def page(prompt: str, spec: model_service.ModelSpec = TINY, **state) -> AppTest:
 
 def capture_for(prompt: str) -> dict[str, torch.Tensor]:
     ids = tuple(encode(prompt)[-N_CTX:])
-    _, cache = model_service.get_capture(TINY, ids, ("hook_embed", "hook_pos_embed", "blocks.0.hook_resid_pre"))
-    return cache
+    _, store = model_service.get_capture(TINY, ids, ("hook_embed", "hook_pos_embed", "blocks.0.hook_resid_pre"))
+    return {name: t[0] for name, t in store.items()}  # the one prompt of the [1, ...] capture
 
 
 @pytest.mark.slow
@@ -137,9 +137,8 @@ def test_dimension_range_edges():
 def test_an_empty_capture_is_explained_not_a_traceback(monkeypatch):
     from gptviz.model.hooks import ActivationCache
 
-    monkeypatch.setattr(
-        model_service, "capture_cache", lambda spec, ids, names=None: (torch.zeros(len(ids), 5), ActivationCache({}, 2))
-    )
+    empty = lambda spec, ids, names=None: (torch.zeros(1, len(ids), 5), ActivationCache({}, 2))  # noqa: E731
+    monkeypatch.setattr(model_service, "capture_cache", empty)
     at = page("Hello world")
     assert not at.exception
     assert "without the hook points it asked for" in at.error[0].value

@@ -37,7 +37,8 @@ def recomputed(prompt: str, norm: str, position: int):
     ids = tuple(encode(prompt)[-N_CTX:])
     from gptviz.app import model_service
 
-    logits, cache = model_service.capture_cache(spec, ids)  # every hook point: another capture than the page's
+    logits, batched = model_service.capture_cache(spec, ids)  # every hook point: another capture than the page's
+    logits, cache = logits[0], batched.prompt(0)  # the one prompt of the [1, ...] capture
     model = model_service.load_model(spec)
     lens = analysis.logit_lens(model, cache)
     probs = logits[position].softmax(-1)

@@ -46,7 +46,7 @@ def test_mean_ablation_says_the_comparison_is_for_zero_ablation():
 
 def test_mean_ablation_sets_each_heads_output_to_its_own_mean_over_the_prompt():
     """The page's mean ablation equals the hand computation: head h's z at every position replaced by head h's z
-    averaged over this prompt's positions. (The shared capture has no batch axis; passed as it was, the mean ran
+    averaged over this prompt's positions. (When the shared capture had no batch axis, passed as it was, the mean ran
     over positions and heads together and the page showed other probabilities; Copy as Python found it.)"""
     from gptviz.app.services import why
     from gptviz.methods.interventions import Edit

@@ -21,7 +21,7 @@ from gptviz.methods import attribution
 from gptviz.methods.interventions import ablate_heads, run_with_edits
 from gptviz.model import sizes
 from gptviz.model.generate import generate, stream
-from gptviz.model.hooks import ActivationCache, act_name, capture
+from gptviz.model.hooks import act_name, capture
 from gptviz.serve import memory
 from gptviz.serve.memory import MemoryAccountant
 from tests.support import ROOT
@@ -90,8 +90,7 @@ def test_the_first_steps_estimate_covers_its_recorded_attention(pre):
 @pytest.mark.slow
 def test_the_logit_lens_estimate_covers_its_logits(pre):
     model, ids = pre
-    _, cache = capture(model, ids)
-    cache = ActivationCache({k: v[0] for k, v in cache.items()}, model.config.n_layers)
+    _, cache = capture(model, ids)  # batched, as the Activations page passes its cached capture
     lens, peak = torch_peak(lambda: analysis.logit_lens(model, cache))
     assert lens.top_probs.shape == (model.config.n_layers + 1, ids.shape[1])
     covers(sizes.lens_nbytes(model.config, ids.shape[1]), peak)

@@ -18,7 +18,7 @@ def twins(names: dict[str, str], ids, pair: int, probe_length: int, text: str | 
         "# heads paired by their patterns on one probe both read: random training ids, then the same again",
         f"probe = induction_sequence(twins['pre'].config.vocab_size, {probe_length},",
         f"                           ids=training_vocab(bundled_models()[{names['pre']!r}])).tolist()",
-        "on_probe = {norm: capture(m, [probe])[1].patterns()[:, 0] for norm, m in twins.items()}",
+        "on_probe = {norm: capture(m, [probe])[1].prompt(0).patterns() for norm, m in twins.items()}",
         f"pair = match_heads(on_probe['pre'], on_probe['post'])[{pair}]   # .a, .b: (layer, head); .similarity",
         "on_prompt = {norm: capture(m, [ids]) for norm, m in twins.items()}",
         "result = {",

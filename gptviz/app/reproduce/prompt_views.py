@@ -23,7 +23,7 @@ def attention(spec: ModelSpec, ids, layer: int, head: int | None, text: str | No
         spec,
         prompt_lines(ids, text, spec=spec),
         "logits, cache = capture(model, [ids])",
-        "one = ActivationCache({name: value[0] for name, value in cache.items()}, model.config.n_layers)  # no batch",
+        "one = cache.prompt(0)                              # the prompt's own [T, ...] tensors (views)",
         "patterns = one.patterns()                          # [layers, heads, query, key]",
         f"values = values_from_input(model, {layer}, one[attention_input_name({layer}, model.config.norm)])",
         f"weighted = value_weighted(model, {layer}, values, patterns[{layer}])   # [heads, query, key]",
@@ -38,8 +38,7 @@ def attention(spec: ModelSpec, ids, layer: int, head: int | None, text: str | No
         *steps,
         "    'entropy': attention_entropy(patterns),          # [layers, heads, query], in nats",
         "}",
-        imports="from gptviz.model.hooks import ActivationCache\n"
-        "from gptviz.methods import (attention_entropy, duplicate_token_scores, previous_token_scores,\n"
+        imports="from gptviz.methods import (attention_entropy, duplicate_token_scores, previous_token_scores,\n"
         "    prompt_induction_scores)\n"
         "from gptviz.methods.head_steps import (attention_input_name, first_token_scores, head_steps, row_shares,\n"
         "    value_weighted, values_from_input)",
@@ -67,8 +66,7 @@ def overview(spec: ModelSpec, ids, position: int, text: str | None) -> str:
         spec,
         prompt_lines(ids, text, spec=spec),
         "logits, cache = capture(model, [ids], overview_hook_names(model.config.n_layers, model.config.norm))",
-        "one_prompt = {name: value[0] for name, value in cache.items()}   # drop the batch axis",
-        f"result = forward_overview(model, one_prompt, logits[0], position={position}, ids=ids)",
+        f"result = forward_overview(model, cache.prompt(0), logits[0], position={position}, ids=ids)  # prompt 0",
         "# result.blocks[i]: the stream's norms, the strongest attention weight and the lens at each block",
         imports="from gptviz.methods.overview import forward_overview, overview_hook_names",
     )
@@ -82,7 +80,7 @@ def activations(spec: ModelSpec, ids, focus: int, top: int, text: str | None) ->
         spec,
         prompt_lines(ids, text, spec=spec),
         "logits, batched = capture(model, [ids])",
-        "cache = ActivationCache({name: value[0] for name, value in batched.items()}, model.config.n_layers)",
+        "cache = batched.prompt(0)                           # the prompt's own [T, ...] tensors (views)",
         "post = cache.stack('mlp.hook_post')                 # [layers, T, d_ff]",
         "result = {",
         "    'residual stream': residual_norms(cache),                # [layers + 1, T]",
@@ -93,7 +91,7 @@ def activations(spec: ModelSpec, ids, focus: int, top: int, text: str | None) ->
         "    'norm inputs': norm_input_stats(cache, model.config),",
         "    'logit lens': logit_lens(model, cache),",
         "}",
-        imports="from gptviz.model.hooks import ActivationCache\nfrom gptviz.methods import (activation_histograms, "
+        imports="from gptviz.methods import (activation_histograms, "
         "branch_norms, logit_lens, norm_input_stats,\n    residual_norms, top_neurons)",
     )
 

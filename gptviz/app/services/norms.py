@@ -135,12 +135,14 @@ def probe_length(cfg: GPTConfig) -> int:
 
 
 def twins_captures(specs: dict[str, model_service.ModelSpec], ids: dict[str, tuple[int, ...]], n_layers: int) -> dict:
-    """Each model's (logits, cache of every layer's attention) on its ids for the prompt (the same ids for the
-    bundled twins; each its own tokenizer's for a pair that differ), through the capture cache."""
-    return {
+    """Each model's (logits [T, vocab], cache of every layer's attention, [T, ...] tensors) on its ids for the prompt
+    (the same ids for the bundled twins; each its own tokenizer's for a pair that differ): the one prompt of each
+    batched capture in the capture cache (logits[0], cache.prompt(0): views), as the figures and tables read it."""
+    captures = {
         norm: model_service.capture_cache(spec, ids[norm], model_service.pattern_names(n_layers))
         for norm, spec in specs.items()
     }
+    return {norm: (logits[0], cache.prompt(0)) for norm, (logits, cache) in captures.items()}
 
 
 @cached
@@ -152,7 +154,7 @@ def head_matches(specs: dict[str, model_service.ModelSpec], cfg: GPTConfig) -> t
     vocab = min(model_service.load_model(spec).config.vocab_size for spec in specs.values())
     seq = tuple(analysis.induction_sequence(vocab, length, ids=model_service.training_vocab(specs["pre"])).tolist())
     pats = {
-        norm: model_service.capture_cache(spec, seq, model_service.pattern_names(cfg.n_layers))[1].patterns()
+        norm: model_service.capture_cache(spec, seq, model_service.pattern_names(cfg.n_layers))[1].prompt(0).patterns()
         for norm, spec in specs.items()
     }
     scores = {

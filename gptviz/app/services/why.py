@@ -112,10 +112,7 @@ def head_edits(
     reference = None
     if mode == "mean" and heads:
         names = tuple(act_name("z", layer) for layer in sorted(by_layer))
-        _, cache = model_service.capture_cache(spec, ids, names)
-        # the library's [batch, T, heads, d_head] layout: the shared capture has no batch axis, and without one the
-        # mean ran over positions and heads together (one [d_head] vector, indexed by head number)
-        reference = {name: cache[name].unsqueeze(0) for name in names}
+        _, reference = model_service.capture_cache(spec, ids, names)  # hook_z [1, T, heads, d_head], as captured
     return [ablate_heads(layer, hs, mode, reference=reference) for layer, hs in sorted(by_layer.items())]
 
 
@@ -127,7 +124,7 @@ def direct_attribution(spec: model_service.ModelSpec, ids: tuple[int, ...], targ
     model = model_service.load_model(spec)
     names = tuple(attribution.direct_attribution_names(model.config.n_layers))
     logits, cache = model_service.capture_cache(spec, ids, names)
-    return attribution.direct_logit_attribution_of(model, logits, cache.__getitem__, target, other)
+    return attribution.direct_logit_attribution_of(model, logits[0], cache.prompt(0).__getitem__, target, other)
 
 
 @cached
@@ -219,8 +216,8 @@ def sweep_clock(what: str, limit_s: int) -> WorkClock:
 def flow_graph(spec: model_service.ModelSpec, ids: tuple[int, ...], threshold: float):
     """Through the server's bounded capture cache (a capture over its budget is refused before the model runs)."""
     model = model_service.load_model(spec)
-    _, cache = model_service.get_capture(spec, ids, flow.hook_names(model.config.n_layers))
-    return flow.flow_from_capture(model, cache, threshold)
+    _, cache = model_service.capture_cache(spec, ids, flow.hook_names(model.config.n_layers))
+    return flow.flow_from_capture(model, cache.prompt(0), threshold)
 
 
 @cached

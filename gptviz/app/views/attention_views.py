@@ -312,7 +312,7 @@ def inside_the_head(seen: Seen, p: Pick) -> None:
         st.info("Pick a single head above: the mean of the heads is not one computation.")
         return
     cfg, labels = seen.cfg, seen.labels
-    steps = services.steps_of_head(seen.model, seen.cache, p.layer, p.head, p.query)
+    steps = services.steps_of_head(seen.model, seen.prompt, p.layer, p.head, p.query)
     st.markdown(
         f"Head {p.head} of layer {p.layer} computing the output for token {p.query} "
         f"**{md_text(labels[p.query])}**, with the model's real numbers (d_model {cfg.d_model}, "
@@ -343,7 +343,7 @@ def value_weighted_view(seen: Seen, p: Pick) -> None:
     """Kobayashi et al. (2020): the weights beside weight x the size of what each value writes."""
     cfg, labels, T = seen.cfg, seen.labels, seen.T
     shares = services.value_weighted_shares(
-        seen.model, seen.cache, seen.patterns, p.layer, None if p.head == MEAN_HEAD else p.head
+        seen.model, seen.prompt, seen.patterns, p.layer, None if p.head == MEAN_HEAD else p.head
     )
     left, right = st.columns(2, gap="medium")
     size = int(min(560, max(380, 320 + 7 * T)))

@@ -236,12 +236,13 @@ def pickers(seen: Seen, queries: tuple[int, int]) -> Pick:
 class Boxes:
     """Where the views' fragment draws, in page order: created by the page, filled by the fragment."""
 
-    generation: object  # the generation, running (the live fragment, nested in the views') or finished
+    generation: object  # a finished generation (a running one is the live fragment's)
     map: object  # the map's column
     controls: object  # beside the map: Generate, the pickers and the suggestion (the detector table under them is
     # the full run's: a pick leaves it be, and the browser does not draw its grid again)
     chips: object  # the prompt's tokens, to pick the query
     tabs: object  # the other views
+    live: bool  # the full run gave `generation` to the live fragment (a generation was running)
 
 
 def views(seen: Seen, found: list[services.Detector], boxes: Boxes) -> None:
@@ -249,18 +250,19 @@ def views(seen: Seen, found: list[services.Detector], boxes: Boxes) -> None:
     kept), and redraws only what follows it (issue 60: the browser's redraw of the page's two tables cost several
     times the rerun itself; `python -m benchmarks latency` times a head switch)."""
     job = live.stored_generation(seen.spec, seen.ids, live.ATTENTION.page)
-    running = job is not None and job.running  # read once: the thread may end while this draws
-    # This fragment writes the generation's box in every run, the full ones included: Streamlit then keeps its place,
-    # and the rerun that Generate's click makes (this fragment's only) draws the live view there. It reran the whole
-    # page instead, and the browser redrew all of it before the first token showed (issue 60).
-    generation = boxes.generation.container()
-    if running:
-        with generation:
-            live.live_fragment(seen.spec, seen.ids, live.ATTENTION.page, lambda run: draw_running(run, seen))
+    finished = job is not None and not job.running  # read once: the thread may end while this draws
+    started = state.pop(K.ATT_GEN_STARTED, False)
+    if started or (finished and boxes.live):
+        # Generate started the live view, or the live generation ended (Stop, or its last token): the generation's
+        # box was the live fragment's, and a fragment rerun may write only where this fragment wrote in the last full
+        # run, so the page reruns whole
+        st.rerun()
     with boxes.chips:
         queries = token_chips(seen)
     with boxes.controls:  # drawn first: the map's picks come from these widgets
-        live.compact_controls(live.ATTENTION, seen.spec, seen.model, seen.ids)
+        live.compact_controls(
+            live.ATTENTION, seen.spec, seen.model, seen.ids, on_start=lambda: state.__setitem__(K.ATT_GEN_STARTED, True)
+        )
         pick = pickers(seen, queries)
         about_the_map(seen, pick)
         if found:
@@ -282,8 +284,8 @@ def views(seen: Seen, found: list[services.Detector], boxes: Boxes) -> None:
             pick.query,
         )
     )
-    if job is not None and not running:
-        with generation:
+    if finished:  # a running one is the live fragment's
+        with boxes.generation:
             finished_generation(live.generation_view(job), seen, pick)
     sync_address()  # a pick here reruns only this fragment, not the router that writes the address
 
@@ -394,12 +396,8 @@ def draw_running(run: dict, seen: Seen) -> None:
 # The page's own layout rules (style only; no user or model text): less room above the title, so the map fits the
 # first screen; on a phone a smaller title, and the map's column close above the controls it stacks on (the map's
 # line on its head takes that room, and Generate with its temperature stays on the first screen).
-GENERATION_BOX = "att_generation"
 PAGE_CSS = (
     "<style>[data-testid='stMainBlockContainer'] {padding-top: 4rem;} "
-    # the generation's box holds an empty container when there is no generation (see views): no gap for it
-    f"[data-testid='stLayoutWrapper']:has(> .st-key-{GENERATION_BOX}):not(:has(.stElementContainer)) "
-    "{display: none;} "
     + PHONE_TITLE_CSS
     + f"@media (max-width: 640px) {{[data-testid='stHorizontalBlock']:has(.st-key-{K.ATT_MAP}) "
     "{row-gap: 0.5rem;}}</style>"
@@ -427,8 +425,7 @@ def main() -> None:
     keep_valid(K.ATT_QUERY_POS, list(range(seen.T)), seen.T - 1)
     # display order: a generation (live or finished) above the map, so what it draws is on the first screen;
     # Generate's callback has already started the model before any of this is drawn
-    generation_box = st.container(key=GENERATION_BOX)
-    map_box, chips_box, examples_box, tabs_box = (st.container() for _ in range(4))
+    generation_box, map_box, chips_box, examples_box, tabs_box = (st.container() for _ in range(5))
     with map_box:
         map_column, right = st.columns([3, 2], gap="medium")
         controls_box, table_box = right.container(), right.container()
@@ -438,7 +435,12 @@ def main() -> None:
     with examples_box:
         example_buttons()
         overview_link()  # the whole forward pass at a glance
-    st.fragment(views)(seen, found, Boxes(generation_box, map_column, controls_box, chips_box, tabs_box))
+    job = live.stored_generation(seen.spec, seen.ids, live.ATTENTION.page)
+    running = job is not None and job.running
+    if running:
+        with generation_box:
+            live.live_fragment(seen.spec, seen.ids, live.ATTENTION.page, lambda run: draw_running(run, seen))
+    st.fragment(views)(seen, found, Boxes(generation_box, map_column, controls_box, chips_box, tabs_box, live=running))
 
 
 main()

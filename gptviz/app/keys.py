@@ -113,6 +113,7 @@ ATT_SPAN_VIEW = "att_span_view"  # its component (drag across the tokens)
 ATT_VW_RAW = "att_vw_raw"
 ATT_VW_WEIGHTED = "att_vw_weighted"
 ATT_SHOW_SUGGESTED = "att_show_suggested"  # the button that shows the head worth a look
+ATT_GEN_STARTED = "_att_gen_started"  # Generate started the model from the fragment: the page reruns whole
 
 # ---- Embeddings page -------------------------------------------------------------------------------------
 EMB_PANELS = "emb_panels"

@@ -133,10 +133,11 @@ def controls(c: Controls, spec: ModelSpec, model: GPT, ids) -> None:
         st.error(st.session_state.pop(K.GENERATION_ERROR))
 
 
-def compact_controls(c: Controls, spec: ModelSpec, model: GPT, ids) -> None:
+def compact_controls(c: Controls, spec: ModelSpec, model: GPT, ids, on_start=None) -> None:
     """A page's generation controls in little room (the Attention page beside its map): Generate with Temperature
     beside it, Stop and Next token, the other settings behind a button. The same settings as controls(), so links
-    and a run's settings are the same."""
+    and a run's settings are the same. `on_start`: called after Generate started the model (a page whose controls
+    sit in a fragment reruns the whole page from it)."""
     from .sidebar import keep_valid
 
     vocab = model.config.vocab_size
@@ -148,8 +149,8 @@ def compact_controls(c: Controls, spec: ModelSpec, model: GPT, ids) -> None:
             "Generate",
             type="primary",
             key=c.generate,
-            on_click=_start,
-            args=(c, spec, tuple(ids)),
+            on_click=_start_then,
+            args=(c, spec, tuple(ids), on_start),
             help="The model writes a continuation; watch each new token's attention row appear.",
         )
         c.temperature.slider(st, width=150)
@@ -178,6 +179,12 @@ def compact_controls(c: Controls, spec: ModelSpec, model: GPT, ids) -> None:
             S.LIVE_WHY.checkbox(st)
     if st.session_state.get(K.GENERATION_ERROR):
         st.error(st.session_state.pop(K.GENERATION_ERROR))
+
+
+def _start_then(c: Controls, spec: ModelSpec, ids, then) -> None:
+    _start(c, spec, ids)
+    if then is not None:
+        then()
 
 
 def settings_from(c: Controls) -> dict:

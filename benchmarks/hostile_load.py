@@ -65,7 +65,7 @@ WORDS = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lim
 
 
 class Server:
-    """The app on a loopback port, started and stopped by tests/servers.py's streamlit_server (the browser tests'
+    """The app on a loopback port, started and stopped by benchmarks/servers.py's streamlit_server (the browser tests'
     own); its resident memory sampled every 0.2 s; its output copied to a log file that outlives it."""
 
     def __init__(self, env: dict | None = None, flags: tuple = (), port: int | None = None):

@@ -105,35 +105,54 @@ def landed_on(page, unit: str, norm: str | None) -> None:
         assert f"norm={norm}" in page.url, page.url
 
 
+def open_link(page, server: str, link) -> None:
+    """Load the link's page and open what holds its unit links (a tab, a button's result, an expander)."""
+    page.goto(server + link.page)
+    page.wait_for_selector('[data-testid="stApp"]')
+    settle(page)
+    if link.tab:
+        page.get_by_role("tab", name=link.tab).click()
+        settle(page)
+    if link.press:
+        page.get_by_role("button", name=link.press, exact=True).click()
+        settle(page)
+    if link.expander:
+        page.locator('[data-testid="stExpander"] summary').filter(has_text=link.expander).click()
+        settle(page)
+
+
+def wait_for_the_prompt(page, crashed: list, artifacts) -> str | None:
+    """Wait for the session's sidebar prompt (the page's script has run); None once it shows, else what the page showed
+    instead, with a screenshot (CI twice waited 180 s for it on the unit page's search tab, under load, unexplained)."""
+    try:
+        page.wait_for_function(
+            "(document.querySelector('[data-testid=stSidebar] textarea') || {}).value", timeout=120_000
+        )
+        return None
+    except Exception:  # say what the page showed instead
+        if crashed:
+            return "(the tab crashed)"
+        page.screenshot(path=str(artifacts / "unit-link-no-prompt.png"))
+        return page.locator("body").inner_text(timeout=10_000)[:1500]
+
+
 def test_every_unit_link_lands_on_its_unit(browser, server, artifacts):
     from playwright.sync_api import expect
 
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     page.set_default_timeout(180_000)
-    crashed = []
+    crashed, hiccups = [], []
     page.on("crash", lambda _: crashed.append(True))
     times = []
     for link in LINKS[int(os.environ.get("GPTVIZ_TEST_LINKS_FROM", "0")) :]:  # a rerun may start at one link
         started = time.perf_counter()
-        page.goto(server + link.page)
-        page.wait_for_selector('[data-testid="stApp"]')
-        settle(page)
-        if link.tab:
-            page.get_by_role("tab", name=link.tab).click()
-            settle(page)
-        if link.press:
-            page.get_by_role("button", name=link.press, exact=True).click()
-            settle(page)
-        if link.expander:
-            page.locator('[data-testid="stExpander"] summary').filter(has_text=link.expander).click()
-            settle(page)
-        try:
-            page.wait_for_function("(document.querySelector('[data-testid=stSidebar] textarea') || {}).value")
-        except Exception as err:  # say which link, and what the page showed instead
-            shown = "(the tab crashed)" if crashed else page.locator("body").inner_text(timeout=10_000)[:1500]
-            if not crashed:
-                page.screenshot(path=str(artifacts / "unit-link-no-prompt.png"))
-            raise AssertionError(f"{link}: no sidebar prompt ({page.url}); the page showed: {shown}") from err
+        open_link(page, server, link)
+        shown = wait_for_the_prompt(page, crashed, artifacts)
+        if shown is not None:  # once more from a fresh load: the precondition, not what this test is about
+            hiccups.append(f"{link}: the sidebar's prompt never showed; the page showed: {shown}")
+            open_link(page, server, link)
+            again = wait_for_the_prompt(page, crashed, artifacts)
+            assert again is None, "\n".join([*hiccups, f"and after a reload: {again}"])
         prompt = page.locator('[data-testid="stSidebar"] textarea').first.input_value()
         opened = re.search(r"unit=(L\d+[NH]\d+)", page.url)
         if link.kind.startswith("pills:"):
@@ -151,3 +170,4 @@ def test_every_unit_link_lands_on_its_unit(browser, server, artifacts):
     page.close()
     assert len(times) == len(LINKS) or "GPTVIZ_TEST_LINKS_FROM" in os.environ
     print("\n" + "\n".join(f"{p} {kind} -> {unit}: {s:.1f} s" for p, kind, unit, s in times))
+    print("\n".join(hiccups))

@@ -18,6 +18,7 @@ APP_DEFAULT_FLAGS = {
     "--client.showErrorDetails": "type",
     "--client.toolbarMode": "viewer",
     "--global.disableWidgetStateDuplicationWarning": "true",
+    "--global.minCachedMessageSize": "1000000000000000",  # no message cache: config.toml says why
     "--server.maxMessageSize": "100",
     "--runner.postScriptGC": "false",
     "--runner.magicEnabled": "false",

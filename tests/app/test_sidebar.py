@@ -54,10 +54,12 @@ def test_the_shipped_server_settings_are_the_ones_streamlit_reads():
     code = (
         "import streamlit.config as c; "
         "print(c.get_option('browser.gatherUsageStats'), c.get_option('client.showErrorDetails'), "
-        "c.get_option('server.maxMessageSize'), c.get_option('runner.postScriptGC'))"
+        "c.get_option('server.maxMessageSize'), c.get_option('runner.postScriptGC'), "
+        "c.get_option('global.minCachedMessageSize'))"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=Path(APP).parent, capture_output=True, text=True, timeout=60)
-    assert out.stdout.split() == ["False", "type", "100", "False"], out.stderr
+    # the last: no message cache (config.toml says why; tests/browser/test_browser_generate_again.py)
+    assert out.stdout.split() == ["False", "type", "100", "False", "1000000000000000"], out.stderr
 
 
 def test_gptviz_app_passes_every_shipped_setting():

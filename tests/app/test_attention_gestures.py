@@ -111,13 +111,17 @@ def test_the_map_offers_the_why_click_and_the_keys_and_says_so():
     assert data["why"] is True and data["keys"] is True
 
 
-def why_here_script(kept: int) -> None:
-    """A page run that asks for the Why page on cell (1, 2, 7, 3) of a map showing the prompt's last `kept` tokens."""
+def why_here_script(kept: int, gpt1_folder: str = "") -> None:
+    """A page run that asks for the Why page on cell (1, 2, 7, 3) of a map showing the prompt's last `kept` tokens, in
+    GPT-2's tokens or, with `gpt1_folder`, in that GPT-1's own BPE."""
     from types import SimpleNamespace
 
     from gptviz.app.views.attention_views import why_here
+    from gptviz.model.gpt1_tokenizer import folder_tokenizer
+    from gptviz.model.tokenizer import get_tokenizer
 
-    seen = SimpleNamespace(T=kept, cfg=SimpleNamespace(n_ctx=64))
+    enc = folder_tokenizer(gpt1_folder) if gpt1_folder else get_tokenizer()
+    seen = SimpleNamespace(T=kept, cfg=SimpleNamespace(n_ctx=64), enc=enc)
     why_here(seen, 1, 2, 7, 3)
 
 
@@ -133,3 +137,22 @@ def test_the_why_page_gets_the_cell_of_the_same_tokens_when_the_map_kept_only_th
     assert not at.exception, [e.message for e in at.exception]
     cell = [at.session_state[k] for k in (K.WHY_QK_LAYER, K.WHY_QK_HEAD, K.WHY_QK_QUERY, K.WHY_QK_KEY)]
     assert cell == [1, 2, 7 + dropped, 3 + dropped] and at.session_state[K.WHY_VIEW] == K.WHY_QK_VIEW
+
+
+def test_a_gpt1_map_cell_shifts_by_the_tokens_dropped_in_gpt1s_own_bpe(tmp_path):
+    """A GPT-1 model's map counts the prompt in GPT-1's BPE, which cuts text unlike GPT-2's: the shift to the Why
+    page's positions is counted in the same tokens (it was counted in GPT-2's: 16 places off on this prompt)."""
+    from streamlit.testing.v1 import AppTest
+
+    from tests.support.gpt1 import gpt1_folder, hf_ids
+
+    gpt1 = gpt1_folder(tmp_path / "openai-gpt")
+    prompt = "Romeo, Romeo, wherefore art thou Romeo? Then his lines again: Romeo, Romeo."
+    whole = len(hf_ids(gpt1, prompt))
+    assert whole != len(encode(prompt)) and whole <= 64  # the two tokenizers disagree on its length
+    at = AppTest.from_function(why_here_script, args=(whole - 4, str(gpt1.folder)), default_timeout=60)
+    at.session_state[K.PROMPT] = prompt
+    at.run()
+    assert not at.exception, [e.message for e in at.exception]
+    cell = [at.session_state[k] for k in (K.WHY_QK_QUERY, K.WHY_QK_KEY)]
+    assert cell == [7 + 4, 3 + 4]

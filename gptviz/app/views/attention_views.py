@@ -102,7 +102,8 @@ def head_map(seen: Seen, p: Pick, notes: list[list[str]] | None = None) -> None:
 def why_here(seen: Seen, layer: int, head: int, query: int, key: int) -> None:
     """Open the Why page's QK panel on a map cell. That page reads the whole prompt (up to the context) where this
     one may keep only its last tokens (keep_last): the same tokens sit `shift` places later there."""
-    whole = min(len(encode_prompt(str(state.get(K.PROMPT, ""))[:MAX_PROMPT_CHARS])), seen.cfg.n_ctx)
+    text = str(state.get(K.PROMPT, ""))[:MAX_PROMPT_CHARS]
+    whole = min(len(encode_prompt(text, seen.enc)), seen.cfg.n_ctx)  # in the model's own tokens (GPT-1's BPE)
     shift = max(0, whole - seen.T)
     go_to_why_attends(layer, head, query + shift, key + shift)
 

@@ -231,7 +231,7 @@ def grow_tab() -> None:
     st.caption(
         f"Train a {GROWTH['layers']}-layer model on repeated random sequences right here and watch its "
         f"induction head form. {stop_rule()}",
-        help="Every window is a random sequence of the 2,000 most frequent ids of "
+        help=f"Every window is a random sequence of the {GROWTH['copy_vocab']:,} most frequent ids of "
         "Tiny Shakespeare followed by its exact repeats: only copying predicts the second half. "
         f"d_model {GROWTH['d_model']}, {GROWTH['heads']} heads, windows of {GROWTH['block']}, batch "
         f"{GROWTH['batch']}, lr {GROWTH['lr']:g} after {GROWTH['warmup']} warmup steps, at most "

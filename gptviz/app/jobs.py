@@ -142,6 +142,7 @@ def training_registry() -> JobRegistry:
             max_seconds=lim.training_seconds,
             per_address=lim.jobs_per_address,
             accountant=memory.accountant(),
+            busy_elsewhere=lambda: generation_slots().running > 0,
         )
 
     return process_wide("training_registry", make)

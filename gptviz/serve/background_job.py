@@ -163,6 +163,12 @@ class Job:
     # called with the job once its models exist (in its own thread, before anyone can see it finished): the app
     # offers them to the owner's other pages from here, not from a page run that a click may cut short
     on_models: Callable[[Job], None] | None = field(default=None, repr=False)
+    # is other background work running beside this run (another run, a live generation)? The run keeps the priority
+    # of the page that started it while alone, and yields to the pages' threads once crowded (_yield_if_crowded).
+    # None: crowded from the start (niced at once, as any background thread that cannot tell).
+    crowded: Callable[[], bool] | None = field(default=None, repr=False)
+    _niced: bool = field(default=False, repr=False)
+    _one_thread: bool = field(default=False, repr=False)  # niced mid-run, it went to one torch thread
 
     # ---- control --------------------------------------------------------------------------------------------
     def request_stop(self, reason: str = "stopped") -> None:
@@ -219,6 +225,7 @@ class Job:
             self._logs.setdefault(name, []).append(asdict(log))
             if name == next(reversed(self.spec.configs)):  # the models step in turn: the last one ends the step
                 self._ends.append(time.perf_counter())
+        self._yield_if_crowded()  # another visitor's run or generation may have started since the last step
         # The step's activations are freed by now, but the heap holds them (gptviz.serve.allocator): this thread's arena
         # grows in 64 MiB heaps that its 4-16 MiB blocks fragment, and over a run the resident memory climbed to a
         # multiple of what the tensors need (issue 57; `python -m benchmarks replay` replays Grow's memory). Giving the
@@ -260,10 +267,7 @@ class Job:
 
     def run(self, tokens: torch.Tensor | None = None) -> None:
         """Train (in the calling thread); the registry calls this from a background thread."""
-        if threading.current_thread() is not threading.main_thread():
-            from .live_generation import run_in_background
-
-            run_in_background()  # the pages' threads first
+        self._yield_if_crowded()
         try:
             self._set(status=LOADING)
             tokens = corpus_tokens() if tokens is None else tokens
@@ -290,8 +294,33 @@ class Job:
         except Exception as err:  # a background thread has no one to raise to: record it for the page
             self._set(status=FAILED, error=f"{type(err).__name__}: {err}", finished_s=time.perf_counter())
         finally:
+            if self._one_thread:  # threads started later take the server's count again
+                from .live_generation import SERVER_TORCH_THREADS
+
+                torch.set_num_threads(SERVER_TORCH_THREADS)
             if self.reservation is not None:  # the trained models stay; whoever keeps them counts them
                 self.reservation.release()
+
+    def _yield_if_crowded(self) -> None:
+        """Run in the background (live_generation.run_in_background) once other background work runs beside this
+        run; before that, keep the priority of the page that started it. Issue 60: niced from its start, the Heads
+        forming page's run barely moved on a machine other programs kept busy (`python -m benchmarks grow` under load,
+        docs/benchmarks-history.md); issue 57: beside other visitors' generations and runs, the pages' threads come
+        first. One way, as for generations: a thread may lower its priority, not raise it. Niced mid-run, it also goes
+        to one torch thread: the OpenMP workers it started at full priority would keep it, and the niced thread alone
+        computes."""
+        if self._niced or threading.current_thread() is threading.main_thread():
+            return
+        if self.crowded is not None and not self.crowded():
+            return
+        from .live_generation import run_in_background
+
+        # niced before its first step, it keeps its threads: the OpenMP workers it starts later inherit the nice value
+        if self.crowded is not None and self.status == RUNNING:
+            torch.set_num_threads(1)
+            self._one_thread = True
+        run_in_background()  # the pages' threads first
+        self._niced = True
 
     def _recorders(self, tokens: torch.Tensor) -> dict | None:
         """Snapshot recorders for each run when the spec asks for them, on probes of the ids the run copies."""

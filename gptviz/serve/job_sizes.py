@@ -19,6 +19,11 @@ FLOAT32 = 4
 # and was still creeping up, hence a quarter (issue 57; `python -m benchmarks grow -- --memory` measures the peak
 # against the reservation). Without the trimming it grew faster still.
 RUN_OVERHEAD_SHARE = 0.25
+# ...and a part that does not shrink with the run's shapes (the thread's arena and its OpenMP workers, the snapshot
+# recorder, the page's figures). With the page's run at windows of 64 (issue 60) its activations shrank, and the share
+# alone reserved less than the run grew by, for every wiring (tests/serve/test_training_memory.py failed; `python -m
+# benchmarks grow -- --memory` gives the peaks against this).
+RUN_FIXED_OVERHEAD = 192 * 2**20
 
 
 def job_nbytes(spec: JobSpec) -> int:
@@ -37,11 +42,12 @@ def run_nbytes(spec: JobSpec) -> int:
     """A run at its peak, phase by phase: every model's weights, gradients and AdamW's two moments (they train side
     by side), beside the largest of one model's training step (what autograd keeps, with logits as wide as its
     softmax: gptviz.training.train.subset_lm_loss) and its validation pass (no gradients; the whole vocabulary's
-    logits and their log-softmax for LOSS_ROWS positions at a time: Trainer.evaluate), and the fixed overhead of the
-    process's allocator. The Heads forming page's run trains on 2,000 ids but validates on 50,257: its validation
-    over the whole batch at once peaked gigabytes above the baseline; in chunks, as the server runs it (its own thread,
-    the page drawn beside it, freed memory given back after each step), a few hundred MiB, within what this reserves
-    (RUN_OVERHEAD_SHARE; tests/serve/test_training_memory.py and `python -m benchmarks grow -- --memory` measure it)."""
+    logits and their log-softmax for LOSS_ROWS positions at a time: Trainer.evaluate), and the overhead of the
+    process's allocator (a share of the largest phase, and a fixed part: RUN_FIXED_OVERHEAD). The Heads forming page's
+    run trains on its copy ids but validates on 50,257: its validation over the whole batch at once peaked gigabytes
+    above the baseline; in chunks, as the server runs it (its own thread, the page drawn beside it, freed memory given
+    back after each step), a few hundred MiB, within what this reserves (tests/serve/test_training_memory.py and
+    `python -m benchmarks grow -- --memory` measure it)."""
     s = spec.settings
     block = s.block_size or min(c.n_ctx for c in spec.configs.values())
     held = sum(FLOAT32 * 4 * total_params(cfg) for cfg in spec.configs.values())
@@ -54,7 +60,7 @@ def run_nbytes(spec: JobSpec) -> int:
             + forward_nbytes(cfg, block, s.batch_size, patterns=False, all_logits=False)
         )
         phases.append(max(train, validate))
-    return held + int((1 + RUN_OVERHEAD_SHARE) * max(phases))
+    return held + int((1 + RUN_OVERHEAD_SHARE) * max(phases)) + RUN_FIXED_OVERHEAD
 
 
 def job_tokens(spec: JobSpec) -> int:

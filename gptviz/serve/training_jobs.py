@@ -46,8 +46,12 @@ class JobRegistry:
         max_seconds: float | None = None,
         per_address: int | None = None,
         accountant: MemoryAccountant | None = None,
+        busy_elsewhere: Callable[[], bool] | None = None,
     ):
         self.max_running, self.max_kept, self.per_owner = max_running, max_kept, per_owner
+        # background work of this server outside the registry (the app: live generations running); a run is niced once
+        # it or another run of the registry runs beside it (Job.crowded)
+        self.busy_elsewhere = busy_elsewhere
         self.accountant = accountant  # a run reserves its memory there before it starts (gptviz.serve.memory)
         self.per_address = per_address  # runs at once from one client address: many tabs cannot hold every slot
         self.max_tokens, self.max_seconds = max_tokens, max_seconds
@@ -107,6 +111,7 @@ class JobRegistry:
                 address=address,
                 reservation=reservation,
                 on_models=on_models,
+                crowded=self._crowded,
             )
             self._jobs[job.id] = job
             self._prune()
@@ -118,6 +123,12 @@ class JobRegistry:
                 reservation.release()
             raise
         return job
+
+    def _crowded(self) -> bool:
+        """Is more than one run of the registry going, or other background work of the server (busy_elsewhere)?"""
+        with self._lock:
+            running = sum(not j.finished for j in self._jobs.values())
+        return running > 1 or (self.busy_elsewhere is not None and self.busy_elsewhere())
 
     def _reserve(self, spec: JobSpec) -> Reservation | None:
         """The run's memory, reserved now or refused (JobLimitError): no waiting, the page is waiting for it."""
@@ -161,24 +172,25 @@ class JobRegistry:
 
 # ---- the "grow an induction head" scenario ---------------------------------------------------------------------
 # Copy-only training (every window a random sequence of frequent ids followed by its repeats): the bundled models'
-# first-stage recipe (d_model 128, windows of 128, batch 64, lr 1e-3 after 100 warmup steps) with 2 layers instead
-# of 4, the fewest an induction head needs (one head to find the previous token, one to look after it): half the
-# cost of a step, and the head formed by step 290 (4 layers: 445; 3 layers: 340). Windows of 64 or batches of 32
-# at a higher lr had not reached 0.5 in 600-1,460 steps (docs/benchmarks-history.md, "Heads forming").
-# The run ends once the head has formed (issue 60: the whole 800 steps took minutes on a busy machine, where the head
-# forms within 260-290; `python -m benchmarks grow` times the run): every model's best induction score on the snapshots
-# at or above the bar that defines "formed" (snapshots.FORMED_THRESHOLD) for background_job.FORMED_HOLD snapshots in a
-# row; 0 runs every step.
+# first-stage recipe (d_model 128, batch 64, lr 1e-3 after 100 warmup steps) with 2 layers instead of 4, the fewest an
+# induction head needs (one head to find the previous token, one to look after it), windows of 64 instead of 128, and
+# the 1,000 most frequent ids instead of 2,000 (the logits' width: at 2,000 the unembedding was about two fifths of a
+# step's arithmetic). Together they cut a step's time to well under half without delaying the head (issue 60: the
+# default run within 3 minutes on a busy 2-core machine); the steps it forms at and the seconds, per seed and load,
+# are in docs/benchmarks-history.md (`python -m benchmarks grow`), with the settings that did not form it sooner.
+# The run ends once the head has formed (issue 60: the whole 800 steps took minutes on a busy machine): every model's
+# best induction score on the snapshots at or above the bar that defines "formed" (snapshots.FORMED_THRESHOLD) for
+# background_job.FORMED_HOLD snapshots in a row; 0 runs every step.
 GROWTH = dict(
     layers=2,
     d_model=128,
     heads=4,
-    block=128,
+    block=64,
     batch=64,
     lr=1e-3,
     warmup=100,
     steps=800,
-    copy_vocab=2000,
+    copy_vocab=1000,
     snapshot_every=10,
     stop_when_formed=0.5,
 )

@@ -215,3 +215,55 @@ def test_a_finished_jobs_models_are_offered_to_its_owner_before_anyone_sees_it_f
     assert sorted(store.of("alice")) == expected and len(expected) == 2
     assert all(store.get(run) is job.models[run.split()[1].split("-")[0]] for run in expected)
     assert store.of("bob") == []
+
+
+def nice_of_this_thread() -> int:
+    import os
+    import threading
+
+    return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "getpriority"), reason="per-thread nice values are Linux's")
+def test_a_run_alone_keeps_its_priority_and_yields_once_other_work_runs_beside_it():
+    """Issue 60: niced from its start, the Heads forming run barely moved on a machine other programs kept busy; alone
+    it now keeps the priority of the page that started it, and once a live generation (busy_elsewhere) or another run
+    goes on beside it, it lowers its thread to BACKGROUND_NICE and trains on one torch thread for the rest."""
+    from gptviz.serve.live_generation import BACKGROUND_NICE
+
+    base = nice_of_this_thread()
+    threads = torch.get_num_threads()
+    seen: list[tuple[int, int]] = []  # (nice, torch threads) of the run's thread at each check and at its end
+
+    def elsewhere(after: int | None):
+        def busy() -> bool:
+            seen.append((nice_of_this_thread(), torch.get_num_threads()))
+            return after is not None and len(seen) > after
+
+        return busy
+
+    def at_the_end(_job) -> None:
+        seen.append((nice_of_this_thread(), torch.get_num_threads()))
+
+    alone = JobRegistry(busy_elsewhere=elsewhere(None)).start(spec(8, norms=("pre",)), TOKENS, on_models=at_the_end)
+    assert alone.wait(120) and alone.status == DONE, alone.error
+    assert len(seen) >= 9 and set(seen) == {(base, threads)}, seen  # checked before and after every step, never niced
+
+    seen.clear()
+    crowded = JobRegistry(busy_elsewhere=elsewhere(3)).start(spec(8, norms=("pre",)), TOKENS, on_models=at_the_end)
+    assert crowded.wait(120) and crowded.status == DONE, crowded.error
+    assert seen[:4] == [(base, threads)] * 4 and len(seen) == 5, seen  # no more checks once niced
+    assert seen[-1] == (max(base, BACKGROUND_NICE), 1), seen  # the rest of the run: niced, on one thread
+    assert torch.get_num_threads() == threads  # this thread's count untouched
+
+
+def test_two_runs_of_one_registry_count_as_crowded():
+    registry = JobRegistry()
+    first = registry.start(spec(100_000, norms=("pre",)), tokens=TOKENS, owner="a")
+    assert not registry._crowded()
+    second = registry.start(spec(100_000, norms=("pre",)), tokens=TOKENS, owner="b")
+    assert registry._crowded()
+    for job in (first, second):
+        job.request_stop()
+        assert job.wait(60)
+    assert not registry._crowded()

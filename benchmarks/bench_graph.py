@@ -6,6 +6,12 @@ is the median of the repeats; the ratio is the median of per-round ratios (graph
 
     python -m benchmarks graph
     python -m benchmarks graph -- --tokens 128 --repeats 5 --threads 2
+    python -m benchmarks graph -- --memory-sizes 8 32 64 128 256   # memory: the estimate against the peak per size
+
+With --memory-sizes, instead: for each model and each prompt length within its context, what the app reserves for the
+graph (gptviz.model.sizes.graph_nbytes, the reservation the Why page makes) beside the most bytes of tensors the graph
+held at once (torch's allocation records, benchmarks.memory_peak.torch_peak), and the graph's seconds (profiled, so
+slower than above).
 """
 
 from __future__ import annotations
@@ -75,15 +81,19 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1, like a shared server)")
+    parser.add_argument("--memory-sizes", type=int, nargs="+", help="prompt lengths: the memory table instead")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     enc = get_tokenizer()
-    text = enc.encode(TEXT.read_text(encoding="utf-8")[:4000])
+    text = enc.encode(TEXT.read_text(encoding="utf-8")[:40000])
     ids, target = text[: args.tokens], text[args.tokens]
     models = {
         "shakespeare-pre": lambda: load_pretrained("shakespeare-pre"),
         "gpt2-small": lambda: GPT(PRESETS["gpt2-small"], seed=0).eval(),
     }
+    if args.memory_sizes:
+        memory_table(models, text, args.memory_sizes)
+        return
     print(
         f"torch {torch.__version__}, {args.threads} thread(s) on {os.cpu_count()} CPU(s), {args.repeats} repeats; "
         f"load average {os.getloadavg()[0]:.2f} at the start"
@@ -105,6 +115,31 @@ def main() -> None:
             flush=True,
         )
     print(f"load average {os.getloadavg()[0]:.2f} at the end (a shared machine: times are noisy)")
+
+
+def memory_table(models: dict, text: list[int], sizes: list[int]) -> None:
+    """Per model and prompt length (within its context): the graph's reservation against its tensors' peak."""
+    from benchmarks.memory_peak import torch_peak
+
+    print(f"torch {torch.__version__}, load average {os.getloadavg()[0]:.2f} at the start")
+    print("| model | tokens | reserved (MiB) | tensors' peak (MiB) | peak / reserved | within | graph, profiled (s) |")
+    print("|---|---|---|---|---|---|---|")
+    worst = 0.0
+    for name, load in models.items():
+        model = load()
+        for n in sizes:
+            if n > model.config.n_ctx:
+                continue
+            reserved = graph_nbytes(model.config, n)
+            started = time.perf_counter()
+            _, peak = torch_peak(lambda n=n, model=model: attribution_graph(model, text[:n], text[n]))
+            worst = max(worst, peak / reserved)
+            print(
+                f"| {name} | {n} | {reserved / 2**20:.1f} | {peak / 2**20:.1f} | {peak / reserved:.2f} | "
+                f"{'yes' if peak <= reserved else '**no**'} | {time.perf_counter() - started:.1f} |",
+                flush=True,
+            )
+    print(f"largest peak / reserved {worst:.2f}; load average {os.getloadavg()[0]:.2f} at the end")
 
 
 if __name__ == "__main__":

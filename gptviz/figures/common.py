@@ -172,8 +172,9 @@ def apply_layout(fig: go.Figure, title: str | None = None, height: int | None = 
 
 def set_light_template(fig: go.Figure) -> None:
     """LIGHT_TEMPLATE as the figure's template, unvalidated: it was validated when built, and Plotly's check of it
-    again on every figure was most of a small figure's build (7 of 10 ms; a page's rerun builds tens). Plotly sets
-    its own default template the same way (BaseFigure._initialize_layout_template); the figure gets its own copy."""
+    again on every figure was most of a small figure's build (a page's rerun builds tens; docs/benchmarks-history.md,
+    2026-12-07, the latency-pages merge). Plotly sets its own default template the same way
+    (BaseFigure._initialize_layout_template); the figure gets its own copy."""
     layout = fig.layout
     layout._validate = False
     try:

@@ -30,7 +30,7 @@ from gptviz.app.model_service import attention_page_names
 from gptviz.app.overview import overview_link
 from gptviz.app.seen import Seen, read_prompt
 from gptviz.app.services import attention as services
-from gptviz.app.sidebar import EXAMPLE_PROMPTS, MAX_PROMPT_CHARS, keep_valid, page_prompt_box
+from gptviz.app.sidebar import EXAMPLE_PROMPTS, MAX_PROMPT_CHARS, keep_valid, page_prompt_box, prompt_text
 from gptviz.app.unit_nav import unit_pills
 from gptviz.app.views import query_span
 from gptviz.app.views.attention_views import (
@@ -213,7 +213,7 @@ def example_buttons() -> None:
                 key=K.per_item(K.ATT_EXAMPLE, i),
                 on_click=use_example,
                 args=(text,),
-                type="primary" if state.get(K.PROMPT) == text else "secondary",
+                type="primary" if prompt_text() == text else "secondary",
             )
 
 

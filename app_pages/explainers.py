@@ -63,7 +63,7 @@ def activation_section(cfg: GPTConfig | None) -> None:
 
 def causal_mask_section() -> None:
     st.subheader("The causal mask")
-    prompt_ids = list(sidebar.encode_prompt(state.get(K.PROMPT, "")[: sidebar.MAX_PROMPT_CHARS]))
+    prompt_ids = list(sidebar.encode_prompt(sidebar.prompt_text()))
     n = S.EXP_MASK_N.slider(st, value=min(8, max(1, len(prompt_ids))))
     mask = analysis.causal_mask(n)
     if len(prompt_ids) >= n:

@@ -394,14 +394,20 @@ def _gpt2_ids(text: str) -> tuple[int, ...]:
     return tuple(get_tokenizer().encode(text))
 
 
+def prompt_text() -> str:
+    """The sidebar's prompt as every page reads it (issue 61: one reader): its text, cut at MAX_PROMPT_CHARS."""
+    text = st.session_state.get(K.PROMPT)
+    return text[:MAX_PROMPT_CHARS] if isinstance(text, str) else ""
+
+
 def prompt_tokens(
     n_ctx: int, prompt: str | None = None, vocab_size: int | None = None, enc=None
 ) -> PromptTokens | None:
     """The sidebar prompt as ids in the model's tokenizer `enc` (default GPT-2's), keeping the last n_ctx tokens
     (with a visible note); None and a hint when the prompt is empty. With `vocab_size` smaller than GPT-2's, ids
     past it are replaced (with a note) so a prompt never fails on such a model."""
-    text = st.session_state.get(K.PROMPT, "") if prompt is None else prompt
-    ids = list(encode_prompt(text[:MAX_PROMPT_CHARS], enc))
+    text = prompt_text() if prompt is None else prompt[:MAX_PROMPT_CHARS]
+    ids = list(encode_prompt(text, enc))
     if not ids:
         st.info("Type a prompt in the sidebar to see the model at work.")
         return None

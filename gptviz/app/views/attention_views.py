@@ -22,7 +22,7 @@ from .. import settings as S
 from ..display import MEAN_HEAD, figure_download, head_name, md_text, show_figure
 from ..seen import Seen
 from ..services import attention as services
-from ..sidebar import MAX_PROMPT_CHARS, encode_prompt, keep_valid
+from ..sidebar import encode_prompt, keep_valid, prompt_text
 from ..unit_nav import follow_from_fragment, go_to_why_attends
 from . import query_span
 
@@ -102,8 +102,7 @@ def head_map(seen: Seen, p: Pick, notes: list[list[str]] | None = None) -> None:
 def why_here(seen: Seen, layer: int, head: int, query: int, key: int) -> None:
     """Open the Why page's QK panel on a map cell. That page reads the whole prompt (up to the context) where this
     one may keep only its last tokens (keep_last): the same tokens sit `shift` places later there."""
-    text = str(state.get(K.PROMPT, ""))[:MAX_PROMPT_CHARS]
-    whole = min(len(encode_prompt(text, seen.enc)), seen.cfg.n_ctx)  # in the model's own tokens (GPT-1's BPE)
+    whole = min(len(encode_prompt(prompt_text(), seen.enc)), seen.cfg.n_ctx)  # in the model's own tokens (GPT-1's BPE)
     shift = max(0, whole - seen.T)
     go_to_why_attends(layer, head, query + shift, key + shift)
 

@@ -16,6 +16,7 @@ from .. import settings as S
 from ..model_service import ModelSpec
 from ..services import why as services
 from ..services.why import IG_STEPS, pieces
+from ..sidebar import prompt_text
 
 state = st.session_state
 AUTO_RUN_S = 5.0  # a measurement estimated longer than this waits for a click
@@ -69,7 +70,7 @@ PATCH_NOTE = (
 def patch_prompts(cfg: GPTConfig, enc=None) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
     """The clean and corrupted prompts as ids; None (with the reason) when they cannot be compared."""
     example = S.WHY_EXAMPLE.selectbox(st)
-    own = state.get(K.PROMPT, "")
+    own = prompt_text()
     swapped = services.corrupted_from(own, cfg, enc) if example == OWN_PAIR else None
     clean_default, corrupted_default = PATCH_EXAMPLES.get(example, (own, swapped[0] if swapped else own))
     if swapped and state.get(K.per_item(K.WHY_CORRUPT, example), swapped[0]) == swapped[0]:

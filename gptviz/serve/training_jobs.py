@@ -126,9 +126,7 @@ class JobRegistry:
 
     def _crowded(self) -> bool:
         """Is more than one run of the registry going, or other background work of the server (busy_elsewhere)?"""
-        with self._lock:
-            running = sum(not j.finished for j in self._jobs.values())
-        return running > 1 or (self.busy_elsewhere is not None and self.busy_elsewhere())
+        return len(self.running()) > 1 or (self.busy_elsewhere is not None and self.busy_elsewhere())
 
     def _reserve(self, spec: JobSpec) -> Reservation | None:
         """The run's memory, reserved now or refused (JobLimitError): no waiting, the page is waiting for it."""

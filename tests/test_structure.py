@@ -188,6 +188,10 @@ def test_the_prompt_as_pages_see_it_is_defined_once():
     assert sorted(defined) == [("gptviz/app/seen.py", "Seen"), ("gptviz/app/seen.py", "read_prompt")]
 
 
+def is_k_prompt(node) -> bool:
+    return isinstance(node, ast.Attribute) and node.attr == "PROMPT"  # keys.PROMPT, as K.PROMPT
+
+
 def test_only_the_sidebar_reads_the_prompts_text():
     """Pages and views read the visitor's prompt through the sidebar (prompt_text, prompt_tokens, read_prompt), never
     from session state themselves (issue 61: it was read five ways). Writers (a link, an example, a generated text)
@@ -205,10 +209,9 @@ def test_only_the_sidebar_reads_the_prompts_text():
         if name in carriers:
             continue
         for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
-            is_prompt = lambda n: isinstance(n, ast.Attribute) and n.attr == "PROMPT"  # noqa: E731 (K.PROMPT)
             get = isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "get" and node.args
-            if (get and is_prompt(node.args[0])) or (
-                isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) and is_prompt(node.slice)
+            if (get and is_k_prompt(node.args[0])) or (
+                isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) and is_k_prompt(node.slice)
             ):
                 reads.append(f"{name}:{node.lineno}")
     assert reads == [], reads

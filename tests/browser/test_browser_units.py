@@ -10,7 +10,7 @@ import time
 import pytest
 
 # the screenshots' folder is test_browser's fixture; the server and Chromium are conftest's
-from tests.support.browser import CHROMIUM, no_exception, unit_shown, wait_for_idle
+from tests.support.browser import CHROMIUM, address_shows, no_exception, unit_shown, wait_for_idle
 
 pytestmark = [
     pytest.mark.slow,
@@ -32,9 +32,8 @@ def test_clicking_a_neuron_id_on_activations_opens_its_page_in_the_same_tab(brow
     pill.click()
     unit_shown(page, unit)
     seconds = time.perf_counter() - started
-    wait_for_idle(page)
+    address_shows(page, rf"/units\?(.*&)?unit={unit}(&|$)")
     assert len(page.context.pages) == 1  # the same tab
-    assert f"unit={unit}" in page.url and "/units" in page.url
     assert page.locator('[data-testid="stSidebar"] textarea').first.input_value() == prompt  # the same session's prompt
     no_exception(page)
     print(f"\nclick on {unit} to its summary and figures: {seconds:.2f} s")

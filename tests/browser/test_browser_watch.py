@@ -12,6 +12,7 @@ import pytest
 
 from tests.support.browser import (  # the server and Chromium: conftest's
     CHROMIUM,
+    address_shows,
     hover_cell,
     no_exception,
     wait_for_idle,
@@ -65,6 +66,7 @@ def test_the_attention_pages_tab_scale_and_layer_reach_the_address_and_a_fresh_b
     wait_for_idle(page)
     pick(page, "Colour scale", "linear, 0 to 1")
     pick(page, "Layer", "layer 1")
+    address_shows(page, r"[?&]att_layer=1(&|$)")
     got = params(page)
     assert (got.get("att_view"), got.get("att_layer"), got.get("att_scale")) == ("Lines between tokens", "1", "linear")
     other = fresh(browser)
@@ -87,7 +89,7 @@ def test_the_why_and_parameters_pages_settings_reach_the_address_and_a_click_abl
     box = grid.locator(".nsewdrag").first.bounding_box()  # the plot area: 2 layers x 4 heads, layer 0 on top
     page.mouse.click(box["x"] + box["width"] * 3 / 8, box["y"] + box["height"] * 3 / 4)  # layer 1, head 1
     page.get_by_text("Ablated (zero): L1H1").wait_for()
-    wait_for_idle(page)
+    address_shows(page, r"[?&]why_heads=1\.1(&|$)")
     assert params(page).get("why_heads") == "1.1"
     page.get_by_text("With 1 head(s) removed").wait_for()
     other = fresh(browser)
@@ -99,7 +101,7 @@ def test_the_why_and_parameters_pages_settings_reach_the_address_and_a_click_abl
     box = grid.locator(".nsewdrag").first.bounding_box()
     page.mouse.click(box["x"] + box["width"] * 3 / 8, box["y"] + box["height"] * 3 / 4)  # again: back
     page.get_by_text("Click a head above to ablate it").wait_for()
-    wait_for_idle(page)
+    address_shows(page, r"^(?!.*why_heads=)")
     assert "why_heads" not in params(page)
     page.get_by_role("tab", name="Patching").click()
     page.get_by_text("Residual stream patched at one layer and").first.wait_for()  # a title wrapped at 44 characters

@@ -68,6 +68,18 @@ def wait_for_idle(page) -> None:
     page.wait_for_selector('[data-testid="stStatusWidget"]', state="detached", timeout=60_000)
 
 
+def address_shows(page, pattern: str, timeout: int = 60_000) -> str:
+    """Until the page's address matches `pattern` (a regex searched in the whole URL); returns the URL. The address is
+    written at the end of the run a click starts, and under a loaded machine that run can begin after `wait_for_idle`
+    has already seen no status widget: asserting on `page.url` right after it read the address from before the click."""
+    try:
+        page.wait_for_url(re.compile(pattern), timeout=timeout)
+    except Exception as error:
+        seconds = timeout / 1000
+        raise AssertionError(f"the address never matched {pattern!r} within {seconds:.0f} s: {page.url}") from error
+    return page.url
+
+
 def hover_cell(page, heatmap, query: int, key: int):
     """Hover the heatmap's cell (query, key); returns its tooltip, once it names that cell."""
     heatmap.scroll_into_view_if_needed()

@@ -72,8 +72,7 @@ def test_a_map_cell_opens_the_qk_decomposition_of_that_score(browser, server):
     page.get_by_role("button", name=f"Why does L{layer}H{head} attend here?").click()
     caption = page.locator('[data-testid="stCaptionContainer"]').filter(has_text="The score before the softmax")
     caption.wait_for(timeout=60_000)
-    wait_for_idle(page)
-    assert "/why" in page.url
+    address_shows(page, r"/why(\?|$)")
     text = caption.first.inner_text()
     assert f"L{layer}H{head} puts" in text and f"from position {query} on position {key}" in text, text
     model, ids = model_and_ids()

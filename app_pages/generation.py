@@ -212,7 +212,7 @@ def all_steps(run: dict) -> None:
             "entropy (nats)": [s.entropy for s in steps],
             "kept by top-k/top-p": [s.n_allowed for s in steps],
             "context shifted": ["yes" if s.context_shifted else "" for s in steps],  # text: not checkboxes to tick
-            "top contributors (found live)": live_why.labels_by_step(run),
+            "top contributors (direct, found live)": live_why.labels_by_step(run),
             "why?": live_why.why_links(run),
         }
     )

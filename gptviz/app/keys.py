@@ -49,7 +49,6 @@ GENERATION_ERROR = "_generation_error"  # why Generate could not start, shown on
 ATT_OPEN_BEST = "_att_open_best"  # an example was loaded: open its most telling head
 UNIT_NAV_PENDING = "_unit_nav_pending"  # a unit id was picked: the router opens the unit page (unit_nav)
 WHY_NAV_PENDING = "_why_nav_pending"  # a written token's "why?" was picked: the router opens the Why page (unit_nav)
-LIVE_WHY_STORE = "_live_why_store"  # the live run's explained tokens: {"job", "done", "spent"} (live_why)
 PLOTLY_WARMED = "_plotly_warmed"  # this session's first run sent the script that loads Plotly's bundle
 
 

@@ -260,7 +260,8 @@ def start_generation(
         old["job"].stop()
         old["job"].wait(5)  # a token at most: frees its server slot for this one
     sid = session_id()
-    release = hold_for_generation(spec, model, ids, settings)  # its model and working memory, counted
+    explain = bool(st.session_state.get(S.LIVE_WHY.key, S.LIVE_WHY.default))  # each token's top contributors
+    release = hold_for_generation(spec, model, ids, settings, explain)  # its model and working memory, counted
     try:
         job = LiveGeneration(
             model,
@@ -273,6 +274,7 @@ def start_generation(
             address=client_address(),
             on_end=release,
             pace=pace,
+            explain=explain,
         )
     except BaseException:
         release()
@@ -332,6 +334,7 @@ def generation_view(job: LiveGeneration) -> dict:
         "waiting_for_click": job.waiting_for_click,
         "pace": job.pace,
         "wall_seconds": finished - started if started is not None and finished is not None else None,
+        "explained": job.contributors,  # each step's top contributors as they are found (None: switched off)
     }
 
 
@@ -441,5 +444,5 @@ def draw_live(
         generation_map(run, layer=layer, head=head, scale=scale, key=map_key, on_pick=on_pick, every_layer=False)
     with right:
         text_so_far(run, live=True, height=text_height)
-        under_live_text(run)  # each new token's top contributors (issue 58), within a share of the model's time
+        under_live_text(run)  # each new token's top contributors (issue 58), found beside the model
         monospace_text(next_token_text(run["steps"], run["enc"]), "next")

@@ -315,12 +315,16 @@ def get_capture(
     )
 
 
-def hold_for_generation(spec: ModelSpec, model: GPT, ids, settings: dict):
+def hold_for_generation(spec: ModelSpec, model: GPT, ids, settings: dict, explain: bool = False):
     """Before a live generation starts: keep its model in the store while it runs and reserve its working memory
-    (KV cache, the prompt's patterns, the steps it keeps) in the server's budget. Returns the release function
-    (call it once, when the generation is over); RuntimeError, with the reason, when the memory is busy."""
+    (KV cache, the prompt's patterns, the steps it keeps, and with `explain` its contributors' share) in the server's
+    budget. Returns the release function (call it once, when the generation is over); RuntimeError, with the
+    reason, when the memory is busy."""
     release_model = model_store().hold(spec)
-    nbytes = sizes.generation_nbytes(model.config, len(ids), int(settings.get("max_new_tokens", 1)))
+    new_tokens = int(settings.get("max_new_tokens", 1))
+    nbytes = sizes.generation_nbytes(model.config, len(ids), new_tokens)
+    if explain:
+        nbytes += sizes.live_contributors_nbytes(model.config, len(ids), new_tokens)
     try:
         reservation = memory.accountant().acquire(nbytes, f"a generation on {spec.name}", wait_s=5)
     except LimitError as err:

@@ -59,9 +59,9 @@ LIVE_WHY = Setting(
     True,
     link="live_why",
     rule=Flag(),
-    help="Each written token's three most influential nodes of the attribution graph, computed beside "
-    "the model within a twentieth of its time and half its waits for the pace (the rest on "
-    "demand).",
+    help="Each written token's three largest direct contributions to its logit (the nodes at its own position: "
+    "heads, neurons, its embedding, biases), found beside the model as it writes, at the lowest CPU priority. "
+    "Takes effect at the next Generate.",
 )
 
 # ---- Attention page ------------------------------------------------------------------------------------------------

@@ -28,9 +28,9 @@ class Contributor(NamedTuple):
     layer: int | None
     index: int | None
     position: int  # where the node writes
-    source: int  # the position it brings: a head's key with the largest part of its influence, else its own
-    influence: float
-    share: float  # influence / the metric: its share of the logit (signed; past 100% where others pull back)
+    source: int  # the position it brings: a head's key with the largest part of its value, else its own
+    value: float  # its influence (top_contributors) or its direct effect (graph_direct.direct_contributors)
+    share: float  # value / the metric: its share of the logit (signed; past 100% where others pull back)
 
     @property
     def unit(self) -> str | None:
@@ -43,6 +43,7 @@ class Contributor(NamedTuple):
 class Contributors(NamedTuple):
     metric: float  # logit(target) - logit(other) at the last position (or logit(target)): the shares' whole
     top: list[Contributor]
+    measure: str = "influence"  # what the values are: "influence" (the graph's) or "direct effect"
 
 
 def parse_node(node_id: str, config, T: int) -> NodeRef:

@@ -20,6 +20,27 @@ from .model import GPT
 from .tokenizer import EOT_ID, token_label, tokenizer_for
 
 
+class KeyValues:
+    """The values of the keys a step saw, layer by layer: `values[layer]` is [heads, keys, d_head]. Read from the KV
+    cache when asked (a view of it, made only for the layers read): the cache's first `length` rows never change,
+    and one rebuilt past n_ctx is a new cache, so the rows stay those of this step."""
+
+    def __init__(self, layers: list[torch.Tensor], length: int | None = None):
+        self._layers, self._length = layers, length  # [1, heads, n_ctx, d_head] rows of a cache, or [heads, T, d]
+
+    def __getitem__(self, layer: int) -> torch.Tensor:
+        value = self._layers[layer]
+        return value if self._length is None else value[0, :, : self._length]
+
+    def __len__(self) -> int:
+        return len(self._layers)
+
+    @property
+    def storage_size(self) -> int:
+        """Bytes of the tensors these values keep alive (a whole cache's values, not only the rows seen)."""
+        return sum(t.untyped_storage().nbytes() for t in self._layers)
+
+
 @dataclass
 class StepRecord:
     step: int  # 0 for the first new token
@@ -32,6 +53,10 @@ class StepRecord:
     attention: torch.Tensor | None  # [layers, heads, keys]: the predicting query's row, when asked for
     context_shifted: bool  # the context was full: this step ran on the last n_ctx tokens only
     window_start: int  # position of the first token the model saw this step
+    # with `capture`: each hook's value at the predicting (last) position, by hook name, and every layer's values of
+    # the keys the model saw (KeyValues)
+    captured: dict[str, torch.Tensor] | None = None
+    values: KeyValues | None = None
 
     def top(self, n: int = 20) -> list[tuple[int, float, bool]]:
         """The n most probable tokens as (id, probability, allowed), most probable first."""
@@ -132,11 +157,14 @@ def stream(
     attention: bool = False,
     use_cache: bool = True,
     edits=None,
+    capture=(),
 ) -> Iterator[StepRecord]:
     """Yield one StepRecord per new token. `attention=True` adds each step's attention row for every
     layer and head. `use_cache=False` recomputes the whole sequence each step (for checking the cache).
     `edits` (gptviz.methods.interventions) apply at every step; with the cache, to the new token only.
-    Settings and the prompt are checked here, when called, not at the first next()."""
+    `capture`: hook names whose values at the predicting position each record carries, with the keys' values
+    (what gptviz.methods.graph_direct reads). Settings and the prompt are checked here, when called, not at the
+    first next()."""
     check_sampling(temperature, top_k, top_p, max_new_tokens)
     seq = _as_list(ids)
     if not seq:
@@ -145,8 +173,12 @@ def stream(
     if bad:
         raise ValueError(f"token id {bad[0]} is outside the vocabulary [0, {model.config.vocab_size})")
     edits = edits_by_hook(edits, model.hook_names)
+    unknown = sorted(set(capture) - set(model.hook_names))
+    if unknown:
+        raise ValueError(f"no hook point named {unknown[0]!r}")
+    capture = frozenset(capture)
     return _stream(
-        model, seq, max_new_tokens, temperature, top_k, top_p, seed, stop_at_eos, attention, use_cache, edits
+        model, seq, max_new_tokens, temperature, top_k, top_p, seed, stop_at_eos, attention, use_cache, edits, capture
     )
 
 
@@ -172,12 +204,16 @@ def _stream(
     attention: bool,
     use_cache: bool,
     edits: dict,
+    capture: frozenset[str],
 ) -> Iterator[StepRecord]:
     n_ctx = model.config.n_ctx
     generator = torch.Generator()  # sampling runs on the CPU copy of the logits, whatever the model's device
     generator.manual_seed(seed if seed is not None else int(torch.randint(0, 2**62, (1,))))
     pattern_names = [act_name("pattern", i) for i in range(model.config.n_layers)]
-    wanted = frozenset(pattern_names) if attention else frozenset()
+    wanted = (frozenset(pattern_names) if attention else frozenset()) | capture
+    value_names = [act_name("v", i) for i in range(model.config.n_layers)]
+    if capture and not use_cache:
+        wanted |= frozenset(value_names)  # without a cache the keys' values come from this step's own pass
     enc = tokenizer_for(model)  # its own pieces (GPT-1's BPE for a GPT-1 folder)
     cache, window_start = None, 0
 
@@ -196,6 +232,14 @@ def _stream(
         rows = None
         if attention:  # the predicting (last) query's row in every layer: [layers, heads, keys]
             rows = torch.stack([store[name][0, :, -1, :] for name in pattern_names])
+        captured = values = None
+        if capture:
+            # a copy where the step ran over the whole prompt: a view would keep every position's values
+            captured = {name: _last(store[name]) for name in capture}
+            if cache is not None:
+                values = KeyValues([layer.v for layer in cache.layers], cache.length)
+            else:
+                values = KeyValues([store[name][0].transpose(0, 1) for name in value_names])
         piece = token_label(enc.decode_single_token_bytes(token)) if token < enc.n_vocab else f"<{token}>"
         yield StepRecord(
             step=step,
@@ -208,10 +252,17 @@ def _stream(
             attention=rows,
             context_shifted=shifted,
             window_start=window_start,
+            captured=captured,
+            values=values,
         )
         seq.append(token)
         if stop_at_eos and token == EOT_ID:
             return
+
+
+def _last(value: torch.Tensor) -> torch.Tensor:
+    """A hook's value at the last position of the first sequence, [1, T, ...] -> [1, ...]; a copy when T > 1."""
+    return value[0, -1:].clone() if value.shape[1] > 1 else value[0]
 
 
 def generate(

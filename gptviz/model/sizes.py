@@ -85,6 +85,40 @@ def generation_nbytes(config, prompt_tokens: int, new_tokens: int) -> int:
     return kv_cache_nbytes(config) + first + new_tokens * step
 
 
+LIVE_CONTRIBUTORS_BATCH_BYTES = 16 * 2**20  # a batch's table of every node of every step in it, at most
+LIVE_CONTRIBUTORS_MAX_BATCH = 32
+LIVE_CONTRIBUTORS_HELD_BYTES = 32 * 2**20  # the KV caches waiting steps past the context keep alive, at most
+
+
+def _position_nodes(config) -> int:
+    """The attribution graph's nodes at one position: its embeddings, every head and neuron, up to four biases a
+    layer."""
+    return 1 + config.n_layers * (config.n_heads + config.d_ff + 4)
+
+
+def live_contributors_batch(config) -> int:
+    """Steps gptviz.serve.live_contributors takes at once, at most: the most whose table of every node fits."""
+    per_step = FLOAT32 * _position_nodes(config)
+    return max(1, min(LIVE_CONTRIBUTORS_MAX_BATCH, LIVE_CONTRIBUTORS_BATCH_BYTES // per_step))
+
+
+def live_contributors_nbytes(config, prompt_tokens: int, new_tokens: int) -> int:
+    """What a live generation's contributors add at their peak: the first step's capture over the whole prompt (the
+    direct hooks: head outputs, neurons, post-norm's stream around each sub-layer, the embeddings and final stream),
+    a batch of steps waiting, and its table of every node with twice as much for the products it is made from; past
+    the context, the KV caches' values that waiting steps keep alive (each makes a cache of its own): up to the bound,
+    and the step that passes it."""
+    d = config.d_model
+    per_layer = d + config.d_ff + (4 * d if config.norm == "post" else 0)
+    per_step = FLOAT32 * (config.n_layers * per_layer + 3 * d)
+    first = min(prompt_tokens, config.n_ctx) * per_step
+    batch = live_contributors_batch(config)
+    held = 0
+    if prompt_tokens + new_tokens > config.n_ctx:
+        held = LIVE_CONTRIBUTORS_HELD_BYTES + kv_cache_nbytes(config) // 2  # a cache's values: half of it
+    return first + batch * per_step + 3 * batch * FLOAT32 * _position_nodes(config) + held
+
+
 def sampling_nbytes(config, prompt_tokens: int, new_tokens: int) -> int:
     """generate() without attention recorded (a continuation): its KV cache (two once the context is full: the new
     one is made before the old one is dropped), a forward pass over the window for the last position's logits, and

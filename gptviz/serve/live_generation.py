@@ -24,6 +24,7 @@ import torch
 from ..model.generate import StepSummary, step_summary, stream
 from ..model.model import GPT
 from ..model.tokenizer import tokenizer_for
+from .live_contributors import LiveContributors, capture_names
 
 # The generation thread releases the GIL inside every torch op and must take it back after each; while a page's
 # script runs, Python's default 5 ms switch interval makes it wait up to that long each time (a forward pass has
@@ -167,7 +168,10 @@ class LiveGeneration:
 
     pace: tokens per second the steps are released at (None: as fast as the model writes; 0: one token per
     `advance()`, the first at once), so a reader can watch the map grow; `set_pace` changes it while it runs.
-    The model's time (`seconds`) leaves out the time spent waiting for the pace."""
+    The model's time (`seconds`) leaves out the time spent waiting for the pace.
+
+    explain: each step's top three contributors, found in this thread a batch at a time (`contributors`: a
+    LiveContributors, whose `found` holds them by step; None without)."""
 
     def __init__(
         self,
@@ -183,9 +187,12 @@ class LiveGeneration:
         address: str = "",
         on_end: Callable[[], None] | None = None,
         pace: float | None = None,
+        explain: bool = False,
     ):
         check_pace(pace)
-        records = stream(model, list(prompt_ids), attention=True, **settings)  # checks prompt and settings now
+        capture = capture_names(model.config) if explain else ()
+        # checks the prompt and settings now
+        records = stream(model, list(prompt_ids), attention=True, capture=capture, **settings)
         self.prompt = tuple(int(i) for i in prompt_ids)
         self.enc = tokenizer_for(model)  # the pages decode its text with the model's tokenizer, not the model held
         self.settings = dict(settings)
@@ -207,6 +214,7 @@ class LiveGeneration:
         self._slots, self._alive, self._on_token, self._threads = slots, alive, on_token, threads
         self._on_end = on_end  # called once when it is over, however it ends (the app releases the model it held)
         self._ticket = slots.enter(address) if slots is not None else None  # RuntimeError when refused
+        self.contributors = LiveContributors(model) if explain else None
         if sys.getswitchinterval() > GIL_SWITCH_S:
             sys.setswitchinterval(GIL_SWITCH_S)  # process-wide, once
         self._thread = threading.Thread(target=self._run, args=(records,), name="gptviz-generation", daemon=True)
@@ -242,9 +250,15 @@ class LiveGeneration:
                     self.stopped = True
                     break
                 self.steps.append(step_summary(record))
+                if self.contributors is not None:
+                    self.contributors.submit(len(self.steps) - 1, record)  # in this thread, a batch at a time
+                    if self._ahead_of_pace():
+                        self.contributors.flush()  # it waits for its pace anyway: no step's are left waiting
                 self._yield_if_crowded()
                 if self._on_token is not None:
                     self._on_token()
+            if self.contributors is not None and self._alive():
+                self.contributors.flush()  # the last steps' (a stopped run's too: its page still shows them)
         except Exception as err:  # shown on the page; the thread must not die silently
             self.error = f"{type(err).__name__}: {err}"
 
@@ -262,6 +276,14 @@ class LiveGeneration:
         if self._on_end is not None:
             self._on_end()
         self._done.set()
+
+    def _ahead_of_pace(self) -> bool:
+        """Whether the next step will wait for the pace (a click, or its time)."""
+        if self.pace is None:
+            return False
+        if self.pace == 0:
+            return len(self.steps) >= self._allowed
+        return time.perf_counter() < self._last_step_at + 1 / self.pace
 
     def _wait_for_turn(self) -> bool:
         """Hold the next step until the pace releases it; False when stopped, abandoned, or left waiting for a

@@ -35,7 +35,7 @@ def test_the_top_contributors_are_the_graphs_most_influential_nodes(kw):
     assert [c.id for c in found.top] == [n.id for n in ranked]
     assert found.metric == pytest.approx(graph.metric, abs=1e-5)
     for c, n in zip(found.top, ranked, strict=True):
-        assert c.influence == pytest.approx(n.influence, abs=1e-5)
+        assert c.value == pytest.approx(n.influence, abs=1e-5)
         assert c.share == pytest.approx(n.influence / graph.metric, rel=1e-5)
         assert (c.kind, c.layer, c.index, c.position) == (n.kind, n.layer, n.index, n.position)
 
@@ -51,7 +51,7 @@ def test_a_heads_source_is_the_key_carrying_most_of_its_influence():
         parts = torch.stack(
             [fm.pattern[layer][h, p, j] * (v[j] @ w.Wo[h]) @ fm.grads[("attn", layer)][p] for j in range(p + 1)]
         )
-        assert float(parts.sum()) == pytest.approx(c.influence, abs=1e-4)
+        assert float(parts.sum()) == pytest.approx(c.value, abs=1e-4)
         assert c.source == int(parts.abs().argmax())
 
 

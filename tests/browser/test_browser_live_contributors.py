@@ -1,0 +1,61 @@
+"""Each written token's top contributors under the live text (issue 58), in a real browser: while the model writes at
+the pages' default pace, the line under the text names the newest token and its three largest direct contributions,
+and it moves on with the text; the finished run's replayed step shows them beside the graph's influences. Debian's
+chromium via Playwright, the shared server of conftest."""
+
+from __future__ import annotations
+
+import re
+import urllib.parse
+
+import pytest
+
+from tests.support.browser import CHROMIUM, no_exception, wait_for_idle
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium"),
+]
+
+PROMPT = "JULIET:\nGood morrow, sweet Romeo, good morrow to thee.\nROMEO:\n"
+LINE = re.compile(r"new token (\d+), .*: logit [+-]\d+\.\d\d")
+NODE = re.compile(r"^  (L\d+[HN]\d+ from |L\d+[HN]\d+ at |the token |L\d+ [a-z_0-9.-]+ at )(['\"]).*\2 [+-]\d+%$")
+
+
+def live_lines(page) -> list[str]:
+    """The live line's text, as the page shows it ('' when it shows none)."""
+    found = page.locator('[data-testid="stText"]').filter(has_text=LINE)
+    return found.first.inner_text().splitlines() if found.count() else []
+
+
+@pytest.mark.parametrize("width, height", [(1400, 1000), (390, 844)])
+def test_the_live_line_follows_the_text_with_each_tokens_contributors(browser, server, artifacts, width, height):
+    page = browser.new_page(viewport={"width": width, "height": height})
+    page.set_default_timeout(120_000)
+    query = urllib.parse.urlencode({"prompt": PROMPT, "gen_n": 12, "gen_temp": 0})
+    page.goto(f"{server}/generation?{query}")
+    page.wait_for_selector('[data-testid="stApp"]')
+    wait_for_idle(page)
+    page.get_by_test_id("stMainBlockContainer").get_by_role("button", name="Generate", exact=True).click()
+    seen: list[int] = []
+    for _ in range(600):  # the pages' default pace, 5 tokens a second: about 2.4 s of writing
+        lines = live_lines(page)
+        if lines:
+            number = int(LINE.search(lines[0]).group(1))
+            if not seen or number != seen[-1]:
+                seen.append(number)
+                assert len(lines) == 4 and all(NODE.match(line) for line in lines[1:]), lines
+                if len(seen) == 2:
+                    page.screenshot(path=str(artifacts / f"live_contributors_{width}.png"))
+        if page.get_by_text(re.compile("then 12 new ones: the model wrote")).count():  # the finished run
+            break
+        page.wait_for_timeout(50)
+    assert len(seen) >= 3 and seen == sorted(seen), seen  # it moved on with the text, token by token
+    wait_for_idle(page)
+    boxes = page.locator('[data-testid="stText"]').filter(has_text="new token 12, ")
+    boxes.nth(1).wait_for()  # the replayed last step: by direct effect (found live), then by influence (on demand)
+    assert boxes.count() == 2
+    page.get_by_text("Top contributors by direct effect (found as it was written):").wait_for()
+    page.get_by_text("By influence in the attribution graph (through every path):").wait_for()
+    no_exception(page)
+    page.close()

@@ -24,6 +24,7 @@ class Job:
             None,
         )
         self.started_at, self.finished_at, self.shown = time.perf_counter(), None, 0
+        self.contributors = None  # started without explain
         self._done = threading.Event()
         threading.Thread(target=self._write, daemon=True).start()
 

@@ -11,8 +11,8 @@ from gptviz import PRESETS
 from gptviz.app import display, jobs, reproduce, sidebar
 from gptviz.app import keys as K
 from gptviz.app import settings as S
-from gptviz.app.services import training as services
-from gptviz.app.services.training import Form
+from gptviz.app.services import training_page as services
+from gptviz.app.services.training_page import Form
 from gptviz.figures import norms_training as fig_norms_training
 from gptviz.figures import training as fig_train
 from gptviz.model.config import ConfigError

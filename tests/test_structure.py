@@ -225,3 +225,12 @@ def test_every_package_is_installed():
     listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["packages"])
     found = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "gptviz").rglob("*.py")}  # (app/: no __init__)
     assert "gptviz.app" in found and found - listed == set(), sorted(found - listed)
+
+
+def test_no_app_module_is_named_like_a_library_package():
+    """Issue 61.4: `gptviz/app/services/training.py` read like the `gptviz.training` package; the app's modules take
+    other names (the pages' files keep theirs: the navigation's addresses are their stems)."""
+    library = ROOT / "gptviz"
+    packages = {p.name for p in library.iterdir() if (p / "__init__.py").exists()}
+    clashes = [str(f.relative_to(ROOT)) for f in (library / "app").rglob("*.py") if f.stem in packages]
+    assert "training" in packages and clashes == []

@@ -32,13 +32,13 @@ def live_lines(page) -> list[str]:
 def test_the_live_line_follows_the_text_with_each_tokens_contributors(browser, server, artifacts, width, height):
     page = browser.new_page(viewport={"width": width, "height": height})
     page.set_default_timeout(120_000)
-    query = urllib.parse.urlencode({"prompt": PROMPT, "gen_n": 12, "gen_temp": 0})
+    query = urllib.parse.urlencode({"prompt": PROMPT, "gen_n": 20, "gen_temp": 0})
     page.goto(f"{server}/generation?{query}")
     page.wait_for_selector('[data-testid="stApp"]')
     wait_for_idle(page)
     page.get_by_test_id("stMainBlockContainer").get_by_role("button", name="Generate", exact=True).click()
     seen: list[int] = []
-    for _ in range(600):  # the pages' default pace, 5 tokens a second: about 2.4 s of writing
+    for _ in range(600):  # the pages' default pace, 5 tokens a second: about 4 s of writing
         lines = live_lines(page)
         if lines:
             number = int(LINE.search(lines[0]).group(1))
@@ -47,12 +47,12 @@ def test_the_live_line_follows_the_text_with_each_tokens_contributors(browser, s
                 assert len(lines) == 4 and all(NODE.match(line) for line in lines[1:]), lines
                 if len(seen) == 2:
                     page.screenshot(path=str(artifacts / f"live_contributors_{width}.png"))
-        if page.get_by_text(re.compile("then 12 new ones: the model wrote")).count():  # the finished run
+        if page.get_by_text(re.compile("then 20 new ones: the model wrote")).count():  # the finished run
             break
         page.wait_for_timeout(50)
     assert len(seen) >= 3 and seen == sorted(seen), seen  # it moved on with the text, token by token
     wait_for_idle(page)
-    boxes = page.locator('[data-testid="stText"]').filter(has_text="new token 12, ")
+    boxes = page.locator('[data-testid="stText"]').filter(has_text="new token 20, ")
     boxes.nth(1).wait_for()  # the replayed last step: by direct effect (found live), then by influence (on demand)
     assert boxes.count() == 2
     page.get_by_text("Top contributors by direct effect (found as it was written):").wait_for()

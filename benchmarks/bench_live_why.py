@@ -1,7 +1,7 @@
 """The live text's top contributors (issue 58) against its rate: the app's LiveGeneration (the server's one generation
 thread, at the model's own pace) with a page's redraws beside it every LIVE_REDRAW_S taking the snapshot as the page
 does, without contributors and with them (`explain=True`: the steps capture what they need and
-gptviz.serve.live_contributors finds them in a thread of its own at the lowest priority). Rounds alternate without /
+gptviz.serve.live_contributors finds them in the model's own thread, a batch at a time). Rounds alternate without /
 with, so background load hits both alike. Reported: tokens/s of the generation (new tokens over its wall time)
 without and with, the median of the rounds' ratios (the target: at least 0.9) and their range; how many tokens had
 their contributors at the first redraw that drew them, and by the run's end; the median and largest time from a step

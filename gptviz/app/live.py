@@ -444,5 +444,5 @@ def draw_live(
         generation_map(run, layer=layer, head=head, scale=scale, key=map_key, on_pick=on_pick, every_layer=False)
     with right:
         text_so_far(run, live=True, height=text_height)
-        under_live_text(run)  # each new token's top contributors (issue 58), found beside the model
+        under_live_text(run)  # each new token's top contributors (issue 58), found as the model writes
         monospace_text(next_token_text(run["steps"], run["enc"]), "next")

@@ -2,9 +2,9 @@
 position with the largest direct effect on its logit, the attribution graph's `direct` field; issue 58), and one click
 from a written token to the Why page's graph for it.
 
-The model's steps capture what the contributors need and gptviz.serve.live_contributors finds them beside it, in a
-thread of its own at the lowest CPU priority (`python -m benchmarks live-why` measures the model's rate with and
-without them); the page only reads what it found. A finished run's step shows the graph's influences too (through
+The model's steps capture what the contributors need and gptviz.serve.live_contributors finds them in the model's own
+thread, a batch at a time (`python -m benchmarks live-why` measures the model's rate with and without them); the page
+only reads what it found. A finished run's step shows the graph's influences too (through
 every path, not only the direct one), computed on demand.
 """
 
@@ -27,7 +27,7 @@ ABOUT = (
     "Each new token's three largest direct contributions to its logit: the nodes at its own position (heads, "
     "neurons, its embedding, biases) whose output the final norm carries straight to that logit, and their share of "
     "it (every direct effect and the final norm's bias add up to the logit). A head's token is the key its "
-    "contribution comes from most. Found beside the model as it writes, at the lowest CPU priority. What reaches the "
+    "contribution comes from most. Found as the model writes, a batch of tokens at a time. What reaches the "
     "logit through later positions and layers too: the Why page's attribution graph."
 )
 

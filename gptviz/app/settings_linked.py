@@ -60,7 +60,7 @@ LIVE_WHY = Setting(
     link="live_why",
     rule=Flag(),
     help="Each written token's three largest direct contributions to its logit (the nodes at its own position: "
-    "heads, neurons, its embedding, biases), found beside the model as it writes, at the lowest CPU priority. "
+    "heads, neurons, its embedding, biases), found as the model writes, a batch of tokens at a time. "
     "Takes effect at the next Generate.",
 )
 

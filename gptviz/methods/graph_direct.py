@@ -74,20 +74,14 @@ class DirectEffects(NamedTuple):
     def flat(self) -> torch.Tensor:
         """[K, nodes]: embeddings, heads (layer-major), neurons (layer-major), then each bias by layer (node_at)."""
         K = self.heads.shape[0]
-        biases = [b for b in self.biases.values()]
+        biases = list(self.biases.values())
         return torch.cat([self.embeddings[:, None], self.heads.reshape(K, -1), self.neurons.reshape(K, -1), *biases], 1)
 
 
-_WEIGHTS: dict[int, tuple[object, list]] = {}
-
-
 def _layers(model) -> list[LayerWeights]:
-    """The model's matrices by layer (views of its float32 weights: no copy), made once per model."""
-    found = _WEIGHTS.get(id(model))
-    if found is None or found[0] is not model:
-        _WEIGHTS.clear()  # one model at a time: nothing kept alive past the next
-        found = _WEIGHTS[id(model)] = (model, [LayerWeights(block, model.config) for block in model.blocks])
-    return found[1]
+    """The model's matrices by layer: views of its float32 weights, no copy (made for each batch, so nothing here
+    keeps a model alive once its generation is over)."""
+    return [LayerWeights(block, model.config) for block in model.blocks]
 
 
 def direct_effects(model, steps: list[DirectStep]) -> DirectEffects:

@@ -15,17 +15,12 @@ from __future__ import annotations
 import time
 
 from ..methods.graph_contributors import Contributors
-from ..methods.graph_direct import DirectStep, direct_contributors, direct_hooks
+from ..methods.graph_direct import DirectStep, direct_contributors
 from ..model.sizes import LIVE_CONTRIBUTORS_HELD_BYTES as HELD_BYTES
 from ..model.sizes import live_contributors_batch
 
 BATCH_EVERY_S = 0.1
 SHARE = 0.05  # of the model's time, at most, between batches
-
-
-def capture_names(config) -> list[str]:
-    """The hooks a generation's steps capture for their contributors."""
-    return direct_hooks(config)
 
 
 class LiveContributors:
@@ -67,9 +62,13 @@ class LiveContributors:
         if self._held > HELD_BYTES or len(self._pending) >= self._batch or now >= self._next_batch:
             self.flush()
 
+    def release(self) -> None:
+        """No more steps: let go of the model and the steps still waiting (what was found stays)."""
+        self.model, self._pending, self._held = None, [], 0
+
     def flush(self) -> None:
         """Find the contributors of every step waiting."""
-        if not self._pending or self.error is not None:
+        if not self._pending or self.error is not None or self.model is None:
             return
         taken, self._pending, self._held = self._pending, [], 0
         started = self._clock()

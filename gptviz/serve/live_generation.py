@@ -21,10 +21,11 @@ from contextlib import contextmanager, nullcontext
 
 import torch
 
+from ..methods.graph_direct import direct_hooks
 from ..model.generate import StepSummary, step_summary, stream
 from ..model.model import GPT
 from ..model.tokenizer import tokenizer_for
-from .live_contributors import LiveContributors, capture_names
+from .live_contributors import LiveContributors
 
 # The generation thread releases the GIL inside every torch op and must take it back after each; while a page's
 # script runs, Python's default 5 ms switch interval makes it wait up to that long each time (a forward pass has
@@ -190,7 +191,7 @@ class LiveGeneration:
         explain: bool = False,
     ):
         check_pace(pace)
-        capture = capture_names(model.config) if explain else ()
+        capture = direct_hooks(model.config) if explain else ()
         # checks the prompt and settings now
         records = stream(model, list(prompt_ids), attention=True, capture=capture, **settings)
         self.prompt = tuple(int(i) for i in prompt_ids)
@@ -236,6 +237,8 @@ class LiveGeneration:
             with threads:  # the server's count is back for later threads before anyone sees the run end
                 self._generate(records)
         finally:
+            if self.contributors is not None:
+                self.contributors.release()  # the run's page keeps the job: it must not keep the model
             if self.stopped and self._keep is not None:
                 del self.steps[self._keep :]  # before _done: a reader that sees it over sees the kept steps
             self.finished_at = time.perf_counter()

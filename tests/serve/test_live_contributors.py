@@ -56,6 +56,7 @@ def test_every_step_gets_the_contributors_the_library_finds_for_it(monkeypatch):
         assert [c.value for c in found[i].top] == pytest.approx([c.value for c in want.top], abs=1e-6)
         assert found[i].metric == pytest.approx(want.metric)
     assert len(job.contributors.lag) == 12 and all(lag >= 0 for lag in job.contributors.lag.values())
+    assert job.contributors.model is None  # the finished run's page keeps the job, not the model
 
 
 def test_without_explain_nothing_is_captured_or_found():

@@ -13,6 +13,7 @@ import streamlit as st
 
 from ..export import annotation_min_widths, annotation_width_css, csv_bytes, figure_file_name, figure_html
 from ..figures import palette
+from ..model.heads import MEAN_HEAD, head_or_mean  # noqa: F401 (the pages' head pickers read them here)
 from . import keys as K
 
 
@@ -35,19 +36,12 @@ MODEBAR_REMOVED = ("zoomIn2d", "zoomOut2d", "autoScale2d", "select2d", "lasso2d"
 HTML_HELP = "This figure as one HTML file that opens offline in any browser, with zoom and hover."
 
 SAVED_WIDE_FIGURE_PX = 1000  # px: the camera's image of a figure whose annotations hide when narrow
-MEAN_HEAD = -1  # a head picker's option for the mean of a layer's heads
 # A page whose first screen is tight on a phone (Streamlit stacks columns below 640 px): a one-line title and less
 # room above it. A CSS rule only, for a page's own <style>.
 PHONE_TITLE_CSS = (
     "@media (max-width: 640px) {[data-testid='stMainBlockContainer'] {padding-top: 3.5rem;} "
     "[data-testid='stMainBlockContainer'] h1 {font-size: 1.4rem; padding: 0;}}"
 )
-
-
-def head_or_mean(weights, head: int | None):
-    """One head's slice of a layer's per-head tensor [heads, ...], or the heads' mean for MEAN_HEAD (or None): the
-    rule every view of "a head, or the mean of all heads" reads."""
-    return weights.mean(0) if head is None or head == MEAN_HEAD else weights[head]
 
 
 def head_name(head: int) -> str:

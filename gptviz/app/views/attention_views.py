@@ -16,6 +16,7 @@ from ...figures import head_views as fhv
 from ...figures.browser import attention_map as amap
 from ...figures.browser import query_bars as qbars
 from ...figures.browser import token_span as tspan
+from ...model.heads import heads_mean
 from .. import components, live
 from .. import keys as K
 from .. import settings as S
@@ -421,7 +422,7 @@ def all_heads_of_the_layer(seen: Seen, p: Pick) -> None:
 def model_view(seen: Seen, p: Pick) -> None:
     cfg, T = seen.cfg, seen.T
     average = S.ATT_MV_MEAN.toggle(st, persist_state="session")
-    shown = seen.patterns.mean(1, keepdim=True) if average else seen.patterns
+    shown = heads_mean(seen.patterns, 1, keepdims=True) if average else seen.patterns
     K_ = grid_prefix(seen, shown.shape[0] * shown.shape[1])
     col_names = ["mean of heads"] if average else [f"head {h}" for h in range(cfg.n_heads)]
     show_figure(

@@ -17,6 +17,7 @@ from functools import lru_cache
 import numpy as np
 import plotly.colors as pcolors
 
+from ...model.heads import heads_mean, heads_then_mean
 from ..attention import HIGHLIGHT, OUT_OF_WINDOW_COLOR, SCALES
 from ..common import ATTENTION_SCALE, MASKED_COLOR
 from ..palette import sequential
@@ -183,7 +184,7 @@ def payload(
     if head_notes is not None and (len(head_notes) != L or any(len(row) != H + 1 for row in head_notes)):
         raise ValueError(f"head_notes must be {L} layers x {H + 1} entries (heads, then the mean)")
     sent = layers_to_send(L, H, T * T, layer)
-    with_mean = np.concatenate([p[sent], p[sent].mean(axis=1, keepdims=True)], axis=1)  # [sent, H + 1, T, T]
+    with_mean = heads_then_mean(p[sent], head_axis=1)  # [sent, H + 1, T, T]
     data = _encode(
         with_mean,
         sent,
@@ -251,7 +252,7 @@ def generation_payload(
         ends.append(q + 1)
     # the heads' mean in one pass, not a step at a time (it was most of a live frame's own time): the same sums in
     # the same order, and zero outside each step's window as before
-    w[:, H] = w[:, :H].mean(axis=1)
+    w[:, H] = heads_mean(w[:, :H], head_axis=1)
     return _encode(
         w,
         sent,

@@ -29,6 +29,7 @@ from ..model.hooks import (  # noqa: F401 (model_nbytes: callers import it here)
     stack_patterns,
     storage_nbytes,
 )
+from ..model.model import rewired_copy
 from ..model.params import total_params
 from ..model.weights import CheckpointError, bundled_models, forget_download, load_checkpoint, weights_nbytes
 from ..model.weights import training_vocab as read_training_vocab
@@ -161,7 +162,8 @@ def load_model(spec: ModelSpec) -> GPT:
         )
         with memory.reserve(_loading_nbytes(spec, folder) if estimate is None else 0, f"loading {spec.name}"):
             with _BUILD_LOCK:
-                model = _build_model(spec, folder)
+                twin = _built_twin(spec)
+                model = rewired_copy(twin, spec.norm) if twin is not None else _build_model(spec, folder)
         refuse_non_finite_weights(spec, model)  # raised before it is stored: every page shows the message
         return model
 
@@ -253,6 +255,14 @@ def _stored_nbytes(spec: ModelSpec):
     if spec.source == keys.SOURCE_TRAINED and (spec.device, spec.dtype) == ("cpu", "float32"):
         return lambda model: 0
     return model_nbytes
+
+
+def _built_twin(spec: ModelSpec) -> GPT | None:
+    """A random preset's other wiring, when it is built already: its weights are this spec's too (the same seed
+    draws the same values for both), so the LayerNorm toggle copies them instead of drawing them again."""
+    if spec.source != keys.SOURCE_PRESET:
+        return None
+    return model_store().peek(spec._replace(norm="post" if spec.norm == "pre" else "pre"))
 
 
 def _build_model(spec: ModelSpec, folder: Path | None = None) -> GPT:

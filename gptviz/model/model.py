@@ -85,6 +85,21 @@ def row_major_copy(model: GPT) -> GPT:
 
 
 @torch.no_grad()
+def rewired_copy(model: GPT, norm: str) -> GPT:
+    """A copy of `model` with the other LayerNorm placement ("pre" or "post") and the same weights, copied, not
+    drawn: both wirings hold the same tensors under the same names, and a seed draws the same values for both, so a
+    random preset's other wiring is its twin's weights (copying them is far cheaper than drawing them again)."""
+    with torch.device(model.device):
+        twin = GPT(model.config.replace(norm=norm), init="empty").to(dtype=model.wte.weight.dtype)
+    ours, theirs = twin.state_dict(), model.state_dict()
+    if ours.keys() != theirs.keys():
+        raise ValueError("the two wirings do not hold the same tensors")
+    for name, tensor in ours.items():
+        tensor.copy_(theirs[name])  # in place: the [in, out] layout of the twin's matrices is kept
+    return twin.train(model.training)
+
+
+@torch.no_grad()
 def _draw(param: torch.Tensor, fill) -> None:
     """Fill `param` by drawing into a row-major buffer: random fills follow memory order, so drawing in place
     would make a seed's weights depend on the storage layout."""

@@ -97,6 +97,12 @@ class BoundedCache(Generic[V]):
         with self._lock:
             return key in self._entries
 
+    def peek(self, key: Hashable) -> V | None:
+        """The value stored under `key`, or None; never builds."""
+        with self._lock:
+            entry = self._entries.get(key)
+        return None if entry is None else entry[0]
+
     def clear(self) -> None:
         with self._lock:
             self._drop([self._entries.popitem(last=False)[1] for _ in range(len(self._entries))])

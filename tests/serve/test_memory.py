@@ -423,3 +423,10 @@ def test_the_servers_accountant_reads_the_real_process():
 
     acc = memory.accountant()
     assert acc._resident is allocator.resident_bytes and acc._release_freed is allocator.release_freed_memory
+
+
+def test_peek_returns_a_stored_value_and_never_builds():
+    cache = BoundedCache(100, "thing")
+    assert cache.peek("a") is None and "a" not in cache
+    value = cache.get_or_build("a", lambda: [1], lambda v: 10)
+    assert cache.peek("a") is value

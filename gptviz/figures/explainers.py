@@ -120,34 +120,30 @@ def causal_mask_figure(mask, labels: list[str]) -> go.Figure:
 _KIND_COLORS = {"norm": "#e9d8fd", "attn": "#bee3f8", "mlp": "#c6f6d5", "add": "#ffffff", "io": "#edf2f7"}
 
 
+# A block's two sub-layers: (their LayerNorm, label, kind, hook on the sub-layer's output, hook on the stream after it)
+_SUBLAYERS = (
+    ("LayerNorm ln_1", "causal self-attention", "attn", "hook_attn_out", "hook_resid_mid"),
+    ("LayerNorm ln_2", "MLP", "mlp", "hook_mlp_out", "hook_resid_post"),
+)
+
+
 def block_layout(norm: str) -> tuple[list[tuple[str, str, str]], list[tuple[int, int]]]:
-    """(nodes as (label, kind, hook name shown beside it), skips as (from node, to '+' node)) for one block."""
-    if norm == "pre":
-        nodes = [
-            ("x (residual stream)", "io", "hook_resid_pre"),
-            ("LayerNorm ln_1", "norm", ""),
-            ("causal self-attention", "attn", "hook_attn_out"),
-            ("+", "add", "hook_resid_mid"),
-            ("LayerNorm ln_2", "norm", ""),
-            ("MLP", "mlp", "hook_mlp_out"),
-            ("+", "add", "hook_resid_post"),
-            ("next block (or ln_f)", "io", ""),
-        ]
-        skips = [(0, 3), (3, 6)]
-    elif norm == "post":
-        nodes = [
-            ("x (residual stream)", "io", "hook_resid_pre"),
-            ("causal self-attention", "attn", "hook_attn_out"),
-            ("+", "add", ""),
-            ("LayerNorm ln_1", "norm", "hook_resid_mid"),
-            ("MLP", "mlp", "hook_mlp_out"),
-            ("+", "add", ""),
-            ("LayerNorm ln_2", "norm", "hook_resid_post"),
-            ("next block (or ln_f)", "io", ""),
-        ]
-        skips = [(0, 2), (3, 5)]
-    else:
+    """(nodes as (label, kind, hook name shown beside it), skips as (from node, to '+' node)) for one block. The two
+    wirings differ only in where each sub-layer's LayerNorm sits: before it (pre), or after its '+' (post), where
+    its output is the stream the next hook reads."""
+    if norm not in ("pre", "post"):
         raise ValueError(f"norm must be 'pre' or 'post', got {norm!r}")
+    nodes = [("x (residual stream)", "io", "hook_resid_pre")]
+    skips = []
+    for ln, label, kind, out_hook, stream_hook in _SUBLAYERS:
+        if norm == "pre":
+            group = [(ln, "norm", ""), (label, kind, out_hook), ("+", "add", stream_hook)]
+        else:
+            group = [(label, kind, out_hook), ("+", "add", ""), (ln, "norm", stream_hook)]
+        # the skip leaves from the node below the sub-layer and joins at its '+'
+        skips.append((len(nodes) - 1, len(nodes) + [k for _, k, _ in group].index("add")))
+        nodes += group
+    nodes.append(("next block (or ln_f)", "io", ""))
     return nodes, skips
 
 

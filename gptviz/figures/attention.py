@@ -92,6 +92,42 @@ def _pair_customdata(query_texts: list[str], key_texts: list[str]) -> np.ndarray
     return custom
 
 
+def masked_trace(z, x, y, colorscale: list, hover: str) -> go.Heatmap:
+    """The cells a query cannot see, as a trace of their own in `colorscale`'s flat colours (z from 0 to 1, no colour
+    bar); its NaN cells, those the query sees, are not drawn and have no hover. One hover sentence and no per-cell
+    data: that would double the figure's size."""
+    return go.Heatmap(
+        z=z,
+        x=x,
+        y=y,
+        zmin=0,
+        zmax=1,
+        showscale=False,
+        hoverongaps=False,
+        colorscale=colorscale,
+        name="masked",
+        hovertemplate=hover + "<extra></extra>",
+    )
+
+
+def query_key_axes(
+    fig: go.Figure, key_title: str, query_title: str, keys: dict, queries: dict, *, tick_size: int
+) -> None:
+    """The axes of a query × key heatmap: keys across (angled labels), queries down from the top, no grid or zero
+    line over the cells; `keys`, `queries`: each axis's ticks."""
+    fig.update_xaxes(
+        title_text=key_title, tickangle=-60, tickfont_size=tick_size, showgrid=False, zeroline=False, **keys
+    )
+    fig.update_yaxes(
+        title_text=query_title,
+        autorange="reversed",
+        tickfont_size=tick_size,
+        showgrid=False,
+        zeroline=False,
+        **queries,
+    )
+
+
 def attention_heatmap(
     pattern,
     labels: list[str],
@@ -125,34 +161,12 @@ def attention_heatmap(
         "<br>query position %{customdata[2]}, key position %{customdata[3]}<extra></extra>",
     )
     future = np.where(idx[None, :] > idx[:, None], 1.0, np.nan)
-    mask = go.Heatmap(  # no per-cell hover data: it would double the figure's size for one sentence
-        z=future,
-        x=cats,
-        y=cats,
-        zmin=0,
-        zmax=1,
-        showscale=False,
-        hoverongaps=False,
-        colorscale=[[0, MASKED_COLOR], [1, MASKED_COLOR]],
-        name="masked",
-        hovertemplate="masked: a token cannot look at later tokens<extra></extra>",
+    mask = masked_trace(
+        future, cats, cats, [[0, MASKED_COLOR], [1, MASKED_COLOR]], "masked: a token cannot look at later tokens"
     )
     fig = go.Figure([weights, mask])
-    fig.update_xaxes(
-        title_text="key (looked at)",
-        tickangle=-60,
-        tickfont_size=11,
-        showgrid=False,
-        zeroline=False,
-        **token_category_axis(cats),
-    )
-    fig.update_yaxes(
-        title_text="query (looking)",
-        autorange="reversed",
-        tickfont_size=11,
-        showgrid=False,
-        zeroline=False,
-        **token_category_axis(cats),
+    query_key_axes(
+        fig, "key (looked at)", "query (looking)", token_category_axis(cats), token_category_axis(cats), tick_size=11
     )
     if query is not None and 0 <= query < T:
         fig.add_shape(

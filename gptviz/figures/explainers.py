@@ -120,34 +120,30 @@ def causal_mask_figure(mask, labels: list[str]) -> go.Figure:
 _KIND_COLORS = {"norm": "#e9d8fd", "attn": "#bee3f8", "mlp": "#c6f6d5", "add": "#ffffff", "io": "#edf2f7"}
 
 
+# A block's two sub-layers: (their LayerNorm, label, kind, hook on the sub-layer's output, hook on the stream after it)
+_SUBLAYERS = (
+    ("LayerNorm ln_1", "causal self-attention", "attn", "hook_attn_out", "hook_resid_mid"),
+    ("LayerNorm ln_2", "MLP", "mlp", "hook_mlp_out", "hook_resid_post"),
+)
+
+
 def block_layout(norm: str) -> tuple[list[tuple[str, str, str]], list[tuple[int, int]]]:
-    """(nodes as (label, kind, hook name shown beside it), skips as (from node, to '+' node)) for one block."""
-    if norm == "pre":
-        nodes = [
-            ("x (residual stream)", "io", "hook_resid_pre"),
-            ("LayerNorm ln_1", "norm", ""),
-            ("causal self-attention", "attn", "hook_attn_out"),
-            ("+", "add", "hook_resid_mid"),
-            ("LayerNorm ln_2", "norm", ""),
-            ("MLP", "mlp", "hook_mlp_out"),
-            ("+", "add", "hook_resid_post"),
-            ("next block (or ln_f)", "io", ""),
-        ]
-        skips = [(0, 3), (3, 6)]
-    elif norm == "post":
-        nodes = [
-            ("x (residual stream)", "io", "hook_resid_pre"),
-            ("causal self-attention", "attn", "hook_attn_out"),
-            ("+", "add", ""),
-            ("LayerNorm ln_1", "norm", "hook_resid_mid"),
-            ("MLP", "mlp", "hook_mlp_out"),
-            ("+", "add", ""),
-            ("LayerNorm ln_2", "norm", "hook_resid_post"),
-            ("next block (or ln_f)", "io", ""),
-        ]
-        skips = [(0, 2), (3, 5)]
-    else:
+    """(nodes as (label, kind, hook name shown beside it), skips as (from node, to '+' node)) for one block. The two
+    wirings differ only in where each sub-layer's LayerNorm sits: before it (pre), or after its '+' (post), where
+    its output is the stream the next hook reads."""
+    if norm not in ("pre", "post"):
         raise ValueError(f"norm must be 'pre' or 'post', got {norm!r}")
+    nodes = [("x (residual stream)", "io", "hook_resid_pre")]
+    skips = []
+    for ln, label, kind, out_hook, stream_hook in _SUBLAYERS:
+        if norm == "pre":
+            group = [(ln, "norm", ""), (label, kind, out_hook), ("+", "add", stream_hook)]
+        else:
+            group = [(label, kind, out_hook), ("+", "add", ""), (ln, "norm", stream_hook)]
+        # the skip leaves from the node below the sub-layer and joins at its '+'
+        skips.append((len(nodes) - 1, len(nodes) + [k for _, k, _ in group].index("add")))
+        nodes += group
+    nodes.append(("next block (or ln_f)", "io", ""))
     return nodes, skips
 
 
@@ -200,44 +196,14 @@ def _block_diagram(norm: str, highlight: bool, compact: bool) -> dict:
     for i in range(len(nodes) - 1):  # the spine, bottom to top
         y0 = ys[i] + (0.2 if nodes[i][1] == "add" else half_h)
         y1 = ys[i + 1] - (0.2 if nodes[i + 1][1] == "add" else half_h)
-        fig.add_annotation(
-            x=0,
-            y=y1,
-            ax=0,
-            ay=y0,
-            xref="x",
-            yref="y",
-            axref="x",
-            ayref="y",
-            text="",
-            showarrow=True,
-            arrowhead=2,
-            arrowsize=1.2,
-            arrowwidth=1.5,
-            arrowcolor="#2d3748",
-        )
+        _arrow(fig, (0, y0), (0, y1), 1.5, "#2d3748")
     skip_x = half_w + 0.5
     for start, end in skips:  # the residual connection: around the sub-layer and into the '+'
         y0, y1 = ys[start] + (0.2 if nodes[start][1] == "add" else half_h) + 0.15, ys[end]
         fig.add_shape(
             type="path", path=f"M 0,{y0} L {skip_x},{y0} L {skip_x},{y1}", line=dict(color="#c05621", width=2)
         )
-        fig.add_annotation(
-            x=0.2,
-            y=y1,
-            ax=skip_x,
-            ay=y1,
-            xref="x",
-            yref="y",
-            axref="x",
-            ayref="y",
-            text="",
-            showarrow=True,
-            arrowhead=2,
-            arrowsize=1.2,
-            arrowwidth=2,
-            arrowcolor="#c05621",
-        )
+        _arrow(fig, (skip_x, y1), (0.2, y1), 2, "#c05621")
         fig.add_annotation(
             x=skip_x + 0.05,
             y=(y0 + y1) / 2,
@@ -259,3 +225,23 @@ def _block_diagram(norm: str, highlight: bool, compact: bool) -> dict:
     apply_layout(fig, title=title + (" — the sidebar's model" if highlight else ""), height=320 if compact else 560)
     fig.update_layout(font=FONT, xaxis_fixedrange=True, yaxis_fixedrange=True)
     return fig.to_dict()
+
+
+def _arrow(fig: go.Figure, tail: tuple[float, float], head: tuple[float, float], width: float, color: str) -> None:
+    """An arrow from `tail` to `head` in data coordinates: an annotation with no text."""
+    fig.add_annotation(
+        x=head[0],
+        y=head[1],
+        ax=tail[0],
+        ay=tail[1],
+        xref="x",
+        yref="y",
+        axref="x",
+        ayref="y",
+        text="",
+        showarrow=True,
+        arrowhead=2,
+        arrowsize=1.2,
+        arrowwidth=width,
+        arrowcolor=color,
+    )

@@ -9,7 +9,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .attention import HIGHLIGHT, OUT_OF_WINDOW_COLOR, color_axis
+from .attention import HIGHLIGHT, OUT_OF_WINDOW_COLOR, color_axis, masked_trace, query_key_axes
 from .common import (
     MASKED_COLOR,
     apply_layout,
@@ -162,18 +162,7 @@ def generation_heatmap(
     texts = escaped(labels)
     steps, keys = np.arange(S), np.arange(N)
     colors = [[0, OUT_OF_WINDOW_COLOR], [0.5, OUT_OF_WINDOW_COLOR], [0.5, MASKED_COLOR], [1, MASKED_COLOR]]
-    masked = go.Heatmap(
-        z=blank,
-        x=keys,
-        y=steps,
-        zmin=0,
-        zmax=1,
-        showscale=False,
-        hoverongaps=False,
-        colorscale=colors,
-        name="masked",
-        hovertemplate="not visible: a later token, or out of the context window<extra></extra>",
-    )
+    masked = masked_trace(blank, keys, steps, colors, "not visible: a later token, or out of the context window")
     if hover_tokens:
         custom = np.empty((S, N, 5), dtype=object)
         custom[..., 0] = np.array([f"'{texts[n_prompt + s]}'" for s in range(S)], dtype=object)[:, None]
@@ -200,21 +189,13 @@ def generation_heatmap(
     fig = go.Figure([weights, masked])
     # the heatmap sits in three fifths of the page, about 300 px of plot: 48 angled labels ran into each other
     # (seen at 64 tokens + 30 generated), 24 fit
-    fig.update_xaxes(
-        title_text="key position (prompt, then generated)",
-        tickangle=-60,
-        tickfont_size=10,
-        showgrid=False,
-        zeroline=False,
-        **token_axis(texts[:N], max_ticks=24),
-    )
-    fig.update_yaxes(
-        title_text="generated token",
-        autorange="reversed",
-        tickfont_size=10,
-        showgrid=False,
-        zeroline=False,
-        **token_axis([texts[n_prompt + s] for s in range(S)], max_ticks=40),
+    query_key_axes(
+        fig,
+        "key position (prompt, then generated)",
+        "generated token",
+        token_axis(texts[:N], max_ticks=24),
+        token_axis([texts[n_prompt + s] for s in range(S)], max_ticks=40),
+        tick_size=10,
     )
     if 0 < n_prompt < N + 1:
         fig.add_vline(x=n_prompt - 0.5, line=dict(color=HIGHLIGHT, dash="dot", width=1.5))

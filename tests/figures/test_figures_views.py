@@ -293,6 +293,12 @@ def test_block_diagrams_follow_the_wiring(norm):
     else:
         assert attn < first_add < ln_1  # attend, add, then normalise the sum
     assert all(nodes[end][1] == "add" for _, end in skips)
+    # each skip leaves from the node below its sub-layer; the stream's hooks sit on what carries the stream on
+    assert skips == ([(0, 3), (3, 6)] if norm == "pre" else [(0, 2), (3, 5)])
+    hooks = {hook: label for label, _, hook in nodes if hook}
+    stream = ("+", "+") if norm == "pre" else ("LayerNorm ln_1", "LayerNorm ln_2")
+    assert (hooks["hook_resid_mid"], hooks["hook_resid_post"]) == stream
+    assert hooks["hook_resid_pre"] == labels[0] and hooks["hook_mlp_out"] == "MLP" and len(nodes) == 8
     fig = fx.block_diagram(norm)
     texts = [a.text for a in fig.layout.annotations]
     for label in set(labels):

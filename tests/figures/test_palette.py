@@ -137,7 +137,7 @@ BUILDERS = {
     "why.attribution_bars": lambda: fw.attribution_bars(["embed", "L0H0", "L0 MLP"], [0.5, -0.3, 0.1], title="t"),
 }
 # colour helpers that the builders above call (tested through them)
-HELPERS = {"attention.color_axis", "why.sign_colours"}
+HELPERS = {"attention.color_axis", "attention.masked_trace", "why.sign_colours"}
 
 
 def colour_builders() -> set[str]:

@@ -329,6 +329,10 @@ def test_attention_heatmap_data():
     assert fig.data[0].customdata[2][0][0] == "'the'" and fig.data[0].customdata[2][1][1] == "'&lt;b&gt;'"
     assert "→" in weights.hovertemplate and weights.hovertemplate.endswith("<extra></extra>")
     assert fig.layout.shapes[0].y0 == 1.5 and fig.layout.shapes[0].x1 == 2.5  # the query row outline
+    assert (fig.layout.xaxis.tickangle, fig.layout.xaxis.tickfont.size, fig.layout.yaxis.tickfont.size) == (-60, 11, 11)
+    assert fig.layout.yaxis.autorange == "reversed" and not fig.layout.xaxis.zeroline and not fig.layout.yaxis.showgrid
+    assert (mask.zmin, mask.zmax, mask.showscale, mask.hoverongaps) == (0, 1, False, False)
+    assert mask.hovertemplate == "masked: a token cannot look at later tokens<extra></extra>"
 
 
 def test_color_axis_scales():

@@ -269,6 +269,11 @@ def test_generation_heatmap_layout_of_rows():
     assert list(fig.layout.yaxis.ticktext) == ["d", "e", "f"]  # the predicted tokens
     assert weights.customdata[1][0][1] == "'d'" and weights.customdata[1][0][0] == "'e'"
     assert fig.layout.shapes[-1].y0 == 0.5
+    # the query × key axes and the masked trace as attention_heatmap draws them
+    assert (fig.layout.xaxis.tickangle, fig.layout.xaxis.tickfont.size, fig.layout.xaxis.showgrid) == (-60, 10, False)
+    assert fig.layout.yaxis.autorange == "reversed" and fig.layout.yaxis.title.text == "generated token"
+    assert (masked.zmin, masked.zmax, masked.showscale, masked.hoverongaps) == (0, 1, False, False)
+    assert masked.hovertemplate == "not visible: a later token, or out of the context window<extra></extra>"
 
 
 def test_generation_heatmap_thins_its_key_labels_so_they_do_not_collide():

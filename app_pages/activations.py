@@ -25,29 +25,13 @@ from gptviz.model import sizes
 from gptviz.model.tokenizer import token_labels
 from gptviz.model.unit_id import head_id, neuron_id
 
-SUFFIXES = (
-    "hook_resid_pre",
-    "hook_attn_out",
-    "hook_resid_mid",
-    "mlp.hook_post",
-    "hook_mlp_out",
-    "hook_resid_post",
-    "attn.hook_pattern",
-)
-# Attention patterns are [heads, T, T] per layer: past this many bytes the prompt's head detectors are skipped
-# rather than holding (and caching) hundreds of MB of weights.
-PATTERN_BUDGET = 256 * 2**20
 # A capture without the hooks asked for: the server kept a model built by gptviz code it has since reloaded.
 TABS = ("Residual stream", "MLP neurons", "Norm inputs", "Logit lens", "Head detectors", "Export")
 
 
 def with_patterns(seen: Seen) -> bool:
     """Whether this prompt's attention patterns are small enough to capture and score."""
-    return seen.pattern_bytes <= PATTERN_BUDGET
-
-
-def hook_names(n_layers: int, patterns: bool = True) -> tuple[str, ...]:
-    return tuple(f"blocks.{i}.{s}" for i in range(n_layers) for s in SUFFIXES if patterns or s != "attn.hook_pattern")
+    return seen.pattern_bytes <= services.PATTERN_BUDGET
 
 
 def pct(p: float) -> str:
@@ -70,11 +54,6 @@ def per_position(rows: list[str], labels: list[str], column: str) -> dict:
         "position": list(range(T)) * len(rows),
         "token": labels * len(rows),
     }
-
-
-def captured_names(cfg, T: int) -> tuple[str, ...]:
-    """What the page captures: every hook it reads, the attention patterns only within PATTERN_BUDGET."""
-    return hook_names(cfg.n_layers, 4 * cfg.n_layers * cfg.n_heads * T * T <= PATTERN_BUDGET)
 
 
 def focus_picker(seen: Seen) -> int:
@@ -359,7 +338,7 @@ def main() -> None:
         "neurons do, what each norm receives, what the model would predict if it stopped early, and which "
         "heads follow simple patterns."
     )
-    seen = read_prompt(captured_names)
+    seen = read_prompt(services.captured_names)
     seen.focus = focus_picker(seen)
     for name, tab in zip(TABS, st.tabs(list(TABS)), strict=True):
         with tab:

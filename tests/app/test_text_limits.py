@@ -197,7 +197,7 @@ def test_every_numeric_record_has_bounds():
     passed_where_drawn = {S.NORMS_LAYER, S.NORMS_HEAD, S.TWINS_LAYER, S.TWINS_HEAD}
     numeric = [
         r
-        for r in vars(S).values()
+        for r in S.records().values()
         if isinstance(r, S.Setting) and isinstance(r.default, (int, float)) and not isinstance(r.default, bool)
     ]
     assert len(numeric) >= 20

@@ -16,6 +16,7 @@ from streamlit.testing.v1 import AppTest
 from gptviz import methods as analysis
 from gptviz.app import keys as K
 from gptviz.app import model_service, sidebar
+from gptviz.app.services import activations
 from gptviz.model.tokenizer import encode
 from tests.support.pagetest import TINY, array, edge_prompts, figure, forward_calls, kept_and_charted, run_page
 
@@ -29,21 +30,8 @@ def page(prompt: str, spec: model_service.ModelSpec = TINY, **state) -> AppTest:
 
 def capture_for(prompt: str, spec: model_service.ModelSpec = TINY):
     """The page's own capture (same hook names, same order: a cache hit)."""
-    names = tuple(
-        f"blocks.{i}.{s}"
-        for i in range(N_LAYERS)
-        for s in (
-            "hook_resid_pre",
-            "hook_attn_out",
-            "hook_resid_mid",
-            "mlp.hook_post",
-            "hook_mlp_out",
-            "hook_resid_post",
-            "attn.hook_pattern",
-        )
-    )
     ids = tuple(encode(prompt)[-N_CTX:])
-    logits, cache = model_service.capture_cache(spec, ids, names)
+    logits, cache = model_service.capture_cache(spec, ids, activations.hook_names(N_LAYERS))
     return ids, (logits[0], cache.prompt(0))  # the one prompt of the [1, ...] capture
 
 

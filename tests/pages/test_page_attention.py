@@ -44,16 +44,6 @@ from tests.support.pagetest import (
 )
 
 N_LAYERS, N_HEADS, N_CTX = 2, 4, 128  # the tiny preset
-VIEWS = [
-    "One head",
-    "Lines between tokens",
-    "On the text",
-    "Inside the head",
-    "Value-weighted",
-    "All heads of the layer",
-    "Model view: every layer and head",
-    "Entropy map",
-]
 
 
 def page(prompt: str, **state) -> AppTest:
@@ -95,7 +85,8 @@ def test_default_state_widgets_and_real_weights():
     assert len(at.selectbox(key=K.ATT_SCALE).options) == len(fa.SCALES)
     chips = at.button_group(key=K.ATT_QUERY)
     assert chips.options and len(chips.options) == len(ids)
-    assert [t.label for t in at.tabs] == VIEWS
+    # every view, in the order the settings give them (att_view's choices)
+    assert [t.label for t in at.tabs] == list(K.ATTENTION_VIEWS) and len(at.tabs) == 8
     assert at.button(key=K.ATT_GENERATE).label == "Generate" and at.button(key=K.ATT_STOP).label == "Stop"
     # the heatmap carries the model's own weights, every head of every layer (tiny: all fit), each mean last
     data, weights = attention_map(at)
@@ -131,7 +122,7 @@ def test_display_widgets_run_no_forward_pass():
     bars = query_bars(at)
     assert bars["query"] == 2 and len(bars["weights"]) == 3
     np.testing.assert_allclose(bars["weights"], patterns_for(prompt)[1].mean(0)[2, :3].numpy(), atol=1e-5)
-    for view in VIEWS[1:]:
+    for view in K.ATTENTION_VIEWS[1:]:
         at.session_state[K.ATT_VIEW] = view
         at.run()
         assert not at.exception

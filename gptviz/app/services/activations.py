@@ -1,5 +1,6 @@
-"""The Activations page's computations: the logit lens over the page's capture, and the .npz of a whole capture
-built on the download's click, each within a reservation of the server's memory."""
+"""The Activations page's computations: the hooks its capture reads (tests ask for the same ones, to share the
+cached capture), the logit lens over that capture, and the .npz of a whole capture built on the download's click,
+each within a reservation of the server's memory."""
 
 from __future__ import annotations
 
@@ -9,6 +10,29 @@ from ...model import sizes
 from ...serve import limits, memory
 from .. import model_service
 from . import cached
+
+# the hooks the page reads, in each layer
+SUFFIXES = (
+    "hook_resid_pre",
+    "hook_attn_out",
+    "hook_resid_mid",
+    "mlp.hook_post",
+    "hook_mlp_out",
+    "hook_resid_post",
+    "attn.hook_pattern",
+)
+# Attention patterns are [heads, T, T] per layer: past this many bytes the prompt's head detectors are skipped
+# rather than holding (and caching) hundreds of MB of weights.
+PATTERN_BUDGET = 256 * 2**20
+
+
+def hook_names(n_layers: int, patterns: bool = True) -> tuple[str, ...]:
+    return tuple(f"blocks.{i}.{s}" for i in range(n_layers) for s in SUFFIXES if patterns or s != "attn.hook_pattern")
+
+
+def captured_names(cfg, T: int) -> tuple[str, ...]:
+    """What the page captures: every hook it reads, the attention patterns only within PATTERN_BUDGET."""
+    return hook_names(cfg.n_layers, 4 * cfg.n_layers * cfg.n_heads * T * T <= PATTERN_BUDGET)
 
 
 @cached

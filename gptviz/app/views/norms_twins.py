@@ -289,21 +289,15 @@ def matches_table(matches: list, scores: dict, length: int, pills: bool = True) 
     )
     if not pills:  # the unit pages open the bundled twins' heads
         return
-    left, right = st.columns(2)
-    with left:
-        unit_pills(
-            "What a pre-norm head does over the corpus",
-            [unit_id.head_id(*m.a) for m in matches],
-            K.per_item(K.UNIT_PILLS, "norms_pre"),
-            norm="pre",
-        )
-    with right:
-        unit_pills(
-            "What a post-norm head does over the corpus",
-            [unit_id.head_id(*m.b) for m in matches],
-            K.per_item(K.UNIT_PILLS, "norms_post"),
-            norm="post",
-        )
+    heads = {"pre": [m.a for m in matches], "post": [m.b for m in matches]}  # each twin's side of the pairs
+    for column, norm in zip(st.columns(2), heads, strict=True):
+        with column:
+            unit_pills(
+                f"What a {norm}-norm head does over the corpus",
+                [unit_id.head_id(*h) for h in heads[norm]],
+                K.per_item(K.UNIT_PILLS, "norms", norm),
+                norm=norm,
+            )
 
 
 def twins_attention(tw: LoadedTwins) -> dict | None:

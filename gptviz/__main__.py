@@ -200,12 +200,6 @@ def _check(args) -> int:
     return 0 if all(report["passes"].values()) else 1
 
 
-def _index(args) -> int:
-    from .index.cli import run
-
-    return run(args)
-
-
 def _notebook_html(args) -> int:
     from .notebook.html_export import export_html
 
@@ -213,30 +207,6 @@ def _notebook_html(args) -> int:
         raise FileNotFoundError(f"no notebook at {args.notebook}")
     print(export_html(args.notebook, args.out))
     return 0
-
-
-def _index_merge(args) -> int:
-    from .index.cli import run_merge
-
-    return run_merge(args)
-
-
-def _index_export(args) -> int:
-    from .index.cli import run_export
-
-    return run_export(args)
-
-
-def _graph(args) -> int:
-    from .methods.graph_export import run_graph
-
-    return run_graph(args)
-
-
-def _qk(args) -> int:
-    from .methods.graph_export import run_qk
-
-    return run_qk(args)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -341,29 +311,32 @@ def build_parser() -> argparse.ArgumentParser:
         "--update-card", action="store_true", help="write check.json and MODEL_CARD.md beside the checkpoint instead"
     )
     c.set_defaults(func=_check)
-    from .index.cli import add_arguments, add_export_arguments, add_merge_arguments
+    from .index import cli as index_cli
 
-    x = sub.add_parser(
+    _command(
+        sub,
         "index",
-        help="scan a corpus for every neuron's and head's top activations (gptviz.index); "
+        "scan a corpus for every neuron's and head's top activations (gptviz.index); "
         "writes index.json and index.npz. `index merge OUT PART...` combines shards; "
         "`index export MODEL --out FOLDER` writes every unit for a dashboard tool",
+        index_cli.add_arguments,
+        index_cli.run,
     )
-    add_arguments(x)
-    x.set_defaults(func=_index)
-    m = sub.add_parser(
+    _command(
+        sub,
         "index-merge",
-        help="combine the partial indexes of `index --shard I/N` (also spelled `index merge OUT PART...`)",
+        "combine the partial indexes of `index --shard I/N` (also spelled `index merge OUT PART...`)",
+        index_cli.add_merge_arguments,
+        index_cli.run_merge,
     )
-    add_merge_arguments(m)
-    m.set_defaults(func=_index_merge)
-    e = sub.add_parser(
+    _command(
+        sub,
         "index-export",
-        help="every unit of an index in Neuronpedia's feature-dashboard shape "
+        "every unit of an index in Neuronpedia's feature-dashboard shape "
         "(SAEDashboard's batch-N.json files; also spelled `index export ...`)",
+        index_cli.add_export_arguments,
+        index_cli.run_export,
     )
-    add_export_arguments(e)
-    e.set_defaults(func=_index_export)
     n = sub.add_parser(
         "notebook-html",
         help="export a notebook as HTML whose widgets draw offline (gptviz's views, "
@@ -373,19 +346,31 @@ def build_parser() -> argparse.ArgumentParser:
     n.add_argument("notebook", type=Path)
     n.add_argument("out", type=Path, nargs="?", help="the HTML file (default: the notebook's name with .html)")
     n.set_defaults(func=_notebook_html)
-    from .methods.graph_export import add_graph_arguments, add_qk_arguments
+    from .methods import graph_export
 
-    g = sub.add_parser(
+    _command(
+        sub,
         "graph",
-        help="the attribution graph of one token (issue 58's gptviz-graph/1 JSON): influence "
+        "the attribution graph of one token (issue 58's gptviz-graph/1 JSON): influence "
         "of every head, neuron and embedding, edges, the ablation check",
+        graph_export.add_graph_arguments,
+        graph_export.run_graph,
     )
-    add_graph_arguments(g)
-    g.set_defaults(func=_graph)
-    q = sub.add_parser("qk", help="one attention score split into query-source x key-source terms (gptviz-qk/1 JSON)")
-    add_qk_arguments(q)
-    q.set_defaults(func=_qk)
+    _command(
+        sub,
+        "qk",
+        "one attention score split into query-source x key-source terms (gptviz-qk/1 JSON)",
+        graph_export.add_qk_arguments,
+        graph_export.run_qk,
+    )
     return parser
+
+
+def _command(sub, name: str, help: str, add_arguments, run) -> None:
+    """A subcommand whose options and run live in its own module: `add_arguments(parser)`, then `run(args)`."""
+    parser = sub.add_parser(name, help=help)
+    add_arguments(parser)
+    parser.set_defaults(func=run)
 
 
 def main(argv=None) -> int:

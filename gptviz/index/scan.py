@@ -38,37 +38,12 @@ def scan_nbytes(
     return sizes.index_scan_nbytes(config, frequent, batch, top_k=top_k, bins=bins, sample=SAMPLE)
 
 
-def build_index(
-    model,
-    docs,
-    *,
-    model_name: str = "",
-    source: str = "",
-    corpus: dict | None = None,
-    stride: int | None = None,
-    batch: int | None = None,
-    top_k: int = TOP_K,
-    bins: int = BINS,
-    min_count: int = MIN_COUNT,
-    sample: int = SAMPLE,
-    progress: Callable[[int, int], None] | None = None,
-) -> NeuronIndex:
-    """Scan `docs` (Documents, or token-id sequences) with `model` once and return the index. `batch`: windows per
-    forward pass (default_batch); `progress(tokens_done, tokens_total)` is called after each batch."""
+def build_index(model, docs, *, progress: Callable[[int, int], None] | None = None, **settings) -> NeuronIndex:
+    """Scan `docs` (Documents, or token-id sequences) with `model` once and return the index. `settings`: plan_scan's
+    keywords (model_name, source, corpus, stride, batch: windows per forward pass (default_batch), top_k, bins,
+    min_count, sample); `progress(tokens_done, tokens_total)` is called after each batch."""
     started = time.perf_counter()
-    plan = plan_scan(
-        model,
-        docs,
-        model_name=model_name,
-        source=source,
-        corpus=corpus,
-        stride=stride,
-        batch=batch,
-        top_k=top_k,
-        bins=bins,
-        min_count=min_count,
-        sample=sample,
-    )
+    plan = plan_scan(model, docs, **settings)
     part = scan_batches(model, docs, plan, progress=progress)
     part.seconds = time.perf_counter() - started
     return finish_scan(plan, part)

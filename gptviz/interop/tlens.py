@@ -21,7 +21,7 @@ import torch
 
 from ..model.checkpoint import _CONV1D, state_from_hf
 from ..model.config import GPTConfig
-from ..model.hooks import ActivationCache
+from ..model.hooks import ActivationCache, all_hook_names
 from ..model.model import GPT
 from .hf_tokenizer import gpt2_hf_tokenizer
 
@@ -266,30 +266,8 @@ def cache_from_transformer_lens(
     theirs = dict(tl_cache.items())
     if n_layers is None:
         n_layers = 1 + max((int(k.split(".")[1]) for k in theirs if k.startswith("blocks.")), default=-1)
-    names = ["hook_embed", "hook_pos_embed", "ln_f.hook_normalized", "hook_logits"]
-    for i in range(n_layers):
-        names += [
-            f"blocks.{i}.{s}"
-            for s in (
-                "hook_resid_pre",
-                "ln_1.hook_normalized",
-                "attn.hook_q",
-                "attn.hook_k",
-                "attn.hook_v",
-                "attn.hook_attn_scores",
-                "attn.hook_pattern",
-                "attn.hook_z",
-                "hook_attn_out",
-                "hook_resid_mid",
-                "ln_2.hook_normalized",
-                "mlp.hook_pre",
-                "mlp.hook_post",
-                "hook_mlp_out",
-                "hook_resid_post",
-            )
-        ]
     store = {}
-    for name in names:
+    for name in all_hook_names(n_layers):
         value = theirs.get(tl_hook_name(name))
         if value is None:
             continue

@@ -34,23 +34,24 @@ _GLOBAL_HOOKS = tuple(
 )
 
 
-# act_name's short names -> the hook's path inside block i (TransformerLens's get_act_name, for this model's names)
+# act_name's short names -> the hook's path inside block i (TransformerLens's get_act_name, for this model's names),
+# in the order the forward pass reaches them
 _BLOCK_HOOKS = {
     "resid_pre": "hook_resid_pre",
-    "resid_mid": "hook_resid_mid",
-    "resid_post": "hook_resid_post",
-    "attn_out": "hook_attn_out",
-    "mlp_out": "hook_mlp_out",
+    "ln1": "ln_1.hook_normalized",
     "q": "attn.hook_q",
     "k": "attn.hook_k",
     "v": "attn.hook_v",
-    "z": "attn.hook_z",
     "attn_scores": "attn.hook_attn_scores",
     "pattern": "attn.hook_pattern",
+    "z": "attn.hook_z",
+    "attn_out": "hook_attn_out",
+    "resid_mid": "hook_resid_mid",
+    "ln2": "ln_2.hook_normalized",
     "pre": "mlp.hook_pre",
     "post": "mlp.hook_post",
-    "ln1": "ln_1.hook_normalized",
-    "ln2": "ln_2.hook_normalized",
+    "mlp_out": "hook_mlp_out",
+    "resid_post": "hook_resid_post",
 }
 _MODEL_HOOKS = {
     "embed": "hook_embed",
@@ -72,6 +73,13 @@ def act_name(kind: str, layer: int | None = None) -> str:
     if layer is None or layer < 0:
         raise ValueError(f"{kind!r} needs a layer of 0 or more, got {layer!r}")
     return f"blocks.{layer}.{_BLOCK_HOOKS[kind]}"
+
+
+def all_hook_names(n_layers: int) -> list[str]:
+    """Every hook point of a GPT with `n_layers` blocks, in forward order: its hook_names, without building one."""
+    embed, pos_embed, ln_final, logits = _MODEL_HOOKS.values()
+    blocks = [f"blocks.{i}.{path}" for i in range(n_layers) for path in _BLOCK_HOOKS.values()]
+    return [embed, pos_embed, *blocks, ln_final, logits]
 
 
 def storage_nbytes(tensors: Iterable[torch.Tensor]) -> int:

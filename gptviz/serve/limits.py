@@ -69,6 +69,11 @@ class LimitError(ValueError):
     """A request would go past a limit the server's operator set; the message says which and what to do."""
 
 
+def _bytes_of(field_mb: str) -> property:
+    """A read-only property: the limit `field_mb`, given in MiB, in bytes."""
+    return property(lambda self: getattr(self, field_mb) * MiB)
+
+
 @dataclass(frozen=True)
 class ServerLimits:
     memory_mb: int = 8192
@@ -113,34 +118,14 @@ class ServerLimits:
         object.__setattr__(self, "capture_cache_mb", capture)
         object.__setattr__(self, "model_cache_mb", model)
 
-    @property
-    def capture_bytes(self) -> int:
-        return self.capture_cache_mb * MiB
-
-    @property
-    def model_bytes(self) -> int:
-        return self.model_cache_mb * MiB
-
-    @property
-    def results_bytes(self) -> int:
-        return self.results_cache_mb * MiB
-
-    @property
-    def index_bytes(self) -> int:
-        return self.index_mb * MiB
-
-    @property
-    def index_cache_bytes(self) -> int:
-        return self.index_cache_mb * MiB
-
-    @property
-    def export_bytes(self) -> int:
-        return self.export_mb * MiB
-
-    @property
-    def upload_bytes(self) -> int:
-        """The largest upload in bytes (0: uploads are off). MB as Streamlit counts an upload's cap: 2**20 bytes."""
-        return self.upload_mb * MiB
+    # each limit given in MiB, in bytes
+    capture_bytes = _bytes_of("capture_cache_mb")
+    model_bytes = _bytes_of("model_cache_mb")
+    results_bytes = _bytes_of("results_cache_mb")
+    index_bytes = _bytes_of("index_mb")
+    index_cache_bytes = _bytes_of("index_cache_mb")
+    export_bytes = _bytes_of("export_mb")
+    upload_bytes = _bytes_of("upload_mb")  # 0: uploads are off. MB as Streamlit counts an upload's cap: 2**20 bytes
 
     @classmethod
     def from_env(cls, environ=None) -> ServerLimits:

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from gptviz import capture
-from gptviz.model.hooks import _ACTIVE, ActivationCache, HookPoint, resolve_names
+from gptviz.model.hooks import _ACTIVE, ActivationCache, HookPoint, all_hook_names, resolve_names
 from tests.support.models import SMALL, build, random_ids
 
 L, H, DH, D, FF, V = SMALL.n_layers, SMALL.n_heads, SMALL.d_head, SMALL.d_model, SMALL.d_ff, SMALL.vocab_size
@@ -45,7 +45,7 @@ def any_model(request):
 
 
 def test_hook_names_are_design_names_in_forward_order(any_model):
-    assert any_model.hook_names == DESIGN_NAMES
+    assert any_model.hook_names == DESIGN_NAMES == all_hook_names(L)
     modules = dict(any_model.named_modules())
     for name in DESIGN_NAMES:
         assert isinstance(modules[name], HookPoint) and modules[name].name == name

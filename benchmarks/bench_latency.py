@@ -97,7 +97,11 @@ INIT_JS = r"""(() => {
       s.lastAt = performance.now();
       const el = seen[seen.length - 1].target;
       const what = el.nodeType === 1 ? (el.getAttribute('data-testid') || el.className) : el.nodeName;
-      s.why = `${seen[seen.length - 1].type} ${what}`;
+      // where it happened (the nearest Streamlit element) and what it reads: --verbose names the last change
+      const host = el.nodeType === 1 ? el : el.parentElement;
+      const where = host && host.closest('[data-testid]');
+      const said = ((host && host.textContent) || '').trim().slice(0, 40);
+      s.why = `${seen[seen.length - 1].type} ${what} in ${where ? where.getAttribute('data-testid') : '?'}: ${said}`;
       requestAnimationFrame(() => requestAnimationFrame(() => { if (!s.done) s.last = performance.now(); }));
     });
     mo.observe(document.body, {subtree: true, childList: true, attributes: true, characterData: true});

@@ -64,14 +64,12 @@ def group_frame(table: pd.DataFrame) -> pd.DataFrame:
     return groups.drop(columns="components")
 
 
-def count_columns() -> dict:
-    """The group and component tables' column formats."""
-    return {
-        "count": st.column_config.NumberColumn(format="localized"),
-        "share": st.column_config.NumberColumn(format="percent"),
-        **{f"{d} MiB": st.column_config.NumberColumn(format="%.2f") for d in BYTES_PER},
-        "note": st.column_config.TextColumn("note", width="large"),
-    }  # the tied-head note is a sentence
+def count_table(frame: pd.DataFrame) -> None:
+    """A group or component table, as a static table: a handful of rows, and a static table is drawn with the rest
+    of the page, where the scrolling grid of st.dataframe was repainted last, after the figures (issue 60's preset
+    pick). The values stay numbers; only their display is formatted."""
+    formats = {"count": "{:,}", "share": "{:.1%}", **{f"{d} MiB": "{:,.2f}" for d in BYTES_PER}}
+    st.table(frame.style.format({c: f for c, f in formats.items() if c in frame.columns}), hide_index=True)
 
 
 def tensor_frame(table: pd.DataFrame) -> pd.DataFrame:
@@ -138,6 +136,9 @@ def seed_facts(cfg: GPTConfig, table: pd.DataFrame) -> list[str]:
     return facts
 
 
+FINER_SPLIT = "Finer split: the components inside each group"
+
+
 def show_breakdown(cfg: GPTConfig, label: str, key: str) -> None:
     """Totals, facts, figures and tables of one config, by group, the finer split by component one click away;
     its widgets' keys start with `key`."""
@@ -159,28 +160,32 @@ def show_breakdown(cfg: GPTConfig, label: str, key: str) -> None:
         display.show_figure(figs.layer_stacked_bar(by_layer(table, by="group")), key=K.per_item(key, "layers"))
         st.caption("Every block is the same size: depth adds parameters linearly.")
     groups = group_frame(table)  # the CSVs below are built when clicked (each pick built three)
-    st.dataframe(groups, hide_index=True, column_config=count_columns())
+    count_table(groups)
     display.download_csv(lambda: groups, f"params_by_group_{cfg.name}.csv", key=K.per_item(key, "group_csv"))
-    with st.expander("Finer split: the components inside each group"):
-        display.show_figure(
-            figs.component_shares(by_component(table), title, tied=cfg.tie_weights, split=True),
-            key=K.per_item(key, "split_bar"),
-        )
-        comp = component_frame(table)
-        st.dataframe(comp, hide_index=True, column_config=count_columns())
-        display.download_csv(lambda: comp, f"params_by_component_{cfg.name}.csv", key=K.per_item(key, "comp_csv"))
-    with st.expander(f"Every parameter tensor ({len(table)})"):
-        st.caption("The same tensors and counts as the module tree built on PyTorch's `meta` device.")
-        tensors = tensor_frame(table)
-        st.dataframe(
-            tensors,
-            hide_index=True,
-            column_config={
-                "count": st.column_config.NumberColumn(format="localized"),
-                "share": st.column_config.NumberColumn(format="percent"),
-            },
-        )
-        display.download_csv(lambda: tensors, f"params_{cfg.name}.csv", key=K.per_item(key, "tensors_csv"))
+    finer = display.lazy_expander(FINER_SPLIT, K.per_item(key, "finer"))  # drawn when open (issue 60)
+    if finer is not None:
+        with finer:
+            display.show_figure(
+                figs.component_shares(by_component(table), title, tied=cfg.tie_weights, split=True),
+                key=K.per_item(key, "split_bar"),
+            )
+            comp = component_frame(table)
+            count_table(comp)
+            display.download_csv(lambda: comp, f"params_by_component_{cfg.name}.csv", key=K.per_item(key, "comp_csv"))
+    every = display.lazy_expander(f"Every parameter tensor ({len(table)})", K.per_item(key, "tensors"))
+    if every is not None:
+        with every:
+            st.caption("The same tensors and counts as the module tree built on PyTorch's `meta` device.")
+            tensors = tensor_frame(table)
+            st.dataframe(
+                tensors,
+                hide_index=True,
+                column_config={
+                    "count": st.column_config.NumberColumn(format="localized"),
+                    "share": st.column_config.NumberColumn(format="percent"),
+                },
+            )
+            display.download_csv(lambda: tensors, f"params_{cfg.name}.csv", key=K.per_item(key, "tensors_csv"))
     reproduce.show(reproduce.parameters(f"the Parameters page, {label or cfg.name}", cfg))
 
 
@@ -215,13 +220,15 @@ def presets_tab() -> None:
         column_config={c: st.column_config.NumberColumn(format="localized") for c in frame.columns[1:]},
     )
     display.download_csv(frame, "params_presets.csv", key=K.PAR_PRESETS_CSV)
-    with st.expander("Finer split: the components inside each group"):
-        fine = presets_frame({name: component_counts(PRESETS[name]) for name in chosen}, COMPONENTS)
-        st.dataframe(
-            fine,
-            hide_index=True,
-            column_config={c: st.column_config.NumberColumn(format="localized") for c in fine.columns[1:]},
-        )
+    finer = display.lazy_expander(FINER_SPLIT, K.PAR_PRESETS_FINER)
+    if finer is not None:
+        with finer:
+            fine = presets_frame({name: component_counts(PRESETS[name]) for name in chosen}, COMPONENTS)
+            st.dataframe(
+                fine,
+                hide_index=True,
+                column_config={c: st.column_config.NumberColumn(format="localized") for c in fine.columns[1:]},
+            )
     reproduce.show(reproduce.parameters_of_presets(chosen))
 
 
@@ -291,7 +298,16 @@ def one_tab(name: str) -> None:
     sync_address()
 
 
+# The page's own layout rule (style only): on a phone a table's cells stay on one line and the table scrolls
+# sideways, rather than its long "made of" cells wrapping into a narrow column a screen tall.
+PAGE_CSS = (
+    "<style>@media (max-width: 640px) {[data-testid='stTable'] [data-testid='stTableStyledTable'] "
+    ":is(td, th, td p, th p) {white-space: nowrap;}}</style>"
+)
+
+
 def main() -> None:
+    st.html(PAGE_CSS)
     st.title("Parameters")
     st.caption("Where a GPT's weights live, counted from its config by formula (no weights are built).")
     for name, tab in zip(TABS, st.tabs(list(TABS)), strict=True):

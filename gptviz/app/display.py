@@ -145,6 +145,14 @@ def warm_plotly() -> None:
         st.html(_WARM_JS.format(chunk=chunk), unsafe_allow_javascript=True)
 
 
+def lazy_expander(label: str, key: str):
+    """An expander whose content is drawn only while it is open: None while closed. Streamlit sends a closed
+    expander's content all the same, so its tables and figures were redrawn in the browser on every change of the
+    page's choices (issue 60); opening it reruns the page, which then draws them."""
+    box = st.expander(label, key=key, on_change="rerun")
+    return box if box.open else None
+
+
 def figure_download(build, file_name: str, key: str, label: str = "Interactive HTML") -> None:
     """show_figure's download button for a view not drawn with Plotly: `build()` makes the figure only when clicked."""
     st.download_button(

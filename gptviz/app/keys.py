@@ -162,6 +162,7 @@ TWINS_POS_IDS = "twins_pos_ids"
 PAR_CALC = "par_calc"
 PAR_PRESETS_BAR = "par_presets_bar"
 PAR_PRESETS_CSV = "par_presets_csv"
+PAR_PRESETS_FINER = "par_presets_finer"  # the preset comparison's finer split (an expander, drawn when open)
 
 # ---- Train page ------------------------------------------------------------------------------------------
 TRAIN_DL = "train_dl"  # per run and wiring: K.per_item(TRAIN_DL, job id, norm)

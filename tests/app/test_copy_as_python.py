@@ -75,7 +75,7 @@ def test_the_parameters_pages_snippets_give_its_counts():
         },
     )
     assert not at.exception
-    shown = [d.value for d in at.dataframe if "made of" in d.value.columns]  # by group (not the finer split)
+    shown = [t.value for t in at.table if "made of" in t.value.columns]  # by group (not the finer split)
     for view, table in zip(("gpt2-medium", "your model"), shown, strict=True):  # the Breakdown tab, then the Calculator
         result = run_snippet(snippet_of(at, view))
         assert list(table["group"]) == list(result["group"])

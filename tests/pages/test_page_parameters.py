@@ -32,9 +32,13 @@ def metrics(at: AppTest) -> list[tuple[str, str]]:
     return [(m.label, m.value) for m in at.metric]
 
 
+N_TENSORS = 29  # the tiny preset's tensors, as its state dict lists them
+FINER = K.per_item(K.PAR_MODEL, "finer")  # the Breakdown tab's finer split, an expander drawn when open
+
+
 @pytest.mark.slow
 def test_model_in_use_breakdown_and_seed_facts():
-    at = page()
+    at = page(**{FINER: True})
     assert not at.exception and not at.error
     tiny = PRESETS["tiny"]
     total = gpt2_formula(2, 64, 50257, 128)
@@ -52,7 +56,7 @@ def test_model_in_use_breakdown_and_seed_facts():
     assert f"{mlp / attn:.2f}×" in facts and "1.99×" in facts
     assert f"= {50257 * 64:,} parameters" in facts  # what tying saves: vocab x d_model
     # the table by group (attention with its output projection) marks the tied head and gives it no count of its own
-    groups = at.dataframe[0].value
+    groups = at.table[0].value
     assert list(groups["group"]) == ["embeddings", "attention", "MLP", "norms", "LM head"]
     head = groups[groups["group"] == "LM head"].iloc[0]
     assert head["count"] == 0 and head["note"].startswith("tied")
@@ -62,10 +66,11 @@ def test_model_in_use_breakdown_and_seed_facts():
     assert groups["made of"][1] == f"attention Q/K/V {qkv:,} + attention output {out:,}"
     assert np.allclose(groups["fp16 MiB"] * 2, groups["fp32 MiB"])
     assert np.allclose(groups["bf16 MiB"], groups["fp16 MiB"])
-    comp = at.dataframe[1].value  # the finer split, one click away (in an expander)
+    comp = at.table[1].value  # the finer split, one click away (in an expander)
     assert list(comp["group"]) == ["embeddings"] * 2 + ["attention"] * 2 + ["MLP"] * 2 + ["norms"] * 2 + ["LM head"]
     assert comp["count"].sum() == total
     assert {e.label for e in at.expander} >= {"Finer split: the components inside each group"}
+    assert len([d for d in at.dataframe if "model" in d.value.columns]) == 1  # the presets' finer split is closed
     bars = [json.loads(el.proto.spec) for el in at.get("plotly_chart")]
     rows = [[a["text"].split("</b>")[0][3:] for a in f["layout"].get("annotations", [])] for f in bars[:3]]
     assert rows[0] == ["embeddings", "attention", "MLP", "norms", "LM head"]  # the chart, by group
@@ -103,9 +108,29 @@ def test_a_preset_pick_reruns_only_its_tab_and_shows_that_preset():
     assert at.query_params["par_model"] == "gpt2-medium"
 
 
+def test_a_closed_expander_draws_nothing_and_opening_it_draws_its_tables():
+    """Issue 60: a closed expander's tables and figure were sent and redrawn on every preset pick."""
+    at = page()
+    assert not at.exception
+    closed = len(at.table), len(at.dataframe), len(at.get("plotly_chart"))
+    labels = {e.label for e in at.expander}
+    assert "Finer split: the components inside each group" in labels
+    assert f"Every parameter tensor ({N_TENSORS})" in labels
+    at.session_state[FINER] = True
+    at.session_state[K.per_item(K.PAR_MODEL, "tensors")] = True
+    at.run()
+    assert (len(at.table), len(at.dataframe), len(at.get("plotly_chart"))) == (
+        closed[0] + 1,
+        closed[1] + 1,
+        closed[2] + 1,
+    )
+    tensors = [d.value for d in at.dataframe if len(d.value) == N_TENSORS]
+    assert len(tensors) == 1 and tensors[0]["count"].sum() == total_params(PRESETS["tiny"])
+
+
 @pytest.mark.slow
 def test_all_presets_side_by_side():
-    at = page()
+    at = page(**{K.PAR_PRESETS_FINER: True})
     frame = [d.value for d in at.dataframe if "model" in d.value.columns][0]
     assert list(frame["model"]) == ["gpt1", "gpt2-small", "gpt2-medium", "gpt2-large", "gpt2-xl"]
     for row in frame.itertuples():

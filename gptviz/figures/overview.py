@@ -241,30 +241,37 @@ def overview_figure(
     compact = not wide or len(ov.blocks) > ROOMY_BLOCKS
     groups = overview_cells(ov, names, position_labels, labels, top, compact)
     boxes = _boxes(groups, wide)
-    fig = go.Figure()
+    # shapes and annotations are gathered, then set once: Plotly validates the whole tuple again on every add_shape,
+    # a cost that grows with the square of the boxes (a 12-block model's page switch; `python -m benchmarks latency`)
+    shapes = []
     for cell, x0, x1, y0, y1, _ in boxes:
-        fig.add_shape(
-            type="rect",
-            x0=x0,
-            x1=x1,
-            y0=y0,
-            y1=y1,
-            fillcolor=FILL[cell.kind],
-            layer="below",
-            line=dict(color="#9aa4b2" if cell.kind != "add" else "#c3c9d2", width=1),
-        )
-        if cell.kind in ("prob", "next") and cell.share > 0:  # the probability as a bar along the box
-            fig.add_shape(
+        shapes.append(
+            dict(
                 type="rect",
                 x0=x0,
-                x1=x0 + (x1 - x0) * min(cell.share, 1.0),
+                x1=x1,
                 y0=y0,
                 y1=y1,
-                fillcolor=BAR,
-                opacity=0.6,
+                fillcolor=FILL[cell.kind],
                 layer="below",
-                line=dict(width=0),
+                line=dict(color="#9aa4b2" if cell.kind != "add" else "#c3c9d2", width=1),
             )
+        )
+        if cell.kind in ("prob", "next") and cell.share > 0:  # the probability as a bar along the box
+            shapes.append(
+                dict(
+                    type="rect",
+                    x0=x0,
+                    x1=x0 + (x1 - x0) * min(cell.share, 1.0),
+                    y0=y0,
+                    y1=y1,
+                    fillcolor=BAR,
+                    opacity=0.6,
+                    layer="below",
+                    line=dict(width=0),
+                )
+            )
+    fig = go.Figure()
     size = 10 if compact else 12
     texts = ["<br>".join([f"<b>{c.lines[0]}</b>", *c.lines[1:]]) for c, *_ in boxes]
     fig.add_trace(
@@ -284,15 +291,15 @@ def overview_figure(
         )
     )
     titles = group_titles(ov)
-    for g, title in enumerate(titles):
-        if wide:
-            fig.add_annotation(x=g, y=0.2, text=f"<b>{title}</b>", showarrow=False, font=dict(size=12))
-        else:
-            fig.add_annotation(
-                x=0, y=g * 1.5 + 0.2, text=f"<b>{title}</b>", showarrow=False, xanchor="left", font=dict(size=11)
-            )
+    annotations = [
+        dict(x=g, y=0.2, text=f"<b>{title}</b>", showarrow=False, font=dict(size=12))
+        if wide
+        else dict(x=0, y=g * 1.5 + 0.2, text=f"<b>{title}</b>", showarrow=False, xanchor="left", font=dict(size=11))
+        for g, title in enumerate(titles)
+    ]
     if wide:  # rows read top to bottom by themselves; columns need the order said
-        _arrows(fig, len(groups))
+        annotations += _arrows(len(groups))
+    fig.update_layout(shapes=shapes, annotations=annotations)
     extent = max(y1 if wide else x1 for _, x0, x1, y0, y1, _ in boxes)
     if wide:
         fig.update_xaxes(range=[-0.5, len(groups) - 0.5])
@@ -320,7 +327,9 @@ def overview_figure(
     return fig
 
 
-def _arrows(fig: go.Figure, n_groups: int) -> None:
+def _arrows(n_groups: int) -> list[dict]:
     """An arrow between each pair of column titles: the order the forward pass runs."""
-    for g in range(n_groups - 1):
-        fig.add_annotation(x=g + 0.5, y=0.2, text="→", showarrow=False, font=dict(size=14, color="#6b7686"))
+    return [
+        dict(x=g + 0.5, y=0.2, text="→", showarrow=False, font=dict(size=14, color="#6b7686"))
+        for g in range(n_groups - 1)
+    ]

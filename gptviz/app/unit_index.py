@@ -121,43 +121,61 @@ def _load(key: tuple, folder: Path, enc=None) -> Loaded:
     return Loaded(key, index, _docs_for(index, enc), enc)
 
 
-def your_index(spec: ModelSpec) -> Path | None:
-    """An index the operator put in index_dir() under a name of their own (built with `python -m gptviz index MODEL
-    --corpus ... --out <index_dir>/NAME`) for this model's weights: the newest such folder, or None."""
-    root, mine = index_dir(), fingerprint(spec)
+def indexes_on_disk() -> list[tuple[int, Path, str | None, dict | None]]:
+    """(modified, folder, weights fingerprint, model config) of every index in index_dir(), read from each one's
+    meta once per change of its file."""
+    root = index_dir()
     if not root.is_dir():
-        return None
-    found = []
+        return []
+    known, found = _metas_on_disk(), []
     for folder in root.iterdir():
         meta = folder / ix.INDEX_JSON
-        if folder.name == mine or folder.name.startswith(TEMP_PREFIX) or not meta.is_file():
+        if folder.name.startswith(TEMP_PREFIX) or not meta.is_file():
             continue
         stamp = meta.stat().st_mtime_ns
-        known = _fingerprints_on_disk()
         if known.get(meta) is None or known[meta][0] != stamp:
             try:
-                known[meta] = (stamp, json.loads(meta.read_text(encoding="utf-8"))["model"]["fingerprint"])
-            except (OSError, ValueError, KeyError, TypeError):
-                known[meta] = (stamp, None)
-        if known[meta][1] == mine:
-            found.append((stamp, folder))
+                read = json.loads(meta.read_text(encoding="utf-8"))
+                known[meta] = (stamp, read["model"]["fingerprint"], read.get("config"))
+            except (OSError, ValueError, KeyError, TypeError, AttributeError):
+                known[meta] = (stamp, None, None)
+        found.append((stamp, folder, *known[meta][1:]))
+    return found
+
+
+def _metas_on_disk() -> dict:
+    return process_wide("index_metas_on_disk", dict)
+
+
+def indexes_of_this_shape(spec: ModelSpec) -> list[tuple[int, Path, str | None]]:
+    """The indexes on disk built for a model of this spec's config, and those whose meta cannot be read (which may be
+    this model's, torn: the page then offers a rebuild). Only when there is one is the model's weights fingerprint
+    worth hashing: a pass over every weight, on the first unit page of a large model with no index."""
+    shape = ix.config_record(load_model(spec).config)
+    return [(stamp, folder, fp) for stamp, folder, fp, config in indexes_on_disk() if config in (shape, None)]
+
+
+def your_index(spec: ModelSpec, candidates: list[tuple[int, Path, str | None]]) -> Path | None:
+    """An index the operator put in index_dir() under a name of their own (built with `python -m gptviz index MODEL
+    --corpus ... --out <index_dir>/NAME`) for this model's weights: the newest such folder, or None. `candidates`:
+    indexes_of_this_shape(spec)."""
+    if not candidates:
+        return None
+    mine = fingerprint(spec)
+    found = [(stamp, folder) for stamp, folder, fp in candidates if folder.name != mine and fp == mine]
     return max(found)[1] if found else None
-
-
-def _fingerprints_on_disk() -> dict:
-    return process_wide("index_fingerprints_on_disk", dict)
 
 
 def find_index(spec: ModelSpec) -> Loaded | None:
     """The index for the sidebar's model: one the operator built over a corpus of their own (your_index), else a
     bundled model's shipped one (when it was built with these weights), else one built earlier on this server;
     None when there is none."""
-    yours, enc = your_index(spec), tokenizer_of(spec)
+    candidates, enc = indexes_of_this_shape(spec), tokenizer_of(spec)
+    yours = your_index(spec, candidates)
     if yours is not None:
         key = ("yours", yours.name, (yours / ix.INDEX_JSON).stat().st_mtime_ns)
         return index_store().get_or_build(key, lambda: _load(key, yours, enc), _size)
-    folder = index_dir() / fingerprint(spec)
-    built = (folder / ix.INDEX_JSON).exists()
+    built = bool(candidates) and (index_dir() / fingerprint(spec) / ix.INDEX_JSON).exists()
     if spec.source == K.SOURCE_BUNDLED and (ix.index_folder(spec.name) / ix.INDEX_JSON).exists():
         try:
             loaded = index_store().get_or_build(
@@ -172,7 +190,7 @@ def find_index(spec: ModelSpec) -> Loaded | None:
     if not built:
         return None
     key = ("built", fingerprint(spec), ix.tokenizer_meta(enc)["fingerprint"])
-    return index_store().get_or_build(key, lambda: _load(key, folder, enc), _size)
+    return index_store().get_or_build(key, lambda: _load(key, index_dir() / key[1], enc), _size)
 
 
 def contexts(spec: ModelSpec, loaded: Loaded, unit: ix.Unit) -> list[ix.Context]:

@@ -73,6 +73,12 @@ def model_fingerprint(model) -> str:
     return h.hexdigest()
 
 
+def config_record(config) -> dict:
+    """A model config as an index's meta records it (its "config"), JSON types included: equal to the meta's
+    exactly when the index was built for a model of this shape."""
+    return json.loads(json.dumps(_config_dict(config), sort_keys=True))
+
+
 # Config fields added after indexes were first shipped, with the value every earlier model had: left out of the
 # fingerprint at that value, so an index built before the field existed still belongs to its model.
 LATER_FIELDS = {"bias": True, "final_norm": True}

@@ -16,12 +16,10 @@ from gptviz.app import keys as K
 from gptviz.app import live, reproduce
 from gptviz.app import settings as S
 from gptviz.app.display import (
-    MEAN_HEAD,
     PHONE_TITLE_CSS,
     distinct_labels,
     figure_download,
     head_name,
-    head_or_mean,
     md_text,
     show_figure,
 )
@@ -45,6 +43,7 @@ from gptviz.app.views.attention_views import (
 from gptviz.figures import attention as fa
 from gptviz.figures import generation as fg
 from gptviz.model import unit_id
+from gptviz.model.heads import MEAN_HEAD, head_or_mean
 from gptviz.model.tokenizer import decode, token_labels
 
 state = st.session_state

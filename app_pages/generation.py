@@ -16,7 +16,7 @@ import torch
 from gptviz.app import keys as K
 from gptviz.app import live, live_why, reproduce
 from gptviz.app import settings as S
-from gptviz.app.display import MEAN_HEAD, head_name, head_or_mean, md_text, show_figure
+from gptviz.app.display import head_name, md_text, show_figure
 from gptviz.app.seen import read_prompt
 from gptviz.app.services import LimitError
 from gptviz.app.services import generation as services
@@ -24,6 +24,7 @@ from gptviz.app.sidebar import keep_valid
 from gptviz.figures import attention as fa
 from gptviz.figures import generation as fg
 from gptviz.model.config import GPTConfig
+from gptviz.model.heads import MEAN_HEAD, head_or_mean
 from gptviz.model.tokenizer import token_labels, tokenizer_for
 
 state = st.session_state

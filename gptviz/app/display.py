@@ -13,7 +13,7 @@ import streamlit as st
 
 from ..export import annotation_min_widths, annotation_width_css, csv_bytes, figure_file_name, figure_html
 from ..figures import palette
-from ..model.heads import MEAN_HEAD, head_or_mean  # noqa: F401 (the pages' head pickers read them here)
+from ..model.heads import MEAN_HEAD
 from . import keys as K
 
 

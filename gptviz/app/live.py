@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import streamlit as st
 
 from ..figures.browser.attention_map import generation_payload
+from ..model.heads import MEAN_HEAD
 from ..model.model import GPT
 from ..model.tokenizer import token_labels
 from ..serve import limits
@@ -22,7 +23,7 @@ from ..serve.live_generation import LiveGeneration
 from . import keys as K
 from . import settings as S
 from .components import attention_map
-from .display import MEAN_HEAD, head_name, monospace_text
+from .display import head_name, monospace_text
 from .jobs import client_address, generation_slots, session_alive, session_id
 from .live_text import (  # noqa: F401
     cut_reason,

@@ -13,10 +13,10 @@ import torch
 
 from ..model import sizes
 from ..model.config import GPTConfig
+from ..model.heads import MEAN_HEAD, head_or_mean
 from ..model.hooks import ActivationCache, act_name
 from ..model.model import GPT
 from ..model.tokenizer import position_labels, token_labels, tokenizer_for
-from .display import MEAN_HEAD, head_or_mean
 from .model_service import ModelSpec, load_model, require_capture
 from .sidebar import prompt_tokens, require_model
 
@@ -81,7 +81,7 @@ class Seen:
 
     @property
     def heads(self) -> list[int]:
-        """Every head, then their mean (display.MEAN_HEAD)."""
+        """Every head, then their mean (gptviz.model.heads.MEAN_HEAD)."""
         return list(range(self.cfg.n_heads)) + [MEAN_HEAD]
 
     def pattern(self, layer: int, head: int) -> torch.Tensor:

@@ -58,7 +58,7 @@ MAX_LINK_MODEL = 300  # characters of a folder path or Hub id
 
 # ---- rules several settings share ----------------------------------------------------------------------------------
 SEEDS, LAYERS, TOKENS = Whole(0, 2**31 - 1), Whole(0, 4095), Whole(1, 200)
-HEADS = Whole(-1, 4095)  # head -1: the mean of the layer's heads (display.MEAN_HEAD)
+HEADS = Whole(-1, 4095)  # head -1: the mean of the layer's heads (gptviz.model.heads.MEAN_HEAD)
 TOP_K = Whole(0, 1_000_000)  # the widget's maximum is the model's vocabulary; a link's larger value is replaced
 NEXT_TOKENS = Whole(0, 1_000_000)  # token ids; the page replaces one that is not among its choices
 SCALE_HELP = (

@@ -22,10 +22,10 @@ from ...methods.head_steps import (
     values_from_input,
 )
 from ...model.config import GPTConfig
+from ...model.heads import head_or_mean
 from ...model.hooks import ActivationCache
 from ...model.model import GPT
 from .. import model_service
-from ..display import head_or_mean
 from . import cached
 
 CAPTURE_BYTES = 256 * 2**20  # most memory the cached weights of one prompt may take (layers x heads x T x T)

@@ -16,11 +16,11 @@ from ...figures import head_views as fhv
 from ...figures.browser import attention_map as amap
 from ...figures.browser import query_bars as qbars
 from ...figures.browser import token_span as tspan
-from ...model.heads import heads_mean
+from ...model.heads import MEAN_HEAD, heads_mean
 from .. import components, live
 from .. import keys as K
 from .. import settings as S
-from ..display import MEAN_HEAD, figure_download, head_name, md_text, show_figure
+from ..display import figure_download, head_name, md_text, show_figure
 from ..seen import Seen
 from ..services import attention as services
 from ..sidebar import encode_prompt, keep_valid, prompt_text

@@ -428,17 +428,19 @@ def main() -> None:
     with map_box:
         map_column, right = st.columns([3, 2], gap="medium")
         controls_box, table_box = right.container(), right.container()
+    # the live view before the rest of the page: right after Generate, its first token goes out to the browser ahead
+    # of the table and the examples, which the browser redraws unchanged (issue 60: Generate to the first token drawn)
+    job = live.stored_generation(seen.spec, seen.ids, live.ATTENTION.page)
+    running = job is not None and job.running
+    if running:
+        with generation_box:
+            live.live_fragment(seen.spec, seen.ids, live.ATTENTION.page, lambda run: draw_running(run, seen))
     if found:
         with table_box, st.expander("Heads worth a look: each detector's score beside chance", expanded=True):
             detector_table(seen, found)
     with examples_box:
         example_buttons()
         overview_link()  # the whole forward pass at a glance
-    job = live.stored_generation(seen.spec, seen.ids, live.ATTENTION.page)
-    running = job is not None and job.running
-    if running:
-        with generation_box:
-            live.live_fragment(seen.spec, seen.ids, live.ATTENTION.page, lambda run: draw_running(run, seen))
     st.fragment(views)(seen, found, Boxes(generation_box, map_column, controls_box, chips_box, tabs_box, live=running))
 
 

@@ -51,7 +51,8 @@ READING_S = 3.0  # a new visitor's time on the first screen before a view below 
 INIT_JS = r"""(() => {
   const FIG = '.js-plotly-plot, .gv-map, .gv-qbars, .gv-rows';
   const IGNORED = '[data-testid="stStatusWidget"], [data-testid="stHeader"], [data-testid="stToolbar"], ' +
-                  '[data-testid="stDecoration"], .hoverlayer, [data-baseweb="tooltip"], [role="tooltip"]';
+                  '[data-testid="stDecoration"], .hoverlayer, [data-baseweb="tooltip"], [role="tooltip"], ' +
+                  '.gv-plotly-warm';  // the app's Plotly warm-up figure (gptviz/app/display.py), out of sight
   const deep = (sel) => {
     const out = [...document.querySelectorAll(sel)];
     for (const host of document.querySelectorAll('div')) {
@@ -70,7 +71,7 @@ INIT_JS = r"""(() => {
     el.classList.contains('gv-rows') ? el.__gvData : (el.__gv && el.__gv.data);
   const drawn = (el) => el.classList.contains('js-plotly-plot') ? !!el.querySelector('.main-svg') :
     el.classList.contains('gv-rows') ? !!el.querySelector('.gv-row') : !!(el.__gv && el.__gv.data);
-  const figures = () => deep(FIG).filter((el) => drawn(el) && !stale(el));
+  const figures = () => deep(FIG).filter((el) => drawn(el) && !stale(el) && !el.closest('.gv-plotly-warm'));
   const text = (re) => [...document.querySelectorAll('[data-testid="stMarkdownContainer"], ' +
     '[data-testid="stCaptionContainer"], [data-testid="stText"], p')]
     .some((el) => !stale(el) && re.test(el.textContent));

@@ -109,9 +109,10 @@ def show_figure(fig, key: str | None = None, **kwargs):
 # Streamlit loads its Plotly bundle (megabytes of JavaScript) the first time a page shows a Plotly figure, so a
 # visitor's first figure waited seconds longer than the next (issue 60). A session's first run ends with a script that
 # imports that bundle once the page has been still for a moment and the browser is idle, so it loads while the visitor
-# reads. Not at once: parsing it held up the first screen's map (`python -m benchmarks latency` times the first screen
-# and the first figure). A fixed script: no user or model text is part of it; the bundle's file name is read from the
-# installed Streamlit (none found: nothing is sent).
+# reads, then draws one tiny figure out of sight and removes it (Plotly's one-time set-up). Not at once: parsing it
+# held up the first screen's map (`python -m benchmarks latency` times the first screen and the first figure). A fixed
+# script: no user or model text is part of it; the bundle's file name is read from the installed Streamlit (none
+# found: nothing is sent).
 _WARM_JS = """<script>(() => {{
   if (window.__gvPlotlyWarm) return;  // once per browser tab
   window.__gvPlotlyWarm = true;
@@ -123,8 +124,29 @@ _WARM_JS = """<script>(() => {{
     still = document.querySelector('[data-testid="stStatusWidget"]') ? 0 : still + 1;
     if (still < 4) return;
     clearInterval(wait);
-    (window.requestIdleCallback || ((f) => setTimeout(f, 0)))(() => import(url).catch(() => {{}}), {{timeout: 5000}});
+    (window.requestIdleCallback || ((f) => setTimeout(f, 0)))(() => import(url).then(warmDraw).catch(() => {{}}),
+                                                              {{timeout: 5000}});
   }}, 250);
+  // The bundle's first figure also pays Plotly's one-time set-up (its styles, each trace type's first draw): one tiny
+  // figure of the kinds the pages draw, out of sight, then removed.
+  const warmDraw = () => {{
+    const P = window.Plotly;
+    if (!P || !P.newPlot) return;
+    const div = document.createElement('div');
+    div.style.cssText = 'position:fixed;left:-10000px;top:0;width:320px;height:240px;';
+    div.className = 'gv-plotly-warm';  // benchmarks/bench_latency.py leaves it out of what a visitor sees
+    div.setAttribute('aria-hidden', 'true');
+    document.body.appendChild(div);
+    const data = [
+      {{type: 'heatmap', z: [[0, 1], [1, 0]], colorscale: 'Blues'}},
+      {{type: 'scatter', x: [0, 1], y: [1, 0], mode: 'lines+markers+text', text: ['a', 'b'], xaxis: 'x2', yaxis: 'y2'}},
+      {{type: 'bar', x: [1, 2], y: [2, 1], xaxis: 'x3', yaxis: 'y3'}},
+    ];
+    const layout = {{grid: {{rows: 1, columns: 3, pattern: 'independent'}}, annotations: [{{text: 'a', x: 0, y: 0}}],
+                    shapes: [{{type: 'line', x0: 0, x1: 1, y0: 0, y1: 1}}]}};
+    P.newPlot(div, data, layout, {{staticPlot: false, displayModeBar: true}})
+      .then(() => {{ P.purge(div); div.remove(); }}, () => div.remove());
+  }};
 }})();</script>"""
 
 

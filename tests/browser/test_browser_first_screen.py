@@ -226,3 +226,35 @@ def test_no_page_opens_with_more_than_about_120_words_of_prose_or_crowded_labels
     assert max(counts.values()) <= PROSE_WORDS, (counts, wordy)
     assert figures >= 10, figures  # the pages drew their figures
     assert not crowded, crowded
+
+
+WARM_WATCH_JS = """(() => {
+  window.__gvWarmSeen = [];
+  new MutationObserver((ms) => {
+    for (const m of ms) for (const n of m.addedNodes)
+      if (n.nodeType === 1 && n.classList.contains('gv-plotly-warm')) window.__gvWarmSeen.push(n);
+  }).observe(document, {subtree: true, childList: true});
+})();"""
+
+
+def test_plotly_is_warmed_out_of_sight_once_the_first_screen_is_still(browser, server):
+    """The warm-up (gptviz.app.display.warm_plotly) loads Streamlit's Plotly bundle once the page is still, draws its
+    one figure out of sight and removes it: Plotly is ready, nothing of the warm-up stays in the page, nothing is
+    logged as an error, and the first screen shows no Plotly figure of its own."""
+    page = fresh(browser, 1400, 1000)
+    errors = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    # every warm-up figure added to the page, and whether Plotly had drawn into it (its SVG) when seen
+    page.add_init_script(WARM_WATCH_JS)
+    page.goto(server)
+    page.locator(".st-key-att_map .gv-map canvas.gv-heat").wait_for()
+    wait_for_idle(page)
+    page.wait_for_function("() => window.__gvWarmSeen.length > 0", timeout=60_000)
+    # drawn, then removed: wait until none is left
+    page.wait_for_function("() => !document.querySelector('.gv-plotly-warm')", timeout=30_000)
+    assert page.evaluate("() => window.__gvWarmSeen.length") == 1  # once per tab
+    assert page.evaluate("() => !!(window.Plotly && window.Plotly.newPlot)")
+    assert page.evaluate("() => document.querySelectorAll('.js-plotly-plot').length") == 0
+    assert not errors, errors
+    no_exception(page)

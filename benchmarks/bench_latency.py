@@ -52,7 +52,11 @@ INIT_JS = r"""(() => {
   const FIG = '.js-plotly-plot, .gv-map, .gv-qbars, .gv-rows';
   const IGNORED = '[data-testid="stStatusWidget"], [data-testid="stHeader"], [data-testid="stToolbar"], ' +
                   '[data-testid="stDecoration"], .hoverlayer, [data-baseweb="tooltip"], [role="tooltip"], ' +
-                  '.gv-plotly-warm';  // the app's Plotly warm-up figure (gptviz/app/display.py), out of sight
+                  '.gv-plotly-warm, [data-live-announcer], [role="log"][aria-live]';
+  // not drawn for the eye: the app's Plotly warm-up figure (gptviz/app/display.py), out of sight, and the select
+  // boxes' screen-reader announcements (a 1-pixel region at the page's corner; a pick's "N options available" changed
+  // there after the page was final); their own nodes added to or removed from the body count as nothing either
+  const UNSEEN = '.gv-plotly-warm, [data-live-announcer], [role="log"][aria-live]';
   const deep = (sel) => {
     const out = [...document.querySelectorAll(sel)];
     for (const host of document.querySelectorAll('div')) {
@@ -66,6 +70,17 @@ INIT_JS = r"""(() => {
     return el.closest(sel) || (root instanceof ShadowRoot ? root.host.closest(sel) : null);
   };
   const stale = (el) => !!closest(el, '[data-stale="true"]');
+  const unseen = (n) => n.nodeType === 1 && (n.matches(UNSEEN) || !!n.querySelector(UNSEEN));
+  // an element outside Streamlit's own, by its tags up to the body (--verbose)
+  const chain = (el) => {
+    const out = [];
+    for (let e = el; e && e !== document.body && out.length < 5; e = e.parentElement) {
+      const role = e.getAttribute('role'), cls = typeof e.className === 'string' ? e.className.split(' ')[0] : '';
+      const tag = e.tagName.toLowerCase() + (e.id ? '#' + e.id : '');
+      out.push(tag + (role ? `[role=${role}]` : '') + (cls ? '.' + cls : ''));
+    }
+    return out.join(' < ');
+  };
   // what a figure shows now: a new value is a new drawing
   const token = (el) => el.classList.contains('js-plotly-plot') ? el.data :
     el.classList.contains('gv-rows') ? el.__gvData : (el.__gv && el.__gv.data);
@@ -92,7 +107,10 @@ INIT_JS = r"""(() => {
       if (s.t0 === null || s.done) return;
       const seen = ms.filter((m) => {
         const el = m.target.nodeType === 1 ? m.target : m.target.parentElement;
-        return el && !el.closest(IGNORED);
+        if (!el || el.closest(IGNORED)) return false;
+        // one of those itself, added to or removed from the body
+        const nodes = [...m.addedNodes, ...m.removedNodes];
+        return !(m.type === 'childList' && nodes.length && nodes.every(unseen));
       });
       if (!seen.length) return;
       s.lastAt = performance.now();
@@ -102,7 +120,10 @@ INIT_JS = r"""(() => {
       const host = el.nodeType === 1 ? el : el.parentElement;
       const where = host && host.closest('[data-testid]');
       const said = ((host && host.textContent) || '').trim().slice(0, 40);
-      s.why = `${seen[seen.length - 1].type} ${what} in ${where ? where.getAttribute('data-testid') : '?'}: ${said}`;
+      // outside Streamlit's elements: the element itself, by tag, id and class
+      const place = where ? where.getAttribute('data-testid') :
+        (host ? chain(host) : '?');
+      s.why = `${seen[seen.length - 1].type} ${what} in ${place}: ${said}`;
       requestAnimationFrame(() => requestAnimationFrame(() => { if (!s.done) s.last = performance.now(); }));
     });
     mo.observe(document.body, {subtree: true, childList: true, attributes: true, characterData: true});

@@ -282,7 +282,7 @@ class Trainer:
         moments stay zero) unless weight decay shrinks it, so without weight decay the run trains those rows and no
         other. Trainer.step then keeps them as their own tensor and steps them alone, then writes them back into the
         embedding: the same model, without the optimiser's and the gradient's passes over the whole vocabulary's
-        rows, most of a step for a small model (issue 60; `python -m benchmarks grow` times the Heads forming run
+        rows, a large share of a small model's step (issue 60; `python -m benchmarks grow` times the Heads forming run
         that trains this way)."""
         s = self.settings
         copy_only = self.copy_vocab is not None and self.n_copy == s.batch_size and not s.copy_batch_softmax

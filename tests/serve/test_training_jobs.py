@@ -267,3 +267,19 @@ def test_two_runs_of_one_registry_count_as_crowded():
         job.request_stop()
         assert job.wait(60)
     assert not registry._crowded()
+
+
+def test_the_grow_pages_run_steps_its_copy_ids_embedding_rows_alone():
+    """The Heads forming run (copy windows only, every step over the copy ids, no weight decay) is one the trainer
+    steps through its copy ids' rows, not the whole vocabulary's (Trainer.trained_rows; the same model, see
+    tests/training/test_train.py)."""
+    from gptviz.model.model import GPT
+    from gptviz.serve.training_jobs import GROWTH, induction_growth_spec
+    from gptviz.training.train import Trainer, most_frequent_ids
+
+    spec = induction_growth_spec(("pre",))
+    config = spec.configs["pre"]
+    tokens = torch.randint(0, config.vocab_size, (20_000,), generator=torch.Generator().manual_seed(0))
+    trainer = Trainer(GPT(config, seed=0), spec.settings, tokens)
+    assert torch.equal(trainer.trained_rows(), most_frequent_ids(tokens, GROWTH["copy_vocab"]))
+    assert trainer.rows.shape == (GROWTH["copy_vocab"], GROWTH["d_model"])

@@ -238,6 +238,15 @@ class StepLog:
     repeat_loss: float | None = None  # loss on that sequence's repeated half (nats/token)
 
 
+def trains_copy_rows_only(settings: TrainSettings, config: GPTConfig) -> bool:
+    """Do these settings train, of a model of `config`, only the embedding rows of the ids its repeated sequences draw
+    from (Trainer.trained_rows says why)? Every window a repeated sequence, every step's softmax over their ids, no
+    weight decay, the LM head tied to the embedding."""
+    s = settings
+    copy_only = round(s.copy_fraction * s.batch_size) == s.batch_size and not s.copy_batch_softmax
+    return copy_only and s.corpus_vocab_steps >= s.steps and s.weight_decay == 0 and config.tie_weights
+
+
 class Trainer:
     """One model, its optimiser and schedule; `step(x, y)` trains on one batch and returns a StepLog."""
 
@@ -284,10 +293,7 @@ class Trainer:
         embedding: the same model, without the optimiser's and the gradient's passes over the whole vocabulary's
         rows, a large share of a small model's step (issue 60; `python -m benchmarks grow` times the Heads forming run
         that trains this way)."""
-        s = self.settings
-        copy_only = self.copy_vocab is not None and self.n_copy == s.batch_size and not s.copy_batch_softmax
-        every_step = s.corpus_vocab_steps >= s.steps
-        if copy_only and every_step and s.weight_decay == 0 and self.model.config.tie_weights:
+        if self.copy_vocab is not None and trains_copy_rows_only(self.settings, self.model.config):
             return self.copy_vocab[0]
         return None
 

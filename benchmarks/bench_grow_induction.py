@@ -7,7 +7,12 @@ it happened at, and what recording the snapshots cost as a share of the training
     python -m benchmarks grow -- --seeds 0 --set lr=3e-3 batch=64 steps=1500
 
 Prints a Markdown table: each seed's run as the page runs it, to its end (the page's stop rule: the head formed, or the
-last step), with the load average beside it.
+last step), its wall and CPU seconds, with the load average beside it.
+
+    python -m benchmarks grow -- --busy 2     # beside two busy processes at nice 0 (load 4 with the run's threads)
+
+`--busy N` starts N processes that spin (`while True: pass`) for the whole measurement, `--settle` seconds before the
+first seed, and ends them after the last: the "busy machine" of issue 60.
 
     python -m benchmarks grow -- --memory               # every wiring the page offers, the whole run (800 steps)
     python -m benchmarks grow -- --memory --steps 6     # the first 6 of each (tests/serve/test_training_memory.py)
@@ -49,7 +54,7 @@ def run_seed(seed: int, overrides: dict) -> dict:
     from the job's start (corpus loading included) and the first snapshot where some head reached THRESHOLD. A run
     without a stop rule is stopped there (what the first version of this benchmark timed)."""
     registry = JobRegistry(max_running=1)
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     job = registry.start(induction_growth_spec(("pre",), seed=seed, **overrides))
     reached = None
     while not job.wait(1.0):
@@ -61,7 +66,7 @@ def run_seed(seed: int, overrides: dict) -> dict:
                 if not job.spec.stop_when_formed:
                     job.request_stop()
     job.wait()
-    ended = time.perf_counter() - started
+    ended, cpu = time.perf_counter() - started, time.process_time() - cpu_started
     snaps = job.snapshots["pre"]
     if reached is None and len(snaps) and snaps.crossing("induction", THRESHOLD):
         reached = (ended, snaps.crossing("induction", THRESHOLD))
@@ -72,6 +77,7 @@ def run_seed(seed: int, overrides: dict) -> dict:
         "status": job.status,
         "steps": job.snapshot().steps_done,
         "run_s": ended,
+        "cpu_s": cpu,
         "reached_s": reached[0] if reached else None,
         "reached_step": reached[1][0] if reached else None,
         "head": head_id(reached[1][1], reached[1][2]) if reached else "",
@@ -224,6 +230,8 @@ def main() -> int:
     parser.add_argument("--memory", action="store_true", help="reserved against peak memory, per wiring")
     parser.add_argument("--wirings", nargs="+", default=list(GROW_WIRINGS), choices=GROW_WIRINGS)
     parser.add_argument("--steps", type=int, default=GROWTH["steps"], help="with --memory: steps of each run")
+    parser.add_argument("--busy", type=int, default=0, help="busy processes beside the runs (nice 0)")
+    parser.add_argument("--settle", type=float, default=30.0, help="seconds the busy processes run before the first")
     parser.add_argument("--peak", nargs=2, metavar=("WIRING", "STEPS"), help="(the child of --memory)")
     args = parser.parse_args()
     if args.threads:
@@ -235,21 +243,34 @@ def main() -> int:
         memory_table(args.wirings, args.steps, args.threads)
         return 0
     overrides = parse_sets(args.set)
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
+    try:
+        if busy:
+            time.sleep(args.settle)
+        return seeds_table(args.seeds, overrides, len(busy))
+    finally:
+        for process in busy:
+            process.kill()
+            process.wait()
+
+
+def seeds_table(seeds: list[int], overrides: dict, busy: int) -> int:
     settings = {**GROWTH, **overrides}
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} thread(s) on {os.cpu_count()} CPU(s); scenario "
-        f"{settings}; load average at the start {' / '.join(f'{x:.2f}' for x in os.getloadavg())}\n"
+        f"{settings}; {busy} busy process(es) beside it; load average at the start "
+        f"{' / '.join(f'{x:.2f}' for x in os.getloadavg())}\n"
     )
     print(
-        "| seed | the whole run (s) | steps run | ended | induction >= 0.5 after (s, from the job's start) | "
+        "| seed | the whole run (s) | CPU (s) | steps run | ended | induction >= 0.5 after (s, from the job's start) | "
         "at step | head | corpus loading (s) | best score | recording share of training | load average (1 min) |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for seed in args.seeds:
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for seed in seeds:
         r = run_seed(seed, overrides)
         reached = f"{r['reached_s']:.0f}" if r["reached_s"] is not None else f"not within {r['steps']} steps"
         print(
-            f"| {seed} | {r['run_s']:.0f} | {r['steps']} | {r['status']} {r['why']}"
+            f"| {seed} | {r['run_s']:.0f} | {r['cpu_s']:.0f} | {r['steps']} | {r['status']} {r['why']}"
             f"{' ' + r['error'] if r['error'] else ''} | {reached} | {r['reached_step'] or ''} | {r['head']} | "
             f"{r['load_s']:.1f} | {r['best']:.3f} | {r['share']:.1%} | {os.getloadavg()[0]:.1f} |",
             flush=True,

@@ -354,10 +354,23 @@ class GPT(nn.Module):
         """The final norm's output [B, T, d_model]: what the LM head (unembedding) reads."""
         past = kv_cache.length if kv_cache is not None else 0
         ids = self.check_ids(ids, past).to(self.device)
+        return self.final_hidden_from(self.token_embedding(ids), kv_cache, last_only)
+
+    def final_hidden_from(
+        self, tok_emb: torch.Tensor, kv_cache: KVCache | None = None, last_only: bool = False
+    ) -> torch.Tensor:
+        """final_hidden from the tokens' embeddings [B, T, d_model] (what wte gives for their ids) rather than the ids:
+        a trainer that keeps some of the embedding's rows as their own tensor looks them up itself
+        (gptviz.training.train.Trainer)."""
+        past = kv_cache.length if kv_cache is not None else 0
         note_offset(past)  # edits that target positions need the absolute position of this call's first token
-        T = ids.shape[1]
-        pos = torch.arange(past, past + T, device=ids.device)
-        tok_emb = self.hook_embed(self.token_embedding(ids))  # (B, T, C)
+        T = tok_emb.shape[1]
+        if past + T > self.config.n_ctx:
+            raise ValueError(
+                f"sequence of {past + T} tokens is longer than the context of {self.config.n_ctx} positions"
+            )
+        pos = torch.arange(past, past + T, device=tok_emb.device)
+        tok_emb = self.hook_embed(tok_emb)  # (B, T, C)
         pos_emb = self.hook_pos_embed(self.wpe(pos)[None])  # (1, T, C): one row for every sequence
         x = self.drop(tok_emb + pos_emb)
         for i, block in enumerate(self.blocks):

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from ..model.params import total_params
 from ..model.sizes import activation_nbytes, forward_nbytes
-from ..training.train import LOSS_ROWS
+from ..training.train import LOSS_ROWS, trains_copy_rows_only
 
 if TYPE_CHECKING:
     from .background_job import JobSpec
@@ -38,19 +38,31 @@ def _softmax_width(config, settings) -> int:
     return min(settings.copy_vocab, config.vocab_size) if copy_only else config.vocab_size
 
 
+def _held_nbytes(config, settings) -> int:
+    """One model's weights, and the gradients and AdamW's two moments of what its optimiser steps: every parameter, or,
+    where the run trains its copy ids' embedding rows alone (gptviz.training.train.Trainer.trained_rows), those rows
+    (a copy of them beside the weights) in the whole embedding's place."""
+    params = total_params(config)
+    if not (trains_copy_rows_only(settings, config) and settings.copy_vocab and not settings.copy_any_share):
+        return FLOAT32 * 4 * params  # (copy_any_share's rows are every training id: not known before it starts)
+    rows = min(settings.copy_vocab, config.vocab_size) * config.d_model
+    stepped = params - config.vocab_size * config.d_model + rows
+    return FLOAT32 * (params + rows + 3 * stepped)
+
+
 def run_nbytes(spec: JobSpec) -> int:
-    """A run at its peak, phase by phase: every model's weights, gradients and AdamW's two moments (they train side
-    by side), beside the largest of one model's training step (what autograd keeps, with logits as wide as its
-    softmax: gptviz.training.train.subset_lm_loss) and its validation pass (no gradients; the whole vocabulary's
-    logits and their log-softmax for LOSS_ROWS positions at a time: Trainer.evaluate), and the overhead of the
-    process's allocator (a share of the largest phase, and a fixed part: RUN_FIXED_OVERHEAD). The Heads forming page's
-    run trains on its copy ids but validates on 50,257: its validation over the whole batch at once peaked gigabytes
-    above the baseline; in chunks, as the server runs it (its own thread, the page drawn beside it, freed memory given
-    back after each step), a few hundred MiB, within what this reserves (tests/serve/test_training_memory.py and
-    `python -m benchmarks grow -- --memory` measure it)."""
+    """A run at its peak, phase by phase: every model's weights, gradients and AdamW's two moments (_held_nbytes; they
+    train side by side), beside the largest of one model's training step (what autograd keeps, with logits as wide as
+    its softmax: gptviz.training.train.subset_lm_loss) and its validation pass (no gradients; the whole vocabulary's
+    logits and their log-softmax for LOSS_ROWS positions at a time: Trainer.evaluate), and the overhead of the process's
+    allocator (a share of the largest phase, and a fixed part: RUN_FIXED_OVERHEAD). The Heads forming page's run trains
+    on its copy ids but validates on 50,257: its validation over the whole batch at once peaked gigabytes above the
+    baseline; in chunks, as the server runs it (its own thread, the page drawn beside it, freed memory given back after
+    each step), a few hundred MiB, within what this reserves (tests/serve/test_training_memory.py and `python -m
+    benchmarks grow -- --memory` measure it)."""
     s = spec.settings
     block = s.block_size or min(c.n_ctx for c in spec.configs.values())
-    held = sum(FLOAT32 * 4 * total_params(cfg) for cfg in spec.configs.values())
+    held = sum(_held_nbytes(cfg, s) for cfg in spec.configs.values())
     phases = []
     for cfg in spec.configs.values():
         narrow = cfg.replace(vocab_size=_softmax_width(cfg, s))

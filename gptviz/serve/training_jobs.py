@@ -176,6 +176,9 @@ class JobRegistry:
 # step's arithmetic). Together they cut a step's time to well under half without delaying the head (issue 60: the
 # default run within 3 minutes on a busy 2-core machine); the steps it forms at and the seconds, per seed and load,
 # are in docs/benchmarks-history.md (`python -m benchmarks grow`), with the settings that did not form it sooner.
+# Copy windows only, every step's softmax over the copy ids and no weight decay: the trainer steps those ids' embedding
+# rows alone (gptviz.training.train.Trainer.trained_rows), the same model without the optimiser's passes over the
+# other 49,000-odd rows, which no step can change and which were a large share of a step (issue 60.4).
 # The run ends once the head has formed (issue 60: the whole 800 steps took minutes on a busy machine): every model's
 # best induction score on the snapshots at or above the bar that defines "formed" (snapshots.FORMED_THRESHOLD) for
 # background_job.FORMED_HOLD snapshots in a row; 0 runs every step.

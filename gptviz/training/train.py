@@ -238,6 +238,15 @@ class StepLog:
     repeat_loss: float | None = None  # loss on that sequence's repeated half (nats/token)
 
 
+def trains_copy_rows_only(settings: TrainSettings, config: GPTConfig) -> bool:
+    """Do these settings train, of a model of `config`, only the embedding rows of the ids its repeated sequences draw
+    from (Trainer.trained_rows says why)? Every window a repeated sequence, every step's softmax over their ids, no
+    weight decay, the LM head tied to the embedding."""
+    s = settings
+    copy_only = round(s.copy_fraction * s.batch_size) == s.batch_size and not s.copy_batch_softmax
+    return copy_only and s.corpus_vocab_steps >= s.steps and s.weight_decay == 0 and config.tie_weights
+
+
 class Trainer:
     """One model, its optimiser and schedule; `step(x, y)` trains on one batch and returns a StepLog."""
 
@@ -255,8 +264,16 @@ class Trainer:
                 self.copy_vocab = vocab_index(
                     most_frequent_ids(train_tokens, settings.copy_vocab).to(model.device), size
                 )
-        decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and not n.startswith("wpe")]
-        no_decay = [p for n, p in model.named_parameters() if p.dim() < 2 or n.startswith("wpe")]
+        # The token embedding's rows that this run trains, as their own tensor, when no other row can change: see
+        # trained_rows. None: the optimiser holds the whole embedding.
+        self.rows = None
+        if self.trained_rows() is not None:
+            self.rows = torch.nn.Parameter(model.wte.weight.detach()[self.copy_vocab[0]].clone())
+        # the parameters the optimiser steps and the clipping measures: the model's, in its order, with the trained
+        # rows in the whole embedding's place
+        self.params = [self.rows if self.rows is not None and p is model.wte.weight else p for p in model.parameters()]
+        decay = [self._trained(p) for n, p in model.named_parameters() if p.dim() >= 2 and not n.startswith("wpe")]
+        no_decay = [self._trained(p) for n, p in model.named_parameters() if p.dim() < 2 or n.startswith("wpe")]
         self.optimizer = torch.optim.AdamW(
             [{"params": decay, "weight_decay": settings.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
             lr=settings.lr,
@@ -265,6 +282,38 @@ class Trainer:
         self.history: list[StepLog] = []
         self.started = time.perf_counter()
 
+    def trained_rows(self) -> torch.Tensor | None:
+        """The ids whose embedding rows are the only ones this run can change, or None where any row may change.
+
+        A copy-only run (every window a repeated sequence of the copy ids) whose every step normalises over those
+        ids (corpus_vocab_steps covers the run) gives the tied embedding a gradient on their rows alone: its inputs
+        and its softmax's columns are those ids. AdamW leaves a row that never had a gradient where it was (both its
+        moments stay zero) unless weight decay shrinks it, so without weight decay the run trains those rows and no
+        other. Trainer.step then keeps them as their own tensor and steps them alone, then writes them back into the
+        embedding: the same model, without the optimiser's and the gradient's passes over the whole vocabulary's
+        rows, a large share of a small model's step (issue 60; `python -m benchmarks grow` times the Heads forming run
+        that trains this way)."""
+        if self.copy_vocab is not None and trains_copy_rows_only(self.settings, self.model.config):
+            return self.copy_vocab[0]
+        return None
+
+    def _trained(self, p: torch.Tensor) -> torch.Tensor:
+        return self.rows if self.rows is not None and p is self.model.wte.weight else p
+
+    def _rows_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """subset_lm_loss over the copy ids, through the trained rows (self.rows) for the embedding and the LM head:
+        the same loss, and the gradient of those rows only."""
+        _, index_of = self.copy_vocab
+        xi, yi = index_of[x.to(self.model.device)], index_of[y.to(self.model.device)]
+        if len(x) != self.settings.batch_size or bool((xi < 0).any() or (yi < 0).any()):
+            raise ValueError(
+                "this trainer trains the embedding rows of its copy ids only: every batch is batch_size repeated "
+                "sequences of those ids (gptviz.training.train.batches)"
+            )
+        hidden = self.model.final_hidden_from(F.embedding(xi, self.rows))
+        logits = hidden @ self.rows.t()
+        return F.cross_entropy(logits.reshape(-1, logits.size(-1)), yi.reshape(-1))
+
     def step(self, x: torch.Tensor, y: torch.Tensor, val: torch.Tensor | None = None) -> StepLog:
         step = len(self.history)
         lr = lr_at(step, self.settings)
@@ -272,7 +321,9 @@ class Trainer:
             group["lr"] = lr
         self.model.train()
         full_vocab = step >= self.settings.corpus_vocab_steps or self.corpus_vocab is None
-        if not full_vocab:
+        if self.rows is not None:
+            loss = self._rows_loss(x, y)
+        elif not full_vocab:
             n_copy = self.n_copy if len(x) == self.settings.batch_size else 0
             copy_vocab = self.copy_vocab
             if n_copy and self.settings.copy_batch_softmax:
@@ -284,8 +335,11 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         clip = self.settings.grad_clip or float("inf")
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), clip))
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.params, clip))
         self.optimizer.step()
+        if self.rows is not None:  # the model holds what it trained (its validation, snapshots and checkpoints read it)
+            with torch.no_grad():
+                self.model.wte.weight.index_copy_(0, self.copy_vocab[0], self.rows)
         last = step + 1 == self.settings.steps
         val_loss = None
         if val is not None and ((step + 1) % self.settings.eval_every == 0 or last or step == 0):

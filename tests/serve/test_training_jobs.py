@@ -9,7 +9,7 @@ import zipfile
 import pytest
 import torch
 
-from gptviz import GPTConfig
+from gptviz import GPT, GPTConfig
 from gptviz.model.weights import load_checkpoint
 from gptviz.serve.training_jobs import DONE, FAILED, STOPPED, JobLimitError, JobRegistry, JobSpec
 from gptviz.training.train import TrainSettings
@@ -267,3 +267,44 @@ def test_two_runs_of_one_registry_count_as_crowded():
         job.request_stop()
         assert job.wait(60)
     assert not registry._crowded()
+
+
+def test_the_grow_pages_run_steps_its_copy_ids_embedding_rows_alone():
+    """The Heads forming run (copy windows only, every step over the copy ids, no weight decay) is one the trainer
+    steps through its copy ids' rows, not the whole vocabulary's (Trainer.trained_rows; the same model, see
+    tests/training/test_train.py)."""
+    from gptviz.model.model import GPT
+    from gptviz.serve.training_jobs import GROWTH, induction_growth_spec
+    from gptviz.training.train import Trainer, most_frequent_ids
+
+    spec = induction_growth_spec(("pre",))
+    config = spec.configs["pre"]
+    tokens = torch.randint(0, config.vocab_size, (20_000,), generator=torch.Generator().manual_seed(0))
+    trainer = Trainer(GPT(config, seed=0), spec.settings, tokens)
+    assert torch.equal(trainer.trained_rows(), most_frequent_ids(tokens, GROWTH["copy_vocab"]))
+    assert trainer.rows.shape == (GROWTH["copy_vocab"], GROWTH["d_model"])
+
+
+@pytest.mark.parametrize("weight_decay", [0.0, 0.1])  # the copy ids' rows alone, and the whole embedding
+def test_a_runs_reservation_counts_the_weights_gradients_and_moments_its_trainer_holds(weight_decay):
+    from gptviz.serve.job_sizes import _held_nbytes
+    from gptviz.training.train import Trainer, batches
+
+    settings = TrainSettings(
+        steps=3,
+        batch_size=4,
+        block_size=16,
+        warmup=0,
+        weight_decay=weight_decay,
+        copy_fraction=1.0,
+        copy_vocab=20,
+        corpus_vocab_steps=3,
+    )
+    model = GPT(CFG, seed=0)
+    trainer = Trainer(model, settings, TOKENS)
+    assert (trainer.rows is not None) == (weight_decay == 0)
+    trainer.step(*next(batches(TOKENS, 4, 16, torch.Generator().manual_seed(0), 1.0, 20)))
+    weights = sum(p.nbytes for p in model.parameters()) + (trainer.rows.nbytes if trainer.rows is not None else 0)
+    grads = sum(p.grad.nbytes for p in trainer.params)
+    moments = sum(t.nbytes for state in trainer.optimizer.state.values() for t in state.values() if t.dim())
+    assert weights + grads + moments == _held_nbytes(CFG, settings)

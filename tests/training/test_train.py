@@ -524,3 +524,81 @@ def test_the_chunked_validation_loss_equals_the_whole_batchs():
     with torch.no_grad():
         whole = float(lm_loss(model, x, y)) * y.numel()
     assert summed_lm_loss(model, x, y) == pytest.approx(whole, rel=1e-6)
+
+
+COPY_ONLY = TrainSettings(
+    steps=12,
+    batch_size=4,
+    block_size=16,
+    lr=1e-2,
+    warmup=2,
+    weight_decay=0.0,
+    copy_fraction=1.0,
+    copy_vocab=30,
+    corpus_vocab_steps=12,
+    seed=0,
+)
+
+
+def _copy_only_run(settings, tokens):
+    model = build(seed=15)
+    initial = model.wte.weight.detach().clone()
+    trainer = Trainer(model, settings, tokens)
+    data = batches(tokens, settings.batch_size, settings.block_size, torch.Generator().manual_seed(0), 1.0, 30)
+    logs = [trainer.step(*next(data)) for _ in range(settings.steps)]
+    return model, trainer, logs, initial
+
+
+def test_a_copy_only_run_steps_its_copy_ids_rows_alone_and_trains_the_same_model(monkeypatch):
+    """Copy windows only, every step's softmax over the copy ids, no weight decay: the trainer steps those ids'
+    embedding rows as their own tensor, and the model it trains equals (to float rounding) the one trained with the
+    whole embedding in the optimiser; every other row keeps its initial value, in both."""
+    tokens = random_ids(3000, seed=6)
+    copy_ids = most_frequent_ids(tokens, 30)
+    model, trainer, logs, initial = _copy_only_run(COPY_ONLY, tokens)
+    assert torch.equal(trainer.trained_rows(), copy_ids) and trainer.rows.shape == (30, SMALL.d_model)
+    assert model.wte.weight.grad is None  # the whole embedding had no gradient, and no optimiser state
+    assert all(p.shape[0] != SMALL.vocab_size for g in trainer.optimizer.param_groups for p in g["params"])
+    with monkeypatch.context() as m:  # the optimiser holds the whole embedding, as every run did before
+        m.setattr(Trainer, "trained_rows", lambda self: None)
+        twin, twin_trainer, twin_logs, _ = _copy_only_run(COPY_ONLY, tokens)
+    assert twin_trainer.rows is None
+    for (name, p), q in zip(model.state_dict().items(), twin.state_dict().values(), strict=True):
+        assert torch.allclose(p, q, atol=1e-6, rtol=1e-5), name
+    assert [log.train_loss for log in logs] == pytest.approx([log.train_loss for log in twin_logs], rel=1e-5)
+    assert [log.grad_norm for log in logs] == pytest.approx([log.grad_norm for log in twin_logs], rel=1e-5)
+    others = torch.ones(SMALL.vocab_size, dtype=torch.bool)
+    others[copy_ids] = False
+    for trained in (model, twin):
+        assert torch.equal(trained.wte.weight[others], initial[others])
+        assert not torch.equal(trained.wte.weight[copy_ids], initial[copy_ids])
+    assert torch.equal(model.lm_head.weight, model.wte.weight)  # still tied
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"weight_decay": 0.1},  # AdamW's decay moves every row
+        {"copy_fraction": 0.5},  # text windows hold any id
+        {"corpus_vocab_steps": 6},  # later steps normalise over every id
+        {"copy_batch_softmax": True},
+    ],
+)
+def test_any_other_run_keeps_the_whole_embedding_in_the_optimiser(changes):
+    tokens = random_ids(3000, seed=6)
+    trainer = Trainer(build(seed=15), dataclasses.replace(COPY_ONLY, **changes), tokens)
+    assert trainer.trained_rows() is None and trainer.rows is None
+    model = trainer.model
+    assert any(p is model.wte.weight for g in trainer.optimizer.param_groups for p in g["params"])
+
+
+def test_a_trainer_of_the_copy_rows_refuses_a_batch_outside_them():
+    tokens = random_ids(3000, seed=6)
+    trainer = Trainer(build(seed=15), COPY_ONLY, tokens)
+    x, y = next(batches(tokens, 4, 16, torch.Generator().manual_seed(0), 1.0, 30))
+    outside = int(next(i for i in range(SMALL.vocab_size) if i not in set(trainer.trained_rows().tolist())))
+    x[0, 3] = outside
+    with pytest.raises(ValueError, match="copy ids only"):
+        trainer.step(x, y)
+    with pytest.raises(ValueError, match="copy ids only"):
+        trainer.step(x[:2] * 0 + trainer.trained_rows()[0], y[:2])  # a short batch

@@ -43,6 +43,10 @@ from .rules import Setting
 LIVE_REDRAW_S = 0.5  # the longest a live view goes without a frame (a paced run: no news for a while)
 LIVE_TICK_S = 0.1  # the live fragment's run_every: a run that outlasts it has the next one queued at once
 DRAW_GAP_S = 0.1  # the least time between two frames (wait_for_frame)...
+# ...and at the free pace ("as fast as it writes"): tokens come faster than anyone reads them, and each frame costs the
+# browser far more than the server (Streamlit's elements drawn again), CPU taken from the model where the browser
+# shares the machine (`python -m benchmarks live-pace`)
+FREE_DRAW_GAP_S = 0.25
 FRAME_COST_X = 3  # ...and at least this many times the last frame's own time (drawing shares the CPU with the model)
 FLUSH_S = 0.05  # the last frame's time to go out to the browser before the page's rerun (live_fragment)
 POLL_S = 0.01  # how often a frame's wait looks for new tokens
@@ -353,14 +357,16 @@ def wait_for_news(job: LiveGeneration, shown: int, until: float) -> None:
 
 
 def wait_for_frame(job: LiveGeneration, last: dict, clock: Callable[[], float] = time.monotonic) -> None:
-    """Before a live frame: sleep until DRAW_GAP_S, or FRAME_COST_X times the last frame's own time, has passed since
-    the last frame began (drawing shares the CPU with the model), then until a token the last frame did not show
-    arrives, at most LIVE_REDRAW_S after the last frame. The job's end wakes both waits: its last state is drawn at
-    once. `last`: {"at": when the last frame began, "cost": its seconds, "steps": the steps it showed}."""
+    """Before a live frame: sleep until DRAW_GAP_S (FREE_DRAW_GAP_S at the free pace), or FRAME_COST_X times the last
+    frame's own time, has passed since the last frame began (drawing shares the CPU with the model), then until a
+    token the last frame did not show arrives, at most LIVE_REDRAW_S after the last frame. The job's end wakes both
+    waits: its last state is drawn at once. `last`: {"at": when the last frame began, "cost": its seconds, "steps":
+    the steps it showed}."""
     at = last.get("at")
     if at is None:
         return
-    job.wait(max(0.0, at + max(DRAW_GAP_S, FRAME_COST_X * last["cost"]) - clock()))
+    gap = FREE_DRAW_GAP_S if job.pace is None else DRAW_GAP_S
+    job.wait(max(0.0, at + max(gap, FRAME_COST_X * last["cost"]) - clock()))
     wait_for_news(job, last["steps"], at + LIVE_REDRAW_S)
 
 

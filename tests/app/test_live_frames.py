@@ -96,3 +96,31 @@ def test_a_frame_waits_the_gap_then_for_news():
     live.wait_for_frame(job, {"at": started, "cost": 0.05, "steps": shown})
     assert time.monotonic() - started >= live.FRAME_COST_X * 0.05  # a costlier frame: a longer gap
     assert job.wait(30)
+
+
+class AskedJob:
+    """A running job at `pace` that records how long each of the frame's waits asks to sleep (and sleeps none)."""
+
+    def __init__(self, pace):
+        self.pace, self.steps, self.asked, self.running = pace, [0], [], True
+
+    def wait(self, timeout=None):
+        self.asked.append(timeout)
+        return False
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pace", [None, 20.0, 5.0, 0.0])
+def test_the_free_pace_spaces_its_frames_wider(pace):
+    """At the free pace a frame comes FREE_DRAW_GAP_S after the last at the soonest; at a set pace (or by clicks)
+    DRAW_GAP_S; a frame that cost more waits FRAME_COST_X times its cost either way."""
+    from gptviz.app import live
+
+    gap = live.FREE_DRAW_GAP_S if pace is None else live.DRAW_GAP_S
+    assert live.FREE_DRAW_GAP_S > live.DRAW_GAP_S
+    job = AskedJob(pace)
+    live.wait_for_frame(job, {"at": 100.0, "cost": 0.0, "steps": 5}, clock=lambda: 100.0)
+    assert job.asked[0] == pytest.approx(gap)
+    job = AskedJob(pace)
+    live.wait_for_frame(job, {"at": 100.0, "cost": 1.0, "steps": 5}, clock=lambda: 100.0)
+    assert job.asked[0] == pytest.approx(live.FRAME_COST_X * 1.0)

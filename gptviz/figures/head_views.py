@@ -205,14 +205,26 @@ def attention_text(
 
 
 def _signed_heatmap(z, *, x_text=None, y_text=None, name: str, text: bool = False, **kwargs) -> go.Heatmap:
-    """A diverging heatmap centred on 0 for one step's vector or matrix (its own scale, no colour bar)."""
+    """A diverging heatmap centred on 0 for one step's vector or matrix (its own scale, no colour bar). Its rows and
+    columns are the categories `y_text` and `x_text`, which the hover reads (%{y}, %{x}), unless `x` and `y` are
+    given (axes with ticks of their own): then a [rows, cols, 2] customdata holds the texts. A pair of strings per
+    cell made a d_model-wide input the bulk of the figure, to build, send and parse (issue 60, the "Inside the head"
+    tab, timed by `python -m benchmarks latency`)."""
     z = np.atleast_2d(np.asarray(z, dtype=np.float32))
     finite = np.abs(z[np.isfinite(z)])
     top = float(finite.max()) if finite.size and finite.max() > 0 else 1.0
     rows, cols = z.shape
-    custom = np.empty((rows, cols, 2), dtype=object)
-    custom[..., 0] = np.array(y_text if y_text is not None else [str(r) for r in range(rows)], dtype=object)[:, None]
-    custom[..., 1] = np.array(x_text if x_text is not None else [str(c) for c in range(cols)], dtype=object)[None, :]
+    y_text = list(y_text) if y_text is not None else [str(r) for r in range(rows)]
+    x_text = list(x_text) if x_text is not None else [str(c) for c in range(cols)]
+    if "x" in kwargs or "y" in kwargs:
+        custom = np.empty((rows, cols, 2), dtype=object)
+        custom[..., 0] = np.array(y_text, dtype=object)[:, None]
+        custom[..., 1] = np.array(x_text, dtype=object)[None, :]
+        where = dict(customdata=custom)
+        cell = "%{customdata[0]}, %{customdata[1]}"
+    else:
+        where = dict(x=x_text, y=y_text)
+        cell = "%{y}, %{x}"
     return go.Heatmap(
         z=z,
         zmin=-top,
@@ -221,11 +233,11 @@ def _signed_heatmap(z, *, x_text=None, y_text=None, name: str, text: bool = Fals
         colorscale=diverging(DIVERGING_SCALE),
         showscale=False,
         name=name,
-        customdata=custom,
         hoverongaps=False,
         texttemplate="%{z:.2f}" if text else None,
         textfont=dict(size=10),
-        hovertemplate=f"{name}<br>%{{customdata[0]}}, %{{customdata[1]}}: %{{z:.4f}}<extra></extra>",
+        hovertemplate=f"{name}<br>{cell}: %{{z:.4f}}<extra></extra>",
+        **where,
         **kwargs,
     )
 

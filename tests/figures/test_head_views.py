@@ -99,6 +99,13 @@ def test_each_step_of_the_head_figure_is_the_recomputed_value(run):
     assert np.allclose(by_name["z W_O"][0], s.out.numpy())
     titles = [a.text for a in fig.layout.annotations]
     assert "2 · q = x[6] W_Q + b [1 × 8]" in titles and any("[4 × 12]" in t for t in titles)
+    # the hover names each cell by its row and column, the categories of the panel's axes (no text per cell)
+    k = next(t for t in fig.data if t.name == "k")
+    assert list(k.y) == ["0 '&lt;b&gt;x&lt;/b&gt;'", "1 '␣the'", "2 '↵'", "3 '␣cat'", "4 '␣sat'", "5 '␣on'", "6 '␣the'"]
+    assert list(k.x) == [f"dim {d}" for d in range(8)] and k.customdata is None and "%{y}, %{x}" in k.hovertemplate
+    assert next(t for t in fig.data if t.name == "x").customdata is None
+    score = next(t for t in fig.data if t.name == "score")  # numeric axes of its own: the texts in customdata
+    assert score.customdata[2][9].tolist() == ["causal mask", "9 'A'"]
 
 
 def test_the_neuron_views_sum_is_the_score(run):

@@ -18,11 +18,19 @@ from plotly.subplots import make_subplots
 
 from .common import (
     ATTENTION_SCALE,
+    AXIS_TITLE_ROOM,
+    COLORAXIS_BAR_ROOM,
+    LABEL_PAD,
     MASKED_COLOR,
+    TOP_BAR_ROOM,
+    TRACE_BAR_ROOM,
+    angled_label_px,
     apply_layout,
     colorbar_on_top,
     escaped,
+    label_px,
     plotly_text,
+    reserve_margins,
     token_axis,
     token_categories,
     token_category_axis,
@@ -181,7 +189,15 @@ def attention_heatmap(
     axis = color_axis(scale, z)
     axis["colorbar"].update(colorbar_on_top(value_name, y=1.01, length=0.5))
     apply_layout(fig, title=title, height=height, coloraxis=axis, plot_bgcolor=MASKED_COLOR)
-    return fig
+    # room for the token labels, the axis titles and the colour bar (common.reserve_margins: one layout pass)
+    texts = escaped(labels)
+    return reserve_margins(
+        fig,
+        l=label_px(texts, 11) + LABEL_PAD + AXIS_TITLE_ROOM,
+        b=angled_label_px(texts, 11) + LABEL_PAD + AXIS_TITLE_ROOM,
+        t=TOP_BAR_ROOM,
+        r=16,  # the last angled key label's top end
+    )
 
 
 def attention_grid(
@@ -258,7 +274,7 @@ def attention_grid(
         coloraxis=color_axis(scale, z),
         plot_bgcolor=MASKED_COLOR,
     )
-    return fig
+    return reserve_margins(fig, r=COLORAXIS_BAR_ROOM)
 
 
 def model_view(
@@ -353,7 +369,7 @@ def model_view(
             )
         )
         extra = dict(clickmode="event+select", showlegend=False)
-    return apply_layout(
+    apply_layout(
         fig,
         title=title,
         height=int(R * panel + 80 + (30 if title else 0)),
@@ -361,6 +377,7 @@ def model_view(
         plot_bgcolor=MASKED_COLOR,
         **extra,
     )
+    return reserve_margins(fig, l=label_px(row_names) + LABEL_PAD, r=COLORAXIS_BAR_ROOM)
 
 
 def query_bars(weights, labels: list[str], query: int, *, title: str | None = None, height: int = 330) -> go.Figure:
@@ -451,13 +468,19 @@ def entropy_map(
         fig.add_shape(
             type="rect", x0=sh - 0.5, x1=sh + 0.5, y0=sl - 0.5, y1=sl + 0.5, line=dict(color=HIGHLIGHT, width=3)
         )
-    return apply_layout(
+    apply_layout(
         fig,
         title=title,
         height=height or int(min(700, max(260, 34 * L + 110))),
         hoverdistance=-1,
         clickmode="event+select",
         showlegend=False,
+    )
+    return reserve_margins(
+        fig,
+        l=label_px([str(L - 1)]) + LABEL_PAD + AXIS_TITLE_ROOM,
+        b=13 + LABEL_PAD + AXIS_TITLE_ROOM,  # a line of tick numbers and the title
+        r=TRACE_BAR_ROOM,
     )
 
 

@@ -12,7 +12,18 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from .attention import HIGHLIGHT, color_axis
-from .common import DIVERGING_SCALE, MASKED_COLOR, apply_layout, colorbar_on_top, escaped
+from .common import (
+    AXIS_TITLE_ROOM,
+    DIVERGING_SCALE,
+    LABEL_PAD,
+    MASKED_COLOR,
+    TOP_SHORT_BAR_ROOM,
+    apply_layout,
+    colorbar_on_top,
+    escaped,
+    label_px,
+    reserve_margins,
+)
 from .palette import dark_cells, diverging, sequential
 
 HEAD_COLORS = pcolors.qualitative.D3 + pcolors.qualitative.Dark24  # one colour per head index, everywhere
@@ -193,7 +204,7 @@ def attention_text(
     n_lines = int(line.max()) + 1 if T else 1
     fig.update_xaxes(visible=False, range=[-0.5, width_chars + 0.5], fixedrange=True)
     fig.update_yaxes(visible=False, range=[n_lines - 0.5, -0.5], fixedrange=True)
-    return apply_layout(
+    apply_layout(
         fig,
         title=title,
         height=int(60 + 30 * n_lines + (40 if title else 0)),
@@ -202,6 +213,7 @@ def attention_text(
         bargap=0,
         uniformtext=dict(minsize=8, mode="show"),
     )
+    return reserve_margins(fig, t=TOP_SHORT_BAR_ROOM)  # the colour bar above the text (common.reserve_margins)
 
 
 def _signed_heatmap(z, *, x_text=None, y_text=None, name: str, text: bool = False, **kwargs) -> go.Heatmap:
@@ -354,7 +366,8 @@ def head_steps_figure(steps, labels: list[str], *, title: str | None = None) -> 
         col=1,
     )
     fig.update_annotations(font_size=12)
-    return apply_layout(fig, title=title, height=900)
+    apply_layout(fig, title=title, height=900)
+    return reserve_margins(fig, l=label_px(row_names) + LABEL_PAD)  # the score table's row names
 
 
 def neuron_view(steps, key: int, labels: list[str], *, title: str | None = None) -> go.Figure:
@@ -386,5 +399,5 @@ def neuron_view(steps, key: int, labels: list[str], *, title: str | None = None)
         f"(weight after softmax: {float(steps.weights[key]):.4f})"
     )
     apply_layout(fig, title=f"{title}<br><sup>{sub}</sup>" if title else sub, height=270)
-    fig.update_layout(margin=dict(b=40))
-    return fig
+    # the row names, and the dimensions' numbers with their title (common.reserve_margins)
+    return reserve_margins(fig, l=label_px(rows) + LABEL_PAD, b=13 + LABEL_PAD + AXIS_TITLE_ROOM, r=16)

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from gptviz import capture
+from gptviz.figures import common
 from gptviz.figures import head_views as hv
 from gptviz.methods.head_steps import head_hook_names, head_steps
 from tests.support.models import build, random_ids
@@ -106,6 +107,7 @@ def test_each_step_of_the_head_figure_is_the_recomputed_value(run):
     assert next(t for t in fig.data if t.name == "x").customdata is None
     score = next(t for t in fig.data if t.name == "score")  # numeric axes of its own: the texts in customdata
     assert score.customdata[2][9].tolist() == ["causal mask", "9 'A'"]
+    assert fig.layout.margin.l >= common.label_px(["causal mask"])  # the row names' room, reserved up front
 
 
 def test_the_neuron_views_sum_is_the_score(run):

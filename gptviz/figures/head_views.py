@@ -158,7 +158,12 @@ def attention_text(
 ) -> go.Figure:
     """CircuitsVis's idiom: the prompt set as a line of text, each token coloured by `values` [T]. Tokens past
     `visible` (those after the query, which it cannot see) are grey, not zero. `query` is outlined.
-    Traces: [coloured tokens (customdata [position, text, value])] + [grey tokens, when any]."""
+    Traces: [coloured tokens (customdata [position, text, value])] + [grey tokens, when any] + [the colour bar's
+    carrier: two unseen markers at the scale's ends, on the layout's coloraxis].
+
+    Each token's colour is the scale's colour at its value, computed here: bars coloured through a coloraxis made
+    Plotly read each value as a colour for the text drawn on it (a warning per bar, most of the figure's drawing in
+    the browser; issue 60, the "On the text" tab, `python -m benchmarks latency`)."""
     v = np.asarray(values, dtype=np.float32)
     T = len(v)
     texts = escaped(labels)
@@ -168,7 +173,12 @@ def attention_text(
     if scale == "max":
         axis["cmax"] = float(v[shown].max()) if shown.any() and v[shown].max() > 0 else 1.0
     axis["colorbar"].update(colorbar_on_top(value_name, y=1.0, length=0.4))
-    dark = dark_cells(v / (axis["cmax"] or 1.0), axis["colorscale"], lambda t: t > 0.55)  # white letters on dark cells
+    at = np.clip(np.nan_to_num(v / (axis["cmax"] or 1.0)), 0.0, 1.0)  # each value's place on the scale (cmin is 0)
+    dark = dark_cells(at, axis["colorscale"], lambda t: t > 0.55)  # white letters on dark cells
+    scale_list = axis["colorscale"]
+    if isinstance(scale_list, str):
+        scale_list = pcolors.get_colorscale(scale_list)
+    colours = pcolors.sample_colorscale([[float(p), c] for p, c in scale_list], at.tolist()) if T else []
 
     def bars(mask, colored):
         idx = np.nonzero(mask)[0]
@@ -185,8 +195,7 @@ def attention_text(
             textangle=0,
             insidetextfont=dict(MONO, color=["white" if colored and dark[i] else "#222" for i in idx]),
             marker=dict(
-                color=v[idx] if colored else MASKED_COLOR,
-                coloraxis="coloraxis" if colored else None,
+                color=[colours[i] for i in idx] if colored else MASKED_COLOR,
                 line=dict(color=[HIGHLIGHT if i == query else "rgba(0,0,0,0)" for i in idx], width=2.5),
             ),
             customdata=custom,
@@ -200,7 +209,15 @@ def attention_text(
         )
 
     traces = [bars(shown, True)] + ([bars(~shown, False)] if (~shown).any() else [])
-    fig = go.Figure(traces)
+    carrier = go.Scatter(
+        x=[-0.5, -0.5],
+        y=[0, 0],
+        mode="markers",
+        marker=dict(color=[0.0, axis["cmax"]], coloraxis="coloraxis", opacity=0),
+        hoverinfo="skip",
+        name="colour scale",
+    )
+    fig = go.Figure(traces + [carrier])
     n_lines = int(line.max()) + 1 if T else 1
     fig.update_xaxes(visible=False, range=[-0.5, width_chars + 0.5], fixedrange=True)
     fig.update_yaxes(visible=False, range=[n_lines - 0.5, -0.5], fixedrange=True)

@@ -291,7 +291,10 @@ def head_steps_figure(steps, labels: list[str], *, title: str | None = None) -> 
         f"6 · z = Σ weightⱼ vⱼ [1 × {dh}]",
         f"7 · z W_O: this head's write to the residual stream [1 × {C}]",
     )
-    fig = make_subplots(
+    # the panels' domains and titles from make_subplots; the traces, axes, shape and note set once as plain dicts
+    # (added and updated one by one, Plotly validated the growing figure each time; issue 60, the "Inside the head"
+    # tab in `python -m benchmarks latency`)
+    grid = make_subplots(
         rows=4,
         cols=3,
         specs=[[{"colspan": 3}, None, None], [{}, {}, {}], [{"colspan": 3}, None, None], [{}, {"colspan": 2}, None]],
@@ -300,10 +303,14 @@ def head_steps_figure(steps, labels: list[str], *, title: str | None = None) -> 
         horizontal_spacing=0.06,
         row_heights=[0.3, 0.25, 0.22, 0.1],
     )
-    fig.add_trace(_signed_heatmap(steps.x, y_text=every, x_text=[f"dim {d}" for d in range(C)], name="x"), 1, 1)
-    fig.add_trace(_signed_heatmap(steps.q[None], y_text=[f"query {qi}"], x_text=dims, name="q"), 2, 1)
-    fig.add_trace(_signed_heatmap(steps.k, y_text=seen, x_text=dims, name="k"), 2, 2)
-    fig.add_trace(_signed_heatmap(steps.v, y_text=seen, x_text=dims, name="v"), 2, 3)
+    layout = grid.layout.to_plotly_json()
+
+    def axes(row: int, col: int) -> dict:
+        panel = grid.get_subplot(row, col)
+        return dict(
+            xaxis=panel.xaxis.plotly_name.replace("axis", ""), yaxis=panel.yaxis.plotly_name.replace("axis", "")
+        )
+
     table = np.full((3, T), np.nan, dtype=np.float32)
     table[0, : qi + 1] = steps.dots
     table[1, : qi + 1] = steps.scores
@@ -311,16 +318,17 @@ def head_steps_figure(steps, labels: list[str], *, title: str | None = None) -> 
     table[2] = np.where(np.isfinite(masked), masked, np.nan)
     row_names = ["q·kᵀ", f"× 1/√{dh}", "causal mask", "softmax"]
     small = T <= 40
-    fig.add_trace(
-        _signed_heatmap(
-            table, y_text=row_names[:3], x_text=every, name="score", text=small, y=[0, 1, 2], x=np.arange(T)
-        ),
-        3,
-        1,
-    )
     weights = np.full((1, T), np.nan, dtype=np.float32)
     weights[0, : qi + 1] = steps.weights
-    fig.add_trace(
+    scores = axes(3, 1)
+    traces = [
+        _signed_heatmap(steps.x, y_text=every, x_text=[f"dim {d}" for d in range(C)], name="x", **axes(1, 1)),
+        _signed_heatmap(steps.q[None], y_text=[f"query {qi}"], x_text=dims, name="q", **axes(2, 1)),
+        _signed_heatmap(steps.k, y_text=seen, x_text=dims, name="k", **axes(2, 2)),
+        _signed_heatmap(steps.v, y_text=seen, x_text=dims, name="v", **axes(2, 3)),
+        _signed_heatmap(
+            table, y_text=row_names[:3], x_text=every, name="score", text=small, y=[0, 1, 2], x=np.arange(T), **scores
+        ),
         go.Heatmap(
             z=weights,
             x=np.arange(T),
@@ -335,54 +343,58 @@ def head_steps_figure(steps, labels: list[str], *, title: str | None = None) -> 
             customdata=np.array([every], dtype=object),
             hoverongaps=False,
             hovertemplate="softmax<br>key %{customdata}: %{z:.4f}<extra></extra>",
+            **scores,
         ),
-        3,
-        1,
-    )
-    if qi + 1 < T:  # the masked keys: -inf before the softmax, weight exactly 0 after
-        fig.add_shape(
-            type="rect",
-            x0=qi + 0.5,
-            x1=T - 0.5,
-            y0=1.5,
-            y1=3.5,
-            row=3,
-            col=1,
-            fillcolor=MASKED_COLOR,
-            opacity=0.9,
-            line_width=0,
-            layer="above",
-        )
-        fig.add_annotation(
-            x=(qi + T) / 2,
-            y=2.5,
-            text="−∞ before softmax → weight 0",
-            showarrow=False,
-            row=3,
-            col=1,
-            font=dict(size=11, color="#555"),
-        )
-    fig.add_trace(_signed_heatmap(steps.z[None], y_text=["z"], x_text=dims, name="z"), 4, 1)
-    fig.add_trace(
-        _signed_heatmap(steps.out[None], y_text=["head output"], x_text=[f"dim {d}" for d in range(C)], name="z W_O"),
-        4,
-        2,
-    )
-    fig.update_yaxes(autorange="reversed", showticklabels=False)
-    fig.update_yaxes(showticklabels=True, tickmode="array", tickvals=[0, 1, 2, 3], ticktext=row_names, row=3, col=1)
-    fig.update_xaxes(showticklabels=False)
+        _signed_heatmap(steps.z[None], y_text=["z"], x_text=dims, name="z", **axes(4, 1)),
+        _signed_heatmap(
+            steps.out[None], y_text=["head output"], x_text=[f"dim {d}" for d in range(C)], name="z W_O", **axes(4, 2)
+        ),
+    ]
+    for name, axis in layout.items():
+        if name.startswith("yaxis"):
+            axis.update(autorange="reversed", showticklabels=False)
+        elif name.startswith("xaxis"):
+            axis.update(showticklabels=False)
+    score_x, score_y = (scores[a].replace(a[0], a[0] + "axis") for a in ("xaxis", "yaxis"))
+    layout[score_y].update(showticklabels=True, tickmode="array", tickvals=[0, 1, 2, 3], ticktext=row_names)
     step = max(1, -(-T // 32))
-    fig.update_xaxes(
+    layout[score_x].update(
         showticklabels=True,
         tickmode="array",
         tickvals=list(range(0, T, step)),
         ticktext=[texts[j] for j in range(0, T, step)],
         tickangle=-60,
-        tickfont_size=10,
-        row=3,
-        col=1,
+        tickfont=dict(size=10),
     )
-    fig.update_annotations(font_size=12)
+    for note in layout["annotations"]:
+        note["font"] = dict(note.get("font", {}), size=12)
+    if qi + 1 < T:  # the masked keys: -inf before the softmax, weight exactly 0 after
+        where = dict(xref=scores["xaxis"], yref=scores["yaxis"])
+        layout["shapes"] = [
+            dict(
+                type="rect",
+                x0=qi + 0.5,
+                x1=T - 0.5,
+                y0=1.5,
+                y1=3.5,
+                fillcolor=MASKED_COLOR,
+                opacity=0.9,
+                line=dict(width=0),
+                layer="above",
+                **where,
+            )
+        ]
+        layout["annotations"].append(
+            dict(
+                x=(qi + T) / 2,
+                y=2.5,
+                text="−∞ before softmax → weight 0",
+                showarrow=False,
+                font=dict(size=12, color="#555"),
+                **where,
+            )
+        )
+    fig = go.Figure(data=traces, layout=layout)
     apply_layout(fig, title=title, height=900)
     return reserve_margins(fig, l=label_px(row_names) + LABEL_PAD)  # the score table's row names
 

@@ -301,7 +301,7 @@ def view_tabs(page, rounds: int) -> list[dict]:
         for view in views[1:] + views[:1]:
             tab = page.get_by_role("tab", name=view, exact=True)
             cond = "gv.fresh().some((f) => gv.closest(f, '[role=tabpanel]') && !gv.closest(f, '[hidden]'))"
-            times.append(timed(page, cond, tab.click))
+            times.append({**timed(page, cond, tab.click), "tab": view})  # --verbose names the tab
     return times
 
 
@@ -436,7 +436,9 @@ def pair_picker(page, url: str, reps: int) -> list[dict]:
 # ---- one model -------------------------------------------------------------------------------------------------
 
 
-def measure(browser, url: str, model: str, reps: int, only: set[str], verbose: bool = False) -> tuple[list[Row], dict]:
+def measure(
+    browser, url: str, model: str, reps: int, only: set[str], verbose: bool = False, tab_rounds: int | None = None
+) -> tuple[list[Row], dict]:
     rows: list[Row] = []
     live: dict = {}
     prompt = prompt_of(40)
@@ -456,7 +458,8 @@ def measure(browser, url: str, model: str, reps: int, only: set[str], verbose: b
         if verbose:
             for x in samples:
                 print(
-                    f"      drawn {x['seen']}, first new figure {x.get('fig')}, final {x.get('final')}: "
+                    ("      " + f"{x['tab']}: " if "tab" in x else "      ")
+                    + f"drawn {x['seen']}, first new figure {x.get('fig')}, final {x.get('final')}: "
                     f"last change {x.get('why')}",
                     flush=True,
                 )
@@ -480,7 +483,9 @@ def measure(browser, url: str, model: str, reps: int, only: set[str], verbose: b
     if want("query"):
         row("query token (a chip)", IN_PAGE, query_token(page, reps))
     if want("tabs"):
-        row("view tab (each of the 8, Plotly loaded)", IN_PAGE, view_tabs(page, max(1, reps // 3)))
+        row("view tab (each of the 8, Plotly loaded)", IN_PAGE, view_tabs(page, tab_rounds or max(1, reps // 3)))
+        if verbose:
+            per_tab(model, rows[-1])
     if want("prompt"):
         row("prompt edit to its map", IN_PAGE, prompt_edit(page, reps))
         open_attention(page, url, model, prompt)
@@ -519,6 +524,19 @@ def measure(browser, url: str, model: str, reps: int, only: set[str], verbose: b
     if exceptions:
         print(f"  {model}: {exceptions} exception box(es) on the last page", flush=True)
     return rows, live
+
+
+def per_tab(model: str, r: Row) -> None:
+    """--verbose: the view tabs' row split by tab (p50 / p95 of its final state, drawn, the server's CPU)."""
+    for view in dict.fromkeys(x["tab"] for x in r.samples):
+        mine = Row(view, r.budget, samples=[x for x in r.samples if x["tab"] == view])
+        final, drawn, cpu = mine.of("final"), mine.of("seen"), mine.of("server_cpu")
+        print(
+            f"    {model}: tab {view}: n {len(final)}, final p50 {p(final, 0.5) * 1000:,.0f} / p95 "
+            f"{p(final, 0.95) * 1000:,.0f} ms, drawn p50 {p(drawn, 0.5) * 1000:,.0f} ms"
+            + (f", server CPU p50 {p(cpu, 0.5) * 1000:,.0f} ms" if cpu else ""),
+            flush=True,
+        )
 
 
 def report(
@@ -619,6 +637,13 @@ def main() -> int:
     )
     parser.add_argument("--verbose", action="store_true", help="each sample, with the last change the page made")
     parser.add_argument(
+        "--tab-rounds",
+        type=int,
+        default=None,
+        metavar="N",
+        help="rounds over the view tabs (default: repeats // 3, at least 1); --verbose splits them by tab",
+    )
+    parser.add_argument(
         "--app",
         default=str(ROOT),
         metavar="DIR",
@@ -644,7 +669,9 @@ def main() -> int:
         SERVER_PID = server.proc.pid
         try:
             for model in args.models:
-                rows, live = measure(browser, server.url, model, args.repeats, set(args.only), args.verbose)
+                rows, live = measure(
+                    browser, server.url, model, args.repeats, set(args.only), args.verbose, args.tab_rounds
+                )
                 results[model] = (rows, live, load())
         finally:
             server.close()

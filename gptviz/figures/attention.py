@@ -18,11 +18,19 @@ from plotly.subplots import make_subplots
 
 from .common import (
     ATTENTION_SCALE,
+    AXIS_TITLE_ROOM,
+    COLORAXIS_BAR_ROOM,
+    LABEL_PAD,
     MASKED_COLOR,
+    TOP_BAR_ROOM,
+    TRACE_BAR_ROOM,
+    angled_label_px,
     apply_layout,
     colorbar_on_top,
     escaped,
+    label_px,
     plotly_text,
+    reserve_margins,
     token_axis,
     token_categories,
     token_category_axis,
@@ -181,7 +189,15 @@ def attention_heatmap(
     axis = color_axis(scale, z)
     axis["colorbar"].update(colorbar_on_top(value_name, y=1.01, length=0.5))
     apply_layout(fig, title=title, height=height, coloraxis=axis, plot_bgcolor=MASKED_COLOR)
-    return fig
+    # room for the token labels, the axis titles and the colour bar (common.reserve_margins: one layout pass)
+    texts = escaped(labels)
+    return reserve_margins(
+        fig,
+        l=label_px(texts, 11) + LABEL_PAD + AXIS_TITLE_ROOM,
+        b=angled_label_px(texts, 11) + LABEL_PAD + AXIS_TITLE_ROOM,
+        t=TOP_BAR_ROOM,
+        r=16,  # the last angled key label's top end
+    )
 
 
 def attention_grid(
@@ -205,7 +221,10 @@ def attention_grid(
     pos = position_texts(labels)
     gap = 0.03 if C <= 8 else 0.012
     by_panel = row_titles is None and col_titles is None
-    fig = make_subplots(
+    # the panels' domains and titles from make_subplots, as plain dicts set once: traces added panel by panel and
+    # axes and titles updated in place had Plotly validate the growing figure again each time, most of the server's
+    # time on the "All heads of the layer" tab (issue 60, `python -m benchmarks latency`)
+    layout = make_subplots(
         rows=R,
         cols=C,
         horizontal_spacing=gap if C > 1 else 0.0,
@@ -213,30 +232,20 @@ def attention_grid(
         subplot_titles=[n for row in panel_names for n in row] if by_panel else None,
         column_titles=col_titles,
         row_titles=row_titles,
-    )
-    for r in range(R):
-        for c in range(C):
-            fig.add_trace(
-                go.Heatmap(
-                    z=z[r, c],
-                    x=pos,
-                    y=pos,
-                    coloraxis="coloraxis",
-                    hoverongaps=False,
-                    name=panel_names[r][c],
-                    hovertemplate=f"{panel_names[r][c]}<br>%{{y}} → %{{x}}: %{{z:.3g}}<extra></extra>",
-                ),
-                r + 1,
-                c + 1,
-            )
-    fig.update_xaxes(type="category", showticklabels=False, showgrid=False, zeroline=False)
-    fig.update_yaxes(type="category", showticklabels=False, showgrid=False, zeroline=False, autorange="reversed")
-    if selected is not None:
-        r, c = selected
-        if 0 <= r < R and 0 <= c < C:
-            n = r * C + c + 1
-            suffix = "" if n == 1 else str(n)
-            fig.add_shape(
+    ).layout.to_plotly_json()
+    axis = dict(type="category", showticklabels=False, showgrid=False, zeroline=False)
+    for name, value in layout.items():
+        if name.startswith(("xaxis", "yaxis")):
+            value.update(axis, **({"autorange": "reversed"} if name.startswith("yaxis") else {}))
+    for note in layout.get("annotations", ()):
+        note.update(font=dict(note.get("font", {}), size=12), yshift=6)
+        if row_titles and note["text"] in row_titles:
+            note.update(textangle=0, xshift=8)
+    if selected is not None and 0 <= selected[0] < R and 0 <= selected[1] < C:
+        n = selected[0] * C + selected[1] + 1
+        suffix = "" if n == 1 else str(n)
+        layout["shapes"] = [
+            dict(
                 type="rect",
                 xref=f"x{suffix} domain",
                 yref=f"y{suffix} domain",
@@ -246,9 +255,23 @@ def attention_grid(
                 y1=1.02,
                 line=dict(color=HIGHLIGHT, width=3),
             )
-    fig.update_annotations(font_size=12, yshift=6)
-    if row_titles:
-        fig.for_each_annotation(lambda a: a.update(textangle=0, xshift=8) if a.text in row_titles else None)
+        ]
+    traces = [
+        go.Heatmap(
+            z=z[r, c],
+            x=pos,
+            y=pos,
+            xaxis=f"x{'' if r * C + c == 0 else r * C + c + 1}",
+            yaxis=f"y{'' if r * C + c == 0 else r * C + c + 1}",
+            coloraxis="coloraxis",
+            hoverongaps=False,
+            name=panel_names[r][c],
+            hovertemplate=f"{panel_names[r][c]}<br>%{{y}} → %{{x}}: %{{z:.3g}}<extra></extra>",
+        )
+        for r in range(R)
+        for c in range(C)
+    ]
+    fig = go.Figure(data=traces, layout=layout)
     panel = max(40, min(220, (width_px - 80) / C))
     extra = 24 * R if by_panel else 0
     apply_layout(
@@ -258,7 +281,7 @@ def attention_grid(
         coloraxis=color_axis(scale, z),
         plot_bgcolor=MASKED_COLOR,
     )
-    return fig
+    return reserve_margins(fig, r=COLORAXIS_BAR_ROOM)
 
 
 def model_view(
@@ -319,22 +342,25 @@ def model_view(
         tickvals=[ys[r * g + T // 2] for r in range(R)],
         ticktext=row_names,
     )
-    gap_style = dict(type="rect", fillcolor="white", line_width=0, layer="above")
-    for r in range(1, R):
-        fig.add_shape(**gap_style, xref="paper", x0=0, x1=1, y0=r * g - 1.5, y1=r * g - 0.5)
-    for c in range(1, C):
-        fig.add_shape(**gap_style, yref="paper", y0=0, y1=1, x0=c * g - 1.5, x1=c * g - 0.5)
+    # the white gaps between panels and the chosen panel's outline, set once (add_shape validated all the shapes so
+    # far again on each call; issue 60, the model view's tab in `python -m benchmarks latency`)
+    gap_style = dict(type="rect", fillcolor="white", line=dict(width=0), layer="above")
+    shapes = [dict(gap_style, xref="paper", x0=0, x1=1, y0=r * g - 1.5, y1=r * g - 0.5) for r in range(1, R)]
+    shapes += [dict(gap_style, yref="paper", y0=0, y1=1, x0=c * g - 1.5, x1=c * g - 0.5) for c in range(1, C)]
     if selected is not None and 0 <= selected[0] < R and 0 <= selected[1] < C:
         r, c = selected
-        fig.add_shape(
-            type="rect",
-            x0=c * g - 0.5,
-            x1=c * g + T - 0.5,
-            y0=r * g - 0.5,
-            y1=r * g + T - 0.5,
-            line=dict(color=HIGHLIGHT, width=3),
-            layer="above",
+        shapes.append(
+            dict(
+                type="rect",
+                x0=c * g - 0.5,
+                x1=c * g + T - 0.5,
+                y0=r * g - 0.5,
+                y1=r * g + T - 0.5,
+                line=dict(color=HIGHLIGHT, width=3),
+                layer="above",
+            )
         )
+    fig.update_layout(shapes=shapes)
     panel = max(30, min(220, (width_px - 120) / C))
     extra = {}
     if clickable:
@@ -353,7 +379,7 @@ def model_view(
             )
         )
         extra = dict(clickmode="event+select", showlegend=False)
-    return apply_layout(
+    apply_layout(
         fig,
         title=title,
         height=int(R * panel + 80 + (30 if title else 0)),
@@ -361,6 +387,7 @@ def model_view(
         plot_bgcolor=MASKED_COLOR,
         **extra,
     )
+    return reserve_margins(fig, l=label_px(row_names) + LABEL_PAD, r=COLORAXIS_BAR_ROOM)
 
 
 def query_bars(weights, labels: list[str], query: int, *, title: str | None = None, height: int = 330) -> go.Figure:
@@ -451,13 +478,19 @@ def entropy_map(
         fig.add_shape(
             type="rect", x0=sh - 0.5, x1=sh + 0.5, y0=sl - 0.5, y1=sl + 0.5, line=dict(color=HIGHLIGHT, width=3)
         )
-    return apply_layout(
+    apply_layout(
         fig,
         title=title,
         height=height or int(min(700, max(260, 34 * L + 110))),
         hoverdistance=-1,
         clickmode="event+select",
         showlegend=False,
+    )
+    return reserve_margins(
+        fig,
+        l=label_px([str(L - 1)]) + LABEL_PAD + AXIS_TITLE_ROOM,
+        b=13 + LABEL_PAD + AXIS_TITLE_ROOM,  # a line of tick numbers and the title
+        r=TRACE_BAR_ROOM,
     )
 
 

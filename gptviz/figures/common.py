@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import math
 import re
 
@@ -151,6 +152,49 @@ def wrap_title(title: str, width: int = TITLE_CHARS) -> str:
                 current = candidate
         lines.append(current)
     return "<br>".join(lines)
+
+
+# Plotly lays a figure out, measures its tick labels, axis titles, colour bars and legend, and lays the whole figure
+# out again when they need more margin than the layout gives (automargin). That second pass was a large part of a view's
+# drawing in the browser (issue 60: the Attention page's tabs, timed by `python -m benchmarks latency`), so figures
+# reserve the room up front from the lengths of their labels; automargin still widens a margin an estimate missed.
+# The rooms below are what the app's theme (st.plotly_chart's) draws these parts in.
+LABEL_PAD = 10  # between tick labels and the plot, and the margin's own padding
+AXIS_TITLE_ROOM = 48  # an axis title beside its tick labels, with the theme's standoff
+COLORAXIS_BAR_ROOM = 122  # a vertical colour bar of a layout coloraxis (the theme widens it), with its ticks and title
+TRACE_BAR_ROOM = 84  # a vertical colour bar of a trace of its own, with its ticks and a short title
+TOP_BAR_ROOM = 134  # a title and a colour bar laid flat above the plot (colorbar_on_top), half the plot's width
+TOP_SHORT_BAR_ROOM = 121  # the same with a bar 0.4 of the plot's width
+# widths in em of a sans-serif's characters, a little over Arial's: narrow, wide, capitals and digits, other ASCII;
+# anything else (symbols, other scripts) counts as a full em
+_NARROW, _WIDE = set("ijlft'|.,:;!()[]{} r\"-"), set("mwMW@%")
+
+
+def label_px(labels, size: float = 13) -> int:
+    """A generous estimate of the widest of `labels` (Plotly text: entities count as their character, tags as
+    nothing) drawn at `size` px."""
+
+    def em(text: str) -> float:
+        plain = html.unescape(re.sub(r"<[^>]*>", "", str(text)))
+        return sum(
+            0.36 if c in _NARROW else 0.92 if c in _WIDE else 0.68 if c.isupper() else 0.58 if ord(c) < 128 else 1.0
+            for c in plain
+        )
+
+    return int(math.ceil(max((em(t) for t in labels), default=0.0) * size))
+
+
+def angled_label_px(labels, size: float = 11, angle: float = 60) -> int:
+    """How far tick labels tilted by `angle` degrees reach down from their axis."""
+    a = math.radians(angle)
+    return int(math.ceil(label_px(labels, size) * math.sin(a) + size * math.cos(a)))
+
+
+def reserve_margins(fig: go.Figure, **sides: float) -> go.Figure:
+    """Each named margin (l, r, t, b) made at least that many px, so Plotly need not lay the figure out twice."""
+    margin = fig.layout.margin
+    fig.update_layout(margin={side: int(max(px, getattr(margin, side) or 0)) for side, px in sides.items()})
+    return fig
 
 
 def apply_layout(fig: go.Figure, title: str | None = None, height: int | None = None, **kwargs) -> go.Figure:

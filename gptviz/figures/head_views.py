@@ -12,7 +12,18 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from .attention import HIGHLIGHT, color_axis
-from .common import DIVERGING_SCALE, MASKED_COLOR, apply_layout, colorbar_on_top, escaped
+from .common import (
+    AXIS_TITLE_ROOM,
+    DIVERGING_SCALE,
+    LABEL_PAD,
+    MASKED_COLOR,
+    TOP_SHORT_BAR_ROOM,
+    apply_layout,
+    colorbar_on_top,
+    escaped,
+    label_px,
+    reserve_margins,
+)
 from .palette import dark_cells, diverging, sequential
 
 HEAD_COLORS = pcolors.qualitative.D3 + pcolors.qualitative.Dark24  # one colour per head index, everywhere
@@ -147,7 +158,12 @@ def attention_text(
 ) -> go.Figure:
     """CircuitsVis's idiom: the prompt set as a line of text, each token coloured by `values` [T]. Tokens past
     `visible` (those after the query, which it cannot see) are grey, not zero. `query` is outlined.
-    Traces: [coloured tokens (customdata [position, text, value])] + [grey tokens, when any]."""
+    Traces: [coloured tokens (customdata [position, text, value])] + [grey tokens, when any] + [the colour bar's
+    carrier: two unseen markers at the scale's ends, on the layout's coloraxis].
+
+    Each token's colour is the scale's colour at its value, computed here: bars coloured through a coloraxis made
+    Plotly read each value as a colour for the text drawn on it (a warning per bar, most of the figure's drawing in
+    the browser; issue 60, the "On the text" tab, `python -m benchmarks latency`)."""
     v = np.asarray(values, dtype=np.float32)
     T = len(v)
     texts = escaped(labels)
@@ -157,7 +173,12 @@ def attention_text(
     if scale == "max":
         axis["cmax"] = float(v[shown].max()) if shown.any() and v[shown].max() > 0 else 1.0
     axis["colorbar"].update(colorbar_on_top(value_name, y=1.0, length=0.4))
-    dark = dark_cells(v / (axis["cmax"] or 1.0), axis["colorscale"], lambda t: t > 0.55)  # white letters on dark cells
+    at = np.clip(np.nan_to_num(v / (axis["cmax"] or 1.0)), 0.0, 1.0)  # each value's place on the scale (cmin is 0)
+    dark = dark_cells(at, axis["colorscale"], lambda t: t > 0.55)  # white letters on dark cells
+    scale_list = axis["colorscale"]
+    if isinstance(scale_list, str):
+        scale_list = pcolors.get_colorscale(scale_list)
+    colours = pcolors.sample_colorscale([[float(p), c] for p, c in scale_list], at.tolist()) if T else []
 
     def bars(mask, colored):
         idx = np.nonzero(mask)[0]
@@ -174,8 +195,7 @@ def attention_text(
             textangle=0,
             insidetextfont=dict(MONO, color=["white" if colored and dark[i] else "#222" for i in idx]),
             marker=dict(
-                color=v[idx] if colored else MASKED_COLOR,
-                coloraxis="coloraxis" if colored else None,
+                color=[colours[i] for i in idx] if colored else MASKED_COLOR,
                 line=dict(color=[HIGHLIGHT if i == query else "rgba(0,0,0,0)" for i in idx], width=2.5),
             ),
             customdata=custom,
@@ -189,11 +209,19 @@ def attention_text(
         )
 
     traces = [bars(shown, True)] + ([bars(~shown, False)] if (~shown).any() else [])
-    fig = go.Figure(traces)
+    carrier = go.Scatter(
+        x=[-0.5, -0.5],
+        y=[0, 0],
+        mode="markers",
+        marker=dict(color=[0.0, axis["cmax"]], coloraxis="coloraxis", opacity=0),
+        hoverinfo="skip",
+        name="colour scale",
+    )
+    fig = go.Figure(traces + [carrier])
     n_lines = int(line.max()) + 1 if T else 1
     fig.update_xaxes(visible=False, range=[-0.5, width_chars + 0.5], fixedrange=True)
     fig.update_yaxes(visible=False, range=[n_lines - 0.5, -0.5], fixedrange=True)
-    return apply_layout(
+    apply_layout(
         fig,
         title=title,
         height=int(60 + 30 * n_lines + (40 if title else 0)),
@@ -202,17 +230,30 @@ def attention_text(
         bargap=0,
         uniformtext=dict(minsize=8, mode="show"),
     )
+    return reserve_margins(fig, t=TOP_SHORT_BAR_ROOM)  # the colour bar above the text (common.reserve_margins)
 
 
 def _signed_heatmap(z, *, x_text=None, y_text=None, name: str, text: bool = False, **kwargs) -> go.Heatmap:
-    """A diverging heatmap centred on 0 for one step's vector or matrix (its own scale, no colour bar)."""
+    """A diverging heatmap centred on 0 for one step's vector or matrix (its own scale, no colour bar). Its rows and
+    columns are the categories `y_text` and `x_text`, which the hover reads (%{y}, %{x}), unless `x` and `y` are
+    given (axes with ticks of their own): then a [rows, cols, 2] customdata holds the texts. A pair of strings per
+    cell made a d_model-wide input the bulk of the figure, to build, send and parse (issue 60, the "Inside the head"
+    tab, timed by `python -m benchmarks latency`)."""
     z = np.atleast_2d(np.asarray(z, dtype=np.float32))
     finite = np.abs(z[np.isfinite(z)])
     top = float(finite.max()) if finite.size and finite.max() > 0 else 1.0
     rows, cols = z.shape
-    custom = np.empty((rows, cols, 2), dtype=object)
-    custom[..., 0] = np.array(y_text if y_text is not None else [str(r) for r in range(rows)], dtype=object)[:, None]
-    custom[..., 1] = np.array(x_text if x_text is not None else [str(c) for c in range(cols)], dtype=object)[None, :]
+    y_text = list(y_text) if y_text is not None else [str(r) for r in range(rows)]
+    x_text = list(x_text) if x_text is not None else [str(c) for c in range(cols)]
+    if "x" in kwargs or "y" in kwargs:
+        custom = np.empty((rows, cols, 2), dtype=object)
+        custom[..., 0] = np.array(y_text, dtype=object)[:, None]
+        custom[..., 1] = np.array(x_text, dtype=object)[None, :]
+        where = dict(customdata=custom)
+        cell = "%{customdata[0]}, %{customdata[1]}"
+    else:
+        where = dict(x=x_text, y=y_text)
+        cell = "%{y}, %{x}"
     return go.Heatmap(
         z=z,
         zmin=-top,
@@ -221,11 +262,11 @@ def _signed_heatmap(z, *, x_text=None, y_text=None, name: str, text: bool = Fals
         colorscale=diverging(DIVERGING_SCALE),
         showscale=False,
         name=name,
-        customdata=custom,
         hoverongaps=False,
         texttemplate="%{z:.2f}" if text else None,
         textfont=dict(size=10),
-        hovertemplate=f"{name}<br>%{{customdata[0]}}, %{{customdata[1]}}: %{{z:.4f}}<extra></extra>",
+        hovertemplate=f"{name}<br>{cell}: %{{z:.4f}}<extra></extra>",
+        **where,
         **kwargs,
     )
 
@@ -250,7 +291,10 @@ def head_steps_figure(steps, labels: list[str], *, title: str | None = None) -> 
         f"6 · z = Σ weightⱼ vⱼ [1 × {dh}]",
         f"7 · z W_O: this head's write to the residual stream [1 × {C}]",
     )
-    fig = make_subplots(
+    # the panels' domains and titles from make_subplots; the traces, axes, shape and note set once as plain dicts
+    # (added and updated one by one, Plotly validated the growing figure each time; issue 60, the "Inside the head"
+    # tab in `python -m benchmarks latency`)
+    grid = make_subplots(
         rows=4,
         cols=3,
         specs=[[{"colspan": 3}, None, None], [{}, {}, {}], [{"colspan": 3}, None, None], [{}, {"colspan": 2}, None]],
@@ -259,10 +303,14 @@ def head_steps_figure(steps, labels: list[str], *, title: str | None = None) -> 
         horizontal_spacing=0.06,
         row_heights=[0.3, 0.25, 0.22, 0.1],
     )
-    fig.add_trace(_signed_heatmap(steps.x, y_text=every, x_text=[f"dim {d}" for d in range(C)], name="x"), 1, 1)
-    fig.add_trace(_signed_heatmap(steps.q[None], y_text=[f"query {qi}"], x_text=dims, name="q"), 2, 1)
-    fig.add_trace(_signed_heatmap(steps.k, y_text=seen, x_text=dims, name="k"), 2, 2)
-    fig.add_trace(_signed_heatmap(steps.v, y_text=seen, x_text=dims, name="v"), 2, 3)
+    layout = grid.layout.to_plotly_json()
+
+    def axes(row: int, col: int) -> dict:
+        panel = grid.get_subplot(row, col)
+        return dict(
+            xaxis=panel.xaxis.plotly_name.replace("axis", ""), yaxis=panel.yaxis.plotly_name.replace("axis", "")
+        )
+
     table = np.full((3, T), np.nan, dtype=np.float32)
     table[0, : qi + 1] = steps.dots
     table[1, : qi + 1] = steps.scores
@@ -270,16 +318,17 @@ def head_steps_figure(steps, labels: list[str], *, title: str | None = None) -> 
     table[2] = np.where(np.isfinite(masked), masked, np.nan)
     row_names = ["q·kᵀ", f"× 1/√{dh}", "causal mask", "softmax"]
     small = T <= 40
-    fig.add_trace(
-        _signed_heatmap(
-            table, y_text=row_names[:3], x_text=every, name="score", text=small, y=[0, 1, 2], x=np.arange(T)
-        ),
-        3,
-        1,
-    )
     weights = np.full((1, T), np.nan, dtype=np.float32)
     weights[0, : qi + 1] = steps.weights
-    fig.add_trace(
+    scores = axes(3, 1)
+    traces = [
+        _signed_heatmap(steps.x, y_text=every, x_text=[f"dim {d}" for d in range(C)], name="x", **axes(1, 1)),
+        _signed_heatmap(steps.q[None], y_text=[f"query {qi}"], x_text=dims, name="q", **axes(2, 1)),
+        _signed_heatmap(steps.k, y_text=seen, x_text=dims, name="k", **axes(2, 2)),
+        _signed_heatmap(steps.v, y_text=seen, x_text=dims, name="v", **axes(2, 3)),
+        _signed_heatmap(
+            table, y_text=row_names[:3], x_text=every, name="score", text=small, y=[0, 1, 2], x=np.arange(T), **scores
+        ),
         go.Heatmap(
             z=weights,
             x=np.arange(T),
@@ -294,55 +343,60 @@ def head_steps_figure(steps, labels: list[str], *, title: str | None = None) -> 
             customdata=np.array([every], dtype=object),
             hoverongaps=False,
             hovertemplate="softmax<br>key %{customdata}: %{z:.4f}<extra></extra>",
+            **scores,
         ),
-        3,
-        1,
-    )
-    if qi + 1 < T:  # the masked keys: -inf before the softmax, weight exactly 0 after
-        fig.add_shape(
-            type="rect",
-            x0=qi + 0.5,
-            x1=T - 0.5,
-            y0=1.5,
-            y1=3.5,
-            row=3,
-            col=1,
-            fillcolor=MASKED_COLOR,
-            opacity=0.9,
-            line_width=0,
-            layer="above",
-        )
-        fig.add_annotation(
-            x=(qi + T) / 2,
-            y=2.5,
-            text="−∞ before softmax → weight 0",
-            showarrow=False,
-            row=3,
-            col=1,
-            font=dict(size=11, color="#555"),
-        )
-    fig.add_trace(_signed_heatmap(steps.z[None], y_text=["z"], x_text=dims, name="z"), 4, 1)
-    fig.add_trace(
-        _signed_heatmap(steps.out[None], y_text=["head output"], x_text=[f"dim {d}" for d in range(C)], name="z W_O"),
-        4,
-        2,
-    )
-    fig.update_yaxes(autorange="reversed", showticklabels=False)
-    fig.update_yaxes(showticklabels=True, tickmode="array", tickvals=[0, 1, 2, 3], ticktext=row_names, row=3, col=1)
-    fig.update_xaxes(showticklabels=False)
+        _signed_heatmap(steps.z[None], y_text=["z"], x_text=dims, name="z", **axes(4, 1)),
+        _signed_heatmap(
+            steps.out[None], y_text=["head output"], x_text=[f"dim {d}" for d in range(C)], name="z W_O", **axes(4, 2)
+        ),
+    ]
+    for name, axis in layout.items():
+        if name.startswith("yaxis"):
+            axis.update(autorange="reversed", showticklabels=False)
+        elif name.startswith("xaxis"):
+            axis.update(showticklabels=False)
+    score_x, score_y = (scores[a].replace(a[0], a[0] + "axis") for a in ("xaxis", "yaxis"))
+    layout[score_y].update(showticklabels=True, tickmode="array", tickvals=[0, 1, 2, 3], ticktext=row_names)
     step = max(1, -(-T // 32))
-    fig.update_xaxes(
+    layout[score_x].update(
         showticklabels=True,
         tickmode="array",
         tickvals=list(range(0, T, step)),
         ticktext=[texts[j] for j in range(0, T, step)],
         tickangle=-60,
-        tickfont_size=10,
-        row=3,
-        col=1,
+        tickfont=dict(size=10),
     )
-    fig.update_annotations(font_size=12)
-    return apply_layout(fig, title=title, height=900)
+    for note in layout["annotations"]:
+        note["font"] = dict(note.get("font", {}), size=12)
+    if qi + 1 < T:  # the masked keys: -inf before the softmax, weight exactly 0 after
+        where = dict(xref=scores["xaxis"], yref=scores["yaxis"])
+        layout["shapes"] = [
+            dict(
+                type="rect",
+                x0=qi + 0.5,
+                x1=T - 0.5,
+                y0=1.5,
+                y1=3.5,
+                fillcolor=MASKED_COLOR,
+                opacity=0.9,
+                line=dict(width=0),
+                layer="above",
+                **where,
+            )
+        ]
+        layout["annotations"].append(
+            dict(
+                x=(qi + T) / 2,
+                y=2.5,
+                text="−∞ before softmax → weight 0",
+                showarrow=False,
+                font=dict(size=12, color="#555"),
+                **where,
+            )
+        )
+    fig = go.Figure(data=traces, layout=layout)
+    apply_layout(fig, title=title, height=900)
+    return reserve_margins(fig, l=label_px(row_names) + LABEL_PAD)  # the score table's row names
 
 
 def neuron_view(steps, key: int, labels: list[str], *, title: str | None = None) -> go.Figure:
@@ -374,5 +428,5 @@ def neuron_view(steps, key: int, labels: list[str], *, title: str | None = None)
         f"(weight after softmax: {float(steps.weights[key]):.4f})"
     )
     apply_layout(fig, title=f"{title}<br><sup>{sub}</sup>" if title else sub, height=270)
-    fig.update_layout(margin=dict(b=40))
-    return fig
+    # the row names, and the dimensions' numbers with their title (common.reserve_margins)
+    return reserve_margins(fig, l=label_px(rows) + LABEL_PAD, b=13 + LABEL_PAD + AXIS_TITLE_ROOM, r=16)

@@ -278,3 +278,23 @@ def test_titles_fit_a_phone(title):
     assert all(len(line) * BOLD_TITLE_CHAR <= room for line in lines), lines
     assert " ".join(lines) == title  # broken between words, nothing lost
     assert fig.layout.margin.t >= 34 + 20 * len(lines)  # each line has its room below the toolbar
+
+
+def test_attention_views_reserve_the_room_their_labels_take():
+    """The Attention page's views set margins that hold their tick labels (this file's estimate of their width),
+    so Plotly lays them out once, not a second time after measuring (issue 60)."""
+    from gptviz.figures import attention as fat
+    from gptviz.figures import common
+
+    labels = ["R", "ome", "␣through", "<b>", "␣window"] * 4
+    pattern = np.tril(np.ones((20, 20), dtype=np.float32)) / np.arange(1, 21)[:, None]
+    heat = fat.attention_heatmap(pattern, labels, title="t", query=3)
+    widest = max(text_px(common.plotly_text(t), 11) for t in labels)
+    assert heat.layout.margin.l >= widest and heat.layout.margin.b >= widest * np.sin(np.radians(60))
+    assert common.label_px(["&amp;x"]) == common.label_px(["&x"]) > common.label_px(["<b>x</b>"]) - 1  # tags: none
+    rows = [f"layer {i}" for i in range(12)]
+    mv = fat.model_view(np.tile(pattern[:4, :4], (12, 2, 1, 1)), labels[:4], row_names=rows, col_names=["a", "b"])
+    # the app's theme writes ticks at 12 px
+    assert mv.layout.margin.l >= text_px("layer 11", 12) and mv.layout.margin.r >= common.COLORAXIS_BAR_ROOM
+    fig = common.reserve_margins(common.apply_layout(fat.go.Figure(), title="t"), l=40, t=5)
+    assert (fig.layout.margin.l, fig.layout.margin.t) == (40, common.title_room())  # never less than it had

@@ -8,13 +8,14 @@ import math
 import re
 
 import numpy as np
+import plotly.colors as pcolors
 import pytest
 
 from gptviz import capture
+from gptviz.figures import common
 from gptviz.figures import head_views as hv
 from gptviz.methods.head_steps import head_hook_names, head_steps
 from tests.support.models import build, random_ids
-from tests.support.pagetest import array
 
 LABELS = ["<b>x</b>", "␣the", "↵", "␣cat", "␣sat", "␣on", "␣the", "␣mat", "↵", "A", "B", "C"]
 
@@ -69,9 +70,15 @@ def test_focusing_a_query_keeps_only_its_lines(run):
 def test_attention_on_text_colours_each_token_by_the_row():
     row = np.array([0.5, 0.1, 0.0, 0.4] + [0.0] * 8, dtype=np.float32)
     fig = hv.attention_text(row, LABELS, query=3, visible=3, title="Where '␣cat' looks")
-    colored, grey = fig.data
+    colored, grey, scale = fig.data
     assert [int(c[0]) for c in colored.customdata] == [0, 1, 2, 3]
-    assert array(colored.marker.color).tolist() == pytest.approx(row[:4].tolist())
+    assert [float(c[2]) for c in colored.customdata] == pytest.approx(row[:4].tolist())  # the hover's weights
+    # each token's colour is the colour bar's at its weight: the scale's ends are the bar's
+    colorscale = [[float(p), c] for p, c in fig.layout.coloraxis.colorscale]
+    assert list(colored.marker.color) == pcolors.sample_colorscale(colorscale, row[:4].tolist())
+    assert list(colored.marker.color)[0] != list(colored.marker.color)[2]  # 0.5 and 0 differ
+    assert scale.marker.coloraxis == "coloraxis" and list(scale.marker.color) == [0.0, fig.layout.coloraxis.cmax]
+    assert scale.marker.opacity == 0 and scale.hoverinfo == "skip"
     assert [int(c[0]) for c in grey.customdata] == list(range(4, 12))  # after the query: grey, not zero
     assert colored.text[0] == "&lt;b&gt;x&lt;/b&gt;"
     assert list(colored.marker.line.color).index(hv.HIGHLIGHT) == 3
@@ -99,6 +106,14 @@ def test_each_step_of_the_head_figure_is_the_recomputed_value(run):
     assert np.allclose(by_name["z W_O"][0], s.out.numpy())
     titles = [a.text for a in fig.layout.annotations]
     assert "2 · q = x[6] W_Q + b [1 × 8]" in titles and any("[4 × 12]" in t for t in titles)
+    # the hover names each cell by its row and column, the categories of the panel's axes (no text per cell)
+    k = next(t for t in fig.data if t.name == "k")
+    assert list(k.y) == ["0 '&lt;b&gt;x&lt;/b&gt;'", "1 '␣the'", "2 '↵'", "3 '␣cat'", "4 '␣sat'", "5 '␣on'", "6 '␣the'"]
+    assert list(k.x) == [f"dim {d}" for d in range(8)] and k.customdata is None and "%{y}, %{x}" in k.hovertemplate
+    assert next(t for t in fig.data if t.name == "x").customdata is None
+    score = next(t for t in fig.data if t.name == "score")  # numeric axes of its own: the texts in customdata
+    assert score.customdata[2][9].tolist() == ["causal mask", "9 'A'"]
+    assert fig.layout.margin.l >= common.label_px(["causal mask"])  # the row names' room, reserved up front
 
 
 def test_the_neuron_views_sum_is_the_score(run):

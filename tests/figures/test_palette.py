@@ -306,6 +306,8 @@ def test_text_on_coloured_cells_stays_readable():
         scale = fig.layout.coloraxis.colorscale
         cells = pcolors.sample_colorscale([list(s) for s in scale], values.tolist())
         letters = list(fig.data[0].insidetextfont.color)
+        drawn = [rgb(c) for c in fig.data[0].marker.color]  # each token in its colour on the scale (float32 weights)
+        assert np.abs(np.array(drawn) - np.array([rgb(c) for c in cells])).max() <= 1, palette
         assert lightness(cells[0]) > 200 and lightness(cells[-1]) < 120, palette
         if palette != STANDARD:  # the standard look keeps its rule (a share of the top), within a step of it
             assert letters == ["white" if lightness(c) < 145 else "#222" for c in cells], palette

@@ -31,7 +31,6 @@ from .common import (
     label_px,
     plotly_text,
     reserve_margins,
-    token_axis,
     token_categories,
     token_category_axis,
 )
@@ -388,29 +387,6 @@ def model_view(
         **extra,
     )
     return reserve_margins(fig, l=label_px(row_names) + LABEL_PAD, r=COLORAXIS_BAR_ROOM)
-
-
-def query_bars(weights, labels: list[str], query: int, *, title: str | None = None, height: int = 330) -> go.Figure:
-    """Where one query looks: its attention weights over keys 0..query (they sum to 1)."""
-    w = np.asarray(weights, dtype=np.float32)[: query + 1]
-    texts = escaped(labels[: query + 1])
-    q_text = f"'{texts[query]}'"
-    custom = np.array([[q_text, f"'{t}'", k] for k, t in enumerate(texts)], dtype=object)
-    fig = go.Figure(
-        go.Bar(
-            x=np.arange(query + 1),
-            y=w,
-            customdata=custom,
-            marker_color="#3a78b5",
-            name="weight",
-            hovertemplate="%{customdata[0]} → %{customdata[1]}: %{y:.3g}<br>key position %{customdata[2]}"
-            "<extra></extra>",
-        )
-    )
-    # a third of the page wide: 16 angled labels at most, or they run into each other (64 tokens: every 4th)
-    fig.update_xaxes(title_text="key", tickangle=-60, tickfont_size=11, **token_axis(texts, max_ticks=16))
-    fig.update_yaxes(title_text="weight", rangemode="tozero")
-    return apply_layout(fig, title=title, height=height, bargap=0.15)
 
 
 def entropy_map(

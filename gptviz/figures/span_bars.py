@@ -1,5 +1,6 @@
-"""The Attention page's "to the span" bars: how much each token looks at a span of tokens (its columns summed), a
-Plotly bar chart (the "from" bars are the canvas view gptviz.figures.browser.query_bars)."""
+"""The Attention page's bars as Plotly figures: where one query looks (the interactive-HTML download of the canvas
+view gptviz.figures.browser.query_bars), and the "to the span" bars: how much each token looks at a span of tokens
+(its columns summed)."""
 
 from __future__ import annotations
 
@@ -34,4 +35,27 @@ def span_reach_bars(
         title_text="query (looking)", tickangle=-60, tickfont_size=11, **token_axis(texts[start:], 16, start=start)
     )
     fig.update_yaxes(title_text="summed weight on the span", rangemode="tozero")
+    return apply_layout(fig, title=title, height=height, bargap=0.15)
+
+
+def query_bars(weights, labels: list[str], query: int, *, title: str | None = None, height: int = 330) -> go.Figure:
+    """Where one query looks: its attention weights over keys 0..query (they sum to 1)."""
+    w = np.asarray(weights, dtype=np.float32)[: query + 1]
+    texts = escaped(labels[: query + 1])
+    q_text = f"'{texts[query]}'"
+    custom = np.array([[q_text, f"'{t}'", k] for k, t in enumerate(texts)], dtype=object)
+    fig = go.Figure(
+        go.Bar(
+            x=np.arange(query + 1),
+            y=w,
+            customdata=custom,
+            marker_color="#3a78b5",
+            name="weight",
+            hovertemplate="%{customdata[0]} → %{customdata[1]}: %{y:.3g}<br>key position %{customdata[2]}"
+            "<extra></extra>",
+        )
+    )
+    # a third of the page wide: 16 angled labels at most, or they run into each other (64 tokens: every 4th)
+    fig.update_xaxes(title_text="key", tickangle=-60, tickfont_size=11, **token_axis(texts, max_ticks=16))
+    fig.update_yaxes(title_text="weight", rangemode="tozero")
     return apply_layout(fig, title=title, height=height, bargap=0.15)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gptviz.figures import attention as fa
+from gptviz.figures import span_bars
 from gptviz.figures.browser import query_bars as qb
 from tests.support.pagetest import MARKUP
 
@@ -25,7 +25,7 @@ def test_the_bars_are_the_querys_row_over_the_keys_it_sees():
     np.testing.assert_allclose(data["weights"], pattern[6, :7], atol=5e-7)
     assert abs(sum(data["weights"]) - 1) < 1e-5
     # the interactive-HTML download draws the same weights
-    fig = fa.query_bars(pattern[6], labels, 6)
+    fig = span_bars.query_bars(pattern[6], labels, 6)
     np.testing.assert_allclose(np.asarray(fig.data[0].y, dtype=float), data["weights"], atol=5e-7)
 
 

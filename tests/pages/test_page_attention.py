@@ -438,15 +438,15 @@ def test_model_view_panels_carry_their_head_for_a_click():
 
 
 def test_where_a_query_looks_thins_its_key_labels_so_they_do_not_collide():
-    from gptviz.figures import attention as fig_attention
+    from gptviz.figures import span_bars
 
     labels = [f"t{i}" for i in range(64)]
     weights = np.full(64, 1 / 64)
-    fig = fig_attention.query_bars(weights, labels, 63)
+    fig = span_bars.query_bars(weights, labels, 63)
     ticks = list(fig.layout.xaxis.tickvals)
     assert ticks == list(range(0, 64, 4)) and list(fig.layout.xaxis.ticktext) == [labels[i] for i in ticks]
     np.testing.assert_allclose(fig.data[0].y, weights)  # every bar is still there, only the labels thin out
-    short = fig_attention.query_bars(weights[:16], labels[:16], 15)
+    short = span_bars.query_bars(weights[:16], labels[:16], 15)
     assert list(short.layout.xaxis.tickvals) == list(range(16))
 
 

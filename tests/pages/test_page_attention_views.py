@@ -64,12 +64,15 @@ def test_text_view_colours_the_tokens_by_the_query_row_or_by_what_each_receives(
     at = view("On the text", att_layer=0, att_head=3, att_query=5)
     cache, T = layer_cache(0)
     pattern = cache["blocks.0.attn.hook_pattern"][3]
+    # each token's value in its hover data ([position, text, value]); its colour is the scale's at that value
     colored = figure(at, "Layer 0, head 3: where token 5")["data"][0]
-    assert np.allclose(array(colored["marker"]["color"]), pattern[5, :6].numpy(), atol=1e-6)
+    assert [int(row[0]) for row in colored["customdata"]] == list(range(6))  # the query sees keys 0-5
+    assert np.allclose([float(row[2]) for row in colored["customdata"]], pattern[5, :6].numpy(), atol=1e-6)
+    assert len(colored["marker"]["color"]) == 6
     at = view("On the text", att_layer=0, att_head=3, att_text_mode="how much it is looked at")
     received = figure(at, "Layer 0, head 3: mean weight")["data"][0]
     by_hand = [pattern[k:, k].mean().item() for k in range(T)]
-    assert np.allclose(array(received["marker"]["color"]), by_hand, atol=1e-6)
+    assert np.allclose([float(row[2]) for row in received["customdata"]], by_hand, atol=1e-6)
 
 
 @pytest.mark.slow

@@ -13,6 +13,7 @@ import torch
 
 from ...figures import attention as fa
 from ...figures import head_views as fhv
+from ...figures import span_bars
 from ...figures.browser import attention_map as amap
 from ...figures.browser import query_bars as qbars
 from ...figures.browser import token_span as tspan
@@ -157,7 +158,7 @@ def one_head(seen: Seen, p: Pick) -> None:
             qbars.payload(row.numpy(), labels, p.query, title=title, span_start=p.start), key=K.ATT_QUERY_BARS
         )
         figure_download(
-            lambda: fa.query_bars(row.numpy(), labels, p.query, title=fa.plotly_text(title)),
+            lambda: span_bars.query_bars(row.numpy(), labels, p.query, title=fa.plotly_text(title)),
             file_name=f"query-{p.start}-{p.query}-layer-{p.layer}-{head_name(p.head).replace(' ', '-')}.html"
             if n > 1
             else f"query-{p.query}-layer-{p.layer}-{head_name(p.head).replace(' ', '-')}.html",

@@ -16,7 +16,7 @@ import numpy as np
 from ..attention import HIGHLIGHT
 
 NAME = "gptviz_query_bars"
-BAR_COLOUR = "#3a78b5"  # figures.attention.query_bars' colour, so the download looks the same
+BAR_COLOUR = "#3a78b5"  # figures.span_bars.query_bars' colour, so the download looks the same
 
 
 def payload(

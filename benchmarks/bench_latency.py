@@ -50,13 +50,12 @@ READING_S = 3.0  # a new visitor's time on the first screen before a view below 
 # document.querySelectorAll does not enter: gv.deep does.
 INIT_JS = r"""(() => {
   const FIG = '.js-plotly-plot, .gv-map, .gv-qbars, .gv-rows';
-  const IGNORED = '[data-testid="stStatusWidget"], [data-testid="stHeader"], [data-testid="stToolbar"], ' +
-                  '[data-testid="stDecoration"], .hoverlayer, [data-baseweb="tooltip"], [role="tooltip"], ' +
-                  '.gv-plotly-warm, [data-live-announcer], [role="log"][aria-live]';
   // not drawn for the eye: the app's Plotly warm-up figure (gptviz/app/display.py), out of sight, and the select
   // boxes' screen-reader announcements (a 1-pixel region at the page's corner; a pick's "N options available" changed
   // there after the page was final); their own nodes added to or removed from the body count as nothing either
   const UNSEEN = '.gv-plotly-warm, [data-live-announcer], [role="log"][aria-live]';
+  const IGNORED = '[data-testid="stStatusWidget"], [data-testid="stHeader"], [data-testid="stToolbar"], ' +
+                  '[data-testid="stDecoration"], .hoverlayer, [data-baseweb="tooltip"], [role="tooltip"], ' + UNSEEN;
   const deep = (sel) => {
     const out = [...document.querySelectorAll(sel)];
     for (const host of document.querySelectorAll('div')) {
@@ -86,7 +85,7 @@ INIT_JS = r"""(() => {
     el.classList.contains('gv-rows') ? el.__gvData : (el.__gv && el.__gv.data);
   const drawn = (el) => el.classList.contains('js-plotly-plot') ? !!el.querySelector('.main-svg') :
     el.classList.contains('gv-rows') ? !!el.querySelector('.gv-row') : !!(el.__gv && el.__gv.data);
-  const figures = () => deep(FIG).filter((el) => drawn(el) && !stale(el) && !el.closest('.gv-plotly-warm'));
+  const figures = () => deep(FIG).filter((el) => drawn(el) && !stale(el) && !el.closest(UNSEEN));
   const text = (re) => [...document.querySelectorAll('[data-testid="stMarkdownContainer"], ' +
     '[data-testid="stCaptionContainer"], [data-testid="stText"], p')]
     .some((el) => !stale(el) && re.test(el.textContent));

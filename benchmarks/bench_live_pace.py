@@ -17,6 +17,7 @@ runs alternate between them (before, after, after, before, ...), so both see the
 
     python -m benchmarks live-pace                                  # both models, 4 runs each
     python -m benchmarks live-pace -- --models bundled --runs 6 --before /tmp/before
+    python -m benchmarks live-pace -- --models gpt2-small --extra '&live_why=0'   # the page with a setting of its address
 """
 
 from __future__ import annotations
@@ -92,14 +93,14 @@ def generate_runs(page, runs: int, n: int, server_pid: int | None = None) -> tup
     return firsts, out
 
 
-def open_page(browser, url: str, model: str, n: int):
+def open_page(browser, url: str, model: str, n: int, extra: str = ""):
     from benchmarks.bench_latency import INIT_JS, open_attention
 
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     context.add_init_script(INIT_JS)
     page = context.new_page()
     page.set_default_timeout(300_000)
-    open_attention(page, url, model, prompt_of(PROMPT_TOKENS), f"&att_gen_n={n}&att_gen_pace={quote(FREE_PACE)}")
+    open_attention(page, url, model, prompt_of(PROMPT_TOKENS), f"&att_gen_n={n}&att_gen_pace={quote(FREE_PACE)}{extra}")
     return context, page
 
 
@@ -108,9 +109,9 @@ def engine_s(model: str, n: int) -> float:
     return n / engine_tokens_per_s(model, prompt_of(PROMPT_TOKENS), n)[1]
 
 
-def measure(browser, servers: dict[str, Server], model: str, runs: int, n: int) -> dict:
+def measure(browser, servers: dict[str, Server], model: str, runs: int, n: int, extra: str = "") -> dict:
     """{app: [per-run samples]} with runs alternating between the apps, and the engine measured between them."""
-    pages = {app: open_page(browser, s.url, model, n) for app, s in servers.items()}
+    pages = {app: open_page(browser, s.url, model, n, extra) for app, s in servers.items()}
     samples: dict[str, list[dict]] = {app: [] for app in servers}
     engine: list[float] = []
     apps = list(servers)
@@ -164,6 +165,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=4, help="Generate runs per model and app")
     parser.add_argument("--tokens", type=int, default=TOKENS)
     parser.add_argument("--before", metavar="DIR", help="another checkout to run beside this one, interleaved")
+    parser.add_argument("--extra", default="", help="more of the page's address, e.g. '&live_why=0'")
     args = parser.parse_args()
     from playwright.sync_api import sync_playwright
 
@@ -178,7 +180,7 @@ def main() -> int:
                 servers["before"] = Server(root=Path(args.before))
             servers["after" if args.before else "this checkout"] = Server(root=ROOT)
             for model in args.models:
-                results[model] = measure(browser, servers, model, args.runs, args.tokens)
+                results[model] = measure(browser, servers, model, args.runs, args.tokens, args.extra)
         finally:
             for s in servers.values():
                 s.close()

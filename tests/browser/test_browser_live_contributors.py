@@ -18,6 +18,7 @@ pytestmark = [
 ]
 
 PROMPT = "JULIET:\nGood morrow, sweet Romeo, good morrow to thee.\nROMEO:\n"
+TOKENS = 30  # 6 s at the default pace: enough frames for the line to move on even under a loaded suite (20 saw [1, 3])
 LINE = re.compile(r"new token (\d+), .*: logit [+-]\d+\.\d\d")
 NODE = re.compile(r"^  (L\d+[HN]\d+ from |L\d+[HN]\d+ at |the token |L\d+ [a-z_0-9.-]+ at )(['\"]).*\2 [+-]\d+%$")
 
@@ -28,7 +29,7 @@ RECORD_JS = r"""() => {
   const look = () => {
     const box = [...document.querySelectorAll('[data-testid="stText"]')].find((e) => line.test(e.innerText));
     const last = window.__lines[window.__lines.length - 1];
-    if (box && box.innerText !== last && !/then 20 new ones/.test(document.body.innerText)) {
+    if (box && box.innerText !== last && !/then 30 new ones/.test(document.body.innerText)) {
       window.__lines.push(box.innerText);
     }
     requestAnimationFrame(look);
@@ -41,7 +42,7 @@ RECORD_JS = r"""() => {
 def test_the_live_line_follows_the_text_with_each_tokens_contributors(browser, server, artifacts, width, height):
     page = browser.new_page(viewport={"width": width, "height": height})
     page.set_default_timeout(120_000)
-    query = urllib.parse.urlencode({"prompt": PROMPT, "gen_n": 20, "gen_temp": 0})
+    query = urllib.parse.urlencode({"prompt": PROMPT, "gen_n": TOKENS, "gen_temp": 0})
     page.goto(f"{server}/generation?{query}")
     page.wait_for_selector('[data-testid="stApp"]')
     wait_for_idle(page)
@@ -49,7 +50,7 @@ def test_the_live_line_follows_the_text_with_each_tokens_contributors(browser, s
     # the browser itself records each token number the live line shows, every animation frame: a test's own polling
     # under a loaded suite looked twice in four seconds ([2, 12])
     page.evaluate(RECORD_JS)
-    page.get_by_text(re.compile("then 20 new ones: the model wrote")).first.wait_for(timeout=120_000)
+    page.get_by_text(re.compile(f"then {TOKENS} new ones: the model wrote")).first.wait_for(timeout=120_000)
     shown = page.evaluate("() => window.__lines")
     seen = [int(LINE.search(lines[0]).group(1)) for lines in (text.splitlines() for text in shown)]
     for text in shown:
@@ -58,7 +59,7 @@ def test_the_live_line_follows_the_text_with_each_tokens_contributors(browser, s
     assert len(set(seen)) >= 3 and seen == sorted(seen), seen  # it moved on with the text, token by token
     page.screenshot(path=str(artifacts / f"live_contributors_{width}.png"))
     wait_for_idle(page)
-    boxes = page.locator('[data-testid="stText"]').filter(has_text="new token 20, ")
+    boxes = page.locator('[data-testid="stText"]').filter(has_text=f"new token {TOKENS}, ")
     boxes.nth(1).wait_for()  # the replayed last step: by direct effect (found live), then by influence (on demand)
     assert boxes.count() == 2
     page.get_by_text("Top contributors by direct effect (found as it was written):").wait_for()

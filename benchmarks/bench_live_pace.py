@@ -17,7 +17,7 @@ runs alternate between them (before, after, after, before, ...), so both see the
 
     python -m benchmarks live-pace                                  # both models, 4 runs each
     python -m benchmarks live-pace -- --models bundled --runs 6 --before /tmp/before
-    python -m benchmarks live-pace -- --models gpt2-small --extra '&live_why=0'   # the page with a setting of its address
+    python -m benchmarks live-pace -- --models gpt2-small --extra '&live_why=0'   # a setting in the address
 """
 
 from __future__ import annotations

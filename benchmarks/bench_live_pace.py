@@ -18,6 +18,12 @@ runs alternate between them (before, after, after, before, ...), so both see the
     python -m benchmarks live-pace                                  # both models, 4 runs each
     python -m benchmarks live-pace -- --models bundled --runs 6 --before /tmp/before
     python -m benchmarks live-pace -- --models gpt2-small --extra '&live_why=0'   # a setting in the address
+    python -m benchmarks live-pace -- --engine-beside                 # the engine alone, then beside a neighbour
+
+--engine-beside times the engine only (no page), quiet and then beside one neighbour process on the other core: a
+Python loop (CPU only), then a NumPy sum over 256 MiB again and again (memory traffic, like a browser's drawing). A
+model that reads its weights from memory for every token slows beside the second: what the page shares the machine
+with, not the page's own work, then sets part of its pace.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import argparse
 import os
 import re
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -109,6 +116,37 @@ def engine_s(model: str, n: int) -> float:
     return n / engine_tokens_per_s(model, prompt_of(PROMPT_TOKENS), n)[1]
 
 
+NEIGHBOURS = {
+    "quiet": None,
+    "beside a Python loop (CPU)": "while True: pass",
+    "beside a 256 MiB NumPy sum (memory)": "import numpy as np\na = np.ones(2**25)\nwhile True: a.sum()",
+}
+
+
+def engine_beside(models: list[str], n: int) -> list[str]:
+    """The engine's seconds for n tokens on one thread (median of 3), quiet and beside each neighbour: table lines."""
+    lines = ["| model | engine quiet | " + " | ".join(list(NEIGHBOURS)[1:]) + " |", "|---|---|---|---|"]
+    for model in models:
+        cells = []
+        for code in NEIGHBOURS.values():
+            neighbour = subprocess.Popen([sys.executable, "-c", code]) if code else None
+            try:
+                time.sleep(0.5 if code else 0)  # the neighbour under way
+                cells.append(engine_s(model, n))
+            finally:
+                if neighbour is not None:
+                    neighbour.kill()
+                    neighbour.wait()
+        quiet = cells[0]
+        lines.append(
+            f"| {MODELS[model][1]} | {quiet:.2f} s | "
+            + " | ".join(f"{x:.2f} s ({x / quiet:.2f}x)" for x in cells[1:])
+            + " |"
+        )
+        print(lines[-1], flush=True)
+    return lines
+
+
 def measure(browser, servers: dict[str, Server], model: str, runs: int, n: int, extra: str = "") -> dict:
     """{app: [per-run samples]} with runs alternating between the apps, and the engine measured between them."""
     pages = {app: open_page(browser, s.url, model, n, extra) for app, s in servers.items()}
@@ -165,12 +203,19 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=4, help="Generate runs per model and app")
     parser.add_argument("--tokens", type=int, default=TOKENS)
     parser.add_argument("--before", metavar="DIR", help="another checkout to run beside this one, interleaved")
+    parser.add_argument("--engine-beside", action="store_true", help="time the engine beside neighbours, no page")
     parser.add_argument("--extra", default="", help="more of the page's address, e.g. '&live_why=0'")
     args = parser.parse_args()
     from playwright.sync_api import sync_playwright
 
     print(f"load average at the start: {load()}", flush=True)
     started = time.perf_counter()
+    if args.engine_beside:
+        text = "\n".join(engine_beside(args.models, args.tokens))
+        text += f"\n\n{time.perf_counter() - started:.0f} s; load average at the end: {load()}"
+        print("\n" + text)
+        (run_folder.run_folder() / "engine-beside.md").write_text(text + "\n", encoding="utf-8")
+        return 0
     servers: dict[str, Server] = {}
     results = {}
     with sync_playwright() as pw:

@@ -563,7 +563,15 @@ def test_a_copy_only_run_steps_its_copy_ids_rows_alone_and_trains_the_same_model
         m.setattr(Trainer, "trained_rows", lambda self: None)
         twin, twin_trainer, twin_logs, _ = _copy_only_run(COPY_ONLY, tokens)
     assert twin_trainer.rows is None
+    d = SMALL.d_model
     for (name, p), q in zip(model.state_dict().items(), twin.state_dict().values(), strict=True):
+        if name.endswith("attn.c_attn.bias"):
+            # The key bias has no gradient in exact arithmetic (it shifts all of a query's scores alike, and softmax
+            # ignores a shift), so AdamW's steps there follow rounding noise, which differs between the two runs (and
+            # between CPUs: a few 1e-5 on one): within 1e-3 of each other; the query and value biases must agree
+            key = slice(d, 2 * d)
+            assert (p[key] - q[key]).abs().max() < 1e-3, name
+            p, q = torch.cat([p[:d], p[2 * d :]]), torch.cat([q[:d], q[2 * d :]])
         assert torch.allclose(p, q, atol=1e-6, rtol=1e-5), name
     assert [log.train_loss for log in logs] == pytest.approx([log.train_loss for log in twin_logs], rel=1e-5)
     assert [log.grad_norm for log in logs] == pytest.approx([log.grad_norm for log in twin_logs], rel=1e-5)

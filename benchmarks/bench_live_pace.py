@@ -21,9 +21,9 @@ runs alternate between them (before, after, after, before, ...), so both see the
     python -m benchmarks live-pace -- --engine-beside                 # the engine alone, then beside a neighbour
 
 --engine-beside times the engine only (no page), quiet and then beside one neighbour process on the other core: a
-Python loop (CPU only), then a NumPy sum over 256 MiB again and again (memory traffic, like a browser's drawing). A
-model that reads its weights from memory for every token slows beside the second: what the page shares the machine
-with, not the page's own work, then sets part of its pace.
+Python loop (CPU only), then a NumPy sum over 256 MiB again and again (memory traffic). It says how much of the page's
+gap to the engine a neighbour alone could explain (a model that reads its weights from memory for every token may
+slow beside the second), apart from the page's own work.
 """
 
 from __future__ import annotations

@@ -130,3 +130,20 @@ def test_a_cell_opens_the_why_attends_tab_in_one_call():
     state = at.session_state
     assert (state[K.WHY_QK_LAYER], state[K.WHY_QK_HEAD], state[K.WHY_QK_QUERY], state[K.WHY_QK_KEY]) == (1, 2, 9, 4)
     assert state[K.WHY_VIEW] == K.WHY_QK_VIEW and state[K.WHY_NAV_PENDING]
+
+
+def test_what_a_page_reads_of_the_live_contributors_is_a_snapshot():
+    """found_live copies the generation thread's dict: a page iterating what it read meets no insertion made after
+    (iterating the dict itself raised "dictionary changed size during iteration" once the thread added a step)."""
+    from types import SimpleNamespace
+
+    from gptviz.app.live_why import found_live
+
+    explained = SimpleNamespace(found={0: "first", 1: "second"})
+    read = found_live({"explained": explained})
+    seen = []
+    for i in read:
+        explained.found[len(explained.found)] = "added by the generation thread"  # what the other thread does
+        seen.append(i)
+    assert seen == [0, 1] and read == {0: "first", 1: "second"} and len(explained.found) == 4
+    assert found_live({"explained": None}) == {} and found_live({}) == {}

@@ -39,11 +39,10 @@ INFLUENCE = (
 
 
 def found_live(run: dict) -> dict[int, Contributors]:
-    """The contributors found so far for a run's steps (none for a run started with them switched off): a copy, taken
-    at once, since the generation's thread adds to its dict while a page reads it (iterating the dict itself could
-    meet an insertion: "dictionary changed size during iteration", in the live frame)."""
+    """The contributors found so far for a run's steps (none for a run started with them switched off): a snapshot,
+    since the generation's thread goes on adding to them (LiveContributors.snapshot)."""
     explained = run.get("explained")
-    return dict(explained.found) if explained is not None else {}
+    return explained.snapshot() if explained is not None else {}
 
 
 def step_lines(run: dict, i: int, contributors: Contributors) -> str:

@@ -304,6 +304,14 @@ class GPT(nn.Module):
     def device(self) -> torch.device:
         return self.wte.weight.device
 
+    def check_length(self, past: int, T: int) -> None:
+        """ValueError when `past` cached positions and T new ones do not fit the context."""
+        if past + T > self.config.n_ctx:
+            raise ValueError(
+                f"sequence of {past + T} tokens is longer than the context of "
+                f"{self.config.n_ctx} positions; keep the last {self.config.n_ctx} tokens"
+            )
+
     def check_ids(self, ids: torch.Tensor, past: int = 0) -> torch.Tensor:
         if not isinstance(ids, torch.Tensor):
             ids = torch.as_tensor(ids)
@@ -318,11 +326,7 @@ class GPT(nn.Module):
         T = ids.shape[1]
         if T == 0:
             raise ValueError("no tokens: the sequence is empty")
-        if past + T > self.config.n_ctx:
-            raise ValueError(
-                f"sequence of {past + T} tokens is longer than the context of "
-                f"{self.config.n_ctx} positions; keep the last {self.config.n_ctx} tokens"
-            )
+        self.check_length(past, T)
         lo, hi = int(ids.min()), int(ids.max())
         if lo < 0 or hi >= self.config.vocab_size:
             bad = lo if lo < 0 else hi
@@ -365,10 +369,7 @@ class GPT(nn.Module):
         past = kv_cache.length if kv_cache is not None else 0
         note_offset(past)  # edits that target positions need the absolute position of this call's first token
         T = tok_emb.shape[1]
-        if past + T > self.config.n_ctx:
-            raise ValueError(
-                f"sequence of {past + T} tokens is longer than the context of {self.config.n_ctx} positions"
-            )
+        self.check_length(past, T)  # ids were checked already; embeddings come straight from a trainer
         pos = torch.arange(past, past + T, device=tok_emb.device)
         tok_emb = self.hook_embed(tok_emb)  # (B, T, C)
         pos_emb = self.hook_pos_embed(self.wpe(pos)[None])  # (1, T, C): one row for every sequence

@@ -25,8 +25,8 @@ SHARE = 0.05  # of the model's time, at most, between batches
 
 class LiveContributors:
     """Contributors for a generation's steps, found in its thread: `submit(i, record)` after step i (it may take a
-    batch then), `flush()` at the end; `found` {step: its Contributors}, `lag` {step: seconds from its submit to its
-    contributors}, `error` (a failure stops them, never the generation)."""
+    batch then), `flush()` at the end; `found` {step: its Contributors} (other threads read `snapshot()`), `lag`
+    {step: seconds from its submit to its contributors}, `error` (a failure stops them, never the generation)."""
 
     def __init__(self, model, n: int = 3, clock=time.perf_counter):
         self.model, self.n, self._clock = model, n, clock
@@ -37,6 +37,12 @@ class LiveContributors:
         self._batch = live_contributors_batch(model.config)
         self._next_batch = 0.0  # the clock's time from which the next batch may be taken
         self._held = 0  # bytes of the KV caches that steps past the context keep alive while they wait
+
+    def snapshot(self) -> dict[int, Contributors]:
+        """`found` as it is now, a copy taken at once (one C-level copy under the GIL): this thread adds to `found`
+        while pages read it, and iterating the dict itself could meet an insertion ("dictionary changed size during
+        iteration")."""
+        return dict(self.found)
 
     @property
     def waiting(self) -> int:

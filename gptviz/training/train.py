@@ -271,7 +271,7 @@ class Trainer:
             self.rows = torch.nn.Parameter(model.wte.weight.detach()[self.copy_vocab[0]].clone())
         # the parameters the optimiser steps and the clipping measures: the model's, in its order, with the trained
         # rows in the whole embedding's place
-        self.params = [self.rows if self.rows is not None and p is model.wte.weight else p for p in model.parameters()]
+        self.params = [self._trained(p) for p in model.parameters()]
         decay = [self._trained(p) for n, p in model.named_parameters() if p.dim() >= 2 and not n.startswith("wpe")]
         no_decay = [self._trained(p) for n, p in model.named_parameters() if p.dim() < 2 or n.startswith("wpe")]
         self.optimizer = torch.optim.AdamW(
@@ -298,6 +298,7 @@ class Trainer:
         return None
 
     def _trained(self, p: torch.Tensor) -> torch.Tensor:
+        """The tensor the optimiser steps for parameter p: p, or the trained rows in the whole embedding's place."""
         return self.rows if self.rows is not None and p is self.model.wte.weight else p
 
     def _rows_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

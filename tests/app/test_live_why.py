@@ -133,13 +133,14 @@ def test_a_cell_opens_the_why_attends_tab_in_one_call():
 
 
 def test_what_a_page_reads_of_the_live_contributors_is_a_snapshot():
-    """found_live copies the generation thread's dict: a page iterating what it read meets no insertion made after
-    (iterating the dict itself raised "dictionary changed size during iteration" once the thread added a step)."""
-    from types import SimpleNamespace
-
+    """found_live reads a snapshot of the generation thread's dict (LiveContributors.snapshot): a page iterating what
+    it read meets no insertion made after (iterating the dict itself raised "dictionary changed size during
+    iteration" once the thread added a step)."""
     from gptviz.app.live_why import found_live
+    from gptviz.serve.live_contributors import LiveContributors
 
-    explained = SimpleNamespace(found={0: "first", 1: "second"})
+    explained = LiveContributors(tiny_model())
+    explained.found.update({0: "first", 1: "second"})
     read = found_live({"explained": explained})
     seen = []
     for i in read:
